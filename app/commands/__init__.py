@@ -1,0 +1,1 @@
+"""One module per CLI command; each owns its options and imports heavy libraries lazily."""

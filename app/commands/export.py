@@ -1,0 +1,12 @@
+"""`podracer export`."""
+
+from __future__ import annotations
+
+import typer
+
+from app.commands._stub import not_implemented
+
+
+def export(ctx: typer.Context) -> None:
+    """Not implemented yet."""
+    not_implemented("export")

@@ -1,0 +1,12 @@
+"""`podracer paper`."""
+
+from __future__ import annotations
+
+import typer
+
+from app.commands._stub import not_implemented
+
+
+def paper(ctx: typer.Context) -> None:
+    """Not implemented yet."""
+    not_implemented("paper")

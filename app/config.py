@@ -1,0 +1,174 @@
+"""One typed TOML config for a podracer run: data, env, agent, tournament, backtest.
+
+Every section is a frozen pydantic model that forbids unknown keys, so a typo or a wrong type is an
+error naming the key (``env.cost_rate: Input should be a valid number``). ``load_config`` reads a
+TOML file (missing sections take their defaults); ``write_config`` writes the resolved config,
+seeds included, into every run directory.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+import tomli_w
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from data.errors import ConfigError
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+
+class DataConfig(_Section):
+    """Where bars come from and how they are split."""
+
+    source: Literal["synthetic", "stored", "real-sample"] = "synthetic"
+    num_tickers: int = Field(100, ge=1, le=2000, description="synthetic: tickers in the universe")
+    num_sessions: int = Field(60, ge=3, description="synthetic: trading sessions")
+    start: str = Field("2024-01-02", description="synthetic: first session date")
+    signal: float = Field(1.0, ge=0.0, description="synthetic: strength of the planted predictable component")
+    seed: int = 0
+    interval: str = "1m"
+    tickers: list[str] = Field(default_factory=list, description="stored: tickers to use (empty: all)")
+    train_frac: float = Field(0.6, gt=0, lt=1)
+    valid_frac: float = Field(0.2, gt=0, lt=1)
+    min_coverage: float = Field(0.5, ge=0, le=1, description="drop tickers with less coverage")
+
+    @model_validator(mode="after")
+    def _fractions(self) -> DataConfig:
+        if self.train_frac + self.valid_frac >= 1:
+            raise ValueError("train_frac + valid_frac must be < 1 (a test window must remain)")
+        return self
+
+
+class EnvConfig(_Section):
+    """Trading environment parameters (see envs.trading.EnvParams)."""
+
+    initial_cash: float = Field(1e6, gt=0)
+    cost_rate: float = Field(0.002, ge=0, lt=0.1)
+    slippage_bps: float = Field(1.0, ge=0, lt=1000)
+    decision_interval: int = Field(15, ge=1, description="bars between decisions")
+    episode_len: int = Field(256, ge=1, description="decisions per episode")
+    action_mode: Literal["weights", "shares"] = "weights"
+    max_shares: float = Field(100.0, gt=0)
+    reward: Literal["log_return", "return", "diff_sharpe"] = "log_return"
+    drawdown_penalty: float = Field(0.0, ge=0)
+    reward_scale: float = Field(100.0, gt=0)
+    num_envs: int = Field(256, ge=1)
+
+
+class AgentConfig(_Section):
+    """Learner settings; algorithm-specific fields are ignored by the other algorithm."""
+
+    algo: Literal["ppo", "sac"] = "ppo"
+    seed: int = 0
+    device: str = "cpu"
+    hidden: int = Field(64, ge=4)
+    embed: int = Field(16, ge=2)
+    learning_rate: float = Field(3e-4, gt=0, lt=1)
+    gamma: float = Field(0.99, gt=0, le=1)
+    gae_lambda: float = Field(0.95, ge=0, le=1)
+    num_steps: int = Field(32, ge=1, description="PPO: rollout length per env")
+    update_epochs: int = Field(4, ge=1)
+    num_minibatches: int = Field(4, ge=1)
+    clip_coef: float = Field(0.2, gt=0)
+    ent_coef: float = Field(0.0, ge=0)
+    vf_coef: float = Field(0.5, ge=0)
+    max_grad_norm: float = Field(0.5, gt=0)
+    total_steps: int = Field(500_000, ge=1, description="env-steps for a single `podracer train`")
+    num_critics: int = Field(4, ge=1, description="SAC: critic ensemble size")
+    critic_target: Literal["min", "mean"] = "min"
+    buffer_size: int = Field(200_000, ge=1)
+    batch_size: int = Field(1024, ge=1)
+    eval_every: int = Field(50_000, ge=1, description="env-steps between validation evaluations")
+
+
+class TournamentConfig(_Section):
+    """Podracer tournament: pool, leaderboard, generator, budget, backend."""
+
+    pods: int = Field(4, ge=1, description="pods training at once")
+    leaderboard_size: int = Field(8, ge=1)
+    p_fresh: float = Field(0.25, ge=0, le=1, description="probability a new pod starts from scratch")
+    round_steps: int = Field(100_000, ge=1, description="env-steps per pod round")
+    budget_steps: int | None = Field(2_000_000, ge=1)
+    budget_minutes: float | None = Field(None, gt=0)
+    fitness: Literal["sharpe", "return", "calmar"] = "sharpe"
+    backend: Literal["local", "ray"] = "local"
+    workers: int = Field(2, ge=0, description="local backend: worker processes (0 = inline)")
+    address: str | None = Field(None, description="ray: address of an existing cluster")
+    seed: int = 0
+
+
+class BacktestConfig(_Section):
+    """Held-out evaluation."""
+
+    window: Literal["test", "valid"] = "test"
+    annualization: int = Field(252, ge=1, description="periods per year of the daily returns")
+    dsr_threshold: float = Field(0.95, ge=0, le=1)
+
+
+class Config(_Section):
+    """The whole resolved config of a run."""
+
+    data: DataConfig = DataConfig()
+    env: EnvConfig = EnvConfig()
+    agent: AgentConfig = AgentConfig()
+    tournament: TournamentConfig = TournamentConfig()
+    backtest: BacktestConfig = BacktestConfig()
+
+    def with_updates(self, **sections: dict[str, Any]) -> Config:
+        """A copy with some fields of some sections replaced (validated)."""
+        raw = self.model_dump()
+        for name, updates in sections.items():
+            raw[name].update(updates)
+        return parse_config(raw, source="overrides")
+
+
+def _format_error(err: ValidationError, source: str) -> str:
+    first = err.errors()[0]
+    loc = ".".join(str(p) for p in first["loc"]) or "<root>"
+    msg = first["msg"]
+    if first["type"] == "extra_forbidden":
+        msg = "unknown key"
+    more = f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else ""
+    return f"{source}: {loc}: {msg}{more}"
+
+
+def parse_config(raw: dict[str, Any], *, source: str = "config") -> Config:
+    """Validate a dict into a Config; errors name the key."""
+    try:
+        return Config.model_validate(raw)
+    except ValidationError as err:
+        raise ConfigError(_format_error(err, source)) from None
+
+
+def load_config(path: str | os.PathLike[str] | None) -> Config:
+    """Read a TOML config (None: all defaults)."""
+    if path is None:
+        return Config()
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
+        raise ConfigError(f"{path}: not valid TOML: {err}") from None
+    return parse_config(raw, source=str(path))
+
+
+def config_to_toml(config: Config) -> str:
+    raw = config.model_dump(exclude_none=True)
+    return tomli_w.dumps(raw)
+
+
+def write_config(config: Config, path: str | os.PathLike[str]) -> Path:
+    """Write the resolved config atomically (temp file + rename)."""
+    from data.atomic import atomic_write_bytes
+
+    path = Path(path)
+    atomic_write_bytes(path, config_to_toml(config).encode("utf-8"))
+    return path

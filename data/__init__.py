@@ -1,0 +1,1 @@
+"""Market data: bar schema and validation, sources, calendar alignment, store, features, MarketData."""

@@ -1,0 +1,55 @@
+"""A tiny random market for unit tests and micro-benchmarks (no calendar, no files).
+
+Not the synthetic generator users see (that is ``data.synthetic``): this one only has to be fast,
+deterministic for a seed, and shaped exactly like real ``MarketData``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from data.market import MarketData
+
+
+def toy_market(
+    num_steps: int = 780,
+    num_assets: int = 4,
+    num_features: int = 8,
+    *,
+    bars_per_session: int = 390,
+    seed: int = 0,
+    device: str | torch.device = "cpu",
+) -> MarketData:
+    """Geometric random-walk bars with random (standardized) features."""
+    gen = torch.Generator().manual_seed(seed)
+    log_ret = 0.0005 * torch.randn(num_steps, num_assets, generator=gen, dtype=torch.float64)
+    close = 100.0 * torch.exp(torch.cumsum(log_ret, dim=0))
+    gap = 0.0002 * torch.randn(num_steps, num_assets, generator=gen, dtype=torch.float64)
+    prev_close = torch.cat([close[:1], close[:-1]], dim=0)
+    open_ = prev_close * torch.exp(gap)
+    high = torch.maximum(open_, close) * 1.0005
+    low = torch.minimum(open_, close) * 0.9995
+    volume = 1000.0 + 100.0 * torch.rand(num_steps, num_assets, generator=gen, dtype=torch.float64)
+    features = torch.randn(num_steps, num_assets, num_features, generator=gen)
+    minute = torch.arange(num_steps) % bars_per_session
+    start = np.datetime64("2024-01-02T14:30", "ns")
+    day = np.arange(num_steps) // bars_per_session
+    timestamps = start + (day * 86_400 + (np.arange(num_steps) % bars_per_session) * 60).astype(
+        "timedelta64[s]"
+    )
+    f32 = {"dtype": torch.float32, "device": device}
+    return MarketData(
+        tickers=tuple(f"T{i:03d}" for i in range(num_assets)),
+        timestamps=timestamps.astype("datetime64[ns]"),
+        open=open_.to(**f32),
+        high=high.to(**f32),
+        low=low.to(**f32),
+        close=close.to(**f32),
+        volume=volume.to(**f32),
+        features=features.to(**f32),
+        feature_names=tuple(f"f{i}" for i in range(num_features)),
+        session_id=torch.as_tensor(day, dtype=torch.int64, device=device),
+        time_of_day=((minute + 1).float() / bars_per_session).to(device),
+        interval="1m",
+    )
