@@ -1,0 +1,27 @@
+"""Shared pytest fixtures. Keep stage-specific fixtures in the stage's own test files."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+# Tests run on 2-core CI machines; one intra-op thread per test process keeps them predictable.
+torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    """A fresh podracer home directory, also exported as PODRACER_HOME."""
+    path = tmp_path / "home"
+    path.mkdir()
+    monkeypatch.setenv("PODRACER_HOME", str(path))
+    return path
+
+
+@pytest.fixture
+def toy():
+    from data.toy import toy_market
+
+    return toy_market(num_steps=780, num_assets=4, num_features=8, seed=0)
