@@ -1,0 +1,53 @@
+"""The CLI shell: every command has --help, errors are one line with a non-zero exit."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from app.cli import main
+
+COMMANDS = ["demo", "data", "train", "backtest", "dashboard", "export", "paper", "retrain", "schedule"]
+
+
+def test_top_level_help_lists_every_command(capsys):
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    for name in COMMANDS:
+        assert name in out
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_every_command_has_help(name, capsys):
+    assert main([name, "--help"]) == 0
+    assert "Usage" in capsys.readouterr().out
+
+
+def test_unknown_command_is_a_usage_error(capsys):
+    assert main(["no-such-command"]) == 2
+    err = capsys.readouterr().err
+    assert "No such command" in err
+    assert "Traceback" not in err
+
+
+def test_console_script_exit_code_and_one_line_error(tmp_path):
+    # A config error from a real subprocess: one line on stderr, exit 2, no traceback.
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[env]\nnot_a_key = 1\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "app.cli", "--home", str(tmp_path), "train", "--config", str(bad)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "env.not_a_key" in proc.stderr
+    assert len([line for line in proc.stderr.splitlines() if line.strip()]) == 1
+
+
+def test_version(capsys):
+    assert main(["--version"]) == 0
+    assert "podracer" in capsys.readouterr().out

@@ -1,0 +1,57 @@
+"""Typed config: defaults, TOML round trip, and errors that name the key."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.config import Config, config_to_toml, load_config, parse_config, write_config
+from data.errors import ConfigError
+
+
+def test_defaults_are_valid_and_frozen():
+    cfg = Config()
+    assert cfg.env.cost_rate == 0.002
+    assert cfg.env.initial_cash == 1e6
+    with pytest.raises(Exception):
+        cfg.env.cost_rate = 0.0  # type: ignore[misc]
+
+
+def test_round_trip_through_toml(tmp_path):
+    cfg = Config().with_updates(agent={"seed": 7}, data={"signal": 0.5})
+    path = write_config(cfg, tmp_path / "run" / "config.toml")
+    again = load_config(path)
+    assert again == cfg
+    assert again.agent.seed == 7 and again.data.signal == 0.5
+    assert "seed = 7" in path.read_text()
+
+
+@pytest.mark.parametrize(
+    ("toml", "needle"),
+    [
+        ("[env]\ncost_rat = 0.001\n", "env.cost_rat: unknown key"),
+        ("[env]\ncost_rate = 'cheap'\n", "env.cost_rate"),
+        ("[agent]\nalgo = 'dqn'\n", "agent.algo"),
+        ("[bogus]\nx = 1\n", "bogus: unknown key"),
+        ("[data]\ntrain_frac = 0.9\nvalid_frac = 0.2\n", "train_frac + valid_frac"),
+        ("[env\n", "not valid TOML"),
+    ],
+)
+def test_bad_config_names_the_key(tmp_path, toml, needle):
+    path = tmp_path / "bad.toml"
+    path.write_text(toml)
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert needle in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_missing_file_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(tmp_path / "nope.toml")
+
+
+def test_parse_partial_sections_take_defaults():
+    cfg = parse_config({"env": {"decision_interval": 5}})
+    assert cfg.env.decision_interval == 5
+    assert cfg.agent == Config().agent
+    assert "decision_interval = 5" in config_to_toml(cfg)
