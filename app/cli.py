@@ -39,12 +39,17 @@ def _version(value: bool) -> None:
 @cli.callback()
 def main_callback(
     home: Path = typer.Option(
-        None, "--home", envvar="PODRACER_HOME", help="Home directory for data, runs and registries "
-        "[default: ./podracer-home]", show_default=False,
+        None,
+        "--home",
+        envvar="PODRACER_HOME",
+        help="Home directory for data, runs and registries [default: ./podracer-home]",
+        show_default=False,
     ),
     verbose: int = typer.Option(0, "--verbose", "-v", count=True, help="More log output (-vv for debug)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Only warnings and errors."),
-    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version."
+    ),
 ) -> None:
     context.set_home(home)
     level = logging.WARNING if quiet else (logging.INFO if verbose == 0 else logging.DEBUG)

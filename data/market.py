@@ -126,7 +126,9 @@ class MarketData:
             raise DataError("window is not contiguous")
         return self.slice(int(idx[0]), int(idx[-1]) + 1)
 
-    def split_sessions(self, train_frac: float, valid_frac: float) -> tuple[MarketData, MarketData, MarketData]:
+    def split_sessions(
+        self, train_frac: float, valid_frac: float
+    ) -> tuple[MarketData, MarketData, MarketData]:
         """Split by whole sessions into train / valid / test, in time order, with no overlap."""
         if not (0 < train_frac < 1 and 0 < valid_frac < 1 and train_frac + valid_frac < 1):
             raise DataError(f"bad split fractions train={train_frac} valid={valid_frac}")

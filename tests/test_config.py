@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from pydantic import ValidationError
 
 from app.config import Config, config_to_toml, load_config, parse_config, write_config
 from data.errors import ConfigError
@@ -12,7 +13,7 @@ def test_defaults_are_valid_and_frozen():
     cfg = Config()
     assert cfg.env.cost_rate == 0.002
     assert cfg.env.initial_cash == 1e6
-    with pytest.raises(Exception):
+    with pytest.raises(ValidationError):
         cfg.env.cost_rate = 0.0  # type: ignore[misc]
 
 
