@@ -1,0 +1,402 @@
+"""A local fake of the Alpaca paper trading and market-data REST APIs, for tests (reusable).
+
+``FakeAlpaca`` runs an ``http.server.ThreadingHTTPServer`` on 127.0.0.1 (an ephemeral port) in a
+daemon thread and speaks just enough of the real wire format that the real alpaca-py clients parse
+it: account, positions, clock, orders (submit, by id, by client id, cancel, list) and stock bars.
+
+Orders fill immediately at the ticker's current price (``fill_mode="fill"``), half-fill
+(``"partial"``), stay open (``"accept"``) or are refused with HTTP 403 (``"reject"``). Faults are
+queued per route with ``fail(...)``: an HTTP status before processing, an HTTP status *after* the
+order was created (the ambiguous case), or a delay longer than the client's timeout.
+
+Use as a context manager::
+
+    with FakeAlpaca(prices={"AAPL": 100.0}) as fake:
+        monkeypatch.setenv("APCA_API_BASE_URL", fake.url)
+        monkeypatch.setenv("APCA_API_DATA_URL", fake.url)
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+import pandas as pd
+
+KEY_ID = "PKTESTKEY0000000000"
+SECRET = "tEsTsEcReT/not-a-real-secret-0123456789"
+
+
+def _iso(ts: datetime | pd.Timestamp) -> str:
+    ts = pd.Timestamp(ts)
+    ts = ts.tz_localize("UTC") if ts.tzinfo is None else ts.tz_convert("UTC")
+    return ts.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class Fault:
+    """One injected failure on requests whose method and path start match."""
+
+    method: str
+    path: str  # prefix, e.g. "/v2/orders"
+    kind: str  # "status" (refuse before processing), "status_after" (process, then fail), "delay"
+    status: int = 500
+    delay: float = 0.0
+    times: int = 1
+
+
+@dataclass
+class FakeOrder:
+    id: str
+    client_order_id: str
+    symbol: str
+    side: str
+    qty: float
+    filled_qty: float
+    filled_avg_price: float | None
+    status: str
+    created_at: datetime
+
+    def to_json(self) -> dict[str, Any]:
+        ts = _iso(self.created_at)
+        return {
+            "id": self.id,
+            "client_order_id": self.client_order_id,
+            "created_at": ts,
+            "updated_at": ts,
+            "submitted_at": ts,
+            "filled_at": ts if self.status == "filled" else None,
+            "expired_at": None,
+            "canceled_at": ts if self.status == "canceled" else None,
+            "failed_at": None,
+            "replaced_at": None,
+            "replaced_by": None,
+            "replaces": None,
+            "asset_id": str(uuid.uuid5(uuid.NAMESPACE_DNS, self.symbol)),
+            "symbol": self.symbol,
+            "asset_class": "us_equity",
+            "notional": None,
+            "qty": f"{self.qty:.9g}",
+            "filled_qty": f"{self.filled_qty:.9g}",
+            "filled_avg_price": None if self.filled_avg_price is None else f"{self.filled_avg_price:.6f}",
+            "order_class": "simple",
+            "order_type": "market",
+            "type": "market",
+            "side": self.side,
+            "time_in_force": "day",
+            "limit_price": None,
+            "stop_price": None,
+            "status": self.status,
+            "extended_hours": False,
+            "legs": None,
+            "trail_percent": None,
+            "trail_price": None,
+            "hwm": None,
+        }
+
+
+@dataclass
+class FakeAlpaca:
+    """State of the fake account plus the HTTP server serving it."""
+
+    prices: dict[str, float] = field(default_factory=dict)
+    cash: float = 100_000.0
+    last_equity: float | None = None  # default: equity at start
+    positions: dict[str, float] = field(default_factory=dict)  # symbol -> qty
+    is_open: bool = True
+    now: datetime = field(default_factory=lambda: datetime(2024, 1, 3, 15, 0, tzinfo=UTC))
+    bars: pd.DataFrame | None = None  # bar schema: timestamp, ticker, open, high, low, close, volume
+    fill_mode: str = "fill"  # fill | partial | accept | reject
+    page_size: int = 10_000
+    require_keys: tuple[str, str] = (KEY_ID, SECRET)
+
+    def __post_init__(self) -> None:
+        self.orders: dict[str, FakeOrder] = {}
+        self.faults: list[Fault] = []
+        self.requests: list[tuple[str, str]] = []  # (method, path) of every request served
+        self.order_posts = 0
+        self.avg_price: dict[str, float] = {s: self.prices.get(s, 0.0) for s in self.positions}
+        self._lock = threading.RLock()
+        self._server: ThreadingHTTPServer | None = None
+        if self.last_equity is None:
+            self.last_equity = self.equity()
+
+    # -- lifecycle --
+    def __enter__(self) -> FakeAlpaca:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        fake = self
+
+        class Handler(_Handler):
+            state = fake
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        ).start()
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None, "FakeAlpaca not started"
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    # -- helpers for tests --
+    def fail(
+        self,
+        method: str,
+        path: str,
+        kind: str = "status",
+        status: int = 500,
+        delay: float = 0.0,
+        times: int = 1,
+    ):
+        self.faults.append(Fault(method.upper(), path, kind, status, delay, times))
+
+    def equity(self) -> float:
+        return self.cash + sum(q * self.prices.get(s, 0.0) for s, q in self.positions.items())
+
+    def orders_for(self, client_order_id: str) -> list[FakeOrder]:
+        return [o for o in self.orders.values() if o.client_order_id == client_order_id]
+
+    # -- request handling (called by the handler, under the lock) --
+    def _take_fault(self, method: str, path: str) -> Fault | None:
+        for fault in self.faults:
+            if fault.method == method and path.startswith(fault.path) and fault.times > 0:
+                fault.times -= 1
+                return fault
+        return None
+
+    def _account(self) -> dict[str, Any]:
+        equity = self.equity()
+        long_value = equity - self.cash
+        return {
+            "id": "11111111-2222-3333-4444-555555555555",
+            "account_number": "PA0000000",
+            "status": "ACTIVE",
+            "currency": "USD",
+            "buying_power": f"{self.cash:.2f}",
+            "regt_buying_power": f"{self.cash:.2f}",
+            "non_marginable_buying_power": f"{self.cash:.2f}",
+            "cash": f"{self.cash:.2f}",
+            "portfolio_value": f"{equity:.2f}",
+            "equity": f"{equity:.2f}",
+            "last_equity": f"{self.last_equity:.2f}",
+            "long_market_value": f"{long_value:.2f}",
+            "short_market_value": "0",
+            "pattern_day_trader": False,
+            "trading_blocked": False,
+            "transfers_blocked": False,
+            "account_blocked": False,
+            "trade_suspended_by_user": False,
+            "multiplier": "1",
+            "shorting_enabled": False,
+            "daytrade_count": 0,
+        }
+
+    def _positions(self) -> list[dict[str, Any]]:
+        out = []
+        for symbol, qty in sorted(self.positions.items()):
+            if abs(qty) < 1e-12:
+                continue
+            price = self.prices.get(symbol, 0.0)
+            avg = self.avg_price.get(symbol, price)
+            out.append(
+                {
+                    "asset_id": str(uuid.uuid5(uuid.NAMESPACE_DNS, symbol)),
+                    "symbol": symbol,
+                    "exchange": "NASDAQ",
+                    "asset_class": "us_equity",
+                    "asset_marginable": True,
+                    "avg_entry_price": f"{avg:.6f}",
+                    "qty": f"{qty:.9g}",
+                    "qty_available": f"{qty:.9g}",
+                    "side": "long" if qty > 0 else "short",
+                    "market_value": f"{qty * price:.6f}",
+                    "cost_basis": f"{qty * avg:.6f}",
+                    "unrealized_pl": f"{qty * (price - avg):.6f}",
+                    "unrealized_plpc": "0",
+                    "unrealized_intraday_pl": "0",
+                    "unrealized_intraday_plpc": "0",
+                    "current_price": f"{price:.6f}",
+                    "lastday_price": f"{price:.6f}",
+                    "change_today": "0",
+                }
+            )
+        return out
+
+    def _clock(self) -> dict[str, Any]:
+        day = self.now.replace(hour=14, minute=30, second=0, microsecond=0)
+        next_open = day if self.now < day else day + timedelta(days=1)
+        next_close = self.now.replace(hour=21, minute=0, second=0, microsecond=0)
+        if next_close <= self.now:
+            next_close += timedelta(days=1)
+        return {
+            "timestamp": self.now.isoformat(),
+            "is_open": self.is_open,
+            "next_open": next_open.isoformat(),
+            "next_close": next_close.isoformat(),
+        }
+
+    def _submit(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        self.order_posts += 1
+        cid = body.get("client_order_id") or str(uuid.uuid4())
+        if self.orders_for(cid):
+            return 422, {"code": 40010001, "message": "client_order_id must be unique"}
+        symbol, side = body["symbol"], body["side"]
+        qty = float(body["qty"])
+        if self.fill_mode == "reject":
+            return 403, {"code": 40310000, "message": "insufficient buying power"}
+        if symbol not in self.prices:
+            return 422, {"code": 40010001, "message": f"asset {symbol} not found"}
+        price = self.prices[symbol]
+        filled = {"fill": qty, "partial": qty / 2, "accept": 0.0}[self.fill_mode]
+        status = {"fill": "filled", "partial": "partially_filled", "accept": "accepted"}[self.fill_mode]
+        sign = 1.0 if side == "buy" else -1.0
+        held = self.positions.get(symbol, 0.0)
+        if sign > 0 and filled > 0:
+            self.avg_price[symbol] = (held * self.avg_price.get(symbol, price) + filled * price) / (
+                held + filled
+            )
+        self.positions[symbol] = held + sign * filled
+        self.cash -= sign * filled * price
+        order = FakeOrder(
+            id=str(uuid.uuid4()),
+            client_order_id=cid,
+            symbol=symbol,
+            side=side,
+            qty=qty,
+            filled_qty=filled,
+            filled_avg_price=price if filled else None,
+            status=status,
+            created_at=self.now,
+        )
+        self.orders[order.id] = order
+        return 200, order.to_json()
+
+    def _bars(self, query: dict[str, list[str]]) -> dict[str, Any]:
+        symbols = query.get("symbols", [""])[0].split(",")
+        frame = self.bars if self.bars is not None else pd.DataFrame(columns=["timestamp", "ticker"])
+        frame = frame[frame["ticker"].isin(symbols)]
+        if "start" in query:
+            frame = frame[frame["timestamp"] >= pd.Timestamp(query["start"][0])]
+        if "end" in query:
+            frame = frame[frame["timestamp"] <= pd.Timestamp(query["end"][0])]
+        frame = frame.sort_values(["ticker", "timestamp"], kind="stable")
+        offset = int(query.get("page_token", ["0"])[0] or 0)
+        limit = min(int(query.get("limit", [str(self.page_size)])[0]), self.page_size)
+        page = frame.iloc[offset : offset + limit]
+        out: dict[str, list[dict[str, Any]]] = {}
+        for row in page.itertuples(index=False):
+            out.setdefault(row.ticker, []).append(
+                {
+                    "t": _iso(row.timestamp),
+                    "o": float(row.open),
+                    "h": float(row.high),
+                    "l": float(row.low),
+                    "c": float(row.close),
+                    "v": float(row.volume),
+                    "n": 1,
+                    "vw": float(row.close),
+                }
+            )
+        token = str(offset + limit) if offset + limit < len(frame) else None
+        return {"bars": out, "next_page_token": token}
+
+    def handle(self, method: str, raw_path: str, headers: Any, body: bytes) -> tuple[int, Any, float]:
+        """(status, JSON body, delay before replying) for one request."""
+        parsed = urlparse(raw_path)
+        path, query = parsed.path, parse_qs(parsed.query)
+        with self._lock:
+            self.requests.append((method, path))
+            key, secret = self.require_keys
+            if headers.get("APCA-API-KEY-ID") != key or headers.get("APCA-API-SECRET-KEY") != secret:
+                return 401, {"code": 40110000, "message": "request is not authorized"}, 0.0
+            fault = self._take_fault(method, path)
+            if fault is not None and fault.kind == "status":
+                return fault.status, {"code": fault.status * 100000, "message": "injected failure"}, 0.0
+            status, payload = self._route(method, path, query, body)
+            if fault is not None and fault.kind == "status_after":
+                return fault.status, {"code": fault.status * 100000, "message": "injected failure"}, 0.0
+            return status, payload, (fault.delay if fault is not None and fault.kind == "delay" else 0.0)
+
+    def _route(self, method: str, path: str, query: dict[str, list[str]], body: bytes) -> tuple[int, Any]:
+        not_found = (404, {"code": 40410000, "message": "not found"})
+        if method == "GET" and path == "/v2/account":
+            return 200, self._account()
+        if method == "GET" and path == "/v2/positions":
+            return 200, self._positions()
+        if method == "GET" and path == "/v2/clock":
+            return 200, self._clock()
+        if method == "GET" and path == "/v2/stocks/bars":
+            return 200, self._bars(query)
+        if method == "POST" and path == "/v2/orders":
+            return self._submit(json.loads(body or b"{}"))
+        if method == "GET" and path == "/v2/orders:by_client_order_id":
+            found = self.orders_for(query.get("client_order_id", [""])[0])
+            return (200, found[0].to_json()) if found else not_found
+        if method == "GET" and path == "/v2/orders":
+            return 200, [o.to_json() for o in self.orders.values()]
+        if path.startswith("/v2/orders/"):
+            order = self.orders.get(path.rsplit("/", 1)[1])
+            if order is None:
+                return not_found
+            if method == "GET":
+                return 200, order.to_json()
+            if method == "DELETE":
+                if order.status in ("filled", "canceled", "rejected"):
+                    return 422, {"code": 42210000, "message": "order is not cancelable"}
+                order.status = "canceled"
+                return 204, None
+        return not_found
+
+
+class _Handler(BaseHTTPRequestHandler):
+    state: FakeAlpaca
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args: object) -> None:  # keep test output clean
+        pass
+
+    def _serve(self, method: str) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        status, payload, delay = self.state.handle(method, self.path, self.headers, body)
+        if delay:
+            time.sleep(delay)
+        data = b"" if payload is None else json.dumps(payload).encode()
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client timed out and went away
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        self._serve("GET")
+
+    def do_POST(self) -> None:  # noqa: N802
+        self._serve("POST")
+
+    def do_DELETE(self) -> None:  # noqa: N802
+        self._serve("DELETE")
