@@ -6,9 +6,9 @@ from datetime import UTC, datetime
 
 import pandas as pd
 import pytest
+from alpaca_fake import KEY_ID, SECRET, FakeAlpaca
 
 from app.broker import AlpacaBroker, BrokerError, OrderRejected, OrderRequest, RetryPolicy, check_trading_url
-from alpaca_fake import KEY_ID, SECRET, FakeAlpaca
 
 FAST = RetryPolicy(attempts=4, base_delay=0.001, max_delay=0.01, timeout=0.5)
 
