@@ -1,0 +1,245 @@
+"""Where pod rounds run: inline, in local worker processes, or as Ray tasks.
+
+Every backend takes a round function and a :class:`~agents.tournament.pod.RoundContext` once
+(``start``), then runs :class:`~agents.tournament.pod.PodTask` s (``submit``) and hands back a
+``concurrent.futures.Future`` per task whose result is a ``PodOutcome`` or a ``RoundError`` (a
+failed pod is a value, not an exception, so nothing depends on how a backend wraps errors). A future
+that raises means the worker itself was lost (killed process, dead Ray node); the orchestrator
+records the pod as failed either way. ``capacity(requested, in_flight)`` says how many pods may be in
+flight right now: the Ray backend asks ``ray.available_resources()`` every time, so nodes that join
+or leave grow or shrink the pool.
+
+- ``local`` with ``workers=0``: inline, one pod at a time in this process (debugging, tests).
+- ``local`` with ``workers=W``: a ``ProcessPoolExecutor`` of W spawned processes; the context is
+  sent once per worker (initializer), torch intra-op threads are split across workers, and a
+  worker whose orchestrator dies exits by itself (no orphans after a kill -9).
+- ``ray``: one Ray task per pod round, ``num_cpus`` each and a GPU fraction when the cluster has
+  GPUs (pods share a GPU); the context goes to the object store once.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import logging
+import math
+import multiprocessing
+import os
+import threading
+import time
+from typing import Any, Protocol
+
+from agents.tournament.pod import PodOutcome, PodTask, RoundContext, RoundError, RoundFn, execute_round
+from data.errors import ConfigError, PodracerError
+
+log = logging.getLogger(__name__)
+
+
+def run_round_safely(round_fn: RoundFn, task: PodTask, ctx: RoundContext) -> PodOutcome | RoundError:
+    """``execute_round`` with the failure returned as a value (what every backend runs)."""
+    try:
+        return execute_round(round_fn, task, ctx)
+    except RoundError as err:
+        return err
+
+
+class Backend(Protocol):
+    """What the orchestrator needs from a place to run pod rounds."""
+
+    name: str
+
+    def start(self, round_fn: RoundFn, ctx: RoundContext) -> None: ...
+
+    def capacity(self, requested: int, in_flight: int) -> int: ...
+
+    def submit(self, task: PodTask) -> cf.Future: ...
+
+    def close(self) -> None: ...
+
+
+class InlineBackend:
+    """Runs each round synchronously in this process (``--workers 0``)."""
+
+    name = "inline"
+
+    def __init__(self) -> None:
+        self._round_fn: RoundFn | None = None
+        self._ctx: RoundContext | None = None
+
+    def start(self, round_fn: RoundFn, ctx: RoundContext) -> None:
+        self._round_fn, self._ctx = round_fn, ctx
+
+    def capacity(self, requested: int, in_flight: int) -> int:
+        # One at a time, so every new pod is generated from an up-to-date board.
+        return 1
+
+    def submit(self, task: PodTask) -> cf.Future:
+        assert self._round_fn is not None and self._ctx is not None, "start() first"
+        future: cf.Future = cf.Future()
+        future.set_result(run_round_safely(self._round_fn, task, self._ctx))
+        return future
+
+    def close(self) -> None:
+        pass
+
+
+# --- local worker processes ----------------------------------------------------------------------
+_WORKER: dict[str, Any] = {}
+
+
+def _init_worker(round_fn: RoundFn, ctx: RoundContext, threads: int, parent_pid: int) -> None:
+    import torch
+
+    torch.set_num_threads(threads)
+    _WORKER["round_fn"], _WORKER["ctx"] = round_fn, ctx
+
+    def watch_parent() -> None:
+        # A ProcessPoolExecutor worker blocks forever on its queue if the orchestrator is killed
+        # with -9; exit as soon as our parent is gone so a killed run leaves no orphans.
+        while True:
+            if os.getppid() != parent_pid:
+                os._exit(1)
+            time.sleep(0.5)
+
+    threading.Thread(target=watch_parent, daemon=True, name="parent-watch").start()
+
+
+def _worker_round(task: PodTask) -> PodOutcome | RoundError:
+    return run_round_safely(_WORKER["round_fn"], task, _WORKER["ctx"])
+
+
+class ProcessBackend:
+    """A pool of ``workers`` spawned processes, torch threads split across them."""
+
+    name = "local"
+
+    def __init__(self, workers: int, threads_per_worker: int | None = None) -> None:
+        if workers < 1:
+            raise ConfigError(f"tournament.workers must be >= 1 for worker processes, got {workers}")
+        self.workers = workers
+        self.threads = threads_per_worker or max(1, (os.cpu_count() or 1) // workers)
+        self._executor: cf.ProcessPoolExecutor | None = None
+        self._args: tuple[Any, ...] = ()
+
+    def start(self, round_fn: RoundFn, ctx: RoundContext) -> None:
+        self._args = (round_fn, ctx, self.threads, os.getpid())
+        self._executor = self._new_executor()
+
+    def _new_executor(self) -> cf.ProcessPoolExecutor:
+        # spawn: a fresh interpreter per worker; fork after torch has started threads can deadlock.
+        return cf.ProcessPoolExecutor(
+            max_workers=self.workers,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_init_worker,
+            initargs=self._args,
+        )
+
+    def capacity(self, requested: int, in_flight: int) -> int:
+        # More pods than workers would only queue, and be generated from an older board.
+        return min(requested, self.workers)
+
+    def submit(self, task: PodTask) -> cf.Future:
+        if self._executor is None:
+            raise PodracerError("ProcessBackend: start() first")
+        try:
+            return self._executor.submit(_worker_round, task)
+        except cf.process.BrokenProcessPool:
+            # A worker died (OOM killer, segfault): its pods were already failed through their
+            # futures; replace the pool and go on.
+            log.warning("a worker process died; restarting the worker pool")
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = self._new_executor()
+            return self._executor.submit(_worker_round, task)
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=True, cancel_futures=True)
+            self._executor = None
+
+
+# --- Ray -----------------------------------------------------------------------------------------
+def _ray_round(round_fn: RoundFn, task: PodTask, ctx: RoundContext, threads: int) -> PodOutcome | RoundError:
+    import torch
+
+    torch.set_num_threads(threads)
+    return run_round_safely(round_fn, task, ctx)
+
+
+class RayBackend:
+    """Each pod round is a Ray task; the pool follows the cluster's free resources."""
+
+    name = "ray"
+
+    def __init__(
+        self,
+        address: str | None = None,
+        *,
+        cpus_per_pod: float = 1.0,
+        gpus_per_pod: float | None = None,
+        init_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        self.address = address
+        self.cpus_per_pod = cpus_per_pod
+        self.gpus_per_pod = gpus_per_pod
+        self.init_kwargs = dict(init_kwargs or {})
+        self._owns_ray = False
+        self._remote: Any = None
+        self._round_fn: RoundFn | None = None
+        self._ctx_ref: Any = None
+
+    def start(self, round_fn: RoundFn, ctx: RoundContext) -> None:
+        try:
+            import ray
+        except ImportError:
+            raise ConfigError("the ray backend needs ray: pip install 'podracer[ray]'") from None
+        if not ray.is_initialized():
+            kwargs = {"include_dashboard": False, "log_to_driver": False, **self.init_kwargs}
+            try:
+                ray.init(address=self.address, **kwargs)
+            except ConnectionError as err:
+                raise ConfigError(f"cannot join the Ray cluster at {self.address}: {err}") from None
+            self._owns_ray = True
+        gpus = float(ray.cluster_resources().get("GPU", 0.0))
+        if self.gpus_per_pod is None:
+            # Co-locate pods on the GPUs: a fraction small enough for every requested pod.
+            self.gpus_per_pod = 0.0
+            if gpus > 0:
+                self.gpus_per_pod = 0.25 if gpus < 4 else 1.0
+        self._round_fn = round_fn
+        self._ctx_ref = ray.put(ctx)  # one copy of the market data in the object store
+        threads = max(1, int(self.cpus_per_pod))
+        self._threads = threads
+        self._remote = ray.remote(_ray_round).options(
+            num_cpus=self.cpus_per_pod, num_gpus=self.gpus_per_pod, max_retries=0
+        )
+
+    def capacity(self, requested: int, in_flight: int) -> int:
+        import ray
+
+        free = ray.available_resources()
+        slots = math.floor(free.get("CPU", 0.0) / self.cpus_per_pod + 1e-9)
+        if self.gpus_per_pod:
+            slots = min(slots, math.floor(free.get("GPU", 0.0) / self.gpus_per_pod + 1e-9))
+        # At least one pod in flight, so a momentarily busy cluster still makes progress.
+        return max(1, min(requested, in_flight + slots))
+
+    def submit(self, task: PodTask) -> cf.Future:
+        if self._remote is None:
+            raise PodracerError("RayBackend: start() first")
+        ref = self._remote.remote(self._round_fn, task, self._ctx_ref, self._threads)
+        return ref.future()
+
+    def close(self) -> None:
+        if self._owns_ray:
+            import ray
+
+            ray.shutdown()
+            self._owns_ray = False
+
+
+def make_backend(name: str, *, workers: int = 0, address: str | None = None, **kwargs: Any) -> Backend:
+    """``local`` (``workers=0``: inline) or ``ray``."""
+    if name == "local":
+        return InlineBackend() if workers == 0 else ProcessBackend(workers)
+    if name == "ray":
+        return RayBackend(address, **kwargs)
+    raise ConfigError(f"tournament.backend: unknown backend {name!r} (expected local or ray)")

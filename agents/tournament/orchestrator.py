@@ -1,0 +1,435 @@
+"""The orchestrator: keep the pool full until the budget is spent, asynchronously.
+
+Loop: while budget remains and the backend has room, the generator makes a pod (fresh, or a mutated
+child of a leaderboard entry) and the backend runs its round; as soon as *any* pod finishes, the
+updater records it (scored → inserted/rejected, or failed) and a replacement is launched: no pod
+ever waits for the others. At the end the champion (best entry) is copied to ``<run>/champion/``
+and ``<run>/run.json`` records the pods tried and their validation Sharpes (the backtest's deflated
+Sharpe needs them).
+
+The tournament receives only the train and valid windows: the test window is not an argument
+anywhere in this package, so no pod, score or selection can depend on it.
+
+Resume: every update is one SQLite transaction and a pod's checkpoint is complete before its score
+is recorded, so after a kill -9, ``run_tournament(..., resume=True)`` marks the pods that were in
+flight as failed (interrupted), keeps every leaderboard entry and its checkpoint, and goes on until
+the original budget (env-steps and wall time, both counted across sessions) is spent.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import logging
+import math
+import os
+import shutil
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agents.tournament.backends import Backend, make_backend
+from agents.tournament.generator import PodSpec, next_pod
+from agents.tournament.leaderboard import FILENAME, Leaderboard
+from agents.tournament.pod import PodOutcome, PodTask, RoundContext, RoundError, RoundFn, ppo_round
+from agents.tournament.search_space import SearchSpace, default_search_space
+from agents.tournament.updater import FITNESS, Updater
+from data.atomic import atomic_write_json, atomic_write_text
+from data.errors import CheckpointError, ConfigError, PodracerError
+from data.market import MarketData
+
+log = logging.getLogger(__name__)
+
+CHAMPION_FILES = ("policy.safetensors", "spec.json")
+RUN_JSON = "run.json"
+
+
+@dataclass(frozen=True)
+class TournamentArgs:
+    """Settings of one tournament (``[tournament]`` in the config)."""
+
+    pods: int = 4
+    """pods in flight at once (the local backend caps this at ``workers``)"""
+    leaderboard_size: int = 8
+    """K: entries kept on the board"""
+    p_fresh: float = 0.25
+    """probability that a new pod starts from scratch instead of from a leaderboard entry"""
+    round_steps: int = 100_000
+    """env-steps of one pod round"""
+    round_seconds: float | None = None
+    """optional wall-time cap of one pod round"""
+    budget_steps: int | None = 2_000_000
+    """total env-steps of the run (all pods, failed ones included)"""
+    budget_minutes: float | None = None
+    """total wall time of the run (across resumed sessions)"""
+    fitness: str = "sharpe"
+    """validation fitness: sharpe, return or calmar"""
+    backend: str = "local"
+    """local or ray"""
+    workers: int = 2
+    """local backend: worker processes (0 = inline)"""
+    address: str | None = None
+    """ray: address of an existing cluster (None: start a local one)"""
+    seed: int = 0
+    """seed of the generator (pod seeds, fresh/child choices, mutations)"""
+    algo: str = "ppo"
+    """learner of fresh pods"""
+    max_consecutive_failures: int = 20
+    """stop with an error after this many failed pods in a row (a broken setup, not a bad pod)"""
+
+    def __post_init__(self) -> None:
+        if self.budget_steps is None and self.budget_minutes is None:
+            raise ConfigError("tournament: give budget_steps or budget_minutes")
+        if self.pods < 1 or self.leaderboard_size < 1 or self.round_steps < 1:
+            raise ConfigError("tournament: pods, leaderboard_size and round_steps must be >= 1")
+        if not 0.0 <= self.p_fresh <= 1.0:
+            raise ConfigError(f"tournament.p_fresh must be in [0, 1], got {self.p_fresh}")
+        if self.fitness not in FITNESS:
+            raise ConfigError(f"tournament.fitness: {self.fitness!r} is not one of {FITNESS}")
+        if self.workers < 0:
+            raise ConfigError("tournament.workers must be >= 0")
+
+    @classmethod
+    def from_mapping(cls, raw: Mapping[str, Any]) -> TournamentArgs:
+        """Build from a config section dict, ignoring keys this class does not have."""
+        names = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in raw.items() if k in names})
+
+
+@dataclass
+class TournamentResult:
+    """What a finished (or resumed and finished) tournament produced."""
+
+    run_id: str
+    run_dir: Path
+    champion: dict[str, Any] | None
+    pods_tried: int
+    pods_failed: int
+    env_steps: int
+    trial_sharpes: list[float] = field(default_factory=list)
+    leaderboard: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _check_windows(train: MarketData, valid: MarketData) -> None:
+    if train.num_steps == 0 or valid.num_steps == 0:
+        raise PodracerError("tournament: the train and valid windows must not be empty")
+    if train.tickers != valid.tickers or train.num_features != valid.num_features:
+        raise PodracerError("tournament: train and valid windows have different tickers or features")
+    if not valid.timestamps[0] > train.timestamps[-1]:
+        raise PodracerError("tournament: the valid window must start after the train window ends")
+
+
+def _resolve(run_dir: Path, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Entries with checkpoint paths made absolute (the board stores them relative to the run)."""
+    return [{**e, "checkpoint": str(run_dir / e["checkpoint"])} for e in entries]
+
+
+def run_tournament(
+    run_dir: str | Path,
+    train: MarketData,
+    valid: MarketData,
+    *,
+    args: TournamentArgs,
+    env: Mapping[str, Any] | None = None,
+    agent: Mapping[str, Any] | None = None,
+    device: str = "cpu",
+    annualization: int = 252,
+    round_fn: RoundFn = ppo_round,
+    space: SearchSpace | None = None,
+    backend: Backend | None = None,
+    config_toml: str | None = None,
+    resume: bool = False,
+    on_progress: Callable[[dict[str, Any]], None] | None = None,
+) -> TournamentResult:
+    """Run (or resume) a tournament in ``run_dir``; see the module docstring.
+
+    ``env`` holds ``envs.trading.EnvParams`` fields plus ``num_envs``; ``agent`` the learner's base
+    arguments (each pod's sampled hyper-parameters override them). ``config_toml`` (the caller's
+    resolved config) is written to ``<run>/config.toml`` on a fresh run. ``on_progress`` gets a
+    snapshot dict after every change (the CLI's live table).
+    """
+    run_dir = Path(run_dir)
+    _check_windows(train, valid)
+    board_path = run_dir / FILENAME
+    if resume and not board_path.is_file():
+        raise PodracerError(f"cannot resume {run_dir}: no {FILENAME} there")
+    if not resume and board_path.is_file():
+        raise PodracerError(f"{run_dir} already holds a tournament (use --resume to continue it)")
+    space = space or default_search_space(args.algo)
+    ctx = RoundContext(
+        train=train,
+        valid=valid,
+        env=dict(env or {}),
+        agent=dict(agent or {}),
+        device=device,
+        fitness=args.fitness,
+        annualization=annualization,
+    )
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "pods").mkdir(exist_ok=True)
+    if config_toml is not None and not (resume and (run_dir / "config.toml").exists()):
+        atomic_write_text(run_dir / "config.toml", config_toml)
+
+    board = Leaderboard(run_dir, args.leaderboard_size)
+    if resume:
+        for entry in board.entries():
+            if not (run_dir / entry["checkpoint"] / "spec.json").is_file():
+                raise CheckpointError(f"resume: checkpoint of leaderboard entry {entry['pod_id']} is missing")
+        lost = board.mark_resumed({"pid": os.getpid()})
+        log.info(
+            "resumed %s: %d entries kept, %d interrupted pods failed",
+            run_dir,
+            len(board.entries()),
+            len(lost),
+        )
+    else:
+        board.set_meta("args", asdict(args))
+    _write_run_json(run_dir, board, args, train, valid, status="running")
+
+    backend = backend or make_backend(args.backend, workers=args.workers, address=args.address)
+    session = _Session(run_dir, board, args, space, backend, on_progress)
+    try:
+        backend.start(round_fn, ctx)
+        session.loop()
+    except BaseException:
+        backend.close()
+        _write_run_json(run_dir, board, args, train, valid, status="interrupted")
+        board.close()
+        raise
+    backend.close()
+    champion = _copy_champion(run_dir, board)
+    result = _write_run_json(run_dir, board, args, train, valid, status="done", champion=champion)
+    board.close()
+    return result
+
+
+class _Session:
+    """The asynchronous loop of one orchestrator process."""
+
+    def __init__(
+        self,
+        run_dir: Path,
+        board: Leaderboard,
+        args: TournamentArgs,
+        space: SearchSpace,
+        backend: Backend,
+        on_progress: Callable[[dict[str, Any]], None] | None,
+    ) -> None:
+        self.run_dir, self.board, self.args, self.space = run_dir, board, args, space
+        self.backend, self.on_progress = backend, on_progress
+        self.updater = Updater(board)
+        self.in_flight: dict[cf.Future, tuple[PodTask, float]] = {}
+        self.started = time.monotonic()
+        self.wall_before = float(board.meta().get("wall_s", 0.0))  # earlier sessions of a resumed run
+        self.consecutive_failures = 0
+        self.last_error = ""
+
+    # budget -------------------------------------------------------------------------------------
+    def wall_s(self) -> float:
+        return self.wall_before + time.monotonic() - self.started
+
+    def time_left(self) -> float:
+        if self.args.budget_minutes is None:
+            return math.inf
+        return self.args.budget_minutes * 60.0 - self.wall_s()
+
+    def steps_left(self) -> float:
+        if self.args.budget_steps is None:
+            return math.inf
+        planned = sum(task.round_steps for task, _ in self.in_flight.values())
+        return self.args.budget_steps - self.board.env_steps_spent() - planned
+
+    # loop ---------------------------------------------------------------------------------------
+    def loop(self) -> None:
+        self._progress()
+        while True:
+            self._launch()
+            if not self.in_flight:
+                break
+            done, _ = cf.wait(list(self.in_flight), timeout=1.0, return_when=cf.FIRST_COMPLETED)
+            for future in done:
+                self._finish(future)
+            self.board.set_meta("wall_s", self.wall_s())
+            self._progress()
+
+    def _launch(self) -> None:
+        while True:
+            capacity = self.backend.capacity(self.args.pods, len(self.in_flight))
+            if len(self.in_flight) >= capacity:
+                return
+            steps, seconds = self.steps_left(), self.time_left()
+            if steps < 1 or seconds <= 0:
+                return
+            seq = self.board.next_seq()
+            spec = next_pod(
+                seq,
+                entries=_resolve(self.run_dir, self.board.entries()),
+                space=self.space,
+                p_fresh=self.args.p_fresh,
+                seed=self.args.seed,
+                algo=self.args.algo,
+            )
+            round_seconds = self.args.round_seconds
+            if math.isfinite(seconds):
+                round_seconds = min(round_seconds or math.inf, seconds)
+            task = PodTask(
+                spec=spec,
+                checkpoint_dir=str(self.run_dir / "pods" / spec.pod_id),
+                round_steps=int(min(self.args.round_steps, steps)),
+                round_seconds=round_seconds,
+            )
+            self._record_start(spec)
+            self.in_flight[self.backend.submit(task)] = (task, time.monotonic())
+
+    def _record_start(self, spec: PodSpec) -> None:
+        self.board.start_pod(
+            spec.pod_id,
+            seq=spec.seq,
+            parent_id=spec.parent_id,
+            generation=spec.generation,
+            algo=spec.algo,
+            hparams=spec.hparams,
+            seed=spec.seed,
+            checkpoint=f"pods/{spec.pod_id}",
+        )
+
+    def _finish(self, future: cf.Future) -> None:
+        task, started = self.in_flight.pop(future)
+        elapsed = time.monotonic() - started
+        try:
+            outcome = future.result()
+        except Exception as err:  # noqa: BLE001 - a lost worker fails its pod, not the run
+            outcome = RoundError(
+                f"worker lost: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+            )
+        if isinstance(outcome, PodOutcome):
+            decision = self.updater.apply(task, outcome)
+            self.consecutive_failures = 0
+            log.info("pod %s scored %.4f: %s", task.spec.pod_id, outcome.score, decision)
+            return
+        error = outcome if isinstance(outcome, BaseException) else RoundError(repr(outcome))
+        self.updater.fail(task, error, elapsed_s=elapsed)
+        self.consecutive_failures += 1
+        self.last_error = str(error)
+        log.warning("pod %s failed: %s", task.spec.pod_id, error)
+        if self.consecutive_failures >= self.args.max_consecutive_failures:
+            raise PodracerError(
+                f"{self.consecutive_failures} pods failed in a row; last error: {self.last_error}"
+            )
+
+    def _progress(self) -> None:
+        if self.on_progress is None:
+            return
+        now = time.monotonic()
+        self.on_progress(
+            {
+                "run_id": self.run_dir.name,
+                "in_flight": [
+                    {
+                        "pod_id": task.spec.pod_id,
+                        "parent_id": task.spec.parent_id,
+                        "generation": task.spec.generation,
+                        "hparams": task.spec.hparams,
+                        "round_steps": task.round_steps,
+                        "running_s": now - started,
+                    }
+                    for task, started in self.in_flight.values()
+                ],
+                "leaderboard": self.board.entries(),
+                "env_steps_spent": self.board.env_steps_spent(),
+                "budget_steps": self.args.budget_steps,
+                "wall_s": self.wall_s(),
+                "budget_s": None if self.args.budget_minutes is None else self.args.budget_minutes * 60.0,
+                "pods_started": self.board.next_seq(),
+                "consecutive_failures": self.consecutive_failures,
+            }
+        )
+
+
+def _copy_champion(run_dir: Path, board: Leaderboard) -> dict[str, Any] | None:
+    """Copy the best entry's policy to ``<run>/champion/`` (a whole-folder swap, never half-written)."""
+    entries = board.entries()
+    if not entries:
+        return None
+    best = entries[0]
+    source = run_dir / best["checkpoint"]
+    target = run_dir / "champion"
+    staging = run_dir / ".champion.tmp"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
+    for name in (*CHAMPION_FILES, "curve.parquet"):
+        if (source / name).is_file():
+            shutil.copy2(source / name, staging / name)
+        elif name in CHAMPION_FILES:
+            raise CheckpointError(f"champion {best['pod_id']}: {source / name} is missing")
+    old = run_dir / ".champion.old"
+    shutil.rmtree(old, ignore_errors=True)
+    if target.exists():
+        os.replace(target, old)
+    os.replace(staging, target)
+    shutil.rmtree(old, ignore_errors=True)
+    return {
+        "pod_id": best["pod_id"],
+        "score": best["score"],
+        "generation": best["generation"],
+        "env_steps": best["env_steps"],
+        "hparams": best["hparams"],
+        "sharpe_ratio": (best.get("metrics") or {}).get("sharpe_ratio"),
+        "source_checkpoint": best["checkpoint"],
+    }
+
+
+def _write_run_json(
+    run_dir: Path,
+    board: Leaderboard,
+    args: TournamentArgs,
+    train: MarketData,
+    valid: MarketData,
+    *,
+    status: str,
+    champion: dict[str, Any] | None = None,
+) -> TournamentResult:
+    """Merge the tournament's keys into ``<run>/run.json`` (other stages add their own keys)."""
+    import json
+
+    pods = board.pods()
+    scored = [p for p in pods if p["score"] is not None]
+    sharpes = [float((p["metrics"] or {}).get("sharpe_ratio") or 0.0) for p in scored]
+    failed = sum(1 for p in pods if p["status"] == "failed")
+    path = run_dir / RUN_JSON
+    data: dict[str, Any] = {}
+    if path.is_file():
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            data = {}  # written atomically, so this is a foreign file: ours replaces it
+    data.update(
+        {
+            "run_id": run_dir.name,
+            "kind": "tournament",
+            "status": status,
+            "seed": args.seed,
+            "tournament": asdict(args),
+            "windows": {"train": list(train.date_range()), "valid": list(valid.date_range())},
+            "tickers": list(train.tickers),
+            "pods_tried": len(scored),
+            "pods_failed": failed,
+            "trial_sharpes": sharpes,
+            "env_steps": board.env_steps_spent(),
+            "updated": time.time(),
+        }
+    )
+    if champion is not None:
+        data["champion"] = champion
+    atomic_write_json(path, data)
+    return TournamentResult(
+        run_id=run_dir.name,
+        run_dir=run_dir,
+        champion=champion,
+        pods_tried=len(scored),
+        pods_failed=failed,
+        env_steps=board.env_steps_spent(),
+        trial_sharpes=sharpes,
+        leaderboard=board.entries(),
+    )

@@ -1,0 +1,172 @@
+"""One pod round: what a worker receives, runs and sends back.
+
+A *pod* is one agent with its own vectorized env and a budget (one round of ``round_steps`` env-steps
+or ``round_seconds``). A round starts from fresh weights or from a parent's checkpoint (weights and
+optimizer state), trains, saves its checkpoint under ``<run>/pods/<pod_id>/``, and is scored on the
+validation window. Everything here is picklable so a round can run in a worker process or a Ray task.
+
+The round itself is any module-level function ``round_fn(task, ctx) -> PodOutcome``;
+:func:`ppo_round` is the real one, tests pass small fakes. :func:`execute_round` wraps it for the
+backends: it turns every exception into a picklable :class:`RoundError` and rejects NaN outcomes, so
+a bad pod is recorded as failed and never reaches the leaderboard.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agents.tournament.generator import PodSpec
+from data.market import MarketData
+
+
+@dataclass(frozen=True)
+class RoundContext:
+    """What every round of a run shares: the train and valid windows (never the test window)."""
+
+    train: MarketData
+    valid: MarketData
+    env: Mapping[str, Any] = field(default_factory=dict)  # EnvParams fields + num_envs
+    agent: Mapping[str, Any] = field(default_factory=dict)  # base learner args (the pod's hparams win)
+    device: str = "cpu"
+    fitness: str = "sharpe"
+    annualization: int = 252
+
+
+@dataclass(frozen=True)
+class PodTask:
+    """One round for one pod."""
+
+    spec: PodSpec
+    checkpoint_dir: str  # <run>/pods/<pod_id>/
+    round_steps: int
+    round_seconds: float | None = None
+
+
+@dataclass(frozen=True)
+class PodOutcome:
+    """A finished round, scored on the validation window."""
+
+    pod_id: str
+    score: float
+    metrics: dict[str, float | None]
+    round_steps: int  # env-steps this round
+    env_steps: int  # env-steps of the lineage so far (parent's + this round's)
+    checkpoint: str
+    elapsed_s: float = 0.0
+
+
+class RoundError(Exception):
+    """A pod round failed (raised, produced NaN, or its worker died); the message is one line."""
+
+    def __init__(self, message: str, details: str = "") -> None:
+        super().__init__(message)
+        self.details = details
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Explicit so the error survives pickling between processes with both fields.
+        return (RoundError, (str(self), self.details))
+
+
+RoundFn = Callable[[PodTask, RoundContext], PodOutcome]
+
+
+def execute_round(round_fn: RoundFn, task: PodTask, ctx: RoundContext) -> PodOutcome:
+    """Run ``round_fn`` and validate its outcome; every failure becomes a :class:`RoundError`."""
+    start = time.monotonic()
+    try:
+        outcome = round_fn(task, ctx)
+    except RoundError:
+        raise
+    except BaseException as err:  # noqa: BLE001 - a pod must never take the run down with it
+        if isinstance(err, KeyboardInterrupt):
+            raise
+        first = str(err).splitlines()[0] if str(err) else ""
+        raise RoundError(f"{type(err).__name__}: {first}", traceback.format_exc()) from None
+    if not isinstance(outcome, PodOutcome):
+        raise RoundError(f"round function returned {type(outcome).__name__}, not PodOutcome")
+    if not math.isfinite(outcome.score):
+        raise RoundError(f"validation score is {outcome.score} (NaN or infinite)")
+    if outcome.elapsed_s <= 0:
+        outcome = dataclasses.replace(outcome, elapsed_s=time.monotonic() - start)
+    return outcome
+
+
+# --- the real round: PPO on the train window, scored on the valid window --------------------------
+def ppo_round(task: PodTask, ctx: RoundContext) -> PodOutcome:
+    """Train one PPO pod for a round and score it (see module docstring)."""
+    import torch
+
+    from agents import ppo
+    from agents.policy import Checkpoint
+    from agents.tournament.updater import score_policy
+    from envs.trading import EnvParams
+    from envs.vec_env import TradingVecEnv
+
+    start = time.monotonic()
+    spec = task.spec
+    env_fields = {f.name for f in dataclasses.fields(EnvParams)}
+    params = EnvParams(**{k: v for k, v in ctx.env.items() if k in env_fields})
+    num_envs = int(ctx.env.get("num_envs", 16))
+    train_env = TradingVecEnv(ctx.train, params, num_envs=num_envs, device=ctx.device, seed=spec.seed)
+
+    arg_fields = {f.name for f in dataclasses.fields(ppo.PPOArgs)}
+    raw = {**ctx.agent, **spec.hparams, "seed": spec.seed, "total_steps": task.round_steps}
+    if "device" in arg_fields:
+        raw["device"] = ctx.device
+    args = ppo.PPOArgs(**{k: v for k, v in raw.items() if k in arg_fields})
+
+    init = None
+    if spec.init_checkpoint is not None:
+        init = Checkpoint.load(spec.init_checkpoint, device=ctx.device)
+
+    callbacks = []
+    if task.round_seconds is not None:
+        deadline = start + task.round_seconds
+        callbacks.append(lambda event: time.monotonic() >= deadline)
+    result = ppo.train(args, train_env, callbacks=callbacks, init=init)
+
+    for name, tensor in result.policy.state_dict().items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise RoundError(f"parameter {name} is not finite after training")
+
+    out = Path(task.checkpoint_dir)
+    Checkpoint(result.policy, result.optimizer_state).save(out)
+    _write_curve(out / "curve.parquet", result.history, spec.parent_env_steps)
+
+    score, metrics = score_policy(
+        result.policy,
+        ctx.valid,
+        params,
+        fitness=ctx.fitness,
+        annualization=ctx.annualization,
+        device=ctx.device,
+    )
+    return PodOutcome(
+        pod_id=spec.pod_id,
+        score=score,
+        metrics=metrics,
+        round_steps=int(result.env_steps),
+        env_steps=spec.parent_env_steps + int(result.env_steps),
+        checkpoint=str(out),
+        elapsed_s=time.monotonic() - start,
+    )
+
+
+def _write_curve(path: Path, history: list[Mapping[str, Any]], offset: int) -> None:
+    """The round's training curve as parquet, with lineage env-steps so curves chain parent→child."""
+    import pandas as pd
+
+    from data.atomic import atomic_path
+
+    frame = pd.DataFrame(list(history))
+    if "global_step" in frame.columns:
+        frame["lineage_step"] = frame["global_step"] + offset
+    with atomic_path(path, suffix=".parquet") as tmp:
+        frame.to_parquet(tmp, index=False)

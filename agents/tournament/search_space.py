@@ -1,0 +1,125 @@
+"""The hyper-parameter search space of the tournament: bounds, sampling and PBT-style mutation.
+
+Only hyper-parameters that can change between rounds of one lineage live here (learning rate,
+entropy bonus, discounting, clipping, epochs). Architecture sizes do not: a child copies its parent's
+weights, so its network must keep the parent's shape.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from data.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Param:
+    """One hyper-parameter: a closed range ``[low, high]``, sampled uniformly or log-uniformly."""
+
+    name: str
+    low: float
+    high: float
+    log: bool = False
+    kind: Literal["float", "int"] = "float"
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.low) and math.isfinite(self.high) and self.low <= self.high):
+            raise ConfigError(f"search space: {self.name}: bad bounds [{self.low}, {self.high}]")
+        if self.log and self.low <= 0:
+            raise ConfigError(f"search space: {self.name}: a log-scale range needs low > 0")
+
+    def clip(self, value: float) -> float | int:
+        """``value`` clipped into the bounds (and rounded for integer parameters)."""
+        value = min(max(float(value), self.low), self.high)
+        if self.kind == "int":
+            # Rounding can step outside a bound only when the bound is fractional: clip again.
+            return int(min(max(round(value), math.ceil(self.low)), math.floor(self.high)))
+        return value
+
+    def sample(self, rng: np.random.Generator) -> float | int:
+        """A fresh draw from the whole range."""
+        if self.log:
+            value = math.exp(rng.uniform(math.log(self.low), math.log(self.high)))
+        else:
+            value = rng.uniform(self.low, self.high)
+        return self.clip(value)
+
+    def contains(self, value: Any) -> bool:
+        """True when ``value`` is a finite number inside the bounds (and integral for ints)."""
+        if not isinstance(value, int | float) or not math.isfinite(float(value)):
+            return False
+        if self.kind == "int" and float(value) != int(value):
+            return False
+        return self.low <= float(value) <= self.high
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """A set of ``Param`` with PBT's explore step: perturb ×0.8/×1.2 or resample."""
+
+    params: tuple[Param, ...]
+    perturb_factors: tuple[float, ...] = (0.8, 1.2)
+    resample_prob: float = 0.25
+    fixed: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        names = [p.name for p in self.params]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"search space: duplicate parameter names in {names}")
+        if not 0.0 <= self.resample_prob <= 1.0:
+            raise ConfigError(f"search space: resample_prob {self.resample_prob} outside [0, 1]")
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.params)
+
+    def sample(self, rng: np.random.Generator) -> dict[str, Any]:
+        """Hyper-parameters for a fresh pod: every parameter drawn from its range."""
+        return {**self.fixed, **{p.name: p.sample(rng) for p in self.params}}
+
+    def mutate(self, parent: Mapping[str, Any], rng: np.random.Generator) -> dict[str, Any]:
+        """A child's hyper-parameters: each one resampled or scaled by a perturb factor, then clipped."""
+        child = dict(parent)
+        for p in self.params:
+            if p.name not in parent or rng.random() < self.resample_prob:
+                child[p.name] = p.sample(rng)
+                continue
+            factor = self.perturb_factors[int(rng.integers(len(self.perturb_factors)))]
+            value = float(parent[p.name]) * factor
+            if p.kind == "int" and round(value) == parent[p.name]:
+                # ×1.2 of a small integer rounds back to itself: step by one so the search still moves.
+                value = parent[p.name] + (1 if factor > 1 else -1)
+            child[p.name] = p.clip(value)
+        return child
+
+    def contains(self, hparams: Mapping[str, Any]) -> bool:
+        """True when every parameter of the space is present and within its bounds."""
+        return all(p.name in hparams and p.contains(hparams[p.name]) for p in self.params)
+
+
+def default_search_space(algo: str = "ppo") -> SearchSpace:
+    """The default space for ``algo``; ranges chosen around the usual PPO/SAC defaults."""
+    if algo == "ppo":
+        return SearchSpace(
+            params=(
+                Param("learning_rate", 1e-5, 3e-3, log=True),
+                Param("ent_coef", 0.0, 0.02),
+                Param("gamma", 0.9, 0.999),
+                Param("gae_lambda", 0.8, 0.99),
+                Param("clip_coef", 0.05, 0.4),
+                Param("update_epochs", 1, 8, kind="int"),
+            )
+        )
+    if algo == "sac":
+        return SearchSpace(
+            params=(
+                Param("learning_rate", 1e-5, 3e-3, log=True),
+                Param("gamma", 0.9, 0.999),
+            )
+        )
+    raise ConfigError(f"search space: unknown algo {algo!r} (expected ppo or sac)")
