@@ -1,1 +1,6 @@
-"""envs"""
+"""envs: the vectorized trading environment (pure ``reset``/``step``) and its shells."""
+
+from envs.trading import EnvParams, EnvState, obs_dim, reset, split_obs, step
+from envs.vec_env import TradingVecEnv
+
+__all__ = ["EnvParams", "EnvState", "TradingVecEnv", "obs_dim", "reset", "split_obs", "step"]

@@ -1,0 +1,441 @@
+"""The trading environment as pure batched functions: ``reset`` and ``step`` over tensors.
+
+``N`` environments step together on one device with no Python loop over environments or assets.
+Constants live in the frozen :class:`EnvParams`; everything that changes lives in the frozen,
+batch-first :class:`EnvState`. The market data is an argument (it stays on the device once) and is
+never copied into the state.
+
+Semantics (one decision per step; ``k = decision_interval``):
+
+- **Observe.** The observation at decision bar ``t`` uses bars ``<= t`` only: cash fraction, time of
+  day of bar ``t``, then per asset the position weight (marked at bar ``t``'s close) and the
+  features of bar ``t``. Layout: see :func:`obs_dim` / :func:`split_obs`.
+- **Fill.** Orders fill at bar ``t+1``'s open: buys at ``open * (1 + slippage)``, sells at
+  ``open * (1 - slippage)`` (``slippage = slippage_bps / 1e4``), each paying ``cost_rate`` times its
+  notional at the fill price. Sells execute first and their proceeds (net of cost) fund the buys;
+  if the buys (plus their cost) need more cash than is available, every buy of that env is scaled
+  by the same factor so cash never goes negative (in ``"shares"`` mode the scaled buys are floored
+  to whole shares). Holdings never go negative (long-only).
+- **Actions.** ``"weights"``: target weights of the value at the fill bar's open; negatives are
+  clipped to 0, rows summing above 1 are scaled to sum 1, the rest is cash; fractional shares are
+  allowed. ``"shares"``: delta shares ``round(clip(a, -1, 1) * max_shares)``; sells are limited to
+  the holdings.
+- **Mark.** The portfolio is marked at bar ``t+k``'s close, which is the next decision bar.
+  Positions carry across sessions (a decision on a session's last bar fills at the next open).
+- **Reward** (times ``reward_scale``): ``"log_return"`` ``log(V'/V)``, ``"return"`` ``V'/V - 1``, or
+  ``"diff_sharpe"``, Moody & Saffell's differential Sharpe ratio of the simple return with EMA rate
+  ``sharpe_eta``; minus ``drawdown_penalty * (1 - V'/peak')`` where ``peak'`` is the running peak of
+  the marked value in the episode.
+- **Episodes.** ``reset`` draws each env's start bar uniformly from the starts that leave room for a
+  full episode (``start + k * (episode_len - 1) <= T - 1 - k``) or, when the window is shorter than
+  one episode, from every bar that allows one decision; each env keeps its own time index.
+  ``terminated``: the marked value fell below ``bust_frac`` (10%) of ``initial_cash``.
+  ``truncated``: ``episode_len`` decisions were taken or the next decision would need bars past the
+  end of the data (and not terminated).
+- **Autoreset** happens in the same step: a done env restarts at a fresh start bar, drawn from a
+  per-env counter-based generator kept in the state (so ``step`` stays pure and reproducible);
+  ``info["final_obs"]`` holds the pre-reset observation (it *is* the returned ``obs`` tensor on steps
+  where no env is done; do not write into either).
+
+``info`` (all ``(N,)`` unless noted, pre-reset quantities of the step just taken): ``cost``,
+``traded_notional``, ``value`` (marked value at ``t+k``; alias ``final_value``), ``final_obs``
+``(N, obs_dim)``, ``shares_traded`` ``(N, A)``, ``step_count`` (decisions taken in the episode,
+including this one), ``bar_t`` (the decision bar), ``t`` (the bar of the returned observation, after
+any reset); with ``EnvParams.trade_info`` also ``fill_price`` ``(N, A)`` and ``asset_cost`` ``(N, A)``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+from data.errors import ConfigError, DataError, PodracerError
+from data.market import MarketData
+
+# Accounting precision. Measured (see docs/env.md): float32 cash/value make a one-bar return of
+# ~1e-4 carry a ~1e-3 relative error (ulp of $1e6 is $0.06), which breaks reward parity with the
+# reference; float64 accounting keeps it at ~1e-12, while prices, features and observations stay
+# float32 (mixed-dtype ops promote in the same kernel, so there is no separate cast pass).
+ACC_DTYPE = torch.float64
+
+ActionMode = Literal["weights", "shares"]
+RewardMode = Literal["log_return", "return", "diff_sharpe"]
+
+# Counter-based generator for autoreset starts (Knuth's MMIX LCG; int64 arithmetic wraps).
+_LCG_MUL = 6364136223846793005
+_LCG_INC = 1442695040888963407
+_DRAW_MASK = (1 << 31) - 1
+# Below this a variance is treated as zero in the differential Sharpe ratio's denominator.
+_SHARPE_VAR_EPS = 1e-12
+_TINY = 1e-12
+
+
+class EnvParamsError(ConfigError, ValueError):
+    """Invalid environment parameters (a ``ValueError`` too, so callers may catch either)."""
+
+
+class ActionError(PodracerError, ValueError):
+    """An action of the wrong shape or with NaN/inf entries; raised before any state changes."""
+
+
+@dataclass(frozen=True)
+class EnvParams:
+    """Constants of the trading environment (see the module docstring for the semantics)."""
+
+    initial_cash: float = 1e6  # starting cash of every episode, in $
+    cost_rate: float = 0.002  # proportional cost on every fill's notional
+    slippage_bps: float = 1.0  # buys fill at open*(1+s), sells at open*(1-s), s = bps/1e4
+    decision_interval: int = 15  # bars between decisions (k)
+    episode_len: int = 256  # decisions per episode before truncation
+    action_mode: ActionMode = "weights"  # "weights" (target weights) or "shares" (delta shares)
+    max_shares: float = 100.0  # "shares" mode: |delta| per asset per decision at |a| = 1
+    reward: RewardMode = "log_return"  # "log_return" | "return" | "diff_sharpe"
+    drawdown_penalty: float = 0.0  # reward -= penalty * current drawdown fraction
+    reward_scale: float = 1.0  # multiplies the reward
+    sharpe_eta: float = 0.01  # EMA rate of the differential Sharpe ratio's moments
+    bust_frac: float = 0.1  # terminate when value < bust_frac * initial_cash
+    trade_info: bool = False  # add per-asset fill_price / asset_cost to info (backtests)
+
+    def __post_init__(self) -> None:
+        def bad(name: str, why: str) -> EnvParamsError:
+            return EnvParamsError(f"EnvParams.{name}: {why} (got {getattr(self, name)!r})")
+
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.type in ("float", float) and (isinstance(value, bool) or not isinstance(value, int | float)):
+                raise bad(f.name, "must be a number")
+            if isinstance(value, float) and not math.isfinite(value):
+                raise bad(f.name, "must be finite")
+        if self.initial_cash <= 0:
+            raise bad("initial_cash", "must be > 0")
+        if not 0 <= self.cost_rate < 1:
+            raise bad("cost_rate", "must be in [0, 1)")
+        if not 0 <= self.slippage_bps < 10_000:
+            raise bad("slippage_bps", "must be in [0, 10000)")
+        for name in ("decision_interval", "episode_len"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise bad(name, "must be an integer >= 1")
+        if self.action_mode not in ("weights", "shares"):
+            raise bad("action_mode", "must be 'weights' or 'shares'")
+        if self.max_shares <= 0:
+            raise bad("max_shares", "must be > 0")
+        if self.reward not in ("log_return", "return", "diff_sharpe"):
+            raise bad("reward", "must be 'log_return', 'return' or 'diff_sharpe'")
+        if self.drawdown_penalty < 0:
+            raise bad("drawdown_penalty", "must be >= 0")
+        if self.reward_scale <= 0:
+            raise bad("reward_scale", "must be > 0")
+        if not 0 < self.sharpe_eta < 1:
+            raise bad("sharpe_eta", "must be in (0, 1)")
+        if not 0 <= self.bust_frac < 1:
+            raise bad("bust_frac", "must be in [0, 1)")
+        if not isinstance(self.trade_info, bool):
+            raise bad("trade_info", "must be a bool")
+
+
+@dataclass(frozen=True)
+class EnvState:
+    """Everything that changes between steps; batch-first tensors on the market's device."""
+
+    t: Tensor  # (N,) int64: each env's own decision bar (observation uses bars <= t)
+    cash: Tensor  # (N,) ACC_DTYPE, $
+    shares: Tensor  # (N, A) ACC_DTYPE, >= 0
+    value: Tensor  # (N,) ACC_DTYPE: cash + sum(shares * close[t])
+    peak: Tensor  # (N,) ACC_DTYPE: running peak of value in the episode
+    step_count: Tensor  # (N,) int64: decisions taken in the episode
+    sharpe_a: Tensor  # (N,) ACC_DTYPE: EMA of returns (differential Sharpe ratio)
+    sharpe_b: Tensor  # (N,) ACC_DTYPE: EMA of squared returns
+    rng: Tensor  # (N,) int64: per-env generator state for autoreset start bars
+
+    @property
+    def num_envs(self) -> int:
+        return int(self.t.shape[0])
+
+    @property
+    def device(self) -> torch.device:
+        return self.t.device
+
+
+# --- observation layout ------------------------------------------------------------------------
+def obs_dim(num_assets: int, num_features: int) -> int:
+    """Length of one observation: ``2 + num_assets * (1 + num_features)``."""
+    return 2 + num_assets * (1 + num_features)
+
+
+def split_obs(obs: Tensor, num_assets: int, num_features: int) -> tuple[Tensor, Tensor]:
+    """Views ``(glob (N, 2), per_asset (N, A, 1 + F))`` of a batch of observations.
+
+    ``glob[:, 0]`` is the cash fraction, ``glob[:, 1]`` the time of day; ``per_asset[..., 0]`` is
+    the position weight and ``per_asset[..., 1:]`` the features.
+    """
+    if obs.shape[-1] != obs_dim(num_assets, num_features):
+        raise ValueError(f"obs has {obs.shape[-1]} columns, expected {obs_dim(num_assets, num_features)}")
+    lead = obs.shape[:-1]
+    return obs[..., :2], obs[..., 2:].reshape(*lead, num_assets, 1 + num_features)
+
+
+# --- episode starts ----------------------------------------------------------------------------
+def last_decision_bar(num_steps: int, params: EnvParams) -> int:
+    """The last bar a decision can be taken on (its mark bar ``t + k`` must exist)."""
+    return num_steps - 1 - params.decision_interval
+
+
+def start_high(num_steps: int, params: EnvParams) -> int:
+    """Random starts are drawn uniformly from ``[0, start_high]``.
+
+    Starts that leave room for a whole episode when the window allows it, so episodes are not
+    systematically cut short near the end; otherwise every bar that allows one decision.
+    """
+    last = last_decision_bar(num_steps, params)
+    if last < 0:
+        raise DataError(
+            f"market has {num_steps} bars; decision_interval={params.decision_interval} needs at least "
+            f"{params.decision_interval + 1}"
+        )
+    full = last - params.decision_interval * (params.episode_len - 1)
+    return full if full >= 0 else last
+
+
+def _lcg_next(key: Tensor) -> Tensor:
+    return key * _LCG_MUL + _LCG_INC
+
+
+def _draw_start(key: Tensor, high: int) -> Tensor:
+    """Start bar in ``[0, high]`` from an (already advanced) generator state."""
+    return ((key >> 33) & _DRAW_MASK) % (high + 1)
+
+
+# --- reset / step ------------------------------------------------------------------------------
+def _observe(market: MarketData, t: Tensor, cash: Tensor, pos_value: Tensor, value: Tensor) -> Tensor:
+    """Observation at bars ``t`` for the given accounting (see :func:`split_obs` for the layout)."""
+    num_envs, num_assets = pos_value.shape
+    num_features = market.num_features
+    inv_value = 1.0 / value.clamp(min=_TINY)
+    obs = torch.empty(num_envs, obs_dim(num_assets, num_features), dtype=torch.float32, device=t.device)
+    obs[:, 0] = cash * inv_value
+    obs[:, 1] = market.time_of_day.index_select(0, t)
+    per_asset = obs[:, 2:].view(num_envs, num_assets, 1 + num_features)
+    per_asset[..., 0] = pos_value * inv_value[:, None]
+    per_asset[..., 1:] = market.features.index_select(0, t)
+    return obs
+
+
+def _fresh_obs(market: MarketData, t: Tensor, num_assets: int) -> Tensor:
+    """Observation of freshly reset envs (all cash, no positions) at bars ``t``."""
+    ones = torch.ones(t.shape[0], dtype=ACC_DTYPE, device=t.device)
+    zeros = torch.zeros(t.shape[0], num_assets, dtype=ACC_DTYPE, device=t.device)
+    return _observe(market, t, ones, zeros, ones)
+
+
+def reset(
+    market: MarketData,
+    params: EnvParams,
+    num_envs: int,
+    generator: torch.Generator | None = None,
+    start: int | None = None,
+) -> tuple[EnvState, Tensor]:
+    """Fresh episodes: all cash, each env at its own random start bar (or all at ``start``).
+
+    ``generator`` (a CPU ``torch.Generator``) draws the starts and seeds the per-env autoreset
+    generators; ``None`` uses a generator seeded with 0. A fixed ``start`` (backtests) must allow
+    one decision; the run then goes to the end of the window if ``episode_len`` is large enough.
+    Returns ``(state, obs)``.
+    """
+    if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
+        raise ValueError(f"num_envs must be an integer >= 1 (got {num_envs!r})")
+    device = market.device
+    high = start_high(market.num_steps, params)
+    if generator is None:
+        generator = torch.Generator().manual_seed(0)
+    rng = torch.randint(0, 2**62, (num_envs,), generator=generator, dtype=torch.int64).to(device)
+    if start is None:
+        t = torch.randint(0, high + 1, (num_envs,), generator=generator, dtype=torch.int64).to(device)
+    else:
+        last = last_decision_bar(market.num_steps, params)
+        if isinstance(start, bool) or not isinstance(start, int) or not 0 <= start <= last:
+            raise DataError(f"start={start!r} must be an integer bar in [0, {last}] for this market")
+        t = torch.full((num_envs,), start, dtype=torch.int64, device=device)
+    cash = torch.full((num_envs,), params.initial_cash, dtype=ACC_DTYPE, device=device)
+    zeros = torch.zeros(num_envs, dtype=ACC_DTYPE, device=device)
+    state = EnvState(
+        t=t,
+        cash=cash,
+        shares=torch.zeros(num_envs, market.num_assets, dtype=ACC_DTYPE, device=device),
+        value=cash.clone(),
+        peak=cash.clone(),
+        step_count=torch.zeros(num_envs, dtype=torch.int64, device=device),
+        sharpe_a=zeros,
+        sharpe_b=zeros.clone(),
+        rng=rng,
+    )
+    return state, _fresh_obs(market, t, market.num_assets)
+
+
+def check_action(action: Tensor, num_envs: int, num_assets: int, device: torch.device) -> Tensor:
+    """The action as a float tensor on ``device``, or :class:`ActionError` (shape, NaN/inf)."""
+    if not isinstance(action, Tensor):
+        try:
+            action = torch.as_tensor(action, dtype=torch.float32)
+        except (TypeError, ValueError, RuntimeError) as exc:
+            raise ActionError(f"action is not numeric: {exc}") from None
+    if tuple(action.shape) != (num_envs, num_assets):
+        raise ActionError(f"action has shape {tuple(action.shape)}, expected ({num_envs}, {num_assets})")
+    if not action.is_floating_point():
+        action = action.to(torch.float32)
+    action = action.to(device)
+    # One host sync per step: the price of a clear error instead of silently corrupted state.
+    if not bool(torch.isfinite(action).all()):
+        raise ActionError("action contains NaN or inf")
+    return action
+
+
+def _rowdot(x: Tensor, y: Tensor) -> Tensor:
+    """Row-wise dot product ``(x * y).sum(1)`` in x's dtype."""
+    return (x * y).sum(1)
+
+
+def step(
+    market: MarketData,
+    params: EnvParams,
+    state: EnvState,
+    action: Tensor,
+    *,
+    validate: bool = True,
+) -> tuple[EnvState, Tensor, Tensor, Tensor, Tensor, dict[str, Tensor]]:
+    """One decision for every env. Pure: ``state`` is not modified.
+
+    Returns ``(state, obs, reward, terminated, truncated, info)``; see the module docstring.
+    ``validate=False`` skips the action checks (only for actions known to be finite and shaped
+    ``(N, A)``, e.g. a policy's output inside a benchmark).
+    """
+    num_envs, num_assets = state.shares.shape
+    if validate:
+        action = check_action(action, num_envs, num_assets, state.device)
+    k = params.decision_interval
+    slip = params.slippage_bps * 1e-4
+    rate = params.cost_rate
+    t_fill = state.t + 1
+    t_mark = state.t + k
+    px_open = market.open.index_select(0, t_fill)  # (N, A) float32
+    px_close = market.close.index_select(0, t_mark)  # (N, A) float32
+    shares, cash = state.shares, state.cash
+
+    if params.action_mode == "weights":
+        weights = action.clamp(min=0.0)
+        value_open = cash + _rowdot(shares, px_open)
+        budget = value_open / weights.sum(1).to(ACC_DTYPE).clamp(min=1.0)
+        target = weights * (budget[:, None] / px_open)
+        diff = target - shares
+        buy = diff.clamp(min=0.0)
+        # shares - target <= shares exactly in floating point, so holdings stay >= 0.
+        sell = (shares - target).clamp(min=0.0)
+    else:
+        delta = torch.round(action.to(ACC_DTYPE).clamp(-1.0, 1.0) * params.max_shares)
+        buy = delta.clamp(min=0.0)
+        sell = torch.minimum((-delta).clamp(min=0.0), shares)
+
+    sell_notional = _rowdot(sell, px_open) * (1.0 - slip)
+    buy_notional = _rowdot(buy, px_open) * (1.0 + slip)
+    available = cash + sell_notional * (1.0 - rate)
+    needed = buy_notional * (1.0 + rate)
+    scale = torch.where(needed > available, available / needed.clamp(min=_TINY), 1.0)
+    if params.action_mode == "shares":
+        buy = torch.floor(buy * scale[:, None])
+        buy_notional = _rowdot(buy, px_open) * (1.0 + slip)
+        needed = buy_notional * (1.0 + rate)
+    else:
+        buy = buy * scale[:, None]
+        buy_notional = buy_notional * scale
+        needed = needed * scale
+    traded = buy - sell
+    new_shares = shares + traded
+    # The clamp only absorbs rounding (needed <= available by construction).
+    new_cash = (available - needed).clamp(min=0.0)
+    traded_notional = sell_notional + buy_notional
+    cost = rate * traded_notional
+    pos_value = new_shares * px_close
+    new_value = new_cash + pos_value.sum(1)
+
+    # Reward.
+    ratio = new_value / state.value
+    if params.reward == "log_return":
+        reward = torch.log(ratio.clamp(min=_TINY))
+        new_a, new_b = state.sharpe_a, state.sharpe_b
+    elif params.reward == "return":
+        reward = ratio - 1.0
+        new_a, new_b = state.sharpe_a, state.sharpe_b
+    else:
+        ret = ratio - 1.0
+        a, b = state.sharpe_a, state.sharpe_b
+        d_a = ret - a
+        d_b = ret * ret - b
+        var = (b - a * a).clamp(min=_SHARPE_VAR_EPS)
+        reward = (b * d_a - 0.5 * a * d_b) / (var * var.sqrt())
+        new_a = a + params.sharpe_eta * d_a
+        new_b = b + params.sharpe_eta * d_b
+    new_peak = torch.maximum(state.peak, new_value)
+    if params.drawdown_penalty > 0:
+        reward = reward - params.drawdown_penalty * (1.0 - new_value / new_peak)
+    if params.reward_scale != 1.0:
+        reward = reward * params.reward_scale
+    reward = reward.to(torch.float32)
+
+    step_count = state.step_count + 1
+    terminated = new_value < params.bust_frac * params.initial_cash
+    out_of_data = t_mark > last_decision_bar(market.num_steps, params)
+    truncated = ((step_count >= params.episode_len) | out_of_data) & ~terminated
+    done = terminated | truncated
+
+    final_obs = _observe(market, t_mark, new_cash, pos_value, new_value)
+    rng = _lcg_next(state.rng)
+    info: dict[str, Tensor] = {
+        "cost": cost,
+        "traded_notional": traded_notional,
+        "value": new_value,
+        "final_value": new_value,
+        "shares_traded": traded,
+        "step_count": step_count,
+        "bar_t": state.t,
+    }
+    if params.trade_info:
+        fill_price = px_open * (1.0 + slip * torch.sign(traded))
+        info["fill_price"] = fill_price
+        info["asset_cost"] = rate * traded.abs() * fill_price
+
+    # Host branch: autoreset work (and a second observation) only on steps where some env is done.
+    if bool(done.any()):
+        restart = _draw_start(rng, start_high(market.num_steps, params))
+        t_next = torch.where(done, restart, t_mark)
+        init = torch.tensor(params.initial_cash, dtype=ACC_DTYPE, device=state.device)
+        new_cash = torch.where(done, init, new_cash)
+        new_shares = new_shares.masked_fill(done[:, None], 0.0)
+        value_next = torch.where(done, init, new_value)
+        new_peak = torch.where(done, init, new_peak)
+        step_next = step_count.masked_fill(done, 0)
+        new_a = torch.where(done, 0.0, new_a)
+        new_b = torch.where(done, 0.0, new_b)
+        obs = final_obs.clone()
+        idx = done.nonzero().squeeze(1)
+        obs[idx] = _fresh_obs(market, t_next.index_select(0, idx), num_assets)
+    else:
+        t_next, value_next, step_next, obs = t_mark, new_value, step_count, final_obs
+    info["final_obs"] = final_obs
+    info["t"] = t_next
+
+    new_state = EnvState(
+        t=t_next,
+        cash=new_cash,
+        shares=new_shares,
+        value=value_next,
+        peak=new_peak,
+        step_count=step_next,
+        sharpe_a=new_a,
+        sharpe_b=new_b,
+        rng=rng,
+    )
+    return new_state, obs, reward, terminated, truncated, info
