@@ -328,7 +328,7 @@ def step(
     if params.action_mode == "weights":
         weights = action.clamp(min=0.0)
         value_open = cash + _rowdot(shares, px_open)
-        budget = value_open / weights.sum(1).to(ACC_DTYPE).clamp(min=1.0)
+        budget = value_open / weights.sum(1, dtype=ACC_DTYPE).clamp(min=1.0)
         target = weights * (budget[:, None] / px_open)
         diff = target - shares
         buy = diff.clamp(min=0.0)

@@ -1,0 +1,151 @@
+"""A slow, plain-Python, single-environment version of ``envs.trading``, written from its docstring.
+
+Floats and loops only (no tensor arithmetic): the parity tests step it next to the batched env and
+compare cash, holdings, value, reward and observation; the benchmark reports how much faster the
+batched env is. Market rows are read with ``.tolist()`` one bar at a time.
+"""
+
+from __future__ import annotations
+
+import math
+
+from data.market import MarketData
+from envs.trading import EnvParams, last_decision_bar, start_high
+
+_MASK64 = (1 << 64) - 1
+_LCG_MUL = 6364136223846793005
+_LCG_INC = 1442695040888963407
+
+
+class ReferenceEnv:
+    """One trading environment; ``step(action)`` follows the documented semantics literally."""
+
+    def __init__(self, market: MarketData, params: EnvParams, start: int, rng: int) -> None:
+        self.market = market.to("cpu")
+        self.params = params
+        self.num_assets = market.num_assets
+        self.num_steps = market.num_steps
+        self.rng = rng & _MASK64  # generator state as an unsigned 64-bit integer
+        self._begin(start)
+
+    # --- helpers -----------------------------------------------------------------------------
+    def _begin(self, start: int) -> None:
+        self.t = start
+        self.cash = float(self.params.initial_cash)
+        self.shares = [0.0] * self.num_assets
+        self.value = self.cash
+        self.peak = self.cash
+        self.step_count = 0
+        self.sharpe_a = 0.0
+        self.sharpe_b = 0.0
+
+    def observation(self) -> list[float]:
+        """``[cash fraction, time of day, then per asset (weight, features...)]`` at bar ``t``."""
+        closes = self.market.close[self.t].tolist()
+        feats = self.market.features[self.t].tolist()
+        value = max(self.value, 1e-12)
+        obs = [self.cash / value, float(self.market.time_of_day[self.t])]
+        for a in range(self.num_assets):
+            obs.append(self.shares[a] * closes[a] / value)
+            obs.extend(feats[a])
+        return obs
+
+    def _next_start(self) -> int:
+        self.rng = (self.rng * _LCG_MUL + _LCG_INC) & _MASK64
+        draw = (self.rng >> 33) & ((1 << 31) - 1)
+        return draw % (start_high(self.num_steps, self.params) + 1)
+
+    # --- the step ----------------------------------------------------------------------------
+    def step(self, action: list[float]) -> tuple[list[float], float, bool, bool, dict]:
+        """One decision: ``(obs, reward, terminated, truncated, info)`` with same-step autoreset."""
+        p = self.params
+        k = p.decision_interval
+        slip = p.slippage_bps / 1e4
+        opens = self.market.open[self.t + 1].tolist()
+        closes = self.market.close[self.t + k].tolist()
+        n = self.num_assets
+
+        # Orders.
+        buys = [0.0] * n
+        sells = [0.0] * n
+        if p.action_mode == "weights":
+            weights = [max(0.0, float(a)) for a in action]
+            total = sum(weights)
+            if total > 1.0:
+                weights = [w / total for w in weights]
+            value_open = self.cash + sum(self.shares[a] * opens[a] for a in range(n))
+            for a in range(n):
+                target = weights[a] * value_open / opens[a]
+                if target > self.shares[a]:
+                    buys[a] = target - self.shares[a]
+                else:
+                    sells[a] = self.shares[a] - target
+        else:
+            for a in range(n):
+                delta = round(min(1.0, max(-1.0, float(action[a]))) * p.max_shares)
+                if delta > 0:
+                    buys[a] = float(delta)
+                else:
+                    sells[a] = min(float(-delta), self.shares[a])
+
+        # Sells first; their proceeds net of cost fund the buys.
+        sell_notional = sum(sells[a] * opens[a] * (1 - slip) for a in range(n))
+        cash = self.cash + sell_notional - p.cost_rate * sell_notional
+        buy_notional = sum(buys[a] * opens[a] * (1 + slip) for a in range(n))
+        needed = buy_notional * (1 + p.cost_rate)
+        if needed > cash:
+            fraction = cash / needed
+            if p.action_mode == "shares":
+                buys = [math.floor(b * fraction) for b in buys]
+            else:
+                buys = [b * fraction for b in buys]
+            buy_notional = sum(buys[a] * opens[a] * (1 + slip) for a in range(n))
+            needed = buy_notional * (1 + p.cost_rate)
+        cash = max(0.0, cash - needed)
+        shares = [self.shares[a] - sells[a] + buys[a] for a in range(n)]
+        traded_notional = sell_notional + buy_notional
+        cost = p.cost_rate * traded_notional
+
+        # Mark to market at the close of t + k.
+        value = cash + sum(shares[a] * closes[a] for a in range(n))
+        ret = value / self.value - 1.0
+        if p.reward == "log_return":
+            reward = math.log(max(value / self.value, 1e-12))
+        elif p.reward == "return":
+            reward = ret
+        else:
+            a_prev, b_prev = self.sharpe_a, self.sharpe_b
+            variance = max(b_prev - a_prev * a_prev, 1e-12)
+            reward = (b_prev * (ret - a_prev) - 0.5 * a_prev * (ret * ret - b_prev)) / variance**1.5
+            self.sharpe_a = a_prev + p.sharpe_eta * (ret - a_prev)
+            self.sharpe_b = b_prev + p.sharpe_eta * (ret * ret - b_prev)
+        peak = max(self.peak, value)
+        if p.drawdown_penalty > 0:
+            reward -= p.drawdown_penalty * (1.0 - value / peak)
+        reward *= p.reward_scale
+
+        bar_t = self.t
+        self.t += k
+        self.cash, self.shares, self.value, self.peak = cash, shares, value, peak
+        self.step_count += 1
+        terminated = value < p.bust_frac * p.initial_cash
+        truncated = not terminated and (
+            self.step_count >= p.episode_len or self.t > last_decision_bar(self.num_steps, p)
+        )
+        final_obs = self.observation()
+        info = {
+            "cost": cost,
+            "traded_notional": traded_notional,
+            "value": value,
+            "shares_traded": [buys[a] - sells[a] for a in range(n)],
+            "bar_t": bar_t,
+            "final_obs": final_obs,
+        }
+        restart = self._next_start()  # the generator advances every step, used only on reset
+        if terminated or truncated:
+            self._begin(restart)
+            obs = self.observation()
+        else:
+            obs = final_obs
+        info["t"] = self.t
+        return obs, reward, terminated, truncated, info
