@@ -1,12 +1,65 @@
-"""`podracer paper`."""
+"""`podracer paper --bundle DIR [--once] [--dry-run] [limits...]`: trade an exported bundle on Alpaca paper."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 
-from app.commands._stub import not_implemented
+from app import context
 
 
-def paper(ctx: typer.Context) -> None:
-    """Not implemented yet."""
-    not_implemented("paper")
+def paper(
+    bundle: Path = typer.Option(..., "--bundle", help="Exported bundle directory (podracer export)."),
+    once: bool = typer.Option(False, "--once", help="Run one decision and exit (cron, tests)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Decide and journal, but submit no orders."),
+    max_order_notional: float = typer.Option(10_000.0, "--max-order-notional", help="Cap per order, in $."),
+    max_weight: float = typer.Option(1.0, "--max-weight", help="Cap per ticker target weight (0-1]."),
+    daily_loss_limit: float = typer.Option(
+        0.05,
+        "--daily-loss-limit",
+        help="Halt new orders once equity is this fraction below last close (0-1).",
+    ),
+    kill_switch: Path = typer.Option(
+        None,
+        "--kill-switch",
+        help="While this file exists no new orders are sent [default: <home>/paper/KILL].",
+    ),
+    whole_shares: bool = typer.Option(False, "--whole-shares", help="Round orders down to whole shares."),
+) -> None:
+    """Paper-trade an exported policy on Alpaca (keys from APCA_API_KEY_ID / APCA_API_SECRET_KEY)."""
+    from app.broker import AlpacaBroker
+    from app.export import load_bundle
+    from app.journal import Journal
+    from app.paper import PaperOptions, RiskLimits, run_paper
+
+    limits = RiskLimits(
+        max_order_notional=max_order_notional, max_weight=max_weight, daily_loss_limit=daily_loss_limit
+    )
+    home = context.home()
+    options = PaperOptions(
+        limits=limits,
+        dry_run=dry_run,
+        kill_switch=kill_switch or home / "paper" / "KILL",
+        fractional=not whole_shares,
+    )
+    loaded = load_bundle(bundle)  # verifies hashes and shapes before anything talks to the broker
+    broker = AlpacaBroker()
+    with Journal.for_home(home) as journal:
+        journal.event(
+            "start", f"paper {'dry-run ' if dry_run else ''}bundle {loaded.bundle_id[:16]} ({bundle})"
+        )
+        results = run_paper(loaded, broker, journal, options, once=once)
+    for result in results[-1:]:
+        when = result.decision_ts.isoformat() if result.decision_ts is not None else "-"
+        context.console.print(
+            f"{result.status} at {when}: {len(result.orders)} orders planned, "
+            f"{len(result.submitted)} submitted",
+            highlight=False,
+        )
+        for order in result.orders:
+            context.console.print(
+                f"  {order.side:4s} {order.qty:.6g} {order.ticker} (~${order.notional:,.2f})", highlight=False
+            )
+        for msg in result.messages:
+            context.console.print(f"  note: {msg}", highlight=False)

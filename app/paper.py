@@ -1,0 +1,598 @@
+"""Paper trading: one decision per cycle, from the latest bars to journaled, reconciled orders.
+
+A cycle (``run_cycle``):
+
+1. Broker clock: market closed -> journal it, no orders.
+2. Kill-switch file present -> journal it, no new orders (open orders are still reconciled).
+3. Latest bars -> the XNAS bar grid (``data.calendar``, as in training) -> the decision bar is the
+   last *completed* bar -> features of that bar with ``data.features.latest_features`` and the
+   bundle's train-window spec (the very code training used) -> the observation in the env's layout:
+   cash fraction, time of day, then per ticker the position weight (marked at the decision bar's
+   close, like the env) and the features. A ticker without a real bar in the decision bar's session
+   is skipped: it keeps its position (no order) and the journal says so.
+4. onnxruntime (``Bundle.act``) -> target weights -> risk limits (``max_weight``; daily loss limit
+   halts new orders) -> orders: sells first, then buys scaled to the cash the sells free up,
+   fractional shares unless ``fractional=False``, each capped at ``max_order_notional`` and
+   dropped under ``min_order_notional``.
+5. Market day orders with ``client_order_id = client_order_id(bundle, decision bar, ticker)``: a
+   re-run of the same decision can never place a second order (the broker layer resolves it).
+6. Journal every decision, order, fill, reconciliation (positions vs what our fills imply), P&L
+   snapshot and error in ``<home>/paper/journal.sqlite``.
+
+The policy runs in onnxruntime; torch is imported only by the shared feature code (``data.features``
+is written in torch, and computing features with the same code as training matters more).
+``--dry-run`` does everything except submitting or cancelling (orders are journaled as ``dry_run``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from app.broker import Account, Broker, BrokerError, Order, OrderRejected, OrderRequest, Position
+from app.export import Bundle
+from app.journal import Journal
+from data.errors import DataError, PodracerError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RiskLimits:
+    """Pre-trade limits. Weights and losses are fractions (0.05 = 5%)."""
+
+    max_order_notional: float = 10_000.0  # $ per order; larger orders are cut down to it
+    max_weight: float = 1.0  # per-ticker target weight cap; the excess stays in cash
+    daily_loss_limit: float | None = 0.05  # halt new orders when equity < (1 - L) * last_equity
+    min_order_notional: float = 1.0  # Alpaca's minimum for fractional orders
+
+    def __post_init__(self) -> None:
+        if not self.max_order_notional > 0:
+            raise PodracerError(f"--max-order-notional must be > 0, got {self.max_order_notional}")
+        if not 0 < self.max_weight <= 1:
+            raise PodracerError(f"--max-weight must be in (0, 1], got {self.max_weight}")
+        if self.daily_loss_limit is not None and not 0 < self.daily_loss_limit < 1:
+            raise PodracerError(f"--daily-loss-limit must be in (0, 1), got {self.daily_loss_limit}")
+        if self.min_order_notional < 0:
+            raise PodracerError(f"min_order_notional must be >= 0, got {self.min_order_notional}")
+
+
+@dataclass(frozen=True)
+class PaperOptions:
+    """How a cycle trades."""
+
+    limits: RiskLimits = RiskLimits()
+    dry_run: bool = False
+    kill_switch: Path | None = None
+    fractional: bool = True
+
+
+@dataclass(frozen=True)
+class PlannedOrder:
+    ticker: str
+    side: str  # "buy" | "sell"
+    qty: float  # shares > 0
+    price: float  # decision bar close (estimate)
+    client_order_id: str
+
+    @property
+    def notional(self) -> float:
+        return self.qty * self.price
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the policy saw and wanted at one decision bar."""
+
+    decision_ts: pd.Timestamp  # UTC start of the decision bar
+    obs: np.ndarray  # (1, obs_dim) float32
+    prices: np.ndarray  # (A,) close of the decision bar (nan where unknown)
+    qty: np.ndarray  # (A,) shares held
+    value: float  # cash + positions marked at the decision bar's close
+    cash: float
+    current_weights: np.ndarray  # (A,)
+    skipped: tuple[str, ...]  # tickers without a bar in the decision bar's session
+
+
+@dataclass
+class CycleResult:
+    status: str  # closed | kill_switch | halted | traded | dry_run | no_data
+    decision_ts: pd.Timestamp | None = None
+    target_weights: dict[str, float] = field(default_factory=dict)
+    policy_weights: dict[str, float] = field(default_factory=dict)
+    orders: list[PlannedOrder] = field(default_factory=list)
+    submitted: list[Order] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    messages: list[str] = field(default_factory=list)
+
+
+def client_order_id(bundle_id: str, decision_ts: pd.Timestamp | str, ticker: str) -> str:
+    """Deterministic id of the order for ``ticker`` decided at ``decision_ts`` by ``bundle_id``."""
+    ts = pd.Timestamp(decision_ts)
+    ts = ts.tz_localize("UTC") if ts.tzinfo is None else ts.tz_convert("UTC")
+    digest = hashlib.sha256(f"{bundle_id}|{ts.isoformat()}|{ticker}".encode()).hexdigest()
+    return f"pr-{digest[:40]}"
+
+
+# --- observation ---------------------------------------------------------------------------------
+def _bars_per_session(interval: str) -> int:
+    from data.calendar import INTERVAL_MINUTES
+
+    minutes = INTERVAL_MINUTES[interval]
+    return 1 if minutes == 0 else math.ceil(390 / minutes)
+
+
+def fetch_start(now: datetime, interval: str, lookback: int) -> datetime:
+    """Start of the bar history that covers ``lookback`` bars before ``now`` (one spare session)."""
+    from data.calendar import session_bounds, sessions_in_range
+
+    sessions_needed = math.ceil(lookback / _bars_per_session(interval)) + 1
+    today = pd.Timestamp(now).tz_convert("America/New_York").tz_localize(None).normalize()
+    span = timedelta(days=int(sessions_needed * 7 / 5) + 10)
+    sessions = sessions_in_range(today - span, today)
+    sessions = sessions[sessions <= today][-sessions_needed:]
+    if len(sessions) == 0:
+        return now - span
+    opens, _ = session_bounds(sessions[:1])
+    return pd.Timestamp(opens[0], tz="UTC").to_pydatetime()
+
+
+def build_decision(
+    bundle: Bundle,
+    bars: pd.DataFrame,
+    account: Account,
+    positions: dict[str, Position],
+    now: datetime,
+) -> Decision:
+    """The observation of the last completed bar, exactly as the env would build it."""
+    import torch
+
+    from data.calendar import INTERVAL_MINUTES, align_panel, align_ticker
+    from data.features import latest_features
+
+    tickers = bundle.tickers
+    interval = bundle.interval
+    spec = bundle.feature_spec
+    step = pd.Timedelta(minutes=INTERVAL_MINUTES[interval] or 0)
+    now_ts = pd.Timestamp(now)
+    now_ts = now_ts.tz_localize("UTC") if now_ts.tzinfo is None else now_ts.tz_convert("UTC")
+    # Only completed bars: a bar that started less than one interval ago is still forming.
+    if len(bars):
+        bars = (
+            bars[bars["timestamp"] + step <= now_ts]
+            if step > pd.Timedelta(0)
+            else bars[bars["timestamp"] <= now_ts]
+        )
+    frames: dict[str, pd.DataFrame] = {}
+    for ticker in tickers:
+        rows = bars[bars["ticker"] == ticker] if len(bars) else bars
+        if len(rows):
+            aligned = align_ticker(rows.reset_index(drop=True), interval).frame
+            if len(aligned):
+                frames[ticker] = aligned
+    if not frames:
+        raise DataError(f"no bars for any of {', '.join(tickers)} before {now_ts.isoformat()}")
+    # The decision bar: the newest completed bar any ticker actually traded in.
+    last_real = max(f.loc[~f["filled"].astype(bool), "timestamp"].max() for f in frames.values())
+    panel = align_panel(frames, interval, min_coverage=0.0)
+    grid_ts = pd.DatetimeIndex(panel.grid.timestamps, tz="UTC")
+    row = int(grid_ts.searchsorted(last_real, side="right")) - 1
+    if row < 0:
+        raise DataError("no completed bar to decide on")
+    decision_ts = grid_ts[row]
+    session = panel.grid.session_id[row]
+    lookback = int(spec["lookback"])
+    lo = max(0, row + 1 - lookback)
+    col_of = {t: j for j, t in enumerate(panel.tickers)}
+
+    num_assets, num_features = len(tickers), bundle.num_features
+    features = np.zeros((num_assets, num_features), dtype=np.float32)
+    prices = np.full(num_assets, np.nan)
+    skipped: list[str] = []
+    present = [t for t in tickers if t in col_of]
+    if present:
+        cols = [col_of[t] for t in present]
+        # float64 close and float32 volume: exactly what data.loader.build_market feeds the features.
+        close = torch.as_tensor(panel.close[lo : row + 1][:, cols], dtype=torch.float64)
+        volume = torch.as_tensor(panel.volume[lo : row + 1][:, cols], dtype=torch.float32)
+        latest = latest_features(close, volume, spec).cpu().numpy()
+    for i, ticker in enumerate(tickers):
+        if ticker not in col_of:
+            skipped.append(ticker)
+            continue
+        frame = frames[ticker]
+        real = frame.loc[~frame["filled"].astype(bool), "timestamp"]
+        real = real[real <= decision_ts]
+        same_session = len(real) and (
+            panel.grid.session_id[int(grid_ts.searchsorted(real.max(), side="right")) - 1] == session
+        )
+        if not same_session:
+            skipped.append(ticker)  # no trade yet in this session: its price would be stale
+        else:
+            features[i] = latest[present.index(ticker)]
+        prices[i] = panel.close[row, col_of[ticker]]
+    qty = np.array([positions[t].qty if t in positions else 0.0 for t in tickers])
+    for i, ticker in enumerate(tickers):
+        if not np.isfinite(prices[i]) and ticker in positions and positions[ticker].current_price > 0:
+            prices[i] = positions[ticker].current_price
+    held_value = np.where(np.isfinite(prices), qty * np.nan_to_num(prices), 0.0)
+    other = sum(p.market_value for s, p in positions.items() if s not in tickers)
+    value = float(account.cash + held_value.sum() + other)
+    if not value > 0:
+        raise DataError(f"account value {value:.2f} is not positive")
+    weights = held_value / value
+    obs = np.empty((1, bundle.obs_dim), dtype=np.float32)
+    obs[0, 0] = account.cash / value
+    obs[0, 1] = panel.grid.time_of_day[row]
+    per_asset = obs[0, 2:].reshape(num_assets, 1 + num_features)
+    per_asset[:, 0] = weights
+    per_asset[:, 1:] = features
+    return Decision(
+        decision_ts=decision_ts,
+        obs=obs,
+        prices=prices,
+        qty=qty,
+        value=value,
+        cash=float(account.cash),
+        current_weights=weights,
+        skipped=tuple(skipped),
+    )
+
+
+# --- targets and orders --------------------------------------------------------------------------
+def apply_limits(
+    policy_weights: np.ndarray, decision: Decision, tickers: tuple[str, ...], limits: RiskLimits
+) -> tuple[np.ndarray, list[str]]:
+    """Target weights after the env's rule, skipped tickers held, and the ``max_weight`` cap."""
+    notes = []
+    target = np.clip(np.nan_to_num(policy_weights.astype(np.float64), nan=0.0), 0.0, None)
+    if target.sum() > 1:
+        target = target / target.sum()
+    for i, ticker in enumerate(tickers):
+        if ticker in decision.skipped:
+            target[i] = decision.current_weights[i]
+    over = target > limits.max_weight + 1e-12
+    if over.any():
+        names = ", ".join(t for t, o in zip(tickers, over, strict=True) if o)
+        notes.append(f"max weight {limits.max_weight:g}: capped {names} (the excess stays in cash)")
+        target = np.minimum(target, limits.max_weight)
+    if target.sum() > 1:  # held weights of skipped tickers can push the total over 1
+        free = [i for i, t in enumerate(tickers) if t not in decision.skipped]
+        room = max(0.0, 1.0 - sum(target[i] for i, t in enumerate(tickers) if t in decision.skipped))
+        total = target[free].sum()
+        if total > room and total > 0:
+            target[free] *= room / total
+    return target, notes
+
+
+def plan_orders(
+    decision: Decision,
+    target: np.ndarray,
+    tickers: tuple[str, ...],
+    bundle_id: str,
+    limits: RiskLimits,
+    fractional: bool = True,
+) -> tuple[list[PlannedOrder], list[str]]:
+    """Orders that move the book to ``target`` weights: sells first, buys within the cash available."""
+    notes: list[str] = []
+    sells: list[PlannedOrder] = []
+    buys: list[tuple[int, float]] = []  # (asset, notional wanted)
+
+    def qty_of(notional: float, price: float) -> float:
+        q = notional / price
+        return math.floor(q + 1e-9) if not fractional else math.floor(q * 1e6) / 1e6
+
+    for i, ticker in enumerate(tickers):
+        price = decision.prices[i]
+        if ticker in decision.skipped or not (np.isfinite(price) and price > 0):
+            continue
+        delta = target[i] * decision.value - decision.qty[i] * price
+        if delta < 0:
+            held = max(decision.qty[i], 0.0)
+            qty = held if target[i] <= 0 else min(held, qty_of(-delta, price))
+            if qty * price > limits.max_order_notional:
+                notes.append(f"{ticker}: sell cut to max order notional ${limits.max_order_notional:,.0f}")
+                qty = qty_of(limits.max_order_notional, price)
+            if qty > 0 and qty * price >= limits.min_order_notional:
+                cid = client_order_id(bundle_id, decision.decision_ts, ticker)
+                sells.append(PlannedOrder(ticker, "sell", float(qty), float(price), cid))
+        elif delta > 0:
+            buys.append((i, float(delta)))
+    # Buys spend at most the cash on hand plus what the sells bring in (a small buffer for slippage).
+    budget = max(0.0, decision.cash + sum(o.notional for o in sells)) * 0.995
+    wanted = sum(n for _, n in buys)
+    scale = min(1.0, budget / wanted) if wanted > 0 else 1.0
+    if scale < 1.0:
+        notes.append(f"buys scaled by {scale:.4f} to the cash available")
+    planned_buys = []
+    for i, notional in buys:
+        ticker, price = tickers[i], float(decision.prices[i])
+        notional *= scale
+        if notional > limits.max_order_notional:
+            notes.append(f"{ticker}: buy cut to max order notional ${limits.max_order_notional:,.0f}")
+            notional = limits.max_order_notional
+        qty = qty_of(notional, price)
+        if qty > 0 and qty * price >= limits.min_order_notional:
+            cid = client_order_id(bundle_id, decision.decision_ts, ticker)
+            planned_buys.append(PlannedOrder(ticker, "buy", float(qty), price, cid))
+    return sells + planned_buys, notes
+
+
+# --- the cycle -----------------------------------------------------------------------------------
+def _ts(ts: pd.Timestamp | datetime | None) -> str:
+    return "" if ts is None else pd.Timestamp(ts).isoformat()
+
+
+def _reconcile_open_orders(broker: Broker, journal: Journal, dry_run: bool) -> None:
+    """Record fills of earlier cycles' orders; cancel what is still open (a new decision replaces it)."""
+    for row in journal.open_orders():
+        cid = row["client_order_id"]
+        order = broker.order_by_client_id(cid)
+        if order is None:
+            journal.event("reconcile", f"order {cid} ({row['ticker']}) unknown to the broker", "warning")
+            continue
+        if order.filled_qty != row["filled_qty"]:
+            journal.fill(
+                client_order_id=cid,
+                ticker=order.symbol,
+                side=order.side,
+                filled_qty=order.filled_qty,
+                filled_avg_price=order.filled_avg_price,
+                status=order.status,
+            )
+        status = order.status
+        if order.is_open and not dry_run:
+            try:
+                broker.cancel(order.id)
+                status = "canceled"
+                journal.event(
+                    "cancel",
+                    f"canceled stale order {cid} ({order.symbol}, filled {order.filled_qty:g}/{order.qty:g})",
+                )
+            except BrokerError as err:
+                journal.event("error", f"cancel {cid}: {err}", "error")
+        journal.update_order(
+            cid,
+            status=status,
+            filled_qty=order.filled_qty,
+            filled_avg_price=order.filled_avg_price,
+            broker_order_id=order.id,
+        )
+
+
+def run_cycle(
+    bundle: Bundle,
+    broker: Broker,
+    journal: Journal,
+    options: PaperOptions = PaperOptions(),
+    now: datetime | None = None,
+) -> CycleResult:
+    """One decision: see the module docstring. Never submits when closed, halted or kill-switched."""
+    clock = broker.clock()
+    now = now or clock.timestamp
+    if not clock.is_open:
+        msg = f"market closed (next open {_ts(clock.next_open)}): no orders"
+        journal.event("market_closed", msg)
+        log.info(msg)
+        return CycleResult(status="closed", messages=[msg])
+    kill = options.kill_switch is not None and Path(options.kill_switch).exists()
+    account = broker.account()
+    positions = broker.positions()
+    if not options.dry_run:
+        _reconcile_open_orders(broker, journal, options.dry_run)
+    start = fetch_start(now, bundle.interval, int(bundle.feature_spec["lookback"]))
+    bars = broker.latest_bars(list(bundle.tickers), start, now, bundle.interval)
+    try:
+        decision = build_decision(bundle, bars, account, positions, now)
+    except DataError as err:
+        journal.event("missing_bars", str(err), "warning")
+        log.warning("%s", err)
+        return CycleResult(status="no_data", messages=[str(err)])
+    result = CycleResult(status="dry_run" if options.dry_run else "traded", decision_ts=decision.decision_ts)
+    if decision.skipped:
+        msg = f"skipped {', '.join(decision.skipped)}: no bar in the decision bar's session (position held)"
+        journal.event("missing_bars", msg, "warning")
+        log.warning(msg)
+        result.skipped = list(decision.skipped)
+        result.messages.append(msg)
+
+    policy_weights = bundle.act(decision.obs)[0]
+    if not np.all(np.isfinite(policy_weights)):
+        raise PodracerError("the policy produced non-finite weights: no orders")
+    target, notes = apply_limits(policy_weights, decision, bundle.tickers, options.limits)
+    orders, plan_notes = plan_orders(
+        decision, target, bundle.tickers, bundle.bundle_id, options.limits, options.fractional
+    )
+    notes += plan_notes
+    result.policy_weights = dict(zip(bundle.tickers, map(float, policy_weights), strict=True))
+    result.target_weights = dict(zip(bundle.tickers, map(float, target), strict=True))
+    result.orders = orders
+    for note in notes:
+        journal.event("risk", note)
+        result.messages.append(note)
+
+    halt = None
+    if kill:
+        halt = ("kill_switch", f"kill switch {options.kill_switch} present: no new orders")
+    elif account.trading_blocked:
+        halt = ("halted", "the broker reports trading blocked for this account: no orders")
+    elif options.limits.daily_loss_limit is not None and account.last_equity > 0:
+        loss = 1.0 - account.equity / account.last_equity
+        if loss >= options.limits.daily_loss_limit:
+            halt = (
+                "halted",
+                f"daily loss {loss:.2%} reached the limit {options.limits.daily_loss_limit:.2%}: no new orders",
+            )
+    journal.decision(
+        decision_ts=_ts(decision.decision_ts),
+        bundle_id=bundle.bundle_id,
+        dry_run=options.dry_run,
+        equity=decision.value,
+        cash=decision.cash,
+        tickers=list(bundle.tickers),
+        current_weights=list(decision.current_weights),
+        target_weights=list(target),
+        policy_weights=list(policy_weights),
+        skipped=list(decision.skipped),
+        note=halt[1] if halt else "",
+    )
+    if halt is not None:
+        result.status = halt[0] if not options.dry_run else "dry_run"
+        journal.event(halt[0], halt[1], "warning")
+        log.warning(halt[1])
+        result.messages.append(halt[1])
+        for o in orders:
+            journal.order(
+                client_order_id=o.client_order_id,
+                decision_ts=_ts(decision.decision_ts),
+                bundle_id=bundle.bundle_id,
+                ticker=o.ticker,
+                side=o.side,
+                qty=o.qty,
+                est_price=o.price,
+                status="blocked",
+                message=halt[1],
+            )
+        _snapshot(journal, broker, bundle, decision, account, {}, reconcile=not options.dry_run)
+        return result
+
+    filled: dict[str, float] = {}
+    for o in orders:
+        base = {
+            "client_order_id": o.client_order_id,
+            "decision_ts": _ts(decision.decision_ts),
+            "bundle_id": bundle.bundle_id,
+            "ticker": o.ticker,
+            "side": o.side,
+            "qty": o.qty,
+            "est_price": o.price,
+        }
+        if options.dry_run:
+            journal.order(**base, status="dry_run")
+            continue
+        if options.kill_switch is not None and Path(options.kill_switch).exists():
+            journal.order(**base, status="blocked", message="kill switch")
+            journal.event(
+                "kill_switch", f"kill switch appeared mid-cycle: {o.client_order_id} not sent", "warning"
+            )
+            result.status = "kill_switch"
+            continue
+        journal.order(**base, status="submitted")
+        try:
+            placed = broker.submit(OrderRequest(o.ticker, o.side, o.qty, o.client_order_id))  # type: ignore[arg-type]
+        except OrderRejected as err:
+            journal.order(**base, status="rejected", message=str(err))
+            journal.event("rejected", str(err), "warning")
+            result.messages.append(str(err))
+            continue
+        except BrokerError as err:
+            journal.order(**base, status="error", message=str(err))
+            journal.event("error", str(err), "error")
+            raise
+        result.submitted.append(placed)
+        journal.order(
+            **base,
+            status=placed.status,
+            broker_order_id=placed.id,
+            filled_qty=placed.filled_qty,
+            filled_avg_price=placed.filled_avg_price,
+        )
+        if placed.filled_qty > 0:
+            journal.fill(
+                client_order_id=o.client_order_id,
+                ticker=o.ticker,
+                side=o.side,
+                filled_qty=placed.filled_qty,
+                filled_avg_price=placed.filled_avg_price,
+                status=placed.status,
+            )
+        sign = 1.0 if o.side == "buy" else -1.0
+        filled[o.ticker] = filled.get(o.ticker, 0.0) + sign * placed.filled_qty
+    _snapshot(journal, broker, bundle, decision, account, filled, reconcile=not options.dry_run)
+    return result
+
+
+def _snapshot(
+    journal: Journal,
+    broker: Broker,
+    bundle: Bundle,
+    decision: Decision,
+    account: Account,
+    filled: dict[str, float],
+    *,
+    reconcile: bool,
+) -> None:
+    """Positions after the cycle vs what our fills imply, and a P&L row."""
+    ts = _ts(decision.decision_ts)
+    if not reconcile:
+        journal.pnl(decision_ts=ts, equity=account.equity, cash=account.cash, last_equity=account.last_equity)
+        return
+    after = broker.positions()
+    acct = broker.account()
+    for i, ticker in enumerate(bundle.tickers):
+        expected = float(decision.qty[i] + filled.get(ticker, 0.0))
+        pos = after.get(ticker)
+        qty = pos.qty if pos else 0.0
+        journal.position(
+            decision_ts=ts,
+            ticker=ticker,
+            qty=qty,
+            market_value=pos.market_value if pos else 0.0,
+            expected_qty=expected,
+        )
+        if abs(qty - expected) > 1e-6:
+            journal.event(
+                "reconcile", f"{ticker}: broker holds {qty:g}, our fills imply {expected:g}", "warning"
+            )
+    journal.pnl(decision_ts=ts, equity=acct.equity, cash=acct.cash, last_equity=acct.last_equity)
+
+
+def run_paper(
+    bundle: Bundle,
+    broker: Broker,
+    journal: Journal,
+    options: PaperOptions,
+    *,
+    once: bool = False,
+    sleep: Callable[[float], None] = time.sleep,
+    max_cycles: int | None = None,
+) -> list[CycleResult]:
+    """Cycle once per decision interval during market hours (``once``: a single cycle)."""
+    from data.calendar import INTERVAL_MINUTES
+
+    period = max(60.0, bundle.decision_interval * (INTERVAL_MINUTES[bundle.interval] or 390) * 60.0)
+    results: list[CycleResult] = []
+    while True:
+        started = time.monotonic()
+        try:
+            result = run_cycle(bundle, broker, journal, options)
+        except PodracerError as err:
+            journal.event("error", str(err), "error")
+            if once:
+                raise
+            log.error("cycle failed: %s", err)
+            result = CycleResult(status="error", messages=[str(err)])
+        results.append(result)
+        if once or (max_cycles is not None and len(results) >= max_cycles):
+            return results
+        wait = period - (time.monotonic() - started)
+        if result.status == "closed":
+            try:
+                clock = broker.clock()
+                wait = max(60.0, min(3600.0, (clock.next_open - clock.timestamp).total_seconds()))
+            except BrokerError:
+                wait = 300.0
+        sleep(max(1.0, wait))
+
+
+def now_utc() -> datetime:
+    return datetime.now(UTC)
