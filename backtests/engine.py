@@ -1,0 +1,407 @@
+"""The backtest engine: policies and baselines over a window, through the training env's own ``step``.
+
+Every strategy starts with the same cash at the window's first bar (``reset(..., start=0)``) and runs
+to the window's end. Decisions are deterministic; a decision taken on bar ``t`` (observation of bars
+``<= t``) fills at bar ``t + 1``'s open with slippage and costs and is held to the close of bar
+``t + decision_interval``, the next decision bar (the env's timing, see ``envs.trading``).
+
+Row ``k`` of every output is decision ``k``: taken on bar ``t_k = k * decision_interval``, marked to
+market at the close of bar ``t_{k+1}``; ``timestamps[k]`` is the start time of that bar. There are
+``K = (T - 1) // decision_interval`` decisions in a window of ``T`` bars.
+
+Strategies:
+
+- policies: any callables ``policy(obs) -> action`` (or objects with ``act(obs, deterministic=True)``)
+  in the env's action space; they run as rows of one batched env, each called on its own rows;
+- ``"buy_and_hold"``: equal weight of the universe bought with the first decision and then held (no
+  rebalancing): the env runs it in ``"shares"`` mode, buying whole shares at bar 1's open, and the held
+  shares are then marked to market at every later decision bar (what the env's ``step`` does with a
+  zero action, without the per-step call; a test checks the two agree);
+- ``"index"``: buy-and-hold of an index ETF (the first of :data:`INDEX_TICKERS` in the universe; skipped
+  when there is none), the same way;
+- ``"cash"``: never trades.
+
+A strategy whose value falls under the env's termination floor is stopped there: from then on its
+equity stays at the value it had when it terminated, with no positions and no trades.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from backtests import metrics as m
+from data.errors import DataError, PodracerError
+from data.market import MarketData
+
+#: Index ETFs used for the ``"index"`` baseline, in order of preference.
+INDEX_TICKERS: tuple[str, ...] = ("QQQ", "SPY")
+#: Every baseline name ``run_backtest`` understands.
+BASELINES: tuple[str, ...] = ("buy_and_hold", "index", "cash")
+DEFAULT_BASELINES: tuple[str, ...] = ("buy_and_hold", "cash", "index")
+
+if TYPE_CHECKING:
+    from envs.trading import EnvParams
+else:
+    EnvParams = Any
+
+Policy = Callable[[Tensor], Tensor]
+
+
+@dataclass(frozen=True)
+class BacktestResult:
+    """Per-decision outputs of every strategy over one window (host tensors)."""
+
+    names: tuple[str, ...]  # S strategy names: policies first, then baselines
+    tickers: tuple[str, ...]  # A
+    timestamps: np.ndarray  # (K,) datetime64[ns] UTC start of the bar each row is marked at
+    session_dates: np.ndarray  # (K,) datetime64[D] session date (US/Eastern) of each row
+    equity: Tensor  # (K, S) float64 portfolio value in $ after each decision's holding period
+    returns: Tensor  # (K, S) float64 simple return of each decision step (first one vs initial cash)
+    weights: Tensor  # (K, S, A) float32 position weights at the mark
+    costs: Tensor  # (K, S) float64 costs paid ($, commission + slippage) by each decision's trades
+    turnover: Tensor  # (K, S) float64 traded notional / portfolio value before the trade
+    trades: Tensor  # (K, S, A) float32 signed traded notional per asset at the fill price ($, + = buy)
+    trade_costs: Tensor  # (K, S, A) float32 cost of each asset's trade ($, commission + slippage)
+    initial_value: float
+    decision_interval: int
+    interval: str
+    start_timestamp: np.datetime64  # start of the window's first bar (the first decision bar)
+    terminated_at: tuple[int, ...]  # (S,) decision row at which each strategy was stopped, -1 if never
+
+    @property
+    def num_steps(self) -> int:
+        return int(self.equity.shape[0])
+
+    def index(self, name: str) -> int:
+        """Column of strategy ``name``."""
+        try:
+            return self.names.index(name)
+        except ValueError:
+            raise PodracerError(
+                f"no strategy named {name!r} in the backtest ({', '.join(self.names)})"
+            ) from None
+
+    def daily_returns(self) -> tuple[np.ndarray, Tensor]:
+        """Session dates ``(D,)`` and daily returns ``(D, S)``: close-to-close of the last mark each day
+        (the first day against the initial cash), i.e. the decision returns compounded by day."""
+        return np.unique(self.session_dates), m.aggregate_by_day(self.returns, _day_codes(self.session_dates))
+
+    def date_range(self) -> tuple[str, str]:
+        """First and last session dates covered, ISO strings."""
+        if self.num_steps == 0:
+            raise PodracerError("empty backtest")
+        first = np.datetime64(self.start_timestamp, "D")
+        return str(first), str(self.session_dates[-1])
+
+    def summary(self, annualization: float = 252.0) -> dict[str, Tensor]:
+        """Headline metrics on daily returns (``backtests.metrics.summary``), one value per strategy."""
+        _, daily = self.daily_returns()
+        return m.summary(
+            daily,
+            step_turnover=self.turnover,
+            step_costs=self.costs,
+            weights=self.weights,
+            initial_value=self.initial_value,
+            annualization=annualization,
+        )
+
+
+def _day_codes(dates: np.ndarray) -> np.ndarray:
+    return dates.astype("datetime64[D]").astype(np.int64)
+
+
+def _call(policy: Any, obs: Tensor) -> Tensor:
+    if hasattr(policy, "act"):
+        return policy.act(obs, deterministic=True)
+    return policy(obs)
+
+
+def _trading():
+    # Imported lazily so that metrics/selection stay usable without the env module.
+    from envs import trading
+
+    return trading
+
+
+def _long_horizon(params: EnvParams, num_decisions: int) -> Any:
+    """The env params with episodes long enough that the window never truncates."""
+    return dataclasses.replace(params, episode_len=max(int(params.episode_len), num_decisions + 1))
+
+
+def num_decisions(num_bars: int, decision_interval: int) -> int:
+    """How many decisions fit in a window of ``num_bars`` bars (each needs its fill and mark bars)."""
+    return max(0, (num_bars - 1) // int(decision_interval))
+
+
+def run_backtest(
+    market: MarketData,
+    params: EnvParams,
+    policies: Mapping[str, Policy] | None = None,
+    *,
+    baselines: Sequence[str] = DEFAULT_BASELINES,
+    device: str | torch.device | None = None,
+    seed: int = 0,
+) -> BacktestResult:
+    """Run every policy and baseline over the whole ``market`` window; see the module docstring."""
+    policies = dict(policies or {})
+    unknown = [b for b in baselines if b not in BASELINES]
+    if unknown:
+        raise PodracerError(f"unknown baseline(s) {', '.join(unknown)}; choose from {', '.join(BASELINES)}")
+    clash = [n for n in policies if n in BASELINES or n.startswith("index_")]
+    if clash:
+        raise PodracerError(f"policy name(s) {', '.join(clash)} clash with baseline names")
+    device = torch.device(device) if device is not None else market.device
+    market = market.to(device)
+    interval = int(params.decision_interval)
+    k_steps = num_decisions(market.num_steps, interval)
+    if k_steps < 1:
+        raise DataError(
+            f"window of {market.num_steps} bars is too short for one decision every {interval} bars"
+        )
+    params = _long_horizon(params, k_steps)
+
+    groups: list[_Run] = []
+    if policies:
+        groups.append(_run_policies(market, params, policies, k_steps, seed))
+    static = _static_baselines(market, baselines)
+    if static:
+        groups.append(_run_static(market, params, static, k_steps, seed))
+
+    cat = lambda key: torch.cat([getattr(g, key) for g in groups], dim=1)  # noqa: E731
+    equity = cat("equity")
+    prev = torch.cat([torch.full_like(equity[:1], float(params.initial_cash)), equity[:-1]], dim=0)
+    mark_bars = (np.arange(1, k_steps + 1) * interval).astype(np.int64)
+    dates = market.session_dates()
+    return BacktestResult(
+        names=tuple(n for g in groups for n in g.names),
+        tickers=tuple(market.tickers),
+        timestamps=np.asarray(market.timestamps)[mark_bars],
+        session_dates=dates[mark_bars],
+        equity=equity,
+        returns=equity / prev - 1.0,
+        weights=cat("weights"),
+        costs=cat("costs"),
+        turnover=cat("turnover"),
+        trades=cat("trades"),
+        trade_costs=cat("trade_costs"),
+        initial_value=float(params.initial_cash),
+        decision_interval=interval,
+        interval=market.interval,
+        start_timestamp=np.asarray(market.timestamps)[0],
+        terminated_at=tuple(t for g in groups for t in g.terminated_at),
+    )
+
+
+@dataclass
+class _Run:
+    names: list[str]
+    equity: Tensor  # (K, N) float64
+    weights: Tensor  # (K, N, A) float32
+    costs: Tensor  # (K, N) float64
+    turnover: Tensor  # (K, N) float64
+    trades: Tensor  # (K, N, A) float32
+    trade_costs: Tensor  # (K, N, A) float32
+    terminated_at: list[int]
+
+
+def _trade_accounting(
+    market: MarketData, params: EnvParams, shares_traded: Tensor, k_steps: int
+) -> tuple[Tensor, Tensor]:
+    """Signed notional ``(K, N, A)`` at the fill price and per-asset cost (commission + slippage).
+
+    Recomputed from the env's ``shares_traded`` and its fill rule (bar ``t + 1``'s open, buys at
+    ``open * (1 + s)``, sells at ``open * (1 - s)``, commission ``cost_rate`` of the fill notional),
+    vectorized over the whole run instead of one extra op per step.
+    """
+    interval = int(params.decision_interval)
+    fill_bars = torch.arange(k_steps, device=shares_traded.device) * interval + 1
+    px_open = market.open.index_select(0, fill_bars).to(torch.float64).unsqueeze(1)  # (K, 1, A)
+    slip = float(params.slippage_bps) * 1e-4
+    fill = px_open * (1.0 + slip * torch.sign(shares_traded))
+    notional = shares_traded * fill
+    cost = float(params.cost_rate) * notional.abs() + shares_traded.abs() * px_open * slip
+    return notional, cost
+
+
+def _run_policies(
+    market: MarketData, params: EnvParams, policies: Mapping[str, Policy], k_steps: int, seed: int
+) -> _Run:
+    trading = _trading()
+    names = list(policies)
+    callables = [policies[n] for n in names]
+    n = len(names)
+    state, obs = trading.reset(market, params, n, torch.Generator().manual_seed(seed), start=0)
+    values, traded_notional, shares_traded, weights, terminated = [], [], [], [], []
+    # The loop only calls the policy and the env and keeps references to the env's outputs (one
+    # clone per step for the weights); all accounting is vectorized afterwards.
+    with torch.inference_mode():
+        for _ in range(k_steps):
+            if n == 1:
+                action = _call(callables[0], obs)
+            else:
+                action = torch.cat([_call(p, obs[i : i + 1]) for i, p in enumerate(callables)], dim=0)
+            state, obs, _, term, _, info = trading.step(market, params, state, action)
+            values.append(info["value"])
+            traded_notional.append(info["traded_notional"])
+            shares_traded.append(info["shares_traded"])
+            # final_obs is the pre-reset observation at the mark bar (== obs when nobody is done).
+            weights.append(_weights_of(info["final_obs"], market))
+            terminated.append(term)
+        value = torch.stack(values).to(torch.float64)  # (K, N)
+        term = torch.stack(terminated)  # (K, N)
+        # A terminated strategy is stopped: its value stays at the terminal mark, nothing after counts.
+        ever = torch.cumsum(term.to(torch.int64), dim=0) > 0
+        dead = torch.cat([torch.zeros_like(ever[:1]), ever[:-1]], dim=0)  # (K, N): stopped before row k
+        rows = torch.arange(k_steps, device=value.device).unsqueeze(1).expand(k_steps, n)
+        last_alive = torch.where(dead, -1, rows).cummax(dim=0).values
+        equity = value.gather(0, last_alive.clamp(min=0))
+        prev = torch.cat([torch.full_like(equity[:1], float(params.initial_cash)), equity[:-1]], dim=0)
+        traded = torch.stack(traded_notional).to(torch.float64).masked_fill(dead, 0.0)
+        shares = torch.stack(shares_traded).to(torch.float64).masked_fill(dead.unsqueeze(-1), 0.0)
+        notional, trade_costs = _trade_accounting(market, params, shares, k_steps)
+        w = torch.stack(weights).masked_fill(dead.unsqueeze(-1), 0.0)
+        first_term = torch.where(term, rows, k_steps).amin(dim=0)
+    return _Run(
+        names=names,
+        equity=equity.cpu(),
+        weights=w.to(torch.float32).cpu(),
+        costs=trade_costs.sum(dim=-1).cpu(),
+        turnover=(traded / prev).cpu(),
+        trades=notional.to(torch.float32).cpu(),
+        trade_costs=trade_costs.to(torch.float32).cpu(),
+        terminated_at=[int(v) if int(v) < k_steps else -1 for v in first_term.cpu()],
+    )
+
+
+def _static_baselines(market: MarketData, baselines: Sequence[str]) -> list[tuple[str, Tensor]]:
+    """``(name, target weights (A,))`` of every baseline that buys once and then holds."""
+    out: list[tuple[str, Tensor]] = []
+    num_assets = market.num_assets
+    for name in baselines:
+        if name == "buy_and_hold":
+            out.append((name, torch.full((num_assets,), 1.0 / num_assets)))
+        elif name == "cash":
+            out.append((name, torch.zeros(num_assets)))
+        elif name == "index":
+            ticker = next((t for t in INDEX_TICKERS if t in market.tickers), None)
+            if ticker is not None:
+                w = torch.zeros(num_assets)
+                w[market.tickers.index(ticker)] = 1.0
+                out.append((f"index_{ticker}", w))
+    return out
+
+
+def _run_static(
+    market: MarketData,
+    params: EnvParams,
+    static: list[tuple[str, Tensor]],
+    k_steps: int,
+    seed: int,
+    *,
+    through_env: bool = False,
+) -> _Run:
+    """Buy the target weights with the first decision, then hold the shares to the end.
+
+    The buy is the env's ``"weights"`` fill (fractional shares, at bar 1's open, with slippage and
+    costs). Holding is a ``"shares"``-mode step with a zero action, which trades nothing and marks
+    ``cash + shares @ close``; by default that mark is computed for all decision bars at once
+    (``through_env=True`` steps the env instead; the tests check both agree).
+    """
+    trading = _trading()
+    names = [s[0] for s in static]
+    n = len(names)
+    device = market.device
+    interval = int(params.decision_interval)
+    buy_params = dataclasses.replace(params, action_mode="weights")
+    hold_params = dataclasses.replace(params, action_mode="shares")
+    with torch.inference_mode():
+        state, _ = trading.reset(market, buy_params, n, torch.Generator().manual_seed(seed), start=0)
+        target = torch.stack([s[1] for s in static]).to(device=device, dtype=torch.float32)
+        state, _, _, _, _, info = trading.step(market, buy_params, state, target)
+        first_value = info["value"].to(torch.float64)
+        bought = info["shares_traded"].to(torch.float64)  # (N, A)
+        first_traded = info["traded_notional"].to(torch.float64)
+        if through_env:
+            values, weights = [first_value], [_weights_of(info["final_obs"], market)]
+            zero = torch.zeros(n, market.num_assets, device=device)
+            for _ in range(1, k_steps):
+                state, _, _, _, _, info = trading.step(market, hold_params, state, zero)
+                values.append(info["value"].to(torch.float64))
+                weights.append(_weights_of(info["final_obs"], market))
+            equity = torch.stack(values)
+            w = torch.stack(weights)
+        else:
+            mark_bars = torch.arange(1, k_steps + 1, device=device) * interval  # (K,)
+            close = market.close.index_select(0, mark_bars).to(torch.float64)  # (K, A)
+            held = close.unsqueeze(1) * state.shares.unsqueeze(0)  # (K, N, A)
+            equity = state.cash.unsqueeze(0) + held.sum(dim=-1)  # (K, N)
+            equity[0] = first_value  # the env's own first mark
+            w = (held / equity.unsqueeze(-1).clamp(min=1e-12)).to(torch.float32)
+        shares = torch.zeros(k_steps, n, market.num_assets, dtype=torch.float64, device=device)
+        shares[0] = bought
+        notional, trade_costs = _trade_accounting(market, params, shares, k_steps)
+        turnover = torch.zeros(k_steps, n, dtype=torch.float64, device=device)
+        turnover[0] = first_traded / float(params.initial_cash)
+    return _Run(
+        names=names,
+        equity=equity.cpu(),
+        weights=w.to(torch.float32).cpu(),
+        costs=trade_costs.sum(dim=-1).cpu(),
+        turnover=turnover.cpu(),
+        trades=notional.to(torch.float32).cpu(),
+        trade_costs=trade_costs.to(torch.float32).cpu(),
+        terminated_at=[-1] * n,
+    )
+
+
+def _weights_of(obs: Tensor, market: MarketData) -> Tensor:
+    """Position weights ``(N, A)`` from observations (see ``envs.trading.split_obs``)."""
+    return obs[:, 2:].reshape(obs.shape[0], market.num_assets, 1 + market.num_features)[..., 0].clone()
+
+
+def evaluate(
+    market: MarketData,
+    params: EnvParams,
+    policies: Mapping[str, Policy],
+    device: str | torch.device | None = None,
+    *,
+    baselines: Sequence[str] = (),
+) -> BacktestResult:
+    """Score policies on a window (the tournament's updater): :func:`run_backtest` without baselines."""
+    return run_backtest(market, params, policies, baselines=baselines, device=device)
+
+
+FITNESS_KINDS: tuple[str, ...] = ("sharpe", "return", "calmar")
+
+
+def fitness(
+    result: BacktestResult,
+    kind: str = "sharpe",
+    *,
+    annualization: float = 252.0,
+    nan_value: float = -math.inf,
+) -> Tensor:
+    """One fitness per strategy ``(S,)`` from daily returns, higher is better.
+
+    ``"sharpe"``: annualized Sharpe ratio; ``"return"``: total compounded return; ``"calmar"``: Calmar
+    ratio. Undefined values (a flat equity curve has no Sharpe ratio) become ``nan_value``, so that
+    sorting ranks them last.
+    """
+    _, daily = result.daily_returns()
+    if kind == "sharpe":
+        out = m.sharpe_ratio(daily, annualization=annualization)
+    elif kind == "return":
+        out = m.cum_returns_final(daily)
+    elif kind == "calmar":
+        out = m.calmar_ratio(daily, annualization=annualization)
+    else:
+        raise PodracerError(f"unknown fitness {kind!r}; choose from {', '.join(FITNESS_KINDS)}")
+    return torch.where(torch.isnan(out), torch.full_like(out, nan_value), out)

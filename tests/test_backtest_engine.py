@@ -1,0 +1,228 @@
+"""backtests.engine: hand-checked fills and costs, buy-and-hold, batching, termination, fitness."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from backtests import engine
+from backtests import metrics as m
+from data.errors import DataError, PodracerError
+from data.market import MarketData
+from data.toy import toy_market
+from envs.trading import EnvParams
+
+
+def _market(open_, close, tickers=("AAA", "BBB"), bars_per_session=390) -> MarketData:
+    """A tiny MarketData from explicit (T, A) open/close prices."""
+    open_t = torch.tensor(open_, dtype=torch.float32)
+    close_t = torch.tensor(close, dtype=torch.float32)
+    steps, assets = close_t.shape
+    minute = np.arange(steps) % bars_per_session
+    day = np.arange(steps) // bars_per_session
+    timestamps = np.datetime64("2024-01-02T14:30", "ns") + (day * 86_400 + minute * 60).astype(
+        "timedelta64[s]"
+    )
+    return MarketData(
+        tickers=tuple(tickers),
+        timestamps=timestamps.astype("datetime64[ns]"),
+        open=open_t,
+        high=torch.maximum(open_t, close_t),
+        low=torch.minimum(open_t, close_t),
+        close=close_t,
+        volume=torch.ones(steps, assets),
+        features=torch.zeros(steps, assets, 1),
+        feature_names=("f0",),
+        session_id=torch.as_tensor(day, dtype=torch.int64),
+        time_of_day=torch.as_tensor((minute + 1) / bars_per_session, dtype=torch.float32),
+    )
+
+
+class Script:
+    """A policy that plays a fixed list of weight vectors and records what it saw."""
+
+    def __init__(self, actions):
+        self.actions = [torch.tensor(a, dtype=torch.float32) for a in actions]
+        self.seen: list[torch.Tensor] = []
+
+    def __call__(self, obs):
+        self.seen.append(obs.clone())
+        return self.actions[len(self.seen) - 1].expand(obs.shape[0], -1)
+
+
+def test_hand_checked_two_assets_five_bars():
+    # Bars 0..4. Decision k is taken on bar k, fills at bar k+1's open, is marked at bar k+1's close.
+    open_ = [[10, 20], [10, 20], [11, 19], [12, 20], [12, 21]]
+    close = [[10, 20], [11, 19], [12, 20], [11, 21], [12, 22]]
+    params = EnvParams(initial_cash=1000.0, cost_rate=0.01, slippage_bps=100.0, decision_interval=1)
+    policy = Script([[0.5, 0.5], [0.0, 0.0], [1.0, 0.0], [1.0, 0.0]])
+    res = engine.run_backtest(_market(open_, close), params, {"p": policy}, baselines=())
+
+    # d0: $500 each at bar 1's open; buys pay 1% slippage and 1% commission, so the env scales the
+    # order by 1 / (1.01 * 1.01) to fit the $1000. Marked at bar 1's close (11, 19).
+    scale = 1.0 / (1.01 * 1.01)
+    a0, b0 = 50.0 * scale, 25.0 * scale
+    e0 = a0 * 11 + b0 * 19
+    commission0 = 0.01 * (a0 * 10 * 1.01 + b0 * 20 * 1.01)
+    slippage0 = 0.01 * (a0 * 10 + b0 * 20)
+    # d1: sell everything at bar 2's open (11, 19), receiving 99% of the price less 1% commission.
+    gross1 = a0 * 11 + b0 * 19
+    e1 = gross1 * 0.99 * 0.99
+    cost1 = 0.01 * gross1 * 0.99 + 0.01 * gross1
+    # d2: all of it into AAA at bar 3's open (12), marked at bar 3's close (11).
+    a2 = e1 / (12 * 1.01 * 1.01)
+    e2 = a2 * 11
+    cost2 = 0.01 * a2 * 12 * 1.01 + 0.01 * a2 * 12
+    # d3: same target, nothing to trade; marked at bar 4's close (12).
+    e3 = a2 * 12
+    expected = torch.tensor([e0, e1, e2, e3], dtype=torch.float64)
+
+    torch.testing.assert_close(res.equity[:, 0], expected, rtol=1e-12, atol=1e-9)
+    torch.testing.assert_close(
+        res.costs[:, 0],
+        torch.tensor([commission0 + slippage0, cost1, cost2, 0.0], dtype=torch.float64),
+        rtol=1e-9,
+        atol=1e-9,
+    )
+    torch.testing.assert_close(
+        res.returns[:, 0], expected / torch.cat([torch.tensor([1000.0]), expected[:-1]]) - 1
+    )
+    # Signed notional at the fill price: buys at open * 1.01, sells at open * 0.99.
+    assert res.trades[0, 0].tolist() == pytest.approx([a0 * 10.1, b0 * 20.2], rel=1e-6)
+    assert res.trades[1, 0].tolist() == pytest.approx([-a0 * 10.89, -b0 * 18.81], rel=1e-6)
+    assert float(res.trades[3, 0].abs().max()) < 1e-6
+    # Weights at the marks; turnover = traded notional / value before the trade.
+    assert res.weights[0, 0].tolist() == pytest.approx([a0 * 11 / e0, b0 * 19 / e0], rel=1e-6)
+    assert res.weights[1, 0].tolist() == [0.0, 0.0]
+    assert res.turnover[1, 0].item() == pytest.approx(gross1 * 0.99 / e0, rel=1e-9)
+    # Decisions were taken on bars 0..3: the observation's time of day is that of the decision bar.
+    seen_tod = [float(o[0, 1]) for o in policy.seen]
+    assert seen_tod == pytest.approx([(b + 1) / 390 for b in range(4)])
+    assert list(res.timestamps) == list(_market(open_, close).timestamps[1:5])
+
+
+def test_buy_and_hold_is_the_equal_weight_price_relative_net_of_initial_costs(toy):
+    params = EnvParams(decision_interval=15, cost_rate=0.002, slippage_bps=1.0)
+    res = engine.run_backtest(toy, params, baselines=("buy_and_hold", "cash"))
+    col = res.index("buy_and_hold")
+    last_bar = engine.num_decisions(toy.num_steps, 15) * 15
+    relative = (toy.close[last_bar].double() / toy.open[1].double()).mean()
+    expected = 1e6 * relative / ((1 + 1e-4) * (1 + 0.002))
+    assert res.equity[-1, col].item() == pytest.approx(expected.item(), rel=1e-10)
+    # Only the first decision trades; cash stays flat and never pays anything.
+    assert float(res.costs[1:, col].abs().sum()) == 0.0
+    assert float(res.trades[1:, col].abs().sum()) == 0.0
+    assert res.costs[0, col].item() == pytest.approx(
+        1e6 / (1.0001 * 1.002) * (0.002 * 1.0001 + 1e-4), rel=1e-9
+    )
+    cash = res.index("cash")
+    assert torch.all(res.equity[:, cash] == 1e6)
+    # Weights drift with prices (no rebalancing): they are the held shares' share of value.
+    assert float(res.weights[0, col].sum()) == pytest.approx(1.0, abs=1e-6)
+    assert float((res.weights[-1, col] - res.weights[0, col]).abs().max()) > 1e-5
+
+
+def test_static_baselines_match_stepping_the_env(toy):
+    params = engine._long_horizon(EnvParams(decision_interval=7), 200)
+    static = engine._static_baselines(toy, ("buy_and_hold", "cash"))
+    k = engine.num_decisions(toy.num_steps, 7)
+    fast = engine._run_static(toy, params, static, k, 0)
+    slow = engine._run_static(toy, params, static, k, 0, through_env=True)
+    torch.testing.assert_close(fast.equity, slow.equity, rtol=1e-12, atol=1e-6)
+    torch.testing.assert_close(fast.weights, slow.weights, rtol=1e-5, atol=1e-6)
+
+
+def test_policies_are_batched_independently(toy):
+    params = EnvParams(decision_interval=10)
+    first = lambda obs: torch.tensor([[1.0, 0, 0, 0]]).expand(obs.shape[0], -1)  # noqa: E731
+    second = lambda obs: torch.tensor([[0, 0, 0.5, 0.5]]).expand(obs.shape[0], -1)  # noqa: E731
+    both = engine.run_backtest(toy, params, {"a": first, "b": second}, baselines=())
+    alone_a = engine.run_backtest(toy, params, {"a": first}, baselines=())
+    alone_b = engine.run_backtest(toy, params, {"b": second}, baselines=())
+    torch.testing.assert_close(both.equity[:, 0], alone_a.equity[:, 0])
+    torch.testing.assert_close(both.equity[:, 1], alone_b.equity[:, 0])
+    assert both.names == ("a", "b")
+    # A constant-weight policy rebalances: it trades a little after its first decision.
+    assert float(both.costs[1:, 1].sum()) > 0
+
+
+def test_objects_with_act_are_called_deterministically(toy):
+    class Agent:
+        calls: list[bool] = []
+
+        def act(self, obs, deterministic=False):
+            self.calls.append(deterministic)
+            return torch.zeros(obs.shape[0], toy.num_assets)
+
+    agent = Agent()
+    engine.run_backtest(toy, EnvParams(decision_interval=100), {"agent": agent}, baselines=())
+    assert agent.calls and all(agent.calls)
+
+
+def test_terminated_strategy_is_stopped_at_its_terminal_value():
+    # AAA collapses by 95% on bar 2; the all-in strategy falls under the 10% floor and stops there.
+    open_ = [[100, 50]] * 2 + [[5, 50]] * 6
+    close = [[100, 50], [100, 50]] + [[5, 50]] * 6
+    params = EnvParams(initial_cash=1000.0, cost_rate=0.0, slippage_bps=0.0, decision_interval=1)
+    all_in = lambda obs: torch.tensor([[1.0, 0.0]]).expand(obs.shape[0], -1)  # noqa: E731
+    res = engine.run_backtest(_market(open_, close), params, {"all_in": all_in}, baselines=("cash",))
+    col = res.index("all_in")
+    assert res.terminated_at == (1, -1)
+    assert res.equity[1, col].item() == pytest.approx(50.0)
+    assert torch.all(res.equity[1:, col] == res.equity[1, col])
+    assert float(res.weights[2:, col].abs().sum()) == 0.0
+    assert float(res.costs[2:, col].abs().sum()) == 0.0
+
+
+def test_index_baseline_when_an_index_etf_is_present():
+    base = toy_market(200, 3, 2, seed=1)
+    market = MarketData(**{**base.__dict__, "tickers": ("AAA", "QQQ", "BBB")})
+    res = engine.run_backtest(market, EnvParams(decision_interval=10))
+    assert res.names == ("buy_and_hold", "cash", "index_QQQ")
+    col = res.index("index_QQQ")
+    assert float(res.weights[0, col, 1]) == pytest.approx(1.0, abs=1e-6)
+    # Without one the baseline is skipped.
+    assert "index_QQQ" not in engine.run_backtest(base, EnvParams(decision_interval=10)).names
+
+
+def test_daily_returns_compound_the_decision_returns(toy):
+    res = engine.run_backtest(toy, EnvParams(decision_interval=30), baselines=("buy_and_hold",))
+    dates, daily = res.daily_returns()
+    assert len(dates) == daily.shape[0] == 2
+    # Day 1 ends at its last mark; day 2's return is measured from there to the last mark.
+    last_day1 = int(np.flatnonzero(res.session_dates == dates[0])[-1])
+    assert daily[0, 0].item() == pytest.approx(res.equity[last_day1, 0].item() / 1e6 - 1, rel=1e-12)
+    assert daily[1, 0].item() == pytest.approx(
+        res.equity[-1, 0].item() / res.equity[last_day1, 0].item() - 1, rel=1e-9
+    )
+    assert res.date_range() == ("2024-01-02", "2024-01-03")
+    summary = res.summary()
+    assert tuple(summary) == m.SUMMARY_METRICS
+
+
+def test_fitness_ranks_and_maps_undefined_to_minus_inf(toy):
+    long_best = lambda obs: torch.full((obs.shape[0], toy.num_assets), 1.0 / toy.num_assets)  # noqa: E731
+    res = engine.evaluate(
+        toy, EnvParams(decision_interval=15), {"pod": long_best}, "cpu", baselines=("cash",)
+    )
+    fit = engine.fitness(res, "sharpe")
+    assert fit.shape == (2,)
+    assert math.isfinite(fit[0].item()) and fit[1].item() == -math.inf
+    assert engine.fitness(res, "return")[1].item() == 0.0
+    with pytest.raises(PodracerError, match="unknown fitness"):
+        engine.fitness(res, "sortino")
+
+
+def test_bad_inputs_are_one_line_errors(toy):
+    with pytest.raises(DataError, match="too short"):
+        engine.run_backtest(toy.slice(0, 10), EnvParams(decision_interval=15))
+    with pytest.raises(PodracerError, match="unknown baseline"):
+        engine.run_backtest(toy, EnvParams(), baselines=("momentum",))
+    with pytest.raises(PodracerError, match="clash"):
+        engine.run_backtest(toy, EnvParams(), {"cash": lambda o: o})
+    nan_policy = lambda obs: torch.full((obs.shape[0], toy.num_assets), float("nan"))  # noqa: E731
+    with pytest.raises(PodracerError, match="NaN"):
+        engine.run_backtest(toy, EnvParams(decision_interval=100), {"bad": nan_policy}, baselines=())
