@@ -1,0 +1,333 @@
+"""Read the artifacts other stages write, without Streamlit.
+
+Every reader takes a path and returns plain data (dicts, DataFrames), or raises:
+- ``ArtifactMissing``: the artifact has not been written yet; the page shows an empty state that
+  says which command writes it;
+- ``ArtifactCorrupt``: the file exists but cannot be read; the page shows an error naming the file.
+
+The dashboard only ever reads: nothing here writes, locks or migrates a file. Readers of other
+stages' stores (tournament leaderboard, nightly registry, paper journal) are imported lazily, so
+the dashboard works, with an empty state, in a build where those stages are absent.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from data.errors import PodracerError
+
+BACKTEST_DIR = "backtest"
+RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+# Columns each backtest parquet must carry (ARCHITECTURE.md, backtests/).
+EQUITY_COLUMNS = ("timestamp",)
+POSITIONS_COLUMNS = ("timestamp", "strategy", "ticker", "weight")
+TRADES_COLUMNS = ("timestamp", "strategy", "ticker", "notional", "cost")
+DAILY_COLUMNS = ("date",)
+CURVE_STEP_COLUMN = "env_steps"
+# Per-strategy keys of metrics.json (ARCHITECTURE.md): floats or null.
+STRATEGY_METRICS = frozenset(
+    {
+        "cum_returns_final",
+        "annual_return",
+        "annual_volatility",
+        "sharpe_ratio",
+        "sortino_ratio",
+        "max_drawdown",
+        "calmar_ratio",
+        "turnover",
+        "costs_paid",
+        "exposure",
+        "hit_rate",
+        "probabilistic_sharpe_ratio",
+        "deflated_sharpe_ratio",
+    }
+)
+
+
+class ArtifactMissing(PodracerError):
+    """An artifact not written yet: shown as an empty state, not as an error."""
+
+
+class ArtifactCorrupt(PodracerError):
+    """An artifact that exists but cannot be parsed."""
+
+
+@dataclass(frozen=True)
+class TournamentData:
+    """The tournament's leaderboard store, as the tournament's read helpers return it."""
+
+    leaderboard: pd.DataFrame  # top-K entries, best first
+    events: pd.DataFrame  # the event log, oldest first
+    pods: pd.DataFrame  # every pod tried, with its parent
+
+
+# --------------------------------------------------------------------------- runs
+
+
+def runs_root(home: Path) -> Path:
+    return Path(home) / "runs"
+
+
+def list_runs(home: Path) -> list[str]:
+    """Run ids under ``<home>/runs``, newest first (by modification time, then name)."""
+    root = runs_root(home)
+    if not root.is_dir():
+        return []
+    runs = [p for p in root.iterdir() if p.is_dir() and RUN_NAME.match(p.name)]
+    runs.sort(key=lambda p: (-p.stat().st_mtime_ns, p.name))
+    return [p.name for p in runs]
+
+
+def run_path(home: Path, run: str) -> Path:
+    """The directory of run ``run``; a name that could escape ``runs/`` is refused."""
+    if not RUN_NAME.match(run or ""):
+        raise ArtifactMissing(f"invalid run id {run!r}")
+    path = runs_root(home) / run
+    if not path.is_dir():
+        raise ArtifactMissing(f"no run {run!r} under {runs_root(home)}")
+    return path
+
+
+def read_run_info(run_dir: Path) -> dict[str, Any]:
+    """``<run>/run.json`` (ids, seeds, windows, pods tried), or ``{}`` when absent."""
+    path = Path(run_dir) / "run.json"
+    if not path.is_file():
+        return {}
+    data = _read_json(path)
+    if not isinstance(data, dict):
+        raise ArtifactCorrupt(f"{path}: expected a JSON object")
+    return data
+
+
+# --------------------------------------------------------------------------- backtest
+
+
+def backtest_dir(run_dir: Path) -> Path:
+    return Path(run_dir) / BACKTEST_DIR
+
+
+def read_metrics(run_dir: Path) -> dict[str, Any]:
+    """``<run>/backtest/metrics.json``, validated: ``strategies`` maps names to metric dicts."""
+    path = backtest_dir(run_dir) / "metrics.json"
+    if not path.is_file():
+        raise ArtifactMissing(f"no backtest yet: run `podracer backtest {Path(run_dir).name}`")
+    data = _read_json(path)
+    strategies = data.get("strategies") if isinstance(data, dict) else None
+    if not isinstance(strategies, dict) or not strategies:
+        raise ArtifactCorrupt(f"{path}: no 'strategies' object (is it a podracer metrics.json?)")
+    clean: dict[str, dict[str, Any]] = {}
+    for name, values in strategies.items():
+        if not isinstance(values, dict):
+            raise ArtifactCorrupt(f"{path}: strategy {name!r} is not an object")
+        # The metrics the dashboard shows must be numbers; extra keys a later backtest may add
+        # (labels, nested details) are kept as they are.
+        clean[str(name)] = {
+            str(k): _as_float(v, path, f"{name}.{k}") if k in STRATEGY_METRICS else v
+            for k, v in values.items()
+        }
+    return {**data, "strategies": clean}
+
+
+def read_equity(run_dir: Path) -> pd.DataFrame:
+    """Equity in dollars: a UTC ``DatetimeIndex`` named timestamp, one float column per strategy."""
+    frame = _read_parquet(backtest_dir(run_dir) / "equity.parquet", EQUITY_COLUMNS, run_dir)
+    frame["timestamp"] = _utc(frame["timestamp"])
+    frame = frame.sort_values("timestamp").set_index("timestamp")
+    return frame.astype("float64")
+
+
+def read_positions(run_dir: Path) -> pd.DataFrame:
+    """Long-format weights: ``timestamp, strategy, ticker, weight``."""
+    frame = _read_parquet(backtest_dir(run_dir) / "positions.parquet", POSITIONS_COLUMNS, run_dir)
+    frame["timestamp"] = _utc(frame["timestamp"])
+    frame["weight"] = frame["weight"].astype("float64")
+    return frame.sort_values(["timestamp", "strategy", "ticker"], kind="stable").reset_index(drop=True)
+
+
+def read_trades(run_dir: Path) -> pd.DataFrame:
+    """Trades: ``timestamp, strategy, ticker, notional, cost``, oldest first."""
+    frame = _read_parquet(backtest_dir(run_dir) / "trades.parquet", TRADES_COLUMNS, run_dir)
+    frame["timestamp"] = _utc(frame["timestamp"])
+    for col in ("notional", "cost"):
+        frame[col] = frame[col].astype("float64")
+    return frame.sort_values("timestamp", kind="stable").reset_index(drop=True)
+
+
+def read_daily_returns(run_dir: Path) -> pd.DataFrame:
+    """Daily returns: a ``DatetimeIndex`` named date (naive, session dates), one column per strategy."""
+    frame = _read_parquet(backtest_dir(run_dir) / "daily_returns.parquet", DAILY_COLUMNS, run_dir)
+    dates = pd.to_datetime(frame["date"])
+    if getattr(dates.dt, "tz", None) is not None:
+        dates = dates.dt.tz_convert("UTC").dt.tz_localize(None)
+    frame["date"] = dates.dt.normalize()
+    return frame.sort_values("date").set_index("date").astype("float64")
+
+
+def tearsheet_path(run_dir: Path) -> Path | None:
+    path = backtest_dir(run_dir) / "tearsheet.png"
+    return path if path.is_file() else None
+
+
+# --------------------------------------------------------------------------- training curves
+
+
+def list_pods(run_dir: Path) -> list[str]:
+    """Pods with a ``curve.parquet`` under ``<run>/pods/``, sorted by name."""
+    root = Path(run_dir) / "pods"
+    if not root.is_dir():
+        return []
+    return sorted(p.name for p in root.iterdir() if (p / "curve.parquet").is_file())
+
+
+def read_curves(run_dir: Path) -> dict[str, pd.DataFrame]:
+    """Learning curves per pod (``env_steps`` plus metric columns), sorted by env steps."""
+    pods = list_pods(run_dir)
+    if not pods:
+        raise ArtifactMissing(
+            f"no training curves in run {Path(run_dir).name!r}: "
+            "run `podracer train` (or `podracer train --tournament`)"
+        )
+    curves: dict[str, pd.DataFrame] = {}
+    for pod in pods:
+        path = Path(run_dir) / "pods" / pod / "curve.parquet"
+        frame = _read_parquet(path, (CURVE_STEP_COLUMN,), run_dir)
+        curves[pod] = frame.sort_values(CURVE_STEP_COLUMN).reset_index(drop=True)
+    return curves
+
+
+# --------------------------------------------------------------------------- other stages
+
+
+def read_tournament(run_dir: Path) -> TournamentData:
+    """The run's leaderboard store via ``agents.tournament.leaderboard``'s read helpers."""
+    if not (Path(run_dir) / "leaderboard.sqlite").is_file():
+        raise ArtifactMissing(
+            f"no tournament in run {Path(run_dir).name!r}: "
+            "run `podracer train --tournament` to train a population of pods"
+        )
+    try:
+        from agents.tournament import leaderboard as lb
+    except ImportError as err:
+        raise ArtifactMissing(f"the tournament module is not available in this build ({err})") from err
+    try:
+        return TournamentData(
+            leaderboard=_frame(lb.read_leaderboard(run_dir)),
+            events=_frame(lb.read_events(run_dir)),
+            pods=_frame(lb.read_pods(run_dir)),
+        )
+    except PodracerError:
+        raise
+    except Exception as err:  # noqa: BLE001 - any reader failure becomes one line on the page
+        raise ArtifactCorrupt(f"{Path(run_dir) / 'leaderboard.sqlite'}: {_one_line(err)}") from err
+
+
+def read_nightly(home: Path) -> tuple[pd.DataFrame, dict[str, Any] | None]:
+    """Promotion decisions (oldest first) and the current champion, via ``app.registry``."""
+    if not (Path(home) / "registry.sqlite").is_file():
+        raise ArtifactMissing(
+            "no nightly retrain yet: run `podracer retrain --config FILE` "
+            "(or schedule it with `podracer schedule run`)"
+        )
+    try:
+        from app import registry
+    except ImportError as err:
+        raise ArtifactMissing(f"the nightly registry module is not available in this build ({err})") from err
+    try:
+        decisions = _frame(registry.read_decisions(home))
+        champion = registry.current_champion(home)
+    except PodracerError:
+        raise
+    except Exception as err:  # noqa: BLE001 - any reader failure becomes one line on the page
+        raise ArtifactCorrupt(f"{Path(home) / 'registry.sqlite'}: {_one_line(err)}") from err
+    return decisions, (dict(champion) if champion else None)
+
+
+def read_paper(home: Path) -> dict[str, pd.DataFrame]:
+    """Paper-trading journal tables (orders, fills, positions, decisions, pnl) via ``app.journal``."""
+    if not (Path(home) / "paper" / "journal.sqlite").is_file():
+        raise ArtifactMissing(
+            "no paper trading yet: export a bundle (`podracer export RUN`) then run `podracer paper`"
+        )
+    try:
+        from app import journal
+    except ImportError as err:
+        raise ArtifactMissing(
+            f"the paper-trading journal module is not available in this build ({err})"
+        ) from err
+    try:
+        tables = journal.read_journal(home)
+    except PodracerError:
+        raise
+    except Exception as err:  # noqa: BLE001 - any reader failure becomes one line on the page
+        raise ArtifactCorrupt(f"{Path(home) / 'paper' / 'journal.sqlite'}: {_one_line(err)}") from err
+    return {str(name): _frame(table) for name, table in dict(tables).items()}
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ArtifactCorrupt(
+            f"{path} is corrupt: {err.msg} at line {err.lineno} column {err.colno}"
+        ) from err
+    except (OSError, UnicodeDecodeError) as err:
+        raise ArtifactCorrupt(f"{path} cannot be read: {_one_line(err)}") from err
+
+
+def _read_parquet(path: Path, required: tuple[str, ...], run_dir: Path) -> pd.DataFrame:
+    if not path.is_file():
+        kind = "training curve" if path.name == "curve.parquet" else "backtest"
+        raise ArtifactMissing(
+            f"no {path.name} in run {Path(run_dir).name!r}: "
+            + (f"run `podracer backtest {Path(run_dir).name}`" if kind == "backtest" else "train the pod")
+        )
+    try:
+        frame = pd.read_parquet(path)
+    except Exception as err:  # noqa: BLE001 - pyarrow raises several types for a torn file
+        raise ArtifactCorrupt(f"{path} is corrupt: {_one_line(err)}") from err
+    missing = [c for c in required if c not in frame.columns]
+    if missing:
+        raise ArtifactCorrupt(f"{path}: missing column(s) {', '.join(missing)}")
+    return frame
+
+
+def _utc(col: pd.Series) -> pd.Series:
+    stamps = pd.to_datetime(col)
+    if stamps.dt.tz is None:
+        return stamps.dt.tz_localize("UTC")
+    return stamps.dt.tz_convert("UTC")
+
+
+def _as_float(value: Any, path: Path, where: str) -> float | None:
+    """A metric value: a finite float, or None for null/NaN (the backtest writes null for 'undefined')."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ArtifactCorrupt(f"{path}: {where} is {value!r}, expected a number or null")
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def _frame(rows: Any) -> pd.DataFrame:
+    """Accept what a read helper returns: a DataFrame, a list of dicts, or None."""
+    if rows is None:
+        return pd.DataFrame()
+    if isinstance(rows, pd.DataFrame):
+        return rows.copy()
+    return pd.DataFrame(list(rows))
+
+
+def _one_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0]}" if text else type(err).__name__

@@ -1,0 +1,267 @@
+"""Plotly figures for the dashboard pages, and the downsampling that keeps them fast.
+
+Pure functions: DataFrames in, ``plotly.graph_objects.Figure`` out (no Streamlit). A year of minute
+bars is ~98k points per line; the browser draws ~2k per line just as well, so every long series is
+downsampled first: LTTB for lines (keeps the visual shape), min/max per bucket for the underwater
+chart (keeps the worst drawdown exactly).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from app.dashboard.views import strategy_label
+
+MAX_POINTS = 2000
+MAX_AREA_TICKERS = 12
+
+_COLORS = {"champion": "#1f77b4", "buy_and_hold": "#ff7f0e", "cash": "#7f7f7f"}
+# Title top-left, legend top-right on the same line, so neither hides the other.
+_LAYOUT = dict(
+    margin=dict(l=10, r=10, t=50, b=10),
+    title_x=0.0,
+    title_y=0.97,
+    title_yanchor="top",
+    legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="right", x=1),
+    hovermode="x unified",
+    height=360,
+)
+
+
+# --------------------------------------------------------------------------- downsampling
+
+
+def lttb_indices(x: np.ndarray, y: np.ndarray, n_out: int) -> np.ndarray:
+    """Largest-Triangle-Three-Buckets: indices of ``n_out`` points that keep the line's shape.
+
+    The first and last points are always kept. NaNs in ``y`` are treated as 0 for the selection
+    only (the caller plots the original values at the chosen indices).
+    """
+    n = len(y)
+    if n_out >= n or n_out < 3:
+        return np.arange(n)
+    x = np.asarray(x, dtype="float64")
+    y = np.nan_to_num(np.asarray(y, dtype="float64"))
+    # Interior points 1..n-2 split into n_out-2 buckets; bucket i is [edges[i], edges[i+1]).
+    edges = (np.arange(n_out - 1) * ((n - 2) / (n_out - 2))).astype(np.int64) + 1
+    edges[-1] = n - 1
+    out = np.empty(n_out, dtype=np.int64)
+    out[0], out[-1] = 0, n - 1
+    prev = 0
+    for i in range(n_out - 2):
+        lo, hi = edges[i], edges[i + 1]
+        # The third vertex of the triangle: the mean of the next bucket (the last point at the end).
+        nlo, nhi = (edges[i + 1], edges[i + 2]) if i + 2 < len(edges) else (n - 1, n)
+        ax, ay = x[nlo:nhi].mean(), y[nlo:nhi].mean()
+        px, py = x[prev], y[prev]
+        area = np.abs((px - ax) * (y[lo:hi] - py) - (px - x[lo:hi]) * (ay - py))
+        prev = lo + int(np.argmax(area))
+        out[i + 1] = prev
+    return out
+
+
+def minmax_indices(y: np.ndarray, n_out: int) -> np.ndarray:
+    """Indices of the min and max of each of ``n_out // 2`` buckets (sorted, first/last kept)."""
+    n = len(y)
+    if n_out >= n or n_out < 4:
+        return np.arange(n)
+    y = np.asarray(y, dtype="float64")
+    buckets = n_out // 2
+    size = -(-n // buckets)
+    padded = np.full(buckets * size, np.nan)
+    padded[:n] = y
+    grid = padded.reshape(buckets, size)
+    # All-NaN padding rows cannot occur except at the tail; nan-aware arg functions need a value.
+    filled_lo = np.where(np.isnan(grid), np.inf, grid)
+    filled_hi = np.where(np.isnan(grid), -np.inf, grid)
+    base = np.arange(buckets) * size
+    idx = np.concatenate([base + filled_lo.argmin(axis=1), base + filled_hi.argmax(axis=1), [0, n - 1]])
+    return np.unique(np.clip(idx, 0, n - 1))
+
+
+def downsample(series: pd.Series, max_points: int = MAX_POINTS, method: str = "lttb") -> pd.Series:
+    """``series`` thinned to about ``max_points`` points (unchanged when already short)."""
+    if len(series) <= max_points:
+        return series
+    if method == "minmax":
+        idx = minmax_indices(series.to_numpy(), max_points)
+    else:
+        idx = lttb_indices(_x_numeric(series.index), series.to_numpy(), max_points)
+    return series.iloc[idx]
+
+
+def _x_numeric(index: pd.Index) -> np.ndarray:
+    if isinstance(index, pd.DatetimeIndex):
+        return index.asi8.astype("float64")
+    return np.asarray(index, dtype="float64")
+
+
+# --------------------------------------------------------------------------- overview
+
+
+def equity_figure(equity: pd.DataFrame, max_points: int = MAX_POINTS) -> go.Figure:
+    """Equity in dollars per strategy (champion first)."""
+    fig = go.Figure()
+    for name in _ordered(equity.columns):
+        line = downsample(equity[name].dropna(), max_points)
+        fig.add_trace(
+            go.Scatter(
+                x=line.index,
+                y=line.to_numpy(),
+                name=strategy_label(name),
+                mode="lines",
+                line=dict(color=_COLORS.get(name), width=2.2 if name == "champion" else 1.4),
+            )
+        )
+    fig.update_layout(title="Equity vs benchmark", yaxis_title="equity ($)", **_LAYOUT)
+    return fig
+
+
+def underwater_figure(drawdowns: pd.DataFrame, max_points: int = MAX_POINTS) -> go.Figure:
+    """Drawdown from the running peak, per strategy, as filled areas below zero."""
+    fig = go.Figure()
+    for name in _ordered(drawdowns.columns):
+        if name == "cash":
+            continue
+        line = downsample(drawdowns[name].dropna(), max_points, method="minmax")
+        fig.add_trace(
+            go.Scatter(
+                x=line.index,
+                y=line.to_numpy(),
+                name=strategy_label(name),
+                mode="lines",
+                fill="tozeroy",
+                line=dict(color=_COLORS.get(name), width=1),
+            )
+        )
+    fig.update_layout(title="Underwater (drawdown from peak)", yaxis_tickformat=".1%", **_LAYOUT)
+    return fig
+
+
+def monthly_heatmap(table: pd.DataFrame, title: str = "Monthly returns") -> go.Figure:
+    """Year x month heatmap of returns, red below zero, green above, values printed in cells."""
+    z = table.to_numpy(dtype="float64")
+    text = [[("" if np.isnan(v) else f"{v * 100:.1f}%") for v in row] for row in z]
+    fig = go.Figure(
+        go.Heatmap(
+            z=z,
+            x=list(table.columns),
+            y=[str(y) for y in table.index],
+            text=text,
+            texttemplate="%{text}",
+            colorscale="RdYlGn",
+            zmid=0.0,
+            hovertemplate="%{y} %{x}: %{text}<extra></extra>",
+            colorbar=dict(tickformat=".0%"),
+        )
+    )
+    layout = {**_LAYOUT, "height": max(180, 60 + 40 * len(table)), "hovermode": "closest"}
+    fig.update_layout(title=title, yaxis_autorange="reversed", **layout)
+    return fig
+
+
+# --------------------------------------------------------------------------- positions and costs
+
+
+def weights_area(wide: pd.DataFrame, max_tickers: int = MAX_AREA_TICKERS) -> go.Figure:
+    """Stacked weights over time; tickers beyond the ``max_tickers`` largest summed into 'other'."""
+    if wide.shape[1] > max_tickers:
+        keep = list(wide.columns[:max_tickers])
+        wide = wide[keep].assign(other=wide.drop(columns=keep).sum(axis=1))
+    fig = go.Figure()
+    for ticker in wide.columns:
+        fig.add_trace(
+            go.Scatter(
+                x=wide.index,
+                y=wide[ticker].to_numpy(),
+                name=str(ticker),
+                mode="lines",
+                stackgroup="weights",
+                line=dict(width=0.5),
+            )
+        )
+    fig.update_layout(title="Portfolio weights (rest is cash)", yaxis_tickformat=".0%", **_LAYOUT)
+    return fig
+
+
+def cumulative_costs_figure(trades: pd.DataFrame, max_points: int = MAX_POINTS) -> go.Figure:
+    """Cumulative transaction costs paid per strategy."""
+    fig = go.Figure()
+    for name, rows in trades.groupby("strategy", sort=False):
+        cum = rows.set_index("timestamp")["cost"].cumsum()
+        line = downsample(cum, max_points)
+        fig.add_trace(
+            go.Scatter(
+                x=line.index,
+                y=line.to_numpy(),
+                name=strategy_label(str(name)),
+                mode="lines",
+                line=dict(color=_COLORS.get(str(name))),
+            )
+        )
+    fig.update_layout(title="Cumulative costs paid", yaxis_title="$", **_LAYOUT)
+    return fig
+
+
+# --------------------------------------------------------------------------- tournament / training
+
+
+def fitness_figure(history: pd.DataFrame) -> go.Figure:
+    """Each pod's validation scores over time, plus the best score so far."""
+    fig = go.Figure()
+    for pod, rows in history.groupby("pod", sort=False):
+        fig.add_trace(go.Scatter(x=rows["time"], y=rows["score"], name=str(pod), mode="lines+markers"))
+    if not history.empty:
+        best = history["score"].cummax()
+        fig.add_trace(
+            go.Scatter(
+                x=history["time"],
+                y=best,
+                name="best so far",
+                mode="lines",
+                line=dict(color="black", dash="dot"),
+            )
+        )
+    fig.update_layout(
+        title="Fitness over time per pod", yaxis_title="score", **{**_LAYOUT, "hovermode": "closest"}
+    )
+    return fig
+
+
+def learning_curves_figure(
+    curves: dict[str, pd.DataFrame], metric: str, max_points: int = MAX_POINTS
+) -> go.Figure:
+    """``metric`` against env steps, one line per pod."""
+    fig = go.Figure()
+    for pod, frame in curves.items():
+        if metric not in frame.columns:
+            continue
+        series = frame.set_index("env_steps")[metric].dropna()
+        line = downsample(series, max_points)
+        fig.add_trace(go.Scatter(x=line.index, y=line.to_numpy(), name=pod, mode="lines"))
+    fig.update_layout(title=metric, xaxis_title="env steps", **{**_LAYOUT, "hovermode": "closest"})
+    return fig
+
+
+def line_figure(
+    frame: pd.DataFrame, x: str, ys: list[str], title: str, yformat: str | None = None
+) -> go.Figure:
+    """A generic multi-line chart (nightly scores, paper P&L)."""
+    fig = go.Figure()
+    for col in ys:
+        series = frame.set_index(x)[col].dropna()
+        line = downsample(series, MAX_POINTS) if not isinstance(series.index, pd.MultiIndex) else series
+        fig.add_trace(go.Scatter(x=line.index, y=line.to_numpy(), name=col, mode="lines+markers"))
+    fig.update_layout(title=title, **_LAYOUT)
+    if yformat:
+        fig.update_yaxes(tickformat=yformat)
+    return fig
+
+
+def _ordered(columns: pd.Index) -> list[str]:
+    """Champion first, then the benchmark, then the rest in file order."""
+    names = [str(c) for c in columns]
+    head = [n for n in ("champion", "buy_and_hold") if n in names]
+    return head + [n for n in names if n not in head]

@@ -1,0 +1,151 @@
+"""The dashboard's only Streamlit-cached module: artifact readers keyed on the files' signatures.
+
+Each loader takes the path plus a signature (modification time and size of the files it reads),
+so a cache entry is reused across reruns and sessions while the files are unchanged, and a new
+backtest or a fresh leaderboard row shows up on the next rerun without a server restart. Readers
+that raise (missing or corrupt artifacts) are not cached by Streamlit, so a fixed file is picked
+up at once. (The signature parameter is deliberately not underscore-prefixed: Streamlit leaves
+``_``-prefixed arguments out of the cache key.)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from app.dashboard import artifacts
+
+# Entries kept per loader; a handful of runs is what a person flips between.
+_MAX_ENTRIES = 16
+
+
+def signature(*paths: Path) -> tuple[tuple[str, int, int], ...]:
+    """(path, mtime_ns, size) of each existing path; SQLite WAL side files included."""
+    sig = []
+    for path in paths:
+        for candidate in (Path(path), Path(f"{path}-wal")):
+            try:
+                stat = candidate.stat()
+            except OSError:
+                continue
+            sig.append((str(candidate), stat.st_mtime_ns, stat.st_size))
+    return tuple(sig)
+
+
+def _backtest_sig(run_dir: Path, name: str) -> tuple[tuple[str, int, int], ...]:
+    return signature(artifacts.backtest_dir(run_dir) / name)
+
+
+# --------------------------------------------------------------------------- runs
+
+
+@st.cache_data(ttl=5, show_spinner=False)
+def list_runs(home: str) -> list[str]:
+    """Runs under the home, newest first; a short TTL so new runs appear without a restart."""
+    return artifacts.list_runs(Path(home))
+
+
+# --------------------------------------------------------------------------- backtest
+
+
+def metrics(run_dir: Path) -> dict[str, Any]:
+    return _metrics(str(run_dir), _backtest_sig(run_dir, "metrics.json"))
+
+
+@st.cache_data(max_entries=_MAX_ENTRIES, show_spinner=False)
+def _metrics(run_dir: str, sig: tuple) -> dict[str, Any]:
+    return artifacts.read_metrics(Path(run_dir))
+
+
+def equity(run_dir: Path) -> pd.DataFrame:
+    return _equity(str(run_dir), _backtest_sig(run_dir, "equity.parquet"))
+
+
+@st.cache_data(max_entries=_MAX_ENTRIES, show_spinner=False)
+def _equity(run_dir: str, sig: tuple) -> pd.DataFrame:
+    return artifacts.read_equity(Path(run_dir))
+
+
+def daily_returns(run_dir: Path) -> pd.DataFrame:
+    return _daily_returns(str(run_dir), _backtest_sig(run_dir, "daily_returns.parquet"))
+
+
+@st.cache_data(max_entries=_MAX_ENTRIES, show_spinner=False)
+def _daily_returns(run_dir: str, sig: tuple) -> pd.DataFrame:
+    return artifacts.read_daily_returns(Path(run_dir))
+
+
+def positions(run_dir: Path) -> pd.DataFrame:
+    return _positions(str(run_dir), _backtest_sig(run_dir, "positions.parquet"))
+
+
+@st.cache_data(max_entries=_MAX_ENTRIES, show_spinner=False)
+def _positions(run_dir: str, sig: tuple) -> pd.DataFrame:
+    return artifacts.read_positions(Path(run_dir))
+
+
+def trades(run_dir: Path) -> pd.DataFrame:
+    return _trades(str(run_dir), _backtest_sig(run_dir, "trades.parquet"))
+
+
+@st.cache_data(max_entries=_MAX_ENTRIES, show_spinner=False)
+def _trades(run_dir: str, sig: tuple) -> pd.DataFrame:
+    return artifacts.read_trades(Path(run_dir))
+
+
+# --------------------------------------------------------------------------- training / tournament
+
+
+def curves(run_dir: Path) -> dict[str, pd.DataFrame]:
+    pods_root = Path(run_dir) / "pods"
+    files = [pods_root / pod / "curve.parquet" for pod in artifacts.list_pods(run_dir)]
+    return _curves(str(run_dir), signature(*files))
+
+
+@st.cache_data(max_entries=_MAX_ENTRIES, show_spinner=False)
+def _curves(run_dir: str, sig: tuple) -> dict[str, pd.DataFrame]:
+    return artifacts.read_curves(Path(run_dir))
+
+
+def tournament(run_dir: Path) -> artifacts.TournamentData:
+    return _tournament(str(run_dir), signature(Path(run_dir) / "leaderboard.sqlite"))
+
+
+@st.cache_data(max_entries=_MAX_ENTRIES, show_spinner=False)
+def _tournament(run_dir: str, sig: tuple) -> artifacts.TournamentData:
+    return artifacts.read_tournament(Path(run_dir))
+
+
+def run_info(run_dir: Path) -> dict[str, Any]:
+    return _run_info(str(run_dir), signature(Path(run_dir) / "run.json"))
+
+
+@st.cache_data(max_entries=_MAX_ENTRIES, show_spinner=False)
+def _run_info(run_dir: str, sig: tuple) -> dict[str, Any]:
+    return artifacts.read_run_info(Path(run_dir))
+
+
+# --------------------------------------------------------------------------- home-level stores
+
+
+def nightly(home: Path) -> tuple[pd.DataFrame, dict[str, Any] | None]:
+    return _nightly(str(home), signature(Path(home) / "registry.sqlite", Path(home) / "champion.json"))
+
+
+@st.cache_data(max_entries=4, show_spinner=False)
+def _nightly(home: str, sig: tuple) -> tuple[pd.DataFrame, dict[str, Any] | None]:
+    return artifacts.read_nightly(Path(home))
+
+
+def paper(home: Path) -> dict[str, pd.DataFrame]:
+    return _paper(str(home), signature(Path(home) / "paper" / "journal.sqlite"))
+
+
+# The journal changes every decision interval during market hours: a short TTL on top of the
+# file signature (the WAL may grow without the main file changing size).
+@st.cache_data(max_entries=4, ttl=10, show_spinner=False)
+def _paper(home: str, sig: tuple) -> dict[str, pd.DataFrame]:
+    return artifacts.read_paper(Path(home))

@@ -1,0 +1,56 @@
+"""Nightly: the champion history and every promotion decision of ``podracer retrain``."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from app.dashboard import charts, loaders, ui, views
+
+st.title("Nightly retraining")
+
+with ui.guard("nightly"):
+    decisions, champion = loaders.nightly(ui.home())
+
+    st.subheader("Current champion")
+    if champion:
+        cols = st.columns(4)
+        cols[0].metric("Run", str(champion.get("run_id", "?")), border=True)
+        cols[1].metric("Promoted", str(champion.get("promoted_at", "?"))[:19].replace("T", " "), border=True)
+        cols[2].metric(
+            str(champion.get("fitness") or "fitness"),
+            views.format_metric(champion.get("fitness_value"), "ratio"),
+            border=True,
+        )
+        cols[3].metric("Bundle", "yes" if champion.get("bundle") else "none", border=True)
+        with st.expander("Champion record"):
+            st.json(champion, expanded=True)
+    else:
+        st.info("no champion yet: the first successful nightly retrain promotes one")
+
+    st.subheader("Decisions")
+    if decisions.empty:
+        st.info("no decisions recorded yet")
+    else:
+        verdict_col = views.first_column(decisions, "verdict", "decision")
+        if verdict_col:
+            counts = decisions[verdict_col].astype(str).value_counts()
+            cols = st.columns(max(1, len(counts)))
+            for col, (name, count) in zip(cols, counts.items(), strict=True):
+                col.metric(str(name).capitalize(), int(count), border=True)
+        time_col = views.first_column(decisions, "decided_at", "time", "created_at", "timestamp")
+        score_cols = [c for c in ("challenger_fitness", "champion_fitness") if c in decisions.columns]
+        if time_col and score_cols and decisions[score_cols].notna().any().any():
+            frame = decisions.assign(
+                **{time_col: pd.to_datetime(decisions[time_col], utc=True, errors="coerce")}
+            )
+            ui.plot(
+                charts.line_figure(frame, time_col, score_cols, "Challenger vs champion fitness"),
+                key="nightly",
+            )
+        if verdict_col:
+            promoted = decisions[decisions[verdict_col].astype(str) == "promoted"]
+            st.caption(f"Champion history: {len(promoted)} promotion(s)")
+            st.dataframe(views.tidy_table(promoted.iloc[::-1]), hide_index=True)
+        st.caption("Every decision, newest first")
+        st.dataframe(views.tidy_table(decisions.iloc[::-1]), hide_index=True)

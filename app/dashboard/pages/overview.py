@@ -1,0 +1,48 @@
+"""Overview: the champion against buy-and-hold on the held-out window."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from app.dashboard import artifacts, charts, loaders, ui, views
+
+st.title("Overview")
+run_dir = ui.require_run()
+
+metrics = None
+with ui.guard("metrics"):
+    metrics = loaders.metrics(run_dir)
+
+if metrics is not None:
+    st.caption(f"run `{run_dir.name}` · {views.window_caption(metrics)}")
+    champion = views.champion_name(metrics)
+    bench = views.benchmark_name(metrics)
+    if champion is not None:
+        st.subheader(views.strategy_label(champion))
+        ui.show_cards(views.metric_cards(metrics, champion, versus=bench))
+    if bench is not None:
+        st.subheader(f"{views.strategy_label(bench)} (benchmark)")
+        ui.show_cards(views.metric_cards(metrics, bench))
+    with st.expander("All strategies and metrics"):
+        # st.table, not st.dataframe: the static table needs no extra 1 MB grid bundle, which
+        # would otherwise compete with plotly's bundle on the first render.
+        st.table(views.comparison_table(metrics))
+
+with ui.guard("equity"):
+    equity = loaders.equity(run_dir)
+    left, right = st.columns(2)
+    with left:
+        ui.plot(charts.equity_figure(equity), key="equity")
+    with right:
+        ui.plot(charts.underwater_figure(views.drawdown(equity)), key="underwater")
+
+with ui.guard("returns"):
+    daily = loaders.daily_returns(run_dir)
+    name = "champion" if "champion" in daily.columns else daily.columns[0]
+    table = views.monthly_returns(daily[name])
+    ui.plot(charts.monthly_heatmap(table, f"Monthly returns: {views.strategy_label(name)}"), key="monthly")
+
+tearsheet = artifacts.tearsheet_path(run_dir) if metrics is not None else None
+if tearsheet is not None:
+    with st.expander("pyfolio tear sheet"):
+        st.image(str(tearsheet))

@@ -1,0 +1,39 @@
+"""Positions & trades: the weights each strategy held, the trades it made and what they cost."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from app.dashboard import charts, loaders, ui, views
+
+st.title("Positions & trades")
+run_dir = ui.require_run()
+
+with ui.guard("positions"):
+    positions = loaders.positions(run_dir)
+    strategies = sorted(positions["strategy"].unique(), key=lambda s: (s != "champion", s))
+    if not strategies:
+        st.info("positions.parquet is empty")
+    else:
+        strategy = st.selectbox(
+            "Strategy", strategies, format_func=views.strategy_label, key="positions_strategy"
+        )
+        wide = views.weights_wide(positions, strategy)
+        ui.plot(charts.weights_area(wide), key="weights")
+        last = positions[positions["timestamp"] == positions["timestamp"].max()]
+        last = last[(last["strategy"] == strategy) & (last["weight"] != 0)]
+        st.caption(f"Holdings at the last bar ({positions['timestamp'].max():%Y-%m-%d %H:%M} UTC)")
+        st.dataframe(last[["ticker", "weight"]].sort_values("weight", ascending=False), hide_index=True)
+
+with ui.guard("trades"):
+    trades = loaders.trades(run_dir)
+    st.subheader("Costs")
+    st.dataframe(views.cost_summary(trades).rename(index=views.strategy_label))
+    if not trades.empty:
+        ui.plot(charts.cumulative_costs_figure(trades), key="costs")
+        names = sorted(trades["strategy"].unique(), key=lambda s: (s != "champion", s))
+        chosen = st.selectbox("Trades of", names, format_func=views.strategy_label, key="trades_strategy")
+        st.subheader("Trades (most recent first)")
+        st.dataframe(views.trades_table(trades, chosen), hide_index=True)
+        with st.expander("Costs by ticker"):
+            st.dataframe(views.costs_by_ticker(trades, chosen))

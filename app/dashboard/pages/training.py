@@ -1,0 +1,28 @@
+"""Training: learning curves of every pod of the run (``<run>/pods/<pod>/curve.parquet``)."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from app.dashboard import charts, loaders, ui, views
+
+st.title("Training")
+run_dir = ui.require_run()
+
+with ui.guard("curves"):
+    curves = loaders.curves(run_dir)
+    metric_names = views.curve_metrics(curves)
+    if not metric_names:
+        st.info("the curves have no metric columns yet")
+    else:
+        pods = st.multiselect("Pods", list(curves), default=list(curves)[:20], key="training_pods")
+        default = [m for m in metric_names if m.startswith(("eval/", "charts/episodic_return"))][
+            :2
+        ] or metric_names[:1]
+        chosen = st.multiselect("Metrics", metric_names, default=default, key="training_metrics")
+        selected = {p: curves[p] for p in pods}
+        cols = st.columns(2)
+        for i, metric in enumerate(chosen):
+            with cols[i % 2]:
+                ui.plot(charts.learning_curves_figure(selected, metric), key=f"curve-{metric}")
+        st.caption(f"{len(curves)} pod(s) with curves · {len(metric_names)} metric(s)")

@@ -1,0 +1,133 @@
+"""Streamlit glue shared by the pages: the home and run being viewed, empty states, error guard.
+
+Environment (set by ``podracer dashboard``): ``PODRACER_HOME`` the home directory,
+``PODRACER_DASHBOARD_RUN`` the run to open first (default: the newest).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import streamlit as st
+
+from app.dashboard import artifacts, loaders, views
+from data.errors import PodracerError
+
+HOME_ENV = "PODRACER_HOME"
+RUN_ENV = "PODRACER_DASHBOARD_RUN"
+DEFAULT_HOME = "./podracer-home"
+RUN_KEY = "run"
+_PICKER_KEY = "run_picker"
+
+
+def resolve_home() -> Path:
+    """The home directory the dashboard reads (absolute)."""
+    return Path(os.environ.get(HOME_ENV) or DEFAULT_HOME).expanduser().resolve()
+
+
+def home() -> Path:
+    return Path(st.session_state.get("home") or resolve_home())
+
+
+def run_picker(home_dir: Path) -> str | None:
+    """Sidebar select box of the runs under the home; returns the chosen run id (or None).
+
+    The choice is kept under a plain session key (not the widget's key): Streamlit drops a widget's
+    state on a page change when the widget is not part of that run, and the run must survive it.
+    """
+    st.session_state["home"] = str(home_dir)
+    runs = loaders.list_runs(str(home_dir))
+    st.sidebar.caption(f"home: `{home_dir}`")
+    if not runs:
+        st.session_state[RUN_KEY] = None
+        st.sidebar.info("No runs yet.")
+        return None
+    wanted = os.environ.get(RUN_ENV)
+    current = st.session_state.get(RUN_KEY)
+    if current not in runs:
+        if wanted and wanted not in runs:
+            st.sidebar.warning(f"run {wanted!r} not found; showing the newest run")
+        # First visit, or the selected run was deleted: the requested run, else the newest.
+        current = wanted if wanted in runs else runs[0]
+        st.session_state[RUN_KEY] = current
+
+    def _remember() -> None:
+        st.session_state[RUN_KEY] = st.session_state[_PICKER_KEY]
+
+    st.sidebar.selectbox(
+        "Run",
+        runs,
+        index=runs.index(current),
+        key=_PICKER_KEY,
+        on_change=_remember,
+        help="Runs under <home>/runs, newest first.",
+    )
+    return st.session_state[RUN_KEY]
+
+
+def require_run() -> Path:
+    """The selected run's directory; without one, an empty state and the page stops here."""
+    run = st.session_state.get(RUN_KEY)
+    home_dir = home()
+    if not run:
+        st.info(
+            f"No runs under `{home_dir / 'runs'}` yet. Create one with `podracer demo`, "
+            "`podracer train` or `podracer train --tournament`, then reload."
+        )
+        st.stop()
+    try:
+        return artifacts.run_path(home_dir, run)
+    except PodracerError as err:
+        st.warning(str(err))
+        st.stop()
+    raise AssertionError("unreachable")  # st.stop() raises
+
+
+@contextlib.contextmanager
+def guard(what: str = "") -> Iterator[None]:
+    """Show artifact problems as one message instead of a traceback; the rest of the page goes on.
+
+    Missing artifacts are an info box (an empty state, with the command that creates them),
+    corrupt ones an error box naming the file, and anything unexpected one error line.
+    Streamlit's own stop/rerun signals derive from BaseException and pass through.
+    """
+    try:
+        yield
+    except artifacts.ArtifactMissing as err:
+        st.info(str(err))
+    except PodracerError as err:
+        st.error(str(err))
+    except Exception as err:  # noqa: BLE001 - a page must never show a traceback
+        prefix = f"{what}: " if what else ""
+        first = (str(err).strip().splitlines() or [""])[0]
+        st.error(f"{prefix}could not render ({type(err).__name__}: {first})")
+
+
+# Eight cards share a row: a smaller value font keeps "-12.34%" from being cut to "-12.…".
+_CARD_CSS = """<style>
+[data-testid="stMetricValue"] { font-size: 1.55rem; }
+[data-testid="stMetricLabel"] p { font-size: 0.8rem; }
+</style>"""
+
+
+def show_cards(cards: list[views.Card], per_row: int = 8) -> None:
+    """A row of ``st.metric`` cards."""
+    st.html(_CARD_CSS)
+    for start in range(0, len(cards), per_row):
+        cols = st.columns(per_row)
+        for col, card in zip(cols, cards[start : start + per_row], strict=False):
+            col.metric(
+                card.label,
+                card.value,
+                delta=card.delta,
+                delta_color=card.delta_color,
+                help=card.help,
+                border=True,
+            )
+
+
+def plot(fig, key: str | None = None) -> None:  # noqa: ANN001 - a plotly Figure
+    st.plotly_chart(fig, key=key, config={"displaylogo": False})

@@ -1,0 +1,219 @@
+"""Build podracer homes for the dashboard tests from synthetic data.
+
+``write_backtest`` writes ``<run>/backtest/`` in the schema of ARCHITECTURE.md (backtests/): a
+random-walk minute-bar market, a champion that follows a noisy momentum rule, buy-and-hold and
+cash, their equity, weights, trades (with costs) and daily returns, and a metrics.json computed
+from those daily returns. Also usable by hand:
+``python tests/dashboard_fixture.py HOME [--days 252]`` then ``podracer dashboard --home HOME``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from data.atomic import atomic_path, atomic_write_json
+
+BARS_PER_DAY = 390
+ANNUALIZATION = 252
+
+
+def session_minutes(
+    days: int, start: str = "2024-01-02", bars_per_day: int = BARS_PER_DAY
+) -> pd.DatetimeIndex:
+    """Minute bar starts (UTC) of ``days`` weekdays, 14:30 onwards (a fixed-offset stand-in for NYSE)."""
+    dates = pd.bdate_range(start, periods=days)
+    offsets = pd.to_timedelta(np.arange(bars_per_day), unit="min") + pd.Timedelta(hours=14, minutes=30)
+    stamps = (dates.values[:, None] + offsets.values[None, :]).ravel()
+    return pd.DatetimeIndex(stamps).tz_localize("UTC")
+
+
+def _metrics_from_daily(daily: np.ndarray, costs: float, turnover: float, exposure: float) -> dict:
+    """empyrical-style metrics of daily simple returns (enough to exercise the dashboard)."""
+    n = len(daily)
+    cum = float(np.prod(1 + daily) - 1)
+    ann = float((1 + cum) ** (ANNUALIZATION / n) - 1) if n else None
+    vol = float(np.std(daily, ddof=1) * math.sqrt(ANNUALIZATION)) if n > 1 else None
+    mean, sd = float(np.mean(daily)), float(np.std(daily, ddof=1)) if n > 1 else 0.0
+    sharpe = mean / sd * math.sqrt(ANNUALIZATION) if sd > 0 else None
+    downside = np.sqrt(np.mean(np.minimum(daily, 0) ** 2))
+    sortino = mean / downside * math.sqrt(ANNUALIZATION) if downside > 0 else None
+    wealth = np.cumprod(1 + daily)
+    mdd = float(np.min(wealth / np.maximum.accumulate(wealth) - 1)) if n else None
+    calmar = ann / abs(mdd) if ann is not None and mdd else None
+    return {
+        "cum_returns_final": cum,
+        "annual_return": ann,
+        "annual_volatility": vol,
+        "sharpe_ratio": sharpe,
+        "sortino_ratio": sortino,
+        "max_drawdown": mdd,
+        "calmar_ratio": calmar,
+        "turnover": turnover,
+        "costs_paid": costs,
+        "exposure": exposure,
+        "hit_rate": float(np.mean(daily > 0)) if n else None,
+        "probabilistic_sharpe_ratio": 0.81 if sharpe is not None else None,
+        "deflated_sharpe_ratio": 0.64 if sharpe is not None else None,
+    }
+
+
+def write_backtest(
+    run_dir: Path,
+    *,
+    days: int = 30,
+    num_assets: int = 4,
+    decision_interval: int = 15,
+    seed: int = 0,
+    initial_cash: float = 1e6,
+    cost_rate: float = 0.0005,
+) -> dict:
+    """Write ``<run_dir>/backtest/*`` and return the metrics.json content."""
+    rng = np.random.default_rng(seed)
+    stamps = session_minutes(days)
+    tickers = [f"T{i:02d}" for i in range(num_assets)]
+    log_ret = rng.normal(0.0, 0.0008, size=(len(stamps), num_assets)) + 2e-6
+    prices = 100.0 * np.exp(np.cumsum(log_ret, axis=0))
+    bar_ret = np.vstack([np.zeros((1, num_assets)), prices[1:] / prices[:-1] - 1])
+
+    # Weights are decided every `decision_interval` bars and held in between.
+    decisions = np.arange(0, len(stamps), decision_interval)
+    champ_w = np.zeros((len(stamps), num_assets))
+    trades = []
+    held = np.zeros(num_assets)
+    value = initial_cash
+    champ_equity = np.empty(len(stamps))
+    for i in range(len(stamps)):
+        value *= 1 + float(held @ bar_ret[i])
+        if i % decision_interval == 0:
+            score = np.sum(log_ret[max(0, i - 60) : i + 1], axis=0) + rng.normal(0, 0.002, num_assets)
+            target = np.clip(score, 0, None)
+            target = target / target.sum() * 0.9 if target.sum() > 0 else np.zeros(num_assets)
+            # Move a little toward the target each decision: a slow rule that does not churn.
+            target = held + 0.05 * (target - held)
+            notional = (target - held) * value
+            cost = np.abs(notional) * cost_rate
+            value -= float(cost.sum())
+            for a in np.flatnonzero(np.abs(notional) > 1e-9):
+                trades.append((stamps[i], "champion", tickers[a], float(notional[a]), float(cost[a])))
+            held = target
+        champ_w[i] = held
+        champ_equity[i] = value
+    bh_w = np.full(num_assets, 1.0 / num_assets)
+    bh_equity = initial_cash * (1 - cost_rate) * (prices / prices[0]) @ bh_w
+    for a in range(num_assets):
+        trades.append(
+            (
+                stamps[0],
+                "buy_and_hold",
+                tickers[a],
+                initial_cash * bh_w[a],
+                initial_cash * bh_w[a] * cost_rate,
+            )
+        )
+    equity = pd.DataFrame(
+        {"timestamp": stamps, "champion": champ_equity, "buy_and_hold": bh_equity, "cash": initial_cash}
+    )
+
+    out = Path(run_dir) / "backtest"
+    out.mkdir(parents=True, exist_ok=True)
+    _write_parquet(out / "equity.parquet", equity)
+
+    rows = decisions
+    bh_weights = (prices[rows] * bh_w) / ((prices[rows] * bh_w).sum(axis=1, keepdims=True))
+    long = [
+        pd.DataFrame(
+            {
+                "timestamp": np.repeat(stamps[rows], num_assets),
+                "strategy": name,
+                "ticker": np.tile(tickers, len(rows)),
+                "weight": w.ravel(),
+            }
+        )
+        for name, w in (
+            ("champion", champ_w[rows]),
+            ("buy_and_hold", bh_weights),
+            ("cash", np.zeros_like(bh_weights)),
+        )
+    ]
+    _write_parquet(out / "positions.parquet", pd.concat(long, ignore_index=True))
+    _write_parquet(
+        out / "trades.parquet",
+        pd.DataFrame(trades, columns=["timestamp", "strategy", "ticker", "notional", "cost"]),
+    )
+
+    by_day = equity.set_index("timestamp").groupby(equity["timestamp"].dt.date.values).last()
+    start_value = pd.DataFrame([[initial_cash] * 3], columns=by_day.columns)
+    daily = pd.concat([start_value, by_day]).pct_change().iloc[1:]
+    daily.index = pd.to_datetime(by_day.index)
+    daily_frame = daily.rename_axis("date").reset_index()
+    _write_parquet(out / "daily_returns.parquet", daily_frame)
+
+    costs = {name: sum(t[4] for t in trades if t[1] == name) for name in ("champion", "buy_and_hold", "cash")}
+    metrics = {
+        "window": "test",
+        "start": str(daily.index[0].date()),
+        "end": str(daily.index[-1].date()),
+        "annualization": ANNUALIZATION,
+        "period": "daily",
+        "benchmark": "buy_and_hold",
+        "num_trials": 7,
+        "strategies": {
+            "champion": _metrics_from_daily(daily["champion"].to_numpy(), costs["champion"], 12.5, 0.9),
+            "buy_and_hold": _metrics_from_daily(
+                daily["buy_and_hold"].to_numpy(), costs["buy_and_hold"], 1.0, 1.0
+            ),
+            "cash": _metrics_from_daily(daily["cash"].to_numpy(), 0.0, 0.0, 0.0),
+        },
+    }
+    atomic_write_json(out / "metrics.json", metrics)
+    return json.loads((out / "metrics.json").read_text())
+
+
+def write_curves(run_dir: Path, pods: list[str], points: int = 50, seed: int = 0) -> None:
+    """``<run>/pods/<pod>/curve.parquet`` with CleanRL-style metric keys."""
+    rng = np.random.default_rng(seed)
+    for k, pod in enumerate(pods):
+        steps = np.arange(1, points + 1) * 4096
+        ret = np.cumsum(rng.normal(0.02 * (k + 1), 0.1, points))
+        frame = pd.DataFrame(
+            {
+                "env_steps": steps,
+                "charts/episodic_return": ret,
+                "losses/value_loss": np.abs(rng.normal(1.0, 0.2, points)) / np.sqrt(np.arange(1, points + 1)),
+                "eval/score": ret / 10,
+            }
+        )
+        _write_parquet(Path(run_dir) / "pods" / pod / "curve.parquet", frame)
+
+
+def make_run(home: Path, run: str = "run-1", *, days: int = 30, backtest: bool = True, **kwargs) -> Path:
+    """A run directory with a backtest and two pods' curves; returns the run dir."""
+    run_dir = Path(home) / "runs" / run
+    run_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(
+        run_dir / "run.json", {"run_id": run, "pods_tried": 7, "trial_sharpes": [0.1, 0.5, 1.2]}
+    )
+    write_curves(run_dir, ["pod-000", "pod-001"])
+    if backtest:
+        write_backtest(run_dir, days=days, **kwargs)
+    return run_dir
+
+
+def _write_parquet(path: Path, frame: pd.DataFrame) -> None:
+    with atomic_path(path, suffix=".parquet") as tmp:
+        frame.to_parquet(tmp, index=False)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("home", type=Path)
+    parser.add_argument("--run", default="demo-run")
+    parser.add_argument("--days", type=int, default=252)
+    args = parser.parse_args()
+    print(make_run(args.home, args.run, days=args.days))
