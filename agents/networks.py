@@ -1,0 +1,137 @@
+"""Networks over the trading observation: a per-asset encoder shared across assets + pooled context.
+
+Why this shape (DESIGN.md, agents/): a flat MLP on the ``2 + A * (1 + F)``-wide observation spends
+nearly all of its FLOPs in the first layer and learns a separate weight for every ticker. Here one
+small encoder is applied to every asset (its position weight + its features), so the cost grows as
+``A * (1 + F) * embed``, every ticker is treated alike, and the same weights work for any universe
+size. Mean- and max-pooled embeddings plus cash fraction and time of day form the portfolio context.
+
+Outputs (``PerAssetActorCritic``):
+- actor: ``A + 1`` logits (one per asset, the last one for cash). In ``"weights"`` mode the action is
+  ``softmax(logits)[:, :A]`` (long-only, sums to at most 1, the rest is cash).
+- critic: one state value from the context.
+
+:func:`flops_per_sample` counts the multiply-adds of one forward pass, so the size can be chosen
+against the throughput budget.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+NUM_GLOBAL = 2  # obs[:, 0] cash fraction, obs[:, 1] time of day (ARCHITECTURE.md, envs/)
+
+
+@dataclass(frozen=True)
+class NetworkConfig:
+    """Sizes of :class:`PerAssetActorCritic` (saved in the policy spec)."""
+
+    num_assets: int  # A
+    num_features: int  # F (per asset, excluding the position weight)
+    embed: int = 16  # per-asset embedding width
+    hidden: int = 64  # width of the pooled-context and critic layers
+    asset_layers: int = 1  # depth of the shared per-asset encoder
+    init_log_std: float = -0.5  # initial log-std of the Gaussian over logits
+
+    @property
+    def obs_dim(self) -> int:
+        return NUM_GLOBAL + self.num_assets * (1 + self.num_features)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _layer(in_dim: int, out_dim: int, std: float = math.sqrt(2)) -> nn.Linear:
+    """Orthogonal init, zero bias (as in the PPO implementation-details study)."""
+    layer = nn.Linear(in_dim, out_dim)
+    nn.init.orthogonal_(layer.weight, std)
+    nn.init.zeros_(layer.bias)
+    return layer
+
+
+class PerAssetActorCritic(nn.Module):
+    """Actor (``A + 1`` logits + a learned log-std) and critic over normalized observations.
+
+    - encoder (shared by all assets): ``h_a = relu(W x_a + b)``, ``x_a`` = (weight, features) of a.
+    - context: ``c = tanh(W_c [mean_a h_a, sum_a w_a h_a, cash, time of day])``; the weighted sum
+      tells the critic and actor what the current portfolio holds.
+    - actor: asset logit ``l_a = q(c) . h_a`` (a context-dependent read-out of the asset's own
+      embedding), cash logit from ``c``.
+    - critic: an MLP on ``c``.
+
+    The per-asset part is one small matmul and one ReLU over ``(N, A, E)``: on a CPU the element-wise
+    work over that tensor (activations, their backward, broadcast adds, max-pool masks) costs more
+    than the matmuls, so the design keeps it to a minimum (measured; see docs/agents.md).
+    """
+
+    def __init__(self, config: NetworkConfig) -> None:
+        super().__init__()
+        self.config = config
+        e, h = config.embed, config.hidden
+        layers: list[nn.Module] = [_layer(1 + config.num_features, e), nn.ReLU()]
+        for _ in range(config.asset_layers - 1):
+            layers += [_layer(e, e), nn.ReLU()]
+        self.encoder = nn.Sequential(*layers)  # shared by every asset
+        self.context = nn.Sequential(_layer(2 * e + NUM_GLOBAL, h), nn.Tanh())
+        # Small init of the read-out and the cash logit: the first policy is near equal weights.
+        self.actor_readout = _layer(h, e, std=0.01)
+        self.actor_cash = _layer(h, 1, std=0.01)
+        self.critic = nn.Sequential(_layer(h, h), nn.Tanh(), _layer(h, 1, std=1.0))
+        # One log-std for all asset logits and one for cash: keeps the net universe-size independent.
+        self.log_std = nn.Parameter(torch.full((2,), float(config.init_log_std)))
+
+    def _trunk(self, obs: Tensor) -> tuple[Tensor, Tensor]:
+        n = obs.shape[0]
+        glob = obs[:, :NUM_GLOBAL]  # (N, 2)
+        per_asset = obs[:, NUM_GLOBAL:].reshape(n, self.config.num_assets, 1 + self.config.num_features)
+        emb = self.encoder(per_asset)  # (N, A, E)
+        # Element-wise products + sums: batched tiny matmuls (bmm) are far slower on a CPU.
+        held = (per_asset[:, :, :1] * emb).sum(dim=1)  # (N, E): sum_a w_a h_a
+        pooled = torch.cat([emb.sum(dim=1) * (1.0 / emb.shape[1]), held, glob], dim=1)  # (N, 2E + 2)
+        return emb, self.context(pooled)  # (N, A, E), (N, H)
+
+    def actor_from(self, emb: Tensor, ctx: Tensor) -> Tensor:
+        readout = self.actor_readout(ctx)  # (N, E)
+        asset_logits = (emb * readout.unsqueeze(1)).sum(dim=-1)  # (N, A)
+        return torch.cat([asset_logits, self.actor_cash(ctx)], dim=1)  # (N, A + 1)
+
+    def std(self) -> Tensor:
+        """``(A + 1,)`` standard deviation of the Gaussian over logits."""
+        a = self.config.num_assets
+        return torch.cat([self.log_std[:1].expand(a), self.log_std[1:]]).exp()
+
+    def forward(self, obs: Tensor) -> tuple[Tensor, Tensor]:
+        """``(mean logits (N, A + 1), value (N,))`` for normalized observations ``(N, obs_dim)``."""
+        emb, ctx = self._trunk(obs)
+        return self.actor_from(emb, ctx), self.critic(ctx).squeeze(-1)
+
+    def actor_mean(self, obs: Tensor) -> Tensor:
+        emb, ctx = self._trunk(obs)
+        return self.actor_from(emb, ctx)
+
+    def value(self, obs: Tensor) -> Tensor:
+        _, ctx = self._trunk(obs)
+        return self.critic(ctx).squeeze(-1)
+
+
+def flops_per_sample(config: NetworkConfig) -> dict[str, int]:
+    """Multiply-adds of one forward pass per observation, by part (a backward pass costs ~2x)."""
+    a, f, e, h = config.num_assets, config.num_features, config.embed, config.hidden
+    parts = {
+        "encoder": a * ((1 + f) * e + (config.asset_layers - 1) * e * e),
+        "context": (2 * e + NUM_GLOBAL) * h,
+        "pooling": a * e,
+        "actor": a * e + h * e + h,
+        "critic": h * h + h,
+    }
+    parts["total"] = sum(parts.values())
+    return parts
+
+
+def num_parameters(module: nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())

@@ -1,0 +1,115 @@
+"""Running observation normalization, on the device, shared across assets.
+
+The statistics are kept per *kind* of input, not per observation column: two for the global part
+(cash fraction, time of day) and ``1 + F`` for the per-asset part (position weight, features), pooled
+over all assets. That keeps the policy permutation-equivariant over tickers (every asset is
+normalized alike), keeps the spec small, and lets a policy survive a change of universe size.
+
+``update`` is called by the learners on raw observations during collection; evaluation, backtests and
+export use the frozen statistics (``normalize`` never updates them).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+
+class ObsNormalizer(nn.Module):
+    """Running mean/variance (Chan et al. parallel update) of global and per-asset inputs."""
+
+    def __init__(
+        self,
+        num_global: int,
+        num_asset_inputs: int,
+        *,
+        clip: float = 10.0,
+        eps: float = 1e-8,
+        device: str | torch.device = "cpu",
+    ) -> None:
+        super().__init__()
+        self.num_global = num_global
+        self.num_asset_inputs = num_asset_inputs
+        self.clip = float(clip)
+        self.eps = float(eps)
+        # Buffers (not parameters): the optimizer never touches them; they move with .to(device).
+        self.register_buffer("mean_global", torch.zeros(num_global, device=device))  # (2,)
+        self.register_buffer("var_global", torch.ones(num_global, device=device))  # (2,)
+        self.register_buffer("mean_asset", torch.zeros(num_asset_inputs, device=device))  # (1+F,)
+        self.register_buffer("var_asset", torch.ones(num_asset_inputs, device=device))  # (1+F,)
+        # float64 count: at millions of samples a float32 count stops incrementing exactly.
+        self.register_buffer("count", torch.zeros((), dtype=torch.float64, device=device))
+
+    def _split(self, obs: Tensor) -> tuple[Tensor, Tensor]:
+        glob = obs[:, : self.num_global]
+        per_asset = obs[:, self.num_global :].reshape(obs.shape[0], -1, self.num_asset_inputs)
+        return glob, per_asset
+
+    @torch.no_grad()
+    def update(self, obs: Tensor) -> None:
+        """Fold a batch of raw observations ``(N, obs_dim)`` into the running statistics."""
+        glob, per_asset = self._split(obs)
+        flat_asset = per_asset.reshape(-1, self.num_asset_inputs)
+        batch_n = float(obs.shape[0])
+        total = self.count.item() + batch_n
+        # Per-asset rows are A times as many as observations; weighting both by observation count
+        # keeps the two groups' statistics on the same (observation) time scale.
+        for name, x in (("global", glob), ("asset", flat_asset)):
+            mean = getattr(self, f"mean_{name}")
+            var = getattr(self, f"var_{name}")
+            b_mean = x.mean(dim=0)
+            b_var = x.var(dim=0, unbiased=False)
+            delta = b_mean - mean
+            old_n = self.count.item()
+            new_mean = mean + delta * (batch_n / total)
+            m2 = var * old_n + b_var * batch_n + delta.square() * (old_n * batch_n / total)
+            mean.copy_(new_mean)
+            var.copy_(m2 / total)
+        self.count.fill_(total)
+
+    def normalize(self, obs: Tensor) -> Tensor:
+        """Normalized and clipped observations; the statistics are not changed."""
+        glob, per_asset = self._split(obs)
+        g = (glob - self.mean_global) / torch.sqrt(self.var_global + self.eps)
+        a = (per_asset - self.mean_asset) / torch.sqrt(self.var_asset + self.eps)
+        out = torch.cat([g, a.reshape(obs.shape[0], -1)], dim=1)
+        return out.clamp(-self.clip, self.clip)
+
+    def forward(self, obs: Tensor) -> Tensor:
+        return self.normalize(obs)
+
+    def to_spec(self) -> dict[str, Any]:
+        """JSON-able statistics (saved in ``spec.json``; read by export)."""
+        return {
+            "kind": "running_mean_std_shared_across_assets",
+            "mean_global": self.mean_global.cpu().tolist(),
+            "var_global": self.var_global.cpu().tolist(),
+            "mean_asset": self.mean_asset.cpu().tolist(),
+            "var_asset": self.var_asset.cpu().tolist(),
+            "count": float(self.count.item()),
+            "clip": self.clip,
+            "eps": self.eps,
+        }
+
+    @torch.no_grad()
+    def load_spec(self, spec: dict[str, Any]) -> None:
+        """Restore statistics written by :meth:`to_spec` (shapes checked by the caller)."""
+        device = self.mean_global.device
+        for name in ("mean_global", "var_global", "mean_asset", "var_asset"):
+            values = torch.as_tensor(spec[name], dtype=torch.float32, device=device)
+            buf = getattr(self, name)
+            if values.shape != buf.shape:
+                raise ValueError(
+                    f"normalization {name} has shape {tuple(values.shape)}, expected {tuple(buf.shape)}"
+                )
+            buf.copy_(values)
+        self.count.fill_(float(spec["count"]))
+        self.clip = float(spec["clip"])
+        self.eps = float(spec["eps"])
+
+    @torch.no_grad()
+    def copy_from(self, other: ObsNormalizer) -> None:
+        """Copy another normalizer's statistics (warm starts)."""
+        self.load_spec(other.to_spec())

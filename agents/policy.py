@@ -1,0 +1,375 @@
+"""``Policy``: the one trained artifact used everywhere (training eval, backtests, export, paper).
+
+A policy is a :class:`~agents.networks.PerAssetActorCritic` plus its frozen observation normalizer
+and the action post-processing of the env's action space:
+
+- ``"weights"``: a diagonal Gaussian over ``A + 1`` logits (assets + cash) with a learned log-std;
+  the action is ``softmax(raw)[:, :A]`` (long-only target weights, the rest cash). Learners keep the
+  raw pre-softmax sample for log-probabilities; the deterministic action uses the mean logits.
+- ``"shares"``: a Gaussian over ``A`` values, clamped to ``[-1, 1]`` (delta shares in units of
+  ``max_shares``), the cash logit unused.
+
+``policy(obs)`` (a plain callable) is ``act(obs, deterministic=True)``, so backtests can take it as
+``Callable[[Tensor], Tensor]``.
+
+On disk (no pickle anywhere): ``policy.safetensors`` (weights) + ``spec.json`` (architecture, dims,
+tickers, normalization statistics, versions, and the weights' sha256, so a truncated or swapped
+weights file is caught). Optimizer state: ``optimizer.safetensors`` + ``optimizer.json``. Any
+missing, truncated, non-JSON or mismatched file raises :class:`data.errors.CheckpointError`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import platform
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load as st_load
+from safetensors.torch import save as st_save
+from torch import Tensor, nn
+
+from agents.networks import NUM_GLOBAL, NetworkConfig, PerAssetActorCritic
+from agents.normalize import ObsNormalizer
+from data.atomic import atomic_write_bytes, atomic_write_json
+from data.errors import CheckpointError
+
+SPEC_FORMAT = "podracer-policy"
+SPEC_VERSION = 1
+OPTIMIZER_FORMAT = "podracer-optimizer"
+ACTION_MODES = ("weights", "shares")
+
+
+def _versions() -> dict[str, str]:
+    out = {"python": platform.python_version(), "torch": torch.__version__}
+    for dist in ("podracer", "safetensors", "numpy"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = "unknown"
+    return out
+
+
+# --- action distribution ---------------------------------------------------------------------------
+
+
+def gaussian_log_prob(raw: Tensor, mean: Tensor, std: Tensor) -> Tensor:
+    """``(N,)`` log-density of the raw sample under a diagonal Gaussian (summed over dims)."""
+    var = std.square()
+    return (-((raw - mean).square()) / (2 * var) - std.log() - 0.5 * math.log(2 * math.pi)).sum(dim=-1)
+
+
+def gaussian_entropy(std: Tensor) -> Tensor:
+    """Entropy of a diagonal Gaussian with per-dim ``std`` (the same for every sample)."""
+    return (0.5 + 0.5 * math.log(2 * math.pi) + std.log()).sum(dim=-1)
+
+
+def raw_to_action(raw: Tensor, action_mode: str, num_assets: int) -> Tensor:
+    """Map a raw sample (or the mean) to the env's action space, ``(N, A)``."""
+    if action_mode == "weights":
+        return torch.softmax(raw, dim=-1)[..., :num_assets]
+    return raw[..., :num_assets].clamp(-1.0, 1.0)
+
+
+# --- policy ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PolicyMeta:
+    """What the policy was trained for (saved in the spec; tickers/features may be empty)."""
+
+    algo: str = "ppo"
+    action_mode: str = "weights"
+    tickers: tuple[str, ...] = ()
+    feature_names: tuple[str, ...] = ()
+
+
+class Policy(nn.Module):
+    """Network + observation normalizer + action post-processing; ``policy(obs) -> action``."""
+
+    def __init__(
+        self, config: NetworkConfig, meta: PolicyMeta | None = None, device: str | torch.device = "cpu"
+    ) -> None:
+        super().__init__()
+        meta = meta or PolicyMeta()
+        if meta.action_mode not in ACTION_MODES:
+            raise ValueError(f"action_mode must be one of {ACTION_MODES}, got {meta.action_mode!r}")
+        self.config = config
+        self.meta = meta
+        self.net = PerAssetActorCritic(config).to(device)
+        self.obs_norm = ObsNormalizer(NUM_GLOBAL, 1 + config.num_features, device=device)
+
+    # sizes
+    @property
+    def num_assets(self) -> int:
+        return self.config.num_assets
+
+    @property
+    def obs_dim(self) -> int:
+        return self.config.obs_dim
+
+    @property
+    def raw_dim(self) -> int:
+        """Dimensions of the Gaussian sample: ``A + 1`` (weights, with cash) or ``A`` (shares)."""
+        return self.num_assets + 1 if self.meta.action_mode == "weights" else self.num_assets
+
+    @property
+    def device(self) -> torch.device:
+        return self.net.log_std.device
+
+    # distribution pieces used by the learners (observations already normalized)
+    def dist_params(self, norm_obs: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """``(mean (N, raw_dim), std (raw_dim,), value (N,))`` for normalized observations."""
+        mean, value = self.net(norm_obs)
+        return mean[:, : self.raw_dim], self.net.std()[: self.raw_dim], value
+
+    def to_action(self, raw: Tensor) -> Tensor:
+        return raw_to_action(raw, self.meta.action_mode, self.num_assets)
+
+    def _check_obs(self, obs: Tensor) -> None:
+        if obs.ndim != 2 or obs.shape[1] != self.obs_dim:
+            raise ValueError(f"policy expects observations (N, {self.obs_dim}), got {tuple(obs.shape)}")
+
+    @torch.no_grad()
+    def act(
+        self, obs: Tensor, deterministic: bool = True, generator: torch.Generator | None = None
+    ) -> Tensor:
+        """Actions ``(N, A)`` in the env's action space for raw observations ``(N, obs_dim)``."""
+        self._check_obs(obs)
+        norm = self.obs_norm.normalize(obs.to(self.device, torch.float32))
+        mean = self.net.actor_mean(norm)[:, : self.raw_dim]
+        if deterministic:
+            return self.to_action(mean)
+        std = self.net.std()[: self.raw_dim]
+        noise = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)
+        return self.to_action(mean + std * noise)
+
+    def forward(self, obs: Tensor) -> Tensor:
+        """Deterministic action: lets the policy be passed wherever a callable is expected."""
+        return self.act(obs, deterministic=True)
+
+    def clone(self) -> Policy:
+        """An independent copy (same device)."""
+        other = Policy(self.config, self.meta, device=self.device)
+        other.load_state_dict(self.state_dict())
+        other.obs_norm.clip, other.obs_norm.eps = self.obs_norm.clip, self.obs_norm.eps
+        return other
+
+    # --- persistence ---------------------------------------------------------------------------------
+    def spec(self, weights_sha256: str = "") -> dict[str, Any]:
+        """The JSON spec written next to the weights."""
+        return {
+            "format": SPEC_FORMAT,
+            "format_version": SPEC_VERSION,
+            "algo": self.meta.algo,
+            "architecture": {"class": "PerAssetActorCritic", **self.config.to_dict()},
+            "obs_dim": self.obs_dim,
+            "action_dim": self.num_assets,
+            "action_mode": self.meta.action_mode,
+            "num_assets": self.num_assets,
+            "num_features": self.config.num_features,
+            "tickers": list(self.meta.tickers),
+            "feature_names": list(self.meta.feature_names),
+            "normalization": self.obs_norm.to_spec(),
+            "distribution": "diag_gaussian_over_logits"
+            if self.meta.action_mode == "weights"
+            else "diag_gaussian_clamped",
+            "versions": _versions(),
+            "weights_file": "policy.safetensors",
+            "weights_sha256": weights_sha256,
+        }
+
+    def save(self, directory: str | Path) -> Path:
+        """Write ``policy.safetensors`` and ``spec.json`` atomically into ``directory``."""
+        directory = Path(directory)
+        tensors = {k: v.detach().to("cpu").contiguous() for k, v in self.net.state_dict().items()}
+        payload = st_save(tensors, metadata={"format": SPEC_FORMAT})
+        atomic_write_bytes(directory / "policy.safetensors", payload)
+        atomic_write_json(directory / "spec.json", self.spec(hashlib.sha256(payload).hexdigest()))
+        return directory
+
+    @classmethod
+    def load(cls, directory: str | Path, device: str | torch.device = "cpu") -> Policy:
+        """Load a saved policy; any missing, corrupt or mismatched file raises ``CheckpointError``."""
+        directory = Path(directory)
+        spec = read_spec(directory)
+        try:
+            arch = spec["architecture"]
+            config = NetworkConfig(
+                num_assets=int(arch["num_assets"]),
+                num_features=int(arch["num_features"]),
+                embed=int(arch["embed"]),
+                hidden=int(arch["hidden"]),
+                asset_layers=int(arch["asset_layers"]),
+                init_log_std=float(arch["init_log_std"]),
+            )
+            meta = PolicyMeta(
+                algo=str(spec["algo"]),
+                action_mode=str(spec["action_mode"]),
+                tickers=tuple(spec.get("tickers") or ()),
+                feature_names=tuple(spec.get("feature_names") or ()),
+            )
+            if int(spec["obs_dim"]) != config.obs_dim or int(spec["action_dim"]) != config.num_assets:
+                raise CheckpointError(
+                    f"{directory}/spec.json: obs_dim/action_dim do not match the architecture"
+                )
+            if meta.tickers and len(meta.tickers) != config.num_assets:
+                raise CheckpointError(
+                    f"{directory}/spec.json: {len(meta.tickers)} tickers for {config.num_assets} assets"
+                )
+            policy = cls(config, meta, device=device)
+            policy.obs_norm.load_spec(spec["normalization"])
+        except CheckpointError:
+            raise
+        except (KeyError, TypeError, ValueError) as err:
+            raise CheckpointError(
+                f"{directory}/spec.json: invalid policy spec ({type(err).__name__}: {err})"
+            ) from None
+        tensors = _read_safetensors(directory / "policy.safetensors", spec.get("weights_sha256", ""))
+        expected = policy.net.state_dict()
+        missing = sorted(set(expected) - set(tensors))
+        extra = sorted(set(tensors) - set(expected))
+        if missing or extra:
+            raise CheckpointError(
+                f"{directory}/policy.safetensors does not match spec.json (missing {missing[:3]}, unexpected {extra[:3]})"
+            )
+        for name, value in tensors.items():
+            if value.shape != expected[name].shape:
+                raise CheckpointError(
+                    f"{directory}/policy.safetensors: {name} has shape {tuple(value.shape)}, "
+                    f"spec.json implies {tuple(expected[name].shape)}"
+                )
+        policy.net.load_state_dict({k: v.to(device) for k, v in tensors.items()})
+        return policy.eval()
+
+
+def read_spec(directory: str | Path) -> dict[str, Any]:
+    """Read and check the top of a policy ``spec.json`` (format, version)."""
+    path = Path(directory) / "spec.json"
+    if not path.is_file():
+        raise CheckpointError(f"no policy checkpoint at {directory} (spec.json missing)")
+    try:
+        spec = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise CheckpointError(f"{path}: not valid JSON ({err})") from None
+    if not isinstance(spec, dict) or spec.get("format") != SPEC_FORMAT:
+        raise CheckpointError(f"{path}: not a podracer policy spec")
+    if spec.get("format_version") != SPEC_VERSION:
+        raise CheckpointError(f"{path}: unsupported format_version {spec.get('format_version')!r}")
+    return spec
+
+
+def _read_safetensors(path: Path, sha256: str) -> dict[str, Tensor]:
+    if not path.is_file():
+        raise CheckpointError(f"{path} is missing")
+    payload = path.read_bytes()
+    if sha256 and hashlib.sha256(payload).hexdigest() != sha256:
+        raise CheckpointError(f"{path} does not match its recorded sha256 (truncated or modified)")
+    try:
+        return st_load(payload)
+    except (SafetensorError, ValueError, RuntimeError) as err:
+        raise CheckpointError(f"{path}: not a readable safetensors file ({err})") from None
+
+
+# --- optimizer state (safetensors + JSON, so a tournament child can inherit it) ----------------------
+
+
+def _to_json(value: Any) -> Any:
+    if isinstance(value, tuple | list):
+        return [_to_json(v) for v in value]
+    if isinstance(value, Tensor):
+        return value.item()
+    return value
+
+
+def save_optimizer_state(directory: str | Path, state: dict[str, Any]) -> Path:
+    """Write a ``torch.optim`` ``state_dict()`` as ``optimizer.safetensors`` + ``optimizer.json``."""
+    directory = Path(directory)
+    tensors: dict[str, Tensor] = {}
+    scalars: dict[str, dict[str, Any]] = {}
+    for param_id, per_param in state["state"].items():
+        for key, value in per_param.items():
+            if isinstance(value, Tensor) and value.ndim > 0:
+                tensors[f"{param_id}.{key}"] = value.detach().to("cpu").contiguous()
+            else:  # Adam's "step" is a 0-d tensor; keep it exact in JSON with its dtype
+                is_t = isinstance(value, Tensor)
+                scalars.setdefault(str(param_id), {})[key] = {
+                    "value": value.item() if is_t else value,
+                    "tensor_dtype": str(value.dtype).removeprefix("torch.") if is_t else None,
+                }
+    payload = st_save(tensors, metadata={"format": OPTIMIZER_FORMAT})
+    atomic_write_bytes(directory / "optimizer.safetensors", payload)
+    groups = [{k: _to_json(v) for k, v in group.items()} for group in state["param_groups"]]
+    atomic_write_json(
+        directory / "optimizer.json",
+        {
+            "format": OPTIMIZER_FORMAT,
+            "format_version": 1,
+            "param_groups": groups,
+            "scalars": scalars,
+            "sha256": hashlib.sha256(payload).hexdigest(),
+        },
+    )
+    return directory
+
+
+def load_optimizer_state(directory: str | Path, device: str | torch.device = "cpu") -> dict[str, Any]:
+    """Read what :func:`save_optimizer_state` wrote, as a ``state_dict`` for ``load_state_dict``."""
+    path = Path(directory) / "optimizer.json"
+    if not path.is_file():
+        raise CheckpointError(f"no optimizer state at {directory} (optimizer.json missing)")
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+        if meta.get("format") != OPTIMIZER_FORMAT:
+            raise CheckpointError(f"{path}: not a podracer optimizer state")
+        tensors = _read_safetensors(Path(directory) / "optimizer.safetensors", meta["sha256"])
+        state: dict[int, dict[str, Any]] = {}
+        for key, value in tensors.items():
+            param_id, name = key.split(".", 1)
+            state.setdefault(int(param_id), {})[name] = value.to(device)
+        for param_id, entries in meta["scalars"].items():
+            for name, entry in entries.items():
+                value = entry["value"]
+                if entry["tensor_dtype"] is not None:
+                    value = torch.tensor(value, dtype=getattr(torch, entry["tensor_dtype"]))
+                state.setdefault(int(param_id), {})[name] = value
+        groups = []
+        for group in meta["param_groups"]:
+            group = dict(group)
+            if isinstance(group.get("betas"), list):
+                group["betas"] = tuple(group["betas"])
+            groups.append(group)
+    except CheckpointError:
+        raise
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError, AttributeError) as err:
+        raise CheckpointError(f"{path}: invalid optimizer state ({type(err).__name__}: {err})") from None
+    return {"state": state, "param_groups": groups}
+
+
+@dataclass
+class Checkpoint:
+    """A policy plus (optionally) its optimizer state: what a warm start or a tournament child needs."""
+
+    policy: Policy
+    optimizer_state: dict[str, Any] | None = None
+
+    def save(self, directory: str | Path) -> Path:
+        self.policy.save(directory)
+        if self.optimizer_state is not None:
+            save_optimizer_state(directory, self.optimizer_state)
+        return Path(directory)
+
+    @classmethod
+    def load(cls, directory: str | Path, device: str | torch.device = "cpu") -> Checkpoint:
+        """Policy (required) and optimizer state (when ``optimizer.json`` exists)."""
+        policy = Policy.load(directory, device=device)
+        opt = None
+        if (Path(directory) / "optimizer.json").exists():
+            opt = load_optimizer_state(directory, device=device)
+        return cls(policy, opt)

@@ -1,0 +1,512 @@
+"""PPO (clipped objective, GAE) on the vectorized trading env, in one readable, importable file.
+
+Read top to bottom like the paper (Schulman et al. 2017) with the implementation details of
+CleanRL's ``ppo_continuous_action.py``:
+
+1. ``collect_rollout`` (the worker) steps ``num_envs`` envs for ``num_steps`` steps with the current
+   stochastic policy and stores everything on the env's device, shaped ``(num_steps, num_envs, ...)``.
+   Observations are normalized with running statistics updated on the fly. When an episode is
+   truncated (time limit, not a real end), its reward is bootstrapped with ``gamma * V(final_obs)``
+   from ``info["final_obs"]``, so the time limit does not look like a terminal state.
+2. ``compute_gae`` turns rewards and values into advantages and returns.
+3. ``update`` (the learner) runs ``update_epochs`` passes of minibatch Adam over the flattened batch
+   (``b_`` prefix; ``mb_`` inside the minibatch loop): clipped surrogate, clipped value loss,
+   advantage normalization, entropy bonus, global grad-norm clipping.
+4. ``train`` alternates the two, evaluates ``eval_fn`` every ``eval_every`` env-steps, calls the
+   callbacks after every update (a callback returning ``True`` stops training) and returns a
+   :class:`TrainResult`.
+
+The action distribution is a diagonal Gaussian over ``A + 1`` logits; the env gets
+``softmax(raw)[:, :A]`` (see ``agents.policy``). Log-probabilities are those of the raw sample.
+
+Determinism: the network is initialised under a forked RNG seeded with ``args.seed``, all sampling and
+minibatch shuffles use a private ``torch.Generator`` and the env is reset with the same seed, so a run
+on the CPU is reproducible bit for bit (tests check identical weights after N updates).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from agents.networks import NetworkConfig
+from agents.policy import Checkpoint, Policy, PolicyMeta, gaussian_entropy, gaussian_log_prob
+from data.errors import ConfigError
+
+Callback = Callable[[dict[str, Any]], bool]
+EvalFn = Callable[[Policy], dict[str, float]]
+
+
+@dataclass(frozen=True)
+class PPOArgs:
+    """Hyper-parameters of one PPO run (CleanRL names)."""
+
+    seed: int = 0
+    """seed of the network init, action sampling, minibatch shuffles and env resets"""
+    total_steps: int = 500_000
+    """env-steps to train for (one env-step = one decision of one env)"""
+    learning_rate: float = 3e-4
+    """Adam learning rate"""
+    anneal_lr: bool = False
+    """linearly anneal the learning rate to 0 over the run"""
+    num_steps: int = 32
+    """rollout length per env between updates"""
+    gamma: float = 0.99
+    """discount factor"""
+    gae_lambda: float = 0.95
+    """GAE lambda"""
+    num_minibatches: int = 4
+    """minibatches per epoch"""
+    update_epochs: int = 4
+    """passes over each rollout"""
+    norm_adv: bool = True
+    """normalize advantages per minibatch"""
+    clip_coef: float = 0.2
+    """surrogate clipping coefficient"""
+    clip_vloss: bool = True
+    """clip the value loss around the rollout's values (PPO2 style)"""
+    ent_coef: float = 0.0
+    """entropy bonus coefficient"""
+    vf_coef: float = 0.5
+    """value loss coefficient"""
+    max_grad_norm: float = 0.5
+    """global gradient-norm clip"""
+    target_kl: float | None = None
+    """stop the update's epochs early when the approximate KL exceeds this (None: never)"""
+    embed: int = 16
+    """per-asset embedding width (ignored when warm-starting from a policy)"""
+    hidden: int = 64
+    """context / critic width (ignored when warm-starting from a policy)"""
+    asset_layers: int = 1
+    """depth of the shared per-asset encoder (ignored when warm-starting)"""
+    init_log_std: float = -0.5
+    """initial log-std of the Gaussian over logits (ignored when warm-starting)"""
+    norm_obs: bool = True
+    """update running observation statistics during rollouts"""
+    eval_every: int = 50_000
+    """env-steps between calls of eval_fn (it is also called once at the end)"""
+
+    def __post_init__(self) -> None:
+        positive = ("total_steps", "learning_rate", "num_steps", "num_minibatches", "update_epochs")
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"PPOArgs.{name} must be > 0, got {getattr(self, name)}")
+        if not 0 < self.gamma <= 1 or not 0 <= self.gae_lambda <= 1:
+            raise ConfigError("PPOArgs: gamma must be in (0, 1] and gae_lambda in [0, 1]")
+        if self.eval_every <= 0 or self.clip_coef <= 0 or self.max_grad_norm <= 0:
+            raise ConfigError("PPOArgs: eval_every, clip_coef and max_grad_norm must be > 0")
+
+    def batch_size(self, num_envs: int) -> int:
+        """Samples per update: ``num_steps * num_envs``."""
+        return self.num_steps * num_envs
+
+    def minibatch_size(self, num_envs: int) -> int:
+        return max(1, self.batch_size(num_envs) // self.num_minibatches)
+
+    def num_updates(self, num_envs: int) -> int:
+        return max(1, math.ceil(self.total_steps / self.batch_size(num_envs)))
+
+
+@dataclass
+class TrainResult:
+    """What a training run hands back (the tournament saves it as a pod checkpoint)."""
+
+    policy: Policy
+    optimizer_state: dict[str, Any]
+    env_steps: int
+    history: list[dict[str, float]] = field(default_factory=list)
+    updates: int = 0
+    stopped_by_callback: bool = False
+
+    def curve(self):  # -> pandas.DataFrame (imported lazily: pandas is slow to import)
+        """The metric history as a DataFrame, one row per update."""
+        import pandas as pd
+
+        return pd.DataFrame(self.history)
+
+    def save_curve(self, path: str | Path) -> Path:
+        """Write the history as parquet, atomically."""
+        from data.atomic import atomic_path
+
+        with atomic_path(path, suffix=".parquet") as tmp:
+            self.curve().to_parquet(tmp, index=False)
+        return Path(path)
+
+    def checkpoint(self) -> Checkpoint:
+        return Checkpoint(self.policy, self.optimizer_state)
+
+
+# --- rollout storage -------------------------------------------------------------------------------
+
+
+@dataclass
+class Rollout:
+    """One rollout on the device, time-major ``(num_steps, num_envs, ...)``."""
+
+    obs: Tensor  # (S, N, obs_dim) normalized observations the actions were taken on
+    raw: Tensor  # (S, N, raw_dim) raw Gaussian samples (pre-softmax)
+    logprobs: Tensor  # (S, N) log-probabilities of raw
+    values: Tensor  # (S, N) critic values at obs
+    rewards: Tensor  # (S, N) rewards, truncations bootstrapped with gamma * V(final_obs)
+    dones: Tensor  # (S, N) 1.0 where the episode ended with this step (terminated or truncated)
+    next_value: Tensor  # (N,) value of the observation after the last step
+
+    @classmethod
+    def empty(
+        cls, num_steps: int, num_envs: int, obs_dim: int, raw_dim: int, device: torch.device
+    ) -> Rollout:
+        z = {"device": device, "dtype": torch.float32}
+        return cls(
+            obs=torch.zeros(num_steps, num_envs, obs_dim, **z),
+            raw=torch.zeros(num_steps, num_envs, raw_dim, **z),
+            logprobs=torch.zeros(num_steps, num_envs, **z),
+            values=torch.zeros(num_steps, num_envs, **z),
+            rewards=torch.zeros(num_steps, num_envs, **z),
+            dones=torch.zeros(num_steps, num_envs, **z),
+            next_value=torch.zeros(num_envs, **z),
+        )
+
+
+@dataclass
+class RolloutState:
+    """What carries over between rollouts: the live observation and running episode stats."""
+
+    obs: Tensor  # (N, obs_dim) raw observation of the envs' current state
+    episode_return: Tensor  # (N,) sum of env rewards since the episode started
+    episode_length: Tensor  # (N,) steps since the episode started
+
+
+@torch.no_grad()
+def collect_rollout(
+    policy: Policy,
+    env: Any,
+    rollout: Rollout,
+    state: RolloutState,
+    generator: torch.Generator,
+    *,
+    gamma: float,
+    update_norm: bool = True,
+) -> tuple[RolloutState, dict[str, float]]:
+    """Fill ``rollout`` with ``num_steps`` steps of every env (the worker); returns stats."""
+    num_steps = rollout.obs.shape[0]
+    obs = state.obs
+    ep_ret, ep_len = state.episode_return, state.episode_length
+    finished_returns: list[Tensor] = []
+    finished_lengths: list[Tensor] = []
+    reward_sum = torch.zeros((), device=obs.device)
+    cost_sum = torch.zeros((), device=obs.device)
+    for step in range(num_steps):
+        if update_norm:
+            policy.obs_norm.update(obs)
+        norm_obs = policy.obs_norm.normalize(obs)
+        mean, std, value = policy.dist_params(norm_obs)
+        noise = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)
+        raw = mean + std * noise
+        rollout.obs[step] = norm_obs
+        rollout.raw[step] = raw
+        rollout.logprobs[step] = gaussian_log_prob(raw, mean, std)
+        rollout.values[step] = value
+
+        obs, reward, terminated, truncated, info = env.step(policy.to_action(raw))
+        reward = reward.to(torch.float32)
+        done = terminated | truncated
+        # A time limit is not a terminal state: bootstrap from the pre-reset observation.
+        cut = truncated & ~terminated
+        boot = torch.zeros_like(reward)
+        if bool(cut.any()):
+            final_norm = policy.obs_norm.normalize(info["final_obs"][cut])
+            boot[cut] = gamma * policy.net.value(final_norm)
+        rollout.rewards[step] = reward + boot
+        rollout.dones[step] = done.to(torch.float32)
+
+        reward_sum += reward.sum()
+        if "cost" in info:
+            cost_sum += info["cost"].sum()
+        ep_ret = ep_ret + reward
+        ep_len = ep_len + 1
+        if bool(done.any()):
+            finished_returns.append(ep_ret[done])
+            finished_lengths.append(ep_len[done])
+            ep_ret = torch.where(done, torch.zeros_like(ep_ret), ep_ret)
+            ep_len = torch.where(done, torch.zeros_like(ep_len), ep_len)
+
+    rollout.next_value = policy.net.value(policy.obs_norm.normalize(obs))
+    n = rollout.obs.shape[0] * rollout.obs.shape[1]
+    stats = {"charts/mean_reward": float(reward_sum) / n, "charts/mean_cost": float(cost_sum) / n}
+    if finished_returns:
+        stats["charts/episodic_return"] = float(torch.cat(finished_returns).mean())
+        stats["charts/episodic_length"] = float(torch.cat(finished_lengths).float().mean())
+    return RolloutState(obs, ep_ret, ep_len), stats
+
+
+def compute_gae(
+    rewards: Tensor, values: Tensor, dones: Tensor, next_value: Tensor, gamma: float, gae_lambda: float
+) -> tuple[Tensor, Tensor]:
+    """Generalized advantage estimation over ``(S, N)`` tensors.
+
+    ``dones[t]`` is 1 when the episode ended with step ``t`` (so ``values[t + 1]`` belongs to a new
+    episode and must not be bootstrapped); ``next_value`` is the value after the last step.
+    Returns ``(advantages, returns)`` with ``returns = advantages + values``.
+    """
+    num_steps = rewards.shape[0]
+    advantages = torch.zeros_like(rewards)
+    last = torch.zeros_like(next_value)
+    for t in reversed(range(num_steps)):
+        following = next_value if t == num_steps - 1 else values[t + 1]
+        alive = 1.0 - dones[t]
+        delta = rewards[t] + gamma * following * alive - values[t]
+        last = delta + gamma * gae_lambda * alive * last
+        advantages[t] = last
+    return advantages, advantages + values
+
+
+# --- loss pieces -----------------------------------------------------------------------------------
+
+
+def policy_loss(new_logprob: Tensor, old_logprob: Tensor, advantages: Tensor, clip_coef: float) -> Tensor:
+    """Clipped surrogate objective, as a loss (to minimise)."""
+    ratio = (new_logprob - old_logprob).exp()
+    unclipped = -advantages * ratio
+    clipped = -advantages * ratio.clamp(1 - clip_coef, 1 + clip_coef)
+    return torch.max(unclipped, clipped).mean()
+
+
+def value_loss(
+    new_value: Tensor, old_value: Tensor, returns: Tensor, clip_coef: float, clip_vloss: bool = True
+) -> Tensor:
+    """0.5 * squared error; with ``clip_vloss`` the pessimistic max with the clipped prediction."""
+    unclipped = (new_value - returns).square()
+    if not clip_vloss:
+        return 0.5 * unclipped.mean()
+    clipped_value = old_value + (new_value - old_value).clamp(-clip_coef, clip_coef)
+    return 0.5 * torch.max(unclipped, (clipped_value - returns).square()).mean()
+
+
+def update(
+    policy: Policy,
+    optimizer: torch.optim.Optimizer,
+    rollout: Rollout,
+    args: PPOArgs,
+    generator: torch.Generator,
+) -> dict[str, float]:
+    """PPO update on one rollout (the learner); returns ``losses/...`` metrics."""
+    advantages, returns = compute_gae(
+        rollout.rewards, rollout.values, rollout.dones, rollout.next_value, args.gamma, args.gae_lambda
+    )
+    b_obs = rollout.obs.reshape(-1, rollout.obs.shape[-1])
+    b_raw = rollout.raw.reshape(-1, rollout.raw.shape[-1])
+    b_logprobs = rollout.logprobs.reshape(-1)
+    b_values = rollout.values.reshape(-1)
+    b_advantages = advantages.reshape(-1)
+    b_returns = returns.reshape(-1)
+    batch_size = b_obs.shape[0]
+    minibatch_size = max(1, batch_size // args.num_minibatches)
+
+    clipfracs: list[Tensor] = []
+    approx_kl = torch.zeros(())
+    for _epoch in range(args.update_epochs):
+        perm = torch.randperm(batch_size, generator=generator, device=generator.device).to(b_obs.device)
+        for start in range(0, batch_size, minibatch_size):
+            mb = perm[start : start + minibatch_size]
+            mean, std, new_value = policy.dist_params(b_obs[mb])
+            new_logprob = gaussian_log_prob(b_raw[mb], mean, std)
+            logratio = new_logprob - b_logprobs[mb]
+            with torch.no_grad():
+                ratio = logratio.exp()
+                approx_kl = ((ratio - 1) - logratio).mean()
+                clipfracs.append(((ratio - 1.0).abs() > args.clip_coef).float().mean())
+
+            mb_adv = b_advantages[mb]
+            if args.norm_adv and mb_adv.numel() > 1:
+                mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8)
+            pg_loss = policy_loss(new_logprob, b_logprobs[mb], mb_adv, args.clip_coef)
+            v_loss = value_loss(new_value, b_values[mb], b_returns[mb], args.clip_coef, args.clip_vloss)
+            entropy = gaussian_entropy(std)
+            loss = pg_loss - args.ent_coef * entropy + args.vf_coef * v_loss
+
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(policy.net.parameters(), args.max_grad_norm)
+            optimizer.step()
+        if args.target_kl is not None and float(approx_kl) > args.target_kl:
+            break
+
+    var_y = b_returns.var()
+    explained_var = float("nan") if float(var_y) == 0 else float(1 - (b_returns - b_values).var() / var_y)
+    return {
+        "losses/policy_loss": float(pg_loss.detach()),
+        "losses/value_loss": float(v_loss.detach()),
+        "losses/entropy": float(entropy.detach()),
+        "losses/approx_kl": float(approx_kl),
+        "losses/clipfrac": float(torch.stack(clipfracs).mean()),
+        "losses/explained_variance": explained_var,
+        "losses/log_std": float(policy.net.log_std.detach().mean()),
+    }
+
+
+# --- training loop ---------------------------------------------------------------------------------
+
+
+def make_policy(env: Any, config: NetworkConfig, meta: PolicyMeta, seed: int) -> Policy:
+    """A fresh policy for ``env`` whose init depends only on ``seed`` (global RNG untouched)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        policy = Policy(config, meta, device="cpu")
+    return policy.to(env.device)
+
+
+def policy_for_env(
+    init: Policy | Checkpoint | None, env: Any, args: Any, algo: str
+) -> tuple[Policy, dict | None]:
+    """The starting policy (fresh or a copy of ``init``) and the optimizer state to restore."""
+    market = env.market
+    tickers = tuple(getattr(market, "tickers", ()) or ())
+    feature_names = tuple(getattr(market, "feature_names", ()) or ())
+    action_mode = getattr(env.params, "action_mode", "weights")
+    meta = PolicyMeta(algo=algo, action_mode=action_mode, tickers=tickers, feature_names=feature_names)
+    if init is None:
+        config = NetworkConfig(
+            num_assets=env.num_assets,
+            num_features=env.num_features,
+            embed=args.embed,
+            hidden=args.hidden,
+            asset_layers=args.asset_layers,
+            init_log_std=args.init_log_std,
+        )
+        return make_policy(env, config, meta, args.seed), None
+    source, opt_state = (init.policy, init.optimizer_state) if isinstance(init, Checkpoint) else (init, None)
+    if source.config.num_features != env.num_features:
+        raise ConfigError(
+            f"cannot warm-start: the policy has {source.config.num_features} features per asset, "
+            f"the env {env.num_features}"
+        )
+    if source.meta.action_mode != action_mode:
+        raise ConfigError(f"cannot warm-start a {source.meta.action_mode!r} policy on a {action_mode!r} env")
+    # The network's weights do not depend on the number of assets, so a policy carries over to a
+    # different universe: rebuild for this env's size and copy every tensor.
+    config = dataclasses.replace(source.config, num_assets=env.num_assets)
+    policy = Policy(config, meta, device=env.device)
+    policy.net.load_state_dict(source.net.state_dict())
+    policy.obs_norm.copy_from(source.obs_norm)
+    return policy, opt_state
+
+
+def make_optimizer(policy: Policy, learning_rate: float, state: dict | None) -> torch.optim.Adam:
+    optimizer = torch.optim.Adam(policy.net.parameters(), lr=learning_rate, eps=1e-5)
+    if state is not None:
+        try:
+            optimizer.load_state_dict(state)
+        except (ValueError, KeyError, RuntimeError) as err:
+            raise ConfigError(f"cannot restore the optimizer state: {err}") from None
+        for group in optimizer.param_groups:  # the child's own (possibly mutated) learning rate wins
+            group["lr"] = learning_rate
+    return optimizer
+
+
+def _notify(callbacks: Sequence[Callback], event: dict[str, Any]) -> bool:
+    stop = False
+    for cb in callbacks:
+        stop = bool(cb(event)) or stop
+    return stop
+
+
+def train(
+    args: PPOArgs,
+    env: Any,
+    callbacks: Iterable[Callback] = (),
+    init: Policy | Checkpoint | None = None,
+    eval_fn: EvalFn | None = None,
+) -> TrainResult:
+    """Train PPO on a ``TradingVecEnv`` for ``args.total_steps`` env-steps (or until a callback stops).
+
+    ``init`` warm-starts from a policy (weights + normalization) or a checkpoint (also the optimizer
+    state). ``eval_fn(policy) -> {name: value}`` is logged as ``eval/<name>``. Every callback gets
+    ``{"event": "update" | "eval", "env_steps": ..., "update": ..., metrics...}`` and may return
+    ``True`` to stop.
+    """
+    callbacks = tuple(callbacks)
+    device = torch.device(env.device)
+    policy, opt_state = policy_for_env(init, env, args, "ppo")
+    policy.train()
+    optimizer = make_optimizer(policy, args.learning_rate, opt_state)
+    generator = torch.Generator(device=device).manual_seed(args.seed)
+
+    num_envs = env.num_envs
+    num_updates = args.num_updates(num_envs)
+    rollout = Rollout.empty(args.num_steps, num_envs, env.obs_dim, policy.raw_dim, device)
+    obs, _ = env.reset(seed=args.seed)
+    zeros = torch.zeros(num_envs, device=device)
+    state = RolloutState(obs, zeros.clone(), zeros.clone())
+
+    history: list[dict[str, float]] = []
+    env_steps = 0
+    next_eval = args.eval_every
+    stopped = False
+    start = time.perf_counter()
+    update_idx = 0
+    for update_idx in range(1, num_updates + 1):
+        if args.anneal_lr:
+            frac = 1.0 - (update_idx - 1) / num_updates
+            for group in optimizer.param_groups:
+                group["lr"] = frac * args.learning_rate
+        t0 = time.perf_counter()
+        state, row = collect_rollout(
+            policy, env, rollout, state, generator, gamma=args.gamma, update_norm=args.norm_obs
+        )
+        t1 = time.perf_counter()
+        row.update(update(policy, optimizer, rollout, args, generator))
+        t2 = time.perf_counter()
+        env_steps += args.batch_size(num_envs)
+        elapsed = time.perf_counter() - start
+        row.update(
+            {
+                "env_steps": float(env_steps),
+                "update": float(update_idx),
+                "charts/learning_rate": optimizer.param_groups[0]["lr"],
+                "charts/steps_per_s": env_steps / max(elapsed, 1e-9),
+                "charts/rollout_s": t1 - t0,
+                "charts/update_s": t2 - t1,
+                "charts/elapsed_s": elapsed,
+            }
+        )
+        if eval_fn is not None and (env_steps >= next_eval or update_idx == num_updates):
+            row.update(_evaluate(policy, eval_fn))
+            next_eval = env_steps + args.eval_every
+            stopped = _notify(callbacks, {"event": "eval", **row}) or stopped
+        history.append(row)
+        stopped = _notify(callbacks, {"event": "update", **row}) or stopped
+        if stopped:
+            break
+    if eval_fn is not None and stopped and not any(k.startswith("eval/") for k in history[-1]):
+        history[-1].update(_evaluate(policy, eval_fn))  # the caller always gets a final score
+    policy.eval()
+    return TrainResult(
+        policy=policy,
+        optimizer_state=optimizer.state_dict(),
+        env_steps=env_steps,
+        history=history,
+        updates=update_idx,
+        stopped_by_callback=stopped,
+    )
+
+
+def _evaluate(policy: Policy, eval_fn: EvalFn) -> dict[str, float]:
+    was_training = policy.training
+    policy.eval()
+    try:
+        metrics = eval_fn(policy)
+    finally:
+        policy.train(was_training)
+    return {k if k.startswith("eval/") else f"eval/{k}": float(v) for k, v in metrics.items()}
+
+
+if __name__ == "__main__":
+    print("use `podracer train --algo ppo` (agents.ppo.train is the importable entry point)")
