@@ -166,7 +166,7 @@ def _write_curve(path: Path, history: list[Mapping[str, Any]], offset: int) -> N
     from data.atomic import atomic_path
 
     frame = pd.DataFrame(list(history))
-    if "global_step" in frame.columns:
-        frame["lineage_step"] = frame["global_step"] + offset
+    if "env_steps" in frame.columns:
+        frame["lineage_env_steps"] = frame["env_steps"] + offset
     with atomic_path(path, suffix=".parquet") as tmp:
         frame.to_parquet(tmp, index=False)

@@ -19,7 +19,7 @@ Recording (:class:`Updater`) runs in the orchestrator, the only writer of the le
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -31,17 +31,6 @@ from data.market import MarketData
 
 FITNESS = ("sharpe", "return", "calmar")
 SCORE_CLIP = 1e3
-_FITNESS_METRIC = {"sharpe": "sharpe_ratio", "return": "cum_returns_final", "calmar": "calmar_ratio"}
-
-
-def fitness_from_metrics(metrics: Mapping[str, float | None], fitness: str) -> float:
-    """The scalar score of a pod from its validation metrics (see the module docstring)."""
-    if fitness not in FITNESS:
-        raise ValueError(f"unknown fitness {fitness!r} (expected one of {FITNESS})")
-    value = metrics.get(_FITNESS_METRIC[fitness])
-    if value is None or math.isnan(value):
-        return 0.0
-    return max(-SCORE_CLIP, min(SCORE_CLIP, float(value)))
 
 
 def score_policy(
@@ -58,27 +47,20 @@ def score_policy(
     ``metrics`` holds the summary metrics of the daily returns (floats or None), so the Sharpe of
     every pod is recorded whatever the fitness (``run.json``'s ``trial_sharpes`` needs it).
     """
-    from backtests import engine, metrics
+    from backtests import engine
 
+    if fitness not in FITNESS:
+        raise ValueError(f"unknown fitness {fitness!r} (expected one of {FITNESS})")
     with torch.no_grad():
-        result = engine.run_backtest(valid, params, {"pod": policy}, baselines=(), device=device)
-    daily = _column(result.daily_returns(), result, "pod")
-    if not bool(torch.isfinite(torch.as_tensor(daily)).all()):
+        result = engine.evaluate(valid, params, {"pod": policy}, device=device)
+    _, daily = result.daily_returns()
+    if not bool(torch.isfinite(daily).all()) or not bool(torch.isfinite(result.equity).all()):
         raise RoundError("validation returns contain NaN or inf")
-    summary = metrics.summary(daily, annualization=annualization)
-    values = {k: _to_float(v) for k, v in summary.items()}
-    values["num_days"] = float(len(daily))
-    return fitness_from_metrics(values, fitness), values
-
-
-def _column(daily: Any, result: Any, name: str) -> Tensor:
-    """The ``name`` strategy's daily returns from whatever ``daily_returns()`` returned."""
-    if hasattr(daily, "columns"):  # a pandas DataFrame, one column per strategy
-        return torch.as_tensor(daily[name].to_numpy(), dtype=torch.float64)
-    tensor = torch.as_tensor(daily, dtype=torch.float64)
-    if tensor.ndim == 2:
-        return tensor[:, list(result.names).index(name)]
-    return tensor
+    col = result.index("pod")
+    values = {k: _to_float(v.reshape(-1)[col]) for k, v in result.summary(annualization).items()}
+    values["num_days"] = float(daily.shape[0])
+    raw = float(engine.fitness(result, fitness, annualization=annualization, nan_value=0.0)[col])
+    return max(-SCORE_CLIP, min(SCORE_CLIP, raw)), values
 
 
 def _to_float(value: Any) -> float | None:
