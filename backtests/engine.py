@@ -242,19 +242,32 @@ def _run_policies(
     values, traded_notional, shares_traded, weights, terminated = [], [], [], [], []
     # The loop only calls the policy and the env and keeps references to the env's outputs (one
     # clone per step for the weights); all accounting is vectorized afterwards.
+    finite: list[Tensor] = []
+    expected = (n, market.num_assets)
     with torch.inference_mode():
-        for _ in range(k_steps):
+        for k in range(k_steps):
             if n == 1:
                 action = _call(callables[0], obs)
             else:
                 action = torch.cat([_call(p, obs[i : i + 1]) for i, p in enumerate(callables)], dim=0)
-            state, obs, _, term, _, info = trading.step(market, params, state, action)
+            if k == 0 or not _plain_action(action, expected, obs):
+                action = trading.check_action(action, n, market.num_assets, market.device)
+            # The env's own NaN check costs a host sync per step; instead every action's finiteness
+            # is recorded here and checked once after the loop (a run with a bad action is discarded).
+            finite.append(torch.isfinite(action).all(dim=1))
+            state, obs, _, term, _, info = trading.step(market, params, state, action, validate=False)
             values.append(info["value"])
             traded_notional.append(info["traded_notional"])
             shares_traded.append(info["shares_traded"])
             # final_obs is the pre-reset observation at the mark bar (== obs when nobody is done).
             weights.append(_weights_of(info["final_obs"], market))
             terminated.append(term)
+        ok = torch.stack(finite)  # (K, N)
+        if not bool(ok.all()):
+            k, i = (int(v) for v in (~ok).nonzero()[0])
+            raise trading.ActionError(
+                f"policy {names[i]!r} returned a NaN or inf action at decision {k} (bar {k * int(params.decision_interval)})"
+            )
         value = torch.stack(values).to(torch.float64)  # (K, N)
         term = torch.stack(terminated)  # (K, N)
         # A terminated strategy is stopped: its value stays at the terminal mark, nothing after counts.
@@ -278,6 +291,16 @@ def _run_policies(
         trades=notional.to(torch.float32).cpu(),
         trade_costs=trade_costs.to(torch.float32).cpu(),
         terminated_at=[int(v) if int(v) < k_steps else -1 for v in first_term.cpu()],
+    )
+
+
+def _plain_action(action: Any, shape: tuple[int, int], obs: Tensor) -> bool:
+    """Whether ``action`` is already a float tensor of the right shape on the env's device."""
+    return (
+        isinstance(action, Tensor)
+        and tuple(action.shape) == shape
+        and action.is_floating_point()
+        and action.device == obs.device
     )
 
 

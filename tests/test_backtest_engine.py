@@ -226,3 +226,15 @@ def test_bad_inputs_are_one_line_errors(toy):
     nan_policy = lambda obs: torch.full((obs.shape[0], toy.num_assets), float("nan"))  # noqa: E731
     with pytest.raises(PodracerError, match="NaN"):
         engine.run_backtest(toy, EnvParams(decision_interval=100), {"bad": nan_policy}, baselines=())
+
+
+def test_a_nan_action_after_the_first_decision_is_reported_with_its_decision(toy):
+    calls = []
+
+    def late_nan(obs):
+        calls.append(1)
+        value = float("nan") if len(calls) == 4 else 0.25
+        return torch.full((obs.shape[0], toy.num_assets), value)
+
+    with pytest.raises(PodracerError, match=r"'late' returned a NaN or inf action at decision 3 \(bar 30\)"):
+        engine.run_backtest(toy, EnvParams(decision_interval=10), {"late": late_nan}, baselines=())

@@ -1,0 +1,102 @@
+"""Backtest speed: a champion-sized policy + buy-and-hold + cash over a year of minute bars.
+
+Target (issue 6): 1 year of minute bars (252 sessions x 390 = 98,280 bars) x 100 assets, champion +
+2 baselines in <= 20 s on a 2-core CPU, with one decision per bar (``--decision-interval 1``, the
+worst case: ~98k policy calls and env steps). Run:
+
+    .venv/bin/python benchmarks/backtest_speed.py                      # the target
+    .venv/bin/python benchmarks/backtest_speed.py --sessions 5 --tickers 10   # a quick check
+
+The market comes from ``data.loader.synthetic_market`` (``--source toy`` uses ``data.toy`` instead,
+which builds faster). The champion is an untrained ``agents.policy.Policy`` of the default size (its
+compute per call is what matters, not its weights). Market building is not timed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+
+import torch
+
+
+def _market(source: str, sessions: int, tickers: int, seed: int):
+    if source == "toy":
+        from data.toy import toy_market
+
+        return toy_market(sessions * 390, tickers, 16, seed=seed)
+    from data.loader import synthetic_market
+
+    # The whole year is the window; the split only decides where normalization is fitted.
+    return synthetic_market(num_tickers=tickers, num_sessions=sessions, seed=seed).full
+
+
+def _champion(market, device: str):
+    from agents.networks import NetworkConfig
+    from agents.policy import Policy, PolicyMeta
+
+    config = NetworkConfig(num_assets=market.num_assets, num_features=market.num_features)
+    meta = PolicyMeta(tickers=tuple(market.tickers), feature_names=tuple(market.feature_names))
+    return Policy(config, meta, device=device).eval()
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sessions", type=int, default=252)
+    parser.add_argument("--tickers", type=int, default=100)
+    parser.add_argument("--decision-interval", type=int, default=1)
+    parser.add_argument("--source", choices=("synthetic", "toy"), default="synthetic")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1))
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+
+    from backtests.engine import run_backtest
+    from envs.trading import EnvParams
+
+    t0 = time.perf_counter()
+    market = _market(args.source, args.sessions, args.tickers, args.seed).to(args.device)
+    build_s = time.perf_counter() - t0
+    policy = _champion(market, args.device)
+    params = EnvParams(decision_interval=args.decision_interval)
+
+    # Warm-up on a short slice (first-call allocations, lazy imports), not timed.
+    run_backtest(
+        market.slice(0, min(market.num_steps, 50 * args.decision_interval + 1)),
+        params,
+        {"champion": policy},
+        baselines=("buy_and_hold", "cash"),
+        device=args.device,
+    )
+    t0 = time.perf_counter()
+    result = run_backtest(
+        market, params, {"champion": policy}, baselines=("buy_and_hold", "cash"), device=args.device
+    )
+    elapsed = time.perf_counter() - t0
+    summary = result.summary()
+    out = {
+        "bars": market.num_steps,
+        "assets": market.num_assets,
+        "features": market.num_features,
+        "decisions": result.num_steps,
+        "strategies": list(result.names),
+        "seconds": round(elapsed, 3),
+        "decisions_per_s": round(result.num_steps / elapsed, 1),
+        "market_build_s": round(build_s, 2),
+        "device": args.device,
+        "threads": args.threads,
+        "torch": torch.__version__,
+        "cpu": platform.processor() or platform.machine(),
+        "target_s": 20.0,
+        "sharpe": {n: round(float(summary["sharpe_ratio"][i]), 3) for i, n in enumerate(result.names)},
+    }
+    print(json.dumps(out, indent=2))
+    return out
+
+
+if __name__ == "__main__":
+    main()
