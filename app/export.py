@@ -85,13 +85,27 @@ def sample_observations(num_assets: int, num_features: int, num: int = 256, seed
     return np.concatenate([w[:, num_assets:], tod[:, None], per_asset], axis=1).astype(np.float32)
 
 
-def _export_onnx(module: Any, example: Any, path: Path) -> str:
-    """Write ``module`` to ``path`` with a dynamic batch axis; returns the exporter used."""
+EXPORTERS = ("dynamo", "torchscript")
+
+
+def _export_onnx(module: Any, example: Any, path: Path, exporter: str = "dynamo") -> str:
+    """Write ``module`` to ``path`` (weights embedded, dynamic batch axis); returns the exporter used.
+
+    ``"dynamo"`` (torch.export-based, torch 2.13's default) falls back to ``"torchscript"`` (the legacy
+    TorchScript-based exporter, ~50x faster to run, deprecated upstream) if it fails.
+    """
     import torch
 
+    if exporter not in EXPORTERS:
+        raise CheckpointError(f"unknown exporter {exporter!r} ({', '.join(EXPORTERS)})")
     errors = []
-    # The torch.export-based exporter is torch 2.13's default; the TorchScript-based one is a fallback.
+    onnx_log = logging.getLogger("torch.onnx")
+    level = onnx_log.level
     try:
+        if exporter != "dynamo":
+            raise _Skip
+        # The exporter prints progress on stdout and warns about optional torchvision ops: keep quiet.
+        onnx_log.setLevel(logging.ERROR)
         with contextlib.redirect_stdout(io.StringIO()):
             torch.onnx.export(
                 module,
@@ -103,10 +117,16 @@ def _export_onnx(module: Any, example: Any, path: Path) -> str:
                 dynamic_shapes={"obs": {0: torch.export.Dim("batch", min=1)}},
                 optimize=True,
                 verbose=False,
+                external_data=False,  # one file, so its sha256 covers the weights
             )
         return "dynamo"
+    except _Skip:
+        pass
     except Exception as err:  # noqa: BLE001 - any exporter failure falls back
         errors.append(f"dynamo: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}")
+        log.warning("dynamo ONNX exporter failed (%s); trying the TorchScript-based one", errors[-1])
+    finally:
+        onnx_log.setLevel(level)
     try:
         import warnings
 
@@ -122,10 +142,14 @@ def _export_onnx(module: Any, example: Any, path: Path) -> str:
                 dynamic_axes={"obs": {0: "batch"}, "weights": {0: "batch"}},
                 opset_version=17,
             )
-        return "torchscript-onnx"
+        return "torchscript"
     except Exception as err:  # noqa: BLE001
         errors.append(f"legacy: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}")
     raise CheckpointError("ONNX export failed (" + "; ".join(errors) + ")")
+
+
+class _Skip(Exception):
+    """Internal: skip the dynamo exporter."""
 
 
 def _ort_session(path: Path) -> Any:
@@ -224,6 +248,7 @@ def export_bundle(
     out: str | os.PathLike[str] | None = None,
     *,
     torchscript: bool = False,
+    exporter: str = "dynamo",
     tolerance: float = PARITY_TOLERANCE,
     home: str | os.PathLike[str] | None = None,
 ) -> Path:
@@ -269,7 +294,7 @@ def export_bundle(
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     try:
-        exporter = _export_onnx(module, torch.as_tensor(obs[:2]), staging / "policy.onnx")
+        exporter = _export_onnx(module, torch.as_tensor(obs[:2]), staging / "policy.onnx", exporter)
         max_diff = parity_check(module, staging / "policy.onnx", obs, tolerance)
         files = ["policy.onnx"]
         if torchscript:
@@ -280,6 +305,8 @@ def export_bundle(
                 files.append("policy.pt")
             except Exception as err:  # noqa: BLE001 - TorchScript is optional and deprecated upstream
                 log.warning("TorchScript export skipped: %s", str(err).splitlines()[0] if str(err) else err)
+        # Hash every file the bundle holds (an exporter's side file, e.g. external weights, included).
+        files = sorted(p.name for p in staging.iterdir() if p.is_file() and p.name != "manifest.json")
         metrics = _read_json(run_dir / "backtest" / "metrics.json") or None
         manifest: dict[str, Any] = {
             "format": BUNDLE_FORMAT,

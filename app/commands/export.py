@@ -16,6 +16,11 @@ def export(
     fmt: str = typer.Option("onnx", "--format", help="Bundle format (onnx)."),
     out: Path = typer.Option(None, "--out", help="Bundle directory [default: <home>/exports/<run>-<pod>]."),
     torchscript: bool = typer.Option(False, "--torchscript", help="Also write a TorchScript policy.pt."),
+    exporter: str = typer.Option(
+        "dynamo",
+        "--exporter",
+        help="ONNX exporter: dynamo (torch.export, default) or torchscript (legacy, fast).",
+    ),
 ) -> None:
     """Export a trained policy to an onnxruntime bundle (policy.onnx + manifest.json), parity-checked."""
     from app.export import export_bundle, load_bundle, resolve_run_dir
@@ -23,7 +28,9 @@ def export(
     if fmt != "onnx":
         raise ConfigError(f"--format {fmt!r} is not supported (onnx)")
     run_dir = resolve_run_dir(run, context.home())
-    bundle_dir = export_bundle(run_dir, pod=pod, out=out, torchscript=torchscript, home=context.home())
+    bundle_dir = export_bundle(
+        run_dir, pod=pod, out=out, torchscript=torchscript, exporter=exporter, home=context.home()
+    )
     bundle = load_bundle(bundle_dir)  # verify what was written, as paper trading will
     parity = bundle.manifest["parity"]
     context.console.print(

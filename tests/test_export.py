@@ -1,0 +1,167 @@
+"""Export bundles: ONNX parity with torch, manifest contents, hash verification, CLI one-liners."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from test_paper_support import DECISION_INTERVAL, make_run
+
+from app.cli import main
+from app.export import export_bundle, load_bundle, manifest_hash, sample_observations
+from data.errors import CheckpointError
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    home = tmp_path_factory.mktemp("home")
+    run = make_run(home)
+    bundle_dir = export_bundle(run.run_dir, exporter="torchscript")
+    return home, run, bundle_dir
+
+
+def _copy(bundle_dir, tmp_path):
+    dst = tmp_path / "bundle"
+    shutil.copytree(bundle_dir, dst)
+    return dst
+
+
+def test_bundle_layout_and_manifest(exported):
+    home, run, bundle_dir = exported
+    assert bundle_dir == home / "exports" / "run-test-pod-0007"
+    manifest = json.loads((bundle_dir / "manifest.json").read_text())
+    market = run.splits.full
+    assert manifest["tickers"] == list(market.tickers)
+    assert manifest["decision_interval"] == DECISION_INTERVAL
+    assert manifest["interval"] == "1m"
+    assert manifest["feature_spec"] == json.loads(json.dumps(market.feature_spec))
+    assert manifest["obs_normalization"]["mean_asset"] == pytest.approx(
+        run.policy.obs_norm.to_spec()["mean_asset"]
+    )
+    assert manifest["env_params"]["decision_interval"] == DECISION_INTERVAL
+    assert manifest["windows"]["valid"] == list(run.splits.valid.date_range())
+    assert manifest["metrics"] is None  # no backtest in this run
+    assert {"torch", "onnxruntime", "onnx"} <= set(manifest["versions"])
+    assert set(manifest["files"]) == {p.name for p in bundle_dir.iterdir()} - {"manifest.json"}
+    assert manifest["parity"]["max_abs_diff"] <= manifest["parity"]["tolerance"]
+    assert manifest["bundle_id"] == manifest_hash(manifest)
+
+
+def test_onnx_matches_policy_act(exported):
+    """onnxruntime on raw observations == Policy.act (normalization and post-processing in the graph)."""
+    _, run, bundle_dir = exported
+    bundle = load_bundle(bundle_dir)
+    obs = sample_observations(bundle.num_assets, bundle.num_features, num=64, seed=7)
+    got = bundle.act(obs)
+    want = run.policy.act(torch.as_tensor(obs), deterministic=True).numpy()
+    assert got.shape == (64, bundle.num_assets)
+    assert np.max(np.abs(got - want)) < 1e-5
+    assert np.all(got >= 0) and np.all(got.sum(axis=1) <= 1 + 1e-6)
+    assert np.std(got[:, 0]) > 1e-3  # the policy is not constant: the comparison means something
+    # dynamic batch axis: a single observation works too
+    assert bundle.act(obs[:1]).shape == (1, bundle.num_assets)
+
+
+def test_dynamo_exporter(tmp_path):
+    run = make_run(tmp_path, run_id="run-dyn")
+    bundle_dir = export_bundle(run.run_dir, out=tmp_path / "b", exporter="dynamo")
+    bundle = load_bundle(bundle_dir)
+    assert bundle.manifest["exporter"] == "dynamo"
+    assert set(bundle.manifest["files"]) == {"policy.onnx"}  # weights embedded, not a side file
+    obs = sample_observations(bundle.num_assets, bundle.num_features, num=5, seed=3)
+    want = run.policy.act(torch.as_tensor(obs)).numpy()
+    assert np.max(np.abs(bundle.act(obs) - want)) < 1e-5
+
+
+def test_tampered_onnx_rejected(exported, tmp_path):
+    dst = _copy(exported[2], tmp_path)
+    data = bytearray((dst / "policy.onnx").read_bytes())
+    data[-20] ^= 0xFF
+    (dst / "policy.onnx").write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match="sha256"):
+        load_bundle(dst)
+
+
+def test_missing_file_rejected(exported, tmp_path):
+    dst = _copy(exported[2], tmp_path)
+    (dst / "policy.onnx").unlink()
+    with pytest.raises(CheckpointError, match="missing"):
+        load_bundle(dst)
+    (dst / "manifest.json").unlink()
+    with pytest.raises(CheckpointError, match="manifest.json missing"):
+        load_bundle(dst)
+
+
+def test_edited_manifest_rejected(exported, tmp_path):
+    dst = _copy(exported[2], tmp_path)
+    manifest = json.loads((dst / "manifest.json").read_text())
+    manifest["tickers"][0] = "AAPL"
+    (dst / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(CheckpointError, match="modified"):
+        load_bundle(dst)
+
+
+def test_wrong_tickers_rejected(exported, tmp_path):
+    dst = _copy(exported[2], tmp_path)
+    manifest = json.loads((dst / "manifest.json").read_text())
+    # A consistent-looking manifest (hash recomputed) whose universe does not fit the graph.
+    manifest["tickers"] = manifest["tickers"][:-1]
+    manifest["bundle_id"] = manifest_hash(manifest)
+    (dst / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(CheckpointError, match="tickers"):
+        load_bundle(dst)
+    with pytest.raises(CheckpointError, match="trades"):
+        load_bundle(exported[2], expect_tickers=["AAPL", "MSFT", "NVDA"])
+
+
+def test_corrupt_manifest_rejected(exported, tmp_path):
+    dst = _copy(exported[2], tmp_path)
+    (dst / "manifest.json").write_text("{not json")
+    with pytest.raises(CheckpointError, match="not valid JSON"):
+        load_bundle(dst)
+
+
+def test_export_missing_pod_is_one_line(exported, capsys):
+    home, run, _ = exported
+    rc = main(["--home", str(home), "export", run.run_dir.name, "--pod", "nope", "--format", "onnx"])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "nope" in err and "Traceback" not in err
+
+
+def test_export_cli(exported, tmp_path, capsys):
+    home, run, _ = exported
+    out = tmp_path / "cli-bundle"
+    rc = main(
+        [
+            "--home",
+            str(home),
+            "export",
+            run.run_dir.name,
+            "--format",
+            "onnx",
+            "--out",
+            str(out),
+            "--exporter",
+            "torchscript",
+        ]
+    )
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "max abs diff" in text and (out / "manifest.json").is_file()
+    assert load_bundle(out).tickers == run.splits.full.tickers
+
+
+def test_loading_a_bundle_does_not_import_torch(exported):
+    code = (
+        "import sys; from app.export import load_bundle; import numpy as np; "
+        f"b = load_bundle({str(exported[2])!r}); "
+        "b.act(np.zeros((1, b.obs_dim), np.float32)); "
+        "assert 'torch' not in sys.modules, 'torch imported'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
