@@ -50,6 +50,9 @@ def fake_round(task, ctx):
     ):
         with open(os.path.join(task.checkpoint_dir, name), "w") as fh:
             fh.write(payload)
+    if faults.get("record_pid"):
+        with open(os.path.join(task.checkpoint_dir, "pid"), "w") as fh:
+            fh.write(str(os.getpid()))
     score = float("nan") if spec.seq in faults.get("nan_seqs", ()) else skill
     return PodOutcome(
         pod_id=spec.pod_id,

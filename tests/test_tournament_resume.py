@@ -1,0 +1,122 @@
+"""kill -9 of the orchestrator, then resume: no leaderboard entry, checkpoint or scored pod is lost."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from agents.tournament.leaderboard import read_events, read_leaderboard, read_pods
+from agents.tournament.orchestrator import TournamentArgs, run_tournament
+from data.toy import toy_market
+
+TESTS = Path(__file__).resolve().parent
+ARGS = dict(pods=1, leaderboard_size=3, p_fresh=0.3, round_steps=100, budget_steps=3000, workers=1, seed=5)
+
+SCRIPT = textwrap.dedent(
+    """
+    import sys
+    sys.path.insert(0, {tests!r})
+    from test_tournament_run import fake_round
+    from test_tournament_resume import windows
+    from agents.tournament.orchestrator import TournamentArgs, run_tournament
+    train, valid = windows()
+    run_tournament({run!r}, train, valid, args=TournamentArgs(**{args!r}), round_fn=fake_round,
+                   agent={{"sleep": 0.15, "record_pid": True}})
+    """
+)
+
+
+def windows():
+    market = toy_market(num_steps=60 * 5, num_assets=2, num_features=3, bars_per_session=60, seed=0)
+    train, valid, _test = market.split_sessions(0.6, 0.2)
+    return train, valid
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie child of ours is dead too; a worker is not our child, so this is only a guard.
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def test_kill_dash_nine_then_resume_loses_nothing(tmp_path):
+    run = tmp_path / "run"
+    script = SCRIPT.format(tests=str(TESTS), run=str(run), args=ARGS)
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=TESTS.parent)
+    try:
+        deadline = time.monotonic() + 90
+        scored = []
+        while time.monotonic() < deadline:
+            time.sleep(0.2)
+            if proc.poll() is not None:
+                raise AssertionError(f"the orchestrator exited early with {proc.returncode}")
+            if (run / "leaderboard.sqlite").is_file():
+                scored = [p for p in read_pods(run) if p["score"] is not None]
+                if len(scored) >= 5:
+                    break
+        assert len(scored) >= 5, "the orchestrator did not score 5 pods in time"
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+    before_board = read_leaderboard(run)
+    before_pods = {p["pod_id"]: p for p in read_pods(run)}
+    assert len(before_board) == 3
+
+    # The killed orchestrator's worker process notices and exits: no orphan keeps running.
+    pids = set()
+    for pod_dir in (run / "pods").iterdir():
+        if (pod_dir / "pid").is_file():
+            pids.add(int((pod_dir / "pid").read_text()))
+    assert pids
+    deadline = time.monotonic() + 10
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(_alive(p) for p in pids)
+
+    from test_tournament_run import fake_round
+
+    train, valid = windows()
+    args = TournamentArgs(**{**ARGS, "workers": 0})
+    result = run_tournament(run, train, valid, args=args, round_fn=fake_round, resume=True)
+
+    after_pods = {p["pod_id"]: p for p in read_pods(run)}
+    after_board = {e["pod_id"]: e for e in read_leaderboard(run)}
+    events = read_events(run)
+    pruned = {e["pod_id"] for e in events if e["kind"] == "pruned"}
+    for entry in before_board:
+        # Every entry is still on the board, or a better pod pushed it out after the resume.
+        if entry["pod_id"] in after_board:
+            assert after_board[entry["pod_id"]]["score"] == entry["score"]
+        else:
+            assert entry["pod_id"] in pruned
+            assert min(e["score"] for e in after_board.values()) >= entry["score"]
+        assert (run / entry["checkpoint"] / "spec.json").is_file()
+    for pod_id, pod in before_pods.items():
+        if pod["status"] == "running":
+            assert after_pods[pod_id]["status"] == "failed"
+            assert "interrupted" in after_pods[pod_id]["error"]
+        else:
+            assert after_pods[pod_id]["score"] == pod["score"]
+    assert [e["kind"] for e in events].count("resumed") == 1
+    assert result.env_steps == 3000
+    run_json = json.loads((run / "run.json").read_text())
+    assert run_json["status"] == "done"
+    assert run_json["pods_tried"] == sum(1 for p in after_pods.values() if p["score"] is not None)
+    assert len(after_pods) > len(before_pods)
+    assert (run / "champion" / "spec.json").is_file()
