@@ -1,0 +1,236 @@
+"""Build ``MarketSplits(full, train, valid, test)`` from a source: synthetic, stored, or real-sample.
+
+``train``, ``valid`` and ``test`` are contiguous, non-overlapping slices of ``full`` by whole
+sessions (``MarketData.split_sessions``). Features are computed causally on ``full`` and normalized
+with statistics fitted on the ``train`` rows only, so nothing about valid/test leaks into training.
+
+Other stages call ``synthetic_market(...)`` (fast, in memory) in their unit tests, and
+``load_market(config, ...)`` where a run starts. ``config`` is anything with the fields of
+``app.config.DataConfig`` (read by attribute; ``data`` never imports ``app``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from data.calendar import Panel
+from data.errors import DataError
+from data.features import DEFAULT_WINDOWS, compute_features, fit_normalization, make_spec, normalize
+from data.market import MarketData
+
+
+@dataclass(frozen=True)
+class MarketSplits:
+    """The whole market and its train / valid / test windows (views of ``full``)."""
+
+    full: MarketData
+    train: MarketData
+    valid: MarketData
+    test: MarketData
+    source: str = "synthetic"
+    gaps_filled: dict[str, int] = field(default_factory=dict)
+
+    def to(self, device: str | torch.device) -> MarketSplits:
+        """The same splits on ``device``."""
+        full = self.full.to(device)
+        sizes = (self.train.num_steps, self.valid.num_steps)
+        return MarketSplits(
+            full,
+            full.slice(0, sizes[0]),
+            full.slice(sizes[0], sizes[0] + sizes[1]),
+            full.slice(sizes[0] + sizes[1], full.num_steps),
+            self.source,
+            dict(self.gaps_filled),
+        )
+
+    def windows(self) -> dict[str, tuple[str, str]]:
+        """First and last session date of each window (for run.json / reports)."""
+        return {name: getattr(self, name).date_range() for name in ("train", "valid", "test")}
+
+
+def build_market(
+    panel: Panel,
+    *,
+    train_frac: float = 0.6,
+    valid_frac: float = 0.2,
+    device: str | torch.device = "cpu",
+    windows: Mapping[str, int] = DEFAULT_WINDOWS,
+    source: str = "panel",
+) -> MarketSplits:
+    """Dense panel -> MarketData with causal, train-normalized features, split by sessions."""
+    device = torch.device(device)
+    f32 = {"dtype": torch.float32, "device": device}
+    prices = {name: torch.as_tensor(getattr(panel, name), **f32) for name in ("open", "high", "low", "close")}
+    volume = torch.as_tensor(panel.volume, **f32)
+    # Features from float64 close where the device allows: log-returns of adjacent float32 prices
+    # lose digits.
+    work = torch.float32 if device.type == "mps" else torch.float64
+    raw = compute_features(torch.as_tensor(panel.close, dtype=work, device=device), volume, windows)
+    # Renumber sessions 0..S-1 in the order they appear (the panel may have trimmed a partial start).
+    _, session_id = np.unique(panel.grid.session_id, return_inverse=True)
+    provisional = MarketData(
+        tickers=panel.tickers,
+        timestamps=panel.grid.timestamps.astype("datetime64[ns]"),
+        **prices,
+        volume=volume,
+        features=raw,
+        feature_names=tuple(f"f{i}" for i in range(raw.shape[-1])),
+        session_id=torch.as_tensor(session_id, dtype=torch.int64, device=device),
+        time_of_day=torch.as_tensor(panel.grid.time_of_day, **f32),
+        interval=panel.interval,
+    )
+    train, valid, _ = provisional.split_sessions(train_frac, valid_frac)
+    mean, std = fit_normalization(raw[: train.num_steps])
+    spec = make_spec(mean, std, windows, interval=panel.interval, fitted_on=train.date_range())
+    full = MarketData(
+        **{
+            name: getattr(provisional, name)
+            for name in (
+                "tickers",
+                "timestamps",
+                "open",
+                "high",
+                "low",
+                "close",
+                "volume",
+                "session_id",
+                "time_of_day",
+                "interval",
+            )
+        },
+        features=normalize(raw, spec),
+        feature_names=tuple(spec["names"]),
+        feature_spec=spec,
+    )
+    cut1, cut2 = train.num_steps, train.num_steps + valid.num_steps
+    return MarketSplits(
+        full=full,
+        train=full.slice(0, cut1),
+        valid=full.slice(cut1, cut2),
+        test=full.slice(cut2, full.num_steps),
+        source=source,
+        gaps_filled=dict(panel.gaps_filled),
+    )
+
+
+def synthetic_market(
+    num_tickers: int = 8,
+    num_sessions: int = 10,
+    seed: int = 0,
+    signal: float = 1.0,
+    device: str | torch.device = "cpu",
+    *,
+    train_frac: float = 0.6,
+    valid_frac: float = 0.2,
+    start: str = "2024-01-02",
+) -> MarketSplits:
+    """Fast path: a synthetic market generated in memory (see ``data.synthetic``)."""
+    from data.synthetic import SyntheticSpec, generate
+
+    spec = SyntheticSpec(
+        num_tickers=num_tickers, num_sessions=num_sessions, seed=seed, signal=signal, start=start
+    )
+    return build_market(
+        generate(spec), train_frac=train_frac, valid_frac=valid_frac, device=device, source="synthetic"
+    )
+
+
+_CONFIG_DEFAULTS: dict[str, Any] = {
+    "source": "synthetic",
+    "num_tickers": 100,
+    "num_sessions": 60,
+    "start": "2024-01-02",
+    "signal": 1.0,
+    "seed": 0,
+    "interval": "1m",
+    "tickers": [],
+    "train_frac": 0.6,
+    "valid_frac": 0.2,
+    "min_coverage": 0.5,
+    "start_date": None,
+    "end_date": None,
+}
+
+
+def _settings(config: Any, overrides: Mapping[str, Any]) -> dict[str, Any]:
+    settings = dict(_CONFIG_DEFAULTS)
+    if config is not None:
+        for key in _CONFIG_DEFAULTS:
+            if hasattr(config, key):
+                settings[key] = getattr(config, key)
+    for key, value in overrides.items():
+        if key not in _CONFIG_DEFAULTS:
+            raise DataError(f"load_market: unknown setting {key!r}")
+        settings[key] = value
+    return settings
+
+
+def load_market(
+    config: Any = None,
+    *,
+    home: str | os.PathLike[str] | None = None,
+    device: str | torch.device = "cpu",
+    store_synthetic: bool = False,
+    **overrides: Any,
+) -> MarketSplits:
+    """Load the market a run trains and tests on.
+
+    ``config``: an ``app.config.DataConfig`` (or any object with its fields; None = defaults), with
+    ``overrides`` (same names) on top. Sources:
+    - ``synthetic``: generate in memory (``store_synthetic=True`` also writes the bars to the store);
+    - ``stored``: bars imported/fetched into ``<home>/data/bars`` (``tickers`` empty = all);
+    - ``real-sample``: the small real sample shipped with podracer (SPY, IBM, BAC, AIG, Oct 2013).
+    """
+    s = _settings(config, overrides)
+    split = {"train_frac": s["train_frac"], "valid_frac": s["valid_frac"], "device": device}
+    if s["source"] == "synthetic":
+        from data.synthetic import SyntheticSpec, generate
+
+        spec = SyntheticSpec(
+            num_tickers=s["num_tickers"],
+            num_sessions=s["num_sessions"],
+            seed=s["seed"],
+            signal=s["signal"],
+            start=s["start"],
+        )
+        panel = generate(spec)
+        if store_synthetic:
+            from data.store import BarStore
+            from data.synthetic import to_frame
+
+            BarStore(_home(home)).write(to_frame(panel), interval="1m", source="synthetic")
+        if s["interval"] != "1m":
+            from data.calendar import resample_panel
+
+            panel = resample_panel(panel, s["interval"])
+        return build_market(panel, **split, source="synthetic")
+    if s["source"] == "stored":
+        from data.store import BarStore
+
+        panel = BarStore(_home(home)).load_panel(
+            interval=s["interval"],
+            tickers=list(s["tickers"]) or None,
+            start=s["start_date"],
+            end=s["end_date"],
+            min_coverage=s["min_coverage"],
+        )
+        return build_market(panel, **split, source="stored")
+    if s["source"] == "real-sample":
+        from data.sources.sample import real_sample_panel
+
+        panel = real_sample_panel(interval=s["interval"], min_coverage=s["min_coverage"])
+        return build_market(panel, **split, source="real-sample")
+    raise DataError(f"unknown data source {s['source']!r} (synthetic, stored, real-sample)")
+
+
+def _home(home: str | os.PathLike[str] | None) -> Path:
+    if home is not None:
+        return Path(home)
+    return Path(os.environ.get("PODRACER_HOME") or "./podracer-home")
