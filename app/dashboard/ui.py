@@ -70,8 +70,14 @@ def run_picker(home_dir: Path) -> str | None:
 
 def require_run() -> Path:
     """The selected run's directory; without one, an empty state and the page stops here."""
-    run = st.session_state.get(RUN_KEY)
     home_dir = home()
+    run = st.session_state.get(RUN_KEY)
+    if run is None:
+        # A page run without the entry script (AppTest's switch_page does this): pick as it would.
+        runs = loaders.list_runs(str(home_dir))
+        wanted = os.environ.get(RUN_ENV)
+        run = wanted if wanted in runs else (runs[0] if runs else None)
+        st.session_state[RUN_KEY] = run
     if not run:
         st.info(
             f"No runs under `{home_dir / 'runs'}` yet. Create one with `podracer demo`, "

@@ -212,12 +212,13 @@ def weights_wide(positions: pd.DataFrame, strategy: str, max_points: int = 1500)
     if rows.empty:
         return pd.DataFrame()
     wide = rows.pivot_table(index="timestamp", columns="ticker", values="weight", aggfunc="last").fillna(0.0)
+    # Largest average holdings (over the whole window) first: the area chart stacks them lowest.
+    wide = wide[wide.mean().sort_values(ascending=False, kind="stable").index]
     if len(wide) > max_points:
         bucket = np.arange(len(wide)) * max_points // len(wide)
         last = np.flatnonzero(np.r_[bucket[1:] != bucket[:-1], True])
         wide = wide.iloc[last]
-    # Largest average holdings first, so the area chart stacks the big ones at the bottom.
-    return wide[wide.mean().sort_values(ascending=False).index]
+    return wide
 
 
 def trades_table(trades: pd.DataFrame, strategy: str | None = None, limit: int = 5000) -> pd.DataFrame:

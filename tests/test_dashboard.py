@@ -1,0 +1,413 @@
+"""Dashboard logic without Streamlit: artifact readers, views, downsampling, the CLI command."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+from dashboard_fixture import make_run, write_backtest
+
+from app.commands import dashboard as cmd
+from app.dashboard import artifacts, charts, views
+
+# --------------------------------------------------------------------------- artifacts
+
+
+def test_read_backtest_artifacts_round_trip(tmp_path):
+    run_dir = tmp_path / "runs" / "r1"
+    written = write_backtest(run_dir, days=5, num_assets=3)
+    metrics = artifacts.read_metrics(run_dir)
+    assert metrics["strategies"] == written["strategies"]
+    equity = artifacts.read_equity(run_dir)
+    assert list(equity.columns) == ["champion", "buy_and_hold", "cash"]
+    assert str(equity.index.tz) == "UTC" and equity.index.is_monotonic_increasing
+    assert len(equity) == 5 * 390
+    daily = artifacts.read_daily_returns(run_dir)
+    assert len(daily) == 5 and daily.index.tz is None
+    # Daily returns compound to the cumulative return of metrics.json.
+    cum = float((1 + daily["champion"]).prod() - 1)
+    assert cum == pytest.approx(metrics["strategies"]["champion"]["cum_returns_final"], rel=1e-9)
+    positions = artifacts.read_positions(run_dir)
+    assert set(positions["strategy"]) == {"champion", "buy_and_hold", "cash"}
+    trades = artifacts.read_trades(run_dir)
+    assert (trades["cost"] >= 0).all() and trades["timestamp"].is_monotonic_increasing
+
+
+def test_missing_backtest_says_which_command(tmp_path):
+    run_dir = tmp_path / "runs" / "r1"
+    run_dir.mkdir(parents=True)
+    with pytest.raises(artifacts.ArtifactMissing, match=r"no backtest yet: run `podracer backtest r1`"):
+        artifacts.read_metrics(run_dir)
+    with pytest.raises(artifacts.ArtifactMissing, match="podracer backtest r1"):
+        artifacts.read_equity(run_dir)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('{"strategies": {"champion": {"sharpe_ratio": 1.0}', "metrics.json is corrupt"),
+        ("[1, 2]", "no 'strategies' object"),
+        ('{"strategies": {"champion": {"sharpe_ratio": "high"}}}', r"champion.sharpe_ratio is 'high'"),
+        ('{"strategies": {"champion": 3}}', "strategy 'champion' is not an object"),
+        ("\xff\xfe", "metrics.json"),
+    ],
+)
+def test_corrupt_metrics_is_one_clear_error(tmp_path, text, message):
+    path = tmp_path / "backtest" / "metrics.json"
+    path.parent.mkdir()
+    path.write_bytes(text.encode("latin-1"))
+    with pytest.raises(artifacts.ArtifactCorrupt, match=message) as info:
+        artifacts.read_metrics(tmp_path)
+    assert "\n" not in str(info.value)
+
+
+def test_null_and_nan_metrics_read_as_none(tmp_path):
+    path = tmp_path / "backtest" / "metrics.json"
+    path.parent.mkdir()
+    path.write_text('{"strategies": {"cash": {"sharpe_ratio": null, "calmar_ratio": NaN, "note": "x"}}}')
+    values = artifacts.read_metrics(tmp_path)["strategies"]["cash"]
+    assert values == {"sharpe_ratio": None, "calmar_ratio": None, "note": "x"}
+
+
+def test_corrupt_parquet_and_missing_columns(tmp_path):
+    folder = tmp_path / "backtest"
+    folder.mkdir()
+    (folder / "equity.parquet").write_bytes(b"PAR1 torn")
+    with pytest.raises(artifacts.ArtifactCorrupt, match="equity.parquet is corrupt"):
+        artifacts.read_equity(tmp_path)
+    pd.DataFrame({"timestamp": [1], "strategy": ["a"]}).to_parquet(folder / "trades.parquet")
+    with pytest.raises(artifacts.ArtifactCorrupt, match="missing column"):
+        artifacts.read_trades(tmp_path)
+
+
+def test_list_runs_newest_first_and_run_path_guard(tmp_path):
+    for i, name in enumerate(["old", "new", "mid"]):
+        path = tmp_path / "runs" / name
+        path.mkdir(parents=True)
+        os.utime(path, ns=(10**18 + i * 10**9, 10**18 + {"old": 0, "new": 2, "mid": 1}[name] * 10**9))
+    (tmp_path / "runs" / ".hidden").mkdir()
+    assert artifacts.list_runs(tmp_path) == ["new", "mid", "old"]
+    assert artifacts.list_runs(tmp_path / "nowhere") == []
+    assert artifacts.run_path(tmp_path, "mid") == tmp_path / "runs" / "mid"
+    for bad in ("../etc", "", "a/b", "missing"):
+        with pytest.raises(artifacts.ArtifactMissing):
+            artifacts.run_path(tmp_path, bad)
+
+
+def test_curves_and_missing_stores(tmp_path):
+    run_dir = make_run(tmp_path, "r1", backtest=False)
+    curves = artifacts.read_curves(run_dir)
+    assert list(curves) == ["pod-000", "pod-001"]
+    assert curves["pod-000"]["env_steps"].is_monotonic_increasing
+    assert views.curve_metrics(curves) == ["eval/score", "charts/episodic_return", "losses/value_loss"]
+    with pytest.raises(artifacts.ArtifactMissing, match="no tournament in run 'r1'"):
+        artifacts.read_tournament(run_dir)
+    with pytest.raises(artifacts.ArtifactMissing, match="no nightly retrain yet: run `podracer retrain"):
+        artifacts.read_nightly(tmp_path)
+    with pytest.raises(artifacts.ArtifactMissing, match="no paper trading yet"):
+        artifacts.read_paper(tmp_path)
+    with pytest.raises(artifacts.ArtifactMissing, match="no training curves"):
+        artifacts.read_curves(tmp_path / "runs")
+
+
+def test_read_tournament_through_the_real_leaderboard(tmp_path):
+    from agents.tournament.leaderboard import Leaderboard
+
+    run_dir = tmp_path / "runs" / "t1"
+    with Leaderboard(run_dir, size=2) as board:
+        for seq, (pod, parent, score) in enumerate([("p0", None, 0.5), ("p1", "p0", 1.5), ("p2", "p1", 0.1)]):
+            board.start_pod(
+                pod,
+                seq=seq,
+                parent_id=parent,
+                generation=seq,
+                algo="ppo",
+                hparams={"lr": 3e-4},
+                seed=seq,
+                checkpoint=f"pods/{pod}",
+            )
+            board.record_score(
+                pod, score=score, metrics={"sharpe_ratio": score}, round_steps=10, env_steps=10
+            )
+        board.start_pod(
+            "p3", seq=3, parent_id=None, generation=0, algo="ppo", hparams={}, seed=3, checkpoint="x"
+        )
+        board.record_failure("p3", "NaN loss")
+    data = artifacts.read_tournament(run_dir)
+    assert list(data.leaderboard["pod_id"]) == ["p1", "p0"]
+    assert views.status_counts(data.pods)["failed"] == 1
+    assert views.status_counts(data.pods)["tried"] == 4
+    history = views.score_history(data.events)
+    assert list(history["score"]) == [0.5, 1.5, 0.1]
+    assert str(history["time"].dt.tz) == "UTC"
+    chain = views.lineage(data.pods, "p2")
+    assert list(chain["pod_id"]) == ["p2", "p1", "p0"]
+    table = views.tidy_table(data.pods, ("created",))
+    assert table["hparams"].iloc[0] == '{"lr": 0.0003}'
+    assert str(table["created"].dt.tz) == "UTC"
+
+
+# --------------------------------------------------------------------------- views
+
+
+METRICS = {
+    "benchmark": "buy_and_hold",
+    "strategies": {
+        "champion": {
+            "cum_returns_final": 0.1234,
+            "annual_return": 0.05,
+            "annual_volatility": 0.2,
+            "sharpe_ratio": 1.2345,
+            "sortino_ratio": 2.0,
+            "max_drawdown": -0.25,
+            "calmar_ratio": 0.2,
+            "deflated_sharpe_ratio": 0.951,
+        },
+        "buy_and_hold": {
+            "cum_returns_final": 0.1,
+            "annual_return": 0.04,
+            "annual_volatility": 0.25,
+            "sharpe_ratio": 1.0,
+            "sortino_ratio": None,
+            "max_drawdown": -0.3,
+            "calmar_ratio": 0.1333,
+            "deflated_sharpe_ratio": 0.5,
+        },
+    },
+}
+
+
+def test_format_metric():
+    assert views.format_metric(0.1234, "pct") == "12.34%"
+    assert views.format_metric(-0.25, "pct") == "-25.00%"
+    assert views.format_metric(1.2345, "ratio") == "1.23"
+    assert views.format_metric(1234.5, "money") == "$1,234.50"
+    assert views.format_metric(None, "ratio") == "n/a"
+    assert views.format_metric(float("nan"), "pct") == "n/a"
+
+
+def test_metric_cards_values_and_deltas():
+    cards = views.metric_cards(METRICS, "champion", versus="buy_and_hold")
+    assert [c.label for c in cards] == [
+        "Cum. return",
+        "Ann. return",
+        "Volatility",
+        "Sharpe",
+        "Sortino",
+        "Max drawdown",
+        "Calmar",
+        "DSR",
+    ]
+    by_key = {c.key: c for c in cards}
+    assert by_key["sharpe_ratio"].value == "1.23"
+    assert by_key["sharpe_ratio"].delta == "+0.23"
+    assert by_key["max_drawdown"].value == "-25.00%"
+    assert by_key["max_drawdown"].delta == "+5.00 pp"  # a shallower drawdown is better: normal colour
+    assert by_key["max_drawdown"].delta_color == "normal"
+    assert by_key["annual_volatility"].delta_color == "inverse"
+    assert by_key["sortino_ratio"].delta is None  # benchmark's Sortino is null
+    assert by_key["deflated_sharpe_ratio"].value == "0.95"
+    assert views.champion_name(METRICS) == "champion"
+    assert views.benchmark_name(METRICS) == "buy_and_hold"
+    assert views.champion_name({"strategies": {"buy_and_hold": {}, "cash": {}, "pod-7": {}}}) == "pod-7"
+    assert views.champion_name({"strategies": {"buy_and_hold": {}}}) is None
+
+
+def test_comparison_table():
+    table = views.comparison_table(METRICS)
+    assert list(table.index) == ["Champion", "Buy & hold"]
+    assert table.loc["Buy & hold", "Sortino"] == "n/a"
+    assert table.loc["Champion", "Calmar"] == "0.20"
+
+
+def test_drawdown_and_monthly_returns():
+    equity = pd.Series([100.0, 120.0, 90.0, 130.0, 65.0])
+    assert views.drawdown(equity).tolist() == pytest.approx([0.0, 0.0, -0.25, 0.0, -0.5])
+    dates = pd.to_datetime(["2024-01-02", "2024-01-03", "2024-02-01", "2025-03-03"])
+    daily = pd.Series([0.1, 0.1, -0.5, 0.02], index=dates)
+    table = views.monthly_returns(daily)
+    assert list(table.index) == [2024, 2025]
+    assert table.loc[2024, "Jan"] == pytest.approx(0.21)
+    assert table.loc[2024, "Feb"] == pytest.approx(-0.5)
+    assert table.loc[2025, "Mar"] == pytest.approx(0.02)
+    assert np.isnan(table.loc[2025, "Jan"])
+    assert views.monthly_returns(pd.Series(dtype=float)).empty
+
+
+def test_weights_wide_keeps_last_row_per_bucket():
+    stamps = pd.date_range("2024-01-02 14:30", periods=10, freq="min", tz="UTC")
+    positions = pd.DataFrame(
+        {
+            "timestamp": np.repeat(stamps, 2),
+            "strategy": "champion",
+            "ticker": ["A", "B"] * 10,
+            "weight": np.ravel([[i / 10, 0.5] for i in range(10)]),
+        }
+    )
+    wide = views.weights_wide(positions, "champion", max_points=3)
+    assert len(wide) == 3
+    assert wide.index[-1] == stamps[-1]  # the final holding is always shown
+    assert list(wide.columns) == ["B", "A"]  # largest average weight first
+    assert wide["A"].iloc[-1] == pytest.approx(0.9)
+    assert views.weights_wide(positions, "nobody").empty
+
+
+def test_trades_and_costs():
+    trades = pd.DataFrame(
+        {
+            "timestamp": pd.date_range("2024-01-02", periods=3, freq="D", tz="UTC"),
+            "strategy": ["champion", "champion", "buy_and_hold"],
+            "ticker": ["A", "B", "A"],
+            "notional": [1000.0, -500.0, 2000.0],
+            "cost": [1.0, 0.5, 2.0],
+        }
+    )
+    table = views.trades_table(trades, "champion")
+    assert list(table["side"]) == ["sell", "buy"]  # newest first
+    summary = views.cost_summary(trades)
+    assert summary.loc["champion", "costs"] == pytest.approx(1.5)
+    assert summary.loc["champion", "cost bp"] == pytest.approx(1.5 / 1500 * 1e4)
+    assert views.costs_by_ticker(trades, "champion").index[0] == "A"
+
+
+def test_lineage_stops_on_cycles_and_unknown_pods():
+    pods = pd.DataFrame({"pod_id": ["a", "b", "c"], "parent_id": ["c", "a", "b"]})
+    assert list(views.lineage(pods, "c")["pod_id"]) == ["c", "b", "a"]
+    assert views.lineage(pods, "zzz").empty
+
+
+# --------------------------------------------------------------------------- downsampling and charts
+
+
+def test_lttb_keeps_endpoints_and_spikes():
+    rng = np.random.default_rng(0)
+    y = rng.normal(size=10_000)
+    y[5_000] = 50.0
+    idx = charts.lttb_indices(np.arange(len(y)), y, 500)
+    assert len(idx) == 500 and idx[0] == 0 and idx[-1] == len(y) - 1
+    assert np.all(np.diff(idx) > 0)
+    assert 5_000 in idx
+    assert np.array_equal(charts.lttb_indices(np.arange(10), y[:10], 50), np.arange(10))
+
+
+def test_minmax_keeps_extremes():
+    y = np.sin(np.linspace(0, 20, 9_999))
+    y[1234] = -3.0
+    idx = charts.minmax_indices(y, 200)
+    assert 1234 in idx and idx[0] == 0 and idx[-1] == len(y) - 1
+    assert len(idx) <= 202
+    assert y[idx].max() == y.max()
+
+
+def test_figures_are_downsampled(tmp_path):
+    run_dir = tmp_path / "runs" / "r"
+    write_backtest(run_dir, days=20)
+    equity = artifacts.read_equity(run_dir)
+    fig = charts.equity_figure(equity, max_points=500)
+    assert [t.name for t in fig.data] == ["Champion", "Buy & hold", "Cash"]
+    assert all(len(t.x) == 500 for t in fig.data)
+    under = charts.underwater_figure(views.drawdown(equity), max_points=500)
+    assert min(under.data[0].y) == pytest.approx(views.drawdown(equity)["champion"].min())
+    heat = charts.monthly_heatmap(views.monthly_returns(artifacts.read_daily_returns(run_dir)["champion"]))
+    assert heat.data[0].type == "heatmap"
+
+
+# --------------------------------------------------------------------------- the command
+
+
+def test_streamlit_command_and_env(tmp_path):
+    argv = cmd.streamlit_command("127.0.0.1", 8123)
+    assert argv[1:5] == ["-m", "streamlit", "run", str(cmd.APP_PATH)]
+    flags = dict(zip(argv[5::2], argv[6::2], strict=True))
+    assert flags["--server.headless"] == "true"
+    assert flags["--server.address"] == "127.0.0.1"
+    assert flags["--server.port"] == "8123"
+    assert flags["--browser.gatherUsageStats"] == "false"
+    assert cmd.APP_PATH.is_file()
+    env = cmd.streamlit_env(tmp_path, "r1")
+    assert env["PODRACER_HOME"] == str(tmp_path) and env["PODRACER_DASHBOARD_RUN"] == "r1"
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [
+        ("127.0.0.1", True),
+        ("127.1.2.3", True),
+        ("::1", True),
+        ("localhost", True),
+        ("0.0.0.0", False),
+        ("192.168.1.5", False),
+        ("example.com", False),
+    ],
+)
+def test_is_loopback(host, loopback):
+    assert cmd.is_loopback(host) is loopback
+
+
+def _fake_exec(monkeypatch):
+    calls = []
+
+    def fake_execve(path, argv, env):
+        calls.append((argv, env))
+        raise SystemExit(0)
+
+    monkeypatch.setattr(cmd.os, "execve", fake_execve)
+    monkeypatch.setattr(cmd, "port_in_use", lambda host, port: False)
+    return calls
+
+
+def test_cli_starts_streamlit_with_home_and_run(tmp_path, monkeypatch, capsys):
+    from app.cli import main
+
+    make_run(tmp_path, "r1", backtest=False)
+    calls = _fake_exec(monkeypatch)
+    with pytest.raises(SystemExit):
+        main(["dashboard", "--home", str(tmp_path), "--run", "r1", "--port", "8555"])
+    argv, env = calls[0]
+    assert "8555" in argv and "127.0.0.1" in argv
+    assert env["PODRACER_HOME"] == str(tmp_path.resolve()) and env["PODRACER_DASHBOARD_RUN"] == "r1"
+    assert "warning" not in capsys.readouterr().err
+
+
+def test_cli_warns_on_non_loopback_host(tmp_path, monkeypatch, capsys):
+    from app.cli import main
+
+    calls = _fake_exec(monkeypatch)
+    with pytest.raises(SystemExit):
+        main(["dashboard", "--home", str(tmp_path), "--host", "0.0.0.0"])
+    assert calls and "0.0.0.0" in calls[0][0]
+    err = capsys.readouterr().err
+    assert "warning" in err and "0.0.0.0" in err
+
+
+def test_cli_errors_are_one_line(tmp_path, monkeypatch, capsys):
+    from app.cli import main
+
+    _fake_exec(monkeypatch)
+    assert main(["dashboard", "--home", str(tmp_path / "nope")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert main(["dashboard", "--home", str(tmp_path), "--run", "ghost"]) == 2
+    assert "no run 'ghost'" in capsys.readouterr().err
+    monkeypatch.setattr(cmd, "port_in_use", lambda host, port: True)
+    assert main(["dashboard", "--home", str(tmp_path)]) == 2
+    assert "already in use" in capsys.readouterr().err
+
+
+def test_port_in_use_detects_a_listener():
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        assert cmd.port_in_use("127.0.0.1", port)
+    assert not cmd.port_in_use("127.0.0.1", port)
+
+
+def test_fixture_metrics_json_is_valid_json(tmp_path):
+    run_dir = make_run(tmp_path, "r2", days=3)
+    data = json.loads((run_dir / "backtest" / "metrics.json").read_text())
+    assert set(data["strategies"]) == {"champion", "buy_and_hold", "cash"}

@@ -1,0 +1,271 @@
+"""Every dashboard page through ``streamlit.testing.v1.AppTest`` on homes built by the test.
+
+The other stages' stores are written with their real writers (tournament leaderboard, nightly
+registry, paper journal), so a schema change on their side shows up here.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from dashboard_fixture import make_run
+from streamlit.testing.v1 import AppTest
+
+from app.dashboard import views
+
+APP = str(Path(__file__).resolve().parent.parent / "app" / "dashboard" / "app.py")
+PAGES = ["overview", "tournament", "training", "positions", "nightly", "paper"]
+
+
+def _app(home: Path, monkeypatch, run: str | None = None) -> AppTest:
+    monkeypatch.setenv("PODRACER_HOME", str(home))
+    if run:
+        monkeypatch.setenv("PODRACER_DASHBOARD_RUN", run)
+    else:
+        monkeypatch.delenv("PODRACER_DASHBOARD_RUN", raising=False)
+    return AppTest.from_file(APP, default_timeout=60)
+
+
+def _open(at: AppTest, page: str) -> AppTest:
+    if page != "overview":
+        at.switch_page(f"pages/{page}.py")
+    return at.run()
+
+
+def _texts(elements) -> list[str]:
+    return [str(e.value) for e in elements]
+
+
+def _no_exception(at: AppTest) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+
+
+@pytest.fixture
+def full_home(tmp_path):
+    """A home with one run holding every artifact, plus a nightly registry and a paper journal."""
+    from agents.tournament.leaderboard import Leaderboard
+    from app.journal import Journal
+    from app.registry import Champion, Decision, record_decision
+
+    home = tmp_path / "home"
+    run_dir = make_run(home, "run-a", days=25)
+    with Leaderboard(run_dir, size=3) as board:
+        for seq, (pod, parent, score) in enumerate([("pod-000", None, 0.4), ("pod-001", "pod-000", 1.1)]):
+            board.start_pod(
+                pod,
+                seq=seq,
+                parent_id=parent,
+                generation=seq,
+                algo="ppo",
+                hparams={"learning_rate": 3e-4},
+                seed=seq,
+                checkpoint=f"pods/{pod}",
+            )
+            board.record_score(
+                pod, score=score, metrics={"sharpe_ratio": score}, round_steps=64, env_steps=64
+            )
+        board.start_pod(
+            "pod-002", seq=2, parent_id=None, generation=0, algo="sac", hparams={}, seed=2, checkpoint=""
+        )
+        board.record_failure("pod-002", "NaN in the critic loss")
+    common = dict(started_at="2024-03-01T07:00:00+00:00", step="decide", fitness="sharpe")
+    record_decision(
+        home,
+        Decision(
+            decided_at="2024-03-01T07:10:00+00:00",
+            verdict="promoted",
+            reason="first champion",
+            challenger_run_id="run-a",
+            challenger_fitness=1.1,
+            **common,
+        ),
+        Champion(
+            run_id="run-a",
+            policy_dir=str(run_dir / "champion"),
+            promoted_at="2024-03-01T07:10:00+00:00",
+            fitness="sharpe",
+            fitness_value=1.1,
+        ),
+    )
+    record_decision(
+        home,
+        Decision(
+            decided_at="2024-03-02T07:10:00+00:00",
+            verdict="rejected",
+            reason="below margin",
+            challenger_run_id="run-b",
+            challenger_fitness=0.9,
+            champion_fitness=1.1,
+            champion_run_id="run-a",
+            **common,
+        ),
+    )
+    with Journal.for_home(home) as journal:
+        journal.decision(
+            decision_ts="2024-03-04T15:00:00+00:00",
+            bundle_id="b1",
+            dry_run=False,
+            equity=100_000.0,
+            cash=50_000.0,
+            tickers=["AAPL"],
+            current_weights=[0.0],
+            target_weights=[0.5],
+            policy_weights=[0.5],
+            skipped=[],
+        )
+        journal.order(
+            client_order_id="pr-1",
+            decision_ts="2024-03-04T15:00:00+00:00",
+            bundle_id="b1",
+            ticker="AAPL",
+            side="buy",
+            qty=10.0,
+            est_price=180.0,
+            status="filled",
+        )
+        journal.fill(
+            client_order_id="pr-1",
+            ticker="AAPL",
+            side="buy",
+            filled_qty=10.0,
+            filled_avg_price=180.1,
+            status="filled",
+        )
+        journal.position(
+            decision_ts="2024-03-04T15:00:00+00:00",
+            ticker="AAPL",
+            qty=10.0,
+            market_value=1801.0,
+            expected_qty=10.0,
+        )
+        journal.event("reconcile", "positions match")
+        journal.pnl(
+            decision_ts="2024-03-04T15:00:00+00:00", equity=100_250.0, cash=98_199.0, last_equity=100_000.0
+        )
+    return home
+
+
+def test_overview_cards_equal_metrics_json(full_home, monkeypatch):
+    at = _open(_app(full_home, monkeypatch), "overview")
+    _no_exception(at)
+    assert not at.error
+    metrics = json.loads((full_home / "runs" / "run-a" / "backtest" / "metrics.json").read_text())
+    shown = [(m.label, m.value) for m in at.metric]
+    expected = []
+    for strategy in ("champion", "buy_and_hold"):
+        values = metrics["strategies"][strategy]
+        expected += [(s.label, views.format_metric(values[s.key], s.kind)) for s in views.CARD_METRICS]
+    assert shown == expected
+    # Spot-check the formatting against the raw JSON, independently of format_metric.
+    champ = metrics["strategies"]["champion"]
+    assert shown[3] == ("Sharpe", f"{champ['sharpe_ratio']:.2f}")
+    assert shown[5] == ("Max drawdown", f"{champ['max_drawdown'] * 100:.2f}%")
+    assert shown[6] == ("Calmar", f"{champ['calmar_ratio']:.2f}")
+    assert len(at.get("plotly_chart")) == 3  # equity, underwater, monthly heatmap
+    assert any("run-a" in c for c in _texts(at.caption))
+
+
+@pytest.mark.parametrize("page", PAGES[1:])
+def test_every_page_renders_on_a_full_home(full_home, monkeypatch, page):
+    at = _open(_app(full_home, monkeypatch), page)
+    _no_exception(at)
+    assert not at.error, _texts(at.error)
+    assert not at.info, _texts(at.info)  # nothing is missing in this home
+    if page == "tournament":
+        labels = {m.label: m.value for m in at.metric}
+        assert labels["Pods tried"] == "3" and labels["Failed"] == "1" and labels["On the leaderboard"] == "2"
+        assert labels["Best score"] == "1.10"
+        assert len(at.get("plotly_chart")) == 1
+        board = at.dataframe[0].value
+        assert list(board["pod_id"]) == ["pod-001", "pod-000"]
+    if page == "training":
+        assert len(at.get("plotly_chart")) == 2
+    if page == "positions":
+        assert len(at.get("plotly_chart")) == 2  # weights area + cumulative costs
+    if page == "nightly":
+        labels = {m.label: m.value for m in at.metric}
+        assert labels["Run"] == "run-a" and labels["Promoted"] == "1" and labels["Rejected"] == "1"
+    if page == "paper":
+        labels = {m.label: m.value for m in at.metric}
+        assert labels["Equity"] == "$100,250.00" and labels["Orders recorded"] == "1"
+
+
+def test_empty_home_shows_how_to_start(tmp_path, monkeypatch):
+    home = tmp_path / "empty"
+    home.mkdir()
+    at = _app(home, monkeypatch)
+    for page in PAGES:
+        _open(at, page)
+        _no_exception(at)
+        assert not at.error
+        infos = " ".join(_texts(at.info))
+        if page in ("nightly", "paper"):
+            assert ("no nightly retrain yet" if page == "nightly" else "no paper trading yet") in infos
+        else:
+            assert "No runs under" in infos and "podracer demo" in infos
+
+
+def test_run_without_backtest(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    make_run(home, "fresh", backtest=False)
+    at = _app(home, monkeypatch)
+    for page in ("overview", "positions", "training", "tournament"):
+        _open(at, page)
+        _no_exception(at)
+        infos = " ".join(_texts(at.info))
+        if page in ("overview", "positions"):
+            assert (
+                "no backtest yet: run `podracer backtest fresh`" in infos
+                or "podracer backtest fresh" in infos
+            )
+            assert not at.metric
+        if page == "tournament":
+            assert "no tournament in run 'fresh'" in infos
+        if page == "training":
+            assert not at.info and len(at.get("plotly_chart")) == 2
+
+
+def test_corrupt_metrics_json(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    run_dir = make_run(home, "broken", days=3)
+    (run_dir / "backtest" / "metrics.json").write_text('{"strategies": {"champion": {"sharpe_ratio": 1.2')
+    at = _open(_app(home, monkeypatch), "overview")
+    _no_exception(at)
+    errors = _texts(at.error)
+    assert len(errors) == 1 and "metrics.json is corrupt" in errors[0]
+    assert not at.metric
+    # The rest of the page still renders from the intact files.
+    assert len(at.get("plotly_chart")) == 3
+
+
+def test_run_picker_opens_the_requested_run_and_switches(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    make_run(home, "first", days=3, seed=1)
+    make_run(home, "second", days=3, seed=2)
+    at = _open(_app(home, monkeypatch, run="first"), "overview")
+    picker = at.sidebar.selectbox(key="run_picker")
+    assert picker.value == "first" and set(picker.options) == {"first", "second"}
+    sharpe_first = at.metric[3].value
+    picker.set_value("second").run()
+    _no_exception(at)
+    assert any("second" in c for c in _texts(at.caption))
+    expected = json.loads((home / "runs" / "second" / "backtest" / "metrics.json").read_text())
+    assert at.metric[3].value == views.format_metric(
+        expected["strategies"]["champion"]["sharpe_ratio"], "ratio"
+    )
+    # The choice survives a page change.
+    _open(at, "positions")
+    _no_exception(at)
+    assert at.session_state["run"] == "second"
+    assert sharpe_first  # the first run rendered its own cards
+
+
+def test_unknown_requested_run_falls_back_to_newest(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    make_run(home, "only", days=3)
+    at = _open(_app(home, monkeypatch, run="ghost"), "overview")
+    _no_exception(at)
+    assert any("'ghost' not found" in w for w in _texts(at.sidebar.warning))
+    assert at.session_state["run"] == "only"
