@@ -6,8 +6,8 @@ Every backend takes a round function and a :class:`~agents.tournament.pod.RoundC
 failed pod is a value, not an exception, so nothing depends on how a backend wraps errors). A future
 that raises means the worker itself was lost (killed process, dead Ray node); the orchestrator
 records the pod as failed either way. ``capacity(requested, in_flight)`` says how many pods may be in
-flight right now: the Ray backend asks ``ray.available_resources()`` every time, so nodes that join
-or leave grow or shrink the pool.
+flight right now: the Ray backend asks ``ray.cluster_resources()`` and ``ray.available_resources()``
+every time, so nodes that join or leave grow or shrink the pool.
 
 - ``local`` with ``workers=0``: inline, one pod at a time in this process (debugging, tests).
 - ``local`` with ``workers=W``: a ``ProcessPoolExecutor`` of W spawned processes; the context is
@@ -215,12 +215,18 @@ class RayBackend:
     def capacity(self, requested: int, in_flight: int) -> int:
         import ray
 
-        free = ray.available_resources()
-        slots = math.floor(free.get("CPU", 0.0) / self.cpus_per_pod + 1e-9)
-        if self.gpus_per_pod:
-            slots = min(slots, math.floor(free.get("GPU", 0.0) / self.gpus_per_pod + 1e-9))
+        def slots(resources: dict[str, float]) -> int:
+            n = math.floor(resources.get("CPU", 0.0) / self.cpus_per_pod + 1e-9)
+            if self.gpus_per_pod:
+                n = min(n, math.floor(resources.get("GPU", 0.0) / self.gpus_per_pod + 1e-9))
+            return n
+
+        # The cluster's size bounds the pool (nodes joining or leaving change it); the free
+        # resources leave room for other jobs on a shared cluster. Ray reports a task's resources
+        # as used only once it is scheduled, so the free count alone would over-submit.
+        pool = min(requested, slots(ray.cluster_resources()), in_flight + slots(ray.available_resources()))
         # At least one pod in flight, so a momentarily busy cluster still makes progress.
-        return max(1, min(requested, in_flight + slots))
+        return max(1, pool)
 
     def submit(self, task: PodTask) -> cf.Future:
         if self._remote is None:
