@@ -63,6 +63,7 @@ class BacktestResult:
     tickers: tuple[str, ...]  # A
     timestamps: np.ndarray  # (K,) datetime64[ns] UTC start of the bar each row is marked at
     session_dates: np.ndarray  # (K,) datetime64[D] session date (US/Eastern) of each row
+    fill_timestamps: np.ndarray  # (K,) datetime64[ns] UTC start of the bar each decision fills at
     equity: Tensor  # (K, S) float64 portfolio value in $ after each decision's holding period
     returns: Tensor  # (K, S) float64 simple return of each decision step (first one vs initial cash)
     weights: Tensor  # (K, S, A) float32 position weights at the mark
@@ -185,6 +186,7 @@ def run_backtest(
         tickers=tuple(market.tickers),
         timestamps=np.asarray(market.timestamps)[mark_bars],
         session_dates=dates[mark_bars],
+        fill_timestamps=np.asarray(market.timestamps)[mark_bars - interval + 1],
         equity=equity,
         returns=equity / prev - 1.0,
         weights=cat("weights"),

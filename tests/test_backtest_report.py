@@ -1,0 +1,124 @@
+"""backtests.report: the <run>/backtest/ files and their schemas (a contract with the dashboard)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from backtests import engine, report, selection
+from backtests import metrics as m
+from data.toy import toy_market
+from envs.trading import EnvParams
+
+
+def _momentum(obs):
+    # Long the assets whose first feature is positive: trades every decision, deterministic.
+    per_asset = obs[:, 2:].reshape(obs.shape[0], 4, 9)
+    w = (per_asset[..., 1] > 0).float()
+    return w / w.sum(dim=1, keepdim=True).clamp(min=1.0)
+
+
+@pytest.fixture(scope="module")
+def result():
+    market = toy_market(num_steps=390 * 4, num_assets=4, num_features=8, seed=2)
+    return engine.run_backtest(market, EnvParams(decision_interval=30), {"champion": _momentum})
+
+
+def test_write_report_files_and_schemas(tmp_path, result, capsys):
+    doc = report.write_report(
+        tmp_path, result, window="test", num_trials=12, trial_sharpes=[0.5, 1.0, -0.2, 2.0]
+    )
+    out = tmp_path / "backtest"
+    assert capsys.readouterr().out == ""  # pyfolio's HTML printing is swallowed
+    names = list(result.names)
+    assert names == ["champion", "buy_and_hold", "cash"]
+
+    saved = json.loads((out / "metrics.json").read_text())
+    for key in ("window", "start", "end", "annualization", "period", "benchmark", "num_trials", "strategies"):
+        assert key in saved
+    assert (saved["window"], saved["annualization"], saved["period"]) == ("test", 252, "daily")
+    assert (saved["start"], saved["end"]) == ("2024-01-02", "2024-01-05")
+    assert saved["benchmark"] == "buy_and_hold" and saved["num_trials"] == 12
+    assert saved["tearsheet"] in ("pyfolio", "fallback")
+    assert set(saved["strategies"]) == set(names)
+    for row in saved["strategies"].values():
+        assert set(row) == set(report.METRIC_KEYS)
+        assert all(v is None or isinstance(v, float) for v in row.values())
+    # Cash: no Sharpe ratio (null, not NaN), zero return and costs.
+    assert saved["strategies"]["cash"]["sharpe_ratio"] is None
+    assert saved["strategies"]["cash"]["cum_returns_final"] == 0.0
+    assert doc["strategies"]["champion"]["sharpe_ratio"] == saved["strategies"]["champion"]["sharpe_ratio"]
+
+    equity = pd.read_parquet(out / "equity.parquet")
+    assert list(equity.columns) == ["timestamp", *names]
+    assert str(equity["timestamp"].dt.tz) == "UTC"
+    assert len(equity) == result.num_steps + 1
+    assert equity[names].iloc[0].tolist() == [1e6] * 3
+    np.testing.assert_allclose(equity[names].to_numpy()[1:], result.equity.numpy())
+
+    daily = pd.read_parquet(out / "daily_returns.parquet")
+    assert list(daily.columns) == ["date", *names] and len(daily) == 4
+    np.testing.assert_allclose(daily[names].to_numpy(), result.daily_returns()[1].numpy())
+
+    positions = pd.read_parquet(out / "positions.parquet")
+    assert list(positions.columns) == ["timestamp", "strategy", "ticker", "weight"]
+    assert set(positions["strategy"]) == {"champion", "buy_and_hold"}  # cash holds nothing
+    last = positions[
+        (positions["strategy"] == "buy_and_hold") & (positions["timestamp"] == positions["timestamp"].max())
+    ]
+    assert last["weight"].sum() == pytest.approx(1.0, abs=1e-4)
+
+    trades = pd.read_parquet(out / "trades.parquet")
+    assert list(trades.columns) == ["timestamp", "strategy", "ticker", "notional", "cost"]
+    bh = trades[trades["strategy"] == "buy_and_hold"]
+    assert len(bh) == 4 and bh["timestamp"].nunique() == 1  # one buy per asset, at bar 1's open
+    assert bh["cost"].sum() == pytest.approx(result.costs[:, 1].sum().item(), rel=1e-5)
+    assert trades["cost"].sum() == pytest.approx(result.costs.sum().item(), rel=1e-5)
+    assert (out / "tearsheet.png").stat().st_size > 1000
+
+
+def test_deflation_applies_to_selected_strategies_only(result):
+    metrics = report.compute_metrics(result, num_trials=50, trial_sharpes=[0.1, 1.5, 3.0])
+    champion, bh = metrics["champion"], metrics["buy_and_hold"]
+    _, daily = result.daily_returns()
+    variance = selection.trial_sharpe_variance([0.1, 1.5, 3.0], 252)
+    expected = selection.deflated_sharpe_ratio(daily[:, 0], 50, variance).item()
+    assert champion["deflated_sharpe_ratio"] == pytest.approx(expected)
+    assert champion["deflated_sharpe_ratio"] < champion["probabilistic_sharpe_ratio"]
+    assert bh["deflated_sharpe_ratio"] == bh["probabilistic_sharpe_ratio"]
+    # The headline Sharpe is the daily one with 252 periods a year.
+    assert champion["sharpe_ratio"] == pytest.approx(m.sharpe_ratio(daily[:, 0], annualization=252).item())
+
+
+def test_large_runs_are_summarized_per_session(tmp_path, result):
+    positions, pos_freq = report.positions_frame(result, max_rows=10)
+    trades, trade_freq = report.trades_frame(result, max_rows=10)
+    assert (pos_freq, trade_freq) == ("session", "session")
+    assert positions["timestamp"].nunique() == 4
+    assert trades["cost"].sum() == pytest.approx(result.costs.sum().item(), rel=1e-5)
+    full, _ = report.trades_frame(result)
+    np.testing.assert_allclose(
+        trades.groupby("strategy", observed=True)["notional"].sum(),
+        full.groupby("strategy", observed=True)["notional"].sum(),
+        rtol=1e-6,
+    )
+
+
+def test_one_day_window_falls_back_to_a_simple_figure(tmp_path, caplog):
+    market = toy_market(num_steps=390, num_assets=4, num_features=8, seed=3)
+    res = engine.run_backtest(market, EnvParams(decision_interval=30), {"champion": _momentum})
+    with caplog.at_level("INFO", logger="backtests.report"):
+        doc = report.write_report(tmp_path, res, window="valid")
+    assert doc["tearsheet"] == "fallback"
+    assert "simple equity/drawdown figure" in caplog.text
+    assert (tmp_path / "backtest" / "tearsheet.png").stat().st_size > 1000
+    saved = json.loads((tmp_path / "backtest" / "metrics.json").read_text())
+    assert saved["strategies"]["champion"]["annual_volatility"] is None  # one daily return
+    assert math.isfinite(saved["strategies"]["champion"]["cum_returns_final"])
+    assert not list((tmp_path / "backtest").glob(".*tmp"))  # atomic writes leave no temp files
+    assert torch.is_tensor(res.equity)
