@@ -1,0 +1,288 @@
+"""Paper trading cycles: real alpaca-py over HTTP to the local fake, journal, risk limits, safety."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from datetime import timedelta
+
+import numpy as np
+import pandas as pd
+import pytest
+from alpaca_fake import KEY_ID, SECRET, FakeAlpaca
+from test_paper_support import make_run
+
+from app.broker import AlpacaBroker, RetryPolicy
+from app.cli import main
+from app.export import export_bundle, load_bundle
+from app.journal import Journal, journal_path, read_journal
+from app.paper import PaperOptions, RiskLimits, client_order_id, run_cycle
+
+FAST = RetryPolicy(attempts=4, base_delay=0.001, max_delay=0.01, timeout=0.5)
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    home = tmp_path_factory.mktemp("paper-home")
+    run = make_run(home)
+    bundle_dir = export_bundle(run.run_dir, exporter="torchscript")
+    return run, bundle_dir
+
+
+@pytest.fixture
+def env(setup, tmp_path, monkeypatch):
+    """A fake Alpaca holding the run's bars, open at a bar of the last session, keys in the env."""
+    run, bundle_dir = setup
+    bars = run.bars
+    ts = pd.DatetimeIndex(sorted(bars["timestamp"].unique()))
+    decision = ts[-390 + 120]  # a bar in the middle of the last session
+    now = (decision + pd.Timedelta(minutes=1)).to_pydatetime()
+    at = bars[bars.timestamp == decision].set_index("ticker")["close"]
+    with FakeAlpaca(prices={t: float(p) for t, p in at.items()}, cash=100_000.0, now=now, bars=bars) as fake:
+        monkeypatch.setenv("APCA_API_KEY_ID", KEY_ID)
+        monkeypatch.setenv("APCA_API_SECRET_KEY", SECRET)
+        monkeypatch.setenv("APCA_API_BASE_URL", fake.url)
+        monkeypatch.setenv("APCA_API_DATA_URL", fake.url)
+        home = tmp_path / "home"
+        yield {
+            "fake": fake,
+            "bundle": load_bundle(bundle_dir),
+            "bundle_dir": bundle_dir,
+            "home": home,
+            "decision": decision,
+            "run": run,
+        }
+
+
+def cycle(env, **option_args):
+    limits = option_args.pop("limits", RiskLimits(max_order_notional=1e9, daily_loss_limit=None))
+    options = PaperOptions(limits=limits, **option_args)
+    with Journal.for_home(env["home"]) as journal:
+        return run_cycle(env["bundle"], AlpacaBroker(retry=FAST, sleep=lambda s: None), journal, options)
+
+
+def test_normal_cycle(env):
+    fake, bundle = env["fake"], env["bundle"]
+    result = cycle(env)
+    assert result.status == "traded"
+    assert result.decision_ts == env["decision"]
+    assert result.submitted and len(fake.orders) == len(result.orders)
+    # every order carries the deterministic id of (bundle, decision bar, ticker)
+    for order in result.orders:
+        assert order.client_order_id == client_order_id(bundle.bundle_id, env["decision"], order.ticker)
+        assert len(fake.orders_for(order.client_order_id)) == 1
+    # the book now matches the target weights (fills at the decision price, fractional shares)
+    equity = fake.equity()
+    for ticker, weight in result.target_weights.items():
+        held = fake.positions.get(ticker, 0.0) * fake.prices[ticker] / equity
+        assert held == pytest.approx(weight, abs=0.01)
+    tables = read_journal(env["home"])
+    assert len(tables["decisions"]) == 1 and len(tables["orders"]) == len(result.orders)
+    assert set(tables["orders"]["status"]) == {"filled"}
+    assert len(tables["fills"]) == len(result.orders)
+    assert (tables["positions"]["diff"].abs() < 1e-6).all()  # reconciled
+    assert len(tables["pnl"]) == 1
+    decided = json.loads(tables["decisions"]["target_weights"].iloc[0])
+    assert decided == pytest.approx(list(result.target_weights.values()))
+
+
+def test_rerun_of_same_decision_places_no_second_order(env):
+    first = cycle(env)
+    second = cycle(env)  # e.g. cron retried the same minute: same decision bar, same client ids
+    fake = env["fake"]
+    ids = {o.client_order_id for o in first.orders + second.orders}
+    assert len(fake.orders) == len(ids)  # one order per client id, whatever was re-planned
+    for cid in ids:
+        assert len(fake.orders_for(cid)) == 1
+
+
+def test_http_500_then_success_one_order_per_client_id(env):
+    env["fake"].fail("POST", "/v2/orders", kind="status_after", status=500)
+    env["fake"].fail("POST", "/v2/orders", kind="status", status=503)
+    result = cycle(env)
+    assert result.status == "traded"
+    for order in result.orders:
+        assert len(env["fake"].orders_for(order.client_order_id)) == 1
+    assert len(env["fake"].orders) == len(result.orders)
+
+
+def test_429_backoff_and_timeout(env):
+    env["fake"].fail("GET", "/v2/account", kind="status", status=429, times=2)
+    env["fake"].fail("POST", "/v2/orders", kind="delay", delay=1.0)  # created, reply too late
+    result = cycle(env)
+    assert result.status == "traded"
+    assert len(env["fake"].orders) == len(result.orders)
+
+
+def test_rejected_order_is_journaled(env):
+    env["fake"].fill_mode = "reject"
+    result = cycle(env)
+    assert not result.submitted and result.orders
+    orders = read_journal(env["home"])["orders"]
+    assert set(orders["status"]) == {"rejected"}
+    assert orders["message"].str.contains("insufficient buying power").all()
+
+
+def test_partial_fill_then_reconciled_and_canceled(env):
+    fake = env["fake"]
+    fake.fill_mode = "partial"
+    result = cycle(env)
+    assert {o.status for o in result.submitted} == {"partially_filled"}
+    events = read_journal(env["home"])["events"]
+    assert not (events["kind"] == "reconcile").any()  # positions match the partial fills reported
+    # next cycle: the open remainder of the earlier orders is canceled before new orders go out
+    fake.fill_mode = "fill"
+    fake.now += timedelta(minutes=15)
+    cycle(env)
+    first_ids = {o.client_order_id for o in result.orders}
+    assert all(fake.orders_for(cid)[0].status == "canceled" for cid in first_ids)
+    orders = read_journal(env["home"])["orders"].set_index("client_order_id")
+    assert set(orders.loc[sorted(first_ids), "status"]) == {"canceled"}
+
+
+def test_market_closed_no_orders(env):
+    env["fake"].is_open = False
+    result = cycle(env)
+    assert result.status == "closed" and not result.orders
+    assert env["fake"].requests.count(("POST", "/v2/orders")) == 0
+    assert "market_closed" in set(read_journal(env["home"])["events"]["kind"])
+
+
+def test_missing_bars_for_a_ticker_skipped(env):
+    fake, bundle = env["fake"], env["bundle"]
+    gone = bundle.tickers[1]
+    fake.bars = fake.bars[fake.bars.ticker != gone]
+    fake.positions[gone] = 10.0
+    result = cycle(env)
+    assert result.skipped == [gone]
+    assert gone not in {o.ticker for o in result.orders}
+    assert fake.positions[gone] == 10.0  # held, not traded
+    events = read_journal(env["home"])["events"]
+    assert events["message"].str.contains(f"skipped {gone}").any()
+
+
+def test_kill_switch_blocks_orders(env, tmp_path):
+    kill = tmp_path / "KILL"
+    kill.touch()
+    result = cycle(env, kill_switch=kill)
+    assert result.status == "kill_switch" and result.orders
+    assert env["fake"].requests.count(("POST", "/v2/orders")) == 0
+    assert set(read_journal(env["home"])["orders"]["status"]) == {"blocked"}
+
+
+def test_risk_limits(env):
+    limits = RiskLimits(max_order_notional=5_000.0, max_weight=0.2, daily_loss_limit=None)
+    result = cycle(env, limits=limits)
+    assert max(result.target_weights.values()) <= 0.2 + 1e-9
+    assert result.orders and all(o.qty * o.price <= 5_000.0 + 1e-6 for o in result.orders)
+    for order in env["fake"].orders.values():
+        assert order.qty * env["fake"].prices[order.symbol] <= 5_000.0 + 1e-6
+
+
+def test_daily_loss_limit_halts(env):
+    env["fake"].last_equity = 120_000.0  # equity 100k: down 16.7% on the day
+    result = cycle(env, limits=RiskLimits(daily_loss_limit=0.05))
+    assert result.status == "halted"
+    assert env["fake"].requests.count(("POST", "/v2/orders")) == 0
+
+
+def test_dry_run_submits_nothing(env):
+    result = cycle(env, dry_run=True)
+    assert result.status == "dry_run" and result.orders
+    assert env["fake"].requests.count(("POST", "/v2/orders")) == 0
+    assert set(read_journal(env["home"])["orders"]["status"]) == {"dry_run"}
+
+
+def test_cli_once_and_keys_never_logged(env, capsys, caplog):
+    caplog.set_level(logging.DEBUG)
+    env["fake"].fail("POST", "/v2/orders", kind="status", status=500)
+    rc = main(
+        [
+            "--home",
+            str(env["home"]),
+            "-vv",
+            "paper",
+            "--bundle",
+            str(env["bundle_dir"]),
+            "--once",
+            "--max-order-notional",
+            "1000000",
+        ]
+    )
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    assert "traded" in out.out
+    assert env["fake"].orders
+    raw = journal_path(env["home"]).read_bytes()
+    for wal in journal_path(env["home"]).parent.glob("journal.sqlite*"):
+        raw += wal.read_bytes()
+    for secret in (KEY_ID, SECRET):
+        assert secret.encode() not in raw
+        assert secret not in out.out and secret not in out.err and secret not in caplog.text
+
+
+def test_cli_missing_keys(env, monkeypatch, capsys):
+    monkeypatch.delenv("APCA_API_SECRET_KEY")
+    rc = main(["--home", str(env["home"]), "paper", "--bundle", str(env["bundle_dir"]), "--once"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "APCA_API_SECRET_KEY" in err and "Traceback" not in err
+    assert KEY_ID not in err
+    assert env["fake"].requests == []
+
+
+def test_cli_tampered_bundle_no_orders(env, tmp_path, capsys):
+    bad = tmp_path / "bad"
+    shutil.copytree(env["bundle_dir"], bad)
+    data = bytearray((bad / "policy.onnx").read_bytes())
+    data[len(data) // 2] ^= 0x01
+    (bad / "policy.onnx").write_bytes(bytes(data))
+    rc = main(["--home", str(env["home"]), "paper", "--bundle", str(bad), "--once"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "sha256" in err
+    assert env["fake"].requests == []  # refused before talking to the broker
+
+
+def test_cli_live_url_refused(env, monkeypatch, capsys):
+    monkeypatch.setenv("APCA_API_BASE_URL", "https://api.alpaca.markets")
+    rc = main(["--home", str(env["home"]), "paper", "--bundle", str(env["bundle_dir"]), "--once"])
+    assert rc == 2 and "paper" in capsys.readouterr().err
+    assert env["fake"].requests == []
+
+
+def test_bad_limits_one_line(env, capsys):
+    rc = main(
+        [
+            "--home",
+            str(env["home"]),
+            "paper",
+            "--bundle",
+            str(env["bundle_dir"]),
+            "--once",
+            "--max-weight",
+            "1.5",
+        ]
+    )
+    assert rc == 2 and "--max-weight" in capsys.readouterr().err
+
+
+def test_observation_matches_env_layout(env):
+    """The observation the cycle builds equals the env's at the same bar (all-cash book)."""
+    from app.broker import Account
+    from app.paper import build_decision
+
+    run, bundle = env["run"], env["bundle"]
+    market = run.splits.full
+    t = int(np.flatnonzero(market.timestamps == np.datetime64(env["decision"].tz_convert(None)))[0])
+    bars = env["fake"].bars
+    decision = build_decision(
+        bundle,
+        bars[bars.timestamp <= env["decision"] + pd.Timedelta(minutes=1)],
+        Account(1e5, 1e5, 1e5, 1e5),
+        {},
+        env["fake"].now,
+    )
+    obs = decision.obs[0]
+    assert obs[0] == 1.0 and obs[1] == pytest.approx(float(market.time_of_day[t]))
+    per_asset = obs[2:].reshape(bundle.num_assets, 1 + bundle.num_features)
+    assert np.abs(per_asset[:, 1:] - market.features[t].numpy()).max() < 1e-5
