@@ -32,7 +32,7 @@ from typing import Any
 from agents.tournament.backends import Backend, make_backend
 from agents.tournament.generator import PodSpec, next_pod
 from agents.tournament.leaderboard import FILENAME, Leaderboard
-from agents.tournament.pod import PodOutcome, PodTask, RoundContext, RoundError, RoundFn, ppo_round
+from agents.tournament.pod import PodOutcome, PodTask, RoundContext, RoundError, RoundFn, learner_round
 from agents.tournament.search_space import SearchSpace, default_search_space
 from agents.tournament.updater import FITNESS, Updater
 from data.atomic import atomic_write_json, atomic_write_text
@@ -135,7 +135,7 @@ def run_tournament(
     agent: Mapping[str, Any] | None = None,
     device: str = "cpu",
     annualization: int = 252,
-    round_fn: RoundFn = ppo_round,
+    round_fn: RoundFn = learner_round,
     space: SearchSpace | None = None,
     backend: Backend | None = None,
     config_toml: str | None = None,
@@ -411,7 +411,12 @@ def _write_run_json(
             "status": status,
             "seed": args.seed,
             "tournament": asdict(args),
-            "windows": {"train": list(train.date_range()), "valid": list(valid.date_range())},
+            # Merged, not replaced: the caller may have recorded the test window's dates (never its bars).
+            "windows": {
+                **(data.get("windows") or {}),
+                "train": list(train.date_range()),
+                "valid": list(valid.date_range()),
+            },
             "tickers": list(train.tickers),
             "pods_tried": len(scored),
             "pods_failed": failed,

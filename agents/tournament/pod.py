@@ -6,7 +6,7 @@ optimizer state), trains, saves its checkpoint under ``<run>/pods/<pod_id>/``, a
 validation window. Everything here is picklable so a round can run in a worker process or a Ray task.
 
 The round itself is any module-level function ``round_fn(task, ctx) -> PodOutcome``;
-:func:`ppo_round` is the real one, tests pass small fakes. :func:`execute_round` wraps it for the
+:func:`learner_round` (PPO or SAC) is the real one, tests pass small fakes. :func:`execute_round` wraps it for the
 backends: it turns every exception into a picklable :class:`RoundError` and rejects NaN outcomes, so
 a bad pod is recorded as failed and never reaches the leaderboard.
 """
@@ -98,12 +98,13 @@ def execute_round(round_fn: RoundFn, task: PodTask, ctx: RoundContext) -> PodOut
     return outcome
 
 
-# --- the real round: PPO on the train window, scored on the valid window --------------------------
-def ppo_round(task: PodTask, ctx: RoundContext) -> PodOutcome:
-    """Train one PPO pod for a round and score it (see module docstring)."""
+# --- the real round: PPO (or SAC) on the train window, scored on the valid window -----------------
+def learner_round(task: PodTask, ctx: RoundContext) -> PodOutcome:
+    """Train one pod for a round with its learner (``spec.algo``) and score it (see module docstring)."""
+    import importlib
+
     import torch
 
-    from agents import ppo
     from agents.policy import Checkpoint
     from agents.tournament.updater import score_policy
     from envs.trading import EnvParams
@@ -111,16 +112,18 @@ def ppo_round(task: PodTask, ctx: RoundContext) -> PodOutcome:
 
     start = time.monotonic()
     spec = task.spec
+    if spec.algo not in ("ppo", "sac"):
+        raise RoundError(f"unknown algo {spec.algo!r} (expected ppo or sac)")
+    learner = importlib.import_module(f"agents.{spec.algo}")
+    args_cls = learner.PPOArgs if spec.algo == "ppo" else learner.SACArgs
     env_fields = {f.name for f in dataclasses.fields(EnvParams)}
     params = EnvParams(**{k: v for k, v in ctx.env.items() if k in env_fields})
     num_envs = int(ctx.env.get("num_envs", 16))
     train_env = TradingVecEnv(ctx.train, params, num_envs=num_envs, device=ctx.device, seed=spec.seed)
 
-    arg_fields = {f.name for f in dataclasses.fields(ppo.PPOArgs)}
+    arg_fields = {f.name for f in dataclasses.fields(args_cls)}
     raw = {**ctx.agent, **spec.hparams, "seed": spec.seed, "total_steps": task.round_steps}
-    if "device" in arg_fields:
-        raw["device"] = ctx.device
-    args = ppo.PPOArgs(**{k: v for k, v in raw.items() if k in arg_fields})
+    args = args_cls(**{k: v for k, v in raw.items() if k in arg_fields})
 
     init = None
     if spec.init_checkpoint is not None:
@@ -130,7 +133,7 @@ def ppo_round(task: PodTask, ctx: RoundContext) -> PodOutcome:
     if task.round_seconds is not None:
         deadline = start + task.round_seconds
         callbacks.append(lambda event: time.monotonic() >= deadline)
-    result = ppo.train(args, train_env, callbacks=callbacks, init=init)
+    result = learner.train(args, train_env, callbacks=callbacks, init=init)
 
     for name, tensor in result.policy.state_dict().items():
         if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
@@ -157,6 +160,10 @@ def ppo_round(task: PodTask, ctx: RoundContext) -> PodOutcome:
         checkpoint=str(out),
         elapsed_s=time.monotonic() - start,
     )
+
+
+#: The PPO round is the learner round of a PPO pod (the name the orchestrator's default uses).
+ppo_round = learner_round
 
 
 def _write_curve(path: Path, history: list[Mapping[str, Any]], offset: int) -> None:
