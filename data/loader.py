@@ -67,12 +67,16 @@ def build_market(
     """Dense panel -> MarketData with causal, train-normalized features, split by sessions."""
     device = torch.device(device)
     f32 = {"dtype": torch.float32, "device": device}
-    prices = {name: torch.as_tensor(getattr(panel, name), **f32) for name in ("open", "high", "low", "close")}
-    volume = torch.as_tensor(panel.volume, **f32)
+    # np.array copies: panel arrays may be read-only views, which torch refuses to share.
+    prices = {
+        name: torch.as_tensor(np.array(getattr(panel, name)), **f32)
+        for name in ("open", "high", "low", "close")
+    }
+    volume = torch.as_tensor(np.array(panel.volume), **f32)
     # Features from float64 close where the device allows: log-returns of adjacent float32 prices
     # lose digits.
     work = torch.float32 if device.type == "mps" else torch.float64
-    raw = compute_features(torch.as_tensor(panel.close, dtype=work, device=device), volume, windows)
+    raw = compute_features(torch.as_tensor(np.array(panel.close), dtype=work, device=device), volume, windows)
     # Renumber sessions 0..S-1 in the order they appear (the panel may have trimmed a partial start).
     _, session_id = np.unique(panel.grid.session_id, return_inverse=True)
     provisional = MarketData(

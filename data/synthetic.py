@@ -31,13 +31,18 @@ which keeps 100 tickers x 60 sessions at a few seconds.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from data.calendar import Grid, Panel, session_grid, sessions_window
 from data.errors import DataError
+
+if TYPE_CHECKING:
+    from data.store import WriteReport
 
 BARS_PER_FULL_SESSION = 390
 MOMENTUM_LOOKBACK = 390  # L above: bars of past idiosyncratic return that drive the planted drift
@@ -193,3 +198,10 @@ def to_frame(panel: Panel) -> pd.DataFrame:
             "volume": panel.volume.T.reshape(-1),
         }
     )
+
+
+def write_synthetic(home: str | os.PathLike[str], spec: SyntheticSpec) -> WriteReport:
+    """Generate ``spec`` and write its minute bars into the store under ``home`` (``data synth``)."""
+    from data.store import BarStore
+
+    return BarStore(home).write(to_frame(generate(spec)), "1m", source="synthetic")

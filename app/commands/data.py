@@ -1,15 +1,134 @@
-"""`podracer data synth|import|fetch|info`."""
+"""`podracer data synth|import|fetch|info`: fill and inspect the bar store under ``<home>/data/bars``."""
 
 from __future__ import annotations
 
-import typer
+import json
+from pathlib import Path
 
-from app.commands._stub import not_implemented
+import typer
+from rich.table import Table
+
+from app import context
 
 app = typer.Typer(help="Market data: synthesize, import, fetch, inspect.", no_args_is_help=True)
 
 
+def _print_report(report: dict, as_json: bool, title: str) -> None:
+    if as_json:
+        typer.echo(json.dumps(report, indent=2, sort_keys=True))
+        return
+    console = context.console
+    console.print(
+        f"{title}: {len(report['tickers'])} ticker(s) at {report['interval']}, "
+        f"{report['files_written']} file(s) written, {report['files_unchanged']} unchanged "
+        f"-> {context.home() / 'data' / 'bars'}",
+        highlight=False,
+    )
+    if report.get("dropped_outside_hours"):
+        console.print(
+            f"dropped {report['dropped_outside_hours']} bar(s) outside regular hours", highlight=False
+        )
+    table = Table("ticker", "bars", "gaps filled")
+    for ticker in report["tickers"]:
+        table.add_row(ticker, str(report["bars"][ticker]), str(report["gaps_filled"][ticker]))
+    console.print(table)
+
+
+@app.command("synth")
+def synth(
+    tickers: int = typer.Option(20, "--tickers", min=1, max=2000, help="Number of synthetic tickers."),
+    sessions: int = typer.Option(20, "--sessions", min=1, help="Number of XNAS sessions."),
+    seed: int = typer.Option(0, "--seed", help="Random seed (same seed, same bars)."),
+    signal: float = typer.Option(
+        1.0, "--signal", min=0.0, help="Strength of the planted signal (0 = noise)."
+    ),
+    start: str = typer.Option("2024-01-02", "--start", help="First session on or after this date."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> None:
+    """Generate synthetic minute bars (planted signal, see docs/data.md) into the store."""
+    from data.synthetic import SyntheticSpec, write_synthetic
+
+    spec = SyntheticSpec(num_tickers=tickers, num_sessions=sessions, seed=seed, signal=signal, start=start)
+    with context.err_console.status(f"generating {tickers} tickers x {sessions} sessions"):
+        report = write_synthetic(context.home(), spec)
+    _print_report(report.to_dict(), as_json, "synthetic")
+
+
+@app.command("import")
+def import_(
+    files: list[Path] = typer.Argument(
+        ..., help="CSV files (timestamp or date, ticker, open, high, low, close, volume)."
+    ),
+    interval: str | None = typer.Option(
+        None, "--interval", help="1m, 5m, 15m, 30m, 1h, 1d [default: inferred]."
+    ),
+    adjust: Path | None = typer.Option(
+        None, "--adjust", help="Lean factor file for split/dividend adjustment."
+    ),
+    extended_hours: bool = typer.Option(False, "--extended-hours", help="Keep 04:00-20:00 ET bars."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> None:
+    """Validate, align and store CSV bars (all or nothing: a bad row stores nothing)."""
+    from data.sources.csv import import_files
+
+    with context.err_console.status(f"importing {len(files)} file(s)"):
+        report = import_files(
+            files, context.home(), interval=interval, adjust=adjust, extended_hours=extended_hours
+        )
+    _print_report(report.to_dict(), as_json, "imported")
+
+
+@app.command("fetch")
+def fetch(
+    source: str = typer.Option(..., "--source", help="yfinance or alpaca."),
+    tickers: list[str] = typer.Option(..., "--tickers", help="Tickers, comma-separated or repeated."),
+    start: str = typer.Option(..., "--start", help="First date (YYYY-MM-DD)."),
+    end: str = typer.Option(..., "--end", help="Last date (YYYY-MM-DD, inclusive)."),
+    interval: str = typer.Option("1m", "--interval", help="1m, 5m, 15m, 30m, 1h, 1d."),
+    extended_hours: bool = typer.Option(False, "--extended-hours", help="Keep 04:00-20:00 ET bars."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> None:
+    """Download bars from yfinance or Alpaca into the store (Alpaca keys: APCA_API_KEY_ID/APCA_API_SECRET_KEY)."""
+    from data.errors import DataError
+    from data.sources import fetch_bars
+    from data.store import BarStore
+
+    names = [t.strip().upper() for item in tickers for t in item.split(",") if t.strip()]
+    if source not in ("yfinance", "alpaca"):
+        raise DataError(f"unknown source {source!r} (yfinance or alpaca)")
+    with context.err_console.status(f"fetching {len(names)} ticker(s) from {source}"):
+        bars = fetch_bars(source, names, start, end, interval)
+        report = BarStore(context.home()).write(bars, interval, extended_hours=extended_hours, source=source)
+    _print_report(report.to_dict(), as_json, f"fetched ({source})")
+
+
 @app.command("info")
-def info() -> None:
-    """Not implemented yet."""
-    not_implemented("data info")
+def info(as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON.")) -> None:
+    """Summarize the store: tickers, interval, sessions, date range, rows, gaps filled."""
+    from data.store import BarStore
+
+    summary = BarStore(context.home()).info()
+    if as_json:
+        typer.echo(json.dumps(summary, indent=2, sort_keys=True))
+        return
+    console = context.console
+    if not summary["intervals"]:
+        console.print(f"no bars in {summary['root']} (try `podracer data synth` or `podracer data import`)")
+        return
+    for interval, part in summary["intervals"].items():
+        console.print(
+            f"[bold]{interval}[/]: {len(part['tickers'])} ticker(s), {part['sessions']} session(s) "
+            f"{part['start']} .. {part['end']}, {part['rows']} rows, {part['gaps_filled']} gaps filled",
+            highlight=False,
+        )
+        table = Table("ticker", "sessions", "start", "end", "rows", "gaps filled")
+        for ticker, row in part["by_ticker"].items():
+            table.add_row(
+                ticker,
+                str(row["sessions"]),
+                row["start"],
+                row["end"],
+                str(row["rows"]),
+                str(row["gaps_filled"]),
+            )
+        console.print(table)

@@ -1,0 +1,307 @@
+"""The Parquet bar store: ``<home>/data/bars/interval=<iv>/ticker=<T>/<YYYY-MM>.parquet``.
+
+What is stored: bars already aligned to the XNAS grid (``data.calendar.align_ticker``): the real bars
+plus within-session forward fills, with a ``filled`` column. Columns: ``timestamp`` (UTC bar start,
+ns), ``open, high, low, close, volume`` (float64), ``filled`` (bool). The ticker is the folder; the
+month is the session month (US/Eastern), so a session never straddles two files.
+
+Guarantees:
+- atomic: each file is written to a temp file and renamed (``data.atomic``);
+- all or nothing on bad input: ``write`` receives validated bars and computes every new file's bytes
+  in memory before it writes the first one, so a validation error anywhere leaves the store
+  byte-for-byte unchanged;
+- idempotent: a month file is rebuilt from the union of its real bars (new bars win at equal
+  timestamps) and re-aligned; if the result equals what is on disk, nothing is written, so
+  re-importing the same rows changes no byte.
+
+``<home>/data/bars/interval=<iv>/_meta.json`` records whether the interval holds regular-hours or
+extended-hours bars (mixing them would put two grids in one folder, so it is refused).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from data.atomic import atomic_write_bytes, atomic_write_json
+from data.calendar import TZ, Panel, align_panel, align_ticker, check_interval
+from data.errors import DataError
+
+log = logging.getLogger(__name__)
+
+STORE_COLUMNS = ["timestamp", "open", "high", "low", "close", "volume", "filled"]
+_SCHEMA = pa.schema(
+    [
+        ("timestamp", pa.timestamp("ns", tz="UTC")),
+        ("open", pa.float64()),
+        ("high", pa.float64()),
+        ("low", pa.float64()),
+        ("close", pa.float64()),
+        ("volume", pa.float64()),
+        ("filled", pa.bool_()),
+    ]
+)
+
+
+@dataclass
+class WriteReport:
+    """What a ``write`` did: files written/unchanged, bars per ticker, gaps filled, bars dropped."""
+
+    interval: str
+    files_written: list[str] = field(default_factory=list)
+    files_unchanged: int = 0
+    bars: dict[str, int] = field(default_factory=dict)
+    gaps_filled: dict[str, int] = field(default_factory=dict)
+    dropped_outside_hours: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "interval": self.interval,
+            "files_written": len(self.files_written),
+            "files_unchanged": self.files_unchanged,
+            "tickers": sorted(self.bars),
+            "bars": self.bars,
+            "gaps_filled": self.gaps_filled,
+            "dropped_outside_hours": self.dropped_outside_hours,
+        }
+
+
+def _to_bytes(frame: pd.DataFrame) -> bytes:
+    table = pa.Table.from_pandas(frame[STORE_COLUMNS], schema=_SCHEMA, preserve_index=False)
+    sink = io.BytesIO()
+    # No pandas metadata or statistics that could vary between runs: same rows -> same bytes.
+    pq.write_table(table.replace_schema_metadata(None), sink, compression="zstd", write_statistics=False)
+    return sink.getvalue()
+
+
+def _read_file(path: Path) -> pd.DataFrame:
+    try:
+        frame = pq.read_table(path, schema=_SCHEMA).to_pandas()
+    except Exception as err:  # pyarrow raises several types for corrupt files
+        raise DataError(
+            f"store file {path} is unreadable ({type(err).__name__}); delete it and re-import"
+        ) from None
+    frame["timestamp"] = frame["timestamp"].astype("datetime64[ns, UTC]")
+    return frame
+
+
+def _session_month(ts: pd.Series) -> np.ndarray:
+    return pd.DatetimeIndex(ts).tz_convert(TZ).strftime("%Y-%m").to_numpy()
+
+
+class BarStore:
+    """The bar store under ``<home>/data/bars``."""
+
+    def __init__(self, home: str | os.PathLike[str]) -> None:
+        self.home = Path(home)
+        self.root = self.home / "data" / "bars"
+
+    # --- layout ------------------------------------------------------------------------------
+    def interval_dir(self, interval: str) -> Path:
+        return self.root / f"interval={check_interval(interval)}"
+
+    def ticker_dir(self, interval: str, ticker: str) -> Path:
+        return self.interval_dir(interval) / f"ticker={ticker}"
+
+    def intervals(self) -> list[str]:
+        if not self.root.is_dir():
+            return []
+        return sorted(p.name.split("=", 1)[1] for p in self.root.glob("interval=*") if p.is_dir())
+
+    def tickers(self, interval: str) -> list[str]:
+        folder = self.interval_dir(interval)
+        if not folder.is_dir():
+            return []
+        return sorted(p.name.split("=", 1)[1] for p in folder.glob("ticker=*") if any(p.glob("*.parquet")))
+
+    def _meta(self, interval: str) -> dict[str, Any]:
+        path = self.interval_dir(interval) / "_meta.json"
+        if not path.is_file():
+            return {}
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            raise DataError(f"store metadata {path} is unreadable; delete it and re-import") from None
+
+    # --- writing -----------------------------------------------------------------------------
+    def plan(
+        self, bars: pd.DataFrame, interval: str, *, extended_hours: bool = False, source: str = "input"
+    ) -> tuple[list[tuple[Path, bytes]], WriteReport]:
+        """Every file a write of validated ``bars`` would produce, as (path, bytes); writes nothing."""
+        check_interval(interval)
+        meta = self._meta(interval)
+        if meta and bool(meta.get("extended_hours")) != extended_hours:
+            held = "extended-hours" if meta.get("extended_hours") else "regular-hours"
+            raise DataError(
+                f"the store's interval={interval} holds {held} bars; import with the same --extended-hours setting"
+            )
+        report = WriteReport(interval=interval)
+        planned: list[tuple[Path, bytes]] = []
+        for ticker, group in bars.groupby("ticker", sort=True):
+            aligned = align_ticker(group, interval, extended_hours=extended_hours, source=source)
+            report.dropped_outside_hours += aligned.bars_dropped_outside_hours
+            if aligned.frame.empty:
+                log.warning("%s: %s has no bars inside trading hours; nothing stored", source, ticker)
+                continue
+            new = aligned.frame
+            months = _session_month(new["timestamp"])
+            real_count = 0
+            gaps = 0
+            for month in sorted(set(months)):
+                new_month = new.loc[months == month]
+                path = self.ticker_dir(interval, str(ticker)) / f"{month}.parquet"
+                merged = self._merge(path, new_month, interval, extended_hours, str(ticker), source)
+                payload = _to_bytes(merged)
+                real_count += int((~merged["filled"]).sum())
+                gaps += int(merged["filled"].sum())
+                if path.is_file() and path.read_bytes() == payload:
+                    report.files_unchanged += 1
+                    continue
+                planned.append((path, payload))
+            report.bars[str(ticker)] = real_count
+            report.gaps_filled[str(ticker)] = gaps
+        return planned, report
+
+    def _merge(
+        self, path: Path, new: pd.DataFrame, interval: str, extended_hours: bool, ticker: str, source: str
+    ) -> pd.DataFrame:
+        if not path.is_file():
+            return new[STORE_COLUMNS].reset_index(drop=True)
+        old = _read_file(path)
+        real_old = old.loc[~old["filled"]]
+        real_new = new.loc[~new["filled"].to_numpy(dtype=bool)]
+        union = pd.concat([real_old.assign(ticker=ticker), real_new], ignore_index=True)
+        union = union.drop_duplicates("timestamp", keep="last").sort_values("timestamp", kind="stable")
+        realigned = align_ticker(union, interval, extended_hours=extended_hours, source=source).frame
+        return realigned[STORE_COLUMNS].reset_index(drop=True)
+
+    def write(
+        self, bars: pd.DataFrame, interval: str, *, extended_hours: bool = False, source: str = "input"
+    ) -> WriteReport:
+        """Align and store validated bars (all files computed first, then written atomically)."""
+        planned, report = self.plan(bars, interval, extended_hours=extended_hours, source=source)
+        self.commit(planned, report, extended_hours=extended_hours)
+        return report
+
+    def commit(
+        self, planned: Iterable[tuple[Path, bytes]], report: WriteReport, *, extended_hours: bool
+    ) -> None:
+        """Write planned files atomically (each one temp file + rename)."""
+        planned = list(planned)
+        if planned and not self._meta(report.interval):
+            atomic_write_json(
+                self.interval_dir(report.interval) / "_meta.json", {"extended_hours": extended_hours}
+            )
+        for path, payload in planned:
+            atomic_write_bytes(path, payload)
+            report.files_written.append(str(path))
+
+    # --- reading -----------------------------------------------------------------------------
+    def read(
+        self,
+        interval: str,
+        tickers: Iterable[str] | None = None,
+        start: str | None = None,
+        end: str | None = None,
+    ) -> dict[str, pd.DataFrame]:
+        """Stored bars per ticker (session dates in ``[start, end]`` when given)."""
+        available = self.tickers(interval)
+        if not available:
+            raise DataError(
+                f"no {interval} bars in the store {self.root} (run `podracer data import` or `fetch`)"
+            )
+        wanted = [t.upper() for t in tickers] if tickers else available
+        missing = [t for t in wanted if t not in available]
+        if missing:
+            raise DataError(
+                f"no {interval} bars stored for {', '.join(missing)} (have {', '.join(available)})"
+            )
+        out: dict[str, pd.DataFrame] = {}
+        for ticker in wanted:
+            files = sorted(self.ticker_dir(interval, ticker).glob("*.parquet"))
+            frames = [_read_file(f) for f in files if _month_in_range(f.stem, start, end)]
+            if not frames:
+                continue
+            frame = pd.concat(frames, ignore_index=True)
+            dates = pd.DatetimeIndex(frame["timestamp"]).tz_convert(TZ).tz_localize(None).normalize()
+            keep = np.ones(len(frame), dtype=bool)
+            if start is not None:
+                keep &= dates >= pd.Timestamp(start)
+            if end is not None:
+                keep &= dates <= pd.Timestamp(end)
+            frame = frame.loc[keep].reset_index(drop=True)
+            if not frame.empty:
+                frame.insert(1, "ticker", ticker)
+                out[ticker] = frame
+        if not out:
+            raise DataError(f"no stored {interval} bars between {start} and {end}")
+        return out
+
+    def load_panel(
+        self,
+        interval: str = "1m",
+        tickers: Iterable[str] | None = None,
+        start: str | None = None,
+        end: str | None = None,
+        min_coverage: float = 0.5,
+    ) -> Panel:
+        """Stored bars as one dense panel (see ``data.calendar.align_panel`` for the fill policy)."""
+        frames = self.read(interval, tickers, start, end)
+        extended = bool(self._meta(interval).get("extended_hours", False))
+        return align_panel(frames, interval, min_coverage=min_coverage, extended_hours=extended)
+
+    def info(self) -> dict[str, Any]:
+        """Summary of the store: per interval and ticker, rows, sessions, date range, gaps filled."""
+        result: dict[str, Any] = {"root": str(self.root), "intervals": {}}
+        for interval in self.intervals():
+            per_ticker: dict[str, Any] = {}
+            all_dates: set[str] = set()
+            for ticker in self.tickers(interval):
+                files = sorted(self.ticker_dir(interval, ticker).glob("*.parquet"))
+                frame = pd.concat(
+                    [pq.read_table(f, columns=["timestamp", "filled"]).to_pandas() for f in files],
+                    ignore_index=True,
+                )
+                dates = pd.DatetimeIndex(frame["timestamp"]).tz_convert(TZ).strftime("%Y-%m-%d")
+                unique_dates = sorted(set(dates))
+                all_dates.update(unique_dates)
+                filled = int(frame["filled"].sum())
+                per_ticker[ticker] = {
+                    "rows": len(frame),
+                    "bars": len(frame) - filled,
+                    "gaps_filled": filled,
+                    "sessions": len(unique_dates),
+                    "start": unique_dates[0],
+                    "end": unique_dates[-1],
+                }
+            if not per_ticker:
+                continue
+            dates_sorted = sorted(all_dates)
+            result["intervals"][interval] = {
+                "tickers": sorted(per_ticker),
+                "sessions": len(dates_sorted),
+                "start": dates_sorted[0],
+                "end": dates_sorted[-1],
+                "rows": sum(v["rows"] for v in per_ticker.values()),
+                "gaps_filled": sum(v["gaps_filled"] for v in per_ticker.values()),
+                "extended_hours": bool(self._meta(interval).get("extended_hours", False)),
+                "by_ticker": per_ticker,
+            }
+        return result
+
+
+def _month_in_range(month: str, start: str | None, end: str | None) -> bool:
+    if start is not None and month < str(pd.Timestamp(start).strftime("%Y-%m")):
+        return False
+    return not (end is not None and month > str(pd.Timestamp(end).strftime("%Y-%m")))
