@@ -163,15 +163,13 @@ def build_decision(
     interval = bundle.interval
     spec = bundle.feature_spec
     step = pd.Timedelta(minutes=INTERVAL_MINUTES[interval] or 0)
+    # Intraday bundles read 1-minute bars and aggregate them onto the interval's grid (align_ticker).
+    source_step = pd.Timedelta(0) if interval == "1d" else pd.Timedelta(minutes=1)
     now_ts = pd.Timestamp(now)
     now_ts = now_ts.tz_localize("UTC") if now_ts.tzinfo is None else now_ts.tz_convert("UTC")
     # Only completed bars: a bar that started less than one interval ago is still forming.
     if len(bars):
-        bars = (
-            bars[bars["timestamp"] + step <= now_ts]
-            if step > pd.Timedelta(0)
-            else bars[bars["timestamp"] <= now_ts]
-        )
+        bars = bars[bars["timestamp"] + source_step <= now_ts]
     frames: dict[str, pd.DataFrame] = {}
     for ticker in tickers:
         rows = bars[bars["ticker"] == ticker] if len(bars) else bars
@@ -181,13 +179,14 @@ def build_decision(
                 frames[ticker] = aligned
     if not frames:
         raise DataError(f"no bars for any of {', '.join(tickers)} before {now_ts.isoformat()}")
-    # The decision bar: the newest completed bar any ticker actually traded in.
+    # The decision bar: the newest completed grid bar that some ticker actually traded in.
     last_real = max(f.loc[~f["filled"].astype(bool), "timestamp"].max() for f in frames.values())
     panel = align_panel(frames, interval, min_coverage=0.0)
     grid_ts = pd.DatetimeIndex(panel.grid.timestamps, tz="UTC")
-    row = int(grid_ts.searchsorted(last_real, side="right")) - 1
-    if row < 0:
+    complete = (grid_ts <= last_real) & (grid_ts + step <= now_ts)
+    if not complete.any():
         raise DataError("no completed bar to decide on")
+    row = int(np.flatnonzero(complete)[-1])
     decision_ts = grid_ts[row]
     session = panel.grid.session_id[row]
     lookback = int(spec["lookback"])
@@ -390,7 +389,8 @@ def run_cycle(
     if not options.dry_run:
         _reconcile_open_orders(broker, journal, options.dry_run)
     start = fetch_start(now, bundle.interval, int(bundle.feature_spec["lookback"]))
-    bars = broker.latest_bars(list(bundle.tickers), start, now, bundle.interval)
+    source = "1d" if bundle.interval == "1d" else "1m"
+    bars = broker.latest_bars(list(bundle.tickers), start, now, source)
     try:
         decision = build_decision(bundle, bars, account, positions, now)
     except DataError as err:

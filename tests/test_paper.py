@@ -286,3 +286,22 @@ def test_observation_matches_env_layout(env):
     assert obs[0] == 1.0 and obs[1] == pytest.approx(float(market.time_of_day[t]))
     per_asset = obs[2:].reshape(bundle.num_assets, 1 + bundle.num_features)
     assert np.abs(per_asset[:, 1:] - market.features[t].numpy()).max() < 1e-5
+
+
+def test_loop_waits_for_the_open_and_one_interval(env):
+    from app.paper import run_paper
+
+    sleeps: list[float] = []
+    env["fake"].is_open = False
+    with Journal.for_home(env["home"]) as journal:
+        broker = AlpacaBroker(retry=FAST, sleep=lambda s: None)
+        options = PaperOptions(limits=RiskLimits(daily_loss_limit=None))
+        results = run_paper(env["bundle"], broker, journal, options, sleep=sleeps.append, max_cycles=2)
+    assert [r.status for r in results] == ["closed", "closed"]
+    assert len(sleeps) == 1 and 60.0 <= sleeps[0] <= 3600.0  # until the next open, capped at an hour
+    env["fake"].is_open = True
+    sleeps.clear()
+    with Journal.for_home(env["home"]) as journal:
+        results = run_paper(env["bundle"], broker, journal, options, sleep=sleeps.append, max_cycles=2)
+    assert [r.status for r in results] == ["traded", "traded"]
+    assert sleeps and sleeps[0] <= env["bundle"].decision_interval * 60.0
