@@ -14,6 +14,7 @@ from pathlib import Path
 
 import typer
 from rich.logging import RichHandler
+from rich.markup import escape
 
 from app import __version__, context
 from app.commands import backtest, dashboard, data, demo, export, paper, retrain, schedule, train
@@ -80,7 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         rc = cli(args=argv, prog_name="podracer", standalone_mode=False)
     except PodracerError as err:
-        context.err_console.print(f"[bold red]error:[/] {err}", highlight=False, soft_wrap=True)
+        # escape: messages like "outside [low, high]" must not be read as rich markup
+        context.err_console.print(f"[bold red]error:[/] {escape(str(err))}", highlight=False, soft_wrap=True)
         return err.exit_code
     except typer.Exit as ex:
         return ex.exit_code
@@ -99,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         msg = str(err).splitlines()[0] if str(err) else ""
         context.err_console.print(
-            f"[bold red]internal error:[/] {type(err).__name__}: {msg} (PODRACER_DEBUG=1 shows the traceback)",
+            f"[bold red]internal error:[/] {type(err).__name__}: {escape(msg)} (PODRACER_DEBUG=1 shows the traceback)",
             highlight=False,
             soft_wrap=True,
         )
