@@ -309,18 +309,18 @@ def write_report(
     if tearsheet:
         strategy = result.names[0]
         doc["tearsheet"] = write_tearsheet(out_dir / "tearsheet.png", daily, strategy, doc["benchmark"])
-    atomic_write_json(out_dir / "metrics.json", _clean(doc))
+    atomic_write_json(out_dir / "metrics.json", json_safe(doc))
     return doc
 
 
-def _clean(obj: Any) -> Any:
+def json_safe(obj: Any) -> Any:
     """NaN/inf -> None anywhere in a JSON document (json would write invalid NaN tokens)."""
     if isinstance(obj, dict):
-        return {k: _clean(v) for k, v in obj.items()}
+        return {k: json_safe(v) for k, v in obj.items()}
     if isinstance(obj, list | tuple):
-        return [_clean(v) for v in obj]
+        return [json_safe(v) for v in obj]
     if isinstance(obj, float) and not math.isfinite(obj):
         return None
     if isinstance(obj, torch.Tensor | np.generic):
-        return _clean(obj.item())
+        return json_safe(obj.item())
     return obj

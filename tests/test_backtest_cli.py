@@ -1,0 +1,129 @@
+"""`podracer backtest`: a run's champion + baselines, baselines on stored data, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from app.cli import main
+
+
+@pytest.fixture(scope="module")
+def run_home(tmp_path_factory):
+    """A home with stored synthetic bars and a run (config, untrained champion, run.json)."""
+    from agents.networks import NetworkConfig
+    from agents.policy import Policy, PolicyMeta
+    from app.config import Config, write_config
+    from data.loader import load_market
+
+    home = tmp_path_factory.mktemp("home")
+    cfg = Config().with_updates(data={"num_tickers": 4, "num_sessions": 6}, env={"decision_interval": 30})
+    run = home / "runs" / "r1"
+    run.mkdir(parents=True)
+    write_config(cfg, run / "config.toml")
+    market = load_market(cfg.data, home=home, store_synthetic=True).full
+    config = NetworkConfig(market.num_assets, market.num_features)
+    Policy(config, PolicyMeta(tickers=market.tickers, feature_names=market.feature_names)).save(
+        run / "champion"
+    )
+    (run / "run.json").write_text(json.dumps({"pods_tried": 20, "trial_sharpes": [0.4, 1.1, -0.5, 2.0]}))
+    return home
+
+
+def _run(home, *args):
+    return main(["--home", str(home), "backtest", *args])
+
+
+def test_run_backtest_json_has_every_metric_and_writes_the_report(run_home, capsys):
+    assert _run(run_home, "r1", "--json") == 0
+    doc = json.loads(capsys.readouterr().out)  # stdout is exactly one JSON document
+    assert (doc["window"], doc["annualization"], doc["period"]) == ("test", 252, "daily")
+    assert doc["start"] <= doc["end"] and doc["num_trials"] == 20
+    assert list(doc["strategies"]) == ["champion", "buy_and_hold", "cash"]
+    for row in doc["strategies"].values():
+        for key in (
+            "cum_returns_final",
+            "annual_return",
+            "annual_volatility",
+            "sharpe_ratio",
+            "sortino_ratio",
+            "max_drawdown",
+            "calmar_ratio",
+            "turnover",
+            "costs_paid",
+            "exposure",
+            "hit_rate",
+            "probabilistic_sharpe_ratio",
+            "deflated_sharpe_ratio",
+        ):
+            assert key in row
+    out = run_home / "runs" / "r1" / "backtest"
+    for name in (
+        "metrics.json",
+        "equity.parquet",
+        "positions.parquet",
+        "trades.parquet",
+        "daily_returns.parquet",
+        "tearsheet.png",
+    ):
+        assert (out / name).is_file(), name
+    saved = json.loads((out / "metrics.json").read_text())
+    assert saved["strategies"] == doc["strategies"]
+
+
+def test_run_backtest_table_on_the_valid_window(run_home, capsys):
+    assert _run(run_home, "r1", "--window", "valid", "--no-tearsheet") == 0
+    out = capsys.readouterr().out
+    for label in ("Sharpe", "Sortino", "Max drawdown", "Calmar", "Turnover", "Costs", "DSR", "buy_and_hold"):
+        assert label in out
+    assert "valid window" in out and "252/yr" in out
+
+
+def test_baseline_on_stored_data(run_home, capsys):
+    assert _run(run_home, "--baseline", "buy-and-hold", "--window", "full", "--json") == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert list(doc["strategies"]) == ["buy_and_hold"]
+    assert doc["benchmark"] == "buy_and_hold" and doc["num_days"] == 6
+    assert doc["strategies"]["buy_and_hold"]["exposure"] == pytest.approx(1.0, abs=1e-3)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["nope"], "no run 'nope'"),
+        ([], "give a RUN id"),
+        (["r1", "--window", "train"], "--window 'train'"),
+        (["--baseline", "momentum"], "--baseline 'momentum'"),
+        (["r1", "--baseline", "cash"], "--baseline is for backtests without a run"),
+    ],
+)
+def test_usage_errors_are_one_line(run_home, capsys, args, message):
+    assert _run(run_home, *args) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_missing_or_corrupt_artifacts_are_one_line_errors(run_home, tmp_path, capsys):
+    broken = run_home / "runs" / "broken"
+    shutil.copytree(run_home / "runs" / "r1", broken, ignore=shutil.ignore_patterns("backtest"))
+    (broken / "run.json").write_text("{not json")
+    assert _run(run_home, "broken", "--json") == 2
+    assert "run.json: not valid JSON" in capsys.readouterr().err
+
+    (broken / "run.json").write_text("{}")
+    (broken / "champion" / "spec.json").write_text("{}")
+    assert _run(run_home, "broken") == 2
+    err = capsys.readouterr().err
+    assert "spec.json" in err and "Traceback" not in err
+
+    shutil.rmtree(broken / "champion")
+    assert _run(run_home, "broken") == 2
+    assert "no champion policy" in capsys.readouterr().err
+
+    empty_home = tmp_path / "empty"
+    empty_home.mkdir()
+    assert main(["--home", str(empty_home), "backtest", "--baseline", "buy-and-hold"]) == 2
+    err = capsys.readouterr().err
+    assert "error" in err and "Traceback" not in err
