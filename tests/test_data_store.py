@@ -1,0 +1,254 @@
+"""The Parquet store and `podracer data import/info/synth`: values checked against an independent
+computation from the raw Lean file and exchange-calendars."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from app.cli import main
+from data.store import BarStore
+
+SHARED = Path("/work/shared/data/real_sample")
+LEAN_MINUTE = SHARED / "lean_minute_bars.csv"
+needs_shared = pytest.mark.skipif(not LEAN_MINUTE.is_file(), reason="shared real sample not present")
+
+
+def _snapshot(root: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+def _expected_from_raw(path: Path) -> dict[str, dict[str, int]]:
+    """Per ticker: regular-hours sessions, real bars, and grid minutes from each session's first bar
+    to its close, computed straight from the raw file and the XNAS schedule."""
+    import exchange_calendars as xcals
+
+    raw = pd.read_csv(path)
+    ts = pd.to_datetime(raw["timestamp"], utc=True)
+    cal = xcals.get_calendar("XNAS", start="2005-01-03")
+    out = {}
+    for ticker, idx in raw.groupby("ticker").groups.items():
+        sessions = bars = rows = 0
+        t = ts[idx]
+        for day, group in t.groupby(t.dt.tz_convert("America/New_York").dt.date):
+            day = pd.Timestamp(day)
+            if not cal.is_session(day):
+                continue
+            open_, close = cal.session_open(day), cal.session_close(day)
+            regular = group[(group >= open_) & (group < close)]
+            if regular.empty:
+                continue
+            sessions += 1
+            bars += len(regular)
+            rows += int((close - regular.min()) / pd.Timedelta(minutes=1))
+        out[ticker] = {"sessions": sessions, "bars": bars, "rows": rows, "gaps_filled": rows - bars}
+    return out
+
+
+@needs_shared
+def test_import_lean_minute_bars_then_info_reports_the_right_values(tmp_path, capsys):
+    home = tmp_path / "home"
+    assert main(["--home", str(home), "data", "import", str(LEAN_MINUTE)]) == 0
+    capsys.readouterr()
+    assert main(["--home", str(home), "data", "info", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    part = info["intervals"]["1m"]
+    expected = _expected_from_raw(LEAN_MINUTE)
+    assert (
+        part["tickers"]
+        == sorted(expected)
+        == ["AAPL", "AIG", "BAC", "FOXA", "GOOG", "IBM", "NWSA", "SHY", "SPY", "TWX"]
+    )
+    for ticker, exp in expected.items():
+        got = part["by_ticker"][ticker]
+        assert (got["sessions"], got["rows"], got["gaps_filled"]) == (
+            exp["sessions"],
+            exp["rows"],
+            exp["gaps_filled"],
+        ), ticker
+    # Hand-checked anchors: the four aligned tickers have 6 sessions; GOOG includes the 2015-12-24
+    # early close (390 + 210 + 390 bars); 20 distinct sessions overall.
+    assert {t: part["by_ticker"][t]["sessions"] for t in ("AIG", "BAC", "IBM")} == {
+        "AIG": 6,
+        "BAC": 6,
+        "IBM": 6,
+    }
+    assert part["by_ticker"]["SPY"]["sessions"] == 7  # plus one 2023 day
+    assert part["by_ticker"]["GOOG"]["rows"] == 990
+    assert part["sessions"] == 20 and (part["start"], part["end"]) == ("2008-03-07", "2023-08-03")
+    assert part["rows"] == sum(e["rows"] for e in expected.values())
+    assert part["gaps_filled"] == sum(e["gaps_filled"] for e in expected.values())
+
+
+@needs_shared
+def test_reimport_is_idempotent_and_overlaps_do_not_duplicate(tmp_path):
+    home = tmp_path / "home"
+    store = BarStore(home)
+    from data.sources.csv import import_files
+
+    first = import_files([LEAN_MINUTE], home)
+    assert first.files_written and first.files_unchanged == 0
+    snap = _snapshot(home)
+    again = import_files([LEAN_MINUTE], home)
+    assert again.files_written == [] and _snapshot(home) == snap  # same rows -> same bytes
+    # A one-day subset of SPY: already there, so nothing changes either.
+    raw = pd.read_csv(LEAN_MINUTE)
+    subset = raw[(raw.ticker == "SPY") & raw.timestamp.str.startswith("2013-10-07")]
+    sub_path = tmp_path / "spy_day.csv"
+    subset.to_csv(sub_path, index=False)
+    assert import_files([sub_path], home).files_written == []
+    assert _snapshot(home) == snap
+    # A corrected bar replaces the old one (no duplicate timestamps).
+    fixed = subset.copy()
+    row = fixed.index[(pd.to_datetime(fixed.timestamp) == pd.Timestamp("2013-10-07T15:00:00Z"))][0]
+    fixed.loc[row, ["open", "high", "low", "close"]] = [170.0, 170.0, 170.0, 170.0]
+    fixed.to_csv(sub_path, index=False)
+    report = import_files([sub_path], home)
+    assert len(report.files_written) == 1
+    spy = store.read("1m", ["SPY"])["SPY"]
+    assert not spy["timestamp"].duplicated().any()
+    assert spy.loc[spy.timestamp == pd.Timestamp("2013-10-07T15:00:00Z"), "close"].item() == 170.0
+
+
+def test_store_layout_and_month_files(tmp_path):
+    from data.sources.csv import import_files
+
+    path = tmp_path / "bars.csv"
+    rows = ["timestamp,ticker,open,high,low,close,volume"]
+    for day in ("2024-01-31", "2024-02-01"):
+        for minute in range(3):
+            rows.append(f"{day}T14:{30 + minute}:00Z,abc,1,1,1,1,5")
+    path.write_text("\n".join(rows) + "\n")
+    report = import_files([path], tmp_path / "home")
+    files = sorted(str(Path(p).relative_to(tmp_path / "home")) for p in report.files_written)
+    assert files == [
+        "data/bars/interval=1m/ticker=ABC/2024-01.parquet",
+        "data/bars/interval=1m/ticker=ABC/2024-02.parquet",
+    ]
+    frame = BarStore(tmp_path / "home").read("1m")["ABC"]
+    assert len(frame) == 2 * 390 and frame["filled"].sum() == 2 * 387
+    filled = frame[frame.filled]
+    assert (filled.volume == 0).all() and (filled.close == 1).all()
+
+
+def test_interval_aggregation_and_extended_hours(tmp_path):
+    from data.sources.csv import import_files
+
+    path = tmp_path / "bars.csv"
+    rows = ["timestamp,ticker,open,high,low,close,volume"]
+    # 13:00Z is 08:00 ET (pre-market); 14:30..14:39Z regular.
+    rows.append("2024-01-03T13:00:00Z,X,5,5,5,5,1")
+    for minute in range(10):
+        price = 10 + minute
+        rows.append(
+            f"2024-01-03T14:{30 + minute:02d}:00Z,X,{price},{price + 0.5},{price - 0.5},{price},{minute + 1}"
+        )
+    path.write_text("\n".join(rows) + "\n")
+    report = import_files([path], tmp_path / "h1", interval="5m")
+    assert report.dropped_outside_hours == 1
+    frame = BarStore(tmp_path / "h1").read("5m")["X"]
+    first, second = frame.iloc[0], frame.iloc[1]
+    assert (first.open, first.high, first.low, first.close, first.volume) == (10, 14.5, 9.5, 14, 15)
+    assert (second.open, second.close, second.volume) == (15, 19, 40)
+    assert len(frame) == 78  # 6.5 hours of 5-minute bars
+    report = import_files([path], tmp_path / "h2", extended_hours=True)
+    frame = BarStore(tmp_path / "h2").read("1m")["X"]
+    assert report.dropped_outside_hours == 0 and frame.timestamp.iloc[0] == pd.Timestamp(
+        "2024-01-03T13:00:00Z"
+    )
+    # the store remembers regular vs extended hours per interval
+    from data.errors import DataError
+
+    with pytest.raises(DataError, match="extended-hours"):
+        import_files([path], tmp_path / "h2")
+
+
+def test_synth_cli_then_load_stored(tmp_path, capsys):
+    home = tmp_path / "home"
+    assert (
+        main(
+            [
+                "--home",
+                str(home),
+                "data",
+                "synth",
+                "--tickers",
+                "3",
+                "--sessions",
+                "5",
+                "--seed",
+                "4",
+                "--json",
+            ]
+        )
+        == 0
+    )
+    report = json.loads(capsys.readouterr().out)
+    assert report["tickers"] == ["SYN000", "SYN001", "SYN002"] and report["gaps_filled"] == {
+        "SYN000": 0,
+        "SYN001": 0,
+        "SYN002": 0,
+    }
+    assert main(["--home", str(home), "data", "info", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)["intervals"]["1m"]
+    assert info["sessions"] == 5 and info["rows"] == 3 * 5 * 390 and info["gaps_filled"] == 0
+    from data.loader import load_market, synthetic_market
+
+    stored = load_market(source="stored", home=home)
+    memory = synthetic_market(num_tickers=3, num_sessions=5, seed=4)
+    assert stored.full.tickers == memory.full.tickers
+    np.testing.assert_allclose(stored.full.close.numpy(), memory.full.close.numpy(), rtol=1e-6)
+    assert stored.full.num_sessions == 5
+
+
+@needs_shared
+def test_load_stored_real_bars_with_coverage_rules(tmp_path):
+    from data.errors import DataError
+    from data.loader import load_market
+    from data.sources.csv import import_files
+
+    home = tmp_path / "home"
+    import_files([LEAN_MINUTE], home)
+    splits = load_market(
+        source="stored",
+        home=home,
+        tickers=["SPY", "IBM", "BAC", "AIG"],
+        start_date="2013-10-04",
+        end_date="2013-10-11",
+    )
+    assert splits.full.tickers == ("AIG", "BAC", "IBM", "SPY") and splits.full.num_sessions == 6
+    assert splits.full.date_range() == ("2013-10-04", "2013-10-11")
+    assert (splits.full.volume >= 0).all() and (splits.full.close > 0).all()
+    # Over all 20 sessions no ticker has 50% coverage: a one-line error, not an empty market.
+    with pytest.raises(DataError, match="no ticker has bars in at least 50%"):
+        load_market(source="stored", home=home)
+    # With the default coverage, SPY (7 sessions of the 7 with Oct-2013 + 2023 data) stays; IBM (6/7) too.
+    splits = load_market(source="stored", home=home, tickers=["SPY", "IBM"])
+    assert splits.full.tickers == ("IBM", "SPY") and splits.full.num_sessions == 7
+
+
+def test_real_sample_ships_with_the_package():
+    from data.loader import load_market
+    from data.sources.sample import SAMPLE_TICKERS, real_sample_path
+
+    assert real_sample_path().is_file()
+    assert (real_sample_path().parent / "LICENSE-Apache-2.0").is_file()
+    splits = load_market(source="real-sample")
+    assert splits.full.tickers == SAMPLE_TICKERS and splits.full.num_sessions == 6
+    assert splits.full.num_steps == 6 * 390
+
+
+def test_info_on_an_empty_home(tmp_path, capsys):
+    assert main(["--home", str(tmp_path / "nothing"), "data", "info", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["intervals"] == {}
+    assert main(["--home", str(tmp_path / "nothing"), "data", "info"]) == 0
+    assert "no bars" in capsys.readouterr().out
