@@ -228,18 +228,22 @@ def resolve_run_dir(run: str | os.PathLike[str], home: str | os.PathLike[str] | 
     raise CheckpointError(f"no run {run!r} (looked for {path} and {candidate})")
 
 
-def _feature_spec(run_dir: Path, run_info: dict[str, Any], config: Any, home: Path) -> dict[str, Any]:
-    """The feature spec the policy was trained with: recorded in the run, else rebuilt from its config."""
+def _feature_spec(
+    run_dir: Path, run_info: dict[str, Any], config: Any, home: Path
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(feature spec, data windows) the policy was trained with: from the run, else rebuilt from its config."""
+    windows = dict(run_info.get("windows") or {})
     for candidate in (run_info.get("feature_spec"), _read_json(run_dir / "feature_spec.json") or None):
         if candidate:
-            return dict(candidate)
+            return dict(candidate), windows
     # Not recorded: rebuild the run's market from its resolved config (deterministic: seeded synthetic
     # data or the stored bars) and take the train-window normalization it fits.
     from data.loader import load_market
 
     log.info("feature spec not recorded in %s: rebuilding it from config.toml", run_dir)
     splits = load_market(config.data, home=home)
-    return dict(splits.full.feature_spec)
+    windows = windows or {k: list(v) for k, v in splits.windows().items()}
+    return dict(splits.full.feature_spec), windows
 
 
 def export_bundle(
@@ -269,7 +273,7 @@ def export_bundle(
     policy = Policy.load(policy_dir, device="cpu")
     config = load_config(run_dir / "config.toml" if (run_dir / "config.toml").is_file() else None)
     run_info = _read_json(run_dir / "run.json")
-    spec = _feature_spec(run_dir, run_info, config, home)
+    spec, windows = _feature_spec(run_dir, run_info, config, home)
     try:
         check_spec(spec)
     except Exception as err:  # noqa: BLE001 - DataError -> the bundle's own error type
@@ -332,7 +336,7 @@ def export_bundle(
             "obs_normalization": policy.obs_norm.to_spec(),
             "env_params": config.env.model_dump(),
             "data": config.data.model_dump(),
-            "windows": run_info.get("windows") or {},
+            "windows": windows,
             "metrics": metrics,
             "versions": _versions(),
             "exporter": exporter,

@@ -165,3 +165,22 @@ def test_loading_a_bundle_does_not_import_torch(exported):
         "assert 'torch' not in sys.modules, 'torch imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_feature_spec_rebuilt_from_config_when_not_recorded(tmp_path):
+    run = make_run(tmp_path, run_id="run-nospec")
+    info = json.loads((run.run_dir / "run.json").read_text())
+    del info["feature_spec"], info["windows"]
+    (run.run_dir / "run.json").write_text(json.dumps(info))
+    manifest = load_bundle(export_bundle(run.run_dir, exporter="torchscript")).manifest
+    assert manifest["feature_spec"] == json.loads(json.dumps(run.splits.full.feature_spec))
+    assert manifest["windows"]["train"] == list(run.splits.train.date_range())
+
+
+def test_metrics_included_when_backtest_exists(tmp_path):
+    run = make_run(tmp_path, run_id="run-metrics")
+    metrics = {"window": "test", "strategies": {"champion": {"sharpe_ratio": 1.25}}}
+    (run.run_dir / "backtest").mkdir()
+    (run.run_dir / "backtest" / "metrics.json").write_text(json.dumps(metrics))
+    manifest = load_bundle(export_bundle(run.run_dir, exporter="torchscript")).manifest
+    assert manifest["metrics"] == metrics

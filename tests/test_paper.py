@@ -305,3 +305,11 @@ def test_loop_waits_for_the_open_and_one_interval(env):
         results = run_paper(env["bundle"], broker, journal, options, sleep=sleeps.append, max_cycles=2)
     assert [r.status for r in results] == ["traded", "traded"]
     assert sleeps and sleeps[0] <= env["bundle"].decision_interval * 60.0
+
+
+def test_no_bars_at_all_no_orders(env):
+    env["fake"].bars = env["fake"].bars.iloc[0:0]
+    result = cycle(env)
+    assert result.status == "no_data" and not result.orders
+    assert env["fake"].requests.count(("POST", "/v2/orders")) == 0
+    assert "missing_bars" in set(read_journal(env["home"])["events"]["kind"])
