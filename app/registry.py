@@ -1,0 +1,283 @@
+"""The nightly registry: ``<home>/registry.sqlite`` holds every retrain decision and the champion pointer.
+
+Source of truth for "who is the champion": the single-row ``champion`` table of this database, not a
+``champion.json`` file. The decision row and the pointer change in ONE SQLite transaction, so a reader
+can never see a promotion without its decision (or the reverse), and a crash at any instant leaves
+either the whole old state or the whole new one. A separate JSON file could only be renamed after
+(or before) the commit, which reopens exactly that window.
+
+Tables (schema version in ``PRAGMA user_version``):
+
+- ``decisions``: one row per retrain attempt (``verdict`` is ``promoted``, ``rejected`` or ``failed``),
+  with its inputs, scores, reason, run ids, data windows and times.
+- ``champion``: at most one row (``slot = 1``): the current champion's run id, policy folder, bundle,
+  the decision that promoted it, and its windows.
+
+Readers for the dashboard: :func:`read_decisions` and :func:`current_champion` (read-only; they never
+create the file).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sqlite3
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from data.errors import PodracerError
+
+REGISTRY_NAME = "registry.sqlite"
+SCHEMA_VERSION = 1
+Verdict = Literal["promoted", "rejected", "failed"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS decisions (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    started_at TEXT NOT NULL,
+    decided_at TEXT NOT NULL,
+    verdict TEXT NOT NULL CHECK (verdict IN ('promoted', 'rejected', 'failed')),
+    reason TEXT NOT NULL,
+    step TEXT NOT NULL,
+    challenger_run_id TEXT,
+    champion_run_id TEXT,
+    fitness TEXT,
+    challenger_fitness REAL,
+    champion_fitness REAL,
+    margin REAL,
+    challenger_dsr REAL,
+    dsr_threshold REAL,
+    num_trials INTEGER,
+    data_start TEXT,
+    data_end TEXT,
+    selection_start TEXT,
+    selection_end TEXT,
+    eval_start TEXT,
+    eval_end TEXT,
+    bundle TEXT,
+    inputs TEXT NOT NULL DEFAULT '{}',
+    scores TEXT NOT NULL DEFAULT '{}'
+);
+CREATE TABLE IF NOT EXISTS champion (
+    slot INTEGER PRIMARY KEY CHECK (slot = 1),
+    decision_id INTEGER NOT NULL REFERENCES decisions(id),
+    run_id TEXT NOT NULL,
+    policy_dir TEXT NOT NULL,
+    bundle TEXT,
+    promoted_at TEXT NOT NULL,
+    fitness TEXT,
+    fitness_value REAL,
+    selection_end TEXT,
+    eval_start TEXT,
+    eval_end TEXT,
+    info TEXT NOT NULL DEFAULT '{}'
+);
+"""
+
+
+class RegistryError(PodracerError):
+    """The registry file is unreadable, corrupt, or from a newer podracer."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One retrain decision, as stored in ``decisions`` (JSON-able ``inputs``/``scores``)."""
+
+    started_at: str  # ISO-8601 UTC
+    decided_at: str  # ISO-8601 UTC
+    verdict: Verdict
+    reason: str
+    step: str  # the last step reached ("decide" for a normal verdict, else the step that failed)
+    challenger_run_id: str | None = None
+    champion_run_id: str | None = None  # the champion in place when the decision was taken
+    fitness: str | None = None
+    challenger_fitness: float | None = None
+    champion_fitness: float | None = None
+    margin: float | None = None
+    challenger_dsr: float | None = None
+    dsr_threshold: float | None = None
+    num_trials: int | None = None
+    data_start: str | None = None
+    data_end: str | None = None
+    selection_start: str | None = None
+    selection_end: str | None = None
+    eval_start: str | None = None
+    eval_end: str | None = None
+    bundle: str | None = None
+    inputs: dict[str, Any] = field(default_factory=dict)
+    scores: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Champion:
+    """The champion pointer's content (``decision_id`` is filled in by :func:`record_decision`)."""
+
+    run_id: str
+    policy_dir: str
+    promoted_at: str
+    bundle: str | None = None
+    fitness: str | None = None
+    fitness_value: float | None = None
+    selection_end: str | None = None
+    eval_start: str | None = None
+    eval_end: str | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def registry_path(home: str | os.PathLike[str]) -> Path:
+    """``<home>/registry.sqlite``."""
+    return Path(home) / REGISTRY_NAME
+
+
+def _connect(path: Path, *, read_only: bool) -> sqlite3.Connection:
+    try:
+        if read_only:
+            conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=30)
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(path, timeout=30, isolation_level=None)
+        conn.row_factory = sqlite3.Row
+        conn.execute("PRAGMA busy_timeout = 30000")
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+    except sqlite3.DatabaseError as err:
+        raise RegistryError(f"cannot open registry {path}: {err}") from None
+    if version > SCHEMA_VERSION:
+        conn.close()
+        raise RegistryError(
+            f"registry {path} has schema {version}; this podracer reads up to {SCHEMA_VERSION}"
+        )
+    return conn
+
+
+@contextlib.contextmanager
+def open_registry(home: str | os.PathLike[str]) -> Iterator[sqlite3.Connection]:
+    """A writable connection (autocommit mode; callers open their own transactions), schema ensured."""
+    path = registry_path(home)
+    conn = _connect(path, read_only=False)
+    try:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            # FULL: a promotion that was reported must survive a power cut, not only stay consistent.
+            conn.execute("PRAGMA synchronous = FULL")
+            conn.execute("PRAGMA foreign_keys = ON")
+            if conn.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    for statement in _SCHEMA.split(";"):
+                        if statement.strip():
+                            conn.execute(statement)
+                    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                    conn.execute("COMMIT")
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
+        except sqlite3.DatabaseError as err:
+            raise RegistryError(f"cannot initialise registry {path}: {err}") from None
+        yield conn
+    finally:
+        conn.close()
+
+
+def record_decision(
+    home: str | os.PathLike[str],
+    decision: Decision,
+    champion: Champion | None = None,
+    *,
+    before_commit: Callable[[], None] | None = None,
+) -> int:
+    """Insert ``decision`` and, if ``champion`` is given, repoint the champion to it: one transaction.
+
+    Returns the decision id. ``before_commit`` runs inside the transaction just before COMMIT (tests
+    inject crashes there); if it raises, nothing is written.
+    """
+    row = asdict(decision)
+    row["inputs"] = json.dumps(row["inputs"], sort_keys=True, default=str)
+    row["scores"] = json.dumps(row["scores"], sort_keys=True, default=str)
+    cols = ", ".join(row)
+    marks = ", ".join(f":{k}" for k in row)
+    with open_registry(home) as conn:
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            cur = conn.execute(f"INSERT INTO decisions ({cols}) VALUES ({marks})", row)
+            decision_id = int(cur.lastrowid)
+            if champion is not None:
+                champ = asdict(champion)
+                champ["info"] = json.dumps(champ["info"], sort_keys=True, default=str)
+                champ["decision_id"] = decision_id
+                champ["slot"] = 1
+                ccols = ", ".join(champ)
+                cmarks = ", ".join(f":{k}" for k in champ)
+                conn.execute(f"INSERT OR REPLACE INTO champion ({ccols}) VALUES ({cmarks})", champ)
+            if before_commit is not None:
+                before_commit()
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+    return decision_id
+
+
+def _decode(row: sqlite3.Row, json_cols: tuple[str, ...]) -> dict[str, Any]:
+    out = dict(row)
+    for col in json_cols:
+        if col in out and isinstance(out[col], str):
+            try:
+                out[col] = json.loads(out[col])
+            except json.JSONDecodeError:
+                out[col] = {}
+    return out
+
+
+@contextlib.contextmanager
+def _reader(home: str | os.PathLike[str]) -> Iterator[sqlite3.Connection | None]:
+    path = registry_path(home)
+    if not path.is_file():
+        yield None
+        return
+    conn = _connect(path, read_only=True)
+    try:
+        # A file created by a writer that has not committed its schema yet reads as empty.
+        yield conn if conn.execute("PRAGMA user_version").fetchone()[0] >= 1 else None
+    finally:
+        conn.close()
+
+
+def read_decisions(home: str | os.PathLike[str], *, limit: int | None = None) -> list[dict[str, Any]]:
+    """Every decision, oldest first (``limit``: only the most recent N), as plain dicts.
+
+    Keys are the ``decisions`` columns (see :class:`Decision`) plus ``id``; ``inputs`` and ``scores``
+    are decoded JSON. No registry yet: ``[]``.
+    """
+    with _reader(home) as conn:
+        if conn is None:
+            return []
+        try:
+            if limit is None:
+                rows = conn.execute("SELECT * FROM decisions ORDER BY id").fetchall()
+            else:
+                rows = conn.execute(
+                    "SELECT * FROM (SELECT * FROM decisions ORDER BY id DESC LIMIT ?) ORDER BY id", (limit,)
+                ).fetchall()
+        except sqlite3.DatabaseError as err:
+            raise RegistryError(f"cannot read registry {registry_path(home)}: {err}") from None
+    return [_decode(r, ("inputs", "scores")) for r in rows]
+
+
+def current_champion(home: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The current champion (keys of :class:`Champion` plus ``decision_id``), or None if none yet."""
+    with _reader(home) as conn:
+        if conn is None:
+            return None
+        try:
+            row = conn.execute("SELECT * FROM champion WHERE slot = 1").fetchone()
+        except sqlite3.DatabaseError as err:
+            raise RegistryError(f"cannot read registry {registry_path(home)}: {err}") from None
+    if row is None:
+        return None
+    out = _decode(row, ("info",))
+    out.pop("slot", None)
+    return out
