@@ -1,0 +1,145 @@
+"""Yahoo Finance bars through ``yfinance.download``: daily history and recent intraday bars.
+
+Yahoo only serves intraday bars for recent days (1m: the last ~30 days, at most 8 days per request;
+5m-30m: the last 60 days; 1h: the last 730 days), so ranges are split into chunks within those
+limits, and a start outside them is a one-line error rather than a silent empty result. Prices are
+split/dividend adjusted (``auto_adjust=True``). Daily bars get the session date (``1d`` grid).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import pandas as pd
+
+from data.calendar import check_interval
+from data.errors import DataError
+from data.schema import validate
+
+log = logging.getLogger(__name__)
+
+# interval -> (Yahoo's name, max days per request, how far back Yahoo serves it in days or None)
+LIMITS: dict[str, tuple[str, int, int | None]] = {
+    "1m": ("1m", 7, 29),
+    "5m": ("5m", 59, 59),
+    "15m": ("15m", 59, 59),
+    "30m": ("30m", 59, 59),
+    "1h": ("1h", 365, 729),
+    "1d": ("1d", 3650, None),
+}
+_FIELDS = {"Open": "open", "High": "high", "Low": "low", "Close": "close", "Volume": "volume"}
+
+
+def chunks(start: pd.Timestamp, end: pd.Timestamp, days: int) -> list[tuple[pd.Timestamp, pd.Timestamp]]:
+    """[start, end) as consecutive windows of at most ``days`` days."""
+    out, cursor = [], start
+    while cursor < end:
+        stop = min(cursor + pd.Timedelta(days=days), end)
+        out.append((cursor, stop))
+        cursor = stop
+    return out
+
+
+def _tidy(raw: pd.DataFrame | None, tickers: Sequence[str], daily: bool) -> list[pd.DataFrame]:
+    """yfinance's wide frame (columns (ticker, field) or (field, ticker) or flat) -> bar-schema frames."""
+    if raw is None or len(raw) == 0:
+        return []
+    out = []
+    if isinstance(raw.columns, pd.MultiIndex):
+        field_level = next(
+            (i for i in range(raw.columns.nlevels) if "Close" in raw.columns.get_level_values(i)), None
+        )
+        if field_level is None:
+            raise DataError("yfinance: unexpected response columns (no Close field)")
+        ticker_level = 1 - field_level
+        per_ticker = {
+            str(t): raw.xs(t, level=ticker_level, axis=1)
+            for t in raw.columns.get_level_values(ticker_level).unique()
+        }
+    else:
+        if len(tickers) != 1:
+            raise DataError("yfinance: a flat response for several tickers")
+        per_ticker = {tickers[0]: raw}
+    for ticker, frame in per_ticker.items():
+        missing = [f for f in _FIELDS if f not in frame.columns]
+        if missing:
+            raise DataError(f"yfinance: {ticker}: response lacks {', '.join(missing)}")
+        frame = (
+            frame[list(_FIELDS)]
+            .rename(columns=_FIELDS)
+            .dropna(how="all", subset=["open", "high", "low", "close"])
+        )
+        if frame.empty:
+            log.warning("yfinance returned no bars for %s in this window", ticker)
+            continue
+        index = pd.DatetimeIndex(frame.index)
+        if daily:
+            # Session date only, at midnight UTC: the schema's daily-bar convention.
+            local = index.tz_localize(None) if index.tz is not None else index
+            stamps = local.normalize().tz_localize("UTC")
+        else:
+            stamps = index.tz_convert("UTC") if index.tz is not None else index.tz_localize("UTC")
+        tidy = frame.reset_index(drop=True)
+        tidy.insert(0, "timestamp", stamps)
+        tidy.insert(1, "ticker", ticker.upper())
+        out.append(tidy)
+    return out
+
+
+def fetch_yfinance(
+    tickers: Sequence[str],
+    start: str,
+    end: str,
+    interval: str = "1d",
+    *,
+    today: pd.Timestamp | None = None,
+) -> pd.DataFrame:
+    """Bars of ``tickers`` for dates ``start..end`` (inclusive) as a validated bar frame."""
+    import yfinance
+
+    check_interval(interval)
+    name, per_request, max_age = LIMITS[interval]
+    try:
+        first = pd.Timestamp(start).normalize()
+        last = pd.Timestamp(end).normalize() + pd.Timedelta(days=1)  # yfinance's end is exclusive
+    except (ValueError, TypeError):
+        raise DataError(f"yfinance: bad --start/--end {start!r} {end!r} (use YYYY-MM-DD)") from None
+    if last <= first:
+        raise DataError(f"yfinance: end {end} is before start {start}")
+    now = pd.Timestamp.now(tz="UTC") if today is None else pd.Timestamp(today)
+    if now.tzinfo is not None:
+        now = now.tz_convert("UTC").tz_localize(None)
+    today = now.normalize()
+    if max_age is not None and first < today - pd.Timedelta(days=max_age):
+        raise DataError(
+            f"yfinance serves {interval} bars only for the last {max_age} days; start {first.date()} is older "
+            "(use --interval 1d, or --source alpaca)"
+        )
+    symbols = [t.upper() for t in tickers]
+    frames: list[pd.DataFrame] = []
+    for lo, hi in chunks(first, last, per_request):
+        try:
+            raw = yfinance.download(
+                tickers=symbols,
+                start=lo.strftime("%Y-%m-%d"),
+                end=hi.strftime("%Y-%m-%d"),
+                interval=name,
+                auto_adjust=True,
+                actions=False,
+                prepost=False,
+                progress=False,
+                threads=False,
+                group_by="ticker",
+                multi_level_index=True,
+            )
+        except Exception as err:  # yfinance raises many types (HTTP, JSON, its own)
+            first_line = (str(err).splitlines() or [type(err).__name__])[0][:200]
+            raise DataError(f"yfinance: download failed: {first_line}") from None
+        frames.extend(_tidy(raw, symbols, daily=interval == "1d"))
+    if not frames:
+        raise DataError(f"yfinance: no {interval} bars for {', '.join(symbols)} between {start} and {end}")
+    bars = pd.concat(frames, ignore_index=True)
+    bars = bars.drop_duplicates(["ticker", "timestamp"], keep="last")
+    bars = bars.sort_values(["ticker", "timestamp"], kind="stable").reset_index(drop=True)
+    return validate(bars, source="yfinance")
