@@ -1,12 +1,217 @@
-"""`podracer train`."""
+"""`podracer train --algo ppo|sac --config FILE [--run NAME] [--steps N] [--json]`: one agent.
+
+The single-agent path lives in :func:`train_single` so the tournament branch of this command can call
+around it. A run trains on the TRAIN window, evaluates the deterministic policy on the VALID window
+every ``agent.eval_every`` env-steps (validation Sharpe, total log return vs buy-and-hold), and never
+touches the test window. It writes, under ``<home>/runs/<run>/``:
+
+- ``config.toml`` (the resolved config, seeds included) and ``run.json``;
+- ``pods/single/`` (``policy.safetensors``, ``spec.json``, ``optimizer.safetensors``,
+  ``optimizer.json``, ``curve.parquet``) and ``champion/`` (the same policy).
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import re
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
 import typer
 
-from app.commands._stub import not_implemented
+from app import context
+from data.errors import ConfigError
+
+SINGLE_POD = "single"
+_RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
-def train(ctx: typer.Context) -> None:
-    """Not implemented yet."""
-    not_implemented("train")
+def env_params_from_config(env_config: Any) -> Any:
+    """``envs.trading.EnvParams`` from the config's ``[env]`` section (``num_envs`` is not a param)."""
+    from envs.trading import EnvParams
+
+    names = {f.name for f in dataclasses.fields(EnvParams)}
+    return EnvParams(**{k: v for k, v in env_config.model_dump().items() if k in names})
+
+
+def learner_args(config: Any) -> Any:
+    """``PPOArgs`` or ``SACArgs`` from the ``[agent]`` section (fields matched by name)."""
+    agent = config.agent
+    if agent.algo == "ppo":
+        from agents.ppo import PPOArgs as Args
+    else:
+        from agents.sac import SACArgs as Args
+    names = {f.name for f in dataclasses.fields(Args)}
+    return Args(**{k: v for k, v in agent.model_dump().items() if k in names})
+
+
+def _run_id(run: str | None, algo: str) -> str:
+    if run is None:
+        return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + f"-{algo}"
+    if not _RUN_NAME.match(run):
+        raise ConfigError(f"--run {run!r}: use letters, digits, '.', '_' or '-' (at most 128)")
+    return run
+
+
+def train_single(
+    config: Any,
+    home: str | Path,
+    *,
+    run: str | None = None,
+    progress: bool = True,
+    callbacks: Iterable[Callable[[dict[str, Any]], bool]] = (),
+    splits: Any = None,
+) -> dict[str, Any]:
+    """Train one agent as configured and save the run; returns the run summary (also in run.json).
+
+    ``splits`` (a ``data.loader.MarketSplits``) skips loading the market (tests, the tournament).
+    """
+    import torch
+
+    from agents.evaluate import validation_eval_fn
+    from agents.policy import Checkpoint
+    from app.config import write_config
+    from data.atomic import atomic_write_json
+    from envs.vec_env import TradingVecEnv
+
+    agent = config.agent
+    run_id = _run_id(run, agent.algo)
+    run_dir = Path(home) / "runs" / run_id
+    if (run_dir / "run.json").exists():
+        raise ConfigError(f"run {run_id!r} already exists at {run_dir} (choose another --run)")
+    device = torch.device(agent.device)
+    if splits is None:
+        from data.loader import load_market
+
+        splits = load_market(config.data, home=home, device=device)
+    else:
+        splits = splits.to(device)
+    params = env_params_from_config(config.env)
+    args = learner_args(config)
+    env = TradingVecEnv(splits.train, params, num_envs=config.env.num_envs, device=device, seed=agent.seed)
+    eval_fn = validation_eval_fn(splits.valid, params, annualization=config.backtest.annualization)
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_config(config, run_dir / "config.toml")
+    windows = {name: list(dates) for name, dates in splits.windows().items()}
+    info: dict[str, Any] = {
+        "run_id": run_id,
+        "kind": "single",
+        "algo": agent.algo,
+        "status": "running",
+        "seed": agent.seed,
+        "seeds": {"agent": agent.seed, "data": config.data.seed},
+        "windows": windows,
+        "tickers": list(splits.train.tickers),
+        "feature_spec": splits.full.feature_spec,
+        "started": time.time(),
+    }
+    atomic_write_json(run_dir / "run.json", info)
+
+    if agent.algo == "ppo":
+        from agents.ppo import train as learn
+    else:
+        from agents.sac import train as learn
+    with _progress_bar(args.total_steps, enabled=progress) as on_event:
+        result = learn(args, env, callbacks=(on_event, *callbacks), eval_fn=eval_fn)
+
+    pod_dir = run_dir / "pods" / SINGLE_POD
+    Checkpoint(result.policy, result.optimizer_state).save(pod_dir)
+    result.save_curve(pod_dir / "curve.parquet")
+    result.policy.save(run_dir / "champion")
+    final_eval = {k.removeprefix("eval/"): v for k, v in result.history[-1].items() if k.startswith("eval/")}
+    info.update(
+        {
+            "status": "done",
+            "env_steps": result.env_steps,
+            "updates": result.updates,
+            "stopped_by_callback": result.stopped_by_callback,
+            "pods_tried": 1,
+            "trial_sharpes": [final_eval.get("sharpe", 0.0)],
+            "champion": {"pod_id": SINGLE_POD, "score": final_eval.get("score"), "metrics": final_eval},
+            "valid": final_eval,
+            "finished": time.time(),
+            "run_dir": str(run_dir),
+        }
+    )
+    atomic_write_json(run_dir / "run.json", info)
+    return info
+
+
+class _progress_bar:
+    """A rich progress bar fed by the learner's callback events (env-steps/s, latest eval score)."""
+
+    def __init__(self, total: int, enabled: bool) -> None:
+        self.total, self.enabled = total, enabled
+        self.progress: Any = None
+
+    def __enter__(self) -> Callable[[dict[str, Any]], bool]:
+        if self.enabled:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.progress = Progress(
+                TextColumn("[bold]train"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("env-steps · {task.fields[rate]} steps/s · valid {task.fields[score]}"),
+                TimeElapsedColumn(),
+                console=context.err_console,
+                transient=False,
+            )
+            self.progress.start()
+            self.task = self.progress.add_task("train", total=self.total, rate="-", score="-")
+        return self.on_event
+
+    def on_event(self, event: dict[str, Any]) -> bool:
+        if self.progress is None or event.get("event") != "update":
+            return False
+        fields: dict[str, Any] = {"rate": f"{event.get('charts/steps_per_s', 0.0):,.0f}"}
+        if "eval/score" in event:
+            fields["score"] = (
+                f"sharpe {event['eval/score']:.2f}, log-ret {event.get('eval/log_return', float('nan')):+.4f} "
+                f"(b&h {event.get('eval/buy_and_hold_log_return', float('nan')):+.4f})"
+            )
+        self.progress.update(self.task, completed=min(self.total, int(event["env_steps"])), **fields)
+        return False
+
+    def __exit__(self, *exc: object) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+
+
+def train(
+    algo: str = typer.Option(None, "--algo", help="ppo or sac [default: the config's agent.algo]."),
+    config: Path = typer.Option(None, "--config", help="TOML config file [default: built-in defaults]."),
+    run: str = typer.Option(None, "--run", help="Run name [default: <UTC time>-<algo>]."),
+    steps: int = typer.Option(
+        None, "--steps", min=1, help="Env-steps to train [default: agent.total_steps]."
+    ),
+    json_out: bool = typer.Option(False, "--json", help="Print the run summary as JSON (no progress bar)."),
+) -> None:
+    """Train a single agent on the train window, scored on the validation window."""
+    from app.config import load_config
+
+    cfg = load_config(config)
+    updates: dict[str, Any] = {}
+    if algo is not None:
+        if algo not in ("ppo", "sac"):
+            raise ConfigError(f"--algo {algo!r}: choose ppo or sac")
+        updates["algo"] = algo
+    if steps is not None:
+        updates["total_steps"] = steps
+    if updates:
+        cfg = cfg.with_updates(agent=updates)
+    summary = train_single(cfg, context.home(), run=run, progress=not json_out)
+    if json_out:
+        typer.echo(json.dumps(summary, default=str, sort_keys=True))
+        return
+    valid = summary["valid"]
+    context.console.print(
+        f"run {summary['run_id']}: {summary['env_steps']:,} env-steps, valid Sharpe {valid.get('sharpe', 0):.2f}, "
+        f"log return {valid.get('log_return', 0):+.4f} vs buy-and-hold "
+        f"{valid.get('buy_and_hold_log_return', 0):+.4f}\n  saved {summary['run_dir']}",
+        highlight=False,
+    )

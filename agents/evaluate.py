@@ -1,0 +1,59 @@
+"""Validation evaluation of a policy during training, through the backtest engine.
+
+``validation_eval_fn(valid, params)`` returns the ``eval_fn`` that ``ppo.train`` / ``sac.train`` call
+every ``eval_every`` env-steps: the deterministic policy and equal-weight buy-and-hold run over the
+whole VALID window (same ``envs.trading.step``, same costs) and the result is summarized as
+
+- ``score``: annualized Sharpe ratio of the policy's daily returns (the tournament's default fitness,
+  from ``backtests.engine.fitness``; 0 when undefined, e.g. a flat equity curve),
+- ``log_return`` / ``buy_and_hold_log_return``: total log growth of the window, and their difference
+  ``excess_log_return``,
+- ``cost_frac``: costs paid as a fraction of the initial value.
+
+The test window is never touched here.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from data.market import MarketData
+
+
+def evaluate_on_window(
+    policy: Callable, market: MarketData, params: Any, *, annualization: float = 252.0
+) -> dict[str, float]:
+    """Deterministic backtest of ``policy`` vs buy-and-hold over ``market``; see the module docstring."""
+    from backtests import engine
+
+    with torch.no_grad():
+        result = engine.run_backtest(market, params, {"policy": policy}, baselines=("buy_and_hold",))
+    col, bh = result.index("policy"), result.index("buy_and_hold")
+    initial = float(result.initial_value)
+    final = result.equity[-1].double()
+    log_ret = math.log(max(float(final[col]), 1e-12) / initial)
+    bh_ret = math.log(max(float(final[bh]), 1e-12) / initial)
+    sharpe = float(engine.fitness(result, "sharpe", annualization=annualization, nan_value=0.0)[col])
+    return {
+        "score": sharpe,
+        "sharpe": sharpe,
+        "log_return": log_ret,
+        "buy_and_hold_log_return": bh_ret,
+        "excess_log_return": log_ret - bh_ret,
+        "cost_frac": float(result.costs[:, col].sum()) / initial,
+    }
+
+
+def validation_eval_fn(
+    valid: MarketData, params: Any, *, annualization: float = 252.0
+) -> Callable[[Any], dict[str, float]]:
+    """An ``eval_fn(policy) -> metrics`` over the validation window (for ``train(..., eval_fn=)``)."""
+
+    def eval_fn(policy: Any) -> dict[str, float]:
+        return evaluate_on_window(policy, valid, params, annualization=annualization)
+
+    return eval_fn
