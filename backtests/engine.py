@@ -132,9 +132,13 @@ def _trading():
     return trading
 
 
-def _long_horizon(params: EnvParams, num_decisions: int) -> Any:
-    """The env params with episodes long enough that the window never truncates."""
-    return dataclasses.replace(params, episode_len=max(int(params.episode_len), num_decisions + 1))
+def _long_horizon(params: EnvParams, num_decisions: int) -> EnvParams:
+    """The env params for a backtest: episodes long enough that the window never truncates, and
+    float64 per-asset accounting where the env offers the choice (exact holdings; the batch is small)."""
+    changes: dict[str, Any] = {"episode_len": max(int(params.episode_len), num_decisions + 1)}
+    if "precision" in {f.name for f in dataclasses.fields(params)}:
+        changes["precision"] = "float64"
+    return dataclasses.replace(params, **changes)
 
 
 def num_decisions(num_bars: int, decision_interval: int) -> int:
@@ -241,11 +245,10 @@ def _run_policies(
     callables = [policies[n] for n in names]
     n = len(names)
     state, obs = trading.reset(market, params, n, torch.Generator().manual_seed(seed), start=0)
-    values, traded_notional, shares_traded, weights, terminated = [], [], [], [], []
-    # The loop only calls the policy and the env and keeps references to the env's outputs (one
-    # clone per step for the weights); all accounting is vectorized afterwards.
-    finite: list[Tensor] = []
+    values, traded_notional, shares_traded, terminated, actions = [], [], [], [], []
     expected = (n, market.num_assets)
+    # The loop only calls the policies and the env and keeps references to their outputs: no extra
+    # tensor op per step. Weights, costs, NaN checks and termination are vectorized afterwards.
     with torch.inference_mode():
         for k in range(k_steps):
             if n == 1:
@@ -254,23 +257,22 @@ def _run_policies(
                 action = torch.cat([_call(p, obs[i : i + 1]) for i, p in enumerate(callables)], dim=0)
             if k == 0 or not _plain_action(action, expected, obs):
                 action = trading.check_action(action, n, market.num_assets, market.device)
-            # The env's own NaN check costs a host sync per step; instead every action's finiteness
-            # is recorded here and checked once after the loop (a run with a bad action is discarded).
-            finite.append(torch.isfinite(action).all(dim=1))
+            # The env's own NaN check costs a host sync per step; the actions are checked once after
+            # the loop instead (a run with a bad action is discarded, so nothing wrong is reported).
+            actions.append(action)
             state, obs, _, term, _, info = trading.step(market, params, state, action, validate=False)
             values.append(info["value"])
             traded_notional.append(info["traded_notional"])
             shares_traded.append(info["shares_traded"])
-            # final_obs is the pre-reset observation at the mark bar (== obs when nobody is done).
-            weights.append(_weights_of(info["final_obs"], market))
             terminated.append(term)
-        ok = torch.stack(finite)  # (K, N)
+        value = torch.stack(values).to(torch.float64)  # (K, N)
+        ok = torch.isfinite(torch.stack(actions)).all(dim=2) & torch.isfinite(value)  # (K, N)
         if not bool(ok.all()):
             k, i = (int(v) for v in (~ok).nonzero()[0])
             raise trading.ActionError(
-                f"policy {names[i]!r} returned a NaN or inf action at decision {k} (bar {k * int(params.decision_interval)})"
+                f"policy {names[i]!r} returned a NaN or inf action at decision {k} "
+                f"(bar {k * int(params.decision_interval)})"
             )
-        value = torch.stack(values).to(torch.float64)  # (K, N)
         term = torch.stack(terminated)  # (K, N)
         # A terminated strategy is stopped: its value stays at the terminal mark, nothing after counts.
         ever = torch.cumsum(term.to(torch.int64), dim=0) > 0
@@ -280,9 +282,15 @@ def _run_policies(
         equity = value.gather(0, last_alive.clamp(min=0))
         prev = torch.cat([torch.full_like(equity[:1], float(params.initial_cash)), equity[:-1]], dim=0)
         traded = torch.stack(traded_notional).to(torch.float64).masked_fill(dead, 0.0)
-        shares = torch.stack(shares_traded).to(torch.float64).masked_fill(dead.unsqueeze(-1), 0.0)
+        shares = torch.stack(shares_traded).to(torch.float64)  # (K, N, A)
+        # Holdings at each mark: the env adds each step's trade to the previous holdings, in order
+        # (rows after a termination hold the reset env's shares and are masked below).
+        held = torch.cumsum(shares, dim=0)
+        close = market.close.index_select(0, (rows[:, 0] + 1) * int(params.decision_interval))  # (K, A)
+        w = (held * close.unsqueeze(1).to(torch.float64)) / value.unsqueeze(-1)
+        w = w.masked_fill(dead.unsqueeze(-1), 0.0)
+        shares = shares.masked_fill(dead.unsqueeze(-1), 0.0)
         notional, trade_costs = _trade_accounting(market, params, shares, k_steps)
-        w = torch.stack(weights).masked_fill(dead.unsqueeze(-1), 0.0)
         first_term = torch.where(term, rows, k_steps).amin(dim=0)
     return _Run(
         names=names,
