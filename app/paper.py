@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -74,6 +75,8 @@ class PaperOptions:
     dry_run: bool = False
     kill_switch: Path | None = None
     fractional: bool = True
+    fill_wait: float = 10.0  # seconds to wait for market orders to fill (sells before buys)
+    fill_poll: float = 0.5  # seconds between order look-ups while waiting
 
 
 @dataclass(frozen=True)
@@ -465,60 +468,132 @@ def run_cycle(
         _snapshot(journal, broker, bundle, decision, account, {}, reconcile=not options.dry_run)
         return result
 
+    placed_by_cid: dict[str, Order] = {}
+    sells = [o for o in orders if o.side == "sell"]
+    buys = [o for o in orders if o.side == "buy"]
+    for batch in (sells, buys):
+        for o in batch:
+            placed = _submit_one(o, bundle, broker, journal, options, decision, result)
+            if placed is not None:
+                placed_by_cid[o.client_order_id] = placed
+        if not options.dry_run:
+            # Sells first *and filled* before the buys: their proceeds are the buys' cash.
+            _await_fills(batch, placed_by_cid, broker, journal, options)
+    result.submitted = [
+        placed_by_cid[o.client_order_id] for o in orders if o.client_order_id in placed_by_cid
+    ]
     filled: dict[str, float] = {}
     for o in orders:
-        base = {
-            "client_order_id": o.client_order_id,
-            "decision_ts": _ts(decision.decision_ts),
-            "bundle_id": bundle.bundle_id,
-            "ticker": o.ticker,
-            "side": o.side,
-            "qty": o.qty,
-            "est_price": o.price,
-        }
-        if options.dry_run:
-            journal.order(**base, status="dry_run")
-            continue
-        if options.kill_switch is not None and Path(options.kill_switch).exists():
-            journal.order(**base, status="blocked", message="kill switch")
-            journal.event(
-                "kill_switch", f"kill switch appeared mid-cycle: {o.client_order_id} not sent", "warning"
-            )
-            result.status = "kill_switch"
-            continue
-        journal.order(**base, status="submitted")
-        try:
-            placed = broker.submit(OrderRequest(o.ticker, o.side, o.qty, o.client_order_id))  # type: ignore[arg-type]
-        except OrderRejected as err:
-            journal.order(**base, status="rejected", message=str(err))
-            journal.event("rejected", str(err), "warning")
-            result.messages.append(str(err))
-            continue
-        except BrokerError as err:
-            journal.order(**base, status="error", message=str(err))
-            journal.event("error", str(err), "error")
-            raise
-        result.submitted.append(placed)
-        journal.order(
-            **base,
-            status=placed.status,
-            broker_order_id=placed.id,
-            filled_qty=placed.filled_qty,
-            filled_avg_price=placed.filled_avg_price,
-        )
-        if placed.filled_qty > 0:
-            journal.fill(
-                client_order_id=o.client_order_id,
-                ticker=o.ticker,
-                side=o.side,
-                filled_qty=placed.filled_qty,
-                filled_avg_price=placed.filled_avg_price,
-                status=placed.status,
-            )
-        sign = 1.0 if o.side == "buy" else -1.0
-        filled[o.ticker] = filled.get(o.ticker, 0.0) + sign * placed.filled_qty
+        if o.client_order_id in placed_by_cid:
+            sign = 1.0 if o.side == "buy" else -1.0
+            filled[o.ticker] = filled.get(o.ticker, 0.0) + sign * placed_by_cid[o.client_order_id].filled_qty
     _snapshot(journal, broker, bundle, decision, account, filled, reconcile=not options.dry_run)
     return result
+
+
+def _order_row(o: PlannedOrder, bundle: Bundle, decision: Decision) -> dict[str, Any]:
+    return {
+        "client_order_id": o.client_order_id,
+        "decision_ts": _ts(decision.decision_ts),
+        "bundle_id": bundle.bundle_id,
+        "ticker": o.ticker,
+        "side": o.side,
+        "qty": o.qty,
+        "est_price": o.price,
+    }
+
+
+def _submit_one(
+    o: PlannedOrder,
+    bundle: Bundle,
+    broker: Broker,
+    journal: Journal,
+    options: PaperOptions,
+    decision: Decision,
+    result: CycleResult,
+) -> Order | None:
+    """Submit (or, in a dry run, only journal) one order; rejected orders are journaled, not raised."""
+    base = _order_row(o, bundle, decision)
+    if options.dry_run:
+        journal.order(**base, status="dry_run")
+        return None
+    if options.kill_switch is not None and Path(options.kill_switch).exists():
+        journal.order(**base, status="blocked", message="kill switch")
+        journal.event(
+            "kill_switch", f"kill switch appeared mid-cycle: {o.client_order_id} not sent", "warning"
+        )
+        result.status = "kill_switch"
+        return None
+    journal.order(**base, status="submitted")
+    try:
+        placed = broker.submit(OrderRequest(o.ticker, o.side, o.qty, o.client_order_id))  # type: ignore[arg-type]
+    except OrderRejected as err:
+        journal.order(**base, status="rejected", message=str(err))
+        journal.event("rejected", str(err), "warning")
+        result.messages.append(str(err))
+        return None
+    except BrokerError as err:
+        journal.order(**base, status="error", message=str(err))
+        journal.event("error", str(err), "error")
+        raise
+    journal.order(
+        **base,
+        status=placed.status,
+        broker_order_id=placed.id,
+        filled_qty=placed.filled_qty,
+        filled_avg_price=placed.filled_avg_price,
+    )
+    if placed.filled_qty > 0:
+        journal.fill(
+            client_order_id=o.client_order_id,
+            ticker=o.ticker,
+            side=o.side,
+            filled_qty=placed.filled_qty,
+            filled_avg_price=placed.filled_avg_price,
+            status=placed.status,
+        )
+    return placed
+
+
+def _await_fills(
+    batch: list[PlannedOrder],
+    placed_by_cid: dict[str, Order],
+    broker: Broker,
+    journal: Journal,
+    options: PaperOptions,
+) -> None:
+    """Poll this batch's open orders until they are done or ``options.fill_wait`` seconds pass."""
+    deadline = time.monotonic() + options.fill_wait
+    pending = [
+        o for o in batch if o.client_order_id in placed_by_cid and placed_by_cid[o.client_order_id].is_open
+    ]
+    while pending and time.monotonic() < deadline:
+        time.sleep(options.fill_poll)
+        still = []
+        for o in pending:
+            before = placed_by_cid[o.client_order_id]
+            now = broker.order_by_client_id(o.client_order_id) or before
+            placed_by_cid[o.client_order_id] = now
+            if now.filled_qty != before.filled_qty or now.status != before.status:
+                journal.update_order(
+                    o.client_order_id,
+                    status=now.status,
+                    filled_qty=now.filled_qty,
+                    filled_avg_price=now.filled_avg_price,
+                    broker_order_id=now.id,
+                )
+                if now.filled_qty != before.filled_qty:
+                    journal.fill(
+                        client_order_id=o.client_order_id,
+                        ticker=o.ticker,
+                        side=o.side,
+                        filled_qty=now.filled_qty,
+                        filled_avg_price=now.filled_avg_price,
+                        status=now.status,
+                    )
+            if now.is_open:
+                still.append(o)
+        pending = still
 
 
 def _snapshot(

@@ -5,7 +5,8 @@ daemon thread and speaks just enough of the real wire format that the real alpac
 it: account, positions, clock, orders (submit, by id, by client id, cancel, list) and stock bars.
 
 Orders fill immediately at the ticker's current price (``fill_mode="fill"``), half-fill
-(``"partial"``), stay open (``"accept"``) or are refused with HTTP 403 (``"reject"``). Faults are
+(``"partial"``), stay open (``"accept"``), are accepted and fill when first looked up
+(``"delayed"``, like a real market order a moment later) or are refused with HTTP 403 (``"reject"``). Faults are
 queued per route with ``fail(...)``: an HTTP status before processing, an HTTP status *after* the
 order was created (the ambiguous case), or a delay longer than the client's timeout.
 
@@ -113,7 +114,7 @@ class FakeAlpaca:
     is_open: bool = True
     now: datetime = field(default_factory=lambda: datetime(2024, 1, 3, 15, 0, tzinfo=UTC))
     bars: pd.DataFrame | None = None  # bar schema: timestamp, ticker, open, high, low, close, volume
-    fill_mode: str = "fill"  # fill | partial | accept | reject
+    fill_mode: str = "fill"  # fill | partial | accept | delayed | reject
     page_size: int = 10_000
     require_keys: tuple[str, str] = (KEY_ID, SECRET)
 
@@ -267,30 +268,41 @@ class FakeAlpaca:
             return 403, {"code": 40310000, "message": "insufficient buying power"}
         if symbol not in self.prices:
             return 422, {"code": 40010001, "message": f"asset {symbol} not found"}
-        price = self.prices[symbol]
-        filled = {"fill": qty, "partial": qty / 2, "accept": 0.0}[self.fill_mode]
-        status = {"fill": "filled", "partial": "partially_filled", "accept": "accepted"}[self.fill_mode]
-        sign = 1.0 if side == "buy" else -1.0
-        held = self.positions.get(symbol, 0.0)
-        if sign > 0 and filled > 0:
-            self.avg_price[symbol] = (held * self.avg_price.get(symbol, price) + filled * price) / (
-                held + filled
-            )
-        self.positions[symbol] = held + sign * filled
-        self.cash -= sign * filled * price
         order = FakeOrder(
             id=str(uuid.uuid4()),
             client_order_id=cid,
             symbol=symbol,
             side=side,
             qty=qty,
-            filled_qty=filled,
-            filled_avg_price=price if filled else None,
-            status=status,
+            filled_qty=0.0,
+            filled_avg_price=None,
+            status="accepted",
             created_at=self.now,
         )
         self.orders[order.id] = order
+        if self.fill_mode in ("fill", "partial"):
+            self._execute(order, qty if self.fill_mode == "fill" else qty / 2)
         return 200, order.to_json()
+
+    def _execute(self, order: FakeOrder, qty: float) -> None:
+        """Fill ``qty`` more shares of ``order`` at the current price."""
+        price = self.prices[order.symbol]
+        sign = 1.0 if order.side == "buy" else -1.0
+        held = self.positions.get(order.symbol, 0.0)
+        if sign > 0:
+            avg = self.avg_price.get(order.symbol, price)
+            self.avg_price[order.symbol] = (held * avg + qty * price) / (held + qty)
+        self.positions[order.symbol] = held + sign * qty
+        self.cash -= sign * qty * price
+        order.filled_qty += qty
+        order.filled_avg_price = price
+        order.status = "filled" if order.filled_qty >= order.qty - 1e-12 else "partially_filled"
+
+    def _lookup(self, order: FakeOrder) -> FakeOrder:
+        """An order as a GET sees it: a ``"delayed"`` order has filled by the time anyone looks."""
+        if self.fill_mode == "delayed" and order.status == "accepted":
+            self._execute(order, order.qty)
+        return order
 
     def _bars(self, query: dict[str, list[str]]) -> dict[str, Any]:
         symbols = query.get("symbols", [""])[0].split(",")
@@ -352,7 +364,7 @@ class FakeAlpaca:
             return self._submit(json.loads(body or b"{}"))
         if method == "GET" and path == "/v2/orders:by_client_order_id":
             found = self.orders_for(query.get("client_order_id", [""])[0])
-            return (200, found[0].to_json()) if found else not_found
+            return (200, self._lookup(found[0]).to_json()) if found else not_found
         if method == "GET" and path == "/v2/orders":
             return 200, [o.to_json() for o in self.orders.values()]
         if path.startswith("/v2/orders/"):
@@ -360,7 +372,7 @@ class FakeAlpaca:
             if order is None:
                 return not_found
             if method == "GET":
-                return 200, order.to_json()
+                return 200, self._lookup(order).to_json()
             if method == "DELETE":
                 if order.status in ("filled", "canceled", "rejected"):
                     return 422, {"code": 42210000, "message": "order is not cancelable"}

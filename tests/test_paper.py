@@ -57,6 +57,8 @@ def env(setup, tmp_path, monkeypatch):
 
 def cycle(env, **option_args):
     limits = option_args.pop("limits", RiskLimits(max_order_notional=1e9, daily_loss_limit=None))
+    option_args.setdefault("fill_wait", 0.5)
+    option_args.setdefault("fill_poll", 0.01)
     options = PaperOptions(limits=limits, **option_args)
     with Journal.for_home(env["home"]) as journal:
         return run_cycle(env["bundle"], AlpacaBroker(retry=FAST, sleep=lambda s: None), journal, options)
@@ -313,3 +315,18 @@ def test_no_bars_at_all_no_orders(env):
     assert result.status == "no_data" and not result.orders
     assert env["fake"].requests.count(("POST", "/v2/orders")) == 0
     assert "missing_bars" in set(read_journal(env["home"])["events"]["kind"])
+
+
+def test_orders_filled_a_moment_later_are_awaited(env):
+    """Real market orders come back "accepted"; the cycle polls them (sells first) until filled."""
+    fake, bundle = env["fake"], env["bundle"]
+    fake.fill_mode = "delayed"
+    fake.positions[bundle.tickers[0]] = 400.0  # something to sell, so both batches are exercised
+    result = cycle(env)
+    sides = [o.side for o in result.orders]
+    assert "sell" in sides and "buy" in sides and sides == sorted(sides, reverse=True)  # sells first
+    assert {o.status for o in result.submitted} == {"filled"}
+    tables = read_journal(env["home"])
+    assert set(tables["orders"]["status"]) == {"filled"}
+    assert len(tables["fills"]) == len(result.orders)
+    assert (tables["positions"]["diff"].abs() < 1e-6).all()
