@@ -111,6 +111,29 @@ class BacktestConfig(_Section):
     dsr_threshold: float = Field(0.95, ge=0, le=1)
 
 
+class NightlyConfig(_Section):
+    """Nightly retraining, champion vs challenger (``podracer retrain``; see docs/nightly.md)."""
+
+    update: Literal["none", "yfinance", "alpaca"] = Field(
+        "none",
+        description="incremental bar download before training (online sources need data.source = 'stored')",
+    )
+    initial_days: int = Field(30, ge=1, description="update: days fetched for a ticker with no stored bars")
+    fitness: Literal["sharpe", "return", "calmar"] | None = Field(
+        None, description="fitness compared on the evaluation window (None: tournament.fitness)"
+    )
+    margin: float = Field(
+        0.1, ge=0, description="challenger must beat the champion by this much (fitness units)"
+    )
+    dsr_threshold: float = Field(0.95, ge=0, le=1, description="challenger's deflated Sharpe must reach this")
+    first_promotion: Literal["always", "dsr"] = Field(
+        "always", description="with no champion yet: promote always, or only past dsr_threshold"
+    )
+    warm_start_pods: int = Field(1, ge=0, description="fresh pods seeded with the champion's weights")
+    export: bool = Field(True, description="export an onnxruntime bundle on promotion")
+    tearsheet: bool = Field(True, description="write the challenger run's tear sheet")
+
+
 class Config(_Section):
     """The whole resolved config of a run."""
 
@@ -119,6 +142,7 @@ class Config(_Section):
     agent: AgentConfig = AgentConfig()
     tournament: TournamentConfig = TournamentConfig()
     backtest: BacktestConfig = BacktestConfig()
+    nightly: NightlyConfig = NightlyConfig()
 
     def with_updates(self, **sections: dict[str, Any]) -> Config:
         """A copy with some fields of some sections replaced (validated)."""
