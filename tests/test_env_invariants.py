@@ -33,36 +33,47 @@ def market():
     return toy_market(num_steps=400, num_assets=5, num_features=4, bars_per_session=50, seed=7)
 
 
+@pytest.mark.parametrize("precision", ["float32", "float64"])
 @pytest.mark.parametrize("mode", ["weights", "shares"])
-def test_accounting_invariants(market, mode):
+def test_accounting_invariants(market, mode, precision):
     params = EnvParams(
-        action_mode=mode, decision_interval=2, episode_len=15, max_shares=3000.0, trade_info=True
+        action_mode=mode,
+        decision_interval=2,
+        episode_len=15,
+        max_shares=3000.0,
+        trade_info=True,
+        precision=precision,
     )
+    # float32 holdings: each shares * close product is rounded once (6e-8 relative), and cash flows
+    # are computed from the rounded orders: $1 on a $1M book.
+    rtol, dollar_atol = (1e-9, 1e-6) if precision == "float64" else (2e-7, 1.0)
     checked = 0
     for before, _, after, obs, _, _, _, info in _run(market, params, 16, 60):
         # value = cash + sum(shares * close) at the new decision bar (also for reset envs).
         close = market.close[after.t].double()
         torch.testing.assert_close(
-            after.value, after.cash + (after.shares * close).sum(1), rtol=1e-9, atol=1e-6
+            after.value, after.cash + (after.shares.double() * close).sum(1), rtol=rtol, atol=1e-6
         )
         # cost = cost_rate * traded notional, and the notional is what was traded at fill prices.
         torch.testing.assert_close(info["cost"], params.cost_rate * info["traded_notional"])
-        notional = (info["shares_traded"].abs() * info["fill_price"]).sum(1)
+        notional = (info["shares_traded"].abs() * info["fill_price"]).double().sum(1)
         torch.testing.assert_close(info["traded_notional"], notional, rtol=1e-5, atol=1e-3)
-        torch.testing.assert_close(info["asset_cost"].sum(1), info["cost"], rtol=1e-5, atol=1e-3)
+        torch.testing.assert_close(info["asset_cost"].double().sum(1), info["cost"], rtol=1e-5, atol=1e-3)
         fill_open = market.open[before.t + 1].double()
         buys = info["shares_traded"] > 0
         sells = info["shares_traded"] < 0
         slip = params.slippage_bps * 1e-4
-        torch.testing.assert_close(info["fill_price"][buys], (fill_open * (1 + slip))[buys])
-        torch.testing.assert_close(info["fill_price"][sells], (fill_open * (1 - slip))[sells])
+        fill = info["fill_price"].double()
+        torch.testing.assert_close(fill[buys], (fill_open * (1 + slip))[buys])
+        torch.testing.assert_close(fill[sells], (fill_open * (1 - slip))[sells])
         # No negative cash or holdings, ever.
         assert bool((after.cash >= 0).all()) and bool((after.shares >= 0).all())
         # Cash conservation over the step, for envs that did not reset.
         cont = after.step_count > 0
-        spent = (info["shares_traded"] * fill_open * (1 + slip * torch.sign(info["shares_traded"]))).sum(1)
+        traded = info["shares_traded"].double()
+        spent = (traded * fill_open * (1 + slip * torch.sign(traded))).sum(1)
         torch.testing.assert_close(
-            after.cash[cont], (before.cash - spent - info["cost"])[cont], rtol=1e-9, atol=1e-4
+            after.cash[cont], (before.cash - spent - info["cost"])[cont], rtol=rtol, atol=dollar_atol
         )
         if mode == "shares":
             assert torch.equal(after.shares, after.shares.round())
@@ -70,7 +81,7 @@ def test_accounting_invariants(market, mode):
         glob, per = split_obs(obs, market.num_assets, market.num_features)
         torch.testing.assert_close(glob[:, 0].double(), after.cash / after.value, rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(
-            per[..., 0].double(), after.shares * close / after.value[:, None], rtol=1e-5, atol=1e-6
+            per[..., 0].double(), after.shares.double() * close / after.value[:, None], rtol=1e-5, atol=1e-6
         )
         checked += 1
     assert checked == 60

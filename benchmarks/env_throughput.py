@@ -1,0 +1,129 @@
+"""Env-steps per second of the batched trading env (and of the plain-Python reference env).
+
+    python benchmarks/env_throughput.py --device cpu --num-assets 100 --num-envs 1,64,1024,4096 [--json]
+
+A toy market (``data.toy.toy_market``: ``--sessions`` x 390 one-minute bars, ``--num-features``
+features per asset) on ``--device``; random actions drawn before timing (a small pool, cycled);
+``--warmup`` steps, then ``--steps`` timed steps of the default ``envs.trading.step`` (action
+validation on). One env-step is one decision of one env.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from data.toy import toy_market  # noqa: E402
+from envs import trading  # noqa: E402
+from envs.reference import ReferenceEnv  # noqa: E402
+from envs.trading import EnvParams  # noqa: E402
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def bench_batched(market, params: EnvParams, num_envs: int, steps: int, warmup: int, seed: int = 0) -> float:
+    """Seconds per batched step (median of 3 timed blocks)."""
+    device = market.device
+    gen = torch.Generator().manual_seed(seed)
+    state, _ = trading.reset(market, params, num_envs, gen)
+    pool = [torch.rand(num_envs, market.num_assets, generator=gen).to(device) * 0.02 for _ in range(8)]
+    for i in range(warmup):
+        state, *_ = trading.step(market, params, state, pool[i % len(pool)])
+    _sync(device)
+    blocks = []
+    per_block = max(1, steps // 3)
+    for _ in range(3):
+        start = time.perf_counter()
+        for i in range(per_block):
+            state, *_ = trading.step(market, params, state, pool[i % len(pool)])
+        _sync(device)
+        blocks.append((time.perf_counter() - start) / per_block)
+    return sorted(blocks)[1]
+
+
+def bench_reference(market, params: EnvParams, seconds: float, seed: int = 0) -> float:
+    """Reference env-steps per second (one env, plain Python)."""
+    market = market.to("cpu")
+    gen = torch.Generator().manual_seed(seed)
+    state, _ = trading.reset(market, params, 1, gen)
+    env = ReferenceEnv(market, params, int(state.t[0]), int(state.rng[0]))
+    actions = (torch.rand(16, market.num_assets, generator=gen) * 0.02).tolist()
+    env.step(actions[0])
+    count = 0
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        env.step(actions[count % len(actions)])
+        count += 1
+    return count / (time.perf_counter() - start)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N")
+    parser.add_argument("--num-assets", type=int, default=100)
+    parser.add_argument("--num-features", type=int, default=8)
+    parser.add_argument("--num-envs", default="1,64,1024,4096", help="comma-separated batch sizes")
+    parser.add_argument("--sessions", type=int, default=60, help="390-bar sessions in the toy market")
+    parser.add_argument("--steps", type=int, default=300, help="timed steps per batch size")
+    parser.add_argument("--warmup", type=int, default=30)
+    parser.add_argument("--reference-seconds", type=float, default=2.0)
+    parser.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch default)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    args = parser.parse_args(argv)
+
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda but no CUDA device is available")
+    sizes = [int(x) for x in args.num_envs.split(",") if x.strip()]
+    market = toy_market(
+        num_steps=args.sessions * 390,
+        num_assets=args.num_assets,
+        num_features=args.num_features,
+        device=device,
+    )
+    params = EnvParams()
+    results = []
+    for num_envs in sizes:
+        sec = bench_batched(market, params, num_envs, args.steps, args.warmup)
+        results.append(
+            {
+                "num_envs": num_envs,
+                "num_assets": args.num_assets,
+                "device": str(device),
+                "env_steps_per_s": num_envs / sec,
+                "ms_per_step": sec * 1e3,
+            }
+        )
+        if not args.json:
+            print(
+                f"{num_envs:>7} envs x {args.num_assets} assets on {device}: "
+                f"{num_envs / sec:>14,.0f} env-steps/s  {sec * 1e3:8.3f} ms/step",
+                flush=True,
+            )
+    ref = bench_reference(market, params, args.reference_seconds)
+    out = {"results": results, "reference_steps_per_s": ref}
+    if args.json:
+        print(json.dumps(out))
+    else:
+        best = max(results, key=lambda r: r["env_steps_per_s"])
+        print(
+            f"reference (plain Python, 1 env): {ref:,.0f} env-steps/s; "
+            f"batched best ({best['num_envs']} envs) is {best['env_steps_per_s'] / ref:,.0f}x faster"
+        )
+    return out
+
+
+if __name__ == "__main__":
+    main()
