@@ -109,7 +109,7 @@ def session_bounds(sessions: pd.DatetimeIndex, extended_hours: bool = False) -> 
         local = pd.DatetimeIndex(sessions).tz_localize(TZ)
         opens = (local + pd.Timedelta(hours=4)).tz_convert("UTC")
         closes = (local + pd.Timedelta(hours=20)).tz_convert("UTC")
-        return opens.asi8.astype(np.int64), closes.asi8.astype(np.int64)
+        return opens.as_unit("ns").asi8.astype(np.int64), closes.as_unit("ns").asi8.astype(np.int64)
     cal = _calendar_for(sessions[0])
     sched = cal.schedule.loc[sessions]
     opens = pd.DatetimeIndex(sched["open"]).tz_convert("UTC")
@@ -145,7 +145,7 @@ def infer_interval(timestamps: pd.Series | pd.DatetimeIndex) -> str:
     ts = pd.DatetimeIndex(timestamps)
     if len(ts) < 2:
         raise DataError("cannot infer the bar interval from fewer than 2 bars (pass --interval)")
-    diffs = np.diff(np.sort(ts.asi8)) // _NS_PER_MIN
+    diffs = np.diff(np.sort(ts.as_unit("ns").asi8)) // _NS_PER_MIN
     diffs = diffs[diffs > 0]
     if len(diffs) == 0:
         raise DataError("cannot infer the bar interval: all timestamps are equal (pass --interval)")
