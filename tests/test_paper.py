@@ -330,3 +330,20 @@ def test_orders_filled_a_moment_later_are_awaited(env):
     assert set(tables["orders"]["status"]) == {"filled"}
     assert len(tables["fills"]) == len(result.orders)
     assert (tables["positions"]["diff"].abs() < 1e-6).all()
+
+
+def test_read_journal_without_a_journal(tmp_path):
+    tables = read_journal(tmp_path)
+    assert set(tables) == {"decisions", "orders", "fills", "positions", "pnl", "events"}
+    assert all(frame.empty for frame in tables.values())
+    assert {"equity", "cash", "day_pnl", "day_return"} <= set(tables["pnl"].columns)
+    assert not (tmp_path / "paper").exists()  # reading never creates the trader's files
+
+
+def test_journal_scrubs_key_values(tmp_path, monkeypatch):
+    monkeypatch.setenv("APCA_API_SECRET_KEY", SECRET)
+    with Journal.for_home(tmp_path) as journal:
+        journal.event("error", f"upstream echoed {SECRET} back", "error")
+    raw = b"".join(p.read_bytes() for p in (tmp_path / "paper").glob("journal.sqlite*"))
+    assert SECRET.encode() not in raw
+    assert read_journal(tmp_path)["events"]["message"].iloc[0] == "upstream echoed *** back"
