@@ -1,0 +1,411 @@
+"""SAC with an ensemble of K critics (min or mean target) on the vectorized trading env.
+
+One readable, importable file, the same ``train(args, env, callbacks, init, eval_fn) -> TrainResult``
+shape as ``agents.ppo``:
+
+- actor: the same :class:`~agents.policy.Policy` as PPO (diagonal Gaussian over ``A + 1`` logits,
+  action ``softmax(raw)[:, :A]``), trained with the reparameterization trick. The entropy term is that
+  of the raw Gaussian sample (the softmax is not invertible, so the logits are treated as the action
+  for the entropy bonus); the temperature ``alpha`` is tuned to a target entropy per dimension.
+- critics: ``K`` Q-networks in one :class:`CriticEnsemble` (batched weights ``(K, in, out)``), each a
+  per-asset encoder of (position weight, features, proposed weight) shared across assets, pooled
+  (mean and action-weighted sum) with cash fraction, time of day and the proposed cash weight.
+  Polyak-averaged target copies.
+- target (:func:`ensemble_target`): ``r + gamma * (1 - terminated) * (agg_k Q'_k(s', a') - alpha *
+  log pi(a'|s'))`` with ``agg`` = min over the K targets (pessimistic, as clipped double-Q) or their
+  mean (as in ensemble methods that rely on the ensemble's averaging). Truncated transitions keep
+  their bootstrap: ``s'`` is ``info["final_obs"]`` and only ``terminated`` stops it.
+- the actor loss uses the ensemble mean of the online critics.
+- replay buffer on the env's device: raw observations (normalized at sampling time with the current
+  running statistics), actions, rewards, next observations, terminations.
+
+Worker/learner split: :func:`collect_step` steps the envs and fills the buffer; :func:`update` does
+one gradient step of critics, actor and temperature from a sampled batch.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from agents.networks import NUM_GLOBAL
+from agents.policy import Checkpoint, Policy, gaussian_log_prob
+from agents.ppo import Callback, EvalFn, TrainResult, _evaluate, _notify, make_optimizer, policy_for_env
+from data.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class SACArgs:
+    """Hyper-parameters of one SAC run."""
+
+    seed: int = 0
+    """seed of the network init, action sampling, replay sampling and env resets"""
+    total_steps: int = 200_000
+    """env-steps to train for"""
+    learning_rate: float = 3e-4
+    """Adam learning rate of actor, critics and temperature"""
+    gamma: float = 0.99
+    """discount factor"""
+    tau: float = 0.005
+    """Polyak rate of the target critics"""
+    batch_size: int = 1024
+    """transitions per gradient step"""
+    buffer_size: int = 200_000
+    """replay capacity in transitions (memory: about 8 * obs_dim bytes each)"""
+    learning_starts: int = 4096
+    """env-steps collected before the first gradient step"""
+    gradient_steps: int = 1
+    """gradient steps per vectorized env step (each adds num_envs transitions)"""
+    num_critics: int = 4
+    """K, the size of the critic ensemble"""
+    critic_target: str = "min"
+    """how the K target critics are combined: "min" or "mean\""""
+    alpha: float = 0.05
+    """initial entropy temperature"""
+    autotune: bool = True
+    """tune alpha towards the target entropy"""
+    target_entropy_per_dim: float = -1.0
+    """target entropy per raw action dimension"""
+    max_grad_norm: float = 10.0
+    """global gradient-norm clip of each network"""
+    embed: int = 16
+    """per-asset embedding width (actor and critics)"""
+    hidden: int = 64
+    """context / critic hidden width"""
+    asset_layers: int = 1
+    """depth of the actor's shared per-asset encoder (ignored when warm-starting)"""
+    init_log_std: float = -0.5
+    """initial log-std of the actor's Gaussian over logits (ignored when warm-starting)"""
+    norm_obs: bool = True
+    """update running observation statistics while collecting"""
+    eval_every: int = 50_000
+    """env-steps between calls of eval_fn (also called once at the end)"""
+
+    def __post_init__(self) -> None:
+        for name in (
+            "total_steps",
+            "learning_rate",
+            "batch_size",
+            "buffer_size",
+            "gradient_steps",
+            "num_critics",
+        ):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"SACArgs.{name} must be > 0, got {getattr(self, name)}")
+        if self.critic_target not in ("min", "mean"):
+            raise ConfigError(f"SACArgs.critic_target must be 'min' or 'mean', got {self.critic_target!r}")
+        if not 0 < self.gamma <= 1 or not 0 < self.tau <= 1:
+            raise ConfigError("SACArgs: gamma and tau must be in (0, 1]")
+        if self.eval_every <= 0 or self.learning_starts < 0 or self.alpha <= 0:
+            raise ConfigError("SACArgs: eval_every and alpha must be > 0, learning_starts >= 0")
+
+
+# --- critic ensemble -------------------------------------------------------------------------------
+
+
+class EnsembleLinear(nn.Module):
+    """K independent linear layers applied as one batched matmul: ``(K, B, in) -> (K, B, out)``."""
+
+    def __init__(self, num: int, in_dim: int, out_dim: int, std: float = math.sqrt(2)) -> None:
+        super().__init__()
+        weight = torch.empty(num, in_dim, out_dim)
+        for k in range(num):  # the same orthogonal init as the actor's layers, per member
+            nn.init.orthogonal_(weight[k], std)
+        self.weight = nn.Parameter(weight)
+        self.bias = nn.Parameter(torch.zeros(num, 1, out_dim))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return torch.baddbmm(self.bias, x, self.weight)
+
+
+class CriticEnsemble(nn.Module):
+    """K Q-networks ``Q_k(s, a) -> (K, N)`` over normalized observations and env actions (weights)."""
+
+    def __init__(self, num_critics: int, num_assets: int, num_features: int, embed: int, hidden: int) -> None:
+        super().__init__()
+        self.num_critics, self.num_assets, self.num_features = num_critics, num_assets, num_features
+        k = num_critics
+        self.encoder = EnsembleLinear(k, 2 + num_features, embed)  # (weight, features, proposed weight)
+        self.hidden1 = EnsembleLinear(k, 2 * embed + NUM_GLOBAL + 1, hidden)
+        self.hidden2 = EnsembleLinear(k, hidden, hidden)
+        self.out = EnsembleLinear(k, hidden, 1, std=1.0)
+
+    def forward(self, obs: Tensor, action: Tensor) -> Tensor:
+        n, a, f, k = obs.shape[0], self.num_assets, self.num_features, self.num_critics
+        glob = obs[:, :NUM_GLOBAL]
+        per_asset = torch.cat([obs[:, NUM_GLOBAL:].reshape(n, a, 1 + f), action.unsqueeze(-1)], dim=2)
+        x = per_asset.reshape(1, n * a, 2 + f).expand(k, -1, -1)
+        emb = torch.relu(self.encoder(x)).reshape(k, n, a, -1)  # (K, N, A, E)
+        held = (action.unsqueeze(-1) * emb).sum(dim=2)  # (K, N, E): what the action buys
+        cash = (1.0 - action.sum(dim=1, keepdim=True)).clamp(min=0.0)  # (N, 1)
+        ctx = torch.cat([emb.mean(dim=2), held, torch.cat([glob, cash], 1).expand(k, -1, -1)], dim=2)
+        h = torch.relu(self.hidden2(torch.relu(self.hidden1(ctx))))
+        return self.out(h).squeeze(-1)  # (K, N)
+
+
+def ensemble_target(
+    next_q: Tensor,
+    rewards: Tensor,
+    terminated: Tensor,
+    next_logprob: Tensor,
+    *,
+    gamma: float,
+    alpha: float | Tensor,
+    mode: str = "min",
+) -> Tensor:
+    """Soft Bellman target ``(N,)`` from the K target critics' ``next_q (K, N)`` (min or mean over K)."""
+    if mode == "min":
+        agg = next_q.min(dim=0).values
+    elif mode == "mean":
+        agg = next_q.mean(dim=0)
+    else:
+        raise ValueError(f"unknown critic target {mode!r} (min or mean)")
+    return rewards + gamma * (1.0 - terminated) * (agg - alpha * next_logprob)
+
+
+# --- replay buffer ---------------------------------------------------------------------------------
+
+
+class ReplayBuffer:
+    """A ring buffer of transitions on the device (raw observations)."""
+
+    def __init__(self, capacity: int, obs_dim: int, action_dim: int, device: torch.device) -> None:
+        z = {"device": device, "dtype": torch.float32}
+        self.capacity, self.size, self.pos = capacity, 0, 0
+        self.obs = torch.zeros(capacity, obs_dim, **z)  # (C, obs_dim) raw
+        self.next_obs = torch.zeros(capacity, obs_dim, **z)  # (C, obs_dim) raw, final_obs at episode ends
+        self.actions = torch.zeros(capacity, action_dim, **z)  # (C, A) env actions
+        self.rewards = torch.zeros(capacity, **z)  # (C,)
+        self.terminated = torch.zeros(capacity, **z)  # (C,) 1.0 only for real terminal states
+
+    def add(
+        self, obs: Tensor, actions: Tensor, rewards: Tensor, next_obs: Tensor, terminated: Tensor
+    ) -> None:
+        n = obs.shape[0]
+        idx = (torch.arange(n, device=obs.device) + self.pos) % self.capacity
+        self.obs[idx] = obs
+        self.actions[idx] = actions
+        self.rewards[idx] = rewards.to(torch.float32)
+        self.next_obs[idx] = next_obs
+        self.terminated[idx] = terminated.to(torch.float32)
+        self.pos = (self.pos + n) % self.capacity
+        self.size = min(self.capacity, self.size + n)
+
+    def sample(self, batch_size: int, generator: torch.Generator) -> dict[str, Tensor]:
+        idx = torch.randint(0, self.size, (batch_size,), generator=generator, device=generator.device)
+        idx = idx.to(self.obs.device)
+        return {
+            "obs": self.obs[idx],
+            "actions": self.actions[idx],
+            "rewards": self.rewards[idx],
+            "next_obs": self.next_obs[idx],
+            "terminated": self.terminated[idx],
+        }
+
+
+# --- worker and learner ----------------------------------------------------------------------------
+
+
+@dataclass
+class SACLearner:
+    """Everything the learner updates: actor (the policy), critics, targets, temperature, optimizers."""
+
+    policy: Policy
+    critics: CriticEnsemble
+    target_critics: CriticEnsemble
+    log_alpha: Tensor  # () learnable log-temperature
+    actor_opt: torch.optim.Optimizer
+    critic_opt: torch.optim.Optimizer
+    alpha_opt: torch.optim.Optimizer
+    target_entropy: float
+
+
+def _sample_action(
+    policy: Policy, norm_obs: Tensor, generator: torch.Generator | None
+) -> tuple[Tensor, Tensor]:
+    """Reparameterized sample: ``(env action (N, A), log-prob of the raw sample (N,))``."""
+    mean, std, _ = policy.dist_params(norm_obs)
+    noise = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)
+    raw = mean + std * noise
+    return policy.to_action(raw), gaussian_log_prob(raw, mean, std)
+
+
+@torch.no_grad()
+def collect_step(
+    policy: Policy,
+    env: Any,
+    buffer: ReplayBuffer,
+    obs: Tensor,
+    generator: torch.Generator,
+    *,
+    update_norm: bool,
+) -> tuple[Tensor, Tensor, Tensor, dict[str, Tensor]]:
+    """One vectorized env step with the stochastic policy (the worker); returns the next obs etc."""
+    if update_norm:
+        policy.obs_norm.update(obs)
+    action, _ = _sample_action(policy, policy.obs_norm.normalize(obs), generator)
+    next_obs, reward, terminated, truncated, info = env.step(action)
+    done = terminated | truncated
+    real_next = torch.where(done.unsqueeze(1), info["final_obs"], next_obs) if bool(done.any()) else next_obs
+    buffer.add(obs, action, reward, real_next, terminated)
+    return next_obs, reward, done, info
+
+
+def update(
+    learner: SACLearner, batch: dict[str, Tensor], args: SACArgs, generator: torch.Generator
+) -> dict[str, float]:
+    """One gradient step of critics, actor and temperature (the learner)."""
+    policy, norm = learner.policy, learner.policy.obs_norm
+    obs, next_obs = norm.normalize(batch["obs"]), norm.normalize(batch["next_obs"])
+    alpha = learner.log_alpha.exp().detach()
+
+    with torch.no_grad():
+        next_action, next_logp = _sample_action(policy, next_obs, generator)
+        target = ensemble_target(
+            learner.target_critics(next_obs, next_action),
+            batch["rewards"],
+            batch["terminated"],
+            next_logp,
+            gamma=args.gamma,
+            alpha=alpha,
+            mode=args.critic_target,
+        )
+    q = learner.critics(obs, batch["actions"])  # (K, B)
+    critic_loss = 0.5 * (q - target.unsqueeze(0)).square().mean(dim=1).sum()
+    learner.critic_opt.zero_grad(set_to_none=True)
+    critic_loss.backward()
+    nn.utils.clip_grad_norm_(learner.critics.parameters(), args.max_grad_norm)
+    learner.critic_opt.step()
+
+    action, logp = _sample_action(policy, obs, generator)
+    q_pi = learner.critics(obs, action).mean(dim=0)
+    actor_loss = (alpha * logp - q_pi).mean()
+    learner.actor_opt.zero_grad(set_to_none=True)
+    actor_loss.backward()
+    nn.utils.clip_grad_norm_(policy.net.parameters(), args.max_grad_norm)
+    learner.actor_opt.step()
+
+    alpha_loss = torch.zeros(())
+    if args.autotune:
+        alpha_loss = -(learner.log_alpha * (logp.detach() + learner.target_entropy)).mean()
+        learner.alpha_opt.zero_grad(set_to_none=True)
+        alpha_loss.backward()
+        learner.alpha_opt.step()
+
+    with torch.no_grad():
+        for p, tp in zip(learner.critics.parameters(), learner.target_critics.parameters(), strict=True):
+            tp.lerp_(p, args.tau)
+    return {
+        "losses/critic_loss": float(critic_loss.detach()),
+        "losses/actor_loss": float(actor_loss.detach()),
+        "losses/alpha_loss": float(alpha_loss.detach()),
+        "losses/alpha": float(alpha),
+        "losses/q_mean": float(q.detach().mean()),
+        "losses/q_ensemble_std": float(q.detach().std(dim=0).mean()),
+        "losses/entropy_estimate": float(-logp.detach().mean()),
+    }
+
+
+def make_learner(policy: Policy, opt_state: dict | None, env: Any, args: SACArgs) -> SACLearner:
+    """Critics (seeded), targets, temperature and optimizers around ``policy``."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(args.seed + 1)
+        critics = CriticEnsemble(args.num_critics, env.num_assets, env.num_features, args.embed, args.hidden)
+    critics = critics.to(env.device)
+    target = copy.deepcopy(critics).requires_grad_(False)
+    log_alpha = torch.tensor(math.log(args.alpha), device=env.device, requires_grad=True)
+    return SACLearner(
+        policy=policy,
+        critics=critics,
+        target_critics=target,
+        log_alpha=log_alpha,
+        actor_opt=make_optimizer(policy, args.learning_rate, opt_state),
+        critic_opt=torch.optim.Adam(critics.parameters(), lr=args.learning_rate),
+        alpha_opt=torch.optim.Adam([log_alpha], lr=args.learning_rate),
+        target_entropy=args.target_entropy_per_dim * policy.raw_dim,
+    )
+
+
+def train(
+    args: SACArgs,
+    env: Any,
+    callbacks: Iterable[Callback] = (),
+    init: Policy | Checkpoint | None = None,
+    eval_fn: EvalFn | None = None,
+) -> TrainResult:
+    """Train SAC for ``args.total_steps`` env-steps (see ``agents.ppo.train`` for the arguments).
+
+    ``TrainResult.optimizer_state`` is the actor's optimizer state; critics start fresh on a warm start.
+    """
+    callbacks = tuple(callbacks)
+    device = torch.device(env.device)
+    policy, opt_state = policy_for_env(init, env, args, "sac")
+    policy.train()
+    learner = make_learner(policy, opt_state, env, args)
+    generator = torch.Generator(device=device).manual_seed(args.seed)
+    buffer = ReplayBuffer(args.buffer_size, env.obs_dim, env.num_assets, device)
+
+    num_envs = env.num_envs
+    num_iters = max(1, math.ceil(args.total_steps / num_envs))
+    log_every = max(1, math.ceil(2048 / num_envs))  # a history row every ~2k env-steps
+    obs, _ = env.reset(seed=args.seed)
+    ep_ret = torch.zeros(num_envs, device=device)
+    finished: list[Tensor] = []
+    history: list[dict[str, float]] = []
+    row: dict[str, float] = {}
+    env_steps, next_eval, stopped = 0, args.eval_every, False
+    start = time.perf_counter()
+    it = 0
+    for it in range(1, num_iters + 1):
+        obs, reward, done, info = collect_step(policy, env, buffer, obs, generator, update_norm=args.norm_obs)
+        env_steps += num_envs
+        ep_ret = ep_ret + reward
+        if bool(done.any()):
+            finished.append(ep_ret[done])
+            ep_ret = torch.where(done, torch.zeros_like(ep_ret), ep_ret)
+        if env_steps >= args.learning_starts and buffer.size >= args.batch_size:
+            for _ in range(args.gradient_steps):
+                row = update(learner, buffer.sample(args.batch_size, generator), args, generator)
+        last = it == num_iters
+        if it % log_every and not last and not (eval_fn is not None and env_steps >= next_eval):
+            continue
+        elapsed = time.perf_counter() - start
+        out = {
+            **row,
+            "env_steps": float(env_steps),
+            "update": float(it),
+            "charts/mean_reward": float(reward.mean()),
+            "charts/mean_cost": float(info["cost"].mean()) if "cost" in info else float("nan"),
+            "charts/steps_per_s": env_steps / max(elapsed, 1e-9),
+            "charts/elapsed_s": elapsed,
+            "charts/buffer_size": float(buffer.size),
+        }
+        if finished:
+            out["charts/episodic_return"] = float(torch.cat(finished).mean())
+            finished = []
+        if eval_fn is not None and (env_steps >= next_eval or last):
+            out.update(_evaluate(policy, eval_fn))
+            next_eval = env_steps + args.eval_every
+            stopped = _notify(callbacks, {"event": "eval", **out}) or stopped
+        history.append(out)
+        stopped = _notify(callbacks, {"event": "update", **out}) or stopped
+        if stopped:
+            break
+    if eval_fn is not None and history and not any(k.startswith("eval/") for k in history[-1]):
+        history[-1].update(_evaluate(policy, eval_fn))
+    policy.eval()
+    return TrainResult(
+        policy=policy,
+        optimizer_state=learner.actor_opt.state_dict(),
+        env_steps=env_steps,
+        history=history,
+        updates=it,
+        stopped_by_callback=stopped,
+    )
