@@ -273,8 +273,7 @@ class BarStore:
                     [pq.read_table(f, columns=["timestamp", "filled"]).to_pandas() for f in files],
                     ignore_index=True,
                 )
-                dates = pd.DatetimeIndex(frame["timestamp"]).tz_convert(TZ).strftime("%Y-%m-%d")
-                unique_dates = sorted(set(dates))
+                unique_dates = _session_dates(frame["timestamp"])
                 all_dates.update(unique_dates)
                 filled = int(frame["filled"].sum())
                 per_ticker[ticker] = {
@@ -299,6 +298,13 @@ class BarStore:
                 "by_ticker": per_ticker,
             }
         return result
+
+
+def _session_dates(timestamps: pd.Series) -> list[str]:
+    """Sorted distinct New York dates of ``timestamps`` (formats only the distinct days: fast)."""
+    local = pd.DatetimeIndex(timestamps).tz_convert(TZ).tz_localize(None).as_unit("ns")
+    days = np.unique(local.asi8 // (86_400 * 1_000_000_000))
+    return [str(d) for d in (days * 86_400).astype("datetime64[s]").astype("datetime64[D]")]
 
 
 def _month_in_range(month: str, start: str | None, end: str | None) -> bool:
