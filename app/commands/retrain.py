@@ -1,12 +1,39 @@
-"""`podracer retrain`."""
+"""`podracer retrain --config FILE [--home H] [--json]`: one nightly retrain (see app/nightly.py).
+
+Exit status: 0 when a decision was taken (promoted or rejected), 1 when a step failed (the previous
+champion stays), 2 for a bad config, 75 when another retrain holds ``<home>/retrain.lock``.
+"""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import typer
 
-from app.commands._stub import not_implemented
+from app import context
 
 
-def retrain(ctx: typer.Context) -> None:
-    """Not implemented yet."""
-    not_implemented("retrain")
+def retrain(
+    config: Path = typer.Option(None, "--config", help="TOML config file [default: built-in defaults]."),
+    home: Path = typer.Option(None, "--home", help="Home directory [default: the global --home]."),
+    json_out: bool = typer.Option(False, "--json", help="Print the decision as JSON."),
+) -> None:
+    """Retrain a challenger, compare it with the champion, promote it only if it is really better."""
+    from app.config import load_config
+    from app.nightly import run_retrain
+
+    if home is not None:
+        context.set_home(home)
+    cfg = load_config(config)
+    outcome = run_retrain(cfg, context.home())
+    if json_out:
+        typer.echo(json.dumps(outcome.to_dict(), sort_keys=True, default=str))
+        return
+    style = "bold green" if outcome.verdict == "promoted" else "bold yellow"
+    context.console.print(
+        f"[{style}]{outcome.verdict}[/]: {outcome.reason}\n"
+        f"  challenger {outcome.challenger_run_id}, champion now {outcome.champion or '-'}"
+        + (f", bundle {outcome.bundle}" if outcome.bundle else ""),
+        highlight=False,
+    )

@@ -1,22 +1,85 @@
-"""`podracer schedule run|print`."""
+"""`podracer schedule run|print`: nightly retraining in-process (APScheduler) or via crontab/systemd."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import typer
 
-from app.commands._stub import not_implemented
+from app import context
+from app.schedule import DEFAULT_CRON, DEFAULT_TZ
 
-app = typer.Typer(help="Schedule nightly retraining (in-process APScheduler, or crontab/systemd text).",
-                  no_args_is_help=True)
+app = typer.Typer(
+    help="Schedule nightly retraining (in-process APScheduler, or crontab/systemd text).",
+    no_args_is_help=True,
+)
+
+_CRON_HELP = "Crontab expression: minute hour day-of-month month day-of-week."
+_TZ_HELP = "IANA time zone of the cron times."
+
+
+def _describe(outcome: Any) -> str:
+    verdict = getattr(outcome, "verdict", None)
+    return f"{verdict}: {outcome.reason}" if verdict else str(outcome)
 
 
 @app.command("run")
-def run() -> None:
-    """Not implemented yet."""
-    not_implemented("schedule run")
+def run(
+    cron: str = typer.Option(DEFAULT_CRON, "--cron", help=_CRON_HELP),
+    tz: str = typer.Option(DEFAULT_TZ, "--tz", help=_TZ_HELP),
+    config: Path = typer.Option(None, "--config", help="TOML config file, re-read before every run."),
+    home: Path = typer.Option(None, "--home", help="Home directory [default: the global --home]."),
+    max_runs: int = typer.Option(None, "--max-runs", min=1, help="Stop after N runs [default: never]."),
+    now: bool = typer.Option(False, "--now", help="Also run once immediately."),
+) -> None:
+    """Run `podracer retrain` on a cron schedule in this process (Ctrl-C stops)."""
+    from app.config import load_config
+    from app.nightly import run_retrain
+    from app.schedule import cron_trigger, next_fire_times, run_schedule
+
+    if home is not None:
+        context.set_home(home)
+    home_dir = context.home()
+    trigger = cron_trigger(cron, tz)
+    load_config(config)  # a bad config fails now, not at 02:00
+
+    def job() -> Any:
+        return run_retrain(load_config(config), home_dir)
+
+    from datetime import UTC, datetime
+
+    upcoming = next_fire_times(trigger, datetime.now(UTC), 3)
+    context.err_console.print(
+        f"retrain scheduled '{cron}' ({tz}); next: " + ", ".join(t.isoformat() for t in upcoming),
+        highlight=False,
+    )
+    report = run_schedule(job, trigger, max_runs=max_runs, run_now=now, describe=_describe)
+    context.err_console.print(
+        f"schedule stopped after {report.runs} run(s), {report.failures} failed", highlight=False
+    )
 
 
 @app.command("print")
-def print_() -> None:
-    """Not implemented yet."""
-    not_implemented("schedule print")
+def print_(
+    cron: str = typer.Option(DEFAULT_CRON, "--cron", help=_CRON_HELP),
+    fmt: str = typer.Option("crontab", "--format", help="crontab or systemd."),
+    tz: str = typer.Option(DEFAULT_TZ, "--tz", help=_TZ_HELP),
+    config: Path = typer.Option(None, "--config", help="TOML config file for the scheduled runs."),
+    home: Path = typer.Option(None, "--home", help="Home directory [default: the global --home]."),
+) -> None:
+    """Print a crontab block or a systemd service + timer pair that runs `podracer retrain`."""
+    from app.schedule import crontab_text, systemd_text, systemd_units
+    from data.errors import ConfigError
+
+    if home is not None:
+        context.set_home(home)
+    if config is not None and not config.is_file():
+        raise ConfigError(f"config file not found: {config}")
+    if fmt == "crontab":
+        text = crontab_text(cron, tz=tz, home=context.home(), config=config)
+    elif fmt == "systemd":
+        text = systemd_text(systemd_units(cron, tz=tz, home=context.home(), config=config))
+    else:
+        raise ConfigError(f"--format {fmt!r}: choose crontab or systemd")
+    typer.echo(text, nl=False)

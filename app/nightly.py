@@ -1,0 +1,691 @@
+"""Nightly retraining: challenger vs champion, promote only when it is really better.
+
+``run_retrain(config, home)`` under the lock ``<home>/retrain.lock``:
+
+1. **update data**: optionally download the new bars (``nightly.update = "yfinance"|"alpaca"``, into
+   the bar store), then build the market exactly as ``podracer train`` does (``data.loader``);
+2. **tournament**: a new run ``<home>/runs/nightly-<UTC time>/`` trained on the TRAIN window and
+   selected on the VALID window; the first ``nightly.warm_start_pods`` fresh pods start from the
+   current champion's weights (the rest of the pool explores as usual);
+3. **evaluate**: challenger and champion backtested together on the TEST window, the most recent
+   sessions, which neither the tournament's selection nor (checked) the challenger's training saw;
+4. **decide** (:func:`decide`): promote only if the challenger's fitness beats the champion's by
+   ``nightly.margin`` AND its deflated Sharpe ratio reaches ``nightly.dsr_threshold``;
+5. **export** (on promotion): an onnxruntime bundle of the challenger (``app.export.export_bundle``)
+   and an immutable copy of its policy under ``<home>/champions/<run_id>/``;
+6. **record**: the decision row and, on promotion, the new champion pointer in ONE SQLite
+   transaction (``app.registry``): the only moment the champion changes.
+
+Any failure before step 6 commits leaves the previous champion in place; the failure itself is
+recorded as a ``failed`` decision (best effort) and raised as a one-line :class:`RetrainError`.
+
+The steps are injectable (:class:`RetrainSteps`) so tests drive every branch with fakes; the real
+ones are :func:`default_steps`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import logging
+import math
+import os
+import shutil
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from app.lock import ProcessLock
+from app.registry import Champion, Decision, current_champion, read_decisions, record_decision
+from data.errors import ConfigError, PodracerError
+
+log = logging.getLogger(__name__)
+
+LOCK_NAME = "retrain.lock"
+CHAMPIONS_DIR = "champions"
+STEPS = ("update_data", "tournament", "evaluate", "decide", "export", "record")
+_POLICY_FILES = ("policy.safetensors", "spec.json")
+
+
+class RetrainError(PodracerError):
+    """A retrain step failed; the previous champion is still in place."""
+
+    exit_code = 1
+
+
+# --- what the steps exchange ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DataSnapshot:
+    """The market of this retrain and the dates of its windows (first, last session, ISO)."""
+
+    splits: Any  # data.loader.MarketSplits (fakes may pass anything the other fake steps accept)
+    windows: Mapping[str, tuple[str, str]]  # "train", "valid", "test" (+ "full")
+    source: str = "synthetic"
+    update: Mapping[str, Any] = field(default_factory=dict)  # what the incremental download did
+
+
+@dataclass(frozen=True)
+class ChallengerRun:
+    """The tournament's result: its run and its champion policy (the challenger)."""
+
+    run_id: str
+    run_dir: Path
+    policy_dir: Path
+    num_trials: int  # pods tried (scored) in this tournament
+    trial_sharpes: tuple[float, ...] = ()
+    warm_started_from: str | None = None  # champion run id whose weights seeded the pool
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """Challenger and champion on the same evaluation window."""
+
+    fitness: str  # "sharpe", "return" or "calmar"
+    window: tuple[str, str]
+    challenger: Mapping[str, float | None]  # metrics, incl. "fitness" and "deflated_sharpe_ratio"
+    champion: Mapping[str, float | None] | None  # None when there is no champion yet
+    num_trials: int  # trials the DSR was deflated for
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The decision rule's answer."""
+
+    promote: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class RetrainSteps:
+    """The pipeline's steps; replace any of them (tests, other data sources)."""
+
+    update_data: Callable[[Any, Path], DataSnapshot]
+    tournament: Callable[[Any, Path, DataSnapshot, Mapping[str, Any] | None], ChallengerRun]
+    evaluate: Callable[[Any, Path, DataSnapshot, ChallengerRun, Mapping[str, Any] | None, int], Evaluation]
+    export: Callable[[Any, Path, ChallengerRun], Path]
+
+
+@dataclass(frozen=True)
+class RetrainOutcome:
+    """What one retrain decided (``podracer retrain --json`` prints :meth:`to_dict`)."""
+
+    decision_id: int
+    verdict: str  # "promoted" or "rejected"
+    reason: str
+    challenger_run_id: str
+    previous_champion: str | None
+    champion: str | None  # the champion after this run
+    bundle: str | None
+    fitness: str
+    challenger_fitness: float | None
+    champion_fitness: float | None
+    challenger_dsr: float | None
+    eval_window: tuple[str, str]
+    duration_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form."""
+        out = dataclasses.asdict(self)
+        out["eval_window"] = list(self.eval_window)
+        return out
+
+
+# --- the decision rule ----------------------------------------------------------------------------
+
+
+def _finite(value: float | None) -> float | None:
+    if value is None:
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def decide(
+    challenger_fitness: float | None,
+    champion_fitness: float | None,
+    challenger_dsr: float | None,
+    *,
+    has_champion: bool,
+    margin: float,
+    dsr_threshold: float,
+    first_promotion: str = "always",
+    fitness: str = "sharpe",
+) -> Verdict:
+    """Promote iff the challenger beats the champion by ``margin`` AND its DSR reaches the threshold.
+
+    Undefined numbers never promote: a challenger whose fitness or DSR is undefined (a flat equity
+    curve, too few days) is rejected. A champion whose fitness is undefined counts as beaten. With no
+    champion yet, ``first_promotion="always"`` promotes (something must trade), ``"dsr"`` still asks
+    for the DSR.
+    """
+    ch, champ, dsr = _finite(challenger_fitness), _finite(champion_fitness), _finite(challenger_dsr)
+    dsr_ok = dsr is not None and dsr >= dsr_threshold
+    dsr_text = "undefined" if dsr is None else f"{dsr:.3f}"
+    if not has_champion:
+        if first_promotion == "always":
+            return Verdict(True, f"no champion yet: first challenger promoted (DSR {dsr_text})")
+        if ch is None:
+            return Verdict(False, f"no champion yet, but the challenger's {fitness} is undefined")
+        if not dsr_ok:
+            return Verdict(
+                False, f"no champion yet, but the challenger's DSR {dsr_text} < {dsr_threshold:.3f}"
+            )
+        return Verdict(True, f"no champion yet: challenger's DSR {dsr_text} >= {dsr_threshold:.3f}")
+    if ch is None:
+        return Verdict(False, f"challenger's {fitness} is undefined on the evaluation window")
+    if champ is not None and ch < champ + margin:
+        return Verdict(
+            False,
+            f"challenger {fitness} {ch:.4f} does not beat champion {champ:.4f} by the margin {margin:g}",
+        )
+    if not dsr_ok:
+        return Verdict(False, f"challenger's deflated Sharpe {dsr_text} < threshold {dsr_threshold:.3f}")
+    against = "an undefined champion score" if champ is None else f"champion {champ:.4f}"
+    return Verdict(
+        True,
+        f"challenger {fitness} {ch:.4f} beats {against} by >= {margin:g} and its DSR {dsr_text} "
+        f">= {dsr_threshold:.3f}",
+    )
+
+
+# --- the pipeline ---------------------------------------------------------------------------------
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def _one_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    msg = text[0] if text else ""
+    return msg if isinstance(err, PodracerError) else f"{type(err).__name__}: {msg}".rstrip(": ")
+
+
+def trials_on_window(home: Path, window: tuple[str, str]) -> int:
+    """Trials already spent choosing champions on this exact evaluation window by earlier decisions.
+
+    A window re-used night after night (the data did not grow) is a repeated test: the DSR of each
+    new challenger is deflated for every tournament ever scored against it, not only its own.
+    """
+    total = 0
+    for row in read_decisions(home):
+        if row["verdict"] == "failed" or (row["eval_start"], row["eval_end"]) != tuple(window):
+            continue
+        total += int((row.get("inputs") or {}).get("run_trials") or 0)
+    return total
+
+
+def _copy_policy(source: Path, target: Path) -> Path:
+    """Copy a policy folder to ``target`` by a whole-folder swap (never a half-written champion)."""
+    staging = target.with_name(f".{target.name}.tmp")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    for name in _POLICY_FILES:
+        if not (source / name).is_file():
+            raise PodracerError(f"challenger policy {source / name} is missing")
+        shutil.copy2(source / name, staging / name)
+    if target.exists():
+        old = target.with_name(f".{target.name}.old")
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(target, old)
+        os.replace(staging, target)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(staging, target)
+    return target
+
+
+def run_retrain(
+    config: Any,
+    home: str | os.PathLike[str],
+    *,
+    steps: RetrainSteps | None = None,
+    faults: Mapping[str, Callable[[], None]] | None = None,
+) -> RetrainOutcome:
+    """One retrain (see the module docstring). ``faults[step]`` runs right after ``step`` (tests);
+    ``faults["record"]`` runs inside the registry transaction just before COMMIT."""
+    home = Path(home)
+    home.mkdir(parents=True, exist_ok=True)
+    steps = steps or default_steps()
+    faults = dict(faults or {})
+    unknown = set(faults) - set(STEPS)
+    if unknown:
+        raise ConfigError(f"unknown retrain step(s) {sorted(unknown)}; steps are {', '.join(STEPS)}")
+    nightly = config.nightly
+    fitness = nightly.fitness or config.tournament.fitness
+    with ProcessLock(home / LOCK_NAME, command="podracer retrain"):
+        started_at, t0 = _now(), time.monotonic()
+        champion = current_champion(home)
+        champion_id = champion["run_id"] if champion else None
+        info: dict[str, Any] = {
+            "fitness": fitness,
+            "margin": nightly.margin,
+            "dsr_threshold": nightly.dsr_threshold,
+            "champion_run_id": champion_id,
+        }
+        inputs: dict[str, Any] = {
+            "config": config.model_dump(mode="json") if hasattr(config, "model_dump") else {},
+            "pid": os.getpid(),
+        }
+        step = "update_data"
+
+        def reached(name: str) -> None:
+            hook = faults.get(name)
+            if hook is not None:
+                hook()
+
+        try:
+            data = steps.update_data(config, home)
+            windows = {k: tuple(v) for k, v in data.windows.items()}
+            info.update(
+                data_start=(windows.get("full") or windows["train"])[0],
+                data_end=(windows.get("full") or windows["test"])[1],
+                selection_start=windows["valid"][0],
+                selection_end=windows["valid"][1],
+                eval_start=windows["test"][0],
+                eval_end=windows["test"][1],
+            )
+            inputs.update(data_source=data.source, data_update=dict(data.update), windows=windows)
+            # By construction (whole-session splits) selection ends before evaluation starts: a
+            # data layer that broke this would let the test window leak into selection.
+            if not windows["valid"][1] < windows["test"][0] or not windows["train"][1] < windows["valid"][0]:
+                raise PodracerError(f"windows overlap: {windows} (train < valid < test required)")
+            reached("update_data")
+
+            step = "tournament"
+            challenger = steps.tournament(config, home, data, champion)
+            info["challenger_run_id"] = challenger.run_id
+            inputs.update(run_trials=challenger.num_trials, warm_started_from=challenger.warm_started_from)
+            reached("tournament")
+
+            step = "evaluate"
+            eval_window = (info["eval_start"], info["eval_end"])
+            num_trials = max(1, challenger.num_trials + trials_on_window(home, eval_window))
+            info["num_trials"] = num_trials
+            evaluation = steps.evaluate(config, home, data, challenger, champion, num_trials)
+            scores = {
+                "challenger": dict(evaluation.challenger),
+                "champion": dict(evaluation.champion) if evaluation.champion is not None else None,
+            }
+            ch_fit = _finite(evaluation.challenger.get("fitness"))
+            champ_fit = (
+                _finite(evaluation.champion.get("fitness")) if evaluation.champion is not None else None
+            )
+            ch_dsr = _finite(evaluation.challenger.get("deflated_sharpe_ratio"))
+            info.update(challenger_fitness=ch_fit, champion_fitness=champ_fit, challenger_dsr=ch_dsr)
+            reached("evaluate")
+
+            step = "decide"
+            verdict = decide(
+                ch_fit,
+                champ_fit,
+                ch_dsr,
+                has_champion=champion is not None,
+                margin=nightly.margin,
+                dsr_threshold=nightly.dsr_threshold,
+                first_promotion=nightly.first_promotion,
+                fitness=fitness,
+            )
+            reason = verdict.reason
+            if (
+                champion is not None
+                and champion.get("selection_end")
+                and champion["selection_end"] >= eval_window[0]
+            ):
+                # The champion was selected on part of this window: its score is optimistic. That
+                # only makes promotion harder, so we decide anyway and say so.
+                reason += f" (note: the champion was selected on data up to {champion['selection_end']})"
+            reached("decide")
+
+            bundle: Path | None = None
+            new_champion: Champion | None = None
+            if verdict.promote:
+                step = "export"
+                if nightly.export:
+                    bundle = steps.export(config, home, challenger)
+                policy_copy = _copy_policy(challenger.policy_dir, home / CHAMPIONS_DIR / challenger.run_id)
+                new_champion = Champion(
+                    run_id=challenger.run_id,
+                    policy_dir=str(policy_copy),
+                    promoted_at=_now(),
+                    bundle=str(bundle) if bundle else None,
+                    fitness=fitness,
+                    fitness_value=ch_fit,
+                    selection_end=info["selection_end"],
+                    eval_start=info["eval_start"],
+                    eval_end=info["eval_end"],
+                    info={
+                        "run_dir": str(challenger.run_dir),
+                        "challenger_dsr": ch_dsr,
+                        "previous_champion": champion_id,
+                    },
+                )
+                reached("export")
+
+            step = "record"
+            decision = Decision(
+                started_at=started_at,
+                decided_at=_now(),
+                verdict="promoted" if verdict.promote else "rejected",
+                reason=reason,
+                step="decide",
+                challenger_run_id=challenger.run_id,
+                champion_run_id=champion_id,
+                fitness=fitness,
+                challenger_fitness=ch_fit,
+                champion_fitness=champ_fit,
+                margin=nightly.margin,
+                challenger_dsr=ch_dsr,
+                dsr_threshold=nightly.dsr_threshold,
+                num_trials=num_trials,
+                data_start=info["data_start"],
+                data_end=info["data_end"],
+                selection_start=info["selection_start"],
+                selection_end=info["selection_end"],
+                eval_start=info["eval_start"],
+                eval_end=info["eval_end"],
+                bundle=str(bundle) if bundle else None,
+                inputs={**inputs, "duration_s": round(time.monotonic() - t0, 3)},
+                scores=scores,
+            )
+            decision_id = record_decision(home, decision, new_champion, before_commit=faults.get("record"))
+        except BaseException as err:
+            _record_failure(home, started_at, step, err, info, inputs, t0)
+            if isinstance(err, KeyboardInterrupt | SystemExit):
+                raise
+            kept = f"champion {champion_id} kept" if champion_id else "no champion yet"
+            raise RetrainError(f"retrain failed at step {step}: {_one_line(err)} ({kept})") from err
+
+    outcome = RetrainOutcome(
+        decision_id=decision_id,
+        verdict=decision.verdict,
+        reason=reason,
+        challenger_run_id=challenger.run_id,
+        previous_champion=champion_id,
+        champion=challenger.run_id if verdict.promote else champion_id,
+        bundle=str(bundle) if bundle else None,
+        fitness=fitness,
+        challenger_fitness=ch_fit,
+        champion_fitness=champ_fit,
+        challenger_dsr=ch_dsr,
+        eval_window=(info["eval_start"], info["eval_end"]),
+        duration_s=round(time.monotonic() - t0, 3),
+    )
+    log.info("retrain %s: %s", outcome.verdict, outcome.reason)
+    return outcome
+
+
+def _record_failure(
+    home: Path,
+    started_at: str,
+    step: str,
+    err: BaseException,
+    info: Mapping[str, Any],
+    inputs: Mapping[str, Any],
+    t0: float,
+) -> None:
+    """Best effort: a ``failed`` decision row, never touching the champion pointer."""
+    columns = {f.name for f in dataclasses.fields(Decision)}
+    known = {k: v for k, v in info.items() if k in columns and k != "champion_run_id"}
+    try:
+        record_decision(
+            home,
+            Decision(
+                started_at=started_at,
+                decided_at=_now(),
+                verdict="failed",
+                reason=_one_line(err) or type(err).__name__,
+                step=step,
+                champion_run_id=info.get("champion_run_id"),
+                inputs={**inputs, "duration_s": round(time.monotonic() - t0, 3)},
+                **known,
+            ),
+        )
+    except Exception as record_err:  # noqa: BLE001 - the original failure is what the user must see
+        log.error("could not record the failed retrain in the registry: %s", _one_line(record_err))
+
+
+# --- the real steps -------------------------------------------------------------------------------
+
+
+def incremental_update(
+    home: Path,
+    *,
+    source: str,
+    tickers: Sequence[str],
+    interval: str,
+    initial_days: int,
+    today: date | None = None,
+    fetch: Callable[..., Any] | None = None,
+) -> dict[str, Any]:
+    """Download the bars missing from the store since its last stored session (re-fetching that
+    session, which may have been partial) up to ``today``; a ticker with nothing stored gets
+    ``initial_days``. The store merges by timestamp, so re-fetched bars are never doubled."""
+    from data.store import BarStore
+
+    if fetch is None:
+        from data.sources import fetch_bars as fetch
+    store = BarStore(home)
+    part = store.info()["intervals"].get(interval) or {}
+    stored = part.get("by_ticker") or {}
+    names = [t.upper() for t in tickers] or sorted(stored)
+    if not names:
+        raise ConfigError("nightly.update needs data.tickers (the store holds no tickers yet)")
+    today = today or datetime.now(UTC).date()
+    first_new = today - timedelta(days=initial_days)
+    starts = [date.fromisoformat(stored[t]["end"]) if t in stored else first_new for t in names]
+    start, end = min(starts), today
+    bars = fetch(source, names, start.isoformat(), end.isoformat(), interval)
+    report = store.write(
+        bars, interval, extended_hours=bool(part.get("extended_hours", False)), source=source
+    )
+    return {
+        "source": source,
+        "tickers": names,
+        "start": start.isoformat(),
+        "end": end.isoformat(),
+        "rows_fetched": len(bars),
+        "files_written": len(report.files_written),
+    }
+
+
+def update_data_step(config: Any, home: Path) -> DataSnapshot:
+    """Step 1: optional incremental download, then the market as ``podracer train`` builds it."""
+    from data.loader import load_market
+
+    nightly = config.nightly
+    update: dict[str, Any] = {"source": "none"}
+    if nightly.update != "none":
+        if config.data.source != "stored":
+            raise ConfigError(
+                f"nightly.update = {nightly.update!r} downloads into the bar store: set data.source = 'stored'"
+            )
+        update = incremental_update(
+            home,
+            source=nightly.update,
+            tickers=config.data.tickers,
+            interval=config.data.interval,
+            initial_days=nightly.initial_days,
+        )
+    splits = load_market(config.data, home=home, device=config.agent.device)
+    windows = {k: tuple(v) for k, v in splits.windows().items()}
+    windows["full"] = tuple(splits.full.date_range())
+    return DataSnapshot(splits=splits, windows=windows, source=str(splits.source), update=update)
+
+
+def warm_start_round(task: Any, ctx: Any, *, champion_dir: str, warm_pods: int) -> Any:
+    """The tournament's learner round, with the first ``warm_pods`` fresh pods starting from the
+    champion's weights (module-level and partial-able, so worker processes can unpickle it)."""
+    from agents.tournament.pod import learner_round
+
+    spec = task.spec
+    if spec.parent_id is None and spec.init_checkpoint is None and spec.seq < warm_pods:
+        task = dataclasses.replace(task, spec=dataclasses.replace(spec, init_checkpoint=champion_dir))
+    return learner_round(task, ctx)
+
+
+def _merge_run_json(run_dir: Path, extra: Mapping[str, Any]) -> None:
+    from data.atomic import atomic_write_json
+
+    path = run_dir / "run.json"
+    data: dict[str, Any] = {}
+    if path.is_file():
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            data = {}
+    for key, value in extra.items():
+        if isinstance(value, Mapping) and isinstance(data.get(key), Mapping):
+            data[key] = {**data[key], **value}
+        else:
+            data[key] = value
+    atomic_write_json(path, data)
+
+
+def tournament_step(
+    config: Any, home: Path, data: DataSnapshot, champion: Mapping[str, Any] | None
+) -> ChallengerRun:
+    """Step 2: a tournament on train/valid in a new run, warm-started from the champion."""
+    from agents.tournament.orchestrator import TournamentArgs, run_tournament
+    from agents.tournament.pod import learner_round
+    from app.config import config_to_toml
+
+    run_id = "nightly-" + time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    run_dir = home / "runs" / run_id
+    suffix = 1
+    while run_dir.exists():  # two retrains within one second (tests): never reuse a run folder
+        run_dir = home / "runs" / f"{run_id}-{suffix}"
+        suffix += 1
+    run_id = run_dir.name
+    splits = data.splits
+    args = TournamentArgs.from_mapping({**config.tournament.model_dump(), "algo": config.agent.algo})
+    round_fn: Any = learner_round
+    warm_from = None
+    if champion is not None and config.nightly.warm_start_pods > 0:
+        round_fn = functools.partial(
+            warm_start_round,
+            champion_dir=str(champion["policy_dir"]),
+            warm_pods=config.nightly.warm_start_pods,
+        )
+        warm_from = str(champion["run_id"])
+    run_dir.mkdir(parents=True)
+    _merge_run_json(
+        run_dir,
+        {
+            "windows": {k: list(v) for k, v in data.windows.items() if k != "full"},
+            "feature_spec": splits.full.feature_spec,
+        },
+    )
+    result = run_tournament(
+        run_dir,
+        splits.train,
+        splits.valid,
+        args=args,
+        env=config.env.model_dump(),
+        agent=config.agent.model_dump(),
+        device=config.agent.device,
+        annualization=config.backtest.annualization,
+        round_fn=round_fn,
+        config_toml=config_to_toml(config),
+    )
+    _merge_run_json(
+        run_dir,
+        {"nightly": {"warm_started_from": warm_from, "warm_start_pods": config.nightly.warm_start_pods}},
+    )
+    if result.champion is None:
+        raise PodracerError(f"tournament {run_id} produced no champion ({result.pods_failed} pods failed)")
+    return ChallengerRun(
+        run_id=run_id,
+        run_dir=run_dir,
+        policy_dir=run_dir / "champion",
+        num_trials=int(result.pods_tried),
+        trial_sharpes=tuple(float(s) for s in result.trial_sharpes),
+        warm_started_from=warm_from,
+    )
+
+
+def evaluate_step(
+    config: Any,
+    home: Path,
+    data: DataSnapshot,
+    challenger: ChallengerRun,
+    champion: Mapping[str, Any] | None,
+    num_trials: int,
+) -> Evaluation:
+    """Step 3: backtest challenger and champion together on the test window (one engine call, so the
+    same bars, costs and fills), score both, and write the challenger run's ``backtest/`` report
+    (the challenger as ``champion`` of its run, the incumbent as ``incumbent``)."""
+    from agents.policy import Policy
+    from app.commands.backtest import _check_policy_fits
+    from app.commands.train import env_params_from_config
+    from backtests import engine, report
+    from data.errors import CheckpointError
+
+    device = config.agent.device
+    market = data.splits.test
+    params = env_params_from_config(config.env)
+    fitness = config.nightly.fitness or config.tournament.fitness
+    annualization = config.backtest.annualization
+    policies: dict[str, Any] = {"challenger": Policy.load(challenger.policy_dir, device=device)}
+    _check_policy_fits(policies["challenger"], market, params)
+    if champion is not None:
+        champ = Policy.load(champion["policy_dir"], device=device)
+        try:
+            _check_policy_fits(champ, market, params)
+        except CheckpointError as err:
+            raise CheckpointError(f"the champion cannot trade today's data: {err}") from None
+        policies["champion"] = champ
+    result = engine.run_backtest(market, params, policies, device=device)
+    metrics = report.compute_metrics(
+        result,
+        annualization=annualization,
+        num_trials=num_trials,
+        trial_sharpes=challenger.trial_sharpes,
+        deflated=["challenger"],
+    )
+    scores = engine.fitness(result, fitness, annualization=annualization, nan_value=math.nan)
+    for i, name in enumerate(result.names):
+        metrics[name]["fitness"] = _finite(float(scores[i]))
+    renamed = dataclasses.replace(
+        result,
+        names=tuple({"challenger": "champion", "champion": "incumbent"}.get(n, n) for n in result.names),
+    )
+    report.write_report(
+        challenger.run_dir,
+        renamed,
+        window="test",
+        annualization=annualization,
+        num_trials=num_trials,
+        trial_sharpes=challenger.trial_sharpes,
+        tearsheet=config.nightly.tearsheet,
+    )
+    return Evaluation(
+        fitness=fitness,
+        window=result.date_range(),
+        challenger=metrics["challenger"],
+        champion=metrics.get("champion") if champion is not None else None,
+        num_trials=num_trials,
+    )
+
+
+def export_step(config: Any, home: Path, challenger: ChallengerRun) -> Path:
+    """Step 5: the challenger's onnxruntime bundle under ``<home>/exports/``."""
+    from app.export import export_bundle
+
+    return export_bundle(challenger.run_dir, home=home)
+
+
+def default_steps() -> RetrainSteps:
+    """The real pipeline."""
+    return RetrainSteps(
+        update_data=update_data_step,
+        tournament=tournament_step,
+        evaluate=evaluate_step,
+        export=export_step,
+    )
