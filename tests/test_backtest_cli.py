@@ -127,3 +127,17 @@ def test_missing_or_corrupt_artifacts_are_one_line_errors(run_home, tmp_path, ca
     assert main(["--home", str(empty_home), "backtest", "--baseline", "buy-and-hold"]) == 2
     err = capsys.readouterr().err
     assert "error" in err and "Traceback" not in err
+
+
+def test_baseline_report_written_with_out(run_home, tmp_path, capsys):
+    out = tmp_path / "bh"
+    assert (
+        _run(
+            run_home, "--baseline", "buy-and-hold", "--baseline", "cash", "--out", str(out), "--no-tearsheet"
+        )
+        == 0
+    )
+    assert "Baselines on the stored data" in capsys.readouterr().out
+    saved = json.loads((out / "backtest" / "metrics.json").read_text())
+    assert set(saved["strategies"]) == {"buy_and_hold", "cash"} and saved["tearsheet"] is None
+    assert (out / "backtest" / "equity.parquet").is_file()

@@ -8,6 +8,9 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 
 from backtests import metrics as m
 
@@ -173,3 +176,24 @@ def test_summary_keys_and_shapes():
     assert all(v.shape == (5,) for v in out.values())
     _close(out["sortino_ratio"], _oracle(empyrical.sortino_ratio, CASES_2D["random"]))
     assert m.to_floats(torch.tensor([1.0, math.nan, math.inf])) == [1.0, None, None]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    data=hnp.arrays(
+        np.float64,
+        hnp.array_shapes(min_dims=2, max_dims=2, min_side=0, max_side=30),
+        elements=st.one_of(st.floats(-0.5, 0.5), st.just(np.nan)),
+    )
+)
+def test_random_panels_match_empyrical(data):
+    returns = torch.as_tensor(data)
+    for name in (
+        "cum_returns_final",
+        "annual_return",
+        "annual_volatility",
+        "sharpe_ratio",
+        "sortino_ratio",
+        "max_drawdown",
+    ):
+        _close(getattr(m, name)(returns), _oracle(getattr(empyrical, name), data))
