@@ -175,6 +175,44 @@ def write_backtest(
     return json.loads((out / "metrics.json").read_text())
 
 
+def write_real_backtest(
+    run_dir: Path,
+    *,
+    days: int = 30,
+    num_assets: int = 4,
+    decision_interval: int = 15,
+    seed: int = 0,
+    tearsheet: bool = False,
+) -> dict:
+    """``<run_dir>/backtest/*`` from the real stages: a toy market, ``backtests.engine`` and
+    ``backtests.report.write_report``."""
+    import torch
+
+    from backtests.engine import run_backtest
+    from backtests.report import write_report
+    from data.toy import toy_market
+    from envs.trading import EnvParams, split_obs
+
+    num_features = 2
+    market = toy_market(
+        num_steps=days * BARS_PER_DAY, num_assets=num_assets, num_features=num_features, seed=seed
+    )
+
+    def champion(obs: torch.Tensor) -> torch.Tensor:
+        # At each session's first decision: equal weight tilted by the first feature; otherwise keep
+        # the current weights (no trade), so costs stay a daily rebalance's worth.
+        glob, per_asset = split_obs(obs, num_assets, num_features)
+        tilt = 1.0 + 0.5 * torch.tanh(per_asset[..., 1])
+        target = 0.95 * tilt / tilt.sum(dim=1, keepdim=True)
+        session_start = (glob[:, 1] < decision_interval / BARS_PER_DAY).unsqueeze(1)
+        return torch.where(session_start, target, per_asset[..., 0])
+
+    params = EnvParams(decision_interval=decision_interval, cost_rate=0.0005)
+    result = run_backtest(market, params, {"champion": champion}, device="cpu", seed=seed)
+    write_report(run_dir, result, num_trials=7, trial_sharpes=[0.1, 0.5, 1.2], tearsheet=tearsheet)
+    return json.loads((Path(run_dir) / "backtest" / "metrics.json").read_text())
+
+
 def write_curves(run_dir: Path, pods: list[str], points: int = 50, seed: int = 0) -> None:
     """``<run>/pods/<pod>/curve.parquet`` with CleanRL-style metric keys."""
     rng = np.random.default_rng(seed)
@@ -192,8 +230,14 @@ def write_curves(run_dir: Path, pods: list[str], points: int = 50, seed: int = 0
         _write_parquet(Path(run_dir) / "pods" / pod / "curve.parquet", frame)
 
 
-def make_run(home: Path, run: str = "run-1", *, days: int = 30, backtest: bool = True, **kwargs) -> Path:
-    """A run directory with a backtest and two pods' curves; returns the run dir."""
+def make_run(
+    home: Path, run: str = "run-1", *, days: int = 30, backtest: bool = True, real: bool = False, **kwargs
+) -> Path:
+    """A run directory with a backtest and two pods' curves; returns the run dir.
+
+    ``real=True`` writes the backtest with the real engine and report writer, otherwise with the
+    hand-built writer above (which can shape edge cases the engine would not produce).
+    """
     run_dir = Path(home) / "runs" / run
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_json(
@@ -201,7 +245,7 @@ def make_run(home: Path, run: str = "run-1", *, days: int = 30, backtest: bool =
     )
     write_curves(run_dir, ["pod-000", "pod-001"])
     if backtest:
-        write_backtest(run_dir, days=days, **kwargs)
+        (write_real_backtest if real else write_backtest)(run_dir, days=days, **kwargs)
     return run_dir
 
 
@@ -215,5 +259,6 @@ if __name__ == "__main__":
     parser.add_argument("home", type=Path)
     parser.add_argument("--run", default="demo-run")
     parser.add_argument("--days", type=int, default=252)
+    parser.add_argument("--real", action="store_true", help="use backtests.engine + backtests.report")
     args = parser.parse_args()
-    print(make_run(args.home, args.run, days=args.days))
+    print(make_run(args.home, args.run, days=args.days, real=args.real))

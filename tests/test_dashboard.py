@@ -8,7 +8,7 @@ import os
 import numpy as np
 import pandas as pd
 import pytest
-from dashboard_fixture import make_run, write_backtest
+from dashboard_fixture import make_run, write_backtest, write_real_backtest
 
 from app.commands import dashboard as cmd
 from app.dashboard import artifacts, charts, views
@@ -34,6 +34,30 @@ def test_read_backtest_artifacts_round_trip(tmp_path):
     assert set(positions["strategy"]) == {"champion", "buy_and_hold", "cash"}
     trades = artifacts.read_trades(run_dir)
     assert (trades["cost"] >= 0).all() and trades["timestamp"].is_monotonic_increasing
+
+
+def test_reads_what_the_real_report_writes(tmp_path):
+    run_dir = tmp_path / "runs" / "real"
+    written = write_real_backtest(run_dir, days=3, num_assets=3)
+    metrics = artifacts.read_metrics(run_dir)
+    assert views.champion_name(metrics) == "champion" and views.benchmark_name(metrics) == "buy_and_hold"
+    for spec in views.CARD_METRICS:
+        assert metrics["strategies"]["champion"][spec.key] == written["strategies"]["champion"][spec.key]
+    positions = artifacts.read_positions(run_dir)
+    # The report stores labels as categoricals; the dashboard works on plain strings.
+    assert not isinstance(positions["strategy"].dtype, pd.CategoricalDtype)
+    assert not isinstance(positions["ticker"].dtype, pd.CategoricalDtype)
+    wide = views.weights_wide(positions, "champion")
+    assert wide.shape[1] == 3 and (wide.sum(axis=1) <= 1 + 1e-6).all()
+    trades = artifacts.read_trades(run_dir)
+    assert set(views.cost_summary(trades).index) <= {"champion", "buy_and_hold"}
+    daily = artifacts.read_daily_returns(run_dir)
+    cum = float((1 + daily["champion"]).prod() - 1)
+    assert cum == pytest.approx(metrics["strategies"]["champion"]["cum_returns_final"], rel=1e-6, abs=1e-9)
+    equity = artifacts.read_equity(run_dir)
+    assert equity["champion"].iloc[-1] / equity["champion"].iloc[0] - 1 == pytest.approx(
+        cum, rel=1e-6, abs=1e-9
+    )
 
 
 def test_missing_backtest_says_which_command(tmp_path):
@@ -320,13 +344,16 @@ def test_figures_are_downsampled(tmp_path):
 
 def test_streamlit_command_and_env(tmp_path):
     argv = cmd.streamlit_command("127.0.0.1", 8123)
-    assert argv[1:5] == ["-m", "streamlit", "run", str(cmd.APP_PATH)]
-    flags = dict(zip(argv[5::2], argv[6::2], strict=True))
+    assert argv[1:3] == ["-m", "app.dashboard.serve"]
+    flags = dict(zip(argv[3::2], argv[4::2], strict=True))
     assert flags["--server.headless"] == "true"
     assert flags["--server.address"] == "127.0.0.1"
     assert flags["--server.port"] == "8123"
     assert flags["--browser.gatherUsageStats"] == "false"
     assert cmd.APP_PATH.is_file()
+    from app.dashboard import serve
+
+    assert serve.APP_PATH == cmd.APP_PATH
     env = cmd.streamlit_env(tmp_path, "r1")
     assert env["PODRACER_HOME"] == str(tmp_path) and env["PODRACER_DASHBOARD_RUN"] == "r1"
 

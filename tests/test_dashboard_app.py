@@ -50,7 +50,7 @@ def full_home(tmp_path):
     from app.registry import Champion, Decision, record_decision
 
     home = tmp_path / "home"
-    run_dir = make_run(home, "run-a", days=25)
+    run_dir = make_run(home, "run-a", days=25, real=True)
     with Leaderboard(run_dir, size=3) as board:
         for seq, (pod, parent, score) in enumerate([("pod-000", None, 0.4), ("pod-001", "pod-000", 1.1)]):
             board.start_pod(

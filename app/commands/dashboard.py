@@ -38,13 +38,15 @@ def port_in_use(host: str, port: int) -> bool:
 
 
 def streamlit_command(host: str, port: int) -> list[str]:
-    """The argv that starts the dashboard with the current interpreter's Streamlit."""
+    """The argv that starts the dashboard with the current interpreter's Streamlit.
+
+    ``app.dashboard.serve`` is ``streamlit run app/dashboard/app.py`` plus a warm-up of the heavy
+    imports at server start (so the first page load does not pay for them).
+    """
     return [
         sys.executable,
         "-m",
-        "streamlit",
-        "run",
-        str(APP_PATH),
+        "app.dashboard.serve",
         "--server.headless",
         "true",
         "--server.address",

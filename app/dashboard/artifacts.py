@@ -148,6 +148,7 @@ def read_positions(run_dir: Path) -> pd.DataFrame:
     """Long-format weights: ``timestamp, strategy, ticker, weight``."""
     frame = _read_parquet(backtest_dir(run_dir) / "positions.parquet", POSITIONS_COLUMNS, run_dir)
     frame["timestamp"] = _utc(frame["timestamp"])
+    frame = _plain_labels(frame, ("strategy", "ticker"))
     frame["weight"] = frame["weight"].astype("float64")
     return frame.sort_values(["timestamp", "strategy", "ticker"], kind="stable").reset_index(drop=True)
 
@@ -156,6 +157,7 @@ def read_trades(run_dir: Path) -> pd.DataFrame:
     """Trades: ``timestamp, strategy, ticker, notional, cost``, oldest first."""
     frame = _read_parquet(backtest_dir(run_dir) / "trades.parquet", TRADES_COLUMNS, run_dir)
     frame["timestamp"] = _utc(frame["timestamp"])
+    frame = _plain_labels(frame, ("strategy", "ticker"))
     for col in ("notional", "cost"):
         frame[col] = frame[col].astype("float64")
     return frame.sort_values("timestamp", kind="stable").reset_index(drop=True)
@@ -307,6 +309,18 @@ def _utc(col: pd.Series) -> pd.Series:
     if stamps.dt.tz is None:
         return stamps.dt.tz_localize("UTC")
     return stamps.dt.tz_convert("UTC")
+
+
+def _plain_labels(frame: pd.DataFrame, columns: tuple[str, ...]) -> pd.DataFrame:
+    """Categorical label columns (the report writes them so) as plain strings.
+
+    Grouping or pivoting on a categorical would make a row or column for every category, also
+    for strategies or tickers absent from the selection.
+    """
+    for col in columns:
+        if isinstance(frame[col].dtype, pd.CategoricalDtype):
+            frame[col] = frame[col].astype(str)
+    return frame
 
 
 def _as_float(value: Any, path: Path, where: str) -> float | None:

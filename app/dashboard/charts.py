@@ -132,7 +132,8 @@ def underwater_figure(drawdowns: pd.DataFrame, max_points: int = MAX_POINTS) -> 
                 y=line.to_numpy(),
                 name=strategy_label(name),
                 mode="lines",
-                fill="tozeroy",
+                # Only the champion is filled: a second filled area would hide the first.
+                fill="tozeroy" if name == "champion" else None,
                 line=dict(color=_COLORS.get(name), width=1),
             )
         )

@@ -120,7 +120,10 @@ _CARD_CSS = """<style>
 
 
 def show_cards(cards: list[views.Card], per_row: int = 8) -> None:
-    """A row of ``st.metric`` cards."""
+    """Rows of ``st.metric`` cards.
+
+    No per-card help icon: it takes the room "Max drawdown" needs; ``card_notes`` explains them.
+    """
     st.html(_CARD_CSS)
     for start in range(0, len(cards), per_row):
         cols = st.columns(per_row)
@@ -130,7 +133,6 @@ def show_cards(cards: list[views.Card], per_row: int = 8) -> None:
                 card.value,
                 delta=card.delta,
                 delta_color=card.delta_color,
-                help=card.help,
                 border=True,
             )
 

@@ -149,6 +149,16 @@ def metric_cards(metrics: dict[str, Any], strategy: str, versus: str | None = No
     return cards
 
 
+def card_notes(cards: list[Card] | None = None) -> str:
+    """One caption explaining every card (what each number means)."""
+    specs = CARD_METRICS if cards is None else [s for s in CARD_METRICS if s.key in {c.key for c in cards}]
+    notes = " · ".join(f"**{s.label}**: {s.help}" for s in specs)
+    return (
+        notes
+        + " · The small numbers under the champion's cards are champion minus benchmark (pp: percentage points)."
+    )
+
+
 def comparison_table(metrics: dict[str, Any]) -> pd.DataFrame:
     """Every strategy (rows) by every metric (columns), formatted."""
     rows = {}

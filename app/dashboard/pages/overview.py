@@ -23,7 +23,8 @@ if metrics is not None:
     if bench is not None:
         st.subheader(f"{views.strategy_label(bench)} (benchmark)")
         ui.show_cards(views.metric_cards(metrics, bench))
-    with st.expander("All strategies and metrics"):
+    with st.expander("What the numbers mean, and all strategies"):
+        st.caption(views.card_notes())
         # st.table, not st.dataframe: the static table needs no extra 1 MB grid bundle, which
         # would otherwise compete with plotly's bundle on the first render.
         st.table(views.comparison_table(metrics))

@@ -5,9 +5,22 @@ from __future__ import annotations
 import streamlit as st
 
 from app.dashboard import charts, loaders, ui, views
+from data.errors import PodracerError
 
 st.title("Positions & trades")
 run_dir = ui.require_run()
+
+try:
+    metrics = loaders.metrics(run_dir)
+except PodracerError:
+    metrics = {}  # the blocks below say what is missing
+frequency = {k: metrics.get(f"{k}_frequency") for k in ("positions", "trades")}
+if "session" in frequency.values():
+    # The report summarizes very long runs per session (see backtests/report.py).
+    st.caption(
+        f"Positions are stored per {frequency['positions'] or 'decision'}, "
+        f"trades per {frequency['trades'] or 'decision'} (the backtest summarizes long runs per session)."
+    )
 
 with ui.guard("positions"):
     positions = loaders.positions(run_dir)
