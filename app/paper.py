@@ -77,6 +77,7 @@ class PaperOptions:
     fractional: bool = True
     fill_wait: float = 10.0  # seconds to wait for market orders to fill (sells before buys)
     fill_poll: float = 0.5  # seconds between order look-ups while waiting
+    max_bar_age: float | None = None  # seconds; None: one decision interval (at least 5 minutes)
 
 
 @dataclass(frozen=True)
@@ -371,6 +372,22 @@ def _reconcile_open_orders(broker: Broker, journal: Journal, dry_run: bool) -> N
         )
 
 
+def _check_fresh(decision_ts: pd.Timestamp, now: datetime, bundle: Bundle, options: PaperOptions) -> None:
+    """Refuse to trade on a decision bar older than one decision interval (or ``options.max_bar_age``)."""
+    from data.calendar import INTERVAL_MINUTES
+
+    minutes = INTERVAL_MINUTES[bundle.interval]
+    if minutes == 0:
+        return  # daily bundles decide on the last session's bar by design
+    limit = options.max_bar_age or max(5.0, bundle.decision_interval * minutes) * 60.0
+    age = (pd.Timestamp(now) - (decision_ts + pd.Timedelta(minutes=minutes))).total_seconds()
+    if age > limit:
+        raise DataError(
+            f"latest bar {decision_ts.isoformat()} is {age / 60:.0f} min old (limit {limit / 60:.0f}): "
+            "no decision on stale data"
+        )
+
+
 def run_cycle(
     bundle: Bundle,
     broker: Broker,
@@ -396,6 +413,7 @@ def run_cycle(
     bars = broker.latest_bars(list(bundle.tickers), start, now, source)
     try:
         decision = build_decision(bundle, bars, account, positions, now)
+        _check_fresh(decision.decision_ts, now, bundle, options)
     except DataError as err:
         journal.event("missing_bars", str(err), "warning")
         log.warning("%s", err)

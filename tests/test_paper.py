@@ -347,3 +347,13 @@ def test_journal_scrubs_key_values(tmp_path, monkeypatch):
     raw = b"".join(p.read_bytes() for p in (tmp_path / "paper").glob("journal.sqlite*"))
     assert SECRET.encode() not in raw
     assert read_journal(tmp_path)["events"]["message"].iloc[0] == "upstream echoed *** back"
+
+
+def test_stale_bars_no_orders(env):
+    fake = env["fake"]
+    last = fake.bars["timestamp"].max()
+    fake.now = (last + pd.Timedelta(hours=2)).to_pydatetime()  # open, but the feed stopped 2 h ago
+    result = cycle(env)
+    assert result.status == "no_data" and not result.orders
+    assert fake.requests.count(("POST", "/v2/orders")) == 0
+    assert read_journal(env["home"])["events"]["message"].str.contains("stale").any()
