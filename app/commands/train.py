@@ -182,6 +182,232 @@ class _progress_bar:
             self.progress.stop()
 
 
+# --- `podracer train --tournament` (issue 5) ------------------------------------------------------
+def tournament_args_from_config(config: Any) -> Any:
+    """``TournamentArgs`` from the ``[tournament]`` section (the learner from ``agent.algo``)."""
+    from agents.tournament.orchestrator import TournamentArgs
+
+    return TournamentArgs.from_mapping({**config.tournament.model_dump(), "algo": config.agent.algo})
+
+
+def train_tournament(
+    config: Any,
+    home: str | Path,
+    *,
+    run: str | None = None,
+    resume: str | None = None,
+    progress: bool = True,
+    splits: Any = None,
+    backend: Any = None,
+) -> dict[str, Any]:
+    """Run (or ``resume``) a podracer tournament as configured; returns the run summary.
+
+    The tournament gets the train and valid windows only; the test window's dates are recorded in
+    run.json (for the backtest), its bars are never passed on. ``splits`` skips loading the market.
+    """
+    import torch
+
+    from agents.tournament.orchestrator import run_tournament
+    from app.config import config_to_toml
+    from data.atomic import atomic_write_json
+
+    if resume is not None:
+        run_id = _run_id(resume, "tournament")
+        run_dir = Path(home) / "runs" / run_id
+        if not (run_dir / "leaderboard.sqlite").is_file():
+            raise ConfigError(f"--resume {resume!r}: no tournament at {run_dir}")
+    else:
+        run_id = _run_id(run, "tournament")
+        run_dir = Path(home) / "runs" / run_id
+        if run_dir.exists():
+            raise ConfigError(f"run {run_id!r} already exists at {run_dir} (choose another --run)")
+    device = torch.device(config.agent.device)
+    if splits is None:
+        from data.loader import load_market
+
+        splits = load_market(config.data, home=home, device=device)
+    else:
+        splits = splits.to(device)
+    if resume is None:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(
+            run_dir / "run.json",
+            {
+                "run_id": run_id,
+                "kind": "tournament",
+                "algo": config.agent.algo,
+                "status": "running",
+                "seeds": {"tournament": config.tournament.seed, "data": config.data.seed},
+                "windows": {name: list(dates) for name, dates in splits.windows().items()},
+                "feature_spec": splits.full.feature_spec,
+                "started": time.time(),
+            },
+        )
+    args = tournament_args_from_config(config)
+    with _tournament_live(enabled=progress) as on_progress:
+        result = run_tournament(
+            run_dir,
+            splits.train,
+            splits.valid,
+            args=args,
+            env=config.env.model_dump(),
+            agent=config.agent.model_dump(),
+            device=str(device),
+            annualization=config.backtest.annualization,
+            config_toml=config_to_toml(config),
+            resume=resume is not None,
+            backend=backend,
+            on_progress=on_progress,
+        )
+    return {
+        "run_id": result.run_id,
+        "run_dir": str(result.run_dir),
+        "champion": result.champion,
+        "pods_tried": result.pods_tried,
+        "pods_failed": result.pods_failed,
+        "env_steps": result.env_steps,
+    }
+
+
+class _tournament_live:
+    """A rich live view of the pool and the leaderboard, fed by the orchestrator's snapshots."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.live: Any = None
+
+    def __enter__(self) -> Callable[[dict[str, Any]], None] | None:
+        if not self.enabled:
+            return None
+        from rich.live import Live
+
+        self.live = Live(console=context.err_console, refresh_per_second=2, transient=False)
+        self.live.start()
+        return self.update
+
+    def update(self, snap: dict[str, Any]) -> None:
+        self.live.update(render_tournament(snap))
+
+    def __exit__(self, *exc: object) -> None:
+        if self.live is not None:
+            self.live.stop()
+
+
+def render_tournament(snap: dict[str, Any]) -> Any:
+    """The live view of one orchestrator snapshot: budget line, pool table, leaderboard table."""
+    from rich.console import Group
+    from rich.table import Table
+
+    spent, budget = snap["env_steps_spent"], snap.get("budget_steps")
+    wall, budget_s = snap["wall_s"], snap.get("budget_s")
+    line = f"[bold]tournament {snap['run_id']}[/]  env-steps {spent:,}" + (f" / {budget:,}" if budget else "")
+    line += f"  ·  {wall:,.0f} s" + (f" / {budget_s:,.0f} s" if budget_s else "")
+    line += f"  ·  pods started {snap['pods_started']}"
+    pool = Table(title="pool", title_justify="left", expand=False)
+    for col in ("pod", "parent", "gen", "learning rate", "round steps", "running"):
+        pool.add_column(col)
+    for pod in snap["in_flight"]:
+        lr = pod["hparams"].get("learning_rate")
+        pool.add_row(
+            pod["pod_id"],
+            pod["parent_id"] or "fresh",
+            str(pod["generation"]),
+            f"{lr:.2e}" if lr is not None else "-",
+            f"{pod['round_steps']:,}",
+            f"{pod['running_s']:.0f} s",
+        )
+    board = Table(title="leaderboard", title_justify="left", expand=False)
+    for col in ("rank", "pod", "parent", "gen", "score", "valid sharpe", "env-steps"):
+        board.add_column(col)
+    for entry in snap["leaderboard"]:
+        sharpe = (entry.get("metrics") or {}).get("sharpe_ratio")
+        board.add_row(
+            str(entry["rank"]),
+            entry["pod_id"],
+            entry["parent_id"] or "fresh",
+            str(entry["generation"]),
+            f"{entry['score']:.3f}",
+            "-" if sharpe is None else f"{sharpe:.3f}",
+            f"{entry['env_steps']:,}",
+        )
+    return Group(line, pool, board)
+
+
+def _tournament_overrides(
+    pods: int | None,
+    budget_steps: int | None,
+    budget_minutes: float | None,
+    backend: str | None,
+    workers: int | None,
+    address: str | None,
+) -> dict[str, Any]:
+    """``[tournament]`` fields set on the command line. One budget given alone replaces both."""
+    given = {
+        "pods": pods,
+        "budget_steps": budget_steps,
+        "budget_minutes": budget_minutes,
+        "backend": backend,
+        "workers": workers,
+        "address": address,
+    }
+    overrides = {k: v for k, v in given.items() if v is not None}
+    if budget_steps is not None and budget_minutes is None:
+        overrides["budget_minutes"] = None
+    if budget_minutes is not None and budget_steps is None:
+        overrides["budget_steps"] = None
+    return overrides
+
+
+def _tournament_command(
+    config: Path | None,
+    run: str | None,
+    resume: str | None,
+    overrides: dict[str, Any],
+    agent: dict[str, Any],
+    json_out: bool,
+) -> None:
+    from app.config import load_config
+
+    if resume is not None and config is not None:
+        raise ConfigError("--resume uses the run's own config.toml: drop --config")
+
+    if resume is not None:
+        stored = Path(context.home()) / "runs" / _run_id(resume, "tournament") / "config.toml"
+        if not stored.is_file():
+            raise ConfigError(f"--resume {resume!r}: no config.toml at {stored.parent}")
+        cfg = load_config(stored)
+    else:
+        cfg = load_config(config)
+    if overrides:
+        cfg = cfg.with_updates(tournament=overrides)
+    if agent:
+        cfg = cfg.with_updates(agent=agent)
+    summary = train_tournament(cfg, context.home(), run=run, resume=resume, progress=not json_out)
+    if json_out:
+        champion = summary["champion"] or {}
+        out = {
+            "run_id": summary["run_id"],
+            "run_dir": summary["run_dir"],
+            "champion": {"pod_id": champion.get("pod_id"), "score": champion.get("score")},
+            "pods_tried": summary["pods_tried"],
+            "pods_failed": summary["pods_failed"],
+            "env_steps": summary["env_steps"],
+        }
+        typer.echo(json.dumps(out, sort_keys=True))
+        return
+    champion = summary["champion"]
+    best = (
+        "no pod was scored"
+        if champion is None
+        else f"champion {champion['pod_id']} score {champion['score']:.3f}"
+    )
+    context.console.print(
+        f"tournament {summary['run_id']}: {summary['pods_tried']} pods scored ({summary['pods_failed']} failed), "
+        f"{summary['env_steps']:,} env-steps, {best}\n  saved {summary['run_dir']}",
+        highlight=False,
+    )
+
+
 def train(
     algo: str = typer.Option(None, "--algo", help="ppo or sac [default: the config's agent.algo]."),
     config: Path = typer.Option(None, "--config", help="TOML config file [default: built-in defaults]."),
@@ -190,10 +416,24 @@ def train(
         None, "--steps", min=1, help="Env-steps to train [default: agent.total_steps]."
     ),
     json_out: bool = typer.Option(False, "--json", help="Print the run summary as JSON (no progress bar)."),
+    tournament: bool = typer.Option(False, "--tournament", help="Run a podracer tournament of many pods."),
+    pods: int = typer.Option(None, "--pods", min=1, help="Tournament: pods in flight [tournament.pods]."),
+    budget_steps: int = typer.Option(None, "--budget-steps", min=1, help="Tournament: total env-steps."),
+    budget_minutes: float = typer.Option(None, "--budget-minutes", min=0.0, help="Tournament: wall time."),
+    backend: str = typer.Option(None, "--backend", help="Tournament: local or ray [tournament.backend]."),
+    workers: int = typer.Option(None, "--workers", min=0, help="Tournament, local: processes (0 = inline)."),
+    address: str = typer.Option(None, "--address", help="Tournament, ray: address of an existing cluster."),
+    resume: str = typer.Option(None, "--resume", help="Tournament: continue the run RUN after a stop."),
 ) -> None:
-    """Train a single agent on the train window, scored on the validation window."""
+    """Train a single agent (or, with --tournament, a tournament of pods) on the train window, scored
+    on the validation window."""
     from app.config import load_config
 
+    if tournament or resume is not None:
+        overrides = _tournament_overrides(pods, budget_steps, budget_minutes, backend, workers, address)
+        agent = {"algo": algo} if algo is not None else {}
+        _tournament_command(config, run, resume, overrides, agent, json_out)
+        return
     cfg = load_config(config)
     updates: dict[str, Any] = {}
     if algo is not None:

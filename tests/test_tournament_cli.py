@@ -1,0 +1,173 @@
+"""`podracer train --tournament`: JSON output, run directory, resume (in process and after kill -9), errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from agents.tournament.leaderboard import read_events, read_leaderboard, read_pods
+from app.cli import main
+
+CONFIG = """
+[data]
+num_tickers = 3
+num_sessions = 10
+[env]
+num_envs = 8
+decision_interval = 5
+episode_len = 16
+[agent]
+num_steps = 16
+hidden = 8
+embed = 4
+update_epochs = 1
+num_minibatches = 2
+[tournament]
+round_steps = 256
+leaderboard_size = 2
+workers = 0
+"""
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    # Tiny networks on a shared 2-core machine: one intra-op thread is the fastest.
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
+def config(tmp_path):
+    path = tmp_path / "tiny.toml"
+    path.write_text(CONFIG)
+    return path
+
+
+def _json_line(out: str) -> dict:
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def test_train_tournament_json_then_resume(home, config, capsys):
+    rc = main(
+        [
+            "train",
+            "--tournament",
+            "--config",
+            str(config),
+            "--pods",
+            "2",
+            "--budget-steps",
+            "768",
+            "--run",
+            "t1",
+            "--json",
+        ]
+    )
+    assert rc == 0
+    out = _json_line(capsys.readouterr().out)
+    run_dir = home / "runs" / "t1"
+    board = read_leaderboard(run_dir)
+    assert out["run_id"] == "t1" and out["env_steps"] == 768
+    assert out["champion"] == {"pod_id": board[0]["pod_id"], "score": board[0]["score"]}
+    assert (run_dir / "champion" / "policy.safetensors").is_file()
+    assert "round_steps = 256" in (run_dir / "config.toml").read_text()
+    run = json.loads((run_dir / "run.json").read_text())
+    assert set(run["windows"]) == {"train", "valid", "test"} and run["pods_tried"] == 3
+
+    # Resume with a bigger budget: the three pods and the board are kept, three more pods run.
+    rc = main(["train", "--tournament", "--resume", "t1", "--budget-steps", "1536", "--json"])
+    assert rc == 0
+    out = _json_line(capsys.readouterr().out)
+    assert out["env_steps"] == 1536 and out["pods_tried"] == 6
+    assert [p["pod_id"] for p in read_pods(run_dir)][:3] == ["p0000", "p0001", "p0002"]
+    assert [e["kind"] for e in read_events(run_dir)].count("resumed") == 1
+
+
+def test_bad_invocations_are_one_line_errors(home, config, capsys):
+    assert main(["train", "--tournament", "--resume", "nosuch", "--json"]) == 2
+    err = capsys.readouterr().err
+    assert "nosuch" in err and "Traceback" not in err
+    assert main(["train", "--tournament", "--config", str(config), "--backend", "slurm"]) == 2
+    assert (
+        main(
+            [
+                "train",
+                "--tournament",
+                "--config",
+                str(config),
+                "--run",
+                "x",
+                "--budget-steps",
+                "256",
+                "--json",
+            ]
+        )
+        == 0
+    )
+    capsys.readouterr()
+    assert main(["train", "--tournament", "--config", str(config), "--run", "x", "--json"]) == 2
+    assert "already exists" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_cli_kill_dash_nine_then_resume(home, config):
+    """The real command, killed with SIGKILL mid-run, then resumed: every entry survives."""
+    exe = Path(sys.executable).with_name("podracer")
+    env = {**os.environ, "PODRACER_HOME": str(home), "OMP_NUM_THREADS": "1"}
+    cmd = [
+        str(exe),
+        "train",
+        "--tournament",
+        "--config",
+        str(config),
+        "--pods",
+        "1",
+        "--budget-steps",
+        "1792",
+        "--run",
+        "k",
+        "--json",
+    ]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    run_dir = home / "runs" / "k"
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            time.sleep(0.3)
+            assert proc.poll() is None, "the tournament finished before it could be killed"
+            if (run_dir / "leaderboard.sqlite").is_file() and len(read_leaderboard(run_dir)) >= 2:
+                break
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    before = read_leaderboard(run_dir)
+    assert len(before) == 2
+    done = subprocess.run(
+        [str(exe), "train", "--tournament", "--resume", "k", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    out = _json_line(done.stdout)
+    assert out["env_steps"] == 1792
+    after = {e["pod_id"]: e for e in read_leaderboard(run_dir)}
+    pruned = {e["pod_id"] for e in read_events(run_dir) if e["kind"] == "pruned"}
+    for entry in before:
+        assert entry["pod_id"] in after or entry["pod_id"] in pruned
+        assert (run_dir / entry["checkpoint"] / "optimizer.safetensors").is_file()
