@@ -20,6 +20,7 @@ every time, so nodes that join or leave grow or shrink the pool.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import dataclasses
 import logging
 import math
 import multiprocessing
@@ -32,6 +33,12 @@ from agents.tournament.pod import PodOutcome, PodTask, RoundContext, RoundError,
 from data.errors import ConfigError, PodracerError
 
 log = logging.getLogger(__name__)
+
+
+def host_copy(ctx: RoundContext) -> RoundContext:
+    """The context with its market data on the CPU: what is pickled to workers or put in Ray's object
+    store (each round moves it to ``ctx.device``; pickling device tensors would tie workers to it)."""
+    return dataclasses.replace(ctx, train=ctx.train.to("cpu"), valid=ctx.valid.to("cpu"))
 
 
 def run_round_safely(round_fn: RoundFn, task: PodTask, ctx: RoundContext) -> PodOutcome | RoundError:
@@ -121,7 +128,7 @@ class ProcessBackend:
         self._args: tuple[Any, ...] = ()
 
     def start(self, round_fn: RoundFn, ctx: RoundContext) -> None:
-        self._args = (round_fn, ctx, self.threads, os.getpid())
+        self._args = (round_fn, host_copy(ctx), self.threads, os.getpid())
         self._executor = self._new_executor()
 
     def _new_executor(self) -> cf.ProcessPoolExecutor:
@@ -205,7 +212,7 @@ class RayBackend:
             if gpus > 0:
                 self.gpus_per_pod = 0.25 if gpus < 4 else 1.0
         self._round_fn = round_fn
-        self._ctx_ref = ray.put(ctx)  # one copy of the market data in the object store
+        self._ctx_ref = ray.put(host_copy(ctx))  # one copy of the market data in the object store
         threads = max(1, int(self.cpus_per_pod))
         self._threads = threads
         self._remote = ray.remote(_ray_round).options(

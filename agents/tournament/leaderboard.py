@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sqlite3
 import time
 from collections.abc import Iterator, Mapping
@@ -103,6 +104,8 @@ class Leaderboard:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.run_dir / FILENAME
         self.size = size
+        if not self.path.exists():
+            self._create()
         # isolation_level=None: we issue BEGIN IMMEDIATE ourselves so each update is one transaction.
         self._conn = sqlite3.connect(self.path, isolation_level=None, timeout=30.0)
         self._conn.row_factory = sqlite3.Row
@@ -110,6 +113,20 @@ class Leaderboard:
         self._conn.execute("PRAGMA synchronous=FULL")
         # executescript commits implicitly, so the schema is created outside our own transactions.
         self._conn.executescript(_SCHEMA)
+
+    def _create(self) -> None:
+        """Create the file with its schema under a temp name, then rename it into place, so a reader
+        never sees a board without its tables."""
+        tmp = self.path.with_name(f".{FILENAME}.{os.getpid()}.tmp")
+        for leftover in (tmp, Path(f"{tmp}-wal"), Path(f"{tmp}-shm")):
+            leftover.unlink(missing_ok=True)
+        conn = sqlite3.connect(tmp, isolation_level=None)
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")  # persistent: stored in the file header
+            conn.executescript(_SCHEMA)
+        finally:
+            conn.close()  # checkpoints the WAL into the file and removes it
+        os.replace(tmp, self.path)
 
     def close(self) -> None:
         self._conn.close()
