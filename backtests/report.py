@@ -178,12 +178,12 @@ def trades_frame(result: BacktestResult, max_rows: int = DEFAULT_MAX_ROWS) -> tu
     stamps = result.fill_timestamps
     frequency = "decision"
     if np.count_nonzero(notional) > max_rows:
-        codes = result.session_dates.astype("datetime64[D]").astype(np.int64)
-        _, day = np.unique(codes, return_inverse=True)
-        num_days = int(day.max()) + 1
-        notional = _sum_by(notional, day, num_days)
-        cost = _sum_by(cost, day, num_days)
-        stamps = stamps[_session_last_rows(result)]
+        # Rows are in time order, so each session is a contiguous block: sum the blocks.
+        last = _session_last_rows(result)
+        starts = np.r_[0, last[:-1] + 1]
+        notional = np.add.reduceat(notional, starts, axis=0)
+        cost = np.add.reduceat(cost, starts, axis=0)
+        stamps = stamps[last]
         frequency = "session"
     k, s, a = np.nonzero(notional)
     frame = pd.DataFrame(
@@ -196,12 +196,6 @@ def trades_frame(result: BacktestResult, max_rows: int = DEFAULT_MAX_ROWS) -> tu
         }
     )
     return frame, frequency
-
-
-def _sum_by(values: np.ndarray, group: np.ndarray, num_groups: int) -> np.ndarray:
-    out = np.zeros((num_groups, *values.shape[1:]), dtype=values.dtype)
-    np.add.at(out, group, values)
-    return out
 
 
 def _write_parquet(frame: pd.DataFrame, path: Path) -> None:
