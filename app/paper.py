@@ -220,8 +220,8 @@ def build_decision(
         )
         if not same_session:
             skipped.append(ticker)  # no trade yet in this session: its price would be stale
-        else:
-            features[i] = latest[present.index(ticker)]
+        # Features as training saw such bars (carried forward); only its orders are skipped.
+        features[i] = latest[present.index(ticker)]
         prices[i] = panel.close[row, col_of[ticker]]
     qty = np.array([positions[t].qty if t in positions else 0.0 for t in tickers])
     for i, ticker in enumerate(tickers):

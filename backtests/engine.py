@@ -14,9 +14,10 @@ Strategies:
 - policies: any callables ``policy(obs) -> action`` (or objects with ``act(obs, deterministic=True)``)
   in the env's action space; they run as rows of one batched env, each called on its own rows;
 - ``"buy_and_hold"``: equal weight of the universe bought with the first decision and then held (no
-  rebalancing): the env runs it in ``"shares"`` mode, buying whole shares at bar 1's open, and the held
-  shares are then marked to market at every later decision bar (what the env's ``step`` does with a
-  zero action, without the per-step call; a test checks the two agree);
+  rebalancing): the buy is the env's ``"weights"`` fill at bar 1's open (fractional shares, slippage and
+  costs); holding is the env's ``"shares"``-mode step with a zero action, which trades nothing and
+  marks ``cash + shares @ close``; that mark is computed for every decision bar at once instead of one
+  call per step (a test checks the two agree);
 - ``"index"``: buy-and-hold of an index ETF (the first of :data:`INDEX_TICKERS` in the universe; skipped
   when there is none), the same way;
 - ``"cash"``: never trades.
