@@ -357,3 +357,15 @@ def test_stale_bars_no_orders(env):
     assert result.status == "no_data" and not result.orders
     assert fake.requests.count(("POST", "/v2/orders")) == 0
     assert read_journal(env["home"])["events"]["message"].str.contains("stale").any()
+
+
+def test_ticker_without_bars_this_session_is_held(env):
+    fake, bundle = env["fake"], env["bundle"]
+    quiet = bundle.tickers[2]
+    today = env["decision"].normalize()
+    fake.bars = fake.bars[~((fake.bars.ticker == quiet) & (fake.bars.timestamp >= today))]
+    fake.positions[quiet] = 7.0
+    result = cycle(env)
+    assert result.skipped == [quiet] and result.status == "traded"
+    assert quiet not in {o.ticker for o in result.orders} and fake.positions[quiet] == 7.0
+    assert {o.ticker for o in result.orders} <= set(bundle.tickers) - {quiet}
