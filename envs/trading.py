@@ -334,6 +334,54 @@ def reset(
     return state, _fresh_obs(market, t)
 
 
+def _restart(
+    market: MarketData, params: EnvParams, state: EnvState, mask: Tensor, obs: Tensor
+) -> tuple[EnvState, Tensor]:
+    """Envs in ``mask`` start a fresh episode at the start bar drawn from their (already advanced)
+    generator state; their rows of ``obs`` (modified in place) become fresh observations."""
+    restart = _draw_start(state.rng, start_high(market.num_steps, params))
+    init = torch.tensor(params.initial_cash, dtype=ACC_DTYPE, device=state.device)
+    new_state = EnvState(
+        t=torch.where(mask, restart, state.t),
+        cash=torch.where(mask, init, state.cash),
+        shares=state.shares.masked_fill(mask[:, None], 0.0),
+        value=torch.where(mask, init, state.value),
+        peak=torch.where(mask, init, state.peak),
+        step_count=state.step_count.masked_fill(mask, 0),
+        sharpe_a=torch.where(mask, 0.0, state.sharpe_a),
+        sharpe_b=torch.where(mask, 0.0, state.sharpe_b),
+        rng=state.rng,
+    )
+    idx = mask.nonzero().squeeze(1)
+    obs[idx] = _fresh_obs(market, new_state.t.index_select(0, idx))
+    return new_state, obs
+
+
+def reset_where(
+    market: MarketData, params: EnvParams, state: EnvState, mask: Tensor, obs: Tensor | None = None
+) -> tuple[EnvState, Tensor]:
+    """Restart only the envs where ``mask`` (N,) is true, at fresh random start bars.
+
+    Used by the Isaac Gym surface's ``reset_idx``. Pure: returns ``(state, obs)``, where ``obs`` is
+    a copy of the given current observations (computed from ``state`` when ``None``) with the
+    restarted rows replaced by their fresh observations.
+    """
+    mask = torch.as_tensor(mask, dtype=torch.bool, device=state.device)
+    if mask.shape != state.t.shape:
+        raise ValueError(f"mask has shape {tuple(mask.shape)}, expected ({state.num_envs},)")
+    # Advance only the restarted envs' generators, so each restart gets a new draw.
+    rng = torch.where(mask, _lcg_next(state.rng), state.rng)
+    state = EnvState(**{**{f.name: getattr(state, f.name) for f in fields(state)}, "rng": rng})
+    base = obs.clone() if obs is not None else observe(market, state)
+    return _restart(market, params, state, mask, base)
+
+
+def observe(market: MarketData, state: EnvState) -> Tensor:
+    """The observation of ``state`` (the one ``reset``/``step`` returned with it)."""
+    pos_value = state.shares * market.close.index_select(0, state.t).to(state.shares.dtype)
+    return _observe(market, state.t, state.cash, pos_value, state.value)
+
+
 def check_action(action: Tensor, num_envs: int, num_assets: int, device: torch.device) -> Tensor:
     """The action as a float tensor on ``device``, or :class:`ActionError` (shape, NaN/inf)."""
     if not isinstance(action, Tensor):
@@ -387,9 +435,10 @@ def step(
 
     # Orders in shares: buy, sell >= 0 and diff = buy - sell.
     if params.action_mode == "weights":
-        value_open = cash + _rowsum(shares * px_open)
+        # Only sizes the targets, so a plain (float32) sum is precise enough here.
+        value_open = cash + (shares * px_open).sum(1)
         weights = action.to(adt).clamp(min=0.0)  # a new tensor: in-place below is safe
-        budget = (value_open / weights.sum(1, dtype=ACC_DTYPE).clamp(min=1.0)).to(adt)
+        budget = (value_open / weights.sum(1).clamp(min=1.0)).to(adt)
         # Share space (not $): a zero target gives diff = -shares exactly, so full sells leave 0.
         diff = weights.mul_(budget[:, None]).div_(px_open).sub_(shares)
         buy = diff.clamp(min=0.0)
@@ -468,35 +517,22 @@ def step(
         info["fill_price"] = fill_price
         info["asset_cost"] = rate * traded.abs() * fill_price
 
-    # Host branch: autoreset work (and a second observation) only on steps where some env is done.
-    if bool(done.any()):
-        restart = _draw_start(rng, start_high(market.num_steps, params))
-        t_next = torch.where(done, restart, t_mark)
-        init = torch.tensor(params.initial_cash, dtype=ACC_DTYPE, device=state.device)
-        new_cash = torch.where(done, init, new_cash)
-        new_shares = new_shares.masked_fill_(done[:, None], 0.0)  # ours: made this step
-        value_next = torch.where(done, init, new_value)
-        new_peak = torch.where(done, init, new_peak)
-        step_next = step_count.masked_fill(done, 0)
-        new_a = torch.where(done, 0.0, new_a)
-        new_b = torch.where(done, 0.0, new_b)
-        obs = final_obs.clone()
-        idx = done.nonzero().squeeze(1)
-        obs[idx] = _fresh_obs(market, t_next.index_select(0, idx))
-    else:
-        t_next, value_next, step_next, obs = t_mark, new_value, step_count, final_obs
     info["final_obs"] = final_obs
-    info["t"] = t_next
-
     new_state = EnvState(
-        t=t_next,
+        t=t_mark,
         cash=new_cash,
         shares=new_shares,
-        value=value_next,
+        value=new_value,
         peak=new_peak,
-        step_count=step_next,
+        step_count=step_count,
         sharpe_a=new_a,
         sharpe_b=new_b,
         rng=rng,
     )
+    # Host branch: autoreset work (and a second observation) only on steps where some env is done.
+    if bool(done.any()):
+        new_state, obs = _restart(market, params, new_state, done, final_obs.clone())
+    else:
+        obs = final_obs
+    info["t"] = new_state.t
     return new_state, obs, reward, terminated, truncated, info
