@@ -171,3 +171,45 @@ def test_cli_kill_dash_nine_then_resume(home, config):
     for entry in before:
         assert entry["pod_id"] in after or entry["pod_id"] in pruned
         assert (run_dir / entry["checkpoint"] / "optimizer.safetensors").is_file()
+
+
+def test_live_view_renders_pool_and_leaderboard():
+    from rich.console import Console
+
+    from app.commands.train import render_tournament
+
+    snap = {
+        "run_id": "r1",
+        "in_flight": [
+            {
+                "pod_id": "p0003",
+                "parent_id": "p0001",
+                "generation": 2,
+                "hparams": {"learning_rate": 1e-4},
+                "round_steps": 256,
+                "running_s": 3.0,
+            }
+        ],
+        "leaderboard": [
+            {
+                "rank": 1,
+                "pod_id": "p0001",
+                "parent_id": None,
+                "generation": 0,
+                "score": 1.25,
+                "metrics": {"sharpe_ratio": 1.25},
+                "env_steps": 512,
+            }
+        ],
+        "env_steps_spent": 512,
+        "budget_steps": 1024,
+        "wall_s": 12.0,
+        "budget_s": None,
+        "pods_started": 4,
+        "consecutive_failures": 0,
+    }
+    console = Console(record=True, width=120)
+    console.print(render_tournament(snap))
+    text = console.export_text()
+    assert "512 / 1,024" in text and "p0003" in text and "1.00e-04" in text
+    assert "p0001" in text and "1.250" in text and "fresh" in text

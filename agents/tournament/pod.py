@@ -139,10 +139,6 @@ def learner_round(task: PodTask, ctx: RoundContext) -> PodOutcome:
         if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
             raise RoundError(f"parameter {name} is not finite after training")
 
-    out = Path(task.checkpoint_dir)
-    Checkpoint(result.policy, result.optimizer_state).save(out)
-    _write_curve(out / "curve.parquet", result.history, spec.parent_env_steps)
-
     score, metrics = score_policy(
         result.policy,
         ctx.valid,
@@ -151,6 +147,13 @@ def learner_round(task: PodTask, ctx: RoundContext) -> PodOutcome:
         annualization=ctx.annualization,
         device=ctx.device,
     )
+    out = Path(task.checkpoint_dir)
+    Checkpoint(result.policy, result.optimizer_state).save(out)
+    history = [dict(row) for row in result.history]
+    if history:
+        # The round's validation result on its last row, so training curves show it.
+        history[-1].update({"eval/score": score, "eval/sharpe": metrics.get("sharpe_ratio")})
+    _write_curve(out / "curve.parquet", history, spec.parent_env_steps)
     return PodOutcome(
         pod_id=spec.pod_id,
         score=score,
