@@ -252,14 +252,18 @@ def next_fire_times(trigger: CronTrigger, start: datetime, count: int) -> list[d
     out: list[datetime] = []
     previous: datetime | None = None
     now = start
-    for _ in range(count):
+    for _ in range(count + 2):  # at most one extra call: when the first answer is ``start`` itself
+        if len(out) == count:
+            break
         fire = trigger.get_next_fire_time(previous, now)
         if fire is None:
             break
         if fire <= start:  # get_next_fire_time may return ``now`` itself
             now = fire + timedelta(seconds=1)
             continue
-        out.append(fire)
+        # Normalized through UTC: APScheduler may hand back a wall time that does not exist
+        # (02:30 on a spring-forward day), which only the UTC instant describes correctly.
+        out.append(fire.astimezone(UTC).astimezone(fire.tzinfo))
         previous = fire
         now = fire + timedelta(seconds=1)
     return out

@@ -1,0 +1,120 @@
+"""The nightly registry: decisions and the champion pointer in one SQLite transaction."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from app.registry import (
+    SCHEMA_VERSION,
+    Champion,
+    Decision,
+    RegistryError,
+    current_champion,
+    read_decisions,
+    record_decision,
+    registry_path,
+)
+
+
+def _decision(verdict: str = "promoted", run: str = "r1", **extra) -> Decision:
+    return Decision(
+        started_at="2026-03-09T06:00:00+00:00",
+        decided_at="2026-03-09T06:30:00+00:00",
+        verdict=verdict,
+        reason=f"{verdict} because",
+        step="decide",
+        challenger_run_id=run,
+        challenger_fitness=1.25,
+        inputs={"config": {"nightly": {"margin": 0.1}}},
+        scores={"challenger": {"sharpe_ratio": 1.25, "max_drawdown": None}},
+        **extra,
+    )
+
+
+def _champion(run: str = "r1") -> Champion:
+    return Champion(
+        run_id=run,
+        policy_dir=f"/h/champions/{run}",
+        promoted_at="2026-03-09T06:30:00+00:00",
+        fitness="sharpe",
+        fitness_value=1.25,
+        info={"dsr": 0.97},
+    )
+
+
+def test_readers_on_a_missing_registry_create_nothing(tmp_path):
+    assert read_decisions(tmp_path) == []
+    assert current_champion(tmp_path) is None
+    assert not registry_path(tmp_path).exists()
+
+
+def test_record_and_read_back(tmp_path):
+    first = record_decision(tmp_path, _decision("promoted", "r1"), _champion("r1"))
+    second = record_decision(tmp_path, _decision("rejected", "r2"))
+    assert second > first
+    rows = read_decisions(tmp_path)
+    assert [r["id"] for r in rows] == [first, second]
+    assert rows[0]["inputs"] == {"config": {"nightly": {"margin": 0.1}}}
+    assert rows[0]["scores"]["challenger"] == {"sharpe_ratio": 1.25, "max_drawdown": None}
+    assert rows[1]["verdict"] == "rejected" and rows[1]["challenger_fitness"] == 1.25
+    assert [r["id"] for r in read_decisions(tmp_path, limit=1)] == [second]
+    champ = current_champion(tmp_path)
+    # A rejection leaves the pointer on the decision that promoted it.
+    assert champ["run_id"] == "r1" and champ["decision_id"] == first and champ["info"] == {"dsr": 0.97}
+    third = record_decision(tmp_path, _decision("promoted", "r3"), _champion("r3"))
+    assert current_champion(tmp_path)["run_id"] == "r3" and current_champion(tmp_path)["decision_id"] == third
+
+
+def test_database_settings(tmp_path):
+    record_decision(tmp_path, _decision())
+    conn = sqlite3.connect(registry_path(tmp_path))
+    try:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        # At most one champion row, by construction.
+        with pytest.raises(sqlite3.IntegrityError):
+            conn.execute(
+                "INSERT INTO champion (slot, decision_id, run_id, policy_dir, promoted_at) VALUES (2, 1, 'x', 'y', 'z')"
+            )
+        with pytest.raises(sqlite3.IntegrityError):
+            conn.execute(
+                "INSERT INTO decisions (started_at, decided_at, verdict, reason, step) VALUES ('a','b','maybe','c','d')"
+            )
+    finally:
+        conn.close()
+
+
+def test_failure_inside_the_transaction_writes_nothing(tmp_path):
+    record_decision(tmp_path, _decision("promoted", "r1"), _champion("r1"))
+    before = (read_decisions(tmp_path), current_champion(tmp_path))
+
+    def boom():
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        record_decision(tmp_path, _decision("promoted", "r2"), _champion("r2"), before_commit=boom)
+    assert (read_decisions(tmp_path), current_champion(tmp_path)) == before
+    # The connection was rolled back and closed: the next write goes through.
+    record_decision(tmp_path, _decision("rejected", "r3"))
+    assert len(read_decisions(tmp_path)) == 2
+
+
+def test_a_registry_from_a_newer_podracer_is_refused(tmp_path):
+    record_decision(tmp_path, _decision())
+    conn = sqlite3.connect(registry_path(tmp_path))
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    conn.commit()
+    conn.close()
+    with pytest.raises(RegistryError, match="schema"):
+        read_decisions(tmp_path)
+    with pytest.raises(RegistryError, match="schema"):
+        record_decision(tmp_path, _decision())
+
+
+def test_a_corrupt_registry_is_a_one_line_error(tmp_path):
+    registry_path(tmp_path).write_bytes(b"this is not a database" * 100)
+    with pytest.raises(RegistryError) as info:
+        current_champion(tmp_path)
+    assert "\n" not in str(info.value) and str(registry_path(tmp_path)) in str(info.value)
