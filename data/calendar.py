@@ -180,7 +180,7 @@ def align_ticker(
     ticker = str(bars["ticker"].iloc[0])
     ts = pd.DatetimeIndex(bars["timestamp"]).tz_convert("UTC")
     if INTERVAL_MINUTES[interval] == 0:
-        return _align_daily(bars, ts, ticker, source)
+        return _align_daily(bars, ts, ticker, source, extended_hours)
     local_dates = ts.tz_convert(TZ).normalize().tz_localize(None)
     sessions = sessions_in_range(local_dates.min(), local_dates.max())
     grid = session_grid(sessions, interval, extended_hours)
@@ -238,21 +238,41 @@ def _empty_frame() -> pd.DataFrame:
     )
 
 
-def _align_daily(bars: pd.DataFrame, ts: pd.DatetimeIndex, ticker: str, source: str) -> AlignedTicker:
-    """Daily bars: one per session, stamped at the session's open; non-session dates dropped."""
-    dates = ts.tz_convert(TZ).normalize().tz_localize(None)
+def _align_daily(
+    bars: pd.DataFrame, ts: pd.DatetimeIndex, ticker: str, source: str, extended_hours: bool = False
+) -> AlignedTicker:
+    """Daily bars: one per session, stamped at the session's open; non-session dates dropped.
+
+    Date-only input (midnight UTC) is taken as is; intraday input is restricted to the session's
+    hours and aggregated per session (first open, max high, min low, last close, summed volume).
+    """
+    date_only = bool((ts.hour == 0).all() and (ts.minute == 0).all())
     # A date-only daily bar is stored at midnight UTC, which is the previous evening in New York.
-    if (ts.hour == 0).all() and (ts.minute == 0).all():
-        dates = ts.tz_localize(None).normalize()
+    dates = ts.tz_localize(None).normalize() if date_only else ts.tz_convert(TZ).normalize().tz_localize(None)
     sessions = sessions_in_range(dates.min(), dates.max())
     pos = sessions.get_indexer(dates)
     inside = pos >= 0
+    opens, closes = session_bounds(sessions, extended_hours)
+    if not date_only:
+        values = ts.as_unit("ns").asi8
+        inside[inside] &= (values[inside] >= opens[pos[inside]]) & (values[inside] < closes[pos[inside]])
     kept = bars.loc[inside].copy()
-    opens, _ = session_bounds(sessions)
-    kept["timestamp"] = pd.to_datetime(opens[pos[inside]], utc=True)
-    kept["filled"] = False
-    kept["ticker"] = ticker
-    return AlignedTicker(kept[_COLUMNS].reset_index(drop=True), 0, int((~inside).sum()))
+    if kept.empty:
+        return AlignedTicker(_empty_frame(), 0, int((~inside).sum()))
+    regular_opens, _ = session_bounds(sessions)
+    kept["timestamp"] = regular_opens[pos[inside]]
+    agg = kept.groupby("timestamp", sort=True).agg(
+        open=("open", "first"),
+        high=("high", "max"),
+        low=("low", "min"),
+        close=("close", "last"),
+        volume=("volume", "sum"),
+    )
+    out = agg.reset_index()
+    out["timestamp"] = pd.to_datetime(out["timestamp"].to_numpy(), utc=True)
+    out.insert(1, "ticker", ticker)
+    out["filled"] = False
+    return AlignedTicker(out[_COLUMNS].reset_index(drop=True), 0, int((~inside).sum()))
 
 
 @dataclass(frozen=True)

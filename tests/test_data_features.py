@@ -119,3 +119,16 @@ def test_bad_shapes_are_data_errors():
         compute_features(torch.ones(5, 2), torch.ones(5, 3))
     with pytest.raises(DataError):
         compute_features(torch.ones(0, 2), torch.ones(0, 2))
+
+
+def test_market_features_up_to_t_ignore_later_bars():
+    """Through the loader: bars changed after t (in the test window) leave every feature <= t as is."""
+    panel = generate(SyntheticSpec(num_tickers=3, num_sessions=5, seed=6))
+    base = build_market(panel)
+    t = base.train.num_steps + base.valid.num_steps + 50
+    changed = type(panel)(**{**panel.__dict__, "close": panel.close.copy(), "volume": panel.volume.copy()})
+    changed.close[t + 1 :] *= 1.5
+    changed.volume[t + 1 :] *= 4
+    other = build_market(changed)
+    assert torch.equal(other.full.features[: t + 1], base.full.features[: t + 1])
+    assert not torch.equal(other.full.features[t + 1 :], base.full.features[t + 1 :])

@@ -252,3 +252,24 @@ def test_info_on_an_empty_home(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["intervals"] == {}
     assert main(["--home", str(tmp_path / "nothing"), "data", "info"]) == 0
     assert "no bars" in capsys.readouterr().out
+
+
+@needs_shared
+def test_minute_bars_import_as_daily_bars(tmp_path):
+    from data.sources.csv import import_files
+
+    import_files([LEAN_MINUTE], tmp_path / "home", interval="1d")
+    spy = BarStore(tmp_path / "home").read("1d", ["SPY"])["SPY"]
+    raw = pd.read_csv(LEAN_MINUTE)
+    raw = raw[raw.ticker == "SPY"]
+    ts = pd.to_datetime(raw.timestamp, utc=True)
+    day = raw[(ts >= "2013-10-04T13:30Z") & (ts < "2013-10-04T20:00Z")]  # regular hours, EDT
+    first = spy.iloc[0]
+    assert first.timestamp == pd.Timestamp("2013-10-04T13:30Z") and len(spy) == 7
+    assert (first.open, first.high, first.low, first.close, first.volume) == (
+        day.open.iloc[0],
+        day.high.max(),
+        day.low.min(),
+        day.close.iloc[-1],
+        day.volume.sum(),
+    )
