@@ -97,6 +97,7 @@ def test_baseline_on_stored_data(run_home, capsys):
         (["r1", "--window", "train"], "--window 'train'"),
         (["--baseline", "momentum"], "--baseline 'momentum'"),
         (["r1", "--baseline", "cash"], "--baseline is for backtests without a run"),
+        (["r1", "--device", "nonsense"], "not a torch device"),
     ],
 )
 def test_usage_errors_are_one_line(run_home, capsys, args, message):

@@ -79,6 +79,20 @@ def _window(splits: Any, window: str) -> Any:
     return getattr(splits, window)
 
 
+def _check_device(device: str) -> str:
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError):
+        raise ConfigError(f"device {device!r}: not a torch device (cpu, cuda, cuda:0, mps)") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"device {device!r}: CUDA is not available here (use --device cpu)")
+    if dev.type == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError(f"device {device!r}: MPS is not available here (use --device cpu)")
+    return device
+
+
 def _load_policy(champion_dir: Path, device: str) -> Any:
     try:
         from agents.policy import Policy
@@ -128,7 +142,7 @@ def backtest_run(
     if not config_path.is_file():
         raise ConfigError(f"run {run!r} has no config.toml")
     config = load_config(config_path)
-    device = device or config.agent.device
+    device = _check_device(device or config.agent.device)
     policy = _load_policy(run_dir / "champion", device)
     num_trials, trial_sharpes = _trials(_read_run_json(run_dir), run_dir)
     params = env_params_from_config(config.env)
