@@ -218,13 +218,20 @@ def load_market(
     if s["source"] == "stored":
         from data.store import BarStore
 
-        panel = BarStore(_home(home)).load_panel(
-            interval=s["interval"],
+        store = BarStore(_home(home))
+        # Coarser intervals not stored themselves are aggregated from stored 1m bars.
+        from_minutes = s["interval"] not in store.intervals() and "1m" in store.intervals()
+        panel = store.load_panel(
+            interval="1m" if from_minutes else s["interval"],
             tickers=list(s["tickers"]) or None,
             start=s["start_date"],
             end=s["end_date"],
             min_coverage=s["min_coverage"],
         )
+        if from_minutes:
+            from data.calendar import resample_panel
+
+            panel = resample_panel(panel, s["interval"])
         return build_market(panel, **split, source="stored")
     if s["source"] == "real-sample":
         from data.sources.sample import real_sample_panel

@@ -68,3 +68,19 @@ def test_bad_settings_are_one_line_errors():
         load_market(source="ftp")
     with pytest.raises(DataError, match="too few"):
         synthetic_market(num_tickers=2, num_sessions=2)
+
+
+def test_stored_minutes_serve_coarser_intervals(tmp_path):
+    from data.store import BarStore
+    from data.synthetic import SyntheticSpec, write_synthetic
+
+    write_synthetic(tmp_path, SyntheticSpec(num_tickers=2, num_sessions=5, seed=3))
+    assert BarStore(tmp_path).intervals() == ["1m"]
+    minute = load_market(source="stored", home=tmp_path)
+    hourly = load_market(source="stored", home=tmp_path, interval="1h")
+    assert hourly.full.interval == "1h" and hourly.full.num_steps == 5 * 7
+    # the 10:30 bar closes at the 11:29 minute's close, opens at the 10:30 minute's open
+    torch.testing.assert_close(hourly.full.close[1], minute.full.close[119])
+    torch.testing.assert_close(hourly.full.open[1], minute.full.open[60])
+    torch.testing.assert_close(hourly.full.volume[1], minute.full.volume[60:120].sum(0))
+    assert hourly.full.time_of_day[6].item() == pytest.approx(1.0)
