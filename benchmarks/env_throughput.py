@@ -31,8 +31,10 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def bench_batched(market, params: EnvParams, num_envs: int, steps: int, warmup: int, seed: int = 0) -> float:
-    """Seconds per batched step (median of 3 timed blocks)."""
+def bench_batched(
+    market, params: EnvParams, num_envs: int, steps: int, warmup: int, seed: int = 0
+) -> tuple[float, float]:
+    """Wall and process-CPU seconds per batched step (median of 3 timed blocks each)."""
     device = market.device
     gen = torch.Generator().manual_seed(seed)
     state, _ = trading.reset(market, params, num_envs, gen)
@@ -40,15 +42,16 @@ def bench_batched(market, params: EnvParams, num_envs: int, steps: int, warmup: 
     for i in range(warmup):
         state, *_ = trading.step(market, params, state, pool[i % len(pool)])
     _sync(device)
-    blocks = []
+    blocks, cpu_blocks = [], []
     per_block = max(1, steps // 3)
     for _ in range(3):
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         for i in range(per_block):
             state, *_ = trading.step(market, params, state, pool[i % len(pool)])
         _sync(device)
         blocks.append((time.perf_counter() - start) / per_block)
-    return sorted(blocks)[1]
+        cpu_blocks.append((time.process_time() - cpu_start) / per_block)
+    return sorted(blocks)[1], sorted(cpu_blocks)[1]
 
 
 def bench_reference(market, params: EnvParams, seconds: float, seed: int = 0) -> float:
@@ -96,7 +99,7 @@ def main(argv: list[str] | None = None) -> dict:
     params = EnvParams()
     results = []
     for num_envs in sizes:
-        sec = bench_batched(market, params, num_envs, args.steps, args.warmup)
+        sec, cpu_sec = bench_batched(market, params, num_envs, args.steps, args.warmup)
         results.append(
             {
                 "num_envs": num_envs,
@@ -104,12 +107,14 @@ def main(argv: list[str] | None = None) -> dict:
                 "device": str(device),
                 "env_steps_per_s": num_envs / sec,
                 "ms_per_step": sec * 1e3,
+                "cpu_ms_per_step": cpu_sec * 1e3,
             }
         )
         if not args.json:
             print(
                 f"{num_envs:>7} envs x {args.num_assets} assets on {device}: "
-                f"{num_envs / sec:>14,.0f} env-steps/s  {sec * 1e3:8.3f} ms/step",
+                f"{num_envs / sec:>14,.0f} env-steps/s  {sec * 1e3:8.3f} ms/step "
+                f"({cpu_sec * 1e3:.3f} ms CPU)",
                 flush=True,
             )
     ref = bench_reference(market, params, args.reference_seconds)
