@@ -95,3 +95,24 @@ def test_children_warm_start_from_their_parent(tmp_path):
     assert torch.isfinite(champion.act(obs)).all()
     metrics = board[0]["metrics"]
     assert np.isfinite(metrics["sharpe_ratio"]) and metrics["num_days"] == 2.0
+
+
+def test_sac_pods_train_and_warm_start(tmp_path):
+    market = _market()
+    train, valid, _test = market.split_sessions(0.6, 0.2)
+    args = TournamentArgs(
+        pods=1,
+        leaderboard_size=2,
+        p_fresh=0.0,
+        round_steps=128,
+        budget_steps=384,
+        workers=0,
+        seed=0,
+        algo="sac",
+    )
+    agent = {"hidden": 8, "embed": 4, "batch_size": 32, "buffer_size": 512, "learning_starts": 32}
+    result = run_tournament(tmp_path / "sac", train, valid, args=args, env=ENV, agent=agent)
+    pods = read_pods(result.run_dir)
+    assert [p["status"] != "failed" for p in pods] == [True, True, True]
+    assert all(p["algo"] == "sac" for p in pods) and pods[2]["parent_id"] is not None
+    assert Policy.load(result.run_dir / "champion").meta.algo == "sac"

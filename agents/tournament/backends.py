@@ -60,7 +60,7 @@ class Backend(Protocol):
 
     def submit(self, task: PodTask) -> cf.Future: ...
 
-    def close(self) -> None: ...
+    def close(self, abort: bool = False) -> None: ...
 
 
 class InlineBackend:
@@ -85,7 +85,7 @@ class InlineBackend:
         future.set_result(run_round_safely(self._round_fn, task, self._ctx))
         return future
 
-    def close(self) -> None:
+    def close(self, abort: bool = False) -> None:
         pass
 
 
@@ -157,9 +157,10 @@ class ProcessBackend:
             self._executor = self._new_executor()
             return self._executor.submit(_worker_round, task)
 
-    def close(self) -> None:
+    def close(self, abort: bool = False) -> None:
+        """Stop the workers; ``abort`` (an error or Ctrl-C) does not wait for rounds in progress."""
         if self._executor is not None:
-            self._executor.shutdown(wait=True, cancel_futures=True)
+            self._executor.shutdown(wait=not abort, cancel_futures=True)
             self._executor = None
 
 
@@ -241,7 +242,7 @@ class RayBackend:
         ref = self._remote.remote(self._round_fn, task, self._ctx_ref, self._threads)
         return ref.future()
 
-    def close(self) -> None:
+    def close(self, abort: bool = False) -> None:
         if self._owns_ray:
             import ray
 

@@ -193,7 +193,7 @@ def run_tournament(
         backend.start(round_fn, ctx)
         session.loop()
     except BaseException:
-        backend.close()
+        backend.close(abort=True)
         _write_run_json(run_dir, board, args, train, valid, status="interrupted")
         board.close()
         raise
