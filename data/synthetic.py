@@ -11,7 +11,7 @@ Model (per minute bar ``t`` of asset ``a``; all draws from one seeded ``numpy`` 
 - an overnight gap on the first bar of each session;
 - ``i``: the idiosyncratic part, and **the planted signal**:
 
-      i[t, a] = (phi / L) * (i[t-1, a] + ... + i[t-L, a]) + sigma[a] * eps[t, a],   phi = 0.5 * signal
+      i[t, a] = (phi / L) * (i[t-1, a] + ... + i[t-L, a]) + sigma[a] * eps[t, a],   phi = 0.7 * signal
 
   with ``L = 390`` bars (one session). An asset that out-performed the others over the last session
   keeps drifting the same way: the expected return of the next ``k`` bars is about
@@ -24,7 +24,7 @@ Model (per minute bar ``t`` of asset ``a``; all draws from one seeded ``numpy`` 
   With ``signal=0`` (``phi = 0``) the idiosyncratic returns are independent: no strategy can
   predict anything beyond the (unpredictable) regimes.
 
-``phi`` must stay below 1 (a stationary process), so ``signal`` is limited to < 1.9.
+``phi`` must stay below 1 (a stationary process), so ``signal`` is limited to < 1.4 (phi < 0.98).
 Everything is vectorized except the AR recursion (a running-sum loop over bars on ``(A,)`` vectors),
 which keeps 100 tickers x 60 sessions at a few seconds.
 """
@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 BARS_PER_FULL_SESSION = 390
 MOMENTUM_LOOKBACK = 390  # L above: bars of past idiosyncratic return that drive the planted drift
 PHI_PER_SIGNAL = 0.7  # phi = PHI_PER_SIGNAL * signal
-MAX_SIGNAL = 1.9
+MAX_SIGNAL = 1.4  # phi = 0.98 at most: the AR process stays stationary
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ class SyntheticSpec:
     seed: int = 0
     """seed of the one random generator: same seed, same bars, bit for bit"""
     signal: float = 1.0
-    """strength of the planted momentum: phi = 0.5 * signal (0 = pure noise)"""
+    """strength of the planted momentum: phi = 0.7 * signal (0 = pure noise)"""
     start: str = "2024-01-02"
     """first session on or after this date"""
     num_sectors: int = 5

@@ -132,3 +132,12 @@ def test_market_features_up_to_t_ignore_later_bars():
     other = build_market(changed)
     assert torch.equal(other.full.features[: t + 1], base.full.features[: t + 1])
     assert not torch.equal(other.full.features[t + 1 :], base.full.features[t + 1 :])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_features_on_cuda_match_cpu():
+    panel = generate(SyntheticSpec(num_tickers=3, num_sessions=5, seed=8))
+    cpu = build_market(panel, device="cpu")
+    gpu = build_market(panel, device="cuda")
+    assert gpu.full.features.device.type == "cuda"
+    torch.testing.assert_close(gpu.full.features.cpu(), cpu.full.features, atol=1e-4, rtol=1e-4)
