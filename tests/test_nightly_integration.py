@@ -1,0 +1,105 @@
+"""The real retrain pipeline (data -> tournament -> joint backtest -> decision -> ONNX export) on tiny
+synthetic data, twice: the first night promotes, the second is warm-started from that champion and
+scores it again on the same window."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from app.config import parse_config
+from app.nightly import decide, run_retrain, warm_start_round
+from app.registry import current_champion, read_decisions
+
+TINY = {
+    "data": {"source": "synthetic", "num_tickers": 3, "num_sessions": 15, "interval": "15m", "seed": 1},
+    "env": {"decision_interval": 1, "episode_len": 16, "num_envs": 4},
+    "agent": {
+        "hidden": 8,
+        "embed": 4,
+        "num_steps": 8,
+        "update_epochs": 1,
+        "num_minibatches": 1,
+        "eval_every": 1_000_000,
+    },
+    "tournament": {"pods": 2, "leaderboard_size": 2, "round_steps": 64, "budget_steps": 128, "workers": 0},
+    "nightly": {"tearsheet": False, "margin": 0.1, "dsr_threshold": 0.5},
+}
+
+
+def test_warm_start_round_seeds_only_the_first_fresh_pods(monkeypatch):
+    import dataclasses
+
+    from agents.tournament import pod as pod_module
+    from agents.tournament.generator import PodSpec
+    from agents.tournament.pod import PodTask
+
+    seen = []
+    monkeypatch.setattr(pod_module, "learner_round", lambda task, ctx: seen.append(task.spec) or "done")
+    fresh = PodSpec(pod_id="p0000", seq=0, seed=1, algo="ppo")
+    tasks = [
+        PodTask(spec=fresh, checkpoint_dir="/x/p0000", round_steps=8),
+        PodTask(
+            spec=dataclasses.replace(fresh, pod_id="p0001", seq=1), checkpoint_dir="/x/p0001", round_steps=8
+        ),
+        PodTask(
+            spec=dataclasses.replace(fresh, pod_id="p0002", seq=0, parent_id="p9", init_checkpoint="/x/p9"),
+            checkpoint_dir="/x/p0002",
+            round_steps=8,
+        ),
+    ]
+    for task in tasks:
+        assert warm_start_round(task, None, champion_dir="/h/champions/r0", warm_pods=1) == "done"
+    assert [s.init_checkpoint for s in seen] == ["/h/champions/r0", None, "/x/p9"]  # a child keeps its parent
+
+
+@pytest.mark.slow
+def test_real_pipeline_twice_on_tiny_synthetic_data(home):
+    from agents.policy import Policy
+    from app.export import load_bundle
+    from data.loader import load_market
+
+    config = parse_config(TINY)
+    first = run_retrain(config, home)
+    assert first.verdict == "promoted" and first.previous_champion is None
+    champ = current_champion(home)
+    assert champ["run_id"] == first.challenger_run_id
+    policy = Policy.load(champ["policy_dir"])
+    bundle = load_bundle(first.bundle, expect_tickers=list(policy.meta.tickers))  # hashes verified
+    assert Path(first.bundle, "policy.onnx").is_file() and bundle is not None
+
+    # The windows recorded are the data layer's own split; selection ends before evaluation starts.
+    windows = load_market(config.data, home=home).windows()
+    (row,) = read_decisions(home)
+    assert (row["selection_start"], row["selection_end"]) == tuple(windows["valid"])
+    assert (row["eval_start"], row["eval_end"]) == tuple(windows["test"])
+    assert row["selection_end"] < row["eval_start"]
+    run_dir = home / "runs" / first.challenger_run_id
+    metrics = json.loads((run_dir / "backtest" / "metrics.json").read_text())
+    assert metrics["start"] == row["eval_start"] and metrics["end"] == row["eval_end"]
+    assert metrics["strategies"]["champion"]["sharpe_ratio"] == pytest.approx(row["challenger_fitness"])
+
+    second = run_retrain(config, home)
+    run_info = json.loads((home / "runs" / second.challenger_run_id / "run.json").read_text())
+    assert run_info["nightly"]["warm_started_from"] == first.challenger_run_id
+    rows = read_decisions(home)
+    assert len(rows) == 2 and rows[1]["champion_run_id"] == first.challenger_run_id
+    # The champion is re-scored on the same window: a deterministic backtest gives the same number.
+    assert rows[1]["champion_fitness"] == pytest.approx(rows[0]["challenger_fitness"], rel=1e-6)
+    assert rows[1]["num_trials"] == rows[0]["num_trials"] + rows[1]["inputs"]["run_trials"]
+    expected = decide(
+        rows[1]["challenger_fitness"],
+        rows[1]["champion_fitness"],
+        rows[1]["challenger_dsr"],
+        has_champion=True,
+        margin=0.1,
+        dsr_threshold=0.5,
+    )
+    assert second.verdict == ("promoted" if expected.promote else "rejected")
+    now = current_champion(home)
+    if expected.promote:
+        assert now["run_id"] == second.challenger_run_id and Path(now["bundle"], "manifest.json").is_file()
+    else:
+        assert now == champ
