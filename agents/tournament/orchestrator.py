@@ -306,7 +306,7 @@ class _Session:
         if isinstance(outcome, PodOutcome):
             decision = self.updater.apply(task, outcome)
             self.consecutive_failures = 0
-            log.info("pod %s scored %.4f: %s", task.spec.pod_id, outcome.score, decision)
+            log.debug("pod %s scored %.4f: %s", task.spec.pod_id, outcome.score, decision)
             return
         error = outcome if isinstance(outcome, BaseException) else RoundError(repr(outcome))
         self.updater.fail(task, error, elapsed_s=elapsed)
