@@ -30,6 +30,7 @@ from app.nightly import (
     run_retrain,
 )
 from app.registry import current_champion, read_decisions, registry_path
+from data.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 WINDOWS = {
@@ -423,3 +424,65 @@ def test_hard_crash_inside_the_commit_leaves_registry_and_champion_intact(home):
     outcome = run_retrain(_config(), home, steps=FakePipeline(challenger_fitness=9.0).steps())
     assert outcome.verdict == "promoted"
     assert registry_path(home).is_file()
+
+
+# --- incremental data update --------------------------------------------------------------------------
+
+
+def test_incremental_update_fetches_only_what_is_missing(home):
+    from datetime import date
+
+    import pandas as pd
+
+    from app.nightly import incremental_update
+    from data.store import BarStore
+    from data.synthetic import SyntheticSpec, generate, to_frame
+
+    everything = to_frame(generate(SyntheticSpec(num_tickers=2, num_sessions=10, seed=3)))
+    session = pd.DatetimeIndex(everything["timestamp"]).tz_convert("America/New_York").strftime("%Y-%m-%d")
+    tickers = sorted(everything["ticker"].unique())
+    calls = []
+
+    def fake_fetch(source, names, start, end, interval):
+        calls.append((source, list(names), start, end, interval))
+        keep = (session >= start) & (session <= end) & everything["ticker"].isin(names).to_numpy()
+        return everything.loc[keep].reset_index(drop=True)
+
+    first = incremental_update(
+        home,
+        source="alpaca",
+        tickers=tickers,
+        interval="1m",
+        initial_days=5,
+        today=date(2024, 1, 9),
+        fetch=fake_fetch,
+    )
+    assert calls[-1] == ("alpaca", tickers, "2024-01-04", "2024-01-09", "1m")
+    assert first["rows_fetched"] > 0 and first["files_written"] > 0
+    part = BarStore(home).info()["intervals"]["1m"]
+    assert (part["start"], part["end"]) == ("2024-01-04", "2024-01-09")
+
+    # Next night: from the last stored session (re-fetched, it may have been partial) to today.
+    incremental_update(
+        home,
+        source="alpaca",
+        tickers=[],
+        interval="1m",
+        initial_days=5,
+        today=date(2024, 1, 12),
+        fetch=fake_fetch,
+    )
+    assert calls[-1][1:4] == (tickers, "2024-01-09", "2024-01-12")
+    part = BarStore(home).info()["intervals"]["1m"]
+    assert part["end"] == "2024-01-12"
+    stored_days = sorted({d for d in session if "2024-01-04" <= d <= "2024-01-12"})
+    # Re-fetched bars are merged by timestamp, never doubled: one row per ticker and grid minute.
+    assert part["rows"] == len(tickers) * 390 * len(stored_days)
+
+
+def test_online_update_needs_the_bar_store(home):
+    from app.nightly import update_data_step
+
+    config = _config(update="yfinance")
+    with pytest.raises(ConfigError, match="data.source = 'stored'"):
+        update_data_step(config, home)
