@@ -438,7 +438,8 @@ def step(
         # Only sizes the targets, so a plain (float32) sum is precise enough here.
         value_open = cash + (shares * px_open).sum(1)
         weights = action.to(adt).clamp(min=0.0)  # a new tensor: in-place below is safe
-        budget = (value_open / weights.sum(1).clamp(min=1.0)).to(adt)
+        # float64 sum: a float32 one overflows for huge (finite) weights and would zero the targets.
+        budget = (value_open / weights.sum(1, dtype=ACC_DTYPE).clamp(min=1.0)).to(adt)
         # Share space (not $): a zero target gives diff = -shares exactly, so full sells leave 0.
         diff = weights.mul_(budget[:, None]).div_(px_open).sub_(shares)
         buy = diff.clamp(min=0.0)

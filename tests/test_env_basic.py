@@ -110,3 +110,66 @@ def test_start_out_of_range_and_short_market(market):
     short = market.slice(0, 5)
     with pytest.raises(DataError, match="bars"):
         trading.reset(short, params, 2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("mode", ["weights", "shares"])
+def test_step_never_modifies_inputs(market, mode, dtype):
+    params = EnvParams(action_mode=mode, decision_interval=2, episode_len=3, max_shares=50.0)
+    state, _ = trading.reset(market, params, 4, torch.Generator().manual_seed(0))
+    action = (torch.rand(4, 4, generator=torch.Generator().manual_seed(1)) * 1.5 - 0.5).to(dtype)
+    action_before = action.clone()
+    fields_before = [x.clone() for x in dataclasses.astuple(state)]
+    for _ in range(4):  # includes a step where every env resets
+        new_state, *_ = trading.step(market, params, state, action)
+        assert torch.equal(action, action_before)
+        for a, b in zip(fields_before, dataclasses.astuple(state), strict=True):
+            assert torch.equal(a, b)
+        state = new_state
+        fields_before = [x.clone() for x in dataclasses.astuple(state)]
+
+
+def test_huge_finite_actions_are_accepted(market):
+    params = EnvParams(decision_interval=1, episode_len=5)
+    state, _ = trading.reset(market, params, 2, start=3)
+    # The sum overflows to inf, but every entry is finite: clipped/rescaled, not an error.
+    state, obs, *_ = trading.step(market, params, state, torch.full((2, 4), 3e38))
+    glob, per = split_obs(obs, 4, 3)
+    torch.testing.assert_close(per[..., 0].sum(1), torch.ones(2), atol=5e-3, rtol=0)
+
+
+def test_observe_rebuilds_the_returned_observation(market):
+    params = EnvParams(decision_interval=2, episode_len=50)
+    state, obs = trading.reset(market, params, 3, torch.Generator().manual_seed(5))
+    assert torch.equal(trading.observe(market, state), obs)
+    state, obs, *_ = trading.step(market, params, state, torch.full((3, 4), 0.2))
+    torch.testing.assert_close(trading.observe(market, state), obs)
+
+
+def test_obs_without_template_table_is_identical(market, monkeypatch):
+    params = EnvParams(decision_interval=2, episode_len=3)
+    actions = [torch.full((5, 4), 0.1 * i) for i in range(5)]
+
+    def run(m):
+        state, obs = trading.reset(m, params, 5, torch.Generator().manual_seed(2))
+        out = [obs]
+        for action in actions:
+            state, obs, *_ = trading.step(m, params, state, action)
+            out.append(obs)
+        return out
+
+    with_table = run(market)
+    monkeypatch.setattr(trading, "OBS_TABLE_MAX_BYTES", 0)
+    # Same data in new tensors, so no cached table applies (the strided fallback is used).
+    fresh = dataclasses.replace(market, features=market.features.clone())
+    assert trading._obs_table(fresh) is None
+    for a, b in zip(with_table, run(fresh), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_random_starts_when_window_is_shorter_than_an_episode(market):
+    params = EnvParams(decision_interval=10, episode_len=1000)
+    state, _ = trading.reset(market, params, 256, torch.Generator().manual_seed(0))
+    last = market.num_steps - 1 - 10
+    assert int(state.t.min()) >= 0 and int(state.t.max()) <= last
+    assert int(state.t.max()) > last - 30  # the whole range is used
