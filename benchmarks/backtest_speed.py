@@ -53,7 +53,8 @@ def main(argv: list[str] | None = None) -> dict:
     )
     parser.add_argument("--source", choices=("synthetic", "toy"), default="synthetic")
     parser.add_argument("--device", default="cpu")
-    # One observation per call: intra-op threads only add synchronization to such small ops.
+    # One observation per call: intra-op threads only add synchronization to such small ops
+    # (`podracer backtest` runs with 1 thread too).
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)

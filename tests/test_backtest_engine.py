@@ -238,3 +238,16 @@ def test_a_nan_action_after_the_first_decision_is_reported_with_its_decision(toy
 
     with pytest.raises(PodracerError, match=r"'late' returned a NaN or inf action at decision 3 \(bar 30\)"):
         engine.run_backtest(toy, EnvParams(decision_interval=10), {"late": late_nan}, baselines=())
+
+
+def test_num_threads_is_set_for_the_run_and_restored(toy):
+    before = torch.get_num_threads()
+    seen = []
+
+    def spy(obs):
+        seen.append(torch.get_num_threads())
+        return torch.zeros(obs.shape[0], toy.num_assets)
+
+    engine.run_backtest(toy, EnvParams(decision_interval=200), {"spy": spy}, baselines=(), num_threads=1)
+    assert seen and set(seen) == {1}
+    assert torch.get_num_threads() == before

@@ -148,7 +148,7 @@ def backtest_run(
     params = env_params_from_config(config.env)
     market = _window(load_market(config.data, home=home, device=device), window)
     _check_policy_fits(policy, market, params)
-    result = engine.run_backtest(market, params, {"champion": policy}, device=device)
+    result = engine.run_backtest(market, params, {"champion": policy}, device=device, num_threads=1)
     return report.write_report(
         run_dir,
         result,
@@ -187,7 +187,9 @@ def backtest_baselines(
     market = _window(load_market(data, home=home, device=device), window)
     if "index" in names and not any(t in market.tickers for t in engine.INDEX_TICKERS):
         raise DataError(f"--baseline index: none of {', '.join(engine.INDEX_TICKERS)} is in the stored data")
-    result = engine.run_backtest(market, env_params_from_config(config.env), baselines=names, device=device)
+    result = engine.run_backtest(
+        market, env_params_from_config(config.env), baselines=names, device=device, num_threads=1
+    )
     benchmark = names[0] if names[0] != "index" else result.names[0]
     if out is not None:
         return report.write_report(
