@@ -6,6 +6,8 @@ import dataclasses
 
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from data.toy import toy_market
 from envs import trading
@@ -207,3 +209,44 @@ def test_runs_unchanged_on_cuda(market):
         results.append((state.value.cpu(), obs.cpu(), reward.cpu()))
     for cpu, cuda in zip(*results, strict=True):
         torch.testing.assert_close(cpu, cuda, rtol=1e-4, atol=1e-5)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    mode=st.sampled_from(["weights", "shares"]),
+    reward=st.sampled_from(["log_return", "return", "diff_sharpe"]),
+    cost_rate=st.floats(0.0, 0.5),
+    slippage_bps=st.floats(0.0, 500.0),
+    scale=st.sampled_from([0.0, 1e-3, 0.3, 1.0, 7.0, 1e30]),
+    precision=st.sampled_from(["float32", "float64"]),
+    seed=st.integers(0, 2**16),
+)
+def test_invariants_hold_for_random_params(
+    market, mode, reward, cost_rate, slippage_bps, scale, precision, seed
+):
+    params = EnvParams(
+        action_mode=mode,
+        reward=reward,
+        cost_rate=cost_rate,
+        slippage_bps=slippage_bps,
+        decision_interval=3,
+        episode_len=6,
+        max_shares=2000.0,
+        drawdown_penalty=0.2,
+        precision=precision,
+    )
+    gen = torch.Generator().manual_seed(seed)
+    state, obs = trading.reset(market, params, 8, gen)
+    for _ in range(8):
+        action = (torch.rand(8, market.num_assets, generator=gen) * 2 - 0.5) * scale
+        state, obs, reward_t, term, trunc, info = trading.step(market, params, state, action)
+        assert bool(torch.isfinite(obs).all()) and bool(torch.isfinite(reward_t).all())
+        assert bool((state.cash >= 0).all()) and bool((state.shares >= 0).all())
+        close = market.close[state.t].double()
+        torch.testing.assert_close(
+            state.value, state.cash + (state.shares.double() * close).sum(1), rtol=1e-6, atol=1e-3
+        )
+        torch.testing.assert_close(info["cost"], params.cost_rate * info["traded_notional"])
+        # Never more invested than the portfolio is worth.
+        _, per = split_obs(obs, market.num_assets, market.num_features)
+        assert bool((per[..., 0].sum(1) <= 1.0 + 1e-5).all())
