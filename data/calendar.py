@@ -223,13 +223,18 @@ def align_ticker(
     frame["close"] = close
     frame["volume"] = frame["volume"].fillna(0.0)
     out = frame.reset_index(names="timestamp")
-    out["timestamp"] = pd.to_datetime(out["timestamp"].to_numpy(), utc=True)
+    out["timestamp"] = _utc(out["timestamp"].to_numpy())
     out.insert(1, "ticker", ticker)
     out["filled"] = filled
     return AlignedTicker(out[_COLUMNS].reset_index(drop=True), int(filled.sum()), dropped)
 
 
 _COLUMNS = ["timestamp", "ticker", "open", "high", "low", "close", "volume", "filled"]
+
+
+def _utc(ns: np.ndarray) -> pd.DatetimeIndex:
+    """int64 nanoseconds since the epoch -> UTC timestamps (a view, no per-element parsing)."""
+    return pd.DatetimeIndex(np.asarray(ns, dtype=np.int64).view("datetime64[ns]")).tz_localize("UTC")
 
 
 def _empty_frame() -> pd.DataFrame:
@@ -269,7 +274,7 @@ def _align_daily(
         volume=("volume", "sum"),
     )
     out = agg.reset_index()
-    out["timestamp"] = pd.to_datetime(out["timestamp"].to_numpy(), utc=True)
+    out["timestamp"] = _utc(out["timestamp"].to_numpy())
     out.insert(1, "ticker", ticker)
     out["filled"] = False
     return AlignedTicker(out[_COLUMNS].reset_index(drop=True), 0, int((~inside).sum()))

@@ -97,7 +97,9 @@ def _read_file(path: Path) -> pd.DataFrame:
 
 
 def _session_month(ts: pd.Series) -> np.ndarray:
-    return pd.DatetimeIndex(ts).tz_convert(TZ).strftime("%Y-%m").to_numpy()
+    """``datetime64[M]`` New York month of each timestamp (no string formatting per row: fast)."""
+    local = pd.DatetimeIndex(ts).tz_convert(TZ).tz_localize(None).as_unit("ns")
+    return local.values.astype("datetime64[M]")
 
 
 class BarStore:
@@ -158,7 +160,7 @@ class BarStore:
             months = _session_month(new["timestamp"])
             real_count = 0
             gaps = 0
-            for month in sorted(set(months)):
+            for month in np.unique(months):
                 new_month = new.loc[months == month]
                 path = self.ticker_dir(interval, str(ticker)) / f"{month}.parquet"
                 merged = self._merge(path, new_month, interval, extended_hours, str(ticker), source)

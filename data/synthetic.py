@@ -186,7 +186,9 @@ def _planted_momentum(eps: np.ndarray, phi: float, lookback: int) -> np.ndarray:
 def to_frame(panel: Panel) -> pd.DataFrame:
     """Long bar-schema frame (timestamp, ticker, open, high, low, close, volume) of a panel."""
     num_steps, num_assets = panel.close.shape
-    ts = pd.to_datetime(np.tile(panel.grid.timestamps, num_assets), utc=True)
+    ts = pd.DatetimeIndex(np.tile(panel.grid.timestamps.astype("datetime64[ns]"), num_assets)).tz_localize(
+        "UTC"
+    )
     return pd.DataFrame(
         {
             "timestamp": ts,
