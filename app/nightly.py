@@ -400,7 +400,10 @@ def run_retrain(
             if isinstance(err, KeyboardInterrupt | SystemExit):
                 raise
             kept = f"champion {champion_id} kept" if champion_id else "no champion yet"
-            raise RetrainError(f"retrain failed at step {step}: {_one_line(err)} ({kept})") from err
+            error = RetrainError(f"retrain failed at step {step}: {_one_line(err)} ({kept})")
+            if isinstance(err, ConfigError):
+                error.exit_code = err.exit_code  # the user's to fix, like any config error
+            raise error from err
 
     outcome = RetrainOutcome(
         decision_id=decision_id,

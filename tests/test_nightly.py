@@ -486,3 +486,8 @@ def test_online_update_needs_the_bar_store(home):
     config = _config(update="yfinance")
     with pytest.raises(ConfigError, match="data.source = 'stored'"):
         update_data_step(config, home)
+    # Through the pipeline: recorded as failed, exit status 2 like any config error, no download.
+    with pytest.raises(RetrainError, match="step update_data: nightly.update") as info:
+        run_retrain(config, home)
+    assert info.value.exit_code == 2
+    assert read_decisions(home)[-1]["step"] == "update_data"
