@@ -271,10 +271,7 @@ class BarStore:
             all_dates: set[str] = set()
             for ticker in self.tickers(interval):
                 files = sorted(self.ticker_dir(interval, ticker).glob("*.parquet"))
-                frame = pd.concat(
-                    [pq.read_table(f, columns=["timestamp", "filled"]).to_pandas() for f in files],
-                    ignore_index=True,
-                )
+                frame = pd.concat([_read_file(f)[["timestamp", "filled"]] for f in files], ignore_index=True)
                 unique_dates = _session_dates(frame["timestamp"])
                 all_dates.update(unique_dates)
                 filled = int(frame["filled"].sum())

@@ -273,3 +273,15 @@ def test_minute_bars_import_as_daily_bars(tmp_path):
         day.close.iloc[-1],
         day.volume.sum(),
     )
+
+
+def test_corrupt_store_file_is_a_one_line_error(tmp_path, capsys):
+    from data.synthetic import SyntheticSpec, write_synthetic
+
+    home = tmp_path / "home"
+    write_synthetic(home, SyntheticSpec(num_tickers=1, num_sessions=1))
+    victim = next((home / "data" / "bars").rglob("*.parquet"))
+    victim.write_bytes(victim.read_bytes()[:100])  # truncated, as by a crash of a non-atomic writer
+    rc = main(["--home", str(home), "data", "info"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "unreadable" in err and victim.name in err and len(err.strip().splitlines()) == 1
