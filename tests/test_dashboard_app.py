@@ -30,7 +30,7 @@ def _app(home: Path, monkeypatch, run: str | None = None) -> AppTest:
 
 def _open(at: AppTest, page: str) -> AppTest:
     if page != "overview":
-        at.switch_page(f"pages/{page}.py")
+        at.switch_page(f"screens/{page}.py")
     return at.run()
 
 
@@ -171,6 +171,8 @@ def test_overview_cards_equal_metrics_json(full_home, monkeypatch):
 def test_every_page_renders_on_a_full_home(full_home, monkeypatch, page):
     at = _open(_app(full_home, monkeypatch), page)
     _no_exception(at)
+    # The entry script ran too (page config, navigation, the sidebar's run picker).
+    assert at.sidebar.selectbox(key="run_picker").value == "run-a"
     assert not at.error, _texts(at.error)
     assert not at.info, _texts(at.info)  # nothing is missing in this home
     if page == "tournament":
@@ -186,7 +188,8 @@ def test_every_page_renders_on_a_full_home(full_home, monkeypatch, page):
         assert len(at.get("plotly_chart")) == 2  # weights area + cumulative costs
     if page == "nightly":
         labels = {m.label: m.value for m in at.metric}
-        assert labels["Run"] == "run-a" and labels["Promoted"] == "1" and labels["Rejected"] == "1"
+        assert labels["Run"] == "run-a" and labels["Promoted on"] == "2024-03-01"
+        assert labels["Promoted"] == "1" and labels["Rejected"] == "1" and labels["sharpe"] == "1.10"
     if page == "paper":
         labels = {m.label: m.value for m in at.metric}
         assert labels["Equity"] == "$100,250.00" and labels["Orders recorded"] == "1"

@@ -39,7 +39,11 @@ CHROME_FLAGS = (
     "--window-size=1600,1100",
 )
 METRIC = '[data-testid="stMetric"]'
-PLOT = ".js-plotly-plot .main-svg"
+# Plotly charts whose traces are drawn (a chart has several .main-svg layers, so count plots).
+DRAWN_PLOTS = (
+    "return Array.from(document.querySelectorAll('.js-plotly-plot'))"
+    ".filter(p => p.querySelector('.main-svg .trace, .main-svg .hm, .main-svg image')).length"
+)
 
 
 def _skip_reason() -> str | None:
@@ -144,10 +148,10 @@ def test_dashboard_in_a_real_browser(server, browser, tmp_path, capsys, record_p
     browser.get(url)
     wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, METRIC)) >= 16)
     cards_s = time.perf_counter() - start
-    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, PLOT)) >= 1)
+    wait.until(lambda d: d.execute_script(DRAWN_PLOTS) >= 1)
     first_chart_s = time.perf_counter() - start
     # Full render: the equity, underwater and monthly-returns charts all drawn.
-    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, PLOT)) >= 3)
+    wait.until(lambda d: d.execute_script(DRAWN_PLOTS) >= 3)
     full_s = time.perf_counter() - start
 
     labels = browser.find_elements(By.CSS_SELECTOR, '[data-testid="stMetricLabel"]')
@@ -172,12 +176,16 @@ def test_dashboard_in_a_real_browser(server, browser, tmp_path, capsys, record_p
     start = time.perf_counter()
     browser.get(url)
     wait.until(
-        lambda d: (
-            len(d.find_elements(By.CSS_SELECTOR, PLOT)) >= 3
-            and len(d.find_elements(By.CSS_SELECTOR, METRIC)) >= 16
-        )
+        lambda d: d.execute_script(DRAWN_PLOTS) >= 3 and len(d.find_elements(By.CSS_SELECTOR, METRIC)) >= 16
     )
     warm_s = time.perf_counter() - start
+
+    # A deep link renders inside the app (navigation, sidebar), not as a bare page script.
+    browser.get(f"{url}/positions")
+    wait.until(lambda d: d.find_elements(By.XPATH, "//h1[contains(., 'Positions')]"))
+    nav = {e.text.strip() for e in browser.find_elements(By.CSS_SELECTOR, '[data-testid="stSidebarNav"] a')}
+    assert {"Overview", "Tournament", "Positions & trades", "Paper trading"} <= nav, nav
+    assert browser.find_elements(By.CSS_SELECTOR, '[data-testid="stSidebar"] [data-testid="stSelectbox"]')
 
     record_property("first_full_render_s", round(full_s, 2))
     with capsys.disabled():

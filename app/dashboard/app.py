@@ -21,17 +21,23 @@ for _name in [m for m in sys.modules if m == "app" and not hasattr(sys.modules[m
 
 import streamlit as st  # noqa: E402
 
-st.set_page_config(page_title="podracer", page_icon=":material/sports_motorsports:", layout="wide")
+# An emoji favicon, not a ":material/...:" one (nor page icons, which become the favicon of their
+# page): Streamlit fetches material-symbol favicons from fonts.gstatic.com, and the dashboard must
+# work offline; an emoji becomes an inline SVG.
+st.set_page_config(page_title="podracer", page_icon="🏁", layout="wide")
 
 from app.dashboard import ui  # noqa: E402
 
+# The page scripts live in screens/, not pages/: a folder named pages/ beside the entry script makes
+# Streamlit emulate its old multipage mode, where a deep link (/positions) runs the page file
+# without this script (no page config, no run picker, the file names as navigation).
 PAGES = [
-    st.Page("pages/overview.py", title="Overview", icon=":material/monitoring:", default=True),
-    st.Page("pages/tournament.py", title="Tournament", icon=":material/emoji_events:"),
-    st.Page("pages/training.py", title="Training", icon=":material/show_chart:"),
-    st.Page("pages/positions.py", title="Positions & trades", icon=":material/pie_chart:"),
-    st.Page("pages/nightly.py", title="Nightly", icon=":material/schedule:"),
-    st.Page("pages/paper.py", title="Paper trading", icon=":material/receipt_long:"),
+    st.Page("screens/overview.py", title="Overview", default=True),
+    st.Page("screens/tournament.py", title="Tournament"),
+    st.Page("screens/training.py", title="Training"),
+    st.Page("screens/positions.py", title="Positions & trades"),
+    st.Page("screens/nightly.py", title="Nightly"),
+    st.Page("screens/paper.py", title="Paper trading"),
 ]
 
 page = st.navigation(PAGES)

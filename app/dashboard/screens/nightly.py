@@ -16,7 +16,7 @@ with ui.guard("nightly"):
     if champion:
         cols = st.columns(4)
         cols[0].metric("Run", str(champion.get("run_id", "?")), border=True)
-        cols[1].metric("Promoted", str(champion.get("promoted_at", "?"))[:19].replace("T", " "), border=True)
+        cols[1].metric("Promoted on", str(champion.get("promoted_at", "?"))[:10], border=True)
         cols[2].metric(
             str(champion.get("fitness") or "fitness"),
             views.format_metric(champion.get("fitness_value"), "ratio"),
