@@ -272,8 +272,9 @@ def _observe(market: MarketData, t: Tensor, cash: Tensor, pos_value: Tensor, val
         obs[:, 1] = market.time_of_day.index_select(0, t)
         obs[:, 2:].view(num_envs, num_assets, 1 + num_features)[..., 1:] = market.features.index_select(0, t)
     obs[:, 0] = cash * inv_value
-    # Written straight into the strided weight slots (no temporary).
-    torch.mul(pos_value, inv_value[:, None], out=obs[:, 2 :: 1 + num_features])
+    # Written straight into the strided weight slots (no temporary); same-dtype operands, since a
+    # float64 factor would make the float32 positions go through a cast copy first.
+    torch.mul(pos_value, inv_value.to(pos_value.dtype)[:, None], out=obs[:, 2 :: 1 + num_features])
     return obs
 
 
