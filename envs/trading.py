@@ -515,7 +515,7 @@ def step(
         "bar_t": state.t,
     }
     if params.trade_info:
-        fill_price = px_open * (1.0 + slip * torch.sign(traded))  # float32, like the market
+        fill_price = px_open * (1.0 + slip * torch.sign(traded))  # per-asset dtype
         info["fill_price"] = fill_price
         info["asset_cost"] = rate * traded.abs() * fill_price
 
