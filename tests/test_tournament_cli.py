@@ -213,3 +213,26 @@ def test_live_view_renders_pool_and_leaderboard():
     text = console.export_text()
     assert "512 / 1,024" in text and "p0003" in text and "1.00e-04" in text
     assert "p0001" in text and "1.250" in text and "fresh" in text
+
+
+def test_one_budget_on_the_command_line_replaces_both():
+    from app.commands.train import _tournament_overrides, tournament_args_from_config
+    from app.config import Config
+
+    minutes = _tournament_overrides(None, None, 5.0, None, None, None)
+    assert minutes == {"budget_minutes": 5.0, "budget_steps": None}
+    args = tournament_args_from_config(Config().with_updates(tournament=minutes))
+    assert args.budget_steps is None and args.budget_minutes == 5.0
+    both = _tournament_overrides(3, 1000, 2.0, "ray", 0, "auto")
+    assert both == {
+        "pods": 3,
+        "budget_steps": 1000,
+        "budget_minutes": 2.0,
+        "backend": "ray",
+        "workers": 0,
+        "address": "auto",
+    }
+    from data.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="budget"):
+        tournament_args_from_config(Config().with_updates(tournament={"budget_steps": None}))
