@@ -530,6 +530,7 @@ def warm_start_round(task: Any, ctx: Any, *, champion_dir: str, warm_pods: int) 
     spec = task.spec
     if spec.parent_id is None and spec.init_checkpoint is None and spec.seq < warm_pods:
         task = dataclasses.replace(task, spec=dataclasses.replace(spec, init_checkpoint=champion_dir))
+        log.info("pod %s warm-started from the champion's weights (%s)", spec.pod_id, champion_dir)
     return learner_round(task, ctx)
 
 

@@ -56,8 +56,9 @@ def test_warm_start_round_seeds_only_the_first_fresh_pods(monkeypatch):
 
 
 @pytest.mark.slow
-def test_real_pipeline_twice_on_tiny_synthetic_data(home):
+def test_real_pipeline_twice_on_tiny_synthetic_data(home, caplog):
     from agents.policy import Policy
+    from agents.tournament.leaderboard import read_pods
     from app.export import load_bundle
     from data.loader import load_market
 
@@ -81,9 +82,15 @@ def test_real_pipeline_twice_on_tiny_synthetic_data(home):
     assert metrics["start"] == row["eval_start"] and metrics["end"] == row["eval_end"]
     assert metrics["strategies"]["champion"]["sharpe_ratio"] == pytest.approx(row["challenger_fitness"])
 
+    caplog.set_level("INFO", logger="app.nightly")
     second = run_retrain(config, home)
     run_info = json.loads((home / "runs" / second.challenger_run_id / "run.json").read_text())
     assert run_info["nightly"]["warm_started_from"] == first.challenger_run_id
+    # workers = 0 runs pods inline, so the warm start is visible here; the warm pod trained and scored.
+    assert f"pod p0000 warm-started from the champion's weights ({champ['policy_dir']})" in caplog.text
+    pods = {p["pod_id"]: p for p in read_pods(home / "runs" / second.challenger_run_id)}
+    assert pods["p0000"]["parent_id"] is None and pods["p0000"]["score"] is not None
+    assert pods["p0000"]["status"] != "failed"
     rows = read_decisions(home)
     assert len(rows) == 2 and rows[1]["champion_run_id"] == first.challenger_run_id
     # The champion is re-scored on the same window: a deterministic backtest gives the same number.
