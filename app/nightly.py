@@ -215,7 +215,10 @@ def trials_on_window(home: Path, window: tuple[str, str]) -> int:
     """
     total = 0
     for row in read_decisions(home):
-        if row["verdict"] == "failed" or (row["eval_start"], row["eval_end"]) != tuple(window):
+        if (row["eval_start"], row["eval_end"]) != tuple(window):
+            continue
+        # A run that failed after its evaluation (export, record) still looked at the window.
+        if row["verdict"] == "failed" and row["step"] not in ("decide", "export", "record"):
             continue
         total += int((row.get("inputs") or {}).get("run_trials") or 0)
     return total

@@ -255,6 +255,19 @@ def test_reused_evaluation_window_deflates_for_every_earlier_tournament(home):
     assert fresh.num_trials == [2]  # a new window starts counting again
     assert [r["num_trials"] for r in read_decisions(home)] == [3, 8, 2]
 
+    def boom() -> None:
+        raise OSError("export disk full")
+
+    # A night that failed after evaluating on the window counts; one that failed before does not.
+    for step, trials in (("export", 7), ("tournament", 100)):
+        with pytest.raises(RetrainError):
+            run_retrain(
+                _config(), home, steps=FakePipeline(trials=trials, windows=moved).steps(), faults={step: boom}
+            )
+    last = FakePipeline(trials=1, windows=moved)
+    run_retrain(_config(), home, steps=last.steps())
+    assert last.num_trials == [2 + 7 + 1]
+
 
 def test_overlapping_windows_fail_before_training(home):
     bad = {**WINDOWS, "valid": ("2024-02-01", "2024-02-20")}  # runs into the test window
