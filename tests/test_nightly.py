@@ -504,3 +504,16 @@ def test_online_update_needs_the_bar_store(home):
         run_retrain(config, home)
     assert info.value.exit_code == 2
     assert read_decisions(home)[-1]["step"] == "update_data"
+
+
+def test_lock_is_exclusive_even_within_one_process_and_tolerates_garbage(tmp_path):
+    path = tmp_path / "retrain.lock"
+    path.write_bytes(b"\x00garbage{")  # e.g. a torn write by some other tool: no holder info
+    with ProcessLock(path) as first:
+        assert first.recovered is None and first.held
+        with pytest.raises(LockBusyError, match=f"pid {os.getpid()}") as info:
+            ProcessLock(path).acquire()
+        assert "\n" not in str(info.value) and info.value.exit_code == 75
+    assert not first.held and path.read_text() == ""  # released and cleared
+    with ProcessLock(path) as again:
+        assert again.recovered is None  # a cleanly released lock is not "stale"
