@@ -127,6 +127,12 @@ def test_curves_and_missing_stores(tmp_path):
     assert list(curves) == ["pod-000", "pod-001"]
     assert curves["pod-000"]["env_steps"].is_monotonic_increasing
     assert views.curve_metrics(curves) == ["eval/score", "charts/episodic_return", "losses/value_loss"]
+    assert views.curve_x_axes(curves) == ["env_steps"]
+    with_lineage = {p: f.assign(lineage_env_steps=f["env_steps"] + 1000) for p, f in curves.items()}
+    assert "lineage_env_steps" not in views.curve_metrics(with_lineage)
+    assert views.curve_x_axes(with_lineage) == ["env_steps", "lineage_env_steps"]
+    fig = charts.learning_curves_figure(with_lineage, "eval/score", x="lineage_env_steps")
+    assert fig.data[0].x[0] == curves["pod-000"]["env_steps"].iloc[0] + 1000
     with pytest.raises(artifacts.ArtifactMissing, match="no tournament in run 'r1'"):
         artifacts.read_tournament(run_dir)
     with pytest.raises(artifacts.ArtifactMissing, match="no nightly retrain yet: run `podracer retrain"):

@@ -232,17 +232,17 @@ def fitness_figure(history: pd.DataFrame) -> go.Figure:
 
 
 def learning_curves_figure(
-    curves: dict[str, pd.DataFrame], metric: str, max_points: int = MAX_POINTS
+    curves: dict[str, pd.DataFrame], metric: str, max_points: int = MAX_POINTS, x: str = "env_steps"
 ) -> go.Figure:
-    """``metric`` against env steps, one line per pod."""
+    """``metric`` against ``x`` (env steps), one line per pod."""
     fig = go.Figure()
     for pod, frame in curves.items():
-        if metric not in frame.columns:
+        if metric not in frame.columns or x not in frame.columns:
             continue
-        series = frame.set_index("env_steps")[metric].dropna()
+        series = frame.set_index(x)[metric].dropna()
         line = downsample(series, max_points)
         fig.add_trace(go.Scatter(x=line.index, y=line.to_numpy(), name=pod, mode="lines"))
-    fig.update_layout(title=metric, xaxis_title="env steps", **{**_LAYOUT, "hovermode": "closest"})
+    fig.update_layout(title=metric, xaxis_title=x.replace("_", " "), **{**_LAYOUT, "hovermode": "closest"})
     return fig
 
 

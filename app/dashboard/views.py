@@ -375,10 +375,22 @@ def _to_time(col: pd.Series) -> pd.Series:
 # --------------------------------------------------------------------------- training
 
 
+# Step counters of a curve: x axes, not metrics. ``lineage_env_steps`` (tournament pods) counts the
+# steps of the pod's ancestors too, so a child's curve continues its parent's.
+STEP_COLUMNS = ("env_steps", "lineage_env_steps", "global_step", "update", "iteration")
+
+
+def curve_x_axes(curves: dict[str, pd.DataFrame]) -> list[str]:
+    """The step columns every curve has (``env_steps`` first)."""
+    return [c for c in STEP_COLUMNS[:2] if curves and all(c in f.columns for f in curves.values())]
+
+
 def curve_metrics(curves: dict[str, pd.DataFrame]) -> list[str]:
     """Metric columns present in any pod's curve, ``eval/`` and ``charts/`` first."""
     names: set[str] = set()
     for frame in curves.values():
-        names.update(c for c in frame.columns if c != "env_steps" and pd.api.types.is_numeric_dtype(frame[c]))
+        names.update(
+            c for c in frame.columns if c not in STEP_COLUMNS and pd.api.types.is_numeric_dtype(frame[c])
+        )
     order = {"eval": 0, "charts": 1, "tournament": 2, "losses": 3}
     return sorted(names, key=lambda n: (order.get(n.split("/", 1)[0], 4), n))
