@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
 import torch
 
@@ -173,3 +174,15 @@ def test_random_starts_when_window_is_shorter_than_an_episode(market):
     last = market.num_steps - 1 - 10
     assert int(state.t.min()) >= 0 and int(state.t.max()) <= last
     assert int(state.t.max()) > last - 30  # the whole range is used
+
+
+def test_spaces_describe_the_tensors(market):
+    env = TradingVecEnv(market, EnvParams(action_mode="shares", decision_interval=2), num_envs=3)
+    assert env.single_action_space.shape == (4,) and env.action_space.shape == (3, 4)
+    sample = env.single_action_space.sample(np.random.default_rng(0))
+    assert env.single_action_space.contains(sample)
+    assert not env.single_action_space.contains(sample + 3.0)
+    obs, _ = env.reset()
+    assert env.observation_space.contains(obs) and obs.shape == env.observation_space.shape
+    obs, *_ = env.step(torch.as_tensor(np.stack([sample] * 3)))
+    assert obs.shape == (3, env.obs_dim)
