@@ -154,7 +154,11 @@ def write_backtest(
     daily_frame = daily.rename_axis("date").reset_index()
     _write_parquet(out / "daily_returns.parquet", daily_frame)
 
-    costs = {name: sum(t[4] for t in trades if t[1] == name) for name in ("champion", "buy_and_hold", "cash")}
+    # costs_paid is a fraction of the initial value, as backtests.metrics.costs_paid defines it.
+    costs = {
+        name: sum(t[4] for t in trades if t[1] == name) / initial_cash
+        for name in ("champion", "buy_and_hold", "cash")
+    }
     metrics = {
         "window": "test",
         "start": str(daily.index[0].date()),

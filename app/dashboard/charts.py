@@ -159,7 +159,10 @@ def monthly_heatmap(table: pd.DataFrame, title: str = "Monthly returns") -> go.F
         )
     )
     layout = {**_LAYOUT, "height": max(180, 60 + 40 * len(table)), "hovermode": "closest"}
-    fig.update_layout(title=title, yaxis_autorange="reversed", **layout)
+    # Category axes: plotly would read the year labels as numbers and label "2,023.5".
+    fig.update_layout(
+        title=title, yaxis_autorange="reversed", yaxis_type="category", xaxis_type="category", **layout
+    )
     return fig
 
 
@@ -241,7 +244,9 @@ def learning_curves_figure(
             continue
         series = frame.set_index(x)[metric].dropna()
         line = downsample(series, max_points)
-        fig.add_trace(go.Scatter(x=line.index, y=line.to_numpy(), name=pod, mode="lines"))
+        # Short curves (a few evaluations) need markers: a one-point line draws nothing.
+        mode = "lines+markers" if len(line) <= 60 else "lines"
+        fig.add_trace(go.Scatter(x=line.index, y=line.to_numpy(), name=pod, mode=mode))
     fig.update_layout(title=metric, xaxis_title=x.replace("_", " "), **{**_LAYOUT, "hovermode": "closest"})
     return fig
 

@@ -52,8 +52,9 @@ CARD_METRICS: tuple[MetricSpec, ...] = (
 # The extra columns of the full comparison table.
 TABLE_METRICS: tuple[MetricSpec, ...] = CARD_METRICS + (
     MetricSpec("probabilistic_sharpe_ratio", "PSR", "prob"),
-    MetricSpec("turnover", "Turnover", "ratio", higher_is_better=False),
-    MetricSpec("costs_paid", "Costs paid", "money", higher_is_better=False),
+    MetricSpec("turnover", "Turnover / day", "ratio", higher_is_better=False),
+    # costs_paid is a fraction of the initial value (backtests.metrics.costs_paid).
+    MetricSpec("costs_paid", "Costs (of initial)", "pct", higher_is_better=False),
     MetricSpec("exposure", "Exposure", "pct"),
     MetricSpec("hit_rate", "Hit rate", "pct"),
 )
@@ -255,7 +256,7 @@ def cost_summary(trades: pd.DataFrame) -> pd.DataFrame:
         table["cost bp"] = np.where(
             table["traded notional"] > 0, table["costs"] / table["traded notional"] * 1e4, np.nan
         )
-    return table
+    return table.round(2)
 
 
 def costs_by_ticker(trades: pd.DataFrame, strategy: str) -> pd.DataFrame:

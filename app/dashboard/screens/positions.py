@@ -36,7 +36,11 @@ with ui.guard("positions"):
         last = positions[positions["timestamp"] == positions["timestamp"].max()]
         last = last[(last["strategy"] == strategy) & (last["weight"] != 0)]
         st.caption(f"Holdings at the last bar ({positions['timestamp'].max():%Y-%m-%d %H:%M} UTC)")
-        st.dataframe(last[["ticker", "weight"]].sort_values("weight", ascending=False), hide_index=True)
+        st.dataframe(
+            last[["ticker", "weight"]].sort_values("weight", ascending=False),
+            hide_index=True,
+            column_config={"weight": st.column_config.NumberColumn("weight", format="percent")},
+        )
 
 with ui.guard("trades"):
     trades = loaders.trades(run_dir)
