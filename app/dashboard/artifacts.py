@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from data.errors import PodracerError
@@ -150,7 +151,7 @@ def read_positions(run_dir: Path) -> pd.DataFrame:
     frame["timestamp"] = _utc(frame["timestamp"])
     frame = _plain_labels(frame, ("strategy", "ticker"))
     frame["weight"] = frame["weight"].astype("float64")
-    return frame.sort_values(["timestamp", "strategy", "ticker"], kind="stable").reset_index(drop=True)
+    return _by_time(frame)
 
 
 def read_trades(run_dir: Path) -> pd.DataFrame:
@@ -160,7 +161,7 @@ def read_trades(run_dir: Path) -> pd.DataFrame:
     frame = _plain_labels(frame, ("strategy", "ticker"))
     for col in ("notional", "cost"):
         frame[col] = frame[col].astype("float64")
-    return frame.sort_values("timestamp", kind="stable").reset_index(drop=True)
+    return _by_time(frame)
 
 
 def read_daily_returns(run_dir: Path) -> pd.DataFrame:
@@ -311,6 +312,13 @@ def _utc(col: pd.Series) -> pd.Series:
     return stamps.dt.tz_convert("UTC")
 
 
+def _by_time(frame: pd.DataFrame) -> pd.DataFrame:
+    """Rows in time order (stable); the report already writes them so, then nothing is sorted."""
+    if not frame["timestamp"].is_monotonic_increasing:
+        frame = frame.sort_values("timestamp", kind="stable")
+    return frame.reset_index(drop=True)
+
+
 def _plain_labels(frame: pd.DataFrame, columns: tuple[str, ...]) -> pd.DataFrame:
     """Categorical label columns (the report writes them so) as plain strings.
 
@@ -319,7 +327,10 @@ def _plain_labels(frame: pd.DataFrame, columns: tuple[str, ...]) -> pd.DataFrame
     """
     for col in columns:
         if isinstance(frame[col].dtype, pd.CategoricalDtype):
-            frame[col] = frame[col].astype(str)
+            # Index the categories by the codes: much faster than astype(str) on a million rows.
+            codes = frame[col].cat.codes.to_numpy()
+            labels = np.append(frame[col].cat.categories.astype(str).to_numpy(dtype=object), None)
+            frame[col] = labels[codes]  # code -1 (missing) picks the trailing None
     return frame
 
 
