@@ -30,6 +30,7 @@ import os
 import shlex
 import shutil
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -494,13 +495,24 @@ def run_schedule(
             log.warning("a scheduled retrain was missed (due %s)", event.scheduled_run_time)
             return
         if max_runs is not None and counts["runs"] >= max_runs:
-            scheduler.shutdown(wait=False)
+            finished.set()
             return
         job_obj = scheduler.get_job("retrain")
         if job_obj is not None and job_obj.next_run_time is not None:
             log.info("next retrain at %s", job_obj.next_run_time.isoformat())
 
     scheduler.add_listener(after, EVENT_JOB_EXECUTED | EVENT_JOB_ERROR | EVENT_JOB_MISSED)
+
+    # Shut down from a thread of our own, never from the listener: a job that finishes before its
+    # future's callback is attached runs the listener in the scheduler's own thread, in the middle of
+    # its job-store update, and shutting down there breaks that update (JobLookupError).
+    finished = threading.Event()
+
+    def stop_when_finished() -> None:
+        finished.wait()
+        scheduler.shutdown(wait=True)
+
+    threading.Thread(target=stop_when_finished, name="podracer-schedule-stop", daemon=True).start()
     kwargs: dict[str, Any] = {}
     if run_now:
         kwargs["next_run_time"] = datetime.now(scheduler.timezone)

@@ -360,3 +360,12 @@ def test_schedule_run_cli_runs_retrain(home, monkeypatch, capsys):
     err = capsys.readouterr().err
     assert "next:" in err and "after 1 run(s), 0 failed" in err
     assert cli.main(["schedule", "run", "--cron", "bad"]) == 2
+
+
+def test_an_instant_job_stops_cleanly_every_time():
+    # Regression: a job that finishes before APScheduler attaches its callback used to shut the
+    # scheduler down from inside its own job-store update (JobLookupError).
+    trigger = cron_trigger("0 2 * * 1-5")
+    for _ in range(25):
+        report = run_schedule(lambda: "ok", trigger, max_runs=1, run_now=True)
+        assert (report.runs, report.failures, report.results) == (1, 0, ("ok",))
