@@ -265,6 +265,12 @@ def test_drawdown_and_monthly_returns():
     assert table.loc[2025, "Mar"] == pytest.approx(0.02)
     assert np.isnan(table.loc[2025, "Jan"])
     assert views.monthly_returns(pd.Series(dtype=float)).empty
+    days = pd.to_datetime(["2024-01-01", "2024-01-05", "2024-01-09"])  # Mon, Fri, next Tue
+    table = views.daily_returns_table(pd.Series([0.01, -0.02, 0.03], index=days))
+    assert list(table.index) == ["2024-01-01", "2024-01-08"]
+    assert table.loc["2024-01-01", "Fri"] == pytest.approx(-0.02)
+    assert table.loc["2024-01-08", "Tue"] == pytest.approx(0.03)
+    assert np.isnan(table.loc["2024-01-08", "Mon"])
 
 
 def test_weights_wide_keeps_last_row_per_bucket():

@@ -163,8 +163,15 @@ def test_overview_cards_equal_metrics_json(full_home, monkeypatch):
     assert shown[3] == ("Sharpe", f"{champ['sharpe_ratio']:.2f}")
     assert shown[5] == ("Max drawdown", f"{champ['max_drawdown'] * 100:.2f}%")
     assert shown[6] == ("Calmar", f"{champ['calmar_ratio']:.2f}")
-    assert len(at.get("plotly_chart")) == 3  # equity, underwater, monthly heatmap
+    assert len(at.get("plotly_chart")) == 3  # equity, underwater, returns heatmap
     assert any("run-a" in c for c in _texts(at.caption))
+    # 25 sessions: the heatmap starts day by day; monthly is one click away.
+    assert at.radio(key="heatmap").value == "daily"
+    at.radio(key="heatmap").set_value("monthly").run()
+    _no_exception(at)
+    assert len(at.get("plotly_chart")) == 3 and [m.value for m in at.metric][:8] == [
+        v for _, v in expected[:8]
+    ]
 
 
 @pytest.mark.parametrize("page", PAGES[1:])

@@ -142,7 +142,8 @@ def underwater_figure(drawdowns: pd.DataFrame, max_points: int = MAX_POINTS) -> 
 
 
 def monthly_heatmap(table: pd.DataFrame, title: str = "Monthly returns") -> go.Figure:
-    """Year x month heatmap of returns, red below zero, green above, values printed in cells."""
+    """Heatmap of a returns table (year x month, or week x weekday): red below zero, green above,
+    values printed in the cells."""
     z = table.to_numpy(dtype="float64")
     text = [[("" if np.isnan(v) else f"{v * 100:.1f}%") for v in row] for row in z]
     fig = go.Figure(
@@ -158,7 +159,7 @@ def monthly_heatmap(table: pd.DataFrame, title: str = "Monthly returns") -> go.F
             colorbar=dict(tickformat=".0%"),
         )
     )
-    layout = {**_LAYOUT, "height": max(180, 60 + 40 * len(table)), "hovermode": "closest"}
+    layout = {**_LAYOUT, "height": min(900, max(180, 60 + 28 * len(table))), "hovermode": "closest"}
     # Category axes: plotly would read the year labels as numbers and label "2,023.5".
     fig.update_layout(
         title=title, yaxis_autorange="reversed", yaxis_type="category", xaxis_type="category", **layout

@@ -210,6 +210,27 @@ def monthly_returns(daily: pd.Series) -> pd.DataFrame:
     return table
 
 
+def daily_returns_table(daily: pd.Series) -> pd.DataFrame:
+    """Daily returns as a week x weekday table (rows: the week's Monday, columns Mon..Fri)."""
+    daily = daily.dropna()
+    if daily.empty:
+        return pd.DataFrame(columns=_WEEKDAYS, dtype="float64")
+    index = pd.DatetimeIndex(daily.index).normalize()
+    frame = pd.DataFrame(
+        {
+            "week": (index - pd.to_timedelta(index.weekday, unit="D")).strftime("%Y-%m-%d"),
+            "weekday": index.weekday,
+            "value": daily.to_numpy(),
+        }
+    )
+    table = frame.pivot_table(index="week", columns="weekday", values="value", aggfunc="last")
+    table = table.reindex(columns=range(5))
+    table.columns = _WEEKDAYS
+    table.index.name = "week of"
+    return table
+
+
+_WEEKDAYS = ["Mon", "Tue", "Wed", "Thu", "Fri"]
 _MONTHS = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
 
 

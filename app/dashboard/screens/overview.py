@@ -40,8 +40,17 @@ with ui.guard("equity"):
 with ui.guard("returns"):
     daily = loaders.daily_returns(run_dir)
     name = "champion" if "champion" in daily.columns else daily.columns[0]
-    table = views.monthly_returns(daily[name])
-    ui.plot(charts.monthly_heatmap(table, f"Monthly returns: {views.strategy_label(name)}"), key="monthly")
+    # Monthly by default; a short window (a few weeks of test data) reads better day by day.
+    short = daily.index.nunique() < 63
+    grain = st.radio(
+        "Returns heatmap", ["monthly", "daily"], index=int(short), horizontal=True, key="heatmap"
+    )
+    label = views.strategy_label(name)
+    if grain == "monthly":
+        table, title = views.monthly_returns(daily[name]), f"Monthly returns: {label}"
+    else:
+        table, title = views.daily_returns_table(daily[name]), f"Daily returns: {label}"
+    ui.plot(charts.monthly_heatmap(table, title), key="heatmap-chart")
 
 tearsheet = artifacts.tearsheet_path(run_dir) if metrics is not None else None
 if tearsheet is not None:
