@@ -35,7 +35,7 @@ class NetworkConfig:
     num_features: int  # F (per asset, excluding the position weight)
     embed: int = 16  # per-asset embedding width
     hidden: int = 64  # width of the pooled-context and critic layers
-    asset_layers: int = 1  # depth of the shared per-asset encoder
+    asset_layers: int = 0  # depth of the shared per-asset encoder (0: linear, evaluated factored)
     init_log_std: float = -0.5  # initial log-std of the Gaussian over logits
 
     @property
@@ -73,7 +73,11 @@ class PerAssetActorCritic(nn.Module):
         super().__init__()
         self.config = config
         e, h = config.embed, config.hidden
-        layers: list[nn.Module] = [_layer(1 + config.num_features, e), nn.ReLU()]
+        if config.asset_layers < 0:
+            raise ValueError(f"asset_layers must be >= 0, got {config.asset_layers}")
+        layers: list[nn.Module] = [_layer(1 + config.num_features, e)]
+        if config.asset_layers > 0:
+            layers.append(nn.ReLU())
         for _ in range(config.asset_layers - 1):
             layers += [_layer(e, e), nn.ReLU()]
         self.encoder = nn.Sequential(*layers)  # shared by every asset
@@ -86,18 +90,37 @@ class PerAssetActorCritic(nn.Module):
         self.log_std = nn.Parameter(torch.full((2,), float(config.init_log_std)))
 
     def _trunk(self, obs: Tensor) -> tuple[Tensor, Tensor]:
+        """``(per-asset representation, context (N, H))``: embeddings ``(N, A, E)``, or with a
+        linear encoder the inputs ``(N, A, 1 + F)`` themselves (see :meth:`actor_from`)."""
         n = obs.shape[0]
         glob = obs[:, :NUM_GLOBAL]  # (N, 2)
         per_asset = obs[:, NUM_GLOBAL:].reshape(n, self.config.num_assets, 1 + self.config.num_features)
+        weight = per_asset[:, :, :1]  # (N, A, 1) normalized position weights
+        if self.config.asset_layers == 0:
+            # Linear encoder h_a = W x_a + b: pool the inputs first, then project (exactly the same
+            # function, but no (N, A, E) tensor is ever built).
+            lin = self.encoder[0]
+            mean_emb = lin(per_asset.mean(dim=1))  # (N, E) = mean_a h_a
+            held = (weight * per_asset).sum(dim=1) @ lin.weight.T + weight.sum(
+                dim=1
+            ) * lin.bias  # sum_a w_a h_a
+            return per_asset, self.context(torch.cat([mean_emb, held, glob], dim=1))
         emb = self.encoder(per_asset)  # (N, A, E)
         # Element-wise products + sums: batched tiny matmuls (bmm) are far slower on a CPU.
-        held = (per_asset[:, :, :1] * emb).sum(dim=1)  # (N, E): sum_a w_a h_a
+        held = (weight * emb).sum(dim=1)  # (N, E): sum_a w_a h_a
         pooled = torch.cat([emb.sum(dim=1) * (1.0 / emb.shape[1]), held, glob], dim=1)  # (N, 2E + 2)
         return emb, self.context(pooled)  # (N, A, E), (N, H)
 
-    def actor_from(self, emb: Tensor, ctx: Tensor) -> Tensor:
+    def actor_from(self, rep: Tensor, ctx: Tensor) -> Tensor:
         readout = self.actor_readout(ctx)  # (N, E)
-        asset_logits = (emb * readout.unsqueeze(1)).sum(dim=-1)  # (N, A)
+        if self.config.asset_layers == 0:
+            # q . (W x_a + b) = (W^T q) . x_a + q . b: fold the read-out into the input space.
+            lin = self.encoder[0]
+            asset_logits = (rep * (readout @ lin.weight).unsqueeze(1)).sum(
+                dim=-1
+            ) + readout @ lin.bias.unsqueeze(1)
+        else:
+            asset_logits = (rep * readout.unsqueeze(1)).sum(dim=-1)  # (N, A)
         return torch.cat([asset_logits, self.actor_cash(ctx)], dim=1)  # (N, A + 1)
 
     def std(self) -> Tensor:
@@ -122,13 +145,23 @@ class PerAssetActorCritic(nn.Module):
 def flops_per_sample(config: NetworkConfig) -> dict[str, int]:
     """Multiply-adds of one forward pass per observation, by part (a backward pass costs ~2x)."""
     a, f, e, h = config.num_assets, config.num_features, config.embed, config.hidden
-    parts = {
-        "encoder": a * ((1 + f) * e + (config.asset_layers - 1) * e * e),
-        "context": (2 * e + NUM_GLOBAL) * h,
-        "pooling": a * e,
-        "actor": a * e + h * e + h,
-        "critic": h * h + h,
-    }
+    x = 1 + f
+    if config.asset_layers == 0:  # linear encoder, evaluated in factored form (see _trunk)
+        parts = {
+            "encoder": 2 * x * e,  # two pooled (1 + F)-vectors projected to E
+            "pooling": 2 * a * x,  # mean and weighted sum of the per-asset inputs
+            "context": (2 * e + NUM_GLOBAL) * h,
+            "actor": h * e + e * x + a * x + h,  # read-out folded into input space, then A dot products
+            "critic": h * h + h,
+        }
+    else:
+        parts = {
+            "encoder": a * (x * e + (config.asset_layers - 1) * e * e),
+            "pooling": 2 * a * e,
+            "context": (2 * e + NUM_GLOBAL) * h,
+            "actor": a * e + h * e + h,
+            "critic": h * h + h,
+        }
     parts["total"] = sum(parts.values())
     return parts
 

@@ -79,8 +79,8 @@ class SACArgs:
     """per-asset embedding width (actor and critics)"""
     hidden: int = 64
     """context / critic hidden width"""
-    asset_layers: int = 1
-    """depth of the actor's shared per-asset encoder (ignored when warm-starting)"""
+    asset_layers: int = 0
+    """depth of the actor's shared per-asset encoder: 0 = linear (ignored when warm-starting)"""
     init_log_std: float = -0.5
     """initial log-std of the actor's Gaussian over logits (ignored when warm-starting)"""
     norm_obs: bool = True

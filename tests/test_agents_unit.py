@@ -104,18 +104,42 @@ def test_actions_are_long_only_weights_summing_at_most_one():
 
 
 def test_flops_count_matches_the_network_and_grows_with_assets():
-    small = flops_per_sample(NetworkConfig(10, 8))
-    big = flops_per_sample(NetworkConfig(100, 8))
+    small = flops_per_sample(NetworkConfig(10, 8, asset_layers=1))
+    big = flops_per_sample(NetworkConfig(100, 8, asset_layers=1))
     assert big["encoder"] == 10 * small["encoder"]
     assert big["context"] == small["context"]  # pooled: independent of the number of assets
-    net = PerAssetActorCritic(NetworkConfig(100, 8))
-    enc = net.encoder[0]
+    enc = PerAssetActorCritic(NetworkConfig(100, 8, asset_layers=1)).encoder[0]
     assert small["encoder"] == 10 * enc.in_features * enc.out_features
+    # the factored linear encoder costs far less per asset than an (A, E) embedding
+    linear = flops_per_sample(NetworkConfig(100, 8, asset_layers=0))
+    assert linear["total"] < big["total"] / 2
 
 
-def test_network_is_permutation_equivariant_over_assets():
+@pytest.mark.parametrize("asset_layers", [0, 1, 2])
+def test_linear_encoder_factored_form_equals_the_plain_per_asset_computation(asset_layers):
     torch.manual_seed(0)
-    config = NetworkConfig(5, 3)
+    config = NetworkConfig(5, 3, asset_layers=asset_layers)
+    net = PerAssetActorCritic(config)
+    with torch.no_grad():
+        for p in net.parameters():
+            p.add_(0.5 * torch.randn_like(p))
+    obs = torch.randn(4, config.obs_dim)
+    logits, value = net(obs)
+    # reference: build the per-asset embeddings explicitly
+    per_asset = obs[:, 2:].reshape(4, 5, 4)
+    emb = net.encoder(per_asset)
+    held = (per_asset[:, :, :1] * emb).sum(1)
+    ctx = net.context(torch.cat([emb.mean(1), held, obs[:, :2]], 1))
+    ref_logits = (emb * net.actor_readout(ctx).unsqueeze(1)).sum(-1)
+    assert torch.allclose(logits[:, :5], ref_logits, atol=1e-5)
+    assert torch.allclose(logits[:, 5], net.actor_cash(ctx).squeeze(-1), atol=1e-5)
+    assert torch.allclose(value, net.critic(ctx).squeeze(-1), atol=1e-5)
+
+
+@pytest.mark.parametrize("asset_layers", [0, 1])
+def test_network_is_permutation_equivariant_over_assets(asset_layers):
+    torch.manual_seed(0)
+    config = NetworkConfig(5, 3, asset_layers=asset_layers)
     net = PerAssetActorCritic(config)
     obs = torch.randn(2, config.obs_dim)
     perm = torch.tensor([3, 0, 4, 1, 2])
