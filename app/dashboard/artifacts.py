@@ -74,6 +74,7 @@ class TournamentData:
 
 
 def runs_root(home: Path) -> Path:
+    """``<home>/runs``."""
     return Path(home) / "runs"
 
 
@@ -112,6 +113,7 @@ def read_run_info(run_dir: Path) -> dict[str, Any]:
 
 
 def backtest_dir(run_dir: Path) -> Path:
+    """``<run>/backtest``."""
     return Path(run_dir) / BACKTEST_DIR
 
 
@@ -175,6 +177,7 @@ def read_daily_returns(run_dir: Path) -> pd.DataFrame:
 
 
 def tearsheet_path(run_dir: Path) -> Path | None:
+    """``<run>/backtest/tearsheet.png`` if the backtest drew one."""
     path = backtest_dir(run_dir) / "tearsheet.png"
     return path if path.is_file() else None
 

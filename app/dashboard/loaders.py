@@ -52,6 +52,7 @@ def list_runs(home: str) -> list[str]:
 
 
 def metrics(run_dir: Path) -> dict[str, Any]:
+    """``metrics.json`` of the run's backtest (cached until the file changes)."""
     return _metrics(str(run_dir), _backtest_sig(run_dir, "metrics.json"))
 
 
@@ -61,6 +62,7 @@ def _metrics(run_dir: str, sig: tuple) -> dict[str, Any]:
 
 
 def equity(run_dir: Path) -> pd.DataFrame:
+    """Equity per strategy, UTC-indexed (cached until the file changes)."""
     return _equity(str(run_dir), _backtest_sig(run_dir, "equity.parquet"))
 
 
@@ -70,6 +72,7 @@ def _equity(run_dir: str, sig: tuple) -> pd.DataFrame:
 
 
 def daily_returns(run_dir: Path) -> pd.DataFrame:
+    """Daily returns per strategy (cached until the file changes)."""
     return _daily_returns(str(run_dir), _backtest_sig(run_dir, "daily_returns.parquet"))
 
 
@@ -79,6 +82,7 @@ def _daily_returns(run_dir: str, sig: tuple) -> pd.DataFrame:
 
 
 def positions(run_dir: Path) -> pd.DataFrame:
+    """Long-format weights (cached until the file changes)."""
     return _positions(str(run_dir), _backtest_sig(run_dir, "positions.parquet"))
 
 
@@ -88,6 +92,7 @@ def _positions(run_dir: str, sig: tuple) -> pd.DataFrame:
 
 
 def trades(run_dir: Path) -> pd.DataFrame:
+    """Trades with costs (cached until the file changes)."""
     return _trades(str(run_dir), _backtest_sig(run_dir, "trades.parquet"))
 
 
@@ -100,6 +105,7 @@ def _trades(run_dir: str, sig: tuple) -> pd.DataFrame:
 
 
 def curves(run_dir: Path) -> dict[str, pd.DataFrame]:
+    """Learning curves per pod (cached until any pod's curve changes)."""
     pods_root = Path(run_dir) / "pods"
     files = [pods_root / pod / "curve.parquet" for pod in artifacts.list_pods(run_dir)]
     return _curves(str(run_dir), signature(*files))
@@ -111,6 +117,7 @@ def _curves(run_dir: str, sig: tuple) -> dict[str, pd.DataFrame]:
 
 
 def tournament(run_dir: Path) -> artifacts.TournamentData:
+    """Leaderboard, events and pods of the run's tournament (cached until the store changes)."""
     return _tournament(str(run_dir), signature(Path(run_dir) / "leaderboard.sqlite"))
 
 
@@ -120,6 +127,7 @@ def _tournament(run_dir: str, sig: tuple) -> artifacts.TournamentData:
 
 
 def run_info(run_dir: Path) -> dict[str, Any]:
+    """``run.json`` or ``{}`` (cached until the file changes)."""
     return _run_info(str(run_dir), signature(Path(run_dir) / "run.json"))
 
 
@@ -132,6 +140,7 @@ def _run_info(run_dir: str, sig: tuple) -> dict[str, Any]:
 
 
 def nightly(home: Path) -> tuple[pd.DataFrame, dict[str, Any] | None]:
+    """Nightly decisions and the current champion (cached until the registry changes)."""
     return _nightly(str(home), signature(Path(home) / "registry.sqlite", Path(home) / "champion.json"))
 
 
@@ -141,6 +150,7 @@ def _nightly(home: str, sig: tuple) -> tuple[pd.DataFrame, dict[str, Any] | None
 
 
 def paper(home: Path) -> dict[str, pd.DataFrame]:
+    """Paper-trading journal tables (cached until the journal changes, at most 10 s)."""
     return _paper(str(home), signature(Path(home) / "paper" / "journal.sqlite"))
 
 

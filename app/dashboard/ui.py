@@ -10,11 +10,15 @@ import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import streamlit as st
 
 from app.dashboard import artifacts, loaders, views
 from data.errors import PodracerError
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
 
 HOME_ENV = "PODRACER_HOME"
 RUN_ENV = "PODRACER_DASHBOARD_RUN"
@@ -29,14 +33,15 @@ def resolve_home() -> Path:
 
 
 def home() -> Path:
+    """The home of this session (set by the entry script), else the environment's."""
     return Path(st.session_state.get("home") or resolve_home())
 
 
 def run_picker(home_dir: Path) -> str | None:
     """Sidebar select box of the runs under the home; returns the chosen run id (or None).
 
-    The choice is kept under a plain session key (not the widget's key): Streamlit drops a widget's
-    state on a page change when the widget is not part of that run, and the run must survive it.
+    The choice is kept under a plain session key as well as the widget's: Streamlit clears a
+    widget's state whenever a rerun does not render that widget, and the run must survive that.
     """
     st.session_state["home"] = str(home_dir)
     runs = loaders.list_runs(str(home_dir))
@@ -73,7 +78,8 @@ def require_run() -> Path:
     home_dir = home()
     run = st.session_state.get(RUN_KEY)
     if run is None:
-        # A page run without the entry script (AppTest's switch_page does this): pick as it would.
+        # Defensive: a page script run without the entry script (``streamlit run screens/x.py``)
+        # picks the run the way the sidebar would.
         runs = loaders.list_runs(str(home_dir))
         wanted = os.environ.get(RUN_ENV)
         run = wanted if wanted in runs else (runs[0] if runs else None)
@@ -137,5 +143,6 @@ def show_cards(cards: list[views.Card], per_row: int = 8) -> None:
             )
 
 
-def plot(fig, key: str | None = None) -> None:  # noqa: ANN001 - a plotly Figure
+def plot(fig: go.Figure, key: str | None = None) -> None:
+    """A plotly figure at the container's width, without the plotly logo link."""
     st.plotly_chart(fig, key=key, config={"displaylogo": False})

@@ -89,6 +89,7 @@ def format_metric(value: float | None, kind: Kind) -> str:
 
 
 def format_delta(delta: float | None, kind: Kind) -> str | None:
+    """A card's delta: signed, percentage points for percent metrics; None when undefined."""
     if delta is None or not math.isfinite(delta):
         return None
     if kind == "pct":
@@ -99,6 +100,7 @@ def format_delta(delta: float | None, kind: Kind) -> str | None:
 
 
 def strategy_label(name: str) -> str:
+    """A strategy's display name (``buy_and_hold`` -> Buy & hold)."""
     return {"buy_and_hold": "Buy & hold", "champion": "Champion", "cash": "Cash"}.get(
         name, name.replace("_", " ")
     )
@@ -281,6 +283,7 @@ def cost_summary(trades: pd.DataFrame) -> pd.DataFrame:
 
 
 def costs_by_ticker(trades: pd.DataFrame, strategy: str) -> pd.DataFrame:
+    """Per ticker of ``strategy``: trades, traded notional and costs, most expensive first."""
     rows = trades[trades["strategy"] == strategy]
     table = (
         rows.assign(abs_notional=rows["notional"].abs())
