@@ -61,7 +61,17 @@ def main_callback(
         handlers=[RichHandler(console=context.err_console, show_path=False, rich_tracebacks=False)],
         force=True,
     )
-    for noisy in ("urllib3", "matplotlib", "PIL", "yfinance", "peewee", "filelock", "apscheduler"):
+    for noisy in (
+        "urllib3",
+        "matplotlib",
+        "PIL",
+        "yfinance",
+        "peewee",
+        "filelock",
+        "apscheduler",
+        "onnxscript",
+        "onnx_ir",
+    ):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 

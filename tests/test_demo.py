@@ -1,0 +1,62 @@
+"""The main job end to end: a shortened `podracer demo` (test preset) and every artifact it leaves."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+import pandas as pd
+import pytest
+
+from app.cli import main
+
+
+@pytest.mark.slow
+def test_demo_test_preset_end_to_end(home, capsys):
+    rc = main(["--home", str(home), "demo", "--preset", "test", "--run", "ci", "--workers", "0", "--json"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    summary = json.loads(out.strip().splitlines()[-1])
+    run_dir = home / "runs" / "ci"
+    assert summary["run_id"] == "ci"
+    assert summary["pods_tried"] >= 2
+
+    # data stage: synthetic bars in the store
+    assert any((home / "data" / "bars").rglob("*.parquet"))
+
+    # tournament: leaderboard with the champion on it, champion checkpoint, resolved config + seeds
+    with sqlite3.connect(run_dir / "leaderboard.sqlite") as db:
+        tables = {r[0] for r in db.execute("select name from sqlite_master where type='table'")}
+    assert tables
+    assert (run_dir / "champion" / "policy.safetensors").stat().st_size > 0
+    spec = json.loads((run_dir / "champion" / "spec.json").read_text())
+    assert spec
+    config_text = (run_dir / "config.toml").read_text()
+    assert "seed" in config_text
+    run_json = json.loads((run_dir / "run.json").read_text())
+    assert run_json["pods_tried"] == summary["pods_tried"]
+
+    # backtest: metrics.json (headline metrics for champion and buy-and-hold), equity, tear sheet
+    metrics = json.loads((run_dir / "backtest" / "metrics.json").read_text())
+    assert metrics["window"] == "test" and metrics["annualization"] == 252
+    for name in ("champion", "buy_and_hold"):
+        row = metrics["strategies"][name]
+        for key in ("sharpe_ratio", "max_drawdown", "calmar_ratio", "annual_return", "deflated_sharpe_ratio"):
+            assert key in row
+    assert summary["metrics"]["champion"]["sharpe_ratio"] == pytest.approx(
+        metrics["strategies"]["champion"]["sharpe_ratio"]
+    )
+    # the test window comes after the validation window the tournament saw
+    assert metrics["start"] > run_json["windows"]["valid"][1]
+    equity = pd.read_parquet(run_dir / "backtest" / "equity.parquet")
+    assert {"champion", "buy_and_hold"} <= set(equity.columns)
+    assert len(equity) > 10
+    assert equity["champion"].iloc[0] == pytest.approx(1e6, rel=0.01)
+    png = (run_dir / "backtest" / "tearsheet.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_demo_rejects_bad_flags(home, capsys):
+    assert main(["--home", str(home), "demo", "--data", "nasdaq-live"]) == 2
+    assert "--data" in capsys.readouterr().err
+    assert main(["--home", str(home), "demo", "--preset", "huge"]) == 2
