@@ -1,0 +1,81 @@
+"""`podracer train`: a tiny single-agent run end to end (PPO and SAC), its artifacts and its errors."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+import torch
+
+from agents.policy import Checkpoint, Policy
+from app.cli import main
+from app.config import load_config
+
+SMALL = """
+[data]
+num_tickers = 4
+num_sessions = 8
+[env]
+num_envs = 8
+episode_len = 16
+[agent]
+total_steps = 512
+eval_every = 256
+num_steps = 8
+batch_size = 32
+buffer_size = 2048
+num_critics = 2
+"""
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
+def config_file(tmp_path):
+    path = tmp_path / "small.toml"
+    path.write_text(SMALL)
+    return path
+
+
+@pytest.mark.parametrize("algo", ["ppo", "sac"])
+def test_train_writes_a_complete_run(home, config_file, capsys, algo):
+    rc = main(
+        ["--home", str(home), "train", "--algo", algo, "--config", str(config_file), "--run", "r1", "--json"]
+    )
+    assert rc == 0
+    summary = json.loads(capsys.readouterr().out)
+    run_dir = home / "runs" / "r1"
+    assert summary["run_id"] == "r1" and summary["status"] == "done" and summary["algo"] == algo
+    assert summary["env_steps"] >= 512
+    info = json.loads((run_dir / "run.json").read_text())
+    assert info["windows"]["train"][0] < info["windows"]["valid"][0] <= info["windows"]["valid"][1]
+    assert "test" in info["windows"] and info["tickers"] and info["feature_spec"]["names"]
+    assert set(info["valid"]) >= {"score", "sharpe", "log_return", "buy_and_hold_log_return"}
+    resolved = load_config(run_dir / "config.toml")
+    assert resolved.agent.algo == algo and resolved.agent.seed == 0 and resolved.data.num_tickers == 4
+    pod = Checkpoint.load(run_dir / "pods" / "single")
+    champion = Policy.load(run_dir / "champion")
+    assert pod.optimizer_state is not None and champion.meta.algo == algo
+    obs = torch.randn(3, champion.obs_dim)
+    assert torch.equal(pod.policy.act(obs), champion.act(obs))
+    curve = pd.read_parquet(run_dir / "pods" / "single" / "curve.parquet")
+    assert "env_steps" in curve.columns and curve["eval/score"].notna().any()
+
+
+def test_train_refuses_to_overwrite_a_run_and_rejects_bad_options(home, config_file, capsys):
+    args = ["--home", str(home), "train", "--config", str(config_file), "--run", "r2", "--json"]
+    assert main(args) == 0
+    capsys.readouterr()
+    assert main(args) == 2
+    assert "already exists" in capsys.readouterr().err
+    assert main(["--home", str(home), "train", "--algo", "dqn", "--config", str(config_file)]) == 2
+    assert "--algo" in capsys.readouterr().err
+    assert main(["--home", str(home), "train", "--config", str(config_file), "--run", "../escape"]) == 2
+    assert main(["--home", str(home), "train", "--config", str(home / "missing.toml")]) == 2
