@@ -251,6 +251,9 @@ def test_comparison_table():
     assert list(table.index) == ["Champion", "Buy & hold"]
     assert table.loc["Buy & hold", "Sortino"] == "n/a"
     assert table.loc["Champion", "Calmar"] == "0.20"
+    text = views.markdown_table(table).splitlines()
+    assert text[0].startswith("| strategy | Cum. return |") and text[1].startswith("|---|---|")
+    assert text[2].startswith("| Champion | 12.34% |") and len(text) == 4
 
 
 def test_drawdown_and_monthly_returns():

@@ -174,6 +174,19 @@ def comparison_table(metrics: dict[str, Any]) -> pd.DataFrame:
     return table
 
 
+def markdown_table(table: pd.DataFrame) -> str:
+    """A small DataFrame as a GitHub-flavoured markdown table (index as the first column)."""
+
+    def cell(value: Any) -> str:
+        return str(value).replace("|", "\\|")
+
+    head = [cell(table.index.name or ""), *map(cell, table.columns)]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for index, row in table.iterrows():
+        lines.append("| " + " | ".join([cell(index), *map(cell, row.tolist())]) + " |")
+    return "\n".join(lines)
+
+
 def window_caption(metrics: dict[str, Any]) -> str:
     """One line saying which window and conventions the numbers use."""
     parts = []

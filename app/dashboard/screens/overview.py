@@ -25,9 +25,9 @@ if metrics is not None:
         ui.show_cards(views.metric_cards(metrics, bench))
     with st.expander("What the numbers mean, and all strategies"):
         st.caption(views.card_notes())
-        # st.table, not st.dataframe: the static table needs no extra 1 MB grid bundle, which
-        # would otherwise compete with plotly's bundle on the first render.
-        st.table(views.comparison_table(metrics))
+        # Markdown, not st.dataframe/st.table: those pull ~1 MB of grid/Arrow JavaScript that
+        # would compete with plotly's bundle during the first render.
+        st.markdown(views.markdown_table(views.comparison_table(metrics)))
 
 with ui.guard("equity"):
     equity = loaders.equity(run_dir)
