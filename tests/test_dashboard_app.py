@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from dashboard_fixture import make_run
 from streamlit.testing.v1 import AppTest
@@ -51,6 +52,11 @@ def full_home(tmp_path):
 
     home = tmp_path / "home"
     run_dir = make_run(home, "run-a", days=25, real=True)
+    # Tournament pods' curves also carry lineage_env_steps (agents/tournament/pod.py).
+    for pod in ("pod-000", "pod-001"):
+        path = run_dir / "pods" / pod / "curve.parquet"
+        curve = pd.read_parquet(path)
+        curve.assign(lineage_env_steps=curve["env_steps"] + 4096).to_parquet(path)
     with Leaderboard(run_dir, size=3) as board:
         for seq, (pod, parent, score) in enumerate([("pod-000", None, 0.4), ("pod-001", "pod-000", 1.1)]):
             board.start_pod(
@@ -191,6 +197,10 @@ def test_every_page_renders_on_a_full_home(full_home, monkeypatch, page):
         assert list(board["pod_id"]) == ["pod-001", "pod-000"]
     if page == "training":
         assert len(at.get("plotly_chart")) == 2
+        assert at.radio(key="training_x").options == ["env steps", "env steps along the lineage"]
+        at.radio(key="training_x").set_value("lineage_env_steps").run()
+        _no_exception(at)
+        assert len(at.get("plotly_chart")) == 2
     if page == "positions":
         assert len(at.get("plotly_chart")) == 2  # weights area + cumulative costs
     if page == "nightly":
@@ -279,3 +289,25 @@ def test_unknown_requested_run_falls_back_to_newest(tmp_path, monkeypatch):
     _no_exception(at)
     assert any("'ghost' not found" in w for w in _texts(at.sidebar.warning))
     assert at.session_state["run"] == "only"
+
+
+def test_baseline_only_backtest_shows_the_benchmark(tmp_path, monkeypatch):
+    """`podracer backtest --baseline buy-and-hold` writes no champion: only the benchmark's cards."""
+    home = tmp_path / "home"
+    run_dir = make_run(home, "baseline", days=3)
+    path = run_dir / "backtest" / "metrics.json"
+    doc = json.loads(path.read_text())
+    del doc["strategies"]["champion"]
+    doc["positions_frequency"] = "session"
+    path.write_text(json.dumps(doc))
+    at = _open(_app(home, monkeypatch), "overview")
+    _no_exception(at)
+    assert not at.error
+    bench = doc["strategies"]["buy_and_hold"]
+    assert [(m.label, m.value) for m in at.metric] == [
+        (s.label, views.format_metric(bench[s.key], s.kind)) for s in views.CARD_METRICS
+    ]
+    assert [s.value for s in at.subheader][0] == "Buy & hold (benchmark)"
+    _open(at, "positions")
+    _no_exception(at)
+    assert any("per session" in c for c in _texts(at.caption))
