@@ -37,6 +37,9 @@ class NetworkConfig:
     hidden: int = 64  # width of the pooled-context and critic layers
     asset_layers: int = 0  # depth of the shared per-asset encoder (0: linear, evaluated factored)
     init_log_std: float = -0.5  # initial log-std of the Gaussian over logits
+    # "weights" mode: move this fraction of the way from the current weights to the softmax target
+    # at each decision (1.0 = full rebalance). See agents.policy.raw_to_action.
+    rebalance_rate: float = 1.0
 
     @property
     def obs_dim(self) -> int:

@@ -70,10 +70,30 @@ def gaussian_entropy(std: Tensor) -> Tensor:
     return (0.5 + 0.5 * math.log(2 * math.pi) + std.log()).sum(dim=-1)
 
 
-def raw_to_action(raw: Tensor, action_mode: str, num_assets: int) -> Tensor:
-    """Map a raw sample (or the mean) to the env's action space, ``(N, A)``."""
+def current_weights(obs: Tensor, num_assets: int) -> Tensor:
+    """Position weights ``(N, A)`` in a raw observation (layout of ``envs.trading.split_obs``)."""
+    return obs[:, NUM_GLOBAL:].reshape(obs.shape[0], num_assets, -1)[..., 0]
+
+
+def raw_to_action(
+    raw: Tensor, action_mode: str, num_assets: int, current: Tensor | None = None, rebalance_rate: float = 1.0
+) -> Tensor:
+    """Map a raw sample (or the mean) to the env's action space, ``(N, A)``.
+
+    ``"weights"``: the target is ``softmax(raw)[:, :A]``; with ``rebalance_rate < 1`` the action moves
+    only that fraction of the way from the ``current`` weights to the target (a convex combination of
+    two long-only weight vectors, so still long-only with sum <= 1). Why: trading costs are paid on
+    every change, and a target that jitters with fast features would be paid for at every decision;
+    partial rebalancing smooths the target (an exponential average over decisions), and a persistent
+    signal is still followed.
+    """
     if action_mode == "weights":
-        return torch.softmax(raw, dim=-1)[..., :num_assets]
+        target = torch.softmax(raw, dim=-1)[..., :num_assets]
+        if rebalance_rate >= 1.0:
+            return target
+        if current is None:
+            raise ValueError("partial rebalancing needs the current weights (pass the observation)")
+        return current + rebalance_rate * (target - current)
     return raw[..., :num_assets].clamp(-1.0, 1.0)
 
 
@@ -129,8 +149,14 @@ class Policy(nn.Module):
         mean, value = self.net(norm_obs)
         return mean[:, : self.raw_dim], self.net.std()[: self.raw_dim], value
 
-    def to_action(self, raw: Tensor) -> Tensor:
-        return raw_to_action(raw, self.meta.action_mode, self.num_assets)
+    def to_action(self, raw: Tensor, obs: Tensor | None = None) -> Tensor:
+        """The env action for a raw sample (or mean); ``obs`` (raw observations) is needed when
+        ``config.rebalance_rate < 1`` (the move starts from the current weights)."""
+        rate = self.config.rebalance_rate
+        current = None
+        if obs is not None and rate < 1.0 and self.meta.action_mode == "weights":
+            current = current_weights(obs, self.num_assets).to(raw.dtype)
+        return raw_to_action(raw, self.meta.action_mode, self.num_assets, current, rate)
 
     def _check_obs(self, obs: Tensor) -> None:
         if obs.ndim != 2 or obs.shape[1] != self.obs_dim:
@@ -142,13 +168,14 @@ class Policy(nn.Module):
     ) -> Tensor:
         """Actions ``(N, A)`` in the env's action space for raw observations ``(N, obs_dim)``."""
         self._check_obs(obs)
-        norm = self.obs_norm.normalize(obs.to(self.device, torch.float32))
+        obs = obs.to(self.device, torch.float32)
+        norm = self.obs_norm.normalize(obs)
         mean = self.net.actor_mean(norm)[:, : self.raw_dim]
         if deterministic:
-            return self.to_action(mean)
+            return self.to_action(mean, obs)
         std = self.net.std()[: self.raw_dim]
         noise = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)
-        return self.to_action(mean + std * noise)
+        return self.to_action(mean + std * noise, obs)
 
     def forward(self, obs: Tensor) -> Tensor:
         """Deterministic action: lets the policy be passed wherever a callable is expected."""
@@ -208,6 +235,7 @@ class Policy(nn.Module):
                 hidden=int(arch["hidden"]),
                 asset_layers=int(arch["asset_layers"]),
                 init_log_std=float(arch["init_log_std"]),
+                rebalance_rate=float(arch.get("rebalance_rate", 1.0)),
             )
             meta = PolicyMeta(
                 algo=str(spec["algo"]),

@@ -89,6 +89,8 @@ class PPOArgs:
     """depth of the shared per-asset encoder: 0 = linear (fastest), n = n ReLU layers (ignored when warm-starting)"""
     init_log_std: float = -0.5
     """initial log-std of the Gaussian over logits (ignored when warm-starting)"""
+    rebalance_rate: float = 1.0
+    """"weights" mode: fraction of the way to the target moved per decision (ignored when warm-starting)"""
     norm_obs: bool = True
     """update running observation statistics during rollouts"""
     eval_every: int = 50_000
@@ -215,7 +217,7 @@ def collect_rollout(
         rollout.logprobs[step] = gaussian_log_prob(raw, mean, std)
         rollout.values[step] = value
 
-        obs, reward, terminated, truncated, info = env.step(policy.to_action(raw))
+        obs, reward, terminated, truncated, info = env.step(policy.to_action(raw, obs))
         reward = reward.to(torch.float32)
         done = terminated | truncated
         # A time limit is not a terminal state: bootstrap from the pre-reset observation.
@@ -380,6 +382,7 @@ def policy_for_env(
             hidden=args.hidden,
             asset_layers=args.asset_layers,
             init_log_std=args.init_log_std,
+            rebalance_rate=args.rebalance_rate,
         )
         return make_policy(env, config, meta, args.seed), None
     source, opt_state = (init.policy, init.optimizer_state) if isinstance(init, Checkpoint) else (init, None)

@@ -83,6 +83,8 @@ class SACArgs:
     """depth of the actor's shared per-asset encoder: 0 = linear (ignored when warm-starting)"""
     init_log_std: float = -0.5
     """initial log-std of the actor's Gaussian over logits (ignored when warm-starting)"""
+    rebalance_rate: float = 1.0
+    """"weights" mode: fraction of the way to the target moved per decision (ignored when warm-starting)"""
     norm_obs: bool = True
     """update running observation statistics while collecting"""
     eval_every: int = 50_000
@@ -228,13 +230,13 @@ class SACLearner:
 
 
 def _sample_action(
-    policy: Policy, norm_obs: Tensor, generator: torch.Generator | None
+    policy: Policy, obs: Tensor, norm_obs: Tensor, generator: torch.Generator | None
 ) -> tuple[Tensor, Tensor]:
     """Reparameterized sample: ``(env action (N, A), log-prob of the raw sample (N,))``."""
     mean, std, _ = policy.dist_params(norm_obs)
     noise = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)
     raw = mean + std * noise
-    return policy.to_action(raw), gaussian_log_prob(raw, mean, std)
+    return policy.to_action(raw, obs), gaussian_log_prob(raw, mean, std)
 
 
 @torch.no_grad()
@@ -250,7 +252,7 @@ def collect_step(
     """One vectorized env step with the stochastic policy (the worker); returns the next obs etc."""
     if update_norm:
         policy.obs_norm.update(obs)
-    action, _ = _sample_action(policy, policy.obs_norm.normalize(obs), generator)
+    action, _ = _sample_action(policy, obs, policy.obs_norm.normalize(obs), generator)
     next_obs, reward, terminated, truncated, info = env.step(action)
     done = terminated | truncated
     real_next = torch.where(done.unsqueeze(1), info["final_obs"], next_obs) if bool(done.any()) else next_obs
@@ -267,7 +269,7 @@ def update(
     alpha = learner.log_alpha.exp().detach()
 
     with torch.no_grad():
-        next_action, next_logp = _sample_action(policy, next_obs, generator)
+        next_action, next_logp = _sample_action(policy, batch["next_obs"], next_obs, generator)
         target = ensemble_target(
             learner.target_critics(next_obs, next_action),
             batch["rewards"],
@@ -284,7 +286,7 @@ def update(
     nn.utils.clip_grad_norm_(learner.critics.parameters(), args.max_grad_norm)
     learner.critic_opt.step()
 
-    action, logp = _sample_action(policy, obs, generator)
+    action, logp = _sample_action(policy, batch["obs"], obs, generator)
     q_pi = learner.critics(obs, action).mean(dim=0)
     actor_loss = (alpha * logp - q_pi).mean()
     learner.actor_opt.zero_grad(set_to_none=True)

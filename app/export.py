@@ -64,7 +64,7 @@ def _wrapper(policy: Any) -> Any:
             p = self.policy
             norm = p.obs_norm.normalize(obs)
             mean = p.net.actor_mean(norm)[:, : p.raw_dim]
-            action = p.to_action(mean)
+            action = p.to_action(mean, obs)  # obs: partial rebalancing starts from the current weights
             if p.meta.action_mode == "weights":
                 # The env's own rule (envs.trading): negatives to 0, rows above 1 scaled to 1. A softmax
                 # already satisfies it; keeping it in the graph makes the bundle self-contained.

@@ -374,3 +374,23 @@ def test_policy_rejects_wrong_observation_shape():
     with pytest.raises(ValueError, match="observations"):
         policy.act(torch.zeros(2, policy.obs_dim + 1))
     assert math.isfinite(float(policy.act(torch.zeros(2, policy.obs_dim)).sum()))
+
+
+def test_partial_rebalancing_moves_a_fraction_of_the_way_from_current_weights(tmp_path):
+    torch.manual_seed(0)
+    policy = Policy(NetworkConfig(4, 2, rebalance_rate=0.25))
+    with torch.no_grad():
+        for p in policy.net.parameters():
+            p.add_(0.5 * torch.randn_like(p))
+    obs = torch.randn(3, policy.obs_dim)
+    current = torch.tensor([[0.1, 0.2, 0.3, 0.4], [0.0, 0.0, 0.0, 0.0], [0.5, 0.0, 0.0, 0.1]])
+    obs[:, 2:].view(3, 4, 3)[..., 0] = current
+    target = torch.softmax(policy.net.actor_mean(policy.obs_norm.normalize(obs)), dim=1)[:, :4]
+    action = policy.act(obs)
+    assert torch.allclose(action, current + 0.25 * (target.detach() - current), atol=1e-6)
+    assert bool((action >= 0).all()) and bool((action.sum(1) <= 1 + 1e-6).all())
+    with pytest.raises(ValueError, match="current weights"):
+        policy.to_action(torch.zeros(3, 5))
+    policy.save(tmp_path / "p")
+    loaded = Policy.load(tmp_path / "p")
+    assert loaded.config.rebalance_rate == 0.25 and torch.equal(loaded.act(obs), action)
