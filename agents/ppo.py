@@ -89,7 +89,7 @@ class PPOArgs:
     """depth of the shared per-asset encoder: 0 = linear (fastest), n = n ReLU layers (ignored when warm-starting)"""
     init_log_std: float = -0.5
     """initial log-std of the Gaussian over logits (ignored when warm-starting)"""
-    rebalance_rate: float = 1.0
+    rebalance_rate: float = 0.2
     """"weights" mode: fraction of the way to the target moved per decision (ignored when warm-starting)"""
     norm_obs: bool = True
     """update running observation statistics during rollouts"""
@@ -105,6 +105,8 @@ class PPOArgs:
             raise ConfigError("PPOArgs: gamma must be in (0, 1] and gae_lambda in [0, 1]")
         if self.eval_every <= 0 or self.clip_coef <= 0 or self.max_grad_norm <= 0:
             raise ConfigError("PPOArgs: eval_every, clip_coef and max_grad_norm must be > 0")
+        if not 0 < self.rebalance_rate <= 1:
+            raise ConfigError(f"PPOArgs.rebalance_rate must be in (0, 1], got {self.rebalance_rate}")
 
     def batch_size(self, num_envs: int) -> int:
         """Samples per update: ``num_steps * num_envs``."""

@@ -83,7 +83,7 @@ class SACArgs:
     """depth of the actor's shared per-asset encoder: 0 = linear (ignored when warm-starting)"""
     init_log_std: float = -0.5
     """initial log-std of the actor's Gaussian over logits (ignored when warm-starting)"""
-    rebalance_rate: float = 1.0
+    rebalance_rate: float = 0.2
     """"weights" mode: fraction of the way to the target moved per decision (ignored when warm-starting)"""
     norm_obs: bool = True
     """update running observation statistics while collecting"""
@@ -107,6 +107,8 @@ class SACArgs:
             raise ConfigError("SACArgs: gamma and tau must be in (0, 1]")
         if self.eval_every <= 0 or self.learning_starts < 0 or self.alpha <= 0:
             raise ConfigError("SACArgs: eval_every and alpha must be > 0, learning_starts >= 0")
+        if not 0 < self.rebalance_rate <= 1:
+            raise ConfigError(f"SACArgs.rebalance_rate must be in (0, 1], got {self.rebalance_rate}")
 
 
 # --- critic ensemble -------------------------------------------------------------------------------

@@ -80,6 +80,9 @@ class AgentConfig(_Section):
     vf_coef: float = Field(0.5, ge=0)
     max_grad_norm: float = Field(0.5, gt=0)
     total_steps: int = Field(500_000, ge=1, description="env-steps for a single `podracer train`")
+    rebalance_rate: float = Field(
+        0.2, gt=0, le=1, description="weights mode: fraction of the way to the target moved per decision"
+    )
     num_critics: int = Field(4, ge=1, description="SAC: critic ensemble size")
     critic_target: Literal["min", "mean"] = "min"
     buffer_size: int = Field(200_000, ge=1)
