@@ -1,0 +1,68 @@
+"""Learning is real: PPO finds the planted signal of the synthetic market, and finds nothing without it.
+
+The synthetic market (``data.synthetic``) plants a cross-sectional momentum: an asset's idiosyncratic
+return over the last session predicts its drift over the next hundreds of bars (feature ``ret_390``).
+PPO trains on the TRAIN window only; its deterministic policy is then backtested on the VALIDATION
+window (``backtests.engine`` through ``agents.evaluate``, 0.2% costs) against equal-weight
+buy-and-hold. With the signal it must beat buy-and-hold over 3 seeds; with ``signal=0`` (the
+control: same pipeline, nothing to learn) it must not claim an edge.
+
+Settings are small to fit a CPU budget: 20 tickers, 30 sessions (valid = 6 sessions), 64 envs,
+300k env-steps per seed, partial rebalancing 0.2. One short validation window is a noisy judge (even
+the causal top-20% momentum oracle gets +0.11..+0.23 there, and a random concentrated policy can
+gain or lose ~0.1), and PPO at this budget finds the signal on most seeds, not all; so the claim
+is made on the 3-seed mean, with at least 2 of 3 seeds ahead, and the control must stay below.
+Measured while developing (valid excess log return over buy-and-hold, seeds 0/1/2):
+signal 1: +0.006 / +0.190 / +0.075 (mean +0.090); signal 0: +0.096 / -0.056 / -0.062 (mean -0.007).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from agents.evaluate import evaluate_on_window
+from agents.ppo import PPOArgs, train
+from data.loader import synthetic_market
+from envs.trading import EnvParams
+from envs.vec_env import TradingVecEnv
+
+SEEDS = (0, 1, 2)
+MARGIN = 0.03  # mean log-return edge over buy-and-hold on the validation window (6 sessions)
+# A short horizon and a high learning rate: the edge pays out within tens of decisions, and the
+# small init of the actor's read-out needs large steps to move the logits.
+ARGS = {
+    "total_steps": 300_000,
+    "learning_rate": 3e-3,
+    "gamma": 0.9,
+    "gae_lambda": 0.9,
+    "num_steps": 32,
+    "rebalance_rate": 0.2,
+}
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _valid_excess(seed: int, signal: float) -> dict[str, float]:
+    splits = synthetic_market(num_tickers=20, num_sessions=30, seed=seed, signal=signal)
+    params = EnvParams(decision_interval=15, episode_len=64, reward_scale=100.0)
+    env = TradingVecEnv(splits.train, params, num_envs=64, seed=seed)
+    result = train(PPOArgs(seed=seed, **ARGS), env)
+    return evaluate_on_window(result.policy, splits.valid, params)
+
+
+@pytest.mark.slow
+def test_ppo_beats_buy_and_hold_on_validation_with_signal_and_not_without():
+    with_signal = [_valid_excess(seed, 1.0)["excess_log_return"] for seed in SEEDS]
+    control = [_valid_excess(seed, 0.0)["excess_log_return"] for seed in SEEDS]
+    mean_signal, mean_control = sum(with_signal) / 3, sum(control) / 3
+    assert mean_signal > MARGIN, with_signal
+    assert sum(x > 0 for x in with_signal) >= 2, with_signal
+    assert mean_control < MARGIN, control  # no edge claimed without a signal
+    assert mean_control < mean_signal - 0.05, (with_signal, control)
