@@ -79,3 +79,19 @@ def test_train_refuses_to_overwrite_a_run_and_rejects_bad_options(home, config_f
     assert "--algo" in capsys.readouterr().err
     assert main(["--home", str(home), "train", "--config", str(config_file), "--run", "../escape"]) == 2
     assert main(["--home", str(home), "train", "--config", str(home / "missing.toml")]) == 2
+
+
+def test_a_failed_run_is_recorded_and_may_be_redone(home, config_file, monkeypatch):
+    from agents import ppo
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("learner crashed")
+
+    monkeypatch.setattr(ppo, "train", boom)
+    args = ["--home", str(home), "train", "--config", str(config_file), "--run", "r3", "--json"]
+    assert main(args) == 1  # an unexpected error: one line, non-zero exit
+    info = json.loads((home / "runs" / "r3" / "run.json").read_text())
+    assert info["status"] == "failed" and "learner crashed" in info["error"]
+    monkeypatch.undo()
+    assert main(args) == 0
+    assert json.loads((home / "runs" / "r3" / "run.json").read_text())["status"] == "done"

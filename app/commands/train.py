@@ -56,6 +56,14 @@ def _run_id(run: str | None, algo: str) -> str:
     return run
 
 
+def _run_status(run_dir: Path) -> str | None:
+    """The ``status`` in a run's run.json (None when unreadable): a failed run may be redone."""
+    try:
+        return json.loads((run_dir / "run.json").read_text(encoding="utf-8")).get("status")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 def train_single(
     config: Any,
     home: str | Path,
@@ -80,7 +88,7 @@ def train_single(
     agent = config.agent
     run_id = _run_id(run, agent.algo)
     run_dir = Path(home) / "runs" / run_id
-    if (run_dir / "run.json").exists():
+    if (run_dir / "run.json").exists() and _run_status(run_dir) != "failed":
         raise ConfigError(f"run {run_id!r} already exists at {run_dir} (choose another --run)")
     device = torch.device(agent.device)
     if splits is None:
@@ -115,8 +123,13 @@ def train_single(
         from agents.ppo import train as learn
     else:
         from agents.sac import train as learn
-    with _progress_bar(args.total_steps, enabled=progress) as on_event:
-        result = learn(args, env, callbacks=(on_event, *callbacks), eval_fn=eval_fn)
+    try:
+        with _ProgressBar(args.total_steps, enabled=progress) as on_event:
+            result = learn(args, env, callbacks=(on_event, *callbacks), eval_fn=eval_fn)
+    except BaseException as err:  # record the failure (Ctrl-C included), then let it propagate
+        info.update({"status": "failed", "error": f"{type(err).__name__}: {err}", "finished": time.time()})
+        atomic_write_json(run_dir / "run.json", info)
+        raise
 
     pod_dir = run_dir / "pods" / SINGLE_POD
     Checkpoint(result.policy, result.optimizer_state).save(pod_dir)
@@ -141,7 +154,7 @@ def train_single(
     return info
 
 
-class _progress_bar:
+class _ProgressBar:
     """A rich progress bar fed by the learner's callback events (env-steps/s, latest eval score)."""
 
     def __init__(self, total: int, enabled: bool) -> None:
