@@ -39,8 +39,9 @@ class ObsNormalizer(nn.Module):
         self.register_buffer("var_global", torch.ones(num_global, device=device))  # (2,)
         self.register_buffer("mean_asset", torch.zeros(num_asset_inputs, device=device))  # (1+F,)
         self.register_buffer("var_asset", torch.ones(num_asset_inputs, device=device))  # (1+F,)
-        # float64 count: at millions of samples a float32 count stops incrementing exactly.
-        self.register_buffer("count", torch.zeros((), dtype=torch.float64, device=device))
+        # A host-side Python float (float64): a float32 count stops incrementing exactly at millions
+        # of samples, and some devices (MPS) have no float64 tensors.
+        self.count = 0.0
 
     def _split(self, obs: Tensor) -> tuple[Tensor, Tensor]:
         glob = obs[:, : self.num_global]
@@ -53,7 +54,7 @@ class ObsNormalizer(nn.Module):
         glob, per_asset = self._split(obs)
         flat_asset = per_asset.reshape(-1, self.num_asset_inputs)
         batch_n = float(obs.shape[0])
-        total = self.count.item() + batch_n
+        total = self.count + batch_n
         # Per-asset rows are A times as many as observations; weighting both by observation count
         # keeps the two groups' statistics on the same (observation) time scale.
         for name, x in (("global", glob), ("asset", flat_asset)):
@@ -62,12 +63,12 @@ class ObsNormalizer(nn.Module):
             b_mean = x.mean(dim=0)
             b_var = x.var(dim=0, unbiased=False)
             delta = b_mean - mean
-            old_n = self.count.item()
+            old_n = self.count
             new_mean = mean + delta * (batch_n / total)
             m2 = var * old_n + b_var * batch_n + delta.square() * (old_n * batch_n / total)
             mean.copy_(new_mean)
             var.copy_(m2 / total)
-        self.count.fill_(total)
+        self.count = total
 
     def normalize(self, obs: Tensor) -> Tensor:
         """Normalized and clipped observations; the statistics are not changed."""
@@ -88,7 +89,7 @@ class ObsNormalizer(nn.Module):
             "var_global": self.var_global.cpu().tolist(),
             "mean_asset": self.mean_asset.cpu().tolist(),
             "var_asset": self.var_asset.cpu().tolist(),
-            "count": float(self.count.item()),
+            "count": float(self.count),
             "clip": self.clip,
             "eps": self.eps,
         }
@@ -105,7 +106,7 @@ class ObsNormalizer(nn.Module):
                     f"normalization {name} has shape {tuple(values.shape)}, expected {tuple(buf.shape)}"
                 )
             buf.copy_(values)
-        self.count.fill_(float(spec["count"]))
+        self.count = float(spec["count"])
         self.clip = float(spec["clip"])
         self.eps = float(spec["eps"])
 

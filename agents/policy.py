@@ -185,7 +185,7 @@ class Policy(nn.Module):
         """An independent copy (same device)."""
         other = Policy(self.config, self.meta, device=self.device)
         other.load_state_dict(self.state_dict())
-        other.obs_norm.clip, other.obs_norm.eps = self.obs_norm.clip, self.obs_norm.eps
+        other.obs_norm.copy_from(self.obs_norm)  # count, clip and eps are not in the state dict
         return other
 
     # --- persistence ---------------------------------------------------------------------------------

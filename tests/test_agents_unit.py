@@ -394,3 +394,14 @@ def test_partial_rebalancing_moves_a_fraction_of_the_way_from_current_weights(tm
     policy.save(tmp_path / "p")
     loaded = Policy.load(tmp_path / "p")
     assert loaded.config.rebalance_rate == 0.25 and torch.equal(loaded.act(obs), action)
+
+
+def test_clone_is_an_independent_copy_with_the_same_statistics():
+    policy = _trained_like_policy()
+    other = policy.clone()
+    obs = torch.randn(5, policy.obs_dim)
+    assert torch.equal(other.act(obs), policy.act(obs))
+    assert other.obs_norm.to_spec() == policy.obs_norm.to_spec()
+    with torch.no_grad():
+        other.net.log_std.add_(1.0)
+    assert not torch.equal(other.net.log_std, policy.net.log_std)
