@@ -1,1 +1,9 @@
-"""agents"""
+"""Learners and the trained artifact.
+
+- ``networks``: ``PerAssetActorCritic`` (per-asset encoder shared across assets + pooled context);
+- ``normalize``: running observation statistics, frozen outside training;
+- ``policy``: ``Policy`` (``act``/``save``/``load``, safetensors + JSON), ``Checkpoint``, optimizer state;
+- ``ppo``, ``sac``: the learners, ``train(args, env, callbacks, init, eval_fn) -> TrainResult``;
+- ``evaluate``: the validation score used while training;
+- ``tournament``: the podracer tournament built on them.
+"""
