@@ -47,6 +47,7 @@ _SUMMARY_ROWS = (
     ("cum_returns_final", "Cumulative return", "{:.2%}"),
     ("annual_volatility", "Annual volatility", "{:.2%}"),
     ("costs_paid", "Costs paid (of initial value)", "{:.2%}"),
+    ("probabilistic_sharpe_ratio", "Probabilistic Sharpe (PSR)", "{:.2f}"),
     ("deflated_sharpe_ratio", "Deflated Sharpe (DSR)", "{:.2f}"),
 )
 
