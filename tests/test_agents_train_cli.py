@@ -70,7 +70,18 @@ def test_train_writes_a_complete_run(home, config_file, capsys, algo):
 
 
 def test_train_refuses_to_overwrite_a_run_and_rejects_bad_options(home, config_file, capsys):
-    args = ["--home", str(home), "train", "--config", str(config_file), "--run", "r2", "--json"]
+    args = [
+        "--home",
+        str(home),
+        "train",
+        "--config",
+        str(config_file),
+        "--run",
+        "r2",
+        "--json",
+        "--threads",
+        "1",
+    ]
     assert main(args) == 0
     capsys.readouterr()
     assert main(args) == 2

@@ -429,6 +429,9 @@ def train(
         None, "--steps", min=1, help="Env-steps to train [default: agent.total_steps]."
     ),
     json_out: bool = typer.Option(False, "--json", help="Print the run summary as JSON (no progress bar)."),
+    threads: int = typer.Option(
+        None, "--threads", min=1, help="torch intra-op threads [default: torch's]; 1 is best on a busy CPU."
+    ),
     tournament: bool = typer.Option(False, "--tournament", help="Run a podracer tournament of many pods."),
     pods: int = typer.Option(None, "--pods", min=1, help="Tournament: pods in flight [tournament.pods]."),
     budget_steps: int = typer.Option(None, "--budget-steps", min=1, help="Tournament: total env-steps."),
@@ -447,6 +450,11 @@ def train(
         agent = {"algo": algo} if algo is not None else {}
         _tournament_command(config, run, resume, overrides, agent, json_out)
         return
+    if threads is not None:
+        import torch
+
+        # Small per-op tensors: on a loaded machine extra intra-op threads mostly wait on each other.
+        torch.set_num_threads(threads)
     cfg = load_config(config)
     updates: dict[str, Any] = {}
     if algo is not None:
