@@ -11,16 +11,42 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from data.errors import ConfigError
 
+# TOML has no null: an optional field whose default is not None (``tournament.budget_steps``) is
+# written as the string "none" when it is None, and read back as None, so a run's config.toml
+# reproduces its resolved config (a minutes-only budget stays minutes-only on --resume).
+NONE_MARKER = "none"
+
+
+def _none_by_marker(section: type[BaseModel]) -> set[str]:
+    """Fields of ``section`` that may be None but default to something else."""
+    return {
+        name
+        for name, field in section.model_fields.items()
+        if field.default is not None and not field.is_required() and _allows_none(field.annotation)
+    }
+
+
+def _allows_none(annotation: Any) -> bool:
+    return type(None) in get_args(annotation)
+
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_none_marker(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            marked = _none_by_marker(cls)
+            return {k: None if k in marked and v == NONE_MARKER else v for k, v in data.items()}
+        return data
 
 
 class DataConfig(_Section):
@@ -193,7 +219,13 @@ def load_config(path: str | os.PathLike[str] | None) -> Config:
 
 
 def config_to_toml(config: Config) -> str:
+    """The config as TOML; None is left out, or written as ``"none"`` where the default is not None."""
     raw = config.model_dump(exclude_none=True)
+    for name in Config.model_fields:
+        section = getattr(config, name)
+        for key in _none_by_marker(type(section)):
+            if getattr(section, key) is None:
+                raw[name][key] = NONE_MARKER
     return tomli_w.dumps(raw)
 
 

@@ -56,3 +56,18 @@ def test_parse_partial_sections_take_defaults():
     assert cfg.env.decision_interval == 5
     assert cfg.agent == Config().agent
     assert "decision_interval = 5" in config_to_toml(cfg)
+
+
+def test_round_trip_keeps_a_budget_turned_off(tmp_path):
+    # TOML has no null: a minutes-only budget must not come back with the default step budget
+    # (a --resume reads the run's config.toml).
+    cfg = Config().with_updates(tournament={"budget_minutes": 5.0, "budget_steps": None})
+    again = load_config(write_config(cfg, tmp_path / "config.toml"))
+    assert again == cfg
+    assert again.tournament.budget_steps is None and again.tournament.budget_minutes == 5.0
+    assert (
+        parse_config({"tournament": {"budget_steps": "none", "budget_minutes": 1.0}}).tournament.budget_steps
+        is None
+    )
+    with pytest.raises(ConfigError, match="tournament.budget_minutes"):
+        parse_config({"tournament": {"budget_minutes": "none"}})  # only where the default is not None
