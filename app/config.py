@@ -95,7 +95,7 @@ class AgentConfig(_Section):
     device: str = "cpu"
     hidden: int = Field(64, ge=4)
     embed: int = Field(16, ge=2)
-    # Measured on the planted-signal synthetic market (see README "Learning"): the edge pays out
+    # Measured on the planted-signal synthetic market (see docs/agents.md): the edge pays out
     # within tens of decisions, so a short horizon and a large step size learn it within minutes.
     learning_rate: float = Field(3e-3, gt=0, lt=1)
     gamma: float = Field(0.9, gt=0, le=1)
@@ -111,9 +111,6 @@ class AgentConfig(_Section):
     vf_coef: float = Field(0.5, ge=0)
     max_grad_norm: float = Field(0.5, gt=0)
     total_steps: int = Field(500_000, ge=1, description="env-steps for a single `podracer train`")
-    rebalance_rate: float = Field(
-        0.2, gt=0, le=1, description="weights mode: fraction of the way to the target moved per decision"
-    )
     num_critics: int = Field(4, ge=1, description="SAC: critic ensemble size")
     critic_target: Literal["min", "mean"] = "min"
     buffer_size: int = Field(200_000, ge=1)
