@@ -221,3 +221,9 @@ def test_resume_marks_in_flight_pods_failed(tmp_path):
 def test_readers_refuse_a_missing_board(tmp_path):
     with pytest.raises(PodracerError):
         read_leaderboard(tmp_path)
+
+
+def test_corrupt_leaderboard_is_a_one_line_error(tmp_path):
+    (tmp_path / "leaderboard.sqlite").write_text("not a database\n")
+    with pytest.raises(PodracerError, match="cannot open leaderboard .*leaderboard.sqlite"):
+        Leaderboard(tmp_path, size=2)

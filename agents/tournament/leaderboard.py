@@ -108,11 +108,15 @@ class Leaderboard:
             self._create()
         # isolation_level=None: we issue BEGIN IMMEDIATE ourselves so each update is one transaction.
         self._conn = sqlite3.connect(self.path, isolation_level=None, timeout=30.0)
-        self._conn.row_factory = sqlite3.Row
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("PRAGMA synchronous=FULL")
-        # executescript commits implicitly, so the schema is created outside our own transactions.
-        self._conn.executescript(_SCHEMA)
+        try:
+            self._conn.row_factory = sqlite3.Row
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA synchronous=FULL")
+            # executescript commits implicitly, so the schema is created outside our own transactions.
+            self._conn.executescript(_SCHEMA)
+        except sqlite3.DatabaseError as err:  # a corrupt or foreign file: the user's to fix, one line
+            self._conn.close()
+            raise PodracerError(f"cannot open leaderboard {self.path}: {err}") from None
 
     def _create(self) -> None:
         """Create the file with its schema under a temp name, then rename it into place, so a reader
