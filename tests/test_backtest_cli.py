@@ -142,3 +142,26 @@ def test_baseline_report_written_with_out(run_home, tmp_path, capsys):
     saved = json.loads((out / "backtest" / "metrics.json").read_text())
     assert set(saved["strategies"]) == {"buy_and_hold", "cash"} and saved["tearsheet"] is None
     assert (out / "backtest" / "equity.parquet").is_file()
+
+
+def test_test_window_must_lie_after_what_the_run_saw(run_home, capsys):
+    # Bars imported after the run (older history) shift the session split: the rebuilt "test" window
+    # would then cover the run's validation sessions. The backtest refuses instead of scoring them.
+    from app.config import load_config
+    from data.loader import load_market
+
+    windows = load_market(load_config(run_home / "runs" / "r1" / "config.toml").data, home=run_home).windows()
+    shifted = run_home / "runs" / "shifted"
+    shutil.copytree(run_home / "runs" / "r1", shifted, ignore=shutil.ignore_patterns("backtest"))
+    recorded = {k: list(v) for k, v in windows.items()}
+    (shifted / "run.json").write_text(json.dumps({"windows": recorded}))
+    assert _run(run_home, "shifted", "--json", "--no-tearsheet") == 0  # the same data: fine
+    capsys.readouterr()
+
+    recorded["valid"] = [recorded["valid"][0], recorded["test"][1]]  # selected on today's test sessions
+    (shifted / "run.json").write_text(json.dumps({"windows": recorded}))
+    assert _run(run_home, "shifted", "--json", "--no-tearsheet") == 2
+    err = capsys.readouterr().err
+    assert "was selected on data up to" in err and "Traceback" not in err
+    assert _run(run_home, "shifted", "--window", "valid", "--json", "--no-tearsheet") == 0
+    capsys.readouterr()

@@ -14,6 +14,7 @@ DIR`` also writes the report there.
 from __future__ import annotations
 
 import json
+import logging
 import math
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,8 @@ import typer
 
 from app import context
 from data.errors import CheckpointError, ConfigError, DataError, PodracerError
+
+log = logging.getLogger(__name__)
 
 WINDOWS = ("test", "valid", "full")
 _PERCENT = {
@@ -121,6 +124,39 @@ def _check_policy_fits(policy: Any, market: Any, params: Any) -> None:
         )
 
 
+def _check_window_unseen(run: str, window: str, market: Any, recorded: Any) -> None:
+    """The evaluation window rebuilt from today's data must still lie after what the run learned from.
+
+    A run records the dates of its windows; the market is rebuilt from its data config, and with
+    ``source = "stored"`` the bars may have changed since (older history imported shifts the
+    whole-session split later): the "test" window could then cover the run's validation or training
+    sessions and score the champion on data it was selected or trained on.
+    """
+    if window == "full" or not isinstance(recorded, dict):
+        return
+    seen = ("train", "valid") if window == "test" else ("train",)
+    start, end = market.date_range()
+    for name in seen:
+        dates = recorded.get(name)
+        if not isinstance(dates, list | tuple) or len(dates) != 2:
+            continue
+        if str(dates[1]) >= start:
+            raise DataError(
+                f"run {run!r} was {'trained' if name == 'train' else 'selected'} on data up to {dates[1]}, "
+                f"but the {window} window rebuilt from the current data starts {start}: the bars changed "
+                f"since the run (try --window full for an in-sample look)"
+            )
+    before = recorded.get(window)
+    if isinstance(before, list | tuple) and [str(d) for d in before] != [start, end]:
+        log.warning(
+            "the %s window is now %s..%s (the run recorded %s..%s): the bars changed since the run",
+            window,
+            start,
+            end,
+            *before,
+        )
+
+
 def backtest_run(
     run: str,
     *,
@@ -144,9 +180,11 @@ def backtest_run(
     config = load_config(config_path)
     device = _check_device(device or config.agent.device)
     policy = _load_policy(run_dir / "champion", device)
-    num_trials, trial_sharpes = _trials(_read_run_json(run_dir), run_dir)
+    run_info = _read_run_json(run_dir)
+    num_trials, trial_sharpes = _trials(run_info, run_dir)
     params = env_params_from_config(config.env)
     market = _window(load_market(config.data, home=home, device=device), window)
+    _check_window_unseen(run, window, market, run_info.get("windows"))
     _check_policy_fits(policy, market, params)
     result = engine.run_backtest(market, params, {"champion": policy}, device=device, num_threads=1)
     return report.write_report(
