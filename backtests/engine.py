@@ -77,6 +77,10 @@ class BacktestResult:
     interval: str
     start_timestamp: np.datetime64  # start of the window's first bar (the first decision bar)
     terminated_at: tuple[int, ...]  # (S,) decision row at which each strategy was stopped, -1 if never
+    # (D,) session dates and (D, S) equity at each session's end (see ``daily_returns``); None: the
+    # days are the session dates of the marks (a result built without them).
+    day_dates: np.ndarray | None = None
+    day_equity: Tensor | None = None
 
     @property
     def num_steps(self) -> int:
@@ -93,7 +97,17 @@ class BacktestResult:
 
     def daily_returns(self) -> tuple[np.ndarray, Tensor]:
         """Session dates ``(D,)`` and daily returns ``(D, S)``: close-to-close of the last mark each day
-        (the first day against the initial cash), i.e. the decision returns compounded by day."""
+        (the first day against the initial cash), i.e. the decision returns compounded by day.
+
+        A session without a mark (a decision spans more than a session: daily bars, or hourly bars
+        with a long ``decision_interval``) is valued at its last bar's close with the holdings of the
+        decision in force, so every session of the run is one row and 252 rows are a year.
+        """
+        if self.day_equity is not None and self.day_dates is not None:
+            prev = torch.cat(
+                [torch.full_like(self.day_equity[:1], self.initial_value), self.day_equity[:-1]], dim=0
+            )
+            return self.day_dates, self.day_equity / prev - 1.0
         return np.unique(self.session_dates), m.aggregate_by_day(self.returns, _day_codes(self.session_dates))
 
     def date_range(self) -> tuple[str, str]:
@@ -187,18 +201,26 @@ def run_backtest(
         )
     params = _long_horizon(params, k_steps)
 
+    plan = _day_plan(market, interval, k_steps)
     groups: list[_Run] = []
     if policies:
-        groups.append(_run_policies(market, params, policies, k_steps, seed))
+        groups.append(_run_policies(market, params, policies, k_steps, seed, plan.off_bars))
     static = _static_baselines(market, baselines)
     if static:
-        groups.append(_run_static(market, params, static, k_steps, seed))
+        groups.append(_run_static(market, params, static, k_steps, seed, plan.off_bars))
 
     cat = lambda key: torch.cat([getattr(g, key) for g in groups], dim=1)  # noqa: E731
     equity = cat("equity")
     prev = torch.cat([torch.full_like(equity[:1], float(params.initial_cash)), equity[:-1]], dim=0)
     mark_bars = (np.arange(1, k_steps + 1) * interval).astype(np.int64)
     dates = market.session_dates()
+    # Equity at each session's end: its last mark, or (no mark that session) the off-mark value.
+    day_equity = torch.empty(len(plan.dates), equity.shape[1], dtype=torch.float64)
+    on_mark = torch.as_tensor(plan.mark_rows >= 0)
+    if bool(on_mark.any()):
+        day_equity[on_mark] = equity[torch.as_tensor(plan.mark_rows[plan.mark_rows >= 0])]
+    if len(plan.off_bars):
+        day_equity[~on_mark] = cat("off_equity")
     return BacktestResult(
         names=tuple(n for g in groups for n in g.names),
         tickers=tuple(market.tickers),
@@ -217,6 +239,37 @@ def run_backtest(
         interval=market.interval,
         start_timestamp=np.asarray(market.timestamps)[0],
         terminated_at=tuple(t for g in groups for t in g.terminated_at),
+        day_dates=plan.dates,
+        day_equity=day_equity,
+    )
+
+
+@dataclass(frozen=True)
+class _DayPlan:
+    """The sessions a backtest reports, in order: ``dates (D,)``; ``mark_rows (D,)`` the decision row
+    whose mark ends the session (its last mark), or -1 for a session without a mark, valued at its
+    last bar ``off_bars`` (one per -1, in order)."""
+
+    dates: np.ndarray
+    mark_rows: np.ndarray
+    off_bars: np.ndarray
+
+
+def _day_plan(market: MarketData, interval: int, k_steps: int) -> _DayPlan:
+    dates = market.session_dates()
+    ends = np.flatnonzero(np.r_[dates[1:] != dates[:-1], True])  # last bar of each session
+    mark_bars = np.arange(1, k_steps + 1) * interval
+    mark_dates = dates[mark_bars]
+    last = np.searchsorted(mark_dates, dates[ends], side="right") - 1  # last mark on or before the day
+    has_mark = (last >= 0) & (mark_dates[np.clip(last, 0, None)] == dates[ends])
+    # A session without a mark is reported when a position can exist by its end (after the first
+    # fill at bar 1) and the run still goes on (before the last mark); later sessions lie past the end.
+    off = ~has_mark & (ends >= 1) & (ends < k_steps * interval)
+    keep = has_mark | off
+    return _DayPlan(
+        dates=dates[ends][keep],
+        mark_rows=np.where(has_mark, last, -1)[keep].astype(np.int64),
+        off_bars=ends[off].astype(np.int64),
     )
 
 
@@ -230,6 +283,7 @@ class _Run:
     trades: Tensor  # (K, N, A) float32
     trade_costs: Tensor  # (K, N, A) float32
     terminated_at: list[int]
+    off_equity: Tensor  # (len(off_bars), N) float64 value at the close of sessions without a mark
 
 
 def _trade_accounting(
@@ -252,7 +306,12 @@ def _trade_accounting(
 
 
 def _run_policies(
-    market: MarketData, params: EnvParams, policies: Mapping[str, Policy], k_steps: int, seed: int
+    market: MarketData,
+    params: EnvParams,
+    policies: Mapping[str, Policy],
+    k_steps: int,
+    seed: int,
+    off_bars: np.ndarray,
 ) -> _Run:
     trading = _trading()
     names = list(policies)
@@ -306,6 +365,13 @@ def _run_policies(
         shares = shares.masked_fill(dead.unsqueeze(-1), 0.0)
         notional, trade_costs = _trade_accounting(market, params, shares, k_steps)
         first_term = torch.where(term, rows, k_steps).amin(dim=0)
+        # Off-mark closes: the cash and holdings of the decision in force (cash only changes at fills).
+        off = torch.as_tensor(off_bars, device=value.device)
+        k_off = (off - 1) // int(params.decision_interval)
+        cash = value - (held * close.unsqueeze(1).to(torch.float64)).sum(dim=-1)  # (K, N)
+        off_close = market.close.index_select(0, off).to(torch.float64).unsqueeze(1)  # (O, 1, A)
+        off_value = cash[k_off] + (held[k_off] * off_close).sum(dim=-1)
+        off_equity = torch.where(dead[k_off], equity[k_off], off_value)
     return _Run(
         names=names,
         equity=equity.cpu(),
@@ -315,6 +381,7 @@ def _run_policies(
         trades=notional.to(torch.float32).cpu(),
         trade_costs=trade_costs.to(torch.float32).cpu(),
         terminated_at=[int(v) if int(v) < k_steps else -1 for v in first_term.cpu()],
+        off_equity=off_equity.cpu(),
     )
 
 
@@ -352,6 +419,7 @@ def _run_static(
     static: list[tuple[str, Tensor]],
     k_steps: int,
     seed: int,
+    off_bars: np.ndarray | None = None,
     *,
     through_env: bool = False,
 ) -> _Run:
@@ -397,6 +465,9 @@ def _run_static(
         notional, trade_costs = _trade_accounting(market, params, shares, k_steps)
         turnover = torch.zeros(k_steps, n, dtype=torch.float64, device=device)
         turnover[0] = first_traded / float(params.initial_cash)
+        off = torch.as_tensor(off_bars if off_bars is not None else np.zeros(0, np.int64), device=device)
+        off_close = market.close.index_select(0, off).to(torch.float64)  # (O, A)
+        off_equity = state.cash.to(torch.float64).unsqueeze(0) + off_close @ state.shares.to(torch.float64).T
     return _Run(
         names=names,
         equity=equity.cpu(),
@@ -406,6 +477,7 @@ def _run_static(
         trades=notional.to(torch.float32).cpu(),
         trade_costs=trade_costs.to(torch.float32).cpu(),
         terminated_at=[-1] * n,
+        off_equity=off_equity.cpu(),
     )
 
 

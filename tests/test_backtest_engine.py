@@ -251,3 +251,41 @@ def test_num_threads_is_set_for_the_run_and_restored(toy):
     engine.run_backtest(toy, EnvParams(decision_interval=200), {"spy": spy}, baselines=(), num_threads=1)
     assert seen and set(seen) == {1}
     assert torch.get_num_threads() == before
+
+
+def test_decisions_spanning_sessions_still_give_one_return_per_session():
+    # Hourly bars (7 a session) and a decision every 15 bars: most sessions have no mark. Each must
+    # still be a daily return (valued at its close with the holdings in force), or 252 rows would not
+    # be a year and the Sharpe ratio and annual return would be inflated.
+    from data.loader import load_market
+    from envs import trading
+
+    market = load_market(None, num_tickers=3, num_sessions=12, interval="1h").full
+    assert market.num_steps == 12 * 7
+    gen = torch.Generator().manual_seed(0)
+    actions = torch.rand(40, 1, market.num_assets, generator=gen)
+    calls = iter(range(40))
+    policy = lambda obs: actions[next(calls)]  # noqa: E731
+    params = EnvParams(decision_interval=15)
+    res = engine.run_backtest(market, params, {"p": policy}, baselines=("buy_and_hold",))
+    assert res.num_steps == (84 - 1) // 15 == 5
+    dates, daily = res.daily_returns()
+    sessions = np.unique(market.session_dates())
+    last_mark = res.num_steps * 15
+    covered = sessions[: int(market.session_id[last_mark]) + 1]  # through the session of the last mark
+    np.testing.assert_array_equal(dates, covered)
+    assert len(dates) == 12 - 1  # the last session lies past the last mark
+    # Daily returns compound to the final equity.
+    growth = torch.prod(1.0 + daily, dim=0) * res.initial_value
+    torch.testing.assert_close(growth, res.equity[-1], rtol=1e-10, atol=0)
+    # Hand-check the policy's close of session 0 (bar 6, inside decision 0's holding period).
+    p64 = engine._long_horizon(params, res.num_steps)
+    state, _ = trading.reset(market, p64, 1, torch.Generator().manual_seed(0), start=0)
+    state, *_ = trading.step(market, p64, state, actions[0])
+    close6 = market.close[6].to(torch.float64)
+    expected = float(state.cash[0] + (state.shares[0].to(torch.float64) * close6).sum())
+    assert float(daily[0, 0]) == pytest.approx(expected / res.initial_value - 1.0, rel=1e-9)
+    # Annualization sees every session: 11 rows, not the 5 decisions' 3 mark days.
+    assert m.annual_return(daily[:, 0]).item() == pytest.approx(
+        float(growth[0] / res.initial_value) ** (252 / 11) - 1.0, rel=1e-9
+    )
