@@ -9,7 +9,7 @@ PIP := $(PY) -m pip --disable-pip-version-check
 TORCH := torch==2.13.0
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test install install-test browser lint bench clean
+.PHONY: demo test install install-test browser lint bench clean dashboard
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,10 @@ browser:
 
 demo: install
 	$(VENV)/bin/podracer demo
+
+# Opens the newest run of ./podracer-home (after `make demo`).
+dashboard: install
+	$(VENV)/bin/podracer dashboard
 
 test: install-test browser
 	$(VENV)/bin/python -m pytest -q
