@@ -24,6 +24,7 @@ import hashlib
 import json
 import math
 import platform
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -176,6 +177,60 @@ class Policy(nn.Module):
         std = self.net.std()[: self.raw_dim]
         noise = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)
         return self.to_action(mean + std * noise, obs)
+
+    def frozen_act(self) -> Callable[[Tensor], Tensor]:
+        """A function ``obs -> act(obs, deterministic=True)`` for a loop of small inference calls
+        while the weights and normalization statistics stay fixed (backtests).
+
+        The same tensor ops on the same operands as :meth:`act` (bit-identical results), minus the
+        per-call overhead: module calls, shape checks, and the normalizer's constants
+        (``sqrt(var + eps)`` and the per-asset statistics tiled to the observation width), which are
+        computed once here. Observations must already be float32 ``(N, obs_dim)`` on the policy's
+        device. Configurations other than the linear encoder in ``"weights"`` mode with full
+        rebalancing get :meth:`act` itself.
+        """
+        cfg = self.config
+        if (
+            cfg.asset_layers != 0
+            or self.meta.action_mode != "weights"
+            or cfg.rebalance_rate < 1.0
+            or type(self).act is not Policy.act
+            or type(self.net).actor_mean is not PerAssetActorCritic.actor_mean
+        ):
+            return lambda obs: self.act(obs, deterministic=True)
+        a, x = cfg.num_assets, 1 + cfg.num_features
+        norm = self.obs_norm
+        with torch.no_grad():
+            mean = torch.cat([norm.mean_global, norm.mean_asset.repeat(a)]).detach()
+            scale = torch.cat(
+                [torch.sqrt(norm.var_global + norm.eps), torch.sqrt(norm.var_asset + norm.eps).repeat(a)]
+            ).detach()
+        clip = norm.clip
+        lin = self.net.encoder[0]
+        w, b = lin.weight.detach(), lin.bias.detach()
+        w_t, b_col = w.T, b.unsqueeze(1)
+        ctx_lin = self.net.context[0]
+        wc, bc = ctx_lin.weight.detach(), ctx_lin.bias.detach()
+        wr, br = self.net.actor_readout.weight.detach(), self.net.actor_readout.bias.detach()
+        wk, bk = self.net.actor_cash.weight.detach(), self.net.actor_cash.bias.detach()
+        linear = torch.nn.functional.linear
+
+        def act(obs: Tensor) -> Tensor:
+            n = obs.shape[0]
+            # ObsNormalizer.normalize: per element (x - mean) / sqrt(var + eps), then the clip.
+            z = torch.sub(obs, mean).div_(scale).clamp_(-clip, clip)
+            # PerAssetActorCritic._trunk (linear encoder) and actor_from, op for op.
+            per_asset = z[:, NUM_GLOBAL:].reshape(n, a, x)
+            weight = per_asset[:, :, :1]
+            mean_emb = linear(per_asset.mean(dim=1), w, b)
+            held = (weight * per_asset).sum(dim=1) @ w_t + weight.sum(dim=1) * b
+            ctx = torch.tanh(linear(torch.cat([mean_emb, held, z[:, :NUM_GLOBAL]], dim=1), wc, bc))
+            readout = linear(ctx, wr, br)
+            asset_logits = (per_asset * (readout @ w).unsqueeze(1)).sum(dim=-1) + readout @ b_col
+            logits = torch.cat([asset_logits, linear(ctx, wk, bk)], dim=1)
+            return torch.softmax(logits, dim=-1)[..., :a]
+
+        return act
 
     def forward(self, obs: Tensor) -> Tensor:
         """Deterministic action: lets the policy be passed wherever a callable is expected."""
