@@ -178,7 +178,7 @@ class Policy(nn.Module):
         noise = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)
         return self.to_action(mean + std * noise, obs)
 
-    def frozen_act(self) -> Callable[[Tensor], Tensor]:
+    def frozen_act(self) -> Callable[[Tensor], Tensor] | None:
         """A function ``obs -> act(obs, deterministic=True)`` for a loop of small inference calls
         while the weights and normalization statistics stay fixed (backtests).
 
@@ -186,8 +186,9 @@ class Policy(nn.Module):
         per-call overhead: module calls, shape checks, and the normalizer's constants
         (``sqrt(var + eps)`` and the per-asset statistics tiled to the observation width), which are
         computed once here. Observations must already be float32 ``(N, obs_dim)`` on the policy's
-        device. Configurations other than the linear encoder in ``"weights"`` mode with full
-        rebalancing get :meth:`act` itself.
+        device; the actions are ``(N, A)`` float32 on that device. ``None`` for configurations
+        without this path (other than the linear encoder in ``"weights"`` mode with full
+        rebalancing, or a subclass that changes ``act``): call :meth:`act`.
         """
         cfg = self.config
         if (
@@ -197,7 +198,7 @@ class Policy(nn.Module):
             or type(self).act is not Policy.act
             or type(self.net).actor_mean is not PerAssetActorCritic.actor_mean
         ):
-            return lambda obs: self.act(obs, deterministic=True)
+            return None
         a, x = cfg.num_assets, 1 + cfg.num_features
         norm = self.obs_norm
         with torch.no_grad():
@@ -220,15 +221,16 @@ class Policy(nn.Module):
             # ObsNormalizer.normalize: per element (x - mean) / sqrt(var + eps), then the clip.
             z = torch.sub(obs, mean).div_(scale).clamp_(-clip, clip)
             # PerAssetActorCritic._trunk (linear encoder) and actor_from, op for op.
-            per_asset = z[:, NUM_GLOBAL:].reshape(n, a, x)
-            weight = per_asset[:, :, :1]
+            # (narrow: the same views as the slices, with less indexing overhead)
+            per_asset = z.narrow(1, NUM_GLOBAL, a * x).reshape(n, a, x)
+            weight = per_asset.narrow(2, 0, 1)
             mean_emb = linear(per_asset.mean(dim=1), w, b)
             held = (weight * per_asset).sum(dim=1) @ w_t + weight.sum(dim=1) * b
-            ctx = torch.tanh(linear(torch.cat([mean_emb, held, z[:, :NUM_GLOBAL]], dim=1), wc, bc))
+            ctx = torch.tanh(linear(torch.cat([mean_emb, held, z.narrow(1, 0, NUM_GLOBAL)], dim=1), wc, bc))
             readout = linear(ctx, wr, br)
             asset_logits = (per_asset * (readout @ w).unsqueeze(1)).sum(dim=-1) + readout @ b_col
             logits = torch.cat([asset_logits, linear(ctx, wk, bk)], dim=1)
-            return torch.softmax(logits, dim=-1)[..., :a]
+            return torch.softmax(logits, dim=-1).narrow(-1, 0, a)
 
         return act
 

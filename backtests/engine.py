@@ -134,22 +134,26 @@ def _day_codes(dates: np.ndarray) -> np.ndarray:
     return dates.astype("datetime64[D]").astype(np.int64)
 
 
-def _inference_fn(policy: Any, obs: Tensor) -> Callable[[Tensor], Tensor]:
-    """``obs -> deterministic action`` for one policy of the loop: a policy's ``frozen_act()``
-    (``agents.policy.Policy``: the same ops as ``act``, less per-call overhead) when it takes these
-    observations as they are (float32, its width, its device), else ``act`` or the callable itself."""
+def _inference_fn(policy: Any, obs: Tensor, num_assets: int) -> tuple[Callable[[Tensor], Tensor], bool]:
+    """``(obs -> deterministic action, trusted)`` for one policy of the loop: a policy's
+    ``frozen_act()`` (``agents.policy.Policy``: the same ops as ``act``, less per-call overhead) when
+    it takes these observations as they are (float32, its width, its device), else ``act`` or the
+    callable itself. ``trusted``: the actions are float tensors ``(n, A)`` on ``obs``'s device."""
     frozen = getattr(policy, "frozen_act", None)
     if (
         callable(frozen)
         and obs.dtype == torch.float32
         and obs.ndim == 2
         and obs.shape[1] == getattr(policy, "obs_dim", None)
+        and getattr(policy, "num_assets", None) == num_assets
         and getattr(policy, "device", None) == obs.device
     ):
-        return frozen()
+        fast = frozen()
+        if fast is not None:
+            return fast, True
     if hasattr(policy, "act"):
-        return lambda o: policy.act(o, deterministic=True)
-    return policy
+        return (lambda o: policy.act(o, deterministic=True)), False
+    return policy, False
 
 
 def _trading():
@@ -329,7 +333,11 @@ def _run_policies(
     names = list(policies)
     n = len(names)
     state, obs = trading.reset(market, params, n, torch.Generator().manual_seed(seed), start=0)
-    callables = [_inference_fn(policies[name], obs) for name in names]
+    fns = [_inference_fn(policies[name], obs, market.num_assets) for name in names]
+    callables = [f for f, _ in fns]
+    # Every policy's action is checked on the first decision; from then on only the ones that are
+    # not known to return plain (n, A) float tensors on the env's device.
+    trusted = all(t for _, t in fns)
     values, traded_notional, shares_traded, terminated, actions = [], [], [], [], []
     expected = (n, market.num_assets)
     # The loop only calls the policies and the env and keeps references to their outputs: no extra
@@ -340,7 +348,7 @@ def _run_policies(
                 action = callables[0](obs)
             else:
                 action = torch.cat([p(obs[i : i + 1]) for i, p in enumerate(callables)], dim=0)
-            if k == 0 or not _plain_action(action, expected, obs):
+            if k == 0 or not (trusted or _plain_action(action, expected, obs)):
                 action = trading.check_action(action, n, market.num_assets, market.device)
             # The env's own NaN check costs a host sync per step; the actions are checked once after
             # the loop instead (a run with a bad action is discarded, so nothing wrong is reported).
