@@ -432,33 +432,39 @@ def step(
     t_mark = state.t + k
     adt = params.asset_dtype  # .to(adt) is a no-op for float32 market data and "float32"
     px_open = market.open.index_select(0, state.t + 1).to(adt)  # (N, A) fill bar
+    # A fresh tensor either way (gather, or gather + cast): becomes the positions' value in place.
     px_close = market.close.index_select(0, t_mark).to(adt)  # (N, A) mark bar
     shares, cash = state.shares, state.cash
 
-    # Orders in shares: buy, sell >= 0 and diff = buy - sell.
+    # Orders in shares: buy, sell >= 0 and diff = buy - sell. The step is memory-bound (each
+    # (N, A) pass streams the operands through the cache), so temporaries are reused in place
+    # where that leaves the arithmetic unchanged.
     if params.action_mode == "weights":
         # Only sizes the targets, so a plain (float32) sum is precise enough here.
-        value_open = cash + (shares * px_open).sum(1)
+        held = shares * px_open  # (N, A) scratch: also holds the sells below
+        value_open = cash + held.sum(1)
         weights = action.to(adt).clamp(min=0.0)  # a new tensor: in-place below is safe
         # float64 sum: a float32 one overflows for huge (finite) weights and would zero the targets.
         budget = (value_open / weights.sum(1, dtype=ACC_DTYPE).clamp(min=1.0)).to(adt)
         # Share space (not $): a zero target gives diff = -shares exactly, so full sells leave 0.
         diff = weights.mul_(budget[:, None]).div_(px_open).sub_(shares)
         buy = diff.clamp(min=0.0)
-        sell = buy - diff
+        # sell = buy - diff is needed only for its notional: computed into the scratch buffer.
+        sell_at_open = torch.sub(buy, diff, out=held).mul_(px_open)
     else:
         diff = action.to(adt).clamp(-1.0, 1.0).mul_(params.max_shares).round_()
         buy = diff.clamp(min=0.0)
         sell = torch.minimum(buy - diff, shares)
-    sell_notional = _rowsum(sell * px_open) * (1.0 - slip)
+        sell_at_open = sell * px_open
+    sell_notional = _rowsum(sell_at_open) * (1.0 - slip)
     buy_notional = _rowsum(buy * px_open) * (1.0 + slip)
     available = cash + sell_notional * (1.0 - rate)
     needed = buy_notional * (1.0 + rate)
     # Buys scaled by one factor per env so cash never goes negative.
     scale = torch.where(needed > available, available / needed.clamp(min=_TINY), 1.0)
     if params.action_mode == "weights":
-        # diff + buy * (scale - 1) = scale * buy - sell; exact when scale == 1.
-        traded = torch.addcmul(diff, buy, (scale - 1.0).to(adt)[:, None])
+        # diff + buy * (scale - 1) = scale * buy - sell; exact when scale == 1. diff is a temporary.
+        traded = diff.addcmul_(buy, (scale - 1.0).to(adt)[:, None])
         buy_notional = buy_notional * scale
         needed = needed * scale
     else:
@@ -471,7 +477,7 @@ def step(
     new_cash = (available - needed).clamp_(min=0.0)
     traded_notional = sell_notional + buy_notional
     cost = rate * traded_notional
-    pos_value = new_shares * px_close
+    pos_value = px_close.mul_(new_shares)
     new_value = new_cash + _rowsum(pos_value)
 
     # Reward.
