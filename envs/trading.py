@@ -264,7 +264,7 @@ def _observe(market: MarketData, t: Tensor, cash: Tensor, pos_value: Tensor, val
     """Observation at bars ``t`` for the given accounting (see :func:`split_obs` for the layout)."""
     num_envs, num_assets = pos_value.shape
     num_features = market.num_features
-    inv_value = 1.0 / value.clamp(min=_TINY)
+    inv_value = value.clamp(min=_TINY).reciprocal_()  # (1.0 / x would be reciprocal, then * 1.0)
     table = _obs_table(market)
     if table is not None:
         obs = table.index_select(0, t)
@@ -507,8 +507,8 @@ def step(
     step_count = state.step_count + 1
     terminated = new_value < params.bust_frac * params.initial_cash
     out_of_data = t_mark > last_decision_bar(market.num_steps, params)
-    truncated = ((step_count >= params.episode_len) | out_of_data) & ~terminated
-    done = terminated | truncated
+    done = (step_count >= params.episode_len) | out_of_data | terminated
+    truncated = done ^ terminated  # done and not terminated: terminated wins
 
     final_obs = _observe(market, t_mark, new_cash, pos_value, new_value)
     rng = _lcg_next(state.rng)
