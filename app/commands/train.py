@@ -441,8 +441,7 @@ def train(
     address: str = typer.Option(None, "--address", help="Tournament, ray: address of an existing cluster."),
     resume: str = typer.Option(None, "--resume", help="Tournament: continue the run RUN after a stop."),
 ) -> None:
-    """Train a single agent (or, with --tournament, a tournament of pods) on the train window, scored
-    on the validation window."""
+    """Train one agent, or with --tournament a pool of pods; scored on the validation window."""
     from app.config import load_config
 
     if tournament or resume is not None:
