@@ -29,8 +29,10 @@ equity stays at the value it had when it terminated, with no positions and no tr
 from __future__ import annotations
 
 import dataclasses
+import gc
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -338,11 +340,12 @@ def _run_policies(
     # Every policy's action is checked on the first decision; from then on only the ones that are
     # not known to return plain (n, A) float tensors on the env's device.
     trusted = all(t for _, t in fns)
+    prices = trading.asset_prices(market, params)  # cast once, not one cast per price row and step
     values, traded_notional, shares_traded, terminated, actions = [], [], [], [], []
     expected = (n, market.num_assets)
     # The loop only calls the policies and the env and keeps references to their outputs: no extra
     # tensor op per step. Weights, costs, NaN checks and termination are vectorized afterwards.
-    with torch.inference_mode():
+    with torch.inference_mode(), _gc_paused():
         for k in range(k_steps):
             if n == 1:
                 action = callables[0](obs)
@@ -353,10 +356,14 @@ def _run_policies(
             # The env's own NaN check costs a host sync per step; the actions are checked once after
             # the loop instead (a run with a bad action is discarded, so nothing wrong is reported).
             actions.append(action)
-            state, obs, _, term, _, info = trading.step(market, params, state, action, validate=False)
-            values.append(info["value"])
-            traded_notional.append(info["traded_notional"])
-            shares_traded.append(info["shares_traded"])
+            # The env's step less the reward (bitwise the same accounting; no env is truncated:
+            # episode_len is past the window and the last decision is the last the data allows).
+            state, obs, term, value, notional, traded = trading.backtest_step(
+                market, params, state, action, prices
+            )
+            values.append(value)
+            traded_notional.append(notional)
+            shares_traded.append(traded)
             terminated.append(term)
         value = torch.stack(values).to(torch.float64)  # (K, N)
         ok = torch.isfinite(torch.stack(actions)).all(dim=2) & torch.isfinite(value)  # (K, N)
@@ -380,7 +387,8 @@ def _run_policies(
         # (rows after a termination hold the reset env's shares and are masked below).
         held = torch.cumsum(shares, dim=0)
         close = market.close.index_select(0, (rows[:, 0] + 1) * int(params.decision_interval))  # (K, A)
-        w = (held * close.unsqueeze(1).to(torch.float64)) / value.unsqueeze(-1)
+        held_value = held * close.unsqueeze(1).to(torch.float64)  # (K, N, A) positions' value
+        w = held_value / value.unsqueeze(-1)
         w = w.masked_fill(dead.unsqueeze(-1), 0.0)
         shares = shares.masked_fill(dead.unsqueeze(-1), 0.0)
         notional, trade_costs = _trade_accounting(market, params, shares, k_steps)
@@ -388,7 +396,7 @@ def _run_policies(
         # Off-mark closes: the cash and holdings of the decision in force (cash only changes at fills).
         off = torch.as_tensor(off_bars, device=value.device)
         k_off = (off - 1) // int(params.decision_interval)
-        cash = value - (held * close.unsqueeze(1).to(torch.float64)).sum(dim=-1)  # (K, N)
+        cash = value - held_value.sum(dim=-1)  # (K, N)
         off_close = market.close.index_select(0, off).to(torch.float64).unsqueeze(1)  # (O, 1, A)
         off_value = cash[k_off] + (held[k_off] * off_close).sum(dim=-1)
         off_equity = torch.where(dead[k_off], equity[k_off], off_value)
@@ -403,6 +411,20 @@ def _run_policies(
         terminated_at=[int(v) if int(v) < k_steps else -1 for v in first_term.cpu()],
         off_equity=off_equity.cpu(),
     )
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector (restored after). The decision loop keeps ~5 small
+    tensors per decision alive and creates no reference cycles; the collector's repeated passes
+    over them measured ~3 s of a 98k-decision run (~27 s)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _plain_action(action: Any, shape: tuple[int, int], obs: Tensor) -> bool:

@@ -233,7 +233,7 @@ def _draw_start(key: Tensor, high: int) -> Tensor:
 # per-asset slots measured 1.6x (rows from DRAM) to 4x (rows in cache) slower. Costs 1 + 1/F times the
 # features' memory, so markets beyond OBS_TABLE_MAX_BYTES fall back to the strided copy.
 OBS_TABLE_MAX_BYTES = 2 << 30
-_OBS_TABLES: dict[tuple[int, int, str], Tensor] = {}
+_OBS_TABLES: dict[tuple[int, int], Tensor] = {}
 
 
 def _obs_table(market: MarketData) -> Tensor | None:
@@ -243,7 +243,7 @@ def _obs_table(market: MarketData) -> Tensor | None:
     market or slice gets its own table) and dropped when the features tensor is freed.
     """
     feats, tod = market.features, market.time_of_day
-    key = (id(feats), id(tod), str(feats.device))
+    key = (id(feats), id(tod))  # a tensor's device never changes
     table = _OBS_TABLES.get(key)
     if table is not None:
         return table
@@ -275,7 +275,9 @@ def _observe(market: MarketData, t: Tensor, cash: Tensor, pos_value: Tensor, val
     obs[:, 0] = cash * inv_value
     # Written straight into the strided weight slots (no temporary); same-dtype operands, since a
     # float64 factor would make the float32 positions go through a cast copy first.
-    torch.mul(pos_value, inv_value.to(pos_value.dtype)[:, None], out=obs[:, 2 :: 1 + num_features])
+    if pos_value.dtype != inv_value.dtype:
+        inv_value = inv_value.to(pos_value.dtype)
+    torch.mul(pos_value, inv_value.unsqueeze(1), out=obs[:, 2 :: 1 + num_features])
     return obs
 
 
@@ -409,6 +411,64 @@ def _rowsum(x: Tensor) -> Tensor:
     return x.sum(1, dtype=ACC_DTYPE)
 
 
+def _trade(
+    params: EnvParams, shares: Tensor, cash: Tensor, action: Tensor, px_open: Tensor, px_close: Tensor
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """The fill and the mark of one step (the accounting shared by :func:`step` and
+    :func:`backtest_step`): ``(traded (N, A), new_shares, new_cash, traded_notional, pos_value,
+    new_value)``. ``px_open`` / ``px_close`` are the fill and mark bars' prices in the asset dtype;
+    ``px_close`` must be a fresh tensor (it becomes ``pos_value`` in place)."""
+    adt = params.asset_dtype
+    slip = params.slippage_bps * 1e-4
+    rate = params.cost_rate
+    # Orders in shares: buy, sell >= 0 and diff = buy - sell. The step is memory-bound (each
+    # (N, A) pass streams the operands through the cache), so temporaries are reused in place
+    # where that leaves the arithmetic unchanged.
+    if params.action_mode == "weights":
+        # Only sizes the targets, so a plain (float32) sum is precise enough here.
+        held = shares * px_open  # (N, A) scratch: also holds the sells below
+        value_open = cash + held.sum(1)
+        weights = action.to(adt).clamp(min=0.0)  # a new tensor: in-place below is safe
+        # float64 sum: a float32 one overflows for huge (finite) weights and would zero the targets.
+        budget = value_open / weights.sum(1, dtype=ACC_DTYPE).clamp(min=1.0)
+        if adt != ACC_DTYPE:  # (.to of the same dtype is a no-op that still costs a call)
+            budget = budget.to(adt)
+        # Share space (not $): a zero target gives diff = -shares exactly, so full sells leave 0.
+        diff = weights.mul_(budget.unsqueeze(1)).div_(px_open).sub_(shares)
+        buy = diff.clamp(min=0.0)
+        # sell = buy - diff is needed only for its notional: computed into the scratch buffer.
+        sell_at_open = torch.sub(buy, diff, out=held).mul_(px_open)
+    else:
+        diff = action.to(adt).clamp(-1.0, 1.0).mul_(params.max_shares).round_()
+        buy = diff.clamp(min=0.0)
+        sell = torch.minimum(buy - diff, shares)
+        sell_at_open = sell * px_open
+    sell_notional = _rowsum(sell_at_open) * (1.0 - slip)
+    buy_notional = _rowsum(buy * px_open) * (1.0 + slip)
+    available = cash + sell_notional * (1.0 - rate)
+    needed = buy_notional * (1.0 + rate)
+    # Buys scaled by one factor per env so cash never goes negative.
+    scale = torch.where(needed > available, available / needed.clamp(min=_TINY), 1.0)
+    if params.action_mode == "weights":
+        # diff + buy * (scale - 1) = scale * buy - sell; exact when scale == 1. diff is a temporary.
+        factor = scale - 1.0
+        traded = diff.addcmul_(buy, (factor if adt == ACC_DTYPE else factor.to(adt)).unsqueeze(1))
+        buy_notional = buy_notional * scale
+        needed = needed * scale
+    else:
+        buy = buy.mul_(scale.to(adt)[:, None]).floor_()
+        buy_notional = _rowsum(buy * px_open) * (1.0 + slip)
+        needed = buy_notional * (1.0 + rate)
+        traded = buy - sell
+    new_shares = shares + traded
+    # The clamp only absorbs rounding (needed <= available by construction).
+    new_cash = (available - needed).clamp_(min=0.0)
+    traded_notional = sell_notional + buy_notional
+    pos_value = px_close.mul_(new_shares)
+    new_value = new_cash + _rowsum(pos_value)
+    return traded, new_shares, new_cash, traded_notional, pos_value, new_value
+
+
 def step(
     market: MarketData,
     params: EnvParams,
@@ -427,58 +487,15 @@ def step(
     if validate:
         action = check_action(action, num_envs, num_assets, state.device)
     k = params.decision_interval
-    slip = params.slippage_bps * 1e-4
-    rate = params.cost_rate
     t_mark = state.t + k
     adt = params.asset_dtype  # .to(adt) is a no-op for float32 market data and "float32"
     px_open = market.open.index_select(0, state.t + 1).to(adt)  # (N, A) fill bar
     # A fresh tensor either way (gather, or gather + cast): becomes the positions' value in place.
     px_close = market.close.index_select(0, t_mark).to(adt)  # (N, A) mark bar
-    shares, cash = state.shares, state.cash
-
-    # Orders in shares: buy, sell >= 0 and diff = buy - sell. The step is memory-bound (each
-    # (N, A) pass streams the operands through the cache), so temporaries are reused in place
-    # where that leaves the arithmetic unchanged.
-    if params.action_mode == "weights":
-        # Only sizes the targets, so a plain (float32) sum is precise enough here.
-        held = shares * px_open  # (N, A) scratch: also holds the sells below
-        value_open = cash + held.sum(1)
-        weights = action.to(adt).clamp(min=0.0)  # a new tensor: in-place below is safe
-        # float64 sum: a float32 one overflows for huge (finite) weights and would zero the targets.
-        budget = (value_open / weights.sum(1, dtype=ACC_DTYPE).clamp(min=1.0)).to(adt)
-        # Share space (not $): a zero target gives diff = -shares exactly, so full sells leave 0.
-        diff = weights.mul_(budget[:, None]).div_(px_open).sub_(shares)
-        buy = diff.clamp(min=0.0)
-        # sell = buy - diff is needed only for its notional: computed into the scratch buffer.
-        sell_at_open = torch.sub(buy, diff, out=held).mul_(px_open)
-    else:
-        diff = action.to(adt).clamp(-1.0, 1.0).mul_(params.max_shares).round_()
-        buy = diff.clamp(min=0.0)
-        sell = torch.minimum(buy - diff, shares)
-        sell_at_open = sell * px_open
-    sell_notional = _rowsum(sell_at_open) * (1.0 - slip)
-    buy_notional = _rowsum(buy * px_open) * (1.0 + slip)
-    available = cash + sell_notional * (1.0 - rate)
-    needed = buy_notional * (1.0 + rate)
-    # Buys scaled by one factor per env so cash never goes negative.
-    scale = torch.where(needed > available, available / needed.clamp(min=_TINY), 1.0)
-    if params.action_mode == "weights":
-        # diff + buy * (scale - 1) = scale * buy - sell; exact when scale == 1. diff is a temporary.
-        traded = diff.addcmul_(buy, (scale - 1.0).to(adt)[:, None])
-        buy_notional = buy_notional * scale
-        needed = needed * scale
-    else:
-        buy = buy.mul_(scale.to(adt)[:, None]).floor_()
-        buy_notional = _rowsum(buy * px_open) * (1.0 + slip)
-        needed = buy_notional * (1.0 + rate)
-        traded = buy - sell
-    new_shares = shares + traded
-    # The clamp only absorbs rounding (needed <= available by construction).
-    new_cash = (available - needed).clamp_(min=0.0)
-    traded_notional = sell_notional + buy_notional
-    cost = rate * traded_notional
-    pos_value = px_close.mul_(new_shares)
-    new_value = new_cash + _rowsum(pos_value)
+    traded, new_shares, new_cash, traded_notional, pos_value, new_value = _trade(
+        params, state.shares, state.cash, action, px_open, px_close
+    )
+    cost = params.cost_rate * traded_notional
 
     # Reward.
     ratio = new_value / state.value
@@ -522,9 +539,10 @@ def step(
         "bar_t": state.t,
     }
     if params.trade_info:
+        slip = params.slippage_bps * 1e-4
         fill_price = px_open * (1.0 + slip * torch.sign(traded))  # per-asset dtype
         info["fill_price"] = fill_price
-        info["asset_cost"] = rate * traded.abs() * fill_price
+        info["asset_cost"] = params.cost_rate * traded.abs() * fill_price
 
     info["final_obs"] = final_obs
     new_state = EnvState(
@@ -545,3 +563,62 @@ def step(
         obs = final_obs
     info["t"] = new_state.t
     return new_state, obs, reward, terminated, truncated, info
+
+
+def asset_prices(market: MarketData, params: EnvParams) -> tuple[Tensor, Tensor]:
+    """``(open, close)`` ``(T, A)`` in ``params``'s asset dtype, for :func:`backtest_step` (cast
+    once per run instead of one cast per price row and step; no copy when the dtypes agree)."""
+    adt = params.asset_dtype
+    return market.open.to(adt), market.close.to(adt)
+
+
+def backtest_step(
+    market: MarketData,
+    params: EnvParams,
+    state: EnvState,
+    action: Tensor,
+    prices: tuple[Tensor, Tensor],
+) -> tuple[EnvState, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """:func:`step` for backtests, with only what a backtest uses: the same fill and mark (the same
+    accounting function), observation and termination, without the reward and its state.
+
+    Returns ``(state, obs, terminated, value, traded_notional, shares_traded)``, bitwise equal to
+    ``step``'s ``state.t/cash/shares/value``, ``obs``, ``terminated`` and ``info["value"]``,
+    ``info["traded_notional"]``, ``info["shares_traded"]`` as long as no episode reaches
+    ``episode_len`` (the caller sets it beyond the run). Terminated envs, and envs whose next
+    decision would need bars past the data, restart as in ``step`` (same generator draws).
+    Differences: ``peak``, ``step_count`` and the Sharpe moments are left as they were (they only
+    feed the reward and the ``episode_len`` truncation), the action is not validated (pass a
+    checked ``(N, A)`` float tensor), and ``prices`` is :func:`asset_prices` of ``market`` and
+    ``params``.
+    """
+    px_open_all, px_close_all = prices
+    t_fill = state.t + 1
+    t_mark = t_fill if params.decision_interval == 1 else state.t + params.decision_interval
+    # index_select always gathers into a fresh tensor, as _trade needs for the mark prices.
+    traded, new_shares, new_cash, traded_notional, pos_value, new_value = _trade(
+        params,
+        state.shares,
+        state.cash,
+        action,
+        px_open_all.index_select(0, t_fill),
+        px_close_all.index_select(0, t_mark),
+    )
+    terminated = new_value < params.bust_frac * params.initial_cash
+    # A restarted env can run out of data before the run ends: truncated (and restarted) as in step.
+    done = terminated | (t_mark > last_decision_bar(market.num_steps, params))
+    obs = _observe(market, t_mark, new_cash, pos_value, new_value)
+    new_state = EnvState(
+        t=t_mark,
+        cash=new_cash,
+        shares=new_shares,
+        value=new_value,
+        peak=state.peak,
+        step_count=state.step_count,
+        sharpe_a=state.sharpe_a,
+        sharpe_b=state.sharpe_b,
+        rng=_lcg_next(state.rng),
+    )
+    if bool(done.any()):
+        new_state, obs = _restart(market, params, new_state, done, obs.clone())
+    return new_state, obs, terminated, new_value, traded_notional, traded
