@@ -51,54 +51,48 @@ def list_runs(home: str) -> list[str]:
 # --------------------------------------------------------------------------- backtest
 
 
+# One cached reader for every backtest file: the file name picks the reader and is part of the key.
+_BACKTEST_READERS = {
+    "metrics.json": artifacts.read_metrics,
+    "equity.parquet": artifacts.read_equity,
+    "daily_returns.parquet": artifacts.read_daily_returns,
+    "positions.parquet": artifacts.read_positions,
+    "trades.parquet": artifacts.read_trades,
+}
+
+
+@st.cache_data(max_entries=_MAX_ENTRIES * len(_BACKTEST_READERS), show_spinner=False)
+def _backtest_file(run_dir: str, name: str, sig: tuple) -> Any:
+    return _BACKTEST_READERS[name](Path(run_dir))
+
+
+def _backtest(run_dir: Path, name: str) -> Any:
+    return _backtest_file(str(run_dir), name, _backtest_sig(run_dir, name))
+
+
 def metrics(run_dir: Path) -> dict[str, Any]:
     """``metrics.json`` of the run's backtest (cached until the file changes)."""
-    return _metrics(str(run_dir), _backtest_sig(run_dir, "metrics.json"))
-
-
-@st.cache_data(max_entries=_MAX_ENTRIES, show_spinner=False)
-def _metrics(run_dir: str, sig: tuple) -> dict[str, Any]:
-    return artifacts.read_metrics(Path(run_dir))
+    return _backtest(run_dir, "metrics.json")
 
 
 def equity(run_dir: Path) -> pd.DataFrame:
     """Equity per strategy, UTC-indexed (cached until the file changes)."""
-    return _equity(str(run_dir), _backtest_sig(run_dir, "equity.parquet"))
-
-
-@st.cache_data(max_entries=_MAX_ENTRIES, show_spinner=False)
-def _equity(run_dir: str, sig: tuple) -> pd.DataFrame:
-    return artifacts.read_equity(Path(run_dir))
+    return _backtest(run_dir, "equity.parquet")
 
 
 def daily_returns(run_dir: Path) -> pd.DataFrame:
     """Daily returns per strategy (cached until the file changes)."""
-    return _daily_returns(str(run_dir), _backtest_sig(run_dir, "daily_returns.parquet"))
-
-
-@st.cache_data(max_entries=_MAX_ENTRIES, show_spinner=False)
-def _daily_returns(run_dir: str, sig: tuple) -> pd.DataFrame:
-    return artifacts.read_daily_returns(Path(run_dir))
+    return _backtest(run_dir, "daily_returns.parquet")
 
 
 def positions(run_dir: Path) -> pd.DataFrame:
     """Long-format weights (cached until the file changes)."""
-    return _positions(str(run_dir), _backtest_sig(run_dir, "positions.parquet"))
-
-
-@st.cache_data(max_entries=_MAX_ENTRIES, show_spinner=False)
-def _positions(run_dir: str, sig: tuple) -> pd.DataFrame:
-    return artifacts.read_positions(Path(run_dir))
+    return _backtest(run_dir, "positions.parquet")
 
 
 def trades(run_dir: Path) -> pd.DataFrame:
     """Trades with costs (cached until the file changes)."""
-    return _trades(str(run_dir), _backtest_sig(run_dir, "trades.parquet"))
-
-
-@st.cache_data(max_entries=_MAX_ENTRIES, show_spinner=False)
-def _trades(run_dir: str, sig: tuple) -> pd.DataFrame:
-    return artifacts.read_trades(Path(run_dir))
+    return _backtest(run_dir, "trades.parquet")
 
 
 # --------------------------------------------------------------------------- training / tournament
