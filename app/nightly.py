@@ -629,7 +629,7 @@ def evaluate_step(
     same bars, costs and fills), score both, and write the challenger run's ``backtest/`` report
     (the challenger as ``champion`` of its run, the incumbent as ``incumbent``)."""
     from agents.policy import Policy
-    from app.commands.backtest import _check_policy_fits
+    from app.commands.backtest import check_policy_fits
     from app.commands.train import env_params_from_config
     from backtests import engine, report
     from data.errors import CheckpointError
@@ -640,11 +640,11 @@ def evaluate_step(
     fitness = config.nightly.fitness or config.tournament.fitness
     annualization = config.backtest.annualization
     policies: dict[str, Any] = {"challenger": Policy.load(challenger.policy_dir, device=device)}
-    _check_policy_fits(policies["challenger"], market, params)
+    check_policy_fits(policies["challenger"], market, params)
     if champion is not None:
         champ = Policy.load(champion["policy_dir"], device=device)
         try:
-            _check_policy_fits(champ, market, params)
+            check_policy_fits(champ, market, params)
         except CheckpointError as err:
             raise CheckpointError(f"the champion cannot trade today's data: {err}") from None
         policies["champion"] = champ

@@ -106,7 +106,7 @@ def _load_policy(champion_dir: Path, device: str) -> Any:
     return Policy.load(champion_dir, device=device)
 
 
-def _check_policy_fits(policy: Any, market: Any, params: Any) -> None:
+def check_policy_fits(policy: Any, market: Any, params: Any) -> None:
     tickers = tuple(getattr(policy.meta, "tickers", ()) or ())
     if tickers and tickers != tuple(market.tickers):
         raise CheckpointError(
@@ -185,7 +185,7 @@ def backtest_run(
     params = env_params_from_config(config.env)
     market = _window(load_market(config.data, home=home, device=device), window)
     _check_window_unseen(run, window, market, run_info.get("windows"))
-    _check_policy_fits(policy, market, params)
+    check_policy_fits(policy, market, params)
     result = engine.run_backtest(market, params, {"champion": policy}, device=device, num_threads=1)
     return report.write_report(
         run_dir,
