@@ -85,6 +85,10 @@ class EnvConfig(_Section):
     drawdown_penalty: float = Field(0.0, ge=0)
     reward_scale: float = Field(100.0, gt=0)
     num_envs: int = Field(256, ge=1)
+    compile: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="torch.compile the env step (auto: from 1024 envs on; see docs/env.md)",
+    )
 
 
 class AgentConfig(_Section):
@@ -140,6 +144,10 @@ class BacktestConfig(_Section):
     window: Literal["test", "valid"] = "test"
     annualization: int = Field(252, ge=1, description="periods per year of the daily returns")
     dsr_threshold: float = Field(0.95, ge=0, le=1)
+    compile: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="torch.compile a policy's decision loop (auto: from 50,000 decisions on; docs/backtests.md)",
+    )
 
 
 class NightlyConfig(_Section):

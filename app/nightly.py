@@ -648,7 +648,7 @@ def evaluate_step(
         except CheckpointError as err:
             raise CheckpointError(f"the champion cannot trade today's data: {err}") from None
         policies["champion"] = champ
-    result = engine.run_backtest(market, params, policies, device=device)
+    result = engine.run_backtest(market, params, policies, device=device, compile=config.backtest.compile)
     metrics = report.compute_metrics(
         result,
         annualization=annualization,

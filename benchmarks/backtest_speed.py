@@ -12,6 +12,13 @@ Target (issue 6): 1 year of minute bars (252 sessions x 390 = 98,280 bars) x 100
 The market comes from ``data.loader.synthetic_market`` (``--source toy`` uses ``data.toy`` instead,
 which builds faster). The champion is an untrained ``agents.policy.Policy`` of the default size (its
 compute per call is what matters, not its weights). Market building is not timed.
+
+``--compile`` is ``run_backtest``'s: ``auto`` (the default; compiles the champion's decision loop
+from 50k decisions on, so the every-bar year compiles and the 15-bar one does not), ``on`` or
+``off``. When the run compiles, the figures are: ``seconds_first`` (the first run in the process,
+compile included: with inductor's on-disk cache warm or cold, as it happens to be), ``seconds``
+(a second run, compiled code reused: the steady state) and, unless ``--no-baseline``,
+``eager_seconds`` (the same run with ``compile="off"``, in the same process) and their ratio.
 """
 
 from __future__ import annotations
@@ -57,6 +64,10 @@ def main(argv: list[str] | None = None) -> dict:
     # (`podracer backtest` runs with 1 thread too).
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--compile", choices=("auto", "on", "off"), default="auto")
+    parser.add_argument(
+        "--no-baseline", action="store_true", help="skip the eager run (compile='off') used for the ratio"
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
 
@@ -78,11 +89,33 @@ def main(argv: list[str] | None = None) -> dict:
         baselines=("buy_and_hold", "cash"),
         device=args.device,
     )
-    t0 = time.perf_counter()
-    result = run_backtest(
-        market, params, {"champion": policy}, baselines=("buy_and_hold", "cash"), device=args.device
-    )
-    elapsed = time.perf_counter() - t0
+    from backtests.engine import COMPILE_MIN_DECISIONS, num_decisions
+
+    def timed(mode: str):
+        t0 = time.perf_counter()
+        result = run_backtest(
+            market,
+            params,
+            {"champion": policy},
+            baselines=("buy_and_hold", "cash"),
+            device=args.device,
+            compile=mode,
+        )
+        return result, time.perf_counter() - t0
+
+    decisions = num_decisions(market.num_steps, args.decision_interval)
+    compiles = args.compile == "on" or (args.compile == "auto" and decisions >= COMPILE_MIN_DECISIONS)
+    result, elapsed = timed(args.compile)
+    extra: dict = {"compiled": compiles}
+    if compiles:
+        extra["seconds_first"] = round(elapsed, 3)
+        result, elapsed = timed(args.compile)
+        if not args.no_baseline:
+            eager, eager_s = timed("off")
+            extra["eager_seconds"] = round(eager_s, 3)
+            extra["eager_over_compiled"] = round(eager_s / elapsed, 2)
+            diff = (eager.equity - result.equity).abs() / eager.equity.abs()
+            extra["max_equity_rel_diff_vs_eager"] = float(diff.max())
     summary = result.summary()
     out = {
         "bars": market.num_steps,
@@ -91,10 +124,12 @@ def main(argv: list[str] | None = None) -> dict:
         "decisions": result.num_steps,
         "strategies": list(result.names),
         "seconds": round(elapsed, 3),
+        **extra,
         "decisions_per_s": round(result.num_steps / elapsed, 1),
         "market_build_s": round(build_s, 2),
         "device": args.device,
         "threads": args.threads,
+        "compile": args.compile,
         "torch": torch.__version__,
         "cpu": platform.processor() or platform.machine(),
         "target_s": 20.0,

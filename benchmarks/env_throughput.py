@@ -32,7 +32,7 @@ def _sync(device: torch.device) -> None:
 
 
 def bench_batched(
-    market, params: EnvParams, num_envs: int, steps: int, warmup: int, seed: int = 0
+    market, params: EnvParams, num_envs: int, steps: int, warmup: int, seed: int = 0, compiled: bool = False
 ) -> tuple[float, float]:
     """Wall and process-CPU seconds per batched step (median of 3 timed blocks each)."""
     device = market.device
@@ -40,14 +40,14 @@ def bench_batched(
     state, _ = trading.reset(market, params, num_envs, gen)
     pool = [torch.rand(num_envs, market.num_assets, generator=gen).to(device) * 0.02 for _ in range(8)]
     for i in range(warmup):
-        state, *_ = trading.step(market, params, state, pool[i % len(pool)])
+        state, *_ = trading.step(market, params, state, pool[i % len(pool)], compiled=compiled)
     _sync(device)
     blocks, cpu_blocks = [], []
     per_block = max(1, steps // 3)
     for _ in range(3):
         start, cpu_start = time.perf_counter(), time.process_time()
         for i in range(per_block):
-            state, *_ = trading.step(market, params, state, pool[i % len(pool)])
+            state, *_ = trading.step(market, params, state, pool[i % len(pool)], compiled=compiled)
         _sync(device)
         blocks.append((time.perf_counter() - start) / per_block)
         cpu_blocks.append((time.process_time() - cpu_start) / per_block)

@@ -46,8 +46,10 @@ any reset); with ``EnvParams.trade_info`` also ``fill_price`` ``(N, A)`` and ``a
 
 from __future__ import annotations
 
+import functools
 import math
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Literal
 
@@ -56,6 +58,7 @@ from torch import Tensor
 
 from data.errors import ConfigError, DataError, PodracerError
 from data.market import MarketData
+from envs.compiled import cached
 
 # Precision, decided by measurement (docs/env.md). Per-env accounting (cash, value, peak,
 # notionals, the Sharpe moments; N) is always float64, and every per-asset sum feeding it
@@ -264,7 +267,6 @@ def _observe(market: MarketData, t: Tensor, cash: Tensor, pos_value: Tensor, val
     """Observation at bars ``t`` for the given accounting (see :func:`split_obs` for the layout)."""
     num_envs, num_assets = pos_value.shape
     num_features = market.num_features
-    inv_value = value.clamp(min=_TINY).reciprocal_()  # (1.0 / x would be reciprocal, then * 1.0)
     table = _obs_table(market)
     if table is not None:
         obs = table.index_select(0, t)
@@ -272,7 +274,19 @@ def _observe(market: MarketData, t: Tensor, cash: Tensor, pos_value: Tensor, val
         obs = torch.empty(num_envs, obs_dim(num_assets, num_features), dtype=torch.float32, device=t.device)
         obs[:, 1] = market.time_of_day.index_select(0, t)
         obs[:, 2:].view(num_envs, num_assets, 1 + num_features)[..., 1:] = market.features.index_select(0, t)
+    return _fill_obs(obs, cash, pos_value, value, num_features)
+
+
+def _fill_obs(
+    obs: Tensor, cash: Tensor, pos_value: Tensor, value: Tensor, num_features: int, traced: bool = False
+) -> Tensor:
+    """Writes the cash fractions and position weights into ``obs`` (in place) and returns it.
+    ``traced``: the same values through an assignment (``torch.compile`` rejects a strided ``out=``)."""
+    inv_value = value.clamp(min=_TINY).reciprocal_()  # (1.0 / x would be reciprocal, then * 1.0)
     obs[:, 0] = cash * inv_value
+    if traced:
+        obs[:, 2 :: 1 + num_features] = pos_value * inv_value.unsqueeze(1)
+        return obs
     # Written straight into the strided weight slots (no temporary); same-dtype operands, since a
     # float64 factor would make the float32 positions go through a cast copy first.
     if pos_value.dtype != inv_value.dtype:
@@ -469,6 +483,82 @@ def _trade(
     return traded, new_shares, new_cash, traded_notional, pos_value, new_value
 
 
+def _step_core(
+    params: EnvParams,
+    last_bar: int,
+    t: Tensor,
+    cash: Tensor,
+    shares: Tensor,
+    value: Tensor,
+    peak: Tensor,
+    step_count: Tensor,
+    sharpe_a: Tensor,
+    sharpe_b: Tensor,
+    rng: Tensor,
+    action: Tensor,
+    open_all: Tensor,
+    close_all: Tensor,
+) -> tuple[Tensor, ...]:
+    """Everything of :func:`step` but the action check, the observation and the autoreset, as one
+    pure function of tensors (``last_bar``: :func:`last_decision_bar` of the market), so that it can
+    be compiled (:mod:`envs.compiled`). Returns ``(t_mark, new_cash, new_shares, new_value,
+    new_peak, step_count, new_a, new_b, rng, reward, terminated, truncated, done, cost,
+    traded_notional, traded, pos_value[, fill_price, asset_cost])``."""
+    k = params.decision_interval
+    t_mark = t + k
+    adt = params.asset_dtype  # .to(adt) is a no-op for float32 market data and "float32"
+    px_open = open_all.index_select(0, t + 1).to(adt)  # (N, A) fill bar
+    # A fresh tensor either way (gather, or gather + cast): becomes the positions' value in place.
+    px_close = close_all.index_select(0, t_mark).to(adt)  # (N, A) mark bar
+    traded, new_shares, new_cash, traded_notional, pos_value, new_value = _trade(
+        params, shares, cash, action, px_open, px_close
+    )
+    cost = params.cost_rate * traded_notional
+
+    # Reward.
+    ratio = new_value / value
+    if params.reward == "log_return":
+        reward = torch.log(ratio.clamp(min=_TINY))
+        new_a, new_b = sharpe_a, sharpe_b
+    elif params.reward == "return":
+        reward = ratio - 1.0
+        new_a, new_b = sharpe_a, sharpe_b
+    else:
+        ret = ratio - 1.0
+        a, b = sharpe_a, sharpe_b
+        d_a = ret - a
+        d_b = ret * ret - b
+        var = (b - a * a).clamp(min=_SHARPE_VAR_EPS)
+        reward = (b * d_a - 0.5 * a * d_b) / (var * var.sqrt())
+        new_a = a + params.sharpe_eta * d_a
+        new_b = b + params.sharpe_eta * d_b
+    new_peak = torch.maximum(peak, new_value)
+    if params.drawdown_penalty > 0:
+        reward = reward - params.drawdown_penalty * (1.0 - new_value / new_peak)
+    if params.reward_scale != 1.0:
+        reward = reward * params.reward_scale
+    reward = reward.to(torch.float32)
+
+    step_count = step_count + 1
+    terminated = new_value < params.bust_frac * params.initial_cash
+    out_of_data = t_mark > last_bar
+    done = (step_count >= params.episode_len) | out_of_data | terminated
+    truncated = done ^ terminated  # done and not terminated: terminated wins
+    out = (t_mark, new_cash, new_shares, new_value, new_peak, step_count, new_a, new_b, _lcg_next(rng))
+    out += (reward, terminated, truncated, done, cost, traded_notional, traded, pos_value)
+    if params.trade_info:
+        slip = params.slippage_bps * 1e-4
+        fill_price = px_open * (1.0 + slip * torch.sign(traded))  # per-asset dtype
+        out += (fill_price, params.cost_rate * traded.abs() * fill_price)
+    return out
+
+
+def _core(params: EnvParams, compiled: bool) -> Callable[..., tuple[Tensor, ...]]:
+    if not compiled:
+        return functools.partial(_step_core, params)
+    return cached(("step", params), lambda: functools.partial(_step_core, params), "envs.trading.step")
+
+
 def step(
     market: MarketData,
     params: EnvParams,
@@ -476,59 +566,37 @@ def step(
     action: Tensor,
     *,
     validate: bool = True,
+    compiled: bool = False,
 ) -> tuple[EnvState, Tensor, Tensor, Tensor, Tensor, dict[str, Tensor]]:
     """One decision for every env. Pure: ``state`` is not modified.
 
     Returns ``(state, obs, reward, terminated, truncated, info)``; see the module docstring.
     ``validate=False`` skips the action checks (only for actions known to be finite and shaped
-    ``(N, A)``, e.g. a policy's output inside a benchmark).
+    ``(N, A)``, e.g. a policy's output inside a benchmark). ``compiled=True`` runs the accounting
+    through ``torch.compile`` (:mod:`envs.compiled`: faster for large batches, equal to eager to
+    float rounding, eager if compiling fails).
     """
     num_envs, num_assets = state.shares.shape
     if validate:
         action = check_action(action, num_envs, num_assets, state.device)
-    k = params.decision_interval
-    t_mark = state.t + k
-    adt = params.asset_dtype  # .to(adt) is a no-op for float32 market data and "float32"
-    px_open = market.open.index_select(0, state.t + 1).to(adt)  # (N, A) fill bar
-    # A fresh tensor either way (gather, or gather + cast): becomes the positions' value in place.
-    px_close = market.close.index_select(0, t_mark).to(adt)  # (N, A) mark bar
-    traded, new_shares, new_cash, traded_notional, pos_value, new_value = _trade(
-        params, state.shares, state.cash, action, px_open, px_close
+    out = _core(params, compiled)(
+        last_decision_bar(market.num_steps, params),
+        state.t,
+        state.cash,
+        state.shares,
+        state.value,
+        state.peak,
+        state.step_count,
+        state.sharpe_a,
+        state.sharpe_b,
+        state.rng,
+        action,
+        market.open,
+        market.close,
     )
-    cost = params.cost_rate * traded_notional
-
-    # Reward.
-    ratio = new_value / state.value
-    if params.reward == "log_return":
-        reward = torch.log(ratio.clamp(min=_TINY))
-        new_a, new_b = state.sharpe_a, state.sharpe_b
-    elif params.reward == "return":
-        reward = ratio - 1.0
-        new_a, new_b = state.sharpe_a, state.sharpe_b
-    else:
-        ret = ratio - 1.0
-        a, b = state.sharpe_a, state.sharpe_b
-        d_a = ret - a
-        d_b = ret * ret - b
-        var = (b - a * a).clamp(min=_SHARPE_VAR_EPS)
-        reward = (b * d_a - 0.5 * a * d_b) / (var * var.sqrt())
-        new_a = a + params.sharpe_eta * d_a
-        new_b = b + params.sharpe_eta * d_b
-    new_peak = torch.maximum(state.peak, new_value)
-    if params.drawdown_penalty > 0:
-        reward = reward - params.drawdown_penalty * (1.0 - new_value / new_peak)
-    if params.reward_scale != 1.0:
-        reward = reward * params.reward_scale
-    reward = reward.to(torch.float32)
-
-    step_count = state.step_count + 1
-    terminated = new_value < params.bust_frac * params.initial_cash
-    out_of_data = t_mark > last_decision_bar(market.num_steps, params)
-    done = (step_count >= params.episode_len) | out_of_data | terminated
-    truncated = done ^ terminated  # done and not terminated: terminated wins
-
+    t_mark, new_cash, new_shares, new_value, new_peak, step_count, new_a, new_b, rng = out[:9]
+    reward, terminated, truncated, done, cost, traded_notional, traded, pos_value = out[9:17]
     final_obs = _observe(market, t_mark, new_cash, pos_value, new_value)
-    rng = _lcg_next(state.rng)
     info: dict[str, Tensor] = {
         "cost": cost,
         "traded_notional": traded_notional,
@@ -539,11 +607,7 @@ def step(
         "bar_t": state.t,
     }
     if params.trade_info:
-        slip = params.slippage_bps * 1e-4
-        fill_price = px_open * (1.0 + slip * torch.sign(traded))  # per-asset dtype
-        info["fill_price"] = fill_price
-        info["asset_cost"] = params.cost_rate * traded.abs() * fill_price
-
+        info["fill_price"], info["asset_cost"] = out[17], out[18]
     info["final_obs"] = final_obs
     new_state = EnvState(
         t=t_mark,
@@ -572,6 +636,31 @@ def asset_prices(market: MarketData, params: EnvParams) -> tuple[Tensor, Tensor]
     return market.open.to(adt), market.close.to(adt)
 
 
+def _backtest_core(
+    params: EnvParams,
+    last_bar: int,
+    t: Tensor,
+    cash: Tensor,
+    shares: Tensor,
+    action: Tensor,
+    open_all: Tensor,
+    close_all: Tensor,
+) -> tuple[Tensor, ...]:
+    """The fill, mark and termination of :func:`backtest_step` as a pure function of tensors:
+    ``(t_mark, new_cash, new_shares, new_value, traded_notional, traded, pos_value, terminated,
+    done)``."""
+    t_fill = t + 1
+    t_mark = t_fill if params.decision_interval == 1 else t + params.decision_interval
+    # index_select always gathers into a fresh tensor, as _trade needs for the mark prices.
+    traded, new_shares, new_cash, traded_notional, pos_value, new_value = _trade(
+        params, shares, cash, action, open_all.index_select(0, t_fill), close_all.index_select(0, t_mark)
+    )
+    terminated = new_value < params.bust_frac * params.initial_cash
+    # A restarted env can run out of data before the run ends: truncated (and restarted) as in step.
+    done = terminated | (t_mark > last_bar)
+    return t_mark, new_cash, new_shares, new_value, traded_notional, traded, pos_value, terminated, done
+
+
 def backtest_step(
     market: MarketData,
     params: EnvParams,
@@ -592,33 +681,35 @@ def backtest_step(
     checked ``(N, A)`` float tensor), and ``prices`` is :func:`asset_prices` of ``market`` and
     ``params``.
     """
-    px_open_all, px_close_all = prices
-    t_fill = state.t + 1
-    t_mark = t_fill if params.decision_interval == 1 else state.t + params.decision_interval
-    # index_select always gathers into a fresh tensor, as _trade needs for the mark prices.
-    traded, new_shares, new_cash, traded_notional, pos_value, new_value = _trade(
-        params,
-        state.shares,
-        state.cash,
-        action,
-        px_open_all.index_select(0, t_fill),
-        px_close_all.index_select(0, t_mark),
+    t_mark, new_cash, new_shares, new_value, traded_notional, traded, pos_value, terminated, done = (
+        _backtest_core(
+            params,
+            last_decision_bar(market.num_steps, params),
+            state.t,
+            state.cash,
+            state.shares,
+            action,
+            *prices,
+        )
     )
-    terminated = new_value < params.bust_frac * params.initial_cash
-    # A restarted env can run out of data before the run ends: truncated (and restarted) as in step.
-    done = terminated | (t_mark > last_decision_bar(market.num_steps, params))
     obs = _observe(market, t_mark, new_cash, pos_value, new_value)
-    new_state = EnvState(
-        t=t_mark,
-        cash=new_cash,
-        shares=new_shares,
-        value=new_value,
+    new_state = _advance(state, t_mark, new_cash, new_shares, new_value)
+    if bool(done.any()):
+        new_state, obs = _restart(market, params, new_state, done, obs.clone())
+    return new_state, obs, terminated, new_value, traded_notional, traded
+
+
+def _advance(state: EnvState, t: Tensor, cash: Tensor, shares: Tensor, value: Tensor) -> EnvState:
+    """``state`` after a backtest step: new bar and accounting, the generator advanced, the
+    reward-only fields kept."""
+    return EnvState(
+        t=t,
+        cash=cash,
+        shares=shares,
+        value=value,
         peak=state.peak,
         step_count=state.step_count,
         sharpe_a=state.sharpe_a,
         sharpe_b=state.sharpe_b,
         rng=_lcg_next(state.rng),
     )
-    if bool(done.any()):
-        new_state, obs = _restart(market, params, new_state, done, obs.clone())
-    return new_state, obs, terminated, new_value, traded_notional, traded

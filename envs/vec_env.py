@@ -16,7 +16,11 @@ from torch import Tensor
 
 from data.market import MarketData
 from envs import trading
+from envs.compiled import check_mode
 from envs.trading import EnvParams, EnvState
+
+#: ``compile="auto"`` compiles the step from this many envs on (docs/env.md).
+COMPILE_MIN_ENVS = 1024
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,7 @@ class TradingVecEnv:
         num_envs: int = 1,
         device: str | torch.device = "cpu",
         seed: int = 0,
+        compile: str = "auto",
     ) -> None:
         self.params = params if params is not None else EnvParams()
         self.device = torch.device(device)
@@ -84,6 +89,10 @@ class TradingVecEnv:
             shape=(self.num_envs, self.action_dim),
             dtype=np.dtype(np.float32),
         )
+        # torch.compile of the step (envs.compiled): "auto" compiles from COMPILE_MIN_ENVS envs on,
+        # where it measured faster than eager (docs/env.md); below, the compile would not pay.
+        mode = check_mode(compile)
+        self.compiled = mode == "on" or (mode == "auto" and self.num_envs >= COMPILE_MIN_ENVS)
         self._seed = int(seed)
         self.state: EnvState | None = None
         # Validates num_envs and that the market is long enough before anyone steps.
@@ -100,12 +109,13 @@ class TradingVecEnv:
         """One decision for every env: ``(obs, reward, terminated, truncated, info)``."""
         assert self.state is not None  # set in __init__
         self.state, obs, reward, terminated, truncated, info = trading.step(
-            self.market, self.params, self.state, action
+            self.market, self.params, self.state, action, compiled=self.compiled
         )
         return obs, reward, terminated, truncated, info
 
     def __repr__(self) -> str:
         return (
             f"TradingVecEnv(num_envs={self.num_envs}, num_assets={self.num_assets}, "
-            f"num_features={self.num_features}, device={self.device}, params={self.params})"
+            f"num_features={self.num_features}, device={self.device}, compiled={self.compiled}, "
+            f"params={self.params})"
         )

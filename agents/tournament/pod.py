@@ -119,7 +119,14 @@ def learner_round(task: PodTask, ctx: RoundContext) -> PodOutcome:
     env_fields = {f.name for f in dataclasses.fields(EnvParams)}
     params = EnvParams(**{k: v for k, v in ctx.env.items() if k in env_fields})
     num_envs = int(ctx.env.get("num_envs", 16))
-    train_env = TradingVecEnv(ctx.train, params, num_envs=num_envs, device=ctx.device, seed=spec.seed)
+    train_env = TradingVecEnv(
+        ctx.train,
+        params,
+        num_envs=num_envs,
+        device=ctx.device,
+        seed=spec.seed,
+        compile=str(ctx.env.get("compile", "auto")),
+    )
 
     arg_fields = {f.name for f in dataclasses.fields(args_cls)}
     raw = {**ctx.agent, **spec.hparams, "seed": spec.seed, "total_steps": task.round_steps}

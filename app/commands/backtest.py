@@ -186,7 +186,9 @@ def backtest_run(
     market = _window(load_market(config.data, home=home, device=device), window)
     _check_window_unseen(run, window, market, run_info.get("windows"))
     check_policy_fits(policy, market, params)
-    result = engine.run_backtest(market, params, {"champion": policy}, device=device, num_threads=1)
+    result = engine.run_backtest(
+        market, params, {"champion": policy}, device=device, num_threads=1, compile=config.backtest.compile
+    )
     return report.write_report(
         run_dir,
         result,

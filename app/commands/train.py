@@ -99,7 +99,14 @@ def train_single(
         splits = splits.to(device)
     params = env_params_from_config(config.env)
     args = learner_args(config)
-    env = TradingVecEnv(splits.train, params, num_envs=config.env.num_envs, device=device, seed=agent.seed)
+    env = TradingVecEnv(
+        splits.train,
+        params,
+        num_envs=config.env.num_envs,
+        device=device,
+        seed=agent.seed,
+        compile=config.env.compile,
+    )
     eval_fn = validation_eval_fn(splits.valid, params, annualization=config.backtest.annualization)
 
     run_dir.mkdir(parents=True, exist_ok=True)

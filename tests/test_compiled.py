@@ -1,0 +1,154 @@
+"""envs.compiled (torch.compile with an eager fallback), the compiled env step and the compiled
+backtest loop: equal to the eager paths up to float rounding, and the switches that choose them.
+
+Compiling costs seconds, so each compiled graph here is built once per session (one market shape,
+one set of params) and shared by the tests through module fixtures.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+import pytest
+import torch
+
+from agents.networks import NetworkConfig
+from agents.policy import Policy, PolicyMeta
+from backtests import engine
+from data.toy import toy_market
+from envs import trading
+from envs.compiled import Compiled, check_mode
+from envs.trading import EnvParams
+from envs.vec_env import COMPILE_MIN_ENVS, TradingVecEnv
+
+
+def test_compile_failure_falls_back_to_eager_once(caplog):
+    def branchy(x):
+        if x.sum() > 0:  # data-dependent control flow: no single graph, so fullgraph compile fails
+            return x + 1
+        return x - 1
+
+    fn = Compiled(branchy, "branchy")
+    with caplog.at_level(logging.WARNING, logger="envs.compiled"):
+        out = fn(torch.ones(3))
+        again = fn(-torch.ones(3))
+    assert torch.equal(out, torch.full((3,), 2.0)) and torch.equal(again, torch.full((3,), -2.0))
+    assert not fn.active and fn.failure
+    assert sum("torch.compile of branchy failed" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_genuine_input_error_propagates_and_keeps_compiling():
+    fn = Compiled(lambda x, y: x + y, "add")
+    with pytest.raises(RuntimeError):
+        fn(torch.ones(3), torch.ones(4))  # fails while tracing, and eagerly too: the input's fault
+    assert fn.active
+
+
+def test_mode_validation():
+    assert check_mode("auto") == "auto"
+    with pytest.raises(ValueError, match="compile must be one of auto, on, off"):
+        check_mode("yes")
+    market = toy_market(400, 3, 2)
+    assert not TradingVecEnv(market, num_envs=8).compiled
+    assert TradingVecEnv(market, num_envs=COMPILE_MIN_ENVS).compiled
+    assert TradingVecEnv(market, num_envs=8, compile="on").compiled
+    assert not TradingVecEnv(market, num_envs=COMPILE_MIN_ENVS, compile="off").compiled
+    with pytest.raises(ValueError):
+        TradingVecEnv(market, num_envs=8, compile="always")
+
+
+def test_compiled_step_matches_eager():
+    # Autoresets (episode_len 6), costs and slippage on, per-asset trade info; float32 assets.
+    market = toy_market(900, 5, 3, seed=1)
+    params = EnvParams(decision_interval=3, episode_len=6, trade_info=True, drawdown_penalty=0.1)
+    state, _ = trading.reset(market, params, 32, torch.Generator().manual_seed(0))
+    gen = torch.Generator().manual_seed(1)
+    resets = 0
+    for _ in range(15):
+        action = torch.rand(32, 5, generator=gen) * 0.3
+        eager = trading.step(market, params, state, action)
+        fast = trading.step(market, params, state, action, compiled=True)
+        (s1, o1, r1, te1, tr1, i1), (s2, o2, r2, te2, tr2, i2) = eager, fast
+        assert torch.equal(s1.t, s2.t) and torch.equal(s1.step_count, s2.step_count)
+        assert torch.equal(s1.rng, s2.rng) and torch.equal(te1, te2) and torch.equal(tr1, tr2)
+        for a, b in [(s1.cash, s2.cash), (s1.value, s2.value), (i1["cost"], i2["cost"])]:
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-2)  # float32 per-asset rounding
+        torch.testing.assert_close(s1.shares, s2.shares, rtol=1e-5, atol=1e-4)
+        torch.testing.assert_close(o1, o2, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(r1, r2, rtol=1e-4, atol=1e-6)
+        torch.testing.assert_close(i1["asset_cost"], i2["asset_cost"], rtol=1e-4, atol=1e-3)
+        resets += int((te1 | tr1).sum())
+        state = s1  # both continue from the same state
+    assert resets > 0
+
+
+@pytest.fixture(scope="module")
+def crash_market():
+    """Two sessions of 6 assets, prices down 99% from bar 500 on (a fully invested book goes bust)."""
+    market = toy_market(2 * 390, 6, 3, seed=2)
+    drop = torch.ones(market.num_steps, 1)
+    drop[500:] = 0.01
+    return dataclasses.replace(
+        market,
+        open=market.open * drop,
+        close=market.close * drop,
+        high=market.high * drop,
+        low=market.low * drop,
+    )
+
+
+def _policy(market, all_in: bool) -> Policy:
+    torch.manual_seed(0)
+    config = NetworkConfig(num_assets=market.num_assets, num_features=market.num_features)
+    meta = PolicyMeta(tickers=tuple(market.tickers), feature_names=tuple(market.feature_names))
+    policy = Policy(config, meta).eval()
+    if all_in:  # no cash: the crash takes the book under the termination floor
+        with torch.no_grad():
+            policy.net.actor_cash.bias.fill_(-20.0)
+    return policy
+
+
+@pytest.mark.parametrize("all_in", [False, True], ids=["no-termination", "terminated-mid-block"])
+def test_compiled_backtest_matches_eager(crash_market, all_in):
+    market = crash_market.slice(0, 499) if not all_in else crash_market
+    params = EnvParams(decision_interval=1)
+    policy = _policy(market, all_in)
+    runs = {
+        mode: engine.run_backtest(market, params, {"champion": policy}, baselines=("cash",), compile=mode)
+        for mode in ("off", "on")
+    }
+    eager, fast = runs["off"], runs["on"]
+    assert fast.num_steps == eager.num_steps and fast.num_steps % 4 != 0  # the tail runs eagerly
+    assert fast.terminated_at == eager.terminated_at
+    # Decision 499 (bar 499) is marked at bar 500's close, after the crash: the last of a block of 4.
+    assert eager.terminated_at[0] == (499 if all_in else -1)
+    torch.testing.assert_close(fast.equity, eager.equity, rtol=1e-8, atol=1e-6)
+    torch.testing.assert_close(fast.weights, eager.weights, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(fast.costs, eager.costs, rtol=1e-4, atol=1e-3)
+    # Per-asset trades are small every-bar rebalances: the float32 policy's rounding (~1e-7 of the
+    # $1M book) shows as cents.
+    torch.testing.assert_close(fast.trades, eager.trades, rtol=1e-4, atol=0.1)
+
+
+def test_auto_compiles_only_long_backtests(monkeypatch):
+    calls = []
+
+    class Spy:
+        supported = staticmethod(lambda market: True)
+
+        def __init__(self, *args, **kwargs):
+            calls.append(args)
+            raise RuntimeError("spy")
+
+    monkeypatch.setattr(engine, "_backtest_loop", lambda: Spy)
+    market = toy_market(200, 3, 2)
+    policy = _policy(market, False)
+    params = EnvParams(decision_interval=1)
+    engine.run_backtest(market, params, {"p": policy}, baselines=(), compile="auto")  # 199 decisions
+    assert calls == []
+    monkeypatch.setattr(engine, "COMPILE_MIN_DECISIONS", 100)
+    with pytest.raises(RuntimeError, match="spy"):
+        engine.run_backtest(market, params, {"p": policy}, baselines=(), compile="auto")
+    with pytest.raises(ValueError, match="compile must be one of"):
+        engine.run_backtest(market, params, {"p": policy}, compile="sometimes")
