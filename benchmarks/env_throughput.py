@@ -6,6 +6,11 @@ A toy market (``data.toy.toy_market``: ``--sessions`` x 390 one-minute bars, ``-
 features per asset) on ``--device``; random actions drawn before timing (a small pool, cycled);
 ``--warmup`` steps, then ``--steps`` timed steps of the default ``envs.trading.step`` (action
 validation on). One env-step is one decision of one env.
+
+``--compile both`` (the default) times every batch size twice in the same process: eagerly and
+with ``step(..., compiled=True)`` (``torch.compile``; its compile happens in the warm-up and is not
+timed), and prints the ratio; ``off`` / ``on`` time one of them. ``TradingVecEnv`` compiles from
+1024 envs on by default (``compile="auto"``).
 """
 
 from __future__ import annotations
@@ -81,6 +86,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--warmup", type=int, default=30)
     parser.add_argument("--reference-seconds", type=float, default=2.0)
     parser.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch default)")
+    parser.add_argument("--compile", choices=("both", "off", "on"), default="both")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     args = parser.parse_args(argv)
 
@@ -97,26 +103,33 @@ def main(argv: list[str] | None = None) -> dict:
         device=device,
     )
     params = EnvParams()
+    modes = {"both": (False, True), "off": (False,), "on": (True,)}[args.compile]
     results = []
     for num_envs in sizes:
-        sec, cpu_sec = bench_batched(market, params, num_envs, args.steps, args.warmup)
-        results.append(
-            {
-                "num_envs": num_envs,
-                "num_assets": args.num_assets,
-                "device": str(device),
-                "env_steps_per_s": num_envs / sec,
-                "ms_per_step": sec * 1e3,
-                "cpu_ms_per_step": cpu_sec * 1e3,
-            }
-        )
-        if not args.json:
-            print(
-                f"{num_envs:>7} envs x {args.num_assets} assets on {device}: "
-                f"{num_envs / sec:>14,.0f} env-steps/s  {sec * 1e3:8.3f} ms/step "
-                f"({cpu_sec * 1e3:.3f} ms CPU)",
-                flush=True,
+        for compiled in modes:
+            sec, cpu_sec = bench_batched(market, params, num_envs, args.steps, args.warmup, compiled=compiled)
+            results.append(
+                {
+                    "num_envs": num_envs,
+                    "num_assets": args.num_assets,
+                    "device": str(device),
+                    "compiled": compiled,
+                    "env_steps_per_s": num_envs / sec,
+                    "ms_per_step": sec * 1e3,
+                    "cpu_ms_per_step": cpu_sec * 1e3,
+                }
             )
+            if not args.json:
+                ratio = ""
+                if compiled and len(modes) == 2:
+                    ratio = f"  {results[-2]['ms_per_step'] / results[-1]['ms_per_step']:.2f}x eager"
+                print(
+                    f"{num_envs:>7} envs x {args.num_assets} assets on {device} "
+                    f"{'compiled' if compiled else 'eager   '}: "
+                    f"{num_envs / sec:>14,.0f} env-steps/s  {sec * 1e3:8.3f} ms/step "
+                    f"({cpu_sec * 1e3:.3f} ms CPU){ratio}",
+                    flush=True,
+                )
     ref = bench_reference(market, params, args.reference_seconds)
     out = {"results": results, "reference_steps_per_s": ref}
     if args.json:

@@ -58,6 +58,7 @@ from torch import Tensor
 
 from data.errors import ConfigError, DataError, PodracerError
 from data.market import MarketData
+from envs import memory
 from envs.compiled import cached
 
 # Precision, decided by measurement (docs/env.md). Per-env accounting (cash, value, peak,
@@ -254,13 +255,34 @@ def _obs_table(market: MarketData) -> Tensor | None:
     width = obs_dim(num_assets, num_features)
     if num_steps * width * 4 > OBS_TABLE_MAX_BYTES:
         return None
-    table = torch.zeros(num_steps, width, dtype=torch.float32, device=feats.device)
+    table = memory.table_empty((num_steps, width), torch.float32, feats.device).zero_()
     table[:, 1] = tod
     table[:, 2:].view(num_steps, num_assets, 1 + num_features)[..., 1:] = feats
     _OBS_TABLES[key] = table
     weakref.finalize(feats, _OBS_TABLES.pop, key, None)
     weakref.finalize(tod, _OBS_TABLES.pop, key, None)
     return table
+
+
+_STEP_PRICES: dict[tuple[int, int], tuple[Tensor, Tensor]] = {}
+
+
+def _step_prices(market: MarketData) -> tuple[Tensor, Tensor]:
+    """``(open, close)`` for :func:`step`'s row gathers: the market's own tensors, or (CPU tables
+    large enough to gain, see :mod:`envs.memory`) equal copies on huge pages, cached like
+    :func:`_obs_table`."""
+    open_, close = market.open, market.close
+    if open_.device.type != "cpu" or open_.numel() * open_.element_size() < memory.MIN_BYTES:
+        return open_, close
+    key = (id(open_), id(close))
+    found = _STEP_PRICES.get(key)
+    if found is None:
+        found = _STEP_PRICES[key] = tuple(
+            memory.table_empty(tuple(x.shape), x.dtype).copy_(x) for x in (open_, close)
+        )
+        weakref.finalize(open_, _STEP_PRICES.pop, key, None)
+        weakref.finalize(close, _STEP_PRICES.pop, key, None)
+    return found
 
 
 def _observe(market: MarketData, t: Tensor, cash: Tensor, pos_value: Tensor, value: Tensor) -> Tensor:
@@ -591,8 +613,7 @@ def step(
         state.sharpe_b,
         state.rng,
         action,
-        market.open,
-        market.close,
+        *_step_prices(market),
     )
     t_mark, new_cash, new_shares, new_value, new_peak, step_count, new_a, new_b, rng = out[:9]
     reward, terminated, truncated, done, cost, traded_notional, traded, pos_value = out[9:17]
