@@ -201,9 +201,9 @@ def run_backtest(
     a busy 2-core machine 2 threads measured 8-17x slower than 1.
 
     ``compile``: ``"on"`` runs a single policy's decisions (policy call + env step) through
-    ``torch.compile`` (``envs.trading.BacktestLoop``), ``"off"`` eagerly, ``"auto"`` compiles from
-    :data:`COMPILE_MIN_DECISIONS` decisions on, where the faster loop repays the compile. Compiled
-    results equal eager ones up to float rounding (~1e-12 relative on equity).
+    ``torch.compile`` (``envs.backtest_loop.BacktestLoop``), ``"off"`` eagerly, ``"auto"`` compiles
+    from :data:`COMPILE_MIN_DECISIONS` decisions on, where the faster loop repays the compile.
+    Compiled results equal eager ones up to float rounding (~1e-8 relative on a year of equity).
     """
     from envs.compiled import check_mode
 

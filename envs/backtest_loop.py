@@ -87,6 +87,9 @@ class BacktestLoop:
             last_bar = last_decision_bar(open_all.shape[0], params)  # from the (symbolic) window length
             outs = []
             for _ in range(block):
+                # After an episode ends inside the block (the block is then replayed eagerly) the
+                # decision bar may lie past the data: clamped so the later gathers stay in range.
+                t = t.clamp(max=last_bar)
                 action = policy(obs)
                 t, cash, shares, value, notional, traded, pos_value, term, done = _backtest_core(
                     params, last_bar, t, cash, shares, action, open_all, close_all

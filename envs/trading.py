@@ -264,27 +264,6 @@ def _obs_table(market: MarketData) -> Tensor | None:
     return table
 
 
-_STEP_PRICES: dict[tuple[int, int], tuple[Tensor, Tensor]] = {}
-
-
-def _step_prices(market: MarketData) -> tuple[Tensor, Tensor]:
-    """``(open, close)`` for :func:`step`'s row gathers: the market's own tensors, or (CPU tables
-    large enough to gain, see :mod:`envs.memory`) equal copies on huge pages, cached like
-    :func:`_obs_table`."""
-    open_, close = market.open, market.close
-    if open_.device.type != "cpu" or open_.numel() * open_.element_size() < memory.MIN_BYTES:
-        return open_, close
-    key = (id(open_), id(close))
-    found = _STEP_PRICES.get(key)
-    if found is None:
-        found = _STEP_PRICES[key] = tuple(
-            memory.table_empty(tuple(x.shape), x.dtype).copy_(x) for x in (open_, close)
-        )
-        weakref.finalize(open_, _STEP_PRICES.pop, key, None)
-        weakref.finalize(close, _STEP_PRICES.pop, key, None)
-    return found
-
-
 def _observe(market: MarketData, t: Tensor, cash: Tensor, pos_value: Tensor, value: Tensor) -> Tensor:
     """Observation at bars ``t`` for the given accounting (see :func:`split_obs` for the layout)."""
     num_envs, num_assets = pos_value.shape
@@ -303,7 +282,8 @@ def _fill_obs(
     obs: Tensor, cash: Tensor, pos_value: Tensor, value: Tensor, num_features: int, traced: bool = False
 ) -> Tensor:
     """Writes the cash fractions and position weights into ``obs`` (in place) and returns it.
-    ``traced``: the same values through an assignment (``torch.compile`` rejects a strided ``out=``)."""
+    ``traced``: through an assignment instead (``torch.compile`` rejects a strided ``out=``): the same
+    values for float64 positions; float32 positions are then scaled in float32 (one rounding apart)."""
     inv_value = value.clamp(min=_TINY).reciprocal_()  # (1.0 / x would be reciprocal, then * 1.0)
     obs[:, 0] = cash * inv_value
     if traced:
@@ -613,7 +593,8 @@ def step(
         state.sharpe_b,
         state.rng,
         action,
-        *_step_prices(market),
+        market.open,
+        market.close,
     )
     t_mark, new_cash, new_shares, new_value, new_peak, step_count, new_a, new_b, rng = out[:9]
     reward, terminated, truncated, done, cost, traded_notional, traded, pos_value = out[9:17]

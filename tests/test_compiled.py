@@ -18,6 +18,7 @@ from agents.policy import Policy, PolicyMeta
 from backtests import engine
 from data.toy import toy_market
 from envs import trading
+from envs.backtest_loop import BacktestLoop
 from envs.compiled import Compiled, check_mode
 from envs.trading import EnvParams
 from envs.vec_env import COMPILE_MIN_ENVS, TradingVecEnv
@@ -109,7 +110,7 @@ def _policy(market, all_in: bool) -> Policy:
     return policy
 
 
-@pytest.mark.parametrize("all_in", [False, True], ids=["no-termination", "terminated-mid-block"])
+@pytest.mark.parametrize("all_in", [False, True], ids=["no-termination", "terminated-in-a-block"])
 def test_compiled_backtest_matches_eager(crash_market, all_in):
     market = crash_market.slice(0, 499) if not all_in else crash_market
     params = EnvParams(decision_interval=1)
@@ -129,6 +130,38 @@ def test_compiled_backtest_matches_eager(crash_market, all_in):
     # Per-asset trades are small every-bar rebalances: the float32 policy's rounding (~1e-7 of the
     # $1M book) shows as cents.
     torch.testing.assert_close(fast.trades, eager.trades, rtol=1e-4, atol=0.1)
+
+
+@pytest.mark.parametrize(
+    ("start_back", "num"), [(None, 9), (2, 8)], ids=["two-blocks-and-a-tail", "out-of-data-mid-block"]
+)
+def test_loop_matches_eager_steps_and_final_state(crash_market, start_back, num):
+    # Same shapes as above, so the compiled block is reused. "out-of-data-mid-block": the second
+    # decision of the first block is the last the data allows (done at block position 1), the env
+    # restarts at a random bar and the later decisions go on from there.
+    market = crash_market.slice(0, 499)
+    params = EnvParams(decision_interval=1, precision="float64", episode_len=10**6)
+    policy = _policy(market, False).frozen_act()
+    prices = trading.asset_prices(market, params)
+    last = trading.last_decision_bar(market.num_steps, params)
+    start = 0 if start_back is None else last - start_back + 1
+    with torch.inference_mode():
+        state, obs = trading.reset(market, params, 1, torch.Generator().manual_seed(5), start=start)
+        loop = BacktestLoop(market, params, policy, prices)
+        fast_state, fast_obs, (actions, value, notional, traded, term) = loop.run(state, obs, num)
+        eager_values = []
+        for _ in range(num):
+            state, obs, _, v, _, _ = trading.backtest_step(market, params, state, policy(obs), prices)
+            eager_values.append(v)
+    assert loop.compiled and actions.shape == (num, 1, market.num_assets) and term.shape == (num, 1)
+    assert torch.equal(fast_state.t, state.t) and torch.equal(fast_state.rng, state.rng)
+    if start_back is not None:
+        assert int(state.t[0]) < start  # restarted
+    torch.testing.assert_close(value, torch.stack(eager_values), rtol=1e-9, atol=1e-6)
+    # The float32 policy's rounding moves trades by ~1e-7 of the $1M book: cents of cash.
+    torch.testing.assert_close(fast_state.cash, state.cash, rtol=1e-9, atol=0.1)
+    torch.testing.assert_close(fast_state.shares, state.shares, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(fast_obs, obs, rtol=1e-5, atol=1e-6)
 
 
 def test_auto_compiles_only_long_backtests(monkeypatch):
