@@ -8,15 +8,18 @@ features per asset) on ``--device``; random actions drawn before timing (a small
 validation on). One env-step is one decision of one env.
 
 ``--compile both`` (the default) times every batch size twice in the same process: eagerly and
-with ``step(..., compiled=True)`` (``torch.compile``; its compile happens in the warm-up and is not
-timed), and prints the ratio; ``off`` / ``on`` time one of them. ``TradingVecEnv`` compiles from
-1024 envs on by default (``compile="auto"``).
+with ``step(..., compiled=True)``, and prints the ratio; ``off`` / ``on`` time one of them. The fast
+path is the native C kernel on CPU (``envs.native``; built, or loaded from its cache, in the warm-up)
+and ``torch.compile`` elsewhere (compiled in the warm-up, not timed); each result names it
+(``"backend"``). ``--native off`` takes ``torch.compile`` on CPU too. ``TradingVecEnv`` takes the
+fast path from 1024 envs on by default (``compile="auto"``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -26,7 +29,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from data.toy import toy_market  # noqa: E402
-from envs import trading  # noqa: E402
+from envs import native, trading  # noqa: E402
 from envs.reference import ReferenceEnv  # noqa: E402
 from envs.trading import EnvParams  # noqa: E402
 
@@ -38,8 +41,9 @@ def _sync(device: torch.device) -> None:
 
 def bench_batched(
     market, params: EnvParams, num_envs: int, steps: int, warmup: int, seed: int = 0, compiled: bool = False
-) -> tuple[float, float]:
-    """Wall and process-CPU seconds per batched step (median of 3 timed blocks each)."""
+) -> tuple[float, float, str]:
+    """Wall and process-CPU seconds per batched step (median of 3 timed blocks each), and the
+    backend that ran (``trading.step_backend``)."""
     device = market.device
     gen = torch.Generator().manual_seed(seed)
     state, _ = trading.reset(market, params, num_envs, gen)
@@ -56,7 +60,7 @@ def bench_batched(
         _sync(device)
         blocks.append((time.perf_counter() - start) / per_block)
         cpu_blocks.append((time.process_time() - cpu_start) / per_block)
-    return sorted(blocks)[1], sorted(cpu_blocks)[1]
+    return sorted(blocks)[1], sorted(cpu_blocks)[1], trading.step_backend(market, params, state, compiled)
 
 
 def bench_reference(market, params: EnvParams, seconds: float, seed: int = 0) -> float:
@@ -87,9 +91,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--reference-seconds", type=float, default=2.0)
     parser.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch default)")
     parser.add_argument("--compile", choices=("both", "off", "on"), default="both")
+    parser.add_argument("--native", choices=("on", "off"), default="on", help="CPU fast path: native kernel")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     args = parser.parse_args(argv)
 
+    if args.native == "off":
+        os.environ[native.DISABLE_ENV] = "0"
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
@@ -107,13 +114,16 @@ def main(argv: list[str] | None = None) -> dict:
     results = []
     for num_envs in sizes:
         for compiled in modes:
-            sec, cpu_sec = bench_batched(market, params, num_envs, args.steps, args.warmup, compiled=compiled)
+            sec, cpu_sec, backend = bench_batched(
+                market, params, num_envs, args.steps, args.warmup, compiled=compiled
+            )
             results.append(
                 {
                     "num_envs": num_envs,
                     "num_assets": args.num_assets,
                     "device": str(device),
                     "compiled": compiled,
+                    "backend": backend,
                     "env_steps_per_s": num_envs / sec,
                     "ms_per_step": sec * 1e3,
                     "cpu_ms_per_step": cpu_sec * 1e3,
@@ -125,7 +135,7 @@ def main(argv: list[str] | None = None) -> dict:
                     ratio = f"  {results[-2]['ms_per_step'] / results[-1]['ms_per_step']:.2f}x eager"
                 print(
                     f"{num_envs:>7} envs x {args.num_assets} assets on {device} "
-                    f"{'compiled' if compiled else 'eager   '}: "
+                    f"{backend:<13}: "
                     f"{num_envs / sec:>14,.0f} env-steps/s  {sec * 1e3:8.3f} ms/step "
                     f"({cpu_sec * 1e3:.3f} ms CPU){ratio}",
                     flush=True,

@@ -58,7 +58,7 @@ from torch import Tensor
 
 from data.errors import ConfigError, DataError, PodracerError
 from data.market import MarketData
-from envs import memory
+from envs import memory, native
 from envs.compiled import cached
 
 # Precision, decided by measurement (docs/env.md). Per-env accounting (cash, value, peak,
@@ -402,8 +402,8 @@ def observe(market: MarketData, state: EnvState) -> Tensor:
     return _observe(market, state.t, state.cash, pos_value, state.value)
 
 
-def check_action(action: Tensor, num_envs: int, num_assets: int, device: torch.device) -> Tensor:
-    """The action as a float tensor on ``device``, or :class:`ActionError` (shape, NaN/inf)."""
+def _action_tensor(action: Tensor, num_envs: int, num_assets: int, device: torch.device) -> Tensor:
+    """The action as a float tensor on ``device`` of shape ``(N, A)``, or :class:`ActionError`."""
     if not isinstance(action, Tensor):
         try:
             action = torch.as_tensor(action, dtype=torch.float32)
@@ -413,7 +413,12 @@ def check_action(action: Tensor, num_envs: int, num_assets: int, device: torch.d
         raise ActionError(f"action has shape {tuple(action.shape)}, expected ({num_envs}, {num_assets})")
     if not action.is_floating_point():
         action = action.to(torch.float32)
-    action = action.to(device)
+    return action.to(device)
+
+
+def check_action(action: Tensor, num_envs: int, num_assets: int, device: torch.device) -> Tensor:
+    """The action as a float tensor on ``device``, or :class:`ActionError` (shape, NaN/inf)."""
+    action = _action_tensor(action, num_envs, num_assets, device)
     # One host sync per step: the price of a clear error instead of silently corrupted state.
     # A sum is NaN/inf whenever an entry is (and ~100x cheaper than isfinite().all()); only if it
     # is not finite do we look closer, since huge finite entries can overflow the sum.
@@ -574,31 +579,41 @@ def step(
 
     Returns ``(state, obs, reward, terminated, truncated, info)``; see the module docstring.
     ``validate=False`` skips the action checks (only for actions known to be finite and shaped
-    ``(N, A)``, e.g. a policy's output inside a benchmark). ``compiled=True`` runs the accounting
-    through ``torch.compile`` (:mod:`envs.compiled`: faster for large batches, equal to eager to
-    float rounding, eager if compiling fails).
+    ``(N, A)``, e.g. a policy's output inside a benchmark). ``compiled=True`` takes the fast path
+    (:func:`step_backend` says which): on CPU the native C kernel of :mod:`envs.native` (accounting
+    and observation fused per env; it checks the actions' finiteness itself), else the accounting
+    through ``torch.compile`` (:mod:`envs.compiled`). Both equal eager to float rounding and fall
+    back (native to ``torch.compile``, that to eager) when they cannot run.
     """
     num_envs, num_assets = state.shares.shape
-    if validate:
-        action = check_action(action, num_envs, num_assets, state.device)
-    out = _core(params, compiled)(
-        last_decision_bar(market.num_steps, params),
-        state.t,
-        state.cash,
-        state.shares,
-        state.value,
-        state.peak,
-        state.step_count,
-        state.sharpe_a,
-        state.sharpe_b,
-        state.rng,
-        action,
-        market.open,
-        market.close,
-    )
+    fn = _native_fn(market, params, state) if compiled else None
+    if fn is not None:
+        # The kernel checks the actions' finiteness itself (and raises below), so no extra pass.
+        action = _action_tensor(action, num_envs, num_assets, state.device)
+        out = _step_native(fn, market, params, state, action.to(torch.float32).contiguous())
+        final_obs, any_done = out[17], out[18]
+    else:
+        if validate:
+            action = check_action(action, num_envs, num_assets, state.device)
+        out = _core(params, compiled)(
+            last_decision_bar(market.num_steps, params),
+            state.t,
+            state.cash,
+            state.shares,
+            state.value,
+            state.peak,
+            state.step_count,
+            state.sharpe_a,
+            state.sharpe_b,
+            state.rng,
+            action,
+            market.open,
+            market.close,
+        )
+        final_obs = _observe(market, out[0], out[1], out[16], out[3])
+        any_done = None
     t_mark, new_cash, new_shares, new_value, new_peak, step_count, new_a, new_b, rng = out[:9]
-    reward, terminated, truncated, done, cost, traded_notional, traded, pos_value = out[9:17]
-    final_obs = _observe(market, t_mark, new_cash, pos_value, new_value)
+    reward, terminated, truncated, done, cost, traded_notional, traded = out[9:16]
     info: dict[str, Tensor] = {
         "cost": cost,
         "traded_notional": traded_notional,
@@ -623,12 +638,98 @@ def step(
         rng=rng,
     )
     # Host branch: autoreset work (and a second observation) only on steps where some env is done.
-    if bool(done.any()):
+    if any_done if any_done is not None else bool(done.any()):
         new_state, obs = _restart(market, params, new_state, done, final_obs.clone())
     else:
         obs = final_obs
     info["t"] = new_state.t
     return new_state, obs, reward, terminated, truncated, info
+
+
+def step_backend(market: MarketData, params: EnvParams, state: EnvState, compiled: bool) -> str:
+    """Which implementation :func:`step` runs for these arguments: ``"eager"``, ``"native"`` or
+    ``"torch.compile"`` (``"eager"`` too once compiling failed in this process)."""
+    if not compiled:
+        return "eager"
+    if _native_fn(market, params, state) is not None:
+        return "native"
+    return "torch.compile" if _core(params, True).active else "eager"
+
+
+_STATE_DTYPES = {
+    "t": torch.int64,
+    "cash": ACC_DTYPE,
+    "shares": torch.float32,
+    "value": ACC_DTYPE,
+    "peak": ACC_DTYPE,
+    "step_count": torch.int64,
+    "sharpe_a": ACC_DTYPE,
+    "sharpe_b": ACC_DTYPE,
+    "rng": torch.int64,
+}
+
+
+def _native_fn(market: MarketData, params: EnvParams, state: EnvState) -> Callable[..., int] | None:
+    """The native kernel (:mod:`envs.native`) if this step can run on it, else ``None``."""
+    if state.t.device.type != "cpu" or not native.supports(params, market, _obs_table(market)):
+        return None
+    for name, dtype in _STATE_DTYPES.items():
+        x = getattr(state, name)
+        if x.dtype != dtype or not x.is_contiguous():
+            return None
+    return native.library()
+
+
+@functools.lru_cache(maxsize=64)
+def _native_params(params: EnvParams) -> Tensor:
+    return native.params_vector(params)
+
+
+def _step_native(
+    fn: Callable[..., int], market: MarketData, params: EnvParams, state: EnvState, action: Tensor
+) -> tuple[Tensor | bool, ...]:
+    """:func:`_step_core` and the observation in one native call (:mod:`envs.native`). Returns
+    ``_step_core``'s first 16 outputs, then ``None`` (no per-asset trade info), the observation and
+    whether any env is done."""
+    num_envs, num_assets = state.shares.shape
+    table = _obs_table(market)
+    f64, i64 = ACC_DTYPE, torch.int64
+    t_mark, step_count, rng = (torch.empty(num_envs, dtype=i64) for _ in range(3))
+    cash, value, peak, new_a, new_b, cost, notional = (torch.empty(num_envs, dtype=f64) for _ in range(7))
+    terminated, truncated, done = (torch.empty(num_envs, dtype=torch.bool) for _ in range(3))
+    reward = torch.empty(num_envs, dtype=torch.float32)
+    shares, traded = torch.empty_like(state.shares), torch.empty_like(state.shares)
+    obs = torch.empty(num_envs, table.shape[1], dtype=torch.float32)
+    code = fn(
+        num_envs,
+        num_assets,
+        table.shape[1],
+        market.num_features,
+        market.num_steps,
+        params.decision_interval,
+        last_decision_bar(market.num_steps, params),
+        native.ACTION_MODES[params.action_mode],
+        native.REWARD_MODES[params.reward],
+        _native_params(params).data_ptr(),
+        torch.get_num_threads(),
+        *(
+            x.data_ptr()
+            for x in (
+                state.t, state.cash, state.shares, state.value, state.peak, state.step_count,
+                state.sharpe_a, state.sharpe_b, state.rng, action, market.open, market.close, table,
+                t_mark, cash, shares, value, peak, step_count, new_a, new_b, rng, reward,
+                terminated, truncated, done, cost, notional, traded, obs,
+            )
+        ),
+    )  # fmt: skip
+    if code == -1:
+        raise ActionError("action contains NaN or inf")
+    if code == -2:
+        raise DataError(
+            f"state.t has decision bars outside [0, {last_decision_bar(market.num_steps, params)}]"
+        )
+    out = (t_mark, cash, shares, value, peak, step_count, new_a, new_b, rng)
+    return out + (reward, terminated, truncated, done, cost, notional, traded, None, obs, code > 0)
 
 
 def asset_prices(market: MarketData, params: EnvParams) -> tuple[Tensor, Tensor]:

@@ -1,0 +1,239 @@
+/* One training step of the trading env for a batch of envs, fused per env (see envs/native.py).
+
+   Why by hand: the step is a few dependent passes over each env's (A,) row (size the orders, scale
+   the buys, mark), then a copy of the observation row. torch (eager or inductor) runs each pass over
+   the whole (N, A) batch, so every pass streams the batch through the cache again and pays its own
+   loop and thread start; here one thread takes an env's rows through every pass while they sit in L1
+   and writes its observation row right after. Semantics are envs/trading.py's _step_core followed by
+   _observe: float32 per-asset quantities, float64 accounting, every per-asset sum feeding the
+   accounting accumulated in float64. Sums run in another order than torch's (an OpenMP simd
+   reduction), so results equal eager to float rounding, as torch.compile's do.
+
+   Compiled without fast-math: IEEE semantics, NaN propagation as in torch (fmax/fmin are not used
+   where torch's clamp/maximum would propagate a NaN). */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#define TINY 1e-12
+#define SHARPE_VAR_EPS 1e-12
+
+/* Parameters, in this order, as doubles (envs/native.py packs them). */
+enum {
+    P_INITIAL_CASH,
+    P_COST_RATE,
+    P_SLIP,
+    P_MAX_SHARES,
+    P_DRAWDOWN_PENALTY,
+    P_REWARD_SCALE,
+    P_SHARPE_ETA,
+    P_BUST_FRAC,
+    P_EPISODE_LEN,
+    P_COUNT
+};
+
+enum { MODE_WEIGHTS = 0, MODE_SHARES = 1 };
+enum { REWARD_LOG_RETURN = 0, REWARD_RETURN = 1, REWARD_DIFF_SHARPE = 2 };
+
+#ifndef PREFETCH_AHEAD
+#define PREFETCH_AHEAD 4
+#endif
+
+static inline void prefetch_row(const void *row, int64_t bytes)
+{
+    const char *p = (const char *)row;
+    for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(p + off, 0, 3);
+}
+
+/* torch's clamp(min=lo) and maximum: a NaN operand gives NaN. */
+static inline double clamp_min_d(double x, double lo) { return (x != x) ? x : (x < lo ? lo : x); }
+static inline float clamp_min_f(float x, float lo) { return (x != x) ? x : (x < lo ? lo : x); }
+static inline double maximum_d(double x, double y) { return (x != x || y != y) ? NAN : (x > y ? x : y); }
+
+/* Returns -1 if any action is NaN or inf, -2 if a decision bar is outside [0, n_bars - 1 - k] (the
+   outputs are then garbage and the caller raises), else the number of envs whose episode ended. */
+int64_t podracer_step(
+    int64_t n_envs, int64_t n_assets, int64_t obs_width, int64_t num_features, int64_t n_bars, int64_t k,
+    int64_t last_bar,
+    int32_t action_mode, int32_t reward_mode, const double *p, int32_t n_threads,
+    /* state (N,) / (N, A) */
+    const int64_t *t, const double *cash, const float *shares, const double *value, const double *peak,
+    const int64_t *step_count, const double *sharpe_a, const double *sharpe_b, const int64_t *rng,
+    const float *action,
+    /* market: (T, A) prices, (T, obs_width) observation template */
+    const float *open_all, const float *close_all, const float *table,
+    /* outputs */
+    int64_t *t_out, double *cash_out, float *shares_out, double *value_out, double *peak_out,
+    int64_t *step_count_out, double *a_out, double *b_out, int64_t *rng_out, float *reward_out,
+    uint8_t *terminated_out, uint8_t *truncated_out, uint8_t *done_out, double *cost_out,
+    double *traded_notional_out, float *traded_out, float *obs_out)
+{
+    const int64_t A = n_assets;
+    const double rate = p[P_COST_RATE], slip = p[P_SLIP];
+    const double floor_value = p[P_BUST_FRAC] * p[P_INITIAL_CASH];
+    const int64_t episode_len = (int64_t)p[P_EPISODE_LEN];
+    const int64_t stride = 1 + num_features;  /* per-asset slot width in the observation */
+    int64_t bad = 0, bad_bar = 0, n_done = 0;
+
+#pragma omp parallel for schedule(static) num_threads(n_threads) reduction(+ : bad, bad_bar, n_done)
+    for (int64_t n = 0; n < n_envs; ++n) {
+        if (t[n] < 0 || t[n] + k > n_bars - 1) {
+            bad_bar += 1;
+            continue;
+        }
+        const float *a = action + n * A;
+        const float *sh = shares + n * A;
+        const int64_t tm = t[n] + k;
+        const float *po = open_all + (t[n] + 1) * A;
+        const float *pc = close_all + tm * A;
+        float *tr = traded_out + n * A;  /* holds the order diff until the last pass */
+        float *nsh = shares_out + n * A;
+        float *obs = obs_out + n * obs_width;
+        const double c = cash[n];
+
+        /* The step is bound by the latency of its random row reads (each env's price rows and
+           observation template row sit at its own bar, mostly in DRAM): ask for the next env's rows
+           now, so that they arrive while this env computes. */
+        if (n + PREFETCH_AHEAD < n_envs) {
+            const int64_t tn = t[n + PREFETCH_AHEAD];
+            if (tn >= 0 && tn + k <= n_bars - 1) {
+                prefetch_row(open_all + (tn + 1) * A, A * (int64_t)sizeof(float));
+                prefetch_row(close_all + (tn + k) * A, A * (int64_t)sizeof(float));
+                prefetch_row(table + (tn + k) * obs_width, obs_width * (int64_t)sizeof(float));
+            }
+
+        }
+        memcpy(obs, table + tm * obs_width, (size_t)obs_width * sizeof(float));
+
+        int64_t nonfinite = 0;
+#pragma omp simd reduction(+ : nonfinite)
+        for (int64_t j = 0; j < A; ++j) nonfinite += !isfinite(a[j]);
+        bad += nonfinite != 0;
+
+        double sell_notional = 0.0, buy_notional = 0.0;
+        if (action_mode == MODE_WEIGHTS) {
+            double held = 0.0, wsum = 0.0;
+#pragma omp simd reduction(+ : held, wsum)
+            for (int64_t j = 0; j < A; ++j) {
+                held += (double)(sh[j] * po[j]);
+                wsum += (double)clamp_min_f(a[j], 0.0f);
+            }
+            const float budget = (float)((c + held) / clamp_min_d(wsum, 1.0));
+            double sells = 0.0, buys = 0.0;
+#pragma omp simd reduction(+ : sells, buys)
+            for (int64_t j = 0; j < A; ++j) {
+                const float diff = clamp_min_f(a[j], 0.0f) * budget / po[j] - sh[j];
+                const float buy = clamp_min_f(diff, 0.0f);
+                tr[j] = diff;
+                sells += (double)((buy - diff) * po[j]);
+                buys += (double)(buy * po[j]);
+            }
+            sell_notional = sells * (1.0 - slip);
+            buy_notional = buys * (1.0 + slip);
+        } else {
+            const float max_shares = (float)p[P_MAX_SHARES];
+            double sells = 0.0, buys = 0.0;
+#pragma omp simd reduction(+ : sells, buys)
+            for (int64_t j = 0; j < A; ++j) {
+                const float x = a[j] < -1.0f ? -1.0f : (a[j] > 1.0f ? 1.0f : a[j]);
+                const float diff = rintf(x * max_shares);
+                const float buy = clamp_min_f(diff, 0.0f);
+                const float sell = fminf(buy - diff, sh[j]);
+                tr[j] = diff;
+                sells += (double)(sell * po[j]);
+                buys += (double)(buy * po[j]);
+            }
+            sell_notional = sells * (1.0 - slip);
+            buy_notional = buys * (1.0 + slip);
+        }
+        const double available = c + sell_notional * (1.0 - rate);
+        double needed = buy_notional * (1.0 + rate);
+        const double scale = needed > available ? available / clamp_min_d(needed, TINY) : 1.0;
+
+        double pos_sum = 0.0;
+        if (action_mode == MODE_WEIGHTS) {
+            const float factor = (float)(scale - 1.0);
+#pragma omp simd reduction(+ : pos_sum)
+            for (int64_t j = 0; j < A; ++j) {
+                const float diff = tr[j];
+                const float traded = diff + clamp_min_f(diff, 0.0f) * factor;
+                const float ns = sh[j] + traded;
+                tr[j] = traded;
+                nsh[j] = ns;
+                pos_sum += (double)(pc[j] * ns);
+            }
+            buy_notional *= scale;
+            needed *= scale;
+        } else {
+            const float scale_f = (float)scale;
+            double buys = 0.0;
+#pragma omp simd reduction(+ : pos_sum, buys)
+            for (int64_t j = 0; j < A; ++j) {
+                const float diff = tr[j];
+                const float buy0 = clamp_min_f(diff, 0.0f);
+                const float sell = fminf(buy0 - diff, sh[j]);
+                const float buy = floorf(buy0 * scale_f);
+                const float traded = buy - sell;
+                const float ns = sh[j] + traded;
+                tr[j] = traded;
+                nsh[j] = ns;
+                buys += (double)(buy * po[j]);
+                pos_sum += (double)(pc[j] * ns);
+            }
+            buy_notional = buys * (1.0 + slip);
+            needed = buy_notional * (1.0 + rate);
+        }
+        double new_cash = available - needed;
+        new_cash = new_cash < 0.0 ? 0.0 : new_cash;
+        const double traded_notional = sell_notional + buy_notional;
+        const double new_value = new_cash + pos_sum;
+
+        /* Reward (per-env float64, as in _step_core). */
+        const double ratio = new_value / value[n];
+        double reward, na = sharpe_a[n], nb = sharpe_b[n];
+        if (reward_mode == REWARD_LOG_RETURN) {
+            reward = log(clamp_min_d(ratio, TINY));
+        } else if (reward_mode == REWARD_RETURN) {
+            reward = ratio - 1.0;
+        } else {
+            const double ret = ratio - 1.0, sa = sharpe_a[n], sb = sharpe_b[n];
+            const double d_a = ret - sa, d_b = ret * ret - sb;
+            const double var = clamp_min_d(sb - sa * sa, SHARPE_VAR_EPS);
+            reward = (sb * d_a - 0.5 * sa * d_b) / (var * sqrt(var));
+            na = sa + p[P_SHARPE_ETA] * d_a;
+            nb = sb + p[P_SHARPE_ETA] * d_b;
+        }
+        const double new_peak = maximum_d(peak[n], new_value);
+        if (p[P_DRAWDOWN_PENALTY] > 0.0) reward = reward - p[P_DRAWDOWN_PENALTY] * (1.0 - new_value / new_peak);
+        if (p[P_REWARD_SCALE] != 1.0) reward = reward * p[P_REWARD_SCALE];
+
+        const int64_t sc = step_count[n] + 1;
+        const int terminated = new_value < floor_value;
+        const int done = (sc >= episode_len) | (tm > last_bar) | terminated;
+        n_done += done;
+
+        t_out[n] = tm;
+        cash_out[n] = new_cash;
+        value_out[n] = new_value;
+        peak_out[n] = new_peak;
+        step_count_out[n] = sc;
+        a_out[n] = na;
+        b_out[n] = nb;
+        /* The LCG in uint64 (wraps like torch's int64 arithmetic, without signed overflow in C). */
+        rng_out[n] = (int64_t)((uint64_t)rng[n] * 6364136223846793005ULL + 1442695040888963407ULL);
+        reward_out[n] = (float)reward;
+        terminated_out[n] = (uint8_t)terminated;
+        truncated_out[n] = (uint8_t)(done ^ terminated);
+        done_out[n] = (uint8_t)done;
+        cost_out[n] = rate * traded_notional;
+        traded_notional_out[n] = traded_notional;
+
+        /* The observation: cash fraction and position weights over the template row. */
+        const double inv = 1.0 / clamp_min_d(new_value, TINY);
+        const float inv_f = (float)inv;
+        obs[0] = (float)(new_cash * inv);
+        float *w = obs + 2;
+        for (int64_t j = 0; j < A; ++j) w[j * stride] = (pc[j] * nsh[j]) * inv_f;
+    }
+    return bad_bar ? -2 : (bad ? -1 : n_done);
+}
