@@ -264,6 +264,27 @@ def _obs_table(market: MarketData) -> Tensor | None:
     return table
 
 
+_PRICE_TABLES: dict[tuple[int, int], tuple[Tensor, Tensor]] = {}
+
+
+def _native_prices(market: MarketData) -> tuple[Tensor, Tensor]:
+    """``(open, close)`` copied onto huge pages (:mod:`envs.memory`) for the native step, cached like
+    the observation table. Its two random price-row reads per env then rarely miss the TLB: the step
+    measured a median 7-9% faster than on the market's own tensors (21 of 28 interleaved pairs of
+    200 steps at 1024 x 100); the torch paths showed no gain, so only the native step uses them."""
+    key = (id(market.open), id(market.close))
+    found = _PRICE_TABLES.get(key)
+    if found is None:
+        found = tuple(
+            memory.table_empty(tuple(x.shape), x.dtype, x.device).copy_(x)
+            for x in (market.open, market.close)
+        )
+        _PRICE_TABLES[key] = found
+        weakref.finalize(market.open, _PRICE_TABLES.pop, key, None)
+        weakref.finalize(market.close, _PRICE_TABLES.pop, key, None)
+    return found
+
+
 def _observe(market: MarketData, t: Tensor, cash: Tensor, pos_value: Tensor, value: Tensor) -> Tensor:
     """Observation at bars ``t`` for the given accounting (see :func:`split_obs` for the layout)."""
     num_envs, num_assets = pos_value.shape
@@ -700,6 +721,7 @@ def _step_native(
     reward = torch.empty(num_envs, dtype=torch.float32)
     shares, traded = torch.empty_like(state.shares), torch.empty_like(state.shares)
     obs = torch.empty(num_envs, table.shape[1], dtype=torch.float32)
+    open_all, close_all = _native_prices(market)
     code = fn(
         num_envs,
         num_assets,
@@ -716,7 +738,7 @@ def _step_native(
             x.data_ptr()
             for x in (
                 state.t, state.cash, state.shares, state.value, state.peak, state.step_count,
-                state.sharpe_a, state.sharpe_b, state.rng, action, market.open, market.close, table,
+                state.sharpe_a, state.sharpe_b, state.rng, action, open_all, close_all, table,
                 t_mark, cash, shares, value, peak, step_count, new_a, new_b, rng, reward,
                 terminated, truncated, done, cost, notional, traded, obs,
             )
