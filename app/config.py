@@ -87,7 +87,7 @@ class EnvConfig(_Section):
     num_envs: int = Field(256, ge=1)
     compile: Literal["auto", "on", "off"] = Field(
         "auto",
-        description="torch.compile the env step (auto: from 1024 envs on; see docs/env.md)",
+        description="fast env step: native C kernel on CPU, torch.compile on GPU (auto: from 1024 envs on; docs/env.md)",
     )
 
 

@@ -28,6 +28,7 @@ import os
 import platform
 import shutil
 import subprocess
+import tempfile
 import threading
 from pathlib import Path
 
@@ -54,12 +55,21 @@ _state: dict[str, object] = {}  # "lib": the loaded function or None; "why": why
 
 
 def cache_dir() -> Path:
-    """Where built kernels are kept."""
+    """Where built kernels are kept: ``$PODRACER_NATIVE_CACHE``, else ``~/.cache/podracer/native``
+    (``$XDG_CACHE_HOME`` honoured); if that cannot be created, a per-user folder in the temp dir."""
     env = os.environ.get(CACHE_ENV)
     if env:
         return Path(env).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "podracer" / "native"
+    try:
+        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+        folder = base / "podracer" / "native"
+        folder.mkdir(parents=True, exist_ok=True)
+        if os.access(folder, os.W_OK):
+            return folder
+    except (OSError, RuntimeError):  # no home, read-only home
+        pass
+    user = os.getuid() if hasattr(os, "getuid") else "user"
+    return Path(tempfile.gettempdir()) / f"podracer-native-{user}"
 
 
 def _cpu_signature() -> str:
@@ -70,6 +80,11 @@ def _cpu_signature() -> str:
         return platform.processor() or platform.machine()
     keep = [line for line in text.splitlines()[:40] if line.startswith(("model name", "flags", "vendor_id"))]
     return "\n".join(keep) or platform.machine()
+
+
+def compiler() -> str | None:
+    """The C compiler the kernel is built with (``$CC``, else ``cc``, ``gcc``, ``clang``), if any."""
+    return _compiler()
 
 
 def _compiler() -> str | None:

@@ -19,7 +19,8 @@ from envs import trading
 from envs.compiled import check_mode
 from envs.trading import EnvParams, EnvState
 
-#: ``compile="auto"`` compiles the step from this many envs on (docs/env.md).
+#: ``compile="auto"`` takes the fast step (native on CPU, torch.compile elsewhere) from this many envs on
+#: (docs/env.md).
 COMPILE_MIN_ENVS = 1024
 
 
@@ -89,8 +90,9 @@ class TradingVecEnv:
             shape=(self.num_envs, self.action_dim),
             dtype=np.dtype(np.float32),
         )
-        # torch.compile of the step (envs.compiled): "auto" compiles from COMPILE_MIN_ENVS envs on,
-        # where it measured faster than eager (docs/env.md); below, the compile would not pay.
+        # The fast step (envs.native on CPU, envs.compiled elsewhere): "auto" takes it from
+        # COMPILE_MIN_ENVS envs on, where it measured faster than eager and its one-off build
+        # repays itself (docs/env.md); smaller batches stay eager (bitwise the tested path).
         mode = check_mode(compile)
         self.compiled = mode == "on" or (mode == "auto" and self.num_envs >= COMPILE_MIN_ENVS)
         self._seed = int(seed)

@@ -17,7 +17,8 @@ from envs import native, trading
 from envs.reference import ReferenceEnv
 from envs.trading import ActionError, EnvParams
 
-pytestmark = pytest.mark.skipif(native.library() is None, reason="no C compiler for the native kernel")
+# Only a machine without a C compiler skips: with one, a kernel that fails to build fails these tests.
+pytestmark = pytest.mark.skipif(native.compiler() is None, reason="no C compiler for the native kernel")
 
 
 @pytest.fixture(scope="module")
