@@ -23,6 +23,11 @@ _HUGE = 2 << 20  # 2 MiB, x86-64 and arm64 transparent huge pages
 MIN_BYTES = 4 * _HUGE  # below this the TLB covers the table anyway
 
 
+def applies(nbytes: int, device: torch.device | str = "cpu") -> bool:
+    """Whether :func:`table_empty` would ask for huge pages for a table of ``nbytes`` on ``device``."""
+    return torch.device(device).type == "cpu" and sys.platform.startswith("linux") and nbytes >= MIN_BYTES
+
+
 def table_empty(
     shape: tuple[int, ...], dtype: torch.dtype, device: torch.device | str = "cpu"
 ) -> torch.Tensor:
@@ -31,7 +36,7 @@ def table_empty(
     device = torch.device(device)
     itemsize = torch.empty((), dtype=dtype).element_size()
     nbytes = int(np.prod(shape)) * itemsize
-    if device.type != "cpu" or not sys.platform.startswith("linux") or nbytes < MIN_BYTES:
+    if not applies(nbytes, device):
         return torch.empty(shape, dtype=dtype, device=device)
     try:
         region = mmap.mmap(-1, nbytes + _HUGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)

@@ -26,6 +26,7 @@ import hashlib
 import logging
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -78,19 +79,32 @@ def _cpu_signature() -> str:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
         return platform.processor() or platform.machine()
-    keep = [line for line in text.splitlines()[:40] if line.startswith(("model name", "flags", "vendor_id"))]
-    return "\n".join(keep) or platform.machine()
+    # x86: vendor, model, flags; ARM: implementer, part, architecture, features.
+    fields = (
+        "model name",
+        "flags",
+        "vendor_id",
+        "Features",
+        "CPU implementer",
+        "CPU part",
+        "CPU architecture",
+    )
+    keep = [line for line in text.splitlines()[:60] if line.startswith(fields)]
+    return "\n".join([platform.machine(), *keep])
 
 
 def compiler() -> str | None:
     """The C compiler the kernel is built with (``$CC``, else ``cc``, ``gcc``, ``clang``), if any."""
-    return _compiler()
+    argv = _compiler()
+    return " ".join(argv) if argv else None
 
 
-def _compiler() -> str | None:
-    for name in (os.environ.get("CC"), "cc", "gcc", "clang"):
-        if name and shutil.which(name):
-            return name
+def _compiler() -> list[str] | None:
+    """The compiler's command line (``$CC`` may carry arguments, e.g. ``ccache gcc``)."""
+    for value in (os.environ.get("CC"), "cc", "gcc", "clang"):
+        argv = shlex.split(value) if value else []
+        if argv and shutil.which(argv[0]):
+            return argv
     return None
 
 
@@ -98,11 +112,11 @@ class _BuildFailed(Exception):
     pass
 
 
-def _build(compiler: str) -> Path:
+def _build(compiler: list[str], fresh: bool = False) -> Path:
     """The built shared library: from the cache, or compiled into it now (the first variant of
     :data:`FLAG_VARIANTS` that compiles)."""
     source = SOURCE.read_bytes()
-    version = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=60).stdout
+    version = subprocess.run([*compiler, "--version"], capture_output=True, text=True, timeout=60).stdout
     errors = []
     for extra in FLAG_VARIANTS:
         flags = (*BASE_FLAGS, *extra)
@@ -110,12 +124,12 @@ def _build(compiler: str) -> Path:
             b"\0".join([source, " ".join(flags).encode(), version.encode(), _cpu_signature().encode()])
         ).hexdigest()[:24]
         target = cache_dir() / f"step-{key}.so"
-        if target.exists():
+        if target.exists() and not fresh:
             return target
         try:
             with atomic_path(target, suffix=".so") as tmp:  # a killed build leaves no torn library
                 done = subprocess.run(
-                    [compiler, *flags, "-o", str(tmp), str(SOURCE), "-lm"],
+                    [*compiler, *flags, "-o", str(tmp), str(SOURCE), "-lm"],
                     capture_output=True,
                     text=True,
                     timeout=300,
@@ -127,7 +141,7 @@ def _build(compiler: str) -> Path:
             continue
         log.info("built the native env step kernel (%s): %s", " ".join(flags), target)
         return target
-    raise RuntimeError(f"{compiler} failed: {errors[0] if errors else 'no flags to try'}")
+    raise RuntimeError(f"{' '.join(compiler)} failed: {errors[0] if errors else 'no flags to try'}")
 
 
 def _load() -> object:
@@ -136,11 +150,14 @@ def _load() -> object:
     compiler = _compiler()
     if compiler is None:
         raise RuntimeError("no C compiler (set CC, or install gcc)")
-    lib = ctypes.CDLL(str(_build(compiler)))
+    try:
+        lib = ctypes.CDLL(str(_build(compiler)))
+    except OSError:  # a cached library that does not load (damaged, foreign): build it again, once
+        lib = ctypes.CDLL(str(_build(compiler, fresh=True)))
     fn = lib.podracer_step
     i64, i32, ptr = ctypes.c_int64, ctypes.c_int32, ctypes.c_void_p
     fn.restype = i64
-    fn.argtypes = [i64] * 7 + [i32, i32, ptr, i32] + [ptr] * 13 + [ptr] * 17
+    fn.argtypes = [i64] * 8 + [i32, i32, ptr, i32] + [ptr] * 13 + [ptr] * 17
     return fn
 
 
@@ -168,14 +185,20 @@ def why_unavailable() -> str | None:
 def supports(params, market, table: Tensor | None) -> bool:
     """Whether a step of ``market`` (on the CPU) with ``params`` can run natively (see the module
     docstring); ``table`` is the market's observation table (``None`` when it has none)."""
+    prices = (market.num_steps, market.num_assets)
     return (
         table is not None
+        and table.is_contiguous()
+        and table.shape == (market.num_steps, 2 + market.num_assets * (1 + market.num_features))
         and params.precision == "float32"
         and not params.trade_info
         and market.open.dtype == torch.float32
         and market.close.dtype == torch.float32
         and market.open.is_contiguous()
         and market.close.is_contiguous()
+        and market.open.shape == prices
+        and market.close.shape == prices
+        and market.open.device.type == market.close.device.type == table.device.type == "cpu"
     )
 
 
@@ -191,7 +214,6 @@ def params_vector(params) -> Tensor:
             params.reward_scale,
             params.sharpe_eta,
             params.bust_frac,
-            float(params.episode_len),
         ],
         dtype=torch.float64,
     )

@@ -271,7 +271,12 @@ def _native_prices(market: MarketData) -> tuple[Tensor, Tensor]:
     """``(open, close)`` copied onto huge pages (:mod:`envs.memory`) for the native step, cached like
     the observation table. Its two random price-row reads per env then rarely miss the TLB: the step
     measured a median 7-9% faster than on the market's own tensors (21 of 28 interleaved pairs of
-    200 steps at 1024 x 100); the torch paths showed no gain, so only the native step uses them."""
+    200 steps at 1024 x 100); the torch paths showed no gain, so only the native step uses them.
+    Small tables (the TLB covers them) and other platforms use the market's tensors, uncopied. Like
+    the observation table, the copy assumes the market's tensors are not changed in place (MarketData
+    is immutable; a changed market is a new one)."""
+    if not memory.applies(market.open.numel() * market.open.element_size(), market.device):
+        return market.open, market.close
     key = (id(market.open), id(market.close))
     found = _PRICE_TABLES.get(key)
     if found is None:
@@ -691,12 +696,16 @@ _STATE_DTYPES = {
 
 
 def _native_fn(market: MarketData, params: EnvParams, state: EnvState) -> Callable[..., int] | None:
-    """The native kernel (:mod:`envs.native`) if this step can run on it, else ``None``."""
-    if state.t.device.type != "cpu" or not native.supports(params, market, _obs_table(market)):
+    """The native kernel (:mod:`envs.native`) if this step can run on it, else ``None``: the kernel
+    trusts shapes, dtypes, layouts and devices, so anything but the env's own layout (which the
+    torch path then accepts or rejects with its own error) goes to torch."""
+    if market.device.type != "cpu" or not native.supports(params, market, _obs_table(market)):
         return None
+    num_envs = state.t.shape[0] if state.t.dim() == 1 else -1
     for name, dtype in _STATE_DTYPES.items():
         x = getattr(state, name)
-        if x.dtype != dtype or not x.is_contiguous():
+        shape = (num_envs, market.num_assets) if name == "shares" else (num_envs,)
+        if x.dtype != dtype or x.shape != shape or x.device.type != "cpu" or not x.is_contiguous():
             return None
     return native.library()
 
@@ -730,6 +739,7 @@ def _step_native(
         market.num_steps,
         params.decision_interval,
         last_decision_bar(market.num_steps, params),
+        params.episode_len,
         native.ACTION_MODES[params.action_mode],
         native.REWARD_MODES[params.reward],
         _native_params(params).data_ptr(),

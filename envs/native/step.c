@@ -28,7 +28,6 @@ enum {
     P_REWARD_SCALE,
     P_SHARPE_ETA,
     P_BUST_FRAC,
-    P_EPISODE_LEN,
     P_COUNT
 };
 
@@ -45,16 +44,17 @@ static inline void prefetch_row(const void *row, int64_t bytes)
     for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(p + off, 0, 3);
 }
 
-/* torch's clamp(min=lo) and maximum: a NaN operand gives NaN. */
+/* torch's clamp(min=lo), maximum and minimum: a NaN operand gives NaN. */
 static inline double clamp_min_d(double x, double lo) { return (x != x) ? x : (x < lo ? lo : x); }
 static inline float clamp_min_f(float x, float lo) { return (x != x) ? x : (x < lo ? lo : x); }
 static inline double maximum_d(double x, double y) { return (x != x || y != y) ? NAN : (x > y ? x : y); }
+static inline float minimum_f(float x, float y) { return (x != x || y != y) ? NAN : (x < y ? x : y); }
 
 /* Returns -1 if any action is NaN or inf, -2 if a decision bar is outside [0, n_bars - 1 - k] (the
    outputs are then garbage and the caller raises), else the number of envs whose episode ended. */
 int64_t podracer_step(
     int64_t n_envs, int64_t n_assets, int64_t obs_width, int64_t num_features, int64_t n_bars, int64_t k,
-    int64_t last_bar,
+    int64_t last_bar, int64_t episode_len,
     int32_t action_mode, int32_t reward_mode, const double *p, int32_t n_threads,
     /* state (N,) / (N, A) */
     const int64_t *t, const double *cash, const float *shares, const double *value, const double *peak,
@@ -71,13 +71,12 @@ int64_t podracer_step(
     const int64_t A = n_assets;
     const double rate = p[P_COST_RATE], slip = p[P_SLIP];
     const double floor_value = p[P_BUST_FRAC] * p[P_INITIAL_CASH];
-    const int64_t episode_len = (int64_t)p[P_EPISODE_LEN];
     const int64_t stride = 1 + num_features;  /* per-asset slot width in the observation */
     int64_t bad = 0, bad_bar = 0, n_done = 0;
 
 #pragma omp parallel for schedule(static) num_threads(n_threads) reduction(+ : bad, bad_bar, n_done)
     for (int64_t n = 0; n < n_envs; ++n) {
-        if (t[n] < 0 || t[n] + k > n_bars - 1) {
+        if (t[n] < 0 || t[n] > n_bars - 1 - k) { /* (t + k could overflow) */
             bad_bar += 1;
             continue;
         }
@@ -138,7 +137,7 @@ int64_t podracer_step(
                 const float x = a[j] < -1.0f ? -1.0f : (a[j] > 1.0f ? 1.0f : a[j]);
                 const float diff = rintf(x * max_shares);
                 const float buy = clamp_min_f(diff, 0.0f);
-                const float sell = fminf(buy - diff, sh[j]);
+                const float sell = minimum_f(buy - diff, sh[j]);
                 tr[j] = diff;
                 sells += (double)(sell * po[j]);
                 buys += (double)(buy * po[j]);
@@ -171,7 +170,7 @@ int64_t podracer_step(
             for (int64_t j = 0; j < A; ++j) {
                 const float diff = tr[j];
                 const float buy0 = clamp_min_f(diff, 0.0f);
-                const float sell = fminf(buy0 - diff, sh[j]);
+                const float sell = minimum_f(buy0 - diff, sh[j]);
                 const float buy = floorf(buy0 * scale_f);
                 const float traded = buy - sell;
                 const float ns = sh[j] + traded;
