@@ -625,7 +625,9 @@ def step(
             last_decision_bar(market.num_steps, params),
             state.t,
             state.cash,
-            state.shares,
+            # (Compiled: inductor rejects a strided out= that a transposed holdings layout would
+            # give, and that failure would switch compiling off for the process.)
+            state.shares.contiguous() if compiled else state.shares,
             state.value,
             state.peak,
             state.step_count,

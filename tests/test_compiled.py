@@ -82,6 +82,13 @@ def test_compiled_step_matches_eager():
         resets += int((te1 | tr1).sum())
         state = s1  # both continue from the same state
     assert resets > 0
+    # Holdings in another memory layout take the same compiled graph (no failure, no fallback).
+    odd = dataclasses.replace(state, shares=state.shares.t().contiguous().t())
+    action = torch.rand(32, 5, generator=gen) * 0.3
+    fast = trading.step(market, params, odd, action, compiled=True)
+    assert trading._core(params, True).active
+    eager = trading.step(market, params, odd, action)
+    torch.testing.assert_close(fast[0].value, eager[0].value, rtol=1e-5, atol=1e-2)
 
 
 @pytest.fixture(scope="module")
