@@ -442,9 +442,15 @@ def _action_tensor(action: Tensor, num_envs: int, num_assets: int, device: torch
     return action.to(device)
 
 
-def check_action(action: Tensor, num_envs: int, num_assets: int, device: torch.device) -> Tensor:
-    """The action as a float tensor on ``device``, or :class:`ActionError` (shape, NaN/inf)."""
+def check_action(
+    action: Tensor, num_envs: int, num_assets: int, device: torch.device, dtype: torch.dtype | None = None
+) -> Tensor:
+    """The action as a float tensor on ``device`` (cast to ``dtype`` if given), or
+    :class:`ActionError` (shape, NaN/inf). Checked after the cast, so a float64 entry beyond the
+    range of a float32 step is an error here rather than an inf inside the step."""
     action = _action_tensor(action, num_envs, num_assets, device)
+    if dtype is not None:
+        action = action.to(dtype)
     # One host sync per step: the price of a clear error instead of silently corrupted state.
     # A sum is NaN/inf whenever an entry is (and ~100x cheaper than isfinite().all()); only if it
     # is not finite do we look closer, since huge finite entries can overflow the sum.
@@ -620,7 +626,7 @@ def step(
         final_obs, any_done = out[17], out[18]
     else:
         if validate:
-            action = check_action(action, num_envs, num_assets, state.device)
+            action = check_action(action, num_envs, num_assets, state.device, params.asset_dtype)
         out = _core(params, compiled)(
             last_decision_bar(market.num_steps, params),
             state.t,

@@ -144,6 +144,12 @@ def test_nan_action_raises_before_anything_changes(market):
             trading.step(market, params, state, action, compiled=True)
     with pytest.raises(ActionError, match="shape"):
         trading.step(market, params, state, torch.zeros(8, market.num_assets + 1), compiled=True)
+    # A float64 entry beyond float32's range is inf in a float32 step: an error on both paths.
+    huge = torch.full((8, market.num_assets), 0.1, dtype=torch.float64)
+    huge[1, 1] = 1e39
+    for compiled in (True, False):
+        with pytest.raises(ActionError, match="NaN or inf"):
+            trading.step(market, params, state, huge, compiled=compiled)
     for name, value in before.items():
         assert torch.equal(getattr(state, name), value)
 
