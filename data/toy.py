@@ -6,6 +6,8 @@ deterministic for a seed, and shaped exactly like real ``MarketData``.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import torch
 
@@ -52,4 +54,18 @@ def toy_market(
         session_id=torch.as_tensor(day, dtype=torch.int64, device=device),
         time_of_day=((minute + 1).float() / bars_per_session).to(device),
         interval="1m",
+    )
+
+
+def crashed(market: MarketData, from_bar: int, factor: float = 0.01) -> MarketData:
+    """``market`` with every price times ``factor`` from bar ``from_bar`` on (a crash that takes a
+    fully invested book below the env's termination floor; features unchanged)."""
+    drop = torch.ones(market.num_steps, 1, dtype=market.close.dtype, device=market.device)
+    drop[from_bar:] = factor
+    return dataclasses.replace(
+        market,
+        open=market.open * drop,
+        high=market.high * drop,
+        low=market.low * drop,
+        close=market.close * drop,
     )

@@ -16,7 +16,7 @@ import torch
 from agents.networks import NetworkConfig
 from agents.policy import Policy, PolicyMeta
 from backtests import engine
-from data.toy import toy_market
+from data.toy import crashed, toy_market
 from envs import trading
 from envs.backtest_loop import BacktestLoop
 from envs.compiled import Compiled, check_mode
@@ -94,16 +94,7 @@ def test_compiled_step_matches_eager():
 @pytest.fixture(scope="module")
 def crash_market():
     """Two sessions of 6 assets, prices down 99% from bar 500 on (a fully invested book goes bust)."""
-    market = toy_market(2 * 390, 6, 3, seed=2)
-    drop = torch.ones(market.num_steps, 1)
-    drop[500:] = 0.01
-    return dataclasses.replace(
-        market,
-        open=market.open * drop,
-        close=market.close * drop,
-        high=market.high * drop,
-        low=market.low * drop,
-    )
+    return crashed(toy_market(2 * 390, 6, 3, seed=2), 500)
 
 
 def _policy(market, all_in: bool) -> Policy:

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from data.errors import DataError
-from data.toy import toy_market
+from data.toy import crashed, toy_market
 from envs import native, trading
 from envs.reference import ReferenceEnv
 from envs.trading import ActionError, EnvParams
@@ -30,16 +30,7 @@ def market():
 @pytest.fixture(scope="module")
 def crash_market():
     """Prices down 99% from bar 400 on: a fully invested book goes bust (terminated)."""
-    market = toy_market(2 * 390, 5, 3, seed=2)
-    drop = torch.ones(market.num_steps, 1)
-    drop[400:] = 0.01
-    return dataclasses.replace(
-        market,
-        open=market.open * drop,
-        close=market.close * drop,
-        high=market.high * drop,
-        low=market.low * drop,
-    )
+    return crashed(toy_market(2 * 390, 5, 3, seed=2), 400)
 
 
 def _actions(params: EnvParams, num_envs: int, num_assets: int, gen: torch.Generator) -> torch.Tensor:
