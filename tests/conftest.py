@@ -12,6 +12,17 @@ torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
 
 
 @pytest.fixture
+def one_thread():
+    """One intra-op thread for the test (tiny networks: threads only add synchronisation and, on a
+    loaded 2-core box, stalls; one thread also makes float sums reproducible). Modules opt in with
+    ``pytestmark = pytest.mark.usefixtures("one_thread")``."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
 def home(tmp_path, monkeypatch):
     """A fresh podracer home directory, also exported as PODRACER_HOME."""
     path = tmp_path / "home"

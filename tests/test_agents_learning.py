@@ -19,7 +19,6 @@ signal 1: +0.258 / +0.238 / -0.080 (mean +0.139); signal 0: -0.143 / -0.064 / -0
 from __future__ import annotations
 
 import pytest
-import torch
 
 from agents.evaluate import evaluate_on_window
 from agents.ppo import PPOArgs, train
@@ -41,12 +40,7 @@ ARGS = {
 }
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # (tests/conftest.py)
 
 
 def _valid_excess(seed: int, signal: float) -> dict[str, float]:

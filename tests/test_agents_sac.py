@@ -11,13 +11,7 @@ from data.errors import ConfigError
 from envs.trading import EnvParams
 from envs.vec_env import TradingVecEnv
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # (tests/conftest.py)
 
 
 def _env(toy, num_envs=4, seed=0):

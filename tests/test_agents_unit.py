@@ -24,14 +24,7 @@ from data.errors import CheckpointError, ConfigError
 from envs.trading import EnvParams
 from envs.vec_env import TradingVecEnv
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    # Tiny tensors: intra-op threads only add synchronisation (and on a loaded 2-core box, stalls).
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # (tests/conftest.py)
 
 
 def _env(toy, num_envs=4, episode_len=16, seed=0, **kw):

@@ -36,15 +36,7 @@ workers = 0
 """
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    # Tiny networks on a shared 2-core machine: one intra-op thread is the fastest.
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # (tests/conftest.py)
 
 
 @pytest.fixture

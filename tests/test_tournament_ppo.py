@@ -45,13 +45,7 @@ def _run(tmp_path, name, market, **kw):
     return run_tournament(tmp_path / name, train, valid, args=args, env=ENV, agent=AGENT, **kw)
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    # Tiny networks: one intra-op thread is faster and makes the float sums reproducible.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # (tests/conftest.py)
 
 
 def test_test_window_is_never_read(tmp_path):
