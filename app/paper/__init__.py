@@ -1,0 +1,1 @@
+"""Paper trading: the decision cycle, order planning, the broker and the journal."""
