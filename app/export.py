@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from data.atomic import atomic_write_json
+from data.atomic import atomic_write_json, replace_dir
 from data.errors import CheckpointError
 
 log = logging.getLogger(__name__)
@@ -345,14 +345,7 @@ def export_bundle(
         }
         manifest["bundle_id"] = manifest_hash(manifest)
         atomic_write_json(staging / "manifest.json", manifest)
-        if out_dir.exists():
-            old = out_dir.with_name(f".{out_dir.name}.old")
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(out_dir, old)
-            os.replace(staging, out_dir)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(staging, out_dir)
+        replace_dir(staging, out_dir)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     log.info("exported %s (%s exporter, parity max abs diff %.3g)", out_dir, exporter, max_diff)

@@ -47,8 +47,8 @@ def _no_exception(at: AppTest) -> None:
 def full_home(tmp_path):
     """A home with one run holding every artifact, plus a nightly registry and a paper journal."""
     from agents.tournament.leaderboard import Leaderboard
-    from app.journal import Journal
-    from app.registry import Champion, Decision, record_decision
+    from app.nightly.registry import Champion, Decision, record_decision
+    from app.paper.journal import Journal
 
     home = tmp_path / "home"
     run_dir = make_run(home, "run-a", days=25, real=True)

@@ -18,18 +18,18 @@ from pathlib import Path
 import pytest
 
 from app.config import Config
-from app.lock import LockBusyError, ProcessLock, read_lock_info
-from app.nightly import (
+from app.nightly.decide import decide
+from app.nightly.lock import LockBusyError, ProcessLock, read_lock_info
+from app.nightly.pipeline import (
     STEPS,
     ChallengerRun,
     DataSnapshot,
     Evaluation,
     RetrainError,
     RetrainSteps,
-    decide,
     run_retrain,
 )
-from app.registry import current_champion, read_decisions, registry_path
+from app.nightly.registry import current_champion, read_decisions, registry_path
 from data.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -307,7 +307,8 @@ def test_failure_at_any_step_keeps_champion_and_registry(home, step):
 
 
 def test_a_failing_step_is_one_line_and_exit_1_on_the_cli(home, tmp_path, monkeypatch, capsys):
-    from app import cli, nightly
+    from app import cli
+    from app.nightly import pipeline as nightly
 
     def broken(config, home_dir):
         raise RuntimeError("disk on fire\nsecond line")
@@ -323,7 +324,8 @@ def test_a_failing_step_is_one_line_and_exit_1_on_the_cli(home, tmp_path, monkey
 
 
 def test_cli_json_reports_the_decision(home, monkeypatch, capsys):
-    from app import cli, nightly
+    from app import cli
+    from app.nightly import pipeline as nightly
 
     fake = FakePipeline()
     monkeypatch.setattr(nightly, "default_steps", fake.steps)
@@ -343,7 +345,7 @@ _CHILD = textwrap.dedent(
     from pathlib import Path
     sys.path.insert(0, {tests!r})
     from test_nightly import FakePipeline, _config
-    from app.nightly import run_retrain
+    from app.nightly.pipeline import run_retrain
     home = Path({home!r})
     mode = sys.argv[1]
     fake = FakePipeline(challenger_fitness=5.0, champion_fitness=0.0)
@@ -409,7 +411,7 @@ def test_concurrent_runs_are_blocked(home):
 
 def test_stale_lock_from_a_dead_process_is_recovered(home):
     code = (
-        "import os, sys; from app.lock import ProcessLock; "
+        "import os, sys; from app.nightly.lock import ProcessLock; "
         f"ProcessLock({str(home / 'retrain.lock')!r}).acquire(); os._exit(0)"
     )
     dead = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT)
@@ -447,7 +449,7 @@ def test_incremental_update_fetches_only_what_is_missing(home):
 
     import pandas as pd
 
-    from app.nightly import incremental_update
+    from app.nightly.pipeline import incremental_update
     from data.store import BarStore
     from data.synthetic import SyntheticSpec, generate, to_frame
 
@@ -494,7 +496,7 @@ def test_incremental_update_fetches_only_what_is_missing(home):
 
 
 def test_online_update_needs_the_bar_store(home):
-    from app.nightly import update_data_step
+    from app.nightly.pipeline import update_data_step
 
     config = _config(update="yfinance")
     with pytest.raises(ConfigError, match="data.source = 'stored'"):

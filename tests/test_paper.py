@@ -13,11 +13,12 @@ import pytest
 from alpaca_fake import KEY_ID, SECRET, FakeAlpaca
 from test_paper_support import make_run
 
-from app.broker import AlpacaBroker, RetryPolicy
 from app.cli import main
 from app.export import export_bundle, load_bundle
-from app.journal import Journal, journal_path, read_journal
-from app.paper import PaperOptions, RiskLimits, client_order_id, run_cycle
+from app.paper.broker import AlpacaBroker, RetryPolicy
+from app.paper.cycle import PaperOptions, run_cycle
+from app.paper.journal import Journal, journal_path, read_journal
+from app.paper.orders import RiskLimits, client_order_id
 
 FAST = RetryPolicy(attempts=4, base_delay=0.001, max_delay=0.01, timeout=0.5)
 
@@ -270,8 +271,8 @@ def test_bad_limits_one_line(env, capsys):
 
 def test_observation_matches_env_layout(env):
     """The observation the cycle builds equals the env's at the same bar (all-cash book)."""
-    from app.broker import Account
-    from app.paper import build_decision
+    from app.paper.broker import Account
+    from app.paper.cycle import build_decision
 
     run, bundle = env["run"], env["bundle"]
     market = run.splits.full
@@ -291,7 +292,7 @@ def test_observation_matches_env_layout(env):
 
 
 def test_loop_waits_for_the_open_and_one_interval(env):
-    from app.paper import run_paper
+    from app.paper.cycle import run_paper
 
     sleeps: list[float] = []
     env["fake"].is_open = False

@@ -22,8 +22,9 @@ from test_paper_support import DECISION_INTERVAL, SimBroker, make_run
 
 from app.cli import main
 from app.export import export_bundle, load_bundle
-from app.journal import Journal, read_journal
-from app.paper import PaperOptions, RiskLimits, run_cycle
+from app.paper.cycle import PaperOptions, run_cycle
+from app.paper.journal import Journal, read_journal
+from app.paper.orders import RiskLimits
 from backtests.engine import run_backtest
 from envs.trading import EnvParams
 

@@ -16,8 +16,8 @@ from typing import Any
 import pandas as pd
 import torch
 
-from app.broker import Account, Clock, Order, OrderRequest, Position
 from app.config import Config, write_config
+from app.paper.broker import Account, Clock, Order, OrderRequest, Position
 from data.atomic import atomic_write_json
 
 NUM_TICKERS = 3

@@ -6,7 +6,7 @@ import sqlite3
 
 import pytest
 
-from app.registry import (
+from app.nightly.registry import (
     SCHEMA_VERSION,
     Champion,
     Decision,

@@ -12,7 +12,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from app.schedule import (
+from app.nightly.schedule import (
     cron_trigger,
     crontab_text,
     next_fire_times,
@@ -316,7 +316,7 @@ def test_run_schedule_runs_logs_and_survives_a_failure(caplog):
             raise PodracerError("night 2 failed")
         return f"night {len(calls)}"
 
-    caplog.set_level("INFO", logger="app.schedule")
+    caplog.set_level("INFO", logger="app.nightly.schedule")
     started = time.monotonic()
     report = run_schedule(job, IntervalTrigger(seconds=0.2, timezone=UTC), max_runs=3, run_now=True)
     assert report.runs == 3 and report.failures == 1 and len(calls) == 3
@@ -329,7 +329,8 @@ def test_run_schedule_runs_logs_and_survives_a_failure(caplog):
 
 
 def test_schedule_run_cli_runs_retrain(home, monkeypatch, capsys):
-    from app import cli, nightly
+    from app import cli
+    from app.nightly import pipeline as nightly
 
     seen = []
 

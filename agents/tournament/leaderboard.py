@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from data import sqlite
 from data.errors import PodracerError
 
 FILENAME = "leaderboard.sqlite"
@@ -106,12 +107,10 @@ class Leaderboard:
         self.size = size
         if not self.path.exists():
             self._create()
-        # isolation_level=None: we issue BEGIN IMMEDIATE ourselves so each update is one transaction.
-        self._conn = sqlite3.connect(self.path, isolation_level=None, timeout=30.0)
+        # Autocommit: each update is one BEGIN IMMEDIATE transaction of our own (sqlite.transaction).
+        self._conn = sqlite.connect(self.path)
         try:
-            self._conn.row_factory = sqlite3.Row
-            self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.execute("PRAGMA synchronous=FULL")
+            sqlite.use_wal(self._conn, synchronous="FULL")
             # executescript commits implicitly, so the schema is created outside our own transactions.
             self._conn.executescript(_SCHEMA)
         except sqlite3.DatabaseError as err:  # a corrupt or foreign file: the user's to fix, one line
@@ -124,9 +123,9 @@ class Leaderboard:
         tmp = self.path.with_name(f".{FILENAME}.{os.getpid()}.tmp")
         for leftover in (tmp, Path(f"{tmp}-wal"), Path(f"{tmp}-shm")):
             leftover.unlink(missing_ok=True)
-        conn = sqlite3.connect(tmp, isolation_level=None)
+        conn = sqlite.connect(tmp, timeout=5.0, row_factory=None)
         try:
-            conn.execute("PRAGMA journal_mode=WAL")  # persistent: stored in the file header
+            sqlite.use_wal(conn, synchronous=None)  # persistent: stored in the file header
             conn.executescript(_SCHEMA)
         finally:
             conn.close()  # checkpoints the WAL into the file and removes it
@@ -143,15 +142,8 @@ class Leaderboard:
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Cursor]:
-        cur = self._conn.cursor()
-        cur.execute("BEGIN IMMEDIATE")
-        try:
-            yield cur
-        except BaseException:
-            cur.execute("ROLLBACK")
-            raise
-        else:
-            cur.execute("COMMIT")
+        with sqlite.transaction(self._conn) as conn:
+            yield conn.cursor()
 
     @staticmethod
     def _event(cur: sqlite3.Cursor, pod_id: str | None, kind: str, payload: Mapping[str, Any]) -> None:
@@ -352,8 +344,7 @@ def _reader(run_dir: str | Path) -> Iterator[sqlite3.Connection]:
     if not path.is_file():
         raise PodracerError(f"no leaderboard in {run_dir} (expected {FILENAME})")
     # Read-only URI: a reader can never create, lock for writing, or alter the board.
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30.0)
-    conn.row_factory = sqlite3.Row
+    conn = sqlite.connect(path, read_only=True)
     try:
         yield conn
     finally:

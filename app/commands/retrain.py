@@ -21,7 +21,7 @@ def retrain(
 ) -> None:
     """Retrain a challenger, compare it with the champion, promote it only if it is really better."""
     from app.config import load_config
-    from app.nightly import run_retrain
+    from app.nightly.pipeline import run_retrain
 
     if home is not None:
         context.set_home(home)

@@ -8,7 +8,7 @@ from typing import Any
 import typer
 
 from app import context
-from app.schedule import DEFAULT_CRON, DEFAULT_TZ
+from app.nightly.schedule import DEFAULT_CRON, DEFAULT_TZ
 
 app = typer.Typer(
     help="Schedule nightly retraining (in-process APScheduler, or crontab/systemd text).",
@@ -35,8 +35,8 @@ def run(
 ) -> None:
     """Run `podracer retrain` on a cron schedule in this process (Ctrl-C stops)."""
     from app.config import load_config
-    from app.nightly import run_retrain
-    from app.schedule import cron_trigger, next_fire_times, run_schedule
+    from app.nightly.pipeline import run_retrain
+    from app.nightly.schedule import cron_trigger, next_fire_times, run_schedule
 
     if home is not None:
         context.set_home(home)
@@ -69,7 +69,7 @@ def print_(
     home: Path = typer.Option(None, "--home", help="Home directory [default: the global --home]."),
 ) -> None:
     """Print a crontab block or a systemd service + timer pair that runs `podracer retrain`."""
-    from app.schedule import crontab_text, systemd_text, systemd_units
+    from app.nightly.schedule import crontab_text, systemd_text, systemd_units
     from data.errors import ConfigError
 
     if home is not None:

@@ -243,7 +243,7 @@ def read_nightly(home: Path) -> tuple[pd.DataFrame, dict[str, Any] | None]:
             "(or schedule it with `podracer schedule run`)"
         )
     try:
-        from app import registry
+        from app.nightly import registry
     except ImportError as err:
         raise ArtifactMissing(f"the nightly registry module is not available in this build ({err})") from err
     try:
@@ -263,7 +263,7 @@ def read_paper(home: Path) -> dict[str, pd.DataFrame]:
             "no paper trading yet: export a bundle (`podracer export RUN`) then run `podracer paper`"
         )
     try:
-        from app import journal
+        from app.paper import journal
     except ImportError as err:
         raise ArtifactMissing(
             f"the paper-trading journal module is not available in this build ({err})"

@@ -9,12 +9,12 @@
    current champion's weights (the rest of the pool explores as usual);
 3. **evaluate**: challenger and champion backtested together on the TEST window, the most recent
    sessions, which neither the tournament's selection nor (checked) the challenger's training saw;
-4. **decide** (:func:`decide`): promote only if the challenger's fitness beats the champion's by
-   ``nightly.margin`` AND its deflated Sharpe ratio reaches ``nightly.dsr_threshold``;
+4. **decide** (``app.nightly.decide``): promote only if the challenger's fitness beats the
+   champion's by ``nightly.margin`` AND its deflated Sharpe ratio reaches ``nightly.dsr_threshold``;
 5. **export** (on promotion): an onnxruntime bundle of the challenger (``app.export.export_bundle``)
    and an immutable copy of its policy under ``<home>/champions/<run_id>/``;
 6. **record**: the decision row and, on promotion, the new champion pointer in ONE SQLite
-   transaction (``app.registry``): the only moment the champion changes.
+   transaction (``app.nightly.registry``): the only moment the champion changes.
 
 Any failure before step 6 commits leaves the previous champion in place; the failure itself is
 recorded as a ``failed`` decision (best effort) and raised as a one-line :class:`RetrainError`.
@@ -39,9 +39,27 @@ from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from app.lock import ProcessLock
-from app.registry import Champion, Decision, current_champion, read_decisions, record_decision
-from data.errors import ConfigError, PodracerError
+from agents.policy import Policy
+from agents.tournament import pod
+from agents.tournament.orchestrator import TournamentArgs, run_tournament
+from app.config import config_to_toml
+from app.export import export_bundle
+from app.nightly.decide import (
+    decide,
+    decision_record,
+    failure_record,
+    finite,
+    overlap_note,
+    trials_on_window,
+)
+from app.nightly.lock import ProcessLock
+from app.nightly.registry import Champion, current_champion, record_decision
+from backtests import engine, report
+from data import sources
+from data.atomic import replace_dir
+from data.errors import CheckpointError, ConfigError, PodracerError
+from data.loader import load_market
+from data.store import BarStore
 
 log = logging.getLogger(__name__)
 
@@ -94,14 +112,6 @@ class Evaluation:
 
 
 @dataclass(frozen=True)
-class Verdict:
-    """The decision rule's answer."""
-
-    promote: bool
-    reason: str
-
-
-@dataclass(frozen=True)
 class RetrainSteps:
     """The pipeline's steps; replace any of them (tests, other data sources)."""
 
@@ -136,64 +146,6 @@ class RetrainOutcome:
         return out
 
 
-# --- the decision rule ----------------------------------------------------------------------------
-
-
-def _finite(value: float | None) -> float | None:
-    if value is None:
-        return None
-    value = float(value)
-    return value if math.isfinite(value) else None
-
-
-def decide(
-    challenger_fitness: float | None,
-    champion_fitness: float | None,
-    challenger_dsr: float | None,
-    *,
-    has_champion: bool,
-    margin: float,
-    dsr_threshold: float,
-    first_promotion: str = "always",
-    fitness: str = "sharpe",
-) -> Verdict:
-    """Promote iff the challenger beats the champion by ``margin`` AND its DSR reaches the threshold.
-
-    Undefined numbers never promote: a challenger whose fitness or DSR is undefined (a flat equity
-    curve, too few days) is rejected. A champion whose fitness is undefined counts as beaten. With no
-    champion yet, ``first_promotion="always"`` promotes (something must trade), ``"dsr"`` still asks
-    for the DSR.
-    """
-    ch, champ, dsr = _finite(challenger_fitness), _finite(champion_fitness), _finite(challenger_dsr)
-    dsr_ok = dsr is not None and dsr >= dsr_threshold
-    dsr_text = "undefined" if dsr is None else f"{dsr:.3f}"
-    if not has_champion:
-        if first_promotion == "always":
-            return Verdict(True, f"no champion yet: first challenger promoted (DSR {dsr_text})")
-        if ch is None:
-            return Verdict(False, f"no champion yet, but the challenger's {fitness} is undefined")
-        if not dsr_ok:
-            return Verdict(
-                False, f"no champion yet, but the challenger's DSR {dsr_text} < {dsr_threshold:.3f}"
-            )
-        return Verdict(True, f"no champion yet: challenger's DSR {dsr_text} >= {dsr_threshold:.3f}")
-    if ch is None:
-        return Verdict(False, f"challenger's {fitness} is undefined on the evaluation window")
-    if champ is not None and ch < champ + margin:
-        return Verdict(
-            False,
-            f"challenger {fitness} {ch:.4f} does not beat champion {champ:.4f} by the margin {margin:g}",
-        )
-    if not dsr_ok:
-        return Verdict(False, f"challenger's deflated Sharpe {dsr_text} < threshold {dsr_threshold:.3f}")
-    against = "an undefined champion score" if champ is None else f"champion {champ:.4f}"
-    return Verdict(
-        True,
-        f"challenger {fitness} {ch:.4f} beats {against} by >= {margin:g} and its DSR {dsr_text} "
-        f">= {dsr_threshold:.3f}",
-    )
-
-
 # --- the pipeline ---------------------------------------------------------------------------------
 
 
@@ -207,23 +159,6 @@ def _one_line(err: BaseException) -> str:
     return msg if isinstance(err, PodracerError) else f"{type(err).__name__}: {msg}".rstrip(": ")
 
 
-def trials_on_window(home: Path, window: tuple[str, str]) -> int:
-    """Trials already spent choosing champions on this exact evaluation window by earlier decisions.
-
-    A window re-used night after night (the data did not grow) is a repeated test: the DSR of each
-    new challenger is deflated for every tournament ever scored against it, not only its own.
-    """
-    total = 0
-    for row in read_decisions(home):
-        if (row["eval_start"], row["eval_end"]) != tuple(window):
-            continue
-        # A run that failed after its evaluation (export, record) still looked at the window.
-        if row["verdict"] == "failed" and row["step"] not in ("decide", "export", "record"):
-            continue
-        total += int((row.get("inputs") or {}).get("run_trials") or 0)
-    return total
-
-
 def _copy_policy(source: Path, target: Path) -> Path:
     """Copy a policy folder to ``target`` by a whole-folder swap (never a half-written champion)."""
     staging = target.with_name(f".{target.name}.tmp")
@@ -233,15 +168,7 @@ def _copy_policy(source: Path, target: Path) -> Path:
         if not (source / name).is_file():
             raise PodracerError(f"challenger policy {source / name} is missing")
         shutil.copy2(source / name, staging / name)
-    if target.exists():
-        old = target.with_name(f".{target.name}.old")
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(target, old)
-        os.replace(staging, target)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(staging, target)
-    return target
+    return replace_dir(staging, target)
 
 
 def run_retrain(
@@ -316,11 +243,11 @@ def run_retrain(
                 "challenger": dict(evaluation.challenger),
                 "champion": dict(evaluation.champion) if evaluation.champion is not None else None,
             }
-            ch_fit = _finite(evaluation.challenger.get("fitness"))
+            ch_fit = finite(evaluation.challenger.get("fitness"))
             champ_fit = (
-                _finite(evaluation.champion.get("fitness")) if evaluation.champion is not None else None
+                finite(evaluation.champion.get("fitness")) if evaluation.champion is not None else None
             )
-            ch_dsr = _finite(evaluation.challenger.get("deflated_sharpe_ratio"))
+            ch_dsr = finite(evaluation.challenger.get("deflated_sharpe_ratio"))
             info.update(challenger_fitness=ch_fit, champion_fitness=champ_fit, challenger_dsr=ch_dsr)
             reached("evaluate")
 
@@ -335,15 +262,7 @@ def run_retrain(
                 first_promotion=nightly.first_promotion,
                 fitness=fitness,
             )
-            reason = verdict.reason
-            if (
-                champion is not None
-                and champion.get("selection_end")
-                and champion["selection_end"] >= eval_window[0]
-            ):
-                # The champion was selected on part of this window: its score is optimistic. That
-                # only makes promotion harder, so we decide anyway and say so.
-                reason += f" (note: the champion was selected on data up to {champion['selection_end']})"
+            reason = verdict.reason + overlap_note(champion, eval_window[0])
             reached("decide")
 
             bundle: Path | None = None
@@ -372,27 +291,12 @@ def run_retrain(
                 reached("export")
 
             step = "record"
-            decision = Decision(
+            decision = decision_record(
                 started_at=started_at,
                 decided_at=_now(),
-                verdict="promoted" if verdict.promote else "rejected",
+                verdict=verdict,
                 reason=reason,
-                step="decide",
-                challenger_run_id=challenger.run_id,
-                champion_run_id=champion_id,
-                fitness=fitness,
-                challenger_fitness=ch_fit,
-                champion_fitness=champ_fit,
-                margin=nightly.margin,
-                challenger_dsr=ch_dsr,
-                dsr_threshold=nightly.dsr_threshold,
-                num_trials=num_trials,
-                data_start=info["data_start"],
-                data_end=info["data_end"],
-                selection_start=info["selection_start"],
-                selection_end=info["selection_end"],
-                eval_start=info["eval_start"],
-                eval_end=info["eval_end"],
+                info=info,
                 bundle=str(bundle) if bundle else None,
                 inputs={**inputs, "duration_s": round(time.monotonic() - t0, 3)},
                 scores=scores,
@@ -437,20 +341,16 @@ def _record_failure(
     t0: float,
 ) -> None:
     """Best effort: a ``failed`` decision row, never touching the champion pointer."""
-    columns = {f.name for f in dataclasses.fields(Decision)}
-    known = {k: v for k, v in info.items() if k in columns and k != "champion_run_id"}
     try:
         record_decision(
             home,
-            Decision(
+            failure_record(
                 started_at=started_at,
                 decided_at=_now(),
-                verdict="failed",
-                reason=_one_line(err) or type(err).__name__,
                 step=step,
-                champion_run_id=info.get("champion_run_id"),
+                reason=_one_line(err) or type(err).__name__,
+                info=info,
                 inputs={**inputs, "duration_s": round(time.monotonic() - t0, 3)},
-                **known,
             ),
         )
     except Exception as record_err:  # noqa: BLE001 - the original failure is what the user must see
@@ -473,10 +373,8 @@ def incremental_update(
     """Download the bars missing from the store since its last stored session (re-fetching that
     session, which may have been partial) up to ``today``; a ticker with nothing stored gets
     ``initial_days``. The store merges by timestamp, so re-fetched bars are never doubled."""
-    from data.store import BarStore
-
     if fetch is None:
-        from data.sources import fetch_bars as fetch
+        fetch = sources.fetch_bars
     store = BarStore(home)
     part = store.info()["intervals"].get(interval) or {}
     stored = part.get("by_ticker") or {}
@@ -503,8 +401,6 @@ def incremental_update(
 
 def update_data_step(config: Any, home: Path) -> DataSnapshot:
     """Step 1: optional incremental download, then the market as ``podracer train`` builds it."""
-    from data.loader import load_market
-
     nightly = config.nightly
     update: dict[str, Any] = {"source": "none"}
     if nightly.update != "none":
@@ -528,13 +424,11 @@ def update_data_step(config: Any, home: Path) -> DataSnapshot:
 def warm_start_round(task: Any, ctx: Any, *, champion_dir: str, warm_pods: int) -> Any:
     """The tournament's learner round, with the first ``warm_pods`` fresh pods starting from the
     champion's weights (module-level and partial-able, so worker processes can unpickle it)."""
-    from agents.tournament.pod import learner_round
-
     spec = task.spec
     if spec.parent_id is None and spec.init_checkpoint is None and spec.seq < warm_pods:
         task = dataclasses.replace(task, spec=dataclasses.replace(spec, init_checkpoint=champion_dir))
         log.info("pod %s warm-started from the champion's weights (%s)", spec.pod_id, champion_dir)
-    return learner_round(task, ctx)
+    return pod.learner_round(task, ctx)
 
 
 def _merge_run_json(run_dir: Path, extra: Mapping[str, Any]) -> None:
@@ -559,10 +453,6 @@ def tournament_step(
     config: Any, home: Path, data: DataSnapshot, champion: Mapping[str, Any] | None
 ) -> ChallengerRun:
     """Step 2: a tournament on train/valid in a new run, warm-started from the champion."""
-    from agents.tournament.orchestrator import TournamentArgs, run_tournament
-    from agents.tournament.pod import learner_round
-    from app.config import config_to_toml
-
     run_id = "nightly-" + time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     run_dir = home / "runs" / run_id
     suffix = 1
@@ -572,7 +462,7 @@ def tournament_step(
     run_id = run_dir.name
     splits = data.splits
     args = TournamentArgs.from_mapping({**config.tournament.model_dump(), "algo": config.agent.algo})
-    round_fn: Any = learner_round
+    round_fn: Any = pod.learner_round
     warm_from = None
     if champion is not None and config.nightly.warm_start_pods > 0:
         round_fn = functools.partial(
@@ -628,11 +518,8 @@ def evaluate_step(
     """Step 3: backtest challenger and champion together on the test window (one engine call, so the
     same bars, costs and fills), score both, and write the challenger run's ``backtest/`` report
     (the challenger as ``champion`` of its run, the incumbent as ``incumbent``)."""
-    from agents.policy import Policy
     from app.commands.backtest import check_policy_fits
     from app.commands.train import env_params_from_config
-    from backtests import engine, report
-    from data.errors import CheckpointError
 
     device = config.agent.device
     market = data.splits.test
@@ -658,7 +545,7 @@ def evaluate_step(
     )
     scores = engine.fitness(result, fitness, annualization=annualization, nan_value=math.nan)
     for i, name in enumerate(result.names):
-        metrics[name]["fitness"] = _finite(float(scores[i]))
+        metrics[name]["fitness"] = finite(float(scores[i]))
     renamed = dataclasses.replace(
         result,
         names=tuple({"challenger": "champion", "champion": "incumbent"}.get(n, n) for n in result.names),
@@ -683,8 +570,6 @@ def evaluate_step(
 
 def export_step(config: Any, home: Path, challenger: ChallengerRun) -> Path:
     """Step 5: the challenger's onnxruntime bundle under ``<home>/exports/``."""
-    from app.export import export_bundle
-
     return export_bundle(challenger.run_dir, home=home)
 
 

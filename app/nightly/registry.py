@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from data import sqlite
 from data.errors import PodracerError
 
 REGISTRY_NAME = "registry.sqlite"
@@ -134,13 +135,7 @@ def registry_path(home: str | os.PathLike[str]) -> Path:
 
 def _connect(path: Path, *, read_only: bool) -> sqlite3.Connection:
     try:
-        if read_only:
-            conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=30)
-        else:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(path, timeout=30, isolation_level=None)
-        conn.row_factory = sqlite3.Row
-        conn.execute("PRAGMA busy_timeout = 30000")
+        conn = sqlite.connect(path, read_only=read_only)
         version = conn.execute("PRAGMA user_version").fetchone()[0]
     except sqlite3.DatabaseError as err:
         raise RegistryError(f"cannot open registry {path}: {err}") from None
@@ -159,21 +154,14 @@ def open_registry(home: str | os.PathLike[str]) -> Iterator[sqlite3.Connection]:
     conn = _connect(path, read_only=False)
     try:
         try:
-            conn.execute("PRAGMA journal_mode = WAL")
             # FULL: a promotion that was reported must survive a power cut, not only stay consistent.
-            conn.execute("PRAGMA synchronous = FULL")
-            conn.execute("PRAGMA foreign_keys = ON")
+            sqlite.use_wal(conn, synchronous="FULL", foreign_keys=True)
             if conn.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
-                conn.execute("BEGIN IMMEDIATE")
-                try:
+                with sqlite.transaction(conn):
                     for statement in _SCHEMA.split(";"):
                         if statement.strip():
                             conn.execute(statement)
                     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-                    conn.execute("COMMIT")
-                except BaseException:
-                    conn.execute("ROLLBACK")
-                    raise
         except sqlite3.DatabaseError as err:
             raise RegistryError(f"cannot initialise registry {path}: {err}") from None
         yield conn
@@ -198,26 +186,19 @@ def record_decision(
     row["scores"] = json.dumps(row["scores"], sort_keys=True, default=str)
     cols = ", ".join(row)
     marks = ", ".join(f":{k}" for k in row)
-    with open_registry(home) as conn:
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            cur = conn.execute(f"INSERT INTO decisions ({cols}) VALUES ({marks})", row)
-            decision_id = int(cur.lastrowid)
-            if champion is not None:
-                champ = asdict(champion)
-                champ["info"] = json.dumps(champ["info"], sort_keys=True, default=str)
-                champ["decision_id"] = decision_id
-                champ["slot"] = 1
-                ccols = ", ".join(champ)
-                cmarks = ", ".join(f":{k}" for k in champ)
-                conn.execute(f"INSERT OR REPLACE INTO champion ({ccols}) VALUES ({cmarks})", champ)
-            if before_commit is not None:
-                before_commit()
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
+    with open_registry(home) as conn, sqlite.transaction(conn):
+        cur = conn.execute(f"INSERT INTO decisions ({cols}) VALUES ({marks})", row)
+        decision_id = int(cur.lastrowid)
+        if champion is not None:
+            champ = asdict(champion)
+            champ["info"] = json.dumps(champ["info"], sort_keys=True, default=str)
+            champ["decision_id"] = decision_id
+            champ["slot"] = 1
+            ccols = ", ".join(champ)
+            cmarks = ", ".join(f":{k}" for k in champ)
+            conn.execute(f"INSERT OR REPLACE INTO champion ({ccols}) VALUES ({cmarks})", champ)
+        if before_commit is not None:
+            before_commit()
     return decision_id
 
 

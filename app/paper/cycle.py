@@ -11,22 +11,21 @@ A cycle (``run_cycle``):
    close, like the env) and the features. A ticker without a real bar in the decision bar's session
    is skipped: it keeps its position (no order) and the journal says so.
 4. onnxruntime (``Bundle.act``) -> target weights -> risk limits (``max_weight``; daily loss limit
-   halts new orders) -> orders: sells first, then buys scaled to the cash the sells free up,
-   fractional shares unless ``fractional=False``, each capped at ``max_order_notional`` and
-   dropped under ``min_order_notional``.
+   halts new orders) -> orders (``app.paper.orders``): sells first, then buys scaled to the cash
+   the sells free up, fractional shares unless ``fractional=False``, each capped at
+   ``max_order_notional`` and dropped under ``min_order_notional``.
 5. Market day orders with ``client_order_id = client_order_id(bundle, decision bar, ticker)``: a
    re-run of the same decision can never place a second order (the broker layer resolves it).
 6. Journal every decision, order, fill, reconciliation (positions vs what our fills imply), P&L
    snapshot and error in ``<home>/paper/journal.sqlite``.
 
-The policy runs in onnxruntime; torch is imported only by the shared feature code (``data.features``
+The policy runs in onnxruntime; torch is used only by the shared feature code (``data.features``
 is written in torch, and computing features with the same code as training matters more).
 ``--dry-run`` does everything except submitting or cancelling (orders are journaled as ``dry_run``).
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
 import time
@@ -38,33 +37,17 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import torch
 
-from app.broker import Account, Broker, BrokerError, Order, OrderRejected, OrderRequest, Position
 from app.export import Bundle
-from app.journal import Journal
+from app.paper.broker import Account, Broker, BrokerError, Order, OrderRejected, OrderRequest, Position
+from app.paper.journal import Journal
+from app.paper.orders import Decision, PlannedOrder, RiskLimits, apply_limits, plan_orders
+from data.calendar import INTERVAL_MINUTES, align_panel, align_ticker, session_bounds, sessions_in_range
 from data.errors import DataError, PodracerError
+from data.features import latest_features
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class RiskLimits:
-    """Pre-trade limits. Weights and losses are fractions (0.05 = 5%)."""
-
-    max_order_notional: float = 10_000.0  # $ per order; larger orders are cut down to it
-    max_weight: float = 1.0  # per-ticker target weight cap; the excess stays in cash
-    daily_loss_limit: float | None = 0.05  # halt new orders when equity < (1 - L) * last_equity
-    min_order_notional: float = 1.0  # Alpaca's minimum for fractional orders
-
-    def __post_init__(self) -> None:
-        if not self.max_order_notional > 0:
-            raise PodracerError(f"--max-order-notional must be > 0, got {self.max_order_notional}")
-        if not 0 < self.max_weight <= 1:
-            raise PodracerError(f"--max-weight must be in (0, 1], got {self.max_weight}")
-        if self.daily_loss_limit is not None and not 0 < self.daily_loss_limit < 1:
-            raise PodracerError(f"--daily-loss-limit must be in (0, 1), got {self.daily_loss_limit}")
-        if self.min_order_notional < 0:
-            raise PodracerError(f"min_order_notional must be >= 0, got {self.min_order_notional}")
 
 
 @dataclass(frozen=True)
@@ -80,33 +63,6 @@ class PaperOptions:
     max_bar_age: float | None = None  # seconds; None: one decision interval (at least 5 minutes)
 
 
-@dataclass(frozen=True)
-class PlannedOrder:
-    ticker: str
-    side: str  # "buy" | "sell"
-    qty: float  # shares > 0
-    price: float  # decision bar close (estimate)
-    client_order_id: str
-
-    @property
-    def notional(self) -> float:
-        return self.qty * self.price
-
-
-@dataclass(frozen=True)
-class Decision:
-    """What the policy saw and wanted at one decision bar."""
-
-    decision_ts: pd.Timestamp  # UTC start of the decision bar
-    obs: np.ndarray  # (1, obs_dim) float32
-    prices: np.ndarray  # (A,) close of the decision bar (nan where unknown)
-    qty: np.ndarray  # (A,) shares held
-    value: float  # cash + positions marked at the decision bar's close
-    cash: float
-    current_weights: np.ndarray  # (A,)
-    skipped: tuple[str, ...]  # tickers without a bar in the decision bar's session
-
-
 @dataclass
 class CycleResult:
     status: str  # closed | kill_switch | halted | traded | dry_run | no_data
@@ -119,26 +75,14 @@ class CycleResult:
     messages: list[str] = field(default_factory=list)
 
 
-def client_order_id(bundle_id: str, decision_ts: pd.Timestamp | str, ticker: str) -> str:
-    """Deterministic id of the order for ``ticker`` decided at ``decision_ts`` by ``bundle_id``."""
-    ts = pd.Timestamp(decision_ts)
-    ts = ts.tz_localize("UTC") if ts.tzinfo is None else ts.tz_convert("UTC")
-    digest = hashlib.sha256(f"{bundle_id}|{ts.isoformat()}|{ticker}".encode()).hexdigest()
-    return f"pr-{digest[:40]}"
-
-
 # --- observation ---------------------------------------------------------------------------------
 def _bars_per_session(interval: str) -> int:
-    from data.calendar import INTERVAL_MINUTES
-
     minutes = INTERVAL_MINUTES[interval]
     return 1 if minutes == 0 else math.ceil(390 / minutes)
 
 
 def fetch_start(now: datetime, interval: str, lookback: int) -> datetime:
     """Start of the bar history that covers ``lookback`` bars before ``now`` (one spare session)."""
-    from data.calendar import session_bounds, sessions_in_range
-
     sessions_needed = math.ceil(lookback / _bars_per_session(interval)) + 1
     today = pd.Timestamp(now).tz_convert("America/New_York").tz_localize(None).normalize()
     span = timedelta(days=int(sessions_needed * 7 / 5) + 10)
@@ -158,11 +102,6 @@ def build_decision(
     now: datetime,
 ) -> Decision:
     """The observation of the last completed bar, exactly as the env would build it."""
-    import torch
-
-    from data.calendar import INTERVAL_MINUTES, align_panel, align_ticker
-    from data.features import latest_features
-
     tickers = bundle.tickers
     interval = bundle.interval
     spec = bundle.feature_spec
@@ -251,85 +190,6 @@ def build_decision(
     )
 
 
-# --- targets and orders --------------------------------------------------------------------------
-def apply_limits(
-    policy_weights: np.ndarray, decision: Decision, tickers: tuple[str, ...], limits: RiskLimits
-) -> tuple[np.ndarray, list[str]]:
-    """Target weights after the env's rule, skipped tickers held, and the ``max_weight`` cap."""
-    notes = []
-    target = np.clip(np.nan_to_num(policy_weights.astype(np.float64), nan=0.0), 0.0, None)
-    if target.sum() > 1:
-        target = target / target.sum()
-    for i, ticker in enumerate(tickers):
-        if ticker in decision.skipped:
-            target[i] = decision.current_weights[i]
-    over = target > limits.max_weight + 1e-12
-    if over.any():
-        names = ", ".join(t for t, o in zip(tickers, over, strict=True) if o)
-        notes.append(f"max weight {limits.max_weight:g}: capped {names} (the excess stays in cash)")
-        target = np.minimum(target, limits.max_weight)
-    if target.sum() > 1:  # held weights of skipped tickers can push the total over 1
-        free = [i for i, t in enumerate(tickers) if t not in decision.skipped]
-        room = max(0.0, 1.0 - sum(target[i] for i, t in enumerate(tickers) if t in decision.skipped))
-        total = target[free].sum()
-        if total > room and total > 0:
-            target[free] *= room / total
-    return target, notes
-
-
-def plan_orders(
-    decision: Decision,
-    target: np.ndarray,
-    tickers: tuple[str, ...],
-    bundle_id: str,
-    limits: RiskLimits,
-    fractional: bool = True,
-) -> tuple[list[PlannedOrder], list[str]]:
-    """Orders that move the book to ``target`` weights: sells first, buys within the cash available."""
-    notes: list[str] = []
-    sells: list[PlannedOrder] = []
-    buys: list[tuple[int, float]] = []  # (asset, notional wanted)
-
-    def qty_of(notional: float, price: float) -> float:
-        q = notional / price
-        return math.floor(q + 1e-9) if not fractional else math.floor(q * 1e6) / 1e6
-
-    for i, ticker in enumerate(tickers):
-        price = decision.prices[i]
-        if ticker in decision.skipped or not (np.isfinite(price) and price > 0):
-            continue
-        delta = target[i] * decision.value - decision.qty[i] * price
-        if delta < 0:
-            held = max(decision.qty[i], 0.0)
-            qty = held if target[i] <= 0 else min(held, qty_of(-delta, price))
-            if qty * price > limits.max_order_notional:
-                notes.append(f"{ticker}: sell cut to max order notional ${limits.max_order_notional:,.0f}")
-                qty = qty_of(limits.max_order_notional, price)
-            if qty > 0 and qty * price >= limits.min_order_notional:
-                cid = client_order_id(bundle_id, decision.decision_ts, ticker)
-                sells.append(PlannedOrder(ticker, "sell", float(qty), float(price), cid))
-        elif delta > 0:
-            buys.append((i, float(delta)))
-    # Buys spend at most the cash on hand plus what the sells bring in (a small buffer for slippage).
-    budget = max(0.0, decision.cash + sum(o.notional for o in sells)) * 0.995
-    wanted = sum(n for _, n in buys)
-    scale = min(1.0, budget / wanted) if wanted > 0 else 1.0
-    if scale < 1.0:
-        notes.append(f"buys scaled by {scale:.4f} to the cash available")
-    planned_buys = []
-    for i, notional in buys:
-        ticker, price = tickers[i], float(decision.prices[i])
-        notional *= scale
-        if notional > limits.max_order_notional:
-            notes.append(f"{ticker}: buy cut to max order notional ${limits.max_order_notional:,.0f}")
-            notional = limits.max_order_notional
-        qty = qty_of(notional, price)
-        if qty > 0 and qty * price >= limits.min_order_notional:
-            cid = client_order_id(bundle_id, decision.decision_ts, ticker)
-            planned_buys.append(PlannedOrder(ticker, "buy", float(qty), price, cid))
-    return sells + planned_buys, notes
-
-
 # --- the cycle -----------------------------------------------------------------------------------
 def _ts(ts: pd.Timestamp | datetime | None) -> str:
     return "" if ts is None else pd.Timestamp(ts).isoformat()
@@ -374,8 +234,6 @@ def _reconcile_open_orders(broker: Broker, journal: Journal, dry_run: bool) -> N
 
 def _check_fresh(decision_ts: pd.Timestamp, now: datetime, bundle: Bundle, options: PaperOptions) -> None:
     """Refuse to trade on a decision bar older than one decision interval (or ``options.max_bar_age``)."""
-    from data.calendar import INTERVAL_MINUTES
-
     minutes = INTERVAL_MINUTES[bundle.interval]
     if minutes == 0:
         return  # daily bundles decide on the last session's bar by design
@@ -660,8 +518,6 @@ def run_paper(
     max_cycles: int | None = None,
 ) -> list[CycleResult]:
     """Cycle once per decision interval during market hours (``once``: a single cycle)."""
-    from data.calendar import INTERVAL_MINUTES
-
     period = max(60.0, bundle.decision_interval * (INTERVAL_MINUTES[bundle.interval] or 390) * 60.0)
     results: list[CycleResult] = []
     while True:

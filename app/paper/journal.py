@@ -23,6 +23,8 @@ from typing import Any
 
 import pandas as pd
 
+from data import sqlite
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS decisions (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -121,9 +123,9 @@ class Journal:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("PRAGMA synchronous=NORMAL")
+        self._conn = sqlite.connect(self.path, row_factory=None)
+        # NORMAL (WAL): a power cut may lose the last commits but never corrupts the file.
+        sqlite.use_wal(self._conn, synchronous="NORMAL")
         self._conn.executescript(SCHEMA)
 
     @classmethod
@@ -142,13 +144,8 @@ class Journal:
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
         """One BEGIN IMMEDIATE ... COMMIT (rolled back on error)."""
-        self._conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield self._conn
-        except BaseException:
-            self._conn.execute("ROLLBACK")
-            raise
-        self._conn.execute("COMMIT")
+        with sqlite.transaction(self._conn) as conn:
+            yield conn
 
     def _insert(self, table: str, row: dict[str, Any]) -> None:
         row = {"recorded_at": _now(), **{k: _scrub(v) for k, v in row.items()}}
@@ -342,7 +339,7 @@ def read_journal(home: str | os.PathLike[str]) -> dict[str, pd.DataFrame]:
         conn.executescript(SCHEMA)
     else:
         # read-only URI: the dashboard must never create or lock the trader's journal
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30.0)
+        conn = sqlite.connect(path, read_only=True, row_factory=None)
     try:
         out = {}
         for name in TABLES:

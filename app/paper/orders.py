@@ -1,0 +1,159 @@
+"""Order planning: from the policy's target weights to the orders of one decision.
+
+- :class:`RiskLimits`: the pre-trade limits (order notional cap and floor, per-ticker weight cap,
+  daily loss limit);
+- :func:`apply_limits`: the policy's weights after the env's rule (negatives to 0, rows above 1
+  scaled to 1), skipped tickers held at their current weight, and the ``max_weight`` cap;
+- :func:`plan_orders`: sells first, then buys scaled to the cash the sells free up, fractional
+  shares unless ``fractional=False``, each capped at ``max_order_notional`` and dropped under
+  ``min_order_notional``;
+- :func:`client_order_id`: the deterministic id that makes a re-run of the same decision unable to
+  place a second order.
+
+The decision cycle (``app.paper.cycle``) builds the :class:`Decision` and submits the orders.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from data.errors import PodracerError
+
+
+@dataclass(frozen=True)
+class RiskLimits:
+    """Pre-trade limits. Weights and losses are fractions (0.05 = 5%)."""
+
+    max_order_notional: float = 10_000.0  # $ per order; larger orders are cut down to it
+    max_weight: float = 1.0  # per-ticker target weight cap; the excess stays in cash
+    daily_loss_limit: float | None = 0.05  # halt new orders when equity < (1 - L) * last_equity
+    min_order_notional: float = 1.0  # Alpaca's minimum for fractional orders
+
+    def __post_init__(self) -> None:
+        if not self.max_order_notional > 0:
+            raise PodracerError(f"--max-order-notional must be > 0, got {self.max_order_notional}")
+        if not 0 < self.max_weight <= 1:
+            raise PodracerError(f"--max-weight must be in (0, 1], got {self.max_weight}")
+        if self.daily_loss_limit is not None and not 0 < self.daily_loss_limit < 1:
+            raise PodracerError(f"--daily-loss-limit must be in (0, 1), got {self.daily_loss_limit}")
+        if self.min_order_notional < 0:
+            raise PodracerError(f"min_order_notional must be >= 0, got {self.min_order_notional}")
+
+
+@dataclass(frozen=True)
+class PlannedOrder:
+    ticker: str
+    side: str  # "buy" | "sell"
+    qty: float  # shares > 0
+    price: float  # decision bar close (estimate)
+    client_order_id: str
+
+    @property
+    def notional(self) -> float:
+        return self.qty * self.price
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the policy saw and wanted at one decision bar."""
+
+    decision_ts: pd.Timestamp  # UTC start of the decision bar
+    obs: np.ndarray  # (1, obs_dim) float32
+    prices: np.ndarray  # (A,) close of the decision bar (nan where unknown)
+    qty: np.ndarray  # (A,) shares held
+    value: float  # cash + positions marked at the decision bar's close
+    cash: float
+    current_weights: np.ndarray  # (A,)
+    skipped: tuple[str, ...]  # tickers without a bar in the decision bar's session
+
+
+def client_order_id(bundle_id: str, decision_ts: pd.Timestamp | str, ticker: str) -> str:
+    """Deterministic id of the order for ``ticker`` decided at ``decision_ts`` by ``bundle_id``."""
+    ts = pd.Timestamp(decision_ts)
+    ts = ts.tz_localize("UTC") if ts.tzinfo is None else ts.tz_convert("UTC")
+    digest = hashlib.sha256(f"{bundle_id}|{ts.isoformat()}|{ticker}".encode()).hexdigest()
+    return f"pr-{digest[:40]}"
+
+
+# --- targets and orders --------------------------------------------------------------------------
+def apply_limits(
+    policy_weights: np.ndarray, decision: Decision, tickers: tuple[str, ...], limits: RiskLimits
+) -> tuple[np.ndarray, list[str]]:
+    """Target weights after the env's rule, skipped tickers held, and the ``max_weight`` cap."""
+    notes = []
+    target = np.clip(np.nan_to_num(policy_weights.astype(np.float64), nan=0.0), 0.0, None)
+    if target.sum() > 1:
+        target = target / target.sum()
+    for i, ticker in enumerate(tickers):
+        if ticker in decision.skipped:
+            target[i] = decision.current_weights[i]
+    over = target > limits.max_weight + 1e-12
+    if over.any():
+        names = ", ".join(t for t, o in zip(tickers, over, strict=True) if o)
+        notes.append(f"max weight {limits.max_weight:g}: capped {names} (the excess stays in cash)")
+        target = np.minimum(target, limits.max_weight)
+    if target.sum() > 1:  # held weights of skipped tickers can push the total over 1
+        free = [i for i, t in enumerate(tickers) if t not in decision.skipped]
+        room = max(0.0, 1.0 - sum(target[i] for i, t in enumerate(tickers) if t in decision.skipped))
+        total = target[free].sum()
+        if total > room and total > 0:
+            target[free] *= room / total
+    return target, notes
+
+
+def plan_orders(
+    decision: Decision,
+    target: np.ndarray,
+    tickers: tuple[str, ...],
+    bundle_id: str,
+    limits: RiskLimits,
+    fractional: bool = True,
+) -> tuple[list[PlannedOrder], list[str]]:
+    """Orders that move the book to ``target`` weights: sells first, buys within the cash available."""
+    notes: list[str] = []
+    sells: list[PlannedOrder] = []
+    buys: list[tuple[int, float]] = []  # (asset, notional wanted)
+
+    def qty_of(notional: float, price: float) -> float:
+        q = notional / price
+        return math.floor(q + 1e-9) if not fractional else math.floor(q * 1e6) / 1e6
+
+    for i, ticker in enumerate(tickers):
+        price = decision.prices[i]
+        if ticker in decision.skipped or not (np.isfinite(price) and price > 0):
+            continue
+        delta = target[i] * decision.value - decision.qty[i] * price
+        if delta < 0:
+            held = max(decision.qty[i], 0.0)
+            qty = held if target[i] <= 0 else min(held, qty_of(-delta, price))
+            if qty * price > limits.max_order_notional:
+                notes.append(f"{ticker}: sell cut to max order notional ${limits.max_order_notional:,.0f}")
+                qty = qty_of(limits.max_order_notional, price)
+            if qty > 0 and qty * price >= limits.min_order_notional:
+                cid = client_order_id(bundle_id, decision.decision_ts, ticker)
+                sells.append(PlannedOrder(ticker, "sell", float(qty), float(price), cid))
+        elif delta > 0:
+            buys.append((i, float(delta)))
+    # Buys spend at most the cash on hand plus what the sells bring in (a small buffer for slippage).
+    budget = max(0.0, decision.cash + sum(o.notional for o in sells)) * 0.995
+    wanted = sum(n for _, n in buys)
+    scale = min(1.0, budget / wanted) if wanted > 0 else 1.0
+    if scale < 1.0:
+        notes.append(f"buys scaled by {scale:.4f} to the cash available")
+    planned_buys = []
+    for i, notional in buys:
+        ticker, price = tickers[i], float(decision.prices[i])
+        notional *= scale
+        if notional > limits.max_order_notional:
+            notes.append(f"{ticker}: buy cut to max order notional ${limits.max_order_notional:,.0f}")
+            notional = limits.max_order_notional
+        qty = qty_of(notional, price)
+        if qty > 0 and qty * price >= limits.min_order_notional:
+            cid = client_order_id(bundle_id, decision.decision_ts, ticker)
+            planned_buys.append(PlannedOrder(ticker, "buy", float(qty), price, cid))
+    return sells + planned_buys, notes
