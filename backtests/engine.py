@@ -205,7 +205,7 @@ def run_backtest(
     from :data:`COMPILE_MIN_DECISIONS` decisions on, where the faster loop repays the compile.
     Compiled results equal eager ones up to float rounding (~1e-8 relative on a year of equity).
     """
-    from envs.compiled import check_mode
+    from envs.backends.compiled import check_mode
 
     compile = check_mode(compile)
     if num_threads is not None:
