@@ -572,7 +572,7 @@ def _run_static(
 
 
 def _weights_of(obs: Tensor, market: MarketData) -> Tensor:
-    """Position weights ``(N, A)`` from observations (see ``envs.trading.split_obs``)."""
+    """Position weights ``(N, A)`` from observations (see ``envs.observation.split_obs``)."""
     return obs[:, 2:].reshape(obs.shape[0], market.num_assets, 1 + market.num_features)[..., 0].clone()
 
 
