@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-NUM_GLOBAL = 2  # obs[:, 0] cash fraction, obs[:, 1] time of day (ARCHITECTURE.md, envs/)
+from envs.observation import NUM_GLOBAL  # obs[:, :NUM_GLOBAL]: cash fraction, time of day
 
 
 @dataclass(frozen=True)

@@ -72,7 +72,7 @@ def gaussian_entropy(std: Tensor) -> Tensor:
 
 
 def current_weights(obs: Tensor, num_assets: int) -> Tensor:
-    """Position weights ``(N, A)`` in a raw observation (layout of ``envs.trading.split_obs``)."""
+    """Position weights ``(N, A)`` in a raw observation (layout of ``envs.observation.split_obs``)."""
     return obs[:, NUM_GLOBAL:].reshape(obs.shape[0], num_assets, -1)[..., 0]
 
 

@@ -46,7 +46,10 @@ log = logging.getLogger(__name__)
 BUNDLE_FORMAT = "podracer-bundle"
 BUNDLE_VERSION = 1
 PARITY_TOLERANCE = 1e-5
-NUM_GLOBAL = 2  # obs[:, 0] cash fraction, obs[:, 1] time of day (ARCHITECTURE.md)
+# The layout of envs/observation.py (NUM_GLOBAL; sample_observations below writes it too), not
+# imported: loading a bundle must not import torch, and every envs module does. Pinned to it by
+# tests/test_export.py.
+NUM_GLOBAL = 2  # obs[:, 0] cash fraction, obs[:, 1] time of day
 _VERSIONED = ("podracer", "torch", "onnx", "onnxruntime", "onnxscript", "numpy", "pandas", "alpaca-py")
 
 

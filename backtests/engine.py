@@ -205,7 +205,7 @@ def run_backtest(
     from :data:`COMPILE_MIN_DECISIONS` decisions on, where the faster loop repays the compile.
     Compiled results equal eager ones up to float rounding (~1e-8 relative on a year of equity).
     """
-    from envs.compiled import check_mode
+    from envs.backends.compiled import check_mode
 
     compile = check_mode(compile)
     if num_threads is not None:
@@ -572,7 +572,7 @@ def _run_static(
 
 
 def _weights_of(obs: Tensor, market: MarketData) -> Tensor:
-    """Position weights ``(N, A)`` from observations (see ``envs.trading.split_obs``)."""
+    """Position weights ``(N, A)`` from observations (see ``envs.observation.split_obs``)."""
     return obs[:, 2:].reshape(obs.shape[0], market.num_assets, 1 + market.num_features)[..., 0].clone()
 
 

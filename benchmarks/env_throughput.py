@@ -9,7 +9,7 @@ validation on). One env-step is one decision of one env.
 
 ``--compile both`` (the default) times every batch size twice in the same process: eagerly and
 with ``step(..., compiled=True)``, and prints the ratio; ``off`` / ``on`` time one of them. The fast
-path is the native C kernel on CPU (``envs.native``; built, or loaded from its cache, in the warm-up)
+path is the native C kernel on CPU (``envs.backends.native``; built, or loaded from its cache, in the warm-up)
 and ``torch.compile`` elsewhere (compiled in the warm-up, not timed); each result names it
 (``"backend"``). ``--native off`` takes ``torch.compile`` on CPU too. ``TradingVecEnv`` takes the
 fast path from 1024 envs on by default (``compile="auto"``).
@@ -29,7 +29,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from data.toy import toy_market  # noqa: E402
-from envs import native, trading  # noqa: E402
+from envs import trading  # noqa: E402
+from envs.backends import native  # noqa: E402
 from envs.reference import ReferenceEnv  # noqa: E402
 from envs.trading import EnvParams  # noqa: E402
 

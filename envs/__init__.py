@@ -1,11 +1,14 @@
 """envs: the vectorized trading environment (pure ``reset``/``step``) and its shells."""
 
-from envs.trading import EnvParams, EnvState, obs_dim, observe, reset, reset_where, split_obs, step
+from envs.observation import NUM_GLOBAL, obs_dim, split_obs
+from envs.trading import EnvParams, EnvState, StepResult, observe, reset, reset_where, step
 from envs.vec_env import TradingVecEnv
 
 __all__ = [
+    "NUM_GLOBAL",
     "EnvParams",
     "EnvState",
+    "StepResult",
     "TradingVecEnv",
     "obs_dim",
     "observe",

@@ -24,15 +24,14 @@ import torch
 from torch import Tensor
 
 from data.market import MarketData
-from envs.compiled import Compiled
+from envs.backends.compiled import Compiled
+from envs.observation import obs_table, write_portfolio
 from envs.trading import (
     _LCG_INC,
     _LCG_MUL,
     EnvParams,
     EnvState,
     _backtest_core,
-    _fill_obs,
-    _obs_table,
     backtest_step,
     last_decision_bar,
 )
@@ -61,7 +60,7 @@ class BacktestLoop:
 
     ``policy`` must be a pure tensor function ``(N, obs_dim) float32 -> (N, A)`` float actions
     (e.g. ``agents.policy.Policy.frozen_act()``); ``prices`` is ``envs.trading.asset_prices``.
-    Needs the market's observation table (markets up to ``envs.trading.OBS_TABLE_MAX_BYTES``;
+    Needs the market's observation table (markets up to ``envs.observation.OBS_TABLE_MAX_BYTES``;
     :meth:`supported`). Call it under ``torch.inference_mode()`` with inference-mode inputs (a
     state from a ``reset`` made there), or the first block is compiled twice.
     """
@@ -74,7 +73,7 @@ class BacktestLoop:
         prices: tuple[Tensor, Tensor],
         block: int = BLOCK,
     ) -> None:
-        table = _obs_table(market)
+        table = obs_table(market)
         if table is None:
             raise ValueError("BacktestLoop needs the market's observation table (the market is too large)")
         self.market, self.params, self.policy, self.prices, self.block = market, params, policy, prices, block
@@ -91,11 +90,12 @@ class BacktestLoop:
                 # decision bar may lie past the data: clamped so the later gathers stay in range.
                 t = t.clamp(max=last_bar)
                 action = policy(obs)
-                t, cash, shares, value, notional, traded, pos_value, term, done = _backtest_core(
-                    params, last_bar, t, cash, shares, action, open_all, close_all
+                core = _backtest_core(params, last_bar, t, cash, shares, action, open_all, close_all)
+                t, cash, shares, value = core.t, core.cash, core.shares, core.value
+                obs = write_portfolio(
+                    table.index_select(0, t), cash, core.pos_value, value, num_features, traced=True
                 )
-                obs = _fill_obs(table.index_select(0, t), cash, pos_value, value, num_features, traced=True)
-                outs.append((action, value, notional, traded, term, done))
+                outs.append((action, value, core.traded_notional, core.traded, core.terminated, core.done))
             return (obs, t, cash, shares, *(torch.stack(x) for x in zip(*outs, strict=True)))
 
         # The window's length is left symbolic, so that the compiled code (and inductor's on-disk
@@ -106,7 +106,7 @@ class BacktestLoop:
 
     @staticmethod
     def supported(market: MarketData) -> bool:
-        return _obs_table(market) is not None
+        return obs_table(market) is not None
 
     @property
     def compiled(self) -> bool:

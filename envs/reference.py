@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 from data.market import MarketData
+from envs.observation import CASH, NUM_GLOBAL, TIME_OF_DAY, WEIGHT, obs_dim
 from envs.trading import EnvParams, last_decision_bar, start_high
 
 _MASK64 = (1 << 64) - 1
@@ -40,14 +41,19 @@ class ReferenceEnv:
         self.sharpe_b = 0.0
 
     def observation(self) -> list[float]:
-        """``[cash fraction, time of day, then per asset (weight, features...)]`` at bar ``t``."""
+        """The observation at bar ``t`` in the layout of :mod:`envs.observation`: cash fraction, time
+        of day, then per asset its weight and features."""
         closes = self.market.close[self.t].tolist()
         feats = self.market.features[self.t].tolist()
         value = max(self.value, 1e-12)
-        obs = [self.cash / value, float(self.market.time_of_day[self.t])]
+        width = 1 + self.market.num_features  # one asset's block: weight, then its features
+        obs = [0.0] * obs_dim(self.num_assets, self.market.num_features)
+        obs[CASH] = self.cash / value
+        obs[TIME_OF_DAY] = float(self.market.time_of_day[self.t])
         for a in range(self.num_assets):
-            obs.append(self.shares[a] * closes[a] / value)
-            obs.extend(feats[a])
+            block = NUM_GLOBAL + a * width
+            obs[block + WEIGHT] = self.shares[a] * closes[a] / value
+            obs[block + WEIGHT + 1 : block + width] = feats[a]
         return obs
 
     def _next_start(self) -> int:

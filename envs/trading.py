@@ -9,7 +9,7 @@ Semantics (one decision per step; ``k = decision_interval``):
 
 - **Observe.** The observation at decision bar ``t`` uses bars ``<= t`` only: cash fraction, time of
   day of bar ``t``, then per asset the position weight (marked at bar ``t``'s close) and the
-  features of bar ``t``. Layout: see :func:`obs_dim` / :func:`split_obs`.
+  features of bar ``t``. Layout: :mod:`envs.observation` (``obs_dim``, ``split_obs``).
 - **Fill.** Orders fill at bar ``t+1``'s open: buys at ``open * (1 + slippage)``, sells at
   ``open * (1 - slippage)`` (``slippage = slippage_bps / 1e4``), each paying ``cost_rate`` times its
   notional at the fill price. Sells execute first and their proceeds (net of cost) fund the buys;
@@ -37,29 +37,36 @@ Semantics (one decision per step; ``k = decision_interval``):
   ``info["final_obs"]`` holds the pre-reset observation (it *is* the returned ``obs`` tensor on steps
   where no env is done; do not write into either).
 
+``step`` returns a :class:`StepResult` ``(state, obs, reward, terminated, truncated, info)``.
 ``info`` (all ``(N,)`` unless noted, pre-reset quantities of the step just taken): ``cost``,
 ``traded_notional``, ``value`` (marked value at ``t+k``; alias ``final_value``), ``final_obs``
 ``(N, obs_dim)``, ``shares_traded`` ``(N, A)``, ``step_count`` (decisions taken in the episode,
 including this one), ``bar_t`` (the decision bar), ``t`` (the bar of the returned observation, after
 any reset); with ``EnvParams.trade_info`` also ``fill_price`` ``(N, A)`` and ``asset_cost`` ``(N, A)``.
+
+Where the code lives: this module holds the rules (params, state, the accounting in pure tensor
+functions, reset/step) and imports its helpers, never the other way round: :mod:`envs.observation`
+(the observation layout and its writers), :mod:`envs.backends.native` (the C kernel: ``step`` with
+``compiled=True`` on CPU) and :mod:`envs.backends.compiled` (``torch.compile`` of the step core
+handed to it).
 """
 
 from __future__ import annotations
 
 import functools
 import math
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import torch
 from torch import Tensor
 
 from data.errors import ConfigError, DataError, PodracerError
 from data.market import MarketData
-from envs import memory, native
-from envs.compiled import cached
+from envs.backends import native
+from envs.backends.compiled import compiled_partial
+from envs.observation import build_obs, fresh_obs
 
 # Precision, decided by measurement (docs/env.md). Per-env accounting (cash, value, peak,
 # notionals, the Sharpe moments; N) is always float64, and every per-asset sum feeding it
@@ -181,24 +188,6 @@ class EnvState:
         return self.t.device
 
 
-# --- observation layout ------------------------------------------------------------------------
-def obs_dim(num_assets: int, num_features: int) -> int:
-    """Length of one observation: ``2 + num_assets * (1 + num_features)``."""
-    return 2 + num_assets * (1 + num_features)
-
-
-def split_obs(obs: Tensor, num_assets: int, num_features: int) -> tuple[Tensor, Tensor]:
-    """Views ``(glob (N, 2), per_asset (N, A, 1 + F))`` of a batch of observations.
-
-    ``glob[:, 0]`` is the cash fraction, ``glob[:, 1]`` the time of day; ``per_asset[..., 0]`` is
-    the position weight and ``per_asset[..., 1:]`` the features.
-    """
-    if obs.shape[-1] != obs_dim(num_assets, num_features):
-        raise ValueError(f"obs has {obs.shape[-1]} columns, expected {obs_dim(num_assets, num_features)}")
-    lead = obs.shape[:-1]
-    return obs[..., :2], obs[..., 2:].reshape(*lead, num_assets, 1 + num_features)
-
-
 # --- episode starts ----------------------------------------------------------------------------
 def last_decision_bar(num_steps: int, params: EnvParams) -> int:
     """The last bar a decision can be taken on (its mark bar ``t + k`` must exist)."""
@@ -228,111 +217,6 @@ def _lcg_next(key: Tensor) -> Tensor:
 def _draw_start(key: Tensor, high: int) -> Tensor:
     """Start bar in ``[0, high]`` from an (already advanced) generator state."""
     return ((key >> 33) & _DRAW_MASK) % (high + 1)
-
-
-# --- observations ------------------------------------------------------------------------------
-# A per-market "observation template" table (T, obs_dim): time of day and features already in their
-# interleaved slots, zeros for cash fraction and weights. One row gather builds most of an
-# observation in a single contiguous pass; gathering the features and copying them into the strided
-# per-asset slots measured 1.6x (rows from DRAM) to 4x (rows in cache) slower. Costs 1 + 1/F times the
-# features' memory, so markets beyond OBS_TABLE_MAX_BYTES fall back to the strided copy.
-OBS_TABLE_MAX_BYTES = 2 << 30
-_OBS_TABLES: dict[tuple[int, int], Tensor] = {}
-
-
-def _obs_table(market: MarketData) -> Tensor | None:
-    """The cached template table of ``market`` (``None`` when it would be too large).
-
-    Keyed by the identity of the features and time-of-day tensors (MarketData is immutable; a new
-    market or slice gets its own table) and dropped when the features tensor is freed.
-    """
-    feats, tod = market.features, market.time_of_day
-    key = (id(feats), id(tod))  # a tensor's device never changes
-    table = _OBS_TABLES.get(key)
-    if table is not None:
-        return table
-    num_steps, num_assets, num_features = feats.shape
-    width = obs_dim(num_assets, num_features)
-    if num_steps * width * 4 > OBS_TABLE_MAX_BYTES:
-        return None
-    table = memory.table_empty((num_steps, width), torch.float32, feats.device).zero_()
-    table[:, 1] = tod
-    table[:, 2:].view(num_steps, num_assets, 1 + num_features)[..., 1:] = feats
-    _OBS_TABLES[key] = table
-    weakref.finalize(feats, _OBS_TABLES.pop, key, None)
-    weakref.finalize(tod, _OBS_TABLES.pop, key, None)
-    return table
-
-
-_PRICE_TABLES: dict[tuple[int, int], tuple[Tensor, Tensor]] = {}
-
-
-def _native_prices(market: MarketData) -> tuple[Tensor, Tensor]:
-    """``(open, close)`` copied onto huge pages (:mod:`envs.memory`) for the native step, cached like
-    the observation table. Its two random price-row reads per env then rarely miss the TLB: the step
-    measured a median 7-9% faster than on the market's own tensors (21 of 28 interleaved pairs of
-    200 steps at 1024 x 100); the torch paths showed no gain, so only the native step uses them.
-    Small tables (the TLB covers them) and other platforms use the market's tensors, uncopied. Like
-    the observation table, the copy assumes the market's tensors are not changed in place (MarketData
-    is immutable; a changed market is a new one)."""
-    if not memory.applies(market.open.numel() * market.open.element_size(), market.device):
-        return market.open, market.close
-    key = (id(market.open), id(market.close))
-    found = _PRICE_TABLES.get(key)
-    if found is None:
-        found = tuple(
-            memory.table_empty(tuple(x.shape), x.dtype, x.device).copy_(x)
-            for x in (market.open, market.close)
-        )
-        _PRICE_TABLES[key] = found
-        weakref.finalize(market.open, _PRICE_TABLES.pop, key, None)
-        weakref.finalize(market.close, _PRICE_TABLES.pop, key, None)
-    return found
-
-
-def _observe(market: MarketData, t: Tensor, cash: Tensor, pos_value: Tensor, value: Tensor) -> Tensor:
-    """Observation at bars ``t`` for the given accounting (see :func:`split_obs` for the layout)."""
-    num_envs, num_assets = pos_value.shape
-    num_features = market.num_features
-    table = _obs_table(market)
-    if table is not None:
-        obs = table.index_select(0, t)
-    else:
-        obs = torch.empty(num_envs, obs_dim(num_assets, num_features), dtype=torch.float32, device=t.device)
-        obs[:, 1] = market.time_of_day.index_select(0, t)
-        obs[:, 2:].view(num_envs, num_assets, 1 + num_features)[..., 1:] = market.features.index_select(0, t)
-    return _fill_obs(obs, cash, pos_value, value, num_features)
-
-
-def _fill_obs(
-    obs: Tensor, cash: Tensor, pos_value: Tensor, value: Tensor, num_features: int, traced: bool = False
-) -> Tensor:
-    """Writes the cash fractions and position weights into ``obs`` (in place) and returns it.
-    ``traced``: through an assignment instead (``torch.compile`` rejects a strided ``out=``): the same
-    values for float64 positions; float32 positions are then scaled in float32 (one rounding apart)."""
-    inv_value = value.clamp(min=_TINY).reciprocal_()  # (1.0 / x would be reciprocal, then * 1.0)
-    obs[:, 0] = cash * inv_value
-    if traced:
-        obs[:, 2 :: 1 + num_features] = pos_value * inv_value.unsqueeze(1)
-        return obs
-    # Written straight into the strided weight slots (no temporary); same-dtype operands, since a
-    # float64 factor would make the float32 positions go through a cast copy first.
-    if pos_value.dtype != inv_value.dtype:
-        inv_value = inv_value.to(pos_value.dtype)
-    torch.mul(pos_value, inv_value.unsqueeze(1), out=obs[:, 2 :: 1 + num_features])
-    return obs
-
-
-def _fresh_obs(market: MarketData, t: Tensor) -> Tensor:
-    """Observation of freshly reset envs (all cash, no positions) at bars ``t``."""
-    table = _obs_table(market)
-    if table is None:
-        ones = torch.ones(t.shape[0], dtype=ACC_DTYPE, device=t.device)
-        zeros = torch.zeros(t.shape[0], market.num_assets, dtype=torch.float32, device=t.device)
-        return _observe(market, t, ones, zeros, ones)
-    obs = table.index_select(0, t)
-    obs[:, 0] = 1.0
-    return obs
 
 
 # --- reset / step ------------------------------------------------------------------------------
@@ -377,7 +261,7 @@ def reset(
         sharpe_b=zeros.clone(),
         rng=rng,
     )
-    return state, _fresh_obs(market, t)
+    return state, fresh_obs(market, t)
 
 
 def _restart(
@@ -399,7 +283,7 @@ def _restart(
         rng=state.rng,
     )
     idx = mask.nonzero().squeeze(1)
-    obs[idx] = _fresh_obs(market, new_state.t.index_select(0, idx))
+    obs[idx] = fresh_obs(market, new_state.t.index_select(0, idx))
     return new_state, obs
 
 
@@ -425,7 +309,7 @@ def reset_where(
 def observe(market: MarketData, state: EnvState) -> Tensor:
     """The observation of ``state`` (the one ``reset``/``step`` returned with it)."""
     pos_value = state.shares * market.close.index_select(0, state.t).to(state.shares.dtype)
-    return _observe(market, state.t, state.cash, pos_value, state.value)
+    return build_obs(market, state.t, state.cash, pos_value, state.value)
 
 
 def _action_tensor(action: Tensor, num_envs: int, num_assets: int, device: torch.device) -> Tensor:
@@ -522,6 +406,42 @@ def _trade(
     return traded, new_shares, new_cash, traded_notional, pos_value, new_value
 
 
+class StepCore(NamedTuple):
+    """What :func:`_step_core` computes (pre-reset; the first nine are the next :class:`EnvState`'s
+    fields, named alike). ``envs.backends.native.NativeStep`` has the same fields up to ``traded``."""
+
+    t: Tensor  # (N,) the mark bar t + k: the next decision bar
+    cash: Tensor
+    shares: Tensor
+    value: Tensor
+    peak: Tensor
+    step_count: Tensor
+    sharpe_a: Tensor
+    sharpe_b: Tensor
+    rng: Tensor  # advanced once
+    reward: Tensor  # (N,) float32
+    terminated: Tensor  # (N,) bool
+    truncated: Tensor  # (N,) bool
+    done: Tensor  # (N,) bool: terminated | truncated
+    cost: Tensor
+    traded_notional: Tensor
+    traded: Tensor  # (N, A) shares traded (+ bought, - sold)
+    pos_value: Tensor  # (N, A) holdings marked at the mark bar's close
+    fill_price: Tensor | None = None  # (N, A), with EnvParams.trade_info only
+    asset_cost: Tensor | None = None  # (N, A), with EnvParams.trade_info only
+
+
+class StepResult(NamedTuple):
+    """What :func:`step` returns; unpacks as ``(state, obs, reward, terminated, truncated, info)``."""
+
+    state: EnvState
+    obs: Tensor  # (N, obs_dim) float32, after any autoreset
+    reward: Tensor  # (N,) float32
+    terminated: Tensor  # (N,) bool
+    truncated: Tensor  # (N,) bool
+    info: dict[str, Tensor]  # see the module docstring
+
+
 def _step_core(
     params: EnvParams,
     last_bar: int,
@@ -537,12 +457,10 @@ def _step_core(
     action: Tensor,
     open_all: Tensor,
     close_all: Tensor,
-) -> tuple[Tensor, ...]:
+) -> StepCore:
     """Everything of :func:`step` but the action check, the observation and the autoreset, as one
     pure function of tensors (``last_bar``: :func:`last_decision_bar` of the market), so that it can
-    be compiled (:mod:`envs.compiled`). Returns ``(t_mark, new_cash, new_shares, new_value,
-    new_peak, step_count, new_a, new_b, rng, reward, terminated, truncated, done, cost,
-    traded_notional, traded, pos_value[, fill_price, asset_cost])``."""
+    be compiled (:mod:`envs.backends.compiled`)."""
     k = params.decision_interval
     t_mark = t + k
     adt = params.asset_dtype  # .to(adt) is a no-op for float32 market data and "float32"
@@ -583,19 +501,22 @@ def _step_core(
     out_of_data = t_mark > last_bar
     done = (step_count >= params.episode_len) | out_of_data | terminated
     truncated = done ^ terminated  # done and not terminated: terminated wins
-    out = (t_mark, new_cash, new_shares, new_value, new_peak, step_count, new_a, new_b, _lcg_next(rng))
-    out += (reward, terminated, truncated, done, cost, traded_notional, traded, pos_value)
+    fill_price = asset_cost = None
     if params.trade_info:
         slip = params.slippage_bps * 1e-4
         fill_price = px_open * (1.0 + slip * torch.sign(traded))  # per-asset dtype
-        out += (fill_price, params.cost_rate * traded.abs() * fill_price)
-    return out
+        asset_cost = params.cost_rate * traded.abs() * fill_price
+    return StepCore(
+        t_mark, new_cash, new_shares, new_value, new_peak, step_count, new_a, new_b, _lcg_next(rng),
+        reward, terminated, truncated, done, cost, traded_notional, traded, pos_value, fill_price, asset_cost,
+    )  # fmt: skip
 
 
-def _core(params: EnvParams, compiled: bool) -> Callable[..., tuple[Tensor, ...]]:
+def _core(params: EnvParams, compiled: bool) -> Callable[..., StepCore]:
+    """The step core for ``params``: eager, or through ``torch.compile`` (once per process)."""
     if not compiled:
         return functools.partial(_step_core, params)
-    return cached(("step", params), lambda: functools.partial(_step_core, params), "envs.trading.step")
+    return compiled_partial(_step_core, params, "envs.trading.step")
 
 
 def step(
@@ -606,29 +527,36 @@ def step(
     *,
     validate: bool = True,
     compiled: bool = False,
-) -> tuple[EnvState, Tensor, Tensor, Tensor, Tensor, dict[str, Tensor]]:
+) -> StepResult:
     """One decision for every env. Pure: ``state`` is not modified.
 
-    Returns ``(state, obs, reward, terminated, truncated, info)``; see the module docstring.
-    ``validate=False`` skips the action checks (only for actions known to be finite and shaped
-    ``(N, A)``, e.g. a policy's output inside a benchmark). ``compiled=True`` takes the fast path
-    (:func:`step_backend` says which): on CPU the native C kernel of :mod:`envs.native` (accounting
-    and observation fused per env; it checks the actions' finiteness itself), else the accounting
-    through ``torch.compile`` (:mod:`envs.compiled`). Both equal eager to float rounding and fall
-    back (native to ``torch.compile``, that to eager) when they cannot run.
+    Returns a :class:`StepResult` ``(state, obs, reward, terminated, truncated, info)``; see the
+    module docstring. ``validate=False`` skips the action checks (only for actions known to be
+    finite and shaped ``(N, A)``, e.g. a policy's output inside a benchmark). ``compiled=True`` takes
+    the fast path (:func:`step_backend` says which): on CPU the native C kernel of
+    :mod:`envs.backends.native` (accounting and observation fused per env; it checks the actions'
+    finiteness itself), else the accounting through ``torch.compile`` (:mod:`envs.backends.compiled`).
+    Both equal eager to float rounding and fall back (native to ``torch.compile``, that to eager)
+    when they cannot run.
     """
     num_envs, num_assets = state.shares.shape
-    fn = _native_fn(market, params, state) if compiled else None
+    last_bar = last_decision_bar(market.num_steps, params)
+    fn = native.kernel(market, params, state) if compiled else None
+    core: StepCore | native.NativeStep
     if fn is not None:
         # The kernel checks the actions' finiteness itself (and raises below), so no extra pass.
         action = _action_tensor(action, num_envs, num_assets, state.device)
-        out = _step_native(fn, market, params, state, action.to(torch.float32).contiguous())
-        final_obs, any_done = out[17], out[18]
+        core = native.step(fn, market, params, state, action.to(torch.float32).contiguous(), last_bar)
+        if core.status == native.BAD_ACTION:
+            raise ActionError("action contains NaN or inf")
+        if core.status == native.BAD_BAR:
+            raise DataError(f"state.t has decision bars outside [0, {last_bar}]")
+        final_obs, any_done = core.obs, core.status > 0
     else:
         if validate:
             action = check_action(action, num_envs, num_assets, state.device, params.asset_dtype)
-        out = _core(params, compiled)(
-            last_decision_bar(market.num_steps, params),
+        core = _core(params, compiled)(
+            last_bar,
             state.t,
             state.cash,
             # (Compiled: inductor rejects a strided out= that a transposed holdings layout would
@@ -644,40 +572,38 @@ def step(
             market.open,
             market.close,
         )
-        final_obs = _observe(market, out[0], out[1], out[16], out[3])
+        final_obs = build_obs(market, core.t, core.cash, core.pos_value, core.value)
         any_done = None
-    t_mark, new_cash, new_shares, new_value, new_peak, step_count, new_a, new_b, rng = out[:9]
-    reward, terminated, truncated, done, cost, traded_notional, traded = out[9:16]
     info: dict[str, Tensor] = {
-        "cost": cost,
-        "traded_notional": traded_notional,
-        "value": new_value,
-        "final_value": new_value,
-        "shares_traded": traded,
-        "step_count": step_count,
+        "cost": core.cost,
+        "traded_notional": core.traded_notional,
+        "value": core.value,
+        "final_value": core.value,
+        "shares_traded": core.traded,
+        "step_count": core.step_count,
         "bar_t": state.t,
     }
-    if params.trade_info:
-        info["fill_price"], info["asset_cost"] = out[17], out[18]
+    if params.trade_info:  # (never native: see native.supports)
+        info["fill_price"], info["asset_cost"] = core.fill_price, core.asset_cost
     info["final_obs"] = final_obs
     new_state = EnvState(
-        t=t_mark,
-        cash=new_cash,
-        shares=new_shares,
-        value=new_value,
-        peak=new_peak,
-        step_count=step_count,
-        sharpe_a=new_a,
-        sharpe_b=new_b,
-        rng=rng,
+        t=core.t,
+        cash=core.cash,
+        shares=core.shares,
+        value=core.value,
+        peak=core.peak,
+        step_count=core.step_count,
+        sharpe_a=core.sharpe_a,
+        sharpe_b=core.sharpe_b,
+        rng=core.rng,
     )
     # Host branch: autoreset work (and a second observation) only on steps where some env is done.
-    if any_done if any_done is not None else bool(done.any()):
-        new_state, obs = _restart(market, params, new_state, done, final_obs.clone())
+    if any_done if any_done is not None else bool(core.done.any()):
+        new_state, obs = _restart(market, params, new_state, core.done, final_obs.clone())
     else:
         obs = final_obs
     info["t"] = new_state.t
-    return new_state, obs, reward, terminated, truncated, info
+    return StepResult(new_state, obs, core.reward, core.terminated, core.truncated, info)
 
 
 def step_backend(market: MarketData, params: EnvParams, state: EnvState, compiled: bool) -> str:
@@ -685,91 +611,9 @@ def step_backend(market: MarketData, params: EnvParams, state: EnvState, compile
     ``"torch.compile"`` (``"eager"`` too once compiling failed in this process)."""
     if not compiled:
         return "eager"
-    if _native_fn(market, params, state) is not None:
+    if native.kernel(market, params, state) is not None:
         return "native"
     return "torch.compile" if _core(params, True).active else "eager"
-
-
-_STATE_DTYPES = {
-    "t": torch.int64,
-    "cash": ACC_DTYPE,
-    "shares": torch.float32,
-    "value": ACC_DTYPE,
-    "peak": ACC_DTYPE,
-    "step_count": torch.int64,
-    "sharpe_a": ACC_DTYPE,
-    "sharpe_b": ACC_DTYPE,
-    "rng": torch.int64,
-}
-
-
-def _native_fn(market: MarketData, params: EnvParams, state: EnvState) -> Callable[..., int] | None:
-    """The native kernel (:mod:`envs.native`) if this step can run on it, else ``None``: the kernel
-    trusts shapes, dtypes, layouts and devices, so anything but the env's own layout (which the
-    torch path then accepts or rejects with its own error) goes to torch."""
-    if market.device.type != "cpu" or not native.supports(params, market, _obs_table(market)):
-        return None
-    num_envs = state.t.shape[0] if state.t.dim() == 1 else -1
-    for name, dtype in _STATE_DTYPES.items():
-        x = getattr(state, name)
-        shape = (num_envs, market.num_assets) if name == "shares" else (num_envs,)
-        if x.dtype != dtype or x.shape != shape or x.device.type != "cpu" or not x.is_contiguous():
-            return None
-    return native.library()
-
-
-@functools.lru_cache(maxsize=64)
-def _native_params(params: EnvParams) -> Tensor:
-    return native.params_vector(params)
-
-
-def _step_native(
-    fn: Callable[..., int], market: MarketData, params: EnvParams, state: EnvState, action: Tensor
-) -> tuple[Tensor | bool, ...]:
-    """:func:`_step_core` and the observation in one native call (:mod:`envs.native`). Returns
-    ``_step_core``'s first 16 outputs, then ``None`` (no per-asset trade info), the observation and
-    whether any env is done."""
-    num_envs, num_assets = state.shares.shape
-    table = _obs_table(market)
-    f64, i64 = ACC_DTYPE, torch.int64
-    t_mark, step_count, rng = (torch.empty(num_envs, dtype=i64) for _ in range(3))
-    cash, value, peak, new_a, new_b, cost, notional = (torch.empty(num_envs, dtype=f64) for _ in range(7))
-    terminated, truncated, done = (torch.empty(num_envs, dtype=torch.bool) for _ in range(3))
-    reward = torch.empty(num_envs, dtype=torch.float32)
-    shares, traded = torch.empty_like(state.shares), torch.empty_like(state.shares)
-    obs = torch.empty(num_envs, table.shape[1], dtype=torch.float32)
-    open_all, close_all = _native_prices(market)
-    code = fn(
-        num_envs,
-        num_assets,
-        table.shape[1],
-        market.num_features,
-        market.num_steps,
-        params.decision_interval,
-        last_decision_bar(market.num_steps, params),
-        params.episode_len,
-        native.ACTION_MODES[params.action_mode],
-        native.REWARD_MODES[params.reward],
-        _native_params(params).data_ptr(),
-        torch.get_num_threads(),
-        *(
-            x.data_ptr()
-            for x in (
-                state.t, state.cash, state.shares, state.value, state.peak, state.step_count,
-                state.sharpe_a, state.sharpe_b, state.rng, action, open_all, close_all, table,
-                t_mark, cash, shares, value, peak, step_count, new_a, new_b, rng, reward,
-                terminated, truncated, done, cost, notional, traded, obs,
-            )
-        ),
-    )  # fmt: skip
-    if code == -1:
-        raise ActionError("action contains NaN or inf")
-    if code == -2:
-        raise DataError(
-            f"state.t has decision bars outside [0, {last_decision_bar(market.num_steps, params)}]"
-        )
-    out = (t_mark, cash, shares, value, peak, step_count, new_a, new_b, rng)
-    return out + (reward, terminated, truncated, done, cost, notional, traded, None, obs, code > 0)
 
 
 def asset_prices(market: MarketData, params: EnvParams) -> tuple[Tensor, Tensor]:
@@ -777,6 +621,31 @@ def asset_prices(market: MarketData, params: EnvParams) -> tuple[Tensor, Tensor]
     once per run instead of one cast per price row and step; no copy when the dtypes agree)."""
     adt = params.asset_dtype
     return market.open.to(adt), market.close.to(adt)
+
+
+class BacktestCore(NamedTuple):
+    """What :func:`_backtest_core` computes (pre-reset), named as in :class:`StepCore`."""
+
+    t: Tensor  # (N,) the mark bar
+    cash: Tensor
+    shares: Tensor
+    value: Tensor
+    traded_notional: Tensor
+    traded: Tensor
+    pos_value: Tensor
+    terminated: Tensor
+    done: Tensor  # terminated, or out of data
+
+
+class BacktestStepResult(NamedTuple):
+    """What :func:`backtest_step` returns."""
+
+    state: EnvState
+    obs: Tensor
+    terminated: Tensor
+    value: Tensor
+    traded_notional: Tensor
+    shares_traded: Tensor
 
 
 def _backtest_core(
@@ -788,10 +657,8 @@ def _backtest_core(
     action: Tensor,
     open_all: Tensor,
     close_all: Tensor,
-) -> tuple[Tensor, ...]:
-    """The fill, mark and termination of :func:`backtest_step` as a pure function of tensors:
-    ``(t_mark, new_cash, new_shares, new_value, traded_notional, traded, pos_value, terminated,
-    done)``."""
+) -> BacktestCore:
+    """The fill, mark and termination of :func:`backtest_step` as a pure function of tensors."""
     t_fill = t + 1
     t_mark = t_fill if params.decision_interval == 1 else t + params.decision_interval
     # index_select always gathers into a fresh tensor, as _trade needs for the mark prices.
@@ -801,7 +668,9 @@ def _backtest_core(
     terminated = new_value < params.bust_frac * params.initial_cash
     # A restarted env can run out of data before the run ends: truncated (and restarted) as in step.
     done = terminated | (t_mark > last_bar)
-    return t_mark, new_cash, new_shares, new_value, traded_notional, traded, pos_value, terminated, done
+    return BacktestCore(
+        t_mark, new_cash, new_shares, new_value, traded_notional, traded, pos_value, terminated, done
+    )
 
 
 def backtest_step(
@@ -810,11 +679,12 @@ def backtest_step(
     state: EnvState,
     action: Tensor,
     prices: tuple[Tensor, Tensor],
-) -> tuple[EnvState, Tensor, Tensor, Tensor, Tensor, Tensor]:
+) -> BacktestStepResult:
     """:func:`step` for backtests, with only what a backtest uses: the same fill and mark (the same
     accounting function), observation and termination, without the reward and its state.
 
-    Returns ``(state, obs, terminated, value, traded_notional, shares_traded)``, bitwise equal to
+    Returns a :class:`BacktestStepResult` ``(state, obs, terminated, value, traded_notional,
+    shares_traded)``, bitwise equal to
     ``step``'s ``state.t/cash/shares/value``, ``obs``, ``terminated`` and ``info["value"]``,
     ``info["traded_notional"]``, ``info["shares_traded"]`` as long as no episode reaches
     ``episode_len`` (the caller sets it beyond the run). Terminated envs, and envs whose next
@@ -824,22 +694,20 @@ def backtest_step(
     checked ``(N, A)`` float tensor), and ``prices`` is :func:`asset_prices` of ``market`` and
     ``params``.
     """
-    t_mark, new_cash, new_shares, new_value, traded_notional, traded, pos_value, terminated, done = (
-        _backtest_core(
-            params,
-            last_decision_bar(market.num_steps, params),
-            state.t,
-            state.cash,
-            state.shares,
-            action,
-            *prices,
-        )
+    core = _backtest_core(
+        params,
+        last_decision_bar(market.num_steps, params),
+        state.t,
+        state.cash,
+        state.shares,
+        action,
+        *prices,
     )
-    obs = _observe(market, t_mark, new_cash, pos_value, new_value)
-    new_state = _advance(state, t_mark, new_cash, new_shares, new_value)
-    if bool(done.any()):
-        new_state, obs = _restart(market, params, new_state, done, obs.clone())
-    return new_state, obs, terminated, new_value, traded_notional, traded
+    obs = build_obs(market, core.t, core.cash, core.pos_value, core.value)
+    new_state = _advance(state, core.t, core.cash, core.shares, core.value)
+    if bool(core.done.any()):
+        new_state, obs = _restart(market, params, new_state, core.done, obs.clone())
+    return BacktestStepResult(new_state, obs, core.terminated, core.value, core.traded_notional, core.traded)
 
 
 def _advance(state: EnvState, t: Tensor, cash: Tensor, shares: Tensor, value: Tensor) -> EnvState:

@@ -16,7 +16,8 @@ from torch import Tensor
 
 from data.market import MarketData
 from envs import trading
-from envs.compiled import check_mode
+from envs.backends.compiled import check_mode
+from envs.observation import obs_dim
 from envs.trading import EnvParams, EnvState
 
 #: ``compile="auto"`` takes the fast step (native on CPU, torch.compile elsewhere) from this many envs on
@@ -76,7 +77,7 @@ class TradingVecEnv:
         self.num_envs = int(num_envs)
         self.num_assets = self.market.num_assets
         self.num_features = self.market.num_features
-        self.obs_dim = trading.obs_dim(self.num_assets, self.num_features)
+        self.obs_dim = obs_dim(self.num_assets, self.num_features)
         self.action_dim = self.num_assets
         self.single_observation_space = Box.uniform(-np.inf, np.inf, (self.obs_dim,))
         if self.params.action_mode == "weights":
@@ -90,7 +91,7 @@ class TradingVecEnv:
             shape=(self.num_envs, self.action_dim),
             dtype=np.dtype(np.float32),
         )
-        # The fast step (envs.native on CPU, envs.compiled elsewhere): "auto" takes it from
+        # The fast step (envs.backends.native on CPU, .compiled elsewhere): "auto" takes it from
         # COMPILE_MIN_ENVS envs on, where it measured faster than eager and its one-off build
         # repays itself (docs/env.md); smaller batches stay eager (bitwise the tested path).
         mode = check_mode(compile)

@@ -195,7 +195,8 @@ def write_real_backtest(
     from backtests.engine import run_backtest
     from backtests.report import write_report
     from data.toy import toy_market
-    from envs.trading import EnvParams, split_obs
+    from envs.observation import split_obs
+    from envs.trading import EnvParams
 
     num_features = 2
     market = toy_market(

@@ -1,4 +1,4 @@
-"""envs.compiled (torch.compile with an eager fallback), the compiled env step and the compiled
+"""envs.backends.compiled (torch.compile with an eager fallback), the compiled env step and the compiled
 backtest loop: equal to the eager paths up to float rounding, and the switches that choose them.
 
 Compiling costs seconds, so each compiled graph here is built once per session (one market shape,
@@ -18,8 +18,8 @@ from agents.policy import Policy, PolicyMeta
 from backtests import engine
 from data.toy import crashed, toy_market
 from envs import trading
+from envs.backends.compiled import Compiled, check_mode
 from envs.backtest_loop import BacktestLoop
-from envs.compiled import Compiled, check_mode
 from envs.trading import EnvParams
 from envs.vec_env import COMPILE_MIN_ENVS, TradingVecEnv
 
@@ -31,7 +31,7 @@ def test_compile_failure_falls_back_to_eager_once(caplog):
         return x - 1
 
     fn = Compiled(branchy, "branchy")
-    with caplog.at_level(logging.WARNING, logger="envs.compiled"):
+    with caplog.at_level(logging.WARNING, logger="envs.backends.compiled"):
         out = fn(torch.ones(3))
         again = fn(-torch.ones(3))
     assert torch.equal(out, torch.full((3,), 2.0)) and torch.equal(again, torch.full((3,), -2.0))

@@ -1,4 +1,4 @@
-"""Basic contract tests of envs.trading / envs.vec_env: shapes, validation, episodes, autoreset."""
+"""Basic contract tests of envs.trading / envs.observation / envs.vec_env: shapes, validation, episodes, autoreset."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ import torch
 
 from data.errors import DataError, PodracerError
 from data.toy import toy_market
-from envs import trading
-from envs.trading import EnvParams, obs_dim, split_obs
+from envs import observation, trading
+from envs.observation import obs_dim, split_obs
+from envs.trading import EnvParams
 from envs.vec_env import TradingVecEnv
 
 
@@ -160,10 +161,10 @@ def test_obs_without_template_table_is_identical(market, monkeypatch):
         return out
 
     with_table = run(market)
-    monkeypatch.setattr(trading, "OBS_TABLE_MAX_BYTES", 0)
+    monkeypatch.setattr(observation, "OBS_TABLE_MAX_BYTES", 0)
     # Same data in new tensors, so no cached table applies (the strided fallback is used).
     fresh = dataclasses.replace(market, features=market.features.clone())
-    assert trading._obs_table(fresh) is None
+    assert observation.obs_table(fresh) is None
     for a, b in zip(with_table, run(fresh), strict=True):
         assert torch.equal(a, b)
 

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from data.toy import toy_market
 from envs import trading
-from envs.trading import EnvParams, split_obs
+from envs.observation import split_obs
+from envs.trading import EnvParams
 
 
 def _run(market, params, num_envs, steps, seed=0, policy=None, start=None):

@@ -12,9 +12,11 @@ import pytest
 import torch
 from test_paper_support import DECISION_INTERVAL, make_run
 
+from app import export
 from app.cli import main
 from app.export import export_bundle, load_bundle, manifest_hash, sample_observations
 from data.errors import CheckpointError
+from envs import observation
 
 
 @pytest.fixture(scope="module")
@@ -165,6 +167,20 @@ def test_loading_a_bundle_does_not_import_torch(exported):
         "assert 'torch' not in sys.modules, 'torch imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_bundle_layout_is_the_env_observation_layout():
+    """app/export.py cannot import envs.observation (bundle loading stays torch-free): its copy of the
+    layout, and the sample observations it checks parity on, must be that module's."""
+    assert export.NUM_GLOBAL == observation.NUM_GLOBAL
+    obs = sample_observations(num_assets=3, num_features=4, num=16)
+    assert obs.shape == (16, observation.obs_dim(3, 4))
+    glob, per_asset = observation.split_obs(obs, 3, 4)
+    # Weights and cash on the simplex, time of day in [0, 1].
+    np.testing.assert_allclose(
+        glob[:, observation.CASH] + per_asset[..., observation.WEIGHT].sum(1), 1.0, rtol=1e-5
+    )
+    assert ((glob[:, observation.TIME_OF_DAY] >= 0) & (glob[:, observation.TIME_OF_DAY] <= 1)).all()
 
 
 def test_feature_spec_rebuilt_from_config_when_not_recorded(tmp_path):

@@ -1,4 +1,4 @@
-"""envs.native: the hand-written C step kernel equals the eager step up to float rounding, in every
+"""envs.backends.native: the hand-written C step kernel equals the eager step up to float rounding, in every
 action and reward mode; it raises on bad actions and bars; it is only taken where it applies; and a
 missing or failing compiler falls back to torch with a warning.
 """
@@ -13,7 +13,8 @@ import torch
 
 from data.errors import DataError
 from data.toy import crashed, toy_market
-from envs import native, trading
+from envs import trading
+from envs.backends import native
 from envs.reference import ReferenceEnv
 from envs.trading import ActionError, EnvParams
 
@@ -197,7 +198,7 @@ def test_failing_compiler_falls_back_with_one_warning(market, monkeypatch, tmp_p
     params = EnvParams(decision_interval=3, episode_len=4)
     state, _ = trading.reset(market, params, 6, torch.Generator().manual_seed(0))
     action = torch.full((6, market.num_assets), 0.1)
-    with caplog.at_level(logging.WARNING, logger="envs.native"):
+    with caplog.at_level(logging.WARNING, logger="envs.backends.native"):
         assert native.library() is None
         assert native.library() is None
     assert "false failed" in native.why_unavailable()

@@ -46,6 +46,7 @@ from app.paper.orders import Decision, PlannedOrder, RiskLimits, apply_limits, p
 from data.calendar import INTERVAL_MINUTES, align_panel, align_ticker, session_bounds, sessions_in_range
 from data.errors import DataError, PodracerError
 from data.features import latest_features
+from envs.observation import CASH, FEATURES, TIME_OF_DAY, WEIGHT, split_obs
 
 log = logging.getLogger(__name__)
 
@@ -173,11 +174,11 @@ def build_decision(
         raise DataError(f"account value {value:.2f} is not positive")
     weights = held_value / value
     obs = np.empty((1, bundle.obs_dim), dtype=np.float32)
-    obs[0, 0] = account.cash / value
-    obs[0, 1] = panel.grid.time_of_day[row]
-    per_asset = obs[0, 2:].reshape(num_assets, 1 + num_features)
-    per_asset[:, 0] = weights
-    per_asset[:, 1:] = features
+    glob, per_asset = split_obs(obs, num_assets, num_features)  # views of obs
+    glob[0, CASH] = account.cash / value
+    glob[0, TIME_OF_DAY] = panel.grid.time_of_day[row]
+    per_asset[0, :, WEIGHT] = weights
+    per_asset[0, :, FEATURES] = features
     return Decision(
         decision_ts=decision_ts,
         obs=obs,

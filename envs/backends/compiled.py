@@ -19,10 +19,14 @@ compiled call fails and the function runs eagerly from then on, with the warning
 
 If compiling fails (no compiler, an inductor error), the call runs eagerly, a warning says why once,
 and that function stays eager for the rest of the process.
+
+Nothing here knows the trading rules: :mod:`envs.trading` and :mod:`envs.backtest_loop` hand over
+their pure functions (:func:`compiled_partial`, :class:`Compiled`).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Callable
@@ -88,3 +92,9 @@ def cached(key: Any, make: Callable[[], Callable[..., Any]], name: str) -> Compi
         if found is None:
             found = _CACHE[key] = Compiled(make(), name)
         return found
+
+
+def compiled_partial(fn: Callable[..., Any], params: Any, name: str) -> Compiled:
+    """``functools.partial(fn, params)`` compiled once per process, ``fn`` and ``params`` (hashable),
+    e.g. ``envs.trading``'s step core for one ``EnvParams``."""
+    return cached((fn, params), lambda: functools.partial(fn, params), name)

@@ -1,11 +1,11 @@
-/* One training step of the trading env for a batch of envs, fused per env (see envs/native.py).
+/* One training step of the trading env for a batch of envs, fused per env (see envs/backends/native.py).
 
    Why by hand: the step is a few dependent passes over each env's (A,) row (size the orders, scale
    the buys, mark), then a copy of the observation row. torch (eager or inductor) runs each pass over
    the whole (N, A) batch, so every pass streams the batch through the cache again and pays its own
    loop and thread start; here one thread takes an env's rows through every pass while they sit in L1
    and writes its observation row right after. Semantics are envs/trading.py's _step_core followed by
-   _observe: float32 per-asset quantities, float64 accounting, every per-asset sum feeding the
+   envs/observation.py's build_obs: float32 per-asset quantities, float64 accounting, every per-asset sum feeding the
    accounting accumulated in float64. Sums run in another order than torch's (an OpenMP simd
    reduction), so results equal eager to float rounding, as torch.compile's do.
 
@@ -18,7 +18,7 @@
 #define TINY 1e-12
 #define SHARPE_VAR_EPS 1e-12
 
-/* Parameters, in this order, as doubles (envs/native.py packs them). */
+/* Parameters, in this order, as doubles (envs/backends/native.py packs them). */
 enum {
     P_INITIAL_CASH,
     P_COST_RATE,
@@ -227,7 +227,10 @@ int64_t podracer_step(
         cost_out[n] = rate * traded_notional;
         traded_notional_out[n] = traded_notional;
 
-        /* The observation: cash fraction and position weights over the template row. */
+        /* The observation: cash fraction and position weights over the template row. The layout is
+           envs/observation.py's (C cannot import it): the cash fraction in slot CASH = 0, the weights
+           at NUM_GLOBAL + a * (1 + F) + WEIGHT = 2 + a * stride; the rest comes from the template
+           row. tests/test_native.py pins these observations to observation.py's writer. */
         const double inv = 1.0 / clamp_min_d(new_value, TINY);
         const float inv_f = (float)inv;
         obs[0] = (float)(new_cash * inv);
