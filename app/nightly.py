@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import logging
 import math
 import os
@@ -41,6 +40,7 @@ from typing import Any
 
 from app.lock import ProcessLock
 from app.registry import Champion, Decision, current_champion, read_decisions, record_decision
+from app.runs import RunDir
 from data.errors import ConfigError, PodracerError
 
 log = logging.getLogger(__name__)
@@ -537,31 +537,13 @@ def warm_start_round(task: Any, ctx: Any, *, champion_dir: str, warm_pods: int) 
     return learner_round(task, ctx)
 
 
-def _merge_run_json(run_dir: Path, extra: Mapping[str, Any]) -> None:
-    from data.atomic import atomic_write_json
-
-    path = run_dir / "run.json"
-    data: dict[str, Any] = {}
-    if path.is_file():
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            data = {}
-    for key, value in extra.items():
-        if isinstance(value, Mapping) and isinstance(data.get(key), Mapping):
-            data[key] = {**data[key], **value}
-        else:
-            data[key] = value
-    atomic_write_json(path, data)
-
-
 def tournament_step(
     config: Any, home: Path, data: DataSnapshot, champion: Mapping[str, Any] | None
 ) -> ChallengerRun:
     """Step 2: a tournament on train/valid in a new run, warm-started from the champion."""
-    from agents.tournament.orchestrator import TournamentArgs, run_tournament
+    from agents.tournament.orchestrator import run_tournament
     from agents.tournament.pod import learner_round
-    from app.config import config_to_toml
+    from app.config import config_to_toml, to_tournament_args
 
     run_id = "nightly-" + time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     run_dir = home / "runs" / run_id
@@ -571,7 +553,7 @@ def tournament_step(
         suffix += 1
     run_id = run_dir.name
     splits = data.splits
-    args = TournamentArgs.from_mapping({**config.tournament.model_dump(), "algo": config.agent.algo})
+    args = to_tournament_args(config)
     round_fn: Any = learner_round
     warm_from = None
     if champion is not None and config.nightly.warm_start_pods > 0:
@@ -582,12 +564,10 @@ def tournament_step(
         )
         warm_from = str(champion["run_id"])
     run_dir.mkdir(parents=True)
-    _merge_run_json(
-        run_dir,
-        {
-            "windows": {k: list(v) for k, v in data.windows.items() if k != "full"},
-            "feature_spec": splits.full.feature_spec,
-        },
+    record = RunDir.at(run_dir)
+    record.update(
+        windows={k: list(v) for k, v in data.windows.items() if k != "full"},
+        feature_spec=splits.full.feature_spec,
     )
     result = run_tournament(
         run_dir,
@@ -600,11 +580,9 @@ def tournament_step(
         annualization=config.backtest.annualization,
         round_fn=round_fn,
         config_toml=config_to_toml(config),
+        on_status=record.on_status,
     )
-    _merge_run_json(
-        run_dir,
-        {"nightly": {"warm_started_from": warm_from, "warm_start_pods": config.nightly.warm_start_pods}},
-    )
+    record.update(nightly={"warm_started_from": warm_from, "warm_start_pods": config.nightly.warm_start_pods})
     if result.champion is None:
         raise PodracerError(f"tournament {run_id} produced no champion ({result.pods_failed} pods failed)")
     return ChallengerRun(
@@ -629,14 +607,14 @@ def evaluate_step(
     same bars, costs and fills), score both, and write the challenger run's ``backtest/`` report
     (the challenger as ``champion`` of its run, the incumbent as ``incumbent``)."""
     from agents.policy import Policy
-    from app.commands.backtest import check_policy_fits
-    from app.commands.train import env_params_from_config
+    from app.config import to_env_params
+    from app.workflows.evaluation import check_policy_fits
     from backtests import engine, report
     from data.errors import CheckpointError
 
     device = config.agent.device
     market = data.splits.test
-    params = env_params_from_config(config.env)
+    params = to_env_params(config.env)
     fitness = config.nightly.fitness or config.tournament.fitness
     annualization = config.backtest.annualization
     policies: dict[str, Any] = {"challenger": Policy.load(challenger.policy_dir, device=device)}

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from app.runs import RunDir, RunInfo
 from data.errors import PodracerError
 
 BACKTEST_DIR = "backtest"
@@ -98,15 +99,12 @@ def run_path(home: Path, run: str) -> Path:
     return path
 
 
-def read_run_info(run_dir: Path) -> dict[str, Any]:
-    """``<run>/run.json`` (ids, seeds, windows, pods tried), or ``{}`` when absent."""
-    path = Path(run_dir) / "run.json"
-    if not path.is_file():
-        return {}
-    data = _read_json(path)
-    if not isinstance(data, dict):
-        raise ArtifactCorrupt(f"{path}: expected a JSON object")
-    return data
+def read_run_info(run_dir: Path) -> RunInfo:
+    """The run record (ids, seeds, windows, pods tried, champion); every field empty when absent."""
+    try:
+        return RunDir.at(run_dir).info()
+    except PodracerError as err:
+        raise ArtifactCorrupt(str(err)) from None
 
 
 # --------------------------------------------------------------------------- backtest
