@@ -7,6 +7,10 @@ from pathlib import Path
 import typer
 
 from app import context
+from app.broker import AlpacaBroker
+from app.export import load_bundle
+from app.journal import Journal
+from app.paper import PaperOptions, RiskLimits, run_paper
 
 
 def paper(
@@ -28,11 +32,6 @@ def paper(
     whole_shares: bool = typer.Option(False, "--whole-shares", help="Round orders down to whole shares."),
 ) -> None:
     """Paper-trade an exported policy on Alpaca (keys from APCA_API_KEY_ID / APCA_API_SECRET_KEY)."""
-    from app.broker import AlpacaBroker
-    from app.export import load_bundle
-    from app.journal import Journal
-    from app.paper import PaperOptions, RiskLimits, run_paper
-
     limits = RiskLimits(
         max_order_notional=max_order_notional, max_weight=max_weight, daily_loss_limit=daily_loss_limit
     )

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import typer
 
-from app import context
+from app import context, nightly
+from app.config import load_config
 
 
 def retrain(
@@ -20,13 +21,10 @@ def retrain(
     json_out: bool = typer.Option(False, "--json", help="Print the decision as JSON."),
 ) -> None:
     """Retrain a challenger, compare it with the champion, promote it only if it is really better."""
-    from app.config import load_config
-    from app.nightly import run_retrain
-
     if home is not None:
         context.set_home(home)
     cfg = load_config(config)
-    outcome = run_retrain(cfg, context.home())
+    outcome = nightly.run_retrain(cfg, context.home())
     if json_out:
         typer.echo(json.dumps(outcome.to_dict(), sort_keys=True, default=str))
         return

@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import typer
 
-from app import context
-from app.schedule import DEFAULT_CRON, DEFAULT_TZ
+from app import context, nightly
+from app.config import load_config
+from app.schedule import (
+    DEFAULT_CRON,
+    DEFAULT_TZ,
+    cron_trigger,
+    crontab_text,
+    next_fire_times,
+    run_schedule,
+    systemd_text,
+    systemd_units,
+)
+from data.errors import ConfigError
 
 app = typer.Typer(
     help="Schedule nightly retraining (in-process APScheduler, or crontab/systemd text).",
@@ -34,10 +46,6 @@ def run(
     now: bool = typer.Option(False, "--now", help="Also run once immediately."),
 ) -> None:
     """Run `podracer retrain` on a cron schedule in this process (Ctrl-C stops)."""
-    from app.config import load_config
-    from app.nightly import run_retrain
-    from app.schedule import cron_trigger, next_fire_times, run_schedule
-
     if home is not None:
         context.set_home(home)
     home_dir = context.home()
@@ -45,9 +53,7 @@ def run(
     load_config(config)  # a bad config fails now, not at 02:00
 
     def job() -> Any:
-        return run_retrain(load_config(config), home_dir)
-
-    from datetime import UTC, datetime
+        return nightly.run_retrain(load_config(config), home_dir)  # looked up per run: tests patch it
 
     upcoming = next_fire_times(trigger, datetime.now(UTC), 3)
     context.err_console.print(
@@ -69,9 +75,6 @@ def print_(
     home: Path = typer.Option(None, "--home", help="Home directory [default: the global --home]."),
 ) -> None:
     """Print a crontab block or a systemd service + timer pair that runs `podracer retrain`."""
-    from app.schedule import crontab_text, systemd_text, systemd_units
-    from data.errors import ConfigError
-
     if home is not None:
         context.set_home(home)
     if config is not None and not config.is_file():

@@ -5,9 +5,9 @@ Every reader takes a path and returns plain data (dicts, DataFrames), or raises:
   says which command writes it;
 - ``ArtifactCorrupt``: the file exists but cannot be read; the page shows an error naming the file.
 
-The dashboard only ever reads: nothing here writes, locks or migrates a file. Readers of other
-stages' stores (tournament leaderboard, nightly registry, paper journal) are imported lazily, so
-the dashboard works, with an empty state, in a build where those stages are absent.
+The dashboard only ever reads: nothing here writes, locks or migrates a file. Other stages' stores
+(tournament leaderboard, nightly registry, paper journal) are read through those stages' own read
+helpers.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from agents.tournament import leaderboard as lb
+from app import journal, registry
 from app.runs import RunDir, RunInfo
 from data.errors import PodracerError
 
@@ -218,10 +220,6 @@ def read_tournament(run_dir: Path) -> TournamentData:
             "run `podracer train --tournament` to train a population of pods"
         )
     try:
-        from agents.tournament import leaderboard as lb
-    except ImportError as err:
-        raise ArtifactMissing(f"the tournament module is not available in this build ({err})") from err
-    try:
         return TournamentData(
             leaderboard=_frame(lb.read_leaderboard(run_dir)),
             events=_frame(lb.read_events(run_dir)),
@@ -241,10 +239,6 @@ def read_nightly(home: Path) -> tuple[pd.DataFrame, dict[str, Any] | None]:
             "(or schedule it with `podracer schedule run`)"
         )
     try:
-        from app import registry
-    except ImportError as err:
-        raise ArtifactMissing(f"the nightly registry module is not available in this build ({err})") from err
-    try:
         decisions = _frame(registry.read_decisions(home))
         champion = registry.current_champion(home)
     except PodracerError:
@@ -260,12 +254,6 @@ def read_paper(home: Path) -> dict[str, pd.DataFrame]:
         raise ArtifactMissing(
             "no paper trading yet: export a bundle (`podracer export RUN`) then run `podracer paper`"
         )
-    try:
-        from app import journal
-    except ImportError as err:
-        raise ArtifactMissing(
-            f"the paper-trading journal module is not available in this build ({err})"
-        ) from err
     try:
         tables = journal.read_journal(home)
     except PodracerError:

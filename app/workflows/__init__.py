@@ -1,1 +1,1 @@
-"""Application workflows: typed inputs in, results out, no printing (``app.commands`` render them)."""
+"""Application workflows: typed inputs in, results out, no printing (the CLI's commands render them)."""
