@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from agents.ppo import PPOArgs
 from agents.sac import SACArgs
 from agents.tournament.orchestrator import TournamentArgs
+from data.atomic import atomic_write_bytes
 from data.errors import ConfigError
 from envs.trading import EnvParams
 
@@ -241,8 +242,6 @@ def config_to_toml(config: Config) -> str:
 
 def write_config(config: Config, path: str | os.PathLike[str]) -> Path:
     """Write the resolved config atomically (temp file + rename)."""
-    from data.atomic import atomic_write_bytes
-
     path = Path(path)
     atomic_write_bytes(path, config_to_toml(config).encode("utf-8"))
     return path
