@@ -71,7 +71,7 @@ class ChampionInfo:
             generation=_int(value.get("generation")),
             env_steps=_int(value.get("env_steps")),
             hparams=dict(hparams) if isinstance(hparams, Mapping) else {},
-            source_checkpoint=value.get("source_checkpoint"),
+            source_checkpoint=_str(value.get("source_checkpoint")),
         )
 
 
@@ -138,7 +138,9 @@ class RunInfo:
                 error=_str(raw.get("error")),
                 env_steps=_int(raw.get("env_steps")),
                 updates=_int(raw.get("updates")),
-                stopped_by_callback=raw.get("stopped_by_callback"),
+                stopped_by_callback=None
+                if raw.get("stopped_by_callback") is None
+                else bool(raw["stopped_by_callback"]),
                 pods_tried=_int(raw.get("pods_tried")),
                 pods_failed=_int(raw.get("pods_failed")),
                 trial_sharpes=tuple(float(s) for s in raw.get("trial_sharpes") or () if s is not None),
