@@ -8,6 +8,7 @@ seeds included, into every run directory.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import tomllib
 from pathlib import Path
@@ -16,7 +17,12 @@ from typing import Any, Literal, get_args
 import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from agents.ppo import PPOArgs
+from agents.sac import SACArgs
+from agents.tournament.orchestrator import TournamentArgs
+from data.atomic import atomic_write_bytes
 from data.errors import ConfigError
+from envs.trading import EnvParams
 
 # TOML has no null: an optional field whose default is not None (``tournament.budget_steps``) is
 # written as the string "none" when it is None, and read back as None, so a run's config.toml
@@ -236,8 +242,26 @@ def config_to_toml(config: Config) -> str:
 
 def write_config(config: Config, path: str | os.PathLike[str]) -> Path:
     """Write the resolved config atomically (temp file + rename)."""
-    from data.atomic import atomic_write_bytes
-
     path = Path(path)
     atomic_write_bytes(path, config_to_toml(config).encode("utf-8"))
     return path
+
+
+# --- the one mapping from the TOML sections to the learner / env / tournament dataclasses -------------
+def to_env_params(env_config: EnvConfig) -> EnvParams:
+    """``envs.trading.EnvParams`` from the ``[env]`` section (``num_envs`` is not a param)."""
+    names = {f.name for f in dataclasses.fields(EnvParams)}
+    return EnvParams(**{k: v for k, v in env_config.model_dump().items() if k in names})
+
+
+def to_learner_args(config: Config) -> PPOArgs | SACArgs:
+    """``PPOArgs`` or ``SACArgs`` from the ``[agent]`` section (fields matched by name)."""
+    agent = config.agent
+    args_type = PPOArgs if agent.algo == "ppo" else SACArgs
+    names = {f.name for f in dataclasses.fields(args_type)}
+    return args_type(**{k: v for k, v in agent.model_dump().items() if k in names})
+
+
+def to_tournament_args(config: Config) -> TournamentArgs:
+    """``TournamentArgs`` from the ``[tournament]`` section (the learner from ``agent.algo``)."""
+    return TournamentArgs.from_mapping({**config.tournament.model_dump(), "algo": config.agent.algo})

@@ -38,8 +38,9 @@ from typing import Any
 
 import numpy as np
 
+from app.runs import RunDir
 from data.atomic import atomic_write_json, replace_dir
-from data.errors import CheckpointError
+from data.errors import CheckpointError, PodracerError
 
 log = logging.getLogger(__name__)
 
@@ -275,7 +276,10 @@ def export_bundle(
         raise CheckpointError(f"no policy at {policy_dir} ({'pod ' + pod if pod else 'champion'} not found)")
     policy = Policy.load(policy_dir, device="cpu")
     config = load_config(run_dir / "config.toml" if (run_dir / "config.toml").is_file() else None)
-    run_info = _read_json(run_dir / "run.json")
+    try:
+        run_info = RunDir.at(run_dir).read()
+    except PodracerError as err:
+        raise CheckpointError(str(err)) from None
     spec, windows = _feature_spec(run_dir, run_info, config, home)
     try:
         check_spec(spec)

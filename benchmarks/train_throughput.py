@@ -23,18 +23,17 @@ import time
 
 import torch
 
+from agents.networks import flops_per_sample, num_parameters
+from agents.ppo import PPOArgs, train
+from app.config import Config, to_env_params
+from data.loader import synthetic_market
+from envs.vec_env import TradingVecEnv
+
 
 def measure(num_envs: int, num_assets: int, sessions: int, updates: int, device: str, seed: int = 0) -> dict:
-    from agents.networks import flops_per_sample, num_parameters
-    from agents.ppo import PPOArgs, train
-    from app.commands.train import env_params_from_config
-    from app.config import Config
-    from data.loader import synthetic_market
-    from envs.vec_env import TradingVecEnv
-
     config = Config()
     market = synthetic_market(num_tickers=num_assets, num_sessions=sessions, seed=seed, device=device).train
-    params = env_params_from_config(config.env)
+    params = to_env_params(config.env)
     env = TradingVecEnv(market, params, num_envs=num_envs, device=device, seed=seed)
     fields = {
         "learning_rate",

@@ -51,7 +51,7 @@ class MarketSplits:
         )
 
     def windows(self) -> dict[str, tuple[str, str]]:
-        """First and last session date of each window (for run.json / reports)."""
+        """First and last session date of each window (for the run record / reports)."""
         return {name: getattr(self, name).date_range() for name in ("train", "valid", "test")}
 
 

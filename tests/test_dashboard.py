@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 from dashboard_fixture import make_run, write_backtest, write_real_backtest
 
-from app.commands import dashboard as cmd
 from app.dashboard import artifacts, charts, views
+from app.dashboard import launch as cmd
 
 # --------------------------------------------------------------------------- artifacts
 

@@ -16,7 +16,7 @@ from streamlit.testing.v1 import AppTest
 
 from app.dashboard import views
 
-APP = str(Path(__file__).resolve().parent.parent / "app" / "dashboard" / "app.py")
+APP = str(Path(__file__).resolve().parent.parent / "app" / "dashboard" / "streamlit_app.py")
 PAGES = ["overview", "tournament", "training", "positions", "nightly", "paper"]
 
 

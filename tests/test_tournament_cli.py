@@ -168,7 +168,7 @@ def test_cli_kill_dash_nine_then_resume(home, config):
 def test_live_view_renders_pool_and_leaderboard():
     from rich.console import Console
 
-    from app.commands.train import render_tournament
+    from app.render import render_tournament
 
     snap = {
         "run_id": "r1",
@@ -208,8 +208,9 @@ def test_live_view_renders_pool_and_leaderboard():
 
 
 def test_one_budget_on_the_command_line_replaces_both():
-    from app.commands.train import _tournament_overrides, tournament_args_from_config
+    from app.commands.train import _tournament_overrides
     from app.config import Config
+    from app.config import to_tournament_args as tournament_args_from_config
 
     minutes = _tournament_overrides(None, None, 5.0, None, None, None)
     assert minutes == {"budget_minutes": 5.0, "budget_steps": None}

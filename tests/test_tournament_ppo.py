@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
+from test_tournament_run import run_tournament
 
 from agents.policy import Checkpoint, Policy
 from agents.tournament.leaderboard import read_leaderboard, read_pods
-from agents.tournament.orchestrator import TournamentArgs, run_tournament
+from agents.tournament.orchestrator import TournamentArgs
 from data.market import MarketData
 from data.toy import toy_market
 

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from agents.tournament.leaderboard import read_events, read_leaderboard, read_pods
-from agents.tournament.orchestrator import TournamentArgs, run_tournament
+from agents.tournament.orchestrator import TournamentArgs
 from data.toy import toy_market
 
 TESTS = Path(__file__).resolve().parent
@@ -22,9 +22,9 @@ SCRIPT = textwrap.dedent(
     """
     import sys
     sys.path.insert(0, {tests!r})
-    from test_tournament_run import fake_round
+    from test_tournament_run import fake_round, run_tournament
     from test_tournament_resume import windows
-    from agents.tournament.orchestrator import TournamentArgs, run_tournament
+    from agents.tournament.orchestrator import TournamentArgs
     train, valid = windows()
     run_tournament({run!r}, train, valid, args=TournamentArgs(**{args!r}), round_fn=fake_round,
                    agent={{"sleep": 0.15, "record_pid": True}})
@@ -89,7 +89,7 @@ def test_kill_dash_nine_then_resume_loses_nothing(tmp_path):
         time.sleep(0.2)
     assert not any(_alive(p) for p in pids)
 
-    from test_tournament_run import fake_round
+    from test_tournament_run import fake_round, run_tournament
 
     train, valid = windows()
     args = TournamentArgs(**{**ARGS, "workers": 0})

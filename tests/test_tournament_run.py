@@ -18,10 +18,18 @@ import pytest
 
 from agents.tournament.backends import InlineBackend, ProcessBackend
 from agents.tournament.leaderboard import read_events, read_leaderboard, read_pods
-from agents.tournament.orchestrator import TournamentArgs, run_tournament
+from agents.tournament.orchestrator import TournamentArgs
+from agents.tournament.orchestrator import run_tournament as orchestrate
 from agents.tournament.pod import PodOutcome
+from app.runs import RunDir
 from data.errors import PodracerError
 from data.toy import toy_market
+
+
+def run_tournament(run_dir, *args, **kwargs):
+    """The orchestrator with the run record kept as the training workflow keeps it (``on_status``)."""
+    return orchestrate(run_dir, *args, on_status=RunDir.at(run_dir).on_status, **kwargs)
+
 
 BEST_LR = 3e-4
 

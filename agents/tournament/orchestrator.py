@@ -4,8 +4,8 @@ Loop: while budget remains and the backend has room, the generator makes a pod (
 child of a leaderboard entry) and the backend runs its round; as soon as *any* pod finishes, the
 updater records it (scored → inserted/rejected, or failed) and a replacement is launched: no pod
 ever waits for the others. At the end the champion (best entry) is copied to ``<run>/champion/``
-and ``<run>/run.json`` records the pods tried and their validation Sharpes (the backtest's deflated
-Sharpe needs them).
+and the caller's ``on_status`` hook gets the run's status: the pods tried and their validation
+Sharpes (the backtest's deflated Sharpe needs them); the application records it in the run folder.
 
 The tournament receives only the train and valid windows: the test window is not an argument
 anywhere in this package, so no pod, score or selection can depend on it.
@@ -35,14 +35,13 @@ from agents.tournament.leaderboard import FILENAME, Leaderboard
 from agents.tournament.pod import PodOutcome, PodTask, RoundContext, RoundError, RoundFn, learner_round
 from agents.tournament.search_space import SearchSpace, default_search_space
 from agents.tournament.updater import FITNESS, Updater
-from data.atomic import atomic_write_json, atomic_write_text
+from data.atomic import atomic_write_text
 from data.errors import CheckpointError, ConfigError, PodracerError
 from data.market import MarketData
 
 log = logging.getLogger(__name__)
 
 CHAMPION_FILES = ("policy.safetensors", "spec.json")
-RUN_JSON = "run.json"
 
 
 @dataclass(frozen=True)
@@ -141,13 +140,17 @@ def run_tournament(
     config_toml: str | None = None,
     resume: bool = False,
     on_progress: Callable[[dict[str, Any]], None] | None = None,
+    on_status: Callable[[dict[str, Any]], None] | None = None,
 ) -> TournamentResult:
     """Run (or resume) a tournament in ``run_dir``; see the module docstring.
 
     ``env`` holds ``envs.trading.EnvParams`` fields plus ``num_envs``; ``agent`` the learner's base
     arguments (each pod's sampled hyper-parameters override them). ``config_toml`` (the caller's
     resolved config) is written to ``<run>/config.toml`` on a fresh run. ``on_progress`` gets a
-    snapshot dict after every change (the CLI's live table).
+    snapshot dict after every change (the CLI's live table). ``on_status`` gets the run's status
+    fields when the run starts (``running``), stops on an error (``interrupted``) and ends (``done``,
+    with the champion); mappings in them (``windows``) are meant to be merged one level deep into
+    what the caller recorded before (the test window's dates).
     """
     run_dir = Path(run_dir)
     _check_windows(train, valid)
@@ -185,7 +188,7 @@ def run_tournament(
         )
     else:
         board.set_meta("args", asdict(args))
-    _write_run_json(run_dir, board, args, train, valid, status="running")
+    _report_status(run_dir, board, args, train, valid, on_status, status="running")
 
     backend = backend or make_backend(args.backend, workers=args.workers, address=args.address)
     session = _Session(run_dir, board, args, space, backend, on_progress)
@@ -194,12 +197,12 @@ def run_tournament(
         session.loop()
     except BaseException:
         backend.close(abort=True)
-        _write_run_json(run_dir, board, args, train, valid, status="interrupted")
+        _report_status(run_dir, board, args, train, valid, on_status, status="interrupted")
         board.close()
         raise
     backend.close()
     champion = _copy_champion(run_dir, board)
-    result = _write_run_json(run_dir, board, args, train, valid, status="done", champion=champion)
+    result = _report_status(run_dir, board, args, train, valid, on_status, status="done", champion=champion)
     board.close()
     return result
 
@@ -380,54 +383,42 @@ def _copy_champion(run_dir: Path, board: Leaderboard) -> dict[str, Any] | None:
     }
 
 
-def _write_run_json(
+def _report_status(
     run_dir: Path,
     board: Leaderboard,
     args: TournamentArgs,
     train: MarketData,
     valid: MarketData,
+    on_status: Callable[[dict[str, Any]], None] | None,
     *,
     status: str,
     champion: dict[str, Any] | None = None,
 ) -> TournamentResult:
-    """Merge the tournament's keys into ``<run>/run.json`` (other stages add their own keys)."""
-    import json
-
+    """The tournament's status fields, handed to ``on_status`` (other stages record their own keys)."""
     pods = board.pods()
     scored = [p for p in pods if p["score"] is not None]
     sharpes = [float((p["metrics"] or {}).get("sharpe_ratio") or 0.0) for p in scored]
     failed = sum(1 for p in pods if p["status"] == "failed")
-    path = run_dir / RUN_JSON
-    data: dict[str, Any] = {}
-    if path.is_file():
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            data = {}  # written atomically, so this is a foreign file: ours replaces it
-    data.update(
-        {
-            "run_id": run_dir.name,
-            "kind": "tournament",
-            "status": status,
-            "seed": args.seed,
-            "tournament": asdict(args),
-            # Merged, not replaced: the caller may have recorded the test window's dates (never its bars).
-            "windows": {
-                **(data.get("windows") or {}),
-                "train": list(train.date_range()),
-                "valid": list(valid.date_range()),
-            },
-            "tickers": list(train.tickers),
-            "pods_tried": len(scored),
-            "pods_failed": failed,
-            "trial_sharpes": sharpes,
-            "env_steps": board.env_steps_spent(),
-            "updated": time.time(),
-        }
-    )
+    fields: dict[str, Any] = {
+        "run_id": run_dir.name,
+        "kind": "tournament",
+        "status": status,
+        "seed": args.seed,
+        "tournament": asdict(args),
+        # Merged by the recorder, not replaced: the caller may have recorded the test window's dates
+        # (never its bars).
+        "windows": {"train": list(train.date_range()), "valid": list(valid.date_range())},
+        "tickers": list(train.tickers),
+        "pods_tried": len(scored),
+        "pods_failed": failed,
+        "trial_sharpes": sharpes,
+        "env_steps": board.env_steps_spent(),
+        "updated": time.time(),
+    }
     if champion is not None:
-        data["champion"] = champion
-    atomic_write_json(path, data)
+        fields["champion"] = champion
+    if on_status is not None:
+        on_status(fields)
     return TournamentResult(
         run_id=run_dir.name,
         run_dir=run_dir,

@@ -45,7 +45,7 @@ def score_policy(
     """Backtest ``policy`` deterministically on ``valid``; return ``(score, metrics)``.
 
     ``metrics`` holds the summary metrics of the daily returns (floats or None), so the Sharpe of
-    every pod is recorded whatever the fitness (``run.json``'s ``trial_sharpes`` needs it).
+    every pod is recorded whatever the fitness (the run record's ``trial_sharpes`` needs it).
     """
     from backtests import engine
 

@@ -9,6 +9,11 @@ import typer
 from rich.table import Table
 
 from app import context
+from data.errors import DataError
+from data.sources import fetch_bars
+from data.sources.csv import import_files
+from data.store import BarStore
+from data.synthetic import SyntheticSpec, write_synthetic
 
 app = typer.Typer(help="Market data: synthesize, import, fetch, inspect.", no_args_is_help=True)
 
@@ -46,8 +51,6 @@ def synth(
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Generate synthetic minute bars (planted signal, see docs/data.md) into the store."""
-    from data.synthetic import SyntheticSpec, write_synthetic
-
     spec = SyntheticSpec(num_tickers=tickers, num_sessions=sessions, seed=seed, signal=signal, start=start)
     with context.err_console.status(f"generating {tickers} tickers x {sessions} sessions"):
         report = write_synthetic(context.home(), spec)
@@ -69,8 +72,6 @@ def import_(
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Validate, align and store CSV bars (all or nothing: a bad row stores nothing)."""
-    from data.sources.csv import import_files
-
     with context.err_console.status(f"importing {len(files)} file(s)"):
         report = import_files(
             files, context.home(), interval=interval, adjust=adjust, extended_hours=extended_hours
@@ -89,10 +90,6 @@ def fetch(
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Download bars from yfinance or Alpaca into the store (Alpaca keys: APCA_API_KEY_ID/APCA_API_SECRET_KEY)."""
-    from data.errors import DataError
-    from data.sources import fetch_bars
-    from data.store import BarStore
-
     names = [t.strip().upper() for item in tickers for t in item.split(",") if t.strip()]
     if source not in ("yfinance", "alpaca"):
         raise DataError(f"unknown source {source!r} (yfinance or alpaca)")
@@ -105,8 +102,6 @@ def fetch(
 @app.command("info")
 def info(as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON.")) -> None:
     """Summarize the store: tickers, interval, sessions, date range, rows, gaps filled."""
-    from data.store import BarStore
-
     summary = BarStore(context.home()).info()
     if as_json:
         typer.echo(json.dumps(summary, indent=2, sort_keys=True))

@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from app import context
+from app.export import export_bundle, load_bundle, resolve_run_dir
 from data.errors import ConfigError
 
 
@@ -23,8 +24,6 @@ def export(
     ),
 ) -> None:
     """Export a trained policy to an onnxruntime bundle (policy.onnx + manifest.json), parity-checked."""
-    from app.export import export_bundle, load_bundle, resolve_run_dir
-
     if fmt != "onnx":
         raise ConfigError(f"--format {fmt!r} is not supported (onnx)")
     run_dir = resolve_run_dir(run, context.home())

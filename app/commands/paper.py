@@ -7,6 +7,11 @@ from pathlib import Path
 import typer
 
 from app import context
+from app.export import load_bundle
+from app.paper.broker import AlpacaBroker
+from app.paper.cycle import PaperOptions, run_paper
+from app.paper.journal import Journal
+from app.paper.orders import RiskLimits
 
 
 def paper(
@@ -28,12 +33,6 @@ def paper(
     whole_shares: bool = typer.Option(False, "--whole-shares", help="Round orders down to whole shares."),
 ) -> None:
     """Paper-trade an exported policy on Alpaca (keys from APCA_API_KEY_ID / APCA_API_SECRET_KEY)."""
-    from app.export import load_bundle
-    from app.paper.broker import AlpacaBroker
-    from app.paper.cycle import PaperOptions, run_paper
-    from app.paper.journal import Journal
-    from app.paper.orders import RiskLimits
-
     limits = RiskLimits(
         max_order_notional=max_order_notional, max_weight=max_weight, daily_loss_limit=daily_loss_limit
     )

@@ -1,4 +1,4 @@
-"""`podracer retrain --config FILE [--home H] [--json]`: one nightly retrain (see app/nightly.py).
+"""`podracer retrain --config FILE [--home H] [--json]`: one nightly retrain (see app/nightly/pipeline.py).
 
 Exit status: 0 when a decision was taken (promoted or rejected), 1 when a step failed (the previous
 champion stays), 2 for a bad config, 75 when another retrain holds ``<home>/retrain.lock``.
@@ -12,6 +12,8 @@ from pathlib import Path
 import typer
 
 from app import context
+from app.config import load_config
+from app.nightly import pipeline
 
 
 def retrain(
@@ -20,13 +22,10 @@ def retrain(
     json_out: bool = typer.Option(False, "--json", help="Print the decision as JSON."),
 ) -> None:
     """Retrain a challenger, compare it with the champion, promote it only if it is really better."""
-    from app.config import load_config
-    from app.nightly.pipeline import run_retrain
-
     if home is not None:
         context.set_home(home)
     cfg = load_config(config)
-    outcome = run_retrain(cfg, context.home())
+    outcome = pipeline.run_retrain(cfg, context.home())
     if json_out:
         typer.echo(json.dumps(outcome.to_dict(), sort_keys=True, default=str))
         return

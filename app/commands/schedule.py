@@ -2,13 +2,26 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import typer
 
 from app import context
-from app.nightly.schedule import DEFAULT_CRON, DEFAULT_TZ
+from app.config import load_config
+from app.nightly import pipeline
+from app.nightly.schedule import (
+    DEFAULT_CRON,
+    DEFAULT_TZ,
+    cron_trigger,
+    crontab_text,
+    next_fire_times,
+    run_schedule,
+    systemd_text,
+    systemd_units,
+)
+from data.errors import ConfigError
 
 app = typer.Typer(
     help="Schedule nightly retraining (in-process APScheduler, or crontab/systemd text).",
@@ -34,10 +47,6 @@ def run(
     now: bool = typer.Option(False, "--now", help="Also run once immediately."),
 ) -> None:
     """Run `podracer retrain` on a cron schedule in this process (Ctrl-C stops)."""
-    from app.config import load_config
-    from app.nightly.pipeline import run_retrain
-    from app.nightly.schedule import cron_trigger, next_fire_times, run_schedule
-
     if home is not None:
         context.set_home(home)
     home_dir = context.home()
@@ -45,9 +54,7 @@ def run(
     load_config(config)  # a bad config fails now, not at 02:00
 
     def job() -> Any:
-        return run_retrain(load_config(config), home_dir)
-
-    from datetime import UTC, datetime
+        return pipeline.run_retrain(load_config(config), home_dir)  # looked up per run: tests patch it
 
     upcoming = next_fire_times(trigger, datetime.now(UTC), 3)
     context.err_console.print(
@@ -69,9 +76,6 @@ def print_(
     home: Path = typer.Option(None, "--home", help="Home directory [default: the global --home]."),
 ) -> None:
     """Print a crontab block or a systemd service + timer pair that runs `podracer retrain`."""
-    from app.nightly.schedule import crontab_text, systemd_text, systemd_units
-    from data.errors import ConfigError
-
     if home is not None:
         context.set_home(home)
     if config is not None and not config.is_file():

@@ -5,9 +5,9 @@ Every reader takes a path and returns plain data (dicts, DataFrames), or raises:
   says which command writes it;
 - ``ArtifactCorrupt``: the file exists but cannot be read; the page shows an error naming the file.
 
-The dashboard only ever reads: nothing here writes, locks or migrates a file. Readers of other
-stages' stores (tournament leaderboard, nightly registry, paper journal) are imported lazily, so
-the dashboard works, with an empty state, in a build where those stages are absent.
+The dashboard only ever reads: nothing here writes, locks or migrates a file. Other stages' stores
+(tournament leaderboard, nightly registry, paper journal) are read through those stages' own read
+helpers.
 """
 
 from __future__ import annotations
@@ -22,6 +22,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from agents.tournament import leaderboard as lb
+from app.nightly import registry
+from app.paper import journal
+from app.runs import RunDir, RunInfo
 from data.errors import PodracerError
 
 BACKTEST_DIR = "backtest"
@@ -98,15 +102,12 @@ def run_path(home: Path, run: str) -> Path:
     return path
 
 
-def read_run_info(run_dir: Path) -> dict[str, Any]:
-    """``<run>/run.json`` (ids, seeds, windows, pods tried), or ``{}`` when absent."""
-    path = Path(run_dir) / "run.json"
-    if not path.is_file():
-        return {}
-    data = _read_json(path)
-    if not isinstance(data, dict):
-        raise ArtifactCorrupt(f"{path}: expected a JSON object")
-    return data
+def read_run_info(run_dir: Path) -> RunInfo:
+    """The run record (ids, seeds, windows, pods tried, champion); every field empty when absent."""
+    try:
+        return RunDir.at(run_dir).info()
+    except PodracerError as err:
+        raise ArtifactCorrupt(str(err)) from None
 
 
 # --------------------------------------------------------------------------- backtest
@@ -220,10 +221,6 @@ def read_tournament(run_dir: Path) -> TournamentData:
             "run `podracer train --tournament` to train a population of pods"
         )
     try:
-        from agents.tournament import leaderboard as lb
-    except ImportError as err:
-        raise ArtifactMissing(f"the tournament module is not available in this build ({err})") from err
-    try:
         return TournamentData(
             leaderboard=_frame(lb.read_leaderboard(run_dir)),
             events=_frame(lb.read_events(run_dir)),
@@ -236,16 +233,12 @@ def read_tournament(run_dir: Path) -> TournamentData:
 
 
 def read_nightly(home: Path) -> tuple[pd.DataFrame, dict[str, Any] | None]:
-    """Promotion decisions (oldest first) and the current champion, via ``app.registry``."""
+    """Promotion decisions (oldest first) and the current champion, via ``app.nightly.registry``."""
     if not (Path(home) / "registry.sqlite").is_file():
         raise ArtifactMissing(
             "no nightly retrain yet: run `podracer retrain --config FILE` "
             "(or schedule it with `podracer schedule run`)"
         )
-    try:
-        from app.nightly import registry
-    except ImportError as err:
-        raise ArtifactMissing(f"the nightly registry module is not available in this build ({err})") from err
     try:
         decisions = _frame(registry.read_decisions(home))
         champion = registry.current_champion(home)
@@ -257,17 +250,11 @@ def read_nightly(home: Path) -> tuple[pd.DataFrame, dict[str, Any] | None]:
 
 
 def read_paper(home: Path) -> dict[str, pd.DataFrame]:
-    """Paper-trading journal tables (orders, fills, positions, decisions, pnl) via ``app.journal``."""
+    """Paper-trading journal tables (orders, fills, positions, decisions, pnl) via ``app.paper.journal``."""
     if not (Path(home) / "paper" / "journal.sqlite").is_file():
         raise ArtifactMissing(
             "no paper trading yet: export a bundle (`podracer export RUN`) then run `podracer paper`"
         )
-    try:
-        from app.paper import journal
-    except ImportError as err:
-        raise ArtifactMissing(
-            f"the paper-trading journal module is not available in this build ({err})"
-        ) from err
     try:
         tables = journal.read_journal(home)
     except PodracerError:

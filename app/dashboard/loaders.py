@@ -17,6 +17,7 @@ import pandas as pd
 import streamlit as st
 
 from app.dashboard import artifacts
+from app.runs import RunDir, RunInfo
 
 # Entries kept per loader; a handful of runs is what a person flips between.
 _MAX_ENTRIES = 16
@@ -120,13 +121,13 @@ def _tournament(run_dir: str, sig: tuple) -> artifacts.TournamentData:
     return artifacts.read_tournament(Path(run_dir))
 
 
-def run_info(run_dir: Path) -> dict[str, Any]:
-    """``run.json`` or ``{}`` (cached until the file changes)."""
-    return _run_info(str(run_dir), signature(Path(run_dir) / "run.json"))
+def run_info(run_dir: Path) -> RunInfo:
+    """The run record (cached until the file changes)."""
+    return _run_info(str(run_dir), signature(RunDir.at(run_dir).record))
 
 
 @st.cache_data(max_entries=_MAX_ENTRIES, show_spinner=False)
-def _run_info(run_dir: str, sig: tuple) -> dict[str, Any]:
+def _run_info(run_dir: str, sig: tuple) -> RunInfo:
     return artifacts.read_run_info(Path(run_dir))
 
 

@@ -1,6 +1,6 @@
 """Process entry of the dashboard server: ``python -m app.dashboard.serve [streamlit run options]``.
 
-Equivalent to ``streamlit run app/dashboard/app.py [options]``, except that the heavy imports
+Equivalent to ``streamlit run app/dashboard/streamlit_app.py [options]``, except that the heavy imports
 (pandas, pyarrow, plotly and its validators) happen once at server start instead of during the
 first visitor's page load: on a 2-core machine that is about a second of the first render.
 """
@@ -8,9 +8,9 @@ first visitor's page load: on a 2-core machine that is about a second of the fir
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
-APP_PATH = Path(__file__).resolve().parent / "app.py"
+from app.dashboard import artifacts, charts, views  # noqa: F401 - loaded once, at server start
+from app.dashboard.launch import APP_PATH
 
 
 def warm_up() -> None:
@@ -18,8 +18,6 @@ def warm_up() -> None:
     import pandas as pd
     import plotly.graph_objects as go
     import pyarrow.parquet  # noqa: F401 - imported for its side effect: loaded once
-
-    from app.dashboard import artifacts, charts, views  # noqa: F401
 
     stamps = pd.date_range("2024-01-02", periods=4, freq="D", tz="UTC")
     equity = pd.DataFrame({"champion": [1.0, 1.1, 1.0, 1.2]}, index=stamps)

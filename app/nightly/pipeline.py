@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import logging
 import math
 import os
@@ -41,8 +40,8 @@ from typing import Any
 
 from agents.policy import Policy
 from agents.tournament import pod
-from agents.tournament.orchestrator import TournamentArgs, run_tournament
-from app.config import config_to_toml
+from agents.tournament.orchestrator import run_tournament
+from app.config import config_to_toml, to_env_params, to_tournament_args
 from app.export import export_bundle
 from app.nightly.decide import (
     decide,
@@ -54,6 +53,8 @@ from app.nightly.decide import (
 )
 from app.nightly.lock import ProcessLock
 from app.nightly.registry import Champion, current_champion, record_decision
+from app.runs import RunDir
+from app.workflows.evaluation import check_policy_fits
 from backtests import engine, report
 from data import sources
 from data.atomic import replace_dir
@@ -431,24 +432,6 @@ def warm_start_round(task: Any, ctx: Any, *, champion_dir: str, warm_pods: int) 
     return pod.learner_round(task, ctx)
 
 
-def _merge_run_json(run_dir: Path, extra: Mapping[str, Any]) -> None:
-    from data.atomic import atomic_write_json
-
-    path = run_dir / "run.json"
-    data: dict[str, Any] = {}
-    if path.is_file():
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            data = {}
-    for key, value in extra.items():
-        if isinstance(value, Mapping) and isinstance(data.get(key), Mapping):
-            data[key] = {**data[key], **value}
-        else:
-            data[key] = value
-    atomic_write_json(path, data)
-
-
 def tournament_step(
     config: Any, home: Path, data: DataSnapshot, champion: Mapping[str, Any] | None
 ) -> ChallengerRun:
@@ -461,7 +444,7 @@ def tournament_step(
         suffix += 1
     run_id = run_dir.name
     splits = data.splits
-    args = TournamentArgs.from_mapping({**config.tournament.model_dump(), "algo": config.agent.algo})
+    args = to_tournament_args(config)
     round_fn: Any = pod.learner_round
     warm_from = None
     if champion is not None and config.nightly.warm_start_pods > 0:
@@ -472,12 +455,10 @@ def tournament_step(
         )
         warm_from = str(champion["run_id"])
     run_dir.mkdir(parents=True)
-    _merge_run_json(
-        run_dir,
-        {
-            "windows": {k: list(v) for k, v in data.windows.items() if k != "full"},
-            "feature_spec": splits.full.feature_spec,
-        },
+    record = RunDir.at(run_dir)
+    record.update(
+        windows={k: list(v) for k, v in data.windows.items() if k != "full"},
+        feature_spec=splits.full.feature_spec,
     )
     result = run_tournament(
         run_dir,
@@ -490,11 +471,9 @@ def tournament_step(
         annualization=config.backtest.annualization,
         round_fn=round_fn,
         config_toml=config_to_toml(config),
+        on_status=record.on_status,
     )
-    _merge_run_json(
-        run_dir,
-        {"nightly": {"warm_started_from": warm_from, "warm_start_pods": config.nightly.warm_start_pods}},
-    )
+    record.update(nightly={"warm_started_from": warm_from, "warm_start_pods": config.nightly.warm_start_pods})
     if result.champion is None:
         raise PodracerError(f"tournament {run_id} produced no champion ({result.pods_failed} pods failed)")
     return ChallengerRun(
@@ -518,12 +497,10 @@ def evaluate_step(
     """Step 3: backtest challenger and champion together on the test window (one engine call, so the
     same bars, costs and fills), score both, and write the challenger run's ``backtest/`` report
     (the challenger as ``champion`` of its run, the incumbent as ``incumbent``)."""
-    from app.commands.backtest import check_policy_fits
-    from app.commands.train import env_params_from_config
 
     device = config.agent.device
     market = data.splits.test
-    params = env_params_from_config(config.env)
+    params = to_env_params(config.env)
     fitness = config.nightly.fitness or config.tournament.fitness
     annualization = config.backtest.annualization
     policies: dict[str, Any] = {"challenger": Policy.load(challenger.policy_dir, device=device)}

@@ -40,9 +40,9 @@ with ui.guard("tournament"):
 
     st.subheader("Champion lineage")
     id_col = views.first_column(board, "pod_id", "id", "pod")
-    champion = info.get("champion") or (str(board.iloc[0][id_col]) if id_col and not board.empty else None)
-    if isinstance(champion, dict):
-        champion = champion.get("pod_id") or champion.get("id")
+    champion = (info.champion.pod_id if info.champion else None) or (
+        str(board.iloc[0][id_col]) if id_col and not board.empty else None
+    )
     chain = views.lineage(pods if not pods.empty else board, str(champion)) if champion else None
     if chain is None or chain.empty:
         st.info("no champion yet")

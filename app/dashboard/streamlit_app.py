@@ -1,25 +1,14 @@
-"""Streamlit entry point of the podracer dashboard: ``streamlit run app/dashboard/app.py``.
+"""Streamlit entry point of the podracer dashboard: ``streamlit run app/dashboard/streamlit_app.py``.
 
-Started by ``podracer dashboard`` (which sets PODRACER_HOME and PODRACER_DASHBOARD_RUN). It only
-reads artifacts; every page shows an empty state when what it needs has not been written yet.
+Started by ``podracer dashboard`` (which sets PODRACER_HOME and PODRACER_DASHBOARD_RUN, and puts
+the checkout on PYTHONPATH). It only reads artifacts; every page shows an empty state when what it
+needs has not been written yet. Streamlit puts this script's folder first on ``sys.path``: no module
+here may be named like a package it imports (an ``app.py`` here would shadow the ``app`` package).
 """
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-# Streamlit puts this script's folder first on sys.path, where this very file would shadow the
-# ``app`` package ("app is not a package"). Drop it so ``import app.dashboard`` finds the package.
-_HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
-_ROOT = str(_HERE.parent.parent)
-if _ROOT not in sys.path:
-    sys.path.append(_ROOT)
-for _name in [m for m in sys.modules if m == "app" and not hasattr(sys.modules[m], "__path__")]:
-    del sys.modules[_name]
-
-import streamlit as st  # noqa: E402
+import streamlit as st
 
 # An emoji favicon, not a ":material/...:" one (nor page icons, which become the favicon of their
 # page): Streamlit fetches material-symbol favicons from fonts.gstatic.com, and the dashboard must

@@ -1,0 +1,261 @@
+"""What the CLI shows: rich tables, progress bars and the tournament's live view.
+
+Workflows (``app.workflows``) compute and return; the commands hand their results to these
+functions. Progress displays are context managers whose value is the callback a workflow feeds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from rich.console import Group
+from rich.live import Live
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from app import context
+
+
+# --- training -------------------------------------------------------------------------------------------
+class TrainProgress:
+    """A rich progress bar fed by the learner's callback events (env-steps/s, latest eval score)."""
+
+    def __init__(self, total: int, enabled: bool = True) -> None:
+        self.total, self.enabled = total, enabled
+        self.progress: Any = None
+
+    @classmethod
+    def factory(cls, enabled: bool) -> Callable[[int], TrainProgress]:
+        """``total -> TrainProgress``: what ``train_single(progress=...)`` takes."""
+        return lambda total: cls(total, enabled=enabled)
+
+    def __enter__(self) -> Callable[[dict[str, Any]], bool]:
+        if self.enabled:
+            self.progress = Progress(
+                TextColumn("[bold]train"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("env-steps · {task.fields[rate]} steps/s · valid {task.fields[score]}"),
+                TimeElapsedColumn(),
+                console=context.err_console,
+                transient=False,
+            )
+            self.progress.start()
+            self.task = self.progress.add_task("train", total=self.total, rate="-", score="-")
+        return self.on_event
+
+    def on_event(self, event: dict[str, Any]) -> bool:
+        if self.progress is None or event.get("event") != "update":
+            return False
+        fields: dict[str, Any] = {"rate": f"{event.get('charts/steps_per_s', 0.0):,.0f}"}
+        if "eval/score" in event:
+            fields["score"] = (
+                f"sharpe {event['eval/score']:.2f}, log-ret {event.get('eval/log_return', float('nan')):+.4f} "
+                f"(b&h {event.get('eval/buy_and_hold_log_return', float('nan')):+.4f})"
+            )
+        self.progress.update(self.task, completed=min(self.total, int(event["env_steps"])), **fields)
+        return False
+
+    def __exit__(self, *exc: object) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+
+
+def single_run_line(summary: dict[str, Any]) -> str:
+    """The one-line result of ``podracer train``."""
+    valid = summary["valid"]
+    return (
+        f"run {summary['run_id']}: {summary['env_steps']:,} env-steps, valid Sharpe {valid.get('sharpe', 0):.2f}, "
+        f"log return {valid.get('log_return', 0):+.4f} vs buy-and-hold "
+        f"{valid.get('buy_and_hold_log_return', 0):+.4f}\n  saved {summary['run_dir']}"
+    )
+
+
+# --- tournament -----------------------------------------------------------------------------------------
+class TournamentLive:
+    """A rich live view of the pool and the leaderboard, fed by the orchestrator's snapshots."""
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self.live: Any = None
+
+    @classmethod
+    def factory(cls, enabled: bool) -> Callable[[], TournamentLive]:
+        """What ``train_tournament(progress=...)`` takes."""
+        return lambda: cls(enabled=enabled)
+
+    def __enter__(self) -> Callable[[dict[str, Any]], None] | None:
+        if not self.enabled:
+            return None
+        self.live = Live(console=context.err_console, refresh_per_second=2, transient=False)
+        self.live.start()
+        return self.update
+
+    def update(self, snap: dict[str, Any]) -> None:
+        self.live.update(render_tournament(snap))
+
+    def __exit__(self, *exc: object) -> None:
+        if self.live is not None:
+            self.live.stop()
+
+
+def render_tournament(snap: dict[str, Any]) -> Any:
+    """The live view of one orchestrator snapshot: budget line, pool table, leaderboard table."""
+    spent, budget = snap["env_steps_spent"], snap.get("budget_steps")
+    wall, budget_s = snap["wall_s"], snap.get("budget_s")
+    line = f"[bold]tournament {snap['run_id']}[/]  env-steps {spent:,}" + (f" / {budget:,}" if budget else "")
+    line += f"  ·  {wall:,.0f} s" + (f" / {budget_s:,.0f} s" if budget_s else "")
+    line += f"  ·  pods started {snap['pods_started']}"
+    pool = Table(title="pool", title_justify="left", expand=False)
+    for col in ("pod", "parent", "gen", "learning rate", "round steps", "running"):
+        pool.add_column(col)
+    for pod in snap["in_flight"]:
+        lr = pod["hparams"].get("learning_rate")
+        pool.add_row(
+            pod["pod_id"],
+            pod["parent_id"] or "fresh",
+            str(pod["generation"]),
+            f"{lr:.2e}" if lr is not None else "-",
+            f"{pod['round_steps']:,}",
+            f"{pod['running_s']:.0f} s",
+        )
+    board = Table(title="leaderboard", title_justify="left", expand=False)
+    for col in ("rank", "pod", "parent", "gen", "score", "valid sharpe", "env-steps"):
+        board.add_column(col)
+    for entry in snap["leaderboard"]:
+        sharpe = (entry.get("metrics") or {}).get("sharpe_ratio")
+        board.add_row(
+            str(entry["rank"]),
+            entry["pod_id"],
+            entry["parent_id"] or "fresh",
+            str(entry["generation"]),
+            f"{entry['score']:.3f}",
+            "-" if sharpe is None else f"{sharpe:.3f}",
+            f"{entry['env_steps']:,}",
+        )
+    return Group(line, pool, board)
+
+
+def tournament_line(result: Any) -> str:
+    """The one-line result of ``podracer train --tournament`` (``result``: a ``TournamentResult``)."""
+    champion = result.champion
+    best = (
+        "no pod was scored"
+        if champion is None
+        else f"champion {champion['pod_id']} score {champion['score']:.3f}"
+    )
+    return (
+        f"tournament {result.run_id}: {result.pods_tried} pods scored ({result.pods_failed} failed), "
+        f"{result.env_steps:,} env-steps, {best}\n  saved {result.run_dir}"
+    )
+
+
+# --- backtest -------------------------------------------------------------------------------------------
+_PERCENT = {
+    "cum_returns_final",
+    "annual_return",
+    "annual_volatility",
+    "max_drawdown",
+    "turnover",
+    "costs_paid",
+    "exposure",
+    "hit_rate",
+}
+_ROWS = (
+    ("cum_returns_final", "Cumulative return"),
+    ("annual_return", "Annual return"),
+    ("annual_volatility", "Annual volatility"),
+    ("sharpe_ratio", "Sharpe"),
+    ("sortino_ratio", "Sortino"),
+    ("max_drawdown", "Max drawdown"),
+    ("calmar_ratio", "Calmar"),
+    ("turnover", "Turnover / day"),
+    ("costs_paid", "Costs paid"),
+    ("exposure", "Exposure"),
+    ("hit_rate", "Hit rate (days)"),
+    ("probabilistic_sharpe_ratio", "PSR"),
+    ("deflated_sharpe_ratio", "DSR"),
+)
+
+
+def _fmt(key: str, value: float | None) -> str:
+    if value is None:
+        return "—"
+    if key in _PERCENT:
+        return (
+            f"{100 * value:+.2f}%" if key in ("cum_returns_final", "annual_return") else f"{100 * value:.2f}%"
+        )
+    return (
+        f"{value:.3f}" if key in ("probabilistic_sharpe_ratio", "deflated_sharpe_ratio") else f"{value:.2f}"
+    )
+
+
+def backtest_table(doc: dict[str, Any], title: str) -> Table:
+    """The metrics document as a rich table: one column per strategy, benchmark marked."""
+    strategies = doc["strategies"]
+    table = Table(title=title, caption=_caption(doc), title_justify="left", caption_justify="left")
+    table.add_column("metric")
+    for name in strategies:
+        label = f"{name} (benchmark)" if name == doc.get("benchmark") else name
+        table.add_column(label, justify="right")
+    for key, label in _ROWS:
+        table.add_row(label, *(_fmt(key, row.get(key)) for row in strategies.values()))
+    return table
+
+
+def _caption(doc: dict[str, Any]) -> str:
+    return (
+        f"{doc['window']} window {doc['start']} .. {doc['end']} ({doc['num_days']} sessions, "
+        f"{doc['num_decisions']} decisions every {doc['decision_interval']} x {doc['interval']} bars); "
+        f"daily returns annualized with {doc['annualization']}/yr; costs on; "
+        f"DSR over {doc['num_trials']} trial(s)"
+    )
+
+
+# --- demo -----------------------------------------------------------------------------------------------
+_SUMMARY_ROWS = (
+    ("sharpe_ratio", "Sharpe", "{:.2f}"),
+    ("max_drawdown", "Max drawdown", "{:.2%}"),
+    ("calmar_ratio", "Calmar", "{:.2f}"),
+    ("annual_return", "Annual return", "{:.2%}"),
+    ("cum_returns_final", "Cumulative return", "{:.2%}"),
+    ("annual_volatility", "Annual volatility", "{:.2%}"),
+    ("costs_paid", "Costs paid (of initial value)", "{:.2%}"),
+    ("probabilistic_sharpe_ratio", "Probabilistic Sharpe (PSR)", "{:.2f}"),
+    ("deflated_sharpe_ratio", "Deflated Sharpe (DSR)", "{:.2f}"),
+)
+
+
+def demo_table(doc: dict[str, Any]) -> Table:
+    """The demo's summary: champion vs buy-and-hold on the held-out test window."""
+    strategies = doc["strategies"]
+    champ, bench = strategies.get("champion", {}), strategies.get(doc.get("benchmark", "buy_and_hold"), {})
+    table = Table(
+        title="podracer demo: champion vs buy-and-hold on the held-out test window", title_justify="left"
+    )
+    table.add_column("metric")
+    table.add_column("champion", justify="right")
+    table.add_column("buy-and-hold", justify="right")
+    for key, label, fmt in _SUMMARY_ROWS:
+
+        def cell(row: dict[str, Any], key: str = key, fmt: str = fmt) -> str:
+            value = row.get(key)
+            return "n/a" if value is None else fmt.format(value)
+
+        table.add_row(label, cell(champ), cell(bench))
+    return table
+
+
+def demo_footer(result: dict[str, Any]) -> str:
+    doc = result["document"]
+    return (
+        f"test window {doc['start']} .. {doc['end']}, daily returns annualized with "
+        f"{doc['annualization']}/yr, costs on; DSR over {doc['num_trials']} pods tried. "
+        f"Total {result['timings']['total_s']:.0f} s."
+    )
+
+
+def say(message: str) -> None:
+    """A progress line on stderr (rich markup allowed; no highlighting of numbers)."""
+    context.err_console.print(message, highlight=False)

@@ -1,0 +1,206 @@
+"""The demo pipeline, offline: data -> tournament -> backtest -> summary.
+
+1. data: a synthetic NASDAQ-100-like universe (planted signal on by default) written to the store,
+   or the shipped real minute sample (``data_source="real-sample"``);
+2. tournament: pods trained on the train window and scored on the validation window, sized to the
+   machine (CPU cores; a GPU if present), within a wall-time budget;
+3. backtest: the champion vs buy-and-hold (and cash) on the held-out test window, which the
+   tournament never saw; report files, tear sheet, deflated Sharpe over the pods tried.
+
+Stage messages go to the ``say`` callback and long steps run inside ``status`` (the CLI shows them
+on stderr); the summary table is the caller's (``app.render``).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from app.config import Config, load_config
+from app.runs import RunDir
+from app.workflows.evaluation import backtest_run
+from app.workflows.training import TournamentProgress, train_tournament
+from data.errors import ConfigError
+from data.loader import load_market
+
+# Presets: "default" is what `make demo` runs; "test" is the shortened demo CI runs end to end.
+PRESETS: dict[str, dict[str, Any]] = {
+    "default": {
+        "data": {"num_tickers": 100, "num_sessions": 60},
+        "env": {"num_envs": 256},
+        "tournament": {"pods": 4, "leaderboard_size": 8, "round_steps": 250_000},
+        "minutes": 6.0,
+    },
+    "test": {
+        "data": {"num_tickers": 8, "num_sessions": 12},
+        "env": {"num_envs": 32, "episode_len": 64},
+        "agent": {"num_steps": 16},
+        "tournament": {"pods": 2, "leaderboard_size": 4, "round_steps": 4_096, "budget_steps": 12_288},
+        "minutes": None,
+    },
+}
+
+
+def machine() -> dict[str, Any]:
+    """CPU cores available to this process, and the GPU if there is one."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    gpu = torch.cuda.is_available()
+    return {
+        "cores": cores,
+        "device": "cuda" if gpu else "cpu",
+        "gpu": torch.cuda.get_device_name(0) if gpu else None,
+    }
+
+
+def build_config(
+    preset: str,
+    *,
+    config_path: Path | None,
+    data_source: str,
+    signal: float | None,
+    seed: int | None,
+    minutes: float | None,
+    workers: int | None,
+    machine: dict[str, Any],
+) -> tuple[Config, dict[str, Any]]:
+    """The demo's resolved config: preset, then the user's TOML, then the flags."""
+    if preset not in PRESETS:
+        raise ConfigError(f"--preset {preset!r}: choose {', '.join(PRESETS)}")
+    chosen = PRESETS[preset]
+    base = load_config(config_path) if config_path is not None else Config()
+    sections: dict[str, dict[str, Any]] = {k: dict(v) for k, v in chosen.items() if isinstance(v, dict)}
+    if config_path is not None:
+        sections = {}  # the user's file wins over the preset
+    data = sections.setdefault("data", {})
+    data["source"] = "synthetic" if data_source == "synthetic" else "real-sample"
+    if signal is not None:
+        data["signal"] = signal
+    if seed is not None:
+        data["seed"] = seed
+        sections.setdefault("agent", {})["seed"] = seed
+        sections.setdefault("tournament", {})["seed"] = seed
+    tour = sections.setdefault("tournament", {})
+    budget_minutes = minutes if minutes is not None else chosen["minutes"]
+    if budget_minutes is not None:
+        tour["budget_minutes"] = float(budget_minutes)
+        tour["budget_steps"] = None
+    # Size the pool to the machine: one worker process per core (two at least, so pods overlap).
+    tour.setdefault("workers", workers if workers is not None else max(1, min(machine["cores"], 8)))
+    if workers is not None:
+        tour["workers"] = workers
+    tour["pods"] = max(tour.get("pods", base.tournament.pods), max(1, tour["workers"]))
+    sections.setdefault("agent", {})["device"] = machine["device"]
+    config = base.with_updates(**sections)
+    return config, {"budget_minutes": budget_minutes}
+
+
+def _quiet(message: str) -> None:
+    return None
+
+
+def _no_status(message: str) -> AbstractContextManager[Any]:
+    return nullcontext()
+
+
+def run_demo(
+    *,
+    home: Path,
+    preset: str = "default",
+    config_path: Path | None = None,
+    data_source: str = "synthetic",
+    signal: float | None = None,
+    seed: int | None = None,
+    minutes: float | None = None,
+    workers: int | None = None,
+    run: str | None = None,
+    progress: TournamentProgress | None = None,
+    say: Callable[[str], None] = _quiet,
+    status: Callable[[str], AbstractContextManager[Any]] = _no_status,
+) -> dict[str, Any]:
+    """Run every stage; returns a summary dict (run id, timings, metrics of champion and benchmark)."""
+    host = machine()
+    config, extra = build_config(
+        preset,
+        config_path=config_path,
+        data_source=data_source,
+        signal=signal,
+        seed=seed,
+        minutes=minutes,
+        workers=workers,
+        machine=host,
+    )
+    run_id = run or time.strftime("demo-%Y%m%d-%H%M%S", time.gmtime())
+    run_dir = RunDir(home, run_id)
+    timings: dict[str, float] = {}
+    say(
+        f"[bold]podracer demo[/] home={home} run={run_id} preset={preset} data={config.data.source} "
+        f"signal={config.data.signal} seed={config.data.seed}; machine: {host['cores']} cores, "
+        f"device {host['device']}" + (f" ({host['gpu']})" if host["gpu"] else "")
+    )
+
+    t0 = time.perf_counter()
+    with status("[1/3] data: building the market (calendar, features, splits)"):
+        splits = load_market(
+            config.data, home=home, device="cpu", store_synthetic=config.data.source == "synthetic"
+        )
+    timings["data_s"] = time.perf_counter() - t0
+    windows = splits.windows()
+    say(
+        f"[1/3] data: {splits.full.num_assets} tickers, {splits.full.num_sessions} sessions of "
+        f"{splits.full.interval} bars ({splits.full.num_steps:,} bars); train {windows['train'][0]}..{windows['train'][1]}, "
+        f"valid {windows['valid'][0]}..{windows['valid'][1]}, test {windows['test'][0]}..{windows['test'][1]} "
+        f"(held out) [{timings['data_s']:.1f} s]"
+    )
+
+    t0 = time.perf_counter()
+    budget = (
+        f"{extra['budget_minutes']:.1f} min"
+        if extra["budget_minutes"]
+        else f"{config.tournament.budget_steps:,} env-steps"
+    )
+    say(
+        f"[2/3] tournament: {config.tournament.pods} pods, {config.tournament.workers} worker(s), budget {budget}"
+    )
+    summary = train_tournament(config, home, run=run_id, progress=progress, splits=splits)
+    timings["tournament_s"] = time.perf_counter() - t0
+    champion = summary.champion or {}
+    if not champion:
+        raise ConfigError("the tournament produced no champion (every pod failed; see the run's events)")
+    say(
+        f"[2/3] tournament: {summary.pods_tried} pods tried ({summary.pods_failed} failed), "
+        f"{summary.env_steps:,} env-steps; champion {champion.get('pod_id')} "
+        f"(validation {config.tournament.fitness} {champion.get('score', float('nan')):.2f}) "
+        f"[{timings['tournament_s']:.0f} s]"
+    )
+
+    t0 = time.perf_counter()
+    with status("[3/3] backtest: champion vs buy-and-hold on the test window"):
+        doc = backtest_run(run_id, home=home, window="test")
+    timings["backtest_s"] = time.perf_counter() - t0
+    say(f"[3/3] backtest: wrote {run_dir.backtest} [{timings['backtest_s']:.1f} s]")
+    timings["total_s"] = sum(timings.values())
+    strategies = doc["strategies"]
+    bench = doc.get("benchmark", "buy_and_hold")
+    return {
+        "run_id": run_id,
+        "run_dir": str(run_dir.path),
+        "preset": preset,
+        "machine": host,
+        "seed": config.data.seed,
+        "signal": config.data.signal,
+        "pods_tried": summary.pods_tried,
+        "pods_failed": summary.pods_failed,
+        "env_steps": summary.env_steps,
+        "champion": champion,
+        "window": {"start": doc["start"], "end": doc["end"]},
+        "annualization": doc["annualization"],
+        "metrics": {"champion": strategies.get("champion", {}), "buy_and_hold": strategies.get(bench, {})},
+        "timings": timings,
+        "document": doc,
+    }

@@ -1,0 +1,200 @@
+"""Training workflows: one agent (:func:`train_single`) or a podracer tournament (:func:`train_tournament`).
+
+A single run trains on the TRAIN window, evaluates the deterministic policy on the VALID window every
+``agent.eval_every`` env-steps (validation Sharpe, total log return vs buy-and-hold), and never touches
+the test window. It writes, in its :class:`~app.runs.RunDir`: ``config.toml`` (the resolved config,
+seeds included), the run record, ``pods/single/`` (``policy.safetensors``, ``spec.json``,
+``optimizer.safetensors``, ``optimizer.json``, ``curve.parquet``) and ``champion/`` (the same policy).
+
+A tournament gets the train and valid windows only; the test window's dates are recorded (for the
+backtest), its bars are never passed on.
+
+Nothing here prints: progress displays are passed in (``app.render`` has the CLI's).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from agents import ppo, sac
+from agents.evaluate import validation_eval_fn
+from agents.policy import Checkpoint
+from agents.tournament.orchestrator import TournamentResult, run_tournament
+from app.config import (
+    Config,
+    config_to_toml,
+    to_env_params,
+    to_learner_args,
+    to_tournament_args,
+    write_config,
+)
+from app.runs import RunDir, new_id
+from data.errors import ConfigError
+from data.loader import MarketSplits, load_market
+from envs.vec_env import TradingVecEnv
+
+SINGLE_POD = "single"
+
+Event = dict[str, Any]
+# A progress display of a single run: given the env-step total, a context that yields the learner callback.
+TrainProgress = Callable[[int], AbstractContextManager[Callable[[Event], bool]]]
+# A progress display of a tournament: a context that yields the orchestrator's snapshot callback.
+TournamentProgress = Callable[[], AbstractContextManager[Callable[[Event], None] | None]]
+
+
+def _no_progress(total: int) -> AbstractContextManager[Callable[[Event], bool]]:
+    return nullcontext(lambda event: False)
+
+
+def train_single(
+    config: Config,
+    home: str | Path,
+    *,
+    run: str | None = None,
+    progress: TrainProgress | None = None,
+    callbacks: Iterable[Callable[[Event], bool]] = (),
+    splits: MarketSplits | None = None,
+) -> dict[str, Any]:
+    """Train one agent as configured and save the run; returns the run summary (also its record).
+
+    ``splits`` (a ``data.loader.MarketSplits``) skips loading the market (tests, the tournament).
+    """
+    agent = config.agent
+    run_dir = RunDir(home, new_id(run, agent.algo))
+    if run_dir.has_record() and run_dir.status() != "failed":
+        raise ConfigError(f"run {run_dir.run_id!r} already exists at {run_dir.path} (choose another --run)")
+    device = torch.device(agent.device)
+    splits = load_market(config.data, home=home, device=device) if splits is None else splits.to(device)
+    params = to_env_params(config.env)
+    args = to_learner_args(config)
+    env = TradingVecEnv(
+        splits.train,
+        params,
+        num_envs=config.env.num_envs,
+        device=device,
+        seed=agent.seed,
+        compile=config.env.compile,
+    )
+    eval_fn = validation_eval_fn(splits.valid, params, annualization=config.backtest.annualization)
+
+    run_dir.path.mkdir(parents=True, exist_ok=True)
+    write_config(config, run_dir.config)
+    windows = {name: list(dates) for name, dates in splits.windows().items()}
+    info: dict[str, Any] = {
+        "run_id": run_dir.run_id,
+        "kind": "single",
+        "algo": agent.algo,
+        "status": "running",
+        "seed": agent.seed,
+        "seeds": {"agent": agent.seed, "data": config.data.seed},
+        "windows": windows,
+        "tickers": list(splits.train.tickers),
+        "feature_spec": splits.full.feature_spec,
+        "started": time.time(),
+    }
+    run_dir.write(info)
+
+    learn = ppo.train if agent.algo == "ppo" else sac.train  # looked up now: tests patch the module
+    try:
+        with (progress or _no_progress)(args.total_steps) as on_event:
+            result = learn(args, env, callbacks=(on_event, *callbacks), eval_fn=eval_fn)
+    except BaseException as err:  # record the failure (Ctrl-C included), then let it propagate
+        info.update({"status": "failed", "error": f"{type(err).__name__}: {err}", "finished": time.time()})
+        run_dir.write(info)
+        raise
+
+    Checkpoint(result.policy, result.optimizer_state).save(run_dir.pod(SINGLE_POD))
+    result.save_curve(run_dir.pod(SINGLE_POD) / "curve.parquet")
+    result.policy.save(run_dir.champion)
+    final_eval = {k.removeprefix("eval/"): v for k, v in result.history[-1].items() if k.startswith("eval/")}
+    sharpe = final_eval.get("sharpe")
+    info.update(
+        {
+            "status": "done",
+            "env_steps": result.env_steps,
+            "updates": result.updates,
+            "stopped_by_callback": result.stopped_by_callback,
+            "pods_tried": 1,
+            "trial_sharpes": [final_eval.get("sharpe", 0.0)],
+            "champion": {"pod_id": SINGLE_POD, "score": final_eval.get("score"), "sharpe_ratio": sharpe},
+            "valid": final_eval,
+            "finished": time.time(),
+            "run_dir": str(run_dir.path),
+        }
+    )
+    run_dir.write(info)
+    return info
+
+
+def stored_config_path(home: str | Path, resume: str) -> Path:
+    """The ``config.toml`` of the tournament ``resume`` (``--resume`` reads the run's own config)."""
+    stored = RunDir(home, new_id(resume, "tournament")).config
+    if not stored.is_file():
+        raise ConfigError(f"--resume {resume!r}: no config.toml at {stored.parent}")
+    return stored
+
+
+def train_tournament(
+    config: Config,
+    home: str | Path,
+    *,
+    run: str | None = None,
+    resume: str | None = None,
+    progress: TournamentProgress | None = None,
+    splits: MarketSplits | None = None,
+    backend: Any = None,
+) -> TournamentResult:
+    """Run (or ``resume``) a podracer tournament as configured; returns the orchestrator's result."""
+    if resume is not None:
+        run_dir = RunDir(home, new_id(resume, "tournament"))
+        if not run_dir.leaderboard.is_file():
+            raise ConfigError(f"--resume {resume!r}: no tournament at {run_dir.path}")
+    else:
+        run_dir = RunDir(home, new_id(run, "tournament"))
+        if run_dir.path.exists():
+            raise ConfigError(
+                f"run {run_dir.run_id!r} already exists at {run_dir.path} (choose another --run)"
+            )
+    device = torch.device(config.agent.device)
+    splits = load_market(config.data, home=home, device=device) if splits is None else splits.to(device)
+    if resume is None:
+        run_dir.path.mkdir(parents=True, exist_ok=True)
+        run_dir.write(
+            {
+                "run_id": run_dir.run_id,
+                "kind": "tournament",
+                "algo": config.agent.algo,
+                "status": "running",
+                "seeds": {"tournament": config.tournament.seed, "data": config.data.seed},
+                "windows": {name: list(dates) for name, dates in splits.windows().items()},
+                "feature_spec": splits.full.feature_spec,
+                "started": time.time(),
+            }
+        )
+    args = to_tournament_args(config)
+    with (progress or _no_live)() as on_progress:
+        return run_tournament(
+            run_dir.path,
+            splits.train,
+            splits.valid,
+            args=args,
+            env=config.env.model_dump(),
+            agent=config.agent.model_dump(),
+            device=str(device),
+            annualization=config.backtest.annualization,
+            config_toml=config_to_toml(config),
+            resume=resume is not None,
+            backend=backend,
+            on_progress=on_progress,
+            on_status=run_dir.on_status,
+        )
+
+
+def _no_live() -> AbstractContextManager[None]:
+    return nullcontext(None)
