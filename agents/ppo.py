@@ -39,6 +39,7 @@ from torch import Tensor
 
 from agents.networks import NetworkConfig
 from agents.policy import Checkpoint, Policy, PolicyMeta, gaussian_entropy, gaussian_log_prob
+from data.atomic import atomic_path
 from data.errors import ConfigError
 
 Callback = Callable[[dict[str, Any]], bool]
@@ -141,8 +142,6 @@ class TrainResult:
 
     def save_curve(self, path: str | Path) -> Path:
         """Write the history as parquet, atomically."""
-        from data.atomic import atomic_path
-
         with atomic_path(path, suffix=".parquet") as tmp:
             self.curve().to_parquet(tmp, index=False)
         return Path(path)
