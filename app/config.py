@@ -21,6 +21,7 @@ from agents.sac import SACArgs
 from agents.tournament.orchestrator import TournamentArgs
 from data.atomic import atomic_write_bytes
 from data.errors import ConfigError
+from data.loader import LOAD_DEFAULTS
 from envs.trading import EnvParams
 
 # TOML has no null: an optional field whose default is not None (``tournament.budget_steps``) is
@@ -35,6 +36,8 @@ NONE_MARKER = "none"
 INTERNAL_FIELDS: dict[str, str] = {
     "EnvParams.trade_info": "backtests switch on per-asset fill prices and costs; training never reads them",
     "TournamentArgs.algo": "the learner of fresh pods is [agent] algo",
+    "LOAD_DEFAULTS.start_date": "a date bound of stored bars that a caller passes to load_market",
+    "LOAD_DEFAULTS.end_date": "a date bound of stored bars that a caller passes to load_market",
 }
 
 
@@ -64,19 +67,27 @@ class _Section(BaseModel):
 
 
 class DataConfig(_Section):
-    """Where bars come from and how they are split."""
+    """Where bars come from and how they are split (defaults in data.loader.LOAD_DEFAULTS)."""
 
-    source: Literal["synthetic", "stored", "real-sample"] = "synthetic"
-    num_tickers: int = Field(100, ge=1, le=2000, description="synthetic: tickers in the universe")
-    num_sessions: int = Field(60, ge=3, description="synthetic: trading sessions")
-    start: str = Field("2024-01-02", description="synthetic: first session date")
-    signal: float = Field(1.0, ge=0.0, description="synthetic: strength of the planted predictable component")
-    seed: int = 0
-    interval: str = "1m"
+    source: Literal["synthetic", "stored", "real-sample"] = LOAD_DEFAULTS["source"]
+    num_tickers: int = Field(
+        LOAD_DEFAULTS["num_tickers"], ge=1, le=2000, description="synthetic: tickers in the universe"
+    )
+    num_sessions: int = Field(LOAD_DEFAULTS["num_sessions"], ge=3, description="synthetic: trading sessions")
+    start: str = Field(LOAD_DEFAULTS["start"], description="synthetic: first session date")
+    signal: float = Field(
+        LOAD_DEFAULTS["signal"],
+        ge=0.0,
+        description="synthetic: strength of the planted predictable component",
+    )
+    seed: int = LOAD_DEFAULTS["seed"]
+    interval: str = LOAD_DEFAULTS["interval"]
     tickers: list[str] = Field(default_factory=list, description="stored: tickers to use (empty: all)")
-    train_frac: float = Field(0.6, gt=0, lt=1)
-    valid_frac: float = Field(0.2, gt=0, lt=1)
-    min_coverage: float = Field(0.5, ge=0, le=1, description="drop tickers with less coverage")
+    train_frac: float = Field(LOAD_DEFAULTS["train_frac"], gt=0, lt=1)
+    valid_frac: float = Field(LOAD_DEFAULTS["valid_frac"], gt=0, lt=1)
+    min_coverage: float = Field(
+        LOAD_DEFAULTS["min_coverage"], ge=0, le=1, description="drop tickers with less coverage"
+    )
 
     @model_validator(mode="after")
     def _fractions(self) -> DataConfig:

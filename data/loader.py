@@ -147,7 +147,9 @@ def synthetic_market(
     )
 
 
-_CONFIG_DEFAULTS: dict[str, Any] = {
+#: Defaults of ``load_market``'s settings; also the ``[data]`` defaults of the TOML config (app.config
+#: reads them from here), except ``start_date`` / ``end_date``, which only callers pass.
+LOAD_DEFAULTS: dict[str, Any] = {
     "source": "synthetic",
     "num_tickers": 100,
     "num_sessions": 60,
@@ -165,13 +167,13 @@ _CONFIG_DEFAULTS: dict[str, Any] = {
 
 
 def _settings(config: Any, overrides: Mapping[str, Any]) -> dict[str, Any]:
-    settings = dict(_CONFIG_DEFAULTS)
+    settings = dict(LOAD_DEFAULTS)
     if config is not None:
-        for key in _CONFIG_DEFAULTS:
+        for key in LOAD_DEFAULTS:
             if hasattr(config, key):
                 settings[key] = getattr(config, key)
     for key, value in overrides.items():
-        if key not in _CONFIG_DEFAULTS:
+        if key not in LOAD_DEFAULTS:
             raise DataError(f"load_market: unknown setting {key!r}")
         settings[key] = value
     return settings

@@ -1,5 +1,5 @@
-"""One default per setting: every learner/env/tournament dataclass field is settable from TOML with the
-same default, or on app.config.INTERNAL_FIELDS (with its reason)."""
+"""One default per setting: every learner/env/tournament dataclass field (and every load_market setting)
+is settable from TOML with the same default, or on app.config.INTERNAL_FIELDS (with its reason)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from pydantic import BaseModel
 from agents.ppo import PPOArgs
 from agents.sac import SACArgs
 from agents.tournament.orchestrator import TournamentArgs
-from app.config import INTERNAL_FIELDS, AgentConfig, Config, EnvConfig, TournamentConfig
+from app.config import INTERNAL_FIELDS, AgentConfig, Config, DataConfig, EnvConfig, TournamentConfig
+from data.loader import LOAD_DEFAULTS
 from envs.trading import EnvParams
 
 SECTIONS: list[tuple[type, type[BaseModel]]] = [
@@ -44,8 +45,19 @@ def test_every_dataclass_field_is_a_toml_field_with_the_same_default(cls, sectio
     )
 
 
+@pytest.mark.parametrize("name", sorted(LOAD_DEFAULTS))
+def test_every_load_market_setting_is_a_data_field_with_the_same_default(name):
+    if f"LOAD_DEFAULTS.{name}" in INTERNAL_FIELDS:
+        assert name not in DataConfig.model_fields
+        return
+    assert name in DataConfig.model_fields, f"load_market's {name!r} cannot be set from [data]"
+    assert DataConfig().model_dump()[name] == LOAD_DEFAULTS[name]
+    assert set(DataConfig.model_fields) <= set(LOAD_DEFAULTS), "a [data] field load_market does not read"
+
+
 def test_internal_fields_exist_and_say_why():
     names = {f"{cls.__name__}.{f.name}" for cls, _ in SECTIONS for f in dataclasses.fields(cls)}
+    names |= {f"LOAD_DEFAULTS.{k}" for k in LOAD_DEFAULTS}
     for key, reason in INTERNAL_FIELDS.items():
         assert key in names, f"INTERNAL_FIELDS names {key}, which is not a field"
         assert reason.strip() and "\n" not in reason
