@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from backtests import engine
 from data.market import MarketData
 
 
@@ -28,8 +29,6 @@ def evaluate_on_window(
     policy: Callable, market: MarketData, params: Any, *, annualization: float = 252.0
 ) -> dict[str, float]:
     """Deterministic backtest of ``policy`` vs buy-and-hold over ``market``; see the module docstring."""
-    from backtests import engine
-
     with torch.no_grad():
         result = engine.run_backtest(market, params, {"policy": policy}, baselines=("buy_and_hold",))
     col, bh = result.index("policy"), result.index("buy_and_hold")

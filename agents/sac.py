@@ -43,15 +43,15 @@ from data.errors import ConfigError
 
 @dataclass(frozen=True)
 class SACArgs:
-    """Hyper-parameters of one SAC run."""
+    """Hyper-parameters of one SAC run (a field PPOArgs also has takes PPO's default: they share ``[agent]``)."""
 
     seed: int = 0
     """seed of the network init, action sampling, replay sampling and env resets"""
-    total_steps: int = 200_000
+    total_steps: int = 500_000
     """env-steps to train for"""
-    learning_rate: float = 3e-4
+    learning_rate: float = 3e-3
     """Adam learning rate of actor, critics and temperature"""
-    gamma: float = 0.99
+    gamma: float = 0.9
     """discount factor"""
     tau: float = 0.005
     """Polyak rate of the target critics"""
@@ -73,7 +73,7 @@ class SACArgs:
     """tune alpha towards the target entropy"""
     target_entropy_per_dim: float = -1.0
     """target entropy per raw action dimension"""
-    max_grad_norm: float = 10.0
+    max_grad_norm: float = 0.5
     """global gradient-norm clip of each network"""
     embed: int = 16
     """per-asset embedding width (actor and critics)"""

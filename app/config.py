@@ -22,12 +22,24 @@ from agents.sac import SACArgs
 from agents.tournament.orchestrator import TournamentArgs
 from data.atomic import atomic_write_bytes
 from data.errors import ConfigError
+from data.loader import LOAD_DEFAULTS
 from envs.trading import EnvParams
 
 # TOML has no null: an optional field whose default is not None (``tournament.budget_steps``) is
 # written as the string "none" when it is None, and read back as None, so a run's config.toml
 # reproduces its resolved config (a minutes-only budget stays minutes-only on --resume).
 NONE_MARKER = "none"
+
+# Each default is stated once, in the dataclass the setting configures (``PPOArgs``, ``SACArgs``,
+# ``EnvParams``, ``TournamentArgs``); the sections below read it from there and add the bounds and the
+# description. Every dataclass field is a section field of the same name, except these, which the
+# workflow sets itself (tests/test_config_fields.py holds both rules).
+INTERNAL_FIELDS: dict[str, str] = {
+    "EnvParams.trade_info": "backtests switch on per-asset fill prices and costs; training never reads them",
+    "TournamentArgs.algo": "the learner of fresh pods is [agent] algo",
+    "LOAD_DEFAULTS.start_date": "a date bound of stored bars that a caller passes to load_market",
+    "LOAD_DEFAULTS.end_date": "a date bound of stored bars that a caller passes to load_market",
+}
 
 
 def _none_by_marker(section: type[BaseModel]) -> set[str]:
@@ -56,19 +68,27 @@ class _Section(BaseModel):
 
 
 class DataConfig(_Section):
-    """Where bars come from and how they are split."""
+    """Where bars come from and how they are split (defaults in data.loader.LOAD_DEFAULTS)."""
 
-    source: Literal["synthetic", "stored", "real-sample"] = "synthetic"
-    num_tickers: int = Field(100, ge=1, le=2000, description="synthetic: tickers in the universe")
-    num_sessions: int = Field(60, ge=3, description="synthetic: trading sessions")
-    start: str = Field("2024-01-02", description="synthetic: first session date")
-    signal: float = Field(1.0, ge=0.0, description="synthetic: strength of the planted predictable component")
-    seed: int = 0
-    interval: str = "1m"
+    source: Literal["synthetic", "stored", "real-sample"] = LOAD_DEFAULTS["source"]
+    num_tickers: int = Field(
+        LOAD_DEFAULTS["num_tickers"], ge=1, le=2000, description="synthetic: tickers in the universe"
+    )
+    num_sessions: int = Field(LOAD_DEFAULTS["num_sessions"], ge=3, description="synthetic: trading sessions")
+    start: str = Field(LOAD_DEFAULTS["start"], description="synthetic: first session date")
+    signal: float = Field(
+        LOAD_DEFAULTS["signal"],
+        ge=0.0,
+        description="synthetic: strength of the planted predictable component",
+    )
+    seed: int = LOAD_DEFAULTS["seed"]
+    interval: str = LOAD_DEFAULTS["interval"]
     tickers: list[str] = Field(default_factory=list, description="stored: tickers to use (empty: all)")
-    train_frac: float = Field(0.6, gt=0, lt=1)
-    valid_frac: float = Field(0.2, gt=0, lt=1)
-    min_coverage: float = Field(0.5, ge=0, le=1, description="drop tickers with less coverage")
+    train_frac: float = Field(LOAD_DEFAULTS["train_frac"], gt=0, lt=1)
+    valid_frac: float = Field(LOAD_DEFAULTS["valid_frac"], gt=0, lt=1)
+    min_coverage: float = Field(
+        LOAD_DEFAULTS["min_coverage"], ge=0, le=1, description="drop tickers with less coverage"
+    )
 
     @model_validator(mode="after")
     def _fractions(self) -> DataConfig:
@@ -78,70 +98,115 @@ class DataConfig(_Section):
 
 
 class EnvConfig(_Section):
-    """Trading environment parameters (see envs.trading.EnvParams)."""
+    """Trading environment parameters (see envs.trading.EnvParams, which holds the defaults)."""
 
-    initial_cash: float = Field(1e6, gt=0)
-    cost_rate: float = Field(0.002, ge=0, lt=0.1)
-    slippage_bps: float = Field(1.0, ge=0, lt=1000)
-    decision_interval: int = Field(15, ge=1, description="bars between decisions")
-    episode_len: int = Field(64, ge=1, description="decisions per episode")
-    action_mode: Literal["weights", "shares"] = "weights"
-    max_shares: float = Field(100.0, gt=0)
-    reward: Literal["log_return", "return", "diff_sharpe"] = "log_return"
-    drawdown_penalty: float = Field(0.0, ge=0)
-    reward_scale: float = Field(100.0, gt=0)
+    initial_cash: float = Field(EnvParams.initial_cash, gt=0)
+    cost_rate: float = Field(EnvParams.cost_rate, ge=0, lt=0.1)
+    slippage_bps: float = Field(EnvParams.slippage_bps, ge=0, lt=1000)
+    decision_interval: int = Field(EnvParams.decision_interval, ge=1, description="bars between decisions")
+    episode_len: int = Field(EnvParams.episode_len, ge=1, description="decisions per episode")
+    action_mode: Literal["weights", "shares"] = EnvParams.action_mode
+    max_shares: float = Field(EnvParams.max_shares, gt=0)
+    reward: Literal["log_return", "return", "diff_sharpe"] = EnvParams.reward
+    drawdown_penalty: float = Field(EnvParams.drawdown_penalty, ge=0)
+    reward_scale: float = Field(EnvParams.reward_scale, gt=0)
     num_envs: int = Field(256, ge=1)
     compile: Literal["auto", "on", "off"] = Field(
         "auto",
         description="fast env step: native C kernel on CPU, torch.compile on GPU (auto: from 1024 envs on; docs/env.md)",
     )
+    sharpe_eta: float = Field(
+        EnvParams.sharpe_eta, gt=0, lt=1, description="diff_sharpe: EMA rate of the return moments"
+    )
+    bust_frac: float = Field(
+        EnvParams.bust_frac, ge=0, lt=1, description="an episode ends when value < bust_frac * initial_cash"
+    )
+    precision: Literal["float32", "float64"] = Field(
+        EnvParams.precision, description="dtype of per-asset quantities (accounting is always float64)"
+    )
 
 
 class AgentConfig(_Section):
-    """Learner settings; algorithm-specific fields are ignored by the other algorithm."""
+    """Learner settings (defaults in agents.ppo.PPOArgs / agents.sac.SACArgs, equal where both have a
+    field); algorithm-specific fields are ignored by the other algorithm."""
 
     algo: Literal["ppo", "sac"] = "ppo"
-    seed: int = 0
+    seed: int = PPOArgs.seed
     device: str = "cpu"
-    hidden: int = Field(64, ge=4)
-    embed: int = Field(16, ge=2)
-    # Measured on the planted-signal synthetic market (see docs/agents.md): the edge pays out
-    # within tens of decisions, so a short horizon and a large step size learn it within minutes.
-    learning_rate: float = Field(3e-3, gt=0, lt=1)
-    gamma: float = Field(0.9, gt=0, le=1)
-    gae_lambda: float = Field(0.9, ge=0, le=1)
+    hidden: int = Field(PPOArgs.hidden, ge=4)
+    embed: int = Field(PPOArgs.embed, ge=2)
+    learning_rate: float = Field(PPOArgs.learning_rate, gt=0, lt=1)
+    gamma: float = Field(PPOArgs.gamma, gt=0, le=1)
+    gae_lambda: float = Field(PPOArgs.gae_lambda, ge=0, le=1)
     rebalance_rate: float = Field(
-        0.2, gt=0, le=1, description="PPO: fraction of the gap to the target weights traded per decision"
+        PPOArgs.rebalance_rate,
+        gt=0,
+        le=1,
+        description="fraction of the gap to the target weights traded per decision",
     )
-    num_steps: int = Field(32, ge=1, description="PPO: rollout length per env")
-    update_epochs: int = Field(4, ge=1)
-    num_minibatches: int = Field(4, ge=1)
-    clip_coef: float = Field(0.2, gt=0)
-    ent_coef: float = Field(0.0, ge=0)
-    vf_coef: float = Field(0.5, ge=0)
-    max_grad_norm: float = Field(0.5, gt=0)
-    total_steps: int = Field(500_000, ge=1, description="env-steps for a single `podracer train`")
-    num_critics: int = Field(4, ge=1, description="SAC: critic ensemble size")
-    critic_target: Literal["min", "mean"] = "min"
-    buffer_size: int = Field(200_000, ge=1)
-    batch_size: int = Field(1024, ge=1)
-    eval_every: int = Field(50_000, ge=1, description="env-steps between validation evaluations")
+    num_steps: int = Field(PPOArgs.num_steps, ge=1, description="PPO: rollout length per env")
+    update_epochs: int = Field(PPOArgs.update_epochs, ge=1)
+    num_minibatches: int = Field(PPOArgs.num_minibatches, ge=1)
+    clip_coef: float = Field(PPOArgs.clip_coef, gt=0)
+    ent_coef: float = Field(PPOArgs.ent_coef, ge=0)
+    vf_coef: float = Field(PPOArgs.vf_coef, ge=0)
+    max_grad_norm: float = Field(PPOArgs.max_grad_norm, gt=0)
+    total_steps: int = Field(PPOArgs.total_steps, ge=1, description="env-steps for a single `podracer train`")
+    num_critics: int = Field(SACArgs.num_critics, ge=1, description="SAC: critic ensemble size")
+    critic_target: Literal["min", "mean"] = SACArgs.critic_target
+    buffer_size: int = Field(SACArgs.buffer_size, ge=1)
+    batch_size: int = Field(SACArgs.batch_size, ge=1)
+    eval_every: int = Field(PPOArgs.eval_every, ge=1, description="env-steps between validation evaluations")
+    asset_layers: int = Field(PPOArgs.asset_layers, ge=0, description="per-asset encoder depth (0: linear)")
+    init_log_std: float = Field(
+        PPOArgs.init_log_std, ge=-10, le=2, description="initial log-std of the Gaussian over logits"
+    )
+    norm_obs: bool = Field(PPOArgs.norm_obs, description="update running observation statistics")
+    anneal_lr: bool = Field(PPOArgs.anneal_lr, description="PPO: anneal the learning rate linearly to 0")
+    norm_adv: bool = Field(PPOArgs.norm_adv, description="PPO: normalize advantages per minibatch")
+    clip_vloss: bool = Field(PPOArgs.clip_vloss, description="PPO: clip the value loss (PPO2 style)")
+    target_kl: float | None = Field(
+        PPOArgs.target_kl, gt=0, description="PPO: stop an update's epochs past this approximate KL"
+    )
+    tau: float = Field(SACArgs.tau, gt=0, le=1, description="SAC: Polyak rate of the target critics")
+    learning_starts: int = Field(
+        SACArgs.learning_starts, ge=0, description="SAC: env-steps collected before the first update"
+    )
+    gradient_steps: int = Field(SACArgs.gradient_steps, ge=1, description="SAC: updates per vectorized step")
+    alpha: float = Field(SACArgs.alpha, gt=0, description="SAC: initial entropy temperature")
+    autotune: bool = Field(SACArgs.autotune, description="SAC: tune alpha towards the target entropy")
+    target_entropy_per_dim: float = Field(
+        SACArgs.target_entropy_per_dim,
+        ge=-100,
+        le=100,
+        description="SAC: target entropy per action dimension",
+    )
 
 
 class TournamentConfig(_Section):
-    """Podracer tournament: pool, leaderboard, generator, budget, backend."""
+    """Podracer tournament: pool, leaderboard, generator, budget, backend (defaults in TournamentArgs)."""
 
-    pods: int = Field(4, ge=1, description="pods training at once")
-    leaderboard_size: int = Field(8, ge=1)
-    p_fresh: float = Field(0.25, ge=0, le=1, description="probability a new pod starts from scratch")
-    round_steps: int = Field(100_000, ge=1, description="env-steps per pod round")
-    budget_steps: int | None = Field(2_000_000, ge=1)
-    budget_minutes: float | None = Field(None, gt=0)
-    fitness: Literal["sharpe", "return", "calmar"] = "sharpe"
-    backend: Literal["local", "ray"] = "local"
-    workers: int = Field(2, ge=0, description="local backend: worker processes (0 = inline)")
-    address: str | None = Field(None, description="ray: address of an existing cluster")
-    seed: int = 0
+    pods: int = Field(TournamentArgs.pods, ge=1, description="pods training at once")
+    leaderboard_size: int = Field(TournamentArgs.leaderboard_size, ge=1)
+    p_fresh: float = Field(
+        TournamentArgs.p_fresh, ge=0, le=1, description="probability a new pod starts from scratch"
+    )
+    round_steps: int = Field(TournamentArgs.round_steps, ge=1, description="env-steps per pod round")
+    budget_steps: int | None = Field(TournamentArgs.budget_steps, ge=1)
+    budget_minutes: float | None = Field(TournamentArgs.budget_minutes, gt=0)
+    fitness: Literal["sharpe", "return", "calmar"] = TournamentArgs.fitness
+    backend: Literal["local", "ray"] = TournamentArgs.backend
+    workers: int = Field(
+        TournamentArgs.workers, ge=0, description="local backend: worker processes (0 = inline)"
+    )
+    address: str | None = Field(TournamentArgs.address, description="ray: address of an existing cluster")
+    seed: int = TournamentArgs.seed
+    round_seconds: float | None = Field(
+        TournamentArgs.round_seconds, gt=0, description="optional wall-time cap of one pod round"
+    )
+    max_consecutive_failures: int = Field(
+        TournamentArgs.max_consecutive_failures, ge=1, description="stop after this many failed pods in a row"
+    )
 
 
 class BacktestConfig(_Section):

@@ -34,7 +34,7 @@ import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -43,6 +43,10 @@ from torch import Tensor
 from backtests import metrics as m
 from data.errors import DataError, PodracerError
 from data.market import MarketData
+from envs import trading
+from envs.backends.compiled import check_mode
+from envs.backtest_loop import BacktestLoop
+from envs.trading import EnvParams
 
 #: Index ETFs used for the ``"index"`` baseline, in order of preference.
 INDEX_TICKERS: tuple[str, ...] = ("QQQ", "SPY")
@@ -53,11 +57,6 @@ DEFAULT_BASELINES: tuple[str, ...] = ("buy_and_hold", "cash", "index")
 #: 2-core CPU (docs/backtests.md): the compiled decision saves ~120 µs; compiling costs ~3 s with
 #: inductor's on-disk cache warm and ~14 s cold, so 50k decisions repay even a cold compile.
 COMPILE_MIN_DECISIONS = 50_000
-
-if TYPE_CHECKING:
-    from envs.trading import EnvParams
-else:
-    EnvParams = Any
 
 Policy = Callable[[Tensor], Tensor]
 
@@ -162,13 +161,6 @@ def _inference_fn(policy: Any, obs: Tensor, num_assets: int) -> tuple[Callable[[
     return policy, False
 
 
-def _trading():
-    # Imported lazily so that metrics/selection stay usable without the env module.
-    from envs import trading
-
-    return trading
-
-
 def _long_horizon(params: EnvParams, num_decisions: int) -> EnvParams:
     """The env params for a backtest: episodes long enough that the window never truncates, and
     float64 per-asset accounting where the env offers the choice (exact holdings; the batch is small)."""
@@ -205,8 +197,6 @@ def run_backtest(
     from :data:`COMPILE_MIN_DECISIONS` decisions on, where the faster loop repays the compile.
     Compiled results equal eager ones up to float rounding (~1e-8 relative on a year of equity).
     """
-    from envs.backends.compiled import check_mode
-
     compile = check_mode(compile)
     if num_threads is not None:
         previous = torch.get_num_threads()
@@ -339,12 +329,6 @@ def _trade_accounting(
     return notional, cost
 
 
-def _backtest_loop():
-    from envs.backtest_loop import BacktestLoop
-
-    return BacktestLoop
-
-
 def _eager_decisions(
     market: MarketData,
     params: EnvParams,
@@ -357,7 +341,6 @@ def _eager_decisions(
 ) -> tuple[Tensor, ...]:
     """The decision loop, eagerly: ``(actions (K, N, A), value (K, N), traded_notional (K, N),
     shares_traded (K, N, A), terminated (K, N))``."""
-    trading = _trading()
     n = len(callables)
     expected = (n, market.num_assets)
     values, traded_notional, shares_traded, terminated, actions = [], [], [], [], []
@@ -394,7 +377,6 @@ def _run_policies(
     off_bars: np.ndarray,
     use_compile: bool = False,
 ) -> _Run:
-    trading = _trading()
     names = list(policies)
     n = len(names)
     # Everything under inference mode, the reset included: compiled code is specialized to
@@ -407,9 +389,9 @@ def _run_policies(
         # are not known to return plain (n, A) float tensors on the env's device.
         trusted = all(t for _, t in fns)
         prices = trading.asset_prices(market, params)  # cast once, not one cast per row and step
-        if use_compile and n == 1 and trusted and _backtest_loop().supported(market):
+        if use_compile and n == 1 and trusted and BacktestLoop.supported(market):
             # One policy with a plain tensor function: policy calls and env steps compiled together.
-            loop = _backtest_loop()(market, params, callables[0], prices)
+            loop = BacktestLoop(market, params, callables[0], prices)
             _, _, decisions = loop.run(state, obs, k_steps)
         else:
             decisions = _eager_decisions(market, params, state, obs, callables, trusted, prices, k_steps)
@@ -520,7 +502,6 @@ def _run_static(
     ``cash + shares @ close``; by default that mark is computed for all decision bars at once
     (``through_env=True`` steps the env instead; the tests check both agree).
     """
-    trading = _trading()
     names = [s[0] for s in static]
     n = len(names)
     device = market.device

@@ -20,10 +20,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from data.calendar import Panel
+from data.calendar import Panel, resample_panel
 from data.errors import DataError
 from data.features import DEFAULT_WINDOWS, compute_features, fit_normalization, make_spec, normalize
 from data.market import MarketData
+from data.sources.sample import real_sample_panel
+from data.store import BarStore
+from data.synthetic import SyntheticSpec, generate, to_frame
 
 
 @dataclass(frozen=True)
@@ -136,8 +139,6 @@ def synthetic_market(
     start: str = "2024-01-02",
 ) -> MarketSplits:
     """Fast path: a synthetic market generated in memory (see ``data.synthetic``)."""
-    from data.synthetic import SyntheticSpec, generate
-
     spec = SyntheticSpec(
         num_tickers=num_tickers, num_sessions=num_sessions, seed=seed, signal=signal, start=start
     )
@@ -146,7 +147,9 @@ def synthetic_market(
     )
 
 
-_CONFIG_DEFAULTS: dict[str, Any] = {
+#: Defaults of ``load_market``'s settings; also the ``[data]`` defaults of the TOML config (app.config
+#: reads them from here), except ``start_date`` / ``end_date``, which only callers pass.
+LOAD_DEFAULTS: dict[str, Any] = {
     "source": "synthetic",
     "num_tickers": 100,
     "num_sessions": 60,
@@ -164,13 +167,13 @@ _CONFIG_DEFAULTS: dict[str, Any] = {
 
 
 def _settings(config: Any, overrides: Mapping[str, Any]) -> dict[str, Any]:
-    settings = dict(_CONFIG_DEFAULTS)
+    settings = dict(LOAD_DEFAULTS)
     if config is not None:
-        for key in _CONFIG_DEFAULTS:
+        for key in LOAD_DEFAULTS:
             if hasattr(config, key):
                 settings[key] = getattr(config, key)
     for key, value in overrides.items():
-        if key not in _CONFIG_DEFAULTS:
+        if key not in LOAD_DEFAULTS:
             raise DataError(f"load_market: unknown setting {key!r}")
         settings[key] = value
     return settings
@@ -195,8 +198,6 @@ def load_market(
     s = _settings(config, overrides)
     split = {"train_frac": s["train_frac"], "valid_frac": s["valid_frac"], "device": device}
     if s["source"] == "synthetic":
-        from data.synthetic import SyntheticSpec, generate
-
         spec = SyntheticSpec(
             num_tickers=s["num_tickers"],
             num_sessions=s["num_sessions"],
@@ -206,18 +207,11 @@ def load_market(
         )
         panel = generate(spec)
         if store_synthetic:
-            from data.store import BarStore
-            from data.synthetic import to_frame
-
             BarStore(_home(home)).write(to_frame(panel), interval="1m", source="synthetic")
         if s["interval"] != "1m":
-            from data.calendar import resample_panel
-
             panel = resample_panel(panel, s["interval"])
         return build_market(panel, **split, source="synthetic")
     if s["source"] == "stored":
-        from data.store import BarStore
-
         store = BarStore(_home(home))
         # Coarser intervals not stored themselves are aggregated from stored 1m bars.
         from_minutes = s["interval"] not in store.intervals() and "1m" in store.intervals()
@@ -229,13 +223,9 @@ def load_market(
             min_coverage=s["min_coverage"],
         )
         if from_minutes:
-            from data.calendar import resample_panel
-
             panel = resample_panel(panel, s["interval"])
         return build_market(panel, **split, source="stored")
     if s["source"] == "real-sample":
-        from data.sources.sample import real_sample_panel
-
         panel = real_sample_panel(interval=s["interval"], min_coverage=s["min_coverage"])
         return build_market(panel, **split, source="real-sample")
     raise DataError(f"unknown data source {s['source']!r} (synthetic, stored, real-sample)")

@@ -33,16 +33,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from data.calendar import Grid, Panel, session_grid, sessions_window
 from data.errors import DataError
-
-if TYPE_CHECKING:
-    from data.store import WriteReport
+from data.store import BarStore, WriteReport
 
 BARS_PER_FULL_SESSION = 390
 MOMENTUM_LOOKBACK = 390  # L above: bars of past idiosyncratic return that drive the planted drift
@@ -204,6 +201,4 @@ def to_frame(panel: Panel) -> pd.DataFrame:
 
 def write_synthetic(home: str | os.PathLike[str], spec: SyntheticSpec) -> WriteReport:
     """Generate ``spec`` and write its minute bars into the store under ``home`` (``data synth``)."""
-    from data.store import BarStore
-
     return BarStore(home).write(to_frame(generate(spec)), "1m", source="synthetic")

@@ -109,12 +109,12 @@ class EnvParams:
     cost_rate: float = 0.002  # proportional cost on every fill's notional
     slippage_bps: float = 1.0  # buys fill at open*(1+s), sells at open*(1-s), s = bps/1e4
     decision_interval: int = 15  # bars between decisions (k)
-    episode_len: int = 256  # decisions per episode before truncation
+    episode_len: int = 64  # decisions per episode before truncation
     action_mode: ActionMode = "weights"  # "weights" (target weights) or "shares" (delta shares)
     max_shares: float = 100.0  # "shares" mode: |delta| per asset per decision at |a| = 1
     reward: RewardMode = "log_return"  # "log_return" | "return" | "diff_sharpe"
     drawdown_penalty: float = 0.0  # reward -= penalty * current drawdown fraction
-    reward_scale: float = 1.0  # multiplies the reward
+    reward_scale: float = 100.0  # multiplies the reward
     sharpe_eta: float = 0.01  # EMA rate of the differential Sharpe ratio's moments
     bust_frac: float = 0.1  # terminate when value < bust_frac * initial_cash
     trade_info: bool = False  # add per-asset fill_price / asset_cost to info (backtests)

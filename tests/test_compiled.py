@@ -172,7 +172,7 @@ def test_auto_compiles_only_long_backtests(monkeypatch):
             calls.append(args)
             raise RuntimeError("spy")
 
-    monkeypatch.setattr(engine, "_backtest_loop", lambda: Spy)
+    monkeypatch.setattr(engine, "BacktestLoop", Spy)
     market = toy_market(200, 3, 2)
     policy = _policy(market, False)
     params = EnvParams(decision_interval=1)

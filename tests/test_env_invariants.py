@@ -118,7 +118,14 @@ def test_round_trip_on_flat_prices_costs_exactly_the_cost_rate():
     market = toy_market(num_steps=50, num_assets=3, num_features=2, seed=0)
     flat = torch.full_like(market.close, 50.0)
     market = dataclasses.replace(market, open=flat, close=flat, high=flat, low=flat)
-    params = EnvParams(decision_interval=1, episode_len=10, slippage_bps=0.0, cost_rate=0.01, reward="return")
+    params = EnvParams(
+        decision_interval=1,
+        episode_len=10,
+        slippage_bps=0.0,
+        cost_rate=0.01,
+        reward="return",
+        reward_scale=1.0,
+    )
     state, _ = trading.reset(market, params, 1, start=0)
     state, _, r1, *_ = trading.step(market, params, state, torch.full((1, 3), 0.2))  # buy 60% of value
     state, _, r2, *_ = trading.step(market, params, state, torch.zeros(1, 3))  # sell everything

@@ -29,6 +29,8 @@ import threading
 import time
 from typing import Any, Protocol
 
+import torch
+
 from agents.tournament.pod import PodOutcome, PodTask, RoundContext, RoundError, RoundFn, execute_round
 from data.errors import ConfigError, PodracerError
 
@@ -94,8 +96,6 @@ _WORKER: dict[str, Any] = {}
 
 
 def _init_worker(round_fn: RoundFn, ctx: RoundContext, threads: int, parent_pid: int) -> None:
-    import torch
-
     torch.set_num_threads(threads)
     _WORKER["round_fn"], _WORKER["ctx"] = round_fn, ctx
 
@@ -166,8 +166,6 @@ class ProcessBackend:
 
 # --- Ray -----------------------------------------------------------------------------------------
 def _ray_round(round_fn: RoundFn, task: PodTask, ctx: RoundContext, threads: int) -> PodOutcome | RoundError:
-    import torch
-
     torch.set_num_threads(threads)
     return run_round_safely(round_fn, task, ctx)
 

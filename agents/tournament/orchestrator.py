@@ -32,9 +32,17 @@ from typing import Any
 from agents.tournament.backends import Backend, make_backend
 from agents.tournament.generator import PodSpec, next_pod
 from agents.tournament.leaderboard import FILENAME, Leaderboard
-from agents.tournament.pod import PodOutcome, PodTask, RoundContext, RoundError, RoundFn, learner_round
+from agents.tournament.pod import (
+    FITNESS,
+    PodOutcome,
+    PodTask,
+    RoundContext,
+    RoundError,
+    RoundFn,
+    learner_round,
+)
 from agents.tournament.search_space import SearchSpace, default_search_space
-from agents.tournament.updater import FITNESS, Updater
+from agents.tournament.updater import Updater
 from data.atomic import atomic_write_text
 from data.errors import CheckpointError, ConfigError, PodracerError
 from data.market import MarketData

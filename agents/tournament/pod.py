@@ -9,6 +9,19 @@ The round itself is any module-level function ``round_fn(task, ctx) -> PodOutcom
 :func:`learner_round` (PPO or SAC) is the real one, tests pass small fakes. :func:`execute_round` wraps it for the
 backends: it turns every exception into a picklable :class:`RoundError` and rejects NaN outcomes, so
 a bad pod is recorded as failed and never reaches the leaderboard.
+
+Scoring (:func:`score_policy`, in the worker): the pod's deterministic policy is backtested on the
+whole validation window from its first bar, through ``backtests.engine`` and ``backtests.metrics``
+(the very code that produces the final held-out numbers), so every pod is judged on the same bars
+with costs on. Fitness (``tournament.fitness``):
+
+- ``sharpe`` (default): annualized Sharpe of the daily validation returns, net of costs;
+- ``return``: cumulative validation return;
+- ``calmar``: annual return over max drawdown.
+
+A metric that is undefined for a well-behaved policy (a flat all-cash policy has no return
+dispersion, so its Sharpe is 0/0) scores 0 rather than failing the pod; infinities are clipped to
+``±SCORE_CLIP``. A pod whose *returns* are NaN is a broken pod and is rejected as failed.
 """
 
 from __future__ import annotations
@@ -22,8 +35,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
+from torch import Tensor
+
+from agents import ppo, sac
+from agents.policy import Checkpoint
 from agents.tournament.generator import PodSpec
+from backtests import engine
+from data.atomic import atomic_path
 from data.market import MarketData
+from envs.trading import EnvParams
+from envs.vec_env import TradingVecEnv
+
+FITNESS = ("sharpe", "return", "calmar")
+SCORE_CLIP = 1e3
+LEARNERS = {"ppo": (ppo.PPOArgs, ppo.train), "sac": (sac.SACArgs, sac.train)}
 
 
 @dataclass(frozen=True)
@@ -101,21 +127,11 @@ def execute_round(round_fn: RoundFn, task: PodTask, ctx: RoundContext) -> PodOut
 # --- the real round: PPO (or SAC) on the train window, scored on the valid window -----------------
 def learner_round(task: PodTask, ctx: RoundContext) -> PodOutcome:
     """Train one pod for a round with its learner (``spec.algo``) and score it (see module docstring)."""
-    import importlib
-
-    import torch
-
-    from agents.policy import Checkpoint
-    from agents.tournament.updater import score_policy
-    from envs.trading import EnvParams
-    from envs.vec_env import TradingVecEnv
-
     start = time.monotonic()
     spec = task.spec
-    if spec.algo not in ("ppo", "sac"):
+    if spec.algo not in LEARNERS:
         raise RoundError(f"unknown algo {spec.algo!r} (expected ppo or sac)")
-    learner = importlib.import_module(f"agents.{spec.algo}")
-    args_cls = learner.PPOArgs if spec.algo == "ppo" else learner.SACArgs
+    args_cls, learn = LEARNERS[spec.algo]
     env_fields = {f.name for f in dataclasses.fields(EnvParams)}
     params = EnvParams(**{k: v for k, v in ctx.env.items() if k in env_fields})
     num_envs = int(ctx.env.get("num_envs", 16))
@@ -140,7 +156,7 @@ def learner_round(task: PodTask, ctx: RoundContext) -> PodOutcome:
     if task.round_seconds is not None:
         deadline = start + task.round_seconds
         callbacks.append(lambda event: time.monotonic() >= deadline)
-    result = learner.train(args, train_env, callbacks=callbacks, init=init)
+    result = learn(args, train_env, callbacks=callbacks, init=init)
 
     for name, tensor in result.policy.state_dict().items():
         if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
@@ -180,10 +196,42 @@ def _write_curve(path: Path, history: list[Mapping[str, Any]], offset: int) -> N
     """The round's training curve as parquet, with lineage env-steps so curves chain parent→child."""
     import pandas as pd
 
-    from data.atomic import atomic_path
-
     frame = pd.DataFrame(list(history))
     if "env_steps" in frame.columns:
         frame["lineage_env_steps"] = frame["env_steps"] + offset
     with atomic_path(path, suffix=".parquet") as tmp:
         frame.to_parquet(tmp, index=False)
+
+
+# --- scoring on the validation window (runs in the worker) ----------------------------------------
+def score_policy(
+    policy: Callable[[Tensor], Tensor],
+    valid: MarketData,
+    params: Any,
+    *,
+    fitness: str = "sharpe",
+    annualization: int = 252,
+    device: str | torch.device = "cpu",
+) -> tuple[float, dict[str, float | None]]:
+    """Backtest ``policy`` deterministically on ``valid``; return ``(score, metrics)``.
+
+    ``metrics`` holds the summary metrics of the daily returns (floats or None), so the Sharpe of
+    every pod is recorded whatever the fitness (the run record's ``trial_sharpes`` needs it).
+    """
+    if fitness not in FITNESS:
+        raise ValueError(f"unknown fitness {fitness!r} (expected one of {FITNESS})")
+    with torch.no_grad():
+        result = engine.evaluate(valid, params, {"pod": policy}, device=device)
+    _, daily = result.daily_returns()
+    if not bool(torch.isfinite(daily).all()) or not bool(torch.isfinite(result.equity).all()):
+        raise RoundError("validation returns contain NaN or inf")
+    col = result.index("pod")
+    values = {k: _to_float(v.reshape(-1)[col]) for k, v in result.summary(annualization).items()}
+    values["num_days"] = float(daily.shape[0])
+    raw = float(engine.fitness(result, fitness, annualization=annualization, nan_value=0.0)[col])
+    return max(-SCORE_CLIP, min(SCORE_CLIP, raw)), values
+
+
+def _to_float(value: Any) -> float | None:
+    value = float(value)
+    return value if math.isfinite(value) else None

@@ -7,6 +7,8 @@ from collections.abc import Sequence
 import pandas as pd
 
 from data.errors import DataError
+from data.sources.alpaca import fetch_alpaca
+from data.sources.yfinance import fetch_yfinance
 
 
 def fetch_bars(source: str, tickers: Sequence[str], start: str, end: str, interval: str) -> pd.DataFrame:
@@ -14,11 +16,7 @@ def fetch_bars(source: str, tickers: Sequence[str], start: str, end: str, interv
     if not tickers:
         raise DataError("no tickers to fetch")
     if source == "yfinance":
-        from data.sources.yfinance import fetch_yfinance
-
         return fetch_yfinance(tickers, start, end, interval)
     if source == "alpaca":
-        from data.sources.alpaca import fetch_alpaca
-
         return fetch_alpaca(tickers, start, end, interval)
     raise DataError(f"unknown source {source!r} (yfinance or alpaca)")

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from data.adjust import adjust_bars, read_factor_file
 from data.calendar import INTERVAL_MINUTES, check_interval
 from data.errors import DataError
 from data.schema import validate
@@ -101,8 +102,6 @@ def import_files(
     bars = bars.drop_duplicates(["ticker", "timestamp"], keep="last")
     bars = bars.sort_values(["ticker", "timestamp"], kind="stable").reset_index(drop=True)
     if adjust is not None:
-        from data.adjust import adjust_bars, read_factor_file
-
         bars = adjust_bars(bars, read_factor_file(adjust))
     store = BarStore(home)
     label = str(paths[0]) if len(paths) == 1 else f"{len(paths)} files"

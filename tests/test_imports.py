@@ -1,0 +1,224 @@
+"""The import rules of the project, checked by parsing every module with ``ast`` (nothing is imported).
+
+(a) only ``app/cli.py`` imports ``app.commands``; (b) no import cycles between project modules
+(top-level and function-level imports both count; ``if TYPE_CHECKING:`` blocks do not); (c) the
+literal ``"run.json"`` is named in one module; (d) project modules are imported at module top
+(function-level imports are left to third-party libraries: the heavy optional ones, ray, alpaca,
+onnxruntime, pyfolio, streamlit, yfinance, and a few slow ones kept off the training path); (e) the layering
+app -> agents -> backtests -> envs -> data.
+"""
+
+from __future__ import annotations
+
+import ast
+import graphlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("app", "agents", "envs", "data", "backtests", "benchmarks")
+#: What each layer may not import (app -> agents -> backtests -> envs -> data).
+FORBIDDEN = {
+    "data": ("envs", "backtests", "agents", "app"),
+    "envs": ("backtests", "agents", "app"),
+    "backtests": ("agents", "app"),
+    "agents": ("app",),
+}
+RUN_JSON_OWNER = "app.runs"
+
+PENDING = pytest.mark.xfail(strict=False, reason="until the issue-15 branches merge")
+
+
+@dataclass(frozen=True)
+class Import:
+    importer: str  # module name, e.g. "agents.tournament.pod"
+    target: str  # the project module (or package) it loads
+    where: str  # file:line
+    top_level: bool
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _files() -> dict[str, Path]:
+    return {_module_name(p): p for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py"))}
+
+
+FILES = _files()
+
+
+def _is_project(name: str) -> bool:
+    return name.split(".")[0] in PACKAGES
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _targets(module: str, node: ast.Import | ast.ImportFrom) -> list[str]:
+    """The modules an import statement loads (for ``from pkg import name``: ``pkg.name`` when that is
+    a module, else ``pkg``)."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    base = node.module or ""
+    if node.level:  # relative: resolve against the importer's package
+        package = module.split(".") if FILES[module].name == "__init__.py" else module.split(".")[:-1]
+        package = package[: len(package) - (node.level - 1)]
+        base = ".".join([*package, *([base] if base else [])])
+    subs = [f"{base}.{alias.name}" for alias in node.names if f"{base}.{alias.name}" in FILES]
+    return subs if len(subs) == len(node.names) else [*subs, base]
+
+
+def _walk(module: str, node: ast.AST, top_level: bool, out: list[Import]) -> None:
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.If) and _is_type_checking(child):
+            # The body runs for type checkers only; an ``else:`` runs for real.
+            _walk(module, ast.Module(body=child.orelse, type_ignores=[]), top_level, out)
+            continue
+        if isinstance(child, ast.Import | ast.ImportFrom):
+            where = f"{FILES[module].relative_to(ROOT)}:{child.lineno}"
+            out.extend(Import(module, t, where, top_level) for t in _targets(module, child))
+            continue
+        inner = top_level and not isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
+        _walk(module, child, inner, out)
+
+
+def _imports() -> list[Import]:
+    out: list[Import] = []
+    for module, path in FILES.items():
+        _walk(module, ast.parse(path.read_text(encoding="utf-8"), filename=str(path)), True, out)
+    return out
+
+
+IMPORTS = _imports()
+PROJECT_IMPORTS = [i for i in IMPORTS if _is_project(i.target)]
+
+
+def _under(name: str, prefix: str) -> bool:
+    return name == prefix or name.startswith(prefix + ".")
+
+
+def _in(packages: tuple[str, ...], imp: Import) -> bool:
+    return imp.importer.split(".")[0] in packages
+
+
+# --- (a) --------------------------------------------------------------------------------------------
+
+def test_only_the_cli_imports_the_commands():
+    bad = [i.where for i in PROJECT_IMPORTS if _under(i.target, "app.commands") and i.importer != "app.cli"]
+    assert not bad, "import app.commands outside app/cli.py:\n" + "\n".join(bad)
+
+
+# --- (b) --------------------------------------------------------------------------------------------
+def test_no_import_cycles():
+    graph: dict[str, set[str]] = {m: set() for m in FILES}
+    for imp in PROJECT_IMPORTS:
+        if imp.target in FILES and imp.target != imp.importer:
+            graph[imp.importer].add(imp.target)
+    try:
+        tuple(graphlib.TopologicalSorter(graph).static_order())
+    except graphlib.CycleError as err:
+        cycle = err.args[1]
+        edges = [
+            next(i.where for i in PROJECT_IMPORTS if i.importer == a and i.target == b)
+            for a, b in zip(
+                cycle[1:], cycle[:-1], strict=True
+            )  # CycleError lists each node's successor first
+        ]
+        pytest.fail("import cycle: " + " -> ".join(reversed(cycle)) + "\n" + "\n".join(reversed(edges)))
+
+
+def test_the_cycle_check_finds_a_cycle():
+    graph = {"a": {"b"}, "b": {"a"}}
+    with pytest.raises(graphlib.CycleError):
+        tuple(graphlib.TopologicalSorter(graph).static_order())
+
+
+# --- (c) --------------------------------------------------------------------------------------------
+def _names_run_json(path: Path) -> list[int]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    docstrings = {
+        id(n.body[0].value)
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and n.body
+        and isinstance(n.body[0], ast.Expr)
+        and isinstance(n.body[0].value, ast.Constant)
+    }
+    return [
+        n.lineno
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Constant)
+        and isinstance(n.value, str)
+        and "run.json" in n.value
+        and id(n) not in docstrings
+    ]
+
+
+
+def test_run_json_is_named_in_one_module():
+    found = {
+        module: lines
+        for module, path in FILES.items()
+        if module.split(".")[0] != "benchmarks" and (lines := _names_run_json(path))
+    }
+    where = [f"{FILES[m].relative_to(ROOT)}:{line}" for m, lines in found.items() for line in lines]
+    assert set(found) == {RUN_JSON_OWNER}, '"run.json" named in:\n' + "\n".join(where)
+
+
+# --- (d) --------------------------------------------------------------------------------------------
+def _function_level(packages: tuple[str, ...]) -> list[str]:
+    return [i.where + f" ({i.target})" for i in PROJECT_IMPORTS if not i.top_level and _in(packages, i)]
+
+
+@pytest.mark.parametrize(
+    "package",
+    [
+        "agents",
+        "data",
+        "backtests",
+        "envs",
+        pytest.param("app", marks=PENDING),
+        pytest.param("benchmarks", marks=PENDING),
+    ],
+)
+def test_project_modules_are_imported_at_module_top(package):
+    bad = _function_level((package,))
+    assert not bad, "project modules imported inside functions:\n" + "\n".join(bad)
+
+
+# --- (e) --------------------------------------------------------------------------------------------
+def test_layering():
+    bad = [
+        f"{i.where}: {i.importer} imports {i.target}"
+        for i in PROJECT_IMPORTS
+        if any(_under(i.target, p) for p in FORBIDDEN.get(i.importer.split(".")[0], ()))
+    ]
+    assert not bad, "imports against the layering app -> agents -> backtests -> envs -> data:\n" + "\n".join(
+        bad
+    )
+
+
+def test_the_parser_sees_function_level_and_type_checking_imports():
+    src = (
+        "from typing import TYPE_CHECKING\nimport data.errors\nif TYPE_CHECKING:\n    import envs.trading\n"
+        "def f():\n    from agents import ppo\n"
+    )
+    tree = ast.parse(src)
+    out: list[Import] = []
+    FILES.setdefault("agents.tests_probe", ROOT / "agents" / "tests_probe.py")
+    try:
+        _walk("agents.tests_probe", tree, True, out)
+    finally:
+        del FILES["agents.tests_probe"]
+    got = {(i.target, i.top_level) for i in out}
+    assert got == {("typing", True), ("data.errors", True), ("agents.ppo", False)}
