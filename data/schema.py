@@ -6,8 +6,9 @@ Bar schema (one row per bar): ``timestamp`` (UTC bar start), ``ticker``, ``open`
 ambiguous (exchange time? UTC?) and is rejected rather than guessed.
 
 ``validate`` parses and checks a frame and returns it normalized (``timestamp`` as
-``datetime64[ns, UTC]``, ``ticker`` upper-case str, prices and volume float64), or raises a one-line
-``DataError`` naming the source, row (1-based data row; the file line is row + 1), ticker and rule.
+``datetime64[ns, UTC]``, ``ticker`` str spelled by the ticker rule below, prices and volume float64),
+or raises a one-line ``DataError`` naming the source, row (1-based data row; the file line is
+row + 1), ticker and rule.
 When several rows break rules, the earliest row is reported, with a count of the others.
 
 Rules: empty input; missing columns; empty ticker; ticker not matching the ticker rule; wrong types
