@@ -21,6 +21,7 @@ import pandas as pd
 
 from data.calendar import TZ
 from data.errors import DataError
+from data.schema import normalize_ticker
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +41,12 @@ def read_factor_file(path: str | os.PathLike[str]) -> pd.DataFrame:
     missing = [c for c in FACTOR_COLUMNS if c not in table]
     if missing:
         raise DataError(f"{path}: missing column(s) {', '.join(missing)} (need {','.join(FACTOR_COLUMNS)})")
-    out = pd.DataFrame({"ticker": table["ticker"].astype(str).str.strip().str.upper()})
+    # The bars' ticker rule, so that a factor row for BRK/B applies to the bars stored as BRK.B.
+    spelled: dict[str, str] = {}
+    for row, name in enumerate(table["ticker"].fillna("").astype(str)):
+        if name not in spelled:
+            spelled[name] = normalize_ticker(name, source=f"{path}: row {row + 1}")
+    out = pd.DataFrame({"ticker": [spelled[name] for name in table["ticker"].fillna("").astype(str)]})
     out["date"] = pd.to_datetime(table["date"], format="%Y-%m-%d", errors="coerce")
     for col in ("price_factor", "split_factor"):
         out[col] = pd.to_numeric(table[col], errors="coerce")

@@ -6,21 +6,34 @@ Bar schema (one row per bar): ``timestamp`` (UTC bar start), ``ticker``, ``open`
 ambiguous (exchange time? UTC?) and is rejected rather than guessed.
 
 ``validate`` parses and checks a frame and returns it normalized (``timestamp`` as
-``datetime64[ns, UTC]``, ``ticker`` upper-case str, prices and volume float64), or raises a one-line
-``DataError`` naming the source, row (1-based data row; the file line is row + 1), ticker and rule.
+``datetime64[ns, UTC]``, ``ticker`` str spelled by the ticker rule below, prices and volume float64),
+or raises a one-line ``DataError`` naming the source, row (1-based data row; the file line is
+row + 1), ticker and rule.
 When several rows break rules, the earliest row is reported, with a count of the others.
 
-Rules: empty input; missing columns; wrong types (unparsable number or timestamp, naive timestamp);
-NaN or inf; price <= 0; negative volume; high < low; open or close outside [low, high]; duplicate
-(ticker, timestamp); timestamps of a ticker not increasing (unsorted).
+Rules: empty input; missing columns; empty ticker; ticker not matching the ticker rule; wrong types
+(unparsable number or timestamp, naive timestamp); NaN or inf; price <= 0; negative volume; high < low;
+open or close outside [low, high]; duplicate (ticker, timestamp); timestamps of a ticker not
+increasing (unsorted).
+
+The ticker rule (``normalize_ticker``, the one place it lives): surrounding blanks stripped,
+upper-cased, a share class written with ``/`` (``BRK/B``) rewritten with ``.`` (``BRK.B``, logged as a
+note), then the ticker must match ``^[A-Z0-9][A-Z0-9.\\-]{0,14}$``. Tickers name store folders and
+API queries, so anything else (``../x``, ``a/b/c``, blanks inside, non-ASCII letters, more than 15
+characters) is refused before any path or request is built from it.
 """
 
 from __future__ import annotations
+
+import logging
+import re
 
 import numpy as np
 import pandas as pd
 
 from data.errors import DataError
+
+log = logging.getLogger(__name__)
 
 PRICE_COLUMNS = ("open", "high", "low", "close")
 NUMERIC_COLUMNS = (*PRICE_COLUMNS, "volume")
@@ -29,13 +42,55 @@ COLUMNS = ("timestamp", "ticker", *NUMERIC_COLUMNS)
 _OFFSET_RE = r"(?:Z|z|[+-]\d{2}:?\d{2})$"
 _DATE_RE = r"^\d{4}-\d{2}-\d{2}$"
 
+TICKER_PATTERN = r"^[A-Z0-9][A-Z0-9.\-]{0,14}$"
+TICKER_RULE = (
+    f"ticker must match {TICKER_PATTERN} after upper-casing "
+    "(letters, digits, '.', '-'; at most 15; share classes as BRK.B)"
+)
+# fullmatch, not match: ``$`` would also accept a trailing newline.
+_TICKER_RE = re.compile(r"[A-Z0-9][A-Z0-9.\-]{0,14}")
+# ``ROOT/CLASS`` with one slash: the share-class spelling of some vendors (BRK/B); a path such as
+# ``a/b/c`` or ``../x`` is not one.
+_SHARE_CLASS_RE = re.compile(r"[A-Z0-9][A-Z0-9.\-]*/[A-Z0-9]+")
+
+
+def _shown(text: str) -> str:
+    """``text`` as printed in a one-line message: quoted (``ascii``) unless plain printable ASCII."""
+    return text if text.isascii() and text.isprintable() and " " not in text else ascii(text)
+
+
+def _normalize(value: object) -> tuple[str, str | None]:
+    """(normalized ticker, None) or (the upper-cased text, the rule it breaks)."""
+    text = str(value).strip().upper()
+    if not text:
+        return text, "empty ticker"
+    if _SHARE_CLASS_RE.fullmatch(text):
+        text = text.replace("/", ".")
+    if not _TICKER_RE.fullmatch(text):
+        return str(value).strip().upper(), TICKER_RULE
+    return text, None
+
+
+def normalize_ticker(ticker: str, *, source: str = "ticker") -> str:
+    """The ticker in its one stored spelling (upper case, ``BRK/B`` -> ``BRK.B``), or a one-line
+    DataError naming ``source``, the ticker and the rule. Every path or query built from a ticker a
+    user typed goes through here."""
+    if not isinstance(ticker, str):
+        raise DataError(f"{source}: ticker {ticker!r} is not text: {TICKER_RULE}")
+    text, broken = _normalize(ticker)
+    if broken is not None:
+        raise DataError(f"{source}: ticker {_shown(text)}: {broken}")
+    if text != ticker.strip().upper():
+        log.info("%s: ticker %s is written %s (share classes use '.')", source, _shown(ticker.strip()), text)
+    return text
+
 
 def _fail(source: str, frame: pd.DataFrame, bad: np.ndarray, rule: str) -> None:
     rows = np.flatnonzero(bad)
     if len(rows) == 0:
         return
     first = int(rows[0])
-    ticker = frame["ticker"].iloc[first] if "ticker" in frame else "?"
+    ticker = _shown(str(frame["ticker"].iloc[first])) if "ticker" in frame else "?"
     more = f" (and {len(rows) - 1} more rows)" if len(rows) > 1 else ""
     raise DataError(f"{source}: row {first + 1}, ticker {ticker}: {rule}{more}")
 
@@ -60,7 +115,7 @@ class _Checks:
         for _, mask, _ in self.found:
             total |= mask
         others = int(total.sum()) - 1
-        ticker = self.frame["ticker"].iloc[first]
+        ticker = _shown(str(self.frame["ticker"].iloc[first]))
         more = f" (and {others} more bad rows)" if others > 0 else ""
         raise DataError(f"{self.source}: row {first + 1}, ticker {ticker}: {rule}{more}")
 
@@ -94,6 +149,26 @@ def _parse_timestamps(frame: pd.DataFrame, source: str) -> tuple[pd.Series, bool
     return pd.Series(parsed, index=frame.index).astype("datetime64[ns, UTC]"), is_daily
 
 
+def _check_tickers(frame: pd.DataFrame, source: str) -> None:
+    """Normalize ``frame["ticker"]`` in place (the ticker rule, once per distinct value: fast on
+    millions of rows) or raise naming the earliest bad row."""
+    codes, uniques = pd.factorize(frame["ticker"], use_na_sentinel=True)
+    results = [_normalize(u) for u in uniques]
+    names = np.array([text or "?" for text, _ in results] + ["?"], dtype=object)
+    broken = [rule for _, rule in results] + ["empty ticker"]
+    codes = np.where(codes < 0, len(uniques), codes)  # NaN -> "?", an empty ticker
+    frame["ticker"] = names[codes]
+    checks = _Checks(source, frame)
+    for rule in ("empty ticker", TICKER_RULE):
+        bad_codes = [i for i, r in enumerate(broken) if r == rule]
+        if bad_codes:
+            checks.add(np.isin(codes, bad_codes), rule)
+    checks.raise_first()
+    for raw, (text, rule) in zip(uniques, results, strict=True):
+        if rule is None and text != str(raw).strip().upper():
+            log.info("%s: ticker %s is written %s (share classes use '.')", source, _shown(str(raw)), text)
+
+
 def validate(frame: pd.DataFrame, *, source: str = "input") -> pd.DataFrame:
     """Check ``frame`` against the bar schema; return it normalized or raise a one-line DataError."""
     if frame is None or len(frame) == 0:
@@ -107,11 +182,8 @@ def validate(frame: pd.DataFrame, *, source: str = "input") -> pd.DataFrame:
     if missing:
         raise DataError(f"{source}: missing column(s) {', '.join(missing)} (need {','.join(COLUMNS)})")
 
-    tickers = frame["ticker"].astype("string").str.strip().str.upper()
-    frame["ticker"] = tickers.fillna("?")
+    _check_tickers(frame, source)
     checks = _Checks(source, frame)
-    checks.add((tickers.isna() | (tickers == "")).to_numpy(dtype=bool), "empty ticker")
-    checks.raise_first()
 
     timestamps, _ = _parse_timestamps(frame, source)
 

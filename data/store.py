@@ -14,6 +14,9 @@ Guarantees:
   timestamps) and re-aligned; if the result equals what is on disk, nothing is written, so
   re-importing the same rows changes no byte.
 
+Paths are built from tickers only through ``ticker_dir``, which applies the ticker rule
+(``data.schema.normalize_ticker``): a ticker that breaks it is a DataError, never a path.
+
 ``<home>/data/bars/interval=<iv>/_meta.json`` records whether the interval holds regular-hours or
 extended-hours bars (mixing them would put two grids in one folder, so it is refused).
 """
@@ -37,6 +40,7 @@ import pyarrow.parquet as pq
 from data.atomic import atomic_write_bytes, atomic_write_json
 from data.calendar import TZ, Panel, align_panel, align_ticker, check_interval
 from data.errors import DataError
+from data.schema import normalize_ticker
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +118,9 @@ class BarStore:
         return self.root / f"interval={check_interval(interval)}"
 
     def ticker_dir(self, interval: str, ticker: str) -> Path:
-        return self.interval_dir(interval) / f"ticker={ticker}"
+        """``interval=<iv>/ticker=<T>`` for the ticker in its normalized spelling (DataError if it
+        breaks the ticker rule: no path is ever built from an unchecked string)."""
+        return self.interval_dir(interval) / f"ticker={normalize_ticker(ticker, source='store')}"
 
     def intervals(self) -> list[str]:
         if not self.root.is_dir():
@@ -125,7 +131,20 @@ class BarStore:
         folder = self.interval_dir(interval)
         if not folder.is_dir():
             return []
-        return sorted(p.name.split("=", 1)[1] for p in folder.glob("ticker=*") if any(p.glob("*.parquet")))
+        out = []
+        for path in folder.glob("ticker=*"):
+            name = path.name.split("=", 1)[1]
+            if not any(path.glob("*.parquet")):
+                continue
+            try:
+                checked = normalize_ticker(name, source="store")
+            except DataError:
+                checked = None
+            if checked != name:  # a folder a user (or an older podracer) made: never read through it
+                log.warning("store: skipping %s (not a valid ticker folder)", path)
+                continue
+            out.append(name)
+        return sorted(out)
 
     def _meta(self, interval: str) -> dict[str, Any]:
         path = self.interval_dir(interval) / "_meta.json"
@@ -151,6 +170,12 @@ class BarStore:
         report = WriteReport(interval=interval)
         planned: list[tuple[Path, bytes]] = []
         for ticker, group in bars.groupby("ticker", sort=True):
+            if normalize_ticker(str(ticker), source=source) != ticker:
+                # Two spellings of one ticker would plan the same files twice (the second would win).
+                raise DataError(
+                    f"{source}: ticker {ticker} is not in its stored spelling "
+                    f"{normalize_ticker(str(ticker), source=source)} (validate the bars first)"
+                )
             aligned = align_ticker(group, interval, extended_hours=extended_hours, source=source)
             report.dropped_outside_hours += aligned.bars_dropped_outside_hours
             if aligned.frame.empty:
@@ -223,7 +248,7 @@ class BarStore:
             raise DataError(
                 f"no {interval} bars in the store {self.root} (run `podracer data import` or `fetch`)"
             )
-        wanted = [t.upper() for t in tickers] if tickers else available
+        wanted = [normalize_ticker(t, source="store") for t in tickers] if tickers else available
         missing = [t for t in wanted if t not in available]
         if missing:
             raise DataError(

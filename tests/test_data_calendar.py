@@ -144,3 +144,20 @@ def test_bad_factor_file_is_one_line(tmp_path):
     path.write_text("date,ticker,price_factor\n")
     with pytest.raises(DataError, match="missing column"):
         read_factor_file(path)
+
+
+def test_factor_file_tickers_follow_the_ticker_rule(tmp_path):
+    from data.adjust import read_factor_file
+    from data.schema import normalize_ticker
+
+    path = tmp_path / "f.csv"
+    path.write_text("date,ticker,price_factor,split_factor\n2014-01-01,brk/b,0.9,0.25\n2014-02-01,aapl,1,1\n")
+    assert read_factor_file(path)["ticker"].tolist() == ["AAPL", "BRK.B"]  # matches the stored bars
+    path.write_text("date,ticker,price_factor,split_factor\n2014-01-01,AAPL,0.9,0.25\n2014-02-01,../x,1,1\n")
+    with pytest.raises(DataError, match=r"row 2: ticker \.\./X: ticker must match"):
+        read_factor_file(path)
+    # The shipped universe history obeys the rule as written (it names store folders and queries).
+    from data.universe import membership_table
+
+    symbols = membership_table()["symbol"].tolist()
+    assert symbols and all(normalize_ticker(s) == s for s in symbols)

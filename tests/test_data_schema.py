@@ -6,12 +6,13 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from app.cli import main
 from data.errors import DataError
-from data.schema import validate
+from data.schema import TICKER_RULE, normalize_ticker, validate
 
 HEADER = "timestamp,ticker,open,high,low,close,volume"
 
@@ -75,6 +76,21 @@ CASES = {
         "row 5, ticker SPY: timestamps not in increasing order",
     ),
     "empty_ticker": (_with_row(f"{T},,10,10.5,9.5,10.2,100"), "row 5, ticker ?: empty ticker"),
+    "blank_ticker": (_with_row(f"{T},   ,10,10.5,9.5,10.2,100"), "row 5, ticker ?: empty ticker"),
+    "path_like_ticker": (
+        _with_row(f"{T},../../../../x,10,10.5,9.5,10.2,100"),
+        "row 5, ticker ../../../../X: ticker must match ^[A-Z0-9][A-Z0-9.\\-]{0,14}$",
+    ),
+    "slashes_ticker": (
+        _with_row(f"{T},a/b/c,10,10.5,9.5,10.2,100"),
+        "row 5, ticker A/B/C: ticker must match",
+    ),
+    "too_long_ticker": (
+        _with_row(f"{T},ABCDEFGHIJKLMNOP,10,10.5,9.5,10.2,100"),
+        "row 5, ticker ABCDEFGHIJKLMNOP: ticker must match",
+    ),
+    "space_in_ticker": (_with_row(f"{T},BRK B,10,10.5,9.5,10.2,100"), "row 5, ticker 'BRK B': ticker must"),
+    "dash_first_ticker": (_with_row(f"{T},-X,10,10.5,9.5,10.2,100"), "row 5, ticker -X: ticker must match"),
 }
 
 
@@ -196,3 +212,130 @@ def test_daily_date_column():
     frame.loc[1, "date"] = "2024/01/03"
     with pytest.raises(DataError, match="row 2, ticker X: date is not YYYY-MM-DD"):
         validate(frame)
+
+
+# --- the ticker rule -----------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("spy", "SPY"),
+        (" aapl ", "AAPL"),
+        ("BRK/B", "BRK.B"),
+        ("brk/b", "BRK.B"),
+        ("BRK.B", "BRK.B"),
+        ("BF-B", "BF-B"),
+        ("A", "A"),
+        ("1INCH", "1INCH"),
+        ("ABCDEFGHIJKLMNO", "ABCDEFGHIJKLMNO"),  # 15 characters: the longest allowed
+    ],
+)
+def test_normalize_ticker_accepts_and_normalizes(raw, expected):
+    assert normalize_ticker(raw) == expected
+    assert normalize_ticker(expected) == expected  # idempotent
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "",
+        "   ",
+        "../../../../x",
+        "../x",
+        "./x",
+        "x/..",
+        "a/b/c",
+        "/etc",
+        "BRK/",
+        "ABCDEFGHIJKLMNOP",  # 16 characters
+        "BRK B",
+        "SP Y",
+        "\u00c4PFEL",
+        "\u0410APL",  # a Cyrillic A that looks like a Latin one
+        "A\nB",
+        "A\x00",
+        "-X",
+        ".X",
+        "A*",
+        "A\\B",
+    ],
+)
+def test_normalize_ticker_refuses_in_one_line(raw):
+    with pytest.raises(DataError) as err:
+        normalize_ticker(raw, source="cli")
+    message = str(err.value)
+    assert "\n" not in message and "\x00" not in message
+    assert message.startswith("cli: ticker ")
+    assert message.endswith("empty ticker" if not raw.strip() else TICKER_RULE)
+
+
+def test_normalize_ticker_refuses_non_text():
+    for value in (None, 5, b"SPY"):
+        with pytest.raises(DataError, match="is not text"):
+            normalize_ticker(value)  # type: ignore[arg-type]
+
+
+def test_share_class_slash_is_normalized_with_a_note(caplog):
+    frame = pd.DataFrame(
+        {
+            "timestamp": ["2024-01-02T14:30:00Z", "2024-01-02T14:31:00Z", "2024-01-02T14:30:00Z"],
+            "ticker": ["brk/b", "BRK/B", "spy"],
+            "open": [1.0, 1.0, 1.0],
+            "high": [1.0, 1.0, 1.0],
+            "low": [1.0, 1.0, 1.0],
+            "close": [1.0, 1.0, 1.0],
+            "volume": [1, 1, 1],
+        }
+    )
+    with caplog.at_level("INFO", logger="data.schema"):
+        out = validate(frame, source="frame")
+    assert out["ticker"].tolist() == ["BRK.B", "BRK.B", "SPY"]
+    notes = [r.getMessage() for r in caplog.records]
+    assert "frame: ticker brk/b is written BRK.B (share classes use '.')" in notes
+    assert "frame: ticker BRK/B is written BRK.B (share classes use '.')" in notes
+    assert not any("SPY" in n for n in notes)  # upper-casing alone is no news
+
+
+def test_bad_ticker_in_a_frame_names_the_row_in_one_line():
+    frame = pd.DataFrame(
+        {
+            "timestamp": ["2024-01-02T14:30:00Z", "2024-01-02T14:31:00Z", "2024-01-02T14:32:00Z"],
+            "ticker": ["SPY", "a\nb", "\u00e9t\u00e9"],
+            "open": [1.0, 1.0, 1.0],
+            "high": [1.0, 1.0, 1.0],
+            "low": [1.0, 1.0, 1.0],
+            "close": [1.0, 1.0, 1.0],
+            "volume": [1, 1, 1],
+        }
+    )
+    with pytest.raises(DataError) as err:
+        validate(frame, source="frame")
+    assert str(err.value) == f"frame: row 2, ticker 'A\\nB': {TICKER_RULE} (and 1 more bad rows)"
+    frame.loc[1, "ticker"] = "SPY"
+    frame.loc[1, "timestamp"] = "2024-01-02T14:31:00Z"
+    with pytest.raises(DataError) as err:
+        validate(frame, source="frame")
+    assert str(err.value) == f"frame: row 3, ticker '\\xc9T\\xc9': {TICKER_RULE}"
+
+
+def test_ticker_rule_runs_once_per_distinct_ticker(monkeypatch):
+    # Millions of fetched rows, a few hundred tickers: the rule must not cost a Python call per row.
+    import data.schema as schema
+
+    n = 5000
+    frame = pd.DataFrame(
+        {
+            "timestamp": pd.date_range("2024-01-02T14:30:00Z", periods=n, freq="min").astype(str),
+            "ticker": np.resize(np.array(["aapl", "msft", "brk/b", "nvda"], dtype=object), n),
+            "open": 1.0,
+            "high": 1.0,
+            "low": 1.0,
+            "close": 1.0,
+            "volume": 1.0,
+        }
+    )
+    calls = []
+    real = schema._normalize
+    monkeypatch.setattr(schema, "_normalize", lambda value: calls.append(value) or real(value))
+    out = validate(frame, source="frame")
+    assert sorted(calls) == ["aapl", "brk/b", "msft", "nvda"]
+    assert out["ticker"].tolist()[:4] == ["AAPL", "MSFT", "BRK.B", "NVDA"]

@@ -290,3 +290,34 @@ def test_unknown_source_is_one_line(tmp_path, capsys):
         ]
     )
     assert rc == 2 and "unknown source" in capsys.readouterr().err
+
+
+# --- the ticker rule before any request ----------------------------------------------------------------
+@pytest.mark.parametrize("ticker", ["../../../../x", "a/b/c", "", "ABCDEFGHIJKLMNOP", "BRK B"])
+def test_sources_refuse_bad_tickers_before_any_request(
+    ticker, fake_download, alpaca_server, tmp_path, capsys
+):
+    from data.sources import fetch_bars
+
+    for source in ("yfinance", "alpaca"):
+        with pytest.raises(DataError, match=f"^{source}: ticker "):
+            fetch_bars(source, ["SPY", ticker], "2024-01-03", "2024-01-03", "1d")
+    assert fake_download == [] and alpaca_server == []
+    if not ticker:
+        return  # `--tickers SPY,` just has no second ticker
+    home = tmp_path / "home"
+    rc = main(["--home", str(home), "data", "fetch", "--source", "alpaca", "--tickers", f"SPY,{ticker}",
+               "--start", "2024-01-03", "--end", "2024-01-03"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert alpaca_server == [] and not home.exists()
+
+
+def test_sources_query_the_normalized_spelling_once(fake_download, alpaca_server):
+    from data.sources.alpaca import fetch_alpaca
+    from data.sources.yfinance import fetch_yfinance
+
+    fetch_yfinance(["brk/b", "BRK.B", "spy"], "2024-01-02", "2024-01-04", "1d")
+    assert fake_download[0]["tickers"] == ["BRK.B", "SPY"]
+    fetch_alpaca(["brk/b", "BRK.B"], "2024-01-03", "2024-01-03", "1m")  # the recorded pages: other symbols
+    assert alpaca_server[0]["query"]["symbols"] == "BRK.B"

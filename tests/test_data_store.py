@@ -285,3 +285,116 @@ def test_corrupt_store_file_is_a_one_line_error(tmp_path, capsys):
     rc = main(["--home", str(home), "data", "info"])
     err = capsys.readouterr().err
     assert rc == 2 and "unreadable" in err and victim.name in err and len(err.strip().splitlines()) == 1
+
+
+# --- ticker hygiene: the store never builds a path from an unchecked string ----------------------------
+def _bars_csv(path: Path, tickers: list[str], day: str = "2024-01-03") -> Path:
+    rows = ["timestamp,ticker,open,high,low,close,volume"]
+    for ticker in tickers:
+        rows += [f"{day}T14:{30 + m:02d}:00Z,{ticker},10,10.5,9.5,10.2,100" for m in range(3)]
+    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return path
+
+
+BAD_TICKERS = ["../../../../x", "a/b/c", "../x", "", "   ", "ABCDEFGHIJKLMNOP", "BRK B", "\u00c4PFEL", "x\ny"]
+
+
+def test_share_class_with_a_slash_is_stored_as_a_dot_and_reads_back(tmp_path, capsys):
+    from data.sources.csv import import_files
+
+    home = tmp_path / "home"
+    report = import_files([_bars_csv(tmp_path / "b.csv", ["BRK/B", "spy"])], home)
+    assert report.to_dict()["tickers"] == ["BRK.B", "SPY"]
+    store = BarStore(home)
+    assert store.tickers("1m") == ["BRK.B", "SPY"]
+    assert (home / "data" / "bars" / "interval=1m" / "ticker=BRK.B" / "2024-01.parquet").is_file()
+    for spelling in ("BRK.B", "brk.b", "BRK/B", " brk/b "):
+        frame = store.read("1m", [spelling])["BRK.B"]
+        assert int((~frame["filled"]).sum()) == 3
+    panel = store.load_panel("1m", ["brk/b", "SPY"])
+    assert tuple(panel.tickers) == ("BRK.B", "SPY")
+    capsys.readouterr()
+    assert main(["--home", str(home), "data", "info", "--json"]) == 0
+    assert sorted(json.loads(capsys.readouterr().out)["intervals"]["1m"]["by_ticker"]) == ["BRK.B", "SPY"]
+
+
+@pytest.mark.parametrize("ticker", BAD_TICKERS)
+def test_no_path_is_built_from_a_bad_ticker(ticker, tmp_path):
+    from data.errors import DataError
+
+    store = BarStore(tmp_path / "home")
+    with pytest.raises(DataError) as err:
+        store.ticker_dir("1m", ticker)
+    assert "\n" not in str(err.value) and str(err.value).startswith("store: ticker ")
+    import_files_bars = pd.DataFrame(
+        {
+            "timestamp": pd.to_datetime(["2024-01-03T14:30:00Z"]),
+            "ticker": [ticker],
+            "open": [1.0],
+            "high": [1.0],
+            "low": [1.0],
+            "close": [1.0],
+            "volume": [1.0],
+        }
+    )
+    with pytest.raises(DataError):  # unvalidated bars handed to the store directly
+        store.write(import_files_bars, "1m", source="direct")
+    assert not (tmp_path / "home").exists()
+    with pytest.raises(DataError):
+        store.read("1m", [ticker])
+
+
+def test_store_refuses_two_spellings_of_one_ticker(tmp_path):
+    from data.errors import DataError
+
+    bars = pd.DataFrame(
+        {
+            "timestamp": pd.to_datetime(["2024-01-03T14:30:00Z", "2024-01-03T14:31:00Z"]),
+            "ticker": ["BRK/B", "BRK.B"],
+            "open": 1.0,
+            "high": 1.0,
+            "low": 1.0,
+            "close": 1.0,
+            "volume": 1.0,
+        }
+    )
+    with pytest.raises(DataError, match="ticker BRK/B is not in its stored spelling BRK.B"):
+        BarStore(tmp_path / "home").write(bars, "1m", source="direct")
+    assert not (tmp_path / "home").exists()
+
+
+@pytest.mark.parametrize("ticker", [t for t in BAD_TICKERS if t.strip() and "\n" not in t])
+def test_a_failing_import_writes_nothing_anywhere(ticker, tmp_path, capsys):
+    from data.errors import DataError
+    from data.sources.csv import import_files
+
+    work = tmp_path / "a" / "b" / "c" / "d"
+    work.mkdir(parents=True)
+    home = work / "home"
+    good = _bars_csv(work / "good.csv", ["SPY"])
+    bad = _bars_csv(work / "bad.csv", ["QQQ", ticker])
+    before = _snapshot(tmp_path)
+    with pytest.raises(DataError, match="row 4, ticker .*: ticker must match"):
+        import_files([good, bad], home)
+    assert _snapshot(tmp_path) == before and not home.exists()
+    capsys.readouterr()
+    assert main(["--home", str(home), "data", "import", str(good), str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "ticker must match" in err and "bad.csv" in err
+    assert _snapshot(tmp_path) == before and not home.exists()
+
+
+def test_folders_that_are_not_tickers_are_never_listed_or_read(tmp_path, caplog):
+    from data.sources.csv import import_files
+
+    home = tmp_path / "home"
+    import_files([_bars_csv(tmp_path / "b.csv", ["SPY"])], home)
+    interval = home / "data" / "bars" / "interval=1m"
+    source = interval / "ticker=SPY" / "2024-01.parquet"
+    for name in ("ticker=spy", "ticker=A B", "ticker=..", "ticker="):
+        (interval / name).mkdir()
+        (interval / name / "2024-01.parquet").write_bytes(source.read_bytes())
+    with caplog.at_level("WARNING", logger="data.store"):
+        assert BarStore(home).tickers("1m") == ["SPY"]
+    assert sum("not a valid ticker folder" in r.getMessage() for r in caplog.records) == 4
+    assert list(BarStore(home).read("1m")) == ["SPY"]

@@ -71,6 +71,37 @@ def test_trial_sharpe_variance_converts_annualized_units():
     assert sel.trial_sharpe_variance([1.0, float("nan"), 3.0]) == pytest.approx(2.0)
 
 
+def test_trial_sharpe_variance_skips_trials_with_no_sharpe():
+    # An all-cash pod has no Sharpe ratio (None in metrics, NaN in tensors): it is left out, not a 0.
+    assert sel.trial_sharpe_variance([1.0, None, 3.0, float("nan")]) == pytest.approx(2.0)
+    assert sel.trial_sharpe_variance([1.0, 3.0, 0.0]) == pytest.approx(7.0 / 3.0)  # a real 0 counts
+    assert sel.trial_sharpe_variance([1.0, float("inf"), 3.0, float("-inf")]) == pytest.approx(2.0)
+    assert sel.trial_sharpe_variance([None, None, 2.0]) is None
+    assert sel.trial_sharpe_variance([None, float("nan")]) is None
+    assert sel.trial_sharpe_variance(np.array([1.0, np.nan, 3.0]), 4) == pytest.approx(0.5)
+    for bad in (0.0, -252.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="annualization"):
+            sel.trial_sharpe_variance([1.0, 2.0], bad)
+
+
+def test_trial_sharpe_variance_is_in_the_periodicity_of_the_tested_sharpe():
+    # The trials' Sharpe ratios as podracer records them (backtests.metrics.sharpe_ratio of daily
+    # returns, annualized with 252) give, once converted, the variance of the per-day Sharpe ratios that
+    # deflated_sharpe_ratio tests.
+    from backtests import metrics
+
+    rng = np.random.default_rng(7)
+    daily = torch.as_tensor(rng.normal(rng.normal(0.0, 0.002, 9), 0.01, (120, 9)))
+    annualized = metrics.sharpe_ratio(daily, annualization=252).tolist()
+    per_day, _, _, _ = sel.return_moments(daily)
+    expected = float(np.var(per_day.numpy(), ddof=1))
+    assert sel.trial_sharpe_variance(annualized, 252) == pytest.approx(expected, rel=1e-12)
+    dsr = sel.deflated_sharpe_ratio(daily[:, 0], 9, sel.trial_sharpe_variance(annualized, 252))
+    sharpe, skew, kurt, n = sel.return_moments(daily[:, 0])
+    by_hand = sel.psr_from_stats(sharpe, n, skew, kurt, sel.expected_max_sharpe(9, expected))
+    assert float(dsr) == pytest.approx(float(by_hand), rel=1e-12)
+
+
 def test_bad_inputs_raise():
     with pytest.raises(ValueError, match="num_trials"):
         sel.expected_max_sharpe(0, 0.1)

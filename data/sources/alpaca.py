@@ -17,7 +17,7 @@ import pandas as pd
 
 from data.calendar import TZ, check_interval
 from data.errors import DataError
-from data.schema import validate
+from data.schema import normalize_ticker, validate
 
 CHUNK_DAYS = 31
 
@@ -89,7 +89,8 @@ def fetch_alpaca(
     except ValueError:
         raise DataError(f"alpaca: unknown APCA_DATA_FEED {feed_name!r} (iex, sip, delayed_sip)") from None
     client = client if client is not None else make_client()
-    symbols = [t.upper() for t in tickers]
+    # The ticker rule before any request is built from what the user typed (deduplicated: BRK/B = BRK.B).
+    symbols = list(dict.fromkeys(normalize_ticker(t, source="alpaca") for t in tickers))
     records: list[dict] = []
     for lo, hi in _windows(first.tz_convert("UTC"), last.tz_convert("UTC")):
         request = StockBarsRequest(

@@ -15,7 +15,7 @@ import pandas as pd
 
 from data.calendar import check_interval
 from data.errors import DataError
-from data.schema import validate
+from data.schema import normalize_ticker, validate
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +116,8 @@ def fetch_yfinance(
             f"yfinance serves {interval} bars only for the last {max_age} days; start {first.date()} is older "
             "(use --interval 1d, or --source alpaca)"
         )
-    symbols = [t.upper() for t in tickers]
+    # The ticker rule before any request is built from what the user typed (deduplicated: BRK/B = BRK.B).
+    symbols = list(dict.fromkeys(normalize_ticker(t, source="yfinance") for t in tickers))
     frames: list[pd.DataFrame] = []
     for lo, hi in chunks(first, last, per_request):
         try:
