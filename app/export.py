@@ -15,42 +15,44 @@
 
 At export a parity check runs onnxruntime against the torch policy on a batch of observations and
 fails (no bundle written) when the max abs difference exceeds ``PARITY_TOLERANCE``.
-``load_bundle(dir) -> Bundle`` verifies every hash and the shapes against the manifest before
-anything can act on it (``CheckpointError`` otherwise). Loading imports onnxruntime, never torch.
+Loading and verifying a bundle is ``app.bundle.load_bundle`` (onnxruntime only, never torch).
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import io
-import json
 import logging
 import os
 import platform
 import shutil
 import tempfile
-from collections.abc import Sequence
-from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from agents.policy import Policy
+from app import context
+from app.bundle import (
+    BUNDLE_FORMAT,
+    BUNDLE_VERSION,
+    manifest_hash,
+    ort_session,
+    read_json,
+    sha256_file,
+)
+from app.config import load_config
 from app.runs import RunDir
 from data.atomic import atomic_write_json, replace_dir
 from data.errors import CheckpointError, PodracerError
+from data.features import check_spec
+from data.loader import load_market
 
 log = logging.getLogger(__name__)
 
-BUNDLE_FORMAT = "podracer-bundle"
-BUNDLE_VERSION = 1
 PARITY_TOLERANCE = 1e-5
-# The layout of envs/observation.py (NUM_GLOBAL; sample_observations below writes it too), not
-# imported: loading a bundle must not import torch, and every envs module does. Pinned to it by
-# tests/test_export.py.
-NUM_GLOBAL = 2  # obs[:, 0] cash fraction, obs[:, 1] time of day
 _VERSIONED = ("podracer", "torch", "onnx", "onnxruntime", "onnxscript", "numpy", "pandas", "alpaca-py")
 
 
@@ -156,25 +158,11 @@ class _Skip(Exception):
     """Internal: skip the dynamo exporter."""
 
 
-def _ort_session(path: Path) -> Any:
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.log_severity_level = 3
-    try:
-        return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    except Exception as err:  # noqa: BLE001 - onnxruntime raises its own hierarchy
-        raise CheckpointError(
-            f"{path}: onnxruntime cannot load it ({str(err).splitlines()[0][:200]})"
-        ) from None
-
-
 def parity_check(module: Any, onnx_path: Path, obs: np.ndarray, tolerance: float = PARITY_TOLERANCE) -> float:
     """Max abs difference between onnxruntime and torch on ``obs``; ``CheckpointError`` above ``tolerance``."""
     import torch
 
-    session = _ort_session(onnx_path)
+    session = ort_session(onnx_path)
     with torch.no_grad():
         expected = module(torch.as_tensor(obs)).cpu().numpy()
     got = session.run(["weights"], {"obs": obs})[0]
@@ -189,14 +177,6 @@ def parity_check(module: Any, onnx_path: Path, obs: np.ndarray, tolerance: float
 
 
 # --- run directory ---------------------------------------------------------------------------------
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _versions() -> dict[str, str]:
     out = {"python": platform.python_version()}
     for dist in _VERSIONED:
@@ -207,24 +187,12 @@ def _versions() -> dict[str, str]:
     return out
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        return {}
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise CheckpointError(f"{path}: not valid JSON ({err})") from None
-    return data if isinstance(data, dict) else {}
-
-
 def resolve_run_dir(run: str | os.PathLike[str], home: str | os.PathLike[str] | None = None) -> Path:
     """A run id (under ``<home>/runs``) or a path to a run directory."""
     path = Path(run)
     if path.is_dir():
         return path
     if home is None:
-        from app import context
-
         home = context.home()
     candidate = Path(home) / "runs" / str(run)
     if candidate.is_dir():
@@ -237,13 +205,11 @@ def _feature_spec(
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """(feature spec, data windows) the policy was trained with: from the run, else rebuilt from its config."""
     windows = dict(run_info.get("windows") or {})
-    for candidate in (run_info.get("feature_spec"), _read_json(run_dir / "feature_spec.json") or None):
+    for candidate in (run_info.get("feature_spec"), read_json(run_dir / "feature_spec.json") or None):
         if candidate:
             return dict(candidate), windows
     # Not recorded: rebuild the run's market from its resolved config (deterministic: seeded synthetic
     # data or the stored bars) and take the train-window normalization it fits.
-    from data.loader import load_market
-
     log.info("feature spec not recorded in %s: rebuilding it from config.toml", run_dir)
     splits = load_market(config.data, home=home)
     windows = windows or {k: list(v) for k, v in splits.windows().items()}
@@ -262,10 +228,6 @@ def export_bundle(
 ) -> Path:
     """Export the champion (or ``pod``) of a run to an onnxruntime bundle; returns the bundle folder."""
     import torch
-
-    from agents.policy import Policy
-    from app.config import load_config
-    from data.features import check_spec
 
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
@@ -318,7 +280,7 @@ def export_bundle(
                 log.warning("TorchScript export skipped: %s", str(err).splitlines()[0] if str(err) else err)
         # Hash every file the bundle holds (an exporter's side file, e.g. external weights, included).
         files = sorted(p.name for p in staging.iterdir() if p.is_file() and p.name != "manifest.json")
-        metrics = _read_json(run_dir / "backtest" / "metrics.json") or None
+        metrics = read_json(run_dir / "backtest" / "metrics.json") or None
         manifest: dict[str, Any] = {
             "format": BUNDLE_FORMAT,
             "format_version": BUNDLE_VERSION,
@@ -348,7 +310,7 @@ def export_bundle(
             "versions": _versions(),
             "exporter": exporter,
             "parity": {"max_abs_diff": max_diff, "tolerance": tolerance, "num_obs": int(obs.shape[0])},
-            "files": {name: _sha256(staging / name) for name in files},
+            "files": {name: sha256_file(staging / name) for name in files},
         }
         manifest["bundle_id"] = manifest_hash(manifest)
         atomic_write_json(staging / "manifest.json", manifest)
@@ -357,126 +319,3 @@ def export_bundle(
         shutil.rmtree(staging, ignore_errors=True)
     log.info("exported %s (%s exporter, parity max abs diff %.3g)", out_dir, exporter, max_diff)
     return out_dir
-
-
-def manifest_hash(manifest: dict[str, Any]) -> str:
-    """sha256 of the canonical JSON of ``manifest`` without its ``bundle_id``."""
-    body = {k: v for k, v in manifest.items() if k != "bundle_id"}
-    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
-
-
-# --- loading ---------------------------------------------------------------------------------------
-@dataclass
-class Bundle:
-    """A verified export: its manifest and an onnxruntime session (created on first use)."""
-
-    path: Path
-    manifest: dict[str, Any]
-    _session: Any = field(default=None, repr=False)
-
-    @property
-    def bundle_id(self) -> str:
-        return str(self.manifest["bundle_id"])
-
-    @property
-    def tickers(self) -> tuple[str, ...]:
-        return tuple(self.manifest["tickers"])
-
-    @property
-    def num_assets(self) -> int:
-        return int(self.manifest["num_assets"])
-
-    @property
-    def num_features(self) -> int:
-        return int(self.manifest["num_features"])
-
-    @property
-    def obs_dim(self) -> int:
-        return int(self.manifest["obs_dim"])
-
-    @property
-    def interval(self) -> str:
-        return str(self.manifest["interval"])
-
-    @property
-    def decision_interval(self) -> int:
-        return int(self.manifest["decision_interval"])
-
-    @property
-    def feature_spec(self) -> dict[str, Any]:
-        return dict(self.manifest["feature_spec"])
-
-    @property
-    def session(self) -> Any:
-        if self._session is None:
-            self._session = _ort_session(self.path / "policy.onnx")
-        return self._session
-
-    def act(self, obs: np.ndarray) -> np.ndarray:
-        """Target weights ``(N, A)`` for raw observations ``(N, obs_dim)`` (onnxruntime only)."""
-        obs = np.ascontiguousarray(obs, dtype=np.float32)
-        if obs.ndim != 2 or obs.shape[1] != self.obs_dim:
-            raise CheckpointError(f"bundle expects observations (N, {self.obs_dim}), got {obs.shape}")
-        return self.session.run(["weights"], {"obs": obs})[0]
-
-
-def load_bundle(path: str | os.PathLike[str], *, expect_tickers: Sequence[str] | None = None) -> Bundle:
-    """Open and verify a bundle: manifest, sha256 of every file, shapes; ``CheckpointError`` otherwise."""
-    path = Path(path)
-    manifest_path = path / "manifest.json"
-    if not manifest_path.is_file():
-        raise CheckpointError(f"no bundle at {path} (manifest.json missing)")
-    manifest = _read_json(manifest_path)
-    if manifest.get("format") != BUNDLE_FORMAT:
-        raise CheckpointError(f"{manifest_path}: not a podracer bundle manifest")
-    if manifest.get("format_version") != BUNDLE_VERSION:
-        raise CheckpointError(
-            f"{manifest_path}: unsupported format_version {manifest.get('format_version')!r}"
-        )
-    if manifest.get("bundle_id") != manifest_hash(manifest):
-        raise CheckpointError(f"{manifest_path} was modified after export (content hash mismatch)")
-    files = manifest.get("files") or {}
-    if "policy.onnx" not in files:
-        raise CheckpointError(f"{manifest_path}: policy.onnx is not listed")
-    for name, digest in files.items():
-        file = path / name
-        if not file.is_file():
-            raise CheckpointError(f"bundle {path}: {name} is missing")
-        if _sha256(file) != digest:
-            raise CheckpointError(f"bundle {path}: {name} does not match its sha256 (corrupt or tampered)")
-    try:
-        tickers = [str(t) for t in manifest["tickers"]]
-        num_assets, num_features = int(manifest["num_assets"]), int(manifest["num_features"])
-        obs_dim = int(manifest["obs_dim"])
-        names = list(manifest["feature_spec"]["names"])
-        int(manifest["decision_interval"])
-    except (KeyError, TypeError, ValueError) as err:
-        raise CheckpointError(f"{manifest_path}: incomplete manifest ({type(err).__name__}: {err})") from None
-    if len(tickers) != num_assets or len(set(tickers)) != num_assets:
-        raise CheckpointError(f"{manifest_path}: {len(tickers)} tickers for a {num_assets}-asset policy")
-    if len(names) != num_features or obs_dim != NUM_GLOBAL + num_assets * (1 + num_features):
-        raise CheckpointError(
-            f"{manifest_path}: obs_dim {obs_dim} does not match {num_assets} assets x {num_features} features"
-        )
-    if expect_tickers is not None and list(expect_tickers) != tickers:
-        raise CheckpointError(f"bundle {path} trades {tickers}, not {list(expect_tickers)}")
-    bundle = Bundle(path=path, manifest=manifest)
-    _check_graph(bundle)
-    return bundle
-
-
-def _check_graph(bundle: Bundle) -> None:
-    """The ONNX graph's input/output widths must be the manifest's (a swapped graph is caught here)."""
-    session = bundle.session
-    inputs, outputs = session.get_inputs(), session.get_outputs()
-    if [i.name for i in inputs] != ["obs"] or [o.name for o in outputs] != ["weights"]:
-        raise CheckpointError(f"bundle {bundle.path}: policy.onnx must map 'obs' to 'weights'")
-    in_width, out_width = inputs[0].shape[-1], outputs[0].shape[-1]
-    if (isinstance(in_width, int) and in_width != bundle.obs_dim) or (
-        isinstance(out_width, int) and out_width != bundle.num_assets
-    ):
-        raise CheckpointError(
-            f"bundle {bundle.path}: policy.onnx maps {in_width} -> {out_width}, manifest says "
-            f"{bundle.obs_dim} -> {bundle.num_assets} (wrong tickers?)"
-        )

@@ -30,22 +30,23 @@ import time
 
 import torch
 
+from agents.networks import NetworkConfig
+from agents.policy import Policy, PolicyMeta
+from backtests.engine import COMPILE_MIN_DECISIONS, num_decisions, run_backtest
+from backtests.metrics import to_floats
+from data.loader import synthetic_market
+from data.toy import toy_market
+from envs.trading import EnvParams
+
 
 def _market(source: str, sessions: int, tickers: int, seed: int):
     if source == "toy":
-        from data.toy import toy_market
-
         return toy_market(sessions * 390, tickers, 16, seed=seed)
-    from data.loader import synthetic_market
-
     # The whole year is the window; the split only decides where normalization is fitted.
     return synthetic_market(num_tickers=tickers, num_sessions=sessions, seed=seed).full
 
 
 def _champion(market, device: str):
-    from agents.networks import NetworkConfig
-    from agents.policy import Policy, PolicyMeta
-
     config = NetworkConfig(num_assets=market.num_assets, num_features=market.num_features)
     meta = PolicyMeta(tickers=tuple(market.tickers), feature_names=tuple(market.feature_names))
     return Policy(config, meta, device=device).eval()
@@ -71,10 +72,6 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
 
-    from backtests.engine import run_backtest
-    from backtests.metrics import to_floats
-    from envs.trading import EnvParams
-
     t0 = time.perf_counter()
     market = _market(args.source, args.sessions, args.tickers, args.seed).to(args.device)
     build_s = time.perf_counter() - t0
@@ -89,7 +86,6 @@ def main(argv: list[str] | None = None) -> dict:
         baselines=("buy_and_hold", "cash"),
         device=args.device,
     )
-    from backtests.engine import COMPILE_MIN_DECISIONS, num_decisions
 
     def timed(mode: str):
         t0 = time.perf_counter()

@@ -12,9 +12,10 @@ import pytest
 import torch
 from test_paper_support import DECISION_INTERVAL, make_run
 
-from app import export
+from app import bundle as bundle_module
+from app.bundle import load_bundle, manifest_hash
 from app.cli import main
-from app.export import export_bundle, load_bundle, manifest_hash, sample_observations
+from app.export import export_bundle, sample_observations
 from data.errors import CheckpointError
 from envs import observation
 
@@ -161,7 +162,7 @@ def test_export_cli(exported, tmp_path, capsys):
 
 def test_loading_a_bundle_does_not_import_torch(exported):
     code = (
-        "import sys; from app.export import load_bundle; import numpy as np; "
+        "import sys; from app.bundle import load_bundle; import numpy as np; "
         f"b = load_bundle({str(exported[2])!r}); "
         "b.act(np.zeros((1, b.obs_dim), np.float32)); "
         "assert 'torch' not in sys.modules, 'torch imported'"
@@ -170,9 +171,9 @@ def test_loading_a_bundle_does_not_import_torch(exported):
 
 
 def test_bundle_layout_is_the_env_observation_layout():
-    """app/export.py cannot import envs.observation (bundle loading stays torch-free): its copy of the
+    """app/bundle.py cannot import envs.observation (bundle loading stays torch-free): its copy of the
     layout, and the sample observations it checks parity on, must be that module's."""
-    assert export.NUM_GLOBAL == observation.NUM_GLOBAL
+    assert bundle_module.NUM_GLOBAL == observation.NUM_GLOBAL
     obs = sample_observations(num_assets=3, num_features=4, num=16)
     assert obs.shape == (16, observation.obs_dim(3, 4))
     glob, per_asset = observation.split_obs(obs, 3, 4)

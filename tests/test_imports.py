@@ -28,8 +28,6 @@ FORBIDDEN = {
 }
 RUN_JSON_OWNER = "app.runs"
 
-PENDING = pytest.mark.xfail(strict=False, reason="until the issue-15 branches merge")
-
 
 @dataclass(frozen=True)
 class Import:
@@ -113,6 +111,7 @@ def _in(packages: tuple[str, ...], imp: Import) -> bool:
 
 # --- (a) --------------------------------------------------------------------------------------------
 
+
 def test_only_the_cli_imports_the_commands():
     bad = [i.where for i in PROJECT_IMPORTS if _under(i.target, "app.commands") and i.importer != "app.cli"]
     assert not bad, "import app.commands outside app/cli.py:\n" + "\n".join(bad)
@@ -164,7 +163,6 @@ def _names_run_json(path: Path) -> list[int]:
     ]
 
 
-
 def test_run_json_is_named_in_one_module():
     found = {
         module: lines
@@ -187,8 +185,8 @@ def _function_level(packages: tuple[str, ...]) -> list[str]:
         "data",
         "backtests",
         "envs",
-        pytest.param("app", marks=PENDING),
-        pytest.param("benchmarks", marks=PENDING),
+        "app",
+        "benchmarks",
     ],
 )
 def test_project_modules_are_imported_at_module_top(package):

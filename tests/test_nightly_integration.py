@@ -60,7 +60,7 @@ def test_warm_start_round_seeds_only_the_first_fresh_pods(monkeypatch):
 def test_real_pipeline_twice_on_tiny_synthetic_data(home, caplog):
     from agents.policy import Policy
     from agents.tournament.leaderboard import read_pods
-    from app.export import load_bundle
+    from app.bundle import load_bundle
     from data.loader import load_market
 
     config = parse_config(TINY)

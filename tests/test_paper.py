@@ -13,8 +13,9 @@ import pytest
 from alpaca_fake import KEY_ID, SECRET, FakeAlpaca
 from test_paper_support import make_run
 
+from app.bundle import load_bundle
 from app.cli import main
-from app.export import export_bundle, load_bundle
+from app.export import export_bundle
 from app.paper.broker import AlpacaBroker, RetryPolicy
 from app.paper.cycle import PaperOptions, run_cycle
 from app.paper.journal import Journal, journal_path, read_journal

@@ -20,8 +20,9 @@ import torch
 from alpaca_fake import KEY_ID, SECRET, FakeAlpaca
 from test_paper_support import DECISION_INTERVAL, SimBroker, make_run
 
+from app.bundle import load_bundle
 from app.cli import main
-from app.export import export_bundle, load_bundle
+from app.export import export_bundle
 from app.paper.cycle import PaperOptions, run_cycle
 from app.paper.journal import Journal, read_journal
 from app.paper.orders import RiskLimits

@@ -7,7 +7,8 @@ from pathlib import Path
 import typer
 
 from app import context
-from app.export import export_bundle, load_bundle, resolve_run_dir
+from app.bundle import load_bundle
+from app.export import export_bundle, resolve_run_dir
 from data.errors import ConfigError
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from app import context
-from app.export import load_bundle
+from app.bundle import load_bundle
 from app.paper.broker import AlpacaBroker
 from app.paper.cycle import PaperOptions, run_paper
 from app.paper.journal import Journal

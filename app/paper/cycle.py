@@ -39,7 +39,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from app.export import Bundle
+from app.bundle import Bundle
 from app.paper.broker import Account, Broker, BrokerError, Order, OrderRejected, OrderRequest, Position
 from app.paper.journal import Journal
 from app.paper.orders import Decision, PlannedOrder, RiskLimits, apply_limits, plan_orders
