@@ -56,6 +56,7 @@ class Fault:
     delay: float = 0.0
     times: int = 1
     retry_after: str | None = None  # the Retry-After header of a "status" reply
+    skip: int = 0  # matching requests let through before the fault starts (e.g. the second order)
 
 
 @dataclass
@@ -180,8 +181,9 @@ class FakeAlpaca:
         delay: float = 0.0,
         times: int = 1,
         retry_after: str | None = None,
+        skip: int = 0,
     ):
-        self.faults.append(Fault(method.upper(), path, kind, status, delay, times, retry_after))
+        self.faults.append(Fault(method.upper(), path, kind, status, delay, times, retry_after, skip))
 
     def equity(self) -> float:
         return self.cash + sum(q * self.prices.get(s, 0.0) for s, q in self.positions.items())
@@ -193,6 +195,9 @@ class FakeAlpaca:
     def _take_fault(self, method: str, path: str) -> Fault | None:
         for fault in self.faults:
             if fault.method == method and path.startswith(fault.path) and fault.times > 0:
+                if fault.skip > 0:
+                    fault.skip -= 1
+                    return None
                 fault.times -= 1
                 return fault
         return None
@@ -378,7 +383,12 @@ class FakeAlpaca:
             fault = self._take_fault(method, path)
             if fault is not None and fault.kind == "status":
                 extra = {"Retry-After": fault.retry_after} if fault.retry_after is not None else {}
-                return fault.status, {"code": fault.status * 100000, "message": "injected failure"}, 0.0, extra
+                return (
+                    fault.status,
+                    {"code": fault.status * 100000, "message": "injected failure"},
+                    0.0,
+                    extra,
+                )
             status, payload = self._route(method, path, query, body)
             if fault is not None and fault.kind == "status_after":
                 return fault.status, {"code": fault.status * 100000, "message": "injected failure"}, 0.0, {}

@@ -471,6 +471,11 @@ class AlpacaBroker:
                         existing = self.order_by_client_id(order.client_order_id)
                         if existing is not None:
                             return existing
+                        # The broker has this id but will not show it yet: not a rejection.
+                        raise BrokerError(
+                            f"submit {order.client_order_id}: the broker holds this client_order_id "
+                            "but its look-up failed"
+                        ) from None
                     raise OrderRejected(f"order {order.client_order_id} rejected: {last}") from None
                 if not retryable:
                     raise BrokerError(f"submit {order.client_order_id} failed: {last}") from None
