@@ -68,7 +68,7 @@ def test_sells_filled_in_time_fund_the_buys(env):
 def test_margin_account_never_borrows(env):
     fake = env["fake"]
     concentrate(env)
-    fake.margin_multiplier = 4.0  # buying_power = 4 x cash: a buy beyond cash would be accepted
+    fake.margin_multiplier = 100.0  # buying_power = 100 x cash: a buy beyond cash would be accepted
     fake.sell_fill_delay = 30.0
     cycle(env, limits=CONCENTRATED, fill_timeout=0.2, fill_poll=0.02)
     assert fake.cash >= -1e-6  # nothing borrowed
