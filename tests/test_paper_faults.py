@@ -11,6 +11,7 @@ import logging
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 
+import pandas as pd
 import pytest
 import requests
 from alpaca_fake import SECRET, FakeAlpaca
@@ -321,3 +322,44 @@ def test_policy_spec_without_weights_sha256_refused(env, tmp_path):
     (bad / "spec.json").write_text(json.dumps(spec))
     with pytest.raises(CheckpointError, match="weights_sha256"):
         Policy.load(bad)  # the weights are intact: only the missing digest is refused
+
+
+@pytest.mark.parametrize("stamp", ["alpaca", "date"])
+def test_daily_bundle_decides_only_on_completed_sessions(env, stamp):
+    from app.bundle import Bundle
+    from app.paper.broker import Account
+    from app.paper.cycle import build_decision
+
+    minute = env["run"].bars
+    local = minute["timestamp"].dt.tz_convert("America/New_York")
+    day = local.dt.tz_localize(None).dt.normalize()
+    daily = (
+        minute.assign(day=day)
+        .groupby(["ticker", "day"], as_index=False)
+        .agg(
+            open=("open", "first"),
+            high=("high", "max"),
+            low=("low", "min"),
+            close=("close", "last"),
+            volume=("volume", "sum"),
+        )
+    )
+    # Alpaca stamps a daily bar at midnight New York time of its session; a store keeps the date.
+    if stamp == "alpaca":
+        daily["timestamp"] = daily["day"].dt.tz_localize("America/New_York").dt.tz_convert("UTC")
+    else:
+        daily["timestamp"] = daily["day"].dt.tz_localize("UTC")
+    daily = daily[["timestamp", "ticker", "open", "high", "low", "close", "volume"]]
+    manifest = {**env["bundle"].manifest, "interval": "1d", "decision_interval": 1}
+    spec = dict(manifest["feature_spec"])
+    spec["lookback"] = 2
+    manifest["feature_spec"] = spec
+    bundle = Bundle(path=env["bundle"].path, manifest=manifest)
+    days = sorted(daily["day"].unique())
+    last = pd.Timestamp(days[-1]).tz_localize("UTC")
+    midday = (last + pd.Timedelta(hours=18)).to_pydatetime()  # 13:00 New York: the session is open
+    decision = build_decision(bundle, daily, Account(1e5, 1e5, 1e5, 1e5), {}, midday)
+    assert decision.decision_ts.date() == pd.Timestamp(days[-2]).date()  # not today's forming bar
+    after_close = (last + pd.Timedelta(hours=23)).to_pydatetime()
+    decision = build_decision(bundle, daily, Account(1e5, 1e5, 1e5, 1e5), {}, after_close)
+    assert decision.decision_ts.date() == pd.Timestamp(days[-1]).date()

@@ -109,13 +109,25 @@ def fetch_start(now: datetime, interval: str, lookback: int) -> datetime:
     return pd.Timestamp(opens[0], tz="UTC").to_pydatetime()
 
 
+def _session_dates(timestamps: pd.DatetimeIndex) -> pd.DatetimeIndex:
+    """Daily bars as date-only stamps (midnight UTC of the session date, what ``data.calendar`` takes).
+
+    Alpaca stamps a daily bar at midnight New York time (04:00/05:00 UTC), which the calendar would
+    read as an intraday bar outside the session; date-only input is kept as it is."""
+    ts = timestamps.tz_localize("UTC") if timestamps.tz is None else timestamps.tz_convert("UTC")
+    if len(ts) == 0 or ((ts.hour == 0) & (ts.minute == 0)).all():
+        return ts
+    return ts.tz_convert("America/New_York").tz_localize(None).normalize().tz_localize("UTC")
+
+
 def _session_closed(timestamps: pd.DatetimeIndex, now: pd.Timestamp) -> np.ndarray:
-    """Whether the XNAS session of each (daily) bar has closed by ``now`` (False off-calendar)."""
+    """Whether the XNAS session of each daily bar has closed by ``now`` (False off-calendar).
+
+    ``timestamps``: date-only stamps (midnight UTC) or session opens, both on the session's UTC date."""
     if len(timestamps) == 0:
         return np.zeros(0, dtype=bool)
     ts = timestamps.tz_localize("UTC") if timestamps.tz is None else timestamps.tz_convert("UTC")
-    # Daily bars are stamped at (or after) midnight New York time of their session.
-    days = ts.tz_convert("America/New_York").tz_localize(None).normalize()
+    days = ts.tz_localize(None).normalize()
     sessions = sessions_in_range(days.min(), days.max())
     _, closes = session_bounds(sessions)
     close_of = dict(zip(sessions, closes, strict=True))
@@ -143,6 +155,7 @@ def build_decision(
     # bar is complete only once its session has closed.
     if len(bars):
         if interval == "1d":
+            bars = bars.assign(timestamp=_session_dates(pd.DatetimeIndex(bars["timestamp"])))
             bars = bars[_session_closed(pd.DatetimeIndex(bars["timestamp"]), now_ts)]
         else:
             bars = bars[bars["timestamp"] + source_step <= now_ts]
