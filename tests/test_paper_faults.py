@@ -355,7 +355,7 @@ def test_daily_bundle_decides_only_on_completed_sessions(env, stamp):
     spec["lookback"] = 2
     manifest["feature_spec"] = spec
     bundle = Bundle(path=env["bundle"].path, manifest=manifest)
-    days = sorted(daily["day"].unique())
+    days = sorted(day.unique())
     last = pd.Timestamp(days[-1]).tz_localize("UTC")
     midday = (last + pd.Timedelta(hours=18)).to_pydatetime()  # 13:00 New York: the session is open
     decision = build_decision(bundle, daily, Account(1e5, 1e5, 1e5, 1e5), {}, midday)
