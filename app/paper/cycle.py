@@ -432,9 +432,7 @@ def run_cycle(
                 sent.append(o)
         if not options.dry_run:
             _await_fills(buys, placed_by_cid, broker, journal, options)
-    except OrderRejected:
-        raise  # _submit_one journals rejections; never here
-    except BrokerError as err:
+    except BrokerError as err:  # (rejections are journaled by _submit_one and never get here)
         # Stop at this order boundary: what is sent stays sent, the rest waits for the next cycle.
         remaining = [o for o in sells + buys if o not in sent and o.client_order_id not in placed_by_cid]
         _defer(remaining, str(err), bundle, journal, decision, result)
