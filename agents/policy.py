@@ -316,7 +316,13 @@ class Policy(nn.Module):
             raise CheckpointError(
                 f"{directory}/spec.json: invalid policy spec ({type(err).__name__}: {err})"
             ) from None
-        tensors = _read_safetensors(directory / "policy.safetensors", spec.get("weights_sha256", ""))
+        digest = spec.get("weights_sha256")
+        if not isinstance(digest, str) or len(digest) != 64:
+            # Policy.save always records it: without it a swapped or corrupt safetensors file would load.
+            raise CheckpointError(
+                f"{directory}/spec.json records no weights_sha256: policy.safetensors cannot be verified"
+            )
+        tensors = _read_safetensors(directory / "policy.safetensors", digest)
         expected = policy.net.state_dict()
         missing = sorted(set(expected) - set(tensors))
         extra = sorted(set(tensors) - set(expected))

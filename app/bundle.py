@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -142,6 +143,9 @@ def load_bundle(path: str | os.PathLike[str], *, expect_tickers: Sequence[str] |
     if "policy.onnx" not in files:
         raise CheckpointError(f"{manifest_path}: policy.onnx is not listed")
     for name, digest in files.items():
+        if not (isinstance(digest, str) and re.fullmatch(r"[0-9a-f]{64}", digest)):
+            # An empty or malformed digest must not skip the check.
+            raise CheckpointError(f"{manifest_path}: {name} has no valid sha256 recorded")
         file = path / name
         if not file.is_file():
             raise CheckpointError(f"bundle {path}: {name} is missing")

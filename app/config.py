@@ -207,6 +207,12 @@ class TournamentConfig(_Section):
     max_consecutive_failures: int = Field(
         TournamentArgs.max_consecutive_failures, ge=1, description="stop after this many failed pods in a row"
     )
+    round_timeout_s: float | None = Field(
+        TournamentArgs.round_timeout_s,
+        gt=0,
+        description="kill and fail a pod round with no result after this many seconds "
+        "(unset: 4x the median round so far, at least 10 min; 1 h until 3 rounds finished)",
+    )
 
 
 class BacktestConfig(_Section):

@@ -6,9 +6,13 @@ it: account, positions, clock, orders (submit, by id, by client id, cancel, list
 
 Orders fill immediately at the ticker's current price (``fill_mode="fill"``), half-fill
 (``"partial"``), stay open (``"accept"``), are accepted and fill when first looked up
-(``"delayed"``, like a real market order a moment later) or are refused with HTTP 403 (``"reject"``). Faults are
-queued per route with ``fail(...)``: an HTTP status before processing, an HTTP status *after* the
-order was created (the ambiguous case), or a delay longer than the client's timeout.
+(``"delayed"``, like a real market order a moment later) or are refused with HTTP 403 (``"reject"``).
+``sell_fill_delay`` (seconds, wall clock) holds sells open until that long after their submission (a
+late fill), whatever the mode. A buy larger than the buying power left (cash less open buys; times
+``margin_multiplier`` on a margin account) is refused with HTTP 403 "insufficient buying power", like
+Alpaca. Faults are queued per route with ``fail(...)``: an HTTP status before processing (optionally
+with a ``Retry-After`` header), an HTTP status *after* the order was created (the ambiguous case), or
+a delay longer than the client's timeout. ``lookups`` lists the client ids looked up.
 
 Use as a context manager::
 
@@ -51,6 +55,8 @@ class Fault:
     status: int = 500
     delay: float = 0.0
     times: int = 1
+    retry_after: str | None = None  # the Retry-After header of a "status" reply
+    skip: int = 0  # matching requests let through before the fault starts (e.g. the second order)
 
 
 @dataclass
@@ -64,6 +70,7 @@ class FakeOrder:
     filled_avg_price: float | None
     status: str
     created_at: datetime
+    created_wall: float = 0.0  # time.monotonic() at submission (late sell fills)
 
     def to_json(self) -> dict[str, Any]:
         ts = _iso(self.created_at)
@@ -117,12 +124,16 @@ class FakeAlpaca:
     fill_mode: str = "fill"  # fill | partial | accept | delayed | reject
     page_size: int = 10_000
     require_keys: tuple[str, str] = (KEY_ID, SECRET)
+    sell_fill_delay: float = 0.0  # seconds after submission before a sell can fill
+    margin_multiplier: float = 1.0  # > 1: a margin account (buying_power = multiplier x cash)
 
     def __post_init__(self) -> None:
         self.orders: dict[str, FakeOrder] = {}
         self.faults: list[Fault] = []
         self.requests: list[tuple[str, str]] = []  # (method, path) of every request served
         self.order_posts = 0
+        self.lookups: list[str] = []  # client ids looked up (GET /v2/orders:by_client_order_id)
+        self.rejections = 0  # buys refused for lack of buying power
         self.avg_price: dict[str, float] = {s: self.prices.get(s, 0.0) for s in self.positions}
         self._lock = threading.RLock()
         self._server: ThreadingHTTPServer | None = None
@@ -169,8 +180,10 @@ class FakeAlpaca:
         status: int = 500,
         delay: float = 0.0,
         times: int = 1,
+        retry_after: str | None = None,
+        skip: int = 0,
     ):
-        self.faults.append(Fault(method.upper(), path, kind, status, delay, times))
+        self.faults.append(Fault(method.upper(), path, kind, status, delay, times, retry_after, skip))
 
     def equity(self) -> float:
         return self.cash + sum(q * self.prices.get(s, 0.0) for s, q in self.positions.items())
@@ -182,6 +195,9 @@ class FakeAlpaca:
     def _take_fault(self, method: str, path: str) -> Fault | None:
         for fault in self.faults:
             if fault.method == method and path.startswith(fault.path) and fault.times > 0:
+                if fault.skip > 0:
+                    fault.skip -= 1
+                    return None
                 fault.times -= 1
                 return fault
         return None
@@ -194,8 +210,8 @@ class FakeAlpaca:
             "account_number": "PA0000000",
             "status": "ACTIVE",
             "currency": "USD",
-            "buying_power": f"{self.cash:.2f}",
-            "regt_buying_power": f"{self.cash:.2f}",
+            "buying_power": f"{self.cash * self.margin_multiplier:.2f}",
+            "regt_buying_power": f"{self.cash * self.margin_multiplier:.2f}",
             "non_marginable_buying_power": f"{self.cash:.2f}",
             "cash": f"{self.cash:.2f}",
             "portfolio_value": f"{equity:.2f}",
@@ -208,7 +224,7 @@ class FakeAlpaca:
             "transfers_blocked": False,
             "account_blocked": False,
             "trade_suspended_by_user": False,
-            "multiplier": "1",
+            "multiplier": f"{self.margin_multiplier:g}",
             "shorting_enabled": False,
             "daytrade_count": 0,
         }
@@ -268,6 +284,9 @@ class FakeAlpaca:
             return 403, {"code": 40310000, "message": "insufficient buying power"}
         if symbol not in self.prices:
             return 422, {"code": 40010001, "message": f"asset {symbol} not found"}
+        if side == "buy" and qty * self.prices[symbol] > self._buying_power() + 1e-6:
+            self.rejections += 1
+            return 403, {"code": 40310000, "message": "insufficient buying power"}
         order = FakeOrder(
             id=str(uuid.uuid4()),
             client_order_id=cid,
@@ -278,11 +297,25 @@ class FakeAlpaca:
             filled_avg_price=None,
             status="accepted",
             created_at=self.now,
+            created_wall=time.monotonic(),
         )
         self.orders[order.id] = order
-        if self.fill_mode in ("fill", "partial"):
+        if self.fill_mode in ("fill", "partial") and not self._held_back(order):
             self._execute(order, qty if self.fill_mode == "fill" else qty / 2)
         return 200, order.to_json()
+
+    def _buying_power(self) -> float:
+        """Cash (times the margin multiplier) less what open buy orders have reserved."""
+        reserved = sum(
+            (o.qty - o.filled_qty) * self.prices.get(o.symbol, 0.0)
+            for o in self.orders.values()
+            if o.side == "buy" and o.status in ("accepted", "new", "partially_filled")
+        )
+        return self.cash * self.margin_multiplier - reserved
+
+    def _held_back(self, order: FakeOrder) -> bool:
+        """A sell that may not fill yet (``sell_fill_delay``)."""
+        return order.side == "sell" and time.monotonic() < order.created_wall + self.sell_fill_delay
 
     def _execute(self, order: FakeOrder, qty: float) -> None:
         """Fill ``qty`` more shares of ``order`` at the current price."""
@@ -300,8 +333,11 @@ class FakeAlpaca:
 
     def _lookup(self, order: FakeOrder) -> FakeOrder:
         """An order as a GET sees it: a ``"delayed"`` order has filled by the time anyone looks."""
-        if self.fill_mode == "delayed" and order.status == "accepted":
-            self._execute(order, order.qty)
+        if order.status == "accepted" and not self._held_back(order):
+            if self.fill_mode in ("delayed", "fill"):
+                self._execute(order, order.qty)
+            elif self.fill_mode == "partial":
+                self._execute(order, order.qty / 2)
         return order
 
     def _bars(self, query: dict[str, list[str]]) -> dict[str, Any]:
@@ -333,22 +369,31 @@ class FakeAlpaca:
         token = str(offset + limit) if offset + limit < len(frame) else None
         return {"bars": out, "next_page_token": token}
 
-    def handle(self, method: str, raw_path: str, headers: Any, body: bytes) -> tuple[int, Any, float]:
-        """(status, JSON body, delay before replying) for one request."""
+    def handle(
+        self, method: str, raw_path: str, headers: Any, body: bytes
+    ) -> tuple[int, Any, float, dict[str, str]]:
+        """(status, JSON body, delay before replying, extra headers) for one request."""
         parsed = urlparse(raw_path)
         path, query = parsed.path, parse_qs(parsed.query)
         with self._lock:
             self.requests.append((method, path))
             key, secret = self.require_keys
             if headers.get("APCA-API-KEY-ID") != key or headers.get("APCA-API-SECRET-KEY") != secret:
-                return 401, {"code": 40110000, "message": "request is not authorized"}, 0.0
+                return 401, {"code": 40110000, "message": "request is not authorized"}, 0.0, {}
             fault = self._take_fault(method, path)
             if fault is not None and fault.kind == "status":
-                return fault.status, {"code": fault.status * 100000, "message": "injected failure"}, 0.0
+                extra = {"Retry-After": fault.retry_after} if fault.retry_after is not None else {}
+                return (
+                    fault.status,
+                    {"code": fault.status * 100000, "message": "injected failure"},
+                    0.0,
+                    extra,
+                )
             status, payload = self._route(method, path, query, body)
             if fault is not None and fault.kind == "status_after":
-                return fault.status, {"code": fault.status * 100000, "message": "injected failure"}, 0.0
-            return status, payload, (fault.delay if fault is not None and fault.kind == "delay" else 0.0)
+                return fault.status, {"code": fault.status * 100000, "message": "injected failure"}, 0.0, {}
+            delay = fault.delay if fault is not None and fault.kind == "delay" else 0.0
+            return status, payload, delay, {}
 
     def _route(self, method: str, path: str, query: dict[str, list[str]], body: bytes) -> tuple[int, Any]:
         not_found = (404, {"code": 40410000, "message": "not found"})
@@ -363,6 +408,7 @@ class FakeAlpaca:
         if method == "POST" and path == "/v2/orders":
             return self._submit(json.loads(body or b"{}"))
         if method == "GET" and path == "/v2/orders:by_client_order_id":
+            self.lookups.append(query.get("client_order_id", [""])[0])
             found = self.orders_for(query.get("client_order_id", [""])[0])
             return (200, self._lookup(found[0]).to_json()) if found else not_found
         if method == "GET" and path == "/v2/orders":
@@ -391,7 +437,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _serve(self, method: str) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
-        status, payload, delay = self.state.handle(method, self.path, self.headers, body)
+        status, payload, delay, extra = self.state.handle(method, self.path, self.headers, body)
         if delay:
             time.sleep(delay)
         data = b"" if payload is None else json.dumps(payload).encode()
@@ -399,6 +445,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
+            for name, value in extra.items():
+                self.send_header(name, value)
             self.end_headers()
             self.wfile.write(data)
         except (BrokenPipeError, ConnectionResetError):

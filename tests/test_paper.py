@@ -59,7 +59,7 @@ def env(setup, tmp_path, monkeypatch):
 
 def cycle(env, **option_args):
     limits = option_args.pop("limits", RiskLimits(max_order_notional=1e9, daily_loss_limit=None))
-    option_args.setdefault("fill_wait", 0.5)
+    option_args.setdefault("fill_timeout", 0.5)
     option_args.setdefault("fill_poll", 0.01)
     options = PaperOptions(limits=limits, **option_args)
     with Journal.for_home(env["home"]) as journal:

@@ -124,3 +124,6 @@ class SimBroker:
 
     def order_by_client_id(self, client_order_id: str) -> Order | None:
         return None
+
+    def begin_cycle(self) -> None:
+        pass

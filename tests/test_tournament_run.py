@@ -3,7 +3,7 @@
 The fake round is a tiny stand-in for PPO: a pod's "skill" is its parent's skill (read back from the
 parent's checkpoint, as real weights would be) plus a gain in (0, 1] that peaks at one learning rate, so the
 tournament can only find good pods by copying the best and perturbing. ``ctx.agent`` carries fault
-injection (pods that raise, return NaN, or kill their worker process).
+injection (pods that raise, return NaN, hang, or kill their worker process).
 """
 
 from __future__ import annotations
@@ -42,6 +42,8 @@ def fake_round(task, ctx):
         raise RuntimeError(f"boom in {spec.pod_id}")
     if spec.seq in faults.get("exit_seqs", ()):
         os._exit(3)  # the worker process dies without a word
+    if spec.seq in faults.get("hang_seqs", ()):
+        time.sleep(3600)  # hangs: no NaN, no crash, no result
     if faults.get("sleep"):
         time.sleep(faults["sleep"])
     parent_skill = 0.0

@@ -7,7 +7,8 @@ failed pod is a value, not an exception, so nothing depends on how a backend wra
 that raises means the worker itself was lost (killed process, dead Ray node); the orchestrator
 records the pod as failed either way. ``capacity(requested, in_flight)`` says how many pods may be in
 flight right now: the Ray backend asks ``ray.cluster_resources()`` and ``ray.available_resources()``
-every time, so nodes that join or leave grow or shrink the pool.
+every time, so nodes that join or leave grow or shrink the pool. ``kill(future)`` stops a round
+that has hung (the orchestrator's ``round_timeout_s``) and frees its worker.
 
 - ``local`` with ``workers=0``: inline, one pod at a time in this process (debugging, tests).
 - ``local`` with ``workers=W``: a ``ProcessPoolExecutor`` of W spawned processes; the context is
@@ -62,6 +63,14 @@ class Backend(Protocol):
 
     def submit(self, task: PodTask) -> cf.Future: ...
 
+    def running_since(self, future: cf.Future) -> float | None:
+        """``time.monotonic()`` when the round behind ``future`` began running (None: not yet)."""
+        ...
+
+    def kill(self, future: cf.Future) -> None:
+        """Stop the round behind ``future`` (hung) and free its worker; the pod is failed by the caller."""
+        ...
+
     def close(self, abort: bool = False) -> None: ...
 
 
@@ -87,6 +96,12 @@ class InlineBackend:
         future.set_result(run_round_safely(self._round_fn, task, self._ctx))
         return future
 
+    def running_since(self, future: cf.Future) -> float | None:
+        return None  # never running when anyone asks: submit() returns a finished future
+
+    def kill(self, future: cf.Future) -> None:
+        pass  # rounds run synchronously: a future is always done before anyone could time it out
+
     def close(self, abort: bool = False) -> None:
         pass
 
@@ -95,9 +110,11 @@ class InlineBackend:
 _WORKER: dict[str, Any] = {}
 
 
-def _init_worker(round_fn: RoundFn, ctx: RoundContext, threads: int, parent_pid: int) -> None:
+def _init_worker(
+    round_fn: RoundFn, ctx: RoundContext, threads: int, parent_pid: int, started: Any = None
+) -> None:
     torch.set_num_threads(threads)
-    _WORKER["round_fn"], _WORKER["ctx"] = round_fn, ctx
+    _WORKER["round_fn"], _WORKER["ctx"], _WORKER["started"] = round_fn, ctx, started
 
     def watch_parent() -> None:
         # A ProcessPoolExecutor worker blocks forever on its queue if the orchestrator is killed
@@ -111,6 +128,10 @@ def _init_worker(round_fn: RoundFn, ctx: RoundContext, threads: int, parent_pid:
 
 
 def _worker_round(task: PodTask) -> PodOutcome | RoundError:
+    if _WORKER.get("started") is not None:
+        # When the round really starts (a fresh pool spends seconds spawning and importing torch
+        # first): the round timeout counts from here. CLOCK_MONOTONIC is system-wide.
+        _WORKER["started"].put((task.spec.pod_id, time.monotonic()))
     return run_round_safely(_WORKER["round_fn"], task, _WORKER["ctx"])
 
 
@@ -126,6 +147,9 @@ class ProcessBackend:
         self.threads = threads_per_worker or max(1, (os.cpu_count() or 1) // workers)
         self._executor: cf.ProcessPoolExecutor | None = None
         self._args: tuple[Any, ...] = ()
+        self._started_q: Any = None  # (pod_id, monotonic start) from the workers
+        self._since: dict[str, float] = {}
+        self._pod_of: dict[cf.Future, str] = {}
 
     def start(self, round_fn: RoundFn, ctx: RoundContext) -> None:
         self._args = (round_fn, host_copy(ctx), self.threads, os.getpid())
@@ -133,12 +157,22 @@ class ProcessBackend:
 
     def _new_executor(self) -> cf.ProcessPoolExecutor:
         # spawn: a fresh interpreter per worker; fork after torch has started threads can deadlock.
+        mp = multiprocessing.get_context("spawn")
+        # A fresh queue per pool: a worker killed while writing could leave the old one locked.
+        self._started_q = mp.SimpleQueue()
         return cf.ProcessPoolExecutor(
             max_workers=self.workers,
-            mp_context=multiprocessing.get_context("spawn"),
+            mp_context=mp,
             initializer=_init_worker,
-            initargs=self._args,
+            initargs=(*self._args, self._started_q),
         )
+
+    def running_since(self, future: cf.Future) -> float | None:
+        while self._started_q is not None and not self._started_q.empty():
+            pod_id, at = self._started_q.get()
+            self._since[pod_id] = at
+        pod_id = self._pod_of.get(future)
+        return None if pod_id is None else self._since.get(pod_id)
 
     def capacity(self, requested: int, in_flight: int) -> int:
         # More pods than workers would only queue, and be generated from an older board.
@@ -148,14 +182,31 @@ class ProcessBackend:
         if self._executor is None:
             raise PodracerError("ProcessBackend: start() first")
         try:
-            return self._executor.submit(_worker_round, task)
+            future = self._executor.submit(_worker_round, task)
         except cf.process.BrokenProcessPool:
             # A worker died (OOM killer, segfault): its pods were already failed through their
             # futures; replace the pool and go on.
             log.warning("a worker process died; restarting the worker pool")
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = self._new_executor()
-            return self._executor.submit(_worker_round, task)
+            future = self._executor.submit(_worker_round, task)
+        self._pod_of[future] = task.spec.pod_id
+        future.add_done_callback(lambda f: self._pod_of.pop(f, None))
+        return future
+
+    def kill(self, future: cf.Future) -> None:
+        """Kill the pool's processes and start a fresh pool.
+
+        A ProcessPoolExecutor cannot stop one task, and the death of any worker breaks the whole
+        pool anyway: the other rounds in flight fail as "worker lost" (recorded, never scored).
+        """
+        if self._executor is None or future.done():
+            return
+        log.warning("killing the worker pool to stop a hung pod round")
+        for process in list(getattr(self._executor, "_processes", {}).values()):  # no public handle
+            process.kill()
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        self._executor = self._new_executor()
 
     def close(self, abort: bool = False) -> None:
         """Stop the workers; ``abort`` (an error or Ctrl-C) does not wait for rounds in progress."""
@@ -165,7 +216,11 @@ class ProcessBackend:
 
 
 # --- Ray -----------------------------------------------------------------------------------------
-def _ray_round(round_fn: RoundFn, task: PodTask, ctx: RoundContext, threads: int) -> PodOutcome | RoundError:
+def _ray_round(
+    round_fn: RoundFn, task: PodTask, ctx: RoundContext, threads: int, started: Any = None
+) -> PodOutcome | RoundError:
+    if started is not None:
+        started.put(task.spec.pod_id)  # the round begins (a fresh Ray worker first imports torch)
     torch.set_num_threads(threads)
     return run_round_safely(round_fn, task, ctx)
 
@@ -191,6 +246,10 @@ class RayBackend:
         self._remote: Any = None
         self._round_fn: RoundFn | None = None
         self._ctx_ref: Any = None
+        self._refs: dict[cf.Future, Any] = {}  # future -> Ray object ref (to cancel a hung round)
+        self._pod_of: dict[cf.Future, str] = {}
+        self._since: dict[str, float] = {}  # pod_id -> driver's monotonic time its start was seen
+        self._started_q: Any = None
 
     def start(self, round_fn: RoundFn, ctx: RoundContext) -> None:
         try:
@@ -217,6 +276,11 @@ class RayBackend:
         self._remote = ray.remote(_ray_round).options(
             num_cpus=self.cpus_per_pod, num_gpus=self.gpus_per_pod, max_retries=0
         )
+        from ray.util.queue import Queue
+
+        # Rounds say when they start; the driver stamps them on receipt (its own clock: nodes' clocks
+        # need not agree), so the round timeout never counts a worker's start-up.
+        self._started_q = Queue(actor_options={"num_cpus": 0})
 
     def capacity(self, requested: int, in_flight: int) -> int:
         import ray
@@ -237,10 +301,33 @@ class RayBackend:
     def submit(self, task: PodTask) -> cf.Future:
         if self._remote is None:
             raise PodracerError("RayBackend: start() first")
-        ref = self._remote.remote(self._round_fn, task, self._ctx_ref, self._threads)
-        return ref.future()
+        ref = self._remote.remote(self._round_fn, task, self._ctx_ref, self._threads, self._started_q)
+        future = ref.future()
+        self._refs[future] = ref
+        self._pod_of[future] = task.spec.pod_id
+        future.add_done_callback(lambda f: (self._refs.pop(f, None), self._pod_of.pop(f, None)))
+        return future
+
+    def running_since(self, future: cf.Future) -> float | None:
+        if self._started_q is not None:
+            now = time.monotonic()
+            for pod_id in self._started_q.get_nowait_batch(self._started_q.qsize()):
+                self._since.setdefault(pod_id, now)
+        pod_id = self._pod_of.get(future)
+        return None if pod_id is None else self._since.get(pod_id)
+
+    def kill(self, future: cf.Future) -> None:
+        """Force-cancel the hung round's task: Ray kills the worker process running it."""
+        import ray
+
+        ref = self._refs.pop(future, None)
+        if ref is not None:
+            ray.cancel(ref, force=True)
 
     def close(self, abort: bool = False) -> None:
+        if self._started_q is not None:
+            self._started_q.shutdown()
+            self._started_q = None
         if self._owns_ray:
             import ray
 

@@ -23,6 +23,7 @@ import logging
 import math
 import os
 import shutil
+import statistics
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -84,6 +85,9 @@ class TournamentArgs:
     """learner of fresh pods"""
     max_consecutive_failures: int = 20
     """stop with an error after this many failed pods in a row (a broken setup, not a bad pod)"""
+    round_timeout_s: float | None = None
+    """kill a pod round with no result after this many seconds and record it failed (a hung pod: no
+    NaN, no crash); None: ``auto_round_timeout`` (4x the median round so far, generous floors)"""
 
     def __post_init__(self) -> None:
         if self.budget_steps is None and self.budget_minutes is None:
@@ -215,6 +219,21 @@ def run_tournament(
     return result
 
 
+AUTO_TIMEOUT_FIRST_S = 3600.0  # before the median round time is known
+AUTO_TIMEOUT_FLOOR_S = 600.0  # never fewer seconds than this when derived from the median
+AUTO_TIMEOUT_FACTOR = 4.0
+
+
+def auto_round_timeout(durations: list[float], round_seconds: float | None = None) -> float:
+    """The round timeout when none is set: 4x the median finished round (from 3 rounds on), at least
+    ``AUTO_TIMEOUT_FLOOR_S`` and twice the round's own wall-time cap; a fixed hour before that."""
+    if len(durations) < 3:
+        base = AUTO_TIMEOUT_FIRST_S
+    else:
+        base = max(AUTO_TIMEOUT_FLOOR_S, AUTO_TIMEOUT_FACTOR * float(statistics.median(durations)))
+    return max(base, 2.0 * round_seconds) if round_seconds else base
+
+
 class _Session:
     """The asynchronous loop of one orchestrator process."""
 
@@ -235,6 +254,7 @@ class _Session:
         self.wall_before = float(board.meta().get("wall_s", 0.0))  # earlier sessions of a resumed run
         self.consecutive_failures = 0
         self.last_error = ""
+        self.durations: list[float] = []  # wall seconds of the rounds that returned (auto timeout)
 
     # budget -------------------------------------------------------------------------------------
     def wall_s(self) -> float:
@@ -261,6 +281,7 @@ class _Session:
             done, _ = cf.wait(list(self.in_flight), timeout=1.0, return_when=cf.FIRST_COMPLETED)
             for future in done:
                 self._finish(future)
+            self._reap_hung()
             self.board.set_meta("wall_s", self.wall_s())
             self._progress()
 
@@ -305,6 +326,25 @@ class _Session:
             checkpoint=f"pods/{spec.pod_id}",
         )
 
+    def round_timeout(self) -> float:
+        if self.args.round_timeout_s is not None:
+            return self.args.round_timeout_s
+        return auto_round_timeout(self.durations, self.args.round_seconds)
+
+    def _reap_hung(self) -> None:
+        """Kill and fail the rounds in flight for longer than the round timeout."""
+        limit = self.round_timeout()
+        for future, (task, _submitted) in list(self.in_flight.items()):
+            # From when the round began running: a fresh worker pool first spends seconds starting.
+            since = self.backend.running_since(future)
+            now = time.monotonic()
+            if future.done() or since is None or now - since <= limit:
+                continue
+            self.in_flight.pop(future)
+            self.backend.kill(future)
+            error = RoundError(f"round timeout: no result after {limit:.0f}s (hung pod killed)")
+            self._failed(task, error, now - since)
+
     def _finish(self, future: cf.Future) -> None:
         task, started = self.in_flight.pop(future)
         elapsed = time.monotonic() - started
@@ -317,9 +357,13 @@ class _Session:
         if isinstance(outcome, PodOutcome):
             decision = self.updater.apply(task, outcome)
             self.consecutive_failures = 0
+            self.durations.append(elapsed)
             log.debug("pod %s scored %.4f: %s", task.spec.pod_id, outcome.score, decision)
             return
         error = outcome if isinstance(outcome, BaseException) else RoundError(repr(outcome))
+        self._failed(task, error, elapsed)
+
+    def _failed(self, task: PodTask, error: BaseException, elapsed: float) -> None:
         self.updater.fail(task, error, elapsed_s=elapsed)
         self.consecutive_failures += 1
         self.last_error = str(error)

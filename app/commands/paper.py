@@ -31,6 +31,12 @@ def paper(
         help="While this file exists no new orders are sent [default: <home>/paper/KILL].",
     ),
     whole_shares: bool = typer.Option(False, "--whole-shares", help="Round orders down to whole shares."),
+    fill_timeout: float = typer.Option(
+        30.0,
+        "--fill-timeout",
+        min=0.0,
+        help="Seconds to wait for the sells to fill before the buys are sized to the cash there.",
+    ),
 ) -> None:
     """Paper-trade an exported policy on Alpaca (keys from APCA_API_KEY_ID / APCA_API_SECRET_KEY)."""
     limits = RiskLimits(
@@ -42,6 +48,7 @@ def paper(
         dry_run=dry_run,
         kill_switch=kill_switch or home / "paper" / "KILL",
         fractional=not whole_shares,
+        fill_timeout=fill_timeout,
     )
     loaded = load_bundle(bundle)  # verifies hashes and shapes before anything talks to the broker
     broker = AlpacaBroker()

@@ -81,6 +81,10 @@ def streamlit_env(home: Path, run: str | None) -> dict[str, str]:
     # Streamlit runs the entry as a script: the packages it imports must be importable from any
     # working directory, even without an install of this checkout.
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    # ``python -m`` puts the current directory first on sys.path: a ``pandas.py`` (or ``app/``) lying
+    # there would be imported instead of the real one. PYTHONSAFEPATH (Python 3.11+, what ``-P``
+    # does) leaves it out; the checkout is reached through PYTHONPATH above.
+    env["PYTHONSAFEPATH"] = "1"
     return env
 
 

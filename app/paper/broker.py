@@ -6,8 +6,17 @@ Safety rules this module enforces (tested against a local fake Alpaca server):
   in an error message, never returned by any method.
 - Paper only: ``TradingClient(paper=True)``; a trading URL that is not loopback and not Alpaca's paper
   host (for example the live ``https://api.alpaca.markets``) is refused before any request is made.
-- Retries with exponential backoff on 429, 5xx, timeouts and dropped connections. alpaca-py's own
-  retry loop is switched off: it retries a POST /orders on 504 blindly, which could double an order.
+- Keys with whitespace or control characters are refused at load (one line naming the variable, never
+  the value): requests would otherwise raise ``InvalidHeader`` with the value in its message.
+- Errors from the HTTP layer are reduced to the status and the broker's message (or the exception's
+  type): never headers, never the request.
+- Paper only for market data too: ``APCA_API_DATA_URL`` must be Alpaca's data host or loopback.
+- Retries with exponential backoff and jitter on 429, 5xx, timeouts and dropped connections; a
+  ``Retry-After`` header (seconds or an HTTP date) on 429/503 sets the wait. All waits of one cycle
+  share a budget (``RetryPolicy.budget``; ``begin_cycle`` resets it): a wait that would overrun it
+  raises ``RetryBudgetExhausted`` at once, so the cycle stops at an order boundary instead of
+  sleeping past its interval. alpaca-py's own retry loop is switched off: it retries a POST /orders on
+  504 blindly, which could double an order.
 - ``submit`` is idempotent per ``client_order_id``: after an ambiguous failure (5xx, timeout, dropped
   connection) the order is looked up by client id before it is ever resubmitted, and Alpaca's
   "client_order_id must be unique" reply resolves to the existing order. One client id, one order.
@@ -17,10 +26,12 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from typing import Literal, Protocol, TypeVar
 from urllib.parse import urlparse
 
@@ -37,6 +48,7 @@ DATA_URL_ENV = "APCA_API_DATA_URL"
 PAPER_URL = "https://paper-api.alpaca.markets"
 DATA_URL = "https://data.alpaca.markets"
 _PAPER_HOSTS = {"paper-api.alpaca.markets"}
+_DATA_HOSTS = {"data.alpaca.markets", "data.sandbox.alpaca.markets"}
 _LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
 
 Side = Literal["buy", "sell"]
@@ -47,14 +59,26 @@ class OrderRejected(BrokerError):
     """The broker refused an order (4xx other than rate limiting). Not retried."""
 
 
+class RetryBudgetExhausted(BrokerError):
+    """The cycle's retry budget cannot cover the next wait: stop at an order boundary, finish later."""
+
+
 # --- plain value types (no alpaca-py objects leak past this module) ---------------------------------
 @dataclass(frozen=True)
 class Account:
     equity: float  # cash + market value of positions, $
     cash: float
     last_equity: float  # equity at the previous session's close (for the daily loss limit)
-    buying_power: float
+    buying_power: float  # may include margin: never spent by podracer
     trading_blocked: bool = False
+    non_marginable_buying_power: float | None = None  # None: the broker did not say
+
+    @property
+    def spendable(self) -> float:
+        """Cash that buys may spend: settled cash, never margin."""
+        if self.non_marginable_buying_power is None:
+            return max(0.0, self.cash)
+        return max(0.0, min(self.cash, self.non_marginable_buying_power))
 
 
 @dataclass(frozen=True)
@@ -121,19 +145,48 @@ class Broker(Protocol):
 
     def order_by_client_id(self, client_order_id: str) -> Order | None: ...
 
+    def begin_cycle(self) -> None:
+        """A new cycle starts: reset the per-cycle retry budget."""
+        ...
+
 
 # --- configuration ----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class RetryPolicy:
-    """Backoff ``base_delay * 2**attempt`` capped at ``max_delay``, at most ``attempts`` tries."""
+    """Backoff ``base_delay * 2**attempt`` capped at ``max_delay`` (or the server's ``Retry-After``),
+    times ``1 + U(0, jitter)``, at most ``attempts`` tries, all waits of a cycle within ``budget`` s."""
 
-    attempts: int = 5
+    attempts: int = 6
     base_delay: float = 0.5
     max_delay: float = 8.0
     timeout: float = 10.0  # seconds per HTTP request
+    budget: float = 60.0  # seconds of retry waits per cycle (a 1-minute bar must not be slept through)
+    jitter: float = 0.25  # so that many clients told the same Retry-After do not return in lockstep
+    max_retry_after: float = 300.0  # a larger Retry-After is taken as this (then the budget decides)
 
-    def delay(self, attempt: int) -> float:
-        return min(self.max_delay, self.base_delay * (2**attempt))
+    def delay(self, attempt: int, retry_after: float | None = None) -> float:
+        base = min(self.max_delay, self.base_delay * (2**attempt))
+        if retry_after is not None:
+            base = max(base, min(retry_after, self.max_retry_after))
+        return base * (1.0 + random.uniform(0.0, self.jitter))
+
+
+def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header: delta-seconds or an HTTP date; None if absent/bad."""
+    if value is None or not str(value).strip():
+        return None
+    value = str(value).strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
 
 
 def check_trading_url(url: str) -> str:
@@ -150,15 +203,41 @@ def check_trading_url(url: str) -> str:
     )
 
 
+def check_data_url(url: str) -> str:
+    """Accept only Alpaca's market-data host (https) or a loopback server, like the trading URL."""
+    parsed = urlparse(url)
+    host = (parsed.hostname or "").lower()
+    if host in _LOOPBACK_HOSTS and parsed.scheme in {"http", "https"}:
+        return url.rstrip("/")
+    if host in _DATA_HOSTS and parsed.scheme == "https":
+        return url.rstrip("/")
+    raise BrokerError(
+        f"refusing market-data URL {parsed.scheme}://{host}: the keys go only to Alpaca's data API "
+        f"({DATA_URL}) or a loopback server; unset {DATA_URL_ENV} or point it there"
+    )
+
+
+def _bad_key_chars(value: str) -> bool:
+    # Whitespace (a stray CR/LF from a copied .env line) or any control character: requests would
+    # refuse the header and put its value in the exception message.
+    return any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in value)
+
+
 def keys_from_env() -> tuple[str, str]:
-    """The API key pair from the environment, or a one-line error naming the missing variable."""
-    key = os.environ.get(KEY_ENV, "").strip()
-    secret = os.environ.get(SECRET_ENV, "").strip()
-    missing = [name for name, value in ((KEY_ENV, key), (SECRET_ENV, secret)) if not value]
+    """The API key pair from the environment, or a one-line error naming the variable (never its value)."""
+    key = os.environ.get(KEY_ENV, "")
+    secret = os.environ.get(SECRET_ENV, "")
+    missing = [name for name, value in ((KEY_ENV, key), (SECRET_ENV, secret)) if not value.strip()]
     if missing:
         raise BrokerError(
             f"missing Alpaca paper keys: set {' and '.join(missing)} (keys are read from the environment only)"
         )
+    for name, value in ((KEY_ENV, key), (SECRET_ENV, secret)):
+        if _bad_key_chars(value):
+            raise BrokerError(
+                f"{name} contains whitespace or control characters (a stray newline or carriage "
+                "return?): re-export it without them"
+            )
     return key, secret
 
 
@@ -191,11 +270,12 @@ class AlpacaBroker:
         from alpaca.trading.client import TradingClient
 
         trading_url = check_trading_url(base_url or os.environ.get(BASE_URL_ENV) or PAPER_URL)
-        data_url = (data_url or os.environ.get(DATA_URL_ENV) or DATA_URL).rstrip("/")
+        data_url = check_data_url(data_url or os.environ.get(DATA_URL_ENV) or DATA_URL)
         key, secret = keys_from_env()
         self.retry = retry
         self.feed = feed
         self._sleep = sleep
+        self._waited = 0.0  # seconds of retry waits since begin_cycle()
         # Some users set APCA_API_BASE_URL with the "/v2" suffix; alpaca-py appends it itself.
         trading_url = trading_url.removesuffix("/v2")
         data_url = data_url.removesuffix("/v2")
@@ -217,24 +297,56 @@ class AlpacaBroker:
         self.data_url = data_url
 
     # -- retry core --
+    def begin_cycle(self) -> None:
+        """Reset the retry budget (``RetryPolicy.budget`` seconds of waits per cycle)."""
+        self._waited = 0.0
+
+    @property
+    def retry_budget_left(self) -> float:
+        return max(0.0, self.retry.budget - self._waited)
+
     def _classify(self, err: BaseException) -> tuple[bool, str, int | None]:
-        """(retryable, one-line description, HTTP status) of an alpaca-py / requests exception."""
+        """(retryable, one-line description, HTTP status) of an alpaca-py / requests exception.
+
+        Only the status and the broker's JSON ``message`` are kept: the text of a requests exception
+        can hold a header value (``InvalidHeader``) or the request, so it is never used."""
         import requests
         from alpaca.common.exceptions import APIError
 
         if isinstance(err, APIError):
             status = err.status_code
             try:
-                detail = err.message
+                detail = " ".join(str(err.message).split())[:200]
             except Exception:  # noqa: BLE001 - the body is not always JSON
-                detail = str(err)[:200]
+                detail = "(no JSON message)"
             retryable = status is not None and (status == 429 or status >= 500)
             return retryable, f"HTTP {status}: {detail}", status
         if isinstance(err, requests.Timeout):
             return True, "timeout", None
         if isinstance(err, requests.ConnectionError):
             return True, "connection error", None
-        return False, f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}", None
+        return False, f"{type(err).__name__} in the HTTP layer", None
+
+    @staticmethod
+    def _retry_after(err: BaseException) -> float | None:
+        """The ``Retry-After`` of a 429/503 reply, in seconds (None when absent)."""
+        response = getattr(err, "response", None)
+        status = getattr(response, "status_code", None)
+        if response is None or status not in (429, 503):
+            return None
+        return parse_retry_after(response.headers.get("Retry-After"))
+
+    def _wait(self, what: str, desc: str, attempt: int, err: BaseException) -> None:
+        """Sleep before the next try, within the cycle's budget (``RetryBudgetExhausted`` otherwise)."""
+        delay = self.retry.delay(attempt, self._retry_after(err))
+        if delay > self.retry_budget_left:
+            raise RetryBudgetExhausted(
+                f"{what}: {desc}; the next try is {delay:.1f}s away and the cycle's retry budget has "
+                f"{self.retry_budget_left:.1f}s left"
+            )
+        log.warning("%s: %s; retrying in %.2fs", what, desc, delay)
+        self._waited += delay
+        self._sleep(delay)
 
     def _call(self, what: str, fn: Callable[[], T]) -> T:
         """Run an idempotent request with retries; ``BrokerError`` after the last attempt."""
@@ -247,9 +359,7 @@ class AlpacaBroker:
                     raise BrokerError(f"{what} failed: {desc}") from None
                 if attempt + 1 == self.retry.attempts:
                     raise BrokerError(f"{what} failed after {self.retry.attempts} attempts: {desc}") from None
-                delay = self.retry.delay(attempt)
-                log.warning("%s: %s; retrying in %.2fs", what, desc, delay)
-                self._sleep(delay)
+                self._wait(what, desc, attempt, err)
         raise AssertionError("unreachable")
 
     # -- Broker protocol --
@@ -261,6 +371,11 @@ class AlpacaBroker:
             last_equity=_float(acct.last_equity, _float(acct.equity)),
             buying_power=_float(acct.buying_power),
             trading_blocked=bool(acct.trading_blocked or acct.account_blocked),
+            non_marginable_buying_power=(
+                None
+                if getattr(acct, "non_marginable_buying_power", None) in (None, "")
+                else _float(acct.non_marginable_buying_power)
+            ),
         )
 
     def positions(self) -> dict[str, Position]:
@@ -356,15 +471,25 @@ class AlpacaBroker:
                         existing = self.order_by_client_id(order.client_order_id)
                         if existing is not None:
                             return existing
+                        # The broker has this id but will not show it yet: not a rejection.
+                        raise BrokerError(
+                            f"submit {order.client_order_id}: the broker holds this client_order_id "
+                            "but its look-up failed"
+                        ) from None
                     raise OrderRejected(f"order {order.client_order_id} rejected: {last}") from None
                 if not retryable:
                     raise BrokerError(f"submit {order.client_order_id} failed: {last}") from None
                 # A 429 was refused before processing; a 5xx, timeout or dropped connection may not be.
                 ambiguous = ambiguous or status != 429
                 if attempt + 1 < self.retry.attempts:
-                    delay = self.retry.delay(attempt)
-                    log.warning("submit %s: %s; retrying in %.2fs", order.client_order_id, last, delay)
-                    self._sleep(delay)
+                    try:
+                        self._wait(f"submit {order.client_order_id}", last, attempt, err)
+                    except RetryBudgetExhausted:
+                        # Out of budget after an ambiguous failure: say whether the order exists.
+                        existing = self.order_by_client_id(order.client_order_id) if ambiguous else None
+                        if existing is not None:
+                            return existing
+                        raise
         existing = self.order_by_client_id(order.client_order_id) if ambiguous else None
         if existing is not None:
             return existing

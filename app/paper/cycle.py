@@ -2,20 +2,31 @@
 
 A cycle (``run_cycle``):
 
-1. Broker clock: market closed -> journal it, no orders.
-2. Kill-switch file present -> journal it, no new orders (open orders are still reconciled).
+1. Broker clock: market closed -> journal it, no orders. The broker's per-cycle retry budget resets.
+2. Earlier cycles' open orders are reconciled *first* (fills recorded, the rest canceled; a
+   ``submitted`` row the broker does not know after ``submit_window`` s is closed ``not_submitted``),
+   and only then are the account and positions read: a late fill is counted once, in the positions.
+   Kill-switch file present -> journal it, no new orders (open orders are still reconciled).
 3. Latest bars -> the XNAS bar grid (``data.calendar``, as in training) -> the decision bar is the
    last *completed* bar -> features of that bar with ``data.features.latest_features`` and the
    bundle's train-window spec (the very code training used) -> the observation in the env's layout:
    cash fraction, time of day, then per ticker the position weight (marked at the decision bar's
    close, like the env) and the features. A ticker without a real bar in the decision bar's session
-   is skipped: it keeps its position (no order) and the journal says so.
+   is skipped: it keeps its position (no order) and the journal says so. A ``1d`` bundle decides
+   only on completed sessions (today's bar is still forming until the close).
 4. onnxruntime (``Bundle.act``) -> target weights -> risk limits (``max_weight``; daily loss limit
    halts new orders) -> orders (``app.paper.orders``): sells first, then buys scaled to the cash
    the sells free up, fractional shares unless ``fractional=False``, each capped at
    ``max_order_notional`` and dropped under ``min_order_notional``.
 5. Market day orders with ``client_order_id = client_order_id(bundle, decision bar, ticker)``: a
    re-run of the same decision can never place a second order (the broker layer resolves it).
+   Sells go first; the cycle waits for them to fill (at most ``fill_timeout`` s), reads the account
+   again and budgets the buys on the cash actually there (``Account.spendable``: cash and
+   non-marginable buying power, never margin), scaling them down when sells are late; what is
+   scaled or dropped is journaled with the reason.
+   A broker failure while sending (retries spent, the cycle's retry budget spent) stops the cycle at
+   an order boundary: the cycle is ``partial``, the orders not sent are journaled ``not_sent`` and
+   the next cycle finishes the rebalance from the book as it then is.
 6. Journal every decision, order, fill, reconciliation (positions vs what our fills imply), P&L
    snapshot and error in ``<home>/paper/journal.sqlite``.
 
@@ -59,14 +70,16 @@ class PaperOptions:
     dry_run: bool = False
     kill_switch: Path | None = None
     fractional: bool = True
-    fill_wait: float = 10.0  # seconds to wait for market orders to fill (sells before buys)
+    fill_timeout: float = 30.0  # seconds to wait for market orders to fill (sells before buys)
     fill_poll: float = 0.5  # seconds between order look-ups while waiting
     max_bar_age: float | None = None  # seconds; None: one decision interval (at least 5 minutes)
+    submit_window: float = 60.0  # seconds after which a journaled order unknown to the broker never arrived
+    cash_buffer: float = 0.995  # buys spend at most this fraction of the cash available (slippage)
 
 
 @dataclass
 class CycleResult:
-    status: str  # closed | kill_switch | halted | traded | dry_run | no_data
+    status: str  # closed | kill_switch | halted | traded | partial | dry_run | no_data
     decision_ts: pd.Timestamp | None = None
     target_weights: dict[str, float] = field(default_factory=dict)
     policy_weights: dict[str, float] = field(default_factory=dict)
@@ -74,6 +87,7 @@ class CycleResult:
     submitted: list[Order] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     messages: list[str] = field(default_factory=list)
+    not_sent: list[PlannedOrder] = field(default_factory=list)  # dropped or deferred to the next cycle
 
 
 # --- observation ---------------------------------------------------------------------------------
@@ -95,6 +109,32 @@ def fetch_start(now: datetime, interval: str, lookback: int) -> datetime:
     return pd.Timestamp(opens[0], tz="UTC").to_pydatetime()
 
 
+def _session_dates(timestamps: pd.DatetimeIndex) -> pd.DatetimeIndex:
+    """Daily bars as date-only stamps (midnight UTC of the session date, what ``data.calendar`` takes).
+
+    Alpaca stamps a daily bar at midnight New York time (04:00/05:00 UTC), which the calendar would
+    read as an intraday bar outside the session; date-only input is kept as it is."""
+    ts = timestamps.tz_localize("UTC") if timestamps.tz is None else timestamps.tz_convert("UTC")
+    if len(ts) == 0 or ((ts.hour == 0) & (ts.minute == 0)).all():
+        return ts
+    return ts.tz_convert("America/New_York").tz_localize(None).normalize().tz_localize("UTC")
+
+
+def _session_closed(timestamps: pd.DatetimeIndex, now: pd.Timestamp) -> np.ndarray:
+    """Whether the XNAS session of each daily bar has closed by ``now`` (False off-calendar).
+
+    ``timestamps``: date-only stamps (midnight UTC) or session opens, both on the session's UTC date."""
+    if len(timestamps) == 0:
+        return np.zeros(0, dtype=bool)
+    ts = timestamps.tz_localize("UTC") if timestamps.tz is None else timestamps.tz_convert("UTC")
+    days = ts.tz_localize(None).normalize()
+    sessions = sessions_in_range(days.min(), days.max())
+    _, closes = session_bounds(sessions)
+    close_of = dict(zip(sessions, closes, strict=True))
+    now_ns = now.value
+    return np.array([d in close_of and close_of[d] <= now_ns for d in days], dtype=bool)
+
+
 def build_decision(
     bundle: Bundle,
     bars: pd.DataFrame,
@@ -111,9 +151,14 @@ def build_decision(
     source_step = pd.Timedelta(0) if interval == "1d" else pd.Timedelta(minutes=1)
     now_ts = pd.Timestamp(now)
     now_ts = now_ts.tz_localize("UTC") if now_ts.tzinfo is None else now_ts.tz_convert("UTC")
-    # Only completed bars: a bar that started less than one interval ago is still forming.
+    # Only completed bars: a bar that started less than one interval ago is still forming; a daily
+    # bar is complete only once its session has closed.
     if len(bars):
-        bars = bars[bars["timestamp"] + source_step <= now_ts]
+        if interval == "1d":
+            bars = bars.assign(timestamp=_session_dates(pd.DatetimeIndex(bars["timestamp"])))
+            bars = bars[_session_closed(pd.DatetimeIndex(bars["timestamp"]), now_ts)]
+        else:
+            bars = bars[bars["timestamp"] + source_step <= now_ts]
     frames: dict[str, pd.DataFrame] = {}
     for ticker in tickers:
         rows = bars[bars["ticker"] == ticker] if len(bars) else bars
@@ -127,7 +172,8 @@ def build_decision(
     last_real = max(f.loc[~f["filled"].astype(bool), "timestamp"].max() for f in frames.values())
     panel = align_panel(frames, interval, min_coverage=0.0)
     grid_ts = pd.DatetimeIndex(panel.grid.timestamps, tz="UTC")
-    complete = (grid_ts <= last_real) & (grid_ts + step <= now_ts)
+    done = _session_closed(grid_ts, now_ts) if interval == "1d" else grid_ts + step <= now_ts
+    complete = (grid_ts <= last_real) & done
     if not complete.any():
         raise DataError("no completed bar to decide on")
     row = int(np.flatnonzero(complete)[-1])
@@ -196,15 +242,32 @@ def _ts(ts: pd.Timestamp | datetime | None) -> str:
     return "" if ts is None else pd.Timestamp(ts).isoformat()
 
 
-def _reconcile_open_orders(broker: Broker, journal: Journal, dry_run: bool) -> None:
-    """Record fills of earlier cycles' orders; cancel what is still open (a new decision replaces it)."""
+def _age_s(recorded_at: str, now: datetime) -> float:
+    then = pd.Timestamp(recorded_at)
+    then = then.tz_localize("UTC") if then.tzinfo is None else then
+    return (pd.Timestamp(now) - then).total_seconds()
+
+
+def _reconcile_open_orders(broker: Broker, journal: Journal, options: PaperOptions) -> None:
+    """Record fills of earlier cycles' orders; cancel what is still open (a new decision replaces it).
+
+    A row still ``submitted`` (the journal wrote it, the broker's answer never came back) that the
+    broker does not know once ``options.submit_window`` s have passed never reached it: it is closed
+    as ``not_submitted`` so that it is not looked up every cycle forever.
+    """
+    wall_now = datetime.now(UTC)
     for row in journal.open_orders():
         cid = row["client_order_id"]
         order = broker.order_by_client_id(cid)
         if order is None:
-            journal.event("reconcile", f"order {cid} ({row['ticker']}) unknown to the broker", "warning")
+            if row["status"] == "submitted" and _age_s(row["recorded_at"], wall_now) >= options.submit_window:
+                msg = f"order {cid} ({row['ticker']}) never reached the broker (unknown after the submit window)"
+                journal.mark_not_submitted(cid, msg)
+                journal.event("reconcile", msg, "warning")
+            else:
+                journal.event("reconcile", f"order {cid} ({row['ticker']}) unknown to the broker", "warning")
             continue
-        if order.filled_qty != row["filled_qty"]:
+        if order.filled_qty > 0:
             journal.fill(
                 client_order_id=cid,
                 ticker=order.symbol,
@@ -214,7 +277,7 @@ def _reconcile_open_orders(broker: Broker, journal: Journal, dry_run: bool) -> N
                 status=order.status,
             )
         status = order.status
-        if order.is_open and not dry_run:
+        if order.is_open and not options.dry_run:
             try:
                 broker.cancel(order.id)
                 status = "canceled"
@@ -255,6 +318,9 @@ def run_cycle(
     now: datetime | None = None,
 ) -> CycleResult:
     """One decision: see the module docstring. Never submits when closed, halted or kill-switched."""
+    begin = getattr(broker, "begin_cycle", None)
+    if begin is not None:
+        begin()
     clock = broker.clock()
     now = now or clock.timestamp
     if not clock.is_open:
@@ -263,10 +329,12 @@ def run_cycle(
         log.info(msg)
         return CycleResult(status="closed", messages=[msg])
     kill = options.kill_switch is not None and Path(options.kill_switch).exists()
+    if not options.dry_run:
+        # Before the account and positions are read: a stale order that fills now is then counted
+        # once (in the positions), and its cancel frees the cash it had reserved.
+        _reconcile_open_orders(broker, journal, options)
     account = broker.account()
     positions = broker.positions()
-    if not options.dry_run:
-        _reconcile_open_orders(broker, journal, options.dry_run)
     start = fetch_start(now, bundle.interval, int(bundle.feature_spec["lookback"]))
     source = "1d" if bundle.interval == "1d" else "1m"
     bars = broker.latest_bars(list(bundle.tickers), start, now, source)
@@ -348,24 +416,112 @@ def run_cycle(
     placed_by_cid: dict[str, Order] = {}
     sells = [o for o in orders if o.side == "sell"]
     buys = [o for o in orders if o.side == "buy"]
-    for batch in (sells, buys):
-        for o in batch:
-            placed = _submit_one(o, bundle, broker, journal, options, decision, result)
-            if placed is not None:
-                placed_by_cid[o.client_order_id] = placed
+    sent: list[PlannedOrder] = []
+    try:
+        for o in sells:
+            if _submit_one(o, bundle, broker, journal, options, decision, result, placed_by_cid):
+                sent.append(o)
         if not options.dry_run:
             # Sells first *and filled* before the buys: their proceeds are the buys' cash.
-            _await_fills(batch, placed_by_cid, broker, journal, options)
+            _await_fills(sells, placed_by_cid, broker, journal, options)
+            buys = _fit_buys(
+                buys, sells, placed_by_cid, broker.account(), journal, options, bundle, decision, result
+            )
+        for o in buys:
+            if _submit_one(o, bundle, broker, journal, options, decision, result, placed_by_cid):
+                sent.append(o)
+        if not options.dry_run:
+            _await_fills(buys, placed_by_cid, broker, journal, options)
+    except BrokerError as err:  # (rejections are journaled by _submit_one and never get here)
+        # Stop at this order boundary: what is sent stays sent, the rest waits for the next cycle.
+        remaining = [o for o in sells + buys if o not in sent and o.client_order_id not in placed_by_cid]
+        _defer(remaining, str(err), bundle, journal, decision, result)
+    result.orders = sells + buys  # buys as fitted to the cash; result.not_sent: what did not go out
     result.submitted = [
-        placed_by_cid[o.client_order_id] for o in orders if o.client_order_id in placed_by_cid
+        placed_by_cid[o.client_order_id] for o in sells + buys if o.client_order_id in placed_by_cid
     ]
     filled: dict[str, float] = {}
-    for o in orders:
+    for o in sells + buys:
         if o.client_order_id in placed_by_cid:
             sign = 1.0 if o.side == "buy" else -1.0
             filled[o.ticker] = filled.get(o.ticker, 0.0) + sign * placed_by_cid[o.client_order_id].filled_qty
-    _snapshot(journal, broker, bundle, decision, account, filled, reconcile=not options.dry_run)
+    try:
+        _snapshot(journal, broker, bundle, decision, account, filled, reconcile=not options.dry_run)
+    except BrokerError as err:
+        journal.event("error", f"snapshot after the orders: {err}", "warning")
     return result
+
+
+def _defer(
+    remaining: list[PlannedOrder],
+    reason: str,
+    bundle: Bundle,
+    journal: Journal,
+    decision: Decision,
+    result: CycleResult,
+) -> None:
+    """Journal the cycle as ``partial``: the orders not sent and why; the next cycle finishes."""
+    for o in remaining:
+        journal.order(**_order_row(o, bundle, decision), status="not_sent", message=f"deferred: {reason}")
+    names = ", ".join(f"{o.side} {o.ticker}" for o in remaining) or "none"
+    msg = (
+        f"cycle partial: stopped at an order boundary ({reason}); not sent: {names}; "
+        "the next cycle finishes the rebalance"
+    )
+    journal.event("partial", msg, "warning")
+    log.warning(msg)
+    result.status = "partial"
+    result.messages.append(msg)
+    result.not_sent.extend(remaining)
+
+
+def _fit_buys(
+    buys: list[PlannedOrder],
+    sells: list[PlannedOrder],
+    placed_by_cid: dict[str, Order],
+    account: Account,
+    journal: Journal,
+    options: PaperOptions,
+    bundle: Bundle,
+    decision: Decision,
+    result: CycleResult,
+) -> list[PlannedOrder]:
+    """The buys scaled to the cash the account has now (never margin); dropped ones journaled."""
+    if not buys:
+        return buys
+    available = account.spendable * options.cash_buffer
+    wanted = sum(o.notional for o in buys)
+    if wanted <= available:
+        return buys
+    late = [
+        o.ticker
+        for o in sells
+        if o.client_order_id in placed_by_cid and placed_by_cid[o.client_order_id].is_open
+    ]
+    why = (
+        f"sells of {', '.join(late)} not filled after {options.fill_timeout:g}s"
+        if late
+        else "the sells brought in less than planned"
+    )
+    scale = available / wanted
+    fitted: list[PlannedOrder] = []
+    for o in buys:
+        q = o.qty * scale
+        qty = math.floor(q * 1e6) / 1e6 if options.fractional else math.floor(q + 1e-9)
+        if qty > 0 and qty * o.price >= options.limits.min_order_notional:
+            fitted.append(PlannedOrder(o.ticker, o.side, float(qty), o.price, o.client_order_id))
+        else:
+            msg = f"buy {o.ticker} not sent: ${available:,.2f} of cash available ({why})"
+            journal.order(**_order_row(o, bundle, decision), status="not_sent", message=msg)
+            result.not_sent.append(o)
+    msg = (
+        f"buys scaled by {scale:.4f} to the ${available:,.2f} of cash available ({why}); "
+        f"{len(buys) - len(fitted)} dropped"
+    )
+    journal.event("buys_scaled", msg, "warning")
+    log.warning(msg)
+    result.messages.append(msg)
+    return fitted
 
 
 def _order_row(o: PlannedOrder, bundle: Bundle, decision: Decision) -> dict[str, Any]:
@@ -388,19 +544,24 @@ def _submit_one(
     options: PaperOptions,
     decision: Decision,
     result: CycleResult,
-) -> Order | None:
-    """Submit (or, in a dry run, only journal) one order; rejected orders are journaled, not raised."""
+    placed_by_cid: dict[str, Order],
+) -> bool:
+    """Submit (or, in a dry run, only journal) one order; rejected orders are journaled, not raised.
+
+    True when the order was handed to the broker (or refused by it); a ``BrokerError`` other than a
+    rejection propagates, with the row left ``submitted`` (the next cycle's reconcile resolves it).
+    """
     base = _order_row(o, bundle, decision)
     if options.dry_run:
         journal.order(**base, status="dry_run")
-        return None
+        return False
     if options.kill_switch is not None and Path(options.kill_switch).exists():
         journal.order(**base, status="blocked", message="kill switch")
         journal.event(
             "kill_switch", f"kill switch appeared mid-cycle: {o.client_order_id} not sent", "warning"
         )
         result.status = "kill_switch"
-        return None
+        return False
     journal.order(**base, status="submitted")
     try:
         placed = broker.submit(OrderRequest(o.ticker, o.side, o.qty, o.client_order_id))  # type: ignore[arg-type]
@@ -408,9 +569,10 @@ def _submit_one(
         journal.order(**base, status="rejected", message=str(err))
         journal.event("rejected", str(err), "warning")
         result.messages.append(str(err))
-        return None
+        return True
     except BrokerError as err:
-        journal.order(**base, status="error", message=str(err))
+        # Maybe sent, maybe not: the row stays "submitted" and the next reconcile settles it.
+        journal.order(**base, status="submitted", message=str(err))
         journal.event("error", str(err), "error")
         raise
     journal.order(
@@ -429,7 +591,8 @@ def _submit_one(
             filled_avg_price=placed.filled_avg_price,
             status=placed.status,
         )
-    return placed
+    placed_by_cid[o.client_order_id] = placed
+    return True
 
 
 def _await_fills(
@@ -439,8 +602,8 @@ def _await_fills(
     journal: Journal,
     options: PaperOptions,
 ) -> None:
-    """Poll this batch's open orders until they are done or ``options.fill_wait`` seconds pass."""
-    deadline = time.monotonic() + options.fill_wait
+    """Poll this batch's open orders until they are done or ``options.fill_timeout`` seconds pass."""
+    deadline = time.monotonic() + options.fill_timeout
     pending = [
         o for o in batch if o.client_order_id in placed_by_cid and placed_by_cid[o.client_order_id].is_open
     ]

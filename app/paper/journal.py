@@ -4,6 +4,13 @@ One SQLite file, ``<home>/paper/journal.sqlite``, in WAL mode so the dashboard c
 writes; each cycle's rows go in short transactions. Rows are append-only except ``orders``, which is
 keyed by ``client_order_id`` (a retried cycle updates its order's status instead of duplicating it).
 
+Re-running a decision bar is idempotent: an order row is upserted by a rule that never downgrades
+(``STATUS_RANK``: a final status stays final, ``filled_qty`` only grows), and a fill row is written
+only when the cumulative filled quantity grew. An order journaled ``submitted`` that the broker does
+not know after the submit window (a kill -9 between the journal and the POST, or a POST that never
+arrived) is closed as ``not_submitted`` and never looked up again. ``order_counts`` counts orders by
+their final status (what the dashboard shows).
+
 API keys never reach this file: every text value is scrubbed of the values of ``APCA_API_KEY_ID`` and
 ``APCA_API_SECRET_KEY`` before it is written (belt and braces: no caller puts them in a message).
 
@@ -49,7 +56,7 @@ CREATE TABLE IF NOT EXISTS orders (
     side TEXT NOT NULL,
     qty REAL NOT NULL,
     est_price REAL, est_notional REAL,
-    status TEXT NOT NULL,           -- planned|dry_run|blocked|rejected|error|<alpaca status>
+    status TEXT NOT NULL,           -- dry_run|blocked|not_sent|not_submitted|submitted|<alpaca status>
     broker_order_id TEXT,
     filled_qty REAL DEFAULT 0,
     filled_avg_price REAL,
@@ -95,6 +102,28 @@ CREATE TABLE IF NOT EXISTS events (
 """
 
 TABLES = ("decisions", "orders", "fills", "positions", "pnl", "events")
+
+# How far along an order row is. A write never lowers it (a re-run of the same decision bar journals
+# "submitted" again before the broker answers with the existing, filled order), and a final status
+# (rank 4) never changes. Rank 0: journaled, never sent (a later run of the same bar may send it).
+OPEN_STATUSES = ("submitted", "new", "accepted", "pending_new", "partially_filled", "accepted_for_bidding")
+FINAL_STATUSES = (
+    "filled",
+    "canceled",
+    "rejected",
+    "expired",
+    "done_for_day",
+    "replaced",
+    "stopped",
+    "suspended",
+)
+STATUS_RANK: dict[str, int] = {
+    **dict.fromkeys(("dry_run", "blocked", "not_sent", "error", "not_submitted", "planned"), 0),
+    "submitted": 1,
+    **dict.fromkeys(("new", "accepted", "pending_new", "accepted_for_bidding", "pending_cancel"), 2),
+    "partially_filled": 3,
+    **dict.fromkeys(FINAL_STATUSES, 4),
+}
 _SECRET_ENVS = ("APCA_API_KEY_ID", "APCA_API_SECRET_KEY")
 
 
@@ -206,7 +235,7 @@ class Journal:
         filled_avg_price: float | None = None,
         message: str = "",
     ) -> None:
-        """Insert or update the order row of ``client_order_id`` (a re-run never duplicates it)."""
+        """Insert or update the order row of ``client_order_id``: never a duplicate, never a downgrade."""
         row = {
             "recorded_at": _now(),
             "client_order_id": client_order_id,
@@ -223,17 +252,46 @@ class Journal:
             "filled_avg_price": filled_avg_price,
             "message": _scrub(message),
         }
-        cols = ", ".join(row)
-        marks = ", ".join("?" for _ in row)
-        updates = ", ".join(
-            f"{c}=excluded.{c}"
-            for c in ("recorded_at", "status", "broker_order_id", "filled_qty", "filled_avg_price", "message")
-        )
         with self.transaction() as conn:
-            conn.execute(
-                f"INSERT INTO orders ({cols}) VALUES ({marks}) ON CONFLICT(client_order_id) DO UPDATE SET {updates}",
-                tuple(row.values()),
-            )
+            old = conn.execute(
+                "SELECT status, broker_order_id, filled_qty, filled_avg_price, message FROM orders "
+                "WHERE client_order_id=?",
+                (client_order_id,),
+            ).fetchone()
+            if old is None:
+                cols = ", ".join(row)
+                marks = ", ".join("?" for _ in row)
+                conn.execute(f"INSERT INTO orders ({cols}) VALUES ({marks})", tuple(row.values()))
+                return
+            self._merge(conn, client_order_id, old, row)
+
+    @staticmethod
+    def _merge(conn: sqlite3.Connection, cid: str, old: tuple[Any, ...], new: dict[str, Any]) -> None:
+        """Apply ``new`` to the stored order row ``old`` without lowering its status or fill."""
+        old_status, old_broker_id, old_filled, old_price, old_message = old
+        old_rank, new_rank = STATUS_RANK.get(old_status, 2), STATUS_RANK.get(new["status"], 2)
+        status = new["status"] if new_rank >= old_rank and old_rank < 4 else old_status
+        new_filled = float(new.get("filled_qty") or 0.0)
+        filled, price = (
+            (new_filled, new.get("filled_avg_price"))
+            if new_filled > (old_filled or 0.0)
+            else (old_filled, old_price)
+        )
+        broker_id = new.get("broker_order_id") or old_broker_id
+        message = new.get("message") or old_message
+        if (status, filled, price, broker_id, message) == (
+            old_status,
+            old_filled,
+            old_price,
+            old_broker_id,
+            old_message,
+        ):
+            return  # nothing new: recorded_at keeps the time of the last real change
+        conn.execute(
+            "UPDATE orders SET recorded_at=?, status=?, filled_qty=?, filled_avg_price=?, broker_order_id=?, "
+            "message=? WHERE client_order_id=?",
+            (_now(), status, filled, price, broker_id, _scrub(message), cid),
+        )
 
     def update_order(
         self,
@@ -244,12 +302,30 @@ class Journal:
         filled_avg_price: float | None,
         broker_order_id: str,
     ) -> None:
-        """Update an existing order row after a later look-up (fills, cancel)."""
+        """Update an existing order row after a later look-up (fills, cancel); never a downgrade."""
+        with self.transaction() as conn:
+            old = conn.execute(
+                "SELECT status, broker_order_id, filled_qty, filled_avg_price, message FROM orders "
+                "WHERE client_order_id=?",
+                (client_order_id,),
+            ).fetchone()
+            if old is not None:
+                new = {
+                    "status": status,
+                    "filled_qty": filled_qty,
+                    "filled_avg_price": filled_avg_price,
+                    "broker_order_id": broker_order_id,
+                    "message": "",
+                }
+                self._merge(conn, client_order_id, old, new)
+
+    def mark_not_submitted(self, client_order_id: str, message: str) -> None:
+        """Close a ``submitted`` row the broker does not know: the order never reached it."""
         with self.transaction() as conn:
             conn.execute(
-                "UPDATE orders SET recorded_at=?, status=?, filled_qty=?, filled_avg_price=?, broker_order_id=? "
-                "WHERE client_order_id=?",
-                (_now(), status, float(filled_qty), filled_avg_price, broker_order_id, client_order_id),
+                "UPDATE orders SET recorded_at=?, status='not_submitted', message=? "
+                "WHERE client_order_id=? AND status='submitted'",
+                (_now(), _scrub(message), client_order_id),
             )
 
     def fill(
@@ -261,7 +337,14 @@ class Journal:
         filled_qty: float,
         filled_avg_price: float | None,
         status: str,
-    ) -> None:
+    ) -> bool:
+        """Record the cumulative fill of an order, only if it grew (a re-run never repeats a fill)."""
+        with self.transaction() as conn:
+            (seen,) = conn.execute(
+                "SELECT MAX(filled_qty) FROM fills WHERE client_order_id=?", (client_order_id,)
+            ).fetchone()
+        if seen is not None and float(filled_qty) <= seen + 1e-12:
+            return False
         self._insert(
             "fills",
             {
@@ -273,6 +356,7 @@ class Journal:
                 "status": status,
             },
         )
+        return True
 
     def position(
         self,
@@ -313,10 +397,12 @@ class Journal:
 
     # -- readers --
     def open_orders(self) -> list[dict[str, Any]]:
-        """Orders we submitted whose last known status is still open at the broker."""
+        """Orders we submitted whose last known status is still open at the broker (or unknown)."""
+        marks = ", ".join("?" for _ in OPEN_STATUSES)
         cur = self._conn.execute(
-            "SELECT client_order_id, ticker, side, qty, filled_qty FROM orders "
-            "WHERE status IN ('new', 'accepted', 'pending_new', 'partially_filled', 'submitted')"
+            "SELECT client_order_id, ticker, side, qty, filled_qty, status, recorded_at FROM orders "
+            f"WHERE status IN ({marks})",
+            OPEN_STATUSES,
         )
         cols = [c[0] for c in cur.description]
         return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
@@ -325,6 +411,33 @@ class Journal:
         if name not in TABLES:
             raise ValueError(f"unknown journal table {name!r}")
         return pd.read_sql_query(f"SELECT * FROM {name} ORDER BY rowid", self._conn)
+
+
+def order_counts(orders: pd.DataFrame) -> dict[str, int]:
+    """Orders by final outcome, one per ``client_order_id`` (the dashboard's counts).
+
+    ``filled``; ``partial`` (some shares filled, then canceled or expired); ``canceled`` (nothing
+    filled); ``rejected``; ``not_submitted`` (never reached the broker); ``not_sent`` (journaled but
+    held back: kill switch, halt, a spent retry budget); ``dry_run``; ``open`` (still working or not
+    yet reconciled). Counting rows of ``fills`` instead would count cumulative updates, not orders.
+    """
+    counts = dict.fromkeys(
+        ("filled", "partial", "canceled", "rejected", "not_submitted", "not_sent", "dry_run", "open"), 0
+    )
+    for row in orders.drop_duplicates("client_order_id", keep="last").itertuples(index=False):
+        status, filled = str(row.status), float(row.filled_qty or 0.0)
+        if status == "filled":
+            key = "filled"
+        elif status in FINAL_STATUSES and status != "rejected":
+            key = "partial" if filled > 0 else "canceled"
+        elif status in ("rejected", "not_submitted", "dry_run"):
+            key = status
+        elif status in ("blocked", "not_sent", "error"):
+            key = "not_sent"
+        else:
+            key = "open"
+        counts[key] += 1
+    return counts
 
 
 def read_journal(home: str | os.PathLike[str]) -> dict[str, pd.DataFrame]:
