@@ -308,6 +308,12 @@ def _render(browser, url: str, heading: str, plots: int) -> float:
     return seconds
 
 
+def _scroll_to(browser, element) -> None:
+    """Put ``element`` in the middle of the window, without the smooth scrolling a screenshot would catch."""
+    browser.execute_script("arguments[0].scrollIntoView({block: 'center', behavior: 'instant'})", element)
+    time.sleep(0.3)
+
+
 def _save(browser, tmp_path: Path, name: str) -> Path:
     shot = tmp_path / name
     assert browser.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
@@ -333,6 +339,7 @@ def demo_home(tmp_path):
 
 @pytest.mark.skipif(_skip_reason() is not None, reason=_skip_reason() or "")
 def test_every_page_whole_and_fast(demo_home, browser, tmp_path, capsys):
+    from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
 
     times: dict[str, float] = {}
@@ -353,8 +360,20 @@ def test_every_page_whole_and_fast(demo_home, browser, tmp_path, capsys):
                 assert browser.find_elements(By.XPATH, "//*[contains(., 'n/a: window under 63 sessions')]")
             _save(browser, tmp_path, shot)
             if heading == "Tournament":
-                lineage = browser.find_elements(By.CSS_SELECTOR, ".js-plotly-plot")[1]
-                browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", lineage)
+                fitness, lineage = browser.find_elements(By.CSS_SELECTOR, ".js-plotly-plot")[:2]
+                _scroll_to(browser, fitness)
+                _save(browser, tmp_path, "dashboard-fitness.png")
+                _scroll_to(browser, lineage)
+                # Hover the champion's star: the tooltip names the hyper-parameters it changed.
+                star = lineage.find_elements(By.CSS_SELECTOR, ".scatterlayer .trace:last-child .point")
+                if star:
+                    ActionChains(browser).move_to_element(star[0]).perform()
+                    time.sleep(0.3)
+                    hover = browser.execute_script(
+                        "return (arguments[0].querySelector('.hoverlayer') || {}).textContent || ''", lineage
+                    )
+                    assert "parent:" in hover, hover
+                    _scroll_to(browser, lineage)  # moving to the star scrolled it to the window's edge
                 _save(browser, tmp_path, "dashboard-lineage.png")
 
         # The default demo's figures before the trust change: 3.5M%, Calmar 7.7M, deltas to match.
