@@ -518,6 +518,10 @@ def test_short_window_cards_say_why():
     assert cards["annual_return"].value == "n/a" and cards["calmar_ratio"].value == "n/a"
     assert "n/a: window under 63 sessions (12)" in cards["annual_return"].help
     assert "period return is 12.34%" in cards["annual_return"].help
+    assert (
+        cards["annual_return"].delta == "period return 12.34%" and cards["annual_return"].delta_arrow == "off"
+    )
+    assert cards["calmar_ratio"].delta == "under 63 sessions" and cards["calmar_ratio"].delta_color == "off"
     assert views.short_window_note(doc).startswith("Ann. return and Calmar: n/a: window under 63 sessions")
     # 63 sessions or more, or an old run without the keys: no note, figures shown as written.
     assert views.short_window_note(_new_schema(63)) is None

@@ -136,7 +136,9 @@ def test_every_page_renders_on_a_full_home(full_home, monkeypatch, page):
     if page == "nightly":
         labels = {m.label: m.value for m in at.metric}
         assert labels["Run"] == "run-a" and labels["Promoted on"] == "2024-03-01"
-        assert labels["Promoted"] == "1" and labels["Rejected"] == "1" and labels["sharpe"] == "1.10"
+        assert (
+            labels["Promoted"] == "1" and labels["Rejected"] == "1" and labels["Fitness (sharpe)"] == "1.10"
+        )
     if page == "paper":
         labels = {m.label: m.value for m in at.metric}
         assert labels["Equity"] == "$100,250.00" and labels["Orders recorded"] == "1"

@@ -149,6 +149,7 @@ def show_cards(cards: list[views.Card], per_row: int = 4) -> None:
                 card.value,
                 delta=card.delta,
                 delta_color=card.delta_color,
+                delta_arrow=card.delta_arrow,
                 help=card.help or None,
                 border=True,
             )

@@ -74,6 +74,7 @@ class Card:
     delta: str | None
     delta_color: Literal["normal", "inverse", "off"]
     help: str
+    delta_arrow: Literal["auto", "off"] = "auto"  # "off" for a delta that is a note, not a difference
 
 
 # --------------------------------------------------------------------------- formatting
@@ -204,12 +205,17 @@ def metric_cards(metrics: dict[str, Any], strategy: str, versus: str | None = No
             notes.append(f"{strategy_label(versus or '')}: {format_full(base, spec.kind)}.")
             if value is not None and base is not None:
                 delta = format_delta(float(value) - float(base), spec.kind)
+        color: Literal["normal", "inverse", "off"] = "normal" if spec.higher_is_better else "inverse"
+        arrow: Literal["auto", "off"] = "auto"
         if value is None and spec.key in _ANNUALIZED and short is not None:
             period = format_metric(values.get("cum_returns_final"), "pct")
             notes = [
                 f"{spec.help} n/a: window under {short[1]} sessions ({short[0]}); "
                 f"the period return is {period} (Cum. return)."
             ]
+            # The card says why in place of a delta: the period return, or the sessions rule.
+            delta = f"period return {period}" if spec.key == "annual_return" else f"under {short[1]} sessions"
+            color, arrow = "off", "off"
         cards.append(
             Card(
                 strategy=strategy,
@@ -217,8 +223,9 @@ def metric_cards(metrics: dict[str, Any], strategy: str, versus: str | None = No
                 label=spec.label,
                 value=format_metric(value, spec.kind),
                 delta=delta,
-                delta_color="normal" if spec.higher_is_better else "inverse",
+                delta_color=color,
                 help=" ".join(notes),
+                delta_arrow=arrow,
             )
         )
     return cards
