@@ -33,11 +33,20 @@ def session_minutes(
     return pd.DatetimeIndex(stamps).tz_localize("UTC")
 
 
-def _metrics_from_daily(daily: np.ndarray, costs: float, turnover: float, exposure: float) -> dict:
-    """empyrical-style metrics of daily simple returns (enough to exercise the dashboard)."""
+ANNUALIZED_MIN_SESSIONS = 63
+
+
+def _metrics_from_daily(
+    daily: np.ndarray, costs: float, turnover: float, exposure: float, annualize: bool = True
+) -> dict:
+    """empyrical-style metrics of daily simple returns (enough to exercise the dashboard).
+
+    ``annualize=False`` writes annual_return and calmar_ratio as null, as the backtest does for
+    windows under 63 sessions.
+    """
     n = len(daily)
     cum = float(np.prod(1 + daily) - 1)
-    ann = float((1 + cum) ** (ANNUALIZATION / n) - 1) if n else None
+    ann = float((1 + cum) ** (ANNUALIZATION / n) - 1) if n and annualize else None
     vol = float(np.std(daily, ddof=1) * math.sqrt(ANNUALIZATION)) if n > 1 else None
     mean, sd = float(np.mean(daily)), float(np.std(daily, ddof=1)) if n > 1 else 0.0
     sharpe = mean / sd * math.sqrt(ANNUALIZATION) if sd > 0 else None
@@ -72,8 +81,16 @@ def write_backtest(
     seed: int = 0,
     initial_cash: float = 1e6,
     cost_rate: float = 0.0005,
+    schema: str = "new",
+    absurd: bool = False,
 ) -> dict:
-    """Write ``<run_dir>/backtest/*`` and return the metrics.json content."""
+    """Write ``<run_dir>/backtest/*`` and return the metrics.json content.
+
+    ``schema="new"`` writes the keys of the champion-trust change (pbo, pbo_logits, num_sessions,
+    annualized_min_sessions, cost_rate, slippage_bps, an equal_weight strategy, annual figures null
+    under 63 sessions); ``"old"`` writes a run from before it. ``absurd=True`` puts the default
+    demo's old figures on the champion (annual return 3,525,288%, Calmar 7.7 million).
+    """
     rng = np.random.default_rng(seed)
     stamps = session_minutes(days)
     tickers = [f"T{i:02d}" for i in range(num_assets)]
@@ -116,9 +133,14 @@ def write_backtest(
                 initial_cash * bh_w[a] * cost_rate,
             )
         )
+    strategies = ["champion", "buy_and_hold", "cash"]
     equity = pd.DataFrame(
         {"timestamp": stamps, "champion": champ_equity, "buy_and_hold": bh_equity, "cash": initial_cash}
     )
+    if schema == "new":
+        # Equal weight, rebalanced every bar (close enough to every session for a fixture).
+        equity["equal_weight"] = initial_cash * (1 - cost_rate) * np.cumprod(1 + bar_ret.mean(axis=1))
+        strategies.append("equal_weight")
 
     out = Path(run_dir) / "backtest"
     out.mkdir(parents=True, exist_ok=True)
@@ -148,7 +170,7 @@ def write_backtest(
     )
 
     by_day = equity.set_index("timestamp").groupby(equity["timestamp"].dt.date.values).last()
-    start_value = pd.DataFrame([[initial_cash] * 3], columns=by_day.columns)
+    start_value = pd.DataFrame([[initial_cash] * len(strategies)], columns=by_day.columns)
     daily = pd.concat([start_value, by_day]).pct_change().iloc[1:]
     daily.index = pd.to_datetime(by_day.index)
     daily_frame = daily.rename_axis("date").reset_index()
@@ -159,6 +181,7 @@ def write_backtest(
         name: sum(t[4] for t in trades if t[1] == name) / initial_cash
         for name in ("champion", "buy_and_hold", "cash")
     }
+    annualize = schema == "old" or len(daily) >= ANNUALIZED_MIN_SESSIONS
     metrics = {
         "window": "test",
         "start": str(daily.index[0].date()),
@@ -168,13 +191,38 @@ def write_backtest(
         "benchmark": "buy_and_hold",
         "num_trials": 7,
         "strategies": {
-            "champion": _metrics_from_daily(daily["champion"].to_numpy(), costs["champion"], 12.5, 0.9),
-            "buy_and_hold": _metrics_from_daily(
-                daily["buy_and_hold"].to_numpy(), costs["buy_and_hold"], 1.0, 1.0
+            "champion": _metrics_from_daily(
+                daily["champion"].to_numpy(), costs["champion"], 12.5, 0.9, annualize
             ),
-            "cash": _metrics_from_daily(daily["cash"].to_numpy(), 0.0, 0.0, 0.0),
+            "buy_and_hold": _metrics_from_daily(
+                daily["buy_and_hold"].to_numpy(), costs["buy_and_hold"], 1.0, 1.0, annualize
+            ),
+            "cash": _metrics_from_daily(daily["cash"].to_numpy(), 0.0, 0.0, 0.0, annualize),
         },
     }
+    if schema == "new":
+        logits = np.random.default_rng(seed + 1).normal(-0.3, 1.2, size=70)
+        metrics.update(
+            {
+                "pbo": float(np.mean(logits <= 0)),
+                "pbo_logits": [float(v) for v in logits],
+                "pbo_num_splits": len(logits),
+                "num_sessions": len(daily),
+                "annualized_min_sessions": ANNUALIZED_MIN_SESSIONS,
+                "cost_rate": cost_rate,
+                "slippage_bps": 1.0,
+            }
+        )
+        metrics["strategies"]["equal_weight"] = _metrics_from_daily(
+            daily["equal_weight"].to_numpy(), cost_rate * len(daily), 1.0, 1.0, annualize
+        )
+        metrics["strategies"]["champion"]["deflated_sharpe_ratio"] = 0.003
+    if absurd:
+        # The default demo's figures before the trust change: a 12-session window annualized.
+        metrics["strategies"]["champion"].update(
+            annual_return=35252.88, calmar_ratio=7726312.5, sortino_ratio=512.83, sharpe_ratio=21.7
+        )
+        metrics["strategies"]["buy_and_hold"].update(annual_return=-0.804, calmar_ratio=-8.26)
     atomic_write_json(out / "metrics.json", metrics)
     return json.loads((out / "metrics.json").read_text())
 
@@ -235,19 +283,177 @@ def write_curves(run_dir: Path, pods: list[str], points: int = 50, seed: int = 0
         _write_parquet(Path(run_dir) / "pods" / pod / "curve.parquet", frame)
 
 
+def write_tournament(run_dir: Path, pods: int, *, board_size: int = 10, population: int = 4, seed: int = 0):
+    """``<run>/leaderboard.sqlite`` through the real ``Leaderboard`` writer: ``pods`` PPO pods, the
+    first ``population`` fresh, each later one copied from a leaderboard pod with one or two
+    hyper-parameters perturbed (as the tournament's exploit/explore step does). Returns the pod ids
+    best first (the board)."""
+    from agents.tournament.leaderboard import Leaderboard
+
+    rng = np.random.default_rng(seed)
+    hparams: dict[str, dict] = {}
+    scores: dict[str, float] = {}
+    with Leaderboard(run_dir, size=board_size) as board:
+        for seq in range(pods):
+            pod = f"p{seq:04d}"
+            if seq < population or not board.entries():
+                parent, generation = None, 0
+                params = {
+                    "clip_coef": float(rng.uniform(0.1, 0.3)),
+                    "ent_coef": float(10 ** rng.uniform(-3, -2)),
+                    "gae_lambda": float(rng.uniform(0.8, 0.99)),
+                    "gamma": float(rng.uniform(0.8, 0.999)),
+                    "learning_rate": float(10 ** rng.uniform(-4, -2)),
+                    "update_epochs": int(rng.integers(2, 6)),
+                }
+            else:
+                entries = board.entries()
+                source = entries[int(rng.integers(0, min(3, len(entries))))]
+                parent, generation = source["pod_id"], source["generation"] + 1
+                params = dict(hparams[parent])
+                for key in rng.choice(sorted(params), size=int(rng.integers(1, 3)), replace=False):
+                    if key == "update_epochs":
+                        params[key] = max(1, int(params[key]) + int(rng.choice([-1, 1])))
+                    else:  # perturb by 0.8 or 1.2, discount factors kept below 1
+                        value = float(params[key]) * float(rng.choice([0.8, 1.2]))
+                        params[key] = min(value, 0.999) if key in ("gamma", "gae_lambda") else value
+            hparams[pod] = params
+            board.start_pod(
+                pod, seq=seq, parent_id=parent, generation=generation, algo="ppo", hparams=params,
+                seed=seq, checkpoint=f"pods/{pod}",
+            )  # fmt: skip
+            if seq % 17 == 16:
+                board.record_failure(pod, "NaN in the policy loss")
+                continue
+            base = scores.get(parent, rng.normal(-2.0, 2.0)) if parent else rng.normal(-2.0, 2.0)
+            score = float(base + rng.normal(0.3, 1.0))
+            scores[pod] = score
+            metrics = {
+                "sharpe_ratio": score,
+                "sortino_ratio": score * 1.4,
+                "max_drawdown": -float(rng.uniform(0.01, 0.3)),
+                "calmar_ratio": None,
+                "annual_return": None,
+                "cum_returns_final": float(rng.normal(0.0, 0.05)),
+                "annual_volatility": float(rng.uniform(0.1, 0.4)),
+                "costs_paid": float(rng.uniform(0.01, 0.15)),
+                "turnover": float(rng.uniform(0.5, 10)),
+                "exposure": float(rng.uniform(0.8, 1.0)),
+                "hit_rate": float(rng.uniform(0.3, 0.7)),
+                "num_days": 12.0,
+            }
+            board.record_score(
+                pod, score=score, metrics=metrics, round_steps=4096, env_steps=4096 * (generation + 1)
+            )
+        return [e["pod_id"] for e in board.entries()]
+
+
+def write_home_stores(home: Path, run: str, run_dir: Path) -> None:
+    """A nightly registry (one promotion of ``run``, one rejection) and a paper journal (a decision,
+    an order, its fill, a position, an event, a P&L row), through the stages' real writers."""
+    from app.nightly.registry import Champion, Decision, record_decision
+    from app.paper.journal import Journal
+
+    common = dict(started_at="2024-03-01T07:00:00+00:00", step="decide", fitness="sharpe")
+    record_decision(
+        home,
+        Decision(
+            decided_at="2024-03-01T07:10:00+00:00",
+            verdict="promoted",
+            reason="first champion",
+            challenger_run_id=run,
+            challenger_fitness=1.1,
+            **common,
+        ),
+        Champion(
+            run_id=run,
+            policy_dir=str(run_dir / "champion"),
+            promoted_at="2024-03-01T07:10:00+00:00",
+            fitness="sharpe",
+            fitness_value=1.1,
+        ),
+    )
+    record_decision(
+        home,
+        Decision(
+            decided_at="2024-03-02T07:10:00+00:00",
+            verdict="rejected",
+            reason="below margin",
+            challenger_run_id="run-b",
+            challenger_fitness=0.9,
+            champion_fitness=1.1,
+            champion_run_id=run,
+            **common,
+        ),
+    )
+    with Journal.for_home(home) as journal:
+        journal.decision(
+            decision_ts="2024-03-04T15:00:00+00:00",
+            bundle_id="b1",
+            dry_run=False,
+            equity=100_000.0,
+            cash=50_000.0,
+            tickers=["AAPL"],
+            current_weights=[0.0],
+            target_weights=[0.5],
+            policy_weights=[0.5],
+            skipped=[],
+        )
+        journal.order(
+            client_order_id="pr-1",
+            decision_ts="2024-03-04T15:00:00+00:00",
+            bundle_id="b1",
+            ticker="AAPL",
+            side="buy",
+            qty=10.0,
+            est_price=180.0,
+            status="filled",
+        )
+        journal.fill(
+            client_order_id="pr-1",
+            ticker="AAPL",
+            side="buy",
+            filled_qty=10.0,
+            filled_avg_price=180.1,
+            status="filled",
+        )
+        journal.position(
+            decision_ts="2024-03-04T15:00:00+00:00",
+            ticker="AAPL",
+            qty=10.0,
+            market_value=1801.0,
+            expected_qty=10.0,
+        )
+        journal.event("reconcile", "positions match")
+        journal.pnl(
+            decision_ts="2024-03-04T15:00:00+00:00", equity=100_250.0, cash=98_199.0, last_equity=100_000.0
+        )
+
+
 def make_run(
-    home: Path, run: str = "run-1", *, days: int = 30, backtest: bool = True, real: bool = False, **kwargs
+    home: Path,
+    run: str = "run-1",
+    *,
+    days: int = 30,
+    backtest: bool = True,
+    real: bool = False,
+    tournament_pods: int = 0,
+    **kwargs,
 ) -> Path:
     """A run directory with a backtest and two pods' curves; returns the run dir.
 
     ``real=True`` writes the backtest with the real engine and report writer, otherwise with the
     hand-built writer above (which can shape edge cases the engine would not produce).
+    ``tournament_pods=N`` also writes a leaderboard of N pods (``write_tournament``) and names the
+    best one champion in the run record.
     """
     run_dir = Path(home) / "runs" / run
     run_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(
-        run_dir / "run.json", {"run_id": run, "pods_tried": 7, "trial_sharpes": [0.1, 0.5, 1.2]}
-    )
+    record = {"run_id": run, "pods_tried": 7, "trial_sharpes": [0.1, 0.5, 1.2]}
+    if tournament_pods:
+        leaders = write_tournament(run_dir, tournament_pods)
+        record.update(pods_tried=tournament_pods, champion={"pod_id": leaders[0]})
+    atomic_write_json(run_dir / "run.json", record)
     write_curves(run_dir, ["pod-000", "pod-001"])
     if backtest:
         (write_real_backtest if real else write_backtest)(run_dir, days=days, **kwargs)
@@ -265,5 +471,9 @@ if __name__ == "__main__":
     parser.add_argument("--run", default="demo-run")
     parser.add_argument("--days", type=int, default=252)
     parser.add_argument("--real", action="store_true", help="use backtests.engine + backtests.report")
+    parser.add_argument("--pods", type=int, default=0, help="also write a tournament of this many pods")
+    parser.add_argument("--old", action="store_true", help="a metrics.json from before pbo/num_sessions")
+    parser.add_argument("--absurd", action="store_true", help="the default demo's old absurd figures")
     args = parser.parse_args()
-    print(make_run(args.home, args.run, days=args.days, real=args.real))
+    extra = {} if args.real else {"schema": "old" if args.old else "new", "absurd": args.absurd}
+    print(make_run(args.home, args.run, days=args.days, real=args.real, tournament_pods=args.pods, **extra))

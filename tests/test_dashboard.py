@@ -22,7 +22,7 @@ def test_read_backtest_artifacts_round_trip(tmp_path):
     metrics = artifacts.read_metrics(run_dir)
     assert metrics["strategies"] == written["strategies"]
     equity = artifacts.read_equity(run_dir)
-    assert list(equity.columns) == ["champion", "buy_and_hold", "cash"]
+    assert list(equity.columns) == ["champion", "buy_and_hold", "cash", "equal_weight"]
     assert str(equity.index.tz) == "UTC" and equity.index.is_monotonic_increasing
     assert len(equity) == 5 * 390
     daily = artifacts.read_daily_returns(run_dir)
@@ -176,8 +176,12 @@ def test_read_tournament_through_the_real_leaderboard(tmp_path):
     chain = views.lineage(data.pods, "p2")
     assert list(chain["pod_id"]) == ["p2", "p1", "p0"]
     table = views.tidy_table(data.pods, ("created",))
-    assert table["hparams"].iloc[0] == '{"lr": 0.0003}'
+    assert table["hparams"].iloc[0] == "lr: 0.0003"  # readable text, not a JSON string
     assert str(table["created"].dt.tz) == "UTC"
+    wide = views.pod_table(data.leaderboard)
+    assert list(wide.frame["pod"]) == ["p1", "p0"]
+    assert list(wide.frame["Sharpe"]) == [1.5, 0.5] and list(wide.frame["lr"]) == [3e-4, 3e-4]
+    assert wide.formats["Sharpe"] == "%.2f" and "hparams" not in wide.frame.columns
 
 
 # --------------------------------------------------------------------------- views
@@ -211,6 +215,8 @@ METRICS = {
 
 
 def test_format_metric():
+    assert views.format_metric(0.003, "prob") == "0.003"  # a DSR of 0.003 is not 0.00
+    assert views.format_metric(1.9e-31, "prob") == "<0.001"
     assert views.format_metric(0.1234, "pct") == "12.34%"
     assert views.format_metric(-0.25, "pct") == "-25.00%"
     assert views.format_metric(1.2345, "ratio") == "1.23"
@@ -240,6 +246,10 @@ def test_metric_cards_values_and_deltas():
     assert by_key["annual_volatility"].delta_color == "inverse"
     assert by_key["sortino_ratio"].delta is None  # benchmark's Sortino is null
     assert by_key["deflated_sharpe_ratio"].value == "0.95"
+    # The tooltip has the exact values of both strategies.
+    assert (
+        "Champion: 1.2345." in by_key["sharpe_ratio"].help and "Buy & hold: 1." in by_key["sharpe_ratio"].help
+    )
     assert views.champion_name(METRICS) == "champion"
     assert views.benchmark_name(METRICS) == "buy_and_hold"
     assert views.champion_name({"strategies": {"buy_and_hold": {}, "cash": {}, "pod-7": {}}}) == "pod-7"
@@ -346,7 +356,7 @@ def test_figures_are_downsampled(tmp_path):
     write_backtest(run_dir, days=20)
     equity = artifacts.read_equity(run_dir)
     fig = charts.equity_figure(equity, max_points=500)
-    assert [t.name for t in fig.data] == ["Champion", "Buy & hold", "Cash"]
+    assert [t.name for t in fig.data] == ["Champion", "Buy & hold", "Cash", "Equal weight"]
     assert all(len(t.x) == 500 for t in fig.data)
     under = charts.underwater_figure(views.drawdown(equity), max_points=500)
     assert min(under.data[0].y) == pytest.approx(views.drawdown(equity)["champion"].min())
@@ -452,4 +462,152 @@ def test_port_in_use_detects_a_listener():
 def test_fixture_metrics_json_is_valid_json(tmp_path):
     run_dir = make_run(tmp_path, "r2", days=3)
     data = json.loads((run_dir / "backtest" / "metrics.json").read_text())
-    assert set(data["strategies"]) == {"champion", "buy_and_hold", "cash"}
+    assert set(data["strategies"]) == {"champion", "buy_and_hold", "cash", "equal_weight"}
+    # The champion-trust keys (issue 17), and annual figures withheld under 63 sessions.
+    assert data["num_sessions"] == 3 and data["annualized_min_sessions"] == 63
+    assert 0 <= data["pbo"] <= 1 and len(data["pbo_logits"]) == data["pbo_num_splits"]
+    assert data["strategies"]["champion"]["annual_return"] is None
+    old = json.loads(
+        (make_run(tmp_path, "r3", days=3, schema="old") / "backtest" / "metrics.json").read_text()
+    )
+    assert "pbo" not in old and "num_sessions" not in old and "equal_weight" not in old["strategies"]
+    assert old["strategies"]["champion"]["annual_return"] is not None
+
+
+# --------------------------------------------------------------------------- issue 20: cards that fit
+
+
+@pytest.mark.parametrize(
+    ("value", "kind", "shown", "delta"),
+    [
+        (35252.88, "pct", "3.5M%", "+3.5M pp"),  # the default demo's annual return, 3,525,288%
+        (7726312.5, "ratio", "7.7M", "+7.7M"),  # its Calmar
+        (512.83, "ratio", "512.83", "+512.83"),
+        (1234.5, "ratio", "1.2k", "+1.2k"),
+        (-0.0603, "pct", "-6.03%", "-6.03 pp"),
+        (123456.0, "ratio", "123k", "+123k"),
+        (-2.5e9, "pct", "-250B%", "-250B pp"),
+        (4e18, "ratio", "4.0e+18", "+4.0e+18"),
+    ],
+)
+def test_compact_formats_fit_a_card(value, kind, shown, delta):
+    assert views.format_metric(value, kind) == shown
+    assert views.format_delta(value, kind) == delta
+    assert len(shown) <= 8 and len(delta) <= 9
+
+
+def test_format_full_keeps_every_digit():
+    assert views.format_full(35252.88, "pct") == "3,525,288.00%"
+    assert views.format_full(7726312.5, "ratio") == "7,726,312.50"
+    assert views.format_full(1.2345, "ratio") == "1.2345"
+    assert views.format_full(None, "pct") == "n/a"
+
+
+def _new_schema(sessions: int, **extra) -> dict:
+    doc = json.loads(json.dumps(METRICS))
+    doc.update(num_sessions=sessions, annualized_min_sessions=63, num_trials=44, **extra)
+    if sessions < 63:
+        for values in doc["strategies"].values():
+            values.update(annual_return=None, calmar_ratio=None)
+    return doc
+
+
+def test_short_window_cards_say_why():
+    doc = _new_schema(12)
+    cards = {c.key: c for c in views.metric_cards(doc, "champion", versus="buy_and_hold")}
+    assert cards["annual_return"].value == "n/a" and cards["calmar_ratio"].value == "n/a"
+    assert "n/a: window under 63 sessions (12)" in cards["annual_return"].help
+    assert "period return is 12.34%" in cards["annual_return"].help
+    assert (
+        cards["annual_return"].delta == "period return 12.34%" and cards["annual_return"].delta_arrow == "off"
+    )
+    assert cards["calmar_ratio"].delta == "under 63 sessions" and cards["calmar_ratio"].delta_color == "off"
+    assert views.short_window_note(doc).startswith("Ann. return and Calmar: n/a: window under 63 sessions")
+    # 63 sessions or more, or an old run without the keys: no note, figures shown as written.
+    assert views.short_window_note(_new_schema(63)) is None
+    assert views.short_window_note(METRICS) is None
+    assert views.metric_cards(METRICS, "champion")[1].value == "5.00%"
+
+
+def test_edge_verdict_in_plain_words():
+    doc = _new_schema(12, pbo=0.62)
+    doc["strategies"]["champion"]["deflated_sharpe_ratio"] = 0.003
+    verdict = views.edge_verdict(doc, "champion")
+    assert verdict.significant is False
+    assert verdict.text.startswith("edge not significant: DSR 0.003, PBO 0.62 over 44 trial(s)")
+    doc["strategies"]["champion"]["deflated_sharpe_ratio"] = 0.97
+    doc["pbo"] = 0.1
+    assert views.edge_verdict(doc, "champion") == views.Verdict(
+        True, "edge significant: DSR 0.97, PBO 0.10 over 44 trial(s)"
+    )
+    doc["pbo"] = 0.7  # a strong DSR but an overfit selection is still not an edge
+    assert views.edge_verdict(doc, "champion").significant is False
+    assert views.edge_verdict({"strategies": {"champion": {}}}, "champion") is None
+    old = json.loads(json.dumps(METRICS))  # no pbo: the DSR alone decides
+    assert views.edge_verdict(old, "champion").text == "edge significant: DSR 0.95"
+
+
+def test_costs_caption_and_pbo_logits():
+    doc = _new_schema(70, cost_rate=0.002, slippage_bps=1.0, pbo_logits=[0.5, None, -1.0, float("nan")])
+    assert views.costs_caption(doc) == "costs 0.20% + 1 bp"
+    assert "costs 0.20% + 1 bp" in views.window_caption(doc) and "70 sessions" in views.window_caption(doc)
+    assert views.costs_caption(METRICS) is None
+    assert views.pbo_logits(doc) == [0.5, -1.0]
+    assert views.pbo_logits(METRICS) == []
+    fig = charts.pbo_histogram([0.5, -1.0, -0.2, 1.5], pbo=0.5)
+    left, right = fig.data
+    assert sorted(left.x) == [-1.0, -0.2] and sorted(right.x) == [0.5, 1.5]
+
+
+def test_tidy_table_parses_json_text_cells():
+    frame = pd.DataFrame({"tickers": ['["AAPL", "MSFT"]', "[]"], "note": ["{not json", "x"], "n": [1, 2]})
+    out = views.tidy_table(frame)
+    assert list(out["tickers"]) == ["AAPL, MSFT", ""]
+    assert list(out["note"]) == ["{not json", "x"] and list(out["n"]) == [1, 2]
+
+
+def test_mutation_names_the_changed_hyper_parameters():
+    parent = {"learning_rate": 1e-3, "gamma": 0.99, "update_epochs": 4}
+    child = {"learning_rate": 1.2e-3, "gamma": 0.99, "update_epochs": 5}
+    assert views.mutation(child, parent) == "learning rate 1.00e-03 -> 1.20e-03, epochs 4 -> 5"
+    assert views.mutation(parent, parent) == "copied unchanged"
+    assert views.mutation(parent, None) == "new pod (no parent)"
+
+
+def test_pod_table_lineage_and_fitness_on_a_tournament(tmp_path):
+    from dashboard_fixture import write_tournament
+
+    leaders = write_tournament(tmp_path, 60, board_size=8)
+    data = artifacts.read_tournament(tmp_path)
+    table = views.pod_table(data.leaderboard)
+    frame = table.frame
+    assert list(frame["pod"]) == leaders and len(frame) == 8
+    for column in ("learning rate", "gamma", "clip", "epochs", "Sharpe", "max drawdown", "costs"):
+        assert pd.api.types.is_numeric_dtype(frame[column]), column  # sortable
+    assert "Calmar" not in frame.columns  # null for every pod (short window): left out
+    assert frame["max drawdown"].max() < 0 and frame["max drawdown"].min() > -100  # in percent
+    assert table.formats["max drawdown"] == "%.2f%%" and table.formats["learning rate"] == "%.2e"
+    text = frame.select_dtypes(exclude="number").astype(str)
+    assert not text.apply(lambda col: col.str.startswith(("{", "["))).any().any()
+
+    champion = leaders[0]
+    points = views.lineage_points(data.pods, set(leaders), champion)
+    assert len(points) == len(data.pods) - (data.pods["status"] == "failed").sum()
+    assert points.set_index("pod").loc[champion, "role"] == "champion"
+    assert (points["role"] == "leaderboard").sum() == len(leaders) - 1
+    children = points[points["parent"].notna()]
+    assert (children["mutation"] != "").all() and not children["mutation"].str.contains("new pod").any()
+    chain = views.lineage_table(data.pods, champion)
+    assert (
+        chain.frame["pod"].iloc[0] == champion and chain.frame["mutation"].iloc[-1] == "new pod (no parent)"
+    )
+    fig = charts.lineage_figure(points)
+    hover = " ".join(t for trace in fig.data if trace.text is not None for t in trace.text)
+    assert "parent:" in hover and " -> " in hover
+
+    history = views.score_history(data.events)
+    fitness = charts.fitness_figure(history, leaders)
+    # One grey trace for the other pods, one per leaderboard pod (no legend entry), best so far.
+    assert len(fitness.data) == 1 + len(leaders) + 1
+    in_legend = [t.name for t in fitness.data if t.showlegend is not False]
+    assert in_legend == ["other pods", "best so far"]

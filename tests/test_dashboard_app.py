@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from dashboard_fixture import make_run
+from dashboard_fixture import make_run, write_home_stores
 from streamlit.testing.v1 import AppTest
 
 from app.dashboard import views
@@ -47,8 +47,6 @@ def _no_exception(at: AppTest) -> None:
 def full_home(tmp_path):
     """A home with one run holding every artifact, plus a nightly registry and a paper journal."""
     from agents.tournament.leaderboard import Leaderboard
-    from app.nightly.registry import Champion, Decision, record_decision
-    from app.paper.journal import Journal
 
     home = tmp_path / "home"
     run_dir = make_run(home, "run-a", days=25, real=True)
@@ -76,80 +74,7 @@ def full_home(tmp_path):
             "pod-002", seq=2, parent_id=None, generation=0, algo="sac", hparams={}, seed=2, checkpoint=""
         )
         board.record_failure("pod-002", "NaN in the critic loss")
-    common = dict(started_at="2024-03-01T07:00:00+00:00", step="decide", fitness="sharpe")
-    record_decision(
-        home,
-        Decision(
-            decided_at="2024-03-01T07:10:00+00:00",
-            verdict="promoted",
-            reason="first champion",
-            challenger_run_id="run-a",
-            challenger_fitness=1.1,
-            **common,
-        ),
-        Champion(
-            run_id="run-a",
-            policy_dir=str(run_dir / "champion"),
-            promoted_at="2024-03-01T07:10:00+00:00",
-            fitness="sharpe",
-            fitness_value=1.1,
-        ),
-    )
-    record_decision(
-        home,
-        Decision(
-            decided_at="2024-03-02T07:10:00+00:00",
-            verdict="rejected",
-            reason="below margin",
-            challenger_run_id="run-b",
-            challenger_fitness=0.9,
-            champion_fitness=1.1,
-            champion_run_id="run-a",
-            **common,
-        ),
-    )
-    with Journal.for_home(home) as journal:
-        journal.decision(
-            decision_ts="2024-03-04T15:00:00+00:00",
-            bundle_id="b1",
-            dry_run=False,
-            equity=100_000.0,
-            cash=50_000.0,
-            tickers=["AAPL"],
-            current_weights=[0.0],
-            target_weights=[0.5],
-            policy_weights=[0.5],
-            skipped=[],
-        )
-        journal.order(
-            client_order_id="pr-1",
-            decision_ts="2024-03-04T15:00:00+00:00",
-            bundle_id="b1",
-            ticker="AAPL",
-            side="buy",
-            qty=10.0,
-            est_price=180.0,
-            status="filled",
-        )
-        journal.fill(
-            client_order_id="pr-1",
-            ticker="AAPL",
-            side="buy",
-            filled_qty=10.0,
-            filled_avg_price=180.1,
-            status="filled",
-        )
-        journal.position(
-            decision_ts="2024-03-04T15:00:00+00:00",
-            ticker="AAPL",
-            qty=10.0,
-            market_value=1801.0,
-            expected_qty=10.0,
-        )
-        journal.event("reconcile", "positions match")
-        journal.pnl(
-            decision_ts="2024-03-04T15:00:00+00:00", equity=100_250.0, cash=98_199.0, last_equity=100_000.0
-        )
+    write_home_stores(home, "run-a", run_dir)
     return home
 
 
@@ -169,7 +94,7 @@ def test_overview_cards_equal_metrics_json(full_home, monkeypatch):
     assert shown[3] == ("Sharpe", f"{champ['sharpe_ratio']:.2f}")
     assert shown[5] == ("Max drawdown", f"{champ['max_drawdown'] * 100:.2f}%")
     assert shown[6] == ("Calmar", f"{champ['calmar_ratio']:.2f}")
-    assert len(at.get("plotly_chart")) == 3  # equity, underwater, returns heatmap
+    assert len(at.get("plotly_chart")) == 3  # equity, underwater, returns heatmap (no PBO logits)
     assert any("run-a" in c for c in _texts(at.caption))
     # 25 sessions: the heatmap starts day by day; monthly is one click away.
     assert at.radio(key="heatmap").value == "daily"
@@ -192,9 +117,14 @@ def test_every_page_renders_on_a_full_home(full_home, monkeypatch, page):
         labels = {m.label: m.value for m in at.metric}
         assert labels["Pods tried"] == "3" and labels["Failed"] == "1" and labels["On the leaderboard"] == "2"
         assert labels["Best score"] == "1.10"
-        assert len(at.get("plotly_chart")) == 1
+        assert len(at.get("plotly_chart")) == 2  # fitness over time, lineage
         board = at.dataframe[0].value
-        assert list(board["pod_id"]) == ["pod-001", "pod-000"]
+        assert list(board["pod"]) == ["pod-001", "pod-000"]
+        assert list(board["learning rate"]) == [3e-4, 3e-4] and list(board["Sharpe"]) == [1.1, 0.4]
+        assert at.selectbox(key="lineage_pod").value == "pod-001"
+        chain = at.dataframe[1].value
+        assert list(chain["pod"]) == ["pod-001", "pod-000"]
+        assert list(chain["mutation"]) == ["copied unchanged", "new pod (no parent)"]
     if page == "training":
         assert len(at.get("plotly_chart")) == 2
         assert at.radio(key="training_x").options == ["env steps", "env steps along the lineage"]
@@ -206,7 +136,9 @@ def test_every_page_renders_on_a_full_home(full_home, monkeypatch, page):
     if page == "nightly":
         labels = {m.label: m.value for m in at.metric}
         assert labels["Run"] == "run-a" and labels["Promoted on"] == "2024-03-01"
-        assert labels["Promoted"] == "1" and labels["Rejected"] == "1" and labels["sharpe"] == "1.10"
+        assert (
+            labels["Promoted"] == "1" and labels["Rejected"] == "1" and labels["Fitness (sharpe)"] == "1.10"
+        )
     if page == "paper":
         labels = {m.label: m.value for m in at.metric}
         assert labels["Equity"] == "$100,250.00" and labels["Orders recorded"] == "1"
@@ -311,3 +243,62 @@ def test_baseline_only_backtest_shows_the_benchmark(tmp_path, monkeypatch):
     _open(at, "positions")
     _no_exception(at)
     assert any("per session" in c for c in _texts(at.caption))
+
+
+def _no_json_cells(at: AppTest) -> None:
+    for frame in at.dataframe:
+        table = frame.value
+        text = table.select_dtypes(exclude="number").astype(str)
+        held = text.apply(lambda col: col.str.strip().str.startswith(("{", "["))).to_numpy()
+        assert not held.any(), table.columns.tolist()
+
+
+def test_new_metrics_schema_verdict_short_window_and_pbo(tmp_path, monkeypatch):
+    """metrics.json with pbo, pbo_logits, num_sessions (12 < 63), cost_rate (issue 17)."""
+    home = tmp_path / "home"
+    run_dir = make_run(home, "trust", days=12, tournament_pods=30)
+    doc = json.loads((run_dir / "backtest" / "metrics.json").read_text())
+    at = _open(_app(home, monkeypatch), "overview")
+    _no_exception(at)
+    warnings = _texts(at.warning)
+    assert len(warnings) == 1 and warnings[0].startswith(
+        f"edge not significant: DSR 0.003, PBO {doc['pbo']:.2f} over 7 trial(s)"
+    )
+    cards = {m.label: m for m in at.metric[:8]}
+    assert cards["Ann. return"].value == "n/a" and cards["Calmar"].value == "n/a"
+    assert "n/a: window under 63 sessions (12)" in cards["Ann. return"].proto.help
+    assert any(
+        c.startswith("Ann. return and Calmar: n/a: window under 63 sessions") for c in _texts(at.caption)
+    )
+    assert any("costs 0.05% + 1 bp" in c for c in _texts(at.caption))
+    assert len(at.get("plotly_chart")) == 4  # + the PBO logit histogram
+    _open(at, "tournament")
+    _no_exception(at)
+    _no_json_cells(at)
+    board = at.dataframe[0].value
+    for column in ("learning rate", "gamma", "clip", "epochs", "Sharpe", "max drawdown", "costs"):
+        assert column in board.columns
+
+
+def test_old_run_with_absurd_figures_shows_short_values(tmp_path, monkeypatch):
+    """A run from before the trust change, with the default demo's 3,525,288% and Calmar 7.7M."""
+    home = tmp_path / "home"
+    make_run(home, "old", days=12, schema="old", absurd=True)
+    at = _open(_app(home, monkeypatch), "overview")
+    _no_exception(at)
+    cards = {m.label: m for m in at.metric[:8]}
+    assert cards["Ann. return"].value == "3.5M%" and cards["Calmar"].value == "7.7M"
+    assert "3,525,288.00%" in cards["Ann. return"].proto.help
+    # No PBO in an old run: the verdict rests on the DSR alone, and there is no logit histogram.
+    assert _texts(at.warning) == ["edge not significant: DSR 0.64 over 7 trial(s) (DSR below 0.95)"]
+    assert len(at.get("plotly_chart")) == 3
+
+
+def test_hundreds_of_pods_render(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    make_run(home, "big", days=3, tournament_pods=300)
+    at = _open(_app(home, monkeypatch), "tournament")
+    _no_exception(at)
+    assert {m.label: m.value for m in at.metric}["Pods tried"] == "300"
+    assert len(at.dataframe[0].value) == 10 and len(at.get("plotly_chart")) == 2
+    _no_json_cells(at)

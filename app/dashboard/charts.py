@@ -17,7 +17,7 @@ from app.dashboard.views import strategy_label
 MAX_POINTS = 2000
 MAX_AREA_TICKERS = 12
 
-_COLORS = {"champion": "#1f77b4", "buy_and_hold": "#ff7f0e", "cash": "#7f7f7f"}
+_COLORS = {"champion": "#1f77b4", "buy_and_hold": "#ff7f0e", "cash": "#7f7f7f", "equal_weight": "#2ca02c"}
 # Title top-left, legend top-right on the same line, so neither hides the other.
 _LAYOUT = dict(
     margin=dict(l=10, r=10, t=50, b=10),
@@ -213,11 +213,66 @@ def cumulative_costs_figure(trades: pd.DataFrame, max_points: int = MAX_POINTS) 
 # --------------------------------------------------------------------------- tournament / training
 
 
-def fitness_figure(history: pd.DataFrame) -> go.Figure:
-    """Each pod's validation scores over time, plus the best score so far."""
+# The leaderboard's pods in colour, every other pod in one grey trace: a legend entry per pod is
+# unreadable past a dozen pods, and one trace per pod is slow to draw for hundreds.
+_PALETTE = (
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+    "#8c564b", "#e377c2", "#bcbd22", "#17becf", "#393b79",
+)  # fmt: skip
+_GREY = "#c7c7c7"
+
+
+def _gapped(rows: pd.DataFrame, x: str, y: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One trace's x/y/pod arrays for many pods' lines: each pod's points in time order, the pods
+    separated by None (a gap), built without a Python loop over pods (hundreds of them)."""
+    rows = rows.sort_values(["pod", x], kind="stable")
+    pods = rows["pod"].astype(str).to_numpy(dtype=object)
+    starts = np.flatnonzero(pods[1:] != pods[:-1]) + 1  # where the next pod's line begins
+    xs = np.insert(rows[x].to_numpy(dtype=object), starts, None)
+    ys = np.insert(rows[y].to_numpy(dtype=object), starts, None)
+    return xs, ys, np.insert(pods, starts, None)
+
+
+def fitness_figure(history: pd.DataFrame, leaders: list[str] | None = None) -> go.Figure:
+    """Validation scores over time: the leaderboard's pods coloured, the rest grey, best so far dotted.
+
+    ``leaders``: the leaderboard's pod ids, best first. No legend entry per pod: hovering a point
+    names its pod.
+    """
+    leaders = [str(p) for p in (leaders or [])]
     fig = go.Figure()
-    for pod, rows in history.groupby("pod", sort=False):
-        fig.add_trace(go.Scatter(x=rows["time"], y=rows["score"], name=str(pod), mode="lines+markers"))
+    pods = history["pod"].astype(str)
+    others = history[~pods.isin(leaders)]
+    if not others.empty:
+        xs, ys, names = _gapped(others, "time", "score")
+        fig.add_trace(
+            go.Scatter(
+                x=xs,
+                y=ys,
+                text=names,
+                name="other pods",
+                mode="lines+markers",
+                line=dict(color=_GREY, width=1),
+                marker=dict(color=_GREY, size=4),
+                hovertemplate="%{text}: %{y:.3f}<extra></extra>",
+            )
+        )
+    for rank, pod in enumerate(leaders):
+        rows = history[pods == pod]
+        if rows.empty:
+            continue
+        fig.add_trace(
+            go.Scatter(
+                x=rows["time"],
+                y=rows["score"],
+                name=pod,
+                mode="lines+markers",
+                showlegend=False,
+                line=dict(color=_PALETTE[rank % len(_PALETTE)], width=2),
+                marker=dict(size=7),
+                hovertemplate=f"{pod} (leaderboard #{rank + 1}): " + "%{y:.3f}<extra></extra>",
+            )
+        )
     if not history.empty:
         best = history["score"].cummax()
         fig.add_trace(
@@ -226,13 +281,134 @@ def fitness_figure(history: pd.DataFrame) -> go.Figure:
                 y=best,
                 name="best so far",
                 mode="lines",
-                line=dict(color="black", dash="dot"),
+                line=dict(color="black", dash="dot", shape="hv"),
+                hovertemplate="best so far: %{y:.3f}<extra></extra>",
+            )
+        )
+    title = "Fitness over time (leaderboard pods in colour)"
+    fig.update_layout(title=title, yaxis_title="score", **{**_LAYOUT, "hovermode": "closest"})
+    return fig
+
+
+_ROLE_STYLE = {
+    "other": dict(color=_GREY, size=7, symbol="circle"),
+    "leaderboard": dict(color="#1f77b4", size=10, symbol="circle"),
+    "champion": dict(color="#d62728", size=16, symbol="star"),
+}
+
+
+def lineage_figure(points: pd.DataFrame) -> go.Figure:
+    """Generation x score, one marker per scored pod, a line from each parent to its child.
+
+    Hovering a pod shows its score, its parent and the hyper-parameters it changed (the mutation).
+    Pods of one generation are spread a little along x (by launch order) so they do not overlap.
+    """
+    fig = go.Figure()
+    if points.empty:
+        return fig
+    points = points.copy()
+    spread = points.groupby("generation")["seq"].rank(method="first") - 1
+    width = points.groupby("generation")["seq"].transform("size").clip(lower=2) - 1
+    points["x"] = points["generation"] + 0.6 * (spread / width - 0.5) * (width > 0)
+    where = dict(zip(points["pod"], zip(points["x"], points["score"], strict=True), strict=True))
+    xs: list = []
+    ys: list = []
+    for pod, parent in zip(points["pod"], points["parent"], strict=True):
+        if parent in where:
+            xs += [where[parent][0], where[pod][0], None]
+            ys += [where[parent][1], where[pod][1], None]
+    if xs:
+        fig.add_trace(
+            go.Scatter(
+                x=xs, y=ys, mode="lines", name="parent -> child", hoverinfo="skip",
+                line=dict(color="#9e9e9e", width=0.8),
+            )
+        )  # fmt: skip
+    for role in ("other", "leaderboard", "champion"):
+        rows = points[points["role"] == role]
+        if rows.empty:
+            continue
+        text = [
+            f"<b>{p}</b> (gen {g}) score {s:.3f}<br>parent: {par or 'none'}<br>{_wrap(m)}"
+            for p, g, s, par, m in zip(
+                rows["pod"], rows["generation"], rows["score"], rows["parent"], rows["mutation"], strict=True
+            )
+        ]
+        fig.add_trace(
+            go.Scatter(
+                x=rows["x"],
+                y=rows["score"],
+                mode="markers",
+                name={"other": "other pods", "leaderboard": "leaderboard", "champion": "champion"}[role],
+                text=text,
+                hovertemplate="%{text}<extra></extra>",
+                marker=dict(**_ROLE_STYLE[role], line=dict(color="white", width=0.5)),
             )
         )
     fig.update_layout(
-        title="Fitness over time per pod", yaxis_title="score", **{**_LAYOUT, "hovermode": "closest"}
+        title="Lineage: generation x score (hover a pod for its mutation)",
+        xaxis=dict(title="generation", dtick=1),
+        yaxis_title="score",
+        **{**_LAYOUT, "hovermode": "closest", "height": 420},
     )
     return fig
+
+
+def _wrap(text: str, width: int = 60) -> str:
+    """Hover text on several lines (plotly does not wrap)."""
+    parts, line = [], ""
+    for piece in text.split(", "):
+        if line and len(line) + len(piece) > width:
+            parts.append(line)
+            line = piece
+        else:
+            line = f"{line}, {piece}" if line else piece
+    parts.append(line)
+    return "<br>".join(parts)
+
+
+def pbo_histogram(logits: list[float], pbo: float | None = None) -> go.Figure:
+    """Histogram of the CSCV logits (out-of-sample relative rank of the in-sample best, as a logit).
+
+    Mass left of zero is the probability of backtest overfitting: the selected pod ranked below
+    the median out of sample on those splits.
+    """
+    values = np.asarray(logits, dtype="float64")
+    fig = go.Figure()
+    fig.add_trace(
+        go.Histogram(
+            x=values[values <= 0], name="overfit (logit <= 0)", marker_color="#d62728", opacity=0.8,
+            xbins=_bins(values),
+        )
+    )  # fmt: skip
+    fig.add_trace(
+        go.Histogram(
+            x=values[values > 0], name="held up (logit > 0)", marker_color="#2ca02c", opacity=0.8,
+            xbins=_bins(values),
+        )
+    )  # fmt: skip
+    fig.add_vline(x=0, line=dict(color="black", dash="dot"))
+    title = "PBO: logits of the selected pod's out-of-sample rank"
+    if pbo is not None:
+        title += f" (PBO {pbo:.2f})"
+    fig.update_layout(
+        title=title,
+        barmode="overlay",
+        xaxis_title="logit of relative rank (left of 0: below the median)",
+        yaxis_title="splits",
+        **{**_LAYOUT, "hovermode": "closest", "height": 300},
+    )
+    return fig
+
+
+def _bins(values: np.ndarray) -> dict:
+    if values.size == 0:
+        return {}
+    lo, hi = float(values.min()), float(values.max())
+    size = max((hi - lo) / 20, 1e-6)
+    # Edges aligned on zero so no bar straddles the overfit line.
+    start = np.floor(lo / size) * size
+    return dict(start=start, end=hi + size, size=size)
 
 
 def learning_curves_figure(

@@ -30,6 +30,7 @@ PAGES = [
 ]
 
 page = st.navigation(PAGES)
+ui.page_style()
 st.sidebar.title("podracer")
 ui.run_picker(ui.resolve_home())
 page.run()

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import pandas as pd
 import streamlit as st
 
 from app.dashboard import artifacts, loaders, views
@@ -50,8 +51,13 @@ def run_picker(home_dir: Path) -> str | None:
         st.session_state[RUN_KEY] = None
         st.sidebar.info("No runs yet.")
         return None
-    wanted = os.environ.get(RUN_ENV)
+    # ``?run=ID`` in the URL (a link to one run) wins over the server's --run, on the first visit.
+    linked = st.query_params.get("run")
+    wanted = linked if linked in runs else os.environ.get(RUN_ENV)
     current = st.session_state.get(RUN_KEY)
+    if linked in runs and not st.session_state.get("_linked"):
+        st.session_state["_linked"] = True
+        current = None
     if current not in runs:
         if wanted and wanted not in runs:
             st.sidebar.warning(f"run {wanted!r} not found; showing the newest run")
@@ -118,29 +124,58 @@ def guard(what: str = "") -> Iterator[None]:
         st.error(f"{prefix}could not render ({type(err).__name__}: {first})")
 
 
-# Eight cards share a row: a smaller value font keeps "-12.34%" from being cut to "-12.…".
-_CARD_CSS = """<style>
-[data-testid="stMetricValue"] { font-size: 1.55rem; }
-[data-testid="stMetricLabel"] p { font-size: 0.8rem; }
+# Four cards to a row: at a 1400-px window with the sidebar open the main column is about 930 px,
+# and eight cards of ~100 px cut "-12.34%" to "-1…" and "Max drawdown" to "Ma…". At four a card is
+# ~215 px: the longest value ("3.5M%", "-100.00%"), delta ("+72.11 pp") and label fit whole, and
+# the browser test checks it (scrollWidth <= clientWidth). Less top padding keeps the charts closer.
+_PAGE_CSS = """<style>
+.block-container { padding-top: 2.5rem; }
+[data-testid="stMetricValue"] { font-size: 1.6rem; }
 </style>"""
 
 
-def show_cards(cards: list[views.Card], per_row: int = 8) -> None:
-    """Rows of ``st.metric`` cards.
+def page_style() -> None:
+    """The dashboard's few CSS rules (called once by the entry script, for every page)."""
+    st.html(_PAGE_CSS)
 
-    No per-card help icon: it takes the room "Max drawdown" needs; ``card_notes`` explains them.
-    """
-    st.html(_CARD_CSS)
+
+def show_cards(cards: list[views.Card], per_row: int = 4) -> None:
+    """Rows of ``st.metric`` cards; each card's tooltip (help) has the exact values."""
     for start in range(0, len(cards), per_row):
-        cols = st.columns(per_row)
+        cols = st.columns(per_row, gap="small")
         for col, card in zip(cols, cards[start : start + per_row], strict=False):
             col.metric(
                 card.label,
                 card.value,
                 delta=card.delta,
                 delta_color=card.delta_color,
+                delta_arrow=card.delta_arrow,
+                help=card.help or None,
                 border=True,
             )
+
+
+def show_verdict(verdict: views.Verdict | None) -> None:
+    """The plain-words DSR/PBO verdict: green when significant, orange when not."""
+    if verdict is None:
+        return
+    if verdict.significant:
+        st.success(verdict.text)
+    elif verdict.significant is False:
+        st.warning(verdict.text)
+    else:
+        st.info(verdict.text)
+
+
+def show_table(table: views.PodTable, key: str | None = None, height: int | None = None) -> None:
+    """A pods table with numeric, sortable columns in their display formats."""
+    config = {
+        col: st.column_config.NumberColumn(col, format=fmt)
+        for col, fmt in table.formats.items()
+        if col in table.frame.columns and pd.api.types.is_numeric_dtype(table.frame[col])
+    }
+    kwargs = {"height": height} if height else {}
+    st.dataframe(table.frame, hide_index=True, column_config=config, key=key, **kwargs)
 
 
 def plot(fig: go.Figure, key: str | None = None) -> None:

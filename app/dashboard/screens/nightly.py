@@ -18,7 +18,7 @@ with ui.guard("nightly"):
         cols[0].metric("Run", str(champion.get("run_id", "?")), border=True)
         cols[1].metric("Promoted on", str(champion.get("promoted_at", "?"))[:10], border=True)
         cols[2].metric(
-            str(champion.get("fitness") or "fitness"),
+            f"Fitness ({champion.get('fitness') or '?'})",
             views.format_metric(champion.get("fitness_value"), "ratio"),
             border=True,
         )
@@ -43,10 +43,10 @@ with ui.guard("nightly"):
         if time_col and score_cols and decisions[score_cols].notna().any().any():
             frame = decisions.assign(
                 **{time_col: pd.to_datetime(decisions[time_col], utc=True, errors="coerce")}
-            )
+            ).rename(columns={c: c.removesuffix("_fitness") for c in score_cols})
+            names = [c.removesuffix("_fitness") for c in score_cols]
             ui.plot(
-                charts.line_figure(frame, time_col, score_cols, "Challenger vs champion fitness"),
-                key="nightly",
+                charts.line_figure(frame, time_col, names, "Challenger vs champion fitness"), key="nightly"
             )
         if verdict_col:
             promoted = decisions[decisions[verdict_col].astype(str) == "promoted"]

@@ -19,7 +19,12 @@ if metrics is not None:
     bench = views.benchmark_name(metrics)
     if champion is not None:
         st.subheader(views.strategy_label(champion))
+        # The plain-words reading first: a quant reads "not significant" before any Sharpe.
+        ui.show_verdict(views.edge_verdict(metrics, champion))
         ui.show_cards(views.metric_cards(metrics, champion, versus=bench))
+        note = views.short_window_note(metrics)
+        if note:
+            st.caption(note)
     if bench is not None:
         st.subheader(f"{views.strategy_label(bench)} (benchmark)")
         ui.show_cards(views.metric_cards(metrics, bench))
@@ -51,6 +56,18 @@ with ui.guard("returns"):
     else:
         table, title = views.daily_returns_table(daily[name]), f"Daily returns: {label}"
     ui.plot(charts.monthly_heatmap(table, title), key="heatmap-chart")
+
+logits = views.pbo_logits(metrics) if metrics is not None else []
+if logits:
+    with ui.guard("pbo"):
+        st.subheader("Probability of backtest overfitting")
+        pbo = metrics.get("pbo")
+        st.caption(
+            f"{len(logits)} combinatorial splits of the validation window over "
+            f"{metrics.get('num_trials', '?')} pods: on each, the pod best in-sample is ranked out of "
+            "sample; the PBO is the share of splits where it fell below the median (logit <= 0)."
+        )
+        ui.plot(charts.pbo_histogram(logits, pbo if isinstance(pbo, int | float) else None), key="pbo")
 
 tearsheet = artifacts.tearsheet_path(run_dir) if metrics is not None else None
 if tearsheet is not None:

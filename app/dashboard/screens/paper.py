@@ -26,7 +26,10 @@ with ui.guard("paper"):
         time_col = views.first_column(pnl, "recorded_at", "decision_ts", "time", "timestamp")
         if time_col and "equity" in pnl.columns:
             frame = pnl.assign(**{time_col: pd.to_datetime(pnl[time_col], utc=True, errors="coerce")})
-            ui.plot(charts.line_figure(frame, time_col, ["equity"], "Paper account equity"), key="pnl")
+            ui.plot(
+                charts.line_figure(frame, time_col, ["equity"], "Paper account equity", yformat="$,.0f"),
+                key="pnl",
+            )
 
     counts = st.columns(4)
     for col, name in zip(counts, ("decisions", "orders", "fills", "positions"), strict=True):

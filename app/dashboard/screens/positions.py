@@ -36,10 +36,13 @@ with ui.guard("positions"):
         last = positions[positions["timestamp"] == positions["timestamp"].max()]
         last = last[(last["strategy"] == strategy) & (last["weight"] != 0)]
         st.caption(f"Holdings at the last bar ({positions['timestamp'].max():%Y-%m-%d %H:%M} UTC)")
+        # In percent with two decimals everywhere ("7.90%", not "7.9%").
         st.dataframe(
-            last[["ticker", "weight"]].sort_values("weight", ascending=False),
+            last[["ticker", "weight"]]
+            .assign(weight=last["weight"] * 100)
+            .sort_values("weight", ascending=False),
             hide_index=True,
-            column_config={"weight": st.column_config.NumberColumn("weight", format="percent")},
+            column_config={"weight": st.column_config.NumberColumn("weight", format="%.2f%%")},
         )
 
 with ui.guard("trades"):

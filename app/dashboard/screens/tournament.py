@@ -1,4 +1,4 @@
-"""Tournament: the leaderboard, fitness over time per pod, the champion's lineage, pods tried."""
+"""Tournament: the leaderboard, fitness over time, the lineage (who was copied from whom), pods tried."""
 
 from __future__ import annotations
 
@@ -24,31 +24,46 @@ with ui.guard("tournament"):
     cols[2].metric("On the leaderboard", len(board), border=True)
     score_col = views.first_column(board, "score", "fitness")
     best = board[score_col].max() if score_col and not board.empty else None
-    cols[3].metric("Best score", views.format_metric(best, "ratio"), border=True)
+    cols[3].metric(
+        "Best score", views.format_metric(best, "ratio"), help=views.format_full(best, "ratio"), border=True
+    )
+
+    id_col = views.first_column(board, "pod_id", "id", "pod")
+    leaders = [str(p) for p in board[id_col]] if id_col and not board.empty else []
+    champion = (info.champion.pod_id if info.champion else None) or (leaders[0] if leaders else None)
 
     st.subheader("Leaderboard")
     if board.empty:
         st.info("the leaderboard is empty: no pod has been scored yet")
     else:
-        st.dataframe(views.tidy_table(board, _TIMES), hide_index=True)
+        st.caption("Validation metrics and hyper-parameters per pod; click a column header to sort.")
+        ui.show_table(views.pod_table(board), key="leaderboard")
 
     history = views.score_history(events)
     if not history.empty:
-        ui.plot(charts.fitness_figure(history), key="fitness")
+        ui.plot(charts.fitness_figure(history, leaders), key="fitness")
     else:
         st.info("no scored events yet")
 
-    st.subheader("Champion lineage")
-    id_col = views.first_column(board, "pod_id", "id", "pod")
-    champion = (info.champion.pod_id if info.champion else None) or (
-        str(board.iloc[0][id_col]) if id_col and not board.empty else None
-    )
-    chain = views.lineage(pods if not pods.empty else board, str(champion)) if champion else None
-    if chain is None or chain.empty:
-        st.info("no champion yet")
+    st.subheader("Lineage")
+    everyone = pods if not pods.empty else board
+    points = views.lineage_points(everyone, set(leaders), champion)
+    if points.empty:
+        st.info("no scored pod yet")
     else:
-        st.caption(f"{champion} and its ancestors, newest first ({len(chain)} generation(s))")
-        st.dataframe(views.tidy_table(chain, _TIMES), hide_index=True)
+        ui.plot(charts.lineage_figure(points), key="lineage")
+        ids = list(points.sort_values("score", ascending=False)["pod"])
+        start = ids.index(champion) if champion in ids else 0
+        chosen = st.selectbox(
+            "Ancestry of",
+            ids,
+            index=start,
+            key="lineage_pod",
+            help="Pods by score, best first; the table shows what each generation changed.",
+        )
+        chain = views.lineage_table(everyone, str(chosen))
+        st.caption(f"{chosen} and its ancestors, newest first ({len(chain.frame)} generation(s))")
+        ui.show_table(chain, key="lineage_table")
 
     with st.expander(f"All pods tried ({counts['tried']})"):
-        st.dataframe(views.tidy_table(pods, _TIMES), hide_index=True)
+        ui.show_table(views.pod_table(pods), key="pods")
