@@ -48,7 +48,7 @@ class IsaacLabCfg:
 class IsaacLabEnv:
     """A :class:`~envs.vec_env.TradingVecEnv` in Isaac Lab's direct-workflow shape."""
 
-    metadata: dict[str, Any] = {"render_modes": [None], "autoreset_mode": "same-step"}
+    metadata: dict[str, Any] = {"render_modes": [None]}
     render_mode: str | None = None
 
     def __init__(self, env: TradingVecEnv) -> None:

@@ -20,7 +20,7 @@ without it raises a one-line :class:`~data.errors.PodracerError` saying how to i
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -102,6 +102,3 @@ class SB3VecEnv(VecEnv):
 
     def get_images(self) -> Sequence[np.ndarray | None]:
         return [None for _ in range(self.num_envs)]
-
-    def _get_indices(self, indices: VecEnvIndices) -> Iterable[int]:
-        return super()._get_indices(indices)

@@ -8,6 +8,8 @@ included). The SB3 parity test needs stable-baselines3 (the ``test`` extra) and 
 
 from __future__ import annotations
 
+import importlib
+import sys
 import warnings
 
 import gymnasium
@@ -18,6 +20,7 @@ from gymnasium.utils.env_checker import check_env
 from gymnasium.vector import AutoresetMode
 
 import envs
+from data.errors import PodracerError
 from data.toy import toy_market
 from envs.isaaclab import IsaacLabEnv
 from envs.single_env import TradingEnv
@@ -209,3 +212,13 @@ def test_sb3_adapter_matches_native(market):
     assert ends == 12  # two time-outs per env
     assert sb3.get_attr("obs_dim") == [native.obs_dim] * 6
     assert sb3.env_is_wrapped(gymnasium.Wrapper) == [False] * 6
+
+
+def test_sb3_adapter_without_sb3_is_a_one_line_error(monkeypatch):
+    for name in [m for m in sys.modules if m == "stable_baselines3" or m.startswith("stable_baselines3.")]:
+        monkeypatch.setitem(sys.modules, name, None)
+    monkeypatch.setitem(sys.modules, "stable_baselines3", None)  # "not installed"
+    monkeypatch.delitem(sys.modules, "envs.sb3", raising=False)
+    with pytest.raises(PodracerError, match=r"needs stable-baselines3: pip install") as err:
+        importlib.import_module("envs.sb3")
+    assert "\n" not in str(err.value)
