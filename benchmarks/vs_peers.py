@@ -15,8 +15,9 @@ minibatches, lr 3e-3, gamma = lambda = 0.9, clip 0.2 on ratio and value, grad-no
 bonus, initial log-std -0.5; the value-loss weights are converted so every library minimises
 0.25 x MSE). The peers get two tanh MLPs (actor and critic, two hidden layers of width ``h``) with ``h``
 chosen so that their parameter count is closest to podracer's network; their actions are a
-Gaussian over the env's ``Box(0, 1)`` target weights, clipped to it (what a user of those libraries
-gets out of the box).
+Gaussian over the env's ``Box(0, 1)`` target weights (what a user of those libraries gets out of
+the box): SB3 clips the samples to the box, skrl sends them raw and the env clips them (negative
+weights to 0, rows summing above 1 scaled down); both keep the raw sample's log-probability.
 
 Reported per library (mean over seeds, and per seed): ``env_steps_per_s`` of the whole training
 loop (rollouts + updates, wall clock of the library's train call) and ``valid_sharpe``, the
@@ -174,7 +175,11 @@ def run_skrl(train_market, params, args, seed, width):
             Model.__init__(
                 self, observation_space=observation_space, action_space=action_space, device=device
             )
-            GaussianMixin.__init__(self, clip_actions=True)  # like SB3: clip samples to the Box
+            # Raw samples go to the env (which clips negative weights to 0 and scales rows above 1),
+            # and their log-probabilities stay those of the raw sample, as in SB3. skrl's
+            # clip_actions=True would score the clipped sample instead: with a mean outside [0, 1]
+            # its log-probability explodes and training went NaN within 200k env-steps (seed 0).
+            GaussianMixin.__init__(self, clip_actions=False)
             self.net = mlp(self.num_observations, self.num_actions)
             self.log_std = nn.Parameter(torch.full((self.num_actions,), PPO.init_log_std))
 
@@ -242,7 +247,7 @@ def run_skrl(train_market, params, args, seed, width):
 
     def policy(obs: torch.Tensor) -> torch.Tensor:
         _, out = actor.act({"observations": scaler(obs)}, role="policy")
-        return out["mean_actions"].clamp(0.0, 1.0)
+        return out["mean_actions"]  # the env clips it, as it clipped the training samples
 
     params_count = num_parameters(models["policy"]) + num_parameters(models["value"])
     return timesteps * args.num_envs, seconds, policy, params_count
