@@ -48,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
-from agents.networks import num_parameters  # noqa: E402
+from agents.networks import flops_per_sample, num_parameters  # noqa: E402
 from agents.ppo import PPOArgs, policy_for_env, train  # noqa: E402
 from backtests import engine  # noqa: E402
 from data.loader import synthetic_market  # noqa: E402
@@ -95,6 +95,12 @@ def peer_width(target: int, obs_dim: int, num_actions: int) -> int:
         return actor + critic
 
     return min(range(2, 1025), key=lambda h: abs(count(h) - target))
+
+
+def peer_macs(width: int, obs_dim: int, num_actions: int) -> int:
+    """Multiply-adds of one actor + critic forward pass per observation of the peers' MLPs."""
+    trunk = obs_dim * width + width * width
+    return 2 * trunk + width * num_actions + width
 
 
 def _sharpe(valid: MarketData, params: EnvParams, policy: Callable[[torch.Tensor], torch.Tensor]) -> float:
@@ -266,6 +272,11 @@ def main(argv: list[str] | None = None) -> None:
     probe = TradingVecEnv(splits.train, params, num_envs=1, device=args.device)
     podracer_params = num_parameters(policy_for_env(None, probe, PPO, "ppo")[0].net)
     width = peer_width(podracer_params, probe.obs_dim, probe.action_dim)
+    macs = {
+        "podracer": flops_per_sample(policy_for_env(None, probe, PPO, "ppo")[0].net.config)["total"],
+        "sb3": peer_macs(width, probe.obs_dim, probe.action_dim),
+        "skrl": peer_macs(width, probe.obs_dim, probe.action_dim),
+    }
     if not args.json:
         print(
             f"# torch {torch.__version__}, {platform.processor() or platform.machine()}, device {args.device}, "
@@ -274,6 +285,11 @@ def main(argv: list[str] | None = None) -> None:
             f"podracer net {podracer_params:,} params, peers' MLP width {width}",
             flush=True,
         )
+    with torch.no_grad():
+        bh = engine.run_backtest(splits.valid, params, {}, baselines=("buy_and_hold",))
+    buy_and_hold = float(engine.fitness(bh, "sharpe", nan_value=0.0)[0])
+    if not args.json:
+        print(f"# equal-weight buy-and-hold, validation Sharpe {buy_and_hold:.2f}", flush=True)
     # Untimed warm-up of each library (first-call allocations, lazy imports), then seeds in the
     # outer loop with the libraries' order rotated per seed, so machine-load drift during the run is
     # spread over all of them rather than landing on whichever runs first or last.
@@ -308,6 +324,8 @@ def main(argv: list[str] | None = None) -> None:
                 "valid_sharpe": statistics.mean(sharpes),
                 "valid_sharpe_std": statistics.stdev(sharpes) if len(sharpes) > 1 else 0.0,
                 "parameters": n_params[library],
+                "macs_per_sample": macs[library],
+                "valid_sharpe_buy_and_hold": buy_and_hold,
                 "num_envs": args.num_envs,
                 "budget_steps": args.budget_steps,
                 "seeds": args.seeds,
@@ -325,7 +343,7 @@ def main(argv: list[str] | None = None) -> None:
             print(
                 f"{row['library']:8s} {row['env_steps_per_s']:9,.0f} env-steps/s{ratio}, valid Sharpe "
                 f"{row['valid_sharpe']:6.2f} +- {row['valid_sharpe_std']:.2f} over {len(args.seeds)} seed(s), "
-                f"{row['parameters']:,} params"
+                f"{row['parameters']:,} params, {row['macs_per_sample']:,} MACs/sample"
             )
     if any(not math.isfinite(r["valid_sharpe"]) for r in rows):
         sys.exit(1)
