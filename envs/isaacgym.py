@@ -25,12 +25,13 @@ from __future__ import annotations
 import importlib.util
 from typing import Any
 
+import gymnasium
 import numpy as np
 import torch
 from torch import Tensor
 
 from envs import trading
-from envs.vec_env import Box, TradingVecEnv
+from envs.vec_env import TradingVecEnv
 
 
 def isaacgym_available() -> bool:
@@ -130,11 +131,11 @@ def _first_attr(task: Any, *names: str) -> Any:
 
 
 def _space_or_box(space: Any, dim: int, low: float, high: float) -> Any:
-    """The task's space when it has the right shape; else a Box of ``dim``."""
+    """The task's space when it has the right shape; else a float32 ``gymnasium.spaces.Box`` of ``dim``."""
     shape = getattr(space, "shape", None)
     if shape is not None and tuple(shape) == (dim,):
         return space
-    return Box.uniform(low, high, (dim,))
+    return gymnasium.spaces.Box(low, high, shape=(dim,), dtype=np.float32)
 
 
 class VecTaskEnv:

@@ -1,17 +1,33 @@
-"""``TradingVecEnv``: a stateful, Gymnasium-vector-style shell around the pure ``envs.trading``.
+"""``TradingVecEnv``: a ``gymnasium.vector.VectorEnv`` around the pure ``envs.trading``.
 
 ``obs, info = env.reset(); obs, reward, terminated, truncated, info = env.step(action)``, all
-tensors on ``env.device``. Autoreset is same-step (Gymnasium's ``SAME_STEP`` mode): the returned
-``obs`` of a done env is already its next episode's first observation and
-``info["final_obs"]`` holds the observation the episode ended on.
+**torch tensors** on ``env.device`` (Gymnasium's vector API allows any array type; its
+``ArrayConversion`` wrappers or :mod:`envs.sb3` give numpy at the boundary). The spaces are real
+``gymnasium.spaces.Box`` (float32): ``single_observation_space`` ``(obs_dim,)``,
+``single_action_space`` ``(A,)`` and their batched forms.
+
+Autoreset is Gymnasium's ``AutoresetMode.SAME_STEP`` (declared in ``metadata["autoreset_mode"]``):
+a done env restarts inside the step that ended its episode, the returned ``obs`` row is the new
+episode's first observation and ``info["final_obs"]`` holds the observation the episode ended on.
+One difference in layout from ``SyncVectorEnv``'s same-step infos, which hold ``final_obs`` as an
+object array filled only for done envs (mask ``_final_obs``) and ``final_info`` per env:
+here ``info["final_obs"]`` is one dense ``(N, obs_dim)`` tensor (rows of envs that are not done
+equal ``obs``), ``info["_final_obs"]`` is ``terminated | truncated``, and every other info entry
+already describes the step before any reset (so it is the final info of done envs).
+
+Registered as ``podracer/Trading-v0`` (``envs.gym_registration``): ``gymnasium.make_vec(
+"podracer/Trading-v0", num_envs=N, market=..., params=...)`` builds this class.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import Any
 
+import gymnasium
 import numpy as np
 import torch
+from gymnasium.vector import AutoresetMode
+from gymnasium.vector.utils import batch_space
 from torch import Tensor
 
 from data.market import MarketData
@@ -25,42 +41,21 @@ from envs.trading import EnvParams, EnvState
 COMPILE_MIN_ENVS = 1024
 
 
-@dataclass(frozen=True)
-class Box:
-    """A tiny stand-in for ``gymnasium.spaces.Box`` (gymnasium is not a dependency)."""
-
-    low: np.ndarray
-    high: np.ndarray
-    shape: tuple[int, ...]
-    dtype: np.dtype
-
-    @classmethod
-    def uniform(cls, low: float, high: float, shape: tuple[int, ...]) -> Box:
-        return cls(
-            low=np.full(shape, low, dtype=np.float32),
-            high=np.full(shape, high, dtype=np.float32),
-            shape=shape,
-            dtype=np.dtype(np.float32),
-        )
-
-    def contains(self, x: np.ndarray | Tensor) -> bool:
-        """True when ``x`` has this shape and lies within the bounds."""
-        arr = x.detach().cpu().numpy() if isinstance(x, Tensor) else np.asarray(x)
-        return arr.shape == self.shape and bool(np.all(arr >= self.low) and np.all(arr <= self.high))
-
-    def sample(self, generator: np.random.Generator | None = None) -> np.ndarray:
-        """A uniform sample (infinite bounds are replaced by a standard normal draw)."""
-        rng = generator or np.random.default_rng()
-        finite = np.isfinite(self.low) & np.isfinite(self.high)
-        out = rng.standard_normal(self.shape).astype(np.float32)
-        bounded = rng.uniform(np.where(finite, self.low, 0), np.where(finite, self.high, 1)).astype(
-            np.float32
-        )
-        return np.where(finite, bounded, out)
+def observation_box(obs_dim: int) -> gymnasium.spaces.Box:
+    """One env's observation space: unbounded float32 ``(obs_dim,)`` (features are z-scores)."""
+    return gymnasium.spaces.Box(-np.inf, np.inf, shape=(obs_dim,), dtype=np.float32)
 
 
-class TradingVecEnv:
-    """``num_envs`` trading environments stepped as one batch on ``device``."""
+def action_box(params: EnvParams, num_assets: int) -> gymnasium.spaces.Box:
+    """One env's action space: target weights in [0, 1] or delta-share fractions in [-1, 1]."""
+    low = 0.0 if params.action_mode == "weights" else -1.0
+    return gymnasium.spaces.Box(low, 1.0, shape=(num_assets,), dtype=np.float32)
+
+
+class TradingVecEnv(gymnasium.vector.VectorEnv):
+    """``num_envs`` trading environments stepped as one batch on ``device`` (tensors in and out)."""
+
+    metadata: dict[str, Any] = {"autoreset_mode": AutoresetMode.SAME_STEP, "render_modes": []}
 
     def __init__(
         self,
@@ -79,18 +74,10 @@ class TradingVecEnv:
         self.num_features = self.market.num_features
         self.obs_dim = obs_dim(self.num_assets, self.num_features)
         self.action_dim = self.num_assets
-        self.single_observation_space = Box.uniform(-np.inf, np.inf, (self.obs_dim,))
-        if self.params.action_mode == "weights":
-            self.single_action_space = Box.uniform(0.0, 1.0, (self.action_dim,))
-        else:
-            self.single_action_space = Box.uniform(-1.0, 1.0, (self.action_dim,))
-        self.observation_space = Box.uniform(-np.inf, np.inf, (self.num_envs, self.obs_dim))
-        self.action_space = Box(
-            low=np.broadcast_to(self.single_action_space.low, (self.num_envs, self.action_dim)).copy(),
-            high=np.broadcast_to(self.single_action_space.high, (self.num_envs, self.action_dim)).copy(),
-            shape=(self.num_envs, self.action_dim),
-            dtype=np.dtype(np.float32),
-        )
+        self.single_observation_space = observation_box(self.obs_dim)
+        self.single_action_space = action_box(self.params, self.action_dim)
+        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
+        self.action_space = batch_space(self.single_action_space, self.num_envs)
         # The fast step (envs.backends.native on CPU, .compiled elsewhere): "auto" takes it from
         # COMPILE_MIN_ENVS envs on, where it measured faster than eager and its one-off build
         # repays itself (docs/env.md); smaller batches stay eager (bitwise the tested path).
@@ -101,9 +88,19 @@ class TradingVecEnv:
         # Validates num_envs and that the market is long enough before anyone steps.
         self.reset(seed=self._seed)
 
-    def reset(self, seed: int | None = None, start: int | None = None) -> tuple[Tensor, dict[str, Tensor]]:
-        """Fresh episodes for every env (random starts, or all at bar ``start``)."""
+    def reset(
+        self,
+        seed: int | None = None,
+        options: dict[str, Any] | None = None,
+        *,
+        start: int | None = None,
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        """Fresh episodes for every env (random starts, or all at bar ``start``; also
+        ``options={"start": bar}``, Gymnasium's way to pass it)."""
+        if options and "start" in options:
+            start = options["start"]
         if seed is not None:
+            super().reset(seed=int(seed))  # seeds self.np_random, as Gymnasium envs do
             self._generator = torch.Generator().manual_seed(int(seed))
         self.state, obs = trading.reset(self.market, self.params, self.num_envs, self._generator, start=start)
         return obs, {"t": self.state.t}
@@ -114,6 +111,7 @@ class TradingVecEnv:
         self.state, obs, reward, terminated, truncated, info = trading.step(
             self.market, self.params, self.state, action, compiled=self.compiled
         )
+        info["_final_obs"] = terminated | truncated  # Gymnasium's mask name for same-step final_obs
         return obs, reward, terminated, truncated, info
 
     def __repr__(self) -> str:

@@ -180,7 +180,8 @@ def test_random_starts_when_window_is_shorter_than_an_episode(market):
 def test_spaces_describe_the_tensors(market):
     env = TradingVecEnv(market, EnvParams(action_mode="shares", decision_interval=2), num_envs=3)
     assert env.single_action_space.shape == (4,) and env.action_space.shape == (3, 4)
-    sample = env.single_action_space.sample(np.random.default_rng(0))
+    env.single_action_space.seed(0)
+    sample = env.single_action_space.sample()
     assert env.single_action_space.contains(sample)
     assert not env.single_action_space.contains(sample + 3.0)
     obs, _ = env.reset()
