@@ -75,7 +75,9 @@ class FetchReport:
 ChunkFetcher = Callable[[Sequence[str], date, date], pd.DataFrame]
 
 
-def _source_fetcher(source: str, interval: str, start: str, end: str, policy: RetryPolicy, client: Any):
+def _source_fetcher(
+    source: str, interval: str, start: str, end: str, policy: RetryPolicy, client: Any, today: date
+):
     """(first, last, max days per request, chunk fetcher) of ``source``; checks its range limits."""
     if source == "alpaca":
         first, last = alpaca.session_dates(start, end, "alpaca")
@@ -88,7 +90,7 @@ def _source_fetcher(source: str, interval: str, start: str, end: str, policy: Re
 
         return first, last, alpaca.CHUNK_DAYS, fetch
     if source == "yfinance":
-        first, last = yfinance.check_range(start, end, interval)
+        first, last = yfinance.check_range(start, end, interval, today=pd.Timestamp(today))
 
         def fetch(symbols: Sequence[str], lo: date, hi: date) -> pd.DataFrame:
             return policy.call(lambda: yfinance.fetch_chunk(symbols, lo, hi, interval), "yfinance")
@@ -125,9 +127,9 @@ def fetch_to_store(
     if not symbols:
         raise DataError("no tickers to fetch (give --tickers or --universe)")
     policy = policy or RetryPolicy()
-    first, last, max_days, source_fetch = _source_fetcher(source, interval, start, end, policy, client)
-    fetch = fetcher or source_fetch
     today = today or datetime.now(UTC).date()
+    first, last, max_days, source_fetch = _source_fetcher(source, interval, start, end, policy, client, today)
+    fetch = fetcher or source_fetch
     chunks = plan_chunks(symbols, first, last, max_days=max_days, batch=batch)
     report = FetchReport(source=source, interval=interval, chunks_total=len(chunks))
     store = BarStore(home)
