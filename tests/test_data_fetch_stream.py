@@ -251,3 +251,20 @@ def test_fetch_cli_universe_plus_tickers(tmp_path, capsys, monkeypatch):
     report = json.loads(capsys.readouterr().out)
     assert report["tickers"] == sorted(wanted) and report["chunks"]["fetched"] == 3
     assert BarStore(tmp_path / "h").tickers("1m") == sorted(wanted)
+
+
+def test_stored_market_and_info_use_the_universe(tmp_path, capsys):
+    from data.loader import load_market
+
+    home = tmp_path / "h"
+    bars = minute_bars(["AAPL", "MSFT", "SPY", "AAL"], "2024-01-02", "2024-01-20", missing=0.05)
+    BarStore(home).write(bars, "1m", source="test")
+    splits = load_market(
+        home=home, source="stored", universe="nasdaq100", as_of="2024-01-02", tickers=["SPY"]
+    )
+    assert list(splits.full.tickers) == ["AAPL", "MSFT", "SPY"]  # AAL left the index in 2020: not a member
+    rc = main(["--home", str(home), "data", "info", "--universe", "nasdaq100", "--json"])
+    assert rc == 0
+    part = json.loads(capsys.readouterr().out)["universe"]["1m"]
+    assert part["as_of"] == "2024-01-01" and part["stored"] == ["AAPL", "MSFT"]
+    assert len(part["missing"]) == len(members("2024-01-01")) - 2

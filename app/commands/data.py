@@ -9,6 +9,7 @@ import typer
 from rich.table import Table
 
 from app import context
+from app.config import load_config
 from app.workflows import data as data_flow
 from data.errors import DataError
 from data.sources.csv import import_files
@@ -174,9 +175,22 @@ def universe_(
 
 
 @app.command("info")
-def info(as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON.")) -> None:
-    """Summarize the store: tickers, interval, sessions, date range, rows, gaps filled."""
+def info(
+    config: Path | None = typer.Option(None, "--config", help="TOML config: its [data] universe / as_of."),
+    universe: str | None = typer.Option(None, "--universe", help="nasdaq100: show which members are stored."),
+    as_of: str | None = typer.Option(
+        None, "--as-of", help="Membership date [default: [data] as_of, else the first stored month]."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+) -> None:
+    """Summarize the store: tickers, interval, sessions, date range, rows, gaps filled (and, with a
+    universe, which of its members are stored)."""
+    cfg = load_config(config).data if config is not None or universe is None else None
+    name = universe if universe is not None else (cfg.universe if cfg is not None else "")
+    date_ = as_of or (cfg.as_of if cfg is not None else "")
     summary = BarStore(context.home()).info()
+    if check_universe(name):
+        summary["universe"] = data_flow.universe_coverage(context.home(), summary, name, date_)
     if as_json:
         typer.echo(json.dumps(summary, indent=2, sort_keys=True))
         return
@@ -190,6 +204,14 @@ def info(as_json: bool = typer.Option(False, "--json", help="Print the summary a
             f"{part['start']} .. {part['end']}, {part['rows']} rows, {part['gaps_filled']} gaps filled",
             highlight=False,
         )
+        part_universe = summary.get("universe", {}).get(interval)
+        if part_universe:
+            console.print(
+                f"universe {part_universe['universe']} on {part_universe['as_of']}: "
+                f"{len(part_universe['stored'])} of {len(part_universe['members'])} members stored"
+                + (f"; missing {', '.join(part_universe['missing'])}" if part_universe["missing"] else ""),
+                highlight=False,
+            )
         table = Table("ticker", "sessions", "start", "end", "rows", "gaps filled")
         for ticker, row in part["by_ticker"].items():
             table.add_row(

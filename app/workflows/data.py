@@ -13,7 +13,8 @@ from app import context
 from data.sources.chunks import DEFAULT_BATCH, Chunk
 from data.sources.retry import RetryPolicy
 from data.sources.stream import FetchReport, fetch_to_store
-from data.universe import check_universe, resolve_tickers
+from data.store import BarStore
+from data.universe import check_universe, members, resolve_tickers
 
 
 class FetchProgress:
@@ -99,3 +100,21 @@ def fetch(
             on_chunk=bar.on_chunk,
         )
 
+
+def universe_coverage(home: Path, summary: dict[str, Any], universe: str, as_of: str) -> dict[str, Any]:
+    """Per stored interval: the universe's members on ``as_of`` (default: the interval's first stored
+    month) and which of them the store holds."""
+    out: dict[str, Any] = {}
+    store = BarStore(home)
+    for interval, part in summary["intervals"].items():
+        day = as_of or store.first_month(interval)
+        names = members(day)
+        stored = set(part["tickers"])
+        out[interval] = {
+            "universe": universe,
+            "as_of": str(day),
+            "members": names,
+            "stored": [t for t in names if t in stored],
+            "missing": [t for t in names if t not in stored],
+        }
+    return out
