@@ -132,19 +132,17 @@ def fetch(
         typer.echo(json.dumps(report, indent=2, sort_keys=True))
         return
     chunks = report["chunks"]
+    _print_report(report, False, f"fetched ({source})")
     context.console.print(
-        f"fetched ({source}): {len(symbols)} ticker(s), chunks {chunks['fetched']} fetched, "
-        f"{chunks['skipped']} already stored, {chunks['failed']} failed; {report['bars_fetched']:,} bars, "
-        f"{report['files_written']} file(s) written -> {context.home() / 'data' / 'bars'}",
+        f"chunks: {chunks['fetched']} fetched, {chunks['skipped']} already stored, {chunks['failed']} failed; "
+        f"{report['bars_fetched']:,} bars received"
+        + (
+            f"; rate limited {report['requests_throttled']} time(s), waited {report['waited_s']:.0f} s"
+            if report["requests_throttled"]
+            else ""
+        ),
         highlight=False,
     )
-    if report["requests_throttled"]:
-        context.console.print(
-            f"rate limited {report['requests_throttled']} time(s), waited {report['waited_s']:.0f} s",
-            highlight=False,
-        )
-    if report["bars"] and not quiet:
-        _print_report(report, False, f"fetched ({source})")
 
 
 @app.command("universe")
