@@ -163,7 +163,7 @@ def main() -> None:
         rate = r["bars"] / r["wall_s"] if r["wall_s"] else 0.0
         rest = {k: v for k, v in r.items() if k not in ("mode", "wall_s", "bars", "peak_rss_mb")}
         print(f"{r['mode']:>6}: {r['wall_s']:8.1f} s  {r['bars']:>11,} bars  {rate:>9,.0f} bars/s  "
-              f"peak RSS {r['peak_rss_mb']:7.1f} MB  {rest}")  # fmt: skip
+              f"peak RSS {r['peak_rss_mb']:7.1f} MB  {rest}", flush=True)  # fmt: skip
     bare, fetch = results[0], results[1]
     print(f"fetch / bare paging loop: {fetch['wall_s'] / bare['wall_s']:.2f}x wall; "
           f"peak RSS {fetch['peak_rss_mb']:.0f} MB (bound 1024 MB)")  # fmt: skip
