@@ -88,10 +88,10 @@ def fetch(
         [], "--tickers", help="Tickers, comma-separated or repeated (added to --universe's members)."
     ),
     universe: str = typer.Option(
-        "", "--universe", help="nasdaq100: the index members on --as-of ('' = none; default [data] universe)."
+        "", "--universe", help="nasdaq100: the index members on --as-of ('' = none)."
     ),
     as_of: str | None = typer.Option(
-        None, "--as-of", help="Membership date for --universe (YYYY-MM-DD) [default: --start]."
+        None, "--as-of", help="Membership date for --universe (YYYY-MM-DD) (default: --start)."
     ),
     start: str = typer.Option(..., "--start", help="First date (YYYY-MM-DD)."),
     end: str = typer.Option(..., "--end", help="Last date (YYYY-MM-DD, inclusive)."),
@@ -149,7 +149,7 @@ def fetch(
 def universe_(
     as_of: str = typer.Option(..., "--as-of", help="Membership date (YYYY-MM-DD)."),
     since: str | None = typer.Option(
-        None, "--since", help="Joins and leaves after this date [default: one year before --as-of]."
+        None, "--since", help="Joins and leaves after this date (default: one year before --as-of)."
     ),
     name: str = typer.Option("nasdaq100", "--universe", help="Index (nasdaq100)."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
@@ -174,10 +174,14 @@ def universe_(
 
 @app.command("info")
 def info(
-    config: Path | None = typer.Option(None, "--config", help="TOML config: its [data] universe / as_of."),
+    config: Path | None = typer.Option(
+        None, "--config", help="TOML config: its data.universe and data.as_of."
+    ),
     universe: str | None = typer.Option(None, "--universe", help="nasdaq100: show which members are stored."),
     as_of: str | None = typer.Option(
-        None, "--as-of", help="Membership date [default: [data] as_of, else the first stored month]."
+        None,
+        "--as-of",
+        help="Membership date (default: the config's data.as_of, else the first stored month).",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
