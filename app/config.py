@@ -86,7 +86,7 @@ class DataConfig(_Section):
     tickers: list[str] = Field(
         default_factory=list, description="stored: tickers to use (empty: all, or the universe's)"
     )
-    universe: str = Field(
+    universe: Literal["", "nasdaq100"] = Field(
         LOAD_DEFAULTS["universe"], description="stored: 'nasdaq100' = the index members on as_of ('' = none)"
     )
     as_of: str = Field(
