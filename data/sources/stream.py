@@ -78,7 +78,8 @@ ChunkFetcher = Callable[[Sequence[str], date, date], pd.DataFrame]
 def _source_fetcher(
     source: str, interval: str, start: str, end: str, policy: RetryPolicy, client: Any, today: date
 ):
-    """(first, last, max days per request, chunk fetcher) of ``source``; checks its range limits."""
+    """(first, last, max days per request, chunk fetcher, manifest key) of ``source``; checks its
+    range limits."""
     if source == "alpaca":
         first, last = alpaca.session_dates(start, end, "alpaca")
         alpaca._timeframe(interval)  # refuse a bad interval before any request
@@ -88,14 +89,14 @@ def _source_fetcher(
         def fetch(symbols: Sequence[str], lo: date, hi: date) -> pd.DataFrame:
             return alpaca.fetch_chunk(cli, symbols, lo, hi, interval, policy=policy, feed=feed)
 
-        return first, last, alpaca.CHUNK_DAYS, fetch
+        return first, last, alpaca.CHUNK_DAYS, fetch, f"alpaca/{feed.value}"
     if source == "yfinance":
         first, last = yfinance.check_range(start, end, interval, today=pd.Timestamp(today))
 
         def fetch(symbols: Sequence[str], lo: date, hi: date) -> pd.DataFrame:
             return policy.call(lambda: yfinance.fetch_chunk(symbols, lo, hi, interval), "yfinance")
 
-        return first, last, yfinance.LIMITS[interval][1], fetch
+        return first, last, yfinance.LIMITS[interval][1], fetch, "yfinance"
     raise DataError(f"unknown source {source!r} (yfinance or alpaca)")
 
 
@@ -128,7 +129,10 @@ def fetch_to_store(
         raise DataError("no tickers to fetch (give --tickers or --universe)")
     policy = policy or RetryPolicy()
     today = today or datetime.now(UTC).date()
-    first, last, max_days, source_fetch = _source_fetcher(source, interval, start, end, policy, client, today)
+    # The manifest's source key names the feed too: IEX bars recorded do not count as SIP bars fetched.
+    first, last, max_days, source_fetch, key = _source_fetcher(
+        source, interval, start, end, policy, client, today
+    )
     fetch = fetcher or source_fetch
     chunks = plan_chunks(symbols, first, last, max_days=max_days, batch=batch)
     report = FetchReport(source=source, interval=interval, chunks_total=len(chunks))
@@ -136,7 +140,7 @@ def fetch_to_store(
     manifest = FetchManifest(home)
     gaps: dict[tuple[str, str], int] = {}
     try:
-        done = manifest.completed(source, interval)
+        done = manifest.completed(key, interval)
         if on_plan is not None:
             on_plan(report)
         for chunk in chunks:
@@ -168,7 +172,7 @@ def fetch_to_store(
                     # The month file's gap count after this chunk (a later chunk of the month replaces it).
                     gaps[(name, chunk.start.strftime("%Y-%m"))] = written.gaps_filled[name]
                     report.gaps_filled[name] = sum(v for (t, _), v in gaps.items() if t == name)
-            manifest.record(source, interval, Chunk(wanted, chunk.start, chunk.stop), per_ticker, today=today)
+            manifest.record(key, interval, Chunk(wanted, chunk.start, chunk.stop), per_ticker, today=today)
             report.chunks_fetched += 1
             report.bars_fetched += len(bars)
             report.requests_throttled = policy.throttled
