@@ -83,7 +83,16 @@ class DataConfig(_Section):
     )
     seed: int = LOAD_DEFAULTS["seed"]
     interval: str = LOAD_DEFAULTS["interval"]
-    tickers: list[str] = Field(default_factory=list, description="stored: tickers to use (empty: all)")
+    tickers: list[str] = Field(
+        default_factory=list, description="stored: tickers to use (empty: all, or the universe's)"
+    )
+    universe: Literal["", "nasdaq100"] = Field(
+        LOAD_DEFAULTS["universe"], description="stored: 'nasdaq100' = the index members on as_of ('' = none)"
+    )
+    as_of: str = Field(
+        LOAD_DEFAULTS["as_of"],
+        description="stored: membership date of the universe ('' = the first stored month)",
+    )
     train_frac: float = Field(LOAD_DEFAULTS["train_frac"], gt=0, lt=1)
     valid_frac: float = Field(LOAD_DEFAULTS["valid_frac"], gt=0, lt=1)
     min_coverage: float = Field(

@@ -11,6 +11,7 @@ Other stages call ``synthetic_market(...)`` (fast, in memory) in their unit test
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -27,6 +28,9 @@ from data.market import MarketData
 from data.sources.sample import real_sample_panel
 from data.store import BarStore
 from data.synthetic import SyntheticSpec, generate, to_frame
+from data.universe import check_universe, members, resolve_tickers
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -158,6 +162,8 @@ LOAD_DEFAULTS: dict[str, Any] = {
     "seed": 0,
     "interval": "1m",
     "tickers": [],
+    "universe": "",
+    "as_of": "",
     "train_frac": 0.6,
     "valid_frac": 0.2,
     "min_coverage": 0.5,
@@ -215,9 +221,10 @@ def load_market(
         store = BarStore(_home(home))
         # Coarser intervals not stored themselves are aggregated from stored 1m bars.
         from_minutes = s["interval"] not in store.intervals() and "1m" in store.intervals()
+        stored_interval = "1m" if from_minutes else s["interval"]
         panel = store.load_panel(
-            interval="1m" if from_minutes else s["interval"],
-            tickers=list(s["tickers"]) or None,
+            interval=stored_interval,
+            tickers=universe_tickers(store, stored_interval, s) or None,
             start=s["start_date"],
             end=s["end_date"],
             min_coverage=s["min_coverage"],
@@ -229,6 +236,27 @@ def load_market(
         panel = real_sample_panel(interval=s["interval"], min_coverage=s["min_coverage"])
         return build_market(panel, **split, source="real-sample")
     raise DataError(f"unknown data source {s['source']!r} (synthetic, stored, real-sample)")
+
+
+def universe_tickers(store: BarStore, interval: str, s: Mapping[str, Any]) -> list[str]:
+    """``tickers`` plus, with a ``universe``, its members on ``as_of`` (default: ``start_date``, else
+    the first day of the first stored month) that the store holds (members without stored bars are
+    skipped with a warning; an explicit ticker without bars stays an error)."""
+    if not check_universe(s["universe"]):
+        return list(s["tickers"])
+    as_of = s["as_of"] or s["start_date"] or store.first_month(interval)
+    if not as_of:
+        raise DataError(
+            f"universe {s['universe']}: the store holds no {interval} bars (run `podracer data fetch`)"
+        )
+    stored = set(store.tickers(interval))
+    named = resolve_tickers("", None, list(s["tickers"]))
+    wanted = [t for t in members(as_of) if t in stored]
+    absent = [t for t in members(as_of) if t not in stored]
+    if absent:
+        log.warning("universe %s on %s: %d member(s) have no stored bars: %s", s["universe"], as_of, len(absent),
+                    ", ".join(absent))  # fmt: skip
+    return list(dict.fromkeys([*wanted, *named]))
 
 
 def _home(home: str | os.PathLike[str] | None) -> Path:

@@ -146,6 +146,13 @@ class BarStore:
             out.append(name)
         return sorted(out)
 
+    def first_month(self, interval: str) -> str | None:
+        """``YYYY-MM-01`` of the earliest stored month file of ``interval`` (None: nothing stored)."""
+        stems = [
+            f.stem for t in self.tickers(interval) for f in self.ticker_dir(interval, t).glob("*.parquet")
+        ]
+        return f"{min(stems)}-01" if stems else None
+
     def _meta(self, interval: str) -> dict[str, Any]:
         path = self.interval_dir(interval) / "_meta.json"
         if not path.is_file():

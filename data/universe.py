@@ -14,6 +14,7 @@ from importlib import resources
 import pandas as pd
 
 from data.errors import DataError
+from data.schema import normalize_ticker
 
 HISTORY_FILE = "nasdaq100_history.csv"
 
@@ -41,3 +42,67 @@ def members(as_of: str | date | pd.Timestamp) -> list[str]:
         raise DataError(f"universe: membership history starts {first.date()}; {day.date()} is earlier")
     inside = (table["opt_in"] <= day) & (table["opt_out"].isna() | (day < table["opt_out"]))
     return sorted(table.loc[inside, "symbol"].unique().tolist())
+
+
+UNIVERSES = ("nasdaq100",)
+
+
+def check_universe(name: str) -> str:
+    """``name`` normalized ("" = none), or a one-line DataError listing the known universes."""
+    text = (name or "").strip().lower()
+    if text and text not in UNIVERSES:
+        raise DataError(
+            f"universe: unknown universe {name!r} (known: {', '.join(UNIVERSES)}, or '' for none)"
+        )
+    return text
+
+
+def _day(value: str | date | pd.Timestamp, what: str) -> pd.Timestamp:
+    try:
+        return pd.Timestamp(value).tz_localize(None).normalize()
+    except (ValueError, TypeError):
+        raise DataError(f"universe: {what} {value!r} is not a date") from None
+
+
+def changes(as_of: str | date | pd.Timestamp, since: str | date | pd.Timestamp | None = None) -> dict:
+    """Members on ``as_of`` plus the joins and leaves in ``(since, as_of]``.
+
+    ``since`` defaults to one year before ``as_of``. A join on day ``d`` is an ``opt-in`` with
+    ``since < d <= as_of``; a leave is an ``opt-out`` (first day out) in the same interval. A symbol
+    that left and came back in the interval is listed in both.
+    """
+    day = _day(as_of, "as-of")
+    start = day - pd.DateOffset(years=1) if since is None else _day(since, "since")
+    if start > day:
+        raise DataError(f"universe: --since {start.date()} is after --as-of {day.date()}")
+    table = membership_table()
+    joined = table.loc[(table["opt_in"] > start) & (table["opt_in"] <= day)]
+    left = table.loc[table["opt_out"].notna() & (table["opt_out"] > start) & (table["opt_out"] <= day)]
+    return {
+        "universe": "nasdaq100",
+        "as_of": str(day.date()),
+        "since": str(start.date()),
+        "members": members(day),
+        "joins": [
+            {"symbol": r.symbol, "name": r.name, "date": str(r.opt_in.date())}
+            for r in joined.sort_values(["opt_in", "symbol"]).itertuples()
+        ],
+        "leaves": [
+            {"symbol": r.symbol, "name": r.name, "date": str(r.opt_out.date())}
+            for r in left.sort_values(["opt_out", "symbol"]).itertuples()
+        ],
+    }
+
+
+def resolve_tickers(
+    universe: str, as_of: str | date | pd.Timestamp | None, tickers: list[str] | tuple[str, ...] = ()
+) -> list[str]:
+    """The universe's members on ``as_of`` (none when ``universe`` is "") followed by ``tickers``
+    (deduplicated, order kept; each spelled by the ticker rule, so BRK/B and BRK.B are one)."""
+    out: list[str] = []
+    if check_universe(universe):
+        if as_of in (None, ""):
+            raise DataError(f"universe {universe}: needs an as-of date (--as-of or [data] as_of)")
+        out.extend(members(as_of))
+    out.extend(normalize_ticker(t, source="--tickers") for t in tickers)
+    return list(dict.fromkeys(out))

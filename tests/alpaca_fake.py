@@ -33,7 +33,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
+import numpy as np
 import pandas as pd
+
+from data.calendar import session_grid, sessions_in_range
 
 KEY_ID = "PKTESTKEY0000000000"
 SECRET = "tEsTsEcReT/not-a-real-secret-0123456789"
@@ -51,7 +54,8 @@ class Fault:
 
     method: str
     path: str  # prefix, e.g. "/v2/orders"
-    kind: str  # "status" (refuse before processing), "status_after" (process, then fail), "delay"
+    kind: str  # "status" (refuse before processing), "status_after" (process, then fail), "delay",
+    # "drop" (close the connection without a reply; market-data routes)
     status: int = 500
     delay: float = 0.0
     times: int = 1
@@ -123,6 +127,9 @@ class FakeAlpaca:
     bars: pd.DataFrame | None = None  # bar schema: timestamp, ticker, open, high, low, close, volume
     fill_mode: str = "fill"  # fill | partial | accept | delayed | reject
     page_size: int = 10_000
+    # Market data generated per request instead of ``bars`` (benchmarks: a year of minutes for 100
+    # tickers need not sit in memory): (symbols, start, end) -> bar-schema frame.
+    bar_source: Any = None
     require_keys: tuple[str, str] = (KEY_ID, SECRET)
     sell_fill_delay: float = 0.0  # seconds after submission before a sell can fill
     margin_multiplier: float = 1.0  # > 1: a margin account (buying_power = multiplier x cash)
@@ -341,33 +348,52 @@ class FakeAlpaca:
         return order
 
     def _bars(self, query: dict[str, list[str]]) -> dict[str, Any]:
+        """One page of ``/v2/stocks/bars``: symbol then time order, ``next_page_token`` = row offset."""
         symbols = query.get("symbols", [""])[0].split(",")
-        frame = self.bars if self.bars is not None else pd.DataFrame(columns=["timestamp", "ticker"])
-        frame = frame[frame["ticker"].isin(symbols)]
-        if "start" in query:
-            frame = frame[frame["timestamp"] >= pd.Timestamp(query["start"][0])]
-        if "end" in query:
-            frame = frame[frame["timestamp"] <= pd.Timestamp(query["end"][0])]
+        start = pd.Timestamp(query["start"][0]) if "start" in query else None
+        end = pd.Timestamp(query["end"][0]) if "end" in query else None
+        if self.bar_source is not None:
+            frame = self.bar_source(symbols, start, end)
+        else:
+            frame = self.bars if self.bars is not None else pd.DataFrame(columns=["timestamp", "ticker"])
+            frame = frame[frame["ticker"].isin(symbols)]
+            if start is not None:
+                frame = frame[frame["timestamp"] >= start]
+            if end is not None:
+                frame = frame[frame["timestamp"] <= end]
         frame = frame.sort_values(["ticker", "timestamp"], kind="stable")
         offset = int(query.get("page_token", ["0"])[0] or 0)
         limit = min(int(query.get("limit", [str(self.page_size)])[0]), self.page_size)
         page = frame.iloc[offset : offset + limit]
         out: dict[str, list[dict[str, Any]]] = {}
-        for row in page.itertuples(index=False):
-            out.setdefault(row.ticker, []).append(
-                {
-                    "t": _iso(row.timestamp),
-                    "o": float(row.open),
-                    "h": float(row.high),
-                    "l": float(row.low),
-                    "c": float(row.close),
-                    "v": float(row.volume),
-                    "n": 1,
-                    "vw": float(row.close),
-                }
+        stamps = pd.DatetimeIndex(page["timestamp"]).tz_convert("UTC").strftime("%Y-%m-%dT%H:%M:%SZ")
+        cols = [page[c].to_numpy(dtype=float).tolist() for c in ("open", "high", "low", "close", "volume")]
+        for ticker, t, o, h, lo, c, v in zip(page["ticker"].tolist(), stamps, *cols, strict=True):
+            out.setdefault(ticker, []).append(
+                {"t": t, "o": o, "h": h, "l": lo, "c": c, "v": v, "n": 1, "vw": c}
             )
         token = str(offset + limit) if offset + limit < len(frame) else None
         return {"bars": out, "next_page_token": token}
+
+    def respond(self, method: str, raw_path: str, headers: Any, body: bytes) -> tuple[int, Any, float, dict]:
+        """``handle`` plus the market-data faults that need the transport: a Retry-After header with
+        a 429, or a dropped connection (status 0)."""
+        path = urlparse(raw_path).path
+        if path.startswith("/v2/stocks"):
+            with self._lock:
+                for fault in self.faults:
+                    if fault.method == method and path.startswith(fault.path) and fault.times > 0:
+                        if fault.kind == "drop":
+                            fault.times -= 1
+                            self.requests.append((method, path))
+                            return 0, None, 0.0, {}
+                        if fault.retry_after is not None:
+                            fault.times -= 1
+                            self.requests.append((method, path))
+                            payload = {"code": 42910000, "message": "too many requests"}
+                            return fault.status, payload, 0.0, {"Retry-After": fault.retry_after}
+                        break
+        return self.handle(method, raw_path, headers, body)
 
     def handle(
         self, method: str, raw_path: str, headers: Any, body: bytes
@@ -437,7 +463,10 @@ class _Handler(BaseHTTPRequestHandler):
     def _serve(self, method: str) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
-        status, payload, delay, extra = self.state.handle(method, self.path, self.headers, body)
+        status, payload, delay, extra = self.state.respond(method, self.path, self.headers, body)
+        if status == 0:  # a dropped connection: no reply at all
+            self.close_connection = True
+            return
         if delay:
             time.sleep(delay)
         data = b"" if payload is None else json.dumps(payload).encode()
@@ -460,3 +489,64 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_DELETE(self) -> None:  # noqa: N802
         self._serve("DELETE")
+
+
+def minute_bars(
+    tickers: list[str] | tuple[str, ...],
+    start: pd.Timestamp | str,
+    end: pd.Timestamp | str,
+    *,
+    missing: float = 0.1,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """Regular-hours 1-minute bars of ``tickers`` in ``[start, end)``, deterministic per (ticker, day)
+    whatever the window asked (so any paging or chunking of a range serves the same bars), with a
+    share ``missing`` of minutes absent, as IEX leaves minutes without trades out."""
+    lo = pd.Timestamp(start)
+    hi = pd.Timestamp(end)
+    lo = lo.tz_localize("UTC") if lo.tzinfo is None else lo.tz_convert("UTC")
+    hi = hi.tz_localize("UTC") if hi.tzinfo is None else hi.tz_convert("UTC")
+    first = lo.tz_convert("America/New_York").tz_localize(None).normalize()
+    last = (hi - pd.Timedelta(minutes=1)).tz_convert("America/New_York").tz_localize(None).normalize()
+    if last < first:
+        return pd.DataFrame(columns=["timestamp", "ticker", "open", "high", "low", "close", "volume"])
+    sessions = sessions_in_range(first, last)
+    grid = session_grid(sessions, "1m")
+    ts = grid.timestamps.astype("int64")
+    day = grid.session_id
+    inside = (ts >= lo.value) & (ts < hi.value)
+    frames = []
+    day_keys = sessions.strftime("%Y%m%d").astype(int).to_numpy()
+    for ticker in tickers:
+        tkey = sum(ord(ch) * 131**i for i, ch in enumerate(ticker)) % 2**31
+        rows = []
+        for s_idx in np.unique(day[inside]):
+            rng = np.random.default_rng([seed, tkey, int(day_keys[s_idx])])
+            sel = day == s_idx
+            n = int(sel.sum())
+            close = 50.0 + (tkey % 400) + np.cumsum(rng.normal(0, 0.05, n))
+            keep = rng.random(n) >= missing
+            keep[0] = True
+            rows.append((ts[sel][keep], close[keep], rng.integers(100, 5000, n)[keep]))
+        if not rows:
+            continue
+        t = np.concatenate([r[0] for r in rows])
+        c = np.round(np.concatenate([r[1] for r in rows]), 4)
+        v = np.concatenate([r[2] for r in rows]).astype(float)
+        m = (t >= lo.value) & (t < hi.value)
+        frames.append(
+            pd.DataFrame(
+                {
+                    "timestamp": pd.to_datetime(t[m], utc=True),
+                    "ticker": ticker,
+                    "open": c[m],
+                    "high": np.round(c[m] + 0.02, 4),
+                    "low": np.round(c[m] - 0.02, 4),
+                    "close": c[m],
+                    "volume": v[m],
+                }
+            )
+        )
+    if not frames:
+        return pd.DataFrame(columns=["timestamp", "ticker", "open", "high", "low", "close", "volume"])
+    return pd.concat(frames, ignore_index=True)

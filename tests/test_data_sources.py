@@ -321,3 +321,26 @@ def test_sources_query_the_normalized_spelling_once(fake_download, alpaca_server
     assert fake_download[0]["tickers"] == ["BRK.B", "SPY"]
     fetch_alpaca(["brk/b", "BRK.B"], "2024-01-03", "2024-01-03", "1m")  # the recorded pages: other symbols
     assert alpaca_server[0]["query"]["symbols"] == "BRK.B"
+
+
+def test_yfinance_streaming_fetch_chunks_by_week_and_month(fake_download, tmp_path):
+    from datetime import date
+
+    from data.sources.stream import fetch_to_store
+
+    report = fetch_to_store(
+        tmp_path, "yfinance", ["aapl", "msft"], "2024-01-25", "2024-02-06", "1m", today=date(2024, 2, 10)
+    )
+    # 1m: at most 7 days per request (Yahoo allows 8) and never across a month (one store file per chunk)
+    assert [(c["start"], c["end"]) for c in fake_download] == [
+        ("2024-01-25", "2024-02-01"),
+        ("2024-02-01", "2024-02-07"),
+    ]
+    assert report.chunks_fetched == 2 and report.bars == {"AAPL": 10, "MSFT": 8}
+    again = fetch_to_store(tmp_path, "yfinance", ["AAPL", "MSFT"], "2024-01-25", "2024-02-06", "1m",
+                           today=date(2024, 2, 10))  # fmt: skip
+    assert again.chunks_skipped == 2 and len(fake_download) == 2
+    with pytest.raises(DataError, match="only for the last 29 days"):
+        fetch_to_store(
+            tmp_path, "yfinance", ["AAPL"], "2023-12-01", "2023-12-05", "1m", today=date(2024, 2, 10)
+        )

@@ -61,6 +61,7 @@ from data.atomic import replace_dir
 from data.errors import CheckpointError, ConfigError, PodracerError
 from data.loader import load_market
 from data.store import BarStore
+from data.universe import resolve_tickers
 
 log = logging.getLogger(__name__)
 
@@ -412,7 +413,10 @@ def update_data_step(config: Any, home: Path) -> DataSnapshot:
         update = incremental_update(
             home,
             source=nightly.update,
-            tickers=config.data.tickers,
+            # [data] universe: the members on as_of (default today: the ones trading now) plus tickers
+            tickers=resolve_tickers(
+                config.data.universe, config.data.as_of or date.today().isoformat(), config.data.tickers
+            ),
             interval=config.data.interval,
             initial_days=nightly.initial_days,
         )

@@ -3,23 +3,32 @@
 Keys come from ``APCA_API_KEY_ID`` / ``APCA_API_SECRET_KEY``; ``APCA_API_DATA_URL`` overrides the data
 API's base URL (``url_override``; tests point it at a local HTTP server); ``APCA_DATA_FEED`` picks the
 feed (``iex``, the free plan's, by default; ``sip`` with a subscription). Prices are adjusted for
-splits and dividends (``adjustment=all``). The client follows ``next_page_token`` pagination itself;
-we also split long ranges into ``CHUNK_DAYS`` windows so one request never asks for years of minutes.
+splits and dividends (``adjustment=all``).
+
+Pages are requested through the client's REST layer (``client.get``: the maintained client's auth,
+base URL and error types) and parsed straight into columns: ``get_stock_bars`` would build one
+pydantic ``Bar`` per bar (or, with ``raw_data=True``, still hold every page of the request until the
+end) and retries 429s after a fixed 3 s, ignoring ``Retry-After``. Measured in
+``benchmarks/fetch_scale.py``.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import date
 
+import numpy as np
 import pandas as pd
 
 from data.calendar import TZ, check_interval
 from data.errors import DataError
 from data.schema import normalize_ticker, validate
+from data.sources.chunks import windows
+from data.sources.retry import RetryPolicy, Throttled, Transient, retry_after_seconds
 
 CHUNK_DAYS = 31
+PAGE_LIMIT = 10_000  # the data API's largest page
 
 
 def _timeframe(interval: str):  # noqa: ANN202 - alpaca-py type
@@ -51,15 +60,109 @@ def make_client():  # noqa: ANN201 - alpaca-py type
     return StockHistoricalDataClient(api_key=key, secret_key=secret, url_override=url)
 
 
-def _windows(start: pd.Timestamp, end: pd.Timestamp) -> list[tuple[pd.Timestamp, pd.Timestamp]]:
-    """[start, end) split into windows of at most CHUNK_DAYS days."""
-    out = []
-    cursor = start
-    while cursor < end:
-        stop = min(cursor + timedelta(days=CHUNK_DAYS), end)
-        out.append((cursor, stop))
-        cursor = stop
-    return out
+def _feed():  # noqa: ANN202 - alpaca-py enum
+    from alpaca.data.enums import DataFeed
+
+    feed_name = os.environ.get("APCA_DATA_FEED", "iex").lower()
+    try:
+        return DataFeed(feed_name)
+    except ValueError:
+        raise DataError(f"alpaca: unknown APCA_DATA_FEED {feed_name!r} (iex, sip, delayed_sip)") from None
+
+
+def quiet_client(client):  # noqa: ANN001, ANN201 - alpaca-py type
+    """``client`` with alpaca-py's own retry loop off (it sleeps a fixed 3 s and ignores Retry-After):
+    ``RetryPolicy`` waits out 429s and retries failures page by page instead."""
+    client._retry = 0
+    return client
+
+
+def fetch_chunk(
+    client,  # noqa: ANN001 - alpaca-py StockHistoricalDataClient
+    symbols: Sequence[str],
+    lo: date,
+    hi: date,
+    interval: str,
+    *,
+    policy: RetryPolicy | None = None,
+    feed=None,  # noqa: ANN001 - alpaca-py DataFeed
+) -> pd.DataFrame:
+    """Validated bars of ``symbols`` for session dates ``[lo, hi)``, page by page through the client's
+    REST layer (``client.get``: its auth, base URL and error mapping; pages parsed straight into
+    columns, no model object per bar). A 429 or a failure resumes at the same page token."""
+    from alpaca.common.exceptions import APIError
+    from alpaca.data.enums import Adjustment
+    from alpaca.data.requests import StockBarsRequest
+
+    policy = policy or RetryPolicy()
+    first = pd.Timestamp(lo).tz_localize(TZ).tz_convert("UTC")
+    last = pd.Timestamp(hi).tz_localize(TZ).tz_convert("UTC")
+    params = StockBarsRequest(
+        symbol_or_symbols=list(symbols),
+        timeframe=_timeframe(interval),
+        start=first.to_pydatetime(),
+        end=last.to_pydatetime(),
+        adjustment=Adjustment.ALL,
+        feed=feed if feed is not None else _feed(),
+    ).to_request_fields()
+    params["limit"] = PAGE_LIMIT
+    columns: dict[str, list] = {k: [] for k in ("t", "ticker", "o", "h", "l", "c", "v")}
+    token = None
+
+    def one_page() -> dict:
+        try:
+            return client.get("/stocks/bars", {**params, "page_token": token})
+        except APIError as err:
+            status = err.status_code
+            if status == 429:
+                headers = err.response.headers if err.response is not None else {}
+                raise Throttled(retry_after_seconds(headers.get("Retry-After"))) from None
+            if status is not None and status >= 500:
+                raise Transient(f"HTTP {status}") from None
+            raise DataError(f"alpaca: the data API refused the request: {_one_line(err)}") from None
+        except OSError as err:  # requests' ConnectionError and timeouts derive from OSError
+            raise Transient(f"cannot reach the data API: {_one_line(err)}") from None
+
+    while True:
+        page = policy.call(one_page, "alpaca")
+        for symbol, bars in (page.get("bars") or {}).items():
+            columns["ticker"].extend([symbol] * len(bars))
+            for key in ("t", "o", "h", "l", "c", "v"):
+                columns[key].extend([bar[key] for bar in bars])
+        token = page.get("next_page_token")
+        if not token:
+            break
+    if not columns["t"]:
+        return pd.DataFrame(columns=["timestamp", "ticker", "open", "high", "low", "close", "volume"])
+    frame = pd.DataFrame(
+        {
+            "timestamp": pd.to_datetime(columns["t"], utc=True, format="ISO8601"),
+            "ticker": columns["ticker"],
+            "open": np.asarray(columns["o"], dtype=np.float64),
+            "high": np.asarray(columns["h"], dtype=np.float64),
+            "low": np.asarray(columns["l"], dtype=np.float64),
+            "close": np.asarray(columns["c"], dtype=np.float64),
+            "volume": np.asarray(columns["v"], dtype=np.float64),
+        }
+    )
+    frame = frame.drop_duplicates(["ticker", "timestamp"], keep="last")
+    frame = frame.sort_values(["ticker", "timestamp"], kind="stable").reset_index(drop=True)
+    if interval == "1d":
+        # Daily bars are stamped at 00:00 New York (04:00/05:00 UTC); keep the session date only.
+        dates = frame["timestamp"].dt.tz_convert(TZ).dt.strftime("%Y-%m-%d")
+        frame["timestamp"] = pd.to_datetime(dates, utc=True)
+    return validate(frame, source="alpaca")
+
+
+def session_dates(start: str, end: str, source: str) -> tuple[date, date]:
+    """``--start`` / ``--end`` as dates (one-line error when unreadable or reversed)."""
+    try:
+        first, last = date.fromisoformat(str(start)), date.fromisoformat(str(end))
+    except (ValueError, TypeError):
+        raise DataError(f"{source}: bad --start/--end {start!r} {end!r} (use YYYY-MM-DD)") from None
+    if last < first:
+        raise DataError(f"{source}: end {end} is before start {start}")
+    return first, last
 
 
 def fetch_alpaca(
@@ -70,66 +173,25 @@ def fetch_alpaca(
     *,
     client=None,  # noqa: ANN001
 ) -> pd.DataFrame:
-    """Bars of ``tickers`` for session dates ``start..end`` (inclusive) as a validated bar frame."""
-    from alpaca.common.exceptions import APIError
-    from alpaca.data.enums import Adjustment, DataFeed
-    from alpaca.data.requests import StockBarsRequest
-
-    timeframe = _timeframe(interval)
-    try:
-        first = pd.Timestamp(start).tz_localize(TZ)
-        last = pd.Timestamp(end).tz_localize(TZ) + pd.Timedelta(days=1)
-    except (ValueError, TypeError):
-        raise DataError(f"alpaca: bad --start/--end {start!r} {end!r} (use YYYY-MM-DD)") from None
-    if last <= first:
-        raise DataError(f"alpaca: end {end} is before start {start}")
-    feed_name = os.environ.get("APCA_DATA_FEED", "iex").lower()
-    try:
-        feed = DataFeed(feed_name)
-    except ValueError:
-        raise DataError(f"alpaca: unknown APCA_DATA_FEED {feed_name!r} (iex, sip, delayed_sip)") from None
-    client = client if client is not None else make_client()
+    """Bars of ``tickers`` for session dates ``start..end`` (inclusive) as one validated frame (small
+    ranges; ``data.sources.stream.fetch_to_store`` streams large ones into the store)."""
+    first, last = session_dates(start, end, "alpaca")
+    feed = _feed()
+    client = quiet_client(client if client is not None else make_client())
     # The ticker rule before any request is built from what the user typed (deduplicated: BRK/B = BRK.B).
     symbols = list(dict.fromkeys(normalize_ticker(t, source="alpaca") for t in tickers))
-    records: list[dict] = []
-    for lo, hi in _windows(first.tz_convert("UTC"), last.tz_convert("UTC")):
-        request = StockBarsRequest(
-            symbol_or_symbols=symbols,
-            timeframe=timeframe,
-            start=lo.to_pydatetime(),
-            end=hi.to_pydatetime(),
-            adjustment=Adjustment.ALL,
-            feed=feed,
-        )
-        try:
-            barset = client.get_stock_bars(request)
-        except APIError as err:
-            raise DataError(f"alpaca: the data API refused the request: {_one_line(err)}") from None
-        except OSError as err:  # requests' ConnectionError and timeouts derive from OSError
-            raise DataError(f"alpaca: cannot reach the data API: {_one_line(err)}") from None
-        for symbol, bars in barset.data.items():
-            for bar in bars:
-                records.append(
-                    {
-                        "timestamp": pd.Timestamp(bar.timestamp).tz_convert("UTC"),
-                        "ticker": symbol,
-                        "open": bar.open,
-                        "high": bar.high,
-                        "low": bar.low,
-                        "close": bar.close,
-                        "volume": bar.volume,
-                    }
-                )
-    if not records:
+    frames = [
+        fetch_chunk(client, symbols, lo, hi, interval, feed=feed)
+        for lo, hi in windows(first, last, CHUNK_DAYS)
+    ]
+    frames = [f for f in frames if len(f)]
+    if not frames:
         raise DataError(f"alpaca: no {interval} bars for {', '.join(symbols)} between {start} and {end}")
-    frame = pd.DataFrame.from_records(records)
-    frame = frame.drop_duplicates(["ticker", "timestamp"], keep="last")
-    frame = frame.sort_values(["ticker", "timestamp"], kind="stable").reset_index(drop=True)
-    if interval == "1d":
-        # Daily bars are stamped at 00:00 New York (04:00/05:00 UTC); keep the session date only.
-        dates = frame["timestamp"].dt.tz_convert(TZ).dt.strftime("%Y-%m-%d")
-        frame["timestamp"] = pd.to_datetime(dates, utc=True)
-    return validate(frame, source="alpaca")
+    return (
+        pd.concat(frames, ignore_index=True)
+        .sort_values(["ticker", "timestamp"], kind="stable")
+        .reset_index(drop=True)
+    )
 
 
 def _one_line(err: Exception) -> str:

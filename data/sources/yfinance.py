@@ -16,6 +16,7 @@ import pandas as pd
 from data.calendar import check_interval
 from data.errors import DataError
 from data.schema import normalize_ticker, validate
+from data.sources.chunks import windows
 
 log = logging.getLogger(__name__)
 
@@ -29,16 +30,6 @@ LIMITS: dict[str, tuple[str, int, int | None]] = {
     "1d": ("1d", 3650, None),
 }
 _FIELDS = {"Open": "open", "High": "high", "Low": "low", "Close": "close", "Volume": "volume"}
-
-
-def chunks(start: pd.Timestamp, end: pd.Timestamp, days: int) -> list[tuple[pd.Timestamp, pd.Timestamp]]:
-    """[start, end) as consecutive windows of at most ``days`` days."""
-    out, cursor = [], start
-    while cursor < end:
-        stop = min(cursor + pd.Timedelta(days=days), end)
-        out.append((cursor, stop))
-        cursor = stop
-    return out
 
 
 def _tidy(raw: pd.DataFrame | None, tickers: Sequence[str], daily: bool) -> list[pd.DataFrame]:
@@ -87,6 +78,61 @@ def _tidy(raw: pd.DataFrame | None, tickers: Sequence[str], daily: bool) -> list
     return out
 
 
+def check_range(start: str, end: str, interval: str, *, today: pd.Timestamp | None = None) -> tuple:
+    """(first, last) session dates of ``start..end``, or a one-line error when Yahoo cannot serve
+    them (``interval`` older than it keeps, or a reversed range)."""
+    check_interval(interval)
+    _, _, max_age = LIMITS[interval]
+    try:
+        first = pd.Timestamp(start).normalize()
+        last = pd.Timestamp(end).normalize()
+    except (ValueError, TypeError):
+        raise DataError(f"yfinance: bad --start/--end {start!r} {end!r} (use YYYY-MM-DD)") from None
+    if last < first:
+        raise DataError(f"yfinance: end {end} is before start {start}")
+    now = pd.Timestamp.now(tz="UTC") if today is None else pd.Timestamp(today)
+    if now.tzinfo is not None:
+        now = now.tz_convert("UTC").tz_localize(None)
+    if max_age is not None and first < now.normalize() - pd.Timedelta(days=max_age):
+        raise DataError(
+            f"yfinance serves {interval} bars only for the last {max_age} days; start {first.date()} is older "
+            "(use --interval 1d, or --source alpaca)"
+        )
+    return first.date(), last.date()
+
+
+def fetch_chunk(symbols: Sequence[str], lo, hi, interval: str) -> pd.DataFrame:  # noqa: ANN001 - dates
+    """Validated bars of ``symbols`` for dates ``[lo, hi)`` in one ``yfinance.download`` call (the
+    window must respect ``LIMITS``; ``data.sources.chunks.plan_chunks`` cuts it so)."""
+    import yfinance
+
+    name = LIMITS[interval][0]
+    try:
+        raw = yfinance.download(
+            tickers=list(symbols),
+            start=pd.Timestamp(lo).strftime("%Y-%m-%d"),
+            end=pd.Timestamp(hi).strftime("%Y-%m-%d"),  # yfinance's end is exclusive
+            interval=name,
+            auto_adjust=True,
+            actions=False,
+            prepost=False,
+            progress=False,
+            threads=False,
+            group_by="ticker",
+            multi_level_index=True,
+        )
+    except Exception as err:  # yfinance raises many types (HTTP, JSON, its own)
+        first_line = (str(err).splitlines() or [type(err).__name__])[0][:200]
+        raise DataError(f"yfinance: download failed: {first_line}") from None
+    frames = _tidy(raw, list(symbols), daily=interval == "1d")
+    if not frames:
+        return pd.DataFrame(columns=["timestamp", "ticker", "open", "high", "low", "close", "volume"])
+    bars = pd.concat(frames, ignore_index=True)
+    bars = bars.drop_duplicates(["ticker", "timestamp"], keep="last")
+    bars = bars.sort_values(["ticker", "timestamp"], kind="stable").reset_index(drop=True)
+    return validate(bars, source="yfinance")
+
+
 def fetch_yfinance(
     tickers: Sequence[str],
     start: str,
@@ -96,51 +142,13 @@ def fetch_yfinance(
     today: pd.Timestamp | None = None,
 ) -> pd.DataFrame:
     """Bars of ``tickers`` for dates ``start..end`` (inclusive) as a validated bar frame."""
-    import yfinance
-
-    check_interval(interval)
-    name, per_request, max_age = LIMITS[interval]
-    try:
-        first = pd.Timestamp(start).normalize()
-        last = pd.Timestamp(end).normalize() + pd.Timedelta(days=1)  # yfinance's end is exclusive
-    except (ValueError, TypeError):
-        raise DataError(f"yfinance: bad --start/--end {start!r} {end!r} (use YYYY-MM-DD)") from None
-    if last <= first:
-        raise DataError(f"yfinance: end {end} is before start {start}")
-    now = pd.Timestamp.now(tz="UTC") if today is None else pd.Timestamp(today)
-    if now.tzinfo is not None:
-        now = now.tz_convert("UTC").tz_localize(None)
-    today = now.normalize()
-    if max_age is not None and first < today - pd.Timedelta(days=max_age):
-        raise DataError(
-            f"yfinance serves {interval} bars only for the last {max_age} days; start {first.date()} is older "
-            "(use --interval 1d, or --source alpaca)"
-        )
+    first, last = check_range(start, end, interval, today=today)
     # The ticker rule before any request is built from what the user typed (deduplicated: BRK/B = BRK.B).
     symbols = list(dict.fromkeys(normalize_ticker(t, source="yfinance") for t in tickers))
-    frames: list[pd.DataFrame] = []
-    for lo, hi in chunks(first, last, per_request):
-        try:
-            raw = yfinance.download(
-                tickers=symbols,
-                start=lo.strftime("%Y-%m-%d"),
-                end=hi.strftime("%Y-%m-%d"),
-                interval=name,
-                auto_adjust=True,
-                actions=False,
-                prepost=False,
-                progress=False,
-                threads=False,
-                group_by="ticker",
-                multi_level_index=True,
-            )
-        except Exception as err:  # yfinance raises many types (HTTP, JSON, its own)
-            first_line = (str(err).splitlines() or [type(err).__name__])[0][:200]
-            raise DataError(f"yfinance: download failed: {first_line}") from None
-        frames.extend(_tidy(raw, symbols, daily=interval == "1d"))
+    per_request = LIMITS[interval][1]
+    frames = [fetch_chunk(symbols, lo, hi, interval) for lo, hi in windows(first, last, per_request)]
+    frames = [f for f in frames if len(f)]
     if not frames:
         raise DataError(f"yfinance: no {interval} bars for {', '.join(symbols)} between {start} and {end}")
     bars = pd.concat(frames, ignore_index=True)
-    bars = bars.drop_duplicates(["ticker", "timestamp"], keep="last")
-    bars = bars.sort_values(["ticker", "timestamp"], kind="stable").reset_index(drop=True)
-    return validate(bars, source="yfinance")
+    return bars.sort_values(["ticker", "timestamp"], kind="stable").reset_index(drop=True)

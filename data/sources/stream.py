@@ -1,0 +1,186 @@
+"""Streaming, resumable fetch into the bar store: chunk by chunk, each written as it arrives.
+
+``fetch_to_store`` plans the chunks (``data.sources.chunks``), skips the (ticker, window) pairs the
+manifest records as complete, and for each remaining chunk: requests it (bounded retries:
+``data.sources.retry``), validates, aligns and writes its store files (atomic per file), then records
+it in the manifest. Memory holds one chunk (a batch of tickers x at most one month), whatever the
+date range. A failure after the retries stops the fetch with a one-line error naming the chunk to
+resume from; completed chunks stay stored and recorded, so the same command resumes.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
+from typing import Any
+
+import pandas as pd
+
+from data.errors import DataError
+from data.schema import normalize_ticker
+from data.sources import alpaca, yfinance
+from data.sources.chunks import DEFAULT_BATCH, Chunk, FetchManifest, plan_chunks
+from data.sources.retry import FetchFailed, RetryPolicy
+from data.store import BarStore
+
+SOURCES = ("alpaca", "yfinance")
+
+
+@dataclass
+class FetchReport:
+    """What a streaming fetch did (``--json``'s body). ``bars``: bars received per ticker in this
+    run; ``gaps_filled``: forward-filled minutes in the month files this run wrote."""
+
+    source: str
+    interval: str
+    chunks_total: int = 0
+    chunks_fetched: int = 0
+    chunks_skipped: int = 0
+    chunks_failed: int = 0
+    requests_throttled: int = 0
+    waited_s: float = 0.0
+    bars_fetched: int = 0
+    files_written: int = 0
+    files_unchanged: int = 0
+    bars: dict[str, int] = field(default_factory=dict)
+    gaps_filled: dict[str, int] = field(default_factory=dict)
+    dropped_outside_hours: int = 0
+    failed_chunk: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "interval": self.interval,
+            "chunks": {
+                "total": self.chunks_total,
+                "fetched": self.chunks_fetched,
+                "skipped": self.chunks_skipped,
+                "failed": self.chunks_failed,
+            },
+            "requests_throttled": self.requests_throttled,
+            "waited_s": round(self.waited_s, 3),
+            "bars_fetched": self.bars_fetched,
+            "files_written": self.files_written,
+            "files_unchanged": self.files_unchanged,
+            "tickers": sorted(self.bars),
+            "bars": dict(sorted(self.bars.items())),
+            "gaps_filled": dict(sorted(self.gaps_filled.items())),
+            "dropped_outside_hours": self.dropped_outside_hours,
+            "failed_chunk": self.failed_chunk,
+        }
+
+
+ChunkFetcher = Callable[[Sequence[str], date, date], pd.DataFrame]
+
+
+def _source_fetcher(
+    source: str, interval: str, start: str, end: str, policy: RetryPolicy, client: Any, today: date
+):
+    """(first, last, max days per request, chunk fetcher, manifest key) of ``source``; checks its
+    range limits."""
+    if source == "alpaca":
+        first, last = alpaca.session_dates(start, end, "alpaca")
+        alpaca._timeframe(interval)  # refuse a bad interval before any request
+        feed = alpaca._feed()
+        cli = alpaca.quiet_client(client if client is not None else alpaca.make_client())
+
+        def fetch(symbols: Sequence[str], lo: date, hi: date) -> pd.DataFrame:
+            return alpaca.fetch_chunk(cli, symbols, lo, hi, interval, policy=policy, feed=feed)
+
+        return first, last, alpaca.CHUNK_DAYS, fetch, f"alpaca/{feed.value}"
+    if source == "yfinance":
+        first, last = yfinance.check_range(start, end, interval, today=pd.Timestamp(today))
+
+        def fetch(symbols: Sequence[str], lo: date, hi: date) -> pd.DataFrame:
+            return policy.call(lambda: yfinance.fetch_chunk(symbols, lo, hi, interval), "yfinance")
+
+        return first, last, yfinance.LIMITS[interval][1], fetch, "yfinance"
+    raise DataError(f"unknown source {source!r} (yfinance or alpaca)")
+
+
+def fetch_to_store(
+    home: str | os.PathLike[str],
+    source: str,
+    tickers: Sequence[str],
+    start: str,
+    end: str,
+    interval: str = "1m",
+    *,
+    extended_hours: bool = False,
+    batch: int = DEFAULT_BATCH,
+    policy: RetryPolicy | None = None,
+    client: Any = None,
+    fetcher: ChunkFetcher | None = None,
+    on_chunk: Callable[[FetchReport, Chunk, int], None] | None = None,
+    on_plan: Callable[[FetchReport], None] | None = None,
+    today: date | None = None,
+) -> FetchReport:
+    """Fetch ``tickers`` for session dates ``start..end`` into the store under ``home``, chunk by
+    chunk (resumable; see the module docstring). ``on_plan(report)`` runs once the chunks are planned,
+    ``on_chunk(report, chunk, bars)`` after each chunk (progress display). ``fetcher`` replaces the
+    source's chunk fetcher (tests)."""
+    if source not in SOURCES:
+        raise DataError(f"unknown source {source!r} (yfinance or alpaca)")
+    # The ticker rule before any request, file or manifest is made (deduplicated: BRK/B = BRK.B).
+    symbols = list(dict.fromkeys(normalize_ticker(t, source=source) for t in tickers))
+    if not symbols:
+        raise DataError("no tickers to fetch (give --tickers or --universe)")
+    policy = policy or RetryPolicy()
+    today = today or datetime.now(UTC).date()
+    # The manifest's source key names the feed too: IEX bars recorded do not count as SIP bars fetched.
+    first, last, max_days, source_fetch, key = _source_fetcher(
+        source, interval, start, end, policy, client, today
+    )
+    fetch = fetcher or source_fetch
+    chunks = plan_chunks(symbols, first, last, max_days=max_days, batch=batch)
+    report = FetchReport(source=source, interval=interval, chunks_total=len(chunks))
+    store = BarStore(home)
+    manifest = FetchManifest(home)
+    gaps: dict[tuple[str, str], int] = {}
+    try:
+        done = manifest.completed(key, interval)
+        if on_plan is not None:
+            on_plan(report)
+        for chunk in chunks:
+            wanted = manifest.missing(chunk, done)
+            if not wanted:
+                report.chunks_skipped += 1
+                if on_chunk is not None:
+                    on_chunk(report, chunk, 0)
+                continue
+            try:
+                bars = fetch(wanted, chunk.start, chunk.stop)
+            except FetchFailed as err:
+                report.chunks_failed += 1
+                report.failed_chunk = chunk.label
+                raise FetchFailed(
+                    f"{err}; stopped at chunk {chunk.label} ({report.chunks_fetched + report.chunks_skipped}"
+                    f" of {report.chunks_total} chunks stored): rerun the same command to resume from it"
+                ) from None
+            per_ticker: dict[str, int] = {}
+            if len(bars):
+                written = store.write(bars, interval, extended_hours=extended_hours, source=source)
+                report.files_written += len(written.files_written)
+                report.files_unchanged += written.files_unchanged
+                report.dropped_outside_hours += written.dropped_outside_hours
+                per_ticker = {str(k): int(v) for k, v in bars.groupby("ticker").size().items()}
+                for name, count in per_ticker.items():
+                    report.bars[name] = report.bars.get(name, 0) + count
+                for name in written.bars:
+                    # The month file's gap count after this chunk (a later chunk of the month replaces it).
+                    gaps[(name, chunk.start.strftime("%Y-%m"))] = written.gaps_filled[name]
+                    report.gaps_filled[name] = sum(v for (t, _), v in gaps.items() if t == name)
+            manifest.record(key, interval, Chunk(wanted, chunk.start, chunk.stop), per_ticker, today=today)
+            report.chunks_fetched += 1
+            report.bars_fetched += len(bars)
+            report.requests_throttled = policy.throttled
+            report.waited_s = policy.waited_s
+            if on_chunk is not None:
+                on_chunk(report, chunk, len(bars))
+    finally:
+        report.requests_throttled = policy.throttled
+        report.waited_s = policy.waited_s
+        manifest.close()
+    return report
