@@ -659,6 +659,9 @@ def evaluate(
 
 
 FITNESS_KINDS: tuple[str, ...] = ("sharpe", "return", "calmar")
+#: Calmar fitness: finite ratios are clipped to +-CALMAR_CAP; a strategy with no drawdown and a positive
+#: return scores in (CALMAR_CAP, 2 * CALMAR_CAP), above every strategy with a drawdown, ordered by return.
+CALMAR_CAP = 1e3
 
 
 def fitness(
@@ -671,8 +674,14 @@ def fitness(
     """One fitness per strategy ``(S,)`` from daily returns, higher is better.
 
     ``"sharpe"``: annualized Sharpe ratio; ``"return"``: total compounded return; ``"calmar"``: Calmar
-    ratio. Undefined values (a flat equity curve has no Sharpe ratio) become ``nan_value``, so that
-    sorting ranks them last.
+    ratio clipped to ``+-CALMAR_CAP``. Undefined values (a flat equity curve has no Sharpe ratio) become
+    ``nan_value``, so that sorting ranks them last.
+
+    Calmar with no drawdown (no losing day, positive return) is annual return / 0, undefined as a ratio
+    but the best possible risk profile: it must not rank below a weaker strategy that lost on some day,
+    so it scores ``CALMAR_CAP * (2 - 1 / (1 + cumulative return))``, above every strategy with a
+    drawdown (whose Calmar is at most ``CALMAR_CAP``) and increasing with the return among themselves.
+    Flat at zero (all cash) stays undefined.
     """
     _, daily = result.daily_returns()
     if kind == "sharpe":
@@ -680,7 +689,10 @@ def fitness(
     elif kind == "return":
         out = m.cum_returns_final(daily)
     elif kind == "calmar":
-        out = m.calmar_ratio(daily, annualization=annualization)
+        out = m.calmar_ratio(daily, annualization=annualization).clamp(-CALMAR_CAP, CALMAR_CAP)
+        cum = m.cum_returns_final(daily)
+        no_drawdown = (m.max_drawdown(daily) == 0) & (cum > 0)
+        out = torch.where(no_drawdown, CALMAR_CAP * (2.0 - 1.0 / (1.0 + cum)), out)
     else:
         raise PodracerError(f"unknown fitness {kind!r}; choose from {', '.join(FITNESS_KINDS)}")
     return torch.where(torch.isnan(out), torch.full_like(out, nan_value), out)

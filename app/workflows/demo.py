@@ -38,7 +38,9 @@ PRESETS: dict[str, dict[str, Any]] = {
         "minutes": 6.0,
     },
     "test": {
-        "data": {"num_tickers": 8, "num_sessions": 12},
+        # 20 sessions split 5 / 10 / 5: the validation window needs 10 sessions
+        # (training.MIN_VALID_SESSIONS); fewer train sessions keep the data step as small as before.
+        "data": {"num_tickers": 8, "num_sessions": 20, "train_frac": 0.25, "valid_frac": 0.5},
         "env": {"num_envs": 32, "episode_len": 64},
         "agent": {"num_steps": 16},
         "tournament": {"pods": 2, "leaderboard_size": 4, "round_steps": 4_096, "budget_steps": 12_288},
@@ -200,7 +202,14 @@ def run_demo(
         "champion": champion,
         "window": {"start": doc["start"], "end": doc["end"]},
         "annualization": doc["annualization"],
-        "metrics": {"champion": strategies.get("champion", {}), "buy_and_hold": strategies.get(bench, {})},
+        "metrics": {
+            "champion": strategies.get("champion", {}),
+            "buy_and_hold": strategies.get(bench, {}),
+            "equal_weight": strategies.get("equal_weight", {}),
+        },
+        "num_trials": doc["num_trials"],
+        "pbo": doc.get("pbo"),
+        "verdict": doc.get("verdict"),
         "timings": timings,
         "document": doc,
     }
