@@ -138,7 +138,10 @@ def dsr_inputs(
     if variance is not None:
         return variance, None
     if _all_undefined(trial_sharpes):
-        return None, f"every one of the {int(num_trials)} trials has an undefined validation Sharpe (all cash)"
+        return (
+            None,
+            f"every one of the {int(num_trials)} trials has an undefined validation Sharpe (all cash)",
+        )
     return None, "fewer than 2 trials with a defined validation Sharpe: null-hypothesis variance 1/(T-1) used"
 
 
@@ -148,7 +151,7 @@ def pbo_fields(trial_returns: Any | None, num_splits: int = 16) -> dict[str, Any
     empty = {"pbo": None, "pbo_logits": [], "pbo_num_splits": None, "pbo_num_trials": 0}
     if trial_returns is None:
         return empty
-    arr = np.asarray(trial_returns, dtype=np.float64)
+    arr = np.array(trial_returns, dtype=np.float64)  # a writable copy (parquet arrays are read-only)
     if arr.ndim != 2 or arr.shape[1] < 2:
         return {**empty, "pbo_num_trials": int(arr.shape[1]) if arr.ndim == 2 else 0}
     try:
@@ -183,9 +186,18 @@ def verdict(doc: Mapping[str, Any], strategy: str = "champion") -> str | None:
         why = doc.get("dsr_reason") or "the Sharpe ratio is undefined"
         return f"edge not measurable: DSR n/a ({why}), {pbo_text}"
     dsr_text = f"DSR {dsr:.3g}"
+    # The DSR tests a Sharpe above zero skill; a long-only pod can clear it in a rising market while
+    # doing worse than simply holding the market, so say so.
+    bench = (doc.get("strategies") or {}).get(doc.get("benchmark") or "")
+    mine, theirs = row.get("sharpe_ratio"), (bench or {}).get("sharpe_ratio")
+    below = (
+        f"; Sharpe {mine:.2f} below {doc['benchmark']}'s {theirs:.2f}"
+        if (mine is not None and theirs is not None and mine < theirs)
+        else ""
+    )
     if dsr >= DSR_SIGNIFICANT and (pbo is None or pbo < PBO_MAX):
-        return f"edge significant: {dsr_text}, {pbo_text}"
-    return f"edge not significant: {dsr_text}, {pbo_text}"
+        return f"edge significant: {dsr_text}, {pbo_text}{below}"
+    return f"edge not significant: {dsr_text}, {pbo_text}{below}"
 
 
 def metrics_document(

@@ -60,7 +60,9 @@ def test_valid_returns_round_trip_into_one_matrix(tmp_path):
     dates = np.array(["2024-01-02", "2024-01-03", "2024-01-04"], dtype="datetime64[D]")
     stamps = np.array(["2024-01-02T14:30", "2024-01-02T14:45"], dtype="datetime64[ns]")
     for i, pod_id in enumerate(("p0", "p1")):
-        series = pod.ValidReturns(dates, np.array([0.01, -0.02, 0.03]) * (i + 1), stamps, np.array([0.1, 0.2]))
+        series = pod.ValidReturns(
+            dates, np.array([0.01, -0.02, 0.03]) * (i + 1), stamps, np.array([0.1, 0.2])
+        )
         (tmp_path / pod_id).mkdir()
         pod.write_valid_returns(tmp_path / pod_id / pod.VALID_RETURNS, series)
     index, matrix, ids = pod.read_valid_returns_matrix(tmp_path, ["p0", "p1", "never-scored"])
@@ -105,7 +107,9 @@ def test_dsr_is_null_with_a_reason_when_every_trial_is_undefined(short_result):
 
 def test_trial_variance_skips_nulls_and_is_per_day(short_result):
     trials = [None, 1.0, 3.0, None]
-    doc = report.metrics_document(short_result, window="test", num_trials=4, trial_sharpes=trials, annualization=252)
+    doc = report.metrics_document(
+        short_result, window="test", num_trials=4, trial_sharpes=trials, annualization=252
+    )
     assert doc["trial_sharpe_variance"] == pytest.approx(np.var([1.0, 3.0], ddof=1) / 252)
     assert doc["trial_sharpe_period"] == "daily" and doc["dsr_reason"] is None
     _, daily = short_result.daily_returns()

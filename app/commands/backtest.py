@@ -26,7 +26,9 @@ def backtest(
     window: str = typer.Option("test", "--window", help="test, valid or full."),
     json_out: bool = typer.Option(False, "--json", help="Print the metrics document as JSON."),
     baseline: list[str] = typer.Option(
-        None, "--baseline", help="Without RUN: baseline(s) on the stored data (buy-and-hold, equal-weight, cash, index)."
+        None,
+        "--baseline",
+        help="Without RUN: baseline(s) on the stored data (buy-and-hold, equal-weight, cash, index).",
     ),
     config: Path = typer.Option(None, "--config", help="With --baseline: TOML config (data, env costs)."),
     out: Path = typer.Option(
