@@ -185,7 +185,7 @@ def verdict(doc: Mapping[str, Any], strategy: str = "champion") -> str | None:
     if dsr is None:
         why = doc.get("dsr_reason") or "the Sharpe ratio is undefined"
         return f"edge not measurable: DSR n/a ({why}), {pbo_text}"
-    dsr_text = f"DSR {dsr:.3g}"
+    dsr_text = f"DSR {dsr:.3f}" if dsr >= 0.001 else f"DSR {dsr:.1e}"
     # The DSR tests a Sharpe above zero skill; a long-only pod can clear it in a rising market while
     # doing worse than simply holding the market, so say so.
     bench = (doc.get("strategies") or {}).get(doc.get("benchmark") or "")

@@ -187,7 +187,7 @@ def run_demo(
 
     t0 = time.perf_counter()
     with status("[3/3] backtest: champion vs buy-and-hold on the test window"):
-        doc = backtest_run(run_id, home=home, window="test")
+        doc = backtest_run(run_id, home=home, window="test", splits=splits)
     timings["backtest_s"] = time.perf_counter() - t0
     say(f"[3/3] backtest: wrote {run_dir.backtest} [{timings['backtest_s']:.1f} s]")
     timings["total_s"] = sum(timings.values())

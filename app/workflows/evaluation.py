@@ -119,8 +119,13 @@ def backtest_run(
     window: str = "test",
     device: str | None = None,
     tearsheet: bool = True,
+    splits: Any | None = None,
 ) -> dict[str, Any]:
-    """Backtest a run's champion + baselines on ``window`` and write ``<run>/backtest/``."""
+    """Backtest a run's champion + baselines on ``window`` and write ``<run>/backtest/``.
+
+    ``splits``: the ``MarketSplits`` the run was built from, when the caller still holds them (the
+    demo), instead of rebuilding the market from the run's data config (a minute or more for a large
+    synthetic market on a busy machine)."""
     run_dir = RunDir(home, run)
     if not run_dir.exists():
         raise PodracerError(f"no run {run!r} under {home / 'runs'}")
@@ -136,7 +141,9 @@ def backtest_run(
     trial_sharpes = list(record.get("trial_sharpes") or ())
     annualization = record.get("annualization") or config.backtest.annualization
     params = to_env_params(config.env)
-    market = _window(load_market(config.data, home=home, device=device), window)
+    if splits is None:
+        splits = load_market(config.data, home=home, device=device)
+    market = _window(splits, window).to(device)
     _check_window_unseen(run, window, market, run_info.windows)
     check_policy_fits(policy, market, params)
     result = engine.run_backtest(
