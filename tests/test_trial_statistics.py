@@ -186,3 +186,30 @@ def test_metrics_record_costs_and_captions_print_them(short_result):
     assert "costs 0.20% + 1 bp" in footer
     assert report.costs_label(0.0005, 2.5) == "costs 0.05% + 2.5 bp"
     json.dumps(report.json_safe(doc))  # JSON-able as written
+
+
+def test_backtest_uses_the_recorded_annualization_and_keeps_null_trials(tmp_path, capsys):
+    from agents.networks import NetworkConfig
+    from agents.policy import Policy, PolicyMeta
+    from app.config import write_config
+    from data.loader import load_market
+
+    home = tmp_path / "home"
+    cfg = Config().with_updates(data={"num_tickers": 4, "num_sessions": 6}, env={"decision_interval": 30})
+    run = home / "runs" / "r1"
+    run.mkdir(parents=True)
+    write_config(cfg, run / "config.toml")
+    market = load_market(cfg.data, home=home).full
+    Policy(
+        NetworkConfig(market.num_assets, market.num_features),
+        PolicyMeta(tickers=market.tickers, feature_names=market.feature_names),
+    ).save(run / "champion")
+    record = {"pods_tried": 3, "trial_sharpes": [None, 0.5, 1.5], "annualization": 12}
+    (run / "run.json").write_text(json.dumps(record))
+    assert main(["--home", str(home), "backtest", "r1", "--json", "--no-tearsheet"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    # Trained with 12 periods a year (not today's 252): the per-day variance divides by 12.
+    assert doc["annualization"] == 12
+    assert doc["trial_sharpe_variance"] == pytest.approx(np.var([0.5, 1.5], ddof=1) / 12)
+    assert doc["pbo"] is None and "equal_weight" in doc["strategies"]
+    assert doc["cost_rate"] == 0.002 and doc["slippage_bps"] == 1.0
