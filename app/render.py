@@ -257,7 +257,7 @@ _SUMMARY_ROWS = (
 
 
 def demo_table(doc: dict[str, Any]) -> Table:
-    """The demo's summary: champion vs buy-and-hold on the held-out test window."""
+    """The demo's summary: champion vs buy-and-hold (and equal weight) on the held-out test window."""
     strategies = doc["strategies"]
     champ, bench = strategies.get("champion", {}), strategies.get(doc.get("benchmark", "buy_and_hold"), {})
     table = Table(
@@ -266,13 +266,17 @@ def demo_table(doc: dict[str, Any]) -> Table:
     table.add_column("metric")
     table.add_column("champion", justify="right")
     table.add_column("buy-and-hold", justify="right")
+    equal = strategies.get("equal_weight")
+    if equal is not None:
+        table.add_column("equal weight (daily rebalance)", justify="right")
     for key, label, fmt in _SUMMARY_ROWS:
 
         def cell(row: dict[str, Any], key: str = key, fmt: str = fmt) -> str:
             value = row.get(key)
             return "n/a" if value is None else fmt.format(value)
 
-        table.add_row(_row_label(key, label, doc), cell(champ), cell(bench))
+        cells = [cell(champ), cell(bench)] + ([cell(equal)] if equal is not None else [])
+        table.add_row(_row_label(key, label, doc), *cells)
     return table
 
 
