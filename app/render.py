@@ -15,6 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from app import context
+from backtests import report
 
 
 # --- training -------------------------------------------------------------------------------------------
@@ -191,6 +192,20 @@ def _fmt(key: str, value: float | None) -> str:
     )
 
 
+def _short_window(doc: dict[str, Any]) -> str | None:
+    """``"n/a: window under 63 sessions"`` when annualized compounding figures are withheld."""
+    minimum = doc.get("annualized_min_sessions")
+    sessions = doc.get("num_sessions", doc.get("num_days"))
+    if minimum is not None and sessions is not None and sessions < minimum:
+        return f"n/a: window under {minimum} sessions"
+    return None
+
+
+def _row_label(key: str, label: str, doc: dict[str, Any]) -> str:
+    short = _short_window(doc)
+    return f"{label} ({short})" if short and key in report.ANNUALIZED_KEYS else label
+
+
 def backtest_table(doc: dict[str, Any], title: str) -> Table:
     """The metrics document as a rich table: one column per strategy, benchmark marked."""
     strategies = doc["strategies"]
@@ -200,17 +215,31 @@ def backtest_table(doc: dict[str, Any], title: str) -> Table:
         label = f"{name} (benchmark)" if name == doc.get("benchmark") else name
         table.add_column(label, justify="right")
     for key, label in _ROWS:
-        table.add_row(label, *(_fmt(key, row.get(key)) for row in strategies.values()))
+        table.add_row(_row_label(key, label, doc), *(_fmt(key, row.get(key)) for row in strategies.values()))
     return table
 
 
+def costs_text(doc: dict[str, Any]) -> str:
+    """``"costs 0.20% + 1 bp"`` from the document's recorded costs (``"costs on"`` for old documents)."""
+    return report.costs_label(doc.get("cost_rate"), doc.get("slippage_bps"))
+
+
+def _pbo_text(doc: dict[str, Any]) -> str:
+    pbo = doc.get("pbo")
+    return f"PBO {pbo:.2f} over {doc.get('pbo_num_splits')} CSCV blocks" if pbo is not None else "PBO n/a"
+
+
 def _caption(doc: dict[str, Any]) -> str:
-    return (
+    text = (
         f"{doc['window']} window {doc['start']} .. {doc['end']} ({doc['num_days']} sessions, "
         f"{doc['num_decisions']} decisions every {doc['decision_interval']} x {doc['interval']} bars); "
-        f"daily returns annualized with {doc['annualization']}/yr; costs on; "
-        f"DSR over {doc['num_trials']} trial(s)"
+        f"daily returns annualized with {doc['annualization']}/yr; {costs_text(doc)}; "
+        f"DSR over {doc['num_trials']} trial(s) (trials' Sharpe variance per day, as the tested Sharpe); "
+        f"{_pbo_text(doc)}"
     )
+    if doc.get("verdict"):
+        text += f"\n{doc['verdict']}"
+    return text
 
 
 # --- demo -----------------------------------------------------------------------------------------------
@@ -228,7 +257,7 @@ _SUMMARY_ROWS = (
 
 
 def demo_table(doc: dict[str, Any]) -> Table:
-    """The demo's summary: champion vs buy-and-hold on the held-out test window."""
+    """The demo's summary: champion vs buy-and-hold (and equal weight) on the held-out test window."""
     strategies = doc["strategies"]
     champ, bench = strategies.get("champion", {}), strategies.get(doc.get("benchmark", "buy_and_hold"), {})
     table = Table(
@@ -237,23 +266,30 @@ def demo_table(doc: dict[str, Any]) -> Table:
     table.add_column("metric")
     table.add_column("champion", justify="right")
     table.add_column("buy-and-hold", justify="right")
+    equal = strategies.get("equal_weight")
+    if equal is not None:
+        table.add_column("equal weight (daily rebalance)", justify="right")
     for key, label, fmt in _SUMMARY_ROWS:
 
         def cell(row: dict[str, Any], key: str = key, fmt: str = fmt) -> str:
             value = row.get(key)
             return "n/a" if value is None else fmt.format(value)
 
-        table.add_row(label, cell(champ), cell(bench))
+        cells = [cell(champ), cell(bench)] + ([cell(equal)] if equal is not None else [])
+        table.add_row(_row_label(key, label, doc), *cells)
     return table
 
 
 def demo_footer(result: dict[str, Any]) -> str:
     doc = result["document"]
-    return (
-        f"test window {doc['start']} .. {doc['end']}, daily returns annualized with "
-        f"{doc['annualization']}/yr, costs on; DSR over {doc['num_trials']} pods tried. "
-        f"Total {result['timings']['total_s']:.0f} s."
+    text = (
+        f"test window {doc['start']} .. {doc['end']} ({doc.get('num_sessions', doc.get('num_days'))} sessions), "
+        f"daily returns annualized with {doc['annualization']}/yr, {costs_text(doc)}; DSR over "
+        f"{doc['num_trials']} pods tried; {_pbo_text(doc)}. Total {result['timings']['total_s']:.0f} s."
     )
+    if doc.get("verdict"):
+        text += f"\n{doc['verdict']}"
+    return text
 
 
 def say(message: str) -> None:

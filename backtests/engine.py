@@ -20,6 +20,11 @@ Strategies:
   call per step (a test checks the two agree);
 - ``"index"``: buy-and-hold of an index ETF (the first of :data:`INDEX_TICKERS` in the universe; skipped
   when there is none), the same way;
+- ``"equal_weight"``: equal weights over the universe, rebalanced with the first fill of every session
+  (the first decision whose fill bar, ``t + 1``, lies in a new session: at that session's open when the
+  decision grid lines up with the sessions, as with 390 one-minute bars and ``decision_interval`` 15),
+  held in between (no trade), costs on: each rebalance is the env's ``"weights"`` fill; the marks between
+  rebalances are computed at once from the held shares, as for buy-and-hold;
 - ``"cash"``: never trades.
 
 A strategy whose value falls under the env's termination floor is stopped there: from then on its
@@ -51,8 +56,8 @@ from envs.trading import EnvParams
 #: Index ETFs used for the ``"index"`` baseline, in order of preference.
 INDEX_TICKERS: tuple[str, ...] = ("QQQ", "SPY")
 #: Every baseline name ``run_backtest`` understands.
-BASELINES: tuple[str, ...] = ("buy_and_hold", "index", "cash")
-DEFAULT_BASELINES: tuple[str, ...] = ("buy_and_hold", "cash", "index")
+BASELINES: tuple[str, ...] = ("buy_and_hold", "equal_weight", "index", "cash")
+DEFAULT_BASELINES: tuple[str, ...] = ("buy_and_hold", "equal_weight", "cash", "index")
 #: ``compile="auto"`` compiles a policy's decision loop from this many decisions on. Measured on a
 #: 2-core CPU (docs/backtests.md): the compiled decision saves ~120 µs; compiling costs ~3 s with
 #: inductor's on-disk cache warm and ~14 s cold, so 50k decisions repay even a cold compile.
@@ -232,6 +237,8 @@ def run_backtest(
     static = _static_baselines(market, baselines)
     if static:
         groups.append(_run_static(market, params, static, k_steps, seed, plan.off_bars))
+    if "equal_weight" in baselines:
+        groups.append(_run_equal_weight(market, params, k_steps, seed, plan.off_bars))
 
     cat = lambda key: torch.cat([getattr(g, key) for g in groups], dim=1)  # noqa: E731
     equity = cat("equity")
@@ -552,6 +559,87 @@ def _run_static(
     )
 
 
+def rebalance_rows(market: MarketData, interval: int, k_steps: int) -> np.ndarray:
+    """Decision rows of ``"equal_weight"``'s rebalances: row 0 and each first row whose fill bar
+    (``k * interval + 1``) lies in a session other than the previous row's fill bar."""
+    dates = market.session_dates()
+    fill_dates = dates[np.arange(k_steps) * interval + 1]
+    return np.flatnonzero(np.r_[True, fill_dates[1:] != fill_dates[:-1]]).astype(np.int64)
+
+
+def _run_equal_weight(
+    market: MarketData, params: EnvParams, k_steps: int, seed: int, off_bars: np.ndarray
+) -> _Run:
+    """Equal weights bought at each rebalance row (the env's ``"weights"`` fill), held in between.
+
+    Between rebalances nothing trades, so the marks are ``cash + shares @ close`` computed for the
+    whole segment at once; at a rebalance the env state is moved to that decision bar (time index and
+    value marked at its close) and stepped once in ``"weights"`` mode, which trades, pays costs and
+    slippage exactly as for any policy.
+    """
+    device = market.device
+    interval = int(params.decision_interval)
+    num_assets = market.num_assets
+    buy_params = dataclasses.replace(params, action_mode="weights")
+    rows = rebalance_rows(market, interval, k_steps)
+    ends = np.r_[rows[1:], k_steps]
+    equity = torch.zeros(k_steps, 1, dtype=torch.float64, device=device)
+    weights = torch.zeros(k_steps, 1, num_assets, dtype=torch.float64, device=device)
+    shares_traded = torch.zeros(k_steps, 1, num_assets, dtype=torch.float64, device=device)
+    turnover = torch.zeros(k_steps, 1, dtype=torch.float64, device=device)
+    seg_cash, seg_shares = [], []
+    target = torch.full((1, num_assets), 1.0 / num_assets, device=device)
+    with torch.inference_mode():
+        state, _ = trading.reset(market, buy_params, 1, torch.Generator().manual_seed(seed), start=0)
+        prev_value = float(params.initial_cash)
+        for r, end in zip(rows.tolist(), ends.tolist(), strict=True):
+            if r > 0:
+                t = r * interval
+                close_t = market.close[t].to(torch.float64)
+                value = state.cash.to(torch.float64) + (state.shares.to(torch.float64) * close_t).sum(-1)
+                state = dataclasses.replace(
+                    state, t=torch.full_like(state.t, t), value=value.to(state.value.dtype)
+                )
+                prev_value = float(equity[r - 1, 0])
+            state, _, _, _, _, info = trading.step(market, buy_params, state, target)
+            cash = state.cash.to(torch.float64)  # (1,)
+            held_shares = state.shares.to(torch.float64)  # (1, A)
+            seg_cash.append(cash)
+            seg_shares.append(held_shares)
+            shares_traded[r] = info["shares_traded"].to(torch.float64)
+            turnover[r] = info["traded_notional"].to(torch.float64) / prev_value
+            mark_bars = torch.arange(r + 1, end + 1, device=device) * interval
+            close = market.close.index_select(0, mark_bars).to(torch.float64)  # (L, A)
+            held = close.unsqueeze(1) * held_shares.unsqueeze(0)  # (L, 1, A)
+            seg_equity = cash.unsqueeze(0) + held.sum(dim=-1)  # (L, 1)
+            seg_equity[0] = info["value"].to(torch.float64)  # the env's own mark
+            equity[r:end] = seg_equity
+            weights[r:end] = held / seg_equity.unsqueeze(-1).clamp(min=1e-12)
+        notional, trade_costs = _trade_accounting(market, params, shares_traded, k_steps)
+        # Off-mark closes: the holdings of the last rebalance filled by then (fill bar r * interval + 1).
+        off = np.asarray(off_bars, dtype=np.int64)
+        seg = np.searchsorted(rows * interval + 1, off, side="right") - 1
+        if len(off):
+            cash_all = torch.stack(seg_cash)  # (R, 1)
+            shares_all = torch.stack(seg_shares)  # (R, 1, A)
+            idx = torch.as_tensor(np.clip(seg, 0, None), device=device)
+            off_close = market.close.index_select(0, torch.as_tensor(off, device=device)).to(torch.float64)
+            off_equity = cash_all[idx] + (shares_all[idx] * off_close.unsqueeze(1)).sum(dim=-1)
+        else:
+            off_equity = torch.zeros(0, 1, dtype=torch.float64, device=device)
+    return _Run(
+        names=["equal_weight"],
+        equity=equity.cpu(),
+        weights=weights.to(torch.float32).cpu(),
+        costs=trade_costs.sum(dim=-1).cpu(),
+        turnover=turnover.cpu(),
+        trades=notional.to(torch.float32).cpu(),
+        trade_costs=trade_costs.to(torch.float32).cpu(),
+        terminated_at=[-1],
+        off_equity=off_equity.cpu(),
+    )
+
+
 def _weights_of(obs: Tensor, market: MarketData) -> Tensor:
     """Position weights ``(N, A)`` from observations (see ``envs.observation.split_obs``)."""
     return obs[:, 2:].reshape(obs.shape[0], market.num_assets, 1 + market.num_features)[..., 0].clone()
@@ -571,6 +659,9 @@ def evaluate(
 
 
 FITNESS_KINDS: tuple[str, ...] = ("sharpe", "return", "calmar")
+#: Calmar fitness: finite ratios are clipped to +-CALMAR_CAP; a strategy with no drawdown and a positive
+#: return scores in (CALMAR_CAP, 2 * CALMAR_CAP), above every strategy with a drawdown, ordered by return.
+CALMAR_CAP = 1e3
 
 
 def fitness(
@@ -583,8 +674,14 @@ def fitness(
     """One fitness per strategy ``(S,)`` from daily returns, higher is better.
 
     ``"sharpe"``: annualized Sharpe ratio; ``"return"``: total compounded return; ``"calmar"``: Calmar
-    ratio. Undefined values (a flat equity curve has no Sharpe ratio) become ``nan_value``, so that
-    sorting ranks them last.
+    ratio clipped to ``+-CALMAR_CAP``. Undefined values (a flat equity curve has no Sharpe ratio) become
+    ``nan_value``, so that sorting ranks them last.
+
+    Calmar with no drawdown (no losing day, positive return) is annual return / 0, undefined as a ratio
+    but the best possible risk profile: it must not rank below a weaker strategy that lost on some day,
+    so it scores ``CALMAR_CAP * (2 - 1 / (1 + cumulative return))``, above every strategy with a
+    drawdown (whose Calmar is at most ``CALMAR_CAP``) and increasing with the return among themselves.
+    Flat at zero (all cash) stays undefined.
     """
     _, daily = result.daily_returns()
     if kind == "sharpe":
@@ -592,7 +689,10 @@ def fitness(
     elif kind == "return":
         out = m.cum_returns_final(daily)
     elif kind == "calmar":
-        out = m.calmar_ratio(daily, annualization=annualization)
+        out = m.calmar_ratio(daily, annualization=annualization).clamp(-CALMAR_CAP, CALMAR_CAP)
+        cum = m.cum_returns_final(daily)
+        no_drawdown = (m.max_drawdown(daily) == 0) & (cum > 0)
+        out = torch.where(no_drawdown, CALMAR_CAP * (2.0 - 1.0 / (1.0 + cum)), out)
     else:
         raise PodracerError(f"unknown fitness {kind!r}; choose from {', '.join(FITNESS_KINDS)}")
     return torch.where(torch.isnan(out), torch.full_like(out, nan_value), out)

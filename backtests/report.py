@@ -2,12 +2,19 @@
 
 The files and their schemas are a contract with the dashboard (see ARCHITECTURE.md):
 
-- ``metrics.json``: ``window, start, end, annualization, period, benchmark, num_trials`` and
+- ``metrics.json``: ``window, start, end, annualization, period, benchmark, num_trials``,
+  ``pbo`` (probability of backtest overfitting over every pod tried, from their daily validation
+  returns; null with fewer than 2 pods or without their returns), ``pbo_logits`` (list, for a
+  histogram), ``pbo_num_splits``, ``num_sessions`` (sessions in the window) and
+  ``annualized_min_sessions`` (63: below that ``annual_return`` and ``calmar_ratio`` are null, the
+  period return ``cum_returns_final`` stands), ``cost_rate`` and ``slippage_bps`` (the costs used),
+  ``dsr_reason`` (why a DSR is null or used the null-hypothesis variance; null otherwise),
+  ``verdict`` (one plain-words line, :func:`verdict`), and
   ``strategies: {name: {<every metric of backtests.metrics.SUMMARY_METRICS>,
   probabilistic_sharpe_ratio, deflated_sharpe_ratio}}`` (floats, or null where undefined), plus
   descriptive extras (``decision_interval``, ``num_decisions``, ``num_days``, ``interval``,
-  ``trial_sharpe_variance``, ``deflated``, ``positions_frequency``, ``trades_frequency``,
-  ``tearsheet``);
+  ``trial_sharpe_variance`` (per day, the periodicity of the tested Sharpe), ``trial_sharpe_period``,
+  ``deflated``, ``positions_frequency``, ``trades_frequency``, ``tearsheet``);
 - ``equity.parquet``: ``timestamp`` (UTC) + one float64 column per strategy (equity in $); the first
   row is the initial cash at the window's first bar;
 - ``positions.parquet``: long ``timestamp, strategy, ticker, weight`` (zero weights left out);
@@ -32,7 +39,7 @@ import io
 import logging
 import math
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +59,16 @@ DEFAULT_MAX_ROWS = 2_000_000
 EXTRA_METRICS: tuple[str, ...] = ("probabilistic_sharpe_ratio", "deflated_sharpe_ratio")
 #: Every per-strategy key of metrics.json, in display order.
 METRIC_KEYS: tuple[str, ...] = m.SUMMARY_METRICS + EXTRA_METRICS
+#: Annualized compounding figures are only reported for windows of at least this many sessions (a
+#: quarter): (1 + r)^(252 / n) over 12 sessions turns +33% into +40,000%/yr, a number that reads as a
+#: broken product. Below it ``annual_return`` and ``calmar_ratio`` are null and the period return stands.
+ANNUALIZED_MIN_SESSIONS = 63
+#: Metrics nulled below ANNUALIZED_MIN_SESSIONS. Sharpe, Sortino and volatility scale by sqrt(252) and
+#: do not compound, so they stay (the PSR/DSR say how much a short window's Sharpe is worth).
+ANNUALIZED_KEYS: tuple[str, ...] = ("annual_return", "calmar_ratio")
+#: DSR at or above this (and PBO below PBO_MAX) reads as a significant edge in :func:`verdict`.
+DSR_SIGNIFICANT = 0.95
+PBO_MAX = 0.5
 
 
 def _is_baseline(name: str) -> bool:
@@ -63,29 +80,124 @@ def compute_metrics(
     *,
     annualization: float = 252.0,
     num_trials: int = 1,
-    trial_sharpes: Sequence[float] | None = None,
+    trial_sharpes: Sequence[float | None] | None = None,
     deflated: Sequence[str] | None = None,
 ) -> dict[str, dict[str, float | None]]:
     """Every metric of every strategy, on daily returns, as JSON-able floats (None = undefined).
 
     The deflated Sharpe ratio accounts for ``num_trials`` for the strategies in ``deflated`` (default:
     every non-baseline strategy, i.e. what a tournament selected); baselines were not selected, so
-    their DSR equals their PSR. ``trial_sharpes`` are the trials' annualized Sharpe ratios (their
-    variance sets the hurdle); without two of them the null variance ``1/(T-1)`` is used.
+    their DSR equals their PSR. ``trial_sharpes`` are the trials' Sharpe ratios of *daily* validation
+    returns annualized with ``annualization`` (None for a trial whose Sharpe is undefined); their
+    variance, converted to per-day units (:func:`dsr_inputs`), sets the hurdle for the per-day Sharpe of
+    the tested daily returns. Annualized compounding metrics are null below
+    :data:`ANNUALIZED_MIN_SESSIONS` sessions.
     """
     _, daily = result.daily_returns()
     summary = result.summary(annualization)
     psr = selection.probabilistic_sharpe_ratio(daily)
-    variance = selection.trial_sharpe_variance(trial_sharpes or (), annualization)
-    dsr_all = selection.deflated_sharpe_ratio(daily, max(1, int(num_trials)), variance)
+    variance, reason = dsr_inputs(num_trials, trial_sharpes, annualization)
+    if int(num_trials) > 1 and _all_undefined(trial_sharpes):
+        dsr_all = torch.full_like(psr, math.nan)
+    else:
+        dsr_all = selection.deflated_sharpe_ratio(daily, max(1, int(num_trials)), variance)
     deflated = set(deflated if deflated is not None else [n for n in result.names if not _is_baseline(n)])
+    short = daily.shape[0] < ANNUALIZED_MIN_SESSIONS
     out: dict[str, dict[str, float | None]] = {}
     for i, name in enumerate(result.names):
         row = {key: m.to_floats(summary[key][i : i + 1])[0] for key in m.SUMMARY_METRICS}
+        if short:
+            row.update({key: None for key in ANNUALIZED_KEYS})
         row["probabilistic_sharpe_ratio"] = m.to_floats(psr[i : i + 1])[0]
         row["deflated_sharpe_ratio"] = m.to_floats((dsr_all if name in deflated else psr)[i : i + 1])[0]
         out[name] = row
     return out
+
+
+def _all_undefined(trial_sharpes: Sequence[float | None] | None) -> bool:
+    values = list(trial_sharpes or ())
+    return bool(values) and all(v is None or not math.isfinite(float(v)) for v in values)
+
+
+def dsr_inputs(
+    num_trials: int, trial_sharpes: Sequence[float | None] | None, annualization: float
+) -> tuple[float | None, str | None]:
+    """The trials' Sharpe variance **per day** (the periodicity of the DSR's tested Sharpe: daily
+    returns) and, when the DSR cannot use it, why.
+
+    The trials' Sharpe ratios are annualized Sharpe ratios of daily validation returns (the
+    tournament's fitness, ``annualization`` periods a year: the run's own), so their variance is
+    divided by ``annualization`` to get per-day units. Fewer than two defined trial Sharpes: with
+    every trial undefined (all cash) the DSR is null (there is no spread of trials to deflate against,
+    and a zero variance would make the hurdle 0); with one defined, or none recorded, the null
+    hypothesis' sampling variance ``1/(T-1)`` is used.
+    """
+    if int(num_trials) <= 1:
+        return None, None
+    variance = selection.trial_sharpe_variance(trial_sharpes or (), annualization)
+    if variance is not None:
+        return variance, None
+    if _all_undefined(trial_sharpes):
+        return (
+            None,
+            f"every one of the {int(num_trials)} trials has an undefined validation Sharpe (all cash)",
+        )
+    return None, "fewer than 2 trials with a defined validation Sharpe: null-hypothesis variance 1/(T-1) used"
+
+
+def pbo_fields(trial_returns: Any | None, num_splits: int = 16) -> dict[str, Any]:
+    """``pbo``, ``pbo_logits``, ``pbo_num_splits`` (and ``pbo_num_trials``) from the trials' daily
+    validation returns ``(T, N)``; nulls with fewer than 2 trials or rows too few for CSCV."""
+    empty = {"pbo": None, "pbo_logits": [], "pbo_num_splits": None, "pbo_num_trials": 0}
+    if trial_returns is None:
+        return empty
+    arr = np.array(trial_returns, dtype=np.float64)  # a writable copy (parquet arrays are read-only)
+    if arr.ndim != 2 or arr.shape[1] < 2:
+        return {**empty, "pbo_num_trials": int(arr.shape[1]) if arr.ndim == 2 else 0}
+    try:
+        res = selection.probability_of_backtest_overfitting(arr, num_splits=num_splits)
+    except ValueError as err:
+        log.info("no PBO: %s", err)
+        return {**empty, "pbo_num_trials": int(arr.shape[1])}
+    return {
+        "pbo": res.pbo,
+        "pbo_logits": [float(v) for v in res.logits],
+        "pbo_num_splits": res.num_splits if res.pbo is not None else None,
+        "pbo_num_trials": res.num_trials,
+    }
+
+
+def costs_label(cost_rate: float | None, slippage_bps: float | None) -> str:
+    """``"costs 0.20% + 1 bp"`` (commission rate + slippage), or ``"costs on"`` when not recorded."""
+    if cost_rate is None or slippage_bps is None:
+        return "costs on"
+    return f"costs {100 * float(cost_rate):.2f}% + {float(slippage_bps):g} bp"
+
+
+def verdict(doc: Mapping[str, Any], strategy: str = "champion") -> str | None:
+    """One plain-words line on the selected strategy's edge, from its DSR and the run's PBO, e.g.
+    ``"edge not significant: DSR 0.003, PBO 0.62"``; None when ``strategy`` is not in the document."""
+    row = (doc.get("strategies") or {}).get(strategy)
+    if row is None:
+        return None
+    dsr, pbo = row.get("deflated_sharpe_ratio"), doc.get("pbo")
+    pbo_text = f"PBO {pbo:.2f}" if pbo is not None else "PBO n/a"
+    if dsr is None:
+        why = doc.get("dsr_reason") or "the Sharpe ratio is undefined"
+        return f"edge not measurable: DSR n/a ({why}), {pbo_text}"
+    dsr_text = f"DSR {dsr:.3f}" if dsr >= 0.001 else f"DSR {dsr:.1e}"
+    # The DSR tests a Sharpe above zero skill; a long-only pod can clear it in a rising market while
+    # doing worse than simply holding the market, so say so.
+    bench = (doc.get("strategies") or {}).get(doc.get("benchmark") or "")
+    mine, theirs = row.get("sharpe_ratio"), (bench or {}).get("sharpe_ratio")
+    below = (
+        f"; Sharpe {mine:.2f} below {doc['benchmark']}'s {theirs:.2f}"
+        if (mine is not None and theirs is not None and mine < theirs)
+        else ""
+    )
+    if dsr >= DSR_SIGNIFICANT and (pbo is None or pbo < PBO_MAX):
+        return f"edge significant: {dsr_text}, {pbo_text}{below}"
+    return f"edge not significant: {dsr_text}, {pbo_text}{below}"
 
 
 def metrics_document(
@@ -94,15 +206,22 @@ def metrics_document(
     window: str,
     annualization: float = 252.0,
     num_trials: int = 1,
-    trial_sharpes: Sequence[float] | None = None,
+    trial_sharpes: Sequence[float | None] | None = None,
+    trial_returns: Any | None = None,
     benchmark: str = "buy_and_hold",
+    cost_rate: float | None = None,
+    slippage_bps: float | None = None,
 ) -> dict[str, Any]:
-    """The metrics.json document (also what ``podracer backtest --json`` prints)."""
+    """The metrics.json document (also what ``podracer backtest --json`` prints).
+
+    ``trial_returns`` ``(T, N)``: the daily validation returns of every pod tried (the PBO's input);
+    ``cost_rate`` / ``slippage_bps``: the env's costs the backtest ran with (recorded for captions).
+    """
     start, end = result.date_range()
     dates, _ = result.daily_returns()
-    variance = selection.trial_sharpe_variance(trial_sharpes or (), annualization)
+    variance, reason = dsr_inputs(num_trials, trial_sharpes, annualization)
     selected = [n for n in result.names if not _is_baseline(n)]
-    return {
+    doc: dict[str, Any] = {
         "window": window,
         "start": start,
         "end": end,
@@ -110,7 +229,14 @@ def metrics_document(
         "period": PERIOD,
         "benchmark": benchmark if benchmark in result.names else None,
         "num_trials": int(num_trials),
+        **pbo_fields(trial_returns),
+        "num_sessions": len(dates),
+        "annualized_min_sessions": ANNUALIZED_MIN_SESSIONS,
+        "cost_rate": None if cost_rate is None else float(cost_rate),
+        "slippage_bps": None if slippage_bps is None else float(slippage_bps),
         "trial_sharpe_variance": variance,
+        "trial_sharpe_period": PERIOD,
+        "dsr_reason": reason,
         "deflated": selected,
         "decision_interval": result.decision_interval,
         "interval": result.interval,
@@ -121,6 +247,8 @@ def metrics_document(
             result, annualization=annualization, num_trials=num_trials, trial_sharpes=trial_sharpes
         ),
     }
+    doc["verdict"] = verdict(doc, selected[0]) if selected else None
+    return doc
 
 
 # --- tables ----------------------------------------------------------------------------------------
@@ -276,8 +404,11 @@ def write_report(
     window: str = "test",
     annualization: float = 252.0,
     num_trials: int = 1,
-    trial_sharpes: Sequence[float] | None = None,
+    trial_sharpes: Sequence[float | None] | None = None,
+    trial_returns: Any | None = None,
     benchmark: str = "buy_and_hold",
+    cost_rate: float | None = None,
+    slippage_bps: float | None = None,
     tearsheet: bool = True,
     max_rows: int = DEFAULT_MAX_ROWS,
 ) -> dict[str, Any]:
@@ -290,7 +421,10 @@ def write_report(
         annualization=annualization,
         num_trials=num_trials,
         trial_sharpes=trial_sharpes,
+        trial_returns=trial_returns,
         benchmark=benchmark,
+        cost_rate=cost_rate,
+        slippage_bps=slippage_bps,
     )
     _write_parquet(equity_frame(result), out_dir / "equity.parquet")
     positions, doc["positions_frequency"] = positions_frame(result, max_rows)

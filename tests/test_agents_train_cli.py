@@ -15,7 +15,10 @@ from app.config import load_config
 SMALL = """
 [data]
 num_tickers = 4
-num_sessions = 8
+# 14 sessions split 2 / 10 / 2: the validation window needs 10 (training.MIN_VALID_SESSIONS)
+num_sessions = 14
+train_frac = 0.15
+valid_frac = 0.75
 [env]
 num_envs = 8
 episode_len = 16

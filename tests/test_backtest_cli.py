@@ -41,7 +41,7 @@ def test_run_backtest_json_has_every_metric_and_writes_the_report(run_home, caps
     doc = json.loads(capsys.readouterr().out)  # stdout is exactly one JSON document
     assert (doc["window"], doc["annualization"], doc["period"]) == ("test", 252, "daily")
     assert doc["start"] <= doc["end"] and doc["num_trials"] == 20
-    assert list(doc["strategies"]) == ["champion", "buy_and_hold", "cash"]
+    assert list(doc["strategies"]) == ["champion", "buy_and_hold", "cash", "equal_weight"]
     for row in doc["strategies"].values():
         for key in (
             "cum_returns_final",

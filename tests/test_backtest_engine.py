@@ -181,7 +181,7 @@ def test_index_baseline_when_an_index_etf_is_present():
     base = toy_market(200, 3, 2, seed=1)
     market = MarketData(**{**base.__dict__, "tickers": ("AAA", "QQQ", "BBB")})
     res = engine.run_backtest(market, EnvParams(decision_interval=10))
-    assert res.names == ("buy_and_hold", "cash", "index_QQQ")
+    assert res.names == ("buy_and_hold", "cash", "index_QQQ", "equal_weight")
     col = res.index("index_QQQ")
     assert float(res.weights[0, col, 1]) == pytest.approx(1.0, abs=1e-6)
     # Without one the baseline is skipped.
@@ -289,3 +289,48 @@ def test_decisions_spanning_sessions_still_give_one_return_per_session():
     assert m.annual_return(daily[:, 0]).item() == pytest.approx(
         float(growth[0] / res.initial_value) ** (252 / 11) - 1.0, rel=1e-9
     )
+
+
+def _equal_weight_reference(open_, close, bars_per_session, rate, cash0):
+    """Plain-Python equal_weight: rebalance to 1/A at the first fill of each session (decision bar k
+    fills at k+1's open), hold otherwise; sells first, buys scaled so cash stays >= 0."""
+    steps, assets = len(close), len(close[0])
+    cash, shares, marks = cash0, [0.0] * assets, []
+    for k in range(steps - 1):
+        fill = k + 1
+        if k == 0 or fill // bars_per_session != k // bars_per_session:
+            px = open_[fill]
+            value = cash + sum(s * p for s, p in zip(shares, px, strict=True))
+            diff = [value / assets / p - s for s, p in zip(shares, px, strict=True)]
+            sell = sum(-d * p for d, p in zip(diff, px, strict=True) if d < 0)
+            buy = sum(d * p for d, p in zip(diff, px, strict=True) if d > 0)
+            available, needed = cash + sell * (1 - rate), buy * (1 + rate)
+            scale = min(1.0, available / needed) if needed > 0 else 1.0
+            diff = [d * scale if d > 0 else d for d in diff]
+            shares = [s + d for s, d in zip(shares, diff, strict=True)]
+            cash = available - needed * scale
+        marks.append(cash + sum(s * p for s, p in zip(shares, close[fill], strict=True)))
+    return marks
+
+
+def test_equal_weight_rebalances_at_each_session_open_against_a_hand_computed_case():
+    # 3 sessions of 2 bars; one decision per bar: fills at bars 1..5, rebalances at bars 1, 2 and 4
+    # (bars 2 and 4 are session opens), held through bars 3 and 5.
+    open_ = [[10, 20], [10, 20], [12, 18], [13, 17], [9, 22], [10, 21]]
+    close = [[10, 20], [11, 19], [13, 17], [12, 18], [10, 21], [11, 20]]
+    params = EnvParams(initial_cash=1000.0, cost_rate=0.01, slippage_bps=0.0, decision_interval=1)
+    market = _market(open_, close, bars_per_session=2)
+    res = engine.run_backtest(market, params, baselines=("equal_weight", "buy_and_hold"))
+    expected = _equal_weight_reference(open_, close, 2, 0.01, 1000.0)
+    col = res.index("equal_weight")
+    assert res.equity[:, col].tolist() == pytest.approx(expected, rel=1e-6)
+    # First rebalance by hand: $500 a side at bar 1's open, scaled by 1/1.01 for the 1% commission.
+    a0, b0 = 50.0 / 1.01, 25.0 / 1.01
+    assert res.equity[0, col].item() == pytest.approx(a0 * 11 + b0 * 19, rel=1e-6)
+    # Trades at the rebalances only; costs on; it differs from buy-and-hold (which never rebalances).
+    traded = res.trades[:, col].abs().sum(dim=-1)
+    assert [bool(v > 1e-6) for v in traded] == [True, True, False, True, False]
+    assert float(res.costs[:, col].sum()) > float(res.costs[:, res.index("buy_and_hold")].sum())
+    assert engine.rebalance_rows(market, 1, 5).tolist() == [0, 1, 3]
+    # Weights equal right after each rebalance fill (measured at the open), then drift with prices.
+    assert res.weights[1, col].sum().item() == pytest.approx(1.0, abs=0.02)

@@ -36,7 +36,7 @@ def test_write_report_files_and_schemas(tmp_path, result, capsys):
     out = tmp_path / "backtest"
     assert capsys.readouterr().out == ""  # pyfolio's HTML printing is swallowed
     names = list(result.names)
-    assert names == ["champion", "buy_and_hold", "cash"]
+    assert names == ["champion", "buy_and_hold", "cash", "equal_weight"]
 
     saved = json.loads((out / "metrics.json").read_text())
     for key in ("window", "start", "end", "annualization", "period", "benchmark", "num_trials", "strategies"):
@@ -58,7 +58,7 @@ def test_write_report_files_and_schemas(tmp_path, result, capsys):
     assert list(equity.columns) == ["timestamp", *names]
     assert str(equity["timestamp"].dt.tz) == "UTC"
     assert len(equity) == result.num_steps + 1
-    assert equity[names].iloc[0].tolist() == [1e6] * 3
+    assert equity[names].iloc[0].tolist() == [1e6] * 4
     np.testing.assert_allclose(equity[names].to_numpy()[1:], result.equity.numpy())
 
     daily = pd.read_parquet(out / "daily_returns.parquet")
@@ -67,7 +67,7 @@ def test_write_report_files_and_schemas(tmp_path, result, capsys):
 
     positions = pd.read_parquet(out / "positions.parquet")
     assert list(positions.columns) == ["timestamp", "strategy", "ticker", "weight"]
-    assert set(positions["strategy"]) == {"champion", "buy_and_hold"}  # cash holds nothing
+    assert set(positions["strategy"]) == {"champion", "buy_and_hold", "equal_weight"}  # cash holds nothing
     last = positions[
         (positions["strategy"] == "buy_and_hold") & (positions["timestamp"] == positions["timestamp"].max())
     ]

@@ -50,7 +50,7 @@ def test_reads_what_the_real_report_writes(tmp_path):
     wide = views.weights_wide(positions, "champion")
     assert wide.shape[1] == 3 and (wide.sum(axis=1) <= 1 + 1e-6).all()
     trades = artifacts.read_trades(run_dir)
-    assert set(views.cost_summary(trades).index) <= {"champion", "buy_and_hold"}
+    assert set(views.cost_summary(trades).index) <= {"champion", "buy_and_hold", "equal_weight"}
     daily = artifacts.read_daily_returns(run_dir)
     cum = float((1 + daily["champion"]).prod() - 1)
     assert cum == pytest.approx(metrics["strategies"]["champion"]["cum_returns_final"], rel=1e-6, abs=1e-9)

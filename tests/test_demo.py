@@ -46,6 +46,19 @@ def test_demo_test_preset_end_to_end(home, capsys):
     assert summary["metrics"]["champion"]["sharpe_ratio"] == pytest.approx(
         metrics["strategies"]["champion"]["sharpe_ratio"]
     )
+    # every pod tried kept its validation returns; the PBO is over all of them (>= 2 pods)
+    scored = [
+        r[0]
+        for r in sqlite3.connect(run_dir / "leaderboard.sqlite").execute(
+            "select pod_id from pods where score is not null"
+        )
+    ]
+    assert len(scored) == metrics["num_trials"] >= 2
+    assert all((run_dir / "pods" / p / "valid_returns.parquet").is_file() for p in scored)
+    assert metrics["pbo"] is not None and 0.0 <= metrics["pbo"] <= 1.0 and metrics["pbo_logits"]
+    assert 2 <= metrics["pbo_num_trials"] <= len(scored)  # pods with no Sharpe at all are left out
+    assert "equal_weight" in metrics["strategies"] and metrics["cost_rate"] == 0.002
+    assert summary["verdict"].startswith("edge ")
     # the test window comes after the validation window the tournament saw
     assert metrics["start"] > run_json["windows"]["valid"][1]
     equity = pd.read_parquet(run_dir / "backtest" / "equity.parquet")

@@ -18,7 +18,10 @@ from app.cli import main
 CONFIG = """
 [data]
 num_tickers = 3
-num_sessions = 10
+# 14 sessions split 2 / 10 / 2: the validation window needs 10 (training.MIN_VALID_SESSIONS)
+num_sessions = 14
+train_frac = 0.15
+valid_frac = 0.75
 [env]
 num_envs = 8
 decision_interval = 5

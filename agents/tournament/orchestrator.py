@@ -118,7 +118,7 @@ class TournamentResult:
     pods_tried: int
     pods_failed: int
     env_steps: int
-    trial_sharpes: list[float] = field(default_factory=list)
+    trial_sharpes: list[float | None] = field(default_factory=list)
     leaderboard: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -435,6 +435,13 @@ def _copy_champion(run_dir: Path, board: Leaderboard) -> dict[str, Any] | None:
     }
 
 
+def _sharpe_or_none(value: Any) -> float | None:
+    if value is None:
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
 def _report_status(
     run_dir: Path,
     board: Leaderboard,
@@ -449,7 +456,9 @@ def _report_status(
     """The tournament's status fields, handed to ``on_status`` (other stages record their own keys)."""
     pods = board.pods()
     scored = [p for p in pods if p["score"] is not None]
-    sharpes = [float((p["metrics"] or {}).get("sharpe_ratio") or 0.0) for p in scored]
+    # A pod whose Sharpe is undefined (all cash: no dispersion) is a trial with no Sharpe: None, never 0
+    # (zeros would shrink the trials' variance and with it the deflated Sharpe's hurdle).
+    sharpes = [_sharpe_or_none((p["metrics"] or {}).get("sharpe_ratio")) for p in scored]
     failed = sum(1 for p in pods if p["status"] == "failed")
     fields: dict[str, Any] = {
         "run_id": run_dir.name,

@@ -17,11 +17,19 @@ with costs on. Fitness (``tournament.fitness``):
 
 - ``sharpe`` (default): annualized Sharpe of the daily validation returns, net of costs;
 - ``return``: cumulative validation return;
-- ``calmar``: annual return over max drawdown.
+- ``calmar``: annual return over max drawdown; a pod with no drawdown (never a losing day, positive
+  return) ranks above every pod with one, by return (``backtests.engine.fitness``).
 
 A metric that is undefined for a well-behaved policy (a flat all-cash policy has no return
-dispersion, so its Sharpe is 0/0) scores 0 rather than failing the pod; infinities are clipped to
-``±SCORE_CLIP``. A pod whose *returns* are NaN is a broken pod and is rejected as failed.
+dispersion, so its Sharpe is 0/0) scores 0 rather than failing the pod (its *Sharpe* is still
+recorded as undefined, None, so the trial statistics leave it out); infinities are clipped to
+``±SCORE_CLIP`` (``2 * SCORE_CLIP`` for calmar, whose no-drawdown scores lie above ``SCORE_CLIP``).
+A pod whose *returns* are NaN is a broken pod and is rejected as failed.
+
+The pod's daily validation returns (and its per-decision returns) are written next to its checkpoint
+as ``valid_returns.parquet`` (:func:`write_valid_returns`): every pod tried is scored on the same
+validation window, so these columns line up into the (T, N) matrix the probability of backtest
+overfitting is computed from (``backtests.selection``).
 """
 
 from __future__ import annotations
@@ -48,6 +56,9 @@ from envs.trading import EnvParams
 from envs.vec_env import TradingVecEnv
 
 FITNESS = ("sharpe", "return", "calmar")
+#: A pod's validation returns, next to its checkpoint (see :func:`write_valid_returns`).
+VALID_RETURNS = "valid_returns.parquet"
+PERIODS = ("daily", "decision")
 SCORE_CLIP = 1e3
 LEARNERS = {"ppo": (ppo.PPOArgs, ppo.train), "sac": (sac.SACArgs, sac.train)}
 
@@ -162,7 +173,7 @@ def learner_round(task: PodTask, ctx: RoundContext) -> PodOutcome:
         if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
             raise RoundError(f"parameter {name} is not finite after training")
 
-    score, metrics = score_policy(
+    score, metrics, series = score_policy(
         result.policy,
         ctx.valid,
         params,
@@ -177,6 +188,7 @@ def learner_round(task: PodTask, ctx: RoundContext) -> PodOutcome:
         # The round's validation result on its last row, so training curves show it.
         history[-1].update({"eval/score": score, "eval/sharpe": metrics.get("sharpe_ratio")})
     _write_curve(out / "curve.parquet", history, spec.parent_env_steps)
+    write_valid_returns(out / VALID_RETURNS, series)
     return PodOutcome(
         pod_id=spec.pod_id,
         score=score,
@@ -204,6 +216,66 @@ def _write_curve(path: Path, history: list[Mapping[str, Any]], offset: int) -> N
 
 
 # --- scoring on the validation window (runs in the worker) ----------------------------------------
+@dataclass(frozen=True)
+class ValidReturns:
+    """A pod's returns on the validation window: daily (one per session, what the Sharpe, the DSR and
+    the PBO use) and per decision (the env's own periods)."""
+
+    dates: Any  # (D,) numpy datetime64[D]: session dates
+    daily: Any  # (D,) float64
+    decision_timestamps: Any  # (K,) numpy datetime64[ns] UTC: the decision bars' start times
+    decision: Any  # (K,) float64
+
+
+def write_valid_returns(path: str | Path, series: ValidReturns) -> None:
+    """``valid_returns.parquet``, long format: ``period`` ("daily" | "decision"), ``timestamp`` (UTC; a
+    session's date at midnight for daily rows), ``value`` (the return). Written atomically."""
+    import numpy as np
+    import pandas as pd
+
+    daily_ts = np.asarray(series.dates, dtype="datetime64[D]").astype("datetime64[ns]")
+    frame = pd.DataFrame(
+        {
+            "period": ["daily"] * len(daily_ts) + ["decision"] * len(series.decision_timestamps),
+            "timestamp": pd.DatetimeIndex(
+                np.concatenate([daily_ts, np.asarray(series.decision_timestamps, dtype="datetime64[ns]")])
+            ).tz_localize("UTC"),
+            "value": np.concatenate(
+                [np.asarray(series.daily, dtype=np.float64), np.asarray(series.decision, dtype=np.float64)]
+            ),
+        }
+    )
+    with atomic_path(Path(path), suffix=".parquet") as tmp:
+        frame.to_parquet(tmp, index=False)
+
+
+def read_valid_returns_matrix(
+    pods_dir: str | Path, pod_ids: list[str], period: str = "daily"
+) -> tuple[Any, Any, list[str]]:
+    """``(timestamps (T,), returns (T, N), pod_ids)`` of the pods in ``pod_ids`` that have a
+    ``valid_returns.parquet`` (runs from before it was written have none: they are left out), one
+    column per pod, rows the union of their timestamps (NaN where a pod has none; every pod of a run
+    is scored on the same window, so there are none)."""
+    import numpy as np
+    import pandas as pd
+
+    if period not in PERIODS:
+        raise ValueError(f"period must be one of {PERIODS}, got {period!r}")
+    columns: dict[str, Any] = {}
+    for pod_id in pod_ids:
+        path = Path(pods_dir) / pod_id / VALID_RETURNS
+        if not path.is_file():
+            continue
+        frame = pd.read_parquet(path)
+        rows = frame[frame["period"] == period]
+        columns[pod_id] = pd.Series(rows["value"].to_numpy(), index=pd.DatetimeIndex(rows["timestamp"]))
+    if not columns:
+        return np.empty(0, "datetime64[ns]"), np.empty((0, 0)), []
+    table = pd.DataFrame(columns).sort_index()
+    stamps = table.index.tz_convert("UTC").tz_localize(None).to_numpy(dtype="datetime64[ns]")
+    return stamps, table.to_numpy(dtype=np.float64), list(table.columns)
+
+
 def score_policy(
     policy: Callable[[Tensor], Tensor],
     valid: MarketData,
@@ -212,24 +284,32 @@ def score_policy(
     fitness: str = "sharpe",
     annualization: int = 252,
     device: str | torch.device = "cpu",
-) -> tuple[float, dict[str, float | None]]:
-    """Backtest ``policy`` deterministically on ``valid``; return ``(score, metrics)``.
+) -> tuple[float, dict[str, float | None], ValidReturns]:
+    """Backtest ``policy`` deterministically on ``valid``; return ``(score, metrics, returns)``.
 
-    ``metrics`` holds the summary metrics of the daily returns (floats or None), so the Sharpe of
-    every pod is recorded whatever the fitness (the run record's ``trial_sharpes`` needs it).
+    ``metrics`` holds the summary metrics of the daily returns (floats or None: an all-cash pod's
+    Sharpe is None), so the Sharpe of every pod is recorded whatever the fitness (the run record's
+    ``trial_sharpes`` needs it); ``returns`` the daily and per-decision validation returns.
     """
     if fitness not in FITNESS:
         raise ValueError(f"unknown fitness {fitness!r} (expected one of {FITNESS})")
     with torch.no_grad():
         result = engine.evaluate(valid, params, {"pod": policy}, device=device)
-    _, daily = result.daily_returns()
+    dates, daily = result.daily_returns()
     if not bool(torch.isfinite(daily).all()) or not bool(torch.isfinite(result.equity).all()):
         raise RoundError("validation returns contain NaN or inf")
     col = result.index("pod")
     values = {k: _to_float(v.reshape(-1)[col]) for k, v in result.summary(annualization).items()}
     values["num_days"] = float(daily.shape[0])
     raw = float(engine.fitness(result, fitness, annualization=annualization, nan_value=0.0)[col])
-    return max(-SCORE_CLIP, min(SCORE_CLIP, raw)), values
+    bound = 2 * SCORE_CLIP if fitness == "calmar" else SCORE_CLIP
+    series = ValidReturns(
+        dates=dates,
+        daily=daily[:, col].to(torch.float64).cpu().numpy(),
+        decision_timestamps=result.timestamps,
+        decision=result.returns[:, col].to(torch.float64).cpu().numpy(),
+    )
+    return max(-bound, min(bound, raw)), values, series
 
 
 def _to_float(value: Any) -> float | None:

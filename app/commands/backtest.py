@@ -2,7 +2,7 @@
 
 With a run: the champion + baselines on the window (test by default), written to ``<run>/backtest/``
 (see ``app.workflows.evaluation.backtest_run``), shown as a table (or, with ``--json``, the
-metrics.json document). Without a run, ``--baseline buy-and-hold`` (repeatable: ``cash``, ``index``)
+metrics.json document). Without a run, ``--baseline buy-and-hold`` (repeatable: ``equal-weight``, ``cash``, ``index``)
 backtests baselines on the stored bars (data config from ``--config`` with ``source = "stored"``);
 ``--out DIR`` also writes the report there.
 """
@@ -26,7 +26,9 @@ def backtest(
     window: str = typer.Option("test", "--window", help="test, valid or full."),
     json_out: bool = typer.Option(False, "--json", help="Print the metrics document as JSON."),
     baseline: list[str] = typer.Option(
-        None, "--baseline", help="Without RUN: baseline(s) on the stored data (buy-and-hold, cash, index)."
+        None,
+        "--baseline",
+        help="Without RUN: baseline(s) on the stored data (buy-and-hold, equal-weight, cash, index).",
     ),
     config: Path = typer.Option(None, "--config", help="With --baseline: TOML config (data, env costs)."),
     out: Path = typer.Option(

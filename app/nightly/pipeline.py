@@ -54,7 +54,7 @@ from app.nightly.decide import (
 from app.nightly.lock import ProcessLock
 from app.nightly.registry import Champion, current_champion, record_decision
 from app.runs import RunDir
-from app.workflows.evaluation import check_policy_fits
+from app.workflows.evaluation import check_policy_fits, trial_returns
 from backtests import engine, report
 from data import sources
 from data.atomic import replace_dir
@@ -485,7 +485,7 @@ def tournament_step(
         run_dir=run_dir,
         policy_dir=run_dir / "champion",
         num_trials=int(result.pods_tried),
-        trial_sharpes=tuple(float(s) for s in result.trial_sharpes),
+        trial_sharpes=tuple(None if s is None else float(s) for s in result.trial_sharpes),
         warm_started_from=warm_from,
     )
 
@@ -538,6 +538,9 @@ def evaluate_step(
         annualization=annualization,
         num_trials=num_trials,
         trial_sharpes=challenger.trial_sharpes,
+        trial_returns=trial_returns(RunDir.at(challenger.run_dir)),
+        cost_rate=params.cost_rate,
+        slippage_bps=params.slippage_bps,
         tearsheet=config.nightly.tearsheet,
     )
     return Evaluation(

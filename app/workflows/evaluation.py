@@ -3,7 +3,10 @@
 :func:`backtest_run` loads the run's ``config.toml`` and champion policy, rebuilds the market with
 the run's data config, backtests champion + baselines on the window (test by default) through the
 training env's ``step``, and writes the run's ``backtest/`` (see ``backtests.report``). The deflated
-Sharpe ratio uses the pods tried and their validation Sharpe ratios from the run record.
+Sharpe ratio uses the pods tried and their validation Sharpe ratios from the run record (None for an
+undefined one), annualized as the run was (the record's ``annualization``, not today's config); the
+probability of backtest overfitting uses every scored pod's daily validation returns
+(``<run>/pods/<pod>/valid_returns.parquet``).
 
 :func:`backtest_baselines` backtests baselines (buy-and-hold, cash, index) on the stored bars
 (``<home>/data/bars``, data config with ``source = "stored"``), writing a report under ``out`` when
@@ -19,6 +22,8 @@ from typing import Any
 import torch
 
 from agents.policy import Policy
+from agents.tournament.leaderboard import read_pods
+from agents.tournament.pod import read_valid_returns_matrix
 from app.config import load_config, to_env_params
 from app.runs import RunDir
 from backtests import engine, report
@@ -114,8 +119,13 @@ def backtest_run(
     window: str = "test",
     device: str | None = None,
     tearsheet: bool = True,
+    splits: Any | None = None,
 ) -> dict[str, Any]:
-    """Backtest a run's champion + baselines on ``window`` and write ``<run>/backtest/``."""
+    """Backtest a run's champion + baselines on ``window`` and write ``<run>/backtest/``.
+
+    ``splits``: the ``MarketSplits`` the run was built from, when the caller still holds them (the
+    demo), instead of rebuilding the market from the run's data config (a minute or more for a large
+    synthetic market on a busy machine)."""
     run_dir = RunDir(home, run)
     if not run_dir.exists():
         raise PodracerError(f"no run {run!r} under {home / 'runs'}")
@@ -125,9 +135,15 @@ def backtest_run(
     device = check_device(device or config.agent.device)
     policy = _load_policy(run_dir.champion, device)
     run_info = run_dir.info()
-    num_trials, trial_sharpes = run_info.trials()
+    num_trials, _ = run_info.trials()
+    record = run_dir.read()
+    # The raw list keeps None for a pod whose Sharpe was undefined (RunInfo drops them).
+    trial_sharpes = list(record.get("trial_sharpes") or ())
+    annualization = record.get("annualization") or config.backtest.annualization
     params = to_env_params(config.env)
-    market = _window(load_market(config.data, home=home, device=device), window)
+    if splits is None:
+        splits = load_market(config.data, home=home, device=device)
+    market = _window(splits, window).to(device)
     _check_window_unseen(run, window, market, run_info.windows)
     check_policy_fits(policy, market, params)
     result = engine.run_backtest(
@@ -137,11 +153,24 @@ def backtest_run(
         run_dir.path,
         result,
         window=window,
-        annualization=config.backtest.annualization,
+        annualization=annualization,
         num_trials=num_trials,
         trial_sharpes=trial_sharpes,
+        trial_returns=trial_returns(run_dir),
+        cost_rate=params.cost_rate,
+        slippage_bps=params.slippage_bps,
         tearsheet=tearsheet,
     )
+
+
+def trial_returns(run_dir: RunDir) -> Any | None:
+    """``(T, N)`` daily validation returns of every scored pod of a tournament run (None for a single
+    run, which has no leaderboard, or a run from before pods kept their returns)."""
+    if not run_dir.leaderboard.is_file():
+        return None
+    scored = [p["pod_id"] for p in read_pods(run_dir.path) if p.get("score") is not None]
+    _, returns, ids = read_valid_returns_matrix(run_dir.pods, scored, period="daily")
+    return returns if ids else None
 
 
 def backtest_baselines(
@@ -158,7 +187,7 @@ def backtest_baselines(
     names = [b.replace("-", "_") for b in baselines]
     unknown = [b for b, n in zip(baselines, names, strict=True) if n not in engine.BASELINES]
     if unknown:
-        raise ConfigError(f"--baseline {unknown[0]!r}: choose buy-and-hold, cash or index")
+        raise ConfigError(f"--baseline {unknown[0]!r}: choose buy-and-hold, equal-weight, cash or index")
     config = load_config(config_path)
     data = (
         config.data.model_copy(update={"source": "stored"}) if config.data.source != "stored" else config.data
@@ -166,10 +195,10 @@ def backtest_baselines(
     market = _window(load_market(data, home=home, device=device), window)
     if "index" in names and not any(t in market.tickers for t in engine.INDEX_TICKERS):
         raise DataError(f"--baseline index: none of {', '.join(engine.INDEX_TICKERS)} is in the stored data")
-    result = engine.run_backtest(
-        market, to_env_params(config.env), baselines=names, device=device, num_threads=1
-    )
+    params = to_env_params(config.env)
+    result = engine.run_backtest(market, params, baselines=names, device=device, num_threads=1)
     benchmark = names[0] if names[0] != "index" else result.names[0]
+    costs = {"cost_rate": params.cost_rate, "slippage_bps": params.slippage_bps}
     if out is not None:
         return report.write_report(
             out,
@@ -178,7 +207,8 @@ def backtest_baselines(
             annualization=config.backtest.annualization,
             benchmark=benchmark,
             tearsheet=tearsheet,
+            **costs,
         )
     return report.metrics_document(
-        result, window=window, annualization=config.backtest.annualization, benchmark=benchmark
+        result, window=window, annualization=config.backtest.annualization, benchmark=benchmark, **costs
     )

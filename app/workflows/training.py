@@ -40,6 +40,10 @@ from data.loader import MarketSplits, load_market
 from envs.vec_env import TradingVecEnv
 
 SINGLE_POD = "single"
+#: Fewest sessions in the validation window for a pod's validation Sharpe (of daily returns) to mean
+#: anything: with fewer, a handful of days decides the ranking, every all-cash pod ties at an undefined
+#: Sharpe and the champion is whichever came first. 10 sessions are two trading weeks.
+MIN_VALID_SESSIONS = 10
 
 Event = dict[str, Any]
 # A progress display of a single run: given the env-step total, a context that yields the learner callback.
@@ -50,6 +54,28 @@ TournamentProgress = Callable[[], AbstractContextManager[Callable[[Event], None]
 
 def _no_progress(total: int) -> AbstractContextManager[Callable[[Event], bool]]:
     return nullcontext(lambda event: False)
+
+
+def check_valid_sessions(splits: MarketSplits, config: Config) -> None:
+    """A one-line ConfigError when the validation window has fewer than :data:`MIN_VALID_SESSIONS`."""
+    have = splits.valid.num_sessions
+    if have >= MIN_VALID_SESSIONS:
+        return
+    data = config.data
+    total = splits.full.num_sessions
+    # Sessions needed in all for the valid window to reach the minimum at the current valid_frac
+    # (the split rounds: data.market.MarketData.split_sessions).
+    needed_total = next(n for n in range(1, 100_000) if round(n * data.valid_frac) >= MIN_VALID_SESSIONS)
+    hint = (
+        f"set [data] num_sessions >= {max(needed_total, total + 1)}"
+        if data.source == "synthetic"
+        else f"load at least {needed_total} sessions of bars"
+    )
+    raise ConfigError(
+        f"the validation window has {have} session(s) ({total} in all x valid_frac {data.valid_frac}); "
+        f"at least {MIN_VALID_SESSIONS} are needed to rank pods by a validation Sharpe: {hint}, "
+        f"or raise [data] valid_frac"
+    )
 
 
 def train_single(
@@ -71,6 +97,7 @@ def train_single(
         raise ConfigError(f"run {run_dir.run_id!r} already exists at {run_dir.path} (choose another --run)")
     device = torch.device(agent.device)
     splits = load_market(config.data, home=home, device=device) if splits is None else splits.to(device)
+    check_valid_sessions(splits, config)
     params = to_env_params(config.env)
     args = to_learner_args(config)
     env = TradingVecEnv(
@@ -96,6 +123,8 @@ def train_single(
         "windows": windows,
         "tickers": list(splits.train.tickers),
         "feature_spec": splits.full.feature_spec,
+        # The backtest annualizes with what the run was trained and selected with, not today's config.
+        "annualization": config.backtest.annualization,
         "started": time.time(),
     }
     run_dir.write(info)
@@ -121,7 +150,8 @@ def train_single(
             "updates": result.updates,
             "stopped_by_callback": result.stopped_by_callback,
             "pods_tried": 1,
-            "trial_sharpes": [final_eval.get("sharpe", 0.0)],
+            # None when undefined (all cash): a trial with no Sharpe, never a Sharpe of 0.
+            "trial_sharpes": [sharpe],
             "champion": {"pod_id": SINGLE_POD, "score": final_eval.get("score"), "sharpe_ratio": sharpe},
             "valid": final_eval,
             "finished": time.time(),
@@ -163,6 +193,7 @@ def train_tournament(
             )
     device = torch.device(config.agent.device)
     splits = load_market(config.data, home=home, device=device) if splits is None else splits.to(device)
+    check_valid_sessions(splits, config)
     if resume is None:
         run_dir.path.mkdir(parents=True, exist_ok=True)
         run_dir.write(
@@ -174,6 +205,7 @@ def train_tournament(
                 "seeds": {"tournament": config.tournament.seed, "data": config.data.seed},
                 "windows": {name: list(dates) for name, dates in splits.windows().items()},
                 "feature_spec": splits.full.feature_spec,
+                "annualization": config.backtest.annualization,
                 "started": time.time(),
             }
         )

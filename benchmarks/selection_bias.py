@@ -1,0 +1,162 @@
+"""Selection bias of the tournament: validation vs held-out test Sharpe of the selected pod, with the
+deflated Sharpe ratio (DSR) and the probability of backtest overfitting (PBO) the product reports.
+
+On the planted-signal synthetic market (``data.synthetic``) with the signal on and off (``--signal 0``:
+nothing to learn, so every apparent edge is selection), for each seed: a small tournament through the
+product's own workflows (``app.workflows.training.train_tournament``, then
+``app.workflows.evaluation.backtest_run`` on the test window), reporting
+
+- the champion's (the best pod's) validation Sharpe and its test Sharpe (daily returns, net of costs,
+  annualized), and buy-and-hold's test Sharpe;
+- the champion's DSR over the pods tried, the PBO over every pod's daily validation returns, and the
+  verdict line the CLI prints.
+
+The ensemble champion (issue 17 item 2) is not measured here yet: the rows are the best single pod.
+
+    .venv/bin/python benchmarks/selection_bias.py                 # the README figures (a few minutes)
+    .venv/bin/python benchmarks/selection_bias.py --quick --json  # smoke run
+
+Prints a table; ``--json`` prints the figures as one JSON document instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+from app.config import Config  # noqa: E402
+from app.workflows.evaluation import backtest_run  # noqa: E402
+from app.workflows.training import train_tournament  # noqa: E402
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--tickers", type=int, default=10)
+    p.add_argument("--sessions", type=int, default=50, help="split 60/20/20: 10 validation sessions")
+    p.add_argument("--pods", type=int, default=4)
+    p.add_argument("--round-steps", type=int, default=8_192)
+    p.add_argument("--budget-steps", type=int, default=98_304, help="env-steps per tournament")
+    p.add_argument("--num-envs", type=int, default=64)
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--signals", type=float, nargs="+", default=[1.0, 0.0])
+    p.add_argument("--workers", type=int, default=0, help="local worker processes (0 = inline)")
+    p.add_argument("--quick", action="store_true", help="tiny sizes: check that the script runs")
+    p.add_argument("--json", action="store_true", help="print the figures as JSON")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.tickers, args.sessions, args.pods, args.round_steps = 4, 50, 2, 1_024
+        args.budget_steps, args.num_envs, args.seeds = 4_096, 16, [0]
+    return args
+
+
+def _config(args: argparse.Namespace, seed: int, signal: float) -> Config:
+    return Config().with_updates(
+        data={
+            "source": "synthetic",
+            "num_tickers": args.tickers,
+            "num_sessions": args.sessions,
+            "seed": seed,
+            "signal": signal,
+        },
+        env={"num_envs": args.num_envs},
+        agent={"seed": seed, "num_steps": 32},
+        tournament={
+            "pods": args.pods,
+            "leaderboard_size": 2 * args.pods,
+            "round_steps": args.round_steps,
+            "budget_steps": args.budget_steps,
+            "budget_minutes": None,
+            "workers": args.workers,
+            "seed": seed,
+        },
+    )
+
+
+def run_once(args: argparse.Namespace, seed: int, signal: float, home: Path) -> dict:
+    config = _config(args, seed, signal)
+    run = f"s{seed}-sig{signal:g}"
+    start = time.perf_counter()
+    tour = train_tournament(config, home, run=run)
+    doc = backtest_run(run, home=home, window="test", tearsheet=False)
+    champ, bh = doc["strategies"]["champion"], doc["strategies"]["buy_and_hold"]
+    return {
+        "seed": seed,
+        "signal": signal,
+        "pods_tried": tour.pods_tried,
+        "valid_sharpe": (tour.champion or {}).get("sharpe_ratio"),
+        "test_sharpe": champ["sharpe_ratio"],
+        "buy_and_hold_test_sharpe": bh["sharpe_ratio"],
+        "dsr": champ["deflated_sharpe_ratio"],
+        "psr": champ["probabilistic_sharpe_ratio"],
+        "pbo": doc["pbo"],
+        "pbo_num_splits": doc["pbo_num_splits"],
+        "verdict": doc["verdict"],
+        "wall_s": time.perf_counter() - start,
+    }
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "n/a" if value is None or not math.isfinite(value) else format(value, spec)
+
+
+def _mean(values: list[float | None]) -> float | None:
+    finite = [v for v in values if v is not None and math.isfinite(v)]
+    return statistics.fmean(finite) if finite else None
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
+    torch.set_num_threads(1)
+    home = Path(tempfile.mkdtemp(prefix="podracer-selection-"))
+    rows = []
+    try:
+        for signal in args.signals:
+            for seed in args.seeds:
+                row = run_once(args, seed, signal, home)
+                rows.append(row)
+                if not args.json:
+                    print(
+                        f"signal {signal:g} seed {seed}: {row['pods_tried']} pods, valid Sharpe "
+                        f"{_fmt(row['valid_sharpe'], '+.2f')} -> test {_fmt(row['test_sharpe'], '+.2f')} "
+                        f"(b&h {_fmt(row['buy_and_hold_test_sharpe'], '+.2f')}); DSR {_fmt(row['dsr'], '.3g')}, "
+                        f"PBO {_fmt(row['pbo'], '.2f')} [{row['wall_s']:.0f} s]",
+                        flush=True,
+                    )
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+    summary = {
+        f"signal_{signal:g}": {
+            key: _mean([r[key] for r in rows if r["signal"] == signal])
+            for key in ("valid_sharpe", "test_sharpe", "buy_and_hold_test_sharpe", "dsr", "pbo")
+        }
+        for signal in args.signals
+    }
+    figures = {"settings": {k: v for k, v in vars(args).items()}, "runs": rows, "mean": summary}
+    if args.json:
+        print(json.dumps(figures))
+    else:
+        print(f"\nmean over seeds {args.seeds} (best pod; the ensemble champion is not measured here yet):")
+        print(f"{'signal':<8}{'valid Sharpe':>14}{'test Sharpe':>13}{'b&h test':>10}{'DSR':>8}{'PBO':>7}")
+        for signal in args.signals:
+            m = summary[f"signal_{signal:g}"]
+            print(
+                f"{signal:<8g}{_fmt(m['valid_sharpe'], '.2f'):>14}{_fmt(m['test_sharpe'], '.2f'):>13}"
+                f"{_fmt(m['buy_and_hold_test_sharpe'], '.2f'):>10}{_fmt(m['dsr'], '.3f'):>8}"
+                f"{_fmt(m['pbo'], '.2f'):>7}"
+            )
+    return figures
+
+
+if __name__ == "__main__":
+    main()
