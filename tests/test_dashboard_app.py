@@ -93,7 +93,9 @@ def test_overview_cards_equal_metrics_json(full_home, monkeypatch):
     champ = metrics["strategies"]["champion"]
     assert shown[3] == ("Sharpe", f"{champ['sharpe_ratio']:.2f}")
     assert shown[5] == ("Max drawdown", f"{champ['max_drawdown'] * 100:.2f}%")
-    assert shown[6] == ("Calmar", f"{champ['calmar_ratio']:.2f}")
+    # The fixture's test window is under 63 sessions: metrics.json holds no Calmar (backtests.report).
+    assert metrics["num_sessions"] < metrics["annualized_min_sessions"] and champ["calmar_ratio"] is None
+    assert shown[6] == ("Calmar", views.format_metric(None, views.CARD_METRICS[6].kind))
     assert len(at.get("plotly_chart")) == 3  # equity, underwater, returns heatmap (no PBO logits)
     assert any("run-a" in c for c in _texts(at.caption))
     # 25 sessions: the heatmap starts day by day; monthly is one click away.
