@@ -506,6 +506,9 @@ def _run_static(
     n = len(names)
     device = market.device
     interval = int(params.decision_interval)
+    # Baselines are the investor's own alternative, not the agent under its risk limits: never capped
+    # (a 0.1 cap would turn the index baseline into 90% cash). docs/env.md "Risk limits".
+    params = dataclasses.replace(params, max_weight=1.0)
     buy_params = dataclasses.replace(params, action_mode="weights")
     hold_params = dataclasses.replace(params, action_mode="shares")
     with torch.inference_mode():

@@ -75,7 +75,9 @@ class ReferenceEnv:
         buys = [0.0] * n
         sells = [0.0] * n
         if p.action_mode == "weights":
-            weights = [max(0.0, float(a)) for a in action]
+            # Negatives to 0, each weight capped at max_weight (the excess stays in cash), then rows
+            # summing above 1 scaled to 1.
+            weights = [min(max(0.0, float(a)), p.max_weight) for a in action]
             total = sum(weights)
             if total > 1.0:
                 weights = [w / total for w in weights]
@@ -87,10 +89,14 @@ class ReferenceEnv:
                 else:
                     sells[a] = self.shares[a] - target
         else:
+            value_open = self.cash + sum(self.shares[a] * opens[a] for a in range(n))
             for a in range(n):
                 delta = round(min(1.0, max(-1.0, float(action[a]))) * p.max_shares)
                 if delta > 0:
                     buys[a] = float(delta)
+                    if p.max_weight < 1.0:  # post-trade holdings <= max_weight * value_open at the open
+                        room = math.floor(p.max_weight * value_open / opens[a]) - self.shares[a]
+                        buys[a] = min(buys[a], max(0.0, room))
                 else:
                     sells[a] = min(float(-delta), self.shares[a])
 
@@ -128,6 +134,7 @@ class ReferenceEnv:
         peak = max(self.peak, value)
         if p.drawdown_penalty > 0:
             reward -= p.drawdown_penalty * (1.0 - value / peak)
+        reward -= p.turnover_penalty * traded_notional / self.value
         reward *= p.reward_scale
 
         bar_t = self.t

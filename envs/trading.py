@@ -114,6 +114,9 @@ class EnvParams:
     max_shares: float = 100.0  # "shares" mode: |delta| per asset per decision at |a| = 1
     reward: RewardMode = "log_return"  # "log_return" | "return" | "diff_sharpe"
     drawdown_penalty: float = 0.0  # reward -= penalty * current drawdown fraction
+    # Risk limits (docs/env.md "Risk limits"; defaults by measurement there).
+    max_weight: float = 1.0  # per-asset cap on the position weight at the fill; the excess stays in cash
+    turnover_penalty: float = 0.0  # reward -= penalty * traded notional / value at the decision bar
     reward_scale: float = 100.0  # multiplies the reward
     sharpe_eta: float = 0.01  # EMA rate of the differential Sharpe ratio's moments
     bust_frac: float = 0.1  # terminate when value < bust_frac * initial_cash
@@ -148,6 +151,10 @@ class EnvParams:
             raise bad("reward", "must be 'log_return', 'return' or 'diff_sharpe'")
         if self.drawdown_penalty < 0:
             raise bad("drawdown_penalty", "must be >= 0")
+        if not 0 < self.max_weight <= 1:
+            raise bad("max_weight", "must be in (0, 1]")
+        if self.turnover_penalty < 0:
+            raise bad("turnover_penalty", "must be >= 0")
         if self.reward_scale <= 0:
             raise bad("reward_scale", "must be > 0")
         if not 0 < self.sharpe_eta < 1:
@@ -365,7 +372,12 @@ def _trade(
         # Only sizes the targets, so a plain (float32) sum is precise enough here.
         held = shares * px_open  # (N, A) scratch: also holds the sells below
         value_open = cash + held.sum(1)
-        weights = action.to(adt).clamp(min=0.0)  # a new tensor: in-place below is safe
+        # A new tensor: in-place below is safe. The cap comes before the sum rule, so the excess of
+        # a capped weight stays in cash (it is not handed to the other assets).
+        if params.max_weight < 1.0:
+            weights = action.to(adt).clamp(min=0.0, max=params.max_weight)
+        else:
+            weights = action.to(adt).clamp(min=0.0)
         # float64 sum: a float32 one overflows for huge (finite) weights and would zero the targets.
         budget = value_open / weights.sum(1, dtype=ACC_DTYPE).clamp(min=1.0)
         if adt != ACC_DTYPE:  # (.to of the same dtype is a no-op that still costs a call)
@@ -378,7 +390,13 @@ def _trade(
     else:
         diff = action.to(adt).clamp(-1.0, 1.0).mul_(params.max_shares).round_()
         buy = diff.clamp(min=0.0)
-        sell = torch.minimum(buy - diff, shares)
+        if params.max_weight < 1.0:
+            # Post-trade holdings at most floor(max_weight * value at the fill bar's open / open)
+            # whole shares; a position already above the cap is not sold down (only buys are cut).
+            value_open = cash + _rowsum(shares * px_open)
+            cap = (params.max_weight * value_open).to(adt).unsqueeze(1).div(px_open).floor_()
+            buy = torch.minimum(buy, cap.sub_(shares).clamp_(min=0.0))
+        sell = torch.minimum((-diff).clamp_(min=0.0), shares)
         sell_at_open = sell * px_open
     sell_notional = _rowsum(sell_at_open) * (1.0 - slip)
     buy_notional = _rowsum(buy * px_open) * (1.0 + slip)
@@ -492,6 +510,8 @@ def _step_core(
     new_peak = torch.maximum(peak, new_value)
     if params.drawdown_penalty > 0:
         reward = reward - params.drawdown_penalty * (1.0 - new_value / new_peak)
+    if params.turnover_penalty > 0:
+        reward = reward - params.turnover_penalty * traded_notional / value
     if params.reward_scale != 1.0:
         reward = reward * params.reward_scale
     reward = reward.to(torch.float32)

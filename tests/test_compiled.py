@@ -59,10 +59,14 @@ def test_mode_validation():
         TradingVecEnv(market, num_envs=8, compile="always")
 
 
-def test_compiled_step_matches_eager():
-    # Autoresets (episode_len 6), costs and slippage on, per-asset trade info; float32 assets.
+@pytest.mark.parametrize(
+    "limits", [{}, {"max_weight": 0.15, "turnover_penalty": 0.3}], ids=["plain", "limits"]
+)
+def test_compiled_step_matches_eager(limits):
+    # Autoresets (episode_len 6), costs and slippage on, per-asset trade info; float32 assets; with
+    # and without the risk limits (a binding weight cap, a turnover penalty).
     market = toy_market(900, 5, 3, seed=1)
-    params = EnvParams(decision_interval=3, episode_len=6, trade_info=True, drawdown_penalty=0.1)
+    params = EnvParams(decision_interval=3, episode_len=6, trade_info=True, drawdown_penalty=0.1, **limits)
     state, _ = trading.reset(market, params, 32, torch.Generator().manual_seed(0))
     gen = torch.Generator().manual_seed(1)
     resets = 0

@@ -49,6 +49,9 @@ CASES = [
     (5, "shares", "diff_sharpe", {"max_shares": 3000.0, "drawdown_penalty": 0.1}),
     (6, "weights", "return", {"bust_frac": 0.998, "cost_rate": 0.01}),  # terminations happen
     (7, "weights", "log_return", {"episode_len": 1000}),  # runs into the end of the data
+    # Risk limits: the weight cap binds (actions up to 0.7 against 0.2), the turnover penalty.
+    (8, "weights", "log_return", {"max_weight": 0.2, "turnover_penalty": 0.5}),
+    (9, "shares", "return", {"max_shares": 3000.0, "max_weight": 0.15, "turnover_penalty": 0.1}),
 ]
 
 

@@ -97,6 +97,22 @@ def test_native_step_matches_eager(market, action_mode, reward):
 
 
 @needs_kernel
+@pytest.mark.parametrize("action_mode", ["weights", "shares"])
+def test_native_risk_limits_match_eager(market, action_mode):
+    # A binding weight cap (the excess stays in cash) and a turnover penalty, in both action modes.
+    params = EnvParams(
+        decision_interval=3,
+        episode_len=6,
+        action_mode=action_mode,
+        max_weight=0.15,
+        turnover_penalty=0.3,
+        max_shares=5000.0,
+    )
+    seen = _assert_steps_match(market, params)
+    assert seen["done"] > 0
+
+
+@needs_kernel
 def test_native_step_terminations_match_eager(crash_market):
     params = EnvParams(decision_interval=5, episode_len=200)
     # After the crash a book holds ~1e6 shares of a ~$1 asset: one float32 ulp of it is $0.06.

@@ -228,6 +228,8 @@ def params_vector(params) -> Tensor:
             params.reward_scale,
             params.sharpe_eta,
             params.bust_frac,
+            params.max_weight,
+            params.turnover_penalty,
         ],
         dtype=torch.float64,
     )

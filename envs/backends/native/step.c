@@ -28,6 +28,8 @@ enum {
     P_REWARD_SCALE,
     P_SHARPE_ETA,
     P_BUST_FRAC,
+    P_MAX_WEIGHT,
+    P_TURNOVER_PENALTY,
     P_COUNT
 };
 
@@ -72,6 +74,8 @@ int64_t podracer_step(
     const double rate = p[P_COST_RATE], slip = p[P_SLIP];
     const double floor_value = p[P_BUST_FRAC] * p[P_INITIAL_CASH];
     const int64_t stride = 1 + num_features;  /* per-asset slot width in the observation */
+    const int capped = p[P_MAX_WEIGHT] < 1.0;
+    const float max_w = capped ? (float)p[P_MAX_WEIGHT] : INFINITY;
     int64_t bad = 0, bad_bar = 0, n_done = 0;
 
 #pragma omp parallel for schedule(static) num_threads(n_threads) reduction(+ : bad, bad_bar, n_done)
@@ -111,17 +115,18 @@ int64_t podracer_step(
 
         double sell_notional = 0.0, buy_notional = 0.0;
         if (action_mode == MODE_WEIGHTS) {
+            /* The cap before the sum rule: a capped weight's excess stays in cash (envs/trading.py). */
             double held = 0.0, wsum = 0.0;
 #pragma omp simd reduction(+ : held, wsum)
             for (int64_t j = 0; j < A; ++j) {
                 held += (double)(sh[j] * po[j]);
-                wsum += (double)clamp_min_f(a[j], 0.0f);
+                wsum += (double)minimum_f(clamp_min_f(a[j], 0.0f), max_w);
             }
             const float budget = (float)((c + held) / clamp_min_d(wsum, 1.0));
             double sells = 0.0, buys = 0.0;
 #pragma omp simd reduction(+ : sells, buys)
             for (int64_t j = 0; j < A; ++j) {
-                const float diff = clamp_min_f(a[j], 0.0f) * budget / po[j] - sh[j];
+                const float diff = minimum_f(clamp_min_f(a[j], 0.0f), max_w) * budget / po[j] - sh[j];
                 const float buy = clamp_min_f(diff, 0.0f);
                 tr[j] = diff;
                 sells += (double)((buy - diff) * po[j]);
@@ -131,13 +136,26 @@ int64_t podracer_step(
             buy_notional = buys * (1.0 + slip);
         } else {
             const float max_shares = (float)p[P_MAX_SHARES];
+            /* The cap on post-trade holdings: floor(max_weight * value at the fill open / open) whole
+               shares; only buys are cut (the diff kept in tr[] is the capped one). */
+            float cap_value = INFINITY;
+            if (capped) {
+                double held = 0.0;
+#pragma omp simd reduction(+ : held)
+                for (int64_t j = 0; j < A; ++j) held += (double)(sh[j] * po[j]);
+                cap_value = (float)(p[P_MAX_WEIGHT] * (c + held));
+            }
             double sells = 0.0, buys = 0.0;
 #pragma omp simd reduction(+ : sells, buys)
             for (int64_t j = 0; j < A; ++j) {
                 const float x = a[j] < -1.0f ? -1.0f : (a[j] > 1.0f ? 1.0f : a[j]);
-                const float diff = rintf(x * max_shares);
-                const float buy = clamp_min_f(diff, 0.0f);
+                float diff = rintf(x * max_shares);
+                float buy = clamp_min_f(diff, 0.0f);
                 const float sell = minimum_f(buy - diff, sh[j]);
+                if (capped) {
+                    buy = minimum_f(buy, clamp_min_f(floorf(cap_value / po[j]) - sh[j], 0.0f));
+                    diff = diff > 0.0f ? buy : diff;
+                }
                 tr[j] = diff;
                 sells += (double)(sell * po[j]);
                 buys += (double)(buy * po[j]);
@@ -204,6 +222,7 @@ int64_t podracer_step(
         }
         const double new_peak = maximum_d(peak[n], new_value);
         if (p[P_DRAWDOWN_PENALTY] > 0.0) reward = reward - p[P_DRAWDOWN_PENALTY] * (1.0 - new_value / new_peak);
+        if (p[P_TURNOVER_PENALTY] > 0.0) reward = reward - p[P_TURNOVER_PENALTY] * traded_notional / value[n];
         if (p[P_REWARD_SCALE] != 1.0) reward = reward * p[P_REWARD_SCALE];
 
         const int64_t sc = step_count[n] + 1;
