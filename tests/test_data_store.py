@@ -239,7 +239,7 @@ def test_load_stored_real_bars_with_coverage_rules(tmp_path):
     assert splits.valid.listed[0].tolist() == [False, False, False, True]
     # Over a train window where no ticker has 50% coverage: a one-line error, not an empty market.
     with pytest.raises(DataError, match="no ticker has bars in at least 50%"):
-        load_market(source="stored", home=home, tickers=["GOOG", "TWX"])
+        load_market(source="stored", home=home, train_frac=0.3, valid_frac=0.1)
     # With the default coverage, SPY (7 sessions of the 7 with Oct-2013 + 2023 data) stays; IBM (6/7) too.
     splits = load_market(source="stored", home=home, tickers=["SPY", "IBM"])
     assert splits.full.tickers == ("IBM", "SPY") and splits.full.num_sessions == 7
