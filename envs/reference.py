@@ -70,6 +70,11 @@ class ReferenceEnv:
         opens = self.market.open[self.t + 1].tolist()
         closes = self.market.close[self.t + k].tolist()
         n = self.num_assets
+        # At the fill bar: tradable -> the order executes; not tradable but listed again later (a
+        # forward-filled bar, before the first real bar) -> no order, the position stays; never
+        # tradable again -> everything held is sold at the fill bar's open.
+        tradable = self.market.tradable[self.t + 1].tolist()
+        listed = self.market.listed[self.t + 1].tolist()
 
         # Orders.
         buys = [0.0] * n
@@ -77,12 +82,16 @@ class ReferenceEnv:
         if p.action_mode == "weights":
             # Negatives to 0, each weight capped at max_weight (the excess stays in cash), then rows
             # summing above 1 scaled to 1.
-            weights = [min(max(0.0, float(a)), p.max_weight) for a in action]
+            weights = [
+                min(max(0.0, float(a)), p.max_weight) if tradable[i] else 0.0 for i, a in enumerate(action)
+            ]
             total = sum(weights)
             if total > 1.0:
                 weights = [w / total for w in weights]
             value_open = self.cash + sum(self.shares[a] * opens[a] for a in range(n))
             for a in range(n):
+                if not tradable[a] and listed[a]:
+                    continue  # order skipped, position kept
                 target = weights[a] * value_open / opens[a]
                 if target > self.shares[a]:
                     buys[a] = target - self.shares[a]
@@ -92,6 +101,10 @@ class ReferenceEnv:
             value_open = self.cash + sum(self.shares[a] * opens[a] for a in range(n))
             for a in range(n):
                 delta = round(min(1.0, max(-1.0, float(action[a]))) * p.max_shares)
+                if not tradable[a]:
+                    if not listed[a]:
+                        sells[a] = self.shares[a]
+                    continue
                 if delta > 0:
                     buys[a] = float(delta)
                     if p.max_weight < 1.0:  # post-trade holdings <= max_weight * value_open at the open

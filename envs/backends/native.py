@@ -50,6 +50,7 @@ from data.atomic import atomic_path
 from data.market import MarketData
 from envs import memory
 from envs.observation import obs_dim, obs_table
+from envs.tradability import fill_modes
 
 log = logging.getLogger(__name__)
 
@@ -170,7 +171,7 @@ def _load() -> object:
     fn = lib.podracer_step
     i64, i32, ptr = ctypes.c_int64, ctypes.c_int32, ctypes.c_void_p
     fn.restype = i64
-    fn.argtypes = [i64] * 8 + [i32, i32, ptr, i32] + [ptr] * 13 + [ptr] * 17
+    fn.argtypes = [i64] * 8 + [i32, i32, ptr, i32] + [ptr] * 14 + [ptr] * 17
     return fn
 
 
@@ -353,7 +354,7 @@ def step(
             x.data_ptr()
             for x in (
                 state.t, state.cash, state.shares, state.value, state.peak, state.step_count,
-                state.sharpe_a, state.sharpe_b, state.rng, action, open_all, close_all, table,
+                state.sharpe_a, state.sharpe_b, state.rng, action, open_all, close_all, table, fill_modes(market),
                 t_mark, cash, shares, value, peak, step_count, new_a, new_b, rng, reward,
                 terminated, truncated, done, cost, notional, traded, obs,
             )

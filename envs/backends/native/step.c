@@ -34,6 +34,8 @@ enum {
 };
 
 enum { MODE_WEIGHTS = 0, MODE_SHARES = 1 };
+/* Fill modes, envs/tradability.py: HOLD skips the order (the position stays), EXIT sells everything. */
+enum { FILL_HOLD = 0, FILL_TRADE = 1, FILL_EXIT = 2 };
 enum { REWARD_LOG_RETURN = 0, REWARD_RETURN = 1, REWARD_DIFF_SHARPE = 2 };
 
 #ifndef PREFETCH_AHEAD
@@ -62,8 +64,8 @@ int64_t podracer_step(
     const int64_t *t, const double *cash, const float *shares, const double *value, const double *peak,
     const int64_t *step_count, const double *sharpe_a, const double *sharpe_b, const int64_t *rng,
     const float *action,
-    /* market: (T, A) prices, (T, obs_width) observation template */
-    const float *open_all, const float *close_all, const float *table,
+    /* market: (T, A) prices, (T, obs_width) observation template, (T, A) fill modes */
+    const float *open_all, const float *close_all, const float *table, const uint8_t *modes_all,
     /* outputs */
     int64_t *t_out, double *cash_out, float *shares_out, double *value_out, double *peak_out,
     int64_t *step_count_out, double *a_out, double *b_out, int64_t *rng_out, float *reward_out,
@@ -89,6 +91,7 @@ int64_t podracer_step(
         const int64_t tm = t[n] + k;
         const float *po = open_all + (t[n] + 1) * A;
         const float *pc = close_all + tm * A;
+        const uint8_t *fm = modes_all + (t[n] + 1) * A;
         float *tr = traded_out + n * A;  /* holds the order diff until the last pass */
         float *nsh = shares_out + n * A;
         float *obs = obs_out + n * obs_width;
@@ -120,13 +123,14 @@ int64_t podracer_step(
 #pragma omp simd reduction(+ : held, wsum)
             for (int64_t j = 0; j < A; ++j) {
                 held += (double)(sh[j] * po[j]);
-                wsum += (double)minimum_f(clamp_min_f(a[j], 0.0f), max_w);
+                wsum += fm[j] == FILL_TRADE ? (double)minimum_f(clamp_min_f(a[j], 0.0f), max_w) : 0.0;
             }
             const float budget = (float)((c + held) / clamp_min_d(wsum, 1.0));
             double sells = 0.0, buys = 0.0;
 #pragma omp simd reduction(+ : sells, buys)
             for (int64_t j = 0; j < A; ++j) {
-                const float diff = minimum_f(clamp_min_f(a[j], 0.0f), max_w) * budget / po[j] - sh[j];
+                const float w = fm[j] == FILL_TRADE ? minimum_f(clamp_min_f(a[j], 0.0f), max_w) : 0.0f;
+                const float diff = fm[j] == FILL_HOLD ? 0.0f : w * budget / po[j] - sh[j];
                 const float buy = clamp_min_f(diff, 0.0f);
                 tr[j] = diff;
                 sells += (double)((buy - diff) * po[j]);
@@ -149,7 +153,7 @@ int64_t podracer_step(
 #pragma omp simd reduction(+ : sells, buys)
             for (int64_t j = 0; j < A; ++j) {
                 const float x = a[j] < -1.0f ? -1.0f : (a[j] > 1.0f ? 1.0f : a[j]);
-                float diff = rintf(x * max_shares);
+                float diff = fm[j] == FILL_TRADE ? rintf(x * max_shares) : (fm[j] == FILL_EXIT ? -sh[j] : 0.0f);
                 float buy = clamp_min_f(diff, 0.0f);
                 const float sell = minimum_f(buy - diff, sh[j]);
                 if (capped) {
