@@ -46,6 +46,7 @@ from data.market import MarketData
 from envs import trading
 from envs.backends.compiled import check_mode
 from envs.backtest_loop import BacktestLoop
+from envs.observation import WEIGHT, split_obs
 from envs.trading import EnvParams
 
 #: Index ETFs used for the ``"index"`` baseline, in order of preference.
@@ -557,7 +558,7 @@ def _run_static(
 
 def _weights_of(obs: Tensor, market: MarketData) -> Tensor:
     """Position weights ``(N, A)`` from observations (see ``envs.observation.split_obs``)."""
-    return obs[:, 2:].reshape(obs.shape[0], market.num_assets, 1 + market.num_features)[..., 0].clone()
+    return split_obs(obs, market.num_assets, market.num_features)[1][..., WEIGHT].clone()
 
 
 def evaluate(

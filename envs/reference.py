@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 from data.market import MarketData
-from envs.observation import CASH, NUM_GLOBAL, TIME_OF_DAY, WEIGHT, obs_dim
+from envs.observation import CASH, FEATURES, NUM_GLOBAL, TIME_OF_DAY, TRADABLE, WEIGHT, asset_width, obs_dim
 from envs.trading import EnvParams, last_decision_bar, start_high
 
 _MASK64 = (1 << 64) - 1
@@ -45,15 +45,17 @@ class ReferenceEnv:
         of day, then per asset its weight and features."""
         closes = self.market.close[self.t].tolist()
         feats = self.market.features[self.t].tolist()
+        tradable = self.market.tradable[self.t].tolist()
         value = max(self.value, 1e-12)
-        width = 1 + self.market.num_features  # one asset's block: weight, then its features
+        width = asset_width(self.market.num_features)  # one asset's block: weight, tradable, features
         obs = [0.0] * obs_dim(self.num_assets, self.market.num_features)
         obs[CASH] = self.cash / value
         obs[TIME_OF_DAY] = float(self.market.time_of_day[self.t])
         for a in range(self.num_assets):
             block = NUM_GLOBAL + a * width
             obs[block + WEIGHT] = self.shares[a] * closes[a] / value
-            obs[block + WEIGHT + 1 : block + width] = feats[a]
+            obs[block + TRADABLE] = 1.0 if tradable[a] else 0.0
+            obs[block + FEATURES.start : block + width] = feats[a]
         return obs
 
     def _next_start(self) -> int:

@@ -27,13 +27,14 @@ def market():
 def test_reset_shapes_and_fresh_obs(market):
     params = EnvParams(decision_interval=2, episode_len=10)
     state, obs = trading.reset(market, params, 5, torch.Generator().manual_seed(0))
-    assert obs.shape == (5, obs_dim(4, 3)) == (5, 2 + 4 * 4)
+    assert obs.shape == (5, obs_dim(4, 3)) == (5, 2 + 4 * 5)
     assert obs.dtype == torch.float32
     glob, per = split_obs(obs, 4, 3)
     assert torch.all(glob[:, 0] == 1.0)
     assert torch.equal(glob[:, 1], market.time_of_day[state.t])
     assert torch.all(per[..., 0] == 0.0)
-    assert torch.equal(per[..., 1:], market.features[state.t])
+    assert torch.all(per[..., observation.TRADABLE] == 1.0)  # toy data: every bar tradable
+    assert torch.equal(per[..., observation.FEATURES], market.features[state.t])
     assert torch.all(state.value == params.initial_cash)
     # Random starts leave room for a full episode.
     assert int(state.t.max()) <= market.num_steps - 1 - 2 * 10

@@ -295,8 +295,9 @@ def test_observation_matches_env_layout(env):
     )
     obs = decision.obs[0]
     assert obs[0] == 1.0 and obs[1] == pytest.approx(float(market.time_of_day[t]))
-    per_asset = obs[2:].reshape(bundle.num_assets, 1 + bundle.num_features)
-    assert np.abs(per_asset[:, 1:] - market.features[t].numpy()).max() < 1e-5
+    per_asset = obs[2:].reshape(bundle.num_assets, 2 + bundle.num_features)
+    assert np.abs(per_asset[:, 2:] - market.features[t].numpy()).max() < 1e-5
+    assert (per_asset[:, 1] == market.tradable[t].numpy()).all()  # the tradable flags, as in the env
 
 
 def test_loop_waits_for_the_open_and_one_interval(env):

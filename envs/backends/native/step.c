@@ -75,7 +75,7 @@ int64_t podracer_step(
     const int64_t A = n_assets;
     const double rate = p[P_COST_RATE], slip = p[P_SLIP];
     const double floor_value = p[P_BUST_FRAC] * p[P_INITIAL_CASH];
-    const int64_t stride = 1 + num_features;  /* per-asset slot width in the observation */
+    const int64_t stride = 2 + num_features;  /* per-asset slot width: weight, tradable, features */
     const int capped = p[P_MAX_WEIGHT] < 1.0;
     const float max_w = capped ? (float)p[P_MAX_WEIGHT] : INFINITY;
     int64_t bad = 0, bad_bar = 0, n_done = 0;
@@ -252,8 +252,8 @@ int64_t podracer_step(
 
         /* The observation: cash fraction and position weights over the template row. The layout is
            envs/observation.py's (C cannot import it): the cash fraction in slot CASH = 0, the weights
-           at NUM_GLOBAL + a * (1 + F) + WEIGHT = 2 + a * stride; the rest comes from the template
-           row. tests/test_native.py pins these observations to observation.py's writer. */
+           at NUM_GLOBAL + a * (2 + F) + WEIGHT = 2 + a * stride; the rest (time of day, tradable
+           flags, features) comes from the template row. tests/test_native.py pins these observations to observation.py's writer. */
         const double inv = 1.0 / clamp_min_d(new_value, TINY);
         const float inv_f = (float)inv;
         obs[0] = (float)(new_cash * inv);
