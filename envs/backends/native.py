@@ -337,6 +337,8 @@ def step(
     shares, traded = torch.empty_like(state.shares), torch.empty_like(state.shares)
     obs = torch.empty(num_envs, table.shape[1], dtype=torch.float32)
     open_all, close_all = price_tables(market)
+    # The fill modes only when some bar is untradable (NULL: the kernel's plain loops).
+    modes = None if market.all_tradable else fill_modes(market)
     status = fn(
         num_envs,
         num_assets,
@@ -354,7 +356,13 @@ def step(
             x.data_ptr()
             for x in (
                 state.t, state.cash, state.shares, state.value, state.peak, state.step_count,
-                state.sharpe_a, state.sharpe_b, state.rng, action, open_all, close_all, table, fill_modes(market),
+                state.sharpe_a, state.sharpe_b, state.rng, action, open_all, close_all, table,
+            )
+        ),
+        None if modes is None else modes.data_ptr(),
+        *(
+            x.data_ptr()
+            for x in (
                 t_mark, cash, shares, value, peak, step_count, new_a, new_b, rng, reward,
                 terminated, truncated, done, cost, notional, traded, obs,
             )

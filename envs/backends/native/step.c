@@ -78,6 +78,7 @@ int64_t podracer_step(
     const int64_t stride = 2 + num_features;  /* per-asset slot width: weight, tradable, features */
     const int capped = p[P_MAX_WEIGHT] < 1.0;
     const float max_w = capped ? (float)p[P_MAX_WEIGHT] : INFINITY;
+    const int limited = capped || modes_all != NULL;  /* the general weights loops are needed */
     int64_t bad = 0, bad_bar = 0, n_done = 0;
 
 #pragma omp parallel for schedule(static) num_threads(n_threads) reduction(+ : bad, bad_bar, n_done)
@@ -91,7 +92,7 @@ int64_t podracer_step(
         const int64_t tm = t[n] + k;
         const float *po = open_all + (t[n] + 1) * A;
         const float *pc = close_all + tm * A;
-        const uint8_t *fm = modes_all + (t[n] + 1) * A;
+        const uint8_t *fm = modes_all ? modes_all + (t[n] + 1) * A : NULL; /* NULL: all tradable */
         float *tr = traded_out + n * A;  /* holds the order diff until the last pass */
         float *nsh = shares_out + n * A;
         float *obs = obs_out + n * obs_width;
@@ -117,20 +118,43 @@ int64_t podracer_step(
         bad += nonfinite != 0;
 
         double sell_notional = 0.0, buy_notional = 0.0;
-        if (action_mode == MODE_WEIGHTS) {
-            /* The cap before the sum rule: a capped weight's excess stays in cash (envs/trading.py). */
+        if (action_mode == MODE_WEIGHTS && !limited) {
+            /* No cap and every bar tradable (the training default): the plain loops. */
             double held = 0.0, wsum = 0.0;
 #pragma omp simd reduction(+ : held, wsum)
             for (int64_t j = 0; j < A; ++j) {
                 held += (double)(sh[j] * po[j]);
-                wsum += fm[j] == FILL_TRADE ? (double)minimum_f(clamp_min_f(a[j], 0.0f), max_w) : 0.0;
+                wsum += (double)clamp_min_f(a[j], 0.0f);
             }
             const float budget = (float)((c + held) / clamp_min_d(wsum, 1.0));
             double sells = 0.0, buys = 0.0;
 #pragma omp simd reduction(+ : sells, buys)
             for (int64_t j = 0; j < A; ++j) {
-                const float w = fm[j] == FILL_TRADE ? minimum_f(clamp_min_f(a[j], 0.0f), max_w) : 0.0f;
-                const float diff = fm[j] == FILL_HOLD ? 0.0f : w * budget / po[j] - sh[j];
+                const float diff = clamp_min_f(a[j], 0.0f) * budget / po[j] - sh[j];
+                const float buy = clamp_min_f(diff, 0.0f);
+                tr[j] = diff;
+                sells += (double)((buy - diff) * po[j]);
+                buys += (double)(buy * po[j]);
+            }
+            sell_notional = sells * (1.0 - slip);
+            buy_notional = buys * (1.0 + slip);
+        } else if (action_mode == MODE_WEIGHTS) {
+            /* The cap before the sum rule: a capped weight's excess stays in cash (envs/trading.py);
+               untradable assets get no target (HOLD keeps the position, EXIT sells it). */
+            double held = 0.0, wsum = 0.0;
+#pragma omp simd reduction(+ : held, wsum)
+            for (int64_t j = 0; j < A; ++j) {
+                held += (double)(sh[j] * po[j]);
+                const float keep = (fm == NULL || fm[j] == FILL_TRADE) ? 1.0f : 0.0f;
+                wsum += (double)(minimum_f(clamp_min_f(a[j], 0.0f), max_w) * keep);
+            }
+            const float budget = (float)((c + held) / clamp_min_d(wsum, 1.0));
+            double sells = 0.0, buys = 0.0;
+#pragma omp simd reduction(+ : sells, buys)
+            for (int64_t j = 0; j < A; ++j) {
+                const float keep = (fm == NULL || fm[j] == FILL_TRADE) ? 1.0f : 0.0f;
+                const float w = minimum_f(clamp_min_f(a[j], 0.0f), max_w) * keep;
+                const float diff = (fm != NULL && fm[j] == FILL_HOLD) ? 0.0f : w * budget / po[j] - sh[j];
                 const float buy = clamp_min_f(diff, 0.0f);
                 tr[j] = diff;
                 sells += (double)((buy - diff) * po[j]);
@@ -153,7 +177,8 @@ int64_t podracer_step(
 #pragma omp simd reduction(+ : sells, buys)
             for (int64_t j = 0; j < A; ++j) {
                 const float x = a[j] < -1.0f ? -1.0f : (a[j] > 1.0f ? 1.0f : a[j]);
-                float diff = fm[j] == FILL_TRADE ? rintf(x * max_shares) : (fm[j] == FILL_EXIT ? -sh[j] : 0.0f);
+                const int m = fm ? fm[j] : FILL_TRADE;
+                float diff = m == FILL_TRADE ? rintf(x * max_shares) : (m == FILL_EXIT ? -sh[j] : 0.0f);
                 float buy = clamp_min_f(diff, 0.0f);
                 const float sell = minimum_f(buy - diff, sh[j]);
                 if (capped) {
