@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 
 from data.market import MarketData
+from envs import memory
 
 HOLD = 0
 TRADE = 1
@@ -36,8 +37,10 @@ def fill_modes(market: MarketData) -> Tensor:
     key = (id(market.tradable), id(market.listed))
     table = _TABLES.get(key)
     if table is None:
-        table = torch.where(market.tradable, TRADE, torch.where(market.listed, HOLD, EXIT)).to(torch.uint8)
-        table = table.contiguous()
+        modes = torch.where(market.tradable, TRADE, torch.where(market.listed, HOLD, EXIT)).to(torch.uint8)
+        # On huge pages where that applies (envs.memory), like the native step's price tables: its
+        # random row reads then rarely miss the TLB.
+        table = memory.table_empty(tuple(modes.shape), torch.uint8, modes.device).copy_(modes)
         _TABLES[key] = table
         weakref.finalize(market.tradable, _TABLES.pop, key, None)
         weakref.finalize(market.listed, _TABLES.pop, key, None)

@@ -337,8 +337,8 @@ def step(
     shares, traded = torch.empty_like(state.shares), torch.empty_like(state.shares)
     obs = torch.empty(num_envs, table.shape[1], dtype=torch.float32)
     open_all, close_all = price_tables(market)
-    # The fill modes only when some bar is untradable (NULL: the kernel's plain loops).
-    modes = None if market.all_tradable else fill_modes(market)
+    # The fill modes when some bar is untradable or a cap applies (NULL: the kernel's plain loops).
+    modes = None if market.all_tradable and params.max_weight >= 1.0 else fill_modes(market)
     status = fn(
         num_envs,
         num_assets,

@@ -78,7 +78,9 @@ int64_t podracer_step(
     const int64_t stride = 2 + num_features;  /* per-asset slot width: weight, tradable, features */
     const int capped = p[P_MAX_WEIGHT] < 1.0;
     const float max_w = capped ? (float)p[P_MAX_WEIGHT] : INFINITY;
-    const int limited = capped || modes_all != NULL;  /* the general weights loops are needed */
+    /* The general weights loops (cap, fill modes) read modes_all, which the caller passes whenever
+       there is a cap or an untradable bar (NULL: the plain loops). */
+    const int limited = modes_all != NULL;
     int64_t bad = 0, bad_bar = 0, n_done = 0;
 
 #pragma omp parallel for schedule(static) num_threads(n_threads) reduction(+ : bad, bad_bar, n_done)
@@ -107,6 +109,7 @@ int64_t podracer_step(
                 prefetch_row(open_all + (tn + 1) * A, A * (int64_t)sizeof(float));
                 prefetch_row(close_all + (tn + k) * A, A * (int64_t)sizeof(float));
                 prefetch_row(table + (tn + k) * obs_width, obs_width * (int64_t)sizeof(float));
+                if (modes_all) prefetch_row(modes_all + (tn + 1) * A, A);
             }
 
         }
@@ -145,16 +148,17 @@ int64_t podracer_step(
 #pragma omp simd reduction(+ : held, wsum)
             for (int64_t j = 0; j < A; ++j) {
                 held += (double)(sh[j] * po[j]);
-                const float keep = (fm == NULL || fm[j] == FILL_TRADE) ? 1.0f : 0.0f;
-                wsum += (double)(minimum_f(clamp_min_f(a[j], 0.0f), max_w) * keep);
+                /* (a plain min: a NaN action makes the step fail anyway, see `bad`) */
+                const float a0 = clamp_min_f(a[j], 0.0f);
+                wsum += (double)((a0 < max_w ? a0 : max_w) * (fm[j] == FILL_TRADE ? 1.0f : 0.0f));
             }
             const float budget = (float)((c + held) / clamp_min_d(wsum, 1.0));
             double sells = 0.0, buys = 0.0;
 #pragma omp simd reduction(+ : sells, buys)
             for (int64_t j = 0; j < A; ++j) {
-                const float keep = (fm == NULL || fm[j] == FILL_TRADE) ? 1.0f : 0.0f;
-                const float w = minimum_f(clamp_min_f(a[j], 0.0f), max_w) * keep;
-                const float diff = (fm != NULL && fm[j] == FILL_HOLD) ? 0.0f : w * budget / po[j] - sh[j];
+                const float a0 = clamp_min_f(a[j], 0.0f);
+                const float w = (a0 < max_w ? a0 : max_w) * (fm[j] == FILL_TRADE ? 1.0f : 0.0f);
+                const float diff = fm[j] == FILL_HOLD ? 0.0f : w * budget / po[j] - sh[j];
                 const float buy = clamp_min_f(diff, 0.0f);
                 tr[j] = diff;
                 sells += (double)((buy - diff) * po[j]);
