@@ -22,6 +22,7 @@ Layout contract (relied on by ``envs.trading`` and the agents):
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +36,10 @@ from data.errors import DataError
 def listed_from(tradable: Tensor) -> Tensor:
     """``(T, A)`` bool: a tradable bar exists at or after each bar (a reverse cumulative any)."""
     return tradable.flip(0).int().cummax(0).values.flip(0).bool()
+
+
+# id(tradable) -> every entry True (MarketData.all_tradable), dropped when the tensor is freed.
+_ALL_TRADABLE: dict[int, bool] = {}
 
 
 @dataclass(frozen=True)
@@ -70,8 +75,7 @@ class MarketData:
             object.__setattr__(self, "listed", listed_from(self.tradable))
         if self.listed.shape != (num_steps, num_assets) or self.listed.dtype != torch.bool:
             raise DataError(f"MarketData: listed must be bool {(num_steps, num_assets)}")
-        # Once per MarketData (it is frozen): lets the env skip the mask on fully tradable data.
-        object.__setattr__(self, "_all_tradable", bool(self.tradable.all()))
+
         if len(self.tickers) != num_assets:
             raise DataError(f"MarketData: {len(self.tickers)} tickers but close has {num_assets} columns")
         for name in ("open", "high", "low", "volume"):
@@ -87,8 +91,14 @@ class MarketData:
     # --- sizes -------------------------------------------------------------------------------
     @property
     def all_tradable(self) -> bool:
-        """Every bar of every asset is tradable (synthetic data): the env then skips the mask."""
-        return self._all_tradable  # type: ignore[attr-defined]
+        """Every bar of every asset is tradable (synthetic data): the env then skips the mask.
+        Computed once per mask tensor (one host sync) and cached while the tensor lives."""
+        key = id(self.tradable)
+        found = _ALL_TRADABLE.get(key)
+        if found is None:
+            found = _ALL_TRADABLE[key] = bool(self.tradable.all())
+            weakref.finalize(self.tradable, _ALL_TRADABLE.pop, key, None)
+        return found
 
     @property
     def num_steps(self) -> int:
