@@ -1,9 +1,9 @@
 """Networks over the trading observation: a per-asset encoder shared across assets + pooled context.
 
-Why this shape (DESIGN.md, agents/): a flat MLP on the ``2 + A * (1 + F)``-wide observation spends
+Why this shape (DESIGN.md, agents/): a flat MLP on the ``2 + A * (2 + F)``-wide observation spends
 nearly all of its FLOPs in the first layer and learns a separate weight for every ticker. Here one
 small encoder is applied to every asset (its position weight + its features), so the cost grows as
-``A * (1 + F) * embed``, every ticker is treated alike, and the same weights work for any universe
+``A * (2 + F) * embed``, every ticker is treated alike, and the same weights work for any universe
 size. Mean- and max-pooled embeddings plus cash fraction and time of day form the portfolio context.
 
 Outputs (``PerAssetActorCritic``):
@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from envs.observation import NUM_GLOBAL  # obs[:, :NUM_GLOBAL]: cash fraction, time of day
+from envs.observation import NUM_GLOBAL, asset_width  # obs[:, :NUM_GLOBAL]: cash fraction, time of day
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ class NetworkConfig:
 
     @property
     def obs_dim(self) -> int:
-        return NUM_GLOBAL + self.num_assets * (1 + self.num_features)
+        return NUM_GLOBAL + self.num_assets * asset_width(self.num_features)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -78,7 +78,7 @@ class PerAssetActorCritic(nn.Module):
         e, h = config.embed, config.hidden
         if config.asset_layers < 0:
             raise ValueError(f"asset_layers must be >= 0, got {config.asset_layers}")
-        layers: list[nn.Module] = [_layer(1 + config.num_features, e)]
+        layers: list[nn.Module] = [_layer(asset_width(config.num_features), e)]
         if config.asset_layers > 0:
             layers.append(nn.ReLU())
         for _ in range(config.asset_layers - 1):
@@ -94,10 +94,12 @@ class PerAssetActorCritic(nn.Module):
 
     def _trunk(self, obs: Tensor) -> tuple[Tensor, Tensor]:
         """``(per-asset representation, context (N, H))``: embeddings ``(N, A, E)``, or with a
-        linear encoder the inputs ``(N, A, 1 + F)`` themselves (see :meth:`actor_from`)."""
+        linear encoder the inputs ``(N, A, 2 + F)`` themselves (see :meth:`actor_from`)."""
         n = obs.shape[0]
         glob = obs[:, :NUM_GLOBAL]  # (N, 2)
-        per_asset = obs[:, NUM_GLOBAL:].reshape(n, self.config.num_assets, 1 + self.config.num_features)
+        per_asset = obs[:, NUM_GLOBAL:].reshape(
+            n, self.config.num_assets, asset_width(self.config.num_features)
+        )
         weight = per_asset[:, :, :1]  # (N, A, 1) normalized position weights
         if self.config.asset_layers == 0:
             # Linear encoder h_a = W x_a + b: pool the inputs first, then project (exactly the same
@@ -148,10 +150,10 @@ class PerAssetActorCritic(nn.Module):
 def flops_per_sample(config: NetworkConfig) -> dict[str, int]:
     """Multiply-adds of one forward pass per observation, by part (a backward pass costs ~2x)."""
     a, f, e, h = config.num_assets, config.num_features, config.embed, config.hidden
-    x = 1 + f
+    x = asset_width(f)
     if config.asset_layers == 0:  # linear encoder, evaluated in factored form (see _trunk)
         parts = {
-            "encoder": 2 * x * e,  # two pooled (1 + F)-vectors projected to E
+            "encoder": 2 * x * e,  # two pooled (2 + F)-vectors projected to E
             "pooling": 2 * a * x,  # mean and weighted sum of the per-asset inputs
             "context": (2 * e + NUM_GLOBAL) * h,
             "actor": h * e + e * x + a * x + h,  # read-out folded into input space, then A dot products

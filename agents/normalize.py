@@ -1,7 +1,7 @@
 """Running observation normalization, on the device, shared across assets.
 
 The statistics are kept per *kind* of input, not per observation column: two for the global part
-(cash fraction, time of day) and ``1 + F`` for the per-asset part (position weight, features), pooled
+(cash fraction, time of day) and ``2 + F`` for the per-asset part (position weight, tradable flag, features), pooled
 over all assets. That keeps the policy permutation-equivariant over tickers (every asset is
 normalized alike), keeps the spec small, and lets a policy survive a change of universe size.
 
@@ -37,8 +37,8 @@ class ObsNormalizer(nn.Module):
         # Buffers (not parameters): the optimizer never touches them; they move with .to(device).
         self.register_buffer("mean_global", torch.zeros(num_global, device=device))  # (2,)
         self.register_buffer("var_global", torch.ones(num_global, device=device))  # (2,)
-        self.register_buffer("mean_asset", torch.zeros(num_asset_inputs, device=device))  # (1+F,)
-        self.register_buffer("var_asset", torch.ones(num_asset_inputs, device=device))  # (1+F,)
+        self.register_buffer("mean_asset", torch.zeros(num_asset_inputs, device=device))  # (2+F,)
+        self.register_buffer("var_asset", torch.ones(num_asset_inputs, device=device))  # (2+F,)
         # A host-side Python float (float64): a float32 count stops incrementing exactly at millions
         # of samples, and some devices (MPS) have no float64 tensors.
         self.count = 0.0

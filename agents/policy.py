@@ -40,6 +40,7 @@ from agents.networks import NUM_GLOBAL, NetworkConfig, PerAssetActorCritic
 from agents.normalize import ObsNormalizer
 from data.atomic import atomic_write_bytes, atomic_write_json
 from data.errors import CheckpointError
+from envs.observation import asset_width
 
 SPEC_FORMAT = "podracer-policy"
 SPEC_VERSION = 1
@@ -124,7 +125,7 @@ class Policy(nn.Module):
         self.config = config
         self.meta = meta
         self.net = PerAssetActorCritic(config).to(device)
-        self.obs_norm = ObsNormalizer(NUM_GLOBAL, 1 + config.num_features, device=device)
+        self.obs_norm = ObsNormalizer(NUM_GLOBAL, asset_width(config.num_features), device=device)
 
     # sizes
     @property
@@ -199,7 +200,7 @@ class Policy(nn.Module):
             or type(self.net).actor_mean is not PerAssetActorCritic.actor_mean
         ):
             return None
-        a, x = cfg.num_assets, 1 + cfg.num_features
+        a, x = cfg.num_assets, asset_width(cfg.num_features)
         norm = self.obs_norm
         with torch.no_grad():
             mean = torch.cat([norm.mean_global, norm.mean_asset.repeat(a)]).detach()

@@ -39,6 +39,7 @@ from agents.networks import NUM_GLOBAL
 from agents.policy import Checkpoint, Policy, gaussian_log_prob
 from agents.ppo import Callback, EvalFn, TrainResult, _evaluate, _notify, make_optimizer, policy_for_env
 from data.errors import ConfigError
+from envs.observation import asset_width
 
 
 @dataclass(frozen=True)
@@ -136,7 +137,8 @@ class CriticEnsemble(nn.Module):
         super().__init__()
         self.num_critics, self.num_assets, self.num_features = num_critics, num_assets, num_features
         k = num_critics
-        self.encoder = EnsembleLinear(k, 2 + num_features, embed)  # (weight, features, proposed weight)
+        # (weight, tradable, features, proposed weight)
+        self.encoder = EnsembleLinear(k, asset_width(num_features) + 1, embed)
         self.hidden1 = EnsembleLinear(k, 2 * embed + NUM_GLOBAL + 1, hidden)
         self.hidden2 = EnsembleLinear(k, hidden, hidden)
         self.out = EnsembleLinear(k, hidden, 1, std=1.0)
@@ -144,8 +146,9 @@ class CriticEnsemble(nn.Module):
     def forward(self, obs: Tensor, action: Tensor) -> Tensor:
         n, a, f, k = obs.shape[0], self.num_assets, self.num_features, self.num_critics
         glob = obs[:, :NUM_GLOBAL]
-        per_asset = torch.cat([obs[:, NUM_GLOBAL:].reshape(n, a, 1 + f), action.unsqueeze(-1)], dim=2)
-        x = per_asset.reshape(1, n * a, 2 + f).expand(k, -1, -1)
+        width = asset_width(f)
+        per_asset = torch.cat([obs[:, NUM_GLOBAL:].reshape(n, a, width), action.unsqueeze(-1)], dim=2)
+        x = per_asset.reshape(1, n * a, width + 1).expand(k, -1, -1)
         emb = torch.relu(self.encoder(x)).reshape(k, n, a, -1)  # (K, N, A, E)
         held = (action.unsqueeze(-1) * emb).sum(dim=2)  # (K, N, E): what the action buys
         cash = (1.0 - action.sum(dim=1, keepdim=True)).clamp(min=0.0)  # (N, 1)

@@ -26,6 +26,7 @@ from data.errors import CheckpointError
 BUNDLE_FORMAT = "podracer-bundle"
 BUNDLE_VERSION = 1
 NUM_GLOBAL = 2  # obs[:, 0] cash fraction, obs[:, 1] time of day (envs.observation's layout)
+PER_ASSET_FIXED = 2  # per asset: position weight, tradable flag, then the features (envs.observation)
 
 
 def ort_session(path: Path) -> Any:
@@ -161,7 +162,7 @@ def load_bundle(path: str | os.PathLike[str], *, expect_tickers: Sequence[str] |
         raise CheckpointError(f"{manifest_path}: incomplete manifest ({type(err).__name__}: {err})") from None
     if len(tickers) != num_assets or len(set(tickers)) != num_assets:
         raise CheckpointError(f"{manifest_path}: {len(tickers)} tickers for a {num_assets}-asset policy")
-    if len(names) != num_features or obs_dim != NUM_GLOBAL + num_assets * (1 + num_features):
+    if len(names) != num_features or obs_dim != NUM_GLOBAL + num_assets * (PER_ASSET_FIXED + num_features):
         raise CheckpointError(
             f"{manifest_path}: obs_dim {obs_dim} does not match {num_assets} assets x {num_features} features"
         )

@@ -118,6 +118,15 @@ class EnvConfig(_Section):
     max_shares: float = Field(EnvParams.max_shares, gt=0)
     reward: Literal["log_return", "return", "diff_sharpe"] = EnvParams.reward
     drawdown_penalty: float = Field(EnvParams.drawdown_penalty, ge=0)
+    max_weight: float = Field(
+        EnvParams.max_weight,
+        gt=0,
+        le=1,
+        description="per-asset cap on the weight at the fill; excess stays in cash",
+    )
+    turnover_penalty: float = Field(
+        EnvParams.turnover_penalty, ge=0, description="reward -= penalty * traded notional / value"
+    )
     reward_scale: float = Field(EnvParams.reward_scale, gt=0)
     num_envs: int = Field(256, ge=1)
     compile: Literal["auto", "on", "off"] = Field(

@@ -82,12 +82,14 @@ def _wrapper(policy: Any) -> Any:
 
 
 def sample_observations(num_assets: int, num_features: int, num: int = 256, seed: int = 0) -> np.ndarray:
-    """Plausible observations for the parity check: portfolio weights on the simplex, N(0,1) features."""
+    """Plausible observations for the parity check: portfolio weights on the simplex, tradable flags
+    (mostly 1), N(0,1) features (the layout of ``envs.observation``: weight, tradable, features)."""
     rng = np.random.default_rng(seed)
     w = rng.dirichlet(np.ones(num_assets + 1), size=num).astype(np.float32)  # assets + cash
     tod = rng.uniform(0, 1, size=num).astype(np.float32)
     feats = rng.standard_normal((num, num_assets, num_features)).astype(np.float32)
-    per_asset = np.concatenate([w[:, :num_assets, None], feats], axis=2).reshape(num, -1)
+    tradable = (rng.uniform(0, 1, size=(num, num_assets, 1)) > 0.1).astype(np.float32)
+    per_asset = np.concatenate([w[:, :num_assets, None], tradable, feats], axis=2).reshape(num, -1)
     return np.concatenate([w[:, num_assets:], tod[:, None], per_asset], axis=1).astype(np.float32)
 
 
@@ -296,8 +298,8 @@ def export_bundle(
             "num_features": num_features,
             "obs_dim": policy.obs_dim,
             "observation": {
-                "layout": "obs[:,0]=cash fraction, obs[:,1]=time of day, obs[:,2:].view(N,A,1+F): "
-                "[...,0]=position weight, [...,1:]=features",
+                "layout": "obs[:,0]=cash fraction, obs[:,1]=time of day, obs[:,2:].view(N,A,2+F): "
+                "[...,0]=position weight, [...,1]=tradable (1/0), [...,2:]=features",
                 "input": "obs",
                 "output": "weights",
             },

@@ -51,6 +51,7 @@ from data.market import MarketData
 from envs import trading
 from envs.backends.compiled import check_mode
 from envs.backtest_loop import BacktestLoop
+from envs.observation import WEIGHT, split_obs
 from envs.trading import EnvParams
 
 #: Index ETFs used for the ``"index"`` baseline, in order of preference.
@@ -513,6 +514,9 @@ def _run_static(
     n = len(names)
     device = market.device
     interval = int(params.decision_interval)
+    # Baselines are the investor's own alternative, not the agent under its risk limits: never capped
+    # (a 0.1 cap would turn the index baseline into 90% cash). docs/env.md "Risk limits".
+    params = dataclasses.replace(params, max_weight=1.0)
     buy_params = dataclasses.replace(params, action_mode="weights")
     hold_params = dataclasses.replace(params, action_mode="shares")
     with torch.inference_mode():
@@ -642,7 +646,7 @@ def _run_equal_weight(
 
 def _weights_of(obs: Tensor, market: MarketData) -> Tensor:
     """Position weights ``(N, A)`` from observations (see ``envs.observation.split_obs``)."""
-    return obs[:, 2:].reshape(obs.shape[0], market.num_assets, 1 + market.num_features)[..., 0].clone()
+    return split_obs(obs, market.num_assets, market.num_features)[1][..., WEIGHT].clone()
 
 
 def evaluate(

@@ -293,6 +293,11 @@ class Panel:
     volume: np.ndarray  # (T, A)
     gaps_filled: dict[str, int]
     interval: str
+    # (T, A) bool: the bar came from a source bar (False where forward-filled or carried); None = all
+    # real (synthetic data). MarketData.tradable is built from it.
+    real: np.ndarray | None = None
+    # (T, A) bool: the ticker is an index member at the bar (a universe by date); None = always.
+    member: np.ndarray | None = None
 
 
 def align_panel(
@@ -301,6 +306,7 @@ def align_panel(
     *,
     min_coverage: float = 0.5,
     extended_hours: bool = False,
+    coverage_frac: float = 1.0,
 ) -> Panel:
     """Stack per-ticker aligned frames (``align_ticker`` output) into one dense panel.
 
@@ -308,6 +314,9 @@ def align_panel(
     ``min_coverage`` of them is dropped with a warning (a DataError if none remain). Leading bars of a
     session before the ticker's first bar carry the previous close (volume 0, counted as filled); the
     panel starts at the first bar where every kept ticker has a price, so nothing is back-filled.
+    Coverage is judged on the first ``coverage_frac`` of the sessions only (the loader passes its
+    train fraction: whether a ticker is kept must not depend on data the model must not see).
+    ``Panel.real`` marks the bars that came from a source bar (not forward-filled, not carried).
     """
     check_interval(interval)
     if not frames:
@@ -321,12 +330,13 @@ def align_panel(
     sessions = cal_sessions[cal_sessions.isin(all_dates)]
     if len(sessions) == 0:
         raise DataError("no bars fall on XNAS sessions")
+    judged = sessions[: max(1, int(round(len(sessions) * coverage_frac)))]
     kept = []
     for ticker in sorted(frames):
-        coverage = dates_of[ticker].isin(sessions).sum() / len(sessions)
+        coverage = dates_of[ticker].isin(judged).sum() / len(judged)
         if coverage < min_coverage:
             log.warning(
-                "dropping %s: bars in %.0f%% of sessions (min_coverage=%.0f%%)",
+                "dropping %s: bars in %.0f%% of the sessions judged (min_coverage=%.0f%%)",
                 ticker,
                 100 * coverage,
                 100 * min_coverage,
@@ -334,7 +344,9 @@ def align_panel(
             continue
         kept.append(ticker)
     if not kept:
-        raise DataError(f"no ticker has bars in at least {min_coverage:.0%} of the {len(sessions)} sessions")
+        raise DataError(
+            f"no ticker has bars in at least {min_coverage:.0%} of the {len(judged)} sessions judged"
+        )
     grid = session_grid(sessions, interval, extended_hours)
     grid_ts = grid.timestamps.astype(np.int64)
     num_steps, num_assets = len(grid_ts), len(kept)
@@ -349,6 +361,15 @@ def align_panel(
             arrays[c][idx[ok], j] = frame[c].to_numpy(dtype=np.float64)[ok]
         gaps[ticker] = int(frame["filled"].to_numpy(dtype=bool)[ok].sum()) if "filled" in frame else 0
     missing = np.isnan(arrays["close"])
+    # Real bars: a source bar landed there and align_ticker did not forward-fill it.
+    real = ~missing
+    for j, ticker in enumerate(kept):
+        frame = frames[ticker]
+        if "filled" in frame:
+            ts = pd.DatetimeIndex(frame["timestamp"]).tz_convert("UTC").as_unit("ns").asi8
+            idx = np.searchsorted(grid_ts, ts)
+            ok = (idx < num_steps) & (grid_ts[np.minimum(idx, num_steps - 1)] == ts)
+            real[idx[ok], j] &= ~frame["filled"].to_numpy(dtype=bool)[ok]
     close = pd.DataFrame(arrays["close"]).ffill().to_numpy()  # carries the previous session's close
     for c in ("open", "high", "low"):
         arrays[c] = np.where(missing, close, arrays[c])
@@ -371,6 +392,7 @@ def align_panel(
         volume=arrays["volume"][start:],
         gaps_filled=gaps,
         interval=interval,
+        real=real[start:],
     )
 
 
@@ -403,4 +425,8 @@ def resample_panel(panel: Panel, interval: str) -> Panel:
         volume=np.add.reduceat(panel.volume, starts, axis=0),
         gaps_filled=dict(panel.gaps_filled),
         interval=interval,
+        # A coarser bar is real when its first source bar is: fills happen at its open, which is that
+        # bar's open (a forward-filled one would be the previous close, a price nobody traded at).
+        real=None if panel.real is None else panel.real[starts],
+        member=None if panel.member is None else panel.member[starts],
     )

@@ -86,6 +86,14 @@ def build_market(
     raw = compute_features(torch.as_tensor(np.array(panel.close), dtype=work, device=device), volume, windows)
     # Renumber sessions 0..S-1 in the order they appear (the panel may have trimmed a partial start).
     _, session_id = np.unique(panel.grid.session_id, return_inverse=True)
+    # Tradable: a real bar, inside membership. ``listed`` is computed here, over the whole history,
+    # so that a window cut out of it still knows whether a ticker trades again after its end.
+    tradable = (
+        np.ones(panel.close.shape, dtype=bool) if panel.real is None else np.array(panel.real, dtype=bool)
+    )
+    if panel.member is not None:
+        tradable &= np.asarray(panel.member, dtype=bool)
+    tradable_t = torch.as_tensor(tradable, device=device)
     provisional = MarketData(
         tickers=panel.tickers,
         timestamps=panel.grid.timestamps.astype("datetime64[ns]"),
@@ -96,6 +104,7 @@ def build_market(
         session_id=torch.as_tensor(session_id, dtype=torch.int64, device=device),
         time_of_day=torch.as_tensor(panel.grid.time_of_day, **f32),
         interval=panel.interval,
+        tradable=tradable_t,
     )
     train, valid, _ = provisional.split_sessions(train_frac, valid_frac)
     mean, std = fit_normalization(raw[: train.num_steps])
@@ -114,6 +123,8 @@ def build_market(
                 "session_id",
                 "time_of_day",
                 "interval",
+                "tradable",
+                "listed",
             )
         },
         features=normalize(raw, spec),
@@ -228,12 +239,15 @@ def load_market(
             start=s["start_date"],
             end=s["end_date"],
             min_coverage=s["min_coverage"],
+            coverage_frac=s["train_frac"],  # judged on the train window only
         )
         if from_minutes:
             panel = resample_panel(panel, s["interval"])
         return build_market(panel, **split, source="stored")
     if s["source"] == "real-sample":
-        panel = real_sample_panel(interval=s["interval"], min_coverage=s["min_coverage"])
+        panel = real_sample_panel(
+            interval=s["interval"], min_coverage=s["min_coverage"], coverage_frac=s["train_frac"]
+        )
         return build_market(panel, **split, source="real-sample")
     raise DataError(f"unknown data source {s['source']!r} (synthetic, stored, real-sample)")
 

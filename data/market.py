@@ -11,11 +11,18 @@ Layout contract (relied on by ``envs.trading`` and the agents):
 - ``timestamps``: ``(T,)`` numpy ``datetime64[ns]`` (UTC bar start); host-side, never on the device.
 - ``session_id``: ``(T,)`` int64, 0-based index of the trading session each bar belongs to.
 - ``time_of_day``: ``(T,)`` float32 in [0, 1]: fraction of the session elapsed at the bar's close.
+- ``tradable``: ``(T, A)`` bool: an order can fill at this bar (a real bar of the ticker, inside its
+  index membership when a universe is given). False before a ticker's first real bar, after its
+  last, on forward-filled bars and outside membership. All True for synthetic data.
+- ``listed``: ``(T, A)`` bool: the ticker has a tradable bar at or after this bar (computed over the
+  whole loaded history, then sliced with it): False once it stopped being tradable for good, which
+  is when the env sells what is still held (docs/env.md "Tradable bars").
 """
 
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +31,15 @@ import torch
 from torch import Tensor
 
 from data.errors import DataError
+
+
+def listed_from(tradable: Tensor) -> Tensor:
+    """``(T, A)`` bool: a tradable bar exists at or after each bar (a reverse cumulative any)."""
+    return tradable.flip(0).int().cummax(0).values.flip(0).bool()
+
+
+# id(tradable) -> every entry True (MarketData.all_tradable), dropped when the tensor is freed.
+_ALL_TRADABLE: dict[int, bool] = {}
 
 
 @dataclass(frozen=True)
@@ -42,9 +58,24 @@ class MarketData:
     interval: str = "1m"
     # JSON-able description of how features were computed and normalized (see data.features).
     feature_spec: dict[str, Any] = field(default_factory=dict)
+    tradable: Tensor | None = None  # (T, A) bool; None = every bar tradable (set in __post_init__)
+    listed: Tensor | None = None  # (T, A) bool; None = derived from tradable over these bars
 
     def __post_init__(self) -> None:
         num_steps, num_assets = self.close.shape
+        if self.tradable is None:
+            object.__setattr__(
+                self,
+                "tradable",
+                torch.ones(num_steps, num_assets, dtype=torch.bool, device=self.close.device),
+            )
+        if self.tradable.shape != (num_steps, num_assets) or self.tradable.dtype != torch.bool:
+            raise DataError(f"MarketData: tradable must be bool {(num_steps, num_assets)}")
+        if self.listed is None:
+            object.__setattr__(self, "listed", listed_from(self.tradable))
+        if self.listed.shape != (num_steps, num_assets) or self.listed.dtype != torch.bool:
+            raise DataError(f"MarketData: listed must be bool {(num_steps, num_assets)}")
+
         if len(self.tickers) != num_assets:
             raise DataError(f"MarketData: {len(self.tickers)} tickers but close has {num_assets} columns")
         for name in ("open", "high", "low", "volume"):
@@ -58,6 +89,17 @@ class MarketData:
             raise DataError("MarketData: timestamps/session_id length does not match bars")
 
     # --- sizes -------------------------------------------------------------------------------
+    @property
+    def all_tradable(self) -> bool:
+        """Every bar of every asset is tradable (synthetic data): the env then skips the mask.
+        Computed once per mask tensor (one host sync) and cached while the tensor lives."""
+        key = id(self.tradable)
+        found = _ALL_TRADABLE.get(key)
+        if found is None:
+            found = _ALL_TRADABLE[key] = bool(self.tradable.all())
+            weakref.finalize(self.tradable, _ALL_TRADABLE.pop, key, None)
+        return found
+
     @property
     def num_steps(self) -> int:
         return int(self.close.shape[0])

@@ -69,3 +69,29 @@ def crashed(market: MarketData, from_bar: int, factor: float = 0.01) -> MarketDa
         low=market.low * drop,
         close=market.close * drop,
     )
+
+
+def with_gaps(market: MarketData, frac: float = 0.2, seed: int = 0) -> MarketData:
+    """``market`` with untradable bars, as real data has them: a fraction ``frac`` of random bars
+    forward-filled (open = high = low = close = the previous close, volume 0, not tradable), asset 0
+    joining a third of the way in (not tradable before) and the last asset leaving at two thirds
+    (its price frozen at its last real close, not tradable, not listed, from then on)."""
+    num_steps, num_assets = market.close.shape
+    gen = torch.Generator().manual_seed(seed)
+    tradable = torch.rand(num_steps, num_assets, generator=gen) >= frac
+    tradable[0] = True
+    tradable[: num_steps // 3, 0] = False
+    tradable[2 * num_steps // 3 :, -1] = False
+    close = market.close.clone()
+    for t in range(1, num_steps):  # carry the previous close into untradable bars
+        close[t] = torch.where(tradable[t], close[t], close[t - 1])
+    filled = ~tradable
+    fill = {name: torch.where(filled, close, getattr(market, name)) for name in ("open", "high", "low")}
+    return dataclasses.replace(
+        market,
+        **fill,
+        close=close,
+        volume=market.volume.masked_fill(filled, 0.0),
+        tradable=tradable.to(market.device),
+        listed=None,
+    )

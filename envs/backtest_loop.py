@@ -26,6 +26,7 @@ from torch import Tensor
 from data.market import MarketData
 from envs.backends.compiled import Compiled
 from envs.observation import obs_table, write_portfolio
+from envs.tradability import fill_modes
 from envs.trading import (
     _LCG_INC,
     _LCG_MUL,
@@ -77,12 +78,15 @@ class BacktestLoop:
         if table is None:
             raise ValueError("BacktestLoop needs the market's observation table (the market is too large)")
         self.market, self.params, self.policy, self.prices, self.block = market, params, policy, prices, block
-        self._tensors = (*prices, table)
+        # The fill modes only when some bar is untradable (the traced graph then reads them).
+        modes = () if market.all_tradable else (fill_modes(market),)
+        self._tensors = (*prices, table, *modes)
         self._rng_step = _lcg_power(block)
         num_features = market.num_features
 
         def decide_block(obs: Tensor, t: Tensor, cash: Tensor, shares: Tensor, *tensors: Tensor):
-            open_all, close_all, table = tensors
+            open_all, close_all, table, *modes = tensors
+            modes_all = modes[0] if modes else None
             last_bar = last_decision_bar(open_all.shape[0], params)  # from the (symbolic) window length
             outs = []
             for _ in range(block):
@@ -90,7 +94,9 @@ class BacktestLoop:
                 # decision bar may lie past the data: clamped so the later gathers stay in range.
                 t = t.clamp(max=last_bar)
                 action = policy(obs)
-                core = _backtest_core(params, last_bar, t, cash, shares, action, open_all, close_all)
+                core = _backtest_core(
+                    params, last_bar, t, cash, shares, action, open_all, close_all, modes_all
+                )
                 t, cash, shares, value = core.t, core.cash, core.shares, core.value
                 obs = write_portfolio(
                     table.index_select(0, t), cash, core.pos_value, value, num_features, traced=True

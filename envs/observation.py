@@ -1,13 +1,15 @@
 """The observation layout, defined once, and the writers that build observations in it.
 
-One observation (float32) is ``NUM_GLOBAL`` global slots, then one block of ``1 + F`` slots per
-asset::
+One observation (float32) is ``NUM_GLOBAL`` global slots, then one block of ``2 + F`` slots per
+asset (:func:`asset_width`)::
 
-    [cash fraction, time of day,  weight_0, features_0 (F),  weight_1, features_1 (F), ...]
+    [cash fraction, time of day,  weight_0, tradable_0, features_0 (F),  weight_1, tradable_1, ...]
 
 - ``CASH``: cash / marked value; ``TIME_OF_DAY``: the decision bar's ``market.time_of_day``.
-- Per asset, ``WEIGHT``: position value / marked value (marked at the decision bar's close), then
-  ``FEATURES``: the asset's ``F`` features of the decision bar.
+- Per asset, ``WEIGHT``: position value / marked value (marked at the decision bar's close),
+  ``TRADABLE``: 1.0 if the decision bar is a tradable bar of the asset (``MarketData.tradable``: a
+  real bar inside membership), else 0.0 (what the policy can know at ``t``; whether the fill bar
+  ``t + 1`` is tradable it cannot), then ``FEATURES``: the asset's ``F`` features of the decision bar.
 
 Everything that reads or writes observations goes through these names: the env (:mod:`envs.trading`),
 the plain-Python reference env, the backtest loop, the agents' networks and paper trading. Two
@@ -31,7 +33,9 @@ CASH = 0  # global slot: cash / marked value
 TIME_OF_DAY = 1  # global slot: the bar's fraction of its session elapsed
 NUM_GLOBAL = 2  # global slots before the per-asset blocks
 WEIGHT = 0  # per-asset slot: position value / marked value
-FEATURES = slice(1, None)  # per-asset slots: the asset's features
+TRADABLE = 1  # per-asset slot: 1.0 if the decision bar is tradable for the asset, else 0.0
+PER_ASSET_FIXED = 2  # per-asset slots before the features
+FEATURES = slice(PER_ASSET_FIXED, None)  # per-asset slots: the asset's features
 
 # Floor of the marked value the fractions are divided by (a bust book can be worth ~0).
 _MIN_VALUE = 1e-12
@@ -39,22 +43,28 @@ _MIN_VALUE = 1e-12
 Obs = TypeVar("Obs")  # a torch tensor or a numpy array
 
 
+def asset_width(num_features: int) -> int:
+    """Slots of one asset's block: ``PER_ASSET_FIXED + num_features`` (weight, tradable, features)."""
+    return PER_ASSET_FIXED + num_features
+
+
 def obs_dim(num_assets: int, num_features: int) -> int:
-    """Length of one observation: ``NUM_GLOBAL + num_assets * (1 + num_features)``."""
-    return NUM_GLOBAL + num_assets * (1 + num_features)
+    """Length of one observation: ``NUM_GLOBAL + num_assets * (2 + num_features)``."""
+    return NUM_GLOBAL + num_assets * asset_width(num_features)
 
 
 def split_obs(obs: Obs, num_assets: int, num_features: int) -> tuple[Obs, Obs]:
-    """Views ``(glob (..., NUM_GLOBAL), per_asset (..., A, 1 + F))`` of observations (a tensor or a
+    """Views ``(glob (..., NUM_GLOBAL), per_asset (..., A, 2 + F))`` of observations (a tensor or a
     numpy array; writes into the views land in ``obs``).
 
     ``glob[..., CASH]`` is the cash fraction, ``glob[..., TIME_OF_DAY]`` the time of day;
-    ``per_asset[..., WEIGHT]`` is the position weight and ``per_asset[..., FEATURES]`` the features.
+    ``per_asset[..., WEIGHT]`` is the position weight, ``per_asset[..., TRADABLE]`` the tradable flag
+    and ``per_asset[..., FEATURES]`` the features.
     """
     if obs.shape[-1] != obs_dim(num_assets, num_features):
         raise ValueError(f"obs has {obs.shape[-1]} columns, expected {obs_dim(num_assets, num_features)}")
     lead = obs.shape[:-1]
-    return obs[..., :NUM_GLOBAL], obs[..., NUM_GLOBAL:].reshape(*lead, num_assets, 1 + num_features)
+    return obs[..., :NUM_GLOBAL], obs[..., NUM_GLOBAL:].reshape(*lead, num_assets, asset_width(num_features))
 
 
 # --- the template table --------------------------------------------------------------------------
@@ -64,7 +74,7 @@ def split_obs(obs: Obs, num_assets: int, num_features: int) -> tuple[Obs, Obs]:
 # per-asset slots measured 1.6x (rows from DRAM) to 4x (rows in cache) slower. Costs 1 + 1/F times the
 # features' memory, so markets beyond OBS_TABLE_MAX_BYTES fall back to the strided copy.
 OBS_TABLE_MAX_BYTES = 2 << 30
-_OBS_TABLES: dict[tuple[int, int], Tensor] = {}
+_OBS_TABLES: dict[tuple[int, int, int], Tensor] = {}
 
 
 def obs_table(market: MarketData) -> Tensor | None:
@@ -73,8 +83,8 @@ def obs_table(market: MarketData) -> Tensor | None:
     Keyed by the identity of the features and time-of-day tensors (MarketData is immutable; a new
     market or slice gets its own table) and dropped when the features tensor is freed.
     """
-    feats, tod = market.features, market.time_of_day
-    key = (id(feats), id(tod))  # a tensor's device never changes
+    feats, tod, tradable = market.features, market.time_of_day, market.tradable
+    key = (id(feats), id(tod), id(tradable))  # a tensor's device never changes
     table = _OBS_TABLES.get(key)
     if table is not None:
         return table
@@ -84,10 +94,13 @@ def obs_table(market: MarketData) -> Tensor | None:
         return None
     table = memory.table_empty((num_steps, width), torch.float32, feats.device).zero_()
     table[:, TIME_OF_DAY] = tod
-    split_obs(table, num_assets, num_features)[1][..., FEATURES] = feats
+    per_asset = split_obs(table, num_assets, num_features)[1]
+    per_asset[..., TRADABLE] = tradable
+    per_asset[..., FEATURES] = feats
     _OBS_TABLES[key] = table
     weakref.finalize(feats, _OBS_TABLES.pop, key, None)
     weakref.finalize(tod, _OBS_TABLES.pop, key, None)
+    weakref.finalize(tradable, _OBS_TABLES.pop, key, None)
     return table
 
 
@@ -103,7 +116,9 @@ def build_obs(market: MarketData, t: Tensor, cash: Tensor, pos_value: Tensor, va
     else:
         obs = torch.empty(num_envs, obs_dim(num_assets, num_features), dtype=torch.float32, device=t.device)
         obs[:, TIME_OF_DAY] = market.time_of_day.index_select(0, t)
-        split_obs(obs, num_assets, num_features)[1][..., FEATURES] = market.features.index_select(0, t)
+        per_asset = split_obs(obs, num_assets, num_features)[1]
+        per_asset[..., TRADABLE] = market.tradable.index_select(0, t)
+        per_asset[..., FEATURES] = market.features.index_select(0, t)
     return write_portfolio(obs, cash, pos_value, value, num_features)
 
 
@@ -115,7 +130,10 @@ def write_portfolio(
     values for float64 positions; float32 positions are then scaled in float32 (one rounding apart)."""
     inv_value = value.clamp(min=_MIN_VALUE).reciprocal_()  # (1.0 / x would be reciprocal, then * 1.0)
     obs[:, CASH] = cash * inv_value
-    first, stride = NUM_GLOBAL + WEIGHT, 1 + num_features  # the (N, A) weight slots: obs[:, first::stride]
+    first, stride = (
+        NUM_GLOBAL + WEIGHT,
+        asset_width(num_features),
+    )  # the (N, A) weight slots: obs[:, first::stride]
     if traced:
         obs[:, first::stride] = pos_value * inv_value.unsqueeze(1)
         return obs

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 from data.market import MarketData
-from envs.observation import CASH, NUM_GLOBAL, TIME_OF_DAY, WEIGHT, obs_dim
+from envs.observation import CASH, FEATURES, NUM_GLOBAL, TIME_OF_DAY, TRADABLE, WEIGHT, asset_width, obs_dim
 from envs.trading import EnvParams, last_decision_bar, start_high
 
 _MASK64 = (1 << 64) - 1
@@ -45,15 +45,17 @@ class ReferenceEnv:
         of day, then per asset its weight and features."""
         closes = self.market.close[self.t].tolist()
         feats = self.market.features[self.t].tolist()
+        tradable = self.market.tradable[self.t].tolist()
         value = max(self.value, 1e-12)
-        width = 1 + self.market.num_features  # one asset's block: weight, then its features
+        width = asset_width(self.market.num_features)  # one asset's block: weight, tradable, features
         obs = [0.0] * obs_dim(self.num_assets, self.market.num_features)
         obs[CASH] = self.cash / value
         obs[TIME_OF_DAY] = float(self.market.time_of_day[self.t])
         for a in range(self.num_assets):
             block = NUM_GLOBAL + a * width
             obs[block + WEIGHT] = self.shares[a] * closes[a] / value
-            obs[block + WEIGHT + 1 : block + width] = feats[a]
+            obs[block + TRADABLE] = 1.0 if tradable[a] else 0.0
+            obs[block + FEATURES.start : block + width] = feats[a]
         return obs
 
     def _next_start(self) -> int:
@@ -70,27 +72,46 @@ class ReferenceEnv:
         opens = self.market.open[self.t + 1].tolist()
         closes = self.market.close[self.t + k].tolist()
         n = self.num_assets
+        # At the fill bar: tradable -> the order executes; not tradable but listed again later (a
+        # forward-filled bar, before the first real bar) -> no order, the position stays; never
+        # tradable again -> everything held is sold at the fill bar's open.
+        tradable = self.market.tradable[self.t + 1].tolist()
+        listed = self.market.listed[self.t + 1].tolist()
 
         # Orders.
         buys = [0.0] * n
         sells = [0.0] * n
         if p.action_mode == "weights":
-            weights = [max(0.0, float(a)) for a in action]
+            # Negatives to 0, each weight capped at max_weight (the excess stays in cash), then rows
+            # summing above 1 scaled to 1.
+            weights = [
+                min(max(0.0, float(a)), p.max_weight) if tradable[i] else 0.0 for i, a in enumerate(action)
+            ]
             total = sum(weights)
             if total > 1.0:
                 weights = [w / total for w in weights]
             value_open = self.cash + sum(self.shares[a] * opens[a] for a in range(n))
             for a in range(n):
+                if not tradable[a] and listed[a]:
+                    continue  # order skipped, position kept
                 target = weights[a] * value_open / opens[a]
                 if target > self.shares[a]:
                     buys[a] = target - self.shares[a]
                 else:
                     sells[a] = self.shares[a] - target
         else:
+            value_open = self.cash + sum(self.shares[a] * opens[a] for a in range(n))
             for a in range(n):
                 delta = round(min(1.0, max(-1.0, float(action[a]))) * p.max_shares)
+                if not tradable[a]:
+                    if not listed[a]:
+                        sells[a] = self.shares[a]
+                    continue
                 if delta > 0:
                     buys[a] = float(delta)
+                    if p.max_weight < 1.0:  # post-trade holdings <= max_weight * value_open at the open
+                        room = math.floor(p.max_weight * value_open / opens[a]) - self.shares[a]
+                        buys[a] = min(buys[a], max(0.0, room))
                 else:
                     sells[a] = min(float(-delta), self.shares[a])
 
@@ -128,6 +149,7 @@ class ReferenceEnv:
         peak = max(self.peak, value)
         if p.drawdown_penalty > 0:
             reward -= p.drawdown_penalty * (1.0 - value / peak)
+        reward -= p.turnover_penalty * traded_notional / self.value
         reward *= p.reward_scale
 
         bar_t = self.t

@@ -67,6 +67,7 @@ from data.market import MarketData
 from envs.backends import native
 from envs.backends.compiled import compiled_partial
 from envs.observation import build_obs, fresh_obs
+from envs.tradability import EXIT, HOLD, TRADE, fill_modes
 
 # Precision, decided by measurement (docs/env.md). Per-env accounting (cash, value, peak,
 # notionals, the Sharpe moments; N) is always float64, and every per-asset sum feeding it
@@ -114,6 +115,9 @@ class EnvParams:
     max_shares: float = 100.0  # "shares" mode: |delta| per asset per decision at |a| = 1
     reward: RewardMode = "log_return"  # "log_return" | "return" | "diff_sharpe"
     drawdown_penalty: float = 0.0  # reward -= penalty * current drawdown fraction
+    # Risk limits (docs/env.md "Risk limits"; defaults by measurement there).
+    max_weight: float = 1.0  # per-asset cap on the position weight at the fill; the excess stays in cash
+    turnover_penalty: float = 0.0  # reward -= penalty * traded notional / value at the decision bar
     reward_scale: float = 100.0  # multiplies the reward
     sharpe_eta: float = 0.01  # EMA rate of the differential Sharpe ratio's moments
     bust_frac: float = 0.1  # terminate when value < bust_frac * initial_cash
@@ -148,6 +152,10 @@ class EnvParams:
             raise bad("reward", "must be 'log_return', 'return' or 'diff_sharpe'")
         if self.drawdown_penalty < 0:
             raise bad("drawdown_penalty", "must be >= 0")
+        if not 0 < self.max_weight <= 1:
+            raise bad("max_weight", "must be in (0, 1]")
+        if self.turnover_penalty < 0:
+            raise bad("turnover_penalty", "must be >= 0")
         if self.reward_scale <= 0:
             raise bad("reward_scale", "must be > 0")
         if not 0 < self.sharpe_eta < 1:
@@ -349,12 +357,19 @@ def _rowsum(x: Tensor) -> Tensor:
 
 
 def _trade(
-    params: EnvParams, shares: Tensor, cash: Tensor, action: Tensor, px_open: Tensor, px_close: Tensor
+    params: EnvParams,
+    shares: Tensor,
+    cash: Tensor,
+    action: Tensor,
+    px_open: Tensor,
+    px_close: Tensor,
+    mode: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     """The fill and the mark of one step (the accounting shared by :func:`step` and
     :func:`backtest_step`): ``(traded (N, A), new_shares, new_cash, traded_notional, pos_value,
     new_value)``. ``px_open`` / ``px_close`` are the fill and mark bars' prices in the asset dtype;
-    ``px_close`` must be a fresh tensor (it becomes ``pos_value`` in place)."""
+    ``px_close`` must be a fresh tensor (it becomes ``pos_value`` in place). ``mode`` (N, A) uint8:
+    the fill bar's :mod:`envs.tradability` modes (``None``: every asset tradable)."""
     adt = params.asset_dtype
     slip = params.slippage_bps * 1e-4
     rate = params.cost_rate
@@ -365,20 +380,37 @@ def _trade(
         # Only sizes the targets, so a plain (float32) sum is precise enough here.
         held = shares * px_open  # (N, A) scratch: also holds the sells below
         value_open = cash + held.sum(1)
-        weights = action.to(adt).clamp(min=0.0)  # a new tensor: in-place below is safe
+        # A new tensor: in-place below is safe. The cap comes before the sum rule, so the excess of
+        # a capped weight stays in cash (it is not handed to the other assets).
+        if params.max_weight < 1.0:
+            weights = action.to(adt).clamp(min=0.0, max=params.max_weight)
+        else:
+            weights = action.to(adt).clamp(min=0.0)
+        if mode is not None:  # untradable assets: no target (HOLD keeps the position, EXIT sells it)
+            weights = weights.masked_fill_(mode != TRADE, 0.0)
         # float64 sum: a float32 one overflows for huge (finite) weights and would zero the targets.
         budget = value_open / weights.sum(1, dtype=ACC_DTYPE).clamp(min=1.0)
         if adt != ACC_DTYPE:  # (.to of the same dtype is a no-op that still costs a call)
             budget = budget.to(adt)
         # Share space (not $): a zero target gives diff = -shares exactly, so full sells leave 0.
         diff = weights.mul_(budget.unsqueeze(1)).div_(px_open).sub_(shares)
+        if mode is not None:
+            diff = diff.masked_fill_(mode == HOLD, 0.0)
         buy = diff.clamp(min=0.0)
         # sell = buy - diff is needed only for its notional: computed into the scratch buffer.
         sell_at_open = torch.sub(buy, diff, out=held).mul_(px_open)
     else:
         diff = action.to(adt).clamp(-1.0, 1.0).mul_(params.max_shares).round_()
+        if mode is not None:  # HOLD: no order; EXIT: sell everything held
+            diff = torch.where(mode == TRADE, diff, torch.where(mode == EXIT, -shares, 0.0))
         buy = diff.clamp(min=0.0)
-        sell = torch.minimum(buy - diff, shares)
+        if params.max_weight < 1.0:
+            # Post-trade holdings at most floor(max_weight * value at the fill bar's open / open)
+            # whole shares; a position already above the cap is not sold down (only buys are cut).
+            value_open = cash + _rowsum(shares * px_open)
+            cap = (params.max_weight * value_open).to(adt).unsqueeze(1).div(px_open).floor_()
+            buy = torch.minimum(buy, cap.sub_(shares).clamp_(min=0.0))
+        sell = torch.minimum((-diff).clamp_(min=0.0), shares)
         sell_at_open = sell * px_open
     sell_notional = _rowsum(sell_at_open) * (1.0 - slip)
     buy_notional = _rowsum(buy * px_open) * (1.0 + slip)
@@ -457,6 +489,7 @@ def _step_core(
     action: Tensor,
     open_all: Tensor,
     close_all: Tensor,
+    modes_all: Tensor | None = None,
 ) -> StepCore:
     """Everything of :func:`step` but the action check, the observation and the autoreset, as one
     pure function of tensors (``last_bar``: :func:`last_decision_bar` of the market), so that it can
@@ -467,8 +500,9 @@ def _step_core(
     px_open = open_all.index_select(0, t + 1).to(adt)  # (N, A) fill bar
     # A fresh tensor either way (gather, or gather + cast): becomes the positions' value in place.
     px_close = close_all.index_select(0, t_mark).to(adt)  # (N, A) mark bar
+    mode = None if modes_all is None else modes_all.index_select(0, t + 1)
     traded, new_shares, new_cash, traded_notional, pos_value, new_value = _trade(
-        params, shares, cash, action, px_open, px_close
+        params, shares, cash, action, px_open, px_close, mode
     )
     cost = params.cost_rate * traded_notional
 
@@ -492,6 +526,8 @@ def _step_core(
     new_peak = torch.maximum(peak, new_value)
     if params.drawdown_penalty > 0:
         reward = reward - params.drawdown_penalty * (1.0 - new_value / new_peak)
+    if params.turnover_penalty > 0:
+        reward = reward - params.turnover_penalty * traded_notional / value
     if params.reward_scale != 1.0:
         reward = reward * params.reward_scale
     reward = reward.to(torch.float32)
@@ -571,6 +607,7 @@ def step(
             action,
             market.open,
             market.close,
+            None if market.all_tradable else fill_modes(market),
         )
         final_obs = build_obs(market, core.t, core.cash, core.pos_value, core.value)
         any_done = None
@@ -657,13 +694,21 @@ def _backtest_core(
     action: Tensor,
     open_all: Tensor,
     close_all: Tensor,
+    modes_all: Tensor | None = None,
 ) -> BacktestCore:
     """The fill, mark and termination of :func:`backtest_step` as a pure function of tensors."""
     t_fill = t + 1
     t_mark = t_fill if params.decision_interval == 1 else t + params.decision_interval
     # index_select always gathers into a fresh tensor, as _trade needs for the mark prices.
+    mode = None if modes_all is None else modes_all.index_select(0, t_fill)
     traded, new_shares, new_cash, traded_notional, pos_value, new_value = _trade(
-        params, shares, cash, action, open_all.index_select(0, t_fill), close_all.index_select(0, t_mark)
+        params,
+        shares,
+        cash,
+        action,
+        open_all.index_select(0, t_fill),
+        close_all.index_select(0, t_mark),
+        mode,
     )
     terminated = new_value < params.bust_frac * params.initial_cash
     # A restarted env can run out of data before the run ends: truncated (and restarted) as in step.
@@ -702,6 +747,7 @@ def backtest_step(
         state.shares,
         action,
         *prices,
+        None if market.all_tradable else fill_modes(market),
     )
     obs = build_obs(market, core.t, core.cash, core.pos_value, core.value)
     new_state = _advance(state, core.t, core.cash, core.shares, core.value)

@@ -255,7 +255,7 @@ def write_real_backtest(
         # At each session's first decision: equal weight tilted by the first feature; otherwise keep
         # the current weights (no trade), so costs stay a daily rebalance's worth.
         glob, per_asset = split_obs(obs, num_assets, num_features)
-        tilt = 1.0 + 0.5 * torch.tanh(per_asset[..., 1])
+        tilt = 1.0 + 0.5 * torch.tanh(per_asset[..., 2])  # the first feature (envs.observation.FEATURES)
         target = 0.95 * tilt / tilt.sum(dim=1, keepdim=True)
         session_start = (glob[:, 1] < decision_interval / BARS_PER_DAY).unsqueeze(1)
         return torch.where(session_start, target, per_asset[..., 0])

@@ -41,7 +41,7 @@ def test_ensemble_target_min_and_mean():
 def test_critic_members_are_independent_and_depend_on_the_action():
     torch.manual_seed(0)
     critics = sac.CriticEnsemble(4, num_assets=5, num_features=3, embed=8, hidden=16)
-    obs = torch.randn(6, 2 + 5 * 4)
+    obs = torch.randn(6, 2 + 5 * 5)  # envs.observation.obs_dim(5, 3)
     a1 = torch.softmax(torch.randn(6, 6), 1)[:, :5]
     a2 = torch.softmax(torch.randn(6, 6), 1)[:, :5]
     q = critics(obs, a1)

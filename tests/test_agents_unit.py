@@ -119,7 +119,7 @@ def test_linear_encoder_factored_form_equals_the_plain_per_asset_computation(ass
     obs = torch.randn(4, config.obs_dim)
     logits, value = net(obs)
     # reference: build the per-asset embeddings explicitly
-    per_asset = obs[:, 2:].reshape(4, 5, 4)
+    per_asset = obs[:, 2:].reshape(4, 5, 5)
     emb = net.encoder(per_asset)
     held = (per_asset[:, :, :1] * emb).sum(1)
     ctx = net.context(torch.cat([emb.mean(1), held, obs[:, :2]], 1))
@@ -136,7 +136,7 @@ def test_network_is_permutation_equivariant_over_assets(asset_layers):
     net = PerAssetActorCritic(config)
     obs = torch.randn(2, config.obs_dim)
     perm = torch.tensor([3, 0, 4, 1, 2])
-    per_asset = obs[:, 2:].reshape(2, 5, 4)
+    per_asset = obs[:, 2:].reshape(2, 5, 5)
     obs_perm = torch.cat([obs[:, :2], per_asset[:, perm].reshape(2, -1)], dim=1)
     logits, value = net(obs)
     logits_p, value_p = net(obs_perm)
@@ -192,7 +192,7 @@ def test_save_load_gives_identical_actions(tmp_path):
     spec = json.loads((tmp_path / "p" / "spec.json").read_text())
     assert spec["num_assets"] == 4 and spec["num_features"] == 8 and spec["obs_dim"] == policy.obs_dim
     assert spec["tickers"] == ["T0", "T1", "T2", "T3"] and spec["algo"] == "ppo"
-    assert "torch" in spec["versions"] and len(spec["normalization"]["mean_asset"]) == 9
+    assert "torch" in spec["versions"] and len(spec["normalization"]["mean_asset"]) == 2 + 8
     assert not list((tmp_path / "p").glob("*.pkl")) and not list((tmp_path / "p").glob("*.pt"))
 
 
@@ -377,7 +377,7 @@ def test_partial_rebalancing_moves_a_fraction_of_the_way_from_current_weights(tm
             p.add_(0.5 * torch.randn_like(p))
     obs = torch.randn(3, policy.obs_dim)
     current = torch.tensor([[0.1, 0.2, 0.3, 0.4], [0.0, 0.0, 0.0, 0.0], [0.5, 0.0, 0.0, 0.1]])
-    obs[:, 2:].view(3, 4, 3)[..., 0] = current
+    obs[:, 2:].view(3, 4, 4)[..., 0] = current
     target = torch.softmax(policy.net.actor_mean(policy.obs_norm.normalize(obs)), dim=1)[:, :4]
     action = policy.act(obs)
     assert torch.allclose(action, current + 0.25 * (target.detach() - current), atol=1e-6)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -334,3 +335,32 @@ def test_equal_weight_rebalances_at_each_session_open_against_a_hand_computed_ca
     assert engine.rebalance_rows(market, 1, 5).tolist() == [0, 1, 3]
     # Weights equal right after each rebalance fill (measured at the open), then drift with prices.
     assert res.weights[1, col].sum().item() == pytest.approx(1.0, abs=0.02)
+
+
+def test_max_weight_caps_the_policy_at_every_fill_not_the_baselines():
+    """max_weight 0.1: a policy that asks for 100% of one asset holds at most 10% of the book at each
+    fill (measured at the fill bar's open against the book's value there; drift after the fill is
+    allowed); buy-and-hold and the index baseline stay uncapped (the user's own alternative)."""
+    market = dataclasses.replace(toy_market(3 * 390, 3, 2, seed=4), tickers=("AAA", "BBB", "QQQ"))
+    params = EnvParams(decision_interval=5, max_weight=0.1, slippage_bps=0.0)
+
+    def all_in(obs):
+        action = torch.zeros(obs.shape[0], 3)
+        action[:, 0] = 1.0
+        return action
+
+    result = engine.run_backtest(market, params, {"p": all_in}, baselines=("buy_and_hold", "index", "cash"))
+    k, col = params.decision_interval, result.index("p")
+    fills = (torch.arange(result.num_steps) * k + 1).tolist()
+    opens = market.open.double()
+    held = torch.zeros(3, dtype=torch.float64)
+    cash = params.initial_cash
+    for row, fill in enumerate(fills):
+        value_open = cash + float(held @ opens[fill])
+        held = held + result.trades[row, col].double() / opens[fill]  # no slippage: fills at the open
+        weight_at_fill = held * opens[fill] / value_open
+        assert float(weight_at_fill.max()) <= 0.1 + 1e-6, (row, weight_at_fill)
+        cash = float(result.equity[row, col]) - float(held @ market.close.double()[(row + 1) * k])
+    assert float(result.weights[:, col, 0].max()) > 0.09  # the cap binds: the policy sits at it
+    assert float(result.weights[0, result.index("buy_and_hold")].sum()) > 0.99  # uncapped 1/3 each
+    assert float(result.weights[0, result.index("index_QQQ"), 2]) > 0.99

@@ -18,8 +18,8 @@ from envs.trading import EnvParams
 
 def _momentum(obs):
     # Long the assets whose first feature is positive: trades every decision, deterministic.
-    per_asset = obs[:, 2:].reshape(obs.shape[0], 4, 9)
-    w = (per_asset[..., 1] > 0).float()
+    per_asset = obs[:, 2:].reshape(obs.shape[0], 4, 10)
+    w = (per_asset[..., 2] > 0).float()
     return w / w.sum(dim=1, keepdim=True).clamp(min=1.0)
 
 

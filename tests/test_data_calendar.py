@@ -8,7 +8,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from data.calendar import align_panel, align_ticker, infer_interval, session_grid, sessions_in_range
+from data.calendar import (
+    align_panel,
+    align_ticker,
+    infer_interval,
+    resample_panel,
+    session_grid,
+    sessions_in_range,
+)
 from data.errors import DataError
 
 SHARED = Path("/work/shared/data/real_sample")
@@ -161,3 +168,24 @@ def test_factor_file_tickers_follow_the_ticker_rule(tmp_path):
 
     symbols = membership_table()["symbol"].tolist()
     assert symbols and all(normalize_ticker(s) == s for s in symbols)
+
+
+def test_panel_marks_real_bars_and_judges_coverage_on_the_leading_sessions():
+    a = align_ticker(_bars(["2024-01-02T14:30:00Z", "2024-01-03T14:30:00Z"], "A"), "1m").frame
+    b = align_ticker(_bars(["2024-01-02T14:32:00Z", "2024-01-03T14:35:00Z"], "B", 50.0), "1m").frame
+    panel = align_panel({"A": a, "B": b}, "1m")
+    j = panel.tickers.index("B")
+    day2 = np.flatnonzero(panel.grid.timestamps == np.datetime64("2024-01-03T14:30:00", "ns"))[0]
+    # Real: B's first bar (day 1, start of the panel) and its 09:35 bar of day 2; every other bar of
+    # B is carried or forward-filled. A: its two source bars only.
+    assert panel.real[:, j].sum() == 2 and panel.real[0, j] and panel.real[day2 + 5, j]
+    assert not panel.real[day2 : day2 + 5, j].any()
+    assert panel.real[:, panel.tickers.index("A")].sum() == 1  # (its day-1 bar is before B's first)
+    # Resampled: a 5-minute bar is real when its first minute is (its open is a price that traded).
+    five = resample_panel(panel, "5m")
+    day2_5m = np.flatnonzero(five.grid.timestamps == np.datetime64("2024-01-03T14:30:00", "ns"))[0]
+    assert not five.real[day2_5m, j] and five.real[day2_5m + 1, j]
+    # Coverage judged on the first half of the sessions only: C (day 2 only) is dropped then.
+    late = align_ticker(_bars(["2024-01-03T14:30:00Z"], "C"), "1m").frame
+    assert align_panel({"A": a, "C": late}, "1m", min_coverage=0.5, coverage_frac=0.5).tickers == ("A",)
+    assert align_panel({"A": a, "C": late}, "1m", min_coverage=0.5).tickers == ("A", "C")

@@ -228,9 +228,18 @@ def test_load_stored_real_bars_with_coverage_rules(tmp_path):
     assert splits.full.tickers == ("AIG", "BAC", "IBM", "SPY") and splits.full.num_sessions == 6
     assert splits.full.date_range() == ("2013-10-04", "2013-10-11")
     assert (splits.full.volume >= 0).all() and (splits.full.close > 0).all()
-    # Over all 20 sessions no ticker has 50% coverage: a one-line error, not an empty market.
+    # Coverage is judged on the train window only (the first 60% of the 20 sessions: Oct 2013, where
+    # the four have bars), never on data the model must not see. The sessions where they have no
+    # bars later on are forward-filled and not tradable.
+    splits = load_market(source="stored", home=home)
+    assert splits.full.tickers == ("AIG", "BAC", "IBM", "SPY")
+    assert splits.train.tradable.any(0).tolist() == [True] * 4
+    assert not bool(splits.valid.tradable.any())  # sessions of other tickers only: all filled
+    # SPY trades again in 2023; the other three never do: gone for good (held shares are sold).
+    assert splits.valid.listed[0].tolist() == [False, False, False, True]
+    # Over a train window where no ticker has 50% coverage: a one-line error, not an empty market.
     with pytest.raises(DataError, match="no ticker has bars in at least 50%"):
-        load_market(source="stored", home=home)
+        load_market(source="stored", home=home, train_frac=0.3, valid_frac=0.1)
     # With the default coverage, SPY (7 sessions of the 7 with Oct-2013 + 2023 data) stays; IBM (6/7) too.
     splits = load_market(source="stored", home=home, tickers=["SPY", "IBM"])
     assert splits.full.tickers == ("IBM", "SPY") and splits.full.num_sessions == 7

@@ -5,11 +5,14 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
+from data.calendar import align_panel, align_ticker
 from data.errors import DataError, PodracerError
-from data.toy import toy_market
+from data.loader import build_market
+from data.toy import toy_market, with_gaps
 from envs import observation, trading
 from envs.observation import obs_dim, split_obs
 from envs.trading import EnvParams
@@ -24,13 +27,14 @@ def market():
 def test_reset_shapes_and_fresh_obs(market):
     params = EnvParams(decision_interval=2, episode_len=10)
     state, obs = trading.reset(market, params, 5, torch.Generator().manual_seed(0))
-    assert obs.shape == (5, obs_dim(4, 3)) == (5, 2 + 4 * 4)
+    assert obs.shape == (5, obs_dim(4, 3)) == (5, 2 + 4 * 5)
     assert obs.dtype == torch.float32
     glob, per = split_obs(obs, 4, 3)
     assert torch.all(glob[:, 0] == 1.0)
     assert torch.equal(glob[:, 1], market.time_of_day[state.t])
     assert torch.all(per[..., 0] == 0.0)
-    assert torch.equal(per[..., 1:], market.features[state.t])
+    assert torch.all(per[..., observation.TRADABLE] == 1.0)  # toy data: every bar tradable
+    assert torch.equal(per[..., observation.FEATURES], market.features[state.t])
     assert torch.all(state.value == params.initial_cash)
     # Random starts leave room for a full episode.
     assert int(state.t.max()) <= market.num_steps - 1 - 2 * 10
@@ -188,3 +192,74 @@ def test_spaces_describe_the_tensors(market):
     assert env.observation_space.contains(obs) and obs.shape == env.observation_space.shape
     obs, *_ = env.step(torch.as_tensor(np.stack([sample] * 3)))
     assert obs.shape == (3, env.obs_dim)
+
+
+def _minute_bars(ticker: str, day: str, start: str, price: float) -> pd.DataFrame:
+    """One bar a minute from ``start`` (New York) to the close of ``day``, all at ``price``."""
+    ts = pd.date_range(f"{day} {start}", f"{day} 15:59", freq="1min", tz="America/New_York").tz_convert("UTC")
+    n = len(ts)
+    return pd.DataFrame(
+        {
+            "timestamp": ts,
+            "ticker": ticker,
+            "open": price,
+            "high": price,
+            "low": price,
+            "close": price,
+            "volume": 100.0,
+        }
+    ).iloc[:n]
+
+
+def test_a_ticker_first_trading_at_0935_cannot_be_bought_before_at_yesterdays_close():
+    """The issue's scenario: BBB's first trade of day 2 is at 09:35, 4.2% above day 1's close. The
+    aligned panel forward-fills 09:30-09:34 with day 1's close; an order for BBB filling on those
+    bars is skipped (cash kept), and the first fill is at 09:35's real open."""
+    days = ("2024-01-02", "2024-01-03", "2024-01-04")
+    frames = {
+        "AAA": pd.concat([_minute_bars("AAA", d, "09:30", 20.0) for d in days]),
+        "BBB": pd.concat(
+            [
+                _minute_bars("BBB", days[0], "09:30", 100.0),
+                _minute_bars("BBB", days[1], "09:35", 104.2),
+                _minute_bars("BBB", days[2], "09:30", 104.2),
+            ]
+        ),  # fmt: skip
+    }
+    aligned = {t: align_ticker(f, "1m").frame for t, f in frames.items()}
+    market = build_market(align_panel(aligned, "1m"), train_frac=0.34, valid_frac=0.33).full
+    b = market.tickers.index("BBB")
+    stamps = pd.DatetimeIndex(market.timestamps).tz_localize("UTC").tz_convert("America/New_York")
+    open_day2 = int(np.flatnonzero(stamps.date == pd.Timestamp(days[1]).date())[0])  # 09:30 of day 2
+    assert not market.tradable[open_day2 : open_day2 + 5, b].any() and market.tradable[open_day2 + 5, b]
+    assert float(market.open[open_day2 + 1, b]) == 100.0  # the stale price an order must not get
+    params = EnvParams(decision_interval=1, episode_len=100, cost_rate=0.0, slippage_bps=0.0)
+    state, _ = trading.reset(market, params, 1, start=open_day2 - 1)  # day 1's last bar
+    want = torch.zeros(1, 2)
+    want[0, b] = 1.0
+    for minute in range(5):  # fills at 09:30 .. 09:34: skipped
+        state, *_ = trading.step(market, params, state, want)
+        assert float(state.shares[0, b]) == 0.0 and float(state.cash[0]) == params.initial_cash, minute
+    state, *_ = trading.step(market, params, state, want)  # fills at 09:35
+    assert float(state.shares[0, b]) == pytest.approx(params.initial_cash / 104.2, rel=1e-6)
+
+
+def test_held_asset_gone_for_good_is_sold_at_its_last_real_price():
+    market = with_gaps(toy_market(300, 3, 2, seed=3), frac=0.0)  # asset 2 leaves at bar 200
+    assert not bool(market.listed[200:, 2].any()) and bool(market.listed[199, 2])
+    last_real = float(market.close[199, 2])
+    params = EnvParams(decision_interval=5, episode_len=100, slippage_bps=0.0)
+    state, _ = trading.reset(market, params, 1, start=185)
+    want = torch.tensor([[0.0, 0.0, 0.5]])
+    state, *_ = trading.step(market, params, state, want)  # fills at 186: bought
+    held = float(state.shares[0, 2])
+    assert held > 0
+    state, *_ = trading.step(market, params, state, want)  # fills at 191: tradable, kept at 50%
+    state, *_ = trading.step(market, params, state, want)  # fills at 196
+    cash_before = float(state.cash[0])
+    held = float(state.shares[0, 2])
+    state, _, _, _, _, info = trading.step(market, params, state, want)  # fills at 201: gone, sold
+    assert float(state.shares[0, 2]) == 0.0
+    proceeds = held * last_real * (1 - params.cost_rate)
+    assert float(state.cash[0]) == pytest.approx(cash_before + proceeds, rel=1e-6)
+    assert float(info["traded_notional"][0]) == pytest.approx(held * last_real, rel=1e-6)

@@ -174,7 +174,7 @@ def test_no_lookahead(market, mode):
 
     def policy(obs):
         _, per = split_obs(obs, market.num_assets, market.num_features)
-        score = torch.softmax(per[..., 1] + per[..., 0], dim=1)
+        score = torch.softmax(per[..., 2] + per[..., 0], dim=1)  # first feature + weight
         return score if mode == "weights" else score * 2 - 0.4
 
     runs = [list(_run(m, params, 3, 11, policy=policy, start=start)) for m in (market, other)]

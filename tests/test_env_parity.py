@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from data.toy import toy_market
+from data.toy import toy_market, with_gaps
 from envs import trading
 from envs.reference import ReferenceEnv
 from envs.trading import EnvParams
@@ -49,6 +49,12 @@ CASES = [
     (5, "shares", "diff_sharpe", {"max_shares": 3000.0, "drawdown_penalty": 0.1}),
     (6, "weights", "return", {"bust_frac": 0.998, "cost_rate": 0.01}),  # terminations happen
     (7, "weights", "log_return", {"episode_len": 1000}),  # runs into the end of the data
+    # Risk limits: the weight cap binds (actions up to 0.7 against 0.2), the turnover penalty.
+    (8, "weights", "log_return", {"max_weight": 0.2, "turnover_penalty": 0.5}),
+    (9, "shares", "return", {"max_shares": 3000.0, "max_weight": 0.15, "turnover_penalty": 0.1}),
+    # Untradable bars (data.toy.with_gaps: filled bars, a late joiner, a leaver sold when it goes).
+    (10, "weights", "log_return", {"gaps": True}),
+    (11, "shares", "return", {"gaps": True, "max_shares": 3000.0, "max_weight": 0.5}),
 ]
 
 
@@ -56,6 +62,9 @@ CASES = [
 @pytest.mark.parametrize(("seed", "mode", "reward", "extra"), CASES)
 def test_batched_matches_reference(seed, mode, reward, extra, precision):
     market = toy_market(num_steps=160, num_assets=4, num_features=3, bars_per_session=40, seed=seed)
+    extra = dict(extra)
+    if extra.pop("gaps", False):
+        market = with_gaps(market, 0.3, seed)
     kwargs = {"decision_interval": 3, "episode_len": 9, **extra}
     params = EnvParams(action_mode=mode, reward=reward, precision=precision, **kwargs)
     dollar_atol, share_atol, return_atol = TOLERANCES[precision]

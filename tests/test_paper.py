@@ -19,7 +19,14 @@ from app.export import export_bundle
 from app.paper.broker import AlpacaBroker, RetryPolicy
 from app.paper.cycle import PaperOptions, run_cycle
 from app.paper.journal import Journal, journal_path, read_journal
-from app.paper.orders import RiskLimits, client_order_id
+from app.paper.orders import (
+    Decision,
+    RiskLimits,
+    apply_limits,
+    bundle_max_weight,
+    client_order_id,
+    plan_orders,
+)
 
 FAST = RetryPolicy(attempts=4, base_delay=0.001, max_delay=0.01, timeout=0.5)
 
@@ -288,8 +295,9 @@ def test_observation_matches_env_layout(env):
     )
     obs = decision.obs[0]
     assert obs[0] == 1.0 and obs[1] == pytest.approx(float(market.time_of_day[t]))
-    per_asset = obs[2:].reshape(bundle.num_assets, 1 + bundle.num_features)
-    assert np.abs(per_asset[:, 1:] - market.features[t].numpy()).max() < 1e-5
+    per_asset = obs[2:].reshape(bundle.num_assets, 2 + bundle.num_features)
+    assert np.abs(per_asset[:, 2:] - market.features[t].numpy()).max() < 1e-5
+    assert (per_asset[:, 1] == market.tradable[t].numpy()).all()  # the tradable flags, as in the env
 
 
 def test_loop_waits_for_the_open_and_one_interval(env):
@@ -371,3 +379,33 @@ def test_ticker_without_bars_this_session_is_held(env):
     assert result.skipped == [quiet] and result.status == "traded"
     assert quiet not in {o.ticker for o in result.orders} and fake.positions[quiet] == 7.0
     assert {o.ticker for o in result.orders} <= set(bundle.tickers) - {quiet}
+
+
+def test_max_weight_caps_every_position_at_the_fill_in_the_planner():
+    """max_weight 0.1: the planned book holds no ticker above 10% at the planning price, whatever the
+    policy asks; the cap comes before the sum rule, as in the env (the excess stays in cash)."""
+    tickers = ("AAA", "BBB", "CCC", "DDD")
+    prices = np.array([10.0, 50.0, 200.0, 33.0])
+    qty = np.array([3_000.0, 0.0, 10.0, 0.0])  # AAA held at 30%: sold down to the cap
+    cash = 100_000.0 - float(qty @ prices)
+    value = cash + float(qty @ prices)
+    decision = Decision(
+        pd.Timestamp("2024-01-02 15:00", tz="UTC"), np.zeros((1, 1), np.float32), prices, qty, value, cash,
+        qty * prices / value, (),
+    )  # fmt: skip
+    limits = RiskLimits(max_order_notional=1e9, max_weight=0.1, daily_loss_limit=None)
+    target, notes = apply_limits(np.array([0.9, 0.05, 0.5, 0.4]), decision, tickers, limits)
+    # Capped first (0.1, 0.05, 0.1, 0.1): the sum is 0.35, so nothing is scaled up.
+    np.testing.assert_allclose(target, [0.1, 0.05, 0.1, 0.1])
+    assert notes and "AAA" in notes[0]
+    orders, _ = plan_orders(decision, target, tickers, "b" * 64, limits)
+    after = qty.copy()
+    for order in orders:
+        after[tickers.index(order.ticker)] += order.qty if order.side == "buy" else -order.qty
+    assert (after * prices / value <= 0.1 + 1e-9).all(), after * prices / value
+
+
+def test_paper_max_weight_defaults_to_the_bundle(env):
+    assert bundle_max_weight({"env_params": {"max_weight": 0.25}}) == 0.25
+    assert bundle_max_weight({}) == 1.0  # bundles from before the cap
+    assert bundle_max_weight(env["bundle"].manifest) == env["bundle"].manifest["env_params"]["max_weight"]

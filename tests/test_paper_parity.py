@@ -56,7 +56,7 @@ def replay(tmp_path_factory):
 
 def _book(obs: np.ndarray, closes: np.ndarray, num_assets: int, num_features: int, value: float = 1e6):
     """Cash and shares that reproduce the observation's cash fraction and position weights."""
-    weights = obs[2:].reshape(num_assets, 1 + num_features)[:, 0].astype(np.float64)
+    weights = obs[2:].reshape(num_assets, 2 + num_features)[:, 0].astype(np.float64)
     return float(obs[0]) * value, weights * value / closes
 
 

@@ -11,7 +11,7 @@ from app.bundle import load_bundle
 from app.paper.broker import AlpacaBroker
 from app.paper.cycle import PaperOptions, run_paper
 from app.paper.journal import Journal
-from app.paper.orders import RiskLimits
+from app.paper.orders import RiskLimits, bundle_max_weight
 
 
 def paper(
@@ -19,7 +19,11 @@ def paper(
     once: bool = typer.Option(False, "--once", help="Run one decision and exit (cron, tests)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Decide and journal, but submit no orders."),
     max_order_notional: float = typer.Option(10_000.0, "--max-order-notional", help="Cap per order, in $."),
-    max_weight: float = typer.Option(1.0, "--max-weight", help="Cap per ticker target weight (0-1]."),
+    max_weight: float = typer.Option(
+        None,
+        "--max-weight",
+        help="Cap per ticker target weight (0-1] [default: the bundle's env max_weight, else 1].",
+    ),
     daily_loss_limit: float = typer.Option(
         0.05,
         "--daily-loss-limit",
@@ -39,8 +43,11 @@ def paper(
     ),
 ) -> None:
     """Paper-trade an exported policy on Alpaca (keys from APCA_API_KEY_ID / APCA_API_SECRET_KEY)."""
+    loaded = load_bundle(bundle)  # verifies hashes and shapes before anything talks to the broker
     limits = RiskLimits(
-        max_order_notional=max_order_notional, max_weight=max_weight, daily_loss_limit=daily_loss_limit
+        max_order_notional=max_order_notional,
+        max_weight=bundle_max_weight(loaded.manifest) if max_weight is None else max_weight,
+        daily_loss_limit=daily_loss_limit,
     )
     home = context.home()
     options = PaperOptions(
@@ -50,7 +57,6 @@ def paper(
         fractional=not whole_shares,
         fill_timeout=fill_timeout,
     )
-    loaded = load_bundle(bundle)  # verifies hashes and shapes before anything talks to the broker
     broker = AlpacaBroker()
     with Journal.for_home(home) as journal:
         journal.event(

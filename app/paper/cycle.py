@@ -57,7 +57,7 @@ from app.paper.orders import Decision, PlannedOrder, RiskLimits, apply_limits, p
 from data.calendar import INTERVAL_MINUTES, align_panel, align_ticker, session_bounds, sessions_in_range
 from data.errors import DataError, PodracerError
 from data.features import latest_features
-from envs.observation import CASH, FEATURES, TIME_OF_DAY, WEIGHT, split_obs
+from envs.observation import CASH, FEATURES, TIME_OF_DAY, TRADABLE, WEIGHT, split_obs
 
 log = logging.getLogger(__name__)
 
@@ -185,6 +185,7 @@ def build_decision(
 
     num_assets, num_features = len(tickers), bundle.num_features
     features = np.zeros((num_assets, num_features), dtype=np.float32)
+    tradable = np.zeros(num_assets, dtype=np.float32)  # the decision bar is a real bar of the ticker
     prices = np.full(num_assets, np.nan)
     skipped: list[str] = []
     present = [t for t in tickers if t in col_of]
@@ -206,6 +207,7 @@ def build_decision(
         )
         if not same_session:
             skipped.append(ticker)  # no trade yet in this session: its price would be stale
+        tradable[i] = float(len(real) > 0 and real.max() == decision_ts)  # as MarketData.tradable
         # Features as training saw such bars (carried forward); only its orders are skipped.
         features[i] = latest[present.index(ticker)]
         prices[i] = panel.close[row, col_of[ticker]]
@@ -224,6 +226,7 @@ def build_decision(
     glob[0, CASH] = account.cash / value
     glob[0, TIME_OF_DAY] = panel.grid.time_of_day[row]
     per_asset[0, :, WEIGHT] = weights
+    per_asset[0, :, TRADABLE] = tradable
     per_asset[0, :, FEATURES] = features
     return Decision(
         decision_ts=decision_ts,

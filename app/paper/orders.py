@@ -45,6 +45,14 @@ class RiskLimits:
             raise PodracerError(f"min_order_notional must be >= 0, got {self.min_order_notional}")
 
 
+def bundle_max_weight(manifest: dict) -> float:
+    """The weight cap the bundle's policy was trained and backtested under (its ``env_params``
+    ``max_weight``; 1.0 for bundles exported before the cap existed): ``podracer paper``'s default,
+    so paper trading holds the champion to the limit its figures were measured with."""
+    value = (manifest.get("env_params") or {}).get("max_weight", 1.0)
+    return float(value) if value is not None else 1.0
+
+
 @dataclass(frozen=True)
 class PlannedOrder:
     ticker: str
@@ -87,16 +95,18 @@ def apply_limits(
     """Target weights after the env's rule, skipped tickers held, and the ``max_weight`` cap."""
     notes = []
     target = np.clip(np.nan_to_num(policy_weights.astype(np.float64), nan=0.0), 0.0, None)
-    if target.sum() > 1:
-        target = target / target.sum()
-    for i, ticker in enumerate(tickers):
-        if ticker in decision.skipped:
-            target[i] = decision.current_weights[i]
+    # The env's order (envs.trading): cap each weight first, then scale rows above 1 to 1, so a
+    # capped weight's excess stays in cash rather than going to the other tickers.
     over = target > limits.max_weight + 1e-12
     if over.any():
         names = ", ".join(t for t, o in zip(tickers, over, strict=True) if o)
         notes.append(f"max weight {limits.max_weight:g}: capped {names} (the excess stays in cash)")
         target = np.minimum(target, limits.max_weight)
+    if target.sum() > 1:
+        target = target / target.sum()
+    for i, ticker in enumerate(tickers):
+        if ticker in decision.skipped:  # not traded this cycle: held as they are (may drift above the cap)
+            target[i] = decision.current_weights[i]
     if target.sum() > 1:  # held weights of skipped tickers can push the total over 1
         free = [i for i, t in enumerate(tickers) if t not in decision.skipped]
         room = max(0.0, 1.0 - sum(target[i] for i, t in enumerate(tickers) if t in decision.skipped))

@@ -50,6 +50,7 @@ from data.atomic import atomic_path
 from data.market import MarketData
 from envs import memory
 from envs.observation import obs_dim, obs_table
+from envs.tradability import fill_modes
 
 log = logging.getLogger(__name__)
 
@@ -170,7 +171,7 @@ def _load() -> object:
     fn = lib.podracer_step
     i64, i32, ptr = ctypes.c_int64, ctypes.c_int32, ctypes.c_void_p
     fn.restype = i64
-    fn.argtypes = [i64] * 8 + [i32, i32, ptr, i32] + [ptr] * 13 + [ptr] * 17
+    fn.argtypes = [i64] * 8 + [i32, i32, ptr, i32] + [ptr] * 14 + [ptr] * 17
     return fn
 
 
@@ -228,6 +229,8 @@ def params_vector(params) -> Tensor:
             params.reward_scale,
             params.sharpe_eta,
             params.bust_frac,
+            params.max_weight,
+            params.turnover_penalty,
         ],
         dtype=torch.float64,
     )
@@ -334,6 +337,8 @@ def step(
     shares, traded = torch.empty_like(state.shares), torch.empty_like(state.shares)
     obs = torch.empty(num_envs, table.shape[1], dtype=torch.float32)
     open_all, close_all = price_tables(market)
+    # The fill modes when some bar is untradable or a cap applies (NULL: the kernel's plain loops).
+    modes = None if market.all_tradable and params.max_weight >= 1.0 else fill_modes(market)
     status = fn(
         num_envs,
         num_assets,
@@ -352,6 +357,12 @@ def step(
             for x in (
                 state.t, state.cash, state.shares, state.value, state.peak, state.step_count,
                 state.sharpe_a, state.sharpe_b, state.rng, action, open_all, close_all, table,
+            )
+        ),
+        None if modes is None else modes.data_ptr(),
+        *(
+            x.data_ptr()
+            for x in (
                 t_mark, cash, shares, value, peak, step_count, new_a, new_b, rng, reward,
                 terminated, truncated, done, cost, notional, traded, obs,
             )

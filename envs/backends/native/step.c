@@ -28,10 +28,14 @@ enum {
     P_REWARD_SCALE,
     P_SHARPE_ETA,
     P_BUST_FRAC,
+    P_MAX_WEIGHT,
+    P_TURNOVER_PENALTY,
     P_COUNT
 };
 
 enum { MODE_WEIGHTS = 0, MODE_SHARES = 1 };
+/* Fill modes, envs/tradability.py: HOLD skips the order (the position stays), EXIT sells everything. */
+enum { FILL_HOLD = 0, FILL_TRADE = 1, FILL_EXIT = 2 };
 enum { REWARD_LOG_RETURN = 0, REWARD_RETURN = 1, REWARD_DIFF_SHARPE = 2 };
 
 #ifndef PREFETCH_AHEAD
@@ -60,8 +64,8 @@ int64_t podracer_step(
     const int64_t *t, const double *cash, const float *shares, const double *value, const double *peak,
     const int64_t *step_count, const double *sharpe_a, const double *sharpe_b, const int64_t *rng,
     const float *action,
-    /* market: (T, A) prices, (T, obs_width) observation template */
-    const float *open_all, const float *close_all, const float *table,
+    /* market: (T, A) prices, (T, obs_width) observation template, (T, A) fill modes */
+    const float *open_all, const float *close_all, const float *table, const uint8_t *modes_all,
     /* outputs */
     int64_t *t_out, double *cash_out, float *shares_out, double *value_out, double *peak_out,
     int64_t *step_count_out, double *a_out, double *b_out, int64_t *rng_out, float *reward_out,
@@ -71,7 +75,12 @@ int64_t podracer_step(
     const int64_t A = n_assets;
     const double rate = p[P_COST_RATE], slip = p[P_SLIP];
     const double floor_value = p[P_BUST_FRAC] * p[P_INITIAL_CASH];
-    const int64_t stride = 1 + num_features;  /* per-asset slot width in the observation */
+    const int64_t stride = 2 + num_features;  /* per-asset slot width: weight, tradable, features */
+    const int capped = p[P_MAX_WEIGHT] < 1.0;
+    const float max_w = capped ? (float)p[P_MAX_WEIGHT] : INFINITY;
+    /* The general weights loops (cap, fill modes) read modes_all, which the caller passes whenever
+       there is a cap or an untradable bar (NULL: the plain loops). */
+    const int limited = modes_all != NULL;
     int64_t bad = 0, bad_bar = 0, n_done = 0;
 
 #pragma omp parallel for schedule(static) num_threads(n_threads) reduction(+ : bad, bad_bar, n_done)
@@ -85,6 +94,7 @@ int64_t podracer_step(
         const int64_t tm = t[n] + k;
         const float *po = open_all + (t[n] + 1) * A;
         const float *pc = close_all + tm * A;
+        const uint8_t *fm = modes_all ? modes_all + (t[n] + 1) * A : NULL; /* NULL: all tradable */
         float *tr = traded_out + n * A;  /* holds the order diff until the last pass */
         float *nsh = shares_out + n * A;
         float *obs = obs_out + n * obs_width;
@@ -99,6 +109,7 @@ int64_t podracer_step(
                 prefetch_row(open_all + (tn + 1) * A, A * (int64_t)sizeof(float));
                 prefetch_row(close_all + (tn + k) * A, A * (int64_t)sizeof(float));
                 prefetch_row(table + (tn + k) * obs_width, obs_width * (int64_t)sizeof(float));
+                if (modes_all) prefetch_row(modes_all + (tn + 1) * A, A);
             }
 
         }
@@ -110,7 +121,8 @@ int64_t podracer_step(
         bad += nonfinite != 0;
 
         double sell_notional = 0.0, buy_notional = 0.0;
-        if (action_mode == MODE_WEIGHTS) {
+        if (action_mode == MODE_WEIGHTS && !limited) {
+            /* No cap and every bar tradable (the training default): the plain loops. */
             double held = 0.0, wsum = 0.0;
 #pragma omp simd reduction(+ : held, wsum)
             for (int64_t j = 0; j < A; ++j) {
@@ -129,15 +141,54 @@ int64_t podracer_step(
             }
             sell_notional = sells * (1.0 - slip);
             buy_notional = buys * (1.0 + slip);
+        } else if (action_mode == MODE_WEIGHTS) {
+            /* The cap before the sum rule: a capped weight's excess stays in cash (envs/trading.py);
+               untradable assets get no target (HOLD keeps the position, EXIT sells it). */
+            double held = 0.0, wsum = 0.0;
+#pragma omp simd reduction(+ : held, wsum)
+            for (int64_t j = 0; j < A; ++j) {
+                held += (double)(sh[j] * po[j]);
+                /* (a plain min: a NaN action makes the step fail anyway, see `bad`) */
+                const float a0 = clamp_min_f(a[j], 0.0f);
+                wsum += (double)((a0 < max_w ? a0 : max_w) * (fm[j] == FILL_TRADE ? 1.0f : 0.0f));
+            }
+            const float budget = (float)((c + held) / clamp_min_d(wsum, 1.0));
+            double sells = 0.0, buys = 0.0;
+#pragma omp simd reduction(+ : sells, buys)
+            for (int64_t j = 0; j < A; ++j) {
+                const float a0 = clamp_min_f(a[j], 0.0f);
+                const float w = (a0 < max_w ? a0 : max_w) * (fm[j] == FILL_TRADE ? 1.0f : 0.0f);
+                const float diff = fm[j] == FILL_HOLD ? 0.0f : w * budget / po[j] - sh[j];
+                const float buy = clamp_min_f(diff, 0.0f);
+                tr[j] = diff;
+                sells += (double)((buy - diff) * po[j]);
+                buys += (double)(buy * po[j]);
+            }
+            sell_notional = sells * (1.0 - slip);
+            buy_notional = buys * (1.0 + slip);
         } else {
             const float max_shares = (float)p[P_MAX_SHARES];
+            /* The cap on post-trade holdings: floor(max_weight * value at the fill open / open) whole
+               shares; only buys are cut (the diff kept in tr[] is the capped one). */
+            float cap_value = INFINITY;
+            if (capped) {
+                double held = 0.0;
+#pragma omp simd reduction(+ : held)
+                for (int64_t j = 0; j < A; ++j) held += (double)(sh[j] * po[j]);
+                cap_value = (float)(p[P_MAX_WEIGHT] * (c + held));
+            }
             double sells = 0.0, buys = 0.0;
 #pragma omp simd reduction(+ : sells, buys)
             for (int64_t j = 0; j < A; ++j) {
                 const float x = a[j] < -1.0f ? -1.0f : (a[j] > 1.0f ? 1.0f : a[j]);
-                const float diff = rintf(x * max_shares);
-                const float buy = clamp_min_f(diff, 0.0f);
+                const int m = fm ? fm[j] : FILL_TRADE;
+                float diff = m == FILL_TRADE ? rintf(x * max_shares) : (m == FILL_EXIT ? -sh[j] : 0.0f);
+                float buy = clamp_min_f(diff, 0.0f);
                 const float sell = minimum_f(buy - diff, sh[j]);
+                if (capped) {
+                    buy = minimum_f(buy, clamp_min_f(floorf(cap_value / po[j]) - sh[j], 0.0f));
+                    diff = diff > 0.0f ? buy : diff;
+                }
                 tr[j] = diff;
                 sells += (double)(sell * po[j]);
                 buys += (double)(buy * po[j]);
@@ -204,6 +255,7 @@ int64_t podracer_step(
         }
         const double new_peak = maximum_d(peak[n], new_value);
         if (p[P_DRAWDOWN_PENALTY] > 0.0) reward = reward - p[P_DRAWDOWN_PENALTY] * (1.0 - new_value / new_peak);
+        if (p[P_TURNOVER_PENALTY] > 0.0) reward = reward - p[P_TURNOVER_PENALTY] * traded_notional / value[n];
         if (p[P_REWARD_SCALE] != 1.0) reward = reward * p[P_REWARD_SCALE];
 
         const int64_t sc = step_count[n] + 1;
@@ -229,8 +281,8 @@ int64_t podracer_step(
 
         /* The observation: cash fraction and position weights over the template row. The layout is
            envs/observation.py's (C cannot import it): the cash fraction in slot CASH = 0, the weights
-           at NUM_GLOBAL + a * (1 + F) + WEIGHT = 2 + a * stride; the rest comes from the template
-           row. tests/test_native.py pins these observations to observation.py's writer. */
+           at NUM_GLOBAL + a * (2 + F) + WEIGHT = 2 + a * stride; the rest (time of day, tradable
+           flags, features) comes from the template row. tests/test_native.py pins these observations to observation.py's writer. */
         const double inv = 1.0 / clamp_min_d(new_value, TINY);
         const float inv_f = (float)inv;
         obs[0] = (float)(new_cash * inv);
