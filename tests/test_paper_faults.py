@@ -140,10 +140,15 @@ def test_retry_budget_spent_cycle_partial_then_next_finishes(env):
     for o in result.not_sent:  # what the first run left undone went out and filled
         assert fake.orders_for(o.client_order_id)[0].status == "filled"
     equity = fake.equity()
+    # The second run's targets come from the same policy on a changed book (the observation holds
+    # the weights), and the first order's ticker keeps its fill (its id for this bar is spent), so a
+    # buy may be scaled down to the cash left: each other ticker reaches its target or takes the rest
+    # of the cash.
+    cash_left = fake.cash / equity
     for ticker, weight in second.target_weights.items():
-        if ticker != result.orders[0].ticker:  # (that one's id for this bar is spent on the first order)
+        if ticker != result.orders[0].ticker:
             held = fake.positions.get(ticker, 0.0) * fake.prices[ticker] / equity
-            assert held == pytest.approx(weight, abs=0.01)
+            assert held == pytest.approx(weight, abs=0.01) or (held < weight and cash_left < 0.01)
     assert set(read_journal(env["home"])["orders"]["status"]) == {"filled"}
 
 

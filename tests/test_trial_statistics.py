@@ -20,12 +20,13 @@ from app.workflows.training import MIN_VALID_SESSIONS, check_valid_sessions
 from backtests import engine, report, selection
 from data.errors import ConfigError
 from data.toy import toy_market
+from envs.observation import FEATURES, split_obs
 from envs.trading import EnvParams
 
 
 def _momentum(obs):
-    per_asset = obs[:, 2:].reshape(obs.shape[0], 4, 9)
-    w = (per_asset[..., 1] > 0).float()
+    _, per_asset = split_obs(obs, 4, 8)
+    w = (per_asset[..., FEATURES][..., 0] > 0).float()
     return w / w.sum(dim=1, keepdim=True).clamp(min=1.0)
 
 
