@@ -11,9 +11,10 @@ Other stages call ``synthetic_market(...)`` (fast, in memory) in their unit test
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,10 +26,11 @@ from data.calendar import Panel, resample_panel
 from data.errors import DataError
 from data.features import DEFAULT_WINDOWS, compute_features, fit_normalization, make_spec, normalize
 from data.market import MarketData
+from data.schema import normalize_ticker
 from data.sources.sample import real_sample_panel
 from data.store import BarStore
 from data.synthetic import SyntheticSpec, generate, to_frame
-from data.universe import check_universe, members, resolve_tickers
+from data.universe import check_universe, members, membership_mask, resolve_tickers
 
 log = logging.getLogger(__name__)
 
@@ -241,6 +243,8 @@ def load_market(
             min_coverage=s["min_coverage"],
             coverage_frac=s["train_frac"],  # judged on the train window only
         )
+        if check_universe(s["universe"]):
+            panel = with_membership(panel, s["tickers"])
         if from_minutes:
             panel = resample_panel(panel, s["interval"])
         return build_market(panel, **split, source="stored")
@@ -271,6 +275,18 @@ def universe_tickers(store: BarStore, interval: str, s: Mapping[str, Any]) -> li
         log.warning("universe %s on %s: %d member(s) have no stored bars: %s", s["universe"], as_of, len(absent),
                     ", ".join(absent))  # fmt: skip
     return list(dict.fromkeys([*wanted, *named]))
+
+
+def with_membership(panel: Panel, named: Sequence[str] = ()) -> Panel:
+    """``panel`` with ``member`` set from the index history by session (point in time): a universe
+    member is tradable only while it is in the index; ``named`` tickers (the user's own ``tickers``,
+    e.g. SPY beside the universe) are always members."""
+    mask = membership_mask(panel.tickers, panel.grid.sessions)[panel.grid.session_id]
+    keep = {normalize_ticker(t) for t in named}
+    for a, ticker in enumerate(panel.tickers):
+        if ticker in keep:
+            mask[:, a] = True
+    return dataclasses.replace(panel, member=mask)
 
 
 def _home(home: str | os.PathLike[str] | None) -> Path:

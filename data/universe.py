@@ -8,9 +8,11 @@ a backtest (not today's members) avoids survivorship bias.
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from datetime import date
 from importlib import resources
 
+import numpy as np
 import pandas as pd
 
 from data.errors import DataError
@@ -106,3 +108,23 @@ def resolve_tickers(
         out.extend(members(as_of))
     out.extend(normalize_ticker(t, source="--tickers") for t in tickers)
     return list(dict.fromkeys(out))
+
+
+def membership_mask(tickers: Sequence[str], sessions: pd.DatetimeIndex) -> np.ndarray:
+    """``(S, A)`` bool: ticker ``a`` is an index member on session ``s`` (opt-in <= day < opt-out, over
+    every stint it had). Point-in-time membership for the loader's ``Panel.member``: a ticker that
+    leaves the index stops being tradable there (and is sold, see docs/env.md), one that joins becomes
+    tradable from its opt-in. Tickers absent from the history (an ETF such as SPY) are members on
+    every session."""
+    days = pd.DatetimeIndex(sessions).tz_localize(None).normalize().values
+    table = membership_table()
+    mask = np.ones((len(days), len(tickers)), dtype=bool)
+    for a, ticker in enumerate(tickers):
+        stints = table.loc[table["symbol"] == ticker]
+        if stints.empty:
+            continue
+        inside = np.zeros(len(days), dtype=bool)
+        for opt_in, opt_out in zip(stints["opt_in"].values, stints["opt_out"].values, strict=True):
+            inside |= (days >= opt_in) & (pd.isna(opt_out) | (days < opt_out))
+        mask[:, a] = inside
+    return mask

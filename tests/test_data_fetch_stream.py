@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import torch
 
 from app.cli import main
 from data.errors import DataError
@@ -268,3 +269,27 @@ def test_stored_market_and_info_use_the_universe(tmp_path, capsys):
     part = json.loads(capsys.readouterr().out)["universe"]["1m"]
     assert part["as_of"] == "2024-01-01" and part["stored"] == ["AAPL", "MSFT"]
     assert len(part["missing"]) == len(members("2024-01-01")) - 2
+
+
+def test_stored_market_masks_a_member_after_it_leaves_the_index(tmp_path):
+    """Point in time: ANSS left the NASDAQ-100 on 2025-07-17 (shipped history), so with the universe
+    it is untradable from that session on (and never listed again there); the named SPY is not
+    affected; before the leave, ANSS is tradable exactly where it has real bars."""
+    from data.loader import load_market
+
+    home = tmp_path / "h"
+    BarStore(home).write(
+        minute_bars(["AAPL", "ANSS", "SPY"], "2025-07-07", "2025-07-25", missing=0.0), "1m", source="test"
+    )
+    market = load_market(
+        home=home, source="stored", universe="nasdaq100", as_of="2025-07-07", tickers=["SPY"]
+    ).full
+    assert list(market.tickers) == ["AAPL", "ANSS", "SPY"]
+    day = pd.DatetimeIndex(market.timestamps).tz_localize("UTC").tz_convert("America/New_York").normalize()
+    after = torch.as_tensor(day.tz_localize(None) >= pd.Timestamp("2025-07-17"))
+    assert after.any() and (~after).any()
+    anss, spy = market.tickers.index("ANSS"), market.tickers.index("SPY")
+    assert not bool(market.tradable[after, anss].any())
+    assert not bool(market.listed[after, anss].any())
+    assert bool(market.tradable[~after, anss].all())  # missing=0: every minute real
+    assert bool(market.tradable[:, spy].all())
