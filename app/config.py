@@ -207,6 +207,13 @@ class TournamentConfig(_Section):
     max_consecutive_failures: int = Field(
         TournamentArgs.max_consecutive_failures, ge=1, description="stop after this many failed pods in a row"
     )
+    champion: Literal["best", "ensemble"] = Field(
+        TournamentArgs.champion,
+        description="the run's champion: the best pod, or the mean of the top ensemble_size pods",
+    )
+    ensemble_size: int = Field(
+        TournamentArgs.ensemble_size, ge=1, description="K: leaderboard pods averaged by the ensemble"
+    )
 
 
 class BacktestConfig(_Section):

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from agents.policy import Policy
+from agents.ensemble import load_policy
 from app.config import load_config, to_env_params
 from app.runs import RunDir
 from backtests import engine, report
@@ -52,7 +52,7 @@ def check_device(device: str) -> str:
 def _load_policy(champion_dir: Path, device: str) -> Any:
     if not champion_dir.is_dir():
         raise CheckpointError(f"no champion policy at {champion_dir} (train or run a tournament first)")
-    return Policy.load(champion_dir, device=device)
+    return load_policy(champion_dir, device=device)
 
 
 def check_policy_fits(policy: Any, market: Any, params: Any) -> None:
