@@ -288,7 +288,12 @@ class Policy(nn.Module):
 
     @classmethod
     def from_spec(
-        cls, spec: dict[str, Any], tensors: dict[str, Tensor], *, where: str, device: str | torch.device = "cpu"
+        cls,
+        spec: dict[str, Any],
+        tensors: dict[str, Tensor],
+        *,
+        where: str,
+        device: str | torch.device = "cpu",
     ) -> Policy:
         """A policy from a parsed spec and its weight tensors (``where`` names the source in errors).
 

@@ -75,7 +75,8 @@ def test_train_tournament_json_then_resume(home, config, capsys):
     assert (run_dir / "champion" / "policy.safetensors").is_file()
     assert "round_steps = 256" in (run_dir / "config.toml").read_text()
     run = json.loads((run_dir / "run.json").read_text())
-    assert set(run["windows"]) == {"train", "valid", "test"} and run["pods_tried"] == 3 + 1  # + the ensemble (one more trial)
+    # 3 pods + the ensemble of the top pods (scored on the validation window: one more trial)
+    assert set(run["windows"]) == {"train", "valid", "test"} and run["pods_tried"] == 3 + 1
 
     # Resume with a bigger budget: the three pods and the board are kept, three more pods run.
     rc = main(["train", "--tournament", "--resume", "t1", "--budget-steps", "1536", "--json"])
