@@ -53,7 +53,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def one_seed(args: argparse.Namespace, seed: int, home: Path) -> dict[str, float | None]:
     config = Config().with_updates(
-        data={"num_tickers": args.tickers, "num_sessions": args.sessions, "seed": seed, "signal": args.signal},
+        data={
+            "num_tickers": args.tickers,
+            "num_sessions": args.sessions,
+            "seed": seed,
+            "signal": args.signal,
+        },
         env={"num_envs": 32, "episode_len": 64},
         agent={"num_steps": 16, "seed": seed},
         tournament={
