@@ -542,7 +542,7 @@ def tournament_step(
         run_dir=run_dir,
         policy_dir=run_dir / "champion",
         num_trials=int(result.pods_tried),
-        trial_sharpes=tuple(float(s) for s in result.trial_sharpes),
+        trial_sharpes=tuple(float(s) for s in result.trial_sharpes if s is not None),  # undefined: no Sharpe
         warm_started_from=warm_from,
     )
 

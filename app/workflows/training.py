@@ -230,15 +230,16 @@ def ensemble_step(
     """The ensemble of the board's top ``args.ensemble_size`` pods: scored on ``valid`` like a pod
     (``agents.tournament.pod.score_policy``), recorded as one more trial, saved to ``<run>/ensemble/``;
     the champion when ``args.champion == "ensemble"``. Returns the result with the trial added."""
-    entries = result.leaderboard[: args.ensemble_size]
+    entries = result.leaderboard[: args.ensemble_size]  # best first; K is at most the board's size
     if not entries or result.champion is None:
         return result
     members = [Policy.load(run_dir.path / e["checkpoint"], device=device) for e in entries]
     source = [{"pod_id": e["pod_id"], "score": e["score"]} for e in entries]
     ensemble = EnsemblePolicy(members, source)
+    # [:2]: the score and the metrics (a later score_policy may also return the return series)
     score, metrics = score_policy(
         ensemble, valid, params, fitness=args.fitness, annualization=annualization, device=device
-    )
+    )[:2]
     _save_whole(ensemble, run_dir.path / ENSEMBLE_POD)
     sharpe = metrics.get("sharpe_ratio")
     summary = {
@@ -251,9 +252,9 @@ def ensemble_step(
         "metrics": metrics,
         "checkpoint": ENSEMBLE_POD,
     }
-    # Looked at on the validation window = one more trial, whether or not it becomes the champion
-    # (same convention as the orchestrator's list for an undefined Sharpe).
-    trial_sharpes = [*result.trial_sharpes, float(sharpe or 0.0)]
+    # Looked at on the validation window = one more trial, whether or not it becomes the champion. An
+    # undefined Sharpe (all cash) is a trial with no Sharpe: None, never 0 (RunInfo.trials skips it).
+    trial_sharpes = [*result.trial_sharpes, None if sharpe is None else float(sharpe)]
     champion = dict(result.champion)
     if args.champion == "ensemble":
         _save_whole(ensemble, run_dir.champion)
