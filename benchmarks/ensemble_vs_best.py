@@ -28,6 +28,7 @@ import torch  # noqa: E402
 
 from agents.ensemble import load_policy  # noqa: E402
 from app.config import Config, to_env_params  # noqa: E402
+from app.runs import RunDir  # noqa: E402
 from app.workflows.training import train_tournament  # noqa: E402
 from backtests import engine  # noqa: E402
 from data.loader import load_market  # noqa: E402
@@ -74,7 +75,7 @@ def one_seed(args: argparse.Namespace, seed: int, home: Path) -> dict[str, float
     splits = load_market(config.data, home=home)
     result = train_tournament(config, home, run=f"seed{seed}", splits=splits)
     run_dir = home / "runs" / f"seed{seed}"
-    record = json.loads((run_dir / "run.json").read_text())
+    record = RunDir(home, f"seed{seed}").read()
     params = to_env_params(config.env)
     policies = {"best": load_policy(run_dir / "champion"), "ensemble": load_policy(run_dir / "ensemble")}
     res = engine.run_backtest(splits.test, params, policies)
