@@ -284,6 +284,24 @@ class Policy(nn.Module):
         """Load a saved policy; any missing, corrupt or mismatched file raises ``CheckpointError``."""
         directory = Path(directory)
         spec = read_spec(directory)
+        tensors = read_safetensors(directory / "policy.safetensors", spec.get("weights_sha256", ""))
+        return cls.from_spec(spec, tensors, where=f"{directory}/spec.json", device=device)
+
+    @classmethod
+    def from_spec(
+        cls,
+        spec: dict[str, Any],
+        tensors: dict[str, Tensor],
+        *,
+        where: str,
+        device: str | torch.device = "cpu",
+    ) -> Policy:
+        """A policy from a parsed spec and its weight tensors (``where`` names the source in errors).
+
+        The one builder behind :meth:`load` and ``agents.ensemble`` (whose members are specs + tensors
+        inside one file); any mismatch raises ``CheckpointError``.
+        """
+        directory = where.removesuffix("/spec.json")
         try:
             arch = spec["architecture"]
             config = NetworkConfig(
@@ -317,25 +335,18 @@ class Policy(nn.Module):
             raise CheckpointError(
                 f"{directory}/spec.json: invalid policy spec ({type(err).__name__}: {err})"
             ) from None
-        digest = spec.get("weights_sha256")
-        if not isinstance(digest, str) or len(digest) != 64:
-            # Policy.save always records it: without it a swapped or corrupt safetensors file would load.
-            raise CheckpointError(
-                f"{directory}/spec.json records no weights_sha256: policy.safetensors cannot be verified"
-            )
-        tensors = _read_safetensors(directory / "policy.safetensors", digest)
         expected = policy.net.state_dict()
         missing = sorted(set(expected) - set(tensors))
         extra = sorted(set(tensors) - set(expected))
         if missing or extra:
             raise CheckpointError(
-                f"{directory}/policy.safetensors does not match spec.json (missing {missing[:3]}, unexpected {extra[:3]})"
+                f"{directory}: weights do not match the spec (missing {missing[:3]}, unexpected {extra[:3]})"
             )
         for name, value in tensors.items():
             if value.shape != expected[name].shape:
                 raise CheckpointError(
-                    f"{directory}/policy.safetensors: {name} has shape {tuple(value.shape)}, "
-                    f"spec.json implies {tuple(expected[name].shape)}"
+                    f"{directory}: weight {name} has shape {tuple(value.shape)}, "
+                    f"the spec implies {tuple(expected[name].shape)}"
                 )
         policy.net.load_state_dict({k: v.to(device) for k, v in tensors.items()})
         return policy.eval()
@@ -357,11 +368,15 @@ def read_spec(directory: str | Path) -> dict[str, Any]:
     return spec
 
 
-def _read_safetensors(path: Path, sha256: str) -> dict[str, Tensor]:
+def read_safetensors(path: Path, sha256: str) -> dict[str, Tensor]:
+    """The tensors of a safetensors file whose sha256 must equal ``sha256`` (``CheckpointError``)."""
+    if not isinstance(sha256, str) or len(sha256) != 64:
+        # Every writer records it: without it a swapped or corrupt weights file would load.
+        raise CheckpointError(f"{path}: no sha256 recorded for it, so it cannot be verified")
     if not path.is_file():
         raise CheckpointError(f"{path} is missing")
     payload = path.read_bytes()
-    if sha256 and hashlib.sha256(payload).hexdigest() != sha256:
+    if hashlib.sha256(payload).hexdigest() != sha256:
         raise CheckpointError(f"{path} does not match its recorded sha256 (truncated or modified)")
     try:
         return st_load(payload)
@@ -420,7 +435,7 @@ def load_optimizer_state(directory: str | Path, device: str | torch.device = "cp
         meta = json.loads(path.read_text(encoding="utf-8"))
         if meta.get("format") != OPTIMIZER_FORMAT:
             raise CheckpointError(f"{path}: not a podracer optimizer state")
-        tensors = _read_safetensors(Path(directory) / "optimizer.safetensors", meta["sha256"])
+        tensors = read_safetensors(Path(directory) / "optimizer.safetensors", meta["sha256"])
         state: dict[int, dict[str, Any]] = {}
         for key, value in tensors.items():
             param_id, name = key.split(".", 1)

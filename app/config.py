@@ -231,6 +231,13 @@ class TournamentConfig(_Section):
         description="kill and fail a pod round with no result after this many seconds "
         "(unset: 4x the median round so far, at least 10 min; 1 h until 3 rounds finished)",
     )
+    champion: Literal["best", "ensemble"] = Field(
+        TournamentArgs.champion,
+        description="the run's champion: the best pod, or the mean of the top ensemble_size pods",
+    )
+    ensemble_size: int = Field(
+        TournamentArgs.ensemble_size, ge=1, description="K: leaderboard pods averaged by the ensemble"
+    )
 
 
 class BacktestConfig(_Section):

@@ -3,7 +3,7 @@
 ``export_bundle(run_dir, pod=None, out=None) -> Path`` writes ``<home>/exports/<run>-<pod>/``:
 
 - ``policy.onnx``: raw observation ``obs (N, obs_dim)`` float32 -> target weights ``weights (N, A)``
-  float32. The policy's frozen observation normalization and the action post-processing (softmax over
+  float32 (an ensemble champion is one graph that averages its members' target weights). The policy's frozen observation normalization and the action post-processing (softmax over
   assets + cash for ``"weights"``, then the env's own rule: negatives clipped to 0, rows above 1 scaled
   to 1; clamp to [-1, 1] for ``"shares"``) are inside the graph; the batch axis is dynamic.
 - ``policy.pt`` (optional, ``torchscript=True``): the same wrapper traced with TorchScript.
@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from agents.policy import Policy
+from agents.ensemble import EnsemblePolicy, load_policy, member_normalizations
 from app import context
 from app.bundle import (
     BUNDLE_FORMAT,
@@ -58,22 +58,34 @@ _VERSIONED = ("podracer", "torch", "onnx", "onnxruntime", "onnxscript", "numpy",
 
 # --- the graph -------------------------------------------------------------------------------------
 def _wrapper(policy: Any) -> Any:
-    """A torch module: raw obs -> post-processed target action, exactly what ``policy.act`` returns."""
+    """A torch module: raw obs -> post-processed target action, exactly what ``policy.act`` returns.
+
+    An :class:`~agents.ensemble.EnsemblePolicy` becomes ONE graph: every member normalizes the
+    observation with its own statistics and post-processes its own action, and the graph returns the
+    members' mean (what ``EnsemblePolicy.act`` returns), so the bundle looks like a single policy's.
+    """
     import torch
+
+    members = list(policy.members) if isinstance(policy, EnsemblePolicy) else [policy]
+    action_mode = policy.meta.action_mode
 
     class ExportedPolicy(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.policy = policy
+            self.members = torch.nn.ModuleList(members)
 
         def forward(self, obs: torch.Tensor) -> torch.Tensor:
-            p = self.policy
-            norm = p.obs_norm.normalize(obs)
-            mean = p.net.actor_mean(norm)[:, : p.raw_dim]
-            action = p.to_action(mean, obs)  # obs: partial rebalancing starts from the current weights
-            if p.meta.action_mode == "weights":
+            total = None
+            for p in self.members:
+                norm = p.obs_norm.normalize(obs)
+                mean = p.net.actor_mean(norm)[:, : p.raw_dim]
+                one = p.to_action(mean, obs)  # obs: partial rebalancing starts from the current weights
+                total = one if total is None else total + one
+            action = total / float(len(self.members))
+            if action_mode == "weights":
                 # The env's own rule (envs.trading): negatives to 0, rows above 1 scaled to 1. A softmax
-                # already satisfies it; keeping it in the graph makes the bundle self-contained.
+                # (and a mean of softmaxes) already satisfies it; keeping it in the graph makes the
+                # bundle self-contained.
                 action = action.clamp_min(0.0)
                 action = action / action.sum(dim=1, keepdim=True).clamp_min(1.0)
             return action
@@ -238,7 +250,7 @@ def export_bundle(
     policy_dir = run_dir / "pods" / pod if pod else run_dir / "champion"
     if not policy_dir.is_dir():
         raise CheckpointError(f"no policy at {policy_dir} ({'pod ' + pod if pod else 'champion'} not found)")
-    policy = Policy.load(policy_dir, device="cpu")
+    policy = load_policy(policy_dir, device="cpu")
     config = load_config(run_dir / "config.toml" if (run_dir / "config.toml").is_file() else None)
     try:
         run_info = RunDir.at(run_dir).read()
@@ -304,7 +316,13 @@ def export_bundle(
                 "output": "weights",
             },
             "feature_spec": spec,
-            "obs_normalization": policy.obs_norm.to_spec(),
+            # One entry per ensemble member (each normalizes the observation itself, inside the graph).
+            "obs_normalization": member_normalizations(policy)[0]
+            if not isinstance(policy, EnsemblePolicy)
+            else {"members": member_normalizations(policy)},
+            "ensemble": None
+            if not isinstance(policy, EnsemblePolicy)
+            else {"size": policy.size, "combine": "mean_of_target_weights", "members": policy.source},
             "env_params": config.env.model_dump(),
             "data": config.data.model_dump(),
             "windows": windows,

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from app.config import Config
-from app.nightly.decide import decide
+from app.nightly.decide import decide, windows_overlap
 from app.nightly.lock import LockBusyError, ProcessLock, read_lock_info
 from app.nightly.pipeline import (
     STEPS,
@@ -245,15 +245,27 @@ def test_export_disabled_promotes_without_bundle(home):
 
 
 def test_reused_evaluation_window_deflates_for_every_earlier_tournament(home):
-    fakes = [FakePipeline(trials=3), FakePipeline(trials=5), FakePipeline(trials=2, windows={**WINDOWS})]
-    for fake in fakes[:2]:
+    fakes = [FakePipeline(trials=3), FakePipeline(trials=5)]
+    for fake in fakes:
         run_retrain(_config(), home, steps=fake.steps())
     assert fakes[0].num_trials == [3] and fakes[1].num_trials == [3 + 5]
-    moved = {**WINDOWS, "test": ("2024-02-16", "2024-03-01"), "full": ("2024-01-02", "2024-03-01")}
-    fresh = FakePipeline(trials=2, windows=moved)
+    # Growing data shifts the window by a day: it shares all but one day with the earlier ones, so
+    # every earlier look at those days still counts (the old "identical window" rule counted 2).
+    shifted = {**WINDOWS, "test": ("2024-02-16", "2024-03-01"), "full": ("2024-01-02", "2024-03-01")}
+    moved = FakePipeline(trials=2, windows=shifted)
+    run_retrain(_config(), home, steps=moved.steps())
+    assert moved.num_trials == [3 + 5 + 2]
+    # A window sharing no day with any earlier one starts counting again.
+    later = {
+        "train": ("2024-01-02", "2024-02-20"),
+        "valid": ("2024-02-21", "2024-03-01"),
+        "test": ("2024-03-04", "2024-03-15"),
+        "full": ("2024-01-02", "2024-03-15"),
+    }
+    fresh = FakePipeline(trials=2, windows=later)
     run_retrain(_config(), home, steps=fresh.steps())
-    assert fresh.num_trials == [2]  # a new window starts counting again
-    assert [r["num_trials"] for r in read_decisions(home)] == [3, 8, 2]
+    assert fresh.num_trials == [2]
+    assert [r["num_trials"] for r in read_decisions(home)] == [3, 8, 10, 2]
 
     def boom() -> None:
         raise OSError("export disk full")
@@ -262,11 +274,26 @@ def test_reused_evaluation_window_deflates_for_every_earlier_tournament(home):
     for step, trials in (("export", 7), ("tournament", 100)):
         with pytest.raises(RetrainError):
             run_retrain(
-                _config(), home, steps=FakePipeline(trials=trials, windows=moved).steps(), faults={step: boom}
+                _config(), home, steps=FakePipeline(trials=trials, windows=later).steps(), faults={step: boom}
             )
-    last = FakePipeline(trials=1, windows=moved)
+    last = FakePipeline(trials=1, windows=later)
     run_retrain(_config(), home, steps=last.steps())
     assert last.num_trials == [2 + 7 + 1]
+
+
+@pytest.mark.parametrize(
+    ("earlier", "tonight", "overlap"),
+    [
+        (("2024-02-15", "2024-02-29"), ("2024-02-16", "2024-03-01"), True),  # shifted by a day
+        (("2024-02-15", "2024-02-29"), ("2024-02-29", "2024-03-14"), True),  # one shared day
+        (("2024-02-15", "2024-02-29"), ("2024-03-01", "2024-03-14"), False),  # adjacent, disjoint
+        (("2024-03-01", "2024-03-14"), ("2024-02-15", "2024-02-29"), False),
+        (("2024-02-01", "2024-03-31"), ("2024-02-15", "2024-02-29"), True),  # contains
+    ],
+)
+def test_windows_overlap(earlier, tonight, overlap):
+    assert windows_overlap(earlier, tonight) is overlap
+    assert windows_overlap(tonight, earlier) is overlap
 
 
 def test_overlapping_windows_fail_before_training(home):

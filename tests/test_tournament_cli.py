@@ -78,13 +78,14 @@ def test_train_tournament_json_then_resume(home, config, capsys):
     assert (run_dir / "champion" / "policy.safetensors").is_file()
     assert "round_steps = 256" in (run_dir / "config.toml").read_text()
     run = json.loads((run_dir / "run.json").read_text())
-    assert set(run["windows"]) == {"train", "valid", "test"} and run["pods_tried"] == 3
+    # 3 pods + the ensemble of the top pods (scored on the validation window: one more trial)
+    assert set(run["windows"]) == {"train", "valid", "test"} and run["pods_tried"] == 3 + 1
 
     # Resume with a bigger budget: the three pods and the board are kept, three more pods run.
     rc = main(["train", "--tournament", "--resume", "t1", "--budget-steps", "1536", "--json"])
     assert rc == 0
     out = _json_line(capsys.readouterr().out)
-    assert out["env_steps"] == 1536 and out["pods_tried"] == 6
+    assert out["env_steps"] == 1536 and out["pods_tried"] == 6 + 1  # + the ensemble
     assert [p["pod_id"] for p in read_pods(run_dir)][:3] == ["p0000", "p0001", "p0002"]
     assert [e["kind"] for e in read_events(run_dir)].count("resumed") == 1
 

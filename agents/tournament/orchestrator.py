@@ -51,6 +51,7 @@ from data.market import MarketData
 log = logging.getLogger(__name__)
 
 CHAMPION_FILES = ("policy.safetensors", "spec.json")
+CHAMPION_KINDS = ("best", "ensemble")
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,10 @@ class TournamentArgs:
     round_timeout_s: float | None = None
     """kill a pod round with no result after this many seconds and record it failed (a hung pod: no
     NaN, no crash); None: ``auto_round_timeout`` (4x the median round so far, generous floors)"""
+    champion: str = "best"
+    """champion of the run: "best" (the top leaderboard pod) or "ensemble" (mean of the top ensemble_size)"""
+    ensemble_size: int = 4
+    """K: leaderboard pods averaged by the ensemble (scored and counted as one more trial either way)"""
 
     def __post_init__(self) -> None:
         if self.budget_steps is None and self.budget_minutes is None:
@@ -100,6 +105,10 @@ class TournamentArgs:
             raise ConfigError(f"tournament.fitness: {self.fitness!r} is not one of {FITNESS}")
         if self.workers < 0:
             raise ConfigError("tournament.workers must be >= 0")
+        if self.champion not in CHAMPION_KINDS:
+            raise ConfigError(f"tournament.champion: {self.champion!r} is not one of {CHAMPION_KINDS}")
+        if self.ensemble_size < 1:
+            raise ConfigError("tournament.ensemble_size must be >= 1")
 
     @classmethod
     def from_mapping(cls, raw: Mapping[str, Any]) -> TournamentArgs:

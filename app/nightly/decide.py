@@ -4,7 +4,7 @@
   ``nightly.margin`` AND its deflated Sharpe ratio reaches ``nightly.dsr_threshold``; with no
   champion yet, ``nightly.first_promotion`` says whether the first challenger is promoted anyway.
 - :func:`trials_on_window`: how many trials the DSR must be deflated for (this tournament's pods
-  plus every earlier one scored on the same evaluation window).
+  plus every earlier one scored on an evaluation window that overlaps tonight's).
 - :func:`decision_record` / :func:`failure_record`: the registry row of a verdict or of a failure
   (``app.nightly.registry.Decision``), built from what the pipeline gathered step by step.
 """
@@ -96,15 +96,24 @@ def overlap_note(champion: Mapping[str, Any] | None, eval_start: str) -> str:
     return ""
 
 
-def trials_on_window(home: Path, window: tuple[str, str]) -> int:
-    """Trials already spent choosing champions on this exact evaluation window by earlier decisions.
+def windows_overlap(a: tuple[str, str], b: tuple[str, str]) -> bool:
+    """Whether two inclusive ISO date ranges share at least one day."""
+    return a[0] <= b[1] and b[0] <= a[1]
 
-    A window re-used night after night (the data did not grow) is a repeated test: the DSR of each
-    new challenger is deflated for every tournament ever scored against it, not only its own.
+
+def trials_on_window(home: Path, window: tuple[str, str]) -> int:
+    """Trials already spent choosing champions on days of this evaluation window by earlier decisions.
+
+    Every earlier decision whose evaluation window OVERLAPS tonight's counts, not only an identical
+    one: growing data shifts the window by a day each night, so yesterday's test window shares all
+    but one of its days with tonight's, and the DSR of each new challenger must be deflated for every
+    tournament ever scored against those days, not only its own.
     """
     total = 0
     for row in read_decisions(home):
-        if (row["eval_start"], row["eval_end"]) != tuple(window):
+        if not row.get("eval_start") or not row.get("eval_end"):
+            continue  # failed before the windows were known: it looked at nothing
+        if not windows_overlap((row["eval_start"], row["eval_end"]), (window[0], window[1])):
             continue
         # A run that failed after its evaluation (export, record) still looked at the window.
         if row["verdict"] == "failed" and row["step"] not in ("decide", "export", "record"):

@@ -16,6 +16,11 @@
 6. **record**: the decision row and, on promotion, the new champion pointer in ONE SQLite
    transaction (``app.nightly.registry``): the only moment the champion changes.
 
+The gate decides on the test window, so the figures measured there are **selection** figures: the
+registry row's ``scores``, the champion pointer's ``info``, the run record's ``nightly`` and the run's
+``metrics.json`` say ``"role": "selection"``. The out-of-sample record of a promoted champion is its
+paper trading since promotion (``app.nightly.record.out_of_sample_record``).
+
 Any failure before step 6 commits leaves the previous champion in place; the failure itself is
 recorded as a ``failed`` decision (best effort) and raised as a one-line :class:`RetrainError`.
 
@@ -38,7 +43,10 @@ from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from agents.policy import Policy
+import numpy as np
+import torch
+
+from agents.ensemble import is_ensemble, load_policy
 from agents.tournament import pod
 from agents.tournament.orchestrator import run_tournament
 from app.config import config_to_toml, to_env_params, to_tournament_args
@@ -52,12 +60,15 @@ from app.nightly.decide import (
     trials_on_window,
 )
 from app.nightly.lock import ProcessLock
+from app.nightly.normalization import SPEC_FILE, champion_feature_spec, with_feature_spec
+from app.nightly.record import SELECTION
 from app.nightly.registry import Champion, current_champion, record_decision
 from app.runs import RunDir
 from app.workflows.evaluation import check_policy_fits, trial_returns
+from app.workflows.training import ensemble_step
 from backtests import engine, report
 from data import sources
-from data.atomic import replace_dir
+from data.atomic import atomic_write_json, replace_dir
 from data.errors import CheckpointError, ConfigError, PodracerError
 from data.loader import load_market
 from data.store import BarStore
@@ -161,8 +172,9 @@ def _one_line(err: BaseException) -> str:
     return msg if isinstance(err, PodracerError) else f"{type(err).__name__}: {msg}".rstrip(": ")
 
 
-def _copy_policy(source: Path, target: Path) -> Path:
-    """Copy a policy folder to ``target`` by a whole-folder swap (never a half-written champion)."""
+def _copy_policy(source: Path, target: Path, feature_spec: Mapping[str, Any] | None = None) -> Path:
+    """Copy a policy folder to ``target`` by a whole-folder swap (never a half-written champion), with
+    the feature spec it was trained with (``feature_spec.json``: its normalization travels with it)."""
     staging = target.with_name(f".{target.name}.tmp")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
@@ -170,7 +182,17 @@ def _copy_policy(source: Path, target: Path) -> Path:
         if not (source / name).is_file():
             raise PodracerError(f"challenger policy {source / name} is missing")
         shutil.copy2(source / name, staging / name)
+    if feature_spec:
+        atomic_write_json(staging / SPEC_FILE, dict(feature_spec))
     return replace_dir(staging, target)
+
+
+def _run_feature_spec(run_dir: Path) -> dict[str, Any] | None:
+    try:
+        spec = RunDir.at(run_dir).read().get("feature_spec")
+    except PodracerError:
+        return None
+    return dict(spec) if isinstance(spec, Mapping) else None
 
 
 def run_retrain(
@@ -242,6 +264,9 @@ def run_retrain(
             info["num_trials"] = num_trials
             evaluation = steps.evaluate(config, home, data, challenger, champion, num_trials)
             scores = {
+                # The gate decides on these figures: they are selection figures, not out-of-sample
+                # ones (app.nightly.record: paper trading since promotion is the out-of-sample record).
+                "role": SELECTION,
                 "challenger": dict(evaluation.challenger),
                 "champion": dict(evaluation.champion) if evaluation.champion is not None else None,
             }
@@ -273,7 +298,11 @@ def run_retrain(
                 step = "export"
                 if nightly.export:
                     bundle = steps.export(config, home, challenger)
-                policy_copy = _copy_policy(challenger.policy_dir, home / CHAMPIONS_DIR / challenger.run_id)
+                policy_copy = _copy_policy(
+                    challenger.policy_dir,
+                    home / CHAMPIONS_DIR / challenger.run_id,
+                    _run_feature_spec(challenger.run_dir),
+                )
                 new_champion = Champion(
                     run_id=challenger.run_id,
                     policy_dir=str(policy_copy),
@@ -288,6 +317,9 @@ def run_retrain(
                         "run_dir": str(challenger.run_dir),
                         "challenger_dsr": ch_dsr,
                         "previous_champion": champion_id,
+                        # fitness_value / challenger_dsr were measured on the window the gate decided
+                        # on: selection figures.
+                        "eval_role": SELECTION,
                     },
                 )
                 reached("export")
@@ -304,6 +336,7 @@ def run_retrain(
                 scores=scores,
             )
             decision_id = record_decision(home, decision, new_champion, before_commit=faults.get("record"))
+            _label_run(challenger.run_dir, verdict.promote, decision_id)
         except BaseException as err:
             _record_failure(home, started_at, step, err, info, inputs, t0)
             if isinstance(err, KeyboardInterrupt | SystemExit):
@@ -331,6 +364,21 @@ def run_retrain(
     )
     log.info("retrain %s: %s", outcome.verdict, outcome.reason)
     return outcome
+
+
+def _label_run(run_dir: Path, promoted: bool, decision_id: int) -> None:
+    """Best effort, after the commit: the challenger's run record says its test-window figures were
+    the gate's selection figures (its ``metrics.json`` says so too: :func:`evaluate_step`)."""
+    try:
+        RunDir.at(run_dir).update(
+            nightly={
+                "eval_role": SELECTION,
+                "decision_id": decision_id,
+                "verdict": "promoted" if promoted else "rejected",
+            }
+        )
+    except (OSError, PodracerError) as err:
+        log.warning("could not label run %s: %s", run_dir, _one_line(err))
 
 
 def _record_failure(
@@ -451,7 +499,10 @@ def tournament_step(
     args = to_tournament_args(config)
     round_fn: Any = pod.learner_round
     warm_from = None
-    if champion is not None and config.nightly.warm_start_pods > 0:
+    if champion is not None and is_ensemble(champion["policy_dir"]):
+        # An ensemble has no single network (nor optimizer state) to continue training from.
+        log.info("champion %s is an ensemble: no warm start", champion["run_id"])
+    elif champion is not None and config.nightly.warm_start_pods > 0:
         round_fn = functools.partial(
             warm_start_round,
             champion_dir=str(champion["policy_dir"]),
@@ -477,6 +528,16 @@ def tournament_step(
         config_toml=config_to_toml(config),
         on_status=record.on_status,
     )
+    if result.champion is not None:  # the ensemble of the top pods: one more trial, maybe the champion
+        result = ensemble_step(
+            record,
+            result,
+            splits.valid,
+            args,
+            params=to_env_params(config.env),
+            annualization=config.backtest.annualization,
+            device=config.agent.device,
+        )
     record.update(nightly={"warm_started_from": warm_from, "warm_start_pods": config.nightly.warm_start_pods})
     if result.champion is None:
         raise PodracerError(f"tournament {run_id} produced no champion ({result.pods_failed} pods failed)")
@@ -507,16 +568,37 @@ def evaluate_step(
     params = to_env_params(config.env)
     fitness = config.nightly.fitness or config.tournament.fitness
     annualization = config.backtest.annualization
-    policies: dict[str, Any] = {"challenger": Policy.load(challenger.policy_dir, device=device)}
+    policies: dict[str, Any] = {"challenger": load_policy(challenger.policy_dir, device=device)}
     check_policy_fits(policies["challenger"], market, params)
+    result = engine.run_backtest(market, params, policies, device=device, compile=config.backtest.compile)
+    normalization: dict[str, Any] = {"challenger": "tonight's train window (its own)"}
     if champion is not None:
-        champ = Policy.load(champion["policy_dir"], device=device)
+        champ = load_policy(champion["policy_dir"], device=device)
+        # Like with like: the champion sees tonight's bars through ITS OWN feature normalization
+        # (the statistics its bundle carries), never tonight's.
+        spec, where = champion_feature_spec(champion)
+        champ_market = market
+        if spec is not None:
+            champ_market = with_feature_spec(data.splits.full, market, spec)
+            normalization["champion"] = f"its own ({where})"
+        else:
+            log.warning("champion %s: %s; scoring it with tonight's normalization", champion["run_id"], where)
+            normalization["champion"] = f"tonight's ({where})"
         try:
-            check_policy_fits(champ, market, params)
+            check_policy_fits(champ, champ_market, params)
         except CheckpointError as err:
             raise CheckpointError(f"the champion cannot trade today's data: {err}") from None
-        policies["champion"] = champ
-    result = engine.run_backtest(market, params, policies, device=device, compile=config.backtest.compile)
+        # A second engine call on the same bars, costs and fills (the engine is deterministic from the
+        # window's first bar), then one result: the same as one call with per-policy features.
+        alone = engine.run_backtest(
+            champ_market,
+            params,
+            {"champion": champ},
+            baselines=(),
+            device=device,
+            compile=config.backtest.compile,
+        )
+        result = merge_results(result, alone)
     metrics = report.compute_metrics(
         result,
         annualization=annualization,
@@ -531,7 +613,7 @@ def evaluate_step(
         result,
         names=tuple({"challenger": "champion", "champion": "incumbent"}.get(n, n) for n in result.names),
     )
-    report.write_report(
+    doc = report.write_report(
         challenger.run_dir,
         renamed,
         window="test",
@@ -543,12 +625,39 @@ def evaluate_step(
         slippage_bps=params.slippage_bps,
         tearsheet=config.nightly.tearsheet,
     )
+    # The promotion gate decides on this window: these are selection figures (app.nightly.record).
+    atomic_write_json(
+        challenger.run_dir / "backtest" / "metrics.json",
+        report.json_safe({**doc, "role": SELECTION, "role_note": "the nightly gate decided on this window"}),
+    )
+    for name, how in normalization.items():
+        metrics[name]["normalization"] = how
     return Evaluation(
         fitness=fitness,
         window=result.date_range(),
         challenger=metrics["challenger"],
         champion=metrics.get("champion") if champion is not None else None,
         num_trials=num_trials,
+    )
+
+
+def merge_results(a: engine.BacktestResult, b: engine.BacktestResult) -> engine.BacktestResult:
+    """One result with the strategies of ``a`` then ``b`` (two runs over the same window's bars)."""
+    if not (np.array_equal(a.timestamps, b.timestamps) and a.tickers == b.tickers):
+        raise PodracerError("cannot merge backtests of different windows or tickers")
+    cat = {
+        name: torch.cat([getattr(a, name), getattr(b, name)], dim=1)
+        for name in ("equity", "returns", "weights", "costs", "turnover", "trades", "trade_costs")
+    }
+    day_equity = None
+    if a.day_equity is not None and b.day_equity is not None:
+        day_equity = torch.cat([a.day_equity, b.day_equity], dim=1)
+    return dataclasses.replace(
+        a,
+        names=(*a.names, *b.names),
+        terminated_at=(*a.terminated_at, *b.terminated_at),
+        day_equity=day_equity,
+        **cat,
     )
 
 

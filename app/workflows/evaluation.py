@@ -19,9 +19,10 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
-from agents.policy import Policy
+from agents.ensemble import ENSEMBLE_POD, load_policy
 from agents.tournament.leaderboard import read_pods
 from agents.tournament.pod import read_valid_returns_matrix
 from app.config import load_config, to_env_params
@@ -57,7 +58,7 @@ def check_device(device: str) -> str:
 def _load_policy(champion_dir: Path, device: str) -> Any:
     if not champion_dir.is_dir():
         raise CheckpointError(f"no champion policy at {champion_dir} (train or run a tournament first)")
-    return Policy.load(champion_dir, device=device)
+    return load_policy(champion_dir, device=device)
 
 
 def check_policy_fits(policy: Any, market: Any, params: Any) -> None:
@@ -169,7 +170,11 @@ def trial_returns(run_dir: RunDir) -> Any | None:
     if not run_dir.leaderboard.is_file():
         return None
     scored = [p["pod_id"] for p in read_pods(run_dir.path) if p.get("score") is not None]
-    _, returns, ids = read_valid_returns_matrix(run_dir.pods, scored, period="daily")
+    when, returns, ids = read_valid_returns_matrix(run_dir.pods, scored, period="daily")
+    # The ensemble (app.workflows.training.ensemble_step) is one more trial on the same window.
+    ens_when, ens, ens_ids = read_valid_returns_matrix(run_dir.path, [ENSEMBLE_POD], period="daily")
+    if ens_ids and ids and np.array_equal(np.asarray(ens_when), np.asarray(when)):
+        returns = np.column_stack([returns, ens])
     return returns if ids else None
 
 

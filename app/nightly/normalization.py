@@ -1,0 +1,95 @@
+"""Like with like: each policy is evaluated on features normalized with its OWN statistics.
+
+A policy learned on features normalized with the statistics of its train window, and its export
+bundle carries them (the paper trader computes its features with them). Tonight's market is
+normalized with tonight's train window; feeding those features to the incumbent champion would score
+a policy it never was (a shifted mean or scale moves every input). So the champion's evaluation
+features are rebuilt from tonight's bars with the champion's own feature spec:
+
+- :func:`champion_feature_spec` finds the spec the champion was trained and exported with (the copy
+  kept next to its policy at promotion, else its bundle's manifest, else its run's record);
+- :func:`with_feature_spec` recomputes the causal features of the whole market from its bars with
+  that spec (``data.features``: the same code path as training and paper trading) and returns the
+  same window with them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from app.runs import RunDir
+from data.errors import DataError, PodracerError
+from data.features import check_spec, compute_features, normalize
+from data.market import MarketData
+
+log = logging.getLogger(__name__)
+
+SPEC_FILE = "feature_spec.json"
+
+
+def _read(path: Path) -> dict[str, Any] | None:
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def champion_feature_spec(champion: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str]:
+    """``(feature spec, where it came from)`` of a registry champion; ``(None, reason)`` if none is found."""
+    candidates: list[tuple[str, Any]] = []
+    policy_dir = Path(str(champion.get("policy_dir") or ""))
+    candidates.append((f"{policy_dir / SPEC_FILE}", lambda: _read(policy_dir / SPEC_FILE)))
+    if champion.get("bundle"):
+        bundle = Path(str(champion["bundle"]))
+        candidates.append(
+            (
+                f"{bundle / 'manifest.json'}",
+                lambda: (_read(bundle / "manifest.json") or {}).get("feature_spec"),
+            )
+        )
+    run_dir = (champion.get("info") or {}).get("run_dir")
+    if run_dir:
+
+        def from_record() -> Any:
+            try:
+                return RunDir.at(Path(run_dir)).read().get("feature_spec")
+            except PodracerError:
+                return None
+
+        candidates.append((f"{run_dir} run record", from_record))
+    for where, read in candidates:
+        spec = read()
+        if not spec:
+            continue
+        try:
+            check_spec(spec)
+        except DataError:
+            continue
+        return dict(spec), where
+    return None, "no feature spec recorded with the champion"
+
+
+def with_feature_spec(full: MarketData, window: MarketData, spec: Mapping[str, Any]) -> MarketData:
+    """``window`` (a slice of ``full``) with features recomputed from ``full``'s bars and normalized by
+    ``spec``. The features are causal, so computing them on the whole history gives each bar of the
+    window the same value as the live feature pipeline would."""
+    check_spec(spec)
+    start = int((full.timestamps == window.timestamps[0]).nonzero()[0][0]) if window.num_steps else 0
+    stop = start + window.num_steps
+    if window.num_steps and not (full.timestamps[start:stop] == window.timestamps).all():
+        raise DataError("with_feature_spec: the window is not a slice of the market")
+    work = torch.float32 if full.device.type == "mps" else torch.float64
+    raw = compute_features(full.close.to(work), full.volume, spec["windows"])
+    features = normalize(raw, spec).to(torch.float32)
+    rebuilt = dataclasses.replace(
+        full, features=features, feature_names=tuple(spec["names"]), feature_spec=dict(spec)
+    )
+    return rebuilt.slice(start, stop)
