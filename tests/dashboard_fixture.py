@@ -355,6 +355,11 @@ def write_home_stores(home: Path, run: str, run_dir: Path) -> None:
     from app.paper.journal import Journal
 
     common = dict(started_at="2024-03-01T07:00:00+00:00", step="decide", fitness="sharpe")
+    # The champion's export (just its manifest's id): the paper decisions below trade it ("b1"), so
+    # the Nightly page has an out-of-sample record since the promotion.
+    bundle = home / "exports" / f"{run}-champion"
+    bundle.mkdir(parents=True, exist_ok=True)
+    (bundle / "manifest.json").write_text('{"bundle_id": "b1"}')
     record_decision(
         home,
         Decision(
@@ -371,6 +376,7 @@ def write_home_stores(home: Path, run: str, run_dir: Path) -> None:
             promoted_at="2024-03-01T07:10:00+00:00",
             fitness="sharpe",
             fitness_value=1.1,
+            bundle=str(bundle),
         ),
     )
     record_decision(

@@ -141,9 +141,12 @@ def test_every_page_renders_on_a_full_home(full_home, monkeypatch, page):
         assert (
             labels["Promoted"] == "1" and labels["Rejected"] == "1" and labels["Fitness (sharpe)"] == "1.10"
         )
+        # The out-of-sample record: the paper decisions with the champion's bundle since promotion.
+        assert labels["Decisions since promotion"] == "1"
     if page == "paper":
         labels = {m.label: m.value for m in at.metric}
         assert labels["Equity"] == "$100,250.00" and labels["Orders recorded"] == "1"
+        assert labels["Filled"] == "1"  # orders by final status (app.paper.journal.order_counts)
 
 
 def test_empty_home_shows_how_to_start(tmp_path, monkeypatch):

@@ -24,6 +24,7 @@ import pandas as pd
 
 from agents.tournament import leaderboard as lb
 from app.nightly import registry
+from app.nightly.record import OutOfSampleRecord, out_of_sample_record
 from app.paper import journal
 from app.runs import RunDir, RunInfo
 from data.errors import PodracerError
@@ -262,6 +263,25 @@ def read_paper(home: Path) -> dict[str, pd.DataFrame]:
     except Exception as err:  # noqa: BLE001 - any reader failure becomes one line on the page
         raise ArtifactCorrupt(f"{Path(home) / 'paper' / 'journal.sqlite'}: {_one_line(err)}") from err
     return {str(name): _frame(table) for name, table in dict(tables).items()}
+
+
+def read_out_of_sample(home: Path) -> OutOfSampleRecord:
+    """The champion's paper-trading record since its promotion (``app.nightly.record``): the only
+    out-of-sample figures of a nightly champion (the gate's test-window figures chose it)."""
+    if not (Path(home) / "paper" / "journal.sqlite").is_file():
+        return OutOfSampleRecord(None, None, None, note="no paper trading yet: nothing out of sample to show")
+    try:
+        return out_of_sample_record(home)
+    except PodracerError as err:
+        return OutOfSampleRecord(None, None, None, note=_one_line(err))
+
+
+def paper_order_counts(tables: dict[str, pd.DataFrame]) -> dict[str, int]:
+    """Orders by final status (``app.paper.journal.order_counts``), not rows of fills."""
+    orders = tables.get("orders")
+    if orders is None or orders.empty or "client_order_id" not in orders.columns:
+        return {}
+    return journal.order_counts(orders)
 
 
 # --------------------------------------------------------------------------- helpers

@@ -144,6 +144,20 @@ def _nightly(home: str, sig: tuple) -> tuple[pd.DataFrame, dict[str, Any] | None
     return artifacts.read_nightly(Path(home))
 
 
+def out_of_sample(home: Path) -> Any:
+    """The nightly champion's paper record since promotion (cached until registry or journal change)."""
+    home = Path(home)
+    return _out_of_sample(
+        str(home),
+        signature(home / "registry.sqlite", home / "champion.json", home / "paper" / "journal.sqlite"),
+    )
+
+
+@st.cache_data(max_entries=4, ttl=10, show_spinner=False)
+def _out_of_sample(home: str, sig: tuple) -> Any:
+    return artifacts.read_out_of_sample(Path(home))
+
+
 def paper(home: Path) -> dict[str, pd.DataFrame]:
     """Paper-trading journal tables (cached until the journal changes, at most 10 s)."""
     return _paper(str(home), signature(Path(home) / "paper" / "journal.sqlite"))

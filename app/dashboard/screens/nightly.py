@@ -28,6 +28,30 @@ with ui.guard("nightly"):
     else:
         st.info("no champion yet: the first successful nightly retrain promotes one")
 
+    st.subheader("Out of sample: paper trading since promotion")
+    st.caption(
+        "The gate promoted the champion on its test-window figures, so those are selection figures; "
+        "only its trading after the promotion is out of sample."
+    )
+    record = loaders.out_of_sample(ui.home())
+    if record.decisions:
+        cols = st.columns(3)
+        cols[0].metric("Decisions since promotion", record.decisions, border=True)
+        cols[1].metric(
+            "Return since first decision", views.format_metric(record.cum_return, "pct"), border=True
+        )
+        cols[2].metric("Since", str(record.start or "?")[:10], border=True)
+        if len(record.pnl) > 1:
+            frame = record.pnl.assign(recorded_at=pd.to_datetime(record.pnl["recorded_at"], utc=True))
+            ui.plot(
+                charts.line_figure(
+                    frame, "recorded_at", ["equity"], "Paper equity since promotion", yformat="$,.0f"
+                ),
+                key="out_of_sample",
+            )
+    else:
+        st.info(record.note or "no paper trading with the champion's bundle since its promotion")
+
     st.subheader("Decisions")
     if decisions.empty:
         st.info("no decisions recorded yet")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from app.dashboard import charts, loaders, ui, views
+from app.dashboard import artifacts, charts, loaders, ui, views
 
 st.title("Paper trading")
 
@@ -34,6 +34,13 @@ with ui.guard("paper"):
     counts = st.columns(4)
     for col, name in zip(counts, ("decisions", "orders", "fills", "positions"), strict=True):
         col.metric(f"{name.capitalize()} recorded", len(tables.get(name, ())), border=True)
+    # Orders by final status, one per client_order_id (a re-run bar or a late fill is not counted twice).
+    by_status = {k: v for k, v in artifacts.paper_order_counts(tables).items() if v}
+    if by_status:
+        st.caption("Orders by final status")
+        cols = st.columns(len(by_status))
+        for col, (name, count) in zip(cols, by_status.items(), strict=True):
+            col.metric(name.replace("_", " ").capitalize(), count, border=True)
 
     for name in ("positions", "orders", "fills", "decisions", "events"):
         table = tables.get(name)
