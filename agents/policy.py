@@ -368,11 +368,14 @@ def read_spec(directory: str | Path) -> dict[str, Any]:
     return spec
 
 
-def read_safetensors(path: Path, sha256: str) -> dict[str, Tensor]:
-    """The tensors of a safetensors file whose sha256 must equal ``sha256`` (``CheckpointError``)."""
+def read_safetensors(
+    path: Path, sha256: str, recorded_as: str = "spec.json's weights_sha256"
+) -> dict[str, Tensor]:
+    """The tensors of a safetensors file whose sha256 must equal ``sha256`` (``CheckpointError``);
+    ``recorded_as`` names where the digest lives, for the error."""
     if not isinstance(sha256, str) or len(sha256) != 64:
         # Every writer records it: without it a swapped or corrupt weights file would load.
-        raise CheckpointError(f"{path}: no sha256 recorded for it, so it cannot be verified")
+        raise CheckpointError(f"{path}: no {recorded_as} recorded, so it cannot be verified")
     if not path.is_file():
         raise CheckpointError(f"{path} is missing")
     payload = path.read_bytes()
@@ -435,7 +438,9 @@ def load_optimizer_state(directory: str | Path, device: str | torch.device = "cp
         meta = json.loads(path.read_text(encoding="utf-8"))
         if meta.get("format") != OPTIMIZER_FORMAT:
             raise CheckpointError(f"{path}: not a podracer optimizer state")
-        tensors = read_safetensors(Path(directory) / "optimizer.safetensors", meta["sha256"])
+        tensors = read_safetensors(
+            Path(directory) / "optimizer.safetensors", meta["sha256"], recorded_as="optimizer.json's sha256"
+        )
         state: dict[int, dict[str, Any]] = {}
         for key, value in tensors.items():
             param_id, name = key.split(".", 1)

@@ -11,7 +11,9 @@ product's own workflows (``app.workflows.training.train_tournament``, then
 - the champion's DSR over the pods tried, the PBO over every pod's daily validation returns, and the
   verdict line the CLI prints.
 
-The ensemble champion (issue 17 item 2) is not measured here yet: the rows are the best single pod.
+The same tournament's ensemble (``agents.ensemble``: the mean target weights of the top
+``ensemble_size`` pods, scored on validation and counted as one more trial) is backtested on the same
+test window too, as the champion of a copy of the run, so both rows share the trials, costs and bars.
 
     .venv/bin/python benchmarks/selection_bias.py                 # the README figures (a few minutes)
     .venv/bin/python benchmarks/selection_bias.py --quick --json  # smoke run
@@ -36,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from app.config import Config  # noqa: E402
+from app.runs import RunDir  # noqa: E402
 from app.workflows.evaluation import backtest_run  # noqa: E402
 from app.workflows.training import train_tournament  # noqa: E402
 
@@ -90,6 +93,15 @@ def run_once(args: argparse.Namespace, seed: int, signal: float, home: Path) -> 
     tour = train_tournament(config, home, run=run)
     doc = backtest_run(run, home=home, window="test", tearsheet=False)
     champ, bh = doc["strategies"]["champion"], doc["strategies"]["buy_and_hold"]
+    # The ensemble as the champion of the same run (a temp home: the copy is the benchmark's own).
+    run_dir = RunDir(home, run)
+    ensemble = run_dir.read().get("ensemble") or {}
+    ens_test = ens_dsr = None
+    if (run_dir.path / "ensemble").is_dir():
+        shutil.rmtree(run_dir.champion)
+        shutil.copytree(run_dir.path / "ensemble", run_dir.champion)
+        ens_doc = backtest_run(run, home=home, window="test", tearsheet=False)["strategies"]["champion"]
+        ens_test, ens_dsr = ens_doc["sharpe_ratio"], ens_doc["deflated_sharpe_ratio"]
     return {
         "seed": seed,
         "signal": signal,
@@ -102,6 +114,9 @@ def run_once(args: argparse.Namespace, seed: int, signal: float, home: Path) -> 
         "pbo": doc["pbo"],
         "pbo_num_splits": doc["pbo_num_splits"],
         "verdict": doc["verdict"],
+        "ensemble_valid_sharpe": ensemble.get("sharpe_ratio"),
+        "ensemble_test_sharpe": ens_test,
+        "ensemble_dsr": ens_dsr,
         "wall_s": time.perf_counter() - start,
     }
 
@@ -130,7 +145,8 @@ def main(argv: list[str] | None = None) -> dict:
                         f"signal {signal:g} seed {seed}: {row['pods_tried']} pods, valid Sharpe "
                         f"{_fmt(row['valid_sharpe'], '+.2f')} -> test {_fmt(row['test_sharpe'], '+.2f')} "
                         f"(b&h {_fmt(row['buy_and_hold_test_sharpe'], '+.2f')}); DSR {_fmt(row['dsr'], '.3g')}, "
-                        f"PBO {_fmt(row['pbo'], '.2f')} [{row['wall_s']:.0f} s]",
+                        f"PBO {_fmt(row['pbo'], '.2f')}; ensemble valid {_fmt(row['ensemble_valid_sharpe'], '+.2f')} "
+                        f"-> test {_fmt(row['ensemble_test_sharpe'], '+.2f')} [{row['wall_s']:.0f} s]",
                         flush=True,
                     )
     finally:
@@ -138,7 +154,16 @@ def main(argv: list[str] | None = None) -> dict:
     summary = {
         f"signal_{signal:g}": {
             key: _mean([r[key] for r in rows if r["signal"] == signal])
-            for key in ("valid_sharpe", "test_sharpe", "buy_and_hold_test_sharpe", "dsr", "pbo")
+            for key in (
+                "valid_sharpe",
+                "test_sharpe",
+                "buy_and_hold_test_sharpe",
+                "dsr",
+                "pbo",
+                "ensemble_valid_sharpe",
+                "ensemble_test_sharpe",
+                "ensemble_dsr",
+            )
         }
         for signal in args.signals
     }
@@ -146,14 +171,18 @@ def main(argv: list[str] | None = None) -> dict:
     if args.json:
         print(json.dumps(figures))
     else:
-        print(f"\nmean over seeds {args.seeds} (best pod; the ensemble champion is not measured here yet):")
-        print(f"{'signal':<8}{'valid Sharpe':>14}{'test Sharpe':>13}{'b&h test':>10}{'DSR':>8}{'PBO':>7}")
+        print(f"\nmean over seeds {args.seeds} (best pod, then the ensemble of the same tournament):")
+        print(
+            f"{'signal':<8}{'valid Sharpe':>14}{'test Sharpe':>13}{'b&h test':>10}{'DSR':>8}{'PBO':>7}"
+            f"{'ens. valid':>12}{'ens. test':>11}{'ens. DSR':>10}"
+        )
         for signal in args.signals:
             m = summary[f"signal_{signal:g}"]
             print(
                 f"{signal:<8g}{_fmt(m['valid_sharpe'], '.2f'):>14}{_fmt(m['test_sharpe'], '.2f'):>13}"
                 f"{_fmt(m['buy_and_hold_test_sharpe'], '.2f'):>10}{_fmt(m['dsr'], '.3f'):>8}"
-                f"{_fmt(m['pbo'], '.2f'):>7}"
+                f"{_fmt(m['pbo'], '.2f'):>7}{_fmt(m['ensemble_valid_sharpe'], '.2f'):>12}"
+                f"{_fmt(m['ensemble_test_sharpe'], '.2f'):>11}{_fmt(m['ensemble_dsr'], '.3f'):>10}"
             )
     return figures
 

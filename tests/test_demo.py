@@ -53,10 +53,12 @@ def test_demo_test_preset_end_to_end(home, capsys):
             "select pod_id from pods where score is not null"
         )
     ]
-    assert len(scored) == metrics["num_trials"] >= 2
+    # the trials: every scored pod plus the ensemble of the top pods (scored like a pod, one more look)
+    assert len(scored) + 1 == metrics["num_trials"] >= 3
     assert all((run_dir / "pods" / p / "valid_returns.parquet").is_file() for p in scored)
+    assert (run_dir / "ensemble" / "valid_returns.parquet").is_file()
     assert metrics["pbo"] is not None and 0.0 <= metrics["pbo"] <= 1.0 and metrics["pbo_logits"]
-    assert 2 <= metrics["pbo_num_trials"] <= len(scored)  # pods with no Sharpe at all are left out
+    assert 2 <= metrics["pbo_num_trials"] <= len(scored) + 1  # trials with no Sharpe at all are left out
     assert "equal_weight" in metrics["strategies"] and metrics["cost_rate"] == 0.002
     assert summary["verdict"].startswith("edge ")
     # the test window comes after the validation window the tournament saw
