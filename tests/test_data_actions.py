@@ -162,3 +162,18 @@ def test_bad_action_rows_are_one_line_errors(tmp_path):
         ActionStore(tmp_path).merge("1m", "AAA", bad)
     with pytest.raises(DataError):
         ActionStore(tmp_path).path("1m", "../../x")
+
+
+def test_adjusted_source_refused_beside_raw_bars(serve, tmp_path):
+    serve(_raw(split=4.0), SPLIT)
+    home = tmp_path / "home"
+    fetch_to_store(home, "alpaca", ["AAA"], "2024-02-01", "2024-02-29")
+
+    def never(*_args):  # the refusal comes before any request
+        raise AssertionError("requested")
+
+    with pytest.raises(DataError, match="raw bars with corporate actions for AAA"):
+        fetch_to_store(
+            home, "yfinance", ["AAA"], "2024-02-26", "2024-02-29", fetcher=never,
+            today=pd.Timestamp("2024-03-01").date(),
+        )  # fmt: skip

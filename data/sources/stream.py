@@ -153,6 +153,8 @@ def fetch_to_store(
     store = BarStore(home)
     if fetch_actions is not None:
         _refuse_adjusted(store, interval, symbols)
+    else:
+        _refuse_raw(store, interval, symbols, source)
     chunks = plan_chunks(symbols, first, last, max_days=max_days, batch=batch)
     report = FetchReport(source=source, interval=interval, chunks_total=len(chunks))
     manifest = FetchManifest(home)
@@ -225,4 +227,16 @@ def _refuse_adjusted(store: BarStore, interval: str, symbols: Sequence[str]) -> 
             f"the store's interval={interval} holds {', '.join(legacy[:5])}{' ...' if len(legacy) > 5 else ''}"
             " without corporate actions (fetched adjusted by an older podracer, or imported); raw bars "
             f"beside them would mix two price bases: move {store.interval_dir(interval)} aside and fetch again"
+        )
+
+
+def _refuse_raw(store: BarStore, interval: str, symbols: Sequence[str], source: str) -> None:
+    """One-line error when a source without corporate actions (yfinance: adjusted at fetch) would
+    write beside raw bars that the store adjusts on load (they would be adjusted twice)."""
+    raw = [t for t in symbols if store.actions.read(interval, t) is not None]
+    if raw:
+        raise DataError(
+            f"{source}: the store's interval={interval} holds raw bars with corporate actions for "
+            f"{', '.join(raw[:5])}{' ...' if len(raw) > 5 else ''} (fetched from alpaca); fetch them from "
+            "alpaca again, or into another --home"
         )
