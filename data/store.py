@@ -302,7 +302,19 @@ class BarStore:
                     interval,
                 )
             return frame
-        return adjust_raw(frame, actions, lambda ex_date: self.close_before(interval, ticker, ex_date))
+        real = frame.loc[~frame["filled"].to_numpy(dtype=bool)]
+        days = session_dates(real["timestamp"])
+
+        def close_before(ex_date: pd.Timestamp) -> float | None:
+            ex = ex_date.as_unit("ns").to_datetime64()
+            if len(days) and days[-1] >= ex:
+                # ``frame`` is whole contiguous month files reaching past the ex-date: the last real
+                # close before it is in memory (none there: no bar before it to adjust).
+                before = np.flatnonzero(days < ex)
+                return float(real["close"].iloc[before[-1]]) if len(before) else None
+            return self.close_before(interval, ticker, ex_date)
+
+        return adjust_raw(frame, actions, close_before)
 
     def close_before(self, interval: str, ticker: str, ex_date: pd.Timestamp) -> float | None:
         """Last real raw close of ``ticker`` on a session before ``ex_date`` (the ex-date's month

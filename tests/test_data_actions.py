@@ -114,6 +114,10 @@ def test_dividend_adjusts_by_its_factor(serve, tmp_path):
     np.testing.assert_allclose(got["close"].to_numpy()[before], raw["close"].to_numpy()[before] * factor)
     np.testing.assert_allclose(got["close"].to_numpy()[~before], raw["close"].to_numpy()[~before])
     np.testing.assert_allclose(got["volume"], raw["volume"])  # a dividend leaves shares alone
+    # A window that ends before the ex-date is on the same basis (its factor read from the files).
+    january = BarStore(home).read("1m", ["AAA"], start="2024-01-02", end="2024-01-31")["AAA"]
+    january = january.loc[~january["filled"]]
+    np.testing.assert_allclose(january["close"], got["close"].to_numpy()[before])
 
 
 def test_adjust_raw_matches_a_row_by_row_reference():

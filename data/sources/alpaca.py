@@ -242,8 +242,9 @@ def fetch_alpaca(
     *,
     client=None,  # noqa: ANN001
 ) -> pd.DataFrame:
-    """Bars of ``tickers`` for session dates ``start..end`` (inclusive) as one validated frame (small
-    ranges; ``data.sources.stream.fetch_to_store`` streams large ones into the store)."""
+    """Raw (unadjusted) bars of ``tickers`` for session dates ``start..end`` (inclusive) as one
+    validated frame (small ranges; ``data.sources.stream.fetch_to_store`` streams large ones into the
+    store with their corporate actions, ``fetch_actions``, and the store adjusts on load)."""
     first, last = session_dates(start, end, "alpaca")
     feed = _feed()
     client = quiet_client(client if client is not None else make_client())
