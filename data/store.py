@@ -37,12 +37,16 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from data.actions import ActionStore, adjust_raw, session_dates
 from data.atomic import atomic_write_bytes, atomic_write_json
 from data.calendar import TZ, Panel, align_panel, align_ticker, check_interval
 from data.errors import DataError
 from data.schema import normalize_ticker
 
 log = logging.getLogger(__name__)
+
+#: (store root, interval) already told that bars without an actions table are read as stored.
+_NOTED_AS_STORED: set[tuple[str, str]] = set()
 
 STORE_COLUMNS = ["timestamp", "open", "high", "low", "close", "volume", "filled"]
 _SCHEMA = pa.schema(
@@ -112,6 +116,7 @@ class BarStore:
     def __init__(self, home: str | os.PathLike[str]) -> None:
         self.home = Path(home)
         self.root = self.home / "data" / "bars"
+        self.actions = ActionStore(self.home)
 
     # --- layout ------------------------------------------------------------------------------
     def interval_dir(self, interval: str) -> Path:
@@ -267,7 +272,7 @@ class BarStore:
             frames = [_read_file(f) for f in files if _month_in_range(f.stem, start, end)]
             if not frames:
                 continue
-            frame = pd.concat(frames, ignore_index=True)
+            frame = self._adjusted(interval, ticker, pd.concat(frames, ignore_index=True))
             dates = pd.DatetimeIndex(frame["timestamp"]).tz_convert(TZ).tz_localize(None).normalize()
             keep = np.ones(len(frame), dtype=bool)
             if start is not None:
@@ -281,6 +286,51 @@ class BarStore:
         if not out:
             raise DataError(f"no stored {interval} bars between {start} and {end}")
         return out
+
+    def _adjusted(self, interval: str, ticker: str, frame: pd.DataFrame) -> pd.DataFrame:
+        """``frame`` back-adjusted with the ticker's corporate actions when its bars are stored raw
+        (``data.actions``); as stored when it has no actions table (an older store's adjusted bars,
+        or imported bars), with a one-time note."""
+        actions = self.actions.read(interval, ticker)
+        if actions is None:
+            if (str(self.root), interval) not in _NOTED_AS_STORED:
+                _NOTED_AS_STORED.add((str(self.root), interval))
+                log.info(
+                    "store %s interval=%s: tickers without a corporate-actions table are read as stored "
+                    "(bars imported, or fetched adjusted by an older podracer)",
+                    self.root,
+                    interval,
+                )
+            return frame
+        real = frame.loc[~frame["filled"].to_numpy(dtype=bool)]
+        days = session_dates(real["timestamp"])
+
+        def close_before(ex_date: pd.Timestamp) -> float | None:
+            ex = ex_date.as_unit("ns").to_datetime64()
+            if len(days) and days[-1] >= ex:
+                # ``frame`` is whole contiguous month files reaching past the ex-date: the last real
+                # close before it is in memory (none there: no bar before it to adjust).
+                before = np.flatnonzero(days < ex)
+                return float(real["close"].iloc[before[-1]]) if len(before) else None
+            return self.close_before(interval, ticker, ex_date)
+
+        return adjust_raw(frame, actions, close_before)
+
+    def close_before(self, interval: str, ticker: str, ex_date: pd.Timestamp) -> float | None:
+        """Last real raw close of ``ticker`` on a session before ``ex_date`` (the ex-date's month
+        file and the one before it; None when neither holds one)."""
+        month = ex_date.to_period("M")
+        folder = self.ticker_dir(interval, ticker)
+        for stem in (str(month), str(month - 1)):
+            path = folder / f"{stem}.parquet"
+            if not path.is_file():
+                continue
+            frame = _read_file(path)
+            real = frame.loc[~frame["filled"].to_numpy(dtype=bool)]
+            before = real.loc[session_dates(real["timestamp"]) < ex_date.as_unit("ns").to_datetime64()]
+            if len(before):
+                return float(before["close"].iloc[-1])
+        return None
 
     def load_panel(
         self,

@@ -130,6 +130,9 @@ class FakeAlpaca:
     # Market data generated per request instead of ``bars`` (benchmarks: a year of minutes for 100
     # tickers need not sit in memory): (symbols, start, end) -> bar-schema frame.
     bar_source: Any = None
+    # ``/v1/corporate-actions``: Alpaca's shape, e.g. {"forward_splits": [{"symbol": "AAA",
+    # "new_rate": 4, "old_rate": 1, "ex_date": "2024-02-01"}], "cash_dividends": [{..., "rate": 0.5}]}.
+    corporate_actions: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     require_keys: tuple[str, str] = (KEY_ID, SECRET)
     sell_fill_delay: float = 0.0  # seconds after submission before a sell can fill
     margin_multiplier: float = 1.0  # > 1: a margin account (buying_power = multiplier x cash)
@@ -375,6 +378,18 @@ class FakeAlpaca:
         token = str(offset + limit) if offset + limit < len(frame) else None
         return {"bars": out, "next_page_token": token}
 
+    def _corporate_actions(self, query: dict[str, list[str]]) -> dict[str, Any]:
+        """``/v1/corporate-actions``: the actions of the asked symbols with ex-dates in [start, end]
+        (inclusive, as the real API), one page."""
+        symbols = set(query.get("symbols", [""])[0].split(","))
+        start = query.get("start", ["0000-00-00"])[0]
+        end = query.get("end", ["9999-99-99"])[0]
+        out = {
+            kind: [a for a in items if a["symbol"] in symbols and start <= a["ex_date"] <= end]
+            for kind, items in self.corporate_actions.items()
+        }
+        return {"corporate_actions": out, "next_page_token": None}
+
     def respond(self, method: str, raw_path: str, headers: Any, body: bytes) -> tuple[int, Any, float, dict]:
         """``handle`` plus the market-data faults that need the transport: a Retry-After header with
         a 429, or a dropped connection (status 0)."""
@@ -429,6 +444,8 @@ class FakeAlpaca:
             return 200, self._positions()
         if method == "GET" and path == "/v2/clock":
             return 200, self._clock()
+        if method == "GET" and path == "/v1/corporate-actions":
+            return 200, self._corporate_actions(query)
         if method == "GET" and path == "/v2/stocks/bars":
             return 200, self._bars(query)
         if method == "POST" and path == "/v2/orders":

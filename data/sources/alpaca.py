@@ -2,8 +2,10 @@
 
 Keys come from ``APCA_API_KEY_ID`` / ``APCA_API_SECRET_KEY``; ``APCA_API_DATA_URL`` overrides the data
 API's base URL (``url_override``; tests point it at a local HTTP server); ``APCA_DATA_FEED`` picks the
-feed (``iex``, the free plan's, by default; ``sip`` with a subscription). Prices are adjusted for
-splits and dividends (``adjustment=all``).
+feed (``iex``, the free plan's, by default; ``sip`` with a subscription). Bars are fetched raw
+(``adjustment=raw``) and the splits and cash dividends come from the corporate-actions endpoint
+(``fetch_actions``): the store keeps both and adjusts on load (``data.actions``), so bars fetched on
+different days share one basis.
 
 Pages are requested through the client's REST layer (``client.get``: the maintained client's auth,
 base URL and error types) and parsed straight into columns: ``get_stock_bars`` would build one
@@ -21,6 +23,7 @@ from datetime import date
 import numpy as np
 import pandas as pd
 
+from data.actions import check_actions, empty_actions
 from data.calendar import TZ, check_interval
 from data.errors import DataError
 from data.schema import normalize_ticker, validate
@@ -102,7 +105,7 @@ def fetch_chunk(
         timeframe=_timeframe(interval),
         start=first.to_pydatetime(),
         end=last.to_pydatetime(),
-        adjustment=Adjustment.ALL,
+        adjustment=Adjustment.RAW,
         feed=feed if feed is not None else _feed(),
     ).to_request_fields()
     params["limit"] = PAGE_LIMIT
@@ -154,6 +157,72 @@ def fetch_chunk(
     return validate(frame, source="alpaca")
 
 
+def fetch_actions(
+    client,  # noqa: ANN001 - alpaca-py StockHistoricalDataClient
+    symbols: Sequence[str],
+    lo: date,
+    hi: date,
+    *,
+    policy: RetryPolicy | None = None,
+) -> dict[str, pd.DataFrame]:
+    """Splits and cash dividends of ``symbols`` with ex-dates in ``[lo, hi)`` from the data API's
+    ``/v1/corporate-actions`` (through the client's REST layer, as ``fetch_chunk``), as one
+    ``data.actions`` frame per symbol (every symbol present, empty when it had none)."""
+    from alpaca.common.exceptions import APIError
+
+    policy = policy or RetryPolicy()
+    rows: dict[str, list[dict]] = {s: [] for s in symbols}
+    params = {
+        "symbols": ",".join(symbols),
+        "types": "forward_split,reverse_split,cash_dividend",
+        "start": lo.isoformat(),
+        "end": (pd.Timestamp(hi) - pd.Timedelta(days=1)).date().isoformat(),  # inclusive on the API
+        "limit": 1000,
+    }
+    token = None
+
+    def one_page() -> dict:
+        try:
+            return client.get("/corporate-actions", {**params, "page_token": token}, api_version="v1")
+        except APIError as err:
+            status = err.status_code
+            if status == 429:
+                headers = err.response.headers if err.response is not None else {}
+                raise Throttled(retry_after_seconds(headers.get("Retry-After"))) from None
+            if status is not None and status >= 500:
+                raise Transient(f"HTTP {status}") from None
+            raise DataError(
+                f"alpaca: the corporate-actions API refused the request: {_one_line(err)}"
+            ) from None
+        except OSError as err:
+            raise Transient(f"cannot reach the data API: {_one_line(err)}") from None
+
+    while True:
+        page = policy.call(one_page, "alpaca")
+        found = page.get("corporate_actions") or {}
+        for kind in ("forward_splits", "reverse_splits"):
+            for item in found.get(kind) or []:
+                ratio = float(item["new_rate"]) / float(item["old_rate"])
+                rows.setdefault(item["symbol"], []).append(
+                    {"ex_date": item["ex_date"], "kind": "split", "ratio": ratio, "cash": 0.0}
+                )
+        for item in found.get("cash_dividends") or []:
+            rows.setdefault(item["symbol"], []).append(
+                {"ex_date": item["ex_date"], "kind": "dividend", "ratio": 1.0, "cash": float(item["rate"])}
+            )
+        token = page.get("next_page_token")
+        if not token:
+            break
+    out = {}
+    for symbol, items in rows.items():
+        name = normalize_ticker(symbol, source="alpaca")
+        if name not in symbols:
+            continue  # an action of a symbol not asked for
+        frame = pd.DataFrame(items, columns=["ex_date", "kind", "ratio", "cash"])
+        out[name] = check_actions(frame, f"alpaca: {name}") if len(frame) else empty_actions()
+    return out
+
+
 def session_dates(start: str, end: str, source: str) -> tuple[date, date]:
     """``--start`` / ``--end`` as dates (one-line error when unreadable or reversed)."""
     try:
@@ -173,8 +242,9 @@ def fetch_alpaca(
     *,
     client=None,  # noqa: ANN001
 ) -> pd.DataFrame:
-    """Bars of ``tickers`` for session dates ``start..end`` (inclusive) as one validated frame (small
-    ranges; ``data.sources.stream.fetch_to_store`` streams large ones into the store)."""
+    """Raw (unadjusted) bars of ``tickers`` for session dates ``start..end`` (inclusive) as one
+    validated frame (small ranges; ``data.sources.stream.fetch_to_store`` streams large ones into the
+    store with their corporate actions, ``fetch_actions``, and the store adjusts on load)."""
     first, last = session_dates(start, end, "alpaca")
     feed = _feed()
     client = quiet_client(client if client is not None else make_client())

@@ -18,6 +18,7 @@ from typing import Any
 
 import pandas as pd
 
+from data.actions import empty_actions
 from data.errors import DataError
 from data.schema import normalize_ticker
 from data.sources import alpaca, yfinance
@@ -73,13 +74,14 @@ class FetchReport:
 
 
 ChunkFetcher = Callable[[Sequence[str], date, date], pd.DataFrame]
+ActionsFetcher = Callable[[Sequence[str], date, date], dict[str, pd.DataFrame]]
 
 
 def _source_fetcher(
     source: str, interval: str, start: str, end: str, policy: RetryPolicy, client: Any, today: date
 ):
-    """(first, last, max days per request, chunk fetcher, manifest key) of ``source``; checks its
-    range limits."""
+    """(first, last, max days per request, chunk fetcher, manifest key, actions fetcher or None) of
+    ``source``; checks its range limits."""
     if source == "alpaca":
         first, last = alpaca.session_dates(start, end, "alpaca")
         alpaca._timeframe(interval)  # refuse a bad interval before any request
@@ -89,14 +91,17 @@ def _source_fetcher(
         def fetch(symbols: Sequence[str], lo: date, hi: date) -> pd.DataFrame:
             return alpaca.fetch_chunk(cli, symbols, lo, hi, interval, policy=policy, feed=feed)
 
-        return first, last, alpaca.CHUNK_DAYS, fetch, f"alpaca/{feed.value}"
+        def actions(symbols: Sequence[str], lo: date, hi: date) -> dict[str, pd.DataFrame]:
+            return alpaca.fetch_actions(cli, symbols, lo, hi, policy=policy)
+
+        return first, last, alpaca.CHUNK_DAYS, fetch, f"alpaca/{feed.value}", actions
     if source == "yfinance":
         first, last = yfinance.check_range(start, end, interval, today=pd.Timestamp(today))
 
         def fetch(symbols: Sequence[str], lo: date, hi: date) -> pd.DataFrame:
             return policy.call(lambda: yfinance.fetch_chunk(symbols, lo, hi, interval), "yfinance")
 
-        return first, last, yfinance.LIMITS[interval][1], fetch, "yfinance"
+        return first, last, yfinance.LIMITS[interval][1], fetch, "yfinance", None
     raise DataError(f"unknown source {source!r} (yfinance or alpaca)")
 
 
@@ -113,6 +118,7 @@ def fetch_to_store(
     policy: RetryPolicy | None = None,
     client: Any = None,
     fetcher: ChunkFetcher | None = None,
+    actions_fetcher: ActionsFetcher | None = None,
     on_chunk: Callable[[FetchReport, Chunk, int], None] | None = None,
     on_plan: Callable[[FetchReport], None] | None = None,
     today: date | None = None,
@@ -120,7 +126,14 @@ def fetch_to_store(
     """Fetch ``tickers`` for session dates ``start..end`` into the store under ``home``, chunk by
     chunk (resumable; see the module docstring). ``on_plan(report)`` runs once the chunks are planned,
     ``on_chunk(report, chunk, bars)`` after each chunk (progress display). ``fetcher`` replaces the
-    source's chunk fetcher (tests)."""
+    source's chunk fetcher (tests) and ``actions_fetcher`` its corporate-actions fetcher (with an
+    injected ``fetcher``, none unless given).
+
+    With an actions fetcher (Alpaca), bars are stored raw and each chunk's splits and dividends are
+    merged into the ticker's actions table *before* its bars are written (``data.actions``; the
+    store adjusts on load). A ticker whose bars in this interval were stored without an actions table
+    (fetched adjusted by an older podracer, or imported) is refused before any request: raw bars
+    beside adjusted ones would mix two bases."""
     if source not in SOURCES:
         raise DataError(f"unknown source {source!r} (yfinance or alpaca)")
     # The ticker rule before any request, file or manifest is made (deduplicated: BRK/B = BRK.B).
@@ -130,13 +143,20 @@ def fetch_to_store(
     policy = policy or RetryPolicy()
     today = today or datetime.now(UTC).date()
     # The manifest's source key names the feed too: IEX bars recorded do not count as SIP bars fetched.
-    first, last, max_days, source_fetch, key = _source_fetcher(
+    first, last, max_days, source_fetch, key, source_actions = _source_fetcher(
         source, interval, start, end, policy, client, today
     )
     fetch = fetcher or source_fetch
+    fetch_actions = (
+        actions_fetcher if (actions_fetcher is not None or fetcher is not None) else source_actions
+    )
+    store = BarStore(home)
+    if fetch_actions is not None:
+        _refuse_adjusted(store, interval, symbols)
+    else:
+        _refuse_raw(store, interval, symbols, source)
     chunks = plan_chunks(symbols, first, last, max_days=max_days, batch=batch)
     report = FetchReport(source=source, interval=interval, chunks_total=len(chunks))
-    store = BarStore(home)
     manifest = FetchManifest(home)
     gaps: dict[tuple[str, str], int] = {}
     try:
@@ -159,6 +179,18 @@ def fetch_to_store(
                     f"{err}; stopped at chunk {chunk.label} ({report.chunks_fetched + report.chunks_skipped}"
                     f" of {report.chunks_total} chunks stored): rerun the same command to resume from it"
                 ) from None
+            if fetch_actions is not None:
+                try:
+                    found = fetch_actions(wanted, chunk.start, chunk.stop)
+                except FetchFailed as err:
+                    report.chunks_failed += 1
+                    report.failed_chunk = chunk.label
+                    raise FetchFailed(
+                        f"{err}; stopped at chunk {chunk.label} (corporate actions): rerun the same "
+                        "command to resume from it"
+                    ) from None
+                for name in wanted:
+                    store.actions.merge(interval, name, found.get(name, empty_actions()), source=source)
             per_ticker: dict[str, int] = {}
             if len(bars):
                 written = store.write(bars, interval, extended_hours=extended_hours, source=source)
@@ -184,3 +216,27 @@ def fetch_to_store(
         report.waited_s = policy.waited_s
         manifest.close()
     return report
+
+
+def _refuse_adjusted(store: BarStore, interval: str, symbols: Sequence[str]) -> None:
+    """One-line error when a ticker already has bars in ``interval`` but no actions table."""
+    held = set(store.tickers(interval))
+    legacy = [t for t in symbols if t in held and store.actions.read(interval, t) is None]
+    if legacy:
+        raise DataError(
+            f"the store's interval={interval} holds {', '.join(legacy[:5])}{' ...' if len(legacy) > 5 else ''}"
+            " without corporate actions (fetched adjusted by an older podracer, or imported); raw bars "
+            f"beside them would mix two price bases: move {store.interval_dir(interval)} aside and fetch again"
+        )
+
+
+def _refuse_raw(store: BarStore, interval: str, symbols: Sequence[str], source: str) -> None:
+    """One-line error when a source without corporate actions (yfinance: adjusted at fetch) would
+    write beside raw bars that the store adjusts on load (they would be adjusted twice)."""
+    raw = [t for t in symbols if store.actions.read(interval, t) is not None]
+    if raw:
+        raise DataError(
+            f"{source}: the store's interval={interval} holds raw bars with corporate actions for "
+            f"{', '.join(raw[:5])}{' ...' if len(raw) > 5 else ''} (fetched from alpaca); fetch them from "
+            "alpaca again, or into another --home"
+        )
