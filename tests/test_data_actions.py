@@ -181,3 +181,24 @@ def test_adjusted_source_refused_beside_raw_bars(serve, tmp_path):
             home, "yfinance", ["AAA"], "2024-02-26", "2024-02-29", fetcher=never,
             today=pd.Timestamp("2024-03-01").date(),
         )  # fmt: skip
+
+
+def test_nightly_update_streams_raw_bars_and_actions(serve, tmp_path):
+    """`podracer retrain`'s update step (app.nightly.pipeline.incremental_update) takes the same
+    streaming fetch: two nightly updates around the split leave the history on one basis."""
+    from datetime import date
+
+    from app.nightly.pipeline import incremental_update
+
+    serve(_raw(split=4.0), SPLIT)
+    home = tmp_path / "home"
+    first = incremental_update(
+        home, source="alpaca", tickers=["AAA"], interval="1m", initial_days=40, today=date(2024, 1, 31)
+    )
+    assert first["rows_fetched"] > 0 and ActionStore(home).read("1m", "AAA").empty
+    incremental_update(
+        home, source="alpaca", tickers=["AAA"], interval="1m", initial_days=40, today=date(2024, 2, 29)
+    )
+    after = _closes(home)
+    np.testing.assert_allclose(after["close"], _truth()["close"], rtol=1e-12)
+    assert np.abs(np.diff(np.log(after["close"].to_numpy()))).max() < 0.05

@@ -67,10 +67,10 @@ from app.runs import RunDir
 from app.workflows.evaluation import check_policy_fits, trial_returns
 from app.workflows.training import ensemble_step
 from backtests import engine, report
-from data import sources
 from data.atomic import atomic_write_json, replace_dir
 from data.errors import CheckpointError, ConfigError, PodracerError
 from data.loader import load_market
+from data.sources.stream import fetch_to_store
 from data.store import BarStore
 from data.universe import resolve_tickers
 
@@ -422,9 +422,8 @@ def incremental_update(
 ) -> dict[str, Any]:
     """Download the bars missing from the store since its last stored session (re-fetching that
     session, which may have been partial) up to ``today``; a ticker with nothing stored gets
-    ``initial_days``. The store merges by timestamp, so re-fetched bars are never doubled."""
-    if fetch is None:
-        fetch = sources.fetch_bars
+    ``initial_days``. The store merges by timestamp, so re-fetched bars are never doubled. ``fetch``
+    (tests) replaces the streaming fetch with a function returning a bar frame."""
     store = BarStore(home)
     part = store.info()["intervals"].get(interval) or {}
     stored = part.get("by_ticker") or {}
@@ -435,10 +434,31 @@ def incremental_update(
     first_new = today - timedelta(days=initial_days)
     starts = [date.fromisoformat(stored[t]["end"]) if t in stored else first_new for t in names]
     start, end = min(starts), today
+    extended = bool(part.get("extended_hours", False))
+    if fetch is None:
+        # The streaming fetch `podracer data fetch` uses: chunked, resumable, Retry-After aware, and
+        # for Alpaca raw bars plus their splits/dividends, adjusted on load (a split between two
+        # nightly updates stays on one basis: data.actions).
+        streamed = fetch_to_store(
+            home,
+            source,
+            names,
+            start.isoformat(),
+            end.isoformat(),
+            interval,
+            extended_hours=extended,
+            today=today,
+        )
+        return {
+            "source": source,
+            "tickers": names,
+            "start": start.isoformat(),
+            "end": end.isoformat(),
+            "rows_fetched": streamed.bars_fetched,
+            "files_written": streamed.files_written,
+        }
     bars = fetch(source, names, start.isoformat(), end.isoformat(), interval)
-    report = store.write(
-        bars, interval, extended_hours=bool(part.get("extended_hours", False)), source=source
-    )
+    report = store.write(bars, interval, extended_hours=extended, source=source)
     return {
         "source": source,
         "tickers": names,
