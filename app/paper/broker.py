@@ -30,14 +30,14 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
+from datetime import datetime
 from typing import Literal, Protocol, TypeVar
 from urllib.parse import urlparse
 
 import pandas as pd
 
 from data.errors import BrokerError
+from data.sources.retry import retry_after_seconds
 
 log = logging.getLogger(__name__)
 
@@ -173,47 +173,40 @@ class RetryPolicy:
 
 def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
     """Seconds to wait from a ``Retry-After`` header: delta-seconds or an HTTP date; None if absent/bad."""
-    if value is None or not str(value).strip():
-        return None
-    value = str(value).strip()
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
+    return retry_after_seconds(value, default=None, now=now)
 
 
-def check_trading_url(url: str) -> str:
-    """Accept only Alpaca's paper host (https) or a loopback server; refuse anything else."""
+def _allowed_url(url: str, hosts: frozenset[str] | set[str]) -> str | None:
+    """``url`` without a trailing slash when its host is loopback (http/https) or one of ``hosts``
+    over https; None otherwise."""
     parsed = urlparse(url)
     host = (parsed.hostname or "").lower()
     if host in _LOOPBACK_HOSTS and parsed.scheme in {"http", "https"}:
         return url.rstrip("/")
-    if host in _PAPER_HOSTS and parsed.scheme == "https":
+    if host in hosts and parsed.scheme == "https":
         return url.rstrip("/")
+    return None
+
+
+def check_trading_url(url: str) -> str:
+    """Accept only Alpaca's paper host (https) or a loopback server; refuse anything else."""
+    if (ok := _allowed_url(url, _PAPER_HOSTS)) is not None:
+        return ok
+    parsed = urlparse(url)
     raise BrokerError(
-        f"refusing trading URL {parsed.scheme}://{host}: podracer trades paper accounts only "
-        f"({PAPER_URL}); unset {BASE_URL_ENV} or point it at the paper API"
+        f"refusing trading URL {parsed.scheme}://{(parsed.hostname or '').lower()}: podracer trades paper "
+        f"accounts only ({PAPER_URL}); unset {BASE_URL_ENV} or point it at the paper API"
     )
 
 
 def check_data_url(url: str) -> str:
     """Accept only Alpaca's market-data host (https) or a loopback server, like the trading URL."""
+    if (ok := _allowed_url(url, _DATA_HOSTS)) is not None:
+        return ok
     parsed = urlparse(url)
-    host = (parsed.hostname or "").lower()
-    if host in _LOOPBACK_HOSTS and parsed.scheme in {"http", "https"}:
-        return url.rstrip("/")
-    if host in _DATA_HOSTS and parsed.scheme == "https":
-        return url.rstrip("/")
     raise BrokerError(
-        f"refusing market-data URL {parsed.scheme}://{host}: the keys go only to Alpaca's data API "
-        f"({DATA_URL}) or a loopback server; unset {DATA_URL_ENV} or point it there"
+        f"refusing market-data URL {parsed.scheme}://{(parsed.hostname or '').lower()}: the keys go only to "
+        f"Alpaca's data API ({DATA_URL}) or a loopback server; unset {DATA_URL_ENV} or point it there"
     )
 
 

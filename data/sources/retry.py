@@ -36,8 +36,11 @@ class Transient(Exception):
     """A 5xx reply or a dropped connection: worth another try."""
 
 
-def retry_after_seconds(value: str | None, *, default: float = 1.0, now: datetime | None = None) -> float:
-    """``Retry-After`` as seconds: delta-seconds or an HTTP date; ``default`` when absent or unreadable."""
+def retry_after_seconds(
+    value: str | None, *, default: float | None = 1.0, now: datetime | None = None
+) -> float | None:
+    """``Retry-After`` as seconds: delta-seconds or an HTTP date; ``default`` when absent or unreadable.
+    The one parser of the header (market-data fetches and the paper broker's retries)."""
     if value is None or not str(value).strip():
         return default
     text = str(value).strip()
@@ -47,7 +50,7 @@ def retry_after_seconds(value: str | None, *, default: float = 1.0, now: datetim
         pass
     try:
         when = parsedate_to_datetime(text)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, IndexError):
         return default
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
