@@ -6,9 +6,11 @@ functions. Progress displays are context managers whose value is the callback a 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
+import typer
 from rich.console import Group
 from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -295,3 +297,89 @@ def demo_footer(result: dict[str, Any]) -> str:
 def say(message: str) -> None:
     """A progress line on stderr (rich markup allowed; no highlighting of numbers)."""
     context.err_console.print(message, highlight=False)
+
+
+# --- data ------------------------------------------------------------------------------------------
+def data_report(report: dict, as_json: bool, title: str) -> None:
+    """What `data synth|import|fetch` stored: a line and a per-ticker table (or the JSON report)."""
+    if as_json:
+        typer.echo(json.dumps(report, indent=2, sort_keys=True))
+        return
+    console = context.console
+    console.print(
+        f"{title}: {len(report['tickers'])} ticker(s) at {report['interval']}, "
+        f"{report['files_written']} file(s) written, {report['files_unchanged']} unchanged "
+        f"-> {context.home() / 'data' / 'bars'}",
+        highlight=False,
+    )
+    if report.get("dropped_outside_hours"):
+        console.print(
+            f"dropped {report['dropped_outside_hours']} bar(s) outside regular hours", highlight=False
+        )
+    table = Table("ticker", "bars", "gaps filled")
+    for ticker in report["tickers"]:
+        table.add_row(ticker, str(report["bars"][ticker]), str(report["gaps_filled"][ticker]))
+    console.print(table)
+
+
+def fetch_summary(report: dict[str, Any], source: str) -> None:
+    """`data fetch`'s report, then its chunk and rate-limit line."""
+    chunks = report["chunks"]
+    data_report(report, False, f"fetched ({source})")
+    context.console.print(
+        f"chunks: {chunks['fetched']} fetched, {chunks['skipped']} already stored, {chunks['failed']} failed; "
+        f"{report['bars_fetched']:,} bars received"
+        + (
+            f"; rate limited {report['requests_throttled']} time(s), waited {report['waited_s']:.0f} s"
+            if report["requests_throttled"]
+            else ""
+        ),
+        highlight=False,
+    )
+
+
+def universe_changes(name: str, result: dict[str, Any]) -> None:
+    """`data universe`: the members on as-of, then the joins and leaves."""
+    console = context.console
+    console.print(f"[bold]{name}[/] on {result['as_of']}: {len(result['members'])} members", highlight=False)
+    console.print(" ".join(result["members"]), highlight=False)
+    table = Table(
+        "change", "date", "symbol", "name", title=f"joins and leaves {result['since']} .. {result['as_of']}"
+    )
+    for kind in ("joins", "leaves"):
+        for row in result[kind]:
+            table.add_row(kind[:-1], row["date"], row["symbol"], row["name"])
+    console.print(table)
+
+
+def store_info(summary: dict[str, Any]) -> None:
+    """`data info`: per interval, the store's tickers and (with a universe) which members are stored."""
+    console = context.console
+    if not summary["intervals"]:
+        console.print(f"no bars in {summary['root']} (try `podracer data synth` or `podracer data import`)")
+        return
+    for interval, part in summary["intervals"].items():
+        console.print(
+            f"[bold]{interval}[/]: {len(part['tickers'])} ticker(s), {part['sessions']} session(s) "
+            f"{part['start']} .. {part['end']}, {part['rows']} rows, {part['gaps_filled']} gaps filled",
+            highlight=False,
+        )
+        part_universe = summary.get("universe", {}).get(interval)
+        if part_universe:
+            console.print(
+                f"universe {part_universe['universe']} on {part_universe['as_of']}: "
+                f"{len(part_universe['stored'])} of {len(part_universe['members'])} members stored"
+                + (f"; missing {', '.join(part_universe['missing'])}" if part_universe["missing"] else ""),
+                highlight=False,
+            )
+        table = Table("ticker", "sessions", "start", "end", "rows", "gaps filled")
+        for ticker, row in part["by_ticker"].items():
+            table.add_row(
+                ticker,
+                str(row["sessions"]),
+                row["start"],
+                row["end"],
+                str(row["rows"]),
+                str(row["gaps_filled"]),
+            )
+        console.print(table)

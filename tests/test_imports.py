@@ -220,3 +220,14 @@ def test_the_parser_sees_function_level_and_type_checking_imports():
         del FILES["agents.tests_probe"]
     got = {(i.target, i.top_level) for i in out}
     assert got == {("typing", True), ("data.errors", True), ("agents.ppo", False)}
+
+
+def test_command_modules_stay_thin():
+    """Issue 15: a command parses options, calls a workflow and renders; at most 150 lines each."""
+    long = {
+        path.name: n
+        for path in sorted((ROOT / "app" / "commands").glob("*.py"))
+        if (n := len(path.read_text(encoding="utf-8").splitlines())) > 150
+    }
+    assert not long, f"command modules over 150 lines (move the logic into app/workflows): {long}"
+

@@ -6,39 +6,16 @@ import json
 from pathlib import Path
 
 import typer
-from rich.table import Table
 
-from app import context
+from app import context, render
 from app.config import load_config
 from app.workflows import data as data_flow
-from data.errors import DataError
 from data.sources.csv import import_files
 from data.store import BarStore
 from data.synthetic import SyntheticSpec, write_synthetic
 from data.universe import changes, check_universe
 
 app = typer.Typer(help="Market data: synthesize, import, fetch, inspect.", no_args_is_help=True)
-
-
-def _print_report(report: dict, as_json: bool, title: str) -> None:
-    if as_json:
-        typer.echo(json.dumps(report, indent=2, sort_keys=True))
-        return
-    console = context.console
-    console.print(
-        f"{title}: {len(report['tickers'])} ticker(s) at {report['interval']}, "
-        f"{report['files_written']} file(s) written, {report['files_unchanged']} unchanged "
-        f"-> {context.home() / 'data' / 'bars'}",
-        highlight=False,
-    )
-    if report.get("dropped_outside_hours"):
-        console.print(
-            f"dropped {report['dropped_outside_hours']} bar(s) outside regular hours", highlight=False
-        )
-    table = Table("ticker", "bars", "gaps filled")
-    for ticker in report["tickers"]:
-        table.add_row(ticker, str(report["bars"][ticker]), str(report["gaps_filled"][ticker]))
-    console.print(table)
 
 
 @app.command("synth")
@@ -56,7 +33,7 @@ def synth(
     spec = SyntheticSpec(num_tickers=tickers, num_sessions=sessions, seed=seed, signal=signal, start=start)
     with context.err_console.status(f"generating {tickers} tickers x {sessions} sessions"):
         report = write_synthetic(context.home(), spec)
-    _print_report(report.to_dict(), as_json, "synthetic")
+    render.data_report(report.to_dict(), as_json, "synthetic")
 
 
 @app.command("import")
@@ -78,7 +55,7 @@ def import_(
         report = import_files(
             files, context.home(), interval=interval, adjust=adjust, extended_hours=extended_hours
         )
-    _print_report(report.to_dict(), as_json, "imported")
+    render.data_report(report.to_dict(), as_json, "imported")
 
 
 @app.command("fetch")
@@ -107,15 +84,9 @@ def fetch(
     """Download bars from yfinance or Alpaca into the store, chunk by chunk (ticker batch x month).
 
     Each chunk is written as it arrives and recorded in <home>/data/fetch_manifest.sqlite: rerun the
-    same command after an interruption to fetch only the missing chunks. Alpaca keys:
-    APCA_API_KEY_ID / APCA_API_SECRET_KEY.
+    same command after an interruption to fetch only the missing chunks (Alpaca keys: APCA_API_*).
     """
-    names = [t.strip() for item in tickers for t in item.split(",") if t.strip()]
-    if source not in ("yfinance", "alpaca"):
-        raise DataError(f"unknown source {source!r} (yfinance or alpaca)")
-    symbols = data_flow.fetch_tickers(universe, as_of, start, names)
-    if not symbols:
-        raise DataError("data fetch: give --tickers and/or --universe nasdaq100")
+    symbols = data_flow.fetch_tickers(universe, as_of, start, tickers)
     report = data_flow.fetch(
         context.home(),
         source=source,
@@ -131,18 +102,7 @@ def fetch(
     if as_json:
         typer.echo(json.dumps(report, indent=2, sort_keys=True))
         return
-    chunks = report["chunks"]
-    _print_report(report, False, f"fetched ({source})")
-    context.console.print(
-        f"chunks: {chunks['fetched']} fetched, {chunks['skipped']} already stored, {chunks['failed']} failed; "
-        f"{report['bars_fetched']:,} bars received"
-        + (
-            f"; rate limited {report['requests_throttled']} time(s), waited {report['waited_s']:.0f} s"
-            if report["requests_throttled"]
-            else ""
-        ),
-        highlight=False,
-    )
+    render.fetch_summary(report, source)
 
 
 @app.command("universe")
@@ -160,16 +120,7 @@ def universe_(
     if as_json:
         typer.echo(json.dumps(result, indent=2, sort_keys=True))
         return
-    console = context.console
-    console.print(f"[bold]{name}[/] on {result['as_of']}: {len(result['members'])} members", highlight=False)
-    console.print(" ".join(result["members"]), highlight=False)
-    table = Table(
-        "change", "date", "symbol", "name", title=f"joins and leaves {result['since']} .. {result['as_of']}"
-    )
-    for kind in ("joins", "leaves"):
-        for row in result[kind]:
-            table.add_row(kind[:-1], row["date"], row["symbol"], row["name"])
-    console.print(table)
+    render.universe_changes(name, result)
 
 
 @app.command("info")
@@ -196,32 +147,4 @@ def info(
     if as_json:
         typer.echo(json.dumps(summary, indent=2, sort_keys=True))
         return
-    console = context.console
-    if not summary["intervals"]:
-        console.print(f"no bars in {summary['root']} (try `podracer data synth` or `podracer data import`)")
-        return
-    for interval, part in summary["intervals"].items():
-        console.print(
-            f"[bold]{interval}[/]: {len(part['tickers'])} ticker(s), {part['sessions']} session(s) "
-            f"{part['start']} .. {part['end']}, {part['rows']} rows, {part['gaps_filled']} gaps filled",
-            highlight=False,
-        )
-        part_universe = summary.get("universe", {}).get(interval)
-        if part_universe:
-            console.print(
-                f"universe {part_universe['universe']} on {part_universe['as_of']}: "
-                f"{len(part_universe['stored'])} of {len(part_universe['members'])} members stored"
-                + (f"; missing {', '.join(part_universe['missing'])}" if part_universe["missing"] else ""),
-                highlight=False,
-            )
-        table = Table("ticker", "sessions", "start", "end", "rows", "gaps filled")
-        for ticker, row in part["by_ticker"].items():
-            table.add_row(
-                ticker,
-                str(row["sessions"]),
-                row["start"],
-                row["end"],
-                str(row["rows"]),
-                str(row["gaps_filled"]),
-            )
-        console.print(table)
+    render.store_info(summary)

@@ -10,6 +10,7 @@ from typing import Any
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from app import context
+from data.errors import DataError
 from data.sources.chunks import DEFAULT_BATCH, Chunk
 from data.sources.retry import RetryPolicy
 from data.sources.stream import FetchReport, fetch_to_store
@@ -66,9 +67,13 @@ class FetchProgress:
 
 def fetch_tickers(universe: str, as_of: str | None, start: str, tickers: Sequence[str]) -> list[str]:
     """The tickers a fetch asks for: the universe's members on ``as_of`` (default: ``start``, the
-    survivorship-free choice) then ``tickers``."""
+    survivorship-free choice) then ``tickers`` (each item may be comma-separated); none is an error."""
     universe = check_universe(universe)
-    return resolve_tickers(universe, (as_of or start) if universe else None, list(tickers))
+    names = [t.strip() for item in tickers for t in item.split(",") if t.strip()]
+    symbols = resolve_tickers(universe, (as_of or start) if universe else None, names)
+    if not symbols:
+        raise DataError("data fetch: give --tickers and/or --universe nasdaq100")
+    return symbols
 
 
 def fetch(
@@ -85,6 +90,8 @@ def fetch(
     max_wait_s: float = 120.0,
 ) -> FetchReport:
     """Stream ``tickers`` into the store under ``home`` with a progress bar when ``progress``."""
+    if source not in ("yfinance", "alpaca"):
+        raise DataError(f"unknown source {source!r} (yfinance or alpaca)")
     with FetchProgress(progress) as bar:
         return fetch_to_store(
             home,
