@@ -230,4 +230,3 @@ def test_command_modules_stay_thin():
         if (n := len(path.read_text(encoding="utf-8").splitlines())) > 150
     }
     assert not long, f"command modules over 150 lines (move the logic into app/workflows): {long}"
-
