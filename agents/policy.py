@@ -151,6 +151,11 @@ class Policy(nn.Module):
         mean, value = self.net(norm_obs)
         return mean[:, : self.raw_dim], self.net.std()[: self.raw_dim], value
 
+    def dist_params_packed(self, packed: tuple[Tensor, ...]) -> tuple[Tensor, Tensor, Tensor]:
+        """:meth:`dist_params` on ``net.pack(norm_obs)`` (the learners' form; see ``agents.networks``)."""
+        mean, value = self.net.forward_packed(*packed)
+        return mean[:, : self.raw_dim], self.net.std()[: self.raw_dim], value
+
     def to_action(self, raw: Tensor, obs: Tensor | None = None) -> Tensor:
         """The env action for a raw sample (or mean); ``obs`` (raw observations) is needed when
         ``config.rebalance_rate < 1`` (the move starts from the current weights)."""

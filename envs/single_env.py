@@ -1,8 +1,8 @@
 """``TradingEnv``: one trading env as a plain ``gymnasium.Env`` of numpy arrays.
 
 For tools that want a single, non-vectorized env (``gymnasium.make``, ``check_env``, Gymnasium's
-own ``SyncVectorEnv``, tutorials). It runs a one-env :class:`~envs.vec_env.TradingVecEnv` (eager,
-on ``device``) and converts at the boundary, so it is as slow as any one-env Python loop: train on
+own ``SyncVectorEnv``, tutorials). It runs a one-env :class:`~envs.vec_env.TradingVecEnv` (the same step
+backend as any one-env vector env: the native kernel on the CPU, else eager) and converts at the boundary, so it is as slow as any one-env Python loop: train on
 the vector env (or its adapters) instead.
 
 Episodes end the Gymnasium way: the step that ends an episode returns the observation it ended on
@@ -40,7 +40,7 @@ class TradingEnv(gymnasium.Env):
         device: str | torch.device = "cpu",
         seed: int = 0,
     ) -> None:
-        self.vec = TradingVecEnv(market, params, num_envs=1, device=device, seed=seed, compile="off")
+        self.vec = TradingVecEnv(market, params, num_envs=1, device=device, seed=seed)
         self.params = self.vec.params
         self.obs_dim = self.vec.obs_dim
         self.observation_space = observation_box(self.vec.obs_dim)

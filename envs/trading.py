@@ -563,6 +563,7 @@ def step(
     *,
     validate: bool = True,
     compiled: bool = False,
+    compile_fallback: bool = True,
 ) -> StepResult:
     """One decision for every env. Pure: ``state`` is not modified.
 
@@ -573,11 +574,14 @@ def step(
     :mod:`envs.backends.native` (accounting and observation fused per env; it checks the actions'
     finiteness itself), else the accounting through ``torch.compile`` (:mod:`envs.backends.compiled`).
     Both equal eager to float rounding and fall back (native to ``torch.compile``, that to eager)
-    when they cannot run.
+    when they cannot run; ``compile_fallback=False`` makes a step the native kernel cannot take run
+    eagerly instead (small batches, where compiling does not pay).
     """
     num_envs, num_assets = state.shares.shape
     last_bar = last_decision_bar(market.num_steps, params)
     fn = native.kernel(market, params, state) if compiled else None
+    if fn is None and not compile_fallback:
+        compiled = False
     core: StepCore | native.NativeStep
     if fn is not None:
         # The kernel checks the actions' finiteness itself (and raises below), so no extra pass.
@@ -643,13 +647,17 @@ def step(
     return StepResult(new_state, obs, core.reward, core.terminated, core.truncated, info)
 
 
-def step_backend(market: MarketData, params: EnvParams, state: EnvState, compiled: bool) -> str:
+def step_backend(
+    market: MarketData, params: EnvParams, state: EnvState, compiled: bool, compile_fallback: bool = True
+) -> str:
     """Which implementation :func:`step` runs for these arguments: ``"eager"``, ``"native"`` or
     ``"torch.compile"`` (``"eager"`` too once compiling failed in this process)."""
     if not compiled:
         return "eager"
     if native.kernel(market, params, state) is not None:
         return "native"
+    if not compile_fallback:
+        return "eager"
     return "torch.compile" if _core(params, True).active else "eager"
 
 

@@ -36,9 +36,14 @@ from envs.backends.compiled import check_mode
 from envs.observation import obs_dim
 from envs.trading import EnvParams, EnvState
 
-#: ``compile="auto"`` takes the fast step (native on CPU, torch.compile elsewhere) from this many envs on
-#: (docs/env.md).
+#: ``compile="auto"`` takes ``torch.compile`` (CUDA and other devices, or a CPU without the native
+#: kernel) from this many envs on; measured crossover (docs/env.md): on an H100, 256 envs x 100
+#: assets ran 0.96x of eager compiled, 1024 envs 2.0x.
 COMPILE_MIN_ENVS = 1024
+#: ... and the native C kernel on the CPU from this many envs on: it measured faster than eager at
+#: every batch size tried, 1 to 4096 (2.9x at 1 env, 2.1x at 256; docs/env.md), and it builds once per
+#: machine.
+NATIVE_MIN_ENVS = 1
 
 
 def observation_box(obs_dim: int) -> gymnasium.spaces.Box:
@@ -78,11 +83,14 @@ class TradingVecEnv(gymnasium.vector.VectorEnv):
         self.single_action_space = action_box(self.params, self.action_dim)
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
-        # The fast step (envs.backends.native on CPU, .compiled elsewhere): "auto" takes it from
-        # COMPILE_MIN_ENVS envs on, where it measured faster than eager and its one-off build
-        # repays itself (docs/env.md); smaller batches stay eager (bitwise the tested path).
+        # The fast step (envs.backends.native on CPU, .compiled elsewhere). "auto" takes each backend
+        # from the batch size where it measured faster than eager (NATIVE_MIN_ENVS, COMPILE_MIN_ENVS);
+        # below COMPILE_MIN_ENVS a step the native kernel cannot take runs eagerly, not compiled.
         mode = check_mode(compile)
-        self.compiled = mode == "on" or (mode == "auto" and self.num_envs >= COMPILE_MIN_ENVS)
+        big = self.num_envs >= COMPILE_MIN_ENVS
+        native_ok = self.device.type == "cpu" and self.num_envs >= NATIVE_MIN_ENVS
+        self.compiled = mode == "on" or (mode == "auto" and (big or native_ok))
+        self._compile_fallback = mode == "on" or big
         self._seed = int(seed)
         self.state: EnvState | None = None
         # Validates num_envs and that the market is long enough before anyone steps.
@@ -109,10 +117,23 @@ class TradingVecEnv(gymnasium.vector.VectorEnv):
         """One decision for every env: ``(obs, reward, terminated, truncated, info)``."""
         assert self.state is not None  # set in __init__
         self.state, obs, reward, terminated, truncated, info = trading.step(
-            self.market, self.params, self.state, action, compiled=self.compiled
+            self.market,
+            self.params,
+            self.state,
+            action,
+            compiled=self.compiled,
+            compile_fallback=self._compile_fallback,
         )
         info["_final_obs"] = terminated | truncated  # Gymnasium's mask name for same-step final_obs
         return obs, reward, terminated, truncated, info
+
+    @property
+    def step_backend(self) -> str:
+        """What :meth:`step` runs: ``"native"``, ``"torch.compile"`` or ``"eager"``."""
+        assert self.state is not None  # set in __init__
+        return trading.step_backend(
+            self.market, self.params, self.state, self.compiled, compile_fallback=self._compile_fallback
+        )
 
     def __repr__(self) -> str:
         return (

@@ -296,7 +296,7 @@ def test_truncated_episodes_bootstrap_from_final_obs(toy):
 
     env.step = recording_step
     policy = ppo.make_policy(env, NetworkConfig(env.num_assets, env.num_features), PolicyMeta(), seed=0)
-    rollout = ppo.Rollout.empty(1, env.num_envs, env.obs_dim, policy.raw_dim, torch.device("cpu"))
+    rollout = ppo.Rollout.empty(1, env.num_envs, policy, torch.device("cpu"))
     obs, _ = env.reset(seed=0)
     zeros = torch.zeros(env.num_envs)
     ppo.collect_rollout(

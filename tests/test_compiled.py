@@ -18,6 +18,7 @@ from agents.policy import Policy, PolicyMeta
 from backtests import engine
 from data.toy import crashed, toy_market, with_gaps
 from envs import trading
+from envs.backends import native
 from envs.backends.compiled import Compiled, check_mode
 from envs.backtest_loop import BacktestLoop
 from envs.trading import EnvParams
@@ -51,7 +52,10 @@ def test_mode_validation():
     with pytest.raises(ValueError, match="compile must be one of auto, on, off"):
         check_mode("yes")
     market = toy_market(400, 3, 2)
-    assert not TradingVecEnv(market, num_envs=8).compiled
+    small = TradingVecEnv(market, num_envs=8)
+    # auto: the native kernel on the CPU from NATIVE_MIN_ENVS; torch.compile only from COMPILE_MIN_ENVS
+    assert small.step_backend == ("native" if native.library() is not None else "eager")
+    assert TradingVecEnv(market, num_envs=8, params=EnvParams(trade_info=True)).step_backend == "eager"
     assert TradingVecEnv(market, num_envs=COMPILE_MIN_ENVS).compiled
     assert TradingVecEnv(market, num_envs=8, compile="on").compiled
     assert not TradingVecEnv(market, num_envs=COMPILE_MIN_ENVS, compile="off").compiled
