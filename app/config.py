@@ -183,6 +183,11 @@ class AgentConfig(_Section):
     anneal_lr: bool = Field(PPOArgs.anneal_lr, description="PPO: anneal the learning rate linearly to 0")
     norm_adv: bool = Field(PPOArgs.norm_adv, description="PPO: normalize advantages per minibatch")
     clip_vloss: bool = Field(PPOArgs.clip_vloss, description="PPO: clip the value loss (PPO2 style)")
+    compile: Literal["auto", "on", "off"] = Field(
+        PPOArgs.compile,
+        description="PPO: torch.compile the minibatch loss (auto: once a process has done 1,000 "
+        "minibatch steps of one shape; docs/agents.md)",
+    )
     target_kl: float | None = Field(
         PPOArgs.target_kl, gt=0, description="PPO: stop an update's epochs past this approximate KL"
     )

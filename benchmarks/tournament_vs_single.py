@@ -54,6 +54,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--workers", type=int, default=2, help="local workers of the comparison runs")
     p.add_argument("--scaling", type=int, nargs="*", default=[1, 2], help="worker counts to time")
+    p.add_argument(
+        "--pods-budget-s",
+        type=float,
+        default=0.0,
+        help="also run a wall-time-budgeted tournament at the product's default sizes (256 envs, "
+        "default network, 100 tickers) for this many seconds, eager (env and agent compile off) and "
+        "default (compile auto), and report the pods tried by each (0: skip)",
+    )
     p.add_argument("--quick", action="store_true", help="tiny sizes: check that the script runs")
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args(argv)
@@ -134,6 +142,33 @@ def run_independent(args, splits, seed: int, root: Path) -> dict:
     }
 
 
+def pods_in_budget(seconds: float, compile: str, workers: int, root: Path) -> dict:
+    """Pods a ``seconds`` tournament tries at the product's default env and network sizes."""
+    splits = load_market(None, num_tickers=100, num_sessions=60, seed=0)
+    env = {"decision_interval": 15, "episode_len": 64, "num_envs": 256, "compile": compile}
+    targs = TournamentArgs(budget_steps=None, budget_minutes=seconds / 60.0, workers=workers, seed=0)
+    backend = ProcessBackend(workers) if workers > 0 else None
+    start = time.perf_counter()
+    result = run_tournament(
+        root / f"budget-{compile}",
+        splits.train,
+        splits.valid,
+        args=targs,
+        env=env,
+        agent={"compile": compile},
+        backend=backend,
+    )
+    wall = time.perf_counter() - start
+    return {
+        "compile": compile,
+        "pods_tried": result.pods_tried,
+        "env_steps": result.env_steps,
+        "wall_s": wall,
+        "env_steps_per_s": result.env_steps / wall,
+        "champion_valid_sharpe": result.champion["sharpe_ratio"],
+    }
+
+
 def _mean(values: list[float | None]) -> float:
     finite = [v for v in values if v is not None and math.isfinite(v)]
     return statistics.fmean(finite) if finite else float("nan")
@@ -187,6 +222,16 @@ def main(argv: list[str] | None = None) -> dict:
                     flush=True,
                 )
         figures["scaling"] = scaling
+        budget = []
+        for compile in ("off", "auto") if args.pods_budget_s > 0 else ():
+            run = pods_in_budget(args.pods_budget_s, compile, args.workers, root)
+            budget.append(run)
+            print(
+                f"{args.pods_budget_s:.0f} s budget, compile {compile}: {run['pods_tried']} pods tried, "
+                f"{run['env_steps']:,} env-steps ({run['env_steps_per_s']:,.0f}/s, wall {run['wall_s']:.0f} s)",
+                flush=True,
+            )
+        figures["pods_in_budget"] = budget
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

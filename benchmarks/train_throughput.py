@@ -30,7 +30,15 @@ from data.loader import synthetic_market
 from envs.vec_env import TradingVecEnv
 
 
-def measure(num_envs: int, num_assets: int, sessions: int, updates: int, device: str, seed: int = 0) -> dict:
+def measure(
+    num_envs: int,
+    num_assets: int,
+    sessions: int,
+    updates: int,
+    device: str,
+    compile: str = "off",
+    seed: int = 0,
+) -> dict:
     config = Config()
     market = synthetic_market(num_tickers=num_assets, num_sessions=sessions, seed=seed, device=device).train
     params = to_env_params(config.env)
@@ -50,7 +58,8 @@ def measure(num_envs: int, num_assets: int, sessions: int, updates: int, device:
         "hidden",
     }
     defaults = {k: v for k, v in config.agent.model_dump().items() if k in fields}
-    args = PPOArgs(seed=seed, total_steps=(updates + 1) * defaults["num_steps"] * num_envs, **defaults)
+    total = (updates + 1) * defaults["num_steps"] * num_envs
+    args = PPOArgs(seed=seed, total_steps=total, compile=compile, **defaults)
     if device.startswith("cuda"):
         torch.cuda.synchronize()
     start = time.perf_counter()
@@ -67,7 +76,9 @@ def measure(num_envs: int, num_assets: int, sessions: int, updates: int, device:
         "num_features": env.num_features,
         "device": device,
         "threads": torch.get_num_threads(),
+        "compile": compile,
         "env_steps_per_s": samples / (rollout_s + update_s),
+        "rollout_share": rollout_s / (rollout_s + update_s),
         "rollout_steps_per_s": samples / rollout_s,
         "update_us_per_sample": 1e6 * update_s / samples,
         "update_us_per_sample_epoch": 1e6 * update_s / samples / args.update_epochs,
@@ -86,9 +97,15 @@ def main() -> None:
         "--sessions", type=int, default=10, help="synthetic sessions (60%% is the train window)"
     )
     parser.add_argument(
-        "--updates", type=int, default=3, help="timed PPO updates per setting (after 1 warm-up)"
+        "--updates", type=int, default=6, help="timed PPO updates per setting (after 1 warm-up)"
     )
     parser.add_argument("--device", default="cpu")
+    parser.add_argument(
+        "--compile",
+        default="off,on",
+        help="PPOArgs.compile settings to measure, comma-separated (off: eager loss; on: torch.compile; "
+        "the first, warm-up update with the compile is not timed)",
+    )
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads [default: torch's]")
     parser.add_argument("--json", action="store_true", help="one JSON object per line")
     opts = parser.parse_args()
@@ -99,15 +116,21 @@ def main() -> None:
             f"# torch {torch.__version__}, {platform.processor() or platform.machine()}, device {opts.device}"
         )
     for num_envs in (int(x) for x in opts.envs.split(",")):
-        row = measure(num_envs, opts.assets, opts.sessions, opts.updates, opts.device)
-        if opts.json:
-            print(json.dumps(row))
-        else:
+        base = None
+        for mode in opts.compile.split(","):
+            row = measure(num_envs, opts.assets, opts.sessions, opts.updates, opts.device, mode)
+            base = base or row["env_steps_per_s"]
+            row["ratio_to_first"] = row["env_steps_per_s"] / base
+            if opts.json:
+                print(json.dumps(row), flush=True)
+                continue
             print(
-                f"{num_envs:5d} envs x {row['num_assets']} assets ({row['threads']} threads): "
+                f"{num_envs:5d} envs x {row['num_assets']} assets ({row['threads']} threads, "
+                f"compile {mode}): "
                 f"{row['env_steps_per_s']:9,.0f} env-steps/s  (rollout {row['rollout_steps_per_s']:9,.0f}/s, "
                 f"update {row['update_us_per_sample']:.1f} us/sample = "
-                f"{row['update_us_per_sample_epoch']:.1f} us/sample/epoch)  "
+                f"{row['update_us_per_sample_epoch']:.1f} us/sample/epoch; rollout "
+                f"{100 * row['rollout_share']:.0f}% of the time)  x{row['ratio_to_first']:.2f}  "
                 f"net {row['parameters']:,} params, {row['macs_per_sample']:,} MACs/sample",
                 flush=True,
             )
