@@ -52,7 +52,12 @@ def fake_download(monkeypatch):
             )
         return _yf_intraday(list(tickers), start, end, interval)
 
+    class Ticker:  # no splits or dividends (the streaming fetch asks for them per ticker)
+        def __init__(self, symbol):
+            self.splits = self.dividends = pd.Series([], dtype=float)
+
     monkeypatch.setattr(yfinance, "download", download)
+    monkeypatch.setattr(yfinance, "Ticker", Ticker)
     return calls
 
 

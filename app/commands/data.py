@@ -44,17 +44,15 @@ def import_(
     interval: str | None = typer.Option(
         None, "--interval", help="1m, 5m, 15m, 30m, 1h, 1d [default: inferred]."
     ),
-    adjust: Path | None = typer.Option(
-        None, "--adjust", help="Lean factor file for split/dividend adjustment."
-    ),
+    adjust: Path | None = typer.Option(None, "--adjust", help="Lean factor file (split/dividend adjust)."),
+    raw: bool = typer.Option(False, "--raw", help="The files hold raw bars (adjusted on load, as fetched)."),
     extended_hours: bool = typer.Option(False, "--extended-hours", help="Keep 04:00-20:00 ET bars."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Validate, align and store CSV bars (all or nothing: a bad row stores nothing)."""
     with context.err_console.status(f"importing {len(files)} file(s)"):
-        report = import_files(
-            files, context.home(), interval=interval, adjust=adjust, extended_hours=extended_hours
-        )
+        home, hours = context.home(), extended_hours
+        report = import_files(files, home, interval=interval, adjust=adjust, extended_hours=hours, raw=raw)
     render.data_report(report.to_dict(), as_json, "imported")
 
 

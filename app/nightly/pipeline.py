@@ -437,8 +437,8 @@ def incremental_update(
     extended = bool(part.get("extended_hours", False))
     if fetch is None:
         # The streaming fetch `podracer data fetch` uses: chunked, resumable, Retry-After aware, and
-        # for Alpaca raw bars plus their splits/dividends, adjusted on load (a split between two
-        # nightly updates stays on one basis: data.actions).
+        # raw bars plus their splits/dividends (Alpaca and yfinance), adjusted on load (a split between
+        # two nightly updates stays on one basis: data.actions).
         streamed = fetch_to_store(
             home,
             source,

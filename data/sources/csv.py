@@ -7,6 +7,13 @@ inferred from the most common spacing of consecutive bars of a ticker, or given.
 ``import_files`` reads and validates EVERY file, optionally applies split/dividend factors, aligns
 and plans every store file before writing any: a bad row in the last file leaves the store
 byte-for-byte unchanged.
+
+Adjustment basis. A CSV's adjustment is unknown, so imported bars are read as stored (no actions
+table, ``data.actions``). Beside bars a fetch stored *raw* with corporate actions they would mix two
+bases, so that is refused unless ``raw=True`` (the user says the file holds raw bars: they join the
+raw history and are adjusted on load; a ticker new to the store gets an empty actions table, which
+marks it raw, so a later fetch's actions adjust it). ``raw=True`` is refused beside bars stored
+without actions (imported or fetched adjusted by an older podracer), and with ``adjust``.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from data.actions import empty_actions
 from data.adjust import adjust_bars, read_factor_file
 from data.calendar import INTERVAL_MINUTES, check_interval
 from data.errors import DataError
@@ -72,10 +80,14 @@ def import_files(
     interval: str | None = None,
     adjust: str | os.PathLike[str] | None = None,
     extended_hours: bool = False,
+    raw: bool = False,
 ) -> WriteReport:
-    """Validate, (adjust,) align and store bars from CSV files; all-or-nothing on bad input."""
+    """Validate, (adjust,) align and store bars from CSV files; all-or-nothing on bad input.
+    ``raw``: the files hold raw (unadjusted) bars (see the module docstring)."""
     if not paths:
         raise DataError("no files to import")
+    if raw and adjust is not None:
+        raise DataError("--raw and --adjust contradict each other (adjusted bars are not raw); give one")
     if interval is not None:
         check_interval(interval)
     frames: list[pd.DataFrame] = []
@@ -106,6 +118,32 @@ def import_files(
     store = BarStore(home)
     label = str(paths[0]) if len(paths) == 1 else f"{len(paths)} files"
     assert target is not None
+    names = [str(t) for t in pd.unique(bars["ticker"])]
+    _check_basis(store, target, names, raw, label)
     planned, report = store.plan(bars, target, extended_hours=extended_hours, source=label)
+    if raw:  # before the bars, as a fetch does: a kill in between leaves raw bars marked raw
+        for name in names:
+            store.actions.merge(target, name, empty_actions(), source=label)
     store.commit(planned, report, extended_hours=extended_hours)
     return report
+
+
+def _check_basis(store: BarStore, interval: str, names: list[str], raw: bool, label: str) -> None:
+    """One-line error when the imported bars would sit beside bars on another basis."""
+    held = set(store.tickers(interval))
+    marked = {t for t in names if store.actions.read(interval, t) is not None}
+    clash = sorted((set(names) - marked) & held) if raw else sorted(marked)
+    if not clash:
+        return
+    listed = f"{', '.join(clash[:5])}{' ...' if len(clash) > 5 else ''}"
+    if raw:
+        raise DataError(
+            f"{label}: the store's interval={interval} holds {listed} without corporate actions (imported, "
+            "or fetched adjusted by an older podracer): raw bars beside them would mix two price bases; "
+            f"move {store.interval_dir(interval)}/ticker=<T> aside first, or import into another --home"
+        )
+    raise DataError(
+        f"{label}: the store's interval={interval} holds raw bars with corporate actions for {listed} "
+        "(fetched); bars of unknown adjustment beside them would mix two price bases: pass --raw if the "
+        "file holds raw (unadjusted) bars, or import into another --home"
+    )

@@ -98,10 +98,23 @@ def _source_fetcher(
     if source == "yfinance":
         first, last = yfinance.check_range(start, end, interval, today=pd.Timestamp(today))
 
-        def fetch(symbols: Sequence[str], lo: date, hi: date) -> pd.DataFrame:
-            return policy.call(lambda: yfinance.fetch_chunk(symbols, lo, hi, interval), "yfinance")
+        known: dict[str, pd.DataFrame] = {}  # Yahoo's full action history per ticker, asked once a run
 
-        return first, last, yfinance.LIMITS[interval][1], fetch, "yfinance", None
+        def fetch(symbols: Sequence[str], lo: date, hi: date) -> pd.DataFrame:
+            bars = policy.call(
+                lambda: yfinance.fetch_chunk(symbols, lo, hi, interval, adjusted=False), "yfinance"
+            )
+            # Actions only for tickers with bars: one Yahoo has nothing for costs no request (nor error).
+            for name in pd.unique(bars["ticker"]) if len(bars) else ():
+                if name not in known:
+                    known[name] = policy.call(lambda n=name: yfinance.fetch_actions(n), "yfinance")
+            return yfinance.unsplit(bars, known)
+
+        def actions(symbols: Sequence[str], lo: date, hi: date) -> dict[str, pd.DataFrame]:
+            return {name: known[name] for name in symbols if name in known}
+
+        # "/raw": chunks an older podracer recorded (bars adjusted at fetch) do not count as fetched.
+        return first, last, yfinance.LIMITS[interval][1], fetch, "yfinance/raw", actions
     raise DataError(f"unknown source {source!r} (yfinance or alpaca)")
 
 
@@ -129,9 +142,9 @@ def fetch_to_store(
     source's chunk fetcher (tests) and ``actions_fetcher`` its corporate-actions fetcher (with an
     injected ``fetcher``, none unless given).
 
-    With an actions fetcher (Alpaca), bars are stored raw and each chunk's splits and dividends are
-    merged into the ticker's actions table *before* its bars are written (``data.actions``; the
-    store adjusts on load). A ticker whose bars in this interval were stored without an actions table
+    With an actions fetcher (Alpaca, yfinance), bars are stored raw and each chunk's splits and
+    dividends are merged into the ticker's actions table *before* its bars are written
+    (``data.actions``; the store adjusts on load). A ticker whose bars in this interval were stored without an actions table
     (fetched adjusted by an older podracer, or imported) is refused before any request: raw bars
     beside adjusted ones would mix two bases."""
     if source not in SOURCES:
@@ -223,20 +236,23 @@ def _refuse_adjusted(store: BarStore, interval: str, symbols: Sequence[str]) -> 
     held = set(store.tickers(interval))
     legacy = [t for t in symbols if t in held and store.actions.read(interval, t) is None]
     if legacy:
+        folder = store.ticker_dir(interval, legacy[0])
+        where = folder if len(legacy) == 1 else f"their ticker=<T> folders in {folder.parent}"
         raise DataError(
             f"the store's interval={interval} holds {', '.join(legacy[:5])}{' ...' if len(legacy) > 5 else ''}"
             " without corporate actions (fetched adjusted by an older podracer, or imported); raw bars "
-            f"beside them would mix two price bases: move {store.interval_dir(interval)} aside and fetch again"
+            f"beside them would mix two price bases: move {where} aside (re-import a file of raw bars with "
+            "`podracer data import --raw`) and fetch again"
         )
 
 
 def _refuse_raw(store: BarStore, interval: str, symbols: Sequence[str], source: str) -> None:
-    """One-line error when a source without corporate actions (yfinance: adjusted at fetch) would
-    write beside raw bars that the store adjusts on load (they would be adjusted twice)."""
+    """One-line error when a fetcher without corporate actions (an injected one: bars of unknown
+    adjustment) would write beside raw bars that the store adjusts on load (adjusted twice)."""
     raw = [t for t in symbols if store.actions.read(interval, t) is not None]
     if raw:
         raise DataError(
             f"{source}: the store's interval={interval} holds raw bars with corporate actions for "
-            f"{', '.join(raw[:5])}{' ...' if len(raw) > 5 else ''} (fetched from alpaca); fetch them from "
-            "alpaca again, or into another --home"
+            f"{', '.join(raw[:5])}{' ...' if len(raw) > 5 else ''}; fetch them with their corporate "
+            "actions, or into another --home"
         )

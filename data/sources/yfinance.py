@@ -2,8 +2,19 @@
 
 Yahoo only serves intraday bars for recent days (1m: the last ~30 days, at most 8 days per request;
 5m-30m: the last 60 days; 1h: the last 730 days), so ranges are split into chunks within those
-limits, and a start outside them is a one-line error rather than a silent empty result. Prices are
-split/dividend adjusted (``auto_adjust=True``). Daily bars get the session date (``1d`` grid).
+limits, and a start outside them is a one-line error rather than a silent empty result. Daily bars
+get the session date (``1d`` grid).
+
+Adjustment. Yahoo's prices are adjusted *as of the request day*: ``Close`` (``auto_adjust=False``) for
+every split up to that day (volume too), ``Adj Close`` also for dividends. Stored that way, a split
+between two nightly fetches would be a fake jump inside the history. So the streaming fetch
+(``data.sources.stream``) stores yfinance bars like Alpaca's: **raw** plus the corporate actions
+(``data.actions``, adjusted on load). ``fetch_actions`` reads the ticker's full split and dividend
+history (``yfinance.Ticker``), and ``unsplit`` multiplies each bar back by the ratios of the splits
+Yahoo knew at that request whose ex-date is after the bar (volume divided), which undoes exactly
+what Yahoo applied, whichever day it was asked. Yahoo also states past dividends per *today's*
+share, so each dividend is multiplied back by the ratios of the later splits. ``fetch_yfinance``
+(an in-memory frame, nothing stored) keeps Yahoo's fetch-day split/dividend adjustment.
 """
 
 from __future__ import annotations
@@ -11,12 +22,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
+import numpy as np
 import pandas as pd
 
+from data.actions import check_actions, empty_actions, session_dates
 from data.calendar import check_interval
 from data.errors import DataError
 from data.schema import normalize_ticker, validate
 from data.sources.chunks import windows
+from data.sources.retry import Transient
 
 log = logging.getLogger(__name__)
 
@@ -101,9 +115,13 @@ def check_range(start: str, end: str, interval: str, *, today: pd.Timestamp | No
     return first.date(), last.date()
 
 
-def fetch_chunk(symbols: Sequence[str], lo, hi, interval: str) -> pd.DataFrame:  # noqa: ANN001 - dates
+def fetch_chunk(  # noqa: ANN001 - dates
+    symbols: Sequence[str], lo, hi, interval: str, *, adjusted: bool = True
+) -> pd.DataFrame:
     """Validated bars of ``symbols`` for dates ``[lo, hi)`` in one ``yfinance.download`` call (the
-    window must respect ``LIMITS``; ``data.sources.chunks.plan_chunks`` cuts it so)."""
+    window must respect ``LIMITS``; ``data.sources.chunks.plan_chunks`` cuts it so). ``adjusted``:
+    split and dividend adjusted (``auto_adjust``); False: Yahoo's ``Close``, split-adjusted only
+    (the input of ``unsplit``)."""
     import yfinance
 
     name = LIMITS[interval][0]
@@ -113,7 +131,7 @@ def fetch_chunk(symbols: Sequence[str], lo, hi, interval: str) -> pd.DataFrame: 
             start=pd.Timestamp(lo).strftime("%Y-%m-%d"),
             end=pd.Timestamp(hi).strftime("%Y-%m-%d"),  # yfinance's end is exclusive
             interval=name,
-            auto_adjust=True,
+            auto_adjust=adjusted,
             actions=False,
             prepost=False,
             progress=False,
@@ -152,3 +170,79 @@ def fetch_yfinance(
         raise DataError(f"yfinance: no {interval} bars for {', '.join(symbols)} between {start} and {end}")
     bars = pd.concat(frames, ignore_index=True)
     return bars.sort_values(["ticker", "timestamp"], kind="stable").reset_index(drop=True)
+
+
+def _series(reply: object, symbol: str, what: str) -> pd.Series:
+    """Yahoo's ``splits`` / ``dividends`` reply as a float Series on naive session dates."""
+    if isinstance(reply, pd.DataFrame) and what == "dividends" and "Dividends" in reply:
+        reply = reply["Dividends"]  # the frame yfinance returns when a dividend has its own currency
+    if not isinstance(reply, pd.Series):
+        raise DataError(f"yfinance: {symbol}: malformed {what} reply ({type(reply).__name__}, not a series)")
+    if reply.empty:
+        return pd.Series([], index=pd.DatetimeIndex([]), dtype=float)
+    try:
+        index = pd.DatetimeIndex(reply.index)
+    except (TypeError, ValueError):
+        raise DataError(f"yfinance: {symbol}: malformed {what} reply (dates unreadable)") from None
+    if index.tz is not None:
+        index = index.tz_localize(None)  # Yahoo's dates are midnight in the exchange's zone
+    values = pd.to_numeric(pd.Series(reply.to_numpy()), errors="coerce").to_numpy(dtype=float)
+    return pd.Series(values, index=index.normalize())
+
+
+def fetch_actions(symbol: str) -> pd.DataFrame:
+    """Every split and cash dividend Yahoo knows for ``symbol`` (its full history) as a
+    ``data.actions`` frame on the raw basis (see the module docstring). No reply at all (yfinance
+    hides the error and answers None) is ``Transient``; a malformed one a one-line DataError."""
+    import yfinance
+
+    try:
+        ticker = yfinance.Ticker(symbol)
+        splits_reply, dividends_reply = ticker.splits, ticker.dividends
+    except Exception as err:  # yfinance raises many types (HTTP, JSON, its own)
+        first_line = (str(err).splitlines() or [type(err).__name__])[0][:200]
+        raise Transient(f"{symbol}: corporate actions: {first_line}") from None
+    if splits_reply is None or dividends_reply is None:
+        raise Transient(f"{symbol}: no corporate-actions reply from Yahoo")
+    splits = _series(splits_reply, symbol, "splits")
+    dividends = _series(dividends_reply, symbol, "dividends")
+    split_frame = check_actions(
+        pd.DataFrame({"ex_date": splits.index, "kind": "split", "ratio": splits.to_numpy(), "cash": 0.0}),
+        f"yfinance: {symbol} splits",
+    )
+    later = np.ones(len(dividends))
+    div_days = dividends.index.to_numpy(dtype="datetime64[ns]")
+    for ex_date, ratio in split_frame[["ex_date", "ratio"]].itertuples(index=False):
+        later[div_days < pd.Timestamp(ex_date).as_unit("ns").to_datetime64()] *= ratio
+    div_frame = pd.DataFrame(
+        {"ex_date": dividends.index, "kind": "dividend", "ratio": 1.0, "cash": dividends.to_numpy() * later}
+    )
+    div_frame = check_actions(div_frame, f"yfinance: {symbol} dividends")
+    div_frame = div_frame.loc[div_frame["cash"] > 0]
+    frames = [f for f in (split_frame, div_frame) if len(f)]
+    if not frames:
+        return empty_actions()
+    out = pd.concat(frames, ignore_index=True).drop_duplicates(["ex_date", "kind"], keep="last")
+    return out.sort_values(["ex_date", "kind"], kind="stable").reset_index(drop=True)
+
+
+def unsplit(bars: pd.DataFrame, actions: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """Raw copy of Yahoo's split-adjusted ``bars``: every bar before a split's ex-date in
+    ``actions[ticker]`` (the splits Yahoo knew when it served them) gets prices x ratio and
+    volume / ratio."""
+    if bars.empty:
+        return bars
+    out = bars.copy()
+    days = session_dates(out["timestamp"])
+    tickers = out["ticker"].to_numpy()
+    price = np.ones(len(out))
+    for ticker, table in actions.items():
+        rows = tickers == ticker
+        for ex_date, kind, ratio in table[["ex_date", "kind", "ratio"]].itertuples(index=False):
+            if kind == "split":
+                ex = pd.Timestamp(ex_date).as_unit("ns").to_datetime64()
+                price[rows & (days < ex)] *= ratio
+    for col in ("open", "high", "low", "close"):
+        out[col] = out[col].to_numpy() * price
+    out["volume"] = out["volume"].to_numpy() / price
+    return out
