@@ -2,7 +2,14 @@
 
 ``FakeAlpaca`` runs an ``http.server.ThreadingHTTPServer`` on 127.0.0.1 (an ephemeral port) in a
 daemon thread and speaks just enough of the real wire format that the real alpaca-py clients parse
-it: account, positions, clock, orders (submit, by id, by client id, cancel, list) and stock bars.
+it: account, positions, clock, assets, orders (submit, by id, by client id, cancel, list) and stock
+bars (1-minute bars as given; ``timeframe=1Day`` aggregates them per New York session, stamped at
+midnight New York as Alpaca does).
+
+``GET /v2/assets/{symbol}``: a symbol in ``assets`` gets that status (``{"status": "inactive",
+"tradable": False}``; ``None``: HTTP 404, as for an unknown symbol); any other symbol the fake knows
+(``prices``, ``positions``) is active and tradable; an unknown one is a 404. ``asset_lookups`` lists
+the symbols asked for.
 
 Orders fill immediately at the ticker's current price (``fill_mode="fill"``), half-fill
 (``"partial"``), stay open (``"accept"``), are accepted and fill when first looked up
@@ -136,6 +143,8 @@ class FakeAlpaca:
     require_keys: tuple[str, str] = (KEY_ID, SECRET)
     sell_fill_delay: float = 0.0  # seconds after submission before a sell can fill
     margin_multiplier: float = 1.0  # > 1: a margin account (buying_power = multiplier x cash)
+    # symbol -> {"status": "active"|"inactive", "tradable": bool} or None (HTTP 404); see the docstring
+    assets: dict[str, dict[str, Any] | None] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.orders: dict[str, FakeOrder] = {}
@@ -143,6 +152,7 @@ class FakeAlpaca:
         self.requests: list[tuple[str, str]] = []  # (method, path) of every request served
         self.order_posts = 0
         self.lookups: list[str] = []  # client ids looked up (GET /v2/orders:by_client_order_id)
+        self.asset_lookups: list[str] = []  # symbols looked up (GET /v2/assets/{symbol})
         self.rejections = 0  # buys refused for lack of buying power
         self.avg_price: dict[str, float] = {s: self.prices.get(s, 0.0) for s in self.positions}
         self._lock = threading.RLock()
@@ -283,6 +293,31 @@ class FakeAlpaca:
             "next_close": next_close.isoformat(),
         }
 
+    def _asset(self, symbol: str) -> tuple[int, dict[str, Any]]:
+        """``GET /v2/assets/{symbol}`` in Alpaca's shape."""
+        self.asset_lookups.append(symbol)
+        if symbol in self.assets:
+            flags = self.assets[symbol]
+        elif symbol in self.prices or symbol in self.positions:
+            flags = {"status": "active", "tradable": True}
+        else:
+            flags = None
+        if flags is None:
+            return 404, {"code": 40410000, "message": "asset not found"}
+        return 200, {
+            "id": str(uuid.uuid5(uuid.NAMESPACE_DNS, symbol)),
+            "class": "us_equity",
+            "exchange": "NASDAQ",
+            "symbol": symbol,
+            "name": f"{symbol} Inc.",
+            "status": flags.get("status", "active"),
+            "tradable": bool(flags.get("tradable", True)),
+            "marginable": True,
+            "shortable": False,
+            "easy_to_borrow": False,
+            "fractionable": True,
+        }
+
     def _submit(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         self.order_posts += 1
         cid = body.get("client_order_id") or str(uuid.uuid4())
@@ -360,6 +395,8 @@ class FakeAlpaca:
         else:
             frame = self.bars if self.bars is not None else pd.DataFrame(columns=["timestamp", "ticker"])
             frame = frame[frame["ticker"].isin(symbols)]
+            if query.get("timeframe", [""])[0] == "1Day":
+                frame = _daily(frame)
             if start is not None:
                 frame = frame[frame["timestamp"] >= start]
             if end is not None:
@@ -446,6 +483,8 @@ class FakeAlpaca:
             return 200, self._clock()
         if method == "GET" and path == "/v1/corporate-actions":
             return 200, self._corporate_actions(query)
+        if method == "GET" and path.startswith("/v2/assets/"):
+            return self._asset(path.rsplit("/", 1)[1])
         if method == "GET" and path == "/v2/stocks/bars":
             return 200, self._bars(query)
         if method == "POST" and path == "/v2/orders":
@@ -468,6 +507,29 @@ class FakeAlpaca:
                 order.status = "canceled"
                 return 204, None
         return not_found
+
+
+def _daily(minute: pd.DataFrame) -> pd.DataFrame:
+    """Minute bars -> one bar per (ticker, New York session), stamped at midnight New York."""
+    cols = ["timestamp", "ticker", "open", "high", "low", "close", "volume"]
+    if len(minute) == 0:
+        return pd.DataFrame(columns=cols)
+    local = pd.DatetimeIndex(minute["timestamp"]).tz_convert("America/New_York")
+    day = local.tz_localize(None).normalize()
+    daily = (
+        minute.assign(day=day)
+        .sort_values(["ticker", "timestamp"], kind="stable")
+        .groupby(["ticker", "day"], as_index=False)
+        .agg(
+            open=("open", "first"),
+            high=("high", "max"),
+            low=("low", "min"),
+            close=("close", "last"),
+            volume=("volume", "sum"),
+        )
+    )
+    daily["timestamp"] = daily["day"].dt.tz_localize("America/New_York").dt.tz_convert("UTC")
+    return daily[cols]
 
 
 class _Handler(BaseHTTPRequestHandler):

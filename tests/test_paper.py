@@ -17,7 +17,7 @@ from app.bundle import load_bundle
 from app.cli import main
 from app.export import export_bundle
 from app.paper.broker import AlpacaBroker, RetryPolicy
-from app.paper.cycle import PaperOptions, run_cycle
+from app.paper.cycle import PaperOptions, fetch_start, run_cycle
 from app.paper.journal import Journal, journal_path, read_journal
 from app.paper.orders import (
     Decision,
@@ -163,7 +163,9 @@ def test_market_closed_no_orders(env):
 def test_missing_bars_for_a_ticker_skipped(env):
     fake, bundle = env["fake"], env["bundle"]
     gone = bundle.tickers[1]
-    fake.bars = fake.bars[fake.bars.ticker != gone]
+    # No bar in the cycle's whole bar window; it traded before, so it is not gone for good (test_paper_gone).
+    start = fetch_start(fake.now, bundle.interval, int(bundle.feature_spec["lookback"]))
+    fake.bars = fake.bars[~((fake.bars.ticker == gone) & (fake.bars.timestamp >= pd.Timestamp(start)))]
     fake.positions[gone] = 10.0
     result = cycle(env)
     assert result.skipped == [gone]
@@ -171,6 +173,7 @@ def test_missing_bars_for_a_ticker_skipped(env):
     assert fake.positions[gone] == 10.0  # held, not traded
     events = read_journal(env["home"])["events"]
     assert events["message"].str.contains(f"skipped {gone}").any()
+    assert fake.asset_lookups == [gone] and result.gone == [] and result.attention == []
 
 
 def test_kill_switch_blocks_orders(env, tmp_path):

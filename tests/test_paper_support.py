@@ -17,7 +17,7 @@ import pandas as pd
 import torch
 
 from app.config import Config, write_config
-from app.paper.broker import Account, Clock, Order, OrderRequest, Position
+from app.paper.broker import Account, Asset, Clock, Order, OrderRequest, Position
 from data.atomic import atomic_write_json
 
 NUM_TICKERS = 3
@@ -121,6 +121,9 @@ class SimBroker:
 
     def cancel(self, order_id: str) -> None:
         pass
+
+    def asset(self, symbol: str) -> Asset | None:
+        return Asset(symbol, active=True, tradable=True)
 
     def order_by_client_id(self, client_order_id: str) -> Order | None:
         return None

@@ -41,6 +41,12 @@ def paper(
         min=0.0,
         help="Seconds to wait for the sells to fill before the buys are sized to the cash there.",
     ),
+    gone_after: int = typer.Option(
+        5,
+        "--gone-after",
+        min=1,
+        help="Sell a held ticker the broker still trades after this many sessions without a real bar.",
+    ),
 ) -> None:
     """Paper-trade an exported policy on Alpaca (keys from APCA_API_KEY_ID / APCA_API_SECRET_KEY)."""
     loaded = load_bundle(bundle)  # verifies hashes and shapes before anything talks to the broker
@@ -56,6 +62,7 @@ def paper(
         kill_switch=kill_switch or home / "paper" / "KILL",
         fractional=not whole_shares,
         fill_timeout=fill_timeout,
+        gone_after=gone_after,
     )
     broker = AlpacaBroker()
     with Journal.for_home(home) as journal:

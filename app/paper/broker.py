@@ -90,6 +90,20 @@ class Position:
 
 
 @dataclass(frozen=True)
+class Asset:
+    """What the broker says about a symbol: ``active`` (status ``active``, not ``inactive``) and
+    whether it accepts orders for it (``tradable``)."""
+
+    symbol: str
+    active: bool
+    tradable: bool
+
+    @property
+    def orderable(self) -> bool:
+        return self.active and self.tradable
+
+
+@dataclass(frozen=True)
 class Clock:
     timestamp: datetime  # broker's "now", tz-aware
     is_open: bool
@@ -140,6 +154,10 @@ class Broker(Protocol):
         ...
 
     def submit(self, order: OrderRequest) -> Order: ...
+
+    def asset(self, symbol: str) -> Asset | None:
+        """The broker's record of ``symbol`` (None: the broker does not know the symbol, HTTP 404)."""
+        ...
 
     def cancel(self, order_id: str) -> None: ...
 
@@ -414,6 +432,23 @@ class AlpacaBroker:
         for col in ("open", "high", "low", "close", "volume"):
             frame[col] = frame[col].astype("float64")
         return frame.sort_values(["ticker", "timestamp"], kind="stable").reset_index(drop=True)
+
+    def asset(self, symbol: str) -> Asset | None:
+        """``GET /v2/assets/{symbol}`` through the retry layer; None on 404 (an unknown symbol)."""
+        from alpaca.common.exceptions import APIError
+
+        def lookup() -> Asset | None:
+            try:
+                a = self._trading.get_asset(symbol)
+            except APIError as err:
+                if err.status_code == 404:
+                    return None
+                raise
+            return Asset(
+                symbol=str(a.symbol), active=_enum_value(a.status) == "active", tradable=bool(a.tradable)
+            )
+
+        return self._call(f"get asset {symbol}", lookup)
 
     def order_by_client_id(self, client_order_id: str) -> Order | None:
         from alpaca.common.exceptions import APIError

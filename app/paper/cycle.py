@@ -12,7 +12,9 @@ A cycle (``run_cycle``):
    bundle's train-window spec (the very code training used) -> the observation in the env's layout:
    cash fraction, time of day, then per ticker the position weight (marked at the decision bar's
    close, like the env) and the features. A ticker without a real bar in the decision bar's session
-   is skipped: it keeps its position (no order) and the journal says so. A ``1d`` bundle decides
+   is skipped: it keeps its position (no order) and the journal says so, unless it is held and gone
+   for good (``app.paper.gone``: the broker no longer trades it -> a warning each cycle; no real
+   bar for ``gone_after`` sessions -> the whole position is sold). A ``1d`` bundle decides
    only on completed sessions (today's bar is still forming until the close).
 4. onnxruntime (``Bundle.act``) -> target weights -> risk limits (``max_weight``; daily loss limit
    halts new orders) -> orders (``app.paper.orders``): sells first, then buys scaled to the cash
@@ -52,6 +54,7 @@ import torch
 
 from app.bundle import Bundle
 from app.paper.broker import Account, Broker, BrokerError, Order, OrderRejected, OrderRequest, Position
+from app.paper.gone import check_gone
 from app.paper.journal import Journal
 from app.paper.orders import Decision, PlannedOrder, RiskLimits, apply_limits, plan_orders
 from data.calendar import INTERVAL_MINUTES, align_panel, align_ticker, session_bounds, sessions_in_range
@@ -75,6 +78,13 @@ class PaperOptions:
     max_bar_age: float | None = None  # seconds; None: one decision interval (at least 5 minutes)
     submit_window: float = 60.0  # seconds after which a journaled order unknown to the broker never arrived
     cash_buffer: float = 0.995  # buys spend at most this fraction of the cash available (slippage)
+    # Completed sessions without a real bar after which a held ticker the broker still trades is sold
+    # (app.paper.gone): a week, longer than halts and quiet IEX days, short enough not to sit for months.
+    gone_after: int = 5
+
+    def __post_init__(self) -> None:
+        if self.gone_after < 1:
+            raise PodracerError(f"--gone-after must be at least 1 session, got {self.gone_after}")
 
 
 @dataclass
@@ -88,6 +98,8 @@ class CycleResult:
     skipped: list[str] = field(default_factory=list)
     messages: list[str] = field(default_factory=list)
     not_sent: list[PlannedOrder] = field(default_factory=list)  # dropped or deferred to the next cycle
+    gone: list[str] = field(default_factory=list)  # held tickers gone for good: whole position sold
+    attention: list[str] = field(default_factory=list)  # gone tickers the broker will not trade
 
 
 # --- observation ---------------------------------------------------------------------------------
@@ -355,6 +367,14 @@ def run_cycle(
         log.warning(msg)
         result.skipped = list(decision.skipped)
         result.messages.append(msg)
+    # Held tickers with no bar this session: gone for good? (asks the broker only about those)
+    gone = check_gone(broker, decision, positions, bundle.tickers, bundle.bundle_id, now, options.gone_after)
+    for msg in gone.warnings:
+        journal.event("gone", msg, "warning")
+        log.warning(msg)
+        result.messages.append(msg)
+    result.gone = [o.ticker for o in gone.sells]
+    result.attention = list(gone.attention)
 
     policy_weights = bundle.act(decision.obs)[0]
     if not np.all(np.isfinite(policy_weights)):
@@ -364,6 +384,7 @@ def run_cycle(
         decision, target, bundle.tickers, bundle.bundle_id, options.limits, options.fractional
     )
     notes += plan_notes
+    orders = gone.sells + orders  # skipped tickers: the planner never orders them, no id is shared
     result.policy_weights = dict(zip(bundle.tickers, map(float, policy_weights), strict=True))
     result.target_weights = dict(zip(bundle.tickers, map(float, target), strict=True))
     result.orders = orders
@@ -411,7 +432,7 @@ def run_cycle(
                 qty=o.qty,
                 est_price=o.price,
                 status="blocked",
-                message=halt[1],
+                message=f"{o.reason}; {halt[1]}" if o.reason else halt[1],
             )
         _snapshot(journal, broker, bundle, decision, account, {}, reconcile=not options.dry_run)
         return result
@@ -556,7 +577,7 @@ def _submit_one(
     """
     base = _order_row(o, bundle, decision)
     if options.dry_run:
-        journal.order(**base, status="dry_run")
+        journal.order(**base, status="dry_run", message=o.reason)
         return False
     if options.kill_switch is not None and Path(options.kill_switch).exists():
         journal.order(**base, status="blocked", message="kill switch")
@@ -565,7 +586,7 @@ def _submit_one(
         )
         result.status = "kill_switch"
         return False
-    journal.order(**base, status="submitted")
+    journal.order(**base, status="submitted", message=o.reason)
     try:
         placed = broker.submit(OrderRequest(o.ticker, o.side, o.qty, o.client_order_id))  # type: ignore[arg-type]
     except OrderRejected as err:

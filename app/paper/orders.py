@@ -60,6 +60,7 @@ class PlannedOrder:
     qty: float  # shares > 0
     price: float  # decision bar close (estimate)
     client_order_id: str
+    reason: str = ""  # journaled with the order when it is not the policy's (e.g. "gone: ...")
 
     @property
     def notional(self) -> float:
