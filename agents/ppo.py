@@ -41,7 +41,7 @@ from agents.networks import NetworkConfig
 from agents.policy import Checkpoint, Policy, PolicyMeta, gaussian_entropy, gaussian_log_prob
 from data.atomic import atomic_path
 from data.errors import ConfigError
-from envs.backends.compiled import COMPILE_MODES, Compiled, cached
+from envs.backends.compiled import COMPILE_MODES, cached
 
 Callback = Callable[[dict[str, Any]], bool]
 EvalFn = Callable[[Policy], dict[str, float]]
@@ -101,8 +101,8 @@ class PPOArgs:
     eval_every: int = 50_000
     """env-steps between calls of eval_fn (it is also called once at the end)"""
     compile: str = "auto"
-    """torch.compile the minibatch loss and its backward: "on", "off", or "auto" (on once a process
-    has done COMPILE_MIN_MINIBATCHES minibatch steps of one shape; docs/agents.md)"""
+    """torch.compile the minibatch loss and its backward: "on", "off", or "auto" (on for runs of at
+    least COMPILE_MIN_MINIBATCHES minibatch steps; docs/agents.md)"""
 
     def __post_init__(self) -> None:
         positive = ("total_steps", "learning_rate", "num_steps", "num_minibatches", "update_epochs")
@@ -344,26 +344,28 @@ def minibatch_loss(
     return loss, pg_loss, v_loss, entropy, logratio
 
 
-#: ``compile="auto"``: the minibatch loss is compiled once this process has run this many minibatch
-#: steps of one shape eagerly. Compiling costs ~1.5-2 s on a 2-core CPU (inductor's on-disk cache
-#: warm; ~8 s cold) and saves ~1.8 ms per 2048-sample minibatch (3.3 -> 1.5 ms forward + backward at
-#: 100 assets), so it pays after ~1,000 steps; counting per process lets the many short rounds of a
-#: tournament worker add up (docs/agents.md).
+#: ``compile="auto"`` compiles the minibatch loss when a run has at least this many minibatch steps.
+#: Compiling costs ~1.5-2 s on a 2-core CPU (inductor's on-disk cache warm; ~8 s cold) and saves
+#: ~1.8 ms per 2048-sample minibatch (3.3 -> 1.5 ms forward + backward at 100 assets), so it pays
+#: after ~1,000 steps. The decision depends on the run's settings only (never on what the process
+#: did before), so a fixed seed and budget give the same numbers on any backend (docs/agents.md);
+#: a tournament decides once for all its pods (``agents.tournament.orchestrator``).
 COMPILE_MIN_MINIBATCHES = 1_000
-_EAGER_STEPS: dict[tuple, int] = {}
 
 
-def _loss_fn(args: PPOArgs, key: tuple) -> Callable[..., tuple[Tensor, ...]]:
-    """The minibatch loss for this run: compiled (process-wide, one per shape) or eager."""
-    if args.compile == "off":
+def compiles(args: PPOArgs, num_envs: int) -> bool:
+    """Whether a run with ``args`` on ``num_envs`` envs takes the compiled minibatch loss."""
+    if args.compile != "auto":
+        return args.compile == "on"
+    steps = args.num_updates(num_envs) * args.update_epochs * args.num_minibatches
+    return steps >= COMPILE_MIN_MINIBATCHES
+
+
+def _loss_fn(compiled: bool, key: tuple) -> Callable[..., tuple[Tensor, ...]]:
+    """The minibatch loss: eager, or compiled once per process and shape."""
+    if not compiled:
         return minibatch_loss
-    if args.compile == "auto":
-        done = _EAGER_STEPS.get(key, 0)
-        if done < COMPILE_MIN_MINIBATCHES:
-            _EAGER_STEPS[key] = done + 1
-            return minibatch_loss
-    compiled: Compiled = cached(("agents.ppo.minibatch_loss", key), lambda: minibatch_loss, "the PPO loss")
-    return compiled
+    return cached(("agents.ppo.minibatch_loss", key), lambda: minibatch_loss, "the PPO loss")
 
 
 def update(
@@ -387,6 +389,7 @@ def update(
     minibatch_size = max(1, batch_size // args.num_minibatches)
     sources = [*b_packed, b_sample]
     coefs = torch.tensor([args.clip_coef, args.ent_coef, args.vf_coef], device=b_sample.device)
+    compiled = compiles(args, rollout.raw.shape[1])
     gathered: dict[int, list[Tensor]] = {}  # minibatch buffers by size, reused across minibatches
 
     clipfracs: list[Tensor] = []
@@ -402,7 +405,7 @@ def update(
                 torch.index_select(src, 0, mb, out=out)  # (index_select: ~3x faster than src[mb])
             *mb_packed, mb_sample = buffers
             key = (str(b_sample.device), tuple(mb_sample.shape), tuple(tuple(p.shape) for p in mb_packed))
-            loss, pg_loss, v_loss, entropy, logratio = _loss_fn(args, key)(
+            loss, pg_loss, v_loss, entropy, logratio = _loss_fn(compiled, key)(
                 policy.net, tuple(mb_packed), mb_sample, coefs, args.norm_adv, args.clip_vloss
             )
             with torch.no_grad():

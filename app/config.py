@@ -185,8 +185,8 @@ class AgentConfig(_Section):
     clip_vloss: bool = Field(PPOArgs.clip_vloss, description="PPO: clip the value loss (PPO2 style)")
     compile: Literal["auto", "on", "off"] = Field(
         PPOArgs.compile,
-        description="PPO: torch.compile the minibatch loss (auto: once a process has done 1,000 "
-        "minibatch steps of one shape; docs/agents.md)",
+        description="PPO: torch.compile the minibatch loss (auto: for runs of 1,000 minibatch steps or "
+        "more; a tournament decides once for all pods; docs/agents.md)",
     )
     target_kl: float | None = Field(
         PPOArgs.target_kl, gt=0, description="PPO: stop an update's epochs past this approximate KL"

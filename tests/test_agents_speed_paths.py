@@ -4,6 +4,8 @@ the compiled minibatch loss."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -123,14 +125,15 @@ def test_update_matches_the_plain_reference():
     )
 
 
-def test_compile_auto_switches_after_enough_minibatches(monkeypatch):
-    monkeypatch.setattr(ppo, "_EAGER_STEPS", {})
-    monkeypatch.setattr(ppo, "COMPILE_MIN_MINIBATCHES", 3)
-    auto = ppo.PPOArgs(compile="auto")
-    key = ("cpu", (4, 9), ((4, 5, 7),))
-    assert [ppo._loss_fn(auto, key) is ppo.minibatch_loss for _ in range(4)] == [True, True, True, False]
-    assert ppo._loss_fn(ppo.PPOArgs(compile="off"), key) is ppo.minibatch_loss
-    assert ppo._loss_fn(ppo.PPOArgs(compile="on"), ("cpu", (2, 9), ((2, 5, 7),))) is not ppo.minibatch_loss
+def test_compile_auto_depends_on_the_run_settings_only():
+    # 1,000 minibatch steps: 4 epochs x 4 minibatches x 63 updates of 32 x 256 samples
+    long_run = ppo.PPOArgs(total_steps=63 * 32 * 256)
+    short_run = ppo.PPOArgs(total_steps=62 * 32 * 256)
+    assert ppo.compiles(long_run, 256) and not ppo.compiles(short_run, 256)
+    assert ppo.compiles(ppo.PPOArgs(total_steps=1, compile="on"), 8)
+    assert not ppo.compiles(ppo.PPOArgs(compile="off", total_steps=10**9), 256)
+    assert ppo._loss_fn(False, ("cpu",)) is ppo.minibatch_loss
+    assert ppo._loss_fn(True, ("cpu", (2, 9))) is ppo._loss_fn(True, ("cpu", (2, 9)))  # once per process
     with pytest.raises(Exception, match="compile must be one of"):
         ppo.PPOArgs(compile="always")
 
@@ -143,7 +146,7 @@ def test_compiled_loss_matches_eager():
     packed = net.pack(obs)
     sample = torch.randn(64, 13 + 4)
     coefs = torch.tensor([0.2, 0.01, 0.5])
-    fn = ppo._loss_fn(ppo.PPOArgs(compile="on"), ("test", tuple(sample.shape)))
+    fn = ppo._loss_fn(True, ("test", tuple(sample.shape)))
     out = fn(net, packed, sample, coefs, True, True)
     assert fn.active, fn.failure
     ref = ppo.minibatch_loss(net, packed, sample, coefs, True, True)
@@ -153,3 +156,18 @@ def test_compiled_loss_matches_eager():
     ref_grads = torch.autograd.grad(ref[0], list(net.parameters()))
     for g, r in zip(grads, ref_grads, strict=True):
         assert torch.allclose(g, r, atol=1e-5, rtol=1e-4)
+
+
+def test_a_tournament_decides_compile_once_from_its_budget():
+    from agents.tournament.orchestrator import TournamentArgs, learner_compile
+
+    env = {"num_envs": 256}
+    # 2M env-steps = 244 updates of 8,192 samples = 3,906 minibatch steps, ~1,953 per worker (2)
+    assert learner_compile(TournamentArgs(budget_steps=2_000_000, workers=2), env, {}) == "on"
+    assert learner_compile(TournamentArgs(budget_steps=200_000, workers=2), env, {}) == "off"
+    assert learner_compile(TournamentArgs(budget_steps=200_000), env, {"compile": "on"}) == "on"
+    assert learner_compile(TournamentArgs(budget_steps=10**9), env, {"compile": "off"}) == "off"
+    minutes = TournamentArgs(budget_steps=None, budget_minutes=6.0)
+    assert learner_compile(minutes, env, {}) == "on"
+    assert learner_compile(dataclasses.replace(minutes, budget_minutes=1.0), env, {}) == "off"
+    assert learner_compile(TournamentArgs(budget_steps=10**9, algo="sac"), env, {}) == "off"

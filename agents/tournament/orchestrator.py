@@ -19,6 +19,7 @@ the original budget (env-steps and wall time, both counted across sessions) is s
 from __future__ import annotations
 
 import concurrent.futures as cf
+import dataclasses
 import logging
 import math
 import os
@@ -30,6 +31,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agents.ppo import COMPILE_MIN_MINIBATCHES, PPOArgs
 from agents.tournament.backends import Backend, make_backend
 from agents.tournament.generator import PodSpec, next_pod
 from agents.tournament.leaderboard import FILENAME, Leaderboard
@@ -140,6 +142,30 @@ def _check_windows(train: MarketData, valid: MarketData) -> None:
         raise PodracerError("tournament: the valid window must start after the train window ends")
 
 
+#: A tournament with only a wall-time budget compiles its PPO loss from this many minutes on.
+COMPILE_MIN_MINUTES = 2.0
+
+
+def learner_compile(args: TournamentArgs, env: Mapping[str, Any], agent: Mapping[str, Any]) -> str:
+    """The PPO ``compile`` setting of every pod of this run ("on" or "off").
+
+    ``"auto"`` is decided here, once per run, from the run's budget (the minibatch steps each worker
+    will do, or the wall-time budget), never per pod: a pod's numbers must not depend on which worker
+    ran it or what that worker ran before (compiled and eager round differently), so a fixed seed and
+    budget give the same champion on every backend.
+    """
+    mode = str(agent.get("compile", PPOArgs.compile))
+    if mode != "auto" or args.algo != "ppo":
+        return mode if args.algo == "ppo" else "off"
+    names = {f.name for f in dataclasses.fields(PPOArgs)}
+    base = PPOArgs(**{k: v for k, v in agent.items() if k in names and k != "compile"})
+    if args.budget_steps is None:
+        return "on" if (args.budget_minutes or 0.0) >= COMPILE_MIN_MINUTES else "off"
+    updates = args.budget_steps / base.batch_size(int(env.get("num_envs", 16)))
+    per_worker = updates * base.update_epochs * base.num_minibatches / max(1, min(args.workers, args.pods))
+    return "on" if per_worker >= COMPILE_MIN_MINIBATCHES else "off"
+
+
 def _resolve(run_dir: Path, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Entries with checkpoint paths made absolute (the board stores them relative to the run)."""
     return [{**e, "checkpoint": str(run_dir / e["checkpoint"])} for e in entries]
@@ -185,7 +211,7 @@ def run_tournament(
         train=train,
         valid=valid,
         env=dict(env or {}),
-        agent=dict(agent or {}),
+        agent={**(agent or {}), "compile": learner_compile(args, env or {}, agent or {})},
         device=device,
         fitness=args.fitness,
         annualization=annualization,
