@@ -17,22 +17,6 @@ import torch
 from torch import Tensor, nn
 
 
-def _shifted_moments(x: Tensor, shift: Tensor, dims: tuple[int, ...]) -> tuple[Tensor, Tensor]:
-    """Batch mean and (biased) variance of ``x`` over ``dims``, from sums of ``d = x - shift``.
-
-    Written by hand because it is on every rollout step: ``Tensor.var`` over the leading dims of a
-    ``(N, A, 2 + F)`` batch measured ~570 µs at 256 x 100 x 10 on a 2-core CPU, two plain sums of
-    the shifted values ~80 µs. Shifting by the running mean (close to the batch mean once a few
-    batches are in; the first batch uses its own mean) keeps ``E[d^2] - E[d]^2`` free of the cancellation
-    that raw sums would suffer.
-    """
-    d = x - shift
-    n = float(d.numel() // d.shape[-1])
-    m1 = d.sum(dim=dims) / n
-    m2 = d.square().sum(dim=dims) / n
-    return shift + m1, (m2 - m1.square()).clamp_min_(0.0)
-
-
 class ObsNormalizer(nn.Module):
     """Running mean/variance (Chan et al. parallel update) of global and per-asset inputs."""
 
@@ -66,18 +50,41 @@ class ObsNormalizer(nn.Module):
 
     @torch.no_grad()
     def update(self, obs: Tensor) -> None:
-        """Fold a batch of raw observations ``(N, obs_dim)`` into the running statistics."""
-        glob, per_asset = self._split(obs)
-        batch_n = float(obs.shape[0])
+        """Fold a batch of raw observations ``(N, obs_dim)`` into the running statistics.
+
+        Batch moments come from column sums of ``d = obs - shift`` over the full, contiguous width,
+        folded per kind afterwards. Written by hand because it runs on every rollout step:
+        ``Tensor.var`` over the leading dims of the ``(N, A, 2 + F)`` view measured ~570 µs at
+        256 x 100 x 10 on a 2-core CPU, these sums ~0.1 ms. Shifting by the running mean (the first
+        batch: by its own mean) keeps ``E[d^2] - E[d]^2`` free of the cancellation raw sums suffer.
+        """
+        n, g = obs.shape[0], self.num_global
+        a = (obs.shape[1] - g) // self.num_asset_inputs
+        if self.count == 0:
+            cols = obs.sum(dim=0) / n
+            shift_g, shift_a = cols[:g], cols[g:].view(a, -1).mean(dim=0)
+        else:
+            shift_g, shift_a = self.mean_global, self.mean_asset
+        d = obs - torch.cat([shift_g, shift_a.repeat(a)])
+        s1 = d.sum(dim=0)
+        s2 = d.square_().sum(dim=0)  # (in place: one (N, obs_dim) temporary, not two)
+        batch_n = float(n)
         total = self.count + batch_n
         # Per-asset rows are A times as many as observations; weighting both by observation count
         # keeps the two groups' statistics on the same (observation) time scale.
-        for name, x, dims in (("global", glob, (0,)), ("asset", per_asset, (0, 1))):
+        groups = (
+            ("global", shift_g, s1[:g] / n, s2[:g] / n),
+            (
+                "asset",
+                shift_a,
+                s1[g:].view(a, -1).sum(dim=0) / (n * a),
+                s2[g:].view(a, -1).sum(dim=0) / (n * a),
+            ),
+        )
+        for name, shift, m1, m2_batch in groups:
             mean = getattr(self, f"mean_{name}")
             var = getattr(self, f"var_{name}")
-            # The first batch is shifted by its own mean (the running one is still 0).
-            shift = x.mean(dim=dims) if self.count == 0 else mean
-            b_mean, b_var = _shifted_moments(x, shift, dims)
+            b_mean, b_var = shift + m1, (m2_batch - m1.square()).clamp_min(0.0)
             delta = b_mean - mean
             old_n = self.count
             new_mean = mean + delta * (batch_n / total)
@@ -88,11 +95,16 @@ class ObsNormalizer(nn.Module):
 
     def normalize(self, obs: Tensor) -> Tensor:
         """Normalized and clipped observations; the statistics are not changed."""
-        glob, per_asset = self._split(obs)
-        g = (glob - self.mean_global) / torch.sqrt(self.var_global + self.eps)
-        a = (per_asset - self.mean_asset) / torch.sqrt(self.var_asset + self.eps)
-        out = torch.cat([g, a.reshape(obs.shape[0], -1)], dim=1)
-        return out.clamp(-self.clip, self.clip)
+        # One pass per op over the full width (statistics tiled per asset) instead of splitting,
+        # normalizing the parts and concatenating: element for element the same arithmetic,
+        # (x - mean) / sqrt(var + eps) then the clip, so the result is bitwise the same, in ~half
+        # the time on the rollout's (256, 1002) batches.
+        num_assets = (obs.shape[1] - self.num_global) // self.num_asset_inputs
+        mean = torch.cat([self.mean_global, self.mean_asset.repeat(num_assets)])
+        scale = torch.cat(
+            [torch.sqrt(self.var_global + self.eps), torch.sqrt(self.var_asset + self.eps).repeat(num_assets)]
+        )
+        return torch.sub(obs, mean).div_(scale).clamp_(-self.clip, self.clip)
 
     def forward(self, obs: Tensor) -> Tensor:
         return self.normalize(obs)
