@@ -36,10 +36,12 @@ from envs.backends.compiled import check_mode
 from envs.observation import obs_dim
 from envs.trading import EnvParams, EnvState
 
-#: ``compile="auto"`` takes ``torch.compile`` (CUDA and other devices, or a CPU without the native
-#: kernel) from this many envs on; measured crossover (docs/env.md): on an H100, 256 envs x 100
-#: assets ran 0.96x of eager compiled, 1024 envs 2.0x.
+#: ``compile="auto"`` takes ``torch.compile`` from this many envs on: on a CPU without the native
+#: kernel (measured crossover ~1024 on the 2-core dev machine, docs/env.md) ...
 COMPILE_MIN_ENVS = 1024
+#: ... and on a GPU from this many: on an H100, 256 envs x 100 assets ran 0.96x eager compiled,
+#: 512 envs 2.3x, 1024 envs 2.0x (docs/env.md).
+CUDA_COMPILE_MIN_ENVS = 512
 #: ... and the native C kernel on the CPU from this many envs on: it measured faster than eager at
 #: every batch size tried, 1 to 4096 (2.9x at 1 env, 2.1x at 256; docs/env.md), and it builds once per
 #: machine.
@@ -87,7 +89,7 @@ class TradingVecEnv(gymnasium.vector.VectorEnv):
         # from the batch size where it measured faster than eager (NATIVE_MIN_ENVS, COMPILE_MIN_ENVS);
         # below COMPILE_MIN_ENVS a step the native kernel cannot take runs eagerly, not compiled.
         mode = check_mode(compile)
-        big = self.num_envs >= COMPILE_MIN_ENVS
+        big = self.num_envs >= (COMPILE_MIN_ENVS if self.device.type == "cpu" else CUDA_COMPILE_MIN_ENVS)
         native_ok = self.device.type == "cpu" and self.num_envs >= NATIVE_MIN_ENVS
         self.compiled = mode == "on" or (mode == "auto" and (big or native_ok))
         self._compile_fallback = mode == "on" or big
