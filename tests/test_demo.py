@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from app.cli import main
+from app.workflows.demo import build_config
 
 
 @pytest.mark.slow
@@ -75,3 +76,12 @@ def test_demo_rejects_bad_flags(home, capsys):
     assert main(["--home", str(home), "demo", "--data", "nasdaq-live"]) == 2
     assert "--data" in capsys.readouterr().err
     assert main(["--home", str(home), "demo", "--preset", "huge"]) == 2
+
+
+def test_default_preset_plants_a_moderate_signal_and_the_flag_overrides_it():
+    cpu = {"cores": 2, "device": "cpu", "gpu": None}
+    kw = {"config_path": None, "data_source": "synthetic", "seed": None, "minutes": None, "workers": None}
+    config, extra = build_config("default", signal=None, machine=cpu, **kw)
+    assert config.data.signal == 0.5 and config.data.num_sessions == 180 and extra["budget_minutes"] == 6.0
+    assert build_config("default", signal=0.0, machine=cpu, **kw)[0].data.signal == 0.0
+    assert build_config("test", signal=None, machine=cpu, **kw)[0].data.signal == 1.0

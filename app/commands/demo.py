@@ -23,7 +23,12 @@ def demo(
     data: str = typer.Option(
         "synthetic", "--data", help="synthetic or real-sample (shipped real minute bars)."
     ),
-    signal: float = typer.Option(None, "--signal", min=0.0, help="Planted signal strength (0 = pure noise)."),
+    signal: float = typer.Option(
+        None,
+        "--signal",
+        min=0.0,
+        help="Planted signal strength (0 = pure noise; default preset 0.5, test preset 1.0).",
+    ),
     seed: int = typer.Option(None, "--seed", help="Seed of data, pods and tournament [default: 0]."),
     preset: str = typer.Option(
         "default", "--preset", help="default, or test (a tiny end-to-end run for CI)."
