@@ -5,13 +5,15 @@ CleanRL's ``ppo_continuous_action.py``:
 
 1. ``collect_rollout`` (the worker) steps ``num_envs`` envs for ``num_steps`` steps with the current
    stochastic policy and stores everything on the env's device, shaped ``(num_steps, num_envs, ...)``.
-   Observations are normalized with running statistics updated on the fly. When an episode is
+   Observations are normalized with running statistics updated on the fly and stored in the network's
+   packed form (``PerAssetActorCritic.pack``: computed once, reused by every epoch of the update). When an episode is
    truncated (time limit, not a real end), its reward is bootstrapped with ``gamma * V(final_obs)``
    from ``info["final_obs"]``, so the time limit does not look like a terminal state.
 2. ``compute_gae`` turns rewards and values into advantages and returns.
 3. ``update`` (the learner) runs ``update_epochs`` passes of minibatch Adam over the flattened batch
-   (``b_`` prefix; ``mb_`` inside the minibatch loop): clipped surrogate, clipped value loss,
-   advantage normalization, entropy bonus, global grad-norm clipping.
+   (``b_`` prefix; ``mb_`` inside the minibatch loop): ``minibatch_loss`` (clipped surrogate, clipped
+   value loss, advantage normalization, entropy bonus; optionally through ``torch.compile``, see
+   ``compiles``), global grad-norm clipping, fused Adam.
 4. ``train`` alternates the two, evaluates ``eval_fn`` every ``eval_every`` env-steps, calls the
    callbacks after every update (a callback returning ``True`` stops training) and returns a
    :class:`TrainResult`.
@@ -390,7 +392,8 @@ def update(
     sources = [*b_packed, b_sample]
     coefs = torch.tensor([args.clip_coef, args.ent_coef, args.vf_coef], device=b_sample.device)
     compiled = compiles(args, rollout.raw.shape[1])
-    gathered: dict[int, list[Tensor]] = {}  # minibatch buffers by size, reused across minibatches
+    # Per minibatch size (the last one may be smaller): gather buffers, reused, and the loss function.
+    gathered: dict[int, tuple[list[Tensor], Callable[..., tuple[Tensor, ...]]]] = {}
 
     clipfracs: list[Tensor] = []
     approx_kl = torch.zeros(())
@@ -399,13 +402,14 @@ def update(
         for start in range(0, batch_size, minibatch_size):
             mb = perm[start : start + minibatch_size]
             if len(mb) not in gathered:
-                gathered[len(mb)] = [src.new_empty((len(mb), *src.shape[1:])) for src in sources]
-            buffers = gathered[len(mb)]
+                buffers = [src.new_empty((len(mb), *src.shape[1:])) for src in sources]
+                key = (str(b_sample.device), tuple(tuple(b.shape) for b in buffers))
+                gathered[len(mb)] = buffers, _loss_fn(compiled, key)
+            buffers, loss_fn = gathered[len(mb)]
             for src, out in zip(sources, buffers, strict=True):
                 torch.index_select(src, 0, mb, out=out)  # (index_select: ~3x faster than src[mb])
             *mb_packed, mb_sample = buffers
-            key = (str(b_sample.device), tuple(mb_sample.shape), tuple(tuple(p.shape) for p in mb_packed))
-            loss, pg_loss, v_loss, entropy, logratio = _loss_fn(compiled, key)(
+            loss, pg_loss, v_loss, entropy, logratio = loss_fn(
                 policy.net, tuple(mb_packed), mb_sample, coefs, args.norm_adv, args.clip_vloss
             )
             with torch.no_grad():
