@@ -169,7 +169,7 @@ def run_demo(
     windows = splits.windows()
     say(
         f"[1/3] data: {splits.full.num_assets} tickers, {splits.full.num_sessions} sessions of "
-        f"{splits.full.interval} bars ({splits.full.num_steps:,} bars); train {windows['train'][0]}..{windows['train'][1]}, "
+        f"{splits.full.interval} bars ({splits.full.num_steps:,} bars per ticker); train {windows['train'][0]}..{windows['train'][1]}, "
         f"valid {windows['valid'][0]}..{windows['valid'][1]}, test {windows['test'][0]}..{windows['test'][1]} "
         f"(held out) [{timings['data_s']:.1f} s]"
     )
