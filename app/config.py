@@ -131,7 +131,8 @@ class EnvConfig(_Section):
     num_envs: int = Field(256, ge=1)
     compile: Literal["auto", "on", "off"] = Field(
         "auto",
-        description="fast env step: native C kernel on CPU, torch.compile on GPU (auto: from 1024 envs on; docs/env.md)",
+        description="fast env step: native C kernel on CPU (auto: from 1 env), torch.compile on GPU "
+        "(auto: from 512 envs); docs/env.md",
     )
     sharpe_eta: float = Field(
         EnvParams.sharpe_eta, gt=0, lt=1, description="diff_sharpe: EMA rate of the return moments"
