@@ -6,9 +6,10 @@ CleanRL's ``ppo_continuous_action.py``:
 1. ``collect_rollout`` (the worker) steps ``num_envs`` envs for ``num_steps`` steps with the current
    stochastic policy and stores everything on the env's device, shaped ``(num_steps, num_envs, ...)``.
    Observations are normalized with running statistics updated on the fly and stored in the network's
-   packed form (``PerAssetActorCritic.pack``: computed once, reused by every epoch of the update). When an episode is
-   truncated (time limit, not a real end), its reward is bootstrapped with ``gamma * V(final_obs)``
-   from ``info["final_obs"]``, so the time limit does not look like a terminal state.
+   packed form (``PerAssetActorCritic.pack``: computed once, reused by every epoch of the update).
+   When an episode is truncated (time limit, not a real end), its reward is bootstrapped with
+   ``gamma * V(final_obs)`` from ``info["final_obs"]``, so the time limit does not look like a
+   terminal state.
 2. ``compute_gae`` turns rewards and values into advantages and returns.
 3. ``update`` (the learner) runs ``update_epochs`` passes of minibatch Adam over the flattened batch
    (``b_`` prefix; ``mb_`` inside the minibatch loop): ``minibatch_loss`` (clipped surrogate, clipped
