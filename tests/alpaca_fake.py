@@ -396,7 +396,7 @@ class FakeAlpaca:
             frame = self.bars if self.bars is not None else pd.DataFrame(columns=["timestamp", "ticker"])
             frame = frame[frame["ticker"].isin(symbols)]
             if query.get("timeframe", [""])[0] == "1Day":
-                frame = _daily(frame)
+                frame = daily_bars(frame)
             if start is not None:
                 frame = frame[frame["timestamp"] >= start]
             if end is not None:
@@ -509,7 +509,7 @@ class FakeAlpaca:
         return not_found
 
 
-def _daily(minute: pd.DataFrame) -> pd.DataFrame:
+def daily_bars(minute: pd.DataFrame) -> pd.DataFrame:
     """Minute bars -> one bar per (ticker, New York session), stamped at midnight New York."""
     cols = ["timestamp", "ticker", "open", "high", "low", "close", "volume"]
     if len(minute) == 0:

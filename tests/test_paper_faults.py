@@ -14,7 +14,7 @@ from email.utils import format_datetime
 import pandas as pd
 import pytest
 import requests
-from alpaca_fake import SECRET, FakeAlpaca
+from alpaca_fake import SECRET, FakeAlpaca, daily_bars
 from test_paper import FAST, cycle, env, setup  # noqa: F401 - fixtures used by name
 
 from app.cli import main
@@ -336,25 +336,10 @@ def test_daily_bundle_decides_only_on_completed_sessions(env, stamp):
     from app.paper.cycle import build_decision
 
     minute = env["run"].bars
-    local = minute["timestamp"].dt.tz_convert("America/New_York")
-    day = local.dt.tz_localize(None).dt.normalize()
-    daily = (
-        minute.assign(day=day)
-        .groupby(["ticker", "day"], as_index=False)
-        .agg(
-            open=("open", "first"),
-            high=("high", "max"),
-            low=("low", "min"),
-            close=("close", "last"),
-            volume=("volume", "sum"),
-        )
-    )
-    # Alpaca stamps a daily bar at midnight New York time of its session; a store keeps the date.
-    if stamp == "alpaca":
-        daily["timestamp"] = daily["day"].dt.tz_localize("America/New_York").dt.tz_convert("UTC")
-    else:
-        daily["timestamp"] = daily["day"].dt.tz_localize("UTC")
-    daily = daily[["timestamp", "ticker", "open", "high", "low", "close", "volume"]]
+    daily = daily_bars(minute)  # stamped at midnight New York time of the session, as Alpaca does
+    day = daily["timestamp"].dt.tz_convert("America/New_York").dt.tz_localize(None)
+    if stamp != "alpaca":  # a store keeps the date
+        daily["timestamp"] = day.dt.tz_localize("UTC")
     manifest = {**env["bundle"].manifest, "interval": "1d", "decision_interval": 1}
     spec = dict(manifest["feature_spec"])
     spec["lookback"] = 2
