@@ -4,6 +4,6 @@
 - ``normalize``: running observation statistics, frozen outside training;
 - ``policy``: ``Policy`` (``act``/``save``/``load``, safetensors + JSON), ``Checkpoint``, optimizer state;
 - ``ppo``, ``sac``: the learners, ``train(args, env, callbacks, init, eval_fn) -> TrainResult``;
-- ``evaluate``: the validation score used while training;
+- ``validation``: the validation score a learner logs while training (``validation_score_fn``);
 - ``tournament``: the podracer tournament built on them.
 """

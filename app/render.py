@@ -18,6 +18,7 @@ from rich.table import Table
 
 from app import context
 from backtests import report
+from backtests.verdict import ANNUALIZED_KEYS, stated_verdict
 
 
 # --- training -------------------------------------------------------------------------------------------
@@ -205,7 +206,7 @@ def _short_window(doc: dict[str, Any]) -> str | None:
 
 def _row_label(key: str, label: str, doc: dict[str, Any]) -> str:
     short = _short_window(doc)
-    return f"{label} ({short})" if short and key in report.ANNUALIZED_KEYS else label
+    return f"{label} ({short})" if short and key in ANNUALIZED_KEYS else label
 
 
 def backtest_table(doc: dict[str, Any], title: str) -> Table:
@@ -231,6 +232,12 @@ def _pbo_text(doc: dict[str, Any]) -> str:
     return f"PBO {pbo:.2f} over {doc.get('pbo_num_splits')} CSCV blocks" if pbo is not None else "PBO n/a"
 
 
+def _verdict_line(doc: dict[str, Any]) -> str:
+    """The verdict the document states (``backtests.verdict``) on a line of its own, or nothing."""
+    verdict = stated_verdict(doc)
+    return f"\n{verdict.text}" if verdict is not None else ""
+
+
 def _caption(doc: dict[str, Any]) -> str:
     text = (
         f"{doc['window']} window {doc['start']} .. {doc['end']} ({doc['num_days']} sessions, "
@@ -239,9 +246,7 @@ def _caption(doc: dict[str, Any]) -> str:
         f"DSR over {doc['num_trials']} trial(s) (trials' Sharpe variance per day, as the tested Sharpe); "
         f"{_pbo_text(doc)}"
     )
-    if doc.get("verdict"):
-        text += f"\n{doc['verdict']}"
-    return text
+    return text + _verdict_line(doc)
 
 
 # --- demo -----------------------------------------------------------------------------------------------
@@ -289,9 +294,7 @@ def demo_footer(result: dict[str, Any]) -> str:
         f"daily returns annualized with {doc['annualization']}/yr, {costs_text(doc)}; DSR over "
         f"{doc['num_trials']} pods tried; {_pbo_text(doc)}. Total {result['timings']['total_s']:.0f} s."
     )
-    if doc.get("verdict"):
-        text += f"\n{doc['verdict']}"
-    return text
+    return text + _verdict_line(doc)
 
 
 def say(message: str) -> None:

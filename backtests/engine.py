@@ -9,23 +9,10 @@ Row ``k`` of every output is decision ``k``: taken on bar ``t_k = k * decision_i
 market at the close of bar ``t_{k+1}``; ``timestamps[k]`` is the start time of that bar. There are
 ``K = (T - 1) // decision_interval`` decisions in a window of ``T`` bars.
 
-Strategies:
-
-- policies: any callables ``policy(obs) -> action`` (or objects with ``act(obs, deterministic=True)``)
-  in the env's action space; they run as rows of one batched env, each called on its own rows;
-- ``"buy_and_hold"``: equal weight of the universe bought with the first decision and then held (no
-  rebalancing): the buy is the env's ``"weights"`` fill at bar 1's open (fractional shares, slippage and
-  costs); holding is the env's ``"shares"``-mode step with a zero action, which trades nothing and
-  marks ``cash + shares @ close``; that mark is computed for every decision bar at once instead of one
-  call per step (a test checks the two agree);
-- ``"index"``: buy-and-hold of an index ETF (the first of :data:`INDEX_TICKERS` in the universe; skipped
-  when there is none), the same way;
-- ``"equal_weight"``: equal weights over the universe, rebalanced with the first fill of every session
-  (the first decision whose fill bar, ``t + 1``, lies in a new session: at that session's open when the
-  decision grid lines up with the sessions, as with 390 one-minute bars and ``decision_interval`` 15),
-  held in between (no trade), costs on: each rebalance is the env's ``"weights"`` fill; the marks between
-  rebalances are computed at once from the held shares, as for buy-and-hold;
-- ``"cash"``: never trades.
+Strategies: policies, any callables ``policy(obs) -> action`` (or objects with
+``act(obs, deterministic=True)``) in the env's action space, run as rows of one batched env, each
+called on its own rows; and the baselines of ``backtests.baselines`` (buy-and-hold, index, equal
+weight, cash), each its own group of columns.
 
 A strategy whose value falls under the env's termination floor is stopped there: from then on its
 equity stays at the value it had when it terminated, with no positions and no trades.
@@ -35,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import gc
-import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -45,20 +31,16 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from backtests import baselines as bl
 from backtests import metrics as m
+from backtests.accounting import GroupRun, trade_accounting
 from data.errors import DataError, PodracerError
 from data.market import MarketData
 from envs import trading
 from envs.backends.compiled import check_mode
 from envs.backtest_loop import BacktestLoop
-from envs.observation import WEIGHT, split_obs
 from envs.trading import EnvParams
 
-#: Index ETFs used for the ``"index"`` baseline, in order of preference.
-INDEX_TICKERS: tuple[str, ...] = ("QQQ", "SPY")
-#: Every baseline name ``run_backtest`` understands.
-BASELINES: tuple[str, ...] = ("buy_and_hold", "equal_weight", "index", "cash")
-DEFAULT_BASELINES: tuple[str, ...] = ("buy_and_hold", "equal_weight", "cash", "index")
 #: ``compile="auto"`` compiles a policy's decision loop from this many decisions on. Measured on a
 #: 2-core CPU (docs/backtests.md): the compiled decision saves ~120 µs; compiling costs ~3 s with
 #: inductor's on-disk cache warm and ~14 s cold, so 50k decisions repay even a cold compile.
@@ -186,7 +168,7 @@ def run_backtest(
     params: EnvParams,
     policies: Mapping[str, Policy] | None = None,
     *,
-    baselines: Sequence[str] = DEFAULT_BASELINES,
+    baselines: Sequence[str] = bl.DEFAULT_BASELINES,
     device: str | torch.device | None = None,
     seed: int = 0,
     num_threads: int | None = None,
@@ -202,6 +184,27 @@ def run_backtest(
     ``torch.compile`` (``envs.backtest_loop.BacktestLoop``), ``"off"`` eagerly, ``"auto"`` compiles
     from :data:`COMPILE_MIN_DECISIONS` decisions on, where the faster loop repays the compile.
     Compiled results equal eager ones up to float rounding (~1e-8 relative on a year of equity).
+
+    A policy that keeps half its value in the market, beside the default baselines, over two
+    sessions of a toy market (no index ETF in its universe, so no index baseline):
+
+    >>> import torch
+    >>> from data.toy import toy_market
+    >>> from envs.trading import EnvParams
+    >>> market = toy_market(num_steps=2 * 390, num_assets=3, num_features=2)
+    >>> half = lambda obs: torch.full((obs.shape[0], 3), 0.5 / 3)
+    >>> result = run_backtest(market, EnvParams(decision_interval=30), {"half_invested": half})
+    >>> result.names
+    ('half_invested', 'buy_and_hold', 'cash', 'equal_weight')
+    >>> tuple(result.equity.shape)  # (decisions, strategies): (2 * 390 - 1) // 30 decisions
+    (25, 4)
+    >>> bool((result.equity[:, result.index("cash")] == result.initial_value).all())  # never trades
+    True
+    >>> round(float(result.weights[-1, result.index("half_invested")].sum()), 1)
+    0.5
+    >>> dates, daily = result.daily_returns()  # one row per session
+    >>> [str(d) for d in dates], tuple(daily.shape)
+    (['2024-01-02', '2024-01-03'], (2, 4))
     """
     compile = check_mode(compile)
     if num_threads is not None:
@@ -214,10 +217,12 @@ def run_backtest(
         finally:
             torch.set_num_threads(previous)
     policies = dict(policies or {})
-    unknown = [b for b in baselines if b not in BASELINES]
+    unknown = [b for b in baselines if b not in bl.BASELINES]
     if unknown:
-        raise PodracerError(f"unknown baseline(s) {', '.join(unknown)}; choose from {', '.join(BASELINES)}")
-    clash = [n for n in policies if n in BASELINES or n.startswith("index_")]
+        raise PodracerError(
+            f"unknown baseline(s) {', '.join(unknown)}; choose from {', '.join(bl.BASELINES)}"
+        )
+    clash = [n for n in policies if bl.is_baseline(n)]
     if clash:
         raise PodracerError(f"policy name(s) {', '.join(clash)} clash with baseline names")
     device = torch.device(device) if device is not None else market.device
@@ -231,15 +236,15 @@ def run_backtest(
     params = _long_horizon(params, k_steps)
 
     plan = _day_plan(market, interval, k_steps)
-    groups: list[_Run] = []
+    groups: list[GroupRun] = []
     if policies:
         use_compile = compile == "on" or (compile == "auto" and k_steps >= COMPILE_MIN_DECISIONS)
         groups.append(_run_policies(market, params, policies, k_steps, seed, plan.off_bars, use_compile))
-    static = _static_baselines(market, baselines)
+    static = bl.static_weights(market, baselines)
     if static:
-        groups.append(_run_static(market, params, static, k_steps, seed, plan.off_bars))
+        groups.append(bl.run_static(market, params, static, k_steps, seed, plan.off_bars))
     if "equal_weight" in baselines:
-        groups.append(_run_equal_weight(market, params, k_steps, seed, plan.off_bars))
+        groups.append(bl.run_equal_weight(market, params, k_steps, seed, plan.off_bars))
 
     cat = lambda key: torch.cat([getattr(g, key) for g in groups], dim=1)  # noqa: E731
     equity = cat("equity")
@@ -305,38 +310,6 @@ def _day_plan(market: MarketData, interval: int, k_steps: int) -> _DayPlan:
     )
 
 
-@dataclass
-class _Run:
-    names: list[str]
-    equity: Tensor  # (K, N) float64
-    weights: Tensor  # (K, N, A) float32
-    costs: Tensor  # (K, N) float64
-    turnover: Tensor  # (K, N) float64
-    trades: Tensor  # (K, N, A) float32
-    trade_costs: Tensor  # (K, N, A) float32
-    terminated_at: list[int]
-    off_equity: Tensor  # (len(off_bars), N) float64 value at the close of sessions without a mark
-
-
-def _trade_accounting(
-    market: MarketData, params: EnvParams, shares_traded: Tensor, k_steps: int
-) -> tuple[Tensor, Tensor]:
-    """Signed notional ``(K, N, A)`` at the fill price and per-asset cost (commission + slippage).
-
-    Recomputed from the env's ``shares_traded`` and its fill rule (bar ``t + 1``'s open, buys at
-    ``open * (1 + s)``, sells at ``open * (1 - s)``, commission ``cost_rate`` of the fill notional),
-    vectorized over the whole run instead of one extra op per step.
-    """
-    interval = int(params.decision_interval)
-    fill_bars = torch.arange(k_steps, device=shares_traded.device) * interval + 1
-    px_open = market.open.index_select(0, fill_bars).to(torch.float64).unsqueeze(1)  # (K, 1, A)
-    slip = float(params.slippage_bps) * 1e-4
-    fill = px_open * (1.0 + slip * torch.sign(shares_traded))
-    notional = shares_traded * fill
-    cost = float(params.cost_rate) * notional.abs() + shares_traded.abs() * px_open * slip
-    return notional, cost
-
-
 def _eager_decisions(
     market: MarketData,
     params: EnvParams,
@@ -384,7 +357,7 @@ def _run_policies(
     seed: int,
     off_bars: np.ndarray,
     use_compile: bool = False,
-) -> _Run:
+) -> GroupRun:
     names = list(policies)
     n = len(names)
     # Everything under inference mode, the reset included: compiled code is specialized to
@@ -429,7 +402,7 @@ def _run_policies(
         w = held_value / value.unsqueeze(-1)
         w = w.masked_fill(dead.unsqueeze(-1), 0.0)
         shares = shares.masked_fill(dead.unsqueeze(-1), 0.0)
-        notional, trade_costs = _trade_accounting(market, params, shares, k_steps)
+        notional, trade_costs = trade_accounting(market, params, shares, k_steps)
         first_term = torch.where(term, rows, k_steps).amin(dim=0)
         # Off-mark closes: the cash and holdings of the decision in force (cash only changes at fills).
         off = torch.as_tensor(off_bars, device=value.device)
@@ -438,7 +411,7 @@ def _run_policies(
         off_close = market.close.index_select(0, off).to(torch.float64).unsqueeze(1)  # (O, 1, A)
         off_value = cash[k_off] + (held[k_off] * off_close).sum(dim=-1)
         off_equity = torch.where(dead[k_off], equity[k_off], off_value)
-    return _Run(
+    return GroupRun(
         names=names,
         equity=equity.cpu(),
         weights=w.to(torch.float32).cpu(),
@@ -473,230 +446,3 @@ def _plain_action(action: Any, shape: tuple[int, int], obs: Tensor) -> bool:
         and action.is_floating_point()
         and action.device == obs.device
     )
-
-
-def _static_baselines(market: MarketData, baselines: Sequence[str]) -> list[tuple[str, Tensor]]:
-    """``(name, target weights (A,))`` of every baseline that buys once and then holds."""
-    out: list[tuple[str, Tensor]] = []
-    num_assets = market.num_assets
-    for name in baselines:
-        if name == "buy_and_hold":
-            out.append((name, torch.full((num_assets,), 1.0 / num_assets)))
-        elif name == "cash":
-            out.append((name, torch.zeros(num_assets)))
-        elif name == "index":
-            ticker = next((t for t in INDEX_TICKERS if t in market.tickers), None)
-            if ticker is not None:
-                w = torch.zeros(num_assets)
-                w[market.tickers.index(ticker)] = 1.0
-                out.append((f"index_{ticker}", w))
-    return out
-
-
-def _run_static(
-    market: MarketData,
-    params: EnvParams,
-    static: list[tuple[str, Tensor]],
-    k_steps: int,
-    seed: int,
-    off_bars: np.ndarray | None = None,
-    *,
-    through_env: bool = False,
-) -> _Run:
-    """Buy the target weights with the first decision, then hold the shares to the end.
-
-    The buy is the env's ``"weights"`` fill (fractional shares, at bar 1's open, with slippage and
-    costs). Holding is a ``"shares"``-mode step with a zero action, which trades nothing and marks
-    ``cash + shares @ close``; by default that mark is computed for all decision bars at once
-    (``through_env=True`` steps the env instead; the tests check both agree).
-    """
-    names = [s[0] for s in static]
-    n = len(names)
-    device = market.device
-    interval = int(params.decision_interval)
-    # Baselines are the investor's own alternative, not the agent under its risk limits: never capped
-    # (a 0.1 cap would turn the index baseline into 90% cash). docs/env.md "Risk limits".
-    params = dataclasses.replace(params, max_weight=1.0)
-    buy_params = dataclasses.replace(params, action_mode="weights")
-    hold_params = dataclasses.replace(params, action_mode="shares")
-    with torch.inference_mode():
-        state, _ = trading.reset(market, buy_params, n, torch.Generator().manual_seed(seed), start=0)
-        target = torch.stack([s[1] for s in static]).to(device=device, dtype=torch.float32)
-        state, _, _, _, _, info = trading.step(market, buy_params, state, target)
-        first_value = info["value"].to(torch.float64)
-        bought = info["shares_traded"].to(torch.float64)  # (N, A)
-        first_traded = info["traded_notional"].to(torch.float64)
-        if through_env:
-            values, weights = [first_value], [_weights_of(info["final_obs"], market)]
-            zero = torch.zeros(n, market.num_assets, device=device)
-            for _ in range(1, k_steps):
-                state, _, _, _, _, info = trading.step(market, hold_params, state, zero)
-                values.append(info["value"].to(torch.float64))
-                weights.append(_weights_of(info["final_obs"], market))
-            equity = torch.stack(values)
-            w = torch.stack(weights)
-        else:
-            mark_bars = torch.arange(1, k_steps + 1, device=device) * interval  # (K,)
-            close = market.close.index_select(0, mark_bars).to(torch.float64)  # (K, A)
-            held = close.unsqueeze(1) * state.shares.unsqueeze(0)  # (K, N, A)
-            equity = state.cash.unsqueeze(0) + held.sum(dim=-1)  # (K, N)
-            equity[0] = first_value  # the env's own first mark
-            w = (held / equity.unsqueeze(-1).clamp(min=1e-12)).to(torch.float32)
-        shares = torch.zeros(k_steps, n, market.num_assets, dtype=torch.float64, device=device)
-        shares[0] = bought
-        notional, trade_costs = _trade_accounting(market, params, shares, k_steps)
-        turnover = torch.zeros(k_steps, n, dtype=torch.float64, device=device)
-        turnover[0] = first_traded / float(params.initial_cash)
-        off = torch.as_tensor(off_bars if off_bars is not None else np.zeros(0, np.int64), device=device)
-        off_close = market.close.index_select(0, off).to(torch.float64)  # (O, A)
-        off_equity = state.cash.to(torch.float64).unsqueeze(0) + off_close @ state.shares.to(torch.float64).T
-    return _Run(
-        names=names,
-        equity=equity.cpu(),
-        weights=w.to(torch.float32).cpu(),
-        costs=trade_costs.sum(dim=-1).cpu(),
-        turnover=turnover.cpu(),
-        trades=notional.to(torch.float32).cpu(),
-        trade_costs=trade_costs.to(torch.float32).cpu(),
-        terminated_at=[-1] * n,
-        off_equity=off_equity.cpu(),
-    )
-
-
-def rebalance_rows(market: MarketData, interval: int, k_steps: int) -> np.ndarray:
-    """Decision rows of ``"equal_weight"``'s rebalances: row 0 and each first row whose fill bar
-    (``k * interval + 1``) lies in a session other than the previous row's fill bar."""
-    dates = market.session_dates()
-    fill_dates = dates[np.arange(k_steps) * interval + 1]
-    return np.flatnonzero(np.r_[True, fill_dates[1:] != fill_dates[:-1]]).astype(np.int64)
-
-
-def _run_equal_weight(
-    market: MarketData, params: EnvParams, k_steps: int, seed: int, off_bars: np.ndarray
-) -> _Run:
-    """Equal weights bought at each rebalance row (the env's ``"weights"`` fill), held in between.
-
-    Between rebalances nothing trades, so the marks are ``cash + shares @ close`` computed for the
-    whole segment at once; at a rebalance the env state is moved to that decision bar (time index and
-    value marked at its close) and stepped once in ``"weights"`` mode, which trades, pays costs and
-    slippage exactly as for any policy.
-    """
-    device = market.device
-    interval = int(params.decision_interval)
-    num_assets = market.num_assets
-    buy_params = dataclasses.replace(params, action_mode="weights")
-    rows = rebalance_rows(market, interval, k_steps)
-    ends = np.r_[rows[1:], k_steps]
-    equity = torch.zeros(k_steps, 1, dtype=torch.float64, device=device)
-    weights = torch.zeros(k_steps, 1, num_assets, dtype=torch.float64, device=device)
-    shares_traded = torch.zeros(k_steps, 1, num_assets, dtype=torch.float64, device=device)
-    turnover = torch.zeros(k_steps, 1, dtype=torch.float64, device=device)
-    seg_cash, seg_shares = [], []
-    target = torch.full((1, num_assets), 1.0 / num_assets, device=device)
-    with torch.inference_mode():
-        state, _ = trading.reset(market, buy_params, 1, torch.Generator().manual_seed(seed), start=0)
-        prev_value = float(params.initial_cash)
-        for r, end in zip(rows.tolist(), ends.tolist(), strict=True):
-            if r > 0:
-                t = r * interval
-                close_t = market.close[t].to(torch.float64)
-                value = state.cash.to(torch.float64) + (state.shares.to(torch.float64) * close_t).sum(-1)
-                state = dataclasses.replace(
-                    state, t=torch.full_like(state.t, t), value=value.to(state.value.dtype)
-                )
-                prev_value = float(equity[r - 1, 0])
-            state, _, _, _, _, info = trading.step(market, buy_params, state, target)
-            cash = state.cash.to(torch.float64)  # (1,)
-            held_shares = state.shares.to(torch.float64)  # (1, A)
-            seg_cash.append(cash)
-            seg_shares.append(held_shares)
-            shares_traded[r] = info["shares_traded"].to(torch.float64)
-            turnover[r] = info["traded_notional"].to(torch.float64) / prev_value
-            mark_bars = torch.arange(r + 1, end + 1, device=device) * interval
-            close = market.close.index_select(0, mark_bars).to(torch.float64)  # (L, A)
-            held = close.unsqueeze(1) * held_shares.unsqueeze(0)  # (L, 1, A)
-            seg_equity = cash.unsqueeze(0) + held.sum(dim=-1)  # (L, 1)
-            seg_equity[0] = info["value"].to(torch.float64)  # the env's own mark
-            equity[r:end] = seg_equity
-            weights[r:end] = held / seg_equity.unsqueeze(-1).clamp(min=1e-12)
-        notional, trade_costs = _trade_accounting(market, params, shares_traded, k_steps)
-        # Off-mark closes: the holdings of the last rebalance filled by then (fill bar r * interval + 1).
-        off = np.asarray(off_bars, dtype=np.int64)
-        seg = np.searchsorted(rows * interval + 1, off, side="right") - 1
-        if len(off):
-            cash_all = torch.stack(seg_cash)  # (R, 1)
-            shares_all = torch.stack(seg_shares)  # (R, 1, A)
-            idx = torch.as_tensor(np.clip(seg, 0, None), device=device)
-            off_close = market.close.index_select(0, torch.as_tensor(off, device=device)).to(torch.float64)
-            off_equity = cash_all[idx] + (shares_all[idx] * off_close.unsqueeze(1)).sum(dim=-1)
-        else:
-            off_equity = torch.zeros(0, 1, dtype=torch.float64, device=device)
-    return _Run(
-        names=["equal_weight"],
-        equity=equity.cpu(),
-        weights=weights.to(torch.float32).cpu(),
-        costs=trade_costs.sum(dim=-1).cpu(),
-        turnover=turnover.cpu(),
-        trades=notional.to(torch.float32).cpu(),
-        trade_costs=trade_costs.to(torch.float32).cpu(),
-        terminated_at=[-1],
-        off_equity=off_equity.cpu(),
-    )
-
-
-def _weights_of(obs: Tensor, market: MarketData) -> Tensor:
-    """Position weights ``(N, A)`` from observations (see ``envs.observation.split_obs``)."""
-    return split_obs(obs, market.num_assets, market.num_features)[1][..., WEIGHT].clone()
-
-
-def evaluate(
-    market: MarketData,
-    params: EnvParams,
-    policies: Mapping[str, Policy],
-    device: str | torch.device | None = None,
-    *,
-    baselines: Sequence[str] = (),
-    num_threads: int | None = None,
-) -> BacktestResult:
-    """Score policies on a window (the tournament's updater): :func:`run_backtest` without baselines."""
-    return run_backtest(market, params, policies, baselines=baselines, device=device, num_threads=num_threads)
-
-
-FITNESS_KINDS: tuple[str, ...] = ("sharpe", "return", "calmar")
-#: Calmar fitness: finite ratios are clipped to +-CALMAR_CAP; a strategy with no drawdown and a positive
-#: return scores in (CALMAR_CAP, 2 * CALMAR_CAP), above every strategy with a drawdown, ordered by return.
-CALMAR_CAP = 1e3
-
-
-def fitness(
-    result: BacktestResult,
-    kind: str = "sharpe",
-    *,
-    annualization: float = 252.0,
-    nan_value: float = -math.inf,
-) -> Tensor:
-    """One fitness per strategy ``(S,)`` from daily returns, higher is better.
-
-    ``"sharpe"``: annualized Sharpe ratio; ``"return"``: total compounded return; ``"calmar"``: Calmar
-    ratio clipped to ``+-CALMAR_CAP``. Undefined values (a flat equity curve has no Sharpe ratio) become
-    ``nan_value``, so that sorting ranks them last.
-
-    Calmar with no drawdown (no losing day, positive return) is annual return / 0, undefined as a ratio
-    but the best possible risk profile: it must not rank below a weaker strategy that lost on some day,
-    so it scores ``CALMAR_CAP * (2 - 1 / (1 + cumulative return))``, above every strategy with a
-    drawdown (whose Calmar is at most ``CALMAR_CAP``) and increasing with the return among themselves.
-    Flat at zero (all cash) stays undefined.
-    """
-    _, daily = result.daily_returns()
-    if kind == "sharpe":
-        out = m.sharpe_ratio(daily, annualization=annualization)
-    elif kind == "return":
-        out = m.cum_returns_final(daily)
-    elif kind == "calmar":
-        out = m.calmar_ratio(daily, annualization=annualization).clamp(-CALMAR_CAP, CALMAR_CAP)
-        cum = m.cum_returns_final(daily)
-        no_drawdown = (m.max_drawdown(daily) == 0) & (cum > 0)
-        out = torch.where(no_drawdown, CALMAR_CAP * (2.0 - 1.0 / (1.0 + cum)), out)
-    else:
-        raise PodracerError(f"unknown fitness {kind!r}; choose from {', '.join(FITNESS_KINDS)}")
-    return torch.where(torch.isnan(out), torch.full_like(out, nan_value), out)

@@ -9,7 +9,9 @@ The files and their schemas are a contract with the dashboard (see ARCHITECTURE.
   ``annualized_min_sessions`` (63: below that ``annual_return`` and ``calmar_ratio`` are null, the
   period return ``cum_returns_final`` stands), ``cost_rate`` and ``slippage_bps`` (the costs used),
   ``dsr_reason`` (why a DSR is null or used the null-hypothesis variance; null otherwise),
-  ``verdict`` (one plain-words line, :func:`verdict`), and
+  ``verdict`` (one plain-words line), ``verdict_outcome`` (``"significant"``, ``"not significant"``,
+  ``"not measurable"``; null with no selected strategy), ``verdict_figures`` and ``verdict_reasons``
+  (the line's parts; ``backtests.verdict``), and
   ``strategies: {name: {<every metric of backtests.metrics.SUMMARY_METRICS>,
   probabilistic_sharpe_ratio, deflated_sharpe_ratio}}`` (floats, or null where undefined), plus
   descriptive extras (``decision_interval``, ``num_decisions``, ``num_days``, ``interval``,
@@ -39,7 +41,7 @@ import io
 import logging
 import math
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +51,9 @@ import torch
 
 from backtests import metrics as m
 from backtests import selection
-from backtests.engine import BASELINES, BacktestResult
+from backtests.baselines import is_baseline
+from backtests.engine import BacktestResult
+from backtests.verdict import ANNUALIZED_KEYS, ANNUALIZED_MIN_SESSIONS, judge, verdict_fields
 from data.atomic import atomic_path, atomic_write_json
 
 log = logging.getLogger(__name__)
@@ -59,20 +63,6 @@ DEFAULT_MAX_ROWS = 2_000_000
 EXTRA_METRICS: tuple[str, ...] = ("probabilistic_sharpe_ratio", "deflated_sharpe_ratio")
 #: Every per-strategy key of metrics.json, in display order.
 METRIC_KEYS: tuple[str, ...] = m.SUMMARY_METRICS + EXTRA_METRICS
-#: Annualized compounding figures are only reported for windows of at least this many sessions (a
-#: quarter): (1 + r)^(252 / n) over 12 sessions turns +33% into +40,000%/yr, a number that reads as a
-#: broken product. Below it ``annual_return`` and ``calmar_ratio`` are null and the period return stands.
-ANNUALIZED_MIN_SESSIONS = 63
-#: Metrics nulled below ANNUALIZED_MIN_SESSIONS. Sharpe, Sortino and volatility scale by sqrt(252) and
-#: do not compound, so they stay (the PSR/DSR say how much a short window's Sharpe is worth).
-ANNUALIZED_KEYS: tuple[str, ...] = ("annual_return", "calmar_ratio")
-#: DSR at or above this (and PBO below PBO_MAX) reads as a significant edge in :func:`verdict`.
-DSR_SIGNIFICANT = 0.95
-PBO_MAX = 0.5
-
-
-def _is_baseline(name: str) -> bool:
-    return name in BASELINES or name.startswith("index_")
 
 
 def compute_metrics(
@@ -101,7 +91,7 @@ def compute_metrics(
         dsr_all = torch.full_like(psr, math.nan)
     else:
         dsr_all = selection.deflated_sharpe_ratio(daily, max(1, int(num_trials)), variance)
-    deflated = set(deflated if deflated is not None else [n for n in result.names if not _is_baseline(n)])
+    deflated = set(deflated if deflated is not None else [n for n in result.names if not is_baseline(n)])
     short = daily.shape[0] < ANNUALIZED_MIN_SESSIONS
     out: dict[str, dict[str, float | None]] = {}
     for i, name in enumerate(result.names):
@@ -174,32 +164,6 @@ def costs_label(cost_rate: float | None, slippage_bps: float | None) -> str:
     return f"costs {100 * float(cost_rate):.2f}% + {float(slippage_bps):g} bp"
 
 
-def verdict(doc: Mapping[str, Any], strategy: str = "champion") -> str | None:
-    """One plain-words line on the selected strategy's edge, from its DSR and the run's PBO, e.g.
-    ``"edge not significant: DSR 0.003, PBO 0.62"``; None when ``strategy`` is not in the document."""
-    row = (doc.get("strategies") or {}).get(strategy)
-    if row is None:
-        return None
-    dsr, pbo = row.get("deflated_sharpe_ratio"), doc.get("pbo")
-    pbo_text = f"PBO {pbo:.2f}" if pbo is not None else "PBO n/a"
-    if dsr is None:
-        why = doc.get("dsr_reason") or "the Sharpe ratio is undefined"
-        return f"edge not measurable: DSR n/a ({why}), {pbo_text}"
-    dsr_text = f"DSR {dsr:.3f}" if dsr >= 0.001 else f"DSR {dsr:.1e}"
-    # The DSR tests a Sharpe above zero skill; a long-only pod can clear it in a rising market while
-    # doing worse than simply holding the market, so say so.
-    bench = (doc.get("strategies") or {}).get(doc.get("benchmark") or "")
-    mine, theirs = row.get("sharpe_ratio"), (bench or {}).get("sharpe_ratio")
-    below = (
-        f"; Sharpe {mine:.2f} below {doc['benchmark']}'s {theirs:.2f}"
-        if (mine is not None and theirs is not None and mine < theirs)
-        else ""
-    )
-    if dsr >= DSR_SIGNIFICANT and (pbo is None or pbo < PBO_MAX):
-        return f"edge significant: {dsr_text}, {pbo_text}{below}"
-    return f"edge not significant: {dsr_text}, {pbo_text}{below}"
-
-
 def metrics_document(
     result: BacktestResult,
     *,
@@ -220,7 +184,7 @@ def metrics_document(
     start, end = result.date_range()
     dates, _ = result.daily_returns()
     variance, reason = dsr_inputs(num_trials, trial_sharpes, annualization)
-    selected = [n for n in result.names if not _is_baseline(n)]
+    selected = [n for n in result.names if not is_baseline(n)]
     doc: dict[str, Any] = {
         "window": window,
         "start": start,
@@ -247,7 +211,7 @@ def metrics_document(
             result, annualization=annualization, num_trials=num_trials, trial_sharpes=trial_sharpes
         ),
     }
-    doc["verdict"] = verdict(doc, selected[0]) if selected else None
+    doc.update(verdict_fields(judge(doc, selected[0]) if selected else None))
     return doc
 
 

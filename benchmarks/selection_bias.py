@@ -4,7 +4,7 @@ deflated Sharpe ratio (DSR) and the probability of backtest overfitting (PBO) th
 On the planted-signal synthetic market (``data.synthetic``) with the signal on and off (``--signal 0``:
 nothing to learn, so every apparent edge is selection), for each seed: a small tournament through the
 product's own workflows (``app.workflows.training.train_tournament``, then
-``app.workflows.evaluation.backtest_run`` on the test window), reporting
+``app.workflows.backtest.backtest_run`` on the test window), reporting
 
 - the champion's (the best pod's) validation Sharpe and its test Sharpe (daily returns, net of costs,
   annualized), and buy-and-hold's test Sharpe;
@@ -39,7 +39,7 @@ import torch  # noqa: E402
 
 from app.config import Config  # noqa: E402
 from app.runs import RunDir  # noqa: E402
-from app.workflows.evaluation import backtest_run  # noqa: E402
+from app.workflows.backtest import backtest_run  # noqa: E402
 from app.workflows.training import train_tournament  # noqa: E402
 
 

@@ -40,7 +40,7 @@ from agents.tournament.backends import ProcessBackend  # noqa: E402
 from agents.tournament.generator import PodSpec  # noqa: E402
 from agents.tournament.orchestrator import TournamentArgs, run_tournament  # noqa: E402
 from agents.tournament.pod import PodTask, RoundContext, learner_round  # noqa: E402
-from backtests import engine  # noqa: E402
+from backtests.scoring import score_window  # noqa: E402
 from data.loader import load_market  # noqa: E402
 from envs.trading import EnvParams  # noqa: E402
 
@@ -82,9 +82,8 @@ def _settings(args: argparse.Namespace) -> tuple[dict, dict]:
 def _test_sharpe(policy: Policy, test, params: EnvParams) -> tuple[float, float]:
     """Test-window Sharpe of ``policy`` and of equal-weight buy-and-hold."""
     with torch.no_grad():
-        result = engine.run_backtest(test, params, {"policy": policy}, baselines=("buy_and_hold",))
-    sharpe = engine.fitness(result, "sharpe", nan_value=0.0)
-    return float(sharpe[result.index("policy")]), float(sharpe[result.index("buy_and_hold")])
+        scores = score_window(test, params, {"policy": policy}, nan_value=0.0, baselines=("buy_and_hold",))
+    return scores.of("policy"), scores.of("buy_and_hold")
 
 
 def run_tournament_once(args, splits, seed: int, workers: int, root: Path) -> dict:

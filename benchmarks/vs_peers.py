@@ -22,7 +22,7 @@ weights to 0, rows summing above 1 scaled down); both keep the raw sample's log-
 Reported per library (mean over seeds, and per seed): ``env_steps_per_s`` of the whole training
 loop (rollouts + updates, wall clock of the library's train call) and ``valid_sharpe``, the
 annualized Sharpe of daily returns (net of costs) of the trained policy's deterministic actions on
-the validation window, scored by ``backtests.engine`` exactly as the tournament scores pods.
+the validation window, scored by ``backtests.scoring`` exactly as the tournament scores pods.
 
     .venv/bin/python benchmarks/vs_peers.py                      # README figures (a few minutes, 2 cores)
     .venv/bin/python benchmarks/vs_peers.py --json               # one JSON row per library
@@ -50,7 +50,7 @@ from torch import nn  # noqa: E402
 
 from agents.networks import flops_per_sample, num_parameters  # noqa: E402
 from agents.ppo import PPOArgs, policy_for_env, train  # noqa: E402
-from backtests import engine  # noqa: E402
+from backtests.scoring import score_window  # noqa: E402
 from data.loader import synthetic_market  # noqa: E402
 from data.market import MarketData  # noqa: E402
 from envs.isaaclab import IsaacLabEnv  # noqa: E402
@@ -105,8 +105,7 @@ def peer_macs(width: int, obs_dim: int, num_actions: int) -> int:
 
 def _sharpe(valid: MarketData, params: EnvParams, policy: Callable[[torch.Tensor], torch.Tensor]) -> float:
     with torch.no_grad():
-        result = engine.run_backtest(valid, params, {"policy": policy}, baselines=())
-    return float(engine.fitness(result, "sharpe", nan_value=0.0)[0])
+        return score_window(valid, params, {"policy": policy}, nan_value=0.0).of("policy")
 
 
 # --- the three trainers: each returns (env-steps, train seconds, deterministic policy, parameters) ---
@@ -286,8 +285,8 @@ def main(argv: list[str] | None = None) -> None:
             flush=True,
         )
     with torch.no_grad():
-        bh = engine.run_backtest(splits.valid, params, {}, baselines=("buy_and_hold",))
-    buy_and_hold = float(engine.fitness(bh, "sharpe", nan_value=0.0)[0])
+        bh = score_window(splits.valid, params, {}, nan_value=0.0, baselines=("buy_and_hold",))
+    buy_and_hold = bh.of("buy_and_hold")
     if not args.json:
         print(f"# equal-weight buy-and-hold, validation Sharpe {buy_and_hold:.2f}", flush=True)
     # Untimed warm-up of each library (first-call allocations, lazy imports), then seeds in the

@@ -3,7 +3,7 @@
 The synthetic market (``data.synthetic``) plants a cross-sectional momentum: an asset's idiosyncratic
 return over the last session predicts its drift over the next hundreds of bars (feature ``ret_390``).
 PPO trains on the TRAIN window only; its deterministic policy is then backtested on the VALIDATION
-window (``backtests.engine`` through ``agents.evaluate``, 0.2% costs) against equal-weight
+window (``backtests.scoring`` through ``agents.validation``, 0.2% costs) against equal-weight
 buy-and-hold. With the signal it must beat buy-and-hold over 3 seeds; with ``signal=0`` (the
 control: same pipeline, nothing to learn) it must not claim an edge.
 
@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import pytest
 
-from agents.evaluate import evaluate_on_window
 from agents.ppo import PPOArgs, train
+from agents.validation import validation_scores
 from data.loader import synthetic_market
 from envs.trading import EnvParams
 from envs.vec_env import TradingVecEnv
@@ -54,7 +54,7 @@ def _valid_excess(seed: int, signal: float) -> dict[str, float]:
     params = EnvParams(decision_interval=15, episode_len=64, reward_scale=100.0)
     env = TradingVecEnv(splits.train, params, num_envs=256, seed=seed)
     result = train(PPOArgs(seed=seed, **ARGS), env)
-    return evaluate_on_window(result.policy, splits.valid, params)
+    return validation_scores(result.policy, splits.valid, params)
 
 
 @pytest.mark.slow

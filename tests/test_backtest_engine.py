@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from backtests import engine
+from backtests import baselines, engine, scoring
 from backtests import metrics as m
 from data.errors import DataError, PodracerError
 from data.market import MarketData
@@ -128,10 +128,10 @@ def test_buy_and_hold_is_the_equal_weight_price_relative_net_of_initial_costs(to
 
 def test_static_baselines_match_stepping_the_env(toy):
     params = engine._long_horizon(EnvParams(decision_interval=7), 200)
-    static = engine._static_baselines(toy, ("buy_and_hold", "cash"))
+    static = baselines.static_weights(toy, ("buy_and_hold", "cash"))
     k = engine.num_decisions(toy.num_steps, 7)
-    fast = engine._run_static(toy, params, static, k, 0)
-    slow = engine._run_static(toy, params, static, k, 0, through_env=True)
+    fast = baselines.run_static(toy, params, static, k, 0)
+    slow = baselines.run_static(toy, params, static, k, 0, through_env=True)
     torch.testing.assert_close(fast.equity, slow.equity, rtol=1e-12, atol=1e-6)
     torch.testing.assert_close(fast.weights, slow.weights, rtol=1e-5, atol=1e-6)
 
@@ -206,15 +206,19 @@ def test_daily_returns_compound_the_decision_returns(toy):
 
 def test_fitness_ranks_and_maps_undefined_to_minus_inf(toy):
     long_best = lambda obs: torch.full((obs.shape[0], toy.num_assets), 1.0 / toy.num_assets)  # noqa: E731
-    res = engine.evaluate(
-        toy, EnvParams(decision_interval=15), {"pod": long_best}, "cpu", baselines=("cash",)
+    scores = scoring.score_window(
+        toy, EnvParams(decision_interval=15), {"pod": long_best}, device="cpu", baselines=("cash",)
     )
-    fit = engine.fitness(res, "sharpe")
-    assert fit.shape == (2,)
+    res, fit = scores.result, scores.fitness
+    assert res.names == ("pod", "cash") and fit.shape == (2,)
     assert math.isfinite(fit[0].item()) and fit[1].item() == -math.inf
-    assert engine.fitness(res, "return")[1].item() == 0.0
+    assert scores.of("pod") == fit[0].item()
+    torch.testing.assert_close(scoring.fitness(res, "sharpe"), fit, rtol=0, atol=0)
+    assert scoring.fitness(res, "return")[1].item() == 0.0
     with pytest.raises(PodracerError, match="unknown fitness"):
-        engine.fitness(res, "sortino")
+        scoring.fitness(res, "sortino")
+    with pytest.raises(PodracerError, match="unknown fitness"):
+        scoring.score_window(toy, EnvParams(decision_interval=15), {"pod": long_best}, kind="sortino")
 
 
 def test_bad_inputs_are_one_line_errors(toy):
@@ -332,7 +336,7 @@ def test_equal_weight_rebalances_at_each_session_open_against_a_hand_computed_ca
     traded = res.trades[:, col].abs().sum(dim=-1)
     assert [bool(v > 1e-6) for v in traded] == [True, True, False, True, False]
     assert float(res.costs[:, col].sum()) > float(res.costs[:, res.index("buy_and_hold")].sum())
-    assert engine.rebalance_rows(market, 1, 5).tolist() == [0, 1, 3]
+    assert baselines.rebalance_rows(market, 1, 5).tolist() == [0, 1, 3]
     # Weights equal right after each rebalance fill (measured at the open), then drift with prices.
     assert res.weights[1, col].sum().item() == pytest.approx(1.0, abs=0.02)
 

@@ -10,8 +10,10 @@ import pandas as pd
 import pytest
 from dashboard_fixture import make_run, write_backtest, write_real_backtest
 
-from app.dashboard import artifacts, charts, views
+from app.dashboard import artifacts, cards, charts, formatting, pods, series, tables
 from app.dashboard import launch as cmd
+from app.dashboard.verdict_box import VerdictBox, verdict_box
+from backtests.verdict import Verdict, verdict_fields
 
 # --------------------------------------------------------------------------- artifacts
 
@@ -40,17 +42,17 @@ def test_reads_what_the_real_report_writes(tmp_path):
     run_dir = tmp_path / "runs" / "real"
     written = write_real_backtest(run_dir, days=3, num_assets=3)
     metrics = artifacts.read_metrics(run_dir)
-    assert views.champion_name(metrics) == "champion" and views.benchmark_name(metrics) == "buy_and_hold"
-    for spec in views.CARD_METRICS:
+    assert cards.champion_name(metrics) == "champion" and cards.benchmark_name(metrics) == "buy_and_hold"
+    for spec in cards.CARD_METRICS:
         assert metrics["strategies"]["champion"][spec.key] == written["strategies"]["champion"][spec.key]
     positions = artifacts.read_positions(run_dir)
     # The report stores labels as categoricals; the dashboard works on plain strings.
     assert not isinstance(positions["strategy"].dtype, pd.CategoricalDtype)
     assert not isinstance(positions["ticker"].dtype, pd.CategoricalDtype)
-    wide = views.weights_wide(positions, "champion")
+    wide = series.weights_wide(positions, "champion")
     assert wide.shape[1] == 3 and (wide.sum(axis=1) <= 1 + 1e-6).all()
     trades = artifacts.read_trades(run_dir)
-    assert set(views.cost_summary(trades).index) <= {"champion", "buy_and_hold", "equal_weight"}
+    assert set(series.cost_summary(trades).index) <= {"champion", "buy_and_hold", "equal_weight"}
     daily = artifacts.read_daily_returns(run_dir)
     cum = float((1 + daily["champion"]).prod() - 1)
     assert cum == pytest.approx(metrics["strategies"]["champion"]["cum_returns_final"], rel=1e-6, abs=1e-9)
@@ -126,11 +128,11 @@ def test_curves_and_missing_stores(tmp_path):
     curves = artifacts.read_curves(run_dir)
     assert list(curves) == ["pod-000", "pod-001"]
     assert curves["pod-000"]["env_steps"].is_monotonic_increasing
-    assert views.curve_metrics(curves) == ["eval/score", "charts/episodic_return", "losses/value_loss"]
-    assert views.curve_x_axes(curves) == ["env_steps"]
+    assert series.curve_metrics(curves) == ["eval/score", "charts/episodic_return", "losses/value_loss"]
+    assert series.curve_x_axes(curves) == ["env_steps"]
     with_lineage = {p: f.assign(lineage_env_steps=f["env_steps"] + 1000) for p, f in curves.items()}
-    assert "lineage_env_steps" not in views.curve_metrics(with_lineage)
-    assert views.curve_x_axes(with_lineage) == ["env_steps", "lineage_env_steps"]
+    assert "lineage_env_steps" not in series.curve_metrics(with_lineage)
+    assert series.curve_x_axes(with_lineage) == ["env_steps", "lineage_env_steps"]
     fig = charts.learning_curves_figure(with_lineage, "eval/score", x="lineage_env_steps")
     assert fig.data[0].x[0] == curves["pod-000"]["env_steps"].iloc[0] + 1000
     with pytest.raises(artifacts.ArtifactMissing, match="no tournament in run 'r1'"):
@@ -168,17 +170,17 @@ def test_read_tournament_through_the_real_leaderboard(tmp_path):
         board.record_failure("p3", "NaN loss")
     data = artifacts.read_tournament(run_dir)
     assert list(data.leaderboard["pod_id"]) == ["p1", "p0"]
-    assert views.status_counts(data.pods)["failed"] == 1
-    assert views.status_counts(data.pods)["tried"] == 4
-    history = views.score_history(data.events)
+    assert pods.status_counts(data.pods)["failed"] == 1
+    assert pods.status_counts(data.pods)["tried"] == 4
+    history = pods.score_history(data.events)
     assert list(history["score"]) == [0.5, 1.5, 0.1]
     assert str(history["time"].dt.tz) == "UTC"
-    chain = views.lineage(data.pods, "p2")
+    chain = pods.lineage(data.pods, "p2")
     assert list(chain["pod_id"]) == ["p2", "p1", "p0"]
-    table = views.tidy_table(data.pods, ("created",))
+    table = tables.tidy_table(data.pods, ("created",))
     assert table["hparams"].iloc[0] == "lr: 0.0003"  # readable text, not a JSON string
     assert str(table["created"].dt.tz) == "UTC"
-    wide = views.pod_table(data.leaderboard)
+    wide = pods.pod_table(data.leaderboard)
     assert list(wide.frame["pod"]) == ["p1", "p0"]
     assert list(wide.frame["Sharpe"]) == [1.5, 0.5] and list(wide.frame["lr"]) == [3e-4, 3e-4]
     assert wide.formats["Sharpe"] == "%.2f" and "hparams" not in wide.frame.columns
@@ -215,19 +217,19 @@ METRICS = {
 
 
 def test_format_metric():
-    assert views.format_metric(0.003, "prob") == "0.003"  # a DSR of 0.003 is not 0.00
-    assert views.format_metric(1.9e-31, "prob") == "<0.001"
-    assert views.format_metric(0.1234, "pct") == "12.34%"
-    assert views.format_metric(-0.25, "pct") == "-25.00%"
-    assert views.format_metric(1.2345, "ratio") == "1.23"
-    assert views.format_metric(1234.5, "money") == "$1,234.50"
-    assert views.format_metric(None, "ratio") == "n/a"
-    assert views.format_metric(float("nan"), "pct") == "n/a"
+    assert formatting.format_metric(0.003, "prob") == "0.003"  # a DSR of 0.003 is not 0.00
+    assert formatting.format_metric(1.9e-31, "prob") == "<0.001"
+    assert formatting.format_metric(0.1234, "pct") == "12.34%"
+    assert formatting.format_metric(-0.25, "pct") == "-25.00%"
+    assert formatting.format_metric(1.2345, "ratio") == "1.23"
+    assert formatting.format_metric(1234.5, "money") == "$1,234.50"
+    assert formatting.format_metric(None, "ratio") == "n/a"
+    assert formatting.format_metric(float("nan"), "pct") == "n/a"
 
 
 def test_metric_cards_values_and_deltas():
-    cards = views.metric_cards(METRICS, "champion", versus="buy_and_hold")
-    assert [c.label for c in cards] == [
+    shown = cards.metric_cards(METRICS, "champion", versus="buy_and_hold")
+    assert [c.label for c in shown] == [
         "Cum. return",
         "Ann. return",
         "Volatility",
@@ -237,7 +239,7 @@ def test_metric_cards_values_and_deltas():
         "Calmar",
         "DSR",
     ]
-    by_key = {c.key: c for c in cards}
+    by_key = {c.key: c for c in shown}
     assert by_key["sharpe_ratio"].value == "1.23"
     assert by_key["sharpe_ratio"].delta == "+0.23"
     assert by_key["max_drawdown"].value == "-25.00%"
@@ -250,36 +252,36 @@ def test_metric_cards_values_and_deltas():
     assert (
         "Champion: 1.2345." in by_key["sharpe_ratio"].help and "Buy & hold: 1." in by_key["sharpe_ratio"].help
     )
-    assert views.champion_name(METRICS) == "champion"
-    assert views.benchmark_name(METRICS) == "buy_and_hold"
-    assert views.champion_name({"strategies": {"buy_and_hold": {}, "cash": {}, "pod-7": {}}}) == "pod-7"
-    assert views.champion_name({"strategies": {"buy_and_hold": {}}}) is None
+    assert cards.champion_name(METRICS) == "champion"
+    assert cards.benchmark_name(METRICS) == "buy_and_hold"
+    assert cards.champion_name({"strategies": {"buy_and_hold": {}, "cash": {}, "pod-7": {}}}) == "pod-7"
+    assert cards.champion_name({"strategies": {"buy_and_hold": {}}}) is None
 
 
 def test_comparison_table():
-    table = views.comparison_table(METRICS)
+    table = cards.comparison_table(METRICS)
     assert list(table.index) == ["Champion", "Buy & hold"]
     assert table.loc["Buy & hold", "Sortino"] == "n/a"
     assert table.loc["Champion", "Calmar"] == "0.20"
-    text = views.markdown_table(table).splitlines()
+    text = tables.markdown_table(table).splitlines()
     assert text[0].startswith("| strategy | Cum. return |") and text[1].startswith("|---|---|")
     assert text[2].startswith("| Champion | 12.34% |") and len(text) == 4
 
 
 def test_drawdown_and_monthly_returns():
     equity = pd.Series([100.0, 120.0, 90.0, 130.0, 65.0])
-    assert views.drawdown(equity).tolist() == pytest.approx([0.0, 0.0, -0.25, 0.0, -0.5])
+    assert series.drawdown(equity).tolist() == pytest.approx([0.0, 0.0, -0.25, 0.0, -0.5])
     dates = pd.to_datetime(["2024-01-02", "2024-01-03", "2024-02-01", "2025-03-03"])
     daily = pd.Series([0.1, 0.1, -0.5, 0.02], index=dates)
-    table = views.monthly_returns(daily)
+    table = series.monthly_returns(daily)
     assert list(table.index) == [2024, 2025]
     assert table.loc[2024, "Jan"] == pytest.approx(0.21)
     assert table.loc[2024, "Feb"] == pytest.approx(-0.5)
     assert table.loc[2025, "Mar"] == pytest.approx(0.02)
     assert np.isnan(table.loc[2025, "Jan"])
-    assert views.monthly_returns(pd.Series(dtype=float)).empty
+    assert series.monthly_returns(pd.Series(dtype=float)).empty
     days = pd.to_datetime(["2024-01-01", "2024-01-05", "2024-01-09"])  # Mon, Fri, next Tue
-    table = views.daily_returns_table(pd.Series([0.01, -0.02, 0.03], index=days))
+    table = series.daily_returns_table(pd.Series([0.01, -0.02, 0.03], index=days))
     assert list(table.index) == ["2024-01-01", "2024-01-08"]
     assert table.loc["2024-01-01", "Fri"] == pytest.approx(-0.02)
     assert table.loc["2024-01-08", "Tue"] == pytest.approx(0.03)
@@ -296,12 +298,12 @@ def test_weights_wide_keeps_last_row_per_bucket():
             "weight": np.ravel([[i / 10, 0.5] for i in range(10)]),
         }
     )
-    wide = views.weights_wide(positions, "champion", max_points=3)
+    wide = series.weights_wide(positions, "champion", max_points=3)
     assert len(wide) == 3
     assert wide.index[-1] == stamps[-1]  # the final holding is always shown
     assert list(wide.columns) == ["B", "A"]  # largest average weight first
     assert wide["A"].iloc[-1] == pytest.approx(0.9)
-    assert views.weights_wide(positions, "nobody").empty
+    assert series.weights_wide(positions, "nobody").empty
 
 
 def test_trades_and_costs():
@@ -314,18 +316,18 @@ def test_trades_and_costs():
             "cost": [1.0, 0.5, 2.0],
         }
     )
-    table = views.trades_table(trades, "champion")
+    table = series.trades_table(trades, "champion")
     assert list(table["side"]) == ["sell", "buy"]  # newest first
-    summary = views.cost_summary(trades)
+    summary = series.cost_summary(trades)
     assert summary.loc["champion", "costs"] == pytest.approx(1.5)
     assert summary.loc["champion", "cost bp"] == pytest.approx(1.5 / 1500 * 1e4)
-    assert views.costs_by_ticker(trades, "champion").index[0] == "A"
+    assert series.costs_by_ticker(trades, "champion").index[0] == "A"
 
 
 def test_lineage_stops_on_cycles_and_unknown_pods():
-    pods = pd.DataFrame({"pod_id": ["a", "b", "c"], "parent_id": ["c", "a", "b"]})
-    assert list(views.lineage(pods, "c")["pod_id"]) == ["c", "b", "a"]
-    assert views.lineage(pods, "zzz").empty
+    tried = pd.DataFrame({"pod_id": ["a", "b", "c"], "parent_id": ["c", "a", "b"]})
+    assert list(pods.lineage(tried, "c")["pod_id"]) == ["c", "b", "a"]
+    assert pods.lineage(tried, "zzz").empty
 
 
 # --------------------------------------------------------------------------- downsampling and charts
@@ -358,9 +360,9 @@ def test_figures_are_downsampled(tmp_path):
     fig = charts.equity_figure(equity, max_points=500)
     assert [t.name for t in fig.data] == ["Champion", "Buy & hold", "Cash", "Equal weight"]
     assert all(len(t.x) == 500 for t in fig.data)
-    under = charts.underwater_figure(views.drawdown(equity), max_points=500)
-    assert min(under.data[0].y) == pytest.approx(views.drawdown(equity)["champion"].min())
-    heat = charts.monthly_heatmap(views.monthly_returns(artifacts.read_daily_returns(run_dir)["champion"]))
+    under = charts.underwater_figure(series.drawdown(equity), max_points=500)
+    assert min(under.data[0].y) == pytest.approx(series.drawdown(equity)["champion"].min())
+    heat = charts.monthly_heatmap(series.monthly_returns(artifacts.read_daily_returns(run_dir)["champion"]))
     assert heat.data[0].type == "heatmap"
 
 
@@ -491,16 +493,16 @@ def test_fixture_metrics_json_is_valid_json(tmp_path):
     ],
 )
 def test_compact_formats_fit_a_card(value, kind, shown, delta):
-    assert views.format_metric(value, kind) == shown
-    assert views.format_delta(value, kind) == delta
+    assert formatting.format_metric(value, kind) == shown
+    assert formatting.format_delta(value, kind) == delta
     assert len(shown) <= 8 and len(delta) <= 9
 
 
 def test_format_full_keeps_every_digit():
-    assert views.format_full(35252.88, "pct") == "3,525,288.00%"
-    assert views.format_full(7726312.5, "ratio") == "7,726,312.50"
-    assert views.format_full(1.2345, "ratio") == "1.2345"
-    assert views.format_full(None, "pct") == "n/a"
+    assert formatting.format_full(35252.88, "pct") == "3,525,288.00%"
+    assert formatting.format_full(7726312.5, "ratio") == "7,726,312.50"
+    assert formatting.format_full(1.2345, "ratio") == "1.2345"
+    assert formatting.format_full(None, "pct") == "n/a"
 
 
 def _new_schema(sessions: int, **extra) -> dict:
@@ -514,46 +516,59 @@ def _new_schema(sessions: int, **extra) -> dict:
 
 def test_short_window_cards_say_why():
     doc = _new_schema(12)
-    cards = {c.key: c for c in views.metric_cards(doc, "champion", versus="buy_and_hold")}
-    assert cards["annual_return"].value == "n/a" and cards["calmar_ratio"].value == "n/a"
-    assert "n/a: window under 63 sessions (12)" in cards["annual_return"].help
-    assert "period return is 12.34%" in cards["annual_return"].help
+    by_key = {c.key: c for c in cards.metric_cards(doc, "champion", versus="buy_and_hold")}
+    assert by_key["annual_return"].value == "n/a" and by_key["calmar_ratio"].value == "n/a"
+    assert "n/a: window under 63 sessions (12)" in by_key["annual_return"].help
+    assert "period return is 12.34%" in by_key["annual_return"].help
     assert (
-        cards["annual_return"].delta == "period return 12.34%" and cards["annual_return"].delta_arrow == "off"
+        by_key["annual_return"].delta == "period return 12.34%"
+        and by_key["annual_return"].delta_arrow == "off"
     )
-    assert cards["calmar_ratio"].delta == "under 63 sessions" and cards["calmar_ratio"].delta_color == "off"
-    assert views.short_window_note(doc).startswith("Ann. return and Calmar: n/a: window under 63 sessions")
+    assert by_key["calmar_ratio"].delta == "under 63 sessions" and by_key["calmar_ratio"].delta_color == "off"
+    assert cards.short_window_note(doc).startswith("Ann. return and Calmar: n/a: window under 63 sessions")
     # 63 sessions or more, or an old run without the keys: no note, figures shown as written.
-    assert views.short_window_note(_new_schema(63)) is None
-    assert views.short_window_note(METRICS) is None
-    assert views.metric_cards(METRICS, "champion")[1].value == "5.00%"
+    assert cards.short_window_note(_new_schema(63)) is None
+    assert cards.short_window_note(METRICS) is None
+    assert cards.metric_cards(METRICS, "champion")[1].value == "5.00%"
 
 
-def test_edge_verdict_in_plain_words():
+def test_verdict_box_shows_what_metrics_json_states():
     doc = _new_schema(12, pbo=0.62)
-    doc["strategies"]["champion"]["deflated_sharpe_ratio"] = 0.003
-    verdict = views.edge_verdict(doc, "champion")
-    assert verdict.significant is False
-    assert verdict.text.startswith("edge not significant: DSR 0.003, PBO 0.62 over 44 trial(s)")
     doc["strategies"]["champion"]["deflated_sharpe_ratio"] = 0.97
+    # The document states its verdict (backtests.report wrote it): the box shows that, not a re-derivation.
+    doc.update(verdict_fields(Verdict("not significant", ("DSR 0.970", "PBO 0.62"))))
     doc["pbo"] = 0.1
-    assert views.edge_verdict(doc, "champion") == views.Verdict(
-        True, "edge significant: DSR 0.97, PBO 0.10 over 44 trial(s)"
-    )
-    doc["pbo"] = 0.7  # a strong DSR but an overfit selection is still not an edge
-    assert views.edge_verdict(doc, "champion").significant is False
-    assert views.edge_verdict({"strategies": {"champion": {}}}, "champion") is None
+    assert verdict_box(doc) == VerdictBox("warning", "edge not significant: DSR 0.970, PBO 0.62")
+    doc.update(verdict_fields(Verdict("significant", ("DSR 0.970", "PBO 0.10"))))
+    assert verdict_box(doc) == VerdictBox("success", "edge significant: DSR 0.970, PBO 0.10")
+    why = Verdict("not measurable", ("DSR n/a (the Sharpe ratio is undefined)", "PBO n/a"))
+    assert verdict_box({**doc, **verdict_fields(why)}).kind == "info"
+    # A baselines-only report states no verdict.
+    assert verdict_box({**doc, **verdict_fields(None)}) is None
+
+
+def test_verdict_box_of_a_document_without_a_stored_verdict():
+    """Runs from before the verdict was stored: judged once by backtests.verdict, the report's rule."""
+    doc = _new_schema(12, pbo=0.5)
+    doc["strategies"]["champion"]["deflated_sharpe_ratio"] = 0.97
+    # PBO exactly 0.5 is not below PBO_MAX: not significant, as the report says.
+    assert verdict_box(doc) == VerdictBox("warning", "edge not significant: DSR 0.970, PBO 0.50")
+    doc["pbo"] = 0.1
+    assert verdict_box(doc) == VerdictBox("success", "edge significant: DSR 0.970, PBO 0.10")
+    doc["strategies"]["champion"]["deflated_sharpe_ratio"] = 0.003
+    assert verdict_box(doc).text == "edge not significant: DSR 0.003, PBO 0.10"
     old = json.loads(json.dumps(METRICS))  # no pbo: the DSR alone decides
-    assert views.edge_verdict(old, "champion").text == "edge significant: DSR 0.95"
+    assert verdict_box(old) == VerdictBox("success", "edge significant: DSR 0.951, PBO n/a")
+    assert verdict_box({"strategies": {"champion": {}}}) is None  # from before the DSR
 
 
 def test_costs_caption_and_pbo_logits():
     doc = _new_schema(70, cost_rate=0.002, slippage_bps=1.0, pbo_logits=[0.5, None, -1.0, float("nan")])
-    assert views.costs_caption(doc) == "costs 0.20% + 1 bp"
-    assert "costs 0.20% + 1 bp" in views.window_caption(doc) and "70 sessions" in views.window_caption(doc)
-    assert views.costs_caption(METRICS) is None
-    assert views.pbo_logits(doc) == [0.5, -1.0]
-    assert views.pbo_logits(METRICS) == []
+    assert cards.costs_caption(doc) == "costs 0.20% + 1 bp"
+    assert "costs 0.20% + 1 bp" in cards.window_caption(doc) and "70 sessions" in cards.window_caption(doc)
+    assert cards.costs_caption(METRICS) is None
+    assert cards.pbo_logits(doc) == [0.5, -1.0]
+    assert cards.pbo_logits(METRICS) == []
     fig = charts.pbo_histogram([0.5, -1.0, -0.2, 1.5], pbo=0.5)
     left, right = fig.data
     assert sorted(left.x) == [-1.0, -0.2] and sorted(right.x) == [0.5, 1.5]
@@ -561,7 +576,7 @@ def test_costs_caption_and_pbo_logits():
 
 def test_tidy_table_parses_json_text_cells():
     frame = pd.DataFrame({"tickers": ['["AAPL", "MSFT"]', "[]"], "note": ["{not json", "x"], "n": [1, 2]})
-    out = views.tidy_table(frame)
+    out = tables.tidy_table(frame)
     assert list(out["tickers"]) == ["AAPL, MSFT", ""]
     assert list(out["note"]) == ["{not json", "x"] and list(out["n"]) == [1, 2]
 
@@ -569,9 +584,9 @@ def test_tidy_table_parses_json_text_cells():
 def test_mutation_names_the_changed_hyper_parameters():
     parent = {"learning_rate": 1e-3, "gamma": 0.99, "update_epochs": 4}
     child = {"learning_rate": 1.2e-3, "gamma": 0.99, "update_epochs": 5}
-    assert views.mutation(child, parent) == "learning rate 1.00e-03 -> 1.20e-03, epochs 4 -> 5"
-    assert views.mutation(parent, parent) == "copied unchanged"
-    assert views.mutation(parent, None) == "new pod (no parent)"
+    assert pods.mutation(child, parent) == "learning rate 1.00e-03 -> 1.20e-03, epochs 4 -> 5"
+    assert pods.mutation(parent, parent) == "copied unchanged"
+    assert pods.mutation(parent, None) == "new pod (no parent)"
 
 
 def test_pod_table_lineage_and_fitness_on_a_tournament(tmp_path):
@@ -579,7 +594,7 @@ def test_pod_table_lineage_and_fitness_on_a_tournament(tmp_path):
 
     leaders = write_tournament(tmp_path, 60, board_size=8)
     data = artifacts.read_tournament(tmp_path)
-    table = views.pod_table(data.leaderboard)
+    table = pods.pod_table(data.leaderboard)
     frame = table.frame
     assert list(frame["pod"]) == leaders and len(frame) == 8
     for column in ("learning rate", "gamma", "clip", "epochs", "Sharpe", "max drawdown", "costs"):
@@ -591,13 +606,13 @@ def test_pod_table_lineage_and_fitness_on_a_tournament(tmp_path):
     assert not text.apply(lambda col: col.str.startswith(("{", "["))).any().any()
 
     champion = leaders[0]
-    points = views.lineage_points(data.pods, set(leaders), champion)
+    points = pods.lineage_points(data.pods, set(leaders), champion)
     assert len(points) == len(data.pods) - (data.pods["status"] == "failed").sum()
     assert points.set_index("pod").loc[champion, "role"] == "champion"
     assert (points["role"] == "leaderboard").sum() == len(leaders) - 1
     children = points[points["parent"].notna()]
     assert (children["mutation"] != "").all() and not children["mutation"].str.contains("new pod").any()
-    chain = views.lineage_table(data.pods, champion)
+    chain = pods.lineage_table(data.pods, champion)
     assert (
         chain.frame["pod"].iloc[0] == champion and chain.frame["mutation"].iloc[-1] == "new pod (no parent)"
     )
@@ -605,7 +620,7 @@ def test_pod_table_lineage_and_fitness_on_a_tournament(tmp_path):
     hover = " ".join(t for trace in fig.data if trace.text is not None for t in trace.text)
     assert "parent:" in hover and " -> " in hover
 
-    history = views.score_history(data.events)
+    history = pods.score_history(data.events)
     fitness = charts.fitness_figure(history, leaders)
     # One grey trace for the other pods, one per leaderboard pod (no legend entry), best so far.
     assert len(fitness.data) == 1 + len(leaders) + 1

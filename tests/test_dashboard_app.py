@@ -14,7 +14,7 @@ import pytest
 from dashboard_fixture import make_run, write_home_stores
 from streamlit.testing.v1 import AppTest
 
-from app.dashboard import views
+from app.dashboard import cards, formatting
 
 APP = str(Path(__file__).resolve().parent.parent / "app" / "dashboard" / "streamlit_app.py")
 PAGES = ["overview", "tournament", "training", "positions", "nightly", "paper"]
@@ -87,7 +87,7 @@ def test_overview_cards_equal_metrics_json(full_home, monkeypatch):
     expected = []
     for strategy in ("champion", "buy_and_hold"):
         values = metrics["strategies"][strategy]
-        expected += [(s.label, views.format_metric(values[s.key], s.kind)) for s in views.CARD_METRICS]
+        expected += [(s.label, formatting.format_metric(values[s.key], s.kind)) for s in cards.CARD_METRICS]
     assert shown == expected
     # Spot-check the formatting against the raw JSON, independently of format_metric.
     champ = metrics["strategies"]["champion"]
@@ -95,7 +95,7 @@ def test_overview_cards_equal_metrics_json(full_home, monkeypatch):
     assert shown[5] == ("Max drawdown", f"{champ['max_drawdown'] * 100:.2f}%")
     # The fixture's test window is under 63 sessions: metrics.json holds no Calmar (backtests.report).
     assert metrics["num_sessions"] < metrics["annualized_min_sessions"] and champ["calmar_ratio"] is None
-    assert shown[6] == ("Calmar", views.format_metric(None, views.CARD_METRICS[6].kind))
+    assert shown[6] == ("Calmar", formatting.format_metric(None, cards.CARD_METRICS[6].kind))
     assert len(at.get("plotly_chart")) == 3  # equity, underwater, returns heatmap (no PBO logits)
     assert any("run-a" in c for c in _texts(at.caption))
     # 25 sessions: the heatmap starts day by day; monthly is one click away.
@@ -209,7 +209,7 @@ def test_run_picker_opens_the_requested_run_and_switches(tmp_path, monkeypatch):
     _no_exception(at)
     assert any("second" in c for c in _texts(at.caption))
     expected = json.loads((home / "runs" / "second" / "backtest" / "metrics.json").read_text())
-    assert at.metric[3].value == views.format_metric(
+    assert at.metric[3].value == formatting.format_metric(
         expected["strategies"]["champion"]["sharpe_ratio"], "ratio"
     )
     # The choice survives a page change.
@@ -242,7 +242,7 @@ def test_baseline_only_backtest_shows_the_benchmark(tmp_path, monkeypatch):
     assert not at.error
     bench = doc["strategies"]["buy_and_hold"]
     assert [(m.label, m.value) for m in at.metric] == [
-        (s.label, views.format_metric(bench[s.key], s.kind)) for s in views.CARD_METRICS
+        (s.label, formatting.format_metric(bench[s.key], s.kind)) for s in cards.CARD_METRICS
     ]
     assert [s.value for s in at.subheader][0] == "Buy & hold (benchmark)"
     _open(at, "positions")
@@ -265,10 +265,9 @@ def test_new_metrics_schema_verdict_short_window_and_pbo(tmp_path, monkeypatch):
     doc = json.loads((run_dir / "backtest" / "metrics.json").read_text())
     at = _open(_app(home, monkeypatch), "overview")
     _no_exception(at)
-    warnings = _texts(at.warning)
-    assert len(warnings) == 1 and warnings[0].startswith(
-        f"edge not significant: DSR 0.003, PBO {doc['pbo']:.2f} over 7 trial(s)"
-    )
+    # The verdict box shows the verdict metrics.json states, word for word.
+    assert doc["verdict"].startswith(f"edge not significant: DSR 0.003, PBO {doc['pbo']:.2f}")
+    assert _texts(at.warning) == [doc["verdict"]]
     cards = {m.label: m for m in at.metric[:8]}
     assert cards["Ann. return"].value == "n/a" and cards["Calmar"].value == "n/a"
     assert "n/a: window under 63 sessions (12)" in cards["Ann. return"].proto.help
@@ -294,8 +293,9 @@ def test_old_run_with_absurd_figures_shows_short_values(tmp_path, monkeypatch):
     cards = {m.label: m for m in at.metric[:8]}
     assert cards["Ann. return"].value == "3.5M%" and cards["Calmar"].value == "7.7M"
     assert "3,525,288.00%" in cards["Ann. return"].proto.help
-    # No PBO in an old run: the verdict rests on the DSR alone, and there is no logit histogram.
-    assert _texts(at.warning) == ["edge not significant: DSR 0.64 over 7 trial(s) (DSR below 0.95)"]
+    # No stored verdict and no PBO in an old run: judged by the report's rule on the DSR alone, and
+    # there is no logit histogram.
+    assert _texts(at.warning) == ["edge not significant: DSR 0.640, PBO n/a"]
     assert len(at.get("plotly_chart")) == 3
 
 

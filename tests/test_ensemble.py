@@ -16,7 +16,7 @@ from app.bundle import load_bundle, ort_session
 from app.cli import main
 from app.export import _export_onnx, _wrapper, export_bundle, parity_check, sample_observations
 from app.runs import RunDir
-from app.workflows.evaluation import trial_returns
+from app.workflows.backtest import trial_returns
 from data.errors import CheckpointError
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # (tests/conftest.py)

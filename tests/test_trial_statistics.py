@@ -17,7 +17,7 @@ from app import render
 from app.cli import main
 from app.config import Config
 from app.workflows.training import MIN_VALID_SESSIONS, check_valid_sessions
-from backtests import engine, report, selection
+from backtests import engine, report, scoring, selection
 from data.errors import ConfigError
 from data.toy import toy_market
 from envs.observation import FEATURES, split_obs
@@ -149,10 +149,10 @@ def test_calmar_fitness_ranks_a_never_losing_pod_first_ordered_by_return():
         [0.01, -0.02, 0.01, 0.01],  # a real drawdown
         [0.0, 0.0, 0.0, 0.0],  # flat (cash): undefined
     ]
-    fit = engine.fitness(_fake(strategies), "calmar", nan_value=-math.inf)
+    fit = scoring.fitness(_fake(strategies), "calmar", nan_value=-math.inf)
     order = torch.argsort(fit, descending=True).tolist()
     assert order == [0, 1, 2, 3, 4]
-    assert fit[2] <= engine.CALMAR_CAP < fit[1] < fit[0] < 2 * engine.CALMAR_CAP
+    assert fit[2] <= scoring.CALMAR_CAP < fit[1] < fit[0] < 2 * scoring.CALMAR_CAP
     assert fit[4] == -math.inf
 
 

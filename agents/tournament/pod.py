@@ -10,15 +10,14 @@ The round itself is any module-level function ``round_fn(task, ctx) -> PodOutcom
 backends: it turns every exception into a picklable :class:`RoundError` and rejects NaN outcomes, so
 a bad pod is recorded as failed and never reaches the leaderboard.
 
-Scoring (:func:`score_policy`, in the worker): the pod's deterministic policy is backtested on the
-whole validation window from its first bar, through ``backtests.engine`` and ``backtests.metrics``
-(the very code that produces the final held-out numbers), so every pod is judged on the same bars
-with costs on. Fitness (``tournament.fitness``):
+Scoring (:func:`score_policy`, in the worker): the pod's deterministic policy is scored on the whole
+validation window from its first bar by ``backtests.scoring.score_window`` (the engine and metrics
+that produce the final held-out numbers), so every pod is judged on the same bars with costs on. Fitness (``tournament.fitness``):
 
 - ``sharpe`` (default): annualized Sharpe of the daily validation returns, net of costs;
 - ``return``: cumulative validation return;
 - ``calmar``: annual return over max drawdown; a pod with no drawdown (never a losing day, positive
-  return) ranks above every pod with one, by return (``backtests.engine.fitness``).
+  return) ranks above every pod with one, by return (``backtests.scoring.fitness``).
 
 A metric that is undefined for a well-behaved policy (a flat all-cash policy has no return
 dispersion, so its Sharpe is 0/0) scores 0 rather than failing the pod (its *Sharpe* is still
@@ -49,7 +48,7 @@ from torch import Tensor
 from agents import ppo, sac
 from agents.policy import Checkpoint
 from agents.tournament.generator import PodSpec
-from backtests import engine
+from backtests.scoring import score_window
 from data.atomic import atomic_path
 from data.market import MarketData
 from envs.trading import EnvParams
@@ -294,14 +293,23 @@ def score_policy(
     if fitness not in FITNESS:
         raise ValueError(f"unknown fitness {fitness!r} (expected one of {FITNESS})")
     with torch.no_grad():
-        result = engine.evaluate(valid, params, {"pod": policy}, device=device)
+        scores = score_window(
+            valid,
+            params,
+            {"pod": policy},
+            kind=fitness,
+            annualization=annualization,
+            nan_value=0.0,
+            device=device,
+        )
+    result = scores.result
     dates, daily = result.daily_returns()
     if not bool(torch.isfinite(daily).all()) or not bool(torch.isfinite(result.equity).all()):
         raise RoundError("validation returns contain NaN or inf")
     col = result.index("pod")
     values = {k: _to_float(v.reshape(-1)[col]) for k, v in result.summary(annualization).items()}
     values["num_days"] = float(daily.shape[0])
-    raw = float(engine.fitness(result, fitness, annualization=annualization, nan_value=0.0)[col])
+    raw = scores.of("pod")
     bound = 2 * SCORE_CLIP if fitness == "calmar" else SCORE_CLIP
     series = ValidReturns(
         dates=dates,

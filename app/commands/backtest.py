@@ -1,7 +1,7 @@
 """`podracer backtest RUN [--window test|valid] [--json]` and `podracer backtest --baseline NAME`.
 
 With a run: the champion + baselines on the window (test by default), written to ``<run>/backtest/``
-(see ``app.workflows.evaluation.backtest_run``), shown as a table (or, with ``--json``, the
+(see ``app.workflows.backtest.backtest_run``), shown as a table (or, with ``--json``, the
 metrics.json document). Without a run, ``--baseline buy-and-hold`` (repeatable: ``equal-weight``, ``cash``, ``index``)
 backtests baselines on the stored bars (data config from ``--config`` with ``source = "stored"``);
 ``--out DIR`` also writes the report there.
@@ -16,7 +16,7 @@ import typer
 
 from app import context, render
 from app.runs import RunDir
-from app.workflows.evaluation import backtest_baselines, backtest_run
+from app.workflows.backtest import backtest_baselines, backtest_run
 from backtests.report import json_safe
 from data.errors import ConfigError
 

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from app.dashboard.views import strategy_label
+from app.dashboard.formatting import strategy_label
 
 MAX_POINTS = 2000
 MAX_AREA_TICKERS = 12

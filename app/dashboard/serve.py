@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from app.dashboard import artifacts, charts, views  # noqa: F401 - loaded once, at server start
+from app.dashboard import artifacts, cards, charts, pods, series  # noqa: F401 - loaded once, at server start
 from app.dashboard.launch import APP_PATH
 
 
@@ -24,8 +24,8 @@ def warm_up() -> None:
     # Building and serialising once loads plotly's per-trace validators (the slow part of a first figure).
     for fig in (
         charts.equity_figure(equity),
-        charts.underwater_figure(views.drawdown(equity)),
-        charts.monthly_heatmap(views.monthly_returns(equity["champion"].pct_change().dropna())),
+        charts.underwater_figure(series.drawdown(equity)),
+        charts.monthly_heatmap(series.monthly_returns(equity["champion"].pct_change().dropna())),
         go.Figure(go.Scatter(x=[0, 1], y=[0, 1], stackgroup="w")),
     ):
         fig.to_json()

@@ -15,7 +15,10 @@ from typing import TYPE_CHECKING
 import pandas as pd
 import streamlit as st
 
-from app.dashboard import artifacts, loaders, views
+from app.dashboard import artifacts, loaders
+from app.dashboard.cards import Card
+from app.dashboard.pods import PodTable
+from app.dashboard.verdict_box import VerdictBox
 from data.errors import PodracerError
 
 if TYPE_CHECKING:
@@ -139,7 +142,7 @@ def page_style() -> None:
     st.html(_PAGE_CSS)
 
 
-def show_cards(cards: list[views.Card], per_row: int = 4) -> None:
+def show_cards(cards: list[Card], per_row: int = 4) -> None:
     """Rows of ``st.metric`` cards; each card's tooltip (help) has the exact values."""
     for start in range(0, len(cards), per_row):
         cols = st.columns(per_row, gap="small")
@@ -155,19 +158,13 @@ def show_cards(cards: list[views.Card], per_row: int = 4) -> None:
             )
 
 
-def show_verdict(verdict: views.Verdict | None) -> None:
-    """The plain-words DSR/PBO verdict: green when significant, orange when not."""
-    if verdict is None:
-        return
-    if verdict.significant:
-        st.success(verdict.text)
-    elif verdict.significant is False:
-        st.warning(verdict.text)
-    else:
-        st.info(verdict.text)
+def show_verdict(box: VerdictBox | None) -> None:
+    """The plain-words verdict metrics.json states: green when significant, orange when not."""
+    if box is not None:
+        getattr(st, box.kind)(box.text)
 
 
-def show_table(table: views.PodTable, key: str | None = None, height: int | None = None) -> None:
+def show_table(table: PodTable, key: str | None = None, height: int | None = None) -> None:
     """A pods table with numeric, sortable columns in their display formats."""
     config = {
         col: st.column_config.NumberColumn(col, format=fmt)

@@ -64,9 +64,9 @@ from app.nightly.normalization import SPEC_FILE, champion_feature_spec, with_fea
 from app.nightly.record import SELECTION
 from app.nightly.registry import Champion, current_champion, record_decision
 from app.runs import RunDir
-from app.workflows.evaluation import check_policy_fits, trial_returns
+from app.workflows.backtest import check_policy_fits, trial_returns
 from app.workflows.training import ensemble_step
-from backtests import engine, report
+from backtests import engine, report, scoring
 from data.atomic import atomic_write_json, replace_dir
 from data.errors import CheckpointError, ConfigError, PodracerError
 from data.loader import load_market
@@ -626,7 +626,7 @@ def evaluate_step(
         trial_sharpes=challenger.trial_sharpes,
         deflated=["challenger"],
     )
-    scores = engine.fitness(result, fitness, annualization=annualization, nan_value=math.nan)
+    scores = scoring.fitness(result, fitness, annualization=annualization, nan_value=math.nan)
     for i, name in enumerate(result.names):
         metrics[name]["fitness"] = finite(float(scores[i]))
     renamed = dataclasses.replace(

@@ -24,7 +24,7 @@ import torch
 
 from app.config import Config, load_config
 from app.runs import RunDir
-from app.workflows.evaluation import backtest_run
+from app.workflows.backtest import backtest_run
 from app.workflows.training import TournamentProgress, train_tournament
 from data.errors import ConfigError
 from data.loader import load_market
@@ -33,7 +33,7 @@ from data.loader import load_market
 PRESETS: dict[str, dict[str, Any]] = {
     "default": {
         # 180 sessions split 72 / 45 / 63: a test window of 63 sessions (a quarter, the least for which
-        # annualized figures are reported: backtests.report.ANNUALIZED_MIN_SESSIONS) and a 45-session
+        # annualized figures are reported: backtests.verdict.ANNUALIZED_MIN_SESSIONS) and a 45-session
         # validation window, at 3x the bars of the former 60-session preset (7.0M minute bars; measured
         # in README: data step and memory), inside the 10-minute budget.
         # Planted signal 0.5 (the data default is 1.0): measured on the 2-core machine (README, Demo

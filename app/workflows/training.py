@@ -29,10 +29,10 @@ import torch
 
 from agents import ppo, sac
 from agents.ensemble import ENSEMBLE_POD, EnsemblePolicy
-from agents.evaluate import validation_eval_fn
 from agents.policy import Checkpoint, Policy
 from agents.tournament.orchestrator import TournamentArgs, TournamentResult, run_tournament
 from agents.tournament.pod import VALID_RETURNS, score_policy, write_valid_returns
+from agents.validation import validation_score_fn
 from app.config import (
     Config,
     config_to_toml,
@@ -117,7 +117,7 @@ def train_single(
         seed=agent.seed,
         compile=config.env.compile,
     )
-    eval_fn = validation_eval_fn(splits.valid, params, annualization=config.backtest.annualization)
+    eval_fn = validation_score_fn(splits.valid, params, annualization=config.backtest.annualization)
 
     run_dir.path.mkdir(parents=True, exist_ok=True)
     write_config(config, run_dir.config)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from app.dashboard import charts, loaders, ui, views
+from app.dashboard import charts, formatting, loaders, tables, ui
 
 st.title("Nightly retraining")
 
@@ -19,7 +19,7 @@ with ui.guard("nightly"):
         cols[1].metric("Promoted on", str(champion.get("promoted_at", "?"))[:10], border=True)
         cols[2].metric(
             f"Fitness ({champion.get('fitness') or '?'})",
-            views.format_metric(champion.get("fitness_value"), "ratio"),
+            formatting.format_metric(champion.get("fitness_value"), "ratio"),
             border=True,
         )
         cols[3].metric("Bundle", "yes" if champion.get("bundle") else "none", border=True)
@@ -38,7 +38,7 @@ with ui.guard("nightly"):
         cols = st.columns(3)
         cols[0].metric("Decisions since promotion", record.decisions, border=True)
         cols[1].metric(
-            "Return since first decision", views.format_metric(record.cum_return, "pct"), border=True
+            "Return since first decision", formatting.format_metric(record.cum_return, "pct"), border=True
         )
         cols[2].metric("Since", str(record.start or "?")[:10], border=True)
         if len(record.pnl) > 1:
@@ -56,13 +56,13 @@ with ui.guard("nightly"):
     if decisions.empty:
         st.info("no decisions recorded yet")
     else:
-        verdict_col = views.first_column(decisions, "verdict", "decision")
+        verdict_col = tables.first_column(decisions, "verdict", "decision")
         if verdict_col:
             counts = decisions[verdict_col].astype(str).value_counts()
             cols = st.columns(max(1, len(counts)))
             for col, (name, count) in zip(cols, counts.items(), strict=True):
                 col.metric(str(name).capitalize(), int(count), border=True)
-        time_col = views.first_column(decisions, "decided_at", "time", "created_at", "timestamp")
+        time_col = tables.first_column(decisions, "decided_at", "time", "created_at", "timestamp")
         score_cols = [c for c in ("challenger_fitness", "champion_fitness") if c in decisions.columns]
         if time_col and score_cols and decisions[score_cols].notna().any().any():
             frame = decisions.assign(
@@ -75,6 +75,6 @@ with ui.guard("nightly"):
         if verdict_col:
             promoted = decisions[decisions[verdict_col].astype(str) == "promoted"]
             st.caption(f"Champion history: {len(promoted)} promotion(s)")
-            st.dataframe(views.tidy_table(promoted.iloc[::-1]), hide_index=True)
+            st.dataframe(tables.tidy_table(promoted.iloc[::-1]), hide_index=True)
         st.caption("Every decision, newest first")
-        st.dataframe(views.tidy_table(decisions.iloc[::-1]), hide_index=True)
+        st.dataframe(tables.tidy_table(decisions.iloc[::-1]), hide_index=True)

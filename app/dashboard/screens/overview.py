@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app.dashboard import artifacts, charts, loaders, ui, views
+from app.dashboard import artifacts, cards, charts, formatting, loaders, series, tables, ui
+from app.dashboard.verdict_box import verdict_box
 
 st.title("Overview")
 run_dir = ui.require_run()
@@ -14,25 +15,25 @@ with ui.guard("metrics"):
     metrics = loaders.metrics(run_dir)
 
 if metrics is not None:
-    st.caption(f"run `{run_dir.name}` · {views.window_caption(metrics)}")
-    champion = views.champion_name(metrics)
-    bench = views.benchmark_name(metrics)
+    st.caption(f"run `{run_dir.name}` · {cards.window_caption(metrics)}")
+    champion = cards.champion_name(metrics)
+    bench = cards.benchmark_name(metrics)
     if champion is not None:
-        st.subheader(views.strategy_label(champion))
+        st.subheader(formatting.strategy_label(champion))
         # The plain-words reading first: a quant reads "not significant" before any Sharpe.
-        ui.show_verdict(views.edge_verdict(metrics, champion))
-        ui.show_cards(views.metric_cards(metrics, champion, versus=bench))
-        note = views.short_window_note(metrics)
+        ui.show_verdict(verdict_box(metrics))
+        ui.show_cards(cards.metric_cards(metrics, champion, versus=bench))
+        note = cards.short_window_note(metrics)
         if note:
             st.caption(note)
     if bench is not None:
-        st.subheader(f"{views.strategy_label(bench)} (benchmark)")
-        ui.show_cards(views.metric_cards(metrics, bench))
+        st.subheader(f"{formatting.strategy_label(bench)} (benchmark)")
+        ui.show_cards(cards.metric_cards(metrics, bench))
     with st.expander("What the numbers mean, and all strategies"):
-        st.caption(views.card_notes())
+        st.caption(cards.card_notes())
         # Markdown, not st.dataframe/st.table: those pull ~1 MB of grid/Arrow JavaScript that
         # would compete with plotly's bundle during the first render.
-        st.markdown(views.markdown_table(views.comparison_table(metrics)))
+        st.markdown(tables.markdown_table(cards.comparison_table(metrics)))
 
 with ui.guard("equity"):
     equity = loaders.equity(run_dir)
@@ -40,7 +41,7 @@ with ui.guard("equity"):
     with left:
         ui.plot(charts.equity_figure(equity), key="equity")
     with right:
-        ui.plot(charts.underwater_figure(views.drawdown(equity)), key="underwater")
+        ui.plot(charts.underwater_figure(series.drawdown(equity)), key="underwater")
 
 with ui.guard("returns"):
     daily = loaders.daily_returns(run_dir)
@@ -50,14 +51,14 @@ with ui.guard("returns"):
     grain = st.radio(
         "Returns heatmap", ["monthly", "daily"], index=int(short), horizontal=True, key="heatmap"
     )
-    label = views.strategy_label(name)
+    label = formatting.strategy_label(name)
     if grain == "monthly":
-        table, title = views.monthly_returns(daily[name]), f"Monthly returns: {label}"
+        table, title = series.monthly_returns(daily[name]), f"Monthly returns: {label}"
     else:
-        table, title = views.daily_returns_table(daily[name]), f"Daily returns: {label}"
+        table, title = series.daily_returns_table(daily[name]), f"Daily returns: {label}"
     ui.plot(charts.monthly_heatmap(table, title), key="heatmap-chart")
 
-logits = views.pbo_logits(metrics) if metrics is not None else []
+logits = cards.pbo_logits(metrics) if metrics is not None else []
 if logits:
     with ui.guard("pbo"):
         st.subheader("Probability of backtest overfitting")

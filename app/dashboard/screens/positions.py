@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app.dashboard import charts, loaders, ui, views
+from app.dashboard import charts, formatting, loaders, series, ui
 from data.errors import PodracerError
 
 st.title("Positions & trades")
@@ -29,9 +29,9 @@ with ui.guard("positions"):
         st.info("positions.parquet is empty")
     else:
         strategy = st.selectbox(
-            "Strategy", strategies, format_func=views.strategy_label, key="positions_strategy"
+            "Strategy", strategies, format_func=formatting.strategy_label, key="positions_strategy"
         )
-        wide = views.weights_wide(positions, strategy)
+        wide = series.weights_wide(positions, strategy)
         ui.plot(charts.weights_area(wide), key="weights")
         last = positions[positions["timestamp"] == positions["timestamp"].max()]
         last = last[(last["strategy"] == strategy) & (last["weight"] != 0)]
@@ -48,12 +48,14 @@ with ui.guard("positions"):
 with ui.guard("trades"):
     trades = loaders.trades(run_dir)
     st.subheader("Costs")
-    st.dataframe(views.cost_summary(trades).rename(index=views.strategy_label))
+    st.dataframe(series.cost_summary(trades).rename(index=formatting.strategy_label))
     if not trades.empty:
         ui.plot(charts.cumulative_costs_figure(trades), key="costs")
         names = sorted(trades["strategy"].unique(), key=lambda s: (s != "champion", s))
-        chosen = st.selectbox("Trades of", names, format_func=views.strategy_label, key="trades_strategy")
+        chosen = st.selectbox(
+            "Trades of", names, format_func=formatting.strategy_label, key="trades_strategy"
+        )
         st.subheader("Trades (most recent first)")
-        st.dataframe(views.trades_table(trades, chosen), hide_index=True)
+        st.dataframe(series.trades_table(trades, chosen), hide_index=True)
         with st.expander("Costs by ticker"):
-            st.dataframe(views.costs_by_ticker(trades, chosen))
+            st.dataframe(series.costs_by_ticker(trades, chosen))

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app.dashboard import charts, loaders, ui, views
+from app.dashboard import charts, loaders, series, ui
 
 st.title("Training")
 run_dir = ui.require_run()
 
 with ui.guard("curves"):
     curves = loaders.curves(run_dir)
-    metric_names = views.curve_metrics(curves)
+    metric_names = series.curve_metrics(curves)
     if not metric_names:
         st.info("the curves have no metric columns yet")
     else:
@@ -20,7 +20,7 @@ with ui.guard("curves"):
         chosen = st.multiselect(
             "Metrics", metric_names, default=preferred[:2] or metric_names[:1], key="training_metrics"
         )
-        axes = views.curve_x_axes(curves) or ["env_steps"]
+        axes = series.curve_x_axes(curves) or ["env_steps"]
         x = axes[0]
         if len(axes) > 1:
             x = st.radio(

@@ -1,4 +1,4 @@
-"""Evaluation workflows: a run's champion + baselines on a held-out window, or baselines alone.
+"""Backtest workflows: a run's champion + baselines on a held-out window, or baselines alone.
 
 :func:`backtest_run` loads the run's ``config.toml`` and champion policy, rebuilds the market with
 the run's data config, backtests champion + baselines on the window (test by default) through the
@@ -27,6 +27,7 @@ from agents.tournament.leaderboard import read_pods
 from agents.tournament.pod import read_valid_returns_matrix
 from app.config import load_config, to_env_params
 from app.runs import RunDir
+from backtests import baselines as bl
 from backtests import engine, report
 from data.errors import CheckpointError, ConfigError, DataError, PodracerError
 from data.loader import load_market
@@ -81,7 +82,7 @@ def check_policy_fits(policy: Any, market: Any, params: Any) -> None:
 
 
 def _check_window_unseen(run: str, window: str, market: Any, recorded: dict[str, tuple[str, str]]) -> None:
-    """The evaluation window rebuilt from today's data must still lie after what the run learned from.
+    """The backtest window rebuilt from today's data must still lie after what the run learned from.
 
     A run records the dates of its windows; the market is rebuilt from its data config, and with
     ``source = "stored"`` the bars may have changed since (older history imported shifts the
@@ -190,7 +191,7 @@ def backtest_baselines(
 ) -> dict[str, Any]:
     """Backtest baselines on the stored bars (no run); write a report under ``out`` when given."""
     names = [b.replace("-", "_") for b in baselines]
-    unknown = [b for b, n in zip(baselines, names, strict=True) if n not in engine.BASELINES]
+    unknown = [b for b, n in zip(baselines, names, strict=True) if n not in bl.BASELINES]
     if unknown:
         raise ConfigError(f"--baseline {unknown[0]!r}: choose buy-and-hold, equal-weight, cash or index")
     config = load_config(config_path)
@@ -198,8 +199,8 @@ def backtest_baselines(
         config.data.model_copy(update={"source": "stored"}) if config.data.source != "stored" else config.data
     )
     market = _window(load_market(data, home=home, device=device), window)
-    if "index" in names and not any(t in market.tickers for t in engine.INDEX_TICKERS):
-        raise DataError(f"--baseline index: none of {', '.join(engine.INDEX_TICKERS)} is in the stored data")
+    if "index" in names and not any(t in market.tickers for t in bl.INDEX_TICKERS):
+        raise DataError(f"--baseline index: none of {', '.join(bl.INDEX_TICKERS)} is in the stored data")
     params = to_env_params(config.env)
     result = engine.run_backtest(market, params, baselines=names, device=device, num_threads=1)
     benchmark = names[0] if names[0] != "index" else result.names[0]

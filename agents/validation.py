@@ -1,11 +1,12 @@
-"""Validation evaluation of a policy during training, through the backtest engine.
+"""The validation score a learner logs while training, through the backtest engine.
 
-``validation_eval_fn(valid, params)`` returns the ``eval_fn`` that ``ppo.train`` / ``sac.train`` call
-every ``eval_every`` env-steps: the deterministic policy and equal-weight buy-and-hold run over the
-whole VALID window (same ``envs.trading.step``, same costs) and the result is summarized as
+``validation_score_fn(valid, params)`` returns the function that ``ppo.train`` / ``sac.train`` call
+(their ``eval_fn``) every ``eval_every`` env-steps: the deterministic policy and equal-weight
+buy-and-hold are scored over the whole VALID window (``backtests.scoring.score_window``: same
+``envs.trading.step``, same costs) and the result is summarized as
 
 - ``score``: annualized Sharpe ratio of the policy's daily returns (the tournament's default fitness,
-  from ``backtests.engine.fitness``; 0 when undefined, e.g. a flat equity curve),
+  ``backtests.scoring.fitness``; 0 when undefined, e.g. a flat equity curve),
 - ``log_return`` / ``buy_and_hold_log_return``: total log growth of the window, and their difference
   ``excess_log_return``,
 - ``cost_frac``: costs paid as a fraction of the initial value.
@@ -21,22 +22,31 @@ from typing import Any
 
 import torch
 
-from backtests import engine
+from backtests.scoring import score_window
 from data.market import MarketData
 
 
-def evaluate_on_window(
+def validation_scores(
     policy: Callable, market: MarketData, params: Any, *, annualization: float = 252.0
 ) -> dict[str, float]:
     """Deterministic backtest of ``policy`` vs buy-and-hold over ``market``; see the module docstring."""
     with torch.no_grad():
-        result = engine.run_backtest(market, params, {"policy": policy}, baselines=("buy_and_hold",))
+        scores = score_window(
+            market,
+            params,
+            {"policy": policy},
+            kind="sharpe",
+            annualization=annualization,
+            nan_value=0.0,
+            baselines=("buy_and_hold",),
+        )
+    result = scores.result
     col, bh = result.index("policy"), result.index("buy_and_hold")
     initial = float(result.initial_value)
     final = result.equity[-1].double()
     log_ret = math.log(max(float(final[col]), 1e-12) / initial)
     bh_ret = math.log(max(float(final[bh]), 1e-12) / initial)
-    sharpe = float(engine.fitness(result, "sharpe", annualization=annualization, nan_value=0.0)[col])
+    sharpe = scores.of("policy")
     return {
         "score": sharpe,
         "sharpe": sharpe,
@@ -47,12 +57,12 @@ def evaluate_on_window(
     }
 
 
-def validation_eval_fn(
+def validation_score_fn(
     valid: MarketData, params: Any, *, annualization: float = 252.0
 ) -> Callable[[Any], dict[str, float]]:
-    """An ``eval_fn(policy) -> metrics`` over the validation window (for ``train(..., eval_fn=)``)."""
+    """A ``score_fn(policy) -> metrics`` over the validation window (for ``train(..., eval_fn=)``)."""
 
-    def eval_fn(policy: Any) -> dict[str, float]:
-        return evaluate_on_window(policy, valid, params, annualization=annualization)
+    def score_fn(policy: Any) -> dict[str, float]:
+        return validation_scores(policy, valid, params, annualization=annualization)
 
-    return eval_fn
+    return score_fn
