@@ -312,9 +312,8 @@ def minibatch_loss(
     return loss, pg_loss, v_loss, entropy, logratio
 
 
-#: ``[agent] compile = "auto"`` compiles the minibatch loss for runs of at least this many minibatch
-#: steps (``update_epochs * num_minibatches`` per update); the key: docs/agents.md, "Settings".
-#: A run's settings alone decide (never the process's history): a fixed seed gives the same numbers.
+#: ``[agent] compile = "auto"`` compiles the minibatch loss for runs of at least this many minibatch steps.
+#: The key: docs/agents.md ("Settings"); a tournament decides once for all pods (tournament/settings.py).
 COMPILE_MIN_MINIBATCHES = 1_000
 
 

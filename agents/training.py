@@ -180,7 +180,8 @@ class TrainResult:
     optimizer_state: dict[str, Any]
     env_steps: int
     history: list[dict[str, float]] = field(default_factory=list)
-    """one metric row per logged update: ``charts/…``, ``losses/…``, ``eval/…``, ``env_steps``, ``update``"""
+    """one metric row per logged update: ``charts/…``, ``losses/…``, ``eval/…``, ``env_steps``,
+    ``update``"""
     updates: int = 0
     stopped_by_callback: bool = False
     """a callback returned ``False`` before the step budget was spent"""

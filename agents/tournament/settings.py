@@ -85,8 +85,8 @@ class TournamentArgs:
         return cls(**{k: v for k, v in raw.items() if k in names})
 
 
-#: ``[agent] compile = "auto"`` with only a wall-time budget: every pod compiles from this many minutes on
-#: (a step budget uses ``agents.ppo.COMPILE_MIN_MINIBATCHES`` per worker); the key: docs/tournament.md.
+#: ``[agent] compile = "auto"`` with only a wall-time budget: every pod compiles from this many minutes.
+#: The key: docs/agents.md ("Settings"), the tournament's rule: docs/tournament.md ("Config").
 COMPILE_MIN_MINUTES = 2.0
 
 
