@@ -4,6 +4,8 @@
 - ``normalize``: running observation statistics, frozen outside training;
 - ``policy``: ``Policy`` (``act``/``save``/``load``, safetensors + JSON), ``Checkpoint``, optimizer state;
 - ``ppo``, ``sac``: the learners, ``train(args, env, callbacks, init, eval_fn) -> TrainResult``;
+- ``training``: what they share: ``TrainResult``, the ``Callback`` protocol (``False`` stops, as in
+  Stable-Baselines3), the optimizer, the starting policy and the evaluation hook;
 - ``validation``: the validation score a learner logs while training (``validation_score_fn``);
 - ``tournament``: the podracer tournament built on them.
 """

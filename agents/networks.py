@@ -122,7 +122,7 @@ class PerAssetActorCritic(nn.Module):
     # observation (``pack``) and the per-asset inputs are stored asset-minor, ``(N, 2 + F, A)``: the
     # one per-asset product left, ``l_a = u . x_a``, is then a batched (1 x X) @ (X x A) matmul whose
     # backward is another, instead of broadcast products and reductions over a size-10 innermost
-    # dim (measured 0.28 ms vs 1.24 ms forward + backward at 2048 x 100 x 10 on a 2-core CPU).
+    # dim, several times slower forward + backward (docs/benchmarks.md).
     # ``forward_packed(*pack(obs))`` equals ``forward(obs)`` to float rounding (tests check it).
 
     def pack(self, obs: Tensor) -> tuple[Tensor, ...]:

@@ -16,8 +16,8 @@ CleanRL's ``ppo_continuous_action.py``:
    value loss, advantage normalization, entropy bonus; optionally through ``torch.compile``, see
    ``compiles``), global grad-norm clipping, fused Adam.
 4. ``train`` alternates the two, evaluates ``eval_fn`` every ``eval_every`` env-steps, calls the
-   callbacks after every update (a callback returning ``True`` stops training) and returns a
-   :class:`TrainResult`.
+   callbacks after every update (one returning ``False`` stops training, as in Stable-Baselines3)
+   and returns a ``TrainResult``; the plumbing PPO shares with SAC lives in :mod:`agents.training`.
 
 The action distribution is a diagonal Gaussian over ``A + 1`` logits; the env gets
 ``softmax(raw)[:, :A]`` (see ``agents.policy``). Log-probabilities are those of the raw sample.
@@ -29,25 +29,19 @@ on the CPU is reproducible bit for bit (tests check identical weights after N up
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from agents.networks import NetworkConfig
-from agents.policy import Checkpoint, Policy, PolicyMeta, gaussian_entropy, gaussian_log_prob
-from data.atomic import atomic_path
+from agents.policy import Checkpoint, Policy, gaussian_entropy, gaussian_log_prob
+from agents.training import Callback, EvalFn, EvalHook, TrainResult, make_optimizer, notify, policy_for_env
 from data.errors import ConfigError
 from envs.backends.compiled import COMPILE_MODES, cached
-
-Callback = Callable[[dict[str, Any]], bool]
-EvalFn = Callable[[Policy], dict[str, float]]
 
 
 @dataclass(frozen=True)
@@ -104,8 +98,8 @@ class PPOArgs:
     eval_every: int = 50_000
     """env-steps between calls of eval_fn (it is also called once at the end)"""
     compile: str = "auto"
-    """torch.compile the minibatch loss and its backward: "on", "off", or "auto" (on for runs of at
-    least COMPILE_MIN_MINIBATCHES minibatch steps; docs/agents.md)"""
+    """torch.compile the minibatch loss and its backward: "on", "off", or "auto" (``compiles``: on from
+    COMPILE_MIN_MINIBATCHES minibatch steps; the ``[agent] compile`` key, docs/agents.md "Settings")"""
 
     def __post_init__(self) -> None:
         positive = ("total_steps", "learning_rate", "num_steps", "num_minibatches", "update_epochs")
@@ -127,38 +121,9 @@ class PPOArgs:
         """Samples per update: ``num_steps * num_envs``."""
         return self.num_steps * num_envs
 
-    def minibatch_size(self, num_envs: int) -> int:
-        return max(1, self.batch_size(num_envs) // self.num_minibatches)
-
     def num_updates(self, num_envs: int) -> int:
+        """Updates of a run: ``total_steps`` rounded up to whole batches."""
         return max(1, math.ceil(self.total_steps / self.batch_size(num_envs)))
-
-
-@dataclass
-class TrainResult:
-    """What a training run hands back (the tournament saves it as a pod checkpoint)."""
-
-    policy: Policy
-    optimizer_state: dict[str, Any]
-    env_steps: int
-    history: list[dict[str, float]] = field(default_factory=list)
-    updates: int = 0
-    stopped_by_callback: bool = False
-
-    def curve(self):  # -> pandas.DataFrame (imported lazily: pandas is slow to import)
-        """The metric history as a DataFrame, one row per update."""
-        import pandas as pd
-
-        return pd.DataFrame(self.history)
-
-    def save_curve(self, path: str | Path) -> Path:
-        """Write the history as parquet, atomically."""
-        with atomic_path(path, suffix=".parquet") as tmp:
-            self.curve().to_parquet(tmp, index=False)
-        return Path(path)
-
-    def checkpoint(self) -> Checkpoint:
-        return Checkpoint(self.policy, self.optimizer_state)
 
 
 # --- rollout storage -------------------------------------------------------------------------------
@@ -347,12 +312,8 @@ def minibatch_loss(
     return loss, pg_loss, v_loss, entropy, logratio
 
 
-#: ``compile="auto"`` compiles the minibatch loss when a run has at least this many minibatch steps.
-#: Compiling costs ~1.5-2 s on a 2-core CPU (inductor's on-disk cache warm; ~8 s cold) and saves
-#: ~1.8 ms per 2048-sample minibatch (3.3 -> 1.5 ms forward + backward at 100 assets), so it pays
-#: after ~1,000 steps. The decision depends on the run's settings only (never on what the process
-#: did before), so a fixed seed and budget give the same numbers on any backend (docs/agents.md);
-#: a tournament decides once for all its pods (``agents.tournament.orchestrator``).
+#: ``[agent] compile = "auto"`` compiles the minibatch loss for runs of at least this many minibatch steps.
+#: The key: docs/agents.md ("Settings"); a tournament decides once for all pods (tournament/settings.py).
 COMPILE_MIN_MINIBATCHES = 1_000
 
 
@@ -408,7 +369,7 @@ def update(
                 gathered[len(mb)] = buffers, _loss_fn(compiled, key)
             buffers, loss_fn = gathered[len(mb)]
             for src, out in zip(sources, buffers, strict=True):
-                torch.index_select(src, 0, mb, out=out)  # (index_select: ~3x faster than src[mb])
+                torch.index_select(src, 0, mb, out=out)  # (into a reused buffer: faster than src[mb])
             *mb_packed, mb_sample = buffers
             loss, pg_loss, v_loss, entropy, logratio = loss_fn(
                 policy.net, tuple(mb_packed), mb_sample, coefs, args.norm_adv, args.clip_vloss
@@ -441,75 +402,6 @@ def update(
 # --- training loop ---------------------------------------------------------------------------------
 
 
-def make_policy(env: Any, config: NetworkConfig, meta: PolicyMeta, seed: int) -> Policy:
-    """A fresh policy for ``env`` whose init depends only on ``seed`` (global RNG untouched)."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        policy = Policy(config, meta, device="cpu")
-    return policy.to(env.device)
-
-
-def policy_for_env(
-    init: Policy | Checkpoint | None, env: Any, args: Any, algo: str
-) -> tuple[Policy, dict | None]:
-    """The starting policy (fresh or a copy of ``init``) and the optimizer state to restore."""
-    market = env.market
-    tickers = tuple(getattr(market, "tickers", ()) or ())
-    feature_names = tuple(getattr(market, "feature_names", ()) or ())
-    action_mode = getattr(env.params, "action_mode", "weights")
-    meta = PolicyMeta(algo=algo, action_mode=action_mode, tickers=tickers, feature_names=feature_names)
-    if init is None:
-        config = NetworkConfig(
-            num_assets=env.num_assets,
-            num_features=env.num_features,
-            embed=args.embed,
-            hidden=args.hidden,
-            asset_layers=args.asset_layers,
-            init_log_std=args.init_log_std,
-            rebalance_rate=args.rebalance_rate,
-        )
-        return make_policy(env, config, meta, args.seed), None
-    source, opt_state = (init.policy, init.optimizer_state) if isinstance(init, Checkpoint) else (init, None)
-    if source.config.num_features != env.num_features:
-        raise ConfigError(
-            f"cannot warm-start: the policy has {source.config.num_features} features per asset, "
-            f"the env {env.num_features}"
-        )
-    if source.meta.action_mode != action_mode:
-        raise ConfigError(f"cannot warm-start a {source.meta.action_mode!r} policy on a {action_mode!r} env")
-    # The network's weights do not depend on the number of assets, so a policy carries over to a
-    # different universe: rebuild for this env's size and copy every tensor.
-    config = dataclasses.replace(source.config, num_assets=env.num_assets)
-    policy = Policy(config, meta, device=env.device)
-    policy.net.load_state_dict(source.net.state_dict())
-    policy.obs_norm.copy_from(source.obs_norm)
-    return policy, opt_state
-
-
-def make_optimizer(policy: Policy, learning_rate: float, state: dict | None) -> torch.optim.Adam:
-    # Fused Adam (one kernel over all parameters) where torch has it: 0.05 ms a step vs 0.2 ms for
-    # the per-parameter loop on a 2-core CPU at the default network size (docs/agents.md).
-    fused = policy.device.type in ("cpu", "cuda")
-    optimizer = torch.optim.Adam(policy.net.parameters(), lr=learning_rate, eps=1e-5, fused=fused or None)
-    if state is not None:
-        try:
-            optimizer.load_state_dict(state)
-        except (ValueError, KeyError, RuntimeError) as err:
-            raise ConfigError(f"cannot restore the optimizer state: {err}") from None
-        for group in optimizer.param_groups:  # the child's own (possibly mutated) learning rate wins
-            group["lr"] = learning_rate
-            group["fused"] = fused or None  # (a restored state carries the saver's setting)
-            group["foreach"] = None
-    return optimizer
-
-
-def _notify(callbacks: Sequence[Callback], event: dict[str, Any]) -> bool:
-    stop = False
-    for cb in callbacks:
-        stop = bool(cb(event)) or stop
-    return stop
-
-
 def train(
     args: PPOArgs,
     env: Any,
@@ -521,8 +413,21 @@ def train(
 
     ``init`` warm-starts from a policy (weights + normalization) or a checkpoint (also the optimizer
     state). ``eval_fn(policy) -> {name: value}`` is logged as ``eval/<name>``. Every callback gets
-    ``{"event": "update" | "eval", "env_steps": ..., "update": ..., metrics...}`` and may return
-    ``True`` to stop.
+    ``{"event": "update" | "eval", "env_steps": ..., "update": ..., metrics...}`` and returns ``True``
+    to continue or ``False`` to stop (:class:`agents.training.Callback`).
+
+    >>> from data.toy import toy_market
+    >>> from envs.vec_env import TradingVecEnv
+    >>> env = TradingVecEnv(toy_market(num_assets=3), num_envs=4, device="cpu")
+    >>> result = train(PPOArgs(total_steps=256, num_steps=16), env)
+    >>> type(result).__name__, result.env_steps, result.updates, len(result.history)
+    ('TrainResult', 256, 4, 4)
+    >>> result.policy.act(env.reset(seed=0)[0]).shape  # target weights of 3 assets, for 4 envs
+    torch.Size([4, 3])
+    >>> def first_two_updates(event):
+    ...     return event["update"] < 2  # False stops training after the current update
+    >>> train(PPOArgs(total_steps=256, num_steps=16), env, callbacks=[first_two_updates]).updates
+    2
     """
     callbacks = tuple(callbacks)
     device = torch.device(env.device)
@@ -539,9 +444,9 @@ def train(
     state = RolloutState(obs, zeros.clone(), zeros.clone())
 
     history: list[dict[str, float]] = []
+    evals = EvalHook(eval_fn, args.eval_every)
     env_steps = 0
-    next_eval = args.eval_every
-    stopped = False
+    go_on = True
     start = time.perf_counter()
     update_idx = 0
     for update_idx in range(1, num_updates + 1):
@@ -569,16 +474,14 @@ def train(
                 "charts/elapsed_s": elapsed,
             }
         )
-        if eval_fn is not None and (env_steps >= next_eval or update_idx == num_updates):
-            row.update(_evaluate(policy, eval_fn))
-            next_eval = env_steps + args.eval_every
-            stopped = _notify(callbacks, {"event": "eval", **row}) or stopped
+        if evals.due(env_steps, last=update_idx == num_updates):
+            row.update(evals.run(policy, env_steps))
+            go_on = notify(callbacks, {"event": "eval", **row}) and go_on
         history.append(row)
-        stopped = _notify(callbacks, {"event": "update", **row}) or stopped
-        if stopped:
+        go_on = notify(callbacks, {"event": "update", **row}) and go_on
+        if not go_on:
             break
-    if eval_fn is not None and stopped and not any(k.startswith("eval/") for k in history[-1]):
-        history[-1].update(_evaluate(policy, eval_fn))  # the caller always gets a final score
+    evals.finish(policy, history)
     policy.eval()
     return TrainResult(
         policy=policy,
@@ -586,18 +489,8 @@ def train(
         env_steps=env_steps,
         history=history,
         updates=update_idx,
-        stopped_by_callback=stopped,
+        stopped_by_callback=not go_on,
     )
-
-
-def _evaluate(policy: Policy, eval_fn: EvalFn) -> dict[str, float]:
-    was_training = policy.training
-    policy.eval()
-    try:
-        metrics = eval_fn(policy)
-    finally:
-        policy.train(was_training)
-    return {k if k.startswith("eval/") else f"eval/{k}": float(v) for k, v in metrics.items()}
 
 
 if __name__ == "__main__":

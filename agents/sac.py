@@ -37,7 +37,7 @@ from torch import Tensor, nn
 
 from agents.networks import NUM_GLOBAL
 from agents.policy import Checkpoint, Policy, gaussian_log_prob
-from agents.ppo import Callback, EvalFn, TrainResult, _evaluate, _notify, make_optimizer, policy_for_env
+from agents.training import Callback, EvalFn, EvalHook, TrainResult, make_optimizer, notify, policy_for_env
 from data.errors import ConfigError
 from envs.observation import asset_width
 
@@ -347,7 +347,7 @@ def train(
     init: Policy | Checkpoint | None = None,
     eval_fn: EvalFn | None = None,
 ) -> TrainResult:
-    """Train SAC for ``args.total_steps`` env-steps (see ``agents.ppo.train`` for the arguments).
+    """Train SAC for ``args.total_steps`` env-steps (the arguments and callbacks of ``agents.ppo.train``).
 
     ``TrainResult.optimizer_state`` is the actor's optimizer state; critics start fresh on a warm start.
     """
@@ -367,7 +367,8 @@ def train(
     finished: list[Tensor] = []
     history: list[dict[str, float]] = []
     row: dict[str, float] = {}
-    env_steps, next_eval, stopped = 0, args.eval_every, False
+    evals = EvalHook(eval_fn, args.eval_every)
+    env_steps, go_on = 0, True
     start = time.perf_counter()
     it = 0
     for it in range(1, num_iters + 1):
@@ -381,7 +382,7 @@ def train(
             for _ in range(args.gradient_steps):
                 row = update(learner, buffer.sample(args.batch_size, generator), args, generator)
         last = it == num_iters
-        if it % log_every and not last and not (eval_fn is not None and env_steps >= next_eval):
+        if it % log_every and not last and not evals.due(env_steps):
             continue
         elapsed = time.perf_counter() - start
         out = {
@@ -397,16 +398,14 @@ def train(
         if finished:
             out["charts/episodic_return"] = float(torch.cat(finished).mean())
             finished = []
-        if eval_fn is not None and (env_steps >= next_eval or last):
-            out.update(_evaluate(policy, eval_fn))
-            next_eval = env_steps + args.eval_every
-            stopped = _notify(callbacks, {"event": "eval", **out}) or stopped
+        if evals.due(env_steps, last=last):
+            out.update(evals.run(policy, env_steps))
+            go_on = notify(callbacks, {"event": "eval", **out}) and go_on
         history.append(out)
-        stopped = _notify(callbacks, {"event": "update", **out}) or stopped
-        if stopped:
+        go_on = notify(callbacks, {"event": "update", **out}) and go_on
+        if not go_on:
             break
-    if eval_fn is not None and history and not any(k.startswith("eval/") for k in history[-1]):
-        history[-1].update(_evaluate(policy, eval_fn))
+    evals.finish(policy, history)
     policy.eval()
     return TrainResult(
         policy=policy,
@@ -414,5 +413,5 @@ def train(
         env_steps=env_steps,
         history=history,
         updates=it,
-        stopped_by_callback=stopped,
+        stopped_by_callback=not go_on,
     )

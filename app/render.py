@@ -50,8 +50,9 @@ class TrainProgress:
         return self.on_event
 
     def on_event(self, event: dict[str, Any]) -> bool:
+        """Show the event; never stops training (``agents.training.Callback``)."""
         if self.progress is None or event.get("event") != "update":
-            return False
+            return True
         fields: dict[str, Any] = {"rate": f"{event.get('charts/steps_per_s', 0.0):,.0f}"}
         if "eval/score" in event:
             fields["score"] = (
@@ -59,7 +60,7 @@ class TrainProgress:
                 f"(b&h {event.get('eval/buy_and_hold_log_return', float('nan')):+.4f})"
             )
         self.progress.update(self.task, completed=min(self.total, int(event["env_steps"])), **fields)
-        return False
+        return True
 
     def __exit__(self, *exc: object) -> None:
         if self.progress is not None:

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from agents import ppo
+from agents import ppo, training
 from app.config import Config, to_env_params
 from data.loader import synthetic_market
 from envs.vec_env import TradingVecEnv
@@ -67,7 +67,7 @@ def profile(num_envs: int, assets: int, iterations: int, device: str, compile: s
         patches.append((owner, attr, original))
         setattr(owner, attr, _timed(name, original, sync))
 
-    original_make = ppo.make_policy
+    original_make = training.make_policy
 
     def make_policy(*a: Any, **k: Any):  # noqa: ANN202 - wraps the new policy's methods
         policy = original_make(*a, **k)
@@ -79,8 +79,8 @@ def profile(num_envs: int, assets: int, iterations: int, device: str, compile: s
         return policy
 
     original_loss_fn = ppo._loss_fn
-    patches.append((ppo, "make_policy", original_make))
-    ppo.make_policy = make_policy
+    patches.append((training, "make_policy", original_make))
+    training.make_policy = make_policy
     ppo._loss_fn = lambda a, key: _timed("update/loss forward", original_loss_fn(a, key), sync)
     patch(torch, "index_select", "update/minibatch gathers")
     patch(torch.Tensor, "backward", "update/backward")
@@ -94,7 +94,7 @@ def profile(num_envs: int, assets: int, iterations: int, device: str, compile: s
         def first_iteration_done(event: dict[str, Any]) -> bool:
             if event["event"] == "update" and event["update"] == 1.0:
                 warm.update(TIMES)
-            return False
+            return True
 
         ppo.train(args, env, callbacks=[first_iteration_done])
     finally:

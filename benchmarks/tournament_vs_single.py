@@ -38,8 +38,9 @@ import torch  # noqa: E402
 from agents.policy import Policy  # noqa: E402
 from agents.tournament.backends import ProcessBackend  # noqa: E402
 from agents.tournament.generator import PodSpec  # noqa: E402
-from agents.tournament.orchestrator import TournamentArgs, run_tournament  # noqa: E402
+from agents.tournament.orchestrator import run_tournament  # noqa: E402
 from agents.tournament.pod import PodTask, RoundContext, learner_round  # noqa: E402
+from agents.tournament.settings import TournamentArgs  # noqa: E402
 from backtests.scoring import score_window  # noqa: E402
 from data.loader import load_market  # noqa: E402
 from envs.trading import EnvParams  # noqa: E402

@@ -49,7 +49,8 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
 from agents.networks import flops_per_sample, num_parameters  # noqa: E402
-from agents.ppo import PPOArgs, policy_for_env, train  # noqa: E402
+from agents.ppo import PPOArgs, train  # noqa: E402
+from agents.training import policy_for_env  # noqa: E402
 from backtests.scoring import score_window  # noqa: E402
 from data.loader import synthetic_market  # noqa: E402
 from data.market import MarketData  # noqa: E402

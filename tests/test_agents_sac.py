@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agents import sac
+from agents import sac, training
 from agents.policy import Checkpoint, Policy
 from data.errors import ConfigError
 from envs.trading import EnvParams
@@ -68,7 +68,7 @@ def test_replay_buffer_wraps_around():
 
 def test_truncated_transitions_store_final_obs_and_are_not_terminal(toy):
     env = _env(toy)
-    policy, _ = sac.policy_for_env(None, env, _small(), "sac")
+    policy, _ = training.policy_for_env(None, env, _small(), "sac")
     buf = sac.ReplayBuffer(64, env.obs_dim, env.num_assets, torch.device("cpu"))
     obs, _ = env.reset(seed=0)
     gen = torch.Generator().manual_seed(0)

@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 import torch
 
-from agents import ppo
+from agents import ppo, training
 from agents.networks import NetworkConfig, PerAssetActorCritic
 from agents.normalize import ObsNormalizer
 from agents.policy import PolicyMeta, gaussian_entropy, gaussian_log_prob
@@ -89,7 +89,7 @@ def test_update_matches_the_plain_reference():
     env = TradingVecEnv(market, num_envs=8, seed=0)
     args = ppo.PPOArgs(seed=0, num_steps=8, num_minibatches=4, update_epochs=2, ent_coef=0.01, compile="off")
     config = NetworkConfig(env.num_assets, env.num_features, rebalance_rate=0.2)
-    policy = ppo.make_policy(env, config, PolicyMeta(), seed=0)
+    policy = training.make_policy(env, config, PolicyMeta(), seed=0)
     rollout = ppo.Rollout.empty(args.num_steps, env.num_envs, policy, torch.device("cpu"))
     obs0, _ = env.reset(seed=0)
     zeros = torch.zeros(env.num_envs)
@@ -113,13 +113,13 @@ def test_update_matches_the_plain_reference():
     del policy.net.pack
     obs = torch.stack(seen[: args.num_steps])
     reference = policy.clone()
-    fast_opt = ppo.make_optimizer(policy, args.learning_rate, None)
+    fast_opt = training.make_optimizer(policy, args.learning_rate, None)
     ref_opt = torch.optim.Adam(reference.net.parameters(), lr=args.learning_rate, eps=1e-5, foreach=False)
     ppo.update(policy, fast_opt, rollout, args, torch.Generator().manual_seed(5))
     _reference_update(reference, ref_opt, obs, rollout, args, torch.Generator().manual_seed(5))
     for (name, p), q in zip(policy.net.named_parameters(), reference.net.parameters(), strict=True):
         assert torch.allclose(p, q, atol=2e-5, rtol=1e-4), name
-    start = ppo.make_policy(env, config, PolicyMeta(), seed=0)
+    start = training.make_policy(env, config, PolicyMeta(), seed=0)
     assert any(
         not torch.equal(p, q) for p, q in zip(policy.net.parameters(), start.net.parameters(), strict=True)
     )
@@ -159,7 +159,7 @@ def test_compiled_loss_matches_eager():
 
 
 def test_a_tournament_decides_compile_once_from_its_budget():
-    from agents.tournament.orchestrator import TournamentArgs, learner_compile
+    from agents.tournament.settings import TournamentArgs, learner_compile
 
     env = {"num_envs": 256}
     # 2M env-steps = 244 updates of 8,192 samples = 3,906 minibatch steps, ~1,953 per worker (2)

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from agents import ppo
+from agents import ppo, training
 from agents.networks import NetworkConfig, PerAssetActorCritic, flops_per_sample
 from agents.normalize import ObsNormalizer
 from agents.policy import (
@@ -295,7 +295,7 @@ def test_truncated_episodes_bootstrap_from_final_obs(toy):
         return out
 
     env.step = recording_step
-    policy = ppo.make_policy(env, NetworkConfig(env.num_assets, env.num_features), PolicyMeta(), seed=0)
+    policy = training.make_policy(env, NetworkConfig(env.num_assets, env.num_features), PolicyMeta(), seed=0)
     rollout = ppo.Rollout.empty(1, env.num_envs, policy, torch.device("cpu"))
     obs, _ = env.reset(seed=0)
     zeros = torch.zeros(env.num_envs)
@@ -309,12 +309,12 @@ def test_truncated_episodes_bootstrap_from_final_obs(toy):
     assert bool((rollout.dones[0] == 1).all())
 
 
-def test_callback_stops_training_and_eval_metrics_are_logged(toy):
+def test_a_callback_returning_false_stops_training_and_eval_metrics_are_logged(toy):
     events = []
 
     def stop_after_two(event):
         events.append(event)
-        return sum(e["event"] == "update" for e in events) >= 2
+        return sum(e["event"] == "update" for e in events) < 2
 
     calls = []
 
@@ -340,7 +340,7 @@ def test_warm_start_copies_weights_and_optimizer_state_and_carries_over_universe
     first = ppo.train(ppo.PPOArgs(total_steps=32, num_steps=8, update_epochs=1), _env(toy))
     bigger = toy_market(num_steps=780, num_assets=6, num_features=8, seed=1)
     env = _env(bigger)
-    policy, opt_state = ppo.policy_for_env(first.checkpoint(), env, ppo.PPOArgs(), "ppo")
+    policy, opt_state = training.policy_for_env(first.checkpoint(), env, ppo.PPOArgs(), "ppo")
     assert policy.num_assets == 6 and opt_state is first.optimizer_state
     w0, w1 = first.policy.net.state_dict(), policy.net.state_dict()
     assert all(torch.equal(w0[k], w1[k]) for k in w0)

@@ -10,7 +10,7 @@ from pydantic import BaseModel
 
 from agents.ppo import PPOArgs
 from agents.sac import SACArgs
-from agents.tournament.orchestrator import TournamentArgs
+from agents.tournament.settings import TournamentArgs
 from app.config import INTERNAL_FIELDS, AgentConfig, Config, DataConfig, EnvConfig, TournamentConfig
 from data.loader import LOAD_DEFAULTS
 from envs.trading import EnvParams

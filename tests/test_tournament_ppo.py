@@ -12,7 +12,7 @@ from test_tournament_run import run_tournament
 
 from agents.policy import Checkpoint, Policy
 from agents.tournament.leaderboard import read_leaderboard, read_pods
-from agents.tournament.orchestrator import TournamentArgs
+from agents.tournament.settings import TournamentArgs
 from data.market import MarketData
 from data.toy import toy_market
 

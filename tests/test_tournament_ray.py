@@ -8,7 +8,8 @@ ray = pytest.importorskip("ray")
 
 from agents.tournament.backends import RayBackend  # noqa: E402
 from agents.tournament.leaderboard import read_leaderboard, read_pods  # noqa: E402
-from agents.tournament.orchestrator import TournamentArgs, run_tournament  # noqa: E402
+from agents.tournament.orchestrator import run_tournament  # noqa: E402
+from agents.tournament.settings import TournamentArgs  # noqa: E402
 from data.toy import toy_market  # noqa: E402
 
 

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from agents.tournament.leaderboard import read_events, read_leaderboard, read_pods
-from agents.tournament.orchestrator import TournamentArgs
+from agents.tournament.settings import TournamentArgs
 from data.toy import toy_market
 
 TESTS = Path(__file__).resolve().parent
@@ -24,7 +24,7 @@ SCRIPT = textwrap.dedent(
     sys.path.insert(0, {tests!r})
     from test_tournament_run import fake_round, run_tournament
     from test_tournament_resume import windows
-    from agents.tournament.orchestrator import TournamentArgs
+    from agents.tournament.settings import TournamentArgs
     train, valid = windows()
     run_tournament({run!r}, train, valid, args=TournamentArgs(**{args!r}), round_fn=fake_round,
                    agent={{"sleep": 0.15, "record_pid": True}})

@@ -18,9 +18,9 @@ import pytest
 
 from agents.tournament.backends import InlineBackend, ProcessBackend
 from agents.tournament.leaderboard import read_events, read_leaderboard, read_pods
-from agents.tournament.orchestrator import TournamentArgs
 from agents.tournament.orchestrator import run_tournament as orchestrate
 from agents.tournament.pod import PodOutcome
+from agents.tournament.settings import TournamentArgs
 from app.runs import RunDir
 from data.errors import PodracerError
 from data.toy import toy_market

@@ -9,7 +9,7 @@ from test_tournament_run import _args, fake_round, run_tournament, windows  # no
 
 from agents.tournament.backends import ProcessBackend
 from agents.tournament.leaderboard import read_pods
-from agents.tournament.orchestrator import AUTO_TIMEOUT_FIRST_S, AUTO_TIMEOUT_FLOOR_S, auto_round_timeout
+from agents.tournament.settings import AUTO_TIMEOUT_FIRST_S, AUTO_TIMEOUT_FLOOR_S, auto_round_timeout
 
 
 def test_hung_pod_is_killed_and_failed_local_workers(tmp_path, windows):  # noqa: F811

@@ -163,9 +163,9 @@ def learner_round(task: PodTask, ctx: RoundContext) -> PodOutcome:
         init = Checkpoint.load(spec.init_checkpoint, device=ctx.device)
 
     callbacks = []
-    if task.round_seconds is not None:
+    if task.round_seconds is not None:  # the round's wall-time cap: go on while there is time left
         deadline = start + task.round_seconds
-        callbacks.append(lambda event: time.monotonic() >= deadline)
+        callbacks.append(lambda event: time.monotonic() < deadline)
     result = learn(args, train_env, callbacks=callbacks, init=init)
 
     for name, tensor in result.policy.state_dict().items():

@@ -55,14 +55,15 @@ SINGLE_POD = "single"
 MIN_VALID_SESSIONS = 10
 
 Event = dict[str, Any]
-# A progress display of a single run: given the env-step total, a context that yields the learner callback.
+# A progress display of a single run: given the env-step total, a context that yields the learner callback
+# (an agents.training.Callback: True continues training).
 TrainProgress = Callable[[int], AbstractContextManager[Callable[[Event], bool]]]
 # A progress display of a tournament: a context that yields the orchestrator's snapshot callback.
 TournamentProgress = Callable[[], AbstractContextManager[Callable[[Event], None] | None]]
 
 
 def _no_progress(total: int) -> AbstractContextManager[Callable[[Event], bool]]:
-    return nullcontext(lambda event: False)
+    return nullcontext(lambda event: True)
 
 
 def check_valid_sessions(splits: MarketSplits, config: Config) -> None:
