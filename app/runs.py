@@ -202,6 +202,11 @@ class RunDir:
         return self.path / "backtest"
 
     @property
+    def backtest_metrics(self) -> Path:
+        """The backtest report's figures (``backtest/metrics.json``)."""
+        return self.backtest / "metrics.json"
+
+    @property
     def record(self) -> Path:
         """The run record's file (what :meth:`read` and :meth:`update` read and write)."""
         return self.path / RECORD

@@ -16,11 +16,14 @@ import pytest
 from test_paper import FAST, cycle, env, setup  # noqa: F401 - fixtures used by name
 
 from app.cli import main
-from app.paper.broker import AlpacaBroker, Asset
-from app.paper.cycle import PaperOptions, run_cycle
-from app.paper.gone import session_of, window_start
+from app.paper.alpaca_broker import AlpacaBroker
+from app.paper.broker import Asset
+from app.paper.cycle import run_cycle
+from app.paper.gone import window_start
 from app.paper.journal import Journal, read_journal
+from app.paper.options import PaperOptions
 from app.paper.orders import RiskLimits
+from data.calendar import session_date as session_of
 from data.errors import PodracerError
 
 

@@ -12,15 +12,9 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from app.nightly.schedule import (
-    cron_trigger,
-    crontab_text,
-    next_fire_times,
-    on_calendar,
-    parse_cron,
-    run_schedule,
-    systemd_units,
-)
+from app.nightly.cron import parse_cron
+from app.nightly.os_schedule import crontab_text, on_calendar, systemd_units
+from app.nightly.schedule import cron_trigger, next_fire_times, run_schedule
 from data.errors import ConfigError, PodracerError
 
 NY = ZoneInfo("America/New_York")

@@ -8,9 +8,10 @@ import typer
 
 from app import context
 from app.bundle import load_bundle
-from app.paper.broker import AlpacaBroker
-from app.paper.cycle import PaperOptions, run_paper
+from app.paper.alpaca_broker import AlpacaBroker
+from app.paper.cycle import run_paper
 from app.paper.journal import Journal
+from app.paper.options import PaperOptions
 from app.paper.orders import RiskLimits, bundle_max_weight
 
 

@@ -11,16 +11,9 @@ import typer
 from app import context
 from app.config import load_config
 from app.nightly import pipeline
-from app.nightly.schedule import (
-    DEFAULT_CRON,
-    DEFAULT_TZ,
-    cron_trigger,
-    crontab_text,
-    next_fire_times,
-    run_schedule,
-    systemd_text,
-    systemd_units,
-)
+from app.nightly.cron import DEFAULT_CRON, DEFAULT_TZ
+from app.nightly.os_schedule import crontab_text, systemd_text, systemd_units
+from app.nightly.schedule import cron_trigger, next_fire_times, run_schedule
 from data.errors import ConfigError
 
 app = typer.Typer(

@@ -27,7 +27,7 @@ from app.nightly import registry
 from app.nightly.record import OutOfSampleRecord, out_of_sample_record
 from app.paper import journal
 from app.runs import RunDir, RunInfo
-from data.errors import PodracerError
+from data.errors import PodracerError, one_line
 
 BACKTEST_DIR = "backtest"
 RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -230,7 +230,7 @@ def read_tournament(run_dir: Path) -> TournamentData:
     except PodracerError:
         raise
     except Exception as err:  # noqa: BLE001 - any reader failure becomes one line on the page
-        raise ArtifactCorrupt(f"{Path(run_dir) / 'leaderboard.sqlite'}: {_one_line(err)}") from err
+        raise ArtifactCorrupt(f"{Path(run_dir) / 'leaderboard.sqlite'}: {one_line(err)}") from err
 
 
 def read_nightly(home: Path) -> tuple[pd.DataFrame, dict[str, Any] | None]:
@@ -246,7 +246,7 @@ def read_nightly(home: Path) -> tuple[pd.DataFrame, dict[str, Any] | None]:
     except PodracerError:
         raise
     except Exception as err:  # noqa: BLE001 - any reader failure becomes one line on the page
-        raise ArtifactCorrupt(f"{Path(home) / 'registry.sqlite'}: {_one_line(err)}") from err
+        raise ArtifactCorrupt(f"{Path(home) / 'registry.sqlite'}: {one_line(err)}") from err
     return decisions, (dict(champion) if champion else None)
 
 
@@ -261,7 +261,7 @@ def read_paper(home: Path) -> dict[str, pd.DataFrame]:
     except PodracerError:
         raise
     except Exception as err:  # noqa: BLE001 - any reader failure becomes one line on the page
-        raise ArtifactCorrupt(f"{Path(home) / 'paper' / 'journal.sqlite'}: {_one_line(err)}") from err
+        raise ArtifactCorrupt(f"{Path(home) / 'paper' / 'journal.sqlite'}: {one_line(err)}") from err
     return {str(name): _frame(table) for name, table in dict(tables).items()}
 
 
@@ -273,7 +273,7 @@ def read_out_of_sample(home: Path) -> OutOfSampleRecord:
     try:
         return out_of_sample_record(home)
     except PodracerError as err:
-        return OutOfSampleRecord(None, None, None, note=_one_line(err))
+        return OutOfSampleRecord(None, None, None, note=one_line(err))
 
 
 def paper_order_counts(tables: dict[str, pd.DataFrame]) -> dict[str, int]:
@@ -295,7 +295,7 @@ def _read_json(path: Path) -> Any:
             f"{path} is corrupt: {err.msg} at line {err.lineno} column {err.colno}"
         ) from err
     except (OSError, UnicodeDecodeError) as err:
-        raise ArtifactCorrupt(f"{path} cannot be read: {_one_line(err)}") from err
+        raise ArtifactCorrupt(f"{path} cannot be read: {one_line(err)}") from err
 
 
 def _read_parquet(path: Path, required: tuple[str, ...], run_dir: Path) -> pd.DataFrame:
@@ -308,7 +308,7 @@ def _read_parquet(path: Path, required: tuple[str, ...], run_dir: Path) -> pd.Da
     try:
         frame = pd.read_parquet(path)
     except Exception as err:  # noqa: BLE001 - pyarrow raises several types for a torn file
-        raise ArtifactCorrupt(f"{path} is corrupt: {_one_line(err)}") from err
+        raise ArtifactCorrupt(f"{path} is corrupt: {one_line(err)}") from err
     missing = [c for c in required if c not in frame.columns]
     if missing:
         raise ArtifactCorrupt(f"{path}: missing column(s) {', '.join(missing)}")
@@ -361,8 +361,3 @@ def _frame(rows: Any) -> pd.DataFrame:
     if isinstance(rows, pd.DataFrame):
         return rows.copy()
     return pd.DataFrame(list(rows))
-
-
-def _one_line(err: BaseException) -> str:
-    text = str(err).strip().splitlines()
-    return f"{type(err).__name__}: {text[0]}" if text else type(err).__name__

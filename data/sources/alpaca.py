@@ -25,7 +25,7 @@ import pandas as pd
 
 from data.actions import check_actions, empty_actions
 from data.calendar import TZ, check_interval
-from data.errors import DataError
+from data.errors import DataError, one_line
 from data.schema import normalize_ticker, validate
 from data.sources.chunks import windows
 from data.sources.retry import RetryPolicy, Throttled, Transient, retry_after_seconds
@@ -122,9 +122,9 @@ def fetch_chunk(
                 raise Throttled(retry_after_seconds(headers.get("Retry-After"))) from None
             if status is not None and status >= 500:
                 raise Transient(f"HTTP {status}") from None
-            raise DataError(f"alpaca: the data API refused the request: {_one_line(err)}") from None
+            raise DataError(f"alpaca: the data API refused the request: {one_line(err, limit=200)}") from None
         except OSError as err:  # requests' ConnectionError and timeouts derive from OSError
-            raise Transient(f"cannot reach the data API: {_one_line(err)}") from None
+            raise Transient(f"cannot reach the data API: {one_line(err, limit=200)}") from None
 
     while True:
         page = policy.call(one_page, "alpaca")
@@ -192,10 +192,10 @@ def fetch_actions(
             if status is not None and status >= 500:
                 raise Transient(f"HTTP {status}") from None
             raise DataError(
-                f"alpaca: the corporate-actions API refused the request: {_one_line(err)}"
+                f"alpaca: the corporate-actions API refused the request: {one_line(err, limit=200)}"
             ) from None
         except OSError as err:
-            raise Transient(f"cannot reach the data API: {_one_line(err)}") from None
+            raise Transient(f"cannot reach the data API: {one_line(err, limit=200)}") from None
 
     while True:
         page = policy.call(one_page, "alpaca")
@@ -262,8 +262,3 @@ def fetch_alpaca(
         .sort_values(["ticker", "timestamp"], kind="stable")
         .reset_index(drop=True)
     )
-
-
-def _one_line(err: Exception) -> str:
-    text = str(err).strip().splitlines()
-    return text[0][:200] if text else type(err).__name__
