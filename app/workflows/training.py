@@ -115,7 +115,7 @@ def train_single(
         num_envs=config.env.num_envs,
         device=device,
         seed=agent.seed,
-        compile=config.env.compile,
+        fast_step=config.env.fast_step,
     )
     eval_fn = validation_eval_fn(splits.valid, params, annualization=config.backtest.annualization)
 
