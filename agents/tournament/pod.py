@@ -151,7 +151,7 @@ def learner_round(task: PodTask, ctx: RoundContext) -> PodOutcome:
         num_envs=num_envs,
         device=ctx.device,
         seed=spec.seed,
-        compile=str(ctx.env.get("compile", "auto")),
+        fast_step=str(ctx.env.get("fast_step", "auto")),
     )
 
     arg_fields = {f.name for f in dataclasses.fields(args_cls)}

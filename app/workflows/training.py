@@ -116,7 +116,7 @@ def train_single(
         num_envs=config.env.num_envs,
         device=device,
         seed=agent.seed,
-        compile=config.env.compile,
+        fast_step=config.env.fast_step,
     )
     eval_fn = validation_score_fn(splits.valid, params, annualization=config.backtest.annualization)
 
