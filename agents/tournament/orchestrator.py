@@ -36,6 +36,7 @@ from agents.tournament.backends import Backend, make_backend
 from agents.tournament.generator import PodSpec, next_pod
 from agents.tournament.leaderboard import FILENAME, Leaderboard
 from agents.tournament.pod import (
+    CURVE,
     FITNESS,
     PodOutcome,
     PodTask,
@@ -448,7 +449,7 @@ def _copy_champion(run_dir: Path, board: Leaderboard) -> dict[str, Any] | None:
     staging = run_dir / ".champion.tmp"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
-    for name in (*CHAMPION_FILES, "curve.parquet"):
+    for name in (*CHAMPION_FILES, CURVE):
         if (source / name).is_file():
             shutil.copy2(source / name, staging / name)
         elif name in CHAMPION_FILES:

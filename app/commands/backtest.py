@@ -14,10 +14,7 @@ from pathlib import Path
 
 import typer
 
-from app import context, render
-from app.runs import RunDir
-from app.workflows.evaluation import backtest_baselines, backtest_run
-from backtests.report import json_safe
+from app import context
 from data.errors import ConfigError
 
 
@@ -40,6 +37,12 @@ def backtest(
     no_tearsheet: bool = typer.Option(False, "--no-tearsheet", help="Skip the pyfolio tear sheet."),
 ) -> None:
     """Backtest a run's champion (and baselines) on the held-out window, or baselines on stored data."""
+    # Imported here, not at module top: they load torch, which `podracer --help` must not (app.commands).
+    from app import render
+    from app.runs import RunDir
+    from app.workflows.evaluation import backtest_baselines, backtest_run
+    from backtests.report import json_safe
+
     home = context.home()
     if run is None and not baseline:
         raise ConfigError(

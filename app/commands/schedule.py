@@ -9,9 +9,7 @@ from typing import Any
 import typer
 
 from app import context
-from app.config import load_config
-from app.nightly import pipeline
-from app.nightly.schedule import (
+from app.nightly.schedule import (  # cron parsing and APScheduler: no torch
     DEFAULT_CRON,
     DEFAULT_TZ,
     cron_trigger,
@@ -47,6 +45,10 @@ def run(
     now: bool = typer.Option(False, "--now", help="Also run once immediately."),
 ) -> None:
     """Run `podracer retrain` on a cron schedule in this process (Ctrl-C stops)."""
+    # Imported here, not at module top: they load torch, which `podracer --help` must not (app.commands).
+    from app.config import load_config
+    from app.nightly import pipeline
+
     if home is not None:
         context.set_home(home)
     home_dir = context.home()

@@ -16,6 +16,7 @@ import pandas as pd
 import streamlit as st
 
 from app.dashboard import artifacts, loaders, views
+from app.runs import runs_root
 from data.errors import PodracerError
 
 if TYPE_CHECKING:
@@ -92,7 +93,7 @@ def require_run() -> Path:
         st.session_state[RUN_KEY] = run
     if not run:
         st.info(
-            f"No runs under `{home_dir / 'runs'}` yet. Create one with `podracer demo`, "
+            f"No runs under `{runs_root(home_dir)}` yet. Create one with `podracer demo`, "
             "`podracer train` or `podracer train --tournament`, then reload."
         )
         st.stop()
