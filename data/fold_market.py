@@ -8,8 +8,7 @@ on many windows, and each fold must see features normalized with its own train w
 - the raw causal features of bars ``[start, stop)`` are computed from the bars ``[start - lookback,
   stop)`` (every feature window is finite, ``data.features``: a bar's value depends on its last
   ``lookback`` bars only, so this equals the whole history's value up to float rounding, the same
-  guarantee paper trading relies on), a block of assets at a time, so the float64 work stays small
-  whatever the number of tickers;
+  guarantee paper trading relies on);
 - the normalization is fitted on the rows of ``fit`` only (the fold's train window);
 - :meth:`FoldMarket.with_spec` gives any part of the window normalized with another spec.
 
@@ -31,7 +30,6 @@ from data.errors import DataError
 from data.features import (
     DEFAULT_WINDOWS,
     compute_features,
-    feature_names,
     fit_normalization,
     lookback,
     make_spec,
@@ -39,29 +37,19 @@ from data.features import (
 )
 from data.market import MarketData
 
-#: Bars x assets of one block of the feature computation: its float64 intermediates (about 25 arrays of
-#: this many values) stay near 200 MB, whatever the size of the market.
-BLOCK_VALUES = 1_000_000
-
 
 def raw_features(
     market: MarketData, start: int, stop: int, windows: Mapping[str, int] = DEFAULT_WINDOWS
 ) -> Tensor:
     """``(stop - start, A, F)`` float32: the raw causal features of bars ``[start, stop)`` of ``market``,
-    computed from ``lookback(windows)`` bars before ``start`` on, a block of assets at a time."""
+    computed from ``lookback(windows)`` bars before ``start`` on (``compute_features`` works a block
+    of assets at a time)."""
     if not 0 <= start < stop <= market.num_steps:
         raise DataError(f"raw_features: bars [{start}, {stop}) outside [0, {market.num_steps}]")
     low = max(0, start - lookback(windows))
     work = torch.float32 if market.device.type == "mps" else torch.float64
-    width = len(feature_names(windows))
-    out = torch.empty(stop - start, market.num_assets, width, dtype=torch.float32, device=market.device)
-    block = max(1, BLOCK_VALUES // (stop - low))
-    for a in range(0, market.num_assets, block):
-        b = min(a + block, market.num_assets)
-        close = market.close[low:stop, a:b].to(work)
-        volume = market.volume[low:stop, a:b]
-        out[:, a:b] = compute_features(close, volume, windows)[start - low :]
-    return out
+    raw = compute_features(market.close[low:stop].to(work), market.volume[low:stop], windows)
+    return raw[start - low :] if start > low else raw
 
 
 @dataclass(frozen=True)

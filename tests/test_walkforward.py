@@ -90,8 +90,9 @@ def market():
 
 def test_fold_features_are_the_whole_history_features_cut_to_the_window(market, monkeypatch):
     whole = compute_features(market.close.to(torch.float64), market.volume)
-    monkeypatch.setattr("data.fold_market.BLOCK_VALUES", 2_000)  # several asset blocks
-    assert torch.equal(raw_features(market, 0, market.num_steps), whole)  # blocks of assets: exact
+    monkeypatch.setattr("data.features.BLOCK_VALUES", 2_000)  # a block of assets at a time: exact
+    assert torch.equal(compute_features(market.close.to(torch.float64), market.volume), whole)
+    assert torch.equal(raw_features(market, 0, market.num_steps), whole)
     # From `lookback` bars before the window on: the finite windows give the same values (to the
     # float32 rounding of a few of them: sums that start elsewhere round differently).
     assert torch.allclose(raw_features(market, 900, 2500), whole[900:2500], rtol=1e-6, atol=1e-9)
