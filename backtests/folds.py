@@ -10,7 +10,7 @@ stop)`` of 0-based session indices into the loaded market::
     session   0 1 2 3 4 5 6 7 8 9 10 11 12 13 14
     fold 0    t t t t t t v v v e T  T
     fold 1        t t t t t t v v v  e  T  T
-    fold 2            t t t t t t v  v  v  e  T  T
+    fold 2            t t t t t t v  v  v  e  T
 
 - test windows follow each other without gap or overlap (``step_sessions`` long; the last one may be
   shorter, where the data ends), so the tests tile one continuous out-of-sample span;

@@ -13,6 +13,7 @@ against buy-and-hold and equal weight.
 
     .venv/bin/python benchmarks/walkforward_scale.py                   # the year: 12 folds x 4 min, 2-core CPU
     .venv/bin/python benchmarks/walkforward_scale.py --device cuda --fold-minutes 0.6
+    .venv/bin/python benchmarks/walkforward_scale.py --load-only       # the market's memory alone
     .venv/bin/python benchmarks/walkforward_scale.py --quick           # smoke run (about a minute)
 
 ``--out FILE`` also writes the figures as JSON; ``--home DIR`` keeps the run (default: a temp folder).
@@ -32,10 +33,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
+from rich.console import Console  # noqa: E402
 
 from app.config import parse_config  # noqa: E402
 from app.walkforward.display import folds_table  # noqa: E402
-from app.workflows.walkforward import run_walkforward  # noqa: E402
+from app.workflows.walkforward import _bars_only, peak_rss_mb, plan_folds, run_walkforward  # noqa: E402
+from data.fold_market import fold_market  # noqa: E402
+from data.loader import load_market  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -57,6 +61,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--pods", type=int, default=None, help="pods in flight [workers]")
     p.add_argument("--num-envs", type=int, default=256)
     p.add_argument("--home", type=Path, default=None, help="keep the run here (default: a temp folder)")
+    p.add_argument(
+        "--load-only",
+        action="store_true",
+        help="only load the market and build the first fold's features: their peak RSS (no training)",
+    )
     p.add_argument("--quick", action="store_true", help="tiny sizes: check that the script runs")
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args(argv)
@@ -74,7 +83,12 @@ def config(args: argparse.Namespace):
         else {"budget_steps": None, "budget_minutes": args.fold_minutes}
     )
     raw = {
-        "data": {"num_tickers": args.tickers, "num_sessions": sessions, "signal": args.signal, "seed": args.seed},
+        "data": {
+            "num_tickers": args.tickers,
+            "num_sessions": sessions,
+            "signal": args.signal,
+            "seed": args.seed,
+        },
         "env": {"num_envs": args.num_envs},
         "agent": {"device": args.device, "seed": args.seed},
         "tournament": {"workers": args.workers, "pods": args.pods or max(1, args.workers), "seed": args.seed},
@@ -95,9 +109,31 @@ def config(args: argparse.Namespace):
     return parse_config(raw, source="benchmark"), sessions
 
 
+def load_only(cfg, sessions: int) -> dict:
+    """The market loaded as the walk-forward loads it, and the first fold's features: peak RSS."""
+    t0 = time.perf_counter()
+    full = _bars_only(load_market(cfg.data, device=cfg.agent.device).full)
+    loaded = peak_rss_mb()["self"]
+    plan = plan_folds(full, cfg.walkforward)[0]
+    fold_market(full, plan.bars["train"][0], plan.bars["test"][1], fit=plan.bars["train"])
+    figures = {"sessions_loaded": sessions, "bars": full.num_steps, "tickers": full.num_assets,
+               "load_peak_rss_mb": loaded, "fold_peak_rss_mb": peak_rss_mb()["self"],
+               "seconds": round(time.perf_counter() - t0, 1)}  # fmt: skip
+    print(
+        f"loaded {full.num_steps:,} bars x {full.num_assets} tickers: peak RSS {loaded:,.0f} MB; "
+        f"with the first fold's features {figures['fold_peak_rss_mb']:,.0f} MB ({figures['seconds']} s)"
+    )
+    return figures
+
+
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     cfg, sessions = config(args)
+    if args.load_only:
+        figures = load_only(cfg, sessions)
+        if args.out is not None:
+            args.out.write_text(json.dumps(figures, indent=2))
+        return figures
     home = args.home or Path(tempfile.mkdtemp(prefix="podracer-wf-"))
     print(
         f"walk-forward: {args.tickers} tickers x {sessions} sessions of 1-minute bars loaded once "
@@ -113,8 +149,6 @@ def main(argv: list[str] | None = None) -> dict:
         if args.home is None:
             shutil.rmtree(home, ignore_errors=True)
     wall = time.perf_counter() - t0
-    from rich.console import Console
-
     Console(width=160).print(folds_table(result.folds))
     s = result.metrics["strategies"]
     per_fold = [r["seconds"] for r in result.folds]
@@ -129,7 +163,10 @@ def main(argv: list[str] | None = None) -> dict:
         "peak_rss_mb": result.peak_rss_mb,
         "promotions": sum(1 for r in result.folds if r["promoted"]),
         "stitched": {
-            name: {k: s[name].get(k) for k in ("cum_returns_final", "annual_return", "sharpe_ratio", "max_drawdown")}
+            name: {
+                k: s[name].get(k)
+                for k in ("cum_returns_final", "annual_return", "sharpe_ratio", "max_drawdown")
+            }
             for name in ("champion", "buy_and_hold", "equal_weight")
         },
         "verdict": result.metrics.get("verdict"),

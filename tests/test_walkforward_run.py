@@ -196,3 +196,25 @@ def test_walkforward_cli_json_and_bad_invocations(home, tmp_path, capsys):
     bad.write_text(config_to_toml(parse_config({**raw, "walkforward": {"valid_sessions": 5}})))
     assert main(["walkforward", "--config", str(bad)]) == 2
     assert "valid_sessions = 5" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_fold_tournaments_on_the_ray_backend(tmp_path, monkeypatch):
+    """Each fold's tournament on a local Ray cluster (2 CPUs); the walk-forward keeps one connection."""
+    ray = pytest.importorskip("ray")
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # Ray's workers import this checkout
+    raw = {**TINY, "tournament": {**TINY["tournament"], "backend": "ray", "pods": 2, "budget_steps": 128}}
+    raw["walkforward"] = {**TINY["walkforward"], "num_folds": 2}
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    try:
+        from app.workflows.walkforward import run_walkforward
+
+        result = run_walkforward(parse_config(raw), tmp_path, run="ray")
+        assert ray.is_initialized(), "a cluster the caller started is left running"
+    finally:
+        ray.shutdown()
+    assert [r["index"] for r in result.folds] == [0, 1]
+    for r in result.folds:
+        pods = read_pods(RunDir(tmp_path, "ray").fold(r["index"]).path)
+        assert len(pods) == 2 and all(p["score"] is not None for p in pods)
+    assert result.metrics["walkforward"]["num_folds"] == 2
