@@ -37,7 +37,7 @@ from rich.console import Console  # noqa: E402
 
 from app.config import parse_config  # noqa: E402
 from app.walkforward.display import folds_table  # noqa: E402
-from app.workflows.walkforward import _bars_only, peak_rss_mb, plan_folds, run_walkforward  # noqa: E402
+from app.workflows.walkforward import bars_only, peak_rss_mb, plan_folds, run_walkforward  # noqa: E402
 from data.fold_market import fold_market  # noqa: E402
 from data.loader import load_market  # noqa: E402
 
@@ -112,7 +112,7 @@ def config(args: argparse.Namespace):
 def load_only(cfg, sessions: int) -> dict:
     """The market loaded as the walk-forward loads it, and the first fold's features: peak RSS."""
     t0 = time.perf_counter()
-    full = _bars_only(load_market(cfg.data, device=cfg.agent.device).full)
+    full = bars_only(load_market(cfg.data, device=cfg.agent.device).full)
     loaded = peak_rss_mb()["self"]
     plan = plan_folds(full, cfg.walkforward)[0]
     fold_market(full, plan.bars["train"][0], plan.bars["test"][1], fit=plan.bars["train"])

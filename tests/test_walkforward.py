@@ -188,3 +188,36 @@ def test_champion_spans_merge_consecutive_folds_of_one_champion():
         {"champion": "cash", "first": "d0", "last": "d1", "sessions": 2, "folds": [0]},
         {"champion": "fold-001", "first": "d2", "last": "d5", "sessions": 4, "folds": [1, 2]},
     ]
+
+
+# --- the layout on a market's calendar -------------------------------------------------------------
+
+
+def test_plan_folds_in_bars_and_dates_and_the_per_fold_settings():
+    from app.config import parse_config
+    from app.workflows.walkforward import bars_only, fold_config, plan_folds
+
+    full = bars_only(synthetic_market(num_tickers=2, num_sessions=30, seed=1).full)
+    raw = {
+        "walkforward": {"train_sessions": 8, "valid_sessions": 10, "step_sessions": 4, "start": "2024-02-01"}
+    }
+    config = parse_config(raw)
+    plans = plan_folds(full, config.walkforward)
+    days = [str(d) for d in np.unique(full.session_dates())]
+    first = days.index("2024-02-01")
+    assert [p.fold.test for p in plans] == [(first, first + 4), (first + 4, first + 8), (first + 8, 30)]
+    for p in plans:
+        (a, b), (c, d) = p.bars["test"], p.fold.test
+        assert full.session_id[a] == c and full.session_id[b - 1] == d - 1 and b - a == 390 * (d - c)
+        assert p.dates["test"] == (days[c], days[d - 1])
+        assert p.dates["embargo"] == (days[c - 1], days[c - 1])  # one session, the default
+    assert full.num_features == 0  # the folds compute their own features
+    tuned = fold_config(parse_config({**raw, "walkforward": {**raw["walkforward"], "budget_minutes": 3}}), 2)
+    assert (tuned.tournament.seed, tuned.tournament.budget_minutes, tuned.tournament.budget_steps) == (
+        2,
+        3,
+        None,
+    )
+    assert fold_config(config, 1).tournament.budget_steps == config.tournament.budget_steps
+    with pytest.raises(ConfigError, match="at least 10"):
+        plan_folds(full, parse_config({"walkforward": {"valid_sessions": 5}}).walkforward)

@@ -178,7 +178,7 @@ def run_walkforward(
     home = Path(home)
     wf_run = _open_run(home, run, resume)
     device = torch.device(config.agent.device)
-    full = _bars_only(load_market(config.data, home=home, device=device).full)
+    full = bars_only(load_market(config.data, home=home, device=device).full)
     plans = plan_folds(full, config.walkforward)
     records = wf_run.fold_records() if resume is not None else []
     _check_resumed_layout(wf_run, plans, records)
@@ -229,7 +229,7 @@ def _open_run(home: Path, run: str | None, resume: str | None) -> RunDir:
     return wf_run
 
 
-def _bars_only(full: MarketData) -> MarketData:
+def bars_only(full: MarketData) -> MarketData:
     """The loaded market without its features (normalized on one split: folds compute their own), so
     only the bars stay in memory."""
     empty = torch.empty(full.num_steps, full.num_assets, 0, device=full.device)
