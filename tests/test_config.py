@@ -71,3 +71,25 @@ def test_round_trip_keeps_a_budget_turned_off(tmp_path):
     )
     with pytest.raises(ConfigError, match="tournament.budget_minutes"):
         parse_config({"tournament": {"budget_minutes": "none"}})  # only where the default is not None
+
+
+def test_old_significance_keys_still_load_with_a_warning(tmp_path, caplog):
+    """Every run's config.toml records the config it ran with: the DSR thresholds it used to hold are
+    read as the out-of-sample test's level, and the old first_promotion value as its new name."""
+    old = tmp_path / "config.toml"
+    old.write_text(
+        '[backtest]\ndsr_threshold = 0.95\n[nightly]\ndsr_threshold = 0.9\nfirst_promotion = "dsr"\n',
+        encoding="utf-8",
+    )
+    with caplog.at_level("WARNING", logger="app.config"):
+        config = load_config(old)
+    assert config.backtest.significance == 0.05 and config.nightly.significance == 0.1
+    assert config.nightly.first_promotion == "significant"
+    warned = [r.getMessage() for r in caplog.records]
+    assert len(warned) == 3 and all(str(old) in w and "deprecated" in w for w in warned)
+    # The new key wins where both are set; the written config has only the new keys.
+    both = parse_config({"backtest": {"dsr_threshold": 0.5, "significance": 0.01}})
+    assert both.backtest.significance == 0.01
+    assert "dsr_threshold" not in config_to_toml(config) and "significance = 0.05" in config_to_toml(config)
+    with pytest.raises(ConfigError, match="backtest.significance"):
+        parse_config({"backtest": {"significance": 1.5}})
