@@ -204,7 +204,13 @@ def diagnostics_line(doc: Mapping[str, Any]) -> str:
 
 def stated_verdict(doc: Mapping[str, Any]) -> Verdict | None:
     """The verdict a metrics document states; for a document that carries an out-of-sample test but no
-    stored verdict, :func:`judge` of its tested strategy; otherwise None."""
+    stored verdict, :func:`judge` of its tested strategy; otherwise None.
+
+    A document without an ``oos_test`` key was written before the verdict was the out-of-sample test:
+    the verdict it stored rests on other statistics, so it is not shown as this one (backtesting the
+    run again writes the current verdict)."""
+    if "oos_test" not in doc:
+        return None
     stated = Verdict.from_fields(doc)
     if stated is not None or "verdict_outcome" in doc:
         return stated

@@ -51,12 +51,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--null", type=int, default=40, help="null markets (signal 0)")
     p.add_argument("--power-markets", type=int, default=20, help="markets per planted signal level")
     p.add_argument("--signals", type=float, nargs="+", default=[0.25, 0.5, 1.0], help="planted levels")
-    p.add_argument("--tickers", type=int, default=12)
+    p.add_argument("--tickers", type=int, default=10)
     p.add_argument("--sessions", type=int, default=60, help="split 35/25/40%%: 21 / 15 / 24 sessions")
-    p.add_argument("--pods", type=int, default=2)
-    p.add_argument("--round-steps", type=int, default=16_384)
-    p.add_argument("--budget-steps", type=int, default=65_536, help="env-steps per tournament")
-    p.add_argument("--num-envs", type=int, default=64)
+    # Many short rounds: the tournament's exploit-and-mutate finds the planted signal within ~100k
+    # env-steps (docs/benchmarks.md, Tournament), where a few long rounds do not.
+    p.add_argument("--pods", type=int, default=4)
+    p.add_argument("--round-steps", type=int, default=4_096)
+    p.add_argument("--budget-steps", type=int, default=98_304, help="env-steps per tournament")
+    p.add_argument("--num-envs", type=int, default=32)
     p.add_argument("--first-seed", type=int, default=1000, help="market i uses seed first_seed + i")
     p.add_argument("--workers", type=int, default=0, help="local worker processes (0 = inline)")
     p.add_argument("--quick", action="store_true", help="tiny sizes: check that the script runs")
@@ -64,7 +66,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.quick:
         args.null, args.power_markets, args.signals = 2, 1, [1.0]
-        args.tickers, args.round_steps, args.budget_steps, args.num_envs = 6, 2_048, 4_096, 16
+        args.tickers, args.pods, args.round_steps, args.budget_steps, args.num_envs = 6, 2, 2_048, 4_096, 16
     return args
 
 
@@ -80,7 +82,7 @@ def _config(args: argparse.Namespace, seed: int, signal: float) -> Config:
             "signal": signal,
         },
         env={"num_envs": args.num_envs},
-        agent={"seed": seed, "num_steps": 32},
+        agent={"seed": seed},
         tournament={
             "pods": args.pods,
             "leaderboard_size": 2 * args.pods,
@@ -145,7 +147,9 @@ def _fmt(value: float | None, spec: str) -> str:
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     torch.set_num_threads(1)
-    plan = [(0.0, args.null)] + [(s, args.power_markets) for s in args.signals if args.power_markets]
+    plan = [(0.0, args.null)] * bool(args.null) + [
+        (s, args.power_markets) for s in args.signals if args.power_markets
+    ]
     rows: list[dict] = []
     seed = args.first_seed
     for signal, count in plan:
@@ -161,8 +165,8 @@ def main(argv: list[str] | None = None) -> dict:
                     flush=True,
                 )
     rates = {f"signal_{s:g}": rate([r for r in rows if r["signal"] == s]) for s, _ in plan}
-    null = rates["signal_0"]
-    passed = null["markets"] > 0 and null["ci_low"] < LEVEL
+    null = rates.get("signal_0")
+    passed = None if null is None else null["ci_low"] < LEVEL  # None: no null market was run
     figures = {
         "settings": vars(args),
         "level": LEVEL,
@@ -178,11 +182,9 @@ def main(argv: list[str] | None = None) -> dict:
             r = rates[f"signal_{s:g}"]
             interval = f"{_fmt(r['ci_low'], '.3f')}..{_fmt(r['ci_high'], '.3f')}"
             print(f"{s:<8g}{r['markets']:>8}{r['significant']:>13}{_fmt(r['rate'], '.3f'):>7}{interval:>17}")
-        print(
-            f"null check ({figures['null_check']['rule']}): {'passed' if passed else 'FAILED'}; "
-            f"rows at signal > 0 are the power"
-        )
-    if not passed:
+        verdict = {True: "passed", False: "FAILED", None: "not run (no null market)"}[passed]
+        print(f"null check ({figures['null_check']['rule']}): {verdict}; rows at signal > 0 are the power")
+    if passed is False:
         sys.exit(1)
     return figures
 

@@ -533,7 +533,7 @@ def test_short_window_cards_say_why():
 
 
 def test_verdict_box_shows_what_metrics_json_states():
-    doc = _new_schema(70, pbo=0.62)
+    doc = _new_schema(70, pbo=0.62, oos_test={"strategy": "champion"})
     # The document states its verdict (backtests.report wrote it): the box shows that, not a re-derivation.
     stated = Verdict("not significant", ("PSR 0.970", "excess over buy_and_hold +0.01%/day (p 0.300)"))
     doc.update(verdict_fields(stated))
@@ -567,8 +567,10 @@ def test_verdict_box_of_a_document_without_a_stored_verdict():
     assert box.kind == "success" and box.text.startswith("edge significant out of sample: PSR 0.990")
     doc["oos_test"] = {**oos, "psr_after_looks": 0.9}
     assert verdict_box(doc).kind == "warning"
+    # Written before the out-of-sample test: its stored verdict rests on other statistics, no box.
     old = json.loads(json.dumps(METRICS))
     old["strategies"]["champion"]["deflated_sharpe_ratio"] = 0.99
+    old.update(verdict_fields(Verdict("significant", ("DSR 0.990", "PBO 0.10"))))
     assert verdict_box(old) is None
 
 

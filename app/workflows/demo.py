@@ -224,6 +224,7 @@ def run_demo(
         "num_trials": doc["num_trials"],
         "pbo": doc.get("pbo"),
         "verdict": doc.get("verdict"),
+        "verdict_diagnostics": doc.get("verdict_diagnostics"),
         "timings": timings,
         "document": doc,
     }
