@@ -10,6 +10,8 @@ scored pod's daily validation returns (``agents.tournament.pod.read_valid_return
   ``optimal_block_length``'s ``stationary`` column over the pods' excess returns), the **consistent**
   p-value (Hansen 2005: pods far worse than the benchmark are not re-centred, so hopeless pods do not
   dilute the test). The bootstrap resamples all pods together, so their correlation is accounted for.
+  The statistic is arch's: the largest mean loss differential (the loss differentials' variances
+  enter only the consistent re-centring rule).
 - **Effective trials** (:func:`cluster_trials`): children copy their parents' weights, so the pods are
   far from independent. Hierarchical clustering (``scipy.cluster.hierarchy``, average linkage) on the
   correlation distance ``sqrt((1 - rho) / 2)``, cut at :data:`CLUSTER_DISTANCE` (0.5: pods whose

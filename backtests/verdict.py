@@ -192,8 +192,10 @@ def diagnostics_line(doc: Mapping[str, Any]) -> str:
     if not isinstance(sel, Mapping) or not sel.get("num_trials"):
         return f"selection diagnostics n/a (no validation returns of the trials); {pbo_text}"
     tried = int(sel["num_trials"])
-    spa = _number(sel.get("spa_p_value"))
-    spa_text = f"SPA p {prob_text(spa)} vs {sel.get('spa_benchmark')}" if spa is not None else "SPA n/a"
+    spa, reps = _number(sel.get("spa_p_value")), _number(sel.get("spa_replications"))
+    # arch's SPA p-value is a share of replications: 0 means below one replication's weight.
+    spa_p = f"< {1 / reps:g}" if spa == 0.0 and reps else prob_text(spa) if spa is not None else None
+    spa_text = f"SPA p {spa_p} vs {sel.get('spa_benchmark')}" if spa_p is not None else "SPA n/a"
     dsr, eff = _number(sel.get("valid_dsr")), sel.get("effective_trials")
     dsr_text = f"validation DSR {prob_text(dsr)}" if dsr is not None else "validation DSR n/a"
     return (

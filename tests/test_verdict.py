@@ -122,6 +122,8 @@ def test_the_diagnostics_line_follows_and_does_not_change_the_verdict():
     worse = {**doc, "pbo": 0.99, "selection": {**doc["selection"], "spa_p_value": 0.9, "valid_dsr": 0.01}}
     assert judge(worse).outcome == verdict.outcome == "significant"
     assert judge(_doc(0.99, 0.001)).diagnostics.startswith("selection diagnostics n/a")
+    none_above = {**doc, "selection": {**doc["selection"], "spa_p_value": 0.0, "spa_replications": 1000}}
+    assert "SPA p < 0.001 vs buy_and_hold" in judge(none_above).diagnostics
     assert judge(doc, "pod-9") is None  # the document tests another strategy
 
 
