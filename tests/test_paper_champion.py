@@ -10,7 +10,11 @@ half-written or corrupt export, the registry locked by a retrain, kill -9 of eit
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sqlite3
+import subprocess
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
@@ -340,3 +344,84 @@ def test_a_journal_of_the_previous_schema_is_migrated_in_place(tmp_path):
     assert tables["decisions"]["holdings"].isna().all() and tables["fills"]["bundle_id"].isna().all()
     assert tables["events"]["message"].tolist() == ["after the upgrade"]
     assert attribute(tables).records == []  # no marks in the old rows: nothing attributed
+
+
+# --- kill -9 of either process -------------------------------------------------------------------------
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT), "PODRACER_DEBUG": "1"}
+
+
+def _paper_once(home: Path) -> subprocess.Popen:
+    argv = [sys.executable, "-m", "app.cli", "--home", str(home), "paper", "--champion", "--once"]
+    argv += ["--fill-timeout", "1", "--max-order-notional", "1e9", "--daily-loss-limit", "0.5"]
+    return subprocess.Popen(
+        argv, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+
+
+def test_paper_process_killed_mid_cycle_and_restarted(market):
+    """SIGKILL after the broker created the second order and before its reply: the restart decides
+    the same bar, finds that order by its client id, and sends only what is missing."""
+    m = market
+    proc: list[subprocess.Popen] = []
+    posts = []
+
+    def kill_at_second_order(order) -> None:
+        posts.append(order.client_order_id)
+        if len(posts) == 2:
+            os.kill(proc[0].pid, signal.SIGKILL)
+
+    m.fake.on_order = kill_at_second_order
+    proc.append(_paper_once(m.home))
+    out, _ = proc[0].communicate(timeout=120)
+    assert proc[0].returncode == -signal.SIGKILL, out
+    rows = read_journal(m.home)["orders"].set_index("client_order_id")
+    assert rows.loc[posts[1], "status"] == "submitted"  # journaled, the broker's answer never came back
+    m.fake.on_order = None
+    again = _paper_once(m.home)
+    out, _ = again.communicate(timeout=120)
+    assert again.returncode == 0, out
+    tables = read_journal(m.home)
+    decided = tables["decisions"]["decision_ts"].unique()
+    assert len(decided) == 1  # the same decision bar, so the same client order ids
+    assert tables["orders"].set_index("client_order_id").loc[posts[1], "status"] == "filled"
+    per_ticker = pd.Series([o.symbol for o in m.fake.orders.values()]).value_counts()
+    assert per_ticker.max() == 1  # one order per ticker for the bar: nothing sent twice
+    assert len(m.fake.orders) == len(tables["orders"])
+    assert "resumed with bundle" in events(m.home, "resume")["message"].iloc[0]
+    last = tables["decisions"].iloc[-1]
+    target = dict(zip(json.loads(last["tickers"]), json.loads(last["target_weights"]), strict=True))
+    equity = m.fake.equity()
+    for ticker, weight in target.items():  # nothing lost: the book is at the restarted decision's target
+        held = m.fake.positions.get(ticker, 0.0) * m.fake.prices[ticker] / equity
+        assert held == pytest.approx(weight, abs=0.01)
+    assert read_heartbeat(m.home).status == "traded"
+    assert_books_balance(m)
+
+
+RETRAIN_KILLED_BEFORE_COMMIT = """
+import os, signal, sys
+from app.nightly.registry import Champion, Decision, record_decision
+home, bundle = sys.argv[1], sys.argv[2]
+record_decision(
+    home,
+    Decision(started_at="s", decided_at="d", verdict="promoted", reason="r", step="decide", bundle=bundle),
+    Champion(run_id="run-b", policy_dir=bundle, promoted_at="p", bundle=bundle),
+    before_commit=lambda: os.kill(os.getpid(), signal.SIGKILL),
+)
+"""
+
+
+def test_retrain_killed_before_its_commit_is_never_traded(market):
+    """The export of B is complete, its promotion never committed: B is not the champion, A trades."""
+    m, source = market, fast_source(market.home)
+    trade_session(m, source, SESSIONS[0], cycles=1)
+    killed = subprocess.run(
+        [sys.executable, "-c", RETRAIN_KILLED_BEFORE_COMMIT, str(m.home), str(m.b)],
+        cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert current_champion(m.home)["run_id"] == "run-a"
+    second = trade_session(m, source, SESSIONS[1], cycles=2)
+    assert [r.bundle_id for r in second] == [m.id_a] * 2 and events(m.home, "champion_switch").empty
+    assert_books_balance(m)

@@ -172,10 +172,20 @@ def _trade(
     result.gone = [o.ticker for o in gone.sells]
     result.attention = list(gone.attention)
 
-    policy_weights = bundle.act(decision.obs)[0]
-    if not np.all(np.isfinite(policy_weights)):
-        raise PodracerError("the policy produced non-finite weights: no orders")
-    target, notes = apply_limits(policy_weights, decision, bundle.tickers, options.limits)
+    ts = journal_ts(decision.decision_ts)
+    prior = journal.decision_at(ts, bundle.bundle_id, options.dry_run)
+    if prior is not None:
+        # This bar was decided already (a restart mid-cycle, a retried run): finish that decision
+        # from the holdings as they are now, with the same client order ids, rather than decide
+        # again on a book its own orders have half changed.
+        policy_weights, target = np.asarray(prior[0]), np.asarray(prior[1])
+        notes = []
+        journal.event("resume", f"decision at {ts} taken already: its remaining orders go out")
+    else:
+        policy_weights = bundle.act(decision.obs)[0]
+        if not np.all(np.isfinite(policy_weights)):
+            raise PodracerError("the policy produced non-finite weights: no orders")
+        target, notes = apply_limits(policy_weights, decision, bundle.tickers, options.limits)
     orders, plan_notes = plan_orders(
         decision, target, bundle.tickers, bundle.bundle_id, options.limits, options.fractional
     )
@@ -189,23 +199,24 @@ def _trade(
         result.messages.append(note)
 
     halt = _halt(kill, account, options)
-    journal.decision(
-        decision_ts=journal_ts(decision.decision_ts),
-        bundle_id=bundle.bundle_id,
-        dry_run=options.dry_run,
-        equity=decision.value,
-        cash=decision.cash,
-        tickers=list(bundle.tickers),
-        current_weights=list(decision.current_weights),
-        target_weights=list(target),
-        policy_weights=list(policy_weights),
-        skipped=list(decision.skipped),
-        note=halt[1] if halt else "",
-        session=session,
-        account_equity=account.equity,
-        holdings=holdings(positions),
-        prices=list(decision.prices),
-    )
+    if prior is None:
+        journal.decision(
+            decision_ts=ts,
+            bundle_id=bundle.bundle_id,
+            dry_run=options.dry_run,
+            equity=decision.value,
+            cash=decision.cash,
+            tickers=list(bundle.tickers),
+            current_weights=list(decision.current_weights),
+            target_weights=list(target),
+            policy_weights=list(policy_weights),
+            skipped=list(decision.skipped),
+            note=halt[1] if halt else "",
+            session=session,
+            account_equity=account.equity,
+            holdings=holdings(positions),
+            prices=list(decision.prices),
+        )
     if halt is not None:
         result.status = halt[0] if not options.dry_run else "dry_run"
         journal.event(halt[0], halt[1], "warning")

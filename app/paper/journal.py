@@ -400,6 +400,18 @@ class Journal:
         )
 
     # -- readers --
+    def decision_at(
+        self, decision_ts: str, bundle_id: str, dry_run: bool
+    ) -> tuple[list[float], list[float]] | None:
+        """(policy weights, target weights) of the first decision ``bundle_id`` took at ``decision_ts``
+        (same dry-run mode), or None when it has not decided that bar."""
+        row = self._conn.execute(
+            "SELECT policy_weights, target_weights FROM decisions WHERE decision_ts=? AND bundle_id=? "
+            "AND dry_run=? ORDER BY id LIMIT 1",
+            (decision_ts, bundle_id, int(dry_run)),
+        ).fetchone()
+        return None if row is None else (json.loads(row[0]), json.loads(row[1]))
+
     def open_orders(self) -> list[dict[str, Any]]:
         """Orders we submitted whose last known status is still open at the broker (or unknown)."""
         marks = ", ".join("?" for _ in OPEN_STATUSES)
@@ -442,6 +454,20 @@ def order_counts(orders: pd.DataFrame) -> dict[str, int]:
             key = "open"
         counts[key] += 1
     return counts
+
+
+def latest_pnl(home: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The newest P&L row (``pnl`` columns), read-only; None without a journal or a P&L row. One
+    query, so ``podracer status`` does not read the whole journal."""
+    path = journal_path(home)
+    if not path.is_file():
+        return None
+    conn = sqlite.connect(path, read_only=True)
+    try:
+        row = conn.execute("SELECT * FROM pnl ORDER BY id DESC LIMIT 1").fetchone()
+    finally:
+        conn.close()
+    return None if row is None else dict(row)
 
 
 def _empty_schema() -> sqlite3.Connection:
