@@ -12,7 +12,7 @@ from app import context
 from app.config import load_config
 from app.nightly import pipeline
 from app.nightly.cron import DEFAULT_CRON, DEFAULT_TZ
-from app.nightly.os_schedule import crontab_text, systemd_text, systemd_units
+from app.nightly.os_schedule import crontab_text, paper_crontab_text, paper_unit, systemd_text, systemd_units
 from app.nightly.schedule import cron_trigger, next_fire_times, run_schedule
 from data.errors import ConfigError
 
@@ -68,15 +68,17 @@ def print_(
     config: Path = typer.Option(None, "--config", help="TOML config file for the scheduled runs."),
     home: Path = typer.Option(None, "--home", help="Home directory [default: the global --home]."),
 ) -> None:
-    """Print a crontab block or a systemd service + timer pair that runs `podracer retrain`."""
+    """Print the crontab lines or the systemd units of `podracer retrain` and the paper loop."""
     if home is not None:
         context.set_home(home)
     if config is not None and not config.is_file():
         raise ConfigError(f"config file not found: {config}")
+    home_dir = context.home()
     if fmt == "crontab":
-        text = crontab_text(cron, tz=tz, home=context.home(), config=config)
+        text = crontab_text(cron, tz=tz, home=home_dir, config=config) + "\n" + paper_crontab_text(home_dir)
     elif fmt == "systemd":
-        text = systemd_text(systemd_units(cron, tz=tz, home=context.home(), config=config))
+        units = systemd_units(cron, tz=tz, home=home_dir, config=config) | paper_unit(home_dir)
+        text = systemd_text(units)
     else:
         raise ConfigError(f"--format {fmt!r}: choose crontab or systemd")
     typer.echo(text, nl=False)
