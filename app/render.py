@@ -387,3 +387,55 @@ def store_info(summary: dict[str, Any]) -> None:
                 str(row["gaps_filled"]),
             )
         console.print(table)
+
+
+# --- podracer status ---------------------------------------------------------------------------------
+def _ago(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    minutes = seconds / 60
+    if minutes < 90:
+        return f"{minutes:.0f} min ago"
+    return f"{minutes / 60:.1f} h ago" if minutes < 48 * 60 else f"{minutes / 1440:.1f} days ago"
+
+
+def status_lines(status: Any) -> list[str]:
+    """``podracer status`` as lines (``app.workflows.status.Status``)."""
+    champ, last, beat = status.champion, status.last_decision, status.heartbeat
+    lines = []
+    if champ:
+        bundle = f"bundle {str(champ['bundle_id'])[:12]}" if champ.get("bundle_id") else "no readable bundle"
+        lines.append(f"champion      {champ['run_id']} ({bundle}) since {champ['promoted_at']}")
+    else:
+        lines.append("champion      none yet (podracer retrain promotes the first)")
+    if last:
+        lines.append(f"last retrain  {last['verdict']} at {last['decided_at']}: {last['reason']}")
+    else:
+        lines.append("last retrain  none recorded")
+    cron = status.schedule
+    lines.append(f"next retrain  {status.next_retrain or '-'} (cron '{cron['cron']}' in {cron['tz']})")
+    if beat is None:
+        lines.append("paper loop    not started (podracer paper --champion)")
+    else:
+        who = f"bundle {str(beat['bundle_id'] or '-')[:12]}" + (
+            f", {beat['run_id']}" if beat.get("run_id") else ""
+        )
+        lines.append(
+            f"paper loop    {status.loop}: {beat['status']} {_ago(status.heartbeat_age_s)} ({who}), "
+            f"{beat['orders']} orders planned, {beat['submitted']} sent; next cycle {beat['next_due']}"
+        )
+        if status.switch_pending:
+            lines.append("              the new champion trades from the first cycle of the next session")
+    kill = status.kill_switch
+    lines.append(f"kill switch   {'ON: no new orders' if kill['on'] else 'off'} ({kill['path']})")
+    lines.append(f"gone tickers  {', '.join(status.gone) or 'none'}")
+    today = status.today
+    if today and today.get("pnl") is not None:
+        ret = f" ({today['return']:+.2%})" if today.get("return") is not None else ""
+        lines.append(
+            f"today's P&L   ${today['pnl']:+,.2f}{ret}, equity ${today['equity']:,.2f} at {today['as_of']}"
+        )
+    else:
+        lines.append("today's P&L   no paper cycle today")
+    lines += [f"problem       {p}" for p in status.problems] or ["healthy"]
+    return lines
