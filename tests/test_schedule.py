@@ -366,6 +366,15 @@ def test_an_instant_job_stops_cleanly_every_time():
         assert (report.runs, report.failures, report.results) == (1, 0, ("ok",))
 
 
+def test_the_schedule_commands_cron_default_is_the_nightly_default():
+    """`podracer schedule` spells its --cron default itself (its module must not load pandas for
+    `--help`); it is the one app.nightly.cron defines."""
+    from app.commands import schedule as command
+    from app.nightly.cron import DEFAULT_CRON
+
+    assert command._DEFAULT_CRON == DEFAULT_CRON
+
+
 # --- the paper loop beside the retrain ------------------------------------------------------------------
 
 

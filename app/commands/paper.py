@@ -7,10 +7,6 @@ from pathlib import Path
 import typer
 
 from app import context
-from app.paper.heartbeat import FAILED_STATUSES
-from app.paper.options import PaperOptions
-from app.paper.orders import RiskLimits
-from app.workflows.paper import run_paper_loop
 
 
 def paper(
@@ -53,6 +49,12 @@ def paper(
     ),
 ) -> None:
     """Paper-trade an exported policy on Alpaca (keys from APCA_API_KEY_ID / APCA_API_SECRET_KEY)."""
+    # Imported here, not at module top: they load torch, which `podracer --help` must not (app.commands).
+    from app.paper.heartbeat import FAILED_STATUSES
+    from app.paper.options import PaperOptions
+    from app.paper.orders import RiskLimits
+    from app.workflows.paper import run_paper_loop
+
     limits = RiskLimits(
         max_order_notional=max_order_notional,
         max_weight=1.0 if max_weight is None else max_weight,
