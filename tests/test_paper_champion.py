@@ -46,10 +46,10 @@ def bundles(tmp_path_factory):
     """Two champions' exports (A and B, two tiny policies on the same tickers) and A's bars."""
     root = tmp_path_factory.mktemp("champions")
     run_a, run_b = make_run(root, "run-a", seed=0), make_run(root, "run-b", seed=1)
-    a = export_bundle(run_a.run_dir, exporter="torchscript")
-    b = export_bundle(run_b.run_dir, exporter="torchscript")
-    ids = {p: json.loads((p / "manifest.json").read_text())["bundle_id"] for p in (a, b)}
-    return SimpleNamespace(bars=run_a.bars, a=a, b=b, id_a=ids[a], id_b=ids[b])
+    run_c = make_run(root, "run-c", seed=2, num_tickers=2)  # a champion on fewer tickers
+    a, b, c = (export_bundle(r.run_dir, exporter="torchscript") for r in (run_a, run_b, run_c))
+    ids = {p: json.loads((p / "manifest.json").read_text())["bundle_id"] for p in (a, b, c)}
+    return SimpleNamespace(bars=run_a.bars, a=a, b=b, c=c, id_a=ids[a], id_b=ids[b], id_c=ids[c])
 
 
 @pytest.fixture
@@ -195,6 +195,19 @@ def test_sessions_per_year_is_the_backtests():
     from backtests.metrics import ANNUALIZATION_FACTORS
 
     assert ANNUALIZATION_FACTORS["daily"] == SESSIONS_PER_YEAR
+
+
+def test_a_champion_on_fewer_tickers_sells_the_ones_it_leaves_out(market):
+    m, source = market, fast_source(market.home)
+    trade_session(m, source, SESSIONS[0], cycles=1)
+    assert m.fake.positions.get("SYN002", 0.0) > 0  # A holds all three
+    promote(m.home, "run-c", m.c)  # C trades SYN000 and SYN001 only
+    (first,) = trade_session(m, source, SESSIONS[1], cycles=1)
+    assert first.bundle_id == m.id_c and abs(m.fake.positions["SYN002"]) < 1e-9  # sold whole, at once
+    sell = read_journal(m.home)["orders"].query("ticker == 'SYN002' and bundle_id == @m.id_c")
+    assert len(sell) == 1 and sell["message"].iloc[0].startswith("retired: SYN002")
+    assert len(events(m.home, "retired")) == 1
+    assert_books_balance(m)
 
 
 # --- faults ------------------------------------------------------------------------------------------

@@ -13,6 +13,8 @@ A cycle (:func:`run_cycle`) orchestrates the other modules of ``app.paper``:
    the decision bar's session are skipped: they keep their position (no order) and the journal says
    so, unless held and gone for good (``app.paper.gone``: the broker no longer trades it -> a warning
    each cycle; no real bar for ``gone_after`` sessions -> the whole position is sold).
+   Held tickers that an earlier bundle in the journal traded and this one does not (a champion on
+   another universe) are sold whole (``orders.retired_sells``).
 4. onnxruntime (``Bundle.act``) -> target weights -> risk limits (``max_weight``; the daily loss limit,
    a blocked account or the kill switch halt new orders) -> orders (``app.paper.orders``).
 5. The orders go out (``execution.execute_orders``): sells first, then the buys fitted to the cash
@@ -47,7 +49,7 @@ from app.paper.heartbeat import Heartbeat, write_heartbeat
 from app.paper.journal import Journal, journal_ts
 from app.paper.observation import build_decision, check_fresh, fetch_start
 from app.paper.options import PaperOptions
-from app.paper.orders import PlannedOrder, apply_limits, plan_orders
+from app.paper.orders import PlannedOrder, apply_limits, plan_orders, retired_sells
 from data.calendar import INTERVAL_MINUTES, MINUTES_PER_SESSION, exchange_date
 from data.errors import DataError, PodracerError
 
@@ -171,6 +173,13 @@ def _trade(
         result.messages.append(msg)
     result.gone = [o.ticker for o in gone.sells]
     result.attention = list(gone.attention)
+    # Held tickers an earlier champion traded and this one does not: sold whole (a new universe).
+    retired = retired_sells(
+        positions, journal.book_tickers(), bundle.tickers, bundle.bundle_id, decision.decision_ts
+    )
+    for o in retired:
+        journal.event("retired", f"{o.ticker} {o.reason} ({o.qty:g} shares)", "warning")
+        result.messages.append(f"{o.ticker} {o.reason}")
 
     ts = journal_ts(decision.decision_ts)
     prior = journal.decision_at(ts, bundle.bundle_id, options.dry_run)
@@ -190,7 +199,8 @@ def _trade(
         decision, target, bundle.tickers, bundle.bundle_id, options.limits, options.fractional
     )
     notes += plan_notes
-    orders = gone.sells + orders  # skipped tickers: the planner never orders them, no id is shared
+    # skipped and retired tickers: the planner never orders them, no id is shared
+    orders = gone.sells + retired + orders
     result.policy_weights = dict(zip(bundle.tickers, map(float, policy_weights), strict=True))
     result.target_weights = dict(zip(bundle.tickers, map(float, target), strict=True))
     result.orders = orders

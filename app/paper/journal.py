@@ -412,6 +412,11 @@ class Journal:
         ).fetchone()
         return None if row is None else (json.loads(row[0]), json.loads(row[1]))
 
+    def book_tickers(self) -> set[str]:
+        """Every ticker a bundle in this journal decided on: the book the per-champion record counts."""
+        rows = self._conn.execute("SELECT DISTINCT tickers FROM decisions").fetchall()
+        return {str(t) for (text,) in rows for t in json.loads(text)}
+
     def open_orders(self) -> list[dict[str, Any]]:
         """Orders we submitted whose last known status is still open at the broker (or unknown)."""
         marks = ", ".join("?" for _ in OPEN_STATUSES)
