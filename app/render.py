@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import typer
 from rich.console import Group
@@ -17,7 +19,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from app import context
-from backtests import report
 from backtests.verdict import ANNUALIZED_KEYS, stated_verdict
 
 
@@ -225,6 +226,9 @@ def backtest_table(doc: dict[str, Any], title: str) -> Table:
 
 def costs_text(doc: dict[str, Any]) -> str:
     """``"costs 0.20% + 1 bp"`` from the document's recorded costs (``"costs on"`` for old documents)."""
+    # Imported here: backtests.report loads torch, and `podracer status` renders through this module.
+    from backtests import report
+
     return report.costs_label(doc.get("cost_rate"), doc.get("slippage_bps"))
 
 
@@ -399,21 +403,37 @@ def _ago(seconds: float | None) -> str:
     return f"{minutes / 60:.1f} h ago" if minutes < 48 * 60 else f"{minutes / 1440:.1f} days ago"
 
 
+def _when(iso: str | None, tz: str = "UTC") -> str:
+    """An ISO time as ``YYYY-MM-DD HH:MM <tz>`` (in ``tz``)."""
+    if not iso:
+        return "-"
+    try:
+        stamp = datetime.fromisoformat(str(iso))
+    except ValueError:
+        return str(iso)
+    stamp = stamp.replace(tzinfo=UTC) if stamp.tzinfo is None else stamp
+    return f"{stamp.astimezone(ZoneInfo(tz)):%Y-%m-%d %H:%M} {tz}"
+
+
+def _money(value: float) -> str:
+    return f"{'-' if value < 0 else '+'}${abs(value):,.2f}"
+
+
 def status_lines(status: Any) -> list[str]:
     """``podracer status`` as lines (``app.workflows.status.Status``)."""
     champ, last, beat = status.champion, status.last_decision, status.heartbeat
     lines = []
     if champ:
         bundle = f"bundle {str(champ['bundle_id'])[:12]}" if champ.get("bundle_id") else "no readable bundle"
-        lines.append(f"champion      {champ['run_id']} ({bundle}) since {champ['promoted_at']}")
+        lines.append(f"champion      {champ['run_id']} ({bundle}) since {_when(champ['promoted_at'])}")
     else:
         lines.append("champion      none yet (podracer retrain promotes the first)")
     if last:
-        lines.append(f"last retrain  {last['verdict']} at {last['decided_at']}: {last['reason']}")
+        lines.append(f"last retrain  {last['verdict']} {_when(last['decided_at'])}: {last['reason']}")
     else:
         lines.append("last retrain  none recorded")
     cron = status.schedule
-    lines.append(f"next retrain  {status.next_retrain or '-'} (cron '{cron['cron']}' in {cron['tz']})")
+    lines.append(f"next retrain  {_when(status.next_retrain, cron['tz'])} (cron '{cron['cron']}')")
     if beat is None:
         lines.append("paper loop    not started (podracer paper --champion)")
     else:
@@ -422,7 +442,7 @@ def status_lines(status: Any) -> list[str]:
         )
         lines.append(
             f"paper loop    {status.loop}: {beat['status']} {_ago(status.heartbeat_age_s)} ({who}), "
-            f"{beat['orders']} orders planned, {beat['submitted']} sent; next cycle {beat['next_due']}"
+            f"{beat['orders']} orders planned, {beat['submitted']} sent; next cycle {_when(beat['next_due'])}"
         )
         if status.switch_pending:
             lines.append("              the new champion trades from the first cycle of the next session")
@@ -433,7 +453,7 @@ def status_lines(status: Any) -> list[str]:
     if today and today.get("pnl") is not None:
         ret = f" ({today['return']:+.2%})" if today.get("return") is not None else ""
         lines.append(
-            f"today's P&L   ${today['pnl']:+,.2f}{ret}, equity ${today['equity']:,.2f} at {today['as_of']}"
+            f"today's P&L   {_money(today['pnl'])}{ret}, equity ${today['equity']:,.2f} at {_when(today['as_of'])}"
         )
     else:
         lines.append("today's P&L   no paper cycle today")

@@ -99,7 +99,11 @@ def test_healthy_loop(tmp_path, capsys):
     assert shown["today"]["pnl"] == pytest.approx(1_000.0)
     assert main(["--home", str(home), "status"]) == 0
     out = capsys.readouterr().out
-    assert "run-a (bundle bbbbbbbbbbbb)" in out and "paper loop    ok: traded" in out and "$+1,000.00" in out
+    assert (
+        "run-a (bundle bbbbbbbbbbbb)" in out
+        and "paper loop    ok: traded" in out
+        and "+$1,000.00 (+1.00%)" in out
+    )
 
 
 def test_stale_heartbeat(tmp_path, capsys):
@@ -149,3 +153,19 @@ def test_a_refused_champion_and_a_pending_switch(tmp_path, capsys):
     (home / "paper" / "heartbeat.json").write_text("{not json")
     rc, shown = cli_status(home, capsys)
     assert rc == 1 and "heartbeat.json is unreadable" in shown["problems"][0]
+
+
+def test_status_loads_no_torch(tmp_path):
+    """`podracer status` is what a watchdog runs every few minutes: no torch, no onnxruntime."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from app.cli import main; rc = main(['--home', sys.argv[1], 'status', '--json']); "
+        "print(sorted(m for m in ('torch', 'onnxruntime') if m in sys.modules), rc)"
+    )
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)], cwd=root, capture_output=True, text=True, timeout=120
+    )
+    assert out.stdout.strip().splitlines()[-1] == "[] 0", out.stdout + out.stderr

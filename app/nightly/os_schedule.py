@@ -108,8 +108,10 @@ def crontab_text(
     home_abs = Path(home).resolve()
     log_file = home_abs / "logs" / "retrain.log"
     command = " ".join(shlex.quote(a) for a in retrain_command(home, config))
-    # cron starts jobs in $HOME: run from today's directory, as the user's own retrain would.
-    command = f"cd {shlex.quote(str(Path.cwd()))} && mkdir -p {shlex.quote(str(log_file.parent))} && {command} >> {shlex.quote(str(log_file))} 2>&1"
+    # cron starts jobs in $HOME: run from today's directory, as the user's own retrain would; the
+    # Alpaca keys (nightly.update = "alpaca") from the keys file when there is one.
+    keys = f'"$HOME/{KEYS_FILE}"'
+    command = f"if [ -f {keys} ]; then set -a && . {keys} && set +a; fi; cd {shlex.quote(str(Path.cwd()))} && mkdir -p {shlex.quote(str(log_file.parent))} && {command} >> {shlex.quote(str(log_file))} 2>&1"
     # In a crontab line an unescaped % ends the command and feeds the rest to stdin.
     command = command.replace("%", r"\%")
     return (
@@ -178,6 +180,8 @@ def systemd_units(
         # Relative paths inside the config resolve as they do for the user who printed these units.
         f"WorkingDirectory={_systemd_quote(str(Path.cwd()))}\n"
         f"Environment=PODRACER_HOME={_systemd_quote(str(home_abs))}\n"
+        # The Alpaca keys, for nightly.update = "alpaca" ("-": the file is optional here).
+        f"EnvironmentFile=-%h/{KEYS_FILE}\n"
         f"ExecStart={exec_start}\n"
         # Exit 75: another retrain holds the lock; not a failure worth an alert.
         "SuccessExitStatus=75\n"
