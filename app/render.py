@@ -437,8 +437,10 @@ def status_lines(status: Any) -> list[str]:
     if beat is None:
         lines.append("paper loop    not started (podracer paper --champion)")
     else:
-        who = f"bundle {str(beat['bundle_id'] or '-')[:12]}" + (
-            f", {beat['run_id']}" if beat.get("run_id") else ""
+        who = (
+            f"bundle {str(beat['bundle_id'])[:12]}" + (f", {beat['run_id']}" if beat.get("run_id") else "")
+            if beat.get("bundle_id")
+            else "no bundle loaded yet: at the first cycle of a session"
         )
         lines.append(
             f"paper loop    {status.loop}: {beat['status']} {_ago(status.heartbeat_age_s)} ({who}), "

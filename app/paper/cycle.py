@@ -291,6 +291,9 @@ def run_paper(
                 bundle_id=current.bundle_id if current is not None else None,
                 alert=str(err),
             )
+        if result.bundle_id is None and source.current is not None:  # closed: the bundle in hand
+            result.bundle_id = source.current.bundle_id
+            result.run_id = getattr(source, "run_id", None)
         results.append(result)
         last = once or (max_cycles is not None and len(results) >= max_cycles)
         period = cycle_period(source.current)

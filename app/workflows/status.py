@@ -148,6 +148,7 @@ def gather_status(
         champion
         and beat is not None
         and beat.mode == "champion"
+        and beat.bundle_id is not None
         and champion.get("bundle_id") != beat.bundle_id
     )
     return Status(
