@@ -37,7 +37,8 @@ from typing import Any, Protocol
 
 from app.bundle import Bundle, load_bundle
 from app.nightly.registry import RegistryBusy, RegistryError, current_champion
-from app.paper.journal import Journal, SessionOwner
+from app.paper.journal import Journal
+from app.paper.journal_schema import SessionOwner
 from data.errors import PodracerError, one_line
 
 log = logging.getLogger(__name__)

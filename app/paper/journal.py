@@ -23,12 +23,10 @@ API keys never reach this file: every text value is scrubbed of the values of ``
 from __future__ import annotations
 
 import json
-import math
 import os
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -41,32 +39,15 @@ from app.paper.journal_schema import (
     OPEN_STATUSES,
     STATUS_RANK,
     TABLES,
+    SessionOwner,
+    finite,
+    holdings_json,
     migrate,
     statements,
 )
 from data import sqlite
 
 _SECRET_ENVS = ("APCA_API_KEY_ID", "APCA_API_SECRET_KEY")
-
-
-@dataclass(frozen=True)
-class SessionOwner:
-    """The bundle in charge of one session (a row of ``sessions``)."""
-
-    session: str  # YYYY-MM-DD, exchange date
-    bundle_id: str
-    bundle_path: str | None
-    run_id: str | None
-    source: str  # "champion" (the registry's pointer) | "bundle" (paper --bundle)
-
-
-def _finite(value: Any) -> float | None:
-    value = float(value)
-    return value if math.isfinite(value) else None
-
-
-def _holdings_json(holdings: dict[str, tuple[float, float]]) -> str:
-    return json.dumps({s: [float(q), _finite(p)] for s, (q, p) in sorted(holdings.items())})
 
 
 def journal_path(home: str | os.PathLike[str]) -> Path:
@@ -197,8 +178,8 @@ class Journal:
                 "note": note,
                 "session": session,
                 "account_equity": account_equity,
-                "holdings": None if holdings is None else _holdings_json(holdings),
-                "prices": None if prices is None else json.dumps([_finite(p) for p in prices]),
+                "holdings": None if holdings is None else holdings_json(holdings),
+                "prices": None if prices is None else json.dumps([finite(p) for p in prices]),
             },
         )
 
@@ -395,7 +376,7 @@ class Journal:
                 "day_pnl": day_pnl,
                 "day_return": day_ret,
                 "bundle_id": bundle_id,
-                "holdings": None if holdings is None else _holdings_json(holdings),
+                "holdings": None if holdings is None else holdings_json(holdings),
             },
         )
 

@@ -1,4 +1,4 @@
-"""The paper journal's schema, its order-status ranks and the migration of older journals.
+"""The paper journal's schema, its order-status ranks, row types and the migration of older journals.
 
 Schema version 1 (``PRAGMA user_version``) adds what ties every row to the bundle that decided it
 and what the per-champion record needs (``app.paper.attribution``):
@@ -19,7 +19,11 @@ leaves either the old file or the migrated one.
 
 from __future__ import annotations
 
+import json
+import math
 import sqlite3
+from dataclasses import dataclass
+from typing import Any
 
 from data import sqlite
 
@@ -144,6 +148,28 @@ STATUS_RANK: dict[str, int] = {
     "partially_filled": 3,
     **dict.fromkeys(FINAL_STATUSES, 4),
 }
+
+
+@dataclass(frozen=True)
+class SessionOwner:
+    """The bundle in charge of one session (a row of ``sessions``)."""
+
+    session: str  # YYYY-MM-DD, exchange date
+    bundle_id: str
+    bundle_path: str | None
+    run_id: str | None
+    source: str  # "champion" (the registry's pointer) | "bundle" (paper --bundle)
+
+
+def finite(value: Any) -> float | None:
+    """``value`` as a float, None when it is not finite (JSON has no NaN)."""
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def holdings_json(holdings: dict[str, tuple[float, float]]) -> str:
+    """The JSON of a ``holdings`` column: ``{symbol: [qty, price]}``, symbols sorted."""
+    return json.dumps({s: [float(q), finite(p)] for s, (q, p) in sorted(holdings.items())})
 
 
 def statements() -> list[str]:
