@@ -33,20 +33,20 @@ def _status_box(state) -> None:  # noqa: ANN001 - app.workflows.status.Status
 
 
 def _record_cards(record) -> None:  # noqa: ANN001 - app.paper.attribution.ChampionRecord
-    cols = st.columns(5)
+    cols = st.columns(4)
     cols[0].metric("Return", formatting.format_metric(record.cum_return, "pct"), border=True)
-    sharpe = (
-        formatting.format_metric(record.sharpe, "ratio")
-        if record.sharpe is not None
-        else f"{record.sessions}/{MIN_SHARPE_SESSIONS} sessions"
-    )
-    cols[1].metric("Sharpe", sharpe, border=True)
+    cols[1].metric("Sharpe", formatting.format_metric(record.sharpe, "ratio"), border=True)
     cols[2].metric("Buy & hold", formatting.format_metric(record.buy_and_hold, "pct"), border=True)
     cols[3].metric("Costs", formatting.format_metric(record.costs, "money"), border=True)
-    cols[4].metric("Orders", record.num_orders, border=True)
+    sharpe = (
+        f"; a Sharpe ratio from {MIN_SHARPE_SESSIONS} sessions on"
+        if record.sharpe is None and record.sessions < MIN_SHARPE_SESSIONS
+        else ""
+    )
     st.caption(
         f"in charge {record.first_session} → {record.last_session}: {record.sessions} session(s), "
-        f"{record.decisions} decisions, P&L {formatting.format_metric(record.pnl, 'money')} (costs included)"
+        f"{record.decisions} decisions, {record.num_orders} orders, P&L "
+        f"{formatting.format_metric(record.pnl, 'money')} (costs included){sharpe}"
     )
 
 
