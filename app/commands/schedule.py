@@ -75,20 +75,28 @@ def print_(
     config: Path = typer.Option(None, "--config", help="TOML config file for the scheduled runs."),
     home: Path = typer.Option(None, "--home", help="Home directory [default: the global --home]."),
 ) -> None:
-    """Print a crontab block or a systemd service + timer pair that runs `podracer retrain`."""
+    """Print the crontab lines or the systemd units of `podracer retrain` and the paper loop."""
     # Imported here: app.nightly loads pandas through data.calendar (see _TZ_HELP above).
     from app.nightly.cron import DEFAULT_TZ
-    from app.nightly.os_schedule import crontab_text, systemd_text, systemd_units
+    from app.nightly.os_schedule import (
+        crontab_text,
+        paper_crontab_text,
+        paper_unit,
+        systemd_text,
+        systemd_units,
+    )
 
     tz = tz or DEFAULT_TZ
     if home is not None:
         context.set_home(home)
     if config is not None and not config.is_file():
         raise ConfigError(f"config file not found: {config}")
+    home_dir = context.home()
     if fmt == "crontab":
-        text = crontab_text(cron, tz=tz, home=context.home(), config=config)
+        text = crontab_text(cron, tz=tz, home=home_dir, config=config) + "\n" + paper_crontab_text(home_dir)
     elif fmt == "systemd":
-        text = systemd_text(systemd_units(cron, tz=tz, home=context.home(), config=config))
+        units = systemd_units(cron, tz=tz, home=home_dir, config=config) | paper_unit(home_dir)
+        text = systemd_text(units)
     else:
         raise ConfigError(f"--format {fmt!r}: choose crontab or systemd")
     typer.echo(text, nl=False)
