@@ -22,7 +22,7 @@ def paper(
     max_weight: float = typer.Option(
         None,
         "--max-weight",
-        help="Cap per ticker target weight (0-1] [default: the bundle's env max_weight, else 1].",
+        help="Cap per ticker target weight (0-1] \\[default: the bundle's env max_weight, else 1].",
     ),
     daily_loss_limit: float = typer.Option(
         0.05,
@@ -32,7 +32,7 @@ def paper(
     kill_switch: Path = typer.Option(
         None,
         "--kill-switch",
-        help="While this file exists no new orders are sent [default: <home>/paper/KILL].",
+        help="While this file exists no new orders are sent \\[default: <home>/paper/KILL].",
     ),
     whole_shares: bool = typer.Option(False, "--whole-shares", help="Round orders down to whole shares."),
     fill_timeout: float = typer.Option(

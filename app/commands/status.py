@@ -21,11 +21,11 @@ def status(
     cron: str = typer.Option(
         None,
         "--cron",
-        help="The retrain schedule's cron expression, as given to `podracer schedule` [default: its default].",
+        help="The retrain schedule's cron expression, as given to `podracer schedule` \\[default: its default].",
         show_default=False,
     ),
     tz: str = typer.Option(
-        None, "--tz", help="The schedule's IANA time zone [default: the exchange's].", show_default=False
+        None, "--tz", help="The schedule's IANA time zone \\[default: the exchange's].", show_default=False
     ),
 ) -> None:
     """Champion, last and next retrain, the paper loop's heartbeat, kill switch, gone tickers, today's P&L."""
