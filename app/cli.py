@@ -1,6 +1,8 @@
 """The ``podracer`` command line (typer + rich).
 
-Every command lives in its own module under ``app.commands``. Errors that are the user's to fix
+Every command lives in its own module under ``app.commands``, imported here to register it; a
+command imports its workflow (and torch with it) only when it runs, so ``--help`` stays fast
+(``app/commands/__init__.py``). Errors that are the user's to fix
 (``data.errors.PodracerError``) become one line on stderr and a non-zero exit, never a traceback;
 ``PODRACER_DEBUG=1`` shows the traceback of anything unexpected.
 """
@@ -17,7 +19,7 @@ from rich.logging import RichHandler
 from rich.markup import escape
 
 from app import __version__, context
-from app.commands import backtest, dashboard, data, demo, export, paper, retrain, schedule, train
+from app.commands import backtest, dashboard, data, demo, export, paper, retrain, schedule, status, train
 from data.errors import PodracerError
 
 cli = typer.Typer(
@@ -84,6 +86,7 @@ cli.command("export")(export.export)
 cli.command("paper")(paper.paper)
 cli.command("retrain")(retrain.retrain)
 cli.add_typer(schedule.app, name="schedule")
+cli.command("status")(status.status)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -46,6 +46,13 @@ INTERNAL_FIELDS: dict[str, str] = {
 }
 
 
+#: Keys read under a new name, ``(section, old) -> new``: an old run's config.toml still loads
+#: (``--resume``, backtests of old runs), with one warning per key.
+RENAMED_KEYS: dict[tuple[str, str], str] = {
+    ("env", "compile"): "fast_step",  # it selects the fast env step, which on CPU is not a compile
+}
+
+
 def _none_by_marker(section: type[BaseModel]) -> set[str]:
     """Fields of ``section`` that may be None but default to something else."""
     return {
@@ -133,10 +140,10 @@ class EnvConfig(_Section):
     )
     reward_scale: float = Field(EnvParams.reward_scale, gt=0)
     num_envs: int = Field(256, ge=1)
-    compile: Literal["auto", "on", "off"] = Field(
+    fast_step: Literal["auto", "on", "off"] = Field(
         "auto",
-        description="fast env step: native C kernel on CPU (auto: from 1 env), torch.compile on GPU "
-        "(auto: from 512 envs); docs/env.md",
+        description="fast env step: the native C kernel on CPU, torch.compile elsewhere (auto: from "
+        "envs.fast_step's batch-size thresholds); docs/env.md",
     )
     sharpe_eta: float = Field(
         EnvParams.sharpe_eta, gt=0, lt=1, description="diff_sharpe: EMA rate of the return moments"
@@ -324,6 +331,23 @@ def _format_error(err: ValidationError, source: str) -> str:
     return f"{source}: {loc}: {msg}{more}"
 
 
+def _renamed_keys(raw: dict[str, Any], source: str) -> dict[str, Any]:
+    """``raw`` with each deprecated key of :data:`RENAMED_KEYS` moved to its new name, with one
+    warning per key (so an old run's config.toml still loads); both names set is an error."""
+    out = dict(raw)
+    for (section, old), new in RENAMED_KEYS.items():
+        values = out.get(section)
+        if not isinstance(values, dict) or old not in values:
+            continue
+        if new in values:
+            raise ConfigError(
+                f"{source}: {section}.{old}: deprecated name of {section}.{new}; set only {new}"
+            )
+        log.warning("%s: [%s] %s is deprecated; read as [%s] %s", source, section, old, section, new)
+        out[section] = {new if key == old else key: value for key, value in values.items()}
+    return out
+
+
 def migrate_deprecated(raw: dict[str, Any], source: str = "config") -> dict[str, Any]:
     """``raw`` with the keys of older config files read as the keys that replaced them, one warning
     each naming ``source`` (every run's config.toml records the config it ran with, so old keys stay
@@ -331,7 +355,8 @@ def migrate_deprecated(raw: dict[str, Any], source: str = "config") -> dict[str,
 
     - ``[backtest] dsr_threshold = d`` and ``[nightly] dsr_threshold = d`` (a deflated Sharpe ratio the
       selected strategy had to reach) -> ``significance = 1 - d`` in the same section (the level of
-      the out-of-sample test that replaced that DSR), unless ``significance`` is set there too;
+      the out-of-sample test that replaced that DSR); both keys set is an error, as for
+      :data:`RENAMED_KEYS`;
     - ``[nightly] first_promotion = "dsr"`` -> ``"significant"``.
     """
     out = {k: dict(v) if isinstance(v, dict) else v for k, v in raw.items()}
@@ -341,10 +366,10 @@ def migrate_deprecated(raw: dict[str, Any], source: str = "config") -> dict[str,
             continue
         old = section.pop("dsr_threshold")
         if "significance" in section:
-            log.warning(
-                "%s: [%s] dsr_threshold is deprecated and ignored (significance is set)", source, name
+            raise ConfigError(
+                f"{source}: {name}.dsr_threshold: deprecated, replaced by {name}.significance; set only "
+                "significance"
             )
-            continue
         if isinstance(old, int | float) and not isinstance(old, bool) and 0 < old < 1:
             section["significance"] = round(1.0 - float(old), 12)
             log.warning(
@@ -364,10 +389,11 @@ def migrate_deprecated(raw: dict[str, Any], source: str = "config") -> dict[str,
 
 
 def parse_config(raw: dict[str, Any], *, source: str = "config") -> Config:
-    """Validate a dict into a Config (older keys migrated: :func:`migrate_deprecated`); errors name
-    the key."""
+    """Validate a dict into a Config; errors name the key. Keys of older files are read under their
+    new names (:data:`RENAMED_KEYS`) or values (:func:`migrate_deprecated`)."""
+    raw = migrate_deprecated(_renamed_keys(raw, source), source)
     try:
-        return Config.model_validate(migrate_deprecated(raw, source))
+        return Config.model_validate(raw)
     except ValidationError as err:
         raise ConfigError(_format_error(err, source)) from None
 

@@ -73,6 +73,22 @@ def test_round_trip_keeps_a_budget_turned_off(tmp_path):
         parse_config({"tournament": {"budget_minutes": "none"}})  # only where the default is not None
 
 
+def test_old_env_compile_key_loads_as_fast_step_with_one_warning(tmp_path, caplog):
+    # Run folders written before the rename hold [env] compile: --resume and backtests still load them.
+    path = tmp_path / "config.toml"
+    path.write_text('[env]\ncompile = "off"\nnum_envs = 8\n[agent]\ncompile = "on"\n')
+    with caplog.at_level("WARNING", logger="app.config"):
+        cfg = load_config(path)
+    assert cfg.env.fast_step == "off" and cfg.env.num_envs == 8
+    assert cfg.agent.compile == "on"  # [agent] compile is another setting, not renamed
+    warnings = [r.getMessage() for r in caplog.records if r.name == "app.config"]
+    assert len(warnings) == 1 and "[env] compile is deprecated" in warnings[0] and "fast_step" in warnings[0]
+    written = config_to_toml(cfg)
+    assert 'fast_step = "off"' in written and load_config(write_config(cfg, tmp_path / "again.toml")) == cfg
+    with pytest.raises(ConfigError, match="env.compile: deprecated name of env.fast_step"):
+        parse_config({"env": {"compile": "off", "fast_step": "on"}})
+
+
 def test_old_significance_keys_still_load_with_a_warning(tmp_path, caplog):
     """Every run's config.toml records the config it ran with: the DSR thresholds it used to hold are
     read as the out-of-sample test's level, and the old first_promotion value as its new name."""
@@ -87,9 +103,9 @@ def test_old_significance_keys_still_load_with_a_warning(tmp_path, caplog):
     assert config.nightly.first_promotion == "significant"
     warned = [r.getMessage() for r in caplog.records]
     assert len(warned) == 3 and all(str(old) in w and "deprecated" in w for w in warned)
-    # The new key wins where both are set; the written config has only the new keys.
-    both = parse_config({"backtest": {"dsr_threshold": 0.5, "significance": 0.01}})
-    assert both.backtest.significance == 0.01
+    # Both keys set is an error (as for a renamed key); the written config has only the new keys.
+    with pytest.raises(ConfigError, match="backtest.dsr_threshold: deprecated, replaced by"):
+        parse_config({"backtest": {"dsr_threshold": 0.5, "significance": 0.01}})
     assert "dsr_threshold" not in config_to_toml(config) and "significance = 0.05" in config_to_toml(config)
     with pytest.raises(ConfigError, match="backtest.significance"):
         parse_config({"backtest": {"significance": 1.5}})

@@ -1,5 +1,5 @@
 # ruff: noqa: F811 - the fixtures imported from test_paper are requested by name
-"""Paper trading under faults (issue 18), against the local Alpaca stand-in (tests/alpaca_fake.py).
+"""Paper trading under faults, against the local Alpaca stand-in (tests/alpaca_fake.py).
 
 Each test names the fault it pins; docs/paper.md's "what happens when" table points here.
 """

@@ -1,5 +1,5 @@
 # ruff: noqa: F811 - the fixtures imported from test_paper are requested by name
-"""A held ticker that stops trading for good (issue 16 item 5), against the local Alpaca stand-in.
+"""A held ticker that stops trading for good, against the local Alpaca stand-in.
 
 The real alpaca-py client talks HTTP to tests/alpaca_fake.py: ``GET /v2/assets/{symbol}`` says
 whether the broker still trades the ticker, daily bars say when it last traded. The fixture's

@@ -57,6 +57,8 @@ from envs.vec_env import TradingVecEnv
 FITNESS = ("sharpe", "return", "calmar")
 #: A pod's validation returns, next to its checkpoint (see :func:`write_valid_returns`).
 VALID_RETURNS = "valid_returns.parquet"
+#: A pod's learning curve, next to its checkpoint (the app reads it as ``app.runs.RunDir.curve``).
+CURVE = "curve.parquet"
 PERIODS = ("daily", "decision")
 SCORE_CLIP = 1e3
 LEARNERS = {"ppo": (ppo.PPOArgs, ppo.train), "sac": (sac.SACArgs, sac.train)}
@@ -151,7 +153,7 @@ def learner_round(task: PodTask, ctx: RoundContext) -> PodOutcome:
         num_envs=num_envs,
         device=ctx.device,
         seed=spec.seed,
-        compile=str(ctx.env.get("compile", "auto")),
+        fast_step=str(ctx.env.get("fast_step", "auto")),
     )
 
     arg_fields = {f.name for f in dataclasses.fields(args_cls)}
@@ -186,7 +188,7 @@ def learner_round(task: PodTask, ctx: RoundContext) -> PodOutcome:
     if history:
         # The round's validation result on its last row, so training curves show it.
         history[-1].update({"eval/score": score, "eval/sharpe": metrics.get("sharpe_ratio")})
-    _write_curve(out / "curve.parquet", history, spec.parent_env_steps)
+    _write_curve(out / CURVE, history, spec.parent_env_steps)
     write_valid_returns(out / VALID_RETURNS, series)
     return PodOutcome(
         pod_id=spec.pod_id,

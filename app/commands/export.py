@@ -7,8 +7,6 @@ from pathlib import Path
 import typer
 
 from app import context
-from app.bundle import load_bundle
-from app.export import export_bundle, resolve_run_dir
 from data.errors import ConfigError
 
 
@@ -16,7 +14,7 @@ def export(
     run: str = typer.Argument(..., help="Run id (under <home>/runs) or path to a run directory."),
     pod: str = typer.Option(None, "--pod", help="Export this pod instead of the run's champion."),
     fmt: str = typer.Option("onnx", "--format", help="Bundle format (onnx)."),
-    out: Path = typer.Option(None, "--out", help="Bundle directory [default: <home>/exports/<run>-<pod>]."),
+    out: Path = typer.Option(None, "--out", help="Bundle directory \\[default: <home>/exports/<run>-<pod>]."),
     torchscript: bool = typer.Option(False, "--torchscript", help="Also write a TorchScript policy.pt."),
     exporter: str = typer.Option(
         "dynamo",
@@ -25,6 +23,10 @@ def export(
     ),
 ) -> None:
     """Export a trained policy to an onnxruntime bundle (policy.onnx + manifest.json), parity-checked."""
+    # Imported here, not at module top: they load torch, which `podracer --help` must not (app.commands).
+    from app.bundle import load_bundle
+    from app.export import export_bundle, resolve_run_dir
+
     if fmt != "onnx":
         raise ConfigError(f"--format {fmt!r} is not supported (onnx)")
     run_dir = resolve_run_dir(run, context.home())

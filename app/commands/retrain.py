@@ -12,16 +12,18 @@ from pathlib import Path
 import typer
 
 from app import context
-from app.config import load_config
-from app.nightly import pipeline
 
 
 def retrain(
-    config: Path = typer.Option(None, "--config", help="TOML config file [default: built-in defaults]."),
-    home: Path = typer.Option(None, "--home", help="Home directory [default: the global --home]."),
+    config: Path = typer.Option(None, "--config", help="TOML config file \\[default: built-in defaults]."),
+    home: Path = typer.Option(None, "--home", help="Home directory \\[default: the global --home]."),
     json_out: bool = typer.Option(False, "--json", help="Print the decision as JSON."),
 ) -> None:
     """Retrain a challenger, compare it with the champion, promote it only if it is really better."""
+    # Imported here, not at module top: they load torch, which `podracer --help` must not (app.commands).
+    from app.config import load_config
+    from app.nightly import pipeline
+
     if home is not None:
         context.set_home(home)
     cfg = load_config(config)

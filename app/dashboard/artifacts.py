@@ -24,12 +24,12 @@ import pandas as pd
 
 from agents.tournament import leaderboard as lb
 from app.nightly import registry
-from app.nightly.record import OutOfSampleRecord, out_of_sample_record
+from app.nightly.record import ChampionTimeline, champion_timeline
 from app.paper import journal
-from app.runs import RunDir, RunInfo
+from app.runs import RunDir, RunInfo, runs_root
+from app.workflows.status import Status, gather_status
 from data.errors import PodracerError, one_line
 
-BACKTEST_DIR = "backtest"
 RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 # Columns each backtest parquet must carry (ARCHITECTURE.md, backtests/).
@@ -77,11 +77,6 @@ class TournamentData:
 # --------------------------------------------------------------------------- runs
 
 
-def runs_root(home: Path) -> Path:
-    """``<home>/runs``."""
-    return Path(home) / "runs"
-
-
 def list_runs(home: Path) -> list[str]:
     """Run ids under ``<home>/runs``, newest first (by modification time, then name)."""
     root = runs_root(home)
@@ -96,7 +91,7 @@ def run_path(home: Path, run: str) -> Path:
     """The directory of run ``run``; a name that could escape ``runs/`` is refused."""
     if not RUN_NAME.match(run or ""):
         raise ArtifactMissing(f"invalid run id {run!r}")
-    path = runs_root(home) / run
+    path = RunDir(home, run).path
     if not path.is_dir():
         raise ArtifactMissing(f"no run {run!r} under {runs_root(home)}")
     return path
@@ -113,16 +108,11 @@ def read_run_info(run_dir: Path) -> RunInfo:
 # --------------------------------------------------------------------------- backtest
 
 
-def backtest_dir(run_dir: Path) -> Path:
-    """``<run>/backtest``."""
-    return Path(run_dir) / BACKTEST_DIR
-
-
 def read_metrics(run_dir: Path) -> dict[str, Any]:
     """``<run>/backtest/metrics.json``, validated: ``strategies`` maps names to metric dicts."""
-    path = backtest_dir(run_dir) / "metrics.json"
+    path = RunDir.at(run_dir).backtest_metrics
     if not path.is_file():
-        raise ArtifactMissing(f"no backtest yet: run `podracer backtest {Path(run_dir).name}`")
+        raise ArtifactMissing(f"no backtest yet: {_backtest_fix(run_dir)}")
     data = _read_json(path)
     strategies = data.get("strategies") if isinstance(data, dict) else None
     if not isinstance(strategies, dict) or not strategies:
@@ -142,7 +132,8 @@ def read_metrics(run_dir: Path) -> dict[str, Any]:
 
 def read_equity(run_dir: Path) -> pd.DataFrame:
     """Equity in dollars: a UTC ``DatetimeIndex`` named timestamp, one float column per strategy."""
-    frame = _read_parquet(backtest_dir(run_dir) / "equity.parquet", EQUITY_COLUMNS, run_dir)
+    run = RunDir.at(run_dir)
+    frame = _read_parquet(run.backtest_equity, EQUITY_COLUMNS, run_dir, _backtest_fix(run_dir))
     frame["timestamp"] = _utc(frame["timestamp"])
     frame = frame.sort_values("timestamp").set_index("timestamp")
     return frame.astype("float64")
@@ -150,7 +141,8 @@ def read_equity(run_dir: Path) -> pd.DataFrame:
 
 def read_positions(run_dir: Path) -> pd.DataFrame:
     """Long-format weights: ``timestamp, strategy, ticker, weight``."""
-    frame = _read_parquet(backtest_dir(run_dir) / "positions.parquet", POSITIONS_COLUMNS, run_dir)
+    run = RunDir.at(run_dir)
+    frame = _read_parquet(run.backtest_positions, POSITIONS_COLUMNS, run_dir, _backtest_fix(run_dir))
     frame["timestamp"] = _utc(frame["timestamp"])
     frame = _plain_labels(frame, ("strategy", "ticker"))
     frame["weight"] = frame["weight"].astype("float64")
@@ -159,7 +151,8 @@ def read_positions(run_dir: Path) -> pd.DataFrame:
 
 def read_trades(run_dir: Path) -> pd.DataFrame:
     """Trades: ``timestamp, strategy, ticker, notional, cost``, oldest first."""
-    frame = _read_parquet(backtest_dir(run_dir) / "trades.parquet", TRADES_COLUMNS, run_dir)
+    run = RunDir.at(run_dir)
+    frame = _read_parquet(run.backtest_trades, TRADES_COLUMNS, run_dir, _backtest_fix(run_dir))
     frame["timestamp"] = _utc(frame["timestamp"])
     frame = _plain_labels(frame, ("strategy", "ticker"))
     for col in ("notional", "cost"):
@@ -169,7 +162,8 @@ def read_trades(run_dir: Path) -> pd.DataFrame:
 
 def read_daily_returns(run_dir: Path) -> pd.DataFrame:
     """Daily returns: a ``DatetimeIndex`` named date (naive, session dates), one column per strategy."""
-    frame = _read_parquet(backtest_dir(run_dir) / "daily_returns.parquet", DAILY_COLUMNS, run_dir)
+    run = RunDir.at(run_dir)
+    frame = _read_parquet(run.backtest_daily_returns, DAILY_COLUMNS, run_dir, _backtest_fix(run_dir))
     dates = pd.to_datetime(frame["date"])
     if getattr(dates.dt, "tz", None) is not None:
         dates = dates.dt.tz_convert("UTC").dt.tz_localize(None)
@@ -179,7 +173,7 @@ def read_daily_returns(run_dir: Path) -> pd.DataFrame:
 
 def tearsheet_path(run_dir: Path) -> Path | None:
     """``<run>/backtest/tearsheet.png`` if the backtest drew one."""
-    path = backtest_dir(run_dir) / "tearsheet.png"
+    path = RunDir.at(run_dir).backtest_tearsheet
     return path if path.is_file() else None
 
 
@@ -188,10 +182,10 @@ def tearsheet_path(run_dir: Path) -> Path | None:
 
 def list_pods(run_dir: Path) -> list[str]:
     """Pods with a ``curve.parquet`` under ``<run>/pods/``, sorted by name."""
-    root = Path(run_dir) / "pods"
-    if not root.is_dir():
+    run = RunDir.at(run_dir)
+    if not run.pods.is_dir():
         return []
-    return sorted(p.name for p in root.iterdir() if (p / "curve.parquet").is_file())
+    return sorted(p.name for p in run.pods.iterdir() if run.curve(p.name).is_file())
 
 
 def read_curves(run_dir: Path) -> dict[str, pd.DataFrame]:
@@ -204,8 +198,7 @@ def read_curves(run_dir: Path) -> dict[str, pd.DataFrame]:
         )
     curves: dict[str, pd.DataFrame] = {}
     for pod in pods:
-        path = Path(run_dir) / "pods" / pod / "curve.parquet"
-        frame = _read_parquet(path, (CURVE_STEP_COLUMN,), run_dir)
+        frame = _read_parquet(RunDir.at(run_dir).curve(pod), (CURVE_STEP_COLUMN,), run_dir, "train the pod")
         curves[pod] = frame.sort_values(CURVE_STEP_COLUMN).reset_index(drop=True)
     return curves
 
@@ -215,7 +208,8 @@ def read_curves(run_dir: Path) -> dict[str, pd.DataFrame]:
 
 def read_tournament(run_dir: Path) -> TournamentData:
     """The run's leaderboard store via ``agents.tournament.leaderboard``'s read helpers."""
-    if not (Path(run_dir) / "leaderboard.sqlite").is_file():
+    board = RunDir.at(run_dir).leaderboard
+    if not board.is_file():
         raise ArtifactMissing(
             f"no tournament in run {Path(run_dir).name!r}: "
             "run `podracer train --tournament` to train a population of pods"
@@ -229,7 +223,7 @@ def read_tournament(run_dir: Path) -> TournamentData:
     except PodracerError:
         raise
     except Exception as err:  # noqa: BLE001 - any reader failure becomes one line on the page
-        raise ArtifactCorrupt(f"{Path(run_dir) / 'leaderboard.sqlite'}: {one_line(err)}") from err
+        raise ArtifactCorrupt(f"{board}: {one_line(err)}") from err
 
 
 def read_nightly(home: Path) -> tuple[pd.DataFrame, dict[str, Any] | None]:
@@ -264,15 +258,20 @@ def read_paper(home: Path) -> dict[str, pd.DataFrame]:
     return {str(name): _frame(table) for name, table in dict(tables).items()}
 
 
-def read_out_of_sample(home: Path) -> OutOfSampleRecord:
-    """The champion's paper-trading record since its promotion (``app.nightly.record``): the only
+def read_champion_timeline(home: Path) -> ChampionTimeline:
+    """The champions and their paper records while in charge (``app.nightly.record``): the only
     out-of-sample figures of a nightly champion (the gate's test-window figures chose it)."""
-    if not (Path(home) / "paper" / "journal.sqlite").is_file():
-        return OutOfSampleRecord(None, None, None, note="no paper trading yet: nothing out of sample to show")
     try:
-        return out_of_sample_record(home)
+        return champion_timeline(home)
     except PodracerError as err:
-        return OutOfSampleRecord(None, None, None, note=one_line(err))
+        return ChampionTimeline(note=one_line(err))
+    except Exception as err:  # noqa: BLE001 - any reader failure becomes one line on the page
+        raise ArtifactCorrupt(f"{Path(home) / 'paper' / 'journal.sqlite'}: {one_line(err)}") from err
+
+
+def read_status(home: Path) -> Status:
+    """``podracer status`` for the top of the Nightly page (``app.workflows.status``)."""
+    return gather_status(home)
 
 
 def paper_order_counts(tables: dict[str, pd.DataFrame]) -> dict[str, int]:
@@ -286,6 +285,10 @@ def paper_order_counts(tables: dict[str, pd.DataFrame]) -> dict[str, int]:
 # --------------------------------------------------------------------------- helpers
 
 
+def _backtest_fix(run_dir: Path) -> str:
+    return f"run `podracer backtest {Path(run_dir).name}`"
+
+
 def _read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
@@ -297,13 +300,10 @@ def _read_json(path: Path) -> Any:
         raise ArtifactCorrupt(f"{path} cannot be read: {one_line(err)}") from err
 
 
-def _read_parquet(path: Path, required: tuple[str, ...], run_dir: Path) -> pd.DataFrame:
+def _read_parquet(path: Path, required: tuple[str, ...], run_dir: Path, fix: str) -> pd.DataFrame:
+    """The parquet file at ``path``; missing -> ``ArtifactMissing`` that says ``fix`` (what writes it)."""
     if not path.is_file():
-        kind = "training curve" if path.name == "curve.parquet" else "backtest"
-        raise ArtifactMissing(
-            f"no {path.name} in run {Path(run_dir).name!r}: "
-            + (f"run `podracer backtest {Path(run_dir).name}`" if kind == "backtest" else "train the pod")
-        )
+        raise ArtifactMissing(f"no {path.name} in run {Path(run_dir).name!r}: {fix}")
     try:
         frame = pd.read_parquet(path)
     except Exception as err:  # noqa: BLE001 - pyarrow raises several types for a torn file
