@@ -1,0 +1,7 @@
+"""Pods trained as one batch: the population learner behind the tournament's population backend.
+
+- ``stacked``: P networks, observation normalizers and Adam states with a leading pod axis;
+- ``learner``: ``Population``, PPO for P pods in lockstep over one env batch of P x N envs;
+- ``graphs``: ``StepGraph``, the hot steps as CUDA graphs on a GPU, the same functions elsewhere;
+- ``sizing``: how many pods a population holds on a device.
+"""
