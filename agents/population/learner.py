@@ -93,6 +93,12 @@ class PodSetup:
     deadline: float | None = None  # time.monotonic() after which the pod stops after its update
 
 
+def sync(device: torch.device) -> None:
+    """Wait for ``device``'s queued work (for timings; a no-op off CUDA)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def _concat_states(states: Sequence[EnvState]) -> EnvState:
     return EnvState(
         **{f.name: torch.cat([getattr(s, f.name) for s in states]) for f in dataclasses.fields(EnvState)}
@@ -539,6 +545,32 @@ class Population:
                 )
             )
         return results
+
+    # --- the sizing probe ---------------------------------------------------------------------------
+    def probe(self, update_epochs: int, repeats: int = 3) -> float:
+        """Aggregate env-steps/s of this population's learner side: the timed policy step, post-step
+        and minibatch updates of one update (``num_steps`` steps, ``update_epochs`` epochs), on its
+        current buffers with every pod masked (nothing is learned or kept), after a warm-up. The env
+        step is left out on purpose: its cost is linear in the envs, and timing it would first
+        compile it for every size tried."""
+        self.training.zero_()
+        self.mb_active.zero_()
+        size = self.minibatch_size
+        steps = [self.act_step, self.post_step, self.mb_steps[size]]
+        for _ in range(2):  # warm-up, and the CUDA graphs' recording
+            for step in steps:
+                step()
+        seconds = []
+        for step in steps:
+            sync(self.device)
+            t0 = time.perf_counter()
+            for _ in range(repeats):
+                step()
+            sync(self.device)
+            seconds.append((time.perf_counter() - t0) / repeats)
+        minibatches = update_epochs * math.ceil(self.batch_size / size)
+        per_update = self.num_steps * (seconds[0] + seconds[1]) + minibatches * seconds[2]
+        return self.num_pods * self.batch_size / per_update
 
     # --- inference for the validation backtests ---------------------------------------------------
     def finite(self) -> list[bool]:

@@ -3,10 +3,12 @@
 - On a CPU: :data:`CPU_POPULATION` pods, no probe (the batch a few pods make is as large as a CPU's
   cores use well; more pods only make each round longer).
 - On a GPU: at most what fits in :data:`MEMORY_FRACTION` of the free memory (:func:`bytes_per_pod`:
-  the rollout storage, the minibatch working set and the env's tensors), then a probe times one
-  training update at doubling sizes from :data:`PROBE_START` and keeps doubling while the aggregate
-  env-steps/s grows by at least :data:`PROBE_GAIN` per doubling: past that point a bigger population
-  only makes each round longer (fewer, later leaderboard updates) for little more throughput.
+  the rollout storage, the minibatch working set and the env's tensors), then a probe times the
+  learner side of one training update (``Population.probe``: policy steps and minibatch updates,
+  CUDA graphs included; the env step, linear in the envs, is left out) at doubling sizes from
+  :data:`PROBE_START` and keeps doubling while the aggregate env-steps/s grows by at least
+  :data:`PROBE_GAIN` per doubling: past that point a bigger population only makes each round longer
+  (fewer, later leaderboard updates) for little more throughput.
 
 The choice and its reasons are one log line (:meth:`Sizing.describe`), written when the backend starts.
 """

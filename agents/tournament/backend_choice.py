@@ -9,6 +9,7 @@ development CPU the population tried fewer pods per budget than two worker proce
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import torch
@@ -17,6 +18,8 @@ from agents.tournament.backends import Backend, InlineBackend, ProcessBackend, R
 from agents.tournament.population import check_algo
 from agents.tournament.population_backend import PopulationBackend
 from data.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 BACKENDS = ("auto", "local", "ray", "population")
 
@@ -45,11 +48,16 @@ def make_backend(
 ) -> Backend:
     """The backend for ``name`` (resolved by :func:`resolve_backend`): ``local`` (``workers=0``:
     inline), ``ray``, or ``population`` (inline with ``workers=0``; on Ray with an ``address``)."""
-    name = resolve_backend(name, device, algo)
+    chosen = resolve_backend(name, device, algo)
+    if chosen != name:
+        log.info(
+            "tournament backend: %s -> %s (device %s, %s pods)", name, chosen, torch.device(device).type, algo
+        )
+    name = chosen
     if name == "local":
         return InlineBackend() if workers == 0 else ProcessBackend(workers)
     if name == "ray":
         return RayBackend(address, **kwargs)
     return PopulationBackend(
-        population_size, workers=min(workers, 1), ray=address is not None, address=address, **kwargs
+        population_size, workers=workers, ray=address is not None, address=address, **kwargs
     )

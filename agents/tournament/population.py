@@ -23,7 +23,6 @@ on the validation window, and gets the same files as ever (checkpoint, curve, va
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -53,8 +52,6 @@ from agents.tournament.pod import (
 from agents.training import policy_for_env
 from backtests.engine import PolicyBatch
 from data.errors import ConfigError
-
-log = logging.getLogger(__name__)
 
 #: Populations of this process, by (shape key, pods, env settings): reused round after round.
 _CACHE: dict[tuple[Any, ...], Population] = {}
@@ -190,41 +187,22 @@ def base_args(ctx: RoundContext) -> PPOArgs:
 
 
 def size_population(ctx: RoundContext, graphs: bool | None = None) -> Sizing:
-    """How many pods a population holds on ``ctx.device`` (:mod:`agents.population.sizing`); the
-    probe trains fresh pods for two updates per candidate size and times the second."""
+    """How many pods a population holds on ``ctx.device`` (:mod:`agents.population.sizing`): the
+    probe times the learner side of one update (:meth:`Population.probe`) at each size tried."""
     args = base_args(ctx)
-    spec_env = _env_spec(ctx)
-    config = policy_for_env(None, spec_env, args, "ppo")[0].config
+    config = policy_for_env(None, _env_spec(ctx), args, "ppo")[0].config
     num_envs = pod_num_envs(ctx)
-    device = torch.device(ctx.device)
 
     def probe(num_pods: int) -> float:
-        population = get_population(ctx, args, config, num_pods, graphs)
-        one = PPOArgs(**{**args.__dict__, "total_steps": args.batch_size(num_envs)})
-        setups = []
-        for seed in range(num_pods):
-            pod = PPOArgs(**{**one.__dict__, "seed": seed})
-            policy, state = policy_for_env(None, spec_env, pod, "ppo")
-            setups.append(PodSetup(policy, state, pod))
-        population.train(setups)  # warm-up (and CUDA graph recording)
-        _sync(device)
-        t0 = time.perf_counter()
-        population.train(setups)
-        _sync(device)
-        return num_pods * one.batch_size(num_envs) / (time.perf_counter() - t0)
+        return get_population(ctx, args, config, num_pods, graphs).probe(args.update_epochs)
 
     per_pod = bytes_per_pod(config, num_envs, args.num_steps, args.num_minibatches)
-    return choose_population_size(device, num_envs, per_pod, probe)
+    return choose_population_size(torch.device(ctx.device), num_envs, per_pod, probe)
 
 
 def fixed_size(ctx: RoundContext, num_pods: int) -> Sizing:
     """A size set by the config."""
     return Sizing(int(num_pods), str(ctx.device), pod_num_envs(ctx), fixed=True)
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def check_algo(algo: str) -> None:

@@ -1,20 +1,26 @@
 """The population backend: the tournament's pods trained in batches, one population per device.
 
 It fits the orchestrator's :class:`~agents.tournament.backends.Backend` protocol. ``capacity`` offers
-room for one population (``P`` pods, :mod:`agents.population.sizing`); ``submit`` collects pods and
-hands back their futures; ``flush`` (the orchestrator's "nothing more for now", after each round of
-launches) starts the collected pods as one population round
-(:func:`~agents.tournament.population.population_round`), full or not (the budget's last round is
-smaller). The round's futures resolve together, and no new population is offered before all of
-them have been taken in: the next ``P`` pods are generated from a leaderboard that holds the whole
-previous round, so a fixed seed and step budget give the same run whatever the timing.
+room for one population per free lane (``P`` pods, :mod:`agents.population.sizing`); ``submit``
+collects pods, hands back their futures, and starts the collected pods as one population round
+(:func:`~agents.tournament.population.population_round`) once there are ``P`` of them; ``flush``
+(the orchestrator's "nothing more for now", after each round of launches) starts a population that
+is not full (the budget's last round). The round's futures resolve together, and no new population
+is offered before all of them have been taken in: with one lane the next ``P`` pods are generated
+from a leaderboard that holds the whole previous round, so a fixed seed and step budget give the
+same run whatever the timing.
 
 Where populations run (``lanes``: populations at once):
 
 - ``workers=0``: inline, in the orchestrator's process (debugging, tests); one lane.
-- ``workers>=1`` (the default): one spawned worker process holding the device, all CPU threads to
-  it; one lane. Its populations (buffers, CUDA graphs) live as long as the worker; a worker whose
-  orchestrator dies exits by itself; ``kill`` (a hung round) kills it and starts another.
+- ``workers>=1`` (the default): spawned worker processes. On a GPU one worker holds the device (one
+  lane). On a CPU ``workers`` workers, one lane each, the CPU threads split among them (one thread
+  each on the 2-core machine: a population's small ops lose far more to contention between two
+  threads on a busy CPU than they gain). A worker's populations (buffers, CUDA graphs) live as long
+  as it does; a worker whose orchestrator dies exits by itself; ``kill`` (a hung round) kills the
+  workers and starts new ones (another lane's population then fails as "worker lost", as on the
+  ``local`` backend). Populations on different lanes run asynchronously, like the ``local``
+  backend's pods; with one lane (a GPU, or ``workers`` 1) rounds are in lockstep.
 - ``ray``: each population round is a Ray task with one GPU when the cluster has GPUs (one lane per
   GPU, so a multi-GPU cluster runs that many populations at once), else ``cpus_per_population``
   CPUs. Lanes follow the cluster's resources at every ``capacity`` call.
@@ -130,6 +136,7 @@ class PopulationBackend:
         if population_size < 0:
             raise ConfigError(f"tournament.population_size must be >= 0, got {population_size}")
         self.population_size = int(population_size)
+        self.workers = max(1, int(workers))
         self.mode = "ray" if ray else ("inline" if workers == 0 else "process")
         self.address, self.graphs = address, graphs
         self.cpus_per_population = float(cpus_per_population)
@@ -157,6 +164,8 @@ class PopulationBackend:
         if self.mode == "inline":
             self.sizing = choose_size(round_fn, ctx, self.population_size, self.graphs)
         elif self.mode == "process":
+            if torch.device(ctx.device).type != "cpu":
+                self.workers = 1  # one process holds the device (more would time-slice it)
             self._executor = self._new_executor()
             self.sizing = self._executor.submit(_worker_size, self.population_size).result()
         else:
@@ -169,14 +178,14 @@ class PopulationBackend:
         mp = multiprocessing.get_context("spawn")  # (fork after torch started threads can deadlock)
         self._started_q = mp.SimpleQueue()
         return cf.ProcessPoolExecutor(
-            max_workers=1,
+            max_workers=self.workers,
             mp_context=mp,
             initializer=_init_worker,
             initargs=(
                 self._round_fn,
                 host_copy(self._ctx),
                 self.graphs,
-                os.cpu_count() or 1,
+                max(1, (os.cpu_count() or 1) // self.workers),
                 os.getpid(),
                 self._started_q,
             ),
@@ -205,10 +214,12 @@ class PopulationBackend:
 
     # --- the protocol -----------------------------------------------------------------------------
     def lanes(self) -> int:
-        """Populations that may run at once: 1 locally; on Ray, one per GPU (or per
-        ``cpus_per_population`` CPUs on a cluster without GPUs)."""
-        if self.mode != "ray":
+        """Populations that may run at once: inline 1, worker processes one each; on Ray, one per
+        GPU (or per ``cpus_per_population`` CPUs on a cluster without GPUs)."""
+        if self.mode == "inline":
             return 1
+        if self.mode == "process":
+            return self.workers
         import ray
 
         resources = ray.cluster_resources()
@@ -231,10 +242,13 @@ class PopulationBackend:
         return in_flight + self.size
 
     def submit(self, task: PodTask) -> cf.Future:
+        """Collect ``task``; a full population starts at once (another lane may then be offered)."""
         if self._round_fn is None:
             raise PodracerError("PopulationBackend: start() first")
         future: cf.Future = cf.Future()
         self._pending.append((task, future))
+        if len(self._pending) >= self.size:
+            self.flush()
         return future
 
     def flush(self) -> None:
@@ -316,6 +330,9 @@ class PopulationBackend:
             return  # (the orchestrator kills every hung pod: the first kill stops the population)
         batch.killed = True
         if self.mode == "process" and self._executor is not None:
+            with self._lock:
+                for other in self._running:  # (every lane's worker dies with the pool)
+                    other.killed = True
             log.warning("killing the population worker to stop a hung round")
             for process in list(getattr(self._executor, "_processes", {}).values()):  # no public handle
                 process.kill()
