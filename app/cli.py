@@ -1,6 +1,8 @@
 """The ``podracer`` command line (typer + rich).
 
-Every command lives in its own module under ``app.commands``. Errors that are the user's to fix
+Every command lives in its own module under ``app.commands``, imported here to register it; a
+command imports its workflow (and torch with it) only when it runs, so ``--help`` stays fast
+(``app/commands/__init__.py``). Errors that are the user's to fix
 (``data.errors.PodracerError``) become one line on stderr and a non-zero exit, never a traceback;
 ``PODRACER_DEBUG=1`` shows the traceback of anything unexpected.
 """

@@ -9,6 +9,7 @@ seeds included, into every run directory.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import tomllib
 from pathlib import Path
@@ -25,6 +26,8 @@ from data.errors import ConfigError
 from data.loader import LOAD_DEFAULTS
 from envs.trading import EnvParams
 
+log = logging.getLogger(__name__)
+
 # TOML has no null: an optional field whose default is not None (``tournament.budget_steps``) is
 # written as the string "none" when it is None, and read back as None, so a run's config.toml
 # reproduces its resolved config (a minutes-only budget stays minutes-only on --resume).
@@ -39,6 +42,13 @@ INTERNAL_FIELDS: dict[str, str] = {
     "TournamentArgs.algo": "the learner of fresh pods is [agent] algo",
     "LOAD_DEFAULTS.start_date": "a date bound of stored bars that a caller passes to load_market",
     "LOAD_DEFAULTS.end_date": "a date bound of stored bars that a caller passes to load_market",
+}
+
+
+#: Keys read under a new name, ``(section, old) -> new``: an old run's config.toml still loads
+#: (``--resume``, backtests of old runs), with one warning per key.
+RENAMED_KEYS: dict[tuple[str, str], str] = {
+    ("env", "compile"): "fast_step",  # it selects the fast env step, which on CPU is not a compile
 }
 
 
@@ -129,10 +139,10 @@ class EnvConfig(_Section):
     )
     reward_scale: float = Field(EnvParams.reward_scale, gt=0)
     num_envs: int = Field(256, ge=1)
-    compile: Literal["auto", "on", "off"] = Field(
+    fast_step: Literal["auto", "on", "off"] = Field(
         "auto",
-        description="fast env step: native C kernel on CPU (auto: from 1 env), torch.compile on GPU "
-        "(auto: from 512 envs); docs/env.md",
+        description="fast env step: the native C kernel on CPU, torch.compile elsewhere (auto: from "
+        "envs.fast_step's batch-size thresholds); docs/env.md",
     )
     sharpe_eta: float = Field(
         EnvParams.sharpe_eta, gt=0, lt=1, description="diff_sharpe: EMA rate of the return moments"
@@ -320,8 +330,27 @@ def _format_error(err: ValidationError, source: str) -> str:
     return f"{source}: {loc}: {msg}{more}"
 
 
+def _renamed_keys(raw: dict[str, Any], source: str) -> dict[str, Any]:
+    """``raw`` with each deprecated key of :data:`RENAMED_KEYS` moved to its new name, with one
+    warning per key (so an old run's config.toml still loads); both names set is an error."""
+    out = dict(raw)
+    for (section, old), new in RENAMED_KEYS.items():
+        values = out.get(section)
+        if not isinstance(values, dict) or old not in values:
+            continue
+        if new in values:
+            raise ConfigError(
+                f"{source}: {section}.{old}: deprecated name of {section}.{new}; set only {new}"
+            )
+        log.warning("%s: [%s] %s is deprecated; read as [%s] %s", source, section, old, section, new)
+        out[section] = {new if key == old else key: value for key, value in values.items()}
+    return out
+
+
 def parse_config(raw: dict[str, Any], *, source: str = "config") -> Config:
-    """Validate a dict into a Config; errors name the key."""
+    """Validate a dict into a Config; errors name the key. Deprecated keys are read under their new
+    names (:data:`RENAMED_KEYS`)."""
+    raw = _renamed_keys(raw, source)
     try:
         return Config.model_validate(raw)
     except ValidationError as err:

@@ -24,7 +24,3 @@ def set_home(home: str | os.PathLike[str] | None) -> Path:
 def home() -> Path:
     """The podracer home directory (``--home``, else ``$PODRACER_HOME``, else ./podracer-home)."""
     return _home if _home is not None else set_home(None)
-
-
-def runs_dir() -> Path:
-    return home() / "runs"

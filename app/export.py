@@ -208,23 +208,23 @@ def resolve_run_dir(run: str | os.PathLike[str], home: str | os.PathLike[str] | 
         return path
     if home is None:
         home = context.home()
-    candidate = Path(home) / "runs" / str(run)
+    candidate = RunDir(home, str(run)).path
     if candidate.is_dir():
         return candidate
     raise CheckpointError(f"no run {run!r} (looked for {path} and {candidate})")
 
 
 def _feature_spec(
-    run_dir: Path, run_info: dict[str, Any], config: Any, home: Path
+    run: RunDir, run_info: dict[str, Any], config: Any, home: Path
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """(feature spec, data windows) the policy was trained with: from the run, else rebuilt from its config."""
     windows = dict(run_info.get("windows") or {})
-    for candidate in (run_info.get("feature_spec"), read_json(run_dir / "feature_spec.json") or None):
+    for candidate in (run_info.get("feature_spec"), read_json(run.feature_spec_file) or None):
         if candidate:
             return dict(candidate), windows
     # Not recorded: rebuild the run's market from its resolved config (deterministic: seeded synthetic
     # data or the stored bars) and take the train-window normalization it fits.
-    log.info("feature spec not recorded in %s: rebuilding it from config.toml", run_dir)
+    log.info("feature spec not recorded in %s: rebuilding it from %s", run.path, run.config.name)
     splits = load_market(config.data, home=home)
     windows = windows or {k: list(v) for k, v in splits.windows().items()}
     return dict(splits.full.feature_spec), windows
@@ -246,17 +246,18 @@ def export_bundle(
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise CheckpointError(f"run directory {run_dir} does not exist")
-    home = Path(home) if home is not None else run_dir.parent.parent
-    policy_dir = run_dir / "pods" / pod if pod else run_dir / "champion"
+    run = RunDir.at(run_dir)
+    home = Path(home) if home is not None else run.home
+    policy_dir = run.pod(pod) if pod else run.champion
     if not policy_dir.is_dir():
         raise CheckpointError(f"no policy at {policy_dir} ({'pod ' + pod if pod else 'champion'} not found)")
     policy = load_policy(policy_dir, device="cpu")
-    config = load_config(run_dir / "config.toml" if (run_dir / "config.toml").is_file() else None)
+    config = load_config(run.config if run.config.is_file() else None)
     try:
-        run_info = RunDir.at(run_dir).read()
+        run_info = run.read()
     except PodracerError as err:
         raise CheckpointError(str(err)) from None
-    spec, windows = _feature_spec(run_dir, run_info, config, home)
+    spec, windows = _feature_spec(run, run_info, config, home)
     try:
         check_spec(spec)
     except Exception as err:  # noqa: BLE001 - DataError -> the bundle's own error type
@@ -294,7 +295,7 @@ def export_bundle(
                 log.warning("TorchScript export skipped: %s", str(err).splitlines()[0] if str(err) else err)
         # Hash every file the bundle holds (an exporter's side file, e.g. external weights, included).
         files = sorted(p.name for p in staging.iterdir() if p.is_file() and p.name != "manifest.json")
-        metrics = read_json(run_dir / "backtest" / "metrics.json") or None
+        metrics = read_json(run.backtest_metrics) or None
         manifest: dict[str, Any] = {
             "format": BUNDLE_FORMAT,
             "format_version": BUNDLE_VERSION,

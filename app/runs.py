@@ -2,9 +2,15 @@
 
 A run folder holds ``config.toml`` (the resolved config), ``leaderboard.sqlite`` (a tournament's
 store), ``pods/<pod>/`` (checkpoints and learning curves), ``champion/`` (the selected policy),
-``backtest/`` (the report) and the run record. ``RunDir`` is the only reader and writer of that
-record; :class:`RunInfo` is its typed view. Stages merge their own keys into the record
-(:meth:`RunDir.update`), so a nightly run carries the tournament's keys and its own.
+``backtest/`` (the report: ``metrics.json`` and its parquet files) and the run record. Every path in
+it is a ``RunDir`` property or method, one per path, so no other app module spells a name of the run
+folder (``tests/test_one_home.py``). The stages below the app that write into the folder (the
+tournament in ``agents.tournament``, the report in ``backtests.report``) cannot import ``app``: they
+name what they write themselves, and that test checks that it lands where ``RunDir`` reads it.
+
+``RunDir`` is the only reader and writer of the run record; :class:`RunInfo` is its typed view.
+Stages merge their own keys into the record (:meth:`RunDir.update`), so a nightly run carries the
+tournament's keys and its own.
 
 The champion's validation Sharpe is ``champion.sharpe_ratio`` (the empyrical name, as in the
 backtest's metrics); records written before that rename kept a single run's under
@@ -26,9 +32,22 @@ from typing import Any
 from data.atomic import atomic_write_json
 from data.errors import ConfigError, PodracerError
 
+RUNS = "runs"
 RECORD = "run.json"
 CONFIG = "config.toml"
 LEADERBOARD = "leaderboard.sqlite"
+PODS = "pods"
+CHAMPION = "champion"
+CURVE = "curve.parquet"  # a pod's learning curve, in its checkpoint folder
+FEATURE_SPEC = "feature_spec.json"
+BACKTEST = "backtest"
+#: The backtest report's files (``backtests.report.write_report``), in ``backtest/``.
+METRICS = "metrics.json"
+EQUITY = "equity.parquet"
+POSITIONS = "positions.parquet"
+TRADES = "trades.parquet"
+DAILY_RETURNS = "daily_returns.parquet"
+TEARSHEET = "tearsheet.png"
 RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
@@ -165,7 +184,7 @@ class RunDir:
     def __init__(self, home: str | os.PathLike[str], run_id: str) -> None:
         self.home = Path(home)
         self.run_id = run_id
-        self.path = self.home / "runs" / run_id
+        self.path = runs_root(home) / run_id
 
     @classmethod
     def at(cls, path: str | os.PathLike[str]) -> RunDir:
@@ -188,18 +207,57 @@ class RunDir:
 
     @property
     def pods(self) -> Path:
-        return self.path / "pods"
+        return self.path / PODS
 
     def pod(self, pod_id: str) -> Path:
         return self.pods / pod_id
 
+    def curve(self, pod_id: str) -> Path:
+        """The learning curve of pod ``pod_id`` (``pods/<pod>/curve.parquet``)."""
+        return self.pod(pod_id) / CURVE
+
+    def checkpoint(self, relative: str) -> Path:
+        """A checkpoint folder given relative to the run, as the leaderboard stores it
+        (``pods/<pod>``, or the ensemble's folder)."""
+        return self.path / relative
+
     @property
     def champion(self) -> Path:
-        return self.path / "champion"
+        return self.path / CHAMPION
+
+    @property
+    def feature_spec_file(self) -> Path:
+        """A feature spec beside the record (read by export when the record has none)."""
+        return self.path / FEATURE_SPEC
 
     @property
     def backtest(self) -> Path:
-        return self.path / "backtest"
+        return self.path / BACKTEST
+
+    @property
+    def backtest_metrics(self) -> Path:
+        """The backtest report's figures (``backtest/metrics.json``)."""
+        return self.backtest / METRICS
+
+    @property
+    def backtest_equity(self) -> Path:
+        return self.backtest / EQUITY
+
+    @property
+    def backtest_positions(self) -> Path:
+        return self.backtest / POSITIONS
+
+    @property
+    def backtest_trades(self) -> Path:
+        return self.backtest / TRADES
+
+    @property
+    def backtest_daily_returns(self) -> Path:
+        return self.backtest / DAILY_RETURNS
+
+    @property
+    def backtest_tearsheet(self) -> Path:
+        return self.backtest / TEARSHEET
 
     @property
     def record(self) -> Path:
@@ -262,9 +320,14 @@ class RunDir:
         self.update(**fields)
 
 
+def runs_root(home: str | os.PathLike[str]) -> Path:
+    """``<home>/runs``: the folder of every run."""
+    return Path(home) / RUNS
+
+
 def list_runs(home: str | os.PathLike[str]) -> list[RunDir]:
     """The runs under ``<home>/runs`` (folders with a valid run name), newest first by mtime."""
-    root = Path(home) / "runs"
+    root = runs_root(home)
     if not root.is_dir():
         return []
     found = [p for p in root.iterdir() if p.is_dir() and RUN_NAME.match(p.name)]

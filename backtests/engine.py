@@ -39,6 +39,7 @@ from data.market import MarketData
 from envs import trading
 from envs.backends.compiled import check_mode
 from envs.backtest_loop import BacktestLoop
+from envs.backtest_step import asset_prices, backtest_step
 from envs.trading import EnvParams
 
 #: ``compile="auto"`` compiles a policy's decision loop from this many decisions on. Measured on a
@@ -352,9 +353,7 @@ def _eager_decisions(
         actions.append(action)
         # The env's step less the reward (bitwise the same accounting; no env is truncated:
         # episode_len is past the window and the last decision is the last the data allows).
-        state, obs, term, value, notional, traded = trading.backtest_step(
-            market, params, state, action, prices
-        )
+        state, obs, term, value, notional, traded = backtest_step(market, params, state, action, prices)
         values.append(value)
         traded_notional.append(notional)
         shares_traded.append(traded)
@@ -386,7 +385,7 @@ def _run_policies(
             # Every policy's action is checked on the first decision; from then on only the ones
             # that are not known to return plain (n, A) float tensors on the env's device.
             trusted = all(t for _, t in fns)
-        prices = trading.asset_prices(market, params)  # cast once, not one cast per row and step
+        prices = asset_prices(market, params)  # cast once, not one cast per row and step
         if use_compile and n == 1 and trusted and BacktestLoop.supported(market):
             # One policy with a plain tensor function: policy calls and env steps compiled together.
             loop = BacktestLoop(market, params, callables[0], prices)

@@ -1,6 +1,6 @@
 """Backtest speed: a champion-sized policy + buy-and-hold + cash over a year of minute bars.
 
-Target (issue 6): 1 year of minute bars (252 sessions x 390 = 98,280 bars) x 100 assets, champion +
+Target: 1 year of minute bars (252 sessions x 390 = 98,280 bars) x 100 assets, champion +
 2 baselines in <= 20 s on a 2-core CPU. The default decides every 15 bars (the config default,
 ~6.5k decisions); ``--decision-interval 1`` is the worst case, one policy call and env step per bar
 (~98k). The baselines cost one env step each; the time is the champion's loop. Run:

@@ -7,12 +7,13 @@ features per asset) on ``--device``; random actions drawn before timing (a small
 ``--warmup`` steps, then ``--steps`` timed steps of the default ``envs.trading.step`` (action
 validation on). One env-step is one decision of one env.
 
-``--compile both`` (the default) times every batch size twice in the same process: eagerly and
-with ``step(..., compiled=True)``, and prints the ratio; ``off`` / ``on`` time one of them. The fast
-path is the native C kernel on CPU (``envs.backends.native``; built, or loaded from its cache, in the warm-up)
-and ``torch.compile`` elsewhere (compiled in the warm-up, not timed); each result names it
-(``"backend"``). ``--native off`` takes ``torch.compile`` on CPU too. ``TradingVecEnv`` takes the
-fast path from 1024 envs on by default (``compile="auto"``).
+``--fast both`` (the default; ``--compile`` is an alias) times every batch size twice in the same
+process: eagerly and with ``step(..., fast=True)``, and prints the ratio; ``off`` / ``on`` time one of
+them. The fast path is the native C kernel on CPU (``envs.backends.native``; built, or loaded from its
+cache, in the warm-up) and ``torch.compile`` elsewhere (compiled in the warm-up, not timed); each
+result names it (``"backend"``). ``--native off`` takes ``torch.compile`` on CPU too.
+``TradingVecEnv`` takes each fast backend from its ``envs.fast_step`` threshold by default
+(``fast_step="auto"``).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from data.toy import toy_market  # noqa: E402
 from envs import trading  # noqa: E402
 from envs.backends import native  # noqa: E402
+from envs.fast_step import step_backend  # noqa: E402
 from envs.reference import ReferenceEnv  # noqa: E402
 from envs.trading import EnvParams  # noqa: E402
 
@@ -41,27 +43,27 @@ def _sync(device: torch.device) -> None:
 
 
 def bench_batched(
-    market, params: EnvParams, num_envs: int, steps: int, warmup: int, seed: int = 0, compiled: bool = False
+    market, params: EnvParams, num_envs: int, steps: int, warmup: int, seed: int = 0, fast: bool = False
 ) -> tuple[float, float, str]:
     """Wall and process-CPU seconds per batched step (median of 3 timed blocks each), and the
-    backend that ran (``trading.step_backend``)."""
+    backend that ran (``envs.fast_step.step_backend``)."""
     device = market.device
     gen = torch.Generator().manual_seed(seed)
     state, _ = trading.reset(market, params, num_envs, gen)
     pool = [torch.rand(num_envs, market.num_assets, generator=gen).to(device) * 0.02 for _ in range(8)]
     for i in range(warmup):
-        state, *_ = trading.step(market, params, state, pool[i % len(pool)], compiled=compiled)
+        state, *_ = trading.step(market, params, state, pool[i % len(pool)], fast=fast)
     _sync(device)
     blocks, cpu_blocks = [], []
     per_block = max(1, steps // 3)
     for _ in range(3):
         start, cpu_start = time.perf_counter(), time.process_time()
         for i in range(per_block):
-            state, *_ = trading.step(market, params, state, pool[i % len(pool)], compiled=compiled)
+            state, *_ = trading.step(market, params, state, pool[i % len(pool)], fast=fast)
         _sync(device)
         blocks.append((time.perf_counter() - start) / per_block)
         cpu_blocks.append((time.process_time() - cpu_start) / per_block)
-    return sorted(blocks)[1], sorted(cpu_blocks)[1], trading.step_backend(market, params, state, compiled)
+    return sorted(blocks)[1], sorted(cpu_blocks)[1], step_backend(market, params, state, fast)
 
 
 def bench_reference(market, params: EnvParams, seconds: float, seed: int = 0) -> float:
@@ -91,7 +93,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--warmup", type=int, default=30)
     parser.add_argument("--reference-seconds", type=float, default=2.0)
     parser.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch default)")
-    parser.add_argument("--compile", choices=("both", "off", "on"), default="both")
+    parser.add_argument(
+        "--fast", "--compile", choices=("both", "off", "on"), default="both", help="fast path"
+    )
     parser.add_argument("--native", choices=("on", "off"), default="on", help="CPU fast path: native kernel")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     args = parser.parse_args(argv)
@@ -110,22 +114,22 @@ def main(argv: list[str] | None = None) -> dict:
         num_features=args.num_features,
         device=device,
     )
-    # episode_len 256: the episode length every figure of this benchmark was measured with (the env's
-    # default became the TOML's 64 in issue 15); a shorter episode adds autoresets to the timing.
+    # episode_len 256, not the env's default of 64: a shorter episode adds autoresets to the timing,
+    # and every figure of this benchmark is measured with 256.
     params = EnvParams(episode_len=256)
-    modes = {"both": (False, True), "off": (False,), "on": (True,)}[args.compile]
+    modes = {"both": (False, True), "off": (False,), "on": (True,)}[args.fast]
     results = []
     for num_envs in sizes:
-        for compiled in modes:
+        for fast in modes:
             sec, cpu_sec, backend = bench_batched(
-                market, params, num_envs, args.steps, args.warmup, compiled=compiled
+                market, params, num_envs, args.steps, args.warmup, fast=fast
             )
             results.append(
                 {
                     "num_envs": num_envs,
                     "num_assets": args.num_assets,
                     "device": str(device),
-                    "compiled": compiled,
+                    "fast": fast,
                     "backend": backend,
                     "env_steps_per_s": num_envs / sec,
                     "ms_per_step": sec * 1e3,
@@ -134,7 +138,7 @@ def main(argv: list[str] | None = None) -> dict:
             )
             if not args.json:
                 ratio = ""
-                if compiled and len(modes) == 2:
+                if fast and len(modes) == 2:
                     ratio = f"  {results[-2]['ms_per_step'] / results[-1]['ms_per_step']:.2f}x eager"
                 print(
                     f"{num_envs:>7} envs x {args.num_assets} assets on {device} "

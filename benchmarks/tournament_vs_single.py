@@ -147,7 +147,7 @@ def run_independent(args, splits, seed: int, root: Path) -> dict:
 def pods_in_budget(seconds: float, compile: str, workers: int, root: Path) -> dict:
     """Pods a ``seconds`` tournament tries at the product's default env and network sizes."""
     splits = load_market(None, num_tickers=100, num_sessions=60, seed=0)
-    env = {"decision_interval": 15, "episode_len": 64, "num_envs": 256, "compile": compile}
+    env = {"decision_interval": 15, "episode_len": 64, "num_envs": 256, "fast_step": compile}
     targs = TournamentArgs(budget_steps=None, budget_minutes=seconds / 60.0, workers=workers, seed=0)
     backend = ProcessBackend(workers) if workers > 0 else None
     start = time.perf_counter()

@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from data.atomic import atomic_write_bytes
-from data.calendar import TZ, check_interval
+from data.calendar import check_interval, session_dates
 from data.errors import DataError
 from data.schema import normalize_ticker
 
@@ -112,15 +112,6 @@ class ActionStore:
             return False
         atomic_write_bytes(path, sink.getvalue())
         return True
-
-
-def session_dates(timestamps: pd.Series) -> np.ndarray:
-    """``datetime64[ns]`` New York session date of each bar timestamp (daily bars at 00:00 UTC keep
-    their date)."""
-    ts = pd.DatetimeIndex(timestamps)
-    if len(ts) and (ts.hour == 0).all() and (ts.minute == 0).all():
-        return ts.tz_localize(None).normalize().as_unit("ns").values
-    return ts.tz_convert(TZ).tz_localize(None).normalize().as_unit("ns").values
 
 
 def adjust_raw(

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from data.calendar import TZ
+from data.calendar import session_dates
 from data.errors import DataError
 from data.schema import normalize_ticker
 
@@ -64,13 +64,7 @@ def factors_for(bars: pd.DataFrame, factors: pd.DataFrame) -> tuple[np.ndarray, 
     """Per-bar ``(price_factor * split_factor, split_factor)``; 1.0 where no factor applies."""
     price_mult = np.ones(len(bars))
     split = np.ones(len(bars))
-    ts = pd.DatetimeIndex(bars["timestamp"])
-    # Date-only daily bars sit at midnight UTC; everything else belongs to its New York session date.
-    if (ts.hour == 0).all() and (ts.minute == 0).all():
-        dates = ts.tz_localize(None).normalize()
-    else:
-        dates = ts.tz_convert(TZ).tz_localize(None).normalize()
-    day_ns = dates.as_unit("ns").asi8
+    day_ns = session_dates(bars["timestamp"]).as_unit("ns").asi8
     tickers = bars["ticker"].to_numpy()
     for ticker in pd.unique(tickers):
         rows = np.flatnonzero(tickers == ticker)

@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 from dataclasses import dataclass
+from datetime import datetime
 
 import numpy as np
 import pandas as pd
@@ -33,7 +35,8 @@ from data.errors import DataError
 log = logging.getLogger(__name__)
 
 EXCHANGE = "XNAS"
-TZ = "America/New_York"
+TZ = "America/New_York"  # the exchange's time zone: session dates and hours are read in it
+MINUTES_PER_SESSION = 390  # a full regular session, 09:30-16:00 (an early close ends at 13:00)
 # minutes per bar for every supported interval; "1d" is one bar per session.
 INTERVAL_MINUTES: dict[str, int] = {"1m": 1, "5m": 5, "15m": 15, "30m": 30, "1h": 60, "1d": 0}
 _NS_PER_MIN = 60 * 1_000_000_000
@@ -44,6 +47,52 @@ def check_interval(interval: str) -> str:
     if interval not in INTERVAL_MINUTES:
         raise DataError(f"unsupported interval {interval!r} (use one of {', '.join(INTERVAL_MINUTES)})")
     return interval
+
+
+def bars_per_session(interval: str) -> int:
+    """Bars of a full session on ``interval``'s grid (1 for daily bars)."""
+    minutes = INTERVAL_MINUTES[check_interval(interval)]
+    return 1 if minutes == 0 else math.ceil(MINUTES_PER_SESSION / minutes)
+
+
+# --- session dates: the date of a moment in exchange time ----------------------------------------
+def _as_utc(timestamps: pd.Series | pd.DatetimeIndex | np.ndarray) -> pd.DatetimeIndex:
+    ts = pd.DatetimeIndex(timestamps)
+    return ts.tz_localize("UTC") if ts.tz is None else ts.tz_convert("UTC")
+
+
+def _date_only(ts: pd.DatetimeIndex) -> bool:
+    """Every stamp at midnight UTC: daily bars stored by their session date (no time of day)."""
+    return bool(len(ts) and (ts.hour == 0).all() and (ts.minute == 0).all())
+
+
+def exchange_dates(timestamps: pd.Series | pd.DatetimeIndex | np.ndarray) -> pd.DatetimeIndex:
+    """The date (tz-naive midnight) of each moment in the exchange's time zone; tz-naive input is UTC."""
+    return _as_utc(timestamps).tz_convert(TZ).tz_localize(None).normalize()
+
+
+def exchange_date(moment: pd.Timestamp | datetime) -> pd.Timestamp:
+    """:func:`exchange_dates` of one moment."""
+    return exchange_dates([pd.Timestamp(moment)])[0]
+
+
+def session_dates(timestamps: pd.Series | pd.DatetimeIndex | np.ndarray) -> pd.DatetimeIndex:
+    """The session date (tz-naive midnight) of each bar stamp: its date in exchange time, except
+    date-only stamps (all of them at midnight UTC: daily bars stored by date), which keep their date.
+    Alpaca stamps a daily bar at midnight New York time, which is the session's exchange-time date."""
+    ts = _as_utc(timestamps)
+    return ts.tz_localize(None).normalize() if _date_only(ts) else exchange_dates(ts)
+
+
+def session_date(stamp: pd.Timestamp | datetime) -> pd.Timestamp:
+    """:func:`session_dates` of one bar stamp (a daily bar by its date, any other by exchange time)."""
+    return session_dates([pd.Timestamp(stamp)])[0]
+
+
+def exchange_midnight(day: pd.Timestamp | str) -> pd.Timestamp:
+    """Midnight of ``day`` in the exchange's time zone, as a UTC timestamp (where Alpaca stamps the
+    daily bar of that session)."""
+    return pd.Timestamp(day).tz_localize(TZ).tz_convert("UTC")
 
 
 @functools.lru_cache(maxsize=2)
@@ -181,7 +230,7 @@ def align_ticker(
     ts = pd.DatetimeIndex(bars["timestamp"]).tz_convert("UTC")
     if INTERVAL_MINUTES[interval] == 0:
         return _align_daily(bars, ts, ticker, source, extended_hours)
-    local_dates = ts.tz_convert(TZ).normalize().tz_localize(None)
+    local_dates = exchange_dates(ts)
     sessions = sessions_in_range(local_dates.min(), local_dates.max())
     grid = session_grid(sessions, interval, extended_hours)
     opens, closes = session_bounds(sessions, extended_hours)
@@ -251,9 +300,9 @@ def _align_daily(
     Date-only input (midnight UTC) is taken as is; intraday input is restricted to the session's
     hours and aggregated per session (first open, max high, min low, last close, summed volume).
     """
-    date_only = bool((ts.hour == 0).all() and (ts.minute == 0).all())
+    date_only = _date_only(ts)
     # A date-only daily bar is stored at midnight UTC, which is the previous evening in New York.
-    dates = ts.tz_localize(None).normalize() if date_only else ts.tz_convert(TZ).normalize().tz_localize(None)
+    dates = session_dates(ts)
     sessions = sessions_in_range(dates.min(), dates.max())
     pos = sessions.get_indexer(dates)
     inside = pos >= 0
@@ -324,7 +373,7 @@ def align_panel(
     dates_of: dict[str, pd.DatetimeIndex] = {}
     for ticker, frame in frames.items():
         ts = pd.DatetimeIndex(frame["timestamp"]).tz_convert("UTC")
-        dates_of[ticker] = pd.DatetimeIndex(ts.tz_convert(TZ).normalize().tz_localize(None).unique())
+        dates_of[ticker] = pd.DatetimeIndex(exchange_dates(ts).unique())
     all_dates = functools.reduce(lambda a, b: a.union(b), dates_of.values()).sort_values()
     cal_sessions = sessions_in_range(all_dates.min(), all_dates.max())
     sessions = cal_sessions[cal_sessions.isin(all_dates)]

@@ -1,4 +1,5 @@
-"""The one exception family the CLI turns into a one-line message and a non-zero exit.
+"""The one exception family the CLI turns into a one-line message and a non-zero exit, and
+:func:`one_line`, how any exception is quoted inside such a message.
 
 It lives in ``data`` because every other package imports downstream -> upstream only
 (app -> backtests -> agents -> envs -> data), so all of them can raise it.
@@ -27,3 +28,14 @@ class CheckpointError(PodracerError):
 
 class BrokerError(PodracerError):
     """A broker reply we cannot act on (after retries)."""
+
+
+def one_line(err: BaseException, limit: int | None = None) -> str:
+    """``err`` as one line for a message: the first line of its text, after its type's name unless it
+    is a :class:`PodracerError` (whose messages are written for the user); the type's name alone when
+    the text is empty. ``limit``: at most that many characters of the text (a foreign reply's body)."""
+    text = str(err).strip().splitlines()
+    msg = text[0][:limit] if text else ""
+    if isinstance(err, PodracerError):
+        return msg
+    return f"{type(err).__name__}: {msg}" if msg else type(err).__name__

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from data.calendar import exchange_dates
 from data.errors import DataError
 
 
@@ -147,11 +148,8 @@ class MarketData:
         return dataclasses.replace(self, **cut)
 
     def session_dates(self) -> np.ndarray:
-        """``(T,)`` datetime64[D] of each bar's session date (US/Eastern)."""
-        import pandas as pd
-
-        ts = pd.DatetimeIndex(self.timestamps, tz="UTC").tz_convert("America/New_York")
-        return ts.normalize().tz_localize(None).values.astype("datetime64[D]")
+        """``(T,)`` datetime64[D] of each bar's session date (``data.calendar.exchange_dates``)."""
+        return exchange_dates(self.timestamps).values.astype("datetime64[D]")
 
     def window(self, start: str | np.datetime64 | None, end: str | np.datetime64 | None) -> MarketData:
         """Bars whose session date lies in ``[start, end]`` (inclusive dates, either may be None)."""

@@ -37,9 +37,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from data.actions import ActionStore, adjust_raw, session_dates
+from data.actions import ActionStore, adjust_raw
 from data.atomic import atomic_write_bytes, atomic_write_json
-from data.calendar import TZ, Panel, align_panel, align_ticker, check_interval
+from data.calendar import Panel, align_panel, align_ticker, check_interval, exchange_dates, session_dates
 from data.errors import DataError
 from data.schema import normalize_ticker
 
@@ -105,9 +105,8 @@ def _read_file(path: Path) -> pd.DataFrame:
 
 
 def _session_month(ts: pd.Series) -> np.ndarray:
-    """``datetime64[M]`` New York month of each timestamp (no string formatting per row: fast)."""
-    local = pd.DatetimeIndex(ts).tz_convert(TZ).tz_localize(None).as_unit("ns")
-    return local.values.astype("datetime64[M]")
+    """``datetime64[M]`` exchange-time month of each timestamp (no string formatting per row: fast)."""
+    return exchange_dates(ts).as_unit("ns").values.astype("datetime64[M]")
 
 
 class BarStore:
@@ -273,7 +272,7 @@ class BarStore:
             if not frames:
                 continue
             frame = self._adjusted(interval, ticker, pd.concat(frames, ignore_index=True))
-            dates = pd.DatetimeIndex(frame["timestamp"]).tz_convert(TZ).tz_localize(None).normalize()
+            dates = exchange_dates(frame["timestamp"])
             keep = np.ones(len(frame), dtype=bool)
             if start is not None:
                 keep &= dates >= pd.Timestamp(start)
@@ -358,7 +357,7 @@ class BarStore:
             for ticker in self.tickers(interval):
                 files = sorted(self.ticker_dir(interval, ticker).glob("*.parquet"))
                 frame = pd.concat([_read_file(f)[["timestamp", "filled"]] for f in files], ignore_index=True)
-                unique_dates = _session_dates(frame["timestamp"])
+                unique_dates = _distinct_dates(frame["timestamp"])
                 all_dates.update(unique_dates)
                 filled = int(frame["filled"].sum())
                 per_ticker[ticker] = {
@@ -385,11 +384,10 @@ class BarStore:
         return result
 
 
-def _session_dates(timestamps: pd.Series) -> list[str]:
-    """Sorted distinct New York dates of ``timestamps`` (formats only the distinct days: fast)."""
-    local = pd.DatetimeIndex(timestamps).tz_convert(TZ).tz_localize(None).as_unit("ns")
-    days = np.unique(local.asi8 // (86_400 * 1_000_000_000))
-    return [str(d) for d in (days * 86_400).astype("datetime64[s]").astype("datetime64[D]")]
+def _distinct_dates(timestamps: pd.Series) -> list[str]:
+    """Sorted distinct exchange-time dates of ``timestamps`` (formats only the distinct days: fast)."""
+    days = np.unique(exchange_dates(timestamps).as_unit("ns").values.astype("datetime64[D]"))
+    return [str(d) for d in days]
 
 
 def _month_in_range(month: str, start: str | None, end: str | None) -> bool:

@@ -37,11 +37,11 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from data.calendar import Grid, Panel, session_grid, sessions_window
+from data.calendar import MINUTES_PER_SESSION, Grid, Panel, session_grid, sessions_window
 from data.errors import DataError
 from data.store import BarStore, WriteReport
 
-BARS_PER_FULL_SESSION = 390
+BARS_PER_FULL_SESSION = MINUTES_PER_SESSION  # one-minute bars
 MOMENTUM_LOOKBACK = 390  # L above: bars of past idiosyncratic return that drive the planted drift
 PHI_PER_SIGNAL = 0.7  # phi = PHI_PER_SIGNAL * signal
 MAX_SIGNAL = 1.4  # phi = 0.98 at most: the AR process stays stationary

@@ -2,7 +2,7 @@
 
 from envs.gym_registration import ENV_ID
 from envs.observation import NUM_GLOBAL, obs_dim, split_obs
-from envs.trading import EnvParams, EnvState, StepResult, observe, reset, reset_where, step
+from envs.trading import EnvParams, EnvState, StepResult, observe, reset, reset_where, step, step_env
 from envs.vec_env import TradingVecEnv
 
 __all__ = [
@@ -18,4 +18,5 @@ __all__ = [
     "reset_where",
     "split_obs",
     "step",
+    "step_env",
 ]

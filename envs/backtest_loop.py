@@ -1,18 +1,17 @@
 """A policy's backtest decisions compiled in blocks: ``policy(obs)`` then :func:`backtest_step`,
 ``BLOCK`` decisions per compiled call.
 
-Why (measured on a 2-core CPU, docs/backtests.md): a one-env decision is ~80 tiny tensor ops, and
-eagerly each costs a dispatch, ~220 µs per decision in all. ``torch.compile`` fuses them into a few C++
-loops, but a compiled call still has a fixed cost (guards, the generated wrapper, its buffers) of
-~60 µs; compiling ``BLOCK`` consecutive decisions as one graph spreads that cost: ~110 µs per decision
-with one decision per call, ~55 µs with four, ~45 µs with eight, at compile times of ~6, ~13 and
-~20 s (cold cache). Four is the trade-off.
+Why (the measurements: docs/benchmarks.md): a one-env decision is dozens of tiny tensor ops, and
+eagerly each costs a dispatch. ``torch.compile`` fuses them into a few C++ loops, but a compiled call
+still has a fixed cost (guards, the generated wrapper, its buffers); compiling ``BLOCK`` consecutive
+decisions as one graph spreads that cost over the block, while the compile time grows with the
+block. Four is the trade-off between the two.
 
 Semantics are :func:`backtest_step`'s: a block is only kept when none of its decisions ends an
 episode (terminated, or out of data); otherwise it is replayed eagerly from its start, one decision
 at a time, with the env's restart. The decisions that do not fill a block, at the end, run eagerly
 too. Results equal the eager loop's up to float rounding (the compiled loops sum in another order;
-~1e-8 relative on equity over a year of minute decisions with a float32 policy).
+``tests/test_compiled.py`` bounds the difference).
 """
 
 from __future__ import annotations
@@ -25,19 +24,13 @@ from torch import Tensor
 
 from data.market import MarketData
 from envs.backends.compiled import Compiled
+from envs.backtest_step import backtest_core, backtest_step
+from envs.core import LCG_INC, LCG_MUL
 from envs.observation import obs_table, write_portfolio
 from envs.tradability import fill_modes
-from envs.trading import (
-    _LCG_INC,
-    _LCG_MUL,
-    EnvParams,
-    EnvState,
-    _backtest_core,
-    backtest_step,
-    last_decision_bar,
-)
+from envs.trading import EnvParams, EnvState, last_decision_bar
 
-#: Decisions per compiled call (see the module docstring for the measurement).
+#: Decisions per compiled call (see the module docstring for the trade-off).
 BLOCK = 4
 
 
@@ -52,7 +45,7 @@ def _lcg_power(steps: int) -> tuple[int, int]:
     an LCG), so a block advances each env's generator exactly as ``steps`` single steps do."""
     mul, inc = 1, 0
     for _ in range(steps):
-        mul, inc = (mul * _LCG_MUL) % (1 << 64), (inc * _LCG_MUL + _LCG_INC) % (1 << 64)
+        mul, inc = (mul * LCG_MUL) % (1 << 64), (inc * LCG_MUL + LCG_INC) % (1 << 64)
     return _int64(mul), _int64(inc)
 
 
@@ -60,7 +53,7 @@ class BacktestLoop:
     """Runs ``policy`` over a backtest from ``(state, obs)``; see the module docstring.
 
     ``policy`` must be a pure tensor function ``(N, obs_dim) float32 -> (N, A)`` float actions
-    (e.g. ``agents.policy.Policy.frozen_act()``); ``prices`` is ``envs.trading.asset_prices``.
+    (e.g. ``agents.policy.Policy.frozen_act()``); ``prices`` is ``envs.backtest_step.asset_prices``.
     Needs the market's observation table (markets up to ``envs.observation.OBS_TABLE_MAX_BYTES``;
     :meth:`supported`). Call it under ``torch.inference_mode()`` with inference-mode inputs (a
     state from a ``reset`` made there), or the first block is compiled twice.
@@ -94,7 +87,7 @@ class BacktestLoop:
                 # decision bar may lie past the data: clamped so the later gathers stay in range.
                 t = t.clamp(max=last_bar)
                 action = policy(obs)
-                core = _backtest_core(
+                core = backtest_core(
                     params, last_bar, t, cash, shares, action, open_all, close_all, modes_all
                 )
                 t, cash, shares, value = core.t, core.cash, core.shares, core.value

@@ -1,13 +1,12 @@
 """Large read-mostly CPU tables on transparent huge pages (the env's observation template table).
 
-Why (measured on this project's 2-core VM, docs/env.md): an env step gathers one row per env from
-tables of tens of MB (the observation template table, the open and close prices), rows scattered
-over the whole table. With 4 KiB pages nearly every row costs a TLB miss, and under virtualization
-a page walk is expensive; on 2 MiB pages the same gather of 1024 rows of 3.6 KB measured 15-25%
-faster (inside a whole step the gain was within the VM's noise; the table is built anyway, so
-mapping it this way costs nothing). Linux only grants huge pages to a mapping that asks for them (``madvise`` mode, the default
-here), and torch's allocator does not ask unless ``THP_MEM_ALLOC_ENABLE=1`` is set before it
-starts, so these tables are mapped by hand. Anywhere else (other OS, a GPU, a small table, a
+Why (the measurements: docs/benchmarks.md): an env step gathers one row per env from tables of tens
+of MB (the observation template table, the open and close prices), rows scattered over the whole
+table. With 4 KiB pages nearly every row costs a TLB miss, and under virtualization a page walk is
+expensive; on 2 MiB pages the same gather measured faster (the table is built anyway, so mapping it
+this way costs nothing). Linux only grants huge pages to a mapping that asks for them
+(``madvise`` mode, the default here), and torch's allocator does not ask unless
+``THP_MEM_ALLOC_ENABLE=1`` is set before it starts, so these tables are mapped by hand. Anywhere else (other OS, a GPU, a small table, a
 refusal) this is a plain ``torch.empty``.
 """
 

@@ -71,8 +71,8 @@ def split_obs(obs: Obs, num_assets: int, num_features: int) -> tuple[Obs, Obs]:
 # A per-market "observation template" table (T, obs_dim): time of day and features already in their
 # interleaved slots, zeros for cash fraction and weights. One row gather builds most of an
 # observation in a single contiguous pass; gathering the features and copying them into the strided
-# per-asset slots measured 1.6x (rows from DRAM) to 4x (rows in cache) slower. Costs 1 + 1/F times the
-# features' memory, so markets beyond OBS_TABLE_MAX_BYTES fall back to the strided copy.
+# per-asset slots measured slower (docs/benchmarks.md). Costs 1 + 1/F times the features' memory, so
+# markets beyond OBS_TABLE_MAX_BYTES fall back to the strided copy.
 OBS_TABLE_MAX_BYTES = 2 << 30
 _OBS_TABLES: dict[tuple[int, int, int], Tensor] = {}
 
@@ -149,7 +149,7 @@ def fresh_obs(market: MarketData, t: Tensor) -> Tensor:
     """Observations of freshly reset books (all cash, no positions) at bars ``t``."""
     table = obs_table(market)
     if table is None:
-        # float64: the accounting dtype of cash and value (envs.trading.ACC_DTYPE).
+        # float64: the accounting dtype of cash and value (envs.core.ACC_DTYPE).
         ones = torch.ones(t.shape[0], dtype=torch.float64, device=t.device)
         zeros = torch.zeros(t.shape[0], market.num_assets, dtype=torch.float32, device=t.device)
         return build_obs(market, t, ones, zeros, ones)

@@ -32,20 +32,9 @@ from torch import Tensor
 
 from data.market import MarketData
 from envs import trading
-from envs.backends.compiled import check_mode
+from envs.fast_step import step_backend, step_flags
 from envs.observation import obs_dim
 from envs.trading import EnvParams, EnvState
-
-#: ``compile="auto"`` takes ``torch.compile`` from this many envs on: on a CPU without the native
-#: kernel (measured crossover ~1024 on the 2-core dev machine, docs/env.md) ...
-COMPILE_MIN_ENVS = 1024
-#: ... and on a GPU from this many: on an H100, 256 envs x 100 assets ran 0.96x eager compiled,
-#: 512 envs 2.3x, 1024 envs 2.0x (docs/env.md).
-CUDA_COMPILE_MIN_ENVS = 512
-#: ... and the native C kernel on the CPU from this many envs on: it measured faster than eager at
-#: every batch size tried, 1 to 4096 (2.9x at 1 env, 2.1x at 256; docs/env.md), and it builds once per
-#: machine.
-NATIVE_MIN_ENVS = 1
 
 
 def observation_box(obs_dim: int) -> gymnasium.spaces.Box:
@@ -60,7 +49,28 @@ def action_box(params: EnvParams, num_assets: int) -> gymnasium.spaces.Box:
 
 
 class TradingVecEnv(gymnasium.vector.VectorEnv):
-    """``num_envs`` trading environments stepped as one batch on ``device`` (tensors in and out)."""
+    """``num_envs`` trading environments stepped as one batch on ``device`` (tensors in and out).
+
+    ``fast_step`` (the config's ``[env] fast_step``): ``"on"`` steps through the fast path (the
+    native C kernel on CPU, ``torch.compile`` elsewhere), ``"off"`` eagerly, ``"auto"`` takes each
+    fast backend from the batch size where it pays (:func:`envs.fast_step.step_flags`);
+    :attr:`step_backend` says which one runs.
+
+    >>> import torch
+    >>> from data.toy import toy_market
+    >>> from envs import EnvParams, TradingVecEnv
+    >>> market = toy_market(num_steps=200, num_assets=3, num_features=2)
+    >>> env = TradingVecEnv(market, EnvParams(decision_interval=5, episode_len=4), num_envs=8, seed=0)
+    >>> obs, info = env.reset(seed=0)
+    >>> obs.shape, obs.dtype, env.single_action_space.shape
+    (torch.Size([8, 14]), torch.float32, (3,))
+    >>> for _ in range(4):
+    ...     obs, reward, terminated, truncated, info = env.step(torch.full((8, 3), 0.3))
+    >>> reward.shape, bool(truncated.all())  # the 4th decision ends every episode (episode_len=4)
+    (torch.Size([8]), True)
+    >>> bool(torch.equal(info["final_obs"], obs))  # obs: the new episodes' first observations
+    False
+    """
 
     metadata: dict[str, Any] = {"autoreset_mode": AutoresetMode.SAME_STEP, "render_modes": []}
 
@@ -71,7 +81,7 @@ class TradingVecEnv(gymnasium.vector.VectorEnv):
         num_envs: int = 1,
         device: str | torch.device = "cpu",
         seed: int = 0,
-        compile: str = "auto",
+        fast_step: str = "auto",
     ) -> None:
         self.params = params if params is not None else EnvParams()
         self.device = torch.device(device)
@@ -85,14 +95,8 @@ class TradingVecEnv(gymnasium.vector.VectorEnv):
         self.single_action_space = action_box(self.params, self.action_dim)
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
-        # The fast step (envs.backends.native on CPU, .compiled elsewhere). "auto" takes each backend
-        # from the batch size where it measured faster than eager (NATIVE_MIN_ENVS, COMPILE_MIN_ENVS);
-        # below COMPILE_MIN_ENVS a step the native kernel cannot take runs eagerly, not compiled.
-        mode = check_mode(compile)
-        big = self.num_envs >= (COMPILE_MIN_ENVS if self.device.type == "cpu" else CUDA_COMPILE_MIN_ENVS)
-        native_ok = self.device.type == "cpu" and self.num_envs >= NATIVE_MIN_ENVS
-        self.compiled = mode == "on" or (mode == "auto" and (big or native_ok))
-        self._compile_fallback = mode == "on" or big
+        # The fast step: the native C kernel on CPU, torch.compile elsewhere ("auto": envs.fast_step).
+        self.fast, self._fallback_to_compile = step_flags(fast_step, self.device, self.num_envs)
         self._seed = int(seed)
         self.state: EnvState | None = None
         # Validates num_envs and that the market is long enough before anyone steps.
@@ -123,8 +127,8 @@ class TradingVecEnv(gymnasium.vector.VectorEnv):
             self.params,
             self.state,
             action,
-            compiled=self.compiled,
-            compile_fallback=self._compile_fallback,
+            fast=self.fast,
+            fallback_to_compile=self._fallback_to_compile,
         )
         info["_final_obs"] = terminated | truncated  # Gymnasium's mask name for same-step final_obs
         return obs, reward, terminated, truncated, info
@@ -133,13 +137,11 @@ class TradingVecEnv(gymnasium.vector.VectorEnv):
     def step_backend(self) -> str:
         """What :meth:`step` runs: ``"native"``, ``"torch.compile"`` or ``"eager"``."""
         assert self.state is not None  # set in __init__
-        return trading.step_backend(
-            self.market, self.params, self.state, self.compiled, compile_fallback=self._compile_fallback
-        )
+        return step_backend(self.market, self.params, self.state, self.fast, self._fallback_to_compile)
 
     def __repr__(self) -> str:
         return (
             f"TradingVecEnv(num_envs={self.num_envs}, num_assets={self.num_assets}, "
-            f"num_features={self.num_features}, device={self.device}, compiled={self.compiled}, "
+            f"num_features={self.num_features}, device={self.device}, fast={self.fast}, "
             f"params={self.params})"
         )

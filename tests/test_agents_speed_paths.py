@@ -1,4 +1,4 @@
-"""The training fast paths (issue 21) pinned against slow, plain references: the packed network form,
+"""The training fast paths pinned against slow, plain references: the packed network form,
 the normalizer's sum-based statistics, the PPO update with gathered minibatches and fused Adam, and
 the compiled minibatch loss."""
 

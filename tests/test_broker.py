@@ -8,14 +8,8 @@ import pandas as pd
 import pytest
 from alpaca_fake import KEY_ID, SECRET, FakeAlpaca
 
-from app.paper.broker import (
-    AlpacaBroker,
-    BrokerError,
-    OrderRejected,
-    OrderRequest,
-    RetryPolicy,
-    check_trading_url,
-)
+from app.paper.alpaca_broker import AlpacaBroker, RetryPolicy, check_trading_url
+from app.paper.broker import BrokerError, OrderRejected, OrderRequest
 
 FAST = RetryPolicy(attempts=4, base_delay=0.001, max_delay=0.01, timeout=0.5)
 

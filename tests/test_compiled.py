@@ -17,12 +17,14 @@ from agents.networks import NetworkConfig
 from agents.policy import Policy, PolicyMeta
 from backtests import engine
 from data.toy import crashed, toy_market, with_gaps
-from envs import trading
+from envs import fast_step, trading
 from envs.backends import native
 from envs.backends.compiled import Compiled, check_mode
 from envs.backtest_loop import BacktestLoop
+from envs.backtest_step import asset_prices, backtest_step
+from envs.fast_step import COMPILE_MIN_ENVS, CUDA_COMPILE_MIN_ENVS, step_flags
 from envs.trading import EnvParams
-from envs.vec_env import COMPILE_MIN_ENVS, TradingVecEnv
+from envs.vec_env import TradingVecEnv
 
 
 def test_compile_failure_falls_back_to_eager_once(caplog):
@@ -56,11 +58,21 @@ def test_mode_validation():
     # auto: the native kernel on the CPU from NATIVE_MIN_ENVS; torch.compile only from COMPILE_MIN_ENVS
     assert small.step_backend == ("native" if native.library() is not None else "eager")
     assert TradingVecEnv(market, num_envs=8, params=EnvParams(trade_info=True)).step_backend == "eager"
-    assert TradingVecEnv(market, num_envs=COMPILE_MIN_ENVS).compiled
-    assert TradingVecEnv(market, num_envs=8, compile="on").compiled
-    assert not TradingVecEnv(market, num_envs=COMPILE_MIN_ENVS, compile="off").compiled
-    with pytest.raises(ValueError):
-        TradingVecEnv(market, num_envs=8, compile="always")
+    assert TradingVecEnv(market, num_envs=COMPILE_MIN_ENVS).fast
+    assert TradingVecEnv(market, num_envs=8, fast_step="on").fast
+    assert not TradingVecEnv(market, num_envs=COMPILE_MIN_ENVS, fast_step="off").fast
+    with pytest.raises(ValueError, match="fast_step must be one of auto, on, off"):
+        TradingVecEnv(market, num_envs=8, fast_step="always")
+
+
+def test_step_flags_auto_rule():
+    cpu, gpu = torch.device("cpu"), torch.device("cuda")
+    assert step_flags("auto", cpu, 1) == (True, False)  # the native kernel, else eager
+    assert step_flags("auto", cpu, COMPILE_MIN_ENVS) == (True, True)
+    assert step_flags("auto", gpu, CUDA_COMPILE_MIN_ENVS - 1) == (False, False)
+    assert step_flags("auto", gpu, CUDA_COMPILE_MIN_ENVS) == (True, True)
+    assert step_flags("on", gpu, 1) == (True, True)
+    assert not step_flags("off", cpu, 10**6).fast
 
 
 @pytest.mark.parametrize(
@@ -85,7 +97,7 @@ def test_compiled_step_matches_eager(limits):
     for _ in range(15):
         action = torch.rand(32, 5, generator=gen) * 0.3
         eager = trading.step(market, params, state, action)
-        fast = trading.step(market, params, state, action, compiled=True)
+        fast = trading.step(market, params, state, action, fast=True)
         (s1, o1, r1, te1, tr1, i1), (s2, o2, r2, te2, tr2, i2) = eager, fast
         assert torch.equal(s1.t, s2.t) and torch.equal(s1.step_count, s2.step_count)
         assert torch.equal(s1.rng, s2.rng) and torch.equal(te1, te2) and torch.equal(tr1, tr2)
@@ -101,8 +113,8 @@ def test_compiled_step_matches_eager(limits):
     # Holdings in another memory layout take the same compiled graph (no failure, no fallback).
     odd = dataclasses.replace(state, shares=state.shares.t().contiguous().t())
     action = torch.rand(32, 5, generator=gen) * 0.3
-    fast = trading.step(market, params, odd, action, compiled=True)
-    assert trading._core(params, True).active
+    fast = trading.step(market, params, odd, action, fast=True)
+    assert fast_step.step_backend(market, params, odd, True) == "torch.compile"
     eager = trading.step(market, params, odd, action)
     torch.testing.assert_close(fast[0].value, eager[0].value, rtol=1e-5, atol=1e-2)
 
@@ -156,7 +168,7 @@ def test_loop_matches_eager_steps_and_final_state(crash_market, start_back, num)
     market = crash_market.slice(0, 499)
     params = EnvParams(decision_interval=1, precision="float64", episode_len=10**6)
     policy = _policy(market, False).frozen_act()
-    prices = trading.asset_prices(market, params)
+    prices = asset_prices(market, params)
     last = trading.last_decision_bar(market.num_steps, params)
     start = 0 if start_back is None else last - start_back + 1
     with torch.inference_mode():
@@ -165,7 +177,7 @@ def test_loop_matches_eager_steps_and_final_state(crash_market, start_back, num)
         fast_state, fast_obs, (actions, value, notional, traded, term) = loop.run(state, obs, num)
         eager_values = []
         for _ in range(num):
-            state, obs, _, v, _, _ = trading.backtest_step(market, params, state, policy(obs), prices)
+            state, obs, _, v, _, _ = backtest_step(market, params, state, policy(obs), prices)
             eager_values.append(v)
     assert loop.compiled and actions.shape == (num, 1, market.num_assets) and term.shape == (num, 1)
     assert torch.equal(fast_state.t, state.t) and torch.equal(fast_state.rng, state.rng)

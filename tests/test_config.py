@@ -71,3 +71,19 @@ def test_round_trip_keeps_a_budget_turned_off(tmp_path):
     )
     with pytest.raises(ConfigError, match="tournament.budget_minutes"):
         parse_config({"tournament": {"budget_minutes": "none"}})  # only where the default is not None
+
+
+def test_old_env_compile_key_loads_as_fast_step_with_one_warning(tmp_path, caplog):
+    # Run folders written before the rename hold [env] compile: --resume and backtests still load them.
+    path = tmp_path / "config.toml"
+    path.write_text('[env]\ncompile = "off"\nnum_envs = 8\n[agent]\ncompile = "on"\n')
+    with caplog.at_level("WARNING", logger="app.config"):
+        cfg = load_config(path)
+    assert cfg.env.fast_step == "off" and cfg.env.num_envs == 8
+    assert cfg.agent.compile == "on"  # [agent] compile is another setting, not renamed
+    warnings = [r.getMessage() for r in caplog.records if r.name == "app.config"]
+    assert len(warnings) == 1 and "[env] compile is deprecated" in warnings[0] and "fast_step" in warnings[0]
+    written = config_to_toml(cfg)
+    assert 'fast_step = "off"' in written and load_config(write_config(cfg, tmp_path / "again.toml")) == cfg
+    with pytest.raises(ConfigError, match="env.compile: deprecated name of env.fast_step"):
+        parse_config({"env": {"compile": "off", "fast_step": "on"}})

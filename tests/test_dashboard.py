@@ -465,7 +465,7 @@ def test_fixture_metrics_json_is_valid_json(tmp_path):
     run_dir = make_run(tmp_path, "r2", days=3)
     data = json.loads((run_dir / "backtest" / "metrics.json").read_text())
     assert set(data["strategies"]) == {"champion", "buy_and_hold", "cash", "equal_weight"}
-    # The champion-trust keys (issue 17), and annual figures withheld under 63 sessions.
+    # The champion-trust keys, and annual figures withheld under 63 sessions.
     assert data["num_sessions"] == 3 and data["annualized_min_sessions"] == 63
     assert 0 <= data["pbo"] <= 1 and len(data["pbo_logits"]) == data["pbo_num_splits"]
     assert data["strategies"]["champion"]["annual_return"] is None
@@ -476,7 +476,7 @@ def test_fixture_metrics_json_is_valid_json(tmp_path):
     assert old["strategies"]["champion"]["annual_return"] is not None
 
 
-# --------------------------------------------------------------------------- issue 20: cards that fit
+# --------------------------------------------------------------------------- cards that fit
 
 
 @pytest.mark.parametrize(

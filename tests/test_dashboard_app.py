@@ -259,7 +259,7 @@ def _no_json_cells(at: AppTest) -> None:
 
 
 def test_new_metrics_schema_verdict_short_window_and_pbo(tmp_path, monkeypatch):
-    """metrics.json with pbo, pbo_logits, num_sessions (12 < 63), cost_rate (issue 17)."""
+    """metrics.json with pbo, pbo_logits, num_sessions (12 < 63), cost_rate."""
     home = tmp_path / "home"
     run_dir = make_run(home, "trust", days=12, tournament_pods=30)
     doc = json.loads((run_dir / "backtest" / "metrics.json").read_text())

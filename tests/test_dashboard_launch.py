@@ -1,4 +1,4 @@
-"""`podracer dashboard` starts Streamlit with a clean import path (issue 18)."""
+"""`podracer dashboard` starts Streamlit with a clean import path."""
 
 from __future__ import annotations
 

@@ -184,11 +184,11 @@ def test_adjusted_source_refused_beside_raw_bars(serve, tmp_path):
 
 
 def test_nightly_update_streams_raw_bars_and_actions(serve, tmp_path):
-    """`podracer retrain`'s update step (app.nightly.pipeline.incremental_update) takes the same
+    """`podracer retrain`'s update step (app.nightly.steps.incremental_update) takes the same
     streaming fetch: two nightly updates around the split leave the history on one basis."""
     from datetime import date
 
-    from app.nightly.pipeline import incremental_update
+    from app.nightly.steps import incremental_update
 
     serve(_raw(split=4.0), SPLIT)
     home = tmp_path / "home"

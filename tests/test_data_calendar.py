@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import numpy as np
@@ -9,10 +10,18 @@ import pandas as pd
 import pytest
 
 from data.calendar import (
+    MINUTES_PER_SESSION,
+    TZ,
     align_panel,
     align_ticker,
+    bars_per_session,
+    exchange_date,
+    exchange_dates,
+    exchange_midnight,
     infer_interval,
     resample_panel,
+    session_date,
+    session_dates,
     session_grid,
     sessions_in_range,
 )
@@ -189,3 +198,50 @@ def test_panel_marks_real_bars_and_judges_coverage_on_the_leading_sessions():
     late = align_ticker(_bars(["2024-01-03T14:30:00Z"], "C"), "1m").frame
     assert align_panel({"A": a, "C": late}, "1m", min_coverage=0.5, coverage_frac=0.5).tickers == ("A",)
     assert align_panel({"A": a, "C": late}, "1m", min_coverage=0.5).tickers == ("A", "C")
+
+
+# --- session dates and hours: data.calendar is their one home ----------------------------------------
+
+
+def test_exchange_dates_read_each_moment_in_new_york_time_across_dst():
+    # 03:59 UTC is the previous evening in New York (EST in January, EDT in July); naive input is UTC.
+    stamps = ["2024-01-03 03:59", "2024-01-03 05:00", "2024-07-03 03:59", "2024-07-03 04:00"]
+    expected = pd.to_datetime(["2024-01-02", "2024-01-03", "2024-07-02", "2024-07-03"])
+    assert (exchange_dates(pd.to_datetime(stamps, utc=True)) == expected).all()
+    assert (exchange_dates(pd.to_datetime(stamps).values) == expected).all()
+    assert exchange_date(pd.Timestamp("2024-01-03 03:59", tz="UTC")) == pd.Timestamp("2024-01-02")
+
+
+def test_session_dates_keep_the_date_of_date_only_daily_bars():
+    intraday = pd.to_datetime(["2024-01-08 14:30", "2024-01-08 20:59"], utc=True)
+    assert (session_dates(intraday) == pd.Timestamp("2024-01-08")).all()
+    stored_by_date = pd.to_datetime(["2024-01-08", "2024-01-09"], utc=True)  # midnight UTC
+    assert list(session_dates(stored_by_date)) == list(pd.to_datetime(["2024-01-08", "2024-01-09"]))
+    alpaca_daily = pd.Timestamp("2024-01-08 05:00", tz="UTC")  # midnight New York
+    assert session_date(alpaca_daily) == pd.Timestamp("2024-01-08")
+    assert session_date(pd.Timestamp("2024-01-08", tz="UTC")) == pd.Timestamp("2024-01-08")
+    assert exchange_midnight("2024-01-08") == alpaca_daily
+    assert exchange_midnight("2024-07-08") == pd.Timestamp("2024-07-08 04:00", tz="UTC")
+    assert len(session_dates(pd.DatetimeIndex([], tz="UTC"))) == 0
+
+
+@pytest.mark.parametrize(("interval", "bars"), [("1m", 390), ("5m", 78), ("15m", 26), ("1h", 7), ("1d", 1)])
+def test_bars_per_full_session(interval, bars):
+    assert bars_per_session(interval) == bars
+    assert (
+        session_grid(sessions_in_range("2024-01-08", "2024-01-08"), interval).session_id == 0
+    ).sum() == bars
+    assert MINUTES_PER_SESSION == 390
+
+
+def test_the_exchange_time_zone_is_spelled_only_in_the_calendar():
+    """Session dates and hours come from data.calendar: no other module names the exchange's zone."""
+    root = Path(__file__).resolve().parents[1]
+    found = [
+        f"{path.relative_to(root)}:{node.lineno}"
+        for package in ("app", "data", "envs", "agents", "backtests")
+        for path in sorted((root / package).rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Constant) and node.value == TZ
+    ]
+    assert [where.split(":")[0] for where in found] == ["data/calendar.py"], found

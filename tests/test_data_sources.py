@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+from datetime import date
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
@@ -61,13 +62,15 @@ def fake_download(monkeypatch):
     return calls
 
 
-def test_yfinance_intraday_is_chunked_and_tidied(fake_download):
-    from data.sources.yfinance import fetch_yfinance
+def test_yfinance_intraday_is_chunked_and_tidied(fake_download, tmp_path):
+    from data.sources.stream import fetch_to_store
+    from data.sources.yfinance import fetch_chunk
 
-    bars = fetch_yfinance(
-        ["aapl", "msft"], "2024-01-02", "2024-01-19", "1m", today=pd.Timestamp("2024-01-25")
+    report = fetch_to_store(
+        tmp_path, "yfinance", ["aapl", "msft"], "2024-01-02", "2024-01-19", "1m", today=date(2024, 1, 25)
     )
-    # 18 calendar days in chunks of at most 7 (Yahoo's 1m request limit), end exclusive.
+    # 18 calendar days in chunks of at most 7 (Yahoo's 1m request limit), end exclusive; Yahoo's Close
+    # (auto_adjust off): the store keeps raw bars and adjusts on load.
     windows = [(c["start"], c["end"]) for c in fake_download]
     assert windows == [
         ("2024-01-02", "2024-01-09"),
@@ -75,44 +78,50 @@ def test_yfinance_intraday_is_chunked_and_tidied(fake_download):
         ("2024-01-16", "2024-01-20"),
     ]
     assert all(
-        c["tickers"] == ["AAPL", "MSFT"] and c["auto_adjust"] and c["interval"] == "1m" for c in fake_download
+        c["tickers"] == ["AAPL", "MSFT"] and not c["auto_adjust"] and c["interval"] == "1m"
+        for c in fake_download
     )
+    assert report.bars == {"AAPL": 3 * 5, "MSFT": 3 * 4}  # NaN rows dropped
+    bars = fetch_chunk(["AAPL", "MSFT"], date(2024, 1, 2), date(2024, 1, 9), "1m")
     assert list(bars.columns) == ["timestamp", "ticker", "open", "high", "low", "close", "volume"]
     first = bars[bars.ticker == "AAPL"].timestamp.iloc[0]
     assert first == pd.Timestamp("2024-01-02T14:30:00Z")  # 09:30 New York -> UTC
-    assert (bars.ticker == "AAPL").sum() == 3 * 5 and (
-        bars.ticker == "MSFT"
-    ).sum() == 3 * 4  # NaN rows dropped
+    assert (bars.ticker == "AAPL").sum() == 5 and (bars.ticker == "MSFT").sum() == 4
 
 
-def test_yfinance_daily_gets_session_dates(fake_download):
-    from data.sources.yfinance import fetch_yfinance
+def test_yfinance_daily_gets_session_dates(fake_download, tmp_path):
+    from data.sources.stream import fetch_to_store
+    from data.sources.yfinance import fetch_chunk
 
-    bars = fetch_yfinance(["SPY"], "2024-01-02", "2024-01-04", "1d")
+    report = fetch_to_store(tmp_path, "yfinance", ["SPY"], "2024-01-02", "2024-01-04", "1d")
     assert len(fake_download) == 1 and fake_download[0]["end"] == "2024-01-05"
+    assert report.bars == {"SPY": 3}
+    bars = fetch_chunk(["SPY"], date(2024, 1, 2), date(2024, 1, 5), "1d")
     assert bars.timestamp.tolist() == [
         pd.Timestamp(d, tz="UTC") for d in ("2024-01-02", "2024-01-03", "2024-01-04")
     ]
 
 
-def test_yfinance_refuses_old_intraday_and_reports_empty(fake_download, monkeypatch):
-    from data.sources.yfinance import fetch_yfinance
+def test_yfinance_refuses_old_intraday_and_reports_empty(fake_download, monkeypatch, tmp_path):
+    from data.sources.stream import fetch_to_store
 
     with pytest.raises(DataError, match="only for the last 29 days"):
-        fetch_yfinance(["SPY"], "2020-01-02", "2020-01-03", "1m", today=pd.Timestamp("2024-01-25"))
+        fetch_to_store(
+            tmp_path, "yfinance", ["SPY"], "2020-01-02", "2020-01-03", "1m", today=date(2024, 1, 25)
+        )
     assert fake_download == []  # refused before any request
     import yfinance
 
     monkeypatch.setattr(yfinance, "download", lambda *a, **k: pd.DataFrame())
-    with pytest.raises(DataError, match="no 1d bars for SPY"):
-        fetch_yfinance(["SPY"], "2024-01-02", "2024-01-04", "1d")
+    empty = fetch_to_store(tmp_path, "yfinance", ["SPY"], "2024-01-02", "2024-01-04", "1d")
+    assert empty.chunks_fetched == 1 and empty.bars_fetched == 0 and empty.bars == {}
 
     def broken(*a, **k):
         raise ConnectionError("Failed to perform, curl: (6) Could not resolve host\nmore")
 
     monkeypatch.setattr(yfinance, "download", broken)
     with pytest.raises(DataError, match=r"^yfinance: download failed: Failed to perform.*host$"):
-        fetch_yfinance(["SPY"], "2024-01-02", "2024-01-04", "1d")
+        fetch_to_store(tmp_path / "other", "yfinance", ["SPY"], "2024-01-02", "2024-01-04", "1d")
 
 
 def test_fetch_cli_with_yfinance_stores_bars(fake_download, tmp_path, capsys):
@@ -203,9 +212,10 @@ def alpaca_server(monkeypatch):
 
 
 def test_alpaca_follows_pagination_with_the_real_client(alpaca_server):
-    from data.sources.alpaca import fetch_alpaca
+    from data.sources import alpaca
 
-    bars = fetch_alpaca(["aapl", "msft"], "2024-01-03", "2024-01-03", "1m")
+    client = alpaca.quiet_client(alpaca.make_client())
+    bars = alpaca.fetch_chunk(client, ["AAPL", "MSFT"], date(2024, 1, 3), date(2024, 1, 4), "1m")
     assert len(alpaca_server) == 2  # two pages
     first, second = alpaca_server
     assert (
@@ -257,10 +267,10 @@ def test_fetch_cli_with_alpaca_fills_the_gap(alpaca_server, tmp_path, capsys):
 
 
 def test_alpaca_errors_are_one_line(alpaca_server, monkeypatch, tmp_path, capsys):
-    from data.sources.alpaca import fetch_alpaca
+    from data.sources.stream import fetch_to_store
 
     with pytest.raises(DataError, match="^alpaca: the data API refused the request: .*SIP"):
-        fetch_alpaca(["DENIED"], "2024-01-03", "2024-01-03", "1m")
+        fetch_to_store(tmp_path / "denied", "alpaca", ["DENIED"], "2024-01-03", "2024-01-03", "1m")
     monkeypatch.delenv("APCA_API_SECRET_KEY")
     before = sorted(p for p in tmp_path.rglob("*"))
     rc = main(
@@ -309,11 +319,12 @@ def test_unknown_source_is_one_line(tmp_path, capsys):
 def test_sources_refuse_bad_tickers_before_any_request(
     ticker, fake_download, alpaca_server, tmp_path, capsys
 ):
-    from data.sources import fetch_bars
+    from data.sources.stream import fetch_to_store
 
     for source in ("yfinance", "alpaca"):
         with pytest.raises(DataError, match=f"^{source}: ticker "):
-            fetch_bars(source, ["SPY", ticker], "2024-01-03", "2024-01-03", "1d")
+            fetch_to_store(tmp_path / source, source, ["SPY", ticker], "2024-01-03", "2024-01-03", "1d")
+        assert not (tmp_path / source).exists()  # no store, no manifest
     assert fake_download == [] and alpaca_server == []
     if not ticker:
         return  # `--tickers SPY,` just has no second ticker
@@ -325,19 +336,16 @@ def test_sources_refuse_bad_tickers_before_any_request(
     assert alpaca_server == [] and not home.exists()
 
 
-def test_sources_query_the_normalized_spelling_once(fake_download, alpaca_server):
-    from data.sources.alpaca import fetch_alpaca
-    from data.sources.yfinance import fetch_yfinance
+def test_sources_query_the_normalized_spelling_once(fake_download, alpaca_server, tmp_path):
+    from data.sources.stream import fetch_to_store
 
-    fetch_yfinance(["brk/b", "BRK.B", "spy"], "2024-01-02", "2024-01-04", "1d")
+    fetch_to_store(tmp_path / "yf", "yfinance", ["brk/b", "BRK.B", "spy"], "2024-01-02", "2024-01-04", "1d")
     assert fake_download[0]["tickers"] == ["BRK.B", "SPY"]
-    fetch_alpaca(["brk/b", "BRK.B"], "2024-01-03", "2024-01-03", "1m")  # the recorded pages: other symbols
+    fetch_to_store(tmp_path / "alpaca", "alpaca", ["brk/b", "BRK.B"], "2024-01-03", "2024-01-03", "1m")
     assert alpaca_server[0]["query"]["symbols"] == "BRK.B"
 
 
 def test_yfinance_streaming_fetch_chunks_by_week_and_month(fake_download, tmp_path):
-    from datetime import date
-
     from data.sources.stream import fetch_to_store
 
     report = fetch_to_store(

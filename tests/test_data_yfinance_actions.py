@@ -188,7 +188,7 @@ def test_dividend_before_a_later_split_on_one_basis(yahoo, tmp_path):
 
 def test_nightly_yfinance_updates_around_a_split(yahoo, tmp_path):
     """`podracer retrain`'s update step (nightly.update = "yfinance") takes the same streaming fetch."""
-    from app.nightly.pipeline import incremental_update
+    from app.nightly.steps import incremental_update
 
     fake = yahoo(SPLIT)
     home = tmp_path / "home"

@@ -1,4 +1,4 @@
-"""``envs.trading.backtest_step`` (the backtest engine's step) against ``step``: bitwise the same
+"""``envs.backtest_step.backtest_step`` (the backtest engine's step) against ``step``: bitwise the same
 accounting, observations, termination and restarts."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import torch
 
 from data.toy import toy_market
 from envs import trading
+from envs.backtest_step import asset_prices, backtest_step
 from envs.trading import EnvParams
 
 
@@ -25,14 +26,14 @@ def test_backtest_step_matches_step_bitwise(precision, interval):
     n = 6
     state, obs = trading.reset(market, params, n, torch.Generator().manual_seed(3), start=0)
     lean_state, lean_obs = state, obs
-    prices = trading.asset_prices(market, params)
+    prices = asset_prices(market, params)
     gen = torch.Generator().manual_seed(5)
     restarts = 0
     with torch.inference_mode():
         for _ in range(300 // interval):
             action = torch.rand(n, market.num_assets, generator=gen) * 1.5 - 0.2
             state, obs, _, term, trunc, info = trading.step(market, params, state, action)
-            lean_state, lean_obs, lean_term, value, notional, traded = trading.backtest_step(
+            lean_state, lean_obs, lean_term, value, notional, traded = backtest_step(
                 market, params, lean_state, action, prices
             )
             restarts += int((term | trunc).sum())
@@ -49,6 +50,6 @@ def test_backtest_step_matches_step_bitwise(precision, interval):
 def test_asset_prices_dtype():
     market = toy_market(50, 3, 2, seed=0)
     params = dataclasses.replace(EnvParams(), precision="float64")
-    open_, close = trading.asset_prices(market, params)
+    open_, close = asset_prices(market, params)
     assert open_.dtype == close.dtype == torch.float64
     assert torch.equal(open_, market.open.to(torch.float64))

@@ -15,6 +15,8 @@ from data.errors import DataError
 from data.toy import crashed, toy_market, with_gaps
 from envs import trading
 from envs.backends import native
+from envs.core import StepCore
+from envs.fast_step import step_backend
 from envs.reference import ReferenceEnv
 from envs.trading import ActionError, EnvParams
 
@@ -51,9 +53,9 @@ def _assert_steps_match(
     seen = {"done": 0, "terminated": 0}
     for _ in range(steps):
         action = _actions(params, num_envs, market.num_assets, gen)
-        assert trading.step_backend(market, params, state, True) == "native"
+        assert step_backend(market, params, state, True) == "native"
         s1, o1, r1, te1, tr1, i1 = trading.step(market, params, state, action)
-        s2, o2, r2, te2, tr2, i2 = trading.step(market, params, state, action, compiled=True)
+        s2, o2, r2, te2, tr2, i2 = trading.step(market, params, state, action, fast=True)
         for name in ("t", "step_count", "rng"):
             assert torch.equal(getattr(s1, name), getattr(s2, name)), name
         assert torch.equal(te1, te2) and torch.equal(tr1, tr2)
@@ -142,7 +144,7 @@ def test_native_step_matches_reference_env(market):
     gen = torch.Generator().manual_seed(4)
     for _ in range(40):
         action = _actions(params, num_envs, market.num_assets, gen)
-        state, _, reward, *_ = trading.step(market, params, state, action, compiled=True)
+        state, _, reward, *_ = trading.step(market, params, state, action, fast=True)
         for i, ref in enumerate(refs):
             r = ref.step(action[i].tolist())
             assert state.cash[i].item() == pytest.approx(ref.cash, rel=1e-4, abs=1.0)
@@ -155,21 +157,21 @@ def test_native_step_matches_reference_env(market):
 def test_nan_action_raises_before_anything_changes(market):
     params = EnvParams(decision_interval=3)
     state, obs = trading.reset(market, params, 8, torch.Generator().manual_seed(0))
-    assert trading.step_backend(market, params, state, True) == "native"
+    assert step_backend(market, params, state, True) == "native"
     before = {f.name: getattr(state, f.name).clone() for f in dataclasses.fields(state)}
     for bad in (float("nan"), float("inf")):
         action = torch.full((8, market.num_assets), 0.1)
         action[5, 2] = bad
         with pytest.raises(ActionError, match="NaN or inf"):
-            trading.step(market, params, state, action, compiled=True)
+            trading.step(market, params, state, action, fast=True)
     with pytest.raises(ActionError, match="shape"):
-        trading.step(market, params, state, torch.zeros(8, market.num_assets + 1), compiled=True)
+        trading.step(market, params, state, torch.zeros(8, market.num_assets + 1), fast=True)
     # A float64 entry beyond float32's range is inf in a float32 step: an error on both paths.
     huge = torch.full((8, market.num_assets), 0.1, dtype=torch.float64)
     huge[1, 1] = 1e39
-    for compiled in (True, False):
+    for fast in (True, False):
         with pytest.raises(ActionError, match="NaN or inf"):
-            trading.step(market, params, state, huge, compiled=compiled)
+            trading.step(market, params, state, huge, fast=fast)
     for name, value in before.items():
         assert torch.equal(getattr(state, name), value)
 
@@ -181,7 +183,7 @@ def test_decision_bar_outside_the_market_raises(market):
     for t in (-1, market.num_steps - 3, 2**63 - 1):  # (the last would overflow t + k)
         bad = dataclasses.replace(state, t=torch.tensor([0, t, 2, 3]))
         with pytest.raises(DataError, match="decision bars outside"):
-            trading.step(market, params, bad, torch.zeros(4, market.num_assets), compiled=True)
+            trading.step(market, params, bad, torch.zeros(4, market.num_assets), fast=True)
 
 
 @needs_kernel
@@ -189,30 +191,30 @@ def test_only_supported_configurations_run_natively(market, monkeypatch):
     gen = torch.Generator().manual_seed(0)
     plain = EnvParams(decision_interval=3)
     state, _ = trading.reset(market, plain, 4, gen)
-    assert trading.step_backend(market, plain, state, True) == "native"
-    assert trading.step_backend(market, plain, state, False) == "eager"
+    assert step_backend(market, plain, state, True) == "native"
+    assert step_backend(market, plain, state, False) == "eager"
     # Per-asset trade info and float64 positions go through torch (compiled or eager).
     for params in (
         EnvParams(decision_interval=3, trade_info=True),
         EnvParams(decision_interval=3, precision="float64"),
     ):
         st, _ = trading.reset(market, params, 4, gen)
-        assert trading.step_backend(market, params, st, True) != "native"
+        assert step_backend(market, params, st, True) != "native"
     # A state with other dtypes or layouts than the env's own goes through torch too.
     odd = dataclasses.replace(state, shares=state.shares.t().contiguous().t())
     assert not odd.shares.is_contiguous() or market.num_assets == 1
-    assert trading.step_backend(market, plain, odd, True) != "native"
+    assert step_backend(market, plain, odd, True) != "native"
     # Nothing unsupported reaches the kernel: not these, nor states shaped unlike the market's.
     monkeypatch.setattr(native, "_state", {"lib": _forbidden})
     info = EnvParams(decision_interval=3, trade_info=True)
     st, _ = trading.reset(market, info, 4, gen)
-    trading.step(market, info, st, torch.zeros(4, market.num_assets), compiled=True)
+    trading.step(market, info, st, torch.zeros(4, market.num_assets), fast=True)
     wide = dataclasses.replace(state, shares=torch.zeros(4, market.num_assets + 3))
     short = dataclasses.replace(state, cash=state.cash[:1].clone())
-    assert trading.step_backend(market, plain, wide, True) != "native"
-    assert trading.step_backend(market, plain, short, True) != "native"
+    assert step_backend(market, plain, wide, True) != "native"
+    assert step_backend(market, plain, short, True) != "native"
     with pytest.raises(ValueError, match="shape"):  # the env's own error, not a crash in C
-        trading.step(market, plain, wide, torch.zeros(4, market.num_assets), compiled=True)
+        trading.step(market, plain, wide, torch.zeros(4, market.num_assets), fast=True)
 
 
 def _forbidden(*args):
@@ -232,9 +234,9 @@ def test_failing_compiler_falls_back_with_one_warning(market, monkeypatch, tmp_p
     assert "false failed" in native.why_unavailable()
     assert sum("native env step unavailable" in r.message for r in caplog.records) == 1
     assert not list((tmp_path / "cache").glob("*.so"))  # no half-built library left behind
-    assert trading.step_backend(market, params, state, True) != "native"
+    assert step_backend(market, params, state, True) != "native"
     eager = trading.step(market, params, state, action)
-    fallback = trading.step(market, params, state, action, compiled=True)
+    fallback = trading.step(market, params, state, action, fast=True)
     torch.testing.assert_close(eager[0].value, fallback[0].value, rtol=1e-5, atol=1e-2)
 
 
@@ -274,3 +276,9 @@ def test_build_is_cached_per_source(monkeypatch, tmp_path):
     assert native.library() is not None
     assert len(list(cache.glob("step-*.so"))) == 2
     assert not [p for p in cache.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_step_cores_lead_with_the_state_fields_in_order():
+    # envs.trading builds the next EnvState from the first nine fields of either core, by position.
+    state_fields = tuple(f.name for f in dataclasses.fields(trading.EnvState))
+    assert StepCore._fields[:9] == native.NativeStep._fields[:9] == state_fields

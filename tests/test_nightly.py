@@ -20,16 +20,9 @@ import pytest
 from app.config import Config
 from app.nightly.decide import decide, windows_overlap
 from app.nightly.lock import LockBusyError, ProcessLock, read_lock_info
-from app.nightly.pipeline import (
-    STEPS,
-    ChallengerRun,
-    DataSnapshot,
-    Evaluation,
-    RetrainError,
-    RetrainSteps,
-    run_retrain,
-)
+from app.nightly.pipeline import STEPS, RetrainError, run_retrain
 from app.nightly.registry import current_champion, read_decisions, registry_path
+from app.nightly.steps import ChallengerRun, DataSnapshot, Evaluation, RetrainSteps
 from data.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -476,7 +469,7 @@ def test_incremental_update_fetches_only_what_is_missing(home):
 
     import pandas as pd
 
-    from app.nightly.pipeline import incremental_update
+    from app.nightly.steps import incremental_update
     from data.store import BarStore
     from data.synthetic import SyntheticSpec, generate, to_frame
 
@@ -523,7 +516,7 @@ def test_incremental_update_fetches_only_what_is_missing(home):
 
 
 def test_online_update_needs_the_bar_store(home):
-    from app.nightly.pipeline import update_data_step
+    from app.nightly.steps import update_data_step
 
     config = _config(update="yfinance")
     with pytest.raises(ConfigError, match="data.source = 'stored'"):

@@ -15,8 +15,9 @@ from test_paper_support import DECISION_INTERVAL, NUM_SESSIONS, NUM_TICKERS, mak
 from app.config import Config, to_env_params
 from app.nightly import record as record_module
 from app.nightly.normalization import SPEC_FILE, champion_feature_spec, with_feature_spec
-from app.nightly.pipeline import ChallengerRun, DataSnapshot, evaluate_step, run_retrain
+from app.nightly.pipeline import run_retrain
 from app.nightly.registry import current_champion, read_decisions
+from app.nightly.steps import ChallengerRun, DataSnapshot, evaluate_step
 from app.paper import journal as journal_module
 from app.paper.journal import Journal
 from backtests import engine

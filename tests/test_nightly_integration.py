@@ -11,8 +11,9 @@ import pytest
 
 from app.config import parse_config
 from app.nightly.decide import decide
-from app.nightly.pipeline import run_retrain, warm_start_round
+from app.nightly.pipeline import run_retrain
 from app.nightly.registry import current_champion, read_decisions
+from app.nightly.steps import warm_start_round
 
 TINY = {
     "data": {"source": "synthetic", "num_tickers": 3, "num_sessions": 15, "interval": "15m", "seed": 1},
@@ -83,7 +84,7 @@ def test_real_pipeline_twice_on_tiny_synthetic_data(home, caplog):
     assert metrics["start"] == row["eval_start"] and metrics["end"] == row["eval_end"]
     assert metrics["strategies"]["champion"]["sharpe_ratio"] == pytest.approx(row["challenger_fitness"])
 
-    caplog.set_level("INFO", logger="app.nightly.pipeline")
+    caplog.set_level("INFO", logger="app.nightly.steps")
     second = run_retrain(config, home)
     run_info = json.loads((home / "runs" / second.challenger_run_id / "run.json").read_text())
     assert run_info["nightly"]["warm_started_from"] == first.challenger_run_id

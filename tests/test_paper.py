@@ -16,9 +16,11 @@ from test_paper_support import make_run
 from app.bundle import load_bundle
 from app.cli import main
 from app.export import export_bundle
-from app.paper.broker import AlpacaBroker, RetryPolicy
-from app.paper.cycle import PaperOptions, fetch_start, run_cycle
+from app.paper.alpaca_broker import AlpacaBroker, RetryPolicy
+from app.paper.cycle import run_cycle
 from app.paper.journal import Journal, journal_path, read_journal
+from app.paper.observation import fetch_start
+from app.paper.options import PaperOptions
 from app.paper.orders import (
     Decision,
     RiskLimits,
@@ -283,7 +285,7 @@ def test_bad_limits_one_line(env, capsys):
 def test_observation_matches_env_layout(env):
     """The observation the cycle builds equals the env's at the same bar (all-cash book)."""
     from app.paper.broker import Account
-    from app.paper.cycle import build_decision
+    from app.paper.observation import build_decision
 
     run, bundle = env["run"], env["bundle"]
     market = run.splits.full

@@ -1,5 +1,5 @@
 # ruff: noqa: F811 - the fixtures imported from test_paper are requested by name
-"""Paper trading under faults (issue 18), against the local Alpaca stand-in (tests/alpaca_fake.py).
+"""Paper trading under faults, against the local Alpaca stand-in (tests/alpaca_fake.py).
 
 Each test names the fault it pins; docs/paper.md's "what happens when" table points here.
 """
@@ -18,9 +18,11 @@ from alpaca_fake import SECRET, FakeAlpaca, daily_bars
 from test_paper import FAST, cycle, env, setup  # noqa: F401 - fixtures used by name
 
 from app.cli import main
-from app.paper.broker import AlpacaBroker, BrokerError, OrderRequest, RetryPolicy, parse_retry_after
-from app.paper.cycle import PaperOptions, run_cycle
+from app.paper.alpaca_broker import AlpacaBroker, RetryPolicy, parse_retry_after
+from app.paper.broker import BrokerError, OrderRequest
+from app.paper.cycle import run_cycle
 from app.paper.journal import Journal, journal_path, order_counts, read_journal
+from app.paper.options import PaperOptions
 from app.paper.orders import RiskLimits, client_order_id
 
 # Sell most of a book concentrated in one ticker (max weight 0.34), so that buys need the proceeds.
@@ -333,7 +335,7 @@ def test_policy_spec_without_weights_sha256_refused(env, tmp_path):
 def test_daily_bundle_decides_only_on_completed_sessions(env, stamp):
     from app.bundle import Bundle
     from app.paper.broker import Account
-    from app.paper.cycle import build_decision
+    from app.paper.observation import build_decision
 
     minute = env["run"].bars
     daily = daily_bars(minute)  # stamped at midnight New York time of the session, as Alpaca does

@@ -1,5 +1,5 @@
 # ruff: noqa: F811 - the fixtures imported from test_paper are requested by name
-"""A held ticker that stops trading for good (issue 16 item 5), against the local Alpaca stand-in.
+"""A held ticker that stops trading for good, against the local Alpaca stand-in.
 
 The real alpaca-py client talks HTTP to tests/alpaca_fake.py: ``GET /v2/assets/{symbol}`` says
 whether the broker still trades the ticker, daily bars say when it last traded. The fixture's
@@ -16,11 +16,14 @@ import pytest
 from test_paper import FAST, cycle, env, setup  # noqa: F401 - fixtures used by name
 
 from app.cli import main
-from app.paper.broker import AlpacaBroker, Asset
-from app.paper.cycle import PaperOptions, run_cycle
-from app.paper.gone import session_of, window_start
+from app.paper.alpaca_broker import AlpacaBroker
+from app.paper.broker import Asset
+from app.paper.cycle import run_cycle
+from app.paper.gone import window_start
 from app.paper.journal import Journal, read_journal
+from app.paper.options import PaperOptions
 from app.paper.orders import RiskLimits
+from data.calendar import session_date as session_of
 from data.errors import PodracerError
 
 

@@ -23,8 +23,9 @@ from test_paper_support import DECISION_INTERVAL, SimBroker, make_run
 from app.bundle import load_bundle
 from app.cli import main
 from app.export import export_bundle
-from app.paper.cycle import PaperOptions, run_cycle
+from app.paper.cycle import run_cycle
 from app.paper.journal import Journal, read_journal
+from app.paper.options import PaperOptions
 from app.paper.orders import RiskLimits
 from backtests.engine import run_backtest
 from envs.trading import EnvParams

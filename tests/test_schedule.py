@@ -12,15 +12,9 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from app.nightly.schedule import (
-    cron_trigger,
-    crontab_text,
-    next_fire_times,
-    on_calendar,
-    parse_cron,
-    run_schedule,
-    systemd_units,
-)
+from app.nightly.cron import parse_cron
+from app.nightly.os_schedule import crontab_text, on_calendar, systemd_units
+from app.nightly.schedule import cron_trigger, next_fire_times, run_schedule
 from data.errors import ConfigError, PodracerError
 
 NY = ZoneInfo("America/New_York")
@@ -370,3 +364,12 @@ def test_an_instant_job_stops_cleanly_every_time():
     for _ in range(25):
         report = run_schedule(lambda: "ok", trigger, max_runs=1, run_now=True)
         assert (report.runs, report.failures, report.results) == (1, 0, ("ok",))
+
+
+def test_the_schedule_commands_cron_default_is_the_nightly_default():
+    """`podracer schedule` spells its --cron default itself (its module must not load pandas for
+    `--help`); it is the one app.nightly.cron defines."""
+    from app.commands import schedule as command
+    from app.nightly.cron import DEFAULT_CRON
+
+    assert command._DEFAULT_CRON == DEFAULT_CRON

@@ -36,7 +36,7 @@ from agents.tournament.backend_choice import make_backend
 from agents.tournament.backends import Backend
 from agents.tournament.generator import PodSpec, next_pod
 from agents.tournament.leaderboard import FILENAME, Leaderboard
-from agents.tournament.pod import PodOutcome, PodTask, RoundContext, RoundError, RoundFn, learner_round
+from agents.tournament.pod import CURVE, PodOutcome, PodTask, RoundContext, RoundError, RoundFn, learner_round
 from agents.tournament.search_space import SearchSpace, default_search_space
 from agents.tournament.settings import TournamentArgs, auto_round_timeout, learner_compile
 from agents.tournament.updater import Updater
@@ -348,7 +348,7 @@ def _copy_champion(run_dir: Path, board: Leaderboard) -> dict[str, Any] | None:
     staging = run_dir / ".champion.tmp"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
-    for name in (*CHAMPION_FILES, "curve.parquet"):
+    for name in (*CHAMPION_FILES, CURVE):
         if (source / name).is_file():
             shutil.copy2(source / name, staging / name)
         elif name in CHAMPION_FILES:

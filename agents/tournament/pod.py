@@ -59,6 +59,8 @@ from envs.vec_env import TradingVecEnv
 FITNESS = ("sharpe", "return", "calmar")
 #: A pod's validation returns, next to its checkpoint (see :func:`write_valid_returns`).
 VALID_RETURNS = "valid_returns.parquet"
+#: A pod's learning curve, next to its checkpoint (the app reads it as ``app.runs.RunDir.curve``).
+CURVE = "curve.parquet"
 PERIODS = ("daily", "decision")
 SCORE_CLIP = 1e3
 LEARNERS = {"ppo": (ppo.PPOArgs, ppo.train), "sac": (sac.SACArgs, sac.train)}
@@ -206,7 +208,7 @@ def make_train_env(ctx: RoundContext, num_envs: int, seed: int = 0) -> TradingVe
         num_envs=num_envs,
         device=ctx.device,
         seed=seed,
-        compile=str(ctx.env.get("compile", "auto")),
+        fast_step=str(ctx.env.get("fast_step", "auto")),
     )
 
 
@@ -230,7 +232,7 @@ def save_round(task: PodTask, result: TrainResult, scored: Scored, start: float)
     if history:
         # The round's validation result on its last row, so training curves show it.
         history[-1].update({"eval/score": score, "eval/sharpe": metrics.get("sharpe_ratio")})
-    _write_curve(out / "curve.parquet", history, spec.parent_env_steps)
+    _write_curve(out / CURVE, history, spec.parent_env_steps)
     write_valid_returns(out / VALID_RETURNS, series)
     return PodOutcome(
         pod_id=spec.pod_id,

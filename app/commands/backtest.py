@@ -1,7 +1,7 @@
 """`podracer backtest RUN [--window test|valid] [--json]` and `podracer backtest --baseline NAME`.
 
 With a run: the champion + baselines on the window (test by default), written to ``<run>/backtest/``
-(see ``app.workflows.backtest.backtest_run``), shown as a table (or, with ``--json``, the
+(see ``app.workflows.evaluation.backtest_run``), shown as a table (or, with ``--json``, the
 metrics.json document). Without a run, ``--baseline buy-and-hold`` (repeatable: ``equal-weight``, ``cash``, ``index``)
 backtests baselines on the stored bars (data config from ``--config`` with ``source = "stored"``);
 ``--out DIR`` also writes the report there.
@@ -14,10 +14,7 @@ from pathlib import Path
 
 import typer
 
-from app import context, render
-from app.runs import RunDir
-from app.workflows.backtest import backtest_baselines, backtest_run
-from backtests.report import json_safe
+from app import context
 from data.errors import ConfigError
 
 
@@ -40,6 +37,12 @@ def backtest(
     no_tearsheet: bool = typer.Option(False, "--no-tearsheet", help="Skip the pyfolio tear sheet."),
 ) -> None:
     """Backtest a run's champion (and baselines) on the held-out window, or baselines on stored data."""
+    # Imported here, not at module top: they load torch, which `podracer --help` must not (app.commands).
+    from app import render
+    from app.runs import RunDir
+    from app.workflows.backtest import backtest_baselines, backtest_run
+    from backtests.report import json_safe
+
     home = context.home()
     if run is None and not baseline:
         raise ConfigError(

@@ -7,7 +7,6 @@ from pathlib import Path
 import typer
 
 from app import context
-from app.dashboard.launch import serve_dashboard
 
 
 def dashboard(
@@ -28,4 +27,7 @@ def dashboard(
     ),
 ) -> None:
     """Serve the dashboard (champion vs buy-and-hold, tournament, training, positions, nightly, paper)."""
+    # Imported here, like every command's workflow, so `podracer --help` stays fast (app.commands).
+    from app.dashboard.launch import serve_dashboard
+
     serve_dashboard(Path(home) if home else context.home(), port=port, run=run, host=host)

@@ -7,14 +7,9 @@ from pathlib import Path
 
 import typer
 
-from app import context, render
-from app.config import load_config
-from app.workflows import data as data_flow
-from data.sources.csv import import_files
-from data.store import BarStore
-from data.synthetic import SyntheticSpec, write_synthetic
-from data.universe import changes, check_universe
+from app import context
 
+# Each command imports what it uses in its body: pandas and torch stay off `--help` (app.commands).
 app = typer.Typer(help="Market data: synthesize, import, fetch, inspect.", no_args_is_help=True)
 
 
@@ -30,6 +25,9 @@ def synth(
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Generate synthetic minute bars (planted signal, see docs/data.md) into the store."""
+    from app import render
+    from data.synthetic import SyntheticSpec, write_synthetic
+
     spec = SyntheticSpec(num_tickers=tickers, num_sessions=sessions, seed=seed, signal=signal, start=start)
     with context.err_console.status(f"generating {tickers} tickers x {sessions} sessions"):
         report = write_synthetic(context.home(), spec)
@@ -50,6 +48,9 @@ def import_(
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Validate, align and store CSV bars (all or nothing: a bad row stores nothing)."""
+    from app import render
+    from data.sources.csv import import_files
+
     with context.err_console.status(f"importing {len(files)} file(s)"):
         home, hours = context.home(), extended_hours
         report = import_files(files, home, interval=interval, adjust=adjust, extended_hours=hours, raw=raw)
@@ -84,6 +85,9 @@ def fetch(
     Each chunk is written as it arrives and recorded in <home>/data/fetch_manifest.sqlite: rerun the
     same command after an interruption to fetch only the missing chunks (Alpaca keys: APCA_API_*).
     """
+    from app import render
+    from app.workflows import data as data_flow
+
     symbols = data_flow.fetch_tickers(universe, as_of, start, tickers)
     report = data_flow.fetch(
         context.home(),
@@ -113,6 +117,9 @@ def universe_(
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """List an index's members on --as-of, and the joins and leaves in (--since, --as-of]."""
+    from app import render
+    from data.universe import changes, check_universe
+
     check_universe(name)
     result = changes(as_of, since)
     if as_json:
@@ -136,12 +143,10 @@ def info(
 ) -> None:
     """Summarize the store: tickers, interval, sessions, date range, rows, gaps filled (and, with a
     universe, which of its members are stored)."""
-    cfg = load_config(config).data if config is not None or universe is None else None
-    name = universe if universe is not None else (cfg.universe if cfg is not None else "")
-    date_ = as_of or (cfg.as_of if cfg is not None else "")
-    summary = BarStore(context.home()).info()
-    if check_universe(name):
-        summary["universe"] = data_flow.universe_coverage(context.home(), summary, name, date_)
+    from app import render
+    from app.workflows import data as data_flow
+
+    summary = data_flow.store_summary(context.home(), config, universe, as_of)
     if as_json:
         typer.echo(json.dumps(summary, indent=2, sort_keys=True))
         return

@@ -9,10 +9,7 @@ from pathlib import Path
 
 import typer
 
-from app import context, render
-from app.dashboard.launch import serve_dashboard
-from app.workflows.demo import run_demo
-from backtests.report import json_safe
+from app import context
 from data.errors import ConfigError
 
 
@@ -41,6 +38,12 @@ def demo(
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON (no live view)."),
 ) -> None:
     """Run the main job offline: data -> tournament -> backtest of the champion vs buy-and-hold."""
+    # Imported here, not at module top: they load torch, which `podracer --help` must not (app.commands).
+    from app import render
+    from app.dashboard.launch import serve_dashboard
+    from app.workflows.demo import run_demo
+    from backtests.report import json_safe
+
     if data not in ("synthetic", "real-sample"):
         raise ConfigError(f"--data {data!r}: choose synthetic or real-sample")
     home = context.home()

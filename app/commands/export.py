@@ -7,8 +7,6 @@ from pathlib import Path
 import typer
 
 from app import context
-from app.bundle import load_bundle
-from app.export import export_bundle, resolve_run_dir
 from data.errors import ConfigError
 
 
@@ -25,6 +23,10 @@ def export(
     ),
 ) -> None:
     """Export a trained policy to an onnxruntime bundle (policy.onnx + manifest.json), parity-checked."""
+    # Imported here, not at module top: they load torch, which `podracer --help` must not (app.commands).
+    from app.bundle import load_bundle
+    from app.export import export_bundle, resolve_run_dir
+
     if fmt != "onnx":
         raise ConfigError(f"--format {fmt!r} is not supported (onnx)")
     run_dir = resolve_run_dir(run, context.home())

@@ -7,11 +7,6 @@ from pathlib import Path
 import typer
 
 from app import context
-from app.bundle import load_bundle
-from app.paper.broker import AlpacaBroker
-from app.paper.cycle import PaperOptions, run_paper
-from app.paper.journal import Journal
-from app.paper.orders import RiskLimits, bundle_max_weight
 
 
 def paper(
@@ -49,6 +44,14 @@ def paper(
     ),
 ) -> None:
     """Paper-trade an exported policy on Alpaca (keys from APCA_API_KEY_ID / APCA_API_SECRET_KEY)."""
+    # Imported here, not at module top: they load torch, which `podracer --help` must not (app.commands).
+    from app.bundle import load_bundle
+    from app.paper.alpaca_broker import AlpacaBroker
+    from app.paper.cycle import run_paper
+    from app.paper.journal import Journal
+    from app.paper.options import PaperOptions
+    from app.paper.orders import RiskLimits, bundle_max_weight
+
     loaded = load_bundle(bundle)  # verifies hashes and shapes before anything talks to the broker
     limits = RiskLimits(
         max_order_notional=max_order_notional,

@@ -12,8 +12,6 @@ from pathlib import Path
 import typer
 
 from app import context
-from app.config import load_config
-from app.nightly import pipeline
 
 
 def retrain(
@@ -22,6 +20,10 @@ def retrain(
     json_out: bool = typer.Option(False, "--json", help="Print the decision as JSON."),
 ) -> None:
     """Retrain a challenger, compare it with the champion, promote it only if it is really better."""
+    # Imported here, not at module top: they load torch, which `podracer --help` must not (app.commands).
+    from app.config import load_config
+    from app.nightly import pipeline
+
     if home is not None:
         context.set_home(home)
     cfg = load_config(config)

@@ -9,18 +9,6 @@ from typing import Any
 import typer
 
 from app import context
-from app.config import load_config
-from app.nightly import pipeline
-from app.nightly.schedule import (
-    DEFAULT_CRON,
-    DEFAULT_TZ,
-    cron_trigger,
-    crontab_text,
-    next_fire_times,
-    run_schedule,
-    systemd_text,
-    systemd_units,
-)
 from data.errors import ConfigError
 
 app = typer.Typer(
@@ -28,8 +16,12 @@ app = typer.Typer(
     no_args_is_help=True,
 )
 
+# The cron default is spelled here (app.nightly.cron.DEFAULT_CRON, pinned equal by
+# tests/test_schedule.py) and the time zone's default resolved in the body: app.nightly.cron reads
+# the exchange's time zone from data.calendar, which loads pandas, and `--help` must stay light.
+_DEFAULT_CRON = "0 2 * * 1-5"
 _CRON_HELP = "Crontab expression: minute hour day-of-month month day-of-week."
-_TZ_HELP = "IANA time zone of the cron times."
+_TZ_HELP = "IANA time zone of the cron times [default: the exchange's, data.calendar.TZ]."
 
 
 def _describe(outcome: Any) -> str:
@@ -39,14 +31,22 @@ def _describe(outcome: Any) -> str:
 
 @app.command("run")
 def run(
-    cron: str = typer.Option(DEFAULT_CRON, "--cron", help=_CRON_HELP),
-    tz: str = typer.Option(DEFAULT_TZ, "--tz", help=_TZ_HELP),
+    cron: str = typer.Option(_DEFAULT_CRON, "--cron", help=_CRON_HELP),
+    tz: str = typer.Option(None, "--tz", help=_TZ_HELP, show_default=False),
     config: Path = typer.Option(None, "--config", help="TOML config file, re-read before every run."),
     home: Path = typer.Option(None, "--home", help="Home directory [default: the global --home]."),
     max_runs: int = typer.Option(None, "--max-runs", min=1, help="Stop after N runs [default: never]."),
     now: bool = typer.Option(False, "--now", help="Also run once immediately."),
 ) -> None:
     """Run `podracer retrain` on a cron schedule in this process (Ctrl-C stops)."""
+    # Imported here, not at module top: they load torch, which `podracer --help` must not (app.commands).
+    from app.config import load_config
+    from app.nightly import pipeline
+    from app.nightly.cron import DEFAULT_TZ
+    from app.nightly.schedule import cron_trigger, next_fire_times, run_schedule
+
+    tz = tz or DEFAULT_TZ
+
     if home is not None:
         context.set_home(home)
     home_dir = context.home()
@@ -69,13 +69,18 @@ def run(
 
 @app.command("print")
 def print_(
-    cron: str = typer.Option(DEFAULT_CRON, "--cron", help=_CRON_HELP),
+    cron: str = typer.Option(_DEFAULT_CRON, "--cron", help=_CRON_HELP),
     fmt: str = typer.Option("crontab", "--format", help="crontab or systemd."),
-    tz: str = typer.Option(DEFAULT_TZ, "--tz", help=_TZ_HELP),
+    tz: str = typer.Option(None, "--tz", help=_TZ_HELP, show_default=False),
     config: Path = typer.Option(None, "--config", help="TOML config file for the scheduled runs."),
     home: Path = typer.Option(None, "--home", help="Home directory [default: the global --home]."),
 ) -> None:
     """Print a crontab block or a systemd service + timer pair that runs `podracer retrain`."""
+    # Imported here: app.nightly loads pandas through data.calendar (see _TZ_HELP above).
+    from app.nightly.cron import DEFAULT_TZ
+    from app.nightly.os_schedule import crontab_text, systemd_text, systemd_units
+
+    tz = tz or DEFAULT_TZ
     if home is not None:
         context.set_home(home)
     if config is not None and not config.is_file():

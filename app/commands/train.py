@@ -7,12 +7,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-import torch
 import typer
 
-from app import context, render
-from app.config import load_config
-from app.workflows.training import stored_config_path, train_single, train_tournament
+from app import context
 from data.errors import ConfigError
 
 
@@ -49,6 +46,11 @@ def _tournament_command(
     agent: dict[str, Any],
     json_out: bool,
 ) -> None:
+    # Imported here, not at module top: they load torch, which `podracer --help` must not (app.commands).
+    from app import render
+    from app.config import load_config
+    from app.workflows.training import stored_config_path, train_tournament
+
     if resume is not None and config is not None:
         raise ConfigError("--resume uses the run's own config.toml: drop --config")
     cfg = load_config(stored_config_path(context.home(), resume) if resume is not None else config)
@@ -96,6 +98,13 @@ def train(
     resume: str = typer.Option(None, "--resume", help="Tournament: continue the run RUN after a stop."),
 ) -> None:
     """Train one agent, or with --tournament a pool of pods; scored on the validation window."""
+    # Imported here, not at module top: they load torch, which `podracer --help` must not (app.commands).
+    import torch
+
+    from app import render
+    from app.config import load_config
+    from app.workflows.training import train_single
+
     if tournament or resume is not None:
         overrides = _tournament_overrides(pods, budget_steps, budget_minutes, backend, workers, address)
         agent = {"algo": algo} if algo is not None else {}

@@ -26,10 +26,9 @@ from agents.tournament import leaderboard as lb
 from app.nightly import registry
 from app.nightly.record import OutOfSampleRecord, out_of_sample_record
 from app.paper import journal
-from app.runs import RunDir, RunInfo
-from data.errors import PodracerError
+from app.runs import RunDir, RunInfo, runs_root
+from data.errors import PodracerError, one_line
 
-BACKTEST_DIR = "backtest"
 RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 # Columns each backtest parquet must carry (ARCHITECTURE.md, backtests/).
@@ -78,11 +77,6 @@ class TournamentData:
 # --------------------------------------------------------------------------- runs
 
 
-def runs_root(home: Path) -> Path:
-    """``<home>/runs``."""
-    return Path(home) / "runs"
-
-
 def list_runs(home: Path) -> list[str]:
     """Run ids under ``<home>/runs``, newest first (by modification time, then name)."""
     root = runs_root(home)
@@ -97,7 +91,7 @@ def run_path(home: Path, run: str) -> Path:
     """The directory of run ``run``; a name that could escape ``runs/`` is refused."""
     if not RUN_NAME.match(run or ""):
         raise ArtifactMissing(f"invalid run id {run!r}")
-    path = runs_root(home) / run
+    path = RunDir(home, run).path
     if not path.is_dir():
         raise ArtifactMissing(f"no run {run!r} under {runs_root(home)}")
     return path
@@ -114,16 +108,11 @@ def read_run_info(run_dir: Path) -> RunInfo:
 # --------------------------------------------------------------------------- backtest
 
 
-def backtest_dir(run_dir: Path) -> Path:
-    """``<run>/backtest``."""
-    return Path(run_dir) / BACKTEST_DIR
-
-
 def read_metrics(run_dir: Path) -> dict[str, Any]:
     """``<run>/backtest/metrics.json``, validated: ``strategies`` maps names to metric dicts."""
-    path = backtest_dir(run_dir) / "metrics.json"
+    path = RunDir.at(run_dir).backtest_metrics
     if not path.is_file():
-        raise ArtifactMissing(f"no backtest yet: run `podracer backtest {Path(run_dir).name}`")
+        raise ArtifactMissing(f"no backtest yet: {_backtest_fix(run_dir)}")
     data = _read_json(path)
     strategies = data.get("strategies") if isinstance(data, dict) else None
     if not isinstance(strategies, dict) or not strategies:
@@ -143,7 +132,8 @@ def read_metrics(run_dir: Path) -> dict[str, Any]:
 
 def read_equity(run_dir: Path) -> pd.DataFrame:
     """Equity in dollars: a UTC ``DatetimeIndex`` named timestamp, one float column per strategy."""
-    frame = _read_parquet(backtest_dir(run_dir) / "equity.parquet", EQUITY_COLUMNS, run_dir)
+    run = RunDir.at(run_dir)
+    frame = _read_parquet(run.backtest_equity, EQUITY_COLUMNS, run_dir, _backtest_fix(run_dir))
     frame["timestamp"] = _utc(frame["timestamp"])
     frame = frame.sort_values("timestamp").set_index("timestamp")
     return frame.astype("float64")
@@ -151,7 +141,8 @@ def read_equity(run_dir: Path) -> pd.DataFrame:
 
 def read_positions(run_dir: Path) -> pd.DataFrame:
     """Long-format weights: ``timestamp, strategy, ticker, weight``."""
-    frame = _read_parquet(backtest_dir(run_dir) / "positions.parquet", POSITIONS_COLUMNS, run_dir)
+    run = RunDir.at(run_dir)
+    frame = _read_parquet(run.backtest_positions, POSITIONS_COLUMNS, run_dir, _backtest_fix(run_dir))
     frame["timestamp"] = _utc(frame["timestamp"])
     frame = _plain_labels(frame, ("strategy", "ticker"))
     frame["weight"] = frame["weight"].astype("float64")
@@ -160,7 +151,8 @@ def read_positions(run_dir: Path) -> pd.DataFrame:
 
 def read_trades(run_dir: Path) -> pd.DataFrame:
     """Trades: ``timestamp, strategy, ticker, notional, cost``, oldest first."""
-    frame = _read_parquet(backtest_dir(run_dir) / "trades.parquet", TRADES_COLUMNS, run_dir)
+    run = RunDir.at(run_dir)
+    frame = _read_parquet(run.backtest_trades, TRADES_COLUMNS, run_dir, _backtest_fix(run_dir))
     frame["timestamp"] = _utc(frame["timestamp"])
     frame = _plain_labels(frame, ("strategy", "ticker"))
     for col in ("notional", "cost"):
@@ -170,7 +162,8 @@ def read_trades(run_dir: Path) -> pd.DataFrame:
 
 def read_daily_returns(run_dir: Path) -> pd.DataFrame:
     """Daily returns: a ``DatetimeIndex`` named date (naive, session dates), one column per strategy."""
-    frame = _read_parquet(backtest_dir(run_dir) / "daily_returns.parquet", DAILY_COLUMNS, run_dir)
+    run = RunDir.at(run_dir)
+    frame = _read_parquet(run.backtest_daily_returns, DAILY_COLUMNS, run_dir, _backtest_fix(run_dir))
     dates = pd.to_datetime(frame["date"])
     if getattr(dates.dt, "tz", None) is not None:
         dates = dates.dt.tz_convert("UTC").dt.tz_localize(None)
@@ -180,7 +173,7 @@ def read_daily_returns(run_dir: Path) -> pd.DataFrame:
 
 def tearsheet_path(run_dir: Path) -> Path | None:
     """``<run>/backtest/tearsheet.png`` if the backtest drew one."""
-    path = backtest_dir(run_dir) / "tearsheet.png"
+    path = RunDir.at(run_dir).backtest_tearsheet
     return path if path.is_file() else None
 
 
@@ -189,10 +182,10 @@ def tearsheet_path(run_dir: Path) -> Path | None:
 
 def list_pods(run_dir: Path) -> list[str]:
     """Pods with a ``curve.parquet`` under ``<run>/pods/``, sorted by name."""
-    root = Path(run_dir) / "pods"
-    if not root.is_dir():
+    run = RunDir.at(run_dir)
+    if not run.pods.is_dir():
         return []
-    return sorted(p.name for p in root.iterdir() if (p / "curve.parquet").is_file())
+    return sorted(p.name for p in run.pods.iterdir() if run.curve(p.name).is_file())
 
 
 def read_curves(run_dir: Path) -> dict[str, pd.DataFrame]:
@@ -205,8 +198,7 @@ def read_curves(run_dir: Path) -> dict[str, pd.DataFrame]:
         )
     curves: dict[str, pd.DataFrame] = {}
     for pod in pods:
-        path = Path(run_dir) / "pods" / pod / "curve.parquet"
-        frame = _read_parquet(path, (CURVE_STEP_COLUMN,), run_dir)
+        frame = _read_parquet(RunDir.at(run_dir).curve(pod), (CURVE_STEP_COLUMN,), run_dir, "train the pod")
         curves[pod] = frame.sort_values(CURVE_STEP_COLUMN).reset_index(drop=True)
     return curves
 
@@ -216,7 +208,8 @@ def read_curves(run_dir: Path) -> dict[str, pd.DataFrame]:
 
 def read_tournament(run_dir: Path) -> TournamentData:
     """The run's leaderboard store via ``agents.tournament.leaderboard``'s read helpers."""
-    if not (Path(run_dir) / "leaderboard.sqlite").is_file():
+    board = RunDir.at(run_dir).leaderboard
+    if not board.is_file():
         raise ArtifactMissing(
             f"no tournament in run {Path(run_dir).name!r}: "
             "run `podracer train --tournament` to train a population of pods"
@@ -230,7 +223,7 @@ def read_tournament(run_dir: Path) -> TournamentData:
     except PodracerError:
         raise
     except Exception as err:  # noqa: BLE001 - any reader failure becomes one line on the page
-        raise ArtifactCorrupt(f"{Path(run_dir) / 'leaderboard.sqlite'}: {_one_line(err)}") from err
+        raise ArtifactCorrupt(f"{board}: {one_line(err)}") from err
 
 
 def read_nightly(home: Path) -> tuple[pd.DataFrame, dict[str, Any] | None]:
@@ -246,7 +239,7 @@ def read_nightly(home: Path) -> tuple[pd.DataFrame, dict[str, Any] | None]:
     except PodracerError:
         raise
     except Exception as err:  # noqa: BLE001 - any reader failure becomes one line on the page
-        raise ArtifactCorrupt(f"{Path(home) / 'registry.sqlite'}: {_one_line(err)}") from err
+        raise ArtifactCorrupt(f"{Path(home) / 'registry.sqlite'}: {one_line(err)}") from err
     return decisions, (dict(champion) if champion else None)
 
 
@@ -261,7 +254,7 @@ def read_paper(home: Path) -> dict[str, pd.DataFrame]:
     except PodracerError:
         raise
     except Exception as err:  # noqa: BLE001 - any reader failure becomes one line on the page
-        raise ArtifactCorrupt(f"{Path(home) / 'paper' / 'journal.sqlite'}: {_one_line(err)}") from err
+        raise ArtifactCorrupt(f"{Path(home) / 'paper' / 'journal.sqlite'}: {one_line(err)}") from err
     return {str(name): _frame(table) for name, table in dict(tables).items()}
 
 
@@ -273,7 +266,7 @@ def read_out_of_sample(home: Path) -> OutOfSampleRecord:
     try:
         return out_of_sample_record(home)
     except PodracerError as err:
-        return OutOfSampleRecord(None, None, None, note=_one_line(err))
+        return OutOfSampleRecord(None, None, None, note=one_line(err))
 
 
 def paper_order_counts(tables: dict[str, pd.DataFrame]) -> dict[str, int]:
@@ -287,6 +280,10 @@ def paper_order_counts(tables: dict[str, pd.DataFrame]) -> dict[str, int]:
 # --------------------------------------------------------------------------- helpers
 
 
+def _backtest_fix(run_dir: Path) -> str:
+    return f"run `podracer backtest {Path(run_dir).name}`"
+
+
 def _read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
@@ -295,20 +292,17 @@ def _read_json(path: Path) -> Any:
             f"{path} is corrupt: {err.msg} at line {err.lineno} column {err.colno}"
         ) from err
     except (OSError, UnicodeDecodeError) as err:
-        raise ArtifactCorrupt(f"{path} cannot be read: {_one_line(err)}") from err
+        raise ArtifactCorrupt(f"{path} cannot be read: {one_line(err)}") from err
 
 
-def _read_parquet(path: Path, required: tuple[str, ...], run_dir: Path) -> pd.DataFrame:
+def _read_parquet(path: Path, required: tuple[str, ...], run_dir: Path, fix: str) -> pd.DataFrame:
+    """The parquet file at ``path``; missing -> ``ArtifactMissing`` that says ``fix`` (what writes it)."""
     if not path.is_file():
-        kind = "training curve" if path.name == "curve.parquet" else "backtest"
-        raise ArtifactMissing(
-            f"no {path.name} in run {Path(run_dir).name!r}: "
-            + (f"run `podracer backtest {Path(run_dir).name}`" if kind == "backtest" else "train the pod")
-        )
+        raise ArtifactMissing(f"no {path.name} in run {Path(run_dir).name!r}: {fix}")
     try:
         frame = pd.read_parquet(path)
     except Exception as err:  # noqa: BLE001 - pyarrow raises several types for a torn file
-        raise ArtifactCorrupt(f"{path} is corrupt: {_one_line(err)}") from err
+        raise ArtifactCorrupt(f"{path} is corrupt: {one_line(err)}") from err
     missing = [c for c in required if c not in frame.columns]
     if missing:
         raise ArtifactCorrupt(f"{path}: missing column(s) {', '.join(missing)}")
@@ -361,8 +355,3 @@ def _frame(rows: Any) -> pd.DataFrame:
     if isinstance(rows, pd.DataFrame):
         return rows.copy()
     return pd.DataFrame(list(rows))
-
-
-def _one_line(err: BaseException) -> str:
-    text = str(err).strip().splitlines()
-    return f"{type(err).__name__}: {text[0]}" if text else type(err).__name__

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from app import context
+from app.runs import RunDir, runs_root
 from data.errors import PodracerError
 
 # The Streamlit entry script (``streamlit run`` takes a file path, not a module).
@@ -93,8 +94,8 @@ def serve_dashboard(home: Path, *, port: int, run: str | None, host: str) -> Non
     home_dir = Path(home).expanduser().resolve()
     if not home_dir.is_dir():
         raise PodracerError(f"home {home_dir} does not exist: run `podracer demo` or pass --home")
-    if run and not (home_dir / "runs" / run).is_dir():
-        raise PodracerError(f"no run {run!r} under {home_dir / 'runs'}")
+    if run and not RunDir(home_dir, run).exists():
+        raise PodracerError(f"no run {run!r} under {runs_root(home_dir)}")
     if not is_loopback(host):
         context.err_console.print(
             f"[bold yellow]warning:[/] binding {host}: the dashboard has no authentication and anyone "

@@ -36,10 +36,6 @@ def signature(*paths: Path) -> tuple[tuple[str, int, int], ...]:
     return tuple(sig)
 
 
-def _backtest_sig(run_dir: Path, name: str) -> tuple[tuple[str, int, int], ...]:
-    return signature(artifacts.backtest_dir(run_dir) / name)
-
-
 # --------------------------------------------------------------------------- runs
 
 
@@ -52,13 +48,14 @@ def list_runs(home: str) -> list[str]:
 # --------------------------------------------------------------------------- backtest
 
 
-# One cached reader for every backtest file: the file name picks the reader and is part of the key.
+# One cached reader for every backtest file: the name (of the file's RunDir property) picks the
+# reader and is part of the key.
 _BACKTEST_READERS = {
-    "metrics.json": artifacts.read_metrics,
-    "equity.parquet": artifacts.read_equity,
-    "daily_returns.parquet": artifacts.read_daily_returns,
-    "positions.parquet": artifacts.read_positions,
-    "trades.parquet": artifacts.read_trades,
+    "backtest_metrics": artifacts.read_metrics,
+    "backtest_equity": artifacts.read_equity,
+    "backtest_daily_returns": artifacts.read_daily_returns,
+    "backtest_positions": artifacts.read_positions,
+    "backtest_trades": artifacts.read_trades,
 }
 
 
@@ -68,32 +65,33 @@ def _backtest_file(run_dir: str, name: str, sig: tuple) -> Any:
 
 
 def _backtest(run_dir: Path, name: str) -> Any:
-    return _backtest_file(str(run_dir), name, _backtest_sig(run_dir, name))
+    path = getattr(RunDir.at(run_dir), name)  # e.g. RunDir.backtest_metrics
+    return _backtest_file(str(run_dir), name, signature(path))
 
 
 def metrics(run_dir: Path) -> dict[str, Any]:
     """``metrics.json`` of the run's backtest (cached until the file changes)."""
-    return _backtest(run_dir, "metrics.json")
+    return _backtest(run_dir, "backtest_metrics")
 
 
 def equity(run_dir: Path) -> pd.DataFrame:
     """Equity per strategy, UTC-indexed (cached until the file changes)."""
-    return _backtest(run_dir, "equity.parquet")
+    return _backtest(run_dir, "backtest_equity")
 
 
 def daily_returns(run_dir: Path) -> pd.DataFrame:
     """Daily returns per strategy (cached until the file changes)."""
-    return _backtest(run_dir, "daily_returns.parquet")
+    return _backtest(run_dir, "backtest_daily_returns")
 
 
 def positions(run_dir: Path) -> pd.DataFrame:
     """Long-format weights (cached until the file changes)."""
-    return _backtest(run_dir, "positions.parquet")
+    return _backtest(run_dir, "backtest_positions")
 
 
 def trades(run_dir: Path) -> pd.DataFrame:
     """Trades with costs (cached until the file changes)."""
-    return _backtest(run_dir, "trades.parquet")
+    return _backtest(run_dir, "backtest_trades")
 
 
 # --------------------------------------------------------------------------- training / tournament
@@ -101,8 +99,8 @@ def trades(run_dir: Path) -> pd.DataFrame:
 
 def curves(run_dir: Path) -> dict[str, pd.DataFrame]:
     """Learning curves per pod (cached until any pod's curve changes)."""
-    pods_root = Path(run_dir) / "pods"
-    files = [pods_root / pod / "curve.parquet" for pod in artifacts.list_pods(run_dir)]
+    run = RunDir.at(run_dir)
+    files = [run.curve(pod) for pod in artifacts.list_pods(run_dir)]
     return _curves(str(run_dir), signature(*files))
 
 
@@ -113,7 +111,7 @@ def _curves(run_dir: str, sig: tuple) -> dict[str, pd.DataFrame]:
 
 def tournament(run_dir: Path) -> artifacts.TournamentData:
     """Leaderboard, events and pods of the run's tournament (cached until the store changes)."""
-    return _tournament(str(run_dir), signature(Path(run_dir) / "leaderboard.sqlite"))
+    return _tournament(str(run_dir), signature(RunDir.at(run_dir).leaderboard))
 
 
 @st.cache_data(max_entries=_MAX_ENTRIES, show_spinner=False)

@@ -19,6 +19,7 @@ from app.dashboard import artifacts, loaders
 from app.dashboard.cards import Card
 from app.dashboard.pods import PodTable
 from app.dashboard.verdict_box import VerdictBox
+from app.runs import runs_root
 from data.errors import PodracerError
 
 if TYPE_CHECKING:
@@ -95,7 +96,7 @@ def require_run() -> Path:
         st.session_state[RUN_KEY] = run
     if not run:
         st.info(
-            f"No runs under `{home_dir / 'runs'}` yet. Create one with `podracer demo`, "
+            f"No runs under `{runs_root(home_dir)}` yet. Create one with `podracer demo`, "
             "`podracer train` or `podracer train --tournament`, then reload."
         )
         st.stop()

@@ -28,9 +28,7 @@ import pandas as pd
 
 from app.paper.broker import Broker, BrokerError, Position
 from app.paper.orders import Decision, PlannedOrder, client_order_id
-from data.calendar import sessions_in_range
-
-NY = "America/New_York"
+from data.calendar import exchange_midnight, session_date, sessions_in_range
 
 
 @dataclass
@@ -40,24 +38,14 @@ class GoneReport:
     warnings: list[str] = field(default_factory=list)  # one line each, journaled as ``gone`` events
 
 
-def session_of(decision_ts: pd.Timestamp) -> pd.Timestamp:
-    """The XNAS session date (tz-naive) of a decision bar: intraday bars by their New York date,
-    daily bars (date-only stamps, midnight UTC) by their date."""
-    ts = pd.Timestamp(decision_ts)
-    ts = ts.tz_localize("UTC") if ts.tzinfo is None else ts.tz_convert("UTC")
-    if ts.hour == 0 and ts.minute == 0:
-        return ts.tz_localize(None).normalize()
-    return ts.tz_convert(NY).tz_localize(None).normalize()
-
-
 def window_start(decision_ts: pd.Timestamp, gone_after: int) -> datetime:
-    """Midnight New York of the first of the ``gone_after`` sessions before the decision bar's session
-    (Alpaca stamps a daily bar at midnight New York of its session)."""
-    day = session_of(decision_ts)
+    """Midnight in exchange time of the first of the ``gone_after`` sessions before the decision bar's
+    session (Alpaca stamps a daily bar at midnight New York of its session)."""
+    day = session_date(decision_ts)
     prior = sessions_in_range(day - pd.Timedelta(days=gone_after * 2 + 14), day)
     prior = prior[prior < day][-gone_after:]
     first = prior[0] if len(prior) else day
-    return pd.Timestamp(first).tz_localize(NY).tz_convert("UTC").to_pydatetime()
+    return exchange_midnight(first).to_pydatetime()
 
 
 def _price(decision: Decision, i: int, pos: Position) -> float:

@@ -135,6 +135,11 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds")
 
 
+def journal_ts(ts: pd.Timestamp | datetime | None) -> str:
+    """A bar's time as the journal writes it (``decision_ts``): ISO 8601, ``""`` for none."""
+    return "" if ts is None else pd.Timestamp(ts).isoformat()
+
+
 def _scrub(value: Any) -> Any:
     """Replace any API key value found in a string with ``***``."""
     if not isinstance(value, str):

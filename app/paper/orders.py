@@ -10,7 +10,7 @@
 - :func:`client_order_id`: the deterministic id that makes a re-run of the same decision unable to
   place a second order.
 
-The decision cycle (``app.paper.cycle``) builds the :class:`Decision` and submits the orders.
+``app.paper.observation`` builds the :class:`Decision`; ``app.paper.execution`` sends the orders.
 """
 
 from __future__ import annotations

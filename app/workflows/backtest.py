@@ -26,7 +26,7 @@ from agents.ensemble import ENSEMBLE_POD, load_policy
 from agents.tournament.leaderboard import read_pods
 from agents.tournament.pod import read_valid_returns_matrix
 from app.config import load_config, to_env_params
-from app.runs import RunDir
+from app.runs import RunDir, runs_root
 from backtests import baselines as bl
 from backtests import engine, report
 from data.errors import CheckpointError, ConfigError, DataError, PodracerError
@@ -130,7 +130,7 @@ def backtest_run(
     synthetic market on a busy machine)."""
     run_dir = RunDir(home, run)
     if not run_dir.exists():
-        raise PodracerError(f"no run {run!r} under {home / 'runs'}")
+        raise PodracerError(f"no run {run!r} under {runs_root(home)}")
     if not run_dir.config.is_file():
         raise ConfigError(f"run {run!r} has no config.toml")
     config = load_config(run_dir.config)

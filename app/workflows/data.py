@@ -1,4 +1,5 @@
-"""``podracer data fetch`` / ``data universe``: resolve the tickers, stream the fetch, show progress."""
+"""``podracer data fetch`` / ``data universe`` / ``data info``: resolve the tickers, stream the fetch,
+show progress, summarize the store."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from app import context
+from app.config import load_config
 from data.errors import DataError
 from data.sources.chunks import DEFAULT_BATCH, Chunk
 from data.sources.retry import RetryPolicy
@@ -106,6 +108,18 @@ def fetch(
             on_plan=bar.on_plan,
             on_chunk=bar.on_chunk,
         )
+
+
+def store_summary(home: Path, config: Path | None, universe: str | None, as_of: str | None) -> dict[str, Any]:
+    """The store's summary; with a universe (``universe``, else the config's ``data.universe``), which
+    of its members on ``as_of`` (else the config's ``data.as_of``) the store holds."""
+    cfg = load_config(config).data if config is not None or universe is None else None
+    name = universe if universe is not None else (cfg.universe if cfg is not None else "")
+    date_ = as_of or (cfg.as_of if cfg is not None else "")
+    summary = BarStore(home).info()
+    if check_universe(name):
+        summary["universe"] = universe_coverage(home, summary, name, date_)
+    return summary
 
 
 def universe_coverage(home: Path, summary: dict[str, Any], universe: str, as_of: str) -> dict[str, Any]:

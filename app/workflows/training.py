@@ -116,7 +116,7 @@ def train_single(
         num_envs=config.env.num_envs,
         device=device,
         seed=agent.seed,
-        compile=config.env.compile,
+        fast_step=config.env.fast_step,
     )
     eval_fn = validation_score_fn(splits.valid, params, annualization=config.backtest.annualization)
 
@@ -149,7 +149,7 @@ def train_single(
         raise
 
     Checkpoint(result.policy, result.optimizer_state).save(run_dir.pod(SINGLE_POD))
-    result.save_curve(run_dir.pod(SINGLE_POD) / "curve.parquet")
+    result.save_curve(run_dir.curve(SINGLE_POD))
     result.policy.save(run_dir.champion)
     final_eval = {k.removeprefix("eval/"): v for k, v in result.history[-1].items() if k.startswith("eval/")}
     sharpe = final_eval.get("sharpe")
@@ -176,7 +176,7 @@ def stored_config_path(home: str | Path, resume: str) -> Path:
     """The ``config.toml`` of the tournament ``resume`` (``--resume`` reads the run's own config)."""
     stored = RunDir(home, new_id(resume, "tournament")).config
     if not stored.is_file():
-        raise ConfigError(f"--resume {resume!r}: no config.toml at {stored.parent}")
+        raise ConfigError(f"--resume {resume!r}: no {stored.name} at {stored.parent}")
     return stored
 
 
@@ -263,15 +263,15 @@ def ensemble_step(
     entries = result.leaderboard[: args.ensemble_size]  # best first; K is at most the board's size
     if not entries or result.champion is None:
         return result
-    members = [Policy.load(run_dir.path / e["checkpoint"], device=device) for e in entries]
+    members = [Policy.load(run_dir.checkpoint(e["checkpoint"]), device=device) for e in entries]
     source = [{"pod_id": e["pod_id"], "score": e["score"]} for e in entries]
     ensemble = EnsemblePolicy(members, source)
     score, metrics, series = score_policy(
         ensemble, valid, params, fitness=args.fitness, annualization=annualization, device=device
     )
-    _save_whole(ensemble, run_dir.path / ENSEMBLE_POD)
+    _save_whole(ensemble, run_dir.checkpoint(ENSEMBLE_POD))
     # Its validation returns beside it, like a pod's: one more column of the PBO's trial matrix.
-    write_valid_returns(run_dir.path / ENSEMBLE_POD / VALID_RETURNS, series)
+    write_valid_returns(run_dir.checkpoint(ENSEMBLE_POD) / VALID_RETURNS, series)
     sharpe = metrics.get("sharpe_ratio")
     summary = {
         "pod_id": ENSEMBLE_POD,

@@ -25,9 +25,8 @@ import pandas as pd
 
 from data.actions import check_actions, empty_actions
 from data.calendar import TZ, check_interval
-from data.errors import DataError
+from data.errors import DataError, one_line
 from data.schema import normalize_ticker, validate
-from data.sources.chunks import windows
 from data.sources.retry import RetryPolicy, Throttled, Transient, retry_after_seconds
 
 CHUNK_DAYS = 31
@@ -122,9 +121,9 @@ def fetch_chunk(
                 raise Throttled(retry_after_seconds(headers.get("Retry-After"))) from None
             if status is not None and status >= 500:
                 raise Transient(f"HTTP {status}") from None
-            raise DataError(f"alpaca: the data API refused the request: {_one_line(err)}") from None
+            raise DataError(f"alpaca: the data API refused the request: {one_line(err, limit=200)}") from None
         except OSError as err:  # requests' ConnectionError and timeouts derive from OSError
-            raise Transient(f"cannot reach the data API: {_one_line(err)}") from None
+            raise Transient(f"cannot reach the data API: {one_line(err, limit=200)}") from None
 
     while True:
         page = policy.call(one_page, "alpaca")
@@ -192,10 +191,10 @@ def fetch_actions(
             if status is not None and status >= 500:
                 raise Transient(f"HTTP {status}") from None
             raise DataError(
-                f"alpaca: the corporate-actions API refused the request: {_one_line(err)}"
+                f"alpaca: the corporate-actions API refused the request: {one_line(err, limit=200)}"
             ) from None
         except OSError as err:
-            raise Transient(f"cannot reach the data API: {_one_line(err)}") from None
+            raise Transient(f"cannot reach the data API: {one_line(err, limit=200)}") from None
 
     while True:
         page = policy.call(one_page, "alpaca")
@@ -232,38 +231,3 @@ def session_dates(start: str, end: str, source: str) -> tuple[date, date]:
     if last < first:
         raise DataError(f"{source}: end {end} is before start {start}")
     return first, last
-
-
-def fetch_alpaca(
-    tickers: Sequence[str],
-    start: str,
-    end: str,
-    interval: str = "1m",
-    *,
-    client=None,  # noqa: ANN001
-) -> pd.DataFrame:
-    """Raw (unadjusted) bars of ``tickers`` for session dates ``start..end`` (inclusive) as one
-    validated frame (small ranges; ``data.sources.stream.fetch_to_store`` streams large ones into the
-    store with their corporate actions, ``fetch_actions``, and the store adjusts on load)."""
-    first, last = session_dates(start, end, "alpaca")
-    feed = _feed()
-    client = quiet_client(client if client is not None else make_client())
-    # The ticker rule before any request is built from what the user typed (deduplicated: BRK/B = BRK.B).
-    symbols = list(dict.fromkeys(normalize_ticker(t, source="alpaca") for t in tickers))
-    frames = [
-        fetch_chunk(client, symbols, lo, hi, interval, feed=feed)
-        for lo, hi in windows(first, last, CHUNK_DAYS)
-    ]
-    frames = [f for f in frames if len(f)]
-    if not frames:
-        raise DataError(f"alpaca: no {interval} bars for {', '.join(symbols)} between {start} and {end}")
-    return (
-        pd.concat(frames, ignore_index=True)
-        .sort_values(["ticker", "timestamp"], kind="stable")
-        .reset_index(drop=True)
-    )
-
-
-def _one_line(err: Exception) -> str:
-    text = str(err).strip().splitlines()
-    return text[0][:200] if text else type(err).__name__

@@ -101,9 +101,7 @@ def _source_fetcher(
         known: dict[str, pd.DataFrame] = {}  # Yahoo's full action history per ticker, asked once a run
 
         def fetch(symbols: Sequence[str], lo: date, hi: date) -> pd.DataFrame:
-            bars = policy.call(
-                lambda: yfinance.fetch_chunk(symbols, lo, hi, interval, adjusted=False), "yfinance"
-            )
+            bars = policy.call(lambda: yfinance.fetch_chunk(symbols, lo, hi, interval), "yfinance")
             # Actions only for tickers with bars: one Yahoo has nothing for costs no request (nor error).
             for name in pd.unique(bars["ticker"]) if len(bars) else ():
                 if name not in known:

@@ -13,8 +13,7 @@ between two nightly fetches would be a fake jump inside the history. So the stre
 history (``yfinance.Ticker``), and ``unsplit`` multiplies each bar back by the ratios of the splits
 Yahoo knew at that request whose ex-date is after the bar (volume divided), which undoes exactly
 what Yahoo applied, whichever day it was asked. Yahoo also states past dividends per *today's*
-share, so each dividend is multiplied back by the ratios of the later splits. ``fetch_yfinance``
-(an in-memory frame, nothing stored) keeps Yahoo's fetch-day split/dividend adjustment.
+share, so each dividend is multiplied back by the ratios of the later splits.
 """
 
 from __future__ import annotations
@@ -28,8 +27,7 @@ import pandas as pd
 from data.actions import check_actions, empty_actions, session_dates
 from data.calendar import check_interval
 from data.errors import DataError
-from data.schema import normalize_ticker, validate
-from data.sources.chunks import windows
+from data.schema import validate
 from data.sources.retry import Transient
 
 log = logging.getLogger(__name__)
@@ -115,13 +113,10 @@ def check_range(start: str, end: str, interval: str, *, today: pd.Timestamp | No
     return first.date(), last.date()
 
 
-def fetch_chunk(  # noqa: ANN001 - dates
-    symbols: Sequence[str], lo, hi, interval: str, *, adjusted: bool = True
-) -> pd.DataFrame:
+def fetch_chunk(symbols: Sequence[str], lo, hi, interval: str) -> pd.DataFrame:  # noqa: ANN001 - dates
     """Validated bars of ``symbols`` for dates ``[lo, hi)`` in one ``yfinance.download`` call (the
-    window must respect ``LIMITS``; ``data.sources.chunks.plan_chunks`` cuts it so). ``adjusted``:
-    split and dividend adjusted (``auto_adjust``); False: Yahoo's ``Close``, split-adjusted only
-    (the input of ``unsplit``)."""
+    window must respect ``LIMITS``; ``data.sources.chunks.plan_chunks`` cuts it so), as Yahoo's
+    ``Close`` (``auto_adjust=False``): split-adjusted as of the request day, the input of ``unsplit``."""
     import yfinance
 
     name = LIMITS[interval][0]
@@ -131,7 +126,7 @@ def fetch_chunk(  # noqa: ANN001 - dates
             start=pd.Timestamp(lo).strftime("%Y-%m-%d"),
             end=pd.Timestamp(hi).strftime("%Y-%m-%d"),  # yfinance's end is exclusive
             interval=name,
-            auto_adjust=adjusted,
+            auto_adjust=False,
             actions=False,
             prepost=False,
             progress=False,
@@ -149,27 +144,6 @@ def fetch_chunk(  # noqa: ANN001 - dates
     bars = bars.drop_duplicates(["ticker", "timestamp"], keep="last")
     bars = bars.sort_values(["ticker", "timestamp"], kind="stable").reset_index(drop=True)
     return validate(bars, source="yfinance")
-
-
-def fetch_yfinance(
-    tickers: Sequence[str],
-    start: str,
-    end: str,
-    interval: str = "1d",
-    *,
-    today: pd.Timestamp | None = None,
-) -> pd.DataFrame:
-    """Bars of ``tickers`` for dates ``start..end`` (inclusive) as a validated bar frame."""
-    first, last = check_range(start, end, interval, today=today)
-    # The ticker rule before any request is built from what the user typed (deduplicated: BRK/B = BRK.B).
-    symbols = list(dict.fromkeys(normalize_ticker(t, source="yfinance") for t in tickers))
-    per_request = LIMITS[interval][1]
-    frames = [fetch_chunk(symbols, lo, hi, interval) for lo, hi in windows(first, last, per_request)]
-    frames = [f for f in frames if len(f)]
-    if not frames:
-        raise DataError(f"yfinance: no {interval} bars for {', '.join(symbols)} between {start} and {end}")
-    bars = pd.concat(frames, ignore_index=True)
-    return bars.sort_values(["ticker", "timestamp"], kind="stable").reset_index(drop=True)
 
 
 def _series(reply: object, symbol: str, what: str) -> pd.Series:

@@ -1,17 +1,16 @@
 """Optional ``torch.compile`` of the env's pure tensor functions, with an eager fallback.
 
-Why (measured, docs/env.md and docs/backtests.md): eager torch pays a dispatch of ~2-5 µs per op on
-this kind of CPU, and an env step is ~60 ops. Inductor fuses the step's elementwise work into a few
-C++ loops: a 1024 x 100 training step spends ~2x less CPU time outside the observation gather, and a
-one-env backtest decision (policy + step) is ~2.4x faster. The price is a compile on first use
-(~3 s with inductor's on-disk cache warm, ~10-15 s cold, on a 2-core CPU) and a C++ compiler at run
-time, so compiling is a choice (``"on"``/``"off"``) or decided by the amount of work (``"auto"``).
+Why (the measurements: docs/benchmarks.md): eager torch pays a dispatch per op, and an env step or
+a backtest decision is dozens of small ops. Inductor fuses their elementwise work into a few C++
+loops, so a training step spends less CPU time outside the observation gather and a one-env backtest
+decision (policy + step) runs faster. The price is a compile on first use (seconds, fewer with
+inductor's on-disk cache warm) and a C++ compiler at run time, so compiling is a choice
+(``"on"``/``"off"``) or decided by the amount of work (``"auto"``).
 
 Compiled results are not bitwise equal to eager ones: fused loops round in a different order, so
-float32 per-asset quantities differ by about an ulp, which reaches the float64 accounting as ~1e-6
-relative in the training step (float32 shares) and ~1e-8 relative on a year of backtest equity
-(float64 shares, float32 policy). Anything that must be bitwise reproducible against eager (parity
-tests, ``backtest_step`` vs ``step``) runs eager.
+float32 per-asset quantities differ by about an ulp, which reaches the float64 accounting as a small
+relative difference (``tests/test_compiled.py`` bounds it). Anything that must be bitwise
+reproducible against eager (parity tests, ``backtest_step`` vs ``step``) runs eager.
 
 ``torch._dynamo`` keeps at most ``torch._dynamo.config.recompile_limit`` (8) compiled variants of one
 function per process; past that (e.g. the step compiled for a 9th ``EnvParams`` or batch size), the
@@ -20,7 +19,7 @@ compiled call fails and the function runs eagerly from then on, with the warning
 If compiling fails (no compiler, an inductor error), the call runs eagerly, a warning says why once,
 and that function stays eager for the rest of the process.
 
-Nothing here knows the trading rules: :mod:`envs.trading` and :mod:`envs.backtest_loop` hand over
+Nothing here knows the trading rules: :mod:`envs.fast_step` and :mod:`envs.backtest_loop` hand over
 their pure functions (:func:`compiled_partial`, :class:`Compiled`).
 """
 
@@ -41,10 +40,11 @@ CompileMode = Literal["auto", "on", "off"]
 COMPILE_MODES: tuple[str, ...] = ("auto", "on", "off")
 
 
-def check_mode(mode: str) -> CompileMode:
-    """``mode`` if it is one of :data:`COMPILE_MODES`, else a ``ValueError`` naming them."""
+def check_mode(mode: str, name: str = "compile") -> CompileMode:
+    """``mode`` if it is one of :data:`COMPILE_MODES`, else a ``ValueError`` naming the setting
+    (``name``) and the modes."""
     if mode not in COMPILE_MODES:
-        raise ValueError(f"compile must be one of {', '.join(COMPILE_MODES)} (got {mode!r})")
+        raise ValueError(f"{name} must be one of {', '.join(COMPILE_MODES)} (got {mode!r})")
     return mode  # type: ignore[return-value]
 
 
@@ -100,5 +100,5 @@ def cached(key: Any, make: Callable[[], Callable[..., Any]], name: str) -> Compi
 
 def compiled_partial(fn: Callable[..., Any], params: Any, name: str) -> Compiled:
     """``functools.partial(fn, params)`` compiled once per process, ``fn`` and ``params`` (hashable),
-    e.g. ``envs.trading``'s step core for one ``EnvParams``."""
+    e.g. ``envs.core.step_core`` for one ``EnvParams``."""
     return cached((fn, params), lambda: functools.partial(fn, params), name)

@@ -1,13 +1,12 @@
 """The training step as one hand-written C kernel on CPU (``envs/backends/native/step.c``), built on
 first use, and the dispatch to it (:func:`kernel`, :func:`step`).
 
-Why by hand (measured on a 2-core CPU, 1024 envs x 100 assets, docs/env.md): the step is three
-dependent passes over each env's asset row plus a copy of its observation row. torch runs each pass
-over the whole batch (inductor: 6 parallel loops, ~280 µs with every operand in cache) and the
-observation gather after them (~210-350 µs from DRAM), so every pass streams the batch through the
-cache again. The kernel takes one env at a time through all passes while its rows sit in L1, and
-prefetches the next env's rows (the step is bound by the latency of those random row reads): ~330 µs
-for the whole step, observation included.
+Why by hand (the measurements: docs/benchmarks.md): the step is three dependent passes over each
+env's asset row plus a copy of its observation row. torch runs each pass over the whole batch
+(inductor: several parallel loops) and the observation gather after them, so every pass streams the
+batch through the cache again. The kernel takes one env at a time through all passes while its rows
+sit in L1, and prefetches the next env's rows (the step is bound by the latency of those random row
+reads), so each row comes from memory once per step, observation included.
 
 The kernel is compiled with the system C compiler (``$CC``, else ``cc``; ``-O3 -march=native
 -fopenmp``, no fast-math) into ``$PODRACER_NATIVE_CACHE`` (default ``~/.cache/podracer/native``),
@@ -19,10 +18,10 @@ Only the configuration training uses is native: CPU, float32 prices and per-asse
 (``EnvParams.precision="float32"``), no per-asset ``trade_info``, a market with an observation table.
 :func:`supports` says whether a call qualifies, :func:`kernel` whether a step does.
 
-The trading rules stay in :mod:`envs.trading`, which imports this module: nothing here imports it
-(``params`` is an ``envs.trading.EnvParams``, ``state`` an ``envs.trading.EnvState``, read by field
-name), and the kernel's failures come back as status codes that ``envs.trading.step`` turns into its
-errors.
+The trading rules stay in :mod:`envs.trading` and :mod:`envs.core`, and :mod:`envs.fast_step`
+chooses this backend: nothing here imports them (``params`` is an ``envs.trading.EnvParams``,
+``state`` an ``envs.trading.EnvState``, read by field name), and the kernel's failures come back as
+status codes that ``envs.trading.step`` turns into its errors.
 """
 
 from __future__ import annotations
@@ -238,7 +237,7 @@ def params_vector(params) -> Tensor:
 
 # --- dispatch ------------------------------------------------------------------------------------
 # The state the kernel reads: these dtypes (step.c's int64_t / double / float pointers; double is
-# envs.trading.ACC_DTYPE), shaped (N,) or (N, A), contiguous, on the CPU.
+# envs.core.ACC_DTYPE), shaped (N,) or (N, A), contiguous, on the CPU.
 STATE_DTYPES = {
     "t": torch.int64,
     "cash": torch.float64,
@@ -257,7 +256,7 @@ BAD_BAR = -2  # a decision bar lies outside [0, last_bar]
 
 
 class NativeStep(NamedTuple):
-    """One native step: ``envs.trading.StepCore``'s fields up to ``traded`` (same names and
+    """One native step: ``envs.core.StepCore``'s fields up to ``traded`` (same names and
     meaning), then the observation and the kernel's status."""
 
     t: Tensor
@@ -300,9 +299,9 @@ _PRICE_TABLES: dict[tuple[int, int], tuple[Tensor, Tensor]] = {}
 
 def price_tables(market: MarketData) -> tuple[Tensor, Tensor]:
     """``(open, close)`` copied onto huge pages (:mod:`envs.memory`) for the native step, cached like
-    the observation table. Its two random price-row reads per env then rarely miss the TLB: the step
-    measured a median 7-9% faster than on the market's own tensors (21 of 28 interleaved pairs of
-    200 steps at 1024 x 100); the torch paths showed no gain, so only the native step uses them.
+    the observation table. Its two random price-row reads per env then rarely miss the TLB, which
+    made the native step measurably faster (docs/benchmarks.md); the torch paths showed no gain, so
+    only the native step uses them.
     Small tables (the TLB covers them) and other platforms use the market's tensors, uncopied. Like
     the observation table, the copy assumes the market's tensors are not changed in place (MarketData
     is immutable; a changed market is a new one)."""
@@ -324,7 +323,7 @@ def price_tables(market: MarketData) -> tuple[Tensor, Tensor]:
 def step(
     fn: Callable[..., int], market: MarketData, params, state, action: Tensor, last_bar: int
 ) -> NativeStep:
-    """``envs.trading``'s step core and the observation in one call of ``fn`` (:func:`kernel`), for a
+    """``envs.core.step_core`` and the observation in one call of ``fn`` (:func:`kernel`), for a
     float32 contiguous ``action`` (N, A) (its finiteness is checked by the kernel: see
     ``NativeStep.status``); ``last_bar`` is the market's last decision bar."""
     num_envs, num_assets = state.shares.shape

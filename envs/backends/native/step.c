@@ -4,7 +4,7 @@
    the buys, mark), then a copy of the observation row. torch (eager or inductor) runs each pass over
    the whole (N, A) batch, so every pass streams the batch through the cache again and pays its own
    loop and thread start; here one thread takes an env's rows through every pass while they sit in L1
-   and writes its observation row right after. Semantics are envs/trading.py's _step_core followed by
+   and writes its observation row right after. Semantics are envs/core.py's step_core followed by
    envs/observation.py's build_obs: float32 per-asset quantities, float64 accounting, every per-asset sum feeding the
    accounting accumulated in float64. Sums run in another order than torch's (an OpenMP simd
    reduction), so results equal eager to float rounding, as torch.compile's do.
@@ -142,7 +142,7 @@ int64_t podracer_step(
             sell_notional = sells * (1.0 - slip);
             buy_notional = buys * (1.0 + slip);
         } else if (action_mode == MODE_WEIGHTS) {
-            /* The cap before the sum rule: a capped weight's excess stays in cash (envs/trading.py);
+            /* The cap before the sum rule: a capped weight's excess stays in cash (envs/core.py);
                untradable assets get no target (HOLD keeps the position, EXIT sells it). */
             double held = 0.0, wsum = 0.0;
 #pragma omp simd reduction(+ : held, wsum)
@@ -238,7 +238,7 @@ int64_t podracer_step(
         const double traded_notional = sell_notional + buy_notional;
         const double new_value = new_cash + pos_sum;
 
-        /* Reward (per-env float64, as in _step_core). */
+        /* Reward (per-env float64, as in step_core). */
         const double ratio = new_value / value[n];
         double reward, na = sharpe_a[n], nb = sharpe_b[n];
         if (reward_mode == REWARD_LOG_RETURN) {

@@ -1,0 +1,179 @@
+"""The nightly schedule as text for the OS schedulers: a crontab block or a systemd timer.
+
+Both are generated from the parsed expression (``app.nightly.cron``):
+
+- :func:`crontab_text`: a crontab block (``CRON_TZ=`` line + the job line);
+- :func:`systemd_units`: a ``.service`` + ``.timer`` pair whose ``OnCalendar=`` carries the time zone
+  (:func:`on_calendar`); :func:`systemd_text` prints both with install instructions.
+
+Commands use absolute paths only (:func:`retrain_command`): OS schedulers start in another directory.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from app.nightly.cron import DEFAULT_TZ, parse_cron, zone
+
+UNIT_NAME = "podracer-retrain"
+_SYSTEMD_DAYS = ("Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat")
+
+
+def _systemd_numbers(values: Sequence[int], low: int, high: int) -> str:
+    """A systemd calendar component: ``*``, ``a/step`` for a progression up to the max, else a list."""
+    if len(values) == high - low + 1:
+        return "*"
+    if len(values) >= 3:
+        step = values[1] - values[0]
+        regular = all(b - a == step for a, b in zip(values, values[1:], strict=False))
+        if regular and values[-1] + step > high:
+            return f"{values[0]:02d}/{step}"
+    return ",".join(f"{v:02d}" for v in values)
+
+
+def _systemd_weekdays(days: Sequence[int]) -> str:
+    # Monday-first runs, so Mon..Fri stays one range; Sunday (0) sorts last.
+    order = sorted(days, key=lambda d: (d - 1) % 7)
+    runs: list[list[int]] = []
+    for d in order:
+        if runs and (runs[-1][-1] % 7) + 1 == d:
+            runs[-1].append(d)
+        else:
+            runs.append([d])
+    parts = [
+        f"{_SYSTEMD_DAYS[r[0]]}..{_SYSTEMD_DAYS[r[-1]]}"
+        if len(r) >= 3
+        else ",".join(_SYSTEMD_DAYS[x] for x in r)
+        for r in runs
+    ]
+    return ",".join(parts)
+
+
+def on_calendar(expr: str, tz: str = DEFAULT_TZ) -> str:
+    """The systemd ``OnCalendar=`` value equivalent to the cron expression, time zone included."""
+    spec = parse_cron(expr)
+    zone(tz)
+    weekday = "" if spec.any_weekday else _systemd_weekdays(spec.weekdays) + " "
+    month = _systemd_numbers(spec.months, 1, 12)
+    day = _systemd_numbers(spec.days, 1, 31)
+    hour = _systemd_numbers(spec.hours, 0, 23)
+    minute = _systemd_numbers(spec.minutes, 0, 59)
+    return f"{weekday}*-{month}-{day} {hour}:{minute}:00 {tz}"
+
+
+def podracer_executable() -> list[str]:
+    """An absolute command that runs this podracer's CLI (the console script next to the interpreter)."""
+    script = Path(sys.executable).parent / "podracer"
+    if script.is_file() and os.access(script, os.X_OK):
+        return [str(script)]
+    found = shutil.which("podracer")
+    if found:
+        return [str(Path(found).resolve())]
+    return [sys.executable, "-m", "app.cli"]
+
+
+def retrain_command(home: str | os.PathLike[str], config: str | os.PathLike[str] | None) -> list[str]:
+    """The argv of one retrain run, absolute paths only (OS schedulers start in another directory)."""
+    argv = [*podracer_executable(), "--home", str(Path(home).resolve()), "retrain"]
+    if config is not None:
+        argv += ["--config", str(Path(config).resolve())]
+    return argv
+
+
+def crontab_text(
+    expr: str, *, tz: str = DEFAULT_TZ, home: str | os.PathLike[str], config: str | os.PathLike[str] | None
+) -> str:
+    """A crontab block (paste into ``crontab -e``): a comment, ``CRON_TZ=``, and the job line."""
+    spec = parse_cron(expr)
+    zone(tz)
+    home_abs = Path(home).resolve()
+    log_file = home_abs / "logs" / "retrain.log"
+    command = " ".join(shlex.quote(a) for a in retrain_command(home, config))
+    # cron starts jobs in $HOME: run from today's directory, as the user's own retrain would.
+    command = f"cd {shlex.quote(str(Path.cwd()))} && mkdir -p {shlex.quote(str(log_file.parent))} && {command} >> {shlex.quote(str(log_file))} 2>&1"
+    # In a crontab line an unescaped % ends the command and feeds the rest to stdin.
+    command = command.replace("%", r"\%")
+    return (
+        "# podracer nightly retrain (minute hour day-of-month month day-of-week)\n"
+        f"# times are {tz} wall-clock times. CRON_TZ applies to every later line of the crontab; cronie\n"
+        "# honours it, other crons may not: if `man 5 crontab` does not list CRON_TZ, write the times in\n"
+        "# the system time zone instead.\n"
+        f"CRON_TZ={tz}\n"
+        f"{spec.expr} {command}\n"
+    )
+
+
+def _systemd_quote(arg: str) -> str:
+    if arg and all(c.isalnum() or c in "/._-+=:@," for c in arg):
+        return arg
+    escaped = arg.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%").replace("$", "$$")
+    return f'"{escaped}"'
+
+
+def systemd_units(
+    expr: str,
+    *,
+    tz: str = DEFAULT_TZ,
+    home: str | os.PathLike[str],
+    config: str | os.PathLike[str] | None,
+    name: str = UNIT_NAME,
+) -> dict[str, str]:
+    """``{"<name>.service": text, "<name>.timer": text}`` for a user or system systemd instance."""
+    calendar_spec = on_calendar(expr, tz)
+    home_abs = Path(home).resolve()
+    exec_start = " ".join(_systemd_quote(a) for a in retrain_command(home, config))
+    service = (
+        "[Unit]\n"
+        "Description=podracer nightly retrain (champion vs challenger)\n"
+        "After=network-online.target\n"
+        "Wants=network-online.target\n"
+        "\n"
+        "[Service]\n"
+        "Type=oneshot\n"
+        # Relative paths inside the config resolve as they do for the user who printed these units.
+        f"WorkingDirectory={_systemd_quote(str(Path.cwd()))}\n"
+        f"Environment=PODRACER_HOME={_systemd_quote(str(home_abs))}\n"
+        f"ExecStart={exec_start}\n"
+        # Exit 75: another retrain holds the lock; not a failure worth an alert.
+        "SuccessExitStatus=75\n"
+        "Nice=10\n"
+    )
+    timer = (
+        "[Unit]\n"
+        f"Description=podracer nightly retrain at {spec_comment(expr, tz)}\n"
+        "\n"
+        "[Timer]\n"
+        f"OnCalendar={calendar_spec}\n"
+        # Persistent: a run missed while the machine was off happens at the next boot.
+        "Persistent=true\n"
+        f"Unit={name}.service\n"
+        "\n"
+        "[Install]\n"
+        "WantedBy=timers.target\n"
+    )
+    return {f"{name}.service": service, f"{name}.timer": timer}
+
+
+def spec_comment(expr: str, tz: str) -> str:
+    """``'0 2 * * 1-5' (cron) in <tz>`` with any % doubled for systemd."""
+    return f"'{parse_cron(expr).expr}' (cron) in {tz}".replace("%", "%%")
+
+
+def systemd_text(units: dict[str, str]) -> str:
+    """Both units as one printable text with install instructions."""
+    out = []
+    for filename, body in units.items():
+        out.append(f"# ---- {filename} ----\n{body}")
+    timer = next(f for f in units if f.endswith(".timer"))
+    out.append(
+        "# install (per user): copy both files to ~/.config/systemd/user/, then\n"
+        f"#   systemctl --user daemon-reload && systemctl --user enable --now {timer}\n"
+        "#   loginctl enable-linger $USER   # keep user timers running while logged out\n"
+        f"# check: systemctl --user list-timers {timer}\n"
+    )
+    return "\n".join(out)

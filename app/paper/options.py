@@ -1,0 +1,35 @@
+"""How a paper-trading cycle trades: risk limits, dry run, kill switch, fill and freshness timings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from app.paper.orders import RiskLimits
+from data.errors import PodracerError
+
+
+@dataclass(frozen=True)
+class PaperOptions:
+    """How a cycle trades."""
+
+    limits: RiskLimits = RiskLimits()
+    dry_run: bool = False
+    kill_switch: Path | None = None
+    fractional: bool = True
+    fill_timeout: float = 30.0  # seconds to wait for market orders to fill (sells before buys)
+    fill_poll: float = 0.5  # seconds between order look-ups while waiting
+    max_bar_age: float | None = None  # seconds; None: one decision interval (at least 5 minutes)
+    submit_window: float = 60.0  # seconds after which a journaled order unknown to the broker never arrived
+    cash_buffer: float = 0.995  # buys spend at most this fraction of the cash available (slippage)
+    # Completed sessions without a real bar after which a held ticker the broker still trades is sold
+    # (app.paper.gone): a week, longer than halts and quiet IEX days, short enough not to sit for months.
+    gone_after: int = 5
+
+    def __post_init__(self) -> None:
+        if self.gone_after < 1:
+            raise PodracerError(f"--gone-after must be at least 1 session, got {self.gone_after}")
+
+    def kill_switch_on(self) -> bool:
+        """The kill-switch file exists (checked afresh on each call: it may appear mid-cycle)."""
+        return self.kill_switch is not None and Path(self.kill_switch).exists()

@@ -1,0 +1,229 @@
+"""The env step's arithmetic as pure functions of tensors: the fill and the mark (:func:`trade`), the
+reward and the episode's end (:func:`step_core`), and the per-env generator (:func:`lcg_next`).
+
+No market object and no state object here, only tensors and the frozen ``EnvParams`` (read by field
+name): this is what :mod:`envs.fast_step` hands to ``torch.compile``, what the C kernel of
+:mod:`envs.backends.native` reproduces, and what :func:`envs.trading.step_env` and
+:func:`envs.backtest_step.backtest_step` build on. The semantics are :mod:`envs.trading`'s docstring.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, NamedTuple
+
+import torch
+from torch import Tensor
+
+from envs.tradability import EXIT, HOLD, TRADE
+
+if TYPE_CHECKING:  # envs.trading imports this module
+    from envs.trading import EnvParams
+
+# Precision (the measurements: docs/benchmarks.md). Per-env accounting (cash, value, peak, notionals, the
+# Sharpe moments; N) is always float64, and every per-asset sum feeding it accumulates in float64: a
+# float32 portfolio value rounds a small return too coarsely. Per-asset tensors (prices, shares,
+# orders; N x A) follow EnvParams.precision: "float32" (default) is faster (half the bytes per pass,
+# no cast pass per price matrix; the observation is float32 either way) and matches the reference to
+# 1e-4 relative with a $1-on-$1M floor, except the differential Sharpe reward, which amplifies the
+# rounding of float32 holdings; "float64" matches everything to 1e-4 relative and suits backtests,
+# where the batch is small.
+ACC_DTYPE = torch.float64  # (N,) accounting
+
+# Counter-based generator for autoreset starts (Knuth's MMIX LCG; int64 arithmetic wraps).
+LCG_MUL = 6364136223846793005
+LCG_INC = 1442695040888963407
+# Below this a variance is treated as zero in the differential Sharpe ratio's denominator.
+_SHARPE_VAR_EPS = 1e-12
+_TINY = 1e-12
+
+
+def lcg_next(key: Tensor) -> Tensor:
+    """Each env's generator state advanced once."""
+    return key * LCG_MUL + LCG_INC
+
+
+def rowsum(x: Tensor) -> Tensor:
+    """Row sums of a float32 ``(N, A)`` tensor, accumulated in float64."""
+    return x.sum(1, dtype=ACC_DTYPE)
+
+
+def trade(
+    params: EnvParams,
+    shares: Tensor,
+    cash: Tensor,
+    action: Tensor,
+    px_open: Tensor,
+    px_close: Tensor,
+    mode: Tensor | None = None,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """The fill and the mark of one step (the accounting shared by the env's step and the backtest
+    step): ``(traded (N, A), new_shares, new_cash, traded_notional, pos_value, new_value)``.
+    ``px_open`` / ``px_close`` are the fill and mark
+    bars' prices in its asset dtype; ``px_close`` must be a fresh tensor (it becomes ``pos_value`` in
+    place). ``mode`` (N, A) uint8: the fill bar's :mod:`envs.tradability` modes (``None``: every
+    asset tradable)."""
+    adt = params.asset_dtype
+    slip = params.slippage_bps * 1e-4
+    rate = params.cost_rate
+    # Orders in shares: buy, sell >= 0 and diff = buy - sell. The step is memory-bound (each
+    # (N, A) pass streams the operands through the cache), so temporaries are reused in place
+    # where that leaves the arithmetic unchanged.
+    if params.action_mode == "weights":
+        # Only sizes the targets, so a plain (float32) sum is precise enough here.
+        held = shares * px_open  # (N, A) scratch: also holds the sells below
+        value_open = cash + held.sum(1)
+        # A new tensor: in-place below is safe. The cap comes before the sum rule, so the excess of
+        # a capped weight stays in cash (it is not handed to the other assets).
+        if params.max_weight < 1.0:
+            weights = action.to(adt).clamp(min=0.0, max=params.max_weight)
+        else:
+            weights = action.to(adt).clamp(min=0.0)
+        if mode is not None:  # untradable assets: no target (HOLD keeps the position, EXIT sells it)
+            weights = weights.masked_fill_(mode != TRADE, 0.0)
+        # float64 sum: a float32 one overflows for huge (finite) weights and would zero the targets.
+        budget = value_open / weights.sum(1, dtype=ACC_DTYPE).clamp(min=1.0)
+        if adt != ACC_DTYPE:  # (.to of the same dtype is a no-op that still costs a call)
+            budget = budget.to(adt)
+        # Share space (not $): a zero target gives diff = -shares exactly, so full sells leave 0.
+        diff = weights.mul_(budget.unsqueeze(1)).div_(px_open).sub_(shares)
+        if mode is not None:
+            diff = diff.masked_fill_(mode == HOLD, 0.0)
+        buy = diff.clamp(min=0.0)
+        # sell = buy - diff is needed only for its notional: computed into the scratch buffer.
+        sell_at_open = torch.sub(buy, diff, out=held).mul_(px_open)
+    else:
+        diff = action.to(adt).clamp(-1.0, 1.0).mul_(params.max_shares).round_()
+        if mode is not None:  # HOLD: no order; EXIT: sell everything held
+            diff = torch.where(mode == TRADE, diff, torch.where(mode == EXIT, -shares, 0.0))
+        buy = diff.clamp(min=0.0)
+        if params.max_weight < 1.0:
+            # Post-trade holdings at most floor(max_weight * value at the fill bar's open / open)
+            # whole shares; a position already above the cap is not sold down (only buys are cut).
+            value_open = cash + rowsum(shares * px_open)
+            cap = (params.max_weight * value_open).to(adt).unsqueeze(1).div(px_open).floor_()
+            buy = torch.minimum(buy, cap.sub_(shares).clamp_(min=0.0))
+        sell = torch.minimum((-diff).clamp_(min=0.0), shares)
+        sell_at_open = sell * px_open
+    sell_notional = rowsum(sell_at_open) * (1.0 - slip)
+    buy_notional = rowsum(buy * px_open) * (1.0 + slip)
+    available = cash + sell_notional * (1.0 - rate)
+    needed = buy_notional * (1.0 + rate)
+    # Buys scaled by one factor per env so cash never goes negative.
+    scale = torch.where(needed > available, available / needed.clamp(min=_TINY), 1.0)
+    if params.action_mode == "weights":
+        # diff + buy * (scale - 1) = scale * buy - sell; exact when scale == 1. diff is a temporary.
+        factor = scale - 1.0
+        traded = diff.addcmul_(buy, (factor if adt == ACC_DTYPE else factor.to(adt)).unsqueeze(1))
+        buy_notional = buy_notional * scale
+        needed = needed * scale
+    else:
+        buy = buy.mul_(scale.to(adt)[:, None]).floor_()
+        buy_notional = rowsum(buy * px_open) * (1.0 + slip)
+        needed = buy_notional * (1.0 + rate)
+        traded = buy - sell
+    new_shares = shares + traded
+    # The clamp only absorbs rounding (needed <= available by construction).
+    new_cash = (available - needed).clamp_(min=0.0)
+    traded_notional = sell_notional + buy_notional
+    pos_value = px_close.mul_(new_shares)
+    new_value = new_cash + rowsum(pos_value)
+    return traded, new_shares, new_cash, traded_notional, pos_value, new_value
+
+
+class StepCore(NamedTuple):
+    """What :func:`step_core` computes (pre-reset; the first nine are the next ``EnvState``'s fields,
+    named alike). ``envs.backends.native.NativeStep`` has the same fields up to ``traded``."""
+
+    t: Tensor  # (N,) the mark bar t + k: the next decision bar
+    cash: Tensor
+    shares: Tensor
+    value: Tensor
+    peak: Tensor
+    step_count: Tensor
+    sharpe_a: Tensor
+    sharpe_b: Tensor
+    rng: Tensor  # advanced once
+    reward: Tensor  # (N,) float32
+    terminated: Tensor  # (N,) bool
+    truncated: Tensor  # (N,) bool
+    done: Tensor  # (N,) bool: terminated | truncated
+    cost: Tensor
+    traded_notional: Tensor
+    traded: Tensor  # (N, A) shares traded (+ bought, - sold)
+    pos_value: Tensor  # (N, A) holdings marked at the mark bar's close
+    fill_price: Tensor | None = None  # (N, A), with EnvParams.trade_info only
+    asset_cost: Tensor | None = None  # (N, A), with EnvParams.trade_info only
+
+
+def step_core(
+    params: EnvParams,
+    last_bar: int,
+    t: Tensor,
+    cash: Tensor,
+    shares: Tensor,
+    value: Tensor,
+    peak: Tensor,
+    step_count: Tensor,
+    sharpe_a: Tensor,
+    sharpe_b: Tensor,
+    rng: Tensor,
+    action: Tensor,
+    open_all: Tensor,
+    close_all: Tensor,
+    modes_all: Tensor | None = None,
+) -> StepCore:
+    """The rules' step but the action check, the observation and the autoreset, as one pure function
+    of tensors, so that it can be compiled. ``last_bar`` is the market's last decision bar, ``open_all`` / ``close_all`` ``(T, A)`` its prices
+    and ``modes_all`` its fill modes (``None``: every bar tradable)."""
+    k = params.decision_interval
+    t_mark = t + k
+    adt = params.asset_dtype  # .to(adt) is a no-op for float32 market data and "float32"
+    px_open = open_all.index_select(0, t + 1).to(adt)  # (N, A) fill bar
+    # A fresh tensor either way (gather, or gather + cast): becomes the positions' value in place.
+    px_close = close_all.index_select(0, t_mark).to(adt)  # (N, A) mark bar
+    mode = None if modes_all is None else modes_all.index_select(0, t + 1)
+    traded, new_shares, new_cash, traded_notional, pos_value, new_value = trade(
+        params, shares, cash, action, px_open, px_close, mode
+    )
+    cost = params.cost_rate * traded_notional
+
+    # Reward.
+    ratio = new_value / value
+    if params.reward == "log_return":
+        reward = torch.log(ratio.clamp(min=_TINY))
+        new_a, new_b = sharpe_a, sharpe_b
+    elif params.reward == "return":
+        reward = ratio - 1.0
+        new_a, new_b = sharpe_a, sharpe_b
+    else:
+        ret = ratio - 1.0
+        a, b = sharpe_a, sharpe_b
+        d_a = ret - a
+        d_b = ret * ret - b
+        var = (b - a * a).clamp(min=_SHARPE_VAR_EPS)
+        reward = (b * d_a - 0.5 * a * d_b) / (var * var.sqrt())
+        new_a = a + params.sharpe_eta * d_a
+        new_b = b + params.sharpe_eta * d_b
+    new_peak = torch.maximum(peak, new_value)
+    if params.drawdown_penalty > 0:
+        reward = reward - params.drawdown_penalty * (1.0 - new_value / new_peak)
+    if params.turnover_penalty > 0:
+        reward = reward - params.turnover_penalty * traded_notional / value
+    if params.reward_scale != 1.0:
+        reward = reward * params.reward_scale
+    reward = reward.to(torch.float32)
+
+    step_count = step_count + 1
+    terminated = new_value < params.bust_frac * params.initial_cash
+    out_of_data = t_mark > last_bar
+    done = (step_count >= params.episode_len) | out_of_data | terminated
+    truncated = done ^ terminated  # done and not terminated: terminated wins
+    fill_price = asset_cost = None
+    if params.trade_info:
+        slip = params.slippage_bps * 1e-4
+        fill_price = px_open * (1.0 + slip * torch.sign(traded))  # per-asset dtype
+        asset_cost = params.cost_rate * traded.abs() * fill_price
+    return StepCore(
+        t_mark, new_cash, new_shares, new_value, new_peak, step_count, new_a, new_b, lcg_next(rng),
+        reward, terminated, truncated, done, cost, traded_notional, traded, pos_value, fill_price, asset_cost,
+    )  # fmt: skip
