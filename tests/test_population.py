@@ -320,3 +320,32 @@ def test_the_sizing_probe_times_the_learner_and_changes_nothing(market):
     assert rate > 0 and rate != float("inf")
     assert all(torch.equal(a, b) for a, b in zip(before, pop.nets.tensors(), strict=True))
     assert pop.adam.step.tolist() == [0.0, 0.0]
+
+
+@pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs CUDA: CUDA graphs are recorded only on a GPU"
+)
+def test_cuda_graphs_replay_the_eager_steps(market):
+    """On a GPU the graphed round equals the eager round, and both equal the separate runs."""
+    params = _params()
+    pods = _pods()
+    gpu_market = market.to("cuda")
+    config = _pods_config(gpu_market, params, pods[0])
+    rounds = []
+    for graphs in (False, True):
+        pop = Population(
+            lambda n: TradingVecEnv(gpu_market, params, num_envs=n, device="cuda", seed=0),
+            config=config,
+            num_pods=len(pods),
+            num_envs=N,
+            num_steps=BASE["num_steps"],
+            num_minibatches=BASE["num_minibatches"],
+            graphs=graphs,
+        )
+        rounds.append(pop.train([PodSetup(*pop.starting_policy(a), a) for a in pods]))
+        assert pop.act_step.mode == ("cuda graph" if graphs else "eager")
+        assert all(step.mode == pop.act_step.mode for step in pop.mb_steps.values())
+    alone = [ppo.train(a, TradingVecEnv(gpu_market, params, num_envs=N, device="cuda", seed=0)) for a in pods]
+    for eager, graphed, single in zip(*rounds, alone, strict=True):
+        _assert_same_run(eager, graphed)
+        _assert_same_run(single, graphed)

@@ -45,6 +45,11 @@ def test_auto_is_population_on_cuda_and_local_workers_on_a_cpu():
     with pytest.raises(ConfigError, match="unknown backend"):
         make_backend("gpu")
     assert TournamentArgs().backend == "auto"
+    # Refused when the settings are read, before a run folder exists.
+    with pytest.raises(ConfigError, match="PPO pods only"):
+        TournamentArgs(backend="population", algo="sac")
+    with pytest.raises(ConfigError, match="tournament.backend"):
+        TournamentArgs(backend="gpu")
 
 
 def test_pods_run_in_lockstep_populations(tmp_path, windows):

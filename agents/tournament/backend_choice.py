@@ -17,11 +17,10 @@ import torch
 from agents.tournament.backends import Backend, InlineBackend, ProcessBackend, RayBackend
 from agents.tournament.population import check_algo
 from agents.tournament.population_backend import PopulationBackend
+from agents.tournament.settings import BACKENDS
 from data.errors import ConfigError
 
 log = logging.getLogger(__name__)
-
-BACKENDS = ("auto", "local", "ray", "population")
 
 
 def resolve_backend(name: str, device: str | torch.device, algo: str = "ppo") -> str:

@@ -197,7 +197,10 @@ def size_population(ctx: RoundContext, graphs: bool | None = None) -> Sizing:
         return get_population(ctx, args, config, num_pods, graphs).probe(args.update_epochs)
 
     per_pod = bytes_per_pod(config, num_envs, args.num_steps, args.num_minibatches)
-    return choose_population_size(torch.device(ctx.device), num_envs, per_pod, probe)
+    sizing = choose_population_size(torch.device(ctx.device), num_envs, per_pod, probe)
+    for key in [k for k, population in _CACHE.items() if population.num_pods != sizing.num_pods]:
+        del _CACHE[key]  # the probe's other sizes: their device memory goes back to the rounds
+    return sizing
 
 
 def fixed_size(ctx: RoundContext, num_pods: int) -> Sizing:

@@ -20,6 +20,8 @@ from agents.tournament.pod import FITNESS
 from data.errors import ConfigError
 
 CHAMPION_KINDS = ("best", "ensemble")
+#: ``[tournament] backend`` values (agents.tournament.backend_choice builds them).
+BACKENDS = ("auto", "local", "ray", "population")
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,13 @@ class TournamentArgs:
             raise ConfigError("tournament.workers must be >= 0")
         if self.population_size < 0:
             raise ConfigError("tournament.population_size must be >= 0")
+        if self.backend not in BACKENDS:
+            raise ConfigError(f"tournament.backend: {self.backend!r} is not one of {', '.join(BACKENDS)}")
+        if self.backend == "population" and self.algo != "ppo":
+            raise ConfigError(
+                f'tournament.backend = "population" trains PPO pods only (the learner is {self.algo}); '
+                'use backend = "local" or "ray"'
+            )
         if self.champion not in CHAMPION_KINDS:
             raise ConfigError(f"tournament.champion: {self.champion!r} is not one of {CHAMPION_KINDS}")
         if self.ensemble_size < 1:
