@@ -80,7 +80,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--round-steps", type=int, default=250_000, help="env-steps of a pod round")
     p.add_argument("--no-graphs", action="store_true", help="population: no CUDA graphs")
     p.add_argument(
-        "--threads", type=int, default=None, help="grid: torch threads of the population (default: torch's)"
+        "--threads",
+        type=int,
+        default=None,
+        help="grid: torch threads of the population (default on a CPU: cores / --workers, as the "
+        "backend's CPU worker lanes get)",
     )
     p.add_argument("--no-grid", action="store_true")
     p.add_argument("--no-local", action="store_true", help="skip the local-worker baselines")
@@ -212,6 +216,8 @@ def local_rate(
 def grid(args: argparse.Namespace) -> list[dict]:
     if args.threads is not None:
         torch.set_num_threads(args.threads)
+    elif torch.device(args.device).type == "cpu":  # as the backend's CPU worker lanes get them
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // args.workers))
     splits = synthetic_market(num_tickers=args.tickers, num_sessions=args.sessions, seed=0)
     market = splits.train
     params = EnvParams(decision_interval=15, episode_len=64)
