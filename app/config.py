@@ -234,7 +234,9 @@ class TournamentConfig(_Section):
         description="auto: population for PPO on a CUDA device, else local (docs/tournament.md)",
     )
     workers: int = Field(
-        TournamentArgs.workers, ge=0, description="local backend: worker processes (0 = inline)"
+        TournamentArgs.workers,
+        ge=0,
+        description="local and population backends: worker processes (0 = inline; a GPU: one)",
     )
     population_size: int = Field(
         TournamentArgs.population_size,

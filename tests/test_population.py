@@ -305,6 +305,14 @@ def test_population_size_from_memory_and_probe(monkeypatch):
     # 16 still paid (1.9x), 32 did not (< 1.15x of 16): 16 pods; 64 is never tried.
     assert chosen.num_pods == 16 and probed == [8, 16, 32]
     assert "16 pods x 256 envs" in chosen.describe() and "memory fits 100" in chosen.describe()
+
+    def out_of_memory(p):
+        if p > 8:
+            raise torch.OutOfMemoryError("probe")
+        return 1.0
+
+    monkeypatch.setattr(sizing.torch.cuda, "empty_cache", lambda: None)
+    assert sizing.choose_population_size(torch.device("cuda"), 256, 10**6, out_of_memory).num_pods == 8
     monkeypatch.setattr(sizing, "memory_cap", lambda device, per_pod: 5)
     assert sizing.choose_population_size(torch.device("cuda"), 256, 10**6, lambda p: 1.0).num_pods == 5
 

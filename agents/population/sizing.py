@@ -91,7 +91,11 @@ def choose_population_size(
     sizing = Sizing(size, str(device), num_envs, memory_cap=cap)
     sizing.probe[size] = probe(size)
     while size * 2 <= limit:
-        rate = probe(size * 2)
+        try:
+            rate = probe(size * 2)
+        except torch.OutOfMemoryError:  # the memory estimate was too kind: keep the size that fit
+            torch.cuda.empty_cache()
+            break
         sizing.probe[size * 2] = rate
         if rate < PROBE_GAIN * sizing.probe[size]:
             break

@@ -48,8 +48,8 @@ class TournamentArgs:
     backend: str = "auto"
     """auto, local, ray or population ("auto": population for PPO on a CUDA device, else local)"""
     workers: int = 2
-    """local backend: worker processes (0 = inline; the population backend runs inline with 0, else
-    in one worker process)"""
+    """local backend: worker processes (0 = inline); population backend: 0 = inline, else worker
+    processes (one holding a GPU; on a CPU this many, one population each)"""
     population_size: int = 0
     """population backend: pods per population (0: chosen from the device's memory and a short probe;
     a fixed default on a CPU)"""
