@@ -324,7 +324,7 @@ def test_the_sizing_probe_times_the_learner_and_changes_nothing(market):
     policy, state = pop.starting_policy(args)
     pop.load(0, PodSetup(policy, state, args))
     before = [t.detach().clone() for t in pop.nets.tensors()]
-    rate = pop.probe(update_epochs=4, repeats=1)
+    rate = sizing.learner_rate(pop, update_epochs=4, repeats=1)
     assert rate > 0 and rate != float("inf")
     assert all(torch.equal(a, b) for a, b in zip(before, pop.nets.tensors(), strict=True))
     assert pop.adam.step.tolist() == [0.0, 0.0]

@@ -44,6 +44,7 @@ from torch import Tensor
 
 from agents.networks import NetworkConfig
 from agents.policy import Policy, current_weights, gaussian_entropy, gaussian_log_prob
+from agents.population import history as h
 from agents.population.graphs import StepGraph
 from agents.population.stacked import (
     StackedAdam,
@@ -57,23 +58,6 @@ from agents.ppo import PPOArgs
 from agents.training import TrainResult, policy_for_env
 from envs import trading
 from envs.trading import EnvState
-
-#: Metrics kept per pod and update on the device, read back once per round (``_metric`` order).
-_METRICS = (
-    "reward_sum",
-    "cost_sum",
-    "finished_return",
-    "finished_length",
-    "finished",
-    "policy_loss",
-    "value_loss",
-    "entropy",
-    "approx_kl",
-    "clipfrac_sum",
-    "minibatches",
-    "explained_variance",
-    "log_std",
-)
 
 
 def shape_key(args: PPOArgs, config: NetworkConfig) -> tuple[Any, ...]:
@@ -91,12 +75,6 @@ class PodSetup:
     optimizer_state: dict | None  # the parent's Adam state (None: a fresh optimizer)
     args: PPOArgs  # the pod's hyper-parameters, seed and total_steps (this round's env-steps)
     deadline: float | None = None  # time.monotonic() after which the pod stops after its update
-
-
-def sync(device: torch.device) -> None:
-    """Wait for ``device``'s queued work (for timings; a no-op off CUDA)."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def _concat_states(states: Sequence[EnvState]) -> EnvState:
@@ -190,7 +168,7 @@ class Population:
         self.row_done = torch.zeros(p, n, **z)
         self.episode_return = torch.zeros(p, n, **z)
         self.episode_length = torch.zeros(p, n, **z)
-        self.stats = torch.zeros(len(_METRICS), p, dtype=self.adam.wide, device=dev)
+        self.stats = torch.zeros(len(h.METRICS), p, dtype=self.adam.wide, device=dev)
         self.perms = torch.zeros(p, self.batch_size, dtype=torch.long, device=dev)
         self.offsets = (torch.arange(p, device=dev) * self.batch_size).unsqueeze(1)
         self.act_step = StepGraph(self._act, dev, graphs, "the rollout's policy step")
@@ -294,13 +272,13 @@ class Population:
         self.row_reward.copy_(reward + boot)
         self.row_done.copy_(done.to(torch.float32))
         stats = self.stats
-        stats[0] += reward.sum(dim=1)
-        stats[1] += self.step_cost.view(p, n).sum(dim=1)
+        stats[h.REWARD_SUM] += reward.sum(dim=1)
+        stats[h.COST_SUM] += self.step_cost.view(p, n).sum(dim=1)
         ret = self.episode_return + reward
         length = self.episode_length + 1
-        stats[2] += torch.where(done, ret, 0.0).sum(dim=1)
-        stats[3] += torch.where(done, length, 0.0).sum(dim=1)
-        stats[4] += done.sum(dim=1)
+        stats[h.FINISHED_RETURN] += torch.where(done, ret, 0.0).sum(dim=1)
+        stats[h.FINISHED_LENGTH] += torch.where(done, length, 0.0).sum(dim=1)
+        stats[h.FINISHED] += done.sum(dim=1)
         self.episode_return.copy_(torch.where(done, 0.0, ret))
         self.episode_length.copy_(torch.where(done, 0.0, length))
 
@@ -340,13 +318,13 @@ class Population:
             self.adam.update(grads, self.lr, self.mb_active)
             on = self.mb_active
             stats = self.stats
-            for row, value in ((5, pg_loss), (6, v_loss), (7, entropy)):
+            for row, value in ((h.POLICY_LOSS, pg_loss), (h.VALUE_LOSS, v_loss), (h.ENTROPY, entropy)):
                 stats[row] = torch.where(on, value.detach().to(stats.dtype), stats[row])
             approx_kl = ((ratio - 1) - logratio).mean(dim=1).detach()
-            stats[8] = torch.where(on, approx_kl.to(stats.dtype), stats[8])
+            stats[h.APPROX_KL] = torch.where(on, approx_kl.to(stats.dtype), stats[h.APPROX_KL])
             clipfrac = ((ratio - 1.0).abs() > self.clip).float().mean(dim=1)
-            stats[9] += torch.where(on, clipfrac.to(stats.dtype), 0.0)
-            stats[10] += on.to(stats.dtype)
+            stats[h.CLIPFRAC_SUM] += torch.where(on, clipfrac.to(stats.dtype), 0.0)
+            stats[h.MINIBATCHES] += on.to(stats.dtype)
 
     # --- a round ----------------------------------------------------------------------------------
     def _reset(self, seeds: Sequence[int]) -> None:
@@ -408,7 +386,9 @@ class Population:
             b_returns = self.returns.reshape(p, -1)
             var_y = b_returns.var(dim=1)
             explained = 1 - (b_returns - self.values.reshape(p, -1)).var(dim=1) / var_y
-            self.stats[11] = torch.where(var_y == 0, math.nan, explained).to(self.stats.dtype)
+            self.stats[h.EXPLAINED_VARIANCE] = torch.where(var_y == 0, math.nan, explained).to(
+                self.stats.dtype
+            )
         self.kl_stop.zero_()
         stopped = [False] * p
         kl_limits = [a.target_kl for a in args]
@@ -430,14 +410,14 @@ class Population:
             if any(limit is not None for limit in kl_limits):
                 # ppo.update: the epochs stop once the last minibatch's approximate KL exceeds target_kl
                 # (one host read per epoch, only when some pod sets target_kl).
-                kl = self.stats[8].tolist()
+                kl = self.stats[h.APPROX_KL].tolist()
                 for slot in range(p):
                     limit = kl_limits[slot]
                     if active[slot] and limit is not None and kl[slot] > limit:
                         stopped[slot] = True
                         self.kl_stop[slot] = True
         with torch.no_grad():
-            self.stats[12] = self.nets.params["log_std"].detach().mean(dim=1).to(self.stats.dtype)
+            self.stats[h.LOG_STD] = self.nets.params["log_std"].detach().mean(dim=1).to(self.stats.dtype)
 
     def train(self, setups: Sequence[PodSetup]) -> list[TrainResult]:
         """One round: pod ``p`` trains from ``setups[p]`` for ``setups[p].args.total_steps`` env-steps
@@ -453,7 +433,7 @@ class Population:
         num_updates = [a.num_updates(n) for a in args]
         running = [True] * p
         env_steps, updates, stopped_early = [0] * p, [0] * p, [False] * p
-        rows: list[tuple[list[bool], Tensor, dict[str, float]]] = []
+        logs: list[h.UpdateLog] = []
         start = time.perf_counter()
         for update_idx in range(1, max(num_updates) + 1):
             training = [running[s] and update_idx <= num_updates[s] for s in range(p)]
@@ -481,58 +461,22 @@ class Population:
                     if deadline is not None and now >= deadline:  # ppo.train's wall-time callback
                         running[slot], stopped_early[slot] = False, True
             timing = {"rollout_s": t1 - t0, "update_s": t2 - t1, "elapsed_s": time.perf_counter() - start}
-            rows.append((training, self.stats.clone(), timing))
-        return self._results(setups, rows, env_steps, updates, stopped_early)
+            logs.append(h.UpdateLog(training, self.stats.clone(), timing))
+        return self._results(setups, logs, env_steps, updates, stopped_early)
 
     def _results(
         self,
         setups: Sequence[PodSetup],
-        rows: list[tuple[list[bool], Tensor, dict[str, float]]],
+        logs: list[h.UpdateLog],
         env_steps: list[int],
         updates: list[int],
         stopped_early: list[bool],
     ) -> list[TrainResult]:
-        stats = torch.stack([s for _, s, _ in rows]).cpu().tolist() if rows else []  # the round's one read
-        n = self.num_envs
+        values = torch.stack([log.stats for log in logs]).cpu().tolist() if logs else []  # the one read
         results = []
         for slot, setup in enumerate(setups):
-            args = setup.args
-            history: list[dict[str, float]] = []
-            steps = 0
-            for (training, _, timing), values in zip(rows, stats, strict=True):
-                if not training[slot]:
-                    continue
-                v = {name: values[i][slot] for i, name in enumerate(_METRICS)}
-                steps += args.batch_size(n)
-                frac = 1.0 - len(history) / args.num_updates(n) if args.anneal_lr else 1.0
-                count = args.batch_size(n)
-                row = {
-                    "charts/mean_reward": v["reward_sum"] / count,
-                    "charts/mean_cost": v["cost_sum"] / count,
-                }
-                if v["finished"] > 0:
-                    row["charts/episodic_return"] = v["finished_return"] / v["finished"]
-                    row["charts/episodic_length"] = v["finished_length"] / v["finished"]
-                row.update(
-                    {
-                        "losses/policy_loss": v["policy_loss"],
-                        "losses/value_loss": v["value_loss"],
-                        "losses/entropy": v["entropy"],
-                        "losses/approx_kl": v["approx_kl"],
-                        "losses/clipfrac": v["clipfrac_sum"] / max(v["minibatches"], 1.0),
-                        "losses/explained_variance": v["explained_variance"],
-                        "losses/log_std": v["log_std"],
-                        "env_steps": float(steps),
-                        "update": float(len(history) + 1),
-                        "charts/learning_rate": frac * args.learning_rate,
-                        "charts/steps_per_s": steps / max(timing["elapsed_s"], 1e-9),
-                        "charts/rollout_s": timing["rollout_s"],
-                        "charts/update_s": timing["update_s"],
-                        "charts/elapsed_s": timing["elapsed_s"],
-                    }
-                )
-                history.append(row)
-            last_lr = history[-1]["charts/learning_rate"] if history else args.learning_rate
+            history = h.pod_history(logs, values, slot, setup.args, self.num_envs)
+            last_lr = history[-1]["charts/learning_rate"] if history else setup.args.learning_rate
             policy, opt_state = self.export(slot, setup.policy, last_lr)
             results.append(
                 TrainResult(
@@ -545,32 +489,6 @@ class Population:
                 )
             )
         return results
-
-    # --- the sizing probe ---------------------------------------------------------------------------
-    def probe(self, update_epochs: int, repeats: int = 3) -> float:
-        """Aggregate env-steps/s of this population's learner side: the timed policy step, post-step
-        and minibatch updates of one update (``num_steps`` steps, ``update_epochs`` epochs), on its
-        current buffers with every pod masked (nothing is learned or kept), after a warm-up. The env
-        step is left out on purpose: its cost is linear in the envs, and timing it would first
-        compile it for every size tried."""
-        self.training.zero_()
-        self.mb_active.zero_()
-        size = self.minibatch_size
-        steps = [self.act_step, self.post_step, self.mb_steps[size]]
-        for _ in range(2):  # warm-up, and the CUDA graphs' recording
-            for step in steps:
-                step()
-        seconds = []
-        for step in steps:
-            sync(self.device)
-            t0 = time.perf_counter()
-            for _ in range(repeats):
-                step()
-            sync(self.device)
-            seconds.append((time.perf_counter() - t0) / repeats)
-        minibatches = update_epochs * math.ceil(self.batch_size / size)
-        per_update = self.num_steps * (seconds[0] + seconds[1]) + minibatches * seconds[2]
-        return self.num_pods * self.batch_size / per_update
 
     # --- inference for the validation backtests ---------------------------------------------------
     def finite(self) -> list[bool]:

@@ -4,7 +4,7 @@
   cores use well; more pods only make each round longer).
 - On a GPU: at most what fits in :data:`MEMORY_FRACTION` of the free memory (:func:`bytes_per_pod`:
   the rollout storage, the minibatch working set and the env's tensors), then a probe times the
-  learner side of one training update (``Population.probe``: policy steps and minibatch updates,
+  learner side of one training update (:func:`learner_rate`: policy steps and minibatch updates,
   CUDA graphs included; the env step, linear in the envs, is left out) at doubling sizes from
   :data:`PROBE_START` and keeps doubling while the aggregate env-steps/s grows by at least
   :data:`PROBE_GAIN` per doubling: past that point a bigger population only makes each round longer
@@ -15,8 +15,11 @@ The choice and its reasons are one log line (:meth:`Sizing.describe`), written w
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -52,6 +55,38 @@ def memory_cap(device: torch.device, per_pod: int) -> int | None:
         return None
     free, _total = torch.cuda.mem_get_info(device)
     return max(1, int(free * MEMORY_FRACTION) // max(1, per_pod))
+
+
+def sync(device: torch.device) -> None:
+    """Wait for ``device``'s queued work (for timings; a no-op off CUDA)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def learner_rate(population: Any, update_epochs: int, repeats: int = 3) -> float:
+    """Aggregate env-steps/s of a ``agents.population.learner.Population``'s learner side: its policy
+    step, post-step and minibatch update timed as one update runs them (``num_steps`` steps,
+    ``update_epochs`` epochs), on its current buffers with every pod masked (nothing is learned or
+    kept), after a warm-up (and the CUDA graphs' recording). The env step is left out on purpose: its
+    cost is linear in the envs, and timing it would first compile it for every size tried."""
+    population.training.zero_()
+    population.mb_active.zero_()
+    size = population.minibatch_size
+    steps = [population.act_step, population.post_step, population.mb_steps[size]]
+    for _ in range(2):
+        for step in steps:
+            step()
+    seconds = []
+    for step in steps:
+        sync(population.device)
+        t0 = time.perf_counter()
+        for _ in range(repeats):
+            step()
+        sync(population.device)
+        seconds.append((time.perf_counter() - t0) / repeats)
+    minibatches = update_epochs * math.ceil(population.batch_size / size)
+    per_update = population.num_steps * (seconds[0] + seconds[1]) + minibatches * seconds[2]
+    return population.num_pods * population.batch_size / per_update
 
 
 @dataclass

@@ -33,7 +33,7 @@ import torch
 from agents.networks import NetworkConfig
 from agents.policy import Checkpoint
 from agents.population.learner import PodSetup, Population, shape_key
-from agents.population.sizing import Sizing, bytes_per_pod, choose_population_size
+from agents.population.sizing import Sizing, bytes_per_pod, choose_population_size, learner_rate
 from agents.ppo import PPOArgs
 from agents.tournament.pod import (
     PodOutcome,
@@ -188,13 +188,13 @@ def base_args(ctx: RoundContext) -> PPOArgs:
 
 def size_population(ctx: RoundContext, graphs: bool | None = None) -> Sizing:
     """How many pods a population holds on ``ctx.device`` (:mod:`agents.population.sizing`): the
-    probe times the learner side of one update (:meth:`Population.probe`) at each size tried."""
+    probe times the learner side of one update (``sizing.learner_rate``) at each size tried."""
     args = base_args(ctx)
     config = policy_for_env(None, _env_spec(ctx), args, "ppo")[0].config
     num_envs = pod_num_envs(ctx)
 
     def probe(num_pods: int) -> float:
-        return get_population(ctx, args, config, num_pods, graphs).probe(args.update_epochs)
+        return learner_rate(get_population(ctx, args, config, num_pods, graphs), args.update_epochs)
 
     per_pod = bytes_per_pod(config, num_envs, args.num_steps, args.num_minibatches)
     sizing = choose_population_size(torch.device(ctx.device), num_envs, per_pod, probe)
