@@ -404,6 +404,13 @@ def write_home_stores(home: Path, run: str, run_dir: Path) -> None:
             target_weights=[0.5],
             policy_weights=[0.5],
             skipped=[],
+            session="2024-03-04",
+            account_equity=100_000.0,
+            holdings={},
+            prices=[180.0],
+        )
+        journal.start_session(
+            "2024-03-04", bundle_id="b1", bundle_path=str(bundle), run_id=run, source="champion"
         )
         journal.order(
             client_order_id="pr-1",
@@ -427,12 +434,18 @@ def write_home_stores(home: Path, run: str, run_dir: Path) -> None:
             decision_ts="2024-03-04T15:00:00+00:00",
             ticker="AAPL",
             qty=10.0,
-            market_value=1801.0,
+            market_value=2051.0,
             expected_qty=10.0,
+            bundle_id="b1",
         )
         journal.event("reconcile", "positions match")
         journal.pnl(
-            decision_ts="2024-03-04T15:00:00+00:00", equity=100_250.0, cash=98_199.0, last_equity=100_000.0
+            decision_ts="2024-03-04T15:00:00+00:00",
+            equity=100_250.0,
+            cash=98_199.0,
+            last_equity=100_000.0,
+            bundle_id="b1",
+            holdings={"AAPL": (10.0, 205.1)},
         )
 
 

@@ -141,8 +141,10 @@ def test_every_page_renders_on_a_full_home(full_home, monkeypatch, page):
         assert (
             labels["Promoted"] == "1" and labels["Rejected"] == "1" and labels["Fitness (sharpe)"] == "1.10"
         )
-        # The out-of-sample record: the paper decisions with the champion's bundle since promotion.
-        assert labels["Decisions since promotion"] == "1"
+        # The champion's paper record while in charge (app.paper.attribution), and the status box.
+        assert labels["Return"] == "0.25%" and labels["Sharpe"] == "n/a" and labels["Costs"] == "$1.00"
+        assert any("1 orders" in c and "from 20 sessions on" in c for c in _texts(at.caption))
+        assert labels["Champion"] == "run-a" and labels["Paper loop"] == "not started"
     if page == "paper":
         labels = {m.label: m.value for m in at.metric}
         assert labels["Equity"] == "$100,250.00" and labels["Orders recorded"] == "1"

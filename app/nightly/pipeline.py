@@ -19,7 +19,7 @@
 The gate decides on the test window, so the figures measured there are **selection** figures: the
 registry row's ``scores``, the champion pointer's ``info``, the run record's ``nightly`` and the run's
 ``metrics.json`` say ``"role": "selection"``. The out-of-sample record of a promoted champion is its
-paper trading since promotion (``app.nightly.record.out_of_sample_record``).
+paper trading while in charge (``app.nightly.record.champion_timeline``).
 
 Any failure before step 6 commits leaves the previous champion in place; the failure itself is
 recorded as a ``failed`` decision (best effort) and raised as a one-line :class:`RetrainError`.
