@@ -230,11 +230,24 @@ class TournamentConfig(_Section):
     budget_steps: int | None = Field(TournamentArgs.budget_steps, ge=1)
     budget_minutes: float | None = Field(TournamentArgs.budget_minutes, gt=0)
     fitness: Literal["sharpe", "return", "calmar"] = TournamentArgs.fitness
-    backend: Literal["local", "ray"] = TournamentArgs.backend
-    workers: int = Field(
-        TournamentArgs.workers, ge=0, description="local backend: worker processes (0 = inline)"
+    backend: Literal["auto", "local", "ray", "population"] = Field(
+        TournamentArgs.backend,
+        description="auto: population for PPO on a CUDA device, else local (docs/tournament.md)",
     )
-    address: str | None = Field(TournamentArgs.address, description="ray: address of an existing cluster")
+    workers: int = Field(
+        TournamentArgs.workers,
+        ge=0,
+        description="local and population backends: worker processes (0 = inline; a GPU: one)",
+    )
+    population_size: int = Field(
+        TournamentArgs.population_size,
+        ge=0,
+        description="population backend: pods per population (0: from the device's memory and a probe)",
+    )
+    address: str | None = Field(
+        TournamentArgs.address,
+        description="ray: address of an existing cluster (population: run the populations there)",
+    )
     seed: int = TournamentArgs.seed
     round_seconds: float | None = Field(
         TournamentArgs.round_seconds, gt=0, description="optional wall-time cap of one pod round"

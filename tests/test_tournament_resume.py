@@ -11,6 +11,8 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
 from agents.tournament.leaderboard import read_events, read_leaderboard, read_pods
 from agents.tournament.settings import TournamentArgs
 from data.toy import toy_market
@@ -51,9 +53,13 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def test_kill_dash_nine_then_resume_loses_nothing(tmp_path):
+@pytest.mark.parametrize("backend", ["local", "population"])
+def test_kill_dash_nine_then_resume_loses_nothing(tmp_path, backend):
+    # population: pods in lockstep populations of 3, run in one worker process (the real learner
+    # resumes in tests/test_tournament_population.py)
+    args_used = {**ARGS, "backend": backend, "population_size": 3}
     run = tmp_path / "run"
-    script = SCRIPT.format(tests=str(TESTS), run=str(run), args=ARGS)
+    script = SCRIPT.format(tests=str(TESTS), run=str(run), args=args_used)
     proc = subprocess.Popen([sys.executable, "-c", script], cwd=TESTS.parent)
     try:
         deadline = time.monotonic() + 90
@@ -92,7 +98,7 @@ def test_kill_dash_nine_then_resume_loses_nothing(tmp_path):
     from test_tournament_run import fake_round, run_tournament
 
     train, valid = windows()
-    args = TournamentArgs(**{**ARGS, "workers": 0})
+    args = TournamentArgs(**{**args_used, "workers": 0})
     result = run_tournament(run, train, valid, args=args, round_fn=fake_round, resume=True)
 
     after_pods = {p["pod_id"]: p for p in read_pods(run)}

@@ -8,7 +8,10 @@ that raises means the worker itself was lost (killed process, dead Ray node); th
 records the pod as failed either way. ``capacity(requested, in_flight)`` says how many pods may be in
 flight right now: the Ray backend asks ``ray.cluster_resources()`` and ``ray.available_resources()``
 every time, so nodes that join or leave grow or shrink the pool. ``kill(future)`` stops a round
-that has hung (the orchestrator's ``round_timeout_s``) and frees its worker.
+that has hung (the orchestrator's ``round_timeout_s``) and frees its worker. ``flush()`` says that
+nothing more will be submitted for now (the orchestrator calls it after each round of launches): a
+backend that batches pods (``population``) starts what it has collected; the others run each pod
+as it is submitted and ignore it.
 
 - ``local`` with ``workers=0``: inline, one pod at a time in this process (debugging, tests).
 - ``local`` with ``workers=W``: a ``ProcessPoolExecutor`` of W spawned processes; the context is
@@ -16,6 +19,9 @@ that has hung (the orchestrator's ``round_timeout_s``) and frees its worker.
   worker whose orchestrator dies exits by itself (no orphans after a kill -9).
 - ``ray``: one Ray task per pod round, ``num_cpus`` each and a GPU fraction when the cluster has
   GPUs (pods share a GPU); the context goes to the object store once.
+- ``population``: pods trained in batches on one device (:mod:`agents.tournament.population_backend`).
+- ``auto``: ``population`` for PPO on a CUDA device, else ``local``
+  (:mod:`agents.tournament.backend_choice`, where a run's backend is built).
 """
 
 from __future__ import annotations
@@ -71,6 +77,10 @@ class Backend(Protocol):
         """Stop the round behind ``future`` (hung) and free its worker; the pod is failed by the caller."""
         ...
 
+    def flush(self) -> None:
+        """Nothing more will be submitted for now: start any pods held back to run together."""
+        ...
+
     def close(self, abort: bool = False) -> None: ...
 
 
@@ -102,6 +112,9 @@ class InlineBackend:
     def kill(self, future: cf.Future) -> None:
         pass  # rounds run synchronously: a future is always done before anyone could time it out
 
+    def flush(self) -> None:
+        pass  # every pod runs as it is submitted
+
     def close(self, abort: bool = False) -> None:
         pass
 
@@ -110,21 +123,28 @@ class InlineBackend:
 _WORKER: dict[str, Any] = {}
 
 
-def _init_worker(
-    round_fn: RoundFn, ctx: RoundContext, threads: int, parent_pid: int, started: Any = None
-) -> None:
-    torch.set_num_threads(threads)
-    _WORKER["round_fn"], _WORKER["ctx"], _WORKER["started"] = round_fn, ctx, started
+def exit_with_parent(parent_pid: int) -> None:
+    """In a worker process: exit as soon as the process ``parent_pid`` is gone (a thread polls).
+
+    A ``ProcessPoolExecutor`` worker blocks forever on its queue if the orchestrator is killed with
+    -9; this makes a killed run leave no orphans.
+    """
 
     def watch_parent() -> None:
-        # A ProcessPoolExecutor worker blocks forever on its queue if the orchestrator is killed
-        # with -9; exit as soon as our parent is gone so a killed run leaves no orphans.
         while True:
             if os.getppid() != parent_pid:
                 os._exit(1)
             time.sleep(0.5)
 
     threading.Thread(target=watch_parent, daemon=True, name="parent-watch").start()
+
+
+def _init_worker(
+    round_fn: RoundFn, ctx: RoundContext, threads: int, parent_pid: int, started: Any = None
+) -> None:
+    torch.set_num_threads(threads)
+    _WORKER["round_fn"], _WORKER["ctx"], _WORKER["started"] = round_fn, ctx, started
+    exit_with_parent(parent_pid)
 
 
 def _worker_round(task: PodTask) -> PodOutcome | RoundError:
@@ -207,6 +227,9 @@ class ProcessBackend:
             process.kill()
         self._executor.shutdown(wait=False, cancel_futures=True)
         self._executor = self._new_executor()
+
+    def flush(self) -> None:
+        pass  # every pod runs as it is submitted
 
     def close(self, abort: bool = False) -> None:
         """Stop the workers; ``abort`` (an error or Ctrl-C) does not wait for rounds in progress."""
@@ -324,6 +347,9 @@ class RayBackend:
         if ref is not None:
             ray.cancel(ref, force=True)
 
+    def flush(self) -> None:
+        pass  # every pod runs as it is submitted
+
     def close(self, abort: bool = False) -> None:
         if self._started_q is not None:
             self._started_q.shutdown()
@@ -333,12 +359,3 @@ class RayBackend:
 
             ray.shutdown()
             self._owns_ray = False
-
-
-def make_backend(name: str, *, workers: int = 0, address: str | None = None, **kwargs: Any) -> Backend:
-    """``local`` (``workers=0``: inline) or ``ray``."""
-    if name == "local":
-        return InlineBackend() if workers == 0 else ProcessBackend(workers)
-    if name == "ray":
-        return RayBackend(address, **kwargs)
-    raise ConfigError(f"tournament.backend: unknown backend {name!r} (expected local or ray)")

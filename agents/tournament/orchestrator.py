@@ -32,7 +32,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agents.tournament.backends import Backend, make_backend
+from agents.tournament.backend_choice import make_backend
+from agents.tournament.backends import Backend
 from agents.tournament.generator import PodSpec, next_pod
 from agents.tournament.leaderboard import FILENAME, Leaderboard
 from agents.tournament.pod import CURVE, PodOutcome, PodTask, RoundContext, RoundError, RoundFn, learner_round
@@ -142,7 +143,14 @@ def run_tournament(
         board.set_meta("args", asdict(args))
     _report_status(run_dir, board, args, train, valid, on_status, status="running")
 
-    backend = backend or make_backend(args.backend, workers=args.workers, address=args.address)
+    backend = backend or make_backend(
+        args.backend,
+        workers=args.workers,
+        address=args.address,
+        population_size=args.population_size,
+        device=device,
+        algo=args.algo,
+    )
     session = _Session(run_dir, board, args, space, backend, on_progress)
     try:
         backend.start(round_fn, ctx)
@@ -201,10 +209,12 @@ class _Session:
         self._progress()
         while True:
             self._launch()
+            self.backend.flush()
             if not self.in_flight:
                 break
             done, _ = cf.wait(list(self.in_flight), timeout=1.0, return_when=cf.FIRST_COMPLETED)
-            for future in done:
+            # In launch order: pods that finish together (a population) are recorded alike every run.
+            for future in [f for f in self.in_flight if f in done]:
                 self._finish(future)
             self._reap_hung()
             self.board.set_meta("wall_s", self.wall_s())

@@ -90,7 +90,9 @@ def train(
     pods: int = typer.Option(None, "--pods", min=1, help="Tournament: pods in flight \\[tournament.pods]."),
     budget_steps: int = typer.Option(None, "--budget-steps", min=1, help="Tournament: total env-steps."),
     budget_minutes: float = typer.Option(None, "--budget-minutes", min=0.0, help="Tournament: wall time."),
-    backend: str = typer.Option(None, "--backend", help="Tournament: local or ray \\[tournament.backend]."),
+    backend: str = typer.Option(
+        None, "--backend", help="Tournament: auto, local, ray or population \\[tournament.backend]."
+    ),
     workers: int = typer.Option(None, "--workers", min=0, help="Tournament, local: processes (0 = inline)."),
     address: str = typer.Option(None, "--address", help="Tournament, ray: address of an existing cluster."),
     resume: str = typer.Option(None, "--resume", help="Tournament: continue the run RUN after a stop."),
