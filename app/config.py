@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from agents.ppo import PPOArgs
 from agents.sac import SACArgs
 from agents.tournament.orchestrator import TournamentArgs
+from backtests.verdict import SIGNIFICANCE
 from data.atomic import atomic_write_bytes
 from data.errors import ConfigError
 from data.loader import LOAD_DEFAULTS
@@ -274,7 +275,12 @@ class BacktestConfig(_Section):
 
     window: Literal["test", "valid"] = "test"
     annualization: int = Field(252, ge=1, description="periods per year of the daily returns")
-    dsr_threshold: float = Field(0.95, ge=0, le=1)
+    significance: float = Field(
+        SIGNIFICANCE,
+        gt=0,
+        lt=1,
+        description="level of the out-of-sample test behind the verdict (docs/backtests.md)",
+    )
     compile: Literal["auto", "on", "off"] = Field(
         "auto",
         description="torch.compile a policy's decision loop (auto: from 50,000 decisions on; docs/backtests.md)",
@@ -295,9 +301,15 @@ class NightlyConfig(_Section):
     margin: float = Field(
         0.1, ge=0, description="challenger must beat the champion by this much (fitness units)"
     )
-    dsr_threshold: float = Field(0.95, ge=0, le=1, description="challenger's deflated Sharpe must reach this")
-    first_promotion: Literal["always", "dsr"] = Field(
-        "always", description="with no champion yet: promote always, or only past dsr_threshold"
+    significance: float | None = Field(
+        None,
+        gt=0,
+        lt=1,
+        description="the gate's level: the challenger's out-of-sample test must be significant at it "
+        "(None: [backtest] significance)",
+    )
+    first_promotion: Literal["always", "significant"] = Field(
+        "always", description="with no champion yet: promote always, or only a significant challenger"
     )
     warm_start_pods: int = Field(1, ge=0, description="fresh pods seeded with the champion's weights")
     export: bool = Field(True, description="export an onnxruntime bundle on promotion")
@@ -349,10 +361,50 @@ def _renamed_keys(raw: dict[str, Any], source: str) -> dict[str, Any]:
     return out
 
 
+def migrate_deprecated(raw: dict[str, Any], source: str = "config") -> dict[str, Any]:
+    """``raw`` with the keys of older config files read as the keys that replaced them, one warning
+    each naming ``source`` (every run's config.toml records the config it ran with, so old keys stay
+    readable):
+
+    - ``[backtest] dsr_threshold = d`` and ``[nightly] dsr_threshold = d`` (a deflated Sharpe ratio the
+      selected strategy had to reach) -> ``significance = 1 - d`` in the same section (the level of
+      the out-of-sample test that replaced that DSR); both keys set is an error, as for
+      :data:`RENAMED_KEYS`;
+    - ``[nightly] first_promotion = "dsr"`` -> ``"significant"``.
+    """
+    out = {k: dict(v) if isinstance(v, dict) else v for k, v in raw.items()}
+    for name in ("backtest", "nightly"):
+        section = out.get(name)
+        if not isinstance(section, dict) or "dsr_threshold" not in section:
+            continue
+        old = section.pop("dsr_threshold")
+        if "significance" in section:
+            raise ConfigError(
+                f"{source}: {name}.dsr_threshold: deprecated, replaced by {name}.significance; set only "
+                "significance"
+            )
+        if isinstance(old, int | float) and not isinstance(old, bool) and 0 < old < 1:
+            section["significance"] = round(1.0 - float(old), 12)
+            log.warning(
+                "%s: [%s] dsr_threshold = %g is deprecated: read as significance = %g",
+                source,
+                name,
+                old,
+                section["significance"],
+            )
+        else:
+            log.warning("%s: [%s] dsr_threshold = %r is deprecated and ignored", source, name, old)
+    nightly = out.get("nightly")
+    if isinstance(nightly, dict) and nightly.get("first_promotion") == "dsr":
+        nightly["first_promotion"] = "significant"
+        log.warning('%s: [nightly] first_promotion = "dsr" is deprecated: read as "significant"', source)
+    return out
+
+
 def parse_config(raw: dict[str, Any], *, source: str = "config") -> Config:
-    """Validate a dict into a Config; errors name the key. Deprecated keys are read under their new
-    names (:data:`RENAMED_KEYS`)."""
-    raw = _renamed_keys(raw, source)
+    """Validate a dict into a Config; errors name the key. Keys of older files are read under their
+    new names (:data:`RENAMED_KEYS`) or values (:func:`migrate_deprecated`)."""
+    raw = migrate_deprecated(_renamed_keys(raw, source), source)
     try:
         return Config.model_validate(raw)
     except ValidationError as err:

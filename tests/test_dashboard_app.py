@@ -267,9 +267,15 @@ def test_new_metrics_schema_verdict_short_window_and_pbo(tmp_path, monkeypatch):
     doc = json.loads((run_dir / "backtest" / "metrics.json").read_text())
     at = _open(_app(home, monkeypatch), "overview")
     _no_exception(at)
-    # The verdict box shows the verdict metrics.json states, word for word.
-    assert doc["verdict"].startswith(f"edge not significant: DSR 0.003, PBO {doc['pbo']:.2f}")
-    assert _texts(at.warning) == [doc["verdict"]]
+    # The verdict box shows the verdict metrics.json states, word for word (12 held-out sessions: not
+    # measurable), and its line of selection diagnostics below it.
+    assert (
+        doc["verdict"]
+        == "edge not measurable: the held-out window has 12 sessions, the test needs at least 20"
+    )
+    assert _texts(at.info) == [doc["verdict"]] and not _texts(at.warning)
+    assert doc["verdict_diagnostics"].endswith(f"PBO {doc['pbo']:.2f} (ranking among pods)")
+    assert doc["verdict_diagnostics"] in _texts(at.caption)
     cards = {m.label: m for m in at.metric[:8]}
     assert cards["Ann. return"].value == "n/a" and cards["Calmar"].value == "n/a"
     assert "n/a: window under 63 sessions (12)" in cards["Ann. return"].proto.help
@@ -295,9 +301,9 @@ def test_old_run_with_absurd_figures_shows_short_values(tmp_path, monkeypatch):
     cards = {m.label: m for m in at.metric[:8]}
     assert cards["Ann. return"].value == "3.5M%" and cards["Calmar"].value == "7.7M"
     assert "3,525,288.00%" in cards["Ann. return"].proto.help
-    # No stored verdict and no PBO in an old run: judged by the report's rule on the DSR alone, and
-    # there is no logit histogram.
-    assert _texts(at.warning) == ["edge not significant: DSR 0.640, PBO n/a"]
+    # No stored verdict and no out-of-sample test in an old run: no verdict box (nothing is re-derived
+    # from older figures), and no logit histogram.
+    assert not _texts(at.warning) and not _texts(at.success) and not _texts(at.info)
     assert len(at.get("plotly_chart")) == 3
 
 

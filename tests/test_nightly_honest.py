@@ -62,7 +62,7 @@ def test_champion_is_scored_with_its_own_normalization(tmp_path):
     )
     data = DataSnapshot(splits=splits, windows={k: tuple(v) for k, v in splits.windows().items()})
     challenger = ChallengerRun("run-test", run.run_dir, run.run_dir / "champion", num_trials=3)
-    evaluation = evaluate_step(config, home, data, challenger, champion, 3)
+    evaluation = evaluate_step(config, home, data, challenger, champion)
 
     params = to_env_params(config.env)
     mine = with_feature_spec(splits.full, splits.test, own)

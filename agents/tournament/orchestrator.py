@@ -5,7 +5,7 @@ child of a leaderboard entry) and the backend runs its round; as soon as *any* p
 updater records it (scored → inserted/rejected, or failed) and a replacement is launched: no pod
 ever waits for the others. At the end the champion (best entry) is copied to ``<run>/champion/``
 and the caller's ``on_status`` hook gets the run's status: the pods tried and their validation
-Sharpes (the backtest's deflated Sharpe needs them); the application records it in the run folder.
+Sharpes; the application records it in the run folder.
 
 The tournament receives only the train and valid windows: the test window is not an argument
 anywhere in this package, so no pod, score or selection can depend on it.
@@ -392,7 +392,7 @@ def _report_status(
     pods = board.pods()
     scored = [p for p in pods if p["score"] is not None]
     # A pod whose Sharpe is undefined (all cash: no dispersion) is a trial with no Sharpe: None, never 0
-    # (zeros would shrink the trials' variance and with it the deflated Sharpe's hurdle).
+    # (zeros would shrink the trials' variance, and any deflated Sharpe's hurdle computed from it).
     sharpes = [_sharpe_or_none((p["metrics"] or {}).get("sharpe_ratio")) for p in scored]
     failed = sum(1 for p in pods if p["status"] == "failed")
     fields: dict[str, Any] = {

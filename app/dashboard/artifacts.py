@@ -53,7 +53,6 @@ STRATEGY_METRICS = frozenset(
         "exposure",
         "hit_rate",
         "probabilistic_sharpe_ratio",
-        "deflated_sharpe_ratio",
     }
 )
 
