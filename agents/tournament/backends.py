@@ -34,6 +34,7 @@ import multiprocessing
 import os
 import threading
 import time
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 import torch
@@ -239,6 +240,30 @@ class ProcessBackend:
 
 
 # --- Ray -----------------------------------------------------------------------------------------
+
+
+def import_ray() -> Any:
+    """The ``ray`` module, or a one-line error saying how to install it (ray is an optional extra)."""
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError("the ray backend needs ray: pip install 'podracer[ray]'") from None
+    return ray
+
+
+def join_ray(ray: Any, address: str | None, init_kwargs: Mapping[str, Any]) -> bool:
+    """Connect this process to the Ray cluster at ``address`` (a local one when None) unless it is
+    connected already; True when this call started the connection (the caller shuts it down)."""
+    if ray.is_initialized():
+        return False
+    kwargs = {"include_dashboard": False, "log_to_driver": False, **init_kwargs}
+    try:
+        ray.init(address=address, **kwargs)
+    except ConnectionError as err:
+        raise ConfigError(f"cannot join the Ray cluster at {address}: {err}") from None
+    return True
+
+
 def _ray_round(
     round_fn: RoundFn, task: PodTask, ctx: RoundContext, threads: int, started: Any = None
 ) -> PodOutcome | RoundError:
@@ -275,17 +300,8 @@ class RayBackend:
         self._started_q: Any = None
 
     def start(self, round_fn: RoundFn, ctx: RoundContext) -> None:
-        try:
-            import ray
-        except ImportError:
-            raise ConfigError("the ray backend needs ray: pip install 'podracer[ray]'") from None
-        if not ray.is_initialized():
-            kwargs = {"include_dashboard": False, "log_to_driver": False, **self.init_kwargs}
-            try:
-                ray.init(address=self.address, **kwargs)
-            except ConnectionError as err:
-                raise ConfigError(f"cannot join the Ray cluster at {self.address}: {err}") from None
-            self._owns_ray = True
+        ray = import_ray()
+        self._owns_ray = join_ray(ray, self.address, self.init_kwargs) or self._owns_ray
         gpus = float(ray.cluster_resources().get("GPU", 0.0))
         if self.gpus_per_pod is None:
             # Co-locate pods on the GPUs: a fraction small enough for every requested pod.

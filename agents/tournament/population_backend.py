@@ -46,7 +46,7 @@ from typing import Any
 import torch
 
 from agents.population.sizing import Sizing
-from agents.tournament.backends import exit_with_parent, host_copy, run_round_safely
+from agents.tournament.backends import exit_with_parent, host_copy, import_ray, join_ray, run_round_safely
 from agents.tournament.pod import PodOutcome, PodTask, RoundContext, RoundError, RoundFn, learner_round
 from agents.tournament.population import fixed_size, population_round, size_population
 from data.errors import ConfigError, PodracerError
@@ -192,17 +192,8 @@ class PopulationBackend:
         )
 
     def _start_ray(self, round_fn: RoundFn, ctx: RoundContext) -> Sizing:
-        try:
-            import ray
-        except ImportError:
-            raise ConfigError("the ray backend needs ray: pip install 'podracer[ray]'") from None
-        if not ray.is_initialized():
-            kwargs = {"include_dashboard": False, "log_to_driver": False, **self.init_kwargs}
-            try:
-                ray.init(address=self.address, **kwargs)
-            except ConnectionError as err:
-                raise ConfigError(f"cannot join the Ray cluster at {self.address}: {err}") from None
-            self._owns_ray = True
+        ray = import_ray()
+        self._owns_ray = join_ray(ray, self.address, self.init_kwargs) or self._owns_ray
         self._gpus = float(ray.cluster_resources().get("GPU", 0.0))
         gpus = 1.0 if self._gpus > 0 else 0.0
         self._ctx_ref = ray.put(host_copy(ctx))
