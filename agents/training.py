@@ -149,14 +149,18 @@ def policy_for_env(
     return policy, opt_state
 
 
+#: Adam's epsilon in every learner (and in the population's batched Adam, agents.population).
+ADAM_EPS = 1e-5
+
+
 def make_optimizer(policy: Policy, learning_rate: float, state: dict | None) -> torch.optim.Adam:
-    """Adam over the policy's network (``eps=1e-5``), restored from ``state`` when given.
+    """Adam over the policy's network (``eps=ADAM_EPS``), restored from ``state`` when given.
 
     Fused (one kernel over all parameters) where torch has it, CPU and CUDA (docs/benchmarks.md).
     A restored state keeps its moments but takes this run's learning rate (a mutated child's own).
     """
     fused = policy.device.type in ("cpu", "cuda")
-    optimizer = torch.optim.Adam(policy.net.parameters(), lr=learning_rate, eps=1e-5, fused=fused or None)
+    optimizer = torch.optim.Adam(policy.net.parameters(), lr=learning_rate, eps=ADAM_EPS, fused=fused or None)
     if state is not None:
         try:
             optimizer.load_state_dict(state)

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from agents.ppo import PPOArgs
 from agents.sac import SACArgs
 from agents.tournament.orchestrator import TournamentArgs
+from backtests.verdict import SIGNIFICANCE
 from data.atomic import atomic_write_bytes
 from data.errors import ConfigError
 from data.loader import LOAD_DEFAULTS
@@ -230,11 +231,24 @@ class TournamentConfig(_Section):
     budget_steps: int | None = Field(TournamentArgs.budget_steps, ge=1)
     budget_minutes: float | None = Field(TournamentArgs.budget_minutes, gt=0)
     fitness: Literal["sharpe", "return", "calmar"] = TournamentArgs.fitness
-    backend: Literal["local", "ray"] = TournamentArgs.backend
-    workers: int = Field(
-        TournamentArgs.workers, ge=0, description="local backend: worker processes (0 = inline)"
+    backend: Literal["auto", "local", "ray", "population"] = Field(
+        TournamentArgs.backend,
+        description="auto: population for PPO on a CUDA device, else local (docs/tournament.md)",
     )
-    address: str | None = Field(TournamentArgs.address, description="ray: address of an existing cluster")
+    workers: int = Field(
+        TournamentArgs.workers,
+        ge=0,
+        description="local and population backends: worker processes (0 = inline; a GPU: one)",
+    )
+    population_size: int = Field(
+        TournamentArgs.population_size,
+        ge=0,
+        description="population backend: pods per population (0: from the device's memory and a probe)",
+    )
+    address: str | None = Field(
+        TournamentArgs.address,
+        description="ray: address of an existing cluster (population: run the populations there)",
+    )
     seed: int = TournamentArgs.seed
     round_seconds: float | None = Field(
         TournamentArgs.round_seconds, gt=0, description="optional wall-time cap of one pod round"
@@ -262,7 +276,12 @@ class BacktestConfig(_Section):
 
     window: Literal["test", "valid"] = "test"
     annualization: int = Field(252, ge=1, description="periods per year of the daily returns")
-    dsr_threshold: float = Field(0.95, ge=0, le=1)
+    significance: float = Field(
+        SIGNIFICANCE,
+        gt=0,
+        lt=1,
+        description="level of the out-of-sample test behind the verdict (docs/backtests.md)",
+    )
     compile: Literal["auto", "on", "off"] = Field(
         "auto",
         description="torch.compile a policy's decision loop (auto: from 50,000 decisions on; docs/backtests.md)",
@@ -283,9 +302,15 @@ class NightlyConfig(_Section):
     margin: float = Field(
         0.1, ge=0, description="challenger must beat the champion by this much (fitness units)"
     )
-    dsr_threshold: float = Field(0.95, ge=0, le=1, description="challenger's deflated Sharpe must reach this")
-    first_promotion: Literal["always", "dsr"] = Field(
-        "always", description="with no champion yet: promote always, or only past dsr_threshold"
+    significance: float | None = Field(
+        None,
+        gt=0,
+        lt=1,
+        description="the gate's level: the challenger's out-of-sample test must be significant at it "
+        "(None: [backtest] significance)",
+    )
+    first_promotion: Literal["always", "significant"] = Field(
+        "always", description="with no champion yet: promote always, or only a significant challenger"
     )
     warm_start_pods: int = Field(1, ge=0, description="fresh pods seeded with the champion's weights")
     export: bool = Field(True, description="export an onnxruntime bundle on promotion")
@@ -310,6 +335,12 @@ class WalkForwardConfig(_Section):
         21,
         ge=1,
         description="retrain cadence: sessions each fold's test window trades (21 monthly, 5 weekly)",
+    )
+    gate_sessions: int = Field(
+        0,
+        ge=0,
+        description="sessions after the validation window the gate reads, as nightly's test window "
+        "(0: the gate reads the validation window the tournament ranked on)",
     )
     start: str = Field("", description="first test session (ISO date; '' = as soon as the first fold fits)")
     num_folds: int = Field(0, ge=0, description="at most this many folds (0 = as many as the data holds)")
@@ -377,10 +408,50 @@ def _renamed_keys(raw: dict[str, Any], source: str) -> dict[str, Any]:
     return out
 
 
+def migrate_deprecated(raw: dict[str, Any], source: str = "config") -> dict[str, Any]:
+    """``raw`` with the keys of older config files read as the keys that replaced them, one warning
+    each naming ``source`` (every run's config.toml records the config it ran with, so old keys stay
+    readable):
+
+    - ``[backtest] dsr_threshold = d`` and ``[nightly] dsr_threshold = d`` (a deflated Sharpe ratio the
+      selected strategy had to reach) -> ``significance = 1 - d`` in the same section (the level of
+      the out-of-sample test that replaced that DSR); both keys set is an error, as for
+      :data:`RENAMED_KEYS`;
+    - ``[nightly] first_promotion = "dsr"`` -> ``"significant"``.
+    """
+    out = {k: dict(v) if isinstance(v, dict) else v for k, v in raw.items()}
+    for name in ("backtest", "nightly"):
+        section = out.get(name)
+        if not isinstance(section, dict) or "dsr_threshold" not in section:
+            continue
+        old = section.pop("dsr_threshold")
+        if "significance" in section:
+            raise ConfigError(
+                f"{source}: {name}.dsr_threshold: deprecated, replaced by {name}.significance; set only "
+                "significance"
+            )
+        if isinstance(old, int | float) and not isinstance(old, bool) and 0 < old < 1:
+            section["significance"] = round(1.0 - float(old), 12)
+            log.warning(
+                "%s: [%s] dsr_threshold = %g is deprecated: read as significance = %g",
+                source,
+                name,
+                old,
+                section["significance"],
+            )
+        else:
+            log.warning("%s: [%s] dsr_threshold = %r is deprecated and ignored", source, name, old)
+    nightly = out.get("nightly")
+    if isinstance(nightly, dict) and nightly.get("first_promotion") == "dsr":
+        nightly["first_promotion"] = "significant"
+        log.warning('%s: [nightly] first_promotion = "dsr" is deprecated: read as "significant"', source)
+    return out
+
+
 def parse_config(raw: dict[str, Any], *, source: str = "config") -> Config:
-    """Validate a dict into a Config; errors name the key. Deprecated keys are read under their new
-    names (:data:`RENAMED_KEYS`)."""
-    raw = _renamed_keys(raw, source)
+    """Validate a dict into a Config; errors name the key. Keys of older files are read under their
+    new names (:data:`RENAMED_KEYS`) or values (:func:`migrate_deprecated`)."""
+    raw = migrate_deprecated(_renamed_keys(raw, source), source)
     try:
         return Config.model_validate(raw)
     except ValidationError as err:

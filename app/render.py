@@ -180,7 +180,6 @@ _ROWS = (
     ("exposure", "Exposure"),
     ("hit_rate", "Hit rate (days)"),
     ("probabilistic_sharpe_ratio", "PSR"),
-    ("deflated_sharpe_ratio", "DSR"),
 )
 
 
@@ -191,9 +190,7 @@ def _fmt(key: str, value: float | None) -> str:
         return (
             f"{100 * value:+.2f}%" if key in ("cum_returns_final", "annual_return") else f"{100 * value:.2f}%"
         )
-    return (
-        f"{value:.3f}" if key in ("probabilistic_sharpe_ratio", "deflated_sharpe_ratio") else f"{value:.2f}"
-    )
+    return f"{value:.3f}" if key == "probabilistic_sharpe_ratio" else f"{value:.2f}"
 
 
 def _short_window(doc: dict[str, Any]) -> str | None:
@@ -228,15 +225,11 @@ def costs_text(doc: dict[str, Any]) -> str:
     return report.costs_label(doc.get("cost_rate"), doc.get("slippage_bps"))
 
 
-def _pbo_text(doc: dict[str, Any]) -> str:
-    pbo = doc.get("pbo")
-    return f"PBO {pbo:.2f} over {doc.get('pbo_num_splits')} CSCV blocks" if pbo is not None else "PBO n/a"
-
-
-def _verdict_line(doc: dict[str, Any]) -> str:
-    """The verdict the document states (``backtests.verdict``) on a line of its own, or nothing."""
+def _verdict_lines(doc: dict[str, Any]) -> str:
+    """The verdict the document states (``backtests.verdict``) and its selection diagnostics, each on a
+    line of its own, or nothing."""
     verdict = stated_verdict(doc)
-    return f"\n{verdict.text}" if verdict is not None else ""
+    return "".join(f"\n{line}" for line in verdict.lines) if verdict is not None else ""
 
 
 def _caption(doc: dict[str, Any]) -> str:
@@ -244,10 +237,9 @@ def _caption(doc: dict[str, Any]) -> str:
         f"{doc['window']} window {doc['start']} .. {doc['end']} ({doc['num_days']} sessions, "
         f"{doc['num_decisions']} decisions every {doc['decision_interval']} x {doc['interval']} bars); "
         f"daily returns annualized with {doc['annualization']}/yr; {costs_text(doc)}; "
-        f"DSR over {doc['num_trials']} trial(s) (trials' Sharpe variance per day, as the tested Sharpe); "
-        f"{_pbo_text(doc)}"
+        f"{doc['num_trials']} trial(s) tried"
     )
-    return text + _verdict_line(doc)
+    return text + _verdict_lines(doc)
 
 
 # --- demo -----------------------------------------------------------------------------------------------
@@ -259,8 +251,7 @@ _SUMMARY_ROWS = (
     ("cum_returns_final", "Cumulative return", "{:.2%}"),
     ("annual_volatility", "Annual volatility", "{:.2%}"),
     ("costs_paid", "Costs paid (of initial value)", "{:.2%}"),
-    ("probabilistic_sharpe_ratio", "Probabilistic Sharpe (PSR)", "{:.2f}"),
-    ("deflated_sharpe_ratio", "Deflated Sharpe (DSR)", "{:.2f}"),
+    ("probabilistic_sharpe_ratio", "Probabilistic Sharpe (PSR)", "{:.3f}"),
 )
 
 
@@ -292,10 +283,10 @@ def demo_footer(result: dict[str, Any]) -> str:
     doc = result["document"]
     text = (
         f"test window {doc['start']} .. {doc['end']} ({doc.get('num_sessions', doc.get('num_days'))} sessions), "
-        f"daily returns annualized with {doc['annualization']}/yr, {costs_text(doc)}; DSR over "
-        f"{doc['num_trials']} pods tried; {_pbo_text(doc)}. Total {result['timings']['total_s']:.0f} s."
+        f"daily returns annualized with {doc['annualization']}/yr, {costs_text(doc)}; "
+        f"{doc['num_trials']} pods tried. Total {result['timings']['total_s']:.0f} s."
     )
-    return text + _verdict_line(doc)
+    return text + _verdict_lines(doc)
 
 
 def say(message: str) -> None:

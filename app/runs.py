@@ -181,7 +181,7 @@ class RunInfo:
             raise PodracerError(f"{source}: a key has the wrong type ({err})") from None
 
     def trials(self) -> tuple[int, list[float]]:
-        """Pods tried (at least 1) and their finite validation Sharpes: the deflated Sharpe's inputs."""
+        """Pods tried (at least 1) and their finite validation Sharpes."""
         return max(1, self.pods_tried or 1), [s for s in self.trial_sharpes if math.isfinite(s)]
 
 

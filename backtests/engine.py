@@ -11,7 +11,7 @@ market at the close of bar ``t_{k+1}``; ``timestamps[k]`` is the start time of t
 
 Strategies: policies, any callables ``policy(obs) -> action`` (or objects with
 ``act(obs, deterministic=True)``) in the env's action space, run as rows of one batched env, each
-called on its own rows; and the baselines of ``backtests.baselines`` (buy-and-hold, index, equal
+called on its own rows, or a :class:`PolicyBatch` (one call decides every row); and the baselines of ``backtests.baselines`` (buy-and-hold, index, equal
 weight, cash), each its own group of columns.
 
 A strategy whose value falls under the env's termination floor is stopped there: from then on its
@@ -48,6 +48,16 @@ from envs.trading import EnvParams
 COMPILE_MIN_DECISIONS = 50_000
 
 Policy = Callable[[Tensor], Tensor]
+
+
+@dataclass(frozen=True)
+class PolicyBatch:
+    """Several policies decided by one call: ``act(obs (S, obs_dim)) -> actions (S, A)`` gives row ``i``
+    the action of strategy ``names[i]`` (a population's pods: one stacked forward for all of them,
+    instead of one call per strategy and decision)."""
+
+    names: tuple[str, ...]
+    act: Callable[[Tensor], Tensor]
 
 
 @dataclass(frozen=True)
@@ -167,7 +177,7 @@ def num_decisions(num_bars: int, decision_interval: int) -> int:
 def run_backtest(
     market: MarketData,
     params: EnvParams,
-    policies: Mapping[str, Policy] | None = None,
+    policies: Mapping[str, Policy] | PolicyBatch | None = None,
     *,
     baselines: Sequence[str] = bl.DEFAULT_BASELINES,
     device: str | torch.device | None = None,
@@ -217,13 +227,15 @@ def run_backtest(
             )
         finally:
             torch.set_num_threads(previous)
-    policies = dict(policies or {})
+    if not isinstance(policies, PolicyBatch):
+        policies = dict(policies or {})
+    names = list(policies.names) if isinstance(policies, PolicyBatch) else list(policies)
     unknown = [b for b in baselines if b not in bl.BASELINES]
     if unknown:
         raise PodracerError(
             f"unknown baseline(s) {', '.join(unknown)}; choose from {', '.join(bl.BASELINES)}"
         )
-    clash = [n for n in policies if bl.is_baseline(n)]
+    clash = [n for n in names if bl.is_baseline(n)]
     if clash:
         raise PodracerError(f"policy name(s) {', '.join(clash)} clash with baseline names")
     device = torch.device(device) if device is not None else market.device
@@ -238,7 +250,7 @@ def run_backtest(
 
     plan = _day_plan(market, interval, k_steps)
     groups: list[GroupRun] = []
-    if policies:
+    if names:
         use_compile = compile == "on" or (compile == "auto" and k_steps >= COMPILE_MIN_DECISIONS)
         groups.append(_run_policies(market, params, policies, k_steps, seed, plan.off_bars, use_compile))
     static = bl.static_weights(market, baselines)
@@ -322,14 +334,15 @@ def _eager_decisions(
     k_steps: int,
 ) -> tuple[Tensor, ...]:
     """The decision loop, eagerly: ``(actions (K, N, A), value (K, N), traded_notional (K, N),
-    shares_traded (K, N, A), terminated (K, N))``."""
-    n = len(callables)
+    shares_traded (K, N, A), terminated (K, N))``. One callable decides for every row (one policy,
+    or a :class:`PolicyBatch`); several are called each on its own row."""
+    n = int(obs.shape[0])
     expected = (n, market.num_assets)
     values, traded_notional, shares_traded, terminated, actions = [], [], [], [], []
     # The loop only calls the policies and the env and keeps references to their outputs: no extra
     # tensor op per step. Weights, costs, NaN checks and termination are vectorized afterwards.
     for k in range(k_steps):
-        if n == 1:
+        if len(callables) == 1:
             action = callables[0](obs)
         else:
             action = torch.cat([p(obs[i : i + 1]) for i, p in enumerate(callables)], dim=0)
@@ -351,23 +364,27 @@ def _eager_decisions(
 def _run_policies(
     market: MarketData,
     params: EnvParams,
-    policies: Mapping[str, Policy],
+    policies: Mapping[str, Policy] | PolicyBatch,
     k_steps: int,
     seed: int,
     off_bars: np.ndarray,
     use_compile: bool = False,
 ) -> GroupRun:
-    names = list(policies)
+    names = list(policies.names) if isinstance(policies, PolicyBatch) else list(policies)
     n = len(names)
     # Everything under inference mode, the reset included: compiled code is specialized to
     # inference tensors, and one kind of input throughout means one compile.
     with torch.inference_mode(), _gc_paused():
         state, obs = trading.reset(market, params, n, torch.Generator().manual_seed(seed), start=0)
-        fns = [_inference_fn(policies[name], obs, market.num_assets) for name in names]
-        callables = [f for f, _ in fns]
-        # Every policy's action is checked on the first decision; from then on only the ones that
-        # are not known to return plain (n, A) float tensors on the env's device.
-        trusted = all(t for _, t in fns)
+        if isinstance(policies, PolicyBatch):
+            # One call for all rows; its actions are checked like an unknown callable's.
+            callables, trusted = [policies.act], False
+        else:
+            fns = [_inference_fn(policies[name], obs, market.num_assets) for name in names]
+            callables = [f for f, _ in fns]
+            # Every policy's action is checked on the first decision; from then on only the ones
+            # that are not known to return plain (n, A) float tensors on the env's device.
+            trusted = all(t for _, t in fns)
         prices = asset_prices(market, params)  # cast once, not one cast per row and step
         if use_compile and n == 1 and trusted and BacktestLoop.supported(market):
             # One policy with a plain tensor function: policy calls and env steps compiled together.

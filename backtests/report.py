@@ -2,21 +2,20 @@
 
 The files and their schemas are a contract with the dashboard (see ARCHITECTURE.md):
 
-- ``metrics.json``: ``window, start, end, annualization, period, benchmark, num_trials``,
-  ``pbo`` (probability of backtest overfitting over every pod tried, from their daily validation
-  returns; null with fewer than 2 pods or without their returns), ``pbo_logits`` (list, for a
-  histogram), ``pbo_num_splits``, ``num_sessions`` (sessions in the window) and
+- ``metrics.json``: ``window, start, end, annualization, period, benchmark, num_trials``, the PBO
+  over every pod tried (``pbo``, ``pbo_logits``, ``pbo_num_splits``, ``pbo_num_trials``; from their
+  daily validation returns, null with fewer than 2 pods or without their returns), ``num_sessions`` and
   ``annualized_min_sessions`` (63: below that ``annual_return`` and ``calmar_ratio`` are null, the
   period return ``cum_returns_final`` stands), ``cost_rate`` and ``slippage_bps`` (the costs used),
-  ``dsr_reason`` (why a DSR is null or used the null-hypothesis variance; null otherwise),
-  ``verdict`` (one plain-words line), ``verdict_outcome`` (``"significant"``, ``"not significant"``,
-  ``"not measurable"``; null with no selected strategy), ``verdict_figures`` and ``verdict_reasons``
-  (the line's parts; ``backtests.verdict``), and
-  ``strategies: {name: {<every metric of backtests.metrics.SUMMARY_METRICS>,
-  probabilistic_sharpe_ratio, deflated_sharpe_ratio}}`` (floats, or null where undefined), plus
-  descriptive extras (``decision_interval``, ``num_decisions``, ``num_days``, ``interval``,
-  ``trial_sharpe_variance`` (per day, the periodicity of the tested Sharpe), ``trial_sharpe_period``,
-  ``deflated``, ``positions_frequency``, ``trades_frequency``, ``tearsheet``);
+  ``significance`` (the test's level) and ``min_oos_sessions``; ``oos_test``: the selected strategy's
+  out-of-sample test on this window after the looks counted (``backtests.significance``; null without
+  a selected strategy); ``selection``: the diagnostics of the tournament's choice on the validation
+  window (``backtests.snooping``); the verdict (``verdict``, ``verdict_outcome``, ``verdict_figures``,
+  ``verdict_reasons``, ``verdict_diagnostics``: ``backtests.verdict``); ``strategies: {name: {<every
+  metric of backtests.metrics.SUMMARY_METRICS>, probabilistic_sharpe_ratio}}`` (floats, or null where
+  undefined); and descriptive extras (``decision_interval``, ``num_decisions``, ``num_days``,
+  ``interval``, ``initial_value``, ``positions_frequency``, ``trades_frequency``, ``tearsheet``).
+  Every key is listed in ARCHITECTURE.md and docs/backtests.md;
 - ``equity.parquet``: ``timestamp`` (UTC) + one float64 column per strategy (equity in $); the first
   row is the initial cash at the window's first bar;
 - ``positions.parquet``: long ``timestamp, strategy, ticker, weight`` (zero weights left out);
@@ -50,48 +49,42 @@ import pandas as pd
 import torch
 
 from backtests import metrics as m
-from backtests import selection
+from backtests import selection, significance, snooping
 from backtests.baselines import is_baseline
 from backtests.engine import BacktestResult
-from backtests.verdict import ANNUALIZED_KEYS, ANNUALIZED_MIN_SESSIONS, judge, verdict_fields
+from backtests.verdict import (
+    ANNUALIZED_KEYS,
+    ANNUALIZED_MIN_SESSIONS,
+    MIN_OOS_SESSIONS,
+    SIGNIFICANCE,
+    judge,
+    verdict_fields,
+)
 from data.atomic import atomic_path, atomic_write_json
 
 log = logging.getLogger(__name__)
 
 PERIOD = "daily"
 DEFAULT_MAX_ROWS = 2_000_000
-EXTRA_METRICS: tuple[str, ...] = ("probabilistic_sharpe_ratio", "deflated_sharpe_ratio")
+EXTRA_METRICS: tuple[str, ...] = ("probabilistic_sharpe_ratio",)
 #: Every per-strategy key of metrics.json, in display order.
 METRIC_KEYS: tuple[str, ...] = m.SUMMARY_METRICS + EXTRA_METRICS
+#: The benchmarks the selected strategy's excess returns are tested against, when in the backtest (the
+#: verdict requires the document's ``benchmark``; the others are reported).
+EXCESS_BENCHMARKS: tuple[str, ...] = ("buy_and_hold", "equal_weight")
+#: The window on which a backtest is out of sample for the run's selection.
+HELD_OUT_WINDOW = "test"
 
 
 def compute_metrics(
-    result: BacktestResult,
-    *,
-    annualization: float = 252.0,
-    num_trials: int = 1,
-    trial_sharpes: Sequence[float | None] | None = None,
-    deflated: Sequence[str] | None = None,
+    result: BacktestResult, *, annualization: float = 252.0
 ) -> dict[str, dict[str, float | None]]:
-    """Every metric of every strategy, on daily returns, as JSON-able floats (None = undefined).
-
-    The deflated Sharpe ratio accounts for ``num_trials`` for the strategies in ``deflated`` (default:
-    every non-baseline strategy, i.e. what a tournament selected); baselines were not selected, so
-    their DSR equals their PSR. ``trial_sharpes`` are the trials' Sharpe ratios of *daily* validation
-    returns annualized with ``annualization`` (None for a trial whose Sharpe is undefined); their
-    variance, converted to per-day units (:func:`dsr_inputs`), sets the hurdle for the per-day Sharpe of
-    the tested daily returns. Annualized compounding metrics are null below
-    :data:`ANNUALIZED_MIN_SESSIONS` sessions.
-    """
+    """Every metric of every strategy, on daily returns, as JSON-able floats (None = undefined), plus
+    the probabilistic Sharpe ratio against 0 of each. Annualized compounding metrics are null below
+    :data:`ANNUALIZED_MIN_SESSIONS` sessions."""
     _, daily = result.daily_returns()
     summary = result.summary(annualization)
     psr = selection.probabilistic_sharpe_ratio(daily)
-    variance, reason = dsr_inputs(num_trials, trial_sharpes, annualization)
-    if int(num_trials) > 1 and _all_undefined(trial_sharpes):
-        dsr_all = torch.full_like(psr, math.nan)
-    else:
-        dsr_all = selection.deflated_sharpe_ratio(daily, max(1, int(num_trials)), variance)
-    deflated = set(deflated if deflated is not None else [n for n in result.names if not is_baseline(n)])
     short = daily.shape[0] < ANNUALIZED_MIN_SESSIONS
     out: dict[str, dict[str, float | None]] = {}
     for i, name in enumerate(result.names):
@@ -99,40 +92,51 @@ def compute_metrics(
         if short:
             row.update({key: None for key in ANNUALIZED_KEYS})
         row["probabilistic_sharpe_ratio"] = m.to_floats(psr[i : i + 1])[0]
-        row["deflated_sharpe_ratio"] = m.to_floats((dsr_all if name in deflated else psr)[i : i + 1])[0]
         out[name] = row
     return out
 
 
-def _all_undefined(trial_sharpes: Sequence[float | None] | None) -> bool:
-    values = list(trial_sharpes or ())
-    return bool(values) and all(v is None or not math.isfinite(float(v)) for v in values)
+def selected_strategy(result: BacktestResult) -> str | None:
+    """The strategy a run selected (its first non-baseline one: the champion), or None."""
+    return next((n for n in result.names if not is_baseline(n)), None)
 
 
-def dsr_inputs(
-    num_trials: int, trial_sharpes: Sequence[float | None] | None, annualization: float
-) -> tuple[float | None, str | None]:
-    """The trials' Sharpe variance **per day** (the periodicity of the DSR's tested Sharpe: daily
-    returns) and, when the DSR cannot use it, why.
+def oos_fields(
+    result: BacktestResult,
+    *,
+    window: str,
+    benchmark: str | None,
+    earlier_looks: Sequence[float | None] = (),
+    seed: int = 0,
+    market: str | None = None,
+) -> dict[str, Any] | None:
+    """The ``oos_test`` block: the selected strategy's out-of-sample test on this window
+    (``backtests.significance``), or None without a selected strategy."""
+    strategy = selected_strategy(result)
+    if strategy is None:
+        return None
+    _, daily = result.daily_returns()
+    columns = daily.detach().cpu().numpy().astype(np.float64)
+    benchmarks = {n: columns[:, result.names.index(n)] for n in EXCESS_BENCHMARKS if n in result.names}
+    doc = significance.out_of_sample_test(
+        columns[:, result.names.index(strategy)],
+        benchmarks,
+        strategy=strategy,
+        benchmark=benchmark if benchmark in benchmarks else None,
+        earlier_looks=earlier_looks,
+        seed=seed,
+        market=market,
+    )
+    doc["held_out"] = window == HELD_OUT_WINDOW
+    return doc
 
-    The trials' Sharpe ratios are annualized Sharpe ratios of daily validation returns (the
-    tournament's fitness, ``annualization`` periods a year: the run's own), so their variance is
-    divided by ``annualization`` to get per-day units. Fewer than two defined trial Sharpes: with
-    every trial undefined (all cash) the DSR is null (there is no spread of trials to deflate against,
-    and a zero variance would make the hurdle 0); with one defined, or none recorded, the null
-    hypothesis' sampling variance ``1/(T-1)`` is used.
-    """
-    if int(num_trials) <= 1:
-        return None, None
-    variance = selection.trial_sharpe_variance(trial_sharpes or (), annualization)
-    if variance is not None:
-        return variance, None
-    if _all_undefined(trial_sharpes):
-        return (
-            None,
-            f"every one of the {int(num_trials)} trials has an undefined validation Sharpe (all cash)",
-        )
-    return None, "fewer than 2 trials with a defined validation Sharpe: null-hypothesis variance 1/(T-1) used"
+
+def as_selection_inputs(trial_returns: Any | None) -> snooping.SelectionInputs | None:
+    """``trial_returns`` as :class:`backtests.snooping.SelectionInputs` (a bare ``(T, N)`` matrix has no
+    champion column and no benchmark)."""
+    if trial_returns is None or isinstance(trial_returns, snooping.SelectionInputs):
+        return trial_returns
+    return snooping.SelectionInputs(returns=trial_returns)
 
 
 def pbo_fields(trial_returns: Any | None, num_splits: int = 16) -> dict[str, Any]:
@@ -170,21 +174,26 @@ def metrics_document(
     window: str,
     annualization: float = 252.0,
     num_trials: int = 1,
-    trial_sharpes: Sequence[float | None] | None = None,
     trial_returns: Any | None = None,
     benchmark: str = "buy_and_hold",
     cost_rate: float | None = None,
     slippage_bps: float | None = None,
+    significance_level: float = SIGNIFICANCE,
+    earlier_looks: Sequence[float | None] = (),
+    seed: int = 0,
+    market: str | None = None,
 ) -> dict[str, Any]:
     """The metrics.json document (also what ``podracer backtest --json`` prints).
 
-    ``trial_returns`` ``(T, N)``: the daily validation returns of every pod tried (the PBO's input);
-    ``cost_rate`` / ``slippage_bps``: the env's costs the backtest ran with (recorded for captions).
+    ``trial_returns``: the daily validation returns of every pod tried, a ``(T, N)`` matrix or
+    :class:`backtests.snooping.SelectionInputs` with the champion's column and buy-and-hold's
+    validation returns (the selection diagnostics and the PBO); ``earlier_looks``: the per-day Sharpe
+    ratios of the earlier looks at this window of this ``market`` (``backtests.looks``); ``seed``: the
+    bootstraps' seed; ``cost_rate`` / ``slippage_bps``: the env's costs (recorded for captions).
     """
     start, end = result.date_range()
     dates, _ = result.daily_returns()
-    variance, reason = dsr_inputs(num_trials, trial_sharpes, annualization)
-    selected = [n for n in result.names if not is_baseline(n)]
+    trials = as_selection_inputs(trial_returns)
     doc: dict[str, Any] = {
         "window": window,
         "start": start,
@@ -193,25 +202,31 @@ def metrics_document(
         "period": PERIOD,
         "benchmark": benchmark if benchmark in result.names else None,
         "num_trials": int(num_trials),
-        **pbo_fields(trial_returns),
+        **pbo_fields(trials.returns if trials is not None else None),
         "num_sessions": len(dates),
         "annualized_min_sessions": ANNUALIZED_MIN_SESSIONS,
         "cost_rate": None if cost_rate is None else float(cost_rate),
         "slippage_bps": None if slippage_bps is None else float(slippage_bps),
-        "trial_sharpe_variance": variance,
-        "trial_sharpe_period": PERIOD,
-        "dsr_reason": reason,
-        "deflated": selected,
+        "significance": float(significance_level),
+        "min_oos_sessions": MIN_OOS_SESSIONS,
         "decision_interval": result.decision_interval,
         "interval": result.interval,
         "num_decisions": result.num_steps,
         "num_days": len(dates),
         "initial_value": result.initial_value,
-        "strategies": compute_metrics(
-            result, annualization=annualization, num_trials=num_trials, trial_sharpes=trial_sharpes
-        ),
+        "strategies": compute_metrics(result, annualization=annualization),
     }
-    doc.update(verdict_fields(judge(doc, selected[0]) if selected else None))
+    doc["oos_test"] = oos_fields(
+        result,
+        window=window,
+        benchmark=doc["benchmark"],
+        earlier_looks=earlier_looks,
+        seed=seed,
+        market=market,
+    )
+    doc["selection"] = snooping.selection_diagnostics(trials, seed=seed)
+    oos = doc["oos_test"]
+    doc.update(verdict_fields(judge(doc, oos["strategy"]) if oos is not None else None))
     return doc
 
 
@@ -366,30 +381,15 @@ def write_report(
     result: BacktestResult,
     *,
     window: str = "test",
-    annualization: float = 252.0,
-    num_trials: int = 1,
-    trial_sharpes: Sequence[float | None] | None = None,
-    trial_returns: Any | None = None,
-    benchmark: str = "buy_and_hold",
-    cost_rate: float | None = None,
-    slippage_bps: float | None = None,
     tearsheet: bool = True,
     max_rows: int = DEFAULT_MAX_ROWS,
+    **document: Any,
 ) -> dict[str, Any]:
-    """Write ``<run_dir>/backtest/`` and return the metrics.json document."""
+    """Write ``<run_dir>/backtest/`` and return the metrics.json document (``document``: the keyword
+    arguments of :func:`metrics_document`)."""
     out_dir = Path(run_dir) / "backtest"
     out_dir.mkdir(parents=True, exist_ok=True)
-    doc = metrics_document(
-        result,
-        window=window,
-        annualization=annualization,
-        num_trials=num_trials,
-        trial_sharpes=trial_sharpes,
-        trial_returns=trial_returns,
-        benchmark=benchmark,
-        cost_rate=cost_rate,
-        slippage_bps=slippage_bps,
-    )
+    doc = metrics_document(result, window=window, **document)
     _write_parquet(equity_frame(result), out_dir / "equity.parquet")
     positions, doc["positions_frequency"] = positions_frame(result, max_rows)
     _write_parquet(positions, out_dir / "positions.parquet")

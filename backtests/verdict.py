@@ -1,35 +1,48 @@
-"""What a backtest's figures may claim: the plain-words verdict on the selected strategy's edge, and
-the shortest window whose annualized figures are reported.
+"""What a backtest's figures may claim: the plain-words verdict on the selected strategy's edge, the
+line of selection diagnostics after it, and the shortest window whose annualized figures are reported.
 
-The one home of these rules. ``backtests.report`` judges once and writes the verdict into
-metrics.json (:func:`verdict_fields`); the CLI summary and the dashboard show what the document
-says (:func:`stated_verdict`), judging only a document written before the verdict was stored.
-Standard library only: the dashboard and the CLI import this without loading torch.
+The one home of these rules. ``backtests.report`` computes the figures (``backtests.significance``,
+``backtests.snooping``), judges once and writes the verdict into metrics.json (:func:`verdict_fields`);
+the CLI summary, ``podracer backtest --json``, the dashboard and the nightly gate use what the document
+says (:func:`stated_verdict`) or this same rule (:func:`judge`). Standard library only: the dashboard
+and the CLI import this without loading torch.
 
-The rule (:func:`judge`): the selected strategy's deflated Sharpe ratio (DSR) at or above
-:data:`DSR_SIGNIFICANT`, with the probability of backtest overfitting (PBO) below :data:`PBO_MAX` or
-not measured, reads "edge significant"; any other DSR "edge not significant"; no DSR "edge not
-measurable", with why.
+The rule (:func:`judge`), on the out-of-sample test of the selected strategy on its held-out window
+(metrics.json ``oos_test``), at the level ``alpha`` (``[backtest] significance``, metrics.json
+``significance``):
+
+- "edge significant out of sample": the probabilistic Sharpe ratio after the looks counted (the DSR
+  over ``K`` looks; the PSR against 0 for a first look) at or above ``1 - alpha`` AND the benchmark
+  test's p-value after the looks (Sidak) at or below ``alpha``: its Sharpe ratio is above zero and its
+  mean daily return above buy-and-hold's;
+- "edge not significant out of sample": either falls short;
+- "edge not measurable": the window is not held out, has fewer than :data:`MIN_OOS_SESSIONS`
+  sessions, or a figure is undefined (a strategy that stayed in cash), with why.
+
+The selection diagnostics (SPA p-value, validation DSR with the effective trials, PBO; metrics.json
+``selection`` and ``pbo``) describe the tournament's choice on the validation window: they follow the
+verdict on a line of their own and do not change it.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
-#: A DSR at or above this reads as a significant edge: a 5% chance the Sharpe ratio is luck once the
-#: trials are counted (Bailey and Lopez de Prado, 2014).
-DSR_SIGNIFICANT = 0.95
-#: A PBO at or above this denies significance: the in-sample best pod ranks at or below the median
-#: out of sample at least as often as not (Bailey, Borwein, Lopez de Prado and Zhu, 2015).
-PBO_MAX = 0.5
+#: The default level of the out-of-sample test (``[backtest] significance``): a 5% chance of calling
+#: a strategy with no edge significant.
+SIGNIFICANCE = 0.05
+#: Fewest held-out sessions the out-of-sample test is read on (about a month of trading days): the
+#: PSR's normal approximation and the block bootstrap have too few returns below it.
+MIN_OOS_SESSIONS = 20
 #: Annualized compounding figures are only reported for windows of at least this many sessions (a
 #: quarter): (1 + r)^(252 / n) over 12 sessions turns +33% into +40,000%/yr, a number that reads as a
 #: broken product. Below it ``annual_return`` and ``calmar_ratio`` are null and the period return stands.
 ANNUALIZED_MIN_SESSIONS = 63
 #: Metrics nulled below ANNUALIZED_MIN_SESSIONS. Sharpe, Sortino and volatility scale by sqrt(252) and
-#: do not compound, so they stay (the PSR/DSR say how much a short window's Sharpe is worth).
+#: do not compound, so they stay (the PSR says how much a short window's Sharpe is worth).
 ANNUALIZED_KEYS: tuple[str, ...] = ("annual_return", "calmar_ratio")
 
 Outcome = Literal["significant", "not significant", "not measurable"]
@@ -38,21 +51,33 @@ OUTCOMES: tuple[str, ...] = get_args(Outcome)
 
 @dataclass(frozen=True)
 class Verdict:
-    """The verdict on one strategy: its outcome, the figures it rests on and caveats, as shown."""
+    """The verdict on one strategy: its outcome, the figures it rests on, caveats, and the line of
+    selection diagnostics shown after it."""
 
     outcome: Outcome
-    figures: tuple[str, ...]  # e.g. ("DSR 0.003", "PBO 0.62")
-    reasons: tuple[str, ...] = ()  # caveats after the figures, e.g. "Sharpe 0.50 below buy_and_hold's 0.93"
+    figures: tuple[str, ...]  # e.g. ("PSR 0.998", "excess over buy_and_hold +0.41%/day (p 0.001)", ...)
+    reasons: tuple[str, ...] = ()  # caveats after the figures, e.g. why it is not measurable
+    diagnostics: str = ""  # "selection (validation window, 102 trials): SPA p 0.004, ..."
 
     @property
     def headline(self) -> str:
-        """``"edge significant"``, ``"edge not significant"`` or ``"edge not measurable"``."""
-        return f"edge {self.outcome}"
+        """``"edge significant out of sample"``, ``"edge not significant out of sample"`` or
+        ``"edge not measurable"``."""
+        return (
+            "edge not measurable"
+            if self.outcome == "not measurable"
+            else f"edge {self.outcome} out of sample"
+        )
 
     @property
     def text(self) -> str:
-        """The one line: ``"edge not significant: DSR 0.003, PBO 0.62"`` (then ``"; <reason>"`` each)."""
+        """The verdict line: ``"<headline>: <figures, comma-separated>"`` (then ``"; <reason>"`` each)."""
         return f"{self.headline}: {', '.join(self.figures)}" + "".join(f"; {r}" for r in self.reasons)
+
+    @property
+    def lines(self) -> tuple[str, ...]:
+        """The verdict line, then the selection diagnostics line when there is one."""
+        return (self.text, self.diagnostics) if self.diagnostics else (self.text,)
 
     @property
     def significant(self) -> bool | None:
@@ -67,19 +92,29 @@ class Verdict:
         )
         if outcome not in OUTCOMES or not _strings(figures) or not _strings(reasons):
             return None
-        return cls(outcome, tuple(figures), tuple(reasons))
+        diagnostics = doc.get("verdict_diagnostics")
+        return cls(
+            outcome, tuple(figures), tuple(reasons), diagnostics if isinstance(diagnostics, str) else ""
+        )
 
 
 def verdict_fields(verdict: Verdict | None) -> dict[str, Any]:
     """The metrics.json keys of a verdict: ``verdict`` (the line), ``verdict_outcome``,
-    ``verdict_figures`` and ``verdict_reasons`` (null and empty without a verdict)."""
+    ``verdict_figures``, ``verdict_reasons`` and ``verdict_diagnostics`` (null and empty without one)."""
     if verdict is None:
-        return {"verdict": None, "verdict_outcome": None, "verdict_figures": [], "verdict_reasons": []}
+        return {
+            "verdict": None,
+            "verdict_outcome": None,
+            "verdict_figures": [],
+            "verdict_reasons": [],
+            "verdict_diagnostics": None,
+        }
     return {
         "verdict": verdict.text,
         "verdict_outcome": verdict.outcome,
         "verdict_figures": list(verdict.figures),
         "verdict_reasons": list(verdict.reasons),
+        "verdict_diagnostics": verdict.diagnostics or None,
     }
 
 
@@ -89,44 +124,99 @@ def _strings(value: Any) -> bool:
     )
 
 
-def judge(doc: Mapping[str, Any], strategy: str = "champion") -> Verdict | None:
-    """The verdict on ``strategy`` of a metrics document, from its DSR and the run's PBO; None when
-    ``strategy`` is not in the document.
-
-    The DSR tests a Sharpe ratio above zero skill; a long-only pod can clear it in a rising market
-    while doing worse than simply holding the market, so a Sharpe ratio below the benchmark's is a
-    reason shown after the figures.
-    """
-    strategies = doc.get("strategies") or {}
-    row = strategies.get(strategy)
-    if row is None:
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         return None
-    dsr, pbo = row.get("deflated_sharpe_ratio"), doc.get("pbo")
-    pbo_text = f"PBO {pbo:.2f}" if pbo is not None else "PBO n/a"
-    if dsr is None:
-        why = doc.get("dsr_reason") or "the Sharpe ratio is undefined"
-        return Verdict("not measurable", (f"DSR n/a ({why})", pbo_text))
-    dsr_text = f"DSR {dsr:.3f}" if dsr >= 0.001 else f"DSR {dsr:.1e}"
-    bench = strategies.get(doc.get("benchmark") or "") or {}
-    mine, theirs = row.get("sharpe_ratio"), bench.get("sharpe_ratio")
-    reasons = (
-        (f"Sharpe {mine:.2f} below {doc['benchmark']}'s {theirs:.2f}",)
-        if (mine is not None and theirs is not None and mine < theirs)
-        else ()
+    return float(value)
+
+
+def prob_text(value: float) -> str:
+    """A probability as shown: 3 decimals, or scientific below 0.001 (a p-value of 5e-4 is not 0.000)."""
+    return f"{value:.3f}" if value >= 0.001 else f"{value:.1e}"
+
+
+def significance_of(doc: Mapping[str, Any]) -> float:
+    """The level ``alpha`` a document was judged at (:data:`SIGNIFICANCE` when it records none)."""
+    alpha = _number(doc.get("significance"))
+    return alpha if alpha is not None and 0.0 < alpha < 1.0 else SIGNIFICANCE
+
+
+def judge(doc: Mapping[str, Any], strategy: str = "champion") -> Verdict | None:
+    """The verdict on ``strategy`` from the document's out-of-sample test (see the module docstring);
+    None when the document tests another strategy or none."""
+    oos = doc.get("oos_test")
+    if not isinstance(oos, Mapping) or oos.get("strategy") != strategy:
+        return None
+    alpha = significance_of(doc)
+    diagnostics = diagnostics_line(doc)
+    looks = int(_number(oos.get("looks")) or 1)
+    looks_text = f"{looks} look{'s' if looks != 1 else ''} counted"
+    sessions = int(_number(oos.get("num_sessions")) or 0)
+    if oos.get("held_out") is False:
+        why = (
+            f"the {doc.get('window')} window is not held out (the run trained or selected on it): "
+            "the out-of-sample test needs the test window"
+        )
+    elif sessions < MIN_OOS_SESSIONS:
+        why = f"the held-out window has {sessions} sessions, the test needs at least {MIN_OOS_SESSIONS}"
+    else:
+        why = str(oos["reason"]) if oos.get("reason") else None
+    if why is not None:
+        return Verdict("not measurable", (why,), (), diagnostics)
+    bench = oos.get("benchmark")
+    excess = (oos.get("excess") or {}).get(bench) or {}
+    psr, p, mean = (
+        _number(v)
+        for v in (oos.get("psr_after_looks"), excess.get("p_value_after_looks"), excess.get("mean_per_day"))
     )
-    significant = dsr >= DSR_SIGNIFICANT and (pbo is None or pbo < PBO_MAX)
-    return Verdict("significant" if significant else "not significant", (dsr_text, pbo_text), reasons)
+    if psr is None or p is None or mean is None:
+        missing = "the PSR" if psr is None else f"the test against {bench}"
+        return Verdict("not measurable", (f"{missing} is undefined",), (), diagnostics)
+    figures = (
+        f"PSR {prob_text(psr)}",
+        f"excess over {bench} {100 * mean:+.2f}%/day (p {prob_text(p)})",
+        looks_text,
+        f"level {alpha:g}",
+    )
+    reasons = (str(oos["looks_note"]),) if oos.get("looks_note") else ()
+    significant = psr >= 1.0 - alpha and p <= alpha
+    return Verdict("significant" if significant else "not significant", figures, reasons, diagnostics)
+
+
+def diagnostics_line(doc: Mapping[str, Any]) -> str:
+    """One line on the tournament's choice on the validation window: Hansen's SPA p-value against the
+    benchmark, the champion's validation DSR with the effective trials, and the PBO."""
+    sel = doc.get("selection")
+    pbo = _number(doc.get("pbo"))
+    pbo_text = f"PBO {pbo:.2f} (ranking among pods)" if pbo is not None else "PBO n/a"
+    if not isinstance(sel, Mapping) or not sel.get("num_trials"):
+        return f"selection diagnostics n/a (no validation returns of the trials); {pbo_text}"
+    tried = int(sel["num_trials"])
+    spa, reps = _number(sel.get("spa_p_value")), _number(sel.get("spa_replications"))
+    # arch's SPA p-value is a share of replications: 0 means below one replication's weight.
+    spa_p = f"< {1 / reps:g}" if spa == 0.0 and reps else prob_text(spa) if spa is not None else None
+    spa_text = f"SPA p {spa_p} vs {sel.get('spa_benchmark')}" if spa_p is not None else "SPA n/a"
+    dsr, eff = _number(sel.get("valid_dsr")), sel.get("effective_trials")
+    dsr_text = f"validation DSR {prob_text(dsr)}" if dsr is not None else "validation DSR n/a"
+    return (
+        f"selection on the validation window: {spa_text}, {dsr_text} ({eff} effective of {tried} "
+        f"trial{'s' if tried != 1 else ''}), {pbo_text}"
+    )
 
 
 def stated_verdict(doc: Mapping[str, Any]) -> Verdict | None:
-    """The verdict a metrics document states; for a document written before the verdict was
-    stored, :func:`judge` of its selected strategy (the first of ``deflated``, else ``champion``),
-    or None when that strategy has no DSR at all (a run from before the DSR)."""
+    """The verdict a metrics document states; for a document that carries an out-of-sample test but no
+    stored verdict, :func:`judge` of its tested strategy; otherwise None.
+
+    A document without an ``oos_test`` key was written before the verdict was the out-of-sample test:
+    the verdict it stored rests on other statistics, so it is not shown as this one (backtesting the
+    run again writes the current verdict)."""
+    if "oos_test" not in doc:
+        return None
     stated = Verdict.from_fields(doc)
     if stated is not None or "verdict_outcome" in doc:
         return stated
-    selected = doc.get("deflated") or ["champion"]
-    row = (doc.get("strategies") or {}).get(selected[0])
-    if not isinstance(row, Mapping) or "deflated_sharpe_ratio" not in row:
+    oos = doc.get("oos_test")
+    if not isinstance(oos, Mapping) or not isinstance(oos.get("strategy"), str):
         return None
-    return judge(doc, selected[0])
+    return judge(doc, oos["strategy"])

@@ -1,5 +1,5 @@
 """Selection bias of the tournament: validation vs held-out test Sharpe of the selected pod, with the
-deflated Sharpe ratio (DSR) and the probability of backtest overfitting (PBO) the product reports.
+out-of-sample test and the selection diagnostics the product reports.
 
 On the planted-signal synthetic market (``data.synthetic``) with the signal on and off (``--signal 0``:
 nothing to learn, so every apparent edge is selection), for each seed: a small tournament through the
@@ -8,8 +8,10 @@ product's own workflows (``app.workflows.training.train_tournament``, then
 
 - the champion's (the best pod's) validation Sharpe and its test Sharpe (daily returns, net of costs,
   annualized), and buy-and-hold's test Sharpe;
-- the champion's DSR over the pods tried, the PBO over every pod's daily validation returns, and the
-  verdict line the CLI prints.
+- the champion's out-of-sample test on the test window (its PSR after the looks and the p-value of its
+  mean daily excess over buy-and-hold), the selection diagnostics on the validation window (Hansen's
+  SPA p-value, the validation DSR over the effective trials, the PBO over every pod's daily
+  validation returns), and the verdict line the CLI prints.
 
 The same tournament's ensemble (``agents.ensemble``: the mean target weights of the top
 ``ensemble_size`` pods, scored on validation and counted as one more trial) is backtested on the same
@@ -96,12 +98,13 @@ def run_once(args: argparse.Namespace, seed: int, signal: float, home: Path) -> 
     # The ensemble as the champion of the same run (a temp home: the copy is the benchmark's own).
     run_dir = RunDir(home, run)
     ensemble = run_dir.read().get("ensemble") or {}
-    ens_test = ens_dsr = None
+    ens_test = ens_p = None
     if (run_dir.path / "ensemble").is_dir():
         shutil.rmtree(run_dir.champion)
         shutil.copytree(run_dir.path / "ensemble", run_dir.champion)
-        ens_doc = backtest_run(run, home=home, window="test", tearsheet=False)["strategies"]["champion"]
-        ens_test, ens_dsr = ens_doc["sharpe_ratio"], ens_doc["deflated_sharpe_ratio"]
+        ens_doc = backtest_run(run, home=home, window="test", tearsheet=False)
+        ens_test, ens_p = ens_doc["strategies"]["champion"]["sharpe_ratio"], _excess_p(ens_doc)
+    oos, sel = doc["oos_test"], doc["selection"]
     return {
         "seed": seed,
         "signal": signal,
@@ -109,16 +112,25 @@ def run_once(args: argparse.Namespace, seed: int, signal: float, home: Path) -> 
         "valid_sharpe": (tour.champion or {}).get("sharpe_ratio"),
         "test_sharpe": champ["sharpe_ratio"],
         "buy_and_hold_test_sharpe": bh["sharpe_ratio"],
-        "dsr": champ["deflated_sharpe_ratio"],
-        "psr": champ["probabilistic_sharpe_ratio"],
+        "psr": oos["psr_after_looks"],
+        "excess_p": _excess_p(doc),
+        "spa_p": sel["spa_p_value"],
+        "valid_dsr": sel["valid_dsr"],
+        "effective_trials": sel["effective_trials"],
         "pbo": doc["pbo"],
         "pbo_num_splits": doc["pbo_num_splits"],
         "verdict": doc["verdict"],
         "ensemble_valid_sharpe": ensemble.get("sharpe_ratio"),
         "ensemble_test_sharpe": ens_test,
-        "ensemble_dsr": ens_dsr,
+        "ensemble_excess_p": ens_p,
         "wall_s": time.perf_counter() - start,
     }
+
+
+def _excess_p(doc: dict) -> float | None:
+    """The p-value (after the looks) of the champion's mean daily excess over the benchmark."""
+    oos = doc["oos_test"]
+    return ((oos["excess"] or {}).get(oos["benchmark"]) or {}).get("p_value_after_looks")
 
 
 def _fmt(value: float | None, spec: str) -> str:
@@ -144,7 +156,8 @@ def main(argv: list[str] | None = None) -> dict:
                     print(
                         f"signal {signal:g} seed {seed}: {row['pods_tried']} pods, valid Sharpe "
                         f"{_fmt(row['valid_sharpe'], '+.2f')} -> test {_fmt(row['test_sharpe'], '+.2f')} "
-                        f"(b&h {_fmt(row['buy_and_hold_test_sharpe'], '+.2f')}); DSR {_fmt(row['dsr'], '.3g')}, "
+                        f"(b&h {_fmt(row['buy_and_hold_test_sharpe'], '+.2f')}); PSR {_fmt(row['psr'], '.3f')}, "
+                        f"p {_fmt(row['excess_p'], '.3g')}, SPA p {_fmt(row['spa_p'], '.3g')}, "
                         f"PBO {_fmt(row['pbo'], '.2f')}; ensemble valid {_fmt(row['ensemble_valid_sharpe'], '+.2f')} "
                         f"-> test {_fmt(row['ensemble_test_sharpe'], '+.2f')} [{row['wall_s']:.0f} s]",
                         flush=True,
@@ -158,11 +171,14 @@ def main(argv: list[str] | None = None) -> dict:
                 "valid_sharpe",
                 "test_sharpe",
                 "buy_and_hold_test_sharpe",
-                "dsr",
+                "psr",
+                "excess_p",
+                "spa_p",
+                "valid_dsr",
                 "pbo",
                 "ensemble_valid_sharpe",
                 "ensemble_test_sharpe",
-                "ensemble_dsr",
+                "ensemble_excess_p",
             )
         }
         for signal in args.signals
@@ -173,16 +189,17 @@ def main(argv: list[str] | None = None) -> dict:
     else:
         print(f"\nmean over seeds {args.seeds} (best pod, then the ensemble of the same tournament):")
         print(
-            f"{'signal':<8}{'valid Sharpe':>14}{'test Sharpe':>13}{'b&h test':>10}{'DSR':>8}{'PBO':>7}"
-            f"{'ens. valid':>12}{'ens. test':>11}{'ens. DSR':>10}"
+            f"{'signal':<8}{'valid Sharpe':>14}{'test Sharpe':>13}{'b&h test':>10}{'PSR':>7}{'p':>7}"
+            f"{'SPA p':>7}{'val. DSR':>9}{'PBO':>6}{'ens. valid':>12}{'ens. test':>11}{'ens. p':>8}"
         )
         for signal in args.signals:
             m = summary[f"signal_{signal:g}"]
             print(
                 f"{signal:<8g}{_fmt(m['valid_sharpe'], '.2f'):>14}{_fmt(m['test_sharpe'], '.2f'):>13}"
-                f"{_fmt(m['buy_and_hold_test_sharpe'], '.2f'):>10}{_fmt(m['dsr'], '.3f'):>8}"
-                f"{_fmt(m['pbo'], '.2f'):>7}{_fmt(m['ensemble_valid_sharpe'], '.2f'):>12}"
-                f"{_fmt(m['ensemble_test_sharpe'], '.2f'):>11}{_fmt(m['ensemble_dsr'], '.3f'):>10}"
+                f"{_fmt(m['buy_and_hold_test_sharpe'], '.2f'):>10}{_fmt(m['psr'], '.3f'):>7}"
+                f"{_fmt(m['excess_p'], '.3f'):>7}{_fmt(m['spa_p'], '.3f'):>7}{_fmt(m['valid_dsr'], '.3f'):>9}"
+                f"{_fmt(m['pbo'], '.2f'):>6}{_fmt(m['ensemble_valid_sharpe'], '.2f'):>12}"
+                f"{_fmt(m['ensemble_test_sharpe'], '.2f'):>11}{_fmt(m['ensemble_excess_p'], '.3f'):>8}"
             )
     return figures
 

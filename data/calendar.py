@@ -137,6 +137,23 @@ def sessions_in_range(start: str | pd.Timestamp, end: str | pd.Timestamp) -> pd.
     return cal.sessions_in_range(start, end)
 
 
+def market_seconds(start: pd.Timestamp | datetime, end: pd.Timestamp | datetime) -> float:
+    """Seconds of regular XNAS trading hours between two moments (0 when ``end <= start``): how long
+    the market was open in between (nights, weekends, holidays and early closes left out). Friday's
+    last hour and Monday's first half hour:
+
+    >>> market_seconds(pd.Timestamp("2024-01-05 20:00", tz="UTC"), pd.Timestamp("2024-01-08 15:00", tz="UTC"))
+    5400.0
+    """
+    lo, hi = _as_utc([pd.Timestamp(start)])[0], _as_utc([pd.Timestamp(end)])[0]
+    if hi <= lo:
+        return 0.0
+    sessions = sessions_in_range(exchange_date(lo), exchange_date(hi))
+    opens, closes = session_bounds(sessions)
+    overlap = np.minimum(closes, hi.value) - np.maximum(opens, lo.value)
+    return float(np.clip(overlap, 0, None).sum()) / 1e9
+
+
 @dataclass(frozen=True)
 class Grid:
     """The bar grid of some sessions: one entry per bar."""

@@ -11,7 +11,8 @@ midnight New York as Alpaca does).
 (``prices``, ``positions``) is active and tradable; an unknown one is a 404. ``asset_lookups`` lists
 the symbols asked for.
 
-Orders fill immediately at the ticker's current price (``fill_mode="fill"``), half-fill
+Orders fill immediately at the ticker's current price (``fill_mode="fill"``; ``slippage_bps`` makes
+buys pay and sells get that much worse, so fills cost something), half-fill
 (``"partial"``), stay open (``"accept"``), are accepted and fill when first looked up
 (``"delayed"``, like a real market order a moment later) or are refused with HTTP 403 (``"reject"``).
 ``sell_fill_delay`` (seconds, wall clock) holds sells open until that long after their submission (a
@@ -20,6 +21,13 @@ late fill), whatever the mode. A buy larger than the buying power left (cash les
 Alpaca. Faults are queued per route with ``fail(...)``: an HTTP status before processing (optionally
 with a ``Retry-After`` header), an HTTP status *after* the order was created (the ambiguous case), or
 a delay longer than the client's timeout. ``lookups`` lists the client ids looked up.
+
+Time is the test's: ``now`` is what the clock says, and :meth:`FakeAlpaca.set_time` moves it along the
+XNAS calendar (open or closed, the next open and close, each ticker's price = the close of its last
+completed minute bar, ``last_equity`` = the equity at the previous session's close). Cash moves only
+through fills, so the account's equity is always cash + positions at the current prices.
+``on_order(order)`` runs on every order the fake creates, after its immediate fill and before the
+reply (a test may promote a champion there, or kill the client process).
 
 Use as a context manager::
 
@@ -31,6 +39,7 @@ Use as a context manager::
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
 import uuid
@@ -43,7 +52,7 @@ from urllib.parse import parse_qs, urlparse
 import numpy as np
 import pandas as pd
 
-from data.calendar import session_grid, sessions_in_range
+from data.calendar import session_bounds, session_grid, sessions_in_range
 
 KEY_ID = "PKTESTKEY0000000000"
 SECRET = "tEsTsEcReT/not-a-real-secret-0123456789"
@@ -72,6 +81,8 @@ class Fault:
 
 @dataclass
 class FakeOrder:
+    """One order; quantities go over the wire with 15 significant digits (Alpaca's 9 decimals)."""
+
     id: str
     client_order_id: str
     symbol: str
@@ -102,8 +113,8 @@ class FakeOrder:
             "symbol": self.symbol,
             "asset_class": "us_equity",
             "notional": None,
-            "qty": f"{self.qty:.9g}",
-            "filled_qty": f"{self.filled_qty:.9g}",
+            "qty": f"{self.qty:.15g}",
+            "filled_qty": f"{self.filled_qty:.15g}",
             "filled_avg_price": None if self.filled_avg_price is None else f"{self.filled_avg_price:.6f}",
             "order_class": "simple",
             "order_type": "market",
@@ -145,6 +156,8 @@ class FakeAlpaca:
     margin_multiplier: float = 1.0  # > 1: a margin account (buying_power = multiplier x cash)
     # symbol -> {"status": "active"|"inactive", "tradable": bool} or None (HTTP 404); see the docstring
     assets: dict[str, dict[str, Any] | None] = field(default_factory=dict)
+    slippage_bps: float = 0.0  # fills 1e-4 x this worse than the current price (buys up, sells down)
+    on_order: Any = None  # callable(FakeOrder) after an order is created (see the module docstring)
 
     def __post_init__(self) -> None:
         self.orders: dict[str, FakeOrder] = {}
@@ -157,6 +170,7 @@ class FakeAlpaca:
         self.avg_price: dict[str, float] = {s: self.prices.get(s, 0.0) for s in self.positions}
         self._lock = threading.RLock()
         self._server: ThreadingHTTPServer | None = None
+        self._bounds: tuple[datetime, datetime] | None = None  # next open, next close (set_time)
         if self.last_equity is None:
             self.last_equity = self.equity()
 
@@ -174,7 +188,7 @@ class FakeAlpaca:
         class Handler(_Handler):
             state = fake
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = _Server(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
@@ -204,6 +218,34 @@ class FakeAlpaca:
         skip: int = 0,
     ):
         self.faults.append(Fault(method.upper(), path, kind, status, delay, times, retry_after, skip))
+
+    def set_time(self, now: datetime | pd.Timestamp) -> None:
+        """Move the clock to ``now`` (see the module docstring): calendar hours, prices from ``bars``."""
+        now = pd.Timestamp(now)
+        now = now.tz_localize("UTC") if now.tzinfo is None else now.tz_convert("UTC")
+        with self._lock:
+            before = pd.Timestamp(self.now)
+            day = now.tz_convert("America/New_York").tz_localize(None).normalize()
+            sessions = sessions_in_range(day - pd.Timedelta(days=7), day + pd.Timedelta(days=10))
+            opens, closes = (pd.DatetimeIndex(x, tz="UTC") for x in session_bounds(sessions))
+            if (pd.DatetimeIndex(closes) < now).any() and before < closes[closes < now][-1]:
+                # A session closed in between: last_equity is the equity at that close.
+                self._mark_prices(closes[closes < now][-1])
+                self.last_equity = self.equity()
+            self.now = now.floor("us").to_pydatetime()
+            self.is_open = bool(((opens <= now) & (now < closes)).any())
+            later = opens > now
+            next_close = closes[closes > now][0]
+            self._bounds = (opens[later][0].to_pydatetime(), next_close.to_pydatetime())
+            self._mark_prices(now)
+
+    def _mark_prices(self, now: pd.Timestamp) -> None:
+        """Each ticker's price: the close of its last minute bar completed by ``now``."""
+        if self.bars is None or not len(self.bars):
+            return
+        done = self.bars[self.bars["timestamp"] + pd.Timedelta(minutes=1) <= now]
+        last = done.sort_values("timestamp").groupby("ticker")["close"].last()
+        self.prices.update({str(t): float(p) for t, p in last.items()})
 
     def equity(self) -> float:
         return self.cash + sum(q * self.prices.get(s, 0.0) for s, q in self.positions.items())
@@ -264,8 +306,8 @@ class FakeAlpaca:
                     "asset_class": "us_equity",
                     "asset_marginable": True,
                     "avg_entry_price": f"{avg:.6f}",
-                    "qty": f"{qty:.9g}",
-                    "qty_available": f"{qty:.9g}",
+                    "qty": f"{qty:.15g}",
+                    "qty_available": f"{qty:.15g}",
                     "side": "long" if qty > 0 else "short",
                     "market_value": f"{qty * price:.6f}",
                     "cost_basis": f"{qty * avg:.6f}",
@@ -281,6 +323,13 @@ class FakeAlpaca:
         return out
 
     def _clock(self) -> dict[str, Any]:
+        if self._bounds is not None:
+            return {
+                "timestamp": self.now.isoformat(),
+                "is_open": self.is_open,
+                "next_open": self._bounds[0].isoformat(),
+                "next_close": self._bounds[1].isoformat(),
+            }
         day = self.now.replace(hour=14, minute=30, second=0, microsecond=0)
         next_open = day if self.now < day else day + timedelta(days=1)
         next_close = self.now.replace(hour=21, minute=0, second=0, microsecond=0)
@@ -347,6 +396,8 @@ class FakeAlpaca:
         self.orders[order.id] = order
         if self.fill_mode in ("fill", "partial") and not self._held_back(order):
             self._execute(order, qty if self.fill_mode == "fill" else qty / 2)
+        if self.on_order is not None:
+            self.on_order(order)
         return 200, order.to_json()
 
     def _buying_power(self) -> float:
@@ -363,17 +414,18 @@ class FakeAlpaca:
         return order.side == "sell" and time.monotonic() < order.created_wall + self.sell_fill_delay
 
     def _execute(self, order: FakeOrder, qty: float) -> None:
-        """Fill ``qty`` more shares of ``order`` at the current price."""
-        price = self.prices[order.symbol]
+        """Fill ``qty`` more shares of ``order`` at the current price (less ``slippage_bps``)."""
         sign = 1.0 if order.side == "buy" else -1.0
+        price = self.prices[order.symbol] * (1.0 + sign * self.slippage_bps * 1e-4)
         held = self.positions.get(order.symbol, 0.0)
         if sign > 0:
             avg = self.avg_price.get(order.symbol, price)
             self.avg_price[order.symbol] = (held * avg + qty * price) / (held + qty)
         self.positions[order.symbol] = held + sign * qty
         self.cash -= sign * qty * price
+        before = order.filled_qty * (order.filled_avg_price or 0.0)
         order.filled_qty += qty
-        order.filled_avg_price = price
+        order.filled_avg_price = (before + qty * price) / order.filled_qty
         order.status = "filled" if order.filled_qty >= order.qty - 1e-12 else "partially_filled"
 
     def _lookup(self, order: FakeOrder) -> FakeOrder:
@@ -530,6 +582,13 @@ def daily_bars(minute: pd.DataFrame) -> pd.DataFrame:
     )
     daily["timestamp"] = daily["day"].dt.tz_localize("America/New_York").dt.tz_convert("UTC")
     return daily[cols]
+
+
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client killed mid-request (the kill -9 tests) resets its connection: not the fake's error.
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
 
 class _Handler(BaseHTTPRequestHandler):

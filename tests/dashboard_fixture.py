@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from backtests import significance, snooping
 from backtests.verdict import ANNUALIZED_MIN_SESSIONS, judge, verdict_fields
 from data.atomic import atomic_path, atomic_write_json
 
@@ -66,7 +67,6 @@ def _metrics_from_daily(
         "exposure": exposure,
         "hit_rate": float(np.mean(daily > 0)) if n else None,
         "probabilistic_sharpe_ratio": 0.81 if sharpe is not None else None,
-        "deflated_sharpe_ratio": 0.64 if sharpe is not None else None,
     }
 
 
@@ -214,7 +214,23 @@ def write_backtest(
         metrics["strategies"]["equal_weight"] = _metrics_from_daily(
             daily["equal_weight"].to_numpy(), cost_rate * len(daily), 1.0, 1.0, annualize
         )
-        metrics["strategies"]["champion"]["deflated_sharpe_ratio"] = 0.003
+        # The out-of-sample test and the selection diagnostics as backtests.report computes them.
+        metrics["significance"] = 0.05
+        metrics["oos_test"] = {
+            **significance.out_of_sample_test(
+                daily["champion"].to_numpy(),
+                {"buy_and_hold": daily["buy_and_hold"].to_numpy()},
+                strategy="champion",
+                benchmark="buy_and_hold",
+                replications=199,
+            ),
+            "held_out": True,
+        }
+        trials = np.random.default_rng(seed + 2).normal(0.0, 0.01, size=(20, 7))
+        bench = np.random.default_rng(seed + 3).normal(0.0, 0.01, size=20)
+        metrics["selection"] = snooping.selection_diagnostics(
+            snooping.SelectionInputs(trials, champion=0, benchmark=bench)
+        )
     if absurd:
         # The default demo's figures before the trust change: a 12-session window annualized.
         metrics["strategies"]["champion"].update(
@@ -262,7 +278,7 @@ def write_real_backtest(
 
     params = EnvParams(decision_interval=decision_interval, cost_rate=0.0005)
     result = run_backtest(market, params, {"champion": champion}, device="cpu", seed=seed)
-    write_report(run_dir, result, num_trials=7, trial_sharpes=[0.1, 0.5, 1.2], tearsheet=tearsheet)
+    write_report(run_dir, result, num_trials=7, tearsheet=tearsheet)
     return json.loads((Path(run_dir) / "backtest" / "metrics.json").read_text())
 
 
@@ -404,6 +420,13 @@ def write_home_stores(home: Path, run: str, run_dir: Path) -> None:
             target_weights=[0.5],
             policy_weights=[0.5],
             skipped=[],
+            session="2024-03-04",
+            account_equity=100_000.0,
+            holdings={},
+            prices=[180.0],
+        )
+        journal.start_session(
+            "2024-03-04", bundle_id="b1", bundle_path=str(bundle), run_id=run, source="champion"
         )
         journal.order(
             client_order_id="pr-1",
@@ -427,12 +450,18 @@ def write_home_stores(home: Path, run: str, run_dir: Path) -> None:
             decision_ts="2024-03-04T15:00:00+00:00",
             ticker="AAPL",
             qty=10.0,
-            market_value=1801.0,
+            market_value=2051.0,
             expected_qty=10.0,
+            bundle_id="b1",
         )
         journal.event("reconcile", "positions match")
         journal.pnl(
-            decision_ts="2024-03-04T15:00:00+00:00", equity=100_250.0, cash=98_199.0, last_equity=100_000.0
+            decision_ts="2024-03-04T15:00:00+00:00",
+            equity=100_250.0,
+            cash=98_199.0,
+            last_equity=100_000.0,
+            bundle_id="b1",
+            holdings={"AAPL": (10.0, 205.1)},
         )
 
 

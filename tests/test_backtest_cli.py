@@ -56,9 +56,13 @@ def test_run_backtest_json_has_every_metric_and_writes_the_report(run_home, caps
             "exposure",
             "hit_rate",
             "probabilistic_sharpe_ratio",
-            "deflated_sharpe_ratio",
         ):
             assert key in row
+    # The out-of-sample test of the champion on 1 held-out session: a verdict that says why it is
+    # not measurable; the look is in the ledger.
+    assert doc["oos_test"]["strategy"] == "champion" and doc["oos_test"]["looks"] == 1
+    assert doc["verdict_outcome"] == "not measurable" and "at least 20" in doc["verdict"]
+    assert doc["significance"] == 0.05 and doc["selection"]["num_trials"] == 0
     out = run_home / "runs" / "r1" / "backtest"
     for name in (
         "metrics.json",
@@ -76,9 +80,11 @@ def test_run_backtest_json_has_every_metric_and_writes_the_report(run_home, caps
 def test_run_backtest_table_on_the_valid_window(run_home, capsys):
     assert _run(run_home, "r1", "--window", "valid", "--no-tearsheet") == 0
     out = capsys.readouterr().out
-    for label in ("Sharpe", "Sortino", "Max drawdown", "Calmar", "Turnover", "Costs", "DSR", "buy_and_hold"):
+    for label in ("Sharpe", "Sortino", "Max drawdown", "Calmar", "Turnover", "Costs", "PSR", "buy_and_hold"):
         assert label in out
     assert "valid window" in out and "252/yr" in out
+    # The validation window is where the run selected: no out-of-sample test there, and no look.
+    assert "edge not measurable: the valid window is not held out" in " ".join(out.split())
 
 
 def test_baseline_on_stored_data(run_home, capsys):
@@ -165,3 +171,20 @@ def test_test_window_must_lie_after_what_the_run_saw(run_home, capsys):
     assert "was selected on data up to" in err and "Traceback" not in err
     assert _run(run_home, "shifted", "--window", "valid", "--json", "--no-tearsheet") == 0
     capsys.readouterr()
+
+
+def test_cli_json_and_dashboard_show_one_verdict_and_a_re_backtest_is_not_a_new_look(run_home, capsys):
+    from app.dashboard.verdict_box import verdict_box
+    from backtests.looks import ledger_path, read_looks
+
+    assert _run(run_home, "r1", "--json", "--no-tearsheet") == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert _run(run_home, "r1", "--no-tearsheet") == 0
+    table = " ".join(capsys.readouterr().out.split())  # rich wraps long lines
+    saved = json.loads((run_home / "runs" / "r1" / "backtest" / "metrics.json").read_text())
+    box = verdict_box(saved)
+    assert box.text == doc["verdict"] == saved["verdict"] and box.diagnostics == doc["verdict_diagnostics"]
+    assert doc["verdict"] in table and doc["verdict_diagnostics"] in table
+    # Backtested more than once (the other tests, on either window): one look at the test window.
+    rows = [r for r in read_looks(ledger_path(run_home)) if r["run_id"] == "r1"]
+    assert len(rows) == 1 and rows[0]["strategy"] == "champion" and doc["oos_test"]["looks"] == 1

@@ -30,9 +30,7 @@ def result():
 
 
 def test_write_report_files_and_schemas(tmp_path, result, capsys):
-    doc = report.write_report(
-        tmp_path, result, window="test", num_trials=12, trial_sharpes=[0.5, 1.0, -0.2, 2.0]
-    )
+    doc = report.write_report(tmp_path, result, window="test", num_trials=12)
     out = tmp_path / "backtest"
     assert capsys.readouterr().out == ""  # pyfolio's HTML printing is swallowed
     names = list(result.names)
@@ -82,17 +80,23 @@ def test_write_report_files_and_schemas(tmp_path, result, capsys):
     assert (out / "tearsheet.png").stat().st_size > 1000
 
 
-def test_deflation_applies_to_selected_strategies_only(result):
-    metrics = report.compute_metrics(result, num_trials=50, trial_sharpes=[0.1, 1.5, 3.0])
-    champion, bh = metrics["champion"], metrics["buy_and_hold"]
+def test_every_strategy_has_its_psr_and_the_selected_one_its_out_of_sample_test(result):
+    metrics = report.compute_metrics(result)
+    champion = metrics["champion"]
     _, daily = result.daily_returns()
-    variance = selection.trial_sharpe_variance([0.1, 1.5, 3.0], 252)
-    expected = selection.deflated_sharpe_ratio(daily[:, 0], 50, variance).item()
-    assert champion["deflated_sharpe_ratio"] == pytest.approx(expected)
-    assert champion["deflated_sharpe_ratio"] < champion["probabilistic_sharpe_ratio"]
-    assert bh["deflated_sharpe_ratio"] == bh["probabilistic_sharpe_ratio"]
+    assert champion["probabilistic_sharpe_ratio"] == pytest.approx(
+        selection.probabilistic_sharpe_ratio(daily[:, 0]).item()
+    )
+    assert "deflated_sharpe_ratio" not in champion
     # The headline Sharpe is the daily one with 252 periods a year.
     assert champion["sharpe_ratio"] == pytest.approx(m.sharpe_ratio(daily[:, 0], annualization=252).item())
+    doc = report.metrics_document(result, window="test", earlier_looks=[0.1, -0.2], seed=5, market="m")
+    oos = doc["oos_test"]
+    assert (oos["strategy"], oos["looks"], oos["seed"], oos["market"]) == ("champion", 3, 5, "m")
+    assert set(oos["excess"]) == {"buy_and_hold", "equal_weight"} and oos["benchmark"] == "buy_and_hold"
+    excess = daily[:, 0] - daily[:, result.names.index("buy_and_hold")]
+    assert oos["excess"]["buy_and_hold"]["mean_per_day"] == pytest.approx(excess.mean().item())
+    assert doc["verdict_outcome"] == "not measurable"  # 4 sessions
 
 
 def test_large_runs_are_summarized_per_session(tmp_path, result):

@@ -51,3 +51,16 @@ def test_console_script_exit_code_and_one_line_error(tmp_path):
 def test_version(capsys):
     assert main(["--version"]) == 0
     assert "podracer" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "argv", [["train", "--help"], ["demo", "--help"], ["status", "--help"], ["schedule", "print", "--help"]]
+)
+def test_help_texts_keep_their_bracketed_defaults(argv, capsys):
+    """Rich markup would swallow ``[default: ...]`` in an option's help (typer's rich mode): the
+    command modules escape it, so the user reads the default."""
+    rc = main(argv)
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "[default:" in out
+    assert " ." not in out.replace("...", "")

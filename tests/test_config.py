@@ -87,3 +87,25 @@ def test_old_env_compile_key_loads_as_fast_step_with_one_warning(tmp_path, caplo
     assert 'fast_step = "off"' in written and load_config(write_config(cfg, tmp_path / "again.toml")) == cfg
     with pytest.raises(ConfigError, match="env.compile: deprecated name of env.fast_step"):
         parse_config({"env": {"compile": "off", "fast_step": "on"}})
+
+
+def test_old_significance_keys_still_load_with_a_warning(tmp_path, caplog):
+    """Every run's config.toml records the config it ran with: the DSR thresholds it used to hold are
+    read as the out-of-sample test's level, and the old first_promotion value as its new name."""
+    old = tmp_path / "config.toml"
+    old.write_text(
+        '[backtest]\ndsr_threshold = 0.95\n[nightly]\ndsr_threshold = 0.9\nfirst_promotion = "dsr"\n',
+        encoding="utf-8",
+    )
+    with caplog.at_level("WARNING", logger="app.config"):
+        config = load_config(old)
+    assert config.backtest.significance == 0.05 and config.nightly.significance == 0.1
+    assert config.nightly.first_promotion == "significant"
+    warned = [r.getMessage() for r in caplog.records]
+    assert len(warned) == 3 and all(str(old) in w and "deprecated" in w for w in warned)
+    # Both keys set is an error (as for a renamed key); the written config has only the new keys.
+    with pytest.raises(ConfigError, match="backtest.dsr_threshold: deprecated, replaced by"):
+        parse_config({"backtest": {"dsr_threshold": 0.5, "significance": 0.01}})
+    assert "dsr_threshold" not in config_to_toml(config) and "significance = 0.05" in config_to_toml(config)
+    with pytest.raises(ConfigError, match="backtest.significance"):
+        parse_config({"backtest": {"significance": 1.5}})

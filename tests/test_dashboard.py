@@ -200,7 +200,7 @@ METRICS = {
             "sortino_ratio": 2.0,
             "max_drawdown": -0.25,
             "calmar_ratio": 0.2,
-            "deflated_sharpe_ratio": 0.951,
+            "probabilistic_sharpe_ratio": 0.951,
         },
         "buy_and_hold": {
             "cum_returns_final": 0.1,
@@ -210,7 +210,7 @@ METRICS = {
             "sortino_ratio": None,
             "max_drawdown": -0.3,
             "calmar_ratio": 0.1333,
-            "deflated_sharpe_ratio": 0.5,
+            "probabilistic_sharpe_ratio": 0.5,
         },
     },
 }
@@ -237,7 +237,7 @@ def test_metric_cards_values_and_deltas():
         "Sortino",
         "Max drawdown",
         "Calmar",
-        "DSR",
+        "PSR",
     ]
     by_key = {c.key: c for c in shown}
     assert by_key["sharpe_ratio"].value == "1.23"
@@ -247,7 +247,7 @@ def test_metric_cards_values_and_deltas():
     assert by_key["max_drawdown"].delta_color == "normal"
     assert by_key["annual_volatility"].delta_color == "inverse"
     assert by_key["sortino_ratio"].delta is None  # benchmark's Sortino is null
-    assert by_key["deflated_sharpe_ratio"].value == "0.95"
+    assert by_key["probabilistic_sharpe_ratio"].value == "0.95"
     # The tooltip has the exact values of both strategies.
     assert (
         "Champion: 1.2345." in by_key["sharpe_ratio"].help and "Buy & hold: 1." in by_key["sharpe_ratio"].help
@@ -533,33 +533,45 @@ def test_short_window_cards_say_why():
 
 
 def test_verdict_box_shows_what_metrics_json_states():
-    doc = _new_schema(12, pbo=0.62)
-    doc["strategies"]["champion"]["deflated_sharpe_ratio"] = 0.97
+    doc = _new_schema(70, pbo=0.62, oos_test={"strategy": "champion"})
     # The document states its verdict (backtests.report wrote it): the box shows that, not a re-derivation.
-    doc.update(verdict_fields(Verdict("not significant", ("DSR 0.970", "PBO 0.62"))))
-    doc["pbo"] = 0.1
-    assert verdict_box(doc) == VerdictBox("warning", "edge not significant: DSR 0.970, PBO 0.62")
-    doc.update(verdict_fields(Verdict("significant", ("DSR 0.970", "PBO 0.10"))))
-    assert verdict_box(doc) == VerdictBox("success", "edge significant: DSR 0.970, PBO 0.10")
-    why = Verdict("not measurable", ("DSR n/a (the Sharpe ratio is undefined)", "PBO n/a"))
+    stated = Verdict("not significant", ("PSR 0.970", "excess over buy_and_hold +0.01%/day (p 0.300)"))
+    doc.update(verdict_fields(stated))
+    assert verdict_box(doc) == VerdictBox("warning", stated.text)
+    assert stated.text.startswith("edge not significant out of sample: PSR 0.970")
+    significant = Verdict("significant", ("PSR 0.999",), (), "selection on the validation window: ...")
+    doc.update(verdict_fields(significant))
+    assert verdict_box(doc) == VerdictBox(
+        "success", significant.text, "selection on the validation window: ..."
+    )
+    why = Verdict("not measurable", ("the held-out window has 12 sessions, the test needs at least 20",))
     assert verdict_box({**doc, **verdict_fields(why)}).kind == "info"
     # A baselines-only report states no verdict.
     assert verdict_box({**doc, **verdict_fields(None)}) is None
 
 
 def test_verdict_box_of_a_document_without_a_stored_verdict():
-    """Runs from before the verdict was stored: judged once by backtests.verdict, the report's rule."""
-    doc = _new_schema(12, pbo=0.5)
-    doc["strategies"]["champion"]["deflated_sharpe_ratio"] = 0.97
-    # PBO exactly 0.5 is not below PBO_MAX: not significant, as the report says.
-    assert verdict_box(doc) == VerdictBox("warning", "edge not significant: DSR 0.970, PBO 0.50")
-    doc["pbo"] = 0.1
-    assert verdict_box(doc) == VerdictBox("success", "edge significant: DSR 0.970, PBO 0.10")
-    doc["strategies"]["champion"]["deflated_sharpe_ratio"] = 0.003
-    assert verdict_box(doc).text == "edge not significant: DSR 0.003, PBO 0.10"
-    old = json.loads(json.dumps(METRICS))  # no pbo: the DSR alone decides
-    assert verdict_box(old) == VerdictBox("success", "edge significant: DSR 0.951, PBO n/a")
-    assert verdict_box({"strategies": {"champion": {}}}) is None  # from before the DSR
+    """A document with the out-of-sample test but no stored verdict is judged once by
+    backtests.verdict; one from before the test (only older figures) states none."""
+    oos = {
+        "strategy": "champion",
+        "held_out": True,
+        "num_sessions": 63,
+        "looks": 1,
+        "psr_after_looks": 0.99,
+        "benchmark": "buy_and_hold",
+        "excess": {"buy_and_hold": {"mean_per_day": 0.002, "p_value_after_looks": 0.01}},
+    }
+    doc = _new_schema(70, pbo=0.5, oos_test=oos)
+    box = verdict_box(doc)
+    assert box.kind == "success" and box.text.startswith("edge significant out of sample: PSR 0.990")
+    doc["oos_test"] = {**oos, "psr_after_looks": 0.9}
+    assert verdict_box(doc).kind == "warning"
+    # Written before the out-of-sample test: its stored verdict rests on other statistics, no box.
+    old = json.loads(json.dumps(METRICS))
+    old["strategies"]["champion"]["deflated_sharpe_ratio"] = 0.99
+    old.update(verdict_fields(Verdict("significant", ("DSR 0.990", "PBO 0.10"))))
+    assert verdict_box(old) is None
 
 
 def test_costs_caption_and_pbo_logits():

@@ -141,8 +141,10 @@ def test_every_page_renders_on_a_full_home(full_home, monkeypatch, page):
         assert (
             labels["Promoted"] == "1" and labels["Rejected"] == "1" and labels["Fitness (sharpe)"] == "1.10"
         )
-        # The out-of-sample record: the paper decisions with the champion's bundle since promotion.
-        assert labels["Decisions since promotion"] == "1"
+        # The champion's paper record while in charge (app.paper.attribution), and the status box.
+        assert labels["Return"] == "0.25%" and labels["Sharpe"] == "n/a" and labels["Costs"] == "$1.00"
+        assert any("1 orders" in c and "from 20 sessions on" in c for c in _texts(at.caption))
+        assert labels["Champion"] == "run-a" and labels["Paper loop"] == "not started"
     if page == "paper":
         labels = {m.label: m.value for m in at.metric}
         assert labels["Equity"] == "$100,250.00" and labels["Orders recorded"] == "1"
@@ -316,9 +318,15 @@ def test_new_metrics_schema_verdict_short_window_and_pbo(tmp_path, monkeypatch):
     doc = json.loads((run_dir / "backtest" / "metrics.json").read_text())
     at = _open(_app(home, monkeypatch), "overview")
     _no_exception(at)
-    # The verdict box shows the verdict metrics.json states, word for word.
-    assert doc["verdict"].startswith(f"edge not significant: DSR 0.003, PBO {doc['pbo']:.2f}")
-    assert _texts(at.warning) == [doc["verdict"]]
+    # The verdict box shows the verdict metrics.json states, word for word (12 held-out sessions: not
+    # measurable), and its line of selection diagnostics below it.
+    assert (
+        doc["verdict"]
+        == "edge not measurable: the held-out window has 12 sessions, the test needs at least 20"
+    )
+    assert _texts(at.info) == [doc["verdict"]] and not _texts(at.warning)
+    assert doc["verdict_diagnostics"].endswith(f"PBO {doc['pbo']:.2f} (ranking among pods)")
+    assert doc["verdict_diagnostics"] in _texts(at.caption)
     cards = {m.label: m for m in at.metric[:8]}
     assert cards["Ann. return"].value == "n/a" and cards["Calmar"].value == "n/a"
     assert "n/a: window under 63 sessions (12)" in cards["Ann. return"].proto.help
@@ -344,9 +352,9 @@ def test_old_run_with_absurd_figures_shows_short_values(tmp_path, monkeypatch):
     cards = {m.label: m for m in at.metric[:8]}
     assert cards["Ann. return"].value == "3.5M%" and cards["Calmar"].value == "7.7M"
     assert "3,525,288.00%" in cards["Ann. return"].proto.help
-    # No stored verdict and no PBO in an old run: judged by the report's rule on the DSR alone, and
-    # there is no logit histogram.
-    assert _texts(at.warning) == ["edge not significant: DSR 0.640, PBO n/a"]
+    # No stored verdict and no out-of-sample test in an old run: no verdict box (nothing is re-derived
+    # from older figures), and no logit histogram.
+    assert not _texts(at.warning) and not _texts(at.success) and not _texts(at.info)
     assert len(at.get("plotly_chart")) == 3
 
 

@@ -42,7 +42,13 @@ def test_demo_test_preset_end_to_end(home, capsys):
     assert metrics["window"] == "test" and metrics["annualization"] == 252
     for name in ("champion", "buy_and_hold"):
         row = metrics["strategies"][name]
-        for key in ("sharpe_ratio", "max_drawdown", "calmar_ratio", "annual_return", "deflated_sharpe_ratio"):
+        for key in (
+            "sharpe_ratio",
+            "max_drawdown",
+            "calmar_ratio",
+            "annual_return",
+            "probabilistic_sharpe_ratio",
+        ):
             assert key in row
     assert summary["metrics"]["champion"]["sharpe_ratio"] == pytest.approx(
         metrics["strategies"]["champion"]["sharpe_ratio"]
@@ -61,7 +67,13 @@ def test_demo_test_preset_end_to_end(home, capsys):
     assert metrics["pbo"] is not None and 0.0 <= metrics["pbo"] <= 1.0 and metrics["pbo_logits"]
     assert 2 <= metrics["pbo_num_trials"] <= len(scored) + 1  # trials with no Sharpe at all are left out
     assert "equal_weight" in metrics["strategies"] and metrics["cost_rate"] == 0.002
-    assert summary["verdict"].startswith("edge ")
+    # 5 held-out sessions: the verdict says the test needs more; the selection diagnostics are there
+    assert summary["verdict"] == metrics["verdict"] and metrics["verdict_outcome"] == "not measurable"
+    assert "at least 20" in metrics["verdict"] and metrics["oos_test"]["looks"] == 1
+    selection = metrics["selection"]
+    assert selection["num_trials"] == metrics["num_trials"] and selection["spa_p_value"] is not None
+    assert 1 <= selection["effective_trials"] <= metrics["num_trials"]
+    assert metrics["verdict_diagnostics"].startswith("selection on the validation window: SPA p ")
     # the test window comes after the validation window the tournament saw
     assert metrics["start"] > run_json["windows"]["valid"][1]
     equity = pd.read_parquet(run_dir / "backtest" / "equity.parquet")

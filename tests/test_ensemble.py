@@ -163,8 +163,11 @@ def test_tournament_with_ensemble_champion_then_backtest_and_export(home, tmp_pa
     assert main(["backtest", "ens", "--json"]) == 0
     metrics = json.loads((run_dir / "backtest" / "metrics.json").read_text())
     assert metrics["num_trials"] == 4 and "champion" in metrics["strategies"]
-    # The PBO's trial matrix holds the ensemble's validation returns too: 3 pods + 1 columns.
-    assert trial_returns(RunDir.at(run_dir)).shape[1] == 4
+    # The trials' matrix (PBO, SPA, effective trials) holds the ensemble's validation returns too:
+    # 3 pods + 1 columns, the ensemble last; it is the champion whose validation DSR is reported.
+    _, returns, ids = trial_returns(RunDir.at(run_dir))
+    assert returns.shape[1] == 4 and ids[-1] == "ensemble" and metrics["selection"]["num_trials"] == 4
+    assert metrics["selection"]["valid_sharpe_per_day"] is not None
 
     bundle_dir = export_bundle(run_dir, exporter="torchscript")
     bundle = load_bundle(bundle_dir)

@@ -18,11 +18,12 @@ from pathlib import Path
 import pytest
 
 from app.config import Config
-from app.nightly.decide import decide, windows_overlap
+from app.nightly.decide import decide
 from app.nightly.lock import LockBusyError, ProcessLock, read_lock_info
 from app.nightly.pipeline import STEPS, RetrainError, run_retrain
 from app.nightly.registry import current_champion, read_decisions, registry_path
 from app.nightly.steps import ChallengerRun, DataSnapshot, Evaluation, RetrainSteps
+from backtests.verdict import Verdict as EdgeVerdict
 from data.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,24 +35,34 @@ WINDOWS = {
 }
 
 
+def _edge(outcome: str | None, psr: float = 0.99) -> EdgeVerdict | None:
+    """The challenger's out-of-sample verdict as backtests.verdict states it (None: no test)."""
+    if outcome is None:
+        return None
+    return EdgeVerdict(outcome, (f"PSR {psr:.3f}", "excess over buy_and_hold +0.10%/day (p 0.010)"))
+
+
 class FakePipeline:
-    """Scripted steps: the challenger scores ``challenger_fitness``, the champion ``champion_fitness``."""
+    """Scripted steps: the challenger scores ``challenger_fitness`` and its out-of-sample test says
+    ``edge`` (PSR after the looks ``psr``), the champion scores ``champion_fitness``."""
 
     def __init__(
         self,
         challenger_fitness: float | None = 1.0,
         champion_fitness: float | None = 0.5,
-        dsr: float | None = 0.99,
+        edge: str | None = "significant",
+        psr: float = 0.99,
         trials: int = 4,
         windows: dict | None = None,
     ) -> None:
         self.challenger_fitness = challenger_fitness
         self.champion_fitness = champion_fitness
-        self.dsr = dsr
+        self.edge = edge
+        self.psr = psr
         self.trials = trials
         self.windows = windows or WINDOWS
         self.seen_champion: dict | None = None
-        self.num_trials: list[int] = []
+        self.evaluated = 0
         self.exported: list[str] = []
 
     def steps(self) -> RetrainSteps:
@@ -74,25 +85,21 @@ class FakePipeline:
             run_dir=runs / run_id,
             policy_dir=policy_dir,
             num_trials=self.trials,
-            trial_sharpes=(0.1, 0.2, 0.3, 0.4),
             warm_started_from=None if champion is None else champion["run_id"],
         )
 
-    def evaluate(self, config, home, data, challenger, champion, num_trials):
-        self.num_trials.append(num_trials)
+    def evaluate(self, config, home, data, challenger, champion):
+        self.evaluated += 1
         champ = None
         if champion is not None:
             champ = {"fitness": self.champion_fitness, "sharpe_ratio": self.champion_fitness}
         return Evaluation(
             fitness="sharpe",
             window=tuple(self.windows["test"]),
-            challenger={
-                "fitness": self.challenger_fitness,
-                "sharpe_ratio": self.challenger_fitness,
-                "deflated_sharpe_ratio": self.dsr,
-            },
+            challenger={"fitness": self.challenger_fitness, "sharpe_ratio": self.challenger_fitness},
             champion=champ,
-            num_trials=num_trials,
+            edge=_edge(self.edge, self.psr),
+            test={"looks": 2, "psr_after_looks": self.psr},
         )
 
     def export(self, config, home, challenger):
@@ -104,7 +111,7 @@ class FakePipeline:
 
 
 def _config(**nightly) -> Config:
-    return Config().with_updates(nightly={"margin": 0.1, "dsr_threshold": 0.9, **nightly})
+    return Config().with_updates(nightly={"margin": 0.1, "significance": 0.1, **nightly})
 
 
 def _snapshot(home: Path) -> tuple[list[dict], dict | None, bytes | None]:
@@ -117,45 +124,51 @@ def _snapshot(home: Path) -> tuple[list[dict], dict | None, bytes | None]:
 
 
 @pytest.mark.parametrize(
-    ("challenger", "champion", "dsr", "promote", "words"),
+    ("challenger", "champion", "edge", "promote", "words"),
     [
-        (1.25, 1.0, 0.99, True, "beats champion"),
-        (1.05, 1.0, 0.99, False, "by the margin"),  # better, but not by the margin
-        (0.5, 1.0, 0.99, False, "does not beat"),
-        (2.0, 1.0, 0.5, False, "deflated Sharpe 0.500 < threshold"),
-        (2.0, 1.0, None, False, "deflated Sharpe undefined"),
-        (math.nan, 1.0, 0.99, False, "undefined"),
-        (None, 1.0, 0.99, False, "undefined"),
-        (0.3, None, 0.99, True, "undefined champion"),  # a flat champion has no Sharpe: beaten
-        (0.3, math.inf, 0.99, True, "undefined champion"),
+        (1.25, 1.0, "significant", True, "beats champion"),
+        (1.05, 1.0, "significant", False, "by the margin"),  # better, but not by the margin
+        (0.5, 1.0, "significant", False, "does not beat"),
+        (2.0, 1.0, "not significant", False, "challenger's edge not significant out of sample: PSR"),
+        (2.0, 1.0, "not measurable", False, "edge not measurable"),
+        (2.0, 1.0, None, False, "no out-of-sample test"),
+        (math.nan, 1.0, "significant", False, "undefined"),
+        (None, 1.0, "significant", False, "undefined"),
+        (0.3, None, "significant", True, "undefined champion"),  # a flat champion has no Sharpe: beaten
+        (0.3, math.inf, "significant", True, "undefined champion"),
     ],
 )
-def test_decide_with_champion(challenger, champion, dsr, promote, words):
-    verdict = decide(challenger, champion, dsr, has_champion=True, margin=0.1, dsr_threshold=0.95)
+def test_decide_with_champion(challenger, champion, edge, promote, words):
+    verdict = decide(challenger, champion, _edge(edge), has_champion=True, margin=0.1)
     assert verdict.promote is promote
     assert words in verdict.reason
 
 
 def test_decide_margin_is_inclusive_and_in_fitness_units():
-    assert decide(1.1, 1.0, 0.99, has_champion=True, margin=0.1, dsr_threshold=0.9).promote
-    assert not decide(1.0999, 1.0, 0.99, has_champion=True, margin=0.1, dsr_threshold=0.9).promote
-    assert decide(1.0, 1.0, 0.99, has_champion=True, margin=0.0, dsr_threshold=0.9).promote
+    sig = _edge("significant")
+    assert decide(1.1, 1.0, sig, has_champion=True, margin=0.1).promote
+    assert not decide(1.0999, 1.0, sig, has_champion=True, margin=0.1).promote
+    assert decide(1.0, 1.0, sig, has_champion=True, margin=0.0).promote
+    assert (
+        "edge significant out of sample: PSR 0.990"
+        in decide(1.2, 1.0, sig, has_champion=True, margin=0.1).reason
+    )
 
 
 def test_decide_without_champion():
-    always = dict(has_champion=False, margin=0.1, dsr_threshold=0.95, first_promotion="always")
-    assert decide(-1.0, None, 0.1, **always).promote
-    gated = {**always, "first_promotion": "dsr"}
-    assert not decide(1.0, None, 0.5, **gated).promote
-    assert not decide(None, None, 0.99, **gated).promote
-    assert decide(1.0, None, 0.99, **gated).promote
+    always = dict(has_champion=False, margin=0.1, first_promotion="always")
+    assert decide(-1.0, None, _edge("not significant"), **always).promote
+    gated = {**always, "first_promotion": "significant"}
+    assert not decide(1.0, None, _edge("not significant"), **gated).promote
+    assert not decide(None, None, _edge("significant"), **gated).promote
+    assert decide(1.0, None, _edge("significant"), **gated).promote
 
 
 # --- promotion and rejection --------------------------------------------------------------------------
 
 
 def test_first_run_with_no_champion_promotes_and_exports(home):
-    fake = FakePipeline(challenger_fitness=0.2, dsr=0.1)  # poor, but there is nothing to keep
+    fake = FakePipeline(challenger_fitness=0.2, edge="not significant", psr=0.1)  # nothing to keep
     outcome = run_retrain(_config(), home, steps=fake.steps())
     assert outcome.verdict == "promoted" and outcome.previous_champion is None
     assert fake.seen_champion is None
@@ -170,6 +183,11 @@ def test_first_run_with_no_champion_promotes_and_exports(home):
     (row,) = read_decisions(home)
     assert row["verdict"] == "promoted" and row["champion_run_id"] is None
     assert row["challenger_fitness"] == pytest.approx(0.2) and row["challenger_dsr"] == pytest.approx(0.1)
+    # The level as the PSR-after-looks threshold, the looks as the DSR's trials, the test in the scores.
+    assert row["dsr_threshold"] == pytest.approx(0.9) and row["num_trials"] == 2
+    assert row["scores"]["challenger_edge"].startswith("edge not significant out of sample")
+    assert row["scores"]["challenger_test"] == {"looks": 2, "psr_after_looks": 0.1}
+    assert outcome.challenger_edge == row["scores"]["challenger_edge"]
     assert (row["eval_start"], row["eval_end"]) == WINDOWS["test"]
     assert (row["selection_start"], row["selection_end"]) == WINDOWS["valid"]
     assert (row["data_start"], row["data_end"]) == WINDOWS["full"]
@@ -178,8 +196,9 @@ def test_first_run_with_no_champion_promotes_and_exports(home):
     assert not (home / "retrain.lock").read_text().strip()  # released cleanly
 
 
-def test_first_run_gated_by_dsr_is_rejected_without_champion(home):
-    outcome = run_retrain(_config(first_promotion="dsr"), home, steps=FakePipeline(dsr=0.5).steps())
+def test_first_run_gated_by_significance_is_rejected_without_champion(home):
+    fake = FakePipeline(edge="not significant", psr=0.5)
+    outcome = run_retrain(_config(first_promotion="significant"), home, steps=fake.steps())
     assert outcome.verdict == "rejected" and outcome.champion is None
     assert current_champion(home) is None
 
@@ -203,7 +222,7 @@ def test_worse_challenger_is_rejected_and_champion_unchanged(home):
 
 def test_better_challenger_is_promoted_and_its_bundle_exported(home):
     first = run_retrain(_config(), home, steps=FakePipeline().steps())
-    better = FakePipeline(challenger_fitness=1.5, champion_fitness=1.0, dsr=0.97)
+    better = FakePipeline(challenger_fitness=1.5, champion_fitness=1.0, psr=0.97)
     outcome = run_retrain(_config(), home, steps=better.steps())
     assert outcome.verdict == "promoted" and outcome.previous_champion == first.challenger_run_id
     champ = current_champion(home)
@@ -220,13 +239,12 @@ def test_better_challenger_is_promoted_and_its_bundle_exported(home):
     )
 
 
-def test_better_fitness_but_low_dsr_is_rejected(home):
+def test_better_fitness_but_no_significant_edge_is_rejected(home):
     run_retrain(_config(), home, steps=FakePipeline().steps())
     before = current_champion(home)
-    outcome = run_retrain(
-        _config(), home, steps=FakePipeline(challenger_fitness=3.0, champion_fitness=1.0, dsr=0.6).steps()
-    )
-    assert outcome.verdict == "rejected" and "deflated Sharpe" in outcome.reason
+    fake = FakePipeline(challenger_fitness=3.0, champion_fitness=1.0, edge="not significant", psr=0.6)
+    outcome = run_retrain(_config(), home, steps=fake.steps())
+    assert outcome.verdict == "rejected" and "edge not significant out of sample" in outcome.reason
     assert current_champion(home) == before
 
 
@@ -237,64 +255,12 @@ def test_export_disabled_promotes_without_bundle(home):
     assert current_champion(home)["bundle"] is None
 
 
-def test_reused_evaluation_window_deflates_for_every_earlier_tournament(home):
-    fakes = [FakePipeline(trials=3), FakePipeline(trials=5)]
-    for fake in fakes:
-        run_retrain(_config(), home, steps=fake.steps())
-    assert fakes[0].num_trials == [3] and fakes[1].num_trials == [3 + 5]
-    # Growing data shifts the window by a day: it shares all but one day with the earlier ones, so
-    # every earlier look at those days still counts (the old "identical window" rule counted 2).
-    shifted = {**WINDOWS, "test": ("2024-02-16", "2024-03-01"), "full": ("2024-01-02", "2024-03-01")}
-    moved = FakePipeline(trials=2, windows=shifted)
-    run_retrain(_config(), home, steps=moved.steps())
-    assert moved.num_trials == [3 + 5 + 2]
-    # A window sharing no day with any earlier one starts counting again.
-    later = {
-        "train": ("2024-01-02", "2024-02-20"),
-        "valid": ("2024-02-21", "2024-03-01"),
-        "test": ("2024-03-04", "2024-03-15"),
-        "full": ("2024-01-02", "2024-03-15"),
-    }
-    fresh = FakePipeline(trials=2, windows=later)
-    run_retrain(_config(), home, steps=fresh.steps())
-    assert fresh.num_trials == [2]
-    assert [r["num_trials"] for r in read_decisions(home)] == [3, 8, 10, 2]
-
-    def boom() -> None:
-        raise OSError("export disk full")
-
-    # A night that failed after evaluating on the window counts; one that failed before does not.
-    for step, trials in (("export", 7), ("tournament", 100)):
-        with pytest.raises(RetrainError):
-            run_retrain(
-                _config(), home, steps=FakePipeline(trials=trials, windows=later).steps(), faults={step: boom}
-            )
-    last = FakePipeline(trials=1, windows=later)
-    run_retrain(_config(), home, steps=last.steps())
-    assert last.num_trials == [2 + 7 + 1]
-
-
-@pytest.mark.parametrize(
-    ("earlier", "tonight", "overlap"),
-    [
-        (("2024-02-15", "2024-02-29"), ("2024-02-16", "2024-03-01"), True),  # shifted by a day
-        (("2024-02-15", "2024-02-29"), ("2024-02-29", "2024-03-14"), True),  # one shared day
-        (("2024-02-15", "2024-02-29"), ("2024-03-01", "2024-03-14"), False),  # adjacent, disjoint
-        (("2024-03-01", "2024-03-14"), ("2024-02-15", "2024-02-29"), False),
-        (("2024-02-01", "2024-03-31"), ("2024-02-15", "2024-02-29"), True),  # contains
-    ],
-)
-def test_windows_overlap(earlier, tonight, overlap):
-    assert windows_overlap(earlier, tonight) is overlap
-    assert windows_overlap(tonight, earlier) is overlap
-
-
 def test_overlapping_windows_fail_before_training(home):
     bad = {**WINDOWS, "valid": ("2024-02-01", "2024-02-20")}  # runs into the test window
     fake = FakePipeline(windows=bad)
     with pytest.raises(RetrainError, match="step update_data: windows overlap"):
         run_retrain(_config(), home, steps=fake.steps())
-    assert fake.num_trials == [] and current_champion(home) is None
+    assert fake.evaluated == 0 and current_champion(home) is None
 
 
 # --- failures leave the champion in place -------------------------------------------------------------

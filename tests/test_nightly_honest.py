@@ -18,7 +18,6 @@ from app.nightly.normalization import SPEC_FILE, champion_feature_spec, with_fea
 from app.nightly.pipeline import run_retrain
 from app.nightly.registry import current_champion, read_decisions
 from app.nightly.steps import ChallengerRun, DataSnapshot, evaluate_step
-from app.paper import journal as journal_module
 from app.paper.journal import Journal
 from backtests import engine
 
@@ -63,7 +62,7 @@ def test_champion_is_scored_with_its_own_normalization(tmp_path):
     )
     data = DataSnapshot(splits=splits, windows={k: tuple(v) for k, v in splits.windows().items()})
     challenger = ChallengerRun("run-test", run.run_dir, run.run_dir / "champion", num_trials=3)
-    evaluation = evaluate_step(config, home, data, challenger, champion, 3)
+    evaluation = evaluate_step(config, home, data, challenger, champion)
 
     params = to_env_params(config.env)
     mine = with_feature_spec(splits.full, splits.test, own)
@@ -92,37 +91,50 @@ def test_test_window_figures_are_labelled_selection(home):
     assert record["nightly"]["eval_role"] == "selection" and record["nightly"]["verdict"] == "promoted"
 
 
-def test_out_of_sample_record_is_paper_trading_since_promotion(home, monkeypatch):
-    assert record_module.out_of_sample_record(home).note == "no champion promoted yet"
-    before = iter(f"2020-01-0{d}T15:00:00+00:00" for d in range(1, 10))  # before the promotion
-    monkeypatch.setattr(journal_module, "_now", lambda: next(before))
-    (home / "paper").mkdir()
-    with Journal.for_home(home) as journal:  # before the promotion: the previous champion's
-        journal.decision(decision_ts="2020-01-01T14:30:00+00:00", bundle_id="old", dry_run=False, equity=100.0, cash=0.0, tickers=[],
-                         current_weights=[], target_weights=[], policy_weights=[], skipped=[])  # fmt: skip
-        journal.pnl(decision_ts="2020-01-01T14:30:00+00:00", equity=100.0, cash=0.0, last_equity=None)
-    fake = FakePipeline(trials=3)
-    run_retrain(_config(), home, steps=fake.steps())
-    champ = current_champion(home)
-    manifest = json.loads((home / "exports" / f"{champ['run_id']}-champion" / "manifest.json").read_text())
-    bundle_id = manifest["bundle_id"] = "new-bundle"
-    (home / "exports" / f"{champ['run_id']}-champion" / "manifest.json").write_text(json.dumps(manifest))
-    assert record_module.out_of_sample_record(home).decisions == 0  # promoted, not traded yet
+def _paper_session(journal, session, bundle_id, *, equity, holdings, price, side, fill_price, run_id=None):
+    """One session of a paper loop: its owner, a decision with its marks, one order, its fill, a snapshot."""
+    ts = f"{session}T15:00:00+00:00"
+    journal.start_session(session, bundle_id=bundle_id, bundle_path=None, run_id=run_id,
+                          source="champion" if run_id else "bundle")  # fmt: skip
+    journal.decision(decision_ts=ts, bundle_id=bundle_id, dry_run=False, equity=equity, cash=0.0, tickers=["AAA"],
+                     current_weights=[0.0], target_weights=[0.5], policy_weights=[0.5], skipped=[], session=session,
+                     account_equity=equity, holdings=holdings, prices=[price])  # fmt: skip
+    cid = f"pr-{session}"
+    journal.order(client_order_id=cid, decision_ts=ts, bundle_id=bundle_id, ticker="AAA", side=side, qty=5.0,
+                  est_price=price, status="filled")  # fmt: skip
+    journal.fill(client_order_id=cid, ticker="AAA", side=side, filled_qty=5.0, filled_avg_price=fill_price,
+                 status="filled")  # fmt: skip
 
-    clock = iter(f"2099-01-0{d}T15:00:00+00:00" for d in range(1, 10))  # after it
-    monkeypatch.setattr(journal_module, "_now", lambda: next(clock))
+
+def test_champion_timeline_is_paper_trading_while_in_charge(home):
+    empty = record_module.champion_timeline(home)
+    assert empty.entries == [] and empty.note
+    run_retrain(_config(), home, steps=FakePipeline(trials=3).steps())
+    champ = current_champion(home)
+    manifest_path = home / "exports" / f"{champ['run_id']}-champion" / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["bundle_id"] = "new-bundle"
+    manifest_path.write_text(json.dumps(manifest))
+    (entry,) = record_module.champion_timeline(home).entries
+    assert entry.current and entry.run_id == champ["run_id"] and entry.record is None  # not traded yet
+
     with Journal.for_home(home) as journal:
+        # a session of a bundle traded by hand (paper --bundle): 5 AAA bought at 10
+        _paper_session(
+            journal, "2099-01-01", "old", equity=100.0, holdings={}, price=10.0, side="buy", fill_price=10.0
+        )
         journal.pnl(
-            decision_ts="2099-01-01T14:30:00+00:00", equity=101.0, cash=0.0, last_equity=100.0
-        )  # still the old bundle's day
-        for equity in (110.0, 121.0):
-            journal.decision(decision_ts="2099-01-02T14:30:00+00:00", bundle_id=bundle_id, dry_run=False, equity=equity, cash=0.0,
-                             tickers=[], current_weights=[], target_weights=[], policy_weights=[], skipped=[])  # fmt: skip
-            journal.pnl(
-                decision_ts="2099-01-02T14:30:00+00:00", equity=equity, cash=0.0, last_equity=equity / 1.1
-            )
-    oos = record_module.out_of_sample_record(home)
-    assert oos.role == "out_of_sample" and oos.bundle_id == bundle_id and oos.decisions == 2
-    assert list(oos.pnl["equity"]) == [110.0, 121.0]  # from the champion's first decision on
-    assert oos.cum_return == pytest.approx(0.1)
-    assert oos.to_dict()["pnl_rows"] == 2 and dataclasses.is_dataclass(oos)
+            decision_ts=None, equity=100.0, cash=50.0, last_equity=100.0, holdings={"AAA": (5.0, 10.0)}
+        )
+        # the champion's first session: AAA opened at 12 (the overnight gain is the old bundle's), sold at 11.9
+        _paper_session(journal, "2099-01-02", "new-bundle", equity=110.0, holdings={"AAA": (5.0, 12.0)}, price=12.0,
+                       side="sell", fill_price=11.9, run_id=champ["run_id"])  # fmt: skip
+        journal.pnl(decision_ts=None, equity=109.5, cash=109.5, last_equity=110.0, holdings={})
+    timeline = record_module.champion_timeline(home)
+    old, new = sorted(timeline.entries, key=lambda e: e.run_id is None)[::-1]
+    assert (old.run_id, old.promoted_at, old.record.pnl) == (None, None, pytest.approx(10.0))
+    assert new.current and new.record.bundle_id == "new-bundle" and new.role == "out_of_sample"
+    assert new.record.pnl == pytest.approx(-0.5) and new.record.costs == pytest.approx(0.5)
+    assert new.record.cum_return == pytest.approx(-0.5 / 110.0) and new.record.sessions == 1
+    assert timeline.records_pnl == pytest.approx(9.5) == timeline.account_pnl
+    assert timeline.to_dict()["entries"][0]["record"] is not None and dataclasses.is_dataclass(new)

@@ -14,6 +14,8 @@ from app.nightly.decide import decide
 from app.nightly.pipeline import run_retrain
 from app.nightly.registry import current_champion, read_decisions
 from app.nightly.steps import warm_start_round
+from backtests.looks import ledger_path, read_looks
+from backtests.verdict import stated_verdict
 
 TINY = {
     "data": {"source": "synthetic", "num_tickers": 3, "num_sessions": 15, "interval": "15m", "seed": 1},
@@ -27,7 +29,7 @@ TINY = {
         "eval_every": 1_000_000,
     },
     "tournament": {"pods": 2, "leaderboard_size": 2, "round_steps": 64, "budget_steps": 128, "workers": 0},
-    "nightly": {"tearsheet": False, "margin": 0.1, "dsr_threshold": 0.5},
+    "nightly": {"tearsheet": False, "margin": 0.1, "significance": 0.5},
 }
 
 
@@ -97,14 +99,21 @@ def test_real_pipeline_twice_on_tiny_synthetic_data(home, caplog):
     assert len(rows) == 2 and rows[1]["champion_run_id"] == first.challenger_run_id
     # The champion is re-scored on the same window: a deterministic backtest gives the same number.
     assert rows[1]["champion_fitness"] == pytest.approx(rows[0]["challenger_fitness"], rel=1e-6)
-    assert rows[1]["num_trials"] == rows[0]["num_trials"] + rows[1]["inputs"]["run_trials"]
+    # The second challenger looked at the same window of the same market: its test counts two looks,
+    # from the looks ledger (the first night's challenger, then its own).
+    assert (rows[0]["num_trials"], rows[1]["num_trials"]) == (1, 2)
+    assert [r["run_id"] for r in read_looks(ledger_path(home))] == [
+        first.challenger_run_id,
+        second.challenger_run_id,
+    ]
+    second_metrics = json.loads(
+        (home / "runs" / second.challenger_run_id / "backtest" / "metrics.json").read_text()
+    )
+    assert second_metrics["oos_test"]["looks"] == 2 and second_metrics["significance"] == 0.5
+    edge = stated_verdict(second_metrics)
+    assert rows[1]["scores"]["challenger_edge"] == edge.text == second.challenger_edge
     expected = decide(
-        rows[1]["challenger_fitness"],
-        rows[1]["champion_fitness"],
-        rows[1]["challenger_dsr"],
-        has_champion=True,
-        margin=0.1,
-        dsr_threshold=0.5,
+        rows[1]["challenger_fitness"], rows[1]["champion_fitness"], edge, has_champion=True, margin=0.1
     )
     assert second.verdict == ("promoted" if expected.promote else "rejected")
     now = current_champion(home)

@@ -33,14 +33,17 @@ class RunFixture:
     policy: Any  # agents.policy.Policy
 
 
-def make_run(home: Path, run_id: str = "run-test", seed: int = 0) -> RunFixture:
-    """A run directory with a champion policy (random init, made decisive) on a synthetic market."""
+def make_run(
+    home: Path, run_id: str = "run-test", seed: int = 0, num_tickers: int = NUM_TICKERS
+) -> RunFixture:
+    """A run directory with a champion policy (random init, made decisive) on a synthetic market of
+    ``num_tickers`` tickers (SYN000, SYN001, ...)."""
     from agents.networks import NetworkConfig
     from agents.policy import Policy, PolicyMeta
     from data.loader import build_market
     from data.synthetic import SyntheticSpec, generate, to_frame
 
-    panel = generate(SyntheticSpec(num_tickers=NUM_TICKERS, num_sessions=NUM_SESSIONS, seed=seed))
+    panel = generate(SyntheticSpec(num_tickers=num_tickers, num_sessions=NUM_SESSIONS, seed=seed))
     splits = build_market(panel, train_frac=0.6, valid_frac=0.2, source="synthetic")
     market = splits.full
     torch.manual_seed(seed)
@@ -57,7 +60,7 @@ def make_run(home: Path, run_id: str = "run-test", seed: int = 0) -> RunFixture:
     run_dir = home / "runs" / run_id
     policy.save(run_dir / "champion")
     config = Config().with_updates(
-        data={"num_tickers": NUM_TICKERS, "num_sessions": NUM_SESSIONS, "seed": seed},
+        data={"num_tickers": num_tickers, "num_sessions": NUM_SESSIONS, "seed": seed},
         env={"decision_interval": DECISION_INTERVAL},
     )
     write_config(config, run_dir / "config.toml")

@@ -373,3 +373,62 @@ def test_the_schedule_commands_cron_default_is_the_nightly_default():
     from app.nightly.cron import DEFAULT_CRON
 
     assert command._DEFAULT_CRON == DEFAULT_CRON
+
+
+# --- the paper loop beside the retrain ------------------------------------------------------------------
+
+
+def test_paper_service_unit_restarts_on_failure(tmp_path):
+    from app.nightly.os_schedule import KEYS_FILE, paper_unit
+
+    units = paper_unit(tmp_path / "my home")
+    service = units["podracer-paper.service"]
+    assert "Type=simple" in service and "Restart=on-failure" in service
+    assert "RestartPreventExitStatus=75" in service  # another loop holds the home's lock
+    assert f"EnvironmentFile=%h/{KEYS_FILE}" in service and "APCA_API_SECRET_KEY=" not in service
+    exec_line = next(line for line in service.splitlines() if line.startswith("ExecStart="))
+    argv = shlex.split(exec_line.removeprefix("ExecStart="))
+    assert argv[0].startswith("/") and argv[1:] == [
+        "--home",
+        str((tmp_path / "my home").resolve()),
+        "paper",
+        "--champion",
+    ]
+    (tmp_path / "podracer-paper.service").write_text(service)
+    if shutil.which("systemd-analyze") is None:
+        pytest.skip("systemd-analyze not installed")
+    out = subprocess.run(
+        ["systemd-analyze", "verify", str(tmp_path / "podracer-paper.service")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "podracer-paper" not in out.stderr, out.stderr
+
+
+def test_paper_crontab_watchdog_line(tmp_path):
+    from app.nightly.os_schedule import paper_crontab_text
+
+    text = paper_crontab_text(tmp_path / "100% home")
+    (job,) = [line for line in text.splitlines() if line and not line.startswith("#")]
+    assert job.startswith("* * * * * ")  # every minute: back within a minute after a crash
+    command = job.split(" ", 5)[5]
+    assert re.search(r"(?<!\\)%", command) is None  # every % escaped for cron
+    unescaped = command.replace(r"\%", "%")
+    assert "flock -n " in unescaped and "paper --champion" in unescaped
+    check = subprocess.run(["sh", "-n", "-c", unescaped], capture_output=True, text=True, timeout=30)
+    assert check.returncode == 0, check.stderr
+    assert "cron has no" in text and "supervisor" in text  # the honest limitation, said where it is pasted
+
+
+def test_print_shows_the_paper_loop_beside_the_retrain(home, capsys):
+    from app import cli
+
+    assert cli.main(["--home", str(home), "schedule", "print", "--format", "systemd"]) == 0
+    out = capsys.readouterr().out
+    assert "# ---- podracer-retrain.timer ----" in out and "# ---- podracer-paper.service ----" in out
+    assert "enable --now podracer-retrain.timer podracer-paper.service" in out
+    assert cli.main(["--home", str(home), "schedule", "print", "--format", "crontab"]) == 0
+    out = capsys.readouterr().out
+    assert " retrain >> " in out and "paper --champion" in out

@@ -53,9 +53,13 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def test_kill_dash_nine_then_resume_loses_nothing(tmp_path):
+@pytest.mark.parametrize("backend", ["local", "population"])
+def test_kill_dash_nine_then_resume_loses_nothing(tmp_path, backend):
+    # population: pods in lockstep populations of 3, run in one worker process (the real learner
+    # resumes in tests/test_tournament_population.py)
+    args_used = {**ARGS, "backend": backend, "population_size": 3}
     run = tmp_path / "run"
-    script = SCRIPT.format(tests=str(TESTS), run=str(run), args=ARGS)
+    script = SCRIPT.format(tests=str(TESTS), run=str(run), args=args_used)
     proc = subprocess.Popen([sys.executable, "-c", script], cwd=TESTS.parent)
     try:
         deadline = time.monotonic() + 90
@@ -94,7 +98,7 @@ def test_kill_dash_nine_then_resume_loses_nothing(tmp_path):
     from test_tournament_run import fake_round, run_tournament
 
     train, valid = windows()
-    args = TournamentArgs(**{**ARGS, "workers": 0})
+    args = TournamentArgs(**{**args_used, "workers": 0})
     result = run_tournament(run, train, valid, args=args, round_fn=fake_round, resume=True)
 
     after_pods = {p["pod_id"]: p for p in read_pods(run)}

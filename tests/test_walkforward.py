@@ -54,6 +54,17 @@ def test_expanding_layout_first_test_and_max_folds():
     ]
 
 
+def test_a_gate_window_after_the_validation_window():
+    (fold,) = fold_layout(
+        20, train_sessions=5, valid_sessions=3, step_sessions=10, gate_sessions=2, max_folds=1
+    )
+    # train 5 + valid 3 + gate 2 + embargo 1: the first test session is 11
+    assert fold == Fold(0, train=(0, 5), valid=(5, 8), test=(11, 20), gate=(8, 10))
+    assert fold.gate_window == (8, 10) and fold.embargo == (10, 11)
+    plain = fold_layout(20, train_sessions=5, valid_sessions=3, step_sessions=10)[0]
+    assert plain.gate is None and plain.gate_window == plain.valid and plain.to_dict()["gate"] == [5, 8]
+
+
 def test_test_windows_tile_the_span_and_every_window_ends_before_its_test():
     folds = fold_layout(200, train_sessions=30, valid_sessions=10, step_sessions=7, embargo_sessions=3)
     for before, after in zip(folds, folds[1:], strict=False):

@@ -24,6 +24,8 @@ from app.cli import main
 from app.config import config_to_toml, parse_config
 from app.nightly.decide import decide
 from app.runs import RunDir
+from backtests.looks import ledger_path, read_looks
+from backtests.verdict import Verdict
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = {
@@ -31,7 +33,7 @@ TINY = {
     "env": {"decision_interval": 1, "episode_len": 16, "num_envs": 4},
     "agent": {"hidden": 8, "embed": 4, "num_steps": 8, "update_epochs": 1, "num_minibatches": 1},
     "tournament": {"pods": 1, "leaderboard_size": 2, "round_steps": 64, "budget_steps": 256, "workers": 0},
-    "nightly": {"margin": 0.1, "dsr_threshold": 0.5},
+    "nightly": {"margin": 0.1},
     "walkforward": {"train_sessions": 8, "valid_sessions": 10, "step_sessions": 3, "tearsheet": False},
 }
 SCRIPT = textwrap.dedent(
@@ -136,20 +138,16 @@ def test_folds_gate_and_stitched_account_of_a_tiny_run(runs):
         assert (
             w["train"][1] < w["valid"][0] <= w["valid"][1] < w["embargo"][0] <= w["embargo"][1] < w["test"][0]
         )
-        assert r["gate"]["window"] == w["valid"]
+        assert r["gate"]["window"] == w["valid"] == w["gate"]
         # The fold's features were normalized on its own train window; its tournament is a run folder.
         fold = run.fold(r["index"])
         assert fold.info().feature_spec["fitted_on"] == w["train"]
         assert fold.info().status == "done" and fold.champion.is_dir()
         # The gate's answer is the nightly rule on the recorded figures.
         g = r["gate"]["figures"]
+        edge = Verdict(g["edge_outcome"], (g["edge"],)) if g["edge_outcome"] else None
         expected = decide(
-            g["challenger_fitness"],
-            g["incumbent_fitness"],
-            g["challenger_dsr"],
-            has_champion=r["index"] > 0,
-            margin=0.1,
-            dsr_threshold=0.5,
+            g["challenger_fitness"], g["incumbent_fitness"], edge, has_champion=r["index"] > 0, margin=0.1
         )
         assert r["promoted"] == expected.promote
         before = records[r["index"] - 1]["in_charge"] if r["index"] else None
@@ -157,7 +155,12 @@ def test_folds_gate_and_stitched_account_of_a_tiny_run(runs):
     assert records[1]["warm_started_from"] == f"wf/fold-{records[0]['in_charge']['fold']:03d}"
 
     doc = json.loads(run.backtest_metrics.read_text())
-    assert doc["window"] == "walkforward" and doc["num_trials"] == 1
+    assert doc["window"] == "walkforward" and doc["num_trials"] == 1 and doc["final"] is True
+    # The span is one look, in the home's ledger; the gates' looks are in the run's own.
+    assert [(x["run_id"], x["start"], x["end"]) for x in read_looks(ledger_path(run.home))] == [
+        ("wf", doc["start"], doc["end"])
+    ]
+    assert {x["run_id"] for x in read_looks(ledger_path(run.path))} == {f"wf/fold-{k:03d}" for k in range(3)}
     assert (doc["start"], doc["end"]) == (records[0]["windows"]["test"][0], records[-1]["windows"]["test"][1])
     assert {"champion", "buy_and_hold", "equal_weight", "cash"} <= set(doc["strategies"])
     assert doc["verdict_outcome"] in ("significant", "not significant", "not measurable")
@@ -177,12 +180,24 @@ def test_folds_gate_and_stitched_account_of_a_tiny_run(runs):
 
 def test_walkforward_cli_json_and_bad_invocations(home, tmp_path, capsys):
     config = tmp_path / "wf.toml"
-    raw = {**TINY, "tournament": {**TINY["tournament"], "budget_steps": 64}}
+    # A gate window of its own after the validation window (as nightly's test window).
+    raw = {
+        **TINY,
+        "tournament": {**TINY["tournament"], "budget_steps": 64},
+        "walkforward": {**TINY["walkforward"], "gate_sessions": 2},
+    }
     config.write_text(config_to_toml(parse_config(raw)))
     assert main(["walkforward", "--config", str(config), "--run", "c", "--folds", "1", "--json"]) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert out["run_id"] == "c" and out["walkforward"]["num_folds"] == 1
     assert out["strategies"]["champion"]["cum_returns_final"] is not None
+    (record,) = RunDir(home, "c").fold_records()
+    w = record["windows"]
+    assert (
+        w["valid"][1] < w["gate"][0] <= w["gate"][1] < w["embargo"][0]
+        and record["gate"]["window"] == w["gate"]
+    )
+    assert json.loads(RunDir(home, "c").fold(0).backtest_metrics.read_text())["window"] == "gate"
     # A finished run resumed: nothing left to do but the report.
     assert main(["walkforward", "--resume", "c", "--json"]) == 0
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["walkforward"]["num_folds"] == 1

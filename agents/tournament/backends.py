@@ -8,7 +8,10 @@ that raises means the worker itself was lost (killed process, dead Ray node); th
 records the pod as failed either way. ``capacity(requested, in_flight)`` says how many pods may be in
 flight right now: the Ray backend asks ``ray.cluster_resources()`` and ``ray.available_resources()``
 every time, so nodes that join or leave grow or shrink the pool. ``kill(future)`` stops a round
-that has hung (the orchestrator's ``round_timeout_s``) and frees its worker.
+that has hung (the orchestrator's ``round_timeout_s``) and frees its worker. ``flush()`` says that
+nothing more will be submitted for now (the orchestrator calls it after each round of launches): a
+backend that batches pods (``population``) starts what it has collected; the others run each pod
+as it is submitted and ignore it.
 
 - ``local`` with ``workers=0``: inline, one pod at a time in this process (debugging, tests).
 - ``local`` with ``workers=W``: a ``ProcessPoolExecutor`` of W spawned processes; the context is
@@ -16,6 +19,9 @@ that has hung (the orchestrator's ``round_timeout_s``) and frees its worker.
   worker whose orchestrator dies exits by itself (no orphans after a kill -9).
 - ``ray``: one Ray task per pod round, ``num_cpus`` each and a GPU fraction when the cluster has
   GPUs (pods share a GPU); the context goes to the object store once.
+- ``population``: pods trained in batches on one device (:mod:`agents.tournament.population_backend`).
+- ``auto``: ``population`` for PPO on a CUDA device, else ``local``
+  (:mod:`agents.tournament.backend_choice`, where a run's backend is built).
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import multiprocessing
 import os
 import threading
 import time
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 import torch
@@ -71,6 +78,10 @@ class Backend(Protocol):
         """Stop the round behind ``future`` (hung) and free its worker; the pod is failed by the caller."""
         ...
 
+    def flush(self) -> None:
+        """Nothing more will be submitted for now: start any pods held back to run together."""
+        ...
+
     def close(self, abort: bool = False) -> None: ...
 
 
@@ -102,6 +113,9 @@ class InlineBackend:
     def kill(self, future: cf.Future) -> None:
         pass  # rounds run synchronously: a future is always done before anyone could time it out
 
+    def flush(self) -> None:
+        pass  # every pod runs as it is submitted
+
     def close(self, abort: bool = False) -> None:
         pass
 
@@ -110,21 +124,28 @@ class InlineBackend:
 _WORKER: dict[str, Any] = {}
 
 
-def _init_worker(
-    round_fn: RoundFn, ctx: RoundContext, threads: int, parent_pid: int, started: Any = None
-) -> None:
-    torch.set_num_threads(threads)
-    _WORKER["round_fn"], _WORKER["ctx"], _WORKER["started"] = round_fn, ctx, started
+def exit_with_parent(parent_pid: int) -> None:
+    """In a worker process: exit as soon as the process ``parent_pid`` is gone (a thread polls).
+
+    A ``ProcessPoolExecutor`` worker blocks forever on its queue if the orchestrator is killed with
+    -9; this makes a killed run leave no orphans.
+    """
 
     def watch_parent() -> None:
-        # A ProcessPoolExecutor worker blocks forever on its queue if the orchestrator is killed
-        # with -9; exit as soon as our parent is gone so a killed run leaves no orphans.
         while True:
             if os.getppid() != parent_pid:
                 os._exit(1)
             time.sleep(0.5)
 
     threading.Thread(target=watch_parent, daemon=True, name="parent-watch").start()
+
+
+def _init_worker(
+    round_fn: RoundFn, ctx: RoundContext, threads: int, parent_pid: int, started: Any = None
+) -> None:
+    torch.set_num_threads(threads)
+    _WORKER["round_fn"], _WORKER["ctx"], _WORKER["started"] = round_fn, ctx, started
+    exit_with_parent(parent_pid)
 
 
 def _worker_round(task: PodTask) -> PodOutcome | RoundError:
@@ -208,6 +229,9 @@ class ProcessBackend:
         self._executor.shutdown(wait=False, cancel_futures=True)
         self._executor = self._new_executor()
 
+    def flush(self) -> None:
+        pass  # every pod runs as it is submitted
+
     def close(self, abort: bool = False) -> None:
         """Stop the workers; ``abort`` (an error or Ctrl-C) does not wait for rounds in progress."""
         if self._executor is not None:
@@ -216,6 +240,30 @@ class ProcessBackend:
 
 
 # --- Ray -----------------------------------------------------------------------------------------
+
+
+def import_ray() -> Any:
+    """The ``ray`` module, or a one-line error saying how to install it (ray is an optional extra)."""
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError("the ray backend needs ray: pip install 'podracer[ray]'") from None
+    return ray
+
+
+def join_ray(ray: Any, address: str | None, init_kwargs: Mapping[str, Any]) -> bool:
+    """Connect this process to the Ray cluster at ``address`` (a local one when None) unless it is
+    connected already; True when this call started the connection (the caller shuts it down)."""
+    if ray.is_initialized():
+        return False
+    kwargs = {"include_dashboard": False, "log_to_driver": False, **init_kwargs}
+    try:
+        ray.init(address=address, **kwargs)
+    except ConnectionError as err:
+        raise ConfigError(f"cannot join the Ray cluster at {address}: {err}") from None
+    return True
+
+
 def _ray_round(
     round_fn: RoundFn, task: PodTask, ctx: RoundContext, threads: int, started: Any = None
 ) -> PodOutcome | RoundError:
@@ -252,17 +300,8 @@ class RayBackend:
         self._started_q: Any = None
 
     def start(self, round_fn: RoundFn, ctx: RoundContext) -> None:
-        try:
-            import ray
-        except ImportError:
-            raise ConfigError("the ray backend needs ray: pip install 'podracer[ray]'") from None
-        if not ray.is_initialized():
-            kwargs = {"include_dashboard": False, "log_to_driver": False, **self.init_kwargs}
-            try:
-                ray.init(address=self.address, **kwargs)
-            except ConnectionError as err:
-                raise ConfigError(f"cannot join the Ray cluster at {self.address}: {err}") from None
-            self._owns_ray = True
+        ray = import_ray()
+        self._owns_ray = join_ray(ray, self.address, self.init_kwargs) or self._owns_ray
         gpus = float(ray.cluster_resources().get("GPU", 0.0))
         if self.gpus_per_pod is None:
             # Co-locate pods on the GPUs: a fraction small enough for every requested pod.
@@ -324,6 +363,9 @@ class RayBackend:
         if ref is not None:
             ray.cancel(ref, force=True)
 
+    def flush(self) -> None:
+        pass  # every pod runs as it is submitted
+
     def close(self, abort: bool = False) -> None:
         if self._started_q is not None:
             self._started_q.shutdown()
@@ -333,12 +375,3 @@ class RayBackend:
 
             ray.shutdown()
             self._owns_ray = False
-
-
-def make_backend(name: str, *, workers: int = 0, address: str | None = None, **kwargs: Any) -> Backend:
-    """``local`` (``workers=0``: inline) or ``ray``."""
-    if name == "local":
-        return InlineBackend() if workers == 0 else ProcessBackend(workers)
-    if name == "ray":
-        return RayBackend(address, **kwargs)
-    raise ConfigError(f"tournament.backend: unknown backend {name!r} (expected local or ray)")

@@ -5,7 +5,7 @@ child of a leaderboard entry) and the backend runs its round; as soon as *any* p
 updater records it (scored → inserted/rejected, or failed) and a replacement is launched: no pod
 ever waits for the others. At the end the champion (best entry) is copied to ``<run>/champion/``
 and the caller's ``on_status`` hook gets the run's status: the pods tried and their validation
-Sharpes (the backtest's deflated Sharpe needs them); the application records it in the run folder.
+Sharpes; the application records it in the run folder.
 
 The tournament receives only the train and valid windows: the test window is not an argument
 anywhere in this package, so no pod, score or selection can depend on it.
@@ -36,7 +36,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agents.tournament.backends import Backend, make_backend
+from agents.tournament.backend_choice import make_backend
+from agents.tournament.backends import Backend
 from agents.tournament.generator import PodSpec, next_pod
 from agents.tournament.leaderboard import FILENAME, Leaderboard
 from agents.tournament.pod import CURVE, PodOutcome, PodTask, RoundContext, RoundError, RoundFn, learner_round
@@ -157,7 +158,14 @@ def run_tournament(
         board.set_meta("args", asdict(args))
     _report_status(run_dir, board, args, train, valid, on_status, status="running")
 
-    backend = backend or make_backend(args.backend, workers=args.workers, address=args.address)
+    backend = backend or make_backend(
+        args.backend,
+        workers=args.workers,
+        address=args.address,
+        population_size=args.population_size,
+        device=device,
+        algo=args.algo,
+    )
     session = _Session(run_dir, board, args, space, backend, on_progress, rerun=rerun)
     try:
         backend.start(round_fn, ctx)
@@ -218,10 +226,12 @@ class _Session:
         self._progress()
         while True:
             self._launch()
+            self.backend.flush()
             if not self.in_flight:
                 break
             done, _ = cf.wait(list(self.in_flight), timeout=1.0, return_when=cf.FIRST_COMPLETED)
-            for future in done:
+            # In launch order: pods that finish together (a population) are recorded alike every run.
+            for future in [f for f in self.in_flight if f in done]:
                 self._finish(future)
             self._reap_hung()
             self.board.set_meta("wall_s", self.wall_s())
@@ -428,7 +438,7 @@ def _report_status(
     pods = board.pods()
     scored = [p for p in pods if p["score"] is not None]
     # A pod whose Sharpe is undefined (all cash: no dispersion) is a trial with no Sharpe: None, never 0
-    # (zeros would shrink the trials' variance and with it the deflated Sharpe's hurdle).
+    # (zeros would shrink the trials' variance, and any deflated Sharpe's hurdle computed from it).
     sharpes = [_sharpe_or_none((p["metrics"] or {}).get("sharpe_ratio")) for p in scored]
     failed = sum(1 for p in pods if p["status"] == "failed")
     fields: dict[str, Any] = {

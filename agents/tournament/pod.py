@@ -48,6 +48,8 @@ from torch import Tensor
 from agents import ppo, sac
 from agents.policy import Checkpoint
 from agents.tournament.generator import PodSpec
+from agents.training import TrainResult
+from backtests.engine import PolicyBatch
 from backtests.scoring import score_window
 from data.atomic import atomic_path
 from data.market import MarketData
@@ -115,6 +117,14 @@ class RoundError(Exception):
 RoundFn = Callable[[PodTask, RoundContext], PodOutcome]
 
 
+def as_round_error(err: BaseException) -> RoundError:
+    """``err`` as a one-line :class:`RoundError` (the traceback kept in ``details``)."""
+    if isinstance(err, RoundError):
+        return err
+    first = str(err).splitlines()[0] if str(err) else ""
+    return RoundError(f"{type(err).__name__}: {first}", traceback.format_exc())
+
+
 def execute_round(round_fn: RoundFn, task: PodTask, ctx: RoundContext) -> PodOutcome:
     """Run ``round_fn`` and validate its outcome; every failure becomes a :class:`RoundError`."""
     start = time.monotonic()
@@ -125,8 +135,13 @@ def execute_round(round_fn: RoundFn, task: PodTask, ctx: RoundContext) -> PodOut
     except BaseException as err:  # noqa: BLE001 - a pod must never take the run down with it
         if isinstance(err, KeyboardInterrupt):
             raise
-        first = str(err).splitlines()[0] if str(err) else ""
-        raise RoundError(f"{type(err).__name__}: {first}", traceback.format_exc()) from None
+        raise as_round_error(err) from None
+    return checked_outcome(outcome, start)
+
+
+def checked_outcome(outcome: Any, start: float) -> PodOutcome:
+    """``outcome`` if it is a :class:`PodOutcome` with a finite score (its ``elapsed_s`` filled in
+    from ``start``, a ``time.monotonic()``); raises :class:`RoundError` otherwise."""
     if not isinstance(outcome, PodOutcome):
         raise RoundError(f"round function returned {type(outcome).__name__}, not PodOutcome")
     if not math.isfinite(outcome.score):
@@ -144,21 +159,9 @@ def learner_round(task: PodTask, ctx: RoundContext) -> PodOutcome:
     if spec.algo not in LEARNERS:
         raise RoundError(f"unknown algo {spec.algo!r} (expected ppo or sac)")
     args_cls, learn = LEARNERS[spec.algo]
-    env_fields = {f.name for f in dataclasses.fields(EnvParams)}
-    params = EnvParams(**{k: v for k, v in ctx.env.items() if k in env_fields})
-    num_envs = int(ctx.env.get("num_envs", 16))
-    train_env = TradingVecEnv(
-        ctx.train,
-        params,
-        num_envs=num_envs,
-        device=ctx.device,
-        seed=spec.seed,
-        fast_step=str(ctx.env.get("fast_step", "auto")),
-    )
-
-    arg_fields = {f.name for f in dataclasses.fields(args_cls)}
-    raw = {**ctx.agent, **spec.hparams, "seed": spec.seed, "total_steps": task.round_steps}
-    args = args_cls(**{k: v for k, v in raw.items() if k in arg_fields})
+    params = env_params(ctx)
+    train_env = make_train_env(ctx, pod_num_envs(ctx), spec.seed)
+    args = pod_args(args_cls, task, ctx)
 
     init = None
     if spec.init_checkpoint is not None:
@@ -174,7 +177,7 @@ def learner_round(task: PodTask, ctx: RoundContext) -> PodOutcome:
         if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
             raise RoundError(f"parameter {name} is not finite after training")
 
-    score, metrics, series = score_policy(
+    scored = score_policy(
         result.policy,
         ctx.valid,
         params,
@@ -182,6 +185,47 @@ def learner_round(task: PodTask, ctx: RoundContext) -> PodOutcome:
         annualization=ctx.annualization,
         device=ctx.device,
     )
+    return save_round(task, result, scored, start)
+
+
+def env_params(ctx: RoundContext) -> EnvParams:
+    """The run's ``EnvParams`` (the ``EnvParams`` fields of ``ctx.env``)."""
+    env_fields = {f.name for f in dataclasses.fields(EnvParams)}
+    return EnvParams(**{k: v for k, v in ctx.env.items() if k in env_fields})
+
+
+def pod_num_envs(ctx: RoundContext) -> int:
+    """Envs of one pod (the run's ``num_envs``)."""
+    return int(ctx.env.get("num_envs", 16))
+
+
+def make_train_env(ctx: RoundContext, num_envs: int, seed: int = 0) -> TradingVecEnv:
+    """An env of ``num_envs`` envs on the train window with the run's env settings (a pod's own, or a
+    population's batch of all its pods' envs)."""
+    return TradingVecEnv(
+        ctx.train,
+        env_params(ctx),
+        num_envs=num_envs,
+        device=ctx.device,
+        seed=seed,
+        fast_step=str(ctx.env.get("fast_step", "auto")),
+    )
+
+
+def pod_args(args_cls: type, task: PodTask, ctx: RoundContext) -> Any:
+    """The learner arguments of a pod's round: the run's base arguments, the pod's hyper-parameters
+    over them, its seed and the round's env-steps."""
+    spec = task.spec
+    arg_fields = {f.name for f in dataclasses.fields(args_cls)}
+    raw = {**ctx.agent, **spec.hparams, "seed": spec.seed, "total_steps": task.round_steps}
+    return args_cls(**{k: v for k, v in raw.items() if k in arg_fields})
+
+
+def save_round(task: PodTask, result: TrainResult, scored: Scored, start: float) -> PodOutcome:
+    """Write a trained and scored pod's files (checkpoint, curve, validation returns) and return its
+    outcome (``start``: the round's ``time.monotonic()`` start)."""
+    spec = task.spec
+    score, metrics, series = scored
     out = Path(task.checkpoint_dir)
     Checkpoint(result.policy, result.optimizer_state).save(out)
     history = [dict(row) for row in result.history]
@@ -226,6 +270,10 @@ class ValidReturns:
     daily: Any  # (D,) float64
     decision_timestamps: Any  # (K,) numpy datetime64[ns] UTC: the decision bars' start times
     decision: Any  # (K,) float64
+
+
+#: What scoring a pod gives: ``(score, metrics, validation returns)``.
+Scored = tuple[float, dict[str, float | None], ValidReturns]
 
 
 def write_valid_returns(path: str | Path, series: ValidReturns) -> None:
@@ -292,34 +340,62 @@ def score_policy(
     Sharpe is None), so the Sharpe of every pod is recorded whatever the fitness (the run record's
     ``trial_sharpes`` needs it); ``returns`` the daily and per-decision validation returns.
     """
+    (scored,) = _score(valid, params, {"pod": policy}, fitness, annualization, device)
+    if isinstance(scored, RoundError):
+        raise scored
+    return scored
+
+
+def score_policies(
+    batch: PolicyBatch,
+    valid: MarketData,
+    params: Any,
+    *,
+    fitness: str = "sharpe",
+    annualization: int = 252,
+    device: str | torch.device = "cpu",
+) -> list[Scored | RoundError]:
+    """:func:`score_policy` of every policy of ``batch`` (one per name), from one batched backtest: the
+    same scores, metrics and returns, or a :class:`RoundError` for a policy whose returns are not
+    finite (the others are unaffected: every policy is its own row of the env)."""
+    return _score(valid, params, batch, fitness, annualization, device)
+
+
+def _score(
+    valid: MarketData,
+    params: Any,
+    policies: Mapping[str, Callable[[Tensor], Tensor]] | PolicyBatch,
+    fitness: str,
+    annualization: int,
+    device: str | torch.device,
+) -> list[Scored | RoundError]:
     if fitness not in FITNESS:
         raise ValueError(f"unknown fitness {fitness!r} (expected one of {FITNESS})")
     with torch.no_grad():
         scores = score_window(
-            valid,
-            params,
-            {"pod": policy},
-            kind=fitness,
-            annualization=annualization,
-            nan_value=0.0,
-            device=device,
+            valid, params, policies, kind=fitness, annualization=annualization, nan_value=0.0, device=device
         )
     result = scores.result
     dates, daily = result.daily_returns()
-    if not bool(torch.isfinite(daily).all()) or not bool(torch.isfinite(result.equity).all()):
-        raise RoundError("validation returns contain NaN or inf")
-    col = result.index("pod")
-    values = {k: _to_float(v.reshape(-1)[col]) for k, v in result.summary(annualization).items()}
-    values["num_days"] = float(daily.shape[0])
-    raw = scores.of("pod")
+    summary = result.summary(annualization)
+    finite = (torch.isfinite(daily).all(dim=0) & torch.isfinite(result.equity).all(dim=0)).tolist()
     bound = 2 * SCORE_CLIP if fitness == "calmar" else SCORE_CLIP
-    series = ValidReturns(
-        dates=dates,
-        daily=daily[:, col].to(torch.float64).cpu().numpy(),
-        decision_timestamps=result.timestamps,
-        decision=result.returns[:, col].to(torch.float64).cpu().numpy(),
-    )
-    return max(-bound, min(bound, raw)), values, series
+    out: list[Scored | RoundError] = []
+    for name in policies.names if isinstance(policies, PolicyBatch) else policies:
+        col = result.index(name)
+        if not finite[col]:
+            out.append(RoundError("validation returns contain NaN or inf"))
+            continue
+        values = {k: _to_float(v.reshape(-1)[col]) for k, v in summary.items()}
+        values["num_days"] = float(daily.shape[0])
+        series = ValidReturns(
+            dates=dates,
+            daily=daily[:, col].to(torch.float64).cpu().numpy(),
+            decision_timestamps=result.timestamps,
+            decision=result.returns[:, col].to(torch.float64).cpu().numpy(),
+        )
+        out.append((max(-bound, min(bound, scores.of(name))), values, series))
+    return out
 
 
 def _to_float(value: Any) -> float | None:

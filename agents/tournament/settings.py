@@ -20,6 +20,8 @@ from agents.tournament.pod import FITNESS
 from data.errors import ConfigError
 
 CHAMPION_KINDS = ("best", "ensemble")
+#: ``[tournament] backend`` values (agents.tournament.backend_choice builds them).
+BACKENDS = ("auto", "local", "ray", "population")
 
 
 @dataclass(frozen=True)
@@ -27,7 +29,8 @@ class TournamentArgs:
     """Settings of one tournament (``[tournament]`` in the config)."""
 
     pods: int = 4
-    """pods in flight at once (the local backend caps this at ``workers``)"""
+    """pods in flight at once (the local backend caps this at ``workers``; the population backend
+    runs ``population_size`` pods per population instead)"""
     leaderboard_size: int = 8
     """K: entries kept on the board"""
     p_fresh: float = 0.25
@@ -42,12 +45,17 @@ class TournamentArgs:
     """total wall time of the run (across resumed sessions)"""
     fitness: str = "sharpe"
     """validation fitness: sharpe, return or calmar"""
-    backend: str = "local"
-    """local or ray"""
+    backend: str = "auto"
+    """auto, local, ray or population ("auto": population for PPO on a CUDA device, else local)"""
     workers: int = 2
-    """local backend: worker processes (0 = inline)"""
+    """local backend: worker processes (0 = inline); population backend: 0 = inline, else worker
+    processes (one holding a GPU; on a CPU this many, one population each)"""
+    population_size: int = 0
+    """population backend: pods per population (0: chosen from the device's memory and a short probe;
+    a fixed default on a CPU)"""
     address: str | None = None
-    """ray: address of an existing cluster (None: start a local one)"""
+    """ray: address of an existing cluster (None: start a local one); population: run each
+    population on that Ray cluster, one per GPU (None: on this machine)"""
     seed: int = 0
     """seed of the generator (pod seeds, fresh/child choices, mutations)"""
     algo: str = "ppo"
@@ -73,6 +81,15 @@ class TournamentArgs:
             raise ConfigError(f"tournament.fitness: {self.fitness!r} is not one of {FITNESS}")
         if self.workers < 0:
             raise ConfigError("tournament.workers must be >= 0")
+        if self.population_size < 0:
+            raise ConfigError("tournament.population_size must be >= 0")
+        if self.backend not in BACKENDS:
+            raise ConfigError(f"tournament.backend: {self.backend!r} is not one of {', '.join(BACKENDS)}")
+        if self.backend == "population" and self.algo != "ppo":
+            raise ConfigError(
+                f'tournament.backend = "population" trains PPO pods only (the learner is {self.algo}); '
+                'use backend = "local" or "ray"'
+            )
         if self.champion not in CHAMPION_KINDS:
             raise ConfigError(f"tournament.champion: {self.champion!r} is not one of {CHAMPION_KINDS}")
         if self.ensemble_size < 1:

@@ -32,7 +32,7 @@ def backtest(
         None, "--out", help="With --baseline: also write the report under OUT/backtest/."
     ),
     device: str = typer.Option(
-        None, "--device", help="torch device [default: the run's agent.device, else cpu]."
+        None, "--device", help="torch device \\[default: the run's agent.device, else cpu]."
     ),
     no_tearsheet: bool = typer.Option(False, "--no-tearsheet", help="Skip the pyfolio tear sheet."),
 ) -> None:

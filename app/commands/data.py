@@ -40,7 +40,7 @@ def import_(
         ..., help="CSV files (timestamp or date, ticker, open, high, low, close, volume)."
     ),
     interval: str | None = typer.Option(
-        None, "--interval", help="1m, 5m, 15m, 30m, 1h, 1d [default: inferred]."
+        None, "--interval", help="1m, 5m, 15m, 30m, 1h, 1d \\[default: inferred]."
     ),
     adjust: Path | None = typer.Option(None, "--adjust", help="Lean factor file (split/dividend adjust)."),
     raw: bool = typer.Option(False, "--raw", help="The files hold raw bars (adjusted on load, as fetched)."),

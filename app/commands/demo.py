@@ -15,7 +15,7 @@ from data.errors import ConfigError
 
 def demo(
     minutes: float = typer.Option(
-        None, "--minutes", min=0.05, help="Tournament wall-time budget in minutes [default preset: 6]."
+        None, "--minutes", min=0.05, help="Tournament wall-time budget in minutes \\[default preset: 6]."
     ),
     data: str = typer.Option(
         "synthetic", "--data", help="synthetic or real-sample (shipped real minute bars)."
@@ -26,13 +26,13 @@ def demo(
         min=0.0,
         help="Planted signal strength (0 = pure noise; default preset 0.5, test preset 1.0).",
     ),
-    seed: int = typer.Option(None, "--seed", help="Seed of data, pods and tournament [default: 0]."),
+    seed: int = typer.Option(None, "--seed", help="Seed of data, pods and tournament \\[default: 0]."),
     preset: str = typer.Option(
         "default", "--preset", help="default, or test (a tiny end-to-end run for CI)."
     ),
     config: Path = typer.Option(None, "--config", help="TOML config to use instead of the preset."),
-    workers: int = typer.Option(None, "--workers", min=0, help="Worker processes [default: CPU cores]."),
-    run: str = typer.Option(None, "--run", help="Run name [default: demo-<UTC time>]."),
+    workers: int = typer.Option(None, "--workers", min=0, help="Worker processes \\[default: CPU cores]."),
+    run: str = typer.Option(None, "--run", help="Run name \\[default: demo-<UTC time>]."),
     serve: bool = typer.Option(False, "--serve", help="Start the dashboard on the run when done."),
     port: int = typer.Option(8501, "--port", help="With --serve: dashboard port."),
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON (no live view)."),

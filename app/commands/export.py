@@ -14,7 +14,7 @@ def export(
     run: str = typer.Argument(..., help="Run id (under <home>/runs) or path to a run directory."),
     pod: str = typer.Option(None, "--pod", help="Export this pod instead of the run's champion."),
     fmt: str = typer.Option("onnx", "--format", help="Bundle format (onnx)."),
-    out: Path = typer.Option(None, "--out", help="Bundle directory [default: <home>/exports/<run>-<pod>]."),
+    out: Path = typer.Option(None, "--out", help="Bundle directory \\[default: <home>/exports/<run>-<pod>]."),
     torchscript: bool = typer.Option(False, "--torchscript", help="Also write a TorchScript policy.pt."),
     exporter: str = typer.Option(
         "dynamo",

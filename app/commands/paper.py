@@ -1,4 +1,4 @@
-"""`podracer paper --bundle DIR [--once] [--dry-run] [limits...]`: trade an exported bundle on Alpaca paper."""
+"""`podracer paper --bundle DIR | --champion [--once] [--dry-run] [limits...]`: trade on Alpaca paper."""
 
 from __future__ import annotations
 
@@ -10,14 +10,19 @@ from app import context
 
 
 def paper(
-    bundle: Path = typer.Option(..., "--bundle", help="Exported bundle directory (podracer export)."),
+    bundle: Path = typer.Option(None, "--bundle", help="Exported bundle directory (podracer export)."),
+    champion: bool = typer.Option(
+        False,
+        "--champion",
+        help="Trade the registry's champion; a promotion takes over at the next session's first cycle.",
+    ),
     once: bool = typer.Option(False, "--once", help="Run one decision and exit (cron, tests)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Decide and journal, but submit no orders."),
     max_order_notional: float = typer.Option(10_000.0, "--max-order-notional", help="Cap per order, in $."),
     max_weight: float = typer.Option(
         None,
         "--max-weight",
-        help="Cap per ticker target weight (0-1] [default: the bundle's env max_weight, else 1].",
+        help="Cap per ticker target weight (0-1] \\[default: the bundle's env max_weight, else 1].",
     ),
     daily_loss_limit: float = typer.Option(
         0.05,
@@ -27,7 +32,7 @@ def paper(
     kill_switch: Path = typer.Option(
         None,
         "--kill-switch",
-        help="While this file exists no new orders are sent [default: <home>/paper/KILL].",
+        help="While this file exists no new orders are sent \\[default: <home>/paper/KILL].",
     ),
     whole_shares: bool = typer.Option(False, "--whole-shares", help="Round orders down to whole shares."),
     fill_timeout: float = typer.Option(
@@ -45,17 +50,14 @@ def paper(
 ) -> None:
     """Paper-trade an exported policy on Alpaca (keys from APCA_API_KEY_ID / APCA_API_SECRET_KEY)."""
     # Imported here, not at module top: they load torch, which `podracer --help` must not (app.commands).
-    from app.bundle import load_bundle
-    from app.paper.alpaca_broker import AlpacaBroker
-    from app.paper.cycle import run_paper
-    from app.paper.journal import Journal
+    from app.paper.heartbeat import FAILED_STATUSES
     from app.paper.options import PaperOptions
-    from app.paper.orders import RiskLimits, bundle_max_weight
+    from app.paper.orders import RiskLimits
+    from app.workflows.paper import run_paper_loop
 
-    loaded = load_bundle(bundle)  # verifies hashes and shapes before anything talks to the broker
     limits = RiskLimits(
         max_order_notional=max_order_notional,
-        max_weight=bundle_max_weight(loaded.manifest) if max_weight is None else max_weight,
+        max_weight=1.0 if max_weight is None else max_weight,
         daily_loss_limit=daily_loss_limit,
     )
     home = context.home()
@@ -66,17 +68,14 @@ def paper(
         fractional=not whole_shares,
         fill_timeout=fill_timeout,
         gone_after=gone_after,
+        weight_cap_from_bundle=max_weight is None,  # each bundle's own env max_weight
     )
-    broker = AlpacaBroker()
-    with Journal.for_home(home) as journal:
-        journal.event(
-            "start", f"paper {'dry-run ' if dry_run else ''}bundle {loaded.bundle_id[:16]} ({bundle})"
-        )
-        results = run_paper(loaded, broker, journal, options, once=once)
+    results = run_paper_loop(home, options, bundle=bundle, champion=champion, once=once)
     for result in results[-1:]:
         when = result.decision_ts.isoformat() if result.decision_ts is not None else "-"
+        who = f" by bundle {result.bundle_id[:12]}" if result.bundle_id else ""
         context.console.print(
-            f"{result.status} at {when}: {len(result.orders)} orders planned, "
+            f"{result.status} at {when}{who}: {len(result.orders)} orders planned, "
             f"{len(result.submitted)} submitted",
             highlight=False,
         )
@@ -86,3 +85,5 @@ def paper(
             )
         for msg in result.messages:
             context.console.print(f"  note: {msg}", highlight=False)
+        if result.alert or result.status in FAILED_STATUSES:
+            raise typer.Exit(1)  # --once under cron: a refused champion or a failed cycle is a failure

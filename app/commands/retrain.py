@@ -15,8 +15,8 @@ from app import context
 
 
 def retrain(
-    config: Path = typer.Option(None, "--config", help="TOML config file [default: built-in defaults]."),
-    home: Path = typer.Option(None, "--home", help="Home directory [default: the global --home]."),
+    config: Path = typer.Option(None, "--config", help="TOML config file \\[default: built-in defaults]."),
+    home: Path = typer.Option(None, "--home", help="Home directory \\[default: the global --home]."),
     json_out: bool = typer.Option(False, "--json", help="Print the decision as JSON."),
 ) -> None:
     """Retrain a challenger, compare it with the champion, promote it only if it is really better."""

@@ -21,7 +21,7 @@ app = typer.Typer(
 # the exchange's time zone from data.calendar, which loads pandas, and `--help` must stay light.
 _DEFAULT_CRON = "0 2 * * 1-5"
 _CRON_HELP = "Crontab expression: minute hour day-of-month month day-of-week."
-_TZ_HELP = "IANA time zone of the cron times [default: the exchange's, data.calendar.TZ]."
+_TZ_HELP = "IANA time zone of the cron times \\[default: the exchange's, data.calendar.TZ]."
 
 
 def _describe(outcome: Any) -> str:
@@ -34,8 +34,8 @@ def run(
     cron: str = typer.Option(_DEFAULT_CRON, "--cron", help=_CRON_HELP),
     tz: str = typer.Option(None, "--tz", help=_TZ_HELP, show_default=False),
     config: Path = typer.Option(None, "--config", help="TOML config file, re-read before every run."),
-    home: Path = typer.Option(None, "--home", help="Home directory [default: the global --home]."),
-    max_runs: int = typer.Option(None, "--max-runs", min=1, help="Stop after N runs [default: never]."),
+    home: Path = typer.Option(None, "--home", help="Home directory \\[default: the global --home]."),
+    max_runs: int = typer.Option(None, "--max-runs", min=1, help="Stop after N runs \\[default: never]."),
     now: bool = typer.Option(False, "--now", help="Also run once immediately."),
 ) -> None:
     """Run `podracer retrain` on a cron schedule in this process (Ctrl-C stops)."""
@@ -73,22 +73,30 @@ def print_(
     fmt: str = typer.Option("crontab", "--format", help="crontab or systemd."),
     tz: str = typer.Option(None, "--tz", help=_TZ_HELP, show_default=False),
     config: Path = typer.Option(None, "--config", help="TOML config file for the scheduled runs."),
-    home: Path = typer.Option(None, "--home", help="Home directory [default: the global --home]."),
+    home: Path = typer.Option(None, "--home", help="Home directory \\[default: the global --home]."),
 ) -> None:
-    """Print a crontab block or a systemd service + timer pair that runs `podracer retrain`."""
+    """Print the crontab lines or the systemd units of `podracer retrain` and the paper loop."""
     # Imported here: app.nightly loads pandas through data.calendar (see _TZ_HELP above).
     from app.nightly.cron import DEFAULT_TZ
-    from app.nightly.os_schedule import crontab_text, systemd_text, systemd_units
+    from app.nightly.os_schedule import (
+        crontab_text,
+        paper_crontab_text,
+        paper_unit,
+        systemd_text,
+        systemd_units,
+    )
 
     tz = tz or DEFAULT_TZ
     if home is not None:
         context.set_home(home)
     if config is not None and not config.is_file():
         raise ConfigError(f"config file not found: {config}")
+    home_dir = context.home()
     if fmt == "crontab":
-        text = crontab_text(cron, tz=tz, home=context.home(), config=config)
+        text = crontab_text(cron, tz=tz, home=home_dir, config=config) + "\n" + paper_crontab_text(home_dir)
     elif fmt == "systemd":
-        text = systemd_text(systemd_units(cron, tz=tz, home=context.home(), config=config))
+        units = systemd_units(cron, tz=tz, home=home_dir, config=config) | paper_unit(home_dir)
+        text = systemd_text(units)
     else:
         raise ConfigError(f"--format {fmt!r}: choose crontab or systemd")
     typer.echo(text, nl=False)

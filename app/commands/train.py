@@ -76,21 +76,23 @@ def _tournament_command(
 
 
 def train(
-    algo: str = typer.Option(None, "--algo", help="ppo or sac [default: the config's agent.algo]."),
-    config: Path = typer.Option(None, "--config", help="TOML config file [default: built-in defaults]."),
-    run: str = typer.Option(None, "--run", help="Run name [default: <UTC time>-<algo>]."),
+    algo: str = typer.Option(None, "--algo", help="ppo or sac \\[default: the config's agent.algo]."),
+    config: Path = typer.Option(None, "--config", help="TOML config file \\[default: built-in defaults]."),
+    run: str = typer.Option(None, "--run", help="Run name \\[default: <UTC time>-<algo>]."),
     steps: int = typer.Option(
-        None, "--steps", min=1, help="Env-steps to train [default: agent.total_steps]."
+        None, "--steps", min=1, help="Env-steps to train \\[default: agent.total_steps]."
     ),
     json_out: bool = typer.Option(False, "--json", help="Print the run summary as JSON (no progress bar)."),
     threads: int = typer.Option(
-        None, "--threads", min=1, help="torch intra-op threads [default: torch's]; 1 is best on a busy CPU."
+        None, "--threads", min=1, help="torch intra-op threads \\[default: torch's]; 1 is best on a busy CPU."
     ),
     tournament: bool = typer.Option(False, "--tournament", help="Run a podracer tournament of many pods."),
-    pods: int = typer.Option(None, "--pods", min=1, help="Tournament: pods in flight [tournament.pods]."),
+    pods: int = typer.Option(None, "--pods", min=1, help="Tournament: pods in flight \\[tournament.pods]."),
     budget_steps: int = typer.Option(None, "--budget-steps", min=1, help="Tournament: total env-steps."),
     budget_minutes: float = typer.Option(None, "--budget-minutes", min=0.0, help="Tournament: wall time."),
-    backend: str = typer.Option(None, "--backend", help="Tournament: local or ray [tournament.backend]."),
+    backend: str = typer.Option(
+        None, "--backend", help="Tournament: auto, local, ray or population \\[tournament.backend]."
+    ),
     workers: int = typer.Option(None, "--workers", min=0, help="Tournament, local: processes (0 = inline)."),
     address: str = typer.Option(None, "--address", help="Tournament, ray: address of an existing cluster."),
     resume: str = typer.Option(None, "--resume", help="Tournament: continue the run RUN after a stop."),

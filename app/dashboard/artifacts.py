@@ -24,9 +24,10 @@ import pandas as pd
 
 from agents.tournament import leaderboard as lb
 from app.nightly import registry
-from app.nightly.record import OutOfSampleRecord, out_of_sample_record
+from app.nightly.record import ChampionTimeline, champion_timeline
 from app.paper import journal
 from app.runs import RunDir, RunInfo, runs_root
+from app.workflows.status import Status, gather_status
 from data.errors import PodracerError, one_line
 
 RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -52,7 +53,6 @@ STRATEGY_METRICS = frozenset(
         "exposure",
         "hit_rate",
         "probabilistic_sharpe_ratio",
-        "deflated_sharpe_ratio",
     }
 )
 
@@ -272,15 +272,20 @@ def read_paper(home: Path) -> dict[str, pd.DataFrame]:
     return {str(name): _frame(table) for name, table in dict(tables).items()}
 
 
-def read_out_of_sample(home: Path) -> OutOfSampleRecord:
-    """The champion's paper-trading record since its promotion (``app.nightly.record``): the only
+def read_champion_timeline(home: Path) -> ChampionTimeline:
+    """The champions and their paper records while in charge (``app.nightly.record``): the only
     out-of-sample figures of a nightly champion (the gate's test-window figures chose it)."""
-    if not (Path(home) / "paper" / "journal.sqlite").is_file():
-        return OutOfSampleRecord(None, None, None, note="no paper trading yet: nothing out of sample to show")
     try:
-        return out_of_sample_record(home)
+        return champion_timeline(home)
     except PodracerError as err:
-        return OutOfSampleRecord(None, None, None, note=one_line(err))
+        return ChampionTimeline(note=one_line(err))
+    except Exception as err:  # noqa: BLE001 - any reader failure becomes one line on the page
+        raise ArtifactCorrupt(f"{Path(home) / 'paper' / 'journal.sqlite'}: {one_line(err)}") from err
+
+
+def read_status(home: Path) -> Status:
+    """``podracer status`` for the top of the Nightly page (``app.workflows.status``)."""
+    return gather_status(home)
 
 
 def paper_order_counts(tables: dict[str, pd.DataFrame]) -> dict[str, int]:

@@ -50,16 +50,16 @@ CARD_METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("max_drawdown", "Max drawdown", "pct", help="Worst peak-to-trough loss (negative)."),
     MetricSpec("calmar_ratio", "Calmar", "ratio", help="Annual return / |max drawdown|."),
     MetricSpec(
-        "deflated_sharpe_ratio",
-        "DSR",
+        "probabilistic_sharpe_ratio",
+        "PSR",
         "prob",
-        help="Deflated Sharpe ratio: probability the Sharpe is real after the number of pods tried.",
+        help="Probabilistic Sharpe ratio: probability the true Sharpe is above zero, this window alone "
+        "(the verdict above counts every look at the window).",
     ),
 )
 
 # The extra columns of the full comparison table.
 TABLE_METRICS: tuple[MetricSpec, ...] = CARD_METRICS + (
-    MetricSpec("probabilistic_sharpe_ratio", "PSR", "prob"),
     MetricSpec("turnover", "Turnover / day", "ratio", higher_is_better=False),
     # costs_paid is a fraction of the initial value (backtests.metrics.costs_paid).
     MetricSpec("costs_paid", "Costs (of initial)", "pct", higher_is_better=False),
@@ -215,7 +215,7 @@ def window_caption(metrics: dict[str, Any]) -> str:
     if metrics.get("num_sessions") is not None:
         parts.append(f"{metrics['num_sessions']} sessions")
     if metrics.get("num_trials") is not None:
-        parts.append(f"DSR over {metrics['num_trials']} trial(s)")
+        parts.append(f"{metrics['num_trials']} trial(s) tried")
     costs = costs_caption(metrics)
     if costs:
         parts.append(costs)

@@ -443,6 +443,30 @@ def line_figure(
     return fig
 
 
+def champion_equity_figure(frame: pd.DataFrame, x: str, title: str = "Paper account equity") -> go.Figure:
+    """Equity over time, one colour per bundle (``bundle_id``; "?" before bundles were journaled);
+    each stretch starts at the previous one's last point, so the line has no gap at a switch."""
+    fig = go.Figure()
+    frame = frame.sort_values(x).reset_index(drop=True)
+    bundles = frame["bundle_id"].fillna("?").astype(str)
+    colors = {b: _PALETTE[i % len(_PALETTE)] for i, b in enumerate(dict.fromkeys(bundles))}
+    mode = "lines+markers" if len(frame) <= 60 else "lines"
+    seen: set[str] = set()
+    for _, part in frame.groupby((bundles != bundles.shift()).cumsum(), sort=True):
+        bundle = bundles[part.index[0]]
+        rows = frame.loc[max(part.index[0] - 1, 0) : part.index[-1]]
+        fig.add_trace(
+            go.Scatter(
+                x=rows[x], y=rows["equity"], mode=mode, name=f"bundle {bundle[:12]}", legendgroup=bundle,
+                showlegend=bundle not in seen, line=dict(color=colors[bundle], width=2),
+            )
+        )  # fmt: skip
+        seen.add(bundle)
+    fig.update_layout(title=title, **_LAYOUT)
+    fig.update_yaxes(tickformat="$,.0f")
+    return fig
+
+
 def _ordered(columns: pd.Index) -> list[str]:
     """Champion first, then the benchmark, then the rest in file order."""
     names = [str(c) for c in columns]

@@ -153,18 +153,24 @@ def _nightly(home: str, sig: tuple) -> tuple[pd.DataFrame, dict[str, Any] | None
     return artifacts.read_nightly(Path(home))
 
 
-def out_of_sample(home: Path) -> Any:
-    """The nightly champion's paper record since promotion (cached until registry or journal change)."""
+def champion_timeline(home: Path) -> Any:
+    """The champions and their paper records (cached until registry or journal change, at most 10 s)."""
     home = Path(home)
-    return _out_of_sample(
-        str(home),
-        signature(home / "registry.sqlite", home / "champion.json", home / "paper" / "journal.sqlite"),
+    return _champion_timeline(
+        str(home), signature(home / "registry.sqlite", home / "paper" / "journal.sqlite")
     )
 
 
 @st.cache_data(max_entries=4, ttl=10, show_spinner=False)
-def _out_of_sample(home: str, sig: tuple) -> Any:
-    return artifacts.read_out_of_sample(Path(home))
+def _champion_timeline(home: str, sig: tuple) -> Any:
+    return artifacts.read_champion_timeline(Path(home))
+
+
+# The status depends on the clock (a heartbeat goes stale by itself): a short TTL, no file signature.
+@st.cache_data(max_entries=4, ttl=10, show_spinner=False)
+def status(home: Path) -> Any:
+    """``podracer status`` of the home (at most 10 s old)."""
+    return artifacts.read_status(Path(home))
 
 
 def paper(home: Path) -> dict[str, pd.DataFrame]:

@@ -160,9 +160,12 @@ def show_cards(cards: list[Card], per_row: int = 4) -> None:
 
 
 def show_verdict(box: VerdictBox | None) -> None:
-    """The plain-words verdict metrics.json states: green when significant, orange when not."""
+    """The plain-words verdict metrics.json states (green when significant, orange when not, blue when
+    not measurable), then its line of selection diagnostics."""
     if box is not None:
         getattr(st, box.kind)(box.text)
+        if box.diagnostics:
+            st.caption(box.diagnostics)
 
 
 def show_table(table: PodTable, key: str | None = None, height: int | None = None) -> None:

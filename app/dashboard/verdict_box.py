@@ -22,10 +22,11 @@ BOX_KINDS: dict[Outcome, BoxKind] = {
 
 @dataclass(frozen=True)
 class VerdictBox:
-    """What the page renders: ``st.<kind>(text)``."""
+    """What the page renders: ``st.<kind>(text)``, then the selection diagnostics as a caption."""
 
     kind: BoxKind
     text: str
+    diagnostics: str = ""
 
 
 def verdict_box(metrics: dict[str, Any]) -> VerdictBox | None:
@@ -33,4 +34,4 @@ def verdict_box(metrics: dict[str, Any]) -> VerdictBox | None:
     verdict = stated_verdict(metrics)
     if verdict is None:
         return None
-    return VerdictBox(BOX_KINDS[verdict.outcome], verdict.text)
+    return VerdictBox(BOX_KINDS[verdict.outcome], verdict.text, verdict.diagnostics)

@@ -20,7 +20,7 @@ def _in_charge(record: Mapping[str, Any]) -> str:
 
 
 def folds_frame(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
-    """One row per fold: windows, pods tried, the gate's validation Sharpes and decision, the policy in
+    """One row per fold: windows, pods tried, the Sharpes on the gate's window and its decision, the policy in
     charge and its test figures (plain values: no nested JSON in a cell)."""
     rows = []
     for r in records:
@@ -34,8 +34,8 @@ def folds_frame(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
                 "train": f"{w['train'][0]} .. {w['train'][1]}",
                 "validation": f"{w['valid'][0]} .. {w['valid'][1]}",
                 "pods tried": r.get("pods_tried"),
-                "valid Sharpe (challenger)": (gate.get("challenger") or {}).get("sharpe_ratio"),
-                "valid Sharpe (incumbent)": (gate.get("incumbent") or {}).get("sharpe_ratio"),
+                "gate Sharpe (challenger)": (gate.get("challenger") or {}).get("sharpe_ratio"),
+                "gate Sharpe (incumbent)": (gate.get("incumbent") or {}).get("sharpe_ratio"),
                 "gate": "promoted" if r.get("promoted") else "kept",
                 "in charge": _in_charge(r),
                 "test return": test.get("return"),

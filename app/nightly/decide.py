@@ -1,10 +1,11 @@
 """The promotion decision: does tonight's challenger replace the champion, and what is recorded.
 
 - :func:`decide`: promote only if the challenger's fitness beats the champion's by
-  ``nightly.margin`` AND its deflated Sharpe ratio reaches ``nightly.dsr_threshold``; with no
-  champion yet, ``nightly.first_promotion`` says whether the first challenger is promoted anyway.
-- :func:`trials_on_window`: how many trials the DSR must be deflated for (this tournament's pods
-  plus every earlier one scored on an evaluation window that overlaps tonight's).
+  ``nightly.margin`` AND its out-of-sample test on the gate window says "edge significant out of
+  sample" (``backtests.verdict``: the same rule and the same figures as ``podracer backtest``, at the
+  gate's level ``nightly.significance``, after every earlier look at an overlapping window of the same
+  market, counted by the looks ledger ``<home>/looks.sqlite``); with no champion yet,
+  ``nightly.first_promotion`` says whether the first challenger is promoted anyway.
 - :func:`decision_record` / :func:`failure_record`: the registry row of a verdict or of a failure
   (``app.nightly.registry.Decision``), built from what the pipeline gathered step by step.
 """
@@ -15,10 +16,10 @@ import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from app.nightly.registry import Decision, read_decisions
+from app.nightly.registry import Decision
+from backtests.verdict import Verdict as EdgeVerdict
 
 
 @dataclass(frozen=True)
@@ -40,34 +41,32 @@ def finite(value: float | None) -> float | None:
 def decide(
     challenger_fitness: float | None,
     champion_fitness: float | None,
-    challenger_dsr: float | None,
+    challenger_edge: EdgeVerdict | None,
     *,
     has_champion: bool,
     margin: float,
-    dsr_threshold: float,
     first_promotion: str = "always",
     fitness: str = "sharpe",
 ) -> Verdict:
-    """Promote iff the challenger beats the champion by ``margin`` AND its DSR reaches the threshold.
+    """Promote iff the challenger beats the champion by ``margin`` AND ``challenger_edge``, its
+    out-of-sample verdict on the gate window, is "significant".
 
-    Undefined numbers never promote: a challenger whose fitness or DSR is undefined (a flat equity
-    curve, too few days) is rejected. A champion whose fitness is undefined counts as beaten. With no
-    champion yet, ``first_promotion="always"`` promotes (something must trade), ``"dsr"`` still asks
-    for the DSR.
+    Undefined numbers never promote: a challenger whose fitness is undefined (a flat equity curve, too
+    few days) or whose edge is not measurable is rejected. A champion whose fitness is undefined
+    counts as beaten. With no champion yet, ``first_promotion="always"`` promotes (something must
+    trade), ``"significant"`` still asks for a significant edge.
     """
-    ch, champ, dsr = finite(challenger_fitness), finite(champion_fitness), finite(challenger_dsr)
-    dsr_ok = dsr is not None and dsr >= dsr_threshold
-    dsr_text = "undefined" if dsr is None else f"{dsr:.3f}"
+    ch, champ = finite(challenger_fitness), finite(champion_fitness)
+    significant = challenger_edge is not None and challenger_edge.outcome == "significant"
+    edge = challenger_edge.text if challenger_edge is not None else "no out-of-sample test"
     if not has_champion:
         if first_promotion == "always":
-            return Verdict(True, f"no champion yet: first challenger promoted (DSR {dsr_text})")
+            return Verdict(True, f"no champion yet: first challenger promoted ({edge})")
         if ch is None:
             return Verdict(False, f"no champion yet, but the challenger's {fitness} is undefined")
-        if not dsr_ok:
-            return Verdict(
-                False, f"no champion yet, but the challenger's DSR {dsr_text} < {dsr_threshold:.3f}"
-            )
-        return Verdict(True, f"no champion yet: challenger's DSR {dsr_text} >= {dsr_threshold:.3f}")
+        if not significant:
+            return Verdict(False, f"no champion yet, but the challenger's {edge}")
+        return Verdict(True, f"no champion yet: the challenger's {edge}")
     if ch is None:
         return Verdict(False, f"challenger's {fitness} is undefined on the evaluation window")
     if champ is not None and ch < champ + margin:
@@ -75,14 +74,10 @@ def decide(
             False,
             f"challenger {fitness} {ch:.4f} does not beat champion {champ:.4f} by the margin {margin:g}",
         )
-    if not dsr_ok:
-        return Verdict(False, f"challenger's deflated Sharpe {dsr_text} < threshold {dsr_threshold:.3f}")
+    if not significant:
+        return Verdict(False, f"challenger's {edge}")
     against = "an undefined champion score" if champ is None else f"champion {champ:.4f}"
-    return Verdict(
-        True,
-        f"challenger {fitness} {ch:.4f} beats {against} by >= {margin:g} and its DSR {dsr_text} "
-        f">= {dsr_threshold:.3f}",
-    )
+    return Verdict(True, f"challenger {fitness} {ch:.4f} beats {against} by >= {margin:g}; its {edge}")
 
 
 def overlap_note(champion: Mapping[str, Any] | None, eval_start: str) -> str:
@@ -94,32 +89,6 @@ def overlap_note(champion: Mapping[str, Any] | None, eval_start: str) -> str:
     if champion is not None and champion.get("selection_end") and champion["selection_end"] >= eval_start:
         return f" (note: the champion was selected on data up to {champion['selection_end']})"
     return ""
-
-
-def windows_overlap(a: tuple[str, str], b: tuple[str, str]) -> bool:
-    """Whether two inclusive ISO date ranges share at least one day."""
-    return a[0] <= b[1] and b[0] <= a[1]
-
-
-def trials_on_window(home: Path, window: tuple[str, str]) -> int:
-    """Trials already spent choosing champions on days of this evaluation window by earlier decisions.
-
-    Every earlier decision whose evaluation window OVERLAPS tonight's counts, not only an identical
-    one: growing data shifts the window by a day each night, so yesterday's test window shares all
-    but one of its days with tonight's, and the DSR of each new challenger must be deflated for every
-    tournament ever scored against those days, not only its own.
-    """
-    total = 0
-    for row in read_decisions(home):
-        if not row.get("eval_start") or not row.get("eval_end"):
-            continue  # failed before the windows were known: it looked at nothing
-        if not windows_overlap((row["eval_start"], row["eval_end"]), (window[0], window[1])):
-            continue
-        # A run that failed after its evaluation (export, record) still looked at the window.
-        if row["verdict"] == "failed" and row["step"] not in ("decide", "export", "record"):
-            continue
-        total += int((row.get("inputs") or {}).get("run_trials") or 0)
-    return total
 
 
 def decision_record(
@@ -134,7 +103,9 @@ def decision_record(
     scores: dict[str, Any],
 ) -> Decision:
     """The registry row of a verdict. ``info`` holds what the pipeline's steps established: the
-    rule's settings (fitness, margin, dsr_threshold), the run ids, the windows and the scores."""
+    rule's settings (fitness, margin, the level as ``dsr_threshold = 1 - significance``), the run ids,
+    the windows and the scores (``challenger_dsr``: the challenger's PSR after the looks, i.e. the DSR
+    over ``num_trials`` = the looks counted)."""
     return Decision(
         started_at=started_at,
         decided_at=decided_at,

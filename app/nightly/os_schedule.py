@@ -4,7 +4,12 @@ Both are generated from the parsed expression (``app.nightly.cron``):
 
 - :func:`crontab_text`: a crontab block (``CRON_TZ=`` line + the job line);
 - :func:`systemd_units`: a ``.service`` + ``.timer`` pair whose ``OnCalendar=`` carries the time zone
-  (:func:`on_calendar`); :func:`systemd_text` prints both with install instructions.
+  (:func:`on_calendar`); :func:`systemd_text` prints units with install instructions.
+
+Beside the retrain, the paper loop (``podracer paper --champion``), a long-running service:
+:func:`paper_unit` (systemd: ``Restart=on-failure``) and :func:`paper_crontab_text` (cron has no
+supervisor: a watchdog line every minute that starts the loop unless it runs, under ``flock -n``).
+Both read the Alpaca paper keys from :data:`KEYS_FILE`, never from the unit or the crontab.
 
 Commands use absolute paths only (:func:`retrain_command`): OS schedulers start in another directory.
 """
@@ -21,6 +26,10 @@ from pathlib import Path
 from app.nightly.cron import DEFAULT_TZ, parse_cron, zone
 
 UNIT_NAME = "podracer-retrain"
+PAPER_UNIT_NAME = "podracer-paper"
+# APCA_API_KEY_ID=... and APCA_API_SECRET_KEY=..., one per line (chmod 600): systemd's EnvironmentFile
+# and a shell's `.` both read this form, so the service and the crontab share it.
+KEYS_FILE = ".config/podracer/alpaca.env"  # under the user's home directory
 _SYSTEMD_DAYS = ("Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat")
 
 
@@ -85,6 +94,11 @@ def retrain_command(home: str | os.PathLike[str], config: str | os.PathLike[str]
     return argv
 
 
+def paper_command(home: str | os.PathLike[str]) -> list[str]:
+    """The argv of the paper loop on the registry's champion, absolute paths only."""
+    return [*podracer_executable(), "--home", str(Path(home).resolve()), "paper", "--champion"]
+
+
 def crontab_text(
     expr: str, *, tz: str = DEFAULT_TZ, home: str | os.PathLike[str], config: str | os.PathLike[str] | None
 ) -> str:
@@ -94,8 +108,10 @@ def crontab_text(
     home_abs = Path(home).resolve()
     log_file = home_abs / "logs" / "retrain.log"
     command = " ".join(shlex.quote(a) for a in retrain_command(home, config))
-    # cron starts jobs in $HOME: run from today's directory, as the user's own retrain would.
-    command = f"cd {shlex.quote(str(Path.cwd()))} && mkdir -p {shlex.quote(str(log_file.parent))} && {command} >> {shlex.quote(str(log_file))} 2>&1"
+    # cron starts jobs in $HOME: run from today's directory, as the user's own retrain would; the
+    # Alpaca keys (nightly.update = "alpaca") from the keys file when there is one.
+    keys = f'"$HOME/{KEYS_FILE}"'
+    command = f"if [ -f {keys} ]; then set -a && . {keys} && set +a; fi; cd {shlex.quote(str(Path.cwd()))} && mkdir -p {shlex.quote(str(log_file.parent))} && {command} >> {shlex.quote(str(log_file))} 2>&1"
     # In a crontab line an unescaped % ends the command and feeds the rest to stdin.
     command = command.replace("%", r"\%")
     return (
@@ -105,6 +121,32 @@ def crontab_text(
         "# the system time zone instead.\n"
         f"CRON_TZ={tz}\n"
         f"{spec.expr} {command}\n"
+    )
+
+
+def paper_crontab_text(home: str | os.PathLike[str]) -> str:
+    """The crontab block of the paper loop: a watchdog line that starts it unless it is running."""
+    home_abs = Path(home).resolve()
+    log_file = home_abs / "logs" / "paper.log"
+    lock = home_abs / "paper" / "cron.lock"
+    loop = " ".join(shlex.quote(a) for a in paper_command(home))
+    inner = (
+        f'set -a && . "$HOME/{KEYS_FILE}" && set +a && cd {shlex.quote(str(Path.cwd()))} && '
+        f"exec {loop} >> {shlex.quote(str(log_file))} 2>&1"
+    )
+    command = (
+        f"mkdir -p {shlex.quote(str(log_file.parent))} {shlex.quote(str(lock.parent))} && "
+        f"flock -n {shlex.quote(str(lock))} sh -c {shlex.quote(inner)}"
+    ).replace("%", r"\%")
+    return (
+        "# podracer paper loop (podracer paper --champion): a long-running process, and cron has no\n"
+        "# supervisor. This watchdog line runs every minute: flock -n starts the loop only when no loop\n"
+        "# holds the lock, so a loop that died is back within a minute and a running one is left alone.\n"
+        "# What cron cannot do: restart at once, back off from a loop that fails at every start (it is\n"
+        "# retried each minute; see the log), or stop it (comment the line out, then kill the loop).\n"
+        "# Use the systemd unit (--format systemd) where you can. Cron does not see your shell's\n"
+        f"# exports: APCA_API_KEY_ID=... and APCA_API_SECRET_KEY=... go in ~/{KEYS_FILE} (chmod 600).\n"
+        f"* * * * * {command}\n"
     )
 
 
@@ -138,6 +180,8 @@ def systemd_units(
         # Relative paths inside the config resolve as they do for the user who printed these units.
         f"WorkingDirectory={_systemd_quote(str(Path.cwd()))}\n"
         f"Environment=PODRACER_HOME={_systemd_quote(str(home_abs))}\n"
+        # The Alpaca keys, for nightly.update = "alpaca" ("-": the file is optional here).
+        f"EnvironmentFile=-%h/{KEYS_FILE}\n"
         f"ExecStart={exec_start}\n"
         # Exit 75: another retrain holds the lock; not a failure worth an alert.
         "SuccessExitStatus=75\n"
@@ -159,21 +203,62 @@ def systemd_units(
     return {f"{name}.service": service, f"{name}.timer": timer}
 
 
+def paper_unit(home: str | os.PathLike[str], name: str = PAPER_UNIT_NAME) -> dict[str, str]:
+    """``{"<name>.service": text}``: the paper loop as a long-running service restarted on failure."""
+    home_abs = Path(home).resolve()
+    exec_start = " ".join(_systemd_quote(a) for a in paper_command(home))
+    service = (
+        "[Unit]\n"
+        "Description=podracer paper trading on the registry's champion (Alpaca paper)\n"
+        "After=network-online.target\n"
+        "Wants=network-online.target\n"
+        # A loop failing at every start (bad keys) stops being restarted after 5 tries in 10 minutes.
+        "StartLimitIntervalSec=600\n"
+        "StartLimitBurst=5\n"
+        "\n"
+        "[Service]\n"
+        "Type=simple\n"
+        f"WorkingDirectory={_systemd_quote(str(Path.cwd()))}\n"
+        f"Environment=PODRACER_HOME={_systemd_quote(str(home_abs))}\n"
+        # The Alpaca paper keys, never in the unit itself.
+        f"EnvironmentFile=%h/{KEYS_FILE}\n"
+        f"ExecStart={exec_start}\n"
+        "Restart=on-failure\n"
+        "RestartSec=30\n"
+        # Exit 75: another loop holds <home>/paper/paper.lock; restarting would not help.
+        "RestartPreventExitStatus=75\n"
+        "\n"
+        "[Install]\n"
+        "WantedBy=default.target\n"
+    )
+    return {f"{name}.service": service}
+
+
 def spec_comment(expr: str, tz: str) -> str:
     """``'0 2 * * 1-5' (cron) in <tz>`` with any % doubled for systemd."""
     return f"'{parse_cron(expr).expr}' (cron) in {tz}".replace("%", "%%")
 
 
 def systemd_text(units: dict[str, str]) -> str:
-    """Both units as one printable text with install instructions."""
+    """The units as one printable text with install instructions."""
     out = []
     for filename, body in units.items():
         out.append(f"# ---- {filename} ----\n{body}")
     timer = next(f for f in units if f.endswith(".timer"))
-    out.append(
-        "# install (per user): copy both files to ~/.config/systemd/user/, then\n"
-        f"#   systemctl --user daemon-reload && systemctl --user enable --now {timer}\n"
-        "#   loginctl enable-linger $USER   # keep user timers running while logged out\n"
-        f"# check: systemctl --user list-timers {timer}\n"
-    )
+    services = [
+        f for f in units if f.endswith(".service") and f.removesuffix(".service") + ".timer" not in units
+    ]
+    enable = " ".join([timer, *services])
+    lines = [
+        "# install (per user): copy the files to ~/.config/systemd/user/, then",
+        f"#   systemctl --user daemon-reload && systemctl --user enable --now {enable}",
+        "#   loginctl enable-linger $USER   # keep user units running while logged out",
+        f"# check: systemctl --user list-timers {timer}",
+    ]
+    for service in services:
+        lines += [
+            f"#        systemctl --user status {service}; journalctl --user -u {service} -f",
+            f"# keys: APCA_API_KEY_ID=... and APCA_API_SECRET_KEY=... in ~/{KEYS_FILE} (chmod 600)",
+        ]
+    out.append("\n".join(lines) + "\n")
     return "\n".join(out)

@@ -10,7 +10,10 @@
 3. **evaluate**: challenger and champion backtested together on the TEST window, the most recent
    sessions, which neither the tournament's selection nor (checked) the challenger's training saw;
 4. **decide** (``app.nightly.decide``): promote only if the challenger's fitness beats the
-   champion's by ``nightly.margin`` AND its deflated Sharpe ratio reaches ``nightly.dsr_threshold``;
+   champion's by ``nightly.margin`` AND its out-of-sample test on the test window says "edge
+   significant out of sample" at ``nightly.significance`` (``backtests.verdict``, the rule of
+   ``podracer backtest``), every earlier look at an overlapping window of the same market counted by
+   the looks ledger;
 5. **export** (on promotion): an onnxruntime bundle of the challenger (``app.export.export_bundle``)
    and an immutable copy of its policy under ``<home>/champions/<run_id>/``;
 6. **record**: the decision row and, on promotion, the new champion pointer in ONE SQLite
@@ -19,7 +22,7 @@
 The gate decides on the test window, so the figures measured there are **selection** figures: the
 registry row's ``scores``, the champion pointer's ``info``, the run record's ``nightly`` and the run's
 ``metrics.json`` say ``"role": "selection"``. The out-of-sample record of a promoted champion is its
-paper trading since promotion (``app.nightly.record.out_of_sample_record``).
+paper trading while in charge (``app.nightly.record.champion_timeline``).
 
 Any failure before step 6 commits leaves the previous champion in place; the failure itself is
 recorded as a ``failed`` decision (best effort) and raised as a one-line :class:`RetrainError`.
@@ -42,18 +45,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from app.nightly.decide import (
-    decide,
-    decision_record,
-    failure_record,
-    finite,
-    overlap_note,
-    trials_on_window,
-)
+from app.nightly.decide import decide, decision_record, failure_record, finite, overlap_note
 from app.nightly.lock import ProcessLock
 from app.nightly.record import SELECTION
 from app.nightly.registry import Champion, current_champion, record_decision
-from app.nightly.steps import RetrainSteps, default_steps, keep_champion_copy
+from app.nightly.steps import RetrainSteps, default_steps, gate_significance, keep_champion_copy
 from app.runs import RunDir
 from data.errors import ConfigError, PodracerError, one_line
 
@@ -83,7 +79,7 @@ class RetrainOutcome:
     fitness: str
     challenger_fitness: float | None
     champion_fitness: float | None
-    challenger_dsr: float | None
+    challenger_edge: str | None  # the challenger's out-of-sample verdict line (backtests.verdict)
     eval_window: tuple[str, str]
     duration_s: float
 
@@ -126,7 +122,8 @@ def run_retrain(
         info: dict[str, Any] = {
             "fitness": fitness,
             "margin": nightly.margin,
-            "dsr_threshold": nightly.dsr_threshold,
+            # The registry's columns: the level as the PSR-after-looks threshold 1 - significance.
+            "dsr_threshold": round(1.0 - gate_significance(config), 12),
             "champion_run_id": champion_id,
         }
         inputs: dict[str, Any] = {
@@ -166,21 +163,24 @@ def run_retrain(
 
             step = "evaluate"
             eval_window = (info["eval_start"], info["eval_end"])
-            num_trials = max(1, challenger.num_trials + trials_on_window(home, eval_window))
-            info["num_trials"] = num_trials
-            evaluation = steps.evaluate(config, home, data, challenger, champion, num_trials)
+            evaluation = steps.evaluate(config, home, data, challenger, champion)
+            edge = evaluation.edge
             scores = {
                 # The gate decides on these figures: they are selection figures, not out-of-sample
                 # ones (app.nightly.record: paper trading since promotion is the out-of-sample record).
                 "role": SELECTION,
                 "challenger": dict(evaluation.challenger),
                 "champion": dict(evaluation.champion) if evaluation.champion is not None else None,
+                "challenger_test": dict(evaluation.test),
+                "challenger_edge": edge.text if edge is not None else None,
             }
+            # The DSR over the looks counted: the Sharpe half of the significance check.
+            info["num_trials"] = int(evaluation.test.get("looks") or 1)
             ch_fit = finite(evaluation.challenger.get("fitness"))
             champ_fit = (
                 finite(evaluation.champion.get("fitness")) if evaluation.champion is not None else None
             )
-            ch_dsr = finite(evaluation.challenger.get("deflated_sharpe_ratio"))
+            ch_dsr = finite(evaluation.test.get("psr_after_looks"))
             info.update(challenger_fitness=ch_fit, champion_fitness=champ_fit, challenger_dsr=ch_dsr)
             reached("evaluate")
 
@@ -188,10 +188,9 @@ def run_retrain(
             verdict = decide(
                 ch_fit,
                 champ_fit,
-                ch_dsr,
+                edge,
                 has_champion=champion is not None,
                 margin=nightly.margin,
-                dsr_threshold=nightly.dsr_threshold,
                 first_promotion=nightly.first_promotion,
                 fitness=fitness,
             )
@@ -218,9 +217,10 @@ def run_retrain(
                     info={
                         "run_dir": str(challenger.run_dir),
                         "challenger_dsr": ch_dsr,
+                        "challenger_edge": scores["challenger_edge"],
                         "previous_champion": champion_id,
-                        # fitness_value / challenger_dsr were measured on the window the gate decided
-                        # on: selection figures.
+                        # fitness_value / challenger_dsr / challenger_edge were measured on the window
+                        # the gate decided on: selection figures.
                         "eval_role": SELECTION,
                     },
                 )
@@ -260,7 +260,7 @@ def run_retrain(
         fitness=fitness,
         challenger_fitness=ch_fit,
         champion_fitness=champ_fit,
-        challenger_dsr=ch_dsr,
+        challenger_edge=scores["challenger_edge"],
         eval_window=(info["eval_start"], info["eval_end"]),
         duration_s=round(time.monotonic() - t0, 3),
     )

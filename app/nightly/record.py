@@ -1,16 +1,16 @@
-"""The champion's out-of-sample record: paper-trading results since its promotion.
+"""The champions' out-of-sample record: what each one earned in paper trading while in charge.
 
 The nightly gate decides on the test window, so the promoted run's figures there are *selection*
 figures (the registry row, the run record and its ``metrics.json`` say ``"role": "selection"``): a
 challenger that cleared the gate was chosen partly for its luck on those days. The first figures no
-decision looked at are the paper trader's, from the first decision the champion's bundle took after
-its promotion on: :func:`out_of_sample_record` reads them from the paper journal
-(``app.paper.journal.read_journal``) for the Nightly page.
+decision looked at are the paper trader's. :func:`champion_timeline` lines the registry's promotions
+up with the paper journal's per-champion records (``app.paper.attribution``: whole sessions, from a
+champion's first decision to its successor's, fills and marks from the journal), for the Nightly
+page: one entry per champion, oldest first, each with its record (None before it has traded).
 
-Only rows attributable to the champion count: paper decisions taken with the champion's bundle
-(``bundle_id`` from its manifest) and recorded after ``promoted_at``, and the account's P&L rows from
-the first such decision on (the account is shared, so rows before it belong to the previous
-champion).
+Records are matched to promotions by the run the journal names for a session (``paper --champion``)
+or else by ``bundle_id``; a bundle traded with ``paper --bundle`` that no promotion names gets an
+entry of its own.
 """
 
 from __future__ import annotations
@@ -21,9 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
-from app.nightly.registry import current_champion
+from app.nightly.registry import current_champion, read_decisions
+from app.paper.attribution import ChampionRecord, attribute
 from app.paper.journal import read_journal
 
 SELECTION = "selection"
@@ -31,32 +30,39 @@ OUT_OF_SAMPLE = "out_of_sample"
 
 
 @dataclass(frozen=True)
-class OutOfSampleRecord:
-    """Paper-trading results of the current champion since its promotion (empty frames if none)."""
+class TimelineEntry:
+    """One champion: its promotion and its paper record while it was in charge."""
 
-    run_id: str | None
-    promoted_at: str | None
+    run_id: str | None  # None: a bundle traded with paper --bundle, not a registry champion
     bundle_id: str | None
-    decisions: int = 0
-    start: str | None = None  # first attributable decision (ISO UTC)
-    end: str | None = None  # last P&L row (ISO UTC)
-    cum_return: float | None = None  # last equity / equity at the first attributable P&L row - 1
-    pnl: pd.DataFrame = field(default_factory=pd.DataFrame)  # recorded_at, equity, day_return
+    bundle: str | None  # the export folder the registry names
+    promoted_at: str | None
+    decision_id: int | None
+    current: bool  # the registry's champion now
+    record: ChampionRecord | None  # None: not paper-traded (yet)
     role: str = OUT_OF_SAMPLE
+
+
+@dataclass(frozen=True)
+class ChampionTimeline:
+    """Every champion, oldest first, and the check of their records against the account."""
+
+    entries: list[TimelineEntry] = field(default_factory=list)
+    records_pnl: float = 0.0  # the sum of the records' P&L
+    account_pnl: float | None = None  # the broker's equity over the same sessions
     note: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able summary (without the P&L frame)."""
+        """JSON-able form."""
+        entries = [
+            {**{k: getattr(e, k) for k in e.__dataclass_fields__ if k != "record"},
+             "record": e.record.to_dict() if e.record else None}
+            for e in self.entries
+        ]  # fmt: skip
         return {
-            "role": self.role,
-            "run_id": self.run_id,
-            "promoted_at": self.promoted_at,
-            "bundle_id": self.bundle_id,
-            "decisions": self.decisions,
-            "start": self.start,
-            "end": self.end,
-            "cum_return": self.cum_return,
-            "pnl_rows": int(len(self.pnl)),
+            "entries": entries,
+            "records_pnl": self.records_pnl,
+            "account_pnl": self.account_pnl,
             "note": self.note,
         }
 
@@ -72,36 +78,36 @@ def _bundle_id(bundle: str | None) -> str | None:
     return str(value) if value else None
 
 
-def out_of_sample_record(home: str | os.PathLike[str]) -> OutOfSampleRecord:
-    """The current champion's paper-trading record since its promotion (see the module docstring)."""
-    champion = current_champion(home)
-    if champion is None:
-        return OutOfSampleRecord(None, None, None, note="no champion promoted yet")
-    promoted = pd.Timestamp(champion["promoted_at"])
-    promoted = promoted.tz_localize("UTC") if promoted.tzinfo is None else promoted.tz_convert("UTC")
-    bundle_id = _bundle_id(champion.get("bundle"))
-    base = {"run_id": champion["run_id"], "promoted_at": champion["promoted_at"], "bundle_id": bundle_id}
-    if bundle_id is None:
-        return OutOfSampleRecord(**base, note="the champion has no readable export bundle: not paper-traded")
-    journal = read_journal(home)
-    decisions = journal["decisions"]
-    mine = decisions[(decisions["bundle_id"] == bundle_id) & (decisions["recorded_at"] >= promoted)]
-    if mine.empty:
-        return OutOfSampleRecord(
-            **base, note="no paper decision with the champion's bundle since its promotion"
+def champion_timeline(home: str | os.PathLike[str]) -> ChampionTimeline:
+    """The registry's champions with their paper records (see the module docstring)."""
+    current = current_champion(home)
+    promotions = [d for d in read_decisions(home) if d["verdict"] == "promoted"]
+    attribution = attribute(read_journal(home))
+    records = list(attribution.records)
+    entries = []
+    for promotion in promotions:
+        run_id, bundle = promotion.get("challenger_run_id"), promotion.get("bundle")
+        bundle_id = _bundle_id(bundle)
+        record = next((r for r in records if r.run_id and r.run_id == run_id), None) or next(
+            (r for r in records if bundle_id and r.bundle_id == bundle_id), None
         )
-    first = mine["recorded_at"].min()
-    pnl = journal["pnl"]
-    pnl = pnl[pnl["recorded_at"] >= first][["recorded_at", "equity", "day_return"]].reset_index(drop=True)
-    cum = None
-    if len(pnl) >= 1 and float(pnl["equity"].iloc[0]) > 0:
-        cum = float(pnl["equity"].iloc[-1]) / float(pnl["equity"].iloc[0]) - 1.0
-    return OutOfSampleRecord(
-        **base,
-        decisions=int(len(mine)),
-        start=first.isoformat(),
-        end=pnl["recorded_at"].iloc[-1].isoformat() if len(pnl) else None,
-        cum_return=cum,
-        pnl=pnl,
-        note="paper trading since promotion: the champion's first figures no decision looked at",
-    )
+        if record is not None:
+            records.remove(record)
+        entries.append(
+            TimelineEntry(
+                run_id=run_id,
+                bundle_id=bundle_id or (record.bundle_id if record else None),
+                bundle=bundle,
+                promoted_at=promotion.get("decided_at"),
+                decision_id=promotion.get("id"),
+                current=bool(current and current.get("decision_id") == promotion.get("id")),
+                record=record,
+            )
+        )
+    for record in records:  # traded, but no promotion names it (paper --bundle)
+        entries.append(TimelineEntry(record.run_id, record.bundle_id, None, None, None, False, record))
+    entries.sort(key=lambda e: e.promoted_at or (e.record.first_decision if e.record else ""))
+    note = attribution.note
+    if not promotions:
+        note = note or "no champion promoted yet"
+    return ChampionTimeline(entries, attribution.records_pnl, attribution.account_pnl, note)

@@ -83,6 +83,17 @@ class RegistryError(PodracerError):
     """The registry file is unreadable, corrupt, or from a newer podracer."""
 
 
+class RegistryBusy(RegistryError):
+    """Another connection holds a lock on the registry past the reader's timeout ("database is
+    locked"): a retrain writing it. Readers that must not wait (the paper loop) retry or go on."""
+
+
+def _locked(err: sqlite3.Error) -> bool:
+    return isinstance(err, sqlite3.OperationalError) and any(
+        word in str(err).lower() for word in ("locked", "busy")
+    )
+
+
 @dataclass(frozen=True)
 class Decision:
     """One retrain decision, as stored in ``decisions`` (JSON-able ``inputs``/``scores``)."""
@@ -133,12 +144,13 @@ def registry_path(home: str | os.PathLike[str]) -> Path:
     return Path(home) / REGISTRY_NAME
 
 
-def _connect(path: Path, *, read_only: bool) -> sqlite3.Connection:
+def _connect(path: Path, *, read_only: bool, timeout: float = sqlite.TIMEOUT_S) -> sqlite3.Connection:
     try:
-        conn = sqlite.connect(path, read_only=read_only)
+        conn = sqlite.connect(path, read_only=read_only, timeout=timeout)
         version = conn.execute("PRAGMA user_version").fetchone()[0]
     except sqlite3.DatabaseError as err:
-        raise RegistryError(f"cannot open registry {path}: {err}") from None
+        kind = RegistryBusy if _locked(err) else RegistryError
+        raise kind(f"cannot open registry {path}: {err}") from None
     if version > SCHEMA_VERSION:
         conn.close()
         raise RegistryError(
@@ -214,12 +226,14 @@ def _decode(row: sqlite3.Row, json_cols: tuple[str, ...]) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def _reader(home: str | os.PathLike[str]) -> Iterator[sqlite3.Connection | None]:
+def _reader(
+    home: str | os.PathLike[str], timeout: float = sqlite.TIMEOUT_S
+) -> Iterator[sqlite3.Connection | None]:
     path = registry_path(home)
     if not path.is_file():
         yield None
         return
-    conn = _connect(path, read_only=True)
+    conn = _connect(path, read_only=True, timeout=timeout)
     try:
         # A file created by a writer that has not committed its schema yet reads as empty.
         yield conn if conn.execute("PRAGMA user_version").fetchone()[0] >= 1 else None
@@ -248,15 +262,20 @@ def read_decisions(home: str | os.PathLike[str], *, limit: int | None = None) ->
     return [_decode(r, ("inputs", "scores")) for r in rows]
 
 
-def current_champion(home: str | os.PathLike[str]) -> dict[str, Any] | None:
-    """The current champion (keys of :class:`Champion` plus ``decision_id``), or None if none yet."""
-    with _reader(home) as conn:
+def current_champion(
+    home: str | os.PathLike[str], *, timeout: float = sqlite.TIMEOUT_S
+) -> dict[str, Any] | None:
+    """The current champion (keys of :class:`Champion` plus ``decision_id``), or None if none yet.
+
+    ``timeout``: seconds to wait for a writer's lock before :class:`RegistryBusy`."""
+    with _reader(home, timeout) as conn:
         if conn is None:
             return None
         try:
             row = conn.execute("SELECT * FROM champion WHERE slot = 1").fetchone()
         except sqlite3.DatabaseError as err:
-            raise RegistryError(f"cannot read registry {registry_path(home)}: {err}") from None
+            kind = RegistryBusy if _locked(err) else RegistryError
+            raise kind(f"cannot read registry {registry_path(home)}: {err}") from None
     if row is None:
         return None
     out = _decode(row, ("info",))

@@ -6,8 +6,9 @@
   and selected on the VALID window, the first ``nightly.warm_start_pods`` fresh pods starting from the
   current champion's weights (:func:`warm_start_round`);
 - :func:`evaluate_step`: challenger and champion backtested together on the TEST window and scored
-  (the champion on features normalized with its own statistics: ``app.nightly.normalization``); the
-  challenger run's ``backtest/`` report says its figures are selection figures;
+  (the champion on features normalized with its own statistics: ``app.nightly.normalization``), the
+  challenger's look counted in the looks ledger and its out-of-sample test written in its run's
+  ``backtest/`` report, which says its figures are the gate's selection figures;
 - :func:`export_step` and :func:`keep_champion_copy` (on promotion): the challenger's onnxruntime
   bundle, and an immutable copy of its policy under ``<home>/champions/<run_id>/``.
 
@@ -42,9 +43,11 @@ from app.nightly.decide import finite
 from app.nightly.normalization import SPEC_FILE, champion_feature_spec, with_feature_spec
 from app.nightly.record import SELECTION
 from app.runs import RunDir
-from app.workflows.backtest import check_policy_fits, trial_returns
+from app.workflows.backtest import check_policy_fits, count_look, market_identity, selection_inputs
 from app.workflows.training import ensemble_step
 from backtests import engine, report, scoring
+from backtests.verdict import Verdict as EdgeVerdict
+from backtests.verdict import stated_verdict
 from data.atomic import atomic_write_json, replace_dir
 from data.errors import CheckpointError, ConfigError, PodracerError
 from data.loader import load_market
@@ -79,19 +82,20 @@ class ChallengerRun:
     run_dir: Path
     policy_dir: Path
     num_trials: int  # pods tried (scored) in this tournament
-    trial_sharpes: tuple[float, ...] = ()
     warm_started_from: str | None = None  # champion run id whose weights seeded the pool
 
 
 @dataclass(frozen=True)
 class Evaluation:
-    """Challenger and champion on the same evaluation window."""
+    """Challenger and champion on the same evaluation window, and the challenger's out-of-sample test
+    there (the gate's significance check)."""
 
     fitness: str  # "sharpe", "return" or "calmar"
     window: tuple[str, str]
-    challenger: Mapping[str, float | None]  # metrics, incl. "fitness" and "deflated_sharpe_ratio"
+    challenger: Mapping[str, float | None]  # metrics, incl. "fitness"
     champion: Mapping[str, float | None] | None  # None when there is no champion yet
-    num_trials: int  # trials the DSR was deflated for
+    edge: EdgeVerdict | None  # the challenger's verdict (backtests.verdict), None without a test
+    test: Mapping[str, Any] = field(default_factory=dict)  # its metrics.json "oos_test" block
 
 
 @dataclass(frozen=True)
@@ -100,7 +104,7 @@ class RetrainSteps:
 
     update_data: Callable[[Any, Path], DataSnapshot]
     tournament: Callable[[Any, Path, DataSnapshot, Mapping[str, Any] | None], ChallengerRun]
-    evaluate: Callable[[Any, Path, DataSnapshot, ChallengerRun, Mapping[str, Any] | None, int], Evaluation]
+    evaluate: Callable[[Any, Path, DataSnapshot, ChallengerRun, Mapping[str, Any] | None], Evaluation]
     export: Callable[[Any, Path, ChallengerRun], Path]
 
 
@@ -272,7 +276,6 @@ def tournament_step(
         run_dir=run_dir,
         policy_dir=run.champion,
         num_trials=int(result.pods_tried),
-        trial_sharpes=tuple(None if s is None else float(s) for s in result.trial_sharpes),
         warm_started_from=warm_from,
     )
 
@@ -283,11 +286,12 @@ def evaluate_step(
     data: DataSnapshot,
     challenger: ChallengerRun,
     champion: Mapping[str, Any] | None,
-    num_trials: int,
 ) -> Evaluation:
     """Step 3: backtest challenger and champion together on the test window (one engine call, so the
-    same bars, costs and fills), score both, and write the challenger run's ``backtest/`` report
-    (the challenger as ``champion`` of its run, the incumbent as ``incumbent``)."""
+    same bars, costs and fills), score both, count the challenger's look at the window in the looks
+    ledger, and write the challenger run's ``backtest/`` report (the challenger as ``champion`` of its
+    run, the incumbent as ``incumbent``) with its out-of-sample test at the gate's level
+    (:func:`gate_significance`): the verdict the gate reads."""
 
     device = config.agent.device
     market = data.splits.test
@@ -326,13 +330,7 @@ def evaluate_step(
             compile=config.backtest.compile,
         )
         result = merge_results(result, alone)
-    metrics = report.compute_metrics(
-        result,
-        annualization=annualization,
-        num_trials=num_trials,
-        trial_sharpes=challenger.trial_sharpes,
-        deflated=["challenger"],
-    )
+    metrics = report.compute_metrics(result, annualization=annualization)
     scores = scoring.fitness(result, fitness, annualization=annualization, nan_value=math.nan)
     for i, name in enumerate(result.names):
         metrics[name]["fitness"] = finite(float(scores[i]))
@@ -340,16 +338,28 @@ def evaluate_step(
         result,
         names=tuple({"challenger": "champion", "champion": "incumbent"}.get(n, n) for n in result.names),
     )
+    identity = market_identity(config.data, market.tickers)
+    look = count_look(home, challenger.run_id, renamed, window="test", market=identity)
+    info = run.info()
     doc = report.write_report(
         challenger.run_dir,
         renamed,
         window="test",
         annualization=annualization,
-        num_trials=num_trials,
-        trial_sharpes=challenger.trial_sharpes,
-        trial_returns=trial_returns(run),
+        num_trials=challenger.num_trials,
+        trial_returns=selection_inputs(
+            run,
+            data.splits.valid.to(device),
+            params,
+            info.champion.pod_id if info.champion is not None else None,
+            device=device,
+        ),
         cost_rate=params.cost_rate,
         slippage_bps=params.slippage_bps,
+        significance_level=gate_significance(config),
+        earlier_looks=look.earlier_sharpes if look is not None else (),
+        seed=config.tournament.seed,
+        market=identity,
         tearsheet=config.nightly.tearsheet,
     )
     # The promotion gate decides on this window: these are selection figures (app.nightly.record).
@@ -364,8 +374,15 @@ def evaluate_step(
         window=result.date_range(),
         challenger=metrics["challenger"],
         champion=metrics.get("champion") if champion is not None else None,
-        num_trials=num_trials,
+        edge=stated_verdict(doc),
+        test=report.json_safe(doc["oos_test"] or {}),
     )
+
+
+def gate_significance(config: Any) -> float:
+    """The gate's level: ``[nightly] significance``, else ``[backtest] significance``."""
+    nightly = config.nightly.significance
+    return float(nightly if nightly is not None else config.backtest.significance)
 
 
 def merge_results(a: engine.BacktestResult, b: engine.BacktestResult) -> engine.BacktestResult:

@@ -3,6 +3,8 @@
 A cycle (:func:`run_cycle`) orchestrates the other modules of ``app.paper``:
 
 1. Broker clock: market closed -> journal it, no orders. The broker's per-cycle retry budget resets.
+   Open: the bundle source names the session's bundle (``app.paper.champion``: fixed at the first
+   cycle of each session; ``paper --champion`` reads the registry's pointer there).
 2. Earlier cycles' open orders are reconciled *first* (``execution.reconcile_open_orders``), and only
    then are the account and positions read: a late fill is counted once, in the positions.
    Kill-switch file present -> journal it, no new orders (open orders are still reconciled).
@@ -11,13 +13,17 @@ A cycle (:func:`run_cycle`) orchestrates the other modules of ``app.paper``:
    the decision bar's session are skipped: they keep their position (no order) and the journal says
    so, unless held and gone for good (``app.paper.gone``: the broker no longer trades it -> a warning
    each cycle; no real bar for ``gone_after`` sessions -> the whole position is sold).
+   Held tickers that an earlier bundle in the journal traded and this one does not (a champion on
+   another universe) are sold whole (``orders.retired_sells``).
 4. onnxruntime (``Bundle.act``) -> target weights -> risk limits (``max_weight``; the daily loss limit,
    a blocked account or the kill switch halt new orders) -> orders (``app.paper.orders``).
 5. The orders go out (``execution.execute_orders``): sells first, then the buys fitted to the cash
    actually there; a broker failure while sending stops the cycle at an order boundary (``partial``:
    the next cycle finishes the rebalance).
 6. Journal every decision, order, fill, reconciliation (positions vs what our fills imply), P&L
-   snapshot and error in ``<home>/paper/journal.sqlite``.
+   snapshot and error in ``<home>/paper/journal.sqlite``, each row with the ``bundle_id`` deciding it.
+
+:func:`run_paper` loops the cycles and writes each one's heartbeat (``app.paper.heartbeat``).
 
 ``--dry-run`` does everything except submitting or cancelling (orders are journaled as ``dry_run``).
 """
@@ -29,19 +35,22 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from app.bundle import Bundle
 from app.paper.broker import Account, Broker, BrokerError, Order
-from app.paper.execution import block_orders, execute_orders, reconcile_open_orders, snapshot
+from app.paper.champion import BundleSource, FixedBundle
+from app.paper.execution import block_orders, execute_orders, holdings, reconcile_open_orders, snapshot
 from app.paper.gone import check_gone
+from app.paper.heartbeat import Heartbeat, write_heartbeat
 from app.paper.journal import Journal, journal_ts
 from app.paper.observation import build_decision, check_fresh, fetch_start
 from app.paper.options import PaperOptions
-from app.paper.orders import PlannedOrder, apply_limits, plan_orders
-from data.calendar import INTERVAL_MINUTES, MINUTES_PER_SESSION
+from app.paper.orders import PlannedOrder, apply_limits, plan_orders, retired_sells
+from data.calendar import INTERVAL_MINUTES, MINUTES_PER_SESSION, exchange_date
 from data.errors import DataError, PodracerError
 
 log = logging.getLogger(__name__)
@@ -49,7 +58,7 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class CycleResult:
-    status: str  # closed | kill_switch | halted | traded | partial | dry_run | no_data
+    status: str  # closed | no_champion | kill_switch | halted | traded | partial | dry_run | no_data | error
     decision_ts: pd.Timestamp | None = None
     target_weights: dict[str, float] = field(default_factory=dict)
     policy_weights: dict[str, float] = field(default_factory=dict)
@@ -60,6 +69,11 @@ class CycleResult:
     not_sent: list[PlannedOrder] = field(default_factory=list)  # dropped or deferred to the next cycle
     gone: list[str] = field(default_factory=list)  # held tickers gone for good: whole position sold
     attention: list[str] = field(default_factory=list)  # gone tickers the broker will not trade
+    session: str | None = None  # exchange date of an open cycle (YYYY-MM-DD)
+    bundle_id: str | None = None  # the bundle that decided
+    run_id: str | None = None  # its registry champion's run (paper --champion)
+    alert: str | None = None  # what the operator must see (a champion bundle refused, ...)
+    broker_time: datetime | None = None  # the broker's clock at the cycle's start
 
 
 def _halt(kill: bool, account: Account, options: PaperOptions) -> tuple[str, str] | None:
@@ -78,14 +92,21 @@ def _halt(kill: bool, account: Account, options: PaperOptions) -> tuple[str, str
     return None
 
 
+def as_source(bundle: Bundle | BundleSource) -> BundleSource:
+    """A bundle as the source of every session's bundle (``paper --bundle``); a source as it is."""
+    return FixedBundle(bundle) if isinstance(bundle, Bundle) else bundle
+
+
 def run_cycle(
-    bundle: Bundle,
+    bundle: Bundle | BundleSource,
     broker: Broker,
     journal: Journal,
     options: PaperOptions = PaperOptions(),
     now: datetime | None = None,
 ) -> CycleResult:
     """One decision: see the module docstring. Never submits when closed, halted or kill-switched."""
+    source = as_source(bundle)
+    journal.bundle_id = None
     begin = getattr(broker, "begin_cycle", None)
     if begin is not None:
         begin()
@@ -95,7 +116,31 @@ def run_cycle(
         msg = f"market closed (next open {journal_ts(clock.next_open)}): no orders"
         journal.event("market_closed", msg)
         log.info(msg)
-        return CycleResult(status="closed", messages=[msg])
+        return CycleResult(status="closed", messages=[msg], broker_time=clock.timestamp)
+    session = exchange_date(clock.timestamp).date().isoformat()
+    picked = source.select(session, journal)
+    if picked.bundle is None:
+        msg = picked.alert or "no bundle to trade"
+        return CycleResult(
+            status="no_champion",
+            messages=[msg],
+            session=session,
+            alert=picked.alert,
+            broker_time=clock.timestamp,
+        )
+    result = _trade(picked.bundle, broker, journal, options.for_bundle(picked.bundle.manifest), now, session)
+    result.session, result.bundle_id, result.run_id = session, picked.bundle.bundle_id, picked.run_id
+    result.alert, result.broker_time = picked.alert, clock.timestamp
+    if picked.alert:
+        result.messages.insert(0, picked.alert)
+    return result
+
+
+def _trade(
+    bundle: Bundle, broker: Broker, journal: Journal, options: PaperOptions, now: datetime, session: str
+) -> CycleResult:
+    """The open market's part of :func:`run_cycle`, with the session's bundle."""
+    journal.bundle_id = bundle.bundle_id
     kill = options.kill_switch_on()
     if not options.dry_run:
         # Before the account and positions are read: a stale order that fills now is then counted
@@ -128,16 +173,34 @@ def run_cycle(
         result.messages.append(msg)
     result.gone = [o.ticker for o in gone.sells]
     result.attention = list(gone.attention)
+    # Held tickers an earlier champion traded and this one does not: sold whole (a new universe).
+    retired = retired_sells(
+        positions, journal.book_tickers(), bundle.tickers, bundle.bundle_id, decision.decision_ts
+    )
+    for o in retired:
+        journal.event("retired", f"{o.ticker} {o.reason} ({o.qty:g} shares)", "warning")
+        result.messages.append(f"{o.ticker} {o.reason}")
 
-    policy_weights = bundle.act(decision.obs)[0]
-    if not np.all(np.isfinite(policy_weights)):
-        raise PodracerError("the policy produced non-finite weights: no orders")
-    target, notes = apply_limits(policy_weights, decision, bundle.tickers, options.limits)
+    ts = journal_ts(decision.decision_ts)
+    prior = journal.decision_at(ts, bundle.bundle_id, options.dry_run)
+    if prior is not None:
+        # This bar was decided already (a restart mid-cycle, a retried run): finish that decision
+        # from the holdings as they are now, with the same client order ids, rather than decide
+        # again on a book its own orders have half changed.
+        policy_weights, target = np.asarray(prior[0]), np.asarray(prior[1])
+        notes = []
+        journal.event("resume", f"decision at {ts} taken already: its remaining orders go out")
+    else:
+        policy_weights = bundle.act(decision.obs)[0]
+        if not np.all(np.isfinite(policy_weights)):
+            raise PodracerError("the policy produced non-finite weights: no orders")
+        target, notes = apply_limits(policy_weights, decision, bundle.tickers, options.limits)
     orders, plan_notes = plan_orders(
         decision, target, bundle.tickers, bundle.bundle_id, options.limits, options.fractional
     )
     notes += plan_notes
-    orders = gone.sells + orders  # skipped tickers: the planner never orders them, no id is shared
+    # skipped and retired tickers: the planner never orders them, no id is shared
+    orders = gone.sells + retired + orders
     result.policy_weights = dict(zip(bundle.tickers, map(float, policy_weights), strict=True))
     result.target_weights = dict(zip(bundle.tickers, map(float, target), strict=True))
     result.orders = orders
@@ -146,26 +209,31 @@ def run_cycle(
         result.messages.append(note)
 
     halt = _halt(kill, account, options)
-    journal.decision(
-        decision_ts=journal_ts(decision.decision_ts),
-        bundle_id=bundle.bundle_id,
-        dry_run=options.dry_run,
-        equity=decision.value,
-        cash=decision.cash,
-        tickers=list(bundle.tickers),
-        current_weights=list(decision.current_weights),
-        target_weights=list(target),
-        policy_weights=list(policy_weights),
-        skipped=list(decision.skipped),
-        note=halt[1] if halt else "",
-    )
+    if prior is None:
+        journal.decision(
+            decision_ts=ts,
+            bundle_id=bundle.bundle_id,
+            dry_run=options.dry_run,
+            equity=decision.value,
+            cash=decision.cash,
+            tickers=list(bundle.tickers),
+            current_weights=list(decision.current_weights),
+            target_weights=list(target),
+            policy_weights=list(policy_weights),
+            skipped=list(decision.skipped),
+            note=halt[1] if halt else "",
+            session=session,
+            account_equity=account.equity,
+            holdings=holdings(positions),
+            prices=list(decision.prices),
+        )
     if halt is not None:
         result.status = halt[0] if not options.dry_run else "dry_run"
         journal.event(halt[0], halt[1], "warning")
         log.warning(halt[1])
         result.messages.append(halt[1])
         block_orders(orders, halt[1], journal, bundle.bundle_id, decision)
-        snapshot(journal, broker, bundle.tickers, decision, account, {}, reconcile=not options.dry_run)
+        snapshot(journal, broker, bundle, decision, account, {}, positions, reconcile=not options.dry_run)
         return result
 
     sent = execute_orders(orders, broker, journal, options, bundle.bundle_id, decision)
@@ -177,15 +245,23 @@ def run_cycle(
     result.submitted = sent.submitted
     try:
         snapshot(
-            journal, broker, bundle.tickers, decision, account, sent.filled, reconcile=not options.dry_run
+            journal, broker, bundle, decision, account, sent.filled, positions, reconcile=not options.dry_run
         )
     except BrokerError as err:
         journal.event("error", f"snapshot after the orders: {err}", "warning")
     return result
 
 
+def cycle_period(bundle: Bundle | None) -> float:
+    """Seconds between two decisions of ``bundle`` (at least a minute; 5 minutes with no bundle)."""
+    if bundle is None:
+        return 300.0
+    bar_minutes = INTERVAL_MINUTES[bundle.interval] or MINUTES_PER_SESSION  # a daily bar: one session
+    return max(60.0, bundle.decision_interval * bar_minutes * 60.0)
+
+
 def run_paper(
-    bundle: Bundle,
+    bundle: Bundle | BundleSource,
     broker: Broker,
     journal: Journal,
     options: PaperOptions,
@@ -193,29 +269,46 @@ def run_paper(
     once: bool = False,
     sleep: Callable[[float], None] = time.sleep,
     max_cycles: int | None = None,
+    heartbeat: Path | None = None,
 ) -> list[CycleResult]:
-    """Cycle once per decision interval during market hours (``once``: a single cycle)."""
-    bar_minutes = INTERVAL_MINUTES[bundle.interval] or MINUTES_PER_SESSION  # a daily bar: one session
-    period = max(60.0, bundle.decision_interval * bar_minutes * 60.0)
+    """Cycle once per decision interval during market hours (``once``: a single cycle); after each
+    cycle, its heartbeat goes to ``heartbeat`` (atomically) when given."""
+    source = as_source(bundle)
     results: list[CycleResult] = []
     while True:
         started = time.monotonic()
+        failure: PodracerError | None = None
         try:
-            result = run_cycle(bundle, broker, journal, options)
+            result = run_cycle(source, broker, journal, options)
         except PodracerError as err:
             journal.event("error", str(err), "error")
-            if once:
-                raise
             log.error("cycle failed: %s", err)
-            result = CycleResult(status="error", messages=[str(err)])
+            failure = err
+            current = source.current
+            result = CycleResult(
+                status="error",
+                messages=[str(err)],
+                bundle_id=current.bundle_id if current is not None else None,
+                alert=str(err),
+            )
+        if result.bundle_id is None and source.current is not None:  # closed: the bundle in hand
+            result.bundle_id = source.current.bundle_id
+            result.run_id = getattr(source, "run_id", None)
         results.append(result)
-        if once or (max_cycles is not None and len(results) >= max_cycles):
-            return results
+        last = once or (max_cycles is not None and len(results) >= max_cycles)
+        period = cycle_period(source.current)
         wait = period - (time.monotonic() - started)
-        if result.status == "closed":
+        if result.status == "closed" and not last:
             try:
                 clock = broker.clock()
                 wait = max(60.0, min(3600.0, (clock.next_open - clock.timestamp).total_seconds()))
             except BrokerError:
                 wait = 300.0
-        sleep(max(1.0, wait))
+        wait = max(1.0, wait)
+        if heartbeat is not None:
+            write_heartbeat(heartbeat, Heartbeat.of(result, source.mode, period, wait, options))
+        if failure is not None and once:
+            raise failure
+        if last:
+            return results
+        sleep(wait)

@@ -13,7 +13,8 @@
   sending (retries spent, the cycle's retry budget spent) stops at an order boundary: the orders not
   sent are journaled ``not_sent`` and the next cycle finishes the rebalance from the book as it is.
 - :func:`block_orders`: a halted cycle's orders, journaled ``blocked`` with the reason.
-- :func:`snapshot`: the broker's positions vs what our fills imply, and a P&L row.
+- :func:`snapshot`: the broker's positions vs what our fills imply, and a P&L row (with the holdings
+  behind it: the marks of the per-champion record).
 
 In a dry run nothing is submitted or canceled; orders are journaled as ``dry_run``.
 """
@@ -29,7 +30,8 @@ from typing import Any
 
 import pandas as pd
 
-from app.paper.broker import Account, Broker, BrokerError, Order, OrderRejected, OrderRequest
+from app.bundle import Bundle
+from app.paper.broker import Account, Broker, BrokerError, Order, OrderRejected, OrderRequest, Position
 from app.paper.journal import Journal, journal_ts
 from app.paper.options import PaperOptions
 from app.paper.orders import Decision, PlannedOrder
@@ -334,25 +336,38 @@ class _Sender:
         ex.not_sent.extend(remaining)
 
 
+def holdings(positions: dict[str, Position]) -> dict[str, tuple[float, float]]:
+    """The broker's positions as the journal keeps them: ``{symbol: (qty, price)}``."""
+    return {p.symbol: (p.qty, p.current_price) for p in positions.values()}
+
+
 def snapshot(
     journal: Journal,
     broker: Broker,
-    tickers: tuple[str, ...],
+    bundle: Bundle,
     decision: Decision,
     account: Account,
     filled: dict[str, float],
+    before: dict[str, Position],
     *,
     reconcile: bool,
 ) -> None:
-    """Positions after the cycle vs what our fills imply, and a P&L row (``reconcile=False``: only the
-    P&L row, from ``account``)."""
+    """Positions after the cycle vs what our fills imply, and a P&L row with the holdings behind it
+    (``reconcile=False``: only the P&L row, from ``account`` and the positions ``before``)."""
     ts = journal_ts(decision.decision_ts)
     if not reconcile:
-        journal.pnl(decision_ts=ts, equity=account.equity, cash=account.cash, last_equity=account.last_equity)
+        journal.pnl(
+            decision_ts=ts,
+            equity=account.equity,
+            cash=account.cash,
+            last_equity=account.last_equity,
+            bundle_id=bundle.bundle_id,
+            holdings=holdings(before),
+        )
         return
     after = broker.positions()
     acct = broker.account()
-    for i, ticker in enumerate(tickers):
+    for i, ticker in enumerate(bundle.tickers):
         expected = float(decision.qty[i] + filled.get(ticker, 0.0))
         pos = after.get(ticker)
         qty = pos.qty if pos else 0.0
@@ -362,9 +377,17 @@ def snapshot(
             qty=qty,
             market_value=pos.market_value if pos else 0.0,
             expected_qty=expected,
+            bundle_id=bundle.bundle_id,
         )
         if abs(qty - expected) > 1e-6:
             journal.event(
                 "reconcile", f"{ticker}: broker holds {qty:g}, our fills imply {expected:g}", "warning"
             )
-    journal.pnl(decision_ts=ts, equity=acct.equity, cash=acct.cash, last_equity=acct.last_equity)
+    journal.pnl(
+        decision_ts=ts,
+        equity=acct.equity,
+        cash=acct.cash,
+        last_equity=acct.last_equity,
+        bundle_id=bundle.bundle_id,
+        holdings=holdings(after),
+    )

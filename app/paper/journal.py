@@ -3,6 +3,9 @@
 One SQLite file, ``<home>/paper/journal.sqlite``, in WAL mode so the dashboard can read while a cycle
 writes; each cycle's rows go in short transactions. Rows are append-only except ``orders``, which is
 keyed by ``client_order_id`` (a retried cycle updates its order's status instead of duplicating it).
+Every row a cycle writes carries the ``bundle_id`` that decided it (a fill: its order's), and
+``sessions`` names the bundle in charge of each session (:meth:`Journal.start_session`). The schema
+and the migration of older journals: ``app.paper.journal_schema``.
 
 Re-running a decision bar is idempotent: an order row is upserted by a rule that never downgrades
 (``STATUS_RANK``: a final status stays final, ``filled_qty`` only grows), and a fill row is written
@@ -30,100 +33,20 @@ from typing import Any
 
 import pandas as pd
 
+from app.paper.journal_schema import (
+    ADDED_COLUMNS,
+    FINAL_STATUSES,
+    OPEN_STATUSES,
+    STATUS_RANK,
+    TABLES,
+    SessionOwner,
+    finite,
+    holdings_json,
+    migrate,
+    statements,
+)
 from data import sqlite
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS decisions (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    recorded_at TEXT NOT NULL,      -- wall clock (UTC) when the row was written
-    decision_ts TEXT NOT NULL,      -- UTC start of the bar the decision was taken on
-    bundle_id TEXT NOT NULL,
-    dry_run INTEGER NOT NULL,
-    equity REAL, cash REAL,
-    tickers TEXT NOT NULL,          -- JSON list
-    current_weights TEXT NOT NULL,  -- JSON list, same order as tickers
-    target_weights TEXT NOT NULL,   -- JSON list (after risk limits)
-    policy_weights TEXT NOT NULL,   -- JSON list (raw policy output)
-    skipped TEXT NOT NULL,          -- JSON list of tickers skipped (missing bars)
-    note TEXT
-);
-CREATE TABLE IF NOT EXISTS orders (
-    client_order_id TEXT PRIMARY KEY,
-    recorded_at TEXT NOT NULL,
-    decision_ts TEXT NOT NULL,
-    bundle_id TEXT NOT NULL,
-    ticker TEXT NOT NULL,
-    side TEXT NOT NULL,
-    qty REAL NOT NULL,
-    est_price REAL, est_notional REAL,
-    status TEXT NOT NULL,           -- dry_run|blocked|not_sent|not_submitted|submitted|<alpaca status>
-    broker_order_id TEXT,
-    filled_qty REAL DEFAULT 0,
-    filled_avg_price REAL,
-    message TEXT
-);
-CREATE TABLE IF NOT EXISTS fills (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    recorded_at TEXT NOT NULL,
-    client_order_id TEXT NOT NULL,
-    ticker TEXT NOT NULL,
-    side TEXT NOT NULL,
-    filled_qty REAL NOT NULL,       -- cumulative filled quantity reported by the broker
-    filled_avg_price REAL,
-    status TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS positions (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    recorded_at TEXT NOT NULL,
-    decision_ts TEXT,
-    ticker TEXT NOT NULL,
-    qty REAL NOT NULL,
-    market_value REAL,
-    expected_qty REAL,              -- what our orders imply (NULL when not reconciled)
-    diff REAL                       -- qty - expected_qty
-);
-CREATE TABLE IF NOT EXISTS pnl (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    recorded_at TEXT NOT NULL,
-    decision_ts TEXT,
-    equity REAL NOT NULL,
-    cash REAL NOT NULL,
-    last_equity REAL,
-    day_pnl REAL,
-    day_return REAL
-);
-CREATE TABLE IF NOT EXISTS events (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    recorded_at TEXT NOT NULL,
-    level TEXT NOT NULL,            -- info|warning|error
-    kind TEXT NOT NULL,             -- market_closed|kill_switch|risk|missing_bars|reconcile|error|...
-    message TEXT NOT NULL
-);
-"""
-
-TABLES = ("decisions", "orders", "fills", "positions", "pnl", "events")
-
-# How far along an order row is. A write never lowers it (a re-run of the same decision bar journals
-# "submitted" again before the broker answers with the existing, filled order), and a final status
-# (rank 4) never changes. Rank 0: journaled, never sent (a later run of the same bar may send it).
-OPEN_STATUSES = ("submitted", "new", "accepted", "pending_new", "partially_filled", "accepted_for_bidding")
-FINAL_STATUSES = (
-    "filled",
-    "canceled",
-    "rejected",
-    "expired",
-    "done_for_day",
-    "replaced",
-    "stopped",
-    "suspended",
-)
-STATUS_RANK: dict[str, int] = {
-    **dict.fromkeys(("dry_run", "blocked", "not_sent", "error", "not_submitted", "planned"), 0),
-    "submitted": 1,
-    **dict.fromkeys(("new", "accepted", "pending_new", "accepted_for_bidding", "pending_cancel"), 2),
-    "partially_filled": 3,
-    **dict.fromkeys(FINAL_STATUSES, 4),
-}
 _SECRET_ENVS = ("APCA_API_KEY_ID", "APCA_API_SECRET_KEY")
 
 
@@ -160,7 +83,9 @@ class Journal:
         self._conn = sqlite.connect(self.path, row_factory=None)
         # NORMAL (WAL): a power cut may lose the last commits but never corrupts the file.
         sqlite.use_wal(self._conn, synchronous="NORMAL")
-        self._conn.executescript(SCHEMA)
+        migrate(self._conn)
+        # The bundle of the cycle under way: events written meanwhile carry it (None outside a cycle).
+        self.bundle_id: str | None = None
 
     @classmethod
     def for_home(cls, home: str | os.PathLike[str]) -> Journal:
@@ -190,7 +115,31 @@ class Journal:
 
     # -- writers --
     def event(self, kind: str, message: str, level: str = "info") -> None:
-        self._insert("events", {"level": level, "kind": kind, "message": message})
+        self._insert(
+            "events", {"level": level, "kind": kind, "message": message, "bundle_id": self.bundle_id}
+        )
+
+    def start_session(
+        self, session: str, *, bundle_id: str, bundle_path: str | None, run_id: str | None, source: str
+    ) -> SessionOwner:
+        """Name the bundle in charge of ``session`` unless one already is (the first cycle's stays:
+        a restart mid-session finds it here). Returns the owner as stored."""
+        with self.transaction() as conn:
+            conn.execute(
+                "INSERT OR IGNORE INTO sessions (session, recorded_at, bundle_id, bundle_path, run_id, source) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (session, _now(), bundle_id, bundle_path, run_id, source),
+            )
+        owner = self.session_owner(session)
+        assert owner is not None  # just written, or there before
+        return owner
+
+    def session_owner(self, session: str) -> SessionOwner | None:
+        """The bundle in charge of ``session`` (YYYY-MM-DD), or None before its first cycle."""
+        row = self._conn.execute(
+            "SELECT session, bundle_id, bundle_path, run_id, source FROM sessions WHERE session=?", (session,)
+        ).fetchone()
+        return None if row is None else SessionOwner(*row)
 
     def decision(
         self,
@@ -206,7 +155,13 @@ class Journal:
         policy_weights: list[float],
         skipped: list[str],
         note: str = "",
+        session: str | None = None,
+        account_equity: float | None = None,
+        holdings: dict[str, tuple[float, float]] | None = None,
+        prices: list[float] | None = None,
     ) -> None:
+        """One decision; ``session``, ``account_equity``, ``holdings`` and ``prices``: the marks of the
+        per-champion record (``app.paper.journal_schema``)."""
         self._insert(
             "decisions",
             {
@@ -221,6 +176,10 @@ class Journal:
                 "policy_weights": json.dumps([float(x) for x in policy_weights]),
                 "skipped": json.dumps(skipped),
                 "note": note,
+                "session": session,
+                "account_equity": account_equity,
+                "holdings": None if holdings is None else holdings_json(holdings),
+                "prices": None if prices is None else json.dumps([finite(p) for p in prices]),
             },
         )
 
@@ -343,13 +302,18 @@ class Journal:
         filled_avg_price: float | None,
         status: str,
     ) -> bool:
-        """Record the cumulative fill of an order, only if it grew (a re-run never repeats a fill)."""
+        """Record the cumulative fill of an order, only if it grew (a re-run never repeats a fill).
+        The row carries the order's ``bundle_id`` and ``decision_ts``."""
         with self.transaction() as conn:
             (seen,) = conn.execute(
                 "SELECT MAX(filled_qty) FROM fills WHERE client_order_id=?", (client_order_id,)
             ).fetchone()
+            order = conn.execute(
+                "SELECT bundle_id, decision_ts FROM orders WHERE client_order_id=?", (client_order_id,)
+            ).fetchone()
         if seen is not None and float(filled_qty) <= seen + 1e-12:
             return False
+        bundle_id, decision_ts = order if order is not None else (None, None)
         self._insert(
             "fills",
             {
@@ -359,6 +323,8 @@ class Journal:
                 "filled_qty": float(filled_qty),
                 "filled_avg_price": filled_avg_price,
                 "status": status,
+                "bundle_id": bundle_id,
+                "decision_ts": decision_ts,
             },
         )
         return True
@@ -371,6 +337,7 @@ class Journal:
         qty: float,
         market_value: float | None,
         expected_qty: float | None,
+        bundle_id: str | None = None,
     ) -> None:
         diff = None if expected_qty is None else float(qty) - float(expected_qty)
         self._insert(
@@ -382,10 +349,21 @@ class Journal:
                 "market_value": market_value,
                 "expected_qty": expected_qty,
                 "diff": diff,
+                "bundle_id": bundle_id,
             },
         )
 
-    def pnl(self, *, decision_ts: str | None, equity: float, cash: float, last_equity: float | None) -> None:
+    def pnl(
+        self,
+        *,
+        decision_ts: str | None,
+        equity: float,
+        cash: float,
+        last_equity: float | None,
+        bundle_id: str | None = None,
+        holdings: dict[str, tuple[float, float]] | None = None,
+    ) -> None:
+        """A P&L snapshot; ``holdings``: the broker's positions ``{symbol: (qty, price)}`` behind it."""
         day_pnl = None if last_equity is None else equity - last_equity
         day_ret = None if not last_equity else equity / last_equity - 1.0
         self._insert(
@@ -397,10 +375,29 @@ class Journal:
                 "last_equity": last_equity,
                 "day_pnl": day_pnl,
                 "day_return": day_ret,
+                "bundle_id": bundle_id,
+                "holdings": None if holdings is None else holdings_json(holdings),
             },
         )
 
     # -- readers --
+    def decision_at(
+        self, decision_ts: str, bundle_id: str, dry_run: bool
+    ) -> tuple[list[float], list[float]] | None:
+        """(policy weights, target weights) of the first decision ``bundle_id`` took at ``decision_ts``
+        (same dry-run mode), or None when it has not decided that bar."""
+        row = self._conn.execute(
+            "SELECT policy_weights, target_weights FROM decisions WHERE decision_ts=? AND bundle_id=? "
+            "AND dry_run=? ORDER BY id LIMIT 1",
+            (decision_ts, bundle_id, int(dry_run)),
+        ).fetchone()
+        return None if row is None else (json.loads(row[0]), json.loads(row[1]))
+
+    def book_tickers(self) -> set[str]:
+        """Every ticker a bundle in this journal decided on: the book the per-champion record counts."""
+        rows = self._conn.execute("SELECT DISTINCT tickers FROM decisions").fetchall()
+        return {str(t) for (text,) in rows for t in json.loads(text)}
+
     def open_orders(self) -> list[dict[str, Any]]:
         """Orders we submitted whose last known status is still open at the broker (or unknown)."""
         marks = ", ".join("?" for _ in OPEN_STATUSES)
@@ -445,27 +442,51 @@ def order_counts(orders: pd.DataFrame) -> dict[str, int]:
     return counts
 
 
+def latest_pnl(home: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The newest P&L row (``pnl`` columns), read-only; None without a journal or a P&L row. One
+    query, so ``podracer status`` does not read the whole journal."""
+    path = journal_path(home)
+    if not path.is_file():
+        return None
+    conn = sqlite.connect(path, read_only=True)
+    try:
+        row = conn.execute("SELECT * FROM pnl ORDER BY id DESC LIMIT 1").fetchone()
+    finally:
+        conn.close()
+    return None if row is None else dict(row)
+
+
+def _empty_schema() -> sqlite3.Connection:
+    conn = sqlite3.connect(":memory:")
+    for statement in statements():
+        conn.execute(statement)
+    return conn
+
+
 def read_journal(home: str | os.PathLike[str]) -> dict[str, pd.DataFrame]:
-    """All journal tables as DataFrames: ``decisions, orders, fills, positions, pnl, events``.
+    """All journal tables as DataFrames: ``decisions, orders, fills, positions, pnl, events, sessions``.
 
     Timestamps (``recorded_at``, ``decision_ts``) are parsed to tz-aware UTC; JSON list columns of
     ``decisions`` stay strings. A missing journal gives empty frames with the right columns.
     """
     path = journal_path(home)
-    if not path.is_file():
-        conn = sqlite3.connect(":memory:")
-        conn.executescript(SCHEMA)
-    else:
-        # read-only URI: the dashboard must never create or lock the trader's journal
-        conn = sqlite.connect(path, read_only=True, row_factory=None)
+    # read-only URI: the dashboard must never create or lock the trader's journal
+    conn = sqlite.connect(path, read_only=True, row_factory=None) if path.is_file() else _empty_schema()
     try:
         out = {}
+        have = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        empty = _empty_schema()  # the current tables, for a journal of an older version not migrated yet
         for name in TABLES:
-            frame = pd.read_sql_query(f"SELECT * FROM {name} ORDER BY rowid", conn)
+            source = conn if name in have else empty
+            frame = pd.read_sql_query(f"SELECT * FROM {name} ORDER BY rowid", source)
+            for column, _ in ADDED_COLUMNS.get(name, ()):
+                if column not in frame.columns:
+                    frame[column] = None
             for col in ("recorded_at", "decision_ts"):
                 if col in frame.columns:
                     frame[col] = pd.to_datetime(frame[col], utc=True, format="ISO8601")
             out[name] = frame
+        empty.close()
         return out
     finally:
         conn.close()

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
-from app.paper.orders import RiskLimits
+from app.paper.orders import RiskLimits, bundle_max_weight
 from data.errors import PodracerError
 
 
@@ -25,10 +26,19 @@ class PaperOptions:
     # Completed sessions without a real bar after which a held ticker the broker still trades is sold
     # (app.paper.gone): a week, longer than halts and quiet IEX days, short enough not to sit for months.
     gone_after: int = 5
+    # The per-ticker cap is each bundle's own env max_weight (no --max-weight given): a new champion is
+    # held to the cap its figures were measured with, every other limit stays the same.
+    weight_cap_from_bundle: bool = False
 
     def __post_init__(self) -> None:
         if self.gone_after < 1:
             raise PodracerError(f"--gone-after must be at least 1 session, got {self.gone_after}")
+
+    def for_bundle(self, manifest: dict[str, Any]) -> PaperOptions:
+        """These options for the bundle of ``manifest`` (its weight cap when ``weight_cap_from_bundle``)."""
+        if not self.weight_cap_from_bundle:
+            return self
+        return replace(self, limits=replace(self.limits, max_weight=bundle_max_weight(manifest)))
 
     def kill_switch_on(self) -> bool:
         """The kill-switch file exists (checked afresh on each call: it may appear mid-cycle)."""

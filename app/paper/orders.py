@@ -7,6 +7,8 @@
 - :func:`plan_orders`: sells first, then buys scaled to the cash the sells free up, fractional
   shares unless ``fractional=False``, each capped at ``max_order_notional`` and dropped under
   ``min_order_notional``;
+- :func:`retired_sells`: closing sells of held tickers an earlier bundle traded and this one does not
+  (a new champion on another universe);
 - :func:`client_order_id`: the deterministic id that makes a re-run of the same decision unable to
   place a second order.
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -87,6 +90,26 @@ def client_order_id(bundle_id: str, decision_ts: pd.Timestamp | str, ticker: str
     ts = ts.tz_localize("UTC") if ts.tzinfo is None else ts.tz_convert("UTC")
     digest = hashlib.sha256(f"{bundle_id}|{ts.isoformat()}|{ticker}".encode()).hexdigest()
     return f"pr-{digest[:40]}"
+
+
+def retired_sells(
+    positions: dict[str, Any],
+    book: set[str],
+    tickers: tuple[str, ...],
+    bundle_id: str,
+    decision_ts: pd.Timestamp,
+) -> list[PlannedOrder]:
+    """Sells of the whole position in each held ticker of ``book`` (the tickers earlier bundles in the
+    journal traded) that ``tickers`` (this bundle's) leave out: no policy would ever trade it again.
+    ``positions``: the broker's, ``app.paper.broker.Position`` by symbol."""
+    sells = []
+    for symbol in sorted(set(positions) & book - set(tickers)):
+        pos = positions[symbol]
+        if pos.qty > 0:
+            reason = f"retired: {symbol} is not among this champion's tickers: selling the whole position"
+            cid = client_order_id(bundle_id, decision_ts, symbol)
+            sells.append(PlannedOrder(symbol, "sell", float(pos.qty), float(pos.current_price), cid, reason))
+    return sells
 
 
 # --- targets and orders --------------------------------------------------------------------------

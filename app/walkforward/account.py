@@ -12,6 +12,7 @@ row and which champion traded which sessions.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -101,12 +102,6 @@ class Account:
         return run_stitched(market, self.params, self.policies, self.switch_bars, device=self.device)
 
     def report(
-        self, run: RunDir, config: Any, records: Sequence[Mapping[str, Any]], *, tearsheet: bool = False
-    ) -> dict[str, Any]:
-        """Replay the account and write its report with the walk-forward's keys (see module docstring)."""
-        return self.write_report(run, config, records, result=self.run(), tearsheet=tearsheet)
-
-    def write_report(
         self,
         run: RunDir,
         config: Any,
@@ -114,15 +109,16 @@ class Account:
         *,
         result: BacktestResult | None = None,
         tearsheet: bool = False,
+        home: Path | None = None,
     ) -> dict[str, Any]:
-        """The report of ``result`` (default: a fresh :meth:`run`) for the folds ``records``."""
+        """The report of ``result`` (default: a fresh :meth:`run`) for the folds ``records``; with
+        ``home`` the final one, counted as one look (``app.walkforward.judging.write_account_report``)."""
         result = result if result is not None else self.run()
         return write_account_report(
             run,
             result,
-            annualization=config.backtest.annualization,
-            cost_rate=self.params.cost_rate,
-            slippage_bps=self.params.slippage_bps,
+            config=config,
+            home=home,
             tearsheet=tearsheet,
             extra={"walkforward": walkforward_fields(records, config)},
         )
@@ -139,8 +135,8 @@ def walkforward_fields(records: Sequence[Mapping[str, Any]], config: Any) -> dic
                 "windows": r["windows"],
                 "pods_tried": r.get("pods_tried"),
                 "challenger": (r.get("challenger") or {}).get("pod_id"),
-                "valid_sharpe": (gate.get("challenger") or {}).get("sharpe_ratio"),
-                "incumbent_valid_sharpe": (gate.get("incumbent") or {}).get("sharpe_ratio"),
+                "gate_sharpe": (gate.get("challenger") or {}).get("sharpe_ratio"),
+                "incumbent_gate_sharpe": (gate.get("incumbent") or {}).get("sharpe_ratio"),
                 "promoted": bool(r.get("promoted")),
                 "gate_reason": gate.get("reason"),
                 "in_charge": champion_name(r),

@@ -92,7 +92,7 @@ def _num(value: float | None, fmt: str = "{:.2f}") -> str:
 def folds_table(records: list[dict[str, Any]]) -> Table:
     """One row per fold: windows, pods tried, gate, policy in charge, test figures, seconds."""
     table = Table(title="walk-forward folds", title_justify="left")
-    for name in ("fold", "test window", "pods", "valid Sharpe", "gate", "in charge", "test return",
+    for name in ("fold", "test window", "pods", "gate Sharpe", "gate", "in charge", "test return",
                  "b&h return", "test Sharpe", "costs $", "seconds"):  # fmt: skip
         table.add_column(name, justify="left" if name in ("test window", "gate", "in charge") else "right")
     for r in records:

@@ -2,11 +2,13 @@
 
 :func:`backtest_run` loads the run's ``config.toml`` and champion policy, rebuilds the market with
 the run's data config, backtests champion + baselines on the window (test by default) through the
-training env's ``step``, and writes the run's ``backtest/`` (see ``backtests.report``). The deflated
-Sharpe ratio uses the pods tried and their validation Sharpe ratios from the run record (None for an
-undefined one), annualized as the run was (the record's ``annualization``, not today's config); the
-probability of backtest overfitting uses every scored pod's daily validation returns
-(``<run>/pods/<pod>/valid_returns.parquet``).
+training env's ``step``, counts the look in ``<home>/looks.sqlite`` (``backtests.looks``; test window
+only) and writes the run's ``backtest/`` (see ``backtests.report``): the champion's out-of-sample test
+after the looks at an overlapping window of the same market (:func:`market_identity`), and the
+selection diagnostics from every scored pod's daily validation returns
+(``<run>/pods/<pod>/valid_returns.parquet``, :func:`selection_inputs`) with buy-and-hold's on the same
+validation dates. The bootstraps are seeded with the run's ``[tournament] seed`` and the test's level
+is the run config's ``[backtest] significance``.
 
 :func:`backtest_baselines` backtests baselines (buy-and-hold, cash, index) on the stored bars
 (``<home>/data/bars``, data config with ``source = "stored"``), writing a report under ``out`` when
@@ -15,7 +17,9 @@ given. Both return the metrics document; nothing here prints.
 
 from __future__ import annotations
 
+import hashlib
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +32,8 @@ from agents.tournament.pod import read_valid_returns_matrix
 from app.config import load_config, to_env_params
 from app.runs import RunDir, runs_root
 from backtests import baselines as bl
-from backtests import engine, report
+from backtests import engine, looks, report, significance
+from backtests.snooping import SelectionInputs
 from data.errors import CheckpointError, ConfigError, DataError, PodracerError
 from data.loader import load_market
 
@@ -114,6 +119,35 @@ def _check_window_unseen(run: str, window: str, market: Any, recorded: dict[str,
         )
 
 
+def market_identity(data: Any, tickers: Sequence[str]) -> str:
+    """What makes two backtests look at the same market (``backtests.looks``): for synthetic data
+    every setting that changes a price (seed, signal, tickers, sessions, start, interval); for stored
+    or shipped data the source, the interval and the set of tickers (a digest of the sorted symbols)."""
+    names = sorted(str(t) for t in tickers)
+    if data.source == "synthetic":
+        return (
+            f"synthetic seed={data.seed} signal={data.signal:g} tickers={len(names)} "
+            f"sessions={data.num_sessions} start={data.start} interval={data.interval}"
+        )
+    digest = hashlib.sha256(" ".join(names).encode()).hexdigest()[:16]
+    return f"{data.source} interval={data.interval} tickers={len(names)} set={digest}"
+
+
+def count_look(
+    home: Path, run: str, result: engine.BacktestResult, *, window: str, market: str
+) -> looks.LookCount | None:
+    """Record the selected strategy's look at a held-out window in ``<home>/looks.sqlite``; None for
+    another window (no look at held-out data) or a backtest without a selected strategy."""
+    strategy = report.selected_strategy(result)
+    if window != report.HELD_OUT_WINDOW or strategy is None:
+        return None
+    _, daily = result.daily_returns()
+    returns = daily[:, result.names.index(strategy)].detach().cpu().numpy()
+    start, end = result.date_range()
+    look = looks.Look(run, strategy, market, start, end, len(returns), significance.sharpe_per_day(returns))
+    return looks.record_look(looks.ledger_path(home), look)
+
+
 def backtest_run(
     run: str,
     *,
@@ -139,8 +173,6 @@ def backtest_run(
     run_info = run_dir.info()
     num_trials, _ = run_info.trials()
     record = run_dir.read()
-    # The raw list keeps None for a pod whose Sharpe was undefined (RunInfo drops them).
-    trial_sharpes = list(record.get("trial_sharpes") or ())
     annualization = record.get("annualization") or config.backtest.annualization
     params = to_env_params(config.env)
     if splits is None:
@@ -151,23 +183,30 @@ def backtest_run(
     result = engine.run_backtest(
         market, params, {"champion": policy}, device=device, num_threads=1, compile=config.backtest.compile
     )
+    identity = market_identity(config.data, market.tickers)
+    count = count_look(home, run, result, window=window, market=identity)
+    champion = run_info.champion.pod_id if run_info.champion is not None else None
     return report.write_report(
         run_dir.path,
         result,
         window=window,
         annualization=annualization,
         num_trials=num_trials,
-        trial_sharpes=trial_sharpes,
-        trial_returns=trial_returns(run_dir),
+        trial_returns=selection_inputs(run_dir, splits.valid.to(device), params, champion, device=device),
         cost_rate=params.cost_rate,
         slippage_bps=params.slippage_bps,
+        significance_level=config.backtest.significance,
+        earlier_looks=count.earlier_sharpes if count is not None else (),
+        seed=config.tournament.seed,
+        market=identity,
         tearsheet=tearsheet,
     )
 
 
-def trial_returns(run_dir: RunDir) -> Any | None:
-    """``(T, N)`` daily validation returns of every scored pod of a tournament run (None for a single
-    run, which has no leaderboard, or a run from before pods kept their returns)."""
+def trial_returns(run_dir: RunDir) -> tuple[Any, Any, list[str]] | None:
+    """``(dates (T,), returns (T, N), ids)``: the daily validation returns of every scored pod of a
+    tournament run, the ensemble last (None for a single run, which has no leaderboard, or a run
+    from before pods kept their returns)."""
     if not run_dir.leaderboard.is_file():
         return None
     scored = [p["pod_id"] for p in read_pods(run_dir.path) if p.get("score") is not None]
@@ -176,7 +215,30 @@ def trial_returns(run_dir: RunDir) -> Any | None:
     ens_when, ens, ens_ids = read_valid_returns_matrix(run_dir.path, [ENSEMBLE_POD], period="daily")
     if ens_ids and ids and np.array_equal(np.asarray(ens_when), np.asarray(when)):
         returns = np.column_stack([returns, ens])
-    return returns if ids else None
+        ids = [*ids, *ens_ids]
+    return (when, returns, ids) if ids else None
+
+
+def selection_inputs(
+    run_dir: RunDir, valid: Any, params: Any, champion: str | None, *, device: str = "cpu"
+) -> SelectionInputs | None:
+    """The selection diagnostics' inputs: every trial's daily validation returns (:func:`trial_returns`),
+    the column of the ``champion`` pod, and buy-and-hold's daily returns on the validation window
+    ``valid`` on the same dates (its column left out when the dates do not line up)."""
+    trials = trial_returns(run_dir)
+    if trials is None:
+        return None
+    when, returns, ids = trials
+    bench = engine.run_backtest(valid, params, baselines=("buy_and_hold",), device=device, num_threads=1)
+    dates, daily = bench.daily_returns()
+    by_date = dict(zip(np.asarray(dates, "datetime64[D]").tolist(), daily[:, 0].cpu().numpy(), strict=True))
+    wanted = np.asarray(when, "datetime64[D]").tolist()
+    benchmark = np.array([by_date.get(d, np.nan) for d in wanted], dtype=np.float64)
+    if not np.isfinite(benchmark).all():
+        log.warning("buy-and-hold's validation returns do not line up with the pods': no SPA test")
+        benchmark = None
+    column = ids.index(champion) if champion in ids else None
+    return SelectionInputs(returns=returns, ids=tuple(ids), champion=column, benchmark=benchmark)
 
 
 def backtest_baselines(

@@ -5,7 +5,7 @@
 2. tournament: pods trained on the train window and scored on the validation window, sized to the
    machine (CPU cores; a GPU if present), within a wall-time budget;
 3. backtest: the champion vs buy-and-hold (and cash) on the held-out test window, which the
-   tournament never saw; report files, tear sheet, deflated Sharpe over the pods tried.
+   tournament never saw; report files, tear sheet, the out-of-sample verdict after the looks counted.
 
 Stage messages go to the ``say`` callback and long steps run inside ``status`` (the CLI shows them
 on stderr); the summary table is the caller's (``app.render``).
@@ -224,6 +224,7 @@ def run_demo(
         "num_trials": doc["num_trials"],
         "pbo": doc.get("pbo"),
         "verdict": doc.get("verdict"),
+        "verdict_diagnostics": doc.get("verdict_diagnostics"),
         "timings": timings,
         "document": doc,
     }

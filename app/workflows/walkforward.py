@@ -75,8 +75,8 @@ class FoldPlan:
     """A fold with its windows in bars of the loaded market and in session dates."""
 
     fold: fl.Fold
-    bars: dict[str, tuple[int, int]]  # train / valid / test: half-open bar ranges
-    dates: dict[str, tuple[str, str]]  # train / valid / embargo / test: first and last session date
+    bars: dict[str, tuple[int, int]]  # train / valid / gate / test: half-open bar ranges
+    dates: dict[str, tuple[str, str]]  # train / valid / gate / embargo / test: first and last session date
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form (the run record's layout, the fold record's windows)."""
@@ -121,6 +121,7 @@ def plan_folds(market: MarketData, settings: Any) -> list[FoldPlan]:
         valid_sessions=settings.valid_sessions,
         step_sessions=settings.step_sessions,
         embargo_sessions=settings.embargo_sessions,
+        gate_sessions=settings.gate_sessions,
         window=settings.window,
         first_test=first_test,
         max_folds=settings.num_folds or None,
@@ -131,7 +132,13 @@ def plan_folds(market: MarketData, settings: Any) -> list[FoldPlan]:
 
     plans = []
     for fold in layout:
-        windows = {"train": fold.train, "valid": fold.valid, "embargo": fold.embargo, "test": fold.test}
+        windows = {
+            "train": fold.train,
+            "valid": fold.valid,
+            "gate": fold.gate_window,
+            "embargo": fold.embargo,
+            "test": fold.test,
+        }
         plan = FoldPlan(
             fold=fold,
             bars={k: (int(bar[w[0]]), int(bar[w[1]])) for k, w in windows.items() if k != "embargo"},
@@ -144,8 +151,11 @@ def plan_folds(market: MarketData, settings: Any) -> list[FoldPlan]:
 
 def _check_no_lookahead(plan: FoldPlan) -> None:
     d = plan.dates
+    gate_ok = d["gate"] == d["valid"] or d["valid"][1] < d["gate"][0] <= d["gate"][1]
     if not (
-        d["train"][1] < d["valid"][0] <= d["valid"][1] < d["embargo"][0] <= d["embargo"][1] < d["test"][0]
+        d["train"][1] < d["valid"][0] <= d["valid"][1]
+        and gate_ok
+        and d["gate"][1] < d["embargo"][0] <= d["embargo"][1] < d["test"][0]
     ):
         raise PodracerError(f"fold {plan.fold.index}: windows overlap or touch the test window: {d}")
 
@@ -199,7 +209,7 @@ def run_walkforward(
                 records.append(record)
                 emit({"event": "fold_done", "index": plan.fold.index, "record": record})
         emit({"event": "stage", "index": None, "stage": "report"})
-        doc = account.report(wf_run, config, records, tearsheet=config.walkforward.tearsheet)
+        doc = account.report(wf_run, config, records, tearsheet=config.walkforward.tearsheet, home=home)
     except BaseException as err:
         wf_run.update(status="interrupted", error=f"{type(err).__name__}: {err}", updated=time.time())
         raise
@@ -335,12 +345,12 @@ def _run_fold(
     start = data.start
     gate = replay_gate(
         config,
-        home,
-        market=data.window(start, bars["valid"][1]),
+        wf_run,
+        market=data.window(start, bars["gate"][1]),
         valid=(bars["valid"][0] - start, bars["valid"][1] - start),
+        window=(bars["gate"][0] - start, bars["gate"][1] - start),
         challenger=challenger,
         incumbent=incumbent,
-        earlier=records,
         gate=config.walkforward.gate,
     )
     lap("gate")
@@ -367,7 +377,7 @@ def _run_fold(
         "test": test,
     }
     lap("account")
-    account.write_report(wf_run, config, [*records, record], result=result)
+    account.report(wf_run, config, [*records, record], result=result)
     lap("report")
     record["seconds"] = {**seconds, "total": round(sum(seconds.values()), 3)}
     wf_run.write_fold_record(index, record)
@@ -449,7 +459,6 @@ def _fold_tournament(
         run_dir=fold_run.path,
         policy_dir=fold_run.champion,
         num_trials=int(result.pods_tried),
-        trial_sharpes=tuple(None if s is None else float(s) for s in result.trial_sharpes),
         warm_started_from=warm_from,
     )
 
@@ -464,7 +473,7 @@ def _challenger_in_charge(wf_run: RunDir, plan: FoldPlan, challenger: Challenger
         "fold": plan.fold.index,
         "policy_dir": str(fold_run.champion),
         "info": {"run_dir": str(fold_run.path)},
-        "selection_end": plan.dates["valid"][1],
+        "selection_end": plan.dates["gate"][1],
         "feature_spec": fold_run.info().feature_spec,
     }
 
@@ -482,7 +491,7 @@ def _in_charge_of(
         "fold": int(label["fold"]),
         "policy_dir": str(fold_run.champion),
         "info": {"run_dir": str(fold_run.path)},
-        "selection_end": records[int(label["fold"])]["windows"]["valid"][1],
+        "selection_end": records[int(label["fold"])]["windows"]["gate"][1],
         "feature_spec": fold_run.info().feature_spec,
     }
 

@@ -1,4 +1,4 @@
-"""Nightly: the champion history and every promotion decision of ``podracer retrain``."""
+"""Nightly: the operating loop's status, the champions with their paper records, every decision."""
 
 from __future__ import annotations
 
@@ -6,8 +6,54 @@ import pandas as pd
 import streamlit as st
 
 from app.dashboard import charts, formatting, loaders, tables, ui
+from app.paper.attribution import MIN_SHARPE_SESSIONS
+
+
+def _status_box(state) -> None:  # noqa: ANN001 - app.workflows.status.Status
+    """What `podracer status` prints: champion, paper loop, next retrain, today's P&L, problems."""
+    beat = state.heartbeat
+    champ = state.champion
+    cols = st.columns(4)
+    cols[0].metric("Champion", str(champ["run_id"]) if champ else "none yet", border=True)
+    age = f"{state.heartbeat_age_s / 60:.0f} min ago" if state.heartbeat_age_s is not None else None
+    cols[1].metric(
+        "Paper loop", state.loop, f"{beat['status']} {age}" if beat else None, delta_color="off", border=True
+    )
+    cols[2].metric("Next retrain", str(state.next_retrain or "-")[:16].replace("T", " "), border=True)
+    today = state.today or {}
+    cols[3].metric("Today's paper P&L", formatting.format_metric(today.get("pnl"), "money"), border=True)
+    for problem in state.problems:
+        st.error(problem)
+    if state.kill_switch["on"]:
+        st.warning(f"kill switch on ({state.kill_switch['path']}): no new orders")
+    if state.switch_pending:
+        st.caption(
+            "A new champion was promoted: the paper loop trades it from the next session's first cycle."
+        )
+
+
+def _record_cards(record) -> None:  # noqa: ANN001 - app.paper.attribution.ChampionRecord
+    cols = st.columns(4)
+    cols[0].metric("Return", formatting.format_metric(record.cum_return, "pct"), border=True)
+    cols[1].metric("Sharpe", formatting.format_metric(record.sharpe, "ratio"), border=True)
+    cols[2].metric("Buy & hold", formatting.format_metric(record.buy_and_hold, "pct"), border=True)
+    cols[3].metric("Costs", formatting.format_metric(record.costs, "money"), border=True)
+    sharpe = (
+        f"; a Sharpe ratio from {MIN_SHARPE_SESSIONS} sessions on"
+        if record.sharpe is None and record.sessions < MIN_SHARPE_SESSIONS
+        else ""
+    )
+    st.caption(
+        f"in charge {record.first_session} → {record.last_session}: {record.sessions} session(s), "
+        f"{record.decisions} decisions, {record.num_orders} orders, P&L "
+        f"{formatting.format_metric(record.pnl, 'money')} (costs included){sharpe}"
+    )
+
 
 st.title("Nightly retraining")
+
+with ui.guard("status"):
+    _status_box(loaders.status(ui.home()))
 
 with ui.guard("nightly"):
     decisions, champion = loaders.nightly(ui.home())
@@ -28,29 +74,29 @@ with ui.guard("nightly"):
     else:
         st.info("no champion yet: the first successful nightly retrain promotes one")
 
-    st.subheader("Out of sample: paper trading since promotion")
+    st.subheader("Champions in paper trading")
     st.caption(
-        "The gate promoted the champion on its test-window figures, so those are selection figures; "
-        "only its trading after the promotion is out of sample."
+        "The gate promoted each champion on its test-window figures, so those are selection figures; "
+        "its paper trading while in charge is out of sample. Whole sessions, from its first decision "
+        "to its successor's."
     )
-    record = loaders.out_of_sample(ui.home())
-    if record.decisions:
-        cols = st.columns(3)
-        cols[0].metric("Decisions since promotion", record.decisions, border=True)
-        cols[1].metric(
-            "Return since first decision", formatting.format_metric(record.cum_return, "pct"), border=True
+    timeline = loaders.champion_timeline(ui.home())
+    for entry in reversed(timeline.entries):
+        name = entry.run_id or "paper --bundle"
+        when = f"promoted {str(entry.promoted_at)[:10]}" if entry.promoted_at else "not a registry champion"
+        current = " (current)" if entry.current else ""
+        st.markdown(f"**{name}**{current} · bundle `{str(entry.bundle_id or '?')[:12]}` · {when}")
+        if entry.record is not None:
+            _record_cards(entry.record)
+        else:
+            st.caption("not paper-traded yet")
+    if timeline.account_pnl is not None:
+        st.caption(
+            f"The records add up to {formatting.format_metric(timeline.records_pnl, 'money')}; the account "
+            f"moved {formatting.format_metric(timeline.account_pnl, 'money')} over the same sessions."
         )
-        cols[2].metric("Since", str(record.start or "?")[:10], border=True)
-        if len(record.pnl) > 1:
-            frame = record.pnl.assign(recorded_at=pd.to_datetime(record.pnl["recorded_at"], utc=True))
-            ui.plot(
-                charts.line_figure(
-                    frame, "recorded_at", ["equity"], "Paper equity since promotion", yformat="$,.0f"
-                ),
-                key="out_of_sample",
-            )
-    else:
-        st.info(record.note or "no paper trading with the champion's bundle since its promotion")
+    elif timeline.note:
+        st.caption(timeline.note)
 
     st.subheader("Decisions")
     if decisions.empty:

@@ -61,12 +61,14 @@ with ui.guard("returns"):
 logits = cards.pbo_logits(metrics) if metrics is not None else []
 if logits:
     with ui.guard("pbo"):
-        st.subheader("Probability of backtest overfitting")
+        st.subheader("Probability of backtest overfitting: does the ranking among pods carry information?")
         pbo = metrics.get("pbo")
         st.caption(
             f"{len(logits)} combinatorial splits of the validation window over "
             f"{metrics.get('num_trials', '?')} pods: on each, the pod best in-sample is ranked out of "
-            "sample; the PBO is the share of splits where it fell below the median (logit <= 0)."
+            "sample; the PBO is the share of splits where it fell below the median (logit <= 0). Near "
+            "0.5 the pods' order is noise, which it also is when the top pods learned the same edge: "
+            "it diagnoses the ranking step, not the champion's edge (the verdict above tests that)."
         )
         ui.plot(charts.pbo_histogram(logits, pbo if isinstance(pbo, int | float) else None), key="pbo")
 

@@ -26,10 +26,11 @@ with ui.guard("paper"):
         time_col = tables.first_column(pnl, "recorded_at", "decision_ts", "time", "timestamp")
         if time_col and "equity" in pnl.columns:
             frame = pnl.assign(**{time_col: pd.to_datetime(pnl[time_col], utc=True, errors="coerce")})
-            ui.plot(
-                charts.line_figure(frame, time_col, ["equity"], "Paper account equity", yformat="$,.0f"),
-                key="pnl",
-            )
+            if "bundle_id" not in frame.columns:
+                frame = frame.assign(bundle_id=None)
+            # One colour per champion (the bundle that decided each cycle); the Nightly page has
+            # each one's record.
+            ui.plot(charts.champion_equity_figure(frame, time_col), key="pnl")
 
     counts = st.columns(4)
     for col, name in zip(counts, ("decisions", "orders", "fills", "positions"), strict=True):

@@ -52,7 +52,7 @@ if records:
         promoted = int((frame["gate"] == "promoted").sum())
         st.caption(
             f"{promoted} promotion(s) in {len(frame)} folds. The gate (the nightly rule) compared the "
-            "fold's challenger with the incumbent on the validation window; test figures are out of sample."
+            "fold's challenger with the incumbent on the gate's window (never the test window); test figures are out of sample."
         )
         with st.expander("Why each fold's gate decided as it did"):
             for fold, gate, reason in zip(frame["fold"], frame["gate"], frame["gate reason"], strict=True):

@@ -1,0 +1,217 @@
+"""A population round: P pod rounds trained and scored as one batch (the population backend's work).
+
+:func:`population_round` takes the :class:`~agents.tournament.pod.PodTask` s of one population and
+returns one outcome per task, exactly what :func:`~agents.tournament.pod.learner_round` would have
+returned for each (to float rounding; tests/test_population.py): each pod starts from its spec (fresh
+weights from its seed, or its parent's checkpoint: weights *and* optimizer state copied into its row
+of the population, the exploit step, with its mutated hyper-parameters in its row of the per-pod
+tensors, the explore step), trains ``round_steps`` env-steps (or until its wall-time cap), is scored
+on the validation window, and gets the same files as ever (checkpoint, curve, validation returns).
+
+- Pods are grouped by :func:`agents.population.learner.shape_key`; each group is one
+  :class:`~agents.population.learner.Population` (a tournament's pods share their shapes, so there
+  is one group unless the config changed between resumed sessions).
+- The validation backtests of a group are one batched pass (``backtests.engine.PolicyBatch``: the
+  pods' deterministic policies as one stacked forward over all rows, each pod with its own
+  normalization), scored by :func:`~agents.tournament.pod.score_policies`.
+- A failure is per pod where it can be (a checkpoint that does not load, non-finite weights, NaN
+  validation returns: that pod fails, the others go on); an error of the batch itself fails every pod
+  of the group.
+- Populations are kept per process (:data:`_CACHE`), so a worker's buffers and CUDA graphs are
+  recorded once and serve every later round of the same size.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from agents.networks import NetworkConfig
+from agents.policy import Checkpoint
+from agents.population.learner import PodSetup, Population, shape_key
+from agents.population.sizing import Sizing, bytes_per_pod, choose_population_size, learner_rate
+from agents.ppo import PPOArgs
+from agents.tournament.pod import (
+    PodOutcome,
+    PodTask,
+    RoundContext,
+    RoundError,
+    as_round_error,
+    checked_outcome,
+    env_params,
+    make_train_env,
+    pod_args,
+    pod_num_envs,
+    save_round,
+    score_policies,
+)
+from agents.training import policy_for_env
+from backtests.engine import PolicyBatch
+from data.errors import ConfigError
+
+#: Populations of this process, by (shape key, pods, env settings): reused round after round.
+_CACHE: dict[tuple[Any, ...], Population] = {}
+_CACHE_SIZE = 3
+
+
+@dataclass(frozen=True)
+class _Spec:
+    """What ``agents.training.policy_for_env`` reads of an env, without building one."""
+
+    market: Any
+    params: Any
+    num_assets: int
+    num_features: int
+    device: Any
+
+
+def _env_spec(ctx: RoundContext) -> _Spec:
+    market = ctx.train.to(ctx.device)
+    return _Spec(market, env_params(ctx), market.num_assets, market.num_features, torch.device(ctx.device))
+
+
+def get_population(
+    ctx: RoundContext, args: PPOArgs, config: NetworkConfig, num_pods: int, graphs: bool | None
+) -> Population:
+    """The cached population for these shapes (built on first use)."""
+    key = (
+        shape_key(args, config),
+        num_pods,
+        tuple(sorted((k, str(v)) for k, v in ctx.env.items())),
+        ctx.device,
+    )
+    population = _CACHE.pop(key, None)
+    if population is None:
+        population = Population(
+            lambda n: make_train_env(ctx, n),
+            config=config,
+            num_pods=num_pods,
+            num_envs=pod_num_envs(ctx),
+            num_steps=args.num_steps,
+            num_minibatches=args.num_minibatches,
+            norm_adv=args.norm_adv,
+            clip_vloss=args.clip_vloss,
+            norm_obs=args.norm_obs,
+            graphs=graphs,
+        )
+    _CACHE[key] = population  # (most recently used last)
+    while len(_CACHE) > _CACHE_SIZE:
+        _CACHE.pop(next(iter(_CACHE)))
+    return population
+
+
+def population_round(
+    tasks: Sequence[PodTask], ctx: RoundContext, graphs: bool | None = None
+) -> list[PodOutcome | RoundError]:
+    """One round of every pod in ``tasks``; see the module docstring. Never raises for a pod's failure."""
+    start = time.monotonic()
+    spec_env = _env_spec(ctx)
+    outcomes: list[PodOutcome | RoundError | None] = [None] * len(tasks)
+    groups: dict[tuple[Any, ...], list[tuple[int, PodSetup]]] = {}
+    for i, task in enumerate(tasks):
+        try:
+            if task.spec.algo != "ppo":
+                raise RoundError(f"the population backend trains PPO pods only, not {task.spec.algo}")
+            args = pod_args(PPOArgs, task, ctx)
+            init = (
+                Checkpoint.load(task.spec.init_checkpoint, device=ctx.device)
+                if task.spec.init_checkpoint
+                else None
+            )
+            policy, opt_state = policy_for_env(init, spec_env, args, "ppo")
+            deadline = None if task.round_seconds is None else start + task.round_seconds
+            setup = PodSetup(policy, opt_state, args, deadline)
+            groups.setdefault(shape_key(args, policy.config), []).append((i, setup))
+        except Exception as err:  # noqa: BLE001 - a pod that cannot start fails alone
+            outcomes[i] = as_round_error(err)
+    for members in groups.values():
+        try:
+            results = _run_group(tasks, ctx, members, graphs, start)
+        except Exception as err:  # noqa: BLE001 - the batch failed: every pod of it did
+            results = [as_round_error(err)] * len(members)
+        for (i, _), outcome in zip(members, results, strict=True):
+            outcomes[i] = outcome
+    return [o if o is not None else RoundError("pod was not run") for o in outcomes]
+
+
+def _run_group(
+    tasks: Sequence[PodTask],
+    ctx: RoundContext,
+    members: list[tuple[int, PodSetup]],
+    graphs: bool | None,
+    start: float,
+) -> list[PodOutcome | RoundError]:
+    setups = [setup for _, setup in members]
+    population = get_population(ctx, setups[0].args, setups[0].policy.config, len(setups), graphs)
+    results = population.train(setups)
+    finite = population.finite()
+    slots = [s for s in range(len(setups)) if finite[s]]
+    names = tuple(tasks[members[s][0]].spec.pod_id for s in slots)
+    scored = iter(
+        score_policies(
+            PolicyBatch(names, population.batched_act(slots)),
+            ctx.valid,
+            env_params(ctx),
+            fitness=ctx.fitness,
+            annualization=ctx.annualization,
+            device=ctx.device,
+        )
+        if slots
+        else []
+    )
+    out: list[PodOutcome | RoundError] = []
+    for slot, (i, _) in enumerate(members):
+        if not finite[slot]:
+            out.append(RoundError("parameters are not finite after training"))
+            continue
+        pod_scored = next(scored)
+        if isinstance(pod_scored, RoundError):
+            out.append(pod_scored)
+            continue
+        try:
+            out.append(checked_outcome(save_round(tasks[i], results[slot], pod_scored, start), start))
+        except Exception as err:  # noqa: BLE001
+            out.append(as_round_error(err))
+    return out
+
+
+# --- sizing ------------------------------------------------------------------------------------------
+def base_args(ctx: RoundContext) -> PPOArgs:
+    """The run's PPO arguments (the shapes every fresh pod has)."""
+    names = set(PPOArgs.__dataclass_fields__)
+    return PPOArgs(**{k: v for k, v in ctx.agent.items() if k in names})
+
+
+def size_population(ctx: RoundContext, graphs: bool | None = None) -> Sizing:
+    """How many pods a population holds on ``ctx.device`` (:mod:`agents.population.sizing`): the
+    probe times the learner side of one update (``sizing.learner_rate``) at each size tried."""
+    args = base_args(ctx)
+    config = policy_for_env(None, _env_spec(ctx), args, "ppo")[0].config
+    num_envs = pod_num_envs(ctx)
+
+    def probe(num_pods: int) -> float:
+        return learner_rate(get_population(ctx, args, config, num_pods, graphs), args.update_epochs)
+
+    per_pod = bytes_per_pod(config, num_envs, args.num_steps, args.num_minibatches)
+    sizing = choose_population_size(torch.device(ctx.device), num_envs, per_pod, probe)
+    for key in [k for k, population in _CACHE.items() if population.num_pods != sizing.num_pods]:
+        del _CACHE[key]  # the probe's other sizes: their device memory goes back to the rounds
+    return sizing
+
+
+def fixed_size(ctx: RoundContext, num_pods: int) -> Sizing:
+    """A size set by the config."""
+    return Sizing(int(num_pods), str(ctx.device), pod_num_envs(ctx), fixed=True)
+
+
+def check_algo(algo: str) -> None:
+    """The population backend trains PPO pods only: anything else is a one-line ``ConfigError``."""
+    if algo != "ppo":
+        raise ConfigError(
+            f'tournament.backend = "population" trains PPO pods only (agent.algo is {algo!r}); '
+            'use backend = "local" or "ray"'
+        )

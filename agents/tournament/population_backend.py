@@ -1,0 +1,345 @@
+"""The population backend: the tournament's pods trained in batches, one population per device.
+
+It fits the orchestrator's :class:`~agents.tournament.backends.Backend` protocol. ``capacity`` offers
+room for one population per free lane (``P`` pods, :mod:`agents.population.sizing`); ``submit``
+collects pods, hands back their futures, and starts the collected pods as one population round
+(:func:`~agents.tournament.population.population_round`) once there are ``P`` of them; ``flush``
+(the orchestrator's "nothing more for now", after each round of launches) starts a population that
+is not full (the budget's last round). The round's futures resolve together, and no new population
+is offered before all of them have been taken in: with one lane the next ``P`` pods are generated
+from a leaderboard that holds the whole previous round, so a fixed seed and step budget give the
+same run whatever the timing.
+
+Where populations run (``lanes``: populations at once):
+
+- ``workers=0``: inline, in the orchestrator's process (debugging, tests); one lane.
+- ``workers>=1`` (the default): spawned worker processes. On a GPU one worker holds the device (one
+  lane). On a CPU ``workers`` workers, one lane each, the CPU threads split among them (one thread
+  each on the 2-core machine: a population's small ops lose far more to contention between two
+  threads on a busy CPU than they gain). A worker's populations (buffers, CUDA graphs) live as long
+  as it does; a worker whose orchestrator dies exits by itself; ``kill`` (a hung round) kills the
+  workers and starts new ones (another lane's population then fails as "worker lost", as on the
+  ``local`` backend). Populations on different lanes run asynchronously, like the ``local``
+  backend's pods; with one lane (a GPU, or ``workers`` 1) rounds are in lockstep.
+- ``ray``: each population round is a Ray task with one GPU when the cluster has GPUs (one lane per
+  GPU, so a multi-GPU cluster runs that many populations at once), else ``cpus_per_population``
+  CPUs. Lanes follow the cluster's resources at every ``capacity`` call.
+
+A custom round function (tests' fakes) runs each pod of a population through it in turn, with the
+same batching, so the orchestrator's behaviour with this backend can be tested cheaply.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import itertools
+import logging
+import math
+import multiprocessing
+import os
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from agents.population.sizing import Sizing
+from agents.tournament.backends import exit_with_parent, host_copy, import_ray, join_ray, run_round_safely
+from agents.tournament.pod import PodOutcome, PodTask, RoundContext, RoundError, RoundFn, learner_round
+from agents.tournament.population import fixed_size, population_round, size_population
+from data.errors import ConfigError, PodracerError
+
+log = logging.getLogger(__name__)
+
+Outcome = PodOutcome | RoundError
+
+
+def run_population(
+    round_fn: RoundFn, tasks: Sequence[PodTask], ctx: RoundContext, graphs: bool | None = None
+) -> list[Outcome]:
+    """One population round: the real one for the learner round, else ``round_fn`` pod by pod."""
+    if round_fn is learner_round:
+        return population_round(tasks, ctx, graphs)
+    return [run_round_safely(round_fn, task, ctx) for task in tasks]
+
+
+def choose_size(round_fn: RoundFn, ctx: RoundContext, population_size: int, graphs: bool | None) -> Sizing:
+    """``population_size`` pods when set, else the measured choice (see agents.population.sizing)."""
+    if population_size > 0:
+        return fixed_size(ctx, population_size)
+    return size_population(ctx, graphs)
+
+
+# --- the worker process ---------------------------------------------------------------------------------
+_WORKER: dict[str, Any] = {}
+
+
+def _init_worker(
+    round_fn: RoundFn, ctx: RoundContext, graphs: bool | None, threads: int, parent_pid: int, started: Any
+) -> None:
+    torch.set_num_threads(threads)
+    _WORKER.update(round_fn=round_fn, ctx=ctx, graphs=graphs, started=started)
+    exit_with_parent(parent_pid)
+
+
+def _worker_size(population_size: int) -> Sizing:
+    return choose_size(_WORKER["round_fn"], _WORKER["ctx"], population_size, _WORKER["graphs"])
+
+
+def _worker_round(batch_id: int, tasks: Sequence[PodTask]) -> list[Outcome]:
+    _WORKER["started"].put((batch_id, time.monotonic()))  # the round timeout counts from here
+    return run_population(_WORKER["round_fn"], tasks, _WORKER["ctx"], _WORKER["graphs"])
+
+
+def _ray_size(round_fn: RoundFn, ctx: RoundContext, population_size: int, graphs: bool | None) -> Sizing:
+    return choose_size(round_fn, ctx, population_size, graphs)
+
+
+def _ray_round(
+    round_fn: RoundFn, ctx: RoundContext, tasks: Sequence[PodTask], graphs: bool | None, threads: int
+) -> list[Outcome]:
+    torch.set_num_threads(threads)
+    return run_population(round_fn, tasks, ctx, graphs)
+
+
+@dataclass(eq=False)
+class _Batch:
+    """One population round in flight."""
+
+    id: int
+    tasks: list[PodTask]
+    futures: list[cf.Future]
+    started: float | None = None  # time.monotonic() when it began running
+    handle: Any = None  # the Ray object ref (to cancel it)
+    done: bool = False
+    killed: bool = False
+
+
+class PopulationBackend:
+    """Pods in populations; see the module docstring."""
+
+    name = "population"
+
+    def __init__(
+        self,
+        population_size: int = 0,
+        *,
+        workers: int = 1,
+        ray: bool = False,
+        address: str | None = None,
+        graphs: bool | None = None,
+        cpus_per_population: float = 1.0,
+        init_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        if population_size < 0:
+            raise ConfigError(f"tournament.population_size must be >= 0, got {population_size}")
+        self.population_size = int(population_size)
+        self.workers = max(1, int(workers))
+        self.mode = "ray" if ray else ("inline" if workers == 0 else "process")
+        self.address, self.graphs = address, graphs
+        self.cpus_per_population = float(cpus_per_population)
+        self.init_kwargs = dict(init_kwargs or {})
+        self.size = 0
+        self.sizing: Sizing | None = None
+        self._round_fn: RoundFn | None = None
+        self._ctx: RoundContext | None = None
+        self._pending: list[tuple[PodTask, cf.Future]] = []
+        self._running: list[_Batch] = []
+        self._batch_of: dict[cf.Future, _Batch] = {}
+        self._lock = threading.Lock()
+        self._ids = itertools.count()
+        self._executor: cf.ProcessPoolExecutor | None = None
+        self._started_q: Any = None
+        self._since: dict[int, float] = {}
+        self._owns_ray = False
+        self._remote: Any = None
+        self._ctx_ref: Any = None
+        self._gpus = 0.0
+
+    # --- start ------------------------------------------------------------------------------------
+    def start(self, round_fn: RoundFn, ctx: RoundContext) -> None:
+        self._round_fn, self._ctx = round_fn, ctx
+        if self.mode == "inline":
+            self.sizing = choose_size(round_fn, ctx, self.population_size, self.graphs)
+        elif self.mode == "process":
+            if torch.device(ctx.device).type != "cpu":
+                self.workers = 1  # one process holds the device (more would time-slice it)
+            self._executor = self._new_executor()
+            self.sizing = self._executor.submit(_worker_size, self.population_size).result()
+        else:
+            self.sizing = self._start_ray(round_fn, ctx)
+        self.size = self.sizing.num_pods
+        log.info(self.sizing.describe())
+
+    def _new_executor(self) -> cf.ProcessPoolExecutor:
+        assert self._round_fn is not None and self._ctx is not None
+        mp = multiprocessing.get_context("spawn")  # (fork after torch started threads can deadlock)
+        self._started_q = mp.SimpleQueue()
+        return cf.ProcessPoolExecutor(
+            max_workers=self.workers,
+            mp_context=mp,
+            initializer=_init_worker,
+            initargs=(
+                self._round_fn,
+                host_copy(self._ctx),
+                self.graphs,
+                max(1, (os.cpu_count() or 1) // self.workers),
+                os.getpid(),
+                self._started_q,
+            ),
+        )
+
+    def _start_ray(self, round_fn: RoundFn, ctx: RoundContext) -> Sizing:
+        ray = import_ray()
+        self._owns_ray = join_ray(ray, self.address, self.init_kwargs) or self._owns_ray
+        self._gpus = float(ray.cluster_resources().get("GPU", 0.0))
+        gpus = 1.0 if self._gpus > 0 else 0.0
+        self._ctx_ref = ray.put(host_copy(ctx))
+        self._remote = ray.remote(_ray_round).options(
+            num_cpus=self.cpus_per_population, num_gpus=gpus, max_retries=0
+        )
+        size = ray.remote(_ray_size).options(num_cpus=self.cpus_per_population, num_gpus=gpus, max_retries=0)
+        return ray.get(size.remote(round_fn, self._ctx_ref, self.population_size, self.graphs))
+
+    # --- the protocol -----------------------------------------------------------------------------
+    def lanes(self) -> int:
+        """Populations that may run at once: inline 1, worker processes one each; on Ray, one per
+        GPU (or per ``cpus_per_population`` CPUs on a cluster without GPUs)."""
+        if self.mode == "inline":
+            return 1
+        if self.mode == "process":
+            return self.workers
+        import ray
+
+        resources = ray.cluster_resources()
+        if float(resources.get("GPU", 0.0)) > 0:
+            return max(1, int(resources["GPU"]))
+        return max(1, math.floor(float(resources.get("CPU", 0.0)) / self.cpus_per_population + 1e-9))
+
+    def capacity(self, requested: int, in_flight: int) -> int:
+        """Room for the population being collected; none while a finished population's pods have not
+        all been taken in, or while every lane runs one (``requested`` is not used: a population's
+        size is ``self.size``)."""
+        with self._lock:
+            pending = len(self._pending)
+            running = sum(len(b.futures) for b in self._running)
+            busy = len(self._running)
+        if pending:
+            return in_flight - pending + self.size
+        if in_flight > running or busy >= self.lanes():
+            return in_flight
+        return in_flight + self.size
+
+    def submit(self, task: PodTask) -> cf.Future:
+        """Collect ``task``; a full population starts at once (another lane may then be offered)."""
+        if self._round_fn is None:
+            raise PodracerError("PopulationBackend: start() first")
+        future: cf.Future = cf.Future()
+        self._pending.append((task, future))
+        if len(self._pending) >= self.size:
+            self.flush()
+        return future
+
+    def flush(self) -> None:
+        """Start the collected pods as one population round."""
+        if not self._pending:
+            return
+        tasks = [t for t, _ in self._pending]
+        futures = [f for _, f in self._pending]
+        self._pending = []
+        batch = _Batch(next(self._ids), tasks, futures)
+        for future in futures:
+            self._batch_of[future] = batch
+            future.add_done_callback(lambda f: self._batch_of.pop(f, None))
+        with self._lock:
+            self._running.append(batch)
+        if self.mode == "inline":
+            assert self._round_fn is not None and self._ctx is not None
+            batch.started = time.monotonic()
+            try:
+                results: Any = run_population(self._round_fn, tasks, self._ctx, self.graphs)
+            except Exception as err:  # noqa: BLE001 - the batch failed: every pod of it did
+                results = err
+            self._resolve(batch, results)
+            return
+        if self.mode == "process":
+            job = self._submit_process(batch)
+        else:
+            batch.handle = self._remote.remote(
+                self._round_fn, self._ctx_ref, tasks, self.graphs, self._threads()
+            )
+            batch.started = time.monotonic()
+            job = batch.handle.future()
+        job.add_done_callback(lambda f: self._resolve(batch, f))
+
+    def _threads(self) -> int:
+        return max(1, int(self.cpus_per_population))
+
+    def _submit_process(self, batch: _Batch) -> cf.Future:
+        assert self._executor is not None
+        try:
+            return self._executor.submit(_worker_round, batch.id, batch.tasks)
+        except cf.process.BrokenProcessPool:
+            log.warning("the population worker died; starting another")
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = self._new_executor()
+            return self._executor.submit(_worker_round, batch.id, batch.tasks)
+
+    def _resolve(self, batch: _Batch, job: Any) -> None:
+        """Hand a finished population's outcomes to its pods' futures (all of them, then nothing else
+        is offered until the orchestrator has taken them in: see :meth:`capacity`)."""
+        with self._lock:
+            if batch in self._running:
+                self._running.remove(batch)
+            batch.done = True
+        if isinstance(job, cf.Future):
+            try:
+                job = job.result()
+            except BaseException as err:  # noqa: BLE001 - the worker was lost: every pod's future raises it
+                job = err
+        for i, future in enumerate(batch.futures):
+            if isinstance(job, BaseException):
+                future.set_exception(job)
+            else:
+                future.set_result(job[i])
+
+    def running_since(self, future: cf.Future) -> float | None:
+        while self._started_q is not None and not self._started_q.empty():
+            batch_id, at = self._started_q.get()
+            self._since[batch_id] = at
+        batch = self._batch_of.get(future)
+        if batch is None:
+            return None
+        return batch.started if batch.started is not None else self._since.get(batch.id)
+
+    def kill(self, future: cf.Future) -> None:
+        """Stop the population of ``future`` (hung): kill its worker (every pod of it fails)."""
+        batch = self._batch_of.get(future)
+        if batch is None or batch.done or batch.killed:
+            return  # (the orchestrator kills every hung pod: the first kill stops the population)
+        batch.killed = True
+        if self.mode == "process" and self._executor is not None:
+            with self._lock:
+                for other in self._running:  # (every lane's worker dies with the pool)
+                    other.killed = True
+            log.warning("killing the population worker to stop a hung round")
+            for process in list(getattr(self._executor, "_processes", {}).values()):  # no public handle
+                process.kill()
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = self._new_executor()
+        elif self.mode == "ray" and batch.handle is not None:
+            import ray
+
+            ray.cancel(batch.handle, force=True)
+
+    def close(self, abort: bool = False) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=not abort, cancel_futures=True)
+            self._executor = None
+        if self._owns_ray:
+            import ray
+
+            ray.shutdown()
+            self._owns_ray = False

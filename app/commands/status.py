@@ -1,0 +1,114 @@
+"""`podracer status [--json] [--cron EXPR --tz TZ]`: the operating loop in one screen.
+
+Exit status: 0 when healthy, 1 when something needs the operator (a stale or failing paper loop, a
+refused champion bundle, gone tickers, an unreadable store); see app/workflows/status.py.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import typer
+
+from app import context
+
+
+def status(
+    json_out: bool = typer.Option(False, "--json", help="Print the status as JSON."),
+    cron: str = typer.Option(
+        None,
+        "--cron",
+        help="The retrain schedule's cron expression, as given to `podracer schedule` \\[default: its default].",
+        show_default=False,
+    ),
+    tz: str = typer.Option(
+        None, "--tz", help="The schedule's IANA time zone \\[default: the exchange's].", show_default=False
+    ),
+) -> None:
+    """Champion, last and next retrain, the paper loop's heartbeat, kill switch, gone tickers, today's P&L."""
+    # Imported here, not at module top: they load pandas, which `podracer --help` must not (app.commands).
+    from app.nightly.cron import DEFAULT_CRON, DEFAULT_TZ
+    from app.workflows.status import gather_status
+
+    state = gather_status(context.home(), cron=cron or DEFAULT_CRON, tz=tz or DEFAULT_TZ)
+    if json_out:
+        typer.echo(json.dumps(state.to_dict(), sort_keys=True, default=str))
+    else:
+        for line in status_lines(state):
+            context.console.print(line, highlight=False, soft_wrap=True)
+    if not state.healthy:
+        raise typer.Exit(1)
+
+
+def _ago(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    minutes = seconds / 60
+    if minutes < 90:
+        return f"{minutes:.0f} min ago"
+    return f"{minutes / 60:.1f} h ago" if minutes < 48 * 60 else f"{minutes / 1440:.1f} days ago"
+
+
+def _when(iso: str | None, tz: str = "UTC") -> str:
+    """An ISO time as ``YYYY-MM-DD HH:MM <tz>`` (in ``tz``)."""
+    if not iso:
+        return "-"
+    try:
+        stamp = datetime.fromisoformat(str(iso))
+    except ValueError:
+        return str(iso)
+    stamp = stamp.replace(tzinfo=UTC) if stamp.tzinfo is None else stamp
+    return f"{stamp.astimezone(ZoneInfo(tz)):%Y-%m-%d %H:%M} {tz}"
+
+
+def _money(value: float) -> str:
+    return f"{'-' if value < 0 else '+'}${abs(value):,.2f}"
+
+
+# The screen is this command's alone (the dashboard draws the same Status as cards): its lines live
+# here, not in app.render, which loads torch through backtests.report.
+def status_lines(status: Any) -> list[str]:
+    """``podracer status`` as lines (``app.workflows.status.Status``)."""
+    champ, last, beat = status.champion, status.last_decision, status.heartbeat
+    lines = []
+    if champ:
+        bundle = f"bundle {str(champ['bundle_id'])[:12]}" if champ.get("bundle_id") else "no readable bundle"
+        lines.append(f"champion      {champ['run_id']} ({bundle}) since {_when(champ['promoted_at'])}")
+    else:
+        lines.append("champion      none yet (podracer retrain promotes the first)")
+    if last:
+        lines.append(f"last retrain  {last['verdict']} {_when(last['decided_at'])}: {last['reason']}")
+    else:
+        lines.append("last retrain  none recorded")
+    cron = status.schedule
+    lines.append(f"next retrain  {_when(status.next_retrain, cron['tz'])} (cron '{cron['cron']}')")
+    if beat is None:
+        lines.append("paper loop    not started (podracer paper --champion)")
+    else:
+        who = (
+            f"bundle {str(beat['bundle_id'])[:12]}" + (f", {beat['run_id']}" if beat.get("run_id") else "")
+            if beat.get("bundle_id")
+            else "no bundle loaded yet: at the first cycle of a session"
+        )
+        lines.append(
+            f"paper loop    {status.loop}: {beat['status']} {_ago(status.heartbeat_age_s)} ({who}), "
+            f"{beat['orders']} orders planned, {beat['submitted']} sent; next cycle {_when(beat['next_due'])}"
+        )
+        if status.switch_pending:
+            lines.append("              the new champion trades from the first cycle of the next session")
+    kill = status.kill_switch
+    lines.append(f"kill switch   {'ON: no new orders' if kill['on'] else 'off'} ({kill['path']})")
+    lines.append(f"gone tickers  {', '.join(status.gone) or 'none'}")
+    today = status.today
+    if today and today.get("pnl") is not None:
+        ret = f" ({today['return']:+.2%})" if today.get("return") is not None else ""
+        lines.append(
+            f"today's P&L   {_money(today['pnl'])}{ret}, equity ${today['equity']:,.2f} at {_when(today['as_of'])}"
+        )
+    else:
+        lines.append("today's P&L   no paper cycle today")
+    lines += [f"problem       {p}" for p in status.problems] or ["healthy"]
+    return lines

@@ -1,0 +1,247 @@
+"""Which bundle trades a session: a fixed one (``paper --bundle``) or the registry's champion
+(``paper --champion``).
+
+A cycle asks its source once the broker's clock says the market is open (:meth:`select`). The
+bundle in charge is fixed at the **first cycle of each session** and written to the journal's
+``sessions`` table; every later cycle of that session trades it, whatever happens to the registry
+meanwhile, so a session belongs to exactly one bundle (the per-champion record attributes whole
+sessions: ``app.paper.attribution``).
+
+:class:`ChampionSource`, at the first cycle of a session:
+
+1. **Restart mid-session**: the journal already names the session's bundle -> reload it (verified,
+   and its ``bundle_id`` must be the one named) and trade the rest of the session with it.
+2. Otherwise read the champion pointer (``app.nightly.registry.current_champion``, read-only). The
+   registry may be locked by a running retrain: a short timeout, a few tries, then the bundle in
+   hand keeps this session (a ``registry_locked`` warning) and the next session reads it again.
+3. Load and verify the pointer's bundle with ``app.bundle.load_bundle``: the checks of
+   ``paper --bundle`` (manifest hash, every file's sha256, shapes, the graph). A bundle that fails is
+   **not traded**: the bundle in hand stays, one ``champion_refused`` error event per session, and
+   the cycle results carry the alert (the heartbeat's status line, ``podracer status``).
+4. A new ``bundle_id`` is a switch (``champion_switch`` event: ``champion switch: A -> B``); the
+   cycle then rebalances from the current holdings under the same risk limits.
+
+The registry commits the pointer in the same transaction as the decision, after the export folder
+was swapped in whole (``app.nightly.pipeline``): the pointer never names a half-written export, and
+a retrain killed before its commit leaves the old pointer. The hashes are verified anyway.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from app.bundle import Bundle, load_bundle
+from app.nightly.registry import RegistryBusy, RegistryError, current_champion
+from app.paper.journal import Journal
+from app.paper.journal_schema import SessionOwner
+from data.errors import PodracerError, one_line
+
+log = logging.getLogger(__name__)
+
+
+def short(bundle_id: str | None) -> str:
+    """The first 12 hex digits of a bundle id (what events and screens show)."""
+    return (bundle_id or "?")[:12]
+
+
+@dataclass
+class Selection:
+    """The bundle a cycle trades (None: nothing to trade) and what the operator must see."""
+
+    bundle: Bundle | None
+    run_id: str | None = None  # the registry champion's run (None for paper --bundle)
+    alert: str | None = None  # a refused bundle or an unreadable registry: the status line's
+    messages: list[str] = field(default_factory=list)
+
+
+class BundleSource(Protocol):
+    """Where a cycle's bundle comes from (see the module docstring)."""
+
+    mode: str  # "bundle" | "champion"
+
+    @property
+    def current(self) -> Bundle | None:
+        """The bundle selected last (None before the first open cycle)."""
+        ...
+
+    def select(self, session: str, journal: Journal) -> Selection:
+        """The bundle of ``session`` (YYYY-MM-DD), fixed at its first cycle."""
+        ...
+
+
+class FixedBundle:
+    """``paper --bundle DIR``: one bundle for every session."""
+
+    mode = "bundle"
+
+    def __init__(self, bundle: Bundle) -> None:
+        self.bundle = bundle
+        self._session: str | None = None
+
+    @property
+    def current(self) -> Bundle:
+        return self.bundle
+
+    def select(self, session: str, journal: Journal) -> Selection:
+        if session != self._session:
+            owner = journal.start_session(
+                session, bundle_id=self.bundle.bundle_id, bundle_path=str(self.bundle.path), run_id=None,
+                source="bundle",
+            )  # fmt: skip
+            self._session = session
+            if owner.bundle_id != self.bundle.bundle_id:
+                journal.event(
+                    "bundle",
+                    f"session {session} was started by bundle {short(owner.bundle_id)}; "
+                    f"{short(self.bundle.bundle_id)} (--bundle) trades the rest of it, and the session "
+                    "counts for the first in the per-champion record",
+                    "warning",
+                )
+        return Selection(self.bundle)
+
+
+class ChampionSource:
+    """``paper --champion``: the registry's champion, re-read at the first cycle of each session."""
+
+    mode = "champion"
+
+    def __init__(
+        self,
+        home: str | Path,
+        *,
+        registry_timeout: float = 1.0,
+        attempts: int = 3,
+        retry_wait: float = 1.0,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.home = Path(home)
+        self.registry_timeout = registry_timeout
+        self.attempts = attempts
+        self.retry_wait = retry_wait
+        self._sleep = sleep
+        self.bundle: Bundle | None = None
+        self.run_id: str | None = None
+        self._session: str | None = None
+        self._alert: str | None = None
+
+    @property
+    def current(self) -> Bundle | None:
+        return self.bundle
+
+    def select(self, session: str, journal: Journal) -> Selection:
+        if session == self._session and self.bundle is not None:
+            return Selection(self.bundle, self.run_id, self._alert)  # mid-session: never re-read
+        self._alert = None
+        owner = journal.session_owner(session)
+        if owner is None or not self._resume(owner, journal):
+            self._from_pointer(session, journal)
+        if self.bundle is None:
+            return Selection(None, None, self._alert or "no bundle to trade")
+        journal.start_session(
+            session, bundle_id=self.bundle.bundle_id, bundle_path=str(self.bundle.path), run_id=self.run_id,
+            source="champion",
+        )  # fmt: skip
+        self._session = session
+        return Selection(self.bundle, self.run_id, self._alert)
+
+    # -- the steps of select --
+    def _resume(self, owner: SessionOwner, journal: Journal) -> bool:
+        """Trade the bundle the journal names for this session (a restart mid-session)."""
+        if self.bundle is not None and self.bundle.bundle_id == owner.bundle_id:
+            return True
+        try:
+            if not owner.bundle_path:
+                raise PodracerError("the journal does not say where it is")
+            bundle = load_bundle(owner.bundle_path)
+            if bundle.bundle_id != owner.bundle_id:
+                raise PodracerError(f"{owner.bundle_path} now holds bundle {short(bundle.bundle_id)}")
+        except PodracerError as err:
+            self._refuse(
+                journal,
+                f"bundle {short(owner.bundle_id)}, in charge of session {owner.session}, cannot be loaded "
+                f"again ({one_line(err)}): reading the champion pointer instead",
+            )
+            return False
+        journal.event(
+            "resume",
+            f"session {owner.session} resumed with bundle {short(owner.bundle_id)}"
+            + (f" (run {owner.run_id})" if owner.run_id else "")
+            + ": the journal names it in charge of the session",
+        )
+        self.bundle, self.run_id = bundle, owner.run_id
+        return True
+
+    def _pointer(self, journal: Journal) -> tuple[bool, dict[str, Any] | None]:
+        """(read, champion): the registry's pointer, retried while a writer holds the lock."""
+        for attempt in range(self.attempts):
+            try:
+                return True, current_champion(self.home, timeout=self.registry_timeout)
+            except RegistryBusy:
+                if attempt + 1 < self.attempts:
+                    self._sleep(self.retry_wait)
+            except RegistryError as err:
+                self._refuse(journal, f"cannot read the champion pointer: {one_line(err)}")
+                return False, None
+        keep = (
+            f"bundle {short(self.bundle.bundle_id)} keeps this session"
+            if self.bundle is not None
+            else "no bundle to trade yet"
+        )
+        msg = f"registry locked after {self.attempts} tries (a retrain writing it?): {keep}"
+        journal.event("registry_locked", msg, "warning")
+        log.warning(msg)
+        if self.bundle is None:
+            self._alert = msg
+        return False, None
+
+    def _from_pointer(self, session: str, journal: Journal) -> None:
+        """Take the pointer's bundle if it verifies; otherwise keep the one in hand (see above)."""
+        read, champion = self._pointer(journal)
+        if not read:
+            return
+        if champion is None:
+            msg = "no champion promoted yet: nothing to trade (podracer retrain promotes the first)"
+            journal.event("no_champion", msg, "warning")
+            self._alert = None if self.bundle is not None else msg
+            return
+        run_id, path = str(champion["run_id"]), champion.get("bundle")
+        stays = f"; bundle {short(self.bundle.bundle_id)} stays" if self.bundle is not None else ""
+        if not path:
+            self._refuse(
+                journal, f"champion {run_id} has no export bundle (nightly.export off?): not traded{stays}"
+            )
+            return
+        try:
+            bundle = load_bundle(path)
+        except PodracerError as err:
+            self._refuse(
+                journal,
+                f"champion {run_id}'s bundle {path} failed verification: {one_line(err)}; not traded{stays}",
+            )
+            return
+        if self.bundle is None:
+            journal.event(
+                "champion",
+                f"trading champion {run_id} (bundle {short(bundle.bundle_id)}) from session {session}",
+            )
+        elif bundle.bundle_id != self.bundle.bundle_id:
+            msg = (
+                f"champion switch: {short(self.bundle.bundle_id)} -> {short(bundle.bundle_id)} "
+                f"(run {self.run_id or '?'} -> {run_id}, promoted {champion.get('promoted_at')}); "
+                f"session {session} rebalances from the current holdings"
+            )
+            journal.event("champion_switch", msg)
+            log.info(msg)
+        else:
+            return  # the same champion: keep the loaded bundle (and its onnxruntime session)
+        self.bundle, self.run_id = bundle, run_id
+
+    def _refuse(self, journal: Journal, msg: str) -> None:
+        journal.event("champion_refused", msg, "error")
+        log.error(msg)
+        self._alert = msg

@@ -1,0 +1,124 @@
+"""The paper loop's heartbeat: ``<home>/paper/heartbeat.json``, its last cycle, written atomically.
+
+``run_paper`` writes one after every cycle (closed market included) with ``data.atomic``, so a
+reader (``podracer status``, the dashboard) sees the previous heartbeat or the new one, never half
+of one. It says when (``time``: the wall clock, UTC), what (``status``, ``alert``, ``messages``),
+which bundle (``bundle_id``, ``run_id``, ``mode``), the orders, the gone tickers needing attention,
+and when the next cycle is due.
+
+**Stale**: more than :data:`STALE_INTERVALS` decision intervals of *market hours* since the
+heartbeat (``data.calendar.market_seconds``): a loop that wrote its last heartbeat at Friday's close
+is not stale on Sunday, one silent for half an hour of an open market (15-minute decisions) is.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from data.atomic import atomic_write_json
+from data.calendar import market_seconds
+from data.errors import PodracerError
+
+if TYPE_CHECKING:  # the cycle imports this module: only its result's type is needed here
+    from app.paper.cycle import CycleResult
+    from app.paper.options import PaperOptions
+
+STALE_INTERVALS = 2  # decision intervals of market hours without a heartbeat: the loop is stale
+# Cycle statuses that are a failure of the loop itself (a halt or the kill switch is the loop working).
+FAILED_STATUSES = ("error", "no_champion")
+
+
+def heartbeat_path(home: str | os.PathLike[str]) -> Path:
+    """``<home>/paper/heartbeat.json``."""
+    return Path(home) / "paper" / "heartbeat.json"
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """One cycle of the paper loop, as ``heartbeat.json`` holds it."""
+
+    time: str  # wall clock (UTC, ISO) when written
+    status: str  # the cycle's (app.paper.cycle.CycleResult.status)
+    mode: str  # "champion" | "bundle"
+    interval_s: float  # seconds between two decisions
+    next_due: str  # wall clock (UTC, ISO) of the next cycle
+    bundle_id: str | None = None
+    run_id: str | None = None
+    session: str | None = None
+    broker_time: str | None = None
+    decision_ts: str | None = None
+    orders: int = 0  # planned
+    submitted: int = 0
+    alert: str | None = None  # what the operator must see (a refused champion bundle, an error)
+    messages: list[str] = field(default_factory=list)
+    attention: list[str] = field(default_factory=list)  # gone tickers the broker will not trade
+    kill_switch: str | None = None
+    dry_run: bool = False
+    pid: int = 0
+
+    @property
+    def ok(self) -> bool:
+        """The last cycle did its job (trading, halted or closed) and nothing needs the operator."""
+        return self.status not in FAILED_STATUSES and self.alert is None
+
+    def age_s(self, now: datetime) -> float:
+        """Wall-clock seconds since the heartbeat."""
+        return (pd.Timestamp(now) - pd.Timestamp(self.time)).total_seconds()
+
+    def stale(self, now: datetime) -> bool:
+        """More than :data:`STALE_INTERVALS` decision intervals of market hours since the heartbeat."""
+        return market_seconds(pd.Timestamp(self.time), pd.Timestamp(now)) > STALE_INTERVALS * self.interval_s
+
+    @classmethod
+    def of(
+        cls, result: CycleResult, mode: str, interval_s: float, wait_s: float, options: PaperOptions
+    ) -> Heartbeat:
+        """The heartbeat of ``result``, written now; the next cycle ``wait_s`` seconds from now."""
+        now = datetime.now(UTC)
+        return cls(
+            time=now.isoformat(timespec="seconds"),
+            status=result.status,
+            mode=mode,
+            interval_s=float(interval_s),
+            next_due=(now + timedelta(seconds=wait_s)).isoformat(timespec="seconds"),
+            bundle_id=result.bundle_id,
+            run_id=result.run_id,
+            session=result.session,
+            broker_time=None if result.broker_time is None else pd.Timestamp(result.broker_time).isoformat(),
+            decision_ts=None if result.decision_ts is None else result.decision_ts.isoformat(),
+            orders=len(result.orders),
+            submitted=len(result.submitted),
+            alert=result.alert,
+            messages=list(result.messages),
+            attention=list(result.attention),
+            kill_switch=None if options.kill_switch is None else str(options.kill_switch),
+            dry_run=options.dry_run,
+            pid=os.getpid(),
+        )
+
+
+def write_heartbeat(path: str | os.PathLike[str], beat: Heartbeat) -> Path:
+    """Write ``beat`` to ``path`` atomically."""
+    return atomic_write_json(path, asdict(beat))
+
+
+def read_heartbeat(home: str | os.PathLike[str]) -> Heartbeat | None:
+    """The last heartbeat, or None when the loop never ran; an unreadable file is a one-line error."""
+    path = heartbeat_path(home)
+    if not path.is_file():
+        return None
+    try:
+        raw: Any = json.loads(path.read_text(encoding="utf-8"))
+        known = {k: v for k, v in raw.items() if k in Heartbeat.__dataclass_fields__}
+        return Heartbeat(**known)
+    except (OSError, ValueError, TypeError, AttributeError) as err:
+        raise PodracerError(
+            f"{path} is unreadable ({type(err).__name__}): the paper loop rewrites it each cycle"
+        ) from None

@@ -1,0 +1,92 @@
+"""The looks ledger (``backtests.looks``): a second run on an overlapping window of the same market is
+one more look; a re-backtest of the same run is not, and keeps its verdict's count; another synthetic
+seed is another market; the market identity the workflow builds."""
+
+from __future__ import annotations
+
+import sqlite3
+from types import SimpleNamespace
+
+import pytest
+
+from app.config import DataConfig
+from app.workflows.backtest import market_identity
+from backtests import looks
+from backtests.looks import LedgerError, Look, read_looks, record_look
+
+MARKET = "synthetic seed=0 signal=0.5 tickers=10 sessions=60 start=2024-01-02 interval=1m"
+
+
+def _look(run: str, start: str, end: str, sharpe: float | None = 0.2, market: str = MARKET) -> Look:
+    return Look(run, "champion", market, start, end, 20, sharpe)
+
+
+def test_a_second_run_on_an_overlapping_window_is_a_second_look(tmp_path):
+    path = looks.ledger_path(tmp_path)
+    first = record_look(path, _look("r1", "2024-03-01", "2024-03-29", 0.1))
+    assert (first.new, first.looks, first.earlier_sharpes) == (True, 1, ())
+    # Shifted by a week (growing data): overlapping, so r1's look counts against r2.
+    second = record_look(path, _look("r2", "2024-03-08", "2024-04-05", 0.3))
+    assert (second.new, second.looks, second.earlier_sharpes) == (True, 2, (0.1,))
+    # Sharing a single day is overlapping too; an undefined Sharpe is a look all the same.
+    third = record_look(path, _look("r3", "2024-04-05", "2024-05-03", None))
+    assert third.looks == 2 and third.earlier_sharpes == (0.3,)
+    fourth = record_look(path, _look("r4", "2024-03-20", "2024-04-10", 0.0))
+    assert fourth.earlier_sharpes == (0.1, 0.3, None)
+
+
+def test_a_re_backtest_of_the_same_run_is_not_a_new_look(tmp_path):
+    path = looks.ledger_path(tmp_path)
+    record_look(path, _look("r1", "2024-03-01", "2024-03-29", 0.1))
+    second = record_look(path, _look("r2", "2024-03-01", "2024-03-29", 0.3))
+    record_look(path, _look("r3", "2024-03-01", "2024-03-29", 0.5))
+    again = record_look(path, _look("r2", "2024-03-01", "2024-03-29", 0.3))
+    # The row stays, and the count is the looks before r2's first look: r3 came after it.
+    assert (again.new, again.look_id, again.earlier_sharpes) == (False, second.look_id, (0.1,))
+    assert len(read_looks(path)) == 3
+    # Another strategy of the same run is its own look.
+    assert record_look(path, Look("r2", "incumbent", MARKET, "2024-03-01", "2024-03-29", 20, 0.0)).new
+
+
+def test_another_market_or_a_window_apart_is_not_counted(tmp_path):
+    path = looks.ledger_path(tmp_path)
+    record_look(path, _look("r1", "2024-03-01", "2024-03-29", 0.1))
+    other_seed = MARKET.replace("seed=0", "seed=1")  # the same dates, not a single common price
+    assert record_look(path, _look("r2", "2024-03-01", "2024-03-29", market=other_seed)).looks == 1
+    assert record_look(path, _look("r3", "2024-04-01", "2024-04-26")).looks == 1  # after r1's window
+    rows = read_looks(path)
+    assert [r["run_id"] for r in rows] == ["r1", "r2", "r3"]
+    assert set(rows[0]) == {
+        "id", "run_id", "strategy", "market", "start", "end", "num_sessions", "sharpe", "created_at",
+    }  # fmt: skip
+
+
+def test_a_broken_ledger_is_a_one_line_error(tmp_path):
+    assert read_looks(tmp_path / "none.sqlite") == [] and not (tmp_path / "none.sqlite").exists()
+    bad = tmp_path / "looks.sqlite"
+    bad.write_bytes(b"not a database at all" * 10)
+    with pytest.raises(LedgerError, match="cannot open the looks ledger"):
+        record_look(bad, _look("r1", "2024-03-01", "2024-03-29"))
+    newer = tmp_path / "newer.sqlite"
+    with sqlite3.connect(newer) as conn:
+        conn.execute("PRAGMA user_version = 99")
+    with pytest.raises(LedgerError, match="schema 99"):
+        record_look(newer, _look("r1", "2024-03-01", "2024-03-29"))
+
+
+def test_the_market_identity():
+    synth = DataConfig(source="synthetic", seed=0, signal=0.5, num_tickers=3, num_sessions=60)
+    tickers = ("AAA", "BBB", "CCC")
+    assert market_identity(synth, tickers) == (
+        "synthetic seed=0 signal=0.5 tickers=3 sessions=60 start=2024-01-02 interval=1m"
+    )
+    assert market_identity(synth.model_copy(update={"seed": 1}), tickers) != market_identity(synth, tickers)
+    assert market_identity(synth.model_copy(update={"signal": 0.0}), tickers) != market_identity(
+        synth, tickers
+    )
+    # Stored data: the source, the interval and the ticker set (in any order); the seed means nothing.
+    stored = SimpleNamespace(source="stored", interval="1m", seed=0)
+    same = market_identity(stored, ["MSFT", "AAPL"])
+    assert same == market_identity(SimpleNamespace(**{**vars(stored), "seed": 9}), ["AAPL", "MSFT"])
+    assert same.startswith("stored interval=1m tickers=2 set=")
+    assert market_identity(stored, ["AAPL", "NVDA"]) != same

@@ -1,0 +1,148 @@
+"""The tournament on the population backend: lockstep rounds, the same run every time, resume, the
+backend choice (``auto``), and a real PPO population end to end."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from test_tournament_ppo import AGENT, ENV, _market
+from test_tournament_run import fake_round, run_tournament
+
+from agents.tournament.backend_choice import make_backend, resolve_backend
+from agents.tournament.backends import InlineBackend, ProcessBackend, RayBackend
+from agents.tournament.leaderboard import read_events, read_leaderboard, read_pods
+from agents.tournament.pod import VALID_RETURNS
+from agents.tournament.population_backend import PopulationBackend
+from agents.tournament.settings import TournamentArgs
+from data.errors import ConfigError
+from data.toy import toy_market
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # (tests/conftest.py)
+
+
+@pytest.fixture(scope="module")
+def windows():
+    market = toy_market(num_steps=60 * 5, num_assets=2, num_features=3, bars_per_session=60, seed=0)
+    train, valid, _test = market.split_sessions(0.6, 0.2)
+    return train, valid
+
+
+def test_auto_is_population_on_cuda_and_local_workers_on_a_cpu():
+    assert resolve_backend("auto", "cpu") == "local"
+    assert resolve_backend("auto", "cuda") == "population"
+    assert resolve_backend("auto", torch.device("cuda", 1)) == "population"
+    assert resolve_backend("auto", "cuda", algo="sac") == "local"  # no population learner for SAC
+    assert isinstance(make_backend("auto", workers=2, device="cpu"), ProcessBackend)
+    assert isinstance(make_backend("auto", workers=0, device="cpu"), InlineBackend)
+    backend = make_backend("auto", workers=3, device="cuda", population_size=16)
+    assert isinstance(backend, PopulationBackend) and backend.mode == "process"
+    assert backend.population_size == 16
+    assert make_backend("population", workers=0).mode == "inline"
+    assert isinstance(make_backend("ray", address="ray://x:1"), RayBackend)
+    with pytest.raises(ConfigError, match="PPO pods only"):
+        make_backend("population", algo="sac")
+    with pytest.raises(ConfigError, match="unknown backend"):
+        make_backend("gpu")
+    assert TournamentArgs().backend == "auto"
+    # Refused when the settings are read, before a run folder exists.
+    with pytest.raises(ConfigError, match="PPO pods only"):
+        TournamentArgs(backend="population", algo="sac")
+    with pytest.raises(ConfigError, match="tournament.backend"):
+        TournamentArgs(backend="gpu")
+
+
+def test_pods_run_in_lockstep_populations(tmp_path, windows):
+    """Every pod of a population is generated from a board that holds every earlier population."""
+    args = TournamentArgs(
+        pods=1, leaderboard_size=3, p_fresh=0.3, round_steps=100, budget_steps=1600, workers=0, seed=0
+    )
+    backend = PopulationBackend(3, workers=0)
+    result = run_tournament(tmp_path / "run", *windows, args=args, round_fn=fake_round, backend=backend)
+    pods = read_pods(tmp_path / "run")
+    assert result.env_steps == 1600 and len(pods) == 16  # 5 populations of 3, then the last pod
+    kinds = [e["kind"] for e in read_events(tmp_path / "run") if e["kind"] in ("started", "scored")]
+    assert kinds == (["started"] * 3 + ["scored"] * 3) * 5 + ["started", "scored"]
+    for pod in pods:
+        if pod["parent_id"] is not None:
+            parent_seq = next(p["seq"] for p in pods if p["pod_id"] == pod["parent_id"])
+            assert parent_seq < pod["seq"] - pod["seq"] % 3  # from an earlier population
+    board = read_leaderboard(tmp_path / "run")
+    assert [e["score"] for e in board] == sorted((p["score"] for p in pods), reverse=True)[:3]
+    assert result.champion["pod_id"] == board[0]["pod_id"]
+
+
+def test_a_failing_pod_fails_alone_in_its_population(tmp_path, windows):
+    args = TournamentArgs(pods=1, leaderboard_size=3, round_steps=100, budget_steps=600, workers=0, seed=1)
+    result = run_tournament(
+        tmp_path / "run",
+        *windows,
+        args=args,
+        round_fn=fake_round,
+        backend=PopulationBackend(3, workers=0),
+        agent={"raise_seqs": [1], "nan_seqs": [4]},
+    )
+    failed = {p["pod_id"] for p in read_pods(tmp_path / "run") if p["status"] == "failed"}
+    assert failed == {"p0001", "p0004"} and result.pods_tried == 4
+
+
+def _ppo_run(tmp_path, name, windows_ppo, **kw):
+    train, valid = windows_ppo
+    args = TournamentArgs(
+        pods=1, leaderboard_size=2, p_fresh=0.3, round_steps=256, budget_steps=256 * 6, workers=0, seed=3,
+        backend="population", population_size=3,
+    )  # fmt: skip
+    agent = {**AGENT, "update_epochs": 2}
+    return run_tournament(tmp_path / name, train, valid, args=args, env=ENV, agent=agent, **kw)
+
+
+@pytest.fixture(scope="module")
+def windows_ppo():
+    train, valid, _test = _market().split_sessions(0.6, 0.2)
+    return train, valid
+
+
+def test_real_pods_same_seed_and_budget_give_the_same_run(tmp_path, windows_ppo):
+    a = _ppo_run(tmp_path, "a", windows_ppo)
+    b = _ppo_run(tmp_path, "b", windows_ppo)
+    pods_a, pods_b = read_pods(a.run_dir), read_pods(b.run_dir)
+    assert len(pods_a) == 6 and all(p["status"] == "scored" or p["score"] is not None for p in pods_a)
+    keys = ("pod_id", "parent_id", "hparams", "score", "metrics", "env_steps")
+    assert [{k: p[k] for k in keys} for p in pods_a] == [{k: p[k] for k in keys} for p in pods_b]
+    assert a.champion["pod_id"] == b.champion["pod_id"]
+    wa = load_file(a.run_dir / "champion" / "policy.safetensors")
+    wb = load_file(b.run_dir / "champion" / "policy.safetensors")
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    # Every pod got the files a separately trained pod gets.
+    for pod in pods_a:
+        folder = a.run_dir / "pods" / pod["pod_id"]
+        names = {
+            "policy.safetensors",
+            "spec.json",
+            "optimizer.safetensors",
+            "optimizer.json",
+            "curve.parquet",
+        }
+        assert names | {VALID_RETURNS} <= {f.name for f in folder.iterdir()}
+    children = [p for p in pods_a if p["parent_id"] is not None]
+    assert children and all(p["generation"] >= 1 for p in children)
+
+
+def test_real_pods_resume_after_an_interruption(tmp_path, windows_ppo):
+    seen = []
+
+    def stop_after_first_population(snapshot):
+        seen.append(snapshot)
+        if snapshot["env_steps_spent"] >= 3 * 256:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        _ppo_run(tmp_path, "run", windows_ppo, on_progress=stop_after_first_population)
+    before = {p["pod_id"]: p for p in read_pods(tmp_path / "run")}
+    assert len(before) == 3 and all(p["score"] is not None for p in before.values())
+    result = _ppo_run(tmp_path, "run", windows_ppo, resume=True)
+    after = {p["pod_id"]: p for p in read_pods(tmp_path / "run")}
+    assert result.env_steps == 256 * 6 and len(after) == 6
+    assert all(after[k]["score"] == p["score"] for k, p in before.items())
+    assert [e["kind"] for e in read_events(tmp_path / "run")].count("resumed") == 1
+    assert (tmp_path / "run" / "champion" / "spec.json").is_file()
