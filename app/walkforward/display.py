@@ -50,7 +50,7 @@ class WalkForwardProgress:
         elif kind == "stage":
             index = event.get("index")
             label = "report" if index is None else f"fold {index}: {event['stage']}"
-            self.progress.update(self.pods, description=label, info="")
+            self.progress.reset(self.pods, total=None, description=label, info="")
         elif kind == "pods":
             snap = event["snapshot"]
             scored = sum(1 for _ in snap.get("leaderboard") or ())

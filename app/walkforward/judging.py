@@ -184,6 +184,16 @@ def write_account_report(
         seed=config.tournament.seed,
         market=identity,
     )
-    doc = report.json_safe({**doc, "window": ACCOUNT_WINDOW, "final": home is not None, **extra})
+    # The account selected nothing itself: each fold's tournament did, and its gate report says how.
+    diagnostics = "selection diagnostics: each fold's own, in its gate report (folds/fold-<k>/backtest/)"
+    doc = report.json_safe(
+        {
+            **doc,
+            "window": ACCOUNT_WINDOW,
+            "final": home is not None,
+            "verdict_diagnostics": diagnostics if doc.get("verdict_outcome") else None,
+            **extra,
+        }
+    )
     atomic_write_json(run.backtest_metrics, doc)
     return doc
