@@ -19,7 +19,19 @@ from rich.logging import RichHandler
 from rich.markup import escape
 
 from app import __version__, context
-from app.commands import backtest, dashboard, data, demo, export, paper, retrain, schedule, status, train
+from app.commands import (
+    backtest,
+    dashboard,
+    data,
+    demo,
+    export,
+    paper,
+    retrain,
+    schedule,
+    status,
+    train,
+    walkforward,
+)
 from data.errors import PodracerError
 
 cli = typer.Typer(
@@ -87,6 +99,7 @@ cli.command("paper")(paper.paper)
 cli.command("retrain")(retrain.retrain)
 cli.add_typer(schedule.app, name="schedule")
 cli.command("status")(status.status)
+cli.command("walkforward")(walkforward.walkforward)
 
 
 def main(argv: list[str] | None = None) -> int:

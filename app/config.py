@@ -1,4 +1,5 @@
-"""One typed TOML config for a podracer run: data, env, agent, tournament, backtest.
+"""One typed TOML config for a podracer run: data, env, agent, tournament, backtest, nightly,
+walkforward.
 
 Every section is a frozen pydantic model that forbids unknown keys, so a typo or a wrong type is an
 error naming the key (``env.cost_rate: Input should be a valid number``). ``load_config`` reads a
@@ -316,6 +317,51 @@ class NightlyConfig(_Section):
     tearsheet: bool = Field(True, description="write the challenger run's tear sheet")
 
 
+class WalkForwardConfig(_Section):
+    """Walk-forward: nightly retraining replayed over history (``podracer walkforward``;
+    docs/walkforward.md). Windows in sessions; the layout is ``backtests.folds``."""
+
+    window: Literal["rolling", "expanding"] = Field(
+        "rolling", description="rolling: train on the last train_sessions; expanding: from the first session"
+    )
+    train_sessions: int = Field(63, ge=1, description="sessions of a fold's train window (rolling)")
+    valid_sessions: int = Field(
+        21, ge=1, description="sessions of a fold's validation window: pods ranked, challenger gated"
+    )
+    embargo_sessions: int = Field(
+        1, ge=1, description="sessions between the validation window and the test window (at least 1)"
+    )
+    step_sessions: int = Field(
+        21,
+        ge=1,
+        description="retrain cadence: sessions each fold's test window trades (21 monthly, 5 weekly)",
+    )
+    gate_sessions: int = Field(
+        0,
+        ge=0,
+        description="sessions after the validation window the gate reads, as nightly's test window "
+        "(0: the gate reads the validation window the tournament ranked on)",
+    )
+    start: str = Field("", description="first test session (ISO date; '' = as soon as the first fold fits)")
+    num_folds: int = Field(0, ge=0, description="at most this many folds (0 = as many as the data holds)")
+    budget_steps: int | None = Field(
+        None,
+        ge=1,
+        description="env-steps of each fold's tournament (unset with budget_minutes: [tournament]'s)",
+    )
+    budget_minutes: float | None = Field(
+        None,
+        gt=0,
+        description="wall minutes of each fold's tournament (unset with budget_steps: [tournament]'s)",
+    )
+    gate: Literal["nightly", "always"] = Field(
+        "nightly",
+        description="nightly: the retrain gate decides challenger vs incumbent ([nightly] margin, DSR); "
+        "always: every fold's challenger takes over",
+    )
+    tearsheet: bool = Field(True, description="write the stitched account's tear sheet")
+
+
 class Config(_Section):
     """The whole resolved config of a run."""
 
@@ -325,6 +371,7 @@ class Config(_Section):
     tournament: TournamentConfig = TournamentConfig()
     backtest: BacktestConfig = BacktestConfig()
     nightly: NightlyConfig = NightlyConfig()
+    walkforward: WalkForwardConfig = WalkForwardConfig()
 
     def with_updates(self, **sections: dict[str, Any]) -> Config:
         """A copy with some fields of some sections replaced (validated)."""

@@ -2,7 +2,9 @@
 
 A run folder holds ``config.toml`` (the resolved config), ``leaderboard.sqlite`` (a tournament's
 store), ``pods/<pod>/`` (checkpoints and learning curves), ``champion/`` (the selected policy),
-``backtest/`` (the report: ``metrics.json`` and its parquet files) and the run record. Every path in
+``backtest/`` (the report: ``metrics.json`` and its parquet files) and the run record; a walk-forward
+adds ``folds/fold-<k>/`` (each a run folder: the fold's tournament and ``fold.json``), and its
+``backtest/`` is the stitched out-of-sample account. Every path in
 it is a ``RunDir`` property or method, one per path, so no other app module spells a name of the run
 folder (``tests/test_one_home.py``). The stages below the app that write into the folder (the
 tournament in ``agents.tournament``, the report in ``backtests.report``) cannot import ``app``: they
@@ -48,6 +50,9 @@ POSITIONS = "positions.parquet"
 TRADES = "trades.parquet"
 DAILY_RETURNS = "daily_returns.parquet"
 TEARSHEET = "tearsheet.png"
+#: A walk-forward's folds: ``folds/fold-<k>/``, each a tournament run folder with its fold record.
+FOLDS = "folds"
+FOLD_RECORD = "fold.json"
 RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
@@ -104,7 +109,7 @@ class RunInfo:
     """
 
     run_id: str | None = None
-    kind: str | None = None  # "single" or "tournament"
+    kind: str | None = None  # "single", "tournament" or "walkforward"
     algo: str | None = None
     status: str | None = None  # running, interrupted, failed, done
     seed: int | None = None
@@ -126,6 +131,7 @@ class RunInfo:
     valid: dict[str, Any] = field(default_factory=dict)  # a single run's last validation metrics
     tournament: dict[str, Any] = field(default_factory=dict)  # the TournamentArgs of a tournament
     nightly: dict[str, Any] = field(default_factory=dict)
+    walkforward: dict[str, Any] = field(default_factory=dict)  # a walk-forward's settings and layout
     run_dir: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -167,6 +173,7 @@ class RunInfo:
                 valid=_mapping(raw.get("valid")),
                 tournament=_mapping(raw.get("tournament")),
                 nightly=_mapping(raw.get("nightly")),
+                walkforward=_mapping(raw.get("walkforward")),
                 run_dir=_str(raw.get("run_dir")),
                 extra={k: v for k, v in raw.items() if k not in known},
             )
@@ -263,6 +270,42 @@ class RunDir:
     def record(self) -> Path:
         """The run record's file (what :meth:`read` and :meth:`update` read and write)."""
         return self.path / RECORD
+
+    # --- a walk-forward's folds (app.workflows.walkforward) ----------------------------------------
+    @property
+    def folds(self) -> Path:
+        """``folds/``: one folder per fold of a walk-forward."""
+        return self.path / FOLDS
+
+    def fold(self, index: int) -> RunDir:
+        """Fold ``index``'s folder ``folds/fold-<index>/``, a run folder of its own: the fold's
+        tournament (leaderboard, pods, champion, record) and its :meth:`fold_record`."""
+        return RunDir.at(self.folds / f"fold-{int(index):03d}")
+
+    def fold_record(self, index: int) -> Path:
+        """The record of a completed fold (``folds/fold-<index>/fold.json``), written once, atomically."""
+        return self.fold(index).path / FOLD_RECORD
+
+    def write_fold_record(self, index: int, data: Mapping[str, Any]) -> None:
+        """Write the record of fold ``index`` (atomically: a fold is recorded whole or not at all)."""
+        atomic_write_json(self.fold_record(index), dict(data))
+
+    def fold_record_files(self) -> list[Path]:
+        """The record files of the completed folds (a fold still running has none)."""
+        return sorted(self.folds.glob(f"fold-*/{FOLD_RECORD}")) if self.folds.is_dir() else []
+
+    def fold_records(self) -> list[dict[str, Any]]:
+        """The records of the completed folds, in fold order."""
+        out = []
+        for path in self.fold_record_files():
+            try:
+                data = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, json.JSONDecodeError, UnicodeDecodeError) as err:
+                raise PodracerError(f"{path}: not a fold record ({err})") from None
+            if not isinstance(data, dict):
+                raise PodracerError(f"{path}: expected a JSON object")
+            out.append(data)
+        return sorted(out, key=lambda d: int(d.get("index", 0)))
 
     def exists(self) -> bool:
         return self.path.is_dir()

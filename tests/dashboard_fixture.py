@@ -495,6 +495,70 @@ def make_run(
     return run_dir
 
 
+def make_walkforward_run(home: Path, run: str = "wf", *, days: int = 30, folds: int = 3) -> Path:
+    """A walk-forward run: the real backtest of a toy market as its stitched account (``make_run``),
+    its record (``kind = "walkforward"``) and ``folds`` fold records splitting the account's sessions,
+    the second fold's challenger kept, the others promoted; metrics.json with its ``walkforward`` keys."""
+    from app.config import Config
+    from app.runs import RunDir
+    from app.walkforward.account import walkforward_fields
+
+    run_dir = make_run(home, run, days=days, real=True)
+    wf = RunDir.at(run_dir)
+    metrics = json.loads(wf.backtest_metrics.read_text())
+    daily = pd.read_parquet(wf.backtest_daily_returns)
+    dates = [str(d) for d in daily["date"]]
+    step = len(dates) // folds
+    records = []
+    for k in range(folds):
+        test = dates[k * step : len(dates) if k == folds - 1 else (k + 1) * step]
+        promoted = k != 1
+        in_charge = {"fold": k, "run": f"fold-{k:03d}"} if promoted else records[-1]["in_charge"]
+        returns = daily["champion"].iloc[k * step : k * step + len(test)]
+        records.append(
+            {
+                "index": k,
+                "windows": {
+                    "train": ["2023-10-02", "2023-11-30"],
+                    "valid": ["2023-12-01", "2023-12-28"],
+                    "embargo": ["2023-12-29", "2023-12-29"],
+                    "test": [test[0], test[-1]],
+                },  # fmt: skip
+                "pods_tried": 12 + k,
+                "promoted": promoted,
+                "in_charge": in_charge,
+                "gate": {
+                    "challenger": {"sharpe_ratio": 1.5 - 0.4 * k},
+                    "incumbent": {"sharpe_ratio": 0.9} if k else None,
+                    "reason": "challenger sharpe beats champion" if promoted else "does not beat the margin",
+                    "window": ["2023-12-01", "2023-12-28"],
+                },
+                "test": {
+                    "sessions": len(test),
+                    "return": float(np.prod(1 + returns.to_numpy()) - 1),
+                    "buy_and_hold_return": 0.01 * (k - 1),
+                    "sharpe_ratio": 1.0 + k,
+                    "costs_paid": 120.0 * (k + 1),
+                },
+                "seconds": {"total": 60.0 + k},
+            }
+        )
+        wf.write_fold_record(k, records[-1])
+    wf.write(
+        {
+            "run_id": run,
+            "kind": "walkforward",
+            "status": "done",
+            "walkforward": {"settings": Config().walkforward.model_dump(mode="json"), "folds": records},
+        }
+    )
+    atomic_write_json(
+        wf.backtest_metrics,
+        {**metrics, "window": "walkforward", "walkforward": walkforward_fields(records, Config())},
+    )
+    return run_dir
+
+
 def _write_parquet(path: Path, frame: pd.DataFrame) -> None:
     with atomic_path(path, suffix=".parquet") as tmp:
         frame.to_parquet(tmp, index=False)

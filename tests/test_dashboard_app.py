@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from dashboard_fixture import make_run, write_home_stores
+from dashboard_fixture import make_run, make_walkforward_run, write_home_stores
 from streamlit.testing.v1 import AppTest
 
 from app.dashboard import cards, formatting
 
 APP = str(Path(__file__).resolve().parent.parent / "app" / "dashboard" / "streamlit_app.py")
-PAGES = ["overview", "tournament", "training", "positions", "nightly", "paper"]
+PAGES = ["overview", "tournament", "training", "positions", "nightly", "paper", "walkforward"]
 
 
 def _app(home: Path, monkeypatch, run: str | None = None) -> AppTest:
@@ -107,7 +107,7 @@ def test_overview_cards_equal_metrics_json(full_home, monkeypatch):
     ]
 
 
-@pytest.mark.parametrize("page", PAGES[1:])
+@pytest.mark.parametrize("page", [p for p in PAGES[1:] if p != "walkforward"])
 def test_every_page_renders_on_a_full_home(full_home, monkeypatch, page):
     at = _open(_app(full_home, monkeypatch), page)
     _no_exception(at)
@@ -149,6 +149,57 @@ def test_every_page_renders_on_a_full_home(full_home, monkeypatch, page):
         labels = {m.label: m.value for m in at.metric}
         assert labels["Equity"] == "$100,250.00" and labels["Orders recorded"] == "1"
         assert labels["Filled"] == "1"  # orders by final status (app.paper.journal.order_counts)
+
+
+def test_walkforward_page_shows_the_account_the_folds_and_who_traded_when(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    make_walkforward_run(home, "wf", days=30, folds=3)
+    make_run(home, "plain", days=5)
+    at = _open(_app(home, monkeypatch, run="wf"), "walkforward")
+    _no_exception(at)
+    assert not at.error and not at.info, (_texts(at.error), _texts(at.info))
+    assert len(at.get("plotly_chart")) == 2  # the account with its folds marked, the drawdown
+    table = at.dataframe[0].value
+    assert list(table["fold"]) == [0, 1, 2] and list(table["gate"]) == ["promoted", "kept", "promoted"]
+    assert list(table["in charge"]) == ["fold-000", "fold-000", "fold-002"]
+    assert list(table["pods tried"]) == [12, 13, 14]
+    metrics = json.loads((home / "runs" / "wf" / "backtest" / "metrics.json").read_text())
+    champ = metrics["strategies"]["champion"]
+    shown = {m.label: m.value for m in at.metric}
+    assert shown["Sharpe"] == f"{champ['sharpe_ratio']:.2f}"
+    assert any("3 of 3 folds done" in c for c in _texts(at.caption))
+    spans = " ".join(str(m.value) for m in at.markdown)
+    assert "fold-000" in spans and "0, 1" in spans and "fold-002" in spans
+    # Another run: the page says what it needs instead of failing.
+    at = _open(_app(home, monkeypatch, run="plain"), "walkforward")
+    _no_exception(at)
+    assert "is not a walk-forward" in " ".join(_texts(at.info)) and not at.error
+
+
+def test_walkforward_view_marks_folds_and_champion_changes():
+    from app.dashboard import walkforward_view
+
+    records = [
+        {"index": i, "windows": {"test": [day, day], "train": ["a", "b"], "valid": ["c", "d"]}, "in_charge": who}
+        for i, (day, who) in enumerate(
+            [("2024-01-02", None), ("2024-01-03", {"fold": 1, "run": "fold-001"}),
+             ("2024-01-04", {"fold": 1, "run": "fold-001"}), ("2024-01-05", {"fold": 3, "run": "fold-003"})]
+        )
+    ]  # fmt: skip
+    assert walkforward_view.champion_changes(records) == [
+        ("2024-01-03", "fold-001"),
+        ("2024-01-05", "fold-003"),
+    ]
+    equity = pd.DataFrame(
+        {"champion": [1.0, 1.1, 1.2, 1.3], "buy_and_hold": [1.0] * 4},
+        index=pd.date_range("2024-01-02", periods=4, tz="UTC"),
+    )
+    fig = walkforward_view.walkforward_equity_figure(equity, records)
+    lines = [s for s in fig.layout.shapes]
+    assert len(lines) == 4  # every fold's start: 2 plain, 2 new champions
+    assert [a.text for a in fig.layout.annotations] == ["fold-001", "fold-003"]
+    frame = walkforward_view.folds_frame(records)
+    assert list(frame["in charge"]) == ["cash", "fold-001", "fold-001", "fold-003"]
 
 
 def test_empty_home_shows_how_to_start(tmp_path, monkeypatch):

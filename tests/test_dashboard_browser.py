@@ -26,7 +26,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from dashboard_fixture import make_run, write_home_stores
+from dashboard_fixture import make_run, make_walkforward_run, write_home_stores
 
 pytestmark = pytest.mark.browser
 
@@ -327,12 +327,13 @@ def _save(browser, tmp_path: Path, name: str) -> Path:
 @pytest.fixture
 def demo_home(tmp_path):
     """A demo-sized run (12 test sessions, 10 assets, 44 pods, metrics.json with pbo and
-    num_sessions), an old run with the default demo's absurd figures, a run of 400 pods, and the
-    home's nightly registry and paper journal."""
+    num_sessions), an old run with the default demo's absurd figures, a run of 400 pods, a
+    walk-forward, and the home's nightly registry and paper journal."""
     home = tmp_path / "home"
     demo = make_run(home, "demo", days=12, num_assets=10, tournament_pods=44)
     make_run(home, "old-demo", days=12, num_assets=10, schema="old", absurd=True)
     make_run(home, "big", days=12, tournament_pods=400)
+    make_walkforward_run(home, "wf", days=30, folds=3)
     write_home_stores(home, "demo", demo)
     return home
 
@@ -384,6 +385,13 @@ def test_every_page_whole_and_fast(demo_home, browser, tmp_path, capsys):
 
         times["Tournament (400 pods)"] = _render(browser, f"{url}/tournament?run=big", "Tournament", 2)
         _assert_no_json_cells(browser)
+
+        # The walk-forward page of a walk-forward run: the account with its folds, the drawdown.
+        times["Walk-forward"] = _render(browser, f"{url}/walkforward?run=wf", "Walk-forward", 2)
+        _assert_cards_whole(browser)
+        cells, headers = _assert_no_json_cells(browser)
+        assert {"fold", "gate", "in charge", "test return"} <= headers, sorted(headers)
+        _save(browser, tmp_path, "dashboard-walkforward.png")
 
     with capsys.disabled():
         figures = ", ".join(f"{page} {s:.2f} s" for page, s in times.items())

@@ -39,9 +39,10 @@ FILES = (
     runs.TRADES,
     runs.DAILY_RETURNS,
     runs.TEARSHEET,
+    runs.FOLD_RECORD,
 )
 #: Folder names of the run folder: flagged only as a part of a path ("champion" is also a strategy).
-FOLDERS = (runs.RUNS, runs.PODS, runs.CHAMPION, runs.BACKTEST)
+FOLDERS = (runs.RUNS, runs.PODS, runs.CHAMPION, runs.BACKTEST, runs.FOLDS)
 
 #: The writers below the app (which may not import it) and the names each may spell.
 WRITERS = {

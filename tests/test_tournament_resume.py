@@ -126,3 +126,39 @@ def test_kill_dash_nine_then_resume_loses_nothing(tmp_path, backend):
     assert run_json["pods_tried"] == sum(1 for p in after_pods.values() if p["score"] is not None)
     assert len(after_pods) > len(before_pods)
     assert (run / "champion" / "spec.json").is_file()
+
+
+def interrupting_round(task, ctx):
+    """The fake round, but the orchestrator "dies" (KeyboardInterrupt) while pod ``stop_seq`` runs."""
+    from test_tournament_run import fake_round
+
+    if task.spec.seq == ctx.agent["stop_seq"]:
+        raise KeyboardInterrupt
+    return fake_round(task, ctx)
+
+
+def test_resume_with_rerun_ends_as_a_run_that_was_never_stopped(tmp_path):
+    """``interrupted="rerun"``: the pod in flight when the run stopped runs again with its own spec, so
+    one pod at a time and an env-step budget give the same pods, scores and champion."""
+    from test_tournament_run import fake_round, run_tournament
+
+    train, valid = windows()
+    args = TournamentArgs(**{**ARGS, "workers": 0})
+    whole = run_tournament(tmp_path / "whole", train, valid, args=args, round_fn=fake_round)
+
+    run = tmp_path / "stopped"
+    with pytest.raises(KeyboardInterrupt):
+        run_tournament(run, train, valid, args=args, round_fn=interrupting_round, agent={"stop_seq": 6})
+    assert [p["status"] for p in read_pods(run)][-1] == "running"
+    resumed = run_tournament(
+        run, train, valid, args=args, round_fn=fake_round, resume=True, interrupted="rerun"
+    )
+
+    def scored(path):
+        return [(p["pod_id"], p["parent_id"], p["score"], p["status"]) for p in read_pods(path)]
+
+    assert scored(run) == scored(tmp_path / "whole")
+    assert resumed.champion["pod_id"] == whole.champion["pod_id"]
+    assert resumed.env_steps == whole.env_steps == 3000
+    (event,) = [e for e in read_events(run) if e["kind"] == "resumed"]
+    assert event["payload"]["rerun"] == ["p0006"] and event["payload"]["interrupted"] == []

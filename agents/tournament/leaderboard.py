@@ -259,15 +259,19 @@ class Leaderboard:
             self._bump_meta(cur, round_steps, elapsed_s)
             self._event(cur, pod_id, "failed", {"error": error[:2000]})
 
-    def mark_resumed(self, info: Mapping[str, Any]) -> list[str]:
+    def mark_resumed(self, info: Mapping[str, Any], *, rerun: bool = False) -> list[str]:
         """On ``--resume``: pods left ``running`` by the killed orchestrator become ``failed``.
 
         Their round never reported back, so nothing of theirs is on the board; they are replaced
-        by new pods. Returns their ids.
+        by new pods. Returns their ids. With ``rerun`` they stay ``running`` instead (the caller runs
+        them again with the same spec) and the ``resumed`` event lists them under ``rerun``.
         """
         now = time.time()
         with self._tx() as cur:
-            lost = [r[0] for r in cur.execute("SELECT pod_id FROM pods WHERE status='running'")]
+            lost = [r[0] for r in cur.execute("SELECT pod_id FROM pods WHERE status='running' ORDER BY seq")]
+            if rerun:
+                self._event(cur, None, "resumed", {**info, "interrupted": [], "rerun": lost})
+                return lost
             for pod_id in lost:
                 cur.execute(
                     "UPDATE pods SET status='failed', error='interrupted: orchestrator stopped',"

@@ -13,7 +13,11 @@ anywhere in this package, so no pod, score or selection can depend on it.
 Resume: every update is one SQLite transaction and a pod's checkpoint is complete before its score
 is recorded, so after a kill -9, ``run_tournament(..., resume=True)`` marks the pods that were in
 flight as failed (interrupted), keeps every leaderboard entry and its checkpoint, and goes on until
-the original budget (env-steps and wall time, both counted across sessions) is spent.
+the original budget (env-steps and wall time, both counted across sessions) is spent. With
+``interrupted="rerun"`` the pods that were in flight are run again instead, with the same spec and
+before any new pod: with one pod in flight at a time and an env-step budget, a killed and resumed
+run then ends with the same pods, scores and champion as a run that was never stopped (the
+walk-forward's resume relies on it).
 
 The settings (:class:`TournamentArgs`) and the decisions taken once from them for every pod (PPO's
 ``compile``, the round timeout) live in :mod:`agents.tournament.settings`.
@@ -47,6 +51,8 @@ from data.market import MarketData
 log = logging.getLogger(__name__)
 
 CHAMPION_FILES = ("policy.safetensors", "spec.json")
+#: What a resumed run does with the pods the killed one left in flight (``run_tournament``).
+INTERRUPTED = ("fail", "rerun")
 
 
 @dataclass
@@ -94,6 +100,7 @@ def run_tournament(
     resume: bool = False,
     on_progress: Callable[[dict[str, Any]], None] | None = None,
     on_status: Callable[[dict[str, Any]], None] | None = None,
+    interrupted: str = "fail",
 ) -> TournamentResult:
     """Run (or resume) a tournament in ``run_dir``; see the module docstring.
 
@@ -103,8 +110,12 @@ def run_tournament(
     snapshot dict after every change (the CLI's live table). ``on_status`` gets the run's status
     fields when the run starts (``running``), stops on an error (``interrupted``) and ends (``done``,
     with the champion); mappings in them (``windows``) are meant to be merged one level deep into
-    what the caller recorded before (the test window's dates).
+    what the caller recorded before (the test window's dates). ``interrupted`` (with ``resume``):
+    ``"fail"`` records the pods a killed run left in flight as failed, ``"rerun"`` runs them again
+    (see the module docstring).
     """
+    if interrupted not in INTERRUPTED:
+        raise PodracerError(f"run_tournament: interrupted must be one of {INTERRUPTED}, got {interrupted!r}")
     run_dir = Path(run_dir)
     _check_windows(train, valid)
     board_path = run_dir / FILENAME
@@ -128,16 +139,20 @@ def run_tournament(
         atomic_write_text(run_dir / "config.toml", config_toml)
 
     board = Leaderboard(run_dir, args.leaderboard_size)
+    rerun: list[PodSpec] = []
     if resume:
         for entry in board.entries():
             if not (run_dir / entry["checkpoint"] / "spec.json").is_file():
                 raise CheckpointError(f"resume: checkpoint of leaderboard entry {entry['pod_id']} is missing")
-        lost = board.mark_resumed({"pid": os.getpid()})
+        lost = board.mark_resumed({"pid": os.getpid()}, rerun=interrupted == "rerun")
+        if interrupted == "rerun":
+            rerun = _interrupted_specs(run_dir, board, lost)
         log.info(
-            "resumed %s: %d entries kept, %d interrupted pods failed",
+            "resumed %s: %d entries kept, %d interrupted pods %s",
             run_dir,
             len(board.entries()),
             len(lost),
+            "run again" if interrupted == "rerun" else "failed",
         )
     else:
         board.set_meta("args", asdict(args))
@@ -151,7 +166,7 @@ def run_tournament(
         device=device,
         algo=args.algo,
     )
-    session = _Session(run_dir, board, args, space, backend, on_progress)
+    session = _Session(run_dir, board, args, space, backend, on_progress, rerun=rerun)
     try:
         backend.start(round_fn, ctx)
         session.loop()
@@ -178,8 +193,10 @@ class _Session:
         space: SearchSpace,
         backend: Backend,
         on_progress: Callable[[dict[str, Any]], None] | None,
+        rerun: list[PodSpec] | None = None,
     ) -> None:
         self.run_dir, self.board, self.args, self.space = run_dir, board, args, space
+        self.rerun = list(rerun or [])  # interrupted pods to run again, first, with their own spec
         self.backend, self.on_progress = backend, on_progress
         self.updater = Updater(board)
         self.in_flight: dict[cf.Future, tuple[PodTask, float]] = {}
@@ -228,15 +245,19 @@ class _Session:
             steps, seconds = self.steps_left(), self.time_left()
             if steps < 1 or seconds <= 0:
                 return
-            seq = self.board.next_seq()
-            spec = next_pod(
-                seq,
-                entries=_resolve(self.run_dir, self.board.entries()),
-                space=self.space,
-                p_fresh=self.args.p_fresh,
-                seed=self.args.seed,
-                algo=self.args.algo,
-            )
+            if self.rerun:
+                spec = self.rerun.pop(0)  # its row is still "running": no second start_pod
+            else:
+                seq = self.board.next_seq()
+                spec = next_pod(
+                    seq,
+                    entries=_resolve(self.run_dir, self.board.entries()),
+                    space=self.space,
+                    p_fresh=self.args.p_fresh,
+                    seed=self.args.seed,
+                    algo=self.args.algo,
+                )
+                self._record_start(spec)
             round_seconds = self.args.round_seconds
             if math.isfinite(seconds):
                 round_seconds = min(round_seconds or math.inf, seconds)
@@ -246,7 +267,6 @@ class _Session:
                 round_steps=int(min(self.args.round_steps, steps)),
                 round_seconds=round_seconds,
             )
-            self._record_start(spec)
             self.in_flight[self.backend.submit(task)] = (task, time.monotonic())
 
     def _record_start(self, spec: PodSpec) -> None:
@@ -335,6 +355,32 @@ class _Session:
                 "consecutive_failures": self.consecutive_failures,
             }
         )
+
+
+def _interrupted_specs(run_dir: Path, board: Leaderboard, pod_ids: list[str]) -> list[PodSpec]:
+    """The specs of the pods a killed run left in flight, rebuilt from their rows (a child from its
+    parent's row: checkpoints are never deleted), in launch order."""
+    rows = {p["pod_id"]: p for p in board.pods()}
+    specs = []
+    for pod_id in pod_ids:
+        row = rows[pod_id]
+        parent = rows.get(row["parent_id"]) if row["parent_id"] is not None else None
+        if row["parent_id"] is not None and parent is None:
+            raise CheckpointError(f"resume: parent {row['parent_id']} of interrupted pod {pod_id} is unknown")
+        specs.append(
+            PodSpec(
+                pod_id=pod_id,
+                seq=int(row["seq"]),
+                seed=int(row["seed"]),
+                algo=str(row["algo"]),
+                hparams=dict(row["hparams"] or {}),
+                parent_id=row["parent_id"],
+                generation=int(row["generation"]),
+                init_checkpoint=None if parent is None else str(run_dir / parent["checkpoint"]),
+                parent_env_steps=0 if parent is None else int(parent["env_steps"]),
+            )
+        )
+    return specs
 
 
 def _copy_champion(run_dir: Path, board: Leaderboard) -> dict[str, Any] | None:

@@ -105,6 +105,20 @@ def read_run_info(run_dir: Path) -> RunInfo:
         raise ArtifactCorrupt(str(err)) from None
 
 
+def read_fold_records(run_dir: Path) -> list[dict[str, Any]]:
+    """A walk-forward's completed folds (``RunDir.fold_records``), in fold order."""
+    run = RunDir.at(run_dir)
+    if run.info().kind != "walkforward":
+        raise ArtifactMissing(
+            f"run {run_dir.name!r} is not a walk-forward: pick one in the sidebar, or start one with "
+            "`podracer walkforward`"
+        )
+    try:
+        return run.fold_records()
+    except PodracerError as err:
+        raise ArtifactCorrupt(str(err)) from None
+
+
 # --------------------------------------------------------------------------- backtest
 
 

@@ -129,6 +129,17 @@ def _run_info(run_dir: str, sig: tuple) -> RunInfo:
     return artifacts.read_run_info(Path(run_dir))
 
 
+def fold_records(run_dir: Path) -> list[dict[str, Any]]:
+    """A walk-forward's fold records (cached until the record or a fold record changes)."""
+    run = RunDir.at(run_dir)
+    return _fold_records(str(run_dir), signature(run.record, *run.fold_record_files()))
+
+
+@st.cache_data(max_entries=_MAX_ENTRIES, show_spinner=False)
+def _fold_records(run_dir: str, sig: tuple) -> list[dict[str, Any]]:
+    return artifacts.read_fold_records(Path(run_dir))
+
+
 # --------------------------------------------------------------------------- home-level stores
 
 

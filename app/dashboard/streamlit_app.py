@@ -26,6 +26,7 @@ PAGES = [
     st.Page("screens/training.py", title="Training"),
     st.Page("screens/positions.py", title="Positions & trades"),
     st.Page("screens/nightly.py", title="Nightly"),
+    st.Page("screens/walkforward.py", title="Walk-forward"),
     st.Page("screens/paper.py", title="Paper trading"),
 ]
 

@@ -1,0 +1,1 @@
+"""Walk-forward: nightly retraining replayed over history (``app.workflows.walkforward``)."""

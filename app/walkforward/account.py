@@ -1,0 +1,174 @@
+"""The walk-forward's out-of-sample account: the policies in charge, fold after fold, as one account.
+
+:class:`Account` keeps what the stitched run needs and nothing else: the loaded bars, the span's
+features (each fold's test window normalized with the statistics of the policy in charge there, the
+only features held for the whole span) and the policies in charge. :meth:`Account.run` replays the
+account from the span's first bar to the last fold added (``backtests.stitched.run_stitched``: one
+engine run, so the account and the baselines stay continuous); :meth:`Account.report` writes its
+report (``app.walkforward.judging.write_account_report``) with the walk-forward's keys: each fold's
+row and which champion traded which sessions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from agents.ensemble import load_policy
+from app.runs import RunDir
+from app.walkforward.judging import write_account_report
+from app.workflows.backtest import check_policy_fits
+from backtests.engine import BacktestResult
+from backtests.stitched import run_stitched
+from data.features import DEFAULT_WINDOWS, feature_names, normalize
+from data.fold_market import raw_features
+from data.market import MarketData
+from envs.trading import EnvParams
+
+CASH = "cash"  # in charge before the first promotion: the account holds cash
+
+
+class Account:
+    """The stitched out-of-sample account of a walk-forward (see the module docstring)."""
+
+    def __init__(
+        self, full: MarketData, plans: Sequence[Any], params: EnvParams, device: torch.device
+    ) -> None:
+        self.full, self.params, self.device = full, params, device
+        self.span_start = plans[0].bars["test"][0]
+        self.windows = dict((full.feature_spec or {}).get("windows") or DEFAULT_WINDOWS)
+        self.names = feature_names(self.windows)
+        span_bars = plans[-1].bars["test"][1] - self.span_start
+        # (span bars, A, F) float32: the only features held for the whole span.
+        self.features = torch.zeros(span_bars, full.num_assets, len(self.names), device=full.device)
+        self.stop = self.span_start
+        self.policies: list[Any] = []
+        self.switch_bars: list[int] = []
+        self.labels: list[str] = []
+        self._loaded: dict[str, Any] = {}
+
+    def add(self, plan: Any, in_charge: Mapping[str, Any] | None) -> None:
+        """The fold ``plan``'s test window, traded by ``in_charge`` (a champion mapping; None = cash) on
+        features normalized with its own statistics."""
+        start, stop = plan.bars["test"]
+        if start != self.stop:
+            raise ValueError(f"fold {plan.fold.index}: test windows must be added in order")
+        rows = slice(start - self.span_start, stop - self.span_start)
+        if in_charge is None:
+            policy, label = self._cash, CASH
+        else:
+            spec = in_charge["feature_spec"]
+            self.features[rows] = normalize(raw_features(self.full, start, stop, spec["windows"]), spec)
+            policy, label = self._policy(str(in_charge["policy_dir"])), str(in_charge["run_id"])
+        self.policies.append(policy)
+        self.switch_bars.append(start - self.span_start)
+        self.labels.append(label)
+        self.stop = stop
+
+    def _policy(self, policy_dir: str) -> Any:
+        if policy_dir not in self._loaded:
+            self._loaded[policy_dir] = load_policy(policy_dir, device=self.device)
+        return self._loaded[policy_dir]
+
+    def _cash(self, obs: Tensor) -> Tensor:
+        return torch.zeros(obs.shape[0], self.full.num_assets, device=obs.device)
+
+    def market(self) -> MarketData:
+        """The span so far: the loaded bars, each fold's features as its policy in charge sees them."""
+        window = self.full.slice(self.span_start, self.stop)
+        return MarketData(
+            **{
+                name: getattr(window, name)
+                for name in ("tickers", "timestamps", "open", "high", "low", "close", "volume", "session_id")
+            },
+            time_of_day=window.time_of_day,
+            interval=window.interval,
+            features=self.features[: self.stop - self.span_start],
+            feature_names=self.names,
+            tradable=window.tradable,
+            listed=window.listed,
+        )
+
+    def run(self) -> BacktestResult:
+        """The account and the baselines from the span's first bar to the last fold added."""
+        market = self.market()
+        for policy in self.policies:
+            if policy is not self._cash:
+                check_policy_fits(policy, market, self.params)
+        return run_stitched(market, self.params, self.policies, self.switch_bars, device=self.device)
+
+    def report(
+        self,
+        run: RunDir,
+        config: Any,
+        records: Sequence[Mapping[str, Any]],
+        *,
+        result: BacktestResult | None = None,
+        tearsheet: bool = False,
+        home: Path | None = None,
+    ) -> dict[str, Any]:
+        """The report of ``result`` (default: a fresh :meth:`run`) for the folds ``records``; with
+        ``home`` the final one, counted as one look (``app.walkforward.judging.write_account_report``)."""
+        result = result if result is not None else self.run()
+        return write_account_report(
+            run,
+            result,
+            config=config,
+            home=home,
+            tearsheet=tearsheet,
+            extra={"walkforward": walkforward_fields(records, config)},
+        )
+
+
+def walkforward_fields(records: Sequence[Mapping[str, Any]], config: Any) -> dict[str, Any]:
+    """metrics.json ``walkforward``: the settings, one row per fold and the champions' spans."""
+    rows = []
+    for r in records:
+        gate = r.get("gate") or {}
+        rows.append(
+            {
+                "index": r["index"],
+                "windows": r["windows"],
+                "pods_tried": r.get("pods_tried"),
+                "challenger": (r.get("challenger") or {}).get("pod_id"),
+                "gate_sharpe": (gate.get("challenger") or {}).get("sharpe_ratio"),
+                "incumbent_gate_sharpe": (gate.get("incumbent") or {}).get("sharpe_ratio"),
+                "promoted": bool(r.get("promoted")),
+                "gate_reason": gate.get("reason"),
+                "in_charge": champion_name(r),
+                "test": r.get("test") or {},
+            }
+        )
+    return {
+        "settings": config.walkforward.model_dump(mode="json"),
+        "num_folds": len(records),
+        "folds": rows,
+        "champions": champion_spans(records),
+    }
+
+
+def champion_name(record: Mapping[str, Any]) -> str:
+    """The fold run whose champion traded ``record``'s test window (``"cash"`` before any promotion)."""
+    label = record.get("in_charge")
+    return str(label["run"]) if label else CASH
+
+
+def champion_spans(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Which champion traded which sessions: consecutive folds with the same policy in charge merged,
+    each with its first and last session, sessions and folds."""
+    spans: list[dict[str, Any]] = []
+    for r in records:
+        name, (first, last) = champion_name(r), r["windows"]["test"]
+        sessions = int((r.get("test") or {}).get("sessions") or 0)
+        if spans and spans[-1]["champion"] == name:
+            spans[-1].update(last=last, sessions=spans[-1]["sessions"] + sessions)
+            spans[-1]["folds"].append(r["index"])
+        else:
+            spans.append(
+                {"champion": name, "first": first, "last": last, "sessions": sessions, "folds": [r["index"]]}
+            )
+    return spans

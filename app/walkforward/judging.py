@@ -1,0 +1,199 @@
+"""Where a walk-forward meets the nightly gate and the backtest's verdict: the two calls to rewire
+when either rule changes.
+
+- :func:`replay_gate`: a fold's challenger against the incumbent, by the code path of
+  ``podracer retrain``: ``app.nightly.steps.evaluate_step`` scores both on the gate's window (the
+  incumbent on features normalized with its own statistics) and writes the challenger's out-of-sample
+  test there at the gate's level, and ``app.nightly.decide.decide`` applies the promotion rule
+  (``[nightly] margin``, an edge significant at ``[nightly] significance``, ``first_promotion``). The
+  gate's window is the fold's validation window, or with ``[walkforward] gate_sessions`` the sessions
+  after it (a window the tournament did not rank on, as nightly's test window); the fold's test window
+  is the out-of-sample account and no part of the gate reads it. The gates' looks are counted in the
+  walk-forward's own looks ledger (``<run>/looks.sqlite``), so overlapping gate windows of successive
+  folds deflate each other as nightly's do; a replay never reads or writes the home's registry.
+- :func:`write_account_report`: the stitched out-of-sample account's report (``backtests.report``, the
+  metrics.json contract) with its verdict: the whole span is ONE look (one strategy, selected fold by
+  fold by rules fixed in advance), counted in the home's looks ledger once the last fold is done.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from app.nightly.decide import decide, finite, overlap_note
+from app.nightly.steps import ChallengerRun, DataSnapshot, evaluate_step, gate_significance
+from app.runs import RunDir
+from app.workflows.backtest import count_look, market_identity
+from backtests import report
+from backtests.engine import BacktestResult
+from data.atomic import atomic_write_json
+from data.features import DEFAULT_WINDOWS, lookback
+from data.market import MarketData
+
+log = logging.getLogger(__name__)
+
+GATES = ("nightly", "always")
+#: The ``window`` of the stitched account's metrics.json (its out-of-sample test reads it as held out).
+ACCOUNT_WINDOW = "walkforward"
+
+
+@dataclass(frozen=True)
+class GateSplits:
+    """What ``evaluate_step`` reads of a market: the gate's window (``test``), the window the tournament
+    ranked pods on (``valid``: the selection diagnostics) and bars that hold both with enough before
+    them for the incumbent's features (``full``)."""
+
+    full: MarketData
+    valid: MarketData
+    test: MarketData
+
+
+@dataclass(frozen=True)
+class GateOutcome:
+    """The gate's answer for one fold, and the figures it rests on."""
+
+    promote: bool
+    reason: str
+    fitness: str
+    challenger: Mapping[str, float | None]  # metrics on the gate's window, incl. fitness
+    incumbent: Mapping[str, float | None] | None
+    window: tuple[str, str]
+    figures: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form (the fold record's ``gate``)."""
+        out = dataclasses.asdict(self)
+        out["window"] = list(self.window)
+        return report.json_safe(out)
+
+
+def replay_gate(
+    config: Any,
+    run: RunDir,
+    *,
+    market: MarketData,
+    valid: tuple[int, int],
+    window: tuple[int, int],
+    challenger: ChallengerRun,
+    incumbent: Mapping[str, Any] | None,
+    gate: str = "nightly",
+) -> GateOutcome:
+    """The nightly gate on the fold's gate window (see the module docstring).
+
+    ``market``: bars that hold the validation window ``valid`` and the gate's ``window`` (``[start,
+    stop)`` indices of ``market``; the same range when the gate reads the validation window) with the
+    challenger's features; ``incumbent``: the policy in charge, shaped like the registry's champion
+    (``run_id``, ``policy_dir``, ``info.run_dir`` whose record holds its feature spec,
+    ``selection_end``), None before the first promotion; ``run``: the walk-forward (its looks ledger).
+    The gate's figures are written to the challenger's run as nightly writes them (``backtest/``),
+    labelled with their window.
+    """
+    nightly = config.nightly
+    fitness = nightly.fitness or config.tournament.fitness
+    # Bars before the windows only feed the incumbent's causal features (data.features.lookback).
+    first = max(0, valid[0] - lookback((market.feature_spec or {}).get("windows") or DEFAULT_WINDOWS))
+    held = market.slice(first, window[1])
+    splits = GateSplits(
+        full=held,
+        valid=held.slice(valid[0] - first, valid[1] - first),
+        test=held.slice(window[0] - first, window[1] - first),
+    )
+    dates = splits.test.date_range()
+    quiet = config.with_updates(nightly={"tearsheet": False})
+    snapshot = DataSnapshot(splits=splits, windows={"valid": splits.valid.date_range(), "test": dates})
+    evaluation = evaluate_step(quiet, run.path, snapshot, challenger, incumbent)
+    _label_gate_window(RunDir.at(challenger.run_dir), "valid" if window == valid else "gate")
+    ch_fit = finite(evaluation.challenger.get("fitness"))
+    inc_fit = finite(evaluation.champion.get("fitness")) if evaluation.champion is not None else None
+    edge = evaluation.edge
+    if gate == "always":
+        promote, reason = True, "gate = always: the fold's challenger takes over"
+    else:
+        verdict = decide(
+            ch_fit,
+            inc_fit,
+            edge,
+            has_champion=incumbent is not None,
+            margin=nightly.margin,
+            first_promotion=nightly.first_promotion,
+            fitness=fitness,
+        )
+        promote, reason = verdict.promote, verdict.reason + overlap_note(incumbent, dates[0])
+    return GateOutcome(
+        promote=promote,
+        reason=reason,
+        fitness=fitness,
+        challenger=dict(evaluation.challenger),
+        incumbent=dict(evaluation.champion) if evaluation.champion is not None else None,
+        window=dates,
+        figures={
+            "challenger_fitness": ch_fit,
+            "incumbent_fitness": inc_fit,
+            "margin": nightly.margin,
+            "significance": gate_significance(config),
+            "edge": edge.text if edge is not None else None,
+            "edge_outcome": edge.outcome if edge is not None else None,
+            "looks": evaluation.test.get("looks"),
+        },
+    )
+
+
+def _label_gate_window(run: RunDir, window: str) -> None:
+    """The gate's report names its window for what it is in a walk-forward."""
+    doc = json.loads(run.backtest_metrics.read_text(encoding="utf-8"))
+    doc.update(window=window, role_note=f"the walk-forward's gate decided on this fold's {window} window")
+    atomic_write_json(run.backtest_metrics, doc)
+
+
+def write_account_report(
+    run: RunDir,
+    result: BacktestResult,
+    *,
+    config: Any,
+    home: Path | None,
+    tearsheet: bool,
+    extra: Mapping[str, Any],
+) -> dict[str, Any]:
+    """The stitched account's report in ``<run>/backtest/`` (the account as ``champion``, the baselines
+    beside it), its out-of-sample test over the whole span, with ``extra`` (the walk-forward's keys)
+    merged into its metrics.json. With ``home`` (the last fold done) the span is counted as one look in
+    the home's looks ledger and the test deflated for the earlier looks at it; without, it is the
+    provisional report of the folds so far (no look recorded). Returns the document."""
+    identity = market_identity(config.data, result.tickers)
+    look = None
+    if home is not None:
+        look = count_look(home, run.run_id, result, window=report.HELD_OUT_WINDOW, market=identity)
+    params = config.env
+    doc = report.write_report(
+        run.path,
+        result,
+        window=report.HELD_OUT_WINDOW,  # every session of the span is out of sample
+        tearsheet=tearsheet,
+        annualization=config.backtest.annualization,
+        num_trials=1,
+        cost_rate=params.cost_rate,
+        slippage_bps=params.slippage_bps,
+        significance_level=config.backtest.significance,
+        earlier_looks=look.earlier_sharpes if look is not None else (),
+        seed=config.tournament.seed,
+        market=identity,
+    )
+    # The account selected nothing itself: each fold's tournament did, and its gate report says how.
+    diagnostics = "selection diagnostics: each fold's own, in its gate report (folds/fold-<k>/backtest/)"
+    doc = report.json_safe(
+        {
+            **doc,
+            "window": ACCOUNT_WINDOW,
+            "final": home is not None,
+            "verdict_diagnostics": diagnostics if doc.get("verdict_outcome") else None,
+            **extra,
+        }
+    )
+    atomic_write_json(run.backtest_metrics, doc)
+    return doc

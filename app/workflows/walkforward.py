@@ -1,0 +1,422 @@
+"""Walk-forward: nightly retraining replayed over history, traded as one out-of-sample account.
+
+:func:`run_walkforward` loads the market once (``data.loader``: the stored or synthetic bars of
+``[data]``) and lays out folds in sessions (``backtests.folds``, settings ``[walkforward]``). Fold by
+fold, one at a time:
+
+1. **features**: the fold's bars (views of the loaded market) with features normalized on ITS train
+   window only (``data.fold_market``);
+2. **tournament**: the tournament of ``podracer train`` on the fold's train / validation windows, in
+   ``<run>/folds/fold-<k>/`` (a run folder of its own, resumable), the first
+   ``[nightly] warm_start_pods`` fresh pods starting from the incumbent's weights as nightly does
+   (``app.nightly.steps.warm_start_round``), then the ensemble step;
+3. **gate**: the nightly gate, challenger vs incumbent on the fold's validation window
+   (``app.walkforward.judging.replay_gate``; ``gate = "always"``: every challenger takes over);
+4. **account**: the policy in charge trades the fold's test window as the continuation of ONE
+   account (``backtests.stitched``: the engine over the whole span so far, each policy deciding on
+   features normalized with its own statistics), and the fold is recorded atomically
+   (``RunDir.write_fold_record``): windows, pods tried, challenger, gate decision, policy in charge,
+   test figures, seconds.
+
+After every fold the stitched account's report is written to ``<run>/backtest/`` (the metrics.json
+contract of ``backtests.report``, plus ``walkforward``: the folds and which champion traded which
+sessions); after the last one with the verdict of the whole span as one look and the tear sheet.
+
+Resume (``resume=RUN``): completed folds are read back from their records; the first fold without
+one resumes its tournament (``run_tournament(resume=True, interrupted="rerun")``: the pods in flight
+when the process died run again with their own spec, so with one pod in flight at a time and an
+env-step budget the run ends exactly as one that never stopped) and the walk-forward goes on.
+
+No lookahead: a fold's train and validation windows end ``embargo_sessions`` (>= 1) before its test
+window (checked here on the dates); its normalization is fitted on its train window; the gate reads
+the validation window only; the account's decision on bar t fills at bar t + 1.
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import logging
+import resource
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from agents.ensemble import is_ensemble
+from agents.tournament import pod
+from agents.tournament.orchestrator import run_tournament
+from app.config import Config, config_to_toml, to_env_params, to_tournament_args, write_config
+from app.nightly.steps import ChallengerRun, warm_start_round
+from app.runs import RunDir, new_id
+from app.walkforward.account import Account
+from app.walkforward.judging import replay_gate
+from app.walkforward.plan import FoldPlan, fold_config, plan_folds
+from app.workflows.training import ensemble_step
+from backtests.stitched import segment_figures
+from data.errors import ConfigError, PodracerError
+from data.fold_market import FoldMarket, fold_market
+from data.loader import load_market
+from data.market import MarketData
+
+log = logging.getLogger(__name__)
+
+Event = dict[str, Any]
+KIND = "walkforward"
+
+
+@dataclass(frozen=True)
+class WalkForwardResult:
+    """What a finished walk-forward produced (also in its run folder)."""
+
+    run_id: str
+    run_dir: Path
+    folds: list[dict[str, Any]]  # the fold records
+    metrics: dict[str, Any]  # the stitched account's metrics.json
+    seconds: float
+    peak_rss_mb: dict[str, float]
+
+
+# --- the run ---------------------------------------------------------------------------------------
+
+
+def run_walkforward(
+    config: Config,
+    home: str | Path,
+    *,
+    run: str | None = None,
+    resume: str | None = None,
+    on_event: Callable[[Event], None] | None = None,
+) -> WalkForwardResult:
+    """Run (or ``resume``) a walk-forward; see the module docstring. ``on_event`` gets progress events
+    (``start``, ``stage``, ``pods``, ``fold_done``, ``done``: the CLI's display)."""
+    t0 = time.monotonic()
+    emit = on_event or (lambda event: None)
+    home = Path(home)
+    wf_run = _open_run(home, run, resume)
+    device = torch.device(config.agent.device)
+    full = bars_only(load_market(config.data, home=home, device=device).full)
+    plans = plan_folds(full, config.walkforward)
+    records = wf_run.fold_records() if resume is not None else []
+    _check_resumed_layout(wf_run, plans, records)
+    if resume is None:
+        wf_run.path.mkdir(parents=True)
+        write_config(config, wf_run.config)
+        wf_run.write(_run_record(wf_run, config, full, plans))
+    else:
+        wf_run.update(status="running", error=None)
+    account = Account(full, plans, to_env_params(config.env), device)
+    for record in records:
+        account.add(plans[record["index"]], _in_charge_of(wf_run, record, records))
+    emit({"event": "start", "run_id": wf_run.run_id, "folds": len(plans), "done": len(records)})
+    try:
+        with _ray_session(config):
+            for plan in plans[len(records) :]:
+                record = _run_fold(config, home, wf_run, plan, records, account, emit)
+                records.append(record)
+                emit({"event": "fold_done", "index": plan.fold.index, "record": record})
+        emit({"event": "stage", "index": None, "stage": "report"})
+        doc = account.report(wf_run, config, records, tearsheet=config.walkforward.tearsheet, home=home)
+    except BaseException as err:
+        wf_run.update(status="interrupted", error=f"{type(err).__name__}: {err}", updated=time.time())
+        raise
+    seconds = time.monotonic() - t0
+    peak = peak_rss_mb()
+    wf_run.update(status="done", finished=time.time(), seconds=round(seconds, 3), peak_rss_mb=peak)
+    emit({"event": "done", "seconds": seconds, "peak_rss_mb": peak})
+    return WalkForwardResult(wf_run.run_id, wf_run.path, records, doc, seconds, peak)
+
+
+def peak_rss_mb() -> dict[str, float]:
+    """Peak resident memory of this process and of its largest finished child (MB; Linux reports KB)."""
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024.0
+    return {"self": round(own, 1), "children": round(children, 1)}
+
+
+def _open_run(home: Path, run: str | None, resume: str | None) -> RunDir:
+    if resume is not None:
+        wf_run = RunDir(home, new_id(resume, KIND))
+        if wf_run.info().kind != KIND:
+            raise ConfigError(f"--resume {resume!r}: no walk-forward at {wf_run.path}")
+        return wf_run
+    wf_run = RunDir(home, new_id(run, KIND))
+    if wf_run.path.exists():
+        raise ConfigError(f"run {wf_run.run_id!r} already exists at {wf_run.path} (choose another --run)")
+    return wf_run
+
+
+def bars_only(full: MarketData) -> MarketData:
+    """The loaded market without its features (normalized on one split: folds compute their own), so
+    only the bars stay in memory."""
+    empty = torch.empty(full.num_steps, full.num_assets, 0, device=full.device)
+    return MarketData(
+        **{
+            name: getattr(full, name)
+            for name in ("tickers", "timestamps", "open", "high", "low", "close", "volume", "session_id")
+        },
+        time_of_day=full.time_of_day,
+        interval=full.interval,
+        features=empty,
+        feature_names=(),
+        feature_spec={"windows": dict((full.feature_spec or {}).get("windows") or {})},
+        tradable=full.tradable,
+        listed=full.listed,
+    )
+
+
+def _run_record(wf_run: RunDir, config: Config, full: MarketData, plans: list[FoldPlan]) -> dict[str, Any]:
+    return {
+        "run_id": wf_run.run_id,
+        "kind": KIND,
+        "algo": config.agent.algo,
+        "status": "running",
+        "seeds": {"tournament": config.tournament.seed, "data": config.data.seed},
+        "windows": {"span": [plans[0].dates["test"][0], plans[-1].dates["test"][1]]},
+        "tickers": list(full.tickers),
+        "annualization": config.backtest.annualization,
+        "walkforward": {
+            "settings": config.walkforward.model_dump(mode="json"),
+            "folds": [p.to_dict() for p in plans],
+        },
+        "started": time.time(),
+    }
+
+
+def _check_resumed_layout(wf_run: RunDir, plans: list[FoldPlan], records: list[dict[str, Any]]) -> None:
+    """A resumed run's data must still give the layout its folds were recorded with."""
+    for record in records:
+        index = int(record["index"])
+        if index >= len(plans) or record["windows"] != plans[index].windows():
+            raise PodracerError(
+                f"{wf_run.path}: fold {index} was recorded on other windows than today's data gives "
+                "(the bars changed since the run started)"
+            )
+    if [int(r["index"]) for r in records] != list(range(len(records))):
+        raise PodracerError(f"{wf_run.path}: the fold records are not consecutive from fold 0")
+
+
+@contextmanager
+def _ray_session(config: Config) -> Iterator[None]:
+    """One Ray connection for every fold's tournament (the backend would start and stop a local
+    cluster per tournament otherwise); left as found."""
+    if config.tournament.backend != "ray":
+        yield
+        return
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError("the ray backend needs ray: pip install 'podracer[ray]'") from None
+    owns = not ray.is_initialized()
+    if owns:
+        ray.init(address=config.tournament.address, include_dashboard=False, log_to_driver=False)
+    try:
+        yield
+    finally:
+        if owns:
+            ray.shutdown()
+
+
+# --- one fold --------------------------------------------------------------------------------------
+
+
+def _run_fold(
+    config: Config,
+    home: Path,
+    wf_run: RunDir,
+    plan: FoldPlan,
+    records: list[dict[str, Any]],
+    account: Account,
+    emit: Callable[[Event], None],
+) -> dict[str, Any]:
+    index, bars = plan.fold.index, plan.bars
+    seconds: dict[str, float] = {}
+    clock = time.monotonic()
+
+    def lap(stage: str) -> None:
+        nonlocal clock
+        now = time.monotonic()
+        seconds[stage] = round(now - clock, 3)
+        clock = now
+
+    emit({"event": "stage", "index": index, "stage": "features", "windows": plan.windows()})
+    data = fold_market(
+        account.full, bars["train"][0], bars["test"][1], fit=bars["train"], fitted_on=plan.dates["train"]
+    )
+    lap("features")
+    incumbent = _in_charge_of(wf_run, records[-1], records) if records else None
+    emit({"event": "stage", "index": index, "stage": "tournament"})
+    challenger = _fold_tournament(config, wf_run, plan, data, incumbent, emit)
+    lap("tournament")
+    emit({"event": "stage", "index": index, "stage": "gate"})
+    start = data.start
+    gate = replay_gate(
+        config,
+        wf_run,
+        market=data.window(start, bars["gate"][1]),
+        valid=(bars["valid"][0] - start, bars["valid"][1] - start),
+        window=(bars["gate"][0] - start, bars["gate"][1] - start),
+        challenger=challenger,
+        incumbent=incumbent,
+        gate=config.walkforward.gate,
+    )
+    lap("gate")
+    del data
+    gc.collect()
+    in_charge = _challenger_in_charge(wf_run, plan, challenger) if gate.promote else incumbent
+    emit({"event": "stage", "index": index, "stage": "account"})
+    account.add(plan, in_charge)
+    result = account.run()
+    test = segment_figures(result, *plan.dates["test"], annualization=config.backtest.annualization)
+    fold_run = wf_run.fold(index)
+    record = {
+        **plan.to_dict(),
+        "run": fold_run.path.name,
+        "pods_tried": challenger.num_trials,
+        "pods_failed": fold_run.info().pods_failed,
+        "env_steps": fold_run.info().env_steps,
+        "challenger": _policy_label(fold_run),
+        "warm_started_from": challenger.warm_started_from,
+        "gate": gate.to_dict(),
+        "promoted": gate.promote,
+        "in_charge": _label(in_charge),
+        "feature_spec": fold_run.info().feature_spec,
+        "test": test,
+    }
+    lap("account")
+    account.report(wf_run, config, [*records, record], result=result)
+    lap("report")
+    record["seconds"] = {**seconds, "total": round(sum(seconds.values()), 3)}
+    wf_run.write_fold_record(index, record)
+    return record
+
+
+def _fold_tournament(
+    config: Config,
+    wf_run: RunDir,
+    plan: FoldPlan,
+    data: FoldMarket,
+    incumbent: Mapping[str, Any] | None,
+    emit: Callable[[Event], None],
+) -> ChallengerRun:
+    """Fold ``plan``'s tournament in its own run folder (resumed when it holds one), warm-started from
+    the incumbent as ``app.nightly.steps.tournament_step`` does, then the ensemble step."""
+    index, bars = plan.fold.index, plan.bars
+    fold_run = wf_run.fold(index)
+    cfg = fold_config(config, index)
+    args = to_tournament_args(cfg)
+    train, valid = data.window(*bars["train"]), data.window(*bars["valid"])
+    round_fn: Any = pod.learner_round
+    warm_from = None
+    if (
+        incumbent is not None
+        and config.nightly.warm_start_pods > 0
+        and not is_ensemble(incumbent["policy_dir"])
+    ):
+        round_fn = functools.partial(
+            warm_start_round,
+            champion_dir=str(incumbent["policy_dir"]),
+            warm_pods=config.nightly.warm_start_pods,
+        )
+        warm_from = str(incumbent["run_id"])
+    resume = fold_run.leaderboard.is_file()
+    if not resume:
+        fold_run.path.mkdir(parents=True, exist_ok=True)
+        fold_run.update(
+            run_id=f"{wf_run.run_id}/{fold_run.path.name}",
+            kind="tournament",
+            algo=config.agent.algo,
+            windows={k: list(plan.dates[k]) for k in ("train", "valid")},
+            feature_spec=data.spec,
+            annualization=config.backtest.annualization,
+            walkforward={"run": wf_run.run_id, "fold": index, "warm_started_from": warm_from},
+        )
+    result = run_tournament(
+        fold_run.path,
+        train,
+        valid,
+        args=args,
+        env=config.env.model_dump(),
+        agent=config.agent.model_dump(),
+        device=config.agent.device,
+        annualization=config.backtest.annualization,
+        round_fn=round_fn,
+        config_toml=config_to_toml(cfg),
+        resume=resume,
+        interrupted="rerun",
+        on_progress=lambda snap: emit({"event": "pods", "index": index, "snapshot": snap}),
+        on_status=fold_run.on_status,
+    )
+    if result.champion is not None:
+        result = ensemble_step(
+            fold_run,
+            result,
+            valid,
+            args,
+            params=to_env_params(config.env),
+            annualization=config.backtest.annualization,
+            device=config.agent.device,
+        )
+    if result.champion is None:
+        raise PodracerError(
+            f"fold {index}: the tournament produced no champion ({result.pods_failed} pods failed)"
+        )
+    return ChallengerRun(
+        run_id=f"{wf_run.run_id}/{fold_run.path.name}",
+        run_dir=fold_run.path,
+        policy_dir=fold_run.champion,
+        num_trials=int(result.pods_tried),
+        warm_started_from=warm_from,
+    )
+
+
+# --- the policy in charge --------------------------------------------------------------------------
+
+
+def _challenger_in_charge(wf_run: RunDir, plan: FoldPlan, challenger: ChallengerRun) -> dict[str, Any]:
+    fold_run = wf_run.fold(plan.fold.index)
+    return {
+        "run_id": challenger.run_id,
+        "fold": plan.fold.index,
+        "policy_dir": str(fold_run.champion),
+        "info": {"run_dir": str(fold_run.path)},
+        "selection_end": plan.dates["gate"][1],
+        "feature_spec": fold_run.info().feature_spec,
+    }
+
+
+def _in_charge_of(
+    wf_run: RunDir, record: Mapping[str, Any], records: list[dict[str, Any]]
+) -> dict[str, Any] | None:
+    """The policy in charge after fold ``record`` (shaped like the registry's champion), None = cash."""
+    label = record.get("in_charge")
+    if not label:
+        return None
+    fold_run = wf_run.fold(int(label["fold"]))
+    return {
+        "run_id": f"{wf_run.run_id}/{fold_run.path.name}",
+        "fold": int(label["fold"]),
+        "policy_dir": str(fold_run.champion),
+        "info": {"run_dir": str(fold_run.path)},
+        "selection_end": records[int(label["fold"])]["windows"]["gate"][1],
+        "feature_spec": fold_run.info().feature_spec,
+    }
+
+
+def _policy_label(fold_run: RunDir) -> dict[str, Any]:
+    champion = fold_run.info().champion
+    return {
+        "run": fold_run.path.name,
+        "pod_id": champion.pod_id if champion else None,
+        "valid_sharpe": champion.sharpe_ratio if champion else None,
+    }
+
+
+def _label(in_charge: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    if in_charge is None:
+        return None
+    return {"fold": in_charge["fold"], "run": Path(in_charge["info"]["run_dir"]).name}

@@ -1,0 +1,144 @@
+"""One continuous account traded by a sequence of policies: a walk-forward's out-of-sample record.
+
+A walk-forward replaces the policy in charge between test windows (a fold's gate promotes its
+challenger or keeps the incumbent). Live, that is one brokerage account whose holdings carry over:
+the new policy's first decision starts from the old one's positions and pays the costs of whatever
+it changes. :func:`run_stitched` simulates exactly that with the backtest engine: ONE engine run over
+the whole span, with one strategy, :class:`SwitchingPolicy`, whose decisions from bar ``switch_bars[i]``
+on are taken by ``policies[i]``. So the account is continuous by construction (no re-buy, no missed
+decision at a boundary; a decision on bar t fills at bar t + 1 as always) and the baselines run in
+the same call over the same bars: buy-and-hold buys once, at the span's first bar.
+
+Each policy sees its own features: the caller builds the span's ``features`` segment by segment, each
+segment normalized with the statistics of the policy in charge there (``data.fold_market``).
+
+:func:`segment_figures` cuts the account's figures for one segment (a fold's test window) out of the
+run: its return, Sharpe, costs and turnover, and buy-and-hold's return over the same days.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from backtests import baselines as bl
+from backtests import metrics as m
+from backtests.engine import BacktestResult, run_backtest
+from data.errors import PodracerError
+from data.market import MarketData
+from envs.trading import EnvParams
+
+#: The column of the stitched account in the result (the policy in charge, whichever it is).
+ACCOUNT = "champion"
+
+
+def _decide_fn(policy: Any) -> Callable[[Tensor], Tensor]:
+    """``obs -> deterministic action`` of a policy (its ``frozen_act`` fast path where it has one)."""
+    frozen = getattr(policy, "frozen_act", None)
+    fast = frozen() if callable(frozen) else None
+    if fast is not None:
+        return fast
+    if hasattr(policy, "act"):
+        return lambda obs: policy.act(obs, deterministic=True)
+    return policy
+
+
+class SwitchingPolicy:
+    """Decision ``k`` (on bar ``k * decision_interval`` of the window) is taken by ``policies[i]``, the
+    last one whose ``switch_bars[i]`` is at or before that bar. The engine calls a single strategy once
+    per decision, in order (``backtests.engine``), which is what the count relies on; :attr:`calls`
+    lets the caller check it."""
+
+    def __init__(self, policies: Sequence[Any], switch_bars: Sequence[int], decision_interval: int) -> None:
+        if not policies or len(policies) != len(switch_bars):
+            raise PodracerError("SwitchingPolicy: one switch bar per policy, at least one policy")
+        if list(switch_bars) != sorted(switch_bars) or switch_bars[0] != 0:
+            raise PodracerError(f"SwitchingPolicy: switch bars must rise from 0, got {list(switch_bars)}")
+        self._fns = [_decide_fn(p) for p in policies]
+        self._bars = [int(b) for b in switch_bars]
+        self._interval = int(decision_interval)
+        self.calls = 0
+
+    def in_charge(self, bar: int) -> int:
+        """Index of the policy deciding on ``bar``."""
+        return bisect.bisect_right(self._bars, bar) - 1
+
+    def __call__(self, obs: Tensor) -> Tensor:
+        fn = self._fns[self.in_charge(self.calls * self._interval)]
+        self.calls += 1
+        return fn(obs)
+
+
+def run_stitched(
+    market: MarketData,
+    params: EnvParams,
+    policies: Sequence[Any],
+    switch_bars: Sequence[int],
+    *,
+    baselines: Sequence[str] = bl.DEFAULT_BASELINES,
+    device: str | torch.device | None = None,
+) -> BacktestResult:
+    """The account traded by ``policies[i]`` from bar ``switch_bars[i]`` (bars of ``market``) on, and the
+    baselines, over the whole ``market`` window in one engine run (see the module docstring). The
+    account's column is :data:`ACCOUNT`."""
+    switcher = SwitchingPolicy(policies, switch_bars, params.decision_interval)
+    # compile="off": the compiled loop traces one policy function; the switch is plain Python.
+    result = run_backtest(
+        market, params, {ACCOUNT: switcher}, baselines=baselines, device=device, compile="off"
+    )
+    if switcher.calls != result.num_steps:
+        raise PodracerError(
+            f"stitched account: {switcher.calls} policy calls for {result.num_steps} decisions"
+        )
+    return result
+
+
+def segment_figures(
+    result: BacktestResult,
+    first: str,
+    last: str,
+    *,
+    annualization: float = 252.0,
+    strategy: str = ACCOUNT,
+    benchmark: str = "buy_and_hold",
+) -> dict[str, float | int | None]:
+    """Figures of ``strategy`` over the sessions ``[first, last]`` (ISO dates) of ``result``: its return
+    (from the previous session's close, so the segments' returns compound to the whole), Sharpe and
+    volatility of its daily returns (annualized), costs paid ($), turnover (traded notional over
+    value, summed), and ``benchmark``'s return over the same sessions."""
+    dates, daily = result.daily_returns()
+    day = np.asarray(dates, dtype="datetime64[D]")
+    keep = (day >= np.datetime64(first, "D")) & (day <= np.datetime64(last, "D"))
+    rows = torch.as_tensor(np.flatnonzero(keep))
+    col = result.index(strategy)
+    mine = daily[rows, col].to(torch.float64)
+    steps = np.asarray(result.session_dates, dtype="datetime64[D]")
+    step_rows = torch.as_tensor(
+        np.flatnonzero((steps >= np.datetime64(first, "D")) & (steps <= np.datetime64(last, "D")))
+    )
+    out: dict[str, float | int | None] = {
+        "sessions": int(keep.sum()),
+        "return": _finite(float(torch.prod(1.0 + mine) - 1.0)) if len(rows) else None,
+        "sharpe_ratio": _finite(float(m.sharpe_ratio(mine, annualization=annualization)))
+        if len(rows)
+        else None,
+        "annual_volatility": _finite(float(m.annual_volatility(mine, annualization=annualization)))
+        if len(rows)
+        else None,
+        "costs_paid": float(result.costs[step_rows, col].sum()),
+        "turnover": float(result.turnover[step_rows, col].sum()),
+    }
+    if benchmark in result.names and len(rows):
+        bench = daily[rows, result.index(benchmark)].to(torch.float64)
+        out[f"{benchmark}_return"] = _finite(float(torch.prod(1.0 + bench) - 1.0))
+    return out
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
