@@ -337,10 +337,10 @@ class WalkForwardConfig(_Section):
         description="retrain cadence: sessions each fold's test window trades (21 monthly, 5 weekly)",
     )
     gate_sessions: int = Field(
-        0,
+        21,
         ge=0,
         description="sessions after the validation window the gate reads, as nightly's test window "
-        "(0: the gate reads the validation window the tournament ranked on)",
+        "(0: the gate reads the validation window the tournament ranked on, where its test is optimistic)",
     )
     start: str = Field("", description="first test session (ISO date; '' = as soon as the first fold fits)")
     num_folds: int = Field(0, ge=0, description="at most this many folds (0 = as many as the data holds)")

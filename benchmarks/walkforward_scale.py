@@ -1,9 +1,9 @@
 """A year of walk-forward at scale: synthetic 1-minute bars x 100 tickers, monthly folds.
 
 The out-of-sample span is ``--test-sessions`` (252: a year) cut into folds of ``--step`` sessions (21:
-monthly, 12 folds); before it the first fold's train, validation and embargo windows, so the market
-loaded once holds ``train + valid + embargo + test`` sessions (337 by default: 13.1M minute bars at
-100 tickers). Each fold runs the product's tournament for ``--fold-minutes`` (or ``--fold-steps``),
+monthly, 12 folds); before it the first fold's train, validation, gate and embargo windows, so the
+market loaded once holds ``train + valid + gate + embargo + test`` sessions (358 by default: about
+13.9M minute bars at 100 tickers). Each fold runs the product's tournament for ``--fold-minutes`` (or ``--fold-steps``),
 warm-started from the incumbent, the nightly gate decides, and the policy in charge trades the fold's
 test window of one continuous account (``podracer walkforward``, docs/walkforward.md).
 
@@ -51,6 +51,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--step", type=int, default=21, help="retrain cadence in sessions (21: monthly)")
     p.add_argument("--train", type=int, default=63, help="train window in sessions")
     p.add_argument("--valid", type=int, default=21, help="validation window in sessions")
+    p.add_argument("--gate", type=int, default=21, help="the gate's window in sessions (0: the validation window)")
     p.add_argument("--embargo", type=int, default=1)
     p.add_argument("--window", choices=("rolling", "expanding"), default="rolling")
     p.add_argument("--fold-minutes", type=float, default=4.0, help="wall minutes of each fold's tournament")
@@ -71,13 +72,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args(argv)
     if args.quick:
-        args.tickers, args.test_sessions, args.step, args.train, args.valid = 4, 6, 3, 6, 10
+        args.tickers, args.test_sessions, args.step, args.train, args.valid, args.gate = 4, 6, 3, 6, 10, 0
         args.fold_minutes, args.fold_steps, args.num_envs, args.workers = None, 256, 8, 0
     return args
 
 
 def config(args: argparse.Namespace):
-    sessions = args.train + args.valid + args.embargo + args.test_sessions
+    sessions = args.train + args.valid + args.gate + args.embargo + args.test_sessions
     budget = (
         {"budget_steps": args.fold_steps, "budget_minutes": None}
         if args.fold_steps
@@ -97,6 +98,7 @@ def config(args: argparse.Namespace):
             "window": args.window,
             "train_sessions": args.train,
             "valid_sessions": args.valid,
+            "gate_sessions": args.gate,
             "embargo_sessions": args.embargo,
             "step_sessions": args.step,
             **budget,

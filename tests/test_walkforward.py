@@ -211,7 +211,13 @@ def test_plan_folds_in_bars_and_dates_and_the_per_fold_settings():
 
     full = bars_only(synthetic_market(num_tickers=2, num_sessions=30, seed=1).full)
     raw = {
-        "walkforward": {"train_sessions": 8, "valid_sessions": 10, "step_sessions": 4, "start": "2024-02-01"}
+        "walkforward": {
+            "train_sessions": 8,
+            "valid_sessions": 10,
+            "gate_sessions": 0,
+            "step_sessions": 4,
+            "start": "2024-02-01",
+        }
     }
     config = parse_config(raw)
     plans = plan_folds(full, config.walkforward)
@@ -232,4 +238,4 @@ def test_plan_folds_in_bars_and_dates_and_the_per_fold_settings():
     )
     assert fold_config(config, 1).tournament.budget_steps == config.tournament.budget_steps
     with pytest.raises(ConfigError, match="at least 10"):
-        plan_folds(full, parse_config({"walkforward": {"valid_sessions": 5}}).walkforward)
+        plan_folds(full, parse_config({"walkforward": {"valid_sessions": 5, "gate_sessions": 0}}).walkforward)

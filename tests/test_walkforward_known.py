@@ -57,6 +57,7 @@ def known_answer_config(seed: int, signal: float):
             "walkforward": {
                 "train_sessions": 20,
                 "valid_sessions": 10,
+                "gate_sessions": 0,  # the gate on the validation window: 21 more sessions per fold cost time
                 "step_sessions": 10,
                 "tearsheet": False,
             },

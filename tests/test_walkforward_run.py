@@ -34,7 +34,13 @@ TINY = {
     "agent": {"hidden": 8, "embed": 4, "num_steps": 8, "update_epochs": 1, "num_minibatches": 1},
     "tournament": {"pods": 1, "leaderboard_size": 2, "round_steps": 64, "budget_steps": 256, "workers": 0},
     "nightly": {"margin": 0.1},
-    "walkforward": {"train_sessions": 8, "valid_sessions": 10, "step_sessions": 3, "tearsheet": False},
+    "walkforward": {
+        "train_sessions": 8,
+        "valid_sessions": 10,
+        "gate_sessions": 0,
+        "step_sessions": 3,
+        "tearsheet": False,
+    },
 }
 SCRIPT = textwrap.dedent(
     """
