@@ -51,7 +51,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--step", type=int, default=21, help="retrain cadence in sessions (21: monthly)")
     p.add_argument("--train", type=int, default=63, help="train window in sessions")
     p.add_argument("--valid", type=int, default=21, help="validation window in sessions")
-    p.add_argument("--gate", type=int, default=21, help="the gate's window in sessions (0: the validation window)")
+    p.add_argument(
+        "--gate", type=int, default=21, help="the gate's window in sessions (0: the validation window)"
+    )
     p.add_argument("--embargo", type=int, default=1)
     p.add_argument("--window", choices=("rolling", "expanding"), default="rolling")
     p.add_argument("--fold-minutes", type=float, default=4.0, help="wall minutes of each fold's tournament")
