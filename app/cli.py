@@ -57,7 +57,7 @@ def main_callback(
         None,
         "--home",
         envvar="PODRACER_HOME",
-        help="Home directory for data, runs and registries [default: ./podracer-home]",
+        help="Home directory for data, runs and registries \\[default: ./podracer-home]",
         show_default=False,
     ),
     verbose: int = typer.Option(0, "--verbose", "-v", count=True, help="More log output (-vv for debug)."),

@@ -64,3 +64,30 @@ def test_help_texts_keep_their_bracketed_defaults(argv, capsys):
     assert rc == 0
     assert "[default:" in out
     assert " ." not in out.replace("...", "")
+
+
+def _all_commands(group, path=()):
+    import click
+
+    for name, cmd in getattr(group, "commands", {}).items():
+        yield (*path, name), cmd
+        if isinstance(cmd, click.Group):
+            yield from _all_commands(cmd, (*path, name))
+
+
+def test_no_help_text_is_eaten_by_rich_markup():
+    """Every option's help of every command reads whole in typer's rich mode: a bare ``[word...]``
+    is rich markup and vanishes from ``--help``, so bracketed notes are escaped as ``\\[``."""
+    import typer.main
+    from rich.text import Text
+
+    from app.cli import cli
+
+    root = typer.main.get_command(cli)
+    eaten = []
+    for path, cmd in [((), root), *_all_commands(root)]:
+        for param in cmd.params:
+            text = getattr(param, "help", None) or ""
+            if Text.from_markup(text).plain != text.replace("\\[", "["):
+                eaten.append(f"{' '.join(path) or 'podracer'} {param.opts[0]}: {text}")
+    assert not eaten, "\n".join(eaten)

@@ -24,21 +24,23 @@ def _overrides(**given: Any) -> dict[str, Any]:
 
 
 def walkforward(
-    config: Path = typer.Option(None, "--config", help="TOML config file [default: built-in defaults]."),
-    run: str = typer.Option(None, "--run", help="Run name [default: <UTC time>-walkforward]."),
+    config: Path = typer.Option(None, "--config", help="TOML config file \\[default: built-in defaults]."),
+    run: str = typer.Option(None, "--run", help="Run name \\[default: <UTC time>-walkforward]."),
     resume: str = typer.Option(None, "--resume", help="Continue the walk-forward RUN after a stop or kill."),
-    window: str = typer.Option(None, "--window", help="rolling or expanding [walkforward.window]."),
+    window: str = typer.Option(None, "--window", help="rolling or expanding \\[walkforward.window]."),
     step_sessions: int = typer.Option(
         None, "--step-sessions", min=1, help="Retrain cadence in sessions (21 monthly, 5 weekly)."
     ),
-    folds: int = typer.Option(None, "--folds", min=1, help="At most this many folds [all the data holds]."),
+    folds: int = typer.Option(None, "--folds", min=1, help="At most this many folds \\[all the data holds]."),
     budget_steps: int = typer.Option(
         None, "--budget-steps", min=1, help="Env-steps of each fold's tournament."
     ),
     budget_minutes: float = typer.Option(
         None, "--budget-minutes", min=0.0, help="Wall minutes of each fold's tournament."
     ),
-    gate: str = typer.Option(None, "--gate", help="nightly (the retrain gate) or always [walkforward.gate]."),
+    gate: str = typer.Option(
+        None, "--gate", help="nightly (the retrain gate) or always \\[walkforward.gate]."
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON (no progress display)."),
 ) -> None:
     """Replay nightly retraining fold by fold; the policies in charge trade one out-of-sample account."""
