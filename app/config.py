@@ -356,7 +356,7 @@ class WalkForwardConfig(_Section):
     )
     gate: Literal["nightly", "always"] = Field(
         "nightly",
-        description="nightly: the retrain gate decides challenger vs incumbent ([nightly] margin, DSR); "
+        description="nightly: the retrain gate decides challenger vs incumbent ([nightly] margin and significance); "
         "always: every fold's challenger takes over",
     )
     tearsheet: bool = Field(True, description="write the stitched account's tear sheet")
