@@ -14,7 +14,7 @@ data, the product's default network and PPO settings):
   fraction of the device's peak (a table of known GPU peaks; on a CPU a float32 matmul measured
   here), and the population's speed-up over the local workers.
 - **demo** (``--demo-seconds S``): the demo's tournament (``podracer demo``'s default preset: 100
-  tickers, 180 sessions, 256 envs per pod, 250k env-steps per round) for a wall-time budget of
+  tickers, 243 sessions, 256 envs per pod, 250k env-steps per round) for a wall-time budget of
   ``S`` seconds, with the ``local`` backend (``--workers`` processes) and with the ``population``
   backend: env-steps trained and pods tried by each, and the ratios.
 
