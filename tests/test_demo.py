@@ -94,10 +94,18 @@ def test_default_preset_plants_a_moderate_signal_and_the_flag_overrides_it():
     cpu = {"cores": 2, "device": "cpu", "gpu": None}
     kw = {"config_path": None, "data_source": "synthetic", "seed": None, "minutes": None, "workers": None}
     config, extra = build_config("default", signal=None, machine=cpu, **kw)
-    assert config.data.signal == 0.5 and config.data.num_sessions == 243 and extra["budget_minutes"] == 6.0
+    assert config.data.signal == 0.7 and config.data.num_sessions == 243 and extra["budget_minutes"] == 6.0
     # split 72 / 45 / 126 as MarketData.split_sessions rounds: a half-year test window
     n = config.data.num_sessions
     n_train, n_valid = round(n * config.data.train_frac), round(n * config.data.valid_frac)
     assert (n_train, n_valid, n - n_train - n_valid) == (72, 45, 126)
     assert build_config("default", signal=0.0, machine=cpu, **kw)[0].data.signal == 0.0
     assert build_config("test", signal=None, machine=cpu, **kw)[0].data.signal == 1.0
+
+
+def test_demo_refuses_the_shipped_real_sample_in_one_line(home, capsys):
+    """Six sessions cannot fill a validation window of 10: one line naming the numbers, exit 2."""
+    assert main(["--home", str(home), "demo", "--data", "real-sample", "--json"]) == 2
+    err = capsys.readouterr().err
+    assert "validation window has 1 session(s) (6 in all x valid_frac 0.185)" in err
+    assert "at least 52 sessions" in err and "Traceback" not in err

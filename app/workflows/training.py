@@ -82,7 +82,7 @@ def check_valid_sessions(splits: MarketSplits, config: Config) -> None:
         else f"load at least {needed_total} sessions of bars"
     )
     raise ConfigError(
-        f"the validation window has {have} session(s) ({total} in all x valid_frac {data.valid_frac}); "
+        f"the validation window has {have} session(s) ({total} in all x valid_frac {data.valid_frac:.3g}); "
         f"at least {MIN_VALID_SESSIONS} are needed to rank pods by a validation Sharpe: {hint}, "
         f"or raise [data] valid_frac"
     )
