@@ -18,9 +18,7 @@ def synth(
     tickers: int = typer.Option(20, "--tickers", min=1, max=2000, help="Number of synthetic tickers."),
     sessions: int = typer.Option(20, "--sessions", min=1, help="Number of XNAS sessions."),
     seed: int = typer.Option(0, "--seed", help="Random seed (same seed, same bars)."),
-    signal: float = typer.Option(
-        1.0, "--signal", min=0.0, help="Strength of the planted signal (0 = noise)."
-    ),
+    signal: float = typer.Option(1.0, "--signal", min=0.0, help="Planted signal strength (0 = noise)."),
     start: str = typer.Option("2024-01-02", "--start", help="First session on or after this date."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
@@ -63,9 +61,7 @@ def fetch(
     tickers: list[str] = typer.Option(
         [], "--tickers", help="Tickers, comma-separated or repeated (added to --universe's members)."
     ),
-    universe: str = typer.Option(
-        "", "--universe", help="nasdaq100: the index members on --as-of ('' = none)."
-    ),
+    universe: str = typer.Option("", "--universe", help="nasdaq100: the index members on --as-of."),
     as_of: str | None = typer.Option(
         None, "--as-of", help="Membership date for --universe (YYYY-MM-DD) (default: --start)."
     ),
@@ -130,9 +126,7 @@ def universe_(
 
 @app.command("info")
 def info(
-    config: Path | None = typer.Option(
-        None, "--config", help="TOML config: its data.universe and data.as_of."
-    ),
+    config: Path | None = typer.Option(None, "--config", help="TOML config: its data.universe, as_of."),
     universe: str | None = typer.Option(None, "--universe", help="nasdaq100: show which members are stored."),
     as_of: str | None = typer.Option(
         None,
