@@ -356,14 +356,7 @@ def snapshot(
     (``reconcile=False``: only the P&L row, from ``account`` and the positions ``before``)."""
     ts = journal_ts(decision.decision_ts)
     if not reconcile:
-        journal.pnl(
-            decision_ts=ts,
-            equity=account.equity,
-            cash=account.cash,
-            last_equity=account.last_equity,
-            bundle_id=bundle.bundle_id,
-            holdings=holdings(before),
-        )
+        _pnl_row(journal, ts, account, before, bundle.bundle_id)
         return
     after = broker.positions()
     acct = broker.account()
@@ -383,11 +376,16 @@ def snapshot(
             journal.event(
                 "reconcile", f"{ticker}: broker holds {qty:g}, our fills imply {expected:g}", "warning"
             )
+    _pnl_row(journal, ts, acct, after, bundle.bundle_id)
+
+
+def _pnl_row(journal: Any, ts: str, account: Any, positions: Any, bundle_id: str) -> None:
+    """The cycle's P&L row: the account's equity and cash, and the holdings behind them."""
     journal.pnl(
         decision_ts=ts,
-        equity=acct.equity,
-        cash=acct.cash,
-        last_equity=acct.last_equity,
-        bundle_id=bundle.bundle_id,
-        holdings=holdings(after),
+        equity=account.equity,
+        cash=account.cash,
+        last_equity=account.last_equity,
+        bundle_id=bundle_id,
+        holdings=holdings(positions),
     )
