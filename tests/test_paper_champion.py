@@ -172,6 +172,9 @@ def test_three_sessions_two_champions(market):
     (switch,) = events(m.home, "champion_switch")["message"]
     assert switch.startswith(f"champion switch: {short(m.id_a)} -> {short(m.id_b)}")
     assert events(m.home, "champion_refused").empty
+    # the selection's events carry the bundle they select: the first champion's, the switch's new one
+    assert events(m.home, "champion")["bundle_id"].tolist() == [m.id_a]
+    assert events(m.home, "champion_switch")["bundle_id"].tolist() == [m.id_b]
 
     result = assert_books_balance(m)
     a, b = result.records
@@ -262,6 +265,7 @@ def test_a_bad_export_is_not_traded(market, tmp_path, damage):
     assert all(r.alert and "run-b" in r.alert and "not traded" in r.alert for r in second)
     refused = events(m.home, "champion_refused")
     assert len(refused) == 1 and set(refused["level"]) == {"error"}  # one loud event
+    assert refused["bundle_id"].tolist() == [m.id_a]  # the bundle that keeps trading
     beat = read_heartbeat(m.home)
     assert not beat.ok and "not traded" in beat.alert and beat.bundle_id == m.id_a
     promote(m.home, "run-b", m.b)  # a good export: the next session switches
@@ -287,6 +291,7 @@ def test_registry_locked_by_a_retrain_keeps_the_bundle_for_the_session(market):
     assert [r.bundle_id for r in second] == [m.id_a] * 2 and second[0].submitted
     (locked,) = events(m.home, "registry_locked")["message"]
     assert "keeps this session" in locked
+    assert events(m.home, "registry_locked")["bundle_id"].tolist() == [m.id_a]  # the one it keeps
     third = trade_session(m, source, SESSIONS[2], cycles=1)  # unlocked: the next session reads it
     assert third[0].bundle_id == m.id_b
     assert_books_balance(m)
@@ -305,8 +310,31 @@ def test_restart_mid_session_resumes_the_sessions_bundle(market):
         options = PaperOptions(limits=LIMITS, fill_timeout=1.0, fill_poll=0.01)
         (again,) = run_paper(restarted, broker, journal, options, once=True)
     assert again.bundle_id == m.id_a and again.session == SESSIONS[0]
-    assert "resumed with bundle" in events(m.home, "resume")["message"].iloc[0]
+    resume = events(m.home, "resume")
+    assert "resumed with bundle" in resume["message"].iloc[0] and resume["bundle_id"].iloc[0] == m.id_a
     assert trade_session(m, restarted, SESSIONS[1], cycles=1)[0].bundle_id == m.id_b
+    assert_books_balance(m)
+
+
+def test_a_restarted_loop_journals_the_switch_against_the_last_traded_session(market):
+    """A new process (a systemd restart, a reboot) between sessions holds no bundle: the journal's
+    last traded session names the bundle it switches from."""
+    m = market
+    trade_session(m, fast_source(m.home), SESSIONS[0], cycles=1)
+    promote(m.home, "run-b", m.b)  # the night's retrain promotes B; the paper process restarts
+    (second,) = trade_session(m, fast_source(m.home), SESSIONS[1], cycles=1)
+    assert second.bundle_id == m.id_b and second.alert is None
+    switch = events(m.home, "champion_switch")
+    assert len(switch) == 1 and switch["bundle_id"].tolist() == [m.id_b]
+    (message,) = switch["message"]
+    assert message.startswith(f"champion switch: {short(m.id_a)} -> {short(m.id_b)} (run run-a -> run-b")
+    assert events(m.home, "champion")["bundle_id"].tolist() == [m.id_a]  # session 1's, nothing more
+    keep(m.home, "run-c")  # the next night's retrain keeps B; another restart: no switch
+    (third,) = trade_session(m, fast_source(m.home), SESSIONS[2], cycles=1)
+    assert third.bundle_id == m.id_b and len(events(m.home, "champion_switch")) == 1
+    kept = events(m.home, "champion")
+    assert kept["bundle_id"].tolist() == [m.id_a, m.id_b]
+    assert kept["message"].iloc[-1].endswith(f"from session {SESSIONS[2]} (as in session {SESSIONS[1]})")
     assert_books_balance(m)
 
 

@@ -19,7 +19,14 @@ sessions: ``app.paper.attribution``).
    **not traded**: the bundle in hand stays, one ``champion_refused`` error event per session, and
    the cycle results carry the alert (the heartbeat's status line, ``podracer status``).
 4. A new ``bundle_id`` is a switch (``champion_switch`` event: ``champion switch: A -> B``); the
-   cycle then rebalances from the current holdings under the same risk limits.
+   cycle then rebalances from the current holdings under the same risk limits. A is the bundle in
+   hand or, in a process that has none yet (a restart between sessions), the one in charge of the
+   newest session the journal traded before this one; the same bundle there is no switch
+   (``champion`` event).
+
+Every event a selection writes carries a ``bundle_id``: a switch (or the first champion) the new
+bundle's, a resume the session's, a refusal, a locked registry or a missing champion the bundle in
+hand (the one that keeps trading; none in a process that holds none yet).
 
 The registry commits the pointer in the same transaction as the decision, after the export folder
 was swapped in whole (``app.nightly.pipeline``): the pointer never names a half-written export, and
@@ -101,6 +108,7 @@ class FixedBundle:
                     f"{short(self.bundle.bundle_id)} (--bundle) trades the rest of it, and the session "
                     "counts for the first in the per-champion record",
                     "warning",
+                    bundle_id=self.bundle.bundle_id,
                 )
         return Selection(self.bundle)
 
@@ -172,6 +180,7 @@ class ChampionSource:
             f"session {owner.session} resumed with bundle {short(owner.bundle_id)}"
             + (f" (run {owner.run_id})" if owner.run_id else "")
             + ": the journal names it in charge of the session",
+            bundle_id=owner.bundle_id,
         )
         self.bundle, self.run_id = bundle, owner.run_id
         return True
@@ -193,7 +202,7 @@ class ChampionSource:
             else "no bundle to trade yet"
         )
         msg = f"registry locked after {self.attempts} tries (a retrain writing it?): {keep}"
-        journal.event("registry_locked", msg, "warning")
+        journal.event("registry_locked", msg, "warning", bundle_id=self._held())
         log.warning(msg)
         if self.bundle is None:
             self._alert = msg
@@ -206,7 +215,7 @@ class ChampionSource:
             return
         if champion is None:
             msg = "no champion promoted yet: nothing to trade (podracer retrain promotes the first)"
-            journal.event("no_champion", msg, "warning")
+            journal.event("no_champion", msg, "warning", bundle_id=self._held())
             self._alert = None if self.bundle is not None else msg
             return
         run_id, path = str(champion["run_id"]), champion.get("bundle")
@@ -224,24 +233,38 @@ class ChampionSource:
                 f"champion {run_id}'s bundle {path} failed verification: {one_line(err)}; not traded{stays}",
             )
             return
-        if self.bundle is None:
-            journal.event(
-                "champion",
-                f"trading champion {run_id} (bundle {short(bundle.bundle_id)}) from session {session}",
-            )
-        elif bundle.bundle_id != self.bundle.bundle_id:
+        if self.bundle is not None and bundle.bundle_id == self.bundle.bundle_id:
+            return  # the same champion: keep the loaded bundle (and its onnxruntime session)
+        last = self._last_traded(session, journal)
+        if last is None or last[0] == bundle.bundle_id:
+            since = f" (as in session {last[2]})" if last is not None else ""
             msg = (
-                f"champion switch: {short(self.bundle.bundle_id)} -> {short(bundle.bundle_id)} "
-                f"(run {self.run_id or '?'} -> {run_id}, promoted {champion.get('promoted_at')}); "
+                f"trading champion {run_id} (bundle {short(bundle.bundle_id)}) from session {session}{since}"
+            )
+            journal.event("champion", msg, bundle_id=bundle.bundle_id)
+        else:
+            msg = (
+                f"champion switch: {short(last[0])} -> {short(bundle.bundle_id)} "
+                f"(run {last[1] or '?'} -> {run_id}, promoted {champion.get('promoted_at')}); "
                 f"session {session} rebalances from the current holdings"
             )
-            journal.event("champion_switch", msg)
+            journal.event("champion_switch", msg, bundle_id=bundle.bundle_id)
             log.info(msg)
-        else:
-            return  # the same champion: keep the loaded bundle (and its onnxruntime session)
         self.bundle, self.run_id = bundle, run_id
 
+    def _last_traded(self, session: str, journal: Journal) -> tuple[str, str | None, str] | None:
+        """(bundle_id, run_id, session) of the bundle that traded last: the one in hand, else the one
+        the journal names in charge of the newest session before ``session`` (a restarted process)."""
+        if self.bundle is not None:
+            return self.bundle.bundle_id, self.run_id, self._session or "?"
+        owner = journal.session_owner(session, before=True)
+        return None if owner is None else (owner.bundle_id, owner.run_id, owner.session)
+
+    def _held(self) -> str | None:
+        """The bundle in hand's id (None before one is loaded)."""
+        return self.bundle.bundle_id if self.bundle is not None else None
+
     def _refuse(self, journal: Journal, msg: str) -> None:
-        journal.event("champion_refused", msg, "error")
+        journal.event("champion_refused", msg, "error", bundle_id=self._held())
         log.error(msg)
         self._alert = msg

@@ -114,10 +114,10 @@ class Journal:
             conn.execute(f"INSERT INTO {table} ({cols}) VALUES ({marks})", tuple(row.values()))
 
     # -- writers --
-    def event(self, kind: str, message: str, level: str = "info") -> None:
-        self._insert(
-            "events", {"level": level, "kind": kind, "message": message, "bundle_id": self.bundle_id}
-        )
+    def event(self, kind: str, message: str, level: str = "info", *, bundle_id: str | None = None) -> None:
+        """An event row; its ``bundle_id`` is ``bundle_id`` when given, else the cycle's (``self.bundle_id``)."""
+        row = {"level": level, "kind": kind, "message": message, "bundle_id": bundle_id or self.bundle_id}
+        self._insert("events", row)
 
     def start_session(
         self, session: str, *, bundle_id: str, bundle_path: str | None, run_id: str | None, source: str
@@ -134,10 +134,12 @@ class Journal:
         assert owner is not None  # just written, or there before
         return owner
 
-    def session_owner(self, session: str) -> SessionOwner | None:
-        """The bundle in charge of ``session`` (YYYY-MM-DD), or None before its first cycle."""
+    def session_owner(self, session: str, *, before: bool = False) -> SessionOwner | None:
+        """The bundle in charge of ``session`` (YYYY-MM-DD), or None before its first cycle; ``before``:
+        of the newest session traded before ``session`` (None when there was none)."""
+        where = "session<? ORDER BY session DESC LIMIT 1" if before else "session=?"
         row = self._conn.execute(
-            "SELECT session, bundle_id, bundle_path, run_id, source FROM sessions WHERE session=?", (session,)
+            f"SELECT session, bundle_id, bundle_path, run_id, source FROM sessions WHERE {where}", (session,)
         ).fetchone()
         return None if row is None else SessionOwner(*row)
 
