@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from data.errors import CheckpointError
+from data.errors import CheckpointError, one_line
 
 BUNDLE_FORMAT = "podracer-bundle"
 BUNDLE_VERSION = 1
@@ -40,7 +40,7 @@ def ort_session(path: Path) -> Any:
         return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     except Exception as err:  # noqa: BLE001 - onnxruntime raises its own hierarchy
         raise CheckpointError(
-            f"{path}: onnxruntime cannot load it ({str(err).splitlines()[0][:200]})"
+            f"{path}: onnxruntime cannot load it ({one_line(err, 200, typed=False)})"
         ) from None
 
 

@@ -32,7 +32,7 @@ from app.commands import (
     train,
     walkforward,
 )
-from data.errors import PodracerError
+from data.errors import PodracerError, one_line
 
 cli = typer.Typer(
     name="podracer",
@@ -125,9 +125,8 @@ def main(argv: list[str] | None = None) -> int:
             return int(err.exit_code)
         if os.environ.get("PODRACER_DEBUG"):
             raise
-        msg = str(err).splitlines()[0] if str(err) else ""
         context.err_console.print(
-            f"[bold red]internal error:[/] {type(err).__name__}: {escape(msg)} (PODRACER_DEBUG=1 shows the traceback)",
+            f"[bold red]internal error:[/] {escape(one_line(err))} (PODRACER_DEBUG=1 shows the traceback)",
             highlight=False,
             soft_wrap=True,
         )

@@ -46,7 +46,7 @@ from app.bundle import (
 from app.config import load_config
 from app.runs import RunDir
 from data.atomic import atomic_write_json, replace_dir
-from data.errors import CheckpointError, PodracerError
+from data.errors import CheckpointError, PodracerError, one_line
 from data.features import check_spec
 from data.loader import load_market
 
@@ -143,7 +143,7 @@ def _export_onnx(module: Any, example: Any, path: Path, exporter: str = "dynamo"
     except _Skip:
         pass
     except Exception as err:  # noqa: BLE001 - any exporter failure falls back
-        errors.append(f"dynamo: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}")
+        errors.append(f"dynamo: {one_line(err)}")
         log.warning("dynamo ONNX exporter failed (%s); trying the TorchScript-based one", errors[-1])
     finally:
         onnx_log.setLevel(level)
@@ -164,7 +164,7 @@ def _export_onnx(module: Any, example: Any, path: Path, exporter: str = "dynamo"
             )
         return "torchscript"
     except Exception as err:  # noqa: BLE001
-        errors.append(f"legacy: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}")
+        errors.append(f"legacy: {one_line(err)}")
     raise CheckpointError("ONNX export failed (" + "; ".join(errors) + ")")
 
 
@@ -292,7 +292,7 @@ def export_bundle(
                 traced.save(str(staging / "policy.pt"))
                 files.append("policy.pt")
             except Exception as err:  # noqa: BLE001 - TorchScript is optional and deprecated upstream
-                log.warning("TorchScript export skipped: %s", str(err).splitlines()[0] if str(err) else err)
+                log.warning("TorchScript export skipped: %s", one_line(err, typed=False))
         # Hash every file the bundle holds (an exporter's side file, e.g. external weights, included).
         files = sorted(p.name for p in staging.iterdir() if p.is_file() and p.name != "manifest.json")
         metrics = read_json(run.backtest_metrics) or None

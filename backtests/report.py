@@ -61,6 +61,7 @@ from backtests.verdict import (
     verdict_fields,
 )
 from data.atomic import atomic_path, atomic_write_json
+from data.errors import one_line
 
 log = logging.getLogger(__name__)
 
@@ -331,9 +332,8 @@ def write_tearsheet(path: Path, daily: pd.DataFrame, strategy: str, benchmark: s
         fig = _pyfolio_figure(returns, bench)
     except Exception as err:  # noqa: BLE001 - pyfolio fails in many ways on short or flat series
         log.info(
-            "pyfolio could not draw the tear sheet (%s: %s); drawing a simple equity/drawdown figure",
-            type(err).__name__,
-            str(err).splitlines()[0] if str(err) else "",
+            "pyfolio could not draw the tear sheet (%s); drawing a simple equity/drawdown figure",
+            one_line(err),
         )
         kind = "fallback"
         fig = _fallback_figure(returns, bench)

@@ -30,12 +30,16 @@ class BrokerError(PodracerError):
     """A broker reply we cannot act on (after retries)."""
 
 
-def one_line(err: BaseException, limit: int | None = None) -> str:
+def one_line(err: BaseException, limit: int | None = None, *, typed: bool = True) -> str:
     """``err`` as one line for a message: the first line of its text, after its type's name unless it
     is a :class:`PodracerError` (whose messages are written for the user); the type's name alone when
-    the text is empty. ``limit``: at most that many characters of the text (a foreign reply's body)."""
+    the text is empty. ``limit``: at most that many characters of the text (a foreign reply's body).
+    ``typed=False``: the text without the type's name (still the name when the text is empty), for a
+    message that already says what failed, or quotes a message that names its own cause."""
     text = str(err).strip().splitlines()
     msg = text[0][:limit] if text else ""
+    if not typed:
+        return msg or type(err).__name__
     if isinstance(err, PodracerError):
         return msg
     return f"{type(err).__name__}: {msg}" if msg else type(err).__name__

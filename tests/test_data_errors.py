@@ -26,3 +26,16 @@ def test_one_line_limit_cuts_a_long_reply():
     text = "x" * 500
     assert one_line(ValueError(text), limit=200) == "ValueError: " + "x" * 200
     assert one_line(ValueError(text)) == "ValueError: " + text
+
+
+@pytest.mark.parametrize(
+    ("err", "expected"),
+    [
+        (ValueError("bad value\nsecond line"), "bad value"),  # the text alone
+        (RuntimeError(""), "RuntimeError"),  # still the type when there is no text
+        (ConfigError(""), "ConfigError"),
+        (DataError("no bars"), "no bars"),
+    ],
+)
+def test_one_line_untyped(err, expected):
+    assert one_line(err, typed=False) == expected

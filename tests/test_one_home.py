@@ -7,6 +7,9 @@ below the app that write into a run folder (the tournament, the backtest report)
 check that what they write lands where ``RunDir`` reads it.
 (b) ``podracer --help`` and ``podracer <command> --help`` import neither torch nor pandas (the
 commands defer them, ``app/commands/__init__.py``), checked in a fresh interpreter.
+(c) An exception is quoted in a message through ``data.errors.one_line``: no other product module
+takes the first line of ``str(err)`` by hand (``str(x).splitlines()``, ``.split("\\n")``,
+``.partition("\\n")``, after any ``.strip()``).
 """
 
 from __future__ import annotations
@@ -229,3 +232,66 @@ def test_a_command_help_still_lists_its_options(capsys):
     out = capsys.readouterr().out
     for option in ("--algo", "--config", "--tournament", "--budget-minutes", "--resume"):
         assert option in out
+
+
+# --- (c) ------------------------------------------------------------------------------------------
+ERRORS_OWNER = Path("data/errors.py")
+#: Modules that still quote an exception by hand (each to move to ``one_line``); the table is exact.
+BY_HAND: dict[Path, int] = {
+    Path("app/dashboard/ui.py"): 1,
+    Path("data/sources/yfinance.py"): 2,
+    Path("envs/backends/compiled.py"): 1,
+}
+_LINE_SPLITS = {"splitlines", "split", "partition"}
+
+
+def _is_str_call(node: ast.expr) -> bool:
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "str"
+
+
+def first_lines_by_hand(source: str) -> list[int]:
+    """Lines of ``source`` that split ``str(x)`` into lines (``splitlines()``, or ``split`` /
+    ``partition`` on a newline), through any chain of ``str`` methods in between (``.strip()``)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        if node.func.attr not in _LINE_SPLITS:
+            continue
+        if node.func.attr != "splitlines" and not (
+            node.args and isinstance(node.args[0], ast.Constant) and node.args[0].value == "\n"
+        ):
+            continue
+        receiver = node.func.value
+        while isinstance(receiver, ast.Call) and isinstance(receiver.func, ast.Attribute):
+            receiver = receiver.func.value  # str(err).strip().lower() -> str(err)
+        if _is_str_call(receiver):
+            found.append(node.lineno)
+    return sorted(found)
+
+
+def test_no_module_but_data_errors_quotes_an_exception_by_hand():
+    bad, counts = [], {}
+    for rel in _product_files():
+        if rel == ERRORS_OWNER:
+            continue
+        lines = first_lines_by_hand((ROOT / rel).read_text(encoding="utf-8"))
+        if lines:
+            counts[rel] = len(lines)
+        if rel not in BY_HAND:
+            bad += [f"{rel}:{line}" for line in lines]
+    assert not bad, "first line of str(err) taken by hand (use data.errors.one_line):\n" + "\n".join(bad)
+    assert counts == BY_HAND, "BY_HAND lists a module that no longer (or differently) quotes by hand"
+
+
+def test_the_first_line_scan_finds_what_it_looks_for():
+    src = """a = str(err).splitlines()[0] if str(err) else ""
+b = (str(exc).strip().splitlines() or [""])[0][:200]
+c = str(err).split("\\n")[0]
+d = str(err).partition("\\n")[0]
+e = done.stderr.strip().splitlines()
+f = text.splitlines()[:60]
+g = str(path).split("/")
+h = __doc__.splitlines()[0]
+"""
+    assert first_lines_by_hand(src) == [1, 2, 3, 4]

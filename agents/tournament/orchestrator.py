@@ -45,7 +45,7 @@ from agents.tournament.search_space import SearchSpace, default_search_space
 from agents.tournament.settings import TournamentArgs, auto_round_timeout, learner_compile
 from agents.tournament.updater import Updater
 from data.atomic import atomic_write_text
-from data.errors import CheckpointError, PodracerError
+from data.errors import CheckpointError, PodracerError, one_line
 from data.market import MarketData
 
 log = logging.getLogger(__name__)
@@ -306,9 +306,7 @@ class _Session:
         try:
             outcome = future.result()
         except Exception as err:  # noqa: BLE001 - a lost worker fails its pod, not the run
-            outcome = RoundError(
-                f"worker lost: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
-            )
+            outcome = RoundError(f"worker lost: {one_line(err)}")
         if isinstance(outcome, PodOutcome):
             decision = self.updater.apply(task, outcome)
             self.consecutive_failures = 0

@@ -52,6 +52,7 @@ from agents.training import TrainResult
 from backtests.engine import PolicyBatch
 from backtests.scoring import score_window
 from data.atomic import atomic_path
+from data.errors import one_line
 from data.market import MarketData
 from envs.trading import EnvParams
 from envs.vec_env import TradingVecEnv
@@ -121,8 +122,7 @@ def as_round_error(err: BaseException) -> RoundError:
     """``err`` as a one-line :class:`RoundError` (the traceback kept in ``details``)."""
     if isinstance(err, RoundError):
         return err
-    first = str(err).splitlines()[0] if str(err) else ""
-    return RoundError(f"{type(err).__name__}: {first}", traceback.format_exc())
+    return RoundError(one_line(err), traceback.format_exc())
 
 
 def execute_round(round_fn: RoundFn, task: PodTask, ctx: RoundContext) -> PodOutcome:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from agents.tournament.leaderboard import Leaderboard
 from agents.tournament.pod import PodOutcome, PodTask
+from data.errors import one_line
 
 
 class Updater:
@@ -30,8 +31,7 @@ class Updater:
     def fail(self, task: PodTask, error: BaseException, elapsed_s: float = 0.0) -> str:
         """Record a failed pod. Its planned round counts against the budget, so a run whose pods
         all crash still ends."""
-        message = str(error).splitlines()[0] if str(error) else type(error).__name__
         self.board.record_failure(
-            task.spec.pod_id, message, round_steps=task.round_steps, elapsed_s=elapsed_s
+            task.spec.pod_id, one_line(error, typed=False), round_steps=task.round_steps, elapsed_s=elapsed_s
         )
         return "failed"

@@ -28,7 +28,7 @@ import pandas as pd
 from data.actions import empty_actions
 from data.adjust import adjust_bars, read_factor_file
 from data.calendar import INTERVAL_MINUTES, check_interval
-from data.errors import DataError
+from data.errors import DataError, one_line
 from data.schema import validate
 from data.store import BarStore, WriteReport
 
@@ -46,8 +46,7 @@ def read_csv(path: str | os.PathLike[str]) -> pd.DataFrame:
     except pd.errors.EmptyDataError:
         raise DataError(f"{path}: no bars (empty input)") from None
     except (pd.errors.ParserError, UnicodeDecodeError, OSError, EOFError, ValueError) as err:
-        first = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise DataError(f"{path}: not a readable CSV file ({first})") from None
+        raise DataError(f"{path}: not a readable CSV file ({one_line(err, typed=False)})") from None
     return validate(raw, source=str(path))
 
 
