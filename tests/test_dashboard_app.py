@@ -7,6 +7,7 @@ registry, paper journal), so a schema change on their side shows up here.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -145,10 +146,67 @@ def test_every_page_renders_on_a_full_home(full_home, monkeypatch, page):
         assert labels["Return"] == "0.25%" and labels["Sharpe"] == "n/a" and labels["Costs"] == "$1.00"
         assert any("1 orders" in c and "from 20 sessions on" in c for c in _texts(at.caption))
         assert labels["Champion"] == "run-a" and labels["Paper loop"] == "not started"
+        # the rest of `podracer status` (app.workflows.status.gather_status): since when, the last and
+        # the next retrain, the kill switch and the gone tickers, shown even when off / none
+        assert labels["Champion since"] == "2024-03-01 07:10" and labels["Last retrain"] == "rejected"
+        assert labels["Kill switch"] == "off" and labels["Gone tickers"] == "none"
+        deltas = {m.label: m.delta for m in at.metric}
+        assert deltas["Champion"] == "bundle b1" and deltas["Last retrain"] == "2024-03-02 07:10"
+        assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d", labels["Next retrain"])
+        assert deltas["Next retrain"].startswith("cron '")
     if page == "paper":
         labels = {m.label: m.value for m in at.metric}
         assert labels["Equity"] == "$100,250.00" and labels["Orders recorded"] == "1"
         assert labels["Filled"] == "1"  # orders by final status (app.paper.journal.order_counts)
+
+
+def test_nightly_status_box_shows_the_kill_switch_and_the_gone_tickers(tmp_path, monkeypatch):
+    """A loop halted by the kill switch, holding tickers the broker will not trade: the box says so
+    as `podracer status` does (a fresh home otherwise: no champion, no retrain yet)."""
+    from datetime import UTC, datetime, timedelta
+
+    from app.paper.heartbeat import Heartbeat, heartbeat_path, write_heartbeat
+
+    home = tmp_path / "home"
+    now = datetime.now(UTC)
+    kill = home / "paper" / "KILL"
+    write_heartbeat(
+        heartbeat_path(home),
+        Heartbeat(
+            time=now.isoformat(), status="kill_switch", mode="champion", interval_s=900.0,
+            next_due=(now + timedelta(minutes=15)).isoformat(), attention=["ZOMB", "GONE"],
+            kill_switch=str(kill),
+        ),
+    )  # fmt: skip
+    kill.touch()
+    at = _open(_app(home, monkeypatch), "nightly")
+    _no_exception(at)
+    labels = {m.label: m.value for m in at.metric}
+    assert labels["Kill switch"] == "ON" and labels["Gone tickers"] == "ZOMB, GONE"
+    assert labels["Champion"] == "none yet" and labels["Champion since"] == "-"
+    assert labels["Last retrain"] == "none recorded" and labels["Paper loop"] == "ok"
+    assert any("kill switch on" in w for w in _texts(at.warning))
+    assert _texts(at.error) == ["gone tickers need manual attention: ZOMB, GONE"]
+
+
+def test_paper_equity_is_coloured_by_champion():
+    """The Paper page's equity curve: one colour per bundle, a stretch per spell in charge, each
+    starting at the previous one's last point (no gap at a switch), one legend entry per bundle."""
+    from app.dashboard import charts
+
+    frame = pd.DataFrame(
+        {
+            "recorded_at": pd.date_range("2024-01-04 15:00", periods=6, freq="D", tz="UTC"),
+            "equity": [100.0, 101.0, 102.0, 101.5, 103.0, 104.0],
+            "bundle_id": ["a" * 64, "a" * 64, "b" * 64, "b" * 64, "a" * 64, "a" * 64],
+        }
+    ).sample(frac=1.0, random_state=0)  # any order: the chart sorts by time
+    fig = charts.champion_equity_figure(frame, "recorded_at")
+    assert [t.name for t in fig.data] == ["bundle aaaaaaaaaaaa", "bundle bbbbbbbbbbbb", "bundle aaaaaaaaaaaa"]
+    colours = [t.line.color for t in fig.data]
+    assert colours[0] == colours[2] != colours[1]
+    assert [t.showlegend for t in fig.data] == [True, True, False]
+    assert [list(t.y) for t in fig.data] == [[100.0, 101.0], [101.0, 102.0, 101.5], [101.5, 103.0, 104.0]]
 
 
 def test_walkforward_page_shows_the_account_the_folds_and_who_traded_when(tmp_path, monkeypatch):

@@ -9,23 +9,42 @@ from app.dashboard import charts, formatting, loaders, tables, ui
 from app.paper.attribution import MIN_SHARPE_SESSIONS
 
 
+def _stamp(iso: str | None) -> str:
+    """An ISO time as ``YYYY-MM-DD HH:MM`` (in its own offset); ``-`` for none."""
+    return str(iso)[:16].replace("T", " ") if iso else "-"
+
+
 def _status_box(state) -> None:  # noqa: ANN001 - app.workflows.status.Status
-    """What `podracer status` prints: champion, paper loop, next retrain, today's P&L, problems."""
-    beat = state.heartbeat
-    champ = state.champion
+    """What `podracer status` prints (the same ``Status``): champion and since when, the paper loop,
+    today's P&L, the last and next retrain, the kill switch, the gone tickers, problems."""
+    beat, champ, last, kill = state.heartbeat, state.champion, state.last_decision, state.kill_switch
+    plain = {"delta_color": "off", "delta_arrow": "off", "border": True}  # a delta that is a note
     cols = st.columns(4)
-    cols[0].metric("Champion", str(champ["run_id"]) if champ else "none yet", border=True)
+    bundle = f"bundle {str(champ['bundle_id'])[:12]}" if champ and champ.get("bundle_id") else None
+    cols[0].metric("Champion", str(champ["run_id"]) if champ else "none yet", bundle, **plain)
+    cols[1].metric("Champion since", _stamp(champ.get("promoted_at")) if champ else "-", border=True)
     age = f"{state.heartbeat_age_s / 60:.0f} min ago" if state.heartbeat_age_s is not None else None
-    cols[1].metric(
+    cols[2].metric(
         "Paper loop", state.loop, f"{beat['status']} {age}" if beat else None, delta_color="off", border=True
     )
-    cols[2].metric("Next retrain", str(state.next_retrain or "-")[:16].replace("T", " "), border=True)
     today = state.today or {}
     cols[3].metric("Today's paper P&L", formatting.format_metric(today.get("pnl"), "money"), border=True)
+    cols = st.columns(4)
+    if last:
+        reason = str(last.get("reason") or "") or None
+        cols[0].metric(
+            "Last retrain", str(last["verdict"]), _stamp(last.get("decided_at")), help=reason, **plain
+        )
+    else:
+        cols[0].metric("Last retrain", "none recorded", border=True)
+    cron = state.schedule
+    cols[1].metric("Next retrain", _stamp(state.next_retrain), f"cron '{cron['cron']}' {cron['tz']}", **plain)
+    cols[2].metric("Kill switch", "ON" if kill["on"] else "off", help=str(kill["path"]), border=True)
+    cols[3].metric("Gone tickers", ", ".join(state.gone) or "none", border=True)
     for problem in state.problems:
         st.error(problem)
-    if state.kill_switch["on"]:
-        st.warning(f"kill switch on ({state.kill_switch['path']}): no new orders")
+    if kill["on"]:
+        st.warning(f"kill switch on ({kill['path']}): no new orders")
     if state.switch_pending:
         st.caption(
             "A new champion was promoted: the paper loop trades it from the next session's first cycle."
