@@ -112,7 +112,8 @@ def _export_onnx(module: Any, example: Any, path: Path, exporter: str = "dynamo"
     """Write ``module`` to ``path`` (weights embedded, dynamic batch axis); returns the exporter used.
 
     ``"dynamo"`` (torch.export-based, torch 2.13's default) falls back to ``"torchscript"`` (the legacy
-    TorchScript-based exporter, ~50x faster to run, deprecated upstream) if it fails.
+    TorchScript-based exporter: deprecated upstream, much faster to run, docs/benchmarks.md "Export")
+    if it fails.
     """
     import torch
 

@@ -42,9 +42,9 @@ from envs.backtest_loop import BacktestLoop
 from envs.backtest_step import asset_prices, backtest_step
 from envs.trading import EnvParams
 
-#: ``compile="auto"`` compiles a policy's decision loop from this many decisions on. Measured on a
-#: 2-core CPU (docs/backtests.md): the compiled decision saves ~120 µs; compiling costs ~3 s with
-#: inductor's on-disk cache warm and ~14 s cold, so 50k decisions repay even a cold compile.
+#: ``compile="auto"`` compiles a policy's decision loop from this many decisions on: enough that the
+#: time the compiled decisions save repays even a cold compile (inductor's on-disk cache empty). The
+#: rule: docs/backtests.md; the figures: docs/benchmarks.md ("Backtests").
 COMPILE_MIN_DECISIONS = 50_000
 
 Policy = Callable[[Tensor], Tensor]
@@ -188,13 +188,13 @@ def run_backtest(
     """Run every policy and baseline over the whole ``market`` window; see the module docstring.
 
     ``num_threads`` sets torch's intra-op threads for the run and restores them after (None: leave
-    them). The loop runs one small batch per step, where extra threads only add synchronization: on
-    a busy 2-core machine 2 threads measured 8-17x slower than 1.
+    them). The loop runs one small batch per step, where extra threads only add synchronization: more
+    than one measured slower (docs/benchmarks.md, "Backtests").
 
     ``compile``: ``"on"`` runs a single policy's decisions (policy call + env step) through
     ``torch.compile`` (``envs.backtest_loop.BacktestLoop``), ``"off"`` eagerly, ``"auto"`` compiles
     from :data:`COMPILE_MIN_DECISIONS` decisions on, where the faster loop repays the compile.
-    Compiled results equal eager ones up to float rounding (~1e-8 relative on a year of equity).
+    Compiled results equal eager ones up to float rounding (docs/benchmarks.md, "Backtests").
 
     A policy that keeps half its value in the market, beside the default baselines, over two
     sessions of a toy market (no index ETF in its universe, so no index baseline):
@@ -443,8 +443,8 @@ def _run_policies(
 @contextmanager
 def _gc_paused() -> Iterator[None]:
     """Pause Python's cyclic garbage collector (restored after). The decision loop keeps ~5 small
-    tensors per decision alive and creates no reference cycles; the collector's repeated passes
-    over them measured ~3 s of a 98k-decision run (~27 s)."""
+    tensors per decision alive and creates no reference cycles, so the collector's repeated passes
+    over them are pure cost, a measurable share of a long run (docs/benchmarks.md, "Backtests")."""
     enabled = gc.isenabled()
     gc.disable()
     try:
