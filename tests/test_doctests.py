@@ -42,7 +42,7 @@ MODULES = sorted(_module_name(p) for pkg in PACKAGES for p in (ROOT / pkg).rglob
 
 def test_the_entry_points_have_examples():
     """The public entry points carry runnable examples (so this file checks something)."""
-    assert {"envs.trading", "envs.vec_env"} <= set(MODULES)
+    assert {"envs.trading", "envs.vec_env", "backtests.engine", "agents.ppo"} <= set(MODULES)
 
 
 @pytest.mark.parametrize("name", MODULES)
