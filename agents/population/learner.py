@@ -21,7 +21,7 @@ the shape of the work: every step of the P pods is one batched op over a leading
   step masked (no parameter, moment or step-count change, no permutation drawn). A pod whose round
   is shorter (the budget's last round, a wall-time cap) is masked the same way. ``num_steps``,
   ``num_minibatches``, ``num_envs`` and the network's sizes are fixed by the population: pods that
-  differ in them belong to different populations (:func:`shape_key`).
+  differ in them belong to different populations (:func:`~agents.population.pods.shape_key`).
 - **Launch overhead.** No host synchronisation inside the rollout or the update (metrics stay on
   the device until the round ends; the one exception: with ``target_kl`` set, one read per epoch
   decides which pods stop). The rollout's policy step, its post-step bookkeeping and the minibatch
@@ -32,11 +32,9 @@ the shape of the work: every step of the P pods is one batched op over a leading
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -46,6 +44,7 @@ from agents.networks import NetworkConfig
 from agents.policy import Policy, current_weights, gaussian_entropy, gaussian_log_prob
 from agents.population import history as h
 from agents.population.graphs import StepGraph
+from agents.population.pods import PodSetup, concat_states, shape_key
 from agents.population.stacked import (
     StackedAdam,
     StackedNets,
@@ -57,30 +56,6 @@ from agents.population.stacked import (
 from agents.ppo import PPOArgs
 from agents.training import TrainResult, policy_for_env
 from envs import trading
-from envs.trading import EnvState
-
-
-def shape_key(args: PPOArgs, config: NetworkConfig) -> tuple[Any, ...]:
-    """What pods of one population must share: the program's shapes and switches (the rest of their
-    hyper-parameters may differ per pod). ``rebalance_rate`` and ``init_log_std`` are per pod."""
-    arch = dataclasses.replace(config, rebalance_rate=1.0, init_log_std=0.0)
-    return (arch, args.num_steps, args.num_minibatches, args.norm_adv, args.clip_vloss, args.norm_obs)
-
-
-@dataclass
-class PodSetup:
-    """One pod's starting point for a round: what ``ppo.train(args, env, init=...)`` would start from."""
-
-    policy: Policy  # the starting policy (fresh, or a copy of the parent's); its config fixes the shapes
-    optimizer_state: dict | None  # the parent's Adam state (None: a fresh optimizer)
-    args: PPOArgs  # the pod's hyper-parameters, seed and total_steps (this round's env-steps)
-    deadline: float | None = None  # time.monotonic() after which the pod stops after its update
-
-
-def _concat_states(states: Sequence[EnvState]) -> EnvState:
-    return EnvState(
-        **{f.name: torch.cat([getattr(s, f.name) for s in states]) for f in dataclasses.fields(EnvState)}
-    )
 
 
 class Population:
@@ -333,7 +308,7 @@ class Population:
             trading.reset(env.market, env.params, n, torch.Generator().manual_seed(int(s))) for s in seeds
         ]
         # The env batch starts where each pod's own env would: its reset, concatenated.
-        env.state = _concat_states([state for state, _ in resets])
+        env.state = concat_states([state for state, _ in resets])
         self.obs.copy_(torch.cat([obs for _, obs in resets]))
         self.episode_return.zero_()
         self.episode_length.zero_()
