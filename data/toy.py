@@ -11,15 +11,16 @@ import dataclasses
 import numpy as np
 import torch
 
+from data.calendar import MINUTES_PER_SESSION
 from data.market import MarketData
 
 
 def toy_market(
-    num_steps: int = 780,
+    num_steps: int = 2 * MINUTES_PER_SESSION,
     num_assets: int = 4,
     num_features: int = 8,
     *,
-    bars_per_session: int = 390,
+    bars_per_session: int = MINUTES_PER_SESSION,
     seed: int = 0,
     device: str | torch.device = "cpu",
 ) -> MarketData:
