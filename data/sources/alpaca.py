@@ -222,7 +222,7 @@ def fetch_actions(
     return out
 
 
-def session_dates(start: str, end: str, source: str) -> tuple[date, date]:
+def parse_date_range(start: str, end: str, source: str) -> tuple[date, date]:
     """``--start`` / ``--end`` as dates (one-line error when unreadable or reversed)."""
     try:
         first, last = date.fromisoformat(str(start)), date.fromisoformat(str(end))

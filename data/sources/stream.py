@@ -83,7 +83,7 @@ def _source_fetcher(
     """(first, last, max days per request, chunk fetcher, manifest key, actions fetcher or None) of
     ``source``; checks its range limits."""
     if source == "alpaca":
-        first, last = alpaca.session_dates(start, end, "alpaca")
+        first, last = alpaca.parse_date_range(start, end, "alpaca")
         alpaca._timeframe(interval)  # refuse a bad interval before any request
         feed = alpaca._feed()
         cli = alpaca.quiet_client(client if client is not None else alpaca.make_client())
