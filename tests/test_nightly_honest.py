@@ -17,7 +17,7 @@ from app.nightly import record as record_module
 from app.nightly.normalization import SPEC_FILE, champion_feature_spec, with_feature_spec
 from app.nightly.pipeline import run_retrain
 from app.nightly.registry import current_champion, read_decisions
-from app.nightly.steps import ChallengerRun, DataSnapshot, evaluate_step
+from app.nightly.steps import ChallengerRun, DataSnapshot, score_step
 from app.paper.journal import Journal
 from backtests import engine
 
@@ -62,7 +62,7 @@ def test_champion_is_scored_with_its_own_normalization(tmp_path):
     )
     data = DataSnapshot(splits=splits, windows={k: tuple(v) for k, v in splits.windows().items()})
     challenger = ChallengerRun("run-test", run.run_dir, run.run_dir / "champion", num_trials=3)
-    evaluation = evaluate_step(config, home, data, challenger, champion)
+    evaluation = score_step(config, home, data, challenger, champion)
 
     params = to_env_params(config.env)
     mine = with_feature_spec(splits.full, splits.test, own)

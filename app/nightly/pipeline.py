@@ -270,7 +270,7 @@ def run_retrain(
 
 def _label_run(run_dir: Path, promoted: bool, decision_id: int) -> None:
     """Best effort, after the commit: the challenger's run record says its test-window figures were
-    the gate's selection figures (its ``metrics.json`` says so too: :func:`evaluate_step`)."""
+    the gate's selection figures (its ``metrics.json`` says so too: :func:`score_step`)."""
     try:
         RunDir.at(run_dir).update(
             nightly={

@@ -5,10 +5,11 @@
 - :func:`tournament_step`: a new run ``<home>/runs/nightly-<UTC time>/`` trained on the TRAIN window
   and selected on the VALID window, the first ``nightly.warm_start_pods`` fresh pods starting from the
   current champion's weights (:func:`warm_start_round`);
-- :func:`evaluate_step`: challenger and champion backtested together on the TEST window and scored
-  (the champion on features normalized with its own statistics: ``app.nightly.normalization``), the
-  challenger's look counted in the looks ledger and its out-of-sample test written in its run's
-  ``backtest/`` report, which says its figures are the gate's selection figures;
+- :func:`score_step` (the pipeline's ``evaluate`` step): challenger and champion backtested together
+  on the TEST window and scored (the champion on features normalized with its own statistics:
+  ``app.nightly.normalization``), the challenger's look counted in the looks ledger and its
+  out-of-sample test written in its run's ``backtest/`` report, which says its figures are the gate's
+  selection figures;
 - :func:`export_step` and :func:`keep_champion_copy` (on promotion): the challenger's onnxruntime
   bundle, and an immutable copy of its policy under ``<home>/champions/<run_id>/``.
 
@@ -113,7 +114,7 @@ def default_steps() -> RetrainSteps:
     return RetrainSteps(
         update_data=update_data_step,
         tournament=tournament_step,
-        evaluate=evaluate_step,
+        evaluate=score_step,
         export=export_step,
     )
 
@@ -280,7 +281,7 @@ def tournament_step(
     )
 
 
-def evaluate_step(
+def score_step(
     config: Any,
     home: Path,
     data: DataSnapshot,

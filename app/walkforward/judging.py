@@ -2,7 +2,7 @@
 when either rule changes.
 
 - :func:`replay_gate`: a fold's challenger against the incumbent, by the code path of
-  ``podracer retrain``: ``app.nightly.steps.evaluate_step`` scores both on the gate's window (the
+  ``podracer retrain``: ``app.nightly.steps.score_step`` scores both on the gate's window (the
   incumbent on features normalized with its own statistics) and writes the challenger's out-of-sample
   test there at the gate's level, and ``app.nightly.decide.decide`` applies the promotion rule
   (``[nightly] margin``, an edge significant at ``[nightly] significance``, ``first_promotion``). The
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from app.nightly.decide import decide, finite, overlap_note
-from app.nightly.steps import ChallengerRun, DataSnapshot, evaluate_step, gate_significance
+from app.nightly.steps import ChallengerRun, DataSnapshot, gate_significance, score_step
 from app.runs import RunDir
 from app.workflows.backtest import count_look, market_identity
 from backtests import report
@@ -45,7 +45,7 @@ ACCOUNT_WINDOW = "walkforward"
 
 @dataclass(frozen=True)
 class GateSplits:
-    """What ``evaluate_step`` reads of a market: the gate's window (``test``), the window the tournament
+    """What ``score_step`` reads of a market: the gate's window (``test``), the window the tournament
     ranked pods on (``valid``: the selection diagnostics) and bars that hold both with enough before
     them for the incumbent's features (``full``)."""
 
@@ -107,7 +107,7 @@ def replay_gate(
     dates = splits.test.date_range()
     quiet = config.with_updates(nightly={"tearsheet": False})
     snapshot = DataSnapshot(splits=splits, windows={"valid": splits.valid.date_range(), "test": dates})
-    evaluation = evaluate_step(quiet, run.path, snapshot, challenger, incumbent)
+    evaluation = score_step(quiet, run.path, snapshot, challenger, incumbent)
     _label_gate_window(RunDir.at(challenger.run_dir), "valid" if window == valid else "gate")
     ch_fit = finite(evaluation.challenger.get("fitness"))
     inc_fit = finite(evaluation.champion.get("fitness")) if evaluation.champion is not None else None
