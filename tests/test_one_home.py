@@ -236,12 +236,6 @@ def test_a_command_help_still_lists_its_options(capsys):
 
 # --- (c) ------------------------------------------------------------------------------------------
 ERRORS_OWNER = Path("data/errors.py")
-#: Modules that still quote an exception by hand (each to move to ``one_line``); the table is exact.
-BY_HAND: dict[Path, int] = {
-    Path("app/dashboard/ui.py"): 1,
-    Path("data/sources/yfinance.py"): 2,
-    Path("envs/backends/compiled.py"): 1,
-}
 _LINE_SPLITS = {"splitlines", "split", "partition"}
 
 
@@ -271,17 +265,13 @@ def first_lines_by_hand(source: str) -> list[int]:
 
 
 def test_no_module_but_data_errors_quotes_an_exception_by_hand():
-    bad, counts = [], {}
+    bad = []
     for rel in _product_files():
         if rel == ERRORS_OWNER:
             continue
         lines = first_lines_by_hand((ROOT / rel).read_text(encoding="utf-8"))
-        if lines:
-            counts[rel] = len(lines)
-        if rel not in BY_HAND:
-            bad += [f"{rel}:{line}" for line in lines]
+        bad += [f"{rel}:{line}" for line in lines]
     assert not bad, "first line of str(err) taken by hand (use data.errors.one_line):\n" + "\n".join(bad)
-    assert counts == BY_HAND, "BY_HAND lists a module that no longer (or differently) quotes by hand"
 
 
 def test_the_first_line_scan_finds_what_it_looks_for():

@@ -20,7 +20,7 @@ from app.dashboard.cards import Card
 from app.dashboard.pods import PodTable
 from app.dashboard.verdict_box import VerdictBox
 from app.runs import runs_root
-from data.errors import PodracerError
+from data.errors import PodracerError, one_line
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -124,8 +124,7 @@ def guard(what: str = "") -> Iterator[None]:
         st.error(str(err))
     except Exception as err:  # noqa: BLE001 - a page must never show a traceback
         prefix = f"{what}: " if what else ""
-        first = (str(err).strip().splitlines() or [""])[0]
-        st.error(f"{prefix}could not render ({type(err).__name__}: {first})")
+        st.error(f"{prefix}could not render ({one_line(err)})")
 
 
 # Four cards to a row: at a 1400-px window with the sidebar open the main column is about 930 px,

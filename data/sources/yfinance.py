@@ -26,7 +26,7 @@ import pandas as pd
 
 from data.actions import check_actions, empty_actions, session_dates
 from data.calendar import check_interval
-from data.errors import DataError
+from data.errors import DataError, one_line
 from data.schema import validate
 from data.sources.retry import Transient
 
@@ -135,7 +135,7 @@ def fetch_chunk(symbols: Sequence[str], lo, hi, interval: str) -> pd.DataFrame: 
             multi_level_index=True,
         )
     except Exception as err:  # yfinance raises many types (HTTP, JSON, its own)
-        first_line = (str(err).splitlines() or [type(err).__name__])[0][:200]
+        first_line = one_line(err, 200, typed=False)
         raise DataError(f"yfinance: download failed: {first_line}") from None
     frames = _tidy(raw, list(symbols), daily=interval == "1d")
     if not frames:
@@ -174,7 +174,7 @@ def fetch_actions(symbol: str) -> pd.DataFrame:
         ticker = yfinance.Ticker(symbol)
         splits_reply, dividends_reply = ticker.splits, ticker.dividends
     except Exception as err:  # yfinance raises many types (HTTP, JSON, its own)
-        first_line = (str(err).splitlines() or [type(err).__name__])[0][:200]
+        first_line = one_line(err, 200, typed=False)
         raise Transient(f"{symbol}: corporate actions: {first_line}") from None
     if splits_reply is None or dividends_reply is None:
         raise Transient(f"{symbol}: no corporate-actions reply from Yahoo")

@@ -34,6 +34,8 @@ from typing import Any, Literal
 
 import torch
 
+from data.errors import one_line
+
 log = logging.getLogger(__name__)
 
 CompileMode = Literal["auto", "on", "off"]
@@ -77,8 +79,7 @@ class Compiled:
                     return self._compiled(*args)
             except Exception as exc:  # noqa: BLE001 - any compiler failure falls back to eager
                 out = self.eager(*args)  # a genuine input error raises here, as it would eagerly
-                first = (str(exc).strip().splitlines() or [""])[0][:200]
-                self.failure = f"{type(exc).__name__}: {first}"
+                self.failure = one_line(exc, 200)
                 log.warning("torch.compile of %s failed (%s); running it eagerly", self.name, self.failure)
                 return out
         return self.eager(*args)
