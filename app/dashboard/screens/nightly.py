@@ -38,7 +38,13 @@ def _status_box(state) -> None:  # noqa: ANN001 - app.workflows.status.Status
     else:
         cols[0].metric("Last retrain", "none recorded", border=True)
     cron = state.schedule
-    cols[1].metric("Next retrain", _stamp(state.next_retrain), f"cron '{cron['cron']}' {cron['tz']}", **plain)
+    cols[1].metric(
+        "Next retrain",
+        _stamp(state.next_retrain),
+        cron["cron"],
+        help=f"cron '{cron['cron']}' {cron['tz']}",
+        **plain,
+    )
     cols[2].metric("Kill switch", "ON" if kill["on"] else "off", help=str(kill["path"]), border=True)
     cols[3].metric("Gone tickers", ", ".join(state.gone) or "none", border=True)
     for problem in state.problems:
