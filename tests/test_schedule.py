@@ -432,3 +432,71 @@ def test_print_shows_the_paper_loop_beside_the_retrain(home, capsys):
     assert cli.main(["--home", str(home), "schedule", "print", "--format", "crontab"]) == 0
     out = capsys.readouterr().out
     assert " retrain >> " in out and "paper --champion" in out
+
+
+# --- the schedule record (<home>/schedule.json, read by `podracer status`) ----------------------------
+
+
+def test_schedule_print_records_what_it_printed(home, tmp_path, capsys):
+    from app import cli
+    from app.nightly.schedule import read_schedule, schedule_path
+
+    config = tmp_path / "nightly.toml"
+    config.write_text("[nightly]\nmargin = 0.3\n")
+    argv = ["schedule", "print", "--format", "systemd", "--cron", "15 1 * * 2-6", "--tz", "Europe/London"]
+    before = datetime.now(UTC).replace(microsecond=0)
+    assert cli.main([*argv, "--config", str(config)]) == 0
+    assert "OnCalendar=Tue..Sat *-*-* 01:15:00 Europe/London" in capsys.readouterr().out
+    record = read_schedule(home)
+    assert (record.cron, record.tz, record.format) == ("15 1 * * 2-6", "Europe/London", "systemd")
+    assert record.config == str(config.resolve()) and record.source == "schedule print --format systemd"
+    assert before <= datetime.fromisoformat(record.written_at) <= datetime.now(UTC)
+    assert sorted(p.name for p in home.iterdir()) == [schedule_path(home).name]  # no temp file left
+    # what failed to print is not recorded
+    assert cli.main(["schedule", "print", "--cron", "0 2 1 * 1"]) == 2
+    assert cli.main(["schedule", "print", "--format", "launchd"]) == 2
+    assert read_schedule(home) == record
+
+
+def test_schedule_run_records_the_in_process_schedule(home, monkeypatch, capsys):
+    from app import cli
+    from app.nightly import pipeline as nightly
+    from app.nightly.schedule import read_schedule
+
+    monkeypatch.setattr(nightly, "run_retrain", lambda config, home_dir: "ok")
+    rc = cli.main(["schedule", "run", "--cron", "45 23 * * *", "--tz", "UTC", "--now", "--max-runs", "1"])
+    assert rc == 0
+    record = read_schedule(home)
+    assert (record.cron, record.tz, record.format, record.config) == (
+        "45 23 * * *",
+        "UTC",
+        "in-process",
+        None,
+    )
+    assert record.source == "schedule run"
+    assert cli.main(["schedule", "run", "--cron", "bad"]) == 2
+    assert read_schedule(home) == record  # a schedule that never started is not recorded
+
+
+def test_a_failed_record_write_leaves_the_old_record_whole(home, monkeypatch, capsys):
+    from app import cli
+    from app.nightly.schedule import read_schedule, record_schedule, schedule_path
+    from data import atomic
+
+    old = record_schedule(home, cron="0 2 * * 1-5", tz="America/New_York", config=None, fmt="crontab")
+    text = schedule_path(home).read_text()
+
+    def failing_replace(src, dst):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(atomic.os, "replace", failing_replace)
+    with pytest.raises(OSError, match="disk full"):
+        record_schedule(home, cron="30 3 * * *", tz="UTC", config=None, fmt="systemd")
+    assert schedule_path(home).read_text() == text and read_schedule(home) == old
+    assert sorted(p.name for p in home.iterdir()) == [schedule_path(home).name]  # the temp file is gone
+    # `schedule print` still prints; the record it could not write is a warning
+    assert cli.main(["schedule", "print", "--format", "crontab", "--cron", "30 3 * * *"]) == 0
+    captured = capsys.readouterr()
+    assert "CRON_TZ=America/New_York\n30 3 * * * " in captured.out
+    assert "not recorded" in captured.err and "disk full" in captured.err
+    assert read_schedule(home) == old

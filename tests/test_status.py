@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import pandas as pd
 import pytest
 
 from app.cli import main
 from app.nightly.registry import Champion, Decision, record_decision
+from app.nightly.schedule import read_schedule, record_schedule, schedule_path
 from app.paper.heartbeat import Heartbeat, heartbeat_path, write_heartbeat
 from app.paper.journal import Journal
 from app.workflows.status import gather_status
@@ -155,6 +157,96 @@ def test_a_refused_champion_and_a_pending_switch(tmp_path, capsys):
     assert rc == 1 and "heartbeat.json is unreadable" in shown["problems"][0]
 
 
+def test_status_shows_the_schedule_that_schedule_print_recorded(tmp_path, capsys):
+    home = tmp_path / "home"
+    argv = ["--home", str(home), "schedule", "print", "--format", "systemd", "--cron", "30 3 * * 1-5"]
+    assert main([*argv, "--tz", "Europe/London"]) == 0
+    assert "OnCalendar=Mon..Fri *-*-* 03:30:00 Europe/London" in capsys.readouterr().out
+    recorded = read_schedule(home)
+    assert (recorded.cron, recorded.tz, recorded.format, recorded.config) == (
+        "30 3 * * 1-5",
+        "Europe/London",
+        "systemd",
+        None,
+    )
+    # gather_status (also the dashboard's Nightly status box): the recorded schedule's next fire time
+    state = gather_status(home, now=OPEN_NOW)
+    assert state.next_retrain == "2024-01-05T03:30:00+00:00" and state.warnings == []
+    assert (
+        state.schedule["source"] == "recorded"
+        and state.schedule["command"] == "schedule print --format systemd"
+    )
+    rc, shown = cli_status(home, capsys)
+    assert (
+        rc == 0 and shown["schedule"]["cron"] == "30 3 * * 1-5" and shown["schedule"]["tz"] == "Europe/London"
+    )
+    assert main(["--home", str(home), "status"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("next retrain"))
+    day = datetime.fromisoformat(recorded.written_at).astimezone(ZoneInfo("Europe/London")).date()
+    assert line.endswith(
+        f"03:30 Europe/London (cron '30 3 * * 1-5', schedule from schedule print --format systemd, {day})"
+    )
+    # a later print replaces the record: the one printed last is the one about to be installed
+    assert main(["--home", str(home), "schedule", "print", "--format", "crontab"]) == 0
+    capsys.readouterr()
+    state = gather_status(home, now=OPEN_NOW)
+    assert state.schedule["command"] == "schedule print --format crontab"
+    assert state.next_retrain == "2024-01-05T02:00:00-05:00"
+
+
+def test_cron_and_tz_override_the_recorded_schedule(tmp_path, capsys):
+    home = tmp_path / "home"
+    record_schedule(home, cron="30 3 * * 1-5", tz="Europe/London", config=None, fmt="crontab")
+    state = gather_status(home, now=OPEN_NOW, cron="0 4 * * *")
+    assert state.schedule == {"cron": "0 4 * * *", "tz": "America/New_York", "source": "options"}
+    assert state.next_retrain == "2024-01-05T04:00:00-05:00"  # the --tz default, not the record's
+    assert gather_status(home, now=OPEN_NOW, tz="Asia/Tokyo").next_retrain == "2024-01-05T02:00:00+09:00"
+    assert main(["--home", str(home), "status", "--cron", "0 4 * * *", "--tz", "UTC"]) == 0
+    out = capsys.readouterr().out
+    assert "(cron '0 4 * * *', from --cron/--tz)" in out and "Europe/London" not in out
+
+
+def test_no_recorded_schedule_says_so(tmp_path, capsys):
+    home = tmp_path / "home"
+    assert gather_status(home, now=OPEN_NOW).schedule["source"] == "default"
+    assert main(["--home", str(home), "status"]) == 0
+    assert "(cron '0 2 * * 1-5', default schedule: none recorded)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "{not json",
+        "[1, 2]",
+        '{"cron": "61 2 * * *", "tz": "UTC", "format": "crontab", "written_at": "2024-01-01T00:00:00+00:00"}',
+        '{"cron": "0 3 * * *", "tz": "Mars/Olympus", "format": "crontab", "written_at": "2024-01-01T00:00:00"}',
+        '{"cron": "0 3 * * *", "tz": "UTC", "format": "launchd", "written_at": "2024-01-01T00:00:00+00:00"}',
+        '{"cron": "0 3 * * *", "tz": "UTC", "format": "crontab"}',
+        "",
+    ],
+    ids=["not-json", "not-an-object", "bad-cron", "bad-tz", "bad-format", "no-time", "empty"],
+)
+def test_a_malformed_schedule_record_is_a_warning_and_the_default(tmp_path, capsys, text):
+    home = tmp_path / "home"
+    champion(home)
+    schedule_path(home).write_text(text)
+    state = gather_status(home, now=OPEN_NOW)
+    assert state.healthy and state.schedule["source"] == "default"
+    assert state.next_retrain == "2024-01-05T02:00:00-05:00"
+    assert len(state.warnings) == 1 and "schedule.json is unreadable" in state.warnings[0]
+    assert "\n" not in state.warnings[0]
+    rc, shown = cli_status(home, capsys)
+    assert rc == 0 and shown["warnings"] == state.warnings and shown["champion"]["run_id"] == "run-a"
+    assert main(["--home", str(home), "status"]) == 0
+    captured = capsys.readouterr()
+    lines = captured.out.splitlines()
+    assert [x.split()[0] for x in lines] == [
+        "champion", "last", "next", "paper", "kill", "gone", "today's", "warning", "healthy",
+    ]  # fmt: skip
+    assert "default schedule: the recorded one is unreadable" in lines[2]
+    assert "Traceback" not in captured.out + captured.err
+
+
 def test_status_loads_no_torch(tmp_path):
     """`podracer status` is what a watchdog runs every few minutes: no torch, no onnxruntime."""
     import subprocess
@@ -165,7 +257,22 @@ def test_status_loads_no_torch(tmp_path):
         "print(sorted(m for m in ('torch', 'onnxruntime') if m in sys.modules), rc)"
     )
     root = Path(__file__).resolve().parents[1]
+    record_schedule(tmp_path, cron="0 3 * * 1-5", tz="UTC", config=None, fmt="systemd")  # read, too
     out = subprocess.run(
         [sys.executable, "-c", code, str(tmp_path)], cwd=root, capture_output=True, text=True, timeout=120
     )
     assert out.stdout.strip().splitlines()[-1] == "[] 0", out.stdout + out.stderr
+
+
+def test_status_help_loads_no_torch():
+    import subprocess
+    import sys
+
+    code = (
+        "import contextlib, io, sys; from app.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()) as out: rc = main(['status', '--help'])\n"
+        "print(sorted(m for m in ('torch', 'pandas') if m in sys.modules), rc, 'recorded' in out.getvalue())"
+    )
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip().splitlines()[-1] == "[] 0 True", out.stdout + out.stderr

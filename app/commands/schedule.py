@@ -9,7 +9,7 @@ from typing import Any
 import typer
 
 from app import context
-from data.errors import ConfigError
+from data.errors import ConfigError, one_line
 
 app = typer.Typer(
     help="Schedule nightly retraining (in-process APScheduler, or crontab/systemd text).",
@@ -22,6 +22,20 @@ app = typer.Typer(
 _DEFAULT_CRON = "0 2 * * 1-5"
 _CRON_HELP = "Crontab expression: minute hour day-of-month month day-of-week."
 _TZ_HELP = "IANA time zone of the cron times \\[default: the exchange's, data.calendar.TZ]."
+
+
+def _record(home: Path, *, cron: str, tz: str, config: Path | None, fmt: str) -> None:
+    """Record the schedule in ``<home>/schedule.json`` for `podracer status`; a failed write is a warning."""
+    from app.nightly.schedule import record_schedule, schedule_path
+
+    try:
+        record_schedule(home, cron=cron, tz=tz, config=config, fmt=fmt)
+    except OSError as err:
+        context.err_console.print(
+            f"warning: the schedule is not recorded in {schedule_path(home)} ({one_line(err)}): "
+            "`podracer status` will not know it",
+            highlight=False,
+        )
 
 
 def _describe(outcome: Any) -> str:
@@ -38,7 +52,10 @@ def run(
     max_runs: int = typer.Option(None, "--max-runs", min=1, help="Stop after N runs \\[default: never]."),
     now: bool = typer.Option(False, "--now", help="Also run once immediately."),
 ) -> None:
-    """Run `podracer retrain` on a cron schedule in this process (Ctrl-C stops)."""
+    """Run `podracer retrain` on a cron schedule in this process (Ctrl-C stops).
+
+    Records the schedule in <home>/schedule.json, for `podracer status`.
+    """
     # Imported here, not at module top: they load torch, which `podracer --help` must not (app.commands).
     from app.config import load_config
     from app.nightly import pipeline
@@ -52,6 +69,7 @@ def run(
     home_dir = context.home()
     trigger = cron_trigger(cron, tz)
     load_config(config)  # a bad config fails now, not at 02:00
+    _record(home_dir, cron=cron, tz=tz, config=config, fmt="in-process")
 
     def job() -> Any:
         return pipeline.run_retrain(load_config(config), home_dir)  # looked up per run: tests patch it
@@ -75,7 +93,10 @@ def print_(
     config: Path = typer.Option(None, "--config", help="TOML config file for the scheduled runs."),
     home: Path = typer.Option(None, "--home", help="Home directory \\[default: the global --home]."),
 ) -> None:
-    """Print the crontab lines or the systemd units of `podracer retrain` and the paper loop."""
+    """Print the crontab lines or the systemd units of `podracer retrain` and the paper loop.
+
+    Records what it prints in <home>/schedule.json, for `podracer status`.
+    """
     # Imported here: app.nightly loads pandas through data.calendar (see _TZ_HELP above).
     from app.nightly.cron import DEFAULT_TZ
     from app.nightly.os_schedule import (
@@ -99,4 +120,5 @@ def print_(
         text = systemd_text(units)
     else:
         raise ConfigError(f"--format {fmt!r}: choose crontab or systemd")
+    _record(home_dir, cron=cron, tz=tz, config=config, fmt=fmt)
     typer.echo(text, nl=False)

@@ -21,19 +21,22 @@ def status(
     cron: str = typer.Option(
         None,
         "--cron",
-        help="The retrain schedule's cron expression, as given to `podracer schedule` \\[default: its default].",
+        help="The retrain schedule's cron expression \\[default: the one `podracer schedule` recorded, else "
+        "its default].",
         show_default=False,
     ),
     tz: str = typer.Option(
-        None, "--tz", help="The schedule's IANA time zone \\[default: the exchange's].", show_default=False
+        None,
+        "--tz",
+        help="The schedule's IANA time zone \\[default: the recorded one, else the exchange's].",
+        show_default=False,
     ),
 ) -> None:
     """Champion, last and next retrain, the paper loop's heartbeat, kill switch, gone tickers, today's P&L."""
-    # Imported here, not at module top: they load pandas, which `podracer --help` must not (app.commands).
-    from app.nightly.cron import DEFAULT_CRON, DEFAULT_TZ
+    # Imported here, not at module top: it loads pandas, which `podracer --help` must not (app.commands).
     from app.workflows.status import gather_status
 
-    state = gather_status(context.home(), cron=cron or DEFAULT_CRON, tz=tz or DEFAULT_TZ)
+    state = gather_status(context.home(), cron=cron, tz=tz)
     if json_out:
         typer.echo(json.dumps(state.to_dict(), sort_keys=True, default=str))
     else:
@@ -64,6 +67,19 @@ def _when(iso: str | None, tz: str = "UTC") -> str:
     return f"{stamp.astimezone(ZoneInfo(tz)):%Y-%m-%d %H:%M} {tz}"
 
 
+def _source(schedule: dict[str, Any]) -> str:
+    """Where the schedule of the next retrain came from, in words."""
+    source = schedule.get("source")
+    if source == "recorded":
+        written = _when(schedule.get("written_at"), schedule["tz"]).split(" ")[0]
+        return f"schedule from {schedule.get('command')}, {written}"
+    if source == "options":
+        return "from --cron/--tz"
+    if schedule.get("unreadable"):
+        return "default schedule: the recorded one is unreadable"
+    return "default schedule: none recorded"
+
+
 def _money(value: float) -> str:
     return f"{'-' if value < 0 else '+'}${abs(value):,.2f}"
 
@@ -84,7 +100,9 @@ def status_lines(status: Any) -> list[str]:
     else:
         lines.append("last retrain  none recorded")
     cron = status.schedule
-    lines.append(f"next retrain  {_when(status.next_retrain, cron['tz'])} (cron '{cron['cron']}')")
+    lines.append(
+        f"next retrain  {_when(status.next_retrain, cron['tz'])} (cron '{cron['cron']}', {_source(cron)})"
+    )
     if beat is None:
         lines.append("paper loop    not started (podracer paper --champion)")
     else:
@@ -110,5 +128,6 @@ def status_lines(status: Any) -> list[str]:
         )
     else:
         lines.append("today's P&L   no paper cycle today")
+    lines += [f"warning       {w}" for w in status.warnings]
     lines += [f"problem       {p}" for p in status.problems] or ["healthy"]
     return lines

@@ -6,22 +6,31 @@ day-of-week 0 as *Monday* (crontab: Sunday), so ``1-5`` would silently mean Tues
 Weekdays are passed by name instead, and :class:`OncePerWallClockTrigger` fires a repeated autumn
 wall-clock time once, as cron and systemd do. :func:`run_schedule` runs the job on the trigger until
 ``max_runs``. The same schedule as crontab or systemd text: ``app.nightly.os_schedule``.
+
+The schedule record, ``<home>/schedule.json``: the cron expression, time zone, config and format
+(``in-process``, ``crontab`` or ``systemd``) that ``podracer schedule run`` set up or
+``podracer schedule print`` printed last (:func:`record_schedule`, atomic), and when; ``podracer
+status`` computes the next retrain from it (:func:`read_schedule`).
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from apscheduler.triggers.cron import CronTrigger
 
 from app.nightly.cron import DEFAULT_TZ, parse_cron, zone
-from data.errors import ConfigError, PodracerError
+from data.atomic import atomic_write_json
+from data.errors import ConfigError, PodracerError, one_line
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +119,82 @@ def next_fire_times(trigger: CronTrigger, start: datetime, count: int) -> list[d
         previous = fire
         now = fire + timedelta(seconds=1)
     return out
+
+
+# --- the schedule record ------------------------------------------------------------------------------
+
+SCHEDULE_FILE = "schedule.json"
+#: How the schedule runs: ``podracer schedule run`` (in-process) or the text ``schedule print`` gave.
+FORMATS = ("in-process", "crontab", "systemd")
+
+
+@dataclass(frozen=True)
+class ScheduleRecord:
+    """The schedule the user set up last, as ``<home>/schedule.json`` holds it."""
+
+    cron: str
+    tz: str
+    config: str | None  # absolute path of the config the scheduled runs read, None: the defaults
+    format: str  # one of FORMATS
+    written_at: str  # ISO UTC
+
+    @property
+    def source(self) -> str:
+        """The command that set it up: ``schedule run`` or ``schedule print --format <format>``."""
+        return "schedule run" if self.format == "in-process" else f"schedule print --format {self.format}"
+
+
+def schedule_path(home: str | os.PathLike[str]) -> Path:
+    """``<home>/schedule.json``."""
+    return Path(home) / SCHEDULE_FILE
+
+
+def record_schedule(
+    home: str | os.PathLike[str],
+    *,
+    cron: str,
+    tz: str,
+    config: str | os.PathLike[str] | None,
+    fmt: str,
+    now: datetime | None = None,
+) -> ScheduleRecord:
+    """Write the schedule set up in ``home`` to ``<home>/schedule.json`` (atomically); returns it."""
+    if fmt not in FORMATS:
+        raise ConfigError(f"schedule format {fmt!r}: one of {', '.join(FORMATS)}")
+    record = ScheduleRecord(
+        cron=parse_cron(cron).expr,
+        tz=tz,
+        config=str(Path(config).resolve()) if config is not None else None,
+        format=fmt,
+        written_at=(now or datetime.now(UTC)).astimezone(UTC).isoformat(timespec="seconds"),
+    )
+    atomic_write_json(schedule_path(home), asdict(record))
+    return record
+
+
+def read_schedule(home: str | os.PathLike[str]) -> ScheduleRecord | None:
+    """The recorded schedule, or None when none was recorded; an unreadable one is a one-line error."""
+    path = schedule_path(home)
+    if not path.exists():
+        return None
+    try:
+        raw: Any = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(raw, dict):
+            raise ValueError(f"a JSON {type(raw).__name__}, not an object")
+        fields = {name: raw.get(name) for name in ScheduleRecord.__dataclass_fields__}
+        for name in ("cron", "tz", "format", "written_at"):
+            if not isinstance(fields[name], str):
+                raise ValueError(f"{name!r} is missing or not a string")
+        if fields["config"] is not None and not isinstance(fields["config"], str):
+            raise ValueError("'config' is not a string")
+        if fields["format"] not in FORMATS:
+            raise ValueError(f"format {fields['format']!r} is not one of {', '.join(FORMATS)}")
+        datetime.fromisoformat(fields["written_at"])
+        parse_cron(fields["cron"])
+        zone(fields["tz"])
+    except (OSError, ValueError, ConfigError) as err:
+        raise PodracerError(f"{path} is unreadable: {one_line(err, typed=False)}") from None
+    return ScheduleRecord(**fields)
 
 
 # --- in-process scheduler ----------------------------------------------------------------------------

@@ -1,15 +1,17 @@
 """The state of the operating loop in one look: ``podracer status`` and the top of the Nightly page.
 
 :func:`gather_status` reads, never writes: the registry's champion and last decision
-(``app.nightly.registry``, read-only), the next retrain from the cron schedule (the same
-``--cron``/``--tz`` given to ``podracer schedule``), the paper loop's heartbeat
+(``app.nightly.registry``, read-only), the next retrain from the cron schedule (``cron``/``tz`` when
+given, else the one ``podracer schedule run|print`` recorded in ``<home>/schedule.json``, else the
+default; ``schedule["source"]`` says which), the paper loop's heartbeat
 (``app.paper.heartbeat``: stale after two decision intervals of market hours), the kill-switch file,
 the gone tickers the last cycle could not trade, and today's P&L (the journal's newest P&L row, when
 it is from today's session).
 
 ``problems`` lists what needs the operator (a stale or failing loop, a refused champion bundle, an
 unreadable store, gone tickers); ``podracer status`` exits 1 when there is any. The kill switch is a
-state the operator chose, shown but not a problem.
+state the operator chose, shown but not a problem. ``warnings`` lists what status could not read but
+worked around (an unreadable schedule record: the default schedule is shown); they are not problems.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import pandas as pd
 
 from app.nightly.cron import DEFAULT_CRON, DEFAULT_TZ
 from app.nightly.registry import current_champion, read_decisions
-from app.nightly.schedule import cron_trigger, next_fire_times
+from app.nightly.schedule import cron_trigger, next_fire_times, read_schedule
 from app.paper.heartbeat import STALE_INTERVALS, Heartbeat, read_heartbeat
 from app.paper.journal import latest_pnl
 from data.calendar import exchange_date
@@ -41,7 +43,7 @@ class Status:
     champion: dict[str, Any] | None  # run_id, promoted_at, bundle, bundle_id
     last_decision: dict[str, Any] | None  # verdict, decided_at, reason, challenger_run_id
     next_retrain: str | None  # ISO, in the schedule's time zone
-    schedule: dict[str, str]  # cron, tz
+    schedule: dict[str, Any]  # cron, tz, source ("options" | "recorded" | "default"), the record's fields
     heartbeat: dict[str, Any] | None  # the heartbeat file's fields
     heartbeat_age_s: float | None
     loop: str  # "not started" | "ok" | "stale" | "failing"
@@ -50,6 +52,7 @@ class Status:
     gone: list[str]  # held tickers the broker will not trade: manual attention
     today: dict[str, Any] | None  # session, pnl, return, equity (None: no P&L row today)
     problems: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # read around, not problems (see the module)
 
     @property
     def healthy(self) -> bool:
@@ -107,19 +110,40 @@ def _today(home: Path, now: datetime, problems: list[str]) -> dict[str, Any] | N
     }
 
 
+def _schedule(home: Path, cron: str | None, tz: str | None, warnings: list[str]) -> dict[str, Any]:
+    """The schedule the next retrain comes from: the options, else the recorded one, else the default."""
+    if cron is not None or tz is not None:
+        return {"cron": cron or DEFAULT_CRON, "tz": tz or DEFAULT_TZ, "source": "options"}
+    default = {"cron": DEFAULT_CRON, "tz": DEFAULT_TZ, "source": "default"}
+    try:
+        record = read_schedule(home)
+    except PodracerError as err:
+        warnings.append(f"{one_line(err)}; the default schedule is shown")
+        return default | {"unreadable": True}
+    if record is None:
+        return default
+    return asdict(record) | {"source": "recorded", "command": record.source}
+
+
 def gather_status(
     home: str | os.PathLike[str],
     *,
-    cron: str = DEFAULT_CRON,
-    tz: str = DEFAULT_TZ,
+    cron: str | None = None,
+    tz: str | None = None,
     now: datetime | None = None,
 ) -> Status:
-    """The operating loop's state (see the module docstring); ``now`` for tests."""
+    """The operating loop's state (see the module docstring); ``now`` for tests.
+
+    ``cron``/``tz``: the schedule of the next retrain (either given: the other is its default); neither:
+    the one recorded in ``<home>/schedule.json``, else the default.
+    """
     home = Path(home)
     now = now or datetime.now(UTC)
     problems: list[str] = []
+    warnings: list[str] = []
     champion, last = _registry(home, problems)
-    upcoming = next_fire_times(cron_trigger(cron, tz), now, 1)
+    schedule = _schedule(home, cron, tz, warnings)
+    upcoming = next_fire_times(cron_trigger(schedule["cron"], schedule["tz"]), now, 1)
     try:
         beat: Heartbeat | None = read_heartbeat(home)
     except PodracerError as err:
@@ -157,7 +181,7 @@ def gather_status(
         champion=champion,
         last_decision=last,
         next_retrain=upcoming[0].isoformat() if upcoming else None,
-        schedule={"cron": cron, "tz": tz},
+        schedule=schedule,
         heartbeat=asdict(beat) if beat is not None else None,
         heartbeat_age_s=age,
         loop=loop,
@@ -166,4 +190,5 @@ def gather_status(
         gone=gone,
         today=_today(home, now, problems),
         problems=problems,
+        warnings=warnings,
     )
