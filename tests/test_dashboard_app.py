@@ -161,8 +161,9 @@ def test_every_page_renders_on_a_full_home(full_home, monkeypatch, page):
 
 
 def test_nightly_status_box_shows_the_kill_switch_and_the_gone_tickers(tmp_path, monkeypatch):
-    """A loop halted by the kill switch, holding tickers the broker will not trade: the box says so
-    as `podracer status` does (a fresh home otherwise: no champion, no retrain yet)."""
+    """A loop halted by the kill switch, holding tickers the broker will not trade, beside an unreadable
+    schedule record: the box says so as `podracer status` does (a fresh home otherwise: no champion,
+    no retrain yet)."""
     from datetime import UTC, datetime, timedelta
 
     from app.paper.heartbeat import Heartbeat, heartbeat_path, write_heartbeat
@@ -179,10 +180,14 @@ def test_nightly_status_box_shows_the_kill_switch_and_the_gone_tickers(tmp_path,
         ),
     )  # fmt: skip
     kill.touch()
+    (home / "schedule.json").write_text("{not json")  # an unreadable schedule record
     at = _open(_app(home, monkeypatch), "nightly")
     _no_exception(at)
     labels = {m.label: m.value for m in at.metric}
     assert labels["Kill switch"] == "ON" and labels["Gone tickers"] == "ZOMB, GONE"
+    next_help = next(m.proto.help for m in at.metric if m.label == "Next retrain")
+    assert next_help.endswith("(default schedule: the recorded one is unreadable)")
+    assert any("the default schedule is shown" in w for w in _texts(at.warning))
     assert labels["Champion"] == "none yet" and labels["Champion since"] == "-"
     assert labels["Last retrain"] == "none recorded" and labels["Paper loop"] == "ok"
     assert any("kill switch on" in w for w in _texts(at.warning))

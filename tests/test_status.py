@@ -198,7 +198,12 @@ def test_cron_and_tz_override_the_recorded_schedule(tmp_path, capsys):
     home = tmp_path / "home"
     record_schedule(home, cron="30 3 * * 1-5", tz="Europe/London", config=None, fmt="crontab")
     state = gather_status(home, now=OPEN_NOW, cron="0 4 * * *")
-    assert state.schedule == {"cron": "0 4 * * *", "tz": "America/New_York", "source": "options"}
+    assert state.schedule == {
+        "cron": "0 4 * * *",
+        "tz": "America/New_York",
+        "source": "options",
+        "described": "from --cron/--tz",
+    }
     assert state.next_retrain == "2024-01-05T04:00:00-05:00"  # the --tz default, not the record's
     assert gather_status(home, now=OPEN_NOW, tz="Asia/Tokyo").next_retrain == "2024-01-05T02:00:00+09:00"
     assert main(["--home", str(home), "status", "--cron", "0 4 * * *", "--tz", "UTC"]) == 0

@@ -67,19 +67,6 @@ def _when(iso: str | None, tz: str = "UTC") -> str:
     return f"{stamp.astimezone(ZoneInfo(tz)):%Y-%m-%d %H:%M} {tz}"
 
 
-def _source(schedule: dict[str, Any]) -> str:
-    """Where the schedule of the next retrain came from, in words."""
-    source = schedule.get("source")
-    if source == "recorded":
-        written = _when(schedule.get("written_at"), schedule["tz"]).split(" ")[0]
-        return f"schedule from {schedule.get('command')}, {written}"
-    if source == "options":
-        return "from --cron/--tz"
-    if schedule.get("unreadable"):
-        return "default schedule: the recorded one is unreadable"
-    return "default schedule: none recorded"
-
-
 def _money(value: float) -> str:
     return f"{'-' if value < 0 else '+'}${abs(value):,.2f}"
 
@@ -101,7 +88,7 @@ def status_lines(status: Any) -> list[str]:
         lines.append("last retrain  none recorded")
     cron = status.schedule
     lines.append(
-        f"next retrain  {_when(status.next_retrain, cron['tz'])} (cron '{cron['cron']}', {_source(cron)})"
+        f"next retrain  {_when(status.next_retrain, cron['tz'])} (cron '{cron['cron']}', {cron['described']})"
     )
     if beat is None:
         lines.append("paper loop    not started (podracer paper --champion)")

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pandas as pd
 
@@ -125,6 +126,30 @@ def _schedule(home: Path, cron: str | None, tz: str | None, warnings: list[str])
     return asdict(record) | {"source": "recorded", "command": record.source}
 
 
+def schedule_source(schedule: dict[str, Any]) -> str:
+    """Where the schedule of the next retrain came from, in words (``podracer status``, the dashboard)."""
+    source = schedule.get("source")
+    if source == "recorded":
+        return f"schedule from {schedule.get('command')}, {_local_date(schedule.get('written_at'), schedule['tz'])}"
+    if source == "options":
+        return "from --cron/--tz"
+    if schedule.get("unreadable"):
+        return "default schedule: the recorded one is unreadable"
+    return "default schedule: none recorded"
+
+
+def _local_date(iso: str | None, tz: str) -> str:
+    """The date of an ISO time (UTC when it has no offset) in ``tz``; ``-`` for none."""
+    if not iso:
+        return "-"
+    try:
+        stamp = datetime.fromisoformat(str(iso))
+    except ValueError:
+        return str(iso)
+    stamp = stamp.replace(tzinfo=UTC) if stamp.tzinfo is None else stamp
+    return f"{stamp.astimezone(ZoneInfo(tz)):%Y-%m-%d}"
+
+
 def gather_status(
     home: str | os.PathLike[str],
     *,
@@ -143,6 +168,7 @@ def gather_status(
     warnings: list[str] = []
     champion, last = _registry(home, problems)
     schedule = _schedule(home, cron, tz, warnings)
+    schedule["described"] = schedule_source(schedule)
     upcoming = next_fire_times(cron_trigger(schedule["cron"], schedule["tz"]), now, 1)
     try:
         beat: Heartbeat | None = read_heartbeat(home)

@@ -42,13 +42,15 @@ def _status_box(state) -> None:  # noqa: ANN001 - app.workflows.status.Status
         "Next retrain",
         _stamp(state.next_retrain),
         cron["cron"],
-        help=f"cron '{cron['cron']}' {cron['tz']}",
+        help=f"cron '{cron['cron']}' {cron['tz']} ({cron['described']})",
         **plain,
     )
     cols[2].metric("Kill switch", "ON" if kill["on"] else "off", help=str(kill["path"]), border=True)
     cols[3].metric("Gone tickers", ", ".join(state.gone) or "none", border=True)
     for problem in state.problems:
         st.error(problem)
+    for warning in state.warnings:
+        st.warning(warning)
     if kill["on"]:
         st.warning(f"kill switch on ({kill['path']}): no new orders")
     if state.switch_pending:
