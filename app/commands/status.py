@@ -7,13 +7,12 @@ refused champion bundle, gone tickers, an unreadable store); see app/workflows/s
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
 from typing import Any
-from zoneinfo import ZoneInfo
 
 import typer
 
 from app import context
+from app.timestamps import local_time
 
 
 def status(
@@ -57,14 +56,7 @@ def _ago(seconds: float | None) -> str:
 
 def _when(iso: str | None, tz: str = "UTC") -> str:
     """An ISO time as ``YYYY-MM-DD HH:MM <tz>`` (in ``tz``)."""
-    if not iso:
-        return "-"
-    try:
-        stamp = datetime.fromisoformat(str(iso))
-    except ValueError:
-        return str(iso)
-    stamp = stamp.replace(tzinfo=UTC) if stamp.tzinfo is None else stamp
-    return f"{stamp.astimezone(ZoneInfo(tz)):%Y-%m-%d %H:%M} {tz}"
+    return f"{local_time(iso, tz)} {tz}" if iso else "-"
 
 
 def _money(value: float) -> str:

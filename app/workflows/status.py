@@ -22,7 +22,6 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from zoneinfo import ZoneInfo
 
 import pandas as pd
 
@@ -31,6 +30,7 @@ from app.nightly.registry import current_champion, read_decisions
 from app.nightly.schedule import cron_trigger, next_fire_times, read_schedule
 from app.paper.heartbeat import STALE_INTERVALS, Heartbeat, read_heartbeat
 from app.paper.journal import latest_pnl
+from app.timestamps import local_time
 from data.calendar import exchange_date
 from data.errors import PodracerError, one_line
 
@@ -130,24 +130,12 @@ def schedule_source(schedule: dict[str, Any]) -> str:
     """Where the schedule of the next retrain came from, in words (``podracer status``, the dashboard)."""
     source = schedule.get("source")
     if source == "recorded":
-        return f"schedule from {schedule.get('command')}, {_local_date(schedule.get('written_at'), schedule['tz'])}"
+        return f"schedule from {schedule.get('command')}, {local_time(schedule.get('written_at'), schedule['tz'], '%Y-%m-%d')}"
     if source == "options":
         return "from --cron/--tz"
     if schedule.get("unreadable"):
         return "default schedule: the recorded one is unreadable"
     return "default schedule: none recorded"
-
-
-def _local_date(iso: str | None, tz: str) -> str:
-    """The date of an ISO time (UTC when it has no offset) in ``tz``; ``-`` for none."""
-    if not iso:
-        return "-"
-    try:
-        stamp = datetime.fromisoformat(str(iso))
-    except ValueError:
-        return str(iso)
-    stamp = stamp.replace(tzinfo=UTC) if stamp.tzinfo is None else stamp
-    return f"{stamp.astimezone(ZoneInfo(tz)):%Y-%m-%d}"
 
 
 def gather_status(
