@@ -20,6 +20,7 @@ missing, truncated, non-JSON or mismatched file raises :class:`data.errors.Check
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -49,13 +50,18 @@ ACTION_MODES = ("weights", "shares")
 
 
 def _versions() -> dict[str, str]:
+    return dict(_installed_versions())
+
+
+@functools.cache  # (a metadata lookup scans the installed distributions: milliseconds, once per process)
+def _installed_versions() -> tuple[tuple[str, str], ...]:
     out = {"python": platform.python_version(), "torch": torch.__version__}
     for dist in ("podracer", "safetensors", "numpy"):
         try:
             out[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
             out[dist] = "unknown"
-    return out
+    return tuple(out.items())
 
 
 # --- action distribution ---------------------------------------------------------------------------
@@ -116,15 +122,28 @@ class Policy(nn.Module):
     """Network + observation normalizer + action post-processing; ``policy(obs) -> action``."""
 
     def __init__(
-        self, config: NetworkConfig, meta: PolicyMeta | None = None, device: str | torch.device = "cpu"
+        self,
+        config: NetworkConfig,
+        meta: PolicyMeta | None = None,
+        device: str | torch.device = "cpu",
+        *,
+        init: bool = True,
     ) -> None:
+        """``init=False``: the network's weights are left uninitialised, for a caller that loads every
+        one of them next (a checkpoint, a copy): building it on the meta device skips the
+        initialisation's work, most of the cost of a policy made once per pod per round."""
         super().__init__()
         meta = meta or PolicyMeta()
         if meta.action_mode not in ACTION_MODES:
             raise ValueError(f"action_mode must be one of {ACTION_MODES}, got {meta.action_mode!r}")
         self.config = config
         self.meta = meta
-        self.net = PerAssetActorCritic(config).to(device)
+        if init:
+            self.net = PerAssetActorCritic(config).to(device)
+        else:
+            with torch.device("meta"):
+                net = PerAssetActorCritic(config)
+            self.net = net.to_empty(device=device)
         self.obs_norm = ObsNormalizer(NUM_GLOBAL, asset_width(config.num_features), device=device)
 
     # sizes
@@ -246,7 +265,7 @@ class Policy(nn.Module):
 
     def clone(self) -> Policy:
         """An independent copy (same device)."""
-        other = Policy(self.config, self.meta, device=self.device)
+        other = Policy(self.config, self.meta, device=self.device, init=False)
         other.load_state_dict(self.state_dict())
         other.obs_norm.copy_from(self.obs_norm)  # count, clip and eps are not in the state dict
         return other
@@ -332,7 +351,7 @@ class Policy(nn.Module):
                 raise CheckpointError(
                     f"{directory}/spec.json: {len(meta.tickers)} tickers for {config.num_assets} assets"
                 )
-            policy = cls(config, meta, device=device)
+            policy = cls(config, meta, device=device, init=False)  # (every weight is loaded below)
             policy.obs_norm.load_spec(spec["normalization"])
         except CheckpointError:
             raise

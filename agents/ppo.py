@@ -24,7 +24,11 @@ The action distribution is a diagonal Gaussian over ``A + 1`` logits; the env ge
 
 Determinism: the network is initialised under a forked RNG seeded with ``args.seed``, all sampling and
 minibatch shuffles use a private ``torch.Generator`` and the env is reset with the same seed, so a run
-on the CPU is reproducible bit for bit (tests check identical weights after N updates).
+on the CPU is reproducible bit for bit (tests check identical weights after N updates). A rollout's
+action noise is one draw at its start (:func:`rollout_noise`), not one per step: a population of pods
+(:mod:`agents.population`) then draws each pod's noise with one launch per update instead of one per
+step (on a CPU the numbers are those of per-step draws whenever ``num_envs * raw_dim`` is a multiple
+of 16, torch's normal sampler's block).
 """
 
 from __future__ import annotations
@@ -171,6 +175,25 @@ class RolloutState:
     episode_length: Tensor  # (N,) steps since the episode started
 
 
+def rollout_noise(
+    generator: torch.Generator, num_steps: int, num_envs: int, raw_dim: int, *, out: Tensor | None = None
+) -> Tensor:
+    """A rollout's action noise, ``(num_steps, num_envs, raw_dim)`` standard normal float32, in one
+    draw from ``generator`` (into ``out`` when given: the same numbers)."""
+    shape = (num_steps, num_envs, raw_dim)
+    if out is not None:
+        return torch.randn(shape, generator=generator, out=out)
+    return torch.randn(shape, generator=generator, device=generator.device)
+
+
+def shuffle(generator: torch.Generator, batch_size: int, *, out: Tensor | None = None) -> Tensor:
+    """An epoch's minibatch order: a random permutation of ``batch_size`` samples from ``generator``
+    (into ``out`` when given: the same numbers)."""
+    if out is not None:
+        return torch.randperm(batch_size, generator=generator, out=out)
+    return torch.randperm(batch_size, generator=generator, device=generator.device)
+
+
 @torch.no_grad()
 def collect_rollout(
     policy: Policy,
@@ -190,13 +213,13 @@ def collect_rollout(
     finished_lengths: list[Tensor] = []
     reward_sum = torch.zeros((), device=obs.device)
     cost_sum = torch.zeros((), device=obs.device)
+    noises = rollout_noise(generator, num_steps, num_envs, rollout.raw.shape[2]).to(rollout.raw)
     for step in range(num_steps):
         if update_norm:
             policy.obs_norm.update(obs)
         packed = policy.net.pack(policy.obs_norm.normalize(obs))
         mean, std, value = policy.dist_params_packed(packed)
-        noise = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)
-        raw = mean + std * noise
+        raw = mean + std * noises[step]
         for buffer, part in zip(rollout.packed, packed, strict=True):
             buffer[step] = part
         rollout.raw[step] = raw
@@ -360,7 +383,7 @@ def update(
     clipfracs: list[Tensor] = []
     approx_kl = torch.zeros(())
     for _epoch in range(args.update_epochs):
-        perm = torch.randperm(batch_size, generator=generator, device=generator.device).to(b_sample.device)
+        perm = shuffle(generator, batch_size).to(b_sample.device)
         for start in range(0, batch_size, minibatch_size):
             mb = perm[start : start + minibatch_size]
             if len(mb) not in gathered:

@@ -143,7 +143,7 @@ def policy_for_env(
     # The network's weights do not depend on the number of assets, so a policy carries over to a
     # different universe: rebuild for this env's size and copy every tensor.
     config = dataclasses.replace(source.config, num_assets=env.num_assets)
-    policy = Policy(config, meta, device=env.device)
+    policy = Policy(config, meta, device=env.device, init=False)
     policy.net.load_state_dict(source.net.state_dict())
     policy.obs_norm.copy_from(source.obs_norm)
     return policy, opt_state

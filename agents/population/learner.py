@@ -14,8 +14,11 @@ the shape of the work: every step of the P pods is one batched op over a leading
   grad-norm clipping, observation statistics and the Adam step count are per pod
   (:mod:`agents.population.stacked`).
 - **Randomness.** Each pod owns the ``torch.Generator`` its separate run would own, seeded alike,
-  and draws from it in the same order: its action noise every step, its minibatch permutation every
-  epoch. So a pod's samples do not depend on the other pods.
+  and draws from it what that run draws, in the same order: its rollout's action noise, one draw at
+  the rollout's start (``agents.ppo.rollout_noise``) into its row of one ``(P, T, N, R)`` buffer, and
+  its minibatch order at the start of each of its epochs (``agents.ppo.shuffle``) into its row of
+  one ``(P, B)`` buffer. So a pod's samples do not depend on the other pods, and the draws cost
+  ``P`` launches per rollout and per epoch, not ``P`` per step.
 - **Hyper-parameters that change the program's shape.** ``update_epochs`` (mutated by the
   tournament) varies by masking: the update runs the largest count, and a pod past its own has its
   step masked (no parameter, moment or step-count change, no permutation drawn). A pod whose round
@@ -24,9 +27,10 @@ the shape of the work: every step of the P pods is one batched op over a leading
   differ in them belong to different populations (:func:`~agents.population.pods.shape_key`).
 - **Launch overhead.** No host synchronisation inside the rollout or the update (metrics stay on
   the device until the round ends; the one exception: with ``target_kl`` set, one read per epoch
-  decides which pods stop). The rollout's policy step, its post-step bookkeeping and the minibatch
-  update run through :class:`~agents.population.graphs.StepGraph`: one CUDA graph replay each on a
-  GPU, the same functions eagerly elsewhere. The env's own step keeps its host check (the NaN-action
+  decides which pods stop). The rollout's policy step, its post-step bookkeeping, the advantage
+  estimate (bootstrap value, GAE, explained variance) and the minibatch update run through
+  :class:`~agents.population.graphs.StepGraph`: one CUDA graph replay each on a GPU, the same
+  functions eagerly elsewhere. The env's own step keeps its host check (the NaN-action
   check and the autoreset branch), once per step for all ``P * N`` envs.
 """
 
@@ -53,7 +57,7 @@ from agents.population.stacked import (
     finite_rows,
     fused_adam_param_groups,
 )
-from agents.ppo import PPOArgs
+from agents.ppo import PPOArgs, rollout_noise, shuffle
 from agents.training import TrainResult, policy_for_env
 from envs import trading
 
@@ -128,7 +132,8 @@ class Population:
         self.returns = torch.zeros(p, t, n, **z)
         # Static buffers of the graphed steps.
         self.obs = torch.zeros(p * n, config.obs_dim, **z)
-        self.noise = torch.zeros(p, n, self.raw_dim, **z)
+        self.noises = torch.zeros(p, t, n, self.raw_dim, **z)  # each pod's rollout noise, drawn at its start
+        self.noise = torch.zeros(p, n, self.raw_dim, **z)  # this step's
         self.act_packed = tuple(torch.zeros(p, n, *q.shape[2:], **z) for q in probe)
         self.act_raw = torch.zeros(p, n, self.raw_dim, **z)
         self.act_logprob = torch.zeros(p, n, **z)
@@ -148,6 +153,7 @@ class Population:
         self.offsets = (torch.arange(p, device=dev) * self.batch_size).unsqueeze(1)
         self.act_step = StepGraph(self._act, dev, graphs, "the rollout's policy step")
         self.post_step = StepGraph(self._post, dev, graphs, "the rollout's post-step")
+        self.advantage_step = StepGraph(self._advantages, dev, graphs, "the advantage estimate")
         self.mb_index: dict[int, Tensor] = {}
         self.mb_steps: dict[int, StepGraph] = {}
         for start in range(0, self.batch_size, self.minibatch_size):
@@ -200,7 +206,7 @@ class Population:
 
     def export(self, slot: int, template: Policy, learning_rate: float) -> tuple[Policy, dict]:
         """Row ``slot`` as a policy (``template``'s config and meta) and a ``torch.optim.Adam`` state."""
-        policy = Policy(template.config, template.meta, device=self.device)
+        policy = Policy(template.config, template.meta, device=self.device, init=False)
         policy.net.load_state_dict(self.nets.state_dict(slot))
         self.norm.export(slot, policy.obs_norm)
         groups = fused_adam_param_groups(self.nets, learning_rate)
@@ -315,12 +321,12 @@ class Population:
 
     @torch.no_grad()
     def _rollout(self, generators: Sequence[torch.Generator], training: Sequence[bool]) -> None:
-        p, n = self.num_pods, self.num_envs
-        for step in range(self.num_steps):
-            for slot in range(p):
-                if training[slot]:  # the pod's own draw, as its run draws it (agents.ppo.collect_rollout)
-                    gen = generators[slot]
-                    self.noise[slot].copy_(torch.randn((n, self.raw_dim), generator=gen, device=gen.device))
+        p, n, t = self.num_pods, self.num_envs, self.num_steps
+        for slot in range(p):
+            if training[slot]:  # the pod's own draw, as its run draws it (agents.ppo.collect_rollout)
+                rollout_noise(generators[slot], t, n, self.raw_dim, out=self.noises[slot])
+        for step in range(t):
+            self.noise.copy_(self.noises[:, step])
             self.act_step()
             for buffer, part in zip(self.packed, self.act_packed, strict=True):
                 buffer[:, step].copy_(part)
@@ -337,12 +343,14 @@ class Population:
             self.rewards[:, step].copy_(self.row_reward)
             self.dones[:, step].copy_(self.row_done)
             self.obs.copy_(obs)
-        obs = self.obs.view(p, n, -1)
-        self.next_value.copy_(self.nets.value_packed(*self.nets.pack(self.norm.normalize(obs))))
 
     @torch.no_grad()
-    def _gae(self) -> None:
-        """``agents.ppo.compute_gae`` for every env of every pod at once, with per-pod gamma/lambda."""
+    def _advantages(self) -> None:
+        """The bootstrap value of the last observation, then ``agents.ppo.compute_gae`` for every env
+        of every pod at once (per-pod gamma and lambda), then the explained variance."""
+        p, n = self.num_pods, self.num_envs
+        obs = self.obs.view(p, n, -1)
+        self.next_value.copy_(self.nets.value_packed(*self.nets.pack(self.norm.normalize(obs))))
         last = torch.zeros_like(self.next_value)
         for t in reversed(range(self.num_steps)):
             following = self.next_value if t == self.num_steps - 1 else self.values[:, t + 1]
@@ -351,19 +359,16 @@ class Population:
             last = delta + self.gamma_lambda * alive * last
             self.advantages[:, t] = last
         torch.add(self.advantages, self.values, out=self.returns)
+        b_returns = self.returns.reshape(p, -1)
+        var_y = b_returns.var(dim=1)
+        explained = 1 - (b_returns - self.values.reshape(p, -1)).var(dim=1) / var_y
+        self.stats[h.EXPLAINED_VARIANCE] = torch.where(var_y == 0, math.nan, explained).to(self.stats.dtype)
 
     def _update(
         self, generators: Sequence[torch.Generator], training: Sequence[bool], args: Sequence[PPOArgs]
     ) -> None:
-        self._gae()
+        self.advantage_step()
         p = self.num_pods
-        with torch.no_grad():
-            b_returns = self.returns.reshape(p, -1)
-            var_y = b_returns.var(dim=1)
-            explained = 1 - (b_returns - self.values.reshape(p, -1)).var(dim=1) / var_y
-            self.stats[h.EXPLAINED_VARIANCE] = torch.where(var_y == 0, math.nan, explained).to(
-                self.stats.dtype
-            )
         self.kl_stop.zero_()
         stopped = [False] * p
         kl_limits = [a.target_kl for a in args]
@@ -374,10 +379,8 @@ class Population:
             torch.logical_and(self.training, self.epochs > epoch, out=self.mb_active)
             self.mb_active &= ~self.kl_stop
             for slot in range(p):
-                if active[slot]:
-                    gen = generators[slot]
-                    perm = torch.randperm(self.batch_size, generator=gen, device=gen.device)
-                    self.perms[slot].copy_(perm)
+                if active[slot]:  # the pod's own order, as its run draws it (agents.ppo.update)
+                    shuffle(generators[slot], self.batch_size, out=self.perms[slot])
             for start in range(0, self.batch_size, self.minibatch_size):
                 size = min(self.minibatch_size, self.batch_size - start)
                 self.mb_index[size].copy_(self.perms[:, start : start + size])

@@ -34,15 +34,16 @@ MEMORY_FRACTION = 0.6
 
 
 def bytes_per_pod(config: NetworkConfig, num_envs: int, num_steps: int, num_minibatches: int) -> int:
-    """Device bytes one pod of a population needs (float32), roughly: rollout storage, a minibatch's
-    gathered inputs with the forward and backward passes' temporaries, and its envs' tensors."""
+    """Device bytes one pod of a population needs (float32), roughly: rollout storage (with the
+    rollout's action noise), a minibatch's gathered inputs with the forward and backward passes'
+    temporaries, and its envs' tensors."""
     a, x = config.num_assets, asset_width(config.num_features)
     obs_dim = config.obs_dim
     if config.asset_layers == 0:
         sample = x * a + 2 * x + 1 + NUM_GLOBAL  # the packed form
     else:
         sample = obs_dim + 2 * a * config.embed * config.asset_layers  # + the per-asset activations
-    per_sample = sample + (a + 1) + 8  # + raw sample and the per-sample scalars
+    per_sample = sample + 2 * (a + 1) + 8  # + raw sample, its noise and the per-sample scalars
     batch = num_steps * num_envs
     minibatch = max(1, batch // num_minibatches)
     envs = num_envs * (6 * obs_dim + 8 * a + 16)  # observations (live, final, static), holdings, accounting
@@ -65,14 +66,14 @@ def sync(device: torch.device) -> None:
 
 def learner_rate(population: Any, update_epochs: int, repeats: int = 3) -> float:
     """Aggregate env-steps/s of a ``agents.population.learner.Population``'s learner side: its policy
-    step, post-step and minibatch update timed as one update runs them (``num_steps`` steps,
-    ``update_epochs`` epochs), on its current buffers with every pod masked (nothing is learned or
-    kept), after a warm-up (and the CUDA graphs' recording). The env step is left out on purpose: its
+    step, post-step, advantage estimate and minibatch update timed as one update runs them
+    (``num_steps`` steps, one estimate, ``update_epochs`` epochs), on its current buffers with every
+    pod masked (nothing is learned or kept), after a warm-up (and the CUDA graphs' recording). The env step is left out on purpose: its
     cost is linear in the envs, and timing it would first compile it for every size tried."""
     population.training.zero_()
     population.mb_active.zero_()
     size = population.minibatch_size
-    steps = [population.act_step, population.post_step, population.mb_steps[size]]
+    steps = [population.act_step, population.post_step, population.advantage_step, population.mb_steps[size]]
     for _ in range(2):
         for step in steps:
             step()
@@ -85,7 +86,7 @@ def learner_rate(population: Any, update_epochs: int, repeats: int = 3) -> float
         sync(population.device)
         seconds.append((time.perf_counter() - t0) / repeats)
     minibatches = update_epochs * math.ceil(population.batch_size / size)
-    per_update = population.num_steps * (seconds[0] + seconds[1]) + minibatches * seconds[2]
+    per_update = population.num_steps * (seconds[0] + seconds[1]) + seconds[2] + minibatches * seconds[3]
     return population.num_pods * population.batch_size / per_update
 
 

@@ -21,6 +21,7 @@ outputs equal its own network's to float rounding (tests/test_population.py).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import torch
@@ -361,10 +362,16 @@ class StackedAdam:
 def fused_adam_param_groups(nets: StackedNets, lr: float) -> list[dict]:
     """The ``param_groups`` of the learners' Adam (:func:`agents.training.make_optimizer`) over one
     pod's network, for :meth:`StackedAdam.state_dict`."""
-    fused = nets.device.type in ("cpu", "cuda")
-    probe = [torch.zeros(1, device=nets.device, requires_grad=True) for _ in nets.names]
-    optimizer = torch.optim.Adam(probe, lr=lr, eps=ADAM_EPS, fused=fused or None)
-    return optimizer.state_dict()["param_groups"]
+    groups = _adam_param_groups(str(nets.device), len(nets.names))
+    return [{**group, "params": list(group["params"]), "lr": lr} for group in groups]
+
+
+@functools.cache  # (building an optimizer costs milliseconds; a population exports every pod, every round)
+def _adam_param_groups(device: str, num_params: int) -> tuple[dict, ...]:
+    fused = torch.device(device).type in ("cpu", "cuda")
+    probe = [torch.zeros(1, device=device, requires_grad=True) for _ in range(num_params)]
+    optimizer = torch.optim.Adam(probe, lr=0.0, eps=ADAM_EPS, fused=fused or None)
+    return tuple(optimizer.state_dict()["param_groups"])
 
 
 def finite_rows(nets: StackedNets) -> Tensor:
