@@ -102,8 +102,14 @@ def windows_ppo():
     return train, valid
 
 
-def test_real_pods_same_seed_and_budget_give_the_same_run(tmp_path, windows_ppo):
-    a = _ppo_run(tmp_path, "a", windows_ppo)
+def test_real_pods_same_seed_and_budget_give_the_same_run(tmp_path, windows_ppo, caplog):
+    with caplog.at_level("INFO", logger="agents.tournament.population_backend"):
+        a = _ppo_run(tmp_path, "a", windows_ppo)
+    # Each population says where its round's time went (two populations of 3 pods: 6 pods).
+    lines = [r.getMessage() for r in caplog.records if "population round of" in r.getMessage()]
+    assert len(lines) == 2, lines
+    assert all(line.startswith("population round of 3 pods (3 scored): setup ") for line in lines)
+    assert all(all(f"{phase} " in line for phase in ("train", "validation", "files")) for line in lines)
     b = _ppo_run(tmp_path, "b", windows_ppo)
     pods_a, pods_b = read_pods(a.run_dir), read_pods(b.run_dir)
     assert len(pods_a) == 6 and all(p["status"] == "scored" or p["score"] is not None for p in pods_a)

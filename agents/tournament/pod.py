@@ -101,6 +101,7 @@ class PodOutcome:
     env_steps: int  # env-steps of the lineage so far (parent's + this round's)
     checkpoint: str
     elapsed_s: float = 0.0
+    phases: dict[str, float] | None = None  # a population round's seconds by phase (its pods share them)
 
 
 class RoundError(Exception):

@@ -104,6 +104,18 @@ def _ray_round(
     return run_population(round_fn, tasks, ctx, graphs)
 
 
+def _log_phases(batch: Any, job: Any) -> None:
+    """One log line per finished population: where its round's time went."""
+    if isinstance(job, BaseException):
+        return
+    phases = next((o.phases for o in job if isinstance(o, PodOutcome) and o.phases), None)
+    if not phases:
+        return
+    done = sum(isinstance(o, PodOutcome) for o in job)
+    parts = ", ".join(f"{k.removesuffix('_s')} {v:.1f} s" for k, v in phases.items())
+    log.info("population round of %d pods (%d scored): %s", len(batch.tasks), done, parts)
+
+
 @dataclass(eq=False)
 class _Batch:
     """One population round in flight."""
@@ -299,6 +311,7 @@ class PopulationBackend:
                 job = job.result()
             except BaseException as err:  # noqa: BLE001 - the worker was lost: every pod's future raises it
                 job = err
+        _log_phases(batch, job)
         for i, future in enumerate(batch.futures):
             if isinstance(job, BaseException):
                 future.set_exception(job)
