@@ -119,14 +119,20 @@ class TradingVecEnv(gymnasium.vector.VectorEnv):
         self.state, obs = trading.reset(self.market, self.params, self.num_envs, self._generator, start=start)
         return obs, {"t": self.state.t}
 
-    def step(self, action: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, dict[str, Tensor]]:
-        """One decision for every env: ``(obs, reward, terminated, truncated, info)``."""
+    def step(
+        self, action: Tensor, *, validate: bool = True
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor, dict[str, Tensor]]:
+        """One decision for every env: ``(obs, reward, terminated, truncated, info)``.
+
+        ``validate=False`` skips the action checks (``envs.trading.step``'s: a host sync per step on
+        a GPU) for a caller whose actions are known to be finite and shaped ``(N, A)``."""
         assert self.state is not None  # set in __init__
         self.state, obs, reward, terminated, truncated, info = trading.step(
             self.market,
             self.params,
             self.state,
             action,
+            validate=validate,
             fast=self.fast,
             fallback_to_compile=self._fallback_to_compile,
         )

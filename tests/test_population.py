@@ -128,6 +128,21 @@ def test_a_round_equals_separate_runs_pod_by_pod_then_warm_starts_continue_alike
     assert together2[0].history[-1]["charts/learning_rate"] == pytest.approx(children[0].learning_rate / 3)
 
 
+def test_a_pod_gone_non_finite_fails_alone_and_the_others_train_as_alone(market):
+    params = _params()
+    make_env = lambda n: TradingVecEnv(market, params, num_envs=n, seed=0)  # noqa: E731
+    pods = _pods()
+    alone = [ppo.train(args, make_env(N)) for args in pods]
+    pop = _population(market, params, alone[0].policy.config, len(pods))
+    setups = [PodSetup(*pop.starting_policy(args), args) for args in pods]
+    with torch.no_grad():
+        setups[1].policy.net.actor_cash.weight.fill_(float("nan"))  # its every action is NaN
+    together = pop.train(setups)  # no ActionError: the env batch never sees the NaN actions
+    assert pop.finite() == [True, False, True]
+    _assert_same_run(alone[0], together[0])
+    _assert_same_run(alone[2], together[2])
+
+
 def test_deep_encoders_and_share_actions_too(market):
     params = _params(action_mode="shares")
     pods = [dataclasses.replace(a, asset_layers=2, rebalance_rate=1.0) for a in _pods()[:2]]

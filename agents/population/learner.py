@@ -30,8 +30,9 @@ the shape of the work: every step of the P pods is one batched op over a leading
   decides which pods stop). The rollout's policy step, its post-step bookkeeping, the advantage
   estimate (bootstrap value, GAE, explained variance) and the minibatch update run through
   :class:`~agents.population.graphs.StepGraph`: one CUDA graph replay each on a GPU, the same
-  functions eagerly elsewhere. The env's own step keeps its host check (the NaN-action
-  check and the autoreset branch), once per step for all ``P * N`` envs.
+  functions eagerly elsewhere. The env's step skips its action check (the actions are made finite in
+  the policy step: a pod gone non-finite cannot spoil the others' envs, and fails alone after the
+  round) and keeps its autoreset branch, once per step for all ``P * N`` envs.
 """
 
 from __future__ import annotations
@@ -239,7 +240,12 @@ class Population:
         self.act_raw.copy_(raw)
         self.act_logprob.copy_(gaussian_log_prob(raw, mean, std))
         self.act_value.copy_(value)
-        self.action.copy_(self._to_action(raw, obs).reshape(p * n, -1))
+        # A pod whose weights went non-finite acts NaN: its envs get zeros instead, so the env batch
+        # stays sound for the other pods (and needs no per-step NaN check); the pod itself fails after
+        # the round (``finite``). Finite actions are unchanged.
+        self.action.copy_(
+            torch.nan_to_num(self._to_action(raw, obs).reshape(p * n, -1), nan=0.0, posinf=0.0, neginf=0.0)
+        )
 
     def _post(self) -> None:
         p, n = self.num_pods, self.num_envs
@@ -333,7 +339,7 @@ class Population:
             self.raw[:, step].copy_(self.act_raw)
             self.logprobs[:, step].copy_(self.act_logprob)
             self.values[:, step].copy_(self.act_value)
-            obs, reward, terminated, truncated, info = self.env.step(self.action)
+            obs, reward, terminated, truncated, info = self.env.step(self.action, validate=False)
             self.step_reward.copy_(reward)
             self.step_terminated.copy_(terminated)
             self.step_truncated.copy_(truncated)
