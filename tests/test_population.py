@@ -295,6 +295,60 @@ def test_stacked_adam_matches_torch_adam_per_pod_and_masked_pods_stay_bitwise():
     assert adam.step.tolist() == [3.0, 3.0, 2.0]
 
 
+def _ops_outside_graphs(pop, setups) -> dict[str, int]:
+    """Tensor ops ``pop.train`` dispatches in its rollout and update outside the graphed steps."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    counts = {"rollout": 0, "update": 0}
+    where = [None]
+
+    class Count(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if where[-1] is not None:
+                counts[where[-1]] += 1
+            return func(*args, **(kwargs or {}))
+
+    def under(label, fn):
+        def wrapped(*a, **k):
+            where.append(label)
+            try:
+                return fn(*a, **k)
+            finally:
+                where.pop()
+
+        return wrapped
+
+    for step in (pop.act_step, pop.post_step, pop.advantage_step, *pop.mb_steps.values()):
+        step.fn = under(None, step.fn)
+    pop._rollout = under("rollout", pop._rollout)
+    pop._update = under("update", pop._update)
+    pop.env.step = under(None, pop.env.step)
+    with Count():
+        pop.train(setups)
+    return counts
+
+
+def test_per_pod_work_outside_the_graphs_is_per_rollout_and_epoch_not_per_step(market):
+    """What a GPU pays as launches: each pod's draws are one per rollout (noise) and one per epoch
+    (its minibatch order), so a population of more pods dispatches only a few more ops, however many
+    steps its rollout has (docs/benchmarks.md, "Population backend": benchmarks/population_launches.py)."""
+    params = _params()
+    args = ppo.PPOArgs(seed=0, update_epochs=2, **{**BASE, "total_steps": 16 * N})  # one update
+    config = _pods_config(market, params, args)
+    counts = {}
+    for num_pods in (2, 6):
+        pop = _population(market, params, config, num_pods)
+        setups = [
+            PodSetup(*pop.starting_policy(dataclasses.replace(args, seed=s)), args) for s in range(num_pods)
+        ]
+        counts[num_pods] = _ops_outside_graphs(pop, setups)
+    extra = {k: counts[6][k] - counts[2][k] for k in ("rollout", "update")}
+    # 4 more pods: a noise draw each per rollout (a few ops), an order each per epoch; a per-step loop
+    # over the pods would add 4 x 16 steps x a few ops to the rollout.
+    assert extra["rollout"] <= 4 * 4, counts
+    assert extra["update"] <= 4 * 4 * args.update_epochs, counts
+
+
 def test_step_graph_is_the_plain_function_on_a_cpu():
     calls = []
     step = StepGraph(lambda: calls.append(1), torch.device("cpu"), enabled=True, name="probe")
