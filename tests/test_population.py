@@ -128,12 +128,21 @@ def test_a_round_equals_separate_runs_pod_by_pod_then_warm_starts_continue_alike
     assert together2[0].history[-1]["charts/learning_rate"] == pytest.approx(children[0].learning_rate / 3)
 
 
-def test_a_pod_gone_non_finite_fails_alone_and_the_others_train_as_alone(market):
+@pytest.mark.parametrize("fast_step", ["auto", "off"])  # the native kernel on a CPU, and the eager step
+def test_a_pod_gone_non_finite_fails_alone_and_the_others_train_as_alone(market, fast_step):
     params = _params()
-    make_env = lambda n: TradingVecEnv(market, params, num_envs=n, seed=0)  # noqa: E731
+    make_env = lambda n: TradingVecEnv(market, params, num_envs=n, seed=0, fast_step=fast_step)  # noqa: E731
     pods = _pods()
     alone = [ppo.train(args, make_env(N)) for args in pods]
-    pop = _population(market, params, alone[0].policy.config, len(pods))
+    pop = Population(
+        make_env,
+        config=alone[0].policy.config,
+        num_pods=len(pods),
+        num_envs=N,
+        num_steps=BASE["num_steps"],
+        num_minibatches=BASE["num_minibatches"],
+    )
+    assert pop.env.step_backend == ("native" if fast_step == "auto" else "eager")
     setups = [PodSetup(*pop.starting_policy(args), args) for args in pods]
     with torch.no_grad():
         setups[1].policy.net.actor_cash.weight.fill_(float("nan"))  # its every action is NaN
@@ -421,6 +430,7 @@ def test_cuda_graphs_replay_the_eager_steps(market):
         )
         rounds.append(pop.train([PodSetup(*pop.starting_policy(a), a) for a in pods]))
         assert pop.act_step.mode == ("cuda graph" if graphs else "eager")
+        assert pop.post_step.mode == pop.advantage_step.mode == pop.act_step.mode
         assert all(step.mode == pop.act_step.mode for step in pop.mb_steps.values())
     alone = [ppo.train(a, TradingVecEnv(gpu_market, params, num_envs=N, device="cuda", seed=0)) for a in pods]
     for eager, graphed, single in zip(*rounds, alone, strict=True):

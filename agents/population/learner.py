@@ -17,8 +17,9 @@ the shape of the work: every step of the P pods is one batched op over a leading
   and draws from it what that run draws, in the same order: its rollout's action noise, one draw at
   the rollout's start (``agents.ppo.rollout_noise``) into its row of one ``(P, T, N, R)`` buffer, and
   its minibatch order at the start of each of its epochs (``agents.ppo.shuffle``) into its row of
-  one ``(P, B)`` buffer. So a pod's samples do not depend on the other pods, and the draws cost
-  ``P`` launches per rollout and per epoch, not ``P`` per step.
+  one ``(P, B)`` buffer. So a pod's samples do not depend on the other pods, and the draws are
+  ``P`` calls per rollout and per epoch (a ``randn`` is one kernel, a CUDA ``randperm`` a few), not
+  ``P`` per step.
 - **Hyper-parameters that change the program's shape.** ``update_epochs`` (mutated by the
   tournament) varies by masking: the update runs the largest count, and a pod past its own has its
   step masked (no parameter, moment or step-count change, no permutation drawn). A pod whose round
@@ -339,7 +340,9 @@ class Population:
             self.raw[:, step].copy_(self.act_raw)
             self.logprobs[:, step].copy_(self.act_logprob)
             self.values[:, step].copy_(self.act_value)
-            obs, reward, terminated, truncated, info = self.env.step(self.action, validate=False)
+            # (as the env's own check would hand it over: in the env's asset dtype; a no-op in float32)
+            action = self.action.to(self.env.params.asset_dtype)
+            obs, reward, terminated, truncated, info = self.env.step(action, validate=False)
             self.step_reward.copy_(reward)
             self.step_terminated.copy_(terminated)
             self.step_truncated.copy_(truncated)

@@ -68,8 +68,9 @@ def learner_rate(population: Any, update_epochs: int, repeats: int = 3) -> float
     """Aggregate env-steps/s of a ``agents.population.learner.Population``'s learner side: its policy
     step, post-step, advantage estimate and minibatch update timed as one update runs them
     (``num_steps`` steps, one estimate, ``update_epochs`` epochs), on its current buffers with every
-    pod masked (nothing is learned or kept), after a warm-up (and the CUDA graphs' recording). The env step is left out on purpose: its
-    cost is linear in the envs, and timing it would first compile it for every size tried."""
+    pod masked (nothing is learned or kept), after a warm-up (and the CUDA graphs' recording). The
+    env step is left out on purpose: its cost is linear in the envs, and timing it would first
+    compile it for every size tried."""
     population.training.zero_()
     population.mb_active.zero_()
     size = population.minibatch_size

@@ -17,8 +17,9 @@ on the validation window, and gets the same files as ever (checkpoint, curve, va
 - The parents' checkpoints are read, and the pods' files written, by a few threads at once
   (:data:`FILE_THREADS`): each pod's files are written atomically with an fsync, and on one device a
   population's 128 pods would otherwise spend seconds a round waiting on the disk one after another.
-  (Fresh pods are built in turn: their init seeds the global RNG under ``fork_rng``.) How long the round took to set up, train, validate and
-  write is on every outcome (``PodOutcome.phases``); the backend logs it once per population.
+  (Fresh pods are built in turn: their init seeds the global RNG under ``fork_rng``.) How long the
+  round took to set up, train, validate and write is on every outcome (``PodOutcome.phases``; summed
+  over its shape groups); the backend logs it once per population round.
 - A failure is per pod where it can be (a checkpoint that does not load, non-finite weights, NaN
   validation returns: that pod fails, the others go on); an error of the batch itself fails every pod
   of the group.
@@ -167,8 +168,8 @@ def _run_group(
 ) -> list[PodOutcome | RoundError]:
     """Train, score and save one group; adds its seconds to ``phases`` (train, validation, files)."""
     setups = [setup for _, setup in members]
+    t0 = time.monotonic()  # (building a population, on its first round, counts as training)
     population = get_population(ctx, setups[0].args, setups[0].policy.config, len(setups), graphs)
-    t0 = time.monotonic()
     results = population.train(setups)
     finite = population.finite()
     t1 = time.monotonic()

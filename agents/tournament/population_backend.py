@@ -105,15 +105,19 @@ def _ray_round(
 
 
 def _log_phases(batch: Any, job: Any) -> None:
-    """One log line per finished population: where its round's time went."""
-    if isinstance(job, BaseException):
-        return
-    phases = next((o.phases for o in job if isinstance(o, PodOutcome) and o.phases), None)
-    if not phases:
-        return
-    done = sum(isinstance(o, PodOutcome) for o in job)
-    parts = ", ".join(f"{k.removesuffix('_s')} {v:.1f} s" for k, v in phases.items())
-    log.info("population round of %d pods (%d scored): %s", len(batch.tasks), done, parts)
+    """One log line per finished population round: where its time went. Never raises (it runs
+    before the pods' futures are resolved)."""
+    try:
+        if isinstance(job, BaseException):
+            return
+        phases = next((o.phases for o in job if isinstance(o, PodOutcome) and o.phases), None)
+        if not phases:
+            return
+        done = sum(isinstance(o, PodOutcome) for o in job)
+        parts = ", ".join(f"{k.removesuffix('_s')} {float(v):.1f} s" for k, v in phases.items())
+        log.info("population round of %d pods (%d scored): %s", len(batch.tasks), done, parts)
+    except Exception as err:  # noqa: BLE001 - a log line must not hold up the pods' results
+        log.debug("population round phases not logged: %s", err)
 
 
 @dataclass(eq=False)
