@@ -83,12 +83,8 @@ def count(num_pods: int, num_envs: int, tickers: int, updates: int) -> dict[str,
     )
 
     def setups(num_updates: int) -> list[PodSetup]:
-        out = []
-        for seed in range(num_pods):
-            args = PPOArgs(seed=seed, total_steps=num_updates * base.batch_size(num_envs))
-            policy, state = policy_for_env(None, pop.env, args, "ppo")
-            out.append(PodSetup(policy, state, args))
-        return out
+        steps = num_updates * base.batch_size(num_envs)
+        return pop.fresh_pods([PPOArgs(seed=seed, total_steps=steps) for seed in range(num_pods)])
 
     pop.train(setups(1))  # warm-up
     counter = OpCounter()

@@ -167,12 +167,8 @@ def population_rate(
     )
 
     def round_of(num_updates: int) -> list[PodSetup]:
-        setups = []
-        for seed in range(num_pods):
-            args = PPOArgs(seed=seed, total_steps=num_updates * base.batch_size(num_envs))
-            policy, state = policy_for_env(None, pop.env, args, "ppo")
-            setups.append(PodSetup(policy, state, args))
-        return setups
+        steps = num_updates * base.batch_size(num_envs)
+        return pop.fresh_pods([PPOArgs(seed=seed, total_steps=steps) for seed in range(num_pods)])
 
     pop.train(round_of(1))  # warm-up: allocation, CUDA graph recording
     setups = round_of(updates)

@@ -102,7 +102,7 @@ def test_a_round_equals_separate_runs_pod_by_pod_then_warm_starts_continue_alike
     pods = _pods()
     alone = [ppo.train(args, make_env(N)) for args in pods]
     pop = _population(market, params, alone[0].policy.config, len(pods))
-    together = pop.train([PodSetup(*pop.starting_policy(args), args) for args in pods])
+    together = pop.train(pop.fresh_pods(pods))
     for a, p in zip(alone, together, strict=True):
         _assert_same_run(a, p)
     # Masked epochs: each pod's Adam took exactly its own number of steps (updates x epochs x 2).
@@ -143,7 +143,7 @@ def test_a_pod_gone_non_finite_fails_alone_and_the_others_train_as_alone(market,
         num_minibatches=BASE["num_minibatches"],
     )
     assert pop.env.step_backend == ("native" if fast_step == "auto" else "eager")
-    setups = [PodSetup(*pop.starting_policy(args), args) for args in pods]
+    setups = pop.fresh_pods(pods)
     with torch.no_grad():
         setups[1].policy.net.actor_cash.weight.fill_(float("nan"))  # its every action is NaN
     together = pop.train(setups)  # no ActionError: the env batch never sees the NaN actions
@@ -157,7 +157,7 @@ def test_deep_encoders_and_share_actions_too(market):
     pods = [dataclasses.replace(a, asset_layers=2, rebalance_rate=1.0) for a in _pods()[:2]]
     alone = [ppo.train(a, TradingVecEnv(market, params, num_envs=N, seed=0)) for a in pods]
     pop = _population(market, params, alone[0].policy.config, 2)
-    together = pop.train([PodSetup(*pop.starting_policy(a), a) for a in pods])
+    together = pop.train(pop.fresh_pods(pods))
     for a, p in zip(alone, together, strict=True):
         _assert_same_run(a, p)
 
@@ -208,7 +208,7 @@ def test_batched_validation_scores_equal_score_policy(market):
     params = _params()
     pods = _pods()
     pop = _population(market, params, _pods_config(market, params, pods[0]), 3)
-    results = pop.train([PodSetup(*pop.starting_policy(a), a) for a in pods])
+    results = pop.train(pop.fresh_pods(pods))
     valid = toy_market(num_steps=240, num_assets=3, num_features=4, bars_per_session=60, seed=7)
     names = ("a", "b", "c")
     batched = score_policies(PolicyBatch(names, pop.batched_act([0, 1, 2])), valid, params, fitness="sharpe")
@@ -347,9 +347,7 @@ def test_per_pod_work_outside_the_graphs_is_per_rollout_and_epoch_not_per_step(m
     counts = {}
     for num_pods in (2, 6):
         pop = _population(market, params, config, num_pods)
-        setups = [
-            PodSetup(*pop.starting_policy(dataclasses.replace(args, seed=s)), args) for s in range(num_pods)
-        ]
+        setups = pop.fresh_pods([dataclasses.replace(args, seed=s) for s in range(num_pods)])
         counts[num_pods] = _ops_outside_graphs(pop, setups)
     extra = {k: counts[6][k] - counts[2][k] for k in ("rollout", "update")}
     # 4 more pods: a noise draw each per rollout (a few ops), an order each per epoch; a per-step loop
@@ -428,7 +426,7 @@ def test_cuda_graphs_replay_the_eager_steps(market):
             num_minibatches=BASE["num_minibatches"],
             graphs=graphs,
         )
-        rounds.append(pop.train([PodSetup(*pop.starting_policy(a), a) for a in pods]))
+        rounds.append(pop.train(pop.fresh_pods(pods)))
         assert pop.act_step.mode == ("cuda graph" if graphs else "eager")
         assert pop.post_step.mode == pop.advantage_step.mode == pop.act_step.mode
         assert all(step.mode == pop.act_step.mode for step in pop.mb_steps.values())

@@ -171,6 +171,11 @@ class Population:
         """The pod's starting policy and optimizer state, exactly as ``ppo.train`` builds them."""
         return policy_for_env(init, self.env, args, "ppo")
 
+    def fresh_pods(self, args: Sequence[PPOArgs]) -> list[PodSetup]:
+        """One fresh pod per entry of ``args`` (its seed's initial weights, no optimizer state), for
+        :meth:`train`."""
+        return [PodSetup(*self.starting_policy(a), a) for a in args]
+
     def _check(self, setup: PodSetup) -> None:
         args, cfg = setup.args, setup.policy.config
         if shape_key(args, cfg) != shape_key(self._shape_args(), self.config):
