@@ -61,7 +61,7 @@ from agents.training import policy_for_env
 from backtests.engine import PolicyBatch
 from data.errors import ConfigError
 
-#: Threads writing a population's pod files (checkpoint, curve, validation returns) at once.
+#: Threads reading a population round's parent checkpoints, and writing its pods' files, at once.
 FILE_THREADS = 8
 
 #: Populations of this process, by (shape key, pods, env settings): reused round after round.
