@@ -16,7 +16,8 @@ data, the product's default network and PPO settings):
 - **demo** (``--demo-seconds S``): the demo's tournament (``podracer demo``'s default preset: 100
   tickers, 243 sessions, 256 envs per pod, 250k env-steps per round) for a wall-time budget of
   ``S`` seconds, with the ``local`` backend (``--workers`` processes) and with the ``population``
-  backend: env-steps trained and pods tried by each, and the ratios.
+  backend: env-steps trained and pods tried by each, the ratios, and for the population backend its
+  rounds' seconds by phase (setup, train, validation, files: the line each population round logs).
 
     .venv/bin/python benchmarks/population_throughput.py --quick          # tiny sizes: does it run
     .venv/bin/python benchmarks/population_throughput.py                   # the grid (CPU: small)
@@ -33,6 +34,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures as cf
 import json
+import logging
 import multiprocessing
 import os
 import shutil
@@ -294,16 +296,18 @@ def demo(args: argparse.Namespace, root: Path) -> dict:
     out = {}
     for backend in args.backends:
         cfg = config.with_updates(tournament={"backend": backend, "population_size": args.population_size})
+        rounds = _PhaseSums()
         t0 = time.perf_counter()
-        result = run_tournament(
-            root / f"demo-{backend}",
-            splits.train,
-            splits.valid,
-            args=to_tournament_args(cfg),
-            env=cfg.env.model_dump(),
-            agent=cfg.agent.model_dump(),
-            device=args.device,
-        )
+        with rounds:
+            result = run_tournament(
+                root / f"demo-{backend}",
+                splits.train,
+                splits.valid,
+                args=to_tournament_args(cfg),
+                env=cfg.env.model_dump(),
+                agent=cfg.agent.model_dump(),
+                device=args.device,
+            )
         wall = time.perf_counter() - t0
         out[backend] = {"env_steps": result.env_steps, "pods_tried": result.pods_tried, "wall_s": wall}
         print(
@@ -311,6 +315,11 @@ def demo(args: argparse.Namespace, root: Path) -> dict:
             f"{result.pods_tried} pods tried, wall {wall:.0f} s",
             flush=True,
         )
+        if rounds.count:
+            out[backend]["population_rounds"] = rounds.count
+            out[backend]["phase_seconds"] = dict(rounds.sums)
+            parts = ", ".join(f"{k.removesuffix('_s')} {v:.1f} s" for k, v in rounds.sums.items())
+            print(f"  {'':<11} {rounds.count} population rounds, in all: {parts}", flush=True)
     if "local" in out and "population" in out:
         local, pop = out["local"], out["population"]
         ratios = {
@@ -320,6 +329,33 @@ def demo(args: argparse.Namespace, root: Path) -> dict:
         out["ratios"] = ratios
         print(f"  population / local: {ratios['env_steps']:.2f}x env-steps, {ratios['pods_tried']:.2f}x pods")
     return out
+
+
+class _PhaseSums(logging.Handler):
+    """Sums the seconds by phase of the population rounds the backend logs (``extra["phases"]``)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.count, self.sums = 0, {}
+        self._logger = logging.getLogger("agents.tournament.population_backend")
+        self._level = self._logger.level
+
+    def emit(self, record: logging.LogRecord) -> None:
+        phases = getattr(record, "phases", None)
+        if phases:
+            self.count += 1
+            for key, seconds in phases.items():
+                self.sums[key] = self.sums.get(key, 0.0) + float(seconds)
+
+    def __enter__(self) -> _PhaseSums:
+        self._logger.addHandler(self)
+        if self._logger.getEffectiveLevel() > logging.INFO:
+            self._logger.setLevel(logging.INFO)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._logger.removeHandler(self)
+        self._logger.setLevel(self._level)
 
 
 def main(argv: list[str] | None = None) -> dict:
