@@ -123,6 +123,24 @@ class EnvConfig(Section):
         EnvParams.turnover_penalty, ge=0, description="reward -= penalty * traded notional / value"
     )
     reward_scale: float = Field(EnvParams.reward_scale, gt=0)
+    spread_bps: float = Field(
+        EnvParams.spread_bps,
+        ge=0,
+        lt=1000,
+        description="half-spread paid on every fill, bps (docs/env.md Execution)",
+    )
+    max_participation: float = Field(
+        EnvParams.max_participation,
+        ge=0,
+        le=1,
+        description="a fill takes at most this share of the bar's volume (0: no cap)",
+    )
+    impact_coef: float = Field(
+        EnvParams.impact_coef, ge=0, description="square-root impact: coef * daily vol * sqrt(shares / ADV)"
+    )
+    min_order_notional: float = Field(
+        EnvParams.min_order_notional, ge=0, description="orders under this many $ are not placed"
+    )
     num_envs: int = Field(256, ge=1)
     fast_step: Literal["auto", "on", "off"] = Field(
         "auto",

@@ -15,7 +15,11 @@ Semantics (one decision per step; ``k = decision_interval``):
   notional at the fill price. Sells execute first and their proceeds (net of cost) fund the buys;
   if the buys (plus their cost) need more cash than is available, every buy of that env is scaled
   by the same factor so cash never goes negative (in ``"shares"`` mode the scaled buys are floored
-  to whole shares). Holdings never go negative (long-only).
+  to whole shares). Holdings never go negative (long-only). With the execution model
+  (``EnvParams.execution``, on by default; docs/env.md "Execution", :mod:`envs.execution`) the price
+  also pays a half-spread and a square-root impact of the order's size, each order fills at most
+  ``max_participation`` of the fill bar's volume, and orders under ``min_order_notional`` are not
+  placed.
 - **Actions.** ``"weights"``: target weights of the value at the fill bar's open; negatives are
   clipped to 0, rows summing above 1 are scaled to sum 1, the rest is cash; fractional shares are
   allowed. ``"shares"``: delta shares ``round(clip(a, -1, 1) * max_shares)``; sells are limited to
@@ -68,6 +72,7 @@ from data.errors import ConfigError, DataError, PodracerError
 from data.market import MarketData
 from envs.backends import native
 from envs.core import ACC_DTYPE, StepCore, lcg_next, step_core
+from envs.execution import impact_table
 from envs.fast_step import choose
 from envs.observation import build_obs, fresh_obs
 from envs.tradability import fill_modes
@@ -107,6 +112,11 @@ class EnvParams:
     reward_scale: float = 100.0  # multiplies the reward
     sharpe_eta: float = 0.01  # EMA rate of the differential Sharpe ratio's moments
     bust_frac: float = 0.1  # terminate when value < bust_frac * initial_cash
+    # Execution (docs/env.md "Execution"; all four 0 restores the frictionless fill of slippage_bps).
+    spread_bps: float = 1.0  # half-spread paid on every fill, in bps of the fill bar's open
+    max_participation: float = 0.025  # a fill takes at most this share of the fill bar's volume (0: no cap)
+    impact_coef: float = 0.5  # square-root impact: impact_coef * daily_vol * sqrt(shares / adv)
+    min_order_notional: float = 1.0  # orders under this many $ are not placed
     trade_info: bool = False  # add per-asset fill_price / asset_cost to info (backtests)
     precision: Precision = "float32"  # dtype of per-asset quantities (shares, orders)
 
@@ -148,10 +158,28 @@ class EnvParams:
             raise bad("sharpe_eta", "must be in (0, 1)")
         if not 0 <= self.bust_frac < 1:
             raise bad("bust_frac", "must be in [0, 1)")
+        if not 0 <= self.spread_bps < 10_000:
+            raise bad("spread_bps", "must be in [0, 10000)")
+        if not 0 <= self.max_participation <= 1:
+            raise bad("max_participation", "must be in [0, 1] (0: no volume cap)")
+        if self.impact_coef < 0:
+            raise bad("impact_coef", "must be >= 0")
+        if self.min_order_notional < 0:
+            raise bad("min_order_notional", "must be >= 0")
         if not isinstance(self.trade_info, bool):
             raise bad("trade_info", "must be a bool")
         if self.precision not in ("float32", "float64"):
             raise bad("precision", "must be 'float32' or 'float64'")
+
+    @property
+    def execution(self) -> bool:
+        """Whether fills go through the execution model (spread, volume cap, impact, minimum order)."""
+        return (
+            self.spread_bps > 0
+            or self.max_participation > 0
+            or self.impact_coef > 0
+            or self.min_order_notional > 0
+        )
 
     @property
     def asset_dtype(self) -> torch.dtype:
@@ -413,6 +441,7 @@ def step_env(
         market.open,
         market.close,
         None if market.all_tradable else fill_modes(market),
+        *((market.volume, impact_table(market)) if params.execution else ()),
     )
     obs = build_obs(market, out.t, out.cash, out.pos_value, out.value)
     return _transition(out, obs, state.t, params, None)
