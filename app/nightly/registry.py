@@ -33,7 +33,7 @@ from data.errors import PodracerError
 
 REGISTRY_NAME = "registry.sqlite"
 SCHEMA_VERSION = 1
-Verdict = Literal["promoted", "rejected", "failed"]
+DecisionOutcome = Literal["promoted", "rejected", "failed"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS decisions (
@@ -95,12 +95,12 @@ def _locked(err: sqlite3.Error) -> bool:
 
 
 @dataclass(frozen=True)
-class Decision:
+class DecisionRecord:
     """One retrain decision, as stored in ``decisions`` (JSON-able ``inputs``/``scores``)."""
 
     started_at: str  # ISO-8601 UTC
     decided_at: str  # ISO-8601 UTC
-    verdict: Verdict
+    verdict: DecisionOutcome
     reason: str
     step: str  # the last step reached ("decide" for a normal verdict, else the step that failed)
     challenger_run_id: str | None = None
@@ -183,7 +183,7 @@ def open_registry(home: str | os.PathLike[str]) -> Iterator[sqlite3.Connection]:
 
 def record_decision(
     home: str | os.PathLike[str],
-    decision: Decision,
+    decision: DecisionRecord,
     champion: Champion | None = None,
     *,
     before_commit: Callable[[], None] | None = None,
@@ -244,7 +244,7 @@ def _reader(
 def read_decisions(home: str | os.PathLike[str], *, limit: int | None = None) -> list[dict[str, Any]]:
     """Every decision, oldest first (``limit``: only the most recent N), as plain dicts.
 
-    Keys are the ``decisions`` columns (see :class:`Decision`) plus ``id``; ``inputs`` and ``scores``
+    Keys are the ``decisions`` columns (see :class:`DecisionRecord`) plus ``id``; ``inputs`` and ``scores``
     are decoded JSON. No registry yet: ``[]``.
     """
     with _reader(home) as conn:

@@ -41,7 +41,7 @@ import numpy as np
 import pandas as pd
 
 from app.bundle import Bundle
-from app.paper.broker import Account, Broker, BrokerError, Order
+from app.paper.broker import Broker, BrokerAccount, BrokerError, Order
 from app.paper.champion import BundleSource, FixedBundle
 from app.paper.execution import block_orders, execute_orders, holdings, reconcile_open_orders, snapshot
 from app.paper.gone import check_gone
@@ -76,7 +76,7 @@ class CycleResult:
     broker_time: datetime | None = None  # the broker's clock at the cycle's start
 
 
-def _halt(kill: bool, account: Account, options: PaperOptions) -> tuple[str, str] | None:
+def _halt(kill: bool, account: BrokerAccount, options: PaperOptions) -> tuple[str, str] | None:
     """(status, reason) when this cycle may send no new orders, else None."""
     if kill:
         return ("kill_switch", f"kill switch {options.kill_switch} present: no new orders")

@@ -58,7 +58,7 @@ def retry_after_seconds(
 
 
 @dataclass
-class RetryPolicy:
+class FetchRetryPolicy:
     """Bounds on waiting: total 429 wait per fetch, tries per request, backoff for transient errors."""
 
     max_wait_s: float = 120.0
