@@ -159,6 +159,7 @@ def incremental_update(
             interval,
             extended_hours=extended,
             today=today,
+            writer="podracer retrain (data update)",
         )
         return {
             "source": source,

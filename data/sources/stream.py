@@ -133,6 +133,7 @@ def fetch_to_store(
     on_chunk: Callable[[FetchReport, Chunk, int], None] | None = None,
     on_plan: Callable[[FetchReport], None] | None = None,
     today: date | None = None,
+    writer: str = "podracer data fetch",
 ) -> FetchReport:
     """Fetch ``tickers`` for session dates ``start..end`` into the store under ``home``, chunk by
     chunk (resumable; see the module docstring). ``on_plan(report)`` runs once the chunks are planned,
@@ -144,7 +145,10 @@ def fetch_to_store(
     dividends are merged into the ticker's actions table *before* its bars are written
     (``data.actions``; the store adjusts on load). A ticker whose bars in this interval were stored without an actions table
     (fetched adjusted by an older podracer, or imported) is refused before any request: raw bars
-    beside adjusted ones would mix two bases."""
+    beside adjusted ones would mix two bases.
+
+    Each chunk's actions merge, month-file writes and manifest row run under the store's writer
+    lock (``BarStore.writing``; ``writer`` names this fetch to a writer that waits for it)."""
     if source not in SOURCES:
         raise DataError(f"unknown source {source!r} (yfinance or alpaca)")
     # The ticker rule before any request, file or manifest is made (deduplicated: BRK/B = BRK.B).
@@ -190,6 +194,7 @@ def fetch_to_store(
                     f"{err}; stopped at chunk {chunk.label} ({report.chunks_fetched + report.chunks_skipped}"
                     f" of {report.chunks_total} chunks stored): rerun the same command to resume from it"
                 ) from None
+            found: dict[str, pd.DataFrame] | None = None
             if fetch_actions is not None:
                 try:
                     found = fetch_actions(wanted, chunk.start, chunk.stop)
@@ -200,22 +205,15 @@ def fetch_to_store(
                         f"{err}; stopped at chunk {chunk.label} (corporate actions): rerun the same "
                         "command to resume from it"
                     ) from None
-                for name in wanted:
-                    store.actions.merge(interval, name, found.get(name, empty_actions()), source=source)
-            per_ticker: dict[str, int] = {}
-            if len(bars):
-                written = store.write(bars, interval, extended_hours=extended_hours, source=source)
-                report.files_written += len(written.files_written)
-                report.files_unchanged += written.files_unchanged
-                report.dropped_outside_hours += written.dropped_outside_hours
-                per_ticker = {str(k): int(v) for k, v in bars.groupby("ticker").size().items()}
-                for name, count in per_ticker.items():
-                    report.bars[name] = report.bars.get(name, 0) + count
-                for name in written.bars:
-                    # The month file's gap count after this chunk (a later chunk of the month replaces it).
-                    gaps[(name, chunk.start.strftime("%Y-%m"))] = written.gaps_filled[name]
-                    report.gaps_filled[name] = sum(v for (t, _), v in gaps.items() if t == name)
-            manifest.record(key, interval, Chunk(wanted, chunk.start, chunk.stop), per_ticker, today=today)
+            # One writer at a time from the actions merge to the manifest row (data.lock.store_lock):
+            # the manifest records the chunk only once its bars are renamed into their month files.
+            with store.writing(writer):
+                _store_chunk(
+                    store, report, gaps, chunk, wanted, bars, found, interval, extended_hours, source
+                )
+                manifest.record(
+                    key, interval, Chunk(wanted, chunk.start, chunk.stop), per_ticker(bars), today=today
+                )
             report.chunks_fetched += 1
             report.bars_fetched += len(bars)
             report.requests_throttled = policy.throttled
@@ -254,3 +252,41 @@ def _refuse_raw(store: BarStore, interval: str, symbols: Sequence[str], source: 
             f"{', '.join(raw[:5])}{' ...' if len(raw) > 5 else ''}; fetch them with their corporate "
             "actions, or into another --home"
         )
+
+
+def per_ticker(bars: pd.DataFrame) -> dict[str, int]:
+    """Bars received per ticker in one chunk."""
+    if not len(bars):
+        return {}
+    return {str(k): int(v) for k, v in bars.groupby("ticker").size().items()}
+
+
+def _store_chunk(
+    store: BarStore,
+    report: FetchReport,
+    gaps: dict[tuple[str, str], int],
+    chunk: Chunk,
+    wanted: Sequence[str],
+    bars: pd.DataFrame,
+    found: dict[str, pd.DataFrame] | None,
+    interval: str,
+    extended_hours: bool,
+    source: str,
+) -> None:
+    """Merge one chunk's actions (before its bars: a kill in between leaves raw bars marked raw) and
+    write its bars, adding to ``report``; the caller holds the store's writer lock."""
+    if found is not None:
+        for name in wanted:
+            store.actions.merge(interval, name, found.get(name, empty_actions()), source=source)
+    if not len(bars):
+        return
+    written = store.write(bars, interval, extended_hours=extended_hours, source=source)
+    report.files_written += len(written.files_written)
+    report.files_unchanged += written.files_unchanged
+    report.dropped_outside_hours += written.dropped_outside_hours
+    for name, count in per_ticker(bars).items():
+        report.bars[name] = report.bars.get(name, 0) + count
+    for name in written.bars:
+        # The month file's gap count after this chunk (a later chunk of the month replaces it).
+        gaps[(name, chunk.start.strftime("%Y-%m"))] = written.gaps_filled[name]
+        report.gaps_filled[name] = sum(v for (t, _), v in gaps.items() if t == name)
