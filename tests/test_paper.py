@@ -349,7 +349,16 @@ def test_orders_filled_a_moment_later_are_awaited(env):
 
 def test_read_journal_without_a_journal(tmp_path):
     tables = read_journal(tmp_path)
-    assert set(tables) == {"decisions", "orders", "fills", "positions", "pnl", "events", "sessions"}
+    assert set(tables) == {
+        "decisions",
+        "orders",
+        "fills",
+        "positions",
+        "pnl",
+        "events",
+        "sessions",
+        "opening_books",
+    }
     assert all(frame.empty for frame in tables.values())
     assert {"equity", "cash", "day_pnl", "day_return"} <= set(tables["pnl"].columns)
     assert not (tmp_path / "paper").exists()  # reading never creates the trader's files

@@ -39,6 +39,16 @@ def test_auto_is_population_on_cuda_and_local_workers_on_a_cpu():
     assert isinstance(backend, PopulationBackend) and backend.mode == "process"
     assert backend.population_size == 16
     assert make_backend("population", workers=0).mode == "inline"
+    # ``pods`` is the population size on the population backend (the same setting as population_size).
+    assert make_backend("population", workers=0, pods=8).population_size == 8
+    assert make_backend("population", workers=0, pods=8, population_size=8).population_size == 8
+    with pytest.raises(ConfigError, match="give one of them"):
+        make_backend("population", pods=8, population_size=16)
+    # A setting the chosen backend would not use is refused, never ignored.
+    with pytest.raises(ConfigError, match="population_size = 16 applies to the population backend only"):
+        make_backend("auto", device="cpu", population_size=16)
+    with pytest.raises(ConfigError, match="address"):
+        make_backend("local", address="ray://x:1")
     assert isinstance(make_backend("ray", address="ray://x:1"), RayBackend)
     with pytest.raises(ConfigError, match="PPO pods only"):
         make_backend("population", algo="sac")
@@ -89,7 +99,7 @@ def test_a_failing_pod_fails_alone_in_its_population(tmp_path, windows):
 def _ppo_run(tmp_path, name, windows_ppo, **kw):
     train, valid = windows_ppo
     args = TournamentArgs(
-        pods=1, leaderboard_size=2, p_fresh=0.3, round_steps=256, budget_steps=256 * 6, workers=0, seed=3,
+        leaderboard_size=2, p_fresh=0.3, round_steps=256, budget_steps=256 * 6, workers=0, seed=3,
         backend="population", population_size=3,
     )  # fmt: skip
     agent = {**AGENT, "update_epochs": 2}

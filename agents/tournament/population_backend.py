@@ -240,10 +240,10 @@ class PopulationBackend:
             return max(1, int(resources["GPU"]))
         return max(1, math.floor(float(resources.get("CPU", 0.0)) / self.cpus_per_population + 1e-9))
 
-    def capacity(self, requested: int, in_flight: int) -> int:
+    def capacity(self, requested: int | None, in_flight: int) -> int:
         """Room for the population being collected; none while a finished population's pods have not
-        all been taken in, or while every lane runs one (``requested`` is not used: a population's
-        size is ``self.size``)."""
+        all been taken in, or while every lane runs one. (``requested``, the run's ``pods``, is this
+        backend's ``population_size`` already: ``backend_choice.population_pods``.)"""
         with self._lock:
             pending = len(self._pending)
             running = sum(len(b.futures) for b in self._running)

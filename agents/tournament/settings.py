@@ -28,9 +28,11 @@ BACKENDS = ("auto", "local", "ray", "population")
 class TournamentArgs:
     """Settings of one tournament (``[tournament]`` in the config)."""
 
-    pods: int = 4
-    """pods in flight at once (the local backend caps this at ``workers``; the population backend
-    runs ``population_size`` pods per population instead)"""
+    pods: int | None = None
+    """pods training at once (None: the backend's own). local: pods in flight, at most ``workers``
+    (None: one per worker); ray: pods in flight, at most what the cluster has room for (None: that
+    room); population: the population size (the same setting as ``population_size``: give one, or
+    both equal)"""
     leaderboard_size: int = 8
     """K: entries kept on the board"""
     p_fresh: float = 0.25
@@ -73,7 +75,7 @@ class TournamentArgs:
     def __post_init__(self) -> None:
         if self.budget_steps is None and self.budget_minutes is None:
             raise ConfigError("tournament: give budget_steps or budget_minutes")
-        if self.pods < 1 or self.leaderboard_size < 1 or self.round_steps < 1:
+        if (self.pods is not None and self.pods < 1) or self.leaderboard_size < 1 or self.round_steps < 1:
             raise ConfigError("tournament: pods, leaderboard_size and round_steps must be >= 1")
         if not 0.0 <= self.p_fresh <= 1.0:
             raise ConfigError(f"tournament.p_fresh must be in [0, 1], got {self.p_fresh}")
@@ -123,7 +125,12 @@ def learner_compile(args: TournamentArgs, env: Mapping[str, Any], agent: Mapping
     if args.budget_steps is None:
         return "on" if (args.budget_minutes or 0.0) >= COMPILE_MIN_MINUTES else "off"
     updates = args.budget_steps / base.batch_size(int(env.get("num_envs", 16)))
-    per_worker = updates * base.update_epochs * base.num_minibatches / max(1, min(args.workers, args.pods))
+    per_worker = (
+        updates
+        * base.update_epochs
+        * base.num_minibatches
+        / max(1, min(args.workers, args.pods or args.workers))
+    )
     return "on" if per_worker >= COMPILE_MIN_MINIBATCHES else "off"
 
 

@@ -230,6 +230,7 @@ class AlpacaBroker:
                 if getattr(acct, "non_marginable_buying_power", None) in (None, "")
                 else _float(acct.non_marginable_buying_power)
             ),
+            account_id=None if getattr(acct, "id", None) is None else str(acct.id),
         )
 
     def positions(self) -> dict[str, Position]:
@@ -305,6 +306,14 @@ class AlpacaBroker:
                 raise
 
         return self._call(f"look up order {client_order_id}", lookup)
+
+    def open_orders(self) -> list[Order]:
+        """``GET /v2/orders?status=open`` (up to 500: more open orders than that is itself a problem)."""
+        from alpaca.trading.enums import QueryOrderStatus
+        from alpaca.trading.requests import GetOrdersRequest
+
+        request = GetOrdersRequest(status=QueryOrderStatus.OPEN, limit=500)
+        return [_order(o) for o in self._call("list open orders", lambda: self._trading.get_orders(request))]
 
     def cancel(self, order_id: str) -> None:
         self._call(f"cancel order {order_id}", lambda: self._trading.cancel_order_by_id(order_id))

@@ -38,6 +38,7 @@ class Account:
     buying_power: float  # may include margin: never spent by podracer
     trading_blocked: bool = False
     non_marginable_buying_power: float | None = None  # None: the broker did not say
+    account_id: str | None = None  # the broker's id of the account (the paper lock is per account)
 
     @property
     def spendable(self) -> float:
@@ -126,6 +127,10 @@ class Broker(Protocol):
         ...
 
     def cancel(self, order_id: str) -> None: ...
+
+    def open_orders(self) -> list[Order]:
+        """Every order still open at the broker, placed by podracer or not (the book check)."""
+        ...
 
     def order_by_client_id(self, client_order_id: str) -> Order | None: ...
 
