@@ -30,6 +30,7 @@ from typing import Any, Literal
 
 from data import sqlite
 from data.errors import PodracerError
+from data.scrub import scrub, scrub_all
 
 REGISTRY_NAME = "registry.sqlite"
 SCHEMA_VERSION = 1
@@ -194,8 +195,10 @@ def record_decision(
     inject crashes there); if it raises, nothing is written.
     """
     row = asdict(decision)
-    row["inputs"] = json.dumps(row["inputs"], sort_keys=True, default=str)
-    row["scores"] = json.dumps(row["scores"], sort_keys=True, default=str)
+    # Secrets masked (data.scrub): a reason quotes the error that failed the retrain.
+    row["reason"] = scrub(row["reason"])
+    row["inputs"] = scrub(json.dumps(row["inputs"], sort_keys=True, default=str))
+    row["scores"] = scrub(json.dumps(row["scores"], sort_keys=True, default=str))
     cols = ", ".join(row)
     marks = ", ".join(f":{k}" for k in row)
     with open_registry(home) as conn, sqlite.transaction(conn):
@@ -259,7 +262,8 @@ def read_decisions(home: str | os.PathLike[str], *, limit: int | None = None) ->
                 ).fetchall()
         except sqlite3.DatabaseError as err:
             raise RegistryError(f"cannot read registry {registry_path(home)}: {err}") from None
-    return [_decode(r, ("inputs", "scores")) for r in rows]
+    # Masked on the way out too: a row written before the scrubber existed may quote a key.
+    return [scrub_all(_decode(r, ("inputs", "scores"))) for r in rows]
 
 
 def current_champion(

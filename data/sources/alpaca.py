@@ -27,6 +27,7 @@ from data.actions import check_actions, empty_actions
 from data.calendar import TZ, check_interval
 from data.errors import DataError, one_line
 from data.schema import normalize_ticker, validate
+from data.sources import access
 from data.sources.retry import FetchRetryPolicy, Throttled, Transient, retry_after_seconds
 
 CHUNK_DAYS = 31
@@ -48,18 +49,17 @@ def _timeframe(interval: str):  # noqa: ANN202 - alpaca-py type
     return TimeFrame(amount, unit)
 
 
-def make_client():  # noqa: ANN201 - alpaca-py type
-    """A ``StockHistoricalDataClient`` from the environment (one-line error when keys are missing)."""
+def make_client(timeout_s: float = access.DATA_TIMEOUT_S):  # noqa: ANN201 - alpaca-py type
+    """A ``StockHistoricalDataClient`` from the environment, as the broker makes its own
+    (``data.sources.access``): keys checked (one line naming a missing or malformed variable), the
+    data URL allow-listed, every request timing out after ``timeout_s`` seconds."""
     from alpaca.data.historical import StockHistoricalDataClient
 
-    key = os.environ.get("APCA_API_KEY_ID", "").strip()
-    secret = os.environ.get("APCA_API_SECRET_KEY", "").strip()
-    if not key or not secret:
-        raise DataError(
-            "alpaca: set APCA_API_KEY_ID and APCA_API_SECRET_KEY (a free paper account's keys work)"
-        )
-    url = os.environ.get("APCA_API_DATA_URL") or None
-    return StockHistoricalDataClient(api_key=key, secret_key=secret, url_override=url)
+    key, secret = access.keys_from_env(DataError, what="alpaca keys (a free paper account's work)")
+    url = os.environ.get(access.DATA_URL_ENV) or access.DATA_URL
+    url = access.check_data_url(url, DataError).removesuffix("/v2")
+    client = StockHistoricalDataClient(api_key=key, secret_key=secret, url_override=url)
+    return access.with_deadline(client, timeout_s)
 
 
 def _feed():  # noqa: ANN202 - alpaca-py enum

@@ -86,7 +86,7 @@ def _source_fetcher(
         first, last = alpaca.parse_date_range(start, end, "alpaca")
         alpaca._timeframe(interval)  # refuse a bad interval before any request
         feed = alpaca._feed()
-        cli = alpaca.quiet_client(client if client is not None else alpaca.make_client())
+        cli = alpaca.quiet_client(client if client is not None else alpaca.make_client(policy.timeout_s))
 
         def fetch(symbols: Sequence[str], lo: date, hi: date) -> pd.DataFrame:
             return alpaca.fetch_chunk(cli, symbols, lo, hi, interval, policy=policy, feed=feed)
