@@ -63,7 +63,7 @@ OUTCOMES: tuple[str, ...] = get_args(Outcome)
 
 
 @dataclass(frozen=True)
-class Verdict:
+class EdgeVerdict:
     """The verdict on one strategy: its outcome, the figures it rests on, caveats, and the line of
     selection diagnostics shown after it."""
 
@@ -97,7 +97,7 @@ class Verdict:
         return None if self.outcome == "not measurable" else self.outcome == "significant"
 
     @classmethod
-    def from_fields(cls, doc: Mapping[str, Any]) -> Verdict | None:
+    def from_fields(cls, doc: Mapping[str, Any]) -> EdgeVerdict | None:
         """The verdict a metrics.json document states (:func:`verdict_fields`); None when it states none."""
         outcome, figures, reasons = (
             doc.get(k) for k in ("verdict_outcome", "verdict_figures", "verdict_reasons")
@@ -114,7 +114,7 @@ class Verdict:
         )
 
 
-def verdict_fields(verdict: Verdict | None) -> dict[str, Any]:
+def verdict_fields(verdict: EdgeVerdict | None) -> dict[str, Any]:
     """The metrics.json keys of a verdict: ``verdict`` (the line), ``verdict_outcome``,
     ``verdict_figures``, ``verdict_reasons`` and ``verdict_diagnostics`` (null and empty without one)."""
     if verdict is None:
@@ -287,7 +287,7 @@ def significance_of(doc: Mapping[str, Any]) -> float:
     return alpha if alpha is not None and 0.0 < alpha < 1.0 else SIGNIFICANCE
 
 
-def judge(doc: Mapping[str, Any], strategy: str = "champion") -> Verdict | None:
+def judge(doc: Mapping[str, Any], strategy: str = "champion") -> EdgeVerdict | None:
     """The verdict on ``strategy`` from the document's out-of-sample test (see the module docstring);
     None when the document tests another strategy or none."""
     oos = doc.get("oos_test")
@@ -313,7 +313,7 @@ def judge(doc: Mapping[str, Any], strategy: str = "champion") -> Verdict | None:
     scope = scope_of(doc)
     if why is not None:
         figures = (why, looks_text) if first is not None else (why,)
-        return Verdict("not measurable", figures, (), diagnostics, scope)
+        return EdgeVerdict("not measurable", figures, (), diagnostics, scope)
     bench = oos.get("benchmark")
     excess = (oos.get("excess") or {}).get(bench) or {}
     psr, p, mean = (
@@ -322,7 +322,7 @@ def judge(doc: Mapping[str, Any], strategy: str = "champion") -> Verdict | None:
     )
     if psr is None or p is None or mean is None:
         missing = "the PSR" if psr is None else f"the test against {bench}"
-        return Verdict("not measurable", (f"{missing} is undefined",), (), diagnostics, scope)
+        return EdgeVerdict("not measurable", (f"{missing} is undefined",), (), diagnostics, scope)
     bound = excess.get("p_value_bound") is True
     figures = (
         f"PSR {prob_text(psr)}",
@@ -333,7 +333,7 @@ def judge(doc: Mapping[str, Any], strategy: str = "champion") -> Verdict | None:
     reasons = (str(oos["looks_note"]),) if oos.get("looks_note") else ()
     significant = psr >= 1.0 - alpha and p <= alpha
     outcome: Outcome = "significant" if significant else "not significant"
-    return Verdict(outcome, figures, reasons, diagnostics, scope)
+    return EdgeVerdict(outcome, figures, reasons, diagnostics, scope)
 
 
 def diagnostics_line(doc: Mapping[str, Any]) -> str:
@@ -357,7 +357,7 @@ def diagnostics_line(doc: Mapping[str, Any]) -> str:
     )
 
 
-def stated_verdict(doc: Mapping[str, Any]) -> Verdict | None:
+def stated_verdict(doc: Mapping[str, Any]) -> EdgeVerdict | None:
     """The verdict a metrics document states; for a document that carries an out-of-sample test but no
     stored verdict, :func:`judge` of its tested strategy; otherwise None.
 
@@ -366,7 +366,7 @@ def stated_verdict(doc: Mapping[str, Any]) -> Verdict | None:
     run again writes the current verdict)."""
     if "oos_test" not in doc:
         return None
-    stated = Verdict.from_fields(doc)
+    stated = EdgeVerdict.from_fields(doc)
     if stated is not None or "verdict_outcome" in doc:
         return stated
     oos = doc.get("oos_test")
