@@ -1,6 +1,6 @@
 """Size of the verdict's benchmark test: how often it rejects a true null at the 5% level.
 
-The test is ``backtests.significance``'s (``backtests.bootstrap_t``: the studentized stationary
+The test is ``backtests.oos_test``'s (``backtests.bootstrap_t``: the studentized stationary
 bootstrap of the HAC t-statistic, block length from ``arch.bootstrap.optimal_block_length``), run on
 simulated daily excess returns with mean exactly 0 (H0's boundary) for each window length the verdict
 reads (``backtests.verdict.MIN_OOS_SESSIONS`` and up) and four shapes of daily excess:
@@ -35,8 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
-from backtests import bootstrap_t, significance  # noqa: E402
-from backtests.verdict import MIN_OOS_SESSIONS, SIGNIFICANCE  # noqa: E402
+from backtests import bootstrap_t, oos_test  # noqa: E402
+from backtests.verdict import MIN_OOS_SESSIONS, SIGNIFICANCE_LEVEL  # noqa: E402
 
 SHAPES = ("normal", "student_t3", "left_skewed", "ar1")
 BAND = (0.025, 0.075)
@@ -62,20 +62,18 @@ def simulate(shape: str, rng: np.random.Generator, num_series: int, n: int) -> n
 
 
 def rejection_rate(
-    shape: str, n: int, *, num_series: int, replications: int, seed: int, level: float = SIGNIFICANCE
+    shape: str, n: int, *, num_series: int, replications: int, seed: int, level: float = SIGNIFICANCE_LEVEL
 ) -> float:
     """The share of ``num_series`` null series of ``shape`` and length ``n`` the test rejects at ``level``."""
     rng = np.random.default_rng([seed, n, SHAPES.index(shape)])
     x = simulate(shape, rng, num_series, n)
-    blocks = np.array([significance.stationary_block_length(row) for row in x])
+    blocks = np.array([oos_test.stationary_block_length(row) for row in x])
     count, _ = bootstrap_t.exceedances(x, blocks, replications, rng)
     p_values = (1 + count) / (1 + replications)
     return float(np.mean(p_values <= level))
 
 
-def measure(
-    lengths: list[int], *, num_series: int, replications: int, seed: int = 0
-) -> list[dict[str, Any]]:
+def measure(lengths: list[int], *, num_series: int, replications: int, seed: int = 0) -> list[dict[str, Any]]:
     """One row per (length, shape): the rejection rate, whether the verdict reads that length, and
     whether the rate lies in :data:`BAND`."""
     rows = []
@@ -108,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     failed = [r for r in rows if r["read_by_verdict"] and not r["in_band"]]
     if args.json:
         doc = {
-            "level": SIGNIFICANCE,
+            "level": SIGNIFICANCE_LEVEL,
             "band": list(BAND),
             "min_oos_sessions": MIN_OOS_SESSIONS,
             "series": args.series,
@@ -119,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         }
         print(json.dumps(doc, indent=2))
     else:
-        print(f"rejection rate of a true null at {SIGNIFICANCE:.0%} ({args.series} series per case)")
+        print(f"rejection rate of a true null at {SIGNIFICANCE_LEVEL:.0%} ({args.series} series per case)")
         print(f"{'sessions':>8}  " + "  ".join(f"{s:>12}" for s in SHAPES))
         for n in args.lengths:
             cells = [r for r in rows if r["sessions"] == n]

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from backtests import oos_test as sig
 from backtests import selection
-from backtests import significance as sig
 from backtests.verdict import (
     MIN_OOS_SESSIONS,
     LooksNow,
@@ -30,7 +30,7 @@ def _document(returns, bench, earlier=(), window="test"):
         returns, {"buy_and_hold": bench}, strategy="champion", benchmark="buy_and_hold", earlier_looks=earlier
     )
     oos["held_out"] = True
-    doc = {"window": window, "benchmark": "buy_and_hold", "significance": 0.05, "oos_test": oos}
+    doc = {"window": window, "benchmark": "buy_and_hold", "significance_level": 0.05, "oos_test": oos}
     return doc
 
 

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from backtests import bootstrap_t, selection
-from backtests.verdict import SIGNIFICANCE, LooksHurdle, looks_hurdle, sidak
+from backtests.verdict import SIGNIFICANCE_LEVEL, LooksHurdle, looks_hurdle, sidak
 
 #: How the benchmark test's p-value is computed, as written into metrics.json (each excess block says
 #: which method gave its p-value: ``backtests.bootstrap_t``).
@@ -69,7 +69,7 @@ def stationary_block_length(x: Any) -> float:
 
 
 def excess_p_value(
-    excess: Any, *, level: float = SIGNIFICANCE, looks: int = 1, seed: int = 0, **limits: int
+    excess: Any, *, level: float = SIGNIFICANCE_LEVEL, looks: int = 1, seed: int = 0, **limits: int
 ) -> bootstrap_t.ExcessTest | None:
     """One-sided test of H0 ``E[x] <= 0`` for the series ``x`` (``backtests.bootstrap_t``): the
     replications continue while the p-value is near the per-look level ``looks`` looks at ``level``
@@ -107,7 +107,7 @@ def out_of_sample_test(
     benchmark: str | None,
     earlier_looks: Sequence[float | None] = (),
     seed: int = 0,
-    level: float = SIGNIFICANCE,
+    level: float = SIGNIFICANCE_LEVEL,
     market: str | None = None,
     **limits: int,
 ) -> dict[str, Any]:
