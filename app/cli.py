@@ -35,6 +35,7 @@ from app.commands import (
     walkforward,
 )
 from data.errors import PodracerError, one_line
+from data.scrub import ScrubFilter, scrub
 
 cli = typer.Typer(
     name="podracer",
@@ -74,7 +75,9 @@ def main_callback(
         level=level,
         format="%(message)s",
         datefmt="[%X]",
-        handlers=[RichHandler(console=context.err_console, show_path=False, rich_tracebacks=False)],
+        handlers=[
+            _scrubbed(RichHandler(console=context.err_console, show_path=False, rich_tracebacks=False))
+        ],
         force=True,
     )
     for noisy in (
@@ -89,6 +92,12 @@ def main_callback(
         "onnx_ir",
     ):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def _scrubbed(handler: logging.Handler) -> logging.Handler:
+    """``handler`` masking secrets in every record (``data.scrub``: logs end up in files)."""
+    handler.addFilter(ScrubFilter())
+    return handler
 
 
 cli.command("demo")(demo.demo)
@@ -112,7 +121,9 @@ def main(argv: list[str] | None = None) -> int:
         rc = cli(args=argv, prog_name="podracer", standalone_mode=False)
     except PodracerError as err:
         # escape: messages like "outside [low, high]" must not be read as rich markup
-        context.err_console.print(f"[bold red]error:[/] {escape(str(err))}", highlight=False, soft_wrap=True)
+        context.err_console.print(
+            f"[bold red]error:[/] {escape(scrub(str(err)))}", highlight=False, soft_wrap=True
+        )
         return err.exit_code
     except typer.Exit as ex:
         return ex.exit_code

@@ -232,6 +232,11 @@ class TournamentConfig(Section):
         ge=0,
         description="population backend: pods per population (0: from the device's memory and a probe)",
     )
+    envs_per_pod: int = Field(
+        TournamentArgs.envs_per_pod,
+        ge=0,
+        description="population backend: envs per pod (0: [env] num_envs, or more where a GPU's probe finds it faster)",
+    )
     address: str | None = Field(
         TournamentArgs.address,
         description="ray: address of an existing cluster (population: run the populations there)",

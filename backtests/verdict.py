@@ -50,7 +50,7 @@ OUTCOMES: tuple[str, ...] = get_args(Outcome)
 
 
 @dataclass(frozen=True)
-class Verdict:
+class EdgeVerdict:
     """The verdict on one strategy: its outcome, the figures it rests on, caveats, and the line of
     selection diagnostics shown after it."""
 
@@ -85,7 +85,7 @@ class Verdict:
         return None if self.outcome == "not measurable" else self.outcome == "significant"
 
     @classmethod
-    def from_fields(cls, doc: Mapping[str, Any]) -> Verdict | None:
+    def from_fields(cls, doc: Mapping[str, Any]) -> EdgeVerdict | None:
         """The verdict a metrics.json document states (:func:`verdict_fields`); None when it states none."""
         outcome, figures, reasons = (
             doc.get(k) for k in ("verdict_outcome", "verdict_figures", "verdict_reasons")
@@ -98,7 +98,7 @@ class Verdict:
         )
 
 
-def verdict_fields(verdict: Verdict | None) -> dict[str, Any]:
+def verdict_fields(verdict: EdgeVerdict | None) -> dict[str, Any]:
     """The metrics.json keys of a verdict: ``verdict`` (the line), ``verdict_outcome``,
     ``verdict_figures``, ``verdict_reasons`` and ``verdict_diagnostics`` (null and empty without one)."""
     if verdict is None:
@@ -141,7 +141,7 @@ def significance_of(doc: Mapping[str, Any]) -> float:
     return alpha if alpha is not None and 0.0 < alpha < 1.0 else SIGNIFICANCE
 
 
-def judge(doc: Mapping[str, Any], strategy: str = "champion") -> Verdict | None:
+def judge(doc: Mapping[str, Any], strategy: str = "champion") -> EdgeVerdict | None:
     """The verdict on ``strategy`` from the document's out-of-sample test (see the module docstring);
     None when the document tests another strategy or none."""
     oos = doc.get("oos_test")
@@ -162,7 +162,7 @@ def judge(doc: Mapping[str, Any], strategy: str = "champion") -> Verdict | None:
     else:
         why = str(oos["reason"]) if oos.get("reason") else None
     if why is not None:
-        return Verdict("not measurable", (why,), (), diagnostics)
+        return EdgeVerdict("not measurable", (why,), (), diagnostics)
     bench = oos.get("benchmark")
     excess = (oos.get("excess") or {}).get(bench) or {}
     psr, p, mean = (
@@ -171,7 +171,7 @@ def judge(doc: Mapping[str, Any], strategy: str = "champion") -> Verdict | None:
     )
     if psr is None or p is None or mean is None:
         missing = "the PSR" if psr is None else f"the test against {bench}"
-        return Verdict("not measurable", (f"{missing} is undefined",), (), diagnostics)
+        return EdgeVerdict("not measurable", (f"{missing} is undefined",), (), diagnostics)
     figures = (
         f"PSR {prob_text(psr)}",
         f"excess over {bench} {100 * mean:+.2f}%/day (p {prob_text(p)})",
@@ -180,7 +180,7 @@ def judge(doc: Mapping[str, Any], strategy: str = "champion") -> Verdict | None:
     )
     reasons = (str(oos["looks_note"]),) if oos.get("looks_note") else ()
     significant = psr >= 1.0 - alpha and p <= alpha
-    return Verdict("significant" if significant else "not significant", figures, reasons, diagnostics)
+    return EdgeVerdict("significant" if significant else "not significant", figures, reasons, diagnostics)
 
 
 def diagnostics_line(doc: Mapping[str, Any]) -> str:
@@ -204,7 +204,7 @@ def diagnostics_line(doc: Mapping[str, Any]) -> str:
     )
 
 
-def stated_verdict(doc: Mapping[str, Any]) -> Verdict | None:
+def stated_verdict(doc: Mapping[str, Any]) -> EdgeVerdict | None:
     """The verdict a metrics document states; for a document that carries an out-of-sample test but no
     stored verdict, :func:`judge` of its tested strategy; otherwise None.
 
@@ -213,7 +213,7 @@ def stated_verdict(doc: Mapping[str, Any]) -> Verdict | None:
     run again writes the current verdict)."""
     if "oos_test" not in doc:
         return None
-    stated = Verdict.from_fields(doc)
+    stated = EdgeVerdict.from_fields(doc)
     if stated is not None or "verdict_outcome" in doc:
         return stated
     oos = doc.get("oos_test")

@@ -31,6 +31,9 @@ never uses), ``account_id`` is what ``GET /v2/account`` answers (two fakes may s
 ``on_order(order)`` runs on every order the fake creates, after its immediate fill and before the
 reply (a test may promote a champion there, or kill the client process).
 
+``HungServer`` accepts connections on loopback and never answers (a stalled upstream): every client
+must give up on its own deadline.
+
 Use as a context manager::
 
     with FakeAlpaca(prices={"AAPL": 100.0}) as fake:
@@ -41,6 +44,7 @@ Use as a context manager::
 from __future__ import annotations
 
 import json
+import socket
 import sys
 import threading
 import time
@@ -73,7 +77,8 @@ class Fault:
     method: str
     path: str  # prefix, e.g. "/v2/orders"
     kind: str  # "status" (refuse before processing), "status_after" (process, then fail), "delay",
-    # "drop" (close the connection without a reply; market-data routes)
+    # "drop" (close the connection without a reply; market-data routes), "echo_key" (HTTP 403 whose
+    # message quotes the request's secret key header, as a careless proxy might)
     status: int = 500
     delay: float = 0.0
     times: int = 1
@@ -545,6 +550,9 @@ class FakeAlpaca:
                     0.0,
                     extra,
                 )
+            if fault is not None and fault.kind == "echo_key":
+                message = f"forbidden: key {headers.get('APCA-API-SECRET-KEY')} may not read this"
+                return 403, {"code": 40310000, "message": message}, 0.0, {}
             status, payload = self._route(method, path, query, body)
             if fault is not None and fault.kind == "status_after":
                 return fault.status, {"code": fault.status * 100000, "message": "injected failure"}, 0.0, {}
@@ -722,3 +730,44 @@ def minute_bars(
     if not frames:
         return pd.DataFrame(columns=["timestamp", "ticker", "open", "high", "low", "close", "volume"])
     return pd.concat(frames, ignore_index=True)
+
+
+class HungServer:
+    """A loopback TCP server that accepts every connection and never answers (see the module
+    docstring); ``accepted`` counts the connections it holds."""
+
+    def __init__(self) -> None:
+        self._sock = socket.create_server(("127.0.0.1", 0))
+        self._held: list[socket.socket] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._sock.getsockname()[1]}"
+
+    @property
+    def accepted(self) -> int:
+        return len(self._held)
+
+    def _accept(self) -> None:
+        self._sock.settimeout(0.1)
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._sock.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            self._held.append(conn)  # read nothing, answer nothing
+
+    def __enter__(self) -> HungServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        for conn in self._held:
+            conn.close()
+        self._sock.close()

@@ -22,7 +22,9 @@ from envs.trading import ActionError, EnvParams
 
 # Only a machine without a C compiler skips these: with one, a kernel that fails to build fails them.
 # (The fallback tests below run everywhere.)
-needs_kernel = pytest.mark.skipif(native.compiler() is None, reason="no C compiler for the native kernel")
+needs_kernel = pytest.mark.skipif(
+    native.compiler() is None, reason="no C compiler installed (optional: it builds the native kernel)"
+)
 
 
 @pytest.fixture(scope="module")

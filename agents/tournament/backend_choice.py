@@ -47,13 +47,16 @@ def population_pods(pods: int | None, population_size: int) -> int:
     return population_size if population_size > 0 else int(pods or 0)
 
 
-def check_settings(chosen: str, *, population_size: int = 0, address: str | None = None) -> None:
+def check_settings(
+    chosen: str, *, population_size: int = 0, envs_per_pod: int = 0, address: str | None = None
+) -> None:
     """Refuse, in one line, a setting the ``chosen`` backend would not use (none is silently ignored)."""
-    if population_size > 0 and chosen != "population":
-        raise ConfigError(
-            f"tournament.population_size = {population_size} applies to the population backend only "
-            f'(this run\'s backend is {chosen}); drop it or set backend = "population"'
-        )
+    for name, value in (("population_size", population_size), ("envs_per_pod", envs_per_pod)):
+        if value > 0 and chosen != "population":
+            raise ConfigError(
+                f"tournament.{name} = {value} applies to the population backend only "
+                f'(this run\'s backend is {chosen}); drop it or set backend = "population"'
+            )
     if address is not None and chosen == "local":
         raise ConfigError(
             f"tournament.address = {address!r} applies to the ray and population backends only "
@@ -65,7 +68,9 @@ def check_backend_args(args: TournamentArgs, device: str | torch.device) -> str:
     """The backend ``args`` choose on ``device``, once the settings it would not use are refused
     (what :func:`make_backend` checks; for callers that must refuse before they write anything)."""
     chosen = resolve_backend(args.backend, device, args.algo)
-    check_settings(chosen, population_size=args.population_size, address=args.address)
+    check_settings(
+        chosen, population_size=args.population_size, envs_per_pod=args.envs_per_pod, address=args.address
+    )
     if chosen == "population":
         population_pods(args.pods, args.population_size)
     return chosen
@@ -78,6 +83,8 @@ def make_backend(
     address: str | None = None,
     pods: int | None = None,
     population_size: int = 0,
+    envs_per_pod: int = 0,
+    round_steps: int | None = None,
     device: str | torch.device = "cpu",
     algo: str = "ppo",
     **kwargs: Any,
@@ -92,13 +99,15 @@ def make_backend(
             "tournament backend: %s -> %s (device %s, %s pods)", name, chosen, torch.device(device).type, algo
         )
     name = chosen
-    check_settings(name, population_size=population_size, address=address)
+    check_settings(name, population_size=population_size, envs_per_pod=envs_per_pod, address=address)
     if name == "local":
         return InlineBackend() if workers == 0 else ProcessBackend(workers)
     if name == "ray":
         return RayBackend(address, **kwargs)
     return PopulationBackend(
         population_pods(pods, population_size),
+        envs_per_pod=envs_per_pod,
+        round_steps=round_steps,
         workers=workers,
         ray=address is not None,
         address=address,

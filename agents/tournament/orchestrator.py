@@ -166,6 +166,8 @@ def run_tournament(
         address=args.address,
         pods=args.pods,
         population_size=args.population_size,
+        envs_per_pod=args.envs_per_pod,
+        round_steps=args.round_steps,
         device=device,
         algo=args.algo,
     )

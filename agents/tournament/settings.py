@@ -55,6 +55,9 @@ class TournamentArgs:
     population_size: int = 0
     """population backend: pods per population (0: chosen from the device's memory and a short probe;
     a fixed default on a CPU)"""
+    envs_per_pod: int = 0
+    """population backend: envs per pod (0: the run's ``[env] num_envs``, or more where the sizing
+    probe on a GPU finds more faster: agents.population.sizing)"""
     address: str | None = None
     """ray: address of an existing cluster (None: start a local one); population: run each
     population on that Ray cluster, one per GPU (None: on this machine)"""
@@ -83,8 +86,8 @@ class TournamentArgs:
             raise ConfigError(f"tournament.fitness: {self.fitness!r} is not one of {FITNESS}")
         if self.workers < 0:
             raise ConfigError("tournament.workers must be >= 0")
-        if self.population_size < 0:
-            raise ConfigError("tournament.population_size must be >= 0")
+        if self.population_size < 0 or self.envs_per_pod < 0:
+            raise ConfigError("tournament.population_size and envs_per_pod must be >= 0")
         if self.backend not in BACKENDS:
             raise ConfigError(f"tournament.backend: {self.backend!r} is not one of {', '.join(BACKENDS)}")
         if self.backend == "population" and self.algo != "ppo":

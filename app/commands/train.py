@@ -20,10 +20,12 @@ def _tournament_overrides(
     backend: str | None,
     workers: int | None,
     address: str | None,
+    envs_per_pod: int | None = None,
 ) -> dict[str, Any]:
     """``[tournament]`` fields set on the command line. One budget given alone replaces both."""
     given = {
         "pods": pods,
+        "envs_per_pod": envs_per_pod,
         "budget_steps": budget_steps,
         "budget_minutes": budget_minutes,
         "backend": backend,
@@ -122,6 +124,12 @@ def train(
     address: str = typer.Option(
         None, "--address", help="Tournament, ray and population: address of a Ray cluster."
     ),
+    envs_per_pod: int = typer.Option(
+        None,
+        "--envs-per-pod",
+        min=1,
+        help="Tournament, population: envs per pod \\[tournament.envs_per_pod; default: chosen].",
+    ),
     resume: str = typer.Option(None, "--resume", help="Tournament: continue the run RUN after a stop."),
 ) -> None:
     """Train one agent, or with --tournament a pool of pods; scored on the validation window."""
@@ -139,10 +147,13 @@ def train(
         "--backend": backend,
         "--workers": workers,
         "--address": address,
+        "--envs-per-pod": envs_per_pod,
     }
     if tournament or resume is not None:
         _refuse_unused({"--threads": threads, "--steps": steps}, "a single run (drop --tournament)")
-        overrides = _tournament_overrides(pods, budget_steps, budget_minutes, backend, workers, address)
+        overrides = _tournament_overrides(
+            pods, budget_steps, budget_minutes, backend, workers, address, envs_per_pod
+        )
         agent = {"algo": algo} if algo is not None else {}
         _tournament_command(config, run, resume, overrides, agent, json_out)
         return

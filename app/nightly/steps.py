@@ -47,8 +47,7 @@ from app.runs import RunDir
 from app.workflows.backtest import check_policy_fits, count_look, market_identity, selection_inputs
 from app.workflows.training import ensemble_step
 from backtests import engine, report, scoring
-from backtests.verdict import Verdict as EdgeVerdict
-from backtests.verdict import stated_verdict
+from backtests.verdict import EdgeVerdict, stated_verdict
 from data.atomic import atomic_write_json, replace_dir
 from data.errors import CheckpointError, ConfigError, PodracerError
 from data.loader import load_market

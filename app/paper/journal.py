@@ -46,8 +46,7 @@ from app.paper.journal_schema import (
     statements,
 )
 from data import sqlite
-
-_SECRET_ENVS = ("APCA_API_KEY_ID", "APCA_API_SECRET_KEY")
+from data.scrub import scrub
 
 
 def journal_path(home: str | os.PathLike[str]) -> Path:
@@ -64,14 +63,8 @@ def journal_ts(ts: pd.Timestamp | datetime | None) -> str:
 
 
 def _scrub(value: Any) -> Any:
-    """Replace any API key value found in a string with ``***``."""
-    if not isinstance(value, str):
-        return value
-    for name in _SECRET_ENVS:
-        secret = os.environ.get(name, "")
-        if len(secret) >= 4 and secret in value:
-            value = value.replace(secret, "***")
-    return value
+    """Every API key value in a string masked (``data.scrub``, the one scrubber)."""
+    return scrub(value)
 
 
 class Journal:
