@@ -9,7 +9,7 @@ import pytest
 
 from app.cli import main
 from app.config import Config, RetentionConfig
-from app.nightly.registry import Champion, Decision, current_champion, record_decision
+from app.nightly.registry import Champion, DecisionRecord, current_champion, record_decision
 from app.paper.books import implied_positions
 from app.paper.compact import compact_journal
 from app.paper.journal import Journal, read_journal
@@ -21,7 +21,7 @@ def _promote(home: Path, run: str, previous: str | None) -> None:
     for folder in (home / "runs" / run, home / "exports" / f"{run}-pod-0", home / "champions" / run):
         folder.mkdir(parents=True)
         (folder / "weights.bin").write_bytes(b"x" * 1000)
-    decision = Decision(
+    decision = DecisionRecord(
         started_at="2026-03-09T06:00:00+00:00",
         decided_at="2026-03-09T06:30:00+00:00",
         verdict="promoted",
@@ -45,7 +45,7 @@ def _reject(home: Path, run: str) -> None:
     (home / "runs" / run / "leaderboard.sqlite").write_bytes(b"y" * 500)
     record_decision(
         home,
-        Decision(
+        DecisionRecord(
             started_at="2026-03-10T06:00:00+00:00",
             decided_at="2026-03-10T06:30:00+00:00",
             verdict="rejected",
