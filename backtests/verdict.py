@@ -1,19 +1,19 @@
 """What a backtest's figures may claim: the plain-words verdict on the selected strategy's edge, the
 line of selection diagnostics after it, and the shortest window whose annualized figures are reported.
 
-The one home of these rules. ``backtests.report`` computes the figures (``backtests.significance``,
+The one home of these rules. ``backtests.report`` computes the figures (``backtests.oos_test``,
 ``backtests.snooping``), judges once and writes the verdict into metrics.json (:func:`verdict_fields`);
 the CLI summary, ``podracer backtest --json``, the dashboard and the nightly gate use what the document
 says (:func:`stated_verdict`) or this same rule (:func:`judge`). Standard library only: the dashboard
 and the CLI import this without loading torch.
 
 The rule (:func:`judge`), on the out-of-sample test of the selected strategy on its held-out window
-(metrics.json ``oos_test``), at the level ``alpha`` (``[backtest] significance``, metrics.json
-``significance``):
+(metrics.json ``oos_test``), at the significance level ``a`` (``[backtest] significance_level``,
+metrics.json ``significance_level``):
 
 - "edge significant out of sample": the probabilistic Sharpe ratio after the looks counted (the DSR
-  over ``K`` looks; the PSR against 0 for a first look) at or above ``1 - alpha`` AND the benchmark
-  test's p-value after the looks (Sidak) at or below ``alpha``: its Sharpe ratio is above zero and its
+  over ``K`` looks; the PSR against 0 for a first look) at or above ``1 - a`` AND the benchmark
+  test's p-value after the looks (Sidak) at or below ``a``: its Sharpe ratio is above zero and its
   mean daily return above buy-and-hold's;
 - "edge not significant out of sample": either falls short;
 - "edge not measurable": the window is not held out, has fewer than :data:`MIN_OOS_SESSIONS`
@@ -31,9 +31,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
-#: The default level of the out-of-sample test (``[backtest] significance``): a 5% chance of calling
+#: The default significance level of the out-of-sample test (``[backtest] significance_level``): a 5% chance of calling
 #: a strategy with no edge significant.
-SIGNIFICANCE = 0.05
+SIGNIFICANCE_LEVEL = 0.05
 #: Fewest held-out sessions the out-of-sample test is read on (about a month of trading days): the
 #: PSR's normal approximation and the block bootstrap have too few returns below it.
 MIN_OOS_SESSIONS = 20
@@ -135,10 +135,11 @@ def prob_text(value: float) -> str:
     return f"{value:.3f}" if value >= 0.001 else f"{value:.1e}"
 
 
-def significance_of(doc: Mapping[str, Any]) -> float:
-    """The level ``alpha`` a document was judged at (:data:`SIGNIFICANCE` when it records none)."""
-    alpha = _number(doc.get("significance"))
-    return alpha if alpha is not None and 0.0 < alpha < 1.0 else SIGNIFICANCE
+def significance_level_of(doc: Mapping[str, Any]) -> float:
+    """The significance level a document was judged at (:data:`SIGNIFICANCE_LEVEL` when it records
+    none). Documents written before the key was ``significance_level`` call it ``significance``."""
+    level = _number(doc.get("significance_level", doc.get("significance")))
+    return level if level is not None and 0.0 < level < 1.0 else SIGNIFICANCE_LEVEL
 
 
 def judge(doc: Mapping[str, Any], strategy: str = "champion") -> EdgeVerdict | None:
@@ -147,7 +148,7 @@ def judge(doc: Mapping[str, Any], strategy: str = "champion") -> EdgeVerdict | N
     oos = doc.get("oos_test")
     if not isinstance(oos, Mapping) or oos.get("strategy") != strategy:
         return None
-    alpha = significance_of(doc)
+    level = significance_level_of(doc)
     diagnostics = diagnostics_line(doc)
     looks = int(_number(oos.get("looks")) or 1)
     looks_text = f"{looks} look{'s' if looks != 1 else ''} counted"
@@ -176,10 +177,10 @@ def judge(doc: Mapping[str, Any], strategy: str = "champion") -> EdgeVerdict | N
         f"PSR {prob_text(psr)}",
         f"excess over {bench} {100 * mean:+.2f}%/day (p {prob_text(p)})",
         looks_text,
-        f"level {alpha:g}",
+        f"level {level:g}",
     )
     reasons = (str(oos["looks_note"]),) if oos.get("looks_note") else ()
-    significant = psr >= 1.0 - alpha and p <= alpha
+    significant = psr >= 1.0 - level and p <= level
     return EdgeVerdict("significant" if significant else "not significant", figures, reasons, diagnostics)
 
 
