@@ -30,6 +30,7 @@ from app.config_sections import (
     DataConfig,
     EnvConfig,
     NightlyConfig,
+    RetentionConfig,
     Section,
     TournamentConfig,
     WalkForwardConfig,
@@ -49,6 +50,7 @@ __all__ = [
     "DataConfig",
     "EnvConfig",
     "NightlyConfig",
+    "RetentionConfig",
     "TournamentConfig",
     "WalkForwardConfig",
     "config_to_toml",
@@ -84,6 +86,7 @@ class Config(Section):
     backtest: BacktestConfig = BacktestConfig()
     nightly: NightlyConfig = NightlyConfig()
     walkforward: WalkForwardConfig = WalkForwardConfig()
+    retention: RetentionConfig = RetentionConfig()
 
     def with_updates(self, **sections: dict[str, Any]) -> Config:
         """A copy with some fields of some sections replaced (validated)."""
