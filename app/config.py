@@ -26,6 +26,7 @@ from app.config_sections import (
     INTERNAL_FIELDS,
     NONE_MARKER,
     AgentConfig,
+    AlertsConfig,
     BacktestConfig,
     DataConfig,
     EnvConfig,
@@ -44,6 +45,7 @@ __all__ = [
     "NONE_MARKER",
     "RENAMED_KEYS",
     "AgentConfig",
+    "AlertsConfig",
     "BacktestConfig",
     "Config",
     "DataConfig",
@@ -81,6 +83,7 @@ class Config(Section):
     backtest: BacktestConfig = BacktestConfig()
     nightly: NightlyConfig = NightlyConfig()
     walkforward: WalkForwardConfig = WalkForwardConfig()
+    alerts: AlertsConfig = AlertsConfig()
 
     def with_updates(self, **sections: dict[str, Any]) -> Config:
         """A copy with some fields of some sections replaced (validated)."""
