@@ -16,7 +16,7 @@ from agents.sac import SACArgs
 from agents.tournament.orchestrator import TournamentArgs
 from app.alerts import HOOK_TIMEOUT_S, AlertSettings, check_settings
 from app.nightly.budget import MAX_MINUTES
-from backtests.verdict import SIGNIFICANCE
+from backtests.verdict import SIGNIFICANCE_LEVEL
 from data.loader import LOAD_DEFAULTS
 from envs.trading import EnvParams
 
@@ -270,8 +270,8 @@ class BacktestConfig(Section):
 
     window: Literal["test", "valid"] = "test"
     annualization: int = Field(252, ge=1, description="periods per year of the daily returns")
-    significance: float = Field(
-        SIGNIFICANCE,
+    significance_level: float = Field(
+        SIGNIFICANCE_LEVEL,
         gt=0,
         lt=1,
         description="level of the out-of-sample test behind the verdict (docs/backtests.md)",
@@ -296,12 +296,12 @@ class NightlyConfig(Section):
     margin: float = Field(
         0.1, ge=0, description="challenger must beat the champion by this much (fitness units)"
     )
-    significance: float | None = Field(
+    significance_level: float | None = Field(
         None,
         gt=0,
         lt=1,
         description="the gate's level: the challenger's out-of-sample test must be significant at it "
-        "(None: [backtest] significance)",
+        "(None: [backtest] significance_level)",
     )
     first_promotion: Literal["always", "significant"] = Field(
         "always", description="with no champion yet: promote always, or only a significant challenger"
@@ -372,7 +372,7 @@ class WalkForwardConfig(Section):
     )
     gate: Literal["nightly", "always"] = Field(
         "nightly",
-        description="nightly: the retrain gate decides challenger vs incumbent ([nightly] margin and significance); "
+        description="nightly: the retrain gate decides challenger vs incumbent ([nightly] margin and significance_level); "
         "always: every fold's challenger takes over",
     )
     tearsheet: bool = Field(True, description="write the stitched account's tear sheet")

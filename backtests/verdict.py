@@ -1,19 +1,19 @@
 """What a backtest's figures may claim: the plain-words verdict on the selected strategy's edge, the
 line of selection diagnostics after it, and the shortest window whose annualized figures are reported.
 
-The one home of these rules. ``backtests.report`` computes the figures (``backtests.significance``,
+The one home of these rules. ``backtests.report`` computes the figures (``backtests.oos_test``,
 ``backtests.snooping``), judges once and writes the verdict into metrics.json (:func:`verdict_fields`);
 the CLI summary, ``podracer backtest --json``, the dashboard and the nightly gate use what the document
 says (:func:`stated_verdict`) or this same rule (:func:`judge`). Standard library only: the dashboard
 and the CLI import this without loading torch.
 
 The rule (:func:`judge`), on the out-of-sample test of the selected strategy on its held-out window
-(metrics.json ``oos_test``), at the level ``alpha`` (``[backtest] significance``, metrics.json
-``significance``):
+(metrics.json ``oos_test``), at the significance level ``a`` (``[backtest] significance_level``,
+metrics.json ``significance_level``):
 
 - "edge significant out of sample": the probabilistic Sharpe ratio after the looks counted (the DSR
-  over ``K`` looks; the PSR against 0 for a first look) at or above ``1 - alpha`` AND the benchmark
-  test's p-value after the looks (Sidak) at or below ``alpha``: its Sharpe ratio is above zero and its
+  over ``K`` looks; the PSR against 0 for a first look) at or above ``1 - a`` AND the benchmark
+  test's p-value after the looks (Sidak) at or below ``a``: its Sharpe ratio is above zero and its
   mean daily return above buy-and-hold's;
 - "edge not significant out of sample": either falls short;
 - "edge not measurable": the window is not held out, has fewer than :data:`MIN_OOS_SESSIONS`
@@ -31,9 +31,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
-#: The default level of the out-of-sample test (``[backtest] significance``): a 5% chance of calling
+#: The default significance level of the out-of-sample test (``[backtest] significance_level``): a 5% chance of calling
 #: a strategy with no edge significant.
-SIGNIFICANCE = 0.05
+SIGNIFICANCE_LEVEL = 0.05
 #: Fewest held-out sessions the out-of-sample test is read on (about a month of trading days): the
 #: PSR's normal approximation and the block bootstrap have too few returns below it.
 MIN_OOS_SESSIONS = 20
@@ -50,7 +50,7 @@ OUTCOMES: tuple[str, ...] = get_args(Outcome)
 
 
 @dataclass(frozen=True)
-class Verdict:
+class EdgeVerdict:
     """The verdict on one strategy: its outcome, the figures it rests on, caveats, and the line of
     selection diagnostics shown after it."""
 
@@ -85,7 +85,7 @@ class Verdict:
         return None if self.outcome == "not measurable" else self.outcome == "significant"
 
     @classmethod
-    def from_fields(cls, doc: Mapping[str, Any]) -> Verdict | None:
+    def from_fields(cls, doc: Mapping[str, Any]) -> EdgeVerdict | None:
         """The verdict a metrics.json document states (:func:`verdict_fields`); None when it states none."""
         outcome, figures, reasons = (
             doc.get(k) for k in ("verdict_outcome", "verdict_figures", "verdict_reasons")
@@ -98,7 +98,7 @@ class Verdict:
         )
 
 
-def verdict_fields(verdict: Verdict | None) -> dict[str, Any]:
+def verdict_fields(verdict: EdgeVerdict | None) -> dict[str, Any]:
     """The metrics.json keys of a verdict: ``verdict`` (the line), ``verdict_outcome``,
     ``verdict_figures``, ``verdict_reasons`` and ``verdict_diagnostics`` (null and empty without one)."""
     if verdict is None:
@@ -135,19 +135,20 @@ def prob_text(value: float) -> str:
     return f"{value:.3f}" if value >= 0.001 else f"{value:.1e}"
 
 
-def significance_of(doc: Mapping[str, Any]) -> float:
-    """The level ``alpha`` a document was judged at (:data:`SIGNIFICANCE` when it records none)."""
-    alpha = _number(doc.get("significance"))
-    return alpha if alpha is not None and 0.0 < alpha < 1.0 else SIGNIFICANCE
+def significance_level_of(doc: Mapping[str, Any]) -> float:
+    """The significance level a document was judged at (:data:`SIGNIFICANCE_LEVEL` when it records
+    none). Documents written before the key was ``significance_level`` call it ``significance``."""
+    level = _number(doc.get("significance_level", doc.get("significance")))
+    return level if level is not None and 0.0 < level < 1.0 else SIGNIFICANCE_LEVEL
 
 
-def judge(doc: Mapping[str, Any], strategy: str = "champion") -> Verdict | None:
+def judge(doc: Mapping[str, Any], strategy: str = "champion") -> EdgeVerdict | None:
     """The verdict on ``strategy`` from the document's out-of-sample test (see the module docstring);
     None when the document tests another strategy or none."""
     oos = doc.get("oos_test")
     if not isinstance(oos, Mapping) or oos.get("strategy") != strategy:
         return None
-    alpha = significance_of(doc)
+    level = significance_level_of(doc)
     diagnostics = diagnostics_line(doc)
     looks = int(_number(oos.get("looks")) or 1)
     looks_text = f"{looks} look{'s' if looks != 1 else ''} counted"
@@ -162,7 +163,7 @@ def judge(doc: Mapping[str, Any], strategy: str = "champion") -> Verdict | None:
     else:
         why = str(oos["reason"]) if oos.get("reason") else None
     if why is not None:
-        return Verdict("not measurable", (why,), (), diagnostics)
+        return EdgeVerdict("not measurable", (why,), (), diagnostics)
     bench = oos.get("benchmark")
     excess = (oos.get("excess") or {}).get(bench) or {}
     psr, p, mean = (
@@ -171,16 +172,16 @@ def judge(doc: Mapping[str, Any], strategy: str = "champion") -> Verdict | None:
     )
     if psr is None or p is None or mean is None:
         missing = "the PSR" if psr is None else f"the test against {bench}"
-        return Verdict("not measurable", (f"{missing} is undefined",), (), diagnostics)
+        return EdgeVerdict("not measurable", (f"{missing} is undefined",), (), diagnostics)
     figures = (
         f"PSR {prob_text(psr)}",
         f"excess over {bench} {100 * mean:+.2f}%/day (p {prob_text(p)})",
         looks_text,
-        f"level {alpha:g}",
+        f"level {level:g}",
     )
     reasons = (str(oos["looks_note"]),) if oos.get("looks_note") else ()
-    significant = psr >= 1.0 - alpha and p <= alpha
-    return Verdict("significant" if significant else "not significant", figures, reasons, diagnostics)
+    significant = psr >= 1.0 - level and p <= level
+    return EdgeVerdict("significant" if significant else "not significant", figures, reasons, diagnostics)
 
 
 def diagnostics_line(doc: Mapping[str, Any]) -> str:
@@ -204,7 +205,7 @@ def diagnostics_line(doc: Mapping[str, Any]) -> str:
     )
 
 
-def stated_verdict(doc: Mapping[str, Any]) -> Verdict | None:
+def stated_verdict(doc: Mapping[str, Any]) -> EdgeVerdict | None:
     """The verdict a metrics document states; for a document that carries an out-of-sample test but no
     stored verdict, :func:`judge` of its tested strategy; otherwise None.
 
@@ -213,7 +214,7 @@ def stated_verdict(doc: Mapping[str, Any]) -> Verdict | None:
     run again writes the current verdict)."""
     if "oos_test" not in doc:
         return None
-    stated = Verdict.from_fields(doc)
+    stated = EdgeVerdict.from_fields(doc)
     if stated is not None or "verdict_outcome" in doc:
         return stated
     oos = doc.get("oos_test")

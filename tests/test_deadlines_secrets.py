@@ -15,8 +15,7 @@ import pandas as pd
 import pytest
 
 from app import cli
-from app.paper.alpaca_broker import AlpacaBroker
-from app.paper.alpaca_broker import RetryPolicy as BrokerRetry
+from app.paper.alpaca_broker import AlpacaBroker, BrokerRetryPolicy
 from app.paper.heartbeat import Heartbeat, heartbeat_path, write_heartbeat
 from app.paper.journal import Journal, journal_path
 from app.workflows.status import gather_status
@@ -24,7 +23,7 @@ from data.errors import BrokerError, DataError
 from data.scrub import scrub
 from data.sources import yfinance as yf_source
 from data.sources.access import DATA_TIMEOUT_S
-from data.sources.retry import FetchFailed, RetryPolicy
+from data.sources.retry import FetchFailed, FetchRetryPolicy
 from data.sources.stream import fetch_to_store
 from tests.alpaca_fake import KEY_ID, SECRET, FakeAlpaca, HungServer, minute_bars
 
@@ -57,7 +56,7 @@ def test_a_fetch_from_a_server_that_never_answers_fails_within_its_deadline(tmp_
     monkeypatch.setenv("APCA_API_SECRET_KEY", SECRET)
     with HungServer() as hung:
         monkeypatch.setenv("APCA_API_DATA_URL", hung.url)
-        policy = RetryPolicy(timeout_s=0.2, backoff_s=0.0, attempts=3)
+        policy = FetchRetryPolicy(timeout_s=0.2, backoff_s=0.0, attempts=3)
         err, took = _within(
             20,
             lambda: fetch_to_store(
@@ -73,7 +72,7 @@ def test_the_broker_gives_up_on_a_server_that_never_answers(monkeypatch):
     monkeypatch.setenv("APCA_API_KEY_ID", KEY_ID)
     monkeypatch.setenv("APCA_API_SECRET_KEY", SECRET)
     with HungServer() as hung:
-        retry = BrokerRetry(timeout=0.2, attempts=2, base_delay=0.0, jitter=0.0)
+        retry = BrokerRetryPolicy(timeout=0.2, attempts=2, base_delay=0.0, jitter=0.0)
         broker = AlpacaBroker(base_url=hung.url, data_url=hung.url, retry=retry, sleep=lambda s: None)
         err, took = _within(20, broker.account)
     assert isinstance(err, BrokerError) and took < 10

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from backtests import significance as sig
+from backtests import oos_test as sig
 from backtests import snooping as sn
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "backtests.md"

@@ -23,7 +23,7 @@ from app.nightly.lock import LockBusyError, ProcessLock, read_lock_info
 from app.nightly.pipeline import STEPS, RetrainError, run_retrain
 from app.nightly.registry import current_champion, read_decisions, registry_path
 from app.nightly.steps import ChallengerRun, DataSnapshot, Evaluation, RetrainSteps
-from backtests.verdict import Verdict as EdgeVerdict
+from backtests.verdict import EdgeVerdict
 from data.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -111,7 +111,7 @@ class FakePipeline:
 
 
 def _config(**nightly) -> Config:
-    return Config().with_updates(nightly={"margin": 0.1, "significance": 0.1, **nightly})
+    return Config().with_updates(nightly={"margin": 0.1, "significance_level": 0.1, **nightly})
 
 
 def _snapshot(home: Path) -> tuple[list[dict], dict | None, bytes | None]:
@@ -183,8 +183,8 @@ def test_first_run_with_no_champion_promotes_and_exports(home):
     (row,) = read_decisions(home)
     assert row["verdict"] == "promoted" and row["champion_run_id"] is None
     assert row["challenger_fitness"] == pytest.approx(0.2) and row["challenger_dsr"] == pytest.approx(0.1)
-    # The level as the PSR-after-looks threshold, the looks as the DSR's trials, the test in the scores.
-    assert row["dsr_threshold"] == pytest.approx(0.9) and row["num_trials"] == 2
+    # The gate's level, the looks as the DSR's trials, the test in the scores.
+    assert row["significance_level"] == pytest.approx(0.1) and row["num_trials"] == 2
     assert row["scores"]["challenger_edge"].startswith("edge not significant out of sample")
     assert row["scores"]["challenger_test"] == {"looks": 2, "psr_after_looks": 0.1}
     assert outcome.challenger_edge == row["scores"]["challenger_edge"]

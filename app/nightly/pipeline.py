@@ -11,7 +11,7 @@
    sessions, which neither the tournament's selection nor (checked) the challenger's training saw;
 4. **decide** (``app.nightly.decide``): promote only if the challenger's fitness beats the
    champion's by ``nightly.margin`` AND its out-of-sample test on the test window says "edge
-   significant out of sample" at ``nightly.significance`` (``backtests.verdict``, the rule of
+   significant out of sample" at ``nightly.significance_level`` (``backtests.verdict``, the rule of
    ``podracer backtest``), every earlier look at an overlapping window of the same market counted by
    the looks ledger;
 5. **export** (on promotion): an onnxruntime bundle of the challenger (``app.export.export_bundle``)
@@ -52,7 +52,7 @@ from app.nightly.decide import decide, decision_record, failure_record, finite, 
 from app.nightly.lock import LOCK_NAME, ProcessLock
 from app.nightly.record import SELECTION
 from app.nightly.registry import Champion, current_champion, record_decision
-from app.nightly.steps import RetrainSteps, default_steps, gate_significance, keep_champion_copy
+from app.nightly.steps import RetrainSteps, default_steps, gate_significance_level, keep_champion_copy
 from app.runs import RunDir
 from data.errors import ConfigError, PodracerError, one_line
 
@@ -127,8 +127,7 @@ def run_retrain(
         info: dict[str, Any] = {
             "fitness": fitness,
             "margin": nightly.margin,
-            # The registry's columns: the level as the PSR-after-looks threshold 1 - significance.
-            "dsr_threshold": round(1.0 - gate_significance(config), 12),
+            "significance_level": gate_significance_level(config),
             "champion_run_id": champion_id,
         }
         inputs: dict[str, Any] = {

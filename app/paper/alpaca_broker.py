@@ -13,7 +13,7 @@ Safety rules this module enforces (tested against a local fake Alpaca server):
 - Paper only for market data too: ``APCA_API_DATA_URL`` must be Alpaca's data host or loopback.
 - Retries with exponential backoff and jitter on 429, 5xx, timeouts and dropped connections; a
   ``Retry-After`` header (seconds or an HTTP date) on 429/503 sets the wait. All waits of one cycle
-  share a budget (``RetryPolicy.budget``; ``begin_cycle`` resets it): a wait that would overrun it
+  share a budget (``BrokerRetryPolicy.budget``; ``begin_cycle`` resets it): a wait that would overrun it
   raises ``RetryBudgetExhausted`` at once, so the cycle stops at an order boundary instead of
   sleeping past its interval. alpaca-py's own retry loop is switched off: it retries a POST /orders on
   504 blindly, which could double an order.
@@ -37,8 +37,8 @@ import pandas as pd
 
 from app.paper.broker import (
     BAR_COLUMNS,
-    Account,
     Asset,
+    BrokerAccount,
     Clock,
     Order,
     OrderRejected,
@@ -64,7 +64,7 @@ T = TypeVar("T")
 
 # --- configuration ----------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class RetryPolicy:
+class BrokerRetryPolicy:
     """Backoff ``base_delay * 2**attempt`` capped at ``max_delay`` (or the server's ``Retry-After``),
     times ``1 + U(0, jitter)``, at most ``attempts`` tries, all waits of a cycle within ``budget`` s."""
 
@@ -122,7 +122,7 @@ class AlpacaBroker:
         *,
         base_url: str | None = None,
         data_url: str | None = None,
-        retry: RetryPolicy = RetryPolicy(),
+        retry: BrokerRetryPolicy = BrokerRetryPolicy(),
         feed: str = "iex",
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
@@ -152,7 +152,7 @@ class AlpacaBroker:
 
     # -- retry core --
     def begin_cycle(self) -> None:
-        """Reset the retry budget (``RetryPolicy.budget`` seconds of waits per cycle)."""
+        """Reset the retry budget (``BrokerRetryPolicy.budget`` seconds of waits per cycle)."""
         self._waited = 0.0
 
     @property
@@ -217,9 +217,9 @@ class AlpacaBroker:
         raise AssertionError("unreachable")
 
     # -- Broker protocol --
-    def account(self) -> Account:
+    def account(self) -> BrokerAccount:
         acct = self._call("get account", self._trading.get_account)
-        return Account(
+        return BrokerAccount(
             equity=_float(acct.equity),
             cash=_float(acct.cash),
             last_equity=_float(acct.last_equity, _float(acct.equity)),

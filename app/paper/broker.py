@@ -31,7 +31,7 @@ class RetryBudgetExhausted(BrokerError):
 
 # --- plain value types -------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class Account:
+class BrokerAccount:
     equity: float  # cash + market value of positions, $
     cash: float
     last_equity: float  # equity at the previous session's close (for the daily loss limit)
@@ -108,7 +108,7 @@ BAR_COLUMNS = ("timestamp", "ticker", "open", "high", "low", "close", "volume")
 class Broker(Protocol):
     """What paper trading needs from a broker. Every method raises ``BrokerError`` on failure."""
 
-    def account(self) -> Account: ...
+    def account(self) -> BrokerAccount: ...
 
     def positions(self) -> dict[str, Position]: ...
 

@@ -45,7 +45,7 @@ import pandas as pd
 
 from app.bundle import Bundle
 from app.paper.books import BookRecord, check_books
-from app.paper.broker import Account, Broker, BrokerError, Order
+from app.paper.broker import Broker, BrokerAccount, BrokerError, Order
 from app.paper.champion import BundleSource, FixedBundle
 from app.paper.execution import block_orders, execute_orders, holdings, reconcile_open_orders, snapshot
 from app.paper.gone import check_gone
@@ -81,7 +81,7 @@ class CycleResult:
 
 
 def _halt(
-    kill: bool, account: Account, options: PaperOptions, books: BookRecord | None = None
+    kill: bool, account: BrokerAccount, options: PaperOptions, books: BookRecord | None = None
 ) -> tuple[str, str] | None:
     """(status, reason) when this cycle may send no new orders, else None."""
     if kill:

@@ -31,7 +31,7 @@ PAPER_HOSTS = frozenset({"paper-api.alpaca.markets"})
 DATA_HOSTS = frozenset({"data.alpaca.markets", "data.sandbox.alpaca.markets"})
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 #: Seconds a market-data request may take (a page is up to 10,000 bars); the broker's is its
-#: ``RetryPolicy.timeout``.
+#: ``app.paper.alpaca_broker.BrokerRetryPolicy.timeout``.
 DATA_TIMEOUT_S = 30.0
 
 

@@ -59,7 +59,7 @@ def retry_after_seconds(
 
 
 @dataclass
-class RetryPolicy:
+class FetchRetryPolicy:
     """Bounds on waiting: total 429 wait per fetch, tries per request, backoff for transient errors,
     and each request's deadline (``timeout_s``)."""
 

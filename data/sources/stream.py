@@ -23,7 +23,7 @@ from data.errors import DataError
 from data.schema import normalize_ticker
 from data.sources import alpaca, yfinance
 from data.sources.chunks import DEFAULT_BATCH, Chunk, FetchManifest, plan_chunks
-from data.sources.retry import FetchFailed, RetryPolicy
+from data.sources.retry import FetchFailed, FetchRetryPolicy
 from data.store import BarStore
 
 SOURCES = ("alpaca", "yfinance")
@@ -78,7 +78,7 @@ ActionsFetcher = Callable[[Sequence[str], date, date], dict[str, pd.DataFrame]]
 
 
 def _source_fetcher(
-    source: str, interval: str, start: str, end: str, policy: RetryPolicy, client: Any, today: date
+    source: str, interval: str, start: str, end: str, policy: FetchRetryPolicy, client: Any, today: date
 ):
     """(first, last, max days per request, chunk fetcher, manifest key, actions fetcher or None) of
     ``source``; checks its range limits."""
@@ -126,7 +126,7 @@ def fetch_to_store(
     *,
     extended_hours: bool = False,
     batch: int = DEFAULT_BATCH,
-    policy: RetryPolicy | None = None,
+    policy: FetchRetryPolicy | None = None,
     client: Any = None,
     fetcher: ChunkFetcher | None = None,
     actions_fetcher: ActionsFetcher | None = None,
@@ -155,7 +155,7 @@ def fetch_to_store(
     symbols = list(dict.fromkeys(normalize_ticker(t, source=source) for t in tickers))
     if not symbols:
         raise DataError("no tickers to fetch (give --tickers or --universe)")
-    policy = policy or RetryPolicy()
+    policy = policy or FetchRetryPolicy()
     today = today or datetime.now(UTC).date()
     # The manifest's source key names the feed too: IEX bars recorded do not count as SIP bars fetched.
     first, last, max_days, source_fetch, key, source_actions = _source_fetcher(

@@ -1,4 +1,4 @@
-"""The out-of-sample test (``backtests.significance``) against known answers: the bootstrap p-value of
+"""The out-of-sample test (``backtests.oos_test``) against known answers: the bootstrap p-value of
 pure-noise excess returns is uniform, an obvious edge gets the smallest p-value the replications
 allow, the p-value is the documented formula, and the looks deflate both tests as documented."""
 
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from backtests import oos_test as sig
 from backtests import selection
-from backtests import significance as sig
 
 
 def test_pure_noise_excess_gives_uniform_p_values():
