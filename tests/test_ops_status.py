@@ -22,7 +22,7 @@ from app.nightly.budget import RetrainOverBudget
 from app.nightly.lock import LOCK_NAME, ProcessLock
 from app.nightly.os_schedule import systemd_units, watch_units
 from app.nightly.pipeline import RetrainError, RetrainSteps, run_retrain
-from app.nightly.registry import Decision, read_decisions, record_decision
+from app.nightly.registry import DecisionRecord, read_decisions, record_decision
 from app.nightly.schedule import record_schedule, schedule_path
 from app.paper.books import BookRecord, record_path
 from app.paper.heartbeat import Heartbeat, heartbeat_path, write_heartbeat
@@ -40,7 +40,7 @@ def _status(home: Path, capsys, *args: str) -> tuple[int, list[str]]:
 def _failed(home: Path, reason: str, when: str = "2024-01-04T07:10:00+00:00") -> None:
     record_decision(
         home,
-        Decision(started_at=when, decided_at=when, verdict="failed", reason=reason, step="update_data"),
+        DecisionRecord(started_at=when, decided_at=when, verdict="failed", reason=reason, step="update_data"),
     )
 
 
@@ -174,7 +174,7 @@ def test_the_command_hook_fires_once_per_new_problem_and_once_when_it_clears(hom
     sent = [json.loads(line) for line in sink.read_text().splitlines()]
     assert [(s["event"], s["check"]) for s in sent] == [("problem", "retrain_failed")]
     assert "disk on fire" in sent[0]["message"] and sent[0]["home"] == str(home)
-    record_decision(home, Decision(started_at="2024-01-05T07:00:00+00:00", decided_at="2024-01-05T07:10:00+00:00",
+    record_decision(home, DecisionRecord(started_at="2024-01-05T07:00:00+00:00", decided_at="2024-01-05T07:10:00+00:00",
                                    verdict="rejected", reason="below margin", step="decide"))  # fmt: skip
     capsys.readouterr()
     for _ in range(2):
