@@ -31,6 +31,7 @@ from app.config_sections import (
     DataConfig,
     EnvConfig,
     NightlyConfig,
+    RetentionConfig,
     Section,
     TournamentConfig,
     WalkForwardConfig,
@@ -51,6 +52,7 @@ __all__ = [
     "DataConfig",
     "EnvConfig",
     "NightlyConfig",
+    "RetentionConfig",
     "TournamentConfig",
     "WalkForwardConfig",
     "config_to_toml",
@@ -87,6 +89,7 @@ class Config(Section):
     nightly: NightlyConfig = NightlyConfig()
     walkforward: WalkForwardConfig = WalkForwardConfig()
     alerts: AlertsConfig = AlertsConfig()
+    retention: RetentionConfig = RetentionConfig()
 
     def with_updates(self, **sections: dict[str, Any]) -> Config:
         """A copy with some fields of some sections replaced (validated)."""

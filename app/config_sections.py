@@ -333,6 +333,22 @@ class AlertsConfig(Section):
         return self
 
 
+class RetentionConfig(Section):
+    """What a home keeps (``podracer prune``, and after each nightly retrain; see docs/nightly.md).
+    The champion in charge and its predecessor are kept whatever the counts."""
+
+    keep_runs: int = Field(30, ge=1, description="newest nightly runs kept (runs/nightly-*)")
+    keep_champions: int = Field(
+        5, ge=2, description="champions whose export and policy copy are kept (the last promotions)"
+    )
+    journal_sessions: int = Field(
+        250, ge=1, description="paper sessions kept in full in the journal; older days become daily rows"
+    )
+    log_max_mb: float = Field(20.0, gt=0, description="a log under <home>/logs larger than this is rotated")
+    keep_logs: int = Field(3, ge=0, description="rotated copies kept per log")
+    after_retrain: bool = Field(True, description="prune after each nightly retrain")
+
+
 class WalkForwardConfig(Section):
     """Walk-forward: nightly retraining replayed over history (``podracer walkforward``;
     docs/walkforward.md). Windows in sessions; the layout is ``backtests.folds``."""

@@ -19,7 +19,8 @@ from app.alerts import AlertSettings, Problem, clear_problem, notify, raise_prob
 from app.cli import main
 from app.config import Config
 from app.nightly.budget import RetrainOverBudget
-from app.nightly.lock import LOCK_NAME, ProcessLock
+from app.nightly.lock import RETRAIN_LOCK_NAME as LOCK_NAME
+from app.nightly.lock import ProcessLock
 from app.nightly.os_schedule import systemd_units, watch_units
 from app.nightly.pipeline import RetrainError, RetrainSteps, run_retrain
 from app.nightly.registry import DecisionRecord, read_decisions, record_decision

@@ -36,7 +36,7 @@ import pandas as pd
 from app.alerts import AlertSettings, Problem, raised_problems, read_settings
 from app.nightly.budget import MAX_MINUTES, SLACK_MINUTES
 from app.nightly.cron import DEFAULT_CRON, DEFAULT_TZ
-from app.nightly.lock import LOCK_NAME, LockInfo, read_lock_info
+from app.nightly.lock import RETRAIN_LOCK_NAME, LockInfo, read_lock_info
 from app.nightly.registry import current_champion, read_decisions
 from app.nightly.schedule import cron_trigger, next_fire_times, read_schedule
 from app.paper.books import read_record as read_book_record
@@ -192,7 +192,7 @@ def holder_alive(holder: tuple[LockInfo, bool] | None) -> bool:
 def _retrain_holder(home: Path) -> tuple[LockInfo, bool] | None:
     """The retrain lock's holder info and whether a live process holds it (tested with a shared
     non-blocking ``flock`` on a read-only descriptor: status writes nothing); None without a lock file."""
-    path = home / LOCK_NAME
+    path = home / RETRAIN_LOCK_NAME
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
