@@ -239,6 +239,10 @@ class TournamentConfig(Section):
         ge=0,
         description="population backend: envs per pod (0: [env] num_envs, or more where a GPU's probe finds it faster)",
     )
+    overlap_rounds: bool | None = Field(
+        TournamentArgs.overlap_rounds,
+        description="population backend: train the next population while the last is scored (unset: on a GPU)",
+    )
     address: str | None = Field(
         TournamentArgs.address,
         description="ray: address of an existing cluster (population: run the populations there)",
