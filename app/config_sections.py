@@ -14,7 +14,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from agents.ppo import PPOArgs
 from agents.sac import SACArgs
 from agents.tournament.orchestrator import TournamentArgs
-from backtests.verdict import SIGNIFICANCE
+from app.alerts import HOOK_TIMEOUT_S, AlertSettings, check_settings
+from app.nightly.budget import MAX_MINUTES
+from backtests.verdict import SIGNIFICANCE_LEVEL
 from data.loader import LOAD_DEFAULTS
 from envs.trading import EnvParams
 
@@ -223,7 +225,11 @@ class AgentConfig(Section):
 class TournamentConfig(Section):
     """Podracer tournament: pool, leaderboard, generator, budget, backend (defaults in TournamentArgs)."""
 
-    pods: int = Field(TournamentArgs.pods, ge=1, description="pods training at once")
+    pods: int | None = Field(
+        TournamentArgs.pods,
+        ge=1,
+        description="pods training at once (unset: the backend's own; population: the population size)",
+    )
     leaderboard_size: int = Field(TournamentArgs.leaderboard_size, ge=1)
     p_fresh: float = Field(
         TournamentArgs.p_fresh, ge=0, le=1, description="probability a new pod starts from scratch"
@@ -245,6 +251,15 @@ class TournamentConfig(Section):
         TournamentArgs.population_size,
         ge=0,
         description="population backend: pods per population (0: from the device's memory and a probe)",
+    )
+    envs_per_pod: int = Field(
+        TournamentArgs.envs_per_pod,
+        ge=0,
+        description="population backend: envs per pod (0: [env] num_envs, or more where a GPU's probe finds it faster)",
+    )
+    overlap_rounds: bool | None = Field(
+        TournamentArgs.overlap_rounds,
+        description="population backend: train the next population while the last is scored (unset: on a GPU)",
     )
     address: str | None = Field(
         TournamentArgs.address,
@@ -277,8 +292,8 @@ class BacktestConfig(Section):
 
     window: Literal["test", "valid"] = "test"
     annualization: int = Field(252, ge=1, description="periods per year of the daily returns")
-    significance: float = Field(
-        SIGNIFICANCE,
+    significance_level: float = Field(
+        SIGNIFICANCE_LEVEL,
         gt=0,
         lt=1,
         description="level of the out-of-sample test behind the verdict (docs/backtests.md)",
@@ -303,19 +318,57 @@ class NightlyConfig(Section):
     margin: float = Field(
         0.1, ge=0, description="challenger must beat the champion by this much (fitness units)"
     )
-    significance: float | None = Field(
+    significance_level: float | None = Field(
         None,
         gt=0,
         lt=1,
         description="the gate's level: the challenger's out-of-sample test must be significant at it "
-        "(None: [backtest] significance)",
+        "(None: [backtest] significance_level)",
     )
     first_promotion: Literal["always", "significant"] = Field(
         "always", description="with no champion yet: promote always, or only a significant challenger"
     )
+    max_minutes: float | None = Field(
+        MAX_MINUTES,
+        gt=0,
+        description="a retrain's time budget: past it the run stops, keeps the champion and records a "
+        "failed retrain (None: no budget); the systemd unit's TimeoutStartSec follows it",
+    )
     warm_start_pods: int = Field(1, ge=0, description="fresh pods seeded with the champion's weights")
     export: bool = Field(True, description="export an onnxruntime bundle on promotion")
     tearsheet: bool = Field(True, description="write the challenger run's tear sheet")
+
+
+class AlertsConfig(Section):
+    """The alert hook: each new problem ``podracer status --notify`` finds, and each that clears, sent
+    once as JSON (``app.alerts``; docs/nightly.md "Operating it")."""
+
+    command: str = Field(
+        "", description="shell command run with the problem as JSON on stdin, e.g. 'cat >> ~/alerts.jsonl'"
+    )
+    webhook: str = Field("", description="http(s) URL the same JSON is POSTed to ('' = none)")
+    timeout_s: float = Field(HOOK_TIMEOUT_S, gt=0, description="seconds the command or webhook may take")
+
+    @model_validator(mode="after")
+    def _usable(self) -> AlertsConfig:
+        check_settings(AlertSettings(self.command, self.webhook, self.timeout_s), "[alerts]")
+        return self
+
+
+class RetentionConfig(Section):
+    """What a home keeps (``podracer prune``, and after each nightly retrain; see docs/nightly.md).
+    The champion in charge and its predecessor are kept whatever the counts."""
+
+    keep_runs: int = Field(30, ge=1, description="newest nightly runs kept (runs/nightly-*)")
+    keep_champions: int = Field(
+        5, ge=2, description="champions whose export and policy copy are kept (the last promotions)"
+    )
+    journal_sessions: int = Field(
+        250, ge=1, description="paper sessions kept in full in the journal; older days become daily rows"
+    )
+    log_max_mb: float = Field(20.0, gt=0, description="a log under <home>/logs larger than this is rotated")
+    keep_logs: int = Field(3, ge=0, description="rotated copies kept per log")
+    after_retrain: bool = Field(True, description="prune after each nightly retrain")
 
 
 class WalkForwardConfig(Section):
@@ -357,7 +410,7 @@ class WalkForwardConfig(Section):
     )
     gate: Literal["nightly", "always"] = Field(
         "nightly",
-        description="nightly: the retrain gate decides challenger vs incumbent ([nightly] margin and significance); "
+        description="nightly: the retrain gate decides challenger vs incumbent ([nightly] margin and significance_level); "
         "always: every fold's challenger takes over",
     )
     tearsheet: bool = Field(True, description="write the stitched account's tear sheet")

@@ -37,9 +37,9 @@ from backtests.accounting import GroupRun, fill_volumes, trade_accounting
 from data.errors import DataError, PodracerError
 from data.market import MarketData
 from envs import trading
-from envs.backends.compiled import check_mode
 from envs.backtest_loop import BacktestLoop
 from envs.backtest_step import asset_prices, backtest_step
+from envs.kernels.compiled import check_mode
 from envs.trading import EnvParams
 
 #: ``compile="auto"`` compiles a policy's decision loop from this many decisions on: enough that the
@@ -47,7 +47,7 @@ from envs.trading import EnvParams
 #: rule: docs/backtests.md; the figures: docs/benchmarks.md ("Backtests").
 COMPILE_MIN_DECISIONS = 50_000
 
-Policy = Callable[[Tensor], Tensor]
+PolicyFn = Callable[[Tensor], Tensor]
 
 
 @dataclass(frozen=True)
@@ -185,7 +185,7 @@ def num_decisions(num_bars: int, decision_interval: int) -> int:
 def run_backtest(
     market: MarketData,
     params: EnvParams,
-    policies: Mapping[str, Policy] | PolicyBatch | None = None,
+    policies: Mapping[str, PolicyFn] | PolicyBatch | None = None,
     *,
     baselines: Sequence[str] = bl.DEFAULT_BASELINES,
     device: str | torch.device | None = None,
@@ -376,7 +376,7 @@ def _eager_decisions(
 def _run_policies(
     market: MarketData,
     params: EnvParams,
-    policies: Mapping[str, Policy] | PolicyBatch,
+    policies: Mapping[str, PolicyFn] | PolicyBatch,
     k_steps: int,
     seed: int,
     off_bars: np.ndarray,

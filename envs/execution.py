@@ -8,7 +8,7 @@ of ``p`` (buys at ``p * (1 + frac)``, sells at ``p * (1 - frac)``), where ``impa
 sqrt(adv[t])`` is the asset's square-root impact scale at the decision bar ``t`` (``data.liquidity``:
 bars at or before ``t`` only), so that ``impact_coef * impact * sqrt(q) = impact_coef * daily_vol *
 sqrt(q / adv)``. The rest of the model (the volume cap, the minimum order, the order of the passes)
-is ``envs.core.trade``'s; ``envs/backends/native/step.c`` and ``envs.reference`` repeat it.
+is ``envs.core.trade``'s; ``envs/kernels/native/step.c`` and ``envs.reference`` repeat it.
 """
 
 from __future__ import annotations

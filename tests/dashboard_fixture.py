@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from backtests import significance, snooping
+from backtests import oos_test, snooping
 from backtests.verdict import ANNUALIZED_MIN_SESSIONS, judge, verdict_fields
 from data.atomic import atomic_path, atomic_write_json
 
@@ -215,14 +215,14 @@ def write_backtest(
             daily["equal_weight"].to_numpy(), cost_rate * len(daily), 1.0, 1.0, annualize
         )
         # The out-of-sample test and the selection diagnostics as backtests.report computes them.
-        metrics["significance"] = 0.05
+        metrics["significance_level"] = 0.05
         metrics["oos_test"] = {
-            **significance.out_of_sample_test(
+            **oos_test.out_of_sample_test(
                 daily["champion"].to_numpy(),
                 {"buy_and_hold": daily["buy_and_hold"].to_numpy()},
                 strategy="champion",
                 benchmark="buy_and_hold",
-                replications=199,
+                min_replications=199,
             ),
             "held_out": True,
         }
@@ -367,7 +367,7 @@ def write_tournament(run_dir: Path, pods: int, *, board_size: int = 10, populati
 def write_home_stores(home: Path, run: str, run_dir: Path) -> None:
     """A nightly registry (one promotion of ``run``, one rejection) and a paper journal (a decision,
     an order, its fill, a position, an event, a P&L row), through the stages' real writers."""
-    from app.nightly.registry import Champion, Decision, record_decision
+    from app.nightly.registry import Champion, DecisionRecord, record_decision
     from app.paper.journal import Journal
 
     common = dict(started_at="2024-03-01T07:00:00+00:00", step="decide", fitness="sharpe")
@@ -378,7 +378,7 @@ def write_home_stores(home: Path, run: str, run_dir: Path) -> None:
     (bundle / "manifest.json").write_text('{"bundle_id": "b1"}')
     record_decision(
         home,
-        Decision(
+        DecisionRecord(
             decided_at="2024-03-01T07:10:00+00:00",
             verdict="promoted",
             reason="first champion",
@@ -397,7 +397,7 @@ def write_home_stores(home: Path, run: str, run_dir: Path) -> None:
     )
     record_decision(
         home,
-        Decision(
+        DecisionRecord(
             decided_at="2024-03-02T07:10:00+00:00",
             verdict="rejected",
             reason="below margin",

@@ -13,9 +13,9 @@ import torch
 from data.liquidity import trailing_liquidity
 from data.toy import toy_market
 from envs import trading
-from envs.backends import native
 from envs.backtest_step import asset_prices, backtest_step
-from envs.fast_step import step_backend
+from envs.fast_step import step_kernel
+from envs.kernels import native
 from envs.reference import ReferenceEnv
 from envs.trading import EnvParams
 
@@ -80,7 +80,7 @@ def test_an_order_ten_times_the_bar_volume_fills_its_cap_at_spread_plus_impact(m
     outs["backtest"] = (backtest.shares_traded[0].tolist(), float(backtest.state.cash[0]))
     outs["reference"] = (ref_info["shares_traded"], ref.cash)
     if native.compiler() is not None and precision == "float32":
-        assert step_backend(market, params, state, True) == "native"
+        assert step_kernel(market, params, state, True) == "native"
         fast = trading.step(market, params, state, action, fast=True)
         outs["native"] = (fast.info["shares_traded"][0].tolist(), float(fast.state.cash[0]))
     for name, (traded, got_cash) in outs.items():

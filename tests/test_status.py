@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from app.cli import main
-from app.nightly.registry import Champion, Decision, record_decision
+from app.nightly.registry import Champion, DecisionRecord, record_decision
 from app.nightly.schedule import read_schedule, record_schedule, schedule_path
 from app.paper.heartbeat import Heartbeat, heartbeat_path, write_heartbeat
 from app.paper.journal import Journal
@@ -39,7 +39,7 @@ def champion(home: Path, bundle_id: str = "b" * 64) -> None:
     common = dict(started_at="2024-01-03T07:00:00+00:00", step="decide")
     record_decision(
         home,
-        Decision(
+        DecisionRecord(
             decided_at="2024-01-03T07:10:00+00:00", verdict="promoted", reason="first champion", **common
         ),
         Champion(
@@ -51,7 +51,9 @@ def champion(home: Path, bundle_id: str = "b" * 64) -> None:
     )
     record_decision(
         home,
-        Decision(decided_at="2024-01-04T07:10:00+00:00", verdict="rejected", reason="below margin", **common),
+        DecisionRecord(
+            decided_at="2024-01-04T07:10:00+00:00", verdict="rejected", reason="below margin", **common
+        ),
     )
 
 
@@ -62,6 +64,7 @@ def cli_status(home: Path, capsys, *args: str) -> tuple[int, dict]:
 
 def test_fresh_home(tmp_path, capsys):
     home = tmp_path / "fresh"
+    home.mkdir()
     state = gather_status(home, now=OPEN_NOW)
     assert state.healthy and state.champion is None and state.last_decision is None
     assert state.loop == "not started" and state.heartbeat is None and state.today is None
@@ -71,7 +74,7 @@ def test_fresh_home(tmp_path, capsys):
     assert main(["--home", str(home), "status"]) == 0
     out = capsys.readouterr().out
     assert "none yet" in out and "not started" in out and "healthy" in out
-    assert not home.exists()  # status reads, never creates
+    assert not any(home.iterdir())  # status reads, never creates
 
 
 def test_healthy_loop(tmp_path, capsys):
@@ -213,6 +216,7 @@ def test_cron_and_tz_override_the_recorded_schedule(tmp_path, capsys):
 
 def test_no_recorded_schedule_says_so(tmp_path, capsys):
     home = tmp_path / "home"
+    home.mkdir()
     assert gather_status(home, now=OPEN_NOW).schedule["source"] == "default"
     assert main(["--home", str(home), "status"]) == 0
     assert "(cron '0 2 * * 1-5', default schedule: none recorded)" in capsys.readouterr().out

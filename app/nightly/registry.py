@@ -6,7 +6,8 @@ can never see a promotion without its decision (or the reverse), and a crash at 
 either the whole old state or the whole new one. A separate JSON file could only be renamed after
 (or before) the commit, which reopens exactly that window.
 
-Tables (schema version in ``PRAGMA user_version``):
+Tables (schema version in ``PRAGMA user_version``; a writer migrates an older file in place, in one
+transaction, :data:`MIGRATIONS`; a reader reads an older file's rows under the current names):
 
 - ``decisions``: one row per retrain attempt (``verdict`` is ``promoted``, ``rejected`` or ``failed``),
   with its inputs, scores, reason, run ids, data windows and times.
@@ -30,10 +31,20 @@ from typing import Any, Literal
 
 from data import sqlite
 from data.errors import PodracerError
+from data.scrub import scrub, scrub_all
 
 REGISTRY_NAME = "registry.sqlite"
-SCHEMA_VERSION = 1
-Verdict = Literal["promoted", "rejected", "failed"]
+SCHEMA_VERSION = 2
+#: Statements that bring a registry from ``version`` to ``version + 1``, run in the writer's transaction.
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    # Version 1 stored the gate's level as the PSR threshold ``dsr_threshold = 1 - significance_level``.
+    1: (
+        "ALTER TABLE decisions RENAME COLUMN dsr_threshold TO significance_level",
+        "UPDATE decisions SET significance_level = round(1.0 - significance_level, 12) "
+        "WHERE significance_level IS NOT NULL",
+    ),
+}
+DecisionOutcome = Literal["promoted", "rejected", "failed"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS decisions (
@@ -50,7 +61,7 @@ CREATE TABLE IF NOT EXISTS decisions (
     champion_fitness REAL,
     margin REAL,
     challenger_dsr REAL,
-    dsr_threshold REAL,
+    significance_level REAL,
     num_trials INTEGER,
     data_start TEXT,
     data_end TEXT,
@@ -95,12 +106,12 @@ def _locked(err: sqlite3.Error) -> bool:
 
 
 @dataclass(frozen=True)
-class Decision:
+class DecisionRecord:
     """One retrain decision, as stored in ``decisions`` (JSON-able ``inputs``/``scores``)."""
 
     started_at: str  # ISO-8601 UTC
     decided_at: str  # ISO-8601 UTC
-    verdict: Verdict
+    verdict: DecisionOutcome
     reason: str
     step: str  # the last step reached ("decide" for a normal verdict, else the step that failed)
     challenger_run_id: str | None = None
@@ -110,7 +121,7 @@ class Decision:
     champion_fitness: float | None = None
     margin: float | None = None
     challenger_dsr: float | None = None
-    dsr_threshold: float | None = None
+    significance_level: float | None = None  # the gate's level
     num_trials: int | None = None
     data_start: str | None = None
     data_end: str | None = None
@@ -170,9 +181,16 @@ def open_registry(home: str | os.PathLike[str]) -> Iterator[sqlite3.Connection]:
             sqlite.use_wal(conn, synchronous="FULL", foreign_keys=True)
             if conn.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
                 with sqlite.transaction(conn):
-                    for statement in _SCHEMA.split(";"):
-                        if statement.strip():
-                            conn.execute(statement)
+                    # Read again under the write lock: another writer may have set it up meanwhile.
+                    version = conn.execute("PRAGMA user_version").fetchone()[0]
+                    if version == 0:
+                        for statement in _SCHEMA.split(";"):
+                            if statement.strip():
+                                conn.execute(statement)
+                    else:
+                        for step in range(version, SCHEMA_VERSION):
+                            for statement in MIGRATIONS[step]:
+                                conn.execute(statement)
                     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         except sqlite3.DatabaseError as err:
             raise RegistryError(f"cannot initialise registry {path}: {err}") from None
@@ -183,7 +201,7 @@ def open_registry(home: str | os.PathLike[str]) -> Iterator[sqlite3.Connection]:
 
 def record_decision(
     home: str | os.PathLike[str],
-    decision: Decision,
+    decision: DecisionRecord,
     champion: Champion | None = None,
     *,
     before_commit: Callable[[], None] | None = None,
@@ -194,8 +212,10 @@ def record_decision(
     inject crashes there); if it raises, nothing is written.
     """
     row = asdict(decision)
-    row["inputs"] = json.dumps(row["inputs"], sort_keys=True, default=str)
-    row["scores"] = json.dumps(row["scores"], sort_keys=True, default=str)
+    # Secrets masked (data.scrub): a reason quotes the error that failed the retrain.
+    row["reason"] = scrub(row["reason"])
+    row["inputs"] = scrub(json.dumps(row["inputs"], sort_keys=True, default=str))
+    row["scores"] = scrub(json.dumps(row["scores"], sort_keys=True, default=str))
     cols = ", ".join(row)
     marks = ", ".join(f":{k}" for k in row)
     with open_registry(home) as conn, sqlite.transaction(conn):
@@ -244,7 +264,7 @@ def _reader(
 def read_decisions(home: str | os.PathLike[str], *, limit: int | None = None) -> list[dict[str, Any]]:
     """Every decision, oldest first (``limit``: only the most recent N), as plain dicts.
 
-    Keys are the ``decisions`` columns (see :class:`Decision`) plus ``id``; ``inputs`` and ``scores``
+    Keys are the ``decisions`` columns (see :class:`DecisionRecord`) plus ``id``; ``inputs`` and ``scores``
     are decoded JSON. No registry yet: ``[]``.
     """
     with _reader(home) as conn:
@@ -259,7 +279,17 @@ def read_decisions(home: str | os.PathLike[str], *, limit: int | None = None) ->
                 ).fetchall()
         except sqlite3.DatabaseError as err:
             raise RegistryError(f"cannot read registry {registry_path(home)}: {err}") from None
-    return [_decode(r, ("inputs", "scores")) for r in rows]
+    # Masked on the way out too: a row written before the scrubber existed may quote a key.
+    return [scrub_all(_current_names(_decode(r, ("inputs", "scores")))) for r in rows]
+
+
+def _current_names(row: dict[str, Any]) -> dict[str, Any]:
+    """A ``decisions`` row of a file no writer has migrated yet, under the current column names
+    (what :data:`MIGRATIONS` would do to it)."""
+    if "dsr_threshold" in row:
+        threshold = row.pop("dsr_threshold")
+        row["significance_level"] = None if threshold is None else round(1.0 - threshold, 12)
+    return row
 
 
 def current_champion(

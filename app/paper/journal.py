@@ -46,8 +46,8 @@ from app.paper.journal_schema import (
     statements,
 )
 from data import sqlite
-
-_SECRET_ENVS = ("APCA_API_KEY_ID", "APCA_API_SECRET_KEY")
+from data.calendar import exchange_date
+from data.scrub import scrub
 
 
 def journal_path(home: str | os.PathLike[str]) -> Path:
@@ -64,14 +64,8 @@ def journal_ts(ts: pd.Timestamp | datetime | None) -> str:
 
 
 def _scrub(value: Any) -> Any:
-    """Replace any API key value found in a string with ``***``."""
-    if not isinstance(value, str):
-        return value
-    for name in _SECRET_ENVS:
-        secret = os.environ.get(name, "")
-        if len(secret) >= 4 and secret in value:
-            value = value.replace(secret, "***")
-    return value
+    """Every API key value in a string masked (``data.scrub``, the one scrubber)."""
+    return scrub(value)
 
 
 class Journal:
@@ -397,8 +391,35 @@ class Journal:
 
     def book_tickers(self) -> set[str]:
         """Every ticker a bundle in this journal decided on: the book the per-champion record counts."""
-        rows = self._conn.execute("SELECT DISTINCT tickers FROM decisions").fetchall()
+        rows = self._conn.execute(
+            "SELECT DISTINCT tickers FROM decisions UNION SELECT DISTINCT tickers FROM daily"
+        ).fetchall()
         return {str(t) for (text,) in rows for t in json.loads(text)}
+
+    def set_opening_book(self, book: dict[str, float], reason: str) -> None:
+        """Record the offsets the books start from now (``app.paper.books``); the newest row is in force."""
+        self._insert("opening_books", {"reason": reason, "book": json.dumps(dict(sorted(book.items())))})
+
+    def has_opening_book(self) -> bool:
+        """True once the books were checked (or accepted) at least once."""
+        return self._conn.execute("SELECT 1 FROM opening_books LIMIT 1").fetchone() is not None
+
+    def opening_book(self) -> dict[str, float]:
+        """The offsets in force: ``{symbol: qty}`` (empty before the first book check)."""
+        row = self._conn.execute("SELECT book FROM opening_books ORDER BY id DESC LIMIT 1").fetchone()
+        return {} if row is None else {str(s): float(q) for s, q in json.loads(row[0]).items()}
+
+    def filled_by_symbol(self) -> dict[str, float]:
+        """Shares filled per symbol over every order this journal placed: buys add, sells subtract."""
+        rows = self._conn.execute(
+            "SELECT ticker, SUM(CASE WHEN side='sell' THEN -filled_qty ELSE filled_qty END) FROM orders "
+            "WHERE filled_qty > 0 GROUP BY ticker"
+        ).fetchall()
+        return {str(t): float(q) for t, q in rows}
+
+    def client_order_ids(self) -> set[str]:
+        """Every client order id this journal holds (whatever its status)."""
+        return {str(r[0]) for r in self._conn.execute("SELECT client_order_id FROM orders")}
 
     def open_orders(self) -> list[dict[str, Any]]:
         """Orders we submitted whose last known status is still open at the broker (or unknown)."""
@@ -466,7 +487,8 @@ def _empty_schema() -> sqlite3.Connection:
 
 
 def read_journal(home: str | os.PathLike[str]) -> dict[str, pd.DataFrame]:
-    """All journal tables as DataFrames: ``decisions, orders, fills, positions, pnl, events, sessions``.
+    """All journal tables as DataFrames: ``decisions, orders, fills, positions, pnl, events, sessions,
+    opening_books, daily``.
 
     Timestamps (``recorded_at``, ``decision_ts``) are parsed to tz-aware UTC; JSON list columns of
     ``decisions`` stay strings. A missing journal gives empty frames with the right columns.
@@ -492,3 +514,46 @@ def read_journal(home: str | os.PathLike[str]) -> dict[str, pd.DataFrame]:
         return out
     finally:
         conn.close()
+
+
+# Order statuses of orders that never reached the broker (not "sent").
+UNSENT_STATUSES = ("dry_run", "blocked", "not_sent", "not_submitted")
+
+
+def last_session_summary(home: str | os.PathLike[str], rows: int = 5000) -> dict[str, Any] | None:
+    """The most recent session the loop traded or tried to (read-only, the newest ``rows`` rows of
+    each table): ``session`` (exchange date), ``decisions``, ``no_data`` (cycles without fresh
+    bars: ``missing_bars`` events), ``sent`` and ``rejected`` orders. None without a journal or an
+    open-market cycle. ``podracer status`` reads it for its ``no_data`` and ``orders_rejected`` checks."""
+    path = journal_path(home)
+    if not path.is_file():
+        return None
+    conn = sqlite.connect(path, read_only=True)
+    try:
+        decisions = conn.execute(
+            "SELECT recorded_at FROM decisions WHERE dry_run = 0 ORDER BY id DESC LIMIT ?", (rows,)
+        ).fetchall()
+        missing = conn.execute(
+            "SELECT recorded_at FROM events WHERE kind = 'missing_bars' ORDER BY id DESC LIMIT ?", (rows,)
+        ).fetchall()
+        orders = conn.execute(
+            "SELECT recorded_at, status FROM orders ORDER BY rowid DESC LIMIT ?", (rows,)
+        ).fetchall()
+    finally:
+        conn.close()
+
+    def day(stamp: str) -> str:
+        return exchange_date(pd.Timestamp(stamp)).date().isoformat()
+
+    days = [day(r[0]) for r in decisions] + [day(r[0]) for r in missing]
+    if not days:
+        return None
+    session = max(days)
+    in_session = [r[1] for r in orders if day(r[0]) == session and r[1] not in UNSENT_STATUSES]
+    return {
+        "session": session,
+        "decisions": sum(1 for r in decisions if day(r[0]) == session),
+        "no_data": sum(1 for r in missing if day(r[0]) == session),
+        "sent": len(in_session),
+        "rejected": sum(1 for s in in_session if s == "rejected"),
+    }

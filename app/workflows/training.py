@@ -30,8 +30,10 @@ import torch
 from agents import ppo, sac
 from agents.ensemble import ENSEMBLE_POD, EnsemblePolicy
 from agents.policy import Checkpoint, Policy
+from agents.tournament.backend_choice import check_backend_args, resolve_backend
 from agents.tournament.orchestrator import TournamentArgs, TournamentResult, run_tournament
 from agents.tournament.pod import VALID_RETURNS, score_policy, write_valid_returns
+from agents.training import Event
 from agents.validation import validation_score_fn
 from app.config import (
     Config,
@@ -54,10 +56,9 @@ SINGLE_POD = "single"
 #: Sharpe and the champion is whichever came first. 10 sessions are two trading weeks.
 MIN_VALID_SESSIONS = 10
 
-Event = dict[str, Any]
 # A progress display of a single run: given the env-step total, a context that yields the learner callback
 # (an agents.training.Callback: True continues training).
-TrainProgress = Callable[[int], AbstractContextManager[Callable[[Event], bool]]]
+TrainProgressFactory = Callable[[int], AbstractContextManager[Callable[[Event], bool]]]
 # A progress display of a tournament: a context that yields the orchestrator's snapshot callback.
 TournamentProgress = Callable[[], AbstractContextManager[Callable[[Event], None] | None]]
 
@@ -93,7 +94,7 @@ def train_single(
     home: str | Path,
     *,
     run: str | None = None,
-    progress: TrainProgress | None = None,
+    progress: TrainProgressFactory | None = None,
     callbacks: Iterable[Callable[[Event], bool]] = (),
     splits: MarketSplits | None = None,
 ) -> dict[str, Any]:
@@ -180,6 +181,21 @@ def stored_config_path(home: str | Path, resume: str) -> Path:
     return stored
 
 
+def refuse_unused(given: dict[str, Any], applies_to: str) -> None:
+    """One line for flags the chosen kind of run would not read (none is silently ignored)."""
+    unused = [flag for flag, value in given.items() if value is not None]
+    if unused:
+        raise ConfigError(f"{', '.join(unused)}: only for {applies_to}")
+
+
+def check_backend_flags(cfg: Any, overrides: dict[str, Any]) -> None:
+    """Refuse a tournament flag the run's backend would not read (the config's own settings are
+    checked when the backend is built: ``agents.tournament.backend_choice.check_settings``)."""
+    chosen = resolve_backend(cfg.tournament.backend, cfg.agent.device, cfg.agent.algo)
+    if "workers" in overrides and chosen == "ray":
+        raise ConfigError("--workers: the ray backend sizes its pool from the cluster's resources; drop it")
+
+
 def train_tournament(
     config: Config,
     home: str | Path,
@@ -202,6 +218,9 @@ def train_tournament(
                 f"run {run_dir.run_id!r} already exists at {run_dir.path} (choose another --run)"
             )
     device = torch.device(config.agent.device)
+    args = to_tournament_args(config)
+    if backend is None:
+        check_backend_args(args, device)  # (a setting the backend would not use: before any file)
     splits = load_market(config.data, home=home, device=device) if splits is None else splits.to(device)
     check_valid_sessions(splits, config)
     if resume is None:
@@ -219,7 +238,6 @@ def train_tournament(
                 "started": time.time(),
             }
         )
-    args = to_tournament_args(config)
     with (progress or _no_live)() as on_progress:
         result = run_tournament(
             run_dir.path,
