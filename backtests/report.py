@@ -7,8 +7,8 @@ The files and their schemas are a contract with the dashboard (see ARCHITECTURE.
   daily validation returns, null with fewer than 2 pods or without their returns), ``num_sessions`` and
   ``annualized_min_sessions`` (63: below that ``annual_return`` and ``calmar_ratio`` are null, the
   period return ``cum_returns_final`` stands), ``cost_rate`` and ``slippage_bps`` (the costs used),
-  ``significance`` (the test's level) and ``min_oos_sessions``; ``oos_test``: the selected strategy's
-  out-of-sample test on this window after the looks counted (``backtests.significance``; null without
+  ``significance_level`` (the test's level) and ``min_oos_sessions``; ``oos_test``: the selected strategy's
+  out-of-sample test on this window after the looks counted (``backtests.oos_test``; null without
   a selected strategy); ``selection``: the diagnostics of the tournament's choice on the validation
   window (``backtests.snooping``); the verdict (``verdict``, ``verdict_outcome``, ``verdict_figures``,
   ``verdict_reasons``, ``verdict_diagnostics``: ``backtests.verdict``); ``strategies: {name: {<every
@@ -49,14 +49,14 @@ import pandas as pd
 import torch
 
 from backtests import metrics as m
-from backtests import selection, significance, snooping
+from backtests import oos_test, selection, snooping
 from backtests.baselines import is_baseline
 from backtests.engine import BacktestResult
 from backtests.verdict import (
     ANNUALIZED_KEYS,
     ANNUALIZED_MIN_SESSIONS,
     MIN_OOS_SESSIONS,
-    SIGNIFICANCE,
+    SIGNIFICANCE_LEVEL,
     judge,
     verdict_fields,
 )
@@ -110,22 +110,24 @@ def oos_fields(
     earlier_looks: Sequence[float | None] = (),
     seed: int = 0,
     market: str | None = None,
+    level: float = SIGNIFICANCE_LEVEL,
 ) -> dict[str, Any] | None:
-    """The ``oos_test`` block: the selected strategy's out-of-sample test on this window
-    (``backtests.significance``), or None without a selected strategy."""
+    """The ``oos_test`` block: the selected strategy's out-of-sample test on this window at ``level``
+    (``backtests.oos_test``), or None without a selected strategy."""
     strategy = selected_strategy(result)
     if strategy is None:
         return None
     _, daily = result.daily_returns()
     columns = daily.detach().cpu().numpy().astype(np.float64)
     benchmarks = {n: columns[:, result.names.index(n)] for n in EXCESS_BENCHMARKS if n in result.names}
-    doc = significance.out_of_sample_test(
+    doc = oos_test.out_of_sample_test(
         columns[:, result.names.index(strategy)],
         benchmarks,
         strategy=strategy,
         benchmark=benchmark if benchmark in benchmarks else None,
         earlier_looks=earlier_looks,
         seed=seed,
+        level=level,
         market=market,
     )
     doc["held_out"] = window == HELD_OUT_WINDOW
@@ -179,7 +181,7 @@ def metrics_document(
     benchmark: str = "buy_and_hold",
     cost_rate: float | None = None,
     slippage_bps: float | None = None,
-    significance_level: float = SIGNIFICANCE,
+    significance_level: float = SIGNIFICANCE_LEVEL,
     earlier_looks: Sequence[float | None] = (),
     seed: int = 0,
     market: str | None = None,
@@ -208,7 +210,7 @@ def metrics_document(
         "annualized_min_sessions": ANNUALIZED_MIN_SESSIONS,
         "cost_rate": None if cost_rate is None else float(cost_rate),
         "slippage_bps": None if slippage_bps is None else float(slippage_bps),
-        "significance": float(significance_level),
+        "significance_level": float(significance_level),
         "min_oos_sessions": MIN_OOS_SESSIONS,
         "decision_interval": result.decision_interval,
         "interval": result.interval,
@@ -224,6 +226,7 @@ def metrics_document(
         earlier_looks=earlier_looks,
         seed=seed,
         market=market,
+        level=significance_level,
     )
     doc["selection"] = snooping.selection_diagnostics(trials, seed=seed)
     oos = doc["oos_test"]
