@@ -10,16 +10,20 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 from test_tournament_ppo import AGENT, ENV, _market
 from test_tournament_run import fake_round, run_tournament
 
+from agents.ppo import PPOArgs, train
 from agents.tournament import population as population_module
 from agents.tournament.leaderboard import read_events, read_leaderboard, read_pods
 from agents.tournament.pod import VALID_RETURNS, RoundError
 from agents.tournament.population_backend import PopulationBackend
-from agents.tournament.round_pipeline import RoundPipeline
+from agents.tournament.round_pipeline import RoundPipeline, host_result
 from agents.tournament.settings import TournamentArgs
 from data.toy import toy_market
+from envs.trading import EnvParams
+from envs.vec_env import TradingVecEnv
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # (tests/conftest.py)
 
@@ -175,3 +179,21 @@ def test_a_kill_leaves_the_board_at_its_last_recorded_state(tmp_path, windows_pp
     assert result.env_steps == 256 * 9 and all(after[k]["score"] == p["score"] for k, p in before.items())
     for entry in read_leaderboard(run):
         assert {f.name for f in Path(run / entry["checkpoint"]).iterdir()} >= POD_FILES
+
+
+def test_a_pods_host_copy_holds_its_weights_statistics_and_optimizer_state(windows_ppo):
+    """What the file threads write on a GPU (``host_result``'s copy, exercised here without pinning)."""
+    train_window, _valid = windows_ppo
+    params = EnvParams(**{k: v for k, v in ENV.items() if k != "num_envs"})
+    env = TradingVecEnv(train_window, params, num_envs=ENV["num_envs"], seed=0)
+    result = train(PPOArgs(**AGENT, total_steps=256, seed=1), env)
+    assert host_result(result) is result  # (already on the host: nothing to copy)
+    copied = host_result(result, copy=True)
+    original, host = result.policy.state_dict(), copied.policy.state_dict()
+    assert original.keys() == host.keys() and all(torch.equal(original[k], host[k]) for k in original)
+    assert all(host[k].data_ptr() != original[k].data_ptr() for k in original)
+    assert copied.policy.obs_norm.count == result.policy.obs_norm.count > 0
+    for i, per in result.optimizer_state["state"].items():
+        for key, value in per.items():
+            assert torch.equal(copied.optimizer_state["state"][i][key], value)
+    assert (copied.env_steps, copied.history) == (result.env_steps, result.history)

@@ -46,30 +46,33 @@ Outcome = PodOutcome | RoundError
 Trained = tuple[dict[str, float], Callable[[Callable[[TrainResult], TrainResult]], list[Outcome]]]
 
 
-def _pinned(tensor: torch.Tensor) -> torch.Tensor:
-    """A host copy of a CUDA tensor in pinned memory, queued on the current stream (not yet synced)."""
-    out = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
-    out.copy_(tensor.detach(), non_blocking=True)
+def _host(tensor: torch.Tensor, pin: bool) -> torch.Tensor:
+    """A host copy of ``tensor``: in pinned memory, queued on the current stream (not yet synced), when
+    ``pin``; else a plain copy."""
+    out = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=pin)
+    out.copy_(tensor.detach(), non_blocking=pin)
     return out
 
 
-def host_result(result: TrainResult) -> TrainResult:
-    """``result`` with its policy and optimizer state in host memory (pinned staging on CUDA; the
-    result itself on any other device)."""
+def host_result(result: TrainResult, *, copy: bool | None = None) -> TrainResult:
+    """``result`` with its policy and optimizer state in host memory (``copy`` None: copied from a
+    CUDA device, through pinned staging; the result itself from any other device)."""
     policy = result.policy
-    if policy.device.type != "cuda":
+    pin = policy.device.type == "cuda"
+    if not (pin if copy is None else copy):
         return result
-    state = {k: _pinned(v) for k, v in policy.state_dict().items()}
+    state = {k: _host(v, pin) for k, v in policy.state_dict().items()}
     opt = result.optimizer_state
     if opt is not None:
         opt = {
             **opt,
             "state": {
-                i: {k: _pinned(v) if isinstance(v, torch.Tensor) else v for k, v in per.items()}
+                i: {k: _host(v, pin) if isinstance(v, torch.Tensor) else v for k, v in per.items()}
                 for i, per in opt["state"].items()
             },
         }
-    torch.cuda.current_stream().synchronize()  # (the copies above are queued on this stream)
+    if pin:
+        torch.cuda.current_stream().synchronize()  # (the copies above are queued on this stream)
     host = Policy(policy.config, policy.meta, device="cpu", init=False)
     host.load_state_dict(state)
     for name in ("count", "clip", "eps"):  # (not in the state dict)
