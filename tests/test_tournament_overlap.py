@@ -65,11 +65,11 @@ def test_the_pipeline_hands_back_every_round_in_order():
     lockstep.close()
 
 
-def _fake_run(path, windows):
+def _fake_run(path, windows, workers=0):
     args = TournamentArgs(
-        leaderboard_size=3, p_fresh=0.3, round_steps=100, budget_steps=1600, workers=0, seed=0
+        leaderboard_size=3, p_fresh=0.3, round_steps=100, budget_steps=1600, workers=workers, seed=0
     )  # fmt: skip
-    backend = PopulationBackend(3, workers=0, overlap=True)
+    backend = PopulationBackend(3, workers=workers, overlap=True)
     return run_tournament(path, *windows, args=args, round_fn=fake_round, backend=backend)
 
 
@@ -90,11 +90,15 @@ def test_overlapping_rounds_lose_reorder_and_vary_nothing(tmp_path, windows):
             assert parent_seq < pod["seq"] - pod["seq"] % 3 - 3  # from a population two or more back
     board = read_leaderboard(tmp_path / "a")
     assert [e["score"] for e in board] == sorted((p["score"] for p in pods), reverse=True)[:3]
-    _fake_run(tmp_path / "b", windows)
+    # The same run again, and in a worker process (whose jobs hand back the round before theirs).
     keys = ("pod_id", "parent_id", "hparams", "score")
-    assert [{k: p[k] for k in keys} for p in read_pods(tmp_path / "b")] == [
-        {k: p[k] for k in keys} for p in pods
-    ]
+    for name, workers in (("b", 0), ("c", 1)):
+        _fake_run(tmp_path / name, windows, workers=workers)
+        again = read_pods(tmp_path / name)
+        assert [{k: p[k] for k in keys} for p in again] == [{k: p[k] for k in keys} for p in pods], name
+        assert [
+            e["kind"] for e in read_events(tmp_path / name) if e["kind"] in ("started", "scored")
+        ] == kinds
 
 
 def _ppo_run(path, windows_ppo, budget_pods=6, **kw):
