@@ -10,7 +10,11 @@ from typing import Any
 import typer
 
 from app import context
+from app.settings_docs import cli_help
 from data.errors import ConfigError
+
+#: The scope of the flags only a tournament reads (a single run refuses them).
+TOURNAMENT = "Tournament: "
 
 
 def _tournament_overrides(
@@ -99,36 +103,24 @@ def train(
     algo: str = typer.Option(None, "--algo", help="ppo or sac \\[default: the config's agent.algo]."),
     config: Path = typer.Option(None, "--config", help="TOML config file \\[default: built-in defaults]."),
     run: str = typer.Option(None, "--run", help="Run name \\[default: <UTC time>-<algo>]."),
-    steps: int = typer.Option(
-        None, "--steps", min=1, help="Env-steps to train \\[default: agent.total_steps]."
-    ),
+    steps: int = typer.Option(None, "--steps", min=1, help=cli_help("agent.total_steps")),
     json_out: bool = typer.Option(False, "--json", help="Print the run summary as JSON (no progress bar)."),
     threads: int = typer.Option(
         None, "--threads", min=1, help="torch intra-op threads \\[default: torch's]; 1 is best on a busy CPU."
     ),
     tournament: bool = typer.Option(False, "--tournament", help="Run a podracer tournament of many pods."),
-    pods: int = typer.Option(
-        None,
-        "--pods",
-        min=1,
-        help="Tournament: pods training at once; population backend: the population size \\[tournament.pods].",
+    pods: int = typer.Option(None, "--pods", min=1, help=cli_help("tournament.pods", TOURNAMENT)),
+    budget_steps: int = typer.Option(
+        None, "--budget-steps", min=1, help=cli_help("tournament.budget_steps", TOURNAMENT)
     ),
-    budget_steps: int = typer.Option(None, "--budget-steps", min=1, help="Tournament: total env-steps."),
-    budget_minutes: float = typer.Option(None, "--budget-minutes", min=0.0, help="Tournament: wall time."),
-    backend: str = typer.Option(
-        None, "--backend", help="Tournament: auto, local, ray or population \\[tournament.backend]."
+    budget_minutes: float = typer.Option(
+        None, "--budget-minutes", min=0.0, help=cli_help("tournament.budget_minutes", TOURNAMENT)
     ),
-    workers: int = typer.Option(
-        None, "--workers", min=0, help="Tournament, local and population: processes (0 = inline)."
-    ),
-    address: str = typer.Option(
-        None, "--address", help="Tournament, ray and population: address of a Ray cluster."
-    ),
+    backend: str = typer.Option(None, "--backend", help=cli_help("tournament.backend", TOURNAMENT)),
+    workers: int = typer.Option(None, "--workers", min=0, help=cli_help("tournament.workers", TOURNAMENT)),
+    address: str = typer.Option(None, "--address", help=cli_help("tournament.address", TOURNAMENT)),
     envs_per_pod: int = typer.Option(
-        None,
-        "--envs-per-pod",
-        min=1,
-        help="Tournament, population: envs per pod \\[tournament.envs_per_pod; default: chosen].",
+        None, "--envs-per-pod", min=1, help=cli_help("tournament.envs_per_pod", TOURNAMENT)
     ),
     resume: str = typer.Option(None, "--resume", help="Tournament: continue the run RUN after a stop."),
 ) -> None:
