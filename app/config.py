@@ -26,10 +26,12 @@ from app.config_sections import (
     INTERNAL_FIELDS,
     NONE_MARKER,
     AgentConfig,
+    AlertsConfig,
     BacktestConfig,
     DataConfig,
     EnvConfig,
     NightlyConfig,
+    RetentionConfig,
     Section,
     TournamentConfig,
     WalkForwardConfig,
@@ -44,11 +46,13 @@ __all__ = [
     "NONE_MARKER",
     "RENAMED_KEYS",
     "AgentConfig",
+    "AlertsConfig",
     "BacktestConfig",
     "Config",
     "DataConfig",
     "EnvConfig",
     "NightlyConfig",
+    "RetentionConfig",
     "TournamentConfig",
     "WalkForwardConfig",
     "config_to_toml",
@@ -84,6 +88,8 @@ class Config(Section):
     backtest: BacktestConfig = BacktestConfig()
     nightly: NightlyConfig = NightlyConfig()
     walkforward: WalkForwardConfig = WalkForwardConfig()
+    alerts: AlertsConfig = AlertsConfig()
+    retention: RetentionConfig = RetentionConfig()
 
     def with_updates(self, **sections: dict[str, Any]) -> Config:
         """A copy with some fields of some sections replaced (validated)."""

@@ -15,6 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from agents.ppo import PPOArgs
 from agents.sac import SACArgs
 from agents.tournament.orchestrator import TournamentArgs
+from app.alerts import HOOK_TIMEOUT_S, AlertSettings, check_settings
+from app.nightly.budget import MAX_MINUTES
 from app.settings_docs import field_doc
 from backtests.verdict import SIGNIFICANCE_LEVEL
 from data.loader import LOAD_DEFAULTS
@@ -27,7 +29,8 @@ NONE_MARKER = "none"
 
 # Each default is stated once, in the dataclass the setting configures (``PPOArgs``, ``SACArgs``,
 # ``EnvParams``, ``TournamentArgs``), and so is its description (the docstring under the field); the
-# sections below read both from there (:func:`setting`) and add the bounds. Every dataclass field is a section field of the same name, except these, which the
+# sections below read both from there (:func:`setting`) and add the bounds. Every dataclass field is
+# a section field of the same name, except these, which the
 # workflow sets itself (tests/test_config_fields.py holds both rules).
 INTERNAL_FIELDS: dict[str, str] = {
     "EnvParams.trade_info": "backtests switch on per-asset fill prices and costs; training never reads them",
@@ -196,6 +199,7 @@ class TournamentConfig(Section):
     workers: int = setting(TournamentArgs, "workers", ge=0)
     population_size: int = setting(TournamentArgs, "population_size", ge=0)
     envs_per_pod: int = setting(TournamentArgs, "envs_per_pod", ge=0)
+    overlap_rounds: bool | None = setting(TournamentArgs, "overlap_rounds")
     address: str | None = setting(TournamentArgs, "address")
     seed: int = setting(TournamentArgs, "seed")
     round_seconds: float | None = setting(TournamentArgs, "round_seconds", gt=0)
@@ -246,9 +250,47 @@ class NightlyConfig(Section):
     first_promotion: Literal["always", "significant"] = Field(
         "always", description="with no champion yet: promote always, or only a significant challenger"
     )
+    max_minutes: float | None = Field(
+        MAX_MINUTES,
+        gt=0,
+        description="a retrain's time budget: past it the run stops, keeps the champion and records a "
+        "failed retrain (None: no budget); the systemd unit's TimeoutStartSec follows it",
+    )
     warm_start_pods: int = Field(1, ge=0, description="fresh pods seeded with the champion's weights")
     export: bool = Field(True, description="export an onnxruntime bundle on promotion")
     tearsheet: bool = Field(True, description="write the challenger run's tear sheet")
+
+
+class AlertsConfig(Section):
+    """The alert hook: each new problem ``podracer status --notify`` finds, and each that clears, sent
+    once as JSON (``app.alerts``; docs/nightly.md "Operating it")."""
+
+    command: str = Field(
+        "", description="shell command run with the problem as JSON on stdin, e.g. 'cat >> ~/alerts.jsonl'"
+    )
+    webhook: str = Field("", description="http(s) URL the same JSON is POSTed to ('' = none)")
+    timeout_s: float = Field(HOOK_TIMEOUT_S, gt=0, description="seconds the command or webhook may take")
+
+    @model_validator(mode="after")
+    def _usable(self) -> AlertsConfig:
+        check_settings(AlertSettings(self.command, self.webhook, self.timeout_s), "[alerts]")
+        return self
+
+
+class RetentionConfig(Section):
+    """What a home keeps (``podracer prune``, and after each nightly retrain; see docs/nightly.md).
+    The champion in charge and its predecessor are kept whatever the counts."""
+
+    keep_runs: int = Field(30, ge=1, description="newest nightly runs kept (runs/nightly-*)")
+    keep_champions: int = Field(
+        5, ge=2, description="champions whose export and policy copy are kept (the last promotions)"
+    )
+    journal_sessions: int = Field(
+        250, ge=1, description="paper sessions kept in full in the journal; older days become daily rows"
+    )
+    log_max_mb: float = Field(20.0, gt=0, description="a log under <home>/logs larger than this is rotated")
+    keep_logs: int = Field(3, ge=0, description="rotated copies kept per log")
+    after_retrain: bool = Field(True, description="prune after each nightly retrain")
 
 
 class WalkForwardConfig(Section):

@@ -39,6 +39,8 @@ SECTION_CLASSES: dict[str, str] = {
     "backtest": "BacktestConfig",
     "nightly": "NightlyConfig",
     "walkforward": "WalkForwardConfig",
+    "alerts": "AlertsConfig",
+    "retention": "RetentionConfig",
 }
 
 

@@ -54,7 +54,9 @@ class FakePipeline:
         psr: float = 0.99,
         trials: int = 4,
         windows: dict | None = None,
+        run_id: str | None = None,
     ) -> None:
+        self.run_id = run_id  # None: numbered by the runs already there
         self.challenger_fitness = challenger_fitness
         self.champion_fitness = champion_fitness
         self.edge = edge
@@ -74,7 +76,7 @@ class FakePipeline:
     def tournament(self, config, home, data, champion):
         self.seen_champion = None if champion is None else dict(champion)
         runs = home / "runs"
-        run_id = f"nightly-{len(list(runs.glob('*'))) if runs.exists() else 0:03d}"
+        run_id = self.run_id or f"nightly-{len(list(runs.glob('*'))) if runs.exists() else 0:03d}"
         policy_dir = runs / run_id / "champion"
         policy_dir.mkdir(parents=True)
         # Distinct bytes per run, so a test can tell which run's policy the champion folder holds.
@@ -505,3 +507,23 @@ def test_lock_is_exclusive_even_within_one_process_and_tolerates_garbage(tmp_pat
     assert not first.held and path.read_text() == ""  # released and cleared
     with ProcessLock(path) as again:
         assert again.recovered is None  # a cleanly released lock is not "stale"
+
+
+def test_retention_is_applied_after_each_retrain(home):
+    """[retention] after_retrain: old nightly runs and old champions' exports go; the champion in
+    charge and its predecessor stay, whatever the counts."""
+    config = _config().with_updates(retention={"keep_runs": 1, "keep_champions": 2})
+    champions = []
+    for k in range(5):
+        steps = FakePipeline(1.0 + k, 0.5 + k, psr=0.99, run_id=f"nightly-{k:03d}").steps()
+        champions.append(run_retrain(config, home, steps=steps).champion)
+    assert champions == [f"nightly-{k:03d}" for k in range(5)]
+    assert sorted(p.name for p in (home / "runs").iterdir()) == ["nightly-003", "nightly-004"]
+    assert sorted(p.name for p in (home / "exports").iterdir()) == [
+        "nightly-003-champion",
+        "nightly-004-champion",
+    ]
+    assert sorted(p.name for p in (home / "champions").iterdir()) == ["nightly-003", "nightly-004"]
+    off = _config().with_updates(retention={"keep_runs": 1, "after_retrain": False})
+    run_retrain(off, home, steps=FakePipeline(challenger_fitness=0.1, run_id="nightly-005").steps())
+    assert len(list((home / "runs").iterdir())) == 3  # nothing pruned

@@ -90,6 +90,11 @@ def test_a_flag_says_what_its_setting_says(command, flag):
     assert shown.endswith(f"{doc} [{key}].") and len(shown) - len(doc) <= len(f"Tournament:  [{key}].")
 
 
+def test_the_sections_are_the_configs():
+    sections = {name: field.annotation.__name__ for name, field in Config.model_fields.items()}
+    assert sections == settings_docs.SECTION_CLASSES
+
+
 def test_a_setting_without_a_dataclass_is_described_by_its_section_field():
     field = Config.model_fields["walkforward"].annotation.model_fields["gate"]
     assert settings_docs.setting_doc("walkforward.gate") == field.description

@@ -17,48 +17,14 @@ from data.errors import ConfigError
 TOURNAMENT = "Tournament: "
 
 
-def _tournament_overrides(
-    pods: int | None,
-    budget_steps: int | None,
-    budget_minutes: float | None,
-    backend: str | None,
-    workers: int | None,
-    address: str | None,
-    envs_per_pod: int | None = None,
-) -> dict[str, Any]:
-    """``[tournament]`` fields set on the command line. One budget given alone replaces both."""
-    given = {
-        "pods": pods,
-        "envs_per_pod": envs_per_pod,
-        "budget_steps": budget_steps,
-        "budget_minutes": budget_minutes,
-        "backend": backend,
-        "workers": workers,
-        "address": address,
-    }
-    overrides = {k: v for k, v in given.items() if v is not None}
-    if budget_steps is not None and budget_minutes is None:
-        overrides["budget_minutes"] = None
-    if budget_minutes is not None and budget_steps is None:
-        overrides["budget_steps"] = None
+def _tournament_overrides(given: dict[str, Any]) -> dict[str, Any]:
+    """``[tournament]`` fields set on the command line (``given``: flag -> value, None = not given).
+    One budget given alone replaces both."""
+    overrides = {flag[2:].replace("-", "_"): v for flag, v in given.items() if v is not None}
+    for one, other in (("budget_steps", "budget_minutes"), ("budget_minutes", "budget_steps")):
+        if one in overrides and other not in overrides:
+            overrides[other] = None
     return overrides
-
-
-def _refuse_unused(given: dict[str, Any], applies_to: str) -> None:
-    """One line for flags the chosen kind of run would not read (none is silently ignored)."""
-    unused = [flag for flag, value in given.items() if value is not None]
-    if unused:
-        raise ConfigError(f"{', '.join(unused)}: only for {applies_to}")
-
-
-def _check_backend_flags(cfg: Any, overrides: dict[str, Any]) -> None:
-    """Refuse a tournament flag the run's backend would not read (the config's own settings are
-    checked when the backend is built: ``agents.tournament.backend_choice.check_settings``)."""
-    from agents.tournament.backend_choice import resolve_backend
-
-    chosen = resolve_backend(cfg.tournament.backend, cfg.agent.device, cfg.agent.algo)
-    if "workers" in overrides and chosen == "ray":
-        raise ConfigError("--workers: the ray backend sizes its pool from the cluster's resources; drop it")
 
 
 def _tournament_command(
@@ -72,7 +38,7 @@ def _tournament_command(
     # Imported here, not at module top: they load torch, which `podracer --help` must not (app.commands).
     from app import render
     from app.config import load_config
-    from app.workflows.training import stored_config_path, train_tournament
+    from app.workflows.training import check_backend_flags, stored_config_path, train_tournament
 
     if resume is not None and config is not None:
         raise ConfigError("--resume uses the run's own config.toml: drop --config")
@@ -81,7 +47,7 @@ def _tournament_command(
         cfg = cfg.with_updates(tournament=overrides)
     if agent:
         cfg = cfg.with_updates(agent=agent)
-    _check_backend_flags(cfg, overrides)
+    check_backend_flags(cfg, overrides)
     progress = render.TournamentLive.factory(enabled=not json_out)
     result = train_tournament(cfg, context.home(), run=run, resume=resume, progress=progress)
     if json_out:
@@ -130,7 +96,7 @@ def train(
 
     from app import render
     from app.config import load_config
-    from app.workflows.training import train_single
+    from app.workflows.training import refuse_unused, train_single
 
     given = {
         "--pods": pods,
@@ -142,14 +108,12 @@ def train(
         "--envs-per-pod": envs_per_pod,
     }
     if tournament or resume is not None:
-        _refuse_unused({"--threads": threads, "--steps": steps}, "a single run (drop --tournament)")
-        overrides = _tournament_overrides(
-            pods, budget_steps, budget_minutes, backend, workers, address, envs_per_pod
-        )
+        refuse_unused({"--threads": threads, "--steps": steps}, "a single run (drop --tournament)")
+        overrides = _tournament_overrides(given)
         agent = {"algo": algo} if algo is not None else {}
         _tournament_command(config, run, resume, overrides, agent, json_out)
         return
-    _refuse_unused(given, "a tournament (add --tournament)")
+    refuse_unused(given, "a tournament (add --tournament)")
     if threads is not None:
         # Small per-op tensors: on a loaded machine extra intra-op threads mostly wait on each other.
         torch.set_num_threads(threads)

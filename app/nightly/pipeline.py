@@ -17,7 +17,9 @@
 5. **export** (on promotion): an onnxruntime bundle of the challenger (``app.export.export_bundle``)
    and an immutable copy of its policy under ``<home>/champions/<run_id>/``;
 6. **record**: the decision row and, on promotion, the new champion pointer in ONE SQLite
-   transaction (``app.nightly.registry``): the only moment the champion changes.
+   transaction (``app.nightly.registry``): the only moment the champion changes;
+7. **prune** (``[retention] after_retrain``): ``app.retention.prune`` after the lock is released (it
+   takes the lock itself); a failure there is logged, the decision stands.
 
 The gate decides on the test window, so the figures measured there are **selection** figures: the
 registry row's ``scores``, the champion pointer's ``info``, the run record's ``nightly`` and the run's
@@ -26,6 +28,8 @@ paper trading while in charge (``app.nightly.record.champion_timeline``).
 
 Any failure before step 6 commits leaves the previous champion in place; the failure itself is
 recorded as a ``failed`` decision (best effort) and raised as a one-line :class:`RetrainError`.
+A run past ``[nightly] max_minutes`` is such a failure (``app.nightly.budget``): it is stopped
+wherever it waits, recorded as failed with the budget as its reason, and its lock released.
 
 This module is the orchestration: the lock, the order of the steps, the decision and the record. The
 data, tournament, evaluation and export steps live in ``app.nightly.steps``; they are injectable
@@ -45,17 +49,19 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from app.nightly.budget import time_budget
 from app.nightly.decide import decide, decision_record, failure_record, finite, overlap_note
-from app.nightly.lock import ProcessLock
+from app.nightly.lock import RETRAIN_LOCK_NAME, ProcessLock
 from app.nightly.record import SELECTION
 from app.nightly.registry import Champion, current_champion, record_decision
 from app.nightly.steps import RetrainSteps, default_steps, gate_significance_level, keep_champion_copy
+from app.retention import prune
 from app.runs import RunDir
 from data.errors import ConfigError, PodracerError, one_line
 
 log = logging.getLogger(__name__)
 
-LOCK_NAME = "retrain.lock"
+LOCK_NAME = RETRAIN_LOCK_NAME
 STEPS = ("update_data", "tournament", "evaluate", "decide", "export", "record")
 
 
@@ -115,7 +121,10 @@ def run_retrain(
         raise ConfigError(f"unknown retrain step(s) {sorted(unknown)}; steps are {', '.join(STEPS)}")
     nightly = config.nightly
     fitness = nightly.fitness or config.tournament.fitness
-    with ProcessLock(home / LOCK_NAME, command="podracer retrain"):
+    with (
+        ProcessLock(home / LOCK_NAME, command="podracer retrain"),
+        time_budget(nightly.max_minutes) as budget,
+    ):
         started_at, t0 = _now(), time.monotonic()
         champion = current_champion(home)
         champion_id = champion["run_id"] if champion else None
@@ -135,6 +144,7 @@ def run_retrain(
             hook = faults.get(name)
             if hook is not None:
                 hook()
+            budget.check()  # off the main thread the timer cannot interrupt a step: check between them
 
         try:
             data = steps.update_data(config, home)
@@ -264,7 +274,24 @@ def run_retrain(
         duration_s=round(time.monotonic() - t0, 3),
     )
     log.info("retrain %s: %s", outcome.verdict, outcome.reason)
+    retention = getattr(config, "retention", None)
+    if retention is not None and retention.after_retrain:
+        _prune_after(home, retention)
     return outcome
+
+
+def _prune_after(home: Path, retention: Any) -> None:
+    """``[retention]`` applied after a retrain (``app.retention``); a failure is logged, never raised:
+    the decision is recorded already, and the next night prunes again."""
+    try:
+        removed = prune(home, retention)
+    except (OSError, PodracerError) as err:
+        log.warning("prune after the retrain failed: %s", one_line(err))
+        return
+    if removed:
+        log.info(
+            "pruned %d item(s): %s", len(removed), ", ".join(f"{d.kind} {Path(d.path).name}" for d in removed)
+        )
 
 
 def _label_run(run_dir: Path, promoted: bool, decision_id: int) -> None:
