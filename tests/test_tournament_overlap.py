@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_tournament_ppo import AGENT, ENV, _market
+from test_tournament_ppo import AGENT, ENV
 from test_tournament_run import fake_round, run_tournament
 
 from agents.ppo import PPOArgs, train
@@ -21,7 +21,6 @@ from agents.tournament.pod import VALID_RETURNS, RoundError
 from agents.tournament.population_backend import PopulationBackend
 from agents.tournament.round_pipeline import RoundPipeline, host_result
 from agents.tournament.settings import TournamentArgs
-from data.toy import toy_market
 from envs.trading import EnvParams
 from envs.vec_env import TradingVecEnv
 
@@ -66,18 +65,11 @@ def test_the_pipeline_hands_back_every_round_in_order():
     lockstep.close()
 
 
-@pytest.fixture(scope="module")
-def windows():
-    market = toy_market(num_steps=60 * 5, num_assets=2, num_features=3, bars_per_session=60, seed=0)
-    train, valid, _test = market.split_sessions(0.6, 0.2)
-    return train, valid
-
-
-def _fake_run(path, windows):
+def _fake_run(path, windows, workers=0):
     args = TournamentArgs(
-        leaderboard_size=3, p_fresh=0.3, round_steps=100, budget_steps=1600, workers=0, seed=0
+        leaderboard_size=3, p_fresh=0.3, round_steps=100, budget_steps=1600, workers=workers, seed=0
     )  # fmt: skip
-    backend = PopulationBackend(3, workers=0, overlap=True)
+    backend = PopulationBackend(3, workers=workers, overlap=True)
     return run_tournament(path, *windows, args=args, round_fn=fake_round, backend=backend)
 
 
@@ -98,17 +90,15 @@ def test_overlapping_rounds_lose_reorder_and_vary_nothing(tmp_path, windows):
             assert parent_seq < pod["seq"] - pod["seq"] % 3 - 3  # from a population two or more back
     board = read_leaderboard(tmp_path / "a")
     assert [e["score"] for e in board] == sorted((p["score"] for p in pods), reverse=True)[:3]
-    _fake_run(tmp_path / "b", windows)
+    # The same run again, and in a worker process (whose jobs hand back the round before theirs).
     keys = ("pod_id", "parent_id", "hparams", "score")
-    assert [{k: p[k] for k in keys} for p in read_pods(tmp_path / "b")] == [
-        {k: p[k] for k in keys} for p in pods
-    ]
-
-
-@pytest.fixture(scope="module")
-def windows_ppo():
-    train, valid, _test = _market().split_sessions(0.6, 0.2)
-    return train, valid
+    for name, workers in (("b", 0), ("c", 1)):
+        _fake_run(tmp_path / name, windows, workers=workers)
+        again = read_pods(tmp_path / name)
+        assert [{k: p[k] for k in keys} for p in again] == [{k: p[k] for k in keys} for p in pods], name
+        assert [
+            e["kind"] for e in read_events(tmp_path / name) if e["kind"] in ("started", "scored")
+        ] == kinds
 
 
 def _ppo_run(path, windows_ppo, budget_pods=6, **kw):
