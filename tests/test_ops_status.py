@@ -264,3 +264,21 @@ def test_a_retrain_past_its_budget_stops_records_the_reason_and_releases_its_loc
     assert last["verdict"] == "failed" and "max_minutes = 0.01" in last["reason"]
     with ProcessLock(home / LOCK_NAME):  # released
         pass
+
+
+def test_a_failed_retrain_alerts_as_it_ends(home, tmp_path, monkeypatch, capsys):
+    from app.nightly import pipeline
+
+    def broken(config, home_dir):
+        raise RuntimeError("disk on fire")
+
+    def unused(*args):
+        raise AssertionError("not reached")
+
+    monkeypatch.setattr(pipeline, "default_steps", lambda: RetrainSteps(broken, unused, unused, unused))
+    sink = tmp_path / "alerts.jsonl"
+    config = tmp_path / "nightly.toml"
+    config.write_text(f'[alerts]\ncommand = "cat >> {sink}"\n')
+    assert main(["--home", str(home), "retrain", "--config", str(config)]) == 1
+    (sent,) = [json.loads(line) for line in sink.read_text().splitlines()]
+    assert sent["check"] == "retrain_failed" and "RuntimeError: disk on fire" in sent["message"]
