@@ -9,15 +9,13 @@ name): this is what :mod:`envs.fast_step` hands to ``torch.compile``, what the C
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
+from envs.params import EnvParams
 from envs.tradability import EXIT, HOLD, TRADE
-
-if TYPE_CHECKING:  # envs.trading imports this module
-    from envs.trading import EnvParams
 
 # Precision (the measurements: docs/benchmarks.md). Per-env accounting (cash, value, peak, notionals, the
 # Sharpe moments; N) is always float64, and every per-asset sum feeding it accumulates in float64: a

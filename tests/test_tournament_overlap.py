@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_tournament_ppo import AGENT, ENV, _market
+from test_tournament_ppo import AGENT, ENV
 from test_tournament_run import fake_round, run_tournament
 
 from agents.ppo import PPOArgs, train
@@ -21,7 +21,6 @@ from agents.tournament.pod import VALID_RETURNS, RoundError
 from agents.tournament.population_backend import PopulationBackend
 from agents.tournament.round_pipeline import RoundPipeline, host_results
 from agents.tournament.settings import TournamentArgs
-from data.toy import toy_market
 from envs.trading import EnvParams
 from envs.vec_env import TradingVecEnv
 
@@ -66,13 +65,6 @@ def test_the_pipeline_hands_back_every_round_in_order():
     lockstep.close()
 
 
-@pytest.fixture(scope="module")
-def windows():
-    market = toy_market(num_steps=60 * 5, num_assets=2, num_features=3, bars_per_session=60, seed=0)
-    train, valid, _test = market.split_sessions(0.6, 0.2)
-    return train, valid
-
-
 def _fake_run(path, windows, workers=0):
     args = TournamentArgs(
         leaderboard_size=3, p_fresh=0.3, round_steps=100, budget_steps=1600, workers=workers, seed=0
@@ -107,12 +99,6 @@ def test_overlapping_rounds_lose_reorder_and_vary_nothing(tmp_path, windows):
         assert [
             e["kind"] for e in read_events(tmp_path / name) if e["kind"] in ("started", "scored")
         ] == kinds
-
-
-@pytest.fixture(scope="module")
-def windows_ppo():
-    train, valid, _test = _market().split_sessions(0.6, 0.2)
-    return train, valid
 
 
 def _ppo_run(path, windows_ppo, budget_pods=6, **kw):

@@ -19,8 +19,8 @@ Only the configuration training uses is native: CPU, float32 prices and per-asse
 :func:`supports` says whether a call qualifies, :func:`kernel` whether a step does.
 
 The trading rules stay in :mod:`envs.trading` and :mod:`envs.core`, and :mod:`envs.fast_step`
-chooses this kernel: nothing here imports them (``params`` is an ``envs.trading.EnvParams``,
-``state`` an ``envs.trading.EnvState``, read by field name), and the kernel's failures come back as
+chooses this kernel: nothing here imports them (``params`` is an ``envs.params.EnvParams``,
+``state`` an ``envs.params.EnvState``, read by field name), and the kernel's failures come back as
 status codes that ``envs.trading.step`` turns into its errors.
 """
 
