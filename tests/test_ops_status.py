@@ -282,3 +282,17 @@ def test_a_failed_retrain_alerts_as_it_ends(home, tmp_path, monkeypatch, capsys)
     assert main(["--home", str(home), "retrain", "--config", str(config)]) == 1
     (sent,) = [json.loads(line) for line in sink.read_text().splitlines()]
     assert sent["check"] == "retrain_failed" and "RuntimeError: disk on fire" in sent["message"]
+
+
+def test_a_missing_home_alerts_without_creating_it_and_clears_when_it_is_back(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "user"))
+    sink = tmp_path / "alerts.jsonl"
+    config = tmp_path / "alerts.toml"
+    config.write_text(f'[alerts]\ncommand = "cat >> {sink}"\n')
+    home = tmp_path / "mount" / "home"
+    args = ["--home", str(home), "status", "--notify", "--silent", "--config", str(config)]
+    assert main(args) == 1 and main(args) == 1 and not home.exists()
+    home.mkdir(parents=True)
+    assert main(args) == 0
+    sent = [json.loads(line) for line in sink.read_text().splitlines()]
+    assert [(s["event"], s["key"]) for s in sent] == [("problem", "home"), ("clear", "home")]
