@@ -19,7 +19,7 @@ from agents.tournament import population as population_module
 from agents.tournament.leaderboard import read_events, read_leaderboard, read_pods
 from agents.tournament.pod import VALID_RETURNS, RoundError
 from agents.tournament.population_backend import PopulationBackend
-from agents.tournament.round_pipeline import RoundPipeline, host_result
+from agents.tournament.round_pipeline import RoundPipeline, host_results
 from agents.tournament.settings import TournamentArgs
 from envs.trading import EnvParams
 from envs.vec_env import TradingVecEnv
@@ -172,13 +172,13 @@ def test_a_kill_leaves_the_board_at_its_last_recorded_state(tmp_path, windows_pp
 
 
 def test_a_pods_host_copy_holds_its_weights_statistics_and_optimizer_state(windows_ppo):
-    """What the file threads write on a GPU (``host_result``'s copy, exercised here without pinning)."""
+    """What the file threads write on a GPU (``host_results``'s copy, exercised here without pinning)."""
     train_window, _valid = windows_ppo
     params = EnvParams(**{k: v for k, v in ENV.items() if k != "num_envs"})
     env = TradingVecEnv(train_window, params, num_envs=ENV["num_envs"], seed=0)
     result = train(PPOArgs(**AGENT, total_steps=256, seed=1), env)
-    assert host_result(result) is result  # (already on the host: nothing to copy)
-    copied = host_result(result, copy=True)
+    assert host_results([result])[0] is result  # (already on the host: nothing to copy)
+    (copied,) = host_results([result], copy=True)
     original, host = result.policy.state_dict(), copied.policy.state_dict()
     assert original.keys() == host.keys() and all(torch.equal(original[k], host[k]) for k in original)
     assert all(host[k].data_ptr() != original[k].data_ptr() for k in original)

@@ -192,11 +192,12 @@ def train_round(tasks: Sequence[PodTask], ctx: RoundContext, graphs: bool | None
 
 
 def finish_round(
-    trained: TrainedRound, host: Callable[[TrainResult], TrainResult] | None = None
+    trained: TrainedRound, host: Callable[[list[TrainResult]], list[TrainResult]] | None = None
 ) -> list[PodOutcome | RoundError]:
     """Score a trained round on the validation window and write its pods' files (the second half of
-    :func:`population_round`); ``host`` copies a pod's result to host memory before its files are
-    written (None: as it is). Never raises: a failure of a group fails that group's pods."""
+    :func:`population_round`); ``host`` copies a group's results to host memory, in this thread,
+    before the file threads write them (None: as they are). Never raises: a failure of a group fails
+    that group's pods."""
     outcomes = list(trained.outcomes)
     phases = dict(trained.phases)
     for group in trained.groups:
@@ -218,7 +219,7 @@ def finish_round(
 def _finish_group(
     trained: TrainedRound,
     group: TrainedGroup,
-    host: Callable[[TrainResult], TrainResult] | None,
+    host: Callable[[list[TrainResult]], list[TrainResult]] | None,
     phases: dict[str, float],
 ) -> list[PodOutcome | RoundError]:
     """Score and save one group; adds its seconds to ``phases`` (validation, files)."""
@@ -239,12 +240,12 @@ def _finish_group(
         else []
     )
     t2 = time.monotonic()
+    results = group.results if host is None else host(group.results)  # (files: from host memory)
 
     def save(slot: int, pod_scored: Any) -> PodOutcome | RoundError:
         try:
             task = tasks[members[slot][0]]
-            result = group.results[slot] if host is None else host(group.results[slot])
-            return checked_outcome(save_round(task, result, pod_scored, start), start)
+            return checked_outcome(save_round(task, results[slot], pod_scored, start), start)
         except Exception as err:  # noqa: BLE001 - a pod whose files cannot be written fails alone
             return as_round_error(err)
 

@@ -57,7 +57,7 @@ from agents.population.sizing import Sizing
 from agents.tournament.backends import exit_with_parent, host_copy, import_ray, join_ray, run_round_safely
 from agents.tournament.pod import PodOutcome, PodTask, RoundContext, RoundError, RoundFn, learner_round
 from agents.tournament.population import finish_round, size_population, train_round, with_envs
-from agents.tournament.round_pipeline import RoundPipeline, Trained, host_result, log_phases
+from agents.tournament.round_pipeline import RoundPipeline, Trained, host_results, log_phases
 from data.errors import ConfigError, PodracerError
 
 log = logging.getLogger(__name__)
@@ -146,7 +146,7 @@ def _ray_round(
 ) -> list[Outcome]:
     torch.set_num_threads(threads)
     _phases, finish = train_population(round_fn, tasks, ctx, graphs)
-    return finish(host_result)
+    return finish(host_results)
 
 
 @dataclass(eq=False)

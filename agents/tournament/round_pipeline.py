@@ -13,7 +13,8 @@ background thread, the finisher, so rounds finish in the order they trained:
 On a CUDA device the finisher works on a second CUDA stream, after an event recorded when training
 ended, so the next round's kernels queue on the default stream meanwhile; a pod's weights and
 optimizer state are copied to pinned host memory (non-blocking, on that stream) before the file
-threads write them (:func:`host_result`).
+threads write them (:func:`host_results`, in the finisher thread: the file threads' own current
+stream would be the training one).
 
 Nothing is dropped: every round handed in comes back, whole and in order, as one outcome per pod; a
 finishing that fails fails its round's pods with the cause (a ``RoundError`` each), and a pod whose
@@ -42,7 +43,7 @@ from agents.tournament.pod import PodOutcome, RoundError, as_round_error
 from agents.training import TrainResult
 
 Outcome = PodOutcome | RoundError
-#: What a round's training hands back: its phases so far, and the finishing (given ``host_result``).
+#: What a round's training hands back: its phases so far, and the finishing (given ``host_results``).
 Trained = tuple[dict[str, float], Callable[[Callable[[TrainResult], TrainResult]], list[Outcome]]]
 
 
@@ -54,30 +55,42 @@ def _host(tensor: torch.Tensor, pin: bool) -> torch.Tensor:
     return out
 
 
-def host_result(result: TrainResult, *, copy: bool | None = None) -> TrainResult:
-    """``result`` with its policy and optimizer state in host memory (``copy`` None: copied from a
-    CUDA device, through pinned staging; the result itself from any other device)."""
-    policy = result.policy
-    pin = policy.device.type == "cuda"
-    if not (pin if copy is None else copy):
-        return result
-    state = {k: _host(v, pin) for k, v in policy.state_dict().items()}
-    opt = result.optimizer_state
-    if opt is not None:
-        opt = {
-            **opt,
-            "state": {
-                i: {k: _host(v, pin) if isinstance(v, torch.Tensor) else v for k, v in per.items()}
-                for i, per in opt["state"].items()
-            },
-        }
-    if pin:
+def host_results(results: list[TrainResult], *, copy: bool | None = None) -> list[TrainResult]:
+    """``results`` with their policies and optimizer states in host memory (``copy`` None: copied from
+    a CUDA device, through pinned staging on the current stream, then one synchronisation; the results
+    themselves from any other device)."""
+    staged = []
+    for result in results:
+        policy = result.policy
+        pin = policy.device.type == "cuda"
+        if not (pin if copy is None else copy):
+            staged.append((result, None, None, False))
+            continue
+        state = {k: _host(v, pin) for k, v in policy.state_dict().items()}
+        opt = result.optimizer_state
+        if opt is not None:
+            opt = {
+                **opt,
+                "state": {
+                    i: {k: _host(v, pin) if isinstance(v, torch.Tensor) else v for k, v in per.items()}
+                    for i, per in opt["state"].items()
+                },
+            }
+        staged.append((result, state, opt, pin))
+    if any(pin for *_, pin in staged):
         torch.cuda.current_stream().synchronize()  # (the copies above are queued on this stream)
-    host = Policy(policy.config, policy.meta, device="cpu", init=False)
-    host.load_state_dict(state)
-    for name in ("count", "clip", "eps"):  # (not in the state dict)
-        setattr(host.obs_norm, name, getattr(policy.obs_norm, name))
-    return dataclasses.replace(result, policy=host.eval(), optimizer_state=opt)
+    out = []
+    for result, state, opt, _pin in staged:
+        if state is None:
+            out.append(result)
+            continue
+        policy = result.policy
+        host = Policy(policy.config, policy.meta, device="cpu", init=False)
+        host.load_state_dict(state)
+        for name in ("count", "clip", "eps"):  # (not in the state dict)
+            setattr(host.obs_norm, name, getattr(policy.obs_norm, name))
+        out.append(dataclasses.replace(result, policy=host.eval(), optimizer_state=opt))
+    return out
 
 
 def log_phases(logger: logging.Logger, num_pods: int, outcomes: Any) -> None:
@@ -165,12 +178,12 @@ class RoundPipeline:
     def _finish(self, finish: Callable[..., list[Outcome]], ready: Any, num_pods: int) -> list[Outcome]:
         try:
             if ready is None:
-                return finish(host_result)
+                return finish(host_results)
             if self._stream is None:
                 self._stream = torch.cuda.Stream(self.device)
             with torch.cuda.stream(self._stream):
                 self._stream.wait_event(ready)
-                outcomes = finish(host_result)
+                outcomes = finish(host_results)
                 self._stream.synchronize()  # (before the round's tensors are let go)
             return outcomes
         except Exception as err:  # noqa: BLE001 - the finishing failed: every pod of the round did
