@@ -32,7 +32,7 @@ from agents.tournament.pod import read_valid_returns_matrix
 from app.config import load_config, to_env_params
 from app.runs import RunDir, runs_root
 from backtests import baselines as bl
-from backtests import engine, looks, oos_test, report
+from backtests import capacity, engine, looks, oos_test, report
 from backtests.snooping import SelectionInputs
 from data.errors import CheckpointError, ConfigError, DataError, PodracerError
 from data.loader import load_market
@@ -183,6 +183,8 @@ def backtest_run(
     result = engine.run_backtest(
         market, params, {"champion": policy}, device=device, num_threads=1, compile=config.backtest.compile
     )
+    # The capacity curve: the champion and the baselines at several account sizes, one pass.
+    sizes = capacity.run_capacity(market, params, {"champion": policy}, device=device)
     identity = market_identity(config.data, market.tickers)
     count = count_look(home, run, result, window=window, market=identity)
     champion = run_info.champion.pod_id if run_info.champion is not None else None
@@ -200,6 +202,8 @@ def backtest_run(
         seed=config.tournament.seed,
         market=identity,
         tearsheet=tearsheet,
+        capacity=sizes,
+        max_participation=params.max_participation,
     )
 
 
