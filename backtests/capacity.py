@@ -195,11 +195,15 @@ def curve_lines(doc: Mapping[str, Any]) -> list[str]:
             f"  {pct(row.get('cum_returns_final')):>8}  {pct(row.get('costs_paid')):>7}"
             f"  {part_text:>9}  {capped_text:>6}  {row.get('verdict_outcome') or 'n/a'}"
         )
+    lines.append(f"  estimated capacity: {capacity_rule_text(doc)}")
+    return lines
+
+
+def capacity_rule_text(doc: Mapping[str, Any]) -> str:
+    """``"$1M (the largest size with a significant edge)"``: the estimate and its rule, in words."""
     cap = doc.get("estimated_capacity")
-    rule = doc.get("estimated_capacity_rule")
     why = {
         "significant": "the largest size with a significant edge",
         "half_sharpe": "the largest size keeping half the smallest size's net Sharpe",
-    }.get(rule or "", "no edge to scale")
-    lines.append(f"  estimated capacity: {money(cap) if cap is not None else 'none'} ({why})")
-    return lines
+    }.get(doc.get("estimated_capacity_rule") or "", "no edge to scale")
+    return f"{money(cap) if cap is not None else 'none'} ({why})"
