@@ -14,6 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from agents.ppo import PPOArgs
 from agents.sac import SACArgs
 from agents.tournament.orchestrator import TournamentArgs
+from app.alerts import HOOK_TIMEOUT_S, AlertSettings, check_settings
+from app.nightly.budget import MAX_MINUTES
 from backtests.verdict import SIGNIFICANCE_LEVEL
 from data.loader import LOAD_DEFAULTS
 from envs.trading import EnvParams
@@ -237,6 +239,10 @@ class TournamentConfig(Section):
         ge=0,
         description="population backend: envs per pod (0: [env] num_envs, or more where a GPU's probe finds it faster)",
     )
+    overlap_rounds: bool | None = Field(
+        TournamentArgs.overlap_rounds,
+        description="population backend: train the next population while the last is scored (unset: on a GPU)",
+    )
     address: str | None = Field(
         TournamentArgs.address,
         description="ray: address of an existing cluster (population: run the populations there)",
@@ -304,9 +310,31 @@ class NightlyConfig(Section):
     first_promotion: Literal["always", "significant"] = Field(
         "always", description="with no champion yet: promote always, or only a significant challenger"
     )
+    max_minutes: float | None = Field(
+        MAX_MINUTES,
+        gt=0,
+        description="a retrain's time budget: past it the run stops, keeps the champion and records a "
+        "failed retrain (None: no budget); the systemd unit's TimeoutStartSec follows it",
+    )
     warm_start_pods: int = Field(1, ge=0, description="fresh pods seeded with the champion's weights")
     export: bool = Field(True, description="export an onnxruntime bundle on promotion")
     tearsheet: bool = Field(True, description="write the challenger run's tear sheet")
+
+
+class AlertsConfig(Section):
+    """The alert hook: each new problem ``podracer status --notify`` finds, and each that clears, sent
+    once as JSON (``app.alerts``; docs/nightly.md "Operating it")."""
+
+    command: str = Field(
+        "", description="shell command run with the problem as JSON on stdin, e.g. 'cat >> ~/alerts.jsonl'"
+    )
+    webhook: str = Field("", description="http(s) URL the same JSON is POSTed to ('' = none)")
+    timeout_s: float = Field(HOOK_TIMEOUT_S, gt=0, description="seconds the command or webhook may take")
+
+    @model_validator(mode="after")
+    def _usable(self) -> AlertsConfig:
+        check_settings(AlertSettings(self.command, self.webhook, self.timeout_s), "[alerts]")
+        return self
 
 
 class RetentionConfig(Section):

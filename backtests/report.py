@@ -110,8 +110,9 @@ def oos_fields(
     earlier_looks: Sequence[float | None] = (),
     seed: int = 0,
     market: str | None = None,
+    level: float = SIGNIFICANCE_LEVEL,
 ) -> dict[str, Any] | None:
-    """The ``oos_test`` block: the selected strategy's out-of-sample test on this window
+    """The ``oos_test`` block: the selected strategy's out-of-sample test on this window at ``level``
     (``backtests.oos_test``), or None without a selected strategy."""
     strategy = selected_strategy(result)
     if strategy is None:
@@ -126,6 +127,7 @@ def oos_fields(
         benchmark=benchmark if benchmark in benchmarks else None,
         earlier_looks=earlier_looks,
         seed=seed,
+        level=level,
         market=market,
     )
     doc["held_out"] = window == HELD_OUT_WINDOW
@@ -224,6 +226,7 @@ def metrics_document(
         earlier_looks=earlier_looks,
         seed=seed,
         market=market,
+        level=significance_level,
     )
     doc["selection"] = snooping.selection_diagnostics(trials, seed=seed)
     oos = doc["oos_test"]

@@ -19,6 +19,17 @@ metrics.json ``significance_level``):
 - "edge not measurable": the window is not held out, has fewer than :data:`MIN_OOS_SESSIONS`
   sessions, or a figure is undefined (a strategy that stayed in cash), with why.
 
+A report computed on the window a selection ranked on (metrics.json ``window`` ``"valid"``: a
+walk-forward gate that reads its fold's validation window) says "on the selection window" instead of
+"out of sample".
+
+**Looks counted when read.** The verdict is stated with the looks counted NOW: :func:`restate` takes
+the looks the ledger holds today at an overlapping window of the same market (:class:`LooksNow`,
+``backtests.looks.looks_now``) and recomputes the two figures the looks change (the DSR's hurdle over
+every look's Sharpe ratio, Sidak over ``K``) from what the document keeps (the p-value and the
+returns' moments), so a run judged first among many does not keep its first count forever. The
+figures then say "N looks counted now (K when first judged)".
+
 The selection diagnostics (SPA p-value, validation DSR with the effective trials, PBO; metrics.json
 ``selection`` and ``pbo``) describe the tournament's choice on the validation window: they follow the
 verdict on a line of their own and do not change it.
@@ -29,14 +40,16 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from statistics import NormalDist
 from typing import Any, Literal, get_args
 
 #: The default significance level of the out-of-sample test (``[backtest] significance_level``): a 5% chance of calling
 #: a strategy with no edge significant.
 SIGNIFICANCE_LEVEL = 0.05
-#: Fewest held-out sessions the out-of-sample test is read on (about a month of trading days): the
-#: PSR's normal approximation and the block bootstrap have too few returns below it.
-MIN_OOS_SESSIONS = 20
+#: Fewest held-out sessions the out-of-sample test is read on (two months of trading days): below it
+#: the benchmark test's size under a true null leaves [2.5%, 7.5%] at the 5% level for skewed and
+#: fat-tailed daily excess returns (``benchmarks/verdict_size.py``; figures in docs/benchmarks.md).
+MIN_OOS_SESSIONS = 40
 #: Annualized compounding figures are only reported for windows of at least this many sessions (a
 #: quarter): (1 + r)^(252 / n) over 12 sessions turns +33% into +40,000%/yr, a number that reads as a
 #: broken product. Below it ``annual_return`` and ``calmar_ratio`` are null and the period return stands.
@@ -58,15 +71,14 @@ class EdgeVerdict:
     figures: tuple[str, ...]  # e.g. ("PSR 0.998", "excess over buy_and_hold +0.41%/day (p 0.001)", ...)
     reasons: tuple[str, ...] = ()  # caveats after the figures, e.g. why it is not measurable
     diagnostics: str = ""  # "selection (validation window, 102 trials): SPA p 0.004, ..."
+    scope: str = "out of sample"  # or "on the selection window" (see the module docstring)
 
     @property
     def headline(self) -> str:
-        """``"edge significant out of sample"``, ``"edge not significant out of sample"`` or
-        ``"edge not measurable"``."""
+        """``"edge significant out of sample"``, ``"edge not significant out of sample"`` (or ``"... on
+        the selection window"``) or ``"edge not measurable"``."""
         return (
-            "edge not measurable"
-            if self.outcome == "not measurable"
-            else f"edge {self.outcome} out of sample"
+            "edge not measurable" if self.outcome == "not measurable" else f"edge {self.outcome} {self.scope}"
         )
 
     @property
@@ -94,7 +106,11 @@ class EdgeVerdict:
             return None
         diagnostics = doc.get("verdict_diagnostics")
         return cls(
-            outcome, tuple(figures), tuple(reasons), diagnostics if isinstance(diagnostics, str) else ""
+            outcome,
+            tuple(figures),
+            tuple(reasons),
+            diagnostics if isinstance(diagnostics, str) else "",
+            scope_of(doc),
         )
 
 
@@ -130,9 +146,139 @@ def _number(value: Any) -> float | None:
     return float(value)
 
 
-def prob_text(value: float) -> str:
-    """A probability as shown: 3 decimals, or scientific below 0.001 (a p-value of 5e-4 is not 0.000)."""
-    return f"{value:.3f}" if value >= 0.001 else f"{value:.1e}"
+def prob_text(value: float, bound: bool = False) -> str:
+    """A probability as shown: 3 decimals, or scientific below 0.001 (a p-value of 5e-4 is not 0.000);
+    ``bound``: an upper bound at a resolution limit, shown ``"< x"``."""
+    text = f"{value:.3f}" if value >= 0.001 else f"{value:.1e}"
+    return f"< {text}" if bound else text
+
+
+def scope_of(doc: Mapping[str, Any]) -> str:
+    """``"on the selection window"`` for a report on the window a selection ranked on, else
+    ``"out of sample"``."""
+    return "on the selection window" if doc.get("window") == SELECTION_WINDOW else "out of sample"
+
+
+#: The metrics.json ``window`` of a report on the window the pods were ranked on.
+SELECTION_WINDOW = "valid"
+_EULER_GAMMA = 0.5772156649015329
+
+
+def sidak(p_value: float | None, looks: int) -> float | None:
+    """``1 - (1 - p)^K``: the chance that at least one of ``K`` independent looks gives a p-value at or
+    below ``p`` under the null (None stays None). expm1/log1p: 1e-12 over 500 looks is 5e-10, not 0."""
+    if p_value is None:
+        return None
+    return float(-math.expm1(max(1, int(looks)) * math.log1p(-min(float(p_value), 1.0 - 1e-16))))
+
+
+def expected_max_sharpe(num_trials: int, sharpe_variance: float) -> float:
+    """Expected maximum per-period Sharpe ratio of ``num_trials`` skill-less trials whose Sharpe ratios
+    have variance ``sharpe_variance`` (Bailey and Lopez de Prado; 0 for one trial)."""
+    if num_trials <= 1:
+        return 0.0
+    n, ppf = float(num_trials), NormalDist().inv_cdf
+    z1, z2 = ppf(1.0 - 1.0 / n), ppf(1.0 - 1.0 / (n * math.e))
+    return math.sqrt(sharpe_variance) * ((1.0 - _EULER_GAMMA) * z1 + _EULER_GAMMA * z2)
+
+
+@dataclass(frozen=True)
+class LooksHurdle:
+    """What the looks make of the Sharpe test: ``K`` looks, their per-day Sharpe ratios' variance,
+    the hurdle ``E[max SR]`` of ``K`` skill-less looks, and a note when the null variance stood in."""
+
+    looks: int
+    variance: float | None
+    hurdle: float
+    note: str | None = None
+
+
+def looks_hurdle(sharpes: Sequence[float | None], num_sessions: int) -> LooksHurdle:
+    """The hurdle for ``sharpes``: the per-day Sharpe ratios of every look counted at an overlapping
+    window of the same market (``K = len(sharpes)``, at least 1).
+
+    One look: no hurdle (the plain PSR). ``K >= 2``: the variance (ddof=1) of the defined Sharpe ratios;
+    when fewer than two are defined or they do not spread (the same strategy re-trained identically),
+    the sampling variance of a Sharpe estimate under the null, ``1 / (T - 1)``, stands in.
+    """
+    looks = max(1, len(sharpes))
+    if looks == 1:
+        return LooksHurdle(1, None, 0.0)
+    defined = [float(s) for s in sharpes if s is not None and math.isfinite(float(s))]
+    variance = _variance(defined) if len(defined) >= 2 else None
+    note = None
+    if variance is None or variance <= 0.0:
+        variance = 1.0 / (num_sessions - 1) if num_sessions > 1 else None
+        note = f"{looks} looks without a spread of Sharpe ratios: null variance 1/(T-1) used"
+    if variance is None:
+        return LooksHurdle(looks, None, math.nan, note)
+    return LooksHurdle(looks, variance, expected_max_sharpe(looks, variance), note)
+
+
+def _variance(values: Sequence[float]) -> float:
+    mean = sum(values) / len(values)
+    return sum((v - mean) ** 2 for v in values) / (len(values) - 1)
+
+
+def psr_from_moments(
+    sharpe: float, num_obs: int, skew: float, kurtosis: float, hurdle: float = 0.0
+) -> float | None:
+    """P(true per-day Sharpe > ``hurdle``) from the per-day Sharpe ratio, the number of returns and
+    their skewness and (non-excess) kurtosis (Bailey and Lopez de Prado's PSR); None when undefined."""
+    denom = 1.0 - skew * sharpe + (kurtosis - 1.0) / 4.0 * sharpe**2
+    if num_obs < 2 or denom <= 0 or not all(map(math.isfinite, (sharpe, skew, kurtosis, hurdle))):
+        return None
+    return NormalDist().cdf((sharpe - hurdle) * math.sqrt(num_obs - 1.0) / math.sqrt(denom))
+
+
+@dataclass(frozen=True)
+class LooksNow:
+    """The looks the ledger counts today at a look's window (``backtests.looks.looks_now``): every
+    overlapping look's per-day Sharpe ratio (this one's included), and how many were counted when this
+    look was first judged."""
+
+    sharpes: tuple[float | None, ...]
+    first: int
+
+    @property
+    def count(self) -> int:
+        """``K`` now."""
+        return max(1, len(self.sharpes))
+
+
+def restate(doc: Mapping[str, Any], now: LooksNow | None) -> dict[str, Any]:
+    """``doc`` with its ``oos_test`` restated for the looks counted ``now`` (the hurdle, the PSR after
+    the looks and Sidak's p-values) and its verdict fields rejudged; ``doc`` itself when ``now`` is
+    None or it has no out-of-sample test. Keeps ``looks_first`` (the count when first judged)."""
+    oos = doc.get("oos_test")
+    if now is None or not isinstance(oos, Mapping) or not isinstance(oos.get("strategy"), str):
+        return dict(doc)
+    sessions = int(_number(oos.get("num_sessions")) or 0)
+    hurdle = looks_hurdle(list(now.sharpes), sessions)
+    sharpe, skew, kurt = (_number(oos.get(k)) for k in ("sharpe_per_day", "skewness", "kurtosis"))
+    psr = None
+    if sharpe is not None and skew is not None and kurt is not None and math.isfinite(hurdle.hurdle):
+        psr = psr_from_moments(sharpe, sessions, skew, kurt, hurdle.hurdle)
+    elif hurdle.looks == int(_number(oos.get("looks")) or 1):
+        psr = _number(oos.get("psr_after_looks"))  # an older document: its own count stands
+    excess = {
+        name: {**block, "p_value_after_looks": sidak(_number(block.get("p_value")), hurdle.looks)}
+        for name, block in (oos.get("excess") or {}).items()
+        if isinstance(block, Mapping)
+    }
+    restated = {
+        **oos,
+        "looks": hurdle.looks,
+        "looks_first": int(now.first),
+        "looks_sharpe_variance": hurdle.variance if hurdle.looks > 1 else None,
+        "looks_note": hurdle.note,
+        "sharpe_hurdle": hurdle.hurdle if math.isfinite(hurdle.hurdle) else None,
+        "psr_after_looks": psr,
+        "excess": excess,
+    }
+    out = {**doc, "oos_test": restated}
+    out.update(verdict_fields(judge(out, restated["strategy"])))
+    return out
 
 
 def significance_level_of(doc: Mapping[str, Any]) -> float:
@@ -151,7 +297,10 @@ def judge(doc: Mapping[str, Any], strategy: str = "champion") -> EdgeVerdict | N
     level = significance_level_of(doc)
     diagnostics = diagnostics_line(doc)
     looks = int(_number(oos.get("looks")) or 1)
+    first = _number(oos.get("looks_first"))
     looks_text = f"{looks} look{'s' if looks != 1 else ''} counted"
+    if first is not None:
+        looks_text += " now" + (f" ({int(first)} when first judged)" if int(first) != looks else "")
     sessions = int(_number(oos.get("num_sessions")) or 0)
     if oos.get("held_out") is False:
         why = (
@@ -162,8 +311,10 @@ def judge(doc: Mapping[str, Any], strategy: str = "champion") -> EdgeVerdict | N
         why = f"the held-out window has {sessions} sessions, the test needs at least {MIN_OOS_SESSIONS}"
     else:
         why = str(oos["reason"]) if oos.get("reason") else None
+    scope = scope_of(doc)
     if why is not None:
-        return EdgeVerdict("not measurable", (why,), (), diagnostics)
+        figures = (why, looks_text) if first is not None else (why,)
+        return EdgeVerdict("not measurable", figures, (), diagnostics, scope)
     bench = oos.get("benchmark")
     excess = (oos.get("excess") or {}).get(bench) or {}
     psr, p, mean = (
@@ -172,16 +323,18 @@ def judge(doc: Mapping[str, Any], strategy: str = "champion") -> EdgeVerdict | N
     )
     if psr is None or p is None or mean is None:
         missing = "the PSR" if psr is None else f"the test against {bench}"
-        return EdgeVerdict("not measurable", (f"{missing} is undefined",), (), diagnostics)
+        return EdgeVerdict("not measurable", (f"{missing} is undefined",), (), diagnostics, scope)
+    bound = excess.get("p_value_bound") is True
     figures = (
         f"PSR {prob_text(psr)}",
-        f"excess over {bench} {100 * mean:+.2f}%/day (p {prob_text(p)})",
+        f"excess over {bench} {100 * mean:+.2f}%/day (p {prob_text(p, bound)})",
         looks_text,
         f"level {level:g}",
     )
     reasons = (str(oos["looks_note"]),) if oos.get("looks_note") else ()
     significant = psr >= 1.0 - level and p <= level
-    return EdgeVerdict("significant" if significant else "not significant", figures, reasons, diagnostics)
+    outcome: Outcome = "significant" if significant else "not significant"
+    return EdgeVerdict(outcome, figures, reasons, diagnostics, scope)
 
 
 def diagnostics_line(doc: Mapping[str, Any]) -> str:

@@ -222,7 +222,7 @@ def write_backtest(
                 {"buy_and_hold": daily["buy_and_hold"].to_numpy()},
                 strategy="champion",
                 benchmark="buy_and_hold",
-                replications=199,
+                min_replications=199,
             ),
             "held_out": True,
         }

@@ -45,7 +45,8 @@ def test_the_documented_keys_are_the_keys_written():
         {"buy_and_hold": bench, "equal_weight": bench * 0.9},
         strategy="champion",
         benchmark="buy_and_hold",
-        replications=99,
+        min_replications=99,
+        max_replications=99,
     )
     oos["held_out"] = True  # added by backtests.report for the window
     trials = np.column_stack([bench + rng.normal(0.001, 0.004, 40), bench * 0.5])

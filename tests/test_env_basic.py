@@ -18,10 +18,13 @@ from envs.observation import obs_dim, split_obs
 from envs.trading import EnvParams
 from envs.vec_env import TradingVecEnv
 
-
-@pytest.fixture
-def market():
-    return toy_market(num_steps=300, num_assets=4, num_features=3, bars_per_session=50, seed=1)
+TOY_MARKET = {
+    "num_steps": 300,
+    "num_assets": 4,
+    "num_features": 3,
+    "bars_per_session": 50,
+    "seed": 1,
+}  # `market`
 
 
 def test_reset_shapes_and_fresh_obs(market):

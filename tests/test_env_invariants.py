@@ -31,9 +31,13 @@ def _run(market, params, num_envs, steps, seed=0, policy=None, start=None):
         yield before, action, state, obs, reward, term, trunc, info
 
 
-@pytest.fixture(scope="module")
-def market():
-    return toy_market(num_steps=400, num_assets=5, num_features=4, bars_per_session=50, seed=7)
+TOY_MARKET = {
+    "num_steps": 400,
+    "num_assets": 5,
+    "num_features": 4,
+    "bars_per_session": 50,
+    "seed": 7,
+}  # `market`
 
 
 @pytest.mark.parametrize("precision", ["float32", "float64"])

@@ -27,9 +27,7 @@ needs_kernel = pytest.mark.skipif(
 )
 
 
-@pytest.fixture(scope="module")
-def market():
-    return toy_market(900, 5, 3, seed=1)
+TOY_MARKET = {"num_steps": 900, "num_assets": 5, "num_features": 3, "seed": 1}  # the `market` fixture
 
 
 @pytest.fixture(scope="module")

@@ -16,16 +16,8 @@ from agents.tournament.pod import VALID_RETURNS
 from agents.tournament.population_backend import PopulationBackend
 from agents.tournament.settings import TournamentArgs
 from data.errors import ConfigError
-from data.toy import toy_market
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # (tests/conftest.py)
-
-
-@pytest.fixture(scope="module")
-def windows():
-    market = toy_market(num_steps=60 * 5, num_assets=2, num_features=3, bars_per_session=60, seed=0)
-    train, valid, _test = market.split_sessions(0.6, 0.2)
-    return train, valid
 
 
 def test_auto_is_population_on_cuda_and_local_workers_on_a_cpu():

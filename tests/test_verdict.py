@@ -72,7 +72,7 @@ def test_the_rule_at_its_edges(psr, p, level, outcome):
     verdict = judge(_doc(psr, p, level=level))
     assert verdict.outcome == outcome and verdict.significant is (outcome == "significant")
     assert verdict.headline == f"edge {outcome} out of sample"
-    assert v.SIGNIFICANCE_LEVEL == 0.05 and v.MIN_OOS_SESSIONS == 20
+    assert v.SIGNIFICANCE_LEVEL == 0.05 and v.MIN_OOS_SESSIONS == 40
 
 
 def test_a_document_that_names_the_level_significance_is_judged_at_its_level():
@@ -98,7 +98,7 @@ def test_the_verdict_line_names_its_figures_and_the_looks():
 @pytest.mark.parametrize(
     ("overrides", "why"),
     [
-        ({"sessions": 19}, "the held-out window has 19 sessions, the test needs at least 20"),
+        ({"sessions": 39}, "the held-out window has 39 sessions, the test needs at least 40"),
         ({"held_out": False}, "the test window is not held out"),
         ({"reason": "the champion's daily returns have no Sharpe ratio"}, "no Sharpe ratio"),
         ({"psr": None}, "the PSR is undefined"),
@@ -159,14 +159,14 @@ def test_the_report_writes_the_verdict_of_the_rule():
     from data.toy import toy_market
     from envs.trading import EnvParams
 
-    market = toy_market(num_steps=25 * 390, num_assets=3, num_features=2, seed=1)
+    market = toy_market(num_steps=45 * 390, num_assets=3, num_features=2, seed=1)
     policy = lambda obs: torch.full((obs.shape[0], 3), 0.3)  # noqa: E731
     result = engine.run_backtest(market, EnvParams(decision_interval=390), {"champion": policy})
     doc = report.metrics_document(result, window="test", significance_level=0.1, seed=3)
     verdict = judge(doc, "champion")
     assert doc["verdict"] == verdict.text and stated_verdict(doc) == verdict
     assert doc["verdict_outcome"] == verdict.outcome in v.OUTCOMES and "level 0.1" in verdict.text
-    assert doc["oos_test"]["seed"] == 3 and doc["oos_test"]["num_sessions"] == 25
+    assert doc["oos_test"]["seed"] == 3 and doc["oos_test"]["num_sessions"] == 45
     baselines_only = engine.run_backtest(
         market, EnvParams(decision_interval=390), baselines=("buy_and_hold",)
     )

@@ -40,23 +40,6 @@ def _tournament_overrides(
     return overrides
 
 
-def _refuse_unused(given: dict[str, Any], applies_to: str) -> None:
-    """One line for flags the chosen kind of run would not read (none is silently ignored)."""
-    unused = [flag for flag, value in given.items() if value is not None]
-    if unused:
-        raise ConfigError(f"{', '.join(unused)}: only for {applies_to}")
-
-
-def _check_backend_flags(cfg: Any, overrides: dict[str, Any]) -> None:
-    """Refuse a tournament flag the run's backend would not read (the config's own settings are
-    checked when the backend is built: ``agents.tournament.backend_choice.check_settings``)."""
-    from agents.tournament.backend_choice import resolve_backend
-
-    chosen = resolve_backend(cfg.tournament.backend, cfg.agent.device, cfg.agent.algo)
-    if "workers" in overrides and chosen == "ray":
-        raise ConfigError("--workers: the ray backend sizes its pool from the cluster's resources; drop it")
-
-
 def _tournament_command(
     config: Path | None,
     run: str | None,
@@ -68,7 +51,7 @@ def _tournament_command(
     # Imported here, not at module top: they load torch, which `podracer --help` must not (app.commands).
     from app import render
     from app.config import load_config
-    from app.workflows.training import stored_config_path, train_tournament
+    from app.workflows.training import check_backend_flags, stored_config_path, train_tournament
 
     if resume is not None and config is not None:
         raise ConfigError("--resume uses the run's own config.toml: drop --config")
@@ -77,7 +60,7 @@ def _tournament_command(
         cfg = cfg.with_updates(tournament=overrides)
     if agent:
         cfg = cfg.with_updates(agent=agent)
-    _check_backend_flags(cfg, overrides)
+    check_backend_flags(cfg, overrides)
     progress = render.TournamentLive.factory(enabled=not json_out)
     result = train_tournament(cfg, context.home(), run=run, resume=resume, progress=progress)
     if json_out:
@@ -138,7 +121,7 @@ def train(
 
     from app import render
     from app.config import load_config
-    from app.workflows.training import train_single
+    from app.workflows.training import refuse_unused, train_single
 
     given = {
         "--pods": pods,
@@ -150,14 +133,14 @@ def train(
         "--envs-per-pod": envs_per_pod,
     }
     if tournament or resume is not None:
-        _refuse_unused({"--threads": threads, "--steps": steps}, "a single run (drop --tournament)")
+        refuse_unused({"--threads": threads, "--steps": steps}, "a single run (drop --tournament)")
         overrides = _tournament_overrides(
             pods, budget_steps, budget_minutes, backend, workers, address, envs_per_pod
         )
         agent = {"algo": algo} if algo is not None else {}
         _tournament_command(config, run, resume, overrides, agent, json_out)
         return
-    _refuse_unused(given, "a tournament (add --tournament)")
+    refuse_unused(given, "a tournament (add --tournament)")
     if threads is not None:
         # Small per-op tensors: on a loaded machine extra intra-op threads mostly wait on each other.
         torch.set_num_threads(threads)
