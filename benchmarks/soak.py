@@ -28,8 +28,14 @@ outside trade gave exactly one ``books_mismatch`` and one later ``books_clear``;
 champion copies and the journal within ``[retention]``; and two more retrains: a challenger with a
 significant edge is promoted, one without is not (scripted scores: the gate's rule, not learning).
 
-Not injected (their handling or alert is not in the product yet): a disk-full write, alerts for the
-faults other than the books (the alert hook).
+After every retrain and cycle the soak does what an operator's timer does: ``podracer status``'s
+checks and the alert hook (``app.alerts.notify``, its delivery recorded). The faults that leave a
+problem (:data:`ALERTS`) must give exactly one alert and a later clear each; the others are absorbed
+where they happen and must give none. A rejected session's alert (``orders_rejected``) is keyed on the
+wall-clock day, which a compressed clock cannot move (:data:`WALL_CLOCK_ALERTS`): the soak checks the
+rejections were journaled instead.
+
+Not injected: a disk-full write (the product has no handling for it yet).
 """
 
 from __future__ import annotations
@@ -54,6 +60,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import pandas as pd
 
+from app.alerts import AlertSettings, notify
 from app.bundle import load_bundle
 from app.config import Config
 from app.export import export_bundle
@@ -68,6 +75,7 @@ from app.paper.journal import Journal, read_journal
 from app.paper.options import PaperOptions
 from app.paper.orders import RiskLimits
 from app.retention import home_bytes
+from app.workflows.status import gather_status
 from backtests.verdict import EdgeVerdict
 from data.calendar import session_bounds, sessions_in_range
 from data.sources.retry import FetchRetryPolicy
@@ -96,6 +104,19 @@ WINDOWS = {
 }
 FIRST_SESSION = "2024-01-02"
 DATA_TIMEOUT_S = 0.5  # the soak's market-data deadline (a hung request is cut at this)
+# The alert each fault must raise through `podracer status` and the hook (one problem, one clear);
+# the faults absent here are absorbed where they happen (retries, the store lock, the resume of a
+# decided bar) and must raise none.
+ALERTS = {
+    "outside_trade": "books",
+    "retrain_kill": "retrain_killed",
+    "heartbeat_corrupt": "heartbeat",
+}
+# Faults whose alert a compressed clock cannot show: ``status`` finds a session's orders all
+# rejected by the wall-clock day of the journal's rows, and every simulated session here runs on
+# the same wall-clock day. The soak checks that each was journaled ``rejected`` and the next
+# session traded.
+WALL_CLOCK_ALERTS = {"rejected_orders": "orders_rejected"}
 FAST = BrokerRetryPolicy(attempts=4, base_delay=0.001, max_delay=0.01, timeout=2.0)
 
 
@@ -136,6 +157,17 @@ class Soak:
     seen: dict[str, Any] = field(default_factory=dict)
     max_home_bytes: int = 0
     first_fetched: int | None = None
+    alerts: list[tuple[str, str]] = field(default_factory=list)  # (event, key) the hook was sent
+
+    def watch(self) -> None:
+        """What an operator's timer does: ``podracer status`` and the alert hook (a recorder here)."""
+        problems = gather_status(self.home).problem_rows()
+        notify(
+            self.home,
+            problems,
+            AlertSettings(command="true"),
+            send=lambda p, s: self.alerts.append((p["event"], p["key"])),
+        )
 
     # -- the night --
     def config(self) -> Config:
@@ -152,11 +184,14 @@ class Soak:
                 raise AssertionError(
                     f"the retrain child was not killed: rc {proc.returncode} {proc.stderr[-500:]!r}"
                 )
+            self.watch()  # between the kill and the next retrain: the lock names a dead holder
         steps = ScriptedSteps(self, night, faults)
         try:
             outcome = run_retrain(self.config(), self.home, steps=steps.steps())
         except RetrainError as err:
             return f"failed: {err}"
+        finally:
+            self.watch()
         return outcome.verdict
 
     def update(self, night: int, faults: list[str]) -> None:
@@ -209,8 +244,8 @@ class Soak:
         outside = "outside_trade" in faults and self.cycles >= 3
         for k, now in enumerate(times):
             fake.set_time(now)
-            if "rejected_orders" in faults and k == 0:
-                self.injected["rejected_orders"] += 1
+            if "rejected_orders" in faults:  # the whole session's orders
+                self.injected["rejected_orders"] += k == 0
                 fake.fill_mode = "reject"
             if "rate_limit_orders" in faults and k == 0:
                 self.injected["rate_limit_orders"] += 1
@@ -218,6 +253,7 @@ class Soak:
             if "heartbeat_corrupt" in faults and k == 0:
                 self.injected["heartbeat_corrupt"] += 1
                 heartbeat_path(self.home).write_text('{"time": 12, "status": [')
+                self.watch()
             if outside and k == 1:
                 self.outside_trade()
             if outside and k == self.cycles - 1:
@@ -231,6 +267,7 @@ class Soak:
             fake.faults.clear()
             log.write(f"{now.isoformat()} {status}\n" * 20)
             log.flush()
+            self.watch()
             if "heartbeat_corrupt" in faults and k == 0 and read_heartbeat(self.home) is None:
                 raise AssertionError("the heartbeat was not rewritten after the corruption")
         fake.set_time(close + pd.Timedelta(minutes=5))
@@ -404,6 +441,22 @@ def check(soak: Soak) -> dict[str, Any]:
         f"{n} outside trades gave {mismatches} mismatch and {clears} clear events"
     )
     out["book_alerts"] = {"mismatch": mismatches, "clear": clears}
+    # the alerts: one problem and one later clear per fault that leaves one; none for the rest
+    soak.watch()
+    raised = Counter(key for event, key in soak.alerts if event == "problem")
+    cleared = Counter(key for event, key in soak.alerts if event == "clear")
+    assert raised == cleared, f"alerts never cleared: {raised - cleared}"
+    unexpected = set(raised) - set(ALERTS.values())
+    assert not unexpected, f"alerts no fault explains: {sorted(unexpected)}"
+    for kind, key in ALERTS.items():
+        n = soak.injected[kind]
+        if kind == "rejected_orders":  # sessions rejected back to back are one problem
+            assert (n == 0) == (raised[key] == 0) and raised[key] <= n, (
+                f"{kind}: {n} faults, {raised[key]} alerts"
+            )
+        else:
+            assert raised[key] == n, f"{kind}: {n} faults, {raised[key]} alerts"
+    out["alerts"] = {key: {"problem": raised[key], "clear": cleared[key]} for key in sorted(raised)}
     # the disk: within [retention]
     nightly = [p for p in (home / "runs").glob("nightly-*")]
     assert len(nightly) <= RETENTION["keep_runs"] + 2, f"{len(nightly)} nightly runs kept"
@@ -464,10 +517,8 @@ def run_soak(
         "decisions": len(read_decisions(home)),
         "wall_s": round(time.perf_counter() - started, 1),
         **figures,
-        "not_injected": [
-            "disk_full (no handling in the product yet)",
-            "alerts other than the books' (no alert hook yet)",
-        ],
+        "not_injected": ["disk_full (no handling in the product yet)"],
+        "alert_not_checked": {k: f"{v} (keyed on the wall-clock day)" for k, v in WALL_CLOCK_ALERTS.items()},
     }
 
 
