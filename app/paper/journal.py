@@ -517,7 +517,7 @@ def read_journal(home: str | os.PathLike[str]) -> dict[str, pd.DataFrame]:
 
 
 # Order statuses of orders that never reached the broker (not "sent").
-UNSENT_STATUSES = ("dry_run", "blocked", "not_sent", "not_submitted")
+UNSENT_STATUSES = ("dry_run", "blocked", "not_sent", "not_submitted", "error")
 
 
 def last_session_summary(home: str | os.PathLike[str], rows: int = 5000) -> dict[str, Any] | None:
@@ -531,7 +531,7 @@ def last_session_summary(home: str | os.PathLike[str], rows: int = 5000) -> dict
     conn = sqlite.connect(path, read_only=True)
     try:
         decisions = conn.execute(
-            "SELECT recorded_at FROM decisions WHERE dry_run = 0 ORDER BY id DESC LIMIT ?", (rows,)
+            "SELECT recorded_at FROM decisions ORDER BY id DESC LIMIT ?", (rows,)
         ).fetchall()
         missing = conn.execute(
             "SELECT recorded_at FROM events WHERE kind = 'missing_bars' ORDER BY id DESC LIMIT ?", (rows,)

@@ -33,7 +33,7 @@ from typing import Any
 
 import pandas as pd
 
-from app.alerts import AlertSettings, Problem, raised_problems, read_settings
+from app.alerts import AlertSettings, NotifyReport, Problem, notify, raised_problems, read_settings
 from app.nightly.budget import MAX_MINUTES, SLACK_MINUTES
 from app.nightly.cron import DEFAULT_CRON, DEFAULT_TZ
 from app.nightly.lock import RETRAIN_LOCK_NAME, LockInfo, read_lock_info
@@ -461,3 +461,14 @@ def _status(home: Path, now: datetime, problems: list[Problem], warnings: list[s
         checks=[asdict(p) for p in unique],
         warnings=scrub_all(warnings),
     )
+
+
+def check_and_notify(
+    home: str | os.PathLike[str], *, config: str | os.PathLike[str] | None = None, **status_args: Any
+) -> tuple[Status, NotifyReport]:
+    """:func:`gather_status`, then each new problem and each cleared one to the ``[alerts]`` hook of
+    ``config`` (default: the recorded schedule's): ``podracer status --notify`` and the end of
+    every ``podracer retrain``."""
+    state = gather_status(home, config=config, **status_args)
+    settings = read_settings(config if config is not None else state.schedule.get("config"))
+    return state, notify(home, state.problem_rows(), settings)
