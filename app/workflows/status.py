@@ -41,7 +41,8 @@ from app.nightly.registry import current_champion, read_decisions
 from app.nightly.schedule import cron_trigger, next_fire_times, read_schedule
 from app.paper.books import read_record as read_book_record
 from app.paper.heartbeat import STALE_INTERVALS, Heartbeat, read_heartbeat
-from app.paper.journal import last_session_summary, latest_pnl
+from app.paper.journal import latest_pnl
+from app.paper.outcomes import last_session_summary
 from app.runs import list_runs
 from app.timestamps import local_time
 from data.calendar import exchange_date
