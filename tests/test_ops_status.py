@@ -296,3 +296,15 @@ def test_a_missing_home_alerts_without_creating_it_and_clears_when_it_is_back(tm
     assert main(args) == 0
     sent = [json.loads(line) for line in sink.read_text().splitlines()]
     assert [(s["event"], s["key"]) for s in sent] == [("problem", "home"), ("clear", "home")]
+
+
+def test_a_killed_run_is_history_once_a_later_retrain_ran(home):
+    old = home / "runs" / "nightly-20240104-070000"
+    old.mkdir(parents=True)
+    (old / "run.json").write_text(json.dumps({"status": "running"}))
+    assert [p["check"] for p in gather_status(home).checks] == ["retrain_killed"]
+    new = home / "runs" / "nightly-20240105-070000"
+    new.mkdir()
+    (new / "run.json").write_text(json.dumps({"status": "done"}))
+    os.utime(old, (time.time() - 86400, time.time() - 86400))
+    assert gather_status(home).healthy
