@@ -76,3 +76,12 @@ def windows():
     from helpers import toy_windows
 
     return toy_windows()
+
+
+@pytest.fixture(scope="module")
+def windows_ppo():
+    """Train and validation windows of ``helpers.ppo_market`` (real PPO pods)."""
+    from helpers import ppo_market
+
+    train, valid, _test = ppo_market().split_sessions(0.6, 0.2)
+    return train, valid

@@ -32,6 +32,11 @@ def toy_windows() -> tuple[MarketData, MarketData]:
     return train, valid
 
 
+def ppo_market() -> MarketData:
+    """Ten sessions of 3 assets (60 bars a session): the market of the tournament tests with real PPO pods."""
+    return toy_market(num_steps=60 * 10, num_assets=3, num_features=4, bars_per_session=60, seed=1)
+
+
 def toy_env(
     market: MarketData, num_envs: int = 4, *, episode_len: int = 8, seed: int = 0, **params
 ) -> TradingVecEnv:

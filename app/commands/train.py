@@ -10,33 +10,20 @@ from typing import Any
 import typer
 
 from app import context
+from app.settings_docs import cli_help
 from data.errors import ConfigError
 
+#: The scope of the flags only a tournament reads (a single run refuses them).
+TOURNAMENT = "Tournament: "
 
-def _tournament_overrides(
-    pods: int | None,
-    budget_steps: int | None,
-    budget_minutes: float | None,
-    backend: str | None,
-    workers: int | None,
-    address: str | None,
-    envs_per_pod: int | None = None,
-) -> dict[str, Any]:
-    """``[tournament]`` fields set on the command line. One budget given alone replaces both."""
-    given = {
-        "pods": pods,
-        "envs_per_pod": envs_per_pod,
-        "budget_steps": budget_steps,
-        "budget_minutes": budget_minutes,
-        "backend": backend,
-        "workers": workers,
-        "address": address,
-    }
-    overrides = {k: v for k, v in given.items() if v is not None}
-    if budget_steps is not None and budget_minutes is None:
-        overrides["budget_minutes"] = None
-    if budget_minutes is not None and budget_steps is None:
-        overrides["budget_steps"] = None
+
+def _tournament_overrides(given: dict[str, Any]) -> dict[str, Any]:
+    """``[tournament]`` fields set on the command line (``given``: flag -> value, None = not given).
+    One budget given alone replaces both."""
+    overrides = {flag[2:].replace("-", "_"): v for flag, v in given.items() if v is not None}
+    for one, other in (("budget_steps", "budget_minutes"), ("budget_minutes", "budget_steps")):
+        if one in overrides and other not in overrides:
+            overrides[other] = None
     return overrides
 
 
@@ -82,36 +69,24 @@ def train(
     algo: str = typer.Option(None, "--algo", help="ppo or sac \\[default: the config's agent.algo]."),
     config: Path = typer.Option(None, "--config", help="TOML config file \\[default: built-in defaults]."),
     run: str = typer.Option(None, "--run", help="Run name \\[default: <UTC time>-<algo>]."),
-    steps: int = typer.Option(
-        None, "--steps", min=1, help="Env-steps to train \\[default: agent.total_steps]."
-    ),
+    steps: int = typer.Option(None, "--steps", min=1, help=cli_help("agent.total_steps")),
     json_out: bool = typer.Option(False, "--json", help="Print the run summary as JSON (no progress bar)."),
     threads: int = typer.Option(
         None, "--threads", min=1, help="torch intra-op threads \\[default: torch's]; 1 is best on a busy CPU."
     ),
     tournament: bool = typer.Option(False, "--tournament", help="Run a podracer tournament of many pods."),
-    pods: int = typer.Option(
-        None,
-        "--pods",
-        min=1,
-        help="Tournament: pods training at once; population backend: the population size \\[tournament.pods].",
+    pods: int = typer.Option(None, "--pods", min=1, help=cli_help("tournament.pods", TOURNAMENT)),
+    budget_steps: int = typer.Option(
+        None, "--budget-steps", min=1, help=cli_help("tournament.budget_steps", TOURNAMENT)
     ),
-    budget_steps: int = typer.Option(None, "--budget-steps", min=1, help="Tournament: total env-steps."),
-    budget_minutes: float = typer.Option(None, "--budget-minutes", min=0.0, help="Tournament: wall time."),
-    backend: str = typer.Option(
-        None, "--backend", help="Tournament: auto, local, ray or population \\[tournament.backend]."
+    budget_minutes: float = typer.Option(
+        None, "--budget-minutes", min=0.0, help=cli_help("tournament.budget_minutes", TOURNAMENT)
     ),
-    workers: int = typer.Option(
-        None, "--workers", min=0, help="Tournament, local and population: processes (0 = inline)."
-    ),
-    address: str = typer.Option(
-        None, "--address", help="Tournament, ray and population: address of a Ray cluster."
-    ),
+    backend: str = typer.Option(None, "--backend", help=cli_help("tournament.backend", TOURNAMENT)),
+    workers: int = typer.Option(None, "--workers", min=0, help=cli_help("tournament.workers", TOURNAMENT)),
+    address: str = typer.Option(None, "--address", help=cli_help("tournament.address", TOURNAMENT)),
     envs_per_pod: int = typer.Option(
-        None,
-        "--envs-per-pod",
-        min=1,
-        help="Tournament, population: envs per pod \\[tournament.envs_per_pod; default: chosen].",
+        None, "--envs-per-pod", min=1, help=cli_help("tournament.envs_per_pod", TOURNAMENT)
     ),
     resume: str = typer.Option(None, "--resume", help="Tournament: continue the run RUN after a stop."),
 ) -> None:
@@ -134,9 +109,7 @@ def train(
     }
     if tournament or resume is not None:
         refuse_unused({"--threads": threads, "--steps": steps}, "a single run (drop --tournament)")
-        overrides = _tournament_overrides(
-            pods, budget_steps, budget_minutes, backend, workers, address, envs_per_pod
-        )
+        overrides = _tournament_overrides(given)
         agent = {"algo": algo} if algo is not None else {}
         _tournament_command(config, run, resume, overrides, agent, json_out)
         return
