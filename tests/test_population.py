@@ -38,9 +38,13 @@ BASE = {"num_steps": 16, "hidden": 8, "embed": 4, "num_minibatches": 2, "total_s
 ATOL = 1e-5
 
 
-@pytest.fixture(scope="module")
-def market():
-    return toy_market(num_steps=600, num_assets=3, num_features=4, bars_per_session=60, seed=1)
+TOY_MARKET = {
+    "num_steps": 600,
+    "num_assets": 3,
+    "num_features": 4,
+    "bars_per_session": 60,
+    "seed": 1,
+}  # `market`
 
 
 def _params(**kw) -> EnvParams:

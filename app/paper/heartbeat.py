@@ -24,7 +24,7 @@ import pandas as pd
 
 from data.atomic import atomic_write_json
 from data.calendar import market_seconds
-from data.errors import PodracerError
+from data.errors import PodracerError, one_line
 
 if TYPE_CHECKING:  # the cycle imports this module: only its result's type is needed here
     from app.paper.cycle import CycleResult
@@ -117,8 +117,41 @@ def read_heartbeat(home: str | os.PathLike[str]) -> Heartbeat | None:
     try:
         raw: Any = json.loads(path.read_text(encoding="utf-8"))
         known = {k: v for k, v in raw.items() if k in Heartbeat.__dataclass_fields__}
-        return Heartbeat(**known)
+        beat = Heartbeat(**known)
+        _check_types(beat)
+        return beat
     except (OSError, ValueError, TypeError, AttributeError) as err:
         raise PodracerError(
-            f"{path} is unreadable ({type(err).__name__}): the paper loop rewrites it each cycle"
+            f"{path} is unreadable ({one_line(err)}): the paper loop rewrites it each cycle"
         ) from None
+
+
+_TEXT = ("time", "status", "mode", "next_due")
+_OPTIONAL_TEXT = ("bundle_id", "run_id", "session", "broker_time", "decision_ts", "alert", "kill_switch")
+
+
+def _check_types(beat: Heartbeat) -> None:
+    """TypeError/ValueError naming the first field of the wrong type (a hand-edited or foreign file):
+    a reader gets one line, never an internal error further on."""
+    for name in _TEXT:
+        if not isinstance(getattr(beat, name), str):
+            raise TypeError(f"{name!r} is not a string")
+    for name in _OPTIONAL_TEXT:
+        if getattr(beat, name) is not None and not isinstance(getattr(beat, name), str):
+            raise TypeError(f"{name!r} is not a string")
+    if (
+        isinstance(beat.interval_s, bool)
+        or not isinstance(beat.interval_s, int | float)
+        or beat.interval_s <= 0
+    ):
+        raise TypeError("'interval_s' is not a positive number")
+    for name in ("orders", "submitted", "pid"):
+        if isinstance(getattr(beat, name), bool) or not isinstance(getattr(beat, name), int):
+            raise TypeError(f"{name!r} is not an integer")
+    for name in ("messages", "attention"):
+        value = getattr(beat, name)
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise TypeError(f"{name!r} is not a list of strings")
+    if not isinstance(beat.dry_run, bool):
+        raise TypeError("'dry_run' is not true or false")
+    pd.Timestamp(beat.time), pd.Timestamp(beat.next_due)  # ValueError when not a time
