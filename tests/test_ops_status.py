@@ -301,3 +301,19 @@ def test_a_killed_run_is_history_once_a_later_retrain_ran(home):
     (new / "run.json").write_text(json.dumps({"status": "done"}))
     os.utime(old, (time.time() - 86400, time.time() - 86400))
     assert gather_status(home).healthy
+
+
+def test_a_hook_that_fails_or_hangs_is_retried_next_time(home, tmp_path):
+    problem = Problem("no_data", "session 2024-01-04: no fresh bars")
+    assert notify(home, [problem], AlertSettings(command="echo down >&2; exit 3")).failed == ["no_data"]
+    assert notify(home, [problem], AlertSettings(command="sleep 5", timeout_s=0.2)).failed == ["no_data"]
+    sink = tmp_path / "sink.jsonl"
+    assert notify(home, [problem], AlertSettings(command=f"cat >> {sink}")).raised == ["no_data"]
+    assert json.loads(sink.read_text())["message"] == "session 2024-01-04: no fresh bars"
+
+
+def test_docs_name_every_check():
+    from app.alerts import CHECKS
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "nightly.md").read_text()
+    assert [name for name in CHECKS if f"`{name}`" not in text] == []
