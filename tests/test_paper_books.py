@@ -9,7 +9,7 @@ from datetime import timedelta
 
 import pytest
 from alpaca_fake import FakeAlpaca
-from test_paper import FAST, cycle, env, setup  # noqa: F401 - fixtures used by name
+from test_paper import FAST, cycle
 
 from app.cli import main
 from app.paper.alpaca_broker import AlpacaBroker
