@@ -30,13 +30,15 @@ POD_FILES = {"policy.safetensors", "spec.json", "optimizer.safetensors", "optimi
 
 
 def _trained(name, delay=0.0, fail=None):
+    """A round's setup, for RoundPipeline.run: its training hands back a finishing."""
+
     def finish(host):
         time.sleep(delay)
         if fail is not None:
             raise fail
         return [name]
 
-    return lambda: ({}, finish)
+    return lambda: lambda: ({}, finish)
 
 
 def test_the_pipeline_hands_back_every_round_in_order():
@@ -50,13 +52,16 @@ def test_the_pipeline_hands_back_every_round_in_order():
     assert isinstance(error, RoundError) and "disk full" in str(error)
     assert overlapping.drain() == ["r3"] and overlapping.drain() is None
 
-    # A round whose training fails is its pods' errors, in its turn; the round before is unaffected.
+    # A round whose setup or training fails is its pods' errors, in its turn; the rounds around it
+    # are unaffected.
     def broken():
         raise RuntimeError("no device")
 
     assert overlapping.run(_trained("r4"), 2) is None
     assert overlapping.run(broken, 2) == ["r4"]
-    assert [str(e) for e in overlapping.drain()] == ["RuntimeError: no device"] * 2
+    assert [str(e) for e in overlapping.run(lambda: broken, 1)] == ["RuntimeError: no device"] * 2
+    assert [str(e) for e in overlapping.run(_trained("r5"), 1)] == ["RuntimeError: no device"]
+    assert overlapping.drain() == ["r5"]
     overlapping.close()
     # Without overlap the same code hands back each round's own outcomes.
     lockstep = RoundPipeline(overlap=False)

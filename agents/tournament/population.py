@@ -1,8 +1,8 @@
 """A population round: P pod rounds trained and scored as one batch (the population backend's work).
 
-:func:`population_round` (:func:`train_round`, then :func:`finish_round`: the halves the population
-backend's :class:`~agents.tournament.round_pipeline.RoundPipeline` runs apart, so that a round's
-validation and files overlap the next round's training) takes the
+:func:`population_round` (:func:`setup_round`, its training, then :func:`finish_round`: the parts
+the population backend's :class:`~agents.tournament.round_pipeline.RoundPipeline` runs in three
+threads, so that the device trains round after round) takes the
 :class:`~agents.tournament.pod.PodTask` s of one population and
 returns one outcome per task, exactly what :func:`~agents.tournament.pod.learner_round` would have
 returned for each (to float rounding; tests/test_population.py): each pod starts from its spec (fresh
@@ -151,6 +151,15 @@ def population_round(
 
 def train_round(tasks: Sequence[PodTask], ctx: RoundContext, graphs: bool | None = None) -> TrainedRound:
     """Set up and train every pod of ``tasks`` (the first half of :func:`population_round`)."""
+    return setup_round(tasks, ctx, graphs)()
+
+
+def setup_round(
+    tasks: Sequence[PodTask], ctx: RoundContext, graphs: bool | None = None
+) -> Callable[[], TrainedRound]:
+    """Set up every pod of ``tasks`` (the parents' checkpoints read, fresh pods built) and return the
+    round's training, to run when the device is free (:func:`train_round` runs both at once). A pod's
+    wall-time cap counts from here."""
     start = time.monotonic()
     spec_env = _env_spec(ctx)
     outcomes: list[PodOutcome | RoundError | None] = [None] * len(tasks)
@@ -174,6 +183,14 @@ def train_round(tasks: Sequence[PodTask], ctx: RoundContext, graphs: bool | None
         except Exception as err:  # noqa: BLE001 - a pod that cannot start fails alone
             outcomes[i] = as_round_error(err)
     trained = TrainedRound(tasks, ctx, start, outcomes, [], {"setup_s": time.monotonic() - start})
+    return lambda: _train_groups(trained, groups, graphs)
+
+
+def _train_groups(
+    trained: TrainedRound, groups: dict[tuple[Any, ...], list[tuple[int, PodSetup]]], graphs: bool | None
+) -> TrainedRound:
+    """Train each shape group of a set-up round (adds ``train_s`` to its phases)."""
+    ctx, outcomes = trained.ctx, trained.outcomes
     t0 = time.monotonic()  # (building a population, on its first round, counts as training)
     for members in groups.values():
         try:

@@ -37,11 +37,11 @@ def status(
     config: Path = typer.Option(
         None,
         "--config",
-        help="TOML config: its [alerts] and [nightly] max_minutes \\[default: the recorded schedule's].",
+        help="TOML config: its \\[alerts] and \\[nightly] max_minutes \\[default: the recorded schedule's].",
         show_default=False,
     ),
     notify: bool = typer.Option(
-        False, "--notify", help="Send new and cleared problems to the [alerts] hook."
+        False, "--notify", help="Send new and cleared problems to the \\[alerts] hook."
     ),
     silent: bool = typer.Option(False, "--silent", help="Print only what --notify did (the watchdog)."),
     unit_failed: str = typer.Option(
