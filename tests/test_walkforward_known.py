@@ -19,7 +19,7 @@ import os
 import pytest
 
 from app.config import parse_config
-from app.workflows.walkforward import run_walkforward
+from app.walkforward.run import run_walkforward
 
 SEEDS = tuple(int(s) for s in os.environ.get("PODRACER_KNOWN_ANSWER_SEEDS", "1").split(","))
 MARGIN = 0.05  # cumulative return over the stitched span (20 sessions) above the better baseline

@@ -17,9 +17,7 @@ given. Both return the metrics document; nothing here prints.
 
 from __future__ import annotations
 
-import hashlib
 import logging
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +28,10 @@ from agents.ensemble import ENSEMBLE_POD, load_policy
 from agents.tournament.leaderboard import read_pods
 from agents.tournament.pod import read_valid_returns_matrix
 from app.config import load_config, to_env_params
+from app.evaluation import check_policy_fits, count_look, market_identity
 from app.runs import RunDir, runs_root
 from backtests import baselines as bl
-from backtests import engine, looks, oos_test, report
+from backtests import engine, report
 from backtests.snooping import SelectionInputs
 from data.errors import CheckpointError, ConfigError, DataError, PodracerError
 from data.loader import load_market
@@ -67,25 +66,6 @@ def _load_policy(champion_dir: Path, device: str) -> Any:
     return load_policy(champion_dir, device=device)
 
 
-def check_policy_fits(policy: Any, market: Any, params: Any) -> None:
-    """A policy can trade ``market`` under ``params``: same tickers, shapes and action mode."""
-    tickers = tuple(getattr(policy.meta, "tickers", ()) or ())
-    if tickers and tickers != tuple(market.tickers):
-        raise CheckpointError(
-            f"champion was trained on {len(tickers)} tickers that differ from the market's "
-            f"{len(market.tickers)} ({', '.join(market.tickers[:5])}...)"
-        )
-    if policy.config.num_features != market.num_features or policy.num_assets != market.num_assets:
-        raise CheckpointError(
-            f"champion expects {policy.num_assets} assets x {policy.config.num_features} features, the market "
-            f"has {market.num_assets} x {market.num_features}"
-        )
-    if policy.meta.action_mode != params.action_mode:
-        raise CheckpointError(
-            f"champion acts in {policy.meta.action_mode!r} mode but the run's env uses {params.action_mode!r}"
-        )
-
-
 def _check_window_unseen(run: str, window: str, market: Any, recorded: dict[str, tuple[str, str]]) -> None:
     """The backtest window rebuilt from today's data must still lie after what the run learned from.
 
@@ -117,35 +97,6 @@ def _check_window_unseen(run: str, window: str, market: Any, recorded: dict[str,
             end,
             *before,
         )
-
-
-def market_identity(data: Any, tickers: Sequence[str]) -> str:
-    """What makes two backtests look at the same market (``backtests.looks``): for synthetic data
-    every setting that changes a price (seed, signal, tickers, sessions, start, interval); for stored
-    or shipped data the source, the interval and the set of tickers (a digest of the sorted symbols)."""
-    names = sorted(str(t) for t in tickers)
-    if data.source == "synthetic":
-        return (
-            f"synthetic seed={data.seed} signal={data.signal:g} tickers={len(names)} "
-            f"sessions={data.num_sessions} start={data.start} interval={data.interval}"
-        )
-    digest = hashlib.sha256(" ".join(names).encode()).hexdigest()[:16]
-    return f"{data.source} interval={data.interval} tickers={len(names)} set={digest}"
-
-
-def count_look(
-    home: Path, run: str, result: engine.BacktestResult, *, window: str, market: str
-) -> looks.LookCount | None:
-    """Record the selected strategy's look at a held-out window in ``<home>/looks.sqlite``; None for
-    another window (no look at held-out data) or a backtest without a selected strategy."""
-    strategy = report.selected_strategy(result)
-    if window != report.HELD_OUT_WINDOW or strategy is None:
-        return None
-    _, daily = result.daily_returns()
-    returns = daily[:, result.names.index(strategy)].detach().cpu().numpy()
-    start, end = result.date_range()
-    look = looks.Look(run, strategy, market, start, end, len(returns), oos_test.sharpe_per_day(returns))
-    return looks.record_look(looks.ledger_path(home), look)
 
 
 def backtest_run(
