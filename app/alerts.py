@@ -184,8 +184,10 @@ def state_dir(home: str | os.PathLike[str]) -> Path:
     problem to report, and a folder status must not create), a per-home folder under
     ``~/.cache/podracer/alerts``."""
     home = Path(home)
-    if home.is_dir():
-        return alerts_dir(home)
+    return alerts_dir(home) if home.is_dir() else _missing_home_dir(home)
+
+
+def _missing_home_dir(home: Path) -> Path:
     digest = hashlib.sha256(str(home.resolve()).encode()).hexdigest()[:16]
     return Path.home() / ".cache" / "podracer" / "alerts" / digest
 
@@ -278,7 +280,10 @@ def deliver(payload: dict[str, Any], settings: AlertSettings) -> None:
                 check=False,
             )
             if done.returncode != 0:
-                errors.append(f"alerts.command exited {done.returncode}: {one_line(Exception(done.stderr))}")
+                said = (done.stderr or "").strip().splitlines()
+                errors.append(
+                    f"alerts.command exited {done.returncode}: {scrub(said[0][:200]) if said else ''}"
+                )
         except (OSError, subprocess.TimeoutExpired) as err:
             errors.append(f"alerts.command: {one_line(err)}")
     if settings.webhook:
@@ -312,6 +317,10 @@ def notify(
     lock = _locked(path.parent)
     try:
         state = _read_json(path)
+        # The home is back: what was sent while it was missing is cleared from here.
+        away = _missing_home_dir(home) / "state.json"
+        if home.is_dir() and away.is_file():
+            state = {**_read_json(away), **state}
         base = {"home": str(home), "host": socket.gethostname()}
         for key, problem in current.items():
             if key in state:
@@ -350,6 +359,8 @@ def notify(
             del state[key]
             report.cleared.append(key)
         atomic_write_json(path, state)
+        if home.is_dir() and away.is_file():
+            away.unlink()
     finally:
         lock.release()
     return report

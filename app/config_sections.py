@@ -132,6 +132,10 @@ class EnvConfig(Section):
     max_weight: float = setting(EnvParams, "max_weight", gt=0, le=1)
     turnover_penalty: float = setting(EnvParams, "turnover_penalty", ge=0)
     reward_scale: float = setting(EnvParams, "reward_scale", gt=0)
+    spread_bps: float = setting(EnvParams, "spread_bps", ge=0, lt=1000)
+    max_participation: float = setting(EnvParams, "max_participation", ge=0, le=1)
+    impact_coef: float = setting(EnvParams, "impact_coef", ge=0)
+    min_order_notional: float = setting(EnvParams, "min_order_notional", ge=0)
     num_envs: int = Field(256, ge=1)
     fast_step: Literal["auto", "on", "off"] = Field(
         "auto",

@@ -59,6 +59,15 @@ class EnvParams:
     """diff_sharpe: EMA rate of the return moments"""
     bust_frac: float = 0.1
     """an episode ends when value < bust_frac * initial_cash"""
+    # Execution (docs/env.md "Execution"; all four 0 restores the frictionless fill of slippage_bps).
+    spread_bps: float = 1.0
+    """half-spread paid on every fill, in bps of the fill bar's open"""
+    max_participation: float = 0.025
+    """a fill takes at most this share of the fill bar's volume (0: no cap)"""
+    impact_coef: float = 0.5
+    """square-root impact: impact_coef * daily_vol * sqrt(shares / adv) of the fill price"""
+    min_order_notional: float = 1.0
+    """orders under this many $ are not placed"""
     trade_info: bool = False
     """add per-asset fill_price / asset_cost to info (backtests)"""
     precision: Precision = "float32"
@@ -102,10 +111,28 @@ class EnvParams:
             raise bad("sharpe_eta", "must be in (0, 1)")
         if not 0 <= self.bust_frac < 1:
             raise bad("bust_frac", "must be in [0, 1)")
+        if not 0 <= self.spread_bps < 10_000:
+            raise bad("spread_bps", "must be in [0, 10000)")
+        if not 0 <= self.max_participation <= 1:
+            raise bad("max_participation", "must be in [0, 1] (0: no volume cap)")
+        if self.impact_coef < 0:
+            raise bad("impact_coef", "must be >= 0")
+        if self.min_order_notional < 0:
+            raise bad("min_order_notional", "must be >= 0")
         if not isinstance(self.trade_info, bool):
             raise bad("trade_info", "must be a bool")
         if self.precision not in ("float32", "float64"):
             raise bad("precision", "must be 'float32' or 'float64'")
+
+    @property
+    def execution(self) -> bool:
+        """Whether fills go through the execution model (spread, volume cap, impact, minimum order)."""
+        return (
+            self.spread_bps > 0
+            or self.max_participation > 0
+            or self.impact_coef > 0
+            or self.min_order_notional > 0
+        )
 
     @property
     def asset_dtype(self) -> torch.dtype:

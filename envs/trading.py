@@ -15,7 +15,11 @@ Semantics (one decision per step; ``k = decision_interval``):
   notional at the fill price. Sells execute first and their proceeds (net of cost) fund the buys;
   if the buys (plus their cost) need more cash than is available, every buy of that env is scaled
   by the same factor so cash never goes negative (in ``"shares"`` mode the scaled buys are floored
-  to whole shares). Holdings never go negative (long-only).
+  to whole shares). Holdings never go negative (long-only). With the execution model
+  (``EnvParams.execution``, on by default; docs/env.md "Execution", :mod:`envs.execution`) the price
+  also pays a half-spread and a square-root impact of the order's size, each order fills at most
+  ``max_participation`` of the fill bar's volume, and orders under ``min_order_notional`` are not
+  placed.
 - **Actions.** ``"weights"``: target weights of the value at the fill bar's open; negatives are
   clipped to 0, rows summing above 1 are scaled to sum 1, the rest is cash; fractional shares are
   allowed. ``"shares"``: delta shares ``round(clip(a, -1, 1) * max_shares)``; sells are limited to
@@ -67,6 +71,7 @@ from torch import Tensor
 from data.errors import DataError, PodracerError
 from data.market import MarketData
 from envs.core import ACC_DTYPE, StepCore, lcg_next, step_core
+from envs.execution import impact_table
 from envs.fast_step import choose
 from envs.kernels import native
 from envs.observation import build_obs, fresh_obs
@@ -315,6 +320,7 @@ def step_env(
         market.open,
         market.close,
         None if market.all_tradable else fill_modes(market),
+        *((market.volume, impact_table(market)) if params.execution else ()),
     )
     obs = build_obs(market, out.t, out.cash, out.pos_value, out.value)
     return _transition(out, obs, state.t, params, None)

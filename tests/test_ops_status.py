@@ -264,3 +264,63 @@ def test_a_retrain_past_its_budget_stops_records_the_reason_and_releases_its_loc
     assert last["verdict"] == "failed" and "max_minutes = 0.01" in last["reason"]
     with ProcessLock(home / LOCK_NAME):  # released
         pass
+
+
+def test_a_failed_retrain_alerts_as_it_ends(home, tmp_path, monkeypatch, capsys):
+    from app.nightly import pipeline
+
+    def broken(config, home_dir):
+        raise RuntimeError("disk on fire")
+
+    def unused(*args):
+        raise AssertionError("not reached")
+
+    monkeypatch.setattr(pipeline, "default_steps", lambda: RetrainSteps(broken, unused, unused, unused))
+    sink = tmp_path / "alerts.jsonl"
+    config = tmp_path / "nightly.toml"
+    config.write_text(f'[alerts]\ncommand = "cat >> {sink}"\n')
+    assert main(["--home", str(home), "retrain", "--config", str(config)]) == 1
+    (sent,) = [json.loads(line) for line in sink.read_text().splitlines()]
+    assert sent["check"] == "retrain_failed" and "RuntimeError: disk on fire" in sent["message"]
+
+
+def test_a_missing_home_alerts_without_creating_it_and_clears_when_it_is_back(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "user"))
+    sink = tmp_path / "alerts.jsonl"
+    config = tmp_path / "alerts.toml"
+    config.write_text(f'[alerts]\ncommand = "cat >> {sink}"\n')
+    home = tmp_path / "mount" / "home"
+    args = ["--home", str(home), "status", "--notify", "--silent", "--config", str(config)]
+    assert main(args) == 1 and main(args) == 1 and not home.exists()
+    home.mkdir(parents=True)
+    assert main(args) == 0
+    sent = [json.loads(line) for line in sink.read_text().splitlines()]
+    assert [(s["event"], s["key"]) for s in sent] == [("problem", "home"), ("clear", "home")]
+
+
+def test_a_killed_run_is_history_once_a_later_retrain_ran(home):
+    old = home / "runs" / "nightly-20240104-070000"
+    old.mkdir(parents=True)
+    (old / "run.json").write_text(json.dumps({"status": "running"}))
+    assert [p["check"] for p in gather_status(home).checks] == ["retrain_killed"]
+    new = home / "runs" / "nightly-20240105-070000"
+    new.mkdir()
+    (new / "run.json").write_text(json.dumps({"status": "done"}))
+    os.utime(old, (time.time() - 86400, time.time() - 86400))
+    assert gather_status(home).healthy
+
+
+def test_a_hook_that_fails_or_hangs_is_retried_next_time(home, tmp_path):
+    problem = Problem("no_data", "session 2024-01-04: no fresh bars")
+    assert notify(home, [problem], AlertSettings(command="echo down >&2; exit 3")).failed == ["no_data"]
+    assert notify(home, [problem], AlertSettings(command="sleep 5", timeout_s=0.2)).failed == ["no_data"]
+    sink = tmp_path / "sink.jsonl"
+    assert notify(home, [problem], AlertSettings(command=f"cat >> {sink}")).raised == ["no_data"]
+    assert json.loads(sink.read_text())["message"] == "session 2024-01-04: no fresh bars"
+
+
+def test_docs_name_every_check():
+    from app.alerts import CHECKS
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "nightly.md").read_text()
+    assert [name for name in CHECKS if f"`{name}`" not in text] == []

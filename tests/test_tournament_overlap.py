@@ -19,7 +19,7 @@ from agents.tournament import population as population_module
 from agents.tournament.leaderboard import read_events, read_leaderboard, read_pods
 from agents.tournament.pod import VALID_RETURNS, RoundError
 from agents.tournament.population_backend import PopulationBackend
-from agents.tournament.round_pipeline import RoundPipeline, host_result
+from agents.tournament.round_pipeline import RoundPipeline, host_results
 from agents.tournament.settings import TournamentArgs
 from envs.trading import EnvParams
 from envs.vec_env import TradingVecEnv
@@ -30,13 +30,15 @@ POD_FILES = {"policy.safetensors", "spec.json", "optimizer.safetensors", "optimi
 
 
 def _trained(name, delay=0.0, fail=None):
+    """A round's setup, for RoundPipeline.run: its training hands back a finishing."""
+
     def finish(host):
         time.sleep(delay)
         if fail is not None:
             raise fail
         return [name]
 
-    return lambda: ({}, finish)
+    return lambda: lambda: ({}, finish)
 
 
 def test_the_pipeline_hands_back_every_round_in_order():
@@ -50,13 +52,16 @@ def test_the_pipeline_hands_back_every_round_in_order():
     assert isinstance(error, RoundError) and "disk full" in str(error)
     assert overlapping.drain() == ["r3"] and overlapping.drain() is None
 
-    # A round whose training fails is its pods' errors, in its turn; the round before is unaffected.
+    # A round whose setup or training fails is its pods' errors, in its turn; the rounds around it
+    # are unaffected.
     def broken():
         raise RuntimeError("no device")
 
     assert overlapping.run(_trained("r4"), 2) is None
     assert overlapping.run(broken, 2) == ["r4"]
-    assert [str(e) for e in overlapping.drain()] == ["RuntimeError: no device"] * 2
+    assert [str(e) for e in overlapping.run(lambda: broken, 1)] == ["RuntimeError: no device"] * 2
+    assert [str(e) for e in overlapping.run(_trained("r5"), 1)] == ["RuntimeError: no device"]
+    assert overlapping.drain() == ["r5"]
     overlapping.close()
     # Without overlap the same code hands back each round's own outcomes.
     lockstep = RoundPipeline(overlap=False)
@@ -172,13 +177,13 @@ def test_a_kill_leaves_the_board_at_its_last_recorded_state(tmp_path, windows_pp
 
 
 def test_a_pods_host_copy_holds_its_weights_statistics_and_optimizer_state(windows_ppo):
-    """What the file threads write on a GPU (``host_result``'s copy, exercised here without pinning)."""
+    """What the file threads write on a GPU (``host_results``'s copy, exercised here without pinning)."""
     train_window, _valid = windows_ppo
     params = EnvParams(**{k: v for k, v in ENV.items() if k != "num_envs"})
     env = TradingVecEnv(train_window, params, num_envs=ENV["num_envs"], seed=0)
     result = train(PPOArgs(**AGENT, total_steps=256, seed=1), env)
-    assert host_result(result) is result  # (already on the host: nothing to copy)
-    copied = host_result(result, copy=True)
+    assert host_results([result])[0] is result  # (already on the host: nothing to copy)
+    (copied,) = host_results([result], copy=True)
     original, host = result.policy.state_dict(), copied.policy.state_dict()
     assert original.keys() == host.keys() and all(torch.equal(original[k], host[k]) for k in original)
     assert all(host[k].data_ptr() != original[k].data_ptr() for k in original)

@@ -1,8 +1,8 @@
 """A population round: P pod rounds trained and scored as one batch (the population backend's work).
 
-:func:`population_round` (:func:`train_round`, then :func:`finish_round`: the halves the population
-backend's :class:`~agents.tournament.round_pipeline.RoundPipeline` runs apart, so that a round's
-validation and files overlap the next round's training) takes the
+:func:`population_round` (:func:`setup_round`, its training, then :func:`finish_round`: the parts
+the population backend's :class:`~agents.tournament.round_pipeline.RoundPipeline` runs in three
+threads, so that the device trains round after round) takes the
 :class:`~agents.tournament.pod.PodTask` s of one population and
 returns one outcome per task, exactly what :func:`~agents.tournament.pod.learner_round` would have
 returned for each (to float rounding; tests/test_population.py): each pod starts from its spec (fresh
@@ -151,6 +151,15 @@ def population_round(
 
 def train_round(tasks: Sequence[PodTask], ctx: RoundContext, graphs: bool | None = None) -> TrainedRound:
     """Set up and train every pod of ``tasks`` (the first half of :func:`population_round`)."""
+    return setup_round(tasks, ctx, graphs)()
+
+
+def setup_round(
+    tasks: Sequence[PodTask], ctx: RoundContext, graphs: bool | None = None
+) -> Callable[[], TrainedRound]:
+    """Set up every pod of ``tasks`` (the parents' checkpoints read, fresh pods built) and return the
+    round's training, to run when the device is free (:func:`train_round` runs both at once). A pod's
+    wall-time cap counts from here."""
     start = time.monotonic()
     spec_env = _env_spec(ctx)
     outcomes: list[PodOutcome | RoundError | None] = [None] * len(tasks)
@@ -174,6 +183,14 @@ def train_round(tasks: Sequence[PodTask], ctx: RoundContext, graphs: bool | None
         except Exception as err:  # noqa: BLE001 - a pod that cannot start fails alone
             outcomes[i] = as_round_error(err)
     trained = TrainedRound(tasks, ctx, start, outcomes, [], {"setup_s": time.monotonic() - start})
+    return lambda: _train_groups(trained, groups, graphs)
+
+
+def _train_groups(
+    trained: TrainedRound, groups: dict[tuple[Any, ...], list[tuple[int, PodSetup]]], graphs: bool | None
+) -> TrainedRound:
+    """Train each shape group of a set-up round (adds ``train_s`` to its phases)."""
+    ctx, outcomes = trained.ctx, trained.outcomes
     t0 = time.monotonic()  # (building a population, on its first round, counts as training)
     for members in groups.values():
         try:
@@ -192,11 +209,12 @@ def train_round(tasks: Sequence[PodTask], ctx: RoundContext, graphs: bool | None
 
 
 def finish_round(
-    trained: TrainedRound, host: Callable[[TrainResult], TrainResult] | None = None
+    trained: TrainedRound, host: Callable[[list[TrainResult]], list[TrainResult]] | None = None
 ) -> list[PodOutcome | RoundError]:
     """Score a trained round on the validation window and write its pods' files (the second half of
-    :func:`population_round`); ``host`` copies a pod's result to host memory before its files are
-    written (None: as it is). Never raises: a failure of a group fails that group's pods."""
+    :func:`population_round`); ``host`` copies a group's results to host memory, in this thread,
+    before the file threads write them (None: as they are). Never raises: a failure of a group fails
+    that group's pods."""
     outcomes = list(trained.outcomes)
     phases = dict(trained.phases)
     for group in trained.groups:
@@ -218,7 +236,7 @@ def finish_round(
 def _finish_group(
     trained: TrainedRound,
     group: TrainedGroup,
-    host: Callable[[TrainResult], TrainResult] | None,
+    host: Callable[[list[TrainResult]], list[TrainResult]] | None,
     phases: dict[str, float],
 ) -> list[PodOutcome | RoundError]:
     """Score and save one group; adds its seconds to ``phases`` (validation, files)."""
@@ -239,12 +257,12 @@ def _finish_group(
         else []
     )
     t2 = time.monotonic()
+    results = group.results if host is None else host(group.results)  # (files: from host memory)
 
     def save(slot: int, pod_scored: Any) -> PodOutcome | RoundError:
         try:
             task = tasks[members[slot][0]]
-            result = group.results[slot] if host is None else host(group.results[slot])
-            return checked_outcome(save_round(task, result, pod_scored, start), start)
+            return checked_outcome(save_round(task, results[slot], pod_scored, start), start)
         except Exception as err:  # noqa: BLE001 - a pod whose files cannot be written fails alone
             return as_round_error(err)
 

@@ -11,9 +11,9 @@ from a leaderboard that holds the whole previous round, so a fixed seed and step
 same run whatever the timing.
 
 With ``overlap`` (``tournament.overlap_rounds``; by default on a CUDA device, whose one worker holds
-it) a round's validation and files run while the next round trains
-(:class:`~agents.tournament.round_pipeline.RoundPipeline` in the worker): the job that trains round
-k+1 hands back round k's outcomes, and a new population is offered as soon as round k-1's have been
+it) the worker sets a round up while the round before trains, and scores and writes it while the
+round after trains (:class:`~agents.tournament.round_pipeline.RoundPipeline`): the job that hands
+round k+1 in hands back round k's outcomes, and a new population is offered as soon as round k-1's have been
 taken in. So the next ``P`` pods come from a board exactly one population behind, again the same run
 whatever the timing. When the orchestrator has room and submits nothing more (the budget is spent),
 ``flush`` fetches the last round's outcomes (a drain job). A lost worker fails both rounds it held.
@@ -56,8 +56,8 @@ import torch
 from agents.population.sizing import Sizing
 from agents.tournament.backends import exit_with_parent, host_copy, import_ray, join_ray, run_round_safely
 from agents.tournament.pod import PodOutcome, PodTask, RoundContext, RoundError, RoundFn, learner_round
-from agents.tournament.population import finish_round, size_population, train_round, with_envs
-from agents.tournament.round_pipeline import RoundPipeline, Trained, host_result, log_phases
+from agents.tournament.population import finish_round, setup_round, size_population, with_envs
+from agents.tournament.round_pipeline import Prepared, RoundPipeline, Trained, host_results, log_phases
 from data.errors import ConfigError, PodracerError
 
 log = logging.getLogger(__name__)
@@ -65,16 +65,26 @@ log = logging.getLogger(__name__)
 Outcome = PodOutcome | RoundError
 
 
-def train_population(
+def prepare_population(
     round_fn: RoundFn, tasks: Sequence[PodTask], ctx: RoundContext, graphs: bool | None = None
-) -> Trained:
-    """A population round's training and its finishing (``agents.tournament.round_pipeline``): the
-    real population round for the learner round, else ``round_fn`` pod by pod (all of it at once)."""
+) -> Prepared:
+    """A population round set up: its training, which hands back its finishing
+    (``agents.tournament.round_pipeline``). The real population round for the learner round, else
+    ``round_fn`` pod by pod (all of it as the training)."""
     if round_fn is learner_round:
-        trained = train_round(tasks, ctx, graphs)
-        return trained.phases, lambda host: finish_round(trained, host)
-    outcomes = [run_round_safely(round_fn, task, ctx) for task in tasks]
-    return {}, lambda host: outcomes
+        train = setup_round(tasks, ctx, graphs)
+
+        def learn() -> Trained:
+            trained = train()
+            return trained.phases, lambda host: finish_round(trained, host)
+
+        return learn
+
+    def run_each() -> Trained:
+        outcomes = [run_round_safely(round_fn, task, ctx) for task in tasks]
+        return {}, lambda host: outcomes
+
+    return run_each
 
 
 def run_population(
@@ -85,7 +95,7 @@ def run_population(
     graphs: bool | None,
 ) -> list[Outcome] | None:
     """One population round through ``pipeline``: its outcomes, or (overlapping) the previous round's."""
-    return pipeline.run(lambda: train_population(round_fn, tasks, ctx, graphs), len(tasks))
+    return pipeline.run(lambda: prepare_population(round_fn, tasks, ctx, graphs), len(tasks))
 
 
 @dataclass(frozen=True)
@@ -145,8 +155,8 @@ def _ray_round(
     round_fn: RoundFn, ctx: RoundContext, tasks: Sequence[PodTask], graphs: bool | None, threads: int
 ) -> list[Outcome]:
     torch.set_num_threads(threads)
-    _phases, finish = train_population(round_fn, tasks, ctx, graphs)
-    return finish(host_result)
+    _phases, finish = prepare_population(round_fn, tasks, ctx, graphs)()
+    return finish(host_results)
 
 
 @dataclass(eq=False)

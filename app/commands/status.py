@@ -37,11 +37,11 @@ def status(
     config: Path = typer.Option(
         None,
         "--config",
-        help="TOML config: its [alerts] and [nightly] max_minutes \\[default: the recorded schedule's].",
+        help="TOML config: its \\[alerts] and \\[nightly] max_minutes \\[default: the recorded schedule's].",
         show_default=False,
     ),
     notify: bool = typer.Option(
-        False, "--notify", help="Send new and cleared problems to the [alerts] hook."
+        False, "--notify", help="Send new and cleared problems to the \\[alerts] hook."
     ),
     silent: bool = typer.Option(False, "--silent", help="Print only what --notify did (the watchdog)."),
     unit_failed: str = typer.Option(
@@ -51,24 +51,24 @@ def status(
     """Champion, last and next retrain, the paper loop's heartbeat, kill switch, gone tickers, today's
     P&L, and every problem that needs a person (exit 1)."""
     # Imported here, not at module top: it loads pandas, which `podracer --help` must not (app.commands).
-    from app.alerts import notify as send_alerts
-    from app.alerts import raise_problem, read_settings
-    from app.workflows.status import gather_status
+    from app.alerts import raise_problem
+    from app.workflows.status import check_and_notify, gather_status
 
     home = context.home()
     if unit_failed:
         raise_problem(
             home, f"unit_failed:{unit_failed}", f"systemd unit {unit_failed} failed", check="unit_failed"
         )
-    state = gather_status(home, cron=cron, tz=tz, config=config)
     if notify or unit_failed:
-        sent = send_alerts(home, state.problem_rows(), read_settings(config or state.schedule.get("config")))
+        state, sent = check_and_notify(home, cron=cron, tz=tz, config=config)
         if sent.raised or sent.cleared or sent.failed:
             context.err_console.print(
                 f"alerts: {len(sent.raised)} sent, {len(sent.cleared)} cleared"
                 + (f", {len(sent.failed)} not delivered (retried next time)" if sent.failed else ""),
                 highlight=False,
             )
+    else:
+        state = gather_status(home, cron=cron, tz=tz, config=config)
     if json_out and not silent:
         typer.echo(json.dumps(state.to_dict(), sort_keys=True, default=str))
     elif not silent:
