@@ -8,7 +8,6 @@ count the look there; the tournament's stages rank pods on a validation window o
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,30 +39,67 @@ def check_policy_fits(policy: Any, market: Any, params: Any) -> None:
         )
 
 
-def market_identity(data: Any, tickers: Sequence[str]) -> str:
-    """What makes two backtests look at the same market (``backtests.looks``): for synthetic data
-    every setting that changes a price (seed, signal, tickers, sessions, start, interval); for stored
-    or shipped data the source, the interval and the set of tickers (a digest of the sorted symbols)."""
-    names = sorted(str(t) for t in tickers)
+def market_identity(data: Any) -> str:
+    """What makes two backtests look at the same prices (``backtests.looks``): for synthetic data the
+    settings that change every price (seed and signal); for stored or shipped data the source. The
+    interval and the ticker list are not part of it: the ledger's overlap rule reads the windows'
+    dates and the ticker sets, so the same bars at 5m or 1m, or with one ticker more, are one market."""
     if data.source == "synthetic":
-        return (
-            f"synthetic seed={data.seed} signal={data.signal:g} tickers={len(names)} "
-            f"sessions={data.num_sessions} start={data.start} interval={data.interval}"
-        )
-    digest = hashlib.sha256(" ".join(names).encode()).hexdigest()[:16]
-    return f"{data.source} interval={data.interval} tickers={len(names)} set={digest}"
+        return f"synthetic seed={data.seed} signal={data.signal:g}"
+    return str(data.source)
+
+
+#: Windows whose returns include held-out sessions: every backtest of them is a look.
+LOOK_WINDOWS = ("test", "full")
+
+
+def policy_digest(*policy_dirs: Path | str) -> str:
+    """A digest of the policies' weights and specs (the look key's ``policy``): a new champion under a
+    reused run name is a new look."""
+    digest = hashlib.sha256()
+    for policy_dir in policy_dirs:
+        for path in sorted(Path(policy_dir).rglob("*")):
+            if path.is_file() and path.suffix in (".safetensors", ".json"):
+                digest.update(path.relative_to(policy_dir).as_posix().encode())
+                digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def count_look(
-    home: Path, run: str, result: engine.BacktestResult, *, window: str, market: str
-) -> looks.LookCount | None:
-    """Record the selected strategy's look at a held-out window in ``<home>/looks.sqlite``; None for
-    another window (no look at held-out data) or a backtest without a selected strategy."""
+    home: Path,
+    run: str,
+    result: engine.BacktestResult,
+    *,
+    window: str,
+    market: str,
+    policy: str = "",
+) -> tuple[looks.Look, looks.LookCount] | None:
+    """Record the selected strategy's look at a window with held-out sessions (:data:`LOOK_WINDOWS`) in
+    ``<home>/looks.sqlite``; None for another window or a backtest without a selected strategy."""
     strategy = report.selected_strategy(result)
-    if window != report.HELD_OUT_WINDOW or strategy is None:
+    if window not in LOOK_WINDOWS or strategy is None:
         return None
     _, daily = result.daily_returns()
     returns = daily[:, result.names.index(strategy)].detach().cpu().numpy()
     start, end = result.date_range()
-    look = looks.Look(run, strategy, market, start, end, len(returns), oos_test.sharpe_per_day(returns))
-    return looks.record_look(looks.ledger_path(home), look)
+    look = looks.Look(
+        run,
+        strategy,
+        market,
+        start,
+        end,
+        len(returns),
+        oos_test.sharpe_per_day(returns),
+        policy=policy,
+        tickers=tuple(result.tickers),
+    )
+    return look, looks.record_look(looks.ledger_path(home), look)
+
+
+def look_arguments(counted: tuple[looks.Look, looks.LookCount] | None) -> dict[str, Any]:
+    """The report's keywords for a counted look: the earlier looks it is first judged with, the look
+    itself and the looks counted now (``backtests.report.metrics_document``)."""
+    if counted is None:
+        return {}
+    look, count = counted
+    return {"earlier_looks": count.earlier_sharpes, "look": look, "now": count.now}

@@ -52,8 +52,8 @@ import numpy as np
 import pandas as pd
 import torch
 
+from backtests import looks, oos_test, selection, snooping
 from backtests import metrics as m
-from backtests import oos_test, selection, snooping
 from backtests.baselines import is_baseline
 from backtests.engine import BacktestResult
 from backtests.verdict import (
@@ -61,7 +61,9 @@ from backtests.verdict import (
     ANNUALIZED_MIN_SESSIONS,
     MIN_OOS_SESSIONS,
     SIGNIFICANCE_LEVEL,
+    LooksNow,
     judge,
+    restate,
     verdict_fields,
 )
 from data.atomic import atomic_path, atomic_write_json
@@ -71,7 +73,10 @@ log = logging.getLogger(__name__)
 
 PERIOD = "daily"
 DEFAULT_MAX_ROWS = 2_000_000
-EXTRA_METRICS: tuple[str, ...] = ("probabilistic_sharpe_ratio",)
+#: Relative to buy-and-hold (null without it in the backtest): beta, Jensen's alpha (annualized) and
+#: the information ratio (annualized) of the daily excess returns.
+RELATIVE_METRICS: tuple[str, ...] = ("beta", "alpha", "information_ratio")
+EXTRA_METRICS: tuple[str, ...] = ("probabilistic_sharpe_ratio", *RELATIVE_METRICS)
 #: Every per-strategy key of metrics.json, in display order.
 METRIC_KEYS: tuple[str, ...] = m.SUMMARY_METRICS + EXTRA_METRICS
 #: The benchmarks the selected strategy's excess returns are tested against, when in the backtest (the
@@ -85,18 +90,28 @@ def compute_metrics(
     result: BacktestResult, *, annualization: float = 252.0
 ) -> dict[str, dict[str, float | None]]:
     """Every metric of every strategy, on daily returns, as JSON-able floats (None = undefined), plus
-    the probabilistic Sharpe ratio against 0 of each. Annualized compounding metrics are null below
-    :data:`ANNUALIZED_MIN_SESSIONS` sessions."""
+    the probabilistic Sharpe ratio against 0 of each and its :data:`RELATIVE_METRICS` to buy-and-hold.
+    Annualized compounding metrics are null below :data:`ANNUALIZED_MIN_SESSIONS` sessions."""
     _, daily = result.daily_returns()
     summary = result.summary(annualization)
     psr = selection.probabilistic_sharpe_ratio(daily)
+    relative: dict[str, list[float | None]] = {key: [None] * len(result.names) for key in RELATIVE_METRICS}
+    if "buy_and_hold" in result.names:
+        bench = daily[:, result.names.index("buy_and_hold")]
+        kw = {"annualization": annualization}
+        relative = {
+            "beta": m.to_floats(m.beta(daily, bench)),
+            "alpha": m.to_floats(m.alpha(daily, bench, **kw)),
+            "information_ratio": m.to_floats(m.information_ratio(daily, bench, **kw)),
+        }
     short = daily.shape[0] < ANNUALIZED_MIN_SESSIONS
     out: dict[str, dict[str, float | None]] = {}
     for i, name in enumerate(result.names):
         row = {key: m.to_floats(summary[key][i : i + 1])[0] for key in m.SUMMARY_METRICS}
+        row["probabilistic_sharpe_ratio"] = m.to_floats(psr[i : i + 1])[0]
+        row.update({key: relative[key][i] for key in RELATIVE_METRICS})
         if short:
             row.update({key: None for key in ANNUALIZED_KEYS})
-        row["probabilistic_sharpe_ratio"] = m.to_floats(psr[i : i + 1])[0]
         out[name] = row
     return out
 
@@ -189,6 +204,8 @@ def metrics_document(
     earlier_looks: Sequence[float | None] = (),
     seed: int = 0,
     market: str | None = None,
+    look: looks.Look | None = None,
+    now: LooksNow | None = None,
 ) -> dict[str, Any]:
     """The metrics.json document (also what ``podracer backtest --json`` prints).
 
@@ -196,7 +213,9 @@ def metrics_document(
     :class:`backtests.snooping.SelectionInputs` with the champion's column and buy-and-hold's
     validation returns (the selection diagnostics and the PBO); ``earlier_looks``: the per-day Sharpe
     ratios of the earlier looks at this window of this ``market`` (``backtests.looks``); ``seed``: the
-    bootstraps' seed; ``cost_rate`` / ``slippage_bps``: the env's costs (recorded for captions).
+    bootstraps' seed; ``cost_rate`` / ``slippage_bps``: the env's costs (recorded for captions);
+    ``look``: the look recorded for this backtest (``oos_test.look``: readers find its count there) and
+    ``now``: the looks counted now (the verdict is stated with them: ``backtests.verdict.restate``).
     """
     start, end = result.date_range()
     dates, _ = result.daily_returns()
@@ -235,7 +254,9 @@ def metrics_document(
     doc["selection"] = snooping.selection_diagnostics(trials, seed=seed)
     oos = doc["oos_test"]
     doc.update(verdict_fields(judge(doc, oos["strategy"]) if oos is not None else None))
-    return doc
+    if oos is not None and look is not None:
+        oos["look"] = looks.look_fields(look)
+    return restate(doc, now) if oos is not None else doc
 
 
 # --- tables ----------------------------------------------------------------------------------------

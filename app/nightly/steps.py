@@ -40,7 +40,7 @@ from agents.tournament import pod
 from agents.tournament.orchestrator import run_tournament
 from app.config import config_to_toml, to_env_params, to_tournament_args
 from app.ensemble import ensemble_step
-from app.evaluation import check_policy_fits, count_look, market_identity
+from app.evaluation import check_policy_fits, count_look, look_arguments, market_identity, policy_digest
 from app.export import export_bundle
 from app.nightly.decide import finite
 from app.nightly.normalization import SPEC_FILE, champion_feature_spec, with_feature_spec
@@ -340,8 +340,15 @@ def score_step(
         result,
         names=tuple({"challenger": "champion", "champion": "incumbent"}.get(n, n) for n in result.names),
     )
-    identity = market_identity(config.data, market.tickers)
-    look = count_look(home, challenger.run_id, renamed, window="test", market=identity)
+    identity = market_identity(config.data)
+    counted = count_look(
+        home,
+        challenger.run_id,
+        renamed,
+        window="test",
+        market=identity,
+        policy=policy_digest(challenger.policy_dir),
+    )
     info = run.info()
     doc = report.write_report(
         challenger.run_dir,
@@ -359,7 +366,7 @@ def score_step(
         cost_rate=params.cost_rate,
         slippage_bps=params.slippage_bps,
         significance_level=gate_significance_level(config),
-        earlier_looks=look.earlier_sharpes if look is not None else (),
+        **look_arguments(counted),
         seed=config.tournament.seed,
         market=identity,
         tearsheet=config.nightly.tearsheet,

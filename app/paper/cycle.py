@@ -8,7 +8,9 @@ A cycle (:func:`run_cycle`) orchestrates the other modules of ``app.paper``:
 2. Earlier cycles' open orders are reconciled *first* (``execution.reconcile_open_orders``), and only
    then are the account and positions read: a late fill is counted once, in the positions.
    The books are checked (``app.paper.books``: the journal's fill-implied positions and open orders
-   against the broker's); a mismatch halts new orders until they match again, with an alert.
+   against the broker's); a mismatch halts new orders until they match again (cycle status
+   ``unreconciled``; the alert is the books' record, ``<home>/paper/reconcile.json``, which ``podracer
+   status`` reports as the ``books`` problem: one problem, not a failing loop as well).
    Kill-switch file present -> journal it, no new orders (open orders are still reconciled).
 3. Latest bars -> the observation of the last completed bar, as the env builds it
    (``observation.build_decision``; a stale decision bar is refused). Tickers without a real bar in
@@ -24,7 +26,7 @@ A cycle (:func:`run_cycle`) orchestrates the other modules of ``app.paper``:
    the next cycle finishes the rebalance).
 6. Journal every decision, order, fill, reconciliation (positions vs what our fills imply), P&L
    snapshot and error in ``<home>/paper/journal.sqlite``, each row with the ``bundle_id`` deciding it;
-   then the books are checked again (a mismatch alerts now and halts the next cycle).
+   then the books are checked again (a mismatch is recorded now and halts the next cycle).
 
 :func:`run_paper` loops the cycles and writes each one's heartbeat (``app.paper.heartbeat``).
 
@@ -63,7 +65,8 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class CycleResult:
-    status: str  # closed | no_champion | kill_switch | halted | traded | partial | dry_run | no_data | error
+    # closed | no_champion | kill_switch | halted | unreconciled | traded | partial | dry_run | no_data | error
+    status: str
     decision_ts: pd.Timestamp | None = None
     target_weights: dict[str, float] = field(default_factory=dict)
     policy_weights: dict[str, float] = field(default_factory=dict)
@@ -116,7 +119,7 @@ def _halt(
         return ("kill_switch", f"kill switch {options.kill_switch} present: no new orders")
     if books is not None and not books.matched:
         return (
-            "halted",
+            "unreconciled",
             f"the books do not reconcile with the broker ({books.message}): no new orders until they do "
             "(or `podracer reconcile --accept`)",
         )
@@ -170,7 +173,7 @@ def run_cycle(
         )
     result = _trade(picked.bundle, broker, journal, options.for_bundle(picked.bundle.manifest), now, session)
     result.session, result.bundle_id, result.run_id = session, picked.bundle.bundle_id, picked.run_id
-    result.alert, result.broker_time = picked.alert or result.alert, clock.timestamp
+    result.alert, result.broker_time = picked.alert, clock.timestamp
     if picked.alert:
         result.messages.insert(0, picked.alert)
     return result
@@ -202,8 +205,7 @@ def _trade(
     except DataError as err:
         journal.event("missing_bars", str(err), "warning")
         log.warning("%s", err)
-        alert = None if books is None or books.matched else f"the books do not reconcile: {books.message}"
-        return CycleResult(status="no_data", messages=[str(err)], alert=alert)
+        return CycleResult(status="no_data", messages=[str(err)])
     result = CycleResult(status="dry_run" if options.dry_run else "traded", decision_ts=decision.decision_ts)
     if decision.skipped:
         msg = f"skipped {', '.join(decision.skipped)}: no bar in the decision bar's session (position held)"
@@ -278,8 +280,6 @@ def _trade(
         journal.event(halt[0], halt[1], "warning")
         log.warning(halt[1])
         result.messages.append(halt[1])
-        if books is not None and not books.matched:
-            result.alert = halt[1]
         block_orders(orders, halt[1], journal, bundle.bundle_id, decision)
         snapshot(journal, broker, bundle, decision, account, {}, positions, reconcile=not options.dry_run)
         return result
@@ -303,7 +303,6 @@ def _trade(
             msg = f"the books do not reconcile with the broker after the orders ({after.message})"
             log.warning(msg)
             result.messages.append(msg)
-            result.alert = msg
     return result
 
 

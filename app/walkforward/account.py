@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from agents.ensemble import load_policy
-from app.evaluation import check_policy_fits
+from app.evaluation import check_policy_fits, policy_digest
 from app.runs import RunDir
 from app.walkforward.judging import write_account_report
 from backtests.engine import BacktestResult
@@ -112,15 +112,19 @@ class StitchedAccount:
         result: BacktestResult | None = None,
         tearsheet: bool = False,
         home: Path | None = None,
+        final: bool = False,
     ) -> dict[str, Any]:
-        """The report of ``result`` (default: a fresh :meth:`run`) for the folds ``records``; with
-        ``home`` the final one, counted as one look (``app.walkforward.judging.write_account_report``)."""
+        """The report of ``result`` (default: a fresh :meth:`run`) for the folds ``records``, ``final``
+        once the last fold is done; with ``home`` its look (the policies in charge, keyed by their
+        weights) is counted in the home's ledger (``app.walkforward.judging.write_account_report``)."""
         result = result if result is not None else self.run()
         return write_account_report(
             run,
             result,
             config=config,
             home=home,
+            final=final,
+            policy=policy_digest(*self._loaded),
             tearsheet=tearsheet,
             extra={"walkforward": walkforward_fields(records, config)},
         )

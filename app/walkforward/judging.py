@@ -26,12 +26,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from app.evaluation import count_look, market_identity
+from app.evaluation import count_look, look_arguments, market_identity
 from app.nightly.decide import decide, finite, overlap_note
 from app.nightly.steps import ChallengerRun, DataSnapshot, gate_significance_level, score_step
 from app.runs import RunDir
 from backtests import report
 from backtests.engine import BacktestResult
+from backtests.verdict import judge, stated_verdict, verdict_fields
 from data.atomic import atomic_write_json
 from data.features import DEFAULT_WINDOWS, lookback
 from data.market import MarketData
@@ -108,10 +109,11 @@ def replay_gate(
     quiet = config.with_updates(nightly={"tearsheet": False})
     snapshot = DataSnapshot(splits=splits, windows={"valid": splits.valid.date_range(), "test": dates})
     evaluation = score_step(quiet, run.path, snapshot, challenger, incumbent)
-    _label_gate_window(RunDir.at(challenger.run_dir), "valid" if window == valid else "gate")
+    labelled = _label_gate_window(RunDir.at(challenger.run_dir), "valid" if window == valid else "gate")
     ch_fit = finite(evaluation.challenger.get("fitness"))
     inc_fit = finite(evaluation.champion.get("fitness")) if evaluation.champion is not None else None
-    edge = evaluation.edge
+    # On the validation window the verdict is a selection-window verdict, and says so.
+    edge = stated_verdict(labelled)
     if gate == "always":
         promote, reason = True, "gate = always: the fold's challenger takes over"
     else:
@@ -144,11 +146,16 @@ def replay_gate(
     )
 
 
-def _label_gate_window(run: RunDir, window: str) -> None:
-    """The gate's report names its window for what it is in a walk-forward."""
+def _label_gate_window(run: RunDir, window: str) -> dict[str, Any]:
+    """The gate's report names its window for what it is in a walk-forward, and its verdict is judged
+    again for it (on the validation window: "on the selection window", never "out of sample")."""
     doc = json.loads(run.backtest_metrics.read_text(encoding="utf-8"))
     doc.update(window=window, role_note=f"the walk-forward's gate decided on this fold's {window} window")
+    oos = doc.get("oos_test")
+    if isinstance(oos, dict) and isinstance(oos.get("strategy"), str):
+        doc.update(verdict_fields(judge(doc, oos["strategy"])))
     atomic_write_json(run.backtest_metrics, doc)
+    return doc
 
 
 def write_account_report(
@@ -159,16 +166,22 @@ def write_account_report(
     home: Path | None,
     tearsheet: bool,
     extra: Mapping[str, Any],
+    final: bool = True,
+    policy: str = "",
 ) -> dict[str, Any]:
     """The stitched account's report in ``<run>/backtest/`` (the account as ``champion``, the baselines
-    beside it), its out-of-sample test over the whole span, with ``extra`` (the walk-forward's keys)
-    merged into its metrics.json. With ``home`` (the last fold done) the span is counted as one look in
-    the home's looks ledger and the test deflated for the earlier looks at it; without, it is the
-    provisional report of the folds so far (no look recorded). Returns the document."""
-    identity = market_identity(config.data, result.tickers)
-    look = None
+    beside it), its out-of-sample test over the span so far, with ``extra`` (the walk-forward's keys)
+    merged into its metrics.json; ``final``: the last fold is done. Every report shows held-out
+    returns of the selected policies, so each is a look: with ``home`` it is counted in the home's
+    looks ledger (keyed by ``policy``, the digest of the policies in charge) and its verdict stated
+    with the looks counted now; a provisional report (not ``final``) is one look at the folds so far.
+    Returns the document."""
+    identity = market_identity(config.data)
+    counted = None
     if home is not None:
-        look = count_look(home, run.run_id, result, window=report.HELD_OUT_WINDOW, market=identity)
+        counted = count_look(
+            home, run.run_id, result, window=report.HELD_OUT_WINDOW, market=identity, policy=policy
+        )
     params = config.env
     doc = report.write_report(
         run.path,
@@ -180,9 +193,9 @@ def write_account_report(
         cost_rate=params.cost_rate,
         slippage_bps=params.slippage_bps,
         significance_level=config.backtest.significance_level,
-        earlier_looks=look.earlier_sharpes if look is not None else (),
         seed=config.tournament.seed,
         market=identity,
+        **look_arguments(counted),
     )
     # The account selected nothing itself: each fold's tournament did, and its gate report says how.
     diagnostics = "selection diagnostics: each fold's own, in its gate report (folds/fold-<k>/backtest/)"
@@ -190,7 +203,7 @@ def write_account_report(
         {
             **doc,
             "window": ACCOUNT_WINDOW,
-            "final": home is not None,
+            "final": final,
             "verdict_diagnostics": diagnostics if doc.get("verdict_outcome") else None,
             **extra,
         }

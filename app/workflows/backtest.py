@@ -2,9 +2,11 @@
 
 :func:`backtest_run` loads the run's ``config.toml`` and champion policy, rebuilds the market with
 the run's data config, backtests champion + baselines on the window (test by default) through the
-training env's ``step``, counts the look in ``<home>/looks.sqlite`` (``backtests.looks``; test window
-only) and writes the run's ``backtest/`` (see ``backtests.report``): the champion's out-of-sample test
-after the looks at an overlapping window of the same market (:func:`market_identity`), and the
+training env's ``step``, counts the look in ``<home>/looks.sqlite`` (``backtests.looks``; the test and
+the full window, both show held-out sessions; keyed by the champion's weights, :func:`policy_digest`)
+and writes the run's ``backtest/`` (see ``backtests.report``): the champion's out-of-sample test
+first judged after the looks before it at an overlapping window of the same market
+(:func:`market_identity`) and stated with the looks counted now, and the
 selection diagnostics from every scored pod's daily validation returns
 (``<run>/pods/<pod>/valid_returns.parquet``, :func:`selection_inputs`) with buy-and-hold's on the same
 validation dates. The bootstraps are seeded with the run's ``[tournament] seed`` and the test's level
@@ -28,7 +30,7 @@ from agents.ensemble import ENSEMBLE_POD, load_policy
 from agents.tournament.leaderboard import read_pods
 from agents.tournament.pod import read_valid_returns_matrix
 from app.config import load_config, to_env_params
-from app.evaluation import check_policy_fits, count_look, market_identity
+from app.evaluation import check_policy_fits, count_look, look_arguments, market_identity, policy_digest
 from app.runs import RunDir, runs_root
 from backtests import baselines as bl
 from backtests import engine, report
@@ -134,8 +136,10 @@ def backtest_run(
     result = engine.run_backtest(
         market, params, {"champion": policy}, device=device, num_threads=1, compile=config.backtest.compile
     )
-    identity = market_identity(config.data, market.tickers)
-    count = count_look(home, run, result, window=window, market=identity)
+    identity = market_identity(config.data)
+    counted = count_look(
+        home, run, result, window=window, market=identity, policy=policy_digest(run_dir.champion)
+    )
     champion = run_info.champion.pod_id if run_info.champion is not None else None
     return report.write_report(
         run_dir.path,
@@ -147,10 +151,10 @@ def backtest_run(
         cost_rate=params.cost_rate,
         slippage_bps=params.slippage_bps,
         significance_level=config.backtest.significance_level,
-        earlier_looks=count.earlier_sharpes if count is not None else (),
         seed=config.tournament.seed,
         market=identity,
         tearsheet=tearsheet,
+        **look_arguments(counted),
     )
 
 
