@@ -117,7 +117,7 @@ def replay_gate(
     if gate == "always":
         promote, reason = True, "gate = always: the fold's challenger takes over"
     else:
-        verdict = decide(
+        promotion = decide(
             ch_fit,
             inc_fit,
             edge,
@@ -126,7 +126,7 @@ def replay_gate(
             first_promotion=nightly.first_promotion,
             fitness=fitness,
         )
-        promote, reason = verdict.promote, verdict.reason + overlap_note(incumbent, dates[0])
+        promote, reason = promotion.promote, promotion.reason + overlap_note(incumbent, dates[0])
     return GateOutcome(
         promote=promote,
         reason=reason,
