@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from app.evaluation import count_look, look_arguments, market_identity
 from app.nightly.decide import decide, finite, overlap_note
 from app.nightly.steps import ChallengerRun, DataSnapshot, gate_significance_level, score_step
 from app.runs import RunDir
-from app.workflows.backtest import count_look, look_arguments, market_identity
 from backtests import report
 from backtests.engine import BacktestResult
 from backtests.verdict import judge, stated_verdict, verdict_fields
