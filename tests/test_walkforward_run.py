@@ -48,7 +48,7 @@ SCRIPT = textwrap.dedent(
     import sys, torch
     torch.set_num_threads(1)
     from app.config import load_config
-    from app.workflows.walkforward import run_walkforward
+    from app.walkforward.run import run_walkforward
     config = load_config(sys.argv[1])
     run_walkforward(config, sys.argv[2], run="wf" if sys.argv[3] == "new" else None,
                     resume="wf" if sys.argv[3] == "resume" else None)
@@ -238,7 +238,7 @@ def test_fold_tournaments_on_the_ray_backend(tmp_path, monkeypatch):
     raw["walkforward"] = {**TINY["walkforward"], "num_folds": 2}
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     try:
-        from app.workflows.walkforward import run_walkforward
+        from app.walkforward.run import run_walkforward
 
         result = run_walkforward(parse_config(raw), tmp_path, run="ray")
         assert ray.is_initialized(), "a cluster the caller started is left running"

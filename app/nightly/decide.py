@@ -98,21 +98,21 @@ def decision_record(
     *,
     started_at: str,
     decided_at: str,
-    verdict: PromotionDecision,
+    promotion: PromotionDecision,
     reason: str,
     info: Mapping[str, Any],
     bundle: str | None,
     inputs: dict[str, Any],
     scores: dict[str, Any],
 ) -> DecisionRecord:
-    """The registry row of a verdict. ``info`` holds what the pipeline's steps established: the
+    """The registry row of a promotion decision. ``info`` holds what the pipeline's steps established: the
     rule's settings (fitness, margin, the gate's ``significance_level``), the run ids,
     the windows and the scores (``challenger_dsr``: the challenger's PSR after the looks, i.e. the DSR
     over ``num_trials`` = the looks counted)."""
     return DecisionRecord(
         started_at=started_at,
         decided_at=decided_at,
-        verdict="promoted" if verdict.promote else "rejected",
+        verdict="promoted" if promotion.promote else "rejected",
         reason=reason,
         step="decide",
         challenger_run_id=info["challenger_run_id"],

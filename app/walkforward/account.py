@@ -19,9 +19,9 @@ import torch
 from torch import Tensor
 
 from agents.ensemble import load_policy
+from app.evaluation import check_policy_fits, policy_digest
 from app.runs import RunDir
 from app.walkforward.judging import write_account_report
-from app.workflows.backtest import check_policy_fits, policy_digest
 from backtests.engine import BacktestResult
 from backtests.stitched import run_stitched
 from data.features import DEFAULT_WINDOWS, feature_names, normalize
