@@ -45,7 +45,7 @@ def decide(
     *,
     has_champion: bool,
     margin: float,
-    first_promotion: str = "always",
+    first_promotion: str = "significant",
     fitness: str = "sharpe",
 ) -> PromotionDecision:
     """Promote iff the challenger beats the champion by ``margin`` AND ``challenger_edge``, its
@@ -53,8 +53,9 @@ def decide(
 
     Undefined numbers never promote: a challenger whose fitness is undefined (a flat equity curve, too
     few days) or whose edge is not measurable is rejected. A champion whose fitness is undefined
-    counts as beaten. With no champion yet, ``first_promotion="always"`` promotes (something must
-    trade), ``"significant"`` still asks for a significant edge.
+    counts as beaten. With no champion yet, ``first_promotion="significant"`` (the default) still asks
+    for a significant edge (until then nothing is in charge: paper trading has no champion to run, a
+    walk-forward's account holds cash), ``"always"`` promotes the first challenger whatever its test.
     """
     ch, champ = finite(challenger_fitness), finite(champion_fitness)
     significant = challenger_edge is not None and challenger_edge.outcome == "significant"

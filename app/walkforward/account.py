@@ -99,7 +99,7 @@ class StitchedAccount:
         """The account and the baselines from the span's first bar to the last fold added."""
         market = self.market()
         for policy in self.policies:
-            if policy is not self._cash:
+            if policy != self._cash:  # bound methods: equal, never identical
                 check_policy_fits(policy, market, self.params)
         return run_stitched(market, self.params, self.policies, self.switch_bars, device=self.device)
 
