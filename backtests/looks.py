@@ -14,7 +14,7 @@ of the same market (``backtests.oos_test``):
   and the verdict is recomputed from the same earlier looks, so it comes out the same;
 - the **market** is the identity of the data, not only its dates: two synthetic markets with different
   seeds (or signals, tickers, sessions) share calendar dates but not a single price, and a look at one
-  says nothing about the other. The caller builds it (``app.workflows.backtest.market_identity``).
+  says nothing about the other. The caller builds it (``app.evaluation.market_identity``).
 
 Written like the other stores (``data.sqlite``): WAL, one ``BEGIN IMMEDIATE`` transaction per look, so
 two backtests at once each see the other's look or none of it, never half.

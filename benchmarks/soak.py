@@ -20,7 +20,9 @@ when there are enough nights):
   reverses it or accepts it (alternately) before the session's last cycle;
 - ``retrain_kill``: a retrain process SIGKILLed inside its tournament step (a real ``kill -9``);
 - ``hung_data``: the market-data server holds a bars request past the client's deadline;
-- ``concurrent_backfill``: a backfill of the last sessions runs beside the nightly update.
+- ``concurrent_backfill``: a backfill of the last sessions runs beside the nightly update;
+- ``disk_full``: every atomic write (``data.atomic``) fails with ENOSPC during the nightly update:
+  the retrain fails and alerts, the next night's update fetches the sessions again.
 
 At the end (:func:`check`): every bar the fake served for the fetched sessions is in the store
 exactly once; no client order id twice at the broker; the journal's books match the broker's; every
@@ -35,13 +37,15 @@ where they happen and must give none. A rejected session's alert (``orders_rejec
 wall-clock day, which a compressed clock cannot move (:data:`WALL_CLOCK_ALERTS`): the soak checks the
 rejections were journaled instead.
 
-Not injected: a disk-full write (the product has no handling for it yet).
+The disk is full only during a night's update (the paper loop's own writes, heartbeat and book
+record, have no handling for ENOSPC yet: a loop that cannot write dies and ``paper_stale`` alerts).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import json
 import os
 import random
@@ -77,6 +81,7 @@ from app.paper.orders import RiskLimits
 from app.retention import home_bytes
 from app.workflows.status import gather_status
 from backtests.verdict import EdgeVerdict
+from data import atomic as data_atomic
 from data.calendar import session_bounds, sessions_in_range
 from data.sources.retry import FetchRetryPolicy
 from data.sources.stream import fetch_to_store
@@ -94,6 +99,7 @@ FAULTS = (
     "retrain_kill",
     "hung_data",
     "concurrent_backfill",
+    "disk_full",
 )
 RETENTION = {"keep_runs": 3, "keep_champions": 2, "journal_sessions": 10, "log_max_mb": 0.02, "keep_logs": 2}
 WINDOWS = {
@@ -111,6 +117,7 @@ ALERTS = {
     "outside_trade": "books",
     "retrain_kill": "retrain_killed",
     "heartbeat_corrupt": "heartbeat",
+    "disk_full": "retrain_failed",
 }
 # Faults whose alert a compressed clock cannot show: ``status`` finds a session's orders all
 # rejected by the wall-clock day of the journal's rows, and every simulated session here runs on
@@ -118,6 +125,30 @@ ALERTS = {
 # session traded.
 WALL_CLOCK_ALERTS = {"rejected_orders": "orders_rejected"}
 FAST = BrokerRetryPolicy(attempts=4, base_delay=0.001, max_delay=0.01, timeout=2.0)
+
+
+class FullDisk:
+    """``os`` as ``data.atomic`` sees it while the disk is full: ``fsync`` fails with ENOSPC."""
+
+    def __init__(self, real: Any) -> None:
+        self._real = real
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+    def fsync(self, fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+
+@contextlib.contextmanager
+def full_disk():
+    """Every atomic write fails (``data.atomic``: temp file, fsync, rename) while inside."""
+    real = data_atomic.os
+    data_atomic.os = FullDisk(real)
+    try:
+        yield
+    finally:
+        data_atomic.os = real
 
 
 class SimulatedKill(BaseException):
@@ -158,6 +189,8 @@ class Soak:
     max_home_bytes: int = 0
     first_fetched: int | None = None
     alerts: list[tuple[str, str]] = field(default_factory=list)  # (event, key) the hook was sent
+    expected: Counter = field(default_factory=Counter)  # alerts the faults must raise, by key
+    last_failed: bool = False  # the last retrain failed (a failure the night after is the same problem)
 
     def watch(self) -> None:
         """What an operator's timer does: ``podracer status`` and the alert hook (a recorder here)."""
@@ -184,14 +217,19 @@ class Soak:
                 raise AssertionError(
                     f"the retrain child was not killed: rc {proc.returncode} {proc.stderr[-500:]!r}"
                 )
+            self.expected["retrain_killed"] += 1
             self.watch()  # between the kill and the next retrain: the lock names a dead holder
         steps = ScriptedSteps(self, night, faults)
+        if "disk_full" in faults and not self.last_failed:
+            self.expected["retrain_failed"] += 1
         try:
             outcome = run_retrain(self.config(), self.home, steps=steps.steps())
         except RetrainError as err:
+            self.last_failed = True
             return f"failed: {err}"
         finally:
             self.watch()
+        self.last_failed = False
         return outcome.verdict
 
     def update(self, night: int, faults: list[str]) -> None:
@@ -209,7 +247,7 @@ class Soak:
             self.injected["hung_data"] += 1
             self.fake.fail("GET", "/v2/stocks/bars", kind="delay", delay=DATA_TIMEOUT_S * 3, times=1)
         backfill = None
-        if "concurrent_backfill" in faults:
+        if "concurrent_backfill" in faults and "disk_full" not in faults:
             self.injected["concurrent_backfill"] += 1
             lo = max(0, upto - 5)
 
@@ -222,10 +260,19 @@ class Soak:
 
             backfill = threading.Thread(target=run_backfill)
             backfill.start()
-        fetch_to_store(self.home, "alpaca", self.tickers, day(start), day(upto), "1m", policy=policy)
-        if backfill is not None:
-            backfill.join()
-        self.fake.faults.clear()
+        try:
+            if "disk_full" in faults:
+                self.injected["disk_full"] += 1
+                with full_disk():
+                    fetch_to_store(
+                        self.home, "alpaca", self.tickers, day(start), day(upto), "1m", policy=policy
+                    )
+            else:
+                fetch_to_store(self.home, "alpaca", self.tickers, day(start), day(upto), "1m", policy=policy)
+        finally:
+            if backfill is not None:
+                backfill.join()
+            self.fake.faults.clear()
         self.first_fetched = start if self.first_fetched is None else self.first_fetched
         self.fetched_through = upto
 
@@ -253,6 +300,7 @@ class Soak:
             if "heartbeat_corrupt" in faults and k == 0:
                 self.injected["heartbeat_corrupt"] += 1
                 heartbeat_path(self.home).write_text('{"time": 12, "status": [')
+                self.expected["heartbeat"] += 1
                 self.watch()
             if outside and k == 1:
                 self.outside_trade()
@@ -301,6 +349,7 @@ class Soak:
             return
         symbol = max(held, key=lambda s: held[s] * self.fake.prices.get(s, 0.0))
         self.injected["outside_trade"] += 1
+        self.expected["books"] += 1
         self.seen.setdefault("outside", []).append((symbol, held[symbol]))
         self.fake.outside_trade(symbol, 0.5)
 
@@ -517,7 +566,7 @@ def run_soak(
         "decisions": len(read_decisions(home)),
         "wall_s": round(time.perf_counter() - started, 1),
         **figures,
-        "not_injected": ["disk_full (no handling in the product yet)"],
+        "not_injected": ["disk_full during a paper cycle (no handling of ENOSPC in the loop yet)"],
         "alert_not_checked": {k: f"{v} (keyed on the wall-clock day)" for k, v in WALL_CLOCK_ALERTS.items()},
     }
 

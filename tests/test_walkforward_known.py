@@ -19,7 +19,7 @@ import os
 import pytest
 
 from app.config import parse_config
-from app.workflows.walkforward import run_walkforward
+from app.walkforward.run import run_walkforward
 from envs.execution import FRICTIONLESS
 
 SEEDS = tuple(int(s) for s in os.environ.get("PODRACER_KNOWN_ANSWER_SEEDS", "1").split(","))

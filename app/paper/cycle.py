@@ -36,10 +36,11 @@ A cycle (:func:`run_cycle`) orchestrates the other modules of ``app.paper``:
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
@@ -81,6 +82,33 @@ class CycleResult:
     run_id: str | None = None  # its registry champion's run (paper --champion)
     alert: str | None = None  # what the operator must see (a champion bundle refused, ...)
     broker_time: datetime | None = None  # the broker's clock at the cycle's start
+
+
+def heartbeat_of(
+    result: CycleResult, mode: str, interval_s: float, wait_s: float, options: PaperOptions
+) -> Heartbeat:
+    """The heartbeat of ``result``, written now; the next cycle ``wait_s`` seconds from now."""
+    now = datetime.now(UTC)
+    return Heartbeat(
+        time=now.isoformat(timespec="seconds"),
+        status=result.status,
+        mode=mode,
+        interval_s=float(interval_s),
+        next_due=(now + timedelta(seconds=wait_s)).isoformat(timespec="seconds"),
+        bundle_id=result.bundle_id,
+        run_id=result.run_id,
+        session=result.session,
+        broker_time=None if result.broker_time is None else pd.Timestamp(result.broker_time).isoformat(),
+        decision_ts=None if result.decision_ts is None else result.decision_ts.isoformat(),
+        orders=len(result.orders),
+        submitted=len(result.submitted),
+        alert=result.alert,
+        messages=list(result.messages),
+        attention=list(result.attention),
+        kill_switch=None if options.kill_switch is None else str(options.kill_switch),
+        dry_run=options.dry_run,
+        pid=os.getpid(),
+    )
 
 
 def _halt(
@@ -332,7 +360,7 @@ def run_paper(
                 wait = 300.0
         wait = max(1.0, wait)
         if heartbeat is not None:
-            write_heartbeat(heartbeat, Heartbeat.of(result, source.mode, period, wait, options))
+            write_heartbeat(heartbeat, heartbeat_of(result, source.mode, period, wait, options))
         if failure is not None and once:
             raise failure
         if last:

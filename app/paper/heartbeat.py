@@ -16,19 +16,15 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pandas as pd
 
 from data.atomic import atomic_write_json
 from data.calendar import market_seconds
 from data.errors import PodracerError, one_line
-
-if TYPE_CHECKING:  # the cycle imports this module: only its result's type is needed here
-    from app.paper.cycle import CycleResult
-    from app.paper.options import PaperOptions
 
 STALE_INTERVALS = 2  # decision intervals of market hours without a heartbeat: the loop is stale
 # Cycle statuses that are a failure of the loop itself (a halt or the kill switch is the loop working).
@@ -45,7 +41,7 @@ class Heartbeat:
     """One cycle of the paper loop, as ``heartbeat.json`` holds it."""
 
     time: str  # wall clock (UTC, ISO) when written
-    status: str  # the cycle's (app.paper.cycle.CycleResult.status)
+    status: str  # the cycle's (app.paper.cycle.CycleResult.status; app.paper.cycle.heartbeat_of builds it)
     mode: str  # "champion" | "bundle"
     interval_s: float  # seconds between two decisions
     next_due: str  # wall clock (UTC, ISO) of the next cycle
@@ -75,33 +71,6 @@ class Heartbeat:
     def stale(self, now: datetime) -> bool:
         """More than :data:`STALE_INTERVALS` decision intervals of market hours since the heartbeat."""
         return market_seconds(pd.Timestamp(self.time), pd.Timestamp(now)) > STALE_INTERVALS * self.interval_s
-
-    @classmethod
-    def of(
-        cls, result: CycleResult, mode: str, interval_s: float, wait_s: float, options: PaperOptions
-    ) -> Heartbeat:
-        """The heartbeat of ``result``, written now; the next cycle ``wait_s`` seconds from now."""
-        now = datetime.now(UTC)
-        return cls(
-            time=now.isoformat(timespec="seconds"),
-            status=result.status,
-            mode=mode,
-            interval_s=float(interval_s),
-            next_due=(now + timedelta(seconds=wait_s)).isoformat(timespec="seconds"),
-            bundle_id=result.bundle_id,
-            run_id=result.run_id,
-            session=result.session,
-            broker_time=None if result.broker_time is None else pd.Timestamp(result.broker_time).isoformat(),
-            decision_ts=None if result.decision_ts is None else result.decision_ts.isoformat(),
-            orders=len(result.orders),
-            submitted=len(result.submitted),
-            alert=result.alert,
-            messages=list(result.messages),
-            attention=list(result.attention),
-            kill_switch=None if options.kill_switch is None else str(options.kill_switch),
-            dry_run=options.dry_run,
-            pid=os.getpid(),
-        )
 
 
 def write_heartbeat(path: str | os.PathLike[str], beat: Heartbeat) -> Path:
