@@ -13,7 +13,8 @@ The files and their schemas are a contract with the dashboard (see ARCHITECTURE.
   window (``backtests.snooping``); the verdict (``verdict``, ``verdict_outcome``, ``verdict_figures``,
   ``verdict_reasons``, ``verdict_diagnostics``: ``backtests.verdict``); ``strategies: {name: {<every
   metric of backtests.metrics.SUMMARY_METRICS>, probabilistic_sharpe_ratio}}`` (floats, or null where
-  undefined); and descriptive extras (``decision_interval``, ``num_decisions``, ``num_days``,
+  undefined); ``capacity`` and ``estimated_capacity`` / ``estimated_capacity_rule``: the selected strategy
+  replayed at several account sizes (``backtests.capacity``; null when not run); and descriptive extras (``decision_interval``, ``num_decisions``, ``num_days``,
   ``interval``, ``initial_value``, ``positions_frequency``, ``trades_frequency``, ``tearsheet``).
   Every key is listed in ARCHITECTURE.md and docs/backtests.md;
 - ``equity.parquet``: ``timestamp`` (UTC) + one float64 column per strategy (equity in $); the first
@@ -55,6 +56,7 @@ import torch
 from backtests import looks, oos_test, selection, snooping
 from backtests import metrics as m
 from backtests.baselines import is_baseline
+from backtests.capacity import capacity_fields
 from backtests.engine import BacktestResult
 from backtests.verdict import (
     ANNUALIZED_KEYS,
@@ -432,13 +434,18 @@ def write_report(
     window: str = "test",
     tearsheet: bool = True,
     max_rows: int = DEFAULT_MAX_ROWS,
+    capacity: BacktestResult | None = None,
+    max_participation: float = 0.0,
     **document: Any,
 ) -> dict[str, Any]:
     """Write ``<run_dir>/backtest/`` and return the metrics.json document (``document``: the keyword
-    arguments of :func:`metrics_document`)."""
+    arguments of :func:`metrics_document`). ``capacity``: the ``backtests.capacity.run_capacity``
+    result of the same window (adds ``capacity`` / ``estimated_capacity``; ``max_participation``: the
+    env's volume cap, to count the fills it capped)."""
     out_dir = Path(run_dir) / "backtest"
     out_dir.mkdir(parents=True, exist_ok=True)
     doc = metrics_document(result, window=window, **document)
+    doc.update(capacity_document(capacity, window, max_participation, document))
     _write_parquet(equity_frame(result), out_dir / "equity.parquet")
     positions, doc["positions_frequency"] = positions_frame(result, max_rows)
     _write_parquet(positions, out_dir / "positions.parquet")
@@ -452,6 +459,20 @@ def write_report(
         doc["tearsheet"] = write_tearsheet(out_dir / "tearsheet.png", daily, strategy, doc["benchmark"])
     atomic_write_json(out_dir / "metrics.json", json_safe(doc))
     return doc
+
+
+def capacity_document(
+    capacity: BacktestResult | None, window: str, max_participation: float, document: dict[str, Any]
+) -> dict[str, Any]:
+    """metrics.json's capacity keys (null without a capacity run): each size judged by the same
+    document as the report's, less the selection diagnostics (the verdict does not read them)."""
+    if capacity is None:
+        return {"capacity": None, "estimated_capacity": None, "estimated_capacity_rule": None}
+    kwargs = {k: v for k, v in document.items() if k != "trial_returns"}
+    levels = sorted({float(n.rsplit("@", 1)[1]) for n in capacity.names})
+    return capacity_fields(
+        capacity, max_participation, lambda sub: metrics_document(sub, window=window, **kwargs), levels
+    )
 
 
 def json_safe(obj: Any) -> Any:

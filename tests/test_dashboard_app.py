@@ -97,13 +97,16 @@ def test_overview_cards_equal_metrics_json(full_home, monkeypatch):
     # The fixture's test window is under 63 sessions: metrics.json holds no Calmar (backtests.report).
     assert metrics["num_sessions"] < metrics["annualized_min_sessions"] and champ["calmar_ratio"] is None
     assert shown[6] == ("Calmar", formatting.format_metric(None, cards.CARD_METRICS[6].kind))
-    assert len(at.get("plotly_chart")) == 3  # equity, underwater, returns heatmap (no PBO logits)
+    # equity, underwater, returns heatmap, the capacity curve (no PBO logits)
+    assert len(at.get("plotly_chart")) == 4
+    assert len(metrics["capacity"]) >= 4 and "estimated_capacity" in metrics
+    assert any("Estimated capacity:" in c for c in _texts(at.caption))
     assert any("run-a" in c for c in _texts(at.caption))
     # 25 sessions: the heatmap starts day by day; monthly is one click away.
     assert at.radio(key="heatmap").value == "daily"
     at.radio(key="heatmap").set_value("monthly").run()
     _no_exception(at)
-    assert len(at.get("plotly_chart")) == 3 and [m.value for m in at.metric][:8] == [
+    assert len(at.get("plotly_chart")) == 4 and [m.value for m in at.metric][:8] == [
         v for _, v in expected[:8]
     ]
 

@@ -33,7 +33,8 @@ TINY = {
     "env": {"decision_interval": 1, "episode_len": 16, "num_envs": 4},
     "agent": {"hidden": 8, "embed": 4, "num_steps": 8, "update_epochs": 1, "num_minibatches": 1},
     "tournament": {"pods": 1, "leaderboard_size": 2, "round_steps": 64, "budget_steps": 256, "workers": 0},
-    "nightly": {"margin": 0.1},
+    # Windows this short are not measurable: folds take charge only under "always" (the plumbing).
+    "nightly": {"margin": 0.1, "first_promotion": "always"},
     "walkforward": {
         "train_sessions": 8,
         "valid_sessions": 10,
@@ -153,7 +154,12 @@ def test_folds_gate_and_stitched_account_of_a_tiny_run(runs):
         g = r["gate"]["figures"]
         edge = EdgeVerdict(g["edge_outcome"], (g["edge"],)) if g["edge_outcome"] else None
         expected = decide(
-            g["challenger_fitness"], g["incumbent_fitness"], edge, has_champion=r["index"] > 0, margin=0.1
+            g["challenger_fitness"],
+            g["incumbent_fitness"],
+            edge,
+            has_champion=r["index"] > 0,
+            margin=0.1,
+            first_promotion="always",
         )
         assert r["promoted"] == expected.promote
         before = records[r["index"] - 1]["in_charge"] if r["index"] else None
@@ -162,6 +168,9 @@ def test_folds_gate_and_stitched_account_of_a_tiny_run(runs):
 
     doc = json.loads(run.backtest_metrics.read_text())
     assert doc["window"] == "walkforward" and doc["num_trials"] == 1 and doc["final"] is True
+    # The stitched account's capacity curve, on the final report: the account at every account size.
+    assert [row["capital"] for row in doc["capacity"]] == [1e4, 1e5, 1e6, 1e7, 1e8]
+    assert doc["estimated_capacity_rule"] in ("significant", "half_sharpe", "no_edge")
     # Every account report is a look in the home's ledger: the provisional one after each fold (the
     # folds so far) and the final span; the final verdict counts them all. The gates' looks are in the
     # run's own ledger.
@@ -243,3 +252,20 @@ def test_fold_tournaments_on_the_ray_backend(tmp_path, monkeypatch):
         pods = read_pods(RunDir(tmp_path, "ray").fold(r["index"]).path)
         assert len(pods) == 2 and all(p["score"] is not None for p in pods)
     assert result.metrics["walkforward"]["num_folds"] == 2
+
+
+def test_a_noise_champion_never_takes_charge_by_default(home):
+    # The default first_promotion ("significant"): on windows too short to measure, no fold's
+    # challenger is significant, so no champion takes charge and the account holds cash throughout.
+    from app.workflows.walkforward import run_walkforward
+
+    raw = {
+        **TINY,
+        "nightly": {"margin": 0.1},
+        "tournament": {**TINY["tournament"], "budget_steps": 64},
+        "walkforward": {**TINY["walkforward"], "num_folds": 2},
+    }
+    result = run_walkforward(parse_config(raw), home, run="quiet")
+    assert [r["promoted"] for r in result.folds] == [False, False]
+    spans = result.metrics["walkforward"]["champions"]
+    assert [s["champion"] for s in spans] == ["cash"]

@@ -23,7 +23,7 @@ from app.evaluation import check_policy_fits, policy_digest
 from app.runs import RunDir
 from app.walkforward.judging import write_account_report
 from backtests.engine import BacktestResult
-from backtests.stitched import run_stitched
+from backtests.stitched import run_stitched, run_stitched_capacity
 from data.features import DEFAULT_WINDOWS, feature_names, normalize
 from data.fold_market import raw_features
 from data.market import MarketData
@@ -99,9 +99,14 @@ class StitchedAccount:
         """The account and the baselines from the span's first bar to the last fold added."""
         market = self.market()
         for policy in self.policies:
-            if policy is not self._cash:
+            if policy != self._cash:  # bound methods: equal, never identical
                 check_policy_fits(policy, market, self.params)
         return run_stitched(market, self.params, self.policies, self.switch_bars, device=self.device)
+
+    def capacity(self) -> BacktestResult:
+        """The account and the baselines at every account size of ``backtests.capacity``, one pass."""
+        market = self.market()
+        return run_stitched_capacity(market, self.params, self.policies, self.switch_bars, device=self.device)
 
     def report(
         self,
@@ -127,6 +132,9 @@ class StitchedAccount:
             policy=policy_digest(*self._loaded),
             tearsheet=tearsheet,
             extra={"walkforward": walkforward_fields(records, config)},
+            # The capacity curve once, on the final report (a replay at five sizes per fold would
+            # double every provisional report's time).
+            capacity=self.capacity() if final else None,
         )
 
 

@@ -117,7 +117,7 @@ def replay_gate(
     if gate == "always":
         promote, reason = True, "gate = always: the fold's challenger takes over"
     else:
-        verdict = decide(
+        promotion = decide(
             ch_fit,
             inc_fit,
             edge,
@@ -126,7 +126,7 @@ def replay_gate(
             first_promotion=nightly.first_promotion,
             fitness=fitness,
         )
-        promote, reason = verdict.promote, verdict.reason + overlap_note(incumbent, dates[0])
+        promote, reason = promotion.promote, promotion.reason + overlap_note(incumbent, dates[0])
     return GateOutcome(
         promote=promote,
         reason=reason,
@@ -168,6 +168,7 @@ def write_account_report(
     extra: Mapping[str, Any],
     final: bool = True,
     policy: str = "",
+    capacity: BacktestResult | None = None,
 ) -> dict[str, Any]:
     """The stitched account's report in ``<run>/backtest/`` (the account as ``champion``, the baselines
     beside it), its out-of-sample test over the span so far, with ``extra`` (the walk-forward's keys)
@@ -195,6 +196,8 @@ def write_account_report(
         significance_level=config.backtest.significance_level,
         seed=config.tournament.seed,
         market=identity,
+        capacity=capacity,
+        max_participation=params.max_participation,
         **look_arguments(counted),
     )
     # The account selected nothing itself: each fold's tournament did, and its gate report says how.

@@ -33,7 +33,7 @@ from app.config import load_config, to_env_params
 from app.evaluation import check_policy_fits, count_look, look_arguments, market_identity, policy_digest
 from app.runs import RunDir, runs_root
 from backtests import baselines as bl
-from backtests import engine, report
+from backtests import capacity, engine, report
 from backtests.snooping import SelectionInputs
 from data.errors import CheckpointError, ConfigError, DataError, PodracerError
 from data.loader import load_market
@@ -136,6 +136,8 @@ def backtest_run(
     result = engine.run_backtest(
         market, params, {"champion": policy}, device=device, num_threads=1, compile=config.backtest.compile
     )
+    # The capacity curve: the champion and the baselines at several account sizes, one pass.
+    sizes = capacity.run_capacity(market, params, {"champion": policy}, device=device)
     identity = market_identity(config.data)
     counted = count_look(
         home, run, result, window=window, market=identity, policy=policy_digest(run_dir.champion)
@@ -154,6 +156,8 @@ def backtest_run(
         seed=config.tournament.seed,
         market=identity,
         tearsheet=tearsheet,
+        capacity=sizes,
+        max_participation=params.max_participation,
         **look_arguments(counted),
     )
 
