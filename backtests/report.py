@@ -2,20 +2,13 @@
 
 The files and their schemas are a contract with the dashboard (see ARCHITECTURE.md):
 
-- ``metrics.json``: ``window, start, end, annualization, period, benchmark, num_trials``, the PBO
-  over every pod tried (``pbo``, ``pbo_logits``, ``pbo_num_splits``, ``pbo_num_trials``; from their
-  daily validation returns, null with fewer than 2 pods or without their returns), ``num_sessions`` and
-  ``annualized_min_sessions`` (63: below that ``annual_return`` and ``calmar_ratio`` are null, the
-  period return ``cum_returns_final`` stands), ``cost_rate`` and ``slippage_bps`` (the costs used),
-  ``significance`` (the test's level) and ``min_oos_sessions``; ``oos_test``: the selected strategy's
-  out-of-sample test on this window after the looks counted (``backtests.significance``; null without
-  a selected strategy); ``selection``: the diagnostics of the tournament's choice on the validation
-  window (``backtests.snooping``); the verdict (``verdict``, ``verdict_outcome``, ``verdict_figures``,
-  ``verdict_reasons``, ``verdict_diagnostics``: ``backtests.verdict``); ``strategies: {name: {<every
-  metric of backtests.metrics.SUMMARY_METRICS>, probabilistic_sharpe_ratio}}`` (floats, or null where
-  undefined); and descriptive extras (``decision_interval``, ``num_decisions``, ``num_days``,
-  ``interval``, ``initial_value``, ``positions_frequency``, ``trades_frequency``, ``tearsheet``).
-  Every key is listed in ARCHITECTURE.md and docs/backtests.md;
+- ``metrics.json``: :class:`backtests.metrics_model.MetricsDocument` (its fields say what each key
+  holds; ARCHITECTURE.md and docs/backtests.md list them): the window and its conventions, the PBO
+  over every pod tried, the costs used, the test's level, ``strategies: {name: {<every key of
+  backtests.metrics_model.METRIC_KEYS>}}``, ``oos_test`` (the selected strategy's out-of-sample test
+  on this window after the looks counted, ``backtests.significance``; null without a selected
+  strategy), ``selection`` (the diagnostics of the tournament's choice on the validation window,
+  ``backtests.snooping``), the verdict (``backtests.verdict``) and descriptive extras;
 - ``equity.parquet``: ``timestamp`` (UTC) + one float64 column per strategy (equity in $); the first
   row is the initial cash at the window's first bar;
 - ``positions.parquet``: long ``timestamp, strategy, ticker, weight`` (zero weights left out);
@@ -52,6 +45,7 @@ from backtests import metrics as m
 from backtests import selection, significance, snooping
 from backtests.baselines import is_baseline
 from backtests.engine import BacktestResult
+from backtests.metrics_model import MetricsDocument
 from backtests.verdict import (
     ANNUALIZED_KEYS,
     ANNUALIZED_MIN_SESSIONS,
@@ -60,16 +54,13 @@ from backtests.verdict import (
     judge,
     verdict_fields,
 )
-from data.atomic import atomic_path, atomic_write_json
+from data.atomic import atomic_path
 from data.errors import one_line
 
 log = logging.getLogger(__name__)
 
 PERIOD = "daily"
 DEFAULT_MAX_ROWS = 2_000_000
-EXTRA_METRICS: tuple[str, ...] = ("probabilistic_sharpe_ratio",)
-#: Every per-strategy key of metrics.json, in display order.
-METRIC_KEYS: tuple[str, ...] = m.SUMMARY_METRICS + EXTRA_METRICS
 #: The benchmarks the selected strategy's excess returns are tested against, when in the backtest (the
 #: verdict requires the document's ``benchmark``; the others are reported).
 EXCESS_BENCHMARKS: tuple[str, ...] = ("buy_and_hold", "equal_weight")
@@ -183,7 +174,7 @@ def metrics_document(
     earlier_looks: Sequence[float | None] = (),
     seed: int = 0,
     market: str | None = None,
-) -> dict[str, Any]:
+) -> MetricsDocument:
     """The metrics.json document (also what ``podracer backtest --json`` prints).
 
     ``trial_returns``: the daily validation returns of every pod tried, a ``(T, N)`` matrix or
@@ -226,9 +217,9 @@ def metrics_document(
         market=market,
     )
     doc["selection"] = snooping.selection_diagnostics(trials, seed=seed)
-    oos = doc["oos_test"]
-    doc.update(verdict_fields(judge(doc, oos["strategy"]) if oos is not None else None))
-    return doc
+    model = MetricsDocument.parse(json_safe(doc))
+    oos = model.oos_test
+    return model.model_copy(update=verdict_fields(judge(model, oos.strategy) if oos is not None else None))
 
 
 # --- tables ----------------------------------------------------------------------------------------
@@ -384,24 +375,30 @@ def write_report(
     tearsheet: bool = True,
     max_rows: int = DEFAULT_MAX_ROWS,
     **document: Any,
-) -> dict[str, Any]:
+) -> MetricsDocument:
     """Write ``<run_dir>/backtest/`` and return the metrics.json document (``document``: the keyword
     arguments of :func:`metrics_document`)."""
     out_dir = Path(run_dir) / "backtest"
     out_dir.mkdir(parents=True, exist_ok=True)
     doc = metrics_document(result, window=window, **document)
     _write_parquet(equity_frame(result), out_dir / "equity.parquet")
-    positions, doc["positions_frequency"] = positions_frame(result, max_rows)
+    positions, positions_frequency = positions_frame(result, max_rows)
     _write_parquet(positions, out_dir / "positions.parquet")
-    trades, doc["trades_frequency"] = trades_frame(result, max_rows)
+    trades, trades_frequency = trades_frame(result, max_rows)
     _write_parquet(trades, out_dir / "trades.parquet")
     daily = daily_returns_frame(result)
     _write_parquet(daily, out_dir / "daily_returns.parquet")
-    doc["tearsheet"] = None
+    drawn = None
     if tearsheet:
-        strategy = result.names[0]
-        doc["tearsheet"] = write_tearsheet(out_dir / "tearsheet.png", daily, strategy, doc["benchmark"])
-    atomic_write_json(out_dir / "metrics.json", json_safe(doc))
+        drawn = write_tearsheet(out_dir / "tearsheet.png", daily, result.names[0], doc.benchmark)
+    doc = doc.model_copy(
+        update={
+            "positions_frequency": positions_frequency,
+            "trades_frequency": trades_frequency,
+            "tearsheet": drawn,
+        }
+    )
+    doc.write(out_dir / "metrics.json")
     return doc
 
 

@@ -42,6 +42,7 @@ from scipy.stats import binomtest  # noqa: E402
 from app.config import Config  # noqa: E402
 from app.workflows.backtest import backtest_run  # noqa: E402
 from app.workflows.training import train_tournament  # noqa: E402
+from backtests.metrics_model import ExcessTest, OosTest  # noqa: E402
 
 LEVEL = 0.05
 
@@ -105,19 +106,19 @@ def run_market(args: argparse.Namespace, seed: int, signal: float) -> dict:
         doc = backtest_run(run, home=home, window="test", tearsheet=False)
     finally:
         shutil.rmtree(home, ignore_errors=True)
-    oos = doc["oos_test"] or {}
-    excess = (oos.get("excess") or {}).get(oos.get("benchmark")) or {}
+    oos = doc.oos_test or OosTest()
+    excess = oos.excess.get(oos.benchmark or "") or ExcessTest()
     return {
         "seed": seed,
         "signal": signal,
-        "outcome": doc["verdict_outcome"],
-        "looks": oos.get("looks"),
-        "test_sessions": doc["num_sessions"],
-        "test_sharpe": doc["strategies"]["champion"]["sharpe_ratio"],
-        "buy_and_hold_test_sharpe": doc["strategies"]["buy_and_hold"]["sharpe_ratio"],
-        "psr": oos.get("psr_after_looks"),
-        "excess_p": excess.get("p_value_after_looks"),
-        "verdict": doc["verdict"],
+        "outcome": doc.verdict_outcome,
+        "looks": oos.looks,
+        "test_sessions": doc.num_sessions,
+        "test_sharpe": doc.strategies["champion"].sharpe_ratio,
+        "buy_and_hold_test_sharpe": doc.strategies["buy_and_hold"].sharpe_ratio,
+        "psr": oos.psr_after_looks,
+        "excess_p": excess.p_value_after_looks,
+        "verdict": doc.verdict,
         "wall_s": round(time.perf_counter() - start, 2),
     }
 

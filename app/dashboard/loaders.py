@@ -18,6 +18,7 @@ import streamlit as st
 
 from app.dashboard import artifacts
 from app.runs import RunDir, RunInfo
+from backtests.metrics_model import MetricsDocument
 
 # Entries kept per loader; a handful of runs is what a person flips between.
 _MAX_ENTRIES = 16
@@ -69,7 +70,7 @@ def _backtest(run_dir: Path, name: str) -> Any:
     return _backtest_file(str(run_dir), name, signature(path))
 
 
-def metrics(run_dir: Path) -> dict[str, Any]:
+def metrics(run_dir: Path) -> MetricsDocument:
     """``metrics.json`` of the run's backtest (cached until the file changes)."""
     return _backtest(run_dir, "backtest_metrics")
 

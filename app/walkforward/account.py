@@ -23,6 +23,7 @@ from app.runs import RunDir
 from app.walkforward.judging import write_account_report
 from app.workflows.backtest import check_policy_fits
 from backtests.engine import BacktestResult
+from backtests.metrics_model import ChampionSpan, MetricsDocument, WalkForwardSummary
 from backtests.stitched import run_stitched
 from data.features import DEFAULT_WINDOWS, feature_names, normalize
 from data.fold_market import raw_features
@@ -110,7 +111,7 @@ class Account:
         result: BacktestResult | None = None,
         tearsheet: bool = False,
         home: Path | None = None,
-    ) -> dict[str, Any]:
+    ) -> MetricsDocument:
         """The report of ``result`` (default: a fresh :meth:`run`) for the folds ``records``; with
         ``home`` the final one, counted as one look (``app.walkforward.judging.write_account_report``)."""
         result = result if result is not None else self.run()
@@ -120,11 +121,11 @@ class Account:
             config=config,
             home=home,
             tearsheet=tearsheet,
-            extra={"walkforward": walkforward_fields(records, config)},
+            walkforward=walkforward_fields(records, config),
         )
 
 
-def walkforward_fields(records: Sequence[Mapping[str, Any]], config: Any) -> dict[str, Any]:
+def walkforward_fields(records: Sequence[Mapping[str, Any]], config: Any) -> WalkForwardSummary:
     """metrics.json ``walkforward``: the settings, one row per fold and the champions' spans."""
     rows = []
     for r in records:
@@ -143,12 +144,12 @@ def walkforward_fields(records: Sequence[Mapping[str, Any]], config: Any) -> dic
                 "test": r.get("test") or {},
             }
         )
-    return {
-        "settings": config.walkforward.model_dump(mode="json"),
-        "num_folds": len(records),
-        "folds": rows,
-        "champions": champion_spans(records),
-    }
+    return WalkForwardSummary(
+        settings=config.walkforward.model_dump(mode="json"),
+        num_folds=len(records),
+        folds=rows,
+        champions=[ChampionSpan(**span) for span in champion_spans(records)],
+    )
 
 
 def champion_name(record: Mapping[str, Any]) -> str:

@@ -19,7 +19,6 @@ when either rule changes.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -32,7 +31,7 @@ from app.runs import RunDir
 from app.workflows.backtest import count_look, market_identity
 from backtests import report
 from backtests.engine import BacktestResult
-from data.atomic import atomic_write_json
+from backtests.metrics_model import MetricsDocument, WalkForwardSummary, read_metrics
 from data.features import DEFAULT_WINDOWS, lookback
 from data.market import MarketData
 
@@ -139,16 +138,16 @@ def replay_gate(
             "significance": gate_significance(config),
             "edge": edge.text if edge is not None else None,
             "edge_outcome": edge.outcome if edge is not None else None,
-            "looks": evaluation.test.get("looks"),
+            "looks": evaluation.test.looks if evaluation.test is not None else None,
         },
     )
 
 
 def _label_gate_window(run: RunDir, window: str) -> None:
     """The gate's report names its window for what it is in a walk-forward."""
-    doc = json.loads(run.backtest_metrics.read_text(encoding="utf-8"))
-    doc.update(window=window, role_note=f"the walk-forward's gate decided on this fold's {window} window")
-    atomic_write_json(run.backtest_metrics, doc)
+    doc = read_metrics(run.backtest_metrics)
+    note = f"the walk-forward's gate decided on this fold's {window} window"
+    doc.model_copy(update={"window": window, "role_note": note}).write(run.backtest_metrics)
 
 
 def write_account_report(
@@ -158,11 +157,11 @@ def write_account_report(
     config: Any,
     home: Path | None,
     tearsheet: bool,
-    extra: Mapping[str, Any],
-) -> dict[str, Any]:
+    walkforward: WalkForwardSummary,
+) -> MetricsDocument:
     """The stitched account's report in ``<run>/backtest/`` (the account as ``champion``, the baselines
-    beside it), its out-of-sample test over the whole span, with ``extra`` (the walk-forward's keys)
-    merged into its metrics.json. With ``home`` (the last fold done) the span is counted as one look in
+    beside it), its out-of-sample test over the whole span, with ``walkforward`` (the folds and
+    champions) in its metrics.json. With ``home`` (the last fold done) the span is counted as one look in
     the home's looks ledger and the test deflated for the earlier looks at it; without, it is the
     provisional report of the folds so far (no look recorded). Returns the document."""
     identity = market_identity(config.data, result.tickers)
@@ -186,14 +185,13 @@ def write_account_report(
     )
     # The account selected nothing itself: each fold's tournament did, and its gate report says how.
     diagnostics = "selection diagnostics: each fold's own, in its gate report (folds/fold-<k>/backtest/)"
-    doc = report.json_safe(
-        {
-            **doc,
+    doc = doc.model_copy(
+        update={
             "window": ACCOUNT_WINDOW,
             "final": home is not None,
-            "verdict_diagnostics": diagnostics if doc.get("verdict_outcome") else None,
-            **extra,
+            "verdict_diagnostics": diagnostics if doc.verdict_outcome else None,
+            "walkforward": walkforward,
         }
     )
-    atomic_write_json(run.backtest_metrics, doc)
+    doc.write(run.backtest_metrics)
     return doc

@@ -62,15 +62,15 @@ logits = cards.pbo_logits(metrics) if metrics is not None else []
 if logits:
     with ui.guard("pbo"):
         st.subheader("Probability of backtest overfitting: does the ranking among pods carry information?")
-        pbo = metrics.get("pbo")
+        pbo = metrics.pbo
         st.caption(
             f"{len(logits)} combinatorial splits of the validation window over "
-            f"{metrics.get('num_trials', '?')} pods: on each, the pod best in-sample is ranked out of "
+            f"{metrics.num_trials if metrics.num_trials is not None else '?'} pods: on each, the pod best in-sample is ranked out of "
             "sample; the PBO is the share of splits where it fell below the median (logit <= 0). Near "
             "0.5 the pods' order is noise, which it also is when the top pods learned the same edge: "
             "it diagnoses the ranking step, not the champion's edge (the verdict above tests that)."
         )
-        ui.plot(charts.pbo_histogram(logits, pbo if isinstance(pbo, int | float) else None), key="pbo")
+        ui.plot(charts.pbo_histogram(logits, pbo), key="pbo")
 
 tearsheet = artifacts.tearsheet_path(run_dir) if metrics is not None else None
 if tearsheet is not None:
