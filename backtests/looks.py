@@ -16,6 +16,10 @@ of the same market (``backtests.significance``):
   seeds (or signals, tickers, sessions) share calendar dates but not a single price, and a look at one
   says nothing about the other. The caller builds it (``app.workflows.backtest.market_identity``).
 
+Rows are typed: :class:`Look` (what a caller records) and :class:`LookRow` (a recorded look, what
+:func:`read_looks` returns), pydantic dataclasses validated on the way in and out; the ledger's schema
+version is SQLite's ``user_version`` (:data:`SCHEMA_VERSION`): a newer one is refused in one line.
+
 Written like the other stores (``data.sqlite``): WAL, one ``BEGIN IMMEDIATE`` transaction per look, so
 two backtests at once each see the other's look or none of it, never half.
 """
@@ -28,6 +32,9 @@ import sqlite3
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+
+import pydantic
+from pydantic import TypeAdapter, ValidationError
 
 from data import sqlite
 from data.errors import PodracerError
@@ -57,7 +64,7 @@ def ledger_path(home: str | os.PathLike[str]) -> Path:
     return Path(home) / LEDGER_NAME
 
 
-@dataclass(frozen=True)
+@pydantic.dataclasses.dataclass(frozen=True)
 class Look:
     """One look: a selected strategy of a run backtested on a window of a market."""
 
@@ -68,6 +75,17 @@ class Look:
     end: str  # ISO date, last session
     num_sessions: int
     sharpe: float | None  # per day
+
+
+@pydantic.dataclasses.dataclass(frozen=True)
+class LookRow(Look):
+    """A recorded look: a row of the ledger's ``looks`` table."""
+
+    id: int = 0  # the look's number in the ledger: earlier looks have smaller ones
+    created_at: str = ""  # UTC, ISO, when it was first recorded
+
+
+_ROWS = TypeAdapter(list[LookRow])
 
 
 @dataclass(frozen=True)
@@ -151,16 +169,28 @@ def record_look(path: str | os.PathLike[str], look: Look) -> LookCount:
     return LookCount(look_id, new, tuple(r["sharpe"] for r in earlier))
 
 
-def read_looks(path: str | os.PathLike[str]) -> list[dict]:
-    """Every recorded look, oldest first (empty when there is no ledger; never creates it)."""
+def read_looks(path: str | os.PathLike[str]) -> list[LookRow]:
+    """Every recorded look, oldest first (empty when there is no ledger; never creates it); a row that
+    does not fit :class:`LookRow` is a one-line LedgerError."""
     path = Path(path)
     if not path.is_file():
         return []
     try:
         conn = sqlite.connect(path, read_only=True)
         try:
-            return [dict(r) for r in conn.execute("SELECT * FROM looks ORDER BY id").fetchall()]
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise LedgerError(
+                    f"looks ledger {path} has schema {version}; this podracer reads up to {SCHEMA_VERSION}"
+                )
+            rows = [dict(r) for r in conn.execute("SELECT * FROM looks ORDER BY id").fetchall()]
         finally:
             conn.close()
     except sqlite3.DatabaseError as err:
         raise LedgerError(f"cannot read the looks ledger {path}: {err}") from None
+    try:
+        return _ROWS.validate_python(rows)
+    except ValidationError as err:
+        first = err.errors(include_url=False)[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise LedgerError(f"looks ledger {path}: row {where}: {first['msg'].lower()}") from None

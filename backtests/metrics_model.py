@@ -148,7 +148,7 @@ class WalkForwardSummary(Section):
 class MetricsDocument(Artifact):
     """``<run>/backtest/metrics.json`` (also what ``podracer backtest --json`` prints)."""
 
-    FILE = "metrics.json"
+    FILE = "the metrics document"  # in messages without a path (the file is named by its writer)
     SCHEMA_VERSION = 1
     WRITE_SET_ONLY = True
 
@@ -223,9 +223,30 @@ def read_metrics(path: str | os.PathLike[str]) -> MetricsDocument:
     return MetricsDocument.read(path)
 
 
+#: The sections of metrics.json as docs/backtests.md tabulates them: (heading, model), top level first.
+DOC_SECTIONS: tuple[tuple[str, type[BaseModel]], ...] = (
+    ("top level", MetricsDocument),
+    ("`strategies.<name>`", StrategyMetrics),
+    ("`oos_test`", OosTest),
+    ("`oos_test.excess.<benchmark>`", ExcessTest),
+    ("`selection`", SelectionDiagnostics),
+    ("`walkforward`", WalkForwardSummary),
+    ("`walkforward.champions[]`", ChampionSpan),
+)
+
+
 def key_table(model: type[BaseModel]) -> str:
-    """The Markdown table of ``model``'s keys and their descriptions (docs/backtests.md holds these)."""
+    """The Markdown table of ``model``'s keys and their descriptions."""
     rows = ["| key | meaning |", "|---|---|"]
-    for name, info in model.model_fields.items():
-        rows.append(f"| `{name}` | {info.description or ''} |")
+    rows += [f"| `{name}` | {info.description or ''} |" for name, info in model.model_fields.items()]
     return "\n".join(rows)
+
+
+def key_tables() -> str:
+    """docs/backtests.md's tables of metrics.json's keys, generated from the models' field descriptions
+    (``python -m backtests.metrics_model`` prints them; ``tests/test_docs_metrics_keys.py`` checks them)."""
+    return "\n\n".join(f"**{heading}**\n\n{key_table(model)}" for heading, model in DOC_SECTIONS)
+
+
+if __name__ == "__main__":
+    print(key_tables())

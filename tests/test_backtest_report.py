@@ -54,6 +54,7 @@ def test_write_report_files_and_schemas(tmp_path, result, capsys):
     assert doc.strategies["champion"].sharpe_ratio == saved["strategies"]["champion"]["sharpe_ratio"]
     # What was written reads back as the document returned (the model round-trips).
     assert MetricsDocument.read(out / "metrics.json") == doc and saved["schema_version"] == 1
+    assert not doc.model_extra  # every key the report writes is a field of the model
 
     equity = pd.read_parquet(out / "equity.parquet")
     assert list(equity.columns) == ["timestamp", *names]

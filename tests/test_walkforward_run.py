@@ -163,10 +163,10 @@ def test_folds_gate_and_stitched_account_of_a_tiny_run(runs):
     doc = json.loads(run.backtest_metrics.read_text())
     assert doc["window"] == "walkforward" and doc["num_trials"] == 1 and doc["final"] is True
     # The span is one look, in the home's ledger; the gates' looks are in the run's own.
-    assert [(x["run_id"], x["start"], x["end"]) for x in read_looks(ledger_path(run.home))] == [
+    assert [(x.run_id, x.start, x.end) for x in read_looks(ledger_path(run.home))] == [
         ("wf", doc["start"], doc["end"])
     ]
-    assert {x["run_id"] for x in read_looks(ledger_path(run.path))} == {f"wf/fold-{k:03d}" for k in range(3)}
+    assert {x.run_id for x in read_looks(ledger_path(run.path))} == {f"wf/fold-{k:03d}" for k in range(3)}
     assert (doc["start"], doc["end"]) == (records[0]["windows"]["test"][0], records[-1]["windows"]["test"][1])
     assert {"champion", "buy_and_hold", "equal_weight", "cash"} <= set(doc["strategies"])
     assert doc["verdict_outcome"] in ("significant", "not significant", "not measurable")
@@ -238,4 +238,4 @@ def test_fold_tournaments_on_the_ray_backend(tmp_path, monkeypatch):
     for r in result.folds:
         pods = read_pods(RunDir(tmp_path, "ray").fold(r["index"]).path)
         assert len(pods) == 2 and all(p["score"] is not None for p in pods)
-    assert result.metrics["walkforward"]["num_folds"] == 2
+    assert result.metrics.walkforward.num_folds == 2

@@ -171,7 +171,7 @@ def run_retrain(
                 "role": SELECTION,
                 "challenger": dict(evaluation.challenger),
                 "champion": dict(evaluation.champion) if evaluation.champion is not None else None,
-                "challenger_test": evaluation.test.model_dump() if evaluation.test is not None else {},
+                "challenger_test": evaluation.test.model_dump(exclude_unset=True) if evaluation.test else {},
                 "challenger_edge": edge.text if edge is not None else None,
             }
             # The DSR over the looks counted: the Sharpe half of the significance check.

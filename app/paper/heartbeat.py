@@ -6,6 +6,9 @@ of one. It says when (``time``: the wall clock, UTC), what (``status``, ``alert`
 which bundle (``bundle_id``, ``run_id``, ``mode``), the orders, the gone tickers needing attention,
 and when the next cycle is due.
 
+The file is :class:`Heartbeat`, a versioned ``data.artifact.Artifact``: read back validated, a malformed
+file or one from a newer schema version is a one-line error.
+
 **Stale**: more than :data:`STALE_INTERVALS` decision intervals of *market hours* since the
 heartbeat (``data.calendar.market_seconds``): a loop that wrote its last heartbeat at Friday's close
 is not stale on Sunday, one silent for half an hour of an open market (15-minute decisions) is.
@@ -13,18 +16,17 @@ is not stale on Sunday, one silent for half an hour of an open market (15-minute
 
 from __future__ import annotations
 
-import json
 import os
-from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pandas as pd
+from pydantic import Field
 
-from data.atomic import atomic_write_json
+from data.artifact import Artifact
 from data.calendar import market_seconds
-from data.errors import PodracerError
+from data.errors import ArtifactError
 
 if TYPE_CHECKING:  # the cycle imports this module: only its result's type is needed here
     from app.paper.cycle import CycleResult
@@ -40,9 +42,11 @@ def heartbeat_path(home: str | os.PathLike[str]) -> Path:
     return Path(home) / "paper" / "heartbeat.json"
 
 
-@dataclass(frozen=True)
-class Heartbeat:
+class Heartbeat(Artifact):
     """One cycle of the paper loop, as ``heartbeat.json`` holds it."""
+
+    FILE = "heartbeat.json"
+    SCHEMA_VERSION = 1
 
     time: str  # wall clock (UTC, ISO) when written
     status: str  # the cycle's (app.paper.cycle.CycleResult.status)
@@ -57,8 +61,8 @@ class Heartbeat:
     orders: int = 0  # planned
     submitted: int = 0
     alert: str | None = None  # what the operator must see (a refused champion bundle, an error)
-    messages: list[str] = field(default_factory=list)
-    attention: list[str] = field(default_factory=list)  # gone tickers the broker will not trade
+    messages: list[str] = Field(default_factory=list)
+    attention: list[str] = Field(default_factory=list)  # gone tickers the broker will not trade
     kill_switch: str | None = None
     dry_run: bool = False
     pid: int = 0
@@ -106,7 +110,7 @@ class Heartbeat:
 
 def write_heartbeat(path: str | os.PathLike[str], beat: Heartbeat) -> Path:
     """Write ``beat`` to ``path`` atomically."""
-    return atomic_write_json(path, asdict(beat))
+    return beat.write(path)
 
 
 def read_heartbeat(home: str | os.PathLike[str]) -> Heartbeat | None:
@@ -115,10 +119,6 @@ def read_heartbeat(home: str | os.PathLike[str]) -> Heartbeat | None:
     if not path.is_file():
         return None
     try:
-        raw: Any = json.loads(path.read_text(encoding="utf-8"))
-        known = {k: v for k, v in raw.items() if k in Heartbeat.__dataclass_fields__}
-        return Heartbeat(**known)
-    except (OSError, ValueError, TypeError, AttributeError) as err:
-        raise PodracerError(
-            f"{path} is unreadable ({type(err).__name__}): the paper loop rewrites it each cycle"
-        ) from None
+        return Heartbeat.read(path)
+    except ArtifactError as err:
+        raise ArtifactError(f"{err}; the paper loop rewrites it each cycle") from None

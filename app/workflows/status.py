@@ -196,7 +196,7 @@ def gather_status(
         last_decision=last,
         next_retrain=upcoming[0].isoformat() if upcoming else None,
         schedule=schedule,
-        heartbeat=asdict(beat) if beat is not None else None,
+        heartbeat=beat.model_dump() if beat is not None else None,
         heartbeat_age_s=age,
         loop=loop,
         switch_pending=pending,
