@@ -26,6 +26,7 @@ from app.commands import (
     demo,
     export,
     paper,
+    reconcile,
     retrain,
     schedule,
     status,
@@ -33,6 +34,7 @@ from app.commands import (
     walkforward,
 )
 from data.errors import PodracerError, one_line
+from data.scrub import ScrubFilter, scrub
 
 cli = typer.Typer(
     name="podracer",
@@ -72,7 +74,9 @@ def main_callback(
         level=level,
         format="%(message)s",
         datefmt="[%X]",
-        handlers=[RichHandler(console=context.err_console, show_path=False, rich_tracebacks=False)],
+        handlers=[
+            _scrubbed(RichHandler(console=context.err_console, show_path=False, rich_tracebacks=False))
+        ],
         force=True,
     )
     for noisy in (
@@ -89,6 +93,12 @@ def main_callback(
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
+def _scrubbed(handler: logging.Handler) -> logging.Handler:
+    """``handler`` masking secrets in every record (``data.scrub``: logs end up in files)."""
+    handler.addFilter(ScrubFilter())
+    return handler
+
+
 cli.command("demo")(demo.demo)
 cli.add_typer(data.app, name="data")
 cli.command("train")(train.train)
@@ -96,6 +106,7 @@ cli.command("backtest")(backtest.backtest)
 cli.command("dashboard")(dashboard.dashboard)
 cli.command("export")(export.export)
 cli.command("paper")(paper.paper)
+cli.command("reconcile")(reconcile.reconcile)
 cli.command("retrain")(retrain.retrain)
 cli.add_typer(schedule.app, name="schedule")
 cli.command("status")(status.status)
@@ -108,7 +119,9 @@ def main(argv: list[str] | None = None) -> int:
         rc = cli(args=argv, prog_name="podracer", standalone_mode=False)
     except PodracerError as err:
         # escape: messages like "outside [low, high]" must not be read as rich markup
-        context.err_console.print(f"[bold red]error:[/] {escape(str(err))}", highlight=False, soft_wrap=True)
+        context.err_console.print(
+            f"[bold red]error:[/] {escape(scrub(str(err)))}", highlight=False, soft_wrap=True
+        )
         return err.exit_code
     except typer.Exit as ex:
         return ex.exit_code

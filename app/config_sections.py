@@ -205,7 +205,11 @@ class AgentConfig(Section):
 class TournamentConfig(Section):
     """Podracer tournament: pool, leaderboard, generator, budget, backend (defaults in TournamentArgs)."""
 
-    pods: int = Field(TournamentArgs.pods, ge=1, description="pods training at once")
+    pods: int | None = Field(
+        TournamentArgs.pods,
+        ge=1,
+        description="pods training at once (unset: the backend's own; population: the population size)",
+    )
     leaderboard_size: int = Field(TournamentArgs.leaderboard_size, ge=1)
     p_fresh: float = Field(
         TournamentArgs.p_fresh, ge=0, le=1, description="probability a new pod starts from scratch"
@@ -227,6 +231,11 @@ class TournamentConfig(Section):
         TournamentArgs.population_size,
         ge=0,
         description="population backend: pods per population (0: from the device's memory and a probe)",
+    )
+    envs_per_pod: int = Field(
+        TournamentArgs.envs_per_pod,
+        ge=0,
+        description="population backend: envs per pod (0: [env] num_envs, or more where a GPU's probe finds it faster)",
     )
     address: str | None = Field(
         TournamentArgs.address,

@@ -47,7 +47,7 @@ from envs.trading import EnvParams
 #: rule: docs/backtests.md; the figures: docs/benchmarks.md ("Backtests").
 COMPILE_MIN_DECISIONS = 50_000
 
-Policy = Callable[[Tensor], Tensor]
+PolicyFn = Callable[[Tensor], Tensor]
 
 
 @dataclass(frozen=True)
@@ -177,7 +177,7 @@ def num_decisions(num_bars: int, decision_interval: int) -> int:
 def run_backtest(
     market: MarketData,
     params: EnvParams,
-    policies: Mapping[str, Policy] | PolicyBatch | None = None,
+    policies: Mapping[str, PolicyFn] | PolicyBatch | None = None,
     *,
     baselines: Sequence[str] = bl.DEFAULT_BASELINES,
     device: str | torch.device | None = None,
@@ -364,7 +364,7 @@ def _eager_decisions(
 def _run_policies(
     market: MarketData,
     params: EnvParams,
-    policies: Mapping[str, Policy] | PolicyBatch,
+    policies: Mapping[str, PolicyFn] | PolicyBatch,
     k_steps: int,
     seed: int,
     off_bars: np.ndarray,

@@ -24,13 +24,13 @@ Outcome = Literal["significant", "not significant", "not measurable"]
 Frequency = Literal["decision", "session"]
 
 
-class Section(BaseModel):
+class MetricsSection(BaseModel):
     """A nested block of metrics.json: typed keys, unknown keys kept (a newer writer's additions)."""
 
     model_config = ConfigDict(extra="allow", frozen=True)
 
 
-class StrategyMetrics(Section):
+class StrategyMetrics(MetricsSection):
     """One strategy's figures on the window (floats, or null where undefined)."""
 
     cum_returns_final: Figure = Field(None, description="cumulative (period) return over the window")
@@ -67,7 +67,7 @@ EXTRA_METRICS: tuple[str, ...] = ("probabilistic_sharpe_ratio",)
 SUMMARY_METRICS: tuple[str, ...] = tuple(k for k in METRIC_KEYS if k not in EXTRA_METRICS)
 
 
-class ExcessTest(Section):
+class ExcessTest(MetricsSection):
     """The test of the selected strategy's mean daily excess return over one benchmark."""
 
     mean_per_day: Figure = Field(None, description="mean daily excess return")
@@ -76,7 +76,7 @@ class ExcessTest(Section):
     block_length: Figure = Field(None, description="the stationary bootstrap's expected block length")
 
 
-class OosTest(Section):
+class OosTest(MetricsSection):
     """``oos_test``: the selected strategy's out-of-sample test on the held-out window
     (``backtests.significance``); Sharpe ratios per day."""
 
@@ -103,7 +103,7 @@ class OosTest(Section):
     reason: str | None = Field(None, description="why a figure is undefined; null otherwise")
 
 
-class SelectionDiagnostics(Section):
+class SelectionDiagnostics(MetricsSection):
     """``selection``: the diagnostics of the tournament's choice on the validation window
     (``backtests.snooping``); Sharpe ratios per day."""
 
@@ -126,7 +126,7 @@ class SelectionDiagnostics(Section):
     reason: str | None = Field(None, description="why there are no diagnostics")
 
 
-class ChampionSpan(Section):
+class ChampionSpan(MetricsSection):
     """One stretch of a walk-forward's account traded by one policy."""
 
     champion: str = Field(description="the fold run in charge, or `cash`")
@@ -136,7 +136,7 @@ class ChampionSpan(Section):
     folds: list[int] = Field(default_factory=list, description="the folds it traded")
 
 
-class WalkForwardSummary(Section):
+class WalkForwardSummary(MetricsSection):
     """``walkforward``: a walk-forward's stitched account (``app.walkforward``)."""
 
     settings: dict[str, Any] = Field(default_factory=dict, description="the `[walkforward]` settings")

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from backtests import metrics as m
-from backtests.engine import BacktestResult, Policy, PolicyBatch, run_backtest
+from backtests.engine import BacktestResult, PolicyBatch, PolicyFn, run_backtest
 from data.errors import PodracerError
 from data.market import MarketData
 from envs.trading import EnvParams
@@ -42,7 +42,7 @@ class WindowScores:
 def score_window(
     market: MarketData,
     params: EnvParams,
-    policies: Mapping[str, Policy] | PolicyBatch,
+    policies: Mapping[str, PolicyFn] | PolicyBatch,
     *,
     kind: str = "sharpe",
     annualization: float = 252.0,

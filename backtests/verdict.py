@@ -50,7 +50,7 @@ OUTCOMES: tuple[str, ...] = get_args(Outcome)
 
 
 @dataclass(frozen=True)
-class Verdict:
+class EdgeVerdict:
     """The verdict on one strategy: its outcome, the figures it rests on, caveats, and the line of
     selection diagnostics shown after it."""
 
@@ -85,7 +85,7 @@ class Verdict:
         return None if self.outcome == "not measurable" else self.outcome == "significant"
 
     @classmethod
-    def from_fields(cls, doc: MetricsDocument) -> Verdict | None:
+    def from_fields(cls, doc: MetricsDocument) -> EdgeVerdict | None:
         """The verdict a metrics.json document states (:func:`verdict_fields`); None when it states none."""
         if doc.verdict_outcome is None:
             return None
@@ -97,7 +97,7 @@ class Verdict:
         )
 
 
-def verdict_fields(verdict: Verdict | None) -> dict[str, Any]:
+def verdict_fields(verdict: EdgeVerdict | None) -> dict[str, Any]:
     """The metrics.json keys of a verdict: ``verdict`` (the line), ``verdict_outcome``,
     ``verdict_figures``, ``verdict_reasons`` and ``verdict_diagnostics`` (null and empty without one)."""
     if verdict is None:
@@ -128,7 +128,7 @@ def significance_of(doc: MetricsDocument) -> float:
     return alpha if alpha is not None and 0.0 < alpha < 1.0 else SIGNIFICANCE
 
 
-def judge(doc: MetricsDocument, strategy: str = "champion") -> Verdict | None:
+def judge(doc: MetricsDocument, strategy: str = "champion") -> EdgeVerdict | None:
     """The verdict on ``strategy`` from the document's out-of-sample test (see the module docstring);
     None when the document tests another strategy or none."""
     oos = doc.oos_test
@@ -149,14 +149,14 @@ def judge(doc: MetricsDocument, strategy: str = "champion") -> Verdict | None:
     else:
         why = oos.reason or None
     if why is not None:
-        return Verdict("not measurable", (why,), (), diagnostics)
+        return EdgeVerdict("not measurable", (why,), (), diagnostics)
     bench = oos.benchmark
     excess = oos.excess.get(bench) if bench is not None else None
     psr = oos.psr_after_looks
     p, mean = (excess.p_value_after_looks, excess.mean_per_day) if excess is not None else (None, None)
     if psr is None or p is None or mean is None:
         missing = "the PSR" if psr is None else f"the test against {bench}"
-        return Verdict("not measurable", (f"{missing} is undefined",), (), diagnostics)
+        return EdgeVerdict("not measurable", (f"{missing} is undefined",), (), diagnostics)
     figures = (
         f"PSR {prob_text(psr)}",
         f"excess over {bench} {100 * mean:+.2f}%/day (p {prob_text(p)})",
@@ -165,7 +165,7 @@ def judge(doc: MetricsDocument, strategy: str = "champion") -> Verdict | None:
     )
     reasons = (oos.looks_note,) if oos.looks_note else ()
     significant = psr >= 1.0 - alpha and p <= alpha
-    return Verdict("significant" if significant else "not significant", figures, reasons, diagnostics)
+    return EdgeVerdict("significant" if significant else "not significant", figures, reasons, diagnostics)
 
 
 def diagnostics_line(doc: MetricsDocument) -> str:
@@ -189,7 +189,7 @@ def diagnostics_line(doc: MetricsDocument) -> str:
     )
 
 
-def stated_verdict(doc: MetricsDocument) -> Verdict | None:
+def stated_verdict(doc: MetricsDocument) -> EdgeVerdict | None:
     """The verdict a metrics document states; for a document that carries an out-of-sample test but no
     stored verdict, :func:`judge` of its tested strategy; otherwise None.
 
@@ -198,7 +198,7 @@ def stated_verdict(doc: MetricsDocument) -> Verdict | None:
     run again writes the current verdict)."""
     if not doc.states("oos_test"):
         return None
-    stated = Verdict.from_fields(doc)
+    stated = EdgeVerdict.from_fields(doc)
     if stated is not None or doc.states("verdict_outcome"):
         return stated
     oos = doc.oos_test

@@ -32,7 +32,7 @@ import pandas as pd
 
 from data.sources import alpaca
 from data.sources.chunks import plan_chunks
-from data.sources.retry import RetryPolicy
+from data.sources.retry import FetchRetryPolicy
 from data.sources.stream import fetch_to_store
 from data.universe import members
 from tests.alpaca_fake import KEY_ID, SECRET, FakeAlpaca, minute_bars
@@ -51,7 +51,7 @@ def _child(mode: str, months: int, home: str, batch: int) -> dict:
     started = time.perf_counter()
     if mode == "fetch":
         report = fetch_to_store(
-            home, "alpaca", tickers, str(START), str(end), batch=batch, policy=RetryPolicy()
+            home, "alpaca", tickers, str(START), str(end), batch=batch, policy=FetchRetryPolicy()
         )
         bars, extra = (
             report.bars_fetched,

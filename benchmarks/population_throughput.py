@@ -295,7 +295,8 @@ def demo(args: argparse.Namespace, root: Path) -> dict:
     )
     out = {}
     for backend in args.backends:
-        cfg = config.with_updates(tournament={"backend": backend, "population_size": args.population_size})
+        sized = {"population_size": args.population_size, "pods": None} if backend == "population" else {}
+        cfg = config.with_updates(tournament={"backend": backend, "population_size": 0, **sized})
         rounds = _PhaseSums()
         t0 = time.perf_counter()
         with rounds:

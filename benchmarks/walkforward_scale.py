@@ -62,7 +62,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--workers", type=int, default=cores, help="local tournament workers")
-    p.add_argument("--pods", type=int, default=None, help="pods in flight [workers]")
+    p.add_argument(
+        "--pods",
+        type=int,
+        default=None,
+        help="tournament.pods (local: pods in flight [workers]; population: its size [chosen])",
+    )
     p.add_argument("--num-envs", type=int, default=256)
     p.add_argument("--home", type=Path, default=None, help="keep the run here (default: a temp folder)")
     p.add_argument(
@@ -95,7 +100,7 @@ def config(args: argparse.Namespace):
         },
         "env": {"num_envs": args.num_envs},
         "agent": {"device": args.device, "seed": args.seed},
-        "tournament": {"workers": args.workers, "pods": args.pods or max(1, args.workers), "seed": args.seed},
+        "tournament": {"workers": args.workers, "pods": args.pods, "seed": args.seed},
         "walkforward": {
             "window": args.window,
             "train_sessions": args.train,

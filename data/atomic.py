@@ -16,6 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from data.scrub import scrub
+
 
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike[str], suffix: str = "") -> Iterator[Path]:
@@ -46,7 +48,8 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
 
 
 def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> Path:
-    return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+    """``obj`` as indented JSON, secrets masked (``data.scrub``: records quote error texts)."""
+    return atomic_write_text(path, scrub(json.dumps(obj, indent=2, sort_keys=True, default=str)) + "\n")
 
 
 def replace_dir(staging: str | os.PathLike[str], target: str | os.PathLike[str]) -> Path:

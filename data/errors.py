@@ -7,6 +7,8 @@ It lives in ``data`` because every other package imports downstream -> upstream 
 
 from __future__ import annotations
 
+from data.scrub import scrub
+
 
 class PodracerError(Exception):
     """A user-facing error: bad input, bad config, missing artifact. The message is one line."""
@@ -40,8 +42,9 @@ def one_line(err: BaseException, limit: int | None = None, *, typed: bool = True
     is a :class:`PodracerError` (whose messages are written for the user); the type's name alone when
     the text is empty. ``limit``: at most that many characters of the text (a foreign reply's body).
     ``typed=False``: the text without the type's name (still the name when the text is empty), for a
-    message that already says what failed, or quotes a message that names its own cause."""
-    text = str(err).strip().splitlines()
+    message that already says what failed, or quotes a message that names its own cause. Secrets
+    are masked (``data.scrub``): a foreign error may quote a header or an echoed key."""
+    text = scrub(str(err)).strip().splitlines()
     msg = text[0][:limit] if text else ""
     if not typed:
         return msg or type(err).__name__

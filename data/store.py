@@ -6,7 +6,11 @@ ns), ``open, high, low, close, volume`` (float64), ``filled`` (bool). The ticker
 month is the session month (US/Eastern), so a session never straddles two files.
 
 Guarantees:
-- atomic: each file is written to a temp file and renamed (``data.atomic``);
+- atomic: each file is written to a temp file, fsynced and renamed (``data.atomic``);
+- one writer at a time: every read-merge-write runs under the store's writer lock
+  (``data.lock.store_lock``, ``<home>/data/store.lock``): two writers that both read a month file
+  and rename their own merge over it would drop the first one's bars (a writer planning several
+  writes, as a fetch chunk with its manifest row, holds :meth:`BarStore.writing` around them all);
 - all or nothing on bad input: ``write`` receives validated bars and computes every new file's bytes
   in memory before it writes the first one, so a validation error anywhere leaves the store
   byte-for-byte unchanged;
@@ -23,11 +27,12 @@ extended-hours bars (mixing them would put two grids in one folder, so it is ref
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,6 +46,7 @@ from data.actions import ActionStore, adjust_raw
 from data.atomic import atomic_write_bytes, atomic_write_json
 from data.calendar import Panel, align_panel, align_ticker, check_interval, exchange_dates, session_dates
 from data.errors import DataError
+from data.lock import store_lock
 from data.schema import normalize_ticker
 
 log = logging.getLogger(__name__)
@@ -102,6 +108,17 @@ def _read_file(path: Path) -> pd.DataFrame:
         ) from None
     frame["timestamp"] = frame["timestamp"].astype("datetime64[ns, UTC]")
     return frame
+
+
+def _check_spelling(bars: pd.DataFrame, source: str) -> None:
+    """One-line DataError when a ticker of ``bars`` breaks the ticker rule or is not in its stored
+    spelling (two spellings of one ticker would plan the same files twice; the second would win)."""
+    for ticker in pd.unique(bars["ticker"]) if "ticker" in bars else ():
+        spelled = normalize_ticker(str(ticker), source=source)
+        if spelled != ticker:
+            raise DataError(
+                f"{source}: ticker {ticker} is not in its stored spelling {spelled} (validate the bars first)"
+            )
 
 
 def _session_month(ts: pd.Series) -> np.ndarray:
@@ -180,13 +197,8 @@ class BarStore:
             )
         report = WriteReport(interval=interval)
         planned: list[tuple[Path, bytes]] = []
+        _check_spelling(bars, source)
         for ticker, group in bars.groupby("ticker", sort=True):
-            if normalize_ticker(str(ticker), source=source) != ticker:
-                # Two spellings of one ticker would plan the same files twice (the second would win).
-                raise DataError(
-                    f"{source}: ticker {ticker} is not in its stored spelling "
-                    f"{normalize_ticker(str(ticker), source=source)} (validate the bars first)"
-                )
             aligned = align_ticker(group, interval, extended_hours=extended_hours, source=source)
             report.dropped_outside_hours += aligned.bars_dropped_outside_hours
             if aligned.frame.empty:
@@ -227,10 +239,20 @@ class BarStore:
     def write(
         self, bars: pd.DataFrame, interval: str, *, extended_hours: bool = False, source: str = "input"
     ) -> WriteReport:
-        """Align and store validated bars (all files computed first, then written atomically)."""
-        planned, report = self.plan(bars, interval, extended_hours=extended_hours, source=source)
-        self.commit(planned, report, extended_hours=extended_hours)
+        """Align and store validated bars (all files computed first, then written atomically), under
+        the store's writer lock."""
+        _check_spelling(bars, source)  # before the lock: a bad ticker leaves the home untouched
+        with self.writing():
+            planned, report = self.plan(bars, interval, extended_hours=extended_hours, source=source)
+            self.commit(planned, report, extended_hours=extended_hours)
         return report
+
+    @contextlib.contextmanager
+    def writing(self, command: str = "podracer data") -> Iterator[BarStore]:
+        """Hold the store's writer lock (``data.lock.store_lock``: re-entrant, waits for another
+        writer with a progress line) around a read-merge-write and whatever records it."""
+        with store_lock(self.home, command=command):
+            yield self
 
     def commit(
         self, planned: Iterable[tuple[Path, bytes]], report: WriteReport, *, extended_hours: bool

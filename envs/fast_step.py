@@ -31,7 +31,7 @@ COMPILE_MIN_ENVS = 1024
 # "auto" on a GPU: torch.compile from this many envs (below it the compiled step is no faster).
 CUDA_COMPILE_MIN_ENVS = 512
 
-Backend = Literal["eager", "native", "torch.compile"]
+StepKernel = Literal["eager", "native", "torch.compile"]
 
 
 class StepFlags(NamedTuple):
@@ -55,7 +55,7 @@ def step_flags(mode: str, device: torch.device, num_envs: int) -> StepFlags:
 class Choice(NamedTuple):
     """The backend of one step, and what runs it."""
 
-    name: Backend  # "eager" too when compiling failed in this process
+    name: StepKernel  # "eager" too when compiling failed in this process
     kernel: Callable[..., int] | None  # the native kernel (``name == "native"``)
     core: Callable[..., StepCore] | None  # the compiled step core (eager inside once compiling failed)
 
@@ -78,7 +78,7 @@ def choose(
 
 def step_backend(
     market: MarketData, params: EnvParams, state: EnvState, fast: bool, fallback_to_compile: bool = True
-) -> Backend:
+) -> StepKernel:
     """Which implementation ``envs.trading.step`` runs for these arguments: ``"eager"``, ``"native"``
     or ``"torch.compile"`` (``"eager"`` too once compiling failed in this process)."""
     return choose(market, params, state, fast, fallback_to_compile).name

@@ -26,8 +26,13 @@ Time is the test's: ``now`` is what the clock says, and :meth:`FakeAlpaca.set_ti
 XNAS calendar (open or closed, the next open and close, each ticker's price = the close of its last
 completed minute bar, ``last_equity`` = the equity at the previous session's close). Cash moves only
 through fills, so the account's equity is always cash + positions at the current prices.
+``outside_trade(symbol)`` sells half a position outside podracer (a fill under a client id podracer
+never uses), ``account_id`` is what ``GET /v2/account`` answers (two fakes may share one).
 ``on_order(order)`` runs on every order the fake creates, after its immediate fill and before the
 reply (a test may promote a champion there, or kill the client process).
+
+``HungServer`` accepts connections on loopback and never answers (a stalled upstream): every client
+must give up on its own deadline.
 
 Use as a context manager::
 
@@ -39,6 +44,7 @@ Use as a context manager::
 from __future__ import annotations
 
 import json
+import socket
 import sys
 import threading
 import time
@@ -71,7 +77,8 @@ class Fault:
     method: str
     path: str  # prefix, e.g. "/v2/orders"
     kind: str  # "status" (refuse before processing), "status_after" (process, then fail), "delay",
-    # "drop" (close the connection without a reply; market-data routes)
+    # "drop" (close the connection without a reply; market-data routes), "echo_key" (HTTP 403 whose
+    # message quotes the request's secret key header, as a careless proxy might)
     status: int = 500
     delay: float = 0.0
     times: int = 1
@@ -158,6 +165,7 @@ class FakeAlpaca:
     assets: dict[str, dict[str, Any] | None] = field(default_factory=dict)
     slippage_bps: float = 0.0  # fills 1e-4 x this worse than the current price (buys up, sells down)
     on_order: Any = None  # callable(FakeOrder) after an order is created (see the module docstring)
+    account_id: str = "11111111-2222-3333-4444-555555555555"  # two fakes may share one (the paper lock)
 
     def __post_init__(self) -> None:
         self.orders: dict[str, FakeOrder] = {}
@@ -250,6 +258,29 @@ class FakeAlpaca:
     def equity(self) -> float:
         return self.cash + sum(q * self.prices.get(s, 0.0) for s, q in self.positions.items())
 
+    def outside_trade(self, symbol: str, fraction: float = 0.5, side: str = "sell") -> FakeOrder:
+        """Someone trades the account outside podracer (a person on Alpaca's web page): sell (or buy)
+        ``fraction`` of the position in ``symbol`` at the current price, under a client id podracer
+        never uses. The book check must notice."""
+        with self._lock:
+            held = self.positions.get(symbol, 0.0)
+            qty = abs(held) * fraction if held else 1.0
+            order = FakeOrder(
+                id=str(uuid.uuid4()),
+                client_order_id=f"web-{uuid.uuid4().hex[:12]}",
+                symbol=symbol,
+                side=side,
+                qty=qty,
+                filled_qty=0.0,
+                filled_avg_price=None,
+                status="accepted",
+                created_at=self.now,
+                created_wall=time.monotonic(),
+            )
+            self.orders[order.id] = order
+            self._execute(order, qty)
+            return order
+
     def orders_for(self, client_order_id: str) -> list[FakeOrder]:
         return [o for o in self.orders.values() if o.client_order_id == client_order_id]
 
@@ -268,7 +299,7 @@ class FakeAlpaca:
         equity = self.equity()
         long_value = equity - self.cash
         return {
-            "id": "11111111-2222-3333-4444-555555555555",
+            "id": self.account_id,
             "account_number": "PA0000000",
             "status": "ACTIVE",
             "currency": "USD",
@@ -519,6 +550,9 @@ class FakeAlpaca:
                     0.0,
                     extra,
                 )
+            if fault is not None and fault.kind == "echo_key":
+                message = f"forbidden: key {headers.get('APCA-API-SECRET-KEY')} may not read this"
+                return 403, {"code": 40310000, "message": message}, 0.0, {}
             status, payload = self._route(method, path, query, body)
             if fault is not None and fault.kind == "status_after":
                 return fault.status, {"code": fault.status * 100000, "message": "injected failure"}, 0.0, {}
@@ -546,7 +580,15 @@ class FakeAlpaca:
             found = self.orders_for(query.get("client_order_id", [""])[0])
             return (200, self._lookup(found[0]).to_json()) if found else not_found
         if method == "GET" and path == "/v2/orders":
-            return 200, [o.to_json() for o in self.orders.values()]
+            # Alpaca's default (and podracer's ask) is status=open; "closed" and "all" as documented.
+            wanted = query.get("status", ["open"])[0]
+            open_ = ("new", "accepted", "pending_new", "partially_filled", "accepted_for_bidding")
+            rows = [self._lookup(o) for o in self.orders.values()]
+            if wanted == "open":
+                rows = [o for o in rows if o.status in open_]
+            elif wanted == "closed":
+                rows = [o for o in rows if o.status not in open_]
+            return 200, [o.to_json() for o in rows]
         if path.startswith("/v2/orders/"):
             order = self.orders.get(path.rsplit("/", 1)[1])
             if order is None:
@@ -688,3 +730,44 @@ def minute_bars(
     if not frames:
         return pd.DataFrame(columns=["timestamp", "ticker", "open", "high", "low", "close", "volume"])
     return pd.concat(frames, ignore_index=True)
+
+
+class HungServer:
+    """A loopback TCP server that accepts every connection and never answers (see the module
+    docstring); ``accepted`` counts the connections it holds."""
+
+    def __init__(self) -> None:
+        self._sock = socket.create_server(("127.0.0.1", 0))
+        self._held: list[socket.socket] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._sock.getsockname()[1]}"
+
+    @property
+    def accepted(self) -> int:
+        return len(self._held)
+
+    def _accept(self) -> None:
+        self._sock.settimeout(0.1)
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._sock.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            self._held.append(conn)  # read nothing, answer nothing
+
+    def __enter__(self) -> HungServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        for conn in self._held:
+            conn.close()
+        self._sock.close()

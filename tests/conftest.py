@@ -22,6 +22,18 @@ def one_thread():
     torch.set_num_threads(before)
 
 
+@pytest.fixture(scope="session")
+def _lock_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("locks")
+
+
+@pytest.fixture(autouse=True)
+def _private_account_locks(_lock_dir, monkeypatch):
+    """Machine-wide locks (the paper lock per Alpaca account) live in this test session's own folder:
+    the fake Alpaca's account id is the same in every test run on the machine."""
+    monkeypatch.setenv("PODRACER_LOCK_DIR", str(_lock_dir))
+
+
 @pytest.fixture
 def home(tmp_path, monkeypatch):
     """A fresh podracer home directory, also exported as PODRACER_HOME."""

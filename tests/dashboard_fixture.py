@@ -368,7 +368,7 @@ def write_tournament(run_dir: Path, pods: int, *, board_size: int = 10, populati
 def write_home_stores(home: Path, run: str, run_dir: Path) -> None:
     """A nightly registry (one promotion of ``run``, one rejection) and a paper journal (a decision,
     an order, its fill, a position, an event, a P&L row), through the stages' real writers."""
-    from app.nightly.registry import Champion, Decision, record_decision
+    from app.nightly.registry import Champion, DecisionRecord, record_decision
     from app.paper.journal import Journal
 
     common = dict(started_at="2024-03-01T07:00:00+00:00", step="decide", fitness="sharpe")
@@ -379,7 +379,7 @@ def write_home_stores(home: Path, run: str, run_dir: Path) -> None:
     (bundle / "manifest.json").write_text('{"bundle_id": "b1"}')
     record_decision(
         home,
-        Decision(
+        DecisionRecord(
             decided_at="2024-03-01T07:10:00+00:00",
             verdict="promoted",
             reason="first champion",
@@ -398,7 +398,7 @@ def write_home_stores(home: Path, run: str, run_dir: Path) -> None:
     )
     record_decision(
         home,
-        Decision(
+        DecisionRecord(
             decided_at="2024-03-02T07:10:00+00:00",
             verdict="rejected",
             reason="below margin",

@@ -8,10 +8,10 @@ import pandas as pd
 import pytest
 from alpaca_fake import KEY_ID, SECRET, FakeAlpaca
 
-from app.paper.alpaca_broker import AlpacaBroker, RetryPolicy, check_trading_url
+from app.paper.alpaca_broker import AlpacaBroker, BrokerRetryPolicy, check_trading_url
 from app.paper.broker import BrokerError, OrderRejected, OrderRequest
 
-FAST = RetryPolicy(attempts=4, base_delay=0.001, max_delay=0.01, timeout=0.5)
+FAST = BrokerRetryPolicy(attempts=4, base_delay=0.001, max_delay=0.01, timeout=0.5)
 
 
 @pytest.fixture
@@ -24,7 +24,7 @@ def fake(monkeypatch):
         yield server
 
 
-def make_broker(sleeps: list[float] | None = None, retry: RetryPolicy = FAST) -> AlpacaBroker:
+def make_broker(sleeps: list[float] | None = None, retry: BrokerRetryPolicy = FAST) -> AlpacaBroker:
     return AlpacaBroker(retry=retry, sleep=(sleeps.append if sleeps is not None else lambda s: None))
 
 
@@ -133,7 +133,7 @@ def test_get_retries_then_gives_up(fake):
 def test_timeout_then_lookup(fake):
     # The server creates the order but answers too late: the client times out (ambiguous).
     fake.fail("POST", "/v2/orders", kind="delay", delay=1.0)
-    retry = RetryPolicy(attempts=3, base_delay=0.001, max_delay=0.01, timeout=0.3)
+    retry = BrokerRetryPolicy(attempts=3, base_delay=0.001, max_delay=0.01, timeout=0.3)
     order = make_broker(retry=retry).submit(_order())
     assert order.status == "filled"
     assert len(fake.orders_for("pod-abc-1")) == 1 and fake.order_posts == 1

@@ -14,7 +14,7 @@ from app.dashboard import artifacts, cards, charts, formatting, pods, series, ta
 from app.dashboard import launch as cmd
 from app.dashboard.verdict_box import VerdictBox, verdict_box
 from backtests.metrics_model import MetricsDocument
-from backtests.verdict import Verdict, verdict_fields
+from backtests.verdict import EdgeVerdict, verdict_fields
 
 # --------------------------------------------------------------------------- artifacts
 
@@ -552,16 +552,16 @@ def test_short_window_cards_say_why():
 def test_verdict_box_shows_what_metrics_json_states():
     doc = _new_schema(70, pbo=0.62, oos_test={"strategy": "champion"})
     # The document states its verdict (backtests.report wrote it): the box shows that, not a re-derivation.
-    stated = Verdict("not significant", ("PSR 0.970", "excess over buy_and_hold +0.01%/day (p 0.300)"))
+    stated = EdgeVerdict("not significant", ("PSR 0.970", "excess over buy_and_hold +0.01%/day (p 0.300)"))
     doc.update(verdict_fields(stated))
     assert verdict_box(_m(doc)) == VerdictBox("warning", stated.text)
     assert stated.text.startswith("edge not significant out of sample: PSR 0.970")
-    significant = Verdict("significant", ("PSR 0.999",), (), "selection on the validation window: ...")
+    significant = EdgeVerdict("significant", ("PSR 0.999",), (), "selection on the validation window: ...")
     doc.update(verdict_fields(significant))
     assert verdict_box(_m(doc)) == VerdictBox(
         "success", significant.text, "selection on the validation window: ..."
     )
-    why = Verdict("not measurable", ("the held-out window has 12 sessions, the test needs at least 20",))
+    why = EdgeVerdict("not measurable", ("the held-out window has 12 sessions, the test needs at least 20",))
     assert verdict_box(_m({**doc, **verdict_fields(why)})).kind == "info"
     # A baselines-only report states no verdict.
     assert verdict_box(_m({**doc, **verdict_fields(None)})) is None
@@ -587,7 +587,7 @@ def test_verdict_box_of_a_document_without_a_stored_verdict():
     # Written before the out-of-sample test: its stored verdict rests on other statistics, no box.
     old = json.loads(json.dumps(METRICS_JSON))
     old["strategies"]["champion"]["deflated_sharpe_ratio"] = 0.99
-    old.update(verdict_fields(Verdict("significant", ("DSR 0.990", "PBO 0.10"))))
+    old.update(verdict_fields(EdgeVerdict("significant", ("DSR 0.990", "PBO 0.10"))))
     assert verdict_box(_m(old)) is None
 
 

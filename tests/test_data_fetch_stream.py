@@ -22,7 +22,7 @@ import torch
 from app.cli import main
 from data.errors import DataError
 from data.sources.chunks import plan_chunks, windows
-from data.sources.retry import FetchFailed, RetryPolicy, retry_after_seconds
+from data.sources.retry import FetchFailed, FetchRetryPolicy, retry_after_seconds
 from data.sources.stream import fetch_to_store
 from data.store import BarStore
 from data.universe import changes, members, resolve_tickers
@@ -106,7 +106,7 @@ def test_server_errors_after_retries_stop_with_the_chunk_to_resume_from(fake, re
     args = ["--home", str(home), "data", "fetch", "--source", "alpaca", "--tickers", ",".join(TICKERS),
             "--start", START, "--end", END, "--batch", "2", "--quiet"]  # fmt: skip
     # the first chunk's page fails 4 times in a row: the policy's 4 tries are spent
-    policy = RetryPolicy(backoff_s=0.0)
+    policy = FetchRetryPolicy(backoff_s=0.0)
     with pytest.raises(
         FetchFailed, match=r"HTTP 503 .*stopped at chunk AAA..BBB \(2 ticker\(s\)\) 2024-01-02"
     ):
@@ -120,7 +120,9 @@ def test_server_errors_after_retries_stop_with_the_chunk_to_resume_from(fake, re
 
 
 def test_failure_is_one_line_in_the_cli(fake, tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr("app.workflows.data.RetryPolicy", functools.partial(RetryPolicy, backoff_s=0.0))
+    monkeypatch.setattr(
+        "app.workflows.data.FetchRetryPolicy", functools.partial(FetchRetryPolicy, backoff_s=0.0)
+    )
     fake.fail("GET", "/v2/stocks/bars", kind="drop", times=100)
     rc = main(["--home", str(tmp_path / "h"), "data", "fetch", "--source", "alpaca", "--tickers", "AAA",
                "--start", START, "--end", START, "--quiet"])  # fmt: skip
@@ -135,7 +137,7 @@ def test_429_retry_after_is_waited_out_and_dropped_connections_retried(fake, ref
     fake.fail("GET", "/v2/stocks/bars", status=429, retry_after="0.05", times=2)
     fake.fail("GET", "/v2/stocks/bars", kind="drop", times=1)
     slept: list[float] = []
-    policy = RetryPolicy(backoff_s=0.01, sleep=lambda s: (slept.append(s), time.sleep(s)))
+    policy = FetchRetryPolicy(backoff_s=0.01, sleep=lambda s: (slept.append(s), time.sleep(s)))
     home = tmp_path / "throttled"
     report = fetch_to_store(home, "alpaca", TICKERS, START, END, batch=2, policy=policy)
     assert (
@@ -147,7 +149,7 @@ def test_429_retry_after_is_waited_out_and_dropped_connections_retried(fake, ref
 
 def test_429_beyond_the_wait_budget_names_the_chunk(fake, tmp_path):
     fake.fail("GET", "/v2/stocks/bars", status=429, retry_after="30", times=5)
-    policy = RetryPolicy(max_wait_s=10, sleep=lambda s: None)
+    policy = FetchRetryPolicy(max_wait_s=10, sleep=lambda s: None)
     with pytest.raises(FetchFailed, match=r"rate limited after waiting 0 s .*chunk AAA..BBB .*resume"):
         fetch_to_store(tmp_path / "h", "alpaca", TICKERS, START, END, batch=2, policy=policy)
 

@@ -17,7 +17,7 @@ from app.cli import main
 from data.actions import ActionStore
 from data.errors import DataError
 from data.sources.csv import import_files
-from data.sources.retry import RetryPolicy
+from data.sources.retry import FetchRetryPolicy
 from data.sources.stream import fetch_to_store
 from data.store import BarStore
 from tests.alpaca_fake import minute_bars
@@ -232,7 +232,7 @@ def test_no_actions_reply_is_retried_then_names_the_chunk(yahoo, tmp_path, monke
 
     monkeypatch.setattr(yfinance, "Ticker", lambda _symbol: Silent())
     waits: list[float] = []
-    policy = RetryPolicy(sleep=waits.append)
+    policy = FetchRetryPolicy(sleep=waits.append)
     with pytest.raises(DataError, match=r"no corporate-actions reply .*rerun the same command") as info:
         _fetch(tmp_path, fake, "2024-02-05", "2024-02-09", today="2024-02-10", policy=policy)
     assert "\n" not in str(info.value) and len(waits) == policy.attempts - 1

@@ -24,7 +24,7 @@ from app.nightly.pipeline import STEPS, RetrainError, run_retrain
 from app.nightly.registry import current_champion, read_decisions, registry_path
 from app.nightly.steps import ChallengerRun, DataSnapshot, Evaluation, RetrainSteps
 from backtests.metrics_model import OosTest
-from backtests.verdict import Verdict as EdgeVerdict
+from backtests.verdict import EdgeVerdict
 from data.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -16,13 +16,13 @@ from test_paper_support import make_run
 from app.bundle import load_bundle
 from app.cli import main
 from app.export import export_bundle
-from app.paper.alpaca_broker import AlpacaBroker, RetryPolicy
+from app.paper.alpaca_broker import AlpacaBroker, BrokerRetryPolicy
 from app.paper.cycle import run_cycle
 from app.paper.journal import Journal, journal_path, read_journal
 from app.paper.observation import fetch_start
 from app.paper.options import PaperOptions
 from app.paper.orders import (
-    Decision,
+    DecisionSnapshot,
     RiskLimits,
     apply_limits,
     bundle_max_weight,
@@ -30,7 +30,7 @@ from app.paper.orders import (
     plan_orders,
 )
 
-FAST = RetryPolicy(attempts=4, base_delay=0.001, max_delay=0.01, timeout=0.5)
+FAST = BrokerRetryPolicy(attempts=4, base_delay=0.001, max_delay=0.01, timeout=0.5)
 
 
 @pytest.fixture(scope="module")
@@ -284,7 +284,7 @@ def test_bad_limits_one_line(env, capsys):
 
 def test_observation_matches_env_layout(env):
     """The observation the cycle builds equals the env's at the same bar (all-cash book)."""
-    from app.paper.broker import Account
+    from app.paper.broker import BrokerAccount
     from app.paper.observation import build_decision
 
     run, bundle = env["run"], env["bundle"]
@@ -294,7 +294,7 @@ def test_observation_matches_env_layout(env):
     decision = build_decision(
         bundle,
         bars[bars.timestamp <= env["decision"] + pd.Timedelta(minutes=1)],
-        Account(1e5, 1e5, 1e5, 1e5),
+        BrokerAccount(1e5, 1e5, 1e5, 1e5),
         {},
         env["fake"].now,
     )
@@ -349,7 +349,16 @@ def test_orders_filled_a_moment_later_are_awaited(env):
 
 def test_read_journal_without_a_journal(tmp_path):
     tables = read_journal(tmp_path)
-    assert set(tables) == {"decisions", "orders", "fills", "positions", "pnl", "events", "sessions"}
+    assert set(tables) == {
+        "decisions",
+        "orders",
+        "fills",
+        "positions",
+        "pnl",
+        "events",
+        "sessions",
+        "opening_books",
+    }
     assert all(frame.empty for frame in tables.values())
     assert {"equity", "cash", "day_pnl", "day_return"} <= set(tables["pnl"].columns)
     assert not (tmp_path / "paper").exists()  # reading never creates the trader's files
@@ -394,7 +403,7 @@ def test_max_weight_caps_every_position_at_the_fill_in_the_planner():
     qty = np.array([3_000.0, 0.0, 10.0, 0.0])  # AAA held at 30%: sold down to the cap
     cash = 100_000.0 - float(qty @ prices)
     value = cash + float(qty @ prices)
-    decision = Decision(
+    decision = DecisionSnapshot(
         pd.Timestamp("2024-01-02 15:00", tz="UTC"), np.zeros((1, 1), np.float32), prices, qty, value, cash,
         qty * prices / value, (),
     )  # fmt: skip

@@ -25,8 +25,8 @@ from alpaca_fake import KEY_ID, SECRET, FakeAlpaca
 from test_paper_support import make_run
 
 from app.export import export_bundle
-from app.nightly.registry import Champion, Decision, current_champion, record_decision
-from app.paper.alpaca_broker import AlpacaBroker, RetryPolicy
+from app.nightly.registry import Champion, DecisionRecord, current_champion, record_decision
+from app.paper.alpaca_broker import AlpacaBroker, BrokerRetryPolicy
 from app.paper.attribution import SESSIONS_PER_YEAR, attribute
 from app.paper.champion import ChampionSource, short
 from app.paper.cycle import run_paper
@@ -35,7 +35,7 @@ from app.paper.journal import Journal, read_journal
 from app.paper.options import PaperOptions
 from app.paper.orders import RiskLimits
 
-FAST = RetryPolicy(attempts=4, base_delay=0.001, max_delay=0.01, timeout=5.0)
+FAST = BrokerRetryPolicy(attempts=4, base_delay=0.001, max_delay=0.01, timeout=5.0)
 LIMITS = RiskLimits(max_order_notional=1e9, daily_loss_limit=None)
 SESSIONS = ("2024-01-04", "2024-01-05", "2024-01-08")  # the fixture market's last three sessions
 ROOT = Path(__file__).resolve().parents[1]
@@ -78,7 +78,7 @@ def promote(home: Path, run_id: str, bundle: Path, **kwargs) -> int:
     now = datetime.now(UTC).isoformat()
     return record_decision(
         home,
-        Decision(
+        DecisionRecord(
             started_at=now,
             decided_at=now,
             verdict="promoted",
@@ -95,7 +95,7 @@ def promote(home: Path, run_id: str, bundle: Path, **kwargs) -> int:
 def keep(home: Path, run_id: str) -> None:
     """A retrain that keeps the champion: a rejected decision, the pointer untouched."""
     now = datetime.now(UTC).isoformat()
-    record_decision(home, Decision(started_at=now, decided_at=now, verdict="rejected", reason="below margin",
+    record_decision(home, DecisionRecord(started_at=now, decided_at=now, verdict="rejected", reason="below margin",
                                    step="decide", challenger_run_id=run_id))  # fmt: skip
 
 
@@ -447,11 +447,11 @@ def test_paper_process_killed_mid_cycle_and_restarted(market):
 
 RETRAIN_KILLED_BEFORE_COMMIT = """
 import os, signal, sys
-from app.nightly.registry import Champion, Decision, record_decision
+from app.nightly.registry import Champion, DecisionRecord, record_decision
 home, bundle = sys.argv[1], sys.argv[2]
 record_decision(
     home,
-    Decision(started_at="s", decided_at="d", verdict="promoted", reason="r", step="decide", bundle=bundle),
+    DecisionRecord(started_at="s", decided_at="d", verdict="promoted", reason="r", step="decide", bundle=bundle),
     Champion(run_id="run-b", policy_dir=bundle, promoted_at="p", bundle=bundle),
     before_commit=lambda: os.kill(os.getpid(), signal.SIGKILL),
 )

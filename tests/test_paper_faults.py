@@ -18,7 +18,7 @@ from alpaca_fake import SECRET, FakeAlpaca, daily_bars
 from test_paper import FAST, cycle, env, setup  # noqa: F401 - fixtures used by name
 
 from app.cli import main
-from app.paper.alpaca_broker import AlpacaBroker, RetryPolicy, parse_retry_after
+from app.paper.alpaca_broker import AlpacaBroker, BrokerRetryPolicy, parse_retry_after
 from app.paper.broker import BrokerError, OrderRequest
 from app.paper.cycle import run_cycle
 from app.paper.journal import Journal, journal_path, order_counts, read_journal
@@ -98,7 +98,9 @@ def test_stale_order_filling_late_is_counted_once(env):
 
 # --- 2. Retry-After and the per-cycle budget -------------------------------------------------------
 def _broker(sleeps: list[float], **retry) -> AlpacaBroker:
-    policy = RetryPolicy(**{"attempts": 4, "base_delay": 0.001, "max_delay": 0.01, "timeout": 0.5, **retry})
+    policy = BrokerRetryPolicy(
+        **{"attempts": 4, "base_delay": 0.001, "max_delay": 0.01, "timeout": 0.5, **retry}
+    )
     return AlpacaBroker(retry=policy, sleep=sleeps.append)
 
 
@@ -334,7 +336,7 @@ def test_policy_spec_without_weights_sha256_refused(env, tmp_path):
 @pytest.mark.parametrize("stamp", ["alpaca", "date"])
 def test_daily_bundle_decides_only_on_completed_sessions(env, stamp):
     from app.bundle import Bundle
-    from app.paper.broker import Account
+    from app.paper.broker import BrokerAccount
     from app.paper.observation import build_decision
 
     minute = env["run"].bars
@@ -350,8 +352,8 @@ def test_daily_bundle_decides_only_on_completed_sessions(env, stamp):
     days = sorted(day.unique())
     last = pd.Timestamp(days[-1]).tz_localize("UTC")
     midday = (last + pd.Timedelta(hours=18)).to_pydatetime()  # 13:00 New York: the session is open
-    decision = build_decision(bundle, daily, Account(1e5, 1e5, 1e5, 1e5), {}, midday)
+    decision = build_decision(bundle, daily, BrokerAccount(1e5, 1e5, 1e5, 1e5), {}, midday)
     assert decision.decision_ts.date() == pd.Timestamp(days[-2]).date()  # not today's forming bar
     after_close = (last + pd.Timedelta(hours=23)).to_pydatetime()
-    decision = build_decision(bundle, daily, Account(1e5, 1e5, 1e5, 1e5), {}, after_close)
+    decision = build_decision(bundle, daily, BrokerAccount(1e5, 1e5, 1e5, 1e5), {}, after_close)
     assert decision.decision_ts.date() == pd.Timestamp(days[-1]).date()

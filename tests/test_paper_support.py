@@ -17,7 +17,7 @@ import pandas as pd
 import torch
 
 from app.config import Config, write_config
-from app.paper.broker import Account, Asset, Clock, Order, OrderRequest, Position
+from app.paper.broker import Asset, BrokerAccount, Clock, Order, OrderRequest, Position
 from data.atomic import atomic_write_json
 
 NUM_TICKERS = 3
@@ -95,9 +95,9 @@ class SimBroker:
         rows = self.bars[(self.bars.ticker == ticker) & (self.bars.timestamp < pd.Timestamp(self.now))]
         return float(rows["close"].iloc[-1]) if len(rows) else 0.0
 
-    def account(self) -> Account:
+    def account(self) -> BrokerAccount:
         equity = self.cash + sum(q * self._price(t) for t, q in self.qty.items())
-        return Account(equity=equity, cash=self.cash, last_equity=equity, buying_power=self.cash)
+        return BrokerAccount(equity=equity, cash=self.cash, last_equity=equity, buying_power=self.cash)
 
     def positions(self) -> dict[str, Position]:
         return {

@@ -364,33 +364,79 @@ def test_step_graph_is_the_plain_function_on_a_cpu():
     assert calls == [1, 1, 1] and step.mode == "eager" and not step.enabled
 
 
-def test_population_size_from_memory_and_probe(monkeypatch):
-    assert (
-        sizing.choose_population_size(torch.device("cpu"), 256, 10**6, lambda p: 1.0).num_pods
-        == sizing.CPU_POPULATION
-    )
-    monkeypatch.setattr(sizing, "memory_cap", lambda device, per_pod: 100)
-    rates = {8: 1.0, 16: 1.9, 32: 2.0, 64: 9.0}
+# Fake timings of (pods, envs per pod): the sizing rule is tested on known answers.
+RATES = {
+    256: {8: 1.0, 16: 2.0, 32: 3.0, 64: 3.3},  # 64 pods gains 1.1x: stop at 32 (3.0)
+    512: {8: 1.5, 16: 3.0, 32: 4.0, 64: 4.2},  # best 4.0 >= 1.15 x 3.0: 512 envs pays
+    1024: {8: 2.0, 16: 4.0, 32: 4.5},  # best 4.0 (32 gains 1.125x) < 1.15 x 4.0: 1024 does not
+}
+
+
+def _fake_probe(probed, rates=RATES):
+    def probe(pods, envs):
+        probed.append((pods, envs))
+        return rates[envs][pods] * 1e6
+
+    return probe
+
+
+def test_the_shape_probe_explores_envs_per_pod_and_pods_by_its_rule(monkeypatch):
+    per_pod = lambda envs: envs * 1000  # noqa: E731
+    # A CPU: no probe; the run's num_envs and the CPU default (or what is pinned).
+    cpu = sizing.choose_shape(torch.device("cpu"), 256, per_pod, lambda p, n: 1 / 0)
+    assert (cpu.num_pods, cpu.num_envs) == (sizing.CPU_POPULATION, 256)
+    cpu = sizing.choose_shape(torch.device("cpu"), 256, per_pod, lambda p, n: 1 / 0, pods=3, envs=64)
+    assert (cpu.num_pods, cpu.num_envs, cpu.fixed) == (3, 64, True)
+    # A GPU whose free memory holds 10^8 bytes / 0.6 for pods: 390 pods of 256 envs, 97 of 1024.
+    monkeypatch.setattr(sizing, "memory_cap", lambda device, per_pod: 10**8 // per_pod)
+    cuda = torch.device("cuda")
     probed = []
+    chosen = sizing.choose_shape(cuda, 256, per_pod, _fake_probe(probed))
+    assert (chosen.num_pods, chosen.num_envs, chosen.memory_cap) == (32, 512, 195)
+    assert probed == [(8, 256), (16, 256), (32, 256), (64, 256)] + [
+        (8, 512),
+        (16, 512),
+        (32, 512),
+        (64, 512),
+    ] + [
+        (8, 1024),
+        (16, 1024),
+        (32, 1024),
+    ]
+    line = chosen.describe()
+    assert "32 pods x 512 envs" in line and "32x512 4.00M" in line and "memory fits 195" in line
+    # Pods pinned: only the envs per pod are explored (each doubling paid here: 2.0, 3.0, 4.0).
+    probed.clear()
+    pinned = sizing.choose_shape(cuda, 256, per_pod, _fake_probe(probed), pods=16)
+    assert (pinned.num_pods, pinned.num_envs) == (16, 1024) and probed == [(16, 256), (16, 512), (16, 1024)]
+    assert "set: pods" in pinned.describe()
+    # Envs pinned: only the pods are explored.
+    probed.clear()
+    pinned = sizing.choose_shape(cuda, 256, per_pod, _fake_probe(probed), envs=1024)
+    assert (pinned.num_pods, pinned.num_envs) == (16, 1024) and probed == [(8, 1024), (16, 1024), (32, 1024)]
+    # Both pinned: no probe at all.
+    fixed = sizing.choose_shape(cuda, 256, per_pod, lambda p, n: 1 / 0, pods=8, envs=512)
+    assert (fixed.num_pods, fixed.num_envs, fixed.fixed) == (8, 512, True)
+    assert "set: pods, envs_per_pod" in fixed.describe()
+    # A short round caps the envs per pod: at least MIN_UPDATES_PER_ROUND updates of 32 x N samples.
+    assert sizing.max_envs_per_pod(32, 250_000) == sizing.MAX_ENVS_PER_POD
+    assert sizing.max_envs_per_pod(32, 40_000) == 312
+    assert sizing.envs_choices(256, max_envs=312) == [256] and sizing.envs_choices(256, 512) == [512]
+    probed.clear()
+    short = sizing.choose_shape(cuda, 256, per_pod, _fake_probe(probed), max_envs=312)
+    assert (short.num_pods, short.num_envs) == (32, 256) and {n for _, n in probed} == {256}
 
-    def probe(p):
-        probed.append(p)
-        return rates[p]
-
-    chosen = sizing.choose_population_size(torch.device("cuda"), 256, 10**6, probe)
-    # 16 still paid (1.9x), 32 did not (< 1.15x of 16): 16 pods; 64 is never tried.
-    assert chosen.num_pods == 16 and probed == [8, 16, 32]
-    assert "16 pods x 256 envs" in chosen.describe() and "memory fits 100" in chosen.describe()
-
-    def out_of_memory(p):
-        if p > 8:
+    # The memory estimate too kind at 1024 envs: the shape that fit is kept.
+    def out_of_memory(pods, envs):
+        if envs == 1024:
             raise torch.OutOfMemoryError("probe")
-        return 1.0
+        return RATES[envs][pods]
 
-    monkeypatch.setattr(sizing.torch.cuda, "empty_cache", lambda: None)
-    assert sizing.choose_population_size(torch.device("cuda"), 256, 10**6, out_of_memory).num_pods == 8
+    assert sizing.choose_shape(cuda, 256, per_pod, out_of_memory).num_envs == 512
+    # A small memory caps the pods below the probe's start.
     monkeypatch.setattr(sizing, "memory_cap", lambda device, per_pod: 5)
-    assert sizing.choose_population_size(torch.device("cuda"), 256, 10**6, lambda p: 1.0).num_pods == 5
+    small = sizing.choose_shape(cuda, 256, per_pod, lambda p, n: float(n), max_envs=256)
+    assert (small.num_pods, small.num_envs) == (5, 256)
 
 
 def test_the_sizing_probe_times_the_learner_and_changes_nothing(market):

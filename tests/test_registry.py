@@ -9,7 +9,7 @@ import pytest
 from app.nightly.registry import (
     SCHEMA_VERSION,
     Champion,
-    Decision,
+    DecisionRecord,
     RegistryError,
     current_champion,
     read_decisions,
@@ -18,8 +18,8 @@ from app.nightly.registry import (
 )
 
 
-def _decision(verdict: str = "promoted", run: str = "r1", **extra) -> Decision:
-    return Decision(
+def _decision(verdict: str = "promoted", run: str = "r1", **extra) -> DecisionRecord:
+    return DecisionRecord(
         started_at="2026-03-09T06:00:00+00:00",
         decided_at="2026-03-09T06:30:00+00:00",
         verdict=verdict,

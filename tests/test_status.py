@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from app.cli import main
-from app.nightly.registry import Champion, Decision, record_decision
+from app.nightly.registry import Champion, DecisionRecord, record_decision
 from app.nightly.schedule import read_schedule, record_schedule, schedule_path
 from app.paper.heartbeat import Heartbeat, heartbeat_path, write_heartbeat
 from app.paper.journal import Journal
@@ -39,7 +39,7 @@ def champion(home: Path, bundle_id: str = "b" * 64) -> None:
     common = dict(started_at="2024-01-03T07:00:00+00:00", step="decide")
     record_decision(
         home,
-        Decision(
+        DecisionRecord(
             decided_at="2024-01-03T07:10:00+00:00", verdict="promoted", reason="first champion", **common
         ),
         Champion(
@@ -51,7 +51,9 @@ def champion(home: Path, bundle_id: str = "b" * 64) -> None:
     )
     record_decision(
         home,
-        Decision(decided_at="2024-01-04T07:10:00+00:00", verdict="rejected", reason="below margin", **common),
+        DecisionRecord(
+            decided_at="2024-01-04T07:10:00+00:00", verdict="rejected", reason="below margin", **common
+        ),
     )
 
 

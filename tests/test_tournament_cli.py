@@ -233,3 +233,38 @@ def test_one_budget_on_the_command_line_replaces_both():
 
     with pytest.raises(ConfigError, match="budget"):
         tournament_args_from_config(Config().with_updates(tournament={"budget_steps": None}))
+
+
+def test_pods_on_the_population_backend_is_the_population_size(home, config, capsys):
+    """``--pods 8`` with ``--backend population``: every population has 8 pods (one round of 8 here)."""
+    argv = ["train", "--tournament", "--config", str(config), "--backend", "population"]
+    rc = main([*argv, "--pods", "8", "--budget-steps", str(8 * 256), "--run", "p8", "--json"])
+    assert rc == 0, capsys.readouterr().err
+    assert _json_line(capsys.readouterr().out)["env_steps"] == 8 * 256
+    run_dir = home / "runs" / "p8"
+    assert len(read_pods(run_dir)) == 8
+    kinds = [e["kind"] for e in read_events(run_dir) if e["kind"] in ("started", "scored")]
+    assert kinds == ["started"] * 8 + ["scored"] * 8  # one population of 8, launched together
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--tournament", "--backend", "population", "--pods", "3"], "population_size = 4"),
+        (["--tournament", "--threads", "2"], "--threads: only for a single run"),
+        (["--tournament", "--steps", "64"], "--steps: only for a single run"),
+        (["--pods", "3", "--workers", "1"], "--pods, --workers: only for a tournament"),
+        (["--tournament", "--backend", "ray", "--workers", "1"], "--workers: the ray backend"),
+        (["--tournament", "--backend", "local", "--address", "ray://x:1"], "tournament.address"),
+    ],
+)
+def test_a_flag_the_run_would_not_read_is_refused_in_one_line(home, tmp_path, capsys, extra, message):
+    path = tmp_path / "sized.toml"
+    path.write_text(CONFIG.replace("workers = 0", "workers = 0\npopulation_size = 4"))
+    plain = tmp_path / "plain.toml"
+    plain.write_text(CONFIG)
+    chosen = path if "population" in extra else plain
+    assert main(["train", "--config", str(chosen), *extra, "--run", "r", "--json"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert not (home / "runs" / "r").exists()

@@ -39,6 +39,19 @@ def test_auto_is_population_on_cuda_and_local_workers_on_a_cpu():
     assert isinstance(backend, PopulationBackend) and backend.mode == "process"
     assert backend.population_size == 16
     assert make_backend("population", workers=0).mode == "inline"
+    # ``pods`` is the population size on the population backend (the same setting as population_size).
+    assert make_backend("population", workers=0, pods=8).population_size == 8
+    assert make_backend("population", workers=0, pods=8, population_size=8).population_size == 8
+    with pytest.raises(ConfigError, match="give one of them"):
+        make_backend("population", pods=8, population_size=16)
+    # A setting the chosen backend would not use is refused, never ignored.
+    with pytest.raises(ConfigError, match="population_size = 16 applies to the population backend only"):
+        make_backend("auto", device="cpu", population_size=16)
+    with pytest.raises(ConfigError, match="address"):
+        make_backend("local", address="ray://x:1")
+    with pytest.raises(ConfigError, match="envs_per_pod = 512 applies to the population backend only"):
+        make_backend("ray", envs_per_pod=512)
+    assert make_backend("population", envs_per_pod=512).shape.envs == 512
     assert isinstance(make_backend("ray", address="ray://x:1"), RayBackend)
     with pytest.raises(ConfigError, match="PPO pods only"):
         make_backend("population", algo="sac")
@@ -89,7 +102,7 @@ def test_a_failing_pod_fails_alone_in_its_population(tmp_path, windows):
 def _ppo_run(tmp_path, name, windows_ppo, **kw):
     train, valid = windows_ppo
     args = TournamentArgs(
-        pods=1, leaderboard_size=2, p_fresh=0.3, round_steps=256, budget_steps=256 * 6, workers=0, seed=3,
+        leaderboard_size=2, p_fresh=0.3, round_steps=256, budget_steps=256 * 6, workers=0, seed=3,
         backend="population", population_size=3,
     )  # fmt: skip
     agent = {**AGENT, "update_epochs": 2}
@@ -152,3 +165,21 @@ def test_real_pods_resume_after_an_interruption(tmp_path, windows_ppo):
     assert all(after[k]["score"] == p["score"] for k, p in before.items())
     assert [e["kind"] for e in read_events(tmp_path / "run")].count("resumed") == 1
     assert (tmp_path / "run" / "champion" / "spec.json").is_file()
+
+
+def test_envs_per_pod_pinned_sets_the_populations_env_batch(tmp_path, windows_ppo, caplog):
+    """``envs_per_pod`` = 16 (the run's ``num_envs`` is 8): each pod trains on 16 envs, so a round of
+    256 env-steps is one update of 16 steps x 16 envs (two of 8 envs otherwise)."""
+    import pandas as pd
+
+    train, valid = windows_ppo
+    args = TournamentArgs(
+        leaderboard_size=2, round_steps=256, budget_steps=256 * 3, workers=0, seed=3,
+        backend="population", pods=3, envs_per_pod=16,
+    )  # fmt: skip
+    with caplog.at_level("INFO", logger="agents.tournament.population_backend"):
+        result = run_tournament(tmp_path / "run", train, valid, args=args, env=ENV, agent=AGENT)
+    assert any("3 pods x 16 envs per population" in r.getMessage() for r in caplog.records)
+    for pod in read_pods(result.run_dir):
+        curve = pd.read_parquet(result.run_dir / "pods" / pod["pod_id"] / "curve.parquet")
+        assert curve["env_steps"].tolist() == [256.0], pod["pod_id"]

@@ -57,7 +57,7 @@ def _alive(pid: int) -> bool:
 def test_kill_dash_nine_then_resume_loses_nothing(tmp_path, backend):
     # population: pods in lockstep populations of 3, run in one worker process (the real learner
     # resumes in tests/test_tournament_population.py)
-    args_used = {**ARGS, "backend": backend, "population_size": 3}
+    args_used = {**ARGS, "backend": backend, **({"pods": 3} if backend == "population" else {})}
     run = tmp_path / "run"
     script = SCRIPT.format(tests=str(TESTS), run=str(run), args=args_used)
     proc = subprocess.Popen([sys.executable, "-c", script], cwd=TESTS.parent)

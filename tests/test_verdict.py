@@ -15,7 +15,7 @@ import pytest
 
 from backtests import verdict as v
 from backtests.metrics_model import MetricsDocument
-from backtests.verdict import Verdict, judge, stated_verdict, verdict_fields
+from backtests.verdict import EdgeVerdict, judge, stated_verdict, verdict_fields
 
 ROOT = Path(__file__).resolve().parents[1]
 PRODUCT = ("app", "agents", "backtests", "data", "envs")
@@ -140,7 +140,7 @@ def test_the_diagnostics_line_follows_and_does_not_change_the_verdict():
 
 
 def test_the_stated_verdict_round_trips_through_metrics_json():
-    verdict = Verdict("not significant", ("PSR 0.620",), ("a caveat",), "selection ...")
+    verdict = EdgeVerdict("not significant", ("PSR 0.620",), ("a caveat",), "selection ...")
     doc = json.loads(json.dumps({**_doc(0.99, 0.001), **verdict_fields(verdict)}))
     assert doc["verdict"] == verdict.text and doc["verdict_outcome"] == "not significant"
     assert doc["verdict_diagnostics"] == "selection ..."

@@ -25,7 +25,7 @@ from app.config import config_to_toml, parse_config
 from app.nightly.decide import decide
 from app.runs import RunDir
 from backtests.looks import ledger_path, read_looks
-from backtests.verdict import Verdict
+from backtests.verdict import EdgeVerdict
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = {
@@ -151,7 +151,7 @@ def test_folds_gate_and_stitched_account_of_a_tiny_run(runs):
         assert fold.info().status == "done" and fold.champion.is_dir()
         # The gate's answer is the nightly rule on the recorded figures.
         g = r["gate"]["figures"]
-        edge = Verdict(g["edge_outcome"], (g["edge"],)) if g["edge_outcome"] else None
+        edge = EdgeVerdict(g["edge_outcome"], (g["edge"],)) if g["edge_outcome"] else None
         expected = decide(
             g["challenger_fitness"], g["incumbent_fitness"], edge, has_champion=r["index"] > 0, margin=0.1
         )

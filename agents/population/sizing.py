@@ -1,14 +1,25 @@
-"""How many pods a population holds: from the device's memory and a short measured probe.
+"""A population's shape, pods x envs per pod: from the device's memory and a short measured probe.
 
-- On a CPU: :data:`CPU_POPULATION` pods, no probe (the batch a few pods make is as large as a CPU's
-  cores use well; more pods only make each round longer).
-- On a GPU: at most what fits in :data:`MEMORY_FRACTION` of the free memory (:func:`bytes_per_pod`:
-  the rollout storage, the minibatch working set and the env's tensors), then a probe times the
-  learner side of one training update (:func:`learner_rate`: policy steps and minibatch updates,
-  CUDA graphs included; the env step, linear in the envs, is left out) at doubling sizes from
-  :data:`PROBE_START` and keeps doubling while the aggregate env-steps/s grows by at least
-  :data:`PROBE_GAIN` per doubling: past that point a bigger population only makes each round longer
-  (fewer, later leaderboard updates) for little more throughput.
+- On a CPU: :data:`CPU_POPULATION` pods of the run's ``[env] num_envs``, no probe (the batch a few
+  pods make is as large as a CPU's cores use well; more pods only make each round longer).
+- On a GPU the probe times the learner side of one training update (:func:`learner_rate`: policy
+  steps and minibatch updates, CUDA graphs included; the env step, linear in the envs, is left out)
+  of candidate shapes, by this rule:
+
+  1. Envs per pod ``N``: the run's ``num_envs``, then doublings up to :data:`MAX_ENVS_PER_POD` and
+     to what leaves a pod at least :data:`MIN_UPDATES_PER_ROUND` updates in a round (a pod never gets
+     fewer envs than the run asks for, nor a round of one or two updates).
+  2. At each ``N``, pods per population ``P``: at most what fits in :data:`MEMORY_FRACTION` of the
+     free memory (:func:`bytes_per_pod`: rollout storage, the minibatch working set, the envs), from
+     :data:`PROBE_START` doubling while the aggregate env-steps/s grows by at least
+     :data:`PROBE_GAIN` per doubling: past that point a bigger population only makes each round
+     longer (fewer, later leaderboard updates) for little more throughput.
+  3. ``N`` doubles while the best rate found at the doubled ``N`` beats the best at ``N`` by
+     :data:`PROBE_GAIN` too (bigger batches per update are a change of the pods' learning, taken
+     only for a real gain); the shape kept is the best at the last ``N`` that paid.
+
+  Either dimension can be pinned (``[tournament] population_size`` or ``pods``; ``envs_per_pod``):
+  the probe then explores the other alone; both pinned, no probe.
 
 The choice and its reasons are one log line (:meth:`Sizing.describe`), written when the backend starts.
 """
@@ -28,6 +39,8 @@ from envs.observation import NUM_GLOBAL, asset_width
 
 CPU_POPULATION = 4
 MAX_POPULATION = 256
+MAX_ENVS_PER_POD = 1024
+MIN_UPDATES_PER_ROUND = 4
 PROBE_START = 8
 PROBE_GAIN = 1.15
 MEMORY_FRACTION = 0.6
@@ -93,14 +106,15 @@ def learner_rate(population: Any, update_epochs: int, repeats: int = 3) -> float
 
 @dataclass
 class Sizing:
-    """A population size and why."""
+    """A population's shape (pods x envs per pod) and why."""
 
     num_pods: int
     device: str
-    num_envs: int
-    memory_cap: int | None = None
-    probe: dict[int, float] = field(default_factory=dict)  # pods -> measured env-steps/s
-    fixed: bool = False  # set by the config, not chosen
+    num_envs: int  # envs per pod
+    memory_cap: int | None = None  # pods that fit at the chosen envs per pod
+    probe: dict[tuple[int, int], float] = field(default_factory=dict)  # (pods, envs) -> env-steps/s
+    fixed: bool = False  # both set by the config, not chosen
+    pinned: tuple[str, ...] = ()  # the settings that fixed one of the two
 
     def describe(self) -> str:
         """The log line: what was chosen and why."""
@@ -108,34 +122,100 @@ class Sizing:
             f"population backend: {self.num_pods} pods x {self.num_envs} envs per population on {self.device}"
         )
         if self.fixed:
-            return f"{head} (tournament.population_size)"
+            return f"{head} (set: {', '.join(self.pinned)})"
         if self.memory_cap is None:
             return f"{head} (the CPU default)"
-        probe = ", ".join(f"{p} pods {v / 1e6:.2f}M" for p, v in sorted(self.probe.items()))
-        return f"{head} (memory fits {self.memory_cap}; probe env-steps/s: {probe})"
+        probe = ", ".join(f"{p}x{n} {v / 1e6:.2f}M" for (p, n), v in sorted(self.probe.items(), key=_by_envs))
+        pinned = f"; set: {', '.join(self.pinned)}" if self.pinned else ""
+        return f"{head} (memory fits {self.memory_cap}; probe pods x envs env-steps/s: {probe}{pinned})"
 
 
-def choose_population_size(
-    device: torch.device, num_envs: int, per_pod: int, probe: Callable[[int], float]
-) -> Sizing:
-    """The population size for ``device`` (see the module docstring); ``probe(P)`` measures the
-    aggregate training env-steps/s of a population of ``P`` pods."""
-    cap = memory_cap(device, per_pod)
-    if cap is None:
-        return Sizing(CPU_POPULATION, str(device), num_envs)
-    limit = min(cap, MAX_POPULATION)
-    size = min(PROBE_START, limit)
-    sizing = Sizing(size, str(device), num_envs, memory_cap=cap)
-    sizing.probe[size] = probe(size)
-    while size * 2 <= limit:
+def _by_envs(item: tuple[tuple[int, int], float]) -> tuple[int, int]:
+    (pods, envs), _ = item
+    return envs, pods
+
+
+def envs_choices(num_envs: int, envs: int = 0, max_envs: int = MAX_ENVS_PER_POD) -> list[int]:
+    """Envs per pod the probe tries: ``envs`` when pinned, else ``num_envs`` (the run's ``[env]
+    num_envs``) doubling up to ``max_envs`` (never fewer envs than the run asks for)."""
+    if envs > 0:
+        return [envs]
+    choices = [num_envs]
+    while choices[-1] * 2 <= max_envs:
+        choices.append(choices[-1] * 2)
+    return choices
+
+
+def max_envs_per_pod(num_steps: int, round_steps: int | None) -> int:
+    """The largest ``N`` the probe tries: :data:`MAX_ENVS_PER_POD`, and no more than leaves a pod
+    :data:`MIN_UPDATES_PER_ROUND` updates of ``num_steps x N`` samples in a round of ``round_steps``."""
+    if round_steps is None:
+        return MAX_ENVS_PER_POD
+    return min(MAX_ENVS_PER_POD, round_steps // max(1, num_steps * MIN_UPDATES_PER_ROUND))
+
+
+def _probe_pods(
+    sizing: Sizing, envs: int, limit: int, probe: Callable[[int, int], float], pods: int
+) -> tuple[int, float] | None:
+    """The best population size at ``envs`` envs per pod (``pods`` when pinned, else doubling from
+    :data:`PROBE_START` while each doubling gains :data:`PROBE_GAIN`) and its rate; None when even the
+    first size does not fit."""
+    size = pods if pods > 0 else min(PROBE_START, limit)
+    try:
+        rate = sizing.probe[(size, envs)] = probe(size, envs)
+    except torch.OutOfMemoryError:
+        _free_cache()
+        return None
+    while pods == 0 and size * 2 <= limit:
         try:
-            rate = probe(size * 2)
+            doubled = sizing.probe[(size * 2, envs)] = probe(size * 2, envs)
         except torch.OutOfMemoryError:  # the memory estimate was too kind: keep the size that fit
-            torch.cuda.empty_cache()
+            _free_cache()
             break
-        sizing.probe[size * 2] = rate
-        if rate < PROBE_GAIN * sizing.probe[size]:
+        if doubled < PROBE_GAIN * rate:
             break
-        size *= 2
-    sizing.num_pods = size
+        size, rate = size * 2, doubled
+    return size, rate
+
+
+def _free_cache() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def choose_shape(
+    device: torch.device,
+    num_envs: int,
+    per_pod: Callable[[int], int],
+    probe: Callable[[int, int], float],
+    *,
+    pods: int = 0,
+    envs: int = 0,
+    max_envs: int = MAX_ENVS_PER_POD,
+) -> Sizing:
+    """The population's shape on ``device`` (see the module docstring): ``per_pod(N)`` is a pod's
+    device bytes at ``N`` envs, ``probe(P, N)`` measures the aggregate training env-steps/s of ``P``
+    pods of ``N`` envs; ``pods`` / ``envs`` (> 0) pin either (``[tournament] population_size`` or
+    ``pods``, ``envs_per_pod``); ``max_envs`` bounds ``N`` (:func:`max_envs_per_pod`)."""
+    pinned = tuple(name for name, value in (("pods", pods), ("envs_per_pod", envs)) if value > 0)
+    if pods > 0 and envs > 0:
+        return Sizing(pods, str(device), envs, fixed=True, pinned=pinned)
+    if memory_cap(device, per_pod(envs or num_envs)) is None:
+        return Sizing(pods or CPU_POPULATION, str(device), envs or num_envs, pinned=pinned)
+    sizing = Sizing(0, str(device), 0, pinned=pinned)
+    best: tuple[int, int, float, int] | None = None  # pods, envs, rate, memory cap
+    for n in envs_choices(num_envs, envs, max_envs):
+        cap = memory_cap(device, per_pod(n)) or 1
+        if pods > 0 and pods > cap:
+            break  # (the pinned population does not fit this many envs per pod)
+        found = _probe_pods(sizing, n, min(cap, MAX_POPULATION), probe, pods)
+        if found is None:
+            break
+        if best is not None and found[1] < PROBE_GAIN * best[2]:
+            break  # doubling the envs per pod no longer pays
+        best = (found[0], n, found[1], cap)
+    if best is None:  # not even the smallest shape was measured: the smallest shape
+        n = envs or num_envs
+        return Sizing(pods or 1, str(device), n, memory_cap=memory_cap(device, per_pod(n)), pinned=pinned)
+    sizing.num_pods, sizing.num_envs, _rate, sizing.memory_cap = best
     return sizing

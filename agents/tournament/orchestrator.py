@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agents.tournament.backend_choice import make_backend
+from agents.tournament.backend_choice import check_backend_args, make_backend
 from agents.tournament.backends import Backend
 from agents.tournament.generator import PodSpec, next_pod
 from agents.tournament.leaderboard import FILENAME, Leaderboard
@@ -118,6 +118,8 @@ def run_tournament(
         raise PodracerError(f"run_tournament: interrupted must be one of {INTERRUPTED}, got {interrupted!r}")
     run_dir = Path(run_dir)
     _check_windows(train, valid)
+    if backend is None:
+        check_backend_args(args, device)  # (before the run folder exists)
     board_path = run_dir / FILENAME
     if resume and not board_path.is_file():
         raise PodracerError(f"cannot resume {run_dir}: no {FILENAME} there")
@@ -162,7 +164,10 @@ def run_tournament(
         args.backend,
         workers=args.workers,
         address=args.address,
+        pods=args.pods,
         population_size=args.population_size,
+        envs_per_pod=args.envs_per_pod,
+        round_steps=args.round_steps,
         device=device,
         algo=args.algo,
     )

@@ -41,7 +41,7 @@ import torch
 from agents.networks import NetworkConfig
 from agents.policy import Checkpoint
 from agents.population.learner import PodSetup, Population, shape_key
-from agents.population.sizing import Sizing, bytes_per_pod, choose_population_size, learner_rate
+from agents.population.sizing import Sizing, bytes_per_pod, choose_shape, learner_rate, max_envs_per_pod
 from agents.ppo import PPOArgs
 from agents.tournament.pod import (
     PodOutcome,
@@ -220,26 +220,50 @@ def base_args(ctx: RoundContext) -> PPOArgs:
     return PPOArgs(**{k: v for k, v in ctx.agent.items() if k in names})
 
 
-def size_population(ctx: RoundContext, graphs: bool | None = None) -> Sizing:
-    """How many pods a population holds on ``ctx.device`` (:mod:`agents.population.sizing`): the
-    probe times the learner side of one update (``sizing.learner_rate``) at each size tried."""
+def with_envs(ctx: RoundContext, num_envs: int) -> RoundContext:
+    """``ctx`` with ``num_envs`` envs per pod (a population's chosen shape)."""
+    if pod_num_envs(ctx) == num_envs:
+        return ctx
+    return dataclasses.replace(ctx, env={**ctx.env, "num_envs": int(num_envs)})
+
+
+def size_population(
+    ctx: RoundContext,
+    graphs: bool | None = None,
+    *,
+    pods: int = 0,
+    envs: int = 0,
+    round_steps: int | None = None,
+) -> Sizing:
+    """A population's shape on ``ctx.device`` (:mod:`agents.population.sizing`; ``pods`` / ``envs``
+    pin either): the probe times the learner side of one update (``sizing.learner_rate``) at each
+    shape tried. The rounds then run on ``with_envs(ctx, sizing.num_envs)``."""
     args = base_args(ctx)
     config = policy_for_env(None, _env_spec(ctx), args, "ppo")[0].config
-    num_envs = pod_num_envs(ctx)
 
-    def probe(num_pods: int) -> float:
-        return learner_rate(get_population(ctx, args, config, num_pods, graphs), args.update_epochs)
+    def probe(num_pods: int, num_envs: int) -> float:
+        population = get_population(with_envs(ctx, num_envs), args, config, num_pods, graphs)
+        return learner_rate(population, args.update_epochs)
 
-    per_pod = bytes_per_pod(config, num_envs, args.num_steps, args.num_minibatches)
-    sizing = choose_population_size(torch.device(ctx.device), num_envs, per_pod, probe)
-    for key in [k for k, population in _CACHE.items() if population.num_pods != sizing.num_pods]:
-        del _CACHE[key]  # the probe's other sizes: their device memory goes back to the rounds
+    def per_pod(num_envs: int) -> int:
+        return bytes_per_pod(config, num_envs, args.num_steps, args.num_minibatches)
+
+    sizing = choose_shape(
+        torch.device(ctx.device),
+        pod_num_envs(ctx),
+        per_pod,
+        probe,
+        pods=pods,
+        envs=envs,
+        max_envs=max_envs_per_pod(args.num_steps, round_steps),
+    )
+    for key in [
+        k
+        for k, population in _CACHE.items()
+        if (population.num_pods, population.num_envs) != (sizing.num_pods, sizing.num_envs)
+    ]:
+        del _CACHE[key]  # the probe's other shapes: their device memory goes back to the rounds
     return sizing
-
-
-def fixed_size(ctx: RoundContext, num_pods: int) -> Sizing:
-    """A size set by the config."""
-    return Sizing(int(num_pods), str(ctx.device), pod_num_envs(ctx), fixed=True)
 
 
 def check_algo(algo: str) -> None:

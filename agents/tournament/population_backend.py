@@ -48,7 +48,7 @@ import torch
 from agents.population.sizing import Sizing
 from agents.tournament.backends import exit_with_parent, host_copy, import_ray, join_ray, run_round_safely
 from agents.tournament.pod import PodOutcome, PodTask, RoundContext, RoundError, RoundFn, learner_round
-from agents.tournament.population import fixed_size, population_round, size_population
+from agents.tournament.population import population_round, size_population, with_envs
 from data.errors import ConfigError, PodracerError
 
 log = logging.getLogger(__name__)
@@ -65,11 +65,18 @@ def run_population(
     return [run_round_safely(round_fn, task, ctx) for task in tasks]
 
 
-def choose_size(round_fn: RoundFn, ctx: RoundContext, population_size: int, graphs: bool | None) -> Sizing:
-    """``population_size`` pods when set, else the measured choice (see agents.population.sizing)."""
-    if population_size > 0:
-        return fixed_size(ctx, population_size)
-    return size_population(ctx, graphs)
+@dataclass(frozen=True)
+class Shape:
+    """What the settings pin of a population's shape (0: chosen; ``agents.population.sizing``)."""
+
+    pods: int = 0
+    envs: int = 0
+    round_steps: int | None = None  # (bounds the envs per pod the probe tries)
+
+
+def choose_size(round_fn: RoundFn, ctx: RoundContext, shape: Shape, graphs: bool | None) -> Sizing:
+    """The population's shape: what ``shape`` pins, the rest measured (``agents.population.sizing``)."""
+    return size_population(ctx, graphs, pods=shape.pods, envs=shape.envs, round_steps=shape.round_steps)
 
 
 # --- the worker process ---------------------------------------------------------------------------------
@@ -84,8 +91,10 @@ def _init_worker(
     exit_with_parent(parent_pid)
 
 
-def _worker_size(population_size: int) -> Sizing:
-    return choose_size(_WORKER["round_fn"], _WORKER["ctx"], population_size, _WORKER["graphs"])
+def _worker_size(shape: Shape) -> Sizing:
+    sizing = choose_size(_WORKER["round_fn"], _WORKER["ctx"], shape, _WORKER["graphs"])
+    _WORKER["ctx"] = with_envs(_WORKER["ctx"], sizing.num_envs)  # (the rounds' envs per pod)
+    return sizing
 
 
 def _worker_round(batch_id: int, tasks: Sequence[PodTask]) -> list[Outcome]:
@@ -93,8 +102,8 @@ def _worker_round(batch_id: int, tasks: Sequence[PodTask]) -> list[Outcome]:
     return run_population(_WORKER["round_fn"], tasks, _WORKER["ctx"], _WORKER["graphs"])
 
 
-def _ray_size(round_fn: RoundFn, ctx: RoundContext, population_size: int, graphs: bool | None) -> Sizing:
-    return choose_size(round_fn, ctx, population_size, graphs)
+def _ray_size(round_fn: RoundFn, ctx: RoundContext, shape: Shape, graphs: bool | None) -> Sizing:
+    return choose_size(round_fn, ctx, shape, graphs)
 
 
 def _ray_round(
@@ -148,6 +157,8 @@ class PopulationBackend:
         self,
         population_size: int = 0,
         *,
+        envs_per_pod: int = 0,
+        round_steps: int | None = None,
         workers: int = 1,
         ray: bool = False,
         address: str | None = None,
@@ -157,7 +168,10 @@ class PopulationBackend:
     ) -> None:
         if population_size < 0:
             raise ConfigError(f"tournament.population_size must be >= 0, got {population_size}")
+        if envs_per_pod < 0:
+            raise ConfigError(f"tournament.envs_per_pod must be >= 0, got {envs_per_pod}")
         self.population_size = int(population_size)
+        self.shape = Shape(self.population_size, int(envs_per_pod), round_steps)
         self.workers = max(1, int(workers))
         self.mode = "ray" if ray else ("inline" if workers == 0 else "process")
         self.address, self.graphs = address, graphs
@@ -184,14 +198,20 @@ class PopulationBackend:
     def start(self, round_fn: RoundFn, ctx: RoundContext) -> None:
         self._round_fn, self._ctx = round_fn, ctx
         if self.mode == "inline":
-            self.sizing = choose_size(round_fn, ctx, self.population_size, self.graphs)
+            self.sizing = choose_size(round_fn, ctx, self.shape, self.graphs)
         elif self.mode == "process":
             if torch.device(ctx.device).type != "cpu":
                 self.workers = 1  # one process holds the device (more would time-slice it)
             self._executor = self._new_executor()
-            self.sizing = self._executor.submit(_worker_size, self.population_size).result()
+            self.sizing = self._executor.submit(_worker_size, self.shape).result()
         else:
             self.sizing = self._start_ray(round_fn, ctx)
+        self._ctx = with_envs(ctx, self.sizing.num_envs)
+        if self.mode == "process" and self.workers > 1 and self._ctx is not ctx:
+            # (the sizing worker has the chosen envs per pod; the others get them from a new pool)
+            assert self._executor is not None
+            self._executor.shutdown(wait=True)
+            self._executor = self._new_executor()
         self.size = self.sizing.num_pods
         log.info(self.sizing.describe())
 
@@ -223,7 +243,9 @@ class PopulationBackend:
             num_cpus=self.cpus_per_population, num_gpus=gpus, max_retries=0
         )
         size = ray.remote(_ray_size).options(num_cpus=self.cpus_per_population, num_gpus=gpus, max_retries=0)
-        return ray.get(size.remote(round_fn, self._ctx_ref, self.population_size, self.graphs))
+        sizing = ray.get(size.remote(round_fn, self._ctx_ref, self.shape, self.graphs))
+        self._ctx_ref = ray.put(host_copy(with_envs(ctx, sizing.num_envs)))
+        return sizing
 
     # --- the protocol -----------------------------------------------------------------------------
     def lanes(self) -> int:
@@ -240,10 +262,10 @@ class PopulationBackend:
             return max(1, int(resources["GPU"]))
         return max(1, math.floor(float(resources.get("CPU", 0.0)) / self.cpus_per_population + 1e-9))
 
-    def capacity(self, requested: int, in_flight: int) -> int:
+    def capacity(self, requested: int | None, in_flight: int) -> int:
         """Room for the population being collected; none while a finished population's pods have not
-        all been taken in, or while every lane runs one (``requested`` is not used: a population's
-        size is ``self.size``)."""
+        all been taken in, or while every lane runs one. (``requested``, the run's ``pods``, is this
+        backend's ``population_size`` already: ``backend_choice.population_pods``.)"""
         with self._lock:
             pending = len(self._pending)
             running = sum(len(b.futures) for b in self._running)

@@ -28,9 +28,11 @@ BACKENDS = ("auto", "local", "ray", "population")
 class TournamentArgs:
     """Settings of one tournament (``[tournament]`` in the config)."""
 
-    pods: int = 4
-    """pods in flight at once (the local backend caps this at ``workers``; the population backend
-    runs ``population_size`` pods per population instead)"""
+    pods: int | None = None
+    """pods training at once (None: the backend's own). local: pods in flight, at most ``workers``
+    (None: one per worker); ray: pods in flight, at most what the cluster has room for (None: that
+    room); population: the population size (the same setting as ``population_size``: give one, or
+    both equal)"""
     leaderboard_size: int = 8
     """K: entries kept on the board"""
     p_fresh: float = 0.25
@@ -53,6 +55,9 @@ class TournamentArgs:
     population_size: int = 0
     """population backend: pods per population (0: chosen from the device's memory and a short probe;
     a fixed default on a CPU)"""
+    envs_per_pod: int = 0
+    """population backend: envs per pod (0: the run's ``[env] num_envs``, or more where the sizing
+    probe on a GPU finds more faster: agents.population.sizing)"""
     address: str | None = None
     """ray: address of an existing cluster (None: start a local one); population: run each
     population on that Ray cluster, one per GPU (None: on this machine)"""
@@ -73,7 +78,7 @@ class TournamentArgs:
     def __post_init__(self) -> None:
         if self.budget_steps is None and self.budget_minutes is None:
             raise ConfigError("tournament: give budget_steps or budget_minutes")
-        if self.pods < 1 or self.leaderboard_size < 1 or self.round_steps < 1:
+        if (self.pods is not None and self.pods < 1) or self.leaderboard_size < 1 or self.round_steps < 1:
             raise ConfigError("tournament: pods, leaderboard_size and round_steps must be >= 1")
         if not 0.0 <= self.p_fresh <= 1.0:
             raise ConfigError(f"tournament.p_fresh must be in [0, 1], got {self.p_fresh}")
@@ -81,8 +86,8 @@ class TournamentArgs:
             raise ConfigError(f"tournament.fitness: {self.fitness!r} is not one of {FITNESS}")
         if self.workers < 0:
             raise ConfigError("tournament.workers must be >= 0")
-        if self.population_size < 0:
-            raise ConfigError("tournament.population_size must be >= 0")
+        if self.population_size < 0 or self.envs_per_pod < 0:
+            raise ConfigError("tournament.population_size and envs_per_pod must be >= 0")
         if self.backend not in BACKENDS:
             raise ConfigError(f"tournament.backend: {self.backend!r} is not one of {', '.join(BACKENDS)}")
         if self.backend == "population" and self.algo != "ppo":
@@ -123,7 +128,12 @@ def learner_compile(args: TournamentArgs, env: Mapping[str, Any], agent: Mapping
     if args.budget_steps is None:
         return "on" if (args.budget_minutes or 0.0) >= COMPILE_MIN_MINUTES else "off"
     updates = args.budget_steps / base.batch_size(int(env.get("num_envs", 16)))
-    per_worker = updates * base.update_epochs * base.num_minibatches / max(1, min(args.workers, args.pods))
+    per_worker = (
+        updates
+        * base.update_epochs
+        * base.num_minibatches
+        / max(1, min(args.workers, args.pods or args.workers))
+    )
     return "on" if per_worker >= COMPILE_MIN_MINIBATCHES else "off"
 
 

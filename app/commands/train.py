@@ -20,10 +20,12 @@ def _tournament_overrides(
     backend: str | None,
     workers: int | None,
     address: str | None,
+    envs_per_pod: int | None = None,
 ) -> dict[str, Any]:
     """``[tournament]`` fields set on the command line. One budget given alone replaces both."""
     given = {
         "pods": pods,
+        "envs_per_pod": envs_per_pod,
         "budget_steps": budget_steps,
         "budget_minutes": budget_minutes,
         "backend": backend,
@@ -36,6 +38,23 @@ def _tournament_overrides(
     if budget_minutes is not None and budget_steps is None:
         overrides["budget_steps"] = None
     return overrides
+
+
+def _refuse_unused(given: dict[str, Any], applies_to: str) -> None:
+    """One line for flags the chosen kind of run would not read (none is silently ignored)."""
+    unused = [flag for flag, value in given.items() if value is not None]
+    if unused:
+        raise ConfigError(f"{', '.join(unused)}: only for {applies_to}")
+
+
+def _check_backend_flags(cfg: Any, overrides: dict[str, Any]) -> None:
+    """Refuse a tournament flag the run's backend would not read (the config's own settings are
+    checked when the backend is built: ``agents.tournament.backend_choice.check_settings``)."""
+    from agents.tournament.backend_choice import resolve_backend
+
+    chosen = resolve_backend(cfg.tournament.backend, cfg.agent.device, cfg.agent.algo)
+    if "workers" in overrides and chosen == "ray":
+        raise ConfigError("--workers: the ray backend sizes its pool from the cluster's resources; drop it")
 
 
 def _tournament_command(
@@ -58,6 +77,7 @@ def _tournament_command(
         cfg = cfg.with_updates(tournament=overrides)
     if agent:
         cfg = cfg.with_updates(agent=agent)
+    _check_backend_flags(cfg, overrides)
     progress = render.TournamentLive.factory(enabled=not json_out)
     result = train_tournament(cfg, context.home(), run=run, resume=resume, progress=progress)
     if json_out:
@@ -87,14 +107,29 @@ def train(
         None, "--threads", min=1, help="torch intra-op threads \\[default: torch's]; 1 is best on a busy CPU."
     ),
     tournament: bool = typer.Option(False, "--tournament", help="Run a podracer tournament of many pods."),
-    pods: int = typer.Option(None, "--pods", min=1, help="Tournament: pods in flight \\[tournament.pods]."),
+    pods: int = typer.Option(
+        None,
+        "--pods",
+        min=1,
+        help="Tournament: pods training at once; population backend: the population size \\[tournament.pods].",
+    ),
     budget_steps: int = typer.Option(None, "--budget-steps", min=1, help="Tournament: total env-steps."),
     budget_minutes: float = typer.Option(None, "--budget-minutes", min=0.0, help="Tournament: wall time."),
     backend: str = typer.Option(
         None, "--backend", help="Tournament: auto, local, ray or population \\[tournament.backend]."
     ),
-    workers: int = typer.Option(None, "--workers", min=0, help="Tournament, local: processes (0 = inline)."),
-    address: str = typer.Option(None, "--address", help="Tournament, ray: address of an existing cluster."),
+    workers: int = typer.Option(
+        None, "--workers", min=0, help="Tournament, local and population: processes (0 = inline)."
+    ),
+    address: str = typer.Option(
+        None, "--address", help="Tournament, ray and population: address of a Ray cluster."
+    ),
+    envs_per_pod: int = typer.Option(
+        None,
+        "--envs-per-pod",
+        min=1,
+        help="Tournament, population: envs per pod \\[tournament.envs_per_pod; default: chosen].",
+    ),
     resume: str = typer.Option(None, "--resume", help="Tournament: continue the run RUN after a stop."),
 ) -> None:
     """Train one agent, or with --tournament a pool of pods; scored on the validation window."""
@@ -105,11 +140,24 @@ def train(
     from app.config import load_config
     from app.workflows.training import train_single
 
+    given = {
+        "--pods": pods,
+        "--budget-steps": budget_steps,
+        "--budget-minutes": budget_minutes,
+        "--backend": backend,
+        "--workers": workers,
+        "--address": address,
+        "--envs-per-pod": envs_per_pod,
+    }
     if tournament or resume is not None:
-        overrides = _tournament_overrides(pods, budget_steps, budget_minutes, backend, workers, address)
+        _refuse_unused({"--threads": threads, "--steps": steps}, "a single run (drop --tournament)")
+        overrides = _tournament_overrides(
+            pods, budget_steps, budget_minutes, backend, workers, address, envs_per_pod
+        )
         agent = {"algo": algo} if algo is not None else {}
         _tournament_command(config, run, resume, overrides, agent, json_out)
         return
+    _refuse_unused(given, "a tournament (add --tournament)")
     if threads is not None:
         # Small per-op tensors: on a loaded machine extra intra-op threads mostly wait on each other.
         torch.set_num_threads(threads)

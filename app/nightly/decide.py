@@ -7,7 +7,7 @@
   market, counted by the looks ledger ``<home>/looks.sqlite``); with no champion yet,
   ``nightly.first_promotion`` says whether the first challenger is promoted anyway.
 - :func:`decision_record` / :func:`failure_record`: the registry row of a verdict or of a failure
-  (``app.nightly.registry.Decision``), built from what the pipeline gathered step by step.
+  (``app.nightly.registry.DecisionRecord``), built from what the pipeline gathered step by step.
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from app.nightly.registry import Decision
-from backtests.verdict import Verdict as EdgeVerdict
+from app.nightly.registry import DecisionRecord
+from backtests.verdict import EdgeVerdict
 
 
 @dataclass(frozen=True)
-class Verdict:
+class PromotionDecision:
     """The decision rule's answer."""
 
     promote: bool
@@ -47,7 +47,7 @@ def decide(
     margin: float,
     first_promotion: str = "always",
     fitness: str = "sharpe",
-) -> Verdict:
+) -> PromotionDecision:
     """Promote iff the challenger beats the champion by ``margin`` AND ``challenger_edge``, its
     out-of-sample verdict on the gate window, is "significant".
 
@@ -61,23 +61,25 @@ def decide(
     edge = challenger_edge.text if challenger_edge is not None else "no out-of-sample test"
     if not has_champion:
         if first_promotion == "always":
-            return Verdict(True, f"no champion yet: first challenger promoted ({edge})")
+            return PromotionDecision(True, f"no champion yet: first challenger promoted ({edge})")
         if ch is None:
-            return Verdict(False, f"no champion yet, but the challenger's {fitness} is undefined")
+            return PromotionDecision(False, f"no champion yet, but the challenger's {fitness} is undefined")
         if not significant:
-            return Verdict(False, f"no champion yet, but the challenger's {edge}")
-        return Verdict(True, f"no champion yet: the challenger's {edge}")
+            return PromotionDecision(False, f"no champion yet, but the challenger's {edge}")
+        return PromotionDecision(True, f"no champion yet: the challenger's {edge}")
     if ch is None:
-        return Verdict(False, f"challenger's {fitness} is undefined on the evaluation window")
+        return PromotionDecision(False, f"challenger's {fitness} is undefined on the evaluation window")
     if champ is not None and ch < champ + margin:
-        return Verdict(
+        return PromotionDecision(
             False,
             f"challenger {fitness} {ch:.4f} does not beat champion {champ:.4f} by the margin {margin:g}",
         )
     if not significant:
-        return Verdict(False, f"challenger's {edge}")
+        return PromotionDecision(False, f"challenger's {edge}")
     against = "an undefined champion score" if champ is None else f"champion {champ:.4f}"
-    return Verdict(True, f"challenger {fitness} {ch:.4f} beats {against} by >= {margin:g}; its {edge}")
+    return PromotionDecision(
+        True, f"challenger {fitness} {ch:.4f} beats {against} by >= {margin:g}; its {edge}"
+    )
 
 
 def overlap_note(champion: Mapping[str, Any] | None, eval_start: str) -> str:
@@ -95,18 +97,18 @@ def decision_record(
     *,
     started_at: str,
     decided_at: str,
-    verdict: Verdict,
+    verdict: PromotionDecision,
     reason: str,
     info: Mapping[str, Any],
     bundle: str | None,
     inputs: dict[str, Any],
     scores: dict[str, Any],
-) -> Decision:
+) -> DecisionRecord:
     """The registry row of a verdict. ``info`` holds what the pipeline's steps established: the
     rule's settings (fitness, margin, the level as ``dsr_threshold = 1 - significance``), the run ids,
     the windows and the scores (``challenger_dsr``: the challenger's PSR after the looks, i.e. the DSR
     over ``num_trials`` = the looks counted)."""
-    return Decision(
+    return DecisionRecord(
         started_at=started_at,
         decided_at=decided_at,
         verdict="promoted" if verdict.promote else "rejected",
@@ -141,11 +143,11 @@ def failure_record(
     reason: str,
     info: Mapping[str, Any],
     inputs: dict[str, Any],
-) -> Decision:
+) -> DecisionRecord:
     """The ``failed`` row of a retrain that stopped at ``step``: whatever ``info`` already holds."""
-    columns = {f.name for f in dataclasses.fields(Decision)}
+    columns = {f.name for f in dataclasses.fields(DecisionRecord)}
     known = {k: v for k, v in info.items() if k in columns and k != "champion_run_id"}
-    return Decision(
+    return DecisionRecord(
         started_at=started_at,
         decided_at=decided_at,
         verdict="failed",

@@ -30,10 +30,11 @@ from typing import Any, Literal
 
 from data import sqlite
 from data.errors import PodracerError
+from data.scrub import scrub, scrub_all
 
 REGISTRY_NAME = "registry.sqlite"
 SCHEMA_VERSION = 1
-Verdict = Literal["promoted", "rejected", "failed"]
+DecisionOutcome = Literal["promoted", "rejected", "failed"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS decisions (
@@ -95,12 +96,12 @@ def _locked(err: sqlite3.Error) -> bool:
 
 
 @dataclass(frozen=True)
-class Decision:
+class DecisionRecord:
     """One retrain decision, as stored in ``decisions`` (JSON-able ``inputs``/``scores``)."""
 
     started_at: str  # ISO-8601 UTC
     decided_at: str  # ISO-8601 UTC
-    verdict: Verdict
+    verdict: DecisionOutcome
     reason: str
     step: str  # the last step reached ("decide" for a normal verdict, else the step that failed)
     challenger_run_id: str | None = None
@@ -183,7 +184,7 @@ def open_registry(home: str | os.PathLike[str]) -> Iterator[sqlite3.Connection]:
 
 def record_decision(
     home: str | os.PathLike[str],
-    decision: Decision,
+    decision: DecisionRecord,
     champion: Champion | None = None,
     *,
     before_commit: Callable[[], None] | None = None,
@@ -194,8 +195,10 @@ def record_decision(
     inject crashes there); if it raises, nothing is written.
     """
     row = asdict(decision)
-    row["inputs"] = json.dumps(row["inputs"], sort_keys=True, default=str)
-    row["scores"] = json.dumps(row["scores"], sort_keys=True, default=str)
+    # Secrets masked (data.scrub): a reason quotes the error that failed the retrain.
+    row["reason"] = scrub(row["reason"])
+    row["inputs"] = scrub(json.dumps(row["inputs"], sort_keys=True, default=str))
+    row["scores"] = scrub(json.dumps(row["scores"], sort_keys=True, default=str))
     cols = ", ".join(row)
     marks = ", ".join(f":{k}" for k in row)
     with open_registry(home) as conn, sqlite.transaction(conn):
@@ -244,7 +247,7 @@ def _reader(
 def read_decisions(home: str | os.PathLike[str], *, limit: int | None = None) -> list[dict[str, Any]]:
     """Every decision, oldest first (``limit``: only the most recent N), as plain dicts.
 
-    Keys are the ``decisions`` columns (see :class:`Decision`) plus ``id``; ``inputs`` and ``scores``
+    Keys are the ``decisions`` columns (see :class:`DecisionRecord`) plus ``id``; ``inputs`` and ``scores``
     are decoded JSON. No registry yet: ``[]``.
     """
     with _reader(home) as conn:
@@ -259,7 +262,8 @@ def read_decisions(home: str | os.PathLike[str], *, limit: int | None = None) ->
                 ).fetchall()
         except sqlite3.DatabaseError as err:
             raise RegistryError(f"cannot read registry {registry_path(home)}: {err}") from None
-    return [_decode(r, ("inputs", "scores")) for r in rows]
+    # Masked on the way out too: a row written before the scrubber existed may quote a key.
+    return [scrub_all(_decode(r, ("inputs", "scores"))) for r in rows]
 
 
 def current_champion(

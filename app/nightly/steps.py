@@ -48,8 +48,7 @@ from app.workflows.backtest import check_policy_fits, count_look, market_identit
 from app.workflows.training import ensemble_step
 from backtests import engine, report, scoring
 from backtests.metrics_model import OosTest
-from backtests.verdict import Verdict as EdgeVerdict
-from backtests.verdict import stated_verdict
+from backtests.verdict import EdgeVerdict, stated_verdict
 from data.atomic import atomic_write_json, replace_dir
 from data.errors import CheckpointError, ConfigError, PodracerError
 from data.loader import load_market
@@ -161,6 +160,7 @@ def incremental_update(
             interval,
             extended_hours=extended,
             today=today,
+            writer="podracer retrain (data update)",
         )
         return {
             "source": source,

@@ -13,7 +13,7 @@ Safety rules this module enforces (tested against a local fake Alpaca server):
 - Paper only for market data too: ``APCA_API_DATA_URL`` must be Alpaca's data host or loopback.
 - Retries with exponential backoff and jitter on 429, 5xx, timeouts and dropped connections; a
   ``Retry-After`` header (seconds or an HTTP date) on 429/503 sets the wait. All waits of one cycle
-  share a budget (``RetryPolicy.budget``; ``begin_cycle`` resets it): a wait that would overrun it
+  share a budget (``BrokerRetryPolicy.budget``; ``begin_cycle`` resets it): a wait that would overrun it
   raises ``RetryBudgetExhausted`` at once, so the cycle stops at an order boundary instead of
   sleeping past its interval. alpaca-py's own retry loop is switched off: it retries a POST /orders on
   504 blindly, which could double an order.
@@ -32,14 +32,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TypeVar
-from urllib.parse import urlparse
 
 import pandas as pd
 
 from app.paper.broker import (
     BAR_COLUMNS,
-    Account,
     Asset,
+    BrokerAccount,
     Clock,
     Order,
     OrderRejected,
@@ -48,26 +47,24 @@ from app.paper.broker import (
     RetryBudgetExhausted,
 )
 from data.errors import BrokerError
+from data.sources import access
+from data.sources.access import (
+    BASE_URL_ENV,
+    DATA_URL,
+    DATA_URL_ENV,
+    PAPER_URL,
+)
 from data.sources.retry import retry_after_seconds
 
 log = logging.getLogger(__name__)
 
-KEY_ENV = "APCA_API_KEY_ID"
-SECRET_ENV = "APCA_API_SECRET_KEY"
-BASE_URL_ENV = "APCA_API_BASE_URL"
-DATA_URL_ENV = "APCA_API_DATA_URL"
-PAPER_URL = "https://paper-api.alpaca.markets"
-DATA_URL = "https://data.alpaca.markets"
-_PAPER_HOSTS = {"paper-api.alpaca.markets"}
-_DATA_HOSTS = {"data.alpaca.markets", "data.sandbox.alpaca.markets"}
-_LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
 
 T = TypeVar("T")
 
 
 # --- configuration ----------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class RetryPolicy:
+class BrokerRetryPolicy:
     """Backoff ``base_delay * 2**attempt`` capped at ``max_delay`` (or the server's ``Retry-After``),
     times ``1 + U(0, jitter)``, at most ``attempts`` tries, all waits of a cycle within ``budget`` s."""
 
@@ -91,62 +88,19 @@ def parse_retry_after(value: str | None, now: datetime | None = None) -> float |
     return retry_after_seconds(value, default=None, now=now)
 
 
-def _allowed_url(url: str, hosts: frozenset[str] | set[str]) -> str | None:
-    """``url`` without a trailing slash when its host is loopback (http/https) or one of ``hosts``
-    over https; None otherwise."""
-    parsed = urlparse(url)
-    host = (parsed.hostname or "").lower()
-    if host in _LOOPBACK_HOSTS and parsed.scheme in {"http", "https"}:
-        return url.rstrip("/")
-    if host in hosts and parsed.scheme == "https":
-        return url.rstrip("/")
-    return None
-
-
 def check_trading_url(url: str) -> str:
-    """Accept only Alpaca's paper host (https) or a loopback server; refuse anything else."""
-    if (ok := _allowed_url(url, _PAPER_HOSTS)) is not None:
-        return ok
-    parsed = urlparse(url)
-    raise BrokerError(
-        f"refusing trading URL {parsed.scheme}://{(parsed.hostname or '').lower()}: podracer trades paper "
-        f"accounts only ({PAPER_URL}); unset {BASE_URL_ENV} or point it at the paper API"
-    )
+    """Accept only Alpaca's paper host (https) or a loopback server (``data.sources.access``)."""
+    return access.check_trading_url(url, BrokerError)
 
 
 def check_data_url(url: str) -> str:
-    """Accept only Alpaca's market-data host (https) or a loopback server, like the trading URL."""
-    if (ok := _allowed_url(url, _DATA_HOSTS)) is not None:
-        return ok
-    parsed = urlparse(url)
-    raise BrokerError(
-        f"refusing market-data URL {parsed.scheme}://{(parsed.hostname or '').lower()}: the keys go only to "
-        f"Alpaca's data API ({DATA_URL}) or a loopback server; unset {DATA_URL_ENV} or point it there"
-    )
-
-
-def _bad_key_chars(value: str) -> bool:
-    # Whitespace (a stray CR/LF from a copied .env line) or any control character: requests would
-    # refuse the header and put its value in the exception message.
-    return any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in value)
+    """Accept only Alpaca's market-data host (https) or a loopback server (``data.sources.access``)."""
+    return access.check_data_url(url, BrokerError)
 
 
 def keys_from_env() -> tuple[str, str]:
     """The API key pair from the environment, or a one-line error naming the variable (never its value)."""
-    key = os.environ.get(KEY_ENV, "")
-    secret = os.environ.get(SECRET_ENV, "")
-    missing = [name for name, value in ((KEY_ENV, key), (SECRET_ENV, secret)) if not value.strip()]
-    if missing:
-        raise BrokerError(
-            f"missing Alpaca paper keys: set {' and '.join(missing)} (keys are read from the environment only)"
-        )
-    for name, value in ((KEY_ENV, key), (SECRET_ENV, secret)):
-        if _bad_key_chars(value):
-            raise BrokerError(
-                f"{name} contains whitespace or control characters (a stray newline or carriage "
-                "return?): re-export it without them"
-            )
-    return key, secret
+    return access.keys_from_env(BrokerError)
 
 
 # --- alpaca-py implementation -----------------------------------------------------------------------
@@ -168,12 +122,11 @@ class AlpacaBroker:
         *,
         base_url: str | None = None,
         data_url: str | None = None,
-        retry: RetryPolicy = RetryPolicy(),
+        retry: BrokerRetryPolicy = BrokerRetryPolicy(),
         feed: str = "iex",
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         # Imported here so that `podracer --help` and the export path do not pay for alpaca-py.
-        import requests
         from alpaca.data.historical import StockHistoricalDataClient
         from alpaca.trading.client import TradingClient
 
@@ -189,16 +142,9 @@ class AlpacaBroker:
         data_url = data_url.removesuffix("/v2")
         self._trading = TradingClient(key, secret, paper=True, url_override=trading_url)
         self._data = StockHistoricalDataClient(key, secret, url_override=data_url, raw_data=True)
-        timeout = retry.timeout
-
-        class _TimeoutSession(requests.Session):
-            # alpaca-py sends requests without a timeout; a hung server must not hang a cycle.
-            def request(self, *args, **kwargs):  # type: ignore[no-untyped-def]
-                kwargs.setdefault("timeout", timeout)
-                return super().request(*args, **kwargs)
-
         for client in (self._trading, self._data):
-            client._session = _TimeoutSession()
+            # alpaca-py sends requests without a timeout; a hung server must not hang a cycle.
+            access.with_deadline(client, retry.timeout)
             # Our own loop retries (and looks orders up before resubmitting); the SDK's must not.
             client._retry = 0
         self.trading_url = trading_url
@@ -206,7 +152,7 @@ class AlpacaBroker:
 
     # -- retry core --
     def begin_cycle(self) -> None:
-        """Reset the retry budget (``RetryPolicy.budget`` seconds of waits per cycle)."""
+        """Reset the retry budget (``BrokerRetryPolicy.budget`` seconds of waits per cycle)."""
         self._waited = 0.0
 
     @property
@@ -271,9 +217,9 @@ class AlpacaBroker:
         raise AssertionError("unreachable")
 
     # -- Broker protocol --
-    def account(self) -> Account:
+    def account(self) -> BrokerAccount:
         acct = self._call("get account", self._trading.get_account)
-        return Account(
+        return BrokerAccount(
             equity=_float(acct.equity),
             cash=_float(acct.cash),
             last_equity=_float(acct.last_equity, _float(acct.equity)),
@@ -284,6 +230,7 @@ class AlpacaBroker:
                 if getattr(acct, "non_marginable_buying_power", None) in (None, "")
                 else _float(acct.non_marginable_buying_power)
             ),
+            account_id=None if getattr(acct, "id", None) is None else str(acct.id),
         )
 
     def positions(self) -> dict[str, Position]:
@@ -359,6 +306,14 @@ class AlpacaBroker:
                 raise
 
         return self._call(f"look up order {client_order_id}", lookup)
+
+    def open_orders(self) -> list[Order]:
+        """``GET /v2/orders?status=open`` (up to 500: more open orders than that is itself a problem)."""
+        from alpaca.trading.enums import QueryOrderStatus
+        from alpaca.trading.requests import GetOrdersRequest
+
+        request = GetOrdersRequest(status=QueryOrderStatus.OPEN, limit=500)
+        return [_order(o) for o in self._call("list open orders", lambda: self._trading.get_orders(request))]
 
     def cancel(self, order_id: str) -> None:
         self._call(f"cancel order {order_id}", lambda: self._trading.cancel_order_by_id(order_id))

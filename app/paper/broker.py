@@ -31,13 +31,14 @@ class RetryBudgetExhausted(BrokerError):
 
 # --- plain value types -------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class Account:
+class BrokerAccount:
     equity: float  # cash + market value of positions, $
     cash: float
     last_equity: float  # equity at the previous session's close (for the daily loss limit)
     buying_power: float  # may include margin: never spent by podracer
     trading_blocked: bool = False
     non_marginable_buying_power: float | None = None  # None: the broker did not say
+    account_id: str | None = None  # the broker's id of the account (the paper lock is per account)
 
     @property
     def spendable(self) -> float:
@@ -107,7 +108,7 @@ BAR_COLUMNS = ("timestamp", "ticker", "open", "high", "low", "close", "volume")
 class Broker(Protocol):
     """What paper trading needs from a broker. Every method raises ``BrokerError`` on failure."""
 
-    def account(self) -> Account: ...
+    def account(self) -> BrokerAccount: ...
 
     def positions(self) -> dict[str, Position]: ...
 
@@ -126,6 +127,10 @@ class Broker(Protocol):
         ...
 
     def cancel(self, order_id: str) -> None: ...
+
+    def open_orders(self) -> list[Order]:
+        """Every order still open at the broker, placed by podracer or not (the book check)."""
+        ...
 
     def order_by_client_id(self, client_order_id: str) -> Order | None: ...
 

@@ -7,6 +7,8 @@ A cycle (:func:`run_cycle`) orchestrates the other modules of ``app.paper``:
    cycle of each session; ``paper --champion`` reads the registry's pointer there).
 2. Earlier cycles' open orders are reconciled *first* (``execution.reconcile_open_orders``), and only
    then are the account and positions read: a late fill is counted once, in the positions.
+   The books are checked (``app.paper.books``: the journal's fill-implied positions and open orders
+   against the broker's); a mismatch halts new orders until they match again, with an alert.
    Kill-switch file present -> journal it, no new orders (open orders are still reconciled).
 3. Latest bars -> the observation of the last completed bar, as the env builds it
    (``observation.build_decision``; a stale decision bar is refused). Tickers without a real bar in
@@ -21,7 +23,8 @@ A cycle (:func:`run_cycle`) orchestrates the other modules of ``app.paper``:
    actually there; a broker failure while sending stops the cycle at an order boundary (``partial``:
    the next cycle finishes the rebalance).
 6. Journal every decision, order, fill, reconciliation (positions vs what our fills imply), P&L
-   snapshot and error in ``<home>/paper/journal.sqlite``, each row with the ``bundle_id`` deciding it.
+   snapshot and error in ``<home>/paper/journal.sqlite``, each row with the ``bundle_id`` deciding it;
+   then the books are checked again (a mismatch alerts now and halts the next cycle).
 
 :func:`run_paper` loops the cycles and writes each one's heartbeat (``app.paper.heartbeat``).
 
@@ -41,7 +44,8 @@ import numpy as np
 import pandas as pd
 
 from app.bundle import Bundle
-from app.paper.broker import Account, Broker, BrokerError, Order
+from app.paper.books import BookRecord, check_books
+from app.paper.broker import Broker, BrokerAccount, BrokerError, Order
 from app.paper.champion import BundleSource, FixedBundle
 from app.paper.execution import block_orders, execute_orders, holdings, reconcile_open_orders, snapshot
 from app.paper.gone import check_gone
@@ -76,10 +80,18 @@ class CycleResult:
     broker_time: datetime | None = None  # the broker's clock at the cycle's start
 
 
-def _halt(kill: bool, account: Account, options: PaperOptions) -> tuple[str, str] | None:
+def _halt(
+    kill: bool, account: BrokerAccount, options: PaperOptions, books: BookRecord | None = None
+) -> tuple[str, str] | None:
     """(status, reason) when this cycle may send no new orders, else None."""
     if kill:
         return ("kill_switch", f"kill switch {options.kill_switch} present: no new orders")
+    if books is not None and not books.matched:
+        return (
+            "halted",
+            f"the books do not reconcile with the broker ({books.message}): no new orders until they do "
+            "(or `podracer reconcile --accept`)",
+        )
     if account.trading_blocked:
         return ("halted", "the broker reports trading blocked for this account: no orders")
     if options.limits.daily_loss_limit is not None and account.last_equity > 0:
@@ -130,7 +142,7 @@ def run_cycle(
         )
     result = _trade(picked.bundle, broker, journal, options.for_bundle(picked.bundle.manifest), now, session)
     result.session, result.bundle_id, result.run_id = session, picked.bundle.bundle_id, picked.run_id
-    result.alert, result.broker_time = picked.alert, clock.timestamp
+    result.alert, result.broker_time = picked.alert or result.alert, clock.timestamp
     if picked.alert:
         result.messages.insert(0, picked.alert)
     return result
@@ -148,6 +160,11 @@ def _trade(
         reconcile_open_orders(broker, journal, options)
     account = broker.account()
     positions = broker.positions()
+    books = None
+    if not options.dry_run:
+        books = check_books(
+            broker, journal, when="cycle_start", tolerance=options.book_tolerance, positions=positions
+        )
     start = fetch_start(now, bundle.interval, int(bundle.feature_spec["lookback"]))
     source = "1d" if bundle.interval == "1d" else "1m"
     bars = broker.latest_bars(list(bundle.tickers), start, now, source)
@@ -157,7 +174,8 @@ def _trade(
     except DataError as err:
         journal.event("missing_bars", str(err), "warning")
         log.warning("%s", err)
-        return CycleResult(status="no_data", messages=[str(err)])
+        alert = None if books is None or books.matched else f"the books do not reconcile: {books.message}"
+        return CycleResult(status="no_data", messages=[str(err)], alert=alert)
     result = CycleResult(status="dry_run" if options.dry_run else "traded", decision_ts=decision.decision_ts)
     if decision.skipped:
         msg = f"skipped {', '.join(decision.skipped)}: no bar in the decision bar's session (position held)"
@@ -208,7 +226,7 @@ def _trade(
         journal.event("risk", note)
         result.messages.append(note)
 
-    halt = _halt(kill, account, options)
+    halt = _halt(kill, account, options, books)
     if prior is None:
         journal.decision(
             decision_ts=ts,
@@ -232,6 +250,8 @@ def _trade(
         journal.event(halt[0], halt[1], "warning")
         log.warning(halt[1])
         result.messages.append(halt[1])
+        if books is not None and not books.matched:
+            result.alert = halt[1]
         block_orders(orders, halt[1], journal, bundle.bundle_id, decision)
         snapshot(journal, broker, bundle, decision, account, {}, positions, reconcile=not options.dry_run)
         return result
@@ -249,6 +269,13 @@ def _trade(
         )
     except BrokerError as err:
         journal.event("error", f"snapshot after the orders: {err}", "warning")
+    if not options.dry_run:
+        after = check_books(broker, journal, when="after_cycle", tolerance=options.book_tolerance)
+        if not after.matched:
+            msg = f"the books do not reconcile with the broker after the orders ({after.message})"
+            log.warning(msg)
+            result.messages.append(msg)
+            result.alert = msg
     return result
 
 

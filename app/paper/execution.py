@@ -8,7 +8,7 @@
   decision bar, ticker)``, so a re-run of the same decision can never place a second order (the
   broker layer resolves it). Sells go first; the cycle waits for them to fill (at most
   ``fill_timeout`` s), reads the account again and budgets the buys on the cash actually there
-  (``Account.spendable``: cash and non-marginable buying power, never margin), scaling them down
+  (``BrokerAccount.spendable``: cash and non-marginable buying power, never margin), scaling them down
   when sells are late; what is scaled or dropped is journaled with the reason. A broker failure while
   sending (retries spent, the cycle's retry budget spent) stops at an order boundary: the orders not
   sent are journaled ``not_sent`` and the next cycle finishes the rebalance from the book as it is.
@@ -31,10 +31,10 @@ from typing import Any
 import pandas as pd
 
 from app.bundle import Bundle
-from app.paper.broker import Account, Broker, BrokerError, Order, OrderRejected, OrderRequest, Position
+from app.paper.broker import Broker, BrokerAccount, BrokerError, Order, OrderRejected, OrderRequest, Position
 from app.paper.journal import Journal, journal_ts
 from app.paper.options import PaperOptions
-from app.paper.orders import Decision, PlannedOrder
+from app.paper.orders import DecisionSnapshot, PlannedOrder
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +121,7 @@ def reconcile_open_orders(broker: Broker, journal: Journal, options: PaperOption
         )
 
 
-def _order_row(o: PlannedOrder, bundle_id: str, decision: Decision) -> dict[str, Any]:
+def _order_row(o: PlannedOrder, bundle_id: str, decision: DecisionSnapshot) -> dict[str, Any]:
     return {
         "client_order_id": o.client_order_id,
         "decision_ts": journal_ts(decision.decision_ts),
@@ -134,7 +134,7 @@ def _order_row(o: PlannedOrder, bundle_id: str, decision: Decision) -> dict[str,
 
 
 def block_orders(
-    orders: list[PlannedOrder], reason: str, journal: Journal, bundle_id: str, decision: Decision
+    orders: list[PlannedOrder], reason: str, journal: Journal, bundle_id: str, decision: DecisionSnapshot
 ) -> None:
     """Journal a halted cycle's orders as ``blocked`` (with the order's own reason, if any)."""
     for o in orders:
@@ -151,7 +151,7 @@ def execute_orders(
     journal: Journal,
     options: PaperOptions,
     bundle_id: str,
-    decision: Decision,
+    decision: DecisionSnapshot,
 ) -> Execution:
     """Send the sells, wait for their fills, fit the buys to the cash there, send them, wait (see the
     module docstring); a ``BrokerError`` stops at an order boundary (``Execution.status`` "partial")."""
@@ -185,7 +185,12 @@ class _Sender:
     """The steps of :func:`execute_orders`, sharing the broker, the journal and what was placed."""
 
     def __init__(
-        self, broker: Broker, journal: Journal, options: PaperOptions, bundle_id: str, decision: Decision
+        self,
+        broker: Broker,
+        journal: Journal,
+        options: PaperOptions,
+        bundle_id: str,
+        decision: DecisionSnapshot,
     ) -> None:
         self.broker = broker
         self.journal = journal
@@ -281,7 +286,7 @@ class _Sender:
             pending = still
 
     def fit_buys(
-        self, buys: list[PlannedOrder], sells: list[PlannedOrder], account: Account
+        self, buys: list[PlannedOrder], sells: list[PlannedOrder], account: BrokerAccount
     ) -> list[PlannedOrder]:
         """The buys scaled to the cash the account has now (never margin); dropped ones journaled."""
         if not buys:
@@ -345,8 +350,8 @@ def snapshot(
     journal: Journal,
     broker: Broker,
     bundle: Bundle,
-    decision: Decision,
-    account: Account,
+    decision: DecisionSnapshot,
+    account: BrokerAccount,
     filled: dict[str, float],
     before: dict[str, Position],
     *,

@@ -27,7 +27,7 @@ from datetime import datetime
 import pandas as pd
 
 from app.paper.broker import Broker, BrokerError, Position
-from app.paper.orders import Decision, PlannedOrder, client_order_id
+from app.paper.orders import DecisionSnapshot, PlannedOrder, client_order_id
 from data.calendar import exchange_midnight, session_date, sessions_in_range
 
 
@@ -48,7 +48,7 @@ def window_start(decision_ts: pd.Timestamp, gone_after: int) -> datetime:
     return exchange_midnight(first).to_pydatetime()
 
 
-def _price(decision: Decision, i: int, pos: Position) -> float:
+def _price(decision: DecisionSnapshot, i: int, pos: Position) -> float:
     price = float(decision.prices[i])
     if math.isfinite(price) and price > 0:
         return price
@@ -57,7 +57,7 @@ def _price(decision: Decision, i: int, pos: Position) -> float:
 
 def check_gone(
     broker: Broker,
-    decision: Decision,
+    decision: DecisionSnapshot,
     positions: dict[str, Position],
     tickers: tuple[str, ...],
     bundle_id: str,

@@ -46,8 +46,7 @@ from app.paper.journal_schema import (
     statements,
 )
 from data import sqlite
-
-_SECRET_ENVS = ("APCA_API_KEY_ID", "APCA_API_SECRET_KEY")
+from data.scrub import scrub
 
 
 def journal_path(home: str | os.PathLike[str]) -> Path:
@@ -64,14 +63,8 @@ def journal_ts(ts: pd.Timestamp | datetime | None) -> str:
 
 
 def _scrub(value: Any) -> Any:
-    """Replace any API key value found in a string with ``***``."""
-    if not isinstance(value, str):
-        return value
-    for name in _SECRET_ENVS:
-        secret = os.environ.get(name, "")
-        if len(secret) >= 4 and secret in value:
-            value = value.replace(secret, "***")
-    return value
+    """Every API key value in a string masked (``data.scrub``, the one scrubber)."""
+    return scrub(value)
 
 
 class Journal:
@@ -400,6 +393,31 @@ class Journal:
         rows = self._conn.execute("SELECT DISTINCT tickers FROM decisions").fetchall()
         return {str(t) for (text,) in rows for t in json.loads(text)}
 
+    def set_opening_book(self, book: dict[str, float], reason: str) -> None:
+        """Record the offsets the books start from now (``app.paper.books``); the newest row is in force."""
+        self._insert("opening_books", {"reason": reason, "book": json.dumps(dict(sorted(book.items())))})
+
+    def has_opening_book(self) -> bool:
+        """True once the books were checked (or accepted) at least once."""
+        return self._conn.execute("SELECT 1 FROM opening_books LIMIT 1").fetchone() is not None
+
+    def opening_book(self) -> dict[str, float]:
+        """The offsets in force: ``{symbol: qty}`` (empty before the first book check)."""
+        row = self._conn.execute("SELECT book FROM opening_books ORDER BY id DESC LIMIT 1").fetchone()
+        return {} if row is None else {str(s): float(q) for s, q in json.loads(row[0]).items()}
+
+    def filled_by_symbol(self) -> dict[str, float]:
+        """Shares filled per symbol over every order this journal placed: buys add, sells subtract."""
+        rows = self._conn.execute(
+            "SELECT ticker, SUM(CASE WHEN side='sell' THEN -filled_qty ELSE filled_qty END) FROM orders "
+            "WHERE filled_qty > 0 GROUP BY ticker"
+        ).fetchall()
+        return {str(t): float(q) for t, q in rows}
+
+    def client_order_ids(self) -> set[str]:
+        """Every client order id this journal holds (whatever its status)."""
+        return {str(r[0]) for r in self._conn.execute("SELECT client_order_id FROM orders")}
+
     def open_orders(self) -> list[dict[str, Any]]:
         """Orders we submitted whose last known status is still open at the broker (or unknown)."""
         marks = ", ".join("?" for _ in OPEN_STATUSES)
@@ -466,7 +484,8 @@ def _empty_schema() -> sqlite3.Connection:
 
 
 def read_journal(home: str | os.PathLike[str]) -> dict[str, pd.DataFrame]:
-    """All journal tables as DataFrames: ``decisions, orders, fills, positions, pnl, events, sessions``.
+    """All journal tables as DataFrames: ``decisions, orders, fills, positions, pnl, events, sessions,
+    opening_books``.
 
     Timestamps (``recorded_at``, ``decision_ts``) are parsed to tz-aware UTC; JSON list columns of
     ``decisions`` stay strings. A missing journal gives empty frames with the right columns.

@@ -12,7 +12,11 @@ and what the per-champion record needs (``app.paper.attribution``):
 - ``sessions`` (new): one row per session traded, naming the bundle in charge of it (its first
   cycle's), where that bundle lives and, for a registry champion, its run.
 
-A journal written before (version 0) is migrated on open, in ONE transaction: the missing columns
+Schema version 2 adds ``opening_books``: the offsets the books start from (``app.paper.books``), one
+row each time they are set (the first book check of a journal, an operator's ``podracer reconcile
+--accept``); the newest row is in force.
+
+A journal written before (version 0 or 1) is migrated on open, in ONE transaction: the missing columns
 are added (``ALTER TABLE ... ADD COLUMN``; the old rows read NULL) and the version set, so a crash
 leaves either the old file or the migrated one.
 """
@@ -27,7 +31,7 @@ from typing import Any
 
 from data import sqlite
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS decisions (
@@ -113,10 +117,16 @@ CREATE TABLE IF NOT EXISTS sessions (
     bundle_path TEXT,
     run_id TEXT,                    -- the registry champion's run (NULL for paper --bundle)
     source TEXT NOT NULL            -- champion | bundle
+);
+CREATE TABLE IF NOT EXISTS opening_books (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    recorded_at TEXT NOT NULL,
+    reason TEXT NOT NULL,           -- first book check | accepted by the operator
+    book TEXT NOT NULL              -- JSON {symbol: qty}: broker qty less fill-implied qty when set
 )
 """
 
-TABLES = ("decisions", "orders", "fills", "positions", "pnl", "events", "sessions")
+TABLES = ("decisions", "orders", "fills", "positions", "pnl", "events", "sessions", "opening_books")
 
 # Columns that version 1 added to tables of version 0 (a migrated journal's old rows read NULL).
 ADDED_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {

@@ -10,7 +10,7 @@ the env), the tradable flag and the features.
 
 A ticker without a real bar in the decision bar's session is *skipped*: its features are carried
 forward as training saw such bars, but no order may be based on its stale price
-(``Decision.skipped``). A decision bar older than one decision interval is refused
+(``DecisionSnapshot.skipped``). A decision bar older than one decision interval is refused
 (:func:`check_fresh`).
 
 torch is used only by the shared feature code (``data.features`` is written in torch, and computing
@@ -27,8 +27,8 @@ import pandas as pd
 import torch
 
 from app.bundle import Bundle
-from app.paper.broker import Account, Position
-from app.paper.orders import Decision
+from app.paper.broker import BrokerAccount, Position
+from app.paper.orders import DecisionSnapshot
 from data.calendar import (
     INTERVAL_MINUTES,
     align_panel,
@@ -75,10 +75,10 @@ def _session_closed(timestamps: pd.DatetimeIndex, now: pd.Timestamp) -> np.ndarr
 def build_decision(
     bundle: Bundle,
     bars: pd.DataFrame,
-    account: Account,
+    account: BrokerAccount,
     positions: dict[str, Position],
     now: datetime,
-) -> Decision:
+) -> DecisionSnapshot:
     """The observation of the last completed bar, exactly as the env would build it."""
     tickers = bundle.tickers
     interval = bundle.interval
@@ -168,7 +168,7 @@ def build_decision(
     per_asset[0, :, WEIGHT] = weights
     per_asset[0, :, TRADABLE] = tradable
     per_asset[0, :, FEATURES] = features
-    return Decision(
+    return DecisionSnapshot(
         decision_ts=decision_ts,
         obs=obs,
         prices=prices,

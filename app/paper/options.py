@@ -6,6 +6,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from app.paper.books import DEFAULT_TOLERANCE
 from app.paper.orders import RiskLimits, bundle_max_weight
 from data.errors import PodracerError
 
@@ -29,6 +30,9 @@ class PaperOptions:
     # The per-ticker cap is each bundle's own env max_weight (no --max-weight given): a new champion is
     # held to the cap its figures were measured with, every other limit stays the same.
     weight_cap_from_bundle: bool = False
+    # Shares by which the broker's position may differ from the journal's fill-implied one before the
+    # books are a mismatch and new orders stop (app.paper.books).
+    book_tolerance: float = DEFAULT_TOLERANCE
 
     def __post_init__(self) -> None:
         if self.gone_after < 1:

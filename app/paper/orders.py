@@ -12,7 +12,7 @@
 - :func:`client_order_id`: the deterministic id that makes a re-run of the same decision unable to
   place a second order.
 
-``app.paper.observation`` builds the :class:`Decision`; ``app.paper.execution`` sends the orders.
+``app.paper.observation`` builds the :class:`DecisionSnapshot`; ``app.paper.execution`` sends the orders.
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ class PlannedOrder:
 
 
 @dataclass(frozen=True)
-class Decision:
+class DecisionSnapshot:
     """What the policy saw and wanted at one decision bar."""
 
     decision_ts: pd.Timestamp  # UTC start of the decision bar
@@ -114,7 +114,7 @@ def retired_sells(
 
 # --- targets and orders --------------------------------------------------------------------------
 def apply_limits(
-    policy_weights: np.ndarray, decision: Decision, tickers: tuple[str, ...], limits: RiskLimits
+    policy_weights: np.ndarray, decision: DecisionSnapshot, tickers: tuple[str, ...], limits: RiskLimits
 ) -> tuple[np.ndarray, list[str]]:
     """Target weights after the env's rule, skipped tickers held, and the ``max_weight`` cap."""
     notes = []
@@ -141,7 +141,7 @@ def apply_limits(
 
 
 def plan_orders(
-    decision: Decision,
+    decision: DecisionSnapshot,
     target: np.ndarray,
     tickers: tuple[str, ...],
     bundle_id: str,

@@ -1,10 +1,10 @@
 """The walk-forward's out-of-sample account: the policies in charge, fold after fold, as one account.
 
-:class:`Account` keeps what the stitched run needs and nothing else: the loaded bars, the span's
+:class:`StitchedAccount` keeps what the stitched run needs and nothing else: the loaded bars, the span's
 features (each fold's test window normalized with the statistics of the policy in charge there, the
-only features held for the whole span) and the policies in charge. :meth:`Account.run` replays the
+only features held for the whole span) and the policies in charge. :meth:`StitchedAccount.run` replays the
 account from the span's first bar to the last fold added (``backtests.stitched.run_stitched``: one
-engine run, so the account and the baselines stay continuous); :meth:`Account.report` writes its
+engine run, so the account and the baselines stay continuous); :meth:`StitchedAccount.report` writes its
 report (``app.walkforward.judging.write_account_report``) with the walk-forward's keys: each fold's
 row and which champion traded which sessions.
 """
@@ -33,7 +33,7 @@ from envs.trading import EnvParams
 CASH = "cash"  # in charge before the first promotion: the account holds cash
 
 
-class Account:
+class StitchedAccount:
     """The stitched out-of-sample account of a walk-forward (see the module docstring)."""
 
     def __init__(

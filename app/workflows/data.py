@@ -14,7 +14,7 @@ from app import context
 from app.config import load_config
 from data.errors import DataError
 from data.sources.chunks import DEFAULT_BATCH, Chunk
-from data.sources.retry import RetryPolicy
+from data.sources.retry import FetchRetryPolicy
 from data.sources.stream import FetchReport, fetch_to_store
 from data.store import BarStore
 from data.universe import check_universe, members, resolve_tickers
@@ -104,7 +104,7 @@ def fetch(
             interval,
             extended_hours=extended_hours,
             batch=batch,
-            policy=RetryPolicy(max_wait_s=max_wait_s),
+            policy=FetchRetryPolicy(max_wait_s=max_wait_s),
             on_plan=bar.on_plan,
             on_chunk=bar.on_chunk,
         )

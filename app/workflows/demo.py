@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from agents.tournament.backend_choice import resolve_backend
 from app.config import Config, load_config
 from app.runs import RunDir
 from app.workflows.backtest import backtest_run
@@ -112,8 +113,15 @@ def build_config(
     tour.setdefault("workers", workers if workers is not None else max(1, min(machine["cores"], 8)))
     if workers is not None:
         tour["workers"] = workers
-    tour["pods"] = max(tour.get("pods", base.tournament.pods), max(1, tour["workers"]))
-    sections.setdefault("agent", {})["device"] = machine["device"]
+    agent = sections.setdefault("agent", {})
+    agent["device"] = machine["device"]
+    backend = resolve_backend(
+        tour.get("backend", base.tournament.backend), machine["device"], agent.get("algo", base.agent.algo)
+    )
+    if backend == "local":
+        tour["pods"] = max(tour.get("pods") or base.tournament.pods or 1, max(1, tour["workers"]))
+    else:
+        tour.pop("pods", None)  # the preset's pool is the local backend's: a population sizes itself
     config = base.with_updates(**sections)
     return config, {"budget_minutes": budget_minutes}
 
@@ -182,9 +190,9 @@ def run_demo(
         if extra["budget_minutes"]
         else f"{config.tournament.budget_steps:,} env-steps"
     )
-    say(
-        f"[2/3] tournament: {config.tournament.pods} pods, {config.tournament.workers} worker(s), budget {budget}"
-    )
+    pods = config.tournament.pods
+    pool = f"{pods} pods" if pods is not None else "pods per population chosen on the device"
+    say(f"[2/3] tournament: {pool}, {config.tournament.workers} worker(s), budget {budget}")
     summary = train_tournament(config, home, run=run_id, progress=progress, splits=splits)
     timings["tournament_s"] = time.perf_counter() - t0
     champion = summary.champion or {}

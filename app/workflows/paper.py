@@ -1,7 +1,14 @@
-"""``podracer paper``: one paper loop per home, trading a fixed bundle or the registry's champion.
+"""``podracer paper``: one paper loop per home and per Alpaca account, trading a fixed bundle or the
+registry's champion.
 
 The loop holds ``<home>/paper/paper.lock`` (``app.nightly.lock.ProcessLock``, exit 75 when another
-loop holds it): two loops on one home would trade the same account from one journal. A fixed bundle
+loop holds it): two loops on one home would trade the same account from one journal. Once the broker
+has said which account the keys open, it also holds the account's lock,
+``<lock dir>/alpaca-<account id>.lock`` (:func:`account_lock_dir`: ``$PODRACER_LOCK_DIR``, else
+``$XDG_STATE_HOME/podracer/locks``, else ``~/.local/state/podracer/locks``): two homes on one account
+would each journal only their own fills, and each would see the other's trades as outside trades. A
+second loop on the account exits 75 naming the holder's home and pid. ``flock`` is local: two
+machines on one account are not caught here (the book check then halts both). A fixed bundle
 is loaded and verified before anything talks to the broker; the champion's bundle is loaded at the
 first cycle of each session (``app.paper.champion``). Every cycle writes the heartbeat
 ``<home>/paper/heartbeat.json``.
@@ -9,10 +16,12 @@ first cycle of each session (``app.paper.champion``). Every cycle writes the hea
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 
 from app.bundle import load_bundle
-from app.nightly.lock import ProcessLock
+from app.nightly.lock import LockBusyError, ProcessLock, read_lock_info
 from app.paper.alpaca_broker import AlpacaBroker
 from app.paper.champion import BundleSource, ChampionSource, FixedBundle, short
 from app.paper.cycle import CycleResult, run_paper
@@ -22,11 +31,46 @@ from app.paper.options import PaperOptions
 from data.errors import ConfigError
 
 LOCK_NAME = "paper.lock"
+LOCK_DIR_ENV = "PODRACER_LOCK_DIR"
 
 
 def paper_lock(home: Path) -> ProcessLock:
     """The lock of the home's one paper loop: ``<home>/paper/paper.lock``."""
     return ProcessLock(home / "paper" / LOCK_NAME, command="podracer paper")
+
+
+def account_lock_dir() -> Path:
+    """Where the per-account paper locks live (one folder per machine user, not per home)."""
+    if os.environ.get(LOCK_DIR_ENV):
+        return Path(os.environ[LOCK_DIR_ENV])
+    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state) / "podracer" / "locks"
+
+
+def account_lock(account_id: str, home: Path) -> ProcessLock:
+    """The lock of the one paper loop trading Alpaca account ``account_id`` (its holder names ``home``)."""
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", account_id) or "unknown"
+    return ProcessLock(account_lock_dir() / f"alpaca-{safe}.lock", command=f"podracer paper --home {home}")
+
+
+def hold_account(account_id: str | None, home: Path) -> ProcessLock | None:
+    """Take the account's lock, or exit 75 naming the loop that trades it; None when the broker gave
+    no account id (then only the home's lock guards)."""
+    if not account_id:
+        return None
+    lock = account_lock(account_id, home)
+    try:
+        return lock.acquire()
+    except LockBusyError:
+        holder = read_lock_info(lock.path)
+        who = "another podracer paper"
+        if holder is not None and holder.command:
+            who = holder.command
+        where = holder.describe() if holder is not None else "unknown holder"
+        raise LockBusyError(
+            f"Alpaca account {account_id} is already traded by {who} ({where}); one paper loop per "
+            f"account: stop that one or use other keys (lock file {lock.path})"
+        ) from None
 
 
 def run_paper_loop(
@@ -49,6 +93,11 @@ def run_paper_loop(
         what = "the registry's champion, read at the first cycle of each session"
     with paper_lock(home):
         broker = AlpacaBroker()
-        with Journal.for_home(home) as journal:
-            journal.event("start", f"paper {'dry-run ' if options.dry_run else ''}{what}")
-            return run_paper(source, broker, journal, options, once=once, heartbeat=heartbeat_path(home))
+        account = None if options.dry_run else hold_account(broker.account().account_id, home)
+        try:
+            with Journal.for_home(home) as journal:
+                journal.event("start", f"paper {'dry-run ' if options.dry_run else ''}{what}")
+                return run_paper(source, broker, journal, options, once=once, heartbeat=heartbeat_path(home))
+        finally:
+            if account is not None:
+                account.release()

@@ -30,8 +30,10 @@ import torch
 from agents import ppo, sac
 from agents.ensemble import ENSEMBLE_POD, EnsemblePolicy
 from agents.policy import Checkpoint, Policy
+from agents.tournament.backend_choice import check_backend_args
 from agents.tournament.orchestrator import TournamentArgs, TournamentResult, run_tournament
 from agents.tournament.pod import VALID_RETURNS, score_policy, write_valid_returns
+from agents.training import Event
 from agents.validation import validation_score_fn
 from app.config import (
     Config,
@@ -54,10 +56,9 @@ SINGLE_POD = "single"
 #: Sharpe and the champion is whichever came first. 10 sessions are two trading weeks.
 MIN_VALID_SESSIONS = 10
 
-Event = dict[str, Any]
 # A progress display of a single run: given the env-step total, a context that yields the learner callback
 # (an agents.training.Callback: True continues training).
-TrainProgress = Callable[[int], AbstractContextManager[Callable[[Event], bool]]]
+TrainProgressFactory = Callable[[int], AbstractContextManager[Callable[[Event], bool]]]
 # A progress display of a tournament: a context that yields the orchestrator's snapshot callback.
 TournamentProgress = Callable[[], AbstractContextManager[Callable[[Event], None] | None]]
 
@@ -93,7 +94,7 @@ def train_single(
     home: str | Path,
     *,
     run: str | None = None,
-    progress: TrainProgress | None = None,
+    progress: TrainProgressFactory | None = None,
     callbacks: Iterable[Callable[[Event], bool]] = (),
     splits: MarketSplits | None = None,
 ) -> dict[str, Any]:
@@ -202,6 +203,9 @@ def train_tournament(
                 f"run {run_dir.run_id!r} already exists at {run_dir.path} (choose another --run)"
             )
     device = torch.device(config.agent.device)
+    args = to_tournament_args(config)
+    if backend is None:
+        check_backend_args(args, device)  # (a setting the backend would not use: before any file)
     splits = load_market(config.data, home=home, device=device) if splits is None else splits.to(device)
     check_valid_sessions(splits, config)
     if resume is None:
@@ -219,7 +223,6 @@ def train_tournament(
                 "started": time.time(),
             }
         )
-    args = to_tournament_args(config)
     with (progress or _no_live)() as on_progress:
         result = run_tournament(
             run_dir.path,

@@ -50,10 +50,11 @@ import torch
 from agents.ensemble import is_ensemble
 from agents.tournament import pod
 from agents.tournament.orchestrator import run_tournament
+from agents.training import Event
 from app.config import Config, config_to_toml, to_env_params, to_tournament_args, write_config
 from app.nightly.steps import ChallengerRun, warm_start_round
 from app.runs import RunDir, new_id
-from app.walkforward.account import Account
+from app.walkforward.account import StitchedAccount
 from app.walkforward.judging import replay_gate
 from app.walkforward.plan import FoldPlan, fold_config, plan_folds
 from app.workflows.training import ensemble_step
@@ -66,7 +67,6 @@ from data.market import MarketData
 
 log = logging.getLogger(__name__)
 
-Event = dict[str, Any]
 KIND = "walkforward"
 
 
@@ -110,7 +110,7 @@ def run_walkforward(
         wf_run.write(_run_record(wf_run, config, full, plans))
     else:
         wf_run.update(status="running", error=None)
-    account = Account(full, plans, to_env_params(config.env), device)
+    account = StitchedAccount(full, plans, to_env_params(config.env), device)
     for record in records:
         account.add(plans[record["index"]], _in_charge_of(wf_run, record, records))
     emit({"event": "start", "run_id": wf_run.run_id, "folds": len(plans), "done": len(records)})
@@ -231,7 +231,7 @@ def _run_fold(
     wf_run: RunDir,
     plan: FoldPlan,
     records: list[dict[str, Any]],
-    account: Account,
+    account: StitchedAccount,
     emit: Callable[[Event], None],
 ) -> dict[str, Any]:
     index, bars = plan.fold.index, plan.bars

@@ -27,7 +27,8 @@ from data.actions import check_actions, empty_actions
 from data.calendar import TZ, check_interval
 from data.errors import DataError, one_line
 from data.schema import normalize_ticker, validate
-from data.sources.retry import RetryPolicy, Throttled, Transient, retry_after_seconds
+from data.sources import access
+from data.sources.retry import FetchRetryPolicy, Throttled, Transient, retry_after_seconds
 
 CHUNK_DAYS = 31
 PAGE_LIMIT = 10_000  # the data API's largest page
@@ -48,18 +49,17 @@ def _timeframe(interval: str):  # noqa: ANN202 - alpaca-py type
     return TimeFrame(amount, unit)
 
 
-def make_client():  # noqa: ANN201 - alpaca-py type
-    """A ``StockHistoricalDataClient`` from the environment (one-line error when keys are missing)."""
+def make_client(timeout_s: float = access.DATA_TIMEOUT_S):  # noqa: ANN201 - alpaca-py type
+    """A ``StockHistoricalDataClient`` from the environment, as the broker makes its own
+    (``data.sources.access``): keys checked (one line naming a missing or malformed variable), the
+    data URL allow-listed, every request timing out after ``timeout_s`` seconds."""
     from alpaca.data.historical import StockHistoricalDataClient
 
-    key = os.environ.get("APCA_API_KEY_ID", "").strip()
-    secret = os.environ.get("APCA_API_SECRET_KEY", "").strip()
-    if not key or not secret:
-        raise DataError(
-            "alpaca: set APCA_API_KEY_ID and APCA_API_SECRET_KEY (a free paper account's keys work)"
-        )
-    url = os.environ.get("APCA_API_DATA_URL") or None
-    return StockHistoricalDataClient(api_key=key, secret_key=secret, url_override=url)
+    key, secret = access.keys_from_env(DataError, what="alpaca keys (a free paper account's work)")
+    url = os.environ.get(access.DATA_URL_ENV) or access.DATA_URL
+    url = access.check_data_url(url, DataError).removesuffix("/v2")
+    client = StockHistoricalDataClient(api_key=key, secret_key=secret, url_override=url)
+    return access.with_deadline(client, timeout_s)
 
 
 def _feed():  # noqa: ANN202 - alpaca-py enum
@@ -74,7 +74,7 @@ def _feed():  # noqa: ANN202 - alpaca-py enum
 
 def quiet_client(client):  # noqa: ANN001, ANN201 - alpaca-py type
     """``client`` with alpaca-py's own retry loop off (it sleeps a fixed 3 s and ignores Retry-After):
-    ``RetryPolicy`` waits out 429s and retries failures page by page instead."""
+    ``FetchRetryPolicy`` waits out 429s and retries failures page by page instead."""
     client._retry = 0
     return client
 
@@ -86,7 +86,7 @@ def fetch_chunk(
     hi: date,
     interval: str,
     *,
-    policy: RetryPolicy | None = None,
+    policy: FetchRetryPolicy | None = None,
     feed=None,  # noqa: ANN001 - alpaca-py DataFeed
 ) -> pd.DataFrame:
     """Validated bars of ``symbols`` for session dates ``[lo, hi)``, page by page through the client's
@@ -96,7 +96,7 @@ def fetch_chunk(
     from alpaca.data.enums import Adjustment
     from alpaca.data.requests import StockBarsRequest
 
-    policy = policy or RetryPolicy()
+    policy = policy or FetchRetryPolicy()
     first = pd.Timestamp(lo).tz_localize(TZ).tz_convert("UTC")
     last = pd.Timestamp(hi).tz_localize(TZ).tz_convert("UTC")
     params = StockBarsRequest(
@@ -162,14 +162,14 @@ def fetch_actions(
     lo: date,
     hi: date,
     *,
-    policy: RetryPolicy | None = None,
+    policy: FetchRetryPolicy | None = None,
 ) -> dict[str, pd.DataFrame]:
     """Splits and cash dividends of ``symbols`` with ex-dates in ``[lo, hi)`` from the data API's
     ``/v1/corporate-actions`` (through the client's REST layer, as ``fetch_chunk``), as one
     ``data.actions`` frame per symbol (every symbol present, empty when it had none)."""
     from alpaca.common.exceptions import APIError
 
-    policy = policy or RetryPolicy()
+    policy = policy or FetchRetryPolicy()
     rows: dict[str, list[dict]] = {s: [] for s in symbols}
     params = {
         "symbols": ",".join(symbols),

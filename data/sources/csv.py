@@ -118,12 +118,13 @@ def import_files(
     label = str(paths[0]) if len(paths) == 1 else f"{len(paths)} files"
     assert target is not None
     names = [str(t) for t in pd.unique(bars["ticker"])]
-    _check_basis(store, target, names, raw, label)
-    planned, report = store.plan(bars, target, extended_hours=extended_hours, source=label)
-    if raw:  # before the bars, as a fetch does: a kill in between leaves raw bars marked raw
-        for name in names:
-            store.actions.merge(target, name, empty_actions(), source=label)
-    store.commit(planned, report, extended_hours=extended_hours)
+    with store.writing("podracer data import"):
+        _check_basis(store, target, names, raw, label)
+        planned, report = store.plan(bars, target, extended_hours=extended_hours, source=label)
+        if raw:  # before the bars, as a fetch does: a kill in between leaves raw bars marked raw
+            for name in names:
+                store.actions.merge(target, name, empty_actions(), source=label)
+        store.commit(planned, report, extended_hours=extended_hours)
     return report
 
 

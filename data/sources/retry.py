@@ -16,6 +16,7 @@ from email.utils import parsedate_to_datetime
 from typing import TypeVar
 
 from data.errors import DataError
+from data.sources.access import DATA_TIMEOUT_S
 
 T = TypeVar("T")
 
@@ -58,11 +59,15 @@ def retry_after_seconds(
 
 
 @dataclass
-class RetryPolicy:
-    """Bounds on waiting: total 429 wait per fetch, tries per request, backoff for transient errors."""
+class FetchRetryPolicy:
+    """Bounds on waiting: total 429 wait per fetch, tries per request, backoff for transient errors,
+    and each request's deadline (``timeout_s``)."""
 
     max_wait_s: float = 120.0
     attempts: int = 4
+    timeout_s: float = (
+        DATA_TIMEOUT_S  # seconds one request may take (connect, each read): a hung server is a retry
+    )
     backoff_s: float = 1.0
     sleep: Callable[[float], None] = time.sleep
     waited_s: float = field(default=0.0, init=False)

@@ -23,7 +23,7 @@ from data.errors import DataError
 from data.schema import normalize_ticker
 from data.sources import alpaca, yfinance
 from data.sources.chunks import DEFAULT_BATCH, Chunk, FetchManifest, plan_chunks
-from data.sources.retry import FetchFailed, RetryPolicy
+from data.sources.retry import FetchFailed, FetchRetryPolicy
 from data.store import BarStore
 
 SOURCES = ("alpaca", "yfinance")
@@ -78,7 +78,7 @@ ActionsFetcher = Callable[[Sequence[str], date, date], dict[str, pd.DataFrame]]
 
 
 def _source_fetcher(
-    source: str, interval: str, start: str, end: str, policy: RetryPolicy, client: Any, today: date
+    source: str, interval: str, start: str, end: str, policy: FetchRetryPolicy, client: Any, today: date
 ):
     """(first, last, max days per request, chunk fetcher, manifest key, actions fetcher or None) of
     ``source``; checks its range limits."""
@@ -86,7 +86,7 @@ def _source_fetcher(
         first, last = alpaca.parse_date_range(start, end, "alpaca")
         alpaca._timeframe(interval)  # refuse a bad interval before any request
         feed = alpaca._feed()
-        cli = alpaca.quiet_client(client if client is not None else alpaca.make_client())
+        cli = alpaca.quiet_client(client if client is not None else alpaca.make_client(policy.timeout_s))
 
         def fetch(symbols: Sequence[str], lo: date, hi: date) -> pd.DataFrame:
             return alpaca.fetch_chunk(cli, symbols, lo, hi, interval, policy=policy, feed=feed)
@@ -126,13 +126,14 @@ def fetch_to_store(
     *,
     extended_hours: bool = False,
     batch: int = DEFAULT_BATCH,
-    policy: RetryPolicy | None = None,
+    policy: FetchRetryPolicy | None = None,
     client: Any = None,
     fetcher: ChunkFetcher | None = None,
     actions_fetcher: ActionsFetcher | None = None,
     on_chunk: Callable[[FetchReport, Chunk, int], None] | None = None,
     on_plan: Callable[[FetchReport], None] | None = None,
     today: date | None = None,
+    writer: str = "podracer data fetch",
 ) -> FetchReport:
     """Fetch ``tickers`` for session dates ``start..end`` into the store under ``home``, chunk by
     chunk (resumable; see the module docstring). ``on_plan(report)`` runs once the chunks are planned,
@@ -144,14 +145,17 @@ def fetch_to_store(
     dividends are merged into the ticker's actions table *before* its bars are written
     (``data.actions``; the store adjusts on load). A ticker whose bars in this interval were stored without an actions table
     (fetched adjusted by an older podracer, or imported) is refused before any request: raw bars
-    beside adjusted ones would mix two bases."""
+    beside adjusted ones would mix two bases.
+
+    Each chunk's actions merge, month-file writes and manifest row run under the store's writer
+    lock (``BarStore.writing``; ``writer`` names this fetch to a writer that waits for it)."""
     if source not in SOURCES:
         raise DataError(f"unknown source {source!r} (yfinance or alpaca)")
     # The ticker rule before any request, file or manifest is made (deduplicated: BRK/B = BRK.B).
     symbols = list(dict.fromkeys(normalize_ticker(t, source=source) for t in tickers))
     if not symbols:
         raise DataError("no tickers to fetch (give --tickers or --universe)")
-    policy = policy or RetryPolicy()
+    policy = policy or FetchRetryPolicy()
     today = today or datetime.now(UTC).date()
     # The manifest's source key names the feed too: IEX bars recorded do not count as SIP bars fetched.
     first, last, max_days, source_fetch, key, source_actions = _source_fetcher(
@@ -190,6 +194,7 @@ def fetch_to_store(
                     f"{err}; stopped at chunk {chunk.label} ({report.chunks_fetched + report.chunks_skipped}"
                     f" of {report.chunks_total} chunks stored): rerun the same command to resume from it"
                 ) from None
+            found: dict[str, pd.DataFrame] | None = None
             if fetch_actions is not None:
                 try:
                     found = fetch_actions(wanted, chunk.start, chunk.stop)
@@ -200,22 +205,15 @@ def fetch_to_store(
                         f"{err}; stopped at chunk {chunk.label} (corporate actions): rerun the same "
                         "command to resume from it"
                     ) from None
-                for name in wanted:
-                    store.actions.merge(interval, name, found.get(name, empty_actions()), source=source)
-            per_ticker: dict[str, int] = {}
-            if len(bars):
-                written = store.write(bars, interval, extended_hours=extended_hours, source=source)
-                report.files_written += len(written.files_written)
-                report.files_unchanged += written.files_unchanged
-                report.dropped_outside_hours += written.dropped_outside_hours
-                per_ticker = {str(k): int(v) for k, v in bars.groupby("ticker").size().items()}
-                for name, count in per_ticker.items():
-                    report.bars[name] = report.bars.get(name, 0) + count
-                for name in written.bars:
-                    # The month file's gap count after this chunk (a later chunk of the month replaces it).
-                    gaps[(name, chunk.start.strftime("%Y-%m"))] = written.gaps_filled[name]
-                    report.gaps_filled[name] = sum(v for (t, _), v in gaps.items() if t == name)
-            manifest.record(key, interval, Chunk(wanted, chunk.start, chunk.stop), per_ticker, today=today)
+            # One writer at a time from the actions merge to the manifest row (data.lock.store_lock):
+            # the manifest records the chunk only once its bars are renamed into their month files.
+            with store.writing(writer):
+                _store_chunk(
+                    store, report, gaps, chunk, wanted, bars, found, interval, extended_hours, source
+                )
+                manifest.record(
+                    key, interval, Chunk(wanted, chunk.start, chunk.stop), per_ticker(bars), today=today
+                )
             report.chunks_fetched += 1
             report.bars_fetched += len(bars)
             report.requests_throttled = policy.throttled
@@ -254,3 +252,41 @@ def _refuse_raw(store: BarStore, interval: str, symbols: Sequence[str], source: 
             f"{', '.join(raw[:5])}{' ...' if len(raw) > 5 else ''}; fetch them with their corporate "
             "actions, or into another --home"
         )
+
+
+def per_ticker(bars: pd.DataFrame) -> dict[str, int]:
+    """Bars received per ticker in one chunk."""
+    if not len(bars):
+        return {}
+    return {str(k): int(v) for k, v in bars.groupby("ticker").size().items()}
+
+
+def _store_chunk(
+    store: BarStore,
+    report: FetchReport,
+    gaps: dict[tuple[str, str], int],
+    chunk: Chunk,
+    wanted: Sequence[str],
+    bars: pd.DataFrame,
+    found: dict[str, pd.DataFrame] | None,
+    interval: str,
+    extended_hours: bool,
+    source: str,
+) -> None:
+    """Merge one chunk's actions (before its bars: a kill in between leaves raw bars marked raw) and
+    write its bars, adding to ``report``; the caller holds the store's writer lock."""
+    if found is not None:
+        for name in wanted:
+            store.actions.merge(interval, name, found.get(name, empty_actions()), source=source)
+    if not len(bars):
+        return
+    written = store.write(bars, interval, extended_hours=extended_hours, source=source)
+    report.files_written += len(written.files_written)
+    report.files_unchanged += written.files_unchanged
+    report.dropped_outside_hours += written.dropped_outside_hours
+    for name, count in per_ticker(bars).items():
+        report.bars[name] = report.bars.get(name, 0) + count
+    for name in written.bars:
+        # The month file's gap count after this chunk (a later chunk of the month replaces it).
+        gaps[(name, chunk.start.strftime("%Y-%m"))] = written.gaps_filled[name]
+        report.gaps_filled[name] = sum(v for (t, _), v in gaps.items() if t == name)

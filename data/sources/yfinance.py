@@ -28,6 +28,7 @@ from data.actions import check_actions, empty_actions, session_dates
 from data.calendar import check_interval
 from data.errors import DataError, one_line
 from data.schema import validate
+from data.sources.access import DATA_TIMEOUT_S
 from data.sources.retry import Transient
 
 log = logging.getLogger(__name__)
@@ -133,6 +134,7 @@ def fetch_chunk(symbols: Sequence[str], lo, hi, interval: str) -> pd.DataFrame: 
             threads=False,
             group_by="ticker",
             multi_level_index=True,
+            timeout=DATA_TIMEOUT_S,  # per request; the corporate-actions reads use yfinance's own 10 s
         )
     except Exception as err:  # yfinance raises many types (HTTP, JSON, its own)
         first_line = one_line(err, 200, typed=False)
