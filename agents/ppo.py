@@ -45,7 +45,7 @@ from torch import Tensor
 from agents.policy import Checkpoint, Policy, gaussian_entropy, gaussian_log_prob
 from agents.training import Callback, EvalFn, EvalHook, TrainResult, make_optimizer, notify, policy_for_env
 from data.errors import ConfigError
-from envs.backends.compiled import COMPILE_MODES, cached
+from envs.kernels.compiled import COMPILE_MODES, cached
 
 
 @dataclass(frozen=True)

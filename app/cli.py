@@ -26,6 +26,7 @@ from app.commands import (
     demo,
     export,
     paper,
+    prune,
     reconcile,
     retrain,
     schedule,
@@ -106,6 +107,7 @@ cli.command("backtest")(backtest.backtest)
 cli.command("dashboard")(dashboard.dashboard)
 cli.command("export")(export.export)
 cli.command("paper")(paper.paper)
+cli.command("prune")(prune.prune)
 cli.command("reconcile")(reconcile.reconcile)
 cli.command("retrain")(retrain.retrain)
 cli.add_typer(schedule.app, name="schedule")

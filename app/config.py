@@ -30,6 +30,7 @@ from app.config_sections import (
     DataConfig,
     EnvConfig,
     NightlyConfig,
+    RetentionConfig,
     Section,
     TournamentConfig,
     WalkForwardConfig,
@@ -49,6 +50,7 @@ __all__ = [
     "DataConfig",
     "EnvConfig",
     "NightlyConfig",
+    "RetentionConfig",
     "TournamentConfig",
     "WalkForwardConfig",
     "config_to_toml",
@@ -68,6 +70,9 @@ log = logging.getLogger(__name__)
 #: (``--resume``, backtests of old runs), with one warning per key.
 RENAMED_KEYS: dict[tuple[str, str], str] = {
     ("env", "compile"): "fast_step",  # it selects the fast env step, which on CPU is not a compile
+    # "significance" alone also named the bootstrap test; the level has one name everywhere.
+    ("backtest", "significance"): "significance_level",
+    ("nightly", "significance"): "significance_level",
 }
 
 
@@ -81,6 +86,7 @@ class Config(Section):
     backtest: BacktestConfig = BacktestConfig()
     nightly: NightlyConfig = NightlyConfig()
     walkforward: WalkForwardConfig = WalkForwardConfig()
+    retention: RetentionConfig = RetentionConfig()
 
     def with_updates(self, **sections: dict[str, Any]) -> Config:
         """A copy with some fields of some sections replaced (validated)."""
@@ -123,7 +129,7 @@ def migrate_deprecated(raw: dict[str, Any], source: str = "config") -> dict[str,
     readable):
 
     - ``[backtest] dsr_threshold = d`` and ``[nightly] dsr_threshold = d`` (a deflated Sharpe ratio the
-      selected strategy had to reach) -> ``significance = 1 - d`` in the same section (the level of
+      selected strategy had to reach) -> ``significance_level = 1 - d`` in the same section (the level of
       the out-of-sample test that replaced that DSR); both keys set is an error, as for
       :data:`RENAMED_KEYS`;
     - ``[nightly] first_promotion = "dsr"`` -> ``"significant"``.
@@ -134,19 +140,19 @@ def migrate_deprecated(raw: dict[str, Any], source: str = "config") -> dict[str,
         if not isinstance(section, dict) or "dsr_threshold" not in section:
             continue
         old = section.pop("dsr_threshold")
-        if "significance" in section:
+        if "significance_level" in section:
             raise ConfigError(
-                f"{source}: {name}.dsr_threshold: deprecated, replaced by {name}.significance; set only "
-                "significance"
+                f"{source}: {name}.dsr_threshold: deprecated, replaced by {name}.significance_level; set "
+                "only significance_level"
             )
         if isinstance(old, int | float) and not isinstance(old, bool) and 0 < old < 1:
-            section["significance"] = round(1.0 - float(old), 12)
+            section["significance_level"] = round(1.0 - float(old), 12)
             log.warning(
-                "%s: [%s] dsr_threshold = %g is deprecated: read as significance = %g",
+                "%s: [%s] dsr_threshold = %g is deprecated: read as significance_level = %g",
                 source,
                 name,
                 old,
-                section["significance"],
+                section["significance_level"],
             )
         else:
             log.warning("%s: [%s] dsr_threshold = %r is deprecated and ignored", source, name, old)

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from agents.ppo import PPOArgs
 from agents.sac import SACArgs
 from agents.tournament.orchestrator import TournamentArgs
-from backtests.verdict import SIGNIFICANCE
+from backtests.verdict import SIGNIFICANCE_LEVEL
 from data.loader import LOAD_DEFAULTS
 from envs.trading import EnvParams
 
@@ -268,8 +268,8 @@ class BacktestConfig(Section):
 
     window: Literal["test", "valid"] = "test"
     annualization: int = Field(252, ge=1, description="periods per year of the daily returns")
-    significance: float = Field(
-        SIGNIFICANCE,
+    significance_level: float = Field(
+        SIGNIFICANCE_LEVEL,
         gt=0,
         lt=1,
         description="level of the out-of-sample test behind the verdict (docs/backtests.md)",
@@ -294,12 +294,12 @@ class NightlyConfig(Section):
     margin: float = Field(
         0.1, ge=0, description="challenger must beat the champion by this much (fitness units)"
     )
-    significance: float | None = Field(
+    significance_level: float | None = Field(
         None,
         gt=0,
         lt=1,
         description="the gate's level: the challenger's out-of-sample test must be significant at it "
-        "(None: [backtest] significance)",
+        "(None: [backtest] significance_level)",
     )
     first_promotion: Literal["always", "significant"] = Field(
         "always", description="with no champion yet: promote always, or only a significant challenger"
@@ -307,6 +307,22 @@ class NightlyConfig(Section):
     warm_start_pods: int = Field(1, ge=0, description="fresh pods seeded with the champion's weights")
     export: bool = Field(True, description="export an onnxruntime bundle on promotion")
     tearsheet: bool = Field(True, description="write the challenger run's tear sheet")
+
+
+class RetentionConfig(Section):
+    """What a home keeps (``podracer prune``, and after each nightly retrain; see docs/nightly.md).
+    The champion in charge and its predecessor are kept whatever the counts."""
+
+    keep_runs: int = Field(30, ge=1, description="newest nightly runs kept (runs/nightly-*)")
+    keep_champions: int = Field(
+        5, ge=2, description="champions whose export and policy copy are kept (the last promotions)"
+    )
+    journal_sessions: int = Field(
+        250, ge=1, description="paper sessions kept in full in the journal; older days become daily rows"
+    )
+    log_max_mb: float = Field(20.0, gt=0, description="a log under <home>/logs larger than this is rotated")
+    keep_logs: int = Field(3, ge=0, description="rotated copies kept per log")
+    after_retrain: bool = Field(True, description="prune after each nightly retrain")
 
 
 class WalkForwardConfig(Section):
@@ -348,7 +364,7 @@ class WalkForwardConfig(Section):
     )
     gate: Literal["nightly", "always"] = Field(
         "nightly",
-        description="nightly: the retrain gate decides challenger vs incumbent ([nightly] margin and significance); "
+        description="nightly: the retrain gate decides challenger vs incumbent ([nightly] margin and significance_level); "
         "always: every fold's challenger takes over",
     )
     tearsheet: bool = Field(True, description="write the stitched account's tear sheet")

@@ -37,9 +37,9 @@ from backtests.accounting import GroupRun, trade_accounting
 from data.errors import DataError, PodracerError
 from data.market import MarketData
 from envs import trading
-from envs.backends.compiled import check_mode
 from envs.backtest_loop import BacktestLoop
 from envs.backtest_step import asset_prices, backtest_step
+from envs.kernels.compiled import check_mode
 from envs.trading import EnvParams
 
 #: ``compile="auto"`` compiles a policy's decision loop from this many decisions on: enough that the

@@ -8,7 +8,7 @@ longer what it says. So every backtest of a selected strategy on a test window i
 ``(run_id, strategy, market, start, end)``; ``sharpe`` is the per-day Sharpe ratio of the strategy's
 daily returns on the window (NULL when undefined). The out-of-sample test of a look is deflated for the
 looks recorded **before its own first recording** on an overlapping window (one shared day is enough)
-of the same market (``backtests.significance``):
+of the same market (``backtests.oos_test``):
 
 - backtesting the same run again (same run, strategy, market, window) is not a new look: the row stays
   and the verdict is recomputed from the same earlier looks, so it comes out the same;

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from data.artifact import Artifact, Figure
 
@@ -67,11 +67,17 @@ EXTRA_METRICS: tuple[str, ...] = ("probabilistic_sharpe_ratio",)
 SUMMARY_METRICS: tuple[str, ...] = tuple(k for k in METRIC_KEYS if k not in EXTRA_METRICS)
 
 
-class ExcessTest(MetricsSection):
+class ExcessFigures(MetricsSection):
     """The test of the selected strategy's mean daily excess return over one benchmark."""
 
     mean_per_day: Figure = Field(None, description="mean daily excess return")
-    p_value: Figure = Field(None, description="one-sided bootstrap p-value of this look alone")
+    p_value: Figure = Field(None, description="one-sided p-value of this look alone")
+    p_value_bound: bool | None = Field(
+        None, description="the p-value is an upper bound at the bootstrap's resolution limit"
+    )
+    p_value_method: str | None = Field(None, description="how the p-value was computed")
+    t_stat: Figure = Field(None, description="the excess mean's HAC t-statistic")
+    replications: int | None = Field(None, description="bootstrap replications the adaptive test used")
     p_value_after_looks: Figure = Field(None, description="the p-value after the looks (Sidak)")
     block_length: Figure = Field(None, description="the stationary bootstrap's expected block length")
 
@@ -84,8 +90,15 @@ class OosTest(MetricsSection):
     held_out: bool | None = Field(None, description="the window is the test window")
     num_sessions: int | None = Field(None, description="sessions of daily returns tested")
     sharpe_per_day: Figure = Field(None, description="its per-day Sharpe ratio")
+    skewness: Figure = Field(
+        None, description="skewness of its daily returns (the PSR restated for the looks counted when read)"
+    )
+    kurtosis: Figure = Field(None, description="(non-excess) kurtosis of its daily returns")
     psr: Figure = Field(None, description="PSR against 0, this look alone")
     looks: int | None = Field(None, description="K: the looks counted at this window of this market")
+    looks_first: int | None = Field(
+        None, description="K when first judged (set when the verdict is restated for the looks counted now)"
+    )
     looks_sharpe_variance: Figure = Field(
         None, description="variance of the K looks' Sharpe ratios (null for one)"
     )
@@ -93,11 +106,11 @@ class OosTest(MetricsSection):
     sharpe_hurdle: Figure = Field(None, description="E[max SR] of K looks, per day")
     psr_after_looks: Figure = Field(None, description="the PSR against that hurdle (the DSR over K looks)")
     benchmark: str | None = Field(None, description="the benchmark the verdict requires")
-    excess: dict[str, ExcessTest] = Field(
+    excess: dict[str, ExcessFigures] = Field(
         default_factory=dict, description="per benchmark (`buy_and_hold`, `equal_weight`): its excess test"
     )
     test: str | None = Field(None, description="the test and the p-value formula, in words")
-    replications: int | None = Field(None, description="bootstrap replications (2000)")
+    max_replications: int | None = Field(None, description="the adaptive bootstrap's most replications")
     seed: int | None = Field(None, description="the bootstraps' seed")
     market: str | None = Field(None, description="the market's identity in the looks ledger")
     reason: str | None = Field(None, description="why a figure is undefined; null otherwise")
@@ -171,7 +184,7 @@ class MetricsDocument(Artifact):
     )
     cost_rate: Figure = Field(None, description="commission rate used")
     slippage_bps: Figure = Field(None, description="slippage used, in basis points")
-    significance: Figure = Field(None, description="the out-of-sample test's level alpha")
+    significance_level: Figure = Field(None, description="the out-of-sample test's significance level")
     min_oos_sessions: int | None = Field(
         None, description="fewest held-out sessions the test is read on (20)"
     )
@@ -209,6 +222,16 @@ class MetricsDocument(Artifact):
     final: bool | None = Field(None, description="a walk-forward account's report after its last fold")
     walkforward: WalkForwardSummary | None = Field(None, description="a walk-forward's folds and champions")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _earlier_names(cls, raw: Any) -> Any:
+        """Keys under the names files written earlier used: ``significance`` (the level)."""
+        if isinstance(raw, dict) and "significance" in raw and "significance_level" not in raw:
+            raw = {k: v for k, v in raw.items() if k != "significance"} | {
+                "significance_level": raw["significance"]
+            }
+        return raw
+
     def states(self, key: str) -> bool:
         """The file wrote ``key`` (also as null): tells a document from before a key existed."""
         return key in self.model_fields_set
@@ -228,7 +251,7 @@ DOC_SECTIONS: tuple[tuple[str, type[BaseModel]], ...] = (
     ("top level", MetricsDocument),
     ("`strategies.<name>`", StrategyMetrics),
     ("`oos_test`", OosTest),
-    ("`oos_test.excess.<benchmark>`", ExcessTest),
+    ("`oos_test.excess.<benchmark>`", ExcessFigures),
     ("`selection`", SelectionDiagnostics),
     ("`walkforward`", WalkForwardSummary),
     ("`walkforward.champions[]`", ChampionSpan),

@@ -6,7 +6,7 @@ The files and their schemas are a contract with the dashboard (see ARCHITECTURE.
   holds; ARCHITECTURE.md and docs/backtests.md list them): the window and its conventions, the PBO
   over every pod tried, the costs used, the test's level, ``strategies: {name: {<every key of
   backtests.metrics_model.METRIC_KEYS>}}``, ``oos_test`` (the selected strategy's out-of-sample test
-  on this window after the looks counted, ``backtests.significance``; null without a selected
+  on this window after the looks counted, ``backtests.oos_test``; null without a selected
   strategy), ``selection`` (the diagnostics of the tournament's choice on the validation window,
   ``backtests.snooping``), the verdict (``backtests.verdict``) and descriptive extras;
 - ``equity.parquet``: ``timestamp`` (UTC) + one float64 column per strategy (equity in $); the first
@@ -42,7 +42,7 @@ import pandas as pd
 import torch
 
 from backtests import metrics as m
-from backtests import selection, significance, snooping
+from backtests import oos_test, selection, snooping
 from backtests.baselines import is_baseline
 from backtests.engine import BacktestResult
 from backtests.metrics_model import MetricsDocument
@@ -50,7 +50,7 @@ from backtests.verdict import (
     ANNUALIZED_KEYS,
     ANNUALIZED_MIN_SESSIONS,
     MIN_OOS_SESSIONS,
-    SIGNIFICANCE,
+    SIGNIFICANCE_LEVEL,
     judge,
     verdict_fields,
 )
@@ -101,26 +101,27 @@ def oos_fields(
     earlier_looks: Sequence[float | None] = (),
     seed: int = 0,
     market: str | None = None,
+    level: float = SIGNIFICANCE_LEVEL,
 ) -> dict[str, Any] | None:
-    """The ``oos_test`` block: the selected strategy's out-of-sample test on this window
-    (``backtests.significance``), or None without a selected strategy."""
+    """The ``oos_test`` block: the selected strategy's out-of-sample test on this window at ``level``
+    (``backtests.oos_test``), or None without a selected strategy."""
     strategy = selected_strategy(result)
     if strategy is None:
         return None
     _, daily = result.daily_returns()
     columns = daily.detach().cpu().numpy().astype(np.float64)
     benchmarks = {n: columns[:, result.names.index(n)] for n in EXCESS_BENCHMARKS if n in result.names}
-    doc = significance.out_of_sample_test(
+    block = oos_test.out_of_sample_test(
         columns[:, result.names.index(strategy)],
         benchmarks,
         strategy=strategy,
         benchmark=benchmark if benchmark in benchmarks else None,
         earlier_looks=earlier_looks,
         seed=seed,
+        level=level,
         market=market,
     )
-    doc["held_out"] = window == HELD_OUT_WINDOW
-    return doc
+    return {**block, "held_out": window == HELD_OUT_WINDOW}
 
 
 def as_selection_inputs(trial_returns: Any | None) -> snooping.SelectionInputs | None:
@@ -170,7 +171,7 @@ def metrics_document(
     benchmark: str = "buy_and_hold",
     cost_rate: float | None = None,
     slippage_bps: float | None = None,
-    significance_level: float = SIGNIFICANCE,
+    significance_level: float = SIGNIFICANCE_LEVEL,
     earlier_looks: Sequence[float | None] = (),
     seed: int = 0,
     market: str | None = None,
@@ -186,20 +187,21 @@ def metrics_document(
     start, end = result.date_range()
     dates, _ = result.daily_returns()
     trials = as_selection_inputs(trial_returns)
-    doc: dict[str, Any] = {
+    bench = benchmark if benchmark in result.names else None
+    fields: dict[str, Any] = {
         "window": window,
         "start": start,
         "end": end,
         "annualization": int(annualization) if float(annualization).is_integer() else annualization,
         "period": PERIOD,
-        "benchmark": benchmark if benchmark in result.names else None,
+        "benchmark": bench,
         "num_trials": int(num_trials),
         **pbo_fields(trials.returns if trials is not None else None),
         "num_sessions": len(dates),
         "annualized_min_sessions": ANNUALIZED_MIN_SESSIONS,
         "cost_rate": None if cost_rate is None else float(cost_rate),
         "slippage_bps": None if slippage_bps is None else float(slippage_bps),
-        "significance": float(significance_level),
+        "significance_level": float(significance_level),
         "min_oos_sessions": MIN_OOS_SESSIONS,
         "decision_interval": result.decision_interval,
         "interval": result.interval,
@@ -207,19 +209,20 @@ def metrics_document(
         "num_days": len(dates),
         "initial_value": result.initial_value,
         "strategies": compute_metrics(result, annualization=annualization),
+        "oos_test": oos_fields(
+            result,
+            window=window,
+            benchmark=bench,
+            earlier_looks=earlier_looks,
+            seed=seed,
+            market=market,
+            level=significance_level,
+        ),
+        "selection": snooping.selection_diagnostics(trials, seed=seed),
     }
-    doc["oos_test"] = oos_fields(
-        result,
-        window=window,
-        benchmark=doc["benchmark"],
-        earlier_looks=earlier_looks,
-        seed=seed,
-        market=market,
-    )
-    doc["selection"] = snooping.selection_diagnostics(trials, seed=seed)
-    model = MetricsDocument.parse(json_safe(doc))
-    oos = model.oos_test
-    return model.model_copy(update=verdict_fields(judge(model, oos.strategy) if oos is not None else None))
+    doc = MetricsDocument.parse(json_safe(fields))
+    oos = doc.oos_test
+    return doc.model_copy(update=verdict_fields(judge(doc, oos.strategy) if oos is not None else None))
 
 
 # --- tables ----------------------------------------------------------------------------------------

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from backtests import selection
-from backtests.significance import sharpe_per_day
+from backtests.oos_test import sharpe_per_day
 
 #: Correlation distance ``sqrt((1 - rho) / 2)`` at which clusters stop merging: 0.5 is ``rho = 0.5``.
 CLUSTER_DISTANCE = 0.5

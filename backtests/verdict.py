@@ -1,24 +1,35 @@
 """What a backtest's figures may claim: the plain-words verdict on the selected strategy's edge, the
 line of selection diagnostics after it, and the shortest window whose annualized figures are reported.
 
-The one home of these rules. ``backtests.report`` computes the figures (``backtests.significance``,
+The one home of these rules. ``backtests.report`` computes the figures (``backtests.oos_test``,
 ``backtests.snooping``), judges once and writes the verdict into metrics.json (:func:`verdict_fields`);
 the CLI summary, ``podracer backtest --json``, the dashboard and the nightly gate use what the document
 says (:func:`stated_verdict`) or this same rule (:func:`judge`). Every function reads the document as
-its model (:class:`backtests.metrics_model.MetricsDocument`). No torch, arch or scipy: the dashboard
-and the CLI import this without loading them.
+its model (:class:`backtests.metrics_model.MetricsDocument`). No torch, arch or scipy (the standard
+library and the model): the dashboard and the CLI import this without loading them.
 
 The rule (:func:`judge`), on the out-of-sample test of the selected strategy on its held-out window
-(metrics.json ``oos_test``), at the level ``alpha`` (``[backtest] significance``, metrics.json
-``significance``):
+(metrics.json ``oos_test``), at the significance level ``a`` (``[backtest] significance_level``,
+metrics.json ``significance_level``):
 
 - "edge significant out of sample": the probabilistic Sharpe ratio after the looks counted (the DSR
-  over ``K`` looks; the PSR against 0 for a first look) at or above ``1 - alpha`` AND the benchmark
-  test's p-value after the looks (Sidak) at or below ``alpha``: its Sharpe ratio is above zero and its
+  over ``K`` looks; the PSR against 0 for a first look) at or above ``1 - a`` AND the benchmark
+  test's p-value after the looks (Sidak) at or below ``a``: its Sharpe ratio is above zero and its
   mean daily return above buy-and-hold's;
 - "edge not significant out of sample": either falls short;
 - "edge not measurable": the window is not held out, has fewer than :data:`MIN_OOS_SESSIONS`
   sessions, or a figure is undefined (a strategy that stayed in cash), with why.
+
+A report computed on the window a selection ranked on (metrics.json ``window`` ``"valid"``: a
+walk-forward gate that reads its fold's validation window) says "on the selection window" instead of
+"out of sample".
+
+**Looks counted when read.** The verdict is stated with the looks counted NOW: :func:`restate` takes
+the looks the ledger holds today at an overlapping window of the same market (:class:`LooksNow`,
+``backtests.looks.looks_now``) and recomputes the two figures the looks change (the DSR's hurdle over
+every look's Sharpe ratio, Sidak over ``K``) from what the document keeps (the p-value and the
+returns' moments), so a run judged first among many does not keep its first count forever. The
+figures then say "N looks counted now (K when first judged)".
 
 The selection diagnostics (SPA p-value, validation DSR with the effective trials, PBO; metrics.json
 ``selection`` and ``pbo``) describe the tournament's choice on the validation window: they follow the
@@ -27,17 +38,21 @@ verdict on a line of their own and do not change it.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+from statistics import NormalDist
 from typing import Any, get_args
 
-from backtests.metrics_model import MetricsDocument, Outcome
+from backtests.metrics_model import ExcessFigures, MetricsDocument, Outcome
 
-#: The default level of the out-of-sample test (``[backtest] significance``): a 5% chance of calling
+#: The default significance level of the out-of-sample test (``[backtest] significance_level``): a 5% chance of calling
 #: a strategy with no edge significant.
-SIGNIFICANCE = 0.05
-#: Fewest held-out sessions the out-of-sample test is read on (about a month of trading days): the
-#: PSR's normal approximation and the block bootstrap have too few returns below it.
-MIN_OOS_SESSIONS = 20
+SIGNIFICANCE_LEVEL = 0.05
+#: Fewest held-out sessions the out-of-sample test is read on (two months of trading days): below it
+#: the benchmark test's size under a true null leaves [2.5%, 7.5%] at the 5% level for skewed and
+#: fat-tailed daily excess returns (``benchmarks/verdict_size.py``; figures in docs/benchmarks.md).
+MIN_OOS_SESSIONS = 40
 #: Annualized compounding figures are only reported for windows of at least this many sessions (a
 #: quarter): (1 + r)^(252 / n) over 12 sessions turns +33% into +40,000%/yr, a number that reads as a
 #: broken product. Below it ``annual_return`` and ``calmar_ratio`` are null and the period return stands.
@@ -58,15 +73,14 @@ class EdgeVerdict:
     figures: tuple[str, ...]  # e.g. ("PSR 0.998", "excess over buy_and_hold +0.41%/day (p 0.001)", ...)
     reasons: tuple[str, ...] = ()  # caveats after the figures, e.g. why it is not measurable
     diagnostics: str = ""  # "selection (validation window, 102 trials): SPA p 0.004, ..."
+    scope: str = "out of sample"  # or "on the selection window" (see the module docstring)
 
     @property
     def headline(self) -> str:
-        """``"edge significant out of sample"``, ``"edge not significant out of sample"`` or
-        ``"edge not measurable"``."""
+        """``"edge significant out of sample"``, ``"edge not significant out of sample"`` (or ``"... on
+        the selection window"``) or ``"edge not measurable"``."""
         return (
-            "edge not measurable"
-            if self.outcome == "not measurable"
-            else f"edge {self.outcome} out of sample"
+            "edge not measurable" if self.outcome == "not measurable" else f"edge {self.outcome} {self.scope}"
         )
 
     @property
@@ -94,6 +108,7 @@ class EdgeVerdict:
             tuple(doc.verdict_figures),
             tuple(doc.verdict_reasons),
             doc.verdict_diagnostics or "",
+            scope_of(doc),
         )
 
 
@@ -117,15 +132,145 @@ def verdict_fields(verdict: EdgeVerdict | None) -> dict[str, Any]:
     }
 
 
-def prob_text(value: float) -> str:
-    """A probability as shown: 3 decimals, or scientific below 0.001 (a p-value of 5e-4 is not 0.000)."""
-    return f"{value:.3f}" if value >= 0.001 else f"{value:.1e}"
+def prob_text(value: float, bound: bool = False) -> str:
+    """A probability as shown: 3 decimals, or scientific below 0.001 (a p-value of 5e-4 is not 0.000);
+    ``bound``: an upper bound at a resolution limit, shown ``"< x"``."""
+    text = f"{value:.3f}" if value >= 0.001 else f"{value:.1e}"
+    return f"< {text}" if bound else text
 
 
-def significance_of(doc: MetricsDocument) -> float:
-    """The level ``alpha`` a document was judged at (:data:`SIGNIFICANCE` when it records none)."""
-    alpha = doc.significance
-    return alpha if alpha is not None and 0.0 < alpha < 1.0 else SIGNIFICANCE
+def scope_of(doc: MetricsDocument) -> str:
+    """``"on the selection window"`` for a report on the window a selection ranked on, else
+    ``"out of sample"``."""
+    return "on the selection window" if doc.window == SELECTION_WINDOW else "out of sample"
+
+
+#: The metrics.json ``window`` of a report on the window the pods were ranked on.
+SELECTION_WINDOW = "valid"
+_EULER_GAMMA = 0.5772156649015329
+
+
+def sidak(p_value: float | None, looks: int) -> float | None:
+    """``1 - (1 - p)^K``: the chance that at least one of ``K`` independent looks gives a p-value at or
+    below ``p`` under the null (None stays None). expm1/log1p: 1e-12 over 500 looks is 5e-10, not 0."""
+    if p_value is None:
+        return None
+    return float(-math.expm1(max(1, int(looks)) * math.log1p(-min(float(p_value), 1.0 - 1e-16))))
+
+
+def expected_max_sharpe(num_trials: int, sharpe_variance: float) -> float:
+    """Expected maximum per-period Sharpe ratio of ``num_trials`` skill-less trials whose Sharpe ratios
+    have variance ``sharpe_variance`` (Bailey and Lopez de Prado; 0 for one trial)."""
+    if num_trials <= 1:
+        return 0.0
+    n, ppf = float(num_trials), NormalDist().inv_cdf
+    z1, z2 = ppf(1.0 - 1.0 / n), ppf(1.0 - 1.0 / (n * math.e))
+    return math.sqrt(sharpe_variance) * ((1.0 - _EULER_GAMMA) * z1 + _EULER_GAMMA * z2)
+
+
+@dataclass(frozen=True)
+class LooksHurdle:
+    """What the looks make of the Sharpe test: ``K`` looks, their per-day Sharpe ratios' variance,
+    the hurdle ``E[max SR]`` of ``K`` skill-less looks, and a note when the null variance stood in."""
+
+    looks: int
+    variance: float | None
+    hurdle: float
+    note: str | None = None
+
+
+def looks_hurdle(sharpes: Sequence[float | None], num_sessions: int) -> LooksHurdle:
+    """The hurdle for ``sharpes``: the per-day Sharpe ratios of every look counted at an overlapping
+    window of the same market (``K = len(sharpes)``, at least 1).
+
+    One look: no hurdle (the plain PSR). ``K >= 2``: the variance (ddof=1) of the defined Sharpe ratios;
+    when fewer than two are defined or they do not spread (the same strategy re-trained identically),
+    the sampling variance of a Sharpe estimate under the null, ``1 / (T - 1)``, stands in.
+    """
+    looks = max(1, len(sharpes))
+    if looks == 1:
+        return LooksHurdle(1, None, 0.0)
+    defined = [float(s) for s in sharpes if s is not None and math.isfinite(float(s))]
+    variance = _variance(defined) if len(defined) >= 2 else None
+    note = None
+    if variance is None or variance <= 0.0:
+        variance = 1.0 / (num_sessions - 1) if num_sessions > 1 else None
+        note = f"{looks} looks without a spread of Sharpe ratios: null variance 1/(T-1) used"
+    if variance is None:
+        return LooksHurdle(looks, None, math.nan, note)
+    return LooksHurdle(looks, variance, expected_max_sharpe(looks, variance), note)
+
+
+def _variance(values: Sequence[float]) -> float:
+    mean = sum(values) / len(values)
+    return sum((v - mean) ** 2 for v in values) / (len(values) - 1)
+
+
+def psr_from_moments(
+    sharpe: float, num_obs: int, skew: float, kurtosis: float, hurdle: float = 0.0
+) -> float | None:
+    """P(true per-day Sharpe > ``hurdle``) from the per-day Sharpe ratio, the number of returns and
+    their skewness and (non-excess) kurtosis (Bailey and Lopez de Prado's PSR); None when undefined."""
+    denom = 1.0 - skew * sharpe + (kurtosis - 1.0) / 4.0 * sharpe**2
+    if num_obs < 2 or denom <= 0 or not all(map(math.isfinite, (sharpe, skew, kurtosis, hurdle))):
+        return None
+    return NormalDist().cdf((sharpe - hurdle) * math.sqrt(num_obs - 1.0) / math.sqrt(denom))
+
+
+@dataclass(frozen=True)
+class LooksNow:
+    """The looks the ledger counts today at a look's window (``backtests.looks.looks_now``): every
+    overlapping look's per-day Sharpe ratio (this one's included), and how many were counted when this
+    look was first judged."""
+
+    sharpes: tuple[float | None, ...]
+    first: int
+
+    @property
+    def count(self) -> int:
+        """``K`` now."""
+        return max(1, len(self.sharpes))
+
+
+def restate(doc: MetricsDocument, now: LooksNow | None) -> MetricsDocument:
+    """``doc`` with its ``oos_test`` restated for the looks counted ``now`` (the hurdle, the PSR after
+    the looks and Sidak's p-values) and its verdict fields rejudged; ``doc`` itself when ``now`` is
+    None or it has no out-of-sample test. Keeps ``looks_first`` (the count when first judged)."""
+    oos = doc.oos_test
+    if now is None or oos is None or oos.strategy is None:
+        return doc
+    sessions = oos.num_sessions or 0
+    hurdle = looks_hurdle(list(now.sharpes), sessions)
+    sharpe, skew, kurt = oos.sharpe_per_day, oos.skewness, oos.kurtosis
+    psr = None
+    if sharpe is not None and skew is not None and kurt is not None and math.isfinite(hurdle.hurdle):
+        psr = psr_from_moments(sharpe, sessions, skew, kurt, hurdle.hurdle)
+    elif hurdle.looks == (oos.looks or 1):
+        psr = oos.psr_after_looks  # an older document: its own count stands
+    excess = {
+        name: block.model_copy(update={"p_value_after_looks": sidak(block.p_value, hurdle.looks)})
+        for name, block in oos.excess.items()
+    }
+    restated = oos.model_copy(
+        update={
+            "looks": hurdle.looks,
+            "looks_first": int(now.first),
+            "looks_sharpe_variance": hurdle.variance if hurdle.looks > 1 else None,
+            "looks_note": hurdle.note,
+            "sharpe_hurdle": hurdle.hurdle if math.isfinite(hurdle.hurdle) else None,
+            "psr_after_looks": psr,
+            "excess": excess,
+        }
+    )
+    out = doc.model_copy(update={"oos_test": restated})
+    return out.model_copy(update=verdict_fields(judge(out, oos.strategy)))
+
+
+def significance_level_of(doc: MetricsDocument) -> float:
+    """The significance level a document was judged at (:data:`SIGNIFICANCE_LEVEL` when it records
+    none; files written before the key was ``significance_level`` are read by the model)."""
+    level = doc.significance_level
+    return level if level is not None and 0.0 < level < 1.0 else SIGNIFICANCE_LEVEL
 
 
 def judge(doc: MetricsDocument, strategy: str = "champion") -> EdgeVerdict | None:
@@ -134,10 +279,13 @@ def judge(doc: MetricsDocument, strategy: str = "champion") -> EdgeVerdict | Non
     oos = doc.oos_test
     if oos is None or oos.strategy != strategy:
         return None
-    alpha = significance_of(doc)
+    level = significance_level_of(doc)
     diagnostics = diagnostics_line(doc)
     looks = oos.looks or 1
+    first = oos.looks_first
     looks_text = f"{looks} look{'s' if looks != 1 else ''} counted"
+    if first is not None:
+        looks_text += " now" + (f" ({first} when first judged)" if first != looks else "")
     sessions = oos.num_sessions or 0
     if oos.held_out is False:
         why = (
@@ -148,24 +296,27 @@ def judge(doc: MetricsDocument, strategy: str = "champion") -> EdgeVerdict | Non
         why = f"the held-out window has {sessions} sessions, the test needs at least {MIN_OOS_SESSIONS}"
     else:
         why = oos.reason or None
+    scope = scope_of(doc)
     if why is not None:
-        return EdgeVerdict("not measurable", (why,), (), diagnostics)
+        figures = (why, looks_text) if first is not None else (why,)
+        return EdgeVerdict("not measurable", figures, (), diagnostics, scope)
     bench = oos.benchmark
-    excess = oos.excess.get(bench) if bench is not None else None
-    psr = oos.psr_after_looks
-    p, mean = (excess.p_value_after_looks, excess.mean_per_day) if excess is not None else (None, None)
+    excess = (oos.excess.get(bench) if bench is not None else None) or ExcessFigures()
+    psr, p, mean = oos.psr_after_looks, excess.p_value_after_looks, excess.mean_per_day
     if psr is None or p is None or mean is None:
         missing = "the PSR" if psr is None else f"the test against {bench}"
-        return EdgeVerdict("not measurable", (f"{missing} is undefined",), (), diagnostics)
+        return EdgeVerdict("not measurable", (f"{missing} is undefined",), (), diagnostics, scope)
+    bound = excess.p_value_bound is True
     figures = (
         f"PSR {prob_text(psr)}",
-        f"excess over {bench} {100 * mean:+.2f}%/day (p {prob_text(p)})",
+        f"excess over {bench} {100 * mean:+.2f}%/day (p {prob_text(p, bound)})",
         looks_text,
-        f"level {alpha:g}",
+        f"level {level:g}",
     )
     reasons = (oos.looks_note,) if oos.looks_note else ()
-    significant = psr >= 1.0 - alpha and p <= alpha
-    return EdgeVerdict("significant" if significant else "not significant", figures, reasons, diagnostics)
+    significant = psr >= 1.0 - level and p <= level
+    outcome: Outcome = "significant" if significant else "not significant"
+    return EdgeVerdict(outcome, figures, reasons, diagnostics, scope)
 
 
 def diagnostics_line(doc: MetricsDocument) -> str:

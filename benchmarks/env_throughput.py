@@ -9,10 +9,10 @@ validation on). One env-step is one decision of one env.
 
 ``--fast both`` (the default; ``--compile`` is an alias) times every batch size twice in the same
 process: eagerly and with ``step(..., fast=True)``, and prints the ratio; ``off`` / ``on`` time one of
-them. The fast path is the native C kernel on CPU (``envs.backends.native``; built, or loaded from its
+them. The fast path is the native C kernel on CPU (``envs.kernels.native``; built, or loaded from its
 cache, in the warm-up) and ``torch.compile`` elsewhere (compiled in the warm-up, not timed); each
-result names it (``"backend"``). ``--native off`` takes ``torch.compile`` on CPU too.
-``TradingVecEnv`` takes each fast backend from its ``envs.fast_step`` threshold by default
+result names it (``"kernel"``). ``--native off`` takes ``torch.compile`` on CPU too.
+``TradingVecEnv`` takes each fast kernel from its ``envs.fast_step`` threshold by default
 (``fast_step="auto"``).
 """
 
@@ -31,8 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from data.toy import toy_market  # noqa: E402
 from envs import trading  # noqa: E402
-from envs.backends import native  # noqa: E402
-from envs.fast_step import step_backend  # noqa: E402
+from envs.fast_step import step_kernel  # noqa: E402
+from envs.kernels import native  # noqa: E402
 from envs.reference import ReferenceEnv  # noqa: E402
 from envs.trading import EnvParams  # noqa: E402
 
@@ -46,7 +46,7 @@ def bench_batched(
     market, params: EnvParams, num_envs: int, steps: int, warmup: int, seed: int = 0, fast: bool = False
 ) -> tuple[float, float, str]:
     """Wall and process-CPU seconds per batched step (median of 3 timed blocks each), and the
-    backend that ran (``envs.fast_step.step_backend``)."""
+    kernel that ran (``envs.fast_step.step_kernel``)."""
     device = market.device
     gen = torch.Generator().manual_seed(seed)
     state, _ = trading.reset(market, params, num_envs, gen)
@@ -63,7 +63,7 @@ def bench_batched(
         _sync(device)
         blocks.append((time.perf_counter() - start) / per_block)
         cpu_blocks.append((time.process_time() - cpu_start) / per_block)
-    return sorted(blocks)[1], sorted(cpu_blocks)[1], step_backend(market, params, state, fast)
+    return sorted(blocks)[1], sorted(cpu_blocks)[1], step_kernel(market, params, state, fast)
 
 
 def bench_reference(market, params: EnvParams, seconds: float, seed: int = 0) -> float:
@@ -121,16 +121,14 @@ def main(argv: list[str] | None = None) -> dict:
     results = []
     for num_envs in sizes:
         for fast in modes:
-            sec, cpu_sec, backend = bench_batched(
-                market, params, num_envs, args.steps, args.warmup, fast=fast
-            )
+            sec, cpu_sec, kernel = bench_batched(market, params, num_envs, args.steps, args.warmup, fast=fast)
             results.append(
                 {
                     "num_envs": num_envs,
                     "num_assets": args.num_assets,
                     "device": str(device),
                     "fast": fast,
-                    "backend": backend,
+                    "kernel": kernel,
                     "env_steps_per_s": num_envs / sec,
                     "ms_per_step": sec * 1e3,
                     "cpu_ms_per_step": cpu_sec * 1e3,
@@ -142,7 +140,7 @@ def main(argv: list[str] | None = None) -> dict:
                     ratio = f"  {results[-2]['ms_per_step'] / results[-1]['ms_per_step']:.2f}x eager"
                 print(
                     f"{num_envs:>7} envs x {args.num_assets} assets on {device} "
-                    f"{backend:<13}: "
+                    f"{kernel:<13}: "
                     f"{num_envs / sec:>14,.0f} env-steps/s  {sec * 1e3:8.3f} ms/step "
                     f"({cpu_sec * 1e3:.3f} ms CPU){ratio}",
                     flush=True,

@@ -42,7 +42,7 @@ from scipy.stats import binomtest  # noqa: E402
 from app.config import Config  # noqa: E402
 from app.workflows.backtest import backtest_run  # noqa: E402
 from app.workflows.training import train_tournament  # noqa: E402
-from backtests.metrics_model import ExcessTest, OosTest  # noqa: E402
+from backtests.metrics_model import ExcessFigures, OosTest  # noqa: E402
 
 LEVEL = 0.05
 
@@ -107,7 +107,7 @@ def run_market(args: argparse.Namespace, seed: int, signal: float) -> dict:
     finally:
         shutil.rmtree(home, ignore_errors=True)
     oos = doc.oos_test or OosTest()
-    excess = oos.excess.get(oos.benchmark or "") or ExcessTest()
+    excess = oos.excess.get(oos.benchmark or "") or ExcessFigures()
     return {
         "seed": seed,
         "signal": signal,

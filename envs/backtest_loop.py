@@ -23,9 +23,9 @@ import torch
 from torch import Tensor
 
 from data.market import MarketData
-from envs.backends.compiled import Compiled
 from envs.backtest_step import backtest_core, backtest_step
 from envs.core import LCG_INC, LCG_MUL
+from envs.kernels.compiled import Compiled
 from envs.observation import obs_table, write_portfolio
 from envs.tradability import fill_modes
 from envs.trading import EnvParams, EnvState, last_decision_bar

@@ -3,7 +3,7 @@ reward and the episode's end (:func:`step_core`), and the per-env generator (:fu
 
 No market object and no state object here, only tensors and the frozen ``EnvParams`` (read by field
 name): this is what :mod:`envs.fast_step` hands to ``torch.compile``, what the C kernel of
-:mod:`envs.backends.native` reproduces, and what :func:`envs.trading.step_env` and
+:mod:`envs.kernels.native` reproduces, and what :func:`envs.trading.step_env` and
 :func:`envs.backtest_step.backtest_step` build on. The semantics are :mod:`envs.trading`'s docstring.
 """
 
@@ -132,7 +132,7 @@ def trade(
 
 class StepCore(NamedTuple):
     """What :func:`step_core` computes (pre-reset; the first nine are the next ``EnvState``'s fields,
-    named alike). ``envs.backends.native.NativeStep`` has the same fields up to ``traded``."""
+    named alike). ``envs.kernels.native.NativeStep`` has the same fields up to ``traded``."""
 
     t: Tensor  # (N,) the mark bar t + k: the next decision bar
     cash: Tensor

@@ -1,10 +1,13 @@
-"""Which implementation takes an env step: eager torch, the native C kernel or ``torch.compile``.
+"""Which step kernel takes an env step: eager torch, the native C kernel or ``torch.compile``.
+
+"Kernel" is the env's word for what runs a step; "backend" is the tournament's, for what runs its
+pods (``agents.tournament.backends``).
 
 Two decisions, both here. Per env (``TradingVecEnv(fast_step=...)``, the config's ``[env]
 fast_step``): :func:`step_flags` turns ``"auto"``/``"on"``/``"off"`` and the batch into the flags of
-``envs.trading.step``. Per step: :func:`choose` says which backend those flags give for this market,
+``envs.trading.step``. Per step: :func:`choose` says which kernel those flags give for this market,
 params and state (the native kernel takes only the configuration training uses, see
-:mod:`envs.backends.native`). Every backend runs the same rules (:mod:`envs.core`) and equals eager to
+:mod:`envs.kernels.native`). Every kernel runs the same rules (:mod:`envs.core`) and equals eager to
 float rounding. The measured crossovers behind the thresholds: docs/benchmarks.md.
 """
 
@@ -16,9 +19,9 @@ from typing import TYPE_CHECKING, Literal, NamedTuple
 import torch
 
 from data.market import MarketData
-from envs.backends import native
-from envs.backends.compiled import CompileMode, check_mode, compiled_partial
 from envs.core import StepCore, step_core
+from envs.kernels import native
+from envs.kernels.compiled import CompileMode, check_mode, compiled_partial
 
 if TYPE_CHECKING:  # envs.trading imports this module
     from envs.trading import EnvParams, EnvState
@@ -43,7 +46,7 @@ class StepFlags(NamedTuple):
 
 def step_flags(mode: str, device: torch.device, num_envs: int) -> StepFlags:
     """The flags for a ``fast_step`` mode: ``"on"`` always takes the fast path, ``"off"`` never,
-    ``"auto"`` each backend from its threshold above (below :data:`COMPILE_MIN_ENVS`, a step the
+    ``"auto"`` each kernel from its threshold above (below :data:`COMPILE_MIN_ENVS`, a step the
     native kernel cannot take runs eagerly, not compiled)."""
     checked: CompileMode = check_mode(mode, "fast_step")
     big = num_envs >= (COMPILE_MIN_ENVS if device.type == "cpu" else CUDA_COMPILE_MIN_ENVS)
@@ -52,31 +55,31 @@ def step_flags(mode: str, device: torch.device, num_envs: int) -> StepFlags:
     return StepFlags(fast, checked == "on" or big)
 
 
-class Choice(NamedTuple):
-    """The backend of one step, and what runs it."""
+class KernelChoice(NamedTuple):
+    """The kernel of one step, and what runs it."""
 
     name: StepKernel  # "eager" too when compiling failed in this process
-    kernel: Callable[..., int] | None  # the native kernel (``name == "native"``)
+    native: Callable[..., int] | None  # the native C kernel (``name == "native"``)
     core: Callable[..., StepCore] | None  # the compiled step core (eager inside once compiling failed)
 
 
 def choose(
     market: MarketData, params: EnvParams, state: EnvState, fast: bool, fallback_to_compile: bool = True
-) -> Choice:
-    """The backend of a step: eager unless ``fast``; then the native kernel where it can take the
+) -> KernelChoice:
+    """The kernel of a step: eager unless ``fast``; then the native kernel where it can take the
     step, else ``torch.compile`` (or eager, without ``fallback_to_compile``)."""
     if not fast:
-        return Choice("eager", None, None)
+        return KernelChoice("eager", None, None)
     kernel = native.kernel(market, params, state)
     if kernel is not None:
-        return Choice("native", kernel, None)
+        return KernelChoice("native", kernel, None)
     if not fallback_to_compile:
-        return Choice("eager", None, None)
+        return KernelChoice("eager", None, None)
     core = compiled_partial(step_core, params, "envs.trading.step")
-    return Choice("torch.compile" if core.active else "eager", None, core)
+    return KernelChoice("torch.compile" if core.active else "eager", None, core)
 
 
-def step_backend(
+def step_kernel(
     market: MarketData, params: EnvParams, state: EnvState, fast: bool, fallback_to_compile: bool = True
 ) -> StepKernel:
     """Which implementation ``envs.trading.step`` runs for these arguments: ``"eager"``, ``"native"``

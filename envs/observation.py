@@ -14,7 +14,7 @@ asset (:func:`asset_width`)::
 Everything that reads or writes observations goes through these names: the env (:mod:`envs.trading`),
 the plain-Python reference env, the backtest loop, the agents' networks and paper trading. Two
 places cannot import this module and are pinned to it by tests instead: the native kernel
-(``envs/backends/native/step.c``, C; its observations equal this module's to float rounding in
+(``envs/kernels/native/step.c``, C; its observations equal this module's to float rounding in
 tests/test_native.py) and the torch-free bundle loader of ``app/export.py`` (tests/test_export.py).
 """
 

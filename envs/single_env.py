@@ -2,7 +2,7 @@
 
 For tools that want a single, non-vectorized env (``gymnasium.make``, ``check_env``, Gymnasium's
 own ``SyncVectorEnv``, tutorials). It runs a one-env :class:`~envs.vec_env.TradingVecEnv` (the same step
-backend as any one-env vector env: the native kernel on the CPU, else eager) and converts at the boundary, so it is as slow as any one-env Python loop: train on
+kernel as any one-env vector env: the native kernel on the CPU, else eager) and converts at the boundary, so it is as slow as any one-env Python loop: train on
 the vector env (or its adapters) instead.
 
 Episodes end the Gymnasium way: the step that ends an episode returns the observation it ended on

@@ -45,10 +45,10 @@ including this one), ``bar_t`` (the decision bar), ``t`` (the bar of the returne
 any reset); with ``EnvParams.trade_info`` also ``fill_price`` ``(N, A)`` and ``asset_cost`` ``(N, A)``.
 
 Where the code lives, in the gymnax manner: :func:`step_env` is the rules' step (no autoreset),
-:func:`autoreset` the select on ``done``, and :func:`step` calls the step of the backend that
+:func:`autoreset` the select on ``done``, and :func:`step` calls the step of the kernel that
 :mod:`envs.fast_step` chooses, then the autoreset. This module imports its helpers, never the other
 way round: :mod:`envs.core` (the arithmetic as pure tensor functions), :mod:`envs.fast_step` (eager,
-the native C kernel of :mod:`envs.backends.native`, or ``torch.compile``) and
+the native C kernel of :mod:`envs.kernels.native`, or ``torch.compile``) and
 :mod:`envs.observation` (the observation layout and its writers). The backtests' leaner step:
 :mod:`envs.backtest_step`.
 """
@@ -66,9 +66,9 @@ from torch import Tensor
 
 from data.errors import ConfigError, DataError, PodracerError
 from data.market import MarketData
-from envs.backends import native
 from envs.core import ACC_DTYPE, StepCore, lcg_next, step_core
 from envs.fast_step import choose
+from envs.kernels import native
 from envs.observation import build_obs, fresh_obs
 from envs.tradability import fill_modes
 
@@ -333,7 +333,7 @@ def check_action(
     return action
 
 
-# --- step: the rules' step, the backend's, the autoreset ----------------------------------------
+# --- step: the rules' step, the kernel's, the autoreset -----------------------------------------
 class Transition(NamedTuple):
     """What :func:`step_env` returns: one step of the rules, before any autoreset."""
 
@@ -458,15 +458,15 @@ def step(
     fast: bool = False,
     fallback_to_compile: bool = True,
 ) -> StepResult:
-    """One decision for every env: :func:`step_env` on the chosen backend, then :func:`autoreset`.
+    """One decision for every env: :func:`step_env` on the chosen kernel, then :func:`autoreset`.
     Pure: ``state`` is not modified.
 
     Returns a :class:`StepResult` ``(state, obs, reward, terminated, truncated, info)``; see the
     module docstring. ``validate=False`` skips the action checks (only for actions known to be
     finite and shaped ``(N, A)``, e.g. a policy's output inside a benchmark). ``fast=True`` takes
     the fast path (:func:`envs.fast_step.choose` says which): on CPU the native C kernel of
-    :mod:`envs.backends.native` (accounting and observation fused per env; it checks the actions'
-    finiteness itself), else the accounting through ``torch.compile`` (:mod:`envs.backends.compiled`).
+    :mod:`envs.kernels.native` (accounting and observation fused per env; it checks the actions'
+    finiteness itself), else the accounting through ``torch.compile`` (:mod:`envs.kernels.compiled`).
     Both equal eager to float rounding and fall back (native to ``torch.compile``, that to eager)
     when they cannot run; ``fallback_to_compile=False`` makes a step the native kernel cannot take
     run eagerly instead (small batches, where compiling does not pay).
@@ -488,9 +488,9 @@ def step(
     >>> bool(torch.allclose(info["cost"], params.cost_rate * info["traded_notional"]))
     True
     """
-    backend = choose(market, params, state, fast, fallback_to_compile)
-    if backend.kernel is not None:
-        out = _native_step_env(backend.kernel, market, params, state, action)
+    kernel = choose(market, params, state, fast, fallback_to_compile)
+    if kernel.native is not None:
+        out = _native_step_env(kernel.native, market, params, state, action)
     else:
-        out = step_env(market, params, state, action, validate=validate, core=backend.core)
+        out = step_env(market, params, state, action, validate=validate, core=kernel.core)
     return autoreset(market, params, out)

@@ -32,7 +32,7 @@ from torch import Tensor
 
 from data.market import MarketData
 from envs import trading
-from envs.fast_step import step_backend, step_flags
+from envs.fast_step import step_flags, step_kernel
 from envs.observation import obs_dim
 from envs.trading import EnvParams, EnvState
 
@@ -53,8 +53,8 @@ class TradingVecEnv(gymnasium.vector.VectorEnv):
 
     ``fast_step`` (the config's ``[env] fast_step``): ``"on"`` steps through the fast path (the
     native C kernel on CPU, ``torch.compile`` elsewhere), ``"off"`` eagerly, ``"auto"`` takes each
-    fast backend from the batch size where it pays (:func:`envs.fast_step.step_flags`);
-    :attr:`step_backend` says which one runs.
+    fast kernel from the batch size where it pays (:func:`envs.fast_step.step_flags`);
+    :attr:`step_kernel` says which one runs.
 
     >>> import torch
     >>> from data.toy import toy_market
@@ -140,10 +140,10 @@ class TradingVecEnv(gymnasium.vector.VectorEnv):
         return obs, reward, terminated, truncated, info
 
     @property
-    def step_backend(self) -> str:
+    def step_kernel(self) -> str:
         """What :meth:`step` runs: ``"native"``, ``"torch.compile"`` or ``"eager"``."""
         assert self.state is not None  # set in __init__
-        return step_backend(self.market, self.params, self.state, self.fast, self._fallback_to_compile)
+        return step_kernel(self.market, self.params, self.state, self.fast, self._fallback_to_compile)
 
     def __repr__(self) -> str:
         return (

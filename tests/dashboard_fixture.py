@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from backtests import significance, snooping
+from backtests import oos_test, snooping
 from backtests.metrics_model import MetricsDocument
 from backtests.verdict import ANNUALIZED_MIN_SESSIONS, judge, verdict_fields
 from data.atomic import atomic_path, atomic_write_json
@@ -216,14 +216,14 @@ def write_backtest(
             daily["equal_weight"].to_numpy(), cost_rate * len(daily), 1.0, 1.0, annualize
         )
         # The out-of-sample test and the selection diagnostics as backtests.report computes them.
-        metrics["significance"] = 0.05
+        metrics["significance_level"] = 0.05
         metrics["oos_test"] = {
-            **significance.out_of_sample_test(
+            **oos_test.out_of_sample_test(
                 daily["champion"].to_numpy(),
                 {"buy_and_hold": daily["buy_and_hold"].to_numpy()},
                 strategy="champion",
                 benchmark="buy_and_hold",
-                replications=199,
+                min_replications=199,
             ),
             "held_out": True,
         }

@@ -49,6 +49,7 @@ def test_a_file_without_a_schema_version_reads_as_version_1(tmp_path):
     assert doc.strategies["champion"].calmar_ratio is None  # NaN reads as undefined
     assert doc.oos_test.excess["buy_and_hold"].p_value_after_looks == 0.02
     assert doc.annualization == 252 and isinstance(doc.annualization, int)
+    assert doc.significance_level == 0.05  # the level's earlier name, read under its name now
 
 
 def test_the_model_round_trips_and_keeps_unknown_keys(tmp_path):
@@ -63,6 +64,7 @@ def test_the_model_round_trips_and_keeps_unknown_keys(tmp_path):
     assert written["a_key_from_a_newer_writer"] == {"kept": True}
     # Only what was set is written: a key the file never had does not appear as null.
     assert "walkforward" not in written and "final" not in written
+    assert written["significance_level"] == 0.05 and "significance" not in written
     assert written["strategies"]["champion"]["calmar_ratio"] is None  # NaN is written as null
 
 

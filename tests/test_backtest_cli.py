@@ -48,8 +48,8 @@ def test_run_backtest_json_has_every_metric_and_writes_the_report(run_home, caps
     # The out-of-sample test of the champion on 1 held-out session: a verdict that says why it is
     # not measurable; the look is in the ledger.
     assert doc["oos_test"]["strategy"] == "champion" and doc["oos_test"]["looks"] == 1
-    assert doc["verdict_outcome"] == "not measurable" and "at least 20" in doc["verdict"]
-    assert doc["significance"] == 0.05 and doc["selection"]["num_trials"] == 0
+    assert doc["verdict_outcome"] == "not measurable" and "at least 40" in doc["verdict"]
+    assert doc["significance_level"] == 0.05 and doc["selection"]["num_trials"] == 0
     out = run_home / "runs" / "r1" / "backtest"
     for name in (
         "metrics.json",

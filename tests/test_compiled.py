@@ -1,4 +1,4 @@
-"""envs.backends.compiled (torch.compile with an eager fallback), the compiled env step and the compiled
+"""envs.kernels.compiled (torch.compile with an eager fallback), the compiled env step and the compiled
 backtest loop: equal to the eager paths up to float rounding, and the switches that choose them.
 
 Compiling costs seconds, so each compiled graph here is built once per session (one market shape,
@@ -18,11 +18,11 @@ from agents.policy import Policy, PolicyMeta
 from backtests import engine
 from data.toy import crashed, toy_market, with_gaps
 from envs import fast_step, trading
-from envs.backends import native
-from envs.backends.compiled import Compiled, check_mode
 from envs.backtest_loop import BacktestLoop
 from envs.backtest_step import asset_prices, backtest_step
 from envs.fast_step import COMPILE_MIN_ENVS, CUDA_COMPILE_MIN_ENVS, step_flags
+from envs.kernels import native
+from envs.kernels.compiled import Compiled, check_mode
 from envs.trading import EnvParams
 from envs.vec_env import TradingVecEnv
 
@@ -34,7 +34,7 @@ def test_compile_failure_falls_back_to_eager_once(caplog):
         return x - 1
 
     fn = Compiled(branchy, "branchy")
-    with caplog.at_level(logging.WARNING, logger="envs.backends.compiled"):
+    with caplog.at_level(logging.WARNING, logger="envs.kernels.compiled"):
         out = fn(torch.ones(3))
         again = fn(-torch.ones(3))
     assert torch.equal(out, torch.full((3,), 2.0)) and torch.equal(again, torch.full((3,), -2.0))
@@ -56,8 +56,8 @@ def test_mode_validation():
     market = toy_market(400, 3, 2)
     small = TradingVecEnv(market, num_envs=8)
     # auto: the native kernel on the CPU from NATIVE_MIN_ENVS; torch.compile only from COMPILE_MIN_ENVS
-    assert small.step_backend == ("native" if native.library() is not None else "eager")
-    assert TradingVecEnv(market, num_envs=8, params=EnvParams(trade_info=True)).step_backend == "eager"
+    assert small.step_kernel == ("native" if native.library() is not None else "eager")
+    assert TradingVecEnv(market, num_envs=8, params=EnvParams(trade_info=True)).step_kernel == "eager"
     assert TradingVecEnv(market, num_envs=COMPILE_MIN_ENVS).fast
     assert TradingVecEnv(market, num_envs=8, fast_step="on").fast
     assert not TradingVecEnv(market, num_envs=COMPILE_MIN_ENVS, fast_step="off").fast
@@ -114,7 +114,7 @@ def test_compiled_step_matches_eager(limits):
     odd = dataclasses.replace(state, shares=state.shares.t().contiguous().t())
     action = torch.rand(32, 5, generator=gen) * 0.3
     fast = trading.step(market, params, odd, action, fast=True)
-    assert fast_step.step_backend(market, params, odd, True) == "torch.compile"
+    assert fast_step.step_kernel(market, params, odd, True) == "torch.compile"
     eager = trading.step(market, params, odd, action)
     torch.testing.assert_close(fast[0].value, eager[0].value, rtol=1e-5, atol=1e-2)
 

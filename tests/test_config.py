@@ -99,13 +99,31 @@ def test_old_significance_keys_still_load_with_a_warning(tmp_path, caplog):
     )
     with caplog.at_level("WARNING", logger="app.config"):
         config = load_config(old)
-    assert config.backtest.significance == 0.05 and config.nightly.significance == 0.1
+    assert config.backtest.significance_level == 0.05 and config.nightly.significance_level == 0.1
     assert config.nightly.first_promotion == "significant"
     warned = [r.getMessage() for r in caplog.records]
     assert len(warned) == 3 and all(str(old) in w and "deprecated" in w for w in warned)
     # Both keys set is an error (as for a renamed key); the written config has only the new keys.
     with pytest.raises(ConfigError, match="backtest.dsr_threshold: deprecated, replaced by"):
-        parse_config({"backtest": {"dsr_threshold": 0.5, "significance": 0.01}})
-    assert "dsr_threshold" not in config_to_toml(config) and "significance = 0.05" in config_to_toml(config)
-    with pytest.raises(ConfigError, match="backtest.significance"):
-        parse_config({"backtest": {"significance": 1.5}})
+        parse_config({"backtest": {"dsr_threshold": 0.5, "significance_level": 0.01}})
+    written = config_to_toml(config)
+    assert "dsr_threshold" not in written and "significance_level = 0.05" in written
+    with pytest.raises(ConfigError, match="backtest.significance_level"):
+        parse_config({"backtest": {"significance_level": 1.5}})
+
+
+def test_the_level_under_its_old_name_still_loads(tmp_path, caplog):
+    """``significance`` was the level's key before it was ``significance_level`` (the name that says it
+    is the level, not the test): a config.toml of that time loads, with a warning per key."""
+    old = tmp_path / "config.toml"
+    old.write_text("[backtest]\nsignificance = 0.01\n[nightly]\nsignificance = 0.2\n", encoding="utf-8")
+    with caplog.at_level("WARNING", logger="app.config"):
+        config = load_config(old)
+    assert config.backtest.significance_level == 0.01 and config.nightly.significance_level == 0.2
+    warned = [r.getMessage() for r in caplog.records]
+    assert len(warned) == 2 and all("significance is deprecated" in w for w in warned)
+    assert "significance_level = 0.01" in config_to_toml(config)
+    with pytest.raises(
+        ConfigError, match="backtest.significance: deprecated name of backtest.significance_level"
+    ):
+        parse_config({"backtest": {"significance": 0.01, "significance_level": 0.02}})

@@ -561,7 +561,7 @@ def test_verdict_box_shows_what_metrics_json_states():
     assert verdict_box(_m(doc)) == VerdictBox(
         "success", significant.text, "selection on the validation window: ..."
     )
-    why = EdgeVerdict("not measurable", ("the held-out window has 12 sessions, the test needs at least 20",))
+    why = EdgeVerdict("not measurable", ("the held-out window has 12 sessions, the test needs at least 40",))
     assert verdict_box(_m({**doc, **verdict_fields(why)})).kind == "info"
     # A baselines-only report states no verdict.
     assert verdict_box(_m({**doc, **verdict_fields(None)})) is None

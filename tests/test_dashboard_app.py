@@ -216,7 +216,7 @@ def test_paper_equity_is_coloured_by_champion():
 
 def test_walkforward_page_shows_the_account_the_folds_and_who_traded_when(tmp_path, monkeypatch):
     home = tmp_path / "home"
-    make_walkforward_run(home, "wf", days=30, folds=3)
+    make_walkforward_run(home, "wf", days=45, folds=3)
     make_run(home, "plain", days=5)
     at = _open(_app(home, monkeypatch, run="wf"), "walkforward")
     _no_exception(at)
@@ -385,7 +385,7 @@ def test_new_metrics_schema_verdict_short_window_and_pbo(tmp_path, monkeypatch):
     # measurable), and its line of selection diagnostics below it.
     assert (
         doc["verdict"]
-        == "edge not measurable: the held-out window has 12 sessions, the test needs at least 20"
+        == "edge not measurable: the held-out window has 12 sessions, the test needs at least 40"
     )
     assert _texts(at.info) == [doc["verdict"]] and not _texts(at.warning)
     assert doc["verdict_diagnostics"].endswith(f"PBO {doc['pbo']:.2f} (ranking among pods)")

@@ -30,8 +30,9 @@ from dashboard_fixture import make_run, make_walkforward_run, write_home_stores
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMEDRIVER = Path("/usr/bin/chromedriver")
+# Found on PATH, as `make browser` looks for them (Debian installs both in /usr/bin).
+CHROMIUM = shutil.which("chromium")
+CHROMEDRIVER = shutil.which("chromedriver")
 REPO = Path(__file__).resolve().parent.parent
 CHROME_FLAGS = (
     "--headless",
@@ -53,7 +54,9 @@ DRAWN_PLOTS = (
 
 
 def _skip_reason() -> str | None:
-    missing = [str(p) for p in (CHROMIUM, CHROMEDRIVER) if not p.exists()]
+    missing = [
+        name for name, found in (("chromium", CHROMIUM), ("chromedriver", CHROMEDRIVER)) if found is None
+    ]
     if missing:
         return f"{' and '.join(missing)} not installed (run `make browser`)"
     try:
@@ -137,11 +140,11 @@ def browser(tmp_path):
     from selenium.webdriver.chrome.service import Service
 
     options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
+    options.binary_location = CHROMIUM
     for flag in CHROME_FLAGS:
         options.add_argument(flag)
     options.add_argument(f"--user-data-dir={tmp_path / 'chromium-profile'}")
-    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     try:
         yield driver
     finally:

@@ -27,7 +27,9 @@ from data.calendar import (
 )
 from data.errors import DataError
 
-SHARED = Path("/work/shared/data/real_sample")
+FIXTURES = Path(__file__).parent / "fixtures" / "data"
+AAPL_DAILY = FIXTURES / "lean_aapl_daily_2014_06.csv"  # real Lean bars across the 2014 7:1 split
+AAPL_FACTORS = FIXTURES / "lean_aapl_factors.csv"
 
 
 def _bars(stamps: list[str], ticker: str = "X", price: float = 10.0) -> pd.DataFrame:
@@ -118,14 +120,13 @@ def test_universe_membership_as_of_a_date():
         members("someday")
 
 
-@pytest.mark.skipif(not (SHARED / "lean_factor_files.csv").is_file(), reason="shared real sample not present")
 def test_aapl_2014_split_is_adjusted_away(tmp_path):
     from data.adjust import adjust_bars, read_factor_file
     from data.sources.csv import import_files, read_csv
     from data.store import BarStore
 
-    factors = read_factor_file(SHARED / "lean_factor_files.csv")
-    daily = read_csv(SHARED / "lean_daily_bars_raw.csv")
+    factors = read_factor_file(AAPL_FACTORS)
+    daily = read_csv(AAPL_DAILY)
     aapl = daily[
         (daily.ticker == "AAPL") & (daily.timestamp >= "2014-06-02") & (daily.timestamp <= "2014-06-13")
     ]
@@ -138,11 +139,7 @@ def test_aapl_2014_split_is_adjusted_away(tmp_path):
     assert adjusted.close["2014-06-06"] == pytest.approx(645.57 * 0.9011818 * 0.0357143, rel=1e-9)
     assert adjusted.volume["2014-06-06"] == pytest.approx(aapl.volume.iloc[4] / 0.0357143, rel=1e-9)
     # The CLI path: import the daily file with --adjust.
-    subset = tmp_path / "aapl.csv"
-    pd.read_csv(SHARED / "lean_daily_bars_raw.csv").query(
-        "ticker == 'AAPL' and '2014-06-02' <= date <= '2014-06-13'"
-    ).to_csv(subset, index=False)
-    import_files([subset], tmp_path / "home", adjust=SHARED / "lean_factor_files.csv")
+    import_files([AAPL_DAILY], tmp_path / "home", adjust=AAPL_FACTORS)
     stored = BarStore(tmp_path / "home").read("1d", ["AAPL"])["AAPL"]
     closes = stored.close.to_numpy()
     assert len(stored) == 10 and np.abs(np.diff(np.log(closes))).max() < 0.05

@@ -12,11 +12,10 @@ import pandas as pd
 import pytest
 
 from app.cli import main
+from data.sources.sample import SAMPLE_TICKERS, real_sample_path
 from data.store import BarStore
 
-SHARED = Path("/work/shared/data/real_sample")
-LEAN_MINUTE = SHARED / "lean_minute_bars.csv"
-needs_shared = pytest.mark.skipif(not LEAN_MINUTE.is_file(), reason="shared real sample not present")
+LEAN_MINUTE = real_sample_path()  # the real Lean minute bars shipped in data/resources
 
 
 def _snapshot(root: Path) -> dict[str, str]:
@@ -54,7 +53,6 @@ def _expected_from_raw(path: Path) -> dict[str, dict[str, int]]:
     return out
 
 
-@needs_shared
 def test_import_lean_minute_bars_then_info_reports_the_right_values(tmp_path, capsys):
     home = tmp_path / "home"
     assert main(["--home", str(home), "data", "import", str(LEAN_MINUTE)]) == 0
@@ -63,11 +61,7 @@ def test_import_lean_minute_bars_then_info_reports_the_right_values(tmp_path, ca
     info = json.loads(capsys.readouterr().out)
     part = info["intervals"]["1m"]
     expected = _expected_from_raw(LEAN_MINUTE)
-    assert (
-        part["tickers"]
-        == sorted(expected)
-        == ["AAPL", "AIG", "BAC", "FOXA", "GOOG", "IBM", "NWSA", "SHY", "SPY", "TWX"]
-    )
+    assert part["tickers"] == sorted(expected) == list(SAMPLE_TICKERS)
     for ticker, exp in expected.items():
         got = part["by_ticker"][ticker]
         assert (got["sessions"], got["rows"], got["gaps_filled"]) == (
@@ -75,21 +69,13 @@ def test_import_lean_minute_bars_then_info_reports_the_right_values(tmp_path, ca
             exp["rows"],
             exp["gaps_filled"],
         ), ticker
-    # Hand-checked anchors: the four aligned tickers have 6 sessions; GOOG includes the 2015-12-24
-    # early close (390 + 210 + 390 bars); 20 distinct sessions overall.
-    assert {t: part["by_ticker"][t]["sessions"] for t in ("AIG", "BAC", "IBM")} == {
-        "AIG": 6,
-        "BAC": 6,
-        "IBM": 6,
-    }
-    assert part["by_ticker"]["SPY"]["sessions"] == 7  # plus one 2023 day
-    assert part["by_ticker"]["GOOG"]["rows"] == 990
-    assert part["sessions"] == 20 and (part["start"], part["end"]) == ("2008-03-07", "2023-08-03")
+    # Hand-checked anchors: the four tickers trade in the same 6 sessions, 2013-10-04 .. 2013-10-11.
+    assert {t: part["by_ticker"][t]["sessions"] for t in SAMPLE_TICKERS} == dict.fromkeys(SAMPLE_TICKERS, 6)
+    assert part["sessions"] == 6 and (part["start"], part["end"]) == ("2013-10-04", "2013-10-11")
     assert part["rows"] == sum(e["rows"] for e in expected.values())
     assert part["gaps_filled"] == sum(e["gaps_filled"] for e in expected.values())
 
 
-@needs_shared
 def test_reimport_is_idempotent_and_overlaps_do_not_duplicate(tmp_path):
     home = tmp_path / "home"
     store = BarStore(home)
@@ -210,7 +196,31 @@ def test_synth_cli_then_load_stored(tmp_path, capsys):
     assert stored.full.num_sessions == 5
 
 
-@needs_shared
+def _sessions_of_other_tickers(path: Path) -> Path:
+    """Three regular-hours bars a session for tickers that never trade with the sample's four: three
+    tickers with two sessions each before the sample (2013-09-24 .. 2013-10-01), four after it
+    (2014-01-06 .. 2014-01-14), and SPY again on 2014-01-15. With the sample's 6 sessions that makes
+    20: the four cover 6 of the first 12 (the train window at train_frac 0.6), no ticker more than 2
+    of the first 6 (train_frac 0.3)."""
+    days = {
+        "EAA": ["2013-09-24", "2013-09-25"],
+        "EBB": ["2013-09-26", "2013-09-27"],
+        "ECC": ["2013-09-30", "2013-10-01"],
+        "LAA": ["2014-01-06", "2014-01-07"],
+        "LBB": ["2014-01-08", "2014-01-09"],
+        "LCC": ["2014-01-10", "2014-01-13"],
+        "LDD": ["2014-01-14"],
+        "SPY": ["2014-01-15"],
+    }
+    rows = ["timestamp,ticker,open,high,low,close,volume"]
+    for ticker, dates in days.items():
+        rows += [
+            f"{day}T15:{minute:02d}:00Z,{ticker},10,10,10,10,100" for day in dates for minute in range(3)
+        ]
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
 def test_load_stored_real_bars_with_coverage_rules(tmp_path):
     from data.errors import DataError
     from data.loader import load_market
@@ -228,19 +238,21 @@ def test_load_stored_real_bars_with_coverage_rules(tmp_path):
     assert splits.full.tickers == ("AIG", "BAC", "IBM", "SPY") and splits.full.num_sessions == 6
     assert splits.full.date_range() == ("2013-10-04", "2013-10-11")
     assert (splits.full.volume >= 0).all() and (splits.full.close > 0).all()
-    # Coverage is judged on the train window only (the first 60% of the 20 sessions: Oct 2013, where
-    # the four have bars), never on data the model must not see. The sessions where they have no
+    # Coverage is judged on the train window only (the first 60% of the 20 sessions: the four have
+    # bars in 6 of those 12), never on data the model must not see. The sessions where they have no
     # bars later on are forward-filled and not tradable.
+    import_files([_sessions_of_other_tickers(tmp_path / "others.csv")], home)
     splits = load_market(source="stored", home=home)
+    assert splits.full.num_sessions == 14  # the panel starts at the kept tickers' first bar
     assert splits.full.tickers == ("AIG", "BAC", "IBM", "SPY")
     assert splits.train.tradable.any(0).tolist() == [True] * 4
     assert not bool(splits.valid.tradable.any())  # sessions of other tickers only: all filled
-    # SPY trades again in 2023; the other three never do: gone for good (held shares are sold).
+    # SPY trades again in the test window; the other three never do: gone for good (held shares are sold).
     assert splits.valid.listed[0].tolist() == [False, False, False, True]
     # Over a train window where no ticker has 50% coverage: a one-line error, not an empty market.
     with pytest.raises(DataError, match="no ticker has bars in at least 50%"):
         load_market(source="stored", home=home, train_frac=0.3, valid_frac=0.1)
-    # With the default coverage, SPY (7 sessions of the 7 with Oct-2013 + 2023 data) stays; IBM (6/7) too.
+    # SPY (7 sessions of the 7 where SPY or IBM trade) stays; IBM (6/7) too.
     splits = load_market(source="stored", home=home, tickers=["SPY", "IBM"])
     assert splits.full.tickers == ("IBM", "SPY") and splits.full.num_sessions == 7
 
@@ -263,7 +275,6 @@ def test_info_on_an_empty_home(tmp_path, capsys):
     assert "no bars" in capsys.readouterr().out
 
 
-@needs_shared
 def test_minute_bars_import_as_daily_bars(tmp_path):
     from data.sources.csv import import_files
 
@@ -274,7 +285,7 @@ def test_minute_bars_import_as_daily_bars(tmp_path):
     ts = pd.to_datetime(raw.timestamp, utc=True)
     day = raw[(ts >= "2013-10-04T13:30Z") & (ts < "2013-10-04T20:00Z")]  # regular hours, EDT
     first = spy.iloc[0]
-    assert first.timestamp == pd.Timestamp("2013-10-04T13:30Z") and len(spy) == 7
+    assert first.timestamp == pd.Timestamp("2013-10-04T13:30Z") and len(spy) == 6
     assert (first.open, first.high, first.low, first.close, first.volume) == (
         day.open.iloc[0],
         day.high.max(),

@@ -69,7 +69,7 @@ def test_demo_test_preset_end_to_end(home, capsys):
     assert "equal_weight" in metrics["strategies"] and metrics["cost_rate"] == 0.002
     # 5 held-out sessions: the verdict says the test needs more; the selection diagnostics are there
     assert summary["verdict"] == metrics["verdict"] and metrics["verdict_outcome"] == "not measurable"
-    assert "at least 20" in metrics["verdict"] and metrics["oos_test"]["looks"] == 1
+    assert "at least 40" in metrics["verdict"] and metrics["oos_test"]["looks"] == 1
     selection = metrics["selection"]
     assert selection["num_trials"] == metrics["num_trials"] and selection["spa_p_value"] is not None
     assert 1 <= selection["effective_trials"] <= metrics["num_trials"]

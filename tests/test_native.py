@@ -1,4 +1,4 @@
-"""envs.backends.native: the hand-written C step kernel equals the eager step up to float rounding, in every
+"""envs.kernels.native: the hand-written C step kernel equals the eager step up to float rounding, in every
 action and reward mode; it raises on bad actions and bars; it is only taken where it applies; and a
 missing or failing compiler falls back to torch with a warning.
 """
@@ -14,15 +14,17 @@ import torch
 from data.errors import DataError
 from data.toy import crashed, toy_market, with_gaps
 from envs import trading
-from envs.backends import native
 from envs.core import StepCore
-from envs.fast_step import step_backend
+from envs.fast_step import step_kernel
+from envs.kernels import native
 from envs.reference import ReferenceEnv
 from envs.trading import ActionError, EnvParams
 
 # Only a machine without a C compiler skips these: with one, a kernel that fails to build fails them.
 # (The fallback tests below run everywhere.)
-needs_kernel = pytest.mark.skipif(native.compiler() is None, reason="no C compiler for the native kernel")
+needs_kernel = pytest.mark.skipif(
+    native.compiler() is None, reason="no C compiler installed (optional: it builds the native kernel)"
+)
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +55,7 @@ def _assert_steps_match(
     seen = {"done": 0, "terminated": 0}
     for _ in range(steps):
         action = _actions(params, num_envs, market.num_assets, gen)
-        assert step_backend(market, params, state, True) == "native"
+        assert step_kernel(market, params, state, True) == "native"
         s1, o1, r1, te1, tr1, i1 = trading.step(market, params, state, action)
         s2, o2, r2, te2, tr2, i2 = trading.step(market, params, state, action, fast=True)
         for name in ("t", "step_count", "rng"):
@@ -157,7 +159,7 @@ def test_native_step_matches_reference_env(market):
 def test_nan_action_raises_before_anything_changes(market):
     params = EnvParams(decision_interval=3)
     state, obs = trading.reset(market, params, 8, torch.Generator().manual_seed(0))
-    assert step_backend(market, params, state, True) == "native"
+    assert step_kernel(market, params, state, True) == "native"
     before = {f.name: getattr(state, f.name).clone() for f in dataclasses.fields(state)}
     for bad in (float("nan"), float("inf")):
         action = torch.full((8, market.num_assets), 0.1)
@@ -191,19 +193,19 @@ def test_only_supported_configurations_run_natively(market, monkeypatch):
     gen = torch.Generator().manual_seed(0)
     plain = EnvParams(decision_interval=3)
     state, _ = trading.reset(market, plain, 4, gen)
-    assert step_backend(market, plain, state, True) == "native"
-    assert step_backend(market, plain, state, False) == "eager"
+    assert step_kernel(market, plain, state, True) == "native"
+    assert step_kernel(market, plain, state, False) == "eager"
     # Per-asset trade info and float64 positions go through torch (compiled or eager).
     for params in (
         EnvParams(decision_interval=3, trade_info=True),
         EnvParams(decision_interval=3, precision="float64"),
     ):
         st, _ = trading.reset(market, params, 4, gen)
-        assert step_backend(market, params, st, True) != "native"
+        assert step_kernel(market, params, st, True) != "native"
     # A state with other dtypes or layouts than the env's own goes through torch too.
     odd = dataclasses.replace(state, shares=state.shares.t().contiguous().t())
     assert not odd.shares.is_contiguous() or market.num_assets == 1
-    assert step_backend(market, plain, odd, True) != "native"
+    assert step_kernel(market, plain, odd, True) != "native"
     # Nothing unsupported reaches the kernel: not these, nor states shaped unlike the market's.
     monkeypatch.setattr(native, "_state", {"lib": _forbidden})
     info = EnvParams(decision_interval=3, trade_info=True)
@@ -211,8 +213,8 @@ def test_only_supported_configurations_run_natively(market, monkeypatch):
     trading.step(market, info, st, torch.zeros(4, market.num_assets), fast=True)
     wide = dataclasses.replace(state, shares=torch.zeros(4, market.num_assets + 3))
     short = dataclasses.replace(state, cash=state.cash[:1].clone())
-    assert step_backend(market, plain, wide, True) != "native"
-    assert step_backend(market, plain, short, True) != "native"
+    assert step_kernel(market, plain, wide, True) != "native"
+    assert step_kernel(market, plain, short, True) != "native"
     with pytest.raises(ValueError, match="shape"):  # the env's own error, not a crash in C
         trading.step(market, plain, wide, torch.zeros(4, market.num_assets), fast=True)
 
@@ -228,13 +230,13 @@ def test_failing_compiler_falls_back_with_one_warning(market, monkeypatch, tmp_p
     params = EnvParams(decision_interval=3, episode_len=4)
     state, _ = trading.reset(market, params, 6, torch.Generator().manual_seed(0))
     action = torch.full((6, market.num_assets), 0.1)
-    with caplog.at_level(logging.WARNING, logger="envs.backends.native"):
+    with caplog.at_level(logging.WARNING, logger="envs.kernels.native"):
         assert native.library() is None
         assert native.library() is None
     assert "false failed" in native.why_unavailable()
     assert sum("native env step unavailable" in r.message for r in caplog.records) == 1
     assert not list((tmp_path / "cache").glob("*.so"))  # no half-built library left behind
-    assert step_backend(market, params, state, True) != "native"
+    assert step_kernel(market, params, state, True) != "native"
     eager = trading.step(market, params, state, action)
     fallback = trading.step(market, params, state, action, fast=True)
     torch.testing.assert_close(eager[0].value, fallback[0].value, rtol=1e-5, atol=1e-2)

@@ -55,7 +55,9 @@ class FakePipeline:
         psr: float = 0.99,
         trials: int = 4,
         windows: dict | None = None,
+        run_id: str | None = None,
     ) -> None:
+        self.run_id = run_id  # None: numbered by the runs already there
         self.challenger_fitness = challenger_fitness
         self.champion_fitness = champion_fitness
         self.edge = edge
@@ -75,7 +77,7 @@ class FakePipeline:
     def tournament(self, config, home, data, champion):
         self.seen_champion = None if champion is None else dict(champion)
         runs = home / "runs"
-        run_id = f"nightly-{len(list(runs.glob('*'))) if runs.exists() else 0:03d}"
+        run_id = self.run_id or f"nightly-{len(list(runs.glob('*'))) if runs.exists() else 0:03d}"
         policy_dir = runs / run_id / "champion"
         policy_dir.mkdir(parents=True)
         # Distinct bytes per run, so a test can tell which run's policy the champion folder holds.
@@ -112,7 +114,7 @@ class FakePipeline:
 
 
 def _config(**nightly) -> Config:
-    return Config().with_updates(nightly={"margin": 0.1, "significance": 0.1, **nightly})
+    return Config().with_updates(nightly={"margin": 0.1, "significance_level": 0.1, **nightly})
 
 
 def _snapshot(home: Path) -> tuple[list[dict], dict | None, bytes | None]:
@@ -184,8 +186,8 @@ def test_first_run_with_no_champion_promotes_and_exports(home):
     (row,) = read_decisions(home)
     assert row["verdict"] == "promoted" and row["champion_run_id"] is None
     assert row["challenger_fitness"] == pytest.approx(0.2) and row["challenger_dsr"] == pytest.approx(0.1)
-    # The level as the PSR-after-looks threshold, the looks as the DSR's trials, the test in the scores.
-    assert row["dsr_threshold"] == pytest.approx(0.9) and row["num_trials"] == 2
+    # The gate's level, the looks as the DSR's trials, the test in the scores.
+    assert row["significance_level"] == pytest.approx(0.1) and row["num_trials"] == 2
     assert row["scores"]["challenger_edge"].startswith("edge not significant out of sample")
     assert row["scores"]["challenger_test"] == {"looks": 2, "psr_after_looks": 0.1}
     assert outcome.challenger_edge == row["scores"]["challenger_edge"]
@@ -506,3 +508,23 @@ def test_lock_is_exclusive_even_within_one_process_and_tolerates_garbage(tmp_pat
     assert not first.held and path.read_text() == ""  # released and cleared
     with ProcessLock(path) as again:
         assert again.recovered is None  # a cleanly released lock is not "stale"
+
+
+def test_retention_is_applied_after_each_retrain(home):
+    """[retention] after_retrain: old nightly runs and old champions' exports go; the champion in
+    charge and its predecessor stay, whatever the counts."""
+    config = _config().with_updates(retention={"keep_runs": 1, "keep_champions": 2})
+    champions = []
+    for k in range(5):
+        steps = FakePipeline(1.0 + k, 0.5 + k, psr=0.99, run_id=f"nightly-{k:03d}").steps()
+        champions.append(run_retrain(config, home, steps=steps).champion)
+    assert champions == [f"nightly-{k:03d}" for k in range(5)]
+    assert sorted(p.name for p in (home / "runs").iterdir()) == ["nightly-003", "nightly-004"]
+    assert sorted(p.name for p in (home / "exports").iterdir()) == [
+        "nightly-003-champion",
+        "nightly-004-champion",
+    ]
+    assert sorted(p.name for p in (home / "champions").iterdir()) == ["nightly-003", "nightly-004"]
+    off = _config().with_updates(retention={"keep_runs": 1, "after_retrain": False})
+    run_retrain(off, home, steps=FakePipeline(challenger_fitness=0.1, run_id="nightly-005").steps())
+    assert len(list((home / "runs").iterdir())) == 3  # nothing pruned

@@ -30,7 +30,7 @@ TINY = {
         "eval_every": 1_000_000,
     },
     "tournament": {"pods": 2, "leaderboard_size": 2, "round_steps": 64, "budget_steps": 128, "workers": 0},
-    "nightly": {"tearsheet": False, "margin": 0.1, "significance": 0.5},
+    "nightly": {"tearsheet": False, "margin": 0.1, "significance_level": 0.5},
 }
 
 
@@ -110,7 +110,7 @@ def test_real_pipeline_twice_on_tiny_synthetic_data(home, caplog):
     second_metrics = json.loads(
         (home / "runs" / second.challenger_run_id / "backtest" / "metrics.json").read_text()
     )
-    assert second_metrics["oos_test"]["looks"] == 2 and second_metrics["significance"] == 0.5
+    assert second_metrics["oos_test"]["looks"] == 2 and second_metrics["significance_level"] == 0.5
     edge = stated_verdict(MetricsDocument.parse(second_metrics))
     assert rows[1]["scores"]["challenger_edge"] == edge.text == second.challenger_edge
     expected = decide(

@@ -358,6 +358,7 @@ def test_read_journal_without_a_journal(tmp_path):
         "events",
         "sessions",
         "opening_books",
+        "daily",
     }
     assert all(frame.empty for frame in tables.values())
     assert {"equity", "cash", "day_pnl", "day_return"} <= set(tables["pnl"].columns)

@@ -142,7 +142,7 @@ def test_a_pod_gone_non_finite_fails_alone_and_the_others_train_as_alone(market,
         num_steps=BASE["num_steps"],
         num_minibatches=BASE["num_minibatches"],
     )
-    assert pop.env.step_backend == ("native" if fast_step == "auto" else "eager")
+    assert pop.env.step_kernel == ("native" if fast_step == "auto" else "eager")
     setups = pop.fresh_pods(pods)
     with torch.no_grad():
         setups[1].policy.net.actor_cash.weight.fill_(float("nan"))  # its every action is NaN

@@ -118,3 +118,55 @@ def test_a_corrupt_registry_is_a_one_line_error(tmp_path):
     with pytest.raises(RegistryError) as info:
         current_champion(tmp_path)
     assert "\n" not in str(info.value) and str(registry_path(tmp_path)) in str(info.value)
+
+
+def _version_1_registry(home) -> None:
+    """A registry as version 1 wrote it: the gate's level stored as ``dsr_threshold = 1 - level``."""
+    conn = sqlite3.connect(registry_path(home))
+    with conn:
+        conn.execute(
+            "CREATE TABLE decisions (id INTEGER PRIMARY KEY AUTOINCREMENT, started_at TEXT NOT NULL, "
+            "decided_at TEXT NOT NULL, verdict TEXT NOT NULL, reason TEXT NOT NULL, step TEXT NOT NULL, "
+            "challenger_run_id TEXT, champion_run_id TEXT, fitness TEXT, challenger_fitness REAL, "
+            "champion_fitness REAL, margin REAL, challenger_dsr REAL, dsr_threshold REAL, num_trials INTEGER, "
+            "data_start TEXT, data_end TEXT, selection_start TEXT, selection_end TEXT, eval_start TEXT, "
+            "eval_end TEXT, bundle TEXT, inputs TEXT NOT NULL DEFAULT '{}', scores TEXT NOT NULL DEFAULT '{}')"
+        )
+        conn.execute(
+            "CREATE TABLE champion (slot INTEGER PRIMARY KEY CHECK (slot = 1), decision_id INTEGER NOT NULL "
+            "REFERENCES decisions(id), run_id TEXT NOT NULL, policy_dir TEXT NOT NULL, bundle TEXT, "
+            "promoted_at TEXT NOT NULL, fitness TEXT, fitness_value REAL, selection_end TEXT, eval_start TEXT, "
+            "eval_end TEXT, info TEXT NOT NULL DEFAULT '{}')"
+        )
+        conn.execute(
+            "INSERT INTO decisions (started_at, decided_at, verdict, reason, step, dsr_threshold) "
+            "VALUES ('s', 'd', 'rejected', 'r', 'decide', 0.95)"
+        )
+        conn.execute(
+            "INSERT INTO decisions (started_at, decided_at, verdict, reason, step) "
+            "VALUES ('s', 'd', 'failed', 'r', 'tournament')"
+        )
+        conn.execute("PRAGMA user_version = 1")
+    conn.close()
+
+
+def test_a_version_1_registry_reads_its_level_under_the_current_name(tmp_path):
+    _version_1_registry(tmp_path)
+    # A reader never writes: it renames on the way out.
+    rows = read_decisions(tmp_path)
+    assert [r["significance_level"] for r in rows] == [pytest.approx(0.05), None]
+    assert all("dsr_threshold" not in r for r in rows)
+    with sqlite3.connect(registry_path(tmp_path)) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
+
+
+def test_a_writer_migrates_a_version_1_registry_in_place(tmp_path):
+    _version_1_registry(tmp_path)
+    record_decision(tmp_path, _decision("promoted", "r3", significance_level=0.1), _champion("r3"))
+    with sqlite3.connect(registry_path(tmp_path)) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+        columns = [row[1] for row in conn.execute("PRAGMA table_info(decisions)")]
+    assert "significance_level" in columns and "dsr_threshold" not in columns
+    rows = read_decisions(tmp_path)
+    assert [r["significance_level"] for r in rows] == [pytest.approx(0.05), None, pytest.approx(0.1)]
+    assert current_champion(tmp_path)["run_id"] == "r3"

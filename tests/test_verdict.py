@@ -23,7 +23,7 @@ VERDICT_MODULE = ROOT / "backtests" / "verdict.py"
 #: Names of the verdict's level and thresholds (and of the retired DSR_*/PBO_* ones, which must not
 #: come back anywhere) and of the annualization rule.
 THRESHOLD = re.compile(
-    r"^(DSR|PBO)_[A-Z0-9_]+$|^(SIGNIFICANCE|MIN_OOS_SESSIONS)$|^ANNUALIZED_(MIN_SESSIONS|KEYS)$"
+    r"^(DSR|PBO)_[A-Z0-9_]+$|^(SIGNIFICANCE_LEVEL|MIN_OOS_SESSIONS)$|^ANNUALIZED_(MIN_SESSIONS|KEYS)$"
 )
 
 
@@ -34,11 +34,11 @@ def _doc(
     mean: float = 0.004,
     sessions: int = 63,
     looks: int = 1,
-    alpha: float | None = 0.05,
+    level: float | None = 0.05,
     **oos,
 ) -> dict:
     """A metrics document whose champion's out-of-sample test reads ``psr`` (after the looks) and
-    ``p`` (the benchmark test's p-value after the looks), as the JSON it would be read from."""
+    ``p`` (the benchmark test's p-value after the looks)."""
     block = {
         "strategy": "champion",
         "held_out": True,
@@ -58,19 +58,19 @@ def _doc(
         "oos_test": block,
         "strategies": {"champion": {}},
     }
-    if alpha is not None:
-        doc["significance"] = alpha
+    if level is not None:
+        doc["significance_level"] = level
     return doc
 
 
 def _m(raw: dict) -> MetricsDocument:
-    """The document ``raw`` as the verdict reads it: its model."""
+    """The document ``raw`` (its JSON) as the verdict reads it: its model."""
     return MetricsDocument.parse(raw)
 
 
 # --- (a) the rule ------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
-    ("psr", "p", "alpha", "outcome"),
+    ("psr", "p", "level", "outcome"),
     [
         (0.95, 0.05, 0.05, "significant"),  # both exactly at the level: significant
         (0.9499, 0.01, 0.05, "not significant"),  # the Sharpe test falls short (shown rounded: 0.950)
@@ -80,11 +80,19 @@ def _m(raw: dict) -> MetricsDocument:
         (1.0, 5e-4, 0.05, "significant"),
     ],
 )
-def test_the_rule_at_its_edges(psr, p, alpha, outcome):
-    verdict = judge(_m(_doc(psr, p, alpha=alpha)))
+def test_the_rule_at_its_edges(psr, p, level, outcome):
+    verdict = judge(_m(_doc(psr, p, level=level)))
     assert verdict.outcome == outcome and verdict.significant is (outcome == "significant")
     assert verdict.headline == f"edge {outcome} out of sample"
-    assert v.SIGNIFICANCE == 0.05 and v.MIN_OOS_SESSIONS == 20
+    assert v.SIGNIFICANCE_LEVEL == 0.05 and v.MIN_OOS_SESSIONS == 40
+
+
+def test_a_document_that_names_the_level_significance_is_judged_at_its_level():
+    """metrics.json called the level ``significance`` before ``significance_level``: such a document is
+    judged at the level it recorded, not the default."""
+    old = _doc(0.91, 0.09, level=None)
+    old["significance"] = 0.1
+    assert v.significance_level_of(_m(old)) == 0.1 and judge(_m(old)).outcome == "significant"
 
 
 def test_the_verdict_line_names_its_figures_and_the_looks():
@@ -102,7 +110,7 @@ def test_the_verdict_line_names_its_figures_and_the_looks():
 @pytest.mark.parametrize(
     ("overrides", "why"),
     [
-        ({"sessions": 19}, "the held-out window has 19 sessions, the test needs at least 20"),
+        ({"sessions": 39}, "the held-out window has 39 sessions, the test needs at least 40"),
         ({"held_out": False}, "the test window is not held out"),
         ({"reason": "the champion's daily returns have no Sharpe ratio"}, "no Sharpe ratio"),
         ({"psr": None}, "the PSR is undefined"),
@@ -152,13 +160,8 @@ def test_the_stated_verdict_round_trips_through_metrics_json():
     assert stated_verdict(_m({"strategies": {"champion": {"sharpe_ratio": 1.0}}})) is None
     # A document from before the out-of-sample test: its stored verdict rests on other statistics and
     # is not shown as this one.
-    old = {
-        "strategies": {"champion": {}},
-        "verdict_outcome": "not significant",
-        "verdict_figures": ["DSR 0.003"],
-        "verdict_reasons": [],
-    }
-    assert stated_verdict(_m(old)) is None
+    old = {"verdict_outcome": "not significant", "verdict_figures": ["DSR 0.003"], "verdict_reasons": []}
+    assert stated_verdict(_m({**old, "strategies": {"champion": {}}})) is None
 
 
 def test_the_report_writes_the_verdict_of_the_rule():
@@ -168,14 +171,14 @@ def test_the_report_writes_the_verdict_of_the_rule():
     from data.toy import toy_market
     from envs.trading import EnvParams
 
-    market = toy_market(num_steps=25 * 390, num_assets=3, num_features=2, seed=1)
+    market = toy_market(num_steps=45 * 390, num_assets=3, num_features=2, seed=1)
     policy = lambda obs: torch.full((obs.shape[0], 3), 0.3)  # noqa: E731
     result = engine.run_backtest(market, EnvParams(decision_interval=390), {"champion": policy})
     doc = report.metrics_document(result, window="test", significance_level=0.1, seed=3)
     verdict = judge(doc, "champion")
     assert doc.verdict == verdict.text and stated_verdict(doc) == verdict
     assert doc.verdict_outcome == verdict.outcome in v.OUTCOMES and "level 0.1" in verdict.text
-    assert doc.oos_test.seed == 3 and doc.oos_test.num_sessions == 25
+    assert doc.oos_test.seed == 3 and doc.oos_test.num_sessions == 45
     baselines_only = engine.run_backtest(
         market, EnvParams(decision_interval=390), baselines=("buy_and_hold",)
     )
@@ -212,13 +215,14 @@ def test_verdict_thresholds_are_defined_only_in_the_verdict_module():
     assert not elsewhere, "verdict thresholds defined outside backtests/verdict.py:\n" + "\n".join(elsewhere)
     # The scan sees the definitions where they belong (it is not looking at nothing).
     own = {hit.split()[-1] for hit in _threshold_definitions(VERDICT_MODULE)}
-    assert own == {"SIGNIFICANCE", "MIN_OOS_SESSIONS", "ANNUALIZED_MIN_SESSIONS", "ANNUALIZED_KEYS"}
+    assert own == {"SIGNIFICANCE_LEVEL", "MIN_OOS_SESSIONS", "ANNUALIZED_MIN_SESSIONS", "ANNUALIZED_KEYS"}
 
 
 def test_the_config_level_defaults_to_the_verdict_modules():
     from app.config import Config
 
-    assert Config().backtest.significance == v.SIGNIFICANCE and Config().nightly.significance is None
+    assert Config().backtest.significance_level == v.SIGNIFICANCE_LEVEL
+    assert Config().nightly.significance_level is None
 
 
 # --- (c) light -------------------------------------------------------------------------------------

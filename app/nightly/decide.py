@@ -3,7 +3,7 @@
 - :func:`decide`: promote only if the challenger's fitness beats the champion's by
   ``nightly.margin`` AND its out-of-sample test on the gate window says "edge significant out of
   sample" (``backtests.verdict``: the same rule and the same figures as ``podracer backtest``, at the
-  gate's level ``nightly.significance``, after every earlier look at an overlapping window of the same
+  gate's level ``nightly.significance_level``, after every earlier look at an overlapping window of the same
   market, counted by the looks ledger ``<home>/looks.sqlite``); with no champion yet,
   ``nightly.first_promotion`` says whether the first challenger is promoted anyway.
 - :func:`decision_record` / :func:`failure_record`: the registry row of a verdict or of a failure
@@ -105,7 +105,7 @@ def decision_record(
     scores: dict[str, Any],
 ) -> DecisionRecord:
     """The registry row of a verdict. ``info`` holds what the pipeline's steps established: the
-    rule's settings (fitness, margin, the level as ``dsr_threshold = 1 - significance``), the run ids,
+    rule's settings (fitness, margin, the gate's ``significance_level``), the run ids,
     the windows and the scores (``challenger_dsr``: the challenger's PSR after the looks, i.e. the DSR
     over ``num_trials`` = the looks counted)."""
     return DecisionRecord(
@@ -121,7 +121,7 @@ def decision_record(
         champion_fitness=info["champion_fitness"],
         margin=info["margin"],
         challenger_dsr=info["challenger_dsr"],
-        dsr_threshold=info["dsr_threshold"],
+        significance_level=info["significance_level"],
         num_trials=info["num_trials"],
         data_start=info["data_start"],
         data_end=info["data_end"],

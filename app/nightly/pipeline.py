@@ -11,13 +11,15 @@
    sessions, which neither the tournament's selection nor (checked) the challenger's training saw;
 4. **decide** (``app.nightly.decide``): promote only if the challenger's fitness beats the
    champion's by ``nightly.margin`` AND its out-of-sample test on the test window says "edge
-   significant out of sample" at ``nightly.significance`` (``backtests.verdict``, the rule of
+   significant out of sample" at ``nightly.significance_level`` (``backtests.verdict``, the rule of
    ``podracer backtest``), every earlier look at an overlapping window of the same market counted by
    the looks ledger;
 5. **export** (on promotion): an onnxruntime bundle of the challenger (``app.export.export_bundle``)
    and an immutable copy of its policy under ``<home>/champions/<run_id>/``;
 6. **record**: the decision row and, on promotion, the new champion pointer in ONE SQLite
-   transaction (``app.nightly.registry``): the only moment the champion changes.
+   transaction (``app.nightly.registry``): the only moment the champion changes;
+7. **prune** (``[retention] after_retrain``): ``app.retention.prune`` after the lock is released (it
+   takes the lock itself); a failure there is logged, the decision stands.
 
 The gate decides on the test window, so the figures measured there are **selection** figures: the
 registry row's ``scores``, the champion pointer's ``info``, the run record's ``nightly`` and the run's
@@ -46,16 +48,17 @@ from pathlib import Path
 from typing import Any
 
 from app.nightly.decide import decide, decision_record, failure_record, finite, overlap_note
-from app.nightly.lock import ProcessLock
+from app.nightly.lock import RETRAIN_LOCK_NAME, ProcessLock
 from app.nightly.record import SELECTION
 from app.nightly.registry import Champion, current_champion, record_decision
-from app.nightly.steps import RetrainSteps, default_steps, gate_significance, keep_champion_copy
+from app.nightly.steps import RetrainSteps, default_steps, gate_significance_level, keep_champion_copy
+from app.retention import prune
 from app.runs import RunDir
 from data.errors import ConfigError, PodracerError, one_line
 
 log = logging.getLogger(__name__)
 
-LOCK_NAME = "retrain.lock"
+LOCK_NAME = RETRAIN_LOCK_NAME
 STEPS = ("update_data", "tournament", "evaluate", "decide", "export", "record")
 
 
@@ -122,8 +125,7 @@ def run_retrain(
         info: dict[str, Any] = {
             "fitness": fitness,
             "margin": nightly.margin,
-            # The registry's columns: the level as the PSR-after-looks threshold 1 - significance.
-            "dsr_threshold": round(1.0 - gate_significance(config), 12),
+            "significance_level": gate_significance_level(config),
             "champion_run_id": champion_id,
         }
         inputs: dict[str, Any] = {
@@ -266,7 +268,24 @@ def run_retrain(
         duration_s=round(time.monotonic() - t0, 3),
     )
     log.info("retrain %s: %s", outcome.verdict, outcome.reason)
+    retention = getattr(config, "retention", None)
+    if retention is not None and retention.after_retrain:
+        _prune_after(home, retention)
     return outcome
+
+
+def _prune_after(home: Path, retention: Any) -> None:
+    """``[retention]`` applied after a retrain (``app.retention``); a failure is logged, never raised:
+    the decision is recorded already, and the next night prunes again."""
+    try:
+        removed = prune(home, retention)
+    except (OSError, PodracerError) as err:
+        log.warning("prune after the retrain failed: %s", one_line(err))
+        return
+    if removed:
+        log.info(
+            "pruned %d item(s): %s", len(removed), ", ".join(f"{d.kind} {Path(d.path).name}" for d in removed)
+        )
 
 
 def _label_run(run_dir: Path, promoted: bool, decision_id: int) -> None:

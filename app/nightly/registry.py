@@ -6,7 +6,8 @@ can never see a promotion without its decision (or the reverse), and a crash at 
 either the whole old state or the whole new one. A separate JSON file could only be renamed after
 (or before) the commit, which reopens exactly that window.
 
-Tables (schema version in ``PRAGMA user_version``):
+Tables (schema version in ``PRAGMA user_version``; a writer migrates an older file in place, in one
+transaction, :data:`MIGRATIONS`; a reader reads an older file's rows under the current names):
 
 - ``decisions``: one row per retrain attempt (``verdict`` is ``promoted``, ``rejected`` or ``failed``),
   with its inputs, scores, reason, run ids, data windows and times.
@@ -33,7 +34,16 @@ from data.errors import PodracerError
 from data.scrub import scrub, scrub_all
 
 REGISTRY_NAME = "registry.sqlite"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+#: Statements that bring a registry from ``version`` to ``version + 1``, run in the writer's transaction.
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    # Version 1 stored the gate's level as the PSR threshold ``dsr_threshold = 1 - significance_level``.
+    1: (
+        "ALTER TABLE decisions RENAME COLUMN dsr_threshold TO significance_level",
+        "UPDATE decisions SET significance_level = round(1.0 - significance_level, 12) "
+        "WHERE significance_level IS NOT NULL",
+    ),
+}
 DecisionOutcome = Literal["promoted", "rejected", "failed"]
 
 _SCHEMA = """
@@ -51,7 +61,7 @@ CREATE TABLE IF NOT EXISTS decisions (
     champion_fitness REAL,
     margin REAL,
     challenger_dsr REAL,
-    dsr_threshold REAL,
+    significance_level REAL,
     num_trials INTEGER,
     data_start TEXT,
     data_end TEXT,
@@ -111,7 +121,7 @@ class DecisionRecord:
     champion_fitness: float | None = None
     margin: float | None = None
     challenger_dsr: float | None = None
-    dsr_threshold: float | None = None
+    significance_level: float | None = None  # the gate's level
     num_trials: int | None = None
     data_start: str | None = None
     data_end: str | None = None
@@ -171,9 +181,16 @@ def open_registry(home: str | os.PathLike[str]) -> Iterator[sqlite3.Connection]:
             sqlite.use_wal(conn, synchronous="FULL", foreign_keys=True)
             if conn.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
                 with sqlite.transaction(conn):
-                    for statement in _SCHEMA.split(";"):
-                        if statement.strip():
-                            conn.execute(statement)
+                    # Read again under the write lock: another writer may have set it up meanwhile.
+                    version = conn.execute("PRAGMA user_version").fetchone()[0]
+                    if version == 0:
+                        for statement in _SCHEMA.split(";"):
+                            if statement.strip():
+                                conn.execute(statement)
+                    else:
+                        for step in range(version, SCHEMA_VERSION):
+                            for statement in MIGRATIONS[step]:
+                                conn.execute(statement)
                     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         except sqlite3.DatabaseError as err:
             raise RegistryError(f"cannot initialise registry {path}: {err}") from None
@@ -263,7 +280,16 @@ def read_decisions(home: str | os.PathLike[str], *, limit: int | None = None) ->
         except sqlite3.DatabaseError as err:
             raise RegistryError(f"cannot read registry {registry_path(home)}: {err}") from None
     # Masked on the way out too: a row written before the scrubber existed may quote a key.
-    return [scrub_all(_decode(r, ("inputs", "scores"))) for r in rows]
+    return [scrub_all(_current_names(_decode(r, ("inputs", "scores")))) for r in rows]
+
+
+def _current_names(row: dict[str, Any]) -> dict[str, Any]:
+    """A ``decisions`` row of a file no writer has migrated yet, under the current column names
+    (what :data:`MIGRATIONS` would do to it)."""
+    if "dsr_threshold" in row:
+        threshold = row.pop("dsr_threshold")
+        row["significance_level"] = None if threshold is None else round(1.0 - threshold, 12)
+    return row
 
 
 def current_champion(

@@ -293,7 +293,7 @@ def score_step(
     same bars, costs and fills), score both, count the challenger's look at the window in the looks
     ledger, and write the challenger run's ``backtest/`` report (the challenger as ``champion`` of its
     run, the incumbent as ``incumbent``) with its out-of-sample test at the gate's level
-    (:func:`gate_significance`): the verdict the gate reads."""
+    (:func:`gate_significance_level`): the verdict the gate reads."""
 
     device = config.agent.device
     market = data.splits.test
@@ -358,7 +358,7 @@ def score_step(
         ),
         cost_rate=params.cost_rate,
         slippage_bps=params.slippage_bps,
-        significance_level=gate_significance(config),
+        significance_level=gate_significance_level(config),
         earlier_looks=look.earlier_sharpes if look is not None else (),
         seed=config.tournament.seed,
         market=identity,
@@ -379,10 +379,10 @@ def score_step(
     )
 
 
-def gate_significance(config: Any) -> float:
-    """The gate's level: ``[nightly] significance``, else ``[backtest] significance``."""
-    nightly = config.nightly.significance
-    return float(nightly if nightly is not None else config.backtest.significance)
+def gate_significance_level(config: Any) -> float:
+    """The gate's significance level: ``[nightly] significance_level``, else ``[backtest] significance_level``."""
+    nightly = config.nightly.significance_level
+    return float(nightly if nightly is not None else config.backtest.significance_level)
 
 
 def merge_results(a: engine.BacktestResult, b: engine.BacktestResult) -> engine.BacktestResult:

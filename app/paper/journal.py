@@ -390,7 +390,9 @@ class Journal:
 
     def book_tickers(self) -> set[str]:
         """Every ticker a bundle in this journal decided on: the book the per-champion record counts."""
-        rows = self._conn.execute("SELECT DISTINCT tickers FROM decisions").fetchall()
+        rows = self._conn.execute(
+            "SELECT DISTINCT tickers FROM decisions UNION SELECT DISTINCT tickers FROM daily"
+        ).fetchall()
         return {str(t) for (text,) in rows for t in json.loads(text)}
 
     def set_opening_book(self, book: dict[str, float], reason: str) -> None:
@@ -485,7 +487,7 @@ def _empty_schema() -> sqlite3.Connection:
 
 def read_journal(home: str | os.PathLike[str]) -> dict[str, pd.DataFrame]:
     """All journal tables as DataFrames: ``decisions, orders, fills, positions, pnl, events, sessions,
-    opening_books``.
+    opening_books, daily``.
 
     Timestamps (``recorded_at``, ``decision_ts``) are parsed to tz-aware UTC; JSON list columns of
     ``decisions`` stay strings. A missing journal gives empty frames with the right columns.

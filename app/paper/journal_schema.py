@@ -16,7 +16,10 @@ Schema version 2 adds ``opening_books``: the offsets the books start from (``app
 row each time they are set (the first book check of a journal, an operator's ``podracer reconcile
 --accept``); the newest row is in force.
 
-A journal written before (version 0 or 1) is migrated on open, in ONE transaction: the missing columns
+Schema version 3 adds ``daily``: one summary row per day compacted out of the full tables
+(``app.paper.compact``).
+
+A journal written before (version 0, 1 or 2) is migrated on open, in ONE transaction: the missing columns
 are added (``ALTER TABLE ... ADD COLUMN``; the old rows read NULL) and the version set, so a crash
 leaves either the old file or the migrated one.
 """
@@ -31,7 +34,7 @@ from typing import Any
 
 from data import sqlite
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS decisions (
@@ -123,10 +126,23 @@ CREATE TABLE IF NOT EXISTS opening_books (
     recorded_at TEXT NOT NULL,
     reason TEXT NOT NULL,           -- first book check | accepted by the operator
     book TEXT NOT NULL              -- JSON {symbol: qty}: broker qty less fill-implied qty when set
+);
+CREATE TABLE IF NOT EXISTS daily (
+    session TEXT PRIMARY KEY,       -- exchange date (YYYY-MM-DD) of a compacted day
+    recorded_at TEXT NOT NULL,      -- when it was compacted
+    bundle_ids TEXT NOT NULL,       -- JSON list: the bundles that decided that day
+    tickers TEXT NOT NULL,          -- JSON list: the tickers they decided on
+    decisions INTEGER NOT NULL,
+    orders TEXT NOT NULL,           -- JSON {status: count}
+    fills INTEGER NOT NULL,
+    first_equity REAL, last_equity REAL,  -- the account's equity at the day's first and last P&L row
+    day_pnl REAL,                   -- the last P&L row's day P&L (equity - last close's)
+    warnings INTEGER NOT NULL, errors INTEGER NOT NULL,
+    events TEXT NOT NULL            -- JSON {kind: count}
 )
 """
 
-TABLES = ("decisions", "orders", "fills", "positions", "pnl", "events", "sessions", "opening_books")
+TABLES = ("decisions", "orders", "fills", "positions", "pnl", "events", "sessions", "opening_books", "daily")
 
 # Columns that version 1 added to tables of version 0 (a migrated journal's old rows read NULL).
 ADDED_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {

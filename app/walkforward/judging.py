@@ -5,7 +5,7 @@ when either rule changes.
   ``podracer retrain``: ``app.nightly.steps.score_step`` scores both on the gate's window (the
   incumbent on features normalized with its own statistics) and writes the challenger's out-of-sample
   test there at the gate's level, and ``app.nightly.decide.decide`` applies the promotion rule
-  (``[nightly] margin``, an edge significant at ``[nightly] significance``, ``first_promotion``). The
+  (``[nightly] margin``, an edge significant at ``[nightly] significance_level``, ``first_promotion``). The
   gate's window is the fold's validation window, or with ``[walkforward] gate_sessions`` the sessions
   after it (a window the tournament did not rank on, as nightly's test window); the fold's test window
   is the out-of-sample account and no part of the gate reads it. The gates' looks are counted in the
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from app.nightly.decide import decide, finite, overlap_note
-from app.nightly.steps import ChallengerRun, DataSnapshot, gate_significance, score_step
+from app.nightly.steps import ChallengerRun, DataSnapshot, gate_significance_level, score_step
 from app.runs import RunDir
 from app.workflows.backtest import count_look, market_identity
 from backtests import report
@@ -135,7 +135,7 @@ def replay_gate(
             "challenger_fitness": ch_fit,
             "incumbent_fitness": inc_fit,
             "margin": nightly.margin,
-            "significance": gate_significance(config),
+            "significance_level": gate_significance_level(config),
             "edge": edge.text if edge is not None else None,
             "edge_outcome": edge.outcome if edge is not None else None,
             "looks": evaluation.test.looks if evaluation.test is not None else None,
@@ -178,7 +178,7 @@ def write_account_report(
         num_trials=1,
         cost_rate=params.cost_rate,
         slippage_bps=params.slippage_bps,
-        significance_level=config.backtest.significance,
+        significance_level=config.backtest.significance_level,
         earlier_looks=look.earlier_sharpes if look is not None else (),
         seed=config.tournament.seed,
         market=identity,

@@ -8,7 +8,7 @@ after the looks at an overlapping window of the same market (:func:`market_ident
 selection diagnostics from every scored pod's daily validation returns
 (``<run>/pods/<pod>/valid_returns.parquet``, :func:`selection_inputs`) with buy-and-hold's on the same
 validation dates. The bootstraps are seeded with the run's ``[tournament] seed`` and the test's level
-is the run config's ``[backtest] significance``.
+is the run config's ``[backtest] significance_level``.
 
 :func:`backtest_baselines` backtests baselines (buy-and-hold, cash, index) on the stored bars
 (``<home>/data/bars``, data config with ``source = "stored"``), writing a report under ``out`` when
@@ -32,7 +32,7 @@ from agents.tournament.pod import read_valid_returns_matrix
 from app.config import load_config, to_env_params
 from app.runs import RunDir, runs_root
 from backtests import baselines as bl
-from backtests import engine, looks, report, significance
+from backtests import engine, looks, oos_test, report
 from backtests.snooping import SelectionInputs
 from data.errors import CheckpointError, ConfigError, DataError, PodracerError
 from data.loader import load_market
@@ -144,7 +144,7 @@ def count_look(
     _, daily = result.daily_returns()
     returns = daily[:, result.names.index(strategy)].detach().cpu().numpy()
     start, end = result.date_range()
-    look = looks.Look(run, strategy, market, start, end, len(returns), significance.sharpe_per_day(returns))
+    look = looks.Look(run, strategy, market, start, end, len(returns), oos_test.sharpe_per_day(returns))
     return looks.record_look(looks.ledger_path(home), look)
 
 
@@ -195,7 +195,7 @@ def backtest_run(
         trial_returns=selection_inputs(run_dir, splits.valid.to(device), params, champion, device=device),
         cost_rate=params.cost_rate,
         slippage_bps=params.slippage_bps,
-        significance_level=config.backtest.significance,
+        significance_level=config.backtest.significance_level,
         earlier_looks=count.earlier_sharpes if count is not None else (),
         seed=config.tournament.seed,
         market=identity,

@@ -1,4 +1,4 @@
-"""The training step as one hand-written C kernel on CPU (``envs/backends/native/step.c``), built on
+"""The training step as one hand-written C kernel on CPU (``envs/kernels/native/step.c``), built on
 first use, and the dispatch to it (:func:`kernel`, :func:`step`).
 
 Why by hand (the measurements: docs/benchmarks.md): the step is three dependent passes over each
@@ -19,7 +19,7 @@ Only the configuration training uses is native: CPU, float32 prices and per-asse
 :func:`supports` says whether a call qualifies, :func:`kernel` whether a step does.
 
 The trading rules stay in :mod:`envs.trading` and :mod:`envs.core`, and :mod:`envs.fast_step`
-chooses this backend: nothing here imports them (``params`` is an ``envs.trading.EnvParams``,
+chooses this kernel: nothing here imports them (``params`` is an ``envs.trading.EnvParams``,
 ``state`` an ``envs.trading.EnvState``, read by field name), and the kernel's failures come back as
 status codes that ``envs.trading.step`` turns into its errors.
 """
@@ -53,7 +53,7 @@ from envs.tradability import fill_modes
 
 log = logging.getLogger(__name__)
 
-SOURCE = Path(__file__).with_name("native") / "step.c"  # envs/backends/native/step.c
+SOURCE = Path(__file__).with_name("native") / "step.c"  # envs/kernels/native/step.c
 CACHE_ENV = "PODRACER_NATIVE_CACHE"
 DISABLE_ENV = "PODRACER_NATIVE"  # "0" turns the native kernel off (torch.compile is used instead)
 BASE_FLAGS = ("-O3", "-ffp-contract=off", "-fPIC", "-shared", "-std=gnu11")

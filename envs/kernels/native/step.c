@@ -1,4 +1,4 @@
-/* One training step of the trading env for a batch of envs, fused per env (see envs/backends/native.py).
+/* One training step of the trading env for a batch of envs, fused per env (see envs/kernels/native.py).
 
    Why by hand: the step is a few dependent passes over each env's (A,) row (size the orders, scale
    the buys, mark), then a copy of the observation row. torch (eager or inductor) runs each pass over
@@ -18,7 +18,7 @@
 #define TINY 1e-12
 #define SHARPE_VAR_EPS 1e-12
 
-/* Parameters, in this order, as doubles (envs/backends/native.py packs them). */
+/* Parameters, in this order, as doubles (envs/kernels/native.py packs them). */
 enum {
     P_INITIAL_CASH,
     P_COST_RATE,

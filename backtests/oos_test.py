@@ -9,11 +9,11 @@ ensemble), asked on the test window, which took no part in the selection:
   (:func:`psr_after_looks`; a first look is the plain PSR);
 - **does it beat the benchmark?** A one-sided test of the MEAN of its daily excess returns
   ``x_t = r_t - b_t`` over buy-and-hold (and, reported, over equal weight): H0 ``E[x] <= 0``, p-value
-  from a stationary block bootstrap (Politis and Romano, 1994; ``arch.bootstrap.StationaryBootstrap``)
-  with the block length of ``arch.bootstrap.optimal_block_length`` (its ``stationary`` column, Politis
-  and White, 2004, with Patton, Politis and White's 2009 correction), :data:`REPLICATIONS` replications
-  and a recorded seed (:func:`bootstrap_p_value`). With ``K`` looks the p-value is Sidak-adjusted:
-  ``1 - (1 - p)^K`` (:func:`sidak`).
+  from a studentized stationary bootstrap of the HAC t-statistic (``backtests.bootstrap_t``: adaptive
+  replications, the analytic HAC t tail where the bootstrap runs out, no floor) with the block length
+  of ``arch.bootstrap.optimal_block_length`` (its ``stationary`` column, Politis and White, 2004, with
+  Patton, Politis and White's 2009 correction) and a recorded seed (:func:`excess_p_value`). With
+  ``K`` looks the p-value is Sidak-adjusted: ``1 - (1 - p)^K`` (:func:`sidak`).
 
 The mean, not the Sharpe ratio, of the excess returns: the mean excess is what a user gives up or gains
 by holding the strategy instead of the benchmark, and its bootstrap needs no variance ratio of two
@@ -26,20 +26,19 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from backtests import selection
+from backtests import bootstrap_t, selection
+from backtests.verdict import SIGNIFICANCE_LEVEL, LooksHurdle, looks_hurdle, sidak
 
-#: Bootstrap replications of the benchmark test: the p-value's Monte Carlo standard error is at most
-#: sqrt(0.05 * 0.95 / 2000) ~ 0.005 around the 5% level.
-REPLICATIONS = 2_000
-#: How the benchmark test's p-value is computed, as written into metrics.json.
+#: How the benchmark test's p-value is computed, as written into metrics.json (each excess block says
+#: which method gave its p-value: ``backtests.bootstrap_t``).
 TEST_NAME = (
-    "one-sided stationary bootstrap of the mean daily excess return (arch); "
-    "p = (1 + #{centred bootstrap mean >= observed mean}) / (1 + replications)"
+    "one-sided studentized stationary bootstrap of the HAC t-statistic of the mean daily excess return; "
+    "p = (1 + #{t* >= t}) / (1 + replications), replications adaptive up to "
+    f"{bootstrap_t.MAX_REPLICATIONS}, then the analytic HAC t tail"
 )
 
 
@@ -69,69 +68,19 @@ def stationary_block_length(x: Any) -> float:
     return max(1.0, block) if math.isfinite(block) else 1.0
 
 
-def bootstrap_p_value(
-    excess: Any, *, replications: int = REPLICATIONS, seed: int = 0
-) -> tuple[float | None, float | None]:
-    """One-sided p-value of H0 ``E[x] <= 0`` for the series ``x`` and the block length used.
-
-    ``p = (1 + #{b: mean*_b - mean(x) >= mean(x)}) / (1 + B)``: the share of the ``B`` centred
-    bootstrap means (stationary bootstrap, expected block length from ``optimal_block_length``, at
-    least 1) at or above the observed mean, with the observed sample counted once among them (Davison
-    and Hinkley, 1997, eq. 4.11), so the p-value is never 0 and the test keeps its level with a finite
-    ``B``. None (and no block length) with fewer than 2 finite values or no dispersion.
-    """
-    from arch.bootstrap import StationaryBootstrap
-
+def excess_p_value(
+    excess: Any, *, level: float = SIGNIFICANCE_LEVEL, looks: int = 1, seed: int = 0, **limits: int
+) -> bootstrap_t.ExcessTest | None:
+    """One-sided test of H0 ``E[x] <= 0`` for the series ``x`` (``backtests.bootstrap_t``): the
+    replications continue while the p-value is near the per-look level ``looks`` looks at ``level``
+    demand. None with fewer than 2 finite values or no dispersion. ``limits``: ``min_replications`` /
+    ``max_replications`` (tests and benchmarks)."""
     x = np.asarray(excess, dtype=np.float64)
     x = x[np.isfinite(x)]
     if len(x) < 2 or float(np.ptp(x)) == 0.0:
-        return None, None
-    block = stationary_block_length(x)
-    observed = float(np.mean(x))
-    means = StationaryBootstrap(block, x, seed=int(seed)).apply(np.mean, int(replications))[:, 0]
-    exceed = int(np.count_nonzero(means - observed >= observed))
-    return (1 + exceed) / (1 + int(replications)), block
-
-
-def sidak(p_value: float | None, looks: int) -> float | None:
-    """``1 - (1 - p)^K``: the chance that at least one of ``K`` independent looks gives a p-value at or
-    below ``p`` under the null (None stays None)."""
-    if p_value is None:
         return None
-    return float(1.0 - (1.0 - float(p_value)) ** max(1, int(looks)))
-
-
-@dataclass(frozen=True)
-class LooksHurdle:
-    """What the looks make of the Sharpe test: ``K`` looks, their per-day Sharpe ratios' variance,
-    the hurdle ``E[max SR]`` of ``K`` skill-less looks, and a note when the null variance stood in."""
-
-    looks: int
-    variance: float | None
-    hurdle: float
-    note: str | None = None
-
-
-def looks_hurdle(sharpes: Sequence[float | None], num_sessions: int) -> LooksHurdle:
-    """The hurdle for ``sharpes``: this look's per-day Sharpe ratio and those of the earlier looks at an
-    overlapping window of the same market (``K = len(sharpes)``, at least 1).
-
-    One look: no hurdle (the plain PSR). ``K >= 2``: the variance (ddof=1) of the defined Sharpe ratios;
-    when fewer than two are defined or they do not spread (the same strategy re-trained identically),
-    the sampling variance of a Sharpe estimate under the null, ``1 / (T - 1)``, stands in.
-    """
-    looks = max(1, len(sharpes))
-    if looks == 1:
-        return LooksHurdle(1, None, 0.0)
-    defined = [float(s) for s in sharpes if s is not None and math.isfinite(float(s))]
-    variance = float(np.var(defined, ddof=1)) if len(defined) >= 2 else None
-    note = None
-    if variance is None or variance <= 0.0:
-        variance = 1.0 / (num_sessions - 1) if num_sessions > 1 else None
-        note = f"{looks} looks without a spread of Sharpe ratios: null variance 1/(T-1) used"
-    if variance is None:
-        return LooksHurdle(looks, None, math.nan, note)
-    return LooksHurdle(looks, variance, selection.expected_max_sharpe(looks, variance), note)
+    target = bootstrap_t.per_look_level(level, looks)
+    return bootstrap_t.studentized_p_value(x, stationary_block_length(x), target=target, seed=seed, **limits)
 
 
 def psr_after_looks(returns: Any, hurdle: LooksHurdle) -> float | None:
@@ -158,28 +107,38 @@ def out_of_sample_test(
     benchmark: str | None,
     earlier_looks: Sequence[float | None] = (),
     seed: int = 0,
-    replications: int = REPLICATIONS,
+    level: float = SIGNIFICANCE_LEVEL,
     market: str | None = None,
+    **limits: int,
 ) -> dict[str, Any]:
     """The ``oos_test`` block of metrics.json for ``strategy``'s daily ``returns`` ``(T,)``.
 
     ``benchmarks``: name -> the benchmark's daily returns on the same dates (buy-and-hold, equal
     weight); ``benchmark``: the one the verdict requires; ``earlier_looks``: the per-day Sharpe ratios
-    of the earlier looks the ledger counts (``backtests.looks``).
+    of the earlier looks the ledger counts (``backtests.looks``); ``level``: the verdict's level (the
+    replications continue while a p-value is near the per-look level it demands). The block keeps the
+    returns' moments (``skewness``, ``kurtosis``) so that a reader restates the verdict with the looks
+    counted when it reads (``backtests.verdict.restate``).
     """
     r = np.array(returns, dtype=np.float64)  # a writable copy (torch warns on read-only arrays)
     sharpe = sharpe_per_day(r)
     hurdle = looks_hurdle([*earlier_looks, sharpe], len(r))
     psr = _finite(selection.probabilistic_sharpe_ratio(r)) if len(r) else None
+    _, skew, kurt, _ = selection.return_moments(r) if len(r) > 1 else (None, math.nan, math.nan, None)
     excess: dict[str, dict[str, Any]] = {}
     for name, series in benchmarks.items():
         x = r - np.asarray(series, dtype=np.float64)
-        p, block = bootstrap_p_value(x, replications=replications, seed=seed)
+        test = excess_p_value(x, level=level, looks=hurdle.looks, seed=seed, **limits)
+        p = test.p_value if test is not None else None
         excess[name] = {
             "mean_per_day": _finite(np.mean(x)) if len(x) else None,
             "p_value": p,
+            "p_value_bound": test.bound if test is not None else None,
+            "p_value_method": test.method if test is not None else None,
+            "t_stat": _finite(test.t_stat) if test is not None else None,
+            "replications": test.replications if test is not None else None,
             "p_value_after_looks": sidak(p, hurdle.looks),
-            "block_length": block,
+            "block_length": test.block_length if test is not None else None,
         }
     reason = None
     if sharpe is None:
@@ -192,6 +151,8 @@ def out_of_sample_test(
         "strategy": strategy,
         "num_sessions": len(r),
         "sharpe_per_day": sharpe,
+        "skewness": _finite(skew),
+        "kurtosis": _finite(kurt),
         "psr": psr,
         "looks": hurdle.looks,
         "looks_sharpe_variance": hurdle.variance if hurdle.looks > 1 else None,
@@ -201,7 +162,7 @@ def out_of_sample_test(
         "benchmark": benchmark,
         "excess": excess,
         "test": TEST_NAME,
-        "replications": int(replications),
+        "max_replications": int(limits.get("max_replications", bootstrap_t.MAX_REPLICATIONS)),
         "seed": int(seed),
         "market": market,
         "reason": reason,
