@@ -1,4 +1,4 @@
-"""The base of every JSON file one stage hands another (``metrics.json``, ``run.json``, ``fold.json``,
+"""The base of every JSON file one stage hands another (``metrics.json``, the run record, ``fold.json``,
 the paper heartbeat): a typed, versioned, validated-on-read pydantic model.
 
 Each file's model lives with the layer that writes it and subclasses :class:`Artifact`, which gives

@@ -33,7 +33,7 @@ class BrokerError(PodracerError):
 
 
 class ArtifactError(PodracerError):
-    """A file one stage wrote for another (``metrics.json``, ``run.json``, ...) that is malformed or
+    """A file one stage wrote for another (``metrics.json``, the run record, ...) that is malformed or
     from a newer or unknown schema version (``data.artifact``)."""
 
 
