@@ -26,6 +26,7 @@ from app.config_sections import (
     INTERNAL_FIELDS,
     NONE_MARKER,
     AgentConfig,
+    AlertsConfig,
     BacktestConfig,
     DataConfig,
     EnvConfig,
@@ -45,6 +46,7 @@ __all__ = [
     "NONE_MARKER",
     "RENAMED_KEYS",
     "AgentConfig",
+    "AlertsConfig",
     "BacktestConfig",
     "Config",
     "DataConfig",
@@ -86,6 +88,7 @@ class Config(Section):
     backtest: BacktestConfig = BacktestConfig()
     nightly: NightlyConfig = NightlyConfig()
     walkforward: WalkForwardConfig = WalkForwardConfig()
+    alerts: AlertsConfig = AlertsConfig()
     retention: RetentionConfig = RetentionConfig()
 
     def with_updates(self, **sections: dict[str, Any]) -> Config:

@@ -7,6 +7,7 @@ included), writing, and the mapping from the sections to the dataclasses.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -14,9 +15,12 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from agents.ppo import PPOArgs
 from agents.sac import SACArgs
 from agents.tournament.orchestrator import TournamentArgs
+from app.alerts import HOOK_TIMEOUT_S, AlertSettings, check_settings
+from app.nightly.budget import MAX_MINUTES
+from app.settings_docs import field_doc
 from backtests.verdict import SIGNIFICANCE_LEVEL
 from data.loader import LOAD_DEFAULTS
-from envs.trading import EnvParams
+from envs.params import EnvParams
 
 # TOML has no null: an optional field whose default is not None (``tournament.budget_steps``) is
 # written as the string "none" when it is None, and read back as None, so a run's config.toml
@@ -24,8 +28,9 @@ from envs.trading import EnvParams
 NONE_MARKER = "none"
 
 # Each default is stated once, in the dataclass the setting configures (``PPOArgs``, ``SACArgs``,
-# ``EnvParams``, ``TournamentArgs``); the sections below read it from there and add the bounds and the
-# description. Every dataclass field is a section field of the same name, except these, which the
+# ``EnvParams``, ``TournamentArgs``), and so is its description (the docstring under the field); the
+# sections below read both from there (:func:`setting`) and add the bounds. Every dataclass field is
+# a section field of the same name, except these, which the
 # workflow sets itself (tests/test_config_fields.py holds both rules).
 INTERNAL_FIELDS: dict[str, str] = {
     "EnvParams.trade_info": "backtests switch on per-asset fill prices and costs; training never reads them",
@@ -33,6 +38,17 @@ INTERNAL_FIELDS: dict[str, str] = {
     "LOAD_DEFAULTS.start_date": "a date bound of stored bars that a caller passes to load_market",
     "LOAD_DEFAULTS.end_date": "a date bound of stored bars that a caller passes to load_market",
 }
+
+
+def setting(cls: type, name: str, **bounds: Any) -> Any:
+    """The section field of dataclass ``cls``'s field ``name``: its default and its one description,
+    the docstring under the field (``app.settings_docs``), with the section's bounds. An ``[agent]``
+    field only one learner reads says which ("PPO: ", "SAC: ")."""
+    scope = ""
+    if cls in (PPOArgs, SACArgs):
+        other = SACArgs if cls is PPOArgs else PPOArgs
+        scope = "" if name in {f.name for f in dataclasses.fields(other)} else f"{cls.__name__[:3]}: "
+    return Field(getattr(cls, name), description=scope + field_doc(cls.__name__, name), **bounds)
 
 
 def none_by_marker(section: type[BaseModel]) -> set[str]:
@@ -104,40 +120,31 @@ class DataConfig(Section):
 class EnvConfig(Section):
     """Trading environment parameters (see envs.trading.EnvParams, which holds the defaults)."""
 
-    initial_cash: float = Field(EnvParams.initial_cash, gt=0)
-    cost_rate: float = Field(EnvParams.cost_rate, ge=0, lt=0.1)
-    slippage_bps: float = Field(EnvParams.slippage_bps, ge=0, lt=1000)
-    decision_interval: int = Field(EnvParams.decision_interval, ge=1, description="bars between decisions")
-    episode_len: int = Field(EnvParams.episode_len, ge=1, description="decisions per episode")
-    action_mode: Literal["weights", "shares"] = EnvParams.action_mode
-    max_shares: float = Field(EnvParams.max_shares, gt=0)
-    reward: Literal["log_return", "return", "diff_sharpe"] = EnvParams.reward
-    drawdown_penalty: float = Field(EnvParams.drawdown_penalty, ge=0)
-    max_weight: float = Field(
-        EnvParams.max_weight,
-        gt=0,
-        le=1,
-        description="per-asset cap on the weight at the fill; excess stays in cash",
-    )
-    turnover_penalty: float = Field(
-        EnvParams.turnover_penalty, ge=0, description="reward -= penalty * traded notional / value"
-    )
-    reward_scale: float = Field(EnvParams.reward_scale, gt=0)
+    initial_cash: float = setting(EnvParams, "initial_cash", gt=0)
+    cost_rate: float = setting(EnvParams, "cost_rate", ge=0, lt=0.1)
+    slippage_bps: float = setting(EnvParams, "slippage_bps", ge=0, lt=1000)
+    decision_interval: int = setting(EnvParams, "decision_interval", ge=1)
+    episode_len: int = setting(EnvParams, "episode_len", ge=1)
+    action_mode: Literal["weights", "shares"] = setting(EnvParams, "action_mode")
+    max_shares: float = setting(EnvParams, "max_shares", gt=0)
+    reward: Literal["log_return", "return", "diff_sharpe"] = setting(EnvParams, "reward")
+    drawdown_penalty: float = setting(EnvParams, "drawdown_penalty", ge=0)
+    max_weight: float = setting(EnvParams, "max_weight", gt=0, le=1)
+    turnover_penalty: float = setting(EnvParams, "turnover_penalty", ge=0)
+    reward_scale: float = setting(EnvParams, "reward_scale", gt=0)
+    spread_bps: float = setting(EnvParams, "spread_bps", ge=0, lt=1000)
+    max_participation: float = setting(EnvParams, "max_participation", ge=0, le=1)
+    impact_coef: float = setting(EnvParams, "impact_coef", ge=0)
+    min_order_notional: float = setting(EnvParams, "min_order_notional", ge=0)
     num_envs: int = Field(256, ge=1)
     fast_step: Literal["auto", "on", "off"] = Field(
         "auto",
         description="fast env step: the native C kernel on CPU, torch.compile elsewhere (auto: from "
         "envs.fast_step's batch-size thresholds); docs/env.md",
     )
-    sharpe_eta: float = Field(
-        EnvParams.sharpe_eta, gt=0, lt=1, description="diff_sharpe: EMA rate of the return moments"
-    )
-    bust_frac: float = Field(
-        EnvParams.bust_frac, ge=0, lt=1, description="an episode ends when value < bust_frac * initial_cash"
-    )
-    precision: Literal["float32", "float64"] = Field(
-        EnvParams.precision, description="dtype of per-asset quantities (accounting is always float64)"
-    )
+    sharpe_eta: float = setting(EnvParams, "sharpe_eta", gt=0, lt=1)
+    bust_frac: float = setting(EnvParams, "bust_frac", ge=0, lt=1)
+    precision: Literal["float32", "float64"] = setting(EnvParams, "precision")
 
 
 class AgentConfig(Section):
@@ -145,122 +152,65 @@ class AgentConfig(Section):
     field); algorithm-specific fields are ignored by the other algorithm."""
 
     algo: Literal["ppo", "sac"] = "ppo"
-    seed: int = PPOArgs.seed
+    seed: int = setting(PPOArgs, "seed")
     device: str = "cpu"
-    hidden: int = Field(PPOArgs.hidden, ge=4)
-    embed: int = Field(PPOArgs.embed, ge=2)
-    learning_rate: float = Field(PPOArgs.learning_rate, gt=0, lt=1)
-    gamma: float = Field(PPOArgs.gamma, gt=0, le=1)
-    gae_lambda: float = Field(PPOArgs.gae_lambda, ge=0, le=1)
-    rebalance_rate: float = Field(
-        PPOArgs.rebalance_rate,
-        gt=0,
-        le=1,
-        description="fraction of the gap to the target weights traded per decision",
-    )
-    num_steps: int = Field(PPOArgs.num_steps, ge=1, description="PPO: rollout length per env")
-    update_epochs: int = Field(PPOArgs.update_epochs, ge=1)
-    num_minibatches: int = Field(PPOArgs.num_minibatches, ge=1)
-    clip_coef: float = Field(PPOArgs.clip_coef, gt=0)
-    ent_coef: float = Field(PPOArgs.ent_coef, ge=0)
-    vf_coef: float = Field(PPOArgs.vf_coef, ge=0)
-    max_grad_norm: float = Field(PPOArgs.max_grad_norm, gt=0)
-    total_steps: int = Field(PPOArgs.total_steps, ge=1, description="env-steps for a single `podracer train`")
-    num_critics: int = Field(SACArgs.num_critics, ge=1, description="SAC: critic ensemble size")
-    critic_target: Literal["min", "mean"] = SACArgs.critic_target
-    buffer_size: int = Field(SACArgs.buffer_size, ge=1)
-    batch_size: int = Field(SACArgs.batch_size, ge=1)
-    eval_every: int = Field(PPOArgs.eval_every, ge=1, description="env-steps between validation evaluations")
-    asset_layers: int = Field(PPOArgs.asset_layers, ge=0, description="per-asset encoder depth (0: linear)")
-    init_log_std: float = Field(
-        PPOArgs.init_log_std, ge=-10, le=2, description="initial log-std of the Gaussian over logits"
-    )
-    norm_obs: bool = Field(PPOArgs.norm_obs, description="update running observation statistics")
-    anneal_lr: bool = Field(PPOArgs.anneal_lr, description="PPO: anneal the learning rate linearly to 0")
-    norm_adv: bool = Field(PPOArgs.norm_adv, description="PPO: normalize advantages per minibatch")
-    clip_vloss: bool = Field(PPOArgs.clip_vloss, description="PPO: clip the value loss (PPO2 style)")
-    compile: Literal["auto", "on", "off"] = Field(
-        PPOArgs.compile,
-        description="PPO: torch.compile the minibatch loss (auto: for runs of 1,000 minibatch steps or "
-        "more; a tournament decides once for all pods; docs/agents.md)",
-    )
-    target_kl: float | None = Field(
-        PPOArgs.target_kl, gt=0, description="PPO: stop an update's epochs past this approximate KL"
-    )
-    tau: float = Field(SACArgs.tau, gt=0, le=1, description="SAC: Polyak rate of the target critics")
-    learning_starts: int = Field(
-        SACArgs.learning_starts, ge=0, description="SAC: env-steps collected before the first update"
-    )
-    gradient_steps: int = Field(SACArgs.gradient_steps, ge=1, description="SAC: updates per vectorized step")
-    alpha: float = Field(SACArgs.alpha, gt=0, description="SAC: initial entropy temperature")
-    autotune: bool = Field(SACArgs.autotune, description="SAC: tune alpha towards the target entropy")
-    target_entropy_per_dim: float = Field(
-        SACArgs.target_entropy_per_dim,
-        ge=-100,
-        le=100,
-        description="SAC: target entropy per action dimension",
-    )
+    hidden: int = setting(PPOArgs, "hidden", ge=4)
+    embed: int = setting(PPOArgs, "embed", ge=2)
+    learning_rate: float = setting(PPOArgs, "learning_rate", gt=0, lt=1)
+    gamma: float = setting(PPOArgs, "gamma", gt=0, le=1)
+    gae_lambda: float = setting(PPOArgs, "gae_lambda", ge=0, le=1)
+    rebalance_rate: float = setting(PPOArgs, "rebalance_rate", gt=0, le=1)
+    num_steps: int = setting(PPOArgs, "num_steps", ge=1)
+    update_epochs: int = setting(PPOArgs, "update_epochs", ge=1)
+    num_minibatches: int = setting(PPOArgs, "num_minibatches", ge=1)
+    clip_coef: float = setting(PPOArgs, "clip_coef", gt=0)
+    ent_coef: float = setting(PPOArgs, "ent_coef", ge=0)
+    vf_coef: float = setting(PPOArgs, "vf_coef", ge=0)
+    max_grad_norm: float = setting(PPOArgs, "max_grad_norm", gt=0)
+    total_steps: int = setting(PPOArgs, "total_steps", ge=1)
+    num_critics: int = setting(SACArgs, "num_critics", ge=1)
+    critic_target: Literal["min", "mean"] = setting(SACArgs, "critic_target")
+    buffer_size: int = setting(SACArgs, "buffer_size", ge=1)
+    batch_size: int = setting(SACArgs, "batch_size", ge=1)
+    eval_every: int = setting(PPOArgs, "eval_every", ge=1)
+    asset_layers: int = setting(PPOArgs, "asset_layers", ge=0)
+    init_log_std: float = setting(PPOArgs, "init_log_std", ge=-10, le=2)
+    norm_obs: bool = setting(PPOArgs, "norm_obs")
+    anneal_lr: bool = setting(PPOArgs, "anneal_lr")
+    norm_adv: bool = setting(PPOArgs, "norm_adv")
+    clip_vloss: bool = setting(PPOArgs, "clip_vloss")
+    compile: Literal["auto", "on", "off"] = setting(PPOArgs, "compile")
+    target_kl: float | None = setting(PPOArgs, "target_kl", gt=0)
+    tau: float = setting(SACArgs, "tau", gt=0, le=1)
+    learning_starts: int = setting(SACArgs, "learning_starts", ge=0)
+    gradient_steps: int = setting(SACArgs, "gradient_steps", ge=1)
+    alpha: float = setting(SACArgs, "alpha", gt=0)
+    autotune: bool = setting(SACArgs, "autotune")
+    target_entropy_per_dim: float = setting(SACArgs, "target_entropy_per_dim", ge=-100, le=100)
 
 
 class TournamentConfig(Section):
     """Podracer tournament: pool, leaderboard, generator, budget, backend (defaults in TournamentArgs)."""
 
-    pods: int | None = Field(
-        TournamentArgs.pods,
-        ge=1,
-        description="pods training at once (unset: the backend's own; population: the population size)",
-    )
-    leaderboard_size: int = Field(TournamentArgs.leaderboard_size, ge=1)
-    p_fresh: float = Field(
-        TournamentArgs.p_fresh, ge=0, le=1, description="probability a new pod starts from scratch"
-    )
-    round_steps: int = Field(TournamentArgs.round_steps, ge=1, description="env-steps per pod round")
-    budget_steps: int | None = Field(TournamentArgs.budget_steps, ge=1)
-    budget_minutes: float | None = Field(TournamentArgs.budget_minutes, gt=0)
-    fitness: Literal["sharpe", "return", "calmar"] = TournamentArgs.fitness
-    backend: Literal["auto", "local", "ray", "population"] = Field(
-        TournamentArgs.backend,
-        description="auto: population for PPO on a CUDA device, else local (docs/tournament.md)",
-    )
-    workers: int = Field(
-        TournamentArgs.workers,
-        ge=0,
-        description="local and population backends: worker processes (0 = inline; a GPU: one)",
-    )
-    population_size: int = Field(
-        TournamentArgs.population_size,
-        ge=0,
-        description="population backend: pods per population (0: from the device's memory and a probe)",
-    )
-    envs_per_pod: int = Field(
-        TournamentArgs.envs_per_pod,
-        ge=0,
-        description="population backend: envs per pod (0: [env] num_envs, or more where a GPU's probe finds it faster)",
-    )
-    address: str | None = Field(
-        TournamentArgs.address,
-        description="ray: address of an existing cluster (population: run the populations there)",
-    )
-    seed: int = TournamentArgs.seed
-    round_seconds: float | None = Field(
-        TournamentArgs.round_seconds, gt=0, description="optional wall-time cap of one pod round"
-    )
-    max_consecutive_failures: int = Field(
-        TournamentArgs.max_consecutive_failures, ge=1, description="stop after this many failed pods in a row"
-    )
-    round_timeout_s: float | None = Field(
-        TournamentArgs.round_timeout_s,
-        gt=0,
-        description="kill and fail a pod round with no result after this many seconds "
-        "(unset: 4x the median round so far, at least 10 min; 1 h until 3 rounds finished)",
-    )
-    champion: Literal["best", "ensemble"] = Field(
-        TournamentArgs.champion,
-        description="the run's champion: the best pod, or the mean of the top ensemble_size pods",
-    )
-    ensemble_size: int = Field(
-        TournamentArgs.ensemble_size, ge=1, description="K: leaderboard pods averaged by the ensemble"
-    )
+    pods: int | None = setting(TournamentArgs, "pods", ge=1)
+    leaderboard_size: int = setting(TournamentArgs, "leaderboard_size", ge=1)
+    p_fresh: float = setting(TournamentArgs, "p_fresh", ge=0, le=1)
+    round_steps: int = setting(TournamentArgs, "round_steps", ge=1)
+    budget_steps: int | None = setting(TournamentArgs, "budget_steps", ge=1)
+    budget_minutes: float | None = setting(TournamentArgs, "budget_minutes", gt=0)
+    fitness: Literal["sharpe", "return", "calmar"] = setting(TournamentArgs, "fitness")
+    backend: Literal["auto", "local", "ray", "population"] = setting(TournamentArgs, "backend")
+    workers: int = setting(TournamentArgs, "workers", ge=0)
+    population_size: int = setting(TournamentArgs, "population_size", ge=0)
+    envs_per_pod: int = setting(TournamentArgs, "envs_per_pod", ge=0)
+    overlap_rounds: bool | None = setting(TournamentArgs, "overlap_rounds")
+    address: str | None = setting(TournamentArgs, "address")
+    seed: int = setting(TournamentArgs, "seed")
+    round_seconds: float | None = setting(TournamentArgs, "round_seconds", gt=0)
+    max_consecutive_failures: int = setting(TournamentArgs, "max_consecutive_failures", ge=1)
+    round_timeout_s: float | None = setting(TournamentArgs, "round_timeout_s", gt=0)
+    champion: Literal["best", "ensemble"] = setting(TournamentArgs, "champion")
+    ensemble_size: int = setting(TournamentArgs, "ensemble_size", ge=1)
 
 
 class BacktestConfig(Section):
@@ -304,9 +254,31 @@ class NightlyConfig(Section):
     first_promotion: Literal["always", "significant"] = Field(
         "always", description="with no champion yet: promote always, or only a significant challenger"
     )
+    max_minutes: float | None = Field(
+        MAX_MINUTES,
+        gt=0,
+        description="a retrain's time budget: past it the run stops, keeps the champion and records a "
+        "failed retrain (None: no budget); the systemd unit's TimeoutStartSec follows it",
+    )
     warm_start_pods: int = Field(1, ge=0, description="fresh pods seeded with the champion's weights")
     export: bool = Field(True, description="export an onnxruntime bundle on promotion")
     tearsheet: bool = Field(True, description="write the challenger run's tear sheet")
+
+
+class AlertsConfig(Section):
+    """The alert hook: each new problem ``podracer status --notify`` finds, and each that clears, sent
+    once as JSON (``app.alerts``; docs/nightly.md "Operating it")."""
+
+    command: str = Field(
+        "", description="shell command run with the problem as JSON on stdin, e.g. 'cat >> ~/alerts.jsonl'"
+    )
+    webhook: str = Field("", description="http(s) URL the same JSON is POSTed to ('' = none)")
+    timeout_s: float = Field(HOOK_TIMEOUT_S, gt=0, description="seconds the command or webhook may take")
+
+    @model_validator(mode="after")
+    def _usable(self) -> AlertsConfig:
+        check_settings(AlertSettings(self.command, self.webhook, self.timeout_s), "[alerts]")
+        return self
 
 
 class RetentionConfig(Section):

@@ -9,11 +9,14 @@ into notionals and costs for every group the same way.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
 from data.market import MarketData
+from envs import execution
+from envs.execution import impact_table
 from envs.trading import EnvParams
 
 
@@ -30,22 +33,68 @@ class GroupRun:
     trade_costs: Tensor  # (K, N, A) float32
     terminated_at: list[int]
     off_equity: Tensor  # (len(off_bars), N) float64 value at the close of sessions without a mark
+    shares: Tensor  # (K, N, A) float32 shares traded (+ bought, - sold)
+    spread_costs: Tensor  # (K, N, A) float32 slippage + half-spread paid ($)
+    impact_costs: Tensor  # (K, N, A) float32 market impact paid ($)
+
+    @staticmethod
+    def fill_fields(fills: Fills, shares: Tensor) -> dict[str, Tensor]:
+        """The per-fill fields of a :class:`GroupRun` from its :class:`Fills` (host float32)."""
+        f32 = lambda x: x.to(torch.float32).cpu()  # noqa: E731
+        return {
+            "trades": f32(fills.notional),
+            "trade_costs": f32(fills.cost),
+            "costs": fills.cost.sum(dim=-1).cpu(),
+            "shares": f32(shares),
+            "spread_costs": f32(fills.spread_cost),
+            "impact_costs": f32(fills.impact_cost),
+        }
 
 
-def trade_accounting(
-    market: MarketData, params: EnvParams, shares_traded: Tensor, k_steps: int
-) -> tuple[Tensor, Tensor]:
-    """Signed notional ``(K, N, A)`` at the fill price and per-asset cost (commission + slippage).
+class Fills(NamedTuple):
+    """The accounting of a group's fills, each ``(K, N, A)`` float64 (``$`` unless noted)."""
+
+    notional: Tensor  # signed notional at the fill price (+ = buy)
+    cost: Tensor  # commission + slippage + half-spread + impact
+    spread_cost: Tensor  # slippage + half-spread
+    impact_cost: Tensor  # square-root market impact
+
+
+def trade_accounting(market: MarketData, params: EnvParams, shares_traded: Tensor, k_steps: int) -> Fills:
+    """The notional at the fill price and the cost of every fill, split by kind.
 
     Recomputed from the env's ``shares_traded`` and its fill rule (bar ``t + 1``'s open, buys at
-    ``open * (1 + s)``, sells at ``open * (1 - s)``, commission ``cost_rate`` of the fill notional),
-    vectorized over the whole run instead of one extra op per step.
+    ``open * (1 + frac(q))``, sells at ``open * (1 - frac(q))`` with ``frac`` of ``envs.execution``,
+    commission ``cost_rate`` of the fill notional), vectorized over the whole run instead of one
+    extra op per step.
     """
-    interval = int(params.decision_interval)
-    fill_bars = torch.arange(k_steps, device=shares_traded.device) * interval + 1
-    px_open = market.open.index_select(0, fill_bars).to(torch.float64).unsqueeze(1)  # (K, 1, A)
-    slip = float(params.slippage_bps) * 1e-4
-    fill = px_open * (1.0 + slip * torch.sign(shares_traded))
-    notional = shares_traded * fill
-    cost = float(params.cost_rate) * notional.abs() + shares_traded.abs() * px_open * slip
-    return notional, cost
+    shares = shares_traded.to(torch.float64)
+    fill = fill_prices(market, params, shares, k_steps)
+    px_open = _fill_bar_rows(market.open, params, k_steps, shares.device).unsqueeze(1)
+    notional = shares * fill
+    execution_cost = shares.abs() * (fill - px_open).abs()
+    spread_cost = torch.minimum(shares.abs() * px_open * execution.half_cost(params), execution_cost)
+    cost = float(params.cost_rate) * notional.abs() + execution_cost
+    return Fills(notional, cost, spread_cost, execution_cost - spread_cost)
+
+
+def _fill_bar_rows(
+    table: Tensor, params: EnvParams, k_steps: int, device: torch.device, lag: int = 1
+) -> Tensor:
+    """Rows ``k * interval + lag`` of a ``(T, A)`` table as float64 ``(K, A)`` (``lag`` 1: the fill
+    bars, 0: the decision bars)."""
+    bars = torch.arange(k_steps, device=device) * int(params.decision_interval) + lag
+    return table.index_select(0, bars.to(table.device)).to(device=device, dtype=torch.float64)
+
+
+def fill_prices(market: MarketData, params: EnvParams, shares_traded: Tensor, k_steps: int) -> Tensor:
+    """Per-share fill price ``(K, N, A)`` of each decision's trades (the fill bar's open where none)."""
+    device = shares_traded.device
+    px_open = _fill_bar_rows(market.open, params, k_steps, device).unsqueeze(1)
+    impact = _fill_bar_rows(impact_table(market), params, k_steps, device, lag=0).unsqueeze(1)
+    return execution.fill_price(params, px_open, shares_traded.to(torch.float64), impact)
+
+
+def fill_volumes(market: MarketData, params: EnvParams, k_steps: int, device: torch.device) -> Tensor:
+    """The fill bars' volume ``(K, A)`` in shares."""
+    return _fill_bar_rows(market.volume, params, k_steps, device)

@@ -117,7 +117,7 @@ def run_static(
             w = (held / equity.unsqueeze(-1).clamp(min=1e-12)).to(torch.float32)
         shares = torch.zeros(k_steps, n, market.num_assets, dtype=torch.float64, device=device)
         shares[0] = bought
-        notional, trade_costs = trade_accounting(market, params, shares, k_steps)
+        fills = trade_accounting(market, params, shares, k_steps)
         turnover = torch.zeros(k_steps, n, dtype=torch.float64, device=device)
         turnover[0] = first_traded / float(params.initial_cash)
         off = torch.as_tensor(off_bars if off_bars is not None else np.zeros(0, np.int64), device=device)
@@ -127,12 +127,10 @@ def run_static(
         names=names,
         equity=equity.cpu(),
         weights=w.to(torch.float32).cpu(),
-        costs=trade_costs.sum(dim=-1).cpu(),
         turnover=turnover.cpu(),
-        trades=notional.to(torch.float32).cpu(),
-        trade_costs=trade_costs.to(torch.float32).cpu(),
         terminated_at=[-1] * n,
         off_equity=off_equity.cpu(),
+        **GroupRun.fill_fields(fills, shares),
     )
 
 
@@ -192,7 +190,7 @@ def run_equal_weight(
             seg_equity[0] = info["value"].to(torch.float64)  # the env's own mark
             equity[r:end] = seg_equity
             weights[r:end] = held / seg_equity.unsqueeze(-1).clamp(min=1e-12)
-        notional, trade_costs = trade_accounting(market, params, shares_traded, k_steps)
+        fills = trade_accounting(market, params, shares_traded, k_steps)
         # Off-mark closes: the holdings of the last rebalance filled by then (fill bar r * interval + 1).
         off = np.asarray(off_bars, dtype=np.int64)
         seg = np.searchsorted(rows * interval + 1, off, side="right") - 1
@@ -208,12 +206,10 @@ def run_equal_weight(
         names=["equal_weight"],
         equity=equity.cpu(),
         weights=weights.to(torch.float32).cpu(),
-        costs=trade_costs.sum(dim=-1).cpu(),
         turnover=turnover.cpu(),
-        trades=notional.to(torch.float32).cpu(),
-        trade_costs=trade_costs.to(torch.float32).cpu(),
         terminated_at=[-1],
         off_equity=off_equity.cpu(),
+        **GroupRun.fill_fields(fills, shares_traded),
     )
 
 

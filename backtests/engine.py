@@ -33,7 +33,7 @@ from torch import Tensor
 
 from backtests import baselines as bl
 from backtests import metrics as m
-from backtests.accounting import GroupRun, trade_accounting
+from backtests.accounting import GroupRun, fill_volumes, trade_accounting
 from data.errors import DataError, PodracerError
 from data.market import MarketData
 from envs import trading
@@ -75,7 +75,9 @@ class BacktestResult:
     costs: Tensor  # (K, S) float64 costs paid ($, commission + slippage) by each decision's trades
     turnover: Tensor  # (K, S) float64 traded notional / portfolio value before the trade
     trades: Tensor  # (K, S, A) float32 signed traded notional per asset at the fill price ($, + = buy)
-    trade_costs: Tensor  # (K, S, A) float32 cost of each asset's trade ($, commission + slippage)
+    trade_costs: (
+        Tensor  # (K, S, A) float32 cost of each asset's trade ($, commission + slippage + spread + impact)
+    )
     initial_value: float
     decision_interval: int
     interval: str
@@ -85,6 +87,12 @@ class BacktestResult:
     # days are the session dates of the marks (a result built without them).
     day_dates: np.ndarray | None = None
     day_equity: Tensor | None = None
+    # Per fill (None: a result built without them): shares traded (K, S, A) float32, the fill bars'
+    # volume (K, A) float32, and the execution costs (K, S, A) float32 ($): slippage + half-spread, impact.
+    shares: Tensor | None = None
+    fill_volume: Tensor | None = None
+    spread_costs: Tensor | None = None
+    impact_costs: Tensor | None = None
 
     @property
     def num_steps(self) -> int:
@@ -284,6 +292,10 @@ def run_backtest(
         turnover=cat("turnover"),
         trades=cat("trades"),
         trade_costs=cat("trade_costs"),
+        shares=cat("shares"),
+        fill_volume=fill_volumes(market, params, k_steps, torch.device("cpu")).to(torch.float32),
+        spread_costs=cat("spread_costs"),
+        impact_costs=cat("impact_costs"),
         initial_value=float(params.initial_cash),
         decision_interval=interval,
         interval=market.interval,
@@ -418,7 +430,7 @@ def _run_policies(
         w = held_value / value.unsqueeze(-1)
         w = w.masked_fill(dead.unsqueeze(-1), 0.0)
         shares = shares.masked_fill(dead.unsqueeze(-1), 0.0)
-        notional, trade_costs = trade_accounting(market, params, shares, k_steps)
+        fills = trade_accounting(market, params, shares, k_steps)
         first_term = torch.where(term, rows, k_steps).amin(dim=0)
         # Off-mark closes: the cash and holdings of the decision in force (cash only changes at fills).
         off = torch.as_tensor(off_bars, device=value.device)
@@ -431,12 +443,10 @@ def _run_policies(
         names=names,
         equity=equity.cpu(),
         weights=w.to(torch.float32).cpu(),
-        costs=trade_costs.sum(dim=-1).cpu(),
         turnover=(traded / prev).cpu(),
-        trades=notional.to(torch.float32).cpu(),
-        trade_costs=trade_costs.to(torch.float32).cpu(),
         terminated_at=[int(v) if int(v) < k_steps else -1 for v in first_term.cpu()],
         off_equity=off_equity.cpu(),
+        **GroupRun.fill_fields(fills, shares),
     )
 
 

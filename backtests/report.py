@@ -12,8 +12,12 @@ The files and their schemas are a contract with the dashboard (see ARCHITECTURE.
 - ``equity.parquet``: ``timestamp`` (UTC) + one float64 column per strategy (equity in $); the first
   row is the initial cash at the window's first bar;
 - ``positions.parquet``: long ``timestamp, strategy, ticker, weight`` (zero weights left out);
-- ``trades.parquet``: ``timestamp, strategy, ticker, notional, cost`` (``timestamp`` = the fill bar;
-  ``notional`` signed, + = buy, at the fill price; ``cost`` = commission + slippage in $);
+- ``trades.parquet``: one row per fill, ``timestamp, strategy, ticker, notional, cost, shares,
+  fill_price, spread_cost, impact_cost, fill_volume, participation`` (``timestamp`` = the fill bar;
+  ``notional`` signed, + = buy, at the fill price; ``shares`` signed; ``cost`` = commission + slippage
+  + half-spread + impact in $, of which ``spread_cost`` is slippage + half-spread and ``impact_cost``
+  the square-root impact; ``fill_volume`` the fill bar's volume in shares and ``participation`` the
+  fill's share of it); orders under the env's ``min_order_notional`` are never placed, so no dust rows;
 - ``daily_returns.parquet``: ``date`` + one float64 column per strategy;
 - ``tearsheet.png``: pyfolio-reloaded returns tear sheet of the first strategy's daily returns against
   the benchmark (a plain matplotlib equity/drawdown figure when pyfolio cannot draw the series).
@@ -274,9 +278,18 @@ def positions_frame(result: BacktestResult, max_rows: int = DEFAULT_MAX_ROWS) ->
 
 
 def trades_frame(result: BacktestResult, max_rows: int = DEFAULT_MAX_ROWS) -> tuple[pd.DataFrame, str]:
-    """Long trades table (non-zero trades only) and its frequency (``"decision"`` or ``"session"``)."""
+    """Long trades table (one row per fill; none where nothing traded) and its frequency
+    (``"decision"`` or ``"session"``); see the module docstring for the columns."""
     notional = result.trades.numpy().astype(np.float64)  # (K, S, A)
-    cost = result.trade_costs.numpy().astype(np.float64)
+    columns = {"cost": result.trade_costs}
+    if result.shares is not None:
+        columns |= {
+            "shares": result.shares,
+            "spread_cost": result.spread_costs,
+            "impact_cost": result.impact_costs,
+        }
+    extra = {name: x.numpy().astype(np.float64) for name, x in columns.items() if x is not None}
+    volume = None if result.fill_volume is None else result.fill_volume.numpy().astype(np.float64)  # (K, A)
     stamps = result.fill_timestamps
     frequency = "decision"
     if np.count_nonzero(notional) > max_rows:
@@ -284,19 +297,31 @@ def trades_frame(result: BacktestResult, max_rows: int = DEFAULT_MAX_ROWS) -> tu
         last = _session_last_rows(result)
         starts = np.r_[0, last[:-1] + 1]
         notional = np.add.reduceat(notional, starts, axis=0)
-        cost = np.add.reduceat(cost, starts, axis=0)
+        extra = {name: np.add.reduceat(x, starts, axis=0) for name, x in extra.items()}
+        volume = None if volume is None else np.add.reduceat(volume, starts, axis=0)
         stamps = stamps[last]
         frequency = "session"
-    k, s, a = np.nonzero(notional)
+    traded = extra.get("shares", notional)
+    k, s, a = np.nonzero(traded)
     frame = pd.DataFrame(
         {
             "timestamp": _utc(stamps[k]),
             "strategy": pd.Categorical.from_codes(s, categories=list(result.names)),
             "ticker": pd.Categorical.from_codes(a, categories=list(result.tickers)),
             "notional": notional[k, s, a],
-            "cost": cost[k, s, a],
+            "cost": extra["cost"][k, s, a],
         }
     )
+    if "shares" in extra:
+        shares = extra["shares"][k, s, a]
+        frame["shares"] = shares
+        frame["fill_price"] = frame["notional"] / shares  # a session's volume-weighted price when summed
+        frame["spread_cost"] = extra["spread_cost"][k, s, a]
+        frame["impact_cost"] = extra["impact_cost"][k, s, a]
+    if "shares" in extra and volume is not None:
+        frame["fill_volume"] = volume[k, a]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            frame["participation"] = np.where(volume[k, a] > 0, np.abs(shares) / volume[k, a], np.nan)
     return frame, frequency
 
 

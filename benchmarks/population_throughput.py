@@ -319,8 +319,13 @@ def demo(args: argparse.Namespace, root: Path) -> dict:
         if rounds.count:
             out[backend]["population_rounds"] = rounds.count
             out[backend]["phase_seconds"] = dict(rounds.sums)
+            # Training's share of the whole run's wall time: the device's busy share, estimated.
+            out[backend]["train_share"] = rounds.sums.get("train_s", 0.0) / wall
             parts = ", ".join(f"{k.removesuffix('_s')} {v:.1f} s" for k, v in rounds.sums.items())
             print(f"  {'':<11} {rounds.count} population rounds, in all: {parts}", flush=True)
+            print(
+                f"  {'':<11} training {100 * out[backend]['train_share']:.0f}% of the wall time", flush=True
+            )
     if "local" in out and "population" in out:
         local, pop = out["local"], out["population"]
         ratios = {
@@ -346,7 +351,8 @@ class _PhaseSums(logging.Handler):
         if phases:
             self.count += 1
             for key, seconds in phases.items():
-                self.sums[key] = self.sums.get(key, 0.0) + float(seconds)
+                if key.endswith("_s"):  # (seconds; a round's share is not summed)
+                    self.sums[key] = self.sums.get(key, 0.0) + float(seconds)
 
     def __enter__(self) -> _PhaseSums:
         self._logger.addHandler(self)

@@ -68,6 +68,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=None,
         help="tournament.pods (local: pods in flight [workers]; population: its size [chosen])",
     )
+    p.add_argument(
+        "--envs-per-pod", type=int, default=0, help="population backend: envs per pod (0: chosen) [num-envs]"
+    )
     p.add_argument("--num-envs", type=int, default=256)
     p.add_argument("--home", type=Path, default=None, help="keep the run here (default: a temp folder)")
     p.add_argument(
@@ -100,7 +103,12 @@ def config(args: argparse.Namespace):
         },
         "env": {"num_envs": args.num_envs},
         "agent": {"device": args.device, "seed": args.seed},
-        "tournament": {"workers": args.workers, "pods": args.pods, "seed": args.seed},
+        "tournament": {
+            "workers": args.workers,
+            "pods": args.pods,
+            "seed": args.seed,
+            **({"envs_per_pod": args.envs_per_pod} if args.envs_per_pod else {}),
+        },
         "walkforward": {
             "window": args.window,
             "train_sessions": args.train,

@@ -127,6 +127,8 @@ def build_market(
                 "interval",
                 "tradable",
                 "listed",
+                "daily_vol",
+                "adv",
             )
         },
         features=normalize(raw, spec),

@@ -17,6 +17,9 @@ Layout contract (relied on by ``envs.trading`` and the agents):
 - ``listed``: ``(T, A)`` bool: the ticker has a tradable bar at or after this bar (computed over the
   whole loaded history, then sliced with it): False once it stopped being tradable for good, which
   is when the env sells what is still held (docs/env.md "Tradable bars").
+- ``daily_vol`` / ``adv``: ``(T, A)`` float32 trailing daily volatility and average daily volume
+  (shares) at each bar, from bars at or before it (``data.liquidity``; computed over the whole loaded
+  history, then sliced with it): the env's market impact reads them at the decision bar.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from torch import Tensor
 
 from data.calendar import exchange_dates
 from data.errors import DataError
+from data.liquidity import trailing_liquidity
 
 
 def listed_from(tradable: Tensor) -> Tensor:
@@ -61,6 +65,8 @@ class MarketData:
     feature_spec: dict[str, Any] = field(default_factory=dict)
     tradable: Tensor | None = None  # (T, A) bool; None = every bar tradable (set in __post_init__)
     listed: Tensor | None = None  # (T, A) bool; None = derived from tradable over these bars
+    daily_vol: Tensor | None = None  # (T, A) float32 trailing daily volatility; None = from these bars
+    adv: Tensor | None = None  # (T, A) float32 trailing average daily volume (shares); None = from these bars
 
     def __post_init__(self) -> None:
         num_steps, num_assets = self.close.shape
@@ -88,6 +94,13 @@ class MarketData:
             raise DataError("MarketData: feature_names does not match features' last axis")
         if len(self.timestamps) != num_steps or self.session_id.shape != (num_steps,):
             raise DataError("MarketData: timestamps/session_id length does not match bars")
+        if self.daily_vol is None or self.adv is None:
+            daily_vol, adv = trailing_liquidity(self.close, self.volume, self.session_id)
+            object.__setattr__(self, "daily_vol", daily_vol)
+            object.__setattr__(self, "adv", adv)
+        for name in ("daily_vol", "adv"):
+            if getattr(self, name).shape != (num_steps, num_assets):
+                raise DataError(f"MarketData: {name} must be {(num_steps, num_assets)}")
 
     # --- sizes -------------------------------------------------------------------------------
     @property

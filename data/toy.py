@@ -33,7 +33,8 @@ def toy_market(
     open_ = prev_close * torch.exp(gap)
     high = torch.maximum(open_, close) * 1.0005
     low = torch.minimum(open_, close) * 0.9995
-    volume = 1000.0 + 100.0 * torch.rand(num_steps, num_assets, generator=gen, dtype=torch.float64)
+    # Megacap liquidity (~$100M a minute at $100): the env's volume cap rarely binds a $1M book.
+    volume = 1.0e6 + 1.0e5 * torch.rand(num_steps, num_assets, generator=gen, dtype=torch.float64)
     features = torch.randn(num_steps, num_assets, num_features, generator=gen)
     minute = torch.arange(num_steps) % bars_per_session
     start = np.datetime64("2024-01-02T14:30", "ns")
@@ -95,4 +96,6 @@ def with_gaps(market: MarketData, frac: float = 0.2, seed: int = 0) -> MarketDat
         volume=market.volume.masked_fill(filled, 0.0),
         tradable=tradable.to(market.device),
         listed=None,
+        daily_vol=None,
+        adv=None,
     )

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from data.market import MarketData
-from envs.backtest_step import backtest_core, backtest_step
+from envs.backtest_step import backtest_core, backtest_step, execution_tables
 from envs.core import LCG_INC, LCG_MUL
 from envs.kernels.compiled import Compiled
 from envs.observation import obs_table, write_portfolio
@@ -73,12 +73,15 @@ class BacktestLoop:
         self.market, self.params, self.policy, self.prices, self.block = market, params, policy, prices, block
         # The fill modes only when some bar is untradable (the traced graph then reads them).
         modes = () if market.all_tradable else (fill_modes(market),)
-        self._tensors = (*prices, table, *modes)
+        extra = execution_tables(market, params)
+        self._tensors = (*prices, table, *extra, *modes)
         self._rng_step = _lcg_power(block)
         num_features = market.num_features
 
         def decide_block(obs: Tensor, t: Tensor, cash: Tensor, shares: Tensor, *tensors: Tensor):
-            open_all, close_all, table, *modes = tensors
+            open_all, close_all, table, *rest = tensors
+            volume_all, impact_all = rest[:2] if params.execution else (None, None)
+            modes = rest[2:] if params.execution else rest
             modes_all = modes[0] if modes else None
             last_bar = last_decision_bar(open_all.shape[0], params)  # from the (symbolic) window length
             outs = []
@@ -88,7 +91,17 @@ class BacktestLoop:
                 t = t.clamp(max=last_bar)
                 action = policy(obs)
                 core = backtest_core(
-                    params, last_bar, t, cash, shares, action, open_all, close_all, modes_all
+                    params,
+                    last_bar,
+                    t,
+                    cash,
+                    shares,
+                    action,
+                    open_all,
+                    close_all,
+                    modes_all,
+                    volume_all,
+                    impact_all,
                 )
                 t, cash, shares, value = core.t, core.cash, core.shares, core.value
                 obs = write_portfolio(

@@ -16,6 +16,7 @@ from torch import Tensor
 
 from data.market import MarketData
 from envs.core import lcg_next, trade
+from envs.execution import impact_table
 from envs.observation import build_obs
 from envs.tradability import fill_modes
 from envs.trading import EnvParams, EnvState, last_decision_bar, restart
@@ -26,6 +27,13 @@ def asset_prices(market: MarketData, params: EnvParams) -> tuple[Tensor, Tensor]
     once per run instead of one cast per price row and step; no copy when the dtypes agree)."""
     adt = params.asset_dtype
     return market.open.to(adt), market.close.to(adt)
+
+
+def execution_tables(market: MarketData, params: EnvParams) -> tuple[Tensor, ...]:
+    """``(volume, impact)`` ``(T, A)`` for :func:`backtest_core` when ``params.execution``, else ``()``."""
+    if not params.execution:
+        return ()
+    return market.volume, impact_table(market)
 
 
 class BacktestCore(NamedTuple):
@@ -63,8 +71,11 @@ def backtest_core(
     open_all: Tensor,
     close_all: Tensor,
     modes_all: Tensor | None = None,
+    volume_all: Tensor | None = None,
+    impact_all: Tensor | None = None,
 ) -> BacktestCore:
-    """The fill, mark and termination of :func:`backtest_step` as a pure function of tensors."""
+    """The fill, mark and termination of :func:`backtest_step` as a pure function of tensors
+    (``volume_all`` / ``impact_all``: as in :func:`envs.core.step_core`)."""
     t_fill = t + 1
     t_mark = t_fill if params.decision_interval == 1 else t + params.decision_interval
     # index_select always gathers into a fresh tensor, as trade needs for the mark prices.
@@ -77,6 +88,8 @@ def backtest_core(
         open_all.index_select(0, t_fill),
         close_all.index_select(0, t_mark),
         mode,
+        None if volume_all is None else volume_all.index_select(0, t_fill),
+        None if impact_all is None else impact_all.index_select(0, t),
     )
     terminated = new_value < params.bust_frac * params.initial_cash
     # A restarted env can run out of data before the run ends: truncated (and restarted) as in step.
@@ -116,6 +129,7 @@ def backtest_step(
         action,
         *prices,
         None if market.all_tradable else fill_modes(market),
+        *execution_tables(market, params),
     )
     obs = build_obs(market, core.t, core.cash, core.pos_value, core.value)
     new_state = _advance(state, core.t, core.cash, core.shares, core.value)

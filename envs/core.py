@@ -9,15 +9,14 @@ name): this is what :mod:`envs.fast_step` hands to ``torch.compile``, what the C
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
+from envs import execution
+from envs.params import EnvParams
 from envs.tradability import EXIT, HOLD, TRADE
-
-if TYPE_CHECKING:  # envs.trading imports this module
-    from envs.trading import EnvParams
 
 # Precision (the measurements: docs/benchmarks.md). Per-env accounting (cash, value, peak, notionals, the
 # Sharpe moments; N) is always float64, and every per-asset sum feeding it accumulates in float64: a
@@ -55,14 +54,22 @@ def trade(
     px_open: Tensor,
     px_close: Tensor,
     mode: Tensor | None = None,
+    volume: Tensor | None = None,
+    impact: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     """The fill and the mark of one step (the accounting shared by the env's step and the backtest
     step): ``(traded (N, A), new_shares, new_cash, traded_notional, pos_value, new_value)``.
     ``px_open`` / ``px_close`` are the fill and mark
     bars' prices in its asset dtype; ``px_close`` must be a fresh tensor (it becomes ``pos_value`` in
     place). ``mode`` (N, A) uint8: the fill bar's :mod:`envs.tradability` modes (``None``: every
-    asset tradable)."""
+    asset tradable). ``volume`` (N, A): the fill bar's volume and ``impact`` (N, A): the decision bar's
+    :func:`envs.execution.impact_table` row, both needed when ``params.execution``."""
     adt = params.asset_dtype
+    if params.execution:
+        if volume is None or impact is None:
+            raise ValueError("the execution model needs the fill bar's volume and the impact scale")
+        diff = _orders(params, shares, cash, action, px_open, mode)
+        return _execute(params, shares, cash, diff, px_open, px_close, mode, volume.to(adt), impact.to(adt))
     slip = params.slippage_bps * 1e-4
     rate = params.cost_rate
     # Orders in shares: buy, sell >= 0 and diff = buy - sell. The step is memory-bound (each
@@ -130,6 +137,93 @@ def trade(
     return traded, new_shares, new_cash, traded_notional, pos_value, new_value
 
 
+def _orders(
+    params: EnvParams, shares: Tensor, cash: Tensor, action: Tensor, px_open: Tensor, mode: Tensor | None
+) -> Tensor:
+    """The orders ``(N, A)`` in shares the action asks for (+ buy, - sell) before execution: the same
+    sizing as the frictionless fill of :func:`trade` (targets of the value at the open, the weight
+    cap, the fill modes; in ``"shares"`` mode sells limited to holdings and buys to the cap)."""
+    adt = params.asset_dtype
+    if params.action_mode == "weights":
+        value_open = cash + shares.mul(px_open).sum(1)
+        if params.max_weight < 1.0:
+            weights = action.to(adt).clamp(min=0.0, max=params.max_weight)
+        else:
+            weights = action.to(adt).clamp(min=0.0)
+        if mode is not None:
+            weights = weights.masked_fill_(mode != TRADE, 0.0)
+        budget = value_open / weights.sum(1, dtype=ACC_DTYPE).clamp(min=1.0)
+        if adt != ACC_DTYPE:
+            budget = budget.to(adt)
+        diff = weights.mul_(budget.unsqueeze(1)).div_(px_open).sub_(shares)
+        if mode is not None:
+            diff = diff.masked_fill_(mode == HOLD, 0.0)
+        return diff
+    diff = action.to(adt).clamp(-1.0, 1.0).mul_(params.max_shares).round_()
+    if mode is not None:
+        diff = torch.where(mode == TRADE, diff, torch.where(mode == EXIT, -shares, 0.0))
+    buy = diff.clamp(min=0.0)
+    if params.max_weight < 1.0:
+        value_open = cash + rowsum(shares * px_open)
+        cap = (params.max_weight * value_open).to(adt).unsqueeze(1).div(px_open).floor_()
+        buy = torch.minimum(buy, cap.sub_(shares).clamp_(min=0.0))
+    return buy - torch.minimum((-diff).clamp_(min=0.0), shares)
+
+
+def _execute(
+    params: EnvParams,
+    shares: Tensor,
+    cash: Tensor,
+    diff: Tensor,
+    px_open: Tensor,
+    px_close: Tensor,
+    mode: Tensor | None,
+    volume: Tensor,
+    impact: Tensor,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """:func:`trade` through the execution model (docs/env.md "Execution"; the price rule:
+    :mod:`envs.execution`). In order: each order is capped at ``max_participation`` of the fill bar's
+    volume (whole shares in ``"shares"`` mode; an EXIT, the sale of a delisted asset, is not capped);
+    sells under ``min_order_notional`` are dropped, the rest fill at ``open * (1 - frac(q))`` and fund
+    the buys; the buys, priced at their capped size, are scaled by one factor per env when cash is
+    short (floored to whole shares in ``"shares"`` mode); scaled buys under ``min_order_notional`` are
+    dropped and the rest fill at ``open * (1 + frac(q))`` of their final size (at most the price the
+    scale assumed, so cash stays >= 0)."""
+    rate = params.cost_rate
+    whole = params.action_mode == "shares"
+    if params.max_participation > 0:
+        limit = volume.mul(params.max_participation)
+        if whole:
+            limit = limit.floor_()
+        capped = torch.minimum(torch.maximum(diff, -limit), limit)
+        diff = capped if mode is None else torch.where(mode == EXIT, diff, capped)
+    buy0 = diff.clamp(min=0.0)
+    sell = (-diff).clamp_(min=0.0)
+    min_notional = params.min_order_notional
+    if min_notional > 0:
+        dust = sell * px_open < min_notional
+        if mode is not None:
+            dust &= mode != EXIT
+        sell = sell.masked_fill_(dust, 0.0)
+    sell_notional = rowsum(sell * px_open * (1.0 - execution.fill_frac(params, sell, impact)))
+    available = cash + sell_notional * (1.0 - rate)
+    needed0 = rowsum(buy0 * px_open * (1.0 + execution.fill_frac(params, buy0, impact))) * (1.0 + rate)
+    scale = torch.where(needed0 > available, available / needed0.clamp(min=_TINY), 1.0)
+    buy = buy0.mul_(scale.to(buy0.dtype).unsqueeze(1))
+    if whole:
+        buy = buy.floor_()
+    if min_notional > 0:
+        buy = buy.masked_fill_(buy * px_open < min_notional, 0.0)
+    buy_notional = rowsum(buy * px_open * (1.0 + execution.fill_frac(params, buy, impact)))
+    needed = buy_notional * (1.0 + rate)
+    traded = buy - sell
+    new_shares = shares + traded
+    new_cash = (available - needed).clamp_(min=0.0)
+    pos_value = px_close.mul_(new_shares)
+    new_value = new_cash + rowsum(pos_value)
+    return traded, new_shares, new_cash, sell_notional + buy_notional, pos_value, new_value
+
+
 class StepCore(NamedTuple):
     """What :func:`step_core` computes (pre-reset; the first nine are the next ``EnvState``'s fields,
     named alike). ``envs.kernels.native.NativeStep`` has the same fields up to ``traded``."""
@@ -171,10 +265,13 @@ def step_core(
     open_all: Tensor,
     close_all: Tensor,
     modes_all: Tensor | None = None,
+    volume_all: Tensor | None = None,
+    impact_all: Tensor | None = None,
 ) -> StepCore:
     """The rules' step but the action check, the observation and the autoreset, as one pure function
     of tensors, so that it can be compiled. ``last_bar`` is the market's last decision bar, ``open_all`` / ``close_all`` ``(T, A)`` its prices
-    and ``modes_all`` its fill modes (``None``: every bar tradable)."""
+    and ``modes_all`` its fill modes (``None``: every bar tradable); ``volume_all`` / ``impact_all``
+    ``(T, A)``: its volume and :func:`envs.execution.impact_table` (with ``params.execution``)."""
     k = params.decision_interval
     t_mark = t + k
     adt = params.asset_dtype  # .to(adt) is a no-op for float32 market data and "float32"
@@ -182,8 +279,11 @@ def step_core(
     # A fresh tensor either way (gather, or gather + cast): becomes the positions' value in place.
     px_close = close_all.index_select(0, t_mark).to(adt)  # (N, A) mark bar
     mode = None if modes_all is None else modes_all.index_select(0, t + 1)
+    volume = impact = None
+    if params.execution and volume_all is not None and impact_all is not None:
+        volume, impact = volume_all.index_select(0, t + 1), impact_all.index_select(0, t)
     traded, new_shares, new_cash, traded_notional, pos_value, new_value = trade(
-        params, shares, cash, action, px_open, px_close, mode
+        params, shares, cash, action, px_open, px_close, mode, volume, impact
     )
     cost = params.cost_rate * traded_notional
 
@@ -220,8 +320,9 @@ def step_core(
     truncated = done ^ terminated  # done and not terminated: terminated wins
     fill_price = asset_cost = None
     if params.trade_info:
-        slip = params.slippage_bps * 1e-4
-        fill_price = px_open * (1.0 + slip * torch.sign(traded))  # per-asset dtype
+        if impact is None:
+            impact = torch.zeros_like(px_open)
+        fill_price = execution.fill_price(params, px_open, traded, impact)  # per-asset dtype
         asset_cost = params.cost_rate * traded.abs() * fill_price
     return StepCore(
         t_mark, new_cash, new_shares, new_value, new_peak, step_count, new_a, new_b, lcg_next(rng),

@@ -14,7 +14,7 @@ float rounding. The measured crossovers behind the thresholds: docs/benchmarks.m
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Literal, NamedTuple
+from typing import Literal, NamedTuple
 
 import torch
 
@@ -22,9 +22,7 @@ from data.market import MarketData
 from envs.core import StepCore, step_core
 from envs.kernels import native
 from envs.kernels.compiled import CompileMode, check_mode, compiled_partial
-
-if TYPE_CHECKING:  # envs.trading imports this module
-    from envs.trading import EnvParams, EnvState
+from envs.params import EnvParams, EnvState
 
 # "auto" on a CPU: the native C kernel from this many envs (it beat eager at every batch size measured) ...
 NATIVE_MIN_ENVS = 1

@@ -115,6 +115,14 @@ class ReferenceEnv:
                 else:
                     sells[a] = min(float(-delta), self.shares[a])
 
+        if p.execution:
+            exit_ = [not tradable[a] and not listed[a] for a in range(n)]
+            cash, buys, sells, buy_notional, sell_notional = self._execute(buys, sells, opens, exit_)
+            shares = [self.shares[a] - sells[a] + buys[a] for a in range(n)]
+            traded_notional = sell_notional + buy_notional
+            cost = p.cost_rate * traded_notional
+            return self._finish(cash, shares, closes, traded_notional, cost, buys, sells)
+
         # Sells first; their proceeds net of cost fund the buys.
         sell_notional = sum(sells[a] * opens[a] * (1 - slip) for a in range(n))
         cash = self.cash + sell_notional - p.cost_rate * sell_notional
@@ -132,7 +140,59 @@ class ReferenceEnv:
         shares = [self.shares[a] - sells[a] + buys[a] for a in range(n)]
         traded_notional = sell_notional + buy_notional
         cost = p.cost_rate * traded_notional
+        return self._finish(cash, shares, closes, traded_notional, cost, buys, sells)
 
+    def _execute(
+        self, buys: list[float], sells: list[float], opens: list[float], exit_: list[bool]
+    ) -> tuple[float, list[float], list[float], float, float]:
+        """The execution model (docs/env.md "Execution"), literally: volume cap, minimum order,
+        half-spread and square-root impact. Returns ``(cash, buys, sells, buy_notional, sell_notional)``."""
+        p = self.params
+        n = self.num_assets
+        volume = self.market.volume[self.t + 1].tolist()  # the fill bar's volume
+        daily_vol = self.market.daily_vol[self.t].tolist()  # liquidity known at the decision bar
+        adv = self.market.adv[self.t].tolist()
+        whole = p.action_mode == "shares"
+
+        def frac(a: int, q: float) -> float:
+            impact = daily_vol[a] * math.sqrt(q / adv[a]) if adv[a] > 0 else 0.0
+            return min(1.0, (p.slippage_bps + p.spread_bps) / 1e4 + p.impact_coef * impact)
+
+        buys, sells = list(buys), list(sells)
+        for a in range(n):
+            if p.max_participation > 0 and not exit_[a]:
+                limit = p.max_participation * volume[a]
+                if whole:
+                    limit = math.floor(limit)
+                buys[a], sells[a] = min(buys[a], limit), min(sells[a], limit)
+            if sells[a] * opens[a] < p.min_order_notional and not exit_[a]:
+                sells[a] = 0.0
+        sell_notional = sum(sells[a] * opens[a] * (1 - frac(a, sells[a])) for a in range(n))
+        cash = self.cash + sell_notional * (1 - p.cost_rate)
+        # The scale is priced at the capped sizes; the scaled buys then pay their own (lower) price.
+        needed = sum(buys[a] * opens[a] * (1 + frac(a, buys[a])) for a in range(n)) * (1 + p.cost_rate)
+        if needed > cash:
+            fraction = cash / needed
+            buys = [math.floor(b * fraction) if whole else b * fraction for b in buys]
+        buys = [0.0 if b * opens[a] < p.min_order_notional else b for a, b in enumerate(buys)]
+        buy_notional = sum(buys[a] * opens[a] * (1 + frac(a, buys[a])) for a in range(n))
+        cash = max(0.0, cash - buy_notional * (1 + p.cost_rate))
+        return cash, buys, sells, buy_notional, sell_notional
+
+    def _finish(
+        self,
+        cash: float,
+        shares: list[float],
+        closes: list[float],
+        traded_notional: float,
+        cost: float,
+        buys: list[float],
+        sells: list[float],
+    ) -> tuple[list[float], float, bool, bool, dict]:
+        """Mark, reward, episode end and autoreset of a step whose fills are done."""
+        p = self.params
+        k = p.decision_interval
+        n = self.num_assets
         # Mark to market at the close of t + k.
         value = cash + sum(shares[a] * closes[a] for a in range(n))
         ret = value / self.value - 1.0

@@ -15,7 +15,11 @@ Semantics (one decision per step; ``k = decision_interval``):
   notional at the fill price. Sells execute first and their proceeds (net of cost) fund the buys;
   if the buys (plus their cost) need more cash than is available, every buy of that env is scaled
   by the same factor so cash never goes negative (in ``"shares"`` mode the scaled buys are floored
-  to whole shares). Holdings never go negative (long-only).
+  to whole shares). Holdings never go negative (long-only). With the execution model
+  (``EnvParams.execution``, on by default; docs/env.md "Execution", :mod:`envs.execution`) the price
+  also pays a half-spread and a square-root impact of the order's size, each order fills at most
+  ``max_participation`` of the fill bar's volume, and orders under ``min_order_notional`` are not
+  placed.
 - **Actions.** ``"weights"``: target weights of the value at the fill bar's open; negatives are
   clipped to 0, rows summing above 1 are scaled to sum 1, the rest is cash; fractional shares are
   allowed. ``"shares"``: delta shares ``round(clip(a, -1, 1) * max_shares)``; sells are limited to
@@ -58,128 +62,31 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, fields
-from typing import Literal, NamedTuple
+from dataclasses import fields
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
-from data.errors import ConfigError, DataError, PodracerError
+from data.errors import DataError, PodracerError
 from data.market import MarketData
 from envs.core import ACC_DTYPE, StepCore, lcg_next, step_core
+from envs.execution import impact_table
 from envs.fast_step import choose
 from envs.kernels import native
 from envs.observation import build_obs, fresh_obs
-from envs.tradability import fill_modes
 
-ActionMode = Literal["weights", "shares"]
-RewardMode = Literal["log_return", "return", "diff_sharpe"]
-Precision = Literal["float32", "float64"]
+# The env's constants and state live below this module (envs.core and envs.fast_step read them too);
+# they stay importable from here, the env's public module.
+from envs.params import EnvParams, EnvState
+from envs.tradability import fill_modes
 
 # Start bars are drawn from 31 bits of each env's generator state (envs.core.lcg_next).
 _DRAW_MASK = (1 << 31) - 1
 
 
-class EnvParamsError(ConfigError, ValueError):
-    """Invalid environment parameters (a ``ValueError`` too, so callers may catch either)."""
-
-
 class ActionError(PodracerError, ValueError):
     """An action of the wrong shape or with NaN/inf entries; raised before any state changes."""
-
-
-@dataclass(frozen=True)
-class EnvParams:
-    """Constants of the trading environment (see the module docstring for the semantics)."""
-
-    initial_cash: float = 1e6  # starting cash of every episode, in $
-    cost_rate: float = 0.002  # proportional cost on every fill's notional
-    slippage_bps: float = 1.0  # buys fill at open*(1+s), sells at open*(1-s), s = bps/1e4
-    decision_interval: int = 15  # bars between decisions (k)
-    episode_len: int = 64  # decisions per episode before truncation
-    action_mode: ActionMode = "weights"  # "weights" (target weights) or "shares" (delta shares)
-    max_shares: float = 100.0  # "shares" mode: |delta| per asset per decision at |a| = 1
-    reward: RewardMode = "log_return"  # "log_return" | "return" | "diff_sharpe"
-    drawdown_penalty: float = 0.0  # reward -= penalty * current drawdown fraction
-    # Risk limits (docs/env.md "Risk limits"; defaults by measurement there).
-    max_weight: float = 1.0  # per-asset cap on the position weight at the fill; the excess stays in cash
-    turnover_penalty: float = 0.0  # reward -= penalty * traded notional / value at the decision bar
-    reward_scale: float = 100.0  # multiplies the reward
-    sharpe_eta: float = 0.01  # EMA rate of the differential Sharpe ratio's moments
-    bust_frac: float = 0.1  # terminate when value < bust_frac * initial_cash
-    trade_info: bool = False  # add per-asset fill_price / asset_cost to info (backtests)
-    precision: Precision = "float32"  # dtype of per-asset quantities (shares, orders)
-
-    def __post_init__(self) -> None:
-        def bad(name: str, why: str) -> EnvParamsError:
-            return EnvParamsError(f"EnvParams.{name}: {why} (got {getattr(self, name)!r})")
-
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.type in ("float", float) and (isinstance(value, bool) or not isinstance(value, int | float)):
-                raise bad(f.name, "must be a number")
-            if isinstance(value, float) and not math.isfinite(value):
-                raise bad(f.name, "must be finite")
-        if self.initial_cash <= 0:
-            raise bad("initial_cash", "must be > 0")
-        if not 0 <= self.cost_rate < 1:
-            raise bad("cost_rate", "must be in [0, 1)")
-        if not 0 <= self.slippage_bps < 10_000:
-            raise bad("slippage_bps", "must be in [0, 10000)")
-        for name in ("decision_interval", "episode_len"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise bad(name, "must be an integer >= 1")
-        if self.action_mode not in ("weights", "shares"):
-            raise bad("action_mode", "must be 'weights' or 'shares'")
-        if self.max_shares <= 0:
-            raise bad("max_shares", "must be > 0")
-        if self.reward not in ("log_return", "return", "diff_sharpe"):
-            raise bad("reward", "must be 'log_return', 'return' or 'diff_sharpe'")
-        if self.drawdown_penalty < 0:
-            raise bad("drawdown_penalty", "must be >= 0")
-        if not 0 < self.max_weight <= 1:
-            raise bad("max_weight", "must be in (0, 1]")
-        if self.turnover_penalty < 0:
-            raise bad("turnover_penalty", "must be >= 0")
-        if self.reward_scale <= 0:
-            raise bad("reward_scale", "must be > 0")
-        if not 0 < self.sharpe_eta < 1:
-            raise bad("sharpe_eta", "must be in (0, 1)")
-        if not 0 <= self.bust_frac < 1:
-            raise bad("bust_frac", "must be in [0, 1)")
-        if not isinstance(self.trade_info, bool):
-            raise bad("trade_info", "must be a bool")
-        if self.precision not in ("float32", "float64"):
-            raise bad("precision", "must be 'float32' or 'float64'")
-
-    @property
-    def asset_dtype(self) -> torch.dtype:
-        """dtype of the per-asset state and orders (``shares``)."""
-        return torch.float64 if self.precision == "float64" else torch.float32
-
-
-@dataclass(frozen=True)
-class EnvState:
-    """Everything that changes between steps; batch-first tensors on the market's device."""
-
-    t: Tensor  # (N,) int64: each env's own decision bar (observation uses bars <= t)
-    cash: Tensor  # (N,) ACC_DTYPE, $
-    shares: Tensor  # (N, A) params.asset_dtype, >= 0
-    value: Tensor  # (N,) ACC_DTYPE: cash + sum(shares * close[t])
-    peak: Tensor  # (N,) ACC_DTYPE: running peak of value in the episode
-    step_count: Tensor  # (N,) int64: decisions taken in the episode
-    sharpe_a: Tensor  # (N,) ACC_DTYPE: EMA of returns (differential Sharpe ratio)
-    sharpe_b: Tensor  # (N,) ACC_DTYPE: EMA of squared returns
-    rng: Tensor  # (N,) int64: per-env generator state for autoreset start bars
-
-    @property
-    def num_envs(self) -> int:
-        return int(self.t.shape[0])
-
-    @property
-    def device(self) -> torch.device:
-        return self.t.device
 
 
 # --- episode starts ----------------------------------------------------------------------------
@@ -413,6 +320,7 @@ def step_env(
         market.open,
         market.close,
         None if market.all_tradable else fill_modes(market),
+        *((market.volume, impact_table(market)) if params.execution else ()),
     )
     obs = build_obs(market, out.t, out.cash, out.pos_value, out.value)
     return _transition(out, obs, state.t, params, None)

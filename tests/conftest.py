@@ -48,3 +48,40 @@ def toy():
     from data.toy import toy_market
 
     return toy_market(num_steps=780, num_assets=4, num_features=8, seed=0)
+
+
+#: ``toy_market`` settings of the ``market`` fixture where a module sets neither ``TOY_MARKET`` nor
+#: ``SYNTHETIC_MARKET``: one 390-bar session of 4 assets with 3 features.
+DEFAULT_TOY_MARKET = {"num_steps": 390, "num_assets": 4, "num_features": 3, "seed": 0}
+
+
+@pytest.fixture(scope="module")
+def market(request):
+    """The module's small market, built once per module: ``data.toy.toy_market(**TOY_MARKET)`` from
+    the module's ``TOY_MARKET`` settings (``DEFAULT_TOY_MARKET`` where it sets none), or the whole span
+    of ``data.loader.synthetic_market(**SYNTHETIC_MARKET)`` where the module sets that instead."""
+    synthetic = getattr(request.module, "SYNTHETIC_MARKET", None)
+    if synthetic is not None:
+        from data.loader import synthetic_market
+
+        return synthetic_market(**synthetic).full
+    from data.toy import toy_market
+
+    return toy_market(**getattr(request.module, "TOY_MARKET", DEFAULT_TOY_MARKET))
+
+
+@pytest.fixture(scope="module")
+def windows():
+    """Train and validation windows of a five-session toy market (``helpers.toy_windows``)."""
+    from helpers import toy_windows
+
+    return toy_windows()
+
+
+@pytest.fixture(scope="module")
+def windows_ppo():
+    """Train and validation windows of ``helpers.ppo_market`` (real PPO pods)."""
+    from helpers import ppo_market
+
+    train, valid, _test = ppo_market().split_sessions(0.6, 0.2)
+    return train, valid

@@ -4,19 +4,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import toy_env
 
 from agents import sac, training
 from agents.policy import Checkpoint, Policy
 from data.errors import ConfigError
-from envs.trading import EnvParams
-from envs.vec_env import TradingVecEnv
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # (tests/conftest.py)
-
-
-def _env(toy, num_envs=4, seed=0):
-    params = EnvParams(decision_interval=5, episode_len=8, reward_scale=100.0)
-    return TradingVecEnv(toy, params, num_envs=num_envs, seed=seed)
 
 
 def _small(**kw):
@@ -67,7 +61,7 @@ def test_replay_buffer_wraps_around():
 
 
 def test_truncated_transitions_store_final_obs_and_are_not_terminal(toy):
-    env = _env(toy)
+    env = toy_env(toy)
     policy, _ = training.policy_for_env(None, env, _small(), "sac")
     buf = sac.ReplayBuffer(64, env.obs_dim, env.num_assets, torch.device("cpu"))
     obs, _ = env.reset(seed=0)
@@ -84,8 +78,8 @@ def test_truncated_transitions_store_final_obs_and_are_not_terminal(toy):
 
 def test_sac_trains_deterministically_and_saves(tmp_path, toy):
     args = _small(seed=5)
-    a = sac.train(args, _env(toy))
-    b = sac.train(args, _env(toy))
+    a = sac.train(args, toy_env(toy))
+    b = sac.train(args, toy_env(toy))
     wa, wb = a.policy.net.state_dict(), b.policy.net.state_dict()
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
     assert a.env_steps == 64 and any("losses/critic_loss" in row for row in a.history)
@@ -93,7 +87,7 @@ def test_sac_trains_deterministically_and_saves(tmp_path, toy):
     loaded = Policy.load(tmp_path / "s")
     obs = torch.randn(3, loaded.obs_dim)
     assert loaded.meta.algo == "sac" and torch.equal(loaded.act(obs), a.policy.act(obs))
-    warm = sac.train(_small(seed=6), _env(toy), init=Checkpoint.load(tmp_path / "s"))
+    warm = sac.train(_small(seed=6), toy_env(toy), init=Checkpoint.load(tmp_path / "s"))
     assert warm.env_steps == 64
 
 

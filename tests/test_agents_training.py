@@ -5,19 +5,14 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import toy_env
 
 from agents import ppo, sac, training
 from agents.networks import NetworkConfig
 from agents.policy import PolicyMeta
 from data.errors import ConfigError
-from envs.trading import EnvParams
-from envs.vec_env import TradingVecEnv
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # (tests/conftest.py)
-
-
-def _env(toy, num_envs=4):
-    return TradingVecEnv(toy, EnvParams(decision_interval=5, episode_len=8), num_envs=num_envs, seed=0)
 
 
 def _ppo(**kw):
@@ -68,7 +63,7 @@ def test_a_callback_that_forgets_to_return_fails_the_run_on_the_first_event(toy,
 
     module, args = (ppo, _ppo()) if learner == "ppo" else (sac, _sac())
     with pytest.raises(TypeError, match="forgot_return returned None, not a bool"):
-        module.train(args, _env(toy), callbacks=[forgot_return])
+        module.train(args, toy_env(toy), callbacks=[forgot_return])
     assert calls == ["update"]
 
 
@@ -77,7 +72,7 @@ def test_callbacks_returning_true_run_to_the_budget_and_false_stops_after_the_cu
     # (eval_every=16: SAC logs a row at every evaluation, so both learners log several rows)
     module, args = (ppo, _ppo(eval_every=16)) if learner == "ppo" else (sac, _sac(eval_every=16))
     score = lambda policy: {"score": 1.0}  # noqa: E731
-    full = module.train(args, _env(toy), callbacks=[lambda event: True], eval_fn=score)
+    full = module.train(args, toy_env(toy), callbacks=[lambda event: True], eval_fn=score)
     assert not full.stopped_by_callback and full.env_steps == args.total_steps and len(full.history) > 1
 
     events = []
@@ -86,7 +81,7 @@ def test_callbacks_returning_true_run_to_the_budget_and_false_stops_after_the_cu
         events.append(event["event"])
         return False
 
-    stopped = module.train(args, _env(toy), callbacks=[first_row_only, lambda event: True], eval_fn=score)
+    stopped = module.train(args, toy_env(toy), callbacks=[first_row_only, lambda event: True], eval_fn=score)
     assert stopped.stopped_by_callback and len(stopped.history) == 1
     assert events == ["eval", "update"]  # the row's both events, then the run stops
     assert stopped.env_steps < full.env_steps and stopped.history[-1]["eval/score"] == 1.0
@@ -102,7 +97,7 @@ def test_eval_hook_schedule_and_final_score(toy):
         calls.append(policy.training)
         return {"score": 2.0, "eval/sharpe": 1.0}
 
-    policy = training.make_policy(_env(toy), NetworkConfig(4, 8), PolicyMeta(), seed=0)
+    policy = training.make_policy(toy_env(toy), NetworkConfig(4, 8), PolicyMeta(), seed=0)
     policy.train()
     hook = training.EvalHook(eval_fn, every=100)
     assert not hook.due(99) and hook.due(100) and hook.due(5, last=True)
@@ -120,7 +115,7 @@ def test_eval_hook_schedule_and_final_score(toy):
 
 
 def test_make_optimizer_restores_moments_with_this_runs_learning_rate(toy):
-    first = ppo.train(_ppo(), _env(toy))
+    first = ppo.train(_ppo(), toy_env(toy))
     policy = first.policy
     optimizer = training.make_optimizer(policy, 1e-4, first.optimizer_state)
     assert optimizer.param_groups[0]["lr"] == 1e-4

@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+from helpers import toy_env
 
 from agents import ppo, training
 from agents.networks import NetworkConfig, PerAssetActorCritic, flops_per_sample
@@ -21,15 +22,8 @@ from agents.policy import (
     raw_to_action,
 )
 from data.errors import CheckpointError, ConfigError
-from envs.trading import EnvParams
-from envs.vec_env import TradingVecEnv
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # (tests/conftest.py)
-
-
-def _env(toy, num_envs=4, episode_len=16, seed=0, **kw):
-    params = EnvParams(decision_interval=5, episode_len=episode_len, reward_scale=100.0, **kw)
-    return TradingVecEnv(toy, params, num_envs=num_envs, seed=seed)
 
 
 # --- GAE and losses --------------------------------------------------------------------------------
@@ -241,7 +235,7 @@ def test_corrupt_checkpoint_is_a_clear_one_line_error(tmp_path, damage, match):
 
 
 def test_optimizer_state_round_trips_through_safetensors_and_json(tmp_path, toy):
-    env = _env(toy)
+    env = toy_env(toy, episode_len=16)
     result = ppo.train(ppo.PPOArgs(total_steps=4 * 8, num_steps=8, num_minibatches=2, update_epochs=1), env)
     Checkpoint(result.policy, result.optimizer_state).save(tmp_path / "c")
     loaded = Checkpoint.load(tmp_path / "c")
@@ -266,9 +260,9 @@ def _weights(policy):
 
 def test_same_seed_gives_identical_weights_after_n_updates(toy):
     args = ppo.PPOArgs(seed=3, total_steps=4 * 8 * 3, num_steps=8, num_minibatches=2, update_epochs=2)
-    a = ppo.train(args, _env(toy, seed=3))
-    b = ppo.train(args, _env(toy, seed=3))
-    c = ppo.train(ppo.PPOArgs(**{**args.__dict__, "seed": 4}), _env(toy, seed=3))
+    a = ppo.train(args, toy_env(toy, seed=3, episode_len=16))
+    b = ppo.train(args, toy_env(toy, seed=3, episode_len=16))
+    c = ppo.train(ppo.PPOArgs(**{**args.__dict__, "seed": 4}), toy_env(toy, seed=3, episode_len=16))
     assert a.updates == 3
     wa, wb, wc = _weights(a.policy), _weights(b.policy), _weights(c.policy)
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
@@ -280,12 +274,12 @@ def test_training_does_not_touch_the_global_rng(toy):
     torch.manual_seed(123)
     expected = torch.rand(3)
     torch.manual_seed(123)
-    ppo.train(ppo.PPOArgs(total_steps=32, num_steps=8, update_epochs=1), _env(toy))
+    ppo.train(ppo.PPOArgs(total_steps=32, num_steps=8, update_epochs=1), toy_env(toy, episode_len=16))
     assert torch.equal(torch.rand(3), expected)
 
 
 def test_truncated_episodes_bootstrap_from_final_obs(toy):
-    env = _env(toy, episode_len=1)  # every step is a time-limit truncation
+    env = toy_env(toy, episode_len=1)  # every step is a time-limit truncation
     seen = {}
     step = env.step
 
@@ -323,7 +317,7 @@ def test_a_callback_returning_false_stops_training_and_eval_metrics_are_logged(t
         return {"score": 1.5}
 
     args = ppo.PPOArgs(total_steps=4 * 8 * 10, num_steps=8, update_epochs=1, eval_every=32)
-    result = ppo.train(args, _env(toy), callbacks=[stop_after_two], eval_fn=eval_fn)
+    result = ppo.train(args, toy_env(toy, episode_len=16), callbacks=[stop_after_two], eval_fn=eval_fn)
     assert result.updates == 2 and result.stopped_by_callback and result.env_steps == 64
     assert calls and not any(calls)  # evaluated in eval mode
     assert result.history[-1]["eval/score"] == 1.5
@@ -337,9 +331,9 @@ def test_a_callback_returning_false_stops_training_and_eval_metrics_are_logged(t
 def test_warm_start_copies_weights_and_optimizer_state_and_carries_over_universes(toy):
     from data.toy import toy_market
 
-    first = ppo.train(ppo.PPOArgs(total_steps=32, num_steps=8, update_epochs=1), _env(toy))
+    first = ppo.train(ppo.PPOArgs(total_steps=32, num_steps=8, update_epochs=1), toy_env(toy, episode_len=16))
     bigger = toy_market(num_steps=780, num_assets=6, num_features=8, seed=1)
-    env = _env(bigger)
+    env = toy_env(bigger, episode_len=16)
     policy, opt_state = training.policy_for_env(first.checkpoint(), env, ppo.PPOArgs(), "ppo")
     assert policy.num_assets == 6 and opt_state is first.optimizer_state
     w0, w1 = first.policy.net.state_dict(), policy.net.state_dict()
@@ -352,7 +346,11 @@ def test_warm_start_copies_weights_and_optimizer_state_and_carries_over_universe
     assert again.env_steps == 32
     other_features = toy_market(num_steps=780, num_assets=4, num_features=5, seed=1)
     with pytest.raises(ConfigError, match="features"):
-        ppo.train(ppo.PPOArgs(total_steps=32, num_steps=8), _env(other_features), init=first.policy)
+        ppo.train(
+            ppo.PPOArgs(total_steps=32, num_steps=8),
+            toy_env(other_features, episode_len=16),
+            init=first.policy,
+        )
 
 
 def test_invalid_args_are_config_errors():

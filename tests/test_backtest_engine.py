@@ -14,6 +14,7 @@ from backtests import metrics as m
 from data.errors import DataError, PodracerError
 from data.market import MarketData
 from data.toy import toy_market
+from envs.execution import FRICTIONLESS
 from envs.trading import EnvParams
 
 
@@ -58,7 +59,9 @@ def test_hand_checked_two_assets_five_bars():
     # Bars 0..4. Decision k is taken on bar k, fills at bar k+1's open, is marked at bar k+1's close.
     open_ = [[10, 20], [10, 20], [11, 19], [12, 20], [12, 21]]
     close = [[10, 20], [11, 19], [12, 20], [11, 21], [12, 22]]
-    params = EnvParams(initial_cash=1000.0, cost_rate=0.01, slippage_bps=100.0, decision_interval=1)
+    params = EnvParams(
+        initial_cash=1000.0, cost_rate=0.01, slippage_bps=100.0, decision_interval=1, **FRICTIONLESS
+    )
     policy = Script([[0.5, 0.5], [0.0, 0.0], [1.0, 0.0], [1.0, 0.0]])
     res = engine.run_backtest(_market(open_, close), params, {"p": policy}, baselines=())
 
@@ -106,7 +109,7 @@ def test_hand_checked_two_assets_five_bars():
 
 
 def test_buy_and_hold_is_the_equal_weight_price_relative_net_of_initial_costs(toy):
-    params = EnvParams(decision_interval=15, cost_rate=0.002, slippage_bps=1.0)
+    params = EnvParams(decision_interval=15, cost_rate=0.002, slippage_bps=1.0, **FRICTIONLESS)
     res = engine.run_backtest(toy, params, baselines=("buy_and_hold", "cash"))
     col = res.index("buy_and_hold")
     last_bar = engine.num_decisions(toy.num_steps, 15) * 15
@@ -167,7 +170,9 @@ def test_terminated_strategy_is_stopped_at_its_terminal_value():
     # AAA collapses by 95% on bar 2; the all-in strategy falls under the 10% floor and stops there.
     open_ = [[100, 50]] * 2 + [[5, 50]] * 6
     close = [[100, 50], [100, 50]] + [[5, 50]] * 6
-    params = EnvParams(initial_cash=1000.0, cost_rate=0.0, slippage_bps=0.0, decision_interval=1)
+    params = EnvParams(
+        initial_cash=1000.0, cost_rate=0.0, slippage_bps=0.0, decision_interval=1, **FRICTIONLESS
+    )
     all_in = lambda obs: torch.tensor([[1.0, 0.0]]).expand(obs.shape[0], -1)  # noqa: E731
     res = engine.run_backtest(_market(open_, close), params, {"all_in": all_in}, baselines=("cash",))
     col = res.index("all_in")
@@ -323,7 +328,9 @@ def test_equal_weight_rebalances_at_each_session_open_against_a_hand_computed_ca
     # (bars 2 and 4 are session opens), held through bars 3 and 5.
     open_ = [[10, 20], [10, 20], [12, 18], [13, 17], [9, 22], [10, 21]]
     close = [[10, 20], [11, 19], [13, 17], [12, 18], [10, 21], [11, 20]]
-    params = EnvParams(initial_cash=1000.0, cost_rate=0.01, slippage_bps=0.0, decision_interval=1)
+    params = EnvParams(
+        initial_cash=1000.0, cost_rate=0.01, slippage_bps=0.0, decision_interval=1, **FRICTIONLESS
+    )
     market = _market(open_, close, bars_per_session=2)
     res = engine.run_backtest(market, params, baselines=("equal_weight", "buy_and_hold"))
     expected = _equal_weight_reference(open_, close, 2, 0.01, 1000.0)
@@ -346,7 +353,7 @@ def test_max_weight_caps_the_policy_at_every_fill_not_the_baselines():
     fill (measured at the fill bar's open against the book's value there; drift after the fill is
     allowed); buy-and-hold and the index baseline stay uncapped (the user's own alternative)."""
     market = dataclasses.replace(toy_market(3 * 390, 3, 2, seed=4), tickers=("AAA", "BBB", "QQQ"))
-    params = EnvParams(decision_interval=5, max_weight=0.1, slippage_bps=0.0)
+    params = EnvParams(decision_interval=5, max_weight=0.1, slippage_bps=0.0, **FRICTIONLESS)
 
     def all_in(obs):
         action = torch.zeros(obs.shape[0], 3)

@@ -76,7 +76,24 @@ def test_write_report_files_and_schemas(tmp_path, result, capsys):
     assert last["weight"].sum() == pytest.approx(1.0, abs=1e-4)
 
     trades = pd.read_parquet(out / "trades.parquet")
-    assert list(trades.columns) == ["timestamp", "strategy", "ticker", "notional", "cost"]
+    assert list(trades.columns) == [
+        "timestamp", "strategy", "ticker", "notional", "cost",
+        "shares", "fill_price", "spread_cost", "impact_cost", "fill_volume", "participation",
+    ]  # fmt: skip
+    # Every row is a fill a reader can audit: at least the minimum order, shares x price = notional,
+    # its share of the fill bar's volume within the cap, the execution costs inside the total cost.
+    params = EnvParams(decision_interval=30)
+    assert (trades["notional"].abs() >= params.min_order_notional).all()
+    np.testing.assert_allclose(trades["shares"] * trades["fill_price"], trades["notional"], rtol=1e-5)
+    np.testing.assert_allclose(trades["participation"], trades["shares"].abs() / trades["fill_volume"])
+    assert (trades["participation"] <= params.max_participation * (1 + 1e-6)).all()
+    # (The toy market's first bars have no volatility history yet: no impact there.)
+    assert (trades["spread_cost"] > 0).all() and (trades["impact_cost"] >= 0).all()
+    assert (trades["impact_cost"] > 0).mean() > 0.9
+    commission = params.cost_rate * trades["notional"].abs()
+    np.testing.assert_allclose(
+        trades["cost"], commission + trades["spread_cost"] + trades["impact_cost"], rtol=1e-4
+    )
     bh = trades[trades["strategy"] == "buy_and_hold"]
     assert len(bh) == 4 and bh["timestamp"].nunique() == 1  # one buy per asset, at bar 1's open
     assert bh["cost"].sum() == pytest.approx(result.costs[:, 1].sum().item(), rel=1e-5)

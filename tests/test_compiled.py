@@ -86,8 +86,9 @@ def test_compiled_step_matches_eager(limits):
     limits = dict(limits)
     market = toy_market(900, 5, 3, seed=1)
     # Dollar tolerance: float32 holdings round by an ulp of the share count times the price; with
-    # held (untradable) positions the cash left after scaled buys shows it at a few cents.
-    dollars = 1e-2
+    # held (untradable) positions the cash left after scaled buys shows it at a few cents, and so
+    # does the execution model's per-asset fill price (three float32 roundings per notional).
+    dollars = 1e-1
     if limits.pop("gaps", False):
         market, dollars = with_gaps(market, 0.3, seed=1), 0.5
     params = EnvParams(decision_interval=3, episode_len=6, trade_info=True, drawdown_penalty=0.1, **limits)

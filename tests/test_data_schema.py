@@ -3,12 +3,10 @@ prints no traceback, and leaves the store byte-for-byte unchanged."""
 
 from __future__ import annotations
 
-import hashlib
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import file_hashes
 
 from app.cli import main
 from data.errors import DataError
@@ -94,14 +92,6 @@ CASES = {
 }
 
 
-def _snapshot(root: Path) -> dict[str, str]:
-    return {
-        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(root.rglob("*"))
-        if p.is_file()
-    }
-
-
 @pytest.fixture
 def seeded_home(tmp_path):
     """A home whose store already holds good bars of two tickers."""
@@ -134,7 +124,7 @@ def test_cli_rejects_bad_file_in_one_line_and_leaves_store_unchanged(case, seede
     # A good file first: it must not be written either (validation of everything precedes writing).
     fresh = tmp_path / "fresh.csv"
     fresh.write_text(_csv(_good_rows("AAA")))
-    before = _snapshot(seeded_home)
+    before = file_hashes(seeded_home)
     capsys.readouterr()
     rc = main(["--home", str(seeded_home), "data", "import", str(fresh), str(bad)])
     captured = capsys.readouterr()
@@ -143,19 +133,19 @@ def test_cli_rejects_bad_file_in_one_line_and_leaves_store_unchanged(case, seede
     assert len(lines) == 1 and lines[0].startswith("error:"), captured.err
     assert expected in lines[0] and bad.name in lines[0]
     assert "Traceback" not in captured.err + captured.out
-    assert _snapshot(seeded_home) == before
+    assert file_hashes(seeded_home) == before
 
 
 def test_unreadable_and_missing_files_are_one_line_errors(seeded_home, tmp_path, capsys):
     binary = tmp_path / "bars.csv"
     binary.write_bytes(b"\x00\xff\xfe garbage \x00" * 50)
-    before = _snapshot(seeded_home)
+    before = file_hashes(seeded_home)
     for path in (binary, tmp_path / "missing.csv"):
         capsys.readouterr()
         rc = main(["--home", str(seeded_home), "data", "import", str(path)])
         err = capsys.readouterr().err
         assert rc == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
-    assert _snapshot(seeded_home) == before
+    assert file_hashes(seeded_home) == before
 
 
 def test_earliest_bad_row_is_reported_with_a_count():

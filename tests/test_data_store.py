@@ -3,27 +3,19 @@ computation from the raw Lean file and exchange-calendars."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import file_hashes
 
 from app.cli import main
 from data.sources.sample import SAMPLE_TICKERS, real_sample_path
 from data.store import BarStore
 
 LEAN_MINUTE = real_sample_path()  # the real Lean minute bars shipped in data/resources
-
-
-def _snapshot(root: Path) -> dict[str, str]:
-    return {
-        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(root.rglob("*"))
-        if p.is_file()
-    }
 
 
 def _expected_from_raw(path: Path) -> dict[str, dict[str, int]]:
@@ -83,16 +75,16 @@ def test_reimport_is_idempotent_and_overlaps_do_not_duplicate(tmp_path):
 
     first = import_files([LEAN_MINUTE], home)
     assert first.files_written and first.files_unchanged == 0
-    snap = _snapshot(home)
+    snap = file_hashes(home)
     again = import_files([LEAN_MINUTE], home)
-    assert again.files_written == [] and _snapshot(home) == snap  # same rows -> same bytes
+    assert again.files_written == [] and file_hashes(home) == snap  # same rows -> same bytes
     # A one-day subset of SPY: already there, so nothing changes either.
     raw = pd.read_csv(LEAN_MINUTE)
     subset = raw[(raw.ticker == "SPY") & raw.timestamp.str.startswith("2013-10-07")]
     sub_path = tmp_path / "spy_day.csv"
     subset.to_csv(sub_path, index=False)
     assert import_files([sub_path], home).files_written == []
-    assert _snapshot(home) == snap
+    assert file_hashes(home) == snap
     # A corrected bar replaces the old one (no duplicate timestamps).
     fixed = subset.copy()
     row = fixed.index[(pd.to_datetime(fixed.timestamp) == pd.Timestamp("2013-10-07T15:00:00Z"))][0]
@@ -393,15 +385,15 @@ def test_a_failing_import_writes_nothing_anywhere(ticker, tmp_path, capsys):
     home = work / "home"
     good = _bars_csv(work / "good.csv", ["SPY"])
     bad = _bars_csv(work / "bad.csv", ["QQQ", ticker])
-    before = _snapshot(tmp_path)
+    before = file_hashes(tmp_path)
     with pytest.raises(DataError, match="row 4, ticker .*: ticker must match"):
         import_files([good, bad], home)
-    assert _snapshot(tmp_path) == before and not home.exists()
+    assert file_hashes(tmp_path) == before and not home.exists()
     capsys.readouterr()
     assert main(["--home", str(home), "data", "import", str(good), str(bad)]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "ticker must match" in err and "bad.csv" in err
-    assert _snapshot(tmp_path) == before and not home.exists()
+    assert file_hashes(tmp_path) == before and not home.exists()
 
 
 def test_folders_that_are_not_tickers_are_never_listed_or_read(tmp_path, caplog):

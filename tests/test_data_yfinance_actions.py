@@ -247,7 +247,7 @@ def _csv(path, bars: pd.DataFrame):
     return path
 
 
-def _snapshot(home) -> dict[str, bytes]:
+def _parquet_bytes(home) -> dict[str, bytes]:
     return {str(p): p.read_bytes() for p in sorted((home / "data").rglob("*.parquet"))}
 
 
@@ -257,11 +257,11 @@ def test_import_beside_fetched_raw_bars_needs_raw(yahoo, tmp_path, capsys):
     _fetch(home, fake, "2024-02-05", "2024-02-09", today="2024-02-10")
     january = fake.raw.loc[np.asarray(_days(fake.raw) < pd.Timestamp("2024-02-01"))]
     path = _csv(tmp_path / "jan.csv", january)  # raw prints of the weeks before the split
-    before = _snapshot(home)
+    before = _parquet_bytes(home)
     rc = main(["--home", str(home), "data", "import", str(path)])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and "raw bars with corporate actions for AAA" in err and "--raw" in err
-    assert "\n" not in err and _snapshot(home) == before
+    assert "\n" not in err and _parquet_bytes(home) == before
     # Told they are raw: accepted, and adjusted on load with the stored split (no fake jump).
     assert main(["--home", str(home), "data", "import", "--raw", str(path)]) == 0
     got = _read(home)
@@ -279,10 +279,10 @@ def test_fetch_beside_imported_bars_is_refused_unless_imported_raw(yahoo, tmp_pa
     path = _csv(tmp_path / "jan.csv", january)
     imported = tmp_path / "imported"
     import_files([path], imported)  # adjustment unknown: read as stored, no actions table
-    before = _snapshot(imported)
+    before = _parquet_bytes(imported)
     with pytest.raises(DataError, match=r"holds AAA without corporate actions .*import --raw") as info:
         _fetch(imported, fake, "2024-02-05", "2024-02-09", today="2024-02-10")
-    assert "\n" not in str(info.value) and _snapshot(imported) == before and not fake.downloads
+    assert "\n" not in str(info.value) and _parquet_bytes(imported) == before and not fake.downloads
     # --raw beside those bars would mix bases too.
     with pytest.raises(DataError, match=r"holds AAA without corporate actions"):
         import_files([path], imported, raw=True)

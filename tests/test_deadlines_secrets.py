@@ -148,9 +148,10 @@ def test_a_planted_key_reaches_no_registry_log_or_status(plant, retrain_home, mo
     assert rc == 1 and "step update_data" in run_err, run_err
     if plant == "echoed_by_the_server":
         assert "forbidden: key ***" in run_err  # the reply is quoted, its key masked
-    cli.main(["--home", str(home), "status"])
+    status_rc = cli.main(["--home", str(home), "status"])
     status_out = capsys.readouterr()
-    cli.main(["--home", str(home), "status", "--json"])
+    assert status_rc == 1 and "last retrain failed" in status_out.out
+    assert cli.main(["--home", str(home), "status", "--json"]) == 1
     json_out = capsys.readouterr().out
     assert _leaks(home, run_err, status_out.out, status_out.err, json_out) == []
 

@@ -14,14 +14,18 @@ from data.errors import DataError, PodracerError
 from data.loader import build_market
 from data.toy import toy_market, with_gaps
 from envs import observation, trading
+from envs.execution import FRICTIONLESS
 from envs.observation import obs_dim, split_obs
 from envs.trading import EnvParams
 from envs.vec_env import TradingVecEnv
 
-
-@pytest.fixture
-def market():
-    return toy_market(num_steps=300, num_assets=4, num_features=3, bars_per_session=50, seed=1)
+TOY_MARKET = {
+    "num_steps": 300,
+    "num_assets": 4,
+    "num_features": 3,
+    "bars_per_session": 50,
+    "seed": 1,
+}  # `market`
 
 
 def test_reset_shapes_and_fresh_obs(market):
@@ -233,7 +237,7 @@ def test_a_ticker_first_trading_at_0935_cannot_be_bought_before_at_yesterdays_cl
     open_day2 = int(np.flatnonzero(stamps.date == pd.Timestamp(days[1]).date())[0])  # 09:30 of day 2
     assert not market.tradable[open_day2 : open_day2 + 5, b].any() and market.tradable[open_day2 + 5, b]
     assert float(market.open[open_day2 + 1, b]) == 100.0  # the stale price an order must not get
-    params = EnvParams(decision_interval=1, episode_len=100, cost_rate=0.0, slippage_bps=0.0)
+    params = EnvParams(decision_interval=1, episode_len=100, cost_rate=0.0, slippage_bps=0.0, **FRICTIONLESS)
     state, _ = trading.reset(market, params, 1, start=open_day2 - 1)  # day 1's last bar
     want = torch.zeros(1, 2)
     want[0, b] = 1.0
@@ -248,7 +252,7 @@ def test_held_asset_gone_for_good_is_sold_at_its_last_real_price():
     market = with_gaps(toy_market(300, 3, 2, seed=3), frac=0.0)  # asset 2 leaves at bar 200
     assert not bool(market.listed[200:, 2].any()) and bool(market.listed[199, 2])
     last_real = float(market.close[199, 2])
-    params = EnvParams(decision_interval=5, episode_len=100, slippage_bps=0.0)
+    params = EnvParams(decision_interval=5, episode_len=100, slippage_bps=0.0, **FRICTIONLESS)
     state, _ = trading.reset(market, params, 1, start=185)
     want = torch.tensor([[0.0, 0.0, 0.5]])
     state, *_ = trading.step(market, params, state, want)  # fills at 186: bought

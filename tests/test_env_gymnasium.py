@@ -21,7 +21,6 @@ from gymnasium.vector import AutoresetMode
 
 import envs
 from data.errors import PodracerError
-from data.toy import toy_market
 from envs.isaaclab import IsaacLabEnv
 from envs.single_env import TradingEnv
 from envs.trading import EnvParams
@@ -31,11 +30,6 @@ DEVICES = [
     "cpu",
     pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU")),
 ]
-
-
-@pytest.fixture(scope="module")
-def market():
-    return toy_market(num_steps=390, num_assets=4, num_features=3, seed=0)
 
 
 #: Short episodes so a few steps cross autoresets (time-outs) in every env.

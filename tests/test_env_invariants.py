@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from data.toy import toy_market
 from envs import trading
+from envs.execution import FRICTIONLESS
 from envs.observation import split_obs
 from envs.trading import EnvParams
 
@@ -31,9 +32,13 @@ def _run(market, params, num_envs, steps, seed=0, policy=None, start=None):
         yield before, action, state, obs, reward, term, trunc, info
 
 
-@pytest.fixture(scope="module")
-def market():
-    return toy_market(num_steps=400, num_assets=5, num_features=4, bars_per_session=50, seed=7)
+TOY_MARKET = {
+    "num_steps": 400,
+    "num_assets": 5,
+    "num_features": 4,
+    "bars_per_session": 50,
+    "seed": 7,
+}  # `market`
 
 
 @pytest.mark.parametrize("precision", ["float32", "float64"])
@@ -62,19 +67,24 @@ def test_accounting_invariants(market, mode, precision):
         notional = (info["shares_traded"].abs() * info["fill_price"]).double().sum(1)
         torch.testing.assert_close(info["traded_notional"], notional, rtol=1e-5, atol=1e-3)
         torch.testing.assert_close(info["asset_cost"].double().sum(1), info["cost"], rtol=1e-5, atol=1e-3)
+        # Fill prices: open * (1 +- frac(q)), frac = slippage + half-spread + square-root impact
+        # of the trade's size at the decision bar's liquidity (docs/env.md "Execution").
         fill_open = market.open[before.t + 1].double()
-        buys = info["shares_traded"] > 0
-        sells = info["shares_traded"] < 0
-        slip = params.slippage_bps * 1e-4
+        traded = info["shares_traded"].double()
+        sigma, adv = market.daily_vol[before.t].double(), market.adv[before.t].double()
+        frac = (params.slippage_bps + params.spread_bps) * 1e-4 + params.impact_coef * sigma * (
+            traded.abs() / adv
+        ).sqrt()
+        want = fill_open * (1 + torch.sign(traded) * frac.clamp(max=1.0))
         fill = info["fill_price"].double()
-        torch.testing.assert_close(fill[buys], (fill_open * (1 + slip))[buys])
-        torch.testing.assert_close(fill[sells], (fill_open * (1 - slip))[sells])
+        torch.testing.assert_close(fill, want, rtol=1e-6, atol=0.0)
+        # No order under the minimum.
+        assert bool(((traded.abs() * fill_open >= params.min_order_notional) | (traded == 0)).all())
         # No negative cash or holdings, ever.
         assert bool((after.cash >= 0).all()) and bool((after.shares >= 0).all())
         # Cash conservation over the step, for envs that did not reset.
         cont = after.step_count > 0
-        traded = info["shares_traded"].double()
-        spent = (traded * fill_open * (1 + slip * torch.sign(traded))).sum(1)
+        spent = (traded * want).sum(1)
         torch.testing.assert_close(
             after.cash[cont], (before.cash - spent - info["cost"])[cont], rtol=rtol, atol=dollar_atol
         )
@@ -91,7 +101,7 @@ def test_accounting_invariants(market, mode, precision):
 
 
 def test_weights_are_clipped_and_rescaled(market):
-    params = EnvParams(decision_interval=1, episode_len=50, cost_rate=0.0, slippage_bps=0.0)
+    params = EnvParams(decision_interval=1, episode_len=50, cost_rate=0.0, slippage_bps=0.0, **FRICTIONLESS)
     state, _ = trading.reset(market, params, 2, start=10)
     action = torch.tensor([[-1.0, 2.0, 2.0, 0.0, 0.0], [0.1, 0.1, 0.0, 0.0, -5.0]])
     state, obs, *_ = trading.step(market, params, state, action)
@@ -125,6 +135,7 @@ def test_round_trip_on_flat_prices_costs_exactly_the_cost_rate():
         cost_rate=0.01,
         reward="return",
         reward_scale=1.0,
+        **FRICTIONLESS,
     )
     state, _ = trading.reset(market, params, 1, start=0)
     state, _, r1, *_ = trading.step(market, params, state, torch.full((1, 3), 0.2))  # buy 60% of value

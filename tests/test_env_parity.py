@@ -7,6 +7,7 @@ import torch
 
 from data.toy import toy_market, with_gaps
 from envs import trading
+from envs.execution import FRICTIONLESS
 from envs.reference import ReferenceEnv
 from envs.trading import EnvParams
 
@@ -39,22 +40,41 @@ def _random_actions(gen: torch.Generator, mode: str, num_envs: int, num_assets: 
     return torch.rand(num_envs, num_assets, generator=gen) * 3.0 - 1.5
 
 
+# The execution model off: the frictionless fill (slippage and commission only).
+OFF = FRICTIONLESS
+
 CASES = [
     # (seed, action_mode, reward, extra params)
-    (0, "weights", "log_return", {}),
-    (1, "weights", "return", {"drawdown_penalty": 0.5, "reward_scale": 100.0}),
-    (2, "weights", "diff_sharpe", {"sharpe_eta": 0.05}),
-    (3, "shares", "log_return", {"max_shares": 4000.0}),  # buys exceed cash: scaled and floored
-    (4, "shares", "return", {"max_shares": 50.0, "slippage_bps": 5.0}),
-    (5, "shares", "diff_sharpe", {"max_shares": 3000.0, "drawdown_penalty": 0.1}),
-    (6, "weights", "return", {"bust_frac": 0.998, "cost_rate": 0.01}),  # terminations happen
-    (7, "weights", "log_return", {"episode_len": 1000}),  # runs into the end of the data
+    (0, "weights", "log_return", OFF),
+    (1, "weights", "return", {**OFF, "drawdown_penalty": 0.5, "reward_scale": 100.0}),
+    (2, "weights", "diff_sharpe", {**OFF, "sharpe_eta": 0.05}),
+    (3, "shares", "log_return", {**OFF, "max_shares": 4000.0}),  # buys exceed cash: scaled and floored
+    (4, "shares", "return", {**OFF, "max_shares": 50.0, "slippage_bps": 5.0}),
+    (5, "shares", "diff_sharpe", {**OFF, "max_shares": 3000.0, "drawdown_penalty": 0.1}),
+    (6, "weights", "return", {**OFF, "bust_frac": 0.998, "cost_rate": 0.01}),  # terminations happen
+    (7, "weights", "log_return", {**OFF, "episode_len": 1000}),  # runs into the end of the data
     # Risk limits: the weight cap binds (actions up to 0.7 against 0.2), the turnover penalty.
-    (8, "weights", "log_return", {"max_weight": 0.2, "turnover_penalty": 0.5}),
-    (9, "shares", "return", {"max_shares": 3000.0, "max_weight": 0.15, "turnover_penalty": 0.1}),
+    (8, "weights", "log_return", {**OFF, "max_weight": 0.2, "turnover_penalty": 0.5}),
+    (9, "shares", "return", {**OFF, "max_shares": 3000.0, "max_weight": 0.15, "turnover_penalty": 0.1}),
     # Untradable bars (data.toy.with_gaps: filled bars, a late joiner, a leaver sold when it goes).
-    (10, "weights", "log_return", {"gaps": True}),
-    (11, "shares", "return", {"gaps": True, "max_shares": 3000.0, "max_weight": 0.5}),
+    (10, "weights", "log_return", {**OFF, "gaps": True}),
+    (11, "shares", "return", {**OFF, "gaps": True, "max_shares": 3000.0, "max_weight": 0.5}),
+    # The execution model, one term at a time, then together (toy bars trade ~1e6 shares at ~$100).
+    (12, "weights", "log_return", {**OFF, "spread_bps": 5.0}),
+    (13, "weights", "return", {**OFF, "max_participation": 5e-4}),  # the volume cap binds
+    (14, "weights", "log_return", {**OFF, "impact_coef": 50.0}),  # ~10 bps on a $300k order
+    (15, "shares", "return", {**OFF, "max_shares": 100.0, "min_order_notional": 5000.0}),  # dust dropped
+    (16, "weights", "log_return", {**OFF, "min_order_notional": 20_000.0}),
+    # Buys capped at 2000 shares, then scaled for cash (initial_cash 2e5) and floored.
+    (
+        17,
+        "shares",
+        "log_return",
+        {"max_shares": 4000.0, "max_participation": 2e-3, "impact_coef": 20.0, "initial_cash": 2e5},
+    ),
+    (18, "weights", "diff_sharpe", {}),  # the defaults
+    (19, "weights", "log_return", {"gaps": True, "max_participation": 3e-4}),  # EXIT is not capped
+    (20, "shares", "return", {"gaps": True, "max_shares": 3000.0, "max_participation": 2e-3}),
 ]
 
 

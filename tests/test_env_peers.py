@@ -13,7 +13,6 @@ import math
 import pytest
 import torch
 
-from data.toy import toy_market
 from envs.isaaclab import IsaacLabEnv
 from envs.trading import EnvParams
 from envs.vec_env import TradingVecEnv
@@ -22,11 +21,6 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 PARAMS = EnvParams(decision_interval=3, episode_len=16)
 NUM_ENVS = 16
-
-
-@pytest.fixture(scope="module")
-def market():
-    return toy_market(num_steps=390, num_assets=4, num_features=3, seed=0)
 
 
 class CountingEnv(TradingVecEnv):

@@ -117,7 +117,7 @@ def _config(**nightly) -> Config:
     return Config().with_updates(nightly={"margin": 0.1, "significance_level": 0.1, **nightly})
 
 
-def _snapshot(home: Path) -> tuple[list[dict], dict | None, bytes | None]:
+def _registry_state(home: Path) -> tuple[list[dict], dict | None, bytes | None]:
     champ = current_champion(home)
     policy = Path(champ["policy_dir"], "policy.safetensors").read_bytes() if champ else None
     return read_decisions(home), champ, policy
@@ -272,7 +272,7 @@ def test_overlapping_windows_fail_before_training(home):
 @pytest.mark.parametrize("step", STEPS)
 def test_failure_at_any_step_keeps_champion_and_registry(home, step):
     first = run_retrain(_config(), home, steps=FakePipeline().steps())
-    rows_before, champ_before, policy_before = _snapshot(home)
+    rows_before, champ_before, policy_before = _registry_state(home)
 
     def boom() -> None:
         raise ValueError(f"injected at {step}")
@@ -284,7 +284,7 @@ def test_failure_at_any_step_keeps_champion_and_registry(home, step):
     assert "\n" not in message
     assert f"step {step}: ValueError: injected at {step}" in message
     assert f"champion {first.challenger_run_id} kept" in message
-    rows, champ, policy = _snapshot(home)
+    rows, champ, policy = _registry_state(home)
     assert champ == champ_before and policy == policy_before
     assert rows[: len(rows_before)] == rows_before  # history untouched
     (failed,) = rows[len(rows_before) :]  # plus exactly one row that records the failure
@@ -417,10 +417,10 @@ def test_stale_lock_from_a_dead_process_is_recovered(home):
 
 def test_hard_crash_inside_the_commit_leaves_registry_and_champion_intact(home):
     run_retrain(_config(), home, steps=FakePipeline().steps())
-    rows_before, champ_before, policy_before = _snapshot(home)
+    rows_before, champ_before, policy_before = _registry_state(home)
     crashed = _child(home, "crash-in-commit")
     assert crashed.wait(timeout=60) == 9
-    rows, champ, policy = _snapshot(home)
+    rows, champ, policy = _registry_state(home)
     assert rows == rows_before  # no half decision: the transaction never committed
     assert champ == champ_before and policy == policy_before
     # The dead process's pid is still in the lock file; the next run recovers it and decides.

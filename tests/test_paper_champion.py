@@ -53,7 +53,7 @@ def bundles(tmp_path_factory):
 
 
 @pytest.fixture
-def market(bundles, tmp_path, monkeypatch):
+def alpaca_market(bundles, tmp_path, monkeypatch):
     """The fake Alpaca at 10:00 New York on the first session, keys in the environment, A promoted."""
     with FakeAlpaca(cash=100_000.0, bars=bundles.bars, slippage_bps=5.0) as fake:
         fake.set_time(at(SESSIONS[0]))
@@ -149,8 +149,8 @@ def assert_books_balance(m) -> None:
 
 
 # --- the three sessions ----------------------------------------------------------------------------
-def test_three_sessions_two_champions(market):
-    m, source = market, fast_source(market.home)
+def test_three_sessions_two_champions(alpaca_market):
+    m, source = alpaca_market, fast_source(alpaca_market.home)
     first = trade_session(m, source, SESSIONS[0])
     assert [r.bundle_id for r in first] == [m.id_a] * 3 and first[0].submitted
 
@@ -200,8 +200,8 @@ def test_sessions_per_year_is_the_backtests():
     assert ANNUALIZATION_FACTORS["daily"] == SESSIONS_PER_YEAR
 
 
-def test_a_champion_on_fewer_tickers_sells_the_ones_it_leaves_out(market):
-    m, source = market, fast_source(market.home)
+def test_a_champion_on_fewer_tickers_sells_the_ones_it_leaves_out(alpaca_market):
+    m, source = alpaca_market, fast_source(alpaca_market.home)
     trade_session(m, source, SESSIONS[0], cycles=1)
     assert m.fake.positions.get("SYN002", 0.0) > 0  # A holds all three
     promote(m.home, "run-c", m.c)  # C trades SYN000 and SYN001 only
@@ -214,8 +214,8 @@ def test_a_champion_on_fewer_tickers_sells_the_ones_it_leaves_out(market):
 
 
 # --- faults ------------------------------------------------------------------------------------------
-def test_promotion_during_a_cycle_finishes_on_the_old_bundle(market):
-    m, source = market, fast_source(market.home)
+def test_promotion_during_a_cycle_finishes_on_the_old_bundle(alpaca_market):
+    m, source = alpaca_market, fast_source(alpaca_market.home)
     promoted: list[int] = []
 
     def promote_at_first_order(order) -> None:  # the pointer moves while the cycle is sending orders
@@ -244,8 +244,8 @@ def _corrupt(bundle: Path, target: Path) -> Path:
 
 
 @pytest.mark.parametrize("damage", ["truncated graph", "missing folder", "edited manifest"])
-def test_a_bad_export_is_not_traded(market, tmp_path, damage):
-    m, source = market, fast_source(market.home)
+def test_a_bad_export_is_not_traded(alpaca_market, tmp_path, damage):
+    m, source = alpaca_market, fast_source(alpaca_market.home)
     trade_session(m, source, SESSIONS[0], cycles=1)
     if damage == "truncated graph":
         bad = _corrupt(m.b, tmp_path / "b-cut")
@@ -274,8 +274,8 @@ def test_a_bad_export_is_not_traded(market, tmp_path, damage):
     assert_books_balance(m)
 
 
-def test_registry_locked_by_a_retrain_keeps_the_bundle_for_the_session(market):
-    m, source = market, fast_source(market.home)
+def test_registry_locked_by_a_retrain_keeps_the_bundle_for_the_session(alpaca_market):
+    m, source = alpaca_market, fast_source(alpaca_market.home)
     trade_session(m, source, SESSIONS[0], cycles=1)
     promote(m.home, "run-b", m.b)
     # A writer holding the registry in exclusive mode: readers get "database is locked".
@@ -297,10 +297,10 @@ def test_registry_locked_by_a_retrain_keeps_the_bundle_for_the_session(market):
     assert_books_balance(m)
 
 
-def test_restart_mid_session_resumes_the_sessions_bundle(market):
+def test_restart_mid_session_resumes_the_sessions_bundle(alpaca_market):
     """A new process (a new source) mid-session trades on with the bundle the journal names, even
     though a promotion happened since; the next session switches."""
-    m = market
+    m = alpaca_market
     trade_session(m, fast_source(m.home), SESSIONS[0], cycles=1)
     promote(m.home, "run-b", m.b)
     m.fake.set_time(at(SESSIONS[0], "16:00"))
@@ -316,10 +316,10 @@ def test_restart_mid_session_resumes_the_sessions_bundle(market):
     assert_books_balance(m)
 
 
-def test_a_restarted_loop_journals_the_switch_against_the_last_traded_session(market):
+def test_a_restarted_loop_journals_the_switch_against_the_last_traded_session(alpaca_market):
     """A new process (a systemd restart, a reboot) between sessions holds no bundle: the journal's
     last traded session names the bundle it switches from."""
-    m = market
+    m = alpaca_market
     trade_session(m, fast_source(m.home), SESSIONS[0], cycles=1)
     promote(m.home, "run-b", m.b)  # the night's retrain promotes B; the paper process restarts
     (second,) = trade_session(m, fast_source(m.home), SESSIONS[1], cycles=1)
@@ -388,7 +388,7 @@ def test_a_journal_of_the_previous_schema_is_migrated_in_place(tmp_path):
 
 
 # --- kill -9 of either process -------------------------------------------------------------------------
-def _env() -> dict[str, str]:
+def _subprocess_env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(ROOT), "PODRACER_DEBUG": "1"}
 
 
@@ -396,15 +396,15 @@ def _paper_once(home: Path) -> subprocess.Popen:
     argv = [sys.executable, "-m", "app.cli", "--home", str(home), "paper", "--champion", "--once"]
     argv += ["--fill-timeout", "1", "--max-order-notional", "1e9", "--daily-loss-limit", "0.5"]
     return subprocess.Popen(
-        argv, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        argv, cwd=ROOT, env=_subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
 
 
-def test_paper_process_killed_mid_cycle_and_restarted(market):
+def test_paper_process_killed_mid_cycle_and_restarted(alpaca_market):
     """A real `podracer paper --champion --once` process, SIGKILLed after the broker created its second
     order and before the reply: the restart finishes the same bar, finds that order by its client id
     and sends only what is missing."""
-    m = market
+    m = alpaca_market
     proc: list[subprocess.Popen] = []
     posts = []
 
@@ -458,13 +458,13 @@ record_decision(
 """
 
 
-def test_retrain_killed_before_its_commit_is_never_traded(market):
+def test_retrain_killed_before_its_commit_is_never_traded(alpaca_market):
     """The export of B is complete, its promotion never committed: B is not the champion, A trades."""
-    m, source = market, fast_source(market.home)
+    m, source = alpaca_market, fast_source(alpaca_market.home)
     trade_session(m, source, SESSIONS[0], cycles=1)
     killed = subprocess.run(
         [sys.executable, "-c", RETRAIN_KILLED_BEFORE_COMMIT, str(m.home), str(m.b)],
-        cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=60,
+        cwd=ROOT, env=_subprocess_env(), capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     assert current_champion(m.home)["run_id"] == "run-a"

@@ -357,3 +357,26 @@ def test_daily_bundle_decides_only_on_completed_sessions(env, stamp):
     after_close = (last + pd.Timedelta(hours=23)).to_pydatetime()
     decision = build_decision(bundle, daily, BrokerAccount(1e5, 1e5, 1e5, 1e5), {}, after_close)
     assert decision.decision_ts.date() == pd.Timestamp(days[-1]).date()
+
+
+def test_a_broker_error_quoting_the_key_reaches_no_journal_heartbeat_log_or_status(env, caplog):
+    from app.paper.cycle import run_paper
+    from app.paper.heartbeat import heartbeat_path
+    from app.workflows.status import gather_status
+    from data.scrub import ScrubFilter
+
+    fake, home = env["fake"], env["home"]
+    fake.fail("GET", "/v2/account", kind="echo_key", times=100)  # a 403 whose message quotes the key
+    caplog.handler.addFilter(ScrubFilter())  # the CLI's log handler carries this filter
+    options = PaperOptions(limits=RiskLimits(daily_loss_limit=None))
+    with Journal.for_home(home) as journal:
+        broker = AlpacaBroker(retry=FAST, sleep=lambda s: None)
+        (result,) = run_paper(
+            env["bundle"], broker, journal, options, max_cycles=1, heartbeat=heartbeat_path(home)
+        )
+    assert result.status == "error" and SECRET in result.alert  # in memory only
+    state = gather_status(home)
+    assert any("paper loop: error: " in p and "forbidden: key ***" in p for p in state.problems)
+    assert SECRET not in json.dumps(state.to_dict()) and SECRET not in caplog.text
+    for path in home.rglob("*"):
+        assert not path.is_file() or SECRET.encode() not in path.read_bytes(), path

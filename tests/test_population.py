@@ -27,6 +27,7 @@ from agents.tournament.pod import score_policies, score_policy
 from agents.training import make_optimizer, policy_for_env
 from backtests.engine import PolicyBatch
 from data.toy import toy_market
+from envs.execution import FRICTIONLESS
 from envs.observation import NUM_GLOBAL, asset_width
 from envs.trading import EnvParams
 from envs.vec_env import TradingVecEnv
@@ -38,9 +39,13 @@ BASE = {"num_steps": 16, "hidden": 8, "embed": 4, "num_minibatches": 2, "total_s
 ATOL = 1e-5
 
 
-@pytest.fixture(scope="module")
-def market():
-    return toy_market(num_steps=600, num_assets=3, num_features=4, bars_per_session=60, seed=1)
+TOY_MARKET = {
+    "num_steps": 600,
+    "num_assets": 3,
+    "num_features": 4,
+    "bars_per_session": 60,
+    "seed": 1,
+}  # `market`
 
 
 def _params(**kw) -> EnvParams:
@@ -178,6 +183,30 @@ def test_pods_of_other_shapes_do_not_fit(market):
 
 def _pods_config(market, params, args) -> NetworkConfig:
     return policy_for_env(None, TradingVecEnv(market, params, num_envs=1), args, "ppo")[0].config
+
+
+def test_the_population_trades_under_the_envs_execution_model(market):
+    """Spread, the participation cap and square-root impact act inside the population's env step as in
+    each pod's separate run (strong settings, so each of them binds), and they matter: the same pods
+    without them trade otherwise (other costs)."""
+    params = _params(spread_bps=50.0, max_participation=1e-4, impact_coef=50.0)
+    assert params.execution
+    pods = _pods()[:2]
+    config = _pods_config(market, params, pods[0])
+    pop = _population(market, params, config, len(pods))
+    together = pop.train(pop.fresh_pods(pods))
+    alone = [ppo.train(a, TradingVecEnv(market, params, num_envs=N, seed=0)) for a in pods]
+    for single, pod in zip(alone, together, strict=True):
+        _assert_same_run(single, pod)
+        assert pod.history[-1]["charts/mean_cost"] == pytest.approx(
+            single.history[-1]["charts/mean_cost"], rel=1e-4
+        )
+    free = _population(market, _params(**FRICTIONLESS), config, len(pods))
+    without = free.train(free.fresh_pods(pods))
+    for pod, frictionless in zip(together, without, strict=True):
+        assert pod.history[0]["charts/mean_cost"] != pytest.approx(
+            frictionless.history[0]["charts/mean_cost"]
+        )
 
 
 def test_exploit_copies_exactly_the_entrys_weights_and_optimizer_state(market, tmp_path):

@@ -428,7 +428,7 @@ def test_print_shows_the_paper_loop_beside_the_retrain(home, capsys):
     assert cli.main(["--home", str(home), "schedule", "print", "--format", "systemd"]) == 0
     out = capsys.readouterr().out
     assert "# ---- podracer-retrain.timer ----" in out and "# ---- podracer-paper.service ----" in out
-    assert "enable --now podracer-retrain.timer podracer-paper.service" in out
+    assert "enable --now podracer-retrain.timer podracer-watch.timer podracer-paper.service" in out
     assert cli.main(["--home", str(home), "schedule", "print", "--format", "crontab"]) == 0
     out = capsys.readouterr().out
     assert " retrain >> " in out and "paper --champion" in out

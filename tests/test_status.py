@@ -64,6 +64,7 @@ def cli_status(home: Path, capsys, *args: str) -> tuple[int, dict]:
 
 def test_fresh_home(tmp_path, capsys):
     home = tmp_path / "fresh"
+    home.mkdir()
     state = gather_status(home, now=OPEN_NOW)
     assert state.healthy and state.champion is None and state.last_decision is None
     assert state.loop == "not started" and state.heartbeat is None and state.today is None
@@ -73,7 +74,7 @@ def test_fresh_home(tmp_path, capsys):
     assert main(["--home", str(home), "status"]) == 0
     out = capsys.readouterr().out
     assert "none yet" in out and "not started" in out and "healthy" in out
-    assert not home.exists()  # status reads, never creates
+    assert not any(home.iterdir())  # status reads, never creates
 
 
 def test_healthy_loop(tmp_path, capsys):
@@ -156,13 +157,14 @@ def test_a_refused_champion_and_a_pending_switch(tmp_path, capsys):
     assert any("not traded" in p for p in shown["problems"])
     (home / "paper" / "heartbeat.json").write_text("{not json")
     rc, shown = cli_status(home, capsys)
-    assert rc == 1 and "heartbeat.json is corrupt: not valid JSON" in shown["problems"][0]
+    assert rc == 1 and "heartbeat.json is unreadable (corrupt: not valid JSON" in shown["problems"][0]
     assert "the paper loop rewrites it each cycle" in shown["problems"][0]
     (home / "paper" / "heartbeat.json").write_text(json.dumps({"schema_version": 5, "time": "x"}))
     rc, shown = cli_status(home, capsys)
     assert (
         rc == 1
-        and "heartbeat.json: schema version 5 is newer than this podracer reads" in shown["problems"][0]
+        and "heartbeat.json is unreadable (schema version 5 is newer than this podracer reads"
+        in shown["problems"][0]
     )
 
 
@@ -222,6 +224,7 @@ def test_cron_and_tz_override_the_recorded_schedule(tmp_path, capsys):
 
 def test_no_recorded_schedule_says_so(tmp_path, capsys):
     home = tmp_path / "home"
+    home.mkdir()
     assert gather_status(home, now=OPEN_NOW).schedule["source"] == "default"
     assert main(["--home", str(home), "status"]) == 0
     assert "(cron '0 2 * * 1-5', default schedule: none recorded)" in capsys.readouterr().out

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 from safetensors.torch import load_file
-from test_tournament_ppo import AGENT, ENV, _market
+from test_tournament_ppo import AGENT, ENV
 from test_tournament_run import fake_round, run_tournament
 
 from agents.tournament.backend_choice import make_backend, resolve_backend
@@ -16,16 +16,8 @@ from agents.tournament.pod import VALID_RETURNS
 from agents.tournament.population_backend import PopulationBackend
 from agents.tournament.settings import TournamentArgs
 from data.errors import ConfigError
-from data.toy import toy_market
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # (tests/conftest.py)
-
-
-@pytest.fixture(scope="module")
-def windows():
-    market = toy_market(num_steps=60 * 5, num_assets=2, num_features=3, bars_per_session=60, seed=0)
-    train, valid, _test = market.split_sessions(0.6, 0.2)
-    return train, valid
 
 
 def test_auto_is_population_on_cuda_and_local_workers_on_a_cpu():
@@ -107,12 +99,6 @@ def _ppo_run(tmp_path, name, windows_ppo, **kw):
     )  # fmt: skip
     agent = {**AGENT, "update_epochs": 2}
     return run_tournament(tmp_path / name, train, valid, args=args, env=ENV, agent=agent, **kw)
-
-
-@pytest.fixture(scope="module")
-def windows_ppo():
-    train, valid, _test = _market().split_sessions(0.6, 0.2)
-    return train, valid
 
 
 def test_real_pods_same_seed_and_budget_give_the_same_run(tmp_path, windows_ppo, caplog):

@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from helpers import ppo_market
 from safetensors.torch import load_file
 from test_tournament_run import run_tournament
 
@@ -14,14 +15,9 @@ from agents.policy import Checkpoint, Policy
 from agents.tournament.leaderboard import read_leaderboard, read_pods
 from agents.tournament.settings import TournamentArgs
 from data.market import MarketData
-from data.toy import toy_market
 
 ENV = {"decision_interval": 5, "episode_len": 16, "num_envs": 8}
 AGENT = {"num_steps": 16, "hidden": 8, "embed": 4, "update_epochs": 1, "num_minibatches": 2}
-
-
-def _market() -> MarketData:
-    return toy_market(num_steps=60 * 10, num_assets=3, num_features=4, bars_per_session=60, seed=1)
 
 
 def _poison_test_window(market: MarketData, test_start: int) -> MarketData:
@@ -51,7 +47,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # (tests/conftest.py)
 
 def test_test_window_is_never_read(tmp_path):
     """Poisoning the test bars (NaN features, 1e9 prices) changes nothing the tournament produces."""
-    clean = _market()
+    clean = ppo_market()
     _, _, test = clean.split_sessions(0.6, 0.2)
     test_start = clean.num_steps - test.num_steps
     a = _run(tmp_path, "clean", clean)
@@ -69,7 +65,7 @@ def test_test_window_is_never_read(tmp_path):
 
 
 def test_children_warm_start_from_their_parent(tmp_path):
-    result = _run(tmp_path, "run", _market())
+    result = _run(tmp_path, "run", ppo_market())
     pods = read_pods(result.run_dir)
     # p_fresh=0: after the first (fresh) pod every pod is a child of a leaderboard entry.
     assert pods[0]["parent_id"] is None
@@ -93,7 +89,7 @@ def test_children_warm_start_from_their_parent(tmp_path):
 
 
 def test_sac_pods_train_and_warm_start(tmp_path):
-    market = _market()
+    market = ppo_market()
     train, valid, _test = market.split_sessions(0.6, 0.2)
     args = TournamentArgs(
         pods=1,

@@ -12,10 +12,10 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import toy_windows
 
 from agents.tournament.leaderboard import read_events, read_leaderboard, read_pods
 from agents.tournament.settings import TournamentArgs
-from data.toy import toy_market
 
 TESTS = Path(__file__).resolve().parent
 ARGS = dict(pods=1, leaderboard_size=3, p_fresh=0.3, round_steps=100, budget_steps=3000, workers=1, seed=5)
@@ -25,19 +25,13 @@ SCRIPT = textwrap.dedent(
     import sys
     sys.path.insert(0, {tests!r})
     from test_tournament_run import fake_round, run_tournament
-    from test_tournament_resume import windows
+    from helpers import toy_windows
     from agents.tournament.settings import TournamentArgs
-    train, valid = windows()
+    train, valid = toy_windows()
     run_tournament({run!r}, train, valid, args=TournamentArgs(**{args!r}), round_fn=fake_round,
                    agent={{"sleep": 0.15, "record_pid": True}})
     """
 )
-
-
-def windows():
-    market = toy_market(num_steps=60 * 5, num_assets=2, num_features=3, bars_per_session=60, seed=0)
-    train, valid, _test = market.split_sessions(0.6, 0.2)
-    return train, valid
 
 
 def _alive(pid: int) -> bool:
@@ -97,7 +91,7 @@ def test_kill_dash_nine_then_resume_loses_nothing(tmp_path, backend):
 
     from test_tournament_run import fake_round, run_tournament
 
-    train, valid = windows()
+    train, valid = toy_windows()
     args = TournamentArgs(**{**args_used, "workers": 0})
     result = run_tournament(run, train, valid, args=args, round_fn=fake_round, resume=True)
 
@@ -142,7 +136,7 @@ def test_resume_with_rerun_ends_as_a_run_that_was_never_stopped(tmp_path):
     one pod at a time and an env-step budget give the same pods, scores and champion."""
     from test_tournament_run import fake_round, run_tournament
 
-    train, valid = windows()
+    train, valid = toy_windows()
     args = TournamentArgs(**{**ARGS, "workers": 0})
     whole = run_tournament(tmp_path / "whole", train, valid, args=args, round_fn=fake_round)
 

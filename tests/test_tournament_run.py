@@ -23,7 +23,6 @@ from agents.tournament.pod import PodOutcome
 from agents.tournament.settings import TournamentArgs
 from app.runs import RunDir
 from data.errors import PodracerError
-from data.toy import toy_market
 
 
 def run_tournament(run_dir, *args, **kwargs):
@@ -72,13 +71,6 @@ def fake_round(task, ctx):
         env_steps=spec.parent_env_steps + task.round_steps,
         checkpoint=task.checkpoint_dir,
     )
-
-
-@pytest.fixture(scope="module")
-def windows():
-    market = toy_market(num_steps=60 * 5, num_assets=2, num_features=3, bars_per_session=60, seed=0)
-    train, valid, _test = market.split_sessions(0.6, 0.2)
-    return train, valid
 
 
 def _args(**kw):

@@ -5,14 +5,14 @@ from __future__ import annotations
 import time
 
 import pytest
-from test_tournament_run import _args, fake_round, run_tournament, windows  # noqa: F401 - fixture by name
+from test_tournament_run import _args, fake_round, run_tournament
 
 from agents.tournament.backends import ProcessBackend
 from agents.tournament.leaderboard import read_pods
 from agents.tournament.settings import AUTO_TIMEOUT_FIRST_S, AUTO_TIMEOUT_FLOOR_S, auto_round_timeout
 
 
-def test_hung_pod_is_killed_and_failed_local_workers(tmp_path, windows):  # noqa: F811
+def test_hung_pod_is_killed_and_failed_local_workers(tmp_path, windows):
     started = time.monotonic()
     result = run_tournament(
         tmp_path / "run",
@@ -37,7 +37,7 @@ def test_auto_timeout_is_generous():
 
 
 @pytest.mark.slow
-def test_hung_pod_is_killed_and_failed_ray(tmp_path, windows):  # noqa: F811
+def test_hung_pod_is_killed_and_failed_ray(tmp_path, windows):
     ray = pytest.importorskip("ray")
     import test_tournament_run
 

@@ -94,9 +94,7 @@ def test_bad_layouts_are_one_line_errors(kwargs, message):
 # --- a fold's features -----------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def market():
-    return synthetic_market(num_tickers=5, num_sessions=8, seed=3).full
+SYNTHETIC_MARKET = {"num_tickers": 5, "num_sessions": 8, "seed": 3}  # the `market` fixture (conftest.py)
 
 
 def test_fold_features_are_the_whole_history_features_cut_to_the_window(market, monkeypatch):

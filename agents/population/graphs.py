@@ -67,7 +67,9 @@ class StepGraph:
             return
         graph = torch.cuda.CUDAGraph()
         try:
-            with torch.cuda.graph(graph):
+            # thread_local: the population backend's finisher thread may launch work on another
+            # stream meanwhile (agents.tournament.round_pipeline); only this thread's calls are captured.
+            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
                 self.fn()
         except Exception as err:  # noqa: BLE001 - any recording failure: stay eager, say so once
             log.warning(

@@ -48,9 +48,18 @@ def population_pods(pods: int | None, population_size: int) -> int:
 
 
 def check_settings(
-    chosen: str, *, population_size: int = 0, envs_per_pod: int = 0, address: str | None = None
+    chosen: str,
+    *,
+    population_size: int = 0,
+    envs_per_pod: int = 0,
+    address: str | None = None,
+    overlap_rounds: bool | None = None,
 ) -> None:
     """Refuse, in one line, a setting the ``chosen`` backend would not use (none is silently ignored)."""
+    if overlap_rounds and chosen != "population":
+        raise ConfigError(
+            f"tournament.overlap_rounds applies to the population backend only (this run's backend is {chosen})"
+        )
     for name, value in (("population_size", population_size), ("envs_per_pod", envs_per_pod)):
         if value > 0 and chosen != "population":
             raise ConfigError(
@@ -69,7 +78,11 @@ def check_backend_args(args: TournamentArgs, device: str | torch.device) -> str:
     (what :func:`make_backend` checks; for callers that must refuse before they write anything)."""
     chosen = resolve_backend(args.backend, device, args.algo)
     check_settings(
-        chosen, population_size=args.population_size, envs_per_pod=args.envs_per_pod, address=args.address
+        chosen,
+        population_size=args.population_size,
+        envs_per_pod=args.envs_per_pod,
+        address=args.address,
+        overlap_rounds=args.overlap_rounds,
     )
     if chosen == "population":
         population_pods(args.pods, args.population_size)
@@ -85,6 +98,7 @@ def make_backend(
     population_size: int = 0,
     envs_per_pod: int = 0,
     round_steps: int | None = None,
+    overlap_rounds: bool | None = None,
     device: str | torch.device = "cpu",
     algo: str = "ppo",
     **kwargs: Any,
@@ -99,7 +113,13 @@ def make_backend(
             "tournament backend: %s -> %s (device %s, %s pods)", name, chosen, torch.device(device).type, algo
         )
     name = chosen
-    check_settings(name, population_size=population_size, envs_per_pod=envs_per_pod, address=address)
+    check_settings(
+        name,
+        population_size=population_size,
+        envs_per_pod=envs_per_pod,
+        address=address,
+        overlap_rounds=overlap_rounds,
+    )
     if name == "local":
         return InlineBackend() if workers == 0 else ProcessBackend(workers)
     if name == "ray":
@@ -108,6 +128,7 @@ def make_backend(
         population_pods(pods, population_size),
         envs_per_pod=envs_per_pod,
         round_steps=round_steps,
+        overlap=overlap_rounds,
         workers=workers,
         ray=address is not None,
         address=address,

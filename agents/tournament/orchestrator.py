@@ -168,6 +168,7 @@ def run_tournament(
         population_size=args.population_size,
         envs_per_pod=args.envs_per_pod,
         round_steps=args.round_steps,
+        overlap_rounds=args.overlap_rounds,
         device=device,
         algo=args.algo,
     )

@@ -1,6 +1,9 @@
 """A population round: P pod rounds trained and scored as one batch (the population backend's work).
 
-:func:`population_round` takes the :class:`~agents.tournament.pod.PodTask` s of one population and
+:func:`population_round` (:func:`setup_round`, its training, then :func:`finish_round`: the parts
+the population backend's :class:`~agents.tournament.round_pipeline.RoundPipeline` runs in three
+threads, so that the device trains round after round) takes the
+:class:`~agents.tournament.pod.PodTask` s of one population and
 returns one outcome per task, exactly what :func:`~agents.tournament.pod.learner_round` would have
 returned for each (to float rounding; tests/test_population.py): each pod starts from its spec (fresh
 weights from its seed, or its parent's checkpoint: weights *and* optimizer state copied into its row
@@ -32,7 +35,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,7 +60,7 @@ from agents.tournament.pod import (
     save_round,
     score_policies,
 )
-from agents.training import policy_for_env
+from agents.training import TrainResult, policy_for_env
 from backtests.engine import PolicyBatch
 from data.errors import ConfigError
 
@@ -115,10 +118,48 @@ def get_population(
     return population
 
 
+@dataclass
+class TrainedGroup:
+    """One shape group of a round, trained: what its scoring and files need, none of it shared with
+    the population's buffers (the next round may train in them while this one is finished)."""
+
+    members: list[tuple[int, PodSetup]]  # (task index, setup)
+    results: list[TrainResult]  # per member: its exported policy and optimizer state (copies)
+    finite: list[bool]  # per member: its parameters are finite
+    act: Callable[[Any], Any] | None  # the finite members' batched deterministic policy (copied weights)
+
+
+@dataclass
+class TrainedRound:
+    """A population round after training, before validation and files (:func:`finish_round`)."""
+
+    tasks: Sequence[PodTask]
+    ctx: RoundContext
+    start: float  # time.monotonic() when the round began
+    outcomes: list[PodOutcome | RoundError | None]  # the pods that failed before or during training
+    groups: list[TrainedGroup]
+    phases: dict[str, float]  # seconds so far: setup_s, train_s
+
+
 def population_round(
     tasks: Sequence[PodTask], ctx: RoundContext, graphs: bool | None = None
 ) -> list[PodOutcome | RoundError]:
-    """One round of every pod in ``tasks``; see the module docstring. Never raises for a pod's failure."""
+    """One round of every pod in ``tasks``: :func:`train_round` then :func:`finish_round` (see the
+    module docstring). Never raises for a pod's failure."""
+    return finish_round(train_round(tasks, ctx, graphs))
+
+
+def train_round(tasks: Sequence[PodTask], ctx: RoundContext, graphs: bool | None = None) -> TrainedRound:
+    """Set up and train every pod of ``tasks`` (the first half of :func:`population_round`)."""
+    return setup_round(tasks, ctx, graphs)()
+
+
+def setup_round(
+    tasks: Sequence[PodTask], ctx: RoundContext, graphs: bool | None = None
+) -> Callable[[], TrainedRound]:
+    """Set up every pod of ``tasks`` (the parents' checkpoints read, fresh pods built) and return the
+    round's training, to run when the device is free (:func:`train_round` runs both at once). A pod's
+    wall-time cap counts from here."""
     start = time.monotonic()
     spec_env = _env_spec(ctx)
     outcomes: list[PodOutcome | RoundError | None] = [None] * len(tasks)
@@ -141,13 +182,47 @@ def population_round(
             groups.setdefault(shape_key(args, policy.config), []).append((i, setup))
         except Exception as err:  # noqa: BLE001 - a pod that cannot start fails alone
             outcomes[i] = as_round_error(err)
-    phases = {"setup_s": time.monotonic() - start}
+    trained = TrainedRound(tasks, ctx, start, outcomes, [], {"setup_s": time.monotonic() - start})
+    return lambda: _train_groups(trained, groups, graphs)
+
+
+def _train_groups(
+    trained: TrainedRound, groups: dict[tuple[Any, ...], list[tuple[int, PodSetup]]], graphs: bool | None
+) -> TrainedRound:
+    """Train each shape group of a set-up round (adds ``train_s`` to its phases)."""
+    ctx, outcomes = trained.ctx, trained.outcomes
+    t0 = time.monotonic()  # (building a population, on its first round, counts as training)
     for members in groups.values():
         try:
-            results = _run_group(tasks, ctx, members, graphs, start, phases)
+            setups = [setup for _, setup in members]
+            population = get_population(ctx, setups[0].args, setups[0].policy.config, len(setups), graphs)
+            results = population.train(setups)
+            finite = population.finite()
+            slots = [s for s in range(len(setups)) if finite[s]]
+            act = population.batched_act(slots) if slots else None
+            trained.groups.append(TrainedGroup(members, results, finite, act))
         except Exception as err:  # noqa: BLE001 - the batch failed: every pod of it did
-            results = [as_round_error(err)] * len(members)
-        for (i, _), outcome in zip(members, results, strict=True):
+            for i, _ in members:
+                outcomes[i] = as_round_error(err)
+    trained.phases["train_s"] = time.monotonic() - t0
+    return trained
+
+
+def finish_round(
+    trained: TrainedRound, host: Callable[[list[TrainResult]], list[TrainResult]] | None = None
+) -> list[PodOutcome | RoundError]:
+    """Score a trained round on the validation window and write its pods' files (the second half of
+    :func:`population_round`); ``host`` copies a group's results to host memory, in this thread,
+    before the file threads write them (None: as they are). Never raises: a failure of a group fails
+    that group's pods."""
+    outcomes = list(trained.outcomes)
+    phases = dict(trained.phases)
+    for group in trained.groups:
+        try:
+            done = _finish_group(trained, group, host, phases)
+        except Exception as err:  # noqa: BLE001 - the group's scoring failed: every pod of it did
+            done = [as_round_error(err)] * len(group.members)
+        for (i, _), outcome in zip(group.members, done, strict=True):
             outcomes[i] = outcome
     phases = {k: round(v, 3) for k, v in phases.items()}
     return [
@@ -158,48 +233,43 @@ def population_round(
     ]
 
 
-def _run_group(
-    tasks: Sequence[PodTask],
-    ctx: RoundContext,
-    members: list[tuple[int, PodSetup]],
-    graphs: bool | None,
-    start: float,
+def _finish_group(
+    trained: TrainedRound,
+    group: TrainedGroup,
+    host: Callable[[list[TrainResult]], list[TrainResult]] | None,
     phases: dict[str, float],
 ) -> list[PodOutcome | RoundError]:
-    """Train, score and save one group; adds its seconds to ``phases`` (train, validation, files)."""
-    setups = [setup for _, setup in members]
-    t0 = time.monotonic()  # (building a population, on its first round, counts as training)
-    population = get_population(ctx, setups[0].args, setups[0].policy.config, len(setups), graphs)
-    results = population.train(setups)
-    finite = population.finite()
+    """Score and save one group; adds its seconds to ``phases`` (validation, files)."""
+    tasks, ctx, members, start = trained.tasks, trained.ctx, group.members, trained.start
     t1 = time.monotonic()
-    slots = [s for s in range(len(setups)) if finite[s]]
+    slots = [s for s in range(len(members)) if group.finite[s]]
     names = tuple(tasks[members[s][0]].spec.pod_id for s in slots)
     scored = iter(
         score_policies(
-            PolicyBatch(names, population.batched_act(slots)),
+            PolicyBatch(names, group.act),
             ctx.valid,
             env_params(ctx),
             fitness=ctx.fitness,
             annualization=ctx.annualization,
             device=ctx.device,
         )
-        if slots
+        if slots and group.act is not None
         else []
     )
     t2 = time.monotonic()
+    results = group.results if host is None else host(group.results)  # (files: from host memory)
 
     def save(slot: int, pod_scored: Any) -> PodOutcome | RoundError:
         try:
             task = tasks[members[slot][0]]
             return checked_outcome(save_round(task, results[slot], pod_scored, start), start)
-        except Exception as err:  # noqa: BLE001
+        except Exception as err:  # noqa: BLE001 - a pod whose files cannot be written fails alone
             return as_round_error(err)
 
     out: list[PodOutcome | RoundError | cf.Future] = []
     with cf.ThreadPoolExecutor(max_workers=max(1, min(FILE_THREADS, len(members)))) as pool:
         for slot in range(len(members)):
-            if not finite[slot]:
+            if not group.finite[slot]:
                 out.append(RoundError("parameters are not finite after training"))
                 continue
             pod_scored = next(scored)
@@ -208,7 +278,7 @@ def _run_group(
             )
     done = [o.result() if isinstance(o, cf.Future) else o for o in out]
     t3 = time.monotonic()
-    for key, seconds in (("train_s", t1 - t0), ("validation_s", t2 - t1), ("files_s", t3 - t2)):
+    for key, seconds in (("validation_s", t2 - t1), ("files_s", t3 - t2)):
         phases[key] = phases.get(key, 0.0) + seconds
     return done
 

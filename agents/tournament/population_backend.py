@@ -10,6 +10,14 @@ is offered before all of them have been taken in: with one lane the next ``P`` p
 from a leaderboard that holds the whole previous round, so a fixed seed and step budget give the
 same run whatever the timing.
 
+With ``overlap`` (``tournament.overlap_rounds``; by default on a CUDA device, whose one worker holds
+it) the worker sets a round up while the round before trains, and scores and writes it while the
+round after trains (:class:`~agents.tournament.round_pipeline.RoundPipeline`): the job that hands
+round k+1 in hands back round k's outcomes, and a new population is offered as soon as round k-1's have been
+taken in. So the next ``P`` pods come from a board exactly one population behind, again the same run
+whatever the timing. When the orchestrator has room and submits nothing more (the budget is spent),
+``flush`` fetches the last round's outcomes (a drain job). A lost worker fails both rounds it held.
+
 Where populations run (``lanes``: populations at once):
 
 - ``workers=0``: inline, in the orchestrator's process (debugging, tests); one lane.
@@ -20,7 +28,7 @@ Where populations run (``lanes``: populations at once):
   as it does; a worker whose orchestrator dies exits by itself; ``kill`` (a hung round) kills the
   workers and starts new ones (another lane's population then fails as "worker lost", as on the
   ``local`` backend). Populations on different lanes run asynchronously, like the ``local``
-  backend's pods; with one lane (a GPU, or ``workers`` 1) rounds are in lockstep.
+  backend's pods; with one lane (a GPU, or ``workers`` 1) rounds are in lockstep (or overlap by one).
 - ``ray``: each population round is a Ray task with one GPU when the cluster has GPUs (one lane per
   GPU, so a multi-GPU cluster runs that many populations at once), else ``cpus_per_population``
   CPUs. Lanes follow the cluster's resources at every ``capacity`` call.
@@ -48,7 +56,8 @@ import torch
 from agents.population.sizing import Sizing
 from agents.tournament.backends import exit_with_parent, host_copy, import_ray, join_ray, run_round_safely
 from agents.tournament.pod import PodOutcome, PodTask, RoundContext, RoundError, RoundFn, learner_round
-from agents.tournament.population import population_round, size_population, with_envs
+from agents.tournament.population import finish_round, setup_round, size_population, with_envs
+from agents.tournament.round_pipeline import Prepared, RoundPipeline, Trained, host_results, log_phases
 from data.errors import ConfigError, PodracerError
 
 log = logging.getLogger(__name__)
@@ -56,13 +65,37 @@ log = logging.getLogger(__name__)
 Outcome = PodOutcome | RoundError
 
 
-def run_population(
+def prepare_population(
     round_fn: RoundFn, tasks: Sequence[PodTask], ctx: RoundContext, graphs: bool | None = None
-) -> list[Outcome]:
-    """One population round: the real one for the learner round, else ``round_fn`` pod by pod."""
+) -> Prepared:
+    """A population round set up: its training, which hands back its finishing
+    (``agents.tournament.round_pipeline``). The real population round for the learner round, else
+    ``round_fn`` pod by pod (all of it as the training)."""
     if round_fn is learner_round:
-        return population_round(tasks, ctx, graphs)
-    return [run_round_safely(round_fn, task, ctx) for task in tasks]
+        train = setup_round(tasks, ctx, graphs)
+
+        def learn() -> Trained:
+            trained = train()
+            return trained.phases, lambda host: finish_round(trained, host)
+
+        return learn
+
+    def run_each() -> Trained:
+        outcomes = [run_round_safely(round_fn, task, ctx) for task in tasks]
+        return {}, lambda host: outcomes
+
+    return run_each
+
+
+def run_population(
+    pipeline: RoundPipeline,
+    round_fn: RoundFn,
+    tasks: Sequence[PodTask],
+    ctx: RoundContext,
+    graphs: bool | None,
+) -> list[Outcome] | None:
+    """One population round through ``pipeline``: its outcomes, or (overlapping) the previous round's."""
+    return pipeline.run(lambda: prepare_population(round_fn, tasks, ctx, graphs), len(tasks))
 
 
 @dataclass(frozen=True)
@@ -84,10 +117,17 @@ _WORKER: dict[str, Any] = {}
 
 
 def _init_worker(
-    round_fn: RoundFn, ctx: RoundContext, graphs: bool | None, threads: int, parent_pid: int, started: Any
+    round_fn: RoundFn,
+    ctx: RoundContext,
+    graphs: bool | None,
+    threads: int,
+    parent_pid: int,
+    started: Any,
+    overlap: bool,
 ) -> None:
     torch.set_num_threads(threads)
-    _WORKER.update(round_fn=round_fn, ctx=ctx, graphs=graphs, started=started)
+    pipeline = RoundPipeline(overlap, ctx.device)
+    _WORKER.update(round_fn=round_fn, ctx=ctx, graphs=graphs, started=started, pipeline=pipeline)
     exit_with_parent(parent_pid)
 
 
@@ -97,9 +137,14 @@ def _worker_size(shape: Shape) -> Sizing:
     return sizing
 
 
-def _worker_round(batch_id: int, tasks: Sequence[PodTask]) -> list[Outcome]:
+def _worker_round(batch_id: int, tasks: Sequence[PodTask]) -> list[Outcome] | None:
     _WORKER["started"].put((batch_id, time.monotonic()))  # the round timeout counts from here
-    return run_population(_WORKER["round_fn"], tasks, _WORKER["ctx"], _WORKER["graphs"])
+    w = _WORKER
+    return run_population(w["pipeline"], w["round_fn"], tasks, w["ctx"], w["graphs"])
+
+
+def _worker_drain() -> list[Outcome] | None:
+    return _WORKER["pipeline"].drain()
 
 
 def _ray_size(round_fn: RoundFn, ctx: RoundContext, shape: Shape, graphs: bool | None) -> Sizing:
@@ -110,29 +155,8 @@ def _ray_round(
     round_fn: RoundFn, ctx: RoundContext, tasks: Sequence[PodTask], graphs: bool | None, threads: int
 ) -> list[Outcome]:
     torch.set_num_threads(threads)
-    return run_population(round_fn, tasks, ctx, graphs)
-
-
-def _log_phases(batch: Any, job: Any) -> None:
-    """One log line per finished population round: where its time went. Never raises (it runs
-    before the pods' futures are resolved)."""
-    try:
-        if isinstance(job, BaseException):
-            return
-        phases = next((o.phases for o in job if isinstance(o, PodOutcome) and o.phases), None)
-        if not phases:
-            return
-        done = sum(isinstance(o, PodOutcome) for o in job)
-        parts = ", ".join(f"{k.removesuffix('_s')} {float(v):.1f} s" for k, v in phases.items())
-        log.info(
-            "population round of %d pods (%d scored): %s",
-            len(batch.tasks),
-            done,
-            parts,
-            extra={"phases": dict(phases)},  # (for a handler that sums them: the benchmarks)
-        )
-    except Exception as err:  # noqa: BLE001 - a log line must not hold up the pods' results
-        log.debug("population round phases not logged: %s", err)
+    _phases, finish = prepare_population(round_fn, tasks, ctx, graphs)()
+    return finish(host_results)
 
 
 @dataclass(eq=False)
@@ -163,6 +187,7 @@ class PopulationBackend:
         ray: bool = False,
         address: str | None = None,
         graphs: bool | None = None,
+        overlap: bool | None = None,
         cpus_per_population: float = 1.0,
         init_kwargs: dict[str, Any] | None = None,
     ) -> None:
@@ -175,6 +200,7 @@ class PopulationBackend:
         self.workers = max(1, int(workers))
         self.mode = "ray" if ray else ("inline" if workers == 0 else "process")
         self.address, self.graphs = address, graphs
+        self.overlap = overlap  # (resolved by start(): _choose_overlap)
         self.cpus_per_population = float(cpus_per_population)
         self.init_kwargs = dict(init_kwargs or {})
         self.size = 0
@@ -193,15 +219,21 @@ class PopulationBackend:
         self._remote: Any = None
         self._ctx_ref: Any = None
         self._gpus = 0.0
+        self._pipeline: RoundPipeline | None = None  # inline: this process's
+        self._held: _Batch | None = None  # overlapping: the trained round whose outcomes come next
+        self._jobs = 0  # jobs (rounds, drains) running
+        self._offered = False  # the last capacity() offered room
 
     # --- start ------------------------------------------------------------------------------------
     def start(self, round_fn: RoundFn, ctx: RoundContext) -> None:
         self._round_fn, self._ctx = round_fn, ctx
+        if self.mode == "process" and torch.device(ctx.device).type != "cpu":
+            self.workers = 1  # one process holds the device (more would time-slice it)
+        self.overlap = self._choose_overlap(torch.device(ctx.device))
         if self.mode == "inline":
             self.sizing = choose_size(round_fn, ctx, self.shape, self.graphs)
+            self._pipeline = RoundPipeline(self.overlap, ctx.device)
         elif self.mode == "process":
-            if torch.device(ctx.device).type != "cpu":
-                self.workers = 1  # one process holds the device (more would time-slice it)
             self._executor = self._new_executor()
             self.sizing = self._executor.submit(_worker_size, self.shape).result()
         else:
@@ -214,6 +246,18 @@ class PopulationBackend:
             self._executor = self._new_executor()
         self.size = self.sizing.num_pods
         log.info(self.sizing.describe())
+
+    def _choose_overlap(self, device: torch.device) -> bool:
+        """Whether rounds overlap (``overlap_rounds``; None: on a CUDA device with one lane). A round's
+        outcomes come back with the next round's job, so it needs the one worker that keeps them."""
+        one_lane = self.mode == "inline" or (self.mode == "process" and self.workers == 1)
+        if self.overlap is None:
+            return one_lane and device.type == "cuda"
+        if self.overlap and not one_lane:
+            raise ConfigError(
+                "tournament.overlap_rounds needs one lane of populations (workers 0 or 1, no address)"
+            )
+        return bool(self.overlap)
 
     def _new_executor(self) -> cf.ProcessPoolExecutor:
         assert self._round_fn is not None and self._ctx is not None
@@ -230,6 +274,7 @@ class PopulationBackend:
                 max(1, (os.cpu_count() or 1) // self.workers),
                 os.getpid(),
                 self._started_q,
+                bool(self.overlap),
             ),
         )
 
@@ -269,12 +314,17 @@ class PopulationBackend:
         with self._lock:
             pending = len(self._pending)
             running = sum(len(b.futures) for b in self._running)
-            busy = len(self._running)
+            busy, jobs = len(self._running), self._jobs
         if pending:
-            return in_flight - pending + self.size
-        if in_flight > running or busy >= self.lanes():
-            return in_flight
-        return in_flight + self.size
+            room = in_flight - pending + self.size
+        elif in_flight > running:
+            room = in_flight
+        elif self.overlap:  # a trained round may wait for its outcomes while the next one trains
+            room = in_flight + self.size if jobs == 0 and busy <= 1 else in_flight
+        else:
+            room = in_flight + self.size if busy < self.lanes() else in_flight
+        self._offered = room > in_flight
+        return room
 
     def submit(self, task: PodTask) -> cf.Future:
         """Collect ``task``; a full population starts at once (another lane may then be offered)."""
@@ -287,8 +337,10 @@ class PopulationBackend:
         return future
 
     def flush(self) -> None:
-        """Start the collected pods as one population round."""
+        """Start the collected pods as one population round. With nothing collected after room was
+        offered (the budget is spent), an overlapping backend fetches the last round's outcomes."""
         if not self._pending:
+            self._drain()
             return
         tasks = [t for t, _ in self._pending]
         futures = [f for _, f in self._pending]
@@ -297,16 +349,20 @@ class PopulationBackend:
         for future in futures:
             self._batch_of[future] = batch
             future.add_done_callback(lambda f: self._batch_of.pop(f, None))
+        carried = self._held if self.overlap else None  # (its outcomes come back with this job)
+        if self.overlap:
+            self._held = batch
         with self._lock:
             self._running.append(batch)
+            self._jobs += 1
         if self.mode == "inline":
-            assert self._round_fn is not None and self._ctx is not None
+            assert self._round_fn is not None and self._ctx is not None and self._pipeline is not None
             batch.started = time.monotonic()
             try:
-                results: Any = run_population(self._round_fn, tasks, self._ctx, self.graphs)
+                results: Any = run_population(self._pipeline, self._round_fn, tasks, self._ctx, self.graphs)
             except Exception as err:  # noqa: BLE001 - the batch failed: every pod of it did
                 results = err
-            self._resolve(batch, results)
+            self._job_done(batch, carried, results)
             return
         if self.mode == "process":
             job = self._submit_process(batch)
@@ -316,7 +372,54 @@ class PopulationBackend:
             )
             batch.started = time.monotonic()
             job = batch.handle.future()
-        job.add_done_callback(lambda f: self._resolve(batch, f))
+        job.add_done_callback(lambda f: self._job_done(batch, carried, f))
+
+    def _drain(self) -> None:
+        """The held round's outcomes, once the orchestrator had room and submitted nothing."""
+        held = self._held
+        if held is None or not self._offered or self._jobs:
+            return
+        self._held = None
+        with self._lock:
+            self._jobs += 1
+        if self.mode == "inline":
+            assert self._pipeline is not None
+            self._job_done(None, held, self._pipeline.drain())
+            return
+        assert self._executor is not None
+        try:
+            job = self._executor.submit(_worker_drain)
+        except cf.process.BrokenProcessPool as err:
+            self._job_done(None, held, err)
+            return
+        job.add_done_callback(lambda f: self._job_done(None, held, f))
+
+    def _job_done(self, batch: _Batch | None, carried: _Batch | None, job: Any) -> None:
+        """A job ended: ``job`` (a result, an exception, or the future of either) holds ``batch``'s
+        outcomes, or with overlap ``carried``'s (the round before); a lost worker fails both."""
+        with self._lock:
+            self._jobs -= 1
+        if isinstance(job, cf.Future):
+            try:
+                job = job.result()
+            except BaseException as err:  # noqa: BLE001 - the worker was lost: its rounds' pods fail
+                job = err
+        if not self.overlap:
+            assert batch is not None
+            self._resolve(batch, job)
+            return
+        if isinstance(job, BaseException):
+            if batch is not None and self._held is batch:
+                self._held = None
+            for lost in (carried, batch):
+                if lost is not None:
+                    self._resolve(lost, job)
+            return
+        if carried is not None:
+            # (None: a new worker, which never saw that round: its outcomes were lost with the old one)
+            self._resolve(
+                carried, RoundError("worker lost: a new worker holds no outcome") if job is None else job
+            )
 
     def _threads(self) -> int:
         return max(1, int(self.cpus_per_population))
@@ -335,6 +438,8 @@ class PopulationBackend:
         """Hand a finished population's outcomes to its pods' futures (all of them, then nothing else
         is offered until the orchestrator has taken them in: see :meth:`capacity`)."""
         with self._lock:
+            if batch.done:
+                return  # (already failed: a killed worker's round)
             if batch in self._running:
                 self._running.remove(batch)
             batch.done = True
@@ -343,7 +448,7 @@ class PopulationBackend:
                 job = job.result()
             except BaseException as err:  # noqa: BLE001 - the worker was lost: every pod's future raises it
                 job = err
-        _log_phases(batch, job)
+        log_phases(log, len(batch.tasks), job)
         for i, future in enumerate(batch.futures):
             if isinstance(job, BaseException):
                 future.set_exception(job)
@@ -374,12 +479,18 @@ class PopulationBackend:
                 process.kill()
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = self._new_executor()
+            held, self._held = self._held, None  # (its outcomes died with the worker)
+            if held is not None and not self._jobs:
+                self._resolve(held, RoundError("worker killed to stop a hung round"))
         elif self.mode == "ray" and batch.handle is not None:
             import ray
 
             ray.cancel(batch.handle, force=True)
 
     def close(self, abort: bool = False) -> None:
+        if self._pipeline is not None:
+            self._pipeline.close()
+            self._pipeline = None
         if self._executor is not None:
             self._executor.shutdown(wait=not abort, cancel_futures=True)
             self._executor = None

@@ -58,6 +58,9 @@ class TournamentArgs:
     envs_per_pod: int = 0
     """population backend: envs per pod (0: the run's ``[env] num_envs``, or more where the sizing
     probe on a GPU finds more faster: agents.population.sizing)"""
+    overlap_rounds: bool | None = None
+    """population backend: train the next population while the last one is scored and written (its
+    pods then come from a board one population behind); None: on for a CUDA device (one worker)"""
     address: str | None = None
     """ray: address of an existing cluster (None: start a local one); population: run each
     population on that Ray cluster, one per GPU (None: on this machine)"""

@@ -27,7 +27,11 @@ def retrain(
     if home is not None:
         context.set_home(home)
     cfg = load_config(config)
-    outcome = pipeline.run_retrain(cfg, context.home())
+    try:
+        outcome = pipeline.run_retrain(cfg, context.home())
+    finally:
+        if cfg.alerts.command or cfg.alerts.webhook:
+            _alert(context.home(), config)
     if json_out:
         typer.echo(json.dumps(outcome.to_dict(), sort_keys=True, default=str))
         return
@@ -38,3 +42,15 @@ def retrain(
         + (f", bundle {outcome.bundle}" if outcome.bundle else ""),
         highlight=False,
     )
+
+
+def _alert(home: Path, config: Path | None) -> None:
+    """The retrain's outcome to the ``[alerts]`` hook at once (not at the watchdog's next run); best
+    effort: the retrain's own result is what this command reports."""
+    from app.workflows.status import check_and_notify
+    from data.errors import PodracerError, one_line
+
+    try:
+        check_and_notify(home, config=config)
+    except (PodracerError, OSError) as err:
+        context.err_console.print(f"warning: alerts not sent: {one_line(err)}", highlight=False)

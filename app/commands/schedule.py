@@ -97,7 +97,9 @@ def print_(
 
     Records what it prints in <home>/schedule.json, for `podracer status`.
     """
-    # Imported here: app.nightly loads pandas through data.calendar (see _TZ_HELP above).
+    # Imported here: app.nightly loads pandas through data.calendar (see _TZ_HELP above); the
+    # config loads torch.
+    from app.config import load_config
     from app.nightly.cron import DEFAULT_TZ
     from app.nightly.os_schedule import (
         crontab_text,
@@ -105,6 +107,8 @@ def print_(
         paper_unit,
         systemd_text,
         systemd_units,
+        watch_crontab_text,
+        watch_units,
     )
 
     tz = tz or DEFAULT_TZ
@@ -112,12 +116,21 @@ def print_(
         context.set_home(home)
     if config is not None and not config.is_file():
         raise ConfigError(f"config file not found: {config}")
+    # The whole config, before anything is printed or recorded: a job that would fail every night
+    # before writing anything status can read is refused now.
+    budget = load_config(config).nightly.max_minutes
     home_dir = context.home()
     if fmt == "crontab":
-        text = crontab_text(cron, tz=tz, home=home_dir, config=config) + "\n" + paper_crontab_text(home_dir)
+        text = "\n".join(
+            [
+                crontab_text(cron, tz=tz, home=home_dir, config=config),
+                paper_crontab_text(home_dir),
+                watch_crontab_text(home_dir, config),
+            ]
+        )
     elif fmt == "systemd":
-        units = systemd_units(cron, tz=tz, home=home_dir, config=config) | paper_unit(home_dir)
-        text = systemd_text(units)
+        units = systemd_units(cron, tz=tz, home=home_dir, config=config, max_minutes=budget)
+        text = systemd_text(units | paper_unit(home_dir) | watch_units(home_dir, config))
     else:
         raise ConfigError(f"--format {fmt!r}: choose crontab or systemd")
     _record(home_dir, cron=cron, tz=tz, config=config, fmt=fmt)

@@ -1,12 +1,16 @@
-"""`podracer status [--json] [--cron EXPR --tz TZ]`: the operating loop in one screen.
+"""`podracer status [--json] [--cron EXPR --tz TZ] [--config TOML] [--notify] [--unit-failed UNIT]`:
+the operating loop in one screen.
 
-Exit status: 0 when healthy, 1 when something needs the operator (a stale or failing paper loop, a
-refused champion bundle, gone tickers, an unreadable store); see app/workflows/status.py.
+Exit status: 0 when healthy, 1 when something needs the operator (one line per problem: the checks
+are listed in app/alerts.py, CHECKS). ``--notify`` sends each new problem, and each one that
+cleared, once to the ``[alerts]`` hook (the watchdog the schedule installs runs it every 5 minutes);
+``--unit-failed`` is what a systemd unit's ``OnFailure=`` runs.
 """
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -30,15 +34,44 @@ def status(
         help="The schedule's IANA time zone \\[default: the recorded one, else the exchange's].",
         show_default=False,
     ),
+    config: Path = typer.Option(
+        None,
+        "--config",
+        help="TOML config: its \\[alerts] and \\[nightly] max_minutes \\[default: the recorded schedule's].",
+        show_default=False,
+    ),
+    notify: bool = typer.Option(
+        False, "--notify", help="Send new and cleared problems to the \\[alerts] hook."
+    ),
+    silent: bool = typer.Option(False, "--silent", help="Print only what --notify did (the watchdog)."),
+    unit_failed: str = typer.Option(
+        None, "--unit-failed", help="Raise 'systemd unit UNIT failed' first (OnFailure=); implies --notify."
+    ),
 ) -> None:
-    """Champion, last and next retrain, the paper loop's heartbeat, kill switch, gone tickers, today's P&L."""
+    """Champion, last and next retrain, the paper loop's heartbeat, kill switch, gone tickers, today's
+    P&L, and every problem that needs a person (exit 1)."""
     # Imported here, not at module top: it loads pandas, which `podracer --help` must not (app.commands).
-    from app.workflows.status import gather_status
+    from app.alerts import raise_problem
+    from app.workflows.status import check_and_notify, gather_status
 
-    state = gather_status(context.home(), cron=cron, tz=tz)
-    if json_out:
-        typer.echo(json.dumps(state.to_dict(), sort_keys=True, default=str))
+    home = context.home()
+    if unit_failed:
+        raise_problem(
+            home, f"unit_failed:{unit_failed}", f"systemd unit {unit_failed} failed", check="unit_failed"
+        )
+    if notify or unit_failed:
+        state, sent = check_and_notify(home, cron=cron, tz=tz, config=config)
+        if sent.raised or sent.cleared or sent.failed:
+            context.err_console.print(
+                f"alerts: {len(sent.raised)} sent, {len(sent.cleared)} cleared"
+                + (f", {len(sent.failed)} not delivered (retried next time)" if sent.failed else ""),
+                highlight=False,
+            )
     else:
+        state = gather_status(home, cron=cron, tz=tz, config=config)
+    if json_out and not silent:
+        typer.echo(json.dumps(state.to_dict(), sort_keys=True, default=str))
+    elif not silent:
         for line in status_lines(state):
             context.console.print(line, highlight=False, soft_wrap=True)
     if not state.healthy:

@@ -10,51 +10,21 @@ from typing import Any
 import typer
 
 from app import context
+from app.settings_docs import cli_help
 from data.errors import ConfigError
 
+#: The scope of the flags only a tournament reads (a single run refuses them).
+TOURNAMENT = "Tournament: "
 
-def _tournament_overrides(
-    pods: int | None,
-    budget_steps: int | None,
-    budget_minutes: float | None,
-    backend: str | None,
-    workers: int | None,
-    address: str | None,
-    envs_per_pod: int | None = None,
-) -> dict[str, Any]:
-    """``[tournament]`` fields set on the command line. One budget given alone replaces both."""
-    given = {
-        "pods": pods,
-        "envs_per_pod": envs_per_pod,
-        "budget_steps": budget_steps,
-        "budget_minutes": budget_minutes,
-        "backend": backend,
-        "workers": workers,
-        "address": address,
-    }
-    overrides = {k: v for k, v in given.items() if v is not None}
-    if budget_steps is not None and budget_minutes is None:
-        overrides["budget_minutes"] = None
-    if budget_minutes is not None and budget_steps is None:
-        overrides["budget_steps"] = None
+
+def _tournament_overrides(given: dict[str, Any]) -> dict[str, Any]:
+    """``[tournament]`` fields set on the command line (``given``: flag -> value, None = not given).
+    One budget given alone replaces both."""
+    overrides = {flag[2:].replace("-", "_"): v for flag, v in given.items() if v is not None}
+    for one, other in (("budget_steps", "budget_minutes"), ("budget_minutes", "budget_steps")):
+        if one in overrides and other not in overrides:
+            overrides[other] = None
     return overrides
-
-
-def _refuse_unused(given: dict[str, Any], applies_to: str) -> None:
-    """One line for flags the chosen kind of run would not read (none is silently ignored)."""
-    unused = [flag for flag, value in given.items() if value is not None]
-    if unused:
-        raise ConfigError(f"{', '.join(unused)}: only for {applies_to}")
-
-
-def _check_backend_flags(cfg: Any, overrides: dict[str, Any]) -> None:
-    """Refuse a tournament flag the run's backend would not read (the config's own settings are
-    checked when the backend is built: ``agents.tournament.backend_choice.check_settings``)."""
-    from agents.tournament.backend_choice import resolve_backend
-
-    chosen = resolve_backend(cfg.tournament.backend, cfg.agent.device, cfg.agent.algo)
-    if "workers" in overrides and chosen == "ray":
-        raise ConfigError("--workers: the ray backend sizes its pool from the cluster's resources; drop it")
 
 
 def _tournament_command(
@@ -68,7 +38,7 @@ def _tournament_command(
     # Imported here, not at module top: they load torch, which `podracer --help` must not (app.commands).
     from app import render
     from app.config import load_config
-    from app.workflows.training import stored_config_path, train_tournament
+    from app.workflows.training import check_backend_flags, stored_config_path, train_tournament
 
     if resume is not None and config is not None:
         raise ConfigError("--resume uses the run's own config.toml: drop --config")
@@ -77,7 +47,7 @@ def _tournament_command(
         cfg = cfg.with_updates(tournament=overrides)
     if agent:
         cfg = cfg.with_updates(agent=agent)
-    _check_backend_flags(cfg, overrides)
+    check_backend_flags(cfg, overrides)
     progress = render.TournamentLive.factory(enabled=not json_out)
     result = train_tournament(cfg, context.home(), run=run, resume=resume, progress=progress)
     if json_out:
@@ -99,36 +69,24 @@ def train(
     algo: str = typer.Option(None, "--algo", help="ppo or sac \\[default: the config's agent.algo]."),
     config: Path = typer.Option(None, "--config", help="TOML config file \\[default: built-in defaults]."),
     run: str = typer.Option(None, "--run", help="Run name \\[default: <UTC time>-<algo>]."),
-    steps: int = typer.Option(
-        None, "--steps", min=1, help="Env-steps to train \\[default: agent.total_steps]."
-    ),
+    steps: int = typer.Option(None, "--steps", min=1, help=cli_help("agent.total_steps")),
     json_out: bool = typer.Option(False, "--json", help="Print the run summary as JSON (no progress bar)."),
     threads: int = typer.Option(
         None, "--threads", min=1, help="torch intra-op threads \\[default: torch's]; 1 is best on a busy CPU."
     ),
     tournament: bool = typer.Option(False, "--tournament", help="Run a podracer tournament of many pods."),
-    pods: int = typer.Option(
-        None,
-        "--pods",
-        min=1,
-        help="Tournament: pods training at once; population backend: the population size \\[tournament.pods].",
+    pods: int = typer.Option(None, "--pods", min=1, help=cli_help("tournament.pods", TOURNAMENT)),
+    budget_steps: int = typer.Option(
+        None, "--budget-steps", min=1, help=cli_help("tournament.budget_steps", TOURNAMENT)
     ),
-    budget_steps: int = typer.Option(None, "--budget-steps", min=1, help="Tournament: total env-steps."),
-    budget_minutes: float = typer.Option(None, "--budget-minutes", min=0.0, help="Tournament: wall time."),
-    backend: str = typer.Option(
-        None, "--backend", help="Tournament: auto, local, ray or population \\[tournament.backend]."
+    budget_minutes: float = typer.Option(
+        None, "--budget-minutes", min=0.0, help=cli_help("tournament.budget_minutes", TOURNAMENT)
     ),
-    workers: int = typer.Option(
-        None, "--workers", min=0, help="Tournament, local and population: processes (0 = inline)."
-    ),
-    address: str = typer.Option(
-        None, "--address", help="Tournament, ray and population: address of a Ray cluster."
-    ),
+    backend: str = typer.Option(None, "--backend", help=cli_help("tournament.backend", TOURNAMENT)),
+    workers: int = typer.Option(None, "--workers", min=0, help=cli_help("tournament.workers", TOURNAMENT)),
+    address: str = typer.Option(None, "--address", help=cli_help("tournament.address", TOURNAMENT)),
     envs_per_pod: int = typer.Option(
-        None,
-        "--envs-per-pod",
-        min=1,
-        help="Tournament, population: envs per pod \\[tournament.envs_per_pod; default: chosen].",
+        None, "--envs-per-pod", min=1, help=cli_help("tournament.envs_per_pod", TOURNAMENT)
     ),
     resume: str = typer.Option(None, "--resume", help="Tournament: continue the run RUN after a stop."),
 ) -> None:
@@ -138,7 +96,7 @@ def train(
 
     from app import render
     from app.config import load_config
-    from app.workflows.training import train_single
+    from app.workflows.training import refuse_unused, train_single
 
     given = {
         "--pods": pods,
@@ -150,14 +108,12 @@ def train(
         "--envs-per-pod": envs_per_pod,
     }
     if tournament or resume is not None:
-        _refuse_unused({"--threads": threads, "--steps": steps}, "a single run (drop --tournament)")
-        overrides = _tournament_overrides(
-            pods, budget_steps, budget_minutes, backend, workers, address, envs_per_pod
-        )
+        refuse_unused({"--threads": threads, "--steps": steps}, "a single run (drop --tournament)")
+        overrides = _tournament_overrides(given)
         agent = {"algo": algo} if algo is not None else {}
         _tournament_command(config, run, resume, overrides, agent, json_out)
         return
-    _refuse_unused(given, "a tournament (add --tournament)")
+    refuse_unused(given, "a tournament (add --tournament)")
     if threads is not None:
         # Small per-op tensors: on a loaded machine extra intra-op threads mostly wait on each other.
         torch.set_num_threads(threads)

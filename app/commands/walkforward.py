@@ -10,6 +10,7 @@ from typing import Any
 import typer
 
 from app import context
+from app.settings_docs import cli_help
 from data.errors import ConfigError
 
 
@@ -27,20 +28,18 @@ def walkforward(
     config: Path = typer.Option(None, "--config", help="TOML config file \\[default: built-in defaults]."),
     run: str = typer.Option(None, "--run", help="Run name \\[default: <UTC time>-walkforward]."),
     resume: str = typer.Option(None, "--resume", help="Continue the walk-forward RUN after a stop or kill."),
-    window: str = typer.Option(None, "--window", help="rolling or expanding \\[walkforward.window]."),
+    window: str = typer.Option(None, "--window", help=cli_help("walkforward.window")),
     step_sessions: int = typer.Option(
-        None, "--step-sessions", min=1, help="Retrain cadence in sessions (21 monthly, 5 weekly)."
+        None, "--step-sessions", min=1, help=cli_help("walkforward.step_sessions")
     ),
-    folds: int = typer.Option(None, "--folds", min=1, help="At most this many folds \\[all the data holds]."),
+    folds: int = typer.Option(None, "--folds", min=1, help=cli_help("walkforward.num_folds")),
     budget_steps: int = typer.Option(
-        None, "--budget-steps", min=1, help="Env-steps of each fold's tournament."
+        None, "--budget-steps", min=1, help=cli_help("walkforward.budget_steps")
     ),
     budget_minutes: float = typer.Option(
-        None, "--budget-minutes", min=0.0, help="Wall minutes of each fold's tournament."
+        None, "--budget-minutes", min=0.0, help=cli_help("walkforward.budget_minutes")
     ),
-    gate: str = typer.Option(
-        None, "--gate", help="nightly (the retrain gate) or always \\[walkforward.gate]."
-    ),
+    gate: str = typer.Option(None, "--gate", help=cli_help("walkforward.gate")),
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON (no progress display)."),
 ) -> None:
     """Replay nightly retraining fold by fold; the policies in charge trade one out-of-sample account."""

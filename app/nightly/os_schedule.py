@@ -11,11 +11,19 @@ Beside the retrain, the paper loop (``podracer paper --champion``), a long-runni
 supervisor: a watchdog line every minute that starts the loop unless it runs, under ``flock -n``).
 Both read the Alpaca paper keys from :data:`KEYS_FILE`, never from the unit or the crontab.
 
+Problems reach a person (``app.alerts``): a watchdog runs ``podracer status --notify`` every
+:data:`WATCH_MINUTES` minutes (:func:`watch_units`, :func:`watch_crontab_text`), which sends each new
+problem and each clear to the ``[alerts]`` hook; the systemd units add ``OnFailure=`` to
+``podracer-alert@.service``, which runs ``podracer status --unit-failed <unit>`` (the same hook, at
+once). The retrain's service stops a run at ``TimeoutStartSec=``: the config's ``[nightly]
+max_minutes`` (which the run enforces itself first) plus :data:`TIMEOUT_SLACK_MINUTES`.
+
 Commands use absolute paths only (:func:`retrain_command`): OS schedulers start in another directory.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import shlex
 import shutil
@@ -27,6 +35,11 @@ from app.nightly.cron import DEFAULT_TZ, parse_cron, zone
 
 UNIT_NAME = "podracer-retrain"
 PAPER_UNIT_NAME = "podracer-paper"
+WATCH_UNIT_NAME = "podracer-watch"
+ALERT_UNIT_NAME = "podracer-alert"  # a template: podracer-alert@<failed unit>.service
+WATCH_MINUTES = 5  # how often the watchdog runs `podracer status --notify`
+# The run stops itself at max_minutes; systemd kills it only if that clean stop hangs.
+TIMEOUT_SLACK_MINUTES = 10
 # APCA_API_KEY_ID=... and APCA_API_SECRET_KEY=..., one per line (chmod 600): systemd's EnvironmentFile
 # and a shell's `.` both read this form, so the service and the crontab share it.
 KEYS_FILE = ".config/podracer/alpaca.env"  # under the user's home directory
@@ -94,6 +107,16 @@ def retrain_command(home: str | os.PathLike[str], config: str | os.PathLike[str]
     return argv
 
 
+def status_command(
+    home: str | os.PathLike[str], config: str | os.PathLike[str] | None, *extra: str
+) -> list[str]:
+    """The argv of the watchdog's ``podracer status --notify`` (``extra``: more options)."""
+    argv = [*podracer_executable(), "--home", str(Path(home).resolve()), "status", "--notify"]
+    if config is not None:
+        argv += ["--config", str(Path(config).resolve())]
+    return [*argv, *extra]
+
+
 def paper_command(home: str | os.PathLike[str]) -> list[str]:
     """The argv of the paper loop on the registry's champion, absolute paths only."""
     return [*podracer_executable(), "--home", str(Path(home).resolve()), "paper", "--champion"]
@@ -121,6 +144,21 @@ def crontab_text(
         "# the system time zone instead.\n"
         f"CRON_TZ={tz}\n"
         f"{spec.expr} {command}\n"
+    )
+
+
+def watch_crontab_text(home: str | os.PathLike[str], config: str | os.PathLike[str] | None) -> str:
+    """The crontab block of the watchdog: ``podracer status --notify`` every few minutes."""
+    home_abs = Path(home).resolve()
+    log_file = home_abs / "logs" / "alerts.log"
+    command = " ".join(shlex.quote(a) for a in status_command(home, config, "--silent"))
+    command = (
+        f"mkdir -p {shlex.quote(str(log_file.parent))} && {command} >> {shlex.quote(str(log_file))} 2>&1"
+    )
+    return (
+        "# podracer watchdog: every problem `podracer status` finds (a failed or overdue retrain, a stale\n"
+        "# or halted paper loop, ...) goes once to the [alerts] hook of the config, and once when it clears.\n"
+        f"*/{WATCH_MINUTES} * * * * {command.replace('%', chr(92) + '%')}\n"
     )
 
 
@@ -164,9 +202,12 @@ def systemd_units(
     home: str | os.PathLike[str],
     config: str | os.PathLike[str] | None,
     name: str = UNIT_NAME,
+    max_minutes: float | None = None,
 ) -> dict[str, str]:
-    """``{"<name>.service": text, "<name>.timer": text}`` for a user or system systemd instance."""
+    """``{"<name>.service": text, "<name>.timer": text}`` for a user or system systemd instance;
+    ``max_minutes``: the config's retrain budget (``TimeoutStartSec`` = it plus the slack)."""
     calendar_spec = on_calendar(expr, tz)
+    timeout = "infinity" if max_minutes is None else f"{math.ceil(max_minutes + TIMEOUT_SLACK_MINUTES)}min"
     home_abs = Path(home).resolve()
     exec_start = " ".join(_systemd_quote(a) for a in retrain_command(home, config))
     service = (
@@ -174,9 +215,12 @@ def systemd_units(
         "Description=podracer nightly retrain (champion vs challenger)\n"
         "After=network-online.target\n"
         "Wants=network-online.target\n"
+        f"OnFailure={ALERT_UNIT_NAME}@%n.service\n"
         "\n"
         "[Service]\n"
         "Type=oneshot\n"
+        # A oneshot's start is the whole run: past its budget plus slack it is stopped (and fails).
+        f"TimeoutStartSec={timeout}\n"
         # Relative paths inside the config resolve as they do for the user who printed these units.
         f"WorkingDirectory={_systemd_quote(str(Path.cwd()))}\n"
         f"Environment=PODRACER_HOME={_systemd_quote(str(home_abs))}\n"
@@ -215,6 +259,7 @@ def paper_unit(home: str | os.PathLike[str], name: str = PAPER_UNIT_NAME) -> dic
         # A loop failing at every start (bad keys) stops being restarted after 5 tries in 10 minutes.
         "StartLimitIntervalSec=600\n"
         "StartLimitBurst=5\n"
+        f"OnFailure={ALERT_UNIT_NAME}@%n.service\n"
         "\n"
         "[Service]\n"
         "Type=simple\n"
@@ -234,6 +279,37 @@ def paper_unit(home: str | os.PathLike[str], name: str = PAPER_UNIT_NAME) -> dic
     return {f"{name}.service": service}
 
 
+def watch_units(home: str | os.PathLike[str], config: str | os.PathLike[str] | None) -> dict[str, str]:
+    """The watchdog (``podracer-watch.service`` + ``.timer``: ``podracer status --notify`` every
+    :data:`WATCH_MINUTES` minutes) and ``podracer-alert@.service``, which ``OnFailure=`` starts with
+    the failed unit's name."""
+    home_abs = Path(home).resolve()
+    common = (
+        "[Service]\n"
+        "Type=oneshot\n"
+        f"WorkingDirectory={_systemd_quote(str(Path.cwd()))}\n"
+        f"Environment=PODRACER_HOME={_systemd_quote(str(home_abs))}\n"
+        # status exits 1 while there are problems: that is its answer, not the watchdog failing.
+        "SuccessExitStatus=1\n"
+    )
+    watch = " ".join(_systemd_quote(a) for a in status_command(home, config, "--silent"))
+    alert = " ".join(_systemd_quote(a) for a in status_command(home, config, "--silent", "--unit-failed"))
+    return {
+        f"{WATCH_UNIT_NAME}.service": (
+            "[Unit]\nDescription=podracer watchdog: problems to the [alerts] hook\n\n"
+            f"{common}ExecStart={watch}\n"
+        ),
+        f"{WATCH_UNIT_NAME}.timer": (
+            f"[Unit]\nDescription=podracer watchdog every {WATCH_MINUTES} minutes\n\n"
+            f"[Timer]\nOnCalendar=*:0/{WATCH_MINUTES}\nPersistent=true\nUnit={WATCH_UNIT_NAME}.service\n\n"
+            "[Install]\nWantedBy=timers.target\n"
+        ),
+        f"{ALERT_UNIT_NAME}@.service": (
+            f"[Unit]\nDescription=podracer alert: unit %i failed\n\n{common}ExecStart={alert} %i\n"
+        ),
+    }
+
+
 def spec_comment(expr: str, tz: str) -> str:
     """``'0 2 * * 1-5' (cron) in <tz>`` with any % doubled for systemd."""
     return f"'{parse_cron(expr).expr}' (cron) in {tz}".replace("%", "%%")
@@ -244,16 +320,19 @@ def systemd_text(units: dict[str, str]) -> str:
     out = []
     for filename, body in units.items():
         out.append(f"# ---- {filename} ----\n{body}")
-    timer = next(f for f in units if f.endswith(".timer"))
+    timers = [f for f in units if f.endswith(".timer")]
+    # Services a timer starts, and templates (started by OnFailure=), are not enabled themselves.
     services = [
-        f for f in units if f.endswith(".service") and f.removesuffix(".service") + ".timer" not in units
+        f
+        for f in units
+        if f.endswith(".service") and "@" not in f and f.removesuffix(".service") + ".timer" not in units
     ]
-    enable = " ".join([timer, *services])
+    enable = " ".join([*timers, *services])
     lines = [
         "# install (per user): copy the files to ~/.config/systemd/user/, then",
         f"#   systemctl --user daemon-reload && systemctl --user enable --now {enable}",
         "#   loginctl enable-linger $USER   # keep user units running while logged out",
-        f"# check: systemctl --user list-timers {timer}",
+        f"# check: systemctl --user list-timers {' '.join(timers)}",
     ]
     for service in services:
         lines += [

@@ -28,6 +28,8 @@ paper trading while in charge (``app.nightly.record.champion_timeline``).
 
 Any failure before step 6 commits leaves the previous champion in place; the failure itself is
 recorded as a ``failed`` decision (best effort) and raised as a one-line :class:`RetrainError`.
+A run past ``[nightly] max_minutes`` is such a failure (``app.nightly.budget``): it is stopped
+wherever it waits, recorded as failed with the budget as its reason, and its lock released.
 
 This module is the orchestration: the lock, the order of the steps, the decision and the record. The
 data, tournament, evaluation and export steps live in ``app.nightly.steps``; they are injectable
@@ -47,6 +49,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from app.nightly.budget import time_budget
 from app.nightly.decide import decide, decision_record, failure_record, finite, overlap_note
 from app.nightly.lock import RETRAIN_LOCK_NAME, ProcessLock
 from app.nightly.record import SELECTION
@@ -118,7 +121,10 @@ def run_retrain(
         raise ConfigError(f"unknown retrain step(s) {sorted(unknown)}; steps are {', '.join(STEPS)}")
     nightly = config.nightly
     fitness = nightly.fitness or config.tournament.fitness
-    with ProcessLock(home / LOCK_NAME, command="podracer retrain"):
+    with (
+        ProcessLock(home / LOCK_NAME, command="podracer retrain"),
+        time_budget(nightly.max_minutes) as budget,
+    ):
         started_at, t0 = _now(), time.monotonic()
         champion = current_champion(home)
         champion_id = champion["run_id"] if champion else None
@@ -138,6 +144,7 @@ def run_retrain(
             hook = faults.get(name)
             if hook is not None:
                 hook()
+            budget.check()  # off the main thread the timer cannot interrupt a step: check between them
 
         try:
             data = steps.update_data(config, home)

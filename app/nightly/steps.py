@@ -393,6 +393,9 @@ def merge_results(a: engine.BacktestResult, b: engine.BacktestResult) -> engine.
         name: torch.cat([getattr(a, name), getattr(b, name)], dim=1)
         for name in ("equity", "returns", "weights", "costs", "turnover", "trades", "trade_costs")
     }
+    for name in ("shares", "spread_costs", "impact_costs"):  # per-fill detail, where both have it
+        both = getattr(a, name) is not None and getattr(b, name) is not None
+        cat[name] = torch.cat([getattr(a, name), getattr(b, name)], dim=1) if both else None
     day_equity = None
     if a.day_equity is not None and b.day_equity is not None:
         day_equity = torch.cat([a.day_equity, b.day_equity], dim=1)

@@ -51,7 +51,7 @@ class Heartbeat(Artifact):
     time: str  # wall clock (UTC, ISO) when written
     status: str  # the cycle's (app.paper.cycle.CycleResult.status)
     mode: str  # "champion" | "bundle"
-    interval_s: float  # seconds between two decisions
+    interval_s: float = Field(gt=0)  # seconds between two decisions
     next_due: str  # wall clock (UTC, ISO) of the next cycle
     bundle_id: str | None = None
     run_id: str | None = None
@@ -121,4 +121,7 @@ def read_heartbeat(home: str | os.PathLike[str]) -> Heartbeat | None:
     try:
         return Heartbeat.read(path)
     except ArtifactError as err:
-        raise ArtifactError(f"{err}; the paper loop rewrites it each cycle") from None
+        problem = str(err)[len(str(path)) :].lstrip(":").strip().removeprefix("is ")
+        raise ArtifactError(
+            f"{path} is unreadable ({problem}): the paper loop rewrites it each cycle"
+        ) from None

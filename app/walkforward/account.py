@@ -92,6 +92,8 @@ class StitchedAccount:
             feature_names=self.names,
             tradable=window.tradable,
             listed=window.listed,
+            daily_vol=window.daily_vol,
+            adv=window.adv,
         )
 
     def run(self) -> BacktestResult:

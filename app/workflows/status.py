@@ -8,31 +8,49 @@ default; ``schedule["source"]`` says which), the paper loop's heartbeat
 the gone tickers the last cycle could not trade, and today's P&L (the journal's newest P&L row, when
 it is from today's session).
 
-``problems`` lists what needs the operator (a stale or failing loop, a refused champion bundle, an
-unreadable store, gone tickers); ``podracer status`` exits 1 when there is any. The kill switch is a
-state the operator chose, shown but not a problem. ``warnings`` lists what status could not read but
-worked around (an unreadable schedule record: the default schedule is shown); they are not problems.
+``problems`` lists what needs the operator, one line each, and ``checks`` the same as
+:class:`app.alerts.Problem` rows (check, key, message: what the alert hook sends); every check is named
+in :data:`app.alerts.CHECKS`: a missing or unreadable home, an unreadable registry, the last retrain
+failed, none since the schedule's last run time plus the budget and slack, a retrain holding its lock
+past its budget or killed mid-run, a stale, failing or halted paper loop, a session of ``no_data``
+cycles, a session whose orders were all rejected, books that do not reconcile with the broker
+(``app.paper.books``' record), gone tickers, and problems raised through ``app.alerts``.
+``podracer status`` exits 1 when there is any. The kill switch is a state the operator chose, shown
+but not a problem. ``warnings`` lists what status could not read but worked around (an unreadable
+schedule record: the default schedule is shown); they are not problems. Every text is scrubbed of
+secrets (``data.scrub``).
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from app.alerts import AlertSettings, NotifyReport, Problem, notify, raised_problems, read_settings
+from app.nightly.budget import MAX_MINUTES, SLACK_MINUTES
 from app.nightly.cron import DEFAULT_CRON, DEFAULT_TZ
+from app.nightly.lock import RETRAIN_LOCK_NAME, LockInfo, read_lock_info
 from app.nightly.registry import current_champion, read_decisions
 from app.nightly.schedule import cron_trigger, next_fire_times, read_schedule
+from app.paper.books import read_record as read_book_record
 from app.paper.heartbeat import STALE_INTERVALS, Heartbeat, read_heartbeat
-from app.paper.journal import latest_pnl
+from app.paper.journal import last_session_summary, latest_pnl
+from app.runs import list_runs
 from app.timestamps import local_time
 from data.calendar import exchange_date
 from data.errors import PodracerError, one_line
+from data.scrub import scrub_all
+
+RECENT_DECISIONS = 20  # decisions read: enough to count a run of failures
+ABANDONED_RUNS = 5  # newest run folders looked at for one left "running"
+NO_DATA_CYCLES = 3  # cycles without fresh bars that make an open session a problem before it ends
 
 
 @dataclass(frozen=True)
@@ -52,8 +70,13 @@ class Status:
     kill_switch: dict[str, Any]  # path, on
     gone: list[str]  # held tickers the broker will not trade: manual attention
     today: dict[str, Any] | None  # session, pnl, return, equity (None: no P&L row today)
-    problems: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # one line each
+    checks: list[dict[str, str]] = field(default_factory=list)  # app.alerts.Problem rows of ``problems``
     warnings: list[str] = field(default_factory=list)  # read around, not problems (see the module)
+
+    def problem_rows(self) -> list[Problem]:
+        """``checks`` as :class:`app.alerts.Problem` (what the alert hook sends)."""
+        return [Problem(row["check"], row["message"], row["key"]) for row in self.checks]
 
     @property
     def healthy(self) -> bool:
@@ -74,13 +97,15 @@ def _bundle_id(bundle: str | None) -> str | None:
     return str(value) if value else None
 
 
-def _registry(home: Path, problems: list[str]) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+def _registry(
+    home: Path, problems: list[Problem]
+) -> tuple[dict[str, Any] | None, dict[str, Any] | None, list[dict[str, Any]]]:
     try:
         champion = current_champion(home, timeout=2.0)
-        decisions = read_decisions(home, limit=1)
+        decisions = read_decisions(home, limit=RECENT_DECISIONS)
     except PodracerError as err:
-        problems.append(f"registry: {one_line(err)}")
-        return None, None
+        problems.append(Problem("registry", f"registry: {one_line(err)}"))
+        return None, None, []
     if champion is not None:
         keys = ("run_id", "promoted_at", "bundle", "decision_id")
         champion = {k: champion.get(k) for k in keys} | {"bundle_id": _bundle_id(champion.get("bundle"))}
@@ -88,14 +113,182 @@ def _registry(home: Path, problems: list[str]) -> tuple[dict[str, Any] | None, d
     if decisions:
         keys = ("id", "verdict", "decided_at", "reason", "challenger_run_id", "step")
         last = {k: decisions[-1].get(k) for k in keys}
-    return champion, last
+    return champion, last, decisions
 
 
-def _today(home: Path, now: datetime, problems: list[str]) -> dict[str, Any] | None:
+def _retrain_checks(
+    home: Path,
+    decisions: list[dict[str, Any]],
+    schedule: dict[str, Any],
+    settings: AlertSettings,
+    now: datetime,
+    problems: list[Problem],
+) -> None:
+    """The last retrain failed; none since the schedule's last run time (plus budget and slack); a
+    retrain holding its lock past its budget; one killed mid-run."""
+    if decisions and decisions[-1].get("verdict") == "failed":
+        failed = 0
+        for row in reversed(decisions):
+            if row.get("verdict") != "failed":
+                break
+            failed += 1
+        last = decisions[-1]
+        count = f"the last {failed} retrains failed" if failed > 1 else "last retrain failed"
+        problems.append(
+            Problem(
+                "retrain_failed",
+                f"{count} ({last.get('decided_at')}, step {last.get('step')}): {last.get('reason')}",
+            )
+        )
+    budget = settings.max_minutes if settings.max_minutes is not None else MAX_MINUTES
+    holder = _retrain_holder(home)
+    if holder is not None:
+        info, alive = holder
+        if alive and info.started_at is not None:
+            minutes = (now.timestamp() - info.started_at) / 60.0
+            if minutes > budget + SLACK_MINUTES:
+                problems.append(
+                    Problem(
+                        "retrain_stuck",
+                        f"a retrain has held its lock for {minutes:.0f} min ({info.describe()}), past its "
+                        f"budget of {budget:g} min: cron runs meanwhile exit 75",
+                    )
+                )
+        elif not alive and info.pid is not None:
+            problems.append(
+                Problem(
+                    "retrain_killed", f"a retrain died mid-run ({info.describe()}); its lock was left behind"
+                )
+            )
+    if not any(p.check in ("retrain_stuck", "retrain_killed") for p in problems) and (
+        holder is None or not holder[1]
+    ):
+        left = _abandoned_run(home)
+        if left is not None:
+            problems.append(
+                Problem("retrain_killed", f"nightly run {left} is still marked running but no retrain is")
+            )
+    if schedule.get("source") == "recorded":  # the installed schedule (--cron only shows another)
+        due = _last_due(schedule, now - timedelta(minutes=budget + SLACK_MINUTES))
+        written = schedule.get("written_at")
+        if due is not None and (written is None or pd.Timestamp(written) <= pd.Timestamp(due)):
+            latest = max((str(r.get("decided_at") or "") for r in decisions), default="")
+            if (not latest or pd.Timestamp(latest) < pd.Timestamp(due)) and not holder_alive(holder):
+                problems.append(
+                    Problem(
+                        "retrain_overdue",
+                        f"no retrain recorded since the scheduled run of {due.isoformat(timespec='minutes')} "
+                        f"(cron '{schedule['cron']}', {schedule['tz']}; budget {budget:g} min + "
+                        f"{SLACK_MINUTES:g} min slack)",
+                    )
+                )
+
+
+def holder_alive(holder: tuple[LockInfo, bool] | None) -> bool:
+    """Whether a live retrain holds the lock (``_retrain_holder``'s answer)."""
+    return holder is not None and holder[1]
+
+
+def _retrain_holder(home: Path) -> tuple[LockInfo, bool] | None:
+    """The retrain lock's holder info and whether a live process holds it (tested with a shared
+    non-blocking ``flock`` on a read-only descriptor: status writes nothing); None without a lock file."""
+    path = home / RETRAIN_LOCK_NAME
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        info = read_lock_info(path) or LockInfo(None, None, None, None)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return info, True
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return info, False
+    finally:
+        os.close(fd)
+
+
+def _abandoned_run(home: Path) -> str | None:
+    """The newest nightly run folder whose record still says ``running`` (none holds the lock)."""
+    for run in list_runs(home)[:ABANDONED_RUNS]:
+        if run.run_id.startswith("nightly-") and run.status() == "running":
+            return run.run_id
+    return None
+
+
+def _last_due(schedule: dict[str, Any], before: datetime) -> datetime | None:
+    """The last fire time of the schedule at or before ``before``."""
+    trigger = cron_trigger(schedule["cron"], schedule["tz"])
+    for lookback in (timedelta(days=1), timedelta(days=35)):
+        times = [t for t in next_fire_times(trigger, before - lookback, 2000) if t <= before]
+        if times:
+            return times[-1]
+    return None
+
+
+def _paper_checks(home: Path, now: datetime, problems: list[Problem]) -> None:
+    """The last session's cycles: all without fresh bars; every order sent rejected. The books."""
+    try:
+        summary = last_session_summary(home)
+    except Exception as err:  # noqa: BLE001 - sqlite3 errors of a damaged journal: reported, not raised
+        problems.append(Problem("journal", f"journal: {one_line(err)}"))
+        summary = None
+    if summary is not None:
+        over = summary["session"] < exchange_date(now).date().isoformat()
+        if summary["decisions"] == 0 and (
+            (over and summary["no_data"] >= 1) or summary["no_data"] >= NO_DATA_CYCLES
+        ):
+            problems.append(
+                Problem(
+                    "no_data",
+                    f"session {summary['session']}: no fresh bars in any of its {summary['no_data']} "
+                    "paper cycle(s): nothing decided",
+                )
+            )
+        if summary["sent"] and summary["rejected"] == summary["sent"]:
+            problems.append(
+                Problem(
+                    "orders_rejected",
+                    f"session {summary['session']}: all {summary['sent']} order(s) sent were rejected",
+                )
+            )
+    try:
+        books = read_book_record(home)
+    except PodracerError as err:
+        problems.append(Problem("books", f"books: {one_line(err)}"))
+        return
+    if books is not None and not books.matched:
+        problems.append(
+            Problem("books", f"books do not reconcile with the broker since {books.since}: {books.message}")
+        )
+
+
+def _raised(home: Path, last: dict[str, Any] | None, beat: Heartbeat | None) -> list[Problem]:
+    """Problems raised through ``app.alerts``, less a failed unit that has since run well (a later
+    retrain that did not fail; a later healthy heartbeat of the paper loop)."""
+    out = []
+    for problem, since in raised_problems(home):
+        if problem.check == "unit_failed" and since:
+            unit = problem.key.split(":", 1)[-1]
+            retrained = (
+                "retrain" in unit
+                and last is not None
+                and last.get("verdict") != "failed"
+                and str(last.get("decided_at") or "") > since
+            )
+            traded = "paper" in unit and beat is not None and beat.ok and beat.time > since
+            if retrained or traded:
+                continue
+        out.append(problem)
+    return out
+
+
+def _today(home: Path, now: datetime, problems: list[Problem]) -> dict[str, Any] | None:
     try:
         row = latest_pnl(home)
     except Exception as err:  # noqa: BLE001 - sqlite3 errors of a damaged journal: reported, not raised
-        problems.append(f"journal: {one_line(err)}")
+        problems.append(Problem("journal", f"journal: {one_line(err)}"))
         return None
     if row is None:
         return None
@@ -138,30 +331,51 @@ def schedule_source(schedule: dict[str, Any]) -> str:
     return "default schedule: none recorded"
 
 
+def _settings(
+    config: str | os.PathLike[str] | None, schedule: dict[str, Any], warnings: list[str]
+) -> AlertSettings:
+    """``[alerts]`` and the retrain budget of ``config``, else of the config the schedule records."""
+    path = config if config is not None else schedule.get("config")
+    try:
+        return read_settings(path)
+    except PodracerError as err:
+        warnings.append(f"{one_line(err)}; the default budget is assumed")
+        return AlertSettings()
+
+
 def gather_status(
     home: str | os.PathLike[str],
     *,
     cron: str | None = None,
     tz: str | None = None,
     now: datetime | None = None,
+    config: str | os.PathLike[str] | None = None,
 ) -> Status:
     """The operating loop's state (see the module docstring); ``now`` for tests.
 
     ``cron``/``tz``: the schedule of the next retrain (either given: the other is its default); neither:
-    the one recorded in ``<home>/schedule.json``, else the default.
+    the one recorded in ``<home>/schedule.json``, else the default. ``config``: the TOML whose
+    ``[nightly] max_minutes`` and ``[alerts]`` apply (default: the one the schedule records).
     """
     home = Path(home)
     now = now or datetime.now(UTC)
-    problems: list[str] = []
+    problems: list[Problem] = []
     warnings: list[str] = []
-    champion, last = _registry(home, problems)
     schedule = _schedule(home, cron, tz, warnings)
     schedule["described"] = schedule_source(schedule)
     upcoming = next_fire_times(cron_trigger(schedule["cron"], schedule["tz"]), now, 1)
+    next_retrain = upcoming[0].isoformat() if upcoming else None
+    if not home.is_dir() or not os.access(home, os.R_OK | os.X_OK):
+        what = "does not exist" if not home.exists() else "is not a readable folder"
+        problems.append(Problem("home", f"home {home} {what} (--home / PODRACER_HOME)"))
+        return _status(home, now, problems, warnings, schedule=schedule, next_retrain=next_retrain)
+    champion, last, decisions = _registry(home, problems)
+    settings = _settings(config, schedule, warnings)
+    _retrain_checks(home, decisions, schedule, settings, now, problems)
     try:
         beat: Heartbeat | None = read_heartbeat(home)
     except PodracerError as err:
-        problems.append(one_line(err))
+        problems.append(Problem("heartbeat", one_line(err)))
         beat = None
     loop, age, gone = "not started", None, []
     kill_path = Path(beat.kill_switch) if beat is not None and beat.kill_switch else home / "paper" / "KILL"
@@ -171,17 +385,31 @@ def gather_status(
         if beat.stale(now):
             loop = "stale"
             problems.append(
-                f"paper loop stale: last heartbeat {beat.time}, more than {STALE_INTERVALS} decision "
-                f"intervals ({STALE_INTERVALS * beat.interval_s / 60:g} min) of market hours ago"
+                Problem(
+                    "paper_stale",
+                    f"paper loop stale: last heartbeat {beat.time}, more than {STALE_INTERVALS} decision "
+                    f"intervals ({STALE_INTERVALS * beat.interval_s / 60:g} min) of market hours ago",
+                )
             )
         elif not beat.ok:
             loop = "failing"
+        elif beat.status == "halted":
+            loop = "halted"
         else:
             loop = "ok"
         if not beat.ok:
-            problems.append(f"paper loop: {beat.status}: {beat.alert or '; '.join(beat.messages) or '?'}")
+            problems.append(
+                Problem(
+                    "paper_failing",
+                    f"paper loop: {beat.status}: {beat.alert or '; '.join(beat.messages) or '?'}",
+                )
+            )
+        elif beat.status == "halted":
+            problems.append(Problem("paper_halted", f"paper loop halted: {'; '.join(beat.messages) or '?'}"))
         if gone:
-            problems.append(f"gone tickers need manual attention: {', '.join(gone)}")
+            problems.append(Problem("gone", f"gone tickers need manual attention: {', '.join(gone)}"))
+    _paper_checks(home, now, problems)
+    problems.extend(_raised(home, last, beat))
     pending = bool(
         champion
         and beat is not None
@@ -189,20 +417,58 @@ def gather_status(
         and beat.bundle_id is not None
         and champion.get("bundle_id") != beat.bundle_id
     )
-    return Status(
-        home=str(home),
-        now=now.isoformat(timespec="seconds"),
+    today = _today(home, now, problems)
+    return _status(
+        home,
+        now,
+        problems,
+        warnings,
+        schedule=schedule,
         champion=champion,
         last_decision=last,
-        next_retrain=upcoming[0].isoformat() if upcoming else None,
-        schedule=schedule,
+        next_retrain=next_retrain,
         heartbeat=beat.model_dump() if beat is not None else None,
         heartbeat_age_s=age,
         loop=loop,
         switch_pending=pending,
         kill_switch={"path": str(kill_path), "on": kill_path.exists()},
         gone=gone,
-        today=_today(home, now, problems),
-        problems=problems,
-        warnings=warnings,
+        today=today,
     )
+
+
+def _status(home: Path, now: datetime, problems: list[Problem], warnings: list[str], **fields: Any) -> Status:
+    """The :class:`Status`, its texts scrubbed, one problem per key (the first found)."""
+    unique = list({p.key: p for p in reversed(problems)}.values())[::-1]
+    defaults: dict[str, Any] = {
+        "champion": None,
+        "last_decision": None,
+        "next_retrain": None,
+        "heartbeat": None,
+        "heartbeat_age_s": None,
+        "loop": "not started",
+        "switch_pending": False,
+        "kill_switch": {"path": str(home / "paper" / "KILL"), "on": False},
+        "gone": [],
+        "today": None,
+    }
+    fields = {**defaults, **fields}
+    return Status(
+        home=str(home),
+        now=now.isoformat(timespec="seconds"),
+        **scrub_all(fields),
+        problems=[p.message for p in unique],
+        checks=[asdict(p) for p in unique],
+        warnings=scrub_all(warnings),
+    )
+
+
+def check_and_notify(
+    home: str | os.PathLike[str], *, config: str | os.PathLike[str] | None = None, **status_args: Any
+) -> tuple[Status, NotifyReport]:
+    """:func:`gather_status`, then each new problem and each cleared one to the ``[alerts]`` hook of
+    ``config`` (default: the recorded schedule's): ``podracer status --notify`` and the end of
+    every ``podracer retrain``."""
+    state = gather_status(home, config=config, **status_args)
+    settings = read_settings(config if config is not None else state.schedule.get("config"))
+    return state, notify(home, state.problem_rows(), settings)

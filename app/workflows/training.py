@@ -30,7 +30,7 @@ import torch
 from agents import ppo, sac
 from agents.ensemble import ENSEMBLE_POD, EnsemblePolicy
 from agents.policy import Checkpoint, Policy
-from agents.tournament.backend_choice import check_backend_args
+from agents.tournament.backend_choice import check_backend_args, resolve_backend
 from agents.tournament.orchestrator import TournamentArgs, TournamentResult, run_tournament
 from agents.tournament.pod import VALID_RETURNS, score_policy, write_valid_returns
 from agents.training import Event
@@ -179,6 +179,21 @@ def stored_config_path(home: str | Path, resume: str) -> Path:
     if not stored.is_file():
         raise ConfigError(f"--resume {resume!r}: no {stored.name} at {stored.parent}")
     return stored
+
+
+def refuse_unused(given: dict[str, Any], applies_to: str) -> None:
+    """One line for flags the chosen kind of run would not read (none is silently ignored)."""
+    unused = [flag for flag, value in given.items() if value is not None]
+    if unused:
+        raise ConfigError(f"{', '.join(unused)}: only for {applies_to}")
+
+
+def check_backend_flags(cfg: Any, overrides: dict[str, Any]) -> None:
+    """Refuse a tournament flag the run's backend would not read (the config's own settings are
+    checked when the backend is built: ``agents.tournament.backend_choice.check_settings``)."""
+    chosen = resolve_backend(cfg.tournament.backend, cfg.agent.device, cfg.agent.algo)
+    if "workers" in overrides and chosen == "ray":
+        raise ConfigError("--workers: the ray backend sizes its pool from the cluster's resources; drop it")
 
 
 def train_tournament(

@@ -167,6 +167,8 @@ def bars_only(full: MarketData) -> MarketData:
         feature_spec={"windows": dict((full.feature_spec or {}).get("windows") or {})},
         tradable=full.tradable,
         listed=full.listed,
+        daily_vol=full.daily_vol,
+        adv=full.adv,
     )
 
 

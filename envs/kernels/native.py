@@ -19,8 +19,8 @@ Only the configuration training uses is native: CPU, float32 prices and per-asse
 :func:`supports` says whether a call qualifies, :func:`kernel` whether a step does.
 
 The trading rules stay in :mod:`envs.trading` and :mod:`envs.core`, and :mod:`envs.fast_step`
-chooses this kernel: nothing here imports them (``params`` is an ``envs.trading.EnvParams``,
-``state`` an ``envs.trading.EnvState``, read by field name), and the kernel's failures come back as
+chooses this kernel: nothing here imports them (``params`` is an ``envs.params.EnvParams``,
+``state`` an ``envs.params.EnvState``, read by field name), and the kernel's failures come back as
 status codes that ``envs.trading.step`` turns into its errors.
 """
 
@@ -47,7 +47,7 @@ from torch import Tensor
 
 from data.atomic import atomic_path
 from data.market import MarketData
-from envs import memory
+from envs import execution, memory
 from envs.observation import obs_dim, obs_table
 from envs.tradability import fill_modes
 
@@ -170,7 +170,7 @@ def _load() -> object:
     fn = lib.podracer_step
     i64, i32, ptr = ctypes.c_int64, ctypes.c_int32, ctypes.c_void_p
     fn.restype = i64
-    fn.argtypes = [i64] * 8 + [i32, i32, ptr, i32] + [ptr] * 14 + [ptr] * 17
+    fn.argtypes = [i64] * 8 + [i32, i32, ptr, i32] + [ptr] * 16 + [ptr] * 17
     return fn
 
 
@@ -209,6 +209,15 @@ def supports(params, market, table: Tensor | None) -> bool:
         and market.close.dtype == torch.float32
         and market.open.is_contiguous()
         and market.close.is_contiguous()
+        and (
+            not params.execution
+            or (
+                market.volume.dtype == torch.float32
+                and market.volume.is_contiguous()
+                and market.volume.shape == prices
+                and market.volume.device.type == "cpu"
+            )
+        )
         and market.open.shape == prices
         and market.close.shape == prices
         and market.open.device.type == market.close.device.type == table.device.type == "cpu"
@@ -230,6 +239,10 @@ def params_vector(params) -> Tensor:
             params.bust_frac,
             params.max_weight,
             params.turnover_penalty,
+            execution.half_cost(params),
+            params.max_participation,
+            params.impact_coef,
+            params.min_order_notional,
         ],
         dtype=torch.float64,
     )
@@ -359,6 +372,7 @@ def step(
             )
         ),
         None if modes is None else modes.data_ptr(),
+        *((market.volume.data_ptr(), execution.impact_table(market).data_ptr()) if params.execution else (None, None)),
         *(
             x.data_ptr()
             for x in (

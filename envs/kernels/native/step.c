@@ -30,6 +30,10 @@ enum {
     P_BUST_FRAC,
     P_MAX_WEIGHT,
     P_TURNOVER_PENALTY,
+    P_HALF,              /* execution: slippage + half-spread, as a fraction of the open */
+    P_MAX_PARTICIPATION, /* execution: cap on a fill's share of the fill bar's volume (0: none) */
+    P_IMPACT_COEF,       /* execution: square-root impact coefficient */
+    P_MIN_NOTIONAL,      /* execution: orders under this many $ are not placed */
     P_COUNT
 };
 
@@ -54,6 +58,13 @@ static inline float clamp_min_f(float x, float lo) { return (x != x) ? x : (x < 
 static inline double maximum_d(double x, double y) { return (x != x || y != y) ? NAN : (x > y ? x : y); }
 static inline float minimum_f(float x, float y) { return (x != x || y != y) ? NAN : (x < y ? x : y); }
 
+/* envs/execution.py's frac(q): slippage + half-spread + square-root impact, at most 1. */
+static inline float fill_frac(float q, float impact, float coef, float half)
+{
+    const float f = sqrtf(q) * impact * coef + half;
+    return f > 1.0f ? 1.0f : f;
+}
+
 /* Returns -1 if any action is NaN or inf, -2 if a decision bar is outside [0, n_bars - 1 - k] (the
    outputs are then garbage and the caller raises), else the number of envs whose episode ended. */
 int64_t podracer_step(
@@ -64,8 +75,10 @@ int64_t podracer_step(
     const int64_t *t, const double *cash, const float *shares, const double *value, const double *peak,
     const int64_t *step_count, const double *sharpe_a, const double *sharpe_b, const int64_t *rng,
     const float *action,
-    /* market: (T, A) prices, (T, obs_width) observation template, (T, A) fill modes */
+    /* market: (T, A) prices, (T, obs_width) observation template, (T, A) fill modes, (T, A) volume
+       and impact scale (NULL: the execution model is off) */
     const float *open_all, const float *close_all, const float *table, const uint8_t *modes_all,
+    const float *volume_all, const float *impact_all,
     /* outputs */
     int64_t *t_out, double *cash_out, float *shares_out, double *value_out, double *peak_out,
     int64_t *step_count_out, double *a_out, double *b_out, int64_t *rng_out, float *reward_out,
@@ -110,6 +123,10 @@ int64_t podracer_step(
                 prefetch_row(close_all + (tn + k) * A, A * (int64_t)sizeof(float));
                 prefetch_row(table + (tn + k) * obs_width, obs_width * (int64_t)sizeof(float));
                 if (modes_all) prefetch_row(modes_all + (tn + 1) * A, A);
+                if (volume_all) {
+                    prefetch_row(volume_all + (tn + 1) * A, A * (int64_t)sizeof(float));
+                    prefetch_row(impact_all + tn * A, A * (int64_t)sizeof(float));
+                }
             }
 
         }
@@ -196,11 +213,60 @@ int64_t podracer_step(
             sell_notional = sells * (1.0 - slip);
             buy_notional = buys * (1.0 + slip);
         }
-        const double available = c + sell_notional * (1.0 - rate);
-        double needed = buy_notional * (1.0 + rate);
+        double available, needed, pos_sum = 0.0;
+        if (volume_all) {
+            /* The execution model, envs/core.py's _execute: the orders in tr[] (shares mode: sells
+               not yet limited to holdings) are capped by the fill bar's volume (an EXIT is not),
+               dust sells dropped; buys priced at their capped size give the cash scale; scaled buys
+               (floored in shares mode) under the minimum are dropped, the rest priced at their size. */
+            const float *vol = volume_all + (t[n] + 1) * A;
+            const float *imp = impact_all + t[n] * A;
+            const float half = (float)p[P_HALF], coef = (float)p[P_IMPACT_COEF];
+            const float mp = (float)p[P_MAX_PARTICIPATION], mn = (float)p[P_MIN_NOTIONAL];
+            const int whole = action_mode == MODE_SHARES;
+            double sells = 0.0, buys0 = 0.0;
+            for (int64_t j = 0; j < A; ++j) {
+                const float d = tr[j];
+                const int exit = fm && fm[j] == FILL_EXIT;
+                float buy = clamp_min_f(d, 0.0f);
+                float sell = clamp_min_f(-d, 0.0f);
+                if (whole) sell = minimum_f(sell, sh[j]);
+                if (mp > 0.0f && !exit) {
+                    float lim = vol[j] * mp;
+                    if (whole) lim = floorf(lim);
+                    buy = minimum_f(buy, lim);
+                    sell = minimum_f(sell, lim);
+                }
+                if (mn > 0.0f && sell * po[j] < mn && !exit) sell = 0.0f;
+                sells += (double)(sell * po[j] * (1.0f - fill_frac(sell, imp[j], coef, half)));
+                buys0 += (double)(buy * po[j] * (1.0f + fill_frac(buy, imp[j], coef, half)));
+                tr[j] = buy;   /* the capped buy and sell until the last pass */
+                nsh[j] = sell;
+            }
+            available = c + sells * (1.0 - rate);
+            const double needed0 = buys0 * (1.0 + rate);
+            const double scale = needed0 > available ? available / clamp_min_d(needed0, TINY) : 1.0;
+            const float scale_f = (float)scale;
+            double buys = 0.0;
+            for (int64_t j = 0; j < A; ++j) {
+                float buy = tr[j] * scale_f;
+                if (whole) buy = floorf(buy);
+                if (mn > 0.0f && buy * po[j] < mn) buy = 0.0f;
+                buys += (double)(buy * po[j] * (1.0f + fill_frac(buy, imp[j], coef, half)));
+                const float traded = buy - nsh[j];
+                const float ns = sh[j] + traded;
+                tr[j] = traded;
+                nsh[j] = ns;
+                pos_sum += (double)(pc[j] * ns);
+            }
+            sell_notional = sells;
+            buy_notional = buys;
+            needed = buys * (1.0 + rate);
+        } else {
+        available = c + sell_notional * (1.0 - rate);
+        needed = buy_notional * (1.0 + rate);
         const double scale = needed > available ? available / clamp_min_d(needed, TINY) : 1.0;
 
-        double pos_sum = 0.0;
         if (action_mode == MODE_WEIGHTS) {
             const float factor = (float)(scale - 1.0);
 #pragma omp simd reduction(+ : pos_sum)
@@ -232,6 +298,7 @@ int64_t podracer_step(
             }
             buy_notional = buys * (1.0 + slip);
             needed = buy_notional * (1.0 + rate);
+        }
         }
         double new_cash = available - needed;
         new_cash = new_cash < 0.0 ? 0.0 : new_cash;

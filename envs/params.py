@@ -1,0 +1,163 @@
+"""The trading env's constants (:class:`EnvParams`) and state (:class:`EnvState`).
+
+Below :mod:`envs.trading` (the rules), :mod:`envs.core` (the arithmetic) and :mod:`envs.fast_step` (the
+kernel choice), which all read them, so none of those imports another to name them. ``EnvParams`` holds
+the defaults of the ``[env]`` config section, each field described once, in the string under it
+(``app.settings_docs``); the semantics: :mod:`envs.trading`'s docstring.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+from data.errors import ConfigError
+
+ActionMode = Literal["weights", "shares"]
+RewardMode = Literal["log_return", "return", "diff_sharpe"]
+Precision = Literal["float32", "float64"]
+
+
+class EnvParamsError(ConfigError, ValueError):
+    """Invalid environment parameters (a ``ValueError`` too, so callers may catch either)."""
+
+
+@dataclass(frozen=True)
+class EnvParams:
+    """Constants of the trading environment (the semantics: :mod:`envs.trading`'s docstring)."""
+
+    initial_cash: float = 1e6
+    """starting cash of every episode, in $"""
+    cost_rate: float = 0.002
+    """proportional cost on every fill's notional"""
+    slippage_bps: float = 1.0
+    """buys fill at open*(1+s), sells at open*(1-s), s = bps/1e4"""
+    decision_interval: int = 15
+    """bars between decisions (k)"""
+    episode_len: int = 64
+    """decisions per episode before truncation"""
+    action_mode: ActionMode = "weights"
+    """weights: target weights; shares: delta shares"""
+    max_shares: float = 100.0
+    """shares mode: the |delta| per asset per decision at |a| = 1"""
+    reward: RewardMode = "log_return"
+    """log_return, return or diff_sharpe (the differential Sharpe ratio)"""
+    drawdown_penalty: float = 0.0
+    """reward -= penalty * current drawdown fraction"""
+    # Risk limits (docs/env.md "Risk limits"; defaults by measurement there).
+    max_weight: float = 1.0
+    """per-asset cap on the position weight at the fill; the excess stays in cash"""
+    turnover_penalty: float = 0.0
+    """reward -= penalty * traded notional / value at the decision bar"""
+    reward_scale: float = 100.0
+    """multiplies the reward"""
+    sharpe_eta: float = 0.01
+    """diff_sharpe: EMA rate of the return moments"""
+    bust_frac: float = 0.1
+    """an episode ends when value < bust_frac * initial_cash"""
+    # Execution (docs/env.md "Execution"; all four 0 restores the frictionless fill of slippage_bps).
+    spread_bps: float = 1.0
+    """half-spread paid on every fill, in bps of the fill bar's open"""
+    max_participation: float = 0.025
+    """a fill takes at most this share of the fill bar's volume (0: no cap)"""
+    impact_coef: float = 0.5
+    """square-root impact: impact_coef * daily_vol * sqrt(shares / adv) of the fill price"""
+    min_order_notional: float = 1.0
+    """orders under this many $ are not placed"""
+    trade_info: bool = False
+    """add per-asset fill_price / asset_cost to info (backtests)"""
+    precision: Precision = "float32"
+    """dtype of per-asset quantities: shares, orders (accounting is always float64)"""
+
+    def __post_init__(self) -> None:
+        def bad(name: str, why: str) -> EnvParamsError:
+            return EnvParamsError(f"EnvParams.{name}: {why} (got {getattr(self, name)!r})")
+
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.type in ("float", float) and (isinstance(value, bool) or not isinstance(value, int | float)):
+                raise bad(f.name, "must be a number")
+            if isinstance(value, float) and not math.isfinite(value):
+                raise bad(f.name, "must be finite")
+        if self.initial_cash <= 0:
+            raise bad("initial_cash", "must be > 0")
+        if not 0 <= self.cost_rate < 1:
+            raise bad("cost_rate", "must be in [0, 1)")
+        if not 0 <= self.slippage_bps < 10_000:
+            raise bad("slippage_bps", "must be in [0, 10000)")
+        for name in ("decision_interval", "episode_len"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise bad(name, "must be an integer >= 1")
+        if self.action_mode not in ("weights", "shares"):
+            raise bad("action_mode", "must be 'weights' or 'shares'")
+        if self.max_shares <= 0:
+            raise bad("max_shares", "must be > 0")
+        if self.reward not in ("log_return", "return", "diff_sharpe"):
+            raise bad("reward", "must be 'log_return', 'return' or 'diff_sharpe'")
+        if self.drawdown_penalty < 0:
+            raise bad("drawdown_penalty", "must be >= 0")
+        if not 0 < self.max_weight <= 1:
+            raise bad("max_weight", "must be in (0, 1]")
+        if self.turnover_penalty < 0:
+            raise bad("turnover_penalty", "must be >= 0")
+        if self.reward_scale <= 0:
+            raise bad("reward_scale", "must be > 0")
+        if not 0 < self.sharpe_eta < 1:
+            raise bad("sharpe_eta", "must be in (0, 1)")
+        if not 0 <= self.bust_frac < 1:
+            raise bad("bust_frac", "must be in [0, 1)")
+        if not 0 <= self.spread_bps < 10_000:
+            raise bad("spread_bps", "must be in [0, 10000)")
+        if not 0 <= self.max_participation <= 1:
+            raise bad("max_participation", "must be in [0, 1] (0: no volume cap)")
+        if self.impact_coef < 0:
+            raise bad("impact_coef", "must be >= 0")
+        if self.min_order_notional < 0:
+            raise bad("min_order_notional", "must be >= 0")
+        if not isinstance(self.trade_info, bool):
+            raise bad("trade_info", "must be a bool")
+        if self.precision not in ("float32", "float64"):
+            raise bad("precision", "must be 'float32' or 'float64'")
+
+    @property
+    def execution(self) -> bool:
+        """Whether fills go through the execution model (spread, volume cap, impact, minimum order)."""
+        return (
+            self.spread_bps > 0
+            or self.max_participation > 0
+            or self.impact_coef > 0
+            or self.min_order_notional > 0
+        )
+
+    @property
+    def asset_dtype(self) -> torch.dtype:
+        """dtype of the per-asset state and orders (``shares``)."""
+        return torch.float64 if self.precision == "float64" else torch.float32
+
+
+@dataclass(frozen=True)
+class EnvState:
+    """Everything that changes between steps; batch-first tensors on the market's device."""
+
+    t: Tensor  # (N,) int64: each env's own decision bar (observation uses bars <= t)
+    cash: Tensor  # (N,) ACC_DTYPE, $
+    shares: Tensor  # (N, A) params.asset_dtype, >= 0
+    value: Tensor  # (N,) ACC_DTYPE: cash + sum(shares * close[t])
+    peak: Tensor  # (N,) ACC_DTYPE: running peak of value in the episode
+    step_count: Tensor  # (N,) int64: decisions taken in the episode
+    sharpe_a: Tensor  # (N,) ACC_DTYPE: EMA of returns (differential Sharpe ratio)
+    sharpe_b: Tensor  # (N,) ACC_DTYPE: EMA of squared returns
+    rng: Tensor  # (N,) int64: per-env generator state for autoreset start bars
+
+    @property
+    def num_envs(self) -> int:
+        return int(self.t.shape[0])
+
+    @property
+    def device(self) -> torch.device:
+        return self.t.device

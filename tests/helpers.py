@@ -1,0 +1,49 @@
+"""Plain helpers shared by several test files (fixtures live in ``conftest.py``).
+
+Test files import it as ``from helpers import ...`` (pytest puts ``tests/`` on ``sys.path``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from data.market import MarketData
+from data.toy import toy_market
+from envs.trading import EnvParams
+from envs.vec_env import TradingVecEnv
+
+
+def file_hashes(root: Path) -> dict[str, str]:
+    """SHA-256 of every file below ``root``, keyed by its path relative to ``root``: equal dicts mean
+    nothing below ``root`` was written, added or removed."""
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+def toy_windows() -> tuple[MarketData, MarketData]:
+    """Train and validation windows of a five-session toy market (2 assets, 60 bars a session): the
+    smallest market a tournament runs on."""
+    market = toy_market(num_steps=60 * 5, num_assets=2, num_features=3, bars_per_session=60, seed=0)
+    train, valid, _test = market.split_sessions(0.6, 0.2)
+    return train, valid
+
+
+def ppo_market() -> MarketData:
+    """Ten sessions of 3 assets (60 bars a session): the market of the tournament tests with real PPO pods."""
+    return toy_market(num_steps=60 * 10, num_assets=3, num_features=4, bars_per_session=60, seed=1)
+
+
+def toy_env(
+    market: MarketData, num_envs: int = 4, *, episode_len: int = 8, seed: int = 0, **params
+) -> TradingVecEnv:
+    """A small vectorized env over ``market``: a decision every 5 bars, ``episode_len`` decisions."""
+    return TradingVecEnv(
+        market,
+        EnvParams(decision_interval=5, episode_len=episode_len, **params),
+        num_envs=num_envs,
+        seed=seed,
+    )

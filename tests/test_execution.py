@@ -1,0 +1,129 @@
+"""The execution model (spread, volume cap, square-root impact, minimum order) on a market small
+enough to compute by hand: the torch step, the native C kernel, the backtest step and the plain-Python
+reference all fill the same capped order at the same hand-computed price."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+import torch
+
+from data.liquidity import trailing_liquidity
+from data.toy import toy_market
+from envs import trading
+from envs.backtest_step import asset_prices, backtest_step
+from envs.fast_step import step_kernel
+from envs.kernels import native
+from envs.reference import ReferenceEnv
+from envs.trading import EnvParams
+
+PRICE = 100.0
+FILL_VOLUME = 1000.0  # shares at the fill bar (bar 1)
+DAILY_VOL, ADV = 0.02, 1.0e4
+CASH = 1.0e6  # a full-weight order is 10_000 shares: 10x the fill bar's volume
+PARAMS = EnvParams(
+    initial_cash=CASH,
+    decision_interval=2,
+    episode_len=10,
+    spread_bps=2.0,
+    slippage_bps=1.0,
+    max_participation=0.025,
+    impact_coef=0.5,
+    min_order_notional=1.0,
+    cost_rate=0.001,
+)
+
+
+@pytest.fixture(scope="module")
+def market():
+    """Two assets at a flat $100, 1000 shares per bar, a known trailing volatility and volume."""
+    base = toy_market(num_steps=40, num_assets=2, num_features=2, bars_per_session=20, seed=0)
+    flat = torch.full_like(base.close, PRICE)
+    return dataclasses.replace(
+        base,
+        open=flat,
+        high=flat.clone(),
+        low=flat.clone(),
+        close=flat.clone(),
+        volume=torch.full_like(base.close, FILL_VOLUME),
+        daily_vol=torch.full_like(base.close, DAILY_VOL),
+        adv=torch.full_like(base.close, ADV),
+    )
+
+
+def _by_hand(params: EnvParams, shares: float) -> tuple[float, float]:
+    """``(execution cost, cash after)`` of buying ``shares`` of a $100 asset, from docs/env.md."""
+    frac = (params.slippage_bps + params.spread_bps) / 1e4 + params.impact_coef * DAILY_VOL * math.sqrt(
+        shares / ADV
+    )
+    notional = shares * PRICE * (1 + frac)
+    return shares * PRICE * frac, CASH - notional * (1 + params.cost_rate)
+
+
+@pytest.mark.parametrize("precision", ["float32", "float64"])
+def test_an_order_ten_times_the_bar_volume_fills_its_cap_at_spread_plus_impact(market, precision):
+    params = dataclasses.replace(PARAMS, precision=precision, trade_info=precision == "float64")
+    action = torch.tensor([[1.0, 0.0]])  # everything into asset 0: 10_000 shares wanted
+    filled = PARAMS.max_participation * FILL_VOLUME  # 25 shares
+    execution_cost, cash = _by_hand(params, filled)
+    # $0.75 of spread and slippage (3 bps of $2500), $1.25 of impact (0.5 * 2% * sqrt(25 / 1e4)).
+    assert execution_cost == pytest.approx(0.75 + 1.25)
+
+    state, _ = trading.reset(market, params, 1, start=0)
+    eager = trading.step(market, params, state, action)
+    backtest = backtest_step(market, params, state, action, asset_prices(market, params))
+    ref = ReferenceEnv(market, params, 0, int(state.rng[0]))
+    *_, ref_info = ref.step(action[0].tolist())
+    outs = {"eager": (eager.info["shares_traded"][0].tolist(), float(eager.state.cash[0]))}
+    outs["backtest"] = (backtest.shares_traded[0].tolist(), float(backtest.state.cash[0]))
+    outs["reference"] = (ref_info["shares_traded"], ref.cash)
+    if native.compiler() is not None and precision == "float32":
+        assert step_kernel(market, params, state, True) == "native"
+        fast = trading.step(market, params, state, action, fast=True)
+        outs["native"] = (fast.info["shares_traded"][0].tolist(), float(fast.state.cash[0]))
+    for name, (traded, got_cash) in outs.items():
+        assert traded == pytest.approx([filled, 0.0], abs=1e-4), name
+        assert got_cash == pytest.approx(cash, rel=1e-9, abs=1e-3), name
+    if params.trade_info:
+        fill = float(eager.info["fill_price"][0, 0])
+        assert (fill - PRICE) * filled == pytest.approx(execution_cost, rel=1e-6)
+
+
+def test_a_zero_volume_fill_bar_fills_nothing_and_dust_is_not_placed(market):
+    quiet = dataclasses.replace(market, volume=market.volume.clone().index_fill_(0, torch.tensor([1]), 0.0))
+    state, _ = trading.reset(quiet, PARAMS, 1, start=0)
+    out = trading.step(quiet, PARAMS, state, torch.tensor([[0.5, 0.5]]))
+    assert out.info["shares_traded"].abs().sum() == 0 and float(out.state.cash[0]) == CASH
+    # A $0.50 order (0.005 shares of a $100 asset) is not placed.
+    tiny = dataclasses.replace(PARAMS, max_participation=0.0)
+    out = trading.step(market, tiny, state, torch.tensor([[0.5 / CASH, 0.0]]))
+    assert out.info["shares_traded"].abs().sum() == 0 and float(out.state.cash[0]) == CASH
+
+
+def test_frictionless_when_every_term_is_zero(market):
+    off = dataclasses.replace(
+        PARAMS, spread_bps=0.0, max_participation=0.0, impact_coef=0.0, min_order_notional=0.0
+    )
+    assert not off.execution
+    state, _ = trading.reset(market, off, 1, start=0)
+    out = trading.step(market, off, state, torch.tensor([[1.0, 0.0]]))
+    bought = float(out.info["shares_traded"][0, 0])
+    assert bought * PRICE * (1 + 1e-4) * (1 + off.cost_rate) == pytest.approx(CASH, rel=1e-6)
+
+
+def test_liquidity_is_point_in_time():
+    market = toy_market(num_steps=400, num_assets=3, num_features=2, bars_per_session=40, seed=3)
+    vol, adv = trailing_liquidity(market.close, market.volume, market.session_id)
+    assert torch.equal(vol, market.daily_vol) and torch.equal(adv, market.adv)
+    # Changing the future changes nothing at or before bar 200.
+    close, volume = market.close.clone(), market.volume.clone()
+    close[201:] *= 3.0
+    volume[201:] *= 7.0
+    vol2, adv2 = trailing_liquidity(close, volume, market.session_id)
+    assert torch.equal(vol2[:201], vol[:201]) and torch.equal(adv2[:201], adv[:201])
+    # Average daily volume: ~1.05e6 shares a bar, 40 bars a session.
+    assert float(adv[300].mean()) == pytest.approx(1.05e6 * 40, rel=0.02)
+    # A session's realized volatility from 5 bps bar returns: 5e-4 * sqrt(40).
+    assert float(vol[300].mean()) == pytest.approx(5e-4 * math.sqrt(40), rel=0.2)
