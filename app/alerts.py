@@ -280,7 +280,10 @@ def deliver(payload: dict[str, Any], settings: AlertSettings) -> None:
                 check=False,
             )
             if done.returncode != 0:
-                errors.append(f"alerts.command exited {done.returncode}: {one_line(Exception(done.stderr))}")
+                said = (done.stderr or "").strip().splitlines()
+                errors.append(
+                    f"alerts.command exited {done.returncode}: {scrub(said[0][:200]) if said else ''}"
+                )
         except (OSError, subprocess.TimeoutExpired) as err:
             errors.append(f"alerts.command: {one_line(err)}")
     if settings.webhook:

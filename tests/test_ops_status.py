@@ -296,3 +296,24 @@ def test_a_missing_home_alerts_without_creating_it_and_clears_when_it_is_back(tm
     assert main(args) == 0
     sent = [json.loads(line) for line in sink.read_text().splitlines()]
     assert [(s["event"], s["key"]) for s in sent] == [("problem", "home"), ("clear", "home")]
+
+
+def test_a_killed_run_is_history_once_a_later_retrain_ran(home):
+    old = home / "runs" / "nightly-20240104-070000"
+    old.mkdir(parents=True)
+    (old / "run.json").write_text(json.dumps({"status": "running"}))
+    assert [p["check"] for p in gather_status(home).checks] == ["retrain_killed"]
+    new = home / "runs" / "nightly-20240105-070000"
+    new.mkdir()
+    (new / "run.json").write_text(json.dumps({"status": "done"}))
+    os.utime(old, (time.time() - 86400, time.time() - 86400))
+    assert gather_status(home).healthy
+
+
+def test_a_hook_that_fails_or_hangs_is_retried_next_time(home, tmp_path):
+    problem = Problem("no_data", "session 2024-01-04: no fresh bars")
+    assert notify(home, [problem], AlertSettings(command="echo down >&2; exit 3")).failed == ["no_data"]
+    assert notify(home, [problem], AlertSettings(command="sleep 5", timeout_s=0.2)).failed == ["no_data"]
+    sink = tmp_path / "sink.jsonl"
+    assert notify(home, [problem], AlertSettings(command=f"cat >> {sink}")).raised == ["no_data"]
+    assert json.loads(sink.read_text())["message"] == "session 2024-01-04: no fresh bars"

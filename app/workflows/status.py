@@ -41,7 +41,8 @@ from app.nightly.registry import current_champion, read_decisions
 from app.nightly.schedule import cron_trigger, next_fire_times, read_schedule
 from app.paper.books import read_record as read_book_record
 from app.paper.heartbeat import STALE_INTERVALS, Heartbeat, read_heartbeat
-from app.paper.journal import last_session_summary, latest_pnl
+from app.paper.journal import latest_pnl
+from app.paper.outcomes import last_session_summary
 from app.runs import list_runs
 from app.timestamps import local_time
 from data.calendar import exchange_date
@@ -49,7 +50,7 @@ from data.errors import PodracerError, one_line
 from data.scrub import scrub_all
 
 RECENT_DECISIONS = 20  # decisions read: enough to count a run of failures
-ABANDONED_RUNS = 5  # newest run folders looked at for one left "running"
+ABANDONED_RUNS = 20  # newest run folders looked at for the newest nightly one
 NO_DATA_CYCLES = 3  # cycles without fresh bars that make an open session a problem before it ends
 
 
@@ -210,10 +211,11 @@ def _retrain_holder(home: Path) -> tuple[LockInfo, bool] | None:
 
 
 def _abandoned_run(home: Path) -> str | None:
-    """The newest nightly run folder whose record still says ``running`` (none holds the lock)."""
-    for run in list_runs(home)[:ABANDONED_RUNS]:
-        if run.run_id.startswith("nightly-") and run.status() == "running":
-            return run.run_id
+    """The newest nightly run folder when its record still says ``running`` (the caller knows no
+    retrain holds the lock). Only the newest: once a later retrain ran, a killed one is history."""
+    nightly = [run for run in list_runs(home)[:ABANDONED_RUNS] if run.run_id.startswith("nightly-")]
+    if nightly and nightly[0].status() == "running":
+        return nightly[0].run_id
     return None
 
 
