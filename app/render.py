@@ -167,6 +167,7 @@ _PERCENT = {
     "costs_paid",
     "exposure",
     "hit_rate",
+    "alpha",
 }
 _ROWS = (
     ("cum_returns_final", "Cumulative return"),
@@ -181,6 +182,9 @@ _ROWS = (
     ("exposure", "Exposure"),
     ("hit_rate", "Hit rate (days)"),
     ("probabilistic_sharpe_ratio", "PSR"),
+    ("beta", "Beta to buy-and-hold"),
+    ("alpha", "Jensen's alpha (annual)"),
+    ("information_ratio", "Information ratio"),
 )
 
 
@@ -189,7 +193,9 @@ def _fmt(key: str, value: float | None) -> str:
         return "—"
     if key in _PERCENT:
         return (
-            f"{100 * value:+.2f}%" if key in ("cum_returns_final", "annual_return") else f"{100 * value:.2f}%"
+            f"{100 * value:+.2f}%"
+            if key in ("cum_returns_final", "annual_return", "alpha")
+            else f"{100 * value:.2f}%"
         )
     return f"{value:.3f}" if key == "probabilistic_sharpe_ratio" else f"{value:.2f}"
 
@@ -253,6 +259,9 @@ _SUMMARY_ROWS = (
     ("annual_volatility", "Annual volatility", "{:.2%}"),
     ("costs_paid", "Costs paid (of initial value)", "{:.2%}"),
     ("probabilistic_sharpe_ratio", "Probabilistic Sharpe (PSR)", "{:.3f}"),
+    ("beta", "Beta to buy-and-hold", "{:.2f}"),
+    ("alpha", "Jensen's alpha (annual)", "{:.2%}"),
+    ("information_ratio", "Information ratio (excess over buy-and-hold)", "{:.2f}"),
 )
 
 

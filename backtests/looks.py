@@ -36,27 +36,45 @@ from pathlib import Path
 import pydantic
 from pydantic import TypeAdapter, ValidationError
 
+from backtests.metrics_model import LookKey, MetricsDocument
+from backtests.verdict import LooksNow, restate
 from data import sqlite
 from data.errors import PodracerError
 
 LEDGER_NAME = "looks.sqlite"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS looks (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     run_id TEXT NOT NULL,
     strategy TEXT NOT NULL,
+    policy TEXT NOT NULL DEFAULT '',
     market TEXT NOT NULL,
+    tickers TEXT NOT NULL DEFAULT '',
     start TEXT NOT NULL,
     "end" TEXT NOT NULL,
     num_sessions INTEGER NOT NULL,
     sharpe REAL,
     created_at TEXT NOT NULL,
-    UNIQUE (run_id, strategy, market, start, "end")
+    UNIQUE (run_id, strategy, policy, market, tickers, start, "end")
 );
 CREATE INDEX IF NOT EXISTS looks_by_market ON looks (market, start, "end");
 """
+#: Schema 1 had no policy digest and no tickers: its rows move over with empty ones (which overlap
+#: every ticker set: counted, never lost).
+_MIGRATE_1 = (
+    """
+ALTER TABLE looks RENAME TO looks_v1;
+DROP INDEX IF EXISTS looks_by_market;
+"""
+    + _SCHEMA
+    + """
+INSERT INTO looks (id, run_id, strategy, market, start, "end", num_sessions, sharpe, created_at)
+    SELECT id, run_id, strategy, market, start, "end", num_sessions, sharpe, created_at FROM looks_v1;
+DROP TABLE looks_v1;
+"""
+)
 
 
 def ledger_path(home: str | os.PathLike[str]) -> Path:
@@ -75,6 +93,26 @@ class Look:
     end: str  # ISO date, last session
     num_sessions: int
     sharpe: float | None  # per day
+    policy: str = ""  # digest of the judged policy's weights
+    tickers: tuple[str, ...] = ()  # the symbols traded
+
+    @property
+    def key(self) -> tuple[str, ...]:
+        """What makes two rows the same look."""
+        return (
+            self.run_id,
+            self.strategy,
+            self.policy,
+            self.market,
+            tickers_text(self.tickers),
+            self.start,
+            self.end,
+        )
+
+
+def tickers_text(tickers: tuple[str, ...] | list[str]) -> str:
+    """The ledger's spelling of a ticker set: sorted, space-separated."""
+    return " ".join(sorted({str(t) for t in tickers}))
 
 
 @pydantic.dataclasses.dataclass(frozen=True)
@@ -90,16 +128,22 @@ _ROWS = TypeAdapter(list[LookRow])
 
 @dataclass(frozen=True)
 class LookCount:
-    """A recorded look and the earlier looks it is deflated for."""
+    """A recorded look, the earlier looks it was first judged with and every overlapping look now."""
 
     look_id: int
-    new: bool  # False: this run's look at this window was already recorded (a re-backtest)
-    earlier_sharpes: tuple[float | None, ...]  # per day, oldest first
+    new: bool  # False: this look was already recorded (a re-backtest)
+    earlier_sharpes: tuple[float | None, ...]  # per day, oldest first: recorded before this look
+    all_sharpes: tuple[float | None, ...] = ()  # per day, oldest first: every overlapping look, this one too
 
     @property
     def looks(self) -> int:
-        """``K``: this look plus the earlier ones."""
+        """``K`` when first judged: this look plus the earlier ones."""
         return 1 + len(self.earlier_sharpes)
+
+    @property
+    def now(self) -> LooksNow:
+        """The looks counted now, for ``backtests.verdict.restate``."""
+        return LooksNow(sharpes=self.all_sharpes, first=self.looks)
 
 
 class LedgerError(PodracerError):
@@ -121,8 +165,9 @@ def _open(path: Path) -> sqlite3.Connection:
         # FULL, like the registry: a look that was reported must stay counted after a power cut.
         sqlite.use_wal(conn, synchronous="FULL")
         if version < SCHEMA_VERSION:
+            script = _MIGRATE_1 if version == 1 else _SCHEMA
             with sqlite.transaction(conn):
-                for statement in _SCHEMA.split(";"):
+                for statement in script.split(";"):
                     if statement.strip():
                         conn.execute(statement)
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
@@ -135,43 +180,116 @@ def _open(path: Path) -> sqlite3.Connection:
     return conn
 
 
+def _overlapping(conn: sqlite3.Connection, look: Look) -> list[sqlite3.Row]:
+    """Every row at ``look``'s market whose window shares a day and whose tickers share a symbol with it."""
+    rows = conn.execute(
+        'SELECT id, sharpe, tickers FROM looks WHERE market = ? AND start <= ? AND "end" >= ? ORDER BY id',
+        (look.market, look.end, look.start),
+    ).fetchall()
+    mine = set(look.tickers)
+    return [r for r in rows if not mine or not r["tickers"] or mine & set(r["tickers"].split())]
+
+
+def _count(conn: sqlite3.Connection, look: Look, look_id: int, new: bool) -> LookCount:
+    rows = _overlapping(conn, look)
+    earlier = tuple(r["sharpe"] for r in rows if r["id"] < look_id)
+    return LookCount(look_id, new, earlier, tuple(r["sharpe"] for r in rows))
+
+
+_FIND = (
+    "SELECT id FROM looks WHERE run_id=? AND strategy=? AND policy=? AND market=? AND tickers=? "
+    'AND start=? AND "end"=?'
+)
+
+
 def record_look(path: str | os.PathLike[str], look: Look) -> LookCount:
-    """Record ``look`` (unless this run's look at this window is already there) and return the looks
-    before its first recording at an overlapping window of the same market, in one transaction."""
+    """Record ``look`` (unless it is already there) and count the overlapping looks before its first
+    recording and now, in one transaction."""
     sharpe = look.sharpe if look.sharpe is not None and math.isfinite(look.sharpe) else None
-    key = (look.run_id, look.strategy, look.market, look.start, look.end)
     conn = _open(Path(path))
     try:
         with sqlite.transaction(conn):
-            row = conn.execute(
-                'SELECT id FROM looks WHERE run_id=? AND strategy=? AND market=? AND start=? AND "end"=?',
-                key,
-            ).fetchone()
+            row = conn.execute(_FIND, look.key).fetchone()
             new = row is None
             if new:
                 cur = conn.execute(
-                    'INSERT INTO looks (run_id, strategy, market, start, "end", num_sessions, sharpe, '
-                    "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    (*key, int(look.num_sessions), sharpe, datetime.now(UTC).isoformat(timespec="seconds")),
+                    'INSERT INTO looks (run_id, strategy, policy, market, tickers, start, "end", num_sessions, '
+                    "sharpe, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        *look.key,
+                        int(look.num_sessions),
+                        sharpe,
+                        datetime.now(UTC).isoformat(timespec="seconds"),
+                    ),
                 )
                 look_id = int(cur.lastrowid)
             else:
                 look_id = int(row["id"])
-            earlier = conn.execute(
-                'SELECT sharpe FROM looks WHERE id < ? AND market = ? AND start <= ? AND "end" >= ? '
-                "ORDER BY id",
-                (look_id, look.market, look.end, look.start),
-            ).fetchall()
+            count = _count(conn, look, look_id, new)
     except sqlite3.DatabaseError as err:
         raise LedgerError(f"cannot record a look in {path}: {err}") from None
     finally:
         conn.close()
-    return LookCount(look_id, new, tuple(r["sharpe"] for r in earlier))
+    return count
+
+
+def looks_now(path: str | os.PathLike[str], look: Look) -> LookCount | None:
+    """The count of a recorded ``look`` as it stands now (read-only; None when the ledger or the look is
+    not there: a report from before looks were keyed this way states its own count)."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    try:
+        conn = sqlite.connect(path, read_only=True)
+        try:
+            if conn.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
+                return None
+            row = conn.execute(_FIND, look.key).fetchone()
+            return None if row is None else _count(conn, look, int(row["id"]), False)
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as err:
+        raise LedgerError(f"cannot read the looks ledger {path}: {err}") from None
+
+
+def look_fields(look: Look) -> LookKey:
+    """The ``oos_test.look`` block of metrics.json: the key a reader finds the look by."""
+    return LookKey(
+        run_id=look.run_id,
+        strategy=look.strategy,
+        policy=look.policy,
+        market=look.market,
+        tickers=sorted(look.tickers),
+        start=look.start,
+        end=look.end,
+        num_sessions=look.num_sessions,
+    )
+
+
+def restated(doc: MetricsDocument, home: str | os.PathLike[str]) -> MetricsDocument:
+    """``doc`` (a metrics.json document) with its verdict stated for the looks ``<home>/looks.sqlite``
+    counts now (``backtests.verdict.restate``); ``doc`` as it is when it names no recorded look."""
+    key = doc.oos_test.look if doc.oos_test is not None else None
+    if key is None:
+        return doc
+    look = Look(
+        run_id=key.run_id,
+        strategy=key.strategy,
+        market=key.market,
+        start=key.start,
+        end=key.end,
+        num_sessions=key.num_sessions,
+        sharpe=None,
+        policy=key.policy,
+        tickers=tuple(key.tickers),
+    )
+    count = looks_now(ledger_path(home), look)
+    return doc if count is None else restate(doc, count.now)
 
 
 def read_looks(path: str | os.PathLike[str]) -> list[LookRow]:
-    """Every recorded look, oldest first (empty when there is no ledger; never creates it); a row that
-    does not fit :class:`LookRow` is a one-line LedgerError."""
+    """Every recorded look, oldest first (empty when there is no ledger; never creates it); a ledger
+    from a newer schema, or a row that does not fit :class:`LookRow`, is a one-line LedgerError."""
     path = Path(path)
     if not path.is_file():
         return []
@@ -188,6 +306,8 @@ def read_looks(path: str | os.PathLike[str]) -> list[LookRow]:
             conn.close()
     except sqlite3.DatabaseError as err:
         raise LedgerError(f"cannot read the looks ledger {path}: {err}") from None
+    for row in rows:  # stored as tickers_text; a schema-1 ledger has no such column
+        row["tickers"] = tuple(str(row.get("tickers") or "").split())
     try:
         return _ROWS.validate_python(rows)
     except ValidationError as err:

@@ -221,6 +221,42 @@ def sortino_ratio(
 
 
 # --- trading metrics beyond empyrical ---------------------------------------------------------------
+def beta(returns: Any, factor_returns: Any) -> Tensor:
+    """Beta of ``returns`` ``(T,)``/``(T, N)`` to ``factor_returns`` ``(T,)``: their covariance over
+    the factor's variance (ddof=1; empyrical's ``beta``, no risk-free rate). NaN with fewer than 2
+    returns or a flat factor."""
+    r, f = _as_f64(returns), _as_f64(factor_returns)
+    f = f.reshape(f.shape[0], *([1] * (r.dim() - 1)))
+    if r.shape[0] < 2:
+        return _nan_like(r)
+    fd = f - f.mean(dim=0)
+    var = (fd**2).sum(dim=0) / (r.shape[0] - 1)
+    cov = ((r - r.mean(dim=0)) * fd).sum(dim=0) / (r.shape[0] - 1)
+    return torch.where(var > 0, cov / var.clamp(min=1e-300), torch.full_like(cov, math.nan))
+
+
+def alpha(
+    returns: Any, factor_returns: Any, period: str = DAILY, annualization: float | None = None
+) -> Tensor:
+    """Jensen's alpha, annualized as empyrical's ``alpha``: ``(1 + mean(r - beta f))^ann - 1``."""
+    r, f = _as_f64(returns), _as_f64(factor_returns)
+    b = beta(r, f)
+    f = f.reshape(f.shape[0], *([1] * (r.dim() - 1)))
+    per_period = (r - b * f).mean(dim=0)
+    return (1.0 + per_period) ** annualization_factor(period, annualization) - 1.0
+
+
+def information_ratio(
+    returns: Any, factor_returns: Any, period: str = DAILY, annualization: float | None = None
+) -> Tensor:
+    """Annualized information ratio: mean over standard deviation (ddof=1) of the excess returns
+    ``r - f``, times sqrt(annualization) (empyrical's ``excess_sharpe``, annualized). NaN when the
+    excess has no dispersion."""
+    r, f = _as_f64(returns), _as_f64(factor_returns)
+    f = f.reshape(f.shape[0], *([1] * (r.dim() - 1)))
+    return sharpe_ratio(r - f, period=period, annualization=annualization)
+
+
 def turnover(step_turnover: Any, num_periods: int) -> Tensor:
     """Average one-way turnover per period: total traded notional / portfolio value, over ``num_periods``.
 

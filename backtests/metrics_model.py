@@ -51,6 +51,13 @@ class StrategyMetrics(MetricsSection):
     probabilistic_sharpe_ratio: Figure = Field(
         None, description="probability the Sharpe ratio is above zero, this window alone"
     )
+    beta: Figure = Field(None, description="beta of its daily returns to buy-and-hold's (null without it)")
+    alpha: Figure = Field(
+        None, description="Jensen's alpha to buy-and-hold, annualized (null under `annualized_min_sessions`)"
+    )
+    information_ratio: Figure = Field(
+        None, description="annualized information ratio of its daily excess returns over buy-and-hold"
+    )
 
     def get(self, key: str) -> float | None:
         """The metric named ``key`` (a :data:`METRIC_KEYS` name; None for another)."""
@@ -61,8 +68,10 @@ class StrategyMetrics(MetricsSection):
 #: Every per-strategy key of metrics.json, in display order (the one list: backtests.metrics, the
 #: dashboard and the tests read it from here).
 METRIC_KEYS: tuple[str, ...] = tuple(StrategyMetrics.model_fields)
+#: The keys relative to buy-and-hold (null without it in the backtest).
+RELATIVE_METRICS: tuple[str, ...] = ("beta", "alpha", "information_ratio")
 #: The keys not computed by ``backtests.metrics.summary`` (the report adds them).
-EXTRA_METRICS: tuple[str, ...] = ("probabilistic_sharpe_ratio",)
+EXTRA_METRICS: tuple[str, ...] = ("probabilistic_sharpe_ratio", *RELATIVE_METRICS)
 #: The keys ``backtests.metrics.summary`` returns, in display order.
 SUMMARY_METRICS: tuple[str, ...] = tuple(k for k in METRIC_KEYS if k not in EXTRA_METRICS)
 
@@ -80,6 +89,20 @@ class ExcessFigures(MetricsSection):
     replications: int | None = Field(None, description="bootstrap replications the adaptive test used")
     p_value_after_looks: Figure = Field(None, description="the p-value after the looks (Sidak)")
     block_length: Figure = Field(None, description="the stationary bootstrap's expected block length")
+
+
+class LookKey(MetricsSection):
+    """``oos_test.look``: the look this test was recorded as in the looks ledger (``backtests.looks``),
+    the key a reader finds its count by now."""
+
+    run_id: str = Field(description="the run")
+    strategy: str = Field(description="the strategy looked at")
+    policy: str = Field("", description="digest of the judged policy's weights")
+    market: str = Field(description="the market's identity")
+    tickers: list[str] = Field(default_factory=list, description="the symbols traded, sorted")
+    start: str = Field(description="the window's first session")
+    end: str = Field(description="its last session")
+    num_sessions: int = Field(0, description="its sessions")
 
 
 class OosTest(MetricsSection):
@@ -113,6 +136,7 @@ class OosTest(MetricsSection):
     max_replications: int | None = Field(None, description="the adaptive bootstrap's most replications")
     seed: int | None = Field(None, description="the bootstraps' seed")
     market: str | None = Field(None, description="the market's identity in the looks ledger")
+    look: LookKey | None = Field(None, description="the look recorded for this test (null: none recorded)")
     reason: str | None = Field(None, description="why a figure is undefined; null otherwise")
 
 
@@ -252,6 +276,7 @@ DOC_SECTIONS: tuple[tuple[str, type[BaseModel]], ...] = (
     ("`strategies.<name>`", StrategyMetrics),
     ("`oos_test`", OosTest),
     ("`oos_test.excess.<benchmark>`", ExcessFigures),
+    ("`oos_test.look`", LookKey),
     ("`selection`", SelectionDiagnostics),
     ("`walkforward`", WalkForwardSummary),
     ("`walkforward.champions[]`", ChampionSpan),

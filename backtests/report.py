@@ -45,17 +45,19 @@ import numpy as np
 import pandas as pd
 import torch
 
+from backtests import looks, oos_test, selection, snooping
 from backtests import metrics as m
-from backtests import oos_test, selection, snooping
 from backtests.baselines import is_baseline
 from backtests.engine import BacktestResult
-from backtests.metrics_model import MetricsDocument
+from backtests.metrics_model import RELATIVE_METRICS, MetricsDocument
 from backtests.verdict import (
     ANNUALIZED_KEYS,
     ANNUALIZED_MIN_SESSIONS,
     MIN_OOS_SESSIONS,
     SIGNIFICANCE_LEVEL,
+    LooksNow,
     judge,
+    restate,
     verdict_fields,
 )
 from data.atomic import atomic_path
@@ -76,18 +78,28 @@ def compute_metrics(
     result: BacktestResult, *, annualization: float = 252.0
 ) -> dict[str, dict[str, float | None]]:
     """Every metric of every strategy, on daily returns, as JSON-able floats (None = undefined), plus
-    the probabilistic Sharpe ratio against 0 of each. Annualized compounding metrics are null below
-    :data:`ANNUALIZED_MIN_SESSIONS` sessions."""
+    the probabilistic Sharpe ratio against 0 of each and its :data:`RELATIVE_METRICS` to buy-and-hold.
+    Annualized compounding metrics are null below :data:`ANNUALIZED_MIN_SESSIONS` sessions."""
     _, daily = result.daily_returns()
     summary = result.summary(annualization)
     psr = selection.probabilistic_sharpe_ratio(daily)
+    relative: dict[str, list[float | None]] = {key: [None] * len(result.names) for key in RELATIVE_METRICS}
+    if "buy_and_hold" in result.names:
+        bench = daily[:, result.names.index("buy_and_hold")]
+        kw = {"annualization": annualization}
+        relative = {
+            "beta": m.to_floats(m.beta(daily, bench)),
+            "alpha": m.to_floats(m.alpha(daily, bench, **kw)),
+            "information_ratio": m.to_floats(m.information_ratio(daily, bench, **kw)),
+        }
     short = daily.shape[0] < ANNUALIZED_MIN_SESSIONS
     out: dict[str, dict[str, float | None]] = {}
     for i, name in enumerate(result.names):
         row = {key: m.to_floats(summary[key][i : i + 1])[0] for key in m.SUMMARY_METRICS}
+        row["probabilistic_sharpe_ratio"] = m.to_floats(psr[i : i + 1])[0]
+        row.update({key: relative[key][i] for key in RELATIVE_METRICS})
         if short:
             row.update({key: None for key in ANNUALIZED_KEYS})
-        row["probabilistic_sharpe_ratio"] = m.to_floats(psr[i : i + 1])[0]
         out[name] = row
     return out
 
@@ -179,6 +191,8 @@ def metrics_document(
     earlier_looks: Sequence[float | None] = (),
     seed: int = 0,
     market: str | None = None,
+    look: looks.Look | None = None,
+    now: LooksNow | None = None,
 ) -> MetricsDocument:
     """The metrics.json document (also what ``podracer backtest --json`` prints).
 
@@ -186,7 +200,9 @@ def metrics_document(
     :class:`backtests.snooping.SelectionInputs` with the champion's column and buy-and-hold's
     validation returns (the selection diagnostics and the PBO); ``earlier_looks``: the per-day Sharpe
     ratios of the earlier looks at this window of this ``market`` (``backtests.looks``); ``seed``: the
-    bootstraps' seed; ``cost_rate`` / ``slippage_bps``: the env's costs (recorded for captions).
+    bootstraps' seed; ``cost_rate`` / ``slippage_bps``: the env's costs (recorded for captions);
+    ``look``: the look recorded for this backtest (``oos_test.look``: readers find its count there) and
+    ``now``: the looks counted now (the verdict is stated with them: ``backtests.verdict.restate``).
     """
     start, end = result.date_range()
     dates, _ = result.daily_returns()
@@ -226,7 +242,12 @@ def metrics_document(
     }
     doc = MetricsDocument.parse(json_safe(fields))
     oos = doc.oos_test
-    return doc.model_copy(update=verdict_fields(judge(doc, oos.strategy) if oos is not None else None))
+    if oos is None:
+        return doc.model_copy(update=verdict_fields(None))
+    if look is not None:
+        doc = doc.model_copy(update={"oos_test": oos.model_copy(update={"look": looks.look_fields(look)})})
+    doc = doc.model_copy(update=verdict_fields(judge(doc, oos.strategy)))
+    return restate(doc, now)
 
 
 # --- tables ----------------------------------------------------------------------------------------

@@ -59,7 +59,7 @@ MIN_OOS_SESSIONS = 40
 ANNUALIZED_MIN_SESSIONS = 63
 #: Metrics nulled below ANNUALIZED_MIN_SESSIONS. Sharpe, Sortino and volatility scale by sqrt(252) and
 #: do not compound, so they stay (the PSR says how much a short window's Sharpe is worth).
-ANNUALIZED_KEYS: tuple[str, ...] = ("annual_return", "calmar_ratio")
+ANNUALIZED_KEYS: tuple[str, ...] = ("annual_return", "calmar_ratio", "alpha")
 
 OUTCOMES: tuple[str, ...] = get_args(Outcome)
 

@@ -123,4 +123,10 @@ def test_the_metric_keys_are_the_models_fields():
     from backtests import metrics as m
 
     assert METRIC_KEYS[: len(m.SUMMARY_METRICS)] == m.SUMMARY_METRICS
-    assert (*m.SUMMARY_METRICS, "probabilistic_sharpe_ratio") == METRIC_KEYS
+    assert (
+        *m.SUMMARY_METRICS,
+        "probabilistic_sharpe_ratio",
+        "beta",
+        "alpha",
+        "information_ratio",
+    ) == METRIC_KEYS

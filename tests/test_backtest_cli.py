@@ -173,6 +173,35 @@ def test_cli_json_and_dashboard_show_one_verdict_and_a_re_backtest_is_not_a_new_
     box = verdict_box(MetricsDocument.parse(saved))
     assert box.text == doc["verdict"] == saved["verdict"] and box.diagnostics == doc["verdict_diagnostics"]
     assert doc["verdict"] in table and doc["verdict_diagnostics"] in table
-    # Backtested more than once (the other tests, on either window): one look at the test window.
-    rows = [r for r in read_looks(ledger_path(run_home)) if r.run_id == "r1"]
-    assert len(rows) == 1 and rows[0].strategy == "champion" and doc["oos_test"]["looks"] == 1
+    # Backtested more than once (the other tests, on either window): one look at the test window,
+    # first judged alone; a full-window view of it, if another test made one, counts now.
+    rows = [r for r in read_looks(ledger_path(run_home)) if r.run_id == "r1" and r.start == doc["start"]]
+    assert len(rows) == 1 and rows[0].strategy == "champion" and doc["oos_test"]["looks_first"] == 1
+
+
+def test_the_looks_are_counted_when_the_verdict_is_read(run_home, tmp_path, capsys):
+    # Two runs backtested on one window: run 1's verdict, read again, counts both. Its full-window
+    # view shows the same held-out sessions, so it is a look too: a third run's backtest counts four.
+    home = tmp_path / "home"
+    shutil.copytree(run_home, home, ignore=shutil.ignore_patterns("looks.sqlite*", "backtest"))
+    for run in ("r2", "r3"):
+        shutil.copytree(home / "runs" / "r1", home / "runs" / run)
+
+    def looks_of(*args):
+        assert _run(home, *args, "--json", "--no-tearsheet") == 0
+        return json.loads(capsys.readouterr().out)
+
+    assert looks_of("r1")["oos_test"]["looks"] == 1
+    assert looks_of("r2")["oos_test"]["looks"] == 2
+    again = looks_of("r1")
+    assert (again["oos_test"]["looks"], again["oos_test"]["looks_first"]) == (2, 1)
+    assert "2 looks counted now (1 when first judged)" in again["verdict"]
+    stored = json.loads((home / "runs" / "r1" / "backtest" / "metrics.json").read_text())
+    assert stored["oos_test"]["looks"] == 2  # the file says what the command said
+    full = looks_of("r1", "--window", "full")
+    assert full["oos_test"]["look"]["start"] < again["start"]  # the full window holds the test window
+    third = looks_of("r3")
+    assert third["oos_test"]["looks"] >= 4 and third["oos_test"]["looks_first"] == 4
+    # The table says it too.
+    assert _run(home, "r1", "--no-tearsheet") == 0
+    assert "4 looks counted now (1 when first judged)" in " ".join(capsys.readouterr().out.split())

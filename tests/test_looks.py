@@ -89,17 +89,64 @@ def test_a_malformed_row_is_a_one_line_error(tmp_path):
 
 def test_the_market_identity():
     synth = DataConfig(source="synthetic", seed=0, signal=0.5, num_tickers=3, num_sessions=60)
-    tickers = ("AAA", "BBB", "CCC")
-    assert market_identity(synth, tickers) == (
-        "synthetic seed=0 signal=0.5 tickers=3 sessions=60 start=2024-01-02 interval=1m"
+    assert market_identity(synth) == "synthetic seed=0 signal=0.5"
+    assert market_identity(synth.model_copy(update={"seed": 1})) != market_identity(synth)
+    assert market_identity(synth.model_copy(update={"signal": 0.0})) != market_identity(synth)
+    # The interval, the ticker count and the span are no part of it: the overlap rule reads the
+    # windows and the ticker sets.
+    assert market_identity(synth.model_copy(update={"interval": "5m", "num_tickers": 4})) == market_identity(
+        synth
     )
-    assert market_identity(synth.model_copy(update={"seed": 1}), tickers) != market_identity(synth, tickers)
-    assert market_identity(synth.model_copy(update={"signal": 0.0}), tickers) != market_identity(
-        synth, tickers
-    )
-    # Stored data: the source, the interval and the ticker set (in any order); the seed means nothing.
+    # Stored data: the source; the seed means nothing.
     stored = SimpleNamespace(source="stored", interval="1m", seed=0)
-    same = market_identity(stored, ["MSFT", "AAPL"])
-    assert same == market_identity(SimpleNamespace(**{**vars(stored), "seed": 9}), ["AAPL", "MSFT"])
-    assert same.startswith("stored interval=1m tickers=2 set=")
-    assert market_identity(stored, ["AAPL", "NVDA"]) != same
+    assert market_identity(stored) == market_identity(SimpleNamespace(source="stored", interval="5m", seed=9))
+
+
+def _tickers(run, tickers, start="2024-03-01", end="2024-03-29", policy=""):
+    return Look(run, "champion", "stored", start, end, 20, 0.1, policy=policy, tickers=tuple(tickers))
+
+
+def test_one_more_ticker_or_another_interval_is_the_same_market(tmp_path):
+    path = looks.ledger_path(tmp_path)
+    record_look(path, _tickers("r1", ["AAPL", "MSFT"]))
+    # One ticker more (same bars otherwise): the same market, a second look.
+    assert record_look(path, _tickers("r2", ["AAPL", "MSFT", "NVDA"])).looks == 2
+    # Disjoint tickers on the same dates: different prices, not counted.
+    assert record_look(path, _tickers("r3", ["XOM", "CVX"])).looks == 1
+
+
+def test_the_looks_counted_now_include_later_looks(tmp_path):
+    path = looks.ledger_path(tmp_path)
+    first = record_look(path, _look("r1", "2024-03-01", "2024-03-29", 0.1))
+    assert first.now.count == 1 and first.now.first == 1
+    for i in range(2, 6):
+        record_look(path, _look(f"r{i}", "2024-03-04", "2024-03-29", 0.1 * i))
+    now = looks.looks_now(path, _look("r1", "2024-03-01", "2024-03-29"))
+    assert (now.now.count, now.now.first) == (5, 1) and now.now.sharpes[0] == 0.1
+    again = record_look(path, _look("r1", "2024-03-01", "2024-03-29", 0.1))  # a re-backtest
+    assert not again.new and again.looks == 1 and again.now.count == 5
+    assert looks.looks_now(path, _look("r9", "2024-03-01", "2024-03-29")) is None  # never recorded
+    assert looks.looks_now(tmp_path / "none.sqlite", _look("r1", "2024-03-01", "2024-03-29")) is None
+
+
+def test_a_new_policy_under_a_reused_run_name_is_a_new_look(tmp_path):
+    path = looks.ledger_path(tmp_path)
+    record_look(path, _tickers("r1", ["AAPL"], policy="aaaa"))
+    assert record_look(path, _tickers("r1", ["AAPL"], policy="aaaa")).looks == 1  # the same weights
+    assert record_look(path, _tickers("r1", ["AAPL"], policy="bbbb")).looks == 2  # new weights, same name
+
+
+def test_a_schema_1_ledger_is_migrated_with_its_looks_counted(tmp_path):
+    path = looks.ledger_path(tmp_path)
+    conn = sqlite3.connect(path)
+    conn.executescript(
+        """CREATE TABLE looks (id INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT NOT NULL, strategy TEXT
+        NOT NULL, market TEXT NOT NULL, start TEXT NOT NULL, "end" TEXT NOT NULL, num_sessions INTEGER NOT
+        NULL, sharpe REAL, created_at TEXT NOT NULL, UNIQUE (run_id, strategy, market, start, "end"));
+        INSERT INTO looks VALUES (1, 'old', 'champion', 'stored', '2024-03-01', '2024-03-29', 20, 0.3, 'x');
+        PRAGMA user_version = 1;"""
+    )
+    conn.close()
+    count = record_look(path, _tickers("new", ["AAPL"]))
+    assert count.looks == 2 and count.earlier_sharpes == (0.3,)  # an old row overlaps every ticker set
+    assert [r.policy for r in read_looks(path)] == ["", ""]

@@ -197,3 +197,21 @@ def test_random_panels_match_empyrical(data):
         "max_drawdown",
     ):
         _close(getattr(m, name)(returns), _oracle(getattr(empyrical, name), data))
+
+
+def test_beta_alpha_and_information_ratio_match_empyrical():
+    import empyrical as ep
+
+    rng = np.random.default_rng(11)
+    bench = rng.normal(0.0005, 0.01, 126)
+    returns = np.column_stack([0.5 * bench + rng.normal(0.001, 0.005, 126), 1.8 * bench, bench])
+    got_beta = m.beta(returns, bench).numpy()
+    got_alpha = m.alpha(returns, bench).numpy()
+    got_ir = m.information_ratio(returns, bench).numpy()
+    for j in range(2):
+        assert got_beta[j] == pytest.approx(ep.beta(returns[:, j], bench), rel=1e-9)
+        assert got_alpha[j] == pytest.approx(ep.alpha(returns[:, j], bench), rel=1e-6)
+        assert got_ir[j] == pytest.approx(ep.excess_sharpe(returns[:, j], bench) * np.sqrt(252), rel=1e-6)
+    # A pure 1.8x tilt of the benchmark: beta 1.8, no alpha; the benchmark itself: no information ratio.
+    assert got_beta[1] == pytest.approx(1.8) and got_alpha[1] == pytest.approx(0.0, abs=1e-12)
+    assert math.isnan(got_ir[2])

@@ -317,3 +317,10 @@ def test_a_hook_that_fails_or_hangs_is_retried_next_time(home, tmp_path):
     sink = tmp_path / "sink.jsonl"
     assert notify(home, [problem], AlertSettings(command=f"cat >> {sink}")).raised == ["no_data"]
     assert json.loads(sink.read_text())["message"] == "session 2024-01-04: no fresh bars"
+
+
+def test_docs_name_every_check():
+    from app.alerts import CHECKS
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "nightly.md").read_text()
+    assert [name for name in CHECKS if f"`{name}`" not in text] == []

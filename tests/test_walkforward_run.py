@@ -162,10 +162,14 @@ def test_folds_gate_and_stitched_account_of_a_tiny_run(runs):
 
     doc = json.loads(run.backtest_metrics.read_text())
     assert doc["window"] == "walkforward" and doc["num_trials"] == 1 and doc["final"] is True
-    # The span is one look, in the home's ledger; the gates' looks are in the run's own.
+    # Every account report is a look in the home's ledger: the provisional one after each fold (the
+    # folds so far) and the final span; the final verdict counts them all. The gates' looks are in the
+    # run's own ledger.
+    ends = [r["windows"]["test"][1] for r in records]
     assert [(x.run_id, x.start, x.end) for x in read_looks(ledger_path(run.home))] == [
-        ("wf", doc["start"], doc["end"])
+        ("wf", doc["start"], end) for end in ends
     ]
+    assert doc["oos_test"]["looks"] == 3 and doc["oos_test"]["look"]["end"] == doc["end"]
     assert {x.run_id for x in read_looks(ledger_path(run.path))} == {f"wf/fold-{k:03d}" for k in range(3)}
     assert (doc["start"], doc["end"]) == (records[0]["windows"]["test"][0], records[-1]["windows"]["test"][1])
     assert {"champion", "buy_and_hold", "equal_weight", "cash"} <= set(doc["strategies"])

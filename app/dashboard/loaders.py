@@ -18,6 +18,7 @@ import streamlit as st
 
 from app.dashboard import artifacts
 from app.runs import RunDir, RunInfo
+from backtests import looks
 from backtests.metrics_model import MetricsDocument
 
 # Entries kept per loader; a handful of runs is what a person flips between.
@@ -71,8 +72,16 @@ def _backtest(run_dir: Path, name: str) -> Any:
 
 
 def metrics(run_dir: Path) -> MetricsDocument:
-    """``metrics.json`` of the run's backtest (cached until the file changes)."""
-    return _backtest(run_dir, "backtest_metrics")
+    """``metrics.json`` of the run's backtest, its verdict stated with the looks the home's ledger
+    counts now (``backtests.looks.restated``; cached until the file or the ledger changes)."""
+    home = Path(run_dir).resolve().parents[1]  # <home>/runs/<run>
+    path = RunDir.at(run_dir).backtest_metrics
+    return _metrics(str(run_dir), str(home), signature(path, looks.ledger_path(home)))
+
+
+@st.cache_data(max_entries=_MAX_ENTRIES, show_spinner=False)
+def _metrics(run_dir: str, home: str, sig: tuple) -> MetricsDocument:
+    return looks.restated(artifacts.read_metrics(Path(run_dir)), home)
 
 
 def equity(run_dir: Path) -> pd.DataFrame:

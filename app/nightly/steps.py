@@ -44,7 +44,14 @@ from app.nightly.decide import finite
 from app.nightly.normalization import SPEC_FILE, champion_feature_spec, with_feature_spec
 from app.nightly.record import SELECTION
 from app.runs import RunDir
-from app.workflows.backtest import check_policy_fits, count_look, market_identity, selection_inputs
+from app.workflows.backtest import (
+    check_policy_fits,
+    count_look,
+    look_arguments,
+    market_identity,
+    policy_digest,
+    selection_inputs,
+)
 from app.workflows.training import ensemble_step
 from backtests import engine, report, scoring
 from backtests.metrics_model import OosTest
@@ -340,8 +347,15 @@ def score_step(
         result,
         names=tuple({"challenger": "champion", "champion": "incumbent"}.get(n, n) for n in result.names),
     )
-    identity = market_identity(config.data, market.tickers)
-    look = count_look(home, challenger.run_id, renamed, window="test", market=identity)
+    identity = market_identity(config.data)
+    counted = count_look(
+        home,
+        challenger.run_id,
+        renamed,
+        window="test",
+        market=identity,
+        policy=policy_digest(challenger.policy_dir),
+    )
     info = run.info()
     doc = report.write_report(
         challenger.run_dir,
@@ -359,7 +373,7 @@ def score_step(
         cost_rate=params.cost_rate,
         slippage_bps=params.slippage_bps,
         significance_level=gate_significance_level(config),
-        earlier_looks=look.earlier_sharpes if look is not None else (),
+        **look_arguments(counted),
         seed=config.tournament.seed,
         market=identity,
         tearsheet=config.nightly.tearsheet,

@@ -21,7 +21,7 @@ from torch import Tensor
 from agents.ensemble import load_policy
 from app.runs import RunDir
 from app.walkforward.judging import write_account_report
-from app.workflows.backtest import check_policy_fits
+from app.workflows.backtest import check_policy_fits, policy_digest
 from backtests.engine import BacktestResult
 from backtests.metrics_model import ChampionSpan, MetricsDocument, WalkForwardSummary
 from backtests.stitched import run_stitched
@@ -113,15 +113,19 @@ class StitchedAccount:
         result: BacktestResult | None = None,
         tearsheet: bool = False,
         home: Path | None = None,
+        final: bool = False,
     ) -> MetricsDocument:
-        """The report of ``result`` (default: a fresh :meth:`run`) for the folds ``records``; with
-        ``home`` the final one, counted as one look (``app.walkforward.judging.write_account_report``)."""
+        """The report of ``result`` (default: a fresh :meth:`run`) for the folds ``records``, ``final``
+        once the last fold is done; with ``home`` its look (the policies in charge, keyed by their
+        weights) is counted in the home's ledger (``app.walkforward.judging.write_account_report``)."""
         result = result if result is not None else self.run()
         return write_account_report(
             run,
             result,
             config=config,
             home=home,
+            final=final,
+            policy=policy_digest(*self._loaded),
             tearsheet=tearsheet,
             walkforward=walkforward_fields(records, config),
         )

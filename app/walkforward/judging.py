@@ -28,10 +28,11 @@ from typing import Any
 from app.nightly.decide import decide, finite, overlap_note
 from app.nightly.steps import ChallengerRun, DataSnapshot, gate_significance_level, score_step
 from app.runs import RunDir
-from app.workflows.backtest import count_look, market_identity
+from app.workflows.backtest import count_look, look_arguments, market_identity
 from backtests import report
 from backtests.engine import BacktestResult
 from backtests.metrics_model import MetricsDocument, WalkForwardSummary, read_metrics
+from backtests.verdict import judge, stated_verdict, verdict_fields
 from data.features import DEFAULT_WINDOWS, lookback
 from data.market import MarketData
 
@@ -107,10 +108,11 @@ def replay_gate(
     quiet = config.with_updates(nightly={"tearsheet": False})
     snapshot = DataSnapshot(splits=splits, windows={"valid": splits.valid.date_range(), "test": dates})
     evaluation = score_step(quiet, run.path, snapshot, challenger, incumbent)
-    _label_gate_window(RunDir.at(challenger.run_dir), "valid" if window == valid else "gate")
+    labelled = _label_gate_window(RunDir.at(challenger.run_dir), "valid" if window == valid else "gate")
     ch_fit = finite(evaluation.challenger.get("fitness"))
     inc_fit = finite(evaluation.champion.get("fitness")) if evaluation.champion is not None else None
-    edge = evaluation.edge
+    # On the validation window the verdict is a selection-window verdict, and says so.
+    edge = stated_verdict(labelled)
     if gate == "always":
         promote, reason = True, "gate = always: the fold's challenger takes over"
     else:
@@ -143,11 +145,16 @@ def replay_gate(
     )
 
 
-def _label_gate_window(run: RunDir, window: str) -> None:
-    """The gate's report names its window for what it is in a walk-forward."""
-    doc = read_metrics(run.backtest_metrics)
+def _label_gate_window(run: RunDir, window: str) -> MetricsDocument:
+    """The gate's report names its window for what it is in a walk-forward, and its verdict is judged
+    again for it (on the validation window: "on the selection window", never "out of sample")."""
     note = f"the walk-forward's gate decided on this fold's {window} window"
-    doc.model_copy(update={"window": window, "role_note": note}).write(run.backtest_metrics)
+    doc = read_metrics(run.backtest_metrics).model_copy(update={"window": window, "role_note": note})
+    oos = doc.oos_test
+    if oos is not None and oos.strategy is not None:
+        doc = doc.model_copy(update=verdict_fields(judge(doc, oos.strategy)))
+    doc.write(run.backtest_metrics)
+    return doc
 
 
 def write_account_report(
@@ -158,16 +165,22 @@ def write_account_report(
     home: Path | None,
     tearsheet: bool,
     walkforward: WalkForwardSummary,
+    final: bool = True,
+    policy: str = "",
 ) -> MetricsDocument:
     """The stitched account's report in ``<run>/backtest/`` (the account as ``champion``, the baselines
-    beside it), its out-of-sample test over the whole span, with ``walkforward`` (the folds and
-    champions) in its metrics.json. With ``home`` (the last fold done) the span is counted as one look in
-    the home's looks ledger and the test deflated for the earlier looks at it; without, it is the
-    provisional report of the folds so far (no look recorded). Returns the document."""
-    identity = market_identity(config.data, result.tickers)
-    look = None
+    beside it), its out-of-sample test over the span so far, with ``walkforward`` (the folds and
+    champions) in its metrics.json; ``final``: the last fold is done. Every report shows held-out
+    returns of the selected policies, so each is a look: with ``home`` it is counted in the home's
+    looks ledger (keyed by ``policy``, the digest of the policies in charge) and its verdict stated
+    with the looks counted now; a provisional report (not ``final``) is one look at the folds so far.
+    Returns the document."""
+    identity = market_identity(config.data)
+    counted = None
     if home is not None:
-        look = count_look(home, run.run_id, result, window=report.HELD_OUT_WINDOW, market=identity)
+        counted = count_look(
+            home, run.run_id, result, window=report.HELD_OUT_WINDOW, market=identity, policy=policy
+        )
     params = config.env
     doc = report.write_report(
         run.path,
@@ -179,16 +192,16 @@ def write_account_report(
         cost_rate=params.cost_rate,
         slippage_bps=params.slippage_bps,
         significance_level=config.backtest.significance_level,
-        earlier_looks=look.earlier_sharpes if look is not None else (),
         seed=config.tournament.seed,
         market=identity,
+        **look_arguments(counted),
     )
     # The account selected nothing itself: each fold's tournament did, and its gate report says how.
     diagnostics = "selection diagnostics: each fold's own, in its gate report (folds/fold-<k>/backtest/)"
     doc = doc.model_copy(
         update={
             "window": ACCOUNT_WINDOW,
-            "final": home is not None,
+            "final": final,
             "verdict_diagnostics": diagnostics if doc.verdict_outcome else None,
             "walkforward": walkforward,
         }

@@ -2,9 +2,11 @@
 
 :func:`backtest_run` loads the run's ``config.toml`` and champion policy, rebuilds the market with
 the run's data config, backtests champion + baselines on the window (test by default) through the
-training env's ``step``, counts the look in ``<home>/looks.sqlite`` (``backtests.looks``; test window
-only) and writes the run's ``backtest/`` (see ``backtests.report``): the champion's out-of-sample test
-after the looks at an overlapping window of the same market (:func:`market_identity`), and the
+training env's ``step``, counts the look in ``<home>/looks.sqlite`` (``backtests.looks``; the test and
+the full window, both show held-out sessions; keyed by the champion's weights, :func:`policy_digest`)
+and writes the run's ``backtest/`` (see ``backtests.report``): the champion's out-of-sample test
+first judged after the looks before it at an overlapping window of the same market
+(:func:`market_identity`) and stated with the looks counted now, and the
 selection diagnostics from every scored pod's daily validation returns
 (``<run>/pods/<pod>/valid_returns.parquet``, :func:`selection_inputs`) with buy-and-hold's on the same
 validation dates. The bootstraps are seeded with the run's ``[tournament] seed`` and the test's level
@@ -19,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -119,33 +120,70 @@ def _check_window_unseen(run: str, window: str, market: Any, recorded: dict[str,
         )
 
 
-def market_identity(data: Any, tickers: Sequence[str]) -> str:
-    """What makes two backtests look at the same market (``backtests.looks``): for synthetic data
-    every setting that changes a price (seed, signal, tickers, sessions, start, interval); for stored
-    or shipped data the source, the interval and the set of tickers (a digest of the sorted symbols)."""
-    names = sorted(str(t) for t in tickers)
+def market_identity(data: Any) -> str:
+    """What makes two backtests look at the same prices (``backtests.looks``): for synthetic data the
+    settings that change every price (seed and signal); for stored or shipped data the source. The
+    interval and the ticker list are not part of it: the ledger's overlap rule reads the windows'
+    dates and the ticker sets, so the same bars at 5m or 1m, or with one ticker more, are one market."""
     if data.source == "synthetic":
-        return (
-            f"synthetic seed={data.seed} signal={data.signal:g} tickers={len(names)} "
-            f"sessions={data.num_sessions} start={data.start} interval={data.interval}"
-        )
-    digest = hashlib.sha256(" ".join(names).encode()).hexdigest()[:16]
-    return f"{data.source} interval={data.interval} tickers={len(names)} set={digest}"
+        return f"synthetic seed={data.seed} signal={data.signal:g}"
+    return str(data.source)
+
+
+#: Windows whose returns include held-out sessions: every backtest of them is a look.
+LOOK_WINDOWS = ("test", "full")
+
+
+def policy_digest(*policy_dirs: Path | str) -> str:
+    """A digest of the policies' weights and specs (the look key's ``policy``): a new champion under a
+    reused run name is a new look."""
+    digest = hashlib.sha256()
+    for policy_dir in policy_dirs:
+        for path in sorted(Path(policy_dir).rglob("*")):
+            if path.is_file() and path.suffix in (".safetensors", ".json"):
+                digest.update(path.relative_to(policy_dir).as_posix().encode())
+                digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def count_look(
-    home: Path, run: str, result: engine.BacktestResult, *, window: str, market: str
-) -> looks.LookCount | None:
-    """Record the selected strategy's look at a held-out window in ``<home>/looks.sqlite``; None for
-    another window (no look at held-out data) or a backtest without a selected strategy."""
+    home: Path,
+    run: str,
+    result: engine.BacktestResult,
+    *,
+    window: str,
+    market: str,
+    policy: str = "",
+) -> tuple[looks.Look, looks.LookCount] | None:
+    """Record the selected strategy's look at a window with held-out sessions (:data:`LOOK_WINDOWS`) in
+    ``<home>/looks.sqlite``; None for another window or a backtest without a selected strategy."""
     strategy = report.selected_strategy(result)
-    if window != report.HELD_OUT_WINDOW or strategy is None:
+    if window not in LOOK_WINDOWS or strategy is None:
         return None
     _, daily = result.daily_returns()
     returns = daily[:, result.names.index(strategy)].detach().cpu().numpy()
     start, end = result.date_range()
-    look = looks.Look(run, strategy, market, start, end, len(returns), oos_test.sharpe_per_day(returns))
-    return looks.record_look(looks.ledger_path(home), look)
+    look = looks.Look(
+        run,
+        strategy,
+        market,
+        start,
+        end,
+        len(returns),
+        oos_test.sharpe_per_day(returns),
+        policy=policy,
+        tickers=tuple(result.tickers),
+    )
+    return look, looks.record_look(looks.ledger_path(home), look)
+
+
+def look_arguments(counted: tuple[looks.Look, looks.LookCount] | None) -> dict[str, Any]:
+    """The report's keywords for a counted look: the earlier looks it is first judged with, the look
+    itself and the looks counted now (``backtests.report.metrics_document``)."""
+    if counted is None:
+        return {}
+    look, count = counted
+    return {"earlier_looks": count.earlier_sharpes, "look": look, "now": count.now}
 
 
 def backtest_run(
@@ -183,8 +221,10 @@ def backtest_run(
     result = engine.run_backtest(
         market, params, {"champion": policy}, device=device, num_threads=1, compile=config.backtest.compile
     )
-    identity = market_identity(config.data, market.tickers)
-    count = count_look(home, run, result, window=window, market=identity)
+    identity = market_identity(config.data)
+    counted = count_look(
+        home, run, result, window=window, market=identity, policy=policy_digest(run_dir.champion)
+    )
     champion = run_info.champion.pod_id if run_info.champion is not None else None
     return report.write_report(
         run_dir.path,
@@ -196,10 +236,10 @@ def backtest_run(
         cost_rate=params.cost_rate,
         slippage_bps=params.slippage_bps,
         significance_level=config.backtest.significance_level,
-        earlier_looks=count.earlier_sharpes if count is not None else (),
         seed=config.tournament.seed,
         market=identity,
         tearsheet=tearsheet,
+        **look_arguments(counted),
     )
 
 

@@ -121,7 +121,9 @@ def run_walkforward(
                 records.append(record)
                 emit({"event": "fold_done", "index": plan.fold.index, "record": record})
         emit({"event": "stage", "index": None, "stage": "report"})
-        doc = account.report(wf_run, config, records, tearsheet=config.walkforward.tearsheet, home=home)
+        doc = account.report(
+            wf_run, config, records, tearsheet=config.walkforward.tearsheet, home=home, final=True
+        )
     except BaseException as err:
         wf_run.update(status="interrupted", error=f"{type(err).__name__}: {err}", updated=time.time())
         raise
@@ -291,7 +293,7 @@ def _run_fold(
         "test": test,
     }
     lap("account")
-    account.report(wf_run, config, [*records, record], result=result)
+    account.report(wf_run, config, [*records, record], result=result, home=home)
     lap("report")
     record["seconds"] = {**seconds, "total": round(sum(seconds.values()), 3)}
     wf_run.write_fold_record(index, record)
