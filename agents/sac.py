@@ -59,7 +59,7 @@ class SACArgs:
     batch_size: int = 1024
     """transitions per gradient step"""
     buffer_size: int = 200_000
-    """replay capacity in transitions (memory: about 8 * obs_dim bytes each)"""
+    """replay buffer size in transitions (memory: about 8 * obs_dim bytes each)"""
     learning_starts: int = 4096
     """env-steps collected before the first gradient step"""
     gradient_steps: int = 1
@@ -183,27 +183,27 @@ def ensemble_target(
 class ReplayBuffer:
     """A ring buffer of transitions on the device (raw observations)."""
 
-    def __init__(self, capacity: int, obs_dim: int, action_dim: int, device: torch.device) -> None:
+    def __init__(self, buffer_size: int, obs_dim: int, action_dim: int, device: torch.device) -> None:
         z = {"device": device, "dtype": torch.float32}
-        self.capacity, self.size, self.pos = capacity, 0, 0
-        self.obs = torch.zeros(capacity, obs_dim, **z)  # (C, obs_dim) raw
-        self.next_obs = torch.zeros(capacity, obs_dim, **z)  # (C, obs_dim) raw, final_obs at episode ends
-        self.actions = torch.zeros(capacity, action_dim, **z)  # (C, A) env actions
-        self.rewards = torch.zeros(capacity, **z)  # (C,)
-        self.terminated = torch.zeros(capacity, **z)  # (C,) 1.0 only for real terminal states
+        self.buffer_size, self.size, self.pos = buffer_size, 0, 0
+        self.obs = torch.zeros(buffer_size, obs_dim, **z)  # (C, obs_dim) raw
+        self.next_obs = torch.zeros(buffer_size, obs_dim, **z)  # (C, obs_dim) raw, final_obs at episode ends
+        self.actions = torch.zeros(buffer_size, action_dim, **z)  # (C, A) env actions
+        self.rewards = torch.zeros(buffer_size, **z)  # (C,)
+        self.terminated = torch.zeros(buffer_size, **z)  # (C,) 1.0 only for real terminal states
 
     def add(
         self, obs: Tensor, actions: Tensor, rewards: Tensor, next_obs: Tensor, terminated: Tensor
     ) -> None:
         n = obs.shape[0]
-        idx = (torch.arange(n, device=obs.device) + self.pos) % self.capacity
+        idx = (torch.arange(n, device=obs.device) + self.pos) % self.buffer_size
         self.obs[idx] = obs
         self.actions[idx] = actions
         self.rewards[idx] = rewards.to(torch.float32)
         self.next_obs[idx] = next_obs
         self.terminated[idx] = terminated.to(torch.float32)
-        self.pos = (self.pos + n) % self.capacity
-        self.size = min(self.capacity, self.size + n)
+        self.pos = (self.pos + n) % self.buffer_size
+        self.size = min(self.buffer_size, self.size + n)
 
     def sample(self, batch_size: int, generator: torch.Generator) -> dict[str, Tensor]:
         idx = torch.randint(0, self.size, (batch_size,), generator=generator, device=generator.device)

@@ -252,7 +252,9 @@ class NightlyConfig(Section):
         "(None: [backtest] significance_level)",
     )
     first_promotion: Literal["always", "significant"] = Field(
-        "always", description="with no champion yet: promote always, or only a significant challenger"
+        "significant",
+        description="with no champion yet: promote only a significant challenger (until then the "
+        "account holds cash), or always",
     )
     max_minutes: float | None = Field(
         MAX_MINUTES,

@@ -18,6 +18,7 @@ from rich.table import Table
 
 from app import context
 from backtests import report
+from backtests.capacity import curve_lines
 from backtests.metrics_model import MetricsDocument, StrategyMetrics
 from backtests.verdict import ANNUALIZED_KEYS, stated_verdict
 
@@ -234,9 +235,10 @@ def costs_text(doc: MetricsDocument) -> str:
 
 def _verdict_lines(doc: MetricsDocument) -> str:
     """The verdict the document states (``backtests.verdict``) and its selection diagnostics, each on a
-    line of its own, or nothing."""
+    line of its own, then the capacity curve (``backtests.capacity``), or nothing."""
     verdict = stated_verdict(doc)
-    return "".join(f"\n{line}" for line in verdict.lines) if verdict is not None else ""
+    text = "".join(f"\n{line}" for line in verdict.lines) if verdict is not None else ""
+    return text + "".join(f"\n{line}" for line in curve_lines(doc))
 
 
 def _caption(doc: MetricsDocument) -> str:

@@ -39,6 +39,7 @@ from app.nightly.steps import CHAMPIONS_DIR
 from app.paper.compact import compact_journal
 from app.paper.journal import Journal, journal_path
 from data import sqlite
+from data.errors import PodracerError
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +114,7 @@ def _last_traded_run(home: Path) -> str | None:
 
 def plan_prune(home: str | os.PathLike[str], policy: RetentionConfig) -> list[Doomed]:
     """Everything a prune of ``home`` under ``policy`` would remove or rewrite (see the module)."""
-    home = Path(home)
+    home = _existing(home)
     keep = protected(home)
     out: list[Doomed] = []
     # half-removed folders of an interrupted prune
@@ -162,6 +163,14 @@ def plan_prune(home: str | os.PathLike[str], policy: RetentionConfig) -> list[Do
     return out
 
 
+def _existing(home: str | os.PathLike[str]) -> Path:
+    """``home`` as a Path; a one-line error when it is not a folder (a prune never creates one)."""
+    path = Path(home)
+    if not path.is_dir():
+        raise PodracerError(f"no podracer home at {path}: check --home / PODRACER_HOME")
+    return path
+
+
 def _inside(path: Path, home: Path) -> bool:
     """``path`` lies under one of the home's pruned folders (never anything else on the disk)."""
     resolved = path.resolve()
@@ -201,7 +210,7 @@ def rotate_log(path: Path, keep: int) -> None:
 def prune(home: str | os.PathLike[str], policy: RetentionConfig) -> list[Doomed]:
     """Remove what :func:`plan_prune` lists, under ``retrain.lock``; returns it. A failure on one item
     is logged and the rest go on (the next prune tries again)."""
-    home = Path(home)
+    home = _existing(home)
     with ProcessLock(home / RETRAIN_LOCK_NAME, command="podracer prune"):
         plan = plan_prune(home, policy)
         done = []

@@ -271,7 +271,7 @@ class RunDir:
         """The run record's file (what :meth:`read` and :meth:`update` read and write)."""
         return self.path / RECORD
 
-    # --- a walk-forward's folds (app.workflows.walkforward) ----------------------------------------
+    # --- a walk-forward's folds (app.walkforward.run) ----------------------------------------
     @property
     def folds(self) -> Path:
         """``folds/``: one folder per fold of a walk-forward."""

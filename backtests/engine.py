@@ -192,8 +192,15 @@ def run_backtest(
     seed: int = 0,
     num_threads: int | None = None,
     compile: str = "auto",
+    capital: Sequence[float] | None = None,
 ) -> BacktestResult:
     """Run every policy and baseline over the whole ``market`` window; see the module docstring.
+
+    ``capital``: account sizes ($) to run every strategy at, as one more batch dimension (rows of the
+    same batched env, one pass): strategy ``name`` at size ``c`` is the column ``capacity_name(name,
+    c)``, and every dollar amount of the result (equity, costs, trades) is in units of its column's
+    starting capital, so ``initial_value`` is 1 (shares and volumes stay in shares). The env's
+    execution model makes the sizes differ (``backtests.capacity``). Needs ``policies`` as a mapping.
 
     ``num_threads`` sets torch's intra-op threads for the run and restores them after (None: leave
     them). The loop runs one small batch per step, where extra threads only add synchronization: more
@@ -231,7 +238,14 @@ def run_backtest(
         torch.set_num_threads(int(num_threads))
         try:
             return run_backtest(
-                market, params, policies, baselines=baselines, device=device, seed=seed, compile=compile
+                market,
+                params,
+                policies,
+                baselines=baselines,
+                device=device,
+                seed=seed,
+                compile=compile,
+                capital=capital,
             )
         finally:
             torch.set_num_threads(previous)
@@ -258,18 +272,21 @@ def run_backtest(
 
     plan = _day_plan(market, interval, k_steps)
     groups: list[GroupRun] = []
-    if names:
+    if capital is not None:
+        groups = _capacity_groups(market, params, policies, baselines, capital, k_steps, seed, plan.off_bars)
+    if names and capital is None:
         use_compile = compile == "on" or (compile == "auto" and k_steps >= COMPILE_MIN_DECISIONS)
         groups.append(_run_policies(market, params, policies, k_steps, seed, plan.off_bars, use_compile))
     static = bl.static_weights(market, baselines)
-    if static:
+    if static and capital is None:
         groups.append(bl.run_static(market, params, static, k_steps, seed, plan.off_bars))
-    if "equal_weight" in baselines:
+    if "equal_weight" in baselines and capital is None:
         groups.append(bl.run_equal_weight(market, params, k_steps, seed, plan.off_bars))
+    initial_value = float(params.initial_cash) if capital is None else 1.0
 
     cat = lambda key: torch.cat([getattr(g, key) for g in groups], dim=1)  # noqa: E731
     equity = cat("equity")
-    prev = torch.cat([torch.full_like(equity[:1], float(params.initial_cash)), equity[:-1]], dim=0)
+    prev = torch.cat([torch.full_like(equity[:1], initial_value), equity[:-1]], dim=0)
     mark_bars = (np.arange(1, k_steps + 1) * interval).astype(np.int64)
     dates = market.session_dates()
     # Equity at each session's end: its last mark, or (no mark that session) the off-mark value.
@@ -296,7 +313,7 @@ def run_backtest(
         fill_volume=fill_volumes(market, params, k_steps, torch.device("cpu")).to(torch.float32),
         spread_costs=cat("spread_costs"),
         impact_costs=cat("impact_costs"),
-        initial_value=float(params.initial_cash),
+        initial_value=initial_value,
         decision_interval=interval,
         interval=market.interval,
         start_timestamp=np.asarray(market.timestamps)[0],
@@ -304,6 +321,76 @@ def run_backtest(
         day_dates=plan.dates,
         day_equity=day_equity,
     )
+
+
+def capacity_name(name: str, capital: float) -> str:
+    """The column of strategy ``name`` run at ``capital`` dollars (``run_backtest(capital=...)``)."""
+    return f"{name}@{capital:g}"
+
+
+def _capacity_groups(
+    market: MarketData,
+    params: EnvParams,
+    policies: Mapping[str, PolicyFn] | PolicyBatch,
+    baselines: Sequence[str],
+    capital: Sequence[float],
+    k_steps: int,
+    seed: int,
+    off_bars: np.ndarray,
+) -> list[GroupRun]:
+    """Every strategy at every size in ``capital``, each group's dollars in units of its columns'
+    starting capital. The env's bust floor is checked per column after the run (the env's own floor
+    is one number), so the env runs with none."""
+    if isinstance(policies, PolicyBatch):
+        raise PodracerError("a capacity backtest takes its policies as a mapping of names to policies")
+    levels = [float(c) for c in capital]
+    if not levels or min(levels) <= 0:
+        raise PodracerError(f"capital levels must be positive dollar amounts (got {list(capital)})")
+    device = market.device
+    env_params = dataclasses.replace(params, bust_frac=0.0)
+    per_level = torch.tensor(levels, dtype=torch.float64, device=device)
+    groups = []
+    if policies:
+        fns = [
+            (lambda o, p=p: p.act(o, deterministic=True)) if hasattr(p, "act") else p
+            for p in policies.values()
+        ]
+        size = len(levels)
+
+        def act(obs: Tensor) -> Tensor:
+            return torch.cat([fn(obs[i * size : (i + 1) * size]) for i, fn in enumerate(fns)])
+
+        batch = PolicyBatch(tuple(capacity_name(n, c) for n in policies for c in levels), act)
+        rows = per_level.repeat(len(fns))
+        run = _run_policies(
+            market, env_params, batch, k_steps, seed, off_bars, capital=rows, bust_frac=params.bust_frac
+        )
+        groups.append(_per_capital(run, rows))
+    static = [(capacity_name(n, c), w) for n, w in bl.static_weights(market, baselines) for c in levels]
+    if static:
+        rows = per_level.repeat(len(static) // len(levels))
+        groups.append(
+            _per_capital(
+                bl.run_static(market, env_params, static, k_steps, seed, off_bars, capital=rows), rows
+            )
+        )
+    if "equal_weight" in baselines:
+        run = bl.run_equal_weight(market, env_params, k_steps, seed, off_bars, capital=per_level)
+        run.names = [capacity_name("equal_weight", c) for c in levels]
+        groups.append(_per_capital(run, per_level))
+    return groups
+
+
+def _per_capital(run: GroupRun, capital: Tensor) -> GroupRun:
+    """``run`` with every dollar amount divided by its column's starting capital."""
+    c = capital.cpu()
+    run.equity = run.equity / c
+    run.costs = run.costs / c
+    run.off_equity = run.off_equity / c
+    per_asset = c.to(torch.float32).view(1, -1, 1)
+    for name in ("trades", "trade_costs", "spread_costs", "impact_costs"):
+        setattr(run, name, getattr(run, name) / per_asset)
+    return run
 
 
 @dataclass(frozen=True)
@@ -381,13 +468,23 @@ def _run_policies(
     seed: int,
     off_bars: np.ndarray,
     use_compile: bool = False,
+    capital: Tensor | None = None,
+    bust_frac: float | None = None,
 ) -> GroupRun:
+    """``capital`` (N,): each row's starting cash instead of ``params.initial_cash``, with its own bust
+    floor ``bust_frac * capital`` checked after each decision (run the env with ``bust_frac`` 0)."""
     names = list(policies.names) if isinstance(policies, PolicyBatch) else list(policies)
     n = len(names)
     # Everything under inference mode, the reset included: compiled code is specialized to
     # inference tensors, and one kind of input throughout means one compile.
     with torch.inference_mode(), _gc_paused():
         state, obs = trading.reset(market, params, n, torch.Generator().manual_seed(seed), start=0)
+        start_cash = torch.full((n,), float(params.initial_cash), dtype=torch.float64, device=market.device)
+        if capital is not None:
+            start_cash = capital.to(device=market.device, dtype=torch.float64)
+            state = dataclasses.replace(
+                state, cash=start_cash.clone(), value=start_cash.clone(), peak=start_cash.clone()
+            )
         if isinstance(policies, PolicyBatch):
             # One call for all rows; its actions are checked like an unknown callable's.
             callables, trusted = [policies.act], False
@@ -413,13 +510,15 @@ def _run_policies(
                 f"policy {names[i]!r} returned a NaN or inf action at decision {k} "
                 f"(bar {k * int(params.decision_interval)})"
             )
+        if capital is not None and bust_frac:
+            term = term | (value < bust_frac * start_cash)
         # A terminated strategy is stopped: its value stays at the terminal mark, nothing after counts.
         ever = torch.cumsum(term.to(torch.int64), dim=0) > 0
         dead = torch.cat([torch.zeros_like(ever[:1]), ever[:-1]], dim=0)  # (K, N): stopped before row k
         rows = torch.arange(k_steps, device=value.device).unsqueeze(1).expand(k_steps, n)
         last_alive = torch.where(dead, -1, rows).cummax(dim=0).values
         equity = value.gather(0, last_alive.clamp(min=0))
-        prev = torch.cat([torch.full_like(equity[:1], float(params.initial_cash)), equity[:-1]], dim=0)
+        prev = torch.cat([start_cash.unsqueeze(0), equity[:-1]], dim=0)
         traded = traded_notional.to(torch.float64).masked_fill(dead, 0.0)
         shares = shares_traded.to(torch.float64)  # (K, N, A)
         # Holdings at each mark: the env adds each step's trade to the previous holdings, in order

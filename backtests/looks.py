@@ -14,7 +14,7 @@ of the same market (``backtests.oos_test``):
   and the verdict is recomputed from the same earlier looks, so it comes out the same;
 - the **market** is the identity of the data, not only its dates: two synthetic markets with different
   seeds (or signals, tickers, sessions) share calendar dates but not a single price, and a look at one
-  says nothing about the other. The caller builds it (``app.workflows.backtest.market_identity``).
+  says nothing about the other. The caller builds it (``app.evaluation.market_identity``).
 
 Rows are typed: :class:`Look` (what a caller records) and :class:`LookRow` (a recorded look, what
 :func:`read_looks` returns), pydantic dataclasses validated on the way in and out; the ledger's schema

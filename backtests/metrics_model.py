@@ -163,6 +163,23 @@ class SelectionDiagnostics(MetricsSection):
     reason: str | None = Field(None, description="why there are no diagnostics")
 
 
+class CapacityRow(MetricsSection):
+    """``capacity[]``: the selected strategy replayed at one account size (``backtests.capacity``)."""
+
+    capital: float = Field(description="the account size ($)")
+    strategy: str | None = Field(None, description="the strategy replayed")
+    sharpe_ratio: Figure = Field(None, description="its Sharpe ratio at that size, costs on")
+    cum_returns_final: Figure = Field(None, description="its period return")
+    costs_paid: Figure = Field(None, description="its costs, a fraction of the initial cash")
+    mean_participation: Figure = Field(None, description="its fills' mean share of the bar's volume")
+    capped_share: Figure = Field(None, description="the share of its fills the volume cap limited")
+    verdict_outcome: Outcome | None = Field(None, description="the verdict at that size")
+    baselines: dict[str, Figure] = Field(default_factory=dict, description="the baselines' period returns")
+
+
+CapacityRule = Literal["significant", "half_sharpe", "no_edge"]
+
+
 class ChampionSpan(MetricsSection):
     """One stretch of a walk-forward's account traded by one policy."""
 
@@ -241,6 +258,15 @@ class MetricsDocument(Artifact):
         None, description="trades.parquet rows: per decision or session"
     )
     tearsheet: Literal["pyfolio", "fallback"] | None = Field(None, description="what tearsheet.png holds")
+    capacity: list[CapacityRow] | None = Field(
+        None, description="the selected strategy at several account sizes (null when not run)"
+    )
+    estimated_capacity: Figure = Field(None, description="the largest account size its rule keeps ($)")
+    estimated_capacity_rule: CapacityRule | None = Field(
+        None,
+        description='"significant" (the largest size with a significant edge), "half_sharpe" (keeping half '
+        'the smallest size\'s net Sharpe) or "no_edge"',
+    )
     role: str | None = Field(None, description='"selection" when a gate decided on this window (nightly)')
     role_note: str | None = Field(None, description="why the window's figures are selection figures")
     final: bool | None = Field(None, description="a walk-forward account's report after its last fold")
@@ -255,6 +281,11 @@ class MetricsDocument(Artifact):
                 "significance_level": raw["significance"]
             }
         return raw
+
+    def updated(self, **fields: Any) -> MetricsDocument:
+        """The document with ``fields`` (JSON values) set, validated like a file read (``model_copy``
+        does not validate what it is given)."""
+        return type(self).parse({**self.model_dump(exclude_unset=True), **fields})
 
     def states(self, key: str) -> bool:
         """The file wrote ``key`` (also as null): tells a document from before a key existed."""
@@ -278,6 +309,7 @@ DOC_SECTIONS: tuple[tuple[str, type[BaseModel]], ...] = (
     ("`oos_test.excess.<benchmark>`", ExcessFigures),
     ("`oos_test.look`", LookKey),
     ("`selection`", SelectionDiagnostics),
+    ("`capacity[]`", CapacityRow),
     ("`walkforward`", WalkForwardSummary),
     ("`walkforward.champions[]`", ChampionSpan),
 )

@@ -8,7 +8,9 @@ The files and their schemas are a contract with the dashboard (see ARCHITECTURE.
   backtests.metrics_model.METRIC_KEYS>}}``, ``oos_test`` (the selected strategy's out-of-sample test
   on this window after the looks counted, ``backtests.oos_test``; null without a selected
   strategy), ``selection`` (the diagnostics of the tournament's choice on the validation window,
-  ``backtests.snooping``), the verdict (``backtests.verdict``) and descriptive extras;
+  ``backtests.snooping``), the verdict (``backtests.verdict``), the capacity curve (``capacity``,
+  ``estimated_capacity``, ``estimated_capacity_rule``: the selected strategy replayed at several
+  account sizes, ``backtests.capacity``; null when not run) and descriptive extras;
 - ``equity.parquet``: ``timestamp`` (UTC) + one float64 column per strategy (equity in $); the first
   row is the initial cash at the window's first bar;
 - ``positions.parquet``: long ``timestamp, strategy, ticker, weight`` (zero weights left out);
@@ -48,6 +50,7 @@ import torch
 from backtests import looks, oos_test, selection, snooping
 from backtests import metrics as m
 from backtests.baselines import is_baseline
+from backtests.capacity import capacity_fields
 from backtests.engine import BacktestResult
 from backtests.metrics_model import RELATIVE_METRICS, MetricsDocument
 from backtests.verdict import (
@@ -423,13 +426,18 @@ def write_report(
     window: str = "test",
     tearsheet: bool = True,
     max_rows: int = DEFAULT_MAX_ROWS,
+    capacity: BacktestResult | None = None,
+    max_participation: float = 0.0,
     **document: Any,
 ) -> MetricsDocument:
     """Write ``<run_dir>/backtest/`` and return the metrics.json document (``document``: the keyword
-    arguments of :func:`metrics_document`)."""
+    arguments of :func:`metrics_document`). ``capacity``: the ``backtests.capacity.run_capacity``
+    result of the same window (adds ``capacity`` / ``estimated_capacity``; ``max_participation``: the
+    env's volume cap, to count the fills it capped)."""
     out_dir = Path(run_dir) / "backtest"
     out_dir.mkdir(parents=True, exist_ok=True)
     doc = metrics_document(result, window=window, **document)
+    doc = doc.updated(**json_safe(capacity_document(capacity, window, max_participation, document)))
     _write_parquet(equity_frame(result), out_dir / "equity.parquet")
     positions, positions_frequency = positions_frame(result, max_rows)
     _write_parquet(positions, out_dir / "positions.parquet")
@@ -449,6 +457,20 @@ def write_report(
     )
     doc.write(out_dir / "metrics.json")
     return doc
+
+
+def capacity_document(
+    capacity: BacktestResult | None, window: str, max_participation: float, document: dict[str, Any]
+) -> dict[str, Any]:
+    """metrics.json's capacity keys (null without a capacity run): each size judged by the same
+    document as the report's, less the selection diagnostics (the verdict does not read them)."""
+    if capacity is None:
+        return {"capacity": None, "estimated_capacity": None, "estimated_capacity_rule": None}
+    kwargs = {k: v for k, v in document.items() if k != "trial_returns"}
+    levels = sorted({float(n.rsplit("@", 1)[1]) for n in capacity.names})
+    return capacity_fields(
+        capacity, max_participation, lambda sub: metrics_document(sub, window=window, **kwargs), levels
+    )
 
 
 def json_safe(obj: Any) -> Any:

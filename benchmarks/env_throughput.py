@@ -14,6 +14,11 @@ cache, in the warm-up) and ``torch.compile`` elsewhere (compiled in the warm-up,
 result names it (``"kernel"``). ``--native off`` takes ``torch.compile`` on CPU too.
 ``TradingVecEnv`` takes each fast kernel from its ``envs.fast_step`` threshold by default
 (``fast_step="auto"``).
+
+``--execution both`` times every case with the execution model off (``envs.execution.FRICTIONLESS``)
+and on (the ``EnvParams`` defaults: spread, volume cap, square-root impact, minimum order), one after
+the other in the same process, and prints on/off: the ratio stays fair on a machine others share.
+``on`` (the default) / ``off`` time one of them.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from data.toy import toy_market  # noqa: E402
 from envs import trading  # noqa: E402
+from envs.execution import FRICTIONLESS  # noqa: E402
 from envs.fast_step import step_kernel  # noqa: E402
 from envs.kernels import native  # noqa: E402
 from envs.reference import ReferenceEnv  # noqa: E402
@@ -97,6 +103,9 @@ def main(argv: list[str] | None = None) -> dict:
         "--fast", "--compile", choices=("both", "off", "on"), default="both", help="fast path"
     )
     parser.add_argument("--native", choices=("on", "off"), default="on", help="CPU fast path: native kernel")
+    parser.add_argument(
+        "--execution", choices=("both", "off", "on"), default="on", help="the env's execution model"
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     args = parser.parse_args(argv)
 
@@ -116,35 +125,43 @@ def main(argv: list[str] | None = None) -> dict:
     )
     # episode_len 256, not the env's default of 64: a shorter episode adds autoresets to the timing,
     # and every figure of this benchmark is measured with 256.
-    params = EnvParams(episode_len=256)
     modes = {"both": (False, True), "off": (False,), "on": (True,)}[args.fast]
+    executions = {"both": (False, True), "off": (False,), "on": (True,)}[args.execution]
     results = []
     for num_envs in sizes:
         for fast in modes:
-            sec, cpu_sec, kernel = bench_batched(market, params, num_envs, args.steps, args.warmup, fast=fast)
-            results.append(
-                {
-                    "num_envs": num_envs,
-                    "num_assets": args.num_assets,
-                    "device": str(device),
-                    "fast": fast,
-                    "kernel": kernel,
-                    "env_steps_per_s": num_envs / sec,
-                    "ms_per_step": sec * 1e3,
-                    "cpu_ms_per_step": cpu_sec * 1e3,
-                }
-            )
-            if not args.json:
-                ratio = ""
-                if fast and len(modes) == 2:
-                    ratio = f"  {results[-2]['ms_per_step'] / results[-1]['ms_per_step']:.2f}x eager"
-                print(
-                    f"{num_envs:>7} envs x {args.num_assets} assets on {device} "
-                    f"{kernel:<13}: "
-                    f"{num_envs / sec:>14,.0f} env-steps/s  {sec * 1e3:8.3f} ms/step "
-                    f"({cpu_sec * 1e3:.3f} ms CPU){ratio}",
-                    flush=True,
+            for execution in executions:
+                params = EnvParams(episode_len=256, **({} if execution else FRICTIONLESS))
+                sec, cpu_sec, kernel = bench_batched(
+                    market, params, num_envs, args.steps, args.warmup, fast=fast
                 )
+                results.append(
+                    {
+                        "num_envs": num_envs,
+                        "num_assets": args.num_assets,
+                        "device": str(device),
+                        "fast": fast,
+                        "execution": execution,
+                        "kernel": kernel,
+                        "env_steps_per_s": num_envs / sec,
+                        "ms_per_step": sec * 1e3,
+                        "cpu_ms_per_step": cpu_sec * 1e3,
+                    }
+                )
+                if not args.json:
+                    ratio = ""
+                    if execution and len(executions) == 2:
+                        ratio = f"  execution on/off {results[-2]['ms_per_step'] / results[-1]['ms_per_step']:.2f}"
+                    elif fast and len(modes) == 2 and len(executions) == 1:
+                        ratio = f"  {results[-2]['ms_per_step'] / results[-1]['ms_per_step']:.2f}x eager"
+                    print(
+                        f"{num_envs:>7} envs x {args.num_assets} assets on {device} "
+                        f"{kernel:<13} execution {'on ' if execution else 'off'}: "
+                        f"{num_envs / sec:>14,.0f} env-steps/s  {sec * 1e3:8.3f} ms/step "
+                        f"({cpu_sec * 1e3:.3f} ms CPU){ratio}",
+                        flush=True,
+                    )
+    params = EnvParams(episode_len=256)
     ref = bench_reference(market, params, args.reference_seconds)
     out = {"results": results, "reference_steps_per_s": ref}
     if args.json:

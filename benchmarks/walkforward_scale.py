@@ -38,7 +38,7 @@ from rich.console import Console  # noqa: E402
 from app.config import parse_config  # noqa: E402
 from app.walkforward.display import folds_table  # noqa: E402
 from app.walkforward.plan import plan_folds  # noqa: E402
-from app.workflows.walkforward import bars_only, peak_rss_mb, run_walkforward  # noqa: E402
+from app.walkforward.run import bars_only, peak_rss_mb, run_walkforward  # noqa: E402
 from data.fold_market import fold_market  # noqa: E402
 from data.loader import load_market  # noqa: E402
 

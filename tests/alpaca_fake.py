@@ -64,6 +64,16 @@ KEY_ID = "PKTESTKEY0000000000"
 SECRET = "tEsTsEcReT/not-a-real-secret-0123456789"
 
 
+def point_at(server: FakeAlpaca, monkeypatch: Any, *, trading: bool = True) -> None:
+    """Point alpaca-py at ``server`` through the environment (``monkeypatch.setenv``): the test keys and
+    the market-data URL, and the trading URL too unless ``trading=False`` (a data-only client)."""
+    env = {"APCA_API_KEY_ID": KEY_ID, "APCA_API_SECRET_KEY": SECRET, "APCA_API_DATA_URL": server.url}
+    if trading:
+        env["APCA_API_BASE_URL"] = server.url
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+
+
 def _iso(ts: datetime | pd.Timestamp) -> str:
     ts = pd.Timestamp(ts)
     ts = ts.tz_localize("UTC") if ts.tzinfo is None else ts.tz_convert("UTC")

@@ -1,4 +1,5 @@
-"""Shared pytest fixtures. Keep stage-specific fixtures in the stage's own test files."""
+"""Shared pytest fixtures: every fixture that more than one test file uses lives here (plain helper
+functions in ``tests/helpers.py``); a fixture that one file uses stays in that file."""
 
 from __future__ import annotations
 
@@ -85,3 +86,46 @@ def windows_ppo():
 
     train, valid, _test = ppo_market().split_sessions(0.6, 0.2)
     return train, valid
+
+
+# --- paper trading (tests/test_paper*.py) -------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    """A small trained run (``test_paper_support.make_run``) and its exported TorchScript bundle."""
+    from test_paper_support import make_run
+
+    from app.export import export_bundle
+
+    home = tmp_path_factory.mktemp("paper-home")
+    run = make_run(home)
+    bundle_dir = export_bundle(run.run_dir, exporter="torchscript")
+    return run, bundle_dir
+
+
+@pytest.fixture
+def env(setup, tmp_path, monkeypatch):
+    """A fake Alpaca holding the run's bars, open at a bar of the last session, keys in the env."""
+    import pandas as pd
+    from alpaca_fake import FakeAlpaca, point_at
+
+    from app.bundle import load_bundle
+
+    run, bundle_dir = setup
+    bars = run.bars
+    ts = pd.DatetimeIndex(sorted(bars["timestamp"].unique()))
+    decision = ts[-390 + 120]  # a bar in the middle of the last session
+    now = (decision + pd.Timedelta(minutes=1)).to_pydatetime()
+    at = bars[bars.timestamp == decision].set_index("ticker")["close"]
+    with FakeAlpaca(prices={t: float(p) for t, p in at.items()}, cash=100_000.0, now=now, bars=bars) as fake:
+        point_at(fake, monkeypatch)
+        home = tmp_path / "home"
+        yield {
+            "fake": fake,
+            "bundle": load_bundle(bundle_dir),
+            "bundle_dir": bundle_dir,
+            "home": home,
+            "decision": decision,
+            "run": run,
+        }

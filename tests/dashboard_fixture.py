@@ -257,6 +257,7 @@ def write_real_backtest(
     ``backtests.report.write_report``."""
     import torch
 
+    from backtests.capacity import run_capacity
     from backtests.engine import run_backtest
     from backtests.report import write_report
     from data.toy import toy_market
@@ -279,7 +280,15 @@ def write_real_backtest(
 
     params = EnvParams(decision_interval=decision_interval, cost_rate=0.0005)
     result = run_backtest(market, params, {"champion": champion}, device="cpu", seed=seed)
-    write_report(run_dir, result, num_trials=7, tearsheet=tearsheet)
+    sizes = run_capacity(market, params, {"champion": champion}, device="cpu", seed=seed)
+    write_report(
+        run_dir,
+        result,
+        num_trials=7,
+        tearsheet=tearsheet,
+        capacity=sizes,
+        max_participation=params.max_participation,
+    )
     return json.loads((Path(run_dir) / "backtest" / "metrics.json").read_text())
 
 

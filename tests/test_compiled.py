@@ -121,7 +121,7 @@ def test_compiled_step_matches_eager(limits):
 
 
 @pytest.fixture(scope="module")
-def crash_market():
+def bust_market():
     """Two sessions of 6 assets, prices down 99% from bar 500 on (a fully invested book goes bust)."""
     return crashed(toy_market(2 * 390, 6, 3, seed=2), 500)
 
@@ -138,8 +138,8 @@ def _policy(market, all_in: bool) -> Policy:
 
 
 @pytest.mark.parametrize("all_in", [False, True], ids=["no-termination", "terminated-in-a-block"])
-def test_compiled_backtest_matches_eager(crash_market, all_in):
-    market = crash_market.slice(0, 499) if not all_in else crash_market
+def test_compiled_backtest_matches_eager(bust_market, all_in):
+    market = bust_market.slice(0, 499) if not all_in else bust_market
     params = EnvParams(decision_interval=1)
     policy = _policy(market, all_in)
     runs = {
@@ -162,11 +162,11 @@ def test_compiled_backtest_matches_eager(crash_market, all_in):
 @pytest.mark.parametrize(
     ("start_back", "num"), [(None, 9), (2, 8)], ids=["two-blocks-and-a-tail", "out-of-data-mid-block"]
 )
-def test_loop_matches_eager_steps_and_final_state(crash_market, start_back, num):
+def test_loop_matches_eager_steps_and_final_state(bust_market, start_back, num):
     # Same shapes as above, so the compiled block is reused. "out-of-data-mid-block": the second
     # decision of the first block is the last the data allows (done at block position 1), the env
     # restarts at a random bar and the later decisions go on from there.
-    market = crash_market.slice(0, 499)
+    market = bust_market.slice(0, 499)
     params = EnvParams(decision_interval=1, precision="float64", episode_len=10**6)
     policy = _policy(market, False).frozen_act()
     prices = asset_prices(market, params)

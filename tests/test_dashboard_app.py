@@ -97,13 +97,16 @@ def test_overview_cards_equal_metrics_json(full_home, monkeypatch):
     # The fixture's test window is under 63 sessions: metrics.json holds no Calmar (backtests.report).
     assert metrics["num_sessions"] < metrics["annualized_min_sessions"] and champ["calmar_ratio"] is None
     assert shown[6] == ("Calmar", formatting.format_metric(None, cards.CARD_METRICS[6].kind))
-    assert len(at.get("plotly_chart")) == 3  # equity, underwater, returns heatmap (no PBO logits)
+    # equity, underwater, returns heatmap, the capacity curve (no PBO logits)
+    assert len(at.get("plotly_chart")) == 4
+    assert len(metrics["capacity"]) >= 4 and "estimated_capacity" in metrics
+    assert any("Estimated capacity:" in c for c in _texts(at.caption))
     assert any("run-a" in c for c in _texts(at.caption))
     # 25 sessions: the heatmap starts day by day; monthly is one click away.
     assert at.radio(key="heatmap").value == "daily"
     at.radio(key="heatmap").set_value("monthly").run()
     _no_exception(at)
-    assert len(at.get("plotly_chart")) == 3 and [m.value for m in at.metric][:8] == [
+    assert len(at.get("plotly_chart")) == 4 and [m.value for m in at.metric][:8] == [
         v for _, v in expected[:8]
     ]
 
@@ -429,3 +432,24 @@ def test_hundreds_of_pods_render(tmp_path, monkeypatch):
     assert {m.label: m.value for m in at.metric}["Pods tried"] == "300"
     assert len(at.dataframe[0].value) == 10 and len(at.get("plotly_chart")) == 2
     _no_json_cells(at)
+
+
+def test_paper_page_shows_the_compacted_days(tmp_path, monkeypatch):
+    """Days the journal compacted ([retention] journal_sessions) show as one summary row each."""
+    from app.paper.compact import compact_journal
+    from app.paper.journal import Journal
+
+    home = tmp_path / "home"
+    with Journal.for_home(home) as journal:
+        for session in ("2024-01-02", "2024-01-03", "2024-01-04"):
+            ts = f"{session}T15:00:00+00:00"
+            journal.decision(
+                decision_ts=ts, bundle_id="b1", dry_run=False, equity=1e5, cash=5e4, tickers=["AAA"],
+                current_weights=[0.0], target_weights=[0.5], policy_weights=[0.5], skipped=[], session=session,
+            )  # fmt: skip
+            journal.pnl(decision_ts=ts, equity=1e5, cash=5e4, last_equity=1e5, bundle_id="b1")
+        assert compact_journal(journal, keep_sessions=1).days == ["2024-01-02", "2024-01-03"]
+    at = _open(_app(home, monkeypatch), "paper")
+    _no_exception(at)
+    assert "Earlier days (compacted)" in _texts(at.subheader)
+    assert any("2 days up to 2024-01-03" in text for text in _texts(at.caption))

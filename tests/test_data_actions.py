@@ -14,7 +14,7 @@ from data.errors import DataError
 from data.loader import load_market
 from data.sources.stream import fetch_to_store
 from data.store import BarStore
-from tests.alpaca_fake import KEY_ID, SECRET, FakeAlpaca, minute_bars
+from tests.alpaca_fake import FakeAlpaca, minute_bars, point_at
 
 EX_DATE = "2024-02-01"  # first session of February: the second fetch's month
 
@@ -41,9 +41,7 @@ def serve(monkeypatch):
     def start(bars: pd.DataFrame, actions: dict) -> FakeAlpaca:
         server = FakeAlpaca(bars=bars, page_size=100_000, corporate_actions=actions)
         server.start()
-        monkeypatch.setenv("APCA_API_KEY_ID", KEY_ID)
-        monkeypatch.setenv("APCA_API_SECRET_KEY", SECRET)
-        monkeypatch.setenv("APCA_API_DATA_URL", server.url)
+        point_at(server, monkeypatch, trading=False)
         return server
 
     servers: list[FakeAlpaca] = []

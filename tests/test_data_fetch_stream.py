@@ -26,7 +26,7 @@ from data.sources.retry import FetchFailed, FetchRetryPolicy, retry_after_second
 from data.sources.stream import fetch_to_store
 from data.store import BarStore
 from data.universe import changes, members, resolve_tickers
-from tests.alpaca_fake import KEY_ID, SECRET, FakeAlpaca, minute_bars
+from tests.alpaca_fake import FakeAlpaca, minute_bars, point_at
 
 TICKERS = ["AAA", "BBB", "CCC"]
 START, END = "2024-01-02", "2024-02-29"  # two months: with batch 2, four chunks
@@ -45,9 +45,7 @@ def _store_bytes(home: Path) -> dict[str, bytes]:
 def fake(monkeypatch):
     bars = minute_bars(TICKERS, "2024-01-02", "2024-03-01", missing=0.1)
     with FakeAlpaca(bars=bars, page_size=100_000) as server:
-        monkeypatch.setenv("APCA_API_KEY_ID", KEY_ID)
-        monkeypatch.setenv("APCA_API_SECRET_KEY", SECRET)
-        monkeypatch.setenv("APCA_API_DATA_URL", server.url)
+        point_at(server, monkeypatch, trading=False)
         yield server
 
 
@@ -245,9 +243,7 @@ def test_fetch_cli_universe_plus_tickers(tmp_path, capsys, monkeypatch):
         return minute_bars(symbols, start, end, missing=0.5)
 
     with FakeAlpaca(bar_source=source, page_size=10_000) as server:
-        monkeypatch.setenv("APCA_API_KEY_ID", KEY_ID)
-        monkeypatch.setenv("APCA_API_SECRET_KEY", SECRET)
-        monkeypatch.setenv("APCA_API_DATA_URL", server.url)
+        point_at(server, monkeypatch, trading=False)
         rc = main(["--home", str(tmp_path / "h"), "data", "fetch", "--source", "alpaca", "--universe", "nasdaq100",
                    "--tickers", "SPY", "--start", as_of, "--end", as_of, "--batch", "50", "--json"])  # fmt: skip
     assert rc == 0, capsys.readouterr().err

@@ -18,19 +18,17 @@ from data.lock import LockBusyError, ProcessLock, store_lock, store_lock_path
 from data.sources.chunks import FetchManifest
 from data.sources.stream import fetch_to_store
 from data.store import BarStore
-from tests.alpaca_fake import KEY_ID, SECRET, FakeAlpaca, minute_bars
+from tests.alpaca_fake import FakeAlpaca, minute_bars, point_at
 
 FIRST = ("2024-01-02", "2024-01-05")
 SECOND = ("2024-01-08", "2024-01-12")
 
 
 @pytest.fixture
-def fake(monkeypatch):
+def writer_fake(monkeypatch):
     bars = minute_bars(["AAPL"], "2024-01-02", "2024-01-13", missing=0.05)
     with FakeAlpaca(bars=bars) as server:
-        monkeypatch.setenv("APCA_API_KEY_ID", KEY_ID)
-        monkeypatch.setenv("APCA_API_SECRET_KEY", SECRET)
-        monkeypatch.setenv("APCA_API_DATA_URL", server.url)
+        point_at(server, monkeypatch, trading=False)
         yield server
 
 
@@ -39,11 +37,11 @@ def _stored_minutes(home: Path) -> set[pd.Timestamp]:
     return set(frame.loc[~frame["filled"], "timestamp"])
 
 
-def _served(fake: FakeAlpaca) -> set[pd.Timestamp]:
-    return set(fake.bars["timestamp"])
+def _served(server: FakeAlpaca) -> set[pd.Timestamp]:
+    return set(server.bars["timestamp"])
 
 
-def test_a_writer_that_read_a_month_file_keeps_the_other_writers_bars(fake, tmp_path, monkeypatch):
+def test_a_writer_that_read_a_month_file_keeps_the_other_writers_bars(writer_fake, tmp_path, monkeypatch):
     """The lost update: fetch A reads January (empty), fetch B writes Jan 8-12, A renames its merge
     over it. Under the store lock B's write waits for A's, then merges A's bars in."""
     home = tmp_path / "home"
@@ -80,15 +78,15 @@ def test_a_writer_that_read_a_month_file_keeps_the_other_writers_bars(fake, tmp_
     for t in threads:
         t.join(timeout=60)
     assert not errors, errors
-    assert _stored_minutes(home) == _served(fake)
+    assert _stored_minutes(home) == _served(writer_fake)
     done = FetchManifest(home).completed("alpaca/iex", "1m")
     assert {(s, e) for _, s, e in done} == {("2024-01-02", "2024-01-06"), ("2024-01-08", "2024-01-13")}
 
 
-def test_two_concurrent_fetch_commands_store_every_requested_bar(fake, tmp_path):
+def test_two_concurrent_fetch_commands_store_every_requested_bar(writer_fake, tmp_path):
     """The CLI repro: two `podracer data fetch` processes of AAPL into one home at once."""
     home = tmp_path / "home"
-    fake.fail("GET", "/v2/stocks/bars", kind="delay", delay=0.3, times=100)  # both in flight together
+    writer_fake.fail("GET", "/v2/stocks/bars", kind="delay", delay=0.3, times=100)  # both in flight together
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
 
     def command(span: tuple[str, str]) -> list[str]:
@@ -99,7 +97,7 @@ def test_two_concurrent_fetch_commands_store_every_requested_bar(fake, tmp_path)
     for proc in procs:
         _, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, err.decode()
-    assert _stored_minutes(home) == _served(fake)
+    assert _stored_minutes(home) == _served(writer_fake)
 
 
 def test_a_second_writer_waits_with_a_progress_line_then_exits_75_naming_the_holder(tmp_path, caplog):

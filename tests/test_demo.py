@@ -80,6 +80,14 @@ def test_demo_test_preset_end_to_end(home, capsys):
     assert {"champion", "buy_and_hold"} <= set(equity.columns)
     assert len(equity) > 10
     assert equity["champion"].iloc[0] == pytest.approx(1e6, rel=0.01)
+    # The capacity curve: the champion at >= 4 account sizes, its estimate, and no dust trades.
+    assert len(metrics["capacity"]) >= 4 and "estimated_capacity" in metrics
+    assert [row["capital"] for row in metrics["capacity"]] == sorted(
+        row["capital"] for row in metrics["capacity"]
+    )
+    trades = pd.read_parquet(run_dir / "backtest" / "trades.parquet")
+    champion = trades[trades["strategy"] == "champion"]
+    assert (champion["notional"].abs() >= 1.0).all()
     png = (run_dir / "backtest" / "tearsheet.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
 

@@ -37,7 +37,7 @@ PARAMS = EnvParams(
 
 
 @pytest.fixture(scope="module")
-def market():
+def flat_market():
     """Two assets at a flat $100, 1000 shares per bar, a known trailing volatility and volume."""
     base = toy_market(num_steps=40, num_assets=2, num_features=2, bars_per_session=20, seed=0)
     flat = torch.full_like(base.close, PRICE)
@@ -63,7 +63,7 @@ def _by_hand(params: EnvParams, shares: float) -> tuple[float, float]:
 
 
 @pytest.mark.parametrize("precision", ["float32", "float64"])
-def test_an_order_ten_times_the_bar_volume_fills_its_cap_at_spread_plus_impact(market, precision):
+def test_an_order_ten_times_the_bar_volume_fills_its_cap_at_spread_plus_impact(flat_market, precision):
     params = dataclasses.replace(PARAMS, precision=precision, trade_info=precision == "float64")
     action = torch.tensor([[1.0, 0.0]])  # everything into asset 0: 10_000 shares wanted
     filled = PARAMS.max_participation * FILL_VOLUME  # 25 shares
@@ -71,17 +71,17 @@ def test_an_order_ten_times_the_bar_volume_fills_its_cap_at_spread_plus_impact(m
     # $0.75 of spread and slippage (3 bps of $2500), $1.25 of impact (0.5 * 2% * sqrt(25 / 1e4)).
     assert execution_cost == pytest.approx(0.75 + 1.25)
 
-    state, _ = trading.reset(market, params, 1, start=0)
-    eager = trading.step(market, params, state, action)
-    backtest = backtest_step(market, params, state, action, asset_prices(market, params))
-    ref = ReferenceEnv(market, params, 0, int(state.rng[0]))
+    state, _ = trading.reset(flat_market, params, 1, start=0)
+    eager = trading.step(flat_market, params, state, action)
+    backtest = backtest_step(flat_market, params, state, action, asset_prices(flat_market, params))
+    ref = ReferenceEnv(flat_market, params, 0, int(state.rng[0]))
     *_, ref_info = ref.step(action[0].tolist())
     outs = {"eager": (eager.info["shares_traded"][0].tolist(), float(eager.state.cash[0]))}
     outs["backtest"] = (backtest.shares_traded[0].tolist(), float(backtest.state.cash[0]))
     outs["reference"] = (ref_info["shares_traded"], ref.cash)
     if native.compiler() is not None and precision == "float32":
-        assert step_kernel(market, params, state, True) == "native"
-        fast = trading.step(market, params, state, action, fast=True)
+        assert step_kernel(flat_market, params, state, True) == "native"
+        fast = trading.step(flat_market, params, state, action, fast=True)
         outs["native"] = (fast.info["shares_traded"][0].tolist(), float(fast.state.cash[0]))
     for name, (traded, got_cash) in outs.items():
         assert traded == pytest.approx([filled, 0.0], abs=1e-4), name
@@ -91,24 +91,26 @@ def test_an_order_ten_times_the_bar_volume_fills_its_cap_at_spread_plus_impact(m
         assert (fill - PRICE) * filled == pytest.approx(execution_cost, rel=1e-6)
 
 
-def test_a_zero_volume_fill_bar_fills_nothing_and_dust_is_not_placed(market):
-    quiet = dataclasses.replace(market, volume=market.volume.clone().index_fill_(0, torch.tensor([1]), 0.0))
+def test_a_zero_volume_fill_bar_fills_nothing_and_dust_is_not_placed(flat_market):
+    quiet = dataclasses.replace(
+        flat_market, volume=flat_market.volume.clone().index_fill_(0, torch.tensor([1]), 0.0)
+    )
     state, _ = trading.reset(quiet, PARAMS, 1, start=0)
     out = trading.step(quiet, PARAMS, state, torch.tensor([[0.5, 0.5]]))
     assert out.info["shares_traded"].abs().sum() == 0 and float(out.state.cash[0]) == CASH
     # A $0.50 order (0.005 shares of a $100 asset) is not placed.
     tiny = dataclasses.replace(PARAMS, max_participation=0.0)
-    out = trading.step(market, tiny, state, torch.tensor([[0.5 / CASH, 0.0]]))
+    out = trading.step(flat_market, tiny, state, torch.tensor([[0.5 / CASH, 0.0]]))
     assert out.info["shares_traded"].abs().sum() == 0 and float(out.state.cash[0]) == CASH
 
 
-def test_frictionless_when_every_term_is_zero(market):
+def test_frictionless_when_every_term_is_zero(flat_market):
     off = dataclasses.replace(
         PARAMS, spread_bps=0.0, max_participation=0.0, impact_coef=0.0, min_order_notional=0.0
     )
     assert not off.execution
-    state, _ = trading.reset(market, off, 1, start=0)
-    out = trading.step(market, off, state, torch.tensor([[1.0, 0.0]]))
+    state, _ = trading.reset(flat_market, off, 1, start=0)
+    out = trading.step(flat_market, off, state, torch.tensor([[1.0, 0.0]]))
     bought = float(out.info["shares_traded"][0, 0])
     assert bought * PRICE * (1 + 1e-4) * (1 + off.cost_rate) == pytest.approx(CASH, rel=1e-6)
 

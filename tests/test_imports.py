@@ -1,12 +1,16 @@
 """The import rules of the project, checked by parsing every module with ``ast`` (nothing is imported).
 
 (a) only ``app/cli.py`` imports ``app.commands``; (b) no import cycles between project modules
-(top-level and function-level imports both count; ``if TYPE_CHECKING:`` blocks do not); (c) the
+(top-level, function-level and type-only imports under ``if TYPE_CHECKING:`` all count: a cycle a
+type checker follows is a cycle a reader follows); (c) the
 literal ``"run.json"`` is named in one module; (d) project modules are imported at module top
 (function-level imports are left to third-party libraries: the heavy optional ones, ray, alpaca,
 onnxruntime, pyfolio, streamlit, yfinance, and a few slow ones kept off the training path), with one
 exception: a CLI command module (``app.commands.*``) imports its workflow inside the command's body,
-so that ``podracer --help`` loads no torch; (e) the layering app -> agents -> backtests -> envs -> data.
+so that ``podracer --help`` loads no torch; (e) the layering app -> agents -> backtests -> envs -> data;
+(f) each product in its room: nothing under ``app/walkforward/`` imports ``app.workflows`` (the CLI's
+workflows sit above the products), and the paper loop reads the champion through
+``app.nightly.champions``, not nightly's registry module.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ class Import:
     target: str  # the project module (or package) it loads
     where: str  # file:line
     top_level: bool
+    type_only: bool = False  # under ``if TYPE_CHECKING:``
 
 
 def _module_name(path: Path) -> str:
@@ -77,18 +82,19 @@ def _targets(module: str, node: ast.Import | ast.ImportFrom) -> list[str]:
     return subs if len(subs) == len(node.names) else [*subs, base]
 
 
-def _walk(module: str, node: ast.AST, top_level: bool, out: list[Import]) -> None:
+def _walk(module: str, node: ast.AST, top_level: bool, out: list[Import], type_only: bool = False) -> None:
     for child in ast.iter_child_nodes(node):
         if isinstance(child, ast.If) and _is_type_checking(child):
             # The body runs for type checkers only; an ``else:`` runs for real.
-            _walk(module, ast.Module(body=child.orelse, type_ignores=[]), top_level, out)
+            _walk(module, ast.Module(body=child.body, type_ignores=[]), top_level, out, True)
+            _walk(module, ast.Module(body=child.orelse, type_ignores=[]), top_level, out, type_only)
             continue
         if isinstance(child, ast.Import | ast.ImportFrom):
             where = f"{FILES[module].relative_to(ROOT)}:{child.lineno}"
-            out.extend(Import(module, t, where, top_level) for t in _targets(module, child))
+            out.extend(Import(module, t, where, top_level, type_only) for t in _targets(module, child))
             continue
         inner = top_level and not isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
-        _walk(module, child, inner, out)
+        _walk(module, child, inner, out, type_only)
 
 
 def _imports() -> list[Import]:
@@ -229,8 +235,35 @@ def test_the_parser_sees_function_level_and_type_checking_imports():
         _walk("agents.tests_probe", tree, True, out)
     finally:
         del FILES["agents.tests_probe"]
-    got = {(i.target, i.top_level) for i in out}
-    assert got == {("typing", True), ("data.errors", True), ("agents.ppo", False)}
+    got = {(i.target, i.top_level, i.type_only) for i in out}
+    assert got == {
+        ("typing", True, False),
+        ("data.errors", True, False),
+        ("envs.trading", True, True),
+        ("agents.ppo", False, False),
+    }
+
+
+def test_a_type_only_import_closes_a_cycle():
+    """Two modules that import each other, one of them for its types only, are a cycle."""
+    out: list[Import] = []
+    probes = {
+        "envs.probe_a": "from envs import probe_b\n",
+        "envs.probe_b": (
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from envs.probe_a import X\n"
+        ),
+    }
+    for probe in probes:
+        FILES.setdefault(probe, ROOT / Path(*probe.split(".")).with_suffix(".py"))
+    try:
+        for probe, src in probes.items():
+            _walk(probe, ast.parse(src), True, out)
+    finally:
+        for probe in probes:
+            del FILES[probe]
+    graph = {m: {i.target for i in out if i.importer == m and i.target in probes} for m in probes}
+    with pytest.raises(graphlib.CycleError):
+        tuple(graphlib.TopologicalSorter(graph).static_order())
 
 
 def test_only_a_command_body_may_defer_a_project_import():
@@ -268,3 +301,27 @@ def test_command_modules_stay_thin():
         if (n := _lines_but_imports(path)) > 150
     }
     assert not long, f"command modules over 150 lines (move the logic into app/workflows): {long}"
+
+
+# --- (f) --------------------------------------------------------------------------------------------
+def test_walkforward_does_not_import_the_workflows():
+    bad = [
+        f"{i.where}: {i.importer} imports {i.target}"
+        for i in PROJECT_IMPORTS
+        if _under(i.importer, "app.walkforward") and _under(i.target, "app.workflows")
+    ]
+    assert not bad, "app/walkforward/ imports app.workflows:\n" + "\n".join(bad)
+
+
+def test_paper_reads_the_champion_through_what_nightly_exposes():
+    bad = [
+        f"{i.where}: {i.importer} imports {i.target}"
+        for i in PROJECT_IMPORTS
+        if _under(i.importer, "app.paper")
+        and _under(i.target, "app.nightly")
+        and i.target != "app.nightly.champions"
+    ]
+    assert not bad, "app.paper reaches into nightly (use app.nightly.champions):\n" + "\n".join(bad)
+    assert any(
+        i.importer == "app.paper.champion" and i.target == "app.nightly.champions" for i in PROJECT_IMPORTS
+    )

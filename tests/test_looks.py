@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from app.config import DataConfig
-from app.workflows.backtest import market_identity
+from app.evaluation import market_identity
 from backtests import looks
 from backtests.looks import LedgerError, Look, LookRow, read_looks, record_look
 

@@ -171,8 +171,9 @@ def test_decide_without_champion():
 
 
 def test_first_run_with_no_champion_promotes_and_exports(home):
+    # first_promotion = "always" (not the default): the first challenger takes charge whatever its test.
     fake = FakePipeline(challenger_fitness=0.2, edge="not significant", psr=0.1)  # nothing to keep
-    outcome = run_retrain(_config(), home, steps=fake.steps())
+    outcome = run_retrain(_config(first_promotion="always"), home, steps=fake.steps())
     assert outcome.verdict == "promoted" and outcome.previous_champion is None
     assert fake.seen_champion is None
     champ = current_champion(home)
@@ -200,8 +201,10 @@ def test_first_run_with_no_champion_promotes_and_exports(home):
 
 
 def test_first_run_gated_by_significance_is_rejected_without_champion(home):
+    # The default: a first challenger whose gate test is not significant never takes charge.
+    assert Config().nightly.first_promotion == "significant"
     fake = FakePipeline(edge="not significant", psr=0.5)
-    outcome = run_retrain(_config(first_promotion="significant"), home, steps=fake.steps())
+    outcome = run_retrain(_config(), home, steps=fake.steps())
     assert outcome.verdict == "rejected" and outcome.champion is None
     assert current_champion(home) is None
 
@@ -528,3 +531,13 @@ def test_retention_is_applied_after_each_retrain(home):
     off = _config().with_updates(retention={"keep_runs": 1, "after_retrain": False})
     run_retrain(off, home, steps=FakePipeline(challenger_fitness=0.1, run_id="nightly-005").steps())
     assert len(list((home / "runs").iterdir())) == 3  # nothing pruned
+
+
+def test_no_warm_start_from_a_champion_gated_on_tonights_sessions():
+    from app.nightly.steps import DataSnapshot, gated_on_tonight
+
+    tonight = DataSnapshot(splits=None, windows={"test": ("2024-03-05", "2024-04-02")})
+    # Last night's gate read up to 2024-04-01: tonight's window shares all but one day with it.
+    assert gated_on_tonight({"eval_end": "2024-04-01"}, tonight)
+    assert gated_on_tonight({"eval_end": None}, tonight)  # unknown: no warm start rather than a leak
+    assert not gated_on_tonight({"eval_end": "2024-03-04"}, tonight)  # gated before tonight's window

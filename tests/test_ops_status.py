@@ -45,13 +45,6 @@ def _failed(home: Path, reason: str, when: str = "2024-01-04T07:10:00+00:00") ->
     )
 
 
-@pytest.fixture
-def home(tmp_path):
-    path = tmp_path / "home"
-    path.mkdir()
-    return path
-
-
 def test_a_missing_home_is_a_problem(tmp_path, capsys):
     rc, lines = _status(tmp_path / "nope", capsys)
     assert rc == 1 and lines == [

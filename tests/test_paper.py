@@ -10,12 +10,9 @@ from datetime import timedelta
 import numpy as np
 import pandas as pd
 import pytest
-from alpaca_fake import KEY_ID, SECRET, FakeAlpaca
-from test_paper_support import make_run
+from alpaca_fake import KEY_ID, SECRET
 
-from app.bundle import load_bundle
 from app.cli import main
-from app.export import export_bundle
 from app.paper.alpaca_broker import AlpacaBroker, BrokerRetryPolicy
 from app.paper.cycle import run_cycle
 from app.paper.journal import Journal, journal_path, read_journal
@@ -31,39 +28,6 @@ from app.paper.orders import (
 )
 
 FAST = BrokerRetryPolicy(attempts=4, base_delay=0.001, max_delay=0.01, timeout=0.5)
-
-
-@pytest.fixture(scope="module")
-def setup(tmp_path_factory):
-    home = tmp_path_factory.mktemp("paper-home")
-    run = make_run(home)
-    bundle_dir = export_bundle(run.run_dir, exporter="torchscript")
-    return run, bundle_dir
-
-
-@pytest.fixture
-def env(setup, tmp_path, monkeypatch):
-    """A fake Alpaca holding the run's bars, open at a bar of the last session, keys in the env."""
-    run, bundle_dir = setup
-    bars = run.bars
-    ts = pd.DatetimeIndex(sorted(bars["timestamp"].unique()))
-    decision = ts[-390 + 120]  # a bar in the middle of the last session
-    now = (decision + pd.Timedelta(minutes=1)).to_pydatetime()
-    at = bars[bars.timestamp == decision].set_index("ticker")["close"]
-    with FakeAlpaca(prices={t: float(p) for t, p in at.items()}, cash=100_000.0, now=now, bars=bars) as fake:
-        monkeypatch.setenv("APCA_API_KEY_ID", KEY_ID)
-        monkeypatch.setenv("APCA_API_SECRET_KEY", SECRET)
-        monkeypatch.setenv("APCA_API_BASE_URL", fake.url)
-        monkeypatch.setenv("APCA_API_DATA_URL", fake.url)
-        home = tmp_path / "home"
-        yield {
-            "fake": fake,
-            "bundle": load_bundle(bundle_dir),
-            "bundle_dir": bundle_dir,
-            "home": home,
-            "decision": decision,
-            "run": run,
-        }
 
 
 def cycle(env, **option_args):

@@ -21,7 +21,7 @@ from types import SimpleNamespace
 
 import pandas as pd
 import pytest
-from alpaca_fake import KEY_ID, SECRET, FakeAlpaca
+from alpaca_fake import FakeAlpaca, point_at
 from test_paper_support import make_run
 
 from app.export import export_bundle
@@ -57,13 +57,7 @@ def alpaca_market(bundles, tmp_path, monkeypatch):
     """The fake Alpaca at 10:00 New York on the first session, keys in the environment, A promoted."""
     with FakeAlpaca(cash=100_000.0, bars=bundles.bars, slippage_bps=5.0) as fake:
         fake.set_time(at(SESSIONS[0]))
-        for name, value in (
-            ("APCA_API_KEY_ID", KEY_ID),
-            ("APCA_API_SECRET_KEY", SECRET),
-            ("APCA_API_BASE_URL", fake.url),
-            ("APCA_API_DATA_URL", fake.url),
-        ):
-            monkeypatch.setenv(name, value)
+        point_at(fake, monkeypatch)
         home = tmp_path / "home"
         promote(home, "run-a", bundles.a)
         yield SimpleNamespace(fake=fake, home=home, **vars(bundles))

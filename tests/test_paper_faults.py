@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 import requests
 from alpaca_fake import SECRET, FakeAlpaca, daily_bars
-from test_paper import FAST, cycle, env, setup  # noqa: F401 - fixtures used by name
+from test_paper import FAST, cycle
 
 from app.cli import main
 from app.paper.alpaca_broker import AlpacaBroker, BrokerRetryPolicy, parse_retry_after

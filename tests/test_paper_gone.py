@@ -13,7 +13,7 @@ from datetime import timedelta
 
 import pandas as pd
 import pytest
-from test_paper import FAST, cycle, env, setup  # noqa: F401 - fixtures used by name
+from test_paper import FAST, cycle
 
 from app.cli import main
 from app.paper.alpaca_broker import AlpacaBroker

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from alpaca_fake import KEY_ID, SECRET, FakeAlpaca
+from alpaca_fake import FakeAlpaca, point_at
 from test_paper_support import DECISION_INTERVAL, SimBroker, make_run
 
 from app.bundle import load_bundle
@@ -103,13 +103,7 @@ def test_cli_dry_run_replay_matches_backtest(replay, monkeypatch, capsys):
     with FakeAlpaca(
         prices={t: float(p) for t, p in at.items()}, cash=cash, positions=positions, now=now, bars=bars
     ) as fake:
-        for name, value in (
-            ("APCA_API_KEY_ID", KEY_ID),
-            ("APCA_API_SECRET_KEY", SECRET),
-            ("APCA_API_BASE_URL", fake.url),
-            ("APCA_API_DATA_URL", fake.url),
-        ):
-            monkeypatch.setenv(name, value)
+        point_at(fake, monkeypatch)
         cli_home = home / "cli"
         rc = main(
             [

@@ -223,3 +223,10 @@ def test_journal_compaction_keeps_the_books_and_is_bounded(tmp_path):
     assert set(tables["decisions"]["session"]) == {"2024-01-04", "2024-01-05"}
     assert set(tables["orders"]["client_order_id"]) >= {"pr-open"}
     assert len(tables["orders"]) == 6 + 1 and len(tables["pnl"]) == 6
+
+
+def test_prune_of_a_missing_home_is_one_line_and_creates_nothing(tmp_path, capsys):
+    missing = tmp_path / "nowhere"
+    assert main(["--home", str(missing), "prune", "--dry-run"]) == 2
+    assert main(["--home", str(missing), "prune"]) == 2
+    assert "no podracer home at" in capsys.readouterr().err and not missing.exists()

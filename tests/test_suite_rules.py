@@ -6,6 +6,8 @@ every test, never a silently skipped one.
 (b) A test skips only for a GPU (CUDA) or for something optional that is not installed, and its
 reason says which; ``importorskip`` names only a package of an optional extra in pyproject.toml.
 (c) Measured figures live in docs/benchmarks.md only: the README carries no dated measurement.
+(d) A fixture is defined once: one that several files use lives in ``conftest.py``, and no test file
+defines a fixture of the same name as another file's or conftest's.
 """
 
 from __future__ import annotations
@@ -158,3 +160,25 @@ def test_the_readme_carries_no_measured_figures():
     readme = (ROOT / "README.md").read_text()
     assert [line for line in readme.splitlines() if _FIGURE.search(line)] == []
     assert "docs/benchmarks.md" in readme
+
+
+def fixtures(source: str) -> list[str]:
+    """Names of the module-level fixtures that ``source`` defines."""
+    return [
+        node.name
+        for node in ast.parse(source).body
+        if isinstance(node, ast.FunctionDef) and any("fixture" in ast.unparse(d) for d in node.decorator_list)
+    ]
+
+
+def test_no_fixture_is_defined_twice():
+    defined: dict[str, list[str]] = {}
+    for path in TESTS:
+        for name in fixtures(path.read_text()):
+            defined.setdefault(name, []).append(path.name)
+    assert {name: files for name, files in defined.items() if len(files) > 1} == {}
+
+
+def test_the_fixture_scan_finds_what_it_looks_for():
+    source = "@pytest.fixture\ndef a(): ...\n@pytest.fixture(scope='module')\ndef b(): ...\ndef c(): ..."
+    assert fixtures(source) == ["a", "b"]

@@ -16,7 +16,8 @@ from agents.tournament import orchestrator, pod
 from app import render
 from app.cli import main
 from app.config import Config
-from app.workflows.training import MIN_VALID_SESSIONS, check_valid_sessions
+from app.evaluation import MIN_VALID_SESSIONS
+from app.workflows.training import check_valid_sessions
 from backtests import engine, report, scoring, selection
 from data.errors import ConfigError
 from data.toy import toy_market

@@ -205,7 +205,7 @@ def test_champion_spans_merge_consecutive_folds_of_one_champion():
 def test_plan_folds_in_bars_and_dates_and_the_per_fold_settings():
     from app.config import parse_config
     from app.walkforward.plan import fold_config, plan_folds
-    from app.workflows.walkforward import bars_only
+    from app.walkforward.run import bars_only
 
     full = bars_only(synthetic_market(num_tickers=2, num_sessions=30, seed=1).full)
     raw = {

@@ -33,7 +33,8 @@ TINY = {
     "env": {"decision_interval": 1, "episode_len": 16, "num_envs": 4},
     "agent": {"hidden": 8, "embed": 4, "num_steps": 8, "update_epochs": 1, "num_minibatches": 1},
     "tournament": {"pods": 1, "leaderboard_size": 2, "round_steps": 64, "budget_steps": 256, "workers": 0},
-    "nightly": {"margin": 0.1},
+    # Windows this short are not measurable: folds take charge only under "always" (the plumbing).
+    "nightly": {"margin": 0.1, "first_promotion": "always"},
     "walkforward": {
         "train_sessions": 8,
         "valid_sessions": 10,
@@ -47,7 +48,7 @@ SCRIPT = textwrap.dedent(
     import sys, torch
     torch.set_num_threads(1)
     from app.config import load_config
-    from app.workflows.walkforward import run_walkforward
+    from app.walkforward.run import run_walkforward
     config = load_config(sys.argv[1])
     run_walkforward(config, sys.argv[2], run="wf" if sys.argv[3] == "new" else None,
                     resume="wf" if sys.argv[3] == "resume" else None)
@@ -153,7 +154,12 @@ def test_folds_gate_and_stitched_account_of_a_tiny_run(runs):
         g = r["gate"]["figures"]
         edge = EdgeVerdict(g["edge_outcome"], (g["edge"],)) if g["edge_outcome"] else None
         expected = decide(
-            g["challenger_fitness"], g["incumbent_fitness"], edge, has_champion=r["index"] > 0, margin=0.1
+            g["challenger_fitness"],
+            g["incumbent_fitness"],
+            edge,
+            has_champion=r["index"] > 0,
+            margin=0.1,
+            first_promotion="always",
         )
         assert r["promoted"] == expected.promote
         before = records[r["index"] - 1]["in_charge"] if r["index"] else None
@@ -232,7 +238,7 @@ def test_fold_tournaments_on_the_ray_backend(tmp_path, monkeypatch):
     raw["walkforward"] = {**TINY["walkforward"], "num_folds": 2}
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     try:
-        from app.workflows.walkforward import run_walkforward
+        from app.walkforward.run import run_walkforward
 
         result = run_walkforward(parse_config(raw), tmp_path, run="ray")
         assert ray.is_initialized(), "a cluster the caller started is left running"
@@ -243,3 +249,20 @@ def test_fold_tournaments_on_the_ray_backend(tmp_path, monkeypatch):
         pods = read_pods(RunDir(tmp_path, "ray").fold(r["index"]).path)
         assert len(pods) == 2 and all(p["score"] is not None for p in pods)
     assert result.metrics.walkforward.num_folds == 2
+
+
+def test_a_noise_champion_never_takes_charge_by_default(home):
+    # The default first_promotion ("significant"): on windows too short to measure, no fold's
+    # challenger is significant, so no champion takes charge and the account holds cash throughout.
+    from app.workflows.walkforward import run_walkforward
+
+    raw = {
+        **TINY,
+        "nightly": {"margin": 0.1},
+        "tournament": {**TINY["tournament"], "budget_steps": 64},
+        "walkforward": {**TINY["walkforward"], "num_folds": 2},
+    }
+    result = run_walkforward(parse_config(raw), home, run="quiet")
+    assert [r["promoted"] for r in result.folds] == [False, False]
+    spans = result.metrics.walkforward.champions
+    assert [s.champion for s in spans] == ["cash"]

@@ -5,7 +5,7 @@ Every backend takes a round function and a :class:`~agents.tournament.pod.RoundC
 ``concurrent.futures.Future`` per task whose result is a ``PodOutcome`` or a ``RoundError`` (a
 failed pod is a value, not an exception, so nothing depends on how a backend wraps errors). A future
 that raises means the worker itself was lost (killed process, dead Ray node); the orchestrator
-records the pod as failed either way. ``capacity(requested, in_flight)`` says how many pods may be in
+records the pod as failed either way. ``room(requested, in_flight)`` says how many pods may be in
 flight right now (``requested``: the run's ``tournament.pods``, None for the backend's own count): the Ray backend asks ``ray.cluster_resources()`` and ``ray.available_resources()``
 every time, so nodes that join or leave grow or shrink the pool. ``kill(future)`` stops a round
 that has hung (the orchestrator's ``round_timeout_s``) and frees its worker. ``flush()`` says that
@@ -66,7 +66,7 @@ class Backend(Protocol):
 
     def start(self, round_fn: RoundFn, ctx: RoundContext) -> None: ...
 
-    def capacity(self, requested: int | None, in_flight: int) -> int: ...
+    def room(self, requested: int | None, in_flight: int) -> int: ...
 
     def submit(self, task: PodTask) -> cf.Future: ...
 
@@ -97,7 +97,7 @@ class InlineBackend:
     def start(self, round_fn: RoundFn, ctx: RoundContext) -> None:
         self._round_fn, self._ctx = round_fn, ctx
 
-    def capacity(self, requested: int | None, in_flight: int) -> int:
+    def room(self, requested: int | None, in_flight: int) -> int:
         # One at a time, so every new pod is generated from an up-to-date board.
         return 1
 
@@ -195,7 +195,7 @@ class ProcessBackend:
         pod_id = self._pod_of.get(future)
         return None if pod_id is None else self._since.get(pod_id)
 
-    def capacity(self, requested: int | None, in_flight: int) -> int:
+    def room(self, requested: int | None, in_flight: int) -> int:
         # More pods than workers would only queue, and be generated from an older board.
         return self.workers if requested is None else min(requested, self.workers)
 
@@ -321,7 +321,7 @@ class RayBackend:
         # need not agree), so the round timeout never counts a worker's start-up.
         self._started_q = Queue(actor_options={"num_cpus": 0})
 
-    def capacity(self, requested: int | None, in_flight: int) -> int:
+    def room(self, requested: int | None, in_flight: int) -> int:
         import ray
 
         def slots(resources: dict[str, float]) -> int:

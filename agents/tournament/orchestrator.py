@@ -245,8 +245,8 @@ class _Session:
 
     def _launch(self) -> None:
         while True:
-            capacity = self.backend.capacity(self.args.pods, len(self.in_flight))
-            if len(self.in_flight) >= capacity:
+            room = self.backend.room(self.args.pods, len(self.in_flight))
+            if len(self.in_flight) >= room:
                 return
             steps, seconds = self.steps_left(), self.time_left()
             if steps < 1 or seconds <= 0:

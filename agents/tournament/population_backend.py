@@ -1,6 +1,6 @@
 """The population backend: the tournament's pods trained in batches, one population per device.
 
-It fits the orchestrator's :class:`~agents.tournament.backends.Backend` protocol. ``capacity`` offers
+It fits the orchestrator's :class:`~agents.tournament.backends.Backend` protocol. ``room`` offers
 room for one population per free lane (``P`` pods, :mod:`agents.population.sizing`); ``submit``
 collects pods, hands back their futures, and starts the collected pods as one population round
 (:func:`~agents.tournament.population.population_round`) once there are ``P`` of them; ``flush``
@@ -31,7 +31,7 @@ Where populations run (``lanes``: populations at once):
   backend's pods; with one lane (a GPU, or ``workers`` 1) rounds are in lockstep (or overlap by one).
 - ``ray``: each population round is a Ray task with one GPU when the cluster has GPUs (one lane per
   GPU, so a multi-GPU cluster runs that many populations at once), else ``cpus_per_population``
-  CPUs. Lanes follow the cluster's resources at every ``capacity`` call.
+  CPUs. Lanes follow the cluster's resources at every ``room`` call.
 
 A custom round function (tests' fakes) runs each pod of a population through it in turn, with the
 same batching, so the orchestrator's behaviour with this backend can be tested cheaply.
@@ -222,7 +222,7 @@ class PopulationBackend:
         self._pipeline: RoundPipeline | None = None  # inline: this process's
         self._held: _Batch | None = None  # overlapping: the trained round whose outcomes come next
         self._jobs = 0  # jobs (rounds, drains) running
-        self._offered = False  # the last capacity() offered room
+        self._offered = False  # the last room() offered room
 
     # --- start ------------------------------------------------------------------------------------
     def start(self, round_fn: RoundFn, ctx: RoundContext) -> None:
@@ -307,7 +307,7 @@ class PopulationBackend:
             return max(1, int(resources["GPU"]))
         return max(1, math.floor(float(resources.get("CPU", 0.0)) / self.cpus_per_population + 1e-9))
 
-    def capacity(self, requested: int | None, in_flight: int) -> int:
+    def room(self, requested: int | None, in_flight: int) -> int:
         """Room for the population being collected; none while a finished population's pods have not
         all been taken in, or while every lane runs one. (``requested``, the run's ``pods``, is this
         backend's ``population_size`` already: ``backend_choice.population_pods``.)"""
@@ -436,7 +436,7 @@ class PopulationBackend:
 
     def _resolve(self, batch: _Batch, job: Any) -> None:
         """Hand a finished population's outcomes to its pods' futures (all of them, then nothing else
-        is offered until the orchestrator has taken them in: see :meth:`capacity`)."""
+        is offered until the orchestrator has taken them in: see :meth:`room`)."""
         with self._lock:
             if batch.done:
                 return  # (already failed: a killed worker's round)

@@ -85,5 +85,6 @@ def paper(
             )
         for msg in result.messages:
             context.console.print(f"  note: {msg}", highlight=False)
-        if result.alert or result.status in FAILED_STATUSES:
-            raise typer.Exit(1)  # --once under cron: a refused champion or a failed cycle is a failure
+        if result.alert or result.status in (*FAILED_STATUSES, "unreconciled"):
+            # --once under cron: a refused champion, a failed cycle or books that do not reconcile
+            raise typer.Exit(1)

@@ -1,5 +1,5 @@
 """`podracer walkforward [--config FILE] [--run NAME | --resume RUN] [--json]`: nightly retraining replayed
-over history as one out-of-sample account (see ``app.workflows.walkforward``, docs/walkforward.md)."""
+over history as one out-of-sample account (see ``app.walkforward.run``, docs/walkforward.md)."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def walkforward(
     from app.config import load_config
     from app.runs import RunDir, new_id
     from app.walkforward import display
-    from app.workflows.walkforward import run_walkforward
+    from app.walkforward.run import run_walkforward
 
     home = context.home()
     if resume is not None:

@@ -8,11 +8,14 @@ chart (keeps the worst drawdown exactly).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
 from app.dashboard.formatting import strategy_label
+from backtests.metrics_model import CapacityRow
 
 MAX_POINTS = 2000
 MAX_AREA_TICKERS = 12
@@ -397,6 +400,43 @@ def pbo_histogram(logits: list[float], pbo: float | None = None) -> go.Figure:
         xaxis_title="logit of relative rank (left of 0: below the median)",
         yaxis_title="splits",
         **{**_LAYOUT, "hovermode": "closest", "height": 300},
+    )
+    return fig
+
+
+def capacity_figure(rows: Sequence[CapacityRow], estimated: float | None = None) -> go.Figure:
+    """The capacity curve: net period return of the strategy and the baselines against the account size
+    (log axis), the strategy's net Sharpe on a second axis, the estimated capacity marked."""
+    frame = pd.DataFrame([row.model_dump() for row in rows])
+    fig = go.Figure()
+    fig.add_trace(
+        go.Scatter(
+            x=frame["capital"], y=frame["cum_returns_final"], name=str(frame["strategy"].iloc[0]),
+            mode="lines+markers", line=dict(width=3),
+        )
+    )  # fmt: skip
+    baselines = pd.DataFrame(list(frame["baselines"])) if "baselines" in frame else pd.DataFrame()
+    for name in baselines.columns:
+        fig.add_trace(
+            go.Scatter(
+                x=frame["capital"], y=baselines[name], name=name, mode="lines+markers", line=dict(dash="dot")
+            )
+        )
+    fig.add_trace(
+        go.Scatter(
+            x=frame["capital"], y=frame["sharpe_ratio"], name="net Sharpe (right axis)", yaxis="y2",
+            mode="lines+markers", line=dict(color="#7f7f7f", dash="dash"),
+        )
+    )  # fmt: skip
+    if estimated is not None:
+        fig.add_vline(x=estimated, line=dict(color="black", dash="dot"))
+    fig.update_layout(
+        title="Capacity: net return by account size"
+        + (f" (estimated capacity ${estimated:,.0f})" if estimated else ""),
+        xaxis=dict(type="log", title="account size ($)", tickprefix="$"),
+        yaxis=dict(title="net period return", tickformat=".1%"),
+        yaxis2=dict(title="net Sharpe", overlaying="y", side="right", showgrid=False),
+        **{**_LAYOUT, "hovermode": "x unified", "height": 340},
     )
     return fig
 

@@ -45,7 +45,7 @@ def decide(
     *,
     has_champion: bool,
     margin: float,
-    first_promotion: str = "always",
+    first_promotion: str = "significant",
     fitness: str = "sharpe",
 ) -> PromotionDecision:
     """Promote iff the challenger beats the champion by ``margin`` AND ``challenger_edge``, its
@@ -53,8 +53,9 @@ def decide(
 
     Undefined numbers never promote: a challenger whose fitness is undefined (a flat equity curve, too
     few days) or whose edge is not measurable is rejected. A champion whose fitness is undefined
-    counts as beaten. With no champion yet, ``first_promotion="always"`` promotes (something must
-    trade), ``"significant"`` still asks for a significant edge.
+    counts as beaten. With no champion yet, ``first_promotion="significant"`` (the default) still asks
+    for a significant edge (until then nothing is in charge: paper trading has no champion to run, a
+    walk-forward's account holds cash), ``"always"`` promotes the first challenger whatever its test.
     """
     ch, champ = finite(challenger_fitness), finite(champion_fitness)
     significant = challenger_edge is not None and challenger_edge.outcome == "significant"
@@ -97,21 +98,21 @@ def decision_record(
     *,
     started_at: str,
     decided_at: str,
-    verdict: PromotionDecision,
+    promotion: PromotionDecision,
     reason: str,
     info: Mapping[str, Any],
     bundle: str | None,
     inputs: dict[str, Any],
     scores: dict[str, Any],
 ) -> DecisionRecord:
-    """The registry row of a verdict. ``info`` holds what the pipeline's steps established: the
+    """The registry row of a promotion decision. ``info`` holds what the pipeline's steps established: the
     rule's settings (fitness, margin, the gate's ``significance_level``), the run ids,
     the windows and the scores (``challenger_dsr``: the challenger's PSR after the looks, i.e. the DSR
     over ``num_trials`` = the looks counted)."""
     return DecisionRecord(
         started_at=started_at,
         decided_at=decided_at,
-        verdict="promoted" if verdict.promote else "rejected",
+        verdict="promoted" if promotion.promote else "rejected",
         reason=reason,
         step="decide",
         challenger_run_id=info["challenger_run_id"],

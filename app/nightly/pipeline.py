@@ -195,7 +195,7 @@ def run_retrain(
             reached("evaluate")
 
             step = "decide"
-            verdict = decide(
+            promotion = decide(
                 ch_fit,
                 champ_fit,
                 edge,
@@ -204,12 +204,12 @@ def run_retrain(
                 first_promotion=nightly.first_promotion,
                 fitness=fitness,
             )
-            reason = verdict.reason + overlap_note(champion, eval_window[0])
+            reason = promotion.reason + overlap_note(champion, eval_window[0])
             reached("decide")
 
             bundle: Path | None = None
             new_champion: Champion | None = None
-            if verdict.promote:
+            if promotion.promote:
                 step = "export"
                 if nightly.export:
                     bundle = steps.export(config, home, challenger)
@@ -240,7 +240,7 @@ def run_retrain(
             decision = decision_record(
                 started_at=started_at,
                 decided_at=_now(),
-                verdict=verdict,
+                promotion=promotion,
                 reason=reason,
                 info=info,
                 bundle=str(bundle) if bundle else None,
@@ -248,7 +248,7 @@ def run_retrain(
                 scores=scores,
             )
             decision_id = record_decision(home, decision, new_champion, before_commit=faults.get("record"))
-            _label_run(challenger.run_dir, verdict.promote, decision_id)
+            _label_run(challenger.run_dir, promotion.promote, decision_id)
         except BaseException as err:
             _record_failure(home, started_at, step, err, info, inputs, t0)
             if isinstance(err, KeyboardInterrupt | SystemExit):
@@ -265,7 +265,7 @@ def run_retrain(
         reason=reason,
         challenger_run_id=challenger.run_id,
         previous_champion=champion_id,
-        champion=challenger.run_id if verdict.promote else champion_id,
+        champion=challenger.run_id if promotion.promote else champion_id,
         bundle=str(bundle) if bundle else None,
         fitness=fitness,
         challenger_fitness=ch_fit,

@@ -4,7 +4,9 @@
   store), then build the market exactly as ``podracer train`` does (``data.loader``);
 - :func:`tournament_step`: a new run ``<home>/runs/nightly-<UTC time>/`` trained on the TRAIN window
   and selected on the VALID window, the first ``nightly.warm_start_pods`` fresh pods starting from the
-  current champion's weights (:func:`warm_start_round`);
+  current champion's weights (:func:`warm_start_round`) only when the champion's gate window ended
+  before tonight's (:func:`gated_on_tonight`): otherwise tonight's gate would judge "out of sample" a
+  policy whose ancestry was gated on the same sessions, and the warm start is dropped;
 - :func:`score_step` (the pipeline's ``evaluate`` step): challenger and champion backtested together
   on the TEST window and scored (the champion on features normalized with its own statistics:
   ``app.nightly.normalization``), the challenger's look counted in the looks ledger and its
@@ -39,20 +41,14 @@ from agents.ensemble import is_ensemble, load_policy
 from agents.tournament import pod
 from agents.tournament.orchestrator import run_tournament
 from app.config import config_to_toml, to_env_params, to_tournament_args
+from app.ensemble import ensemble_step
+from app.evaluation import check_policy_fits, count_look, look_arguments, market_identity, policy_digest
 from app.export import export_bundle
 from app.nightly.decide import finite
 from app.nightly.normalization import SPEC_FILE, champion_feature_spec, with_feature_spec
 from app.nightly.record import SELECTION
 from app.runs import RunDir
-from app.workflows.backtest import (
-    check_policy_fits,
-    count_look,
-    look_arguments,
-    market_identity,
-    policy_digest,
-    selection_inputs,
-)
-from app.workflows.training import ensemble_step
+from app.workflows.backtest import selection_inputs
 from backtests import engine, report, scoring
 from backtests.metrics_model import OosTest
 from backtests.verdict import EdgeVerdict, stated_verdict
@@ -224,6 +220,17 @@ def warm_start_round(task: Any, ctx: Any, *, champion_dir: str, warm_pods: int) 
     return pod.learner_round(task, ctx)
 
 
+def gated_on_tonight(champion: Mapping[str, Any], data: DataSnapshot) -> bool:
+    """Whether the champion's gate window (``eval_end``, the last session its promotion read; its
+    ancestors' gates read earlier sessions) reaches into tonight's gate window (``test``). A champion
+    that records no gate window counts as gated on it (no warm start rather than a leak)."""
+    tonight = data.windows.get("test")
+    if tonight is None:
+        return False
+    gated_end = champion.get("eval_end")
+    return gated_end is None or str(gated_end) >= str(tonight[0])
+
+
 def tournament_step(
     config: Any, home: Path, data: DataSnapshot, champion: Mapping[str, Any] | None
 ) -> ChallengerRun:
@@ -242,6 +249,15 @@ def tournament_step(
     if champion is not None and is_ensemble(champion["policy_dir"]):
         # An ensemble has no single network (nor optimizer state) to continue training from.
         log.info("champion %s is an ensemble: no warm start", champion["run_id"])
+    elif champion is not None and config.nightly.warm_start_pods > 0 and gated_on_tonight(champion, data):
+        # Its weights were gated on sessions tonight's gate reads again: a warm-started challenger
+        # would be judged "out of sample" on sessions its ancestry was selected on.
+        log.info(
+            "champion %s was gated on sessions up to %s, tonight's gate window starts %s: no warm start",
+            champion["run_id"],
+            champion.get("eval_end"),
+            data.windows["test"][0],
+        )
     elif champion is not None and config.nightly.warm_start_pods > 0:
         round_fn = functools.partial(
             warm_start_round,

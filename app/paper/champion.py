@@ -11,7 +11,7 @@ sessions: ``app.paper.attribution``).
 
 1. **Restart mid-session**: the journal already names the session's bundle -> reload it (verified,
    and its ``bundle_id`` must be the one named) and trade the rest of the session with it.
-2. Otherwise read the champion pointer (``app.nightly.registry.current_champion``, read-only). The
+2. Otherwise read the champion pointer (``app.nightly.champions.current_champion``, read-only). The
    registry may be locked by a running retrain: a short timeout, a few tries, then the bundle in
    hand keeps this session (a ``registry_locked`` warning) and the next session reads it again.
 3. Load and verify the pointer's bundle with ``app.bundle.load_bundle``: the checks of
@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from app.bundle import Bundle, load_bundle
-from app.nightly.registry import RegistryBusy, RegistryError, current_champion
+from app.nightly.champions import RegistryBusy, RegistryError, current_champion
 from app.paper.journal import Journal
 from app.paper.journal_schema import SessionOwner
 from data.errors import PodracerError, one_line

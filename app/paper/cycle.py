@@ -8,7 +8,9 @@ A cycle (:func:`run_cycle`) orchestrates the other modules of ``app.paper``:
 2. Earlier cycles' open orders are reconciled *first* (``execution.reconcile_open_orders``), and only
    then are the account and positions read: a late fill is counted once, in the positions.
    The books are checked (``app.paper.books``: the journal's fill-implied positions and open orders
-   against the broker's); a mismatch halts new orders until they match again, with an alert.
+   against the broker's); a mismatch halts new orders until they match again (cycle status
+   ``unreconciled``; the alert is the books' record, ``<home>/paper/reconcile.json``, which ``podracer
+   status`` reports as the ``books`` problem: one problem, not a failing loop as well).
    Kill-switch file present -> journal it, no new orders (open orders are still reconciled).
 3. Latest bars -> the observation of the last completed bar, as the env builds it
    (``observation.build_decision``; a stale decision bar is refused). Tickers without a real bar in
@@ -24,7 +26,7 @@ A cycle (:func:`run_cycle`) orchestrates the other modules of ``app.paper``:
    the next cycle finishes the rebalance).
 6. Journal every decision, order, fill, reconciliation (positions vs what our fills imply), P&L
    snapshot and error in ``<home>/paper/journal.sqlite``, each row with the ``bundle_id`` deciding it;
-   then the books are checked again (a mismatch alerts now and halts the next cycle).
+   then the books are checked again (a mismatch is recorded now and halts the next cycle).
 
 :func:`run_paper` loops the cycles and writes each one's heartbeat (``app.paper.heartbeat``).
 
@@ -34,10 +36,11 @@ A cycle (:func:`run_cycle`) orchestrates the other modules of ``app.paper``:
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
@@ -62,7 +65,8 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class CycleResult:
-    status: str  # closed | no_champion | kill_switch | halted | traded | partial | dry_run | no_data | error
+    # closed | no_champion | kill_switch | halted | unreconciled | traded | partial | dry_run | no_data | error
+    status: str
     decision_ts: pd.Timestamp | None = None
     target_weights: dict[str, float] = field(default_factory=dict)
     policy_weights: dict[str, float] = field(default_factory=dict)
@@ -80,6 +84,33 @@ class CycleResult:
     broker_time: datetime | None = None  # the broker's clock at the cycle's start
 
 
+def heartbeat_of(
+    result: CycleResult, mode: str, interval_s: float, wait_s: float, options: PaperOptions
+) -> Heartbeat:
+    """The heartbeat of ``result``, written now; the next cycle ``wait_s`` seconds from now."""
+    now = datetime.now(UTC)
+    return Heartbeat(
+        time=now.isoformat(timespec="seconds"),
+        status=result.status,
+        mode=mode,
+        interval_s=float(interval_s),
+        next_due=(now + timedelta(seconds=wait_s)).isoformat(timespec="seconds"),
+        bundle_id=result.bundle_id,
+        run_id=result.run_id,
+        session=result.session,
+        broker_time=None if result.broker_time is None else pd.Timestamp(result.broker_time).isoformat(),
+        decision_ts=None if result.decision_ts is None else result.decision_ts.isoformat(),
+        orders=len(result.orders),
+        submitted=len(result.submitted),
+        alert=result.alert,
+        messages=list(result.messages),
+        attention=list(result.attention),
+        kill_switch=None if options.kill_switch is None else str(options.kill_switch),
+        dry_run=options.dry_run,
+        pid=os.getpid(),
+    )
+
+
 def _halt(
     kill: bool, account: BrokerAccount, options: PaperOptions, books: BookRecord | None = None
 ) -> tuple[str, str] | None:
@@ -88,7 +119,7 @@ def _halt(
         return ("kill_switch", f"kill switch {options.kill_switch} present: no new orders")
     if books is not None and not books.matched:
         return (
-            "halted",
+            "unreconciled",
             f"the books do not reconcile with the broker ({books.message}): no new orders until they do "
             "(or `podracer reconcile --accept`)",
         )
@@ -142,7 +173,7 @@ def run_cycle(
         )
     result = _trade(picked.bundle, broker, journal, options.for_bundle(picked.bundle.manifest), now, session)
     result.session, result.bundle_id, result.run_id = session, picked.bundle.bundle_id, picked.run_id
-    result.alert, result.broker_time = picked.alert or result.alert, clock.timestamp
+    result.alert, result.broker_time = picked.alert, clock.timestamp
     if picked.alert:
         result.messages.insert(0, picked.alert)
     return result
@@ -174,8 +205,7 @@ def _trade(
     except DataError as err:
         journal.event("missing_bars", str(err), "warning")
         log.warning("%s", err)
-        alert = None if books is None or books.matched else f"the books do not reconcile: {books.message}"
-        return CycleResult(status="no_data", messages=[str(err)], alert=alert)
+        return CycleResult(status="no_data", messages=[str(err)])
     result = CycleResult(status="dry_run" if options.dry_run else "traded", decision_ts=decision.decision_ts)
     if decision.skipped:
         msg = f"skipped {', '.join(decision.skipped)}: no bar in the decision bar's session (position held)"
@@ -250,8 +280,6 @@ def _trade(
         journal.event(halt[0], halt[1], "warning")
         log.warning(halt[1])
         result.messages.append(halt[1])
-        if books is not None and not books.matched:
-            result.alert = halt[1]
         block_orders(orders, halt[1], journal, bundle.bundle_id, decision)
         snapshot(journal, broker, bundle, decision, account, {}, positions, reconcile=not options.dry_run)
         return result
@@ -275,7 +303,6 @@ def _trade(
             msg = f"the books do not reconcile with the broker after the orders ({after.message})"
             log.warning(msg)
             result.messages.append(msg)
-            result.alert = msg
     return result
 
 
@@ -333,7 +360,7 @@ def run_paper(
                 wait = 300.0
         wait = max(1.0, wait)
         if heartbeat is not None:
-            write_heartbeat(heartbeat, Heartbeat.of(result, source.mode, period, wait, options))
+            write_heartbeat(heartbeat, heartbeat_of(result, source.mode, period, wait, options))
         if failure is not None and once:
             raise failure
         if last:

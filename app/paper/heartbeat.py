@@ -6,8 +6,9 @@ of one. It says when (``time``: the wall clock, UTC), what (``status``, ``alert`
 which bundle (``bundle_id``, ``run_id``, ``mode``), the orders, the gone tickers needing attention,
 and when the next cycle is due.
 
-The file is :class:`Heartbeat`, a versioned ``data.artifact.Artifact``: read back validated, a malformed
-file or one from a newer schema version is a one-line error.
+The file is :class:`Heartbeat`, a versioned ``data.artifact.Artifact``: read back validated (every
+field of its type: a hand-edited or foreign file is one line naming the field, never an internal error
+further on), a file from a newer schema version refused.
 
 **Stale**: more than :data:`STALE_INTERVALS` decision intervals of *market hours* since the
 heartbeat (``data.calendar.market_seconds``): a loop that wrote its last heartbeat at Friday's close
@@ -17,20 +18,15 @@ is not stale on Sunday, one silent for half an hour of an open market (15-minute
 from __future__ import annotations
 
 import os
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pandas as pd
-from pydantic import Field
+from pydantic import ConfigDict, Field, field_validator
 
 from data.artifact import Artifact
 from data.calendar import market_seconds
 from data.errors import ArtifactError
-
-if TYPE_CHECKING:  # the cycle imports this module: only its result's type is needed here
-    from app.paper.cycle import CycleResult
-    from app.paper.options import PaperOptions
 
 STALE_INTERVALS = 2  # decision intervals of market hours without a heartbeat: the loop is stale
 # Cycle statuses that are a failure of the loop itself (a halt or the kill switch is the loop working).
@@ -47,9 +43,10 @@ class Heartbeat(Artifact):
 
     FILE = "heartbeat.json"
     SCHEMA_VERSION = 1
+    model_config = ConfigDict(strict=True)  # a number is not a string, nor a boolean an integer
 
     time: str  # wall clock (UTC, ISO) when written
-    status: str  # the cycle's (app.paper.cycle.CycleResult.status)
+    status: str  # the cycle's (app.paper.cycle.CycleResult.status; app.paper.cycle.heartbeat_of builds it)
     mode: str  # "champion" | "bundle"
     interval_s: float = Field(gt=0)  # seconds between two decisions
     next_due: str  # wall clock (UTC, ISO) of the next cycle
@@ -67,6 +64,12 @@ class Heartbeat(Artifact):
     dry_run: bool = False
     pid: int = 0
 
+    @field_validator("time", "next_due")
+    @classmethod
+    def _a_time(cls, value: str) -> str:
+        pd.Timestamp(value)  # ValueError when not a time
+        return value
+
     @property
     def ok(self) -> bool:
         """The last cycle did its job (trading, halted or closed) and nothing needs the operator."""
@@ -79,33 +82,6 @@ class Heartbeat(Artifact):
     def stale(self, now: datetime) -> bool:
         """More than :data:`STALE_INTERVALS` decision intervals of market hours since the heartbeat."""
         return market_seconds(pd.Timestamp(self.time), pd.Timestamp(now)) > STALE_INTERVALS * self.interval_s
-
-    @classmethod
-    def of(
-        cls, result: CycleResult, mode: str, interval_s: float, wait_s: float, options: PaperOptions
-    ) -> Heartbeat:
-        """The heartbeat of ``result``, written now; the next cycle ``wait_s`` seconds from now."""
-        now = datetime.now(UTC)
-        return cls(
-            time=now.isoformat(timespec="seconds"),
-            status=result.status,
-            mode=mode,
-            interval_s=float(interval_s),
-            next_due=(now + timedelta(seconds=wait_s)).isoformat(timespec="seconds"),
-            bundle_id=result.bundle_id,
-            run_id=result.run_id,
-            session=result.session,
-            broker_time=None if result.broker_time is None else pd.Timestamp(result.broker_time).isoformat(),
-            decision_ts=None if result.decision_ts is None else result.decision_ts.isoformat(),
-            orders=len(result.orders),
-            submitted=len(result.submitted),
-            alert=result.alert,
-            messages=list(result.messages),
-            attention=list(result.attention),
-            kill_switch=None if options.kill_switch is None else str(options.kill_switch),
-            dry_run=options.dry_run,
-            pid=os.getpid(),
-        )
 
 
 def write_heartbeat(path: str | os.PathLike[str], beat: Heartbeat) -> Path:

@@ -1,1 +1,1 @@
-"""Walk-forward: nightly retraining replayed over history (``app.workflows.walkforward``)."""
+"""Walk-forward: nightly retraining replayed over history (``app.walkforward.run``)."""

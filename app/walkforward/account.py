@@ -19,9 +19,9 @@ import torch
 from torch import Tensor
 
 from agents.ensemble import load_policy
+from app.evaluation import check_policy_fits, policy_digest
 from app.runs import RunDir
 from app.walkforward.judging import write_account_report
-from app.workflows.backtest import check_policy_fits, policy_digest
 from backtests.engine import BacktestResult
 from backtests.metrics_model import ChampionSpan, MetricsDocument, WalkForwardSummary
 from backtests.stitched import run_stitched
@@ -100,7 +100,7 @@ class StitchedAccount:
         """The account and the baselines from the span's first bar to the last fold added."""
         market = self.market()
         for policy in self.policies:
-            if policy is not self._cash:
+            if policy != self._cash:  # bound methods: equal, never identical
                 check_policy_fits(policy, market, self.params)
         return run_stitched(market, self.params, self.policies, self.switch_bars, device=self.device)
 

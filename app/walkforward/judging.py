@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from app.evaluation import count_look, look_arguments, market_identity
 from app.nightly.decide import decide, finite, overlap_note
 from app.nightly.steps import ChallengerRun, DataSnapshot, gate_significance_level, score_step
 from app.runs import RunDir
-from app.workflows.backtest import count_look, look_arguments, market_identity
 from backtests import report
 from backtests.engine import BacktestResult
 from backtests.metrics_model import MetricsDocument, WalkForwardSummary, read_metrics
@@ -116,7 +116,7 @@ def replay_gate(
     if gate == "always":
         promote, reason = True, "gate = always: the fold's challenger takes over"
     else:
-        verdict = decide(
+        promotion = decide(
             ch_fit,
             inc_fit,
             edge,
@@ -125,7 +125,7 @@ def replay_gate(
             first_promotion=nightly.first_promotion,
             fitness=fitness,
         )
-        promote, reason = verdict.promote, verdict.reason + overlap_note(incumbent, dates[0])
+        promote, reason = promotion.promote, promotion.reason + overlap_note(incumbent, dates[0])
     return GateOutcome(
         promote=promote,
         reason=reason,

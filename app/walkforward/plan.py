@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from app.config import Config
-from app.workflows.training import MIN_VALID_SESSIONS
+from app.evaluation import MIN_VALID_SESSIONS
 from backtests import folds as fl
 from data.errors import ConfigError, PodracerError
 from data.market import MarketData

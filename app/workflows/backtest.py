@@ -19,7 +19,6 @@ given. Both return the metrics document; nothing here prints.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from pathlib import Path
 from typing import Any
@@ -31,9 +30,10 @@ from agents.ensemble import ENSEMBLE_POD, load_policy
 from agents.tournament.leaderboard import read_pods
 from agents.tournament.pod import read_valid_returns_matrix
 from app.config import load_config, to_env_params
+from app.evaluation import check_policy_fits, count_look, look_arguments, market_identity, policy_digest
 from app.runs import RunDir, runs_root
 from backtests import baselines as bl
-from backtests import engine, looks, oos_test, report
+from backtests import capacity, engine, report
 from backtests.snooping import SelectionInputs
 from data.errors import CheckpointError, ConfigError, DataError, PodracerError
 from data.loader import load_market
@@ -68,25 +68,6 @@ def _load_policy(champion_dir: Path, device: str) -> Any:
     return load_policy(champion_dir, device=device)
 
 
-def check_policy_fits(policy: Any, market: Any, params: Any) -> None:
-    """A policy can trade ``market`` under ``params``: same tickers, shapes and action mode."""
-    tickers = tuple(getattr(policy.meta, "tickers", ()) or ())
-    if tickers and tickers != tuple(market.tickers):
-        raise CheckpointError(
-            f"champion was trained on {len(tickers)} tickers that differ from the market's "
-            f"{len(market.tickers)} ({', '.join(market.tickers[:5])}...)"
-        )
-    if policy.config.num_features != market.num_features or policy.num_assets != market.num_assets:
-        raise CheckpointError(
-            f"champion expects {policy.num_assets} assets x {policy.config.num_features} features, the market "
-            f"has {market.num_assets} x {market.num_features}"
-        )
-    if policy.meta.action_mode != params.action_mode:
-        raise CheckpointError(
-            f"champion acts in {policy.meta.action_mode!r} mode but the run's env uses {params.action_mode!r}"
-        )
-
-
 def _check_window_unseen(run: str, window: str, market: Any, recorded: dict[str, tuple[str, str]]) -> None:
     """The backtest window rebuilt from today's data must still lie after what the run learned from.
 
@@ -118,72 +99,6 @@ def _check_window_unseen(run: str, window: str, market: Any, recorded: dict[str,
             end,
             *before,
         )
-
-
-def market_identity(data: Any) -> str:
-    """What makes two backtests look at the same prices (``backtests.looks``): for synthetic data the
-    settings that change every price (seed and signal); for stored or shipped data the source. The
-    interval and the ticker list are not part of it: the ledger's overlap rule reads the windows'
-    dates and the ticker sets, so the same bars at 5m or 1m, or with one ticker more, are one market."""
-    if data.source == "synthetic":
-        return f"synthetic seed={data.seed} signal={data.signal:g}"
-    return str(data.source)
-
-
-#: Windows whose returns include held-out sessions: every backtest of them is a look.
-LOOK_WINDOWS = ("test", "full")
-
-
-def policy_digest(*policy_dirs: Path | str) -> str:
-    """A digest of the policies' weights and specs (the look key's ``policy``): a new champion under a
-    reused run name is a new look."""
-    digest = hashlib.sha256()
-    for policy_dir in policy_dirs:
-        for path in sorted(Path(policy_dir).rglob("*")):
-            if path.is_file() and path.suffix in (".safetensors", ".json"):
-                digest.update(path.relative_to(policy_dir).as_posix().encode())
-                digest.update(path.read_bytes())
-    return digest.hexdigest()[:16]
-
-
-def count_look(
-    home: Path,
-    run: str,
-    result: engine.BacktestResult,
-    *,
-    window: str,
-    market: str,
-    policy: str = "",
-) -> tuple[looks.Look, looks.LookCount] | None:
-    """Record the selected strategy's look at a window with held-out sessions (:data:`LOOK_WINDOWS`) in
-    ``<home>/looks.sqlite``; None for another window or a backtest without a selected strategy."""
-    strategy = report.selected_strategy(result)
-    if window not in LOOK_WINDOWS or strategy is None:
-        return None
-    _, daily = result.daily_returns()
-    returns = daily[:, result.names.index(strategy)].detach().cpu().numpy()
-    start, end = result.date_range()
-    look = looks.Look(
-        run,
-        strategy,
-        market,
-        start,
-        end,
-        len(returns),
-        oos_test.sharpe_per_day(returns),
-        policy=policy,
-        tickers=tuple(result.tickers),
-    )
-    return look, looks.record_look(looks.ledger_path(home), look)
-
-
-def look_arguments(counted: tuple[looks.Look, looks.LookCount] | None) -> dict[str, Any]:
-    """The report's keywords for a counted look: the earlier looks it is first judged with, the look
-    itself and the looks counted now (``backtests.report.metrics_document``)."""
-    if counted is None:
-        return {}
-    look, count = counted
-    return {"earlier_looks": count.earlier_sharpes, "look": look, "now": count.now}
 
 
 def backtest_run(
@@ -221,6 +136,8 @@ def backtest_run(
     result = engine.run_backtest(
         market, params, {"champion": policy}, device=device, num_threads=1, compile=config.backtest.compile
     )
+    # The capacity curve: the champion and the baselines at several account sizes, one pass.
+    sizes = capacity.run_capacity(market, params, {"champion": policy}, device=device)
     identity = market_identity(config.data)
     counted = count_look(
         home, run, result, window=window, market=identity, policy=policy_digest(run_dir.champion)
@@ -239,6 +156,8 @@ def backtest_run(
         seed=config.tournament.seed,
         market=identity,
         tearsheet=tearsheet,
+        capacity=sizes,
+        max_participation=params.max_participation,
         **look_arguments(counted),
     )
 

@@ -17,8 +17,6 @@ Nothing here prints: progress displays are passed in (``app.render`` has the CLI
 
 from __future__ import annotations
 
-import dataclasses
-import shutil
 import time
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager, nullcontext
@@ -28,11 +26,9 @@ from typing import Any
 import torch
 
 from agents import ppo, sac
-from agents.ensemble import ENSEMBLE_POD, EnsemblePolicy
-from agents.policy import Checkpoint, Policy
+from agents.policy import Checkpoint
 from agents.tournament.backend_choice import check_backend_args, resolve_backend
-from agents.tournament.orchestrator import TournamentArgs, TournamentResult, run_tournament
-from agents.tournament.pod import VALID_RETURNS, score_policy, write_valid_returns
+from agents.tournament.orchestrator import TournamentResult, run_tournament
 from agents.training import Event
 from agents.validation import validation_score_fn
 from app.config import (
@@ -43,19 +39,14 @@ from app.config import (
     to_tournament_args,
     write_config,
 )
+from app.ensemble import ensemble_step
+from app.evaluation import MIN_VALID_SESSIONS
 from app.runs import RunDir, new_id
-from data.atomic import replace_dir
 from data.errors import ConfigError
 from data.loader import MarketSplits, load_market
-from data.market import MarketData
 from envs.vec_env import TradingVecEnv
 
 SINGLE_POD = "single"
-#: Fewest sessions in the validation window for a pod's validation Sharpe (of daily returns) to mean
-#: anything: with fewer, a handful of days decides the ranking, every all-cash pod ties at an undefined
-#: Sharpe and the champion is whichever came first. 10 sessions are two trading weeks.
-MIN_VALID_SESSIONS = 10
-
 # A progress display of a single run: given the env-step total, a context that yields the learner callback
 # (an agents.training.Callback: True continues training).
 TrainProgressFactory = Callable[[int], AbstractContextManager[Callable[[Event], bool]]]
@@ -263,71 +254,6 @@ def train_tournament(
         annualization=config.backtest.annualization,
         device=device,
     )
-
-
-def ensemble_step(
-    run_dir: RunDir,
-    result: TournamentResult,
-    valid: MarketData,
-    args: TournamentArgs,
-    *,
-    params: Any,
-    annualization: int = 252,
-    device: str | torch.device = "cpu",
-) -> TournamentResult:
-    """The ensemble of the board's top ``args.ensemble_size`` pods: scored on ``valid`` like a pod
-    (``agents.tournament.pod.score_policy``), recorded as one more trial, saved to ``<run>/ensemble/``;
-    the champion when ``args.champion == "ensemble"``. Returns the result with the trial added."""
-    entries = result.leaderboard[: args.ensemble_size]  # best first; K is at most the board's size
-    if not entries or result.champion is None:
-        return result
-    members = [Policy.load(run_dir.checkpoint(e["checkpoint"]), device=device) for e in entries]
-    source = [{"pod_id": e["pod_id"], "score": e["score"]} for e in entries]
-    ensemble = EnsemblePolicy(members, source)
-    score, metrics, series = score_policy(
-        ensemble, valid, params, fitness=args.fitness, annualization=annualization, device=device
-    )
-    _save_whole(ensemble, run_dir.checkpoint(ENSEMBLE_POD))
-    # Its validation returns beside it, like a pod's: one more column of the PBO's trial matrix.
-    write_valid_returns(run_dir.checkpoint(ENSEMBLE_POD) / VALID_RETURNS, series)
-    sharpe = metrics.get("sharpe_ratio")
-    summary = {
-        "pod_id": ENSEMBLE_POD,
-        "kind": "ensemble",
-        "size": len(members),
-        "members": source,
-        "score": score,
-        "sharpe_ratio": sharpe,
-        "metrics": metrics,
-        "checkpoint": ENSEMBLE_POD,
-    }
-    # Looked at on the validation window = one more trial, whether or not it becomes the champion. An
-    # undefined Sharpe (all cash) is a trial with no Sharpe: None, never 0 (RunInfo.trials skips it).
-    trial_sharpes = [*result.trial_sharpes, None if sharpe is None else float(sharpe)]
-    champion = dict(result.champion)
-    if args.champion == "ensemble":
-        _save_whole(ensemble, run_dir.champion)
-        champion = {**summary, "best_pod": result.champion}
-        champion.pop("metrics")
-    fields: dict[str, Any] = {
-        "pods_tried": result.pods_tried + 1,
-        "trial_sharpes": trial_sharpes,
-        "ensemble": summary,
-        "champion": champion,
-    }
-    run_dir.update(**fields)
-    return dataclasses.replace(
-        result, champion=champion, pods_tried=result.pods_tried + 1, trial_sharpes=trial_sharpes
-    )
-
-
-def _save_whole(policy: EnsemblePolicy, target: Path) -> None:
-    """Save into a sibling staging folder and swap it in whole (never a half-written champion)."""
-    staging = target.with_name(f".{target.name}.tmp")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    policy.save(staging)
-    replace_dir(staging, target)
 
 
 def _no_live() -> AbstractContextManager[None]:

@@ -6,6 +6,7 @@ import streamlit as st
 
 from app.dashboard import artifacts, cards, charts, formatting, loaders, series, tables, ui
 from app.dashboard.verdict_box import verdict_box
+from backtests.capacity import capacity_rule_text
 
 st.title("Overview")
 run_dir = ui.require_run()
@@ -57,6 +58,18 @@ with ui.guard("returns"):
     else:
         table, title = series.daily_returns_table(daily[name]), f"Daily returns: {label}"
     ui.plot(charts.monthly_heatmap(table, title), key="heatmap-chart")
+
+capacity = (metrics.capacity or []) if metrics is not None else []
+if capacity:
+    with ui.guard("capacity"):
+        st.subheader("Capacity: how much money the strategy can run")
+        st.caption(
+            "The champion and the baselines replayed on the same window at each account size, with the "
+            "env's execution model (half-spread, a cap on each fill's share of the bar's volume, "
+            "square-root impact): bigger accounts pay more for the same decisions. Estimated capacity: "
+            + capacity_rule_text(metrics)
+        )
+        ui.plot(charts.capacity_figure(capacity, metrics.estimated_capacity), key="capacity")
 
 logits = cards.pbo_logits(metrics) if metrics is not None else []
 if logits:

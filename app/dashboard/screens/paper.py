@@ -1,4 +1,5 @@
-"""Paper trading: orders, fills, positions and P&L from ``<home>/paper/journal.sqlite``."""
+"""Paper trading: orders, fills, positions and P&L from ``<home>/paper/journal.sqlite``; the days the
+journal compacted (``[retention] journal_sessions``) as one summary row each."""
 
 from __future__ import annotations
 
@@ -42,6 +43,14 @@ with ui.guard("paper"):
         cols = st.columns(len(by_status))
         for col, (name, count) in zip(cols, by_status.items(), strict=True):
             col.metric(name.replace("_", " ").capitalize(), count, border=True)
+
+    daily = journal.get("daily")
+    if daily is not None and not daily.empty:
+        # Older days live on as one row each (app.paper.compact): the tables below hold the newest
+        # sessions in full.
+        st.subheader("Earlier days (compacted)")
+        st.caption(f"{len(daily)} days up to {daily['session'].max()}, one summary row each")
+        st.dataframe(tables.tidy_table(daily.sort_values("session", ascending=False)), hide_index=True)
 
     for name in ("positions", "orders", "fills", "decisions", "events"):
         table = journal.get(name)

@@ -52,12 +52,12 @@ from agents.tournament import pod
 from agents.tournament.orchestrator import run_tournament
 from agents.training import Event
 from app.config import Config, config_to_toml, to_env_params, to_tournament_args, write_config
+from app.ensemble import ensemble_step
 from app.nightly.steps import ChallengerRun, warm_start_round
 from app.runs import RunDir, new_id
 from app.walkforward.account import StitchedAccount
 from app.walkforward.judging import replay_gate
 from app.walkforward.plan import FoldPlan, fold_config, plan_folds
-from app.workflows.training import ensemble_step
 from backtests.metrics_model import MetricsDocument
 from backtests.stitched import segment_figures
 from data.errors import ConfigError, PodracerError

@@ -1,0 +1,105 @@
+"""What every app stage that judges a policy on a window shares: the backtest command
+(``app.workflows.backtest``), the nightly gate (``app.nightly.steps``) and walk-forward
+(``app.walkforward``) check that the policy fits the market, name the market for the looks ledger and
+count the look there; the tournament's stages rank pods on a validation window of at least
+:data:`MIN_VALID_SESSIONS`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+from backtests import engine, looks, oos_test, report
+from data.errors import CheckpointError
+
+#: Fewest sessions in the validation window for a pod's validation Sharpe (of daily returns) to mean
+#: anything: with fewer, a handful of days decides the ranking, every all-cash pod ties at an undefined
+#: Sharpe and the champion is whichever came first. 10 sessions are two trading weeks.
+MIN_VALID_SESSIONS = 10
+
+
+def check_policy_fits(policy: Any, market: Any, params: Any) -> None:
+    """A policy can trade ``market`` under ``params``: same tickers, shapes and action mode."""
+    tickers = tuple(getattr(policy.meta, "tickers", ()) or ())
+    if tickers and tickers != tuple(market.tickers):
+        raise CheckpointError(
+            f"champion was trained on {len(tickers)} tickers that differ from the market's "
+            f"{len(market.tickers)} ({', '.join(market.tickers[:5])}...)"
+        )
+    if policy.config.num_features != market.num_features or policy.num_assets != market.num_assets:
+        raise CheckpointError(
+            f"champion expects {policy.num_assets} assets x {policy.config.num_features} features, the market "
+            f"has {market.num_assets} x {market.num_features}"
+        )
+    if policy.meta.action_mode != params.action_mode:
+        raise CheckpointError(
+            f"champion acts in {policy.meta.action_mode!r} mode but the run's env uses {params.action_mode!r}"
+        )
+
+
+def market_identity(data: Any) -> str:
+    """What makes two backtests look at the same prices (``backtests.looks``): for synthetic data the
+    settings that change every price (seed and signal); for stored or shipped data the source. The
+    interval and the ticker list are not part of it: the ledger's overlap rule reads the windows'
+    dates and the ticker sets, so the same bars at 5m or 1m, or with one ticker more, are one market."""
+    if data.source == "synthetic":
+        return f"synthetic seed={data.seed} signal={data.signal:g}"
+    return str(data.source)
+
+
+#: Windows whose returns include held-out sessions: every backtest of them is a look.
+LOOK_WINDOWS = ("test", "full")
+
+
+def policy_digest(*policy_dirs: Path | str) -> str:
+    """A digest of the policies' weights and specs (the look key's ``policy``): a new champion under a
+    reused run name is a new look."""
+    digest = hashlib.sha256()
+    for policy_dir in policy_dirs:
+        for path in sorted(Path(policy_dir).rglob("*")):
+            if path.is_file() and path.suffix in (".safetensors", ".json"):
+                digest.update(path.relative_to(policy_dir).as_posix().encode())
+                digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def count_look(
+    home: Path,
+    run: str,
+    result: engine.BacktestResult,
+    *,
+    window: str,
+    market: str,
+    policy: str = "",
+) -> tuple[looks.Look, looks.LookCount] | None:
+    """Record the selected strategy's look at a window with held-out sessions (:data:`LOOK_WINDOWS`) in
+    ``<home>/looks.sqlite``; None for another window or a backtest without a selected strategy."""
+    strategy = report.selected_strategy(result)
+    if window not in LOOK_WINDOWS or strategy is None:
+        return None
+    _, daily = result.daily_returns()
+    returns = daily[:, result.names.index(strategy)].detach().cpu().numpy()
+    start, end = result.date_range()
+    look = looks.Look(
+        run,
+        strategy,
+        market,
+        start,
+        end,
+        len(returns),
+        oos_test.sharpe_per_day(returns),
+        policy=policy,
+        tickers=tuple(result.tickers),
+    )
+    return look, looks.record_look(looks.ledger_path(home), look)
+
+
+def look_arguments(counted: tuple[looks.Look, looks.LookCount] | None) -> dict[str, Any]:
+    """The report's keywords for a counted look: the earlier looks it is first judged with, the look
+    itself and the looks counted now (``backtests.report.metrics_document``)."""
+    if counted is None:
+        return {}
+    look, count = counted
+    return {"earlier_looks": count.earlier_sharpes, "look": look, "now": count.now}

@@ -1,0 +1,208 @@
+"""How much money a strategy can run: its backtest replayed at several account sizes in one pass,
+and the size beyond which its own trading eats the edge.
+
+The env's execution model (``envs.execution``: a half-spread, a cap on each fill's share of the bar's
+volume, square-root impact) makes a fill's cost grow with its size, so the same decisions net less
+on a bigger account. :func:`run_capacity` runs the selected strategy and the baselines at every size
+of :data:`CAPITAL_LEVELS` as rows of one batched env (``engine.run_backtest(capital=...)``);
+:func:`capacity_fields` turns that into metrics.json's ``capacity`` (per size: the net Sharpe, the
+period return, the costs, the mean participation, the share of fills capped by the volume limit, and
+the verdict's outcome at that size, each size judged exactly as the report judges its own) and
+``estimated_capacity``:
+
+- the largest size up to which (from the smallest) the edge is significant, when it is significant at
+  the smallest size (``estimated_capacity_rule: "significant"``);
+- otherwise, when the smallest size's net Sharpe is positive, the largest size up to which the net
+  Sharpe stays at least half of the smallest size's (``"half_sharpe"``);
+- otherwise null (``"no_edge"``: nothing to scale).
+
+Replaying the champion at other sizes on the held-out window is a report, not a selection: it counts
+no look of its own (``backtests.looks``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from backtests import engine
+from backtests.baselines import is_baseline
+from backtests.engine import BacktestResult, capacity_name
+from backtests.metrics_model import MetricsDocument
+from data.market import MarketData
+from envs.trading import EnvParams
+
+#: Account sizes of the capacity curve, in $ (retail to institutional).
+CAPITAL_LEVELS: tuple[float, ...] = (1e4, 1e5, 1e6, 1e7, 1e8)
+#: Baselines replayed beside the strategy at every size.
+CAPACITY_BASELINES: tuple[str, ...] = ("buy_and_hold", "equal_weight")
+#: ``estimated_capacity`` by the Sharpe rule: the net Sharpe at least this fraction of the smallest size's.
+SHARPE_FRACTION = 0.5
+
+
+def run_capacity(
+    market: MarketData,
+    params: EnvParams,
+    policies: Mapping[str, Any],
+    *,
+    levels: Sequence[float] = CAPITAL_LEVELS,
+    device: str | torch.device | None = None,
+    seed: int = 0,
+) -> BacktestResult:
+    """Every policy and :data:`CAPACITY_BASELINES` at every size of ``levels``, in one pass; dollars
+    in units of each column's starting capital (``engine.run_backtest``'s ``capital``)."""
+    return engine.run_backtest(
+        market, params, policies, baselines=CAPACITY_BASELINES, device=device, seed=seed, capital=levels
+    )
+
+
+def at_level(result: BacktestResult, capital: float) -> BacktestResult:
+    """The columns of one size of a :func:`run_capacity` result, under their plain names."""
+    suffix = capacity_name("", capital)
+    cols = [i for i, n in enumerate(result.names) if n.endswith(suffix)]
+    pick = torch.as_tensor(cols)
+    changes: dict[str, Any] = {"names": tuple(result.names[i][: -len(suffix)] for i in cols)}
+    for f in dataclasses.fields(result):
+        value = getattr(result, f.name)
+        if f.name in ("equity", "returns", "costs", "turnover", "day_equity") or f.name in (
+            "weights",
+            "trades",
+            "trade_costs",
+            "shares",
+            "spread_costs",
+            "impact_costs",
+        ):
+            changes[f.name] = None if value is None else value.index_select(1, pick)
+    changes["terminated_at"] = tuple(result.terminated_at[i] for i in cols)
+    return dataclasses.replace(result, **changes)
+
+
+def _fill_stats(
+    result: BacktestResult, column: int, max_participation: float
+) -> tuple[float | None, float | None]:
+    """``(mean participation, share of fills at the volume cap)`` of one column's fills (None: no fill)."""
+    if result.shares is None or result.fill_volume is None:
+        return None, None
+    shares = result.shares[:, column].abs().to(torch.float64)  # (K, A)
+    volume = result.fill_volume.to(torch.float64)
+    filled = (shares > 0) & (volume > 0)
+    if not bool(filled.any()):
+        return None, None
+    participation = shares[filled] / volume[filled]
+    capped = (
+        participation >= max_participation * (1 - 1e-4)
+        if max_participation > 0
+        else torch.zeros_like(filled[filled])
+    )
+    return float(participation.mean()), float(capped.to(torch.float64).mean())
+
+
+def capacity_fields(
+    result: BacktestResult,
+    max_participation: float,
+    document: Callable[[BacktestResult], MetricsDocument],
+    levels: Sequence[float] = CAPITAL_LEVELS,
+) -> dict[str, Any]:
+    """metrics.json's ``capacity``, ``estimated_capacity`` and ``estimated_capacity_rule`` from a
+    :func:`run_capacity` result; ``document`` builds the metrics document of one size's columns (the
+    report's own, so each size is judged as the report judges); ``max_participation``: the env's
+    volume cap (a fill at it counts as capped)."""
+    rows = []
+    for capital in levels:
+        sub = at_level(result, capital)
+        strategy = next((n for n in sub.names if not is_baseline(n)), None)
+        if strategy is None:
+            return {"capacity": [], "estimated_capacity": None, "estimated_capacity_rule": "no_edge"}
+        doc = document(sub)
+        metrics = doc.strategies[strategy]
+        participation, capped = _fill_stats(sub, sub.names.index(strategy), max_participation)
+        rows.append(
+            {
+                "capital": float(capital),
+                "strategy": strategy,
+                "sharpe_ratio": metrics.sharpe_ratio,
+                "cum_returns_final": metrics.cum_returns_final,
+                "costs_paid": metrics.costs_paid,
+                "mean_participation": participation,
+                "capped_share": capped,
+                "verdict_outcome": doc.verdict_outcome,
+                "baselines": {
+                    name: doc.strategies[name].cum_returns_final for name in sub.names if is_baseline(name)
+                },
+            }
+        )
+    return {"capacity": rows, **estimate(rows)}
+
+
+def estimate(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """``estimated_capacity`` and its rule from the ``capacity`` rows (see the module docstring)."""
+    if not rows:
+        return {"estimated_capacity": None, "estimated_capacity_rule": "no_edge"}
+    if rows[0].get("verdict_outcome") == "significant":
+        last = rows[0]["capital"]
+        for row in rows[1:]:
+            if row.get("verdict_outcome") != "significant":
+                break
+            last = row["capital"]
+        return {"estimated_capacity": last, "estimated_capacity_rule": "significant"}
+    first = rows[0].get("sharpe_ratio")
+    if first is None or not np.isfinite(first) or first <= 0:
+        return {"estimated_capacity": None, "estimated_capacity_rule": "no_edge"}
+    last = rows[0]["capital"]
+    for row in rows[1:]:
+        sharpe = row.get("sharpe_ratio")
+        if sharpe is None or sharpe < SHARPE_FRACTION * first:
+            break
+        last = row["capital"]
+    return {"estimated_capacity": last, "estimated_capacity_rule": "half_sharpe"}
+
+
+def money(value: float) -> str:
+    """``$10k``, ``$1M``, ``$100M``: an account size as shown."""
+    for unit, scale in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(value) >= scale:
+            return f"${value / scale:g}{unit}"
+    return f"${value:g}"
+
+
+def curve_lines(doc: MetricsDocument) -> list[str]:
+    """The capacity curve of a metrics.json document in a few lines (empty without one)."""
+    rows = doc.capacity or []
+    if not rows:
+        return []
+
+    def pct(v: Any) -> str:
+        return "n/a" if v is None else f"{100 * v:+.2f}%"
+
+    def num(v: Any, fmt: str) -> str:
+        return "n/a" if v is None else format(v, fmt)
+
+    lines = ["capacity (the strategy replayed at each account size, execution costs on):"]
+    lines.append(
+        f"  {'capital':>7}  {'Sharpe':>6}  {'return':>8}  {'costs':>7}  {'particip.':>9}  {'capped':>6}  verdict"
+    )
+    for row in rows:
+        part, capped = row.mean_participation, row.capped_share
+        part_text = "n/a" if part is None else f"{100 * part:.3f}%"
+        capped_text = "n/a" if capped is None else f"{100 * capped:.0f}%"
+        lines.append(
+            f"  {money(row.capital):>7}  {num(row.sharpe_ratio, '6.2f')}"
+            f"  {pct(row.cum_returns_final):>8}  {pct(row.costs_paid):>7}"
+            f"  {part_text:>9}  {capped_text:>6}  {row.verdict_outcome or 'n/a'}"
+        )
+    lines.append(f"  estimated capacity: {capacity_rule_text(doc)}")
+    return lines
+
+
+def capacity_rule_text(doc: MetricsDocument) -> str:
+    """``"$1M (the largest size with a significant edge)"``: the estimate and its rule, in words."""
+    cap = doc.estimated_capacity
+    why = {
+        "significant": "the largest size with a significant edge",
+        "half_sharpe": "the largest size keeping half the smallest size's net Sharpe",
+    }.get(doc.estimated_capacity_rule or "", "no edge to scale")
+    return f"{money(cap) if cap is not None else 'none'} ({why})"
