@@ -254,7 +254,7 @@ def test_fold_tournaments_on_the_ray_backend(tmp_path, monkeypatch):
 def test_a_noise_champion_never_takes_charge_by_default(home):
     # The default first_promotion ("significant"): on windows too short to measure, no fold's
     # challenger is significant, so no champion takes charge and the account holds cash throughout.
-    from app.workflows.walkforward import run_walkforward
+    from app.walkforward.run import run_walkforward
 
     raw = {
         **TINY,
