@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from helpers import long_positive_first_feature
 
 from backtests import engine, report, selection
 from backtests import metrics as m
@@ -16,18 +17,14 @@ from backtests.metrics_model import METRIC_KEYS, MetricsDocument
 from data.toy import toy_market
 from envs.trading import EnvParams
 
-
-def _momentum(obs):
-    # Long the assets whose first feature is positive: trades every decision, deterministic.
-    per_asset = obs[:, 2:].reshape(obs.shape[0], 4, 10)
-    w = (per_asset[..., 2] > 0).float()
-    return w / w.sum(dim=1, keepdim=True).clamp(min=1.0)
+# Long the assets whose first feature is positive: trades every decision, deterministic.
+MOMENTUM = long_positive_first_feature(num_assets=4, num_features=8)
 
 
 @pytest.fixture(scope="module")
 def result():
     market = toy_market(num_steps=390 * 4, num_assets=4, num_features=8, seed=2)
-    return engine.run_backtest(market, EnvParams(decision_interval=30), {"champion": _momentum})
+    return engine.run_backtest(market, EnvParams(decision_interval=30), {"champion": MOMENTUM})
 
 
 def test_write_report_files_and_schemas(tmp_path, result, capsys):
@@ -136,7 +133,7 @@ def test_large_runs_are_summarized_per_session(tmp_path, result):
 
 def test_one_day_window_falls_back_to_a_simple_figure(tmp_path, caplog):
     market = toy_market(num_steps=390, num_assets=4, num_features=8, seed=3)
-    res = engine.run_backtest(market, EnvParams(decision_interval=30), {"champion": _momentum})
+    res = engine.run_backtest(market, EnvParams(decision_interval=30), {"champion": MOMENTUM})
     with caplog.at_level("INFO", logger="backtests.report"):
         doc = report.write_report(tmp_path, res, window="valid")
     assert doc.tearsheet == "fallback"

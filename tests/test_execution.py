@@ -129,3 +129,19 @@ def test_liquidity_is_point_in_time():
     assert float(adv[300].mean()) == pytest.approx(1.05e6 * 40, rel=0.02)
     # A session's realized volatility from 5 bps bar returns: 5e-4 * sqrt(40).
     assert float(vol[300].mean()) == pytest.approx(5e-4 * math.sqrt(40), rel=0.2)
+
+
+def test_no_volume_cap_fills_a_zero_volume_bar_in_every_kernel(flat_market):
+    """With ``max_participation`` 0 a zero-volume fill bar is no limit (the frictionless rule)."""
+    quiet = dataclasses.replace(flat_market, volume=torch.zeros_like(flat_market.volume))
+    params = dataclasses.replace(PARAMS, max_participation=0.0)
+    state, _ = trading.reset(quiet, params, 1, start=0)
+    action = torch.tensor([[0.5, 0.0]])
+    eager = trading.step(quiet, params, state, action)
+    assert float(eager.info["shares_traded"][0, 0]) > 4000
+    if native.compiler() is not None:
+        fast = trading.step(quiet, params, state, action, fast=True)
+        assert step_kernel(quiet, params, state, True) == "native"
+        torch.testing.assert_close(
+            fast.info["shares_traded"], eager.info["shares_traded"], rtol=1e-5, atol=1e-3
+        )

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from helpers import long_positive_first_feature
 
 from agents.tournament import orchestrator, pod
 from app import render
@@ -21,20 +22,16 @@ from app.workflows.training import check_valid_sessions
 from backtests import engine, report, scoring, selection
 from data.errors import ConfigError
 from data.toy import toy_market
-from envs.observation import FEATURES, split_obs
 from envs.trading import EnvParams
 
-
-def _momentum(obs):
-    _, per_asset = split_obs(obs, 4, 8)
-    w = (per_asset[..., FEATURES][..., 0] > 0).float()
-    return w / w.sum(dim=1, keepdim=True).clamp(min=1.0)
+# Long the assets whose first feature is positive: trades every decision, deterministic.
+MOMENTUM = long_positive_first_feature(num_assets=4, num_features=8)
 
 
 @pytest.fixture(scope="module")
 def short_result():
     market = toy_market(num_steps=390 * 4, num_assets=4, num_features=8, seed=2)
-    return engine.run_backtest(market, EnvParams(decision_interval=30), {"champion": _momentum})
+    return engine.run_backtest(market, EnvParams(decision_interval=30), {"champion": MOMENTUM})
 
 
 # --- PBO ------------------------------------------------------------------------------------------------
@@ -77,7 +74,7 @@ def test_valid_returns_round_trip_into_one_matrix(tmp_path):
 
 def test_score_policy_returns_the_validation_series():
     market = toy_market(num_steps=390 * 3, num_assets=4, num_features=8, seed=1)
-    score, metrics, series = pod.score_policy(_momentum, market, EnvParams(decision_interval=30))
+    score, metrics, series = pod.score_policy(MOMENTUM, market, EnvParams(decision_interval=30))
     assert len(series.daily) == 3 and len(series.decision) == len(series.decision_timestamps)
     # The series is what the score was computed from.
     sharpe = float(np.mean(series.daily) / np.std(series.daily, ddof=1) * math.sqrt(252))

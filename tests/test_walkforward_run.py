@@ -168,6 +168,9 @@ def test_folds_gate_and_stitched_account_of_a_tiny_run(runs):
 
     doc = json.loads(run.backtest_metrics.read_text())
     assert doc["window"] == "walkforward" and doc["num_trials"] == 1 and doc["final"] is True
+    # The stitched account's capacity curve, on the final report: the account at every account size.
+    assert [row["capital"] for row in doc["capacity"]] == [1e4, 1e5, 1e6, 1e7, 1e8]
+    assert doc["estimated_capacity_rule"] in ("significant", "half_sharpe", "no_edge")
     # Every account report is a look in the home's ledger: the provisional one after each fold (the
     # folds so far) and the final span; the final verdict counts them all. The gates' looks are in the
     # run's own ledger.

@@ -24,7 +24,7 @@ from app.runs import RunDir
 from app.walkforward.judging import write_account_report
 from backtests.engine import BacktestResult
 from backtests.metrics_model import ChampionSpan, MetricsDocument, WalkForwardSummary
-from backtests.stitched import run_stitched
+from backtests.stitched import run_stitched, run_stitched_capacity
 from data.features import DEFAULT_WINDOWS, feature_names, normalize
 from data.fold_market import raw_features
 from data.market import MarketData
@@ -104,6 +104,11 @@ class StitchedAccount:
                 check_policy_fits(policy, market, self.params)
         return run_stitched(market, self.params, self.policies, self.switch_bars, device=self.device)
 
+    def capacity(self) -> BacktestResult:
+        """The account and the baselines at every account size of ``backtests.capacity``, one pass."""
+        market = self.market()
+        return run_stitched_capacity(market, self.params, self.policies, self.switch_bars, device=self.device)
+
     def report(
         self,
         run: RunDir,
@@ -128,6 +133,9 @@ class StitchedAccount:
             policy=policy_digest(*self._loaded),
             tearsheet=tearsheet,
             walkforward=walkforward_fields(records, config),
+            # The capacity curve once, on the final report (a replay at five sizes per fold would
+            # double every provisional report's time).
+            capacity=self.capacity() if final else None,
         )
 
 

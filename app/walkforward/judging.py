@@ -167,6 +167,7 @@ def write_account_report(
     walkforward: WalkForwardSummary,
     final: bool = True,
     policy: str = "",
+    capacity: BacktestResult | None = None,
 ) -> MetricsDocument:
     """The stitched account's report in ``<run>/backtest/`` (the account as ``champion``, the baselines
     beside it), its out-of-sample test over the span so far, with ``walkforward`` (the folds and
@@ -194,6 +195,8 @@ def write_account_report(
         significance_level=config.backtest.significance_level,
         seed=config.tournament.seed,
         market=identity,
+        capacity=capacity,
+        max_participation=params.max_participation,
         **look_arguments(counted),
     )
     # The account selected nothing itself: each fold's tournament did, and its gate report says how.

@@ -333,6 +333,27 @@ def price_tables(market: MarketData) -> tuple[Tensor, Tensor]:
     return found
 
 
+_EXECUTION_TABLES: dict[tuple[int, int, int], tuple[Tensor, Tensor]] = {}
+
+
+def execution_tables(market: MarketData) -> tuple[Tensor, Tensor]:
+    """``(volume, impact)`` ``(T, A)`` for the execution model, on huge pages like
+    :func:`price_tables` (two more random row reads per env), cached while the market's tensors live."""
+    volume, impact = market.volume, execution.impact_table(market)
+    if not memory.applies(volume.numel() * volume.element_size(), market.device):
+        return volume, impact
+    key = (id(volume), id(market.daily_vol), id(market.adv))
+    found = _EXECUTION_TABLES.get(key)
+    if found is None:
+        found = tuple(
+            memory.table_empty(tuple(x.shape), x.dtype, x.device).copy_(x) for x in (volume, impact)
+        )
+        _EXECUTION_TABLES[key] = found
+        for x in (volume, market.daily_vol, market.adv):
+            weakref.finalize(x, _EXECUTION_TABLES.pop, key, None)
+    return found
+
+
 def step(
     fn: Callable[..., int], market: MarketData, params, state, action: Tensor, last_bar: int
 ) -> NativeStep:
@@ -372,7 +393,7 @@ def step(
             )
         ),
         None if modes is None else modes.data_ptr(),
-        *((market.volume.data_ptr(), execution.impact_table(market).data_ptr()) if params.execution else (None, None)),
+        *((x.data_ptr() for x in execution_tables(market)) if params.execution else (None, None)),
         *(
             x.data_ptr()
             for x in (

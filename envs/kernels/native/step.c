@@ -225,21 +225,26 @@ int64_t podracer_step(
             const float mp = (float)p[P_MAX_PARTICIPATION], mn = (float)p[P_MIN_NOTIONAL];
             const int whole = action_mode == MODE_SHARES;
             double sells = 0.0, buys0 = 0.0;
+            /* Branch-free (selects), so that the loops vectorize: no cap is an infinite limit (a select,
+               not a product: 0 volume x inf would be NaN), no minimum is 0. */
+            const int capped_volume = mp > 0.0f;
+#pragma omp simd reduction(+ : sells, buys0)
             for (int64_t j = 0; j < A; ++j) {
                 const float d = tr[j];
-                const int exit = fm && fm[j] == FILL_EXIT;
+                const int exit = fm != NULL && fm[j] == FILL_EXIT;
                 float buy = clamp_min_f(d, 0.0f);
                 float sell = clamp_min_f(-d, 0.0f);
                 if (whole) sell = minimum_f(sell, sh[j]);
-                if (mp > 0.0f && !exit) {
-                    float lim = vol[j] * mp;
-                    if (whole) lim = floorf(lim);
-                    buy = minimum_f(buy, lim);
-                    sell = minimum_f(sell, lim);
-                }
-                if (mn > 0.0f && sell * po[j] < mn && !exit) sell = 0.0f;
-                sells += (double)(sell * po[j] * (1.0f - fill_frac(sell, imp[j], coef, half)));
-                buys0 += (double)(buy * po[j] * (1.0f + fill_frac(buy, imp[j], coef, half)));
+                float lim = vol[j] * mp;
+                if (whole) lim = floorf(lim);
+                lim = (exit || !capped_volume) ? INFINITY : lim;
+                buy = buy < lim ? buy : lim;
+                sell = sell < lim ? sell : lim;
+                sell = (sell * po[j] < mn && !exit) ? 0.0f : sell;
+                /* One of buy and sell is 0: one frac serves both. */
+                const float f = fill_frac(buy + sell, imp[j], coef, half);
+                sells += (double)(sell * po[j] * (1.0f - f));
+                buys0 += (double)(buy * po[j] * (1.0f + f));
                 tr[j] = buy;   /* the capped buy and sell until the last pass */
                 nsh[j] = sell;
             }
@@ -248,10 +253,11 @@ int64_t podracer_step(
             const double scale = needed0 > available ? available / clamp_min_d(needed0, TINY) : 1.0;
             const float scale_f = (float)scale;
             double buys = 0.0;
+#pragma omp simd reduction(+ : buys, pos_sum)
             for (int64_t j = 0; j < A; ++j) {
                 float buy = tr[j] * scale_f;
                 if (whole) buy = floorf(buy);
-                if (mn > 0.0f && buy * po[j] < mn) buy = 0.0f;
+                buy = buy * po[j] < mn ? 0.0f : buy;
                 buys += (double)(buy * po[j] * (1.0f + fill_frac(buy, imp[j], coef, half)));
                 const float traded = buy - nsh[j];
                 const float ns = sh[j] + traded;
