@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from backtests import capacity, engine, report
+from backtests.metrics_model import MetricsDocument
 from data.toy import toy_market
 from envs.trading import EnvParams
 
@@ -94,7 +95,9 @@ def test_capacity_fields_and_the_estimate(capacity_result):
         assert all(key in r for r in rows)
     assert rows[0]["verdict_outcome"] == "not measurable"  # three sessions
     assert fields["estimated_capacity_rule"] in ("half_sharpe", "no_edge")
-    lines = capacity.curve_lines(fields)
+    lines = capacity.curve_lines(
+        MetricsDocument.parse({"strategies": {"champion": {}}, **report.json_safe(fields)})
+    )
     assert lines[0].startswith("capacity") and "$10k" in lines[2] and "estimated capacity" in lines[-1]
 
 

@@ -77,11 +77,9 @@ def known_answer_config(seed: int, signal: float):
 
 def _stitched(tmp_path, seed: int, signal: float) -> dict[str, float]:
     result = run_walkforward(known_answer_config(seed, signal), tmp_path / f"s{seed}-{signal}", run="ka")
-    assert len(result.folds) == 2 and result.metrics["num_sessions"] == 20
-    strategies = result.metrics["strategies"]
-    out = {
-        name: strategies[name]["cum_returns_final"] for name in ("champion", "buy_and_hold", "equal_weight")
-    }
+    assert len(result.folds) == 2 and result.metrics.num_sessions == 20
+    strategies = result.metrics.strategies
+    out = {name: strategies[name].cum_returns_final for name in ("champion", "buy_and_hold", "equal_weight")}
     print(f"seed {seed} signal {signal}: {out}")
     return out
 
