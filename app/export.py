@@ -45,6 +45,7 @@ from app.bundle import (
 )
 from app.config import load_config
 from app.runs import RunDir
+from backtests.metrics_model import read_metrics
 from data.atomic import atomic_write_json, replace_dir
 from data.errors import CheckpointError, PodracerError, one_line
 from data.features import check_spec
@@ -296,7 +297,8 @@ def export_bundle(
                 log.warning("TorchScript export skipped: %s", one_line(err, typed=False))
         # Hash every file the bundle holds (an exporter's side file, e.g. external weights, included).
         files = sorted(p.name for p in staging.iterdir() if p.is_file() and p.name != "manifest.json")
-        metrics = read_json(run.backtest_metrics) or None
+        # The backtest's figures travel with the bundle, validated (a malformed file is refused here).
+        metrics = read_metrics(run.backtest_metrics).to_json() if run.backtest_metrics.is_file() else None
         manifest: dict[str, Any] = {
             "format": BUNDLE_FORMAT,
             "format_version": BUNDLE_VERSION,

@@ -19,6 +19,7 @@ from rich.table import Table
 from app import context
 from backtests import report
 from backtests.capacity import curve_lines
+from backtests.metrics_model import MetricsDocument, StrategyMetrics
 from backtests.verdict import ANNUALIZED_KEYS, stated_verdict
 
 
@@ -200,39 +201,39 @@ def _fmt(key: str, value: float | None) -> str:
     return f"{value:.3f}" if key == "probabilistic_sharpe_ratio" else f"{value:.2f}"
 
 
-def _short_window(doc: dict[str, Any]) -> str | None:
+def _short_window(doc: MetricsDocument) -> str | None:
     """``"n/a: window under 63 sessions"`` when annualized compounding figures are withheld."""
-    minimum = doc.get("annualized_min_sessions")
-    sessions = doc.get("num_sessions", doc.get("num_days"))
+    minimum = doc.annualized_min_sessions
+    sessions = doc.num_sessions if doc.num_sessions is not None else doc.num_days
     if minimum is not None and sessions is not None and sessions < minimum:
         return f"n/a: window under {minimum} sessions"
     return None
 
 
-def _row_label(key: str, label: str, doc: dict[str, Any]) -> str:
+def _row_label(key: str, label: str, doc: MetricsDocument) -> str:
     short = _short_window(doc)
     return f"{label} ({short})" if short and key in ANNUALIZED_KEYS else label
 
 
-def backtest_table(doc: dict[str, Any], title: str) -> Table:
+def backtest_table(doc: MetricsDocument, title: str) -> Table:
     """The metrics document as a rich table: one column per strategy, benchmark marked."""
-    strategies = doc["strategies"]
+    strategies = doc.strategies
     table = Table(title=title, caption=_caption(doc), title_justify="left", caption_justify="left")
     table.add_column("metric")
     for name in strategies:
-        label = f"{name} (benchmark)" if name == doc.get("benchmark") else name
+        label = f"{name} (benchmark)" if name == doc.benchmark else name
         table.add_column(label, justify="right")
     for key, label in _ROWS:
         table.add_row(_row_label(key, label, doc), *(_fmt(key, row.get(key)) for row in strategies.values()))
     return table
 
 
-def costs_text(doc: dict[str, Any]) -> str:
+def costs_text(doc: MetricsDocument) -> str:
     """``"costs 0.20% + 1 bp"`` from the document's recorded costs (``"costs on"`` for old documents)."""
-    return report.costs_label(doc.get("cost_rate"), doc.get("slippage_bps"))
+    return report.costs_label(doc.cost_rate, doc.slippage_bps)
 
 
-def _verdict_lines(doc: dict[str, Any]) -> str:
+def _verdict_lines(doc: MetricsDocument) -> str:
     """The verdict the document states (``backtests.verdict``) and its selection diagnostics, each on a
     line of its own, then the capacity curve (``backtests.capacity``), or nothing."""
     verdict = stated_verdict(doc)
@@ -240,12 +241,12 @@ def _verdict_lines(doc: dict[str, Any]) -> str:
     return text + "".join(f"\n{line}" for line in curve_lines(doc))
 
 
-def _caption(doc: dict[str, Any]) -> str:
+def _caption(doc: MetricsDocument) -> str:
     text = (
-        f"{doc['window']} window {doc['start']} .. {doc['end']} ({doc['num_days']} sessions, "
-        f"{doc['num_decisions']} decisions every {doc['decision_interval']} x {doc['interval']} bars); "
-        f"daily returns annualized with {doc['annualization']}/yr; {costs_text(doc)}; "
-        f"{doc['num_trials']} trial(s) tried"
+        f"{doc.window} window {doc.start} .. {doc.end} ({doc.num_days} sessions, "
+        f"{doc.num_decisions} decisions every {doc.decision_interval} x {doc.interval} bars); "
+        f"daily returns annualized with {doc.annualization}/yr; {costs_text(doc)}; "
+        f"{doc.num_trials} trial(s) tried"
     )
     return text + _verdict_lines(doc)
 
@@ -266,22 +267,23 @@ _SUMMARY_ROWS = (
 )
 
 
-def demo_table(doc: dict[str, Any]) -> Table:
+def demo_table(doc: MetricsDocument) -> Table:
     """The demo's summary: champion vs buy-and-hold (and equal weight) on the held-out test window."""
-    strategies = doc["strategies"]
-    champ, bench = strategies.get("champion", {}), strategies.get(doc.get("benchmark", "buy_and_hold"), {})
+    none = StrategyMetrics()
+    champ = doc.strategies.get("champion") or none
+    bench = doc.figures_of(doc.benchmark or "buy_and_hold") or none
     table = Table(
         title="podracer demo: champion vs buy-and-hold on the held-out test window", title_justify="left"
     )
     table.add_column("metric")
     table.add_column("champion", justify="right")
     table.add_column("buy-and-hold", justify="right")
-    equal = strategies.get("equal_weight")
+    equal = doc.strategies.get("equal_weight")
     if equal is not None:
         table.add_column("equal weight (daily rebalance)", justify="right")
     for key, label, fmt in _SUMMARY_ROWS:
 
-        def cell(row: dict[str, Any], key: str = key, fmt: str = fmt) -> str:
+        def cell(row: StrategyMetrics, key: str = key, fmt: str = fmt) -> str:
             value = row.get(key)
             return "n/a" if value is None else fmt.format(value)
 
@@ -291,11 +293,12 @@ def demo_table(doc: dict[str, Any]) -> Table:
 
 
 def demo_footer(result: dict[str, Any]) -> str:
-    doc = result["document"]
+    doc: MetricsDocument = result["document"]
+    sessions = doc.num_sessions if doc.num_sessions is not None else doc.num_days
     text = (
-        f"test window {doc['start']} .. {doc['end']} ({doc.get('num_sessions', doc.get('num_days'))} sessions), "
-        f"daily returns annualized with {doc['annualization']}/yr, {costs_text(doc)}; "
-        f"{doc['num_trials']} pods tried. Total {result['timings']['total_s']:.0f} s."
+        f"test window {doc.start} .. {doc.end} ({sessions} sessions), "
+        f"daily returns annualized with {doc.annualization}/yr, {costs_text(doc)}; "
+        f"{doc.num_trials} pods tried. Total {result['timings']['total_s']:.0f} s."
     )
     return text + _verdict_lines(doc)
 

@@ -32,6 +32,7 @@ import torch
 from backtests import engine
 from backtests.baselines import is_baseline
 from backtests.engine import BacktestResult, capacity_name
+from backtests.metrics_model import MetricsDocument
 from data.market import MarketData
 from envs.trading import EnvParams
 
@@ -103,7 +104,7 @@ def _fill_stats(
 def capacity_fields(
     result: BacktestResult,
     max_participation: float,
-    document: Callable[[BacktestResult], dict[str, Any]],
+    document: Callable[[BacktestResult], MetricsDocument],
     levels: Sequence[float] = CAPITAL_LEVELS,
 ) -> dict[str, Any]:
     """metrics.json's ``capacity``, ``estimated_capacity`` and ``estimated_capacity_rule`` from a
@@ -117,22 +118,20 @@ def capacity_fields(
         if strategy is None:
             return {"capacity": [], "estimated_capacity": None, "estimated_capacity_rule": "no_edge"}
         doc = document(sub)
-        metrics = doc["strategies"][strategy]
+        metrics = doc.strategies[strategy]
         participation, capped = _fill_stats(sub, sub.names.index(strategy), max_participation)
         rows.append(
             {
                 "capital": float(capital),
                 "strategy": strategy,
-                "sharpe_ratio": metrics.get("sharpe_ratio"),
-                "cum_returns_final": metrics.get("cum_returns_final"),
-                "costs_paid": metrics.get("costs_paid"),
+                "sharpe_ratio": metrics.sharpe_ratio,
+                "cum_returns_final": metrics.cum_returns_final,
+                "costs_paid": metrics.costs_paid,
                 "mean_participation": participation,
                 "capped_share": capped,
-                "verdict_outcome": doc.get("verdict_outcome"),
+                "verdict_outcome": doc.verdict_outcome,
                 "baselines": {
-                    name: doc["strategies"][name].get("cum_returns_final")
-                    for name in sub.names
-                    if is_baseline(name)
+                    name: doc.strategies[name].cum_returns_final for name in sub.names if is_baseline(name)
                 },
             }
         )
@@ -170,9 +169,9 @@ def money(value: float) -> str:
     return f"${value:g}"
 
 
-def curve_lines(doc: Mapping[str, Any]) -> list[str]:
+def curve_lines(doc: MetricsDocument) -> list[str]:
     """The capacity curve of a metrics.json document in a few lines (empty without one)."""
-    rows = doc.get("capacity") or []
+    rows = doc.capacity or []
     if not rows:
         return []
 
@@ -187,23 +186,23 @@ def curve_lines(doc: Mapping[str, Any]) -> list[str]:
         f"  {'capital':>7}  {'Sharpe':>6}  {'return':>8}  {'costs':>7}  {'particip.':>9}  {'capped':>6}  verdict"
     )
     for row in rows:
-        part, capped = row.get("mean_participation"), row.get("capped_share")
+        part, capped = row.mean_participation, row.capped_share
         part_text = "n/a" if part is None else f"{100 * part:.3f}%"
         capped_text = "n/a" if capped is None else f"{100 * capped:.0f}%"
         lines.append(
-            f"  {money(row['capital']):>7}  {num(row.get('sharpe_ratio'), '6.2f')}"
-            f"  {pct(row.get('cum_returns_final')):>8}  {pct(row.get('costs_paid')):>7}"
-            f"  {part_text:>9}  {capped_text:>6}  {row.get('verdict_outcome') or 'n/a'}"
+            f"  {money(row.capital):>7}  {num(row.sharpe_ratio, '6.2f')}"
+            f"  {pct(row.cum_returns_final):>8}  {pct(row.costs_paid):>7}"
+            f"  {part_text:>9}  {capped_text:>6}  {row.verdict_outcome or 'n/a'}"
         )
     lines.append(f"  estimated capacity: {capacity_rule_text(doc)}")
     return lines
 
 
-def capacity_rule_text(doc: Mapping[str, Any]) -> str:
+def capacity_rule_text(doc: MetricsDocument) -> str:
     """``"$1M (the largest size with a significant edge)"``: the estimate and its rule, in words."""
-    cap = doc.get("estimated_capacity")
+    cap = doc.estimated_capacity
     why = {
         "significant": "the largest size with a significant edge",
         "half_sharpe": "the largest size keeping half the smallest size's net Sharpe",
-    }.get(doc.get("estimated_capacity_rule") or "", "no edge to scale")
+    }.get(doc.estimated_capacity_rule or "", "no edge to scale")
     return f"{money(cap) if cap is not None else 'none'} ({why})"

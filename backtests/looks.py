@@ -16,6 +16,10 @@ of the same market (``backtests.oos_test``):
   seeds (or signals, tickers, sessions) share calendar dates but not a single price, and a look at one
   says nothing about the other. The caller builds it (``app.evaluation.market_identity``).
 
+Rows are typed: :class:`Look` (what a caller records) and :class:`LookRow` (a recorded look, what
+:func:`read_looks` returns), pydantic dataclasses validated on the way in and out; the ledger's schema
+version is SQLite's ``user_version`` (:data:`SCHEMA_VERSION`): a newer one is refused in one line.
+
 Written like the other stores (``data.sqlite``): WAL, one ``BEGIN IMMEDIATE`` transaction per look, so
 two backtests at once each see the other's look or none of it, never half.
 """
@@ -29,6 +33,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pydantic
+from pydantic import TypeAdapter, ValidationError
+
+from backtests.metrics_model import LookKey, MetricsDocument
 from backtests.verdict import LooksNow, restate
 from data import sqlite
 from data.errors import PodracerError
@@ -74,7 +82,7 @@ def ledger_path(home: str | os.PathLike[str]) -> Path:
     return Path(home) / LEDGER_NAME
 
 
-@dataclass(frozen=True)
+@pydantic.dataclasses.dataclass(frozen=True)
 class Look:
     """One look: a selected strategy of a run backtested on a window of a market."""
 
@@ -105,6 +113,17 @@ class Look:
 def tickers_text(tickers: tuple[str, ...] | list[str]) -> str:
     """The ledger's spelling of a ticker set: sorted, space-separated."""
     return " ".join(sorted({str(t) for t in tickers}))
+
+
+@pydantic.dataclasses.dataclass(frozen=True)
+class LookRow(Look):
+    """A recorded look: a row of the ledger's ``looks`` table."""
+
+    id: int = 0  # the look's number in the ledger: earlier looks have smaller ones
+    created_at: str = ""  # UTC, ISO, when it was first recorded
+
+
+_ROWS = TypeAdapter(list[LookRow])
 
 
 @dataclass(frozen=True)
@@ -233,55 +252,65 @@ def looks_now(path: str | os.PathLike[str], look: Look) -> LookCount | None:
         raise LedgerError(f"cannot read the looks ledger {path}: {err}") from None
 
 
-def look_fields(look: Look) -> dict[str, object]:
+def look_fields(look: Look) -> LookKey:
     """The ``oos_test.look`` block of metrics.json: the key a reader finds the look by."""
-    return {
-        "run_id": look.run_id,
-        "strategy": look.strategy,
-        "policy": look.policy,
-        "market": look.market,
-        "tickers": sorted(look.tickers),
-        "start": look.start,
-        "end": look.end,
-        "num_sessions": look.num_sessions,
-    }
+    return LookKey(
+        run_id=look.run_id,
+        strategy=look.strategy,
+        policy=look.policy,
+        market=look.market,
+        tickers=sorted(look.tickers),
+        start=look.start,
+        end=look.end,
+        num_sessions=look.num_sessions,
+    )
 
 
-def restated(doc: dict, home: str | os.PathLike[str]) -> dict:
+def restated(doc: MetricsDocument, home: str | os.PathLike[str]) -> MetricsDocument:
     """``doc`` (a metrics.json document) with its verdict stated for the looks ``<home>/looks.sqlite``
     counts now (``backtests.verdict.restate``); ``doc`` as it is when it names no recorded look."""
-    oos = doc.get("oos_test")
-    key = oos.get("look") if isinstance(oos, dict) else None
-    if not isinstance(key, dict):
+    key = doc.oos_test.look if doc.oos_test is not None else None
+    if key is None:
         return doc
-    try:
-        look = Look(
-            run_id=str(key["run_id"]),
-            strategy=str(key["strategy"]),
-            market=str(key["market"]),
-            start=str(key["start"]),
-            end=str(key["end"]),
-            num_sessions=int(key.get("num_sessions") or 0),
-            sharpe=None,
-            policy=str(key.get("policy") or ""),
-            tickers=tuple(key.get("tickers") or ()),
-        )
-    except (KeyError, TypeError, ValueError):
-        return doc
+    look = Look(
+        run_id=key.run_id,
+        strategy=key.strategy,
+        market=key.market,
+        start=key.start,
+        end=key.end,
+        num_sessions=key.num_sessions,
+        sharpe=None,
+        policy=key.policy,
+        tickers=tuple(key.tickers),
+    )
     count = looks_now(ledger_path(home), look)
     return doc if count is None else restate(doc, count.now)
 
 
-def read_looks(path: str | os.PathLike[str]) -> list[dict]:
-    """Every recorded look, oldest first (empty when there is no ledger; never creates it)."""
+def read_looks(path: str | os.PathLike[str]) -> list[LookRow]:
+    """Every recorded look, oldest first (empty when there is no ledger; never creates it); a ledger
+    from a newer schema, or a row that does not fit :class:`LookRow`, is a one-line LedgerError."""
     path = Path(path)
     if not path.is_file():
         return []
     try:
         conn = sqlite.connect(path, read_only=True)
         try:
-            return [dict(r) for r in conn.execute("SELECT * FROM looks ORDER BY id").fetchall()]
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise LedgerError(
+                    f"looks ledger {path} has schema {version}; this podracer reads up to {SCHEMA_VERSION}"
+                )
+            rows = [dict(r) for r in conn.execute("SELECT * FROM looks ORDER BY id").fetchall()]
         finally:
             conn.close()
     except sqlite3.DatabaseError as err:
         raise LedgerError(f"cannot read the looks ledger {path}: {err}") from None
+    for row in rows:  # stored as tickers_text; a schema-1 ledger has no such column
+        row["tickers"] = tuple(str(row.get("tickers") or "").split())
+    try:
+        return _ROWS.validate_python(rows)
+    except ValidationError as err:
+        first = err.errors(include_url=False)[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise LedgerError(f"looks ledger {path}: row {where}: {first['msg'].lower()}") from None

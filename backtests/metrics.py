@@ -29,6 +29,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from backtests import metrics_model
+
 DAILY = "daily"
 WEEKLY = "weekly"
 MONTHLY = "monthly"
@@ -37,20 +39,9 @@ YEARLY = "yearly"
 
 ANNUALIZATION_FACTORS: dict[str, int] = {DAILY: 252, WEEKLY: 52, MONTHLY: 12, QUARTERLY: 4, YEARLY: 1}
 
-#: The metric names ``summary`` returns, in display order.
-SUMMARY_METRICS: tuple[str, ...] = (
-    "cum_returns_final",
-    "annual_return",
-    "annual_volatility",
-    "sharpe_ratio",
-    "sortino_ratio",
-    "max_drawdown",
-    "calmar_ratio",
-    "turnover",
-    "costs_paid",
-    "exposure",
-    "hit_rate",
-)
+#: The metric names ``summary`` returns, in display order (metrics.json's per-strategy keys but the
+#: ones the report adds: ``backtests.metrics_model``).
+SUMMARY_METRICS: tuple[str, ...] = metrics_model.SUMMARY_METRICS
 
 
 def annualization_factor(period: str = DAILY, annualization: float | None = None) -> float:

@@ -2,21 +2,15 @@
 
 The files and their schemas are a contract with the dashboard (see ARCHITECTURE.md):
 
-- ``metrics.json``: ``window, start, end, annualization, period, benchmark, num_trials``, the PBO
-  over every pod tried (``pbo``, ``pbo_logits``, ``pbo_num_splits``, ``pbo_num_trials``; from their
-  daily validation returns, null with fewer than 2 pods or without their returns), ``num_sessions`` and
-  ``annualized_min_sessions`` (63: below that ``annual_return`` and ``calmar_ratio`` are null, the
-  period return ``cum_returns_final`` stands), ``cost_rate`` and ``slippage_bps`` (the costs used),
-  ``significance_level`` (the test's level) and ``min_oos_sessions``; ``oos_test``: the selected strategy's
-  out-of-sample test on this window after the looks counted (``backtests.oos_test``; null without
-  a selected strategy); ``selection``: the diagnostics of the tournament's choice on the validation
-  window (``backtests.snooping``); the verdict (``verdict``, ``verdict_outcome``, ``verdict_figures``,
-  ``verdict_reasons``, ``verdict_diagnostics``: ``backtests.verdict``); ``strategies: {name: {<every
-  metric of backtests.metrics.SUMMARY_METRICS>, probabilistic_sharpe_ratio}}`` (floats, or null where
-  undefined); ``capacity`` and ``estimated_capacity`` / ``estimated_capacity_rule``: the selected strategy
-  replayed at several account sizes (``backtests.capacity``; null when not run); and descriptive extras (``decision_interval``, ``num_decisions``, ``num_days``,
-  ``interval``, ``initial_value``, ``positions_frequency``, ``trades_frequency``, ``tearsheet``).
-  Every key is listed in ARCHITECTURE.md and docs/backtests.md;
+- ``metrics.json``: :class:`backtests.metrics_model.MetricsDocument` (its fields say what each key
+  holds; ARCHITECTURE.md and docs/backtests.md list them): the window and its conventions, the PBO
+  over every pod tried, the costs used, the test's level, ``strategies: {name: {<every key of
+  backtests.metrics_model.METRIC_KEYS>}}``, ``oos_test`` (the selected strategy's out-of-sample test
+  on this window after the looks counted, ``backtests.oos_test``; null without a selected
+  strategy), ``selection`` (the diagnostics of the tournament's choice on the validation window,
+  ``backtests.snooping``), the verdict (``backtests.verdict``), the capacity curve (``capacity``,
+  ``estimated_capacity``, ``estimated_capacity_rule``: the selected strategy replayed at several
+  account sizes, ``backtests.capacity``; null when not run) and descriptive extras;
 - ``equity.parquet``: ``timestamp`` (UTC) + one float64 column per strategy (equity in $); the first
   row is the initial cash at the window's first bar;
 - ``positions.parquet``: long ``timestamp, strategy, ticker, weight`` (zero weights left out);
@@ -58,6 +52,7 @@ from backtests import metrics as m
 from backtests.baselines import is_baseline
 from backtests.capacity import capacity_fields
 from backtests.engine import BacktestResult
+from backtests.metrics_model import RELATIVE_METRICS, MetricsDocument
 from backtests.verdict import (
     ANNUALIZED_KEYS,
     ANNUALIZED_MIN_SESSIONS,
@@ -68,19 +63,13 @@ from backtests.verdict import (
     restate,
     verdict_fields,
 )
-from data.atomic import atomic_path, atomic_write_json
+from data.atomic import atomic_path
 from data.errors import one_line
 
 log = logging.getLogger(__name__)
 
 PERIOD = "daily"
 DEFAULT_MAX_ROWS = 2_000_000
-#: Relative to buy-and-hold (null without it in the backtest): beta, Jensen's alpha (annualized) and
-#: the information ratio (annualized) of the daily excess returns.
-RELATIVE_METRICS: tuple[str, ...] = ("beta", "alpha", "information_ratio")
-EXTRA_METRICS: tuple[str, ...] = ("probabilistic_sharpe_ratio", *RELATIVE_METRICS)
-#: Every per-strategy key of metrics.json, in display order.
-METRIC_KEYS: tuple[str, ...] = m.SUMMARY_METRICS + EXTRA_METRICS
 #: The benchmarks the selected strategy's excess returns are tested against, when in the backtest (the
 #: verdict requires the document's ``benchmark``; the others are reported).
 EXCESS_BENCHMARKS: tuple[str, ...] = ("buy_and_hold", "equal_weight")
@@ -141,7 +130,7 @@ def oos_fields(
     _, daily = result.daily_returns()
     columns = daily.detach().cpu().numpy().astype(np.float64)
     benchmarks = {n: columns[:, result.names.index(n)] for n in EXCESS_BENCHMARKS if n in result.names}
-    doc = oos_test.out_of_sample_test(
+    block = oos_test.out_of_sample_test(
         columns[:, result.names.index(strategy)],
         benchmarks,
         strategy=strategy,
@@ -151,8 +140,7 @@ def oos_fields(
         level=level,
         market=market,
     )
-    doc["held_out"] = window == HELD_OUT_WINDOW
-    return doc
+    return {**block, "held_out": window == HELD_OUT_WINDOW}
 
 
 def as_selection_inputs(trial_returns: Any | None) -> snooping.SelectionInputs | None:
@@ -208,7 +196,7 @@ def metrics_document(
     market: str | None = None,
     look: looks.Look | None = None,
     now: LooksNow | None = None,
-) -> dict[str, Any]:
+) -> MetricsDocument:
     """The metrics.json document (also what ``podracer backtest --json`` prints).
 
     ``trial_returns``: the daily validation returns of every pod tried, a ``(T, N)`` matrix or
@@ -222,13 +210,14 @@ def metrics_document(
     start, end = result.date_range()
     dates, _ = result.daily_returns()
     trials = as_selection_inputs(trial_returns)
-    doc: dict[str, Any] = {
+    bench = benchmark if benchmark in result.names else None
+    fields: dict[str, Any] = {
         "window": window,
         "start": start,
         "end": end,
         "annualization": int(annualization) if float(annualization).is_integer() else annualization,
         "period": PERIOD,
-        "benchmark": benchmark if benchmark in result.names else None,
+        "benchmark": bench,
         "num_trials": int(num_trials),
         **pbo_fields(trials.returns if trials is not None else None),
         "num_sessions": len(dates),
@@ -243,22 +232,25 @@ def metrics_document(
         "num_days": len(dates),
         "initial_value": result.initial_value,
         "strategies": compute_metrics(result, annualization=annualization),
+        "oos_test": oos_fields(
+            result,
+            window=window,
+            benchmark=bench,
+            earlier_looks=earlier_looks,
+            seed=seed,
+            market=market,
+            level=significance_level,
+        ),
+        "selection": snooping.selection_diagnostics(trials, seed=seed),
     }
-    doc["oos_test"] = oos_fields(
-        result,
-        window=window,
-        benchmark=doc["benchmark"],
-        earlier_looks=earlier_looks,
-        seed=seed,
-        market=market,
-        level=significance_level,
-    )
-    doc["selection"] = snooping.selection_diagnostics(trials, seed=seed)
-    oos = doc["oos_test"]
-    doc.update(verdict_fields(judge(doc, oos["strategy"]) if oos is not None else None))
-    if oos is not None and look is not None:
-        oos["look"] = looks.look_fields(look)
-    return restate(doc, now) if oos is not None else doc
+    doc = MetricsDocument.parse(json_safe(fields))
+    oos = doc.oos_test
+    if oos is None:
+        return doc.model_copy(update=verdict_fields(None))
+    if look is not None:
+        doc = doc.model_copy(update={"oos_test": oos.model_copy(update={"look": looks.look_fields(look)})})
+    doc = doc.model_copy(update=verdict_fields(judge(doc, oos.strategy)))
+    return restate(doc, now)
 
 
 # --- tables ----------------------------------------------------------------------------------------
@@ -437,7 +429,7 @@ def write_report(
     capacity: BacktestResult | None = None,
     max_participation: float = 0.0,
     **document: Any,
-) -> dict[str, Any]:
+) -> MetricsDocument:
     """Write ``<run_dir>/backtest/`` and return the metrics.json document (``document``: the keyword
     arguments of :func:`metrics_document`). ``capacity``: the ``backtests.capacity.run_capacity``
     result of the same window (adds ``capacity`` / ``estimated_capacity``; ``max_participation``: the
@@ -445,19 +437,25 @@ def write_report(
     out_dir = Path(run_dir) / "backtest"
     out_dir.mkdir(parents=True, exist_ok=True)
     doc = metrics_document(result, window=window, **document)
-    doc.update(capacity_document(capacity, window, max_participation, document))
+    doc = doc.updated(**json_safe(capacity_document(capacity, window, max_participation, document)))
     _write_parquet(equity_frame(result), out_dir / "equity.parquet")
-    positions, doc["positions_frequency"] = positions_frame(result, max_rows)
+    positions, positions_frequency = positions_frame(result, max_rows)
     _write_parquet(positions, out_dir / "positions.parquet")
-    trades, doc["trades_frequency"] = trades_frame(result, max_rows)
+    trades, trades_frequency = trades_frame(result, max_rows)
     _write_parquet(trades, out_dir / "trades.parquet")
     daily = daily_returns_frame(result)
     _write_parquet(daily, out_dir / "daily_returns.parquet")
-    doc["tearsheet"] = None
+    drawn = None
     if tearsheet:
-        strategy = result.names[0]
-        doc["tearsheet"] = write_tearsheet(out_dir / "tearsheet.png", daily, strategy, doc["benchmark"])
-    atomic_write_json(out_dir / "metrics.json", json_safe(doc))
+        drawn = write_tearsheet(out_dir / "tearsheet.png", daily, result.names[0], doc.benchmark)
+    doc = doc.model_copy(
+        update={
+            "positions_frequency": positions_frequency,
+            "trades_frequency": trades_frequency,
+            "tearsheet": drawn,
+        }
+    )
+    doc.write(out_dir / "metrics.json")
     return doc
 
 

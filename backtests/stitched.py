@@ -29,6 +29,7 @@ from torch import Tensor
 
 from backtests import baselines as bl
 from backtests import metrics as m
+from backtests.capacity import CAPACITY_BASELINES, CAPITAL_LEVELS
 from backtests.engine import BacktestResult, run_backtest
 from data.errors import PodracerError
 from data.market import MarketData
@@ -91,6 +92,35 @@ def run_stitched(
     # compile="off": the compiled loop traces one policy function; the switch is plain Python.
     result = run_backtest(
         market, params, {ACCOUNT: switcher}, baselines=baselines, device=device, compile="off"
+    )
+    if switcher.calls != result.num_steps:
+        raise PodracerError(
+            f"stitched account: {switcher.calls} policy calls for {result.num_steps} decisions"
+        )
+    return result
+
+
+def run_stitched_capacity(
+    market: MarketData,
+    params: EnvParams,
+    policies: Sequence[Any],
+    switch_bars: Sequence[int],
+    *,
+    levels: Sequence[float] = CAPITAL_LEVELS,
+    device: str | torch.device | None = None,
+) -> BacktestResult:
+    """The stitched account and the capacity baselines at every account size of ``levels`` in one
+    engine run (``backtests.capacity``): the same switches, one policy call per decision for every
+    size's row."""
+    switcher = SwitchingPolicy(policies, switch_bars, params.decision_interval)
+    result = run_backtest(
+        market,
+        params,
+        {ACCOUNT: switcher},
+        baselines=CAPACITY_BASELINES,
+        device=device,
+        compile="off",
+        capital=levels,
     )
     if switcher.calls != result.num_steps:
         raise PodracerError(

@@ -4,8 +4,9 @@ line of selection diagnostics after it, and the shortest window whose annualized
 The one home of these rules. ``backtests.report`` computes the figures (``backtests.oos_test``,
 ``backtests.snooping``), judges once and writes the verdict into metrics.json (:func:`verdict_fields`);
 the CLI summary, ``podracer backtest --json``, the dashboard and the nightly gate use what the document
-says (:func:`stated_verdict`) or this same rule (:func:`judge`). Standard library only: the dashboard
-and the CLI import this without loading torch.
+says (:func:`stated_verdict`) or this same rule (:func:`judge`). Every function reads the document as
+its model (:class:`backtests.metrics_model.MetricsDocument`). No torch, arch or scipy (the standard
+library and the model): the dashboard and the CLI import this without loading them.
 
 The rule (:func:`judge`), on the out-of-sample test of the selected strategy on its held-out window
 (metrics.json ``oos_test``), at the significance level ``a`` (``[backtest] significance_level``,
@@ -38,10 +39,12 @@ verdict on a line of their own and do not change it.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
-from typing import Any, Literal, get_args
+from typing import Any, get_args
+
+from backtests.metrics_model import ExcessFigures, MetricsDocument, Outcome
 
 #: The default significance level of the out-of-sample test (``[backtest] significance_level``): a 5% chance of calling
 #: a strategy with no edge significant.
@@ -58,7 +61,6 @@ ANNUALIZED_MIN_SESSIONS = 63
 #: do not compound, so they stay (the PSR says how much a short window's Sharpe is worth).
 ANNUALIZED_KEYS: tuple[str, ...] = ("annual_return", "calmar_ratio", "alpha")
 
-Outcome = Literal["significant", "not significant", "not measurable"]
 OUTCOMES: tuple[str, ...] = get_args(Outcome)
 
 
@@ -97,19 +99,15 @@ class EdgeVerdict:
         return None if self.outcome == "not measurable" else self.outcome == "significant"
 
     @classmethod
-    def from_fields(cls, doc: Mapping[str, Any]) -> EdgeVerdict | None:
+    def from_fields(cls, doc: MetricsDocument) -> EdgeVerdict | None:
         """The verdict a metrics.json document states (:func:`verdict_fields`); None when it states none."""
-        outcome, figures, reasons = (
-            doc.get(k) for k in ("verdict_outcome", "verdict_figures", "verdict_reasons")
-        )
-        if outcome not in OUTCOMES or not _strings(figures) or not _strings(reasons):
+        if doc.verdict_outcome is None:
             return None
-        diagnostics = doc.get("verdict_diagnostics")
         return cls(
-            outcome,
-            tuple(figures),
-            tuple(reasons),
-            diagnostics if isinstance(diagnostics, str) else "",
+            doc.verdict_outcome,
+            tuple(doc.verdict_figures),
+            tuple(doc.verdict_reasons),
+            doc.verdict_diagnostics or "",
             scope_of(doc),
         )
 
@@ -134,18 +132,6 @@ def verdict_fields(verdict: EdgeVerdict | None) -> dict[str, Any]:
     }
 
 
-def _strings(value: Any) -> bool:
-    return (
-        isinstance(value, Sequence) and not isinstance(value, str) and all(isinstance(v, str) for v in value)
-    )
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return None
-    return float(value)
-
-
 def prob_text(value: float, bound: bool = False) -> str:
     """A probability as shown: 3 decimals, or scientific below 0.001 (a p-value of 5e-4 is not 0.000);
     ``bound``: an upper bound at a resolution limit, shown ``"< x"``."""
@@ -153,10 +139,10 @@ def prob_text(value: float, bound: bool = False) -> str:
     return f"< {text}" if bound else text
 
 
-def scope_of(doc: Mapping[str, Any]) -> str:
+def scope_of(doc: MetricsDocument) -> str:
     """``"on the selection window"`` for a report on the window a selection ranked on, else
     ``"out of sample"``."""
-    return "on the selection window" if doc.get("window") == SELECTION_WINDOW else "out of sample"
+    return "on the selection window" if doc.window == SELECTION_WINDOW else "out of sample"
 
 
 #: The metrics.json ``window`` of a report on the window the pods were ranked on.
@@ -246,111 +232,107 @@ class LooksNow:
         return max(1, len(self.sharpes))
 
 
-def restate(doc: Mapping[str, Any], now: LooksNow | None) -> dict[str, Any]:
+def restate(doc: MetricsDocument, now: LooksNow | None) -> MetricsDocument:
     """``doc`` with its ``oos_test`` restated for the looks counted ``now`` (the hurdle, the PSR after
     the looks and Sidak's p-values) and its verdict fields rejudged; ``doc`` itself when ``now`` is
     None or it has no out-of-sample test. Keeps ``looks_first`` (the count when first judged)."""
-    oos = doc.get("oos_test")
-    if now is None or not isinstance(oos, Mapping) or not isinstance(oos.get("strategy"), str):
-        return dict(doc)
-    sessions = int(_number(oos.get("num_sessions")) or 0)
+    oos = doc.oos_test
+    if now is None or oos is None or oos.strategy is None:
+        return doc
+    sessions = oos.num_sessions or 0
     hurdle = looks_hurdle(list(now.sharpes), sessions)
-    sharpe, skew, kurt = (_number(oos.get(k)) for k in ("sharpe_per_day", "skewness", "kurtosis"))
+    sharpe, skew, kurt = oos.sharpe_per_day, oos.skewness, oos.kurtosis
     psr = None
     if sharpe is not None and skew is not None and kurt is not None and math.isfinite(hurdle.hurdle):
         psr = psr_from_moments(sharpe, sessions, skew, kurt, hurdle.hurdle)
-    elif hurdle.looks == int(_number(oos.get("looks")) or 1):
-        psr = _number(oos.get("psr_after_looks"))  # an older document: its own count stands
+    elif hurdle.looks == (oos.looks or 1):
+        psr = oos.psr_after_looks  # an older document: its own count stands
     excess = {
-        name: {**block, "p_value_after_looks": sidak(_number(block.get("p_value")), hurdle.looks)}
-        for name, block in (oos.get("excess") or {}).items()
-        if isinstance(block, Mapping)
+        name: block.model_copy(update={"p_value_after_looks": sidak(block.p_value, hurdle.looks)})
+        for name, block in oos.excess.items()
     }
-    restated = {
-        **oos,
-        "looks": hurdle.looks,
-        "looks_first": int(now.first),
-        "looks_sharpe_variance": hurdle.variance if hurdle.looks > 1 else None,
-        "looks_note": hurdle.note,
-        "sharpe_hurdle": hurdle.hurdle if math.isfinite(hurdle.hurdle) else None,
-        "psr_after_looks": psr,
-        "excess": excess,
-    }
-    out = {**doc, "oos_test": restated}
-    out.update(verdict_fields(judge(out, restated["strategy"])))
-    return out
+    restated = oos.model_copy(
+        update={
+            "looks": hurdle.looks,
+            "looks_first": int(now.first),
+            "looks_sharpe_variance": hurdle.variance if hurdle.looks > 1 else None,
+            "looks_note": hurdle.note,
+            "sharpe_hurdle": hurdle.hurdle if math.isfinite(hurdle.hurdle) else None,
+            "psr_after_looks": psr,
+            "excess": excess,
+        }
+    )
+    out = doc.model_copy(update={"oos_test": restated})
+    return out.model_copy(update=verdict_fields(judge(out, oos.strategy)))
 
 
-def significance_level_of(doc: Mapping[str, Any]) -> float:
+def significance_level_of(doc: MetricsDocument) -> float:
     """The significance level a document was judged at (:data:`SIGNIFICANCE_LEVEL` when it records
-    none). Documents written before the key was ``significance_level`` call it ``significance``."""
-    level = _number(doc.get("significance_level", doc.get("significance")))
+    none; files written before the key was ``significance_level`` are read by the model)."""
+    level = doc.significance_level
     return level if level is not None and 0.0 < level < 1.0 else SIGNIFICANCE_LEVEL
 
 
-def judge(doc: Mapping[str, Any], strategy: str = "champion") -> EdgeVerdict | None:
+def judge(doc: MetricsDocument, strategy: str = "champion") -> EdgeVerdict | None:
     """The verdict on ``strategy`` from the document's out-of-sample test (see the module docstring);
     None when the document tests another strategy or none."""
-    oos = doc.get("oos_test")
-    if not isinstance(oos, Mapping) or oos.get("strategy") != strategy:
+    oos = doc.oos_test
+    if oos is None or oos.strategy != strategy:
         return None
     level = significance_level_of(doc)
     diagnostics = diagnostics_line(doc)
-    looks = int(_number(oos.get("looks")) or 1)
-    first = _number(oos.get("looks_first"))
+    looks = oos.looks or 1
+    first = oos.looks_first
     looks_text = f"{looks} look{'s' if looks != 1 else ''} counted"
     if first is not None:
-        looks_text += " now" + (f" ({int(first)} when first judged)" if int(first) != looks else "")
-    sessions = int(_number(oos.get("num_sessions")) or 0)
-    if oos.get("held_out") is False:
+        looks_text += " now" + (f" ({first} when first judged)" if first != looks else "")
+    sessions = oos.num_sessions or 0
+    if oos.held_out is False:
         why = (
-            f"the {doc.get('window')} window is not held out (the run trained or selected on it): "
+            f"the {doc.window} window is not held out (the run trained or selected on it): "
             "the out-of-sample test needs the test window"
         )
     elif sessions < MIN_OOS_SESSIONS:
         why = f"the held-out window has {sessions} sessions, the test needs at least {MIN_OOS_SESSIONS}"
     else:
-        why = str(oos["reason"]) if oos.get("reason") else None
+        why = oos.reason or None
     scope = scope_of(doc)
     if why is not None:
         figures = (why, looks_text) if first is not None else (why,)
         return EdgeVerdict("not measurable", figures, (), diagnostics, scope)
-    bench = oos.get("benchmark")
-    excess = (oos.get("excess") or {}).get(bench) or {}
-    psr, p, mean = (
-        _number(v)
-        for v in (oos.get("psr_after_looks"), excess.get("p_value_after_looks"), excess.get("mean_per_day"))
-    )
+    bench = oos.benchmark
+    excess = (oos.excess.get(bench) if bench is not None else None) or ExcessFigures()
+    psr, p, mean = oos.psr_after_looks, excess.p_value_after_looks, excess.mean_per_day
     if psr is None or p is None or mean is None:
         missing = "the PSR" if psr is None else f"the test against {bench}"
         return EdgeVerdict("not measurable", (f"{missing} is undefined",), (), diagnostics, scope)
-    bound = excess.get("p_value_bound") is True
+    bound = excess.p_value_bound is True
     figures = (
         f"PSR {prob_text(psr)}",
         f"excess over {bench} {100 * mean:+.2f}%/day (p {prob_text(p, bound)})",
         looks_text,
         f"level {level:g}",
     )
-    reasons = (str(oos["looks_note"]),) if oos.get("looks_note") else ()
+    reasons = (oos.looks_note,) if oos.looks_note else ()
     significant = psr >= 1.0 - level and p <= level
     outcome: Outcome = "significant" if significant else "not significant"
     return EdgeVerdict(outcome, figures, reasons, diagnostics, scope)
 
 
-def diagnostics_line(doc: Mapping[str, Any]) -> str:
+def diagnostics_line(doc: MetricsDocument) -> str:
     """One line on the tournament's choice on the validation window: Hansen's SPA p-value against the
     benchmark, the champion's validation DSR with the effective trials, and the PBO."""
-    sel = doc.get("selection")
-    pbo = _number(doc.get("pbo"))
+    sel = doc.selection
+    pbo = doc.pbo
     pbo_text = f"PBO {pbo:.2f} (ranking among pods)" if pbo is not None else "PBO n/a"
-    if not isinstance(sel, Mapping) or not sel.get("num_trials"):
+    if sel is None or not sel.num_trials:
         return f"selection diagnostics n/a (no validation returns of the trials); {pbo_text}"
-    tried = int(sel["num_trials"])
-    spa, reps = _number(sel.get("spa_p_value")), _number(sel.get("spa_replications"))
+    tried = sel.num_trials
+    spa, reps = sel.spa_p_value, sel.spa_replications
     # arch's SPA p-value is a share of replications: 0 means below one replication's weight.
     spa_p = f"< {1 / reps:g}" if spa == 0.0 and reps else prob_text(spa) if spa is not None else None
-    spa_text = f"SPA p {spa_p} vs {sel.get('spa_benchmark')}" if spa_p is not None else "SPA n/a"
-    dsr, eff = _number(sel.get("valid_dsr")), sel.get("effective_trials")
+    spa_text = f"SPA p {spa_p} vs {sel.spa_benchmark}" if spa_p is not None else "SPA n/a"
+    dsr, eff = sel.valid_dsr, sel.effective_trials
     dsr_text = f"validation DSR {prob_text(dsr)}" if dsr is not None else "validation DSR n/a"
     return (
         f"selection on the validation window: {spa_text}, {dsr_text} ({eff} effective of {tried} "
@@ -358,19 +340,19 @@ def diagnostics_line(doc: Mapping[str, Any]) -> str:
     )
 
 
-def stated_verdict(doc: Mapping[str, Any]) -> EdgeVerdict | None:
+def stated_verdict(doc: MetricsDocument) -> EdgeVerdict | None:
     """The verdict a metrics document states; for a document that carries an out-of-sample test but no
     stored verdict, :func:`judge` of its tested strategy; otherwise None.
 
     A document without an ``oos_test`` key was written before the verdict was the out-of-sample test:
     the verdict it stored rests on other statistics, so it is not shown as this one (backtesting the
     run again writes the current verdict)."""
-    if "oos_test" not in doc:
+    if not doc.states("oos_test"):
         return None
     stated = EdgeVerdict.from_fields(doc)
-    if stated is not None or "verdict_outcome" in doc:
+    if stated is not None or doc.states("verdict_outcome"):
         return stated
-    oos = doc.get("oos_test")
-    if not isinstance(oos, Mapping) or not isinstance(oos.get("strategy"), str):
+    oos = doc.oos_test
+    if oos is None or oos.strategy is None:
         return None
-    return judge(doc, oos["strategy"])
+    return judge(doc, oos.strategy)

@@ -2,7 +2,7 @@
 
     python benchmarks/risk_limits.py [--steps 300000] [--seeds 0,1,2] [--signal 1.0] [--json]
 
-The setting of ``tests/test_agents_learning.py`` (20 tickers, 40 sessions, PPO on the train window,
+The planted-signal synthetic market (20 tickers, 40 sessions, PPO on the train window,
 deterministic backtest on the validation window with 0.2% costs vs equal-weight buy-and-hold), once
 per risk-limit setting and seed. Prints per setting: the mean validation excess log return over
 buy-and-hold, costs paid (fraction of capital), the largest position weight held at a mark, and the

@@ -43,6 +43,7 @@ from app.config import Config  # noqa: E402
 from app.runs import RunDir  # noqa: E402
 from app.workflows.backtest import backtest_run  # noqa: E402
 from app.workflows.training import train_tournament  # noqa: E402
+from backtests.metrics_model import MetricsDocument  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -94,7 +95,7 @@ def run_once(args: argparse.Namespace, seed: int, signal: float, home: Path) -> 
     start = time.perf_counter()
     tour = train_tournament(config, home, run=run)
     doc = backtest_run(run, home=home, window="test", tearsheet=False)
-    champ, bh = doc["strategies"]["champion"], doc["strategies"]["buy_and_hold"]
+    champ, bh = doc.strategies["champion"], doc.strategies["buy_and_hold"]
     # The ensemble as the champion of the same run (a temp home: the copy is the benchmark's own).
     run_dir = RunDir(home, run)
     ensemble = run_dir.read().get("ensemble") or {}
@@ -103,23 +104,22 @@ def run_once(args: argparse.Namespace, seed: int, signal: float, home: Path) -> 
         shutil.rmtree(run_dir.champion)
         shutil.copytree(run_dir.path / "ensemble", run_dir.champion)
         ens_doc = backtest_run(run, home=home, window="test", tearsheet=False)
-        ens_test, ens_p = ens_doc["strategies"]["champion"]["sharpe_ratio"], _excess_p(ens_doc)
-    oos, sel = doc["oos_test"], doc["selection"]
+        ens_test, ens_p = ens_doc.strategies["champion"].sharpe_ratio, _excess_p(ens_doc)
     return {
         "seed": seed,
         "signal": signal,
         "pods_tried": tour.pods_tried,
         "valid_sharpe": (tour.champion or {}).get("sharpe_ratio"),
-        "test_sharpe": champ["sharpe_ratio"],
-        "buy_and_hold_test_sharpe": bh["sharpe_ratio"],
-        "psr": oos["psr_after_looks"],
+        "test_sharpe": champ.sharpe_ratio,
+        "buy_and_hold_test_sharpe": bh.sharpe_ratio,
+        "psr": doc.oos_test.psr_after_looks if doc.oos_test else None,
         "excess_p": _excess_p(doc),
-        "spa_p": sel["spa_p_value"],
-        "valid_dsr": sel["valid_dsr"],
-        "effective_trials": sel["effective_trials"],
-        "pbo": doc["pbo"],
-        "pbo_num_splits": doc["pbo_num_splits"],
-        "verdict": doc["verdict"],
+        "spa_p": doc.selection.spa_p_value if doc.selection else None,
+        "valid_dsr": doc.selection.valid_dsr if doc.selection else None,
+        "effective_trials": doc.selection.effective_trials if doc.selection else None,
+        "pbo": doc.pbo,
+        "pbo_num_splits": doc.pbo_num_splits,
+        "verdict": doc.verdict,
         "ensemble_valid_sharpe": ensemble.get("sharpe_ratio"),
         "ensemble_test_sharpe": ens_test,
         "ensemble_excess_p": ens_p,
@@ -127,10 +127,11 @@ def run_once(args: argparse.Namespace, seed: int, signal: float, home: Path) -> 
     }
 
 
-def _excess_p(doc: dict) -> float | None:
+def _excess_p(doc: MetricsDocument) -> float | None:
     """The p-value (after the looks) of the champion's mean daily excess over the benchmark."""
-    oos = doc["oos_test"]
-    return ((oos["excess"] or {}).get(oos["benchmark"]) or {}).get("p_value_after_looks")
+    oos = doc.oos_test
+    excess = oos.excess.get(oos.benchmark) if oos is not None and oos.benchmark is not None else None
+    return excess.p_value_after_looks if excess is not None else None
 
 
 def _fmt(value: float | None, spec: str) -> str:

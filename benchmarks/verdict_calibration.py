@@ -44,6 +44,7 @@ from app.config import Config  # noqa: E402
 from app.workflows.backtest import backtest_run  # noqa: E402
 from app.workflows.training import train_tournament  # noqa: E402
 from backtests import looks  # noqa: E402
+from backtests.metrics_model import ExcessFigures, MetricsDocument, OosTest  # noqa: E402
 
 LEVEL = 0.05
 #: The one-sided 95% upper bound of the null rate must stay at or below this.
@@ -103,21 +104,21 @@ def _config(args: argparse.Namespace, seed: int, signal: float, look: int = 0) -
     )
 
 
-def _row(doc: dict, seed: int, signal: float, look: int) -> dict:
-    oos = doc["oos_test"] or {}
-    excess = (oos.get("excess") or {}).get(oos.get("benchmark")) or {}
+def _row(doc: MetricsDocument, seed: int, signal: float, look: int) -> dict:
+    oos = doc.oos_test or OosTest()
+    excess = oos.excess.get(oos.benchmark or "") or ExcessFigures()
     return {
         "seed": seed,
         "signal": signal,
         "look": look,
-        "outcome": doc["verdict_outcome"],
-        "looks": oos.get("looks"),
-        "test_sessions": doc["num_sessions"],
-        "test_sharpe": doc["strategies"]["champion"]["sharpe_ratio"],
-        "buy_and_hold_test_sharpe": doc["strategies"]["buy_and_hold"]["sharpe_ratio"],
-        "psr": oos.get("psr_after_looks"),
-        "excess_p": excess.get("p_value_after_looks"),
-        "verdict": doc["verdict"],
+        "outcome": doc.verdict_outcome,
+        "looks": oos.looks,
+        "test_sessions": doc.num_sessions,
+        "test_sharpe": doc.strategies["champion"].sharpe_ratio,
+        "buy_and_hold_test_sharpe": doc.strategies["buy_and_hold"].sharpe_ratio,
+        "psr": oos.psr_after_looks,
+        "excess_p": excess.p_value_after_looks,
+        "verdict": doc.verdict,
     }
 
 
@@ -136,8 +137,8 @@ def run_home(args: argparse.Namespace, seed: int, signal: float, num_looks: int)
             rows.append({**_row(doc, seed, signal, look), "wall_s": round(time.perf_counter() - start, 2)})
         for row, doc in zip(rows, docs, strict=True):
             now = looks.restated(doc, home)
-            row["outcome_now"] = now["verdict_outcome"]
-            row["looks_now"] = (now["oos_test"] or {}).get("looks")
+            row["outcome_now"] = now.verdict_outcome
+            row["looks_now"] = now.oos_test.looks if now.oos_test is not None else None
     finally:
         shutil.rmtree(home, ignore_errors=True)
     return rows

@@ -168,12 +168,12 @@ def main(argv: list[str] | None = None) -> dict:
             shutil.rmtree(home, ignore_errors=True)
     wall = time.perf_counter() - t0
     Console(width=160).print(folds_table(result.folds))
-    s = result.metrics["strategies"]
+    s = {name: figures.model_dump() for name, figures in result.metrics.strategies.items()}
     per_fold = [r["seconds"] for r in result.folds]
     figures = {
         "tickers": args.tickers,
         "sessions_loaded": sessions,
-        "test_sessions": result.metrics["num_sessions"],
+        "test_sessions": result.metrics.num_sessions,
         "folds": len(result.folds),
         "wall_s": round(wall, 1),
         "fold_s": [f["total"] for f in per_fold],
@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> dict:
             }
             for name in ("champion", "buy_and_hold", "equal_weight")
         },
-        "verdict": result.metrics.get("verdict"),
+        "verdict": result.metrics.verdict,
     }
     print(f"total wall time {wall:,.0f} s ({wall / 60:.1f} min); time per fold {figures['fold_s']} s")
     print(f"time by stage over all folds: {figures['fold_stage_s']} s")

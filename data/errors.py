@@ -32,6 +32,11 @@ class BrokerError(PodracerError):
     """A broker reply we cannot act on (after retries)."""
 
 
+class ArtifactError(PodracerError):
+    """A file one stage wrote for another (``metrics.json``, the run record, ...) that is malformed or
+    from a newer or unknown schema version (``data.artifact``)."""
+
+
 def one_line(err: BaseException, limit: int | None = None, *, typed: bool = True) -> str:
     """``err`` as one line for a message: the first line of its text, after its type's name unless it
     is a :class:`PodracerError` (whose messages are written for the user); the type's name alone when

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from backtests import oos_test, snooping
+from backtests.metrics_model import MetricsDocument
 from backtests.verdict import ANNUALIZED_MIN_SESSIONS, judge, verdict_fields
 from data.atomic import atomic_path, atomic_write_json
 
@@ -238,7 +239,7 @@ def write_backtest(
         )
         metrics["strategies"]["buy_and_hold"].update(annual_return=-0.804, calmar_ratio=-8.26)
     if schema == "new":  # the verdict as backtests.report states it
-        metrics.update(verdict_fields(judge(metrics, "champion")))
+        metrics.update(verdict_fields(judge(MetricsDocument.parse(metrics), "champion")))
     atomic_write_json(out / "metrics.json", metrics)
     return json.loads((out / "metrics.json").read_text())
 
@@ -563,7 +564,11 @@ def make_walkforward_run(home: Path, run: str = "wf", *, days: int = 30, folds: 
     )
     atomic_write_json(
         wf.backtest_metrics,
-        {**metrics, "window": "walkforward", "walkforward": walkforward_fields(records, Config())},
+        {
+            **metrics,
+            "window": "walkforward",
+            "walkforward": walkforward_fields(records, Config()).model_dump(),
+        },
     )
     return run_dir
 

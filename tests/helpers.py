@@ -8,10 +8,15 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+import torch
+
 from data.market import MarketData
 from data.toy import toy_market
+from envs.observation import FEATURES, split_obs
 from envs.trading import EnvParams
 from envs.vec_env import TradingVecEnv
+
+ROOT = Path(__file__).resolve().parents[1]  # the repository
 
 
 def file_hashes(root: Path) -> dict[str, str]:
@@ -47,3 +52,22 @@ def toy_env(
         num_envs=num_envs,
         seed=seed,
     )
+
+
+def module_name(path: Path) -> str:
+    """The dotted module name of a ``.py`` file of the repository (a package's ``__init__.py`` names
+    the package)."""
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def long_positive_first_feature(num_assets: int, num_features: int):
+    """A policy ``obs -> weights``: equal weights on the assets whose first feature is positive, the
+    rest in cash (deterministic)."""
+
+    def policy(obs: torch.Tensor) -> torch.Tensor:
+        _, per_asset = split_obs(obs, num_assets, num_features)
+        held = (per_asset[..., FEATURES][..., 0] > 0).float()
+        return held / held.sum(dim=1, keepdim=True).clamp(min=1.0)
+
+    return policy

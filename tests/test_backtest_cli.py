@@ -8,6 +8,7 @@ import shutil
 import pytest
 
 from app.cli import main
+from backtests.metrics_model import METRIC_KEYS
 
 
 @pytest.fixture(scope="module")
@@ -43,21 +44,7 @@ def test_run_backtest_json_has_every_metric_and_writes_the_report(run_home, caps
     assert doc["start"] <= doc["end"] and doc["num_trials"] == 20
     assert list(doc["strategies"]) == ["champion", "buy_and_hold", "cash", "equal_weight"]
     for row in doc["strategies"].values():
-        for key in (
-            "cum_returns_final",
-            "annual_return",
-            "annual_volatility",
-            "sharpe_ratio",
-            "sortino_ratio",
-            "max_drawdown",
-            "calmar_ratio",
-            "turnover",
-            "costs_paid",
-            "exposure",
-            "hit_rate",
-            "probabilistic_sharpe_ratio",
-        ):
-            assert key in row
+        assert set(row) == set(METRIC_KEYS)  # every metric, and no other key
     # The out-of-sample test of the champion on 1 held-out session: a verdict that says why it is
     # not measurable; the look is in the ledger.
     assert doc["oos_test"]["strategy"] == "champion" and doc["oos_test"]["looks"] == 1
@@ -176,21 +163,20 @@ def test_test_window_must_lie_after_what_the_run_saw(run_home, capsys):
 def test_cli_json_and_dashboard_show_one_verdict_and_a_re_backtest_is_not_a_new_look(run_home, capsys):
     from app.dashboard.verdict_box import verdict_box
     from backtests.looks import ledger_path, read_looks
+    from backtests.metrics_model import MetricsDocument
 
     assert _run(run_home, "r1", "--json", "--no-tearsheet") == 0
     doc = json.loads(capsys.readouterr().out)
     assert _run(run_home, "r1", "--no-tearsheet") == 0
     table = " ".join(capsys.readouterr().out.split())  # rich wraps long lines
     saved = json.loads((run_home / "runs" / "r1" / "backtest" / "metrics.json").read_text())
-    box = verdict_box(saved)
+    box = verdict_box(MetricsDocument.parse(saved))
     assert box.text == doc["verdict"] == saved["verdict"] and box.diagnostics == doc["verdict_diagnostics"]
     assert doc["verdict"] in table and doc["verdict_diagnostics"] in table
     # Backtested more than once (the other tests, on either window): one look at the test window,
     # first judged alone; a full-window view of it, if another test made one, counts now.
-    rows = [
-        r for r in read_looks(ledger_path(run_home)) if r["run_id"] == "r1" and r["start"] == doc["start"]
-    ]
-    assert len(rows) == 1 and rows[0]["strategy"] == "champion" and doc["oos_test"]["looks_first"] == 1
+    rows = [r for r in read_looks(ledger_path(run_home)) if r.run_id == "r1" and r.start == doc["start"]]
+    assert len(rows) == 1 and rows[0].strategy == "champion" and doc["oos_test"]["looks_first"] == 1
 
 
 def test_the_looks_are_counted_when_the_verdict_is_read(run_home, tmp_path, capsys):

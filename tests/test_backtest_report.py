@@ -9,24 +9,22 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from helpers import long_positive_first_feature
 
 from backtests import engine, report, selection
 from backtests import metrics as m
+from backtests.metrics_model import METRIC_KEYS, MetricsDocument
 from data.toy import toy_market
 from envs.trading import EnvParams
 
-
-def _momentum(obs):
-    # Long the assets whose first feature is positive: trades every decision, deterministic.
-    per_asset = obs[:, 2:].reshape(obs.shape[0], 4, 10)
-    w = (per_asset[..., 2] > 0).float()
-    return w / w.sum(dim=1, keepdim=True).clamp(min=1.0)
+# Long the assets whose first feature is positive: trades every decision, deterministic.
+MOMENTUM = long_positive_first_feature(num_assets=4, num_features=8)
 
 
 @pytest.fixture(scope="module")
 def result():
     market = toy_market(num_steps=390 * 4, num_assets=4, num_features=8, seed=2)
-    return engine.run_backtest(market, EnvParams(decision_interval=30), {"champion": _momentum})
+    return engine.run_backtest(market, EnvParams(decision_interval=30), {"champion": MOMENTUM})
 
 
 def test_write_report_files_and_schemas(tmp_path, result, capsys):
@@ -45,12 +43,15 @@ def test_write_report_files_and_schemas(tmp_path, result, capsys):
     assert saved["tearsheet"] in ("pyfolio", "fallback")
     assert set(saved["strategies"]) == set(names)
     for row in saved["strategies"].values():
-        assert set(row) == set(report.METRIC_KEYS)
+        assert set(row) == set(METRIC_KEYS)
         assert all(v is None or isinstance(v, float) for v in row.values())
     # Cash: no Sharpe ratio (null, not NaN), zero return and costs.
     assert saved["strategies"]["cash"]["sharpe_ratio"] is None
     assert saved["strategies"]["cash"]["cum_returns_final"] == 0.0
-    assert doc["strategies"]["champion"]["sharpe_ratio"] == saved["strategies"]["champion"]["sharpe_ratio"]
+    assert doc.strategies["champion"].sharpe_ratio == saved["strategies"]["champion"]["sharpe_ratio"]
+    # What was written reads back as the document returned (the model round-trips).
+    assert MetricsDocument.read(out / "metrics.json") == doc and saved["schema_version"] == 1
+    assert not doc.model_extra  # every key the report writes is a field of the model
 
     equity = pd.read_parquet(out / "equity.parquet")
     assert list(equity.columns) == ["timestamp", *names]
@@ -108,12 +109,12 @@ def test_every_strategy_has_its_psr_and_the_selected_one_its_out_of_sample_test(
     # The headline Sharpe is the daily one with 252 periods a year.
     assert champion["sharpe_ratio"] == pytest.approx(m.sharpe_ratio(daily[:, 0], annualization=252).item())
     doc = report.metrics_document(result, window="test", earlier_looks=[0.1, -0.2], seed=5, market="m")
-    oos = doc["oos_test"]
-    assert (oos["strategy"], oos["looks"], oos["seed"], oos["market"]) == ("champion", 3, 5, "m")
-    assert set(oos["excess"]) == {"buy_and_hold", "equal_weight"} and oos["benchmark"] == "buy_and_hold"
+    oos = doc.oos_test
+    assert (oos.strategy, oos.looks, oos.seed, oos.market) == ("champion", 3, 5, "m")
+    assert set(oos.excess) == {"buy_and_hold", "equal_weight"} and oos.benchmark == "buy_and_hold"
     excess = daily[:, 0] - daily[:, result.names.index("buy_and_hold")]
-    assert oos["excess"]["buy_and_hold"]["mean_per_day"] == pytest.approx(excess.mean().item())
-    assert doc["verdict_outcome"] == "not measurable"  # 4 sessions
+    assert oos.excess["buy_and_hold"].mean_per_day == pytest.approx(excess.mean().item())
+    assert doc.verdict_outcome == "not measurable"  # 4 sessions
 
 
 def test_large_runs_are_summarized_per_session(tmp_path, result):
@@ -132,10 +133,10 @@ def test_large_runs_are_summarized_per_session(tmp_path, result):
 
 def test_one_day_window_falls_back_to_a_simple_figure(tmp_path, caplog):
     market = toy_market(num_steps=390, num_assets=4, num_features=8, seed=3)
-    res = engine.run_backtest(market, EnvParams(decision_interval=30), {"champion": _momentum})
+    res = engine.run_backtest(market, EnvParams(decision_interval=30), {"champion": MOMENTUM})
     with caplog.at_level("INFO", logger="backtests.report"):
         doc = report.write_report(tmp_path, res, window="valid")
-    assert doc["tearsheet"] == "fallback"
+    assert doc.tearsheet == "fallback"
     assert "simple equity/drawdown figure" in caplog.text
     assert (tmp_path / "backtest" / "tearsheet.png").stat().st_size > 1000
     saved = json.loads((tmp_path / "backtest" / "metrics.json").read_text())

@@ -13,6 +13,7 @@ from dashboard_fixture import make_run, write_backtest, write_real_backtest
 from app.dashboard import artifacts, cards, charts, formatting, pods, series, tables
 from app.dashboard import launch as cmd
 from app.dashboard.verdict_box import VerdictBox, verdict_box
+from backtests.metrics_model import MetricsDocument
 from backtests.verdict import EdgeVerdict, verdict_fields
 
 # --------------------------------------------------------------------------- artifacts
@@ -22,7 +23,9 @@ def test_read_backtest_artifacts_round_trip(tmp_path):
     run_dir = tmp_path / "runs" / "r1"
     written = write_backtest(run_dir, days=5, num_assets=3)
     metrics = artifacts.read_metrics(run_dir)
-    assert metrics["strategies"] == written["strategies"]
+    assert {name: row.model_dump(exclude_unset=True) for name, row in metrics.strategies.items()} == written[
+        "strategies"
+    ]
     equity = artifacts.read_equity(run_dir)
     assert list(equity.columns) == ["champion", "buy_and_hold", "cash", "equal_weight"]
     assert str(equity.index.tz) == "UTC" and equity.index.is_monotonic_increasing
@@ -31,7 +34,7 @@ def test_read_backtest_artifacts_round_trip(tmp_path):
     assert len(daily) == 5 and daily.index.tz is None
     # Daily returns compound to the cumulative return of metrics.json.
     cum = float((1 + daily["champion"]).prod() - 1)
-    assert cum == pytest.approx(metrics["strategies"]["champion"]["cum_returns_final"], rel=1e-9)
+    assert cum == pytest.approx(metrics.strategies["champion"].cum_returns_final, rel=1e-9)
     positions = artifacts.read_positions(run_dir)
     assert set(positions["strategy"]) == {"champion", "buy_and_hold", "cash"}
     trades = artifacts.read_trades(run_dir)
@@ -44,7 +47,7 @@ def test_reads_what_the_real_report_writes(tmp_path):
     metrics = artifacts.read_metrics(run_dir)
     assert cards.champion_name(metrics) == "champion" and cards.benchmark_name(metrics) == "buy_and_hold"
     for spec in cards.CARD_METRICS:
-        assert metrics["strategies"]["champion"][spec.key] == written["strategies"]["champion"][spec.key]
+        assert metrics.strategies["champion"].get(spec.key) == written["strategies"]["champion"][spec.key]
     positions = artifacts.read_positions(run_dir)
     # The report stores labels as categoricals; the dashboard works on plain strings.
     assert not isinstance(positions["strategy"].dtype, pd.CategoricalDtype)
@@ -55,7 +58,7 @@ def test_reads_what_the_real_report_writes(tmp_path):
     assert set(series.cost_summary(trades).index) <= {"champion", "buy_and_hold", "equal_weight"}
     daily = artifacts.read_daily_returns(run_dir)
     cum = float((1 + daily["champion"]).prod() - 1)
-    assert cum == pytest.approx(metrics["strategies"]["champion"]["cum_returns_final"], rel=1e-6, abs=1e-9)
+    assert cum == pytest.approx(metrics.strategies["champion"].cum_returns_final, rel=1e-6, abs=1e-9)
     equity = artifacts.read_equity(run_dir)
     assert equity["champion"].iloc[-1] / equity["champion"].iloc[0] - 1 == pytest.approx(
         cum, rel=1e-6, abs=1e-9
@@ -75,9 +78,14 @@ def test_missing_backtest_says_which_command(tmp_path):
     ("text", "message"),
     [
         ('{"strategies": {"champion": {"sharpe_ratio": 1.0}', "metrics.json is corrupt"),
-        ("[1, 2]", "no 'strategies' object"),
-        ('{"strategies": {"champion": {"sharpe_ratio": "high"}}}', r"champion.sharpe_ratio is 'high'"),
-        ('{"strategies": {"champion": 3}}', "strategy 'champion' is not an object"),
+        ("[1, 2]", "expected a JSON object, found list"),
+        ("{}", "strategies: field required"),
+        (
+            '{"strategies": {"champion": {"sharpe_ratio": "high"}}}',
+            r"strategies.champion.sharpe_ratio: input should be a valid number, got 'high'",
+        ),
+        ('{"strategies": {"champion": 3}}', "strategies.champion: input should be a valid dictionary"),
+        ('{"schema_version": 7, "strategies": {}}', "schema version 7 is newer than this podracer reads"),
         ("\xff\xfe", "metrics.json"),
     ],
 )
@@ -94,8 +102,8 @@ def test_null_and_nan_metrics_read_as_none(tmp_path):
     path = tmp_path / "backtest" / "metrics.json"
     path.parent.mkdir()
     path.write_text('{"strategies": {"cash": {"sharpe_ratio": null, "calmar_ratio": NaN, "note": "x"}}}')
-    values = artifacts.read_metrics(tmp_path)["strategies"]["cash"]
-    assert values == {"sharpe_ratio": None, "calmar_ratio": None, "note": "x"}
+    values = artifacts.read_metrics(tmp_path).strategies["cash"]
+    assert values.model_dump(exclude_unset=True) == {"sharpe_ratio": None, "calmar_ratio": None, "note": "x"}
 
 
 def test_corrupt_parquet_and_missing_columns(tmp_path):
@@ -189,7 +197,7 @@ def test_read_tournament_through_the_real_leaderboard(tmp_path):
 # --------------------------------------------------------------------------- views
 
 
-METRICS = {
+METRICS_JSON = {
     "benchmark": "buy_and_hold",
     "strategies": {
         "champion": {
@@ -214,6 +222,13 @@ METRICS = {
         },
     },
 }
+#: The document as the dashboard reads it: its model.
+METRICS = MetricsDocument.parse(METRICS_JSON)
+
+
+def _m(raw: dict) -> MetricsDocument:
+    """A metrics.json document (its JSON) as the dashboard reads it."""
+    return MetricsDocument.parse(raw)
 
 
 def test_format_metric():
@@ -254,8 +269,8 @@ def test_metric_cards_values_and_deltas():
     )
     assert cards.champion_name(METRICS) == "champion"
     assert cards.benchmark_name(METRICS) == "buy_and_hold"
-    assert cards.champion_name({"strategies": {"buy_and_hold": {}, "cash": {}, "pod-7": {}}}) == "pod-7"
-    assert cards.champion_name({"strategies": {"buy_and_hold": {}}}) is None
+    assert cards.champion_name(_m({"strategies": {"buy_and_hold": {}, "cash": {}, "pod-7": {}}})) == "pod-7"
+    assert cards.champion_name(_m({"strategies": {"buy_and_hold": {}}})) is None
 
 
 def test_comparison_table():
@@ -506,7 +521,7 @@ def test_format_full_keeps_every_digit():
 
 
 def _new_schema(sessions: int, **extra) -> dict:
-    doc = json.loads(json.dumps(METRICS))
+    doc = json.loads(json.dumps(METRICS_JSON))
     doc.update(num_sessions=sessions, annualized_min_sessions=63, num_trials=44, **extra)
     if sessions < 63:
         for values in doc["strategies"].values():
@@ -516,7 +531,7 @@ def _new_schema(sessions: int, **extra) -> dict:
 
 def test_short_window_cards_say_why():
     doc = _new_schema(12)
-    by_key = {c.key: c for c in cards.metric_cards(doc, "champion", versus="buy_and_hold")}
+    by_key = {c.key: c for c in cards.metric_cards(_m(doc), "champion", versus="buy_and_hold")}
     assert by_key["annual_return"].value == "n/a" and by_key["calmar_ratio"].value == "n/a"
     assert "n/a: window under 63 sessions (12)" in by_key["annual_return"].help
     assert "period return is 12.34%" in by_key["annual_return"].help
@@ -525,9 +540,11 @@ def test_short_window_cards_say_why():
         and by_key["annual_return"].delta_arrow == "off"
     )
     assert by_key["calmar_ratio"].delta == "under 63 sessions" and by_key["calmar_ratio"].delta_color == "off"
-    assert cards.short_window_note(doc).startswith("Ann. return and Calmar: n/a: window under 63 sessions")
+    assert cards.short_window_note(_m(doc)).startswith(
+        "Ann. return and Calmar: n/a: window under 63 sessions"
+    )
     # 63 sessions or more, or an old run without the keys: no note, figures shown as written.
-    assert cards.short_window_note(_new_schema(63)) is None
+    assert cards.short_window_note(_m(_new_schema(63))) is None
     assert cards.short_window_note(METRICS) is None
     assert cards.metric_cards(METRICS, "champion")[1].value == "5.00%"
 
@@ -537,17 +554,17 @@ def test_verdict_box_shows_what_metrics_json_states():
     # The document states its verdict (backtests.report wrote it): the box shows that, not a re-derivation.
     stated = EdgeVerdict("not significant", ("PSR 0.970", "excess over buy_and_hold +0.01%/day (p 0.300)"))
     doc.update(verdict_fields(stated))
-    assert verdict_box(doc) == VerdictBox("warning", stated.text)
+    assert verdict_box(_m(doc)) == VerdictBox("warning", stated.text)
     assert stated.text.startswith("edge not significant out of sample: PSR 0.970")
     significant = EdgeVerdict("significant", ("PSR 0.999",), (), "selection on the validation window: ...")
     doc.update(verdict_fields(significant))
-    assert verdict_box(doc) == VerdictBox(
+    assert verdict_box(_m(doc)) == VerdictBox(
         "success", significant.text, "selection on the validation window: ..."
     )
     why = EdgeVerdict("not measurable", ("the held-out window has 12 sessions, the test needs at least 40",))
-    assert verdict_box({**doc, **verdict_fields(why)}).kind == "info"
+    assert verdict_box(_m({**doc, **verdict_fields(why)})).kind == "info"
     # A baselines-only report states no verdict.
-    assert verdict_box({**doc, **verdict_fields(None)}) is None
+    assert verdict_box(_m({**doc, **verdict_fields(None)})) is None
 
 
 def test_verdict_box_of_a_document_without_a_stored_verdict():
@@ -563,23 +580,25 @@ def test_verdict_box_of_a_document_without_a_stored_verdict():
         "excess": {"buy_and_hold": {"mean_per_day": 0.002, "p_value_after_looks": 0.01}},
     }
     doc = _new_schema(70, pbo=0.5, oos_test=oos)
-    box = verdict_box(doc)
+    box = verdict_box(_m(doc))
     assert box.kind == "success" and box.text.startswith("edge significant out of sample: PSR 0.990")
     doc["oos_test"] = {**oos, "psr_after_looks": 0.9}
-    assert verdict_box(doc).kind == "warning"
+    assert verdict_box(_m(doc)).kind == "warning"
     # Written before the out-of-sample test: its stored verdict rests on other statistics, no box.
-    old = json.loads(json.dumps(METRICS))
+    old = json.loads(json.dumps(METRICS_JSON))
     old["strategies"]["champion"]["deflated_sharpe_ratio"] = 0.99
     old.update(verdict_fields(EdgeVerdict("significant", ("DSR 0.990", "PBO 0.10"))))
-    assert verdict_box(old) is None
+    assert verdict_box(_m(old)) is None
 
 
 def test_costs_caption_and_pbo_logits():
     doc = _new_schema(70, cost_rate=0.002, slippage_bps=1.0, pbo_logits=[0.5, None, -1.0, float("nan")])
-    assert cards.costs_caption(doc) == "costs 0.20% + 1 bp"
-    assert "costs 0.20% + 1 bp" in cards.window_caption(doc) and "70 sessions" in cards.window_caption(doc)
+    assert cards.costs_caption(_m(doc)) == "costs 0.20% + 1 bp"
+    assert "costs 0.20% + 1 bp" in cards.window_caption(_m(doc)) and "70 sessions" in cards.window_caption(
+        _m(doc)
+    )
     assert cards.costs_caption(METRICS) is None
-    assert cards.pbo_logits(doc) == [0.5, -1.0]
+    assert cards.pbo_logits(_m(doc)) == [0.5, -1.0]
     assert cards.pbo_logits(METRICS) == []
     fig = charts.pbo_histogram([0.5, -1.0, -0.2, 1.5], pbo=0.5)
     left, right = fig.data

@@ -18,6 +18,7 @@ import io
 from pathlib import Path
 
 import pytest
+from helpers import module_name
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("app", "agents", "backtests", "data", "envs")
@@ -32,12 +33,7 @@ def _has_examples(path: Path) -> bool:
     return any(">>>" in (ast.get_docstring(n, clean=False) or "") for n in nodes)
 
 
-def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-MODULES = sorted(_module_name(p) for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py") if _has_examples(p))
+MODULES = sorted(module_name(p) for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py") if _has_examples(p))
 
 
 def test_the_entry_points_have_examples():

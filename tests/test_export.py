@@ -137,6 +137,19 @@ def test_export_missing_pod_is_one_line(exported, capsys):
     assert "nope" in err and "Traceback" not in err
 
 
+def test_export_refuses_a_metrics_file_of_a_newer_schema_in_one_line(tmp_path, capsys):
+    run = make_run(tmp_path, run_id="run-newer")
+    path = run.run_dir / "backtest" / "metrics.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps({"schema_version": 99, "strategies": {"champion": {}}}))
+    rc = main(
+        ["--home", str(tmp_path), "export", "run-newer", "--format", "onnx", "--exporter", "torchscript"]
+    )
+    err = capsys.readouterr().err
+    assert rc == 2 and "Traceback" not in err
+    assert str(path) in " ".join(err.split()) and "schema version 99 is newer" in " ".join(err.split())
+
+
 def test_export_cli(exported, tmp_path, capsys):
     home, run, _ = exported
     out = tmp_path / "cli-bundle"
@@ -200,4 +213,4 @@ def test_metrics_included_when_backtest_exists(tmp_path):
     (run.run_dir / "backtest").mkdir()
     (run.run_dir / "backtest" / "metrics.json").write_text(json.dumps(metrics))
     manifest = load_bundle(export_bundle(run.run_dir, exporter="torchscript")).manifest
-    assert manifest["metrics"] == metrics
+    assert manifest["metrics"] == {**metrics, "schema_version": 1}  # validated, as its model writes it

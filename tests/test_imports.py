@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from helpers import module_name
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("app", "agents", "envs", "data", "backtests", "benchmarks")
@@ -43,15 +44,8 @@ class Import:
     type_only: bool = False  # under ``if TYPE_CHECKING:``
 
 
-def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
-    if parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(parts)
-
-
 def _files() -> dict[str, Path]:
-    return {_module_name(p): p for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py"))}
+    return {module_name(p): p for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py"))}
 
 
 FILES = _files()

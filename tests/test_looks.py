@@ -12,7 +12,7 @@ import pytest
 from app.config import DataConfig
 from app.evaluation import market_identity
 from backtests import looks
-from backtests.looks import LedgerError, Look, read_looks, record_look
+from backtests.looks import LedgerError, Look, LookRow, read_looks, record_look
 
 MARKET = "synthetic seed=0 signal=0.5 tickers=10 sessions=60 start=2024-01-02 interval=1m"
 
@@ -55,11 +55,11 @@ def test_another_market_or_a_window_apart_is_not_counted(tmp_path):
     assert record_look(path, _look("r2", "2024-03-01", "2024-03-29", market=other_seed)).looks == 1
     assert record_look(path, _look("r3", "2024-04-01", "2024-04-26")).looks == 1  # after r1's window
     rows = read_looks(path)
-    assert [r["run_id"] for r in rows] == ["r1", "r2", "r3"]
-    assert set(rows[0]) == {
-        "id", "run_id", "strategy", "policy", "market", "tickers", "start", "end", "num_sessions", "sharpe",
-        "created_at",
-    }  # fmt: skip
+    assert [r.run_id for r in rows] == ["r1", "r2", "r3"] and all(isinstance(r, LookRow) for r in rows)
+    assert [r.id for r in rows] == sorted(r.id for r in rows) and rows[0].created_at
+    assert (rows[0].strategy, rows[0].start, rows[0].end, rows[0].num_sessions) == (
+        "champion", "2024-03-01", "2024-03-29", 20,
+    )  # fmt: skip
 
 
 def test_a_broken_ledger_is_a_one_line_error(tmp_path):
@@ -73,6 +73,18 @@ def test_a_broken_ledger_is_a_one_line_error(tmp_path):
         conn.execute("PRAGMA user_version = 99")
     with pytest.raises(LedgerError, match="schema 99"):
         record_look(newer, _look("r1", "2024-03-01", "2024-03-29"))
+    with pytest.raises(LedgerError, match="schema 99"):
+        read_looks(newer)
+
+
+def test_a_malformed_row_is_a_one_line_error(tmp_path):
+    path = tmp_path / "looks.sqlite"
+    record_look(path, _look("r1", "2024-03-01", "2024-03-29"))
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE looks SET num_sessions = 'many'")
+    with pytest.raises(LedgerError, match=r"row 0.num_sessions: input should be a valid integer") as info:
+        read_looks(path)
+    assert "\n" not in str(info.value)
 
 
 def test_the_market_identity():
@@ -137,4 +149,4 @@ def test_a_schema_1_ledger_is_migrated_with_its_looks_counted(tmp_path):
     conn.close()
     count = record_look(path, _tickers("new", ["AAPL"]))
     assert count.looks == 2 and count.earlier_sharpes == (0.3,)  # an old row overlaps every ticker set
-    assert [r["policy"] for r in read_looks(path)] == ["", ""]
+    assert [r.policy for r in read_looks(path)] == ["", ""]

@@ -23,6 +23,7 @@ from app.nightly.lock import LockBusyError, ProcessLock, read_lock_info
 from app.nightly.pipeline import STEPS, RetrainError, run_retrain
 from app.nightly.registry import current_champion, read_decisions, registry_path
 from app.nightly.steps import ChallengerRun, DataSnapshot, Evaluation, RetrainSteps
+from backtests.metrics_model import OosTest
 from backtests.verdict import EdgeVerdict
 from data.errors import ConfigError
 
@@ -101,7 +102,7 @@ class FakePipeline:
             challenger={"fitness": self.challenger_fitness, "sharpe_ratio": self.challenger_fitness},
             champion=champ,
             edge=_edge(self.edge, self.psr),
-            test={"looks": 2, "psr_after_looks": self.psr},
+            test=OosTest(looks=2, psr_after_looks=self.psr),
         )
 
     def export(self, config, home, challenger):

@@ -15,6 +15,7 @@ from app.nightly.pipeline import run_retrain
 from app.nightly.registry import current_champion, read_decisions
 from app.nightly.steps import warm_start_round
 from backtests.looks import ledger_path, read_looks
+from backtests.metrics_model import MetricsDocument
 from backtests.verdict import stated_verdict
 
 TINY = {
@@ -104,7 +105,7 @@ def test_real_pipeline_twice_on_tiny_synthetic_data(home, caplog):
     # The second challenger looked at the same window of the same market: its test counts two looks,
     # from the looks ledger (the first night's challenger, then its own).
     assert (rows[0]["num_trials"], rows[1]["num_trials"]) == (1, 2)
-    assert [r["run_id"] for r in read_looks(ledger_path(home))] == [
+    assert [r.run_id for r in read_looks(ledger_path(home))] == [
         first.challenger_run_id,
         second.challenger_run_id,
     ]
@@ -112,7 +113,7 @@ def test_real_pipeline_twice_on_tiny_synthetic_data(home, caplog):
         (home / "runs" / second.challenger_run_id / "backtest" / "metrics.json").read_text()
     )
     assert second_metrics["oos_test"]["looks"] == 2 and second_metrics["significance_level"] == 0.5
-    edge = stated_verdict(second_metrics)
+    edge = stated_verdict(MetricsDocument.parse(second_metrics))
     assert rows[1]["scores"]["challenger_edge"] == edge.text == second.challenger_edge
     expected = decide(
         rows[1]["challenger_fitness"], rows[1]["champion_fitness"], edge, has_champion=True, margin=0.1

@@ -115,7 +115,7 @@ def test_a_heartbeat_with_a_mistyped_field_is_one_unreadable_line(home, capsys):
     heartbeat_path(home).write_text(json.dumps(raw))
     rc, lines = _status(home, capsys)
     assert rc == 1 and len(lines) == 1 and "heartbeat.json is unreadable" in lines[0], lines
-    assert "'interval_s' is not a positive number" in lines[0] and "internal error" not in lines[0]
+    assert "interval_s: input should be a valid number" in lines[0] and "internal error" not in lines[0]
 
 
 def _decision(journal: Journal) -> None:

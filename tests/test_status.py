@@ -157,7 +157,15 @@ def test_a_refused_champion_and_a_pending_switch(tmp_path, capsys):
     assert any("not traded" in p for p in shown["problems"])
     (home / "paper" / "heartbeat.json").write_text("{not json")
     rc, shown = cli_status(home, capsys)
-    assert rc == 1 and "heartbeat.json is unreadable" in shown["problems"][0]
+    assert rc == 1 and "heartbeat.json is unreadable (corrupt: not valid JSON" in shown["problems"][0]
+    assert "the paper loop rewrites it each cycle" in shown["problems"][0]
+    (home / "paper" / "heartbeat.json").write_text(json.dumps({"schema_version": 5, "time": "x"}))
+    rc, shown = cli_status(home, capsys)
+    assert (
+        rc == 1
+        and "heartbeat.json is unreadable (schema version 5 is newer than this podracer reads"
+        in shown["problems"][0]
+    )
 
 
 def test_status_shows_the_schedule_that_schedule_print_recorded(tmp_path, capsys):

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from helpers import long_positive_first_feature
 
 from agents.tournament import orchestrator, pod
 from app import render
@@ -21,20 +22,16 @@ from app.workflows.training import check_valid_sessions
 from backtests import engine, report, scoring, selection
 from data.errors import ConfigError
 from data.toy import toy_market
-from envs.observation import FEATURES, split_obs
 from envs.trading import EnvParams
 
-
-def _momentum(obs):
-    _, per_asset = split_obs(obs, 4, 8)
-    w = (per_asset[..., FEATURES][..., 0] > 0).float()
-    return w / w.sum(dim=1, keepdim=True).clamp(min=1.0)
+# Long the assets whose first feature is positive: trades every decision, deterministic.
+MOMENTUM = long_positive_first_feature(num_assets=4, num_features=8)
 
 
 @pytest.fixture(scope="module")
 def short_result():
     market = toy_market(num_steps=390 * 4, num_assets=4, num_features=8, seed=2)
-    return engine.run_backtest(market, EnvParams(decision_interval=30), {"champion": _momentum})
+    return engine.run_backtest(market, EnvParams(decision_interval=30), {"champion": MOMENTUM})
 
 
 # --- PBO ------------------------------------------------------------------------------------------------
@@ -43,11 +40,11 @@ def test_metrics_document_has_pbo_over_the_trials_returns(short_result):
     returns = rng.normal(0.0, 0.01, size=(40, 6))
     doc = report.metrics_document(short_result, window="test", num_trials=6, trial_returns=returns)
     expected = selection.probability_of_backtest_overfitting(returns, num_splits=16)
-    assert doc["pbo"] == pytest.approx(expected.pbo)
-    assert doc["pbo_num_splits"] == expected.num_splits == 16
-    assert doc["pbo_logits"] == pytest.approx(list(expected.logits))
-    assert len(doc["pbo_logits"]) == math.comb(16, 8)
-    keys = list(doc)
+    assert doc.pbo == pytest.approx(expected.pbo)
+    assert doc.pbo_num_splits == expected.num_splits == 16
+    assert doc.pbo_logits == pytest.approx(list(expected.logits))
+    assert len(doc.pbo_logits) == math.comb(16, 8)
+    keys = list(type(doc).model_fields)
     assert keys.index("pbo") == keys.index("num_trials") + 1  # next to num_trials, at the top
 
 
@@ -55,7 +52,7 @@ def test_pbo_is_null_with_one_pod_or_none(short_result):
     one = report.metrics_document(short_result, window="test", trial_returns=np.zeros((20, 1)) + 0.001)
     none = report.metrics_document(short_result, window="test")
     for doc in (one, none):
-        assert doc["pbo"] is None and doc["pbo_logits"] == [] and doc["pbo_num_splits"] is None
+        assert doc.pbo is None and doc.pbo_logits == [] and doc.pbo_num_splits is None
 
 
 def test_valid_returns_round_trip_into_one_matrix(tmp_path):
@@ -77,7 +74,7 @@ def test_valid_returns_round_trip_into_one_matrix(tmp_path):
 
 def test_score_policy_returns_the_validation_series():
     market = toy_market(num_steps=390 * 3, num_assets=4, num_features=8, seed=1)
-    score, metrics, series = pod.score_policy(_momentum, market, EnvParams(decision_interval=30))
+    score, metrics, series = pod.score_policy(MOMENTUM, market, EnvParams(decision_interval=30))
     assert len(series.daily) == 3 and len(series.decision) == len(series.decision_timestamps)
     # The series is what the score was computed from.
     sharpe = float(np.mean(series.daily) / np.std(series.daily, ddof=1) * math.sqrt(252))
@@ -101,9 +98,9 @@ def test_the_selection_block_counts_flat_trials_and_the_verdict_line_follows(sho
     rng = np.random.default_rng(1)
     returns = np.column_stack([rng.normal(0.0, 0.01, (40, 3)), np.zeros((40, 2))])
     doc = report.metrics_document(short_result, window="test", num_trials=5, trial_returns=returns)
-    assert doc["selection"]["num_trials"] == 5 and doc["selection"]["trials_flat"] == 2
-    assert doc["selection"]["effective_trials"] == 3  # independent noise: one cluster each
-    assert doc["verdict_diagnostics"].endswith(f"PBO {doc['pbo']:.2f} (ranking among pods)")
+    assert doc.selection.num_trials == 5 and doc.selection.trials_flat == 2
+    assert doc.selection.effective_trials == 3  # independent noise: one cluster each
+    assert doc.verdict_diagnostics.endswith(f"PBO {doc.pbo:.2f} (ranking among pods)")
 
 
 # --- minimum validation sessions ------------------------------------------------------------------------
@@ -146,11 +143,11 @@ def test_calmar_fitness_ranks_a_never_losing_pod_first_ordered_by_return():
 # --- annualized figures on short windows ----------------------------------------------------------------
 def test_annualized_figures_are_null_below_63_sessions(short_result):
     doc = report.metrics_document(short_result, window="test")
-    assert doc["num_sessions"] == 4 and doc["annualized_min_sessions"] == 63
-    for row in doc["strategies"].values():
-        assert row["annual_return"] is None and row["calmar_ratio"] is None
-    assert doc["strategies"]["champion"]["cum_returns_final"] is not None
-    assert doc["strategies"]["champion"]["sharpe_ratio"] is not None
+    assert doc.num_sessions == 4 and doc.annualized_min_sessions == 63
+    for row in doc.strategies.values():
+        assert row.annual_return is None and row.calmar_ratio is None
+    assert doc.strategies["champion"].cum_returns_final is not None
+    assert doc.strategies["champion"].sharpe_ratio is not None
     table = render.backtest_table(doc, "t")
     labels = list(table.columns[0].cells)
     assert "Annual return (n/a: window under 63 sessions)" in labels
@@ -160,20 +157,20 @@ def test_annualized_figures_are_kept_from_63_sessions():
     market = toy_market(num_steps=390 * 63, num_assets=2, num_features=1, seed=3)
     res = engine.run_backtest(market, EnvParams(decision_interval=390), baselines=("buy_and_hold",))
     doc = report.metrics_document(res, window="test")
-    assert doc["num_sessions"] == 63
-    assert doc["strategies"]["buy_and_hold"]["annual_return"] is not None
+    assert doc.num_sessions == 63
+    assert doc.strategies["buy_and_hold"].annual_return is not None
 
 
 # --- costs in captions ----------------------------------------------------------------------------------
 def test_metrics_record_costs_and_captions_print_them(short_result):
     doc = report.metrics_document(short_result, window="test", cost_rate=0.002, slippage_bps=1.0)
-    assert (doc["cost_rate"], doc["slippage_bps"]) == (0.002, 1.0)
-    caption = render._caption({**doc, "num_days": doc["num_sessions"]})
+    assert (doc.cost_rate, doc.slippage_bps) == (0.002, 1.0)
+    caption = render._caption(doc)
     assert "costs 0.20% + 1 bp" in caption and "costs on" not in caption
     footer = render.demo_footer({"document": doc, "timings": {"total_s": 1.0}})
     assert "costs 0.20% + 1 bp" in footer
     assert report.costs_label(0.0005, 2.5) == "costs 0.05% + 2.5 bp"
-    json.dumps(report.json_safe(doc))  # JSON-able as written
+    json.dumps(doc.to_json())  # JSON-able as written
 
 
 def test_backtest_uses_the_recorded_annualization(tmp_path, capsys):

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from backtests import verdict as v
+from backtests.metrics_model import MetricsDocument
 from backtests.verdict import EdgeVerdict, judge, stated_verdict, verdict_fields
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,10 +51,21 @@ def _doc(
         "reason": None,
         **oos,
     }
-    doc = {"window": "test", "benchmark": "buy_and_hold", "pbo": 0.78, "oos_test": block}
+    doc = {
+        "window": "test",
+        "benchmark": "buy_and_hold",
+        "pbo": 0.78,
+        "oos_test": block,
+        "strategies": {"champion": {}},
+    }
     if level is not None:
         doc["significance_level"] = level
     return doc
+
+
+def _m(raw: dict) -> MetricsDocument:
+    """The document ``raw`` (its JSON) as the verdict reads it: its model."""
+    return MetricsDocument.parse(raw)
 
 
 # --- (a) the rule ------------------------------------------------------------------------------------
@@ -69,7 +81,7 @@ def _doc(
     ],
 )
 def test_the_rule_at_its_edges(psr, p, level, outcome):
-    verdict = judge(_doc(psr, p, level=level))
+    verdict = judge(_m(_doc(psr, p, level=level)))
     assert verdict.outcome == outcome and verdict.significant is (outcome == "significant")
     assert verdict.headline == f"edge {outcome} out of sample"
     assert v.SIGNIFICANCE_LEVEL == 0.05 and v.MIN_OOS_SESSIONS == 40
@@ -80,16 +92,16 @@ def test_a_document_that_names_the_level_significance_is_judged_at_its_level():
     judged at the level it recorded, not the default."""
     old = _doc(0.91, 0.09, level=None)
     old["significance"] = 0.1
-    assert v.significance_level_of(old) == 0.1 and judge(old).outcome == "significant"
+    assert v.significance_level_of(_m(old)) == 0.1 and judge(_m(old)).outcome == "significant"
 
 
 def test_the_verdict_line_names_its_figures_and_the_looks():
-    verdict = judge(_doc(0.9987, 5e-4, mean=0.0041, looks=3, looks_note="3 looks without a spread"))
+    verdict = judge(_m(_doc(0.9987, 5e-4, mean=0.0041, looks=3, looks_note="3 looks without a spread")))
     assert verdict.text == (
         "edge significant out of sample: PSR 0.999, excess over buy_and_hold +0.41%/day (p 5.0e-04), "
         "3 looks counted, level 0.05; 3 looks without a spread"
     )
-    assert judge(_doc(0.62, 0.71, mean=-0.0002)).text == (
+    assert judge(_m(_doc(0.62, 0.71, mean=-0.0002))).text == (
         "edge not significant out of sample: PSR 0.620, excess over buy_and_hold -0.02%/day (p 0.710), "
         "1 look counted, level 0.05"
     )
@@ -107,7 +119,7 @@ def test_the_verdict_line_names_its_figures_and_the_looks():
 )
 def test_not_measurable_says_why(overrides, why):
     args = {"psr": 0.99, "p": 0.001, **overrides}
-    verdict = judge(_doc(args.pop("psr"), args.pop("p"), **args))
+    verdict = judge(_m(_doc(args.pop("psr"), args.pop("p"), **args)))
     assert verdict.outcome == "not measurable" and verdict.significant is None
     assert verdict.headline == "edge not measurable" and why in verdict.text
 
@@ -121,18 +133,18 @@ def test_the_diagnostics_line_follows_and_does_not_change_the_verdict():
         "valid_dsr": 0.97,
         "effective_trials": 9,
     }
-    verdict = judge(doc)
+    verdict = judge(_m(doc))
     assert verdict.diagnostics == (
         "selection on the validation window: SPA p 0.004 vs buy_and_hold, validation DSR 0.970 "
         "(9 effective of 102 trials), PBO 0.78 (ranking among pods)"
     )
     assert verdict.lines == (verdict.text, verdict.diagnostics)
     worse = {**doc, "pbo": 0.99, "selection": {**doc["selection"], "spa_p_value": 0.9, "valid_dsr": 0.01}}
-    assert judge(worse).outcome == verdict.outcome == "significant"
-    assert judge(_doc(0.99, 0.001)).diagnostics.startswith("selection diagnostics n/a")
+    assert judge(_m(worse)).outcome == verdict.outcome == "significant"
+    assert judge(_m(_doc(0.99, 0.001))).diagnostics.startswith("selection diagnostics n/a")
     none_above = {**doc, "selection": {**doc["selection"], "spa_p_value": 0.0, "spa_replications": 1000}}
-    assert "SPA p < 0.001 vs buy_and_hold" in judge(none_above).diagnostics
-    assert judge(doc, "pod-9") is None  # the document tests another strategy
+    assert "SPA p < 0.001 vs buy_and_hold" in judge(_m(none_above)).diagnostics
+    assert judge(_m(doc), "pod-9") is None  # the document tests another strategy
 
 
 def test_the_stated_verdict_round_trips_through_metrics_json():
@@ -141,15 +153,15 @@ def test_the_stated_verdict_round_trips_through_metrics_json():
     assert doc["verdict"] == verdict.text and doc["verdict_outcome"] == "not significant"
     assert doc["verdict_diagnostics"] == "selection ..."
     # What the document states wins over what its figures would give today.
-    assert stated_verdict(doc) == verdict
-    assert stated_verdict({**doc, **verdict_fields(None)}) is None
+    assert stated_verdict(_m(doc)) == verdict
+    assert stated_verdict(_m({**doc, **verdict_fields(None)})) is None
     # A document with the test but no stored verdict: judged once; one with neither states none.
-    assert stated_verdict(_doc(0.99, 0.001)) == judge(_doc(0.99, 0.001))
-    assert stated_verdict({"strategies": {"champion": {"sharpe_ratio": 1.0}}}) is None
+    assert stated_verdict(_m(_doc(0.99, 0.001))) == judge(_m(_doc(0.99, 0.001)))
+    assert stated_verdict(_m({"strategies": {"champion": {"sharpe_ratio": 1.0}}})) is None
     # A document from before the out-of-sample test: its stored verdict rests on other statistics and
     # is not shown as this one.
     old = {"verdict_outcome": "not significant", "verdict_figures": ["DSR 0.003"], "verdict_reasons": []}
-    assert stated_verdict(old) is None
+    assert stated_verdict(_m({**old, "strategies": {"champion": {}}})) is None
 
 
 def test_the_report_writes_the_verdict_of_the_rule():
@@ -164,9 +176,9 @@ def test_the_report_writes_the_verdict_of_the_rule():
     result = engine.run_backtest(market, EnvParams(decision_interval=390), {"champion": policy})
     doc = report.metrics_document(result, window="test", significance_level=0.1, seed=3)
     verdict = judge(doc, "champion")
-    assert doc["verdict"] == verdict.text and stated_verdict(doc) == verdict
-    assert doc["verdict_outcome"] == verdict.outcome in v.OUTCOMES and "level 0.1" in verdict.text
-    assert doc["oos_test"]["seed"] == 3 and doc["oos_test"]["num_sessions"] == 45
+    assert doc.verdict == verdict.text and stated_verdict(doc) == verdict
+    assert doc.verdict_outcome == verdict.outcome in v.OUTCOMES and "level 0.1" in verdict.text
+    assert doc.oos_test.seed == 3 and doc.oos_test.num_sessions == 45
     baselines_only = engine.run_backtest(
         market, EnvParams(decision_interval=390), baselines=("buy_and_hold",)
     )

@@ -13,6 +13,7 @@ import pytest
 
 from backtests import oos_test as sig
 from backtests import selection
+from backtests.metrics_model import MetricsDocument
 from backtests.verdict import (
     MIN_OOS_SESSIONS,
     LooksNow,
@@ -31,7 +32,7 @@ def _document(returns, bench, earlier=(), window="test"):
     )
     oos["held_out"] = True
     doc = {"window": window, "benchmark": "buy_and_hold", "significance_level": 0.05, "oos_test": oos}
-    return doc
+    return MetricsDocument.parse({**doc, "strategies": {"champion": {}}})
 
 
 def _noise_sharpes(count, n, seed=0):
@@ -46,10 +47,10 @@ def test_a_strong_edge_stays_significant_after_500_looks_and_noise_does_not():
     strong = bench + rng.normal(0.01, 0.01, n)  # +1%/day (the demo: +2.9%/day), t ~ 11
     earlier = _noise_sharpes(499, n)  # 499 earlier looks at overlapping windows
     doc = _document(strong, bench, earlier)
-    excess = doc["oos_test"]["excess"]["buy_and_hold"]
-    assert doc["oos_test"]["looks"] == 500
+    excess = doc.oos_test.excess["buy_and_hold"]
+    assert doc.oos_test.looks == 500
     # Sidak over 500 looks of the old floor 1/2001 was 0.22: never significant. Now:
-    assert excess["p_value"] < 1e-6 and excess["p_value_after_looks"] < 1e-3
+    assert excess.p_value < 1e-6 and excess.p_value_after_looks < 1e-3
     assert judge(doc).outcome == "significant"
     for seed in range(3):
         noise = bench + np.random.default_rng(seed + 10).normal(0.0, 0.01, n)
@@ -65,18 +66,18 @@ def test_the_verdict_is_restated_with_the_looks_counted_now():
     first = judge(doc)
     assert "1 look counted" in first.text and first.outcome == "significant"
     later = _noise_sharpes(19, n, seed=3)
-    now = restate(doc, LooksNow(sharpes=(doc["oos_test"]["sharpe_per_day"], *later), first=1))
-    oos = now["oos_test"]
-    assert oos["looks"] == 20 and oos["looks_first"] == 1
-    p = doc["oos_test"]["excess"]["buy_and_hold"]["p_value"]
-    assert oos["excess"]["buy_and_hold"]["p_value_after_looks"] == pytest.approx(sig.sidak(p, 20))
+    now = restate(doc, LooksNow(sharpes=(doc.oos_test.sharpe_per_day, *later), first=1))
+    oos = now.oos_test
+    assert oos.looks == 20 and oos.looks_first == 1
+    p = doc.oos_test.excess["buy_and_hold"].p_value
+    assert oos.excess["buy_and_hold"].p_value_after_looks == pytest.approx(sig.sidak(p, 20))
     # the PSR restated from the stored moments is the DSR over the 20 looks' Sharpe ratios
-    hurdle = sig.looks_hurdle([doc["oos_test"]["sharpe_per_day"], *later], n)
-    assert oos["psr_after_looks"] == pytest.approx(sig.psr_after_looks(returns, hurdle), rel=1e-9)
-    assert "20 looks counted now (1 when first judged)" in now["verdict"]
+    hurdle = sig.looks_hurdle([doc.oos_test.sharpe_per_day, *later], n)
+    assert oos.psr_after_looks == pytest.approx(sig.psr_after_looks(returns, hurdle), rel=1e-9)
+    assert "20 looks counted now (1 when first judged)" in now.verdict
     # the same count as recorded: "now" with no second figure
-    same = restate(doc, LooksNow(sharpes=(doc["oos_test"]["sharpe_per_day"],), first=1))
-    assert "1 look counted now," in same["verdict"] and same["verdict_outcome"] == first.outcome
+    same = restate(doc, LooksNow(sharpes=(doc.oos_test.sharpe_per_day,), first=1))
+    assert "1 look counted now," in same.verdict and same.verdict_outcome == first.outcome
     assert restate(doc, None) == doc
 
 
@@ -102,9 +103,9 @@ def test_a_p_value_at_its_resolution_limit_prints_as_a_bound():
     rng = np.random.default_rng(5)
     bench = rng.normal(0.0, 0.01, 63)
     doc = _document(bench + 0.05 + rng.normal(0.0, 1e-4, 63), bench)  # t in the hundreds
-    excess = doc["oos_test"]["excess"]["buy_and_hold"]
-    assert excess["p_value_bound"] is True and "(p < 1.0e-16)" in judge(doc).text
-    assert math.isfinite(excess["t_stat"])
+    excess = doc.oos_test.excess["buy_and_hold"]
+    assert excess.p_value_bound is True and "(p < 1.0e-16)" in judge(doc).text
+    assert math.isfinite(excess.t_stat)
 
 
 def _size_module():

@@ -3,8 +3,8 @@ out-of-sample account beats buy-and-hold and equal weight; with ``signal 0`` (th
 pipeline, nothing to learn) it beats neither.
 
 The real pipeline at a small size: 10 tickers, 51 sessions (train 20, validation 10, embargo 1, two
-folds of 10 test sessions), each fold's tournament one PPO pod of 1M env-steps at 256 envs (what the
-PPO known-answer test needs to find the signal, ``tests/test_agents_learning.py``), warm-started from
+folds of 10 test sessions), each fold's tournament one PPO pod of 1M env-steps at 256 envs (what PPO
+needs to find the planted signal at this size: docs/benchmarks.md, "Training"), warm-started from
 the incumbent, the nightly gate with its defaults, one thread. About 30 s per walk-forward on a quiet
 2-core machine: two of them make this test slow on purpose, it is the product's end-to-end claim.
 
@@ -77,11 +77,9 @@ def known_answer_config(seed: int, signal: float):
 
 def _stitched(tmp_path, seed: int, signal: float) -> dict[str, float]:
     result = run_walkforward(known_answer_config(seed, signal), tmp_path / f"s{seed}-{signal}", run="ka")
-    assert len(result.folds) == 2 and result.metrics["num_sessions"] == 20
-    strategies = result.metrics["strategies"]
-    out = {
-        name: strategies[name]["cum_returns_final"] for name in ("champion", "buy_and_hold", "equal_weight")
-    }
+    assert len(result.folds) == 2 and result.metrics.num_sessions == 20
+    strategies = result.metrics.strategies
+    out = {name: strategies[name].cum_returns_final for name in ("champion", "buy_and_hold", "equal_weight")}
     print(f"seed {seed} signal {signal}: {out}")
     return out
 

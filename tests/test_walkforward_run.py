@@ -168,15 +168,18 @@ def test_folds_gate_and_stitched_account_of_a_tiny_run(runs):
 
     doc = json.loads(run.backtest_metrics.read_text())
     assert doc["window"] == "walkforward" and doc["num_trials"] == 1 and doc["final"] is True
+    # The stitched account's capacity curve, on the final report: the account at every account size.
+    assert [row["capital"] for row in doc["capacity"]] == [1e4, 1e5, 1e6, 1e7, 1e8]
+    assert doc["estimated_capacity_rule"] in ("significant", "half_sharpe", "no_edge")
     # Every account report is a look in the home's ledger: the provisional one after each fold (the
     # folds so far) and the final span; the final verdict counts them all. The gates' looks are in the
     # run's own ledger.
     ends = [r["windows"]["test"][1] for r in records]
-    assert [(x["run_id"], x["start"], x["end"]) for x in read_looks(ledger_path(run.home))] == [
+    assert [(x.run_id, x.start, x.end) for x in read_looks(ledger_path(run.home))] == [
         ("wf", doc["start"], end) for end in ends
     ]
     assert doc["oos_test"]["looks"] == 3 and doc["oos_test"]["look"]["end"] == doc["end"]
-    assert {x["run_id"] for x in read_looks(ledger_path(run.path))} == {f"wf/fold-{k:03d}" for k in range(3)}
+    assert {x.run_id for x in read_looks(ledger_path(run.path))} == {f"wf/fold-{k:03d}" for k in range(3)}
     assert (doc["start"], doc["end"]) == (records[0]["windows"]["test"][0], records[-1]["windows"]["test"][1])
     assert {"champion", "buy_and_hold", "equal_weight", "cash"} <= set(doc["strategies"])
     assert doc["verdict_outcome"] in ("significant", "not significant", "not measurable")
@@ -248,13 +251,13 @@ def test_fold_tournaments_on_the_ray_backend(tmp_path, monkeypatch):
     for r in result.folds:
         pods = read_pods(RunDir(tmp_path, "ray").fold(r["index"]).path)
         assert len(pods) == 2 and all(p["score"] is not None for p in pods)
-    assert result.metrics["walkforward"]["num_folds"] == 2
+    assert result.metrics.walkforward.num_folds == 2
 
 
 def test_a_noise_champion_never_takes_charge_by_default(home):
     # The default first_promotion ("significant"): on windows too short to measure, no fold's
     # challenger is significant, so no champion takes charge and the account holds cash throughout.
-    from app.workflows.walkforward import run_walkforward
+    from app.walkforward.run import run_walkforward
 
     raw = {
         **TINY,
@@ -264,5 +267,5 @@ def test_a_noise_champion_never_takes_charge_by_default(home):
     }
     result = run_walkforward(parse_config(raw), home, run="quiet")
     assert [r["promoted"] for r in result.folds] == [False, False]
-    spans = result.metrics["walkforward"]["champions"]
-    assert [s["champion"] for s in spans] == ["cash"]
+    spans = result.metrics.walkforward.champions
+    assert [s.champion for s in spans] == ["cash"]

@@ -41,7 +41,6 @@ def backtest(
     from app import render
     from app.runs import RunDir
     from app.workflows.backtest import backtest_baselines, backtest_run
-    from backtests.report import json_safe
 
     home = context.home()
     if run is None and not baseline:
@@ -67,7 +66,7 @@ def backtest(
         )
         title = "Baselines on the stored data"
     if json_out:
-        typer.echo(json.dumps(json_safe(doc)))
+        typer.echo(json.dumps(doc.to_json()))
         return
     context.console.print(render.backtest_table(doc, title))
     if run is not None:

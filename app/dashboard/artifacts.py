@@ -1,6 +1,7 @@
 """Read the artifacts other stages write, without Streamlit.
 
-Every reader takes a path and returns plain data (dicts, DataFrames), or raises:
+Every reader takes a path and returns the artifact's model (``metrics.json``: its
+``backtests.metrics_model.MetricsDocument``) or plain data (DataFrames), or raises:
 - ``ArtifactMissing``: the artifact has not been written yet; the page shows an empty state that
   says which command writes it;
 - ``ArtifactCorrupt``: the file exists but cannot be read; the page shows an error naming the file.
@@ -12,8 +13,6 @@ helpers.
 
 from __future__ import annotations
 
-import json
-import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +27,9 @@ from app.nightly.record import ChampionTimeline, champion_timeline
 from app.paper import journal
 from app.runs import RunDir, RunInfo, runs_root
 from app.workflows.status import Status, gather_status
-from data.errors import PodracerError, one_line
+from backtests.metrics_model import MetricsDocument
+from backtests.metrics_model import read_metrics as read_metrics_file
+from data.errors import ArtifactError, PodracerError, one_line
 
 RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
@@ -38,23 +39,6 @@ POSITIONS_COLUMNS = ("timestamp", "strategy", "ticker", "weight")
 TRADES_COLUMNS = ("timestamp", "strategy", "ticker", "notional", "cost")
 DAILY_COLUMNS = ("date",)
 CURVE_STEP_COLUMN = "env_steps"
-# Per-strategy keys of metrics.json (ARCHITECTURE.md): floats or null.
-STRATEGY_METRICS = frozenset(
-    {
-        "cum_returns_final",
-        "annual_return",
-        "annual_volatility",
-        "sharpe_ratio",
-        "sortino_ratio",
-        "max_drawdown",
-        "calmar_ratio",
-        "turnover",
-        "costs_paid",
-        "exposure",
-        "hit_rate",
-        "probabilistic_sharpe_ratio",
-    }
-)
 
 
 class ArtifactMissing(PodracerError):
@@ -122,26 +106,15 @@ def read_fold_records(run_dir: Path) -> list[dict[str, Any]]:
 # --------------------------------------------------------------------------- backtest
 
 
-def read_metrics(run_dir: Path) -> dict[str, Any]:
-    """``<run>/backtest/metrics.json``, validated: ``strategies`` maps names to metric dicts."""
+def read_metrics(run_dir: Path) -> MetricsDocument:
+    """``<run>/backtest/metrics.json``, validated by its model (``backtests.metrics_model``)."""
     path = RunDir.at(run_dir).backtest_metrics
     if not path.is_file():
         raise ArtifactMissing(f"no backtest yet: {_backtest_fix(run_dir)}")
-    data = _read_json(path)
-    strategies = data.get("strategies") if isinstance(data, dict) else None
-    if not isinstance(strategies, dict) or not strategies:
-        raise ArtifactCorrupt(f"{path}: no 'strategies' object (is it a podracer metrics.json?)")
-    clean: dict[str, dict[str, Any]] = {}
-    for name, values in strategies.items():
-        if not isinstance(values, dict):
-            raise ArtifactCorrupt(f"{path}: strategy {name!r} is not an object")
-        # The metrics the dashboard shows must be numbers; extra keys a later backtest may add
-        # (labels, nested details) are kept as they are.
-        clean[str(name)] = {
-            str(k): _as_float(v, path, f"{name}.{k}") if k in STRATEGY_METRICS else v
-            for k, v in values.items()
-        }
-    return {**data, "strategies": clean}
+    try:
+        return read_metrics_file(path)
+    except ArtifactError as err:
+        raise ArtifactCorrupt(str(err)) from None
 
 
 def read_equity(run_dir: Path) -> pd.DataFrame:
@@ -303,17 +276,6 @@ def _backtest_fix(run_dir: Path) -> str:
     return f"run `podracer backtest {Path(run_dir).name}`"
 
 
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise ArtifactCorrupt(
-            f"{path} is corrupt: {err.msg} at line {err.lineno} column {err.colno}"
-        ) from err
-    except (OSError, UnicodeDecodeError) as err:
-        raise ArtifactCorrupt(f"{path} cannot be read: {one_line(err)}") from err
-
-
 def _read_parquet(path: Path, required: tuple[str, ...], run_dir: Path, fix: str) -> pd.DataFrame:
     """The parquet file at ``path``; missing -> ``ArtifactMissing`` that says ``fix`` (what writes it)."""
     if not path.is_file():
@@ -355,16 +317,6 @@ def _plain_labels(frame: pd.DataFrame, columns: tuple[str, ...]) -> pd.DataFrame
             labels = np.append(frame[col].cat.categories.astype(str).to_numpy(dtype=object), None)
             frame[col] = labels[codes]  # code -1 (missing) picks the trailing None
     return frame
-
-
-def _as_float(value: Any, path: Path, where: str) -> float | None:
-    """A metric value: a finite float, or None for null/NaN (the backtest writes null for 'undefined')."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ArtifactCorrupt(f"{path}: {where} is {value!r}, expected a number or null")
-    value = float(value)
-    return value if math.isfinite(value) else None
 
 
 def _frame(rows: Any) -> pd.DataFrame:

@@ -7,18 +7,18 @@ No Streamlit here, so every function is unit-tested directly against the strings
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 import pandas as pd
 
 from app.dashboard.formatting import (
     Kind,
-    finite_or_none,
     format_delta,
     format_full,
     format_metric,
     strategy_label,
 )
+from backtests.metrics_model import MetricsDocument
 from backtests.verdict import ANNUALIZED_KEYS, ANNUALIZED_MIN_SESSIONS
 
 BENCHMARK_DEFAULT = "buy_and_hold"
@@ -82,16 +82,15 @@ class Card:
     delta_arrow: Literal["auto", "off"] = "auto"  # "off" for a delta that is a note, not a difference
 
 
-def benchmark_name(metrics: dict[str, Any]) -> str | None:
+def benchmark_name(metrics: MetricsDocument) -> str | None:
     """The benchmark strategy named by metrics.json (default buy_and_hold), if present."""
-    strategies = metrics.get("strategies", {})
-    name = metrics.get("benchmark") or BENCHMARK_DEFAULT
-    return name if name in strategies else None
+    name = metrics.benchmark or BENCHMARK_DEFAULT
+    return name if name in metrics.strategies else None
 
 
-def champion_name(metrics: dict[str, Any]) -> str | None:
+def champion_name(metrics: MetricsDocument) -> str | None:
     """``champion`` if present, else the first strategy that is neither the benchmark nor a baseline."""
-    strategies = list(metrics.get("strategies", {}))
+    strategies = list(metrics.strategies)
     if CHAMPION_DEFAULT in strategies:
         return CHAMPION_DEFAULT
     bench = benchmark_name(metrics)
@@ -104,25 +103,25 @@ def champion_name(metrics: dict[str, Any]) -> str | None:
 # ANNUALIZED_MIN_SESSIONS sessions (metrics.json ``annualized_min_sessions``), and the cards say why.
 
 
-def short_window(metrics: dict[str, Any]) -> tuple[int, int] | None:
+def short_window(metrics: MetricsDocument) -> tuple[int, int] | None:
     """``(sessions, minimum)`` when metrics.json says the window is too short to annualize, else None.
 
     Older runs carry neither key: they are taken at face value (their annual figures are shown).
     """
-    sessions = metrics.get("num_sessions")
-    minimum = metrics.get("annualized_min_sessions") or ANNUALIZED_MIN_SESSIONS
-    if isinstance(sessions, int | float) and not isinstance(sessions, bool) and sessions < minimum:
-        return int(sessions), int(minimum)
+    sessions = metrics.num_sessions
+    minimum = metrics.annualized_min_sessions or ANNUALIZED_MIN_SESSIONS
+    if sessions is not None and sessions < minimum:
+        return sessions, minimum
     return None
 
 
-def metric_cards(metrics: dict[str, Any], strategy: str, versus: str | None = None) -> list[Card]:
+def metric_cards(metrics: MetricsDocument, strategy: str, versus: str | None = None) -> list[Card]:
     """Cards for ``strategy``; with ``versus``, each card's delta is strategy minus versus.
 
     Values are short (``format_metric``); the tooltip carries the exact value and the benchmark's.
     """
-    values = metrics["strategies"][strategy]
-    other = metrics["strategies"].get(versus) if versus else None
+    values = metrics.strategies[strategy]
+    other = metrics.figures_of(versus)
     short = short_window(metrics)
     cards = []
     for spec in CARD_METRICS:
@@ -160,7 +159,7 @@ def metric_cards(metrics: dict[str, Any], strategy: str, versus: str | None = No
     return cards
 
 
-def short_window_note(metrics: dict[str, Any]) -> str | None:
+def short_window_note(metrics: MetricsDocument) -> str | None:
     """The caption under the cards when annual figures are withheld, else None."""
     short = short_window(metrics)
     if short is None:
@@ -171,12 +170,9 @@ def short_window_note(metrics: dict[str, Any]) -> str | None:
     )
 
 
-def pbo_logits(metrics: dict[str, Any]) -> list[float]:
+def pbo_logits(metrics: MetricsDocument) -> list[float]:
     """The finite PBO logits of metrics.json (empty for older runs)."""
-    raw = metrics.get("pbo_logits")
-    if not isinstance(raw, list):
-        return []
-    return [v for v in (finite_or_none(x) for x in raw) if v is not None]
+    return [v for v in metrics.pbo_logits if v is not None]
 
 
 def card_notes(cards: list[Card] | None = None) -> str:
@@ -189,10 +185,10 @@ def card_notes(cards: list[Card] | None = None) -> str:
     )
 
 
-def comparison_table(metrics: dict[str, Any]) -> pd.DataFrame:
+def comparison_table(metrics: MetricsDocument) -> pd.DataFrame:
     """Every strategy (rows) by every metric (columns), formatted."""
     rows = {}
-    for name, values in metrics.get("strategies", {}).items():
+    for name, values in metrics.strategies.items():
         rows[strategy_label(name)] = {
             spec.label: format_metric(values.get(spec.key), spec.kind) for spec in TABLE_METRICS
         }
@@ -201,31 +197,30 @@ def comparison_table(metrics: dict[str, Any]) -> pd.DataFrame:
     return table
 
 
-def window_caption(metrics: dict[str, Any]) -> str:
+def window_caption(metrics: MetricsDocument) -> str:
     """One line saying which window and conventions the numbers use."""
     parts = []
-    if metrics.get("window"):
-        parts.append(f"{metrics['window']} window")
-    if metrics.get("start") and metrics.get("end"):
-        parts.append(f"{metrics['start']} to {metrics['end']}")
-    if metrics.get("period"):
-        parts.append(f"{metrics['period']} returns")
-    if metrics.get("annualization"):
-        parts.append(f"annualization {metrics['annualization']}")
-    if metrics.get("num_sessions") is not None:
-        parts.append(f"{metrics['num_sessions']} sessions")
-    if metrics.get("num_trials") is not None:
-        parts.append(f"{metrics['num_trials']} trial(s) tried")
+    if metrics.window:
+        parts.append(f"{metrics.window} window")
+    if metrics.start and metrics.end:
+        parts.append(f"{metrics.start} to {metrics.end}")
+    if metrics.period:
+        parts.append(f"{metrics.period} returns")
+    if metrics.annualization:
+        parts.append(f"annualization {metrics.annualization}")
+    if metrics.num_sessions is not None:
+        parts.append(f"{metrics.num_sessions} sessions")
+    if metrics.num_trials is not None:
+        parts.append(f"{metrics.num_trials} trial(s) tried")
     costs = costs_caption(metrics)
     if costs:
         parts.append(costs)
     return " · ".join(parts)
 
 
-def costs_caption(metrics: dict[str, Any]) -> str | None:
+def costs_caption(metrics: MetricsDocument) -> str | None:
     """ "costs 0.20% + 1 bp" from metrics.json's cost_rate and slippage_bps (older runs: None)."""
-    rate = finite_or_none(metrics.get("cost_rate"))
-    slip = finite_or_none(metrics.get("slippage_bps"))
+    rate, slip = metrics.cost_rate, metrics.slippage_bps
     if rate is None and slip is None:
         return None
     parts = [f"{rate * 100:.2f}%" if rate is not None else None, f"{slip:g} bp" if slip is not None else None]

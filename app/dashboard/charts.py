@@ -8,11 +8,14 @@ chart (keeps the worst drawdown exactly).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
 from app.dashboard.formatting import strategy_label
+from backtests.metrics_model import CapacityRow
 
 MAX_POINTS = 2000
 MAX_AREA_TICKERS = 12
@@ -401,10 +404,10 @@ def pbo_histogram(logits: list[float], pbo: float | None = None) -> go.Figure:
     return fig
 
 
-def capacity_figure(rows: list[dict], estimated: float | None = None) -> go.Figure:
+def capacity_figure(rows: Sequence[CapacityRow], estimated: float | None = None) -> go.Figure:
     """The capacity curve: net period return of the strategy and the baselines against the account size
     (log axis), the strategy's net Sharpe on a second axis, the estimated capacity marked."""
-    frame = pd.DataFrame(rows)
+    frame = pd.DataFrame([row.model_dump() for row in rows])
     fig = go.Figure()
     fig.add_trace(
         go.Scatter(

@@ -19,6 +19,7 @@ import streamlit as st
 from app.dashboard import artifacts
 from app.runs import RunDir, RunInfo
 from backtests import looks
+from backtests.metrics_model import MetricsDocument
 
 # Entries kept per loader; a handful of runs is what a person flips between.
 _MAX_ENTRIES = 16
@@ -70,7 +71,7 @@ def _backtest(run_dir: Path, name: str) -> Any:
     return _backtest_file(str(run_dir), name, signature(path))
 
 
-def metrics(run_dir: Path) -> dict[str, Any]:
+def metrics(run_dir: Path) -> MetricsDocument:
     """``metrics.json`` of the run's backtest, its verdict stated with the looks the home's ledger
     counts now (``backtests.looks.restated``; cached until the file or the ledger changes)."""
     home = Path(run_dir).resolve().parents[1]  # <home>/runs/<run>
@@ -79,7 +80,7 @@ def metrics(run_dir: Path) -> dict[str, Any]:
 
 
 @st.cache_data(max_entries=_MAX_ENTRIES, show_spinner=False)
-def _metrics(run_dir: str, home: str, sig: tuple) -> dict[str, Any]:
+def _metrics(run_dir: str, home: str, sig: tuple) -> MetricsDocument:
     return looks.restated(artifacts.read_metrics(Path(run_dir)), home)
 
 

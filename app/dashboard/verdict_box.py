@@ -7,8 +7,9 @@ verdict was stored, judged once by the same module); nothing here re-derives it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
+from backtests.metrics_model import MetricsDocument
 from backtests.verdict import Outcome, stated_verdict
 
 BoxKind = Literal["success", "warning", "info"]
@@ -29,7 +30,7 @@ class VerdictBox:
     diagnostics: str = ""
 
 
-def verdict_box(metrics: dict[str, Any]) -> VerdictBox | None:
+def verdict_box(metrics: MetricsDocument) -> VerdictBox | None:
     """The box for the verdict ``metrics`` states; None when it states none."""
     verdict = stated_verdict(metrics)
     if verdict is None:

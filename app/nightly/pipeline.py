@@ -180,16 +180,17 @@ def run_retrain(
                 "role": SELECTION,
                 "challenger": dict(evaluation.challenger),
                 "champion": dict(evaluation.champion) if evaluation.champion is not None else None,
-                "challenger_test": dict(evaluation.test),
+                "challenger_test": evaluation.test.model_dump(exclude_unset=True) if evaluation.test else {},
                 "challenger_edge": edge.text if edge is not None else None,
             }
             # The DSR over the looks counted: the Sharpe half of the significance check.
-            info["num_trials"] = int(evaluation.test.get("looks") or 1)
+            test = evaluation.test
+            info["num_trials"] = (test.looks if test is not None else None) or 1
             ch_fit = finite(evaluation.challenger.get("fitness"))
             champ_fit = (
                 finite(evaluation.champion.get("fitness")) if evaluation.champion is not None else None
             )
-            ch_dsr = finite(evaluation.test.get("psr_after_looks"))
+            ch_dsr = test.psr_after_looks if test is not None else None
             info.update(challenger_fitness=ch_fit, champion_fitness=champ_fit, challenger_dsr=ch_dsr)
             reached("evaluate")
 

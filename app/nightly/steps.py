@@ -50,6 +50,7 @@ from app.nightly.record import SELECTION
 from app.runs import RunDir
 from app.workflows.backtest import selection_inputs
 from backtests import engine, report, scoring
+from backtests.metrics_model import OosTest
 from backtests.verdict import EdgeVerdict, stated_verdict
 from data.atomic import atomic_write_json, replace_dir
 from data.errors import CheckpointError, ConfigError, PodracerError
@@ -98,7 +99,7 @@ class Evaluation:
     challenger: Mapping[str, float | None]  # metrics, incl. "fitness"
     champion: Mapping[str, float | None] | None  # None when there is no champion yet
     edge: EdgeVerdict | None  # the challenger's verdict (backtests.verdict), None without a test
-    test: Mapping[str, Any] = field(default_factory=dict)  # its metrics.json "oos_test" block
+    test: OosTest | None = None  # its metrics.json "oos_test" block (None without one)
 
 
 @dataclass(frozen=True)
@@ -394,10 +395,8 @@ def score_step(
         tearsheet=config.nightly.tearsheet,
     )
     # The promotion gate decides on this window: these are selection figures (app.nightly.record).
-    atomic_write_json(
-        run.backtest_metrics,
-        report.json_safe({**doc, "role": SELECTION, "role_note": "the nightly gate decided on this window"}),
-    )
+    doc = doc.model_copy(update={"role": SELECTION, "role_note": "the nightly gate decided on this window"})
+    doc.write(run.backtest_metrics)
     for name, how in normalization.items():
         metrics[name]["normalization"] = how
     return Evaluation(
@@ -406,7 +405,7 @@ def score_step(
         challenger=metrics["challenger"],
         champion=metrics.get("champion") if champion is not None else None,
         edge=stated_verdict(doc),
-        test=report.json_safe(doc["oos_test"] or {}),
+        test=doc.oos_test,
     )
 
 

@@ -23,7 +23,8 @@ from app.evaluation import check_policy_fits, policy_digest
 from app.runs import RunDir
 from app.walkforward.judging import write_account_report
 from backtests.engine import BacktestResult
-from backtests.stitched import run_stitched
+from backtests.metrics_model import ChampionSpan, MetricsDocument, WalkForwardSummary
+from backtests.stitched import run_stitched, run_stitched_capacity
 from data.features import DEFAULT_WINDOWS, feature_names, normalize
 from data.fold_market import raw_features
 from data.market import MarketData
@@ -103,6 +104,11 @@ class StitchedAccount:
                 check_policy_fits(policy, market, self.params)
         return run_stitched(market, self.params, self.policies, self.switch_bars, device=self.device)
 
+    def capacity(self) -> BacktestResult:
+        """The account and the baselines at every account size of ``backtests.capacity``, one pass."""
+        market = self.market()
+        return run_stitched_capacity(market, self.params, self.policies, self.switch_bars, device=self.device)
+
     def report(
         self,
         run: RunDir,
@@ -113,7 +119,7 @@ class StitchedAccount:
         tearsheet: bool = False,
         home: Path | None = None,
         final: bool = False,
-    ) -> dict[str, Any]:
+    ) -> MetricsDocument:
         """The report of ``result`` (default: a fresh :meth:`run`) for the folds ``records``, ``final``
         once the last fold is done; with ``home`` its look (the policies in charge, keyed by their
         weights) is counted in the home's ledger (``app.walkforward.judging.write_account_report``)."""
@@ -126,11 +132,14 @@ class StitchedAccount:
             final=final,
             policy=policy_digest(*self._loaded),
             tearsheet=tearsheet,
-            extra={"walkforward": walkforward_fields(records, config)},
+            walkforward=walkforward_fields(records, config),
+            # The capacity curve once, on the final report (a replay at five sizes per fold would
+            # double every provisional report's time).
+            capacity=self.capacity() if final else None,
         )
 
 
-def walkforward_fields(records: Sequence[Mapping[str, Any]], config: Any) -> dict[str, Any]:
+def walkforward_fields(records: Sequence[Mapping[str, Any]], config: Any) -> WalkForwardSummary:
     """metrics.json ``walkforward``: the settings, one row per fold and the champions' spans."""
     rows = []
     for r in records:
@@ -149,12 +158,12 @@ def walkforward_fields(records: Sequence[Mapping[str, Any]], config: Any) -> dic
                 "test": r.get("test") or {},
             }
         )
-    return {
-        "settings": config.walkforward.model_dump(mode="json"),
-        "num_folds": len(records),
-        "folds": rows,
-        "champions": champion_spans(records),
-    }
+    return WalkForwardSummary(
+        settings=config.walkforward.model_dump(mode="json"),
+        num_folds=len(records),
+        folds=rows,
+        champions=[ChampionSpan(**span) for span in champion_spans(records)],
+    )
 
 
 def champion_name(record: Mapping[str, Any]) -> str:

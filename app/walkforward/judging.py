@@ -19,7 +19,6 @@ when either rule changes.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -32,8 +31,8 @@ from app.nightly.steps import ChallengerRun, DataSnapshot, gate_significance_lev
 from app.runs import RunDir
 from backtests import report
 from backtests.engine import BacktestResult
+from backtests.metrics_model import MetricsDocument, WalkForwardSummary, read_metrics
 from backtests.verdict import judge, stated_verdict, verdict_fields
-from data.atomic import atomic_write_json
 from data.features import DEFAULT_WINDOWS, lookback
 from data.market import MarketData
 
@@ -141,20 +140,20 @@ def replay_gate(
             "significance_level": gate_significance_level(config),
             "edge": edge.text if edge is not None else None,
             "edge_outcome": edge.outcome if edge is not None else None,
-            "looks": evaluation.test.get("looks"),
+            "looks": evaluation.test.looks if evaluation.test is not None else None,
         },
     )
 
 
-def _label_gate_window(run: RunDir, window: str) -> dict[str, Any]:
+def _label_gate_window(run: RunDir, window: str) -> MetricsDocument:
     """The gate's report names its window for what it is in a walk-forward, and its verdict is judged
     again for it (on the validation window: "on the selection window", never "out of sample")."""
-    doc = json.loads(run.backtest_metrics.read_text(encoding="utf-8"))
-    doc.update(window=window, role_note=f"the walk-forward's gate decided on this fold's {window} window")
-    oos = doc.get("oos_test")
-    if isinstance(oos, dict) and isinstance(oos.get("strategy"), str):
-        doc.update(verdict_fields(judge(doc, oos["strategy"])))
-    atomic_write_json(run.backtest_metrics, doc)
+    note = f"the walk-forward's gate decided on this fold's {window} window"
+    doc = read_metrics(run.backtest_metrics).model_copy(update={"window": window, "role_note": note})
+    oos = doc.oos_test
+    if oos is not None and oos.strategy is not None:
+        doc = doc.model_copy(update=verdict_fields(judge(doc, oos.strategy)))
+    doc.write(run.backtest_metrics)
     return doc
 
 
@@ -165,13 +164,14 @@ def write_account_report(
     config: Any,
     home: Path | None,
     tearsheet: bool,
-    extra: Mapping[str, Any],
+    walkforward: WalkForwardSummary,
     final: bool = True,
     policy: str = "",
-) -> dict[str, Any]:
+    capacity: BacktestResult | None = None,
+) -> MetricsDocument:
     """The stitched account's report in ``<run>/backtest/`` (the account as ``champion``, the baselines
-    beside it), its out-of-sample test over the span so far, with ``extra`` (the walk-forward's keys)
-    merged into its metrics.json; ``final``: the last fold is done. Every report shows held-out
+    beside it), its out-of-sample test over the span so far, with ``walkforward`` (the folds and
+    champions) in its metrics.json; ``final``: the last fold is done. Every report shows held-out
     returns of the selected policies, so each is a look: with ``home`` it is counted in the home's
     looks ledger (keyed by ``policy``, the digest of the policies in charge) and its verdict stated
     with the looks counted now; a provisional report (not ``final``) is one look at the folds so far.
@@ -195,18 +195,19 @@ def write_account_report(
         significance_level=config.backtest.significance_level,
         seed=config.tournament.seed,
         market=identity,
+        capacity=capacity,
+        max_participation=params.max_participation,
         **look_arguments(counted),
     )
     # The account selected nothing itself: each fold's tournament did, and its gate report says how.
     diagnostics = "selection diagnostics: each fold's own, in its gate report (folds/fold-<k>/backtest/)"
-    doc = report.json_safe(
-        {
-            **doc,
+    doc = doc.model_copy(
+        update={
             "window": ACCOUNT_WINDOW,
             "final": final,
-            "verdict_diagnostics": diagnostics if doc.get("verdict_outcome") else None,
-            **extra,
+            "verdict_diagnostics": diagnostics if doc.verdict_outcome else None,
+            "walkforward": walkforward,
         }
     )
-    atomic_write_json(run.backtest_metrics, doc)
+    doc.write(run.backtest_metrics)
     return doc

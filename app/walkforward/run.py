@@ -58,6 +58,7 @@ from app.runs import RunDir, new_id
 from app.walkforward.account import StitchedAccount
 from app.walkforward.judging import replay_gate
 from app.walkforward.plan import FoldPlan, fold_config, plan_folds
+from backtests.metrics_model import MetricsDocument
 from backtests.stitched import segment_figures
 from data.errors import ConfigError, PodracerError
 from data.fold_market import FoldMarket, fold_market
@@ -76,7 +77,7 @@ class WalkForwardResult:
     run_id: str
     run_dir: Path
     folds: list[dict[str, Any]]  # the fold records
-    metrics: dict[str, Any]  # the stitched account's metrics.json
+    metrics: MetricsDocument  # the stitched account's metrics.json
     seconds: float
     peak_rss_mb: dict[str, float]
 

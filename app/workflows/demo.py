@@ -27,6 +27,7 @@ from app.config import Config, load_config
 from app.runs import RunDir
 from app.workflows.backtest import backtest_run
 from app.workflows.training import TournamentProgress, train_tournament
+from backtests.metrics_model import StrategyMetrics
 from data.errors import ConfigError
 from data.loader import load_market
 
@@ -210,8 +211,7 @@ def run_demo(
     timings["backtest_s"] = time.perf_counter() - t0
     say(f"[3/3] backtest: wrote {run_dir.backtest} [{timings['backtest_s']:.1f} s]")
     timings["total_s"] = sum(timings.values())
-    strategies = doc["strategies"]
-    bench = doc.get("benchmark", "buy_and_hold")
+    none = StrategyMetrics()
     return {
         "run_id": run_id,
         "run_dir": str(run_dir.path),
@@ -223,17 +223,17 @@ def run_demo(
         "pods_failed": summary.pods_failed,
         "env_steps": summary.env_steps,
         "champion": champion,
-        "window": {"start": doc["start"], "end": doc["end"]},
-        "annualization": doc["annualization"],
+        "window": {"start": doc.start, "end": doc.end},
+        "annualization": doc.annualization,
         "metrics": {
-            "champion": strategies.get("champion", {}),
-            "buy_and_hold": strategies.get(bench, {}),
-            "equal_weight": strategies.get("equal_weight", {}),
+            "champion": (doc.strategies.get("champion") or none).model_dump(),
+            "buy_and_hold": (doc.figures_of(doc.benchmark or "buy_and_hold") or none).model_dump(),
+            "equal_weight": (doc.strategies.get("equal_weight") or none).model_dump(),
         },
-        "num_trials": doc["num_trials"],
-        "pbo": doc.get("pbo"),
-        "verdict": doc.get("verdict"),
-        "verdict_diagnostics": doc.get("verdict_diagnostics"),
+        "num_trials": doc.num_trials,
+        "pbo": doc.pbo,
+        "verdict": doc.verdict,
+        "verdict_diagnostics": doc.verdict_diagnostics,
         "timings": timings,
         "document": doc,
     }

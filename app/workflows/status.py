@@ -429,7 +429,7 @@ def gather_status(
         champion=champion,
         last_decision=last,
         next_retrain=next_retrain,
-        heartbeat=asdict(beat) if beat is not None else None,
+        heartbeat=beat.model_dump() if beat is not None else None,
         heartbeat_age_s=age,
         loop=loop,
         switch_pending=pending,

@@ -59,7 +59,7 @@ with ui.guard("returns"):
         table, title = series.daily_returns_table(daily[name]), f"Daily returns: {label}"
     ui.plot(charts.monthly_heatmap(table, title), key="heatmap-chart")
 
-capacity = (metrics or {}).get("capacity") or []
+capacity = (metrics.capacity or []) if metrics is not None else []
 if capacity:
     with ui.guard("capacity"):
         st.subheader("Capacity: how much money the strategy can run")
@@ -69,21 +69,21 @@ if capacity:
             "square-root impact): bigger accounts pay more for the same decisions. Estimated capacity: "
             + capacity_rule_text(metrics)
         )
-        ui.plot(charts.capacity_figure(capacity, metrics.get("estimated_capacity")), key="capacity")
+        ui.plot(charts.capacity_figure(capacity, metrics.estimated_capacity), key="capacity")
 
 logits = cards.pbo_logits(metrics) if metrics is not None else []
 if logits:
     with ui.guard("pbo"):
         st.subheader("Probability of backtest overfitting: does the ranking among pods carry information?")
-        pbo = metrics.get("pbo")
+        pbo = metrics.pbo
         st.caption(
             f"{len(logits)} combinatorial splits of the validation window over "
-            f"{metrics.get('num_trials', '?')} pods: on each, the pod best in-sample is ranked out of "
+            f"{metrics.num_trials if metrics.num_trials is not None else '?'} pods: on each, the pod best in-sample is ranked out of "
             "sample; the PBO is the share of splits where it fell below the median (logit <= 0). Near "
             "0.5 the pods' order is noise, which it also is when the top pods learned the same edge: "
             "it diagnoses the ranking step, not the champion's edge (the verdict above tests that)."
         )
-        ui.plot(charts.pbo_histogram(logits, pbo if isinstance(pbo, int | float) else None), key="pbo")
+        ui.plot(charts.pbo_histogram(logits, pbo), key="pbo")
 
 tearsheet = artifacts.tearsheet_path(run_dir) if metrics is not None else None
 if tearsheet is not None:

@@ -12,9 +12,9 @@ run_dir = ui.require_run()
 
 try:
     metrics = loaders.metrics(run_dir)
+    frequency = {"positions": metrics.positions_frequency, "trades": metrics.trades_frequency}
 except PodracerError:
-    metrics = {}  # the blocks below say what is missing
-frequency = {k: metrics.get(f"{k}_frequency") for k in ("positions", "trades")}
+    frequency = {}  # the blocks below say what is missing
 if "session" in frequency.values():
     # The report summarizes very long runs per session (see backtests/report.py).
     st.caption(

@@ -57,7 +57,8 @@ if records:
         with st.expander("Why each fold's gate decided as it did"):
             for fold, gate, reason in zip(frame["fold"], frame["gate"], frame["gate reason"], strict=True):
                 st.markdown(f"- fold {fold} ({gate}): {reason}")
-        spans = ((metrics or {}).get("walkforward") or {}).get("champions") or []
+        summary = metrics.walkforward if metrics is not None else None
+        spans = [span.model_dump() for span in summary.champions] if summary is not None else []
         if spans:
             st.caption("Which champion traded which sessions")
             st.markdown(tables.markdown_table(walkforward_view.spans_frame(spans).set_index("champion")))
