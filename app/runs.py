@@ -32,8 +32,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from app.walkforward.record import FoldRecord
 from data.artifact import Artifact, Figure
-from data.atomic import atomic_write_json
 from data.errors import ArtifactError, ConfigError, PodracerError
 
 RUNS = "runs"
@@ -285,26 +285,18 @@ class RunDir:
         """The record of a completed fold (``folds/fold-<index>/fold.json``), written once, atomically."""
         return self.fold(index).path / FOLD_RECORD
 
-    def write_fold_record(self, index: int, data: Mapping[str, Any]) -> None:
+    def write_fold_record(self, index: int, record: FoldRecord) -> None:
         """Write the record of fold ``index`` (atomically: a fold is recorded whole or not at all)."""
-        atomic_write_json(self.fold_record(index), dict(data))
+        record.write(self.fold_record(index))
 
     def fold_record_files(self) -> list[Path]:
         """The record files of the completed folds (a fold still running has none)."""
         return sorted(self.folds.glob(f"fold-*/{FOLD_RECORD}")) if self.folds.is_dir() else []
 
-    def fold_records(self) -> list[dict[str, Any]]:
-        """The records of the completed folds, in fold order."""
-        out = []
-        for path in self.fold_record_files():
-            try:
-                data = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, json.JSONDecodeError, UnicodeDecodeError) as err:
-                raise PodracerError(f"{path}: not a fold record ({err})") from None
-            if not isinstance(data, dict):
-                raise PodracerError(f"{path}: expected a JSON object")
-            out.append(data)
-        return sorted(out, key=lambda d: int(d.get("index", 0)))
+    def fold_records(self) -> list[FoldRecord]:
+        """The records of the completed folds, validated, in fold order (a malformed record or one from
+        a newer schema version: a one-line error naming the file)."""
+        return sorted((FoldRecord.read(path) for path in self.fold_record_files()), key=lambda r: r.index)
 
     def exists(self) -> bool:
         return self.path.is_dir()
