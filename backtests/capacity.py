@@ -189,9 +189,10 @@ def curve_lines(doc: MetricsDocument) -> list[str]:
         part, capped = row.mean_participation, row.capped_share
         part_text = "n/a" if part is None else f"{100 * part:.3f}%"
         capped_text = "n/a" if capped is None else f"{100 * capped:.0f}%"
+        costs_text = "n/a" if row.costs_paid is None else f"{100 * row.costs_paid:.2f}%"
         lines.append(
             f"  {money(row.capital):>7}  {num(row.sharpe_ratio, '6.2f')}"
-            f"  {pct(row.cum_returns_final):>8}  {pct(row.costs_paid):>7}"
+            f"  {pct(row.cum_returns_final):>8}  {costs_text:>7}"
             f"  {part_text:>9}  {capped_text:>6}  {row.verdict_outcome or 'n/a'}"
         )
     lines.append(f"  estimated capacity: {capacity_rule_text(doc)}")

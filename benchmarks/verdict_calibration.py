@@ -50,7 +50,7 @@ LEVEL = 0.05
 #: The one-sided 95% upper bound of the null rate must stay at or below this.
 MAX_RATE = 0.075
 #: Signal levels whose daily lag-1 autocorrelation spans 0.02 .. 0.2 (docs/data.md).
-POWER_SIGNALS = (0.05, 0.1, 0.25, 0.4)
+POWER_SIGNALS = (0.07, 0.15, 0.25, 0.4)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

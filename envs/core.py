@@ -205,9 +205,11 @@ def _execute(
         if mode is not None:
             dust &= mode != EXIT
         sell = sell.masked_fill_(dust, 0.0)
-    sell_notional = rowsum(sell * px_open * (1.0 - execution.fill_frac(params, sell, impact)))
+    # One of buy0 and sell is 0 per asset: one frac prices both.
+    frac = execution.fill_frac(params, buy0 + sell, impact)
+    sell_notional = rowsum(sell * px_open * (1.0 - frac))
     available = cash + sell_notional * (1.0 - rate)
-    needed0 = rowsum(buy0 * px_open * (1.0 + execution.fill_frac(params, buy0, impact))) * (1.0 + rate)
+    needed0 = rowsum(buy0 * px_open * (1.0 + frac)) * (1.0 + rate)
     scale = torch.where(needed0 > available, available / needed0.clamp(min=_TINY), 1.0)
     buy = buy0.mul_(scale.to(buy0.dtype).unsqueeze(1))
     if whole:

@@ -65,6 +65,65 @@ static inline float fill_frac(float q, float impact, float coef, float half)
     return f > 1.0f ? 1.0f : f;
 }
 
+/* The execution model's two passes over an env's row (envs/core.py's _execute). Pass 1: the orders in
+   tr[] (shares mode: sells not yet limited to holdings) capped by the fill bar's volume (an EXIT, fm,
+   is not), dust sells dropped; sums the sells' proceeds and the buys priced at their capped size;
+   leaves the capped buy in tr[] and sell in nsh[]. Pass 2: the buys scaled for cash (floored in
+   shares mode), those under the minimum dropped, the rest priced at their own size; leaves the trade
+   in tr[] and the new holdings in nsh[]. Branch-free (selects; no cap is an infinite limit, chosen by
+   a select: 0 volume x inf would be NaN), inlined with constant `whole` / `fm` so each copy vectorizes. */
+static inline __attribute__((always_inline)) void exec_pass1(
+    int64_t A, int whole, const uint8_t *fm, float *tr, float *nsh, const float *sh, const float *po,
+    const float *vol, const float *imp, float mp, float mn, float coef, float half, double *sells_out,
+    double *buys_out)
+{
+    double sells = 0.0, buys0 = 0.0;
+    const int capped_volume = mp > 0.0f;
+#pragma omp simd reduction(+ : sells, buys0)
+    for (int64_t j = 0; j < A; ++j) {
+        const float d = tr[j];
+        const int exit = fm ? fm[j] == FILL_EXIT : 0;
+        const float buy0 = clamp_min_f(d, 0.0f);
+        float sell = clamp_min_f(-d, 0.0f);
+        if (whole) sell = minimum_f(sell, sh[j]);
+        float lim = vol[j] * mp;
+        if (whole) lim = floorf(lim);
+        lim = (exit | !capped_volume) ? INFINITY : lim;
+        const float buy = buy0 < lim ? buy0 : lim;
+        sell = sell < lim ? sell : lim;
+        sell = (sell * po[j] < mn && !exit) ? 0.0f : sell;
+        /* One of buy and sell is 0: one frac serves both. */
+        const float f = fill_frac(buy + sell, imp[j], coef, half);
+        sells += (double)(sell * po[j] * (1.0f - f));
+        buys0 += (double)(buy * po[j] * (1.0f + f));
+        tr[j] = buy;
+        nsh[j] = sell;
+    }
+    *sells_out = sells;
+    *buys_out = buys0;
+}
+
+static inline __attribute__((always_inline)) void exec_pass2(
+    int64_t A, int whole, float scale_f, float *tr, float *nsh, const float *sh, const float *po,
+    const float *pc, const float *imp, float mn, float coef, float half, double *buys_out, double *pos_out)
+{
+    double buys = 0.0, pos_sum = 0.0;
+#pragma omp simd reduction(+ : buys, pos_sum)
+    for (int64_t j = 0; j < A; ++j) {
+        float buy = tr[j] * scale_f;
+        if (whole) buy = floorf(buy);
+        buy = buy * po[j] < mn ? 0.0f : buy;
+        buys += (double)(buy * po[j] * (1.0f + fill_frac(buy, imp[j], coef, half)));
+        const float traded = buy - nsh[j];
+        const float ns = sh[j] + traded;
+        tr[j] = traded;
+        nsh[j] = ns;
+        pos_sum += (double)(pc[j] * ns);
+    }
+    *buys_out = buys;
+    *pos_out += pos_sum;
+}
+
 /* Returns -1 if any action is NaN or inf, -2 if a decision bar is outside [0, n_bars - 1 - k] (the
    outputs are then garbage and the caller raises), else the number of envs whose episode ended. */
 int64_t podracer_step(
@@ -224,47 +283,19 @@ int64_t podracer_step(
             const float half = (float)p[P_HALF], coef = (float)p[P_IMPACT_COEF];
             const float mp = (float)p[P_MAX_PARTICIPATION], mn = (float)p[P_MIN_NOTIONAL];
             const int whole = action_mode == MODE_SHARES;
-            double sells = 0.0, buys0 = 0.0;
-            /* Branch-free (selects), so that the loops vectorize: no cap is an infinite limit (a select,
-               not a product: 0 volume x inf would be NaN), no minimum is 0. */
-            const int capped_volume = mp > 0.0f;
-#pragma omp simd reduction(+ : sells, buys0)
-            for (int64_t j = 0; j < A; ++j) {
-                const float d = tr[j];
-                const int exit = fm != NULL && fm[j] == FILL_EXIT;
-                float buy = clamp_min_f(d, 0.0f);
-                float sell = clamp_min_f(-d, 0.0f);
-                if (whole) sell = minimum_f(sell, sh[j]);
-                float lim = vol[j] * mp;
-                if (whole) lim = floorf(lim);
-                lim = (exit || !capped_volume) ? INFINITY : lim;
-                buy = buy < lim ? buy : lim;
-                sell = sell < lim ? sell : lim;
-                sell = (sell * po[j] < mn && !exit) ? 0.0f : sell;
-                /* One of buy and sell is 0: one frac serves both. */
-                const float f = fill_frac(buy + sell, imp[j], coef, half);
-                sells += (double)(sell * po[j] * (1.0f - f));
-                buys0 += (double)(buy * po[j] * (1.0f + f));
-                tr[j] = buy;   /* the capped buy and sell until the last pass */
-                nsh[j] = sell;
-            }
+            double sells = 0.0, buys0 = 0.0, buys = 0.0;
+            /* One specialized copy per (mode, fill modes) so that each loop is branch-free and
+               vectorizes (floorf does not vectorize without -ffast-math: only shares mode floors). */
+            if (whole && fm) exec_pass1(A, 1, fm, tr, nsh, sh, po, vol, imp, mp, mn, coef, half, &sells, &buys0);
+            else if (whole) exec_pass1(A, 1, NULL, tr, nsh, sh, po, vol, imp, mp, mn, coef, half, &sells, &buys0);
+            else if (fm) exec_pass1(A, 0, fm, tr, nsh, sh, po, vol, imp, mp, mn, coef, half, &sells, &buys0);
+            else exec_pass1(A, 0, NULL, tr, nsh, sh, po, vol, imp, mp, mn, coef, half, &sells, &buys0);
             available = c + sells * (1.0 - rate);
             const double needed0 = buys0 * (1.0 + rate);
             const double scale = needed0 > available ? available / clamp_min_d(needed0, TINY) : 1.0;
             const float scale_f = (float)scale;
-            double buys = 0.0;
-#pragma omp simd reduction(+ : buys, pos_sum)
-            for (int64_t j = 0; j < A; ++j) {
-                float buy = tr[j] * scale_f;
-                if (whole) buy = floorf(buy);
-                buy = buy * po[j] < mn ? 0.0f : buy;
-                buys += (double)(buy * po[j] * (1.0f + fill_frac(buy, imp[j], coef, half)));
-                const float traded = buy - nsh[j];
-                const float ns = sh[j] + traded;
-                tr[j] = traded;
-                nsh[j] = ns;
-                pos_sum += (double)(pc[j] * ns);
-            }
+            if (whole) exec_pass2(A, 1, scale_f, tr, nsh, sh, po, pc, imp, mn, coef, half, &buys, &pos_sum);
+            else exec_pass2(A, 0, scale_f, tr, nsh, sh, po, pc, imp, mn, coef, half, &buys, &pos_sum);
             sell_notional = sells;
             buy_notional = buys;
             needed = buys * (1.0 + rate);
