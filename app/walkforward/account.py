@@ -23,6 +23,7 @@ from agents.ensemble import load_policy
 from app.evaluation import check_policy_fits, policy_digest
 from app.runs import RunDir
 from app.walkforward.judging import write_account_report
+from app.walkforward.record import FoldRecord
 from backtests.engine import BacktestResult
 from backtests.metrics_model import ChampionSpan, MetricsDocument, WalkForwardSummary
 from backtests.stitched import run_stitched, run_stitched_capacity
@@ -155,51 +156,53 @@ class StitchedAccount:
         )
 
 
-def walkforward_fields(records: Sequence[Mapping[str, Any]], config: Any) -> WalkForwardSummary:
+def walkforward_fields(records: Sequence[FoldRecord], config: Any) -> WalkForwardSummary:
     """metrics.json ``walkforward``: the settings, one row per fold and the champions' spans."""
-    rows = []
-    for r in records:
-        gate = r.get("gate") or {}
-        rows.append(
-            {
-                "index": r["index"],
-                "windows": r["windows"],
-                "pods_tried": r.get("pods_tried"),
-                "challenger": (r.get("challenger") or {}).get("pod_id"),
-                "gate_sharpe": (gate.get("challenger") or {}).get("sharpe_ratio"),
-                "incumbent_gate_sharpe": (gate.get("incumbent") or {}).get("sharpe_ratio"),
-                "promoted": bool(r.get("promoted")),
-                "gate_reason": gate.get("reason"),
-                "in_charge": champion_name(r),
-                "test": r.get("test") or {},
-            }
-        )
+    rows = [
+        {
+            "index": r.index,
+            "windows": r.windows,
+            "pods_tried": r.pods_tried,
+            "challenger": r.challenger.pod_id if r.challenger is not None else None,
+            "gate_sharpe": r.gate.challenger.get("sharpe_ratio"),
+            "incumbent_gate_sharpe": (r.gate.incumbent or {}).get("sharpe_ratio"),
+            "promoted": r.promoted,
+            "gate_reason": r.gate.reason,
+            "in_charge": champion_name(r),
+            "test": r.test.model_dump(),
+        }
+        for r in records
+    ]
     return WalkForwardSummary(
         settings=config.walkforward.model_dump(mode="json"),
         num_folds=len(records),
         folds=rows,
-        champions=[ChampionSpan(**span) for span in champion_spans(records)],
+        champions=champion_spans(records),
     )
 
 
-def champion_name(record: Mapping[str, Any]) -> str:
+def champion_name(record: FoldRecord) -> str:
     """The fold run whose champion traded ``record``'s test window (``"cash"`` before any promotion)."""
-    label = record.get("in_charge")
-    return str(label["run"]) if label else CASH
+    return record.in_charge.run if record.in_charge is not None else CASH
 
 
-def champion_spans(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def champion_spans(records: Sequence[FoldRecord]) -> list[ChampionSpan]:
     """Which champion traded which sessions: consecutive folds with the same policy in charge merged,
     each with its first and last session, sessions and folds."""
-    spans: list[dict[str, Any]] = []
+    spans: list[ChampionSpan] = []
     for r in records:
-        name, (first, last) = champion_name(r), r["windows"]["test"]
-        sessions = int((r.get("test") or {}).get("sessions") or 0)
-        if spans and spans[-1]["champion"] == name:
-            spans[-1].update(last=last, sessions=spans[-1]["sessions"] + sessions)
-            spans[-1]["folds"].append(r["index"])
+        name, (first, last) = champion_name(r), r.test_window()
+        if spans and spans[-1].champion == name:
+            prev = spans[-1]
+            spans[-1] = prev.model_copy(
+                update={
+                    "last": last,
+                    "sessions": prev.sessions + r.test.sessions,
+                    "folds": [*prev.folds, r.index],
+                }
+            )
         else:
             spans.append(
-                {"champion": name, "first": first, "last": last, "sessions": sessions, "folds": [r["index"]]}
+                ChampionSpan(champion=name, first=first, last=last, sessions=r.test.sessions, folds=[r.index])
             )
     return spans
