@@ -2,7 +2,8 @@
 
 :class:`StitchedAccount` keeps what the stitched run needs and nothing else: the loaded bars, the span's
 features (each fold's test window normalized with the statistics of the policy in charge there, the
-only features held for the whole span) and the policies in charge. :meth:`StitchedAccount.run` replays the
+only features held for the whole span), each fold's universe (``data.fold_market.fold_universe``:
+the tickers its test window trades, judged on its train window) and the policies in charge. :meth:`StitchedAccount.run` replays the
 account from the span's first bar to the last fold added (``backtests.stitched.run_stitched``: one
 engine run, so the account and the baselines stay continuous); :meth:`StitchedAccount.report` writes its
 report (``app.walkforward.judging.write_account_report``) with the walk-forward's keys: each fold's
@@ -27,7 +28,7 @@ from backtests.engine import BacktestResult
 from backtests.metrics_model import ChampionSpan, MetricsDocument, WalkForwardSummary
 from backtests.stitched import run_stitched, run_stitched_capacity
 from data.features import DEFAULT_WINDOWS, feature_names, normalize
-from data.fold_market import raw_features
+from data.fold_market import fold_universe, raw_features
 from data.market import MarketData
 from envs.trading import EnvParams
 
@@ -38,15 +39,26 @@ class StitchedAccount:
     """The stitched out-of-sample account of a walk-forward (see the module docstring)."""
 
     def __init__(
-        self, full: MarketData, plans: Sequence[Any], params: EnvParams, device: torch.device
+        self,
+        full: MarketData,
+        plans: Sequence[Any],
+        params: EnvParams,
+        device: torch.device,
+        min_coverage: float | None = None,
     ) -> None:
+        """``min_coverage``: each fold's test window trades only its fold's universe (None: every
+        ticker, as loaded)."""
         self.full, self.params, self.device = full, params, device
+        self.min_coverage = min_coverage
         self.span_start = plans[0].bars["test"][0]
         self.windows = dict((full.feature_spec or {}).get("windows") or DEFAULT_WINDOWS)
         self.names = feature_names(self.windows)
         span_bars = plans[-1].bars["test"][1] - self.span_start
         # (span bars, A, F) float32: the only features held for the whole span.
         self.features = torch.zeros(span_bars, full.num_assets, len(self.names), device=full.device)
+        # (span bars, A) bool: the loaded masks with each fold's tickers outside its universe off.
+        self.tradable = full.tradable[self.span_start : self.span_start + span_bars].clone()
+        self.listed = full.listed[self.span_start : self.span_start + span_bars].clone()
         self.stop = self.span_start
         self.policies: list[Any] = []
         self.switch_bars: list[int] = []
@@ -60,6 +72,10 @@ class StitchedAccount:
         if start != self.stop:
             raise ValueError(f"fold {plan.fold.index}: test windows must be added in order")
         rows = slice(start - self.span_start, stop - self.span_start)
+        if self.min_coverage is not None:
+            universe = fold_universe(self.full, plan.bars["train"], self.min_coverage)
+            self.tradable[rows] &= universe
+            self.listed[rows] &= universe
         if in_charge is None:
             policy, label = self._cash, CASH
         else:
@@ -91,8 +107,8 @@ class StitchedAccount:
             interval=window.interval,
             features=self.features[: self.stop - self.span_start],
             feature_names=self.names,
-            tradable=window.tradable,
-            listed=window.listed,
+            tradable=self.tradable[: self.stop - self.span_start],
+            listed=self.listed[: self.stop - self.span_start],
             daily_vol=window.daily_vol,
             adv=window.adv,
         )

@@ -5,7 +5,9 @@
 fold, one at a time:
 
 1. **features**: the fold's bars (views of the loaded market) with features normalized on ITS train
-   window only (``data.fold_market``);
+   window only, trading only its own universe: the index members on its dates whose bars cover
+   ``[data] min_coverage`` of its train window (``data.fold_market``; the market is loaded with
+   every candidate of the span, ``load_market(per_window=True)``);
 2. **tournament**: the tournament of ``podracer train`` on the fold's train / validation windows, in
    ``<run>/folds/fold-<k>/`` (a run folder of its own, resumable), the first
    ``[nightly] warm_start_pods`` fresh pods starting from the incumbent's weights as nightly does
@@ -101,7 +103,8 @@ def run_walkforward(
     home = Path(home)
     wf_run = _open_run(home, run, resume)
     device = torch.device(config.agent.device)
-    full = bars_only(load_market(config.data, home=home, device=device).full)
+    # Every candidate ticker of the span: each fold trades its own universe (data.fold_market).
+    full = bars_only(load_market(config.data, home=home, device=device, per_window=True).full)
     plans = plan_folds(full, config.walkforward)
     records = wf_run.fold_records() if resume is not None else []
     _check_resumed_layout(wf_run, plans, records)
@@ -111,7 +114,9 @@ def run_walkforward(
         wf_run.write(_run_record(wf_run, config, full, plans))
     else:
         wf_run.update(status="running", error=None)
-    account = StitchedAccount(full, plans, to_env_params(config.env), device)
+    account = StitchedAccount(
+        full, plans, to_env_params(config.env), device, min_coverage=config.data.min_coverage
+    )
     for record in records:
         account.add(plans[record.index], _in_charge_of(wf_run, record, records))
     emit({"event": "start", "run_id": wf_run.run_id, "folds": len(plans), "done": len(records)})
@@ -251,7 +256,12 @@ def _run_fold(
 
     emit({"event": "stage", "index": index, "stage": "features", "windows": plan.windows()})
     data = fold_market(
-        account.full, bars["train"][0], bars["test"][1], fit=bars["train"], fitted_on=plan.dates["train"]
+        account.full,
+        bars["train"][0],
+        bars["test"][1],
+        fit=bars["train"],
+        fitted_on=plan.dates["train"],
+        min_coverage=config.data.min_coverage,
     )
     lap("features")
     incumbent = _in_charge_of(wf_run, records[-1], records) if records else None
