@@ -140,6 +140,12 @@ def status_lines(status: Any) -> list[str]:
         )
     else:
         lines.append("today's P&L   no paper cycle today")
+    for row in status.slippage:
+        who = str(row["bundle_id"])[:12] + (f" ({row['run_id']})" if row.get("run_id") else "")
+        lines.append(
+            f"slippage      champion {who}: realized {row['realized_bps']:.1f} bp vs model "
+            f"{row['model_bps']:.1f} bp over {row['fills']} fills"
+        )
     lines += [f"warning       {w}" for w in status.warnings]
     lines += [f"problem       {p}" for p in status.problems] or ["healthy"]
     return lines

@@ -34,7 +34,7 @@ from app.bundle import Bundle
 from app.paper.broker import Broker, BrokerAccount, BrokerError, Order, OrderRejected, OrderRequest, Position
 from app.paper.journal import Journal, journal_ts
 from app.paper.options import PaperOptions
-from app.paper.orders import DecisionSnapshot, PlannedOrder
+from app.paper.orders import DecisionSnapshot, PlannedOrder, predicted_price
 
 log = logging.getLogger(__name__)
 
@@ -130,6 +130,7 @@ def _order_row(o: PlannedOrder, bundle_id: str, decision: DecisionSnapshot) -> d
         "side": o.side,
         "qty": o.qty,
         "est_price": o.price,
+        "model_price": predicted_price(o, decision),
     }
 
 

@@ -193,8 +193,10 @@ class Journal:
         filled_qty: float = 0.0,
         filled_avg_price: float | None = None,
         message: str = "",
+        model_price: float | None = None,
     ) -> None:
-        """Insert or update the order row of ``client_order_id``: never a duplicate, never a downgrade."""
+        """Insert or update the order row of ``client_order_id``: never a duplicate, never a downgrade
+        (``model_price``, the execution model's predicted fill price, is kept from the first write)."""
         row = {
             "recorded_at": _now(),
             "client_order_id": client_order_id,
@@ -210,6 +212,7 @@ class Journal:
             "filled_qty": float(filled_qty),
             "filled_avg_price": filled_avg_price,
             "message": _scrub(message),
+            "model_price": model_price,
         }
         with self.transaction() as conn:
             old = conn.execute(

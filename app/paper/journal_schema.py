@@ -19,7 +19,10 @@ row each time they are set (the first book check of a journal, an operator's ``p
 Schema version 3 adds ``daily``: one summary row per day compacted out of the full tables
 (``app.paper.compact``).
 
-A journal written before (version 0, 1 or 2) is migrated on open, in ONE transaction: the missing columns
+Schema version 4 adds ``orders.model_price``: the fill price the execution model predicted for the
+order (``app.paper.slippage``); NULL for orders journaled before it, or without the model's inputs.
+
+A journal written before (version 0, 1, 2 or 3) is migrated on open, in ONE transaction: the missing columns
 are added (``ALTER TABLE ... ADD COLUMN``; the old rows read NULL) and the version set, so a crash
 leaves either the old file or the migrated one.
 """
@@ -34,7 +37,7 @@ from typing import Any
 
 from data import sqlite
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS decisions (
@@ -68,7 +71,8 @@ CREATE TABLE IF NOT EXISTS orders (
     broker_order_id TEXT,
     filled_qty REAL DEFAULT 0,
     filled_avg_price REAL,
-    message TEXT
+    message TEXT,
+    model_price REAL                -- the execution model's predicted fill price (NULL: not priced)
 );
 CREATE TABLE IF NOT EXISTS fills (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -144,8 +148,9 @@ CREATE TABLE IF NOT EXISTS daily (
 
 TABLES = ("decisions", "orders", "fills", "positions", "pnl", "events", "sessions", "opening_books", "daily")
 
-# Columns that version 1 added to tables of version 0 (a migrated journal's old rows read NULL).
+# Columns that versions 1 and 4 added to older tables (a migrated journal's old rows read NULL).
 ADDED_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
+    "orders": (("model_price", "REAL"),),
     "decisions": (("session", "TEXT"), ("account_equity", "REAL"), ("holdings", "TEXT"), ("prices", "TEXT")),
     "fills": (("bundle_id", "TEXT"), ("decision_ts", "TEXT")),
     "positions": (("bundle_id", "TEXT"),),

@@ -28,6 +28,7 @@ import torch
 
 from app.bundle import Bundle
 from app.paper.broker import BrokerAccount, Position
+from app.paper.fill_model import execution_costs, impact_scales
 from app.paper.orders import DecisionSnapshot
 from data.calendar import (
     INTERVAL_MINUTES,
@@ -135,6 +136,15 @@ def build_decision(
         close = torch.as_tensor(panel.close[lo : row + 1][:, cols], dtype=torch.float64)
         volume = torch.as_tensor(panel.volume[lo : row + 1][:, cols], dtype=torch.float32)
         latest = latest_features(close, volume, spec).cpu().numpy()
+        # All the fetched bars up to the decision bar (point-in-time) price the orders' impact.
+        scales = impact_scales(
+            panel.close[: row + 1][:, cols],
+            panel.volume[: row + 1][:, cols],
+            panel.grid.session_id[: row + 1],
+        )
+        impact = {t: float(s) for t, s in zip(present, scales, strict=True)}
+    else:
+        impact = {}
     for i, ticker in enumerate(tickers):
         if ticker not in col_of:
             skipped.append(ticker)
@@ -177,6 +187,8 @@ def build_decision(
         cash=float(account.cash),
         current_weights=weights,
         skipped=tuple(skipped),
+        impact=impact,
+        costs=execution_costs(bundle.manifest),
     )
 
 

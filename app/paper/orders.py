@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from app.paper.fill_model import ExecutionCosts, model_price
 from data.errors import PodracerError
 
 
@@ -82,6 +83,18 @@ class DecisionSnapshot:
     cash: float
     current_weights: np.ndarray  # (A,)
     skipped: tuple[str, ...]  # tickers without a bar in the decision bar's session
+    # The execution model's pricing (app.paper.fill_model): each ticker's square-root impact scale at
+    # the decision bar, and the bundle's settings; no model price is journaled without them.
+    impact: dict[str, float] = field(default_factory=dict)
+    costs: ExecutionCosts | None = None
+
+
+def predicted_price(order: PlannedOrder, decision: DecisionSnapshot) -> float | None:
+    """The fill price the execution model predicts for ``order`` (None without its inputs)."""
+    impact = decision.impact.get(order.ticker)
+    if decision.costs is None or impact is None or not (math.isfinite(order.price) and order.price > 0):
+        return None
+    return model_price(decision.costs, order.price, order.side, order.qty, impact)
 
 
 def client_order_id(bundle_id: str, decision_ts: pd.Timestamp | str, ticker: str) -> str:

@@ -41,8 +41,9 @@ from app.nightly.registry import current_champion, read_decisions
 from app.nightly.schedule import cron_trigger, next_fire_times, read_schedule
 from app.paper.books import read_record as read_book_record
 from app.paper.heartbeat import STALE_INTERVALS, Heartbeat, read_heartbeat
-from app.paper.journal import latest_pnl
+from app.paper.journal import journal_path, latest_pnl, read_journal
 from app.paper.outcomes import last_session_summary
+from app.paper.slippage import slippage_report
 from app.runs import list_runs
 from app.timestamps import local_time
 from data.calendar import exchange_date
@@ -74,6 +75,8 @@ class Status:
     problems: list[str] = field(default_factory=list)  # one line each
     checks: list[dict[str, str]] = field(default_factory=list)  # app.alerts.Problem rows of ``problems``
     warnings: list[str] = field(default_factory=list)  # read around, not problems (see the module)
+    # per champion (bundle) that paper-traded: bundle_id, run_id, fills, realized_bps, model_bps
+    slippage: list[dict[str, Any]] = field(default_factory=list)
 
     def problem_rows(self) -> list[Problem]:
         """``checks`` as :class:`app.alerts.Problem` (what the alert hook sends)."""
@@ -306,6 +309,31 @@ def _today(home: Path, now: datetime, problems: list[Problem]) -> dict[str, Any]
     }
 
 
+def _slippage(home: Path) -> list[dict[str, Any]]:
+    """Per champion, the paper fills' realized slippage against the execution model's prediction
+    (``app.paper.slippage``); empty without a journal or a priced fill (a damaged journal is
+    :func:`_today`'s problem)."""
+    if not journal_path(home).is_file():
+        return []
+    try:
+        tables = read_journal(home)
+    except Exception:  # noqa: BLE001 - reported by _today, which reads the same journal
+        return []
+    runs = tables["sessions"].dropna(subset=["run_id"]).drop_duplicates("bundle_id", keep="last")
+    run_of = dict(zip(runs["bundle_id"], runs["run_id"], strict=True))
+    report = slippage_report(tables["orders"])
+    return [
+        {
+            "bundle_id": str(row.bundle_id),
+            "run_id": run_of.get(row.bundle_id),
+            "fills": int(row.fills),
+            "realized_bps": float(row.realized_bps),
+            "model_bps": float(row.model_bps),
+        }
+        for row in report.itertuples(index=False)
+    ]
+
+
 def _schedule(home: Path, cron: str | None, tz: str | None, warnings: list[str]) -> dict[str, Any]:
     """The schedule the next retrain comes from: the options, else the recorded one, else the default."""
     if cron is not None or tz is not None:
@@ -436,6 +464,7 @@ def gather_status(
         kill_switch={"path": str(kill_path), "on": kill_path.exists()},
         gone=gone,
         today=today,
+        slippage=_slippage(home),
     )
 
 

@@ -7,6 +7,7 @@ import pandas as pd
 import streamlit as st
 
 from app.dashboard import artifacts, charts, formatting, loaders, tables, ui
+from app.paper.slippage import slippage_report
 
 st.title("Paper trading")
 
@@ -43,6 +44,20 @@ with ui.guard("paper"):
         cols = st.columns(len(by_status))
         for col, (name, count) in zip(cols, by_status.items(), strict=True):
             col.metric(name.replace("_", " ").capitalize(), count, border=True)
+
+    orders = journal.get("orders", pd.DataFrame())
+    by_ticker = slippage_report(orders, by_ticker=True)
+    if not by_ticker.empty:
+        # The execution model checked against the broker's fills: realized vs predicted, in bps of
+        # the decision bar's close (positive: a cost), per champion and ticker.
+        st.subheader("Slippage vs the execution model")
+        for bundle_id, rows in by_ticker.groupby("bundle_id", sort=False):
+            mean = slippage_report(orders[orders["bundle_id"] == bundle_id]).iloc[0]
+            st.caption(
+                f"champion {str(bundle_id)[:12]}: realized {mean['realized_bps']:.1f} bp vs model "
+                f"{mean['model_bps']:.1f} bp over {int(mean['fills'])} fills"
+            )
+            st.dataframe(tables.tidy_table(rows.drop(columns="bundle_id")), hide_index=True)
 
     daily = journal.get("daily")
     if daily is not None and not daily.empty:
