@@ -44,7 +44,7 @@ from app.bundle import (
     sha256_file,
 )
 from app.config import load_config
-from app.runs import RunDir
+from app.runs import RunDir, RunInfo
 from backtests.metrics_model import read_metrics
 from data.atomic import atomic_write_json, replace_dir
 from data.errors import CheckpointError, PodracerError, one_line
@@ -217,11 +217,11 @@ def resolve_run_dir(run: str | os.PathLike[str], home: str | os.PathLike[str] | 
 
 
 def _feature_spec(
-    run: RunDir, run_info: dict[str, Any], config: Any, home: Path
+    run: RunDir, run_info: RunInfo, config: Any, home: Path
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """(feature spec, data windows) the policy was trained with: from the run, else rebuilt from its config."""
-    windows = dict(run_info.get("windows") or {})
-    for candidate in (run_info.get("feature_spec"), read_json(run.feature_spec_file) or None):
+    windows: dict[str, Any] = {k: list(v) for k, v in run_info.windows.items()}
+    for candidate in (run_info.feature_spec, read_json(run.feature_spec_file) or None):
         if candidate:
             return dict(candidate), windows
     # Not recorded: rebuild the run's market from its resolved config (deterministic: seeded synthetic
@@ -256,7 +256,7 @@ def export_bundle(
     policy = load_policy(policy_dir, device="cpu")
     config = load_config(run.config if run.config.is_file() else None)
     try:
-        run_info = run.read()
+        run_info = run.info()
     except PodracerError as err:
         raise CheckpointError(str(err)) from None
     spec, windows = _feature_spec(run, run_info, config, home)
@@ -265,7 +265,7 @@ def export_bundle(
     except Exception as err:  # noqa: BLE001 - DataError -> the bundle's own error type
         raise CheckpointError(f"{run_dir}: {err}") from None
 
-    tickers = list(policy.meta.tickers) or list(run_info.get("tickers") or [])
+    tickers = list(policy.meta.tickers) or list(run_info.tickers)
     num_assets, num_features = policy.num_assets, policy.config.num_features
     if len(tickers) != num_assets or len(set(tickers)) != num_assets:
         raise CheckpointError(
@@ -275,7 +275,8 @@ def export_bundle(
         raise CheckpointError(
             f"{run_dir}: feature spec has {len(spec['names'])} features, the policy expects {num_features}"
         )
-    pod_id = pod or str((run_info.get("champion") or {}).get("pod_id") or "champion")
+    champion = run_info.champion.pod_id if run_info.champion is not None else None
+    pod_id = pod or str(champion or "champion")
     out_dir = Path(out) if out else home / "exports" / f"{run_dir.name}-{pod_id}"
 
     module = _wrapper(policy)

@@ -38,6 +38,7 @@ from app.nightly.registry import current_champion, read_decisions
 from app.nightly.steps import CHAMPIONS_DIR
 from app.paper.compact import compact_journal
 from app.paper.journal import Journal, journal_path
+from app.runs import runs_root
 from data import sqlite
 from data.errors import PodracerError
 
@@ -118,10 +119,10 @@ def plan_prune(home: str | os.PathLike[str], policy: RetentionConfig) -> list[Do
     keep = protected(home)
     out: list[Doomed] = []
     # half-removed folders of an interrupted prune
-    for parent in (home / "runs", home / "exports", home / CHAMPIONS_DIR):
+    for parent in (runs_root(home), home / "exports", home / CHAMPIONS_DIR):
         for leftover in sorted(parent.glob(f".*{PRUNING_SUFFIX}")) if parent.is_dir() else []:
             out.append(Doomed("leftover", str(leftover), _size(leftover), "an interrupted prune's leftover"))
-    runs_dir = home / "runs"
+    runs_dir = runs_root(home)
     nightly = (
         sorted(p for p in runs_dir.glob(f"{NIGHTLY_RUN_PREFIX}*") if p.is_dir()) if runs_dir.is_dir() else []
     )

@@ -10,7 +10,8 @@ folder (``tests/test_one_home.py``). The stages below the app that write into th
 tournament in ``agents.tournament``, the report in ``backtests.report``) cannot import ``app``: they
 name what they write themselves, and that test checks that it lands where ``RunDir`` reads it.
 
-``RunDir`` is the only reader and writer of the run record; :class:`RunInfo` is its typed view.
+``RunDir`` is the only reader and writer of the run record; :class:`RunInfo` is its model (a versioned
+``data.artifact.Artifact``: validated on read and on write, a newer schema version refused in one line).
 Stages merge their own keys into the record (:meth:`RunDir.update`), so a nightly run carries the
 tournament's keys and its own.
 
@@ -22,17 +23,18 @@ backtest's metrics); records written before that rename kept a single run's unde
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from data.atomic import atomic_write_json
-from data.errors import ConfigError, PodracerError
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from app.walkforward.record import FoldRecord
+from data.artifact import Artifact, Figure
+from data.errors import ArtifactError, ConfigError, PodracerError
 
 RUNS = "runs"
 RECORD = "run.json"
@@ -65,124 +67,121 @@ def new_id(run: str | None, suffix: str) -> str:
     return run
 
 
-@dataclass(frozen=True)
-class ChampionInfo:
+class ChampionInfo(BaseModel):
     """The run's selected policy: which pod, its validation score and Sharpe ratio."""
 
+    model_config = ConfigDict(extra="allow", frozen=True, coerce_numbers_to_str=True)
+
     pod_id: str | None = None
-    score: float | None = None
-    sharpe_ratio: float | None = None
+    score: Figure = None
+    sharpe_ratio: Figure = None
     generation: int | None = None
     env_steps: int | None = None
-    hparams: dict[str, Any] = field(default_factory=dict)
+    hparams: dict[str, Any] = Field(default_factory=dict)
     source_checkpoint: str | None = None
 
+    @model_validator(mode="before")
     @classmethod
-    def from_value(cls, value: Any) -> ChampionInfo | None:
+    def _older_forms(cls, value: Any) -> Any:
+        """A bare pod id; ``id`` for ``pod_id``; a single run's ``metrics.sharpe`` (before the rename)."""
         if isinstance(value, str):
-            return cls(pod_id=value)
+            return {"pod_id": value}
         if not isinstance(value, Mapping):
-            return None
-        sharpe = value.get("sharpe_ratio")
-        if sharpe is None and isinstance(value.get("metrics"), Mapping):
-            sharpe = value["metrics"].get("sharpe")  # a single run's record before the rename
-        pod = value.get("pod_id") if value.get("pod_id") is not None else value.get("id")
-        hparams = value.get("hparams")
-        return cls(
-            pod_id=None if pod is None else str(pod),
-            score=_float(value.get("score")),
-            sharpe_ratio=_float(sharpe),
-            generation=_int(value.get("generation")),
-            env_steps=_int(value.get("env_steps")),
-            hparams=dict(hparams) if isinstance(hparams, Mapping) else {},
-            source_checkpoint=_str(value.get("source_checkpoint")),
-        )
+            return value
+        out = dict(value)
+        if out.get("pod_id") is None and out.get("id") is not None:
+            out["pod_id"] = out.pop("id")
+        if out.get("sharpe_ratio") is None and isinstance(out.get("metrics"), Mapping):
+            out["sharpe_ratio"] = out["metrics"].get("sharpe")
+        if out.get("hparams") is None:
+            out.pop("hparams", None)
+        return out
 
 
-@dataclass(frozen=True)
-class RunInfo:
+class RunInfo(Artifact):
     """The run record. Every key is optional: each stage writes its own, and hand-made records exist.
 
     Written by the training workflow (``kind`` single or tournament, start and end), by the
     tournament's status hook (running / interrupted / done, pods tried, trial Sharpes, champion)
-    and by the nightly pipeline (``nightly``). Keys this class does not know are kept in ``extra``.
+    and by the nightly pipeline (``nightly``). Keys this class does not know are kept (:attr:`extra`).
     """
+
+    FILE = "the run record"
+    SCHEMA_VERSION = 1
+    WRITE_SET_ONLY = True  # each stage writes its own keys: no nulls for the others
+    model_config = ConfigDict(coerce_numbers_to_str=True)
 
     run_id: str | None = None
     kind: str | None = None  # "single", "tournament" or "walkforward"
     algo: str | None = None
     status: str | None = None  # running, interrupted, failed, done
     seed: int | None = None
-    seeds: dict[str, Any] = field(default_factory=dict)
-    windows: dict[str, tuple[str, str]] = field(default_factory=dict)  # name -> (first, last date)
+    seeds: dict[str, Any] = Field(default_factory=dict)
+    windows: dict[str, tuple[str, str]] = Field(default_factory=dict)  # name -> (first, last date)
     tickers: tuple[str, ...] = ()
     feature_spec: dict[str, Any] | None = None
-    started: float | None = None
-    updated: float | None = None
-    finished: float | None = None
+    started: Figure = None
+    updated: Figure = None
+    finished: Figure = None
     error: str | None = None
     env_steps: int | None = None
     updates: int | None = None
     stopped_by_callback: bool | None = None
     pods_tried: int | None = None
     pods_failed: int | None = None
-    trial_sharpes: tuple[float, ...] = ()
+    trial_sharpes: tuple[Figure, ...] = ()  # null: a pod whose Sharpe is undefined (never 0)
+    annualization: float | None = None  # the periods per year the run was trained with
     champion: ChampionInfo | None = None
-    valid: dict[str, Any] = field(default_factory=dict)  # a single run's last validation metrics
-    tournament: dict[str, Any] = field(default_factory=dict)  # the TournamentArgs of a tournament
-    nightly: dict[str, Any] = field(default_factory=dict)
-    walkforward: dict[str, Any] = field(default_factory=dict)  # a walk-forward's settings and layout
+    valid: dict[str, Any] = Field(default_factory=dict)  # a single run's last validation metrics
+    tournament: dict[str, Any] = Field(default_factory=dict)  # the TournamentArgs of a tournament
+    ensemble: dict[str, Any] = Field(default_factory=dict)  # the ensemble's validation figures
+    nightly: dict[str, Any] = Field(default_factory=dict)
+    walkforward: dict[str, Any] = Field(default_factory=dict)  # a walk-forward's settings and layout
     run_dir: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _lenient(cls, raw: Any) -> Any:
+        """Nulls where a record may hold them, and windows that are not a (first, last) pair skipped."""
+        if not isinstance(raw, Mapping):
+            return raw
+        out = {k: v for k, v in raw.items() if not (v is None and k in _EMPTY_WHEN_NULL)}
+        if isinstance(out.get("windows"), Mapping):
+            out["windows"] = {
+                k: v for k, v in out["windows"].items() if isinstance(v, list | tuple) and len(v) == 2
+            }
+        return out
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any], source: str | os.PathLike[str] = "run record") -> RunInfo:
         """The typed record; a key of the wrong type is a one-line error naming ``source``."""
-        known = {f for f in cls.__dataclass_fields__ if f != "extra"}
-        try:
-            windows = {
-                str(k): (str(v[0]), str(v[1]))
-                for k, v in _mapping(raw.get("windows")).items()
-                if isinstance(v, list | tuple) and len(v) == 2
-            }
-            return cls(
-                run_id=_str(raw.get("run_id")),
-                kind=_str(raw.get("kind")),
-                algo=_str(raw.get("algo")),
-                status=_str(raw.get("status")),
-                seed=_int(raw.get("seed")),
-                seeds=_mapping(raw.get("seeds")),
-                windows=windows,
-                tickers=tuple(str(t) for t in raw.get("tickers") or ()),
-                feature_spec=dict(raw["feature_spec"])
-                if isinstance(raw.get("feature_spec"), Mapping)
-                else None,
-                started=_float(raw.get("started")),
-                updated=_float(raw.get("updated")),
-                finished=_float(raw.get("finished")),
-                error=_str(raw.get("error")),
-                env_steps=_int(raw.get("env_steps")),
-                updates=_int(raw.get("updates")),
-                stopped_by_callback=None
-                if raw.get("stopped_by_callback") is None
-                else bool(raw["stopped_by_callback"]),
-                pods_tried=_int(raw.get("pods_tried")),
-                pods_failed=_int(raw.get("pods_failed")),
-                trial_sharpes=tuple(float(s) for s in raw.get("trial_sharpes") or () if s is not None),
-                champion=ChampionInfo.from_value(raw.get("champion")),
-                valid=_mapping(raw.get("valid")),
-                tournament=_mapping(raw.get("tournament")),
-                nightly=_mapping(raw.get("nightly")),
-                walkforward=_mapping(raw.get("walkforward")),
-                run_dir=_str(raw.get("run_dir")),
-                extra={k: v for k, v in raw.items() if k not in known},
-            )
-        except (TypeError, ValueError) as err:
-            raise PodracerError(f"{source}: a key has the wrong type ({err})") from None
+        return cls.parse(dict(raw), source)
+
+    @property
+    def extra(self) -> dict[str, Any]:
+        """The keys of the record this class does not declare (a stage's own, e.g. a walk-forward's
+        ``peak_rss_mb``)."""
+        return dict(self.model_extra or {})
 
     def trials(self) -> tuple[int, list[float]]:
         """Pods tried (at least 1) and their finite validation Sharpes."""
-        return max(1, self.pods_tried or 1), [s for s in self.trial_sharpes if math.isfinite(s)]
+        return max(1, self.pods_tried or 1), [s for s in self.trial_sharpes if s is not None]
+
+
+#: Record keys whose null means "none": read as their empty value.
+_EMPTY_WHEN_NULL = frozenset(
+    {
+        "seeds",
+        "windows",
+        "tickers",
+        "valid",
+        "tournament",
+        "ensemble",
+        "nightly",
+        "walkforward",
+        "trial_sharpes",
+    }
+)
 
 
 class RunDir:
@@ -286,26 +285,18 @@ class RunDir:
         """The record of a completed fold (``folds/fold-<index>/fold.json``), written once, atomically."""
         return self.fold(index).path / FOLD_RECORD
 
-    def write_fold_record(self, index: int, data: Mapping[str, Any]) -> None:
+    def write_fold_record(self, index: int, record: FoldRecord) -> None:
         """Write the record of fold ``index`` (atomically: a fold is recorded whole or not at all)."""
-        atomic_write_json(self.fold_record(index), dict(data))
+        record.write(self.fold_record(index))
 
     def fold_record_files(self) -> list[Path]:
         """The record files of the completed folds (a fold still running has none)."""
         return sorted(self.folds.glob(f"fold-*/{FOLD_RECORD}")) if self.folds.is_dir() else []
 
-    def fold_records(self) -> list[dict[str, Any]]:
-        """The records of the completed folds, in fold order."""
-        out = []
-        for path in self.fold_record_files():
-            try:
-                data = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, json.JSONDecodeError, UnicodeDecodeError) as err:
-                raise PodracerError(f"{path}: not a fold record ({err})") from None
-            if not isinstance(data, dict):
-                raise PodracerError(f"{path}: expected a JSON object")
-            out.append(data)
-        return sorted(out, key=lambda d: int(d.get("index", 0)))
+    def fold_records(self) -> list[FoldRecord]:
+        """The records of the completed folds, validated, in fold order (a malformed record or one from
+        a newer schema version: a one-line error naming the file)."""
+        return sorted((FoldRecord.read(path) for path in self.fold_record_files()), key=lambda r: r.index)
 
     def exists(self) -> bool:
         return self.path.is_dir()
@@ -313,42 +304,45 @@ class RunDir:
     def has_record(self) -> bool:
         return self.record.is_file()
 
-    def read(self) -> dict[str, Any]:
-        """The record as written (``{}`` when there is none); unreadable -> one-line PodracerError."""
+    def _raw(self) -> dict[str, Any]:
+        """The record's JSON object as written (``{}`` when there is none); unreadable -> one-line error."""
         path = self.record
         if not path.is_file():
             return {}
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            raise PodracerError(f"{path}: not valid JSON ({err})") from None
+            raise ArtifactError(f"{path} is corrupt: not valid JSON ({err})") from None
         except OSError as err:
-            raise PodracerError(f"{path}: cannot be read ({err.strerror or err})") from None
+            raise ArtifactError(f"{path}: cannot be read ({err.strerror or err})") from None
         if not isinstance(data, dict):
-            raise PodracerError(f"{path}: expected a JSON object")
+            raise ArtifactError(f"{path}: expected a JSON object, found {type(data).__name__}")
         return data
 
     def info(self) -> RunInfo:
-        """The typed record (every field empty when there is none)."""
-        return RunInfo.from_dict(self.read(), self.record)
+        """The record, validated (every field empty when there is none); a malformed record or one from a
+        newer schema version is a one-line :class:`data.errors.ArtifactError` naming the file."""
+        return RunInfo.parse(self._raw(), self.record)
 
     def status(self) -> str | None:
         """The record's ``status``, or None when absent or unreadable (a failed run may be redone)."""
         try:
-            return self.read().get("status")
+            return self.info().status
         except PodracerError:
             return None
 
-    def write(self, data: Mapping[str, Any]) -> None:
-        """Replace the record (atomically: readers see the old or the new file, never half of one)."""
-        atomic_write_json(self.record, dict(data))
+    def write(self, data: Mapping[str, Any] | RunInfo) -> None:
+        """Replace the record, validated, atomically (readers see the old or the new file, never half of
+        one)."""
+        info = data if isinstance(data, RunInfo) else RunInfo.parse(dict(data), self.record)
+        info.write(self.record)
 
     def update(self, **fields: Any) -> None:
         """Merge ``fields`` into the record: a mapping merges one level deep into a mapping already
         there, anything else replaces the key. An unreadable record is replaced (it was written
-        atomically, so it is a foreign file)."""
+        atomically, so it is a foreign file); one from a newer schema version is refused."""
         try:
-            data = self.read()
+            data = self._raw()
         except PodracerError:
             data = {}
         for key, value in fields.items():
@@ -376,19 +370,3 @@ def list_runs(home: str | os.PathLike[str]) -> list[RunDir]:
     found = [p for p in root.iterdir() if p.is_dir() and RUN_NAME.match(p.name)]
     found.sort(key=lambda p: p.stat().st_mtime, reverse=True)
     return [RunDir(home, p.name) for p in found]
-
-
-def _mapping(value: Any) -> dict[str, Any]:
-    return dict(value) if isinstance(value, Mapping) else {}
-
-
-def _str(value: Any) -> str | None:
-    return None if value is None else str(value)
-
-
-def _int(value: Any) -> int | None:
-    return None if value is None else int(value)
-
-
-def _float(value: Any) -> float | None:
-    return None if value is None else float(value)

@@ -351,10 +351,10 @@ def _capacity_groups(
     per_level = torch.tensor(levels, dtype=torch.float64, device=device)
     groups = []
     if policies:
-        fns = [
-            (lambda o, p=p: p.act(o, deterministic=True)) if hasattr(p, "act") else p
-            for p in policies.values()
-        ]
+        # The same inference function as a plain run's (``_inference_fn``: a policy's frozen_act when it
+        # fits the market's observations), so the sizes replay the report's own decisions.
+        probe = trading.reset(market, env_params, 1, torch.Generator().manual_seed(seed), start=0)[1]
+        fns = [_inference_fn(p, probe, market.num_assets)[0] for p in policies.values()]
         size = len(levels)
 
         def act(obs: Tensor) -> Tensor:

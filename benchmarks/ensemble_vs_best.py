@@ -75,7 +75,7 @@ def one_seed(args: argparse.Namespace, seed: int, home: Path) -> dict[str, float
     splits = load_market(config.data, home=home)
     result = train_tournament(config, home, run=f"seed{seed}", splits=splits)
     run_dir = home / "runs" / f"seed{seed}"
-    record = RunDir(home, f"seed{seed}").read()
+    record = RunDir(home, f"seed{seed}").info()
     params = to_env_params(config.env)
     policies = {"best": load_policy(run_dir / "champion"), "ensemble": load_policy(run_dir / "ensemble")}
     res = engine.run_backtest(splits.test, params, policies)
@@ -85,7 +85,7 @@ def one_seed(args: argparse.Namespace, seed: int, home: Path) -> dict[str, float
         "seed": seed,
         "pods": result.pods_tried,
         "valid_best": result.leaderboard[0]["metrics"].get("sharpe_ratio"),
-        "valid_ensemble": record["ensemble"]["sharpe_ratio"],
+        "valid_ensemble": record.ensemble.get("sharpe_ratio"),
         "test_best": float(sharpe[col["best"]]),
         "test_ensemble": float(sharpe[col["ensemble"]]),
         "test_buy_and_hold": float(sharpe[col["buy_and_hold"]]),

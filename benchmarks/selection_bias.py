@@ -98,7 +98,7 @@ def run_once(args: argparse.Namespace, seed: int, signal: float, home: Path) -> 
     champ, bh = doc.strategies["champion"], doc.strategies["buy_and_hold"]
     # The ensemble as the champion of the same run (a temp home: the copy is the benchmark's own).
     run_dir = RunDir(home, run)
-    ensemble = run_dir.read().get("ensemble") or {}
+    ensemble = run_dir.info().ensemble
     ens_test = ens_p = None
     if (run_dir.path / "ensemble").is_dir():
         shutil.rmtree(run_dir.champion)

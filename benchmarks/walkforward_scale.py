@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> dict:
     wall = time.perf_counter() - t0
     Console(width=160).print(folds_table(result.folds))
     s = {name: figures.model_dump() for name, figures in result.metrics.strategies.items()}
-    per_fold = [r["seconds"] for r in result.folds]
+    per_fold = [r.seconds for r in result.folds]
     figures = {
         "tickers": args.tickers,
         "sessions_loaded": sessions,
@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> dict:
         "fold_s": [f["total"] for f in per_fold],
         "fold_stage_s": {k: round(sum(f.get(k, 0.0) for f in per_fold), 1) for k in per_fold[0]},
         "peak_rss_mb": result.peak_rss_mb,
-        "promotions": sum(1 for r in result.folds if r["promoted"]),
+        "promotions": sum(1 for r in result.folds if r.promoted),
         "stitched": {
             name: {
                 k: s[name].get(k)

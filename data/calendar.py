@@ -373,6 +373,7 @@ def align_panel(
     min_coverage: float = 0.5,
     extended_hours: bool = False,
     coverage_frac: float = 1.0,
+    carry_leading: bool = False,
 ) -> Panel:
     """Stack per-ticker aligned frames (``align_ticker`` output) into one dense panel.
 
@@ -383,6 +384,10 @@ def align_panel(
     Coverage is judged on the first ``coverage_frac`` of the sessions only (the loader passes its
     train fraction: whether a ticker is kept must not depend on data the model must not see).
     ``Panel.real`` marks the bars that came from a source bar (not forward-filled, not carried).
+    ``carry_leading``: the panel starts at its first session whatever the tickers' first bars; a
+    ticker's bars before its first one carry that bar's open (volume 0, not real, so never tradable),
+    for a caller that judges each window's tickers itself (a walk-forward's folds,
+    ``data.fold_market.fold_universe``): a late ticker must not move the start of the others.
     """
     check_interval(interval)
     if not frames:
@@ -437,6 +442,11 @@ def align_panel(
             ok = (idx < num_steps) & (grid_ts[np.minimum(idx, num_steps - 1)] == ts)
             real[idx[ok], j] &= ~frame["filled"].to_numpy(dtype=bool)[ok]
     close = pd.DataFrame(arrays["close"]).ffill().to_numpy()  # carries the previous session's close
+    if carry_leading:
+        # Only the bars before a ticker's first bar are still NaN: a flat line at its first open
+        # (its features read as no move; its first bar's return is that bar's own open to close).
+        first_open = pd.DataFrame(arrays["open"]).bfill().to_numpy()[0]
+        close = np.where(np.isnan(close), first_open, close)
     for c in ("open", "high", "low"):
         arrays[c] = np.where(missing, close, arrays[c])
     arrays["close"] = close

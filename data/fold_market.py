@@ -9,8 +9,14 @@ on many windows, and each fold must see features normalized with its own train w
   stop)`` (every feature window is finite, ``data.features``: a bar's value depends on its last
   ``lookback`` bars only, so this equals the whole history's value up to float rounding, the same
   guarantee paper trading relies on);
-- the normalization is fitted on the rows of ``fit`` only (the fold's train window);
-- :meth:`FoldMarket.with_spec` gives any part of the window normalized with another spec.
+- the normalization is fitted on the rows of ``fit`` only (the fold's train window; with
+  ``min_coverage``, on the fold's universe's columns only);
+- :meth:`FoldMarket.with_spec` gives any part of the window normalized with another spec;
+- with ``min_coverage``, the fold trades only its own universe (:func:`fold_universe`): the tickers
+  tradable (a real bar, inside index membership) on at least ``min_coverage`` of its train window's
+  sessions; the others are untradable over the whole fold (and sold where still held). Nothing after
+  the train window decides which tickers a fold trades, and a ticker that joins the index (or whose
+  bars start) later enters the first fold whose train window covers it.
 
 Only the fold's bars are held (views of the market's prices, plus the fold's features): the caller
 drops a fold before building the next.
@@ -52,6 +58,26 @@ def raw_features(
     return raw[start - low :] if start > low else raw
 
 
+def fold_universe(market: MarketData, fit: tuple[int, int], min_coverage: float) -> Tensor:
+    """``(A,)`` bool: the tickers tradable on at least ``min_coverage`` of the sessions of bars
+    ``fit = [fit_start, fit_stop)`` (a fold's train window; the loader's coverage rule, judged there
+    and only on those bars)."""
+    if not 0 <= fit[0] < fit[1] <= market.num_steps:
+        raise DataError(f"fold_universe: bars {fit} outside [0, {market.num_steps}]")
+    session = market.session_id[fit[0] : fit[1]]
+    session = session - session[0]
+    num_sessions = int(session[-1]) + 1
+    bars = torch.zeros(num_sessions, market.num_assets, dtype=torch.int32, device=market.device)
+    bars.index_add_(0, session, market.tradable[fit[0] : fit[1]].int())  # tradable bars per session
+    return (bars > 0).float().mean(0) >= min_coverage
+
+
+def in_universe(market: MarketData, universe: Tensor) -> MarketData:
+    """``market`` with the tickers outside ``universe`` (``(A,)`` bool) untradable and never listed
+    again there (``envs.tradability``: what is still held is sold at the first bar)."""
+    return dataclasses.replace(market, tradable=market.tradable & universe, listed=market.listed & universe)
+
+
 @dataclass(frozen=True)
 class FoldMarket:
     """Bars ``[start, stop)`` of a market with features normalized by ``spec`` (fitted on ``fit``)."""
@@ -60,6 +86,7 @@ class FoldMarket:
     raw: Tensor  # (T, A, F) float32: its raw causal features
     spec: dict[str, Any]  # the feature spec (normalization fitted on the ``fit`` rows)
     start: int  # first bar, in the source market's bar index
+    universe: Tensor | None = None  # (A,) bool: the tickers the fold trades (None = every one)
 
     def window(self, start: int, stop: int) -> MarketData:
         """Bars ``[start, stop)`` (source market indices) normalized with the fold's own spec."""
@@ -83,16 +110,31 @@ def fold_market(
     *,
     windows: Mapping[str, int] = DEFAULT_WINDOWS,
     fitted_on: tuple[str, str] | None = None,
+    min_coverage: float | None = None,
 ) -> FoldMarket:
     """Bars ``[start, stop)`` of ``market`` (indices of ``market``) with features normalized on the bars
-    ``fit = [fit_start, fit_stop)`` (inside the window: the fold's train window)."""
+    ``fit = [fit_start, fit_stop)`` (inside the window: the fold's train window); with
+    ``min_coverage``, only the fold's universe (:func:`fold_universe` on ``fit``) is tradable."""
     if not start <= fit[0] < fit[1] <= stop:
         raise DataError(f"fold_market: the fit window {fit} is not inside the bars [{start}, {stop})")
     raw = raw_features(market, start, stop, windows)
-    mean, std = fit_normalization(raw[fit[0] - start : fit[1] - start])
+    fit_rows = raw[fit[0] - start : fit[1] - start]
+    universe = None if min_coverage is None else fold_universe(market, fit, min_coverage)
+    if universe is not None:
+        if not bool(universe.any()):
+            raise DataError(
+                f"fold_market: no ticker is tradable on {min_coverage:.0%} of the train window's "
+                f"sessions {fitted_on or fit} (min_coverage)"
+            )
+        # Fitted on the fold's own tickers only: a ticker outside it (its bars start later, it joins
+        # the index later) must not move the statistics the fold's policy learns with.
+        fit_rows = fit_rows[:, universe]
+    mean, std = fit_normalization(fit_rows)
     spec = make_spec(mean, std, windows, interval=market.interval, fitted_on=fitted_on)
     view = market.slice(start, stop)
+    if universe is not None:
+        view = in_universe(view, universe)
     normalized = dataclasses.replace(
         view, features=normalize(raw, spec), feature_names=tuple(spec["names"]), feature_spec=spec
     )
-    return FoldMarket(market=normalized, raw=raw, spec=spec, start=start)
+    return FoldMarket(market=normalized, raw=raw, spec=spec, start=start, universe=universe)

@@ -30,7 +30,7 @@ from data.schema import normalize_ticker
 from data.sources.sample import real_sample_panel
 from data.store import BarStore
 from data.synthetic import SyntheticSpec, generate, to_frame
-from data.universe import check_universe, members, membership_mask, resolve_tickers
+from data.universe import check_universe, members, members_between, membership_mask, resolve_tickers
 
 log = logging.getLogger(__name__)
 
@@ -206,6 +206,7 @@ def load_market(
     home: str | os.PathLike[str] | None = None,
     device: str | torch.device = "cpu",
     store_synthetic: bool = False,
+    per_window: bool = False,
     **overrides: Any,
 ) -> MarketSplits:
     """Load the market a run trains and tests on.
@@ -215,6 +216,12 @@ def load_market(
     - ``synthetic``: generate in memory (``store_synthetic=True`` also writes the bars to the store);
     - ``stored``: bars imported/fetched into ``<home>/data/bars`` (``tickers`` empty = all);
     - ``real-sample``: the small real sample shipped with podracer (SPY, IBM, BAC, AIG, Oct 2013).
+
+    ``per_window=True`` (the walk-forward): no ticker is dropped for its coverage and none moves the
+    start (bars before a ticker's first one are carried, never tradable), and a ``universe`` gives
+    every member of any day of the span (membership by session as always): the caller picks each
+    window's tickers from its own bars (``data.fold_market.fold_universe``), so nothing after a
+    window decides what it trades. The train/valid/test splits then keep every ticker.
     """
     s = _settings(config, overrides)
     split = {"train_frac": s["train_frac"], "valid_frac": s["valid_frac"], "device": device}
@@ -239,11 +246,12 @@ def load_market(
         stored_interval = "1m" if from_minutes else s["interval"]
         panel = store.load_panel(
             interval=stored_interval,
-            tickers=universe_tickers(store, stored_interval, s) or None,
+            tickers=universe_tickers(store, stored_interval, s, span=per_window) or None,
             start=s["start_date"],
             end=s["end_date"],
-            min_coverage=s["min_coverage"],
+            min_coverage=0.0 if per_window else s["min_coverage"],
             coverage_frac=s["train_frac"],  # judged on the train window only
+            carry_leading=per_window,
         )
         if check_universe(s["universe"]):
             panel = with_membership(panel, s["tickers"])
@@ -252,16 +260,22 @@ def load_market(
         return build_market(panel, **split, source="stored")
     if s["source"] == "real-sample":
         panel = real_sample_panel(
-            interval=s["interval"], min_coverage=s["min_coverage"], coverage_frac=s["train_frac"]
+            interval=s["interval"],
+            min_coverage=0.0 if per_window else s["min_coverage"],
+            coverage_frac=s["train_frac"],
+            carry_leading=per_window,
         )
         return build_market(panel, **split, source="real-sample")
     raise DataError(f"unknown data source {s['source']!r} (synthetic, stored, real-sample)")
 
 
-def universe_tickers(store: BarStore, interval: str, s: Mapping[str, Any]) -> list[str]:
+def universe_tickers(
+    store: BarStore, interval: str, s: Mapping[str, Any], *, span: bool = False
+) -> list[str]:
     """``tickers`` plus, with a ``universe``, its members on ``as_of`` (default: ``start_date``, else
     the first day of the first stored month) that the store holds (members without stored bars are
-    skipped with a warning; an explicit ticker without bars stays an error)."""
+    skipped with a warning; an explicit ticker without bars stays an error). ``span``: the members
+    of any day from that date to ``end_date`` (later joiners included)."""
     if not check_universe(s["universe"]):
         return list(s["tickers"])
     as_of = s["as_of"] or s["start_date"] or store.first_month(interval)
@@ -271,9 +285,10 @@ def universe_tickers(store: BarStore, interval: str, s: Mapping[str, Any]) -> li
         )
     stored = set(store.tickers(interval))
     named = resolve_tickers("", None, list(s["tickers"]))
-    wanted = [t for t in members(as_of) if t in stored]
-    absent = [t for t in members(as_of) if t not in stored]
-    if absent:
+    candidates = members_between(as_of, s["end_date"]) if span else members(as_of)
+    wanted = [t for t in candidates if t in stored]
+    absent = [t for t in candidates if t not in stored]
+    if absent and not span:  # a span's members come and go: most have no bars for most of it
         log.warning("universe %s on %s: %d member(s) have no stored bars: %s", s["universe"], as_of, len(absent),
                     ", ".join(absent))  # fmt: skip
     return list(dict.fromkeys([*wanted, *named]))

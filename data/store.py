@@ -361,13 +361,19 @@ class BarStore:
         end: str | None = None,
         min_coverage: float = 0.5,
         coverage_frac: float = 1.0,
+        carry_leading: bool = False,
     ) -> Panel:
         """Stored bars as one dense panel (see ``data.calendar.align_panel`` for the fill policy;
         ``coverage_frac``: the leading fraction of sessions ``min_coverage`` is judged on)."""
         frames = self.read(interval, tickers, start, end)
         extended = bool(self._meta(interval).get("extended_hours", False))
         return align_panel(
-            frames, interval, min_coverage=min_coverage, extended_hours=extended, coverage_frac=coverage_frac
+            frames,
+            interval,
+            min_coverage=min_coverage,
+            extended_hours=extended,
+            coverage_frac=coverage_frac,
+            carry_leading=carry_leading,
         )
 
     def info(self) -> dict[str, Any]:

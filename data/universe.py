@@ -46,6 +46,21 @@ def members(as_of: str | date | pd.Timestamp) -> list[str]:
     return sorted(table.loc[inside, "symbol"].unique().tolist())
 
 
+def members_between(
+    start: str | date | pd.Timestamp, end: str | date | pd.Timestamp | None = None
+) -> list[str]:
+    """Sorted NASDAQ-100 symbols that are members on at least one day of ``[start, end]`` (``end``
+    None: any day from ``start`` on): the candidates of a span whose tickers are chosen per window
+    (a walk-forward's folds); ``membership_mask`` then says on which sessions each one is a member."""
+    first = _day(start, "start")
+    members(first)  # the one-line error when the history starts later
+    table = membership_table()
+    overlaps = table["opt_out"].isna() | (table["opt_out"] > first)
+    if end is not None:
+        overlaps &= table["opt_in"] <= _day(end, "end")
+    return sorted(table.loc[overlaps, "symbol"].unique().tolist())
+
+
 UNIVERSES = ("nasdaq100",)
 
 

@@ -184,7 +184,8 @@ def _execute(
     """:func:`trade` through the execution model (docs/env.md "Execution"; the price rule:
     :mod:`envs.execution`). In order: each order is capped at ``max_participation`` of the fill bar's
     volume (whole shares in ``"shares"`` mode; an EXIT, the sale of a delisted asset, is not capped);
-    sells under ``min_order_notional`` are dropped, the rest fill at ``open * (1 - frac(q))`` and fund
+    sells whose proceeds ``q * open * (1 - frac(q))`` are under ``min_order_notional`` are dropped, the
+    rest fill at ``open * (1 - frac(q))`` and fund
     the buys; the buys, priced at their capped size, are scaled by one factor per env when cash is
     short (floored to whole shares in ``"shares"`` mode); scaled buys under ``min_order_notional`` are
     dropped and the rest fill at ``open * (1 + frac(q))`` of their final size (at most the price the
@@ -200,13 +201,13 @@ def _execute(
     buy0 = diff.clamp(min=0.0)
     sell = (-diff).clamp_(min=0.0)
     min_notional = params.min_order_notional
-    if min_notional > 0:
-        dust = sell * px_open < min_notional
+    # One of buy0 and sell is 0 per asset: one frac prices both (a dropped sell's frac is unused).
+    frac = execution.fill_frac(params, buy0 + sell, impact)
+    if min_notional > 0:  # a sell's proceeds at its fill price (a buy's fill price is above the open)
+        dust = sell * px_open * (1.0 - frac) < min_notional
         if mode is not None:
             dust &= mode != EXIT
         sell = sell.masked_fill_(dust, 0.0)
-    # One of buy0 and sell is 0 per asset: one frac prices both.
-    frac = execution.fill_frac(params, buy0 + sell, impact)
     sell_notional = rowsum(sell * px_open * (1.0 - frac))
     available = cash + sell_notional * (1.0 - rate)
     needed0 = rowsum(buy0 * px_open * (1.0 + frac)) * (1.0 + rate)

@@ -165,7 +165,7 @@ class ReferenceEnv:
                 if whole:
                     limit = math.floor(limit)
                 buys[a], sells[a] = min(buys[a], limit), min(sells[a], limit)
-            if sells[a] * opens[a] < p.min_order_notional and not exit_[a]:
+            if sells[a] * opens[a] * (1 - frac(a, sells[a])) < p.min_order_notional and not exit_[a]:
                 sells[a] = 0.0
         sell_notional = sum(sells[a] * opens[a] * (1 - frac(a, sells[a])) for a in range(n))
         cash = self.cash + sell_notional * (1 - p.cost_rate)

@@ -512,6 +512,7 @@ def make_walkforward_run(home: Path, run: str = "wf", *, days: int = 30, folds: 
     from app.config import Config
     from app.runs import RunDir
     from app.walkforward.account import walkforward_fields
+    from app.walkforward.record import FoldRecord
 
     run_dir = make_run(home, run, days=days, real=True)
     wf = RunDir.at(run_dir)
@@ -553,7 +554,7 @@ def make_walkforward_run(home: Path, run: str = "wf", *, days: int = 30, folds: 
                 "seconds": {"total": 60.0 + k},
             }
         )
-        wf.write_fold_record(k, records[-1])
+        wf.write_fold_record(k, FoldRecord.parse(records[-1]))
     wf.write(
         {
             "run_id": run,
@@ -567,7 +568,7 @@ def make_walkforward_run(home: Path, run: str = "wf", *, days: int = 30, folds: 
         {
             **metrics,
             "window": "walkforward",
-            "walkforward": walkforward_fields(records, Config()).model_dump(),
+            "walkforward": walkforward_fields([FoldRecord.parse(r) for r in records], Config()).model_dump(),
         },
     )
     return run_dir

@@ -130,3 +130,36 @@ def test_the_metric_keys_are_the_models_fields():
         "alpha",
         "information_ratio",
     ) == METRIC_KEYS
+
+
+def test_a_fold_record_reads_typed_and_a_newer_one_is_refused(tmp_path):
+    from app.runs import RunDir
+    from app.walkforward.record import FoldRecord
+
+    run = RunDir(tmp_path, "wf")
+    legacy = {  # as the walk-forward wrote it before the record had a schema version
+        "index": 0,
+        "windows": {"train": ["a", "b"], "valid": ["c", "d"], "test": ["e", "f"]},
+        "in_charge": {"fold": 0, "run": "fold-000"},
+        "gate": {"promote": True, "challenger": {"sharpe_ratio": 1.2, "normalization": "its own"}},
+        "test": {"sessions": 2, "return": 0.01},
+        "seconds": {"total": 3.0},
+    }
+    run.fold(0).path.mkdir(parents=True)
+    run.fold_record(0).write_text(json.dumps(legacy))
+    (record,) = run.fold_records()
+    assert isinstance(record, FoldRecord) and record.schema_version == 1
+    assert (record.in_charge.run, record.test.period_return, record.test_window()) == (
+        "fold-000",
+        0.01,
+        ("e", "f"),
+    )
+    run.write_fold_record(0, record)  # rewritten: the same keys, "return" under its own name
+    assert json.loads(run.fold_record(0).read_text()) == {**legacy, "schema_version": 1}
+    run.fold_record(0).write_text(json.dumps({**legacy, "schema_version": 3}))
+    with pytest.raises(ArtifactError, match="schema version 3 is newer") as info:
+        run.fold_records()
+    assert str(info.value).startswith(str(run.fold_record(0))) and "\n" not in str(info.value)
+    run.fold_record(0).write_text(json.dumps({**legacy, "index": "first"}))
+    with pytest.raises(ArtifactError, match="index: input should be a valid integer"):
+        run.fold_records()

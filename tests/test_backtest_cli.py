@@ -104,7 +104,7 @@ def test_missing_or_corrupt_artifacts_are_one_line_errors(run_home, tmp_path, ca
     shutil.copytree(run_home / "runs" / "r1", broken, ignore=shutil.ignore_patterns("backtest"))
     (broken / "run.json").write_text("{not json")
     assert _run(run_home, "broken", "--json") == 2
-    assert "run.json: not valid JSON" in capsys.readouterr().err
+    assert "run.json is corrupt: not valid JSON" in capsys.readouterr().err
 
     (broken / "run.json").write_text("{}")
     (broken / "champion" / "spec.json").write_text("{}")
@@ -135,6 +135,28 @@ def test_baseline_report_written_with_out(run_home, tmp_path, capsys):
     saved = json.loads((out / "backtest" / "metrics.json").read_text())
     assert set(saved["strategies"]) == {"buy_and_hold", "cash"} and saved["tearsheet"] is None
     assert (out / "backtest" / "equity.parquet").is_file()
+
+
+@pytest.mark.parametrize(
+    ("record", "message"),
+    [
+        ({"schema_version": 99, "pods_tried": 20}, "schema version 99 is newer than this podracer reads"),
+        ({"pods_tried": "twenty"}, "pods_tried: input should be a valid integer"),
+    ],
+)
+def test_a_run_record_of_a_newer_schema_or_malformed_is_refused_in_one_line(
+    run_home, capsys, record, message
+):
+    other = run_home / "runs" / "other"
+    shutil.copytree(
+        run_home / "runs" / "r1", other, ignore=shutil.ignore_patterns("backtest"), dirs_exist_ok=True
+    )
+    (other / "run.json").write_text(json.dumps(record))
+    assert _run(run_home, "other", "--json", "--no-tearsheet") == 2
+    captured = capsys.readouterr()
+    err = " ".join(captured.err.split())  # rich wraps long lines
+    assert str(other / "run.json") in err and message in err and "Traceback" not in err
+    assert captured.out == ""
 
 
 def test_test_window_must_lie_after_what_the_run_saw(run_home, capsys):

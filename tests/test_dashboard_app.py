@@ -244,9 +244,12 @@ def test_walkforward_page_shows_the_account_the_folds_and_who_traded_when(tmp_pa
 
 def test_walkforward_view_marks_folds_and_champion_changes():
     from app.dashboard import walkforward_view
+    from app.walkforward.record import FoldRecord
 
     records = [
-        {"index": i, "windows": {"test": [day, day], "train": ["a", "b"], "valid": ["c", "d"]}, "in_charge": who}
+        FoldRecord.parse(
+            {"index": i, "windows": {"test": [day, day], "train": ["a", "b"], "valid": ["c", "d"]}, "in_charge": who}
+        )
         for i, (day, who) in enumerate(
             [("2024-01-02", None), ("2024-01-03", {"fold": 1, "run": "fold-001"}),
              ("2024-01-04", {"fold": 1, "run": "fold-001"}), ("2024-01-05", {"fold": 3, "run": "fold-003"})]

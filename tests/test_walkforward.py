@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from app.walkforward.account import champion_spans
+from app.walkforward.record import FoldRecord
 from backtests.engine import run_backtest
 from backtests.folds import Fold, fold_layout, fold_of_session, span
 from backtests.stitched import SwitchingPolicy, run_stitched, segment_figures
@@ -193,7 +194,7 @@ def test_champion_spans_merge_consecutive_folds_of_one_champion():
         {"index": 1, "windows": {"test": ["d2", "d3"]}, "in_charge": {"fold": 1, "run": "fold-001"}, "test": {"sessions": 2}},
         {"index": 2, "windows": {"test": ["d4", "d5"]}, "in_charge": {"fold": 1, "run": "fold-001"}, "test": {"sessions": 2}},
     ]  # fmt: skip
-    assert champion_spans(records) == [
+    assert [s.model_dump() for s in champion_spans([FoldRecord.parse(r) for r in records])] == [
         {"champion": "cash", "first": "d0", "last": "d1", "sessions": 2, "folds": [0]},
         {"champion": "fold-001", "first": "d2", "last": "d5", "sessions": 4, "folds": [1, 2]},
     ]

@@ -115,7 +115,7 @@ def _comparable(record: dict) -> dict:
 @pytest.mark.slow
 def test_kill_dash_nine_in_the_third_fold_then_resume_ends_as_an_uninterrupted_run(runs):
     whole, killed = runs
-    a, b = whole.fold_records(), killed.fold_records()
+    a, b = [r.to_json() for r in whole.fold_records()], [r.to_json() for r in killed.fold_records()]
     assert len(a) == len(b) == 3
     assert [_comparable(r) for r in a] == [_comparable(r) for r in b]
     for name in ("daily_returns", "equity"):
@@ -134,7 +134,7 @@ def test_kill_dash_nine_in_the_third_fold_then_resume_ends_as_an_uninterrupted_r
 @pytest.mark.slow
 def test_folds_gate_and_stitched_account_of_a_tiny_run(runs):
     run, _ = runs
-    records = run.fold_records()
+    records = [r.to_json() for r in run.fold_records()]  # as written
     info = run.info()
     assert info.kind == "walkforward" and info.status == "done" and info.extra["peak_rss_mb"]["self"] > 0
     for r, after in zip(records, records[1:], strict=False):
@@ -210,7 +210,7 @@ def test_walkforward_cli_json_and_bad_invocations(home, tmp_path, capsys):
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert out["run_id"] == "c" and out["walkforward"]["num_folds"] == 1
     assert out["strategies"]["champion"]["cum_returns_final"] is not None
-    (record,) = RunDir(home, "c").fold_records()
+    (record,) = [r.to_json() for r in RunDir(home, "c").fold_records()]
     w = record["windows"]
     assert (
         w["valid"][1] < w["gate"][0] <= w["gate"][1] < w["embargo"][0]
@@ -247,9 +247,9 @@ def test_fold_tournaments_on_the_ray_backend(tmp_path, monkeypatch):
         assert ray.is_initialized(), "a cluster the caller started is left running"
     finally:
         ray.shutdown()
-    assert [r["index"] for r in result.folds] == [0, 1]
+    assert [r.index for r in result.folds] == [0, 1]
     for r in result.folds:
-        pods = read_pods(RunDir(tmp_path, "ray").fold(r["index"]).path)
+        pods = read_pods(RunDir(tmp_path, "ray").fold(r.index).path)
         assert len(pods) == 2 and all(p["score"] is not None for p in pods)
     assert result.metrics.walkforward.num_folds == 2
 
@@ -266,6 +266,6 @@ def test_a_noise_champion_never_takes_charge_by_default(home):
         "walkforward": {**TINY["walkforward"], "num_folds": 2},
     }
     result = run_walkforward(parse_config(raw), home, run="quiet")
-    assert [r["promoted"] for r in result.folds] == [False, False]
+    assert [r.promoted for r in result.folds] == [False, False]
     spans = result.metrics.walkforward.champions
     assert [s.champion for s in spans] == ["cash"]

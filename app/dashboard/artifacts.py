@@ -26,6 +26,7 @@ from app.nightly import registry
 from app.nightly.record import ChampionTimeline, champion_timeline
 from app.paper import journal
 from app.runs import RunDir, RunInfo, runs_root
+from app.walkforward.record import FoldRecord
 from app.workflows.status import Status, gather_status
 from backtests.metrics_model import MetricsDocument
 from backtests.metrics_model import read_metrics as read_metrics_file
@@ -89,7 +90,7 @@ def read_run_info(run_dir: Path) -> RunInfo:
         raise ArtifactCorrupt(str(err)) from None
 
 
-def read_fold_records(run_dir: Path) -> list[dict[str, Any]]:
+def read_fold_records(run_dir: Path) -> list[FoldRecord]:
     """A walk-forward's completed folds (``RunDir.fold_records``), in fold order."""
     run = RunDir.at(run_dir)
     if run.info().kind != "walkforward":

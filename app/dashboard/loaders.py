@@ -18,6 +18,7 @@ import streamlit as st
 
 from app.dashboard import artifacts
 from app.runs import RunDir, RunInfo
+from app.walkforward.record import FoldRecord
 from backtests import looks
 from backtests.metrics_model import MetricsDocument
 
@@ -139,14 +140,14 @@ def _run_info(run_dir: str, sig: tuple) -> RunInfo:
     return artifacts.read_run_info(Path(run_dir))
 
 
-def fold_records(run_dir: Path) -> list[dict[str, Any]]:
+def fold_records(run_dir: Path) -> list[FoldRecord]:
     """A walk-forward's fold records (cached until the record or a fold record changes)."""
     run = RunDir.at(run_dir)
     return _fold_records(str(run_dir), signature(run.record, *run.fold_record_files()))
 
 
 @st.cache_data(max_entries=_MAX_ENTRIES, show_spinner=False)
-def _fold_records(run_dir: str, sig: tuple) -> list[dict[str, Any]]:
+def _fold_records(run_dir: str, sig: tuple) -> list[FoldRecord]:
     return artifacts.read_fold_records(Path(run_dir))
 
 

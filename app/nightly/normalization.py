@@ -60,7 +60,7 @@ def champion_feature_spec(champion: Mapping[str, Any]) -> tuple[dict[str, Any] |
 
         def from_record() -> Any:
             try:
-                return RunDir.at(Path(run_dir)).read().get("feature_spec")
+                return RunDir.at(Path(run_dir)).info().feature_spec
             except PodracerError:
                 return None
 

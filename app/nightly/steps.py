@@ -468,7 +468,6 @@ def _copy_policy(source: Path, target: Path, feature_spec: Mapping[str, Any] | N
 
 def _run_feature_spec(run_dir: Path) -> dict[str, Any] | None:
     try:
-        spec = RunDir.at(run_dir).read().get("feature_spec")
+        return RunDir.at(run_dir).info().feature_spec
     except PodracerError:
         return None
-    return dict(spec) if isinstance(spec, Mapping) else None

@@ -2,7 +2,8 @@
 
 :class:`StitchedAccount` keeps what the stitched run needs and nothing else: the loaded bars, the span's
 features (each fold's test window normalized with the statistics of the policy in charge there, the
-only features held for the whole span) and the policies in charge. :meth:`StitchedAccount.run` replays the
+only features held for the whole span), each fold's universe (``data.fold_market.fold_universe``:
+the tickers its test window trades, judged on its train window) and the policies in charge. :meth:`StitchedAccount.run` replays the
 account from the span's first bar to the last fold added (``backtests.stitched.run_stitched``: one
 engine run, so the account and the baselines stay continuous); :meth:`StitchedAccount.report` writes its
 report (``app.walkforward.judging.write_account_report``) with the walk-forward's keys: each fold's
@@ -22,11 +23,12 @@ from agents.ensemble import load_policy
 from app.evaluation import check_policy_fits, policy_digest
 from app.runs import RunDir
 from app.walkforward.judging import write_account_report
+from app.walkforward.record import FoldRecord
 from backtests.engine import BacktestResult
 from backtests.metrics_model import ChampionSpan, MetricsDocument, WalkForwardSummary
 from backtests.stitched import run_stitched, run_stitched_capacity
 from data.features import DEFAULT_WINDOWS, feature_names, normalize
-from data.fold_market import raw_features
+from data.fold_market import fold_universe, raw_features
 from data.market import MarketData
 from envs.trading import EnvParams
 
@@ -37,15 +39,26 @@ class StitchedAccount:
     """The stitched out-of-sample account of a walk-forward (see the module docstring)."""
 
     def __init__(
-        self, full: MarketData, plans: Sequence[Any], params: EnvParams, device: torch.device
+        self,
+        full: MarketData,
+        plans: Sequence[Any],
+        params: EnvParams,
+        device: torch.device,
+        min_coverage: float | None = None,
     ) -> None:
+        """``min_coverage``: each fold's test window trades only its fold's universe (None: every
+        ticker, as loaded)."""
         self.full, self.params, self.device = full, params, device
+        self.min_coverage = min_coverage
         self.span_start = plans[0].bars["test"][0]
         self.windows = dict((full.feature_spec or {}).get("windows") or DEFAULT_WINDOWS)
         self.names = feature_names(self.windows)
         span_bars = plans[-1].bars["test"][1] - self.span_start
         # (span bars, A, F) float32: the only features held for the whole span.
         self.features = torch.zeros(span_bars, full.num_assets, len(self.names), device=full.device)
+        # (span bars, A) bool: the loaded masks with each fold's tickers outside its universe off.
+        self.tradable = full.tradable[self.span_start : self.span_start + span_bars].clone()
+        self.listed = full.listed[self.span_start : self.span_start + span_bars].clone()
         self.stop = self.span_start
         self.policies: list[Any] = []
         self.switch_bars: list[int] = []
@@ -59,6 +72,10 @@ class StitchedAccount:
         if start != self.stop:
             raise ValueError(f"fold {plan.fold.index}: test windows must be added in order")
         rows = slice(start - self.span_start, stop - self.span_start)
+        if self.min_coverage is not None:
+            universe = fold_universe(self.full, plan.bars["train"], self.min_coverage)
+            self.tradable[rows] &= universe
+            self.listed[rows] &= universe
         if in_charge is None:
             policy, label = self._cash, CASH
         else:
@@ -90,8 +107,8 @@ class StitchedAccount:
             interval=window.interval,
             features=self.features[: self.stop - self.span_start],
             feature_names=self.names,
-            tradable=window.tradable,
-            listed=window.listed,
+            tradable=self.tradable[: self.stop - self.span_start],
+            listed=self.listed[: self.stop - self.span_start],
             daily_vol=window.daily_vol,
             adv=window.adv,
         )
@@ -139,51 +156,53 @@ class StitchedAccount:
         )
 
 
-def walkforward_fields(records: Sequence[Mapping[str, Any]], config: Any) -> WalkForwardSummary:
+def walkforward_fields(records: Sequence[FoldRecord], config: Any) -> WalkForwardSummary:
     """metrics.json ``walkforward``: the settings, one row per fold and the champions' spans."""
-    rows = []
-    for r in records:
-        gate = r.get("gate") or {}
-        rows.append(
-            {
-                "index": r["index"],
-                "windows": r["windows"],
-                "pods_tried": r.get("pods_tried"),
-                "challenger": (r.get("challenger") or {}).get("pod_id"),
-                "gate_sharpe": (gate.get("challenger") or {}).get("sharpe_ratio"),
-                "incumbent_gate_sharpe": (gate.get("incumbent") or {}).get("sharpe_ratio"),
-                "promoted": bool(r.get("promoted")),
-                "gate_reason": gate.get("reason"),
-                "in_charge": champion_name(r),
-                "test": r.get("test") or {},
-            }
-        )
+    rows = [
+        {
+            "index": r.index,
+            "windows": r.windows,
+            "pods_tried": r.pods_tried,
+            "challenger": r.challenger.pod_id if r.challenger is not None else None,
+            "gate_sharpe": r.gate.challenger.get("sharpe_ratio"),
+            "incumbent_gate_sharpe": (r.gate.incumbent or {}).get("sharpe_ratio"),
+            "promoted": r.promoted,
+            "gate_reason": r.gate.reason,
+            "in_charge": champion_name(r),
+            "test": r.test.model_dump(),
+        }
+        for r in records
+    ]
     return WalkForwardSummary(
         settings=config.walkforward.model_dump(mode="json"),
         num_folds=len(records),
         folds=rows,
-        champions=[ChampionSpan(**span) for span in champion_spans(records)],
+        champions=champion_spans(records),
     )
 
 
-def champion_name(record: Mapping[str, Any]) -> str:
+def champion_name(record: FoldRecord) -> str:
     """The fold run whose champion traded ``record``'s test window (``"cash"`` before any promotion)."""
-    label = record.get("in_charge")
-    return str(label["run"]) if label else CASH
+    return record.in_charge.run if record.in_charge is not None else CASH
 
 
-def champion_spans(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def champion_spans(records: Sequence[FoldRecord]) -> list[ChampionSpan]:
     """Which champion traded which sessions: consecutive folds with the same policy in charge merged,
     each with its first and last session, sessions and folds."""
-    spans: list[dict[str, Any]] = []
+    spans: list[ChampionSpan] = []
     for r in records:
-        name, (first, last) = champion_name(r), r["windows"]["test"]
-        sessions = int((r.get("test") or {}).get("sessions") or 0)
-        if spans and spans[-1]["champion"] == name:
-            spans[-1].update(last=last, sessions=spans[-1]["sessions"] + sessions)
-            spans[-1]["folds"].append(r["index"])
+        name, (first, last) = champion_name(r), r.test_window()
+        if spans and spans[-1].champion == name:
+            prev = spans[-1]
+            spans[-1] = prev.model_copy(
+                update={
+                    "last": last,
+                    "sessions": prev.sessions + r.test.sessions,
+                    "folds": [*prev.folds, r.index],
+                }
+            )
         else:
             spans.append(
-                {"champion": name, "first": first, "last": last, "sessions": sessions, "folds": [r["index"]]}
+                ChampionSpan(champion=name, first=first, last=last, sessions=r.test.sessions, folds=[r.index])
             )
     return spans

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from app import context
 from app.render import backtest_table
+from app.walkforward.record import FoldRecord
 
 
 class WalkForwardProgress:
@@ -68,12 +69,12 @@ class WalkForwardProgress:
             task = self.progress.tasks[self.folds]
             left = (task.total or 0) - task.completed - 1
             eta = sum(self.fold_times) / len(self.fold_times) * max(0, left)
-            test = event["record"].get("test") or {}
+            record: FoldRecord = event["record"]
             self.progress.update(
                 self.folds,
                 advance=1,
-                info=f"last: {'promoted' if event['record']['promoted'] else 'kept'}, test return "
-                f"{_pct(test.get('return'))} · ETA {eta / 60:.1f} min",
+                info=f"last: {'promoted' if record.promoted else 'kept'}, test return "
+                f"{_pct(record.test.period_return)} · ETA {eta / 60:.1f} min",
             )
 
     def __exit__(self, *exc: object) -> None:
@@ -89,28 +90,26 @@ def _num(value: float | None, fmt: str = "{:.2f}") -> str:
     return "—" if value is None else fmt.format(value)
 
 
-def folds_table(records: list[dict[str, Any]]) -> Table:
+def folds_table(records: list[FoldRecord]) -> Table:
     """One row per fold: windows, pods tried, gate, policy in charge, test figures, seconds."""
     table = Table(title="walk-forward folds", title_justify="left")
     for name in ("fold", "test window", "pods", "gate Sharpe", "gate", "in charge", "test return",
                  "b&h return", "test Sharpe", "costs $", "seconds"):  # fmt: skip
         table.add_column(name, justify="left" if name in ("test window", "gate", "in charge") else "right")
     for r in records:
-        test = r.get("test") or {}
-        gate = r.get("gate") or {}
-        label = r.get("in_charge")
+        test = r.test
         table.add_row(
-            str(r["index"]),
-            " .. ".join(r["windows"]["test"]),
-            str(r.get("pods_tried")),
-            _num((gate.get("challenger") or {}).get("sharpe_ratio")),
-            "promoted" if r.get("promoted") else "kept",
-            label["run"] if label else "cash",
-            _pct(test.get("return")),
-            _pct(test.get("buy_and_hold_return")),
-            _num(test.get("sharpe_ratio")),
-            _num(test.get("costs_paid"), "{:,.0f}"),
-            _num((r.get("seconds") or {}).get("total"), "{:.0f}"),
+            str(r.index),
+            " .. ".join(r.test_window()),
+            str(r.pods_tried),
+            _num(r.gate.challenger.get("sharpe_ratio")),
+            "promoted" if r.promoted else "kept",
+            r.in_charge.run if r.in_charge is not None else "cash",
+            _pct(test.period_return),
+            _pct(test.buy_and_hold_return),
+            _num(test.sharpe_ratio),
+            _num(test.costs_paid, "{:,.0f}"),
+            _num(r.seconds.get("total"), "{:.0f}"),
         )
     return table
 
@@ -120,7 +119,7 @@ def walkforward_summary(result: Any) -> None:
     console = context.console
     console.print(folds_table(result.folds))
     console.print(backtest_table(result.metrics, "stitched out-of-sample account (one look at the span)"))
-    times = [float((r.get("seconds") or {}).get("total") or 0.0) for r in result.folds]
+    times = [float(r.seconds.get("total") or 0.0) for r in result.folds]
     mean = sum(times) / len(times) if times else 0.0
     console.print(
         f"{len(result.folds)} folds in {result.seconds:.0f} s (this session; {mean:.0f} s per fold on average); "

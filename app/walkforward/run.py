@@ -5,7 +5,9 @@
 fold, one at a time:
 
 1. **features**: the fold's bars (views of the loaded market) with features normalized on ITS train
-   window only (``data.fold_market``);
+   window only, trading only its own universe: the index members on its dates whose bars cover
+   ``[data] min_coverage`` of its train window (``data.fold_market``; the market is loaded with
+   every candidate of the span, ``load_market(per_window=True)``);
 2. **tournament**: the tournament of ``podracer train`` on the fold's train / validation windows, in
    ``<run>/folds/fold-<k>/`` (a run folder of its own, resumable), the first
    ``[nightly] warm_start_pods`` fresh pods starting from the incumbent's weights as nightly does
@@ -58,6 +60,7 @@ from app.runs import RunDir, new_id
 from app.walkforward.account import StitchedAccount
 from app.walkforward.judging import replay_gate
 from app.walkforward.plan import FoldPlan, fold_config, plan_folds
+from app.walkforward.record import FoldRecord
 from backtests.metrics_model import MetricsDocument
 from backtests.stitched import segment_figures
 from data.errors import ConfigError, PodracerError
@@ -76,7 +79,7 @@ class WalkForwardResult:
 
     run_id: str
     run_dir: Path
-    folds: list[dict[str, Any]]  # the fold records
+    folds: list[FoldRecord]  # the fold records
     metrics: MetricsDocument  # the stitched account's metrics.json
     seconds: float
     peak_rss_mb: dict[str, float]
@@ -100,7 +103,8 @@ def run_walkforward(
     home = Path(home)
     wf_run = _open_run(home, run, resume)
     device = torch.device(config.agent.device)
-    full = bars_only(load_market(config.data, home=home, device=device).full)
+    # Every candidate ticker of the span: each fold trades its own universe (data.fold_market).
+    full = bars_only(load_market(config.data, home=home, device=device, per_window=True).full)
     plans = plan_folds(full, config.walkforward)
     records = wf_run.fold_records() if resume is not None else []
     _check_resumed_layout(wf_run, plans, records)
@@ -110,9 +114,11 @@ def run_walkforward(
         wf_run.write(_run_record(wf_run, config, full, plans))
     else:
         wf_run.update(status="running", error=None)
-    account = StitchedAccount(full, plans, to_env_params(config.env), device)
+    account = StitchedAccount(
+        full, plans, to_env_params(config.env), device, min_coverage=config.data.min_coverage
+    )
     for record in records:
-        account.add(plans[record["index"]], _in_charge_of(wf_run, record, records))
+        account.add(plans[record.index], _in_charge_of(wf_run, record, records))
     emit({"event": "start", "run_id": wf_run.run_id, "folds": len(plans), "done": len(records)})
     try:
         with _ray_session(config):
@@ -192,16 +198,16 @@ def _run_record(wf_run: RunDir, config: Config, full: MarketData, plans: list[Fo
     }
 
 
-def _check_resumed_layout(wf_run: RunDir, plans: list[FoldPlan], records: list[dict[str, Any]]) -> None:
+def _check_resumed_layout(wf_run: RunDir, plans: list[FoldPlan], records: list[FoldRecord]) -> None:
     """A resumed run's data must still give the layout its folds were recorded with."""
     for record in records:
-        index = int(record["index"])
-        if index >= len(plans) or record["windows"] != plans[index].windows():
+        index = record.index
+        if index >= len(plans) or record.windows != plans[index].windows():
             raise PodracerError(
                 f"{wf_run.path}: fold {index} was recorded on other windows than today's data gives "
                 "(the bars changed since the run started)"
             )
-    if [int(r["index"]) for r in records] != list(range(len(records))):
+    if [r.index for r in records] != list(range(len(records))):
         raise PodracerError(f"{wf_run.path}: the fold records are not consecutive from fold 0")
 
 
@@ -234,7 +240,7 @@ def _run_fold(
     home: Path,
     wf_run: RunDir,
     plan: FoldPlan,
-    records: list[dict[str, Any]],
+    records: list[FoldRecord],
     account: StitchedAccount,
     emit: Callable[[Event], None],
 ) -> dict[str, Any]:
@@ -250,7 +256,12 @@ def _run_fold(
 
     emit({"event": "stage", "index": index, "stage": "features", "windows": plan.windows()})
     data = fold_market(
-        account.full, bars["train"][0], bars["test"][1], fit=bars["train"], fitted_on=plan.dates["train"]
+        account.full,
+        bars["train"][0],
+        bars["test"][1],
+        fit=bars["train"],
+        fitted_on=plan.dates["train"],
+        min_coverage=config.data.min_coverage,
     )
     lap("features")
     incumbent = _in_charge_of(wf_run, records[-1], records) if records else None
@@ -278,7 +289,7 @@ def _run_fold(
     result = account.run()
     test = segment_figures(result, *plan.dates["test"], annualization=config.backtest.annualization)
     fold_run = wf_run.fold(index)
-    record = {
+    fields = {
         **plan.to_dict(),
         "run": fold_run.path.name,
         "pods_tried": challenger.num_trials,
@@ -292,10 +303,11 @@ def _run_fold(
         "feature_spec": fold_run.info().feature_spec,
         "test": test,
     }
+    record = FoldRecord.parse(fields, wf_run.fold_record(index))
     lap("account")
     account.report(wf_run, config, [*records, record], result=result, home=home)
     lap("report")
-    record["seconds"] = {**seconds, "total": round(sum(seconds.values()), 3)}
+    record = record.model_copy(update={"seconds": {**seconds, "total": round(sum(seconds.values()), 3)}})
     wf_run.write_fold_record(index, record)
     return record
 
@@ -394,20 +406,18 @@ def _challenger_in_charge(wf_run: RunDir, plan: FoldPlan, challenger: Challenger
     }
 
 
-def _in_charge_of(
-    wf_run: RunDir, record: Mapping[str, Any], records: list[dict[str, Any]]
-) -> dict[str, Any] | None:
+def _in_charge_of(wf_run: RunDir, record: FoldRecord, records: list[FoldRecord]) -> dict[str, Any] | None:
     """The policy in charge after fold ``record`` (shaped like the registry's champion), None = cash."""
-    label = record.get("in_charge")
-    if not label:
+    label = record.in_charge
+    if label is None:
         return None
-    fold_run = wf_run.fold(int(label["fold"]))
+    fold_run = wf_run.fold(label.fold)
     return {
         "run_id": f"{wf_run.run_id}/{fold_run.path.name}",
-        "fold": int(label["fold"]),
+        "fold": label.fold,
         "policy_dir": str(fold_run.champion),
         "info": {"run_dir": str(fold_run.path)},
-        "selection_end": records[int(label["fold"])]["windows"]["gate"][1],
+        "selection_end": records[label.fold].windows["gate"][1],
         "feature_spec": fold_run.info().feature_spec,
     }
 

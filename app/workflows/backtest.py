@@ -125,8 +125,7 @@ def backtest_run(
     policy = _load_policy(run_dir.champion, device)
     run_info = run_dir.info()
     num_trials, _ = run_info.trials()
-    record = run_dir.read()
-    annualization = record.get("annualization") or config.backtest.annualization
+    annualization = run_info.annualization or config.backtest.annualization
     params = to_env_params(config.env)
     if splits is None:
         splits = load_market(config.data, home=home, device=device)

@@ -22,11 +22,15 @@ def real_sample_path() -> Path:
     return Path(str(resources.files("data") / "resources" / SAMPLE_FILE))
 
 
-def real_sample_panel(interval: str = "1m", min_coverage: float = 0.5, coverage_frac: float = 1.0) -> Panel:
-    """The sample aligned to the XNAS grid as one dense panel."""
+def real_sample_panel(
+    interval: str = "1m", min_coverage: float = 0.5, coverage_frac: float = 1.0, carry_leading: bool = False
+) -> Panel:
+    """The sample aligned to the XNAS grid as one dense panel (``data.calendar.align_panel``)."""
     bars = read_csv(real_sample_path())
     frames = {
         str(ticker): align_ticker(group, interval, source=SAMPLE_FILE).frame
         for ticker, group in bars.groupby("ticker", sort=True)
     }
-    return align_panel(frames, interval, min_coverage=min_coverage, coverage_frac=coverage_frac)
+    return align_panel(
+        frames, interval, min_coverage=min_coverage, coverage_frac=coverage_frac, carry_leading=carry_leading
+    )

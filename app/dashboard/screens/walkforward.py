@@ -58,7 +58,7 @@ if records:
             for fold, gate, reason in zip(frame["fold"], frame["gate"], frame["gate reason"], strict=True):
                 st.markdown(f"- fold {fold} ({gate}): {reason}")
         summary = metrics.walkforward if metrics is not None else None
-        spans = [span.model_dump() for span in summary.champions] if summary is not None else []
+        spans = summary.champions if summary is not None else []
         if spans:
             st.caption("Which champion traded which sessions")
             st.markdown(tables.markdown_table(walkforward_view.spans_frame(spans).set_index("champion")))

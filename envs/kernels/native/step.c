@@ -91,9 +91,10 @@ static inline __attribute__((always_inline)) void exec_pass1(
         lim = (exit | !capped_volume) ? INFINITY : lim;
         const float buy = buy0 < lim ? buy0 : lim;
         sell = sell < lim ? sell : lim;
-        sell = (sell * po[j] < mn && !exit) ? 0.0f : sell;
-        /* One of buy and sell is 0: one frac serves both. */
+        /* One of buy and sell is 0: one frac serves both (a dropped sell's is unused). A sell is
+           dust when its proceeds at the fill price are under the minimum. */
         const float f = fill_frac(buy + sell, imp[j], coef, half);
+        sell = (sell * po[j] * (1.0f - f) < mn && !exit) ? 0.0f : sell;
         sells += (double)(sell * po[j] * (1.0f - f));
         buys0 += (double)(buy * po[j] * (1.0f + f));
         tr[j] = buy;

@@ -1,0 +1,94 @@
+"""A walk-forward fold's record, ``folds/fold-<k>/fold.json``, as a typed model: :class:`FoldRecord`.
+
+Written once per completed fold by ``app.workflows.walkforward`` (through ``RunDir.write_fold_record``,
+atomically: a fold is recorded whole or not at all) and read back validated by the resume, the
+stitched account (``app.walkforward.account``), the CLI's folds table and the dashboard's Walk-forward
+page. A versioned ``data.artifact.Artifact``: a file from before ``schema_version`` reads as version
+1, a newer one or a malformed field is a one-line error naming the file. Imports nothing from the app,
+so ``app.runs`` can name it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from data.artifact import Artifact, Figure
+
+
+class FoldSection(BaseModel):
+    """A nested block of fold.json: typed keys, unknown keys kept."""
+
+    model_config = ConfigDict(extra="allow", frozen=True, validate_by_name=True, serialize_by_alias=True)
+
+
+class PolicyLabel(FoldSection):
+    """The fold's tournament champion (the challenger at its gate)."""
+
+    run: str | None = Field(None, description="the fold's run folder")
+    pod_id: str | None = Field(None, description="its champion pod")
+    valid_sharpe: Figure = Field(None, description="its validation Sharpe ratio")
+
+
+class InCharge(FoldSection):
+    """The policy that traded the fold's test window: the champion of fold ``fold``."""
+
+    fold: int = Field(description="the fold whose champion it is")
+    run: str = Field(description="that fold's run folder")
+
+
+class FoldGate(FoldSection):
+    """The nightly gate replayed on the fold's gate window (``app.walkforward.judging.GateOutcome``)."""
+
+    promote: bool = Field(False, description="the challenger took over")
+    reason: str | None = Field(None, description="why, in words")
+    fitness: str | None = Field(None, description="the fitness compared")
+    challenger: dict[str, Any] = Field(default_factory=dict, description="its figures on the window")
+    incumbent: dict[str, Any] | None = Field(None, description="the incumbent's (null: none yet)")
+    window: list[str] = Field(default_factory=list, description="first and last date")
+    figures: dict[str, Any] = Field(default_factory=dict, description="fitnesses, margin, level, edge, looks")
+
+
+class FoldTest(FoldSection):
+    """The policy in charge on the fold's test window (``backtests.stitched.segment_figures``)."""
+
+    sessions: int = Field(0, description="test sessions")
+    period_return: Figure = Field(None, alias="return", description="the account's return over them")
+    sharpe_ratio: Figure = Field(None, description="annualized Sharpe ratio of its daily returns")
+    annual_volatility: Figure = Field(None, description="annualized volatility")
+    costs_paid: Figure = Field(None, description="costs paid ($)")
+    turnover: Figure = Field(None, description="turnover")
+    buy_and_hold_return: Figure = Field(None, description="buy-and-hold's return over the same sessions")
+
+
+class FoldRecord(Artifact):
+    """``folds/fold-<k>/fold.json``: one completed fold of a walk-forward."""
+
+    FILE = "the fold record"
+    SCHEMA_VERSION = 1
+    WRITE_SET_ONLY = True  # a record read back and rewritten keeps exactly its keys
+    model_config = ConfigDict(validate_by_name=True, serialize_by_alias=True)
+
+    index: int = Field(description="the fold's number, from 0")
+    sessions: dict[str, Any] = Field(default_factory=dict, description="its layout in sessions")
+    windows: dict[str, list[str]] = Field(
+        description="train, valid, gate, embargo, test: first and last date of each"
+    )
+    run: str | None = Field(None, description="the fold's run folder (its tournament)")
+    pods_tried: int | None = Field(None, description="pods its tournament tried")
+    pods_failed: int | None = Field(None, description="pods that failed")
+    env_steps: int | None = Field(None, description="env steps of the tournament")
+    challenger: PolicyLabel | None = Field(None, description="the tournament's champion")
+    warm_started_from: str | None = Field(None, description="the incumbent whose weights seeded it")
+    gate: FoldGate = Field(default_factory=FoldGate, description="the gate's decision")
+    promoted: bool = Field(False, description="the challenger took over")
+    in_charge: InCharge | None = Field(None, description="who traded the test window (null: cash)")
+    feature_spec: dict[str, Any] | None = Field(None, description="the challenger's feature statistics")
+    test: FoldTest = Field(default_factory=FoldTest, description="the test window's figures")
+    seconds: dict[str, Figure] = Field(default_factory=dict, description="seconds by stage, and total")
+
+    def test_window(self) -> tuple[str, str]:
+        """The first and last date of the fold's test window."""
+        first, last = self.windows["test"]
+        return first, last
