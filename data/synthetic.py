@@ -13,19 +13,14 @@ Model (per minute bar ``t`` of asset ``a``; all draws from one seeded ``numpy`` 
 
       i[t, a] = (phi / L) * (i[t-1, a] + ... + i[t-L, a]) + sigma[a] * eps[t, a],   phi = 0.7 * signal
 
-  with ``L = 585`` bars (one and a half sessions). An asset whose idiosyncratic return over the last
-  ``L`` bars was high keeps drifting the same way: the expected return of the next ``k`` bars is about
-  ``phi * k / L`` times that ``L``-bar sum. ``L`` matches no feature window on purpose (the features
-  use windows of 1, 12, 14, 15, 26, 60 and 390 bars, 391 at most; see ``data.features``): no observation
-  holds the sum that drives the drift, so the agent must infer the planted momentum from features
-  whose windows differ, ``ret_390`` seeing the latest two thirds of it and the shorter returns the
-  latest bars, with market and sector moves mixed in (ranking assets across the cross-section
-  removes most of those). The edge persists for hundreds of bars, so a policy deciding every 15
+  with ``L = 390`` bars (one session). An asset that out-performed the others over the last session
+  keeps drifting the same way: the expected return of the next ``k`` bars is about
+  ``phi * k / L`` times the asset's idiosyncratic return over the last ``L`` bars, which the causal
+  feature ``ret_390`` exposes (market and sector moves are common to many assets, so ranking assets
+  by ``ret_390`` isolates it). The edge persists for hundreds of bars, so a policy deciding every 15
   bars can harvest it net of 0.2% proportional costs (it changes its holdings slowly); the
-  known-answer test in ``tests/test_data_synthetic.py`` checks that a simple causal top-k rule on
-  ``ret_390`` (a proxy, not the signal's own window) beats equal-weight buy-and-hold net of costs at
-  ``signal=1`` and does not at ``signal=0``. ``benchmarks/synthetic_autocorrelation.py`` gives the
-  daily lag-1 autocorrelation each ``signal`` induces (``docs/data.md``).
+  known-answer test in ``tests/test_data_synthetic.py`` checks that a simple causal top-k momentum
+  rule beats equal-weight buy-and-hold net of costs at ``signal=1`` and does not at ``signal=0``.
   With ``signal=0`` (``phi = 0``) the idiosyncratic returns are independent: no strategy can
   predict anything beyond the (unpredictable) regimes.
 
@@ -47,8 +42,7 @@ from data.errors import DataError
 from data.store import BarStore, WriteReport
 
 BARS_PER_FULL_SESSION = MINUTES_PER_SESSION  # one-minute bars
-MOMENTUM_LOOKBACK = 585  # L above: bars of past idiosyncratic return that drive the planted drift;
-# 1.5 sessions, no feature's window (data.features), so no feature hands the agent the signal
+MOMENTUM_LOOKBACK = 390  # L above: bars of past idiosyncratic return that drive the planted drift
 PHI_PER_SIGNAL = 0.7  # phi = PHI_PER_SIGNAL * signal
 MAX_SIGNAL = 1.4  # phi = 0.98 at most: the AR process stays stationary
 
