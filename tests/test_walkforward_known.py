@@ -63,6 +63,11 @@ def known_answer_config(seed: int, signal: float):
                 "workers": 0,
                 "seed": seed,
             },
+            # The question here is whether the learner finds the planted signal through the whole
+            # pipeline. The gate reads 10 validation sessions, under the verdict's minimum window, so
+            # with the default ("significant") no champion could ever take charge; the default's own
+            # rule is pinned in tests/test_nightly.py and tests/test_walkforward_run.py.
+            "nightly": {"first_promotion": "always"},
             "walkforward": {
                 "train_sessions": 20,
                 "valid_sessions": 10,
