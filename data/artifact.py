@@ -22,6 +22,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from data.atomic import atomic_write_text
 from data.errors import ArtifactError
+from data.scrub import scrub
 
 #: The key every artifact records its schema version under.
 SCHEMA_KEY = "schema_version"
@@ -97,8 +98,10 @@ class Artifact(BaseModel):
         return doc
 
     def write(self, path: str | os.PathLike[str]) -> Path:
-        """Write the document to ``path`` atomically (readers see the old file or the new one)."""
-        return atomic_write_text(path, json.dumps(self.to_json(), indent=2, sort_keys=True) + "\n")
+        """Write the document to ``path`` atomically (readers see the old file or the new one), secrets
+        masked (``data.scrub``: documents such as the heartbeat quote error texts)."""
+        text = scrub(json.dumps(self.to_json(), indent=2, sort_keys=True))
+        return atomic_write_text(path, text + "\n")
 
 
 def _first_error(err: ValidationError) -> str:

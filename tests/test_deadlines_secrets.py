@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import replace
 from datetime import date
 from pathlib import Path
 
@@ -161,7 +160,7 @@ def test_a_planted_key_reaches_no_heartbeat_or_journal(tmp_path, monkeypatch):
     home = tmp_path / "home"
     beat = Heartbeat(time="2024-01-03T15:00:00+00:00", status="error", mode="bundle", interval_s=60.0,
                      next_due="2024-01-03T15:01:00+00:00", alert=f"broker said {SECRET}")  # fmt: skip
-    write_heartbeat(heartbeat_path(home), replace(beat, messages=[f"again {SECRET}"]))
+    write_heartbeat(heartbeat_path(home), beat.model_copy(update={"messages": [f"again {SECRET}"]}))
     journal_path(home).parent.mkdir(parents=True, exist_ok=True)
     with Journal(journal_path(home)) as journal:
         journal.event("error", f"cycle failed: {SECRET}", "error")
