@@ -230,7 +230,7 @@ def backtest_table(doc: MetricsDocument, title: str) -> Table:
 
 def costs_text(doc: MetricsDocument) -> str:
     """``"costs 0.20% + 1 bp"`` from the document's recorded costs (``"costs on"`` for old documents)."""
-    return report.costs_label(doc.cost_rate, doc.slippage_bps)
+    return report.costs_label(doc.cost_rate, doc.slippage_bps) + doc.execution_text()
 
 
 def _verdict_lines(doc: MetricsDocument) -> str:

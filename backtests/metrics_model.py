@@ -225,9 +225,13 @@ class MetricsDocument(Artifact):
     )
     cost_rate: Figure = Field(None, description="commission rate used")
     slippage_bps: Figure = Field(None, description="slippage used, in basis points")
+    spread_bps: Figure = Field(None, description="half-spread paid per fill, in basis points")
+    impact_coef: Figure = Field(None, description="square-root impact coefficient")
+    max_participation: Figure = Field(None, description="most of a bar's volume one fill takes (0: no cap)")
+    min_order_notional: Figure = Field(None, description="smallest order placed ($)")
     significance_level: Figure = Field(None, description="the out-of-sample test's significance level")
     min_oos_sessions: int | None = Field(
-        None, description="fewest held-out sessions the test is read on (20)"
+        None, description="fewest held-out sessions the test is read on (40)"
     )
     decision_interval: int | None = Field(None, description="bars between two decisions")
     interval: str | None = Field(None, description="the bar interval")
@@ -290,6 +294,18 @@ class MetricsDocument(Artifact):
     def states(self, key: str) -> bool:
         """The file wrote ``key`` (also as null): tells a document from before a key existed."""
         return key in self.model_fields_set
+
+    def execution_text(self) -> str:
+        """``", half-spread 1 bp, impact 0.5, fills <= 2.5% of a bar's volume"``: the execution model the
+        document was computed with, for captions after the costs ("" for documents from before it)."""
+        parts = []
+        if self.spread_bps:
+            parts.append(f"half-spread {self.spread_bps:g} bp")
+        if self.impact_coef:
+            parts.append(f"impact {self.impact_coef:g}")
+        if self.max_participation:
+            parts.append(f"fills <= {100 * self.max_participation:g}% of a bar's volume")
+        return "".join(f", {p}" for p in parts)
 
     def figures_of(self, strategy: str | None) -> StrategyMetrics | None:
         """The figures of ``strategy``, or None when the document has none."""

@@ -39,7 +39,7 @@ import io
 import logging
 import math
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -180,6 +180,12 @@ def costs_label(cost_rate: float | None, slippage_bps: float | None) -> str:
     return f"costs {100 * float(cost_rate):.2f}% + {float(slippage_bps):g} bp"
 
 
+def execution_settings(params: Any) -> dict[str, float]:
+    """The execution model's settings of ``params`` (``EnvParams``) as metrics.json records them."""
+    keys = ("spread_bps", "impact_coef", "max_participation", "min_order_notional")
+    return {key: float(getattr(params, key)) for key in keys}
+
+
 def metrics_document(
     result: BacktestResult,
     *,
@@ -190,6 +196,7 @@ def metrics_document(
     benchmark: str = "buy_and_hold",
     cost_rate: float | None = None,
     slippage_bps: float | None = None,
+    execution: Mapping[str, float] | None = None,
     significance_level: float = SIGNIFICANCE_LEVEL,
     earlier_looks: Sequence[float | None] = (),
     seed: int = 0,
@@ -203,7 +210,8 @@ def metrics_document(
     :class:`backtests.snooping.SelectionInputs` with the champion's column and buy-and-hold's
     validation returns (the selection diagnostics and the PBO); ``earlier_looks``: the per-day Sharpe
     ratios of the earlier looks at this window of this ``market`` (``backtests.looks``); ``seed``: the
-    bootstraps' seed; ``cost_rate`` / ``slippage_bps``: the env's costs (recorded for captions);
+    bootstraps' seed; ``cost_rate`` / ``slippage_bps``: the env's costs and ``execution`` its execution
+    model (:func:`execution_settings`; all recorded for captions);
     ``look``: the look recorded for this backtest (``oos_test.look``: readers find its count there) and
     ``now``: the looks counted now (the verdict is stated with them: ``backtests.verdict.restate``).
     """
@@ -224,6 +232,7 @@ def metrics_document(
         "annualized_min_sessions": ANNUALIZED_MIN_SESSIONS,
         "cost_rate": None if cost_rate is None else float(cost_rate),
         "slippage_bps": None if slippage_bps is None else float(slippage_bps),
+        **{key: float(value) for key, value in (execution or {}).items()},
         "significance_level": float(significance_level),
         "min_oos_sessions": MIN_OOS_SESSIONS,
         "decision_interval": result.decision_interval,

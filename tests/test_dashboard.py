@@ -598,6 +598,16 @@ def test_costs_caption_and_pbo_logits():
         _m(doc)
     )
     assert cards.costs_caption(METRICS) is None
+    modelled = {
+        **doc,
+        "spread_bps": 1.0,
+        "impact_coef": 0.5,
+        "max_participation": 0.025,
+        "min_order_notional": 1.0,
+    }
+    assert cards.costs_caption(_m(modelled)) == (
+        "costs 0.20% + 1 bp, half-spread 1 bp, impact 0.5, fills <= 2.5% of a bar's volume"
+    )
     assert cards.pbo_logits(_m(doc)) == [0.5, -1.0]
     assert cards.pbo_logits(METRICS) == []
     fig = charts.pbo_histogram([0.5, -1.0, -0.2, 1.5], pbo=0.5)

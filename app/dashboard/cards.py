@@ -224,4 +224,4 @@ def costs_caption(metrics: MetricsDocument) -> str | None:
     if rate is None and slip is None:
         return None
     parts = [f"{rate * 100:.2f}%" if rate is not None else None, f"{slip:g} bp" if slip is not None else None]
-    return "costs " + " + ".join(p for p in parts if p)
+    return "costs " + " + ".join(p for p in parts if p) + metrics.execution_text()

@@ -388,6 +388,7 @@ def score_step(
         ),
         cost_rate=params.cost_rate,
         slippage_bps=params.slippage_bps,
+        execution=report.execution_settings(params),
         significance_level=gate_significance_level(config),
         **look_arguments(counted),
         seed=config.tournament.seed,

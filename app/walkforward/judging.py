@@ -192,6 +192,7 @@ def write_account_report(
         num_trials=1,
         cost_rate=params.cost_rate,
         slippage_bps=params.slippage_bps,
+        execution=report.execution_settings(params),
         significance_level=config.backtest.significance_level,
         seed=config.tournament.seed,
         market=identity,

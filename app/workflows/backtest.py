@@ -151,6 +151,7 @@ def backtest_run(
         trial_returns=selection_inputs(run_dir, splits.valid.to(device), params, champion, device=device),
         cost_rate=params.cost_rate,
         slippage_bps=params.slippage_bps,
+        execution=report.execution_settings(params),
         significance_level=config.backtest.significance_level,
         seed=config.tournament.seed,
         market=identity,
