@@ -80,6 +80,7 @@ from app.paper.options import PaperOptions
 from app.paper.orders import RiskLimits
 from app.retention import home_bytes
 from app.workflows.status import gather_status
+from backtests.metrics_model import OosTest
 from backtests.verdict import EdgeVerdict
 from data import atomic as data_atomic
 from data.calendar import session_bounds, sessions_in_range
@@ -410,7 +411,7 @@ class ScriptedSteps:
             challenger={"fitness": self.fitness, "sharpe_ratio": self.fitness},
             champion=champ,
             edge=edge,
-            test={"looks": 1, "psr_after_looks": 0.99 if self.edge == "significant" else 0.4},
+            test=OosTest(looks=1, psr_after_looks=0.99 if self.edge == "significant" else 0.4),
         )
 
     def export(self, config: Any, home: Path, challenger: Any) -> Path:
