@@ -40,9 +40,7 @@ def status(
         help="TOML config: its \\[alerts] and \\[nightly] max_minutes \\[default: the recorded schedule's].",
         show_default=False,
     ),
-    notify: bool = typer.Option(
-        False, "--notify", help="Send new and cleared problems to the \\[alerts] hook."
-    ),
+    notify: bool = typer.Option(False, "--notify", help="Send new and cleared problems to \\[alerts]."),
     silent: bool = typer.Option(False, "--silent", help="Print only what --notify did (the watchdog)."),
     unit_failed: str = typer.Option(
         None, "--unit-failed", help="Raise 'systemd unit UNIT failed' first (OnFailure=); implies --notify."
