@@ -184,14 +184,15 @@ def main(argv: list[str] | None = None) -> dict:
         for _ in range(homes):
             for row in run_home(args, seed, signal, num_looks):
                 rows.append(row)
-                if not args.json:
-                    print(
-                        f"signal {signal:g} seed {row['seed']} look {row['look']}: {row['outcome']} "
-                        f"({row['looks']} looks; now {row['outcome_now']}, {row['looks_now']}); test Sharpe "
-                        f"{_fmt(row['test_sharpe'], '+.2f')} (b&h {_fmt(row['buy_and_hold_test_sharpe'], '+.2f')}), "
-                        f"PSR {_fmt(row['psr'], '.3f')}, p {_fmt(row['excess_p'], '.3g')} [{row['wall_s']:.0f} s]",
-                        flush=True,
-                    )
+                # Progress goes to stderr under --json, so a long run shows where it is.
+                print(
+                    f"signal {signal:g} seed {row['seed']} look {row['look']}: {row['outcome']} "
+                    f"({row['looks']} looks; now {row['outcome_now']}, {row['looks_now']}); test Sharpe "
+                    f"{_fmt(row['test_sharpe'], '+.2f')} (b&h {_fmt(row['buy_and_hold_test_sharpe'], '+.2f')}), "
+                    f"PSR {_fmt(row['psr'], '.3f')}, p {_fmt(row['excess_p'], '.3g')} [{row['wall_s']:.0f} s]",
+                    file=sys.stderr if args.json else sys.stdout,
+                    flush=True,
+                )
             seed += 1
     rates = {f"signal_{s:g}": rate([r for r in rows if r["signal"] == s]) for s, _, _ in plan}
     null_rows = [r for r in rows if r["signal"] == 0.0]
