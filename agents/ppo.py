@@ -42,7 +42,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from agents.policy import Checkpoint, Policy, gaussian_entropy, gaussian_log_prob
+from agents.checkpoint import Checkpoint
+from agents.policy import Policy, gaussian_entropy, gaussian_log_prob
 from agents.training import Callback, EvalFn, EvalHook, TrainResult, make_optimizer, notify, policy_for_env
 from data.errors import ConfigError
 from envs.kernels.compiled import COMPILE_MODES, cached

@@ -10,17 +10,10 @@ import torch
 from helpers import toy_env
 
 from agents import ppo, training
+from agents.checkpoint import Checkpoint, load_optimizer_state
 from agents.networks import NetworkConfig, PerAssetActorCritic, flops_per_sample
 from agents.normalize import ObsNormalizer
-from agents.policy import (
-    Checkpoint,
-    Policy,
-    PolicyMeta,
-    gaussian_entropy,
-    gaussian_log_prob,
-    load_optimizer_state,
-    raw_to_action,
-)
+from agents.policy import Policy, PolicyMeta, gaussian_entropy, gaussian_log_prob, raw_to_action
 from data.errors import CheckpointError, ConfigError
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # (tests/conftest.py)
