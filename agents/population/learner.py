@@ -15,7 +15,7 @@ the shape of the work: every step of the P pods is one batched op over a leading
   (:mod:`agents.population.stacked`).
 - **Randomness.** Each pod owns the ``torch.Generator`` its separate run would own, seeded alike,
   and draws from it what that run draws, in the same order: its rollout's action noise, one draw at
-  the rollout's start (``agents.ppo.rollout_noise``) into its row of one ``(P, T, N, R)`` buffer, and
+  the rollout's start (``agents.rollout.rollout_noise``) into its row of one ``(P, T, N, R)`` buffer, and
   its minibatch order at the start of each of its epochs (``agents.ppo.shuffle``) into its row of
   one ``(P, B)`` buffer. So a pod's samples do not depend on the other pods, and the draws are
   ``P`` calls per rollout and per epoch (a ``randn`` is one kernel, a CUDA ``randperm`` a few), not
@@ -59,7 +59,8 @@ from agents.population.stacked import (
     finite_rows,
     fused_adam_param_groups,
 )
-from agents.ppo import PPOArgs, rollout_noise, shuffle
+from agents.ppo import PPOArgs, shuffle
+from agents.rollout import rollout_noise
 from agents.training import TrainResult, policy_for_env
 from envs import trading
 
@@ -335,7 +336,7 @@ class Population:
     def _rollout(self, generators: Sequence[torch.Generator], training: Sequence[bool]) -> None:
         p, n, t = self.num_pods, self.num_envs, self.num_steps
         for slot in range(p):
-            if training[slot]:  # the pod's own draw, as its run draws it (agents.ppo.collect_rollout)
+            if training[slot]:  # the pod's own draw, as its run draws it (agents.rollout.collect_rollout)
                 rollout_noise(generators[slot], t, n, self.raw_dim, out=self.noises[slot])
         for step in range(t):
             self.noise.copy_(self.noises[:, step])
@@ -360,7 +361,7 @@ class Population:
 
     @torch.no_grad()
     def _advantages(self) -> None:
-        """The bootstrap value of the last observation, then ``agents.ppo.compute_gae`` for every env
+        """The bootstrap value of the last observation, then ``agents.rollout.compute_gae`` for every env
         of every pod at once (per-pod gamma and lambda), then the explained variance."""
         p, n = self.num_pods, self.num_envs
         obs = self.obs.view(p, n, -1)
