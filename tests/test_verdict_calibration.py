@@ -53,7 +53,7 @@ def test_one_home_counts_its_looks(monkeypatch):
 def test_a_rows_file_resumes_finished_homes_and_refuses_other_settings(tmp_path, monkeypatch, capsys):
     cal = _calibration()
     args = cal.parse_args(
-        ["--quick", "--homes", "2", "--power-homes", "0", "--rows", str(tmp_path / "rows.jsonl")]
+        ["--looks", "2", "--homes", "2", "--power-homes", "0", "--rows", str(tmp_path / "rows.jsonl")]
     )
     key = cal._settings_key(args)
     finished = [
@@ -71,7 +71,7 @@ def test_a_rows_file_resumes_finished_homes_and_refuses_other_settings(tmp_path,
     calls = []
     monkeypatch.setattr(cal, "run_home", lambda *a: calls.append(a) or [])
     with pytest.raises(SystemExit):  # 4 looks cannot bound the null rate under 7.5%: the check fails
-        cal.main(["--quick", "--homes", "2", "--power-homes", "0", "--rows", str(args.rows), "--json"])
+        cal.main(["--looks", "2", "--homes", "2", "--power-homes", "0", "--rows", str(args.rows), "--json"])
     assert calls == []  # both homes read back, none rerun
     assert json.loads(capsys.readouterr().out)["rates"]["signal_0"]["looks"] == 4
     other = cal.parse_args(["--homes", "2", "--rows", str(args.rows)])
