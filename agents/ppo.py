@@ -1,16 +1,13 @@
-"""PPO (clipped objective, GAE) on the vectorized trading env, in one readable, importable file.
+"""PPO (clipped objective, GAE) on the vectorized trading env, readable and importable.
 
 Read top to bottom like the paper (Schulman et al. 2017) with the implementation details of
 CleanRL's ``ppo_continuous_action.py``:
 
-1. ``collect_rollout`` (the worker) steps ``num_envs`` envs for ``num_steps`` steps with the current
-   stochastic policy and stores everything on the env's device, shaped ``(num_steps, num_envs, ...)``.
-   Observations are normalized with running statistics updated on the fly and stored in the network's
-   packed form (``PerAssetActorCritic.pack``: computed once, reused by every epoch of the update).
-   When an episode is truncated (time limit, not a real end), its reward is bootstrapped with
-   ``gamma * V(final_obs)`` from ``info["final_obs"]``, so the time limit does not look like a
-   terminal state.
-2. ``compute_gae`` turns rewards and values into advantages and returns.
+1. ``collect_rollout`` (the worker, :mod:`agents.rollout`) steps ``num_envs`` envs for ``num_steps``
+   steps with the current stochastic policy and stores everything on the env's device, shaped
+   ``(num_steps, num_envs, ...)``, observations normalized on the fly and time limits bootstrapped
+   with ``gamma * V(final_obs)`` (a time limit is not a terminal state).
+2. ``compute_gae`` (:mod:`agents.rollout`) turns rewards and values into advantages and returns.
 3. ``update`` (the learner) runs ``update_epochs`` passes of minibatch Adam over the flattened batch
    (``b_`` prefix; ``mb_`` inside the minibatch loop): ``minibatch_loss`` (clipped surrogate, clipped
    value loss, advantage normalization, entropy bonus; optionally through ``torch.compile``, see
@@ -25,10 +22,10 @@ The action distribution is a diagonal Gaussian over ``A + 1`` logits; the env ge
 Determinism: the network is initialised under a forked RNG seeded with ``args.seed``, all sampling and
 minibatch shuffles use a private ``torch.Generator`` and the env is reset with the same seed, so a run
 on the CPU is reproducible bit for bit (tests check identical weights after N updates). A rollout's
-action noise is one draw at its start (:func:`rollout_noise`), not one per step: a population of pods
-(:mod:`agents.population`) then draws each pod's noise with one launch per update instead of one per
-step (on a CPU the numbers are those of per-step draws whenever ``num_envs * raw_dim`` is a multiple
-of 16, torch's normal sampler's block).
+action noise is one draw at its start (:func:`agents.rollout.rollout_noise`), not one per step: a
+population of pods (:mod:`agents.population`) then draws each pod's noise with one launch per update
+instead of one per step (on a CPU the numbers are those of per-step draws whenever
+``num_envs * raw_dim`` is a multiple of 16, torch's normal sampler's block).
 """
 
 from __future__ import annotations
@@ -42,7 +39,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from agents.policy import Checkpoint, Policy, gaussian_entropy, gaussian_log_prob
+from agents.checkpoint import Checkpoint
+from agents.policy import Policy, gaussian_entropy, gaussian_log_prob
+from agents.rollout import Rollout, RolloutState, collect_rollout, compute_gae
 from agents.training import Callback, EvalFn, EvalHook, TrainResult, make_optimizer, notify, policy_for_env
 from data.errors import ConfigError
 from envs.kernels.compiled import COMPILE_MODES, cached
@@ -130,155 +129,6 @@ class PPOArgs:
         return max(1, math.ceil(self.total_steps / self.batch_size(num_envs)))
 
 
-# --- rollout storage -------------------------------------------------------------------------------
-
-
-@dataclass
-class Rollout:
-    """One rollout on the device, time-major ``(num_steps, num_envs, ...)``.
-
-    The normalized observations are kept in the network's packed form
-    (:meth:`~agents.networks.PerAssetActorCritic.pack`: per-asset inputs asset-minor plus the pooled,
-    weight-free inputs), computed once when acting and reused by every epoch of the update.
-    """
-
-    packed: tuple[Tensor, ...]  # (S, N, ...) each: net.pack of the normalized observations acted on
-    raw: Tensor  # (S, N, raw_dim) raw Gaussian samples (pre-softmax)
-    logprobs: Tensor  # (S, N) log-probabilities of raw
-    values: Tensor  # (S, N) critic values at obs
-    rewards: Tensor  # (S, N) rewards, truncations bootstrapped with gamma * V(final_obs)
-    dones: Tensor  # (S, N) 1.0 where the episode ended with this step (terminated or truncated)
-    next_value: Tensor  # (N,) value of the observation after the last step
-
-    @classmethod
-    def empty(cls, num_steps: int, num_envs: int, policy: Policy, device: torch.device) -> Rollout:
-        z = {"device": device, "dtype": torch.float32}
-        with torch.no_grad():
-            probe = policy.net.pack(torch.zeros(1, policy.obs_dim, **z))
-        return cls(
-            packed=tuple(torch.zeros(num_steps, num_envs, *p.shape[1:], **z) for p in probe),
-            raw=torch.zeros(num_steps, num_envs, policy.raw_dim, **z),
-            logprobs=torch.zeros(num_steps, num_envs, **z),
-            values=torch.zeros(num_steps, num_envs, **z),
-            rewards=torch.zeros(num_steps, num_envs, **z),
-            dones=torch.zeros(num_steps, num_envs, **z),
-            next_value=torch.zeros(num_envs, **z),
-        )
-
-
-@dataclass
-class RolloutState:
-    """What carries over between rollouts: the live observation and running episode stats."""
-
-    obs: Tensor  # (N, obs_dim) raw observation of the envs' current state
-    episode_return: Tensor  # (N,) sum of env rewards since the episode started
-    episode_length: Tensor  # (N,) steps since the episode started
-
-
-def rollout_noise(
-    generator: torch.Generator, num_steps: int, num_envs: int, raw_dim: int, *, out: Tensor | None = None
-) -> Tensor:
-    """A rollout's action noise, ``(num_steps, num_envs, raw_dim)`` standard normal float32, in one
-    draw from ``generator`` (into ``out`` when given: the same numbers)."""
-    shape = (num_steps, num_envs, raw_dim)
-    if out is not None:
-        return torch.randn(shape, generator=generator, out=out)
-    return torch.randn(shape, generator=generator, device=generator.device)
-
-
-def shuffle(generator: torch.Generator, batch_size: int, *, out: Tensor | None = None) -> Tensor:
-    """An epoch's minibatch order: a random permutation of ``batch_size`` samples from ``generator``
-    (into ``out`` when given: the same numbers)."""
-    if out is not None:
-        return torch.randperm(batch_size, generator=generator, out=out)
-    return torch.randperm(batch_size, generator=generator, device=generator.device)
-
-
-@torch.no_grad()
-def collect_rollout(
-    policy: Policy,
-    env: Any,
-    rollout: Rollout,
-    state: RolloutState,
-    generator: torch.Generator,
-    *,
-    gamma: float,
-    update_norm: bool = True,
-) -> tuple[RolloutState, dict[str, float]]:
-    """Fill ``rollout`` with ``num_steps`` steps of every env (the worker); returns stats."""
-    num_steps, num_envs = rollout.raw.shape[:2]
-    obs = state.obs
-    ep_ret, ep_len = state.episode_return, state.episode_length
-    finished_returns: list[Tensor] = []
-    finished_lengths: list[Tensor] = []
-    reward_sum = torch.zeros((), device=obs.device)
-    cost_sum = torch.zeros((), device=obs.device)
-    noises = rollout_noise(generator, num_steps, num_envs, rollout.raw.shape[2]).to(rollout.raw)
-    for step in range(num_steps):
-        if update_norm:
-            policy.obs_norm.update(obs)
-        packed = policy.net.pack(policy.obs_norm.normalize(obs))
-        mean, std, value = policy.dist_params_packed(packed)
-        raw = mean + std * noises[step]
-        for buffer, part in zip(rollout.packed, packed, strict=True):
-            buffer[step] = part
-        rollout.raw[step] = raw
-        rollout.logprobs[step] = gaussian_log_prob(raw, mean, std)
-        rollout.values[step] = value
-
-        obs, reward, terminated, truncated, info = env.step(policy.to_action(raw, obs))
-        reward = reward.to(torch.float32)
-        done = terminated | truncated
-        # A time limit is not a terminal state: bootstrap from the pre-reset observation.
-        cut = truncated & ~terminated
-        boot = torch.zeros_like(reward)
-        if bool(cut.any()):
-            final_norm = policy.obs_norm.normalize(info["final_obs"][cut])
-            boot[cut] = gamma * policy.net.value(final_norm)
-        rollout.rewards[step] = reward + boot
-        rollout.dones[step] = done.to(torch.float32)
-
-        reward_sum += reward.sum()
-        if "cost" in info:
-            cost_sum += info["cost"].sum()
-        ep_ret = ep_ret + reward
-        ep_len = ep_len + 1
-        if bool(done.any()):
-            finished_returns.append(ep_ret[done])
-            finished_lengths.append(ep_len[done])
-            ep_ret = torch.where(done, torch.zeros_like(ep_ret), ep_ret)
-            ep_len = torch.where(done, torch.zeros_like(ep_len), ep_len)
-
-    rollout.next_value = policy.net.value(policy.obs_norm.normalize(obs))
-    n = num_steps * num_envs
-    stats = {"charts/mean_reward": float(reward_sum) / n, "charts/mean_cost": float(cost_sum) / n}
-    if finished_returns:
-        stats["charts/episodic_return"] = float(torch.cat(finished_returns).mean())
-        stats["charts/episodic_length"] = float(torch.cat(finished_lengths).float().mean())
-    return RolloutState(obs, ep_ret, ep_len), stats
-
-
-def compute_gae(
-    rewards: Tensor, values: Tensor, dones: Tensor, next_value: Tensor, gamma: float, gae_lambda: float
-) -> tuple[Tensor, Tensor]:
-    """Generalized advantage estimation over ``(S, N)`` tensors.
-
-    ``dones[t]`` is 1 when the episode ended with step ``t`` (so ``values[t + 1]`` belongs to a new
-    episode and must not be bootstrapped); ``next_value`` is the value after the last step.
-    Returns ``(advantages, returns)`` with ``returns = advantages + values``.
-    """
-    num_steps = rewards.shape[0]
-    advantages = torch.zeros_like(rewards)
-    last = torch.zeros_like(next_value)
-    for t in reversed(range(num_steps)):
-        following = next_value if t == num_steps - 1 else values[t + 1]
-        alive = 1.0 - dones[t]
-        delta = rewards[t] + gamma * following * alive - values[t]
-        last = delta + gamma * gae_lambda * alive * last
-        advantages[t] = last
-    return advantages, advantages + values
-
-
 # --- loss pieces -----------------------------------------------------------------------------------
 
 
@@ -353,6 +203,14 @@ def _loss_fn(compiled: bool, key: tuple) -> Callable[..., tuple[Tensor, ...]]:
     if not compiled:
         return minibatch_loss
     return cached(("agents.ppo.minibatch_loss", key), lambda: minibatch_loss, "the PPO loss")
+
+
+def shuffle(generator: torch.Generator, batch_size: int, *, out: Tensor | None = None) -> Tensor:
+    """An epoch's minibatch order: a random permutation of ``batch_size`` samples from ``generator``
+    (into ``out`` when given: the same numbers)."""
+    if out is not None:
+        return torch.randperm(batch_size, generator=generator, out=out)
+    return torch.randperm(batch_size, generator=generator, device=generator.device)
 
 
 def update(

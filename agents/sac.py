@@ -35,8 +35,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from agents.checkpoint import Checkpoint
 from agents.networks import NUM_GLOBAL
-from agents.policy import Checkpoint, Policy, gaussian_log_prob
+from agents.policy import Policy, gaussian_log_prob
 from agents.training import Callback, EvalFn, EvalHook, TrainResult, make_optimizer, notify, policy_for_env
 from data.errors import ConfigError
 from envs.observation import asset_width

@@ -20,8 +20,9 @@ from typing import Any, Protocol
 
 import torch
 
+from agents.checkpoint import Checkpoint
 from agents.networks import NetworkConfig
-from agents.policy import Checkpoint, Policy, PolicyMeta
+from agents.policy import Policy, PolicyMeta
 from data.atomic import atomic_path
 from data.errors import ConfigError
 

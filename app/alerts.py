@@ -83,6 +83,10 @@ CHECKS: dict[str, tuple[str, str]] = {
         "look at the day's P&L and the account; it resumes by itself in the next session",
     ),
     "heartbeat": ("the heartbeat file is unreadable", "the loop rewrites it each cycle; restart it"),
+    "disk_full": (
+        "the paper loop cannot write its heartbeat or books record: no space left (the last good copy stays)",
+        "free space on the home's disk (`podracer prune`, the logs); it clears at the loop's next write",
+    ),
     "journal": ("the paper journal cannot be read", "see the message; restore it from a backup"),
     "no_data": (
         "a whole session of paper cycles had no fresh bars",

@@ -341,4 +341,9 @@ class WalkForwardConfig(Section):
         description="nightly: the retrain gate decides challenger vs incumbent ([nightly] margin and significance_level); "
         "always: every fold's challenger takes over",
     )
+    before_champion: Literal["benchmark", "cash"] = Field(
+        "benchmark",
+        description="what the account holds until a champion qualifies (its gate test significant): "
+        "benchmark, the backtest's buy-and-hold (equal weight bought once, then held, costs on), or cash",
+    )
     tearsheet: bool = Field(True, description="write the stitched account's tear sheet")

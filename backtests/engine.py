@@ -25,7 +25,7 @@ import gc
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -40,6 +40,7 @@ from envs import trading
 from envs.backtest_loop import BacktestLoop
 from envs.backtest_step import asset_prices, backtest_step
 from envs.kernels.compiled import check_mode
+from envs.params import ActionMode
 from envs.trading import EnvParams
 
 #: ``compile="auto"`` compiles a policy's decision loop from this many decisions on: enough that the
@@ -48,6 +49,18 @@ from envs.trading import EnvParams
 COMPILE_MIN_DECISIONS = 50_000
 
 PolicyFn = Callable[[Tensor], Tensor]
+
+
+class InvestorOrder(NamedTuple):
+    """A decision a strategy hands the engine in place of an action: ``action (n, A)`` read in
+    ``action_mode`` and filled as the investor's own order (``backtests.baselines.investor``: no weight
+    cap, no volume cap; the spread, impact, commission and minimum order of every fill), whatever the
+    run's action mode and risk limits. The walk-forward's benchmark account decides with these
+    (``backtests.stitched.BenchmarkInCharge``: buy equal weight, then a zero ``"shares"`` order, which
+    holds exactly); only a run's single strategy may return one (the eager loop)."""
+
+    action: Tensor  # (n, A)
+    action_mode: ActionMode
 
 
 @dataclass(frozen=True)
@@ -357,7 +370,9 @@ def _capacity_groups(
         fns = [_inference_fn(p, probe, market.num_assets)[0] for p in policies.values()]
         size = len(levels)
 
-        def act(obs: Tensor) -> Tensor:
+        def act(obs: Tensor) -> Any:
+            if len(fns) == 1:  # its decision as it is (an InvestorOrder stays one)
+                return fns[0](obs)
             return torch.cat([fn(obs[i * size : (i + 1) * size]) for i, fn in enumerate(fns)])
 
         batch = PolicyBatch(tuple(capacity_name(n, c) for n in policies for c in levels), act)
@@ -438,11 +453,16 @@ def _eager_decisions(
     n = int(obs.shape[0])
     expected = (n, market.num_assets)
     values, traded_notional, shares_traded, terminated, actions = [], [], [], [], []
+    # The fills of an InvestorOrder: the baselines' env in either action mode.
+    order_params = {m: bl.investor(dataclasses.replace(params, action_mode=m)) for m in ("weights", "shares")}
     # The loop only calls the policies and the env and keeps references to their outputs: no extra
     # tensor op per step. Weights, costs, NaN checks and termination are vectorized afterwards.
     for k in range(k_steps):
+        step_params = params
         if len(callables) == 1:
             action = callables[0](obs)
+            if isinstance(action, InvestorOrder):
+                step_params, action = order_params[action.action_mode], action.action
         else:
             action = torch.cat([p(obs[i : i + 1]) for i, p in enumerate(callables)], dim=0)
         if k == 0 or not (trusted or _plain_action(action, expected, obs)):
@@ -452,7 +472,7 @@ def _eager_decisions(
         actions.append(action)
         # The env's step less the reward (bitwise the same accounting; no env is truncated:
         # episode_len is past the window and the last decision is the last the data allows).
-        state, obs, term, value, notional, traded = backtest_step(market, params, state, action, prices)
+        state, obs, term, value, notional, traded = backtest_step(market, step_params, state, action, prices)
         values.append(value)
         traded_notional.append(notional)
         shares_traded.append(traded)

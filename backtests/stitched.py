@@ -9,6 +9,12 @@ on are taken by ``policies[i]``. So the account is continuous by construction (n
 decision at a boundary; a decision on bar t fills at bar t + 1 as always) and the baselines run in
 the same call over the same bars: buy-and-hold buys once, at the span's first bar.
 
+Where no champion is in charge yet (a walk-forward before its first promotion) the account holds the
+benchmark, :class:`BenchmarkInCharge`: the backtest's buy-and-hold, equal weight of the tickers
+tradable at its first decision, bought once and then held (zero orders), with the fills of the
+baselines (``backtests.engine.InvestorOrder``). From the span's first bar it is the ``buy_and_hold``
+column itself, decision for decision.
+
 Each policy sees its own features: the caller builds the span's ``features`` segment by segment, each
 segment normalized with the statistics of the policy in charge there (``data.fold_market``).
 
@@ -30,9 +36,10 @@ from torch import Tensor
 from backtests import baselines as bl
 from backtests import metrics as m
 from backtests.capacity import CAPACITY_BASELINES, CAPITAL_LEVELS
-from backtests.engine import BacktestResult, run_backtest
+from backtests.engine import BacktestResult, InvestorOrder, run_backtest
 from data.errors import PodracerError
 from data.market import MarketData
+from envs.observation import CASH, TRADABLE, split_obs
 from envs.trading import EnvParams
 
 #: The column of the stitched account in the result (the policy in charge, whichever it is).
@@ -48,6 +55,37 @@ def _decide_fn(policy: Any) -> Callable[[Tensor], Tensor]:
     if hasattr(policy, "act"):
         return lambda obs: policy.act(obs, deterministic=True)
     return policy
+
+
+class BenchmarkInCharge:
+    """The benchmark as the policy in charge: buy-and-hold without churn. While the account holds
+    only cash (its first decision in charge, from a fresh account) it buys equal weight of the tickers
+    tradable at the decision bar (``"weights"``); from then on it places zero ``"shares"`` orders, which
+    trade nothing (a ticker that leaves the universe for good is still sold by the env, and its
+    proceeds stay in cash). Both are :class:`backtests.engine.InvestorOrder`: filled like the
+    ``buy_and_hold`` baseline's orders (spread, impact, commission, minimum order; no weight or volume
+    cap). Stateless, so every replay of the account decides the same: the observation says whether it
+    has bought. The rows of one call (one account at several sizes, ``capacity``) buy together.
+
+    >>> import torch
+    >>> from data.toy import toy_market
+    >>> market = toy_market(num_steps=2 * 390, num_assets=3, num_features=2)
+    >>> result = run_stitched(market, EnvParams(decision_interval=30), [BenchmarkInCharge(3, 2)], [0])
+    >>> account, bench = result.equity[:, result.index(ACCOUNT)], result.equity[:, result.index("buy_and_hold")]
+    >>> bool(torch.allclose(account, bench, rtol=1e-9)), float(result.turnover[1:, result.index(ACCOUNT)].sum())
+    (True, 0.0)
+    """
+
+    def __init__(self, num_assets: int, num_features: int) -> None:
+        self.num_assets, self.num_features = int(num_assets), int(num_features)
+
+    def __call__(self, obs: Tensor) -> InvestorOrder:
+        glob, per_asset = split_obs(obs, self.num_assets, self.num_features)
+        if bool((glob[:, CASH] >= 1.0).any()):  # nothing bought yet
+            tradable = per_asset[..., TRADABLE]  # (n, A) 1.0 / 0.0
+            weights = tradable / tradable.sum(dim=1, keepdim=True).clamp(min=1.0)
+            return InvestorOrder(weights, "weights")
+        return InvestorOrder(torch.zeros(obs.shape[0], self.num_assets, device=obs.device), "shares")
 
 
 class SwitchingPolicy:

@@ -19,6 +19,13 @@ from 50k decisions on, so the every-bar year compiles and the 15-bar one does no
 compile included: with inductor's on-disk cache warm or cold, as it happens to be), ``seconds``
 (a second run, compiled code reused: the steady state) and, unless ``--no-baseline``,
 ``eager_seconds`` (the same run with ``compile="off"``, in the same process) and their ratio.
+
+``--capacity`` also times the capacity curve every report now carries (``backtests.capacity``: the
+champion, buy-and-hold and equal weight at each of the five account sizes, one batched pass) on the
+same market, as ``capacity_seconds`` and its ratio to the report's backtest (what it adds to
+``podracer backtest`` and to the nightly's scoring step). A nightly test window is a month:
+
+    .venv/bin/python benchmarks/backtest_speed.py --sessions 21 --capacity
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ import torch
 
 from agents.networks import NetworkConfig
 from agents.policy import Policy, PolicyMeta
+from backtests.capacity import run_capacity
 from backtests.engine import COMPILE_MIN_DECISIONS, num_decisions, run_backtest
 from backtests.metrics import to_floats
 from data.loader import synthetic_market
@@ -69,6 +77,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument(
         "--no-baseline", action="store_true", help="skip the eager run (compile='off') used for the ratio"
     )
+    parser.add_argument("--capacity", action="store_true", help="also time the capacity curve's pass")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
 
@@ -112,6 +121,11 @@ def main(argv: list[str] | None = None) -> dict:
             extra["eager_over_compiled"] = round(eager_s / elapsed, 2)
             diff = (eager.equity - result.equity).abs() / eager.equity.abs()
             extra["max_equity_rel_diff_vs_eager"] = float(diff.max())
+    if args.capacity:
+        t0 = time.perf_counter()
+        run_capacity(market, params, {"champion": policy}, device=args.device)
+        extra["capacity_seconds"] = round(time.perf_counter() - t0, 3)
+        extra["capacity_over_backtest"] = round(extra["capacity_seconds"] / elapsed, 2)
     summary = result.summary()
     out = {
         "bars": market.num_steps,

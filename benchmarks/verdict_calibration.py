@@ -19,6 +19,7 @@ another (their market identities differ too).
 
     .venv/bin/python benchmarks/verdict_calibration.py --json              # 100 homes x 4 looks + power
     .venv/bin/python benchmarks/verdict_calibration.py --quick --json      # smoke run (a minute or two)
+    .venv/bin/python benchmarks/verdict_calibration.py --rows rows.jsonl   # resumable: reruns skip finished homes
 
 Prints a table; ``--json`` prints the figures (every look's row and the rates) as one JSON document.
 Exits 1 when the null check fails.
@@ -70,6 +71,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--num-envs", type=int, default=32)
     p.add_argument("--first-seed", type=int, default=1000, help="home i's market uses seed first_seed + i")
     p.add_argument("--workers", type=int, default=0, help="local worker processes (0 = inline)")
+    p.add_argument(
+        "--rows",
+        type=Path,
+        default=None,
+        help="JSON-lines file of finished homes: each home's rows are appended when it ends, and homes "
+        "already there are read back instead of rerun (a long run can stop and resume)",
+    )
     p.add_argument("--quick", action="store_true", help="tiny sizes: check that the script runs")
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = p.parse_args(argv)
@@ -169,6 +177,39 @@ def rate(rows: list[dict], key: str = "outcome") -> dict:
     }
 
 
+def _settings_key(args: argparse.Namespace) -> str:
+    """What makes two runs' rows comparable: the market and tournament sizes (not the home count)."""
+    keys = ("looks", "tickers", "sessions", "pods", "round_steps", "budget_steps", "num_envs")
+    return ",".join(f"{k}={getattr(args, k)}" for k in keys)
+
+
+def load_rows(path: Path | None, key: str) -> dict[tuple[float, int], list[dict]]:
+    """Finished homes from a ``--rows`` file, by (signal, seed); refuses rows of other settings."""
+    if path is None or not path.exists():
+        return {}
+    homes: dict[tuple[float, int], list[dict]] = {}
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            home = (float(row["signal"]), int(row["seed"]))
+        except (ValueError, KeyError, TypeError) as exc:
+            sys.exit(f"error: {path}:{number}: not a calibration row ({exc})")
+        if row.get("settings_key") != key:
+            sys.exit(f"error: {path}:{number}: rows of other settings ({row.get('settings_key')}, now {key})")
+        homes.setdefault(home, []).append(row)
+    return homes
+
+
+def _append_rows(path: Path | None, rows: list[dict]) -> None:
+    if path is None:
+        return
+    with path.open("a") as out:  # one home's rows per write; a kill mid-home loses only that home
+        out.write("".join(json.dumps(row) + "\n" for row in rows))
+        out.flush()
+
+
 def _fmt(value: float | None, spec: str) -> str:
     return "n/a" if value is None or not math.isfinite(value) else format(value, spec)
 
@@ -180,10 +221,18 @@ def main(argv: list[str] | None = None) -> dict:
         (s, args.power_homes, 1) for s in args.signals if args.power_homes
     ]
     rows: list[dict] = []
+    key = _settings_key(args)
+    done = load_rows(args.rows, key)
     seed = args.first_seed
     for signal, homes, num_looks in plan:
         for _ in range(homes):
-            for row in run_home(args, seed, signal, num_looks):
+            if (signal, seed) in done:
+                rows.extend(done[(signal, seed)])
+                seed += 1
+                continue
+            home_rows = [{**row, "settings_key": key} for row in run_home(args, seed, signal, num_looks)]
+            _append_rows(args.rows, home_rows)
+            for row in home_rows:
                 rows.append(row)
                 # Progress goes to stderr under --json, so a long run shows where it is.
                 print(
@@ -200,7 +249,7 @@ def main(argv: list[str] | None = None) -> dict:
     null = rates.get("signal_0")
     passed = None if null is None else null["upper_95"] <= MAX_RATE  # None: no null look was run
     figures = {
-        "settings": vars(args),
+        "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
         "level": LEVEL,
         "rates": rates,
         "null_now": rate(null_rows, "outcome_now") if null_rows else None,

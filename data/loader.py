@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from data.calendar import Panel, resample_panel
+from data.align import Panel, resample_panel
 from data.errors import DataError
 from data.features import DEFAULT_WINDOWS, compute_features, fit_normalization, make_spec, normalize
 from data.market import MarketData

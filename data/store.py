@@ -1,6 +1,6 @@
 """The Parquet bar store: ``<home>/data/bars/interval=<iv>/ticker=<T>/<YYYY-MM>.parquet``.
 
-What is stored: bars already aligned to the XNAS grid (``data.calendar.align_ticker``): the real bars
+What is stored: bars already aligned to the XNAS grid (``data.align.align_ticker``): the real bars
 plus within-session forward fills, with a ``filled`` column. Columns: ``timestamp`` (UTC bar start,
 ns), ``open, high, low, close, volume`` (float64), ``filled`` (bool). The ticker is the folder; the
 month is the session month (US/Eastern), so a session never straddles two files.
@@ -43,8 +43,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from data.actions import ActionStore, adjust_raw
+from data.align import Panel, align_panel, align_ticker
 from data.atomic import atomic_write_bytes, atomic_write_json
-from data.calendar import Panel, align_panel, align_ticker, check_interval, exchange_dates, session_dates
+from data.calendar import check_interval, exchange_dates, session_dates
 from data.errors import DataError
 from data.lock import store_lock
 from data.schema import normalize_ticker
@@ -363,7 +364,7 @@ class BarStore:
         coverage_frac: float = 1.0,
         carry_leading: bool = False,
     ) -> Panel:
-        """Stored bars as one dense panel (see ``data.calendar.align_panel`` for the fill policy;
+        """Stored bars as one dense panel (see ``data.align.align_panel`` for the fill policy;
         ``coverage_frac``: the leading fraction of sessions ``min_coverage`` is judged on)."""
         frames = self.read(interval, tickers, start, end)
         extended = bool(self._meta(interval).get("extended_hours", False))

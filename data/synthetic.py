@@ -41,7 +41,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from data.calendar import MINUTES_PER_SESSION, Grid, Panel, session_grid, sessions_window
+from data.align import Panel
+from data.calendar import MINUTES_PER_SESSION, Grid, session_grid, sessions_window
 from data.errors import DataError
 from data.store import BarStore, WriteReport
 

@@ -7,7 +7,8 @@ import torch
 from helpers import toy_env
 
 from agents import sac, training
-from agents.policy import Checkpoint, Policy
+from agents.checkpoint import Checkpoint
+from agents.policy import Policy
 from data.errors import ConfigError
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # (tests/conftest.py)

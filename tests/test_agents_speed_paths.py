@@ -13,6 +13,7 @@ from agents import ppo, training
 from agents.networks import NetworkConfig, PerAssetActorCritic
 from agents.normalize import ObsNormalizer
 from agents.policy import PolicyMeta, gaussian_entropy, gaussian_log_prob
+from agents.rollout import Rollout, RolloutState, collect_rollout, compute_gae
 from data.toy import toy_market
 from envs.vec_env import TradingVecEnv
 
@@ -58,7 +59,7 @@ def test_normalizer_statistics_hold_for_large_offsets():
 def _reference_update(policy, optimizer, obs, rollout, args, generator):
     """The PPO update written plainly (CleanRL's loop): full observations, advanced indexing, the
     network's ordinary forward, per-parameter Adam."""
-    adv, ret = ppo.compute_gae(
+    adv, ret = compute_gae(
         rollout.rewards, rollout.values, rollout.dones, rollout.next_value, args.gamma, args.gae_lambda
     )
     b_obs = obs.reshape(-1, obs.shape[-1])
@@ -90,7 +91,7 @@ def test_update_matches_the_plain_reference():
     args = ppo.PPOArgs(seed=0, num_steps=8, num_minibatches=4, update_epochs=2, ent_coef=0.01, compile="off")
     config = NetworkConfig(env.num_assets, env.num_features, rebalance_rate=0.2)
     policy = training.make_policy(env, config, PolicyMeta(), seed=0)
-    rollout = ppo.Rollout.empty(args.num_steps, env.num_envs, policy, torch.device("cpu"))
+    rollout = Rollout.empty(args.num_steps, env.num_envs, policy, torch.device("cpu"))
     obs0, _ = env.reset(seed=0)
     zeros = torch.zeros(env.num_envs)
     # Record the normalized observations the rollout acted on (the reference needs them unpacked).
@@ -102,11 +103,11 @@ def test_update_matches_the_plain_reference():
         return pack(norm_obs)
 
     policy.net.pack = recording_pack
-    ppo.collect_rollout(
+    collect_rollout(
         policy,
         env,
         rollout,
-        ppo.RolloutState(obs0, zeros, zeros.clone()),
+        RolloutState(obs0, zeros, zeros.clone()),
         torch.Generator(),
         gamma=args.gamma,
     )

@@ -8,7 +8,8 @@ import pandas as pd
 import pytest
 import torch
 
-from agents.policy import Checkpoint, Policy
+from agents.checkpoint import Checkpoint
+from agents.policy import Policy
 from app.cli import main
 from app.config import load_config
 

@@ -10,17 +10,11 @@ import torch
 from helpers import toy_env
 
 from agents import ppo, training
+from agents.checkpoint import Checkpoint, load_optimizer_state
 from agents.networks import NetworkConfig, PerAssetActorCritic, flops_per_sample
 from agents.normalize import ObsNormalizer
-from agents.policy import (
-    Checkpoint,
-    Policy,
-    PolicyMeta,
-    gaussian_entropy,
-    gaussian_log_prob,
-    load_optimizer_state,
-    raw_to_action,
-)
+from agents.policy import Policy, PolicyMeta, gaussian_entropy, gaussian_log_prob, raw_to_action
+from agents.rollout import Rollout, RolloutState, collect_rollout, compute_gae
 from data.errors import CheckpointError, ConfigError
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # (tests/conftest.py)
@@ -33,7 +27,7 @@ def test_gae_matches_a_hand_computed_example():
     rewards = torch.tensor([[1.0], [2.0], [3.0]])
     values = torch.tensor([[0.5], [1.0], [1.5]])
     dones = torch.tensor([[0.0], [1.0], [0.0]])  # the episode ends with step 1
-    adv, ret = ppo.compute_gae(rewards, values, dones, torch.tensor([2.0]), gamma=0.9, gae_lambda=0.8)
+    adv, ret = compute_gae(rewards, values, dones, torch.tensor([2.0]), gamma=0.9, gae_lambda=0.8)
     # t=2: 3 + 0.9*2.0 - 1.5 = 3.3
     # t=1: 2 - 1.0 = 1.0 (done: no bootstrap, no carry)
     # t=0: delta = 1 + 0.9*1.0 - 0.5 = 1.4; A = 1.4 + 0.9*0.8*1.0 = 2.12
@@ -46,7 +40,7 @@ def test_gae_with_lambda_one_and_no_dones_is_the_discounted_return_minus_value()
     rewards = torch.randn(5, 3, generator=gen)
     values = torch.randn(5, 3, generator=gen)
     next_value = torch.randn(3, generator=gen)
-    adv, ret = ppo.compute_gae(rewards, values, torch.zeros(5, 3), next_value, gamma=0.9, gae_lambda=1.0)
+    adv, ret = compute_gae(rewards, values, torch.zeros(5, 3), next_value, gamma=0.9, gae_lambda=1.0)
     expected = next_value.clone()
     for t in reversed(range(5)):
         expected = rewards[t] + 0.9 * expected
@@ -290,11 +284,11 @@ def test_truncated_episodes_bootstrap_from_final_obs(toy):
 
     env.step = recording_step
     policy = training.make_policy(env, NetworkConfig(env.num_assets, env.num_features), PolicyMeta(), seed=0)
-    rollout = ppo.Rollout.empty(1, env.num_envs, policy, torch.device("cpu"))
+    rollout = Rollout.empty(1, env.num_envs, policy, torch.device("cpu"))
     obs, _ = env.reset(seed=0)
     zeros = torch.zeros(env.num_envs)
-    ppo.collect_rollout(
-        policy, env, rollout, ppo.RolloutState(obs, zeros, zeros), torch.Generator().manual_seed(0), gamma=0.9
+    collect_rollout(
+        policy, env, rollout, RolloutState(obs, zeros, zeros), torch.Generator().manual_seed(0), gamma=0.9
     )
     assert bool(seen["truncated"].all())
     with torch.no_grad():

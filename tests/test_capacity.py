@@ -11,6 +11,8 @@ import torch
 from backtests import capacity, engine, report
 from backtests.metrics_model import MetricsDocument
 from data.toy import toy_market
+from envs.execution import FRICTIONLESS
+from envs.observation import FEATURES, split_obs
 from envs.trading import EnvParams
 
 LEVELS = (1e4, 1e6, 1e8, 1e10)
@@ -133,3 +135,98 @@ def test_a_policy_batch_is_refused(rising_market):
             {"a": _invested},
             capital=(0.0,),
         )
+
+
+INTERVAL = 30  # bars per decision in the foresight market's tests
+
+
+@pytest.fixture(scope="module")
+def foresight_market():
+    """Three sessions of four assets whose one feature is the asset's return over the coming decision
+    period (bar t + 1's open, the fill, to bar t + 30's close, the mark): not causal, a test device
+    that hands a policy a known edge before costs. Log returns are 8x the toy market's (~0.4% a
+    minute), so picking the best asset earns ~2% a period, well above the costs of a small account."""
+    base = toy_market(num_steps=390 * 4, num_assets=4, num_features=1, seed=7)
+    prices = {n: 100.0 * (getattr(base, n) / 100.0) ** 8 for n in ("open", "high", "low", "close")}
+    forward = torch.zeros(base.num_steps, 4)
+    t = torch.arange(base.num_steps - INTERVAL)
+    forward[t] = prices["close"][t + INTERVAL] / prices["open"][t + 1] - 1.0
+    market = dataclasses.replace(
+        base, **prices, features=100.0 * forward.unsqueeze(-1), daily_vol=None, adv=None
+    )
+    return market.slice(390, base.num_steps)  # decisions at bars 0, 30, ... of the window
+
+
+def _all_in(sign: float):
+    """The whole book in the asset whose coming return is the highest (``sign`` 1: an edge before
+    costs) or the lowest (-1: a loss before costs), rebalanced every decision."""
+
+    def policy(obs):
+        _, per_asset = split_obs(obs, 4, 1)
+        forward = per_asset[..., FEATURES][..., 0] * sign
+        return torch.nn.functional.one_hot(forward.argmax(-1), 4).to(obs.dtype)
+
+    return policy
+
+
+@pytest.fixture(scope="module")
+def foresight_result(foresight_market):
+    policies = {"oracle": _all_in(1.0), "loser": _all_in(-1.0)}
+    return capacity.run_capacity(foresight_market, EnvParams(decision_interval=INTERVAL), policies)
+
+
+def _net_returns(result, name: str) -> list[float]:
+    cols = [result.index(engine.capacity_name(name, c)) for c in capacity.CAPITAL_LEVELS]
+    return [float(result.equity[-1, c]) - 1.0 for c in cols]
+
+
+def _return_before_costs(market, policy) -> float:
+    free = EnvParams(decision_interval=INTERVAL, cost_rate=0.0, slippage_bps=0.0, **FRICTIONLESS)
+    result = engine.run_backtest(market, free, {"policy": policy}, baselines=())
+    return float(result.equity[-1, 0]) / result.initial_value - 1.0
+
+
+def _turnover(result, name: str, capital: float) -> float:
+    """Dollars traded over the window, in units of the starting capital."""
+    return float(result.trades[:, result.index(engine.capacity_name(name, capital))].abs().sum())
+
+
+def test_an_edge_nets_less_at_every_bigger_size(foresight_market, foresight_result):
+    assert _return_before_costs(foresight_market, _all_in(1.0)) > 0.5  # the edge before costs
+    net = _net_returns(foresight_result, "oracle")
+    # Known answer on this market: +66.7%, +66.2%, +64.6%, +11.2%, +1.1% from $10k to $100M.
+    assert net[0] > 0.5
+    assert all(b <= a for a, b in zip(net, net[1:], strict=False)), net
+    # From $10M the volume cap holds most fills: the book cannot follow the signal, the edge is gone.
+    assert net[-1] < 0.1 * net[0], net
+    largest = capacity.at_level(foresight_result, capacity.CAPITAL_LEVELS[-1])
+    _, capped = capacity._fill_stats(largest, largest.names.index("oracle"), EnvParams().max_participation)
+    assert capped > 0.5
+
+
+def test_a_loser_loses_less_where_the_volume_cap_stops_it_trading(foresight_market, foresight_result):
+    """The curve of a strategy that loses before costs rises with capital: not because size helps
+    but because the volume cap keeps the big account out of the market. Every size stays below
+    cash, and the estimate says there is no edge to scale."""
+    assert _return_before_costs(foresight_market, _all_in(-1.0)) < -0.5
+    net = _net_returns(foresight_result, "loser")
+    # Known answer on this market: -63.6%, -63.7%, -63.9%, -33.5%, -3.4% from $10k to $100M.
+    assert all(r < 0 for r in net), net  # below cash at every size
+    assert net[-1] > net[0] + 0.5, net  # ... yet the curve rises
+    smallest, largest = capacity.CAPITAL_LEVELS[0], capacity.CAPITAL_LEVELS[-1]
+    assert _turnover(foresight_result, "loser", largest) < 0.1 * _turnover(
+        foresight_result, "loser", smallest
+    )
+    # The estimate: the net Sharpe at the smallest size is negative, so nothing to scale.
+    rows = []
+    for c in capacity.CAPITAL_LEVELS:
+        doc = report.metrics_document(capacity.at_level(foresight_result, c), window="test")
+        rows.append(
+            {
+                "capital": c,
+                "verdict_outcome": doc.verdict_outcome,
+                "sharpe_ratio": doc.strategies["loser"].sharpe_ratio,
+            }
+        )
+    assert rows[0]["sharpe_ratio"] < 0
+    assert capacity.estimate(rows) == {"estimated_capacity": None, "estimated_capacity_rule": "no_edge"}

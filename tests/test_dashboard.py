@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from dashboard_fixture import make_run, write_backtest, write_real_backtest
 
-from app.dashboard import artifacts, cards, charts, formatting, pods, series, tables
+from app.dashboard import artifacts, cards, charts, downsample, formatting, pods, series, tables
 from app.dashboard import launch as cmd
 from app.dashboard.verdict_box import VerdictBox, verdict_box
 from backtests.metrics_model import MetricsDocument
@@ -352,17 +352,17 @@ def test_lttb_keeps_endpoints_and_spikes():
     rng = np.random.default_rng(0)
     y = rng.normal(size=10_000)
     y[5_000] = 50.0
-    idx = charts.lttb_indices(np.arange(len(y)), y, 500)
+    idx = downsample.lttb_indices(np.arange(len(y)), y, 500)
     assert len(idx) == 500 and idx[0] == 0 and idx[-1] == len(y) - 1
     assert np.all(np.diff(idx) > 0)
     assert 5_000 in idx
-    assert np.array_equal(charts.lttb_indices(np.arange(10), y[:10], 50), np.arange(10))
+    assert np.array_equal(downsample.lttb_indices(np.arange(10), y[:10], 50), np.arange(10))
 
 
 def test_minmax_keeps_extremes():
     y = np.sin(np.linspace(0, 20, 9_999))
     y[1234] = -3.0
-    idx = charts.minmax_indices(y, 200)
+    idx = downsample.minmax_indices(y, 200)
     assert 1234 in idx and idx[0] == 0 and idx[-1] == len(y) - 1
     assert len(idx) <= 202
     assert y[idx].max() == y.max()

@@ -248,7 +248,8 @@ def test_walkforward_view_marks_folds_and_champion_changes():
 
     records = [
         FoldRecord.parse(
-            {"index": i, "windows": {"test": [day, day], "train": ["a", "b"], "valid": ["c", "d"]}, "in_charge": who}
+            {"index": i, "windows": {"test": [day, day], "train": ["a", "b"], "valid": ["c", "d"]}, "in_charge": who,
+             "before_champion": None if who else "benchmark"}
         )
         for i, (day, who) in enumerate(
             [("2024-01-02", None), ("2024-01-03", {"fold": 1, "run": "fold-001"}),
@@ -268,7 +269,16 @@ def test_walkforward_view_marks_folds_and_champion_changes():
     assert len(lines) == 4  # every fold's start: 2 plain, 2 new champions
     assert [a.text for a in fig.layout.annotations] == ["fold-001", "fold-003"]
     frame = walkforward_view.folds_frame(records)
-    assert list(frame["in charge"]) == ["cash", "fold-001", "fold-001", "fold-003"]
+    assert list(frame["in charge"]) == [
+        "benchmark (no qualified champion)",
+        "fold-001",
+        "fold-001",
+        "fold-003",
+    ]
+    assert "it held benchmark (no qualified champion) (1 fold(s))" in walkforward_view.before_champion_note(
+        records
+    )
+    assert walkforward_view.before_champion_note(records[1:]) == ""
 
 
 def test_empty_home_shows_how_to_start(tmp_path, monkeypatch):

@@ -9,17 +9,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from data.align import align_panel, align_ticker, resample_panel
 from data.calendar import (
     MINUTES_PER_SESSION,
     TZ,
-    align_panel,
-    align_ticker,
     bars_per_session,
     exchange_date,
     exchange_dates,
     exchange_midnight,
     infer_interval,
-    resample_panel,
     session_date,
     session_dates,
     session_grid,

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import torch
 
-from data.calendar import align_panel, align_ticker
+from data.align import align_panel, align_ticker
 from data.errors import DataError, PodracerError
 from data.loader import build_market
 from data.toy import toy_market, with_gaps

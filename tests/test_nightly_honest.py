@@ -19,7 +19,7 @@ from app.nightly.pipeline import run_retrain
 from app.nightly.registry import current_champion, read_decisions
 from app.nightly.steps import ChallengerRun, DataSnapshot, score_step
 from app.paper.journal import Journal
-from backtests import engine
+from backtests import capacity, engine
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # (tests/conftest.py)
 
@@ -79,6 +79,15 @@ def test_champion_is_scored_with_its_own_normalization(tmp_path):
         final_tonight / by_tonight.initial_value - 1.0, rel=1e-6
     )
     assert evaluation.champion["normalization"].startswith("its own")
+    # The challenger's capacity curve: every size, and the size of the env's own account is the report.
+    rows = rep["capacity"]
+    assert [r["capital"] for r in rows] == list(capacity.CAPITAL_LEVELS)
+    assert {r["strategy"] for r in rows} == {"champion"}
+    (own_size,) = [r for r in rows if r["capital"] == params.initial_cash]
+    assert own_size["cum_returns_final"] == pytest.approx(
+        rep["strategies"]["champion"]["cum_returns_final"], rel=1e-6, abs=1e-9
+    )
+    assert rep["estimated_capacity_rule"] in ("significant", "half_sharpe", "no_edge")
 
 
 def test_test_window_figures_are_labelled_selection(home):

@@ -142,6 +142,36 @@ def test_a_session_without_data_and_one_whose_orders_were_all_rejected(home):
     assert "all 2 order(s) sent were rejected" in state.problems[0]
 
 
+def _session(journal: Journal, session: str, statuses: list[str]) -> None:
+    """One cycle of ``session`` (the broker's date, as a replay runs it: all on today's wall clock)."""
+    journal.session = session
+    ts = f"{session}T15:00:00+00:00"
+    journal.decision(decision_ts=ts, bundle_id="b", dry_run=False, equity=1.0, cash=1.0, tickers=["AAA"],
+                     current_weights=[0.0], target_weights=[0.5], policy_weights=[0.5], skipped=[],
+                     session=session)  # fmt: skip
+    for n, status in enumerate(statuses):
+        journal.order(client_order_id=f"{session}-{n}", decision_ts=ts, bundle_id="b", ticker="AAA",
+                      side="buy", qty=1.0, est_price=1.0, status=status)  # fmt: skip
+
+
+def test_sessions_are_told_apart_by_the_broker_session_not_the_wall_clock(home):
+    # Three sessions journaled on one wall-clock day (a replay): each is judged on its own rows.
+    with Journal.for_home(home) as journal:
+        _session(journal, "2024-01-03", ["filled", "filled"])
+        _session(journal, "2024-01-04", ["rejected", "rejected", "not_sent"])
+    state = gather_status(home)
+    assert [p["check"] for p in state.checks] == ["orders_rejected"]
+    assert state.problems == ["session 2024-01-04: all 2 order(s) sent were rejected"]
+    with Journal.for_home(home) as journal:
+        _session(journal, "2024-01-05", ["filled"])
+    assert gather_status(home).healthy
+    with Journal.for_home(home) as journal:
+        journal.session = "2024-01-08"
+        journal.event("missing_bars", "AAA: the last bar is 45 min old", "warning")
+    state = gather_status(home)  # a session before today's, none of its cycles decided
+    assert [p["check"] for p in state.checks] == ["no_data"] and "session 2024-01-08" in state.problems[0]
+
+
 def test_books_that_do_not_reconcile_are_a_problem(home):
     record = BookRecord(status="mismatch", checked_at="2024-01-04T15:00:00+00:00",
                         since="2024-01-04T15:00:00+00:00", when="cycle_start", tolerance=1e-4,

@@ -16,7 +16,7 @@ from app.paper.journal import Journal, journal_path, read_journal
 from app.paper.journal_schema import SCHEMA_VERSION, statements
 from app.paper.observation import fetch_start
 from app.paper.slippage import slippage_report
-from data.calendar import align_panel, align_ticker
+from data.align import align_panel, align_ticker
 
 
 def test_impact_scale_and_model_price_by_hand():

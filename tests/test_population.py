@@ -16,9 +16,10 @@ import pytest
 import torch
 
 from agents import ppo
+from agents.checkpoint import Checkpoint
 from agents.networks import NetworkConfig, PerAssetActorCritic
 from agents.normalize import ObsNormalizer
-from agents.policy import Checkpoint, Policy
+from agents.policy import Policy
 from agents.population import sizing
 from agents.population.graphs import StepGraph
 from agents.population.learner import PodSetup, Population, shape_key

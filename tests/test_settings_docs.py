@@ -40,6 +40,7 @@ FLAGS = {
     ("walkforward", "--budget-steps"): "walkforward.budget_steps",
     ("walkforward", "--budget-minutes"): "walkforward.budget_minutes",
     ("walkforward", "--gate"): "walkforward.gate",
+    ("walkforward", "--before-champion"): "walkforward.before_champion",
 }
 
 

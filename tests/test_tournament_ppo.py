@@ -11,7 +11,8 @@ from helpers import ppo_market
 from safetensors.torch import load_file
 from test_tournament_run import run_tournament
 
-from agents.policy import Checkpoint, Policy
+from agents.checkpoint import Checkpoint
+from agents.policy import Policy
 from agents.tournament.leaderboard import read_leaderboard, read_pods
 from agents.tournament.settings import TournamentArgs
 from data.market import MarketData

@@ -5,6 +5,7 @@ Clopper-Pearson upper bound of the rate, at most 7.5%)."""
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -47,3 +48,32 @@ def test_one_home_counts_its_looks(monkeypatch):
     assert [r["looks"] for r in rows] == [1, 2]  # the second tournament's look counts the first
     assert [r["looks_now"] for r in rows] == [2, 2]  # read at the end: both count both
     assert all(r["outcome"] in ("significant", "not significant", "not measurable") for r in rows)
+
+
+def test_a_rows_file_resumes_finished_homes_and_refuses_other_settings(tmp_path, monkeypatch, capsys):
+    cal = _calibration()
+    args = cal.parse_args(
+        ["--looks", "2", "--homes", "2", "--power-homes", "0", "--rows", str(tmp_path / "rows.jsonl")]
+    )
+    key = cal._settings_key(args)
+    finished = [
+        {
+            "seed": 1000 + h,
+            "signal": 0.0,
+            "look": k,
+            "outcome": "not significant",
+            "outcome_now": "not significant",
+        }
+        for h in (0, 1)
+        for k in (0, 1)
+    ]
+    cal._append_rows(args.rows, [{**row, "settings_key": key} for row in finished])
+    calls = []
+    monkeypatch.setattr(cal, "run_home", lambda *a: calls.append(a) or [])
+    with pytest.raises(SystemExit):  # 4 looks cannot bound the null rate under 7.5%: the check fails
+        cal.main(["--looks", "2", "--homes", "2", "--power-homes", "0", "--rows", str(args.rows), "--json"])
+    assert calls == []  # both homes read back, none rerun
+    assert json.loads(capsys.readouterr().out)["rates"]["signal_0"]["looks"] == 4
+    other = cal.parse_args(["--homes", "2", "--rows", str(args.rows)])
+    with pytest.raises(SystemExit, match="rows of other settings"):
+        cal.load_rows(other.rows, cal._settings_key(other))

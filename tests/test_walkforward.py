@@ -190,14 +190,20 @@ def test_segment_figures_compound_to_the_whole(market):
 
 def test_champion_spans_merge_consecutive_folds_of_one_champion():
     records = [
-        {"index": 0, "windows": {"test": ["d0", "d1"]}, "in_charge": None, "test": {"sessions": 2}},
-        {"index": 1, "windows": {"test": ["d2", "d3"]}, "in_charge": {"fold": 1, "run": "fold-001"}, "test": {"sessions": 2}},
-        {"index": 2, "windows": {"test": ["d4", "d5"]}, "in_charge": {"fold": 1, "run": "fold-001"}, "test": {"sessions": 2}},
+        {"index": 0, "windows": {"test": ["d0", "d1"]}, "in_charge": None, "before_champion": "benchmark", "test": {"sessions": 2}},
+        {"index": 1, "windows": {"test": ["d2", "d3"]}, "in_charge": None, "before_champion": "benchmark", "test": {"sessions": 2}},
+        {"index": 2, "windows": {"test": ["d4", "d5"]}, "in_charge": {"fold": 2, "run": "fold-002"}, "test": {"sessions": 2}},
+        {"index": 3, "windows": {"test": ["d6", "d7"]}, "in_charge": {"fold": 2, "run": "fold-002"}, "test": {"sessions": 2}},
     ]  # fmt: skip
     assert [s.model_dump() for s in champion_spans([FoldRecord.parse(r) for r in records])] == [
-        {"champion": "cash", "first": "d0", "last": "d1", "sessions": 2, "folds": [0]},
-        {"champion": "fold-001", "first": "d2", "last": "d5", "sessions": 4, "folds": [1, 2]},
-    ]
+        {"champion": "benchmark (no qualified champion)", "first": "d0", "last": "d3", "sessions": 4, "folds": [0, 1]},
+        {"champion": "fold-002", "first": "d4", "last": "d7", "sessions": 4, "folds": [2, 3]},
+    ]  # fmt: skip
+
+
+def test_a_record_from_before_the_setting_held_cash_with_no_champion():
+    legacy = FoldRecord.parse({"index": 0, "windows": {"test": ["d0", "d1"]}, "in_charge": None})
+    assert legacy.holding() == "cash" and legacy.in_charge_label() == "cash (no qualified champion)"
 
 
 # --- the layout on a market's calendar -------------------------------------------------------------

@@ -254,18 +254,29 @@ def test_fold_tournaments_on_the_ray_backend(tmp_path, monkeypatch):
     assert result.metrics.walkforward.num_folds == 2
 
 
-def test_a_noise_champion_never_takes_charge_by_default(home):
-    # The default first_promotion ("significant"): on windows too short to measure, no fold's
-    # challenger is significant, so no champion takes charge and the account holds cash throughout.
+@pytest.mark.parametrize("before_champion", ["benchmark", "cash"])
+def test_a_noise_champion_never_takes_charge_by_default(home, before_champion):
+    # The default first_promotion ("significant"): on a null market, with windows too short to
+    # measure, no fold's challenger is significant, so no champion takes charge and the account holds
+    # [walkforward] before_champion throughout: buy-and-hold (the default) or cash.
     from app.walkforward.run import run_walkforward
 
     raw = {
         **TINY,
+        "data": {**TINY["data"], "signal": 0.0},
         "nightly": {"margin": 0.1},
         "tournament": {**TINY["tournament"], "budget_steps": 64},
-        "walkforward": {**TINY["walkforward"], "num_folds": 2},
+        "walkforward": {**TINY["walkforward"], "num_folds": 2, "before_champion": before_champion},
     }
-    result = run_walkforward(parse_config(raw), home, run="quiet")
+    result = run_walkforward(parse_config(raw), home, run=f"quiet-{before_champion}")
     assert [r.promoted for r in result.folds] == [False, False]
-    spans = result.metrics.walkforward.champions
-    assert [s.champion for s in spans] == ["cash"]
+    assert [r.before_champion for r in result.folds] == [before_champion] * 2
+    label = f"{before_champion} (no qualified champion)"
+    assert [s.champion for s in result.metrics.walkforward.champions] == [label]
+    assert [row["in_charge"] for row in result.metrics.walkforward.folds] == [label] * 2
+    equity = pd.read_parquet(RunDir(home, f"quiet-{before_champion}").backtest_equity)
+    mine = equity["champion"].to_numpy()
+    if before_champion == "benchmark":  # bought once with the span's first decision, then held
+        assert mine == pytest.approx(equity["buy_and_hold"].to_numpy(), rel=1e-12)
+    else:
+        assert (mine == mine[0]).all()

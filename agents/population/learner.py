@@ -15,7 +15,7 @@ the shape of the work: every step of the P pods is one batched op over a leading
   (:mod:`agents.population.stacked`).
 - **Randomness.** Each pod owns the ``torch.Generator`` its separate run would own, seeded alike,
   and draws from it what that run draws, in the same order: its rollout's action noise, one draw at
-  the rollout's start (``agents.ppo.rollout_noise``) into its row of one ``(P, T, N, R)`` buffer, and
+  the rollout's start (``agents.rollout.rollout_noise``) into its row of one ``(P, T, N, R)`` buffer, and
   its minibatch order at the start of each of its epochs (``agents.ppo.shuffle``) into its row of
   one ``(P, B)`` buffer. So a pod's samples do not depend on the other pods, and the draws are
   ``P`` calls per rollout and per epoch (a ``randn`` is one kernel, a CUDA ``randperm`` a few), not
@@ -47,8 +47,9 @@ import torch
 from torch import Tensor
 
 from agents.networks import NetworkConfig
-from agents.policy import Policy, current_weights, gaussian_entropy, gaussian_log_prob
+from agents.policy import Policy, gaussian_log_prob
 from agents.population import history as h
+from agents.population.formulas import pod_actions, pod_gae, pod_ppo_loss
 from agents.population.graphs import StepGraph
 from agents.population.pods import PodSetup, concat_states, shape_key
 from agents.population.stacked import (
@@ -59,7 +60,8 @@ from agents.population.stacked import (
     finite_rows,
     fused_adam_param_groups,
 )
-from agents.ppo import PPOArgs, rollout_noise, shuffle
+from agents.ppo import PPOArgs, shuffle
+from agents.rollout import rollout_noise
 from agents.training import TrainResult, policy_for_env
 from envs import trading
 
@@ -220,17 +222,6 @@ class Population:
         return policy.eval(), self.adam.state_dict(slot, groups)
 
     # --- the graphed steps (functions of the static buffers) --------------------------------------
-    def _to_action(self, raw: Tensor, obs: Tensor) -> Tensor:
-        """``Policy.to_action`` of every pod: ``raw (P, M, R)`` and raw ``obs (P, M, obs_dim)``."""
-        a = self.num_assets
-        if self.action_mode != "weights":
-            return raw[..., :a].clamp(-1.0, 1.0)
-        target = torch.softmax(raw, dim=-1)[..., :a]
-        p, m = obs.shape[:2]
-        current = current_weights(obs.reshape(p * m, -1), a).reshape(p, m, a).to(raw.dtype)
-        moved = current + self.rebalance * (target - current)
-        return torch.where(self.rebalance >= 1.0, target, moved)
-
     def _act(self) -> None:
         p, n = self.num_pods, self.num_envs
         obs = self.obs.view(p, n, -1)
@@ -249,9 +240,8 @@ class Population:
         # A pod whose weights went non-finite acts NaN: its envs get zeros instead, so the env batch
         # stays sound for the other pods (and needs no per-step NaN check); the pod itself fails after
         # the round (``finite``). Finite actions are unchanged.
-        self.action.copy_(
-            torch.nan_to_num(self._to_action(raw, obs).reshape(p * n, -1), nan=0.0, posinf=0.0, neginf=0.0)
-        )
+        action = pod_actions(raw, obs, self.rebalance, self.action_mode, self.num_assets)
+        self.action.copy_(torch.nan_to_num(action.reshape(p * n, -1), nan=0.0, posinf=0.0, neginf=0.0))
 
     def _post(self) -> None:
         p, n = self.num_pods, self.num_envs
@@ -284,26 +274,21 @@ class Population:
 
         with torch.enable_grad():
             mean, new_value = self.nets.forward_packed(*(gather(part) for part in self.packed))
-            mb_raw = gather(self.raw)
-            old_logprob, old_value = gather(self.logprobs), gather(self.values)
-            adv, returns = gather(self.advantages), gather(self.returns)
-            mean = mean[..., : self.raw_dim]
-            std = self.nets.std()[:, : self.raw_dim]
-            new_logprob = gaussian_log_prob(mb_raw, mean, std.unsqueeze(1))
-            logratio = new_logprob - old_logprob
-            if self.norm_adv and size > 1:
-                adv = (adv - adv.mean(dim=1, keepdim=True)) / (adv.std(dim=1, keepdim=True) + 1e-8)
-            ratio = logratio.exp()
-            clipped = ratio.clamp(1 - self.clip, 1 + self.clip)
-            pg_loss = torch.max(-adv * ratio, -adv * clipped).mean(dim=1)
-            unclipped = (new_value - returns).square()
-            if self.clip_vloss:
-                clipped_value = old_value + (new_value - old_value).clamp(-self.clip, self.clip)
-                v_loss = 0.5 * torch.max(unclipped, (clipped_value - returns).square()).mean(dim=1)
-            else:
-                v_loss = 0.5 * unclipped.mean(dim=1)
-            entropy = gaussian_entropy(std)
-            loss = pg_loss - self.ent_coef * entropy + self.vf_coef * v_loss
+            loss, pg_loss, v_loss, entropy, logratio, ratio = pod_ppo_loss(
+                mean[..., : self.raw_dim],
+                self.nets.std()[:, : self.raw_dim],
+                new_value,
+                gather(self.raw),
+                gather(self.logprobs),
+                gather(self.values),
+                gather(self.advantages),
+                gather(self.returns),
+                self.clip,
+                self.ent_coef,
+                self.vf_coef,
+                norm_adv=self.norm_adv,
+                clip_vloss=self.clip_vloss,
+            )
             # Pods' parameters are disjoint: the gradient of the sum is each pod's own gradient.
             grads = torch.autograd.grad(loss.sum(), self.nets.tensors())
         with torch.no_grad():
@@ -335,7 +320,7 @@ class Population:
     def _rollout(self, generators: Sequence[torch.Generator], training: Sequence[bool]) -> None:
         p, n, t = self.num_pods, self.num_envs, self.num_steps
         for slot in range(p):
-            if training[slot]:  # the pod's own draw, as its run draws it (agents.ppo.collect_rollout)
+            if training[slot]:  # the pod's own draw, as its run draws it (agents.rollout.collect_rollout)
                 rollout_noise(generators[slot], t, n, self.raw_dim, out=self.noises[slot])
         for step in range(t):
             self.noise.copy_(self.noises[:, step])
@@ -360,18 +345,20 @@ class Population:
 
     @torch.no_grad()
     def _advantages(self) -> None:
-        """The bootstrap value of the last observation, then ``agents.ppo.compute_gae`` for every env
+        """The bootstrap value of the last observation, then ``agents.rollout.compute_gae`` for every env
         of every pod at once (per-pod gamma and lambda), then the explained variance."""
         p, n = self.num_pods, self.num_envs
         obs = self.obs.view(p, n, -1)
         self.next_value.copy_(self.nets.value_packed(*self.nets.pack(self.norm.normalize(obs))))
-        last = torch.zeros_like(self.next_value)
-        for t in reversed(range(self.num_steps)):
-            following = self.next_value if t == self.num_steps - 1 else self.values[:, t + 1]
-            alive = 1.0 - self.dones[:, t]
-            delta = self.rewards[:, t] + self.gamma * following * alive - self.values[:, t]
-            last = delta + self.gamma_lambda * alive * last
-            self.advantages[:, t] = last
+        pod_gae(
+            self.rewards,
+            self.values,
+            self.dones,
+            self.next_value,
+            self.gamma,
+            self.gamma_lambda,
+            out=self.advantages,
+        )
         torch.add(self.advantages, self.values, out=self.returns)
         b_returns = self.returns.reshape(p, -1)
         var_y = b_returns.var(dim=1)
@@ -500,12 +487,6 @@ class Population:
         def act(obs: Tensor) -> Tensor:
             obs3 = obs.to(self.device, torch.float32).unsqueeze(1)  # (S, 1, obs_dim)
             mean, _ = nets.forward_packed(*nets.pack(norm.normalize(obs3)))
-            mean = mean[..., :raw_dim]
-            if action_mode != "weights":
-                return mean[..., :a].clamp(-1.0, 1.0).squeeze(1)
-            target = torch.softmax(mean, dim=-1)[..., :a]
-            current = current_weights(obs3.squeeze(1), a).unsqueeze(1)
-            moved = current + rebalance * (target - current)
-            return torch.where(rebalance >= 1.0, target, moved).squeeze(1)
+            return pod_actions(mean[..., :raw_dim], obs3, rebalance, action_mode, a).squeeze(1)
 
         return act

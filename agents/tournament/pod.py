@@ -46,7 +46,7 @@ import torch
 from torch import Tensor
 
 from agents import ppo, sac
-from agents.policy import Checkpoint
+from agents.checkpoint import Checkpoint
 from agents.tournament.generator import PodSpec
 from agents.training import TrainResult
 from backtests.engine import PolicyBatch

@@ -41,8 +41,8 @@ from typing import Any
 
 import torch
 
+from agents.checkpoint import Checkpoint
 from agents.networks import NetworkConfig
-from agents.policy import Checkpoint
 from agents.population.learner import PodSetup, Population, shape_key
 from agents.population.sizing import Sizing, bytes_per_pod, choose_shape, learner_rate, max_envs_per_pod
 from agents.ppo import PPOArgs

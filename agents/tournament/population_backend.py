@@ -47,116 +47,30 @@ import multiprocessing
 import os
 import threading
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from agents.population.sizing import Sizing
-from agents.tournament.backends import exit_with_parent, host_copy, import_ray, join_ray, run_round_safely
-from agents.tournament.pod import PodOutcome, PodTask, RoundContext, RoundError, RoundFn, learner_round
-from agents.tournament.population import finish_round, setup_round, size_population, with_envs
-from agents.tournament.round_pipeline import Prepared, RoundPipeline, Trained, host_results, log_phases
+from agents.tournament.backends import host_copy, import_ray, join_ray
+from agents.tournament.pod import PodTask, RoundContext, RoundError, RoundFn
+from agents.tournament.population import with_envs
+from agents.tournament.population_worker import (
+    Shape,
+    choose_size,
+    init_worker,
+    ray_round,
+    ray_size,
+    run_population,
+    worker_drain,
+    worker_round,
+    worker_size,
+)
+from agents.tournament.round_pipeline import RoundPipeline, log_phases
 from data.errors import ConfigError, PodracerError
 
 log = logging.getLogger(__name__)
-
-Outcome = PodOutcome | RoundError
-
-
-def prepare_population(
-    round_fn: RoundFn, tasks: Sequence[PodTask], ctx: RoundContext, graphs: bool | None = None
-) -> Prepared:
-    """A population round set up: its training, which hands back its finishing
-    (``agents.tournament.round_pipeline``). The real population round for the learner round, else
-    ``round_fn`` pod by pod (all of it as the training)."""
-    if round_fn is learner_round:
-        train = setup_round(tasks, ctx, graphs)
-
-        def learn() -> Trained:
-            trained = train()
-            return trained.phases, lambda host: finish_round(trained, host)
-
-        return learn
-
-    def run_each() -> Trained:
-        outcomes = [run_round_safely(round_fn, task, ctx) for task in tasks]
-        return {}, lambda host: outcomes
-
-    return run_each
-
-
-def run_population(
-    pipeline: RoundPipeline,
-    round_fn: RoundFn,
-    tasks: Sequence[PodTask],
-    ctx: RoundContext,
-    graphs: bool | None,
-) -> list[Outcome] | None:
-    """One population round through ``pipeline``: its outcomes, or (overlapping) the previous round's."""
-    return pipeline.run(lambda: prepare_population(round_fn, tasks, ctx, graphs), len(tasks))
-
-
-@dataclass(frozen=True)
-class Shape:
-    """What the settings pin of a population's shape (0: chosen; ``agents.population.sizing``)."""
-
-    pods: int = 0
-    envs: int = 0
-    round_steps: int | None = None  # (bounds the envs per pod the probe tries)
-
-
-def choose_size(round_fn: RoundFn, ctx: RoundContext, shape: Shape, graphs: bool | None) -> Sizing:
-    """The population's shape: what ``shape`` pins, the rest measured (``agents.population.sizing``)."""
-    return size_population(ctx, graphs, pods=shape.pods, envs=shape.envs, round_steps=shape.round_steps)
-
-
-# --- the worker process ---------------------------------------------------------------------------------
-_WORKER: dict[str, Any] = {}
-
-
-def _init_worker(
-    round_fn: RoundFn,
-    ctx: RoundContext,
-    graphs: bool | None,
-    threads: int,
-    parent_pid: int,
-    started: Any,
-    overlap: bool,
-) -> None:
-    torch.set_num_threads(threads)
-    pipeline = RoundPipeline(overlap, ctx.device)
-    _WORKER.update(round_fn=round_fn, ctx=ctx, graphs=graphs, started=started, pipeline=pipeline)
-    exit_with_parent(parent_pid)
-
-
-def _worker_size(shape: Shape) -> Sizing:
-    sizing = choose_size(_WORKER["round_fn"], _WORKER["ctx"], shape, _WORKER["graphs"])
-    _WORKER["ctx"] = with_envs(_WORKER["ctx"], sizing.num_envs)  # (the rounds' envs per pod)
-    return sizing
-
-
-def _worker_round(batch_id: int, tasks: Sequence[PodTask]) -> list[Outcome] | None:
-    _WORKER["started"].put((batch_id, time.monotonic()))  # the round timeout counts from here
-    w = _WORKER
-    return run_population(w["pipeline"], w["round_fn"], tasks, w["ctx"], w["graphs"])
-
-
-def _worker_drain() -> list[Outcome] | None:
-    return _WORKER["pipeline"].drain()
-
-
-def _ray_size(round_fn: RoundFn, ctx: RoundContext, shape: Shape, graphs: bool | None) -> Sizing:
-    return choose_size(round_fn, ctx, shape, graphs)
-
-
-def _ray_round(
-    round_fn: RoundFn, ctx: RoundContext, tasks: Sequence[PodTask], graphs: bool | None, threads: int
-) -> list[Outcome]:
-    torch.set_num_threads(threads)
-    _phases, finish = prepare_population(round_fn, tasks, ctx, graphs)()
-    return finish(host_results)
 
 
 @dataclass(eq=False)
@@ -235,7 +149,7 @@ class PopulationBackend:
             self._pipeline = RoundPipeline(self.overlap, ctx.device)
         elif self.mode == "process":
             self._executor = self._new_executor()
-            self.sizing = self._executor.submit(_worker_size, self.shape).result()
+            self.sizing = self._executor.submit(worker_size, self.shape).result()
         else:
             self.sizing = self._start_ray(round_fn, ctx)
         self._ctx = with_envs(ctx, self.sizing.num_envs)
@@ -266,7 +180,7 @@ class PopulationBackend:
         return cf.ProcessPoolExecutor(
             max_workers=self.workers,
             mp_context=mp,
-            initializer=_init_worker,
+            initializer=init_worker,
             initargs=(
                 self._round_fn,
                 host_copy(self._ctx),
@@ -284,10 +198,10 @@ class PopulationBackend:
         self._gpus = float(ray.cluster_resources().get("GPU", 0.0))
         gpus = 1.0 if self._gpus > 0 else 0.0
         self._ctx_ref = ray.put(host_copy(ctx))
-        self._remote = ray.remote(_ray_round).options(
+        self._remote = ray.remote(ray_round).options(
             num_cpus=self.cpus_per_population, num_gpus=gpus, max_retries=0
         )
-        size = ray.remote(_ray_size).options(num_cpus=self.cpus_per_population, num_gpus=gpus, max_retries=0)
+        size = ray.remote(ray_size).options(num_cpus=self.cpus_per_population, num_gpus=gpus, max_retries=0)
         sizing = ray.get(size.remote(round_fn, self._ctx_ref, self.shape, self.graphs))
         self._ctx_ref = ray.put(host_copy(with_envs(ctx, sizing.num_envs)))
         return sizing
@@ -388,7 +302,7 @@ class PopulationBackend:
             return
         assert self._executor is not None
         try:
-            job = self._executor.submit(_worker_drain)
+            job = self._executor.submit(worker_drain)
         except cf.process.BrokenProcessPool as err:
             self._job_done(None, held, err)
             return
@@ -427,12 +341,12 @@ class PopulationBackend:
     def _submit_process(self, batch: _Batch) -> cf.Future:
         assert self._executor is not None
         try:
-            return self._executor.submit(_worker_round, batch.id, batch.tasks)
+            return self._executor.submit(worker_round, batch.id, batch.tasks)
         except cf.process.BrokenProcessPool:
             log.warning("the population worker died; starting another")
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = self._new_executor()
-            return self._executor.submit(_worker_round, batch.id, batch.tasks)
+            return self._executor.submit(worker_round, batch.id, batch.tasks)
 
     def _resolve(self, batch: _Batch, job: Any) -> None:
         """Hand a finished population's outcomes to its pods' futures (all of them, then nothing else

@@ -40,6 +40,9 @@ def walkforward(
         None, "--budget-minutes", min=0.0, help=cli_help("walkforward.budget_minutes")
     ),
     gate: str = typer.Option(None, "--gate", help=cli_help("walkforward.gate")),
+    before_champion: str = typer.Option(
+        None, "--before-champion", help=cli_help("walkforward.before_champion")
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON (no progress display)."),
 ) -> None:
     """Replay nightly retraining fold by fold; the policies in charge trade one out-of-sample account."""
@@ -65,6 +68,7 @@ def walkforward(
         budget_steps=budget_steps,
         budget_minutes=budget_minutes,
         gate=gate,
+        before_champion=before_champion,
     )
     if overrides:
         if resume is not None:

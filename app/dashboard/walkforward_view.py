@@ -13,12 +13,6 @@ from app.dashboard.charts import equity_figure
 from app.walkforward.record import FoldRecord
 from backtests.metrics_model import ChampionSpan
 
-CASH = "cash"
-
-
-def _in_charge(record: FoldRecord) -> str:
-    return record.in_charge.run if record.in_charge is not None else CASH
-
 
 def folds_frame(records: Sequence[FoldRecord]) -> pd.DataFrame:
     """One row per fold: windows, pods tried, the Sharpes on the gate's window and its decision, the policy in
@@ -36,7 +30,7 @@ def folds_frame(records: Sequence[FoldRecord]) -> pd.DataFrame:
                 "gate Sharpe (challenger)": gate.challenger.get("sharpe_ratio"),
                 "gate Sharpe (incumbent)": (gate.incumbent or {}).get("sharpe_ratio"),
                 "gate": "promoted" if r.promoted else "kept",
-                "in charge": _in_charge(r),
+                "in charge": r.in_charge_label(),
                 "test return": test.period_return,
                 "buy & hold return": test.buy_and_hold_return,
                 "test Sharpe": test.sharpe_ratio,
@@ -48,12 +42,24 @@ def folds_frame(records: Sequence[FoldRecord]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def before_champion_note(records: Sequence[FoldRecord]) -> str:
+    """A caption's clause naming what the account held in the folds no champion was in charge of
+    (empty when a champion traded every fold)."""
+    waiting = [r for r in records if r.in_charge is None]
+    if not waiting:
+        return ""
+    held = sorted({r.in_charge_label() for r in waiting})
+    return f"; until a champion qualified (its gate test significant) it held {', '.join(held)} ({len(waiting)} fold(s))"
+
+
 def champion_changes(records: Sequence[FoldRecord]) -> list[tuple[str, str]]:
     """``(first test session, new champion)`` for each fold whose policy in charge differs from the
-    previous fold's (the first fold counts when it starts with a champion)."""
-    changes, previous = [], CASH
+    previous fold's (the first fold counts when it starts with a champion, not with what the account
+    holds before one qualifies)."""
+    changes: list[tuple[str, str]] = []
+    previous = records[0].in_charge_label() if records and records[0].in_charge is None else None
     for r in records:
-        now = _in_charge(r)
+        now = r.in_charge_label()
         if now != previous:
             changes.append((r.test_window()[0], now))
         previous = now

@@ -49,7 +49,7 @@ from app.nightly.normalization import SPEC_FILE, champion_feature_spec, with_fea
 from app.nightly.record import SELECTION
 from app.runs import RunDir
 from app.workflows.backtest import selection_inputs
-from backtests import engine, report, scoring
+from backtests import capacity, engine, report, scoring
 from backtests.metrics_model import OosTest
 from backtests.verdict import EdgeVerdict, stated_verdict
 from data.atomic import atomic_write_json, replace_dir
@@ -316,7 +316,8 @@ def score_step(
     same bars, costs and fills), score both, count the challenger's look at the window in the looks
     ledger, and write the challenger run's ``backtest/`` report (the challenger as ``champion`` of its
     run, the incumbent as ``incumbent``) with its out-of-sample test at the gate's level
-    (:func:`gate_significance_level`): the verdict the gate reads."""
+    (:func:`gate_significance_level`): the verdict the gate reads; and the challenger's capacity curve
+    (``backtests.capacity``: a report on the same window, the gate does not read it)."""
 
     device = config.agent.device
     market = data.splits.test
@@ -327,6 +328,9 @@ def score_step(
     policies: dict[str, Any] = {"challenger": load_policy(challenger.policy_dir, device=device)}
     check_policy_fits(policies["challenger"], market, params)
     result = engine.run_backtest(market, params, policies, device=device, compile=config.backtest.compile)
+    # The capacity curve of the report's strategy (the challenger, its run's "champion") and the
+    # baselines at several account sizes, one more batched pass over the same bars.
+    sizes = capacity.run_capacity(market, params, {"champion": policies["challenger"]}, device=device)
     normalization: dict[str, Any] = {"challenger": "tonight's train window (its own)"}
     if champion is not None:
         champ = load_policy(champion["policy_dir"], device=device)
@@ -394,6 +398,8 @@ def score_step(
         seed=config.tournament.seed,
         market=identity,
         tearsheet=config.nightly.tearsheet,
+        capacity=sizes,
+        max_participation=params.max_participation,
     )
     # The promotion gate decides on this window: these are selection figures (app.nightly.record).
     doc = doc.model_copy(update={"role": SELECTION, "role_note": "the nightly gate decided on this window"})

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from app.paper.broker import Broker, Order, Position
+from app.paper.disk import write_state
 from app.paper.journal import Journal
 from data.atomic import atomic_write_json
 from data.errors import PodracerError
@@ -193,7 +194,7 @@ def _record(
         outside_orders=outside,
         message="; ".join(parts),
     )
-    atomic_write_json(path, asdict(record))
+    write_state(path, lambda: atomic_write_json(path, asdict(record)))  # a full disk: the last good one stays
     return record
 
 

@@ -3,7 +3,9 @@
 ``compact_journal(journal, keep_sessions)`` keeps the newest ``keep_sessions`` traded sessions (the
 ``decisions.session`` dates) in full and folds every older day into a ``daily`` row: its bundles and
 tickers, decision / fill / event counts, orders by status, the account's equity at the first and
-last P&L snapshot and the day's P&L. Then the old rows of ``decisions, orders, fills, positions,
+last P&L snapshot and the day's P&L. A row belongs to its session's day: ``decisions.session`` and
+``events.session`` (the broker's session of the cycle), the exchange date of the bar it was decided
+on for the others; the wall clock of the row only where neither is recorded. Then the old rows of ``decisions, orders, fills, positions,
 pnl, events`` go, in the same ``BEGIN IMMEDIATE`` transaction (a crash leaves the old journal or the
 compacted one).
 
@@ -81,14 +83,14 @@ def compact_journal(journal: Journal, keep_sessions: int, *, dry_run: bool = Fal
         "pnl": _frame(
             journal, "SELECT id, recorded_at, decision_ts AS stamp, equity, day_pnl FROM pnl ORDER BY id"
         ),
-        "events": _frame(journal, "SELECT id, recorded_at, '' AS stamp, level, kind FROM events"),
+        "events": _frame(journal, "SELECT id, recorded_at, session AS stamp, level, kind FROM events"),
     }
     old: dict[str, pd.DataFrame] = {}
     for name, frame in frames.items():
         if frame.empty:
             old[name] = frame.assign(day=pd.Series(dtype=str))
             continue
-        if name == "decisions":
+        if name in ("decisions", "events"):  # stamped with the session's date itself
             day = frame["stamp"].fillna("")
             day = day.where(day.astype(bool), _day(pd.Series("", index=frame.index), frame["recorded_at"]))
         else:

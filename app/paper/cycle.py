@@ -41,6 +41,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -50,6 +51,7 @@ from app.bundle import Bundle
 from app.paper.books import BookRecord, check_books
 from app.paper.broker import Broker, BrokerAccount, BrokerError, Order
 from app.paper.champion import BundleSource, FixedBundle
+from app.paper.disk import write_state
 from app.paper.execution import block_orders, execute_orders, holdings, reconcile_open_orders, snapshot
 from app.paper.gone import check_gone
 from app.paper.heartbeat import Heartbeat, write_heartbeat
@@ -149,7 +151,7 @@ def run_cycle(
 ) -> CycleResult:
     """One decision: see the module docstring. Never submits when closed, halted or kill-switched."""
     source = as_source(bundle)
-    journal.bundle_id = None
+    journal.bundle_id = journal.session = None
     begin = getattr(broker, "begin_cycle", None)
     if begin is not None:
         begin()
@@ -161,6 +163,7 @@ def run_cycle(
         log.info(msg)
         return CycleResult(status="closed", messages=[msg], broker_time=clock.timestamp)
     session = exchange_date(clock.timestamp).date().isoformat()
+    journal.session = session  # the broker's session, not the wall clock's (they differ in a replay)
     picked = source.select(session, journal)
     if picked.bundle is None:
         msg = picked.alert or "no bundle to trade"
@@ -359,8 +362,9 @@ def run_paper(
             except BrokerError:
                 wait = 300.0
         wait = max(1.0, wait)
-        if heartbeat is not None:
-            write_heartbeat(heartbeat, heartbeat_of(result, source.mode, period, wait, options))
+        if heartbeat is not None:  # a full disk: one problem, the last good heartbeat stays
+            beat = heartbeat_of(result, source.mode, period, wait, options)
+            write_state(heartbeat, partial(write_heartbeat, heartbeat, beat))
         if failure is not None and once:
             raise failure
         if last:

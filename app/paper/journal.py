@@ -77,8 +77,10 @@ class Journal:
         # NORMAL (WAL): a power cut may lose the last commits but never corrupts the file.
         sqlite.use_wal(self._conn, synchronous="NORMAL")
         migrate(self._conn)
-        # The bundle of the cycle under way: events written meanwhile carry it (None outside a cycle).
+        # The bundle and session of the cycle under way: events written meanwhile carry them (None
+        # outside a cycle, and the session before the market was found open).
         self.bundle_id: str | None = None
+        self.session: str | None = None
 
     @classmethod
     def for_home(cls, home: str | os.PathLike[str]) -> Journal:
@@ -108,8 +110,15 @@ class Journal:
 
     # -- writers --
     def event(self, kind: str, message: str, level: str = "info", *, bundle_id: str | None = None) -> None:
-        """An event row; its ``bundle_id`` is ``bundle_id`` when given, else the cycle's (``self.bundle_id``)."""
-        row = {"level": level, "kind": kind, "message": message, "bundle_id": bundle_id or self.bundle_id}
+        """An event row; its ``bundle_id`` is ``bundle_id`` when given, else the cycle's (``self.bundle_id``);
+        its ``session``, the cycle's (``self.session``)."""
+        row = {
+            "level": level,
+            "kind": kind,
+            "message": message,
+            "bundle_id": bundle_id or self.bundle_id,
+            "session": self.session,
+        }
         self._insert("events", row)
 
     def start_session(

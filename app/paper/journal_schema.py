@@ -22,7 +22,11 @@ Schema version 3 adds ``daily``: one summary row per day compacted out of the fu
 Schema version 4 adds ``orders.model_price``: the fill price the execution model predicted for the
 order (``app.paper.slippage``); NULL for orders journaled before it, or without the model's inputs.
 
-A journal written before (version 0, 1, 2 or 3) is migrated on open, in ONE transaction: the missing columns
+Schema version 5 adds ``events.session``: the exchange date of the session the cycle that wrote the
+event ran in (NULL outside an open-market cycle, and for events journaled before it), so a session's
+outcomes are read by the session they belong to, not by the wall clock of their rows.
+
+A journal written before (version 0 to 4) is migrated on open, in ONE transaction: the missing columns
 are added (``ALTER TABLE ... ADD COLUMN``; the old rows read NULL) and the version set, so a crash
 leaves either the old file or the migrated one.
 """
@@ -37,7 +41,7 @@ from typing import Any
 
 from data import sqlite
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS decisions (
@@ -115,7 +119,8 @@ CREATE TABLE IF NOT EXISTS events (
     level TEXT NOT NULL,            -- info|warning|error
     kind TEXT NOT NULL,             -- market_closed|kill_switch|risk|missing_bars|reconcile|error|...
     message TEXT NOT NULL,
-    bundle_id TEXT                  -- the bundle of the cycle that wrote it (NULL outside a cycle)
+    bundle_id TEXT,                 -- the bundle of the cycle that wrote it (NULL outside a cycle)
+    session TEXT                    -- exchange date of the session its cycle ran in (NULL: none)
 );
 CREATE TABLE IF NOT EXISTS sessions (
     session TEXT PRIMARY KEY,       -- exchange date (YYYY-MM-DD)
@@ -148,14 +153,14 @@ CREATE TABLE IF NOT EXISTS daily (
 
 TABLES = ("decisions", "orders", "fills", "positions", "pnl", "events", "sessions", "opening_books", "daily")
 
-# Columns that versions 1 and 4 added to older tables (a migrated journal's old rows read NULL).
+# Columns that versions 1, 4 and 5 added to older tables (a migrated journal's old rows read NULL).
 ADDED_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
     "orders": (("model_price", "REAL"),),
     "decisions": (("session", "TEXT"), ("account_equity", "REAL"), ("holdings", "TEXT"), ("prices", "TEXT")),
     "fills": (("bundle_id", "TEXT"), ("decision_ts", "TEXT")),
     "positions": (("bundle_id", "TEXT"),),
     "pnl": (("bundle_id", "TEXT"), ("holdings", "TEXT")),
-    "events": (("bundle_id", "TEXT"),),
+    "events": (("bundle_id", "TEXT"), ("session", "TEXT")),
 }
 
 # How far along an order row is. A write never lowers it (a re-run of the same decision bar journals

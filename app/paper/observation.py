@@ -30,10 +30,9 @@ from app.bundle import Bundle
 from app.paper.broker import BrokerAccount, Position
 from app.paper.fill_model import execution_costs, impact_scales
 from app.paper.orders import DecisionSnapshot
+from data.align import align_panel, align_ticker
 from data.calendar import (
     INTERVAL_MINUTES,
-    align_panel,
-    align_ticker,
     bars_per_session,
     exchange_date,
     session_bounds,

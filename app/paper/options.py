@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from app.paper.books import DEFAULT_TOLERANCE
-from app.paper.orders import RiskLimits, bundle_max_weight
+from app.paper.orders import RiskLimits, bundle_max_weight, bundle_min_order_notional
 from data.errors import PodracerError
 
 
@@ -39,10 +39,15 @@ class PaperOptions:
             raise PodracerError(f"--gone-after must be at least 1 session, got {self.gone_after}")
 
     def for_bundle(self, manifest: dict[str, Any]) -> PaperOptions:
-        """These options for the bundle of ``manifest`` (its weight cap when ``weight_cap_from_bundle``)."""
-        if not self.weight_cap_from_bundle:
-            return self
-        return replace(self, limits=replace(self.limits, max_weight=bundle_max_weight(manifest)))
+        """These options for the bundle of ``manifest``: its minimum order (the env's
+        ``min_order_notional`` it was backtested with, at least the limits' broker minimum), so that
+        paper trading drops the orders its backtest dropped; its weight cap when
+        ``weight_cap_from_bundle``."""
+        floor = max(self.limits.min_order_notional, bundle_min_order_notional(manifest))
+        limits = replace(self.limits, min_order_notional=floor)
+        if self.weight_cap_from_bundle:
+            limits = replace(limits, max_weight=bundle_max_weight(manifest))
+        return replace(self, limits=limits)
 
     def kill_switch_on(self) -> bool:
         """The kill-switch file exists (checked afresh on each call: it may appear mid-cycle)."""

@@ -6,7 +6,7 @@
   scaled to 1), skipped tickers held at their current weight, and the ``max_weight`` cap;
 - :func:`plan_orders`: sells first, then buys scaled to the cash the sells free up, fractional
   shares unless ``fractional=False``, each capped at ``max_order_notional`` and dropped under
-  ``min_order_notional``;
+  ``min_order_notional`` by the env's rule (:func:`too_small`);
 - :func:`retired_sells`: closing sells of held tickers an earlier bundle traded and this one does not
   (a new champion on another universe);
 - :func:`client_order_id`: the deterministic id that makes a re-run of the same decision unable to
@@ -27,6 +27,7 @@ import pandas as pd
 
 from app.paper.fill_model import ExecutionCosts, model_price
 from data.errors import PodracerError
+from envs.params import EnvParams
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,9 @@ class RiskLimits:
     max_order_notional: float = 10_000.0  # $ per order; larger orders are cut down to it
     max_weight: float = 1.0  # per-ticker target weight cap; the excess stays in cash
     daily_loss_limit: float | None = 0.05  # halt new orders when equity < (1 - L) * last_equity
-    min_order_notional: float = 1.0  # Alpaca's minimum for fractional orders
+    # Alpaca's minimum for fractional orders; a bundle's own env minimum, if higher, applies instead
+    # (PaperOptions.for_bundle).
+    min_order_notional: float = 1.0
 
     def __post_init__(self) -> None:
         if not self.max_order_notional > 0:
@@ -55,6 +58,13 @@ def bundle_max_weight(manifest: dict) -> float:
     so paper trading holds the champion to the limit its figures were measured with."""
     value = (manifest.get("env_params") or {}).get("max_weight", 1.0)
     return float(value) if value is not None else 1.0
+
+
+def bundle_min_order_notional(manifest: dict) -> float:
+    """The minimum order the bundle's policy was trained and backtested under (its ``env_params``
+    ``min_order_notional``; the env's default for bundles exported before the setting existed)."""
+    value = (manifest.get("env_params") or {}).get("min_order_notional")
+    return float(value) if value is not None else EnvParams.min_order_notional
 
 
 @dataclass(frozen=True)
@@ -95,6 +105,20 @@ def predicted_price(order: PlannedOrder, decision: DecisionSnapshot) -> float | 
     if decision.costs is None or impact is None or not (math.isfinite(order.price) and order.price > 0):
         return None
     return model_price(decision.costs, order.price, order.side, order.qty, impact)
+
+
+def too_small(
+    decision: DecisionSnapshot, ticker: str, side: str, qty: float, price: float, min_notional: float
+) -> bool:
+    """Whether an order is not placed, by the env's minimum-order rule (``envs.core._execute``): a
+    sell whose proceeds at the execution model's predicted fill price, or a buy whose notional at the
+    reference price, is under ``min_notional`` (or nothing to trade)."""
+    if not qty > 0:
+        return True
+    impact = decision.impact.get(ticker)
+    if side == "sell" and decision.costs is not None and impact is not None:
+        price = model_price(decision.costs, price, "sell", qty, impact)
+    return qty * price < min_notional
 
 
 def client_order_id(bundle_id: str, decision_ts: pd.Timestamp | str, ticker: str) -> str:
@@ -181,7 +205,7 @@ def plan_orders(
             if qty * price > limits.max_order_notional:
                 notes.append(f"{ticker}: sell cut to max order notional ${limits.max_order_notional:,.0f}")
                 qty = qty_of(limits.max_order_notional, price)
-            if qty > 0 and qty * price >= limits.min_order_notional:
+            if not too_small(decision, ticker, "sell", qty, price, limits.min_order_notional):
                 cid = client_order_id(bundle_id, decision.decision_ts, ticker)
                 sells.append(PlannedOrder(ticker, "sell", float(qty), float(price), cid))
         elif delta > 0:
@@ -200,7 +224,7 @@ def plan_orders(
             notes.append(f"{ticker}: buy cut to max order notional ${limits.max_order_notional:,.0f}")
             notional = limits.max_order_notional
         qty = qty_of(notional, price)
-        if qty > 0 and qty * price >= limits.min_order_notional:
+        if not too_small(decision, ticker, "buy", qty, price, limits.min_order_notional):
             cid = client_order_id(bundle_id, decision.decision_ts, ticker)
             planned_buys.append(PlannedOrder(ticker, "buy", float(qty), price, cid))
     return sells + planned_buys, notes

@@ -1,5 +1,11 @@
 """What the paper loop's last session came to, read from the journal for ``podracer status``: its
-``no_data`` cycles and the fate of its orders (read-only, a bounded number of rows)."""
+``no_data`` cycles and the fate of its orders (read-only, a bounded number of rows).
+
+Rows are grouped by the trading session they belong to, the broker's session of the cycle that wrote
+them (``decisions.session``, ``events.session``; an order: its decision's session, by the decision bar),
+not by the wall clock of the row: a replay (the soak's simulated year) runs many sessions on one
+wall-clock day. Rows journaled before those columns fall back to the exchange date of ``recorded_at``.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +22,11 @@ from data.calendar import exchange_date
 UNSENT_STATUSES = ("dry_run", "blocked", "not_sent", "not_submitted", "error")
 
 
+def _day(stamp: str) -> str:
+    """The exchange date (YYYY-MM-DD) of a wall-clock ``recorded_at``."""
+    return exchange_date(pd.Timestamp(stamp)).date().isoformat()
+
+
 def last_session_summary(home: str | os.PathLike[str], rows: int = 5000) -> dict[str, Any] | None:
     """The most recent session the loop traded or tried to (read-only, the newest ``rows`` rows of
     each table): ``session`` (exchange date), ``decisions``, ``no_data`` (cycles without fresh
@@ -27,29 +38,34 @@ def last_session_summary(home: str | os.PathLike[str], rows: int = 5000) -> dict
     conn = sqlite.connect(path, read_only=True)
     try:
         decisions = conn.execute(
-            "SELECT recorded_at FROM decisions ORDER BY id DESC LIMIT ?", (rows,)
+            "SELECT session, decision_ts, recorded_at FROM decisions ORDER BY id DESC LIMIT ?", (rows,)
         ).fetchall()
         missing = conn.execute(
-            "SELECT recorded_at FROM events WHERE kind = 'missing_bars' ORDER BY id DESC LIMIT ?", (rows,)
+            "SELECT session, recorded_at FROM events WHERE kind = 'missing_bars' ORDER BY id DESC LIMIT ?",
+            (rows,),
         ).fetchall()
         orders = conn.execute(
-            "SELECT recorded_at, status FROM orders ORDER BY rowid DESC LIMIT ?", (rows,)
+            "SELECT decision_ts, recorded_at, status FROM orders ORDER BY rowid DESC LIMIT ?", (rows,)
         ).fetchall()
     finally:
         conn.close()
 
-    def day(stamp: str) -> str:
-        return exchange_date(pd.Timestamp(stamp)).date().isoformat()
-
-    days = [day(r[0]) for r in decisions] + [day(r[0]) for r in missing]
+    decided = [session or _day(recorded) for session, _, recorded in decisions]
+    session_of_bar = {ts: day for (_, ts, _), day in zip(decisions, decided, strict=True)}
+    no_data = [session or _day(recorded) for session, recorded in missing]
+    days = decided + no_data
     if not days:
         return None
     session = max(days)
-    in_session = [r[1] for r in orders if day(r[0]) == session and r[1] not in UNSENT_STATUSES]
+    in_session = [
+        status
+        for ts, recorded, status in orders
+        if status not in UNSENT_STATUSES and (session_of_bar.get(ts) or _day(recorded)) == session
+    ]
     return {
         "session": session,
-        "decisions": sum(1 for r in decisions if day(r[0]) == session),
-        "no_data": sum(1 for r in missing if day(r[0]) == session),
+        "decisions": decided.count(session),
+        "no_data": no_data.count(session),
         "sent": len(in_session),
-        "rejected": sum(1 for s in in_session if s == "rejected"),
+        "rejected": in_session.count("rejected"),
     }

@@ -3,7 +3,9 @@
 :class:`StitchedAccount` keeps what the stitched run needs and nothing else: the loaded bars, the span's
 features (each fold's test window normalized with the statistics of the policy in charge there, the
 only features held for the whole span), each fold's universe (``data.fold_market.fold_universe``:
-the tickers its test window trades, judged on its train window) and the policies in charge. :meth:`StitchedAccount.run` replays the
+the tickers its test window trades, judged on its train window) and the policies in charge: a fold's
+champion, or before any champion qualifies what ``[walkforward] before_champion`` says (the benchmark,
+``backtests.stitched.BenchmarkInCharge``: buy-and-hold bought once and held; or cash). :meth:`StitchedAccount.run` replays the
 account from the span's first bar to the last fold added (``backtests.stitched.run_stitched``: one
 engine run, so the account and the baselines stay continuous); :meth:`StitchedAccount.report` writes its
 report (``app.walkforward.judging.write_account_report``) with the walk-forward's keys: each fold's
@@ -23,16 +25,14 @@ from agents.ensemble import load_policy
 from app.evaluation import check_policy_fits, policy_digest
 from app.runs import RunDir
 from app.walkforward.judging import write_account_report
-from app.walkforward.record import FoldRecord
+from app.walkforward.record import NO_CHAMPION_LABELS, FoldRecord
 from backtests.engine import BacktestResult
 from backtests.metrics_model import ChampionSpan, MetricsDocument, WalkForwardSummary
-from backtests.stitched import run_stitched, run_stitched_capacity
+from backtests.stitched import BenchmarkInCharge, run_stitched, run_stitched_capacity
 from data.features import DEFAULT_WINDOWS, feature_names, normalize
 from data.fold_market import fold_universe, raw_features
 from data.market import MarketData
 from envs.trading import EnvParams
-
-CASH = "cash"  # in charge before the first promotion: the account holds cash
 
 
 class StitchedAccount:
@@ -45,11 +45,16 @@ class StitchedAccount:
         params: EnvParams,
         device: torch.device,
         min_coverage: float | None = None,
+        before_champion: str = "benchmark",
     ) -> None:
         """``min_coverage``: each fold's test window trades only its fold's universe (None: every
-        ticker, as loaded)."""
+        ticker, as loaded). ``before_champion``: what a fold with no champion in charge holds,
+        ``"benchmark"`` or ``"cash"``."""
+        if before_champion not in NO_CHAMPION_LABELS:
+            raise ValueError(f"before_champion must be one of {', '.join(NO_CHAMPION_LABELS)}")
         self.full, self.params, self.device = full, params, device
         self.min_coverage = min_coverage
+        self.before_champion = before_champion
         self.span_start = plans[0].bars["test"][0]
         self.windows = dict((full.feature_spec or {}).get("windows") or DEFAULT_WINDOWS)
         self.names = feature_names(self.windows)
@@ -64,10 +69,12 @@ class StitchedAccount:
         self.switch_bars: list[int] = []
         self.labels: list[str] = []
         self._loaded: dict[str, Any] = {}
+        self._benchmark = BenchmarkInCharge(full.num_assets, len(self.names))
 
-    def add(self, plan: Any, in_charge: Mapping[str, Any] | None) -> None:
-        """The fold ``plan``'s test window, traded by ``in_charge`` (a champion mapping; None = cash) on
-        features normalized with its own statistics."""
+    def add(self, plan: Any, in_charge: Mapping[str, Any] | None, holding: str | None = None) -> None:
+        """The fold ``plan``'s test window, traded by ``in_charge`` (a champion mapping) on features
+        normalized with its own statistics; None: no champion, the account holds ``holding``
+        (``"benchmark"`` or ``"cash"``; default: ``before_champion``)."""
         start, stop = plan.bars["test"]
         if start != self.stop:
             raise ValueError(f"fold {plan.fold.index}: test windows must be added in order")
@@ -77,7 +84,9 @@ class StitchedAccount:
             self.tradable[rows] &= universe
             self.listed[rows] &= universe
         if in_charge is None:
-            policy, label = self._cash, CASH
+            holding = holding or self.before_champion
+            policy = self._benchmark if holding == "benchmark" else self._cash
+            label = NO_CHAMPION_LABELS[holding]
         else:
             spec = in_charge["feature_spec"]
             self.features[rows] = normalize(raw_features(self.full, start, stop, spec["windows"]), spec)
@@ -117,7 +126,8 @@ class StitchedAccount:
         """The account and the baselines from the span's first bar to the last fold added."""
         market = self.market()
         for policy in self.policies:
-            if policy != self._cash:  # bound methods: equal, never identical
+            # (bound methods: equal, never identical)
+            if policy is not self._benchmark and policy != self._cash:
                 check_policy_fits(policy, market, self.params)
         return run_stitched(market, self.params, self.policies, self.switch_bars, device=self.device)
 
@@ -168,7 +178,7 @@ def walkforward_fields(records: Sequence[FoldRecord], config: Any) -> WalkForwar
             "incumbent_gate_sharpe": (r.gate.incumbent or {}).get("sharpe_ratio"),
             "promoted": r.promoted,
             "gate_reason": r.gate.reason,
-            "in_charge": champion_name(r),
+            "in_charge": r.in_charge_label(),
             "test": r.test.model_dump(),
         }
         for r in records
@@ -181,17 +191,12 @@ def walkforward_fields(records: Sequence[FoldRecord], config: Any) -> WalkForwar
     )
 
 
-def champion_name(record: FoldRecord) -> str:
-    """The fold run whose champion traded ``record``'s test window (``"cash"`` before any promotion)."""
-    return record.in_charge.run if record.in_charge is not None else CASH
-
-
 def champion_spans(records: Sequence[FoldRecord]) -> list[ChampionSpan]:
     """Which champion traded which sessions: consecutive folds with the same policy in charge merged,
     each with its first and last session, sessions and folds."""
     spans: list[ChampionSpan] = []
     for r in records:
-        name, (first, last) = champion_name(r), r.test_window()
+        name, (first, last) = r.in_charge_label(), r.test_window()
         if spans and spans[-1].champion == name:
             prev = spans[-1]
             spans[-1] = prev.model_copy(

@@ -104,7 +104,7 @@ def folds_table(records: list[FoldRecord]) -> Table:
             str(r.pods_tried),
             _num(r.gate.challenger.get("sharpe_ratio")),
             "promoted" if r.promoted else "kept",
-            r.in_charge.run if r.in_charge is not None else "cash",
+            r.in_charge_label(),
             _pct(test.period_return),
             _pct(test.buy_and_hold_return),
             _num(test.sharpe_ratio),

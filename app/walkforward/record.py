@@ -10,11 +10,18 @@ so ``app.runs`` can name it.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from data.artifact import Artifact, Figure
+
+#: How the views name what the account held in a fold with no champion in charge
+#: (``[walkforward] before_champion``).
+NO_CHAMPION_LABELS: dict[str, str] = {
+    "benchmark": "benchmark (no qualified champion)",
+    "cash": "cash (no qualified champion)",
+}
 
 
 class FoldSection(BaseModel):
@@ -83,10 +90,26 @@ class FoldRecord(Artifact):
     warm_started_from: str | None = Field(None, description="the incumbent whose weights seeded it")
     gate: FoldGate = Field(default_factory=FoldGate, description="the gate's decision")
     promoted: bool = Field(False, description="the challenger took over")
-    in_charge: InCharge | None = Field(None, description="who traded the test window (null: cash)")
+    in_charge: InCharge | None = Field(
+        None, description="who traded the test window (null: no champion qualified yet: before_champion)"
+    )
+    before_champion: Literal["benchmark", "cash"] | None = Field(
+        None,
+        description="what the account held with no champion in charge ([walkforward] before_champion; "
+        "null with no champion: cash, as records before the setting held)",
+    )
     feature_spec: dict[str, Any] | None = Field(None, description="the challenger's feature statistics")
     test: FoldTest = Field(default_factory=FoldTest, description="the test window's figures")
     seconds: dict[str, Figure] = Field(default_factory=dict, description="seconds by stage, and total")
+
+    def holding(self) -> str:
+        """What the account held with no champion in charge (``"benchmark"`` or ``"cash"``)."""
+        return self.before_champion or "cash"
+
+    def in_charge_label(self) -> str:
+        """Who traded the test window, as the views name it: the champion's fold run, or
+        :data:`NO_CHAMPION_LABELS` of what the account held before any champion qualified."""
+        return self.in_charge.run if self.in_charge is not None else NO_CHAMPION_LABELS[self.holding()]
 
     def test_window(self) -> tuple[str, str]:
         """The first and last date of the fold's test window."""

@@ -15,7 +15,8 @@ fold, one at a time:
 3. **gate**: the nightly gate, challenger vs incumbent on the fold's validation window
    (``app.walkforward.judging.replay_gate``; ``gate = "always"``: every challenger takes over);
 4. **account**: the policy in charge trades the fold's test window as the continuation of ONE
-   account (``backtests.stitched``: the engine over the whole span so far, each policy deciding on
+   account (before any champion qualifies, ``[walkforward] before_champion``: the benchmark, bought
+   once and held, or cash) (``backtests.stitched``: the engine over the whole span so far, each policy deciding on
    features normalized with its own statistics), and the fold is recorded atomically
    (``RunDir.write_fold_record``): windows, pods tried, challenger, gate decision, policy in charge,
    test figures, seconds.
@@ -115,10 +116,15 @@ def run_walkforward(
     else:
         wf_run.update(status="running", error=None)
     account = StitchedAccount(
-        full, plans, to_env_params(config.env), device, min_coverage=config.data.min_coverage
+        full,
+        plans,
+        to_env_params(config.env),
+        device,
+        min_coverage=config.data.min_coverage,
+        before_champion=config.walkforward.before_champion,
     )
     for record in records:
-        account.add(plans[record.index], _in_charge_of(wf_run, record, records))
+        account.add(plans[record.index], _in_charge_of(wf_run, record, records), holding=record.holding())
     emit({"event": "start", "run_id": wf_run.run_id, "folds": len(plans), "done": len(records)})
     try:
         with _ray_session(config):
@@ -300,6 +306,7 @@ def _run_fold(
         "gate": gate.to_dict(),
         "promoted": gate.promote,
         "in_charge": _label(in_charge),
+        "before_champion": config.walkforward.before_champion if in_charge is None else None,
         "feature_spec": fold_run.info().feature_spec,
         "test": test,
     }

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from agents import ppo, sac
-from agents.policy import Checkpoint
+from agents.checkpoint import Checkpoint
 from agents.tournament.backend_choice import check_backend_args, resolve_backend
 from agents.tournament.orchestrator import TournamentResult, run_tournament
 from agents.training import Event

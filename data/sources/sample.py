@@ -10,7 +10,7 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-from data.calendar import Panel, align_panel, align_ticker
+from data.align import Panel, align_panel, align_ticker
 from data.sources.csv import read_csv
 
 SAMPLE_FILE = "real_sample_minute.csv.gz"
@@ -25,7 +25,7 @@ def real_sample_path() -> Path:
 def real_sample_panel(
     interval: str = "1m", min_coverage: float = 0.5, coverage_frac: float = 1.0, carry_leading: bool = False
 ) -> Panel:
-    """The sample aligned to the XNAS grid as one dense panel (``data.calendar.align_panel``)."""
+    """The sample aligned to the XNAS grid as one dense panel (``data.align.align_panel``)."""
     bars = read_csv(real_sample_path())
     frames = {
         str(ticker): align_ticker(group, interval, source=SAMPLE_FILE).frame

@@ -56,8 +56,18 @@ log = logging.getLogger(__name__)
 SOURCE = Path(__file__).with_name("native") / "step.c"  # envs/kernels/native/step.c
 CACHE_ENV = "PODRACER_NATIVE_CACHE"
 DISABLE_ENV = "PODRACER_NATIVE"  # "0" turns the native kernel off (torch.compile is used instead)
-# -fno-math-errno: sqrtf inline and vectorizable (errno is never read; results stay IEEE).
-BASE_FLAGS = ("-O3", "-ffp-contract=off", "-fno-math-errno", "-fPIC", "-shared", "-std=gnu11")
+# -fno-math-errno: sqrtf inline and vectorizable (errno is never read); -fno-trapping-math: floorf and
+# the NaN-aware selects vectorize (no floating-point exception is ever trapped or read). Neither
+# changes a result: both stay IEEE, unlike fast-math.
+BASE_FLAGS = (
+    "-O3",
+    "-ffp-contract=off",
+    "-fno-math-errno",
+    "-fno-trapping-math",
+    "-fPIC",
+    "-shared",
+    "-std=gnu11",
+)
 # Tried in order: a compiler without OpenMP (Apple's clang) gets a one-thread kernel, one that does not
 # know -march=native (some ARM compilers) a generic one.
 FLAG_VARIANTS = (("-march=native", "-fopenmp"), ("-march=native",), ())
@@ -171,7 +181,7 @@ def _load() -> object:
     fn = lib.podracer_step
     i64, i32, ptr = ctypes.c_int64, ctypes.c_int32, ctypes.c_void_p
     fn.restype = i64
-    fn.argtypes = [i64] * 8 + [i32, i32, ptr, i32] + [ptr] * 16 + [ptr] * 17
+    fn.argtypes = [i64] * 8 + [i32, i32, ptr, i32] + [ptr] * 15 + [ptr] * 17
     return fn
 
 
@@ -241,7 +251,6 @@ def params_vector(params) -> Tensor:
             params.max_weight,
             params.turnover_penalty,
             execution.half_cost(params),
-            params.max_participation,
             params.impact_coef,
             params.min_order_notional,
         ],
@@ -334,21 +343,32 @@ def price_tables(market: MarketData) -> tuple[Tensor, Tensor]:
     return found
 
 
-_EXECUTION_TABLES: dict[tuple[int, int, int], tuple[Tensor, Tensor]] = {}
+_EXECUTION_TABLES: dict[tuple, Tensor] = {}
 
 
-def execution_tables(market: MarketData) -> tuple[Tensor, Tensor]:
-    """``(volume, impact)`` ``(T, A)`` for the execution model, on huge pages like
-    :func:`price_tables` (two more random row reads per env), cached while the market's tensors live."""
-    volume, impact = market.volume, execution.impact_table(market)
-    if not memory.applies(volume.numel() * volume.element_size(), market.device):
-        return volume, impact
-    key = (id(volume), id(market.daily_vol), id(market.adv))
+def execution_table(market: MarketData, params) -> Tensor:
+    """``(T, 2A)`` float32, the execution model's per-(bar, asset) inputs for the native step, one row
+    per decision bar ``t``: the fill bar ``t + 1``'s volume cap in shares (``max_participation`` of
+    its volume, whole shares in ``"shares"`` mode, ``+inf`` without a cap; the last row's is never
+    read), then bar ``t``'s :func:`envs.execution.impact_table` scale. Computed once per market and
+    cap (as ``envs.core._execute`` computes it per step, so the values are the same) and read as one
+    row per env; on huge pages like :func:`price_tables`; cached while the market's tensors live."""
+    whole = params.action_mode == "shares"
+    key = (id(market.volume), id(market.daily_vol), id(market.adv), params.max_participation, whole)
     found = _EXECUTION_TABLES.get(key)
     if found is None:
-        found = tuple(
-            memory.table_empty(tuple(x.shape), x.dtype, x.device).copy_(x) for x in (volume, impact)
-        )
+        volume = market.volume
+        num_steps, num_assets = volume.shape
+        found = memory.table_empty((num_steps, 2 * num_assets), torch.float32, market.device)
+        limit = found[:, :num_assets]
+        if params.max_participation > 0:
+            torch.mul(volume[1:], params.max_participation, out=limit[:-1])
+            if whole:
+                limit[:-1].floor_()
+        else:
+            limit[:-1].fill_(float("inf"))
+        limit[-1:].zero_()
+        found[:, num_assets:].copy_(execution.impact_table(market))
         _EXECUTION_TABLES[key] = found
         for x in (volume, market.daily_vol, market.adv):
             weakref.finalize(x, _EXECUTION_TABLES.pop, key, None)
@@ -394,7 +414,7 @@ def step(
             )
         ),
         None if modes is None else modes.data_ptr(),
-        *((x.data_ptr() for x in execution_tables(market)) if params.execution else (None, None)),
+        execution_table(market, params).data_ptr() if params.execution else None,
         *(
             x.data_ptr()
             for x in (

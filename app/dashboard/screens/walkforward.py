@@ -34,7 +34,7 @@ if records:
         st.caption(
             f"{cards.window_caption(metrics)} · the policy in charge of each fold's test window, one "
             "account carried across folds (a new champion rebalances from the holdings, costs on); "
-            "the whole span is one look"
+            "the whole span is one look" + walkforward_view.before_champion_note(records)
         )
         ui.show_verdict(verdict_box(metrics))
         bench = cards.benchmark_name(metrics)

@@ -31,7 +31,6 @@ enum {
     P_MAX_WEIGHT,
     P_TURNOVER_PENALTY,
     P_HALF,              /* execution: slippage + half-spread, as a fraction of the open */
-    P_MAX_PARTICIPATION, /* execution: cap on a fill's share of the fill bar's volume (0: none) */
     P_IMPACT_COEF,       /* execution: square-root impact coefficient */
     P_MIN_NOTIONAL,      /* execution: orders under this many $ are not placed */
     P_COUNT
@@ -65,30 +64,60 @@ static inline float fill_frac(float q, float impact, float coef, float half)
     return f > 1.0f ? 1.0f : f;
 }
 
-/* The execution model's two passes over an env's row (envs/core.py's _execute). Pass 1: the orders in
-   tr[] (shares mode: sells not yet limited to holdings) capped by the fill bar's volume (an EXIT, fm,
-   is not), dust sells dropped; sums the sells' proceeds and the buys priced at their capped size;
-   leaves the capped buy in tr[] and sell in nsh[]. Pass 2: the buys scaled for cash (floored in
-   shares mode), those under the minimum dropped, the rest priced at their own size; leaves the trade
-   in tr[] and the new holdings in nsh[]. Branch-free (selects; no cap is an infinite limit, chosen by
-   a select: 0 volume x inf would be NaN), inlined with constant `whole` / `fm` so each copy vectorizes. */
+/* How an env's orders are sized (order_diff's `kind`): weights without a cap or an untradable bar, weights
+   with either, shares. */
+enum { ORDERS_WEIGHTS = 0, ORDERS_WEIGHTS_LIMITED = 1, ORDERS_SHARES = 2 };
+
+/* Asset j's order in shares (+ buy, - sell) before execution, envs/core.py's _orders. Weights: its
+   target weight (at most max_w; none for an untradable asset, fm) of `budget`, less the holding (HOLD:
+   none); shares: the action times max_shares, rounded (EXIT sells all, HOLD nothing; sells not yet
+   limited to holdings), buys cut to the cap on post-trade holdings, floor(cap_value / open) shares. */
+static inline __attribute__((always_inline)) float order_diff(
+    int kind, int capped, int64_t j, const float *a, const float *sh, const float *po, const uint8_t *fm,
+    float budget, float max_w, float max_shares, float cap_value)
+{
+    if (kind == ORDERS_WEIGHTS) return clamp_min_f(a[j], 0.0f) * budget / po[j] - sh[j];
+    if (kind == ORDERS_WEIGHTS_LIMITED) {
+        /* (a plain min: a NaN action makes the step fail anyway, see `bad`) */
+        const float a0 = clamp_min_f(a[j], 0.0f);
+        const float w = (a0 < max_w ? a0 : max_w) * (fm[j] == FILL_TRADE ? 1.0f : 0.0f);
+        return fm[j] == FILL_HOLD ? 0.0f : w * budget / po[j] - sh[j];
+    }
+    const float x = a[j] < -1.0f ? -1.0f : (a[j] > 1.0f ? 1.0f : a[j]);
+    const int m = fm ? fm[j] : FILL_TRADE;
+    float diff = m == FILL_TRADE ? rintf(x * max_shares) : (m == FILL_EXIT ? -sh[j] : 0.0f);
+    if (capped) {
+        const float room = clamp_min_f(floorf(cap_value / po[j]) - sh[j], 0.0f);
+        const float buy = minimum_f(clamp_min_f(diff, 0.0f), room);
+        diff = diff > 0.0f ? buy : diff;
+    }
+    return diff;
+}
+
+/* The execution model's two passes over an env's row (envs/core.py's _execute). Pass 1 sizes each
+   order (order_diff: no pass of its own, the row is read once) and caps it by the fill bar's volume
+   (an EXIT, fm, is not), drops dust sells; sums the sells' proceeds and the buys priced at their
+   capped size; leaves the capped buy in tr[] and sell in nsh[]. Pass 2: the buys scaled for cash
+   (floored in shares mode), those under the minimum dropped, the rest priced at their own size;
+   leaves the trade in tr[] and the new holdings in nsh[]. The volume caps come precomputed per
+   (bar, asset) in lim_row[] (+inf: no cap). Branch-free (selects), inlined with constant `kind` /
+   `fm` so each copy vectorizes. */
 static inline __attribute__((always_inline)) void exec_pass1(
-    int64_t A, int whole, const uint8_t *fm, float *tr, float *nsh, const float *sh, const float *po,
-    const float *vol, const float *imp, float mp, float mn, float coef, float half, double *sells_out,
+    int64_t A, int kind, int capped, const uint8_t *fm, const float *a, float budget, float max_w,
+    float max_shares, float cap_value, float *tr, float *nsh, const float *sh, const float *po,
+    const float *lim_row, const float *imp, float mn, float coef, float half, double *sells_out,
     double *buys_out)
 {
     double sells = 0.0, buys0 = 0.0;
-    const int capped_volume = mp > 0.0f;
+    const int whole = kind == ORDERS_SHARES;
 #pragma omp simd reduction(+ : sells, buys0)
     for (int64_t j = 0; j < A; ++j) {
-        const float d = tr[j];
+        const float d = order_diff(kind, capped, j, a, sh, po, fm, budget, max_w, max_shares, cap_value);
         const int exit = fm ? fm[j] == FILL_EXIT : 0;
         const float buy0 = clamp_min_f(d, 0.0f);
         float sell = clamp_min_f(-d, 0.0f);
         if (whole) sell = minimum_f(sell, sh[j]);
-        float lim = vol[j] * mp;
-        if (whole) lim = floorf(lim);
-        lim = (exit | !capped_volume) ? INFINITY : lim;
+        const float lim = exit ? INFINITY : lim_row[j];
         const float buy = buy0 < lim ? buy0 : lim;
         sell = sell < lim ? sell : lim;
         /* One of buy and sell is 0: one frac serves both (a dropped sell's is unused). A sell is
@@ -135,10 +164,11 @@ int64_t podracer_step(
     const int64_t *t, const double *cash, const float *shares, const double *value, const double *peak,
     const int64_t *step_count, const double *sharpe_a, const double *sharpe_b, const int64_t *rng,
     const float *action,
-    /* market: (T, A) prices, (T, obs_width) observation template, (T, A) fill modes, (T, A) volume
-       and impact scale (NULL: the execution model is off) */
+    /* market: (T, A) prices, (T, obs_width) observation template, (T, A) fill modes, (T, 2A)
+       execution table (NULL: the execution model is off): per decision bar t, the fill bar t + 1's
+       volume cap in shares (+inf: none), then bar t's impact scale (envs/kernels/native.py) */
     const float *open_all, const float *close_all, const float *table, const uint8_t *modes_all,
-    const float *volume_all, const float *impact_all,
+    const float *exec_all,
     /* outputs */
     int64_t *t_out, double *cash_out, float *shares_out, double *value_out, double *peak_out,
     int64_t *step_count_out, double *a_out, double *b_out, int64_t *rng_out, float *reward_out,
@@ -183,10 +213,7 @@ int64_t podracer_step(
                 prefetch_row(close_all + (tn + k) * A, A * (int64_t)sizeof(float));
                 prefetch_row(table + (tn + k) * obs_width, obs_width * (int64_t)sizeof(float));
                 if (modes_all) prefetch_row(modes_all + (tn + 1) * A, A);
-                if (volume_all) {
-                    prefetch_row(volume_all + (tn + 1) * A, A * (int64_t)sizeof(float));
-                    prefetch_row(impact_all + tn * A, A * (int64_t)sizeof(float));
-                }
+                if (exec_all) prefetch_row(exec_all + tn * 2 * A, 2 * A * (int64_t)sizeof(float));
             }
 
         }
@@ -197,30 +224,23 @@ int64_t podracer_step(
         for (int64_t j = 0; j < A; ++j) nonfinite += !isfinite(a[j]);
         bad += nonfinite != 0;
 
-        double sell_notional = 0.0, buy_notional = 0.0;
-        if (action_mode == MODE_WEIGHTS && !limited) {
-            /* No cap and every bar tradable (the training default): the plain loops. */
+        /* Pass A sizes the orders: weights mode's budget per unit of weight (the cap before the sum
+           rule: a capped weight's excess stays in cash, envs/core.py; untradable assets get no
+           target), shares mode's cap on post-trade holdings in $ (only buys are cut). */
+        const int kind =
+            action_mode == MODE_SHARES ? ORDERS_SHARES : (limited ? ORDERS_WEIGHTS_LIMITED : ORDERS_WEIGHTS);
+        const float max_shares = (float)p[P_MAX_SHARES];
+        float budget = 0.0f, cap_value = INFINITY;
+        if (kind == ORDERS_WEIGHTS) {
+            /* No cap and every bar tradable (the training default): the plain loop. */
             double held = 0.0, wsum = 0.0;
 #pragma omp simd reduction(+ : held, wsum)
             for (int64_t j = 0; j < A; ++j) {
                 held += (double)(sh[j] * po[j]);
                 wsum += (double)clamp_min_f(a[j], 0.0f);
             }
-            const float budget = (float)((c + held) / clamp_min_d(wsum, 1.0));
-            double sells = 0.0, buys = 0.0;
-#pragma omp simd reduction(+ : sells, buys)
-            for (int64_t j = 0; j < A; ++j) {
-                const float diff = clamp_min_f(a[j], 0.0f) * budget / po[j] - sh[j];
-                const float buy = clamp_min_f(diff, 0.0f);
-                tr[j] = diff;
-                sells += (double)((buy - diff) * po[j]);
-                buys += (double)(buy * po[j]);
-            }
-            sell_notional = sells * (1.0 - slip);
-            buy_notional = buys * (1.0 + slip);
-        } else if (action_mode == MODE_WEIGHTS) {
-            /* The cap before the sum rule: a capped weight's excess stays in cash (envs/core.py);
-               untradable assets get no target (HOLD keeps the position, EXIT sells it). */
+            budget = (float)((c + held) / clamp_min_d(wsum, 1.0));
+        } else if (kind == ORDERS_WEIGHTS_LIMITED) {
             double held = 0.0, wsum = 0.0;
 #pragma omp simd reduction(+ : held, wsum)
             for (int64_t j = 0; j < A; ++j) {
@@ -229,68 +249,39 @@ int64_t podracer_step(
                 const float a0 = clamp_min_f(a[j], 0.0f);
                 wsum += (double)((a0 < max_w ? a0 : max_w) * (fm[j] == FILL_TRADE ? 1.0f : 0.0f));
             }
-            const float budget = (float)((c + held) / clamp_min_d(wsum, 1.0));
-            double sells = 0.0, buys = 0.0;
-#pragma omp simd reduction(+ : sells, buys)
-            for (int64_t j = 0; j < A; ++j) {
-                const float a0 = clamp_min_f(a[j], 0.0f);
-                const float w = (a0 < max_w ? a0 : max_w) * (fm[j] == FILL_TRADE ? 1.0f : 0.0f);
-                const float diff = fm[j] == FILL_HOLD ? 0.0f : w * budget / po[j] - sh[j];
-                const float buy = clamp_min_f(diff, 0.0f);
-                tr[j] = diff;
-                sells += (double)((buy - diff) * po[j]);
-                buys += (double)(buy * po[j]);
-            }
-            sell_notional = sells * (1.0 - slip);
-            buy_notional = buys * (1.0 + slip);
-        } else {
-            const float max_shares = (float)p[P_MAX_SHARES];
-            /* The cap on post-trade holdings: floor(max_weight * value at the fill open / open) whole
-               shares; only buys are cut (the diff kept in tr[] is the capped one). */
-            float cap_value = INFINITY;
-            if (capped) {
-                double held = 0.0;
+            budget = (float)((c + held) / clamp_min_d(wsum, 1.0));
+        } else if (capped) {
+            double held = 0.0;
 #pragma omp simd reduction(+ : held)
-                for (int64_t j = 0; j < A; ++j) held += (double)(sh[j] * po[j]);
-                cap_value = (float)(p[P_MAX_WEIGHT] * (c + held));
-            }
-            double sells = 0.0, buys = 0.0;
-#pragma omp simd reduction(+ : sells, buys)
-            for (int64_t j = 0; j < A; ++j) {
-                const float x = a[j] < -1.0f ? -1.0f : (a[j] > 1.0f ? 1.0f : a[j]);
-                const int m = fm ? fm[j] : FILL_TRADE;
-                float diff = m == FILL_TRADE ? rintf(x * max_shares) : (m == FILL_EXIT ? -sh[j] : 0.0f);
-                float buy = clamp_min_f(diff, 0.0f);
-                const float sell = minimum_f(buy - diff, sh[j]);
-                if (capped) {
-                    buy = minimum_f(buy, clamp_min_f(floorf(cap_value / po[j]) - sh[j], 0.0f));
-                    diff = diff > 0.0f ? buy : diff;
-                }
-                tr[j] = diff;
-                sells += (double)(sell * po[j]);
-                buys += (double)(buy * po[j]);
-            }
-            sell_notional = sells * (1.0 - slip);
-            buy_notional = buys * (1.0 + slip);
+            for (int64_t j = 0; j < A; ++j) held += (double)(sh[j] * po[j]);
+            cap_value = (float)(p[P_MAX_WEIGHT] * (c + held));
         }
+        double sell_notional = 0.0, buy_notional = 0.0;
         double available, needed, pos_sum = 0.0;
-        if (volume_all) {
-            /* The execution model, envs/core.py's _execute: the orders in tr[] (shares mode: sells
-               not yet limited to holdings) are capped by the fill bar's volume (an EXIT is not),
-               dust sells dropped; buys priced at their capped size give the cash scale; scaled buys
-               (floored in shares mode) under the minimum are dropped, the rest priced at their size. */
-            const float *vol = volume_all + (t[n] + 1) * A;
-            const float *imp = impact_all + t[n] * A;
+        if (exec_all) {
+            /* The execution model, envs/core.py's _execute: the orders (shares mode: sells not yet
+               limited to holdings) are capped by the fill bar's volume (an EXIT is not), dust sells
+               dropped; buys priced at their capped size give the cash scale; scaled buys (floored in
+               shares mode) under the minimum are dropped, the rest priced at their size. */
+            const float *lim = exec_all + t[n] * 2 * A, *imp = lim + A;
             const float half = (float)p[P_HALF], coef = (float)p[P_IMPACT_COEF];
-            const float mp = (float)p[P_MAX_PARTICIPATION], mn = (float)p[P_MIN_NOTIONAL];
+            const float mn = (float)p[P_MIN_NOTIONAL];
             const int whole = action_mode == MODE_SHARES;
             double sells = 0.0, buys0 = 0.0, buys = 0.0;
-            /* One specialized copy per (mode, fill modes) so that each loop is branch-free and
-               vectorizes (floorf does not vectorize without -ffast-math: only shares mode floors). */
-            if (whole && fm) exec_pass1(A, 1, fm, tr, nsh, sh, po, vol, imp, mp, mn, coef, half, &sells, &buys0);
-            else if (whole) exec_pass1(A, 1, NULL, tr, nsh, sh, po, vol, imp, mp, mn, coef, half, &sells, &buys0);
-            else if (fm) exec_pass1(A, 0, fm, tr, nsh, sh, po, vol, imp, mp, mn, coef, half, &sells, &buys0);
-            else exec_pass1(A, 0, NULL, tr, nsh, sh, po, vol, imp, mp, mn, coef, half, &sells, &buys0);
+            /* One specialized copy per (orders, fill modes) so that each loop is branch-free and
+               vectorizes. */
+            if (kind == ORDERS_WEIGHTS)
+                exec_pass1(A, ORDERS_WEIGHTS, 0, NULL, a, budget, max_w, max_shares, cap_value, tr, nsh, sh, po,
+                           lim, imp, mn, coef, half, &sells, &buys0);
+            else if (kind == ORDERS_WEIGHTS_LIMITED)
+                exec_pass1(A, ORDERS_WEIGHTS_LIMITED, 0, fm, a, budget, max_w, max_shares, cap_value, tr, nsh, sh,
+                           po, lim, imp, mn, coef, half, &sells, &buys0);
+            else if (fm)
+                exec_pass1(A, ORDERS_SHARES, capped, fm, a, budget, max_w, max_shares, cap_value, tr, nsh, sh, po,
+                           lim, imp, mn, coef, half, &sells, &buys0);
+            else
+                exec_pass1(A, ORDERS_SHARES, capped, NULL, a, budget, max_w, max_shares, cap_value, tr, nsh, sh,
+                           po, lim, imp, mn, coef, half, &sells, &buys0);
             available = c + sells * (1.0 - rate);
             const double needed0 = buys0 * (1.0 + rate);
             const double scale = needed0 > available ? available / clamp_min_d(needed0, TINY) : 1.0;
@@ -301,42 +292,77 @@ int64_t podracer_step(
             buy_notional = buys;
             needed = buys * (1.0 + rate);
         } else {
-        available = c + sell_notional * (1.0 - rate);
-        needed = buy_notional * (1.0 + rate);
-        const double scale = needed > available ? available / clamp_min_d(needed, TINY) : 1.0;
-
-        if (action_mode == MODE_WEIGHTS) {
-            const float factor = (float)(scale - 1.0);
-#pragma omp simd reduction(+ : pos_sum)
-            for (int64_t j = 0; j < A; ++j) {
-                const float diff = tr[j];
-                const float traded = diff + clamp_min_f(diff, 0.0f) * factor;
-                const float ns = sh[j] + traded;
-                tr[j] = traded;
-                nsh[j] = ns;
-                pos_sum += (double)(pc[j] * ns);
+            /* Pass B (frictionless fill): the orders in tr[], their notionals at the open. */
+            double sells = 0.0, buys = 0.0;
+            if (kind == ORDERS_WEIGHTS) {
+#pragma omp simd reduction(+ : sells, buys)
+                for (int64_t j = 0; j < A; ++j) {
+                    const float diff =
+                        order_diff(ORDERS_WEIGHTS, 0, j, a, sh, po, NULL, budget, max_w, max_shares, cap_value);
+                    const float buy = clamp_min_f(diff, 0.0f);
+                    tr[j] = diff;
+                    sells += (double)((buy - diff) * po[j]);
+                    buys += (double)(buy * po[j]);
+                }
+            } else if (kind == ORDERS_WEIGHTS_LIMITED) {
+#pragma omp simd reduction(+ : sells, buys)
+                for (int64_t j = 0; j < A; ++j) {
+                    const float diff =
+                        order_diff(ORDERS_WEIGHTS_LIMITED, 0, j, a, sh, po, fm, budget, max_w, max_shares, cap_value);
+                    const float buy = clamp_min_f(diff, 0.0f);
+                    tr[j] = diff;
+                    sells += (double)((buy - diff) * po[j]);
+                    buys += (double)(buy * po[j]);
+                }
+            } else {
+#pragma omp simd reduction(+ : sells, buys)
+                for (int64_t j = 0; j < A; ++j) {
+                    const float diff =
+                        order_diff(ORDERS_SHARES, capped, j, a, sh, po, fm, budget, max_w, max_shares, cap_value);
+                    const float buy = clamp_min_f(diff, 0.0f);
+                    tr[j] = diff;  /* (the capped buy: a buy is never also a sell) */
+                    sells += (double)(minimum_f(buy - diff, sh[j]) * po[j]);
+                    buys += (double)(buy * po[j]);
+                }
             }
-            buy_notional *= scale;
-            needed *= scale;
-        } else {
-            const float scale_f = (float)scale;
-            double buys = 0.0;
-#pragma omp simd reduction(+ : pos_sum, buys)
-            for (int64_t j = 0; j < A; ++j) {
-                const float diff = tr[j];
-                const float buy0 = clamp_min_f(diff, 0.0f);
-                const float sell = minimum_f(buy0 - diff, sh[j]);
-                const float buy = floorf(buy0 * scale_f);
-                const float traded = buy - sell;
-                const float ns = sh[j] + traded;
-                tr[j] = traded;
-                nsh[j] = ns;
-                buys += (double)(buy * po[j]);
-                pos_sum += (double)(pc[j] * ns);
-            }
+            sell_notional = sells * (1.0 - slip);
             buy_notional = buys * (1.0 + slip);
+            available = c + sell_notional * (1.0 - rate);
             needed = buy_notional * (1.0 + rate);
-        }
+            const double scale = needed > available ? available / clamp_min_d(needed, TINY) : 1.0;
+
+            if (action_mode == MODE_WEIGHTS) {
+                const float factor = (float)(scale - 1.0);
+#pragma omp simd reduction(+ : pos_sum)
+                for (int64_t j = 0; j < A; ++j) {
+                    const float diff = tr[j];
+                    const float traded = diff + clamp_min_f(diff, 0.0f) * factor;
+                    const float ns = sh[j] + traded;
+                    tr[j] = traded;
+                    nsh[j] = ns;
+                    pos_sum += (double)(pc[j] * ns);
+                }
+                buy_notional *= scale;
+                needed *= scale;
+            } else {
+                const float scale_f = (float)scale;
+                double bought = 0.0;
+#pragma omp simd reduction(+ : pos_sum, bought)
+                for (int64_t j = 0; j < A; ++j) {
+                    const float diff = tr[j];
+                    const float buy0 = clamp_min_f(diff, 0.0f);
+                    const float sell = minimum_f(buy0 - diff, sh[j]);
+                    const float buy = floorf(buy0 * scale_f);
+                    const float traded = buy - sell;
+                    const float ns = sh[j] + traded;
+                    tr[j] = traded;
+                    nsh[j] = ns;
+                    bought += (double)(buy * po[j]);
+                    pos_sum += (double)(pc[j] * ns);
+                }
+                buy_notional = bought * (1.0 + slip);
+                needed = buy_notional * (1.0 + rate);
+            }
         }
         double new_cash = available - needed;
         new_cash = new_cash < 0.0 ? 0.0 : new_cash;
