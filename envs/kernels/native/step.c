@@ -164,9 +164,9 @@ int64_t podracer_step(
     const int64_t *t, const double *cash, const float *shares, const double *value, const double *peak,
     const int64_t *step_count, const double *sharpe_a, const double *sharpe_b, const int64_t *rng,
     const float *action,
-    /* market: (T, A) prices, (T, obs_width) observation template, (T, A) fill modes, (T, 2A)
+    /* market: (T, A) prices, (T, obs_width) observation template, (T, A) fill modes, (T, 3A)
        execution table (NULL: the execution model is off): per decision bar t, the fill bar t + 1's
-       volume cap in shares (+inf: none), then bar t's impact scale (envs/kernels/native.py) */
+       open and volume cap in shares (+inf: none), then bar t's impact scale (envs/kernels/native.py) */
     const float *open_all, const float *close_all, const float *table, const uint8_t *modes_all,
     const float *exec_all,
     /* outputs */
@@ -195,7 +195,10 @@ int64_t podracer_step(
         const float *a = action + n * A;
         const float *sh = shares + n * A;
         const int64_t tm = t[n] + k;
-        const float *po = open_all + (t[n] + 1) * A;
+        /* The fill bar's open: with the execution model, the first third of the env's execution-table
+           row (its volume caps and impact scales follow it: one contiguous read). */
+        const float *fill_row = exec_all ? exec_all + t[n] * 3 * A : NULL;
+        const float *po = fill_row ? fill_row : open_all + (t[n] + 1) * A;
         const float *pc = close_all + tm * A;
         const uint8_t *fm = modes_all ? modes_all + (t[n] + 1) * A : NULL; /* NULL: all tradable */
         float *tr = traded_out + n * A;  /* holds the order diff until the last pass */
@@ -209,11 +212,11 @@ int64_t podracer_step(
         if (n + PREFETCH_AHEAD < n_envs) {
             const int64_t tn = t[n + PREFETCH_AHEAD];
             if (tn >= 0 && tn + k <= n_bars - 1) {
-                prefetch_row(open_all + (tn + 1) * A, A * (int64_t)sizeof(float));
+                if (exec_all) prefetch_row(exec_all + tn * 3 * A, 3 * A * (int64_t)sizeof(float));
+                else prefetch_row(open_all + (tn + 1) * A, A * (int64_t)sizeof(float));
                 prefetch_row(close_all + (tn + k) * A, A * (int64_t)sizeof(float));
                 prefetch_row(table + (tn + k) * obs_width, obs_width * (int64_t)sizeof(float));
                 if (modes_all) prefetch_row(modes_all + (tn + 1) * A, A);
-                if (exec_all) prefetch_row(exec_all + tn * 2 * A, 2 * A * (int64_t)sizeof(float));
             }
 
         }
@@ -263,7 +266,7 @@ int64_t podracer_step(
                limited to holdings) are capped by the fill bar's volume (an EXIT is not), dust sells
                dropped; buys priced at their capped size give the cash scale; scaled buys (floored in
                shares mode) under the minimum are dropped, the rest priced at their size. */
-            const float *lim = exec_all + t[n] * 2 * A, *imp = lim + A;
+            const float *lim = fill_row + A, *imp = fill_row + 2 * A;
             const float half = (float)p[P_HALF], coef = (float)p[P_IMPACT_COEF];
             const float mn = (float)p[P_MIN_NOTIONAL];
             const int whole = action_mode == MODE_SHARES;
