@@ -39,7 +39,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         # 3.3, more than a champion of a 6-minute budget on a slow 2-core machine reaches; over 126
         # sessions about 2.3 (docs/benchmarks.md, Demo results). A 45-session validation window;
         # 9.5M minute bars in all, inside the 10-minute budget.
-        # Planted signal 0.9 (the data default is 1.0; daily lag-1 autocorrelation 0.49, far above a
+        # Planted signal 0.9 (the data default is 1.0; daily lag-1 autocorrelation 0.51, far above a
         # real anomaly's: the demo shows the machinery, the calibration's power table the realistic
         # levels). With the 520-bar lookback the features show less of the edge than the 390-bar one
         # did: a top-20 rule on ret_390 has a daily-excess t of 20.8 / 16.7 (seeds 0 / 1) at 0.9, where
