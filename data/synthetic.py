@@ -13,14 +13,18 @@ Model (per minute bar ``t`` of asset ``a``; all draws from one seeded ``numpy`` 
 
       i[t, a] = (phi / L) * (i[t-1, a] + ... + i[t-L, a]) + sigma[a] * eps[t, a],   phi = 0.7 * signal
 
-  with ``L = 390`` bars (one session). An asset that out-performed the others over the last session
-  keeps drifting the same way: the expected return of the next ``k`` bars is about
-  ``phi * k / L`` times the asset's idiosyncratic return over the last ``L`` bars, which the causal
-  feature ``ret_390`` exposes (market and sector moves are common to many assets, so ranking assets
-  by ``ret_390`` isolates it). The edge persists for hundreds of bars, so a policy deciding every 15
-  bars can harvest it net of 0.2% proportional costs (it changes its holdings slowly); the
-  known-answer test in ``tests/test_data_synthetic.py`` checks that a simple causal top-k momentum
-  rule beats equal-weight buy-and-hold net of costs at ``signal=1`` and does not at ``signal=0``.
+  with ``L = 520`` bars (a session and a third). An asset that out-performed the others over its
+  last ``L`` bars keeps drifting the same way: the expected return of the next ``k`` bars is about
+  ``phi * k / L`` times the asset's idiosyncratic return over the last ``L`` bars. ``L`` matches no
+  feature window (``data.features``: 1, 12, 14, 15, 26, 60, 390 bars) on purpose: the predictor is
+  not handed to the agent as one feature; the longest, ``ret_390``, sees 390 of the 520 bars (about
+  75% of the predictor's variance), so a policy has to learn which features carry the edge, and
+  harvests less of it than the autocorrelation promises. The edge persists for hundreds of bars, so a
+  policy deciding every 15 bars can harvest it net of 0.2% proportional costs (it changes its
+  holdings slowly); the known-answer test in ``tests/test_data_synthetic.py`` checks that a simple
+  causal top-k rule on ``ret_390`` beats equal-weight buy-and-hold net of costs at ``signal=1`` and
+  does not at ``signal=0``. The daily lag-1 autocorrelation each level induces is in docs/data.md
+  (``benchmarks/synthetic_autocorrelation.py``).
   With ``signal=0`` (``phi = 0``) the idiosyncratic returns are independent: no strategy can
   predict anything beyond the (unpredictable) regimes.
 
@@ -43,7 +47,10 @@ from data.errors import DataError
 from data.store import BarStore, WriteReport
 
 BARS_PER_FULL_SESSION = MINUTES_PER_SESSION  # one-minute bars
-MOMENTUM_LOOKBACK = 390  # L above: bars of past idiosyncratic return that drive the planted drift
+# L above: bars of past idiosyncratic return that drive the planted drift. No feature window, and
+# longer than every feature's reach (data.features.lookback: 391 bars), so no input is the predictor;
+# a session and a third, so the edge lines up with neither the session nor the 15-bar decision grid.
+MOMENTUM_LOOKBACK = 520
 PHI_PER_SIGNAL = 0.7  # phi = PHI_PER_SIGNAL * signal
 MAX_SIGNAL = 1.4  # phi = 0.98 at most: the AR process stays stationary
 
@@ -76,6 +83,8 @@ class SyntheticSpec:
     """probability of switching regime between sessions"""
     market_drift: float = 0.0002
     """daily drift of the market factor"""
+    lookback: int = MOMENTUM_LOOKBACK
+    """bars of past idiosyncratic return that drive the planted drift (``L``; benchmarks vary it)"""
 
     def __post_init__(self) -> None:
         if self.num_tickers < 1 or self.num_sessions < 1:
@@ -84,6 +93,8 @@ class SyntheticSpec:
             raise DataError(f"synthetic: signal must be in [0, {MAX_SIGNAL}) (got {self.signal})")
         if self.num_sectors < 1:
             raise DataError("synthetic: num_sectors must be >= 1")
+        if self.lookback < 1:
+            raise DataError(f"synthetic: lookback must be >= 1 bar (got {self.lookback})")
 
 
 def tickers_for(num_tickers: int) -> tuple[str, ...]:
@@ -126,7 +137,7 @@ def generate(spec: SyntheticSpec) -> Panel:
     market += spec.market_drift / BARS_PER_FULL_SESSION
     sectors = spec.sector_vol * scale[:, None] * rng.standard_normal((num_steps, spec.num_sectors))
     eps = idio[None, :] * scale[:, None] * rng.standard_normal((num_steps, num_assets))
-    idio_ret = _planted_momentum(eps, PHI_PER_SIGNAL * spec.signal, MOMENTUM_LOOKBACK)
+    idio_ret = _planted_momentum(eps, PHI_PER_SIGNAL * spec.signal, spec.lookback)
     log_ret = beta[None, :] * market[:, None] + load[None, :] * sectors[:, sector] + idio_ret
 
     # Overnight gaps land on each session's first bar (not on the very first bar of the data).

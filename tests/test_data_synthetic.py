@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from data.errors import DataError
+from data.features import DEFAULT_WINDOWS, lookback
 from data.loader import synthetic_market
-from data.synthetic import SyntheticSpec, generate, to_frame
+from data.synthetic import MOMENTUM_LOOKBACK, SyntheticSpec, generate, to_frame
 
 
 def test_bars_follow_the_xnas_calendar_with_early_closes():
@@ -63,6 +64,24 @@ def test_invalid_spec_is_a_data_error():
         SyntheticSpec(signal=5.0)
     with pytest.raises(DataError, match="ticker"):
         SyntheticSpec(num_tickers=0)
+    with pytest.raises(DataError, match="lookback"):
+        SyntheticSpec(lookback=0)
+
+
+def test_no_feature_is_the_planted_predictor():
+    """The planted drift follows the last ``MOMENTUM_LOOKBACK`` bars: no feature has that window, and
+    none reaches back that far, so a policy has to learn the edge from features that see part of it."""
+    assert MOMENTUM_LOOKBACK not in DEFAULT_WINDOWS.values()
+    assert lookback(DEFAULT_WINDOWS) < MOMENTUM_LOOKBACK
+    assert SyntheticSpec().lookback == MOMENTUM_LOOKBACK
+
+
+def test_the_lookback_sets_the_planted_drift():
+    """Same seed and shocks, another lookback: other bars once the recursion has something to sum."""
+    short, planted = (
+        generate(SyntheticSpec(num_tickers=3, num_sessions=2, lookback=k)) for k in (5, MOMENTUM_LOOKBACK)
+    )
+    assert np.array_equal(short.close[:1], planted.close[:1]) and not np.allclose(short.close, planted.close)
 
 
 def _momentum_minus_buy_and_hold(seed: int, signal: float) -> float:
