@@ -207,7 +207,9 @@ def _execute(
         dust = sell * px_open * (1.0 - frac) < min_notional
         if mode is not None:
             dust &= mode != EXIT
-        sell = sell.masked_fill_(dust, 0.0)
+        # (a multiply by the kept mask: the same values as masked_fill_, which measured ~4x slower on
+        # CPU; docs/benchmarks.md)
+        sell = sell.mul_(~dust)
     sell_notional = rowsum(sell * px_open * (1.0 - frac))
     available = cash + sell_notional * (1.0 - rate)
     needed0 = rowsum(buy0 * px_open * (1.0 + frac)) * (1.0 + rate)
@@ -216,7 +218,7 @@ def _execute(
     if whole:
         buy = buy.floor_()
     if min_notional > 0:
-        buy = buy.masked_fill_(buy * px_open < min_notional, 0.0)
+        buy = buy.mul_(~(buy * px_open < min_notional))
     buy_notional = rowsum(buy * px_open * (1.0 + execution.fill_frac(params, buy, impact)))
     needed = buy_notional * (1.0 + rate)
     traded = buy - sell

@@ -131,7 +131,7 @@ def test_a_journal_without_model_prices_loads_and_migrates(tmp_path):
     with Journal.for_home(tmp_path) as journal:
         journal.event("start", "after the upgrade")
     with sqlite3.connect(path) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     after = read_journal(tmp_path)["orders"]
     assert after["client_order_id"].tolist() == ["pr-1"] and after["model_price"].isna().all()
     assert slippage_report(after).empty  # an unpriced fill is left out, not counted as 0
