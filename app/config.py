@@ -31,6 +31,7 @@ from app.config_sections import (
     DataConfig,
     EnvConfig,
     NightlyConfig,
+    PaperConfig,
     RetentionConfig,
     Section,
     TournamentConfig,
@@ -52,6 +53,7 @@ __all__ = [
     "DataConfig",
     "EnvConfig",
     "NightlyConfig",
+    "PaperConfig",
     "RetentionConfig",
     "TournamentConfig",
     "WalkForwardConfig",
@@ -88,6 +90,7 @@ class Config(Section):
     backtest: BacktestConfig = BacktestConfig()
     nightly: NightlyConfig = NightlyConfig()
     walkforward: WalkForwardConfig = WalkForwardConfig()
+    paper: PaperConfig = PaperConfig()
     alerts: AlertsConfig = AlertsConfig()
     retention: RetentionConfig = RetentionConfig()
 

@@ -299,6 +299,17 @@ class RetentionConfig(Section):
     after_retrain: bool = Field(True, description="prune after each nightly retrain")
 
 
+class PaperConfig(Section):
+    """How ``podracer paper --champion`` trades (docs/paper.md section 3)."""
+
+    before_champion: Literal["benchmark", "cash"] = Field(
+        "benchmark",
+        description="what the paper account holds while the registry has no champion (none whose gate test "
+        "was significant): benchmark, equal weight of the universe ([data] tickers, else the index members) "
+        "bought once then held, or cash",
+    )
+
+
 class WalkForwardConfig(Section):
     """Walk-forward: nightly retraining replayed over history (``podracer walkforward``;
     docs/walkforward.md). Windows in sessions; the layout is ``backtests.folds``."""

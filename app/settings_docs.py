@@ -39,6 +39,7 @@ SECTION_CLASSES: dict[str, str] = {
     "backtest": "BacktestConfig",
     "nightly": "NightlyConfig",
     "walkforward": "WalkForwardConfig",
+    "paper": "PaperConfig",
     "alerts": "AlertsConfig",
     "retention": "RetentionConfig",
 }

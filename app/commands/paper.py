@@ -41,6 +41,12 @@ def paper(
         min=0.0,
         help="Seconds to wait for the sells to fill before the buys are sized to the cash there.",
     ),
+    config: Path = typer.Option(
+        None,
+        "--config",
+        help="TOML config whose \\[paper] and universe apply with --champion \\[default: the nightly "
+        "schedule's config, else built-in defaults].",
+    ),
     gone_after: int = typer.Option(
         5,
         "--gone-after",
@@ -50,6 +56,8 @@ def paper(
 ) -> None:
     """Paper-trade an exported policy on Alpaca (keys from APCA_API_KEY_ID / APCA_API_SECRET_KEY)."""
     # Imported here, not at module top: they load torch, which `podracer --help` must not (app.commands).
+    from app.config import load_config
+    from app.nightly.schedule import read_schedule
     from app.paper.heartbeat import FAILED_STATUSES
     from app.paper.options import PaperOptions
     from app.paper.orders import RiskLimits
@@ -70,7 +78,11 @@ def paper(
         gone_after=gone_after,
         weight_cap_from_bundle=max_weight is None,  # each bundle's own env max_weight
     )
-    results = run_paper_loop(home, options, bundle=bundle, champion=champion, once=once)
+    if config is None and champion:  # the loop trades what the nightly retrains: read their config
+        scheduled = read_schedule(home)
+        config = Path(scheduled.config) if scheduled is not None and scheduled.config else None
+    cfg = load_config(config) if champion else None
+    results = run_paper_loop(home, options, bundle=bundle, champion=champion, once=once, config=cfg)
     for result in results[-1:]:
         when = result.decision_ts.isoformat() if result.decision_ts is not None else "-"
         who = f" by bundle {result.bundle_id[:12]}" if result.bundle_id else ""

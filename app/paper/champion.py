@@ -23,6 +23,11 @@ sessions: ``app.paper.attribution``).
    hand or, in a process that has none yet (a restart between sessions), the one in charge of the
    newest session the journal traded before this one; the same bundle there is no switch
    (``champion`` event).
+5. No champion promoted yet: with a benchmark (``[paper] before_champion = "benchmark"``, the
+   default) the selection names it (``Selection.benchmark``, a ``benchmark`` event; the cycle buys it
+   once and holds it: ``app.paper.benchmark``); without one, a ``no_champion`` warning and nothing is
+   traded. The pointer is read again at every cycle while no champion is in charge, so a promotion
+   takes charge at the next cycle.
 
 Every event a selection writes carries a ``bundle_id``: a switch (or the first champion) the new
 bundle's, a resume the session's, a refusal, a locked registry or a missing champion the bundle in
@@ -44,6 +49,7 @@ from typing import Any, Protocol
 
 from app.bundle import Bundle, load_bundle
 from app.nightly.champions import RegistryBusy, RegistryError, current_champion
+from app.paper.benchmark import BenchmarkBundle
 from app.paper.journal import Journal
 from app.paper.journal_schema import SessionOwner
 from data.errors import PodracerError, one_line
@@ -64,6 +70,7 @@ class Selection:
     run_id: str | None = None  # the registry champion's run (None for paper --bundle)
     alert: str | None = None  # a refused bundle or an unreadable registry: the status line's
     messages: list[str] = field(default_factory=list)
+    benchmark: BenchmarkBundle | None = None  # no champion yet: the benchmark holds the account
 
 
 class BundleSource(Protocol):
@@ -126,8 +133,10 @@ class ChampionSource:
         attempts: int = 3,
         retry_wait: float = 1.0,
         sleep: Callable[[float], None] = time.sleep,
+        benchmark: BenchmarkBundle | None = None,
     ) -> None:
         self.home = Path(home)
+        self.benchmark = benchmark  # held while no champion is promoted (None: cash)
         self.registry_timeout = registry_timeout
         self.attempts = attempts
         self.retry_wait = retry_wait
@@ -136,6 +145,7 @@ class ChampionSource:
         self.run_id: str | None = None
         self._session: str | None = None
         self._alert: str | None = None
+        self._holding_benchmark = False
 
     @property
     def current(self) -> Bundle | None:
@@ -145,10 +155,13 @@ class ChampionSource:
         if session == self._session and self.bundle is not None:
             return Selection(self.bundle, self.run_id, self._alert)  # mid-session: never re-read
         self._alert = None
+        self._holding_benchmark = False
         owner = journal.session_owner(session)
         if owner is None or not self._resume(owner, journal):
             self._from_pointer(session, journal)
         if self.bundle is None:
+            if self._holding_benchmark:
+                return Selection(None, None, None, benchmark=self.benchmark)
             return Selection(None, None, self._alert or "no bundle to trade")
         journal.start_session(
             session, bundle_id=self.bundle.bundle_id, bundle_path=str(self.bundle.path), run_id=self.run_id,
@@ -212,6 +225,9 @@ class ChampionSource:
         """Take the pointer's bundle if it verifies; otherwise keep the one in hand (see above)."""
         read, champion = self._pointer(journal)
         if not read:
+            return
+        if champion is None and self.benchmark is not None and self.bundle is None:
+            self._holding_benchmark = True
             return
         if champion is None:
             msg = "no champion promoted yet: nothing to trade (podracer retrain promotes the first)"

@@ -48,6 +48,7 @@ import numpy as np
 import pandas as pd
 
 from app.bundle import Bundle
+from app.paper.benchmark import BenchmarkBundle
 from app.paper.books import BookRecord, check_books
 from app.paper.broker import Broker, BrokerAccount, BrokerError, Order
 from app.paper.champion import BundleSource, FixedBundle
@@ -67,7 +68,7 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class CycleResult:
-    # closed | no_champion | kill_switch | halted | unreconciled | traded | partial | dry_run | no_data | error
+    # closed | no_champion | benchmark | kill_switch | halted | unreconciled | traded | partial | dry_run | no_data | error
     status: str
     decision_ts: pd.Timestamp | None = None
     target_weights: dict[str, float] = field(default_factory=dict)
@@ -165,6 +166,14 @@ def run_cycle(
     session = exchange_date(clock.timestamp).date().isoformat()
     journal.session = session  # the broker's session, not the wall clock's (they differ in a replay)
     picked = source.select(session, journal)
+    if picked.bundle is None and picked.benchmark is not None:
+        result = _benchmark(picked.benchmark, broker, journal, options, now, session)
+        result.session, result.bundle_id, result.broker_time = (
+            session,
+            picked.benchmark.bundle_id,
+            clock.timestamp,
+        )
+        return result
     if picked.bundle is None:
         msg = picked.alert or "no bundle to trade"
         return CycleResult(
@@ -179,6 +188,34 @@ def run_cycle(
     result.alert, result.broker_time = picked.alert, clock.timestamp
     if picked.alert:
         result.messages.insert(0, picked.alert)
+    return result
+
+
+def _benchmark(
+    bench: BenchmarkBundle,
+    broker: Broker,
+    journal: Journal,
+    options: PaperOptions,
+    now: datetime,
+    session: str,
+) -> CycleResult:
+    """No champion yet: buy the benchmark once, through the champions' order path, then hold it."""
+    journal.bundle_id = bench.bundle_id
+    if journal.has_decided(bench.bundle_id, options.dry_run) or (not options.dry_run and broker.positions()):
+        if not options.dry_run:
+            reconcile_open_orders(broker, journal, options)  # the buy's late fills, counted once
+        msg = "holding the benchmark until a champion qualifies: no orders"
+        journal.event("benchmark", msg, bundle_id=bench.bundle_id)
+        log.info(msg)
+        return CycleResult(status="benchmark", messages=[msg])
+    msg = (
+        f"no champion qualified yet: buying the benchmark, equal weight of {len(bench.tickers)} tickers, "
+        "once; held until a champion qualifies"
+    )
+    journal.event("benchmark", msg, bundle_id=bench.bundle_id)
+    log.info(msg)
+    result = _trade(bench, broker, journal, options.for_bundle(bench.manifest), now, session)
+    result.messages.insert(0, msg)
     return result
 
 

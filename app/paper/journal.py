@@ -400,6 +400,13 @@ class Journal:
         ).fetchone()
         return None if row is None else (json.loads(row[0]), json.loads(row[1]))
 
+    def has_decided(self, bundle_id: str, dry_run: bool) -> bool:
+        """Whether ``bundle_id`` took any decision in this journal (same dry-run mode)."""
+        row = self._conn.execute(
+            "SELECT 1 FROM decisions WHERE bundle_id=? AND dry_run=? LIMIT 1", (bundle_id, int(dry_run))
+        ).fetchone()
+        return row is not None
+
     def book_tickers(self) -> set[str]:
         """Every ticker a bundle in this journal decided on: the book the per-champion record counts."""
         rows = self._conn.execute(

@@ -10,19 +10,24 @@ would each journal only their own fills, and each would see the other's trades a
 second loop on the account exits 75 naming the holder's home and pid. ``flock`` is local: two
 machines on one account are not caught here (the book check then halts both). A fixed bundle
 is loaded and verified before anything talks to the broker; the champion's bundle is loaded at the
-first cycle of each session (``app.paper.champion``). Every cycle writes the heartbeat
-``<home>/paper/heartbeat.json``.
+first cycle of each session (``app.paper.champion``). With ``--champion`` and no champion promoted
+yet, the account holds the benchmark (``[paper] before_champion``, ``app.paper.benchmark``) on the
+config's universe: ``[data] tickers``, else the index members today (``[data] universe``). Every cycle
+writes the heartbeat ``<home>/paper/heartbeat.json``.
 """
 
 from __future__ import annotations
 
 import os
 import re
+from datetime import date
 from pathlib import Path
 
 from app.bundle import load_bundle
+from app.config import Config
 from app.nightly.lock import LockBusyError, ProcessLock, read_lock_info
 from app.paper.alpaca_broker import AlpacaBroker
+from app.paper.benchmark import BenchmarkBundle, benchmark_bundle
 from app.paper.champion import BundleSource, ChampionSource, FixedBundle, short
 from app.paper.cycle import CycleResult, run_paper
 from app.paper.heartbeat import heartbeat_path
@@ -73,6 +78,25 @@ def hold_account(account_id: str | None, home: Path) -> ProcessLock | None:
         ) from None
 
 
+def paper_benchmark(config: Config) -> tuple[BenchmarkBundle | None, str]:
+    """The benchmark ``config`` says the account holds before a champion qualifies, and what the start
+    event says of it (None: cash, as ``[paper] before_champion = "cash"`` or with no universe known)."""
+    if config.paper.before_champion == "cash":
+        return None, "before a champion qualifies: cash ([paper] before_champion)"
+    tickers = list(config.data.tickers)
+    if not tickers and config.data.universe:
+        from data.universe import members  # the membership table: only when it is needed
+
+        tickers = members(date.today())
+    if not tickers:
+        return None, (
+            "before a champion qualifies: cash, no universe known for the benchmark "
+            '(set [data] tickers or [data] universe, or [paper] before_champion = "cash")'
+        )
+    bench = benchmark_bundle(tickers, config.data.interval, config.env.model_dump())
+    return bench, f"before a champion qualifies: the benchmark, equal weight of {len(bench.tickers)} tickers"
+
+
 def run_paper_loop(
     home: Path,
     options: PaperOptions,
@@ -80,6 +104,7 @@ def run_paper_loop(
     bundle: Path | None = None,
     champion: bool = False,
     once: bool = False,
+    config: Config | None = None,
 ) -> list[CycleResult]:
     """Trade ``bundle`` (``--bundle``) or the registry's champion (``--champion``) until stopped."""
     if (bundle is None) == (not champion):
@@ -89,8 +114,9 @@ def run_paper_loop(
         source = FixedBundle(load_bundle(bundle))  # verified before anything talks to the broker
         what = f"bundle {short(source.bundle.bundle_id)} ({bundle})"
     else:
-        source = ChampionSource(home)
-        what = "the registry's champion, read at the first cycle of each session"
+        bench, before = paper_benchmark(config or Config())
+        source = ChampionSource(home, benchmark=bench)
+        what = f"the registry's champion, read at the first cycle of each session; {before}"
     with paper_lock(home):
         broker = AlpacaBroker()
         account = None if options.dry_run else hold_account(broker.account().account_id, home)
