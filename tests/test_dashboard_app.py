@@ -215,6 +215,14 @@ def test_paper_equity_is_coloured_by_champion():
     assert colours[0] == colours[2] != colours[1]
     assert [t.showlegend for t in fig.data] == [True, True, False]
     assert [list(t.y) for t in fig.data] == [[100.0, 101.0], [101.0, 102.0, 101.5], [101.5, 103.0, 104.0]]
+    # Before a champion qualifies the paper account holds the benchmark (app.paper.benchmark).
+    held = frame.assign(bundle_id=frame["bundle_id"].replace({"a" * 64: "benchmark-0123456789abcdef"}))
+    names = [t.name for t in charts.champion_equity_figure(held, "recorded_at").data]
+    assert names == [
+        "benchmark (no qualified champion)",
+        "bundle bbbbbbbbbbbb",
+        "benchmark (no qualified champion)",
+    ]
 
 
 def test_walkforward_page_shows_the_account_the_folds_and_who_traded_when(tmp_path, monkeypatch):

@@ -111,6 +111,15 @@ def test_healthy_loop(tmp_path, capsys):
     )
 
 
+def test_the_benchmark_in_charge_is_named(tmp_path, capsys):
+    """With no champion yet the paper loop holds the benchmark (app.paper.benchmark): status says so."""
+    home = tmp_path / "home"
+    beat(home, datetime.now(UTC), status="benchmark", bundle_id="benchmark-0123456789abcdef", run_id=None)
+    assert main(["--home", str(home), "status"]) == 0  # holding the benchmark is healthy
+    out = capsys.readouterr().out
+    assert "paper loop    ok: benchmark" in out and "(benchmark (no qualified champion))" in out
+
+
 def test_stale_heartbeat(tmp_path, capsys):
     home = tmp_path / "home"
     champion(home)

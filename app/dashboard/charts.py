@@ -413,6 +413,15 @@ def line_figure(
     return fig
 
 
+def _bundle_name(bundle_id: str) -> str:
+    """A bundle's legend name; the paper benchmark's ids (``app.paper.benchmark``) by what it is."""
+    return (
+        "benchmark (no qualified champion)"
+        if bundle_id.startswith("benchmark-")
+        else f"bundle {bundle_id[:12]}"
+    )
+
+
 def champion_equity_figure(frame: pd.DataFrame, x: str, title: str = "Paper account equity") -> go.Figure:
     """Equity over time, one colour per bundle (``bundle_id``; "?" before bundles were journaled);
     each stretch starts at the previous one's last point, so the line has no gap at a switch."""
@@ -427,7 +436,7 @@ def champion_equity_figure(frame: pd.DataFrame, x: str, title: str = "Paper acco
         rows = frame.loc[max(part.index[0] - 1, 0) : part.index[-1]]
         fig.add_trace(
             go.Scatter(
-                x=rows[x], y=rows["equity"], mode=mode, name=f"bundle {bundle[:12]}", legendgroup=bundle,
+                x=rows[x], y=rows["equity"], mode=mode, name=_bundle_name(bundle), legendgroup=bundle,
                 showlegend=bundle not in seen, line=dict(color=colors[bundle], width=2),
             )
         )  # fmt: skip
