@@ -41,7 +41,7 @@ ONCE = ["--fill-timeout", "1", "--max-order-notional", "1e9", "--daily-loss-limi
 
 
 @pytest.fixture
-def market(bundles, tmp_path, monkeypatch):  # noqa: F811
+def unpromoted(bundles, tmp_path, monkeypatch):  # noqa: F811
     """The fake Alpaca at 15:00 UTC on the first session, keys in the environment, NO champion."""
     with FakeAlpaca(cash=100_000.0, bars=bundles.bars, slippage_bps=5.0) as fake:
         fake.set_time(at(SESSIONS[0]))
@@ -69,8 +69,8 @@ def assert_books_reconcile(m) -> None:
     assert record.matched, record.message
 
 
-def test_no_champion_holds_the_benchmark_then_the_champion_trades_from_it(market):
-    m = market
+def test_no_champion_holds_the_benchmark_then_the_champion_trades_from_it(unpromoted):
+    m = unpromoted
     first = trade_session(m, source_with(m, m.bench), SESSIONS[0], cycles=2)
     buy, hold = first
     assert buy.bundle_id == hold.bundle_id == m.bench.bundle_id and is_benchmark(buy.bundle_id)
@@ -105,16 +105,16 @@ def test_no_champion_holds_the_benchmark_then_the_champion_trades_from_it(market
     assert_books_reconcile(m)
 
 
-def test_cash_before_a_champion_orders_nothing(market):
-    m = market
+def test_cash_before_a_champion_orders_nothing(unpromoted):
+    m = unpromoted
     results = trade_session(m, source_with(m, None), SESSIONS[0], cycles=2)
     assert [r.status for r in results] == ["no_champion", "no_champion"]
     assert not m.fake.orders and not m.fake.positions
     assert len(events(m.home, "no_champion")) == 2 and events(m.home, "benchmark").empty
 
 
-def test_a_champion_already_promoted_is_traded_not_the_benchmark(market):
-    m = market
+def test_a_champion_already_promoted_is_traded_not_the_benchmark(unpromoted):
+    m = unpromoted
     promote(m.home, "run-a", m.a)
     (first,) = trade_session(m, source_with(m, m.bench), SESSIONS[0], cycles=1)
     assert first.bundle_id == m.id_a and events(m.home, "benchmark").empty
@@ -131,8 +131,8 @@ def _config(tmp_path, before: str, tickers: list[str], interval: str):
     return path
 
 
-def test_the_command_holds_the_benchmark_and_a_restart_buys_nothing_more(market, tmp_path):
-    m = market
+def test_the_command_holds_the_benchmark_and_a_restart_buys_nothing_more(unpromoted, tmp_path):
+    m = unpromoted
     config = _config(tmp_path, "benchmark", list(m.bench.tickers), m.manifest["interval"])
     argv = ["--home", str(m.home), "paper", "--champion", "--once", "--config", str(config), *ONCE]
     assert main(argv) == 0
@@ -146,8 +146,8 @@ def test_the_command_holds_the_benchmark_and_a_restart_buys_nothing_more(market,
     assert_books_reconcile(m)
 
 
-def test_the_command_with_cash_waits(market, tmp_path):
-    m = market
+def test_the_command_with_cash_waits(unpromoted, tmp_path):
+    m = unpromoted
     config = _config(tmp_path, "cash", list(m.bench.tickers), m.manifest["interval"])
     argv = ["--home", str(m.home), "paper", "--champion", "--once", "--config", str(config), *ONCE]
     assert main(argv) == 1  # no_champion: the cron job says so
