@@ -61,7 +61,7 @@ def source_with(m, benchmark) -> ChampionSource:
 def assert_books_reconcile(m) -> None:
     """Every broker order journaled once with its fill, and the journal's books match the broker's."""
     orders = read_journal(m.home)["orders"].set_index("client_order_id")
-    assert len(orders) == len(m.fake.orders)
+    assert (~orders["status"].isin(["blocked", "not_sent"])).sum() == len(m.fake.orders)
     for o in m.fake.orders.values():
         assert orders.loc[o.client_order_id, "filled_qty"] == pytest.approx(o.filled_qty, abs=1e-9)
     with Journal.for_home(m.home) as journal:
@@ -102,6 +102,20 @@ def test_no_champion_holds_the_benchmark_then_the_champion_trades_from_it(unprom
     assert decision["bundle_id"] == m.id_a
     assert min(json.loads(decision["current_weights"])) > 0.2  # it started from the benchmark's book
     assert len(events(m.home, "champion")) == 1 and events(m.home, "champion_refused").empty
+    assert_books_reconcile(m)
+
+
+def test_a_buy_the_kill_switch_blocked_is_decided_again(unpromoted):
+    m = unpromoted
+    kill = m.home / "paper" / "KILL"
+    kill.parent.mkdir(parents=True, exist_ok=True)
+    kill.touch()
+    (blocked,) = trade_session(m, source_with(m, m.bench), SESSIONS[0], cycles=1)
+    assert blocked.status == "kill_switch" and not m.fake.orders
+    kill.unlink()
+    buy, hold = trade_session(m, source_with(m, m.bench), SESSIONS[1], cycles=2)
+    assert buy.status == "traded" and len(buy.submitted) == len(m.bench.tickers)
+    assert hold.status == "benchmark" and len(m.fake.orders) == len(m.bench.tickers)
     assert_books_reconcile(m)
 
 

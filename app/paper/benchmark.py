@@ -8,9 +8,12 @@ the very path a champion's orders take (:func:`app.paper.cycle.run_cycle` trades
 order, the execution model's price, reconciliation and the books), so when a champion takes charge its
 first decision trades from those holdings as from any others.
 
-The buy happens once: a cycle buys only while the broker holds no position and the journal has no
-benchmark decision (a restart after the buy, even before its fills, buys nothing more; an unfinished
-buy is finished by the open-order reconciliation, as any order is).
+The buy happens once: a cycle buys only while the broker holds no position and no benchmark order
+went out (``Journal.has_sent``). A restart after the buy, even before its fills, buys nothing more
+(the open-order reconciliation counts late fills, as for any order); a buy that the kill switch or a
+halt blocked whole is decided again at the next cycle. Orders a broker failure kept from going out
+(a ``partial`` cycle) are not sent later: that part of the account stays in cash until a champion
+trades.
 """
 
 from __future__ import annotations

@@ -201,7 +201,9 @@ def _benchmark(
 ) -> CycleResult:
     """No champion yet: buy the benchmark once, through the champions' order path, then hold it."""
     journal.bundle_id = bench.bundle_id
-    if journal.has_decided(bench.bundle_id, options.dry_run) or (not options.dry_run and broker.positions()):
+    # Bought already: the broker holds positions, or a benchmark order went out (its fills may be late;
+    # the reconciliation counts them). A buy blocked whole (kill switch, halt) is decided again.
+    if journal.has_sent(bench.bundle_id, options.dry_run) or (not options.dry_run and broker.positions()):
         if not options.dry_run:
             reconcile_open_orders(broker, journal, options)  # the buy's late fills, counted once
         msg = "holding the benchmark until a champion qualifies: no orders"

@@ -400,12 +400,15 @@ class Journal:
         ).fetchone()
         return None if row is None else (json.loads(row[0]), json.loads(row[1]))
 
-    def has_decided(self, bundle_id: str, dry_run: bool) -> bool:
-        """Whether ``bundle_id`` took any decision in this journal (same dry-run mode)."""
-        row = self._conn.execute(
-            "SELECT 1 FROM decisions WHERE bundle_id=? AND dry_run=? LIMIT 1", (bundle_id, int(dry_run))
-        ).fetchone()
-        return row is not None
+    def has_sent(self, bundle_id: str, dry_run: bool) -> bool:
+        """Whether an order of ``bundle_id`` went to the broker (any status but never sent: ``not_sent``,
+        ``blocked``); in a dry run, whether it journaled any ``dry_run`` order."""
+        sql = (
+            "SELECT 1 FROM orders WHERE bundle_id=? AND status='dry_run' LIMIT 1"
+            if dry_run
+            else "SELECT 1 FROM orders WHERE bundle_id=? AND status NOT IN ('not_sent', 'blocked', 'dry_run') LIMIT 1"
+        )
+        return self._conn.execute(sql, (bundle_id,)).fetchone() is not None
 
     def book_tickers(self) -> set[str]:
         """Every ticker a bundle in this journal decided on: the book the per-champion record counts."""
