@@ -160,6 +160,19 @@ def test_the_command_holds_the_benchmark_and_a_restart_buys_nothing_more(unpromo
     assert_books_reconcile(m)
 
 
+def test_the_command_reads_the_nightly_schedules_config(unpromoted, tmp_path):
+    """No --config: the config the nightly schedule records (the one the retrains read)."""
+    from app.nightly.schedule import record_schedule
+
+    m = unpromoted
+    config = _config(tmp_path, "cash", list(m.bench.tickers), m.manifest["interval"])
+    record_schedule(m.home, cron="0 2 * * 1-5", tz="America/New_York", config=config, fmt="crontab")
+    assert main(["--home", str(m.home), "paper", "--champion", "--once", *ONCE]) == 1  # cash: no_champion
+    assert (
+        not m.fake.orders and "cash ([paper] before_champion)" in events(m.home, "start")["message"].iloc[-1]
+    )
+
+
 def test_the_command_with_cash_waits(unpromoted, tmp_path):
     m = unpromoted
     config = _config(tmp_path, "cash", list(m.bench.tickers), m.manifest["interval"])
