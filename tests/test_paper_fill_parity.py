@@ -39,43 +39,43 @@ DECISION = 500  # a decision bar of the second session: a session of liquidity h
 
 
 @pytest.fixture(scope="module")
-def market():
+def thin_market():
     """Two sessions of three assets, the third traded 10,000 times thinner: there impact matters."""
     base = toy_market(num_steps=2 * 390, num_assets=3, num_features=2, seed=3)
     volume = base.volume * torch.tensor([1.0, 1e-2, 1e-4])
     return dataclasses.replace(base, volume=volume, daily_vol=None, adv=None)
 
 
-def test_the_impact_scale_is_the_envs(market):
+def test_the_impact_scale_is_the_envs(thin_market):
     """Paper computes the scale from the fetched bars up to the decision bar (float64); the env reads
     its table at the decision bar: the same number."""
     bars = slice(0, DECISION + 1)
     paper = impact_scales(
-        market.close[bars].double().numpy(),
-        market.volume[bars].double().numpy(),
-        market.session_id[bars].numpy(),
+        thin_market.close[bars].double().numpy(),
+        thin_market.volume[bars].double().numpy(),
+        thin_market.session_id[bars].numpy(),
     )
-    np.testing.assert_allclose(paper, impact_table(market)[DECISION].double().numpy(), rtol=1e-5)
+    np.testing.assert_allclose(paper, impact_table(thin_market)[DECISION].double().numpy(), rtol=1e-5)
 
 
-def test_the_predicted_price_is_the_envs_fill_price(market):
-    state, _ = trading.reset(market, PARAMS, 1, start=DECISION)
+def test_the_predicted_price_is_the_envs_fill_price(thin_market):
+    state, _ = trading.reset(thin_market, PARAMS, 1, start=DECISION)
     # Sell what asset 0 holds, buy assets 1 and 2 (asset 2 a large order: impact is visible).
     held = torch.tensor([[4_000.0, 0.0, 0.0]], dtype=torch.float64)
     state = dataclasses.replace(
-        state, shares=held, cash=state.cash - float(held[0, 0] * market.close[DECISION, 0])
+        state, shares=held, cash=state.cash - float(held[0, 0] * thin_market.close[DECISION, 0])
     )
-    out = trading.step(market, PARAMS, state, torch.tensor([[0.0, 0.1, 0.9]]))
+    out = trading.step(thin_market, PARAMS, state, torch.tensor([[0.0, 0.1, 0.9]]))
     traded = out.info["shares_traded"][0]
     fill = out.info["fill_price"][0]
     assert bool((traded[0] < 0) & (traded[1:] > 0).all())
     bars = slice(0, DECISION + 1)
     scales = impact_scales(
-        market.close[bars].double().numpy(),
-        market.volume[bars].double().numpy(),
-        market.session_id[bars].numpy(),
+        thin_market.close[bars].double().numpy(),
+        thin_market.volume[bars].double().numpy(),
+        thin_market.session_id[bars].numpy(),
     )
-    open_fill = market.open[DECISION + 1].double()
+    open_fill = thin_market.open[DECISION + 1].double()
     for a in range(3):
         side = "buy" if traded[a] > 0 else "sell"
         predicted = model_price(COSTS, float(open_fill[a]), side, abs(float(traded[a])), float(scales[a]))
@@ -101,7 +101,7 @@ def _decision(qty: float, price: float, cash: float, impact: float) -> DecisionS
     )
 
 
-def test_a_sell_whose_proceeds_are_under_the_minimum_is_not_placed_as_in_the_env(market):
+def test_a_sell_whose_proceeds_are_under_the_minimum_is_not_placed_as_in_the_env(thin_market):
     """$1.0002 of shares at the decision price nets under $1 after the half-spread and impact: the
     env drops that sale, and so does the paper planner (it compares the proceeds, not the notional)."""
     price, impact = 100.0, 0.01
@@ -112,9 +112,9 @@ def test_a_sell_whose_proceeds_are_under_the_minimum_is_not_placed_as_in_the_env
         )
         assert [o.side for o in orders] == (["sell"] if placed else []), qty
         # The env, same holding and price, the same impact scale: it keeps the dust.
-        flat = torch.full_like(market.close, price)
+        flat = torch.full_like(thin_market.close, price)
         env_market = dataclasses.replace(
-            market,
+            thin_market,
             open=flat,
             high=flat.clone(),
             low=flat.clone(),
