@@ -88,6 +88,7 @@ from app.retention import home_bytes
 from app.workflows.status import gather_status
 from backtests.metrics_model import OosTest
 from backtests.verdict import EdgeVerdict
+from benchmarks.soak_promotion import real_promotion as real_retrains
 from data import atomic as data_atomic
 from data.calendar import session_bounds, sessions_in_range
 from data.sources.retry import FetchRetryPolicy
@@ -651,8 +652,6 @@ def run_soak(
                     print(f"night {night}: {verdict[:60]} {dict(soak.injected)}", file=sys.stderr, flush=True)
             figures = check(soak, scripted_promotion=not real_promotion)
     if real_promotion:  # the last nights for real: a planted edge promoted, noise not
-        from benchmarks.soak_promotion import real_promotion as real_retrains
-
         figures["final_promotion"] = real_retrains(home.with_name(home.name + "-promotion"), seed)
     injected = {k: soak.injected[k] for k in FAULTS}
     missing = [k for k, v in injected.items() if not v] if nights > len(FAULTS) else []

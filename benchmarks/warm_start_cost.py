@@ -127,15 +127,15 @@ def _retrain(config: Any, home: Path, data: DataSnapshot) -> dict[str, Any]:
     started = time.perf_counter()
     outcome = run_retrain(config, home, steps=steps)
     run = RunDir(home, outcome.challenger_run_id)
-    champion = run.info().champion
-    record = json.loads((run.path / "run.json").read_text())
+    info = run.info()
+    champion = info.champion
     return {
         "valid_sharpe": champion.sharpe_ratio if champion is not None else None,
         "test_fitness": outcome.challenger_fitness,
         "champion_test_fitness": outcome.champion_fitness,
         "promoted": outcome.verdict == "promoted",
         "edge": outcome.challenger_edge,
-        "warm_started_from": (record.get("nightly") or {}).get("warm_started_from"),
+        "warm_started_from": info.nightly.get("warm_started_from"),
         "windows": {k: list(v) for k, v in data.windows.items()},
         "seconds": round(time.perf_counter() - started, 1),
     }

@@ -34,6 +34,7 @@ from app.paper.heartbeat import heartbeat_path
 from app.paper.journal import Journal
 from app.paper.options import PaperOptions
 from data.errors import ConfigError
+from data.universe import members
 
 LOCK_NAME = "paper.lock"
 LOCK_DIR_ENV = "PODRACER_LOCK_DIR"
@@ -85,8 +86,6 @@ def paper_benchmark(config: Config) -> tuple[BenchmarkBundle | None, str]:
         return None, "before a champion qualifies: cash ([paper] before_champion)"
     tickers = list(config.data.tickers)
     if not tickers and config.data.universe:
-        from data.universe import members  # the membership table: only when it is needed
-
         tickers = members(date.today())
     if not tickers:
         return None, (
