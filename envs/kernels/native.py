@@ -56,14 +56,14 @@ log = logging.getLogger(__name__)
 SOURCE = Path(__file__).with_name("native") / "step.c"  # envs/kernels/native/step.c
 CACHE_ENV = "PODRACER_NATIVE_CACHE"
 DISABLE_ENV = "PODRACER_NATIVE"  # "0" turns the native kernel off (torch.compile is used instead)
-# -fno-math-errno: sqrtf inline and vectorizable (errno is never read); -fno-trapping-math: floorf and
-# the NaN-aware selects vectorize (no floating-point exception is ever trapped or read). Neither
-# changes a result: both stay IEEE, unlike fast-math.
+# -fno-math-errno: sqrtf inline and vectorizable (errno is never read); IEEE kept, unlike fast-math.
+# Not -fno-trapping-math: it lets the loops with floorf and the NaN-aware selects vectorize, and their
+# `omp simd` double reductions then sum in an order that depends on the rows' memory alignment (the
+# compiler peels to align), so two identical runs could differ in the last bits.
 BASE_FLAGS = (
     "-O3",
     "-ffp-contract=off",
     "-fno-math-errno",
-    "-fno-trapping-math",
     "-fPIC",
     "-shared",
     "-std=gnu11",
