@@ -116,21 +116,15 @@ def status_lines(status: Any) -> list[str]:
     if beat is None:
         lines.append("paper loop    not started (podracer paper --champion)")
     else:
-        benchmark = str(beat.get("bundle_id") or "").startswith("benchmark-")  # app.paper.benchmark's ids
-        who = (
-            "benchmark (no qualified champion)"
-            if benchmark
-            else f"bundle {str(beat['bundle_id'])[:12]}"
-            + (f", {beat['run_id']}" if beat.get("run_id") else "")
-            if beat.get("bundle_id")
-            else "no bundle loaded yet: at the first cycle of a session"
-        )
+        from app.paper.benchmark import in_charge_label, is_benchmark
+
+        who = in_charge_label(beat.get("bundle_id"), beat.get("run_id"))
         lines.append(
             f"paper loop    {status.loop}: {beat['status']} {_ago(status.heartbeat_age_s)} ({who}), "
             f"{beat['orders']} orders planned, {beat['submitted']} sent; next cycle {_when(beat['next_due'])}"
         )
         if status.switch_pending:
-            when = "next cycle" if benchmark else "first cycle of the next session"
+            when = "next cycle" if is_benchmark(beat.get("bundle_id")) else "first cycle of the next session"
             lines.append(f"              the new champion trades from the {when}")
     kill = status.kill_switch
     lines.append(f"kill switch   {'ON: no new orders' if kill['on'] else 'off'} ({kill['path']})")

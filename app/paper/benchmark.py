@@ -56,6 +56,16 @@ class BenchmarkBundle(Bundle):
         return np.full((n, self.num_assets), 1.0 / self.num_assets, dtype=np.float32)
 
 
+def in_charge_label(bundle_id: str | None, run_id: str | None = None) -> str:
+    """What ``podracer status`` calls the bundle a paper loop trades: the benchmark, a champion's
+    bundle (and its run), or none yet."""
+    if not bundle_id:
+        return "no bundle loaded yet: at the first cycle of a session"
+    if is_benchmark(bundle_id):
+        return BENCHMARK_LABEL
+    return f"bundle {str(bundle_id)[:12]}" + (f", {run_id}" if run_id else "")
+
+
 def benchmark_bundle(
     tickers: list[str] | tuple[str, ...], interval: str, env: dict[str, Any]
 ) -> BenchmarkBundle:
