@@ -76,19 +76,18 @@ def protected(home: Path) -> dict[str, set[str]]:
     runs: set[str] = set()
     paths: set[str] = set()
     if champion is not None:
-        runs.add(str(champion["run_id"]))
-        info = champion.get("info") or {}
-        if info.get("previous_champion"):
-            runs.add(str(info["previous_champion"]))
-        for key in ("bundle", "policy_dir"):
-            if champion.get(key):
-                paths.add(str(Path(champion[key]).resolve()))
+        runs.add(champion.run_id)
+        if champion.info.previous_champion:
+            runs.add(champion.info.previous_champion)
+        for path in (champion.bundle, champion.policy_dir):
+            if path:
+                paths.add(str(Path(path).resolve()))
     promoted = [d for d in read_decisions(home) if d["verdict"] == "promoted"]
     if champion is not None:
         # its predecessor: the promotion before the champion's own
         ids = [d["challenger_run_id"] for d in promoted]
-        if champion["run_id"] in ids and ids.index(champion["run_id"]) > 0:
-            runs.add(str(ids[ids.index(champion["run_id"]) - 1]))
+        if champion.run_id in ids and ids.index(champion.run_id) > 0:
+            runs.add(str(ids[ids.index(champion.run_id) - 1]))
     traded = _last_traded_run(home)
     if traded is not None:
         runs.add(traded)  # the paper loop keeps its bundle until the next session's first cycle

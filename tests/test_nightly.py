@@ -17,11 +17,12 @@ from pathlib import Path
 
 import pytest
 
+from app.champion import Champion
 from app.config import Config
-from app.nightly.decide import decide
+from app.gate import decide
 from app.nightly.lock import LockBusyError, ProcessLock, read_lock_info
 from app.nightly.pipeline import STEPS, RetrainError, run_retrain
-from app.nightly.registry import current_champion, read_decisions, registry_path
+from app.nightly.registry import current_champion, decision_gate, read_decisions, registry_path
 from app.nightly.steps import ChallengerRun, DataSnapshot, Evaluation, RetrainSteps
 from backtests.metrics_model import OosTest
 from backtests.verdict import EdgeVerdict
@@ -64,7 +65,7 @@ class FakePipeline:
         self.psr = psr
         self.trials = trials
         self.windows = windows or WINDOWS
-        self.seen_champion: dict | None = None
+        self.seen_champion: Champion | None = None
         self.evaluated = 0
         self.exported: list[str] = []
 
@@ -75,7 +76,7 @@ class FakePipeline:
         return DataSnapshot(splits=None, windows=self.windows, source="fake", update={"rows_fetched": 0})
 
     def tournament(self, config, home, data, champion):
-        self.seen_champion = None if champion is None else dict(champion)
+        self.seen_champion = champion
         runs = home / "runs"
         run_id = self.run_id or f"nightly-{len(list(runs.glob('*'))) if runs.exists() else 0:03d}"
         policy_dir = runs / run_id / "champion"
@@ -88,7 +89,7 @@ class FakePipeline:
             run_dir=runs / run_id,
             policy_dir=policy_dir,
             num_trials=self.trials,
-            warm_started_from=None if champion is None else champion["run_id"],
+            warm_started_from=None if champion is None else champion.run_id,
         )
 
     def evaluate(self, config, home, data, challenger, champion):
@@ -119,7 +120,7 @@ def _config(**nightly) -> Config:
 
 def _registry_state(home: Path) -> tuple[list[dict], dict | None, bytes | None]:
     champ = current_champion(home)
-    policy = Path(champ["policy_dir"], "policy.safetensors").read_bytes() if champ else None
+    policy = Path(champ.policy_dir, "policy.safetensors").read_bytes() if champ else None
     return read_decisions(home), champ, policy
 
 
@@ -177,21 +178,21 @@ def test_first_run_with_no_champion_promotes_and_exports(home):
     assert outcome.verdict == "promoted" and outcome.previous_champion is None
     assert fake.seen_champion is None
     champ = current_champion(home)
-    assert champ["run_id"] == outcome.challenger_run_id == outcome.champion
-    assert champ["decision_id"] == outcome.decision_id
+    assert champ.run_id == outcome.challenger_run_id == outcome.champion
+    assert champ.decision_id == outcome.decision_id
     # The pointer names an immutable copy of the challenger's policy, not the run folder.
-    assert Path(champ["policy_dir"]) == home / "champions" / outcome.challenger_run_id
-    assert Path(champ["policy_dir"], "policy.safetensors").read_bytes() == b"weights of nightly-000"
+    assert Path(champ.policy_dir) == home / "champions" / outcome.challenger_run_id
+    assert Path(champ.policy_dir, "policy.safetensors").read_bytes() == b"weights of nightly-000"
     assert fake.exported == [outcome.challenger_run_id]
-    assert champ["bundle"] == outcome.bundle and Path(outcome.bundle, "manifest.json").is_file()
+    assert champ.bundle == outcome.bundle and Path(outcome.bundle, "manifest.json").is_file()
     (row,) = read_decisions(home)
     assert row["verdict"] == "promoted" and row["champion_run_id"] is None
     assert row["challenger_fitness"] == pytest.approx(0.2) and row["challenger_dsr"] == pytest.approx(0.1)
     # The gate's level, the looks as the DSR's trials, the test in the scores.
     assert row["significance_level"] == pytest.approx(0.1) and row["num_trials"] == 2
-    assert row["scores"]["challenger_edge"].startswith("edge not significant out of sample")
-    assert row["scores"]["challenger_test"] == {"looks": 2, "psr_after_looks": 0.1}
-    assert outcome.challenger_edge == row["scores"]["challenger_edge"]
+    assert row["scores"]["edge"].startswith("edge not significant out of sample")
+    assert row["scores"]["oos_test"] == {"looks": 2, "psr_after_looks": 0.1}
+    assert outcome.challenger_edge == row["scores"]["edge"] == decision_gate(row).edge
     assert (row["eval_start"], row["eval_end"]) == WINDOWS["test"]
     assert (row["selection_start"], row["selection_end"]) == WINDOWS["valid"]
     assert (row["data_start"], row["data_end"]) == WINDOWS["full"]
@@ -218,7 +219,7 @@ def test_worse_challenger_is_rejected_and_champion_unchanged(home):
     assert outcome.champion == first.challenger_run_id
     assert current_champion(home) == before
     assert worse.exported == []  # no bundle for a rejected challenger
-    assert worse.seen_champion["run_id"] == first.challenger_run_id  # the tournament was warm-started
+    assert worse.seen_champion.run_id == first.challenger_run_id  # the tournament was warm-started
     rows = read_decisions(home)
     assert [r["verdict"] for r in rows] == ["promoted", "rejected"]
     assert rows[1]["champion_run_id"] == first.challenger_run_id
@@ -232,13 +233,13 @@ def test_better_challenger_is_promoted_and_its_bundle_exported(home):
     outcome = run_retrain(_config(), home, steps=better.steps())
     assert outcome.verdict == "promoted" and outcome.previous_champion == first.challenger_run_id
     champ = current_champion(home)
-    assert champ["run_id"] == outcome.challenger_run_id != first.challenger_run_id
+    assert champ.run_id == outcome.challenger_run_id != first.challenger_run_id
     assert better.exported == [outcome.challenger_run_id]
-    assert Path(champ["bundle"], "manifest.json").read_text() == json.dumps(
+    assert Path(champ.bundle, "manifest.json").read_text() == json.dumps(
         {"run_id": outcome.challenger_run_id}
     )
-    assert Path(champ["policy_dir"], "policy.safetensors").read_bytes() == b"weights of nightly-001"
-    assert champ["info"]["previous_champion"] == first.challenger_run_id
+    assert Path(champ.policy_dir, "policy.safetensors").read_bytes() == b"weights of nightly-001"
+    assert champ.info.previous_champion == first.challenger_run_id
     # The first champion's policy copy is kept (history), untouched.
     assert (home / "champions" / first.challenger_run_id / "policy.safetensors").read_bytes() == (
         b"weights of nightly-000"
@@ -258,7 +259,7 @@ def test_export_disabled_promotes_without_bundle(home):
     fake = FakePipeline()
     outcome = run_retrain(_config(export=False), home, steps=fake.steps())
     assert outcome.verdict == "promoted" and outcome.bundle is None and fake.exported == []
-    assert current_champion(home)["bundle"] is None
+    assert current_champion(home).bundle is None
 
 
 def test_overlapping_windows_fail_before_training(home):
@@ -398,7 +399,7 @@ def test_concurrent_runs_are_blocked(home):
     finally:
         (home / "release").touch()
         assert holder.wait(timeout=60) == 0, holder.stderr.read().decode()[-2000:]
-    assert current_champion(home)["run_id"] == read_decisions(home)[0]["challenger_run_id"]
+    assert current_champion(home).run_id == read_decisions(home)[0]["challenger_run_id"]
 
 
 def test_stale_lock_from_a_dead_process_is_recovered(home):
@@ -537,7 +538,11 @@ def test_no_warm_start_from_a_champion_gated_on_tonights_sessions():
     from app.nightly.steps import DataSnapshot, gated_on_tonight
 
     tonight = DataSnapshot(splits=None, windows={"test": ("2024-03-05", "2024-04-02")})
+
     # Last night's gate read up to 2024-04-01: tonight's window shares all but one day with it.
-    assert gated_on_tonight({"eval_end": "2024-04-01"}, tonight)
-    assert gated_on_tonight({"eval_end": None}, tonight)  # unknown: no warm start rather than a leak
-    assert not gated_on_tonight({"eval_end": "2024-03-04"}, tonight)  # gated before tonight's window
+    def gated(eval_end: str | None) -> Champion:
+        return Champion(run_id="last-night", policy_dir="champions/last-night", eval_end=eval_end)
+
+    assert gated_on_tonight(gated("2024-04-01"), tonight)
+    assert gated_on_tonight(gated(None), tonight)  # unknown: no warm start rather than a leak
+    assert not gated_on_tonight(gated("2024-03-04"), tonight)  # gated before tonight's window

@@ -12,6 +12,7 @@ import torch
 from test_nightly import FakePipeline, _config
 from test_paper_support import DECISION_INTERVAL, NUM_SESSIONS, NUM_TICKERS, make_run
 
+from app.champion import Champion
 from app.config import Config, to_env_params
 from app.nightly import record as record_module
 from app.nightly.normalization import SPEC_FILE, champion_feature_spec, with_feature_spec
@@ -52,7 +53,7 @@ def test_champion_is_scored_with_its_own_normalization(tmp_path):
     champ_dir = home / "champions" / "old"
     run.policy.save(champ_dir)
     (champ_dir / SPEC_FILE).write_text(json.dumps(own))
-    champion = {"run_id": "old", "policy_dir": str(champ_dir), "bundle": None, "info": {}}
+    champion = Champion(run_id="old", policy_dir=str(champ_dir))
     assert champion_feature_spec(champion) == (own, str(champ_dir / SPEC_FILE))
 
     config = Config().with_updates(
@@ -95,8 +96,8 @@ def test_test_window_figures_are_labelled_selection(home):
     (row,) = read_decisions(home)
     assert row["scores"]["role"] == "selection"
     champ = current_champion(home)
-    assert champ["info"]["eval_role"] == "selection"
-    record = json.loads((home / "runs" / champ["run_id"] / "run.json").read_text())
+    assert champ.info.eval_role == "selection"
+    record = json.loads((home / "runs" / champ.run_id / "run.json").read_text())
     assert record["nightly"]["eval_role"] == "selection" and record["nightly"]["verdict"] == "promoted"
 
 
@@ -120,12 +121,12 @@ def test_champion_timeline_is_paper_trading_while_in_charge(home):
     assert empty.entries == [] and empty.note
     run_retrain(_config(), home, steps=FakePipeline(trials=3).steps())
     champ = current_champion(home)
-    manifest_path = home / "exports" / f"{champ['run_id']}-champion" / "manifest.json"
+    manifest_path = home / "exports" / f"{champ.run_id}-champion" / "manifest.json"
     manifest = json.loads(manifest_path.read_text())
     manifest["bundle_id"] = "new-bundle"
     manifest_path.write_text(json.dumps(manifest))
     (entry,) = record_module.champion_timeline(home).entries
-    assert entry.current and entry.run_id == champ["run_id"] and entry.record is None  # not traded yet
+    assert entry.current and entry.run_id == champ.run_id and entry.record is None  # not traded yet
 
     with Journal.for_home(home) as journal:
         # a session of a bundle traded by hand (paper --bundle): 5 AAA bought at 10
@@ -137,7 +138,7 @@ def test_champion_timeline_is_paper_trading_while_in_charge(home):
         )
         # the champion's first session: AAA opened at 12 (the overnight gain is the old bundle's), sold at 11.9
         _paper_session(journal, "2099-01-02", "new-bundle", equity=110.0, holdings={"AAA": (5.0, 12.0)}, price=12.0,
-                       side="sell", fill_price=11.9, run_id=champ["run_id"])  # fmt: skip
+                       side="sell", fill_price=11.9, run_id=champ.run_id)  # fmt: skip
         journal.pnl(decision_ts=None, equity=109.5, cash=109.5, last_equity=110.0, holdings={})
     timeline = record_module.champion_timeline(home)
     old, new = sorted(timeline.entries, key=lambda e: e.run_id is None)[::-1]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from app.config import parse_config
-from app.nightly.decide import decide
+from app.gate import decide
 from app.nightly.pipeline import run_retrain
 from app.nightly.registry import current_champion, read_decisions
 from app.nightly.steps import warm_start_round
@@ -72,8 +72,8 @@ def test_real_pipeline_twice_on_tiny_synthetic_data(home, caplog):
     first = run_retrain(config, home)
     assert first.verdict == "promoted" and first.previous_champion is None
     champ = current_champion(home)
-    assert champ["run_id"] == first.challenger_run_id
-    policy = Policy.load(champ["policy_dir"])
+    assert champ.run_id == first.challenger_run_id
+    policy = Policy.load(champ.policy_dir)
     bundle = load_bundle(first.bundle, expect_tickers=list(policy.meta.tickers))  # hashes verified
     assert Path(first.bundle, "policy.onnx").is_file() and bundle is not None
 
@@ -114,13 +114,13 @@ def test_real_pipeline_twice_on_tiny_synthetic_data(home, caplog):
     )
     assert second_metrics["oos_test"]["looks"] == 2 and second_metrics["significance_level"] == 0.5
     edge = stated_verdict(MetricsDocument.parse(second_metrics))
-    assert rows[1]["scores"]["challenger_edge"] == edge.text == second.challenger_edge
+    assert rows[1]["scores"]["edge"] == edge.text == second.challenger_edge
     expected = decide(
         rows[1]["challenger_fitness"], rows[1]["champion_fitness"], edge, has_champion=True, margin=0.1
     )
     assert second.verdict == ("promoted" if expected.promote else "rejected")
     now = current_champion(home)
     if expected.promote:
-        assert now["run_id"] == second.challenger_run_id and Path(now["bundle"], "manifest.json").is_file()
+        assert now.run_id == second.challenger_run_id and Path(now.bundle, "manifest.json").is_file()
     else:
         assert now == champ

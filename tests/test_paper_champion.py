@@ -218,7 +218,7 @@ def test_promotion_during_a_cycle_finishes_on_the_old_bundle(alpaca_market):
 
     m.fake.on_order = promote_at_first_order
     first = trade_session(m, source, SESSIONS[0])
-    assert promoted and current_champion(m.home)["run_id"] == "run-b"
+    assert promoted and current_champion(m.home).run_id == "run-b"
     # the cycle that saw the promotion and the rest of the session: A's
     assert [r.bundle_id for r in first] == [m.id_a] * 3
     assert set(read_journal(m.home)["orders"]["bundle_id"]) == {m.id_a}
@@ -461,7 +461,7 @@ def test_retrain_killed_before_its_commit_is_never_traded(alpaca_market):
         cwd=ROOT, env=_subprocess_env(), capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert killed.returncode == -signal.SIGKILL, killed.stderr
-    assert current_champion(m.home)["run_id"] == "run-a"
+    assert current_champion(m.home).run_id == "run-a"
     second = trade_session(m, source, SESSIONS[1], cycles=2)
     assert [r.bundle_id for r in second] == [m.id_a] * 2 and events(m.home, "champion_switch").empty
     assert_books_balance(m)

@@ -62,9 +62,13 @@ def test_record_and_read_back(tmp_path):
     assert [r["id"] for r in read_decisions(tmp_path, limit=1)] == [second]
     champ = current_champion(tmp_path)
     # A rejection leaves the pointer on the decision that promoted it.
-    assert champ["run_id"] == "r1" and champ["decision_id"] == first and champ["info"] == {"dsr": 0.97}
+    assert (
+        champ.run_id == "r1"
+        and champ.decision_id == first
+        and champ.info.model_dump(exclude_none=True) == {"dsr": 0.97}
+    )
     third = record_decision(tmp_path, _decision("promoted", "r3"), _champion("r3"))
-    assert current_champion(tmp_path)["run_id"] == "r3" and current_champion(tmp_path)["decision_id"] == third
+    assert current_champion(tmp_path).run_id == "r3" and current_champion(tmp_path).decision_id == third
 
 
 def test_database_settings(tmp_path):
@@ -169,4 +173,4 @@ def test_a_writer_migrates_a_version_1_registry_in_place(tmp_path):
     assert "significance_level" in columns and "dsr_threshold" not in columns
     rows = read_decisions(tmp_path)
     assert [r["significance_level"] for r in rows] == [pytest.approx(0.05), None, pytest.approx(0.1)]
-    assert current_champion(tmp_path)["run_id"] == "r3"
+    assert current_champion(tmp_path).run_id == "r3"

@@ -96,7 +96,7 @@ def test_dry_run_lists_and_prune_removes_only_what_retention_allows(nights, caps
     left = sorted(p.name for p in (home / "runs").iterdir())
     assert left == ["my-experiment", *(f"nightly-202603{n:02d}-060000" for n in (6, 7, 8))]
     champion = current_champion(home)
-    assert Path(champion["bundle"]).is_dir() and Path(champion["policy_dir"]).is_dir()
+    assert Path(champion.bundle).is_dir() and Path(champion.policy_dir).is_dir()
     assert (home / "exports" / "nightly-20260306-060000-pod-0").is_dir()  # the predecessor's
     assert not list(home.rglob("*.pruning"))
     assert plan_prune(home, policy) == []  # nothing more is due

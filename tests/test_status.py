@@ -87,7 +87,7 @@ def test_healthy_loop(tmp_path, capsys):
         )
     state = gather_status(home, now=OPEN_NOW, cron="30 3 * * 1-5")
     assert state.healthy and state.loop == "ok" and not state.switch_pending
-    assert state.champion["run_id"] == "run-a" and state.champion["bundle_id"] == "b" * 64
+    assert state.champion.run_id == "run-a" and state.champion.bundle_id == "b" * 64
     assert state.last_decision["verdict"] == "rejected" and state.next_retrain == "2024-01-05T03:30:00-05:00"
     assert state.heartbeat_age_s == pytest.approx(300.0) and state.kill_switch["on"] is False
     # today's P&L: the journal's newest P&L row is from today's session

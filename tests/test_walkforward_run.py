@@ -22,7 +22,7 @@ import pytest
 from agents.tournament.leaderboard import read_events, read_pods
 from app.cli import main
 from app.config import config_to_toml, parse_config
-from app.nightly.decide import decide
+from app.gate import decide
 from app.runs import RunDir
 from backtests.looks import ledger_path, read_looks
 from backtests.verdict import EdgeVerdict

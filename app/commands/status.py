@@ -101,8 +101,8 @@ def status_lines(status: Any) -> list[str]:
     champ, last, beat = status.champion, status.last_decision, status.heartbeat
     lines = []
     if champ:
-        bundle = f"bundle {str(champ['bundle_id'])[:12]}" if champ.get("bundle_id") else "no readable bundle"
-        lines.append(f"champion      {champ['run_id']} ({bundle}) since {_when(champ['promoted_at'])}")
+        bundle = f"bundle {champ.bundle_id[:12]}" if champ.bundle_id else "no readable bundle"
+        lines.append(f"champion      {champ.run_id} ({bundle}) since {_when(champ.promoted_at)}")
     else:
         lines.append("champion      none yet (podracer retrain promotes the first)")
     if last:

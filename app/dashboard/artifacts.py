@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from agents.tournament import leaderboard as lb
+from app.champion import Champion
 from app.nightly import registry
 from app.nightly.record import ChampionTimeline, champion_timeline
 from app.paper import journal
@@ -214,7 +215,7 @@ def read_tournament(run_dir: Path) -> TournamentData:
         raise ArtifactCorrupt(f"{board}: {one_line(err)}") from err
 
 
-def read_nightly(home: Path) -> tuple[pd.DataFrame, dict[str, Any] | None]:
+def read_nightly(home: Path) -> tuple[pd.DataFrame, Champion | None]:
     """Promotion decisions (oldest first) and the current champion, via ``app.nightly.registry``."""
     if not (Path(home) / "registry.sqlite").is_file():
         raise ArtifactMissing(
@@ -228,7 +229,7 @@ def read_nightly(home: Path) -> tuple[pd.DataFrame, dict[str, Any] | None]:
         raise
     except Exception as err:  # noqa: BLE001 - any reader failure becomes one line on the page
         raise ArtifactCorrupt(f"{Path(home) / 'registry.sqlite'}: {one_line(err)}") from err
-    return decisions, (dict(champion) if champion else None)
+    return decisions, champion
 
 
 def read_paper(home: Path) -> dict[str, pd.DataFrame]:

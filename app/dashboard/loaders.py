@@ -16,6 +16,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
+from app.champion import Champion
 from app.dashboard import artifacts
 from app.runs import RunDir, RunInfo
 from app.walkforward.record import FoldRecord
@@ -154,13 +155,13 @@ def _fold_records(run_dir: str, sig: tuple) -> list[FoldRecord]:
 # --------------------------------------------------------------------------- home-level stores
 
 
-def nightly(home: Path) -> tuple[pd.DataFrame, dict[str, Any] | None]:
+def nightly(home: Path) -> tuple[pd.DataFrame, Champion | None]:
     """Nightly decisions and the current champion (cached until the registry changes)."""
     return _nightly(str(home), signature(Path(home) / "registry.sqlite", Path(home) / "champion.json"))
 
 
 @st.cache_data(max_entries=4, show_spinner=False)
-def _nightly(home: str, sig: tuple) -> tuple[pd.DataFrame, dict[str, Any] | None]:
+def _nightly(home: str, sig: tuple) -> tuple[pd.DataFrame, Champion | None]:
     return artifacts.read_nightly(Path(home))
 
 

@@ -27,8 +27,10 @@ def folds_frame(records: Sequence[FoldRecord]) -> pd.DataFrame:
                 "train": f"{w['train'][0]} .. {w['train'][1]}",
                 "validation": f"{w['valid'][0]} .. {w['valid'][1]}",
                 "pods tried": r.pods_tried,
-                "gate Sharpe (challenger)": gate.challenger.get("sharpe_ratio"),
-                "gate Sharpe (incumbent)": (gate.incumbent or {}).get("sharpe_ratio"),
+                "gate Sharpe (challenger)": gate.challenger.sharpe_ratio,
+                "gate Sharpe (incumbent)": gate.incumbent.sharpe_ratio
+                if gate.incumbent is not None
+                else None,
                 "gate": "promoted" if r.promoted else "kept",
                 "in charge": r.in_charge_label(),
                 "test return": test.period_return,

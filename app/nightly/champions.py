@@ -2,7 +2,7 @@
 
 The paper loop (``app.paper.champion``) follows the champion through this module, not through the
 registry's own (``app.nightly.registry``), whose tables, schema and writers are nightly's business.
-The pointer is a plain dict (the keys of ``app.nightly.registry.Champion`` plus ``decision_id``).
+The pointer is an ``app.champion.Champion`` (with the ``decision_id`` that promoted it).
 """
 
 from __future__ import annotations

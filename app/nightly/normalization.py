@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from app.champion import Champion
 from app.runs import RunDir
 from data.errors import DataError, PodracerError
 from data.features import check_spec, compute_features, normalize
@@ -42,25 +43,25 @@ def _read(path: Path) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def champion_feature_spec(champion: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str]:
+def champion_feature_spec(champion: Champion) -> tuple[dict[str, Any] | None, str]:
     """``(feature spec, where it came from)`` of a registry champion; ``(None, reason)`` if none is found."""
     candidates: list[tuple[str, Any]] = []
-    policy_dir = Path(str(champion.get("policy_dir") or ""))
+    policy_dir = Path(champion.policy_dir)
     candidates.append((f"{policy_dir / SPEC_FILE}", lambda: _read(policy_dir / SPEC_FILE)))
-    if champion.get("bundle"):
-        bundle = Path(str(champion["bundle"]))
+    if champion.bundle:
+        bundle = Path(champion.bundle)
         candidates.append(
             (
                 f"{bundle / 'manifest.json'}",
                 lambda: (_read(bundle / "manifest.json") or {}).get("feature_spec"),
             )
         )
-    run_dir = (champion.get("info") or {}).get("run_dir")
-    if run_dir:
+    run_dir = champion.run_dir
+    if run_dir is not None:
 
         def from_record() -> Any:
             try:
-                return RunDir.at(Path(run_dir)).info().feature_spec
+                return RunDir.at(run_dir).info().feature_spec
             except PodracerError:
                 return None
 

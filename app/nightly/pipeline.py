@@ -9,7 +9,7 @@
    current champion's weights (the rest of the pool explores as usual);
 3. **evaluate**: challenger and champion backtested together on the TEST window, the most recent
    sessions, which neither the tournament's selection nor (checked) the challenger's training saw;
-4. **decide** (``app.nightly.decide``): promote only if the challenger's fitness beats the
+4. **decide** (``app.gate``, the gate walk-forward replays too): promote only if the challenger's fitness beats the
    champion's by ``nightly.margin`` AND its out-of-sample test on the test window says "edge
    significant out of sample" at ``nightly.significance_level`` (``backtests.verdict``, the rule of
    ``podracer backtest``), every earlier look at an overlapping window of the same market counted by
@@ -31,7 +31,8 @@ recorded as a ``failed`` decision (best effort) and raised as a one-line :class:
 A run past ``[nightly] max_minutes`` is such a failure (``app.nightly.budget``): it is stopped
 wherever it waits, recorded as failed with the budget as its reason, and its lock released.
 
-This module is the orchestration: the lock, the order of the steps, the decision and the record. The
+This module is the orchestration: the lock, the order of the steps and the record; the decision is
+``app.gate.judge_challenger``'s, recorded as it is (``DecisionRecord.decided``). The
 data, tournament, evaluation and export steps live in ``app.nightly.steps``; they are injectable
 (``RetrainSteps``) so tests drive every branch with fakes, and the real ones are
 ``steps.default_steps``.
@@ -49,12 +50,19 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from app.champion import Champion, ChampionNote
+from app.gate import GateResult, GateRule, judge_challenger
 from app.nightly.budget import time_budget
-from app.nightly.decide import decide, decision_record, failure_record, finite, overlap_note
 from app.nightly.lock import RETRAIN_LOCK_NAME, ProcessLock
 from app.nightly.record import SELECTION
-from app.nightly.registry import Champion, current_champion, record_decision
-from app.nightly.steps import RetrainSteps, default_steps, gate_significance_level, keep_champion_copy
+from app.nightly.registry import (
+    DecisionRecord,
+    DecisionRuns,
+    DecisionWindows,
+    current_champion,
+    record_decision,
+)
+from app.nightly.steps import ChallengerRun, DataSnapshot, RetrainSteps, default_steps, keep_champion_copy
 from app.retention import prune
 from app.runs import RunDir
 from data.errors import ConfigError, PodracerError, one_line
@@ -103,6 +111,31 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
+@dataclass
+class _Progress:
+    """What a retrain has established so far (its failure row records whatever it holds)."""
+
+    started_at: str
+    t0: float
+    rule: GateRule
+    champion: Champion | None
+    inputs: dict[str, Any]
+    step: str = "update_data"
+    windows: DecisionWindows | None = None
+    challenger: ChallengerRun | None = None
+    gate: GateResult | None = None
+
+    @property
+    def runs(self) -> DecisionRuns:
+        return DecisionRuns(
+            challenger=self.challenger.run_id if self.challenger is not None else None,
+            champion=self.champion.run_id if self.champion is not None else None,
+        )
+
+    def inputs_now(self) -> dict[str, Any]:
+        return {**self.inputs, "duration_s": round(time.monotonic() - self.t0, 3)}
+
+
 def run_retrain(
     config: Any,
     home: str | os.PathLike[str],
@@ -119,26 +152,10 @@ def run_retrain(
     unknown = set(faults) - set(STEPS)
     if unknown:
         raise ConfigError(f"unknown retrain step(s) {sorted(unknown)}; steps are {', '.join(STEPS)}")
-    nightly = config.nightly
-    fitness = nightly.fitness or config.tournament.fitness
     with (
         ProcessLock(home / LOCK_NAME, command="podracer retrain"),
-        time_budget(nightly.max_minutes) as budget,
+        time_budget(config.nightly.max_minutes) as budget,
     ):
-        started_at, t0 = _now(), time.monotonic()
-        champion = current_champion(home)
-        champion_id = champion["run_id"] if champion else None
-        info: dict[str, Any] = {
-            "fitness": fitness,
-            "margin": nightly.margin,
-            "significance_level": gate_significance_level(config),
-            "champion_run_id": champion_id,
-        }
-        inputs: dict[str, Any] = {
-            "config": config.model_dump(mode="json") if hasattr(config, "model_dump") else {},
-            "pid": os.getpid(),
-        }
-        step = "update_data"
 
         def reached(name: str) -> None:
             hook = faults.get(name)
@@ -146,139 +163,163 @@ def run_retrain(
                 hook()
             budget.check()  # off the main thread the timer cannot interrupt a step: check between them
 
+        progress = _Progress(
+            started_at=_now(),
+            t0=time.monotonic(),
+            rule=GateRule.of_config(config),
+            champion=current_champion(home),
+            inputs={
+                "config": config.model_dump(mode="json") if hasattr(config, "model_dump") else {},
+                "pid": os.getpid(),
+            },
+        )
         try:
-            data = steps.update_data(config, home)
-            windows = {k: tuple(v) for k, v in data.windows.items()}
-            info.update(
-                data_start=(windows.get("full") or windows["train"])[0],
-                data_end=(windows.get("full") or windows["test"])[1],
-                selection_start=windows["valid"][0],
-                selection_end=windows["valid"][1],
-                eval_start=windows["test"][0],
-                eval_end=windows["test"][1],
-            )
-            inputs.update(data_source=data.source, data_update=dict(data.update), windows=windows)
-            # By construction (whole-session splits) selection ends before evaluation starts: a
-            # data layer that broke this would let the test window leak into selection.
-            if not windows["valid"][1] < windows["test"][0] or not windows["train"][1] < windows["valid"][0]:
-                raise PodracerError(f"windows overlap: {windows} (train < valid < test required)")
-            reached("update_data")
-
-            step = "tournament"
-            challenger = steps.tournament(config, home, data, champion)
-            info["challenger_run_id"] = challenger.run_id
-            inputs.update(run_trials=challenger.num_trials, warm_started_from=challenger.warm_started_from)
-            reached("tournament")
-
-            step = "evaluate"
-            eval_window = (info["eval_start"], info["eval_end"])
-            evaluation = steps.evaluate(config, home, data, challenger, champion)
-            edge = evaluation.edge
-            scores = {
-                # The gate decides on these figures: they are selection figures, not out-of-sample
-                # ones (app.nightly.record: paper trading since promotion is the out-of-sample record).
-                "role": SELECTION,
-                "challenger": dict(evaluation.challenger),
-                "champion": dict(evaluation.champion) if evaluation.champion is not None else None,
-                "challenger_test": evaluation.test.model_dump(exclude_unset=True) if evaluation.test else {},
-                "challenger_edge": edge.text if edge is not None else None,
-            }
-            # The DSR over the looks counted: the Sharpe half of the significance check.
-            test = evaluation.test
-            info["num_trials"] = (test.looks if test is not None else None) or 1
-            ch_fit = finite(evaluation.challenger.get("fitness"))
-            champ_fit = (
-                finite(evaluation.champion.get("fitness")) if evaluation.champion is not None else None
-            )
-            ch_dsr = test.psr_after_looks if test is not None else None
-            info.update(challenger_fitness=ch_fit, champion_fitness=champ_fit, challenger_dsr=ch_dsr)
-            reached("evaluate")
-
-            step = "decide"
-            promotion = decide(
-                ch_fit,
-                champ_fit,
-                edge,
-                has_champion=champion is not None,
-                margin=nightly.margin,
-                first_promotion=nightly.first_promotion,
-                fitness=fitness,
-            )
-            reason = promotion.reason + overlap_note(champion, eval_window[0])
-            reached("decide")
-
-            bundle: Path | None = None
-            new_champion: Champion | None = None
-            if promotion.promote:
-                step = "export"
-                if nightly.export:
-                    bundle = steps.export(config, home, challenger)
-                policy_copy = keep_champion_copy(home, challenger)
-                new_champion = Champion(
-                    run_id=challenger.run_id,
-                    policy_dir=str(policy_copy),
-                    promoted_at=_now(),
-                    bundle=str(bundle) if bundle else None,
-                    fitness=fitness,
-                    fitness_value=ch_fit,
-                    selection_end=info["selection_end"],
-                    eval_start=info["eval_start"],
-                    eval_end=info["eval_end"],
-                    info={
-                        "run_dir": str(challenger.run_dir),
-                        "challenger_dsr": ch_dsr,
-                        "challenger_edge": scores["challenger_edge"],
-                        "previous_champion": champion_id,
-                        # fitness_value / challenger_dsr / challenger_edge were measured on the window
-                        # the gate decided on: selection figures.
-                        "eval_role": SELECTION,
-                    },
-                )
-                reached("export")
-
-            step = "record"
-            decision = decision_record(
-                started_at=started_at,
-                decided_at=_now(),
-                promotion=promotion,
-                reason=reason,
-                info=info,
-                bundle=str(bundle) if bundle else None,
-                inputs={**inputs, "duration_s": round(time.monotonic() - t0, 3)},
-                scores=scores,
-            )
-            decision_id = record_decision(home, decision, new_champion, before_commit=faults.get("record"))
-            _label_run(challenger.run_dir, promotion.promote, decision_id)
+            decision_id, bundle = _retrain_steps(config, home, steps, progress, reached, faults.get("record"))
         except BaseException as err:
-            _record_failure(home, started_at, step, err, info, inputs, t0)
-            if isinstance(err, KeyboardInterrupt | SystemExit):
+            error = _failed(home, progress, err)
+            if error is err:
                 raise
-            kept = f"champion {champion_id} kept" if champion_id else "no champion yet"
-            error = RetrainError(f"retrain failed at step {step}: {one_line(err)} ({kept})")
-            if isinstance(err, ConfigError):
-                error.exit_code = err.exit_code  # the user's to fix, like any config error
             raise error from err
-
-    outcome = RetrainOutcome(
-        decision_id=decision_id,
-        verdict=decision.verdict,
-        reason=reason,
-        challenger_run_id=challenger.run_id,
-        previous_champion=champion_id,
-        champion=challenger.run_id if promotion.promote else champion_id,
-        bundle=str(bundle) if bundle else None,
-        fitness=fitness,
-        challenger_fitness=ch_fit,
-        champion_fitness=champ_fit,
-        challenger_edge=scores["challenger_edge"],
-        eval_window=(info["eval_start"], info["eval_end"]),
-        duration_s=round(time.monotonic() - t0, 3),
-    )
+    outcome = _outcome(progress, decision_id, bundle)
     log.info("retrain %s: %s", outcome.verdict, outcome.reason)
     retention = getattr(config, "retention", None)
     if retention is not None and retention.after_retrain:
         _prune_after(home, retention)
     return outcome
+
+
+def _retrain_steps(
+    config: Any,
+    home: Path,
+    steps: RetrainSteps,
+    progress: _Progress,
+    reached: Callable[[str], None],
+    before_commit: Callable[[], None] | None,
+) -> tuple[int, Path | None]:
+    """The steps in order, each recording in ``progress`` what it established; returns the decision's
+    id and the bundle exported on promotion."""
+    data = steps.update_data(config, home)
+    progress.windows = DecisionWindows.of(data.windows)
+    progress.inputs.update(
+        data_source=data.source,
+        data_update=dict(data.update),
+        windows={k: tuple(v) for k, v in data.windows.items()},
+    )
+    _check_windows(data)
+    reached("update_data")
+
+    progress.step = "tournament"
+    challenger = progress.challenger = steps.tournament(config, home, data, progress.champion)
+    progress.inputs.update(run_trials=challenger.num_trials, warm_started_from=challenger.warm_started_from)
+    reached("tournament")
+
+    progress.step = "evaluate"
+    evaluation = steps.evaluate(config, home, data, challenger, progress.champion)
+    reached("evaluate")
+
+    progress.step = "decide"
+    gate = progress.gate = judge_challenger(
+        progress.rule, evaluation, progress.champion, window=progress.windows.evaluation
+    )
+    reached("decide")
+
+    bundle: Path | None = None
+    new_champion: Champion | None = None
+    if gate.promote:
+        progress.step = "export"
+        if config.nightly.export:
+            bundle = steps.export(config, home, challenger)
+        new_champion = _promoted(home, challenger, gate, progress, bundle)
+        reached("export")
+
+    progress.step = "record"
+    decision = DecisionRecord.decided(
+        gate,
+        started_at=progress.started_at,
+        decided_at=_now(),
+        runs=progress.runs,
+        windows=progress.windows,
+        bundle=str(bundle) if bundle else None,
+        inputs=progress.inputs_now(),
+        # The gate decided on these figures: selection figures, not out-of-sample ones
+        # (app.nightly.record: paper trading since promotion is the out-of-sample record).
+        role=SELECTION,
+    )
+    decision_id = record_decision(home, decision, new_champion, before_commit=before_commit)
+    _label_run(challenger.run_dir, gate.promote, decision_id)
+    return decision_id, bundle
+
+
+def _check_windows(data: DataSnapshot) -> None:
+    """By construction (whole-session splits) selection ends before evaluation starts: a data layer
+    that broke this would let the test window leak into selection."""
+    windows = {k: tuple(v) for k, v in data.windows.items()}
+    if not windows["valid"][1] < windows["test"][0] or not windows["train"][1] < windows["valid"][0]:
+        raise PodracerError(f"windows overlap: {windows} (train < valid < test required)")
+
+
+def _promoted(
+    home: Path, challenger: ChallengerRun, gate: GateResult, progress: _Progress, bundle: Path | None
+) -> Champion:
+    """The new champion pointer: an immutable copy of the challenger's policy and why it won."""
+    windows = progress.windows
+    assert windows is not None  # set by the update_data step
+    policy_copy = keep_champion_copy(home, challenger)
+    return Champion(
+        run_id=challenger.run_id,
+        policy_dir=str(policy_copy),
+        promoted_at=_now(),
+        bundle=str(bundle) if bundle else None,
+        fitness=gate.fitness,
+        fitness_value=gate.challenger_fitness,
+        selection_end=windows.selection[1],
+        eval_start=windows.evaluation[0],
+        eval_end=windows.evaluation[1],
+        # fitness_value / challenger_dsr / challenger_edge were measured on the window the gate
+        # decided on: selection figures.
+        info=ChampionNote(
+            run_dir=str(challenger.run_dir),
+            challenger_dsr=gate.psr_after_looks,
+            challenger_edge=gate.edge,
+            previous_champion=progress.runs.champion,
+            eval_role=SELECTION,
+        ),
+    )
+
+
+def _outcome(progress: _Progress, decision_id: int, bundle: Path | None) -> RetrainOutcome:
+    gate, challenger, windows = progress.gate, progress.challenger, progress.windows
+    assert gate is not None and challenger is not None and windows is not None  # the steps ran
+    champion_id = progress.runs.champion
+    return RetrainOutcome(
+        decision_id=decision_id,
+        verdict="promoted" if gate.promote else "rejected",
+        reason=gate.reason or "",
+        challenger_run_id=challenger.run_id,
+        previous_champion=champion_id,
+        champion=challenger.run_id if gate.promote else champion_id,
+        bundle=str(bundle) if bundle else None,
+        fitness=progress.rule.fitness,
+        challenger_fitness=gate.challenger_fitness,
+        champion_fitness=gate.incumbent_fitness,
+        challenger_edge=gate.edge,
+        eval_window=windows.evaluation,
+        duration_s=round(time.monotonic() - progress.t0, 3),
+    )
+
+
+def _failed(home: Path, progress: _Progress, err: BaseException) -> BaseException:
+    """Record the failure (best effort), and the error to raise: a one-line :class:`RetrainError`
+    (an interrupt or exit as it is)."""
+    _record_failure(home, progress, err)
+    if isinstance(err, KeyboardInterrupt | SystemExit):
+        return err
+    champion_id = progress.runs.champion
+    kept = f"champion {champion_id} kept" if champion_id else "no champion yet"
+    error = RetrainError(f"retrain failed at step {progress.step}: {one_line(err)} ({kept})")
+    if isinstance(err, ConfigError):
+        error.exit_code = err.exit_code  # the user's to fix, like any config error
+    return error
 
 
 def _prune_after(home: Path, retention: Any) -> None:
@@ -310,26 +351,21 @@ def _label_run(run_dir: Path, promoted: bool, decision_id: int) -> None:
         log.warning("could not label run %s: %s", run_dir, one_line(err))
 
 
-def _record_failure(
-    home: Path,
-    started_at: str,
-    step: str,
-    err: BaseException,
-    info: Mapping[str, Any],
-    inputs: Mapping[str, Any],
-    t0: float,
-) -> None:
+def _record_failure(home: Path, progress: _Progress, err: BaseException) -> None:
     """Best effort: a ``failed`` decision row, never touching the champion pointer."""
     try:
         record_decision(
             home,
-            failure_record(
-                started_at=started_at,
+            DecisionRecord.failed(
+                started_at=progress.started_at,
                 decided_at=_now(),
-                step=step,
+                step=progress.step,
                 reason=one_line(err) or type(err).__name__,
-                info=info,
-                inputs={**inputs, "duration_s": round(time.monotonic() - t0, 3)},
+                rule=progress.rule,
+                runs=progress.runs,
+                windows=progress.windows,
+                gate=progress.gate,
+                inputs=progress.inputs_now(),
             ),
         )
     except Exception as record_err:  # noqa: BLE001 - the original failure is what the user must see

@@ -100,7 +100,7 @@ def champion_timeline(home: str | os.PathLike[str]) -> ChampionTimeline:
                 bundle=bundle,
                 promoted_at=promotion.get("decided_at"),
                 decision_id=promotion.get("id"),
-                current=bool(current and current.get("decision_id") == promotion.get("id")),
+                current=bool(current and current.decision_id == promotion.get("id")),
                 record=record,
             )
         )

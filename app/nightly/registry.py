@@ -24,13 +24,17 @@ import contextlib
 import json
 import os
 import sqlite3
-from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
+from pydantic import ValidationError
+
+from app.champion import Champion
+from app.gate import GateResult, GateRule
 from data import sqlite
-from data.errors import PodracerError
+from data.errors import PodracerError, one_line
 from data.scrub import scrub, scrub_all
 
 REGISTRY_NAME = "registry.sqlite"
@@ -106,6 +110,63 @@ def _locked(err: sqlite3.Error) -> bool:
 
 
 @dataclass(frozen=True)
+class DecisionRuns:
+    """The run ids of a decision: tonight's challenger (None before the tournament made it) and the
+    champion in charge when it was taken."""
+
+    challenger: str | None = None
+    champion: str | None = None
+
+    def columns(self) -> dict[str, str | None]:
+        """As ``decisions`` columns."""
+        return {"challenger_run_id": self.challenger, "champion_run_id": self.champion}
+
+
+@dataclass(frozen=True)
+class DecisionWindows:
+    """The windows of a retrain (first and last session, ISO): the data loaded, the selection (the
+    tournament's validation window) and the gate's evaluation window."""
+
+    data: tuple[str, str]
+    selection: tuple[str, str]
+    evaluation: tuple[str, str]
+
+    @classmethod
+    def of(cls, windows: Mapping[str, tuple[str, str]]) -> DecisionWindows:
+        """From a data snapshot's ``train``/``valid``/``test`` (+ ``full``) windows."""
+        full = windows.get("full")
+        first, last = (full or windows["train"])[0], (full or windows["test"])[1]
+        (valid_first, valid_last), (test_first, test_last) = windows["valid"], windows["test"]
+        return cls(
+            data=(first, last), selection=(valid_first, valid_last), evaluation=(test_first, test_last)
+        )
+
+    def columns(self) -> dict[str, str]:
+        """As ``decisions`` columns."""
+        return {
+            "data_start": self.data[0],
+            "data_end": self.data[1],
+            "selection_start": self.selection[0],
+            "selection_end": self.selection[1],
+            "eval_start": self.evaluation[0],
+            "eval_end": self.evaluation[1],
+        }
+
+
+def _gate_columns(gate: GateResult) -> dict[str, Any]:
+    """The ``decisions`` columns the gate's answer fills."""
+    return {
+        "fitness": gate.fitness,
+        "challenger_fitness": gate.challenger_fitness,
+        "champion_fitness": gate.incumbent_fitness,
+        "margin": gate.margin,
+        "challenger_dsr": gate.psr_after_looks,
+        "significance_level": gate.significance_level,
+        "num_trials": gate.num_trials,
+    }
+
+
+@dataclass(frozen=True)
 class DecisionRecord:
     """One retrain decision, as stored in ``decisions`` (JSON-able ``inputs``/``scores``)."""
 
@@ -132,22 +193,78 @@ class DecisionRecord:
     bundle: str | None = None
     inputs: dict[str, Any] = field(default_factory=dict)
     scores: dict[str, Any] = field(default_factory=dict)
+    gate: GateResult | None = None  # the gate's answer: stored as ``scores`` (with its ``role``)
+
+    @classmethod
+    def decided(
+        cls,
+        gate: GateResult,
+        *,
+        started_at: str,
+        decided_at: str,
+        runs: DecisionRuns,
+        windows: DecisionWindows,
+        bundle: str | None,
+        inputs: dict[str, Any],
+        role: str,
+    ) -> DecisionRecord:
+        """The row of the gate's answer ``gate`` (``role``: what its figures were to the gate)."""
+        return cls(
+            started_at=started_at,
+            decided_at=decided_at,
+            verdict="promoted" if gate.promote else "rejected",
+            reason=gate.reason or "",
+            step="decide",
+            **runs.columns(),
+            **_gate_columns(gate),
+            **windows.columns(),
+            bundle=bundle,
+            inputs=inputs,
+            scores={"role": role},
+            gate=gate,
+        )
+
+    @classmethod
+    def failed(
+        cls,
+        *,
+        started_at: str,
+        decided_at: str,
+        step: str,
+        reason: str,
+        rule: GateRule,
+        runs: DecisionRuns,
+        windows: DecisionWindows | None,
+        gate: GateResult | None,
+        inputs: dict[str, Any],
+    ) -> DecisionRecord:
+        """The ``failed`` row of a retrain that stopped at ``step``: what it had established by then."""
+        return cls(
+            started_at=started_at,
+            decided_at=decided_at,
+            verdict="failed",
+            reason=reason,
+            step=step,
+            inputs=inputs,
+            **runs.columns(),
+            **{"fitness": rule.fitness, "margin": rule.margin, "significance_level": rule.significance_level}
+            | (_gate_columns(gate) if gate is not None else {})
+            | (windows.columns() if windows is not None else {}),
+        )
+
+    def row(self) -> dict[str, Any]:
+        """The ``decisions`` columns of this record; the gate's answer is its ``scores``."""
+        row = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "gate"}
+        if self.gate is not None:
+            row["scores"] = {**row["scores"], **self.gate.model_dump(mode="json", exclude_unset=True)}
+        return row
 
 
-@dataclass(frozen=True)
-class Champion:
-    """The champion pointer's content (``decision_id`` is filled in by :func:`record_decision`)."""
-
-    run_id: str
-    policy_dir: str
-    promoted_at: str
-    bundle: str | None = None
-    fitness: str | None = None
-    fitness_value: float | None = None
-    selection_end: str | None = None
-    eval_start: str | None = None
-    eval_end: str | None = None
-    info: dict[str, Any] = field(default_factory=dict)
+#: The ``champion`` table's columns a :class:`Champion` fills (``decision_id`` and ``slot`` are the writer's).
+_CHAMPION_COLUMNS = frozenset(
+    ("run_id", "policy_dir", "bundle", "promoted_at", "fitness", "fitness_value", "selection_end")
+    + ("eval_start", "eval_end", "info")
+)
 
 
 def registry_path(home: str | os.PathLike[str]) -> Path:
@@ -211,7 +328,7 @@ def record_decision(
     Returns the decision id. ``before_commit`` runs inside the transaction just before COMMIT (tests
     inject crashes there); if it raises, nothing is written.
     """
-    row = asdict(decision)
+    row = decision.row()
     # Secrets masked (data.scrub): a reason quotes the error that failed the retrain.
     row["reason"] = scrub(row["reason"])
     row["inputs"] = scrub(json.dumps(row["inputs"], sort_keys=True, default=str))
@@ -222,7 +339,7 @@ def record_decision(
         cur = conn.execute(f"INSERT INTO decisions ({cols}) VALUES ({marks})", row)
         decision_id = int(cur.lastrowid)
         if champion is not None:
-            champ = asdict(champion)
+            champ = champion.model_dump(mode="json", include=_CHAMPION_COLUMNS)
             champ["info"] = json.dumps(champ["info"], sort_keys=True, default=str)
             champ["decision_id"] = decision_id
             champ["slot"] = 1
@@ -283,6 +400,39 @@ def read_decisions(home: str | os.PathLike[str], *, limit: int | None = None) ->
     return [scrub_all(_current_names(_decode(r, ("inputs", "scores")))) for r in rows]
 
 
+def decision_gate(row: Mapping[str, Any]) -> GateResult | None:
+    """The gate's answer a :func:`read_decisions` row records (None: a ``failed`` row). A row written
+    before the gate was one model (its ``scores`` held ``challenger_edge``, ``challenger_test``,
+    ``challenger`` and ``champion``) reads too."""
+    if row.get("verdict") not in ("promoted", "rejected"):
+        return None
+    scores = {k: v for k, v in (row.get("scores") or {}).items() if k != "role"}
+    if "challenger_edge" in scores or "challenger_test" in scores:
+        scores = {
+            "edge": scores.get("challenger_edge"),
+            "oos_test": scores.get("challenger_test") or None,
+            "challenger": scores.get("challenger") or {},
+            "incumbent": scores.get("champion"),
+        }
+    columns = {
+        "promote": row["verdict"] == "promoted",
+        "reason": row.get("reason"),
+        "fitness": row.get("fitness"),
+        "window": (row["eval_start"], row["eval_end"])
+        if row.get("eval_start") and row.get("eval_end")
+        else None,
+        "challenger_fitness": row.get("challenger_fitness"),
+        "incumbent_fitness": row.get("champion_fitness"),
+        "margin": row.get("margin"),
+        "significance_level": row.get("significance_level"),
+        "psr_after_looks": row.get("challenger_dsr"),
+    }
+    try:
+        return GateResult.model_validate({**columns, **scores})
+    except ValidationError as err:
+        raise RegistryError(f"decision {row.get('id')}: malformed gate figures ({one_line(err)})") from None
+
+
 def _current_names(row: dict[str, Any]) -> dict[str, Any]:
     """A ``decisions`` row of a file no writer has migrated yet, under the current column names
     (what :data:`MIGRATIONS` would do to it)."""
@@ -292,10 +442,8 @@ def _current_names(row: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def current_champion(
-    home: str | os.PathLike[str], *, timeout: float = sqlite.TIMEOUT_S
-) -> dict[str, Any] | None:
-    """The current champion (keys of :class:`Champion` plus ``decision_id``), or None if none yet.
+def current_champion(home: str | os.PathLike[str], *, timeout: float = sqlite.TIMEOUT_S) -> Champion | None:
+    """The current champion (``app.champion.Champion``, with its ``decision_id``), or None if none yet.
 
     ``timeout``: seconds to wait for a writer's lock before :class:`RegistryBusy`."""
     with _reader(home, timeout) as conn:
@@ -310,4 +458,11 @@ def current_champion(
         return None
     out = _decode(row, ("info",))
     out.pop("slot", None)
-    return out
+    if not isinstance(out.get("info"), dict):
+        out["info"] = {}
+    try:
+        return Champion.model_validate(out)
+    except ValidationError as err:
+        raise RegistryError(
+            f"registry {registry_path(home)}: malformed champion row ({one_line(err)})"
+        ) from None

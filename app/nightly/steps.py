@@ -40,18 +40,18 @@ import torch
 from agents.ensemble import is_ensemble, load_policy
 from agents.tournament import pod
 from agents.tournament.orchestrator import run_tournament
+from app.champion import Champion
 from app.config import config_to_toml, to_env_params, to_tournament_args
 from app.ensemble import ensemble_step
 from app.evaluation import check_policy_fits, count_look, look_arguments, market_identity, policy_digest
 from app.export import export_bundle
-from app.nightly.decide import finite
+from app.gate import Evaluation, GateRule, finite
 from app.nightly.normalization import SPEC_FILE, champion_feature_spec, with_feature_spec
 from app.nightly.record import SELECTION
 from app.runs import RunDir
 from app.workflows.backtest import selection_inputs
 from backtests import capacity, engine, report, scoring
-from backtests.metrics_model import OosTest
-from backtests.verdict import EdgeVerdict, stated_verdict
+from backtests.verdict import stated_verdict
 from data.atomic import atomic_write_json, replace_dir
 from data.errors import CheckpointError, ConfigError, PodracerError
 from data.loader import load_market
@@ -90,25 +90,12 @@ class ChallengerRun:
 
 
 @dataclass(frozen=True)
-class Evaluation:
-    """Challenger and champion on the same evaluation window, and the challenger's out-of-sample test
-    there (the gate's significance check)."""
-
-    fitness: str  # "sharpe", "return" or "calmar"
-    window: tuple[str, str]
-    challenger: Mapping[str, float | None]  # metrics, incl. "fitness"
-    champion: Mapping[str, float | None] | None  # None when there is no champion yet
-    edge: EdgeVerdict | None  # the challenger's verdict (backtests.verdict), None without a test
-    test: OosTest | None = None  # its metrics.json "oos_test" block (None without one)
-
-
-@dataclass(frozen=True)
 class RetrainSteps:
     """The pipeline's steps; replace any of them (tests, other data sources)."""
 
     update_data: Callable[[Any, Path], DataSnapshot]
-    tournament: Callable[[Any, Path, DataSnapshot, Mapping[str, Any] | None], ChallengerRun]
-    evaluate: Callable[[Any, Path, DataSnapshot, ChallengerRun, Mapping[str, Any] | None], Evaluation]
+    tournament: Callable[[Any, Path, DataSnapshot, Champion | None], ChallengerRun]
+    evaluate: Callable[[Any, Path, DataSnapshot, ChallengerRun, Champion | None], Evaluation]
     export: Callable[[Any, Path, ChallengerRun], Path]
 
 
@@ -220,20 +207,18 @@ def warm_start_round(task: Any, ctx: Any, *, champion_dir: str, warm_pods: int) 
     return pod.learner_round(task, ctx)
 
 
-def gated_on_tonight(champion: Mapping[str, Any], data: DataSnapshot) -> bool:
+def gated_on_tonight(champion: Champion, data: DataSnapshot) -> bool:
     """Whether the champion's gate window (``eval_end``, the last session its promotion read; its
     ancestors' gates read earlier sessions) reaches into tonight's gate window (``test``). A champion
     that records no gate window counts as gated on it (no warm start rather than a leak)."""
     tonight = data.windows.get("test")
     if tonight is None:
         return False
-    gated_end = champion.get("eval_end")
+    gated_end = champion.eval_end
     return gated_end is None or str(gated_end) >= str(tonight[0])
 
 
-def tournament_step(
-    config: Any, home: Path, data: DataSnapshot, champion: Mapping[str, Any] | None
-) -> ChallengerRun:
+def tournament_step(config: Any, home: Path, data: DataSnapshot, champion: Champion | None) -> ChallengerRun:
     """Step 2: a tournament on train/valid in a new run, warm-started from the champion."""
     base_id = "nightly-" + time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     run = RunDir(home, base_id)
@@ -246,25 +231,25 @@ def tournament_step(
     args = to_tournament_args(config)
     round_fn: Any = pod.learner_round
     warm_from = None
-    if champion is not None and is_ensemble(champion["policy_dir"]):
+    if champion is not None and is_ensemble(champion.policy_dir):
         # An ensemble has no single network (nor optimizer state) to continue training from.
-        log.info("champion %s is an ensemble: no warm start", champion["run_id"])
+        log.info("champion %s is an ensemble: no warm start", champion.run_id)
     elif champion is not None and config.nightly.warm_start_pods > 0 and gated_on_tonight(champion, data):
         # Its weights were gated on sessions tonight's gate reads again: a warm-started challenger
         # would be judged "out of sample" on sessions its ancestry was selected on.
         log.info(
             "champion %s was gated on sessions up to %s, tonight's gate window starts %s: no warm start",
-            champion["run_id"],
-            champion.get("eval_end"),
+            champion.run_id,
+            champion.eval_end,
             data.windows["test"][0],
         )
     elif champion is not None and config.nightly.warm_start_pods > 0:
         round_fn = functools.partial(
             warm_start_round,
-            champion_dir=str(champion["policy_dir"]),
+            champion_dir=champion.policy_dir,
             warm_pods=config.nightly.warm_start_pods,
         )
-        warm_from = str(champion["run_id"])
+        warm_from = champion.run_id
     run_dir.mkdir(parents=True)
     run.update(
         windows={k: list(v) for k, v in data.windows.items() if k != "full"},
@@ -310,19 +295,19 @@ def score_step(
     home: Path,
     data: DataSnapshot,
     challenger: ChallengerRun,
-    champion: Mapping[str, Any] | None,
+    champion: Champion | None,
 ) -> Evaluation:
     """Step 3: backtest challenger and champion together on the test window (one engine call, so the
     same bars, costs and fills), score both, count the challenger's look at the window in the looks
     ledger, and write the challenger run's ``backtest/`` report (the challenger as ``champion`` of its
     run, the incumbent as ``incumbent``) with its out-of-sample test at the gate's level
-    (:func:`gate_significance_level`): the verdict the gate reads; and the challenger's capacity curve
+    (``app.gate.GateRule``): the verdict the gate reads; and the challenger's capacity curve
     (``backtests.capacity``: a report on the same window, the gate does not read it)."""
 
     device = config.agent.device
     market = data.splits.test
     params = to_env_params(config.env)
-    fitness = config.nightly.fitness or config.tournament.fitness
+    fitness = GateRule.of_config(config).fitness
     annualization = config.backtest.annualization
     run = RunDir.at(challenger.run_dir)
     policies: dict[str, Any] = {"challenger": load_policy(challenger.policy_dir, device=device)}
@@ -333,7 +318,7 @@ def score_step(
     sizes = capacity.run_capacity(market, params, {"champion": policies["challenger"]}, device=device)
     normalization: dict[str, Any] = {"challenger": "tonight's train window (its own)"}
     if champion is not None:
-        champ = load_policy(champion["policy_dir"], device=device)
+        champ = load_policy(champion.policy_dir, device=device)
         # Like with like: the champion sees tonight's bars through ITS OWN feature normalization
         # (the statistics its bundle carries), never tonight's.
         spec, where = champion_feature_spec(champion)
@@ -342,7 +327,7 @@ def score_step(
             champ_market = with_feature_spec(data.splits.full, market, spec)
             normalization["champion"] = f"its own ({where})"
         else:
-            log.warning("champion %s: %s; scoring it with tonight's normalization", champion["run_id"], where)
+            log.warning("champion %s: %s; scoring it with tonight's normalization", champion.run_id, where)
             normalization["champion"] = f"tonight's ({where})"
         try:
             check_policy_fits(champ, champ_market, params)
@@ -393,7 +378,7 @@ def score_step(
         cost_rate=params.cost_rate,
         slippage_bps=params.slippage_bps,
         execution=report.execution_settings(params),
-        significance_level=gate_significance_level(config),
+        significance_level=GateRule.of_config(config).significance_level,
         **look_arguments(counted),
         seed=config.tournament.seed,
         market=identity,
@@ -414,12 +399,6 @@ def score_step(
         edge=stated_verdict(doc),
         test=doc.oos_test,
     )
-
-
-def gate_significance_level(config: Any) -> float:
-    """The gate's significance level: ``[nightly] significance_level``, else ``[backtest] significance_level``."""
-    nightly = config.nightly.significance_level
-    return float(nightly if nightly is not None else config.backtest.significance_level)
 
 
 def merge_results(a: engine.BacktestResult, b: engine.BacktestResult) -> engine.BacktestResult:

@@ -45,9 +45,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from app.bundle import Bundle, load_bundle
+from app.champion import Champion
 from app.nightly.champions import RegistryBusy, RegistryError, current_champion
 from app.paper.benchmark import BenchmarkBundle
 from app.paper.journal import Journal
@@ -198,7 +199,7 @@ class ChampionSource:
         self.bundle, self.run_id = bundle, owner.run_id
         return True
 
-    def _pointer(self, journal: Journal) -> tuple[bool, dict[str, Any] | None]:
+    def _pointer(self, journal: Journal) -> tuple[bool, Champion | None]:
         """(read, champion): the registry's pointer, retried while a writer holds the lock."""
         for attempt in range(self.attempts):
             try:
@@ -234,7 +235,7 @@ class ChampionSource:
             journal.event("no_champion", msg, "warning", bundle_id=self._held())
             self._alert = None if self.bundle is not None else msg
             return
-        run_id, path = str(champion["run_id"]), champion.get("bundle")
+        run_id, path = champion.run_id, champion.bundle
         stays = f"; bundle {short(self.bundle.bundle_id)} stays" if self.bundle is not None else ""
         if not path:
             self._refuse(
@@ -261,7 +262,7 @@ class ChampionSource:
         else:
             msg = (
                 f"champion switch: {short(last[0])} -> {short(bundle.bundle_id)} "
-                f"(run {last[1] or '?'} -> {run_id}, promoted {champion.get('promoted_at')}); "
+                f"(run {last[1] or '?'} -> {run_id}, promoted {champion.promoted_at}); "
                 f"session {session} rebalances from the current holdings"
             )
             journal.event("champion_switch", msg, bundle_id=bundle.bundle_id)

@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 
 from agents.ensemble import load_policy
+from app.champion import Champion
 from app.evaluation import check_policy_fits, policy_digest
 from app.runs import RunDir
 from app.walkforward.judging import write_account_report
@@ -71,8 +72,8 @@ class StitchedAccount:
         self._loaded: dict[str, Any] = {}
         self._benchmark = BenchmarkInCharge(full.num_assets, len(self.names))
 
-    def add(self, plan: Any, in_charge: Mapping[str, Any] | None, holding: str | None = None) -> None:
-        """The fold ``plan``'s test window, traded by ``in_charge`` (a champion mapping) on features
+    def add(self, plan: Any, in_charge: Champion | None, holding: str | None = None) -> None:
+        """The fold ``plan``'s test window, traded by ``in_charge`` (its fold's champion) on features
         normalized with its own statistics; None: no champion, the account holds ``holding``
         (``"benchmark"`` or ``"cash"``; default: ``before_champion``)."""
         start, stop = plan.bars["test"]
@@ -88,9 +89,9 @@ class StitchedAccount:
             policy = self._benchmark if holding == "benchmark" else self._cash
             label = NO_CHAMPION_LABELS[holding]
         else:
-            spec = in_charge["feature_spec"]
+            spec = in_charge.feature_spec or {}
             self.features[rows] = normalize(raw_features(self.full, start, stop, spec["windows"]), spec)
-            policy, label = self._policy(str(in_charge["policy_dir"])), str(in_charge["run_id"])
+            policy, label = self._policy(in_charge.policy_dir), in_charge.run_id
         self.policies.append(policy)
         self.switch_bars.append(start - self.span_start)
         self.labels.append(label)
@@ -174,8 +175,8 @@ def walkforward_fields(records: Sequence[FoldRecord], config: Any) -> WalkForwar
             "windows": r.windows,
             "pods_tried": r.pods_tried,
             "challenger": r.challenger.pod_id if r.challenger is not None else None,
-            "gate_sharpe": r.gate.challenger.get("sharpe_ratio"),
-            "incumbent_gate_sharpe": (r.gate.incumbent or {}).get("sharpe_ratio"),
+            "gate_sharpe": r.gate.challenger.sharpe_ratio,
+            "incumbent_gate_sharpe": r.gate.incumbent.sharpe_ratio if r.gate.incumbent is not None else None,
             "promoted": r.promoted,
             "gate_reason": r.gate.reason,
             "in_charge": r.in_charge_label(),

@@ -102,7 +102,7 @@ def folds_table(records: list[FoldRecord]) -> Table:
             str(r.index),
             " .. ".join(r.test_window()),
             str(r.pods_tried),
-            _num(r.gate.challenger.get("sharpe_ratio")),
+            _num(r.gate.challenger.sharpe_ratio),
             "promoted" if r.promoted else "kept",
             r.in_charge_label(),
             _pct(test.period_return),

@@ -4,7 +4,7 @@ when either rule changes.
 - :func:`replay_gate`: a fold's challenger against the incumbent, by the code path of
   ``podracer retrain``: ``app.nightly.steps.score_step`` scores both on the gate's window (the
   incumbent on features normalized with its own statistics) and writes the challenger's out-of-sample
-  test there at the gate's level, and ``app.nightly.decide.decide`` applies the promotion rule
+  test there at the gate's level, and ``app.gate.judge_challenger`` applies the promotion rule
   (``[nightly] margin``, an edge significant at ``[nightly] significance_level``, ``first_promotion``). The
   gate's window is the fold's validation window, or with ``[walkforward] gate_sessions`` the sessions
   after it (a window the tournament did not rank on, as nightly's test window); the fold's test window
@@ -20,14 +20,14 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from app.champion import Champion
 from app.evaluation import count_look, look_arguments, market_identity
-from app.nightly.decide import decide, finite, overlap_note
-from app.nightly.steps import ChallengerRun, DataSnapshot, gate_significance_level, score_step
+from app.gate import GateMode, GateResult, GateRule, judge_challenger
+from app.nightly.steps import ChallengerRun, DataSnapshot, score_step
 from app.runs import RunDir
 from backtests import report
 from backtests.engine import BacktestResult
@@ -38,7 +38,6 @@ from data.market import MarketData
 
 log = logging.getLogger(__name__)
 
-GATES = ("nightly", "always")
 #: The ``window`` of the stitched account's metrics.json (its out-of-sample test reads it as held out).
 ACCOUNT_WINDOW = "walkforward"
 
@@ -54,25 +53,6 @@ class GateSplits:
     test: MarketData
 
 
-@dataclass(frozen=True)
-class GateOutcome:
-    """The gate's answer for one fold, and the figures it rests on."""
-
-    promote: bool
-    reason: str
-    fitness: str
-    challenger: Mapping[str, float | None]  # metrics on the gate's window, incl. fitness
-    incumbent: Mapping[str, float | None] | None
-    window: tuple[str, str]
-    figures: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able form (the fold record's ``gate``)."""
-        out = dataclasses.asdict(self)
-        out["window"] = list(self.window)
-        return report.json_safe(out)
-
-
 def replay_gate(
     config: Any,
     run: RunDir,
@@ -81,21 +61,18 @@ def replay_gate(
     valid: tuple[int, int],
     window: tuple[int, int],
     challenger: ChallengerRun,
-    incumbent: Mapping[str, Any] | None,
-    gate: str = "nightly",
-) -> GateOutcome:
+    incumbent: Champion | None,
+    gate: GateMode = "nightly",
+) -> GateResult:
     """The nightly gate on the fold's gate window (see the module docstring).
 
     ``market``: bars that hold the validation window ``valid`` and the gate's ``window`` (``[start,
     stop)`` indices of ``market``; the same range when the gate reads the validation window) with the
-    challenger's features; ``incumbent``: the policy in charge, shaped like the registry's champion
-    (``run_id``, ``policy_dir``, ``info.run_dir`` whose record holds its feature spec,
-    ``selection_end``), None before the first promotion; ``run``: the walk-forward (its looks ledger).
+    challenger's features; ``incumbent``: the policy in charge (its ``run_dir`` record holds its
+    feature spec), None before the first promotion; ``run``: the walk-forward (its looks ledger).
     The gate's figures are written to the challenger's run as nightly writes them (``backtest/``),
     labelled with their window.
     """
-    nightly = config.nightly
-    fitness = nightly.fitness or config.tournament.fitness
     # Bars before the windows only feed the incumbent's causal features (data.features.lookback).
     first = max(0, valid[0] - lookback((market.feature_spec or {}).get("windows") or DEFAULT_WINDOWS))
     held = market.slice(first, window[1])
@@ -109,40 +86,9 @@ def replay_gate(
     snapshot = DataSnapshot(splits=splits, windows={"valid": splits.valid.date_range(), "test": dates})
     evaluation = score_step(quiet, run.path, snapshot, challenger, incumbent)
     labelled = _label_gate_window(RunDir.at(challenger.run_dir), "valid" if window == valid else "gate")
-    ch_fit = finite(evaluation.challenger.get("fitness"))
-    inc_fit = finite(evaluation.champion.get("fitness")) if evaluation.champion is not None else None
     # On the validation window the verdict is a selection-window verdict, and says so.
-    edge = stated_verdict(labelled)
-    if gate == "always":
-        promote, reason = True, "gate = always: the fold's challenger takes over"
-    else:
-        promotion = decide(
-            ch_fit,
-            inc_fit,
-            edge,
-            has_champion=incumbent is not None,
-            margin=nightly.margin,
-            first_promotion=nightly.first_promotion,
-            fitness=fitness,
-        )
-        promote, reason = promotion.promote, promotion.reason + overlap_note(incumbent, dates[0])
-    return GateOutcome(
-        promote=promote,
-        reason=reason,
-        fitness=fitness,
-        challenger=dict(evaluation.challenger),
-        incumbent=dict(evaluation.champion) if evaluation.champion is not None else None,
-        window=dates,
-        figures={
-            "challenger_fitness": ch_fit,
-            "incumbent_fitness": inc_fit,
-            "margin": nightly.margin,
-            "significance_level": gate_significance_level(config),
-            "edge": edge.text if edge is not None else None,
-            "edge_outcome": edge.outcome if edge is not None else None,
-            "looks": evaluation.test.looks if evaluation.test is not None else None,
-        },
-    )
+    evaluation = dataclasses.replace(evaluation, edge=stated_verdict(labelled))
+    return judge_challenger(GateRule.of_config(config), evaluation, incumbent, window=dates, mode=gate)
 
 
 def _label_gate_window(run: RunDir, window: str) -> MetricsDocument:

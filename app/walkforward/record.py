@@ -4,8 +4,8 @@ Written once per completed fold by ``app.workflows.walkforward`` (through ``RunD
 atomically: a fold is recorded whole or not at all) and read back validated by the resume, the
 stitched account (``app.walkforward.account``), the CLI's folds table and the dashboard's Walk-forward
 page. A versioned ``data.artifact.Artifact``: a file from before ``schema_version`` reads as version
-1, a newer one or a malformed field is a one-line error naming the file. Imports nothing from the app,
-so ``app.runs`` can name it.
+1, a newer one or a malformed field is a one-line error naming the file. Its ``gate`` is the gate's
+answer as it is (``app.gate.GateResult``; a gate written with a ``figures`` block reads too).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.gate import GateResult
 from data.artifact import Artifact, Figure
 
 #: How the views name what the account held in a fold with no champion in charge
@@ -43,18 +44,6 @@ class InCharge(FoldSection):
 
     fold: int = Field(description="the fold whose champion it is")
     run: str = Field(description="that fold's run folder")
-
-
-class FoldGate(FoldSection):
-    """The nightly gate replayed on the fold's gate window (``app.walkforward.judging.GateOutcome``)."""
-
-    promote: bool = Field(False, description="the challenger took over")
-    reason: str | None = Field(None, description="why, in words")
-    fitness: str | None = Field(None, description="the fitness compared")
-    challenger: dict[str, Any] = Field(default_factory=dict, description="its figures on the window")
-    incumbent: dict[str, Any] | None = Field(None, description="the incumbent's (null: none yet)")
-    window: list[str] = Field(default_factory=list, description="first and last date")
-    figures: dict[str, Any] = Field(default_factory=dict, description="fitnesses, margin, level, edge, looks")
 
 
 class FoldTest(FoldSection):
@@ -88,7 +77,7 @@ class FoldRecord(Artifact):
     env_steps: int | None = Field(None, description="env steps of the tournament")
     challenger: PolicyLabel | None = Field(None, description="the tournament's champion")
     warm_started_from: str | None = Field(None, description="the incumbent whose weights seeded it")
-    gate: FoldGate = Field(default_factory=FoldGate, description="the gate's decision")
+    gate: GateResult = Field(default_factory=GateResult, description="the gate's decision (``app.gate``)")
     promoted: bool = Field(False, description="the challenger took over")
     in_charge: InCharge | None = Field(
         None, description="who traded the test window (null: no champion qualified yet: before_champion)"

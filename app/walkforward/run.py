@@ -42,7 +42,7 @@ import gc
 import logging
 import resource
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +54,7 @@ from agents.ensemble import is_ensemble
 from agents.tournament import pod
 from agents.tournament.orchestrator import run_tournament
 from agents.training import Event
+from app.champion import Champion, ChampionNote
 from app.config import Config, config_to_toml, to_env_params, to_tournament_args, write_config
 from app.ensemble import ensemble_step
 from app.nightly.steps import ChallengerRun, warm_start_round
@@ -303,7 +304,7 @@ def _run_fold(
         "env_steps": fold_run.info().env_steps,
         "challenger": _policy_label(fold_run),
         "warm_started_from": challenger.warm_started_from,
-        "gate": gate.to_dict(),
+        "gate": gate,
         "promoted": gate.promote,
         "in_charge": _label(in_charge),
         "before_champion": config.walkforward.before_champion if in_charge is None else None,
@@ -324,7 +325,7 @@ def _fold_tournament(
     wf_run: RunDir,
     plan: FoldPlan,
     data: FoldMarket,
-    incumbent: Mapping[str, Any] | None,
+    incumbent: Champion | None,
     emit: Callable[[Event], None],
 ) -> ChallengerRun:
     """Fold ``plan``'s tournament in its own run folder (resumed when it holds one), warm-started from
@@ -336,17 +337,13 @@ def _fold_tournament(
     train, valid = data.window(*bars["train"]), data.window(*bars["valid"])
     round_fn: Any = pod.learner_round
     warm_from = None
-    if (
-        incumbent is not None
-        and config.nightly.warm_start_pods > 0
-        and not is_ensemble(incumbent["policy_dir"])
-    ):
+    if incumbent is not None and config.nightly.warm_start_pods > 0 and not is_ensemble(incumbent.policy_dir):
         round_fn = functools.partial(
             warm_start_round,
-            champion_dir=str(incumbent["policy_dir"]),
+            champion_dir=incumbent.policy_dir,
             warm_pods=config.nightly.warm_start_pods,
         )
-        warm_from = str(incumbent["run_id"])
+        warm_from = incumbent.run_id
     resume = fold_run.leaderboard.is_file()
     if not resume:
         fold_run.path.mkdir(parents=True, exist_ok=True)
@@ -401,32 +398,30 @@ def _fold_tournament(
 # --- the policy in charge --------------------------------------------------------------------------
 
 
-def _challenger_in_charge(wf_run: RunDir, plan: FoldPlan, challenger: ChallengerRun) -> dict[str, Any]:
-    fold_run = wf_run.fold(plan.fold.index)
-    return {
-        "run_id": challenger.run_id,
-        "fold": plan.fold.index,
-        "policy_dir": str(fold_run.champion),
-        "info": {"run_dir": str(fold_run.path)},
-        "selection_end": plan.dates["gate"][1],
-        "feature_spec": fold_run.info().feature_spec,
-    }
+def _challenger_in_charge(wf_run: RunDir, plan: FoldPlan, challenger: ChallengerRun) -> Champion:
+    return _fold_champion(wf_run, plan.fold.index, challenger.run_id, plan.dates["gate"][1])
 
 
-def _in_charge_of(wf_run: RunDir, record: FoldRecord, records: list[FoldRecord]) -> dict[str, Any] | None:
-    """The policy in charge after fold ``record`` (shaped like the registry's champion), None = cash."""
+def _in_charge_of(wf_run: RunDir, record: FoldRecord, records: list[FoldRecord]) -> Champion | None:
+    """The policy in charge after fold ``record``, None = no champion yet."""
     label = record.in_charge
     if label is None:
         return None
-    fold_run = wf_run.fold(label.fold)
-    return {
-        "run_id": f"{wf_run.run_id}/{fold_run.path.name}",
-        "fold": label.fold,
-        "policy_dir": str(fold_run.champion),
-        "info": {"run_dir": str(fold_run.path)},
-        "selection_end": records[label.fold].windows["gate"][1],
-        "feature_spec": fold_run.info().feature_spec,
-    }
+    run_id = f"{wf_run.run_id}/{wf_run.fold(label.fold).path.name}"
+    return _fold_champion(wf_run, label.fold, run_id, records[label.fold].windows["gate"][1])
+
+
+def _fold_champion(wf_run: RunDir, fold: int, run_id: str, selection_end: str) -> Champion:
+    """Fold ``fold``'s challenger as the policy in charge (selected on sessions up to ``selection_end``)."""
+    fold_run = wf_run.fold(fold)
+    return Champion(
+        run_id=run_id,
+        fold=fold,
+        policy_dir=str(fold_run.champion),
+        info=ChampionNote(run_dir=str(fold_run.path)),
+        selection_end=selection_end,
+        feature_spec=fold_run.info().feature_spec,
+    )
 
 
 def _policy_label(fold_run: RunDir) -> dict[str, Any]:
@@ -438,7 +433,7 @@ def _policy_label(fold_run: RunDir) -> dict[str, Any]:
     }
 
 
-def _label(in_charge: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    if in_charge is None:
+def _label(in_charge: Champion | None) -> dict[str, Any] | None:
+    if in_charge is None or in_charge.run_dir is None:
         return None
-    return {"fold": in_charge["fold"], "run": Path(in_charge["info"]["run_dir"]).name}
+    return {"fold": in_charge.fold, "run": in_charge.run_dir.name}

@@ -34,6 +34,7 @@ from typing import Any
 import pandas as pd
 
 from app.alerts import AlertSettings, NotifyReport, Problem, notify, raised_problems, read_settings
+from app.champion import Champion
 from app.nightly.budget import MAX_MINUTES, SLACK_MINUTES
 from app.nightly.cron import DEFAULT_CRON, DEFAULT_TZ
 from app.nightly.lock import RETRAIN_LOCK_NAME, LockInfo, read_lock_info
@@ -56,12 +57,34 @@ NO_DATA_CYCLES = 3  # cycles without fresh bars that make an open session a prob
 
 
 @dataclass(frozen=True)
+class ChampionStatus:
+    """The champion in charge as ``podracer status`` shows it: the pointer's run, promotion time,
+    bundle and decision, and the ``bundle_id`` its bundle's manifest states."""
+
+    run_id: str
+    promoted_at: str | None
+    bundle: str | None
+    decision_id: int | None
+    bundle_id: str | None
+
+    @classmethod
+    def of(cls, champion: Champion) -> ChampionStatus:
+        return cls(
+            run_id=champion.run_id,
+            promoted_at=champion.promoted_at,
+            bundle=champion.bundle,
+            decision_id=champion.decision_id,
+            bundle_id=_bundle_id(champion.bundle),
+        )
+
+
+@dataclass(frozen=True)
 class Status:
     """Everything ``podracer status`` shows (``to_dict``: its ``--json``)."""
 
     home: str
     now: str  # ISO UTC
-    champion: dict[str, Any] | None  # run_id, promoted_at, bundle, bundle_id
+    champion: ChampionStatus | None
     last_decision: dict[str, Any] | None  # verdict, decided_at, reason, challenger_run_id
     next_retrain: str | None  # ISO, in the schedule's time zone
     schedule: dict[str, Any]  # cron, tz, source ("options" | "recorded" | "default"), the record's fields
@@ -103,21 +126,18 @@ def _bundle_id(bundle: str | None) -> str | None:
 
 def _registry(
     home: Path, problems: list[Problem]
-) -> tuple[dict[str, Any] | None, dict[str, Any] | None, list[dict[str, Any]]]:
+) -> tuple[ChampionStatus | None, dict[str, Any] | None, list[dict[str, Any]]]:
     try:
         champion = current_champion(home, timeout=2.0)
         decisions = read_decisions(home, limit=RECENT_DECISIONS)
     except PodracerError as err:
         problems.append(Problem("registry", f"registry: {one_line(err)}"))
         return None, None, []
-    if champion is not None:
-        keys = ("run_id", "promoted_at", "bundle", "decision_id")
-        champion = {k: champion.get(k) for k in keys} | {"bundle_id": _bundle_id(champion.get("bundle"))}
     last = None
     if decisions:
         keys = ("id", "verdict", "decided_at", "reason", "challenger_run_id", "step")
         last = {k: decisions[-1].get(k) for k in keys}
-    return champion, last, decisions
+    return (ChampionStatus.of(champion) if champion is not None else None), last, decisions
 
 
 def _retrain_checks(
@@ -445,7 +465,7 @@ def gather_status(
         and beat is not None
         and beat.mode == "champion"
         and beat.bundle_id is not None
-        and champion.get("bundle_id") != beat.bundle_id
+        and champion.bundle_id != beat.bundle_id
     )
     today = _today(home, now, problems)
     return _status(

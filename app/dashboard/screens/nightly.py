@@ -20,9 +20,9 @@ def _status_box(state) -> None:  # noqa: ANN001 - app.workflows.status.Status
     beat, champ, last, kill = state.heartbeat, state.champion, state.last_decision, state.kill_switch
     plain = {"delta_color": "off", "delta_arrow": "off", "border": True}  # a delta that is a note
     cols = st.columns(4)
-    bundle = f"bundle {str(champ['bundle_id'])[:12]}" if champ and champ.get("bundle_id") else None
-    cols[0].metric("Champion", str(champ["run_id"]) if champ else "none yet", bundle, **plain)
-    cols[1].metric("Champion since", _stamp(champ.get("promoted_at")) if champ else "-", border=True)
+    bundle = f"bundle {champ.bundle_id[:12]}" if champ and champ.bundle_id else None
+    cols[0].metric("Champion", champ.run_id if champ else "none yet", bundle, **plain)
+    cols[1].metric("Champion since", _stamp(champ.promoted_at) if champ else "-", border=True)
     age = f"{state.heartbeat_age_s / 60:.0f} min ago" if state.heartbeat_age_s is not None else None
     cols[2].metric(
         "Paper loop", state.loop, f"{beat['status']} {age}" if beat else None, delta_color="off", border=True
@@ -88,16 +88,16 @@ with ui.guard("nightly"):
     st.subheader("Current champion")
     if champion:
         cols = st.columns(4)
-        cols[0].metric("Run", str(champion.get("run_id", "?")), border=True)
-        cols[1].metric("Promoted on", str(champion.get("promoted_at", "?"))[:10], border=True)
+        cols[0].metric("Run", champion.run_id, border=True)
+        cols[1].metric("Promoted on", str(champion.promoted_at or "?")[:10], border=True)
         cols[2].metric(
-            f"Fitness ({champion.get('fitness') or '?'})",
-            formatting.format_metric(champion.get("fitness_value"), "ratio"),
+            f"Fitness ({champion.fitness or '?'})",
+            formatting.format_metric(champion.fitness_value, "ratio"),
             border=True,
         )
-        cols[3].metric("Bundle", "yes" if champion.get("bundle") else "none", border=True)
+        cols[3].metric("Bundle", "yes" if champion.bundle else "none", border=True)
         with st.expander("Champion record"):
-            st.json(champion, expanded=True)
+            st.json(champion.model_dump(mode="json", exclude_none=True), expanded=True)
     else:
         st.info("no champion yet: the first successful nightly retrain promotes one")
 

@@ -1,0 +1,60 @@
+"""The champion in charge as one typed value: :class:`Champion`.
+
+Nightly's registry stores it (``app.nightly.registry``: the ``champion`` table's row, with ``info`` as
+:class:`ChampionNote`), the gate reads it (``app.gate``: the incumbent), and every reader (the paper
+loop, ``podracer status``, the dashboard, retention, a walk-forward's policy in charge) uses its
+attributes. A walk-forward's incumbent is the same model: the fold whose challenger it was in
+``fold``, its feature statistics in ``feature_spec``, no bundle. Standard library and pydantic only,
+so torch-free readers (status, the dashboard) can name it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ChampionNote(BaseModel):
+    """Why a champion was promoted: the gate's figures on the window it decided on (selection figures)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    run_dir: str | None = Field(None, description="the challenger's run folder")
+    challenger_dsr: float | None = Field(None, description="its PSR after the looks on the gate window")
+    challenger_edge: str | None = Field(None, description="its out-of-sample verdict line there")
+    previous_champion: str | None = Field(None, description="the champion it replaced (null: the first)")
+    eval_role: str | None = Field(None, description='"selection": the figures chose it')
+
+
+class Champion(BaseModel):
+    """The policy in charge: the registry's champion pointer, or a walk-forward's incumbent."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    run_id: str = Field(description="the run whose policy it is")
+    policy_dir: str = Field(description="its immutable policy folder")
+    promoted_at: str | None = Field(None, description="ISO-8601 UTC time of the promotion (nightly)")
+    bundle: str | None = Field(None, description="its onnxruntime bundle (null: none exported)")
+    fitness: str | None = Field(None, description="the fitness the gate compared")
+    fitness_value: float | None = Field(None, description="its fitness on the gate window")
+    selection_end: str | None = Field(None, description="the last session its selection read")
+    eval_start: str | None = Field(None, description="the gate window's first session")
+    eval_end: str | None = Field(None, description="the gate window's last session")
+    info: ChampionNote = Field(default_factory=ChampionNote, description="why it was promoted")
+    decision_id: int | None = Field(None, description="the registry decision that promoted it")
+    fold: int | None = Field(None, description="a walk-forward's fold whose challenger it was")
+    feature_spec: dict[str, Any] | None = Field(
+        None, description="a walk-forward incumbent's feature statistics"
+    )
+
+    @property
+    def run_dir(self) -> Path | None:
+        """The run folder of its tournament (its record holds its feature spec), if recorded."""
+        return Path(self.info.run_dir) if self.info.run_dir else None
+
+    @property
+    def verdict(self) -> str | None:
+        """Its out-of-sample verdict line on the window the gate decided on."""
+        return self.info.challenger_edge

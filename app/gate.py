@@ -1,0 +1,254 @@
+"""The gate: does a challenger replace the policy in charge? One home for the decision, which the
+nightly retrain (``app.nightly.pipeline``) and a walk-forward's folds (``app.walkforward.judging``)
+both call.
+
+Inputs, typed: the rule (:class:`GateRule`, from the ``[nightly]`` section: fitness, margin, the
+gate's significance level, ``first_promotion``), the scores of challenger and incumbent on the gate
+window (:class:`Evaluation`, what ``app.nightly.steps.score_step`` measures) and the incumbent
+(:class:`app.champion.Champion`, or None before the first promotion). Output: :class:`GateResult`, a
+frozen model holding the fitnesses, the margin, the significance level, the out-of-sample test, the
+strategy metrics, the promote flag and the reason in one line. The registry's decision row and a
+walk-forward's ``fold.json`` store it as it is.
+
+- :func:`decide`: the promotion rule. Promote only if the challenger's fitness beats the incumbent's
+  by ``margin`` AND its out-of-sample verdict on the gate window is "edge significant out of sample"
+  (``backtests.verdict``: the rule of ``podracer backtest``, at the gate's level, after every earlier
+  look at an overlapping window of the same market); with no incumbent, ``first_promotion`` says
+  whether the first challenger is promoted anyway.
+- :func:`judge_challenger`: the rule applied to the scores: the :class:`GateResult`.
+
+Imports nothing above it in the app (``app.champion``, ``app.config_sections``): pydantic, the
+standard library and ``backtests``' torch-free verdict and metrics models.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, Self
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from app.champion import Champion
+from backtests.metrics_model import OosTest, StrategyMetrics
+from backtests.verdict import EdgeVerdict
+
+if TYPE_CHECKING:  # the sections' types only: the registry's readers (status) load no torch
+    from app.config_sections import BacktestConfig, NightlyConfig, TournamentConfig
+
+#: How a walk-forward's gate decides: by the nightly rule, or every challenger takes over.
+GateMode = Literal["nightly", "always"]
+#: The keys of a walk-forward fold record's ``gate.figures`` (fold.json files written before the gate
+#: held them at its top level).
+_OLD_FIGURES = (
+    "challenger_fitness",
+    "incumbent_fitness",
+    "margin",
+    "significance_level",
+    "edge",
+    "edge_outcome",
+    "looks",
+)
+
+
+def finite(value: float | None) -> float | None:
+    """``value`` as a float, or None when it is missing, NaN or infinite (an undefined score)."""
+    if value is None:
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+class GateRule(BaseModel):
+    """The rule's settings: the fitness compared, the margin, the gate's significance level and what a
+    first challenger (no incumbent) needs."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    fitness: str = "sharpe"
+    margin: float = 0.1
+    significance_level: float = 0.05
+    first_promotion: Literal["always", "significant"] = "significant"
+
+    @classmethod
+    def of(cls, nightly: NightlyConfig, tournament: TournamentConfig, backtest: BacktestConfig) -> Self:
+        """The rule of a config: ``[nightly] fitness`` (else ``[tournament] fitness``), ``margin``,
+        ``significance_level`` (else ``[backtest] significance_level``), ``first_promotion``."""
+        level = nightly.significance_level
+        return cls(
+            fitness=nightly.fitness or tournament.fitness,
+            margin=nightly.margin,
+            significance_level=float(level if level is not None else backtest.significance_level),
+            first_promotion=nightly.first_promotion,
+        )
+
+    @classmethod
+    def of_config(cls, config: Any) -> Self:
+        """:meth:`of` the sections of an ``app.config.Config``."""
+        return cls.of(config.nightly, config.tournament, config.backtest)
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """Challenger and incumbent scored on the same gate window, and the challenger's out-of-sample
+    test there (the gate's significance check)."""
+
+    fitness: str  # "sharpe", "return" or "calmar"
+    window: tuple[str, str]
+    challenger: Mapping[str, Any]  # metrics (StrategyMetrics keys), incl. "fitness"
+    champion: Mapping[str, Any] | None  # the incumbent's; None when there is none yet
+    edge: EdgeVerdict | None  # the challenger's verdict (backtests.verdict), None without a test
+    test: OosTest | None = None  # its metrics.json "oos_test" block (None without one)
+
+
+@dataclass(frozen=True)
+class PromotionDecision:
+    """The decision rule's answer."""
+
+    promote: bool
+    reason: str
+
+
+class GateResult(BaseModel):
+    """The gate's answer and every figure it rests on (the registry row's ``scores``, fold.json's
+    ``gate``)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    promote: bool = Field(False, description="the challenger takes over")
+    reason: str | None = Field(None, description="why, in one line")
+    fitness: str | None = Field(None, description="the fitness compared")
+    window: tuple[str, str] | None = Field(None, description="the gate window's first and last date")
+    challenger_fitness: float | None = Field(None, description="the challenger's fitness (null: undefined)")
+    incumbent_fitness: float | None = Field(None, description="the incumbent's (null: undefined or none)")
+    margin: float | None = Field(None, description="what the challenger must beat it by")
+    significance_level: float | None = Field(None, description="the gate's significance level")
+    edge: str | None = Field(None, description="the challenger's out-of-sample verdict line")
+    edge_outcome: str | None = Field(None, description="significant, not significant or not measurable")
+    looks: int | None = Field(None, description="the looks counted at the window (null: no test)")
+    psr_after_looks: float | None = Field(None, description="the challenger's PSR after the looks (its DSR)")
+    oos_test: OosTest | None = Field(None, description="the challenger's out-of-sample test there")
+    challenger: StrategyMetrics = Field(default_factory=StrategyMetrics, description="its figures there")
+    incumbent: StrategyMetrics | None = Field(None, description="the incumbent's (null: none yet)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _lift_figures(cls, data: Any) -> Any:
+        """A fold.json gate written with its figures in a ``figures`` block reads at the top level."""
+        if isinstance(data, Mapping) and isinstance(data.get("figures"), Mapping):
+            data = dict(data)
+            figures = data.pop("figures")
+            for key in _OLD_FIGURES:
+                data.setdefault(key, figures.get(key))
+        return data
+
+    @property
+    def num_trials(self) -> int:
+        """The looks counted (the DSR's trials), at least 1."""
+        return self.looks or 1
+
+
+def decide(
+    challenger_fitness: float | None,
+    champion_fitness: float | None,
+    challenger_edge: EdgeVerdict | None,
+    *,
+    has_champion: bool,
+    margin: float,
+    first_promotion: str = "significant",
+    fitness: str = "sharpe",
+) -> PromotionDecision:
+    """Promote iff the challenger beats the champion by ``margin`` AND ``challenger_edge``, its
+    out-of-sample verdict on the gate window, is "significant".
+
+    Undefined numbers never promote: a challenger whose fitness is undefined (a flat equity curve, too
+    few days) or whose edge is not measurable is rejected. A champion whose fitness is undefined
+    counts as beaten. With no champion yet, ``first_promotion="significant"`` (the default) still asks
+    for a significant edge (until then nothing is in charge: paper trading has no champion to run, a
+    walk-forward's account holds cash), ``"always"`` promotes the first challenger whatever its test.
+    """
+    ch, champ = finite(challenger_fitness), finite(champion_fitness)
+    significant = challenger_edge is not None and challenger_edge.outcome == "significant"
+    edge = challenger_edge.text if challenger_edge is not None else "no out-of-sample test"
+    if not has_champion:
+        if first_promotion == "always":
+            return PromotionDecision(True, f"no champion yet: first challenger promoted ({edge})")
+        if ch is None:
+            return PromotionDecision(False, f"no champion yet, but the challenger's {fitness} is undefined")
+        if not significant:
+            return PromotionDecision(False, f"no champion yet, but the challenger's {edge}")
+        return PromotionDecision(True, f"no champion yet: the challenger's {edge}")
+    if ch is None:
+        return PromotionDecision(False, f"challenger's {fitness} is undefined on the evaluation window")
+    if champ is not None and ch < champ + margin:
+        return PromotionDecision(
+            False,
+            f"challenger {fitness} {ch:.4f} does not beat champion {champ:.4f} by the margin {margin:g}",
+        )
+    if not significant:
+        return PromotionDecision(False, f"challenger's {edge}")
+    against = "an undefined champion score" if champ is None else f"champion {champ:.4f}"
+    return PromotionDecision(
+        True, f"challenger {fitness} {ch:.4f} beats {against} by >= {margin:g}; its {edge}"
+    )
+
+
+def overlap_note(champion: Champion | None, eval_start: str) -> str:
+    """A note for the reason when the incumbent was selected on part of the gate window.
+
+    Its score there is then optimistic. That only makes promotion harder, so the gate decides anyway
+    and says so.
+    """
+    if champion is not None and champion.selection_end and champion.selection_end >= eval_start:
+        return f" (note: the champion was selected on data up to {champion.selection_end})"
+    return ""
+
+
+def judge_challenger(
+    rule: GateRule,
+    scores: Evaluation,
+    incumbent: Champion | None,
+    *,
+    window: tuple[str, str] | None = None,
+    mode: GateMode = "nightly",
+) -> GateResult:
+    """The gate's answer for ``scores`` (challenger and ``incumbent`` on the gate ``window``, default
+    ``scores.window``): :func:`decide` by ``rule``, or with ``mode = "always"`` the challenger takes
+    over whatever its figures."""
+    window = tuple(window or scores.window)  # type: ignore[assignment]
+    ch_fit = finite(scores.challenger.get("fitness"))
+    inc_fit = finite(scores.champion.get("fitness")) if scores.champion is not None else None
+    edge, test = scores.edge, scores.test
+    if mode == "always":
+        promote, reason = True, "gate = always: the fold's challenger takes over"
+    else:
+        promotion = decide(
+            ch_fit,
+            inc_fit,
+            edge,
+            has_champion=incumbent is not None,
+            margin=rule.margin,
+            first_promotion=rule.first_promotion,
+            fitness=rule.fitness,
+        )
+        promote, reason = promotion.promote, promotion.reason + overlap_note(incumbent, window[0])
+    return GateResult(
+        promote=promote,
+        reason=reason,
+        fitness=rule.fitness,
+        window=window,
+        challenger_fitness=ch_fit,
+        incumbent_fitness=inc_fit,
+        margin=rule.margin,
+        significance_level=rule.significance_level,
+        edge=edge.text if edge is not None else None,
+        edge_outcome=edge.outcome if edge is not None else None,
+        looks=test.looks if test is not None else None,
+        psr_after_looks=test.psr_after_looks if test is not None else None,
+        oos_test=test,
+        challenger=StrategyMetrics.model_validate(dict(scores.challenger)),
+        incumbent=StrategyMetrics.model_validate(dict(scores.champion))
+        if scores.champion is not None
+        else None,
+    )
