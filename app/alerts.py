@@ -38,7 +38,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from app.nightly.budget import MAX_MINUTES
+from app.retrain_limits import MAX_MINUTES
 from data.atomic import atomic_write_json
 from data.errors import ConfigError, PodracerError, one_line
 from data.lock import ProcessLock

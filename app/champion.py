@@ -6,14 +6,20 @@ loop, ``podracer status``, the dashboard, retention, a walk-forward's policy in 
 attributes. A walk-forward's incumbent is the same model: the fold whose challenger it was in
 ``fold``, its feature statistics in ``feature_spec``, no bundle. Standard library and pydantic only,
 so torch-free readers (status, the dashboard) can name it.
+
+A stage that follows the champion in charge without belonging to nightly (the paper loop) is handed
+a :class:`ChampionPointer` (``app.nightly.champions.current_champion``) by the workflow that starts
+it, and knows the pointer's failures as :class:`PointerError` / :class:`PointerBusy`.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from data.errors import PodracerError
 
 
 class ChampionNote(BaseModel):
@@ -58,3 +64,18 @@ class Champion(BaseModel):
     def verdict(self) -> str | None:
         """Its out-of-sample verdict line on the window the gate decided on."""
         return self.info.challenger_edge
+
+
+class PointerError(PodracerError):
+    """The champion pointer cannot be read: its store is unreadable, corrupt or from a newer podracer."""
+
+
+class PointerBusy(PointerError):
+    """A writer holds the pointer's lock past the reader's timeout (a retrain recording its decision)."""
+
+
+class ChampionPointer(Protocol):
+    """Reads the champion in charge of ``home`` (None: none promoted yet), waiting at most ``timeout``
+    seconds for a writer's lock (then :class:`PointerBusy`)."""
+
+    def __call__(self, home: str | Path, *, timeout: float) -> Champion | None: ...

@@ -16,7 +16,7 @@ from agents.ppo import PPOArgs
 from agents.sac import SACArgs
 from agents.tournament.orchestrator import TournamentArgs
 from app.alerts import HOOK_TIMEOUT_S, AlertSettings, check_settings
-from app.nightly.budget import MAX_MINUTES
+from app.retrain_limits import MAX_MINUTES
 from app.settings_docs import field_doc
 from backtests.verdict import SIGNIFICANCE_LEVEL
 from data.loader import LOAD_DEFAULTS

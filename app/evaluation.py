@@ -2,17 +2,28 @@
 (``app.workflows.backtest``), the nightly gate (``app.nightly.steps``) and walk-forward
 (``app.walkforward``) check that the policy fits the market, name the market for the looks ledger and
 count the look there; the tournament's stages rank pods on a validation window of at least
-:data:`MIN_VALID_SESSIONS`.
+:data:`MIN_VALID_SESSIONS`; the selection diagnostics read every trial's validation returns
+(:func:`trial_returns`, :func:`selection_inputs`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from agents.ensemble import ENSEMBLE_POD
+from agents.tournament.leaderboard import read_pods
+from agents.tournament.pod import read_valid_returns_matrix
+from app.runs import RunDir
 from backtests import engine, looks, oos_test, report
+from backtests.snooping import SelectionInputs
 from data.errors import CheckpointError
+
+log = logging.getLogger(__name__)
 
 #: Fewest sessions in the validation window for a pod's validation Sharpe (of daily returns) to mean
 #: anything: with fewer, a handful of days decides the ranking, every all-cash pod ties at an undefined
@@ -103,3 +114,41 @@ def look_arguments(counted: tuple[looks.Look, looks.LookCount] | None) -> dict[s
         return {}
     look, count = counted
     return {"earlier_looks": count.earlier_sharpes, "look": look, "now": count.now}
+
+
+def trial_returns(run_dir: RunDir) -> tuple[Any, Any, list[str]] | None:
+    """``(dates (T,), returns (T, N), ids)``: the daily validation returns of every scored pod of a
+    tournament run, the ensemble last (None for a single run, which has no leaderboard, or a run
+    from before pods kept their returns)."""
+    if not run_dir.leaderboard.is_file():
+        return None
+    scored = [p["pod_id"] for p in read_pods(run_dir.path) if p.get("score") is not None]
+    when, returns, ids = read_valid_returns_matrix(run_dir.pods, scored, period="daily")
+    # The ensemble (app.workflows.training.ensemble_step) is one more trial on the same window.
+    ens_when, ens, ens_ids = read_valid_returns_matrix(run_dir.path, [ENSEMBLE_POD], period="daily")
+    if ens_ids and ids and np.array_equal(np.asarray(ens_when), np.asarray(when)):
+        returns = np.column_stack([returns, ens])
+        ids = [*ids, *ens_ids]
+    return (when, returns, ids) if ids else None
+
+
+def selection_inputs(
+    run_dir: RunDir, valid: Any, params: Any, champion: str | None, *, device: str = "cpu"
+) -> SelectionInputs | None:
+    """The selection diagnostics' inputs: every trial's daily validation returns (:func:`trial_returns`),
+    the column of the ``champion`` pod, and buy-and-hold's daily returns on the validation window
+    ``valid`` on the same dates (its column left out when the dates do not line up)."""
+    trials = trial_returns(run_dir)
+    if trials is None:
+        return None
+    when, returns, ids = trials
+    bench = engine.run_backtest(valid, params, baselines=("buy_and_hold",), device=device, num_threads=1)
+    dates, daily = bench.daily_returns()
+    by_date = dict(zip(np.asarray(dates, "datetime64[D]").tolist(), daily[:, 0].cpu().numpy(), strict=True))
+    wanted = np.asarray(when, "datetime64[D]").tolist()
+    benchmark = np.array([by_date.get(d, np.nan) for d in wanted], dtype=np.float64)
+    if not np.isfinite(benchmark).all():
+        log.warning("buy-and-hold's validation returns do not line up with the pods': no SPA test")
+        benchmark = None
+    column = ids.index(champion) if champion in ids else None
+    return SelectionInputs(returns=returns, ids=tuple(ids), champion=column, benchmark=benchmark)

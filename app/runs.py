@@ -32,7 +32,6 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from app.walkforward.record import FoldRecord
 from data.artifact import Artifact, Figure
 from data.errors import ArtifactError, ConfigError, PodracerError
 
@@ -285,18 +284,14 @@ class RunDir:
         """The record of a completed fold (``folds/fold-<index>/fold.json``), written once, atomically."""
         return self.fold(index).path / FOLD_RECORD
 
-    def write_fold_record(self, index: int, record: FoldRecord) -> None:
-        """Write the record of fold ``index`` (atomically: a fold is recorded whole or not at all)."""
+    def write_fold_record(self, index: int, record: Artifact) -> None:
+        """Write the record of fold ``index`` (``app.walkforward.record.FoldRecord``; atomically: a
+        fold is recorded whole or not at all). ``app.walkforward.record.read_fold_records`` reads them."""
         record.write(self.fold_record(index))
 
     def fold_record_files(self) -> list[Path]:
         """The record files of the completed folds (a fold still running has none)."""
         return sorted(self.folds.glob(f"fold-*/{FOLD_RECORD}")) if self.folds.is_dir() else []
-
-    def fold_records(self) -> list[FoldRecord]:
-        """The records of the completed folds, validated, in fold order (a malformed record or one from
-        a newer schema version: a one-line error naming the file)."""
-        return sorted((FoldRecord.read(path) for path in self.fold_record_files()), key=lambda r: r.index)
 
     def exists(self) -> bool:
         return self.path.is_dir()

@@ -76,6 +76,7 @@ from app.config import Config
 from app.export import export_bundle
 from app.nightly.pipeline import RetrainError, run_retrain
 from app.nightly.registry import read_decisions
+from app.nightly.retention import home_bytes
 from app.nightly.steps import ChallengerRun, DataSnapshot, Evaluation, RetrainSteps
 from app.paper.alpaca_broker import AlpacaBroker, BrokerRetryPolicy
 from app.paper.books import accept_broker_book, check_books
@@ -84,7 +85,6 @@ from app.paper.heartbeat import heartbeat_path, read_heartbeat
 from app.paper.journal import Journal, read_journal
 from app.paper.options import PaperOptions
 from app.paper.orders import RiskLimits
-from app.retention import home_bytes
 from app.workflows.status import gather_status
 from backtests.metrics_model import OosTest
 from backtests.verdict import EdgeVerdict

@@ -134,7 +134,7 @@ def test_the_metric_keys_are_the_models_fields():
 
 def test_a_fold_record_reads_typed_and_a_newer_one_is_refused(tmp_path):
     from app.runs import RunDir
-    from app.walkforward.record import FoldRecord
+    from app.walkforward.record import FoldRecord, read_fold_records
 
     run = RunDir(tmp_path, "wf")
     legacy = {  # as the walk-forward wrote it before the record had a schema version
@@ -147,7 +147,7 @@ def test_a_fold_record_reads_typed_and_a_newer_one_is_refused(tmp_path):
     }
     run.fold(0).path.mkdir(parents=True)
     run.fold_record(0).write_text(json.dumps(legacy))
-    (record,) = run.fold_records()
+    (record,) = read_fold_records(run)
     assert isinstance(record, FoldRecord) and record.schema_version == 1
     assert (record.in_charge.run, record.test.period_return, record.test_window()) == (
         "fold-000",
@@ -158,8 +158,8 @@ def test_a_fold_record_reads_typed_and_a_newer_one_is_refused(tmp_path):
     assert json.loads(run.fold_record(0).read_text()) == {**legacy, "schema_version": 1}
     run.fold_record(0).write_text(json.dumps({**legacy, "schema_version": 3}))
     with pytest.raises(ArtifactError, match="schema version 3 is newer") as info:
-        run.fold_records()
+        read_fold_records(run)
     assert str(info.value).startswith(str(run.fold_record(0))) and "\n" not in str(info.value)
     run.fold_record(0).write_text(json.dumps({**legacy, "index": "first"}))
     with pytest.raises(ArtifactError, match="index: input should be a valid integer"):
-        run.fold_records()
+        read_fold_records(run)

@@ -14,9 +14,9 @@ from agents.policy import Policy, PolicyMeta
 from agents.tournament.leaderboard import read_leaderboard
 from app.bundle import load_bundle, ort_session
 from app.cli import main
+from app.evaluation import trial_returns
 from app.export import _export_onnx, _wrapper, export_bundle, parity_check, sample_observations
 from app.runs import RunDir
-from app.workflows.backtest import trial_returns
 from data.errors import CheckpointError
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # (tests/conftest.py)

@@ -20,6 +20,7 @@ from app.nightly.registry import (
     record_decision,
 )
 from app.runs import RunDir
+from app.walkforward.record import read_fold_records
 from backtests.metrics_model import OosTest
 from backtests.verdict import EdgeVerdict
 
@@ -108,7 +109,7 @@ def test_a_fold_record_written_with_a_figures_block_reads_at_the_top_level(tmp_p
     }
     run.fold(1).path.mkdir(parents=True)
     run.fold_record(1).write_text(json.dumps(legacy))
-    (record,) = run.fold_records()
+    (record,) = read_fold_records(run)
     gate = record.gate
     assert isinstance(gate, GateResult) and gate.window == ("c", "d")
     assert (gate.challenger_fitness, gate.incumbent_fitness, gate.margin, gate.looks) == (0.9, 1.0, 0.1, 2)

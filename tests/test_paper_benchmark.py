@@ -28,6 +28,7 @@ from test_paper_support import DECISION_INTERVAL
 
 from app.cli import main
 from app.config import Config, parse_config, write_config
+from app.nightly.champions import current_champion
 from app.paper.alpaca_broker import AlpacaBroker
 from app.paper.benchmark import benchmark_bundle, benchmark_id, is_benchmark
 from app.paper.books import check_books
@@ -55,7 +56,14 @@ def unpromoted(bundles, tmp_path, monkeypatch):  # noqa: F811
 
 
 def source_with(m, benchmark) -> ChampionSource:
-    return ChampionSource(m.home, registry_timeout=0.05, attempts=2, retry_wait=0.01, benchmark=benchmark)
+    return ChampionSource(
+        m.home,
+        pointer=current_champion,
+        registry_timeout=0.05,
+        attempts=2,
+        retry_wait=0.01,
+        benchmark=benchmark,
+    )
 
 
 def assert_books_reconcile(m) -> None:

@@ -117,7 +117,7 @@ def trade_session(m, source: ChampionSource, day: str, cycles: int = 3) -> list:
 
 
 def fast_source(home: Path) -> ChampionSource:
-    return ChampionSource(home, registry_timeout=0.05, attempts=2, retry_wait=0.01)
+    return ChampionSource(home, pointer=current_champion, registry_timeout=0.05, attempts=2, retry_wait=0.01)
 
 
 def events(home: Path, kind: str) -> pd.DataFrame:

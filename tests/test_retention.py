@@ -10,10 +10,10 @@ import pytest
 from app.cli import main
 from app.config import Config, RetentionConfig
 from app.nightly.registry import Champion, DecisionRecord, current_champion, record_decision
+from app.nightly.retention import plan_prune, prune, rotate_log
 from app.paper.books import implied_positions
 from app.paper.compact import compact_journal
 from app.paper.journal import Journal, read_journal
-from app.retention import plan_prune, prune, rotate_log
 
 
 def _promote(home: Path, run: str, previous: str | None) -> None:

@@ -24,6 +24,7 @@ from app.cli import main
 from app.config import config_to_toml, parse_config
 from app.gate import decide
 from app.runs import RunDir
+from app.walkforward.record import read_fold_records
 from backtests.looks import ledger_path, read_looks
 from backtests.verdict import EdgeVerdict
 
@@ -115,7 +116,7 @@ def _comparable(record: dict) -> dict:
 @pytest.mark.slow
 def test_kill_dash_nine_in_the_third_fold_then_resume_ends_as_an_uninterrupted_run(runs):
     whole, killed = runs
-    a, b = [r.to_json() for r in whole.fold_records()], [r.to_json() for r in killed.fold_records()]
+    a, b = [r.to_json() for r in read_fold_records(whole)], [r.to_json() for r in read_fold_records(killed)]
     assert len(a) == len(b) == 3
     assert [_comparable(r) for r in a] == [_comparable(r) for r in b]
     for name in ("daily_returns", "equity"):
@@ -134,7 +135,7 @@ def test_kill_dash_nine_in_the_third_fold_then_resume_ends_as_an_uninterrupted_r
 @pytest.mark.slow
 def test_folds_gate_and_stitched_account_of_a_tiny_run(runs):
     run, _ = runs
-    records = [r.to_json() for r in run.fold_records()]  # as written
+    records = [r.to_json() for r in read_fold_records(run)]  # as written
     info = run.info()
     assert info.kind == "walkforward" and info.status == "done" and info.extra["peak_rss_mb"]["self"] > 0
     for r, after in zip(records, records[1:], strict=False):
@@ -151,7 +152,7 @@ def test_folds_gate_and_stitched_account_of_a_tiny_run(runs):
         assert fold.info().feature_spec["fitted_on"] == w["train"]
         assert fold.info().status == "done" and fold.champion.is_dir()
         # The gate's answer is the nightly rule on the recorded figures.
-        g = r["gate"]["figures"]
+        g = r["gate"]
         edge = EdgeVerdict(g["edge_outcome"], (g["edge"],)) if g["edge_outcome"] else None
         expected = decide(
             g["challenger_fitness"],
@@ -210,7 +211,7 @@ def test_walkforward_cli_json_and_bad_invocations(home, tmp_path, capsys):
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert out["run_id"] == "c" and out["walkforward"]["num_folds"] == 1
     assert out["strategies"]["champion"]["cum_returns_final"] is not None
-    (record,) = [r.to_json() for r in RunDir(home, "c").fold_records()]
+    (record,) = [r.to_json() for r in read_fold_records(RunDir(home, "c"))]
     w = record["windows"]
     assert (
         w["valid"][1] < w["gate"][0] <= w["gate"][1] < w["embargo"][0]

@@ -1,4 +1,4 @@
-"""`podracer prune [--dry-run] [--config FILE]`: keep the home within ``[retention]`` (app/retention.py).
+"""`podracer prune [--dry-run] [--config FILE]`: keep the home within ``[retention]`` (app/nightly/retention.py).
 
 Exit status: 0 (also when nothing is due), 2 for a bad config, 75 when a retrain holds the lock.
 """
@@ -26,8 +26,8 @@ def prune(
     """Remove old nightly runs, old champions' exports and copies, rotate logs, compact the journal."""
     # Imported here, not at module top: they load pandas and the registry, which `--help` must not.
     from app.config import load_config
-    from app.retention import home_bytes, plan_prune
-    from app.retention import prune as run_prune
+    from app.nightly.retention import home_bytes, plan_prune
+    from app.nightly.retention import prune as run_prune
 
     retention = load_config(config).retention
     home = context.home()

@@ -27,6 +27,7 @@ from app.nightly import registry
 from app.nightly.record import ChampionTimeline, champion_timeline
 from app.paper import journal
 from app.runs import RunDir, RunInfo, runs_root
+from app.walkforward import record as fold_record
 from app.walkforward.record import FoldRecord
 from app.workflows.status import Status, gather_status
 from backtests.metrics_model import MetricsDocument
@@ -100,7 +101,7 @@ def read_fold_records(run_dir: Path) -> list[FoldRecord]:
             "`podracer walkforward`"
         )
     try:
-        return run.fold_records()
+        return fold_record.read_fold_records(run)
     except PodracerError as err:
         raise ArtifactCorrupt(str(err)) from None
 

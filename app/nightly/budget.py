@@ -7,8 +7,7 @@ comes. ``SIGALRM`` raises :class:`RetrainOverBudget` in the main thread wherever
 champion stays, a ``failed`` decision names the budget, and the lock is released. Off the main
 thread (no signals there) the budget is checked between steps only (:meth:`Budget.check`).
 
-The constants are here, torch-free, because ``podracer status`` reads them too: a retrain holding
-its lock longer than the budget plus :data:`SLACK_MINUTES` is reported as running past its budget.
+The budget's default and the slack ``podracer status`` allows past it are ``app.retrain_limits``'s.
 """
 
 from __future__ import annotations
@@ -20,11 +19,6 @@ import time
 from collections.abc import Iterator
 
 from data.errors import PodracerError
-
-#: ``[nightly] max_minutes``' default: a nightly retrain longer than this is stuck, not slow.
-MAX_MINUTES = 360.0
-#: Minutes past a budget before ``status`` calls a retrain stuck, or a scheduled one overdue.
-SLACK_MINUTES = 30.0
 
 
 class RetrainOverBudget(PodracerError):

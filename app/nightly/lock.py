@@ -3,7 +3,7 @@ here for the app's modules."""
 
 from data.lock import LockBusyError, LockInfo, ProcessLock, process_lock, read_lock_info
 
-# <home>/retrain.lock: held by a retrain, and by a prune (app.retention), which never runs beside one.
+# <home>/retrain.lock: held by a retrain, and by a prune (app.nightly.retention), which never runs beside one.
 RETRAIN_LOCK_NAME = "retrain.lock"
 
 __all__ = ["RETRAIN_LOCK_NAME", "LockBusyError", "LockInfo", "ProcessLock", "process_lock", "read_lock_info"]

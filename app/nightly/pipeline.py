@@ -18,7 +18,7 @@
    and an immutable copy of its policy under ``<home>/champions/<run_id>/``;
 6. **record**: the decision row and, on promotion, the new champion pointer in ONE SQLite
    transaction (``app.nightly.registry``): the only moment the champion changes;
-7. **prune** (``[retention] after_retrain``): ``app.retention.prune`` after the lock is released (it
+7. **prune** (``[retention] after_retrain``): ``app.nightly.retention.prune`` after the lock is released (it
    takes the lock itself); a failure there is logged, the decision stands.
 
 The gate decides on the test window, so the figures measured there are **selection** figures: the
@@ -62,8 +62,8 @@ from app.nightly.registry import (
     current_champion,
     record_decision,
 )
+from app.nightly.retention import prune
 from app.nightly.steps import ChallengerRun, DataSnapshot, RetrainSteps, default_steps, keep_champion_copy
-from app.retention import prune
 from app.runs import RunDir
 from data.errors import ConfigError, PodracerError, one_line
 
@@ -323,7 +323,7 @@ def _failed(home: Path, progress: _Progress, err: BaseException) -> BaseExceptio
 
 
 def _prune_after(home: Path, retention: Any) -> None:
-    """``[retention]`` applied after a retrain (``app.retention``); a failure is logged, never raised:
+    """``[retention]`` applied after a retrain (``app.nightly.retention``); a failure is logged, never raised:
     the decision is recorded already, and the next night prunes again."""
     try:
         removed = prune(home, retention)

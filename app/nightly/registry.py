@@ -31,10 +31,10 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from app.champion import Champion
+from app.champion import Champion, PointerBusy, PointerError
 from app.gate import GateResult, GateRule
 from data import sqlite
-from data.errors import PodracerError, one_line
+from data.errors import one_line
 from data.scrub import scrub, scrub_all
 
 REGISTRY_NAME = "registry.sqlite"
@@ -94,11 +94,11 @@ CREATE TABLE IF NOT EXISTS champion (
 """
 
 
-class RegistryError(PodracerError):
+class RegistryError(PointerError):
     """The registry file is unreadable, corrupt, or from a newer podracer."""
 
 
-class RegistryBusy(RegistryError):
+class RegistryBusy(RegistryError, PointerBusy):
     """Another connection holds a lock on the registry past the reader's timeout ("database is
     locked"): a retrain writing it. Readers that must not wait (the paper loop) retry or go on."""
 

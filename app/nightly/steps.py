@@ -43,13 +43,19 @@ from agents.tournament.orchestrator import run_tournament
 from app.champion import Champion
 from app.config import config_to_toml, to_env_params, to_tournament_args
 from app.ensemble import ensemble_step
-from app.evaluation import check_policy_fits, count_look, look_arguments, market_identity, policy_digest
+from app.evaluation import (
+    check_policy_fits,
+    count_look,
+    look_arguments,
+    market_identity,
+    policy_digest,
+    selection_inputs,
+)
 from app.export import export_bundle
 from app.gate import Evaluation, GateRule, finite
 from app.nightly.normalization import SPEC_FILE, champion_feature_spec, with_feature_spec
 from app.nightly.record import SELECTION
 from app.runs import RunDir
-from app.workflows.backtest import selection_inputs
 from backtests import capacity, engine, report, scoring
 from backtests.verdict import stated_verdict
 from data.atomic import atomic_write_json, replace_dir

@@ -48,8 +48,7 @@ from pathlib import Path
 from typing import Protocol
 
 from app.bundle import Bundle, load_bundle
-from app.champion import Champion
-from app.nightly.champions import RegistryBusy, RegistryError, current_champion
+from app.champion import Champion, ChampionPointer, PointerBusy, PointerError
 from app.paper.benchmark import BenchmarkBundle
 from app.paper.journal import Journal
 from app.paper.journal_schema import SessionOwner
@@ -130,6 +129,7 @@ class ChampionSource:
         self,
         home: str | Path,
         *,
+        pointer: ChampionPointer,
         registry_timeout: float = 1.0,
         attempts: int = 3,
         retry_wait: float = 1.0,
@@ -137,6 +137,7 @@ class ChampionSource:
         benchmark: BenchmarkBundle | None = None,
     ) -> None:
         self.home = Path(home)
+        self.pointer = pointer
         self.benchmark = benchmark  # held while no champion is promoted (None: cash)
         self.registry_timeout = registry_timeout
         self.attempts = attempts
@@ -203,11 +204,11 @@ class ChampionSource:
         """(read, champion): the registry's pointer, retried while a writer holds the lock."""
         for attempt in range(self.attempts):
             try:
-                return True, current_champion(self.home, timeout=self.registry_timeout)
-            except RegistryBusy:
+                return True, self.pointer(self.home, timeout=self.registry_timeout)
+            except PointerBusy:
                 if attempt + 1 < self.attempts:
                     self._sleep(self.retry_wait)
-            except RegistryError as err:
+            except PointerError as err:
                 self._refuse(journal, f"cannot read the champion pointer: {one_line(err)}")
                 return False, None
         keep = (

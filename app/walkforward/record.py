@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.gate import GateResult
+from app.runs import RunDir
 from data.artifact import Artifact, Figure
 
 #: How the views name what the account held in a fold with no champion in charge
@@ -104,3 +105,9 @@ class FoldRecord(Artifact):
         """The first and last date of the fold's test window."""
         first, last = self.windows["test"]
         return first, last
+
+
+def read_fold_records(run: RunDir) -> list[FoldRecord]:
+    """The records of ``run``'s completed folds, validated, in fold order (a malformed record or one
+    from a newer schema version: a one-line error naming the file)."""
+    return sorted((FoldRecord.read(path) for path in run.fold_record_files()), key=lambda r: r.index)

@@ -62,7 +62,7 @@ from app.runs import RunDir, new_id
 from app.walkforward.account import StitchedAccount
 from app.walkforward.judging import replay_gate
 from app.walkforward.plan import FoldPlan, fold_config, plan_folds
-from app.walkforward.record import FoldRecord
+from app.walkforward.record import FoldRecord, read_fold_records
 from backtests.metrics_model import MetricsDocument
 from backtests.stitched import segment_figures
 from data.errors import ConfigError, PodracerError
@@ -108,7 +108,7 @@ def run_walkforward(
     # Every candidate ticker of the span: each fold trades its own universe (data.fold_market).
     full = bars_only(load_market(config.data, home=home, device=device, per_window=True).full)
     plans = plan_folds(full, config.walkforward)
-    records = wf_run.fold_records() if resume is not None else []
+    records = read_fold_records(wf_run) if resume is not None else []
     _check_resumed_layout(wf_run, plans, records)
     if resume is None:
         wf_run.path.mkdir(parents=True)

@@ -23,18 +23,21 @@ import logging
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
-from agents.ensemble import ENSEMBLE_POD, load_policy
-from agents.tournament.leaderboard import read_pods
-from agents.tournament.pod import read_valid_returns_matrix
+from agents.ensemble import load_policy
 from app.config import load_config, to_env_params
-from app.evaluation import check_policy_fits, count_look, look_arguments, market_identity, policy_digest
+from app.evaluation import (
+    check_policy_fits,
+    count_look,
+    look_arguments,
+    market_identity,
+    policy_digest,
+    selection_inputs,
+)
 from app.runs import RunDir, runs_root
 from backtests import baselines as bl
 from backtests import capacity, engine, report
-from backtests.snooping import SelectionInputs
 from data.errors import CheckpointError, ConfigError, DataError, PodracerError
 from data.loader import load_market
 
@@ -160,44 +163,6 @@ def backtest_run(
         max_participation=params.max_participation,
         **look_arguments(counted),
     )
-
-
-def trial_returns(run_dir: RunDir) -> tuple[Any, Any, list[str]] | None:
-    """``(dates (T,), returns (T, N), ids)``: the daily validation returns of every scored pod of a
-    tournament run, the ensemble last (None for a single run, which has no leaderboard, or a run
-    from before pods kept their returns)."""
-    if not run_dir.leaderboard.is_file():
-        return None
-    scored = [p["pod_id"] for p in read_pods(run_dir.path) if p.get("score") is not None]
-    when, returns, ids = read_valid_returns_matrix(run_dir.pods, scored, period="daily")
-    # The ensemble (app.workflows.training.ensemble_step) is one more trial on the same window.
-    ens_when, ens, ens_ids = read_valid_returns_matrix(run_dir.path, [ENSEMBLE_POD], period="daily")
-    if ens_ids and ids and np.array_equal(np.asarray(ens_when), np.asarray(when)):
-        returns = np.column_stack([returns, ens])
-        ids = [*ids, *ens_ids]
-    return (when, returns, ids) if ids else None
-
-
-def selection_inputs(
-    run_dir: RunDir, valid: Any, params: Any, champion: str | None, *, device: str = "cpu"
-) -> SelectionInputs | None:
-    """The selection diagnostics' inputs: every trial's daily validation returns (:func:`trial_returns`),
-    the column of the ``champion`` pod, and buy-and-hold's daily returns on the validation window
-    ``valid`` on the same dates (its column left out when the dates do not line up)."""
-    trials = trial_returns(run_dir)
-    if trials is None:
-        return None
-    when, returns, ids = trials
-    bench = engine.run_backtest(valid, params, baselines=("buy_and_hold",), device=device, num_threads=1)
-    dates, daily = bench.daily_returns()
-    by_date = dict(zip(np.asarray(dates, "datetime64[D]").tolist(), daily[:, 0].cpu().numpy(), strict=True))
-    wanted = np.asarray(when, "datetime64[D]").tolist()
-    benchmark = np.array([by_date.get(d, np.nan) for d in wanted], dtype=np.float64)
-    if not np.isfinite(benchmark).all():
-        log.warning("buy-and-hold's validation returns do not line up with the pods': no SPA test")
-        benchmark = None
-    column = ids.index(champion) if champion in ids else None
-    return SelectionInputs(returns=returns, ids=tuple(ids), champion=column, benchmark=benchmark)
 
 
 def backtest_baselines(

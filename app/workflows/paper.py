@@ -25,6 +25,7 @@ from pathlib import Path
 
 from app.bundle import load_bundle
 from app.config import Config
+from app.nightly.champions import current_champion
 from app.nightly.lock import LockBusyError, ProcessLock, read_lock_info
 from app.paper.alpaca_broker import AlpacaBroker
 from app.paper.benchmark import BenchmarkBundle, benchmark_bundle
@@ -114,7 +115,7 @@ def run_paper_loop(
         what = f"bundle {short(source.bundle.bundle_id)} ({bundle})"
     else:
         bench, before = paper_benchmark(config or Config())
-        source = ChampionSource(home, benchmark=bench)
+        source = ChampionSource(home, pointer=current_champion, benchmark=bench)
         what = f"the registry's champion, read at the first cycle of each session; {before}"
     with paper_lock(home):
         broker = AlpacaBroker()

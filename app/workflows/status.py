@@ -35,7 +35,6 @@ import pandas as pd
 
 from app.alerts import AlertSettings, NotifyReport, Problem, notify, raised_problems, read_settings
 from app.champion import Champion
-from app.nightly.budget import MAX_MINUTES, SLACK_MINUTES
 from app.nightly.cron import DEFAULT_CRON, DEFAULT_TZ
 from app.nightly.lock import RETRAIN_LOCK_NAME, LockInfo, read_lock_info
 from app.nightly.registry import current_champion, read_decisions
@@ -45,6 +44,7 @@ from app.paper.heartbeat import STALE_INTERVALS, Heartbeat, read_heartbeat
 from app.paper.journal import journal_path, latest_pnl, read_journal
 from app.paper.outcomes import last_session_summary
 from app.paper.slippage import slippage_report
+from app.retrain_limits import MAX_MINUTES, SLACK_MINUTES
 from app.runs import list_runs
 from app.timestamps import local_time
 from data.calendar import exchange_date
