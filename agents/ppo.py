@@ -30,104 +30,19 @@ instead of one per step (on a CPU the numbers are those of per-step draws whenev
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor
 
+from agents.args import COMPILE_MIN_MINIBATCHES, PPOArgs
 from agents.checkpoint import Checkpoint
 from agents.policy import Policy, gaussian_entropy, gaussian_log_prob
 from agents.rollout import Rollout, RolloutState, collect_rollout, compute_gae
 from agents.training import Callback, EvalFn, EvalHook, TrainResult, make_optimizer, notify, policy_for_env
-from data.errors import ConfigError
-from envs.kernels.compiled import COMPILE_MODES, cached
-
-
-@dataclass(frozen=True)
-class PPOArgs:
-    """Hyper-parameters of one PPO run (CleanRL names)."""
-
-    seed: int = 0
-    """seed of the network init, action sampling, minibatch shuffles and env resets"""
-    total_steps: int = 500_000
-    """env-steps to train for (one env-step = one decision of one env)"""
-    # Measured on the planted-signal synthetic market (docs/agents.md): the edge pays out within tens
-    # of decisions, so a short horizon (gamma, gae_lambda) and a large step size learn it in minutes.
-    # These are also the ``[agent]`` defaults of the TOML config (app.config reads them from here).
-    learning_rate: float = 3e-3
-    """Adam learning rate"""
-    anneal_lr: bool = False
-    """linearly anneal the learning rate to 0 over the run"""
-    num_steps: int = 32
-    """rollout length per env between updates"""
-    gamma: float = 0.9
-    """discount factor"""
-    gae_lambda: float = 0.9
-    """GAE lambda"""
-    num_minibatches: int = 4
-    """minibatches per epoch"""
-    update_epochs: int = 4
-    """passes over each rollout"""
-    norm_adv: bool = True
-    """normalize advantages per minibatch"""
-    clip_coef: float = 0.2
-    """surrogate clipping coefficient"""
-    clip_vloss: bool = True
-    """clip the value loss around the rollout's values (PPO2 style)"""
-    ent_coef: float = 0.0
-    """entropy bonus coefficient"""
-    vf_coef: float = 0.5
-    """value loss coefficient"""
-    max_grad_norm: float = 0.5
-    """global gradient-norm clip"""
-    target_kl: float | None = None
-    """stop the update's epochs early when the approximate KL exceeds this (None: never)"""
-    embed: int = 16
-    """per-asset embedding width (ignored when warm-starting from a policy)"""
-    hidden: int = 64
-    """context / critic width (ignored when warm-starting from a policy)"""
-    asset_layers: int = 0
-    """depth of the shared per-asset encoder: 0 = linear (fastest), n = n ReLU layers (ignored when warm-starting)"""
-    init_log_std: float = -0.5
-    """initial log-std of the Gaussian over logits (ignored when warm-starting)"""
-    rebalance_rate: float = 0.2
-    """"weights" mode: fraction of the way to the target moved per decision (ignored when warm-starting)"""
-    norm_obs: bool = True
-    """update running observation statistics during rollouts"""
-    eval_every: int = 50_000
-    """env-steps between calls of eval_fn (it is also called once at the end)"""
-    compile: str = "auto"
-    """torch.compile the minibatch loss and its backward: "on", "off", or "auto" (``compiles``: on from
-    COMPILE_MIN_MINIBATCHES minibatch steps; the ``[agent] compile`` key, docs/agents.md "Settings")"""
-
-    def __post_init__(self) -> None:
-        positive = ("total_steps", "learning_rate", "num_steps", "num_minibatches", "update_epochs")
-        for name in positive:
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"PPOArgs.{name} must be > 0, got {getattr(self, name)}")
-        if not 0 < self.gamma <= 1 or not 0 <= self.gae_lambda <= 1:
-            raise ConfigError("PPOArgs: gamma must be in (0, 1] and gae_lambda in [0, 1]")
-        if self.eval_every <= 0 or self.clip_coef <= 0 or self.max_grad_norm <= 0:
-            raise ConfigError("PPOArgs: eval_every, clip_coef and max_grad_norm must be > 0")
-        if not 0 < self.rebalance_rate <= 1:
-            raise ConfigError(f"PPOArgs.rebalance_rate must be in (0, 1], got {self.rebalance_rate}")
-        if self.compile not in COMPILE_MODES:
-            raise ConfigError(
-                f"PPOArgs.compile must be one of {', '.join(COMPILE_MODES)}, got {self.compile!r}"
-            )
-
-    def batch_size(self, num_envs: int) -> int:
-        """Samples per update: ``num_steps * num_envs``."""
-        return self.num_steps * num_envs
-
-    def num_updates(self, num_envs: int) -> int:
-        """Updates of a run: ``total_steps`` rounded up to whole batches."""
-        return max(1, math.ceil(self.total_steps / self.batch_size(num_envs)))
-
+from envs.kernels.compiled import cached
 
 # --- loss pieces -----------------------------------------------------------------------------------
 
@@ -183,11 +98,6 @@ def minibatch_loss(
     entropy = gaussian_entropy(std)
     loss = pg_loss - ent_coef * entropy + vf_coef * v_loss
     return loss, pg_loss, v_loss, entropy, logratio
-
-
-#: ``[agent] compile = "auto"`` compiles the minibatch loss for runs of at least this many minibatch steps.
-#: The key: docs/agents.md ("Settings"); a tournament decides once for all pods (tournament/settings.py).
-COMPILE_MIN_MINIBATCHES = 1_000
 
 
 def compiles(args: PPOArgs, num_envs: int) -> bool:

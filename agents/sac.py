@@ -35,83 +35,12 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from agents.args import SACArgs
 from agents.checkpoint import Checkpoint
 from agents.networks import NUM_GLOBAL
 from agents.policy import Policy, gaussian_log_prob
 from agents.training import Callback, EvalFn, EvalHook, TrainResult, make_optimizer, notify, policy_for_env
-from data.errors import ConfigError
 from envs.observation import asset_width
-
-
-@dataclass(frozen=True)
-class SACArgs:
-    """Hyper-parameters of one SAC run (a field PPOArgs also has takes PPO's default: they share ``[agent]``)."""
-
-    seed: int = 0
-    """seed of the network init, action sampling, replay sampling and env resets"""
-    total_steps: int = 500_000
-    """env-steps to train for"""
-    learning_rate: float = 3e-3
-    """Adam learning rate of actor, critics and temperature"""
-    gamma: float = 0.9
-    """discount factor"""
-    tau: float = 0.005
-    """Polyak rate of the target critics"""
-    batch_size: int = 1024
-    """transitions per gradient step"""
-    buffer_size: int = 200_000
-    """replay buffer size in transitions (memory: about 8 * obs_dim bytes each)"""
-    learning_starts: int = 4096
-    """env-steps collected before the first gradient step"""
-    gradient_steps: int = 1
-    """gradient steps per vectorized env step (each adds num_envs transitions)"""
-    num_critics: int = 4
-    """K, the size of the critic ensemble"""
-    critic_target: str = "min"
-    """how the K target critics are combined: "min" or "mean\""""
-    alpha: float = 0.05
-    """initial entropy temperature"""
-    autotune: bool = True
-    """tune alpha towards the target entropy"""
-    target_entropy_per_dim: float = -1.0
-    """target entropy per raw action dimension"""
-    max_grad_norm: float = 0.5
-    """global gradient-norm clip of each network"""
-    embed: int = 16
-    """per-asset embedding width (actor and critics)"""
-    hidden: int = 64
-    """context / critic hidden width"""
-    asset_layers: int = 0
-    """depth of the actor's shared per-asset encoder: 0 = linear (ignored when warm-starting)"""
-    init_log_std: float = -0.5
-    """initial log-std of the actor's Gaussian over logits (ignored when warm-starting)"""
-    rebalance_rate: float = 0.2
-    """"weights" mode: fraction of the way to the target moved per decision (ignored when warm-starting)"""
-    norm_obs: bool = True
-    """update running observation statistics while collecting"""
-    eval_every: int = 50_000
-    """env-steps between calls of eval_fn (also called once at the end)"""
-
-    def __post_init__(self) -> None:
-        for name in (
-            "total_steps",
-            "learning_rate",
-            "batch_size",
-            "buffer_size",
-            "gradient_steps",
-            "num_critics",
-        ):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"SACArgs.{name} must be > 0, got {getattr(self, name)}")
-        if self.critic_target not in ("min", "mean"):
-            raise ConfigError(f"SACArgs.critic_target must be 'min' or 'mean', got {self.critic_target!r}")
-        if not 0 < self.gamma <= 1 or not 0 < self.tau <= 1:
-            raise ConfigError("SACArgs: gamma and tau must be in (0, 1]")
-        if self.eval_every <= 0 or self.learning_starts < 0 or self.alpha <= 0:
-            raise ConfigError("SACArgs: eval_every and alpha must be > 0, learning_starts >= 0")
-        if not 0 < self.rebalance_rate <= 1:
-            raise ConfigError(f"SACArgs.rebalance_rate must be in (0, 1], got {self.rebalance_rate}")
-
 
 # --- critic ensemble -------------------------------------------------------------------------------
 

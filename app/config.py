@@ -14,14 +14,13 @@ import logging
 import os
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import tomli_w
 from pydantic import ValidationError
 
-from agents.ppo import PPOArgs
-from agents.sac import SACArgs
-from agents.tournament.orchestrator import TournamentArgs
+from agents.args import PPOArgs, SACArgs
+from agents.tournament.settings import TournamentArgs
 from app.config_sections import (
     INTERNAL_FIELDS,
     NONE_MARKER,
@@ -40,7 +39,7 @@ from app.config_sections import (
 )
 from data.atomic import atomic_write_bytes
 from data.errors import ConfigError
-from envs.trading import EnvParams
+from envs.params import EnvParams
 
 __all__ = [
     "INTERNAL_FIELDS",
@@ -212,20 +211,29 @@ def write_config(config: Config, path: str | os.PathLike[str]) -> Path:
 
 
 # --- the one mapping from the TOML sections to the learner / env / tournament dataclasses -------------
+_Args = TypeVar("_Args")
+
+
+def _built(args_type: type[_Args], section: Section, **workflow: Any) -> _Args:
+    """The dataclass ``args_type`` from the section that declares its fields (each field of the
+    dataclass is the section's field of the same name, ``setting(args_type, name)``, except the
+    ``workflow`` ones, :data:`INTERNAL_FIELDS`)."""
+    names = [f.name for f in dataclasses.fields(args_type) if f.name not in workflow]  # type: ignore[arg-type]
+    return args_type(
+        **{name: getattr(section, name) for name in names if name in type(section).model_fields}, **workflow
+    )
+
+
 def to_env_params(env_config: EnvConfig) -> EnvParams:
-    """``envs.trading.EnvParams`` from the ``[env]`` section (``num_envs`` is not a param)."""
-    names = {f.name for f in dataclasses.fields(EnvParams)}
-    return EnvParams(**{k: v for k, v in env_config.model_dump().items() if k in names})
+    """``envs.params.EnvParams`` from the ``[env]`` section (``num_envs`` is not a param)."""
+    return _built(EnvParams, env_config)
 
 
 def to_learner_args(config: Config) -> PPOArgs | SACArgs:
-    """``PPOArgs`` or ``SACArgs`` from the ``[agent]`` section (fields matched by name)."""
-    agent = config.agent
-    args_type = PPOArgs if agent.algo == "ppo" else SACArgs
-    names = {f.name for f in dataclasses.fields(args_type)}
-    return args_type(**{k: v for k, v in agent.model_dump().items() if k in names})
+    """``PPOArgs`` or ``SACArgs`` from the ``[agent]`` section."""
+    return _built(PPOArgs if config.agent.algo == "ppo" else SACArgs, config.agent)
 
 
 def to_tournament_args(config: Config) -> TournamentArgs:
     """``TournamentArgs`` from the ``[tournament]`` section (the learner from ``agent.algo``)."""
-    return TournamentArgs.from_mapping({**config.tournament.model_dump(), "algo": config.agent.algo})
+    return _built(TournamentArgs, config.tournament, algo=config.agent.algo)

@@ -12,14 +12,13 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from agents.ppo import PPOArgs
-from agents.sac import SACArgs
-from agents.tournament.orchestrator import TournamentArgs
+from agents.args import PPOArgs, SACArgs
+from agents.tournament.settings import TournamentArgs
 from app.alerts import HOOK_TIMEOUT_S, AlertSettings, check_settings
 from app.retrain_limits import MAX_MINUTES
 from app.settings_docs import field_doc
 from backtests.verdict import SIGNIFICANCE_LEVEL
-from data.loader import LOAD_DEFAULTS
+from data.load_defaults import LOAD_DEFAULTS
 from envs.params import EnvParams
 
 # TOML has no null: an optional field whose default is not None (``tournament.budget_steps``) is

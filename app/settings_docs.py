@@ -1,8 +1,9 @@
 """Each setting is described once: the docstring under its field in the dataclass it configures.
 
 The config's sections (``app.config_sections``) and the CLI's ``--help`` (``app.commands``) take their
-wording from here. The dataclasses are read as source with ``ast``, not imported: the CLI's help must
-not load torch, which every module holding one of them imports (``app/commands/__init__.py``).
+wording from here. The dataclasses are read as source with ``ast``: the docstring under a field exists
+only in the source, never at run time. Their modules (``agents/args.py``, ``agents/tournament/settings.py``,
+``envs/params.py``) load no torch, and neither does this one.
 
 A setting no dataclass holds (``[backtest]``, ``[nightly]``, ``[walkforward]`` and a few workflow
 keys) is described once, in its section's ``Field(description=...)``; :func:`setting_doc` reads that
@@ -18,8 +19,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 #: Where each dataclass that a config section configures is defined (relative to the project root).
 DATACLASSES: dict[str, str] = {
-    "PPOArgs": "agents/ppo.py",
-    "SACArgs": "agents/sac.py",
+    "PPOArgs": "agents/args.py",
+    "SACArgs": "agents/args.py",
     "TournamentArgs": "agents/tournament/settings.py",
     "EnvParams": "envs/params.py",
 }

@@ -25,6 +25,7 @@ import torch
 from data.align import Panel, resample_panel
 from data.errors import DataError
 from data.features import DEFAULT_WINDOWS, compute_features, fit_normalization, make_spec, normalize
+from data.load_defaults import LOAD_DEFAULTS
 from data.market import MarketData
 from data.schema import normalize_ticker
 from data.sources.sample import real_sample_panel
@@ -164,27 +165,6 @@ def synthetic_market(
     return build_market(
         generate(spec), train_frac=train_frac, valid_frac=valid_frac, device=device, source="synthetic"
     )
-
-
-#: Defaults of ``load_market``'s settings; also the ``[data]`` defaults of the TOML config (app.config
-#: reads them from here), except ``start_date`` / ``end_date``, which only callers pass.
-LOAD_DEFAULTS: dict[str, Any] = {
-    "source": "synthetic",
-    "num_tickers": 100,
-    "num_sessions": 60,
-    "start": "2024-01-02",
-    "signal": 1.0,
-    "seed": 0,
-    "interval": "1m",
-    "tickers": [],
-    "universe": "",
-    "as_of": "",
-    "train_frac": 0.6,
-    "valid_frac": 0.2,
-    "min_coverage": 0.5,
-    "start_date": None,
-    "end_date": None,
-}
 
 
 def _settings(config: Any, overrides: Mapping[str, Any]) -> dict[str, Any]:

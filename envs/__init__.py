@@ -1,22 +1,10 @@
-"""envs: the vectorized trading environment (pure ``reset``/``step``) and its shells."""
+"""envs: the vectorized trading environment (pure ``reset``/``step``) and its shells.
+
+Importing the package registers the gymnasium env and names its settings (``EnvParams``), and loads no
+torch: the env itself is ``envs.trading`` (``reset``, ``step``), ``envs.vec_env.TradingVecEnv`` and
+``envs.observation``."""
 
 from envs.gym_registration import ENV_ID
-from envs.observation import NUM_GLOBAL, obs_dim, split_obs
-from envs.trading import EnvParams, EnvState, StepResult, observe, reset, reset_where, step, step_env
-from envs.vec_env import TradingVecEnv
+from envs.params import EnvParams
 
-__all__ = [
-    "ENV_ID",
-    "NUM_GLOBAL",
-    "EnvParams",
-    "EnvState",
-    "StepResult",
-    "TradingVecEnv",
-    "obs_dim",
-    "observe",
-    "reset",
-    "reset_where",
-    "split_obs",
-    "step",
-    "step_env",
-]
+__all__ = ["ENV_ID", "EnvParams"]

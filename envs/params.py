@@ -3,20 +3,25 @@
 Below :mod:`envs.trading` (the rules), :mod:`envs.core` (the arithmetic) and :mod:`envs.fast_step` (the
 kernel choice), which all read them, so none of those imports another to name them. ``EnvParams`` holds
 the defaults of the ``[env]`` config section, each field described once, in the string under it
-(``app.settings_docs``); the semantics: :mod:`envs.trading`'s docstring.
+(``app.settings_docs``); the semantics: :mod:`envs.trading`'s docstring. Torch is imported only where a
+tensor is made, so the config (``app.config``) reads these settings without loading it.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
-from typing import Literal
-
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING, Literal
 
 from data.errors import ConfigError
 
+if TYPE_CHECKING:  # the state's tensor types only: the settings load without torch (app.config)
+    import torch
+    from torch import Tensor
+
+#: The values of every compile / fast-path key (``[env] fast_step``, ``[agent] compile``,
+#: ``[backtest] compile``): ``envs.kernels.compiled`` and ``agents.args`` check against it.
+COMPILE_MODES: tuple[str, ...] = ("auto", "on", "off")
 ActionMode = Literal["weights", "shares"]
 RewardMode = Literal["log_return", "return", "diff_sharpe"]
 Precision = Literal["float32", "float64"]
@@ -137,6 +142,8 @@ class EnvParams:
     @property
     def asset_dtype(self) -> torch.dtype:
         """dtype of the per-asset state and orders (``shares``)."""
+        import torch  # here, not at module top: the settings (this class) load without torch
+
         return torch.float64 if self.precision == "float64" else torch.float32
 
 

@@ -127,3 +127,26 @@ def test_the_level_under_its_old_name_still_loads(tmp_path, caplog):
         ConfigError, match="backtest.significance: deprecated name of backtest.significance_level"
     ):
         parse_config({"backtest": {"significance": 0.01, "significance_level": 0.02}})
+
+
+def test_the_config_and_its_settings_load_without_torch(tmp_path):
+    """Reading a config (and so every setting's declaration and description) loads no torch."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    (tmp_path / "c.toml").write_text("[tournament]\npods = 3\n[agent]\nalgo = 'sac'\n")
+    code = (
+        "import sys; from app.config import load_config, to_learner_args, to_tournament_args; "
+        "c = load_config(sys.argv[1]); print(to_tournament_args(c).pods, type(to_learner_args(c)).__name__, "
+        "[m for m in ('torch', 'agents.ppo', 'agents.sac') if m in sys.modules])"
+    )
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "c.toml")],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.stdout.strip().splitlines()[-1] == "3 SACArgs []", out.stdout + out.stderr

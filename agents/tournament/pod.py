@@ -48,6 +48,7 @@ from torch import Tensor
 from agents import ppo, sac
 from agents.checkpoint import Checkpoint
 from agents.tournament.generator import PodSpec
+from agents.tournament.settings import FITNESS
 from agents.training import TrainResult
 from backtests.engine import PolicyBatch
 from backtests.scoring import score_window
@@ -57,7 +58,6 @@ from data.market import MarketData
 from envs.trading import EnvParams
 from envs.vec_env import TradingVecEnv
 
-FITNESS = ("sharpe", "return", "calmar")
 #: A pod's validation returns, next to its checkpoint (see :func:`write_valid_returns`).
 VALID_RETURNS = "valid_returns.parquet"
 #: A pod's learning curve, next to its checkpoint (the app reads it as ``app.runs.RunDir.curve``).

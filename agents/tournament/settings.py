@@ -15,13 +15,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from agents.ppo import COMPILE_MIN_MINIBATCHES, PPOArgs
-from agents.tournament.pod import FITNESS
+from agents.args import COMPILE_MIN_MINIBATCHES, PPOArgs
 from data.errors import ConfigError
 
 CHAMPION_KINDS = ("best", "ensemble")
 #: ``[tournament] backend`` values (agents.tournament.backend_choice builds them).
 BACKENDS = ("auto", "local", "ray", "population")
+#: The fitnesses a pod can be ranked by (``backtests.scoring.fitness``'s kinds).
+FITNESS = ("sharpe", "return", "calmar")
 
 
 @dataclass(frozen=True)

@@ -35,11 +35,11 @@ from typing import Any, Literal
 import torch
 
 from data.errors import one_line
+from envs.params import COMPILE_MODES
 
 log = logging.getLogger(__name__)
 
 CompileMode = Literal["auto", "on", "off"]
-COMPILE_MODES: tuple[str, ...] = ("auto", "on", "off")
 
 
 def check_mode(mode: str, name: str = "compile") -> CompileMode:

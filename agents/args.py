@@ -1,0 +1,173 @@
+"""The learners' settings, one declaration each: :class:`PPOArgs` and :class:`SACArgs` (frozen
+dataclasses; the docstring under a field is its one description, which the ``[agent]`` section of the
+config and the CLI's ``--help`` read: ``app.settings_docs``).
+
+Standard library only, so the config (``app.config``) and its documentation load without torch;
+``agents.ppo`` and ``agents.sac`` train with them. A new ``[agent]`` setting is a field here (its
+default and the docstring under it), then the same name in ``app.config_sections.AgentConfig``
+through ``setting(PPOArgs, name)``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from data.errors import ConfigError
+from envs.params import COMPILE_MODES
+
+#: ``[agent] compile = "auto"`` compiles the minibatch loss for runs of at least this many minibatch steps.
+#: The key: docs/agents.md ("Settings"); a tournament decides once for all pods (tournament/settings.py).
+COMPILE_MIN_MINIBATCHES = 1_000
+
+
+@dataclass(frozen=True)
+class PPOArgs:
+    """Hyper-parameters of one PPO run (CleanRL names)."""
+
+    seed: int = 0
+    """seed of the network init, action sampling, minibatch shuffles and env resets"""
+    total_steps: int = 500_000
+    """env-steps to train for (one env-step = one decision of one env)"""
+    # Measured on the planted-signal synthetic market (docs/agents.md): the edge pays out within tens
+    # of decisions, so a short horizon (gamma, gae_lambda) and a large step size learn it in minutes.
+    # These are also the ``[agent]`` defaults of the TOML config (app.config reads them from here).
+    learning_rate: float = 3e-3
+    """Adam learning rate"""
+    anneal_lr: bool = False
+    """linearly anneal the learning rate to 0 over the run"""
+    num_steps: int = 32
+    """rollout length per env between updates"""
+    gamma: float = 0.9
+    """discount factor"""
+    gae_lambda: float = 0.9
+    """GAE lambda"""
+    num_minibatches: int = 4
+    """minibatches per epoch"""
+    update_epochs: int = 4
+    """passes over each rollout"""
+    norm_adv: bool = True
+    """normalize advantages per minibatch"""
+    clip_coef: float = 0.2
+    """surrogate clipping coefficient"""
+    clip_vloss: bool = True
+    """clip the value loss around the rollout's values (PPO2 style)"""
+    ent_coef: float = 0.0
+    """entropy bonus coefficient"""
+    vf_coef: float = 0.5
+    """value loss coefficient"""
+    max_grad_norm: float = 0.5
+    """global gradient-norm clip"""
+    target_kl: float | None = None
+    """stop the update's epochs early when the approximate KL exceeds this (None: never)"""
+    embed: int = 16
+    """per-asset embedding width (ignored when warm-starting from a policy)"""
+    hidden: int = 64
+    """context / critic width (ignored when warm-starting from a policy)"""
+    asset_layers: int = 0
+    """depth of the shared per-asset encoder: 0 = linear (fastest), n = n ReLU layers (ignored when warm-starting)"""
+    init_log_std: float = -0.5
+    """initial log-std of the Gaussian over logits (ignored when warm-starting)"""
+    rebalance_rate: float = 0.2
+    """"weights" mode: fraction of the way to the target moved per decision (ignored when warm-starting)"""
+    norm_obs: bool = True
+    """update running observation statistics during rollouts"""
+    eval_every: int = 50_000
+    """env-steps between calls of eval_fn (it is also called once at the end)"""
+    compile: str = "auto"
+    """torch.compile the minibatch loss and its backward: "on", "off", or "auto" (``compiles``: on from
+    COMPILE_MIN_MINIBATCHES minibatch steps; the ``[agent] compile`` key, docs/agents.md "Settings")"""
+
+    def __post_init__(self) -> None:
+        positive = ("total_steps", "learning_rate", "num_steps", "num_minibatches", "update_epochs")
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"PPOArgs.{name} must be > 0, got {getattr(self, name)}")
+        if not 0 < self.gamma <= 1 or not 0 <= self.gae_lambda <= 1:
+            raise ConfigError("PPOArgs: gamma must be in (0, 1] and gae_lambda in [0, 1]")
+        if self.eval_every <= 0 or self.clip_coef <= 0 or self.max_grad_norm <= 0:
+            raise ConfigError("PPOArgs: eval_every, clip_coef and max_grad_norm must be > 0")
+        if not 0 < self.rebalance_rate <= 1:
+            raise ConfigError(f"PPOArgs.rebalance_rate must be in (0, 1], got {self.rebalance_rate}")
+        if self.compile not in COMPILE_MODES:
+            raise ConfigError(
+                f"PPOArgs.compile must be one of {', '.join(COMPILE_MODES)}, got {self.compile!r}"
+            )
+
+    def batch_size(self, num_envs: int) -> int:
+        """Samples per update: ``num_steps * num_envs``."""
+        return self.num_steps * num_envs
+
+    def num_updates(self, num_envs: int) -> int:
+        """Updates of a run: ``total_steps`` rounded up to whole batches."""
+        return max(1, math.ceil(self.total_steps / self.batch_size(num_envs)))
+
+
+@dataclass(frozen=True)
+class SACArgs:
+    """Hyper-parameters of one SAC run (a field PPOArgs also has takes PPO's default: they share ``[agent]``)."""
+
+    seed: int = 0
+    """seed of the network init, action sampling, replay sampling and env resets"""
+    total_steps: int = 500_000
+    """env-steps to train for"""
+    learning_rate: float = 3e-3
+    """Adam learning rate of actor, critics and temperature"""
+    gamma: float = 0.9
+    """discount factor"""
+    tau: float = 0.005
+    """Polyak rate of the target critics"""
+    batch_size: int = 1024
+    """transitions per gradient step"""
+    buffer_size: int = 200_000
+    """replay buffer size in transitions (memory: about 8 * obs_dim bytes each)"""
+    learning_starts: int = 4096
+    """env-steps collected before the first gradient step"""
+    gradient_steps: int = 1
+    """gradient steps per vectorized env step (each adds num_envs transitions)"""
+    num_critics: int = 4
+    """K, the size of the critic ensemble"""
+    critic_target: str = "min"
+    """how the K target critics are combined: "min" or "mean\""""
+    alpha: float = 0.05
+    """initial entropy temperature"""
+    autotune: bool = True
+    """tune alpha towards the target entropy"""
+    target_entropy_per_dim: float = -1.0
+    """target entropy per raw action dimension"""
+    max_grad_norm: float = 0.5
+    """global gradient-norm clip of each network"""
+    embed: int = 16
+    """per-asset embedding width (actor and critics)"""
+    hidden: int = 64
+    """context / critic hidden width"""
+    asset_layers: int = 0
+    """depth of the actor's shared per-asset encoder: 0 = linear (ignored when warm-starting)"""
+    init_log_std: float = -0.5
+    """initial log-std of the actor's Gaussian over logits (ignored when warm-starting)"""
+    rebalance_rate: float = 0.2
+    """"weights" mode: fraction of the way to the target moved per decision (ignored when warm-starting)"""
+    norm_obs: bool = True
+    """update running observation statistics while collecting"""
+    eval_every: int = 50_000
+    """env-steps between calls of eval_fn (also called once at the end)"""
+
+    def __post_init__(self) -> None:
+        for name in (
+            "total_steps",
+            "learning_rate",
+            "batch_size",
+            "buffer_size",
+            "gradient_steps",
+            "num_critics",
+        ):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"SACArgs.{name} must be > 0, got {getattr(self, name)}")
+        if self.critic_target not in ("min", "mean"):
+            raise ConfigError(f"SACArgs.critic_target must be 'min' or 'mean', got {self.critic_target!r}")
+        if not 0 < self.gamma <= 1 or not 0 < self.tau <= 1:
+            raise ConfigError("SACArgs: gamma and tau must be in (0, 1]")
+        if self.eval_every <= 0 or self.learning_starts < 0 or self.alpha <= 0:
+            raise ConfigError("SACArgs: eval_every and alpha must be > 0, learning_starts >= 0")
+        if not 0 < self.rebalance_rate <= 1:
+            raise ConfigError(f"SACArgs.rebalance_rate must be in (0, 1], got {self.rebalance_rate}")
