@@ -38,9 +38,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
 from app.retrain_limits import MAX_MINUTES
-from data.atomic import atomic_write_json
-from data.errors import ConfigError, PodracerError, one_line
+from data.artifact import SCHEMA_KEY, Artifact
+from data.errors import ArtifactError, ConfigError, PodracerError, one_line
 from data.lock import ProcessLock
 from data.scrub import scrub
 
@@ -202,14 +204,55 @@ def _locked(folder: Path) -> ProcessLock:
     return lock.acquire(wait_s=30.0)
 
 
+class AlertRow(BaseModel):
+    """One problem in ``raised.json`` or ``state.json``: its check, its message and since when."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    check: str = "raised"
+    message: str = ""
+    since: str | None = None
+
+
+class AlertRows(Artifact):
+    """``<home>/alerts/raised.json`` and ``state.json``: the problems by key (``rows``). A file written
+    before ``schema_version`` held the rows at its top level and reads as version 1."""
+
+    FILE = "the alerts state"
+    SCHEMA_VERSION = 1
+
+    rows: dict[str, AlertRow] = Field(default_factory=dict, description="the problems by key")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _flat(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "rows" not in data:
+            rows = {k: v for k, v in data.items() if k != SCHEMA_KEY and isinstance(v, dict)}
+            return {SCHEMA_KEY: data.get(SCHEMA_KEY, 1), "rows": rows}
+        return data
+
+
 def _read_json(path: Path) -> dict[str, Any]:
+    """The rows of an alerts file as plain dicts ({} when there is none). A damaged file starts over
+    (at worst one alert is sent again); one from a newer podracer is a one-line ``ArtifactError``."""
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return {}
     except (OSError, ValueError):
-        return {}  # a damaged state file: start over (at worst one alert is sent again)
-    return raw if isinstance(raw, dict) else {}
+        return {}
+    try:
+        return {key: row.model_dump() for key, row in AlertRows.parse(raw, path).rows.items()}
+    except ArtifactError:
+        version = raw.get(SCHEMA_KEY) if isinstance(raw, dict) else None
+        if isinstance(version, int) and version > AlertRows.SCHEMA_VERSION:
+            raise
+        return {}
+
+
+def _write_json(path: Path, rows: dict[str, Any]) -> None:
+    """Write the rows atomically (secrets masked: ``data.artifact.Artifact.write``)."""
+    AlertRows.model_validate({"rows": rows}).write(path)
 
 
 def raise_problem(home: str | os.PathLike[str], key: str, message: str, *, check: str = "raised") -> None:
@@ -222,7 +265,7 @@ def raise_problem(home: str | os.PathLike[str], key: str, message: str, *, check
         raised = _read_json(path)
         since = (raised.get(key) or {}).get("since") or _now()
         raised[key] = {"check": problem.check, "message": problem.message, "since": since}
-        atomic_write_json(path, raised)
+        _write_json(path, raised)
     finally:
         lock.release()
 
@@ -238,7 +281,7 @@ def clear_problem(home: str | os.PathLike[str], key: str) -> bool:
         if key not in raised:
             return False
         del raised[key]
-        atomic_write_json(path, raised)
+        _write_json(path, raised)
         return True
     finally:
         lock.release()
@@ -362,7 +405,7 @@ def notify(
                 continue
             del state[key]
             report.cleared.append(key)
-        atomic_write_json(path, state)
+        _write_json(path, state)
         if home.is_dir() and away.is_file():
             away.unlink()
     finally:

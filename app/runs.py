@@ -30,7 +30,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator, with_config
+from typing_extensions import TypedDict
 
 from data.artifact import Artifact, Figure
 from data.errors import ArtifactError, ConfigError, PodracerError
@@ -66,6 +67,82 @@ def new_id(run: str | None, suffix: str) -> str:
     return run
 
 
+#: A JSON scalar: what the run record's flat blocks (hyper-parameters, validation figures, the
+#: tournament's settings) hold.
+Scalar = bool | int | float | str | None
+
+
+@with_config(ConfigDict(extra="allow"))
+class FeatureSpec(TypedDict, total=False):
+    """``data.features``' feature spec (a dict wherever it travels): the features, their windows and
+    the normalization statistics fitted on ``fitted_on``; keys of a newer writer are kept."""
+
+    version: int
+    names: list[str]
+    windows: dict[str, int]
+    ema_truncation: int
+    lookback: int
+    interval: str
+    mean: list[float]
+    std: list[float]
+    clip: float
+    fitted_on: list[str] | None
+
+
+class RecordSection(BaseModel):
+    """A block of the run record: typed keys, unknown keys kept."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+
+class NightlyLabel(RecordSection):
+    """``nightly``: what the retrain that made this run says of it."""
+
+    warm_started_from: str | None = None  # the champion whose weights seeded the pool
+    warm_start_pods: int | None = None
+    eval_role: str | None = None  # "selection": its test-window figures chose or rejected it
+    decision_id: int | None = None
+    verdict: str | None = None  # "promoted" or "rejected"
+
+
+class PodScore(RecordSection):
+    """A pod and its validation score (an ensemble's member)."""
+
+    pod_id: str | None = None
+    score: Figure = None
+
+
+class EnsembleInfo(RecordSection):
+    """``ensemble``: the ensemble of the top pods, scored on the validation window like a pod."""
+
+    pod_id: str | None = None
+    kind: str | None = None
+    size: int | None = None
+    members: list[PodScore] = Field(default_factory=list)
+    score: Figure = None
+    sharpe_ratio: Figure = None
+    metrics: dict[str, Scalar] = Field(default_factory=dict)
+    checkpoint: str | None = None
+
+
+class FoldLayout(RecordSection):
+    """One fold of a walk-forward's layout: its index, sessions and window dates."""
+
+    index: int | None = None
+    sessions: dict[str, int | list[int] | None] = Field(default_factory=dict)
+    windows: dict[str, list[str]] = Field(default_factory=dict)
+
+
+class WalkForwardInfo(RecordSection):
+    """``walkforward``: a walk-forward run's settings and layout, or a fold run's place in one."""
+
+    settings: dict[str, Scalar] = Field(default_factory=dict)  # [walkforward] as run
+    folds: list[FoldLayout] = Field(default_factory=list)
+    run: str | None = None  # a fold's run: the walk-forward it belongs to
+    fold: int | None = None
+    warm_started_from: str | None = None
+
+
 class ChampionInfo(BaseModel):
     """The run's selected policy: which pod, its validation score and Sharpe ratio."""
 
@@ -76,7 +153,7 @@ class ChampionInfo(BaseModel):
     sharpe_ratio: Figure = None
     generation: int | None = None
     env_steps: int | None = None
-    hparams: dict[str, Any] = Field(default_factory=dict)
+    hparams: dict[str, Scalar] = Field(default_factory=dict)
     source_checkpoint: str | None = None
 
     @model_validator(mode="before")
@@ -115,10 +192,10 @@ class RunInfo(Artifact):
     algo: str | None = None
     status: str | None = None  # running, interrupted, failed, done
     seed: int | None = None
-    seeds: dict[str, Any] = Field(default_factory=dict)
+    seeds: dict[str, int | None] = Field(default_factory=dict)
     windows: dict[str, tuple[str, str]] = Field(default_factory=dict)  # name -> (first, last date)
     tickers: tuple[str, ...] = ()
-    feature_spec: dict[str, Any] | None = None
+    feature_spec: FeatureSpec | None = None
     started: Figure = None
     updated: Figure = None
     finished: Figure = None
@@ -131,11 +208,11 @@ class RunInfo(Artifact):
     trial_sharpes: tuple[Figure, ...] = ()  # null: a pod whose Sharpe is undefined (never 0)
     annualization: float | None = None  # the periods per year the run was trained with
     champion: ChampionInfo | None = None
-    valid: dict[str, Any] = Field(default_factory=dict)  # a single run's last validation metrics
-    tournament: dict[str, Any] = Field(default_factory=dict)  # the TournamentArgs of a tournament
-    ensemble: dict[str, Any] = Field(default_factory=dict)  # the ensemble's validation figures
-    nightly: dict[str, Any] = Field(default_factory=dict)
-    walkforward: dict[str, Any] = Field(default_factory=dict)  # a walk-forward's settings and layout
+    valid: dict[str, Scalar] = Field(default_factory=dict)  # a single run's last validation metrics
+    tournament: dict[str, Scalar] = Field(default_factory=dict)  # the TournamentArgs of a tournament
+    ensemble: EnsembleInfo = Field(default_factory=EnsembleInfo)  # the ensemble's validation figures
+    nightly: NightlyLabel = Field(default_factory=NightlyLabel)
+    walkforward: WalkForwardInfo = Field(default_factory=WalkForwardInfo)
     run_dir: str | None = None
 
     @model_validator(mode="before")

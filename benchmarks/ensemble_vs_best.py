@@ -85,7 +85,7 @@ def one_seed(args: argparse.Namespace, seed: int, home: Path) -> dict[str, float
         "seed": seed,
         "pods": result.pods_tried,
         "valid_best": result.leaderboard[0]["metrics"].get("sharpe_ratio"),
-        "valid_ensemble": record.ensemble.get("sharpe_ratio"),
+        "valid_ensemble": record.ensemble.sharpe_ratio,
         "test_best": float(sharpe[col["best"]]),
         "test_ensemble": float(sharpe[col["ensemble"]]),
         "test_buy_and_hold": float(sharpe[col["buy_and_hold"]]),

@@ -120,7 +120,7 @@ def run_once(args: argparse.Namespace, seed: int, signal: float, home: Path) -> 
         "pbo": doc.pbo,
         "pbo_num_splits": doc.pbo_num_splits,
         "verdict": doc.verdict,
-        "ensemble_valid_sharpe": ensemble.get("sharpe_ratio"),
+        "ensemble_valid_sharpe": ensemble.sharpe_ratio,
         "ensemble_test_sharpe": ens_test,
         "ensemble_excess_p": ens_p,
         "wall_s": time.perf_counter() - start,

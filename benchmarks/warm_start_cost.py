@@ -135,7 +135,7 @@ def _retrain(config: Any, home: Path, data: DataSnapshot) -> dict[str, Any]:
         "champion_test_fitness": outcome.champion_fitness,
         "promoted": outcome.verdict == "promoted",
         "edge": outcome.challenger_edge,
-        "warm_started_from": info.nightly.get("warm_started_from"),
+        "warm_started_from": info.nightly.warm_started_from,
         "windows": {k: list(v) for k, v in data.windows.items()},
         "seconds": round(time.perf_counter() - started, 1),
     }

@@ -366,7 +366,6 @@ LONG_FUNCTIONS = {
     "app/commands/paper.py:paper",
     "app/export.py:export_bundle",
     "app/nightly/schedule.py:run_schedule",
-    "app/nightly/steps.py:score_step",
     "app/paper/cycle.py:_trade",
     "app/paper/observation.py:build_decision",
     "app/workflows/demo.py:run_demo",

@@ -15,22 +15,22 @@ status`` computes the next retrain from it (:func:`read_schedule`).
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from apscheduler.triggers.cron import CronTrigger
+from pydantic import Field, field_validator
 
 from app.nightly.cron import DEFAULT_TZ, parse_cron, zone
-from data.atomic import atomic_write_json
-from data.errors import ConfigError, PodracerError, one_line
+from data.artifact import Artifact
+from data.errors import ArtifactError, ConfigError, PodracerError, one_line
 
 log = logging.getLogger(__name__)
 
@@ -128,20 +128,54 @@ SCHEDULE_FILE = "schedule.json"
 FORMATS = ("in-process", "crontab", "systemd")
 
 
-@dataclass(frozen=True)
-class ScheduleRecord:
-    """The schedule the user set up last, as ``<home>/schedule.json`` holds it."""
+class ScheduleRecord(Artifact):
+    """The schedule the user set up last, as ``<home>/schedule.json`` holds it (a versioned
+    ``data.artifact.Artifact``: a file written before ``schema_version`` reads as version 1; a newer
+    one, a malformed field, an unknown cron expression or time zone is one line naming the file)."""
 
-    cron: str
-    tz: str
-    config: str | None  # absolute path of the config the scheduled runs read, None: the defaults
-    format: str  # one of FORMATS
-    written_at: str  # ISO UTC
+    FILE = "the schedule record"
+    SCHEMA_VERSION = 1
+
+    cron: str = Field(description="the cron expression (5 fields)")
+    tz: str = Field(description="the time zone it fires in")
+    config: str | None = Field(
+        None, description="absolute path of the config the runs read (null: the defaults)"
+    )
+    format: Literal["in-process", "crontab", "systemd"] = Field(description="how it runs: one of FORMATS")
+    written_at: str = Field(description="when it was set up, ISO UTC")
+
+    @field_validator("cron")
+    @classmethod
+    def _cron(cls, value: str) -> str:
+        try:
+            parse_cron(value)
+        except ConfigError as err:
+            raise ValueError(one_line(err, typed=False)) from None
+        return value
+
+    @field_validator("tz")
+    @classmethod
+    def _tz(cls, value: str) -> str:
+        try:
+            zone(value)
+        except ConfigError as err:
+            raise ValueError(one_line(err, typed=False)) from None
+        return value
+
+    @field_validator("written_at")
+    @classmethod
+    def _when(cls, value: str) -> str:
+        datetime.fromisoformat(value)
+        return value
 
     @property
     def source(self) -> str:
         """The command that set it up: ``schedule run`` or ``schedule print --format <format>``."""
         return "schedule run" if self.format == "in-process" else f"schedule print --format {self.format}"
+
+    def settings(self) -> dict[str, Any]:
+        """The record's settings (what ``podracer status`` shows)."""
+        return self.model_dump(include={"cron", "tz", "config", "format", "written_at"})
 
 
 def schedule_path(home: str | os.PathLike[str]) -> Path:
@@ -168,7 +202,7 @@ def record_schedule(
         format=fmt,
         written_at=(now or datetime.now(UTC)).astimezone(UTC).isoformat(timespec="seconds"),
     )
-    atomic_write_json(schedule_path(home), asdict(record))
+    record.write(schedule_path(home))
     return record
 
 
@@ -178,23 +212,10 @@ def read_schedule(home: str | os.PathLike[str]) -> ScheduleRecord | None:
     if not path.exists():
         return None
     try:
-        raw: Any = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(raw, dict):
-            raise ValueError(f"a JSON {type(raw).__name__}, not an object")
-        fields = {name: raw.get(name) for name in ScheduleRecord.__dataclass_fields__}
-        for name in ("cron", "tz", "format", "written_at"):
-            if not isinstance(fields[name], str):
-                raise ValueError(f"{name!r} is missing or not a string")
-        if fields["config"] is not None and not isinstance(fields["config"], str):
-            raise ValueError("'config' is not a string")
-        if fields["format"] not in FORMATS:
-            raise ValueError(f"format {fields['format']!r} is not one of {', '.join(FORMATS)}")
-        datetime.fromisoformat(fields["written_at"])
-        parse_cron(fields["cron"])
-        zone(fields["tz"])
-    except (OSError, ValueError, ConfigError) as err:
-        raise PodracerError(f"{path} is unreadable: {one_line(err, typed=False)}") from None
-    return ScheduleRecord(**fields)
+        return ScheduleRecord.read(path)
+    except ArtifactError as err:
+        detail = str(err).removeprefix(str(path)).removeprefix(":").removeprefix(" is").strip()
+        raise ArtifactError(f"{path} is unreadable: {detail}") from None
 
 
 # --- in-process scheduler ----------------------------------------------------------------------------

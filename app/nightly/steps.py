@@ -57,6 +57,7 @@ from app.nightly.normalization import SPEC_FILE, champion_feature_spec, with_fea
 from app.nightly.record import SELECTION
 from app.runs import RunDir
 from backtests import capacity, engine, report, scoring
+from backtests.metrics_model import MetricsDocument
 from backtests.verdict import stated_verdict
 from data.atomic import atomic_write_json, replace_dir
 from data.errors import CheckpointError, ConfigError, PodracerError
@@ -315,7 +316,6 @@ def score_step(
     params = to_env_params(config.env)
     fitness = GateRule.of_config(config).fitness
     annualization = config.backtest.annualization
-    run = RunDir.at(challenger.run_dir)
     policies: dict[str, Any] = {"challenger": load_policy(challenger.policy_dir, device=device)}
     check_policy_fits(policies["challenger"], market, params)
     result = engine.run_backtest(market, params, policies, device=device, compile=config.backtest.compile)
@@ -324,31 +324,7 @@ def score_step(
     sizes = capacity.run_capacity(market, params, {"champion": policies["challenger"]}, device=device)
     normalization: dict[str, Any] = {"challenger": "tonight's train window (its own)"}
     if champion is not None:
-        champ = load_policy(champion.policy_dir, device=device)
-        # Like with like: the champion sees tonight's bars through ITS OWN feature normalization
-        # (the statistics its bundle carries), never tonight's.
-        spec, where = champion_feature_spec(champion)
-        champ_market = market
-        if spec is not None:
-            champ_market = with_feature_spec(data.splits.full, market, spec)
-            normalization["champion"] = f"its own ({where})"
-        else:
-            log.warning("champion %s: %s; scoring it with tonight's normalization", champion.run_id, where)
-            normalization["champion"] = f"tonight's ({where})"
-        try:
-            check_policy_fits(champ, champ_market, params)
-        except CheckpointError as err:
-            raise CheckpointError(f"the champion cannot trade today's data: {err}") from None
-        # A second engine call on the same bars, costs and fills (the engine is deterministic from the
-        # window's first bar), then one result: the same as one call with per-policy features.
-        alone = engine.run_backtest(
-            champ_market,
-            params,
-            {"champion": champ},
-            baselines=(),
-            device=device,
-            compile=config.backtest.compile,
-        )
+        alone, normalization["champion"] = _score_incumbent(config, data, champion, params)
         result = merge_results(result, alone)
     metrics = report.compute_metrics(result, annualization=annualization)
     scores = scoring.fitness(result, fitness, annualization=annualization, nan_value=math.nan)
@@ -358,6 +334,31 @@ def score_step(
         result,
         names=tuple({"challenger": "champion", "champion": "incumbent"}.get(n, n) for n in result.names),
     )
+    doc = _gate_report(config, home, data, challenger, renamed, capacity_run=sizes)
+    for name, how in normalization.items():
+        metrics[name]["normalization"] = how
+    return Evaluation(
+        fitness=fitness,
+        window=result.date_range(),
+        challenger=metrics["challenger"],
+        champion=metrics.get("champion") if champion is not None else None,
+        edge=stated_verdict(doc),
+        test=doc.oos_test,
+    )
+
+
+def _gate_report(
+    config: Any,
+    home: Path,
+    data: DataSnapshot,
+    challenger: ChallengerRun,
+    renamed: engine.BacktestResult,
+    *,
+    capacity_run: engine.BacktestResult,
+) -> MetricsDocument:
+    """The challenger run's ``backtest/`` report of the test window (its look counted in the looks
+    ledger, its out-of-sample test at the gate's level), labelled as the gate's selection figures."""
+    device, params, run = config.agent.device, to_env_params(config.env), RunDir.at(challenger.run_dir)
     identity = market_identity(config.data)
     counted = count_look(
         home,
@@ -372,7 +373,7 @@ def score_step(
         challenger.run_dir,
         renamed,
         window="test",
-        annualization=annualization,
+        annualization=config.backtest.annualization,
         num_trials=challenger.num_trials,
         trial_returns=selection_inputs(
             run,
@@ -389,22 +390,47 @@ def score_step(
         seed=config.tournament.seed,
         market=identity,
         tearsheet=config.nightly.tearsheet,
-        capacity=sizes,
+        capacity=capacity_run,
         max_participation=params.max_participation,
     )
     # The promotion gate decides on this window: these are selection figures (app.nightly.record).
     doc = doc.model_copy(update={"role": SELECTION, "role_note": "the nightly gate decided on this window"})
     doc.write(run.backtest_metrics)
-    for name, how in normalization.items():
-        metrics[name]["normalization"] = how
-    return Evaluation(
-        fitness=fitness,
-        window=result.date_range(),
-        challenger=metrics["challenger"],
-        champion=metrics.get("champion") if champion is not None else None,
-        edge=stated_verdict(doc),
-        test=doc.oos_test,
+    return doc
+
+
+def _score_incumbent(
+    config: Any, data: DataSnapshot, champion: Champion, params: Any
+) -> tuple[engine.BacktestResult, str]:
+    """The champion backtested alone on the test window, and which normalization it saw.
+
+    Like with like: the champion sees tonight's bars through ITS OWN feature normalization (the
+    statistics its bundle carries), never tonight's. A second engine call on the same bars, costs and
+    fills (the engine is deterministic from the window's first bar): merged with the challenger's, the
+    same as one call with per-policy features."""
+    device, market = config.agent.device, data.splits.test
+    champ = load_policy(champion.policy_dir, device=device)
+    spec, where = champion_feature_spec(champion)
+    champ_market = market
+    if spec is not None:
+        champ_market = with_feature_spec(data.splits.full, market, spec)
+        normalization = f"its own ({where})"
+    else:
+        log.warning("champion %s: %s; scoring it with tonight's normalization", champion.run_id, where)
+        normalization = f"tonight's ({where})"
+    try:
+        check_policy_fits(champ, champ_market, params)
+    except CheckpointError as err:
+        raise CheckpointError(f"the champion cannot trade today's data: {err}") from None
+    alone = engine.run_backtest(
+        champ_market,
+        params,
+        {"champion": champ},
+        baselines=(),
+        device=device,
+        compile=config.backtest.compile,
     )
+    return alone, normalization
 
 
 def merge_results(a: engine.BacktestResult, b: engine.BacktestResult) -> engine.BacktestResult:

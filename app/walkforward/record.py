@@ -10,12 +10,12 @@ answer as it is (``app.gate.GateResult``; a gate written with a ``figures`` bloc
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.gate import GateResult
-from app.runs import RunDir
+from app.runs import FeatureSpec, RunDir
 from data.artifact import Artifact, Figure
 
 #: How the views name what the account held in a fold with no champion in charge
@@ -68,7 +68,9 @@ class FoldRecord(Artifact):
     model_config = ConfigDict(validate_by_name=True, serialize_by_alias=True)
 
     index: int = Field(description="the fold's number, from 0")
-    sessions: dict[str, Any] = Field(default_factory=dict, description="its layout in sessions")
+    sessions: dict[str, int | list[int] | None] = Field(
+        default_factory=dict, description="its layout in sessions"
+    )
     windows: dict[str, list[str]] = Field(
         description="train, valid, gate, embargo, test: first and last date of each"
     )
@@ -88,7 +90,7 @@ class FoldRecord(Artifact):
         description="what the account held with no champion in charge ([walkforward] before_champion; "
         "null with no champion: cash, as records before the setting held)",
     )
-    feature_spec: dict[str, Any] | None = Field(None, description="the challenger's feature statistics")
+    feature_spec: FeatureSpec | None = Field(None, description="the challenger's feature statistics")
     test: FoldTest = Field(default_factory=FoldTest, description="the test window's figures")
     seconds: dict[str, Figure] = Field(default_factory=dict, description="seconds by stage, and total")
 

@@ -366,7 +366,7 @@ def _schedule(home: Path, cron: str | None, tz: str | None, warnings: list[str])
         return default | {"unreadable": True}
     if record is None:
         return default
-    return asdict(record) | {"source": "recorded", "command": record.source}
+    return record.settings() | {"source": "recorded", "command": record.source}
 
 
 def schedule_source(schedule: dict[str, Any]) -> str:

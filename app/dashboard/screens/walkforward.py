@@ -14,8 +14,8 @@ records: list = []
 with ui.guard("walk-forward"):
     records = loaders.fold_records(run_dir)
     info = loaders.run_info(run_dir)
-    layout = info.walkforward.get("folds") or []
-    settings = info.walkforward.get("settings") or {}
+    layout = info.walkforward.folds
+    settings = info.walkforward.settings
     st.caption(
         f"run `{run_dir.name}` · {len(records)} of {len(layout)} folds done · "
         f"{settings.get('window', '?')} windows: train {settings.get('train_sessions', '?')}, validation "
