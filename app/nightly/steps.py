@@ -204,6 +204,17 @@ def update_data_step(config: Any, home: Path) -> DataSnapshot:
     return DataSnapshot(splits=splits, windows=windows, source=str(splits.source), update=update)
 
 
+def tournament_settings(config: Any) -> dict[str, Any]:
+    """What a retrain's tournament and a walk-forward fold's read from the config besides their
+    ``TournamentArgs``: the env and learner sections, the device and the annualization."""
+    return {
+        "env": config.env.model_dump(),
+        "agent": config.agent.model_dump(),
+        "device": config.agent.device,
+        "annualization": config.backtest.annualization,
+    }
+
+
 def warm_start_round(task: Any, ctx: Any, *, champion_dir: str, warm_pods: int) -> Any:
     """The tournament's learner round, with the first ``warm_pods`` fresh pods starting from the
     champion's weights (module-level and partial-able, so worker processes can unpickle it)."""
@@ -267,10 +278,7 @@ def tournament_step(config: Any, home: Path, data: DataSnapshot, champion: Champ
         splits.train,
         splits.valid,
         args=args,
-        env=config.env.model_dump(),
-        agent=config.agent.model_dump(),
-        device=config.agent.device,
-        annualization=config.backtest.annualization,
+        **tournament_settings(config),
         round_fn=round_fn,
         config_toml=config_to_toml(config),
         on_status=run.on_status,

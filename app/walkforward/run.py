@@ -57,7 +57,7 @@ from agents.training import Event
 from app.champion import Champion, ChampionNote
 from app.config import Config, config_to_toml, to_env_params, to_tournament_args, write_config
 from app.ensemble import ensemble_step
-from app.nightly.steps import ChallengerRun, warm_start_round
+from app.nightly.steps import ChallengerRun, tournament_settings, warm_start_round
 from app.runs import RunDir, new_id
 from app.walkforward.account import StitchedAccount
 from app.walkforward.judging import replay_gate
@@ -361,10 +361,7 @@ def _fold_tournament(
         train,
         valid,
         args=args,
-        env=config.env.model_dump(),
-        agent=config.agent.model_dump(),
-        device=config.agent.device,
-        annualization=config.backtest.annualization,
+        **tournament_settings(config),
         round_fn=round_fn,
         config_toml=config_to_toml(cfg),
         resume=resume,
