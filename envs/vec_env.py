@@ -58,7 +58,8 @@ class TradingVecEnv(gymnasium.vector.VectorEnv):
 
     >>> import torch
     >>> from data.toy import toy_market
-    >>> from envs import EnvParams, TradingVecEnv
+    >>> from envs import EnvParams
+    >>> from envs.vec_env import TradingVecEnv
     >>> market = toy_market(num_steps=200, num_assets=3, num_features=2)
     >>> env = TradingVecEnv(market, EnvParams(decision_interval=5, episode_len=4), num_envs=8, seed=0)
     >>> obs, info = env.reset(seed=0)
