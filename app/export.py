@@ -43,7 +43,7 @@ from app.bundle import (
     read_json,
     sha256_file,
 )
-from app.config import load_config
+from app.config import Config, load_config
 from app.runs import RunDir, RunInfo
 from backtests.metrics_model import read_metrics
 from data.atomic import atomic_write_json, replace_dir
@@ -217,7 +217,7 @@ def resolve_run_dir(run: str | os.PathLike[str], home: str | os.PathLike[str] | 
 
 
 def _feature_spec(
-    run: RunDir, run_info: RunInfo, config: Any, home: Path
+    run: RunDir, run_info: RunInfo, config: Config, home: Path
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """(feature spec, data windows) the policy was trained with: from the run, else rebuilt from its config."""
     windows: dict[str, Any] = {k: list(v) for k, v in run_info.windows.items()}

@@ -35,6 +35,7 @@ from backtests.metrics_model import OosTest, StrategyMetrics
 from backtests.verdict import EdgeVerdict
 
 if TYPE_CHECKING:  # the sections' types only: the registry's readers (status) load no torch
+    from app.config import Config
     from app.config_sections import BacktestConfig, NightlyConfig, TournamentConfig
 
 #: How a walk-forward's gate decides: by the nightly rule, or every challenger takes over.
@@ -84,7 +85,7 @@ class GateRule(BaseModel):
         )
 
     @classmethod
-    def of_config(cls, config: Any) -> Self:
+    def of_config(cls, config: Config) -> Self:
         """:meth:`of` the sections of an ``app.config.Config``."""
         return cls.of(config.nightly, config.tournament, config.backtest)
 

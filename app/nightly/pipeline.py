@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from app.champion import Champion, ChampionNote
+from app.config import Config
 from app.gate import GateResult, GateRule, judge_challenger
 from app.nightly.budget import time_budget
 from app.nightly.lock import RETRAIN_LOCK_NAME, ProcessLock
@@ -137,7 +138,7 @@ class _Progress:
 
 
 def run_retrain(
-    config: Any,
+    config: Config,
     home: str | os.PathLike[str],
     *,
     steps: RetrainSteps | None = None,
@@ -189,7 +190,7 @@ def run_retrain(
 
 
 def _retrain_steps(
-    config: Any,
+    config: Config,
     home: Path,
     steps: RetrainSteps,
     progress: _Progress,

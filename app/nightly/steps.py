@@ -41,7 +41,7 @@ from agents.ensemble import is_ensemble, load_policy
 from agents.tournament import pod
 from agents.tournament.orchestrator import run_tournament
 from app.champion import Champion
-from app.config import config_to_toml, to_env_params, to_tournament_args
+from app.config import Config, config_to_toml, to_env_params, to_tournament_args
 from app.ensemble import ensemble_step
 from app.evaluation import (
     check_policy_fits,
@@ -179,7 +179,7 @@ def incremental_update(
     }
 
 
-def update_data_step(config: Any, home: Path) -> DataSnapshot:
+def update_data_step(config: Config, home: Path) -> DataSnapshot:
     """Step 1: optional incremental download, then the market as ``podracer train`` builds it."""
     nightly = config.nightly
     update: dict[str, Any] = {"source": "none"}
@@ -204,7 +204,7 @@ def update_data_step(config: Any, home: Path) -> DataSnapshot:
     return DataSnapshot(splits=splits, windows=windows, source=str(splits.source), update=update)
 
 
-def tournament_settings(config: Any) -> dict[str, Any]:
+def tournament_settings(config: Config) -> dict[str, Any]:
     """What a retrain's tournament and a walk-forward fold's read from the config besides their
     ``TournamentArgs``: the env and learner sections, the device and the annualization."""
     return {
@@ -236,7 +236,9 @@ def gated_on_tonight(champion: Champion, data: DataSnapshot) -> bool:
     return gated_end is None or str(gated_end) >= str(tonight[0])
 
 
-def tournament_step(config: Any, home: Path, data: DataSnapshot, champion: Champion | None) -> ChallengerRun:
+def tournament_step(
+    config: Config, home: Path, data: DataSnapshot, champion: Champion | None
+) -> ChallengerRun:
     """Step 2: a tournament on train/valid in a new run, warm-started from the champion."""
     base_id = "nightly-" + time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     run = RunDir(home, base_id)
@@ -306,7 +308,7 @@ def tournament_step(config: Any, home: Path, data: DataSnapshot, champion: Champ
 
 
 def score_step(
-    config: Any,
+    config: Config,
     home: Path,
     data: DataSnapshot,
     challenger: ChallengerRun,
@@ -356,7 +358,7 @@ def score_step(
 
 
 def _gate_report(
-    config: Any,
+    config: Config,
     home: Path,
     data: DataSnapshot,
     challenger: ChallengerRun,
@@ -408,7 +410,7 @@ def _gate_report(
 
 
 def _score_incumbent(
-    config: Any, data: DataSnapshot, champion: Champion, params: Any
+    config: Config, data: DataSnapshot, champion: Champion, params: Any
 ) -> tuple[engine.BacktestResult, str]:
     """The champion backtested alone on the test window, and which normalization it saw.
 
@@ -464,7 +466,7 @@ def merge_results(a: engine.BacktestResult, b: engine.BacktestResult) -> engine.
     )
 
 
-def export_step(config: Any, home: Path, challenger: ChallengerRun) -> Path:
+def export_step(config: Config, home: Path, challenger: ChallengerRun) -> Path:
     """Step 5: the challenger's onnxruntime bundle under ``<home>/exports/``."""
     return export_bundle(challenger.run_dir, home=home)
 

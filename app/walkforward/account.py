@@ -23,6 +23,7 @@ from torch import Tensor
 
 from agents.ensemble import load_policy
 from app.champion import Champion
+from app.config import Config
 from app.evaluation import check_policy_fits, policy_digest
 from app.runs import RunDir
 from app.walkforward.judging import write_account_report
@@ -140,7 +141,7 @@ class StitchedAccount:
     def report(
         self,
         run: RunDir,
-        config: Any,
+        config: Config,
         records: Sequence[Mapping[str, Any]],
         *,
         result: BacktestResult | None = None,
@@ -167,7 +168,7 @@ class StitchedAccount:
         )
 
 
-def walkforward_fields(records: Sequence[FoldRecord], config: Any) -> WalkForwardSummary:
+def walkforward_fields(records: Sequence[FoldRecord], config: Config) -> WalkForwardSummary:
     """metrics.json ``walkforward``: the settings, one row per fold and the champions' spans."""
     rows = [
         {

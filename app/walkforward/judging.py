@@ -22,9 +22,9 @@ import dataclasses
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from app.champion import Champion
+from app.config import Config
 from app.evaluation import count_look, look_arguments, market_identity
 from app.gate import GateMode, GateResult, GateRule, judge_challenger
 from app.nightly.steps import ChallengerRun, DataSnapshot, score_step
@@ -54,7 +54,7 @@ class GateSplits:
 
 
 def replay_gate(
-    config: Any,
+    config: Config,
     run: RunDir,
     *,
     market: MarketData,
@@ -107,7 +107,7 @@ def write_account_report(
     run: RunDir,
     result: BacktestResult,
     *,
-    config: Any,
+    config: Config,
     home: Path | None,
     tearsheet: bool,
     walkforward: WalkForwardSummary,
