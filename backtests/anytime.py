@@ -18,7 +18,7 @@ random variables by betting", JRSS-B: the betting e-process with the aGRAPA plug
 ``lam_t = mean(z) / mean(z^2)`` of the earlier ``z``, shrunk toward 0 by ``PRIOR_SESSIONS`` pseudo
 sessions and capped at ``MAX_BET``). Under H0 each factor has conditional mean at most 1, so ``W`` is
 a test supermartingale and ``W_t >= 1 / a`` rejects at level ``a`` whenever it happens. Heavy tails
-and skew cost no validity where the bet is bounded: the scale ``s_t`` (the root mean square of the
+and skew cost no validity where the bet is bounded: the scale ``s_t`` (the standard deviation of the
 earlier excess, floored at ``MIN_SCALE``) and the bet use only the past. Clipping the upper tail
 only lowers the mean; clipping a loss beyond ``SCALE_MULTIPLE`` scales raises it by the expected
 overshoot, the one approximation, which ``benchmarks/anytime_size.py`` measures on Student-t(3),
@@ -52,17 +52,17 @@ from typing import Any
 
 import numpy as np
 
-#: Losses are clipped at this many predictable scales (root mean square of the earlier excess):
+#: Losses are clipped at this many predictable scales (standard deviation of the earlier excess):
 #: small enough that a strong edge can be bet on, large enough that a fat or skewed loss tail
 #: rarely reaches it (the size benchmark's nulls).
 SCALE_MULTIPLE = 4.0
 #: Largest share of wealth staked on one session (``z`` in [-1, 1]: a session can take at most this
 #: share of the wealth, so one bad session never zeroes it).
-MAX_BET = 0.5
+MAX_BET = 0.7
 #: Sessions observed before the first bet: they set the scale.
 WARMUP_SESSIONS = 5
 #: Pseudo sessions at mean 0 in the plug-in bet: the first bets stay small until a mean shows.
-PRIOR_SESSIONS = 5.0
+PRIOR_SESSIONS = 20.0
 #: Smallest scale (a daily return): a stream of zeros (a challenger that matched the champion
 #: exactly) bets on nothing rather than dividing by 0.
 MIN_SCALE = 1e-6
@@ -119,6 +119,7 @@ def betting_log_wealth(excess: Any, settings: Betting = BETTING) -> np.ndarray:
     out = np.zeros((sessions, streams))
     seen = np.zeros(streams)  # sessions observed (non-NaN)
     sum_sq = np.zeros(streams)  # of x, for the scale
+    sum_x = np.zeros(streams)
     bets_seen = np.zeros(streams)  # sessions bet on
     sum_z = np.zeros(streams)
     sum_z2 = np.zeros(streams)
@@ -130,7 +131,9 @@ def betting_log_wealth(excess: Any, settings: Betting = BETTING) -> np.ndarray:
         ok = np.isfinite(row)
         active = ok & (seen >= settings.warmup_sessions)
         if active.any():
-            scale = np.maximum(np.sqrt(sum_sq / np.maximum(seen, 1.0)), MIN_SCALE)
+            n_seen = np.maximum(seen, 1.0)
+            variance = np.maximum(sum_sq / n_seen - (sum_x / n_seen) ** 2, 0.0)
+            scale = np.maximum(np.sqrt(variance), MIN_SCALE)
             z = np.clip(np.where(active, row, 0.0) / (settings.scale_multiple * scale), -1.0, 1.0)
             mean = sum_z / (bets_seen + prior) if prior > 0 else sum_z / np.maximum(bets_seen, 1.0)
             # Second moment with the prior's pseudo sessions at z^2 = 1 / scale_multiple^2 (a
@@ -143,6 +146,7 @@ def betting_log_wealth(excess: Any, settings: Betting = BETTING) -> np.ndarray:
             sum_z2 = sum_z2 + np.where(active, z * z, 0.0)
             bets_seen = bets_seen + active
         sum_sq = sum_sq + np.where(ok, row * row, 0.0)
+        sum_x = sum_x + np.where(ok, row, 0.0)
         seen = seen + ok
         out[t] = log_w
     return out[:, 0] if one else out.reshape(x.shape)
