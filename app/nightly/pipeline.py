@@ -54,6 +54,7 @@ from app.nightly.decide import decide, decision_record, failure_record, finite, 
 from app.nightly.lock import RETRAIN_LOCK_NAME, ProcessLock
 from app.nightly.record import SELECTION
 from app.nightly.registry import Champion, current_champion, record_decision
+from app.nightly.shadow import book_decision
 from app.nightly.steps import RetrainSteps, default_steps, gate_significance_level, keep_champion_copy
 from app.retention import prune
 from app.runs import RunDir
@@ -205,6 +206,11 @@ def run_retrain(
                 fitness=fitness,
             )
             reason = promotion.reason + overlap_note(champion, eval_window[0])
+            if nightly.shadow_book:  # the shadow book's anytime-valid rule decides (app.nightly.shadow)
+                promotion, challenger, _night = book_decision(
+                    config, home, data.splits.full, challenger, champion
+                )
+                info["challenger_run_id"], reason = challenger.run_id, promotion.reason
             reached("decide")
 
             bundle: Path | None = None
