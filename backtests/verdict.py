@@ -347,8 +347,12 @@ def judge(doc: MetricsDocument, strategy: str = "champion") -> EdgeVerdict | Non
     bench = oos.benchmark
     excess = (oos.excess.get(bench) if bench is not None else None) or ExcessFigures()
     if excess.alpha_p_value is not None or excess.beta is not None:
-        return _judge_alpha(
-            oos.psr_after_looks, excess, bench, looks, looks_text, level, oos, diagnostics, scope
+        return _one_path_check(
+            doc,
+            strategy,
+            _judge_alpha(
+                oos.psr_after_looks, excess, bench, looks, looks_text, level, oos, diagnostics, scope
+            ),
         )
     psr, p, mean = oos.psr_after_looks, excess.p_value_after_looks, excess.mean_per_day
     if psr is None or p is None or mean is None:
@@ -364,7 +368,42 @@ def judge(doc: MetricsDocument, strategy: str = "champion") -> EdgeVerdict | Non
     reasons = (oos.looks_note,) if oos.looks_note else ()
     significant = psr >= 1.0 - level and p <= level
     outcome: Outcome = "significant" if significant else "not significant"
-    return EdgeVerdict(outcome, figures, reasons, diagnostics, scope)
+    return _one_path_check(doc, strategy, EdgeVerdict(outcome, figures, reasons, diagnostics, scope))
+
+
+#: Account sizes within this factor of the report's own are "nearby" on the capacity curve: one step
+#: of ``backtests.capacity.CAPITAL_LEVELS`` either side.
+NEARBY_CAPITAL_FACTOR = 10.0
+
+
+def sign_changes(doc: MetricsDocument, strategy: str) -> str | None:
+    """Why the result hangs on one path, or None: the strategy's period return at the report's account
+    size and at a nearby size of its capacity curve (within :data:`NEARBY_CAPITAL_FACTOR`) have
+    opposite signs. A policy that re-decides from its own positions can follow another path at a size
+    the market would not notice; a verdict read off one such path is not called significant."""
+    rows = [r for r in doc.capacity or [] if r.cum_returns_final is not None]
+    own = doc.strategies.get(strategy)
+    base, ret = doc.initial_value, own.cum_returns_final if own is not None else None
+    if not rows or base is None or base <= 0 or ret is None or ret == 0:
+        return None
+    near = [r for r in rows if base / NEARBY_CAPITAL_FACTOR <= r.capital <= base * NEARBY_CAPITAL_FACTOR]
+    flipped = [r for r in near if r.cum_returns_final * ret < 0]
+    if not flipped:
+        return None
+    sizes = ", ".join(f"${r.capital:,.0f}: {100 * r.cum_returns_final:+.1f}%" for r in flipped)
+    return (
+        f"its return ({100 * ret:+.1f}% at ${base:,.0f}) changes sign at nearby account sizes ({sizes}): "
+        "a result of one path, not called significant"
+    )
+
+
+def _one_path_check(doc: MetricsDocument, strategy: str, verdict: EdgeVerdict) -> EdgeVerdict:
+    """``verdict``, with a "significant" one turned "not significant" when :func:`sign_changes` says so."""
+    why = sign_changes(doc, strategy)
+    if why is None:
+        return verdict
+    outcome: Outcome = "not significant" if verdict.outcome == "significant" else verdict.outcome
+    return EdgeVerdict(outcome, verdict.figures, (*verdict.reasons, why), verdict.diagnostics, verdict.scope)
 
 
 def _judge_alpha(

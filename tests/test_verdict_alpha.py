@@ -74,3 +74,31 @@ def test_a_window_a_gate_decided_on_never_reads_out_of_sample():
     verdict = judge(doc)
     assert verdict.outcome == "significant"
     assert verdict.headline == "edge significant on the selection window"
+
+
+def test_a_return_whose_sign_changes_at_nearby_account_sizes_is_not_significant():
+    rng = np.random.default_rng(4)
+    bench = rng.normal(0.0, 0.01, 63)
+    returns = bench + 0.01 + rng.normal(0.0, 0.005, 63)
+    oos = sig.out_of_sample_test(
+        returns, {"buy_and_hold": bench}, strategy="champion", benchmark="buy_and_hold"
+    )
+    oos["held_out"] = True
+
+    def doc(curve):
+        raw = {
+            "window": "test",
+            "benchmark": "buy_and_hold",
+            "significance_level": 0.05,
+            "initial_value": 1e6,
+            "oos_test": oos,
+            "strategies": {"champion": {"cum_returns_final": 0.399}},
+            "capacity": [{"capital": c, "cum_returns_final": r} for c, r in curve],
+        }
+        return MetricsDocument.parse(raw)
+
+    steady = judge(doc([(1e4, 0.35), (1e5, 0.38), (1e6, 0.399), (1e7, 0.30), (1e8, -0.2)]))
+    assert steady.outcome == "significant"  # $100M is not nearby: capacity, not one path
+    flipped = judge(doc([(1e4, -0.057), (1e5, -0.02), (1e6, 0.399), (1e7, -0.276), (1e8, -0.5)]))
+    assert flipped.outcome == "not significant"
+    assert "changes sign at nearby account sizes ($100,000: -2.0%, $10,000,000: -27.6%)" in flipped.text
