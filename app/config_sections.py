@@ -262,6 +262,12 @@ class NightlyConfig(Section):
         "failed retrain (None: no budget); the systemd unit's TimeoutStartSec follows it",
     )
     warm_start_pods: int = Field(1, ge=0, description="fresh pods seeded with the champion's weights")
+    shadow_book: bool = Field(
+        False,
+        description="promote through the shadow book: challengers tested on the sessions after their "
+        "creation with an anytime-valid test, the champion demoted when its edge is gone "
+        "(docs/nightly.md)",
+    )
     export: bool = Field(True, description="export an onnxruntime bundle on promotion")
     tearsheet: bool = Field(True, description="write the challenger run's tear sheet")
 

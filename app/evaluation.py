@@ -8,6 +8,7 @@ count the look there; the tournament's stages rank pods on a validation window o
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 from pathlib import Path
@@ -100,11 +101,22 @@ def count_look(
         start,
         end,
         len(returns),
-        oos_test.sharpe_per_day(returns),
-        policy=policy,
+        # A view of the whole span shows the held-out sessions (a look) but its Sharpe ratio is mostly
+        # in-sample: it must not set the hurdle of the out-of-sample looks.
+        oos_test.sharpe_per_day(returns) if window == "test" else None,
+        policy=f"{policy}:{result_digest(returns)}" if policy else result_digest(returns),
         tickers=tuple(result.tickers),
     )
-    return look, looks.record_look(looks.ledger_path(home), look)
+    count = looks.record_look(looks.ledger_path(home), look)
+    return dataclasses.replace(look, ledger=count.ledger), count
+
+
+def result_digest(returns: Any) -> str:
+    """A digest of what a look saw: the judged strategy's daily returns (rounded to 1e-12), which
+    everything that changes the result moves (costs, execution, decision interval, seed, the bars):
+    editing any of them and backtesting again is a new look; backtesting again unchanged is not."""
+    values = np.round(np.asarray(returns, dtype=np.float64), 12) + 0.0  # + 0.0: -0.0 hashes as 0.0
+    return hashlib.sha256(values.tobytes()).hexdigest()[:12]
 
 
 def look_arguments(counted: tuple[looks.Look, looks.LookCount] | None) -> dict[str, Any]:

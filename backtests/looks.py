@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 import os
 import sqlite3
+import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -37,12 +38,12 @@ import pydantic
 from pydantic import TypeAdapter, ValidationError
 
 from backtests.metrics_model import LookKey, MetricsDocument
-from backtests.verdict import LooksNow, restate
+from backtests.verdict import LooksNow, looks_unknown, restate
 from data import sqlite
 from data.errors import PodracerError
 
 LEDGER_NAME = "looks.sqlite"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS looks (
@@ -60,6 +61,11 @@ CREATE TABLE IF NOT EXISTS looks (
     UNIQUE (run_id, strategy, policy, market, tickers, start, "end")
 );
 CREATE INDEX IF NOT EXISTS looks_by_market ON looks (market, start, "end");
+CREATE TABLE IF NOT EXISTS ledger (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+#: Schema 2 had no ``ledger`` table (the ledger's identity): it gets one, its rows stay.
+_MIGRATE_2 = """
+CREATE TABLE IF NOT EXISTS ledger (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 #: Schema 1 had no policy digest and no tickers: its rows move over with empty ones (which overlap
 #: every ticker set: counted, never lost).
@@ -93,8 +99,9 @@ class Look:
     end: str  # ISO date, last session
     num_sessions: int
     sharpe: float | None  # per day
-    policy: str = ""  # digest of the judged policy's weights
+    policy: str = ""  # digest of the judged policy's weights and of its result (app.evaluation)
     tickers: tuple[str, ...] = ()  # the symbols traded
+    ledger: str = ""  # the identity of the ledger it was recorded in (not part of the key)
 
     @property
     def key(self) -> tuple[str, ...]:
@@ -134,6 +141,7 @@ class LookCount:
     new: bool  # False: this look was already recorded (a re-backtest)
     earlier_sharpes: tuple[float | None, ...]  # per day, oldest first: recorded before this look
     all_sharpes: tuple[float | None, ...] = ()  # per day, oldest first: every overlapping look, this one too
+    ledger: str = ""  # the ledger's identity, written with the look into metrics.json
 
     @property
     def looks(self) -> int:
@@ -165,11 +173,16 @@ def _open(path: Path) -> sqlite3.Connection:
         # FULL, like the registry: a look that was reported must stay counted after a power cut.
         sqlite.use_wal(conn, synchronous="FULL")
         if version < SCHEMA_VERSION:
-            script = _MIGRATE_1 if version == 1 else _SCHEMA
+            script = {1: _MIGRATE_1 + _MIGRATE_2, 2: _MIGRATE_2}.get(version, _SCHEMA)
             with sqlite.transaction(conn):
                 for statement in script.split(";"):
                     if statement.strip():
                         conn.execute(statement)
+                # The ledger's identity: a report names the ledger its look was counted in, so a
+                # deleted or rebuilt ledger reads "looks unknown" rather than a fresh count of 1.
+                conn.execute(
+                    "INSERT OR IGNORE INTO ledger (key, value) VALUES ('id', ?)", (uuid.uuid4().hex,)
+                )
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
     except sqlite3.DatabaseError as err:
         conn.close()
@@ -190,10 +203,15 @@ def _overlapping(conn: sqlite3.Connection, look: Look) -> list[sqlite3.Row]:
     return [r for r in rows if not mine or not r["tickers"] or mine & set(r["tickers"].split())]
 
 
+def _ledger_id(conn: sqlite3.Connection) -> str:
+    row = conn.execute("SELECT value FROM ledger WHERE key = 'id'").fetchone()
+    return str(row["value"]) if row is not None else ""
+
+
 def _count(conn: sqlite3.Connection, look: Look, look_id: int, new: bool) -> LookCount:
     rows = _overlapping(conn, look)
     earlier = tuple(r["sharpe"] for r in rows if r["id"] < look_id)
-    return LookCount(look_id, new, earlier, tuple(r["sharpe"] for r in rows))
+    return LookCount(look_id, new, earlier, tuple(r["sharpe"] for r in rows), _ledger_id(conn))
 
 
 _FIND = (
@@ -263,6 +281,7 @@ def look_fields(look: Look) -> LookKey:
         start=look.start,
         end=look.end,
         num_sessions=look.num_sessions,
+        ledger=look.ledger,
     )
 
 
@@ -284,6 +303,9 @@ def restated(doc: MetricsDocument, home: str | os.PathLike[str]) -> MetricsDocum
         tickers=tuple(key.tickers),
     )
     count = looks_now(ledger_path(home), look)
+    if key.ledger and (count is None or count.ledger != key.ledger):
+        # The ledger this look was counted in is gone (deleted, or rebuilt since): the looks are unknown.
+        return looks_unknown(doc)
     return doc if count is None else restate(doc, count.now)
 
 

@@ -89,6 +89,22 @@ class ExcessFigures(MetricsSection):
     replications: int | None = Field(None, description="bootstrap replications the adaptive test used")
     p_value_after_looks: Figure = Field(None, description="the p-value after the looks (Sidak)")
     block_length: Figure = Field(None, description="the stationary bootstrap's expected block length")
+    beta: Figure = Field(None, description="OLS beta of the strategy's daily returns on the benchmark's")
+    alpha_per_day: Figure = Field(
+        None, description="mean daily alpha: the mean of the returns less beta times the benchmark's"
+    )
+    alpha_p_value: Figure = Field(
+        None, description="one-sided p-value of the alpha (the same bootstrap test) of this look alone"
+    )
+    alpha_p_value_bound: bool | None = Field(None, description="the alpha's p-value is an upper bound")
+    alpha_t_stat: Figure = Field(None, description="the alpha's HAC t-statistic")
+    alpha_p_value_after_looks: Figure = Field(None, description="the alpha's p-value after the looks (Sidak)")
+    alpha_standard_error: Figure = Field(
+        None, description="HAC standard error of the mean daily alpha (the minimum detectable edge's scale)"
+    )
+    residual_volatility: Figure = Field(
+        None, description="daily standard deviation of the alpha series (the information ratio's scale)"
+    )
 
 
 class LookKey(MetricsSection):
@@ -103,6 +119,7 @@ class LookKey(MetricsSection):
     start: str = Field(description="the window's first session")
     end: str = Field(description="its last session")
     num_sessions: int = Field(0, description="its sessions")
+    ledger: str = Field("", description="the identity of the looks ledger it was counted in")
 
 
 class OosTest(MetricsSection):
@@ -126,6 +143,9 @@ class OosTest(MetricsSection):
         None, description="variance of the K looks' Sharpe ratios (null for one)"
     )
     looks_note: str | None = Field(None, description="why the null variance was used, when it was")
+    looks_unknown: bool | None = Field(
+        None, description="true when the ledger that counted this look is gone (deleted or rebuilt)"
+    )
     sharpe_hurdle: Figure = Field(None, description="E[max SR] of K looks, per day")
     psr_after_looks: Figure = Field(None, description="the PSR against that hurdle (the DSR over K looks)")
     benchmark: str | None = Field(None, description="the benchmark the verdict requires")

@@ -83,6 +83,58 @@ def excess_p_value(
     return bootstrap_t.studentized_p_value(x, stationary_block_length(x), target=target, seed=seed, **limits)
 
 
+def alpha_test(
+    returns: Any,
+    benchmark: Any,
+    *,
+    level: float = SIGNIFICANCE_LEVEL,
+    looks: int = 1,
+    seed: int = 0,
+    **limits: int,
+) -> dict[str, Any]:
+    """The alpha block of one benchmark: the OLS beta of ``returns`` on ``benchmark``, the alpha series
+    ``a_t = r_t - beta b_t`` (its mean is the regression's intercept) and the same one-sided bootstrap
+    test of H0 ``E[a] <= 0`` (:func:`excess_p_value`), its HAC standard error and daily volatility.
+
+    Excess over the benchmark adjusted for beta: a strategy half invested in a falling market beats
+    buy-and-hold without skill, one levered to a rising market loses to it without lacking any; the
+    alpha is neither. The test treats beta as known (its estimation error adds ``mean(b)^2 / sum((b -
+    mean(b))^2)`` of the residual variance to the intercept's, negligible for daily returns).
+    """
+    r = np.asarray(returns, dtype=np.float64)
+    b = np.asarray(benchmark, dtype=np.float64)
+    ok = np.isfinite(r) & np.isfinite(b)
+    r, b = r[ok], b[ok]
+    empty = {
+        "beta": None,
+        "alpha_per_day": None,
+        "alpha_p_value": None,
+        "alpha_p_value_bound": None,
+        "alpha_t_stat": None,
+        "alpha_p_value_after_looks": None,
+        "alpha_standard_error": None,
+        "residual_volatility": None,
+    }
+    if len(r) < 3 or float(np.ptp(b)) == 0.0:
+        return empty
+    db = b - b.mean()
+    beta = float(np.dot(db, r - r.mean()) / np.dot(db, db))
+    a = r - beta * b
+    test = excess_p_value(a, level=level, looks=looks, seed=seed, **limits)
+    if test is None:
+        return {**empty, "beta": _finite(beta)}
+    return {
+        "beta": _finite(beta),
+        "alpha_per_day": _finite(np.mean(a)),
+        "alpha_p_value": test.p_value,
+        "alpha_p_value_bound": test.bound,
+        "alpha_t_stat": _finite(test.t_stat),
+        "alpha_p_value_after_looks": sidak(test.p_value, looks),
+        "alpha_standard_error": _finite(bootstrap_t.hac_standard_error(a)),
+        "residual_volatility": _finite(np.std(a, ddof=1)),
+    }
+
+
 def psr_after_looks(returns: Any, hurdle: LooksHurdle) -> float | None:
     """P(true per-day Sharpe > the looks' hurdle), skewness and kurtosis corrected (the DSR with ``K``
     looks; the PSR against 0 for one look). None when undefined."""
@@ -127,9 +179,11 @@ def out_of_sample_test(
     _, skew, kurt, _ = selection.return_moments(r) if len(r) > 1 else (None, math.nan, math.nan, None)
     excess: dict[str, dict[str, Any]] = {}
     for name, series in benchmarks.items():
-        x = r - np.asarray(series, dtype=np.float64)
+        b = np.asarray(series, dtype=np.float64)
+        x = r - b
         test = excess_p_value(x, level=level, looks=hurdle.looks, seed=seed, **limits)
         p = test.p_value if test is not None else None
+        alpha = alpha_test(r, b, level=level, looks=hurdle.looks, seed=seed, **limits)
         excess[name] = {
             "mean_per_day": _finite(np.mean(x)) if len(x) else None,
             "p_value": p,
@@ -139,6 +193,7 @@ def out_of_sample_test(
             "replications": test.replications if test is not None else None,
             "p_value_after_looks": sidak(p, hurdle.looks),
             "block_length": test.block_length if test is not None else None,
+            **alpha,
         }
     reason = None
     if sharpe is None:

@@ -447,6 +447,9 @@ def write_report(
     out_dir.mkdir(parents=True, exist_ok=True)
     doc = metrics_document(result, window=window, **document)
     doc = doc.updated(**json_safe(capacity_document(capacity, window, max_participation, document)))
+    if doc.capacity and doc.oos_test is not None and doc.oos_test.strategy is not None:
+        # Judged again with the capacity curve: a sign change at nearby account sizes is flagged.
+        doc = doc.model_copy(update=verdict_fields(judge(doc, doc.oos_test.strategy)))
     _write_parquet(equity_frame(result), out_dir / "equity.parquet")
     positions, positions_frequency = positions_frame(result, max_rows)
     _write_parquet(positions, out_dir / "positions.parquet")

@@ -12,17 +12,25 @@ The rule (:func:`judge`), on the out-of-sample test of the selected strategy on 
 (metrics.json ``oos_test``), at the significance level ``a`` (``[backtest] significance_level``,
 metrics.json ``significance_level``):
 
-- "edge significant out of sample": the probabilistic Sharpe ratio after the looks counted (the DSR
-  over ``K`` looks; the PSR against 0 for a first look) at or above ``1 - a`` AND the benchmark
-  test's p-value after the looks (Sidak) at or below ``a``: its Sharpe ratio is above zero and its
-  mean daily return above buy-and-hold's;
-- "edge not significant out of sample": either falls short;
+- "edge significant out of sample": the test of its **alpha** over the benchmark (its daily returns
+  less beta times buy-and-hold's: ``backtests.oos_test.alpha_test``), p-value after the looks (Sidak)
+  at or below ``a``. The PSR after the looks is shown, not required: a long-only strategy that loses
+  less than a falling market has an edge although its Sharpe ratio is negative, and one levered to a
+  rising market beats buy-and-hold's mean without one;
+- "edge not significant out of sample": it falls short. Every such line states what the window
+  could have seen: the **minimum detectable edge**, the daily alpha the test finds with 80% power at
+  the window's length, its alpha's HAC standard error and the per-look level
+  (:func:`minimum_detectable_edge`), with its annualized information ratio;
 - "edge not measurable": the window is not held out, has fewer than :data:`MIN_OOS_SESSIONS`
   sessions, or a figure is undefined (a strategy that stayed in cash), with why.
 
+A document written before the alpha test (no ``alpha_p_value_after_looks``) is judged by the rule it
+was written under: the PSR after the looks at or above ``1 - a`` AND the mean excess's p-value after
+the looks at or below ``a``.
+
 A report computed on the window a selection ranked on (metrics.json ``window`` ``"valid"``: a
-walk-forward gate that reads its fold's validation window) says "on the selection window" instead of
-"out of sample".
+walk-forward gate that reads its fold's validation window), or one a gate decided on (``role``
+``"selection"``: the nightly gate's), says "on the selection window" instead of "out of sample".
 
 **Looks counted when read.** The verdict is stated with the looks counted NOW: :func:`restate` takes
 the looks the ledger holds today at an overlapping window of the same market (:class:`LooksNow`,
@@ -140,9 +148,27 @@ def prob_text(value: float, bound: bool = False) -> str:
 
 
 def scope_of(doc: MetricsDocument) -> str:
-    """``"on the selection window"`` for a report on the window a selection ranked on, else
-    ``"out of sample"``."""
-    return "on the selection window" if doc.window == SELECTION_WINDOW else "out of sample"
+    """``"on the selection window"`` for a report on the window a selection ranked on or a gate
+    decided on (``role`` ``"selection"``), else ``"out of sample"``."""
+    selected = doc.window == SELECTION_WINDOW or doc.role == SELECTION_ROLE
+    return "on the selection window" if selected else "out of sample"
+
+
+#: The metrics.json ``role`` of a report whose window a gate decided on.
+SELECTION_ROLE = "selection"
+#: The power at which the minimum detectable edge is stated.
+DETECTION_POWER = 0.8
+
+
+def minimum_detectable_edge(
+    standard_error: float, level: float, looks: int = 1, power: float = DETECTION_POWER
+) -> float:
+    """The true mean daily edge a one-sided test at the per-look level of ``looks`` looks at ``level``
+    (``1 - (1 - level)^(1/K)``) rejects with probability ``power``, for an estimate with
+    ``standard_error``: ``(z_(1 - level_K) + z_power) * standard_error`` (normal approximation)."""
+    per_look = -math.expm1(math.log1p(-level) / max(1, int(looks)))
+    ppf = NormalDist().inv_cdf
+    return (ppf(1.0 - per_look) + ppf(power)) * standard_error
 
 
 #: The metrics.json ``window`` of a report on the window the pods were ranked on.
@@ -248,7 +274,12 @@ def restate(doc: MetricsDocument, now: LooksNow | None) -> MetricsDocument:
     elif hurdle.looks == (oos.looks or 1):
         psr = oos.psr_after_looks  # an older document: its own count stands
     excess = {
-        name: block.model_copy(update={"p_value_after_looks": sidak(block.p_value, hurdle.looks)})
+        name: block.model_copy(
+            update={
+                "p_value_after_looks": sidak(block.p_value, hurdle.looks),
+                "alpha_p_value_after_looks": sidak(block.alpha_p_value, hurdle.looks),
+            }
+        )
         for name, block in oos.excess.items()
     }
     restated = oos.model_copy(
@@ -263,6 +294,17 @@ def restate(doc: MetricsDocument, now: LooksNow | None) -> MetricsDocument:
         }
     )
     out = doc.model_copy(update={"oos_test": restated})
+    return out.model_copy(update=verdict_fields(judge(out, oos.strategy)))
+
+
+def looks_unknown(doc: MetricsDocument) -> MetricsDocument:
+    """``doc`` with its ``oos_test`` marked ``looks_unknown`` and its verdict rejudged: the ledger that
+    counted its look is gone, so the looks since cannot be counted (the count shown is the one when
+    it was judged)."""
+    oos = doc.oos_test
+    if oos is None or oos.strategy is None:
+        return doc
+    out = doc.model_copy(update={"oos_test": oos.model_copy(update={"looks_unknown": True})})
     return out.model_copy(update=verdict_fields(judge(out, oos.strategy)))
 
 
@@ -284,7 +326,9 @@ def judge(doc: MetricsDocument, strategy: str = "champion") -> EdgeVerdict | Non
     looks = oos.looks or 1
     first = oos.looks_first
     looks_text = f"{looks} look{'s' if looks != 1 else ''} counted"
-    if first is not None:
+    if oos.looks_unknown:
+        looks_text = f"looks unknown ({looks} when judged: the looks ledger that counted it is gone)"
+    elif first is not None:
         looks_text += " now" + (f" ({first} when first judged)" if first != looks else "")
     sessions = oos.num_sessions or 0
     if oos.held_out is False:
@@ -298,10 +342,18 @@ def judge(doc: MetricsDocument, strategy: str = "champion") -> EdgeVerdict | Non
         why = oos.reason or None
     scope = scope_of(doc)
     if why is not None:
-        figures = (why, looks_text) if first is not None else (why,)
+        figures = (why, looks_text) if first is not None or oos.looks_unknown else (why,)
         return EdgeVerdict("not measurable", figures, (), diagnostics, scope)
     bench = oos.benchmark
     excess = (oos.excess.get(bench) if bench is not None else None) or ExcessFigures()
+    if excess.alpha_p_value is not None or excess.beta is not None:
+        return _one_path_check(
+            doc,
+            strategy,
+            _judge_alpha(
+                oos.psr_after_looks, excess, bench, looks, looks_text, level, oos, diagnostics, scope
+            ),
+        )
     psr, p, mean = oos.psr_after_looks, excess.p_value_after_looks, excess.mean_per_day
     if psr is None or p is None or mean is None:
         missing = "the PSR" if psr is None else f"the test against {bench}"
@@ -316,7 +368,80 @@ def judge(doc: MetricsDocument, strategy: str = "champion") -> EdgeVerdict | Non
     reasons = (oos.looks_note,) if oos.looks_note else ()
     significant = psr >= 1.0 - level and p <= level
     outcome: Outcome = "significant" if significant else "not significant"
-    return EdgeVerdict(outcome, figures, reasons, diagnostics, scope)
+    return _one_path_check(doc, strategy, EdgeVerdict(outcome, figures, reasons, diagnostics, scope))
+
+
+#: Account sizes within this factor of the report's own are "nearby" on the capacity curve: one step
+#: of ``backtests.capacity.CAPITAL_LEVELS`` either side.
+NEARBY_CAPITAL_FACTOR = 10.0
+
+
+def sign_changes(doc: MetricsDocument, strategy: str) -> str | None:
+    """Why the result hangs on one path, or None: the strategy's period return at the report's account
+    size and at a nearby size of its capacity curve (within :data:`NEARBY_CAPITAL_FACTOR`) have
+    opposite signs. A policy that re-decides from its own positions can follow another path at a size
+    the market would not notice; a verdict read off one such path is not called significant."""
+    rows = [r for r in doc.capacity or [] if r.cum_returns_final is not None]
+    own = doc.strategies.get(strategy)
+    base, ret = doc.initial_value, own.cum_returns_final if own is not None else None
+    if not rows or base is None or base <= 0 or ret is None or ret == 0:
+        return None
+    near = [r for r in rows if base / NEARBY_CAPITAL_FACTOR <= r.capital <= base * NEARBY_CAPITAL_FACTOR]
+    flipped = [r for r in near if r.cum_returns_final * ret < 0]
+    if not flipped:
+        return None
+    sizes = ", ".join(f"${r.capital:,.0f}: {100 * r.cum_returns_final:+.1f}%" for r in flipped)
+    return (
+        f"its return ({100 * ret:+.1f}% at ${base:,.0f}) changes sign at nearby account sizes ({sizes}): "
+        "a result of one path, not called significant"
+    )
+
+
+def _one_path_check(doc: MetricsDocument, strategy: str, verdict: EdgeVerdict) -> EdgeVerdict:
+    """``verdict``, with a "significant" one turned "not significant" when :func:`sign_changes` says so."""
+    why = sign_changes(doc, strategy)
+    if why is None:
+        return verdict
+    outcome: Outcome = "not significant" if verdict.outcome == "significant" else verdict.outcome
+    return EdgeVerdict(outcome, verdict.figures, (*verdict.reasons, why), verdict.diagnostics, verdict.scope)
+
+
+def _judge_alpha(
+    psr: float | None,
+    excess: ExcessFigures,
+    bench: str | None,
+    looks: int,
+    looks_text: str,
+    level: float,
+    oos: Any,
+    diagnostics: str,
+    scope: str,
+) -> EdgeVerdict:
+    """The rule on the alpha (see the module docstring)."""
+    p, alpha, beta = excess.alpha_p_value_after_looks, excess.alpha_per_day, excess.beta
+    if p is None or alpha is None or beta is None:
+        return EdgeVerdict(
+            "not measurable", (f"the alpha over {bench} is undefined",), (), diagnostics, scope
+        )
+    bound = excess.alpha_p_value_bound is True
+    figures = [f"alpha over {bench} {100 * alpha:+.2f}%/day (p {prob_text(p, bound)})", f"beta {beta:.2f}"]
+    se, vol = excess.alpha_standard_error, excess.residual_volatility
+    if se is not None and se > 0:
+        mde = minimum_detectable_edge(se, level, looks)
+        could = (
+            f"could have seen {100 * mde:.2f}%/day"
+            if mde >= 1e-4
+            else f"could have seen {100 * mde:.1e}%/day"
+        )
+        if vol is not None and vol > 0:
+            could += f" (IR {mde / vol * math.sqrt(252):.1f})"
+        figures.append(f"{could} at {DETECTION_POWER:.0%} power")
+    if psr is not None:
+        figures.append(f"PSR {prob_text(psr)}")
+    figures += [looks_text, f"level {level:g}"]
+    reasons = (oos.looks_note,) if oos.looks_note else ()
+    outcome: Outcome = "significant" if p <= level else "not significant"
+    return EdgeVerdict(outcome, tuple(figures), reasons, diagnostics, scope)
 
 
 def diagnostics_line(doc: MetricsDocument) -> str:

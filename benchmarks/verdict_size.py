@@ -10,6 +10,10 @@ reads (``backtests.verdict.MIN_OOS_SESSIONS`` and up) and four shapes of daily e
 - ``left_skewed``: ``-(Exp(1) - 1)`` x 1% (skewness -2: rare large losses, frequent small gains);
 - ``ar1``: AR(1) with phi = 0.2 and N(0, 1%) innovations (a burn-in of 50 days).
 
+With ``--test alpha`` the series are the verdict's alpha test's (``oos_test.alpha_test``): a strategy
+``r_t = 0.8 b_t + e_t`` on a benchmark ``b_t`` ~ N(0.04%, 1%) with ``e_t`` of the shape above (alpha
+exactly 0), tested on ``r_t - beta_hat b_t`` with beta estimated per series, as the verdict does.
+
 Each case is ``--series`` independent series (seeded); the replications are fixed at
 ``--replications`` (the p-value ``(1 + #{t* >= t}) / (1 + B)`` keeps its level for any ``B``; the
 product adds replications only near the level, where they sharpen, not shift, the decision). A case
@@ -17,6 +21,7 @@ passes when its rejection rate lies in [2.5%, 7.5%]. Pure numpy and statistics, 
 
     .venv/bin/python benchmarks/verdict_size.py                      # 2,000 series per case
     .venv/bin/python benchmarks/verdict_size.py --lengths 20 40 --json
+    .venv/bin/python benchmarks/verdict_size.py --test alpha --lengths 40 126
 
 Prints a table (or, with ``--json``, one JSON document); exits 1 when a case at a length the verdict
 reads (at least ``MIN_OOS_SESSIONS``) falls outside the band.
@@ -61,26 +66,57 @@ def simulate(shape: str, rng: np.random.Generator, num_series: int, n: int) -> n
     raise ValueError(f"unknown shape {shape!r}: choose {', '.join(SHAPES)}")
 
 
+#: The alpha null's beta and benchmark: ``r = BETA b + e``, ``b`` ~ N(BENCH_MEAN, SCALE).
+BETA = 0.8
+BENCH_MEAN = 0.0004
+
+
+def alpha_residuals(shape: str, rng: np.random.Generator, num_series: int, n: int) -> np.ndarray:
+    """``(num_series, n)`` alpha series ``r - beta_hat b`` of strategies with no alpha (see the module
+    docstring), beta estimated per series by OLS as ``backtests.oos_test.alpha_test`` does."""
+    e = simulate(shape, rng, num_series, n)
+    b = rng.normal(BENCH_MEAN, SCALE, (num_series, n))
+    r = BETA * b + e
+    db = b - b.mean(axis=1, keepdims=True)
+    beta = np.einsum("ij,ij->i", db, r - r.mean(axis=1, keepdims=True)) / np.einsum("ij,ij->i", db, db)
+    return r - beta[:, None] * b
+
+
 def rejection_rate(
-    shape: str, n: int, *, num_series: int, replications: int, seed: int, level: float = SIGNIFICANCE_LEVEL
+    shape: str,
+    n: int,
+    *,
+    num_series: int,
+    replications: int,
+    seed: int,
+    level: float = SIGNIFICANCE_LEVEL,
+    test: str = "excess",
 ) -> float:
     """The share of ``num_series`` null series of ``shape`` and length ``n`` the test rejects at ``level``."""
     rng = np.random.default_rng([seed, n, SHAPES.index(shape)])
-    x = simulate(shape, rng, num_series, n)
+    x = (
+        simulate(shape, rng, num_series, n)
+        if test == "excess"
+        else alpha_residuals(shape, rng, num_series, n)
+    )
     blocks = np.array([oos_test.stationary_block_length(row) for row in x])
     count, _ = bootstrap_t.exceedances(x, blocks, replications, rng)
     p_values = (1 + count) / (1 + replications)
     return float(np.mean(p_values <= level))
 
 
-def measure(lengths: list[int], *, num_series: int, replications: int, seed: int = 0) -> list[dict[str, Any]]:
+def measure(
+    lengths: list[int], *, num_series: int, replications: int, seed: int = 0, test: str = "excess"
+) -> list[dict[str, Any]]:
     """One row per (length, shape): the rejection rate, whether the verdict reads that length, and
     whether the rate lies in :data:`BAND`."""
     rows = []
     for n in lengths:
         for shape in SHAPES:
             started = time.perf_counter()
-            rate = rejection_rate(shape, n, num_series=num_series, replications=replications, seed=seed)
+            rate = rejection_rate(
+                shape, n, num_series=num_series, replications=replications, seed=seed, test=test
+            )
             rows.append(
                 {
                     "sessions": n,
@@ -100,9 +136,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--series", type=int, default=2_000, help="null series per case")
     p.add_argument("--replications", type=int, default=499, help="bootstrap replications per series")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--test", choices=("excess", "alpha"), default="excess", help="the mean excess or the alpha"
+    )
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = p.parse_args(argv)
-    rows = measure(args.lengths, num_series=args.series, replications=args.replications, seed=args.seed)
+    rows = measure(
+        args.lengths, num_series=args.series, replications=args.replications, seed=args.seed, test=args.test
+    )
     failed = [r for r in rows if r["read_by_verdict"] and not r["in_band"]]
     if args.json:
         doc = {
@@ -112,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
             "series": args.series,
             "replications": args.replications,
             "seed": args.seed,
+            "test": args.test,
             "rows": rows,
             "passed": not failed,
         }

@@ -64,6 +64,7 @@ from app.nightly.registry import (
     record_decision,
 )
 from app.nightly.retention import prune
+from app.nightly.shadow import book_decision
 from app.nightly.steps import ChallengerRun, DataSnapshot, RetrainSteps, default_steps, keep_champion_copy
 from app.runs import RunDir
 from data.errors import ConfigError, PodracerError, one_line
@@ -219,9 +220,12 @@ def _retrain_steps(
     reached("evaluate")
 
     progress.step = "decide"
-    gate = progress.gate = judge_challenger(
-        progress.rule, evaluation, progress.champion, window=progress.windows.evaluation
-    )
+    gate = judge_challenger(progress.rule, evaluation, progress.champion, window=progress.windows.evaluation)
+    if config.nightly.shadow_book:  # the shadow book's anytime-valid rule decides (app.nightly.shadow)
+        promotion, challenger, _night = book_decision(config, home, data.splits.full, challenger, progress.champion)
+        progress.challenger = challenger
+        gate = gate.model_copy(update={"promote": promotion.promote, "reason": promotion.reason})
+    progress.gate = gate
     reached("decide")
 
     bundle: Path | None = None

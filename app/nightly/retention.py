@@ -35,6 +35,7 @@ from typing import Any
 from app.config_sections import RetentionConfig
 from app.nightly.lock import RETRAIN_LOCK_NAME, ProcessLock
 from app.nightly.registry import current_champion, read_decisions
+from app.nightly.shadow import read_book
 from app.nightly.steps import CHAMPIONS_DIR
 from app.paper.compact import compact_journal
 from app.paper.journal import Journal, journal_path
@@ -91,6 +92,8 @@ def protected(home: Path) -> dict[str, set[str]]:
     traded = _last_traded_run(home)
     if traded is not None:
         runs.add(traded)  # the paper loop keeps its bundle until the next session's first cycle
+    with contextlib.suppress(PodracerError):  # the shadow book's challengers may still be promoted
+        runs.update(c.run_id for c in read_book(home).challengers)
     for d in promoted:
         if d["challenger_run_id"] in runs and d.get("bundle"):
             paths.add(str(Path(d["bundle"]).resolve()))

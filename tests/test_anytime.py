@@ -1,0 +1,105 @@
+"""The anytime-valid promotion test (``backtests.anytime``): known answers, its size on nulls checked
+every night, its power on a planted edge, and the share of the level each challenger gets."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from backtests import anytime
+
+NIGHTS = 250
+
+
+def test_no_excess_no_bet_no_wealth():
+    assert np.all(anytime.betting_log_wealth(np.zeros(50)) == 0.0)
+
+
+def test_a_steady_gain_grows_the_wealth_and_a_steady_loss_does_not():
+    gains = anytime.betting_log_wealth(np.full(60, 0.01))
+    losses = anytime.betting_log_wealth(np.full(60, -0.01))
+    assert gains[-1] > math.log(20) and np.all(np.diff(gains) >= 0)
+    assert np.all(losses == 0.0)  # the bet is never negative: a loss stakes nothing
+
+
+def test_a_nan_session_stakes_nothing():
+    x = np.full(30, 0.01)
+    x[20] = np.nan
+    lw = anytime.betting_log_wealth(x)
+    assert lw[20] == lw[19]
+
+
+def test_streams_in_columns_match_streams_one_at_a_time():
+    rng = np.random.default_rng(1)
+    x = rng.normal(0.001, 0.01, (80, 3))
+    together = anytime.betting_log_wealth(x)
+    for j in range(3):
+        np.testing.assert_allclose(together[:, j], anytime.betting_log_wealth(x[:, j]))
+
+
+def test_the_bet_uses_only_earlier_sessions():
+    rng = np.random.default_rng(2)
+    x = rng.normal(0.0, 0.01, 60)
+    changed = x.copy()
+    changed[40:] = rng.normal(0.05, 0.01, 20)
+    np.testing.assert_array_equal(
+        anytime.betting_log_wealth(x)[:40], anytime.betting_log_wealth(changed)[:40]
+    )
+
+
+@pytest.mark.parametrize("shape", ["student_t3", "left_skewed"])
+def test_size_on_fat_tailed_and_skewed_nulls_checked_every_night(shape):
+    rng = np.random.default_rng(3)
+    if shape == "student_t3":
+        x = rng.standard_t(3, (NIGHTS, 4000)) * 0.01 / math.sqrt(3)
+    else:
+        x = -(rng.exponential(1.0, (NIGHTS, 4000)) - 1.0) * 0.01
+    # Rejected at any of the 250 nights: the running maximum, which Ville's inequality bounds.
+    rate = np.mean(anytime.first_crossing(anytime.betting_log_wealth(x), 0.05) >= 0)
+    assert rate <= 0.05
+
+
+def test_power_on_a_planted_edge():
+    rng = np.random.default_rng(4)
+    x = rng.standard_t(3, (NIGHTS, 400)) * 0.01 / math.sqrt(3) + 0.005  # daily IR 0.5
+    crossing = anytime.first_crossing(anytime.betting_log_wealth(x), 0.05)
+    assert np.mean(crossing >= 0) >= 0.95
+    assert np.median(crossing[crossing >= 0]) < 100
+
+
+def test_demotion_sees_an_edge_gone_and_keeps_an_edge_that_stays():
+    rng = np.random.default_rng(5)
+    gone = rng.normal(-0.005, 0.01, (NIGHTS, 200))
+    stays = rng.normal(0.003, 0.01, (NIGHTS, 200))
+    assert np.mean(anytime.first_crossing(anytime.demotion_log_wealth(gone), 0.05) >= 0) >= 0.95
+    assert np.mean(anytime.first_crossing(anytime.demotion_log_wealth(stays), 0.05) >= 0) == 0.0
+
+
+def test_every_challenger_ever_entered_shares_the_level():
+    shares = [anytime.challenger_level(0.05, k, per_block=10) for k in range(1, 400)]
+    assert sum(shares) <= 0.05
+    assert sum(shares) == pytest.approx(0.05, rel=1e-9)
+    assert shares[0] == pytest.approx(0.05 / 20) and shares[10] == pytest.approx(0.05 / 40)
+    assert all(a >= b for a, b in zip(shares, shares[1:], strict=False))
+
+
+def test_promotion_needs_both_tests():
+    bar = anytime.log_threshold(0.01)
+    assert anytime.promotion(bar, bar, 0.01)
+    assert not anytime.promotion(bar, bar - 1e-9, 0.01)
+    assert not anytime.promotion(bar - 1e-9, bar, 0.01)
+    ev = anytime.Evidence(bar + 1, bar + 2, 0.01, 60)
+    assert ev.passes and ev.e_values[0] == pytest.approx(math.exp(bar + 1))
+
+
+def test_relative_returns_are_the_wealth_ratio_change():
+    np.testing.assert_allclose(anytime.relative_returns([0.1, -0.5], [0.0, -0.5]), [0.1, 0.0])
+
+
+def test_bad_settings_are_refused():
+    with pytest.raises(ValueError):
+        anytime.Betting(max_bet=1.0)
+    with pytest.raises(ValueError):
+        anytime.challenger_level(0.05, 0)

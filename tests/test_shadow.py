@@ -1,0 +1,312 @@
+"""The shadow book (``app.nightly.shadow``): challengers judged on sessions after their creation, the
+bound and its retirements, promotion against the champion and buy-and-hold, demotion, and the store
+surviving a failed write; a night-by-night loop with a planted edge and with none (replays faked)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from app.nightly import shadow
+from app.nightly.shadow import ShadowBook, ShadowSettings
+from backtests import anytime
+from data.errors import ArtifactError
+
+DAYS = [str(np.datetime64("2030-01-01") + np.timedelta64(i, "D")) for i in range(400)]
+
+
+def _book_with(run_ids, settings=ShadowSettings(), after="2029-12-31"):
+    book = ShadowBook()
+    for run_id in run_ids:
+        book, entered, _ = shadow.enter(book, run_id, after, f"/copies/{run_id}", settings)
+        assert entered
+    return book
+
+
+def _record(book, n, returns, bench, champion=None, start=0):
+    dates = DAYS[start : start + n]
+    return shadow.record_sessions(
+        book, dates, {k: list(v[:n]) for k, v in returns.items()}, champion, list(bench[:n])
+    )
+
+
+def test_each_entry_takes_its_share_of_the_level_and_the_count_never_falls():
+    settings = ShadowSettings(slots=2, min_sessions=5, per_block=2)
+    book = _book_with(["a", "b"], settings)
+    assert [c.level for c in book.challengers] == [0.05 / 4, 0.05 / 4]
+    # Full, and both still under the minimum sessions: tonight's challenger is not entered (not counted).
+    same, entered, retired = shadow.enter(book, "c", "2029-12-31", "/copies/c", settings)
+    assert not entered and not retired and same.entries == 2
+    # Both lose for 5 sessions: the oldest retires to make room, its share stays spent.
+    losing = {"a": [-0.01] * 5, "b": [-0.01] * 5}
+    book = _record(book, 5, losing, [0.0] * 5)
+    book, entered, retired = shadow.enter(book, "c", DAYS[4], "/copies/c", settings)
+    assert entered and [r.run_id for r in retired] == ["a"]
+    assert book.entries == 3 and book.retired_count == 1
+    assert book.challengers[-1].level == pytest.approx(0.05 / 8)  # entry 3: the second block
+
+
+def test_a_challenger_only_records_sessions_after_its_creation():
+    book = _book_with(["a"], after=DAYS[9])
+    book = _record(book, 15, {"a": [0.01] * 15}, [0.0] * 15)
+    assert book.challengers[0].dates == DAYS[10:15]
+    again = _record(book, 15, {"a": [0.01] * 15}, [0.0] * 15)  # the same sessions again: nothing doubled
+    assert again.challengers[0].dates == DAYS[10:15]
+
+
+def test_a_planted_edge_is_promoted_and_noise_is_not():
+    rng = np.random.default_rng(0)
+    n = 150
+    bench = rng.normal(0.0, 0.01, n)
+    good = bench + rng.normal(0.01, 0.01, n)  # daily IR 1 over buy-and-hold
+    noise = bench + rng.normal(0.0, 0.01, n)
+    book = _record(_book_with(["noise", "good"]), n, {"good": good, "noise": noise}, bench)
+    decision = shadow.judge(book)
+    assert decision.promote is not None and decision.promote.run_id == "good"
+    assert not decision.evidence["noise"].passes
+    assert "passed on 150 sessions after its creation" in decision.reason
+
+
+def test_beating_buy_and_hold_is_not_enough_when_the_champion_is_better():
+    rng = np.random.default_rng(1)
+    n = 150
+    bench = rng.normal(0.0, 0.01, n)
+    good = bench + rng.normal(0.01, 0.01, n)
+    champion = good + 0.002  # the champion in charge earns more every session
+    book = shadow.follow_champion(_book_with(["good"]), "champ", "/champions/champ", "2029-12-31")
+    book = _record(book, n, {"good": good}, bench, champion=list(champion))
+    decision = shadow.judge(book)
+    assert decision.promote is None
+    ev = decision.evidence["good"]
+    assert ev.log_wealth_benchmark >= anytime.log_threshold(ev.level) > ev.log_wealth_champion
+
+
+def test_a_champion_whose_edge_is_gone_is_demoted():
+    rng = np.random.default_rng(2)
+    n = 120
+    bench = rng.normal(0.0005, 0.01, n)
+    gone = bench + rng.normal(-0.004, 0.01, n)  # costs with no edge left
+    book = shadow.follow_champion(ShadowBook(), "champ", "/champions/champ", "2029-12-31")
+    book = _record(book, n, {}, bench, champion=list(gone))
+    decision = shadow.judge(book)
+    assert decision.demote is not None and "edge is gone" in decision.demote.reason
+    assert shadow.demote_in_book(book, decision.demote).champion is None
+    kept = _record(
+        shadow.follow_champion(ShadowBook(), "c2", "/c2", "2029-12-31"),
+        n,
+        {},
+        bench,
+        champion=list(bench + 0.003),
+    )
+    assert shadow.judge(kept).demote is None
+
+
+def test_a_drawdown_past_the_limit_demotes():
+    book = shadow.follow_champion(ShadowBook(), "champ", "/champions/champ", "2029-12-31")
+    crash = [0.01] * 5 + [-0.1] * 3
+    book = _record(book, 8, {}, [0.0] * 8, champion=crash)
+    decision = shadow.judge(book, ShadowSettings(max_drawdown=0.25))
+    assert decision.demote is not None and "drawdown" in decision.demote.reason
+    assert shadow.drawdown([0.1, -0.5]) == pytest.approx(0.5)
+
+
+def test_a_challenger_tested_too_long_retires():
+    settings = ShadowSettings(min_sessions=5, max_sessions=10)
+    book = _record(_book_with(["a"], settings), 10, {"a": [0.0] * 10}, [0.0] * 10)
+    book = shadow.expire(book, settings)
+    assert not book.challengers and book.retired[0].why.startswith("tested 10 sessions")
+
+
+def test_the_book_round_trips_and_a_newer_schema_is_refused(tmp_path):
+    book = _record(_book_with(["a"]), 3, {"a": [0.01, float("nan"), -0.01]}, [0.0] * 3)
+    shadow.write_book(tmp_path, book)
+    back = shadow.read_book(tmp_path)
+    assert back.challengers[0].returns == [0.01, None, -0.01]
+    assert back.entries == 1
+    raw = json.loads(shadow.book_path(tmp_path).read_text())
+    raw["schema_version"] = 99
+    shadow.book_path(tmp_path).write_text(json.dumps(raw))
+    with pytest.raises(ArtifactError, match="newer"):
+        shadow.read_book(tmp_path)
+    assert shadow.read_book(tmp_path / "fresh").entries == 0
+
+
+def test_a_failed_write_leaves_the_previous_book_whole(tmp_path, monkeypatch):
+    shadow.write_book(tmp_path, _book_with(["a"]))
+    before = shadow.book_path(tmp_path).read_bytes()
+
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("data.artifact.atomic_write_text", full_disk)
+    with pytest.raises(OSError):
+        shadow.write_book(tmp_path, _book_with(["a", "b"]))
+    assert shadow.book_path(tmp_path).read_bytes() == before
+
+
+# --- night by night, replays faked ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Market:
+    """What ``shadow_night`` reads of the loaded market: its session dates."""
+
+    days: int
+
+    @property
+    def num_steps(self) -> int:
+        return self.days
+
+    def session_dates(self):
+        return np.array(DAYS[: self.days], dtype="datetime64[D]")
+
+
+@dataclass(frozen=True)
+class _Run:
+    run_id: str
+    run_dir: Path
+    policy_dir: Path
+
+
+def _fake_replay(edges: dict[str, float], seed: int = 0):
+    """Replays whose daily excess over buy-and-hold is ``edges[run]`` (by the run id in the policy
+    copy's folder name) plus noise fixed per (run, date)."""
+
+    def replay(config, full, policy_dir, after):
+        run = Path(policy_dir).name
+        dates = [d for d in DAYS[: full.days] if d > after]
+        if not dates:
+            return None
+        bench, out = [], []
+        for d in dates:
+            day = DAYS.index(d)
+            bench.append(float(np.random.default_rng([seed, day]).normal(0.0, 0.01)))
+            noise = np.random.default_rng([seed, day, int(run.split("-")[-1])]).normal(0.0, 0.01)
+            out.append(bench[-1] + edges.get(run, 0.0) + float(noise))
+        return shadow.Replay(tuple(dates), tuple(out), tuple(bench))
+
+    return replay
+
+
+def _nights(tmp_path, edges, nights, settings=ShadowSettings(), first_days=30, stop_at_promotion=False):
+    home = tmp_path / "home"
+    promoted = []
+    champion = None
+    for night in range(nights):
+        run_id = f"run-{night:03d}"
+        policy = tmp_path / "runs" / run_id / "champion"
+        policy.mkdir(parents=True)
+        (policy / "spec.json").write_text("{}")
+        result = shadow.shadow_night(
+            None,
+            home,
+            _Market(first_days + night),
+            _Run(run_id, policy.parent, policy),
+            champion,
+            settings,
+            replay=_fake_replay(edges),
+        )
+        if result.promote:
+            promoted.append((night, result.promote))
+            champion = {"run_id": result.promote, "policy_dir": result.promote_policy}
+            if stop_at_promotion:
+                break
+        if result.demote:
+            champion = None
+    return home, promoted
+
+
+def test_nightly_loop_promotes_a_planted_edge_and_keeps_the_book_bounded(tmp_path):
+    edges = {f"run-{n:03d}": 0.01 for n in range(200)}  # every challenger carries daily IR 1
+    home, promoted = _nights(tmp_path, edges, 70, stop_at_promotion=True)
+    assert promoted, "a planted edge of IR 1 a day is promoted within 70 nights"
+    book = shadow.read_book(home)
+    assert len(book.challengers) <= ShadowSettings().slots
+    copies = sorted(p.name for p in (home / "shadow" / "policies").iterdir())
+    assert set(copies) <= {c.run_id for c in book.challengers} | {
+        book.champion.run_id if book.champion else ""
+    }
+
+
+def test_nightly_loop_does_not_promote_noise(tmp_path):
+    home, promoted = _nights(tmp_path, {}, 60)
+    assert promoted == []
+    book = shadow.read_book(home)
+    assert (
+        book.entries >= ShadowSettings().slots and book.entries == len(book.challengers) + book.retired_count
+    )
+
+
+def test_replay_runs_the_policy_through_the_engine_on_the_sessions_after_its_creation(tmp_path):
+    from agents.networks import NetworkConfig
+    from agents.policy import Policy, PolicyMeta
+    from app.config import Config
+    from data.loader import load_market
+
+    cfg = Config().with_updates(data={"num_tickers": 3, "num_sessions": 6}, env={"decision_interval": 30})
+    full = load_market(cfg.data, home=tmp_path).full
+    policy_dir = tmp_path / "policy"
+    Policy(
+        NetworkConfig(full.num_assets, full.num_features),
+        PolicyMeta(tickers=full.tickers, feature_names=full.feature_names),
+    ).save(policy_dir)
+    dates = [str(d) for d in np.unique(full.session_dates())]
+    replay = shadow.replay_returns(cfg, full, policy_dir, dates[2])
+    assert replay is not None and list(replay.dates) == dates[3:]
+    assert len(replay.returns) == len(replay.benchmark) == 3
+    assert all(np.isfinite(replay.returns)) and replay.benchmark[0] != 0.0
+    assert shadow.replay_returns(cfg, full, policy_dir, dates[-1]) is None
+
+
+def test_the_retrain_promotes_through_the_book_and_protects_its_runs_from_pruning(tmp_path, monkeypatch):
+    from app.config import Config
+    from app.nightly.pipeline import run_retrain
+    from app.nightly.registry import current_champion, read_decisions
+    from app.nightly.steps import ChallengerRun, DataSnapshot, Evaluation, RetrainSteps
+    from app.retention import protected
+
+    home = tmp_path / "home"
+    monkeypatch.setattr(shadow, "replay_returns", _fake_replay({f"nightly-{n:03d}": 0.01 for n in range(99)}))
+    days = iter(range(30, 200))
+
+    def update_data(config, home):
+        n = next(days)
+        windows = {"train": (DAYS[0], DAYS[n - 20]), "valid": (DAYS[n - 19], DAYS[n - 10])}
+        windows |= {"test": (DAYS[n - 9], DAYS[n - 1]), "full": (DAYS[0], DAYS[n - 1])}
+        return DataSnapshot(splits=type("Splits", (), {"full": _Market(n)})(), windows=windows, source="fake")
+
+    def tournament(config, home, data, champion):
+        run_id = f"nightly-{len(list((home / 'runs').glob('*'))) if (home / 'runs').exists() else 0:03d}"
+        policy = home / "runs" / run_id / "champion"
+        policy.mkdir(parents=True)
+        (policy / "policy.safetensors").write_bytes(run_id.encode())
+        (policy / "spec.json").write_text("{}")
+        return ChallengerRun(run_id, home / "runs" / run_id, policy, num_trials=4)
+
+    def evaluate(config, home, data, challenger, champion):
+        return Evaluation("sharpe", data.windows["test"], {"fitness": 1.0}, None, None)
+
+    def export(config, home, challenger):
+        return home / "exports" / challenger.run_id
+
+    steps = RetrainSteps(update_data, tournament, evaluate, export)
+    config = Config().with_updates(
+        nightly={"shadow_book": True, "export": False}, retention={"after_retrain": False}
+    )
+    for night in range(70):
+        outcome = run_retrain(config, home, steps=steps)
+        tonight = f"nightly-{night:03d}"
+        assert shadow.read_book(home).challengers[0].run_id in protected(home)["runs"]
+        if outcome.verdict == "promoted":
+            break
+    assert outcome.verdict == "promoted" and outcome.reason.startswith("shadow book: challenger")
+    champion = current_champion(home)
+    # An earlier night's challenger, judged on the sessions after its creation, not tonight's.
+    assert champion["run_id"] == outcome.challenger_run_id != tonight
+    assert (Path(champion["policy_dir"]) / "policy.safetensors").read_bytes() == champion["run_id"].encode()
+    assert read_decisions(home)[-1]["challenger_run_id"] == champion["run_id"]
+    assert shadow.read_book(home).champion.run_id == champion["run_id"]
