@@ -266,8 +266,8 @@ def test_the_retrain_promotes_through_the_book_and_protects_its_runs_from_prunin
     from app.config import Config
     from app.nightly.pipeline import run_retrain
     from app.nightly.registry import current_champion, read_decisions
+    from app.nightly.retention import protected
     from app.nightly.steps import ChallengerRun, DataSnapshot, Evaluation, RetrainSteps
-    from app.retention import protected
 
     home = tmp_path / "home"
     monkeypatch.setattr(shadow, "replay_returns", _fake_replay({f"nightly-{n:03d}": 0.01 for n in range(99)}))
@@ -306,7 +306,7 @@ def test_the_retrain_promotes_through_the_book_and_protects_its_runs_from_prunin
     assert outcome.verdict == "promoted" and outcome.reason.startswith("shadow book: challenger")
     champion = current_champion(home)
     # An earlier night's challenger, judged on the sessions after its creation, not tonight's.
-    assert champion["run_id"] == outcome.challenger_run_id != tonight
-    assert (Path(champion["policy_dir"]) / "policy.safetensors").read_bytes() == champion["run_id"].encode()
-    assert read_decisions(home)[-1]["challenger_run_id"] == champion["run_id"]
-    assert shadow.read_book(home).champion.run_id == champion["run_id"]
+    assert champion.run_id == outcome.challenger_run_id != tonight
+    assert (Path(champion.policy_dir) / "policy.safetensors").read_bytes() == champion.run_id.encode()
+    assert read_decisions(home)[-1]["challenger_run_id"] == champion.run_id
+    assert shadow.read_book(home).champion.run_id == champion.run_id

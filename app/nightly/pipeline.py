@@ -222,7 +222,9 @@ def _retrain_steps(
     progress.step = "decide"
     gate = judge_challenger(progress.rule, evaluation, progress.champion, window=progress.windows.evaluation)
     if config.nightly.shadow_book:  # the shadow book's anytime-valid rule decides (app.nightly.shadow)
-        promotion, challenger, _night = book_decision(config, home, data.splits.full, challenger, progress.champion)
+        promotion, challenger, _night = book_decision(
+            config, home, data.splits.full, challenger, progress.champion
+        )
         progress.challenger = challenger
         gate = gate.model_copy(update={"promote": promotion.promote, "reason": promotion.reason})
     progress.gate = gate
