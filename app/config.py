@@ -19,6 +19,7 @@ from typing import Any
 import tomli_w
 from pydantic import ValidationError
 
+from agents.direct import DirectArgs
 from agents.ppo import PPOArgs
 from agents.sac import SACArgs
 from agents.tournament.orchestrator import TournamentArgs
@@ -218,10 +219,10 @@ def to_env_params(env_config: EnvConfig) -> EnvParams:
     return EnvParams(**{k: v for k, v in env_config.model_dump().items() if k in names})
 
 
-def to_learner_args(config: Config) -> PPOArgs | SACArgs:
-    """``PPOArgs`` or ``SACArgs`` from the ``[agent]`` section (fields matched by name)."""
+def to_learner_args(config: Config) -> PPOArgs | SACArgs | DirectArgs:
+    """``PPOArgs``, ``SACArgs`` or ``DirectArgs`` from the ``[agent]`` section (fields matched by name)."""
     agent = config.agent
-    args_type = PPOArgs if agent.algo == "ppo" else SACArgs
+    args_type = {"ppo": PPOArgs, "sac": SACArgs, "direct": DirectArgs}[agent.algo]
     names = {f.name for f in dataclasses.fields(args_type)}
     return args_type(**{k: v for k, v in agent.model_dump().items() if k in names})
 

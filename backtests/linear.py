@@ -12,10 +12,12 @@ inputs. This module answers it with the plainest one:
 - **fit**: ridge regression (closed form, float64) on the decision bars of the **train window only**;
   the penalty is chosen among :data:`PENALTIES` by the mean cross-sectional information coefficient
   (the Pearson correlation of scores and demeaned returns per decision bar) on the **validation
-  window**; no test-window bar enters (``tests/test_linear_baseline.py`` replaces the test window by
+  window**, the infinite penalty included: the zero model (no asset preferred, information
+  coefficient 0), which holds equal weights; so a model without validation skill does not trade
+  noise; no test-window bar enters (``tests/test_linear_baseline.py`` replaces the test window by
   noise and gets the same model);
 - **trading**: at every decision, equal weights over the top :data:`TOP_FRACTION` of the tradable
-  assets by score (long-only, fully invested), filled through the env's own step like every other
+  assets by score (long-only, fully invested; the zero model: equal weights over all of them), filled through the env's own step like every other
   baseline (``backtests.engine.run_backtest(..., linear=model)``: the column ``linear``).
 
 Closed-form ridge is hand-written (a ``(F, F)`` solve) rather than taken from scikit-learn: the
@@ -41,7 +43,7 @@ TOP_FRACTION = 0.2
 
 
 @dataclass(frozen=True)
-class Panel:
+class DecisionRows:
     """Decision-bar rows of a window: features ``x (K, A, F)``, next-interval returns ``y (K, A)``
     and the rows' validity ``ok (K, A)`` (finite, tradable at the decision and fill bars)."""
 
@@ -50,7 +52,7 @@ class Panel:
     ok: Tensor
 
 
-def decision_panel(market: MarketData, decision_interval: int) -> Panel:
+def decision_panel(market: MarketData, decision_interval: int) -> DecisionRows:
     """Every decision bar ``t = k * decision_interval`` of ``market`` whose mark bar ``t + interval``
     lies inside the window, with its features and next-interval return (float64)."""
     k = int(decision_interval)
@@ -63,7 +65,7 @@ def decision_panel(market: MarketData, decision_interval: int) -> Panel:
     y = mark_close / fill_open - 1.0
     ok = torch.isfinite(x).all(dim=-1) & torch.isfinite(y) & (fill_open > 0)
     ok &= market.tradable.index_select(0, bars) & market.tradable.index_select(0, bars + 1)
-    return Panel(x=torch.nan_to_num(x), y=torch.nan_to_num(y), ok=ok)
+    return DecisionRows(x=torch.nan_to_num(x), y=torch.nan_to_num(y), ok=ok)
 
 
 def _demean(values: Tensor, ok: Tensor) -> Tensor:
@@ -76,7 +78,7 @@ def _demean(values: Tensor, ok: Tensor) -> Tensor:
     return (values - mean) * mask
 
 
-def information_coefficient(scores: Tensor, panel: Panel) -> float:
+def information_coefficient(scores: Tensor, panel: DecisionRows) -> float:
     """Mean over decision bars of the cross-sectional Pearson correlation of ``scores (K, A)`` with
     the demeaned next-interval returns (rows with fewer than 3 valid assets or no spread skipped)."""
     s = _demean(scores.to(torch.float64), panel.ok)
@@ -94,8 +96,8 @@ class LinearModel:
     """A fitted linear baseline: ``coef (F,)`` over the features; calling it on observations gives the
     env's ``"weights"`` action (equal weight over the top :attr:`top_fraction` by score)."""
 
-    coef: Tensor  # (F,) float64
-    penalty: float  # the chosen penalty multiple (one of PENALTIES)
+    coef: Tensor  # (F,) float64 (all 0: the zero model)
+    penalty: float  # the chosen penalty multiple (one of PENALTIES, or inf: the zero model)
     valid_ic: float  # its mean information coefficient on the validation window
     train_ic: float
     top_fraction: float = TOP_FRACTION
@@ -106,13 +108,10 @@ class LinearModel:
 
     def weights(self, scores: Tensor, tradable: Tensor) -> Tensor:
         """Equal weights ``(N, A)`` float32 over the top ``top_fraction`` tradable assets of each row."""
-        num_assets = scores.shape[-1]
-        take = max(1, round(self.top_fraction * num_assets))
-        masked = torch.where(tradable, scores, torch.full_like(scores, -torch.inf))
-        top = masked.topk(take, dim=-1).indices
-        picked = torch.zeros_like(scores, dtype=torch.float32).scatter_(-1, top, 1.0)
-        picked = picked * tradable.to(torch.float32)
-        return picked / picked.sum(dim=-1, keepdim=True).clamp(min=1.0)
+        if not bool(self.coef.any()):  # the zero model prefers no asset: equal weight
+            live = tradable.to(torch.float32)
+            return live / live.sum(dim=-1, keepdim=True).clamp(min=1.0)
+        return top_weights(scores, tradable, self.top_fraction)
 
     def __call__(self, obs: Tensor) -> Tensor:
         num_features = int(self.coef.shape[0])
@@ -125,7 +124,18 @@ class LinearModel:
         return {"penalty": self.penalty, "train_ic": self.train_ic, "valid_ic": self.valid_ic}
 
 
-def ridge_path(panel: Panel, penalties: tuple[float, ...] = PENALTIES) -> list[Tensor]:
+def top_weights(scores: Tensor, tradable: Tensor, fraction: float = TOP_FRACTION) -> Tensor:
+    """Equal weights ``(N, A)`` float32 over the top ``fraction`` of the assets by ``scores (N, A)``,
+    tradable ones only (how the linear baseline, and any score it is compared with, is traded)."""
+    take = max(1, round(fraction * scores.shape[-1]))
+    masked = torch.where(tradable, scores, torch.full_like(scores, -torch.inf))
+    top = masked.topk(take, dim=-1).indices
+    picked = torch.zeros_like(scores, dtype=torch.float32).scatter_(-1, top, 1.0)
+    picked = picked * tradable.to(torch.float32)
+    return picked / picked.sum(dim=-1, keepdim=True).clamp(min=1.0)
+
+
+def ridge_path(panel: DecisionRows, penalties: tuple[float, ...] = PENALTIES) -> list[Tensor]:
     """The ridge coefficients ``(F,)`` of ``panel`` for each penalty multiple."""
     x = _demean(panel.x, panel.ok).reshape(-1, panel.x.shape[-1])
     y = _demean(panel.y, panel.ok).reshape(-1)
@@ -145,16 +155,17 @@ def fit_linear(
     valid_panel = decision_panel(valid, decision_interval)
     if int(fit_panel.ok.sum()) <= fit_panel.x.shape[-1]:
         raise DataError("the train window has too few valid decision rows to fit the linear baseline")
-    best: tuple[float, int, Tensor] | None = None
-    for i, coef in enumerate(ridge_path(fit_panel, penalties)):
+    # The infinite penalty first: a finite one is chosen only for a positive validation IC.
+    zero = torch.zeros(fit_panel.x.shape[-1], dtype=torch.float64, device=fit_panel.x.device)
+    best: tuple[float, float, Tensor] = (0.0, float("inf"), zero)
+    for penalty, coef in zip(penalties, ridge_path(fit_panel, penalties), strict=True):
         ic = information_coefficient(valid_panel.x @ coef, valid_panel)
-        if best is None or (ic == ic and (best[0] != best[0] or ic > best[0])):
-            best = (ic, i, coef)
-    assert best is not None
-    ic, i, coef = best
+        if ic == ic and ic > best[0]:
+            best = (ic, float(penalty), coef)
+    ic, penalty, coef = best
     return LinearModel(
         coef=coef.cpu(),
-        penalty=float(penalties[i]),
+        penalty=penalty,
         valid_ic=ic,
-        train_ic=information_coefficient(fit_panel.x @ coef, fit_panel),
+        train_ic=information_coefficient(fit_panel.x @ coef, fit_panel) if coef.any() else 0.0,
     )
