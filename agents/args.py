@@ -1,9 +1,9 @@
-"""The learners' settings, one declaration each: :class:`PPOArgs` and :class:`SACArgs` (frozen
+"""The learners' settings, one declaration each: :class:`PPOArgs`, :class:`SACArgs` and :class:`DirectArgs` (frozen
 dataclasses; the docstring under a field is its one description, which the ``[agent]`` section of the
 config and the CLI's ``--help`` read: ``app.settings_docs``).
 
 Standard library only, so the config (``app.config``) and its documentation load without torch;
-``agents.ppo`` and ``agents.sac`` train with them. A new ``[agent]`` setting is a field here (its
+``agents.ppo``, ``agents.sac`` and ``agents.direct`` train with them. A new ``[agent]`` setting is a field here (its
 default and the docstring under it), then the same name in ``app.config_sections.AgentConfig``
 through ``setting(PPOArgs, name)``.
 """
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 from data.errors import ConfigError
 from envs.params import COMPILE_MODES
@@ -171,3 +172,66 @@ class SACArgs:
             raise ConfigError("SACArgs: eval_every and alpha must be > 0, learning_starts >= 0")
         if not 0 < self.rebalance_rate <= 1:
             raise ConfigError(f"SACArgs.rebalance_rate must be in (0, 1], got {self.rebalance_rate}")
+
+
+Objective = Literal["excess_sharpe", "sharpe"]
+OBJECTIVES: tuple[str, ...] = ("excess_sharpe", "sharpe")
+
+
+@dataclass(frozen=True)
+class DirectArgs:
+    """Hyper-parameters of one direct-policy-search run."""
+
+    seed: int = 0
+    """seed of the network init and of the paths' start bars"""
+    total_steps: int = 500_000
+    """env-steps to train for (one env-step = one simulated decision of one path)"""
+    learning_rate: float = 3e-3
+    """AdamW learning rate"""
+    weight_decay: float = 1e-3
+    """AdamW's decoupled weight decay"""
+    horizon: int = 32
+    """decisions per simulated path (the gradient runs through all of them)"""
+    batch_paths: int = 64
+    """paths per update, each from a random decision bar of the train window (from cash)"""
+    holdout_frac: float = 0.2
+    """share of the train window's decisions (its last ones) kept out of training for early stopping"""
+    holdout_every: int = 10
+    """updates between runs over the held-out decisions"""
+    norm_updates: int = 10
+    """updates whose observations fit a fresh policy's observation statistics (frozen after)"""
+    objective: Objective = "excess_sharpe"
+    """what the gradient climbs: the Sharpe ratio of the net excess over equal weight, or of the net return"""
+    max_grad_norm: float = 0.5
+    """global gradient-norm clip"""
+    embed: int = 16
+    """per-asset embedding width (ignored when warm-starting from a policy)"""
+    hidden: int = 64
+    """context width (ignored when warm-starting from a policy)"""
+    asset_layers: int = 0
+    """depth of the shared per-asset encoder (ignored when warm-starting)"""
+    init_log_std: float = -0.5
+    """initial log-std of the policy's Gaussian (unused by this learner; kept for PPO children)"""
+    rebalance_rate: float = 0.2
+    """"weights" mode: fraction of the way to the target moved per decision (ignored when warm-starting)"""
+    eval_every: int = 50_000
+    """env-steps between calls of eval_fn (it is also called once at the end)"""
+
+    def __post_init__(self) -> None:
+        positive = (
+            "total_steps",
+            "learning_rate",
+            "horizon",
+            "batch_paths",
+            "holdout_every",
+            "max_grad_norm",
+        )
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"DirectArgs.{name} must be > 0, got {getattr(self, name)}")
+        if not 0.0 < self.holdout_frac < 1.0:
+            raise ConfigError(f"DirectArgs.holdout_frac must be in (0, 1), got {self.holdout_frac}")
+        if self.weight_decay < 0 or self.norm_updates < 0:
+            raise ConfigError("DirectArgs.weight_decay and norm_updates must be >= 0")
+        if self.objective not in OBJECTIVES:
+            raise ConfigError(f"DirectArgs.objective {self.objective!r}: choose {', '.join(OBJECTIVES)}")

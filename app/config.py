@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import tomli_w
 from pydantic import ValidationError
 
-from agents.args import PPOArgs, SACArgs
+from agents.args import DirectArgs, PPOArgs, SACArgs
 from agents.tournament.settings import TournamentArgs
 from app.config_sections import (
     INTERNAL_FIELDS,
@@ -229,9 +229,10 @@ def to_env_params(env_config: EnvConfig) -> EnvParams:
     return _built(EnvParams, env_config)
 
 
-def to_learner_args(config: Config) -> PPOArgs | SACArgs:
-    """``PPOArgs`` or ``SACArgs`` from the ``[agent]`` section."""
-    return _built(PPOArgs if config.agent.algo == "ppo" else SACArgs, config.agent)
+def to_learner_args(config: Config) -> PPOArgs | SACArgs | DirectArgs:
+    """``PPOArgs``, ``SACArgs`` or ``DirectArgs`` from the ``[agent]`` section."""
+    args_type = {"ppo": PPOArgs, "sac": SACArgs, "direct": DirectArgs}[config.agent.algo]
+    return _built(args_type, config.agent)
 
 
 def to_tournament_args(config: Config) -> TournamentArgs:

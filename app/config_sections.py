@@ -12,7 +12,7 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from agents.args import PPOArgs, SACArgs
+from agents.args import DirectArgs, PPOArgs, SACArgs
 from agents.tournament.settings import TournamentArgs
 from app.alerts import HOOK_TIMEOUT_S, AlertSettings, check_settings
 from app.retrain_limits import MAX_MINUTES
@@ -39,14 +39,19 @@ INTERNAL_FIELDS: dict[str, str] = {
 }
 
 
+#: The learners' argument classes and how an ``[agent]`` field's description names them.
+LEARNER_LABELS: dict[type, str] = {PPOArgs: "PPO", SACArgs: "SAC", DirectArgs: "direct"}
+
+
 def setting(cls: type, name: str, **bounds: Any) -> Any:
     """The section field of dataclass ``cls``'s field ``name``: its default and its one description,
     the docstring under the field (``app.settings_docs``), with the section's bounds. An ``[agent]``
-    field only one learner reads says which ("PPO: ", "SAC: ")."""
+    field not every learner reads says which do ("PPO: ", "PPO, SAC: ", "direct: ")."""
     scope = ""
-    if cls in (PPOArgs, SACArgs):
-        other = SACArgs if cls is PPOArgs else PPOArgs
-        scope = "" if name in {f.name for f in dataclasses.fields(other)} else f"{cls.__name__[:3]}: "
+    if cls in LEARNER_LABELS:
+        readers = [c for c in LEARNER_LABELS if name in {f.name for f in dataclasses.fields(c)}]
+        if len(readers) < len(LEARNER_LABELS):
+            scope = ", ".join(LEARNER_LABELS[c] for c in readers) + ": "
     return Field(getattr(cls, name), description=scope + field_doc(cls.__name__, name), **bounds)
 
 
@@ -150,7 +155,7 @@ class AgentConfig(Section):
     """Learner settings (defaults in agents.ppo.PPOArgs / agents.sac.SACArgs, equal where both have a
     field); algorithm-specific fields are ignored by the other algorithm."""
 
-    algo: Literal["ppo", "sac"] = "ppo"
+    algo: Literal["ppo", "sac", "direct"] = "ppo"
     seed: int = setting(PPOArgs, "seed")
     device: str = "cpu"
     hidden: int = setting(PPOArgs, "hidden", ge=4)
@@ -172,6 +177,13 @@ class AgentConfig(Section):
     buffer_size: int = setting(SACArgs, "buffer_size", ge=1)
     batch_size: int = setting(SACArgs, "batch_size", ge=1)
     eval_every: int = setting(PPOArgs, "eval_every", ge=1)
+    weight_decay: float = setting(DirectArgs, "weight_decay", ge=0)
+    horizon: int = setting(DirectArgs, "horizon", ge=1)
+    batch_paths: int = setting(DirectArgs, "batch_paths", ge=1)
+    holdout_frac: float = setting(DirectArgs, "holdout_frac", gt=0, lt=1)
+    holdout_every: int = setting(DirectArgs, "holdout_every", ge=1)
+    norm_updates: int = setting(DirectArgs, "norm_updates", ge=0)
+    objective: Literal["excess_sharpe", "sharpe"] = setting(DirectArgs, "objective")
     asset_layers: int = setting(PPOArgs, "asset_layers", ge=0)
     init_log_std: float = setting(PPOArgs, "init_log_std", ge=-10, le=2)
     norm_obs: bool = setting(PPOArgs, "norm_obs")

@@ -20,7 +20,7 @@ from app import context
 from backtests import report
 from backtests.capacity import curve_lines
 from backtests.metrics_model import MetricsDocument, StrategyMetrics
-from backtests.verdict import ANNUALIZED_KEYS, stated_verdict
+from backtests.verdict import ANNUALIZED_KEYS, prob_text, stated_verdict
 
 
 # --- training -------------------------------------------------------------------------------------------
@@ -238,7 +238,25 @@ def _verdict_lines(doc: MetricsDocument) -> str:
     line of its own, then the capacity curve (``backtests.capacity``), or nothing."""
     verdict = stated_verdict(doc)
     text = "".join(f"\n{line}" for line in verdict.lines) if verdict is not None else ""
+    linear = linear_line(doc)
+    text += f"\n{linear}" if linear else ""
     return text + "".join(f"\n{line}" for line in curve_lines(doc))
+
+
+def linear_line(doc: MetricsDocument) -> str | None:
+    """The selected strategy's excess over the linear baseline (``backtests.linear``) as a figure: the
+    mean daily excess and its one-sided p-value after the looks (not a condition of the verdict), or
+    None when the document has no such test."""
+    oos = doc.oos_test
+    excess = oos.excess.get("linear") if oos is not None else None
+    if excess is None or excess.mean_per_day is None:
+        return None
+    p = excess.p_value_after_looks if excess.p_value_after_looks is not None else excess.p_value
+    p_text = "n/a" if p is None else prob_text(p, excess.p_value_bound is True)
+    return (
+        f"excess over the linear baseline {100 * excess.mean_per_day:+.2f}%/day (p {p_text}; "
+        "a figure beside the verdict, not a condition of it)"
+    )
 
 
 def _caption(doc: MetricsDocument) -> str:
@@ -281,13 +299,17 @@ def demo_table(doc: MetricsDocument) -> Table:
     equal = doc.strategies.get("equal_weight")
     if equal is not None:
         table.add_column("equal weight (daily rebalance)", justify="right")
+    linear = doc.strategies.get("linear")
+    if linear is not None:
+        table.add_column("linear (ridge, top quintile)", justify="right")
     for key, label, fmt in _SUMMARY_ROWS:
 
         def cell(row: StrategyMetrics, key: str = key, fmt: str = fmt) -> str:
             value = row.get(key)
             return "n/a" if value is None else fmt.format(value)
 
-        cells = [cell(champ), cell(bench)] + ([cell(equal)] if equal is not None else [])
+        extra = [row for row in (equal, linear) if row is not None]
+        cells = [cell(champ), cell(bench)] + [cell(row) for row in extra]
         table.add_row(_row_label(key, label, doc), *cells)
     return table
 

@@ -21,12 +21,13 @@ ROOT = Path(__file__).resolve().parents[1]
 DATACLASSES: dict[str, str] = {
     "PPOArgs": "agents/args.py",
     "SACArgs": "agents/args.py",
+    "DirectArgs": "agents/args.py",
     "TournamentArgs": "agents/tournament/settings.py",
     "EnvParams": "envs/params.py",
 }
 #: The dataclasses behind each section, first match wins (PPO's wording of a field SAC shares).
 SECTION_DATACLASSES: dict[str, tuple[str, ...]] = {
-    "agent": ("PPOArgs", "SACArgs"),
+    "agent": ("PPOArgs", "SACArgs", "DirectArgs"),
     "tournament": ("TournamentArgs",),
     "env": ("EnvParams",),
 }

@@ -15,7 +15,10 @@ from the window's first bar, as one group of ``run_backtest``'s columns:
   decision grid lines up with the sessions, as with 390 one-minute bars and ``decision_interval`` 15),
   held in between (no trade), costs on: each rebalance is the env's ``"weights"`` fill; the marks between
   rebalances are computed at once from the held shares, as for buy-and-hold;
-- ``"cash"``: never trades.
+- ``"cash"``: never trades;
+- ``"linear"``: the linear baseline of ``backtests.linear`` (a ridge on the policy's features, fitted on
+  the train window, its top quintile held equal weight, rebalanced at every decision), run only when
+  ``run_backtest`` is handed the fitted model (``linear=``), like ``"index"`` without an index ETF.
 
 Baselines are never capped by the env's ``max_weight`` nor by its volume cap ``max_participation``
 (they are the investor's own alternative, not the agent under its risk limits); they pay the spread,
@@ -40,8 +43,8 @@ from envs.trading import EnvParams
 #: Index ETFs used for the ``"index"`` baseline, in order of preference.
 INDEX_TICKERS: tuple[str, ...] = ("QQQ", "SPY")
 #: Every baseline name ``run_backtest`` understands.
-BASELINES: tuple[str, ...] = ("buy_and_hold", "equal_weight", "index", "cash")
-DEFAULT_BASELINES: tuple[str, ...] = ("buy_and_hold", "equal_weight", "cash", "index")
+BASELINES: tuple[str, ...] = ("buy_and_hold", "equal_weight", "index", "cash", "linear")
+DEFAULT_BASELINES: tuple[str, ...] = ("buy_and_hold", "equal_weight", "cash", "index", "linear")
 
 
 def investor(params: EnvParams) -> EnvParams:

@@ -39,7 +39,7 @@ from envs.trading import EnvParams
 #: Account sizes of the capacity curve, in $ (retail to institutional).
 CAPITAL_LEVELS: tuple[float, ...] = (1e4, 1e5, 1e6, 1e7, 1e8)
 #: Baselines replayed beside the strategy at every size.
-CAPACITY_BASELINES: tuple[str, ...] = ("buy_and_hold", "equal_weight")
+CAPACITY_BASELINES: tuple[str, ...] = ("buy_and_hold", "equal_weight", "linear")
 #: ``estimated_capacity`` by the Sharpe rule: the net Sharpe at least this fraction of the smallest size's.
 SHARPE_FRACTION = 0.5
 
@@ -52,11 +52,20 @@ def run_capacity(
     levels: Sequence[float] = CAPITAL_LEVELS,
     device: str | torch.device | None = None,
     seed: int = 0,
+    linear: Any | None = None,
 ) -> BacktestResult:
     """Every policy and :data:`CAPACITY_BASELINES` at every size of ``levels``, in one pass; dollars
-    in units of each column's starting capital (``engine.run_backtest``'s ``capital``)."""
+    in units of each column's starting capital (``engine.run_backtest``'s ``capital``); ``linear``:
+    the fitted linear baseline (``backtests.linear.LinearModel``; none: no ``linear`` column)."""
     return engine.run_backtest(
-        market, params, policies, baselines=CAPACITY_BASELINES, device=device, seed=seed, capital=levels
+        market,
+        params,
+        policies,
+        baselines=CAPACITY_BASELINES,
+        device=device,
+        seed=seed,
+        capital=levels,
+        linear=linear,
     )
 
 

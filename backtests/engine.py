@@ -206,8 +206,13 @@ def run_backtest(
     num_threads: int | None = None,
     compile: str = "auto",
     capital: Sequence[float] | None = None,
+    linear: PolicyFn | None = None,
 ) -> BacktestResult:
     """Run every policy and baseline over the whole ``market`` window; see the module docstring.
+
+    ``linear``: the fitted linear baseline (``backtests.linear.LinearModel``, fitted on the run's train
+    and validation windows), the column ``linear`` when ``"linear"`` is in ``baselines``; without it
+    that baseline is skipped.
 
     ``capital``: account sizes ($) to run every strategy at, as one more batch dimension (rows of the
     same batched env, one pass): strategy ``name`` at size ``c`` is the column ``capacity_name(name,
@@ -259,6 +264,7 @@ def run_backtest(
                 seed=seed,
                 compile=compile,
                 capital=capital,
+                linear=linear,
             )
         finally:
             torch.set_num_threads(previous)
@@ -286,7 +292,9 @@ def run_backtest(
     plan = _day_plan(market, interval, k_steps)
     groups: list[GroupRun] = []
     if capital is not None:
-        groups = _capacity_groups(market, params, policies, baselines, capital, k_steps, seed, plan.off_bars)
+        groups = _capacity_groups(
+            market, params, policies, baselines, capital, k_steps, seed, plan.off_bars, linear
+        )
     if names and capital is None:
         use_compile = compile == "on" or (compile == "auto" and k_steps >= COMPILE_MIN_DECISIONS)
         groups.append(_run_policies(market, params, policies, k_steps, seed, plan.off_bars, use_compile))
@@ -295,6 +303,10 @@ def run_backtest(
         groups.append(bl.run_static(market, params, static, k_steps, seed, plan.off_bars))
     if "equal_weight" in baselines and capital is None:
         groups.append(bl.run_equal_weight(market, params, k_steps, seed, plan.off_bars))
+    if "linear" in baselines and linear is not None and capital is None:
+        groups.append(
+            _run_policies(market, _linear_params(params), {"linear": linear}, k_steps, seed, plan.off_bars)
+        )
     initial_value = float(params.initial_cash) if capital is None else 1.0
 
     cat = lambda key: torch.cat([getattr(g, key) for g in groups], dim=1)  # noqa: E731
@@ -350,6 +362,7 @@ def _capacity_groups(
     k_steps: int,
     seed: int,
     off_bars: np.ndarray,
+    linear: PolicyFn | None = None,
 ) -> list[GroupRun]:
     """Every strategy at every size in ``capital``, each group's dollars in units of its columns'
     starting capital. The env's bust floor is checked per column after the run (the env's own floor
@@ -393,7 +406,26 @@ def _capacity_groups(
         run = bl.run_equal_weight(market, env_params, k_steps, seed, off_bars, capital=per_level)
         run.names = [capacity_name("equal_weight", c) for c in levels]
         groups.append(_per_capital(run, per_level))
+    if "linear" in baselines and linear is not None:
+        batch = PolicyBatch(tuple(capacity_name("linear", c) for c in levels), linear)
+        run = _run_policies(
+            market,
+            _linear_params(env_params),
+            batch,
+            k_steps,
+            seed,
+            off_bars,
+            capital=per_level,
+            bust_frac=params.bust_frac,
+        )
+        groups.append(_per_capital(run, per_level))
     return groups
+
+
+def _linear_params(params: EnvParams) -> EnvParams:
+    """The linear baseline's env: the baselines' (``baselines.investor``: no weight or volume cap) in
+    ``"weights"`` mode, whatever the run's action mode."""
+    return dataclasses.replace(bl.investor(params), action_mode="weights")
 
 
 def _per_capital(run: GroupRun, capital: Tensor) -> GroupRun:

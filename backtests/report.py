@@ -72,7 +72,7 @@ PERIOD = "daily"
 DEFAULT_MAX_ROWS = 2_000_000
 #: The benchmarks the selected strategy's excess returns are tested against, when in the backtest (the
 #: verdict requires the document's ``benchmark``; the others are reported).
-EXCESS_BENCHMARKS: tuple[str, ...] = ("buy_and_hold", "equal_weight")
+EXCESS_BENCHMARKS: tuple[str, ...] = ("buy_and_hold", "equal_weight", "linear")
 #: The window on which a backtest is out of sample for the run's selection.
 HELD_OUT_WINDOW = "test"
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -101,8 +102,20 @@ def tickers_for(num_tickers: int) -> tuple[str, ...]:
     return tuple(f"SYN{i:03d}" for i in range(num_tickers))
 
 
-def generate(spec: SyntheticSpec) -> Panel:
-    """Generate the bars of ``spec`` as a dense panel (host-side numpy, float64)."""
+def planted_predictor(spec: SyntheticSpec) -> np.ndarray:
+    """``(T, A)`` float64: at each bar, the sum of the asset's last ``spec.lookback`` idiosyncratic
+    returns, the bar included (what the planted signal reads: the next bar's expected idiosyncratic
+    return is ``phi / lookback`` times it); the same draws as :func:`generate`'s bars of ``spec``."""
+    idio_ret = _draws(spec)["idio_ret"]
+    total = np.cumsum(idio_ret, axis=0)
+    lagged = np.zeros_like(total)
+    lagged[spec.lookback :] = total[: -spec.lookback]
+    return total - lagged
+
+
+def _draws(spec: SyntheticSpec) -> dict[str, Any]:
+    """The random draws of ``spec`` up to the idiosyncratic returns, in :func:`generate`'s order (its
+    generator ``rng`` goes on from there)."""
     rng = np.random.default_rng(spec.seed)
     sessions = sessions_window(spec.start, spec.num_sessions)
     grid = session_grid(sessions, "1m")
@@ -138,6 +151,32 @@ def generate(spec: SyntheticSpec) -> Panel:
     sectors = spec.sector_vol * scale[:, None] * rng.standard_normal((num_steps, spec.num_sectors))
     eps = idio[None, :] * scale[:, None] * rng.standard_normal((num_steps, num_assets))
     idio_ret = _planted_momentum(eps, PHI_PER_SIGNAL * spec.signal, spec.lookback)
+    names = (
+        "rng sessions grid num_steps num_assets sid first_of_session u_volume regime scale beta sector load"
+    )
+    names += " idio price0 volume0 market sectors idio_ret"
+    values = locals()
+    return {name: values[name] for name in names.split()}
+
+
+def generate(spec: SyntheticSpec) -> Panel:
+    """Generate the bars of ``spec`` as a dense panel (host-side numpy, float64)."""
+    d = _draws(spec)
+    rng, sid, regime, u_volume, sessions = d["rng"], d["sid"], d["regime"], d["u_volume"], d["sessions"]
+    grid, num_steps, num_assets, first_of_session = (
+        d["grid"],
+        d["num_steps"],
+        d["num_assets"],
+        d["first_of_session"],
+    )
+    beta, load, idio, price0, volume0 = d["beta"], d["load"], d["idio"], d["price0"], d["volume0"]
+    market, sectors, sector, idio_ret, scale = (
+        d["market"],
+        d["sectors"],
+        d["sector"],
+        d["idio_ret"],
+        d["scale"],
+    )
     log_ret = beta[None, :] * market[:, None] + load[None, :] * sectors[:, sector] + idio_ret
 
     # Overnight gaps land on each session's first bar (not on the very first bar of the data).

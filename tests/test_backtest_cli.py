@@ -42,7 +42,8 @@ def test_run_backtest_json_has_every_metric_and_writes_the_report(run_home, caps
     doc = json.loads(capsys.readouterr().out)  # stdout is exactly one JSON document
     assert (doc["window"], doc["annualization"], doc["period"]) == ("test", 252, "daily")
     assert doc["start"] <= doc["end"] and doc["num_trials"] == 20
-    assert list(doc["strategies"]) == ["champion", "buy_and_hold", "cash", "equal_weight"]
+    assert list(doc["strategies"]) == ["champion", "buy_and_hold", "cash", "equal_weight", "linear"]
+    assert "linear" in doc["oos_test"]["excess"]  # the champion's excess over the linear baseline
     for row in doc["strategies"].values():
         assert set(row) == set(METRIC_KEYS)  # every metric, and no other key
     # The out-of-sample test of the champion on 1 held-out session: a verdict that says why it is

@@ -8,6 +8,7 @@ import dataclasses
 import pytest
 from pydantic import BaseModel
 
+from agents.direct import DirectArgs
 from agents.ppo import PPOArgs
 from agents.sac import SACArgs
 from agents.tournament.settings import TournamentArgs
@@ -18,6 +19,7 @@ from envs.trading import EnvParams
 SECTIONS: list[tuple[type, type[BaseModel]]] = [
     (PPOArgs, AgentConfig),
     (SACArgs, AgentConfig),
+    (DirectArgs, AgentConfig),
     (EnvParams, EnvConfig),
     (TournamentArgs, TournamentConfig),
 ]

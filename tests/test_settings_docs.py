@@ -10,6 +10,7 @@ import click
 import pytest
 import typer
 
+from agents.direct import DirectArgs
 from agents.ppo import PPOArgs
 from agents.sac import SACArgs
 from agents.tournament.settings import TournamentArgs
@@ -21,6 +22,7 @@ from envs.params import EnvParams
 DATACLASSES = {
     "PPOArgs": PPOArgs,
     "SACArgs": SACArgs,
+    "DirectArgs": DirectArgs,
     "TournamentArgs": TournamentArgs,
     "EnvParams": EnvParams,
 }
@@ -72,10 +74,12 @@ def _sections():
 @pytest.mark.parametrize(("section", "name", "description", "owner"), list(_sections()))
 def test_a_config_field_says_what_its_dataclass_field_says(section, name, description, owner):
     doc = settings_docs.field_doc(owner, name)
-    others = [DATACLASSES[c] for c in settings_docs.SECTION_DATACLASSES[section] if c != owner]
-    shared = all(name in {f.name for f in dataclasses.fields(o)} for o in others)
-    # An [agent] field only one learner reads says which.
-    assert description == (doc if shared else f"{owner[:3]}: {doc}")
+    classes = [DATACLASSES[c] for c in settings_docs.SECTION_DATACLASSES[section]]
+    readers = [c for c in classes if name in {f.name for f in dataclasses.fields(c)}]
+    # An [agent] field not every learner reads says which do.
+    labels = {"PPOArgs": "PPO", "SACArgs": "SAC", "DirectArgs": "direct"}
+    scope = "" if len(readers) == len(classes) else ", ".join(labels[c.__name__] for c in readers) + ": "
+    assert description == scope + doc
 
 
 def _commands() -> dict[str, click.Command]:

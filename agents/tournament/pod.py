@@ -6,7 +6,7 @@ optimizer state), trains, saves its checkpoint under ``<run>/pods/<pod_id>/``, a
 validation window. Everything here is picklable so a round can run in a worker process or a Ray task.
 
 The round itself is any module-level function ``round_fn(task, ctx) -> PodOutcome``;
-:func:`learner_round` (PPO or SAC) is the real one, tests pass small fakes. :func:`execute_round` wraps it for the
+:func:`learner_round` (PPO, SAC or direct policy search) is the real one, tests pass small fakes. :func:`execute_round` wraps it for the
 backends: it turns every exception into a picklable :class:`RoundError` and rejects NaN outcomes, so
 a bad pod is recorded as failed and never reaches the leaderboard.
 
@@ -45,7 +45,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from agents import ppo, sac
+from agents import direct, ppo, sac
 from agents.checkpoint import Checkpoint
 from agents.tournament.generator import PodSpec
 from agents.tournament.settings import FITNESS
@@ -64,7 +64,11 @@ VALID_RETURNS = "valid_returns.parquet"
 CURVE = "curve.parquet"
 PERIODS = ("daily", "decision")
 SCORE_CLIP = 1e3
-LEARNERS = {"ppo": (ppo.PPOArgs, ppo.train), "sac": (sac.SACArgs, sac.train)}
+LEARNERS = {
+    "ppo": (ppo.PPOArgs, ppo.train),
+    "sac": (sac.SACArgs, sac.train),
+    "direct": (direct.DirectArgs, direct.train),
+}
 
 
 @dataclass(frozen=True)
@@ -158,7 +162,7 @@ def learner_round(task: PodTask, ctx: RoundContext) -> PodOutcome:
     start = time.monotonic()
     spec = task.spec
     if spec.algo not in LEARNERS:
-        raise RoundError(f"unknown algo {spec.algo!r} (expected ppo or sac)")
+        raise RoundError(f"unknown algo {spec.algo!r} (expected {', '.join(LEARNERS)})")
     args_cls, learn = LEARNERS[spec.algo]
     params = env_params(ctx)
     train_env = make_train_env(ctx, pod_num_envs(ctx), spec.seed)

@@ -103,7 +103,8 @@ class SearchSpace:
 
 
 def default_search_space(algo: str = "ppo") -> SearchSpace:
-    """The default space for ``algo``; ranges chosen around the usual PPO/SAC defaults."""
+    """The default space for ``algo``; ranges chosen around the usual PPO/SAC defaults (and the direct
+    learner's, ``agents.direct``)."""
     if algo == "ppo":
         return SearchSpace(
             params=(
@@ -124,4 +125,13 @@ def default_search_space(algo: str = "ppo") -> SearchSpace:
                 Param("gamma", 0.9, 0.999),
             )
         )
-    raise ConfigError(f"search space: unknown algo {algo!r} (expected ppo or sac)")
+    if algo == "direct":
+        return SearchSpace(
+            params=(
+                # agents.direct: the gradient of the net return itself, so steps are larger than PPO's.
+                Param("learning_rate", 3e-3, 3e-2, log=True),
+                Param("weight_decay", 1e-5, 1e-2, log=True),
+                Param("horizon", 16, 64, kind="int"),
+            )
+        )
+    raise ConfigError(f"search space: unknown algo {algo!r} (expected ppo, sac or direct)")

@@ -1,4 +1,4 @@
-"""`podracer train --algo ppo|sac --config FILE [--run NAME] [--steps N] [--json]`: one agent, or with
+"""`podracer train --algo ppo|sac|direct --config FILE [--run NAME] [--steps N] [--json]`: one agent, or with
 ``--tournament`` a pool of pods (see ``app.workflows.training``)."""
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def _tournament_command(
 
 
 def train(
-    algo: str = typer.Option(None, "--algo", help="ppo or sac \\[default: the config's agent.algo]."),
+    algo: str = typer.Option(None, "--algo", help="ppo, sac or direct \\[default: the config's agent.algo]."),
     config: Path = typer.Option(None, "--config", help="TOML config file \\[default: built-in defaults]."),
     run: str = typer.Option(None, "--run", help="Run name \\[default: <UTC time>-<algo>]."),
     steps: int = typer.Option(None, "--steps", min=1, help=cli_help("agent.total_steps")),
@@ -120,8 +120,8 @@ def train(
     cfg = load_config(config)
     updates: dict[str, Any] = {}
     if algo is not None:
-        if algo not in ("ppo", "sac"):
-            raise ConfigError(f"--algo {algo!r}: choose ppo or sac")
+        if algo not in ("ppo", "sac", "direct"):
+            raise ConfigError(f"--algo {algo!r}: choose ppo, sac or direct")
         updates["algo"] = algo
     if steps is not None:
         updates["total_steps"] = steps

@@ -18,7 +18,13 @@ from backtests.metrics_model import CapacityRow
 
 MAX_AREA_TICKERS = 12
 
-_COLORS = {"champion": "#1f77b4", "buy_and_hold": "#ff7f0e", "cash": "#7f7f7f", "equal_weight": "#2ca02c"}
+_COLORS = {
+    "champion": "#1f77b4",
+    "buy_and_hold": "#ff7f0e",
+    "cash": "#7f7f7f",
+    "equal_weight": "#2ca02c",
+    "linear": "#9467bd",
+}
 # Title top-left, legend top-right on the same line, so neither hides the other.
 _LAYOUT = dict(
     margin=dict(l=10, r=10, t=50, b=10),

@@ -76,6 +76,7 @@ def strategy_label(name: str) -> str:
         "champion": "Champion",
         "cash": "Cash",
         "equal_weight": "Equal weight",
+        "linear": "Linear (ridge)",
     }.get(name, name.replace("_", " "))
 
 

@@ -2,7 +2,8 @@
 
 :func:`backtest_run` loads the run's ``config.toml`` and champion policy, rebuilds the market with
 the run's data config, backtests champion + baselines on the window (test by default) through the
-training env's ``step``, counts the look in ``<home>/looks.sqlite`` (``backtests.looks``; the test and
+training env's ``step`` (the linear baseline fitted on the run's train and validation windows,
+``backtests.linear``), counts the look in ``<home>/looks.sqlite`` (``backtests.looks``; the test and
 the full window, both show held-out sessions; keyed by the champion's weights, :func:`policy_digest`)
 and writes the run's ``backtest/`` (see ``backtests.report``): the champion's out-of-sample test
 first judged after the looks before it at an overlapping window of the same market
@@ -12,7 +13,7 @@ selection diagnostics from every scored pod's daily validation returns
 validation dates. The bootstraps are seeded with the run's ``[tournament] seed`` and the test's level
 is the run config's ``[backtest] significance_level``.
 
-:func:`backtest_baselines` backtests baselines (buy-and-hold, cash, index) on the stored bars
+:func:`backtest_baselines` backtests baselines (buy-and-hold, cash, index, linear) on the stored bars
 (``<home>/data/bars``, data config with ``source = "stored"``), writing a report under ``out`` when
 given. Both return the metrics document; nothing here prints.
 """
@@ -38,6 +39,7 @@ from app.evaluation import (
 from app.runs import RunDir, runs_root
 from backtests import baselines as bl
 from backtests import capacity, engine, report
+from backtests.linear import fit_linear
 from data.errors import CheckpointError, ConfigError, DataError, PodracerError
 from data.loader import load_market
 
@@ -135,11 +137,19 @@ def backtest_run(
     market = _window(splits, window).to(device)
     _check_window_unseen(run, window, market, run_info.windows)
     check_policy_fits(policy, market, params)
+    # The linear baseline: fitted on the run's train window, its penalty chosen on the validation window.
+    linear = fit_linear(splits.train.to(device), splits.valid.to(device), params.decision_interval)
     result = engine.run_backtest(
-        market, params, {"champion": policy}, device=device, num_threads=1, compile=config.backtest.compile
+        market,
+        params,
+        {"champion": policy},
+        device=device,
+        num_threads=1,
+        compile=config.backtest.compile,
+        linear=linear,
     )
     # The capacity curve: the champion and the baselines at several account sizes, one pass.
-    sizes = capacity.run_capacity(market, params, {"champion": policy}, device=device)
+    sizes = capacity.run_capacity(market, params, {"champion": policy}, device=device, linear=linear)
     identity = market_identity(config.data)
     counted = count_look(
         home, run, result, window=window, market=identity, policy=policy_digest(run_dir.champion)
@@ -179,16 +189,20 @@ def backtest_baselines(
     names = [b.replace("-", "_") for b in baselines]
     unknown = [b for b, n in zip(baselines, names, strict=True) if n not in bl.BASELINES]
     if unknown:
-        raise ConfigError(f"--baseline {unknown[0]!r}: choose buy-and-hold, equal-weight, cash or index")
+        raise ConfigError(
+            f"--baseline {unknown[0]!r}: choose buy-and-hold, equal-weight, cash, index or linear"
+        )
     config = load_config(config_path)
     data = (
         config.data.model_copy(update={"source": "stored"}) if config.data.source != "stored" else config.data
     )
-    market = _window(load_market(data, home=home, device=device), window)
+    splits = load_market(data, home=home, device=device)
+    market = _window(splits, window)
     if "index" in names and not any(t in market.tickers for t in bl.INDEX_TICKERS):
         raise DataError(f"--baseline index: none of {', '.join(bl.INDEX_TICKERS)} is in the stored data")
     params = to_env_params(config.env)
-    result = engine.run_backtest(market, params, baselines=names, device=device, num_threads=1)
+    linear = fit_linear(splits.train, splits.valid, params.decision_interval) if "linear" in names else None
+    result = engine.run_backtest(market, params, baselines=names, device=device, num_threads=1, linear=linear)
     benchmark = names[0] if names[0] != "index" else result.names[0]
     costs = {"cost_rate": params.cost_rate, "slippage_bps": params.slippage_bps}
     if out is not None:

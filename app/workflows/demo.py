@@ -232,6 +232,7 @@ def run_demo(
             "champion": (doc.strategies.get("champion") or none).model_dump(),
             "buy_and_hold": (doc.figures_of(doc.benchmark or "buy_and_hold") or none).model_dump(),
             "equal_weight": (doc.strategies.get("equal_weight") or none).model_dump(),
+            "linear": (doc.strategies.get("linear") or none).model_dump(),
         },
         "num_trials": doc.num_trials,
         "pbo": doc.pbo,

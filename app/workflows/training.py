@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from agents import ppo, sac
+from agents import direct, ppo, sac
 from agents.checkpoint import Checkpoint
 from agents.tournament.backend_choice import check_backend_args, resolve_backend
 from agents.tournament.orchestrator import TournamentResult, run_tournament
@@ -131,7 +131,8 @@ def train_single(
     }
     run_dir.write(info)
 
-    learn = ppo.train if agent.algo == "ppo" else sac.train  # looked up now: tests patch the module
+    # Looked up now: tests patch the modules.
+    learn = {"ppo": ppo.train, "sac": sac.train, "direct": direct.train}[agent.algo]
     try:
         with (progress or _no_progress)(args.total_steps) as on_event:
             result = learn(args, env, callbacks=(on_event, *callbacks), eval_fn=eval_fn)

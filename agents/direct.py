@@ -1,0 +1,267 @@
+"""Direct policy search: a pod trained by the gradient of its portfolio's net return.
+
+The env's prices do not depend on the agent (impact aside), so a decision's net return is a
+differentiable function of the target weights: the holdings drift from the decision bar's close to
+the fill bar's open, the rebalance pays a cost on the traded weight, and the new holdings earn the
+assets' returns to the next decision bar's close. This learner simulates that accounting in torch over
+paths of ``horizon`` decisions of the train window and follows the gradient of an objective of the
+net returns through the whole path (the turnover a decision causes is paid again by the next one, so
+the gradient sees it), the direct approach of EIIE (Jiang et al. 2017) and of deep momentum networks
+(Lim et al. 2019). No reward, value function or sampling: the deterministic action is what is trained.
+
+- **policy**: the standard :class:`agents.policy.Policy` (the per-asset network of ``agents.networks``,
+  its observation normalizer, ``"weights"`` actions: a softmax over the assets' logits and cash, moved
+  ``rebalance_rate`` of the way from the current weights), so backtests, export and paper trading run
+  it as they run a PPO pod. The observations the simulation feeds it are the env's own layout
+  (``envs.observation``): cash fraction, time of day, and per asset its weight at the decision bar's
+  close, its tradable flag and its features.
+- **costs**: every unit of traded weight pays ``cost_rate + (slippage_bps + spread_bps) / 1e4`` (the
+  env's commission, slippage and half-spread); the square-root impact (small at the default account
+  size) and the volume cap are left to the scoring backtest, which runs the env itself. The weight
+  cap ``max_weight`` is applied as the env applies it (the excess stays in cash).
+- **objective** (``objective``): ``"excess_sharpe"`` (default), the Sharpe ratio of the per-decision
+  net return in excess of the equal-weight portfolio of the same bars, over all paths of a batch: the
+  cross-sectional edge, not the market's move, which a long-only book cannot escape; ``"sharpe"``: the
+  Sharpe ratio of the net returns themselves.
+- **regularization and stopping**: AdamW's weight decay; the last ``holdout_frac`` of the train
+  window's decisions is never trained on: every ``holdout_every`` updates the policy is run over it
+  from cash (the same simulation, no gradient) and the weights with the best held-out objective are the
+  result (early stopping inside the train window; the tournament's validation window stays the
+  tournament's).
+- **observation statistics**: a fresh policy's normalizer is fitted on the observations of its first
+  ``norm_updates`` updates and frozen after (a warm start keeps its source's), so the weights kept by
+  the early stopping see the inputs they were trained on.
+- **budget**: one env-step is one simulated decision of one path (held-out runs included), the unit
+  of every learner's ``total_steps``.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from agents.args import DirectArgs
+from agents.checkpoint import Checkpoint
+from agents.policy import Policy
+from agents.training import ADAM_EPS, Callback, EvalFn, EvalHook, TrainResult, notify, policy_for_env
+from data.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Decisions:
+    """The decision bars of a window as the simulation reads them, row ``k`` = bar ``k * interval``:
+    ``features (K, A, F)``, ``tradable (K, A)`` (the decision bar's flag, as in the observation),
+    ``fill_ok (K, A)`` (tradable at the fill bar), ``time_of_day (K,)``, ``gap (K, A)`` (close of the
+    decision bar to open of the fill bar) and ``hold (K, A)`` (fill bar's open to the mark's close)."""
+
+    features: Tensor
+    tradable: Tensor
+    fill_ok: Tensor
+    time_of_day: Tensor
+    gap: Tensor
+    hold: Tensor
+
+    @property
+    def num(self) -> int:
+        return int(self.features.shape[0])
+
+
+def decisions_of(market: Any, interval: int) -> Decisions:
+    """:class:`Decisions` of every decision bar of ``market`` whose mark lies inside it."""
+    bars = torch.arange(0, market.num_steps - interval, interval, device=market.device)
+    if bars.numel() < 2:
+        raise ConfigError(f"a window of {market.num_steps} bars holds too few decisions to train on")
+    close_t = market.close.index_select(0, bars).to(torch.float32)
+    open_f = market.open.index_select(0, bars + 1).to(torch.float32)
+    close_m = market.close.index_select(0, bars + interval).to(torch.float32)
+    safe = lambda x: torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)  # noqa: E731
+    return Decisions(
+        features=safe(market.features.index_select(0, bars).to(torch.float32)),
+        tradable=market.tradable.index_select(0, bars),
+        fill_ok=market.tradable.index_select(0, bars + 1),
+        time_of_day=market.time_of_day.index_select(0, bars).to(torch.float32),
+        gap=safe(open_f / close_t - 1.0),
+        hold=safe(close_m / open_f - 1.0),
+    )
+
+
+def cost_per_turnover(params: Any) -> float:
+    """What one unit of traded weight pays in the env: commission, slippage and half-spread."""
+    return float(params.cost_rate) + (float(params.slippage_bps) + float(params.spread_bps)) * 1e-4
+
+
+def observation(weights: Tensor, d: Decisions, rows: Tensor) -> Tensor:
+    """The env's observation ``(B, obs_dim)`` of paths at decision rows ``rows (B,)`` holding
+    ``weights (B, A)`` (position value / marked value at the decision bar's close)."""
+    b, a = weights.shape
+    cash = 1.0 - weights.sum(dim=-1, keepdim=True)
+    glob = torch.cat([cash, d.time_of_day[rows].unsqueeze(-1)], dim=-1)
+    per_asset = torch.cat(
+        [weights.unsqueeze(-1), d.tradable[rows].to(weights.dtype).unsqueeze(-1), d.features[rows]], dim=-1
+    )
+    return torch.cat([glob, per_asset.reshape(b, -1)], dim=-1)
+
+
+def simulate(
+    policy: Policy, d: Decisions, starts: Tensor, horizon: int, params: Any, *, fit_norm: bool = False
+) -> tuple[Tensor, Tensor]:
+    """Paths of ``horizon`` decisions from ``starts (B,)``, each from cash: ``(net (B, L), equal
+    (B, L))``, the policy's net return per decision and the equal-weight portfolio's gross return on the
+    same bars; differentiable in the policy's weights. ``fit_norm``: fold the observations into the
+    policy's normalizer statistics first."""
+    a = policy.num_assets
+    cost = cost_per_turnover(params)
+    cap = float(params.max_weight)
+    w = torch.zeros(starts.shape[0], a, device=d.features.device)
+    nets, equals = [], []
+    for j in range(horizon):
+        rows = starts + j
+        obs = observation(w, d, rows)
+        if fit_norm:
+            policy.obs_norm.update(obs.detach())
+        logits = policy.net.actor_mean(policy.obs_norm.normalize(obs))[:, : policy.raw_dim]
+        target = policy.to_action(logits, obs)
+        if cap < 1.0:
+            target = target.clamp(max=cap)
+        gap, hold, fill_ok = d.gap[rows], d.hold[rows], d.fill_ok[rows]
+        grow_gap = 1.0 + (w * gap).sum(dim=-1)  # value at the fill bar's open / value at the decision
+        w_open = w * (1.0 + gap) / grow_gap.unsqueeze(-1)
+        target = torch.where(fill_ok, target, w_open)  # no order fills on an untradable bar
+        paid = (target - w_open).abs().sum(dim=-1) * cost
+        grow_hold = 1.0 + (target * hold).sum(dim=-1)
+        nets.append(grow_gap * (1.0 - paid) * grow_hold - 1.0)
+        live = fill_ok.to(hold.dtype)
+        equal = ((1.0 + gap) * (1.0 + hold) - 1.0) * live
+        equals.append(equal.sum(dim=-1) / live.sum(dim=-1).clamp(min=1.0))
+        w = target * (1.0 + hold) / grow_hold.unsqueeze(-1)
+    return torch.stack(nets, dim=1), torch.stack(equals, dim=1)
+
+
+def objective_of(net: Tensor, equal: Tensor, kind: str) -> Tensor:
+    """The Sharpe ratio (per decision, not annualized) of the net returns or of their excess over
+    equal weight, over every decision of every path."""
+    x = (net - equal if kind == "excess_sharpe" else net).reshape(-1)
+    return x.mean() / (x.std() + 1e-8)
+
+
+def _optimizer(policy: Policy, args: DirectArgs, state: dict | None) -> torch.optim.AdamW:
+    """AdamW over the network; a restored state keeps its moments and takes this run's settings."""
+    opt = torch.optim.AdamW(
+        policy.net.parameters(), lr=args.learning_rate, weight_decay=args.weight_decay, eps=ADAM_EPS
+    )
+    if state is not None:
+        try:
+            opt.load_state_dict(state)
+        except (ValueError, KeyError, RuntimeError) as err:
+            raise ConfigError(f"cannot restore the optimizer state: {err}") from None
+        for group in opt.param_groups:
+            group.update(lr=args.learning_rate, weight_decay=args.weight_decay, eps=ADAM_EPS)
+            for key in ("fused", "foreach"):
+                group[key] = None
+    return opt
+
+
+def _gradient_step(
+    policy: Policy,
+    opt: torch.optim.Optimizer,
+    decisions: Decisions,
+    starts: Tensor,
+    horizon: int,
+    params: Any,
+    args: DirectArgs,
+    fit_norm: bool,
+) -> float:
+    """One update: simulate the paths from ``starts``, climb the objective's gradient; returns the
+    objective before the step."""
+    net, equal = simulate(
+        policy, decisions, starts.to(decisions.features.device), horizon, params, fit_norm=fit_norm
+    )
+    loss = -objective_of(net, equal, args.objective)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(policy.net.parameters(), args.max_grad_norm)
+    opt.step()
+    return float(-loss.detach())
+
+
+def train(
+    args: DirectArgs,
+    env: Any,
+    callbacks: Iterable[Callback] = (),
+    init: Policy | Checkpoint | None = None,
+    eval_fn: EvalFn | None = None,
+) -> TrainResult:
+    """Train a policy on ``env``'s market (its train window) by direct policy search (module
+    docstring); the signature of every learner's ``train``. ``env`` is read, never stepped: its
+    ``market``, ``params`` and ``device``."""
+    callbacks = list(callbacks)
+    params = env.params
+    if getattr(params, "action_mode", "weights") != "weights":
+        raise ConfigError('the direct learner trains "weights" policies (set [env] action_mode = "weights")')
+    policy, opt_state = policy_for_env(init, env, args, "direct")
+    policy.train()
+    decisions = decisions_of(env.market, int(params.decision_interval))
+    held_out = max(1, int(round(decisions.num * args.holdout_frac)))
+    fit_rows = decisions.num - held_out
+    horizon = min(args.horizon, fit_rows)
+    if fit_rows < 2 or horizon < 1:
+        raise ConfigError(f"the train window's {decisions.num} decisions are too few for the direct learner")
+    opt = _optimizer(policy, args, opt_state)
+    gen = torch.Generator(device="cpu").manual_seed(int(args.seed))
+    hook = EvalHook(eval_fn, args.eval_every)
+    fit_norm_left = args.norm_updates if policy.obs_norm.count == 0 else 0
+    holdout_start = torch.tensor([fit_rows], device=decisions.features.device)
+    env_steps, updates, stopped = 0, 0, False
+    best: tuple[float, dict[str, Any]] | None = None
+    history: list[dict[str, float]] = []
+    start = time.monotonic()
+    while env_steps < args.total_steps:
+        starts = torch.randint(0, fit_rows - horizon + 1, (args.batch_paths,), generator=gen)
+        climbed = _gradient_step(policy, opt, decisions, starts, horizon, params, args, fit_norm_left > 0)
+        fit_norm_left = max(0, fit_norm_left - 1)
+        updates += 1
+        env_steps += args.batch_paths * horizon
+        row: dict[str, float] = {
+            "env_steps": float(env_steps),
+            "update": float(updates),
+            "losses/objective": climbed,
+            "charts/sps": env_steps / max(time.monotonic() - start, 1e-9),
+        }
+        last = env_steps >= args.total_steps
+        if fit_norm_left == 0 and (updates % args.holdout_every == 0 or last):
+            with torch.no_grad():
+                h_net, h_equal = simulate(policy, decisions, holdout_start, held_out, params)
+            env_steps += held_out
+            score = float(objective_of(h_net, h_equal, args.objective))
+            row["charts/holdout_objective"] = score
+            if math.isfinite(score) and (best is None or score > best[0]):
+                best = (score, copy.deepcopy(policy.net.state_dict()))
+        if hook.due(env_steps, last):
+            row.update(hook.run(policy, env_steps))
+        history.append(row)
+        go_on = True
+        if any(key.startswith("eval/") for key in row):
+            go_on = notify(callbacks, {"event": "eval", **row})
+        if not notify(callbacks, {"event": "update", **row}) or not go_on:
+            stopped = not last
+            break
+    if best is not None:
+        policy.net.load_state_dict(best[1])
+        history[-1]["charts/holdout_best"] = best[0]
+    hook.finish(policy, history)
+    policy.eval()
+    return TrainResult(
+        policy=policy,
+        optimizer_state=opt.state_dict(),
+        env_steps=env_steps,
+        history=history,
+        updates=updates,
+        stopped_by_callback=stopped,
+    )

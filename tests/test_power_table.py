@@ -1,0 +1,59 @@
+"""The power table's pieces that need no tournament: the planted predictor it trades as the oracle,
+the Clopper-Pearson bounds and the resumable rows (benchmarks/power_table.py)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from data.synthetic import SyntheticSpec, generate, planted_predictor
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import power_table  # noqa: E402
+
+
+def test_the_planted_predictor_is_the_trailing_idiosyncratic_sum_and_predicts():
+    spec = SyntheticSpec(num_tickers=8, num_sessions=6, seed=3, signal=1.0)
+    predictor = planted_predictor(spec)
+    bars = generate(spec)
+    assert predictor.shape == bars.close.shape
+    # the next 15 bars' log returns, demeaned across assets, follow the predictor (demeaned)
+    log_close = np.log(bars.close)
+    ahead = log_close[15 + 520 :] - log_close[520:-15]
+    x = predictor[520:-15] - predictor[520:-15].mean(axis=1, keepdims=True)
+    y = ahead - ahead.mean(axis=1, keepdims=True)
+    assert float(np.corrcoef(x.ravel(), y.ravel())[0, 1]) > 0.05
+    null = planted_predictor(SyntheticSpec(num_tickers=8, num_sessions=6, seed=3, signal=0.0))
+    x0 = null[520:-15] - null[520:-15].mean(axis=1, keepdims=True)
+    y0 = np.log(generate(SyntheticSpec(num_tickers=8, num_sessions=6, seed=3, signal=0.0)).close)
+    y0 = y0[15 + 520 :] - y0[520:-15]
+    y0 = y0 - y0.mean(axis=1, keepdims=True)
+    assert abs(float(np.corrcoef(x0.ravel(), y0.ravel())[0, 1])) < 0.05
+
+
+def test_clopper_pearson_bounds():
+    low, high = power_table.interval(0, 48)
+    assert low == 0.0 and high == pytest.approx(0.0740, abs=1e-3)
+    assert power_table.upper_95(0, 48) == pytest.approx(0.0605, abs=1e-3)
+    low, high = power_table.interval(16, 16)
+    assert high == 1.0 and low == pytest.approx(0.794, abs=1e-3)
+
+
+def test_rows_are_appended_and_read_back_by_settings(tmp_path):
+    args = power_table.parse_args(["--out", str(tmp_path / "rows.jsonl"), "--budget", "1000"])
+    key = power_table.settings_key(args)
+    outcome = {"outcome": "significant", "p_value": 0.01}
+    row = {"settings_key": key, "level": 0.42, "index": 0, **dict.fromkeys(power_table.STRATEGIES, outcome)}
+    power_table.append_row(args.out, row)
+    power_table.append_row(args.out, {**row, "settings_key": "other"})
+    assert power_table.load_rows(args.out, key) == {(0.42, 0): row}
+    (line,) = power_table.table([row])[:1]
+    assert (line["markets"], line["significant"], line["power"]) == (1, 1, 1.0)
+
+
+def test_a_test_window_under_126_sessions_is_refused():
+    with pytest.raises(SystemExit):
+        power_table.parse_args(["--sessions", "150"])
