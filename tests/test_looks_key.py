@@ -16,7 +16,7 @@ from backtests.metrics_model import MetricsDocument
 
 
 @pytest.fixture()
-def run_home(tmp_path):
+def trained_home(tmp_path):
     """A home with stored synthetic bars and a run (config, untrained champion, run.json)."""
     from agents.networks import NetworkConfig
     from agents.policy import Policy, PolicyMeta
@@ -48,34 +48,34 @@ def test_the_digest_follows_the_returns():
     assert result_digest(np.array([-0.0])) == result_digest(np.array([0.0]))
 
 
-def test_editing_the_costs_and_backtesting_again_is_a_new_look(run_home, capsys):
-    _backtest(run_home)
-    _backtest(run_home)  # the same result again: the same look
-    assert len(looks.read_looks(looks.ledger_path(run_home))) == 1
-    config = run_home / "runs" / "r1" / "config.toml"
+def test_editing_the_costs_and_backtesting_again_is_a_new_look(trained_home, capsys):
+    _backtest(trained_home)
+    _backtest(trained_home)  # the same result again: the same look
+    assert len(looks.read_looks(looks.ledger_path(trained_home))) == 1
+    config = trained_home / "runs" / "r1" / "config.toml"
     text = config.read_text()
     assert "cost_rate" in text
     config.write_text(text.replace("cost_rate = 0.002", "cost_rate = 0.004"))
-    _backtest(run_home)
-    rows = looks.read_looks(looks.ledger_path(run_home))
+    _backtest(trained_home)
+    rows = looks.read_looks(looks.ledger_path(trained_home))
     assert len(rows) == 2 and rows[0].policy != rows[1].policy
     capsys.readouterr()
 
 
-def test_a_deleted_ledger_reads_looks_unknown(run_home, capsys):
-    _backtest(run_home)
+def test_a_deleted_ledger_reads_looks_unknown(trained_home, capsys):
+    _backtest(trained_home)
     capsys.readouterr()
-    doc = MetricsDocument.read(run_home / "runs" / "r1" / "backtest" / "metrics.json")
+    doc = MetricsDocument.read(trained_home / "runs" / "r1" / "backtest" / "metrics.json")
     assert doc.oos_test.look.ledger  # the report names the ledger its look was counted in
-    assert "looks unknown" not in (looks.restated(doc, run_home).verdict or "")
-    looks.ledger_path(run_home).unlink()
-    restated = looks.restated(doc, run_home)
+    assert "looks unknown" not in (looks.restated(doc, trained_home).verdict or "")
+    looks.ledger_path(trained_home).unlink()
+    restated = looks.restated(doc, trained_home)
     assert restated.oos_test.looks_unknown is True
     assert "looks unknown" in restated.verdict
 
 
-def test_a_view_of_the_whole_span_counts_without_setting_the_hurdle(run_home, capsys):
-    _backtest(run_home, "--window", "full")
+def test_a_view_of_the_whole_span_counts_without_setting_the_hurdle(trained_home, capsys):
+    _backtest(trained_home, "--window", "full")
     capsys.readouterr()
-    (row,) = looks.read_looks(looks.ledger_path(run_home))
+    (row,) = looks.read_looks(looks.ledger_path(trained_home))
     assert row.sharpe is None and row.num_sessions > 0
