@@ -121,7 +121,11 @@ class EnvConfig(Section):
     """Trading environment parameters (see envs.trading.EnvParams, which holds the defaults)."""
 
     initial_cash: float = setting(EnvParams, "initial_cash", gt=0)
+    broker: Literal["alpaca", "flat"] = setting(EnvParams, "broker")
     cost_rate: float = setting(EnvParams, "cost_rate", ge=0, lt=0.1)
+    sec_fee_rate: float = setting(EnvParams, "sec_fee_rate", ge=0, lt=0.01)
+    taf_per_share: float = setting(EnvParams, "taf_per_share", ge=0, lt=0.01)
+    taf_max: float = setting(EnvParams, "taf_max", ge=0)
     slippage_bps: float = setting(EnvParams, "slippage_bps", ge=0, lt=1000)
     decision_interval: int = setting(EnvParams, "decision_interval", ge=1)
     episode_len: int = setting(EnvParams, "episode_len", ge=1)

@@ -55,7 +55,7 @@ class Fills(NamedTuple):
     """The accounting of a group's fills, each ``(K, N, A)`` float64 (``$`` unless noted)."""
 
     notional: Tensor  # signed notional at the fill price (+ = buy)
-    cost: Tensor  # commission + slippage + half-spread + impact
+    cost: Tensor  # the broker's fees + slippage + half-spread + impact
     spread_cost: Tensor  # slippage + half-spread
     impact_cost: Tensor  # square-root market impact
 
@@ -65,7 +65,7 @@ def trade_accounting(market: MarketData, params: EnvParams, shares_traded: Tenso
 
     Recomputed from the env's ``shares_traded`` and its fill rule (bar ``t + 1``'s open, buys at
     ``open * (1 + frac(q))``, sells at ``open * (1 - frac(q))`` with ``frac`` of ``envs.execution``,
-    commission ``cost_rate`` of the fill notional), vectorized over the whole run instead of one
+    the broker's fees of ``envs.execution.asset_fees``), vectorized over the whole run instead of one
     extra op per step.
     """
     shares = shares_traded.to(torch.float64)
@@ -74,7 +74,7 @@ def trade_accounting(market: MarketData, params: EnvParams, shares_traded: Tenso
     notional = shares * fill
     execution_cost = shares.abs() * (fill - px_open).abs()
     spread_cost = torch.minimum(shares.abs() * px_open * execution.half_cost(params), execution_cost)
-    cost = float(params.cost_rate) * notional.abs() + execution_cost
+    cost = execution.asset_fees(params, shares, fill) + execution_cost
     return Fills(notional, cost, spread_cost, execution_cost - spread_cost)
 
 

@@ -223,7 +223,11 @@ class MetricsDocument(Artifact):
     annualized_min_sessions: int | None = Field(
         None, description="fewest sessions with annualized compounding figures (63)"
     )
-    cost_rate: Figure = Field(None, description="commission rate used")
+    broker: str | None = Field(None, description='the fee profile: "alpaca" or "flat" (cost_rate)')
+    cost_rate: Figure = Field(None, description="commission rate used (0 at Alpaca)")
+    sec_fee_rate: Figure = Field(None, description="Alpaca: SEC fee per $ of sale proceeds")
+    taf_per_share: Figure = Field(None, description="Alpaca: FINRA TAF per share sold")
+    taf_max: Figure = Field(None, description="Alpaca: the TAF's cap per trade ($)")
     slippage_bps: Figure = Field(None, description="slippage used, in basis points")
     spread_bps: Figure = Field(None, description="half-spread paid per fill, in basis points")
     impact_coef: Figure = Field(None, description="square-root impact coefficient")
@@ -299,6 +303,8 @@ class MetricsDocument(Artifact):
         """``", half-spread 1 bp, impact 0.5, fills <= 2.5% of a bar's volume"``: the execution model the
         document was computed with, for captions after the costs ("" for documents from before it)."""
         parts = []
+        if self.broker == "alpaca":
+            parts.append("Alpaca's fees (no commission; SEC fee and TAF on sells)")
         if self.spread_bps:
             parts.append(f"half-spread {self.spread_bps:g} bp")
         if self.impact_coef:

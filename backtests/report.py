@@ -180,10 +180,13 @@ def costs_label(cost_rate: float | None, slippage_bps: float | None) -> str:
     return f"costs {100 * float(cost_rate):.2f}% + {float(slippage_bps):g} bp"
 
 
-def execution_settings(params: Any) -> dict[str, float]:
-    """The execution model's settings of ``params`` (``EnvParams``) as metrics.json records them."""
+def execution_settings(params: Any) -> dict[str, float | str]:
+    """The execution model's and the broker's settings of ``params`` (``EnvParams``) as metrics.json
+    records them (the regulatory fees only at Alpaca, the profile that charges them)."""
     keys = ("spread_bps", "impact_coef", "max_participation", "min_order_notional")
-    return {key: float(getattr(params, key)) for key in keys}
+    if params.broker == "alpaca":
+        keys += ("sec_fee_rate", "taf_per_share", "taf_max")
+    return {"broker": str(params.broker), **{key: float(getattr(params, key)) for key in keys}}
 
 
 def metrics_document(
@@ -196,7 +199,7 @@ def metrics_document(
     benchmark: str = "buy_and_hold",
     cost_rate: float | None = None,
     slippage_bps: float | None = None,
-    execution: Mapping[str, float] | None = None,
+    execution: Mapping[str, float | str] | None = None,
     significance_level: float = SIGNIFICANCE_LEVEL,
     earlier_looks: Sequence[float | None] = (),
     seed: int = 0,
@@ -217,6 +220,8 @@ def metrics_document(
     """
     start, end = result.date_range()
     dates, _ = result.daily_returns()
+    if (execution or {}).get("broker") == "alpaca":
+        cost_rate = 0.0  # the commission charged: none at Alpaca (its fees are recorded beside)
     trials = as_selection_inputs(trial_returns)
     bench = benchmark if benchmark in result.names else None
     fields: dict[str, Any] = {
@@ -232,7 +237,7 @@ def metrics_document(
         "annualized_min_sessions": ANNUALIZED_MIN_SESSIONS,
         "cost_rate": None if cost_rate is None else float(cost_rate),
         "slippage_bps": None if slippage_bps is None else float(slippage_bps),
-        **{key: float(value) for key, value in (execution or {}).items()},
+        **{key: value if key == "broker" else float(value) for key, value in (execution or {}).items()},
         "significance_level": float(significance_level),
         "min_oos_sessions": MIN_OOS_SESSIONS,
         "decision_interval": result.decision_interval,

@@ -80,7 +80,7 @@ def backtest_core(
     t_mark = t_fill if params.decision_interval == 1 else t + params.decision_interval
     # index_select always gathers into a fresh tensor, as trade needs for the mark prices.
     mode = None if modes_all is None else modes_all.index_select(0, t_fill)
-    traded, new_shares, new_cash, traded_notional, pos_value, new_value = trade(
+    traded, new_shares, new_cash, traded_notional, pos_value, new_value, _ = trade(
         params,
         shares,
         cash,

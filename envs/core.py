@@ -46,6 +46,24 @@ def rowsum(x: Tensor) -> Tensor:
     return x.sum(1, dtype=ACC_DTYPE)
 
 
+class Fill(NamedTuple):
+    """What :func:`trade` computes."""
+
+    traded: Tensor  # (N, A) shares traded (+ bought, - sold)
+    shares: Tensor  # (N, A) holdings after the fill
+    cash: Tensor  # (N,)
+    traded_notional: Tensor  # (N,) at the fill prices
+    pos_value: Tensor  # (N, A) holdings marked at the mark bar's close
+    value: Tensor  # (N,) cash + the holdings' value
+    fees: Tensor  # (N,) the broker's fees (commission and regulatory fees)
+
+
+def sell_share_fees(params: EnvParams, sold: Tensor) -> Tensor:
+    """Each env's per-share sell fees (FINRA TAF at Alpaca), each asset's capped per trade, summed in
+    float64 (``sold`` (N, A) >= 0; a fresh tensor)."""
+    return rowsum(sold.mul(params.sell_fee_per_share).clamp_(max=params.sell_fee_cap))
+
+
 def trade(
     params: EnvParams,
     shares: Tensor,
@@ -56,9 +74,9 @@ def trade(
     mode: Tensor | None = None,
     volume: Tensor | None = None,
     impact: Tensor | None = None,
-) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+) -> Fill:
     """The fill and the mark of one step (the accounting shared by the env's step and the backtest
-    step): ``(traded (N, A), new_shares, new_cash, traded_notional, pos_value, new_value)``.
+    step): a :class:`Fill`.
     ``px_open`` / ``px_close`` are the fill and mark
     bars' prices in its asset dtype; ``px_close`` must be a fresh tensor (it becomes ``pos_value`` in
     place). ``mode`` (N, A) uint8: the fill bar's :mod:`envs.tradability` modes (``None``: every
@@ -71,7 +89,7 @@ def trade(
         diff = _orders(params, shares, cash, action, px_open, mode)
         return _execute(params, shares, cash, diff, px_open, px_close, mode, volume.to(adt), impact.to(adt))
     slip = params.slippage_bps * 1e-4
-    rate = params.cost_rate
+    rate, sell_rate, per_share = params.buy_fee_rate, params.sell_fee_rate, params.sell_fee_per_share > 0
     # Orders in shares: buy, sell >= 0 and diff = buy - sell. The step is memory-bound (each
     # (N, A) pass streams the operands through the cache), so temporaries are reused in place
     # where that leaves the arithmetic unchanged.
@@ -97,7 +115,10 @@ def trade(
             diff = diff.masked_fill_(mode == HOLD, 0.0)
         buy = diff.clamp(min=0.0)
         # sell = buy - diff is needed only for its notional: computed into the scratch buffer.
-        sell_at_open = torch.sub(buy, diff, out=held).mul_(px_open)
+        sold = torch.sub(buy, diff, out=held)
+        if per_share:
+            sold = sold.clone()
+        sell_at_open = held.mul_(px_open)
     else:
         diff = action.to(adt).clamp(-1.0, 1.0).mul_(params.max_shares).round_()
         if mode is not None:  # HOLD: no order; EXIT: sell everything held
@@ -110,10 +131,14 @@ def trade(
             cap = (params.max_weight * value_open).to(adt).unsqueeze(1).div(px_open).floor_()
             buy = torch.minimum(buy, cap.sub_(shares).clamp_(min=0.0))
         sell = torch.minimum((-diff).clamp_(min=0.0), shares)
+        sold = sell
         sell_at_open = sell * px_open
     sell_notional = rowsum(sell_at_open) * (1.0 - slip)
     buy_notional = rowsum(buy * px_open) * (1.0 + slip)
-    available = cash + sell_notional * (1.0 - rate)
+    sell_fees = sell_notional * sell_rate
+    if per_share:
+        sell_fees = sell_fees + sell_share_fees(params, sold)
+    available = cash + sell_notional - sell_fees
     needed = buy_notional * (1.0 + rate)
     # Buys scaled by one factor per env so cash never goes negative.
     scale = torch.where(needed > available, available / needed.clamp(min=_TINY), 1.0)
@@ -134,7 +159,8 @@ def trade(
     traded_notional = sell_notional + buy_notional
     pos_value = px_close.mul_(new_shares)
     new_value = new_cash + rowsum(pos_value)
-    return traded, new_shares, new_cash, traded_notional, pos_value, new_value
+    fees = buy_notional * rate + sell_fees
+    return Fill(traded, new_shares, new_cash, traded_notional, pos_value, new_value, fees)
 
 
 def _orders(
@@ -190,7 +216,7 @@ def _execute(
     short (floored to whole shares in ``"shares"`` mode); scaled buys under ``min_order_notional`` are
     dropped and the rest fill at ``open * (1 + frac(q))`` of their final size (at most the price the
     scale assumed, so cash stays >= 0)."""
-    rate = params.cost_rate
+    rate, sell_rate = params.buy_fee_rate, params.sell_fee_rate
     whole = params.action_mode == "shares"
     if params.max_participation > 0:
         limit = volume.mul(params.max_participation)
@@ -211,7 +237,10 @@ def _execute(
         # CPU; docs/benchmarks.md)
         sell = sell.mul_(~dust)
     sell_notional = rowsum(sell * px_open * (1.0 - frac))
-    available = cash + sell_notional * (1.0 - rate)
+    sell_fees = sell_notional * sell_rate
+    if params.sell_fee_per_share > 0:
+        sell_fees = sell_fees + sell_share_fees(params, sell)
+    available = cash + sell_notional - sell_fees
     needed0 = rowsum(buy0 * px_open * (1.0 + frac)) * (1.0 + rate)
     scale = torch.where(needed0 > available, available / needed0.clamp(min=_TINY), 1.0)
     buy = buy0.mul_(scale.to(buy0.dtype).unsqueeze(1))
@@ -226,7 +255,8 @@ def _execute(
     new_cash = (available - needed).clamp_(min=0.0)
     pos_value = px_close.mul_(new_shares)
     new_value = new_cash + rowsum(pos_value)
-    return traded, new_shares, new_cash, sell_notional + buy_notional, pos_value, new_value
+    fees = buy_notional * rate + sell_fees
+    return Fill(traded, new_shares, new_cash, sell_notional + buy_notional, pos_value, new_value, fees)
 
 
 class StepCore(NamedTuple):
@@ -287,10 +317,9 @@ def step_core(
     volume = impact = None
     if params.execution and volume_all is not None and impact_all is not None:
         volume, impact = volume_all.index_select(0, t + 1), impact_all.index_select(0, t)
-    traded, new_shares, new_cash, traded_notional, pos_value, new_value = trade(
+    traded, new_shares, new_cash, traded_notional, pos_value, new_value, cost = trade(
         params, shares, cash, action, px_open, px_close, mode, volume, impact
     )
-    cost = params.cost_rate * traded_notional
 
     # Reward.
     ratio = new_value / value
@@ -328,7 +357,7 @@ def step_core(
         if impact is None:
             impact = torch.zeros_like(px_open)
         fill_price = execution.fill_price(params, px_open, traded, impact)  # per-asset dtype
-        asset_cost = params.cost_rate * traded.abs() * fill_price
+        asset_cost = execution.asset_fees(params, traded, fill_price)
     return StepCore(
         t_mark, new_cash, new_shares, new_value, new_peak, step_count, new_a, new_b, lcg_next(rng),
         reward, terminated, truncated, done, cost, traded_notional, traded, pos_value, fill_price, asset_cost,

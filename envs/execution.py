@@ -54,6 +54,18 @@ def fill_price(params, px_open: Tensor, traded: Tensor, impact: Tensor) -> Tenso
     return px_open * (1.0 + torch.sign(traded) * fill_frac(params, traded.abs(), impact))
 
 
+def asset_fees(params, traded: Tensor, fill_price: Tensor) -> Tensor:
+    """The broker's fees ``(N, A)`` of signed ``traded`` shares filled at ``fill_price``: the buy
+    rate on a buy's notional; on a sell, the sell rate on its proceeds plus the per-share fee, capped
+    per trade (``envs.params.EnvParams.broker``)."""
+    notional = traded.abs() * fill_price
+    sold = (-traded).clamp(min=0.0)
+    per_share = sold.mul(params.sell_fee_per_share).clamp_(max=params.sell_fee_cap)
+    return torch.where(
+        traded < 0, notional * params.sell_fee_rate + per_share, notional * params.buy_fee_rate
+    )
+
+
 #: ``EnvParams`` overrides that switch the execution model off: the frictionless fill (slippage and
 #: commission only), e.g. ``EnvParams(**FRICTIONLESS)``.
 FRICTIONLESS: dict[str, float] = {

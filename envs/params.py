@@ -19,6 +19,7 @@ from data.errors import ConfigError
 
 ActionMode = Literal["weights", "shares"]
 RewardMode = Literal["log_return", "return", "diff_sharpe"]
+FeeProfile = Literal["alpaca", "flat"]
 Precision = Literal["float32", "float64"]
 
 
@@ -32,8 +33,16 @@ class EnvParams:
 
     initial_cash: float = 1e6
     """starting cash of every episode, in $"""
+    broker: FeeProfile = "alpaca"
+    """fee profile: alpaca (no commission; sells pay the SEC and FINRA TAF fees) or flat (cost_rate)"""
     cost_rate: float = 0.002
-    """proportional cost on every fill's notional"""
+    """broker flat: commission on every fill's notional (alpaca: unused)"""
+    sec_fee_rate: float = 27.8e-6
+    """broker alpaca: SEC Section 31 fee per $ of sale proceeds"""
+    taf_per_share: float = 0.000166
+    """broker alpaca: FINRA Trading Activity Fee per share sold"""
+    taf_max: float = 8.30
+    """broker alpaca: the TAF's cap per trade (one asset's sell at one decision), in $"""
     slippage_bps: float = 1.0
     """buys fill at open*(1+s), sells at open*(1-s), s = bps/1e4"""
     decision_interval: int = 15
@@ -85,8 +94,16 @@ class EnvParams:
                 raise bad(f.name, "must be finite")
         if self.initial_cash <= 0:
             raise bad("initial_cash", "must be > 0")
+        if self.broker not in ("alpaca", "flat"):
+            raise bad("broker", "must be 'alpaca' or 'flat'")
         if not 0 <= self.cost_rate < 1:
             raise bad("cost_rate", "must be in [0, 1)")
+        if not 0 <= self.sec_fee_rate < 1:
+            raise bad("sec_fee_rate", "must be in [0, 1)")
+        if self.taf_per_share < 0:
+            raise bad("taf_per_share", "must be >= 0")
+        if self.taf_max < 0:
+            raise bad("taf_max", "must be >= 0")
         if not 0 <= self.slippage_bps < 10_000:
             raise bad("slippage_bps", "must be in [0, 10000)")
         for name in ("decision_interval", "episode_len"):
@@ -133,6 +150,26 @@ class EnvParams:
             or self.impact_coef > 0
             or self.min_order_notional > 0
         )
+
+    @property
+    def buy_fee_rate(self) -> float:
+        """Fee per $ of a buy's notional at its fill price: the flat commission, or 0 at Alpaca."""
+        return self.cost_rate if self.broker == "flat" else 0.0
+
+    @property
+    def sell_fee_rate(self) -> float:
+        """Fee per $ of a sell's proceeds: the flat commission, or the SEC fee at Alpaca."""
+        return self.cost_rate if self.broker == "flat" else self.sec_fee_rate
+
+    @property
+    def sell_fee_per_share(self) -> float:
+        """Fee per share sold (FINRA TAF at Alpaca, capped at :attr:`sell_fee_cap` per trade)."""
+        return self.taf_per_share if self.broker == "alpaca" else 0.0
+
+    @property
+    def sell_fee_cap(self) -> float:
+        """The per-share fee's cap per trade, in $."""
+        return self.taf_max
 
     @property
     def asset_dtype(self) -> torch.dtype:

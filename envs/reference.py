@@ -69,6 +69,8 @@ class ReferenceEnv:
         p = self.params
         k = p.decision_interval
         slip = p.slippage_bps / 1e4
+        # The broker's fees: a flat commission on both sides, or Alpaca's regulatory fees on sells.
+        buy_rate = p.cost_rate if p.broker == "flat" else 0.0
         opens = self.market.open[self.t + 1].tolist()
         closes = self.market.close[self.t + k].tolist()
         n = self.num_assets
@@ -120,14 +122,15 @@ class ReferenceEnv:
             cash, buys, sells, buy_notional, sell_notional = self._execute(buys, sells, opens, exit_)
             shares = [self.shares[a] - sells[a] + buys[a] for a in range(n)]
             traded_notional = sell_notional + buy_notional
-            cost = p.cost_rate * traded_notional
+            cost = self._sell_fees(sells, sell_notional) + buy_rate * buy_notional
             return self._finish(cash, shares, closes, traded_notional, cost, buys, sells)
 
-        # Sells first; their proceeds net of cost fund the buys.
+        # Sells first; their proceeds net of the sell fees fund the buys.
         sell_notional = sum(sells[a] * opens[a] * (1 - slip) for a in range(n))
-        cash = self.cash + sell_notional - p.cost_rate * sell_notional
+        sell_fees = self._sell_fees(sells, sell_notional)
+        cash = self.cash + sell_notional - sell_fees
         buy_notional = sum(buys[a] * opens[a] * (1 + slip) for a in range(n))
-        needed = buy_notional * (1 + p.cost_rate)
+        needed = buy_notional * (1 + buy_rate)
         if needed > cash:
             fraction = cash / needed
             if p.action_mode == "shares":
@@ -135,11 +138,11 @@ class ReferenceEnv:
             else:
                 buys = [b * fraction for b in buys]
             buy_notional = sum(buys[a] * opens[a] * (1 + slip) for a in range(n))
-            needed = buy_notional * (1 + p.cost_rate)
+            needed = buy_notional * (1 + buy_rate)
         cash = max(0.0, cash - needed)
         shares = [self.shares[a] - sells[a] + buys[a] for a in range(n)]
         traded_notional = sell_notional + buy_notional
-        cost = p.cost_rate * traded_notional
+        cost = sell_fees + buy_rate * buy_notional
         return self._finish(cash, shares, closes, traded_notional, cost, buys, sells)
 
     def _execute(
@@ -168,16 +171,25 @@ class ReferenceEnv:
             if sells[a] * opens[a] * (1 - frac(a, sells[a])) < p.min_order_notional and not exit_[a]:
                 sells[a] = 0.0
         sell_notional = sum(sells[a] * opens[a] * (1 - frac(a, sells[a])) for a in range(n))
-        cash = self.cash + sell_notional * (1 - p.cost_rate)
+        cash = self.cash + sell_notional - self._sell_fees(sells, sell_notional)
+        buy_rate = p.cost_rate if p.broker == "flat" else 0.0
         # The scale is priced at the capped sizes; the scaled buys then pay their own (lower) price.
-        needed = sum(buys[a] * opens[a] * (1 + frac(a, buys[a])) for a in range(n)) * (1 + p.cost_rate)
+        needed = sum(buys[a] * opens[a] * (1 + frac(a, buys[a])) for a in range(n)) * (1 + buy_rate)
         if needed > cash:
             fraction = cash / needed
             buys = [math.floor(b * fraction) if whole else b * fraction for b in buys]
         buys = [0.0 if b * opens[a] < p.min_order_notional else b for a, b in enumerate(buys)]
         buy_notional = sum(buys[a] * opens[a] * (1 + frac(a, buys[a])) for a in range(n))
-        cash = max(0.0, cash - buy_notional * (1 + p.cost_rate))
+        cash = max(0.0, cash - buy_notional * (1 + buy_rate))
         return cash, buys, sells, buy_notional, sell_notional
+
+    def _sell_fees(self, sells: list[float], proceeds: float) -> float:
+        """The broker's fees on the sells: flat, the commission on the proceeds; Alpaca, the SEC fee
+        on the proceeds plus the FINRA TAF per share sold, capped per asset and decision."""
+        p = self.params
+        if p.broker == "flat":
+            return p.cost_rate * proceeds
+        return p.sec_fee_rate * proceeds + sum(min(p.taf_per_share * q, p.taf_max) for q in sells)
 
     def _finish(
         self,

@@ -62,8 +62,8 @@ def test_accounting_invariants(market, mode, precision):
         torch.testing.assert_close(
             after.value, after.cash + (after.shares.double() * close).sum(1), rtol=rtol, atol=1e-6
         )
-        # cost = cost_rate * traded notional, and the notional is what was traded at fill prices.
-        torch.testing.assert_close(info["cost"], params.cost_rate * info["traded_notional"])
+        # cost = the broker's fees on the fills, and the notional is what was traded at fill prices.
+        torch.testing.assert_close(info["cost"], _fees_by_hand(params, info), rtol=1e-5, atol=1e-6)
         notional = (info["shares_traded"].abs() * info["fill_price"]).double().sum(1)
         torch.testing.assert_close(info["traded_notional"], notional, rtol=1e-5, atol=1e-3)
         torch.testing.assert_close(info["asset_cost"].double().sum(1), info["cost"], rtol=1e-5, atol=1e-3)
@@ -124,6 +124,16 @@ def test_shares_mode_limits_sells_to_holdings(market):
     assert info["shares_traded"][0].tolist() == [-5.0, -1.0, 0.0, 0.0, 0.0]
 
 
+def _fees_by_hand(params: EnvParams, info: dict) -> torch.Tensor:
+    """Buys pay buy_fee_rate of their notional; sells sell_fee_rate of their proceeds plus the
+    per-share fee capped per asset."""
+    traded = info["shares_traded"].double()
+    notional = traded * info["fill_price"].double()
+    bought, sold = notional.clamp(min=0).sum(1), (-notional).clamp(min=0).sum(1)
+    per_share = ((-traded).clamp(min=0) * params.sell_fee_per_share).clamp(max=params.sell_fee_cap).sum(1)
+    return params.buy_fee_rate * bought + params.sell_fee_rate * sold + per_share
+
+
 def test_round_trip_on_flat_prices_costs_exactly_the_cost_rate():
     market = toy_market(num_steps=50, num_assets=3, num_features=2, seed=0)
     flat = torch.full_like(market.close, 50.0)
@@ -132,6 +142,7 @@ def test_round_trip_on_flat_prices_costs_exactly_the_cost_rate():
         decision_interval=1,
         episode_len=10,
         slippage_bps=0.0,
+        broker="flat",
         cost_rate=0.01,
         reward="return",
         reward_scale=1.0,
@@ -246,6 +257,7 @@ def test_invariants_hold_for_random_params(
     params = EnvParams(
         action_mode=mode,
         reward=reward,
+        broker="flat",
         cost_rate=cost_rate,
         slippage_bps=slippage_bps,
         decision_interval=3,

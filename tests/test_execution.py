@@ -32,6 +32,7 @@ PARAMS = EnvParams(
     max_participation=0.025,
     impact_coef=0.5,
     min_order_notional=1.0,
+    broker="flat",
     cost_rate=0.001,
 )
 

@@ -241,7 +241,7 @@ def params_vector(params) -> Tensor:
     return torch.tensor(
         [
             params.initial_cash,
-            params.cost_rate,
+            params.buy_fee_rate,
             params.slippage_bps * 1e-4,
             params.max_shares,
             params.drawdown_penalty,
@@ -253,6 +253,9 @@ def params_vector(params) -> Tensor:
             execution.half_cost(params),
             params.impact_coef,
             params.min_order_notional,
+            params.sell_fee_rate,
+            params.sell_fee_per_share,
+            params.sell_fee_cap,
         ],
         dtype=torch.float64,
     )

@@ -21,7 +21,7 @@
 /* Parameters, in this order, as doubles (envs/kernels/native.py packs them). */
 enum {
     P_INITIAL_CASH,
-    P_COST_RATE,
+    P_BUY_RATE,          /* fee per $ of a buy's notional */
     P_SLIP,
     P_MAX_SHARES,
     P_DRAWDOWN_PENALTY,
@@ -33,6 +33,9 @@ enum {
     P_HALF,              /* execution: slippage + half-spread, as a fraction of the open */
     P_IMPACT_COEF,       /* execution: square-root impact coefficient */
     P_MIN_NOTIONAL,      /* execution: orders under this many $ are not placed */
+    P_SELL_RATE,         /* fee per $ of a sell's proceeds */
+    P_SELL_PER_SHARE,    /* fee per share sold, capped per trade at P_SELL_CAP */
+    P_SELL_CAP,
     P_COUNT
 };
 
@@ -105,12 +108,12 @@ static inline __attribute__((always_inline)) float order_diff(
 static inline __attribute__((always_inline)) void exec_pass1(
     int64_t A, int kind, int capped, const uint8_t *fm, const float *a, float budget, float max_w,
     float max_shares, float cap_value, float *tr, float *nsh, const float *sh, const float *po,
-    const float *lim_row, const float *imp, float mn, float coef, float half, double *sells_out,
-    double *buys_out)
+    const float *lim_row, const float *imp, float mn, float coef, float half, float per_share,
+    float share_cap, double *sells_out, double *buys_out, double *share_fees_out)
 {
-    double sells = 0.0, buys0 = 0.0;
+    double sells = 0.0, buys0 = 0.0, share_fees = 0.0;
     const int whole = kind == ORDERS_SHARES;
-#pragma omp simd reduction(+ : sells, buys0)
+#pragma omp simd reduction(+ : sells, buys0, share_fees)
     for (int64_t j = 0; j < A; ++j) {
         const float d = order_diff(kind, capped, j, a, sh, po, fm, budget, max_w, max_shares, cap_value);
         const int exit = fm ? fm[j] == FILL_EXIT : 0;
@@ -126,11 +129,14 @@ static inline __attribute__((always_inline)) void exec_pass1(
         sell = (sell * po[j] * (1.0f - f) < mn && !exit) ? 0.0f : sell;
         sells += (double)(sell * po[j] * (1.0f - f));
         buys0 += (double)(buy * po[j] * (1.0f + f));
+        const float sf = sell * per_share;
+        share_fees += (double)(sf > share_cap ? share_cap : sf);
         tr[j] = buy;
         nsh[j] = sell;
     }
     *sells_out = sells;
     *buys_out = buys0;
+    *share_fees_out = share_fees;
 }
 
 static inline __attribute__((always_inline)) void exec_pass2(
@@ -176,7 +182,8 @@ int64_t podracer_step(
     double *traded_notional_out, float *traded_out, float *obs_out)
 {
     const int64_t A = n_assets;
-    const double rate = p[P_COST_RATE], slip = p[P_SLIP];
+    const double rate = p[P_BUY_RATE], sell_rate = p[P_SELL_RATE], slip = p[P_SLIP];
+    const float per_share = (float)p[P_SELL_PER_SHARE], share_cap = (float)p[P_SELL_CAP];
     const double floor_value = p[P_BUST_FRAC] * p[P_INITIAL_CASH];
     const int64_t stride = 2 + num_features;  /* per-asset slot width: weight, tradable, features */
     const int capped = p[P_MAX_WEIGHT] < 1.0;
@@ -259,7 +266,7 @@ int64_t podracer_step(
             for (int64_t j = 0; j < A; ++j) held += (double)(sh[j] * po[j]);
             cap_value = (float)(p[P_MAX_WEIGHT] * (c + held));
         }
-        double sell_notional = 0.0, buy_notional = 0.0;
+        double sell_notional = 0.0, buy_notional = 0.0, sell_fees = 0.0;
         double available, needed, pos_sum = 0.0;
         if (exec_all) {
             /* The execution model, envs/core.py's _execute: the orders (shares mode: sells not yet
@@ -270,22 +277,27 @@ int64_t podracer_step(
             const float half = (float)p[P_HALF], coef = (float)p[P_IMPACT_COEF];
             const float mn = (float)p[P_MIN_NOTIONAL];
             const int whole = action_mode == MODE_SHARES;
-            double sells = 0.0, buys0 = 0.0, buys = 0.0;
+            double sells = 0.0, buys0 = 0.0, buys = 0.0, share_fees = 0.0;
             /* One specialized copy per (orders, fill modes) so that each loop is branch-free and
                vectorizes. */
             if (kind == ORDERS_WEIGHTS)
                 exec_pass1(A, ORDERS_WEIGHTS, 0, NULL, a, budget, max_w, max_shares, cap_value, tr, nsh, sh, po,
-                           lim, imp, mn, coef, half, &sells, &buys0);
+                           lim, imp, mn, coef, half, per_share, share_cap, &sells, &buys0,
+                           &share_fees);
             else if (kind == ORDERS_WEIGHTS_LIMITED)
                 exec_pass1(A, ORDERS_WEIGHTS_LIMITED, 0, fm, a, budget, max_w, max_shares, cap_value, tr, nsh, sh,
-                           po, lim, imp, mn, coef, half, &sells, &buys0);
+                           po, lim, imp, mn, coef, half, per_share, share_cap, &sells, &buys0,
+                           &share_fees);
             else if (fm)
                 exec_pass1(A, ORDERS_SHARES, capped, fm, a, budget, max_w, max_shares, cap_value, tr, nsh, sh, po,
-                           lim, imp, mn, coef, half, &sells, &buys0);
+                           lim, imp, mn, coef, half, per_share, share_cap, &sells, &buys0,
+                           &share_fees);
             else
                 exec_pass1(A, ORDERS_SHARES, capped, NULL, a, budget, max_w, max_shares, cap_value, tr, nsh, sh,
-                           po, lim, imp, mn, coef, half, &sells, &buys0);
-            available = c + sells * (1.0 - rate);
+                           po, lim, imp, mn, coef, half, per_share, share_cap, &sells, &buys0,
+                           &share_fees);
+            sell_fees = sells * sell_rate + share_fees;
+            available = c + sells - sell_fees;
             const double needed0 = buys0 * (1.0 + rate);
             const double scale = needed0 > available ? available / clamp_min_d(needed0, TINY) : 1.0;
             const float scale_f = (float)scale;
@@ -296,41 +308,49 @@ int64_t podracer_step(
             needed = buys * (1.0 + rate);
         } else {
             /* Pass B (frictionless fill): the orders in tr[], their notionals at the open. */
-            double sells = 0.0, buys = 0.0;
+            double sells = 0.0, buys = 0.0, share_fees = 0.0;
             if (kind == ORDERS_WEIGHTS) {
-#pragma omp simd reduction(+ : sells, buys)
+#pragma omp simd reduction(+ : sells, buys, share_fees)
                 for (int64_t j = 0; j < A; ++j) {
                     const float diff =
                         order_diff(ORDERS_WEIGHTS, 0, j, a, sh, po, NULL, budget, max_w, max_shares, cap_value);
                     const float buy = clamp_min_f(diff, 0.0f);
+                    const float sf = (buy - diff) * per_share;
                     tr[j] = diff;
                     sells += (double)((buy - diff) * po[j]);
                     buys += (double)(buy * po[j]);
+                    share_fees += (double)(sf > share_cap ? share_cap : sf);
                 }
             } else if (kind == ORDERS_WEIGHTS_LIMITED) {
-#pragma omp simd reduction(+ : sells, buys)
+#pragma omp simd reduction(+ : sells, buys, share_fees)
                 for (int64_t j = 0; j < A; ++j) {
                     const float diff =
                         order_diff(ORDERS_WEIGHTS_LIMITED, 0, j, a, sh, po, fm, budget, max_w, max_shares, cap_value);
                     const float buy = clamp_min_f(diff, 0.0f);
+                    const float sf = (buy - diff) * per_share;
                     tr[j] = diff;
                     sells += (double)((buy - diff) * po[j]);
                     buys += (double)(buy * po[j]);
+                    share_fees += (double)(sf > share_cap ? share_cap : sf);
                 }
             } else {
-#pragma omp simd reduction(+ : sells, buys)
+#pragma omp simd reduction(+ : sells, buys, share_fees)
                 for (int64_t j = 0; j < A; ++j) {
                     const float diff =
                         order_diff(ORDERS_SHARES, capped, j, a, sh, po, fm, budget, max_w, max_shares, cap_value);
                     const float buy = clamp_min_f(diff, 0.0f);
+                    const float sold = minimum_f(buy - diff, sh[j]);
+                    const float sf = sold * per_share;
                     tr[j] = diff;  /* (the capped buy: a buy is never also a sell) */
-                    sells += (double)(minimum_f(buy - diff, sh[j]) * po[j]);
+                    sells += (double)(sold * po[j]);
                     buys += (double)(buy * po[j]);
+                    share_fees += (double)(sf > share_cap ? share_cap : sf);
                 }
             }
             sell_notional = sells * (1.0 - slip);
             buy_notional = buys * (1.0 + slip);
-            available = c + sell_notional * (1.0 - rate);
+            sell_fees = sell_notional * sell_rate + share_fees;
+            available = c + sell_notional - sell_fees;
             needed = buy_notional * (1.0 + rate);
             const double scale = needed > available ? available / clamp_min_d(needed, TINY) : 1.0;
 
@@ -410,7 +430,7 @@ int64_t podracer_step(
         terminated_out[n] = (uint8_t)terminated;
         truncated_out[n] = (uint8_t)(done ^ terminated);
         done_out[n] = (uint8_t)done;
-        cost_out[n] = rate * traded_notional;
+        cost_out[n] = rate * buy_notional + sell_fees;
         traded_notional_out[n] = traded_notional;
 
         /* The observation: cash fraction and position weights over the template row. The layout is
