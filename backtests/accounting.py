@@ -96,5 +96,6 @@ def fill_prices(market: MarketData, params: EnvParams, shares_traded: Tensor, k_
 
 
 def fill_volumes(market: MarketData, params: EnvParams, k_steps: int, device: torch.device) -> Tensor:
-    """The fill bars' volume ``(K, A)`` in shares."""
-    return _fill_bar_rows(market.volume, params, k_steps, device)
+    """The fill bars' volume ``(K, A)`` in shares as expected at the decision bars
+    (``MarketData.expected_volume``): the base of the env's volume cap."""
+    return _fill_bar_rows(market.expected_volume, params, k_steps, device, lag=0)

@@ -48,3 +48,57 @@ def trailing_liquidity(close: Tensor, volume: Tensor, session_id: Tensor) -> tup
     daily_vol = torch.sqrt(_trailing_mean(ret * ret, window) * bars_per_session)
     adv = _trailing_mean(volume.to(torch.float64).clamp(min=0.0), window) * bars_per_session
     return daily_vol.to(torch.float32), adv.to(torch.float32)
+
+
+#: Sessions in the volume estimate of :func:`expected_volume` (the same month as the other estimates).
+VOLUME_SESSIONS = WINDOW_SESSIONS
+# Rows per chunk of the median's (lags, rows, assets) stack: bounds its memory on long histories.
+_CHUNK_ROWS = 8192
+
+
+def position_in_session(session_id: Tensor) -> Tensor:
+    """``(T,)`` int64: each bar's index within its session (0 at a session's first bar)."""
+    num_steps = int(session_id.shape[0])
+    index = torch.arange(num_steps, device=session_id.device)
+    first = torch.ones(num_steps, dtype=torch.bool, device=session_id.device)
+    if num_steps > 1:
+        first[1:] = session_id[1:] != session_id[:-1]
+    start = torch.where(first, index, torch.zeros_like(index)).cummax(0).values
+    return index - start
+
+
+def expected_volume(volume: Tensor, session_id: Tensor, sessions: int = VOLUME_SESSIONS) -> Tensor:
+    """``(T, A)`` float32: row ``t`` is the volume expected at bar ``t + 1``, estimated at bar ``t``:
+    the median (the lower one of an even count) of the volumes of the bars at the same position in
+    their session (the same minute of the day on a one-minute grid) in the last ``sessions`` earlier
+    sessions that have a bar there (a short session, e.g. a half day, is skipped for the positions it
+    lacks), all before bar ``t + 1``'s own session and so complete by bar ``t``. Bars with no such session (the
+    data's first session) take the mean volume per bar of bars ``<= t``. The last row, with no bar
+    after it, repeats that mean. Never reads bar ``t + 1``'s volume: the env's volume cap for an order
+    sent at bar ``t`` (docs/env.md "Execution")."""
+    num_steps = int(volume.shape[0])
+    vol = volume.to(torch.float32).clamp(min=0.0)
+    if num_steps == 0:
+        return vol.clone()
+    running = _trailing_mean(vol.to(torch.float64), num_steps).to(torch.float32)  # mean of bars <= t
+    pos = position_in_session(session_id)
+    # Bars grouped by position, in time order within each group: a group's previous entries are the
+    # same position in earlier sessions (one bar per position and session).
+    order = torch.argsort(pos * (num_steps + 1) + torch.arange(num_steps, device=pos.device))
+    vol_sorted, pos_sorted = vol.index_select(0, order), pos.index_select(0, order)
+    estimate_sorted = torch.empty_like(vol_sorted)
+    for lo in range(0, num_steps, _CHUNK_ROWS):
+        hi = min(num_steps, lo + _CHUNK_ROWS)
+        lags = []
+        for lag in range(1, sessions + 1):
+            src = torch.arange(lo - lag, hi - lag, device=vol.device)
+            ok = (src >= 0) & (pos_sorted.index_select(0, src.clamp(min=0)) == pos_sorted[lo:hi])
+            lags.append(
+                torch.where(ok.unsqueeze(1), vol_sorted.index_select(0, src.clamp(min=0)), float("nan"))
+            )
+        estimate_sorted[lo:hi] = torch.stack(lags).nanmedian(0).values
+    per_bar = torch.empty_like(vol)
+    per_bar[order] = estimate_sorted  # per_bar[i]: the estimate for bar i
+    out = running.clone()
+    out[:-1] = torch.where(per_bar[1:].isnan(), running[:-1], per_bar[1:])
+    return out

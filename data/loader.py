@@ -129,6 +129,7 @@ def build_market(
                 "listed",
                 "daily_vol",
                 "adv",
+                "expected_volume",
             )
         },
         features=normalize(raw, spec),

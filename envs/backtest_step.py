@@ -30,10 +30,11 @@ def asset_prices(market: MarketData, params: EnvParams) -> tuple[Tensor, Tensor]
 
 
 def execution_tables(market: MarketData, params: EnvParams) -> tuple[Tensor, ...]:
-    """``(volume, impact)`` ``(T, A)`` for :func:`backtest_core` when ``params.execution``, else ``()``."""
+    """``(expected volume, impact)`` ``(T, A)`` for :func:`backtest_core` when ``params.execution``,
+    else ``()``: both read at the decision bar."""
     if not params.execution:
         return ()
-    return market.volume, impact_table(market)
+    return market.expected_volume, impact_table(market)
 
 
 class BacktestCore(NamedTuple):
@@ -88,7 +89,7 @@ def backtest_core(
         open_all.index_select(0, t_fill),
         close_all.index_select(0, t_mark),
         mode,
-        None if volume_all is None else volume_all.index_select(0, t_fill),
+        None if volume_all is None else volume_all.index_select(0, t),
         None if impact_all is None else impact_all.index_select(0, t),
     )
     terminated = new_value < params.bust_frac * params.initial_cash

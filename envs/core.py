@@ -80,7 +80,8 @@ def trade(
     ``px_open`` / ``px_close`` are the fill and mark
     bars' prices in its asset dtype; ``px_close`` must be a fresh tensor (it becomes ``pos_value`` in
     place). ``mode`` (N, A) uint8: the fill bar's :mod:`envs.tradability` modes (``None``: every
-    asset tradable). ``volume`` (N, A): the fill bar's volume and ``impact`` (N, A): the decision bar's
+    asset tradable). ``volume`` (N, A): the fill bar's volume expected at the decision bar
+    (``MarketData.expected_volume``'s decision-bar row) and ``impact`` (N, A): the decision bar's
     :func:`envs.execution.impact_table` row, both needed when ``params.execution``."""
     adt = params.asset_dtype
     if params.execution:
@@ -209,7 +210,7 @@ def _execute(
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     """:func:`trade` through the execution model (docs/env.md "Execution"; the price rule:
     :mod:`envs.execution`). In order: each order is capped at ``max_participation`` of the fill bar's
-    volume (whole shares in ``"shares"`` mode; an EXIT, the sale of a delisted asset, is not capped);
+    volume expected at the decision bar (whole shares in ``"shares"`` mode; an EXIT, the sale of a delisted asset, is not capped);
     sells whose proceeds ``q * open * (1 - frac(q))`` are under ``min_order_notional`` are dropped, the
     rest fill at ``open * (1 - frac(q))`` and fund
     the buys; the buys, priced at their capped size, are scaled by one factor per env when cash is
@@ -306,7 +307,8 @@ def step_core(
     """The rules' step but the action check, the observation and the autoreset, as one pure function
     of tensors, so that it can be compiled. ``last_bar`` is the market's last decision bar, ``open_all`` / ``close_all`` ``(T, A)`` its prices
     and ``modes_all`` its fill modes (``None``: every bar tradable); ``volume_all`` / ``impact_all``
-    ``(T, A)``: its volume and :func:`envs.execution.impact_table` (with ``params.execution``)."""
+    ``(T, A)``: its ``expected_volume`` and :func:`envs.execution.impact_table`, both read at the
+    decision bar (with ``params.execution``)."""
     k = params.decision_interval
     t_mark = t + k
     adt = params.asset_dtype  # .to(adt) is a no-op for float32 market data and "float32"
@@ -316,7 +318,7 @@ def step_core(
     mode = None if modes_all is None else modes_all.index_select(0, t + 1)
     volume = impact = None
     if params.execution and volume_all is not None and impact_all is not None:
-        volume, impact = volume_all.index_select(0, t + 1), impact_all.index_select(0, t)
+        volume, impact = volume_all.index_select(0, t), impact_all.index_select(0, t)
     traded, new_shares, new_cash, traded_notional, pos_value, new_value, cost = trade(
         params, shares, cash, action, px_open, px_close, mode, volume, impact
     )

@@ -72,7 +72,7 @@ class EnvParams:
     spread_bps: float = 1.0
     """half-spread paid on every fill, in bps of the fill bar's open"""
     max_participation: float = 0.025
-    """a fill takes at most this share of the fill bar's volume (0: no cap)"""
+    """a fill takes at most this share of the fill bar's volume expected at the decision bar (0: no cap)"""
     impact_coef: float = 0.5
     """square-root impact: impact_coef * daily_vol * sqrt(shares / adv) of the fill price"""
     min_order_notional: float = 1.0

@@ -152,7 +152,8 @@ class ReferenceEnv:
         half-spread and square-root impact. Returns ``(cash, buys, sells, buy_notional, sell_notional)``."""
         p = self.params
         n = self.num_assets
-        volume = self.market.volume[self.t + 1].tolist()  # the fill bar's volume
+        # The fill bar's volume as expected at the decision bar (never the fill bar's own).
+        volume = self.market.expected_volume[self.t].tolist()
         daily_vol = self.market.daily_vol[self.t].tolist()  # liquidity known at the decision bar
         adv = self.market.adv[self.t].tolist()
         whole = p.action_mode == "shares"

@@ -323,7 +323,7 @@ def step_env(
         market.open,
         market.close,
         None if market.all_tradable else fill_modes(market),
-        *((market.volume, impact_table(market)) if params.execution else ()),
+        *((market.expected_volume, impact_table(market)) if params.execution else ()),
     )
     obs = build_obs(market, out.t, out.cash, out.pos_value, out.value)
     return _transition(out, obs, state.t, params, None)

@@ -223,10 +223,9 @@ def supports(params, market, table: Tensor | None) -> bool:
         and (
             not params.execution
             or (
-                market.volume.dtype == torch.float32
-                and market.volume.is_contiguous()
-                and market.volume.shape == prices
-                and market.volume.device.type == "cpu"
+                market.expected_volume.dtype == torch.float32
+                and market.expected_volume.shape == prices
+                and market.expected_volume.device.type == "cpu"
             )
         )
         and market.open.shape == prices
@@ -352,7 +351,7 @@ _EXECUTION_TABLES: dict[tuple, Tensor] = {}
 def execution_table(market: MarketData, params) -> Tensor:
     """``(T, 3A)`` float32, the fill inputs of the native step with the execution model, one row per
     decision bar ``t``: the fill bar ``t + 1``'s open, its volume cap in shares (``max_participation``
-    of its volume, whole shares in ``"shares"`` mode, ``+inf`` without a cap), then bar ``t``'s
+    of its volume expected at bar ``t``, ``MarketData.expected_volume``, whole shares in ``"shares"`` mode, ``+inf`` without a cap), then bar ``t``'s
     :func:`envs.execution.impact_table` scale (the last row's open and cap are never read). The caps
     are computed once per market and cap as ``envs.core._execute`` computes them per step, so the
     values are the same; each env reads its three rows as one contiguous one, which measured a
@@ -361,7 +360,7 @@ def execution_table(market: MarketData, params) -> Tensor:
     whole = params.action_mode == "shares"
     key = (
         id(market.open),
-        id(market.volume),
+        id(market.expected_volume),
         id(market.daily_vol),
         id(market.adv),
         params.max_participation,
@@ -369,13 +368,13 @@ def execution_table(market: MarketData, params) -> Tensor:
     )
     found = _EXECUTION_TABLES.get(key)
     if found is None:
-        volume = market.volume
+        volume = market.expected_volume
         num_steps, num_assets = volume.shape
         found = memory.table_empty((num_steps, 3 * num_assets), torch.float32, market.device)
         found[:-1, :num_assets] = market.open[1:]
         limit = found[:, num_assets : 2 * num_assets]
         if params.max_participation > 0:
-            torch.mul(volume[1:], params.max_participation, out=limit[:-1])
+            torch.mul(volume[:-1], params.max_participation, out=limit[:-1])
             if whole:
                 limit[:-1].floor_()
         else:

@@ -172,7 +172,8 @@ int64_t podracer_step(
     const float *action,
     /* market: (T, A) prices, (T, obs_width) observation template, (T, A) fill modes, (T, 3A)
        execution table (NULL: the execution model is off): per decision bar t, the fill bar t + 1's
-       open and volume cap in shares (+inf: none), then bar t's impact scale (envs/kernels/native.py) */
+       open and volume cap in shares (from its volume expected at bar t; +inf: none), then bar t's
+       impact scale (envs/kernels/native.py) */
     const float *open_all, const float *close_all, const float *table, const uint8_t *modes_all,
     const float *exec_all,
     /* outputs */
