@@ -92,7 +92,24 @@ def fill_prices(market: MarketData, params: EnvParams, shares_traded: Tensor, k_
     device = shares_traded.device
     px_open = _fill_bar_rows(market.open, params, k_steps, device).unsqueeze(1)
     impact = _fill_bar_rows(impact_table(market), params, k_steps, device, lag=0).unsqueeze(1)
-    return execution.fill_price(params, px_open, shares_traded.to(torch.float64), impact)
+    traded = shares_traded.to(torch.float64)
+    return execution.fill_price(params, px_open, traded, impact, carried_orders(params, traded))
+
+
+def carried_orders(params: EnvParams, traded: Tensor) -> Tensor:
+    """``(K, N, A)``: the same-direction order each decision's fill adds to (``m`` of
+    ``envs.execution``), replayed from the fills as the env's impact memory carries it (from an empty
+    memory; a bust restart, which empties it, is not seen)."""
+    carried = torch.zeros_like(traded)
+    memory = params.impact_memory if params.execution else 0.0
+    if memory == 0.0:
+        return carried
+    order = torch.zeros_like(traded[0])
+    for k in range(traded.shape[0]):
+        remembered = order * memory
+        carried[k] = execution.carried_order(remembered, traded[k])
+        order = execution.worked_order(remembered, traded[k])
+    return carried
 
 
 def fill_volumes(market: MarketData, params: EnvParams, k_steps: int, device: torch.device) -> Tensor:

@@ -56,6 +56,7 @@ class Fill(NamedTuple):
     pos_value: Tensor  # (N, A) holdings marked at the mark bar's close
     value: Tensor  # (N,) cash + the holdings' value
     fees: Tensor  # (N,) the broker's fees (commission and regulatory fees)
+    order: Tensor  # (N, A) the impact memory after the fill (EnvState.order)
 
 
 def sell_share_fees(params: EnvParams, sold: Tensor) -> Tensor:
@@ -68,6 +69,7 @@ def trade(
     params: EnvParams,
     shares: Tensor,
     cash: Tensor,
+    order: Tensor,
     action: Tensor,
     px_open: Tensor,
     px_close: Tensor,
@@ -76,7 +78,8 @@ def trade(
     impact: Tensor | None = None,
 ) -> Fill:
     """The fill and the mark of one step (the accounting shared by the env's step and the backtest
-    step): a :class:`Fill`.
+    step): a :class:`Fill`. ``order`` (N, A): the impact memory (``EnvState.order``), read and carried
+    by the execution model only (returned as it is without it).
     ``px_open`` / ``px_close`` are the fill and mark
     bars' prices in its asset dtype; ``px_close`` must be a fresh tensor (it becomes ``pos_value`` in
     place). ``mode`` (N, A) uint8: the fill bar's :mod:`envs.tradability` modes (``None``: every
@@ -88,7 +91,9 @@ def trade(
         if volume is None or impact is None:
             raise ValueError("the execution model needs the fill bar's volume and the impact scale")
         diff = _orders(params, shares, cash, action, px_open, mode)
-        return _execute(params, shares, cash, diff, px_open, px_close, mode, volume.to(adt), impact.to(adt))
+        return _execute(
+            params, shares, cash, order, diff, px_open, px_close, mode, volume.to(adt), impact.to(adt)
+        )
     slip = params.slippage_bps * 1e-4
     rate, sell_rate, per_share = params.buy_fee_rate, params.sell_fee_rate, params.sell_fee_per_share > 0
     # Orders in shares: buy, sell >= 0 and diff = buy - sell. The step is memory-bound (each
@@ -161,7 +166,7 @@ def trade(
     pos_value = px_close.mul_(new_shares)
     new_value = new_cash + rowsum(pos_value)
     fees = buy_notional * rate + sell_fees
-    return Fill(traded, new_shares, new_cash, traded_notional, pos_value, new_value, fees)
+    return Fill(traded, new_shares, new_cash, traded_notional, pos_value, new_value, fees, order)
 
 
 def _orders(
@@ -201,6 +206,7 @@ def _execute(
     params: EnvParams,
     shares: Tensor,
     cash: Tensor,
+    order: Tensor,
     diff: Tensor,
     px_open: Tensor,
     px_close: Tensor,
@@ -228,8 +234,11 @@ def _execute(
     buy0 = diff.clamp(min=0.0)
     sell = (-diff).clamp_(min=0.0)
     min_notional = params.min_order_notional
+    # The order worked so far, decayed to this decision, on the side of this decision's order.
+    remembered = order * params.impact_memory
+    carried = execution.carried_order(remembered, diff)
     # One of buy0 and sell is 0 per asset: one frac prices both (a dropped sell's frac is unused).
-    frac = execution.fill_frac(params, buy0 + sell, impact)
+    frac = execution.fill_frac(params, buy0 + sell, impact, carried)
     if min_notional > 0:  # a sell's proceeds at its fill price (a buy's fill price is above the open)
         dust = sell * px_open * (1.0 - frac) < min_notional
         if mode is not None:
@@ -249,7 +258,7 @@ def _execute(
         buy = buy.floor_()
     if min_notional > 0:
         buy = buy.mul_(~(buy * px_open < min_notional))
-    buy_notional = rowsum(buy * px_open * (1.0 + execution.fill_frac(params, buy, impact)))
+    buy_notional = rowsum(buy * px_open * (1.0 + execution.fill_frac(params, buy, impact, carried)))
     needed = buy_notional * (1.0 + rate)
     traded = buy - sell
     new_shares = shares + traded
@@ -257,11 +266,14 @@ def _execute(
     pos_value = px_close.mul_(new_shares)
     new_value = new_cash + rowsum(pos_value)
     fees = buy_notional * rate + sell_fees
-    return Fill(traded, new_shares, new_cash, sell_notional + buy_notional, pos_value, new_value, fees)
+    new_order = execution.worked_order(remembered, traded)
+    return Fill(
+        traded, new_shares, new_cash, sell_notional + buy_notional, pos_value, new_value, fees, new_order
+    )
 
 
 class StepCore(NamedTuple):
-    """What :func:`step_core` computes (pre-reset; the first nine are the next ``EnvState``'s fields,
+    """What :func:`step_core` computes (pre-reset; the first ten are the next ``EnvState``'s fields,
     named alike). ``envs.kernels.native.NativeStep`` has the same fields up to ``traded``."""
 
     t: Tensor  # (N,) the mark bar t + k: the next decision bar
@@ -273,6 +285,7 @@ class StepCore(NamedTuple):
     sharpe_a: Tensor
     sharpe_b: Tensor
     rng: Tensor  # advanced once
+    order: Tensor  # (N, A) the impact memory
     reward: Tensor  # (N,) float32
     terminated: Tensor  # (N,) bool
     truncated: Tensor  # (N,) bool
@@ -297,6 +310,7 @@ def step_core(
     sharpe_a: Tensor,
     sharpe_b: Tensor,
     rng: Tensor,
+    order: Tensor,
     action: Tensor,
     open_all: Tensor,
     close_all: Tensor,
@@ -319,8 +333,8 @@ def step_core(
     volume = impact = None
     if params.execution and volume_all is not None and impact_all is not None:
         volume, impact = volume_all.index_select(0, t), impact_all.index_select(0, t)
-    traded, new_shares, new_cash, traded_notional, pos_value, new_value, cost = trade(
-        params, shares, cash, action, px_open, px_close, mode, volume, impact
+    traded, new_shares, new_cash, traded_notional, pos_value, new_value, cost, new_order = trade(
+        params, shares, cash, order, action, px_open, px_close, mode, volume, impact
     )
 
     # Reward.
@@ -358,9 +372,10 @@ def step_core(
     if params.trade_info:
         if impact is None:
             impact = torch.zeros_like(px_open)
-        fill_price = execution.fill_price(params, px_open, traded, impact)  # per-asset dtype
+        carried = execution.carried_order(order * params.impact_memory, traded)
+        fill_price = execution.fill_price(params, px_open, traded, impact, carried)  # per-asset dtype
         asset_cost = execution.asset_fees(params, traded, fill_price)
     return StepCore(
-        t_mark, new_cash, new_shares, new_value, new_peak, step_count, new_a, new_b, lcg_next(rng),
+        t_mark, new_cash, new_shares, new_value, new_peak, step_count, new_a, new_b, lcg_next(rng), new_order,
         reward, terminated, truncated, done, cost, traded_notional, traded, pos_value, fill_price, asset_cost,
     )  # fmt: skip

@@ -75,6 +75,9 @@ class EnvParams:
     """a fill takes at most this share of the fill bar's volume expected at the decision bar (0: no cap)"""
     impact_coef: float = 0.5
     """square-root impact: impact_coef * daily_vol * sqrt(shares / adv) of the fill price"""
+    impact_decay: float = 0.0115
+    """share of a worked order's impact memory lost per bar: same-direction fills pay the square-root
+    law on the order accumulated so far (0: never forgotten; 1: each fill on its own)"""
     min_order_notional: float = 1.0
     """orders under this many $ are not placed"""
     trade_info: bool = False
@@ -134,6 +137,8 @@ class EnvParams:
             raise bad("max_participation", "must be in [0, 1] (0: no volume cap)")
         if self.impact_coef < 0:
             raise bad("impact_coef", "must be >= 0")
+        if not 0 <= self.impact_decay <= 1:
+            raise bad("impact_decay", "must be in [0, 1]")
         if self.min_order_notional < 0:
             raise bad("min_order_notional", "must be >= 0")
         if not isinstance(self.trade_info, bool):
@@ -150,6 +155,12 @@ class EnvParams:
             or self.impact_coef > 0
             or self.min_order_notional > 0
         )
+
+    @property
+    def impact_memory(self) -> float:
+        """Share of the order's accumulated size still remembered at the next decision:
+        ``(1 - impact_decay) ** decision_interval`` (0 without impact)."""
+        return (1.0 - self.impact_decay) ** self.decision_interval if self.impact_coef > 0 else 0.0
 
     @property
     def buy_fee_rate(self) -> float:
@@ -190,6 +201,7 @@ class EnvState:
     sharpe_a: Tensor  # (N,) ACC_DTYPE: EMA of returns (differential Sharpe ratio)
     sharpe_b: Tensor  # (N,) ACC_DTYPE: EMA of squared returns
     rng: Tensor  # (N,) int64: per-env generator state for autoreset start bars
+    order: Tensor  # (N, A) params.asset_dtype: signed shares of the order being worked (impact memory)
 
     @property
     def num_envs(self) -> int:

@@ -39,6 +39,7 @@ class ReferenceEnv:
         self.step_count = 0
         self.sharpe_a = 0.0
         self.sharpe_b = 0.0
+        self.order = [0.0] * self.num_assets  # signed shares of the order being worked (impact memory)
 
     def observation(self) -> list[float]:
         """The observation at bar ``t`` in the layout of :mod:`envs.observation`: cash fraction, time
@@ -158,8 +159,17 @@ class ReferenceEnv:
         adv = self.market.adv[self.t].tolist()
         whole = p.action_mode == "shares"
 
-        def frac(a: int, q: float) -> float:
-            impact = daily_vol[a] * math.sqrt(q / adv[a]) if adv[a] > 0 else 0.0
+        # The order worked so far, decayed since the last decision (EnvState.order).
+        memory = (1 - p.impact_decay) ** p.decision_interval if p.impact_coef > 0 else 0.0
+        remembered = [x * memory for x in self.order]
+
+        def frac(a: int, q: float, side: int) -> float:
+            # The square-root law on the whole order: this fill pays the growth of the order's
+            # impact cost from m (same-direction shares already worked) to m + q, per share.
+            m = max(0.0, side * remembered[a])
+            impact = 0.0
+            if adv[a] > 0 and q > 0:
+                impact = daily_vol[a] * ((m + q) ** 1.5 - m**1.5) / q / math.sqrt(adv[a])
             return min(1.0, (p.slippage_bps + p.spread_bps) / 1e4 + p.impact_coef * impact)
 
         buys, sells = list(buys), list(sells)
@@ -169,19 +179,27 @@ class ReferenceEnv:
                 if whole:
                     limit = math.floor(limit)
                 buys[a], sells[a] = min(buys[a], limit), min(sells[a], limit)
-            if sells[a] * opens[a] * (1 - frac(a, sells[a])) < p.min_order_notional and not exit_[a]:
+            if sells[a] * opens[a] * (1 - frac(a, sells[a], -1)) < p.min_order_notional and not exit_[a]:
                 sells[a] = 0.0
-        sell_notional = sum(sells[a] * opens[a] * (1 - frac(a, sells[a])) for a in range(n))
+        sell_notional = sum(sells[a] * opens[a] * (1 - frac(a, sells[a], -1)) for a in range(n))
         cash = self.cash + sell_notional - self._sell_fees(sells, sell_notional)
         buy_rate = p.cost_rate if p.broker == "flat" else 0.0
         # The scale is priced at the capped sizes; the scaled buys then pay their own (lower) price.
-        needed = sum(buys[a] * opens[a] * (1 + frac(a, buys[a])) for a in range(n)) * (1 + buy_rate)
+        needed = sum(buys[a] * opens[a] * (1 + frac(a, buys[a], 1)) for a in range(n)) * (1 + buy_rate)
         if needed > cash:
             fraction = cash / needed
             buys = [math.floor(b * fraction) if whole else b * fraction for b in buys]
         buys = [0.0 if b * opens[a] < p.min_order_notional else b for a, b in enumerate(buys)]
-        buy_notional = sum(buys[a] * opens[a] * (1 + frac(a, buys[a])) for a in range(n))
+        buy_notional = sum(buys[a] * opens[a] * (1 + frac(a, buys[a], 1)) for a in range(n))
         cash = max(0.0, cash - buy_notional * (1 + buy_rate))
+        for a in range(n):
+            traded = buys[a] - sells[a]
+            if traded > 0:
+                self.order[a] = max(0.0, remembered[a]) + traded
+            elif traded < 0:
+                self.order[a] = min(0.0, remembered[a]) + traded
+            else:
+                self.order[a] = remembered[a]
         return cash, buys, sells, buy_notional, sell_notional
 
     def _sell_fees(self, sells: list[float], proceeds: float) -> float:

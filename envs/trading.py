@@ -160,6 +160,7 @@ def reset(
         sharpe_a=zeros,
         sharpe_b=zeros.clone(),
         rng=rng,
+        order=torch.zeros(num_envs, market.num_assets, dtype=params.asset_dtype, device=device),
     )
     return state, fresh_obs(market, t)
 
@@ -181,6 +182,7 @@ def restart(
         sharpe_a=torch.where(mask, 0.0, state.sharpe_a),
         sharpe_b=torch.where(mask, 0.0, state.sharpe_b),
         rng=state.rng,
+        order=state.order.masked_fill(mask[:, None], 0.0),
     )
     idx = mask.nonzero().squeeze(1)
     obs[idx] = fresh_obs(market, new_state.t.index_select(0, idx))
@@ -283,7 +285,7 @@ def _transition(
     }
     if params.trade_info:  # (never native: see native.supports)
         info["fill_price"], info["asset_cost"] = core.fill_price, core.asset_cost
-    state = EnvState(*core[:9])  # a core's first nine fields are EnvState's, in order
+    state = EnvState(*core[:10])  # a core's first ten fields are EnvState's, in order
     return Transition(state, obs, core.reward, core.terminated, core.truncated, core.done, info, any_done)
 
 
@@ -319,6 +321,7 @@ def step_env(
         state.sharpe_a,
         state.sharpe_b,
         state.rng,
+        state.order if core is None else state.order.contiguous(),
         action,
         market.open,
         market.close,

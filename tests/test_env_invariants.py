@@ -67,14 +67,24 @@ def test_accounting_invariants(market, mode, precision):
         notional = (info["shares_traded"].abs() * info["fill_price"]).double().sum(1)
         torch.testing.assert_close(info["traded_notional"], notional, rtol=1e-5, atol=1e-3)
         torch.testing.assert_close(info["asset_cost"].double().sum(1), info["cost"], rtol=1e-5, atol=1e-3)
-        # Fill prices: open * (1 +- frac(q)), frac = slippage + half-spread + square-root impact
-        # of the trade's size at the decision bar's liquidity (docs/env.md "Execution").
+        # Fill prices: open * (1 +- frac(q)), frac = slippage + half-spread + the square-root impact's
+        # growth from the same-direction order m worked so far (decayed) to m + q, per share, at the
+        # decision bar's liquidity (docs/env.md "Execution").
         fill_open = market.open[before.t + 1].double()
         traded = info["shares_traded"].double()
         sigma, adv = market.daily_vol[before.t].double(), market.adv[before.t].double()
-        frac = (params.slippage_bps + params.spread_bps) * 1e-4 + params.impact_coef * sigma * (
-            traded.abs() / adv
-        ).sqrt()
+        remembered = before.order.double() * params.impact_memory
+        m = torch.where(traded > 0, remembered.clamp(min=0), (-remembered).clamp(min=0))
+        q = traded.abs()
+        growth = torch.where(q > 0, ((m + q) ** 1.5 - m**1.5) / q.clamp(min=1e-30), 0.0)
+        frac = (
+            params.slippage_bps + params.spread_bps
+        ) * 1e-4 + params.impact_coef * sigma * growth / adv.sqrt()
+        # The order carried on: the fill added to the same-direction memory, or a new order.
+        same = torch.where(traded > 0, remembered.clamp(min=0), remembered.clamp(max=0))
+        worked = torch.where(traded == 0, remembered, same + traded)
+        cont = after.step_count > 0
+        torch.testing.assert_close(after.order.double()[cont], worked[cont], rtol=1e-5, atol=1e-3)
         want = fill_open * (1 + torch.sign(traded) * frac.clamp(max=1.0))
         fill = info["fill_price"].double()
         torch.testing.assert_close(fill, want, rtol=1e-6, atol=0.0)
@@ -83,7 +93,6 @@ def test_accounting_invariants(market, mode, precision):
         # No negative cash or holdings, ever.
         assert bool((after.cash >= 0).all()) and bool((after.shares >= 0).all())
         # Cash conservation over the step, for envs that did not reset.
-        cont = after.step_count > 0
         spent = (traded * want).sum(1)
         torch.testing.assert_close(
             after.cash[cont], (before.cash - spent - info["cost"])[cont], rtol=rtol, atol=dollar_atol

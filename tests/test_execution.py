@@ -215,3 +215,39 @@ def test_expected_volume_is_the_median_of_the_same_minute_in_earlier_sessions():
                 )
             want = earlier[(len(earlier) - 1) // 2] if earlier else float(vol[: t + 1, a].mean())
             assert float(got[t, a]) == pytest.approx(want, rel=1e-5), (t, a)
+
+
+def _two_slices(market, params, action) -> dict[str, float]:
+    """Each kernel's cash after two decisions asking for ``action``."""
+    state, _ = trading.reset(market, params, 1, start=0)
+    prices = asset_prices(market, params)
+    eager = trading.step(market, params, trading.step(market, params, state, action).state, action)
+    backtest = backtest_step(market, params, state, action, prices).state
+    backtest = backtest_step(market, params, backtest, action, prices).state
+    ref = ReferenceEnv(market, params, 0, int(state.rng[0]))
+    ref.step(action[0].tolist())
+    ref.step(action[0].tolist())
+    outs = {"eager": float(eager.state.cash[0]), "backtest": float(backtest.cash[0]), "reference": ref.cash}
+    if native.compiler() is not None and params.precision == "float32":
+        fast = trading.step(market, params, state, action, fast=True)
+        outs["native"] = float(trading.step(market, params, fast.state, action, fast=True).state.cash[0])
+    return outs
+
+
+@pytest.mark.parametrize("precision", ["float32", "float64"])
+def test_two_same_direction_slices_pay_the_impact_of_their_sum(flat_market, precision):
+    """Two decisions each buying the 25-share cap: with no decay they pay the square-root law on 50
+    shares (the order), with full decay each pays it on its own 25 (two separate orders)."""
+    action = torch.tensor([[1.0, 0.0]])
+    half = (PARAMS.slippage_bps + PARAMS.spread_bps) / 1e4
+    coef_px = PARAMS.impact_coef * DAILY_VOL / math.sqrt(ADV) * PRICE  # $ per share**1.5
+    for decay, impact in ((0.0, coef_px * 50**1.5), (1.0, 2 * coef_px * 25**1.5)):
+        params = dataclasses.replace(PARAMS, broker="alpaca", impact_decay=decay, precision=precision)
+        cash = CASH - 50 * PRICE * (1 + half) - impact
+        # $3.54 on the 50-share order against $1.25 + $1.25 on two 25-share ones: sqrt(2) times more.
+        assert impact == pytest.approx(3.5355 if decay == 0 else 2.5, abs=1e-4)
+        for name, got in _two_slices(flat_market, params, action).items():
+            assert got == pytest.approx(cash, abs=1e-3), (decay, name)
+    # The default decay (an hour's half-life on one-minute bars) remembers most of a slice 2 bars on.
+    params = dataclasses.replace(PARAMS, broker="alpaca")
+    assert 0.97 < params.impact_memory < 0.98

@@ -298,6 +298,6 @@ def test_build_is_cached_per_source(monkeypatch, tmp_path):
 
 
 def test_step_cores_lead_with_the_state_fields_in_order():
-    # envs.trading builds the next EnvState from the first nine fields of either core, by position.
+    # envs.trading builds the next EnvState from the first ten fields of either core, by position.
     state_fields = tuple(f.name for f in dataclasses.fields(trading.EnvState))
-    assert StepCore._fields[:9] == native.NativeStep._fields[:9] == state_fields
+    assert StepCore._fields[:10] == native.NativeStep._fields[:10] == state_fields

@@ -181,7 +181,7 @@ def _load() -> object:
     fn = lib.podracer_step
     i64, i32, ptr = ctypes.c_int64, ctypes.c_int32, ctypes.c_void_p
     fn.restype = i64
-    fn.argtypes = [i64] * 8 + [i32, i32, ptr, i32] + [ptr] * 15 + [ptr] * 17
+    fn.argtypes = [i64] * 8 + [i32, i32, ptr, i32] + [ptr] * 16 + [ptr] * 18
     return fn
 
 
@@ -255,6 +255,7 @@ def params_vector(params) -> Tensor:
             params.sell_fee_rate,
             params.sell_fee_per_share,
             params.sell_fee_cap,
+            params.impact_memory,
         ],
         dtype=torch.float64,
     )
@@ -273,6 +274,7 @@ STATE_DTYPES = {
     "sharpe_a": torch.float64,
     "sharpe_b": torch.float64,
     "rng": torch.int64,
+    "order": torch.float32,
 }
 
 # NativeStep.status below 0: the outputs are garbage and the caller raises.
@@ -293,6 +295,7 @@ class NativeStep(NamedTuple):
     sharpe_a: Tensor
     sharpe_b: Tensor
     rng: Tensor
+    order: Tensor
     reward: Tensor
     terminated: Tensor
     truncated: Tensor
@@ -313,7 +316,7 @@ def kernel(market: MarketData, params, state) -> Callable[..., int] | None:
     num_envs = state.t.shape[0] if state.t.dim() == 1 else -1
     for name, dtype in STATE_DTYPES.items():
         x = getattr(state, name)
-        shape = (num_envs, market.num_assets) if name == "shares" else (num_envs,)
+        shape = (num_envs, market.num_assets) if name in ("shares", "order") else (num_envs,)
         if x.dtype != dtype or x.shape != shape or x.device.type != "cpu" or not x.is_contiguous():
             return None
     return library()
@@ -400,7 +403,7 @@ def step(
     cash, value, peak, new_a, new_b, cost, notional = (torch.empty(num_envs, dtype=f64) for _ in range(7))
     terminated, truncated, done = (torch.empty(num_envs, dtype=torch.bool) for _ in range(3))
     reward = torch.empty(num_envs, dtype=torch.float32)
-    shares, traded = torch.empty_like(state.shares), torch.empty_like(state.shares)
+    shares, traded, order = (torch.empty_like(state.shares) for _ in range(3))
     obs = torch.empty(num_envs, table.shape[1], dtype=torch.float32)
     open_all, close_all = price_tables(market)
     # The fill modes when some bar is untradable or a cap applies (NULL: the kernel's plain loops).
@@ -422,7 +425,7 @@ def step(
             x.data_ptr()
             for x in (
                 state.t, state.cash, state.shares, state.value, state.peak, state.step_count,
-                state.sharpe_a, state.sharpe_b, state.rng, action, open_all, close_all, table,
+                state.sharpe_a, state.sharpe_b, state.rng, state.order, action, open_all, close_all, table,
             )
         ),
         None if modes is None else modes.data_ptr(),
@@ -430,12 +433,12 @@ def step(
         *(
             x.data_ptr()
             for x in (
-                t_mark, cash, shares, value, peak, step_count, new_a, new_b, rng, reward,
+                t_mark, cash, shares, value, peak, step_count, new_a, new_b, rng, order, reward,
                 terminated, truncated, done, cost, notional, traded, obs,
             )
         ),
     )  # fmt: skip
     return NativeStep(
-        t_mark, cash, shares, value, peak, step_count, new_a, new_b, rng,
+        t_mark, cash, shares, value, peak, step_count, new_a, new_b, rng, order,
         reward, terminated, truncated, done, cost, notional, traded, obs, status,
     )  # fmt: skip

@@ -36,6 +36,7 @@ enum {
     P_SELL_RATE,         /* fee per $ of a sell's proceeds */
     P_SELL_PER_SHARE,    /* fee per share sold, capped per trade at P_SELL_CAP */
     P_SELL_CAP,
+    P_MEMORY,            /* execution: share of the worked order's size remembered at the next decision */
     P_COUNT
 };
 
@@ -60,11 +61,28 @@ static inline float clamp_min_f(float x, float lo) { return (x != x) ? x : (x < 
 static inline double maximum_d(double x, double y) { return (x != x || y != y) ? NAN : (x > y ? x : y); }
 static inline float minimum_f(float x, float y) { return (x != x || y != y) ? NAN : (x < y ? x : y); }
 
-/* envs/execution.py's frac(q): slippage + half-spread + square-root impact, at most 1. */
-static inline float fill_frac(float q, float impact, float coef, float half)
+/* envs/execution.py's frac(q; m): slippage + half-spread + the square-root impact of growing the
+   order worked so far from m to m + q shares, per share, at most 1 (order_growth's form and order of
+   operations). */
+static inline float fill_frac(float q, float m, float impact, float coef, float half)
 {
-    const float f = sqrtf(q) * impact * coef + half;
+    const float total = m + q;
+    const float num = q * q + 3.0f * m * total;
+    const float den = total * sqrtf(total) + m * sqrtf(m);
+    const float g = num / (den < 1e-30f ? 1e-30f : den);
+    const float f = g * impact * coef + half;
     return f > 1.0f ? 1.0f : f;
+}
+
+/* envs/execution.py's carried_order (the decayed order's shares on `side`'s side) and worked_order. */
+static inline float carried_order(float remembered, float side)
+{
+    return side > 0.0f ? clamp_min_f(remembered, 0.0f) : clamp_min_f(-remembered, 0.0f);
+}
+static inline float worked_order(float remembered, float traded)
+{
+    const float same = traded > 0.0f ? clamp_min_f(remembered, 0.0f) : (remembered > 0.0f ? 0.0f : remembered);
+    return traded == 0.0f ? remembered : same + traded;
 }
 
 /* How an env's orders are sized (order_diff's `kind`): weights without a cap or an untradable bar, weights
@@ -108,8 +126,9 @@ static inline __attribute__((always_inline)) float order_diff(
 static inline __attribute__((always_inline)) void exec_pass1(
     int64_t A, int kind, int capped, const uint8_t *fm, const float *a, float budget, float max_w,
     float max_shares, float cap_value, float *tr, float *nsh, const float *sh, const float *po,
-    const float *lim_row, const float *imp, float mn, float coef, float half, float per_share,
-    float share_cap, double *sells_out, double *buys_out, double *share_fees_out)
+    const float *lim_row, const float *imp, const float *ord, float memory, float mn, float coef,
+    float half, float per_share, float share_cap, double *sells_out, double *buys_out,
+    double *share_fees_out)
 {
     double sells = 0.0, buys0 = 0.0, share_fees = 0.0;
     const int whole = kind == ORDERS_SHARES;
@@ -125,7 +144,8 @@ static inline __attribute__((always_inline)) void exec_pass1(
         sell = sell < lim ? sell : lim;
         /* One of buy and sell is 0: one frac serves both (a dropped sell's is unused). A sell is
            dust when its proceeds at the fill price are under the minimum. */
-        const float f = fill_frac(buy + sell, imp[j], coef, half);
+        const float m = carried_order(ord[j] * memory, buy - sell);
+        const float f = fill_frac(buy + sell, m, imp[j], coef, half);
         sell = (sell * po[j] * (1.0f - f) < mn && !exit) ? 0.0f : sell;
         sells += (double)(sell * po[j] * (1.0f - f));
         buys0 += (double)(buy * po[j] * (1.0f + f));
@@ -141,7 +161,8 @@ static inline __attribute__((always_inline)) void exec_pass1(
 
 static inline __attribute__((always_inline)) void exec_pass2(
     int64_t A, int whole, float scale_f, float *tr, float *nsh, const float *sh, const float *po,
-    const float *pc, const float *imp, float mn, float coef, float half, double *buys_out, double *pos_out)
+    const float *pc, const float *imp, const float *ord, float *ord_out, float memory, float mn, float coef,
+    float half, double *buys_out, double *pos_out)
 {
     double buys = 0.0, pos_sum = 0.0;
 #pragma omp simd reduction(+ : buys, pos_sum)
@@ -149,8 +170,10 @@ static inline __attribute__((always_inline)) void exec_pass2(
         float buy = tr[j] * scale_f;
         if (whole) buy = floorf(buy);
         buy = buy * po[j] < mn ? 0.0f : buy;
-        buys += (double)(buy * po[j] * (1.0f + fill_frac(buy, imp[j], coef, half)));
+        const float remembered = ord[j] * memory;
+        buys += (double)(buy * po[j] * (1.0f + fill_frac(buy, clamp_min_f(remembered, 0.0f), imp[j], coef, half)));
         const float traded = buy - nsh[j];
+        ord_out[j] = worked_order(remembered, traded);
         const float ns = sh[j] + traded;
         tr[j] = traded;
         nsh[j] = ns;
@@ -169,7 +192,7 @@ int64_t podracer_step(
     /* state (N,) / (N, A) */
     const int64_t *t, const double *cash, const float *shares, const double *value, const double *peak,
     const int64_t *step_count, const double *sharpe_a, const double *sharpe_b, const int64_t *rng,
-    const float *action,
+    const float *order, const float *action,
     /* market: (T, A) prices, (T, obs_width) observation template, (T, A) fill modes, (T, 3A)
        execution table (NULL: the execution model is off): per decision bar t, the fill bar t + 1's
        open and volume cap in shares (from its volume expected at bar t; +inf: none), then bar t's
@@ -178,7 +201,7 @@ int64_t podracer_step(
     const float *exec_all,
     /* outputs */
     int64_t *t_out, double *cash_out, float *shares_out, double *value_out, double *peak_out,
-    int64_t *step_count_out, double *a_out, double *b_out, int64_t *rng_out, float *reward_out,
+    int64_t *step_count_out, double *a_out, double *b_out, int64_t *rng_out, float *order_out, float *reward_out,
     uint8_t *terminated_out, uint8_t *truncated_out, uint8_t *done_out, double *cost_out,
     double *traded_notional_out, float *traded_out, float *obs_out)
 {
@@ -211,6 +234,8 @@ int64_t podracer_step(
         const uint8_t *fm = modes_all ? modes_all + (t[n] + 1) * A : NULL; /* NULL: all tradable */
         float *tr = traded_out + n * A;  /* holds the order diff until the last pass */
         float *nsh = shares_out + n * A;
+        const float *ord = order + n * A;  /* the impact memory (EnvState.order) */
+        float *ord_out = order_out + n * A;
         float *obs = obs_out + n * obs_width;
         const double c = cash[n];
 
@@ -277,38 +302,45 @@ int64_t podracer_step(
             const float *lim = fill_row + A, *imp = fill_row + 2 * A;
             const float half = (float)p[P_HALF], coef = (float)p[P_IMPACT_COEF];
             const float mn = (float)p[P_MIN_NOTIONAL];
+            const float memory = (float)p[P_MEMORY];
             const int whole = action_mode == MODE_SHARES;
             double sells = 0.0, buys0 = 0.0, buys = 0.0, share_fees = 0.0;
             /* One specialized copy per (orders, fill modes) so that each loop is branch-free and
                vectorizes. */
             if (kind == ORDERS_WEIGHTS)
                 exec_pass1(A, ORDERS_WEIGHTS, 0, NULL, a, budget, max_w, max_shares, cap_value, tr, nsh, sh, po,
-                           lim, imp, mn, coef, half, per_share, share_cap, &sells, &buys0,
+                           lim, imp, ord, memory, mn, coef, half, per_share, share_cap, &sells, &buys0,
                            &share_fees);
             else if (kind == ORDERS_WEIGHTS_LIMITED)
                 exec_pass1(A, ORDERS_WEIGHTS_LIMITED, 0, fm, a, budget, max_w, max_shares, cap_value, tr, nsh, sh,
-                           po, lim, imp, mn, coef, half, per_share, share_cap, &sells, &buys0,
+                           po, lim, imp, ord, memory, mn, coef, half, per_share, share_cap, &sells, &buys0,
                            &share_fees);
             else if (fm)
                 exec_pass1(A, ORDERS_SHARES, capped, fm, a, budget, max_w, max_shares, cap_value, tr, nsh, sh, po,
-                           lim, imp, mn, coef, half, per_share, share_cap, &sells, &buys0,
+                           lim, imp, ord, memory, mn, coef, half, per_share, share_cap, &sells, &buys0,
                            &share_fees);
             else
                 exec_pass1(A, ORDERS_SHARES, capped, NULL, a, budget, max_w, max_shares, cap_value, tr, nsh, sh,
-                           po, lim, imp, mn, coef, half, per_share, share_cap, &sells, &buys0,
+                           po, lim, imp, ord, memory, mn, coef, half, per_share, share_cap, &sells, &buys0,
                            &share_fees);
             sell_fees = sells * sell_rate + share_fees;
             available = c + sells - sell_fees;
             const double needed0 = buys0 * (1.0 + rate);
             const double scale = needed0 > available ? available / clamp_min_d(needed0, TINY) : 1.0;
             const float scale_f = (float)scale;
-            if (whole) exec_pass2(A, 1, scale_f, tr, nsh, sh, po, pc, imp, mn, coef, half, &buys, &pos_sum);
-            else exec_pass2(A, 0, scale_f, tr, nsh, sh, po, pc, imp, mn, coef, half, &buys, &pos_sum);
+            if (whole)
+                exec_pass2(A, 1, scale_f, tr, nsh, sh, po, pc, imp, ord, ord_out, memory, mn, coef, half, &buys,
+                           &pos_sum);
+            else
+                exec_pass2(A, 0, scale_f, tr, nsh, sh, po, pc, imp, ord, ord_out, memory, mn, coef, half, &buys,
+                           &pos_sum);
             sell_notional = sells;
             buy_notional = buys;
             needed = buys * (1.0 + rate);
         } else {
-            /* Pass B (frictionless fill): the orders in tr[], their notionals at the open. */
+            /* Pass B (frictionless fill): the orders in tr[], their notionals at the open; no impact,
+               so the impact memory is carried as it is. */
+            memcpy(ord_out, ord, (size_t)A * sizeof(float));
             double sells = 0.0, buys = 0.0, share_fees = 0.0;
             if (kind == ORDERS_WEIGHTS) {
 #pragma omp simd reduction(+ : sells, buys, share_fees)
