@@ -180,6 +180,25 @@ class CapacityRow(MetricsSection):
 CapacityRule = Literal["significant", "half_sharpe", "no_edge"]
 
 
+class CostLevelFigures(MetricsSection):
+    """``cost_sensitivity[].strategies.<name>``: one strategy's figures at one cost level."""
+
+    sharpe_ratio: Figure = Field(None, description="its Sharpe ratio, net of the scaled costs")
+    cum_returns_final: Figure = Field(None, description="its period return")
+
+
+class CostLevelRow(MetricsSection):
+    """``cost_sensitivity[]``: every strategy replayed at one multiple of the cost model
+    (``backtests.capacity``)."""
+
+    level: float = Field(description="the multiple of every cost term: fees, slippage, half-spread, impact")
+    strategy: str | None = Field(None, description="the selected strategy")
+    verdict_outcome: Outcome | None = Field(None, description="the verdict at that level")
+    strategies: dict[str, CostLevelFigures] = Field(
+        default_factory=dict, description="each strategy's figures, the baselines included"
+    )
+
+
 class ChampionSpan(MetricsSection):
     """One stretch of a walk-forward's account traded by one policy."""
 
@@ -275,6 +294,10 @@ class MetricsDocument(Artifact):
         description='"significant" (the largest size with a significant edge), "half_sharpe" (keeping half '
         'the smallest size\'s net Sharpe) or "no_edge"',
     )
+    cost_sensitivity: list[CostLevelRow] | None = Field(
+        None,
+        description="the strategies at 0x, 1x and 2x the cost model, at the report's account size (null when not run)",
+    )
     role: str | None = Field(None, description='"selection" when a gate decided on this window (nightly)')
     role_note: str | None = Field(None, description="why the window's figures are selection figures")
     final: bool | None = Field(None, description="a walk-forward account's report after its last fold")
@@ -332,6 +355,8 @@ DOC_SECTIONS: tuple[tuple[str, type[BaseModel]], ...] = (
     ("`oos_test.look`", LookKey),
     ("`selection`", SelectionDiagnostics),
     ("`capacity[]`", CapacityRow),
+    ("`cost_sensitivity[]`", CostLevelRow),
+    ("`cost_sensitivity[].strategies.<name>`", CostLevelFigures),
     ("`walkforward`", WalkForwardSummary),
     ("`walkforward.champions[]`", ChampionSpan),
 )

@@ -50,7 +50,7 @@ import torch
 from backtests import looks, oos_test, selection, snooping
 from backtests import metrics as m
 from backtests.baselines import is_baseline
-from backtests.capacity import capacity_fields
+from backtests.capacity import capacity_fields, capacity_levels, cost_sensitivity_fields
 from backtests.engine import BacktestResult
 from backtests.metrics_model import RELATIVE_METRICS, MetricsDocument
 from backtests.verdict import (
@@ -479,12 +479,19 @@ def capacity_document(
     """metrics.json's capacity keys (null without a capacity run): each size judged by the same
     document as the report's, less the selection diagnostics (the verdict does not read them)."""
     if capacity is None:
-        return {"capacity": None, "estimated_capacity": None, "estimated_capacity_rule": None}
+        return {
+            "capacity": None,
+            "estimated_capacity": None,
+            "estimated_capacity_rule": None,
+            "cost_sensitivity": None,
+        }
     kwargs = {k: v for k, v in document.items() if k != "trial_returns"}
-    levels = sorted({float(n.rsplit("@", 1)[1]) for n in capacity.names})
-    return capacity_fields(
-        capacity, max_participation, lambda sub: metrics_document(sub, window=window, **kwargs), levels
-    )
+
+    def judged(sub: BacktestResult) -> MetricsDocument:
+        return metrics_document(sub, window=window, **kwargs)
+
+    fields = capacity_fields(capacity, max_participation, judged, capacity_levels(capacity))
+    return {**fields, "cost_sensitivity": cost_sensitivity_fields(capacity, judged)}
 
 
 def json_safe(obj: Any) -> Any:

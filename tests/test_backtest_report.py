@@ -88,8 +88,8 @@ def test_write_report_files_and_schemas(tmp_path, result, capsys):
     # (The toy market's first bars have no volatility history yet: no impact there.)
     assert (trades["spread_cost"] > 0).all() and (trades["impact_cost"] >= 0).all()
     assert (trades["impact_cost"] > 0).mean() > 0.9
-    traded = torch.as_tensor(trades["shares"].to_numpy(), dtype=torch.float64)
-    commission = asset_fees(params, traded, torch.as_tensor(trades["fill_price"].to_numpy())).numpy()
+    traded = torch.as_tensor(trades["shares"].to_numpy().copy(), dtype=torch.float64)
+    commission = asset_fees(params, traded, torch.as_tensor(trades["fill_price"].to_numpy().copy())).numpy()
     np.testing.assert_allclose(
         trades["cost"], commission + trades["spread_cost"] + trades["impact_cost"], rtol=1e-4
     )
