@@ -102,3 +102,66 @@ def expected_volume(volume: Tensor, session_id: Tensor, sessions: int = VOLUME_S
     out = running.clone()
     out[:-1] = torch.where(per_bar[1:].isnan(), running[:-1], per_bar[1:])
     return out
+
+
+#: Bars per time-of-day bucket of :func:`spread_estimate` (half an hour of one-minute bars).
+SPREAD_BUCKET_BARS = 30
+#: The estimate's floor, a half-spread as a fraction of the price (0.25 bp: a penny on a $200 share).
+SPREAD_FLOOR = 0.25e-4
+
+
+def spread_estimate(
+    high: Tensor,
+    low: Tensor,
+    close: Tensor,
+    session_id: Tensor,
+    sessions: int = WINDOW_SESSIONS,
+    bucket_bars: int = SPREAD_BUCKET_BARS,
+    floor: float = SPREAD_FLOOR,
+) -> Tensor:
+    """``(T, A)`` float32: row ``t`` is the half-spread (a fraction of the price) expected at bar
+    ``t + 1``, estimated at bar ``t`` from high, low and close by Abdi and Ranaldo's estimator (2017,
+    "A Simple Estimation of Bid-Ask Spreads from Daily Close, High, and Low Prices"): with
+    ``c`` the log close and ``eta`` the mid-range ``(log high + log low) / 2``, the squared spread is
+    ``4 E[(c_i - eta_i)(c_i - eta_{i+1})]``. The mean runs over the pairs of consecutive bars of the
+    same session whose first bar lies in bar ``t + 1``'s time-of-day bucket (``bucket_bars`` bars from
+    the session's open), in the last ``sessions`` sessions before bar ``t + 1``'s own (all complete at
+    ``t``); a negative mean reads as 0, as in the paper. Half of the spread, at least ``floor``; the
+    floor where no earlier session has a pair in the bucket. Forward-filled bars (high = low = close)
+    pair as quiet bars."""
+    num_steps, num_assets = close.shape
+    out = torch.full((num_steps, num_assets), floor, dtype=torch.float32, device=close.device)
+    if num_steps < 2:
+        return out
+    log = lambda x: x.to(torch.float64).clamp(min=1e-12).log()  # noqa: E731
+    c, eta = log(close), (log(high) + log(low)) / 2
+    pair = 4.0 * (c[:-1] - eta[:-1]) * (c[:-1] - eta[1:])  # (T - 1, A): bar i with bar i + 1
+    same = session_id[1:] == session_id[:-1]
+    pos = position_in_session(session_id)
+    bucket = torch.div(pos, bucket_bars, rounding_mode="floor")
+    num_buckets = int(bucket.max()) + 1
+    # Sessions renumbered 0..S-1 in time order; per (session, bucket) the sum and count of pairs.
+    _, session = torch.unique_consecutive(session_id, return_inverse=True)
+    num_sessions = int(session.max()) + 1
+    cell = (session[:-1] * num_buckets + bucket[:-1])[same]
+    sums = torch.zeros(num_sessions * num_buckets, num_assets, dtype=torch.float64, device=close.device)
+    sums.index_add_(0, cell, pair[same])
+    counts = torch.zeros(num_sessions * num_buckets, dtype=torch.float64, device=close.device)
+    counts.index_add_(0, cell, torch.ones_like(cell, dtype=torch.float64))
+    sums = sums.view(num_sessions, num_buckets, num_assets)
+    counts = counts.view(num_sessions, num_buckets, 1)
+
+    # Trailing sums over the `sessions` sessions before each one (exclusive), by cumulative sums.
+    def trailing(x: Tensor) -> Tensor:
+        total = torch.cat([torch.zeros_like(x[:1]), x.cumsum(0)])  # total[s] = sum of sessions < s
+        lagged = torch.zeros_like(total)
+        lagged[sessions:] = total[:-sessions] if sessions < total.shape[0] else lagged[sessions:]
+        return (total - lagged)[:-1]
+
+    s_sum, s_cnt = trailing(sums), trailing(counts)
+    squared = torch.where(s_cnt > 0, s_sum / s_cnt.clamp(min=1.0), float("nan"))
+    half = squared.clamp(min=0.0).sqrt() / 2  # (S, B, A)
+    half = torch.where(half.isnan(), floor, half.clamp(min=floor))
+    # Row t: the estimate for bar t + 1's session and bucket.
+    out[:-1] = half[session[1:], bucket[1:]].to(torch.float32)
+    return out
