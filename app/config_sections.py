@@ -125,7 +125,11 @@ class EnvConfig(Section):
     """Trading environment parameters (see envs.trading.EnvParams, which holds the defaults)."""
 
     initial_cash: float = setting(EnvParams, "initial_cash", gt=0)
+    broker: Literal["alpaca", "flat"] = setting(EnvParams, "broker")
     cost_rate: float = setting(EnvParams, "cost_rate", ge=0, lt=0.1)
+    sec_fee_rate: float = setting(EnvParams, "sec_fee_rate", ge=0, lt=0.01)
+    taf_per_share: float = setting(EnvParams, "taf_per_share", ge=0, lt=0.01)
+    taf_max: float = setting(EnvParams, "taf_max", ge=0)
     slippage_bps: float = setting(EnvParams, "slippage_bps", ge=0, lt=1000)
     decision_interval: int = setting(EnvParams, "decision_interval", ge=1)
     episode_len: int = setting(EnvParams, "episode_len", ge=1)
@@ -139,6 +143,7 @@ class EnvConfig(Section):
     spread_bps: float = setting(EnvParams, "spread_bps", ge=0, lt=1000)
     max_participation: float = setting(EnvParams, "max_participation", ge=0, le=1)
     impact_coef: float = setting(EnvParams, "impact_coef", ge=0)
+    impact_decay: float = setting(EnvParams, "impact_decay", ge=0, le=1)
     min_order_notional: float = setting(EnvParams, "min_order_notional", ge=0)
     num_envs: int = Field(256, ge=1)
     fast_step: Literal["auto", "on", "off"] = Field(

@@ -55,7 +55,7 @@ class Fills(NamedTuple):
     """The accounting of a group's fills, each ``(K, N, A)`` float64 (``$`` unless noted)."""
 
     notional: Tensor  # signed notional at the fill price (+ = buy)
-    cost: Tensor  # commission + slippage + half-spread + impact
+    cost: Tensor  # the broker's fees + slippage + half-spread + impact
     spread_cost: Tensor  # slippage + half-spread
     impact_cost: Tensor  # square-root market impact
 
@@ -65,7 +65,7 @@ def trade_accounting(market: MarketData, params: EnvParams, shares_traded: Tenso
 
     Recomputed from the env's ``shares_traded`` and its fill rule (bar ``t + 1``'s open, buys at
     ``open * (1 + frac(q))``, sells at ``open * (1 - frac(q))`` with ``frac`` of ``envs.execution``,
-    commission ``cost_rate`` of the fill notional), vectorized over the whole run instead of one
+    the broker's fees of ``envs.execution.asset_fees``), vectorized over the whole run instead of one
     extra op per step.
     """
     shares = shares_traded.to(torch.float64)
@@ -74,7 +74,7 @@ def trade_accounting(market: MarketData, params: EnvParams, shares_traded: Tenso
     notional = shares * fill
     execution_cost = shares.abs() * (fill - px_open).abs()
     spread_cost = torch.minimum(shares.abs() * px_open * execution.half_cost(params), execution_cost)
-    cost = float(params.cost_rate) * notional.abs() + execution_cost
+    cost = execution.asset_fees(params, shares, fill) + execution_cost
     return Fills(notional, cost, spread_cost, execution_cost - spread_cost)
 
 
@@ -92,9 +92,27 @@ def fill_prices(market: MarketData, params: EnvParams, shares_traded: Tensor, k_
     device = shares_traded.device
     px_open = _fill_bar_rows(market.open, params, k_steps, device).unsqueeze(1)
     impact = _fill_bar_rows(impact_table(market), params, k_steps, device, lag=0).unsqueeze(1)
-    return execution.fill_price(params, px_open, shares_traded.to(torch.float64), impact)
+    traded = shares_traded.to(torch.float64)
+    return execution.fill_price(params, px_open, traded, impact, carried_orders(params, traded))
+
+
+def carried_orders(params: EnvParams, traded: Tensor) -> Tensor:
+    """``(K, N, A)``: the same-direction order each decision's fill adds to (``m`` of
+    ``envs.execution``), replayed from the fills as the env's impact memory carries it (from an empty
+    memory; a bust restart, which empties it, is not seen)."""
+    carried = torch.zeros_like(traded)
+    memory = params.impact_memory if params.execution else 0.0
+    if memory == 0.0:
+        return carried
+    order = torch.zeros_like(traded[0])
+    for k in range(traded.shape[0]):
+        remembered = order * memory
+        carried[k] = execution.carried_order(remembered, traded[k])
+        order = execution.worked_order(remembered, traded[k])
+    return carried
 
 
 def fill_volumes(market: MarketData, params: EnvParams, k_steps: int, device: torch.device) -> Tensor:
-    """The fill bars' volume ``(K, A)`` in shares."""
-    return _fill_bar_rows(market.volume, params, k_steps, device)
+    """The fill bars' volume ``(K, A)`` in shares as expected at the decision bars
+    (``MarketData.expected_volume``): the base of the env's volume cap."""
+    return _fill_bar_rows(market.expected_volume, params, k_steps, device, lag=0)

@@ -34,6 +34,7 @@ from backtests.baselines import is_baseline
 from backtests.engine import BacktestResult, capacity_name
 from backtests.metrics_model import MetricsDocument
 from data.market import MarketData
+from envs import execution
 from envs.trading import EnvParams
 
 #: Account sizes of the capacity curve, in $ (retail to institutional).
@@ -42,6 +43,13 @@ CAPITAL_LEVELS: tuple[float, ...] = (1e4, 1e5, 1e6, 1e7, 1e8)
 CAPACITY_BASELINES: tuple[str, ...] = ("buy_and_hold", "equal_weight", "linear")
 #: ``estimated_capacity`` by the Sharpe rule: the net Sharpe at least this fraction of the smallest size's.
 SHARPE_FRACTION = 0.5
+#: Multiples of the cost model every strategy is replayed at (``cost_sensitivity``).
+COST_LEVELS: tuple[float, ...] = (0.0, 1.0, 2.0)
+
+
+def cost_name(column: str, level: float) -> str:
+    """The column of ``column`` replayed at ``level`` times the cost model."""
+    return f"{column}~{level:g}x"
 
 
 def run_capacity(
@@ -53,41 +61,142 @@ def run_capacity(
     device: str | torch.device | None = None,
     seed: int = 0,
     linear: Any | None = None,
+    cost_levels: Sequence[float] = COST_LEVELS,
 ) -> BacktestResult:
-    """Every policy and :data:`CAPACITY_BASELINES` at every size of ``levels``, in one pass; dollars
-    in units of each column's starting capital (``engine.run_backtest``'s ``capital``); ``linear``:
-    the fitted linear baseline (``backtests.linear.LinearModel``; none: no ``linear`` column)."""
-    return engine.run_backtest(
-        market,
-        params,
-        policies,
-        baselines=CAPACITY_BASELINES,
-        device=device,
-        seed=seed,
-        capital=levels,
-        linear=linear,
-    )
+    """Every policy and :data:`CAPACITY_BASELINES` at every size of ``levels``, in one pass, then at
+    the env's own account size at every multiple of :data:`COST_LEVELS` of the cost model (one pass
+    per multiple: the cost terms are the env's constants; columns :func:`cost_name`); dollars in
+    units of each column's starting capital (``engine.run_backtest``'s ``capital``); ``linear``: the
+    fitted linear baseline (``backtests.linear.LinearModel``; none: no ``linear`` column)."""
+    runs = [
+        engine.run_backtest(
+            market,
+            params,
+            policies,
+            baselines=CAPACITY_BASELINES,
+            device=device,
+            seed=seed,
+            capital=levels,
+            linear=linear,
+        )
+    ]
+    for level in cost_levels:
+        run = engine.run_backtest(
+            market,
+            execution.scaled_costs(params, level),
+            policies,
+            baselines=CAPACITY_BASELINES,
+            device=device,
+            seed=seed,
+            capital=[float(params.initial_cash)],
+            linear=linear,
+        )
+        runs.append(dataclasses.replace(run, names=tuple(cost_name(n, level) for n in run.names)))
+    return _concat(runs)
+
+
+#: The fields of a ``BacktestResult`` with one column per strategy on axis 1.
+_COLUMN_FIELDS = (
+    "equity",
+    "returns",
+    "costs",
+    "turnover",
+    "day_equity",
+    "weights",
+    "trades",
+    "trade_costs",
+    "shares",
+    "spread_costs",
+    "impact_costs",
+)
+
+
+def _concat(runs: Sequence[BacktestResult]) -> BacktestResult:
+    """The columns of several runs of the same window side by side."""
+    first = runs[0]
+    if len(runs) == 1:
+        return first
+    changes: dict[str, Any] = {"names": tuple(n for r in runs for n in r.names)}
+    for name in _COLUMN_FIELDS:
+        values = [getattr(r, name) for r in runs]
+        changes[name] = None if any(v is None for v in values) else torch.cat(values, dim=1)
+    changes["terminated_at"] = tuple(x for r in runs for x in r.terminated_at)
+    return dataclasses.replace(first, **changes)
+
+
+def _columns(result: BacktestResult, cols: Sequence[int], names: Sequence[str]) -> BacktestResult:
+    """Columns ``cols`` of ``result`` under ``names``."""
+    pick = torch.as_tensor(list(cols), dtype=torch.long)
+    changes: dict[str, Any] = {"names": tuple(names)}
+    for name in _COLUMN_FIELDS:
+        value = getattr(result, name)
+        changes[name] = None if value is None else value.index_select(1, pick)
+    changes["terminated_at"] = tuple(result.terminated_at[i] for i in cols)
+    return dataclasses.replace(result, **changes)
+
+
+def capacity_levels(result: BacktestResult) -> list[float]:
+    """The account sizes of a :func:`run_capacity` result's capacity columns."""
+    return sorted({float(n.rsplit("@", 1)[1]) for n in result.names if "~" not in n})
+
+
+def at_cost_level(result: BacktestResult, level: float) -> BacktestResult | None:
+    """The columns of one cost level of a :func:`run_capacity` result, under their plain names
+    (None: the result has no such level)."""
+    suffix = cost_name("", level)
+    cols = [i for i, n in enumerate(result.names) if n.endswith(suffix)]
+    if not cols:
+        return None
+    return _columns(result, cols, [result.names[i][: -len(suffix)].rsplit("@", 1)[0] for i in cols])
+
+
+def cost_sensitivity_fields(
+    result: BacktestResult,
+    document: Callable[[BacktestResult], MetricsDocument],
+    levels: Sequence[float] = COST_LEVELS,
+) -> list[dict[str, Any]] | None:
+    """metrics.json's ``cost_sensitivity`` from a :func:`run_capacity` result: per cost level, the
+    verdict and every strategy's net Sharpe and return, each level judged by ``document`` (the
+    report's own); None when the result has no cost levels."""
+    rows = []
+    for level in levels:
+        sub = at_cost_level(result, level)
+        if sub is None:
+            return None
+        doc = document(sub)
+        rows.append(
+            {
+                "level": float(level),
+                "strategy": next((n for n in sub.names if not is_baseline(n)), None),
+                "verdict_outcome": doc.verdict_outcome,
+                "strategies": {
+                    name: {"sharpe_ratio": m.sharpe_ratio, "cum_returns_final": m.cum_returns_final}
+                    for name, m in doc.strategies.items()
+                },
+            }
+        )
+    return rows
+
+
+def sensitivity_line(doc: MetricsDocument) -> str | None:
+    """One line: the strategy's net Sharpe and the verdict at each cost level (None without them)."""
+    rows = doc.cost_sensitivity or []
+    if not rows:
+        return None
+    parts = []
+    for row in rows:
+        figures = row.strategies.get(row.strategy or "")
+        sharpe = None if figures is None else figures.sharpe_ratio
+        text = "n/a" if sharpe is None else f"{sharpe:.2f}"
+        parts.append(f"{row.level:g}x Sharpe {text} {row.verdict_outcome or 'n/a'}")
+    return "cost sensitivity (the cost model scaled): " + " · ".join(parts)
 
 
 def at_level(result: BacktestResult, capital: float) -> BacktestResult:
     """The columns of one size of a :func:`run_capacity` result, under their plain names."""
     suffix = capacity_name("", capital)
     cols = [i for i, n in enumerate(result.names) if n.endswith(suffix)]
-    pick = torch.as_tensor(cols)
-    changes: dict[str, Any] = {"names": tuple(result.names[i][: -len(suffix)] for i in cols)}
-    for f in dataclasses.fields(result):
-        value = getattr(result, f.name)
-        if f.name in ("equity", "returns", "costs", "turnover", "day_equity") or f.name in (
-            "weights",
-            "trades",
-            "trade_costs",
-            "shares",
-            "spread_costs",
-            "impact_costs",
-        ):
-            changes[f.name] = None if value is None else value.index_select(1, pick)
-    changes["terminated_at"] = tuple(result.terminated_at[i] for i in cols)
-    return dataclasses.replace(result, **changes)
+    return _columns(result, cols, [result.names[i][: -len(suffix)] for i in cols])
 
 
 def _fill_stats(
@@ -205,6 +314,9 @@ def curve_lines(doc: MetricsDocument) -> list[str]:
             f"  {part_text:>9}  {capped_text:>6}  {row.verdict_outcome or 'n/a'}"
         )
     lines.append(f"  estimated capacity: {capacity_rule_text(doc)}")
+    sensitivity = sensitivity_line(doc)
+    if sensitivity:
+        lines.append(sensitivity)
     return lines
 
 

@@ -101,7 +101,7 @@ class BacktestResult:
     day_dates: np.ndarray | None = None
     day_equity: Tensor | None = None
     # Per fill (None: a result built without them): shares traded (K, S, A) float32, the fill bars'
-    # volume (K, A) float32, and the execution costs (K, S, A) float32 ($): slippage + half-spread, impact.
+    # volume expected at the decision bars (K, A) float32 (the volume cap's base), and the execution costs (K, S, A) float32 ($): slippage + half-spread, impact.
     shares: Tensor | None = None
     fill_volume: Tensor | None = None
     spread_costs: Tensor | None = None

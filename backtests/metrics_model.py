@@ -201,6 +201,25 @@ class CapacityRow(MetricsSection):
 CapacityRule = Literal["significant", "half_sharpe", "no_edge"]
 
 
+class CostLevelFigures(MetricsSection):
+    """``cost_sensitivity[].strategies.<name>``: one strategy's figures at one cost level."""
+
+    sharpe_ratio: Figure = Field(None, description="its Sharpe ratio, net of the scaled costs")
+    cum_returns_final: Figure = Field(None, description="its period return")
+
+
+class CostLevelRow(MetricsSection):
+    """``cost_sensitivity[]``: every strategy replayed at one multiple of the cost model
+    (``backtests.capacity``)."""
+
+    level: float = Field(description="the multiple of every cost term: fees, slippage, half-spread, impact")
+    strategy: str | None = Field(None, description="the selected strategy")
+    verdict_outcome: Outcome | None = Field(None, description="the verdict at that level")
+    strategies: dict[str, CostLevelFigures] = Field(
+        default_factory=dict, description="each strategy's figures, the baselines included"
+    )
+
+
 class ChampionSpan(MetricsSection):
     """One stretch of a walk-forward's account traded by one policy."""
 
@@ -244,7 +263,11 @@ class MetricsDocument(Artifact):
     annualized_min_sessions: int | None = Field(
         None, description="fewest sessions with annualized compounding figures (63)"
     )
-    cost_rate: Figure = Field(None, description="commission rate used")
+    broker: str | None = Field(None, description='the fee profile: "alpaca" or "flat" (cost_rate)')
+    cost_rate: Figure = Field(None, description="commission rate used (0 at Alpaca)")
+    sec_fee_rate: Figure = Field(None, description="Alpaca: SEC fee per $ of sale proceeds")
+    taf_per_share: Figure = Field(None, description="Alpaca: FINRA TAF per share sold")
+    taf_max: Figure = Field(None, description="Alpaca: the TAF's cap per trade ($)")
     slippage_bps: Figure = Field(None, description="slippage used, in basis points")
     spread_bps: Figure = Field(None, description="half-spread paid per fill, in basis points")
     impact_coef: Figure = Field(None, description="square-root impact coefficient")
@@ -292,6 +315,10 @@ class MetricsDocument(Artifact):
         description='"significant" (the largest size with a significant edge), "half_sharpe" (keeping half '
         'the smallest size\'s net Sharpe) or "no_edge"',
     )
+    cost_sensitivity: list[CostLevelRow] | None = Field(
+        None,
+        description="the strategies at 0x, 1x and 2x the cost model, at the report's account size (null when not run)",
+    )
     role: str | None = Field(None, description='"selection" when a gate decided on this window (nightly)')
     role_note: str | None = Field(None, description="why the window's figures are selection figures")
     final: bool | None = Field(None, description="a walk-forward account's report after its last fold")
@@ -320,6 +347,8 @@ class MetricsDocument(Artifact):
         """``", half-spread 1 bp, impact 0.5, fills <= 2.5% of a bar's volume"``: the execution model the
         document was computed with, for captions after the costs ("" for documents from before it)."""
         parts = []
+        if self.broker == "alpaca":
+            parts.append("Alpaca's fees (no commission; SEC fee and TAF on sells)")
         if self.spread_bps:
             parts.append(f"half-spread {self.spread_bps:g} bp")
         if self.impact_coef:
@@ -347,6 +376,8 @@ DOC_SECTIONS: tuple[tuple[str, type[BaseModel]], ...] = (
     ("`oos_test.look`", LookKey),
     ("`selection`", SelectionDiagnostics),
     ("`capacity[]`", CapacityRow),
+    ("`cost_sensitivity[]`", CostLevelRow),
+    ("`cost_sensitivity[].strategies.<name>`", CostLevelFigures),
     ("`walkforward`", WalkForwardSummary),
     ("`walkforward.champions[]`", ChampionSpan),
 )

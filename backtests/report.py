@@ -16,10 +16,10 @@ The files and their schemas are a contract with the dashboard (see ARCHITECTURE.
 - ``positions.parquet``: long ``timestamp, strategy, ticker, weight`` (zero weights left out);
 - ``trades.parquet``: one row per fill, ``timestamp, strategy, ticker, notional, cost, shares,
   fill_price, spread_cost, impact_cost, fill_volume, participation`` (``timestamp`` = the fill bar;
-  ``notional`` signed, + = buy, at the fill price; ``shares`` signed; ``cost`` = commission + slippage
-  + half-spread + impact in $, of which ``spread_cost`` is slippage + half-spread and ``impact_cost``
-  the square-root impact; ``fill_volume`` the fill bar's volume in shares and ``participation`` the
-  fill's share of it); orders under the env's ``min_order_notional`` are never placed, so no dust rows;
+  ``notional`` signed, + = buy, at the fill price; ``shares`` signed; ``cost`` = the broker's fees +
+  slippage + half-spread + impact in $, of which ``spread_cost`` is slippage + half-spread and
+  ``impact_cost`` the square-root impact; ``fill_volume`` the fill bar's volume in shares as expected
+  at the decision bar, the volume cap's base, and ``participation`` the fill's share of it); orders under the env's ``min_order_notional`` are never placed, so no dust rows;
 - ``daily_returns.parquet``: ``date`` + one float64 column per strategy;
 - ``tearsheet.png``: pyfolio-reloaded returns tear sheet of the first strategy's daily returns against
   the benchmark (a plain matplotlib equity/drawdown figure when pyfolio cannot draw the series).
@@ -50,7 +50,7 @@ import torch
 from backtests import looks, oos_test, selection, snooping
 from backtests import metrics as m
 from backtests.baselines import is_baseline
-from backtests.capacity import capacity_fields
+from backtests.capacity import capacity_fields, capacity_levels, cost_sensitivity_fields
 from backtests.engine import BacktestResult
 from backtests.metrics_model import RELATIVE_METRICS, MetricsDocument
 from backtests.verdict import (
@@ -180,10 +180,13 @@ def costs_label(cost_rate: float | None, slippage_bps: float | None) -> str:
     return f"costs {100 * float(cost_rate):.2f}% + {float(slippage_bps):g} bp"
 
 
-def execution_settings(params: Any) -> dict[str, float]:
-    """The execution model's settings of ``params`` (``EnvParams``) as metrics.json records them."""
+def execution_settings(params: Any) -> dict[str, float | str]:
+    """The execution model's and the broker's settings of ``params`` (``EnvParams``) as metrics.json
+    records them (the regulatory fees only at Alpaca, the profile that charges them)."""
     keys = ("spread_bps", "impact_coef", "max_participation", "min_order_notional")
-    return {key: float(getattr(params, key)) for key in keys}
+    if params.broker == "alpaca":
+        keys += ("sec_fee_rate", "taf_per_share", "taf_max")
+    return {"broker": str(params.broker), **{key: float(getattr(params, key)) for key in keys}}
 
 
 def metrics_document(
@@ -196,7 +199,7 @@ def metrics_document(
     benchmark: str = "buy_and_hold",
     cost_rate: float | None = None,
     slippage_bps: float | None = None,
-    execution: Mapping[str, float] | None = None,
+    execution: Mapping[str, float | str] | None = None,
     significance_level: float = SIGNIFICANCE_LEVEL,
     earlier_looks: Sequence[float | None] = (),
     seed: int = 0,
@@ -217,6 +220,8 @@ def metrics_document(
     """
     start, end = result.date_range()
     dates, _ = result.daily_returns()
+    if (execution or {}).get("broker") == "alpaca":
+        cost_rate = 0.0  # the commission charged: none at Alpaca (its fees are recorded beside)
     trials = as_selection_inputs(trial_returns)
     bench = benchmark if benchmark in result.names else None
     fields: dict[str, Any] = {
@@ -232,7 +237,7 @@ def metrics_document(
         "annualized_min_sessions": ANNUALIZED_MIN_SESSIONS,
         "cost_rate": None if cost_rate is None else float(cost_rate),
         "slippage_bps": None if slippage_bps is None else float(slippage_bps),
-        **{key: float(value) for key, value in (execution or {}).items()},
+        **{key: value if key == "broker" else float(value) for key, value in (execution or {}).items()},
         "significance_level": float(significance_level),
         "min_oos_sessions": MIN_OOS_SESSIONS,
         "decision_interval": result.decision_interval,
@@ -477,12 +482,19 @@ def capacity_document(
     """metrics.json's capacity keys (null without a capacity run): each size judged by the same
     document as the report's, less the selection diagnostics (the verdict does not read them)."""
     if capacity is None:
-        return {"capacity": None, "estimated_capacity": None, "estimated_capacity_rule": None}
+        return {
+            "capacity": None,
+            "estimated_capacity": None,
+            "estimated_capacity_rule": None,
+            "cost_sensitivity": None,
+        }
     kwargs = {k: v for k, v in document.items() if k != "trial_returns"}
-    levels = sorted({float(n.rsplit("@", 1)[1]) for n in capacity.names})
-    return capacity_fields(
-        capacity, max_participation, lambda sub: metrics_document(sub, window=window, **kwargs), levels
-    )
+
+    def judged(sub: BacktestResult) -> MetricsDocument:
+        return metrics_document(sub, window=window, **kwargs)
+
+    fields = capacity_fields(capacity, max_participation, judged, capacity_levels(capacity))
+    return {**fields, "cost_sensitivity": cost_sensitivity_fields(capacity, judged)}
 
 
 def json_safe(obj: Any) -> Any:

@@ -130,6 +130,7 @@ def build_market(
                 "listed",
                 "daily_vol",
                 "adv",
+                "expected_volume",
             )
         },
         features=normalize(raw, spec),

@@ -20,6 +20,9 @@ Layout contract (relied on by ``envs.trading`` and the agents):
 - ``daily_vol`` / ``adv``: ``(T, A)`` float32 trailing daily volatility and average daily volume
   (shares) at each bar, from bars at or before it (``data.liquidity``; computed over the whole loaded
   history, then sliced with it): the env's market impact reads them at the decision bar.
+- ``expected_volume``: ``(T, A)`` float32, row ``t`` the volume expected at bar ``t + 1`` from what
+  is known at bar ``t`` (``data.liquidity.expected_volume``; computed over the whole loaded history,
+  then sliced with it): the env's volume cap for an order sent at ``t``.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from torch import Tensor
 
 from data.calendar import exchange_dates
 from data.errors import DataError
-from data.liquidity import trailing_liquidity
+from data.liquidity import expected_volume, trailing_liquidity
 
 
 def listed_from(tradable: Tensor) -> Tensor:
@@ -67,6 +70,7 @@ class MarketData:
     listed: Tensor | None = None  # (T, A) bool; None = derived from tradable over these bars
     daily_vol: Tensor | None = None  # (T, A) float32 trailing daily volatility; None = from these bars
     adv: Tensor | None = None  # (T, A) float32 trailing average daily volume (shares); None = from these bars
+    expected_volume: Tensor | None = None  # (T, A) float32: row t, bar t + 1's volume estimated at t
 
     def __post_init__(self) -> None:
         num_steps, num_assets = self.close.shape
@@ -98,7 +102,9 @@ class MarketData:
             daily_vol, adv = trailing_liquidity(self.close, self.volume, self.session_id)
             object.__setattr__(self, "daily_vol", daily_vol)
             object.__setattr__(self, "adv", adv)
-        for name in ("daily_vol", "adv"):
+        if self.expected_volume is None:
+            object.__setattr__(self, "expected_volume", expected_volume(self.volume, self.session_id))
+        for name in ("daily_vol", "adv", "expected_volume"):
             if getattr(self, name).shape != (num_steps, num_assets):
                 raise DataError(f"MarketData: {name} must be {(num_steps, num_assets)}")
 

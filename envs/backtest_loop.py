@@ -78,7 +78,9 @@ class BacktestLoop:
         self._rng_step = _lcg_power(block)
         num_features = market.num_features
 
-        def decide_block(obs: Tensor, t: Tensor, cash: Tensor, shares: Tensor, *tensors: Tensor):
+        def decide_block(
+            obs: Tensor, t: Tensor, cash: Tensor, shares: Tensor, order: Tensor, *tensors: Tensor
+        ):
             open_all, close_all, table, *rest = tensors
             volume_all, impact_all = rest[:2] if params.execution else (None, None)
             modes = rest[2:] if params.execution else rest
@@ -96,6 +98,7 @@ class BacktestLoop:
                     t,
                     cash,
                     shares,
+                    order,
                     action,
                     open_all,
                     close_all,
@@ -103,12 +106,12 @@ class BacktestLoop:
                     volume_all,
                     impact_all,
                 )
-                t, cash, shares, value = core.t, core.cash, core.shares, core.value
+                t, cash, shares, value, order = core.t, core.cash, core.shares, core.value, core.order
                 obs = write_portfolio(
                     table.index_select(0, t), cash, core.pos_value, value, num_features, traced=True
                 )
                 outs.append((action, value, core.traded_notional, core.traded, core.terminated, core.done))
-            return (obs, t, cash, shares, *(torch.stack(x) for x in zip(*outs, strict=True)))
+            return (obs, t, cash, shares, order, *(torch.stack(x) for x in zip(*outs, strict=True)))
 
         # The window's length is left symbolic, so that the compiled code (and inductor's on-disk
         # cache of it) serves every window of the same universe and features.
@@ -140,8 +143,8 @@ class BacktestLoop:
         mul, inc = self._rng_step
         done_k = 0
         while num - done_k >= self.block:
-            out = self._fn(obs, state.t, state.cash, state.shares, *self._tensors)
-            new_obs, t, cash, shares, actions, value, notional, traded, term, done = out
+            out = self._fn(obs, state.t, state.cash, state.shares, state.order, *self._tensors)
+            new_obs, t, cash, shares, order, actions, value, notional, traded, term, done = out
             if bool(done.any()):  # an episode ends inside the block: replay it with the env's restart
                 for _ in range(self.block):
                     state, obs, row = self._eager(state, obs)
@@ -150,7 +153,13 @@ class BacktestLoop:
                 # As `block` backtest_steps: new bar and accounting, the generator advanced `block`
                 # times, the reward-only fields kept.
                 state = dataclasses.replace(
-                    state, t=t, cash=cash, shares=shares, value=value[-1], rng=state.rng * mul + inc
+                    state,
+                    t=t,
+                    cash=cash,
+                    shares=shares,
+                    value=value[-1],
+                    rng=state.rng * mul + inc,
+                    order=order,
                 )
                 obs = new_obs
                 rows.append((actions, value, notional, traded, term))

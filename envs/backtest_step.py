@@ -30,10 +30,11 @@ def asset_prices(market: MarketData, params: EnvParams) -> tuple[Tensor, Tensor]
 
 
 def execution_tables(market: MarketData, params: EnvParams) -> tuple[Tensor, ...]:
-    """``(volume, impact)`` ``(T, A)`` for :func:`backtest_core` when ``params.execution``, else ``()``."""
+    """``(expected volume, impact)`` ``(T, A)`` for :func:`backtest_core` when ``params.execution``,
+    else ``()``: both read at the decision bar."""
     if not params.execution:
         return ()
-    return market.volume, impact_table(market)
+    return market.expected_volume, impact_table(market)
 
 
 class BacktestCore(NamedTuple):
@@ -48,6 +49,7 @@ class BacktestCore(NamedTuple):
     pos_value: Tensor
     terminated: Tensor
     done: Tensor  # terminated, or out of data
+    order: Tensor  # (N, A) the impact memory after the fill
 
 
 class BacktestStepResult(NamedTuple):
@@ -67,6 +69,7 @@ def backtest_core(
     t: Tensor,
     cash: Tensor,
     shares: Tensor,
+    order: Tensor,
     action: Tensor,
     open_all: Tensor,
     close_all: Tensor,
@@ -80,22 +83,32 @@ def backtest_core(
     t_mark = t_fill if params.decision_interval == 1 else t + params.decision_interval
     # index_select always gathers into a fresh tensor, as trade needs for the mark prices.
     mode = None if modes_all is None else modes_all.index_select(0, t_fill)
-    traded, new_shares, new_cash, traded_notional, pos_value, new_value = trade(
+    fill = trade(
         params,
         shares,
         cash,
+        order,
         action,
         open_all.index_select(0, t_fill),
         close_all.index_select(0, t_mark),
         mode,
-        None if volume_all is None else volume_all.index_select(0, t_fill),
+        None if volume_all is None else volume_all.index_select(0, t),
         None if impact_all is None else impact_all.index_select(0, t),
     )
-    terminated = new_value < params.bust_frac * params.initial_cash
+    terminated = fill.value < params.bust_frac * params.initial_cash
     # A restarted env can run out of data before the run ends: truncated (and restarted) as in step.
     done = terminated | (t_mark > last_bar)
     return BacktestCore(
-        t_mark, new_cash, new_shares, new_value, traded_notional, traded, pos_value, terminated, done
+        t_mark,
+        fill.cash,
+        fill.shares,
+        fill.value,
+        fill.traded_notional,
+        fill.traded,
+        fill.pos_value,
+        terminated,
+        done,
+        fill.order,
     )
 
 
@@ -126,19 +139,22 @@ def backtest_step(
         state.t,
         state.cash,
         state.shares,
+        state.order,
         action,
         *prices,
         None if market.all_tradable else fill_modes(market),
         *execution_tables(market, params),
     )
     obs = build_obs(market, core.t, core.cash, core.pos_value, core.value)
-    new_state = _advance(state, core.t, core.cash, core.shares, core.value)
+    new_state = _advance(state, core.t, core.cash, core.shares, core.value, core.order)
     if bool(core.done.any()):
         new_state, obs = restart(market, params, new_state, core.done, obs.clone())
     return BacktestStepResult(new_state, obs, core.terminated, core.value, core.traded_notional, core.traded)
 
 
-def _advance(state: EnvState, t: Tensor, cash: Tensor, shares: Tensor, value: Tensor) -> EnvState:
+def _advance(
+    state: EnvState, t: Tensor, cash: Tensor, shares: Tensor, value: Tensor, order: Tensor
+) -> EnvState:
     """``state`` after a backtest step: new bar and accounting, the generator advanced, the
     reward-only fields kept."""
     return EnvState(
@@ -151,4 +167,5 @@ def _advance(state: EnvState, t: Tensor, cash: Tensor, shares: Tensor, value: Te
         sharpe_a=state.sharpe_a,
         sharpe_b=state.sharpe_b,
         rng=lcg_next(state.rng),
+        order=order,
     )

@@ -46,32 +46,56 @@ def rowsum(x: Tensor) -> Tensor:
     return x.sum(1, dtype=ACC_DTYPE)
 
 
+class Fill(NamedTuple):
+    """What :func:`trade` computes."""
+
+    traded: Tensor  # (N, A) shares traded (+ bought, - sold)
+    shares: Tensor  # (N, A) holdings after the fill
+    cash: Tensor  # (N,)
+    traded_notional: Tensor  # (N,) at the fill prices
+    pos_value: Tensor  # (N, A) holdings marked at the mark bar's close
+    value: Tensor  # (N,) cash + the holdings' value
+    fees: Tensor  # (N,) the broker's fees (commission and regulatory fees)
+    order: Tensor  # (N, A) the impact memory after the fill (EnvState.order)
+
+
+def sell_share_fees(params: EnvParams, sold: Tensor) -> Tensor:
+    """Each env's per-share sell fees (FINRA TAF at Alpaca), each asset's capped per trade, summed in
+    float64 (``sold`` (N, A) >= 0; a fresh tensor)."""
+    return rowsum(sold.mul(params.sell_fee_per_share).clamp_(max=params.sell_fee_cap))
+
+
 def trade(
     params: EnvParams,
     shares: Tensor,
     cash: Tensor,
+    order: Tensor,
     action: Tensor,
     px_open: Tensor,
     px_close: Tensor,
     mode: Tensor | None = None,
     volume: Tensor | None = None,
     impact: Tensor | None = None,
-) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+) -> Fill:
     """The fill and the mark of one step (the accounting shared by the env's step and the backtest
-    step): ``(traded (N, A), new_shares, new_cash, traded_notional, pos_value, new_value)``.
+    step): a :class:`Fill`. ``order`` (N, A): the impact memory (``EnvState.order``), read and carried
+    by the execution model only (returned as it is without it).
     ``px_open`` / ``px_close`` are the fill and mark
     bars' prices in its asset dtype; ``px_close`` must be a fresh tensor (it becomes ``pos_value`` in
     place). ``mode`` (N, A) uint8: the fill bar's :mod:`envs.tradability` modes (``None``: every
-    asset tradable). ``volume`` (N, A): the fill bar's volume and ``impact`` (N, A): the decision bar's
+    asset tradable). ``volume`` (N, A): the fill bar's volume expected at the decision bar
+    (``MarketData.expected_volume``'s decision-bar row) and ``impact`` (N, A): the decision bar's
     :func:`envs.execution.impact_table` row, both needed when ``params.execution``."""
     adt = params.asset_dtype
     if params.execution:
         if volume is None or impact is None:
             raise ValueError("the execution model needs the fill bar's volume and the impact scale")
         diff = _orders(params, shares, cash, action, px_open, mode)
-        return _execute(params, shares, cash, diff, px_open, px_close, mode, volume.to(adt), impact.to(adt))
+        return _execute(
+            params, shares, cash, order, diff, px_open, px_close, mode, volume.to(adt), impact.to(adt)
+        )
     slip = params.slippage_bps * 1e-4
-    rate = params.cost_rate
+    rate, sell_rate, per_share = params.buy_fee_rate, params.sell_fee_rate, params.sell_fee_per_share > 0
     # Orders in shares: buy, sell >= 0 and diff = buy - sell. The step is memory-bound (each
     # (N, A) pass streams the operands through the cache), so temporaries are reused in place
     # where that leaves the arithmetic unchanged.
@@ -97,7 +121,10 @@ def trade(
             diff = diff.masked_fill_(mode == HOLD, 0.0)
         buy = diff.clamp(min=0.0)
         # sell = buy - diff is needed only for its notional: computed into the scratch buffer.
-        sell_at_open = torch.sub(buy, diff, out=held).mul_(px_open)
+        sold = torch.sub(buy, diff, out=held)
+        if per_share:
+            sold = sold.clone()
+        sell_at_open = held.mul_(px_open)
     else:
         diff = action.to(adt).clamp(-1.0, 1.0).mul_(params.max_shares).round_()
         if mode is not None:  # HOLD: no order; EXIT: sell everything held
@@ -110,10 +137,14 @@ def trade(
             cap = (params.max_weight * value_open).to(adt).unsqueeze(1).div(px_open).floor_()
             buy = torch.minimum(buy, cap.sub_(shares).clamp_(min=0.0))
         sell = torch.minimum((-diff).clamp_(min=0.0), shares)
+        sold = sell
         sell_at_open = sell * px_open
     sell_notional = rowsum(sell_at_open) * (1.0 - slip)
     buy_notional = rowsum(buy * px_open) * (1.0 + slip)
-    available = cash + sell_notional * (1.0 - rate)
+    sell_fees = sell_notional * sell_rate
+    if per_share:
+        sell_fees = sell_fees + sell_share_fees(params, sold)
+    available = cash + sell_notional - sell_fees
     needed = buy_notional * (1.0 + rate)
     # Buys scaled by one factor per env so cash never goes negative.
     scale = torch.where(needed > available, available / needed.clamp(min=_TINY), 1.0)
@@ -134,7 +165,8 @@ def trade(
     traded_notional = sell_notional + buy_notional
     pos_value = px_close.mul_(new_shares)
     new_value = new_cash + rowsum(pos_value)
-    return traded, new_shares, new_cash, traded_notional, pos_value, new_value
+    fees = buy_notional * rate + sell_fees
+    return Fill(traded, new_shares, new_cash, traded_notional, pos_value, new_value, fees, order)
 
 
 def _orders(
@@ -174,6 +206,7 @@ def _execute(
     params: EnvParams,
     shares: Tensor,
     cash: Tensor,
+    order: Tensor,
     diff: Tensor,
     px_open: Tensor,
     px_close: Tensor,
@@ -183,14 +216,14 @@ def _execute(
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     """:func:`trade` through the execution model (docs/env.md "Execution"; the price rule:
     :mod:`envs.execution`). In order: each order is capped at ``max_participation`` of the fill bar's
-    volume (whole shares in ``"shares"`` mode; an EXIT, the sale of a delisted asset, is not capped);
+    volume expected at the decision bar (whole shares in ``"shares"`` mode; an EXIT, the sale of a delisted asset, is not capped);
     sells whose proceeds ``q * open * (1 - frac(q))`` are under ``min_order_notional`` are dropped, the
     rest fill at ``open * (1 - frac(q))`` and fund
     the buys; the buys, priced at their capped size, are scaled by one factor per env when cash is
     short (floored to whole shares in ``"shares"`` mode); scaled buys under ``min_order_notional`` are
     dropped and the rest fill at ``open * (1 + frac(q))`` of their final size (at most the price the
     scale assumed, so cash stays >= 0)."""
-    rate = params.cost_rate
+    rate, sell_rate = params.buy_fee_rate, params.sell_fee_rate
     whole = params.action_mode == "shares"
     if params.max_participation > 0:
         limit = volume.mul(params.max_participation)
@@ -201,8 +234,11 @@ def _execute(
     buy0 = diff.clamp(min=0.0)
     sell = (-diff).clamp_(min=0.0)
     min_notional = params.min_order_notional
+    # The order worked so far, decayed to this decision, on the side of this decision's order.
+    remembered = order * params.impact_memory
+    carried = execution.carried_order(remembered, diff)
     # One of buy0 and sell is 0 per asset: one frac prices both (a dropped sell's frac is unused).
-    frac = execution.fill_frac(params, buy0 + sell, impact)
+    frac = execution.fill_frac(params, buy0 + sell, impact, carried)
     if min_notional > 0:  # a sell's proceeds at its fill price (a buy's fill price is above the open)
         dust = sell * px_open * (1.0 - frac) < min_notional
         if mode is not None:
@@ -211,7 +247,10 @@ def _execute(
         # CPU; docs/benchmarks.md)
         sell = sell.mul_(~dust)
     sell_notional = rowsum(sell * px_open * (1.0 - frac))
-    available = cash + sell_notional * (1.0 - rate)
+    sell_fees = sell_notional * sell_rate
+    if params.sell_fee_per_share > 0:
+        sell_fees = sell_fees + sell_share_fees(params, sell)
+    available = cash + sell_notional - sell_fees
     needed0 = rowsum(buy0 * px_open * (1.0 + frac)) * (1.0 + rate)
     scale = torch.where(needed0 > available, available / needed0.clamp(min=_TINY), 1.0)
     buy = buy0.mul_(scale.to(buy0.dtype).unsqueeze(1))
@@ -219,18 +258,22 @@ def _execute(
         buy = buy.floor_()
     if min_notional > 0:
         buy = buy.mul_(~(buy * px_open < min_notional))
-    buy_notional = rowsum(buy * px_open * (1.0 + execution.fill_frac(params, buy, impact)))
+    buy_notional = rowsum(buy * px_open * (1.0 + execution.fill_frac(params, buy, impact, carried)))
     needed = buy_notional * (1.0 + rate)
     traded = buy - sell
     new_shares = shares + traded
     new_cash = (available - needed).clamp_(min=0.0)
     pos_value = px_close.mul_(new_shares)
     new_value = new_cash + rowsum(pos_value)
-    return traded, new_shares, new_cash, sell_notional + buy_notional, pos_value, new_value
+    fees = buy_notional * rate + sell_fees
+    new_order = execution.worked_order(remembered, traded)
+    return Fill(
+        traded, new_shares, new_cash, sell_notional + buy_notional, pos_value, new_value, fees, new_order
+    )
 
 
 class StepCore(NamedTuple):
-    """What :func:`step_core` computes (pre-reset; the first nine are the next ``EnvState``'s fields,
+    """What :func:`step_core` computes (pre-reset; the first ten are the next ``EnvState``'s fields,
     named alike). ``envs.kernels.native.NativeStep`` has the same fields up to ``traded``."""
 
     t: Tensor  # (N,) the mark bar t + k: the next decision bar
@@ -242,6 +285,7 @@ class StepCore(NamedTuple):
     sharpe_a: Tensor
     sharpe_b: Tensor
     rng: Tensor  # advanced once
+    order: Tensor  # (N, A) the impact memory
     reward: Tensor  # (N,) float32
     terminated: Tensor  # (N,) bool
     truncated: Tensor  # (N,) bool
@@ -266,6 +310,7 @@ def step_core(
     sharpe_a: Tensor,
     sharpe_b: Tensor,
     rng: Tensor,
+    order: Tensor,
     action: Tensor,
     open_all: Tensor,
     close_all: Tensor,
@@ -276,7 +321,8 @@ def step_core(
     """The rules' step but the action check, the observation and the autoreset, as one pure function
     of tensors, so that it can be compiled. ``last_bar`` is the market's last decision bar, ``open_all`` / ``close_all`` ``(T, A)`` its prices
     and ``modes_all`` its fill modes (``None``: every bar tradable); ``volume_all`` / ``impact_all``
-    ``(T, A)``: its volume and :func:`envs.execution.impact_table` (with ``params.execution``)."""
+    ``(T, A)``: its ``expected_volume`` and :func:`envs.execution.impact_table`, both read at the
+    decision bar (with ``params.execution``)."""
     k = params.decision_interval
     t_mark = t + k
     adt = params.asset_dtype  # .to(adt) is a no-op for float32 market data and "float32"
@@ -286,11 +332,10 @@ def step_core(
     mode = None if modes_all is None else modes_all.index_select(0, t + 1)
     volume = impact = None
     if params.execution and volume_all is not None and impact_all is not None:
-        volume, impact = volume_all.index_select(0, t + 1), impact_all.index_select(0, t)
-    traded, new_shares, new_cash, traded_notional, pos_value, new_value = trade(
-        params, shares, cash, action, px_open, px_close, mode, volume, impact
+        volume, impact = volume_all.index_select(0, t), impact_all.index_select(0, t)
+    traded, new_shares, new_cash, traded_notional, pos_value, new_value, cost, new_order = trade(
+        params, shares, cash, order, action, px_open, px_close, mode, volume, impact
     )
-    cost = params.cost_rate * traded_notional
 
     # Reward.
     ratio = new_value / value
@@ -327,9 +372,10 @@ def step_core(
     if params.trade_info:
         if impact is None:
             impact = torch.zeros_like(px_open)
-        fill_price = execution.fill_price(params, px_open, traded, impact)  # per-asset dtype
-        asset_cost = params.cost_rate * traded.abs() * fill_price
+        carried = execution.carried_order(order * params.impact_memory, traded)
+        fill_price = execution.fill_price(params, px_open, traded, impact, carried)  # per-asset dtype
+        asset_cost = execution.asset_fees(params, traded, fill_price)
     return StepCore(
-        t_mark, new_cash, new_shares, new_value, new_peak, step_count, new_a, new_b, lcg_next(rng),
+        t_mark, new_cash, new_shares, new_value, new_peak, step_count, new_a, new_b, lcg_next(rng), new_order,
         reward, terminated, truncated, done, cost, traded_notional, traded, pos_value, fill_price, asset_cost,
     )  # fmt: skip

@@ -1,18 +1,27 @@
 """The execution model's market inputs and its price rule, shared by every kernel of the env step.
 
-A fill of ``q`` shares (``q > 0``) of an asset at the fill bar's open ``p`` pays, per share, a fraction
+A fill of ``q`` shares (``q > 0``) of an asset at the fill bar's open ``p``, on an order of which
+``m >= 0`` shares in the same direction were already filled (decayed, see below), pays per share a
+fraction
 
-    frac(q) = (slippage_bps + spread_bps) / 1e4 + impact_coef * impact[t] * sqrt(q)      (at most 1)
+    frac(q; m) = (slippage_bps + spread_bps) / 1e4 + impact_coef * impact[t] * g(q, m)      (at most 1)
+    g(q, m) = ((m + q) ** 1.5 - m ** 1.5) / q = (q**2 + 3 m (m + q)) / ((m + q) ** 1.5 + m ** 1.5)
 
 of ``p`` (buys at ``p * (1 + frac)``, sells at ``p * (1 - frac)``), where ``impact[t] = daily_vol[t] /
 sqrt(adv[t])`` is the asset's square-root impact scale at the decision bar ``t`` (``data.liquidity``:
-bars at or before ``t`` only), so that ``impact_coef * impact * sqrt(q) = impact_coef * daily_vol *
-sqrt(q / adv)``. The rest of the model (the volume cap, the minimum order, the order of the passes)
+bars at or before ``t`` only). The impact paid over an order's fills then sums to the square-root
+law on the whole order, ``impact_coef * daily_vol * sqrt(Q / adv)`` per share of ``Q``, however it is
+sliced, and one fill with nothing before it (``m = 0``, ``g = sqrt(q)``) pays the law on its own
+size. ``m`` is ``EnvState.order``: the signed shares filled so far, each decision's memory
+multiplied by ``(1 - impact_decay) ** decision_interval`` (an exponential decay of the order's
+impact, Obizhaeva and Wang's resilience, 2013); a fill in the other direction starts a new order.
+(The second form of ``g`` avoids the cancellation of the first when ``q`` is small against ``m``.) The rest of the model (the volume cap, the minimum order, the order of the passes)
 is ``envs.core.trade``'s; ``envs/kernels/native/step.c`` and ``envs.reference`` repeat it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import weakref
 
 import torch
@@ -43,15 +52,70 @@ def half_cost(params) -> float:
     return (params.slippage_bps + params.spread_bps) * 1e-4
 
 
-def fill_frac(params, quantity: Tensor, impact: Tensor) -> Tensor:
-    """``frac(q)`` of the module docstring for ``quantity`` ``|q|`` (a fresh tensor, same dtype)."""
-    frac = quantity.sqrt().mul_(impact.to(quantity.dtype)).mul_(params.impact_coef).add_(half_cost(params))
+def order_growth(quantity: Tensor, carried: Tensor | None) -> Tensor:
+    """``g(q, m)`` of the module docstring (``sqrt(q)`` without ``carried``; 0 where ``q = m = 0``)."""
+    if carried is None:
+        return quantity.sqrt()
+    total = carried + quantity
+    num = quantity * quantity + 3.0 * carried * total
+    den = total * total.sqrt() + carried * carried.sqrt()
+    return num / den.clamp(min=1e-30)
+
+
+def fill_frac(params, quantity: Tensor, impact: Tensor, carried: Tensor | None = None) -> Tensor:
+    """``frac(q; m)`` of the module docstring for ``quantity`` ``|q|`` and ``carried`` ``m``
+    (:func:`carried_order`; ``None``: 0), a fresh tensor of ``quantity``'s dtype."""
+    grow = order_growth(quantity, None if carried is None else carried.to(quantity.dtype))
+    frac = grow.mul_(impact.to(quantity.dtype)).mul_(params.impact_coef).add_(half_cost(params))
     return frac.clamp_(max=1.0)
 
 
-def fill_price(params, px_open: Tensor, traded: Tensor, impact: Tensor) -> Tensor:
+def fill_price(
+    params, px_open: Tensor, traded: Tensor, impact: Tensor, carried: Tensor | None = None
+) -> Tensor:
     """Per-share fill price of signed ``traded`` shares at ``px_open`` (``px_open`` where nothing trades)."""
-    return px_open * (1.0 + torch.sign(traded) * fill_frac(params, traded.abs(), impact))
+    return px_open * (1.0 + torch.sign(traded) * fill_frac(params, traded.abs(), impact, carried))
+
+
+def carried_order(remembered: Tensor, side: Tensor) -> Tensor:
+    """``m >= 0``: the shares of the decayed order ``remembered`` (signed) on the side of ``side``
+    (signed shares of this decision's order), 0 where the sides differ."""
+    return torch.where(side > 0, remembered.clamp(min=0.0), (-remembered).clamp(min=0.0))
+
+
+def worked_order(remembered: Tensor, traded: Tensor) -> Tensor:
+    """The impact memory after a fill: ``traded`` added to the decayed order ``remembered`` when both
+    go the same way, replacing it when they do not; ``remembered`` where nothing traded."""
+    same = torch.where(traded > 0, remembered.clamp(min=0.0), remembered.clamp(max=0.0))
+    return torch.where(traded == 0, remembered, same + traded)
+
+
+def asset_fees(params, traded: Tensor, fill_price: Tensor) -> Tensor:
+    """The broker's fees ``(N, A)`` of signed ``traded`` shares filled at ``fill_price``: the buy
+    rate on a buy's notional; on a sell, the sell rate on its proceeds plus the per-share fee, capped
+    per trade (``envs.params.EnvParams.broker``)."""
+    notional = traded.abs() * fill_price
+    sold = (-traded).clamp(min=0.0)
+    per_share = sold.mul(params.sell_fee_per_share).clamp_(max=params.sell_fee_cap)
+    return torch.where(
+        traded < 0, notional * params.sell_fee_rate + per_share, notional * params.buy_fee_rate
+    )
+
+
+def scaled_costs(params, level: float):
+    """``params`` (an ``EnvParams``) with every cost term of the fill times ``level``: the broker's
+    fees (commission, SEC fee, TAF and its cap), slippage, half-spread and impact. The volume cap and
+    the minimum order are limits, not costs, and stay."""
+    return dataclasses.replace(
+        params,
+        cost_rate=params.cost_rate * level,
+        sec_fee_rate=params.sec_fee_rate * level,
+        taf_per_share=params.taf_per_share * level,
+        taf_max=params.taf_max * level,
+        slippage_bps=params.slippage_bps * level,
+        spread_bps=params.spread_bps * level,
+        impact_coef=params.impact_coef * level,
+    )
 
 
 #: ``EnvParams`` overrides that switch the execution model off: the frictionless fill (slippage and

@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # the state's tensor types only: the settings load without to
 COMPILE_MODES: tuple[str, ...] = ("auto", "on", "off")
 ActionMode = Literal["weights", "shares"]
 RewardMode = Literal["log_return", "return", "diff_sharpe"]
+FeeProfile = Literal["alpaca", "flat"]
 Precision = Literal["float32", "float64"]
 
 
@@ -37,8 +38,16 @@ class EnvParams:
 
     initial_cash: float = 1e6
     """starting cash of every episode, in $"""
+    broker: FeeProfile = "alpaca"
+    """fee profile: alpaca (no commission; sells pay the SEC and FINRA TAF fees) or flat (cost_rate)"""
     cost_rate: float = 0.002
-    """proportional cost on every fill's notional"""
+    """broker flat: commission on every fill's notional (alpaca: unused)"""
+    sec_fee_rate: float = 27.8e-6
+    """broker alpaca: SEC Section 31 fee per $ of sale proceeds"""
+    taf_per_share: float = 0.000166
+    """broker alpaca: FINRA Trading Activity Fee per share sold"""
+    taf_max: float = 8.30
+    """broker alpaca: the TAF's cap per trade (one asset's sell at one decision), in $"""
     slippage_bps: float = 1.0
     """buys fill at open*(1+s), sells at open*(1-s), s = bps/1e4"""
     decision_interval: int = 15
@@ -68,9 +77,12 @@ class EnvParams:
     spread_bps: float = 1.0
     """half-spread paid on every fill, in bps of the fill bar's open"""
     max_participation: float = 0.025
-    """a fill takes at most this share of the fill bar's volume (0: no cap)"""
+    """a fill takes at most this share of the fill bar's volume expected at the decision bar (0: no cap)"""
     impact_coef: float = 0.5
     """square-root impact: impact_coef * daily_vol * sqrt(shares / adv) of the fill price"""
+    impact_decay: float = 0.0115
+    """share of a worked order's impact memory lost per bar: same-direction fills pay the square-root
+    law on the order accumulated so far (0: never forgotten; 1: each fill on its own)"""
     min_order_notional: float = 1.0
     """orders under this many $ are not placed"""
     trade_info: bool = False
@@ -90,8 +102,16 @@ class EnvParams:
                 raise bad(f.name, "must be finite")
         if self.initial_cash <= 0:
             raise bad("initial_cash", "must be > 0")
+        if self.broker not in ("alpaca", "flat"):
+            raise bad("broker", "must be 'alpaca' or 'flat'")
         if not 0 <= self.cost_rate < 1:
             raise bad("cost_rate", "must be in [0, 1)")
+        if not 0 <= self.sec_fee_rate < 1:
+            raise bad("sec_fee_rate", "must be in [0, 1)")
+        if self.taf_per_share < 0:
+            raise bad("taf_per_share", "must be >= 0")
+        if self.taf_max < 0:
+            raise bad("taf_max", "must be >= 0")
         if not 0 <= self.slippage_bps < 10_000:
             raise bad("slippage_bps", "must be in [0, 10000)")
         for name in ("decision_interval", "episode_len"):
@@ -122,6 +142,8 @@ class EnvParams:
             raise bad("max_participation", "must be in [0, 1] (0: no volume cap)")
         if self.impact_coef < 0:
             raise bad("impact_coef", "must be >= 0")
+        if not 0 <= self.impact_decay <= 1:
+            raise bad("impact_decay", "must be in [0, 1]")
         if self.min_order_notional < 0:
             raise bad("min_order_notional", "must be >= 0")
         if not isinstance(self.trade_info, bool):
@@ -138,6 +160,32 @@ class EnvParams:
             or self.impact_coef > 0
             or self.min_order_notional > 0
         )
+
+    @property
+    def impact_memory(self) -> float:
+        """Share of the order's accumulated size still remembered at the next decision:
+        ``(1 - impact_decay) ** decision_interval`` (0 without impact)."""
+        return (1.0 - self.impact_decay) ** self.decision_interval if self.impact_coef > 0 else 0.0
+
+    @property
+    def buy_fee_rate(self) -> float:
+        """Fee per $ of a buy's notional at its fill price: the flat commission, or 0 at Alpaca."""
+        return self.cost_rate if self.broker == "flat" else 0.0
+
+    @property
+    def sell_fee_rate(self) -> float:
+        """Fee per $ of a sell's proceeds: the flat commission, or the SEC fee at Alpaca."""
+        return self.cost_rate if self.broker == "flat" else self.sec_fee_rate
+
+    @property
+    def sell_fee_per_share(self) -> float:
+        """Fee per share sold (FINRA TAF at Alpaca, capped at :attr:`sell_fee_cap` per trade)."""
+        return self.taf_per_share if self.broker == "alpaca" else 0.0
+
+    @property
+    def sell_fee_cap(self) -> float:
+        """The per-share fee's cap per trade, in $."""
+        return self.taf_max
 
     @property
     def asset_dtype(self) -> torch.dtype:
@@ -160,6 +208,7 @@ class EnvState:
     sharpe_a: Tensor  # (N,) ACC_DTYPE: EMA of returns (differential Sharpe ratio)
     sharpe_b: Tensor  # (N,) ACC_DTYPE: EMA of squared returns
     rng: Tensor  # (N,) int64: per-env generator state for autoreset start bars
+    order: Tensor  # (N, A) params.asset_dtype: signed shares of the order being worked (impact memory)
 
     @property
     def num_envs(self) -> int:

@@ -39,6 +39,7 @@ class ReferenceEnv:
         self.step_count = 0
         self.sharpe_a = 0.0
         self.sharpe_b = 0.0
+        self.order = [0.0] * self.num_assets  # signed shares of the order being worked (impact memory)
 
     def observation(self) -> list[float]:
         """The observation at bar ``t`` in the layout of :mod:`envs.observation`: cash fraction, time
@@ -69,6 +70,8 @@ class ReferenceEnv:
         p = self.params
         k = p.decision_interval
         slip = p.slippage_bps / 1e4
+        # The broker's fees: a flat commission on both sides, or Alpaca's regulatory fees on sells.
+        buy_rate = p.cost_rate if p.broker == "flat" else 0.0
         opens = self.market.open[self.t + 1].tolist()
         closes = self.market.close[self.t + k].tolist()
         n = self.num_assets
@@ -120,14 +123,15 @@ class ReferenceEnv:
             cash, buys, sells, buy_notional, sell_notional = self._execute(buys, sells, opens, exit_)
             shares = [self.shares[a] - sells[a] + buys[a] for a in range(n)]
             traded_notional = sell_notional + buy_notional
-            cost = p.cost_rate * traded_notional
+            cost = self._sell_fees(sells, sell_notional) + buy_rate * buy_notional
             return self._finish(cash, shares, closes, traded_notional, cost, buys, sells)
 
-        # Sells first; their proceeds net of cost fund the buys.
+        # Sells first; their proceeds net of the sell fees fund the buys.
         sell_notional = sum(sells[a] * opens[a] * (1 - slip) for a in range(n))
-        cash = self.cash + sell_notional - p.cost_rate * sell_notional
+        sell_fees = self._sell_fees(sells, sell_notional)
+        cash = self.cash + sell_notional - sell_fees
         buy_notional = sum(buys[a] * opens[a] * (1 + slip) for a in range(n))
-        needed = buy_notional * (1 + p.cost_rate)
+        needed = buy_notional * (1 + buy_rate)
         if needed > cash:
             fraction = cash / needed
             if p.action_mode == "shares":
@@ -135,11 +139,11 @@ class ReferenceEnv:
             else:
                 buys = [b * fraction for b in buys]
             buy_notional = sum(buys[a] * opens[a] * (1 + slip) for a in range(n))
-            needed = buy_notional * (1 + p.cost_rate)
+            needed = buy_notional * (1 + buy_rate)
         cash = max(0.0, cash - needed)
         shares = [self.shares[a] - sells[a] + buys[a] for a in range(n)]
         traded_notional = sell_notional + buy_notional
-        cost = p.cost_rate * traded_notional
+        cost = sell_fees + buy_rate * buy_notional
         return self._finish(cash, shares, closes, traded_notional, cost, buys, sells)
 
     def _execute(
@@ -149,13 +153,23 @@ class ReferenceEnv:
         half-spread and square-root impact. Returns ``(cash, buys, sells, buy_notional, sell_notional)``."""
         p = self.params
         n = self.num_assets
-        volume = self.market.volume[self.t + 1].tolist()  # the fill bar's volume
+        # The fill bar's volume as expected at the decision bar (never the fill bar's own).
+        volume = self.market.expected_volume[self.t].tolist()
         daily_vol = self.market.daily_vol[self.t].tolist()  # liquidity known at the decision bar
         adv = self.market.adv[self.t].tolist()
         whole = p.action_mode == "shares"
 
-        def frac(a: int, q: float) -> float:
-            impact = daily_vol[a] * math.sqrt(q / adv[a]) if adv[a] > 0 else 0.0
+        # The order worked so far, decayed since the last decision (EnvState.order).
+        memory = (1 - p.impact_decay) ** p.decision_interval if p.impact_coef > 0 else 0.0
+        remembered = [x * memory for x in self.order]
+
+        def frac(a: int, q: float, side: int) -> float:
+            # The square-root law on the whole order: this fill pays the growth of the order's
+            # impact cost from m (same-direction shares already worked) to m + q, per share.
+            m = max(0.0, side * remembered[a])
+            impact = 0.0
+            if adv[a] > 0 and q > 0:
+                impact = daily_vol[a] * ((m + q) ** 1.5 - m**1.5) / q / math.sqrt(adv[a])
             return min(1.0, (p.slippage_bps + p.spread_bps) / 1e4 + p.impact_coef * impact)
 
         buys, sells = list(buys), list(sells)
@@ -165,19 +179,36 @@ class ReferenceEnv:
                 if whole:
                     limit = math.floor(limit)
                 buys[a], sells[a] = min(buys[a], limit), min(sells[a], limit)
-            if sells[a] * opens[a] * (1 - frac(a, sells[a])) < p.min_order_notional and not exit_[a]:
+            if sells[a] * opens[a] * (1 - frac(a, sells[a], -1)) < p.min_order_notional and not exit_[a]:
                 sells[a] = 0.0
-        sell_notional = sum(sells[a] * opens[a] * (1 - frac(a, sells[a])) for a in range(n))
-        cash = self.cash + sell_notional * (1 - p.cost_rate)
+        sell_notional = sum(sells[a] * opens[a] * (1 - frac(a, sells[a], -1)) for a in range(n))
+        cash = self.cash + sell_notional - self._sell_fees(sells, sell_notional)
+        buy_rate = p.cost_rate if p.broker == "flat" else 0.0
         # The scale is priced at the capped sizes; the scaled buys then pay their own (lower) price.
-        needed = sum(buys[a] * opens[a] * (1 + frac(a, buys[a])) for a in range(n)) * (1 + p.cost_rate)
+        needed = sum(buys[a] * opens[a] * (1 + frac(a, buys[a], 1)) for a in range(n)) * (1 + buy_rate)
         if needed > cash:
             fraction = cash / needed
             buys = [math.floor(b * fraction) if whole else b * fraction for b in buys]
         buys = [0.0 if b * opens[a] < p.min_order_notional else b for a, b in enumerate(buys)]
-        buy_notional = sum(buys[a] * opens[a] * (1 + frac(a, buys[a])) for a in range(n))
-        cash = max(0.0, cash - buy_notional * (1 + p.cost_rate))
+        buy_notional = sum(buys[a] * opens[a] * (1 + frac(a, buys[a], 1)) for a in range(n))
+        cash = max(0.0, cash - buy_notional * (1 + buy_rate))
+        for a in range(n):
+            traded = buys[a] - sells[a]
+            if traded > 0:
+                self.order[a] = max(0.0, remembered[a]) + traded
+            elif traded < 0:
+                self.order[a] = min(0.0, remembered[a]) + traded
+            else:
+                self.order[a] = remembered[a]
         return cash, buys, sells, buy_notional, sell_notional
+
+    def _sell_fees(self, sells: list[float], proceeds: float) -> float:
+        """The broker's fees on the sells: flat, the commission on the proceeds; Alpaca, the SEC fee
+        on the proceeds plus the FINRA TAF per share sold, capped per asset and decision."""
+        p = self.params
+        if p.broker == "flat":
+            return p.cost_rate * proceeds
+        return p.sec_fee_rate * proceeds + sum(min(p.taf_per_share * q, p.taf_max) for q in sells)
 
     def _finish(
         self,

@@ -11,8 +11,11 @@ Semantics (one decision per step; ``k = decision_interval``):
   day of bar ``t``, then per asset the position weight (marked at bar ``t``'s close) and the
   features of bar ``t``. Layout: :mod:`envs.observation` (``obs_dim``, ``split_obs``).
 - **Fill.** Orders fill at bar ``t+1``'s open: buys at ``open * (1 + slippage)``, sells at
-  ``open * (1 - slippage)`` (``slippage = slippage_bps / 1e4``), each paying ``cost_rate`` times its
-  notional at the fill price. Sells execute first and their proceeds (net of cost) fund the buys;
+  ``open * (1 - slippage)`` (``slippage = slippage_bps / 1e4``), each paying the broker's fees
+  (``EnvParams.broker``: at ``"alpaca"``, none on a buy, and on a sell ``sec_fee_rate`` of its
+  proceeds plus ``taf_per_share`` per share, at most ``taf_max`` per asset and decision; at
+  ``"flat"``, ``cost_rate`` of the notional on both sides). Sells execute first and their proceeds
+  (net of fees) fund the buys;
   if the buys (plus their cost) need more cash than is available, every buy of that env is scaled
   by the same factor so cash never goes negative (in ``"shares"`` mode the scaled buys are floored
   to whole shares). Holdings never go negative (long-only). With the execution model
@@ -157,6 +160,7 @@ def reset(
         sharpe_a=zeros,
         sharpe_b=zeros.clone(),
         rng=rng,
+        order=torch.zeros(num_envs, market.num_assets, dtype=params.asset_dtype, device=device),
     )
     return state, fresh_obs(market, t)
 
@@ -178,6 +182,7 @@ def restart(
         sharpe_a=torch.where(mask, 0.0, state.sharpe_a),
         sharpe_b=torch.where(mask, 0.0, state.sharpe_b),
         rng=state.rng,
+        order=state.order.masked_fill(mask[:, None], 0.0),
     )
     idx = mask.nonzero().squeeze(1)
     obs[idx] = fresh_obs(market, new_state.t.index_select(0, idx))
@@ -280,7 +285,7 @@ def _transition(
     }
     if params.trade_info:  # (never native: see native.supports)
         info["fill_price"], info["asset_cost"] = core.fill_price, core.asset_cost
-    state = EnvState(*core[:9])  # a core's first nine fields are EnvState's, in order
+    state = EnvState(*core[:10])  # a core's first ten fields are EnvState's, in order
     return Transition(state, obs, core.reward, core.terminated, core.truncated, core.done, info, any_done)
 
 
@@ -316,11 +321,12 @@ def step_env(
         state.sharpe_a,
         state.sharpe_b,
         state.rng,
+        state.order if core is None else state.order.contiguous(),
         action,
         market.open,
         market.close,
         None if market.all_tradable else fill_modes(market),
-        *((market.volume, impact_table(market)) if params.execution else ()),
+        *((market.expected_volume, impact_table(market)) if params.execution else ()),
     )
     obs = build_obs(market, out.t, out.cash, out.pos_value, out.value)
     return _transition(out, obs, state.t, params, None)
@@ -393,7 +399,7 @@ def step(
     (torch.Size([4]), torch.float32, torch.bool)
     >>> bool((state.t == info["bar_t"] + 5).all()), bool((state.cash >= 0).all())
     (True, True)
-    >>> bool(torch.allclose(info["cost"], params.cost_rate * info["traded_notional"]))
+    >>> bool((info["cost"] == 0).all())  # Alpaca (the default broker): a buy pays no commission
     True
     """
     kernel = choose(market, params, state, fast, fallback_to_compile)

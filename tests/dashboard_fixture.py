@@ -278,7 +278,7 @@ def write_real_backtest(
         session_start = (glob[:, 1] < decision_interval / BARS_PER_DAY).unsqueeze(1)
         return torch.where(session_start, target, per_asset[..., 0])
 
-    params = EnvParams(decision_interval=decision_interval, cost_rate=0.0005)
+    params = EnvParams(decision_interval=decision_interval, broker="flat", cost_rate=0.0005)
     result = run_backtest(market, params, {"champion": champion}, device="cpu", seed=seed)
     sizes = run_capacity(market, params, {"champion": champion}, device="cpu", seed=seed)
     write_report(

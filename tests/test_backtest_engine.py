@@ -60,7 +60,12 @@ def test_hand_checked_two_assets_five_bars():
     open_ = [[10, 20], [10, 20], [11, 19], [12, 20], [12, 21]]
     close = [[10, 20], [11, 19], [12, 20], [11, 21], [12, 22]]
     params = EnvParams(
-        initial_cash=1000.0, cost_rate=0.01, slippage_bps=100.0, decision_interval=1, **FRICTIONLESS
+        initial_cash=1000.0,
+        broker="flat",
+        cost_rate=0.01,
+        slippage_bps=100.0,
+        decision_interval=1,
+        **FRICTIONLESS,
     )
     policy = Script([[0.5, 0.5], [0.0, 0.0], [1.0, 0.0], [1.0, 0.0]])
     res = engine.run_backtest(_market(open_, close), params, {"p": policy}, baselines=())
@@ -109,7 +114,7 @@ def test_hand_checked_two_assets_five_bars():
 
 
 def test_buy_and_hold_is_the_equal_weight_price_relative_net_of_initial_costs(toy):
-    params = EnvParams(decision_interval=15, cost_rate=0.002, slippage_bps=1.0, **FRICTIONLESS)
+    params = EnvParams(decision_interval=15, broker="flat", cost_rate=0.002, slippage_bps=1.0, **FRICTIONLESS)
     res = engine.run_backtest(toy, params, baselines=("buy_and_hold", "cash"))
     col = res.index("buy_and_hold")
     last_bar = engine.num_decisions(toy.num_steps, 15) * 15
@@ -329,7 +334,12 @@ def test_equal_weight_rebalances_at_each_session_open_against_a_hand_computed_ca
     open_ = [[10, 20], [10, 20], [12, 18], [13, 17], [9, 22], [10, 21]]
     close = [[10, 20], [11, 19], [13, 17], [12, 18], [10, 21], [11, 20]]
     params = EnvParams(
-        initial_cash=1000.0, cost_rate=0.01, slippage_bps=0.0, decision_interval=1, **FRICTIONLESS
+        initial_cash=1000.0,
+        broker="flat",
+        cost_rate=0.01,
+        slippage_bps=0.0,
+        decision_interval=1,
+        **FRICTIONLESS,
     )
     market = _market(open_, close, bars_per_session=2)
     res = engine.run_backtest(market, params, baselines=("equal_weight", "buy_and_hold"))

@@ -15,6 +15,7 @@ from backtests import engine, report, selection
 from backtests import metrics as m
 from backtests.metrics_model import METRIC_KEYS, MetricsDocument
 from data.toy import toy_market
+from envs.execution import asset_fees
 from envs.trading import EnvParams
 
 # Long the assets whose first feature is positive: trades every decision, deterministic.
@@ -87,7 +88,8 @@ def test_write_report_files_and_schemas(tmp_path, result, capsys):
     # (The toy market's first bars have no volatility history yet: no impact there.)
     assert (trades["spread_cost"] > 0).all() and (trades["impact_cost"] >= 0).all()
     assert (trades["impact_cost"] > 0).mean() > 0.9
-    commission = params.cost_rate * trades["notional"].abs()
+    traded = torch.as_tensor(trades["shares"].to_numpy().copy(), dtype=torch.float64)
+    commission = asset_fees(params, traded, torch.as_tensor(trades["fill_price"].to_numpy().copy())).numpy()
     np.testing.assert_allclose(
         trades["cost"], commission + trades["spread_cost"] + trades["impact_cost"], rtol=1e-4
     )

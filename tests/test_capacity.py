@@ -45,7 +45,13 @@ def test_every_strategy_runs_at_every_size_in_units_of_its_capital(capacity_resu
     expected = [
         engine.capacity_name(n, c) for n in ("champion", "buy_and_hold", "equal_weight") for c in LEVELS
     ]
-    assert list(capacity_result.names) == expected
+    costs = [
+        capacity.cost_name(engine.capacity_name(n, 1e6), level)
+        for level in capacity.COST_LEVELS
+        for n in ("champion", "buy_and_hold", "equal_weight")
+    ]
+    assert list(capacity_result.names) == expected + costs
+    assert capacity.capacity_levels(capacity_result) == list(LEVELS)
     assert capacity_result.initial_value == 1.0
     assert bool((capacity_result.equity > 0).all())
 
@@ -230,3 +236,35 @@ def test_a_loser_loses_less_where_the_volume_cap_stops_it_trading(foresight_mark
         )
     assert rows[0]["sharpe_ratio"] < 0
     assert capacity.estimate(rows) == {"estimated_capacity": None, "estimated_capacity_rule": "no_edge"}
+
+
+def test_every_strategy_replays_at_0x_1x_2x_the_cost_model(rising_market, capacity_result):
+    # 1x is the env's own costs at its own account size: the plain backtest.
+    plain = engine.run_backtest(
+        rising_market,
+        EnvParams(decision_interval=30),
+        {"champion": _invested},
+        baselines=("buy_and_hold", "equal_weight"),
+    )
+    at_1x = capacity.at_cost_level(capacity_result, 1.0)
+    assert at_1x.names == plain.names
+    torch.testing.assert_close(at_1x.equity * 1e6, plain.equity.to(at_1x.equity.dtype), rtol=1e-5, atol=1e-2)
+    # Free trading earns the most and double costs the least, for every strategy.
+    finals = {
+        level: capacity.at_cost_level(capacity_result, level).equity[-1] for level in capacity.COST_LEVELS
+    }
+    assert bool((finals[0.0] > finals[1.0]).all()) and bool((finals[1.0] > finals[2.0]).all())
+    doc = report.metrics_document(plain, window="test")
+    rows = capacity.cost_sensitivity_fields(
+        capacity_result, lambda sub: report.metrics_document(sub, window="test")
+    )
+    assert [row["level"] for row in rows] == [0.0, 1.0, 2.0]
+    assert rows[1]["strategies"]["champion"]["sharpe_ratio"] == pytest.approx(
+        doc.strategies["champion"].sharpe_ratio, rel=1e-4
+    )
+    sharpes = [row["strategies"]["champion"]["sharpe_ratio"] for row in rows]
+    assert sharpes[0] > sharpes[1] > sharpes[2]
+    assert set(rows[0]["strategies"]) == {"champion", "buy_and_hold", "equal_weight"}
+    full = MetricsDocument.parse(report.json_safe({**doc.model_dump(), "cost_sensitivity": rows}))
+    line = capacity.sensitivity_line(full)
+    assert line.startswith("cost sensitivity") and "0x Sharpe" in line and "2x Sharpe" in line

@@ -21,7 +21,12 @@ def test_backtest_step_matches_step_bitwise(precision, interval):
     # A high bust floor terminates envs (and restarts them at random bars, some of which then run
     # out of data and restart again): every branch of the restart logic is exercised.
     params = EnvParams(
-        decision_interval=interval, episode_len=10_000, precision=precision, bust_frac=0.97, cost_rate=0.01
+        decision_interval=interval,
+        episode_len=10_000,
+        precision=precision,
+        bust_frac=0.97,
+        broker="flat",
+        cost_rate=0.01,
     )
     n = 6
     state, obs = trading.reset(market, params, n, torch.Generator().manual_seed(3), start=0)

@@ -252,7 +252,7 @@ def test_held_asset_gone_for_good_is_sold_at_its_last_real_price():
     market = with_gaps(toy_market(300, 3, 2, seed=3), frac=0.0)  # asset 2 leaves at bar 200
     assert not bool(market.listed[200:, 2].any()) and bool(market.listed[199, 2])
     last_real = float(market.close[199, 2])
-    params = EnvParams(decision_interval=5, episode_len=100, slippage_bps=0.0, **FRICTIONLESS)
+    params = EnvParams(decision_interval=5, episode_len=100, slippage_bps=0.0, broker="flat", **FRICTIONLESS)
     state, _ = trading.reset(market, params, 1, start=185)
     want = torch.tensor([[0.0, 0.0, 0.5]])
     state, *_ = trading.step(market, params, state, want)  # fills at 186: bought

@@ -62,19 +62,29 @@ def test_accounting_invariants(market, mode, precision):
         torch.testing.assert_close(
             after.value, after.cash + (after.shares.double() * close).sum(1), rtol=rtol, atol=1e-6
         )
-        # cost = cost_rate * traded notional, and the notional is what was traded at fill prices.
-        torch.testing.assert_close(info["cost"], params.cost_rate * info["traded_notional"])
+        # cost = the broker's fees on the fills, and the notional is what was traded at fill prices.
+        torch.testing.assert_close(info["cost"], _fees_by_hand(params, info), rtol=1e-5, atol=1e-6)
         notional = (info["shares_traded"].abs() * info["fill_price"]).double().sum(1)
         torch.testing.assert_close(info["traded_notional"], notional, rtol=1e-5, atol=1e-3)
         torch.testing.assert_close(info["asset_cost"].double().sum(1), info["cost"], rtol=1e-5, atol=1e-3)
-        # Fill prices: open * (1 +- frac(q)), frac = slippage + half-spread + square-root impact
-        # of the trade's size at the decision bar's liquidity (docs/env.md "Execution").
+        # Fill prices: open * (1 +- frac(q)), frac = slippage + half-spread + the square-root impact's
+        # growth from the same-direction order m worked so far (decayed) to m + q, per share, at the
+        # decision bar's liquidity (docs/env.md "Execution").
         fill_open = market.open[before.t + 1].double()
         traded = info["shares_traded"].double()
         sigma, adv = market.daily_vol[before.t].double(), market.adv[before.t].double()
-        frac = (params.slippage_bps + params.spread_bps) * 1e-4 + params.impact_coef * sigma * (
-            traded.abs() / adv
-        ).sqrt()
+        remembered = before.order.double() * params.impact_memory
+        m = torch.where(traded > 0, remembered.clamp(min=0), (-remembered).clamp(min=0))
+        q = traded.abs()
+        growth = torch.where(q > 0, ((m + q) ** 1.5 - m**1.5) / q.clamp(min=1e-30), 0.0)
+        frac = (
+            params.slippage_bps + params.spread_bps
+        ) * 1e-4 + params.impact_coef * sigma * growth / adv.sqrt()
+        # The order carried on: the fill added to the same-direction memory, or a new order.
+        same = torch.where(traded > 0, remembered.clamp(min=0), remembered.clamp(max=0))
+        worked = torch.where(traded == 0, remembered, same + traded)
+        cont = after.step_count > 0
+        torch.testing.assert_close(after.order.double()[cont], worked[cont], rtol=1e-5, atol=1e-3)
         want = fill_open * (1 + torch.sign(traded) * frac.clamp(max=1.0))
         fill = info["fill_price"].double()
         torch.testing.assert_close(fill, want, rtol=1e-6, atol=0.0)
@@ -83,7 +93,6 @@ def test_accounting_invariants(market, mode, precision):
         # No negative cash or holdings, ever.
         assert bool((after.cash >= 0).all()) and bool((after.shares >= 0).all())
         # Cash conservation over the step, for envs that did not reset.
-        cont = after.step_count > 0
         spent = (traded * want).sum(1)
         torch.testing.assert_close(
             after.cash[cont], (before.cash - spent - info["cost"])[cont], rtol=rtol, atol=dollar_atol
@@ -124,6 +133,16 @@ def test_shares_mode_limits_sells_to_holdings(market):
     assert info["shares_traded"][0].tolist() == [-5.0, -1.0, 0.0, 0.0, 0.0]
 
 
+def _fees_by_hand(params: EnvParams, info: dict) -> torch.Tensor:
+    """Buys pay buy_fee_rate of their notional; sells sell_fee_rate of their proceeds plus the
+    per-share fee capped per asset."""
+    traded = info["shares_traded"].double()
+    notional = traded * info["fill_price"].double()
+    bought, sold = notional.clamp(min=0).sum(1), (-notional).clamp(min=0).sum(1)
+    per_share = ((-traded).clamp(min=0) * params.sell_fee_per_share).clamp(max=params.sell_fee_cap).sum(1)
+    return params.buy_fee_rate * bought + params.sell_fee_rate * sold + per_share
+
+
 def test_round_trip_on_flat_prices_costs_exactly_the_cost_rate():
     market = toy_market(num_steps=50, num_assets=3, num_features=2, seed=0)
     flat = torch.full_like(market.close, 50.0)
@@ -132,6 +151,7 @@ def test_round_trip_on_flat_prices_costs_exactly_the_cost_rate():
         decision_interval=1,
         episode_len=10,
         slippage_bps=0.0,
+        broker="flat",
         cost_rate=0.01,
         reward="return",
         reward_scale=1.0,
@@ -246,6 +266,7 @@ def test_invariants_hold_for_random_params(
     params = EnvParams(
         action_mode=mode,
         reward=reward,
+        broker="flat",
         cost_rate=cost_rate,
         slippage_bps=slippage_bps,
         decision_interval=3,

@@ -24,9 +24,10 @@ TOLERANCES = {
 OBS_ATOL = 1e-6
 # The differential Sharpe ratio divides return deviations by a small running volatility, so the
 # ~1e-8 return differences that float32 holdings cause (a slightly different portfolio) come out
-# at up to 3.3e-3 relative for |reward| > 0.1 and 2.3e-4 absolute below (measured over CASES);
-# "float64" keeps it within RTOL.
-DSR_FLOAT32_RTOL, DSR_FLOAT32_ATOL = 5e-3, 1e-3
+# at up to 2e-2 relative for |reward| > 0.1 and 2.3e-4 absolute below (measured over CASES with
+# Alpaca's fees; 4.4e-2 in case 5 without any fee: the smaller the fees, the smaller the returns and
+# the variance they are divided by, while the value agrees to a cent); "float64" keeps it within RTOL.
+DSR_FLOAT32_RTOL, DSR_FLOAT32_ATOL = 5e-2, 1e-3
 
 
 def _close(batched: float, reference: float, atol: float, rtol: float = RTOL) -> bool:
@@ -51,7 +52,12 @@ CASES = [
     (3, "shares", "log_return", {**OFF, "max_shares": 4000.0}),  # buys exceed cash: scaled and floored
     (4, "shares", "return", {**OFF, "max_shares": 50.0, "slippage_bps": 5.0}),
     (5, "shares", "diff_sharpe", {**OFF, "max_shares": 3000.0, "drawdown_penalty": 0.1}),
-    (6, "weights", "return", {**OFF, "bust_frac": 0.998, "cost_rate": 0.01}),  # terminations happen
+    (
+        6,
+        "weights",
+        "return",
+        {**OFF, "bust_frac": 0.998, "cost_rate": 0.01, "broker": "flat"},
+    ),  # terminations happen
     (7, "weights", "log_return", {**OFF, "episode_len": 1000}),  # runs into the end of the data
     # Risk limits: the weight cap binds (actions up to 0.7 against 0.2), the turnover penalty.
     (8, "weights", "log_return", {**OFF, "max_weight": 0.2, "turnover_penalty": 0.5}),

@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 
-from data.liquidity import trailing_liquidity
+from data.liquidity import expected_volume, trailing_liquidity
 from data.toy import toy_market
 from envs import trading
 from envs.backtest_step import asset_prices, backtest_step
@@ -32,6 +32,7 @@ PARAMS = EnvParams(
     max_participation=0.025,
     impact_coef=0.5,
     min_order_notional=1.0,
+    broker="flat",
     cost_rate=0.001,
 )
 
@@ -50,6 +51,7 @@ def flat_market():
         volume=torch.full_like(base.close, FILL_VOLUME),
         daily_vol=torch.full_like(base.close, DAILY_VOL),
         adv=torch.full_like(base.close, ADV),
+        expected_volume=None,  # from these volumes: 1000 shares expected at every bar
     )
 
 
@@ -91,9 +93,9 @@ def test_an_order_ten_times_the_bar_volume_fills_its_cap_at_spread_plus_impact(f
         assert (fill - PRICE) * filled == pytest.approx(execution_cost, rel=1e-6)
 
 
-def test_a_zero_volume_fill_bar_fills_nothing_and_dust_is_not_placed(flat_market):
+def test_no_expected_volume_fills_nothing_and_dust_is_not_placed(flat_market):
     quiet = dataclasses.replace(
-        flat_market, volume=flat_market.volume.clone().index_fill_(0, torch.tensor([1]), 0.0)
+        flat_market, volume=torch.zeros_like(flat_market.volume), expected_volume=None
     )
     state, _ = trading.reset(quiet, PARAMS, 1, start=0)
     out = trading.step(quiet, PARAMS, state, torch.tensor([[0.5, 0.5]]))
@@ -133,7 +135,9 @@ def test_liquidity_is_point_in_time():
 
 def test_no_volume_cap_fills_a_zero_volume_bar_in_every_kernel(flat_market):
     """With ``max_participation`` 0 a zero-volume fill bar is no limit (the frictionless rule)."""
-    quiet = dataclasses.replace(flat_market, volume=torch.zeros_like(flat_market.volume))
+    quiet = dataclasses.replace(
+        flat_market, volume=torch.zeros_like(flat_market.volume), expected_volume=None
+    )
     params = dataclasses.replace(PARAMS, max_participation=0.0)
     state, _ = trading.reset(quiet, params, 1, start=0)
     action = torch.tensor([[0.5, 0.0]])
@@ -145,3 +149,105 @@ def test_no_volume_cap_fills_a_zero_volume_bar_in_every_kernel(flat_market):
         torch.testing.assert_close(
             fast.info["shares_traded"], eager.info["shares_traded"], rtol=1e-5, atol=1e-3
         )
+
+
+def _fills(market, params, state, action) -> dict[str, torch.Tensor]:
+    """Each kernel's shares traded in one step from ``state``."""
+    outs = {"eager": trading.step(market, params, state, action).info["shares_traded"]}
+    outs["backtest"] = backtest_step(
+        market, params, state, action, asset_prices(market, params)
+    ).shares_traded
+    if native.compiler() is not None and params.precision == "float32":
+        assert step_kernel(market, params, state, True) == "native"
+        outs["native"] = trading.step(market, params, state, action, fast=True).info["shares_traded"]
+    return outs
+
+
+@pytest.mark.parametrize("mode", ["weights", "shares"])
+def test_the_fill_bars_own_volume_changes_no_fill(mode):
+    """The volume cap of an order sent at bar t is known at t: a fill bar's volume set to 0 or to
+    1000x (the market's liquidity recomputed from it) changes no fill of that step, in any kernel."""
+    market = toy_market(num_steps=400, num_assets=3, num_features=2, bars_per_session=40, seed=3)
+    # A cap that binds: 1e-4 of ~1e6 shares a bar is ~100 shares, less than a $1M book's orders.
+    params = EnvParams(
+        action_mode=mode, decision_interval=5, episode_len=50, max_participation=1e-4, max_shares=400.0
+    )
+    state, _ = trading.reset(market, params, 4, torch.Generator().manual_seed(0))
+    gen = torch.Generator().manual_seed(1)
+    capped = 0
+    for _ in range(12):
+        action = torch.rand(4, 3, generator=gen) * (2 if mode == "shares" else 0.6) - (
+            1 if mode == "shares" else 0.1
+        )
+        base = _fills(market, params, state, action)
+        expected = market.expected_volume.index_select(0, state.t)
+        capped += int((base["eager"].abs() >= params.max_participation * expected * (1 - 1e-4) - 1).sum())
+        for factor in (0.0, 1000.0):
+            volume = market.volume.clone()
+            volume[state.t + 1] *= factor  # every env's fill bar
+            changed = dataclasses.replace(
+                market, volume=volume, daily_vol=None, adv=None, expected_volume=None
+            )
+            assert torch.equal(changed.expected_volume.index_select(0, state.t), expected)
+            for name, traded in _fills(changed, params, state, action).items():
+                torch.testing.assert_close(traded, base[name], rtol=0, atol=0, msg=name)
+        state = trading.step(market, params, state, action).state
+    assert capped > 0  # the cap bound somewhere, so the test could have seen a change
+
+
+def test_expected_volume_is_the_median_of_the_same_minute_in_earlier_sessions():
+    """Checked against a plain loop on uneven sessions (a short one lacks the later positions)."""
+    sid = torch.tensor([0] * 3 + [1] * 4 + [2] * 4 + [3] * 2 + [4] * 4)
+    vol = torch.rand(len(sid), 2, generator=torch.Generator().manual_seed(0)) * 100
+    got = expected_volume(vol, sid, sessions=2)
+    n = len(sid)
+    pos = [0 if i == 0 or sid[i] != sid[i - 1] else None for i in range(n)]
+    for i in range(n):
+        pos[i] = 0 if pos[i] == 0 else pos[i - 1] + 1
+    for t in range(n):
+        for a in range(2):
+            earlier = []
+            if t + 1 < n:
+                here, at = int(sid[t + 1]), pos[t + 1]
+                sessions = sorted({int(sid[i]) for i in range(n) if int(sid[i]) < here and pos[i] == at})[-2:]
+                earlier = sorted(
+                    float(vol[i, a]) for i in range(n) if int(sid[i]) in sessions and pos[i] == at
+                )
+            want = earlier[(len(earlier) - 1) // 2] if earlier else float(vol[: t + 1, a].mean())
+            assert float(got[t, a]) == pytest.approx(want, rel=1e-5), (t, a)
+
+
+def _two_slices(market, params, action) -> dict[str, float]:
+    """Each kernel's cash after two decisions asking for ``action``."""
+    state, _ = trading.reset(market, params, 1, start=0)
+    prices = asset_prices(market, params)
+    eager = trading.step(market, params, trading.step(market, params, state, action).state, action)
+    backtest = backtest_step(market, params, state, action, prices).state
+    backtest = backtest_step(market, params, backtest, action, prices).state
+    ref = ReferenceEnv(market, params, 0, int(state.rng[0]))
+    ref.step(action[0].tolist())
+    ref.step(action[0].tolist())
+    outs = {"eager": float(eager.state.cash[0]), "backtest": float(backtest.cash[0]), "reference": ref.cash}
+    if native.compiler() is not None and params.precision == "float32":
+        fast = trading.step(market, params, state, action, fast=True)
+        outs["native"] = float(trading.step(market, params, fast.state, action, fast=True).state.cash[0])
+    return outs
+
+
+@pytest.mark.parametrize("precision", ["float32", "float64"])
+def test_two_same_direction_slices_pay_the_impact_of_their_sum(flat_market, precision):
+    """Two decisions each buying the 25-share cap: with no decay they pay the square-root law on 50
+    shares (the order), with full decay each pays it on its own 25 (two separate orders)."""
+    action = torch.tensor([[1.0, 0.0]])
+    half = (PARAMS.slippage_bps + PARAMS.spread_bps) / 1e4
+    coef_px = PARAMS.impact_coef * DAILY_VOL / math.sqrt(ADV) * PRICE  # $ per share**1.5
+    for decay, impact in ((0.0, coef_px * 50**1.5), (1.0, 2 * coef_px * 25**1.5)):
+        params = dataclasses.replace(PARAMS, broker="alpaca", impact_decay=decay, precision=precision)
+        cash = CASH - 50 * PRICE * (1 + half) - impact
+        # $3.54 on the 50-share order against $1.25 + $1.25 on two 25-share ones: sqrt(2) times more.
+        assert impact == pytest.approx(3.5355 if decay == 0 else 2.5, abs=1e-4)
+        for name, got in _two_slices(flat_market, params, action).items():
+            assert got == pytest.approx(cash, abs=1e-3), (decay, name)
+    # The default decay (an hour's half-life on one-minute bars) remembers most of a slice 2 bars on.
+    params = dataclasses.replace(PARAMS, broker="alpaca")
+    assert 0.97 < params.impact_memory < 0.98

@@ -78,7 +78,10 @@ def _assert_steps_match(
         torch.testing.assert_close(s1.sharpe_b, s2.sharpe_b, rtol=1e-4, atol=1e-12)
         torch.testing.assert_close(o1, o2, rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(i1["final_obs"], i2["final_obs"], rtol=1e-5, atol=1e-6)
-        torch.testing.assert_close(r1, r2, rtol=1e-3, atol=1e-5)
+        # The differential Sharpe ratio divides by the return's small EMA variance: it amplifies the
+        # cents of float32 rounding in cash, the more so the smaller the per-step cost.
+        dsr = params.reward == "diff_sharpe"
+        torch.testing.assert_close(r1, r2, rtol=1e-2 if dsr else 1e-3, atol=1e-3 if dsr else 1e-5)
         seen["done"] += int((te1 | tr1).sum())
         seen["terminated"] += int(te1.sum())
         state = s1  # both continue from the same state
@@ -295,6 +298,6 @@ def test_build_is_cached_per_source(monkeypatch, tmp_path):
 
 
 def test_step_cores_lead_with_the_state_fields_in_order():
-    # envs.trading builds the next EnvState from the first nine fields of either core, by position.
+    # envs.trading builds the next EnvState from the first ten fields of either core, by position.
     state_fields = tuple(f.name for f in dataclasses.fields(trading.EnvState))
-    assert StepCore._fields[:9] == native.NativeStep._fields[:9] == state_fields
+    assert StepCore._fields[:10] == native.NativeStep._fields[:10] == state_fields

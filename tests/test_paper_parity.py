@@ -48,7 +48,7 @@ def replay(tmp_path_factory):
         seen.append((obs[0].numpy().copy(), action[0].numpy().copy()))
         return action
 
-    params = EnvParams(decision_interval=DECISION_INTERVAL, cost_rate=0.002, slippage_bps=1.0)
+    params = EnvParams(decision_interval=DECISION_INTERVAL, broker="flat", cost_rate=0.002, slippage_bps=1.0)
     result = run_backtest(market, params, {"champion": recording_policy}, baselines=("cash",))
     decision_bars = np.arange(len(seen)) * DECISION_INTERVAL
     timestamps = pd.DatetimeIndex(market.timestamps[decision_bars], tz="UTC")

@@ -196,4 +196,6 @@ def test_backtest_uses_the_recorded_annualization(tmp_path, capsys):
     # Trained with 12 periods a year (not today's 252): the per-day variance divides by 12.
     assert doc["annualization"] == 12
     assert doc["pbo"] is None and "equal_weight" in doc["strategies"]
-    assert doc["cost_rate"] == 0.002 and doc["slippage_bps"] == 1.0
+    # The default broker, Alpaca: no commission, its regulatory fees recorded beside.
+    assert doc["broker"] == "alpaca" and doc["cost_rate"] == 0.0 and doc["slippage_bps"] == 1.0
+    assert doc["sec_fee_rate"] == 27.8e-6 and doc["taf_per_share"] == 0.000166

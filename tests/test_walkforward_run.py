@@ -110,6 +110,9 @@ def _comparable(record: dict) -> dict:
     for side in ("challenger", "incumbent"):  # "its own (<path> run record)": the home differs
         if out["gate"].get(side):
             out["gate"][side] = {k: v for k, v in out["gate"][side].items() if k != "normalization"}
+    test = out["gate"].get("oos_test")
+    if test and test.get("look"):  # each home's looks ledger has an identity of its own
+        out["gate"]["oos_test"] = {**test, "look": {k: v for k, v in test["look"].items() if k != "ledger"}}
     return out
 
 

@@ -122,6 +122,7 @@ class StitchedAccount:
             listed=self.listed[: self.stop - self.span_start],
             daily_vol=window.daily_vol,
             adv=window.adv,
+            expected_volume=window.expected_volume,
         )
 
     def run(self) -> BacktestResult:

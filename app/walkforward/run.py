@@ -184,6 +184,7 @@ def bars_only(full: MarketData) -> MarketData:
         listed=full.listed,
         daily_vol=full.daily_vol,
         adv=full.adv,
+        expected_volume=full.expected_volume,
     )
 
 

@@ -181,7 +181,7 @@ def _load() -> object:
     fn = lib.podracer_step
     i64, i32, ptr = ctypes.c_int64, ctypes.c_int32, ctypes.c_void_p
     fn.restype = i64
-    fn.argtypes = [i64] * 8 + [i32, i32, ptr, i32] + [ptr] * 15 + [ptr] * 17
+    fn.argtypes = [i64] * 8 + [i32, i32, ptr, i32] + [ptr] * 16 + [ptr] * 18
     return fn
 
 
@@ -223,10 +223,9 @@ def supports(params, market, table: Tensor | None) -> bool:
         and (
             not params.execution
             or (
-                market.volume.dtype == torch.float32
-                and market.volume.is_contiguous()
-                and market.volume.shape == prices
-                and market.volume.device.type == "cpu"
+                market.expected_volume.dtype == torch.float32
+                and market.expected_volume.shape == prices
+                and market.expected_volume.device.type == "cpu"
             )
         )
         and market.open.shape == prices
@@ -241,7 +240,7 @@ def params_vector(params) -> Tensor:
     return torch.tensor(
         [
             params.initial_cash,
-            params.cost_rate,
+            params.buy_fee_rate,
             params.slippage_bps * 1e-4,
             params.max_shares,
             params.drawdown_penalty,
@@ -253,6 +252,10 @@ def params_vector(params) -> Tensor:
             execution.half_cost(params),
             params.impact_coef,
             params.min_order_notional,
+            params.sell_fee_rate,
+            params.sell_fee_per_share,
+            params.sell_fee_cap,
+            params.impact_memory,
         ],
         dtype=torch.float64,
     )
@@ -271,6 +274,7 @@ STATE_DTYPES = {
     "sharpe_a": torch.float64,
     "sharpe_b": torch.float64,
     "rng": torch.int64,
+    "order": torch.float32,
 }
 
 # NativeStep.status below 0: the outputs are garbage and the caller raises.
@@ -291,6 +295,7 @@ class NativeStep(NamedTuple):
     sharpe_a: Tensor
     sharpe_b: Tensor
     rng: Tensor
+    order: Tensor
     reward: Tensor
     terminated: Tensor
     truncated: Tensor
@@ -311,7 +316,7 @@ def kernel(market: MarketData, params, state) -> Callable[..., int] | None:
     num_envs = state.t.shape[0] if state.t.dim() == 1 else -1
     for name, dtype in STATE_DTYPES.items():
         x = getattr(state, name)
-        shape = (num_envs, market.num_assets) if name == "shares" else (num_envs,)
+        shape = (num_envs, market.num_assets) if name in ("shares", "order") else (num_envs,)
         if x.dtype != dtype or x.shape != shape or x.device.type != "cpu" or not x.is_contiguous():
             return None
     return library()
@@ -349,7 +354,7 @@ _EXECUTION_TABLES: dict[tuple, Tensor] = {}
 def execution_table(market: MarketData, params) -> Tensor:
     """``(T, 3A)`` float32, the fill inputs of the native step with the execution model, one row per
     decision bar ``t``: the fill bar ``t + 1``'s open, its volume cap in shares (``max_participation``
-    of its volume, whole shares in ``"shares"`` mode, ``+inf`` without a cap), then bar ``t``'s
+    of its volume expected at bar ``t``, ``MarketData.expected_volume``, whole shares in ``"shares"`` mode, ``+inf`` without a cap), then bar ``t``'s
     :func:`envs.execution.impact_table` scale (the last row's open and cap are never read). The caps
     are computed once per market and cap as ``envs.core._execute`` computes them per step, so the
     values are the same; each env reads its three rows as one contiguous one, which measured a
@@ -358,7 +363,7 @@ def execution_table(market: MarketData, params) -> Tensor:
     whole = params.action_mode == "shares"
     key = (
         id(market.open),
-        id(market.volume),
+        id(market.expected_volume),
         id(market.daily_vol),
         id(market.adv),
         params.max_participation,
@@ -366,13 +371,13 @@ def execution_table(market: MarketData, params) -> Tensor:
     )
     found = _EXECUTION_TABLES.get(key)
     if found is None:
-        volume = market.volume
+        volume = market.expected_volume
         num_steps, num_assets = volume.shape
         found = memory.table_empty((num_steps, 3 * num_assets), torch.float32, market.device)
         found[:-1, :num_assets] = market.open[1:]
         limit = found[:, num_assets : 2 * num_assets]
         if params.max_participation > 0:
-            torch.mul(volume[1:], params.max_participation, out=limit[:-1])
+            torch.mul(volume[:-1], params.max_participation, out=limit[:-1])
             if whole:
                 limit[:-1].floor_()
         else:
@@ -398,7 +403,7 @@ def step(
     cash, value, peak, new_a, new_b, cost, notional = (torch.empty(num_envs, dtype=f64) for _ in range(7))
     terminated, truncated, done = (torch.empty(num_envs, dtype=torch.bool) for _ in range(3))
     reward = torch.empty(num_envs, dtype=torch.float32)
-    shares, traded = torch.empty_like(state.shares), torch.empty_like(state.shares)
+    shares, traded, order = (torch.empty_like(state.shares) for _ in range(3))
     obs = torch.empty(num_envs, table.shape[1], dtype=torch.float32)
     open_all, close_all = price_tables(market)
     # The fill modes when some bar is untradable or a cap applies (NULL: the kernel's plain loops).
@@ -420,7 +425,7 @@ def step(
             x.data_ptr()
             for x in (
                 state.t, state.cash, state.shares, state.value, state.peak, state.step_count,
-                state.sharpe_a, state.sharpe_b, state.rng, action, open_all, close_all, table,
+                state.sharpe_a, state.sharpe_b, state.rng, state.order, action, open_all, close_all, table,
             )
         ),
         None if modes is None else modes.data_ptr(),
@@ -428,12 +433,12 @@ def step(
         *(
             x.data_ptr()
             for x in (
-                t_mark, cash, shares, value, peak, step_count, new_a, new_b, rng, reward,
+                t_mark, cash, shares, value, peak, step_count, new_a, new_b, rng, order, reward,
                 terminated, truncated, done, cost, notional, traded, obs,
             )
         ),
     )  # fmt: skip
     return NativeStep(
-        t_mark, cash, shares, value, peak, step_count, new_a, new_b, rng,
+        t_mark, cash, shares, value, peak, step_count, new_a, new_b, rng, order,
         reward, terminated, truncated, done, cost, notional, traded, obs, status,
     )  # fmt: skip

@@ -6,7 +6,7 @@ import streamlit as st
 
 from app.dashboard import artifacts, cards, charts, formatting, loaders, series, tables, ui
 from app.dashboard.verdict_box import verdict_box
-from backtests.capacity import capacity_rule_text
+from backtests.capacity import capacity_rule_text, sensitivity_line
 
 st.title("Overview")
 run_dir = ui.require_run()
@@ -70,6 +70,9 @@ if capacity:
             + capacity_rule_text(metrics)
         )
         ui.plot(charts.capacity_figure(capacity, metrics.estimated_capacity), key="capacity")
+        sensitivity = sensitivity_line(metrics)
+        if sensitivity:
+            st.caption(sensitivity[:1].upper() + sensitivity[1:])
 
 logits = cards.pbo_logits(metrics) if metrics is not None else []
 if logits:

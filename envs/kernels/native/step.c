@@ -21,7 +21,7 @@
 /* Parameters, in this order, as doubles (envs/kernels/native.py packs them). */
 enum {
     P_INITIAL_CASH,
-    P_COST_RATE,
+    P_BUY_RATE,          /* fee per $ of a buy's notional */
     P_SLIP,
     P_MAX_SHARES,
     P_DRAWDOWN_PENALTY,
@@ -33,6 +33,10 @@ enum {
     P_HALF,              /* execution: slippage + half-spread, as a fraction of the open */
     P_IMPACT_COEF,       /* execution: square-root impact coefficient */
     P_MIN_NOTIONAL,      /* execution: orders under this many $ are not placed */
+    P_SELL_RATE,         /* fee per $ of a sell's proceeds */
+    P_SELL_PER_SHARE,    /* fee per share sold, capped per trade at P_SELL_CAP */
+    P_SELL_CAP,
+    P_MEMORY,            /* execution: share of the worked order's size remembered at the next decision */
     P_COUNT
 };
 
@@ -57,11 +61,28 @@ static inline float clamp_min_f(float x, float lo) { return (x != x) ? x : (x < 
 static inline double maximum_d(double x, double y) { return (x != x || y != y) ? NAN : (x > y ? x : y); }
 static inline float minimum_f(float x, float y) { return (x != x || y != y) ? NAN : (x < y ? x : y); }
 
-/* envs/execution.py's frac(q): slippage + half-spread + square-root impact, at most 1. */
-static inline float fill_frac(float q, float impact, float coef, float half)
+/* envs/execution.py's frac(q; m): slippage + half-spread + the square-root impact of growing the
+   order worked so far from m to m + q shares, per share, at most 1 (order_growth's form and order of
+   operations). */
+static inline float fill_frac(float q, float m, float impact, float coef, float half)
 {
-    const float f = sqrtf(q) * impact * coef + half;
+    const float total = m + q;
+    const float num = q * q + 3.0f * m * total;
+    const float den = total * sqrtf(total) + m * sqrtf(m);
+    const float g = num / (den < 1e-30f ? 1e-30f : den);
+    const float f = g * impact * coef + half;
     return f > 1.0f ? 1.0f : f;
+}
+
+/* envs/execution.py's carried_order (the decayed order's shares on `side`'s side) and worked_order. */
+static inline float carried_order(float remembered, float side)
+{
+    return side > 0.0f ? clamp_min_f(remembered, 0.0f) : clamp_min_f(-remembered, 0.0f);
+}
+static inline float worked_order(float remembered, float traded)
+{
+    const float same = traded > 0.0f ? clamp_min_f(remembered, 0.0f) : (remembered > 0.0f ? 0.0f : remembered);
+    return traded == 0.0f ? remembered : same + traded;
 }
 
 /* How an env's orders are sized (order_diff's `kind`): weights without a cap or an untradable bar, weights
@@ -105,12 +126,13 @@ static inline __attribute__((always_inline)) float order_diff(
 static inline __attribute__((always_inline)) void exec_pass1(
     int64_t A, int kind, int capped, const uint8_t *fm, const float *a, float budget, float max_w,
     float max_shares, float cap_value, float *tr, float *nsh, const float *sh, const float *po,
-    const float *lim_row, const float *imp, float mn, float coef, float half, double *sells_out,
-    double *buys_out)
+    const float *lim_row, const float *imp, const float *ord, float memory, float mn, float coef,
+    float half, float per_share, float share_cap, double *sells_out, double *buys_out,
+    double *share_fees_out)
 {
-    double sells = 0.0, buys0 = 0.0;
+    double sells = 0.0, buys0 = 0.0, share_fees = 0.0;
     const int whole = kind == ORDERS_SHARES;
-#pragma omp simd reduction(+ : sells, buys0)
+#pragma omp simd reduction(+ : sells, buys0, share_fees)
     for (int64_t j = 0; j < A; ++j) {
         const float d = order_diff(kind, capped, j, a, sh, po, fm, budget, max_w, max_shares, cap_value);
         const int exit = fm ? fm[j] == FILL_EXIT : 0;
@@ -122,20 +144,25 @@ static inline __attribute__((always_inline)) void exec_pass1(
         sell = sell < lim ? sell : lim;
         /* One of buy and sell is 0: one frac serves both (a dropped sell's is unused). A sell is
            dust when its proceeds at the fill price are under the minimum. */
-        const float f = fill_frac(buy + sell, imp[j], coef, half);
+        const float m = carried_order(ord[j] * memory, buy - sell);
+        const float f = fill_frac(buy + sell, m, imp[j], coef, half);
         sell = (sell * po[j] * (1.0f - f) < mn && !exit) ? 0.0f : sell;
         sells += (double)(sell * po[j] * (1.0f - f));
         buys0 += (double)(buy * po[j] * (1.0f + f));
+        const float sf = sell * per_share;
+        share_fees += (double)(sf > share_cap ? share_cap : sf);
         tr[j] = buy;
         nsh[j] = sell;
     }
     *sells_out = sells;
     *buys_out = buys0;
+    *share_fees_out = share_fees;
 }
 
 static inline __attribute__((always_inline)) void exec_pass2(
     int64_t A, int whole, float scale_f, float *tr, float *nsh, const float *sh, const float *po,
-    const float *pc, const float *imp, float mn, float coef, float half, double *buys_out, double *pos_out)
+    const float *pc, const float *imp, const float *ord, float *ord_out, float memory, float mn, float coef,
+    float half, double *buys_out, double *pos_out)
 {
     double buys = 0.0, pos_sum = 0.0;
 #pragma omp simd reduction(+ : buys, pos_sum)
@@ -143,8 +170,10 @@ static inline __attribute__((always_inline)) void exec_pass2(
         float buy = tr[j] * scale_f;
         if (whole) buy = floorf(buy);
         buy = buy * po[j] < mn ? 0.0f : buy;
-        buys += (double)(buy * po[j] * (1.0f + fill_frac(buy, imp[j], coef, half)));
+        const float remembered = ord[j] * memory;
+        buys += (double)(buy * po[j] * (1.0f + fill_frac(buy, clamp_min_f(remembered, 0.0f), imp[j], coef, half)));
         const float traded = buy - nsh[j];
+        ord_out[j] = worked_order(remembered, traded);
         const float ns = sh[j] + traded;
         tr[j] = traded;
         nsh[j] = ns;
@@ -163,20 +192,22 @@ int64_t podracer_step(
     /* state (N,) / (N, A) */
     const int64_t *t, const double *cash, const float *shares, const double *value, const double *peak,
     const int64_t *step_count, const double *sharpe_a, const double *sharpe_b, const int64_t *rng,
-    const float *action,
+    const float *order, const float *action,
     /* market: (T, A) prices, (T, obs_width) observation template, (T, A) fill modes, (T, 3A)
        execution table (NULL: the execution model is off): per decision bar t, the fill bar t + 1's
-       open and volume cap in shares (+inf: none), then bar t's impact scale (envs/kernels/native.py) */
+       open and volume cap in shares (from its volume expected at bar t; +inf: none), then bar t's
+       impact scale (envs/kernels/native.py) */
     const float *open_all, const float *close_all, const float *table, const uint8_t *modes_all,
     const float *exec_all,
     /* outputs */
     int64_t *t_out, double *cash_out, float *shares_out, double *value_out, double *peak_out,
-    int64_t *step_count_out, double *a_out, double *b_out, int64_t *rng_out, float *reward_out,
+    int64_t *step_count_out, double *a_out, double *b_out, int64_t *rng_out, float *order_out, float *reward_out,
     uint8_t *terminated_out, uint8_t *truncated_out, uint8_t *done_out, double *cost_out,
     double *traded_notional_out, float *traded_out, float *obs_out)
 {
     const int64_t A = n_assets;
-    const double rate = p[P_COST_RATE], slip = p[P_SLIP];
+    const double rate = p[P_BUY_RATE], sell_rate = p[P_SELL_RATE], slip = p[P_SLIP];
+    const float per_share = (float)p[P_SELL_PER_SHARE], share_cap = (float)p[P_SELL_CAP];
     const double floor_value = p[P_BUST_FRAC] * p[P_INITIAL_CASH];
     const int64_t stride = 2 + num_features;  /* per-asset slot width: weight, tradable, features */
     const int capped = p[P_MAX_WEIGHT] < 1.0;
@@ -203,6 +234,8 @@ int64_t podracer_step(
         const uint8_t *fm = modes_all ? modes_all + (t[n] + 1) * A : NULL; /* NULL: all tradable */
         float *tr = traded_out + n * A;  /* holds the order diff until the last pass */
         float *nsh = shares_out + n * A;
+        const float *ord = order + n * A;  /* the impact memory (EnvState.order) */
+        float *ord_out = order_out + n * A;
         float *obs = obs_out + n * obs_width;
         const double c = cash[n];
 
@@ -259,7 +292,7 @@ int64_t podracer_step(
             for (int64_t j = 0; j < A; ++j) held += (double)(sh[j] * po[j]);
             cap_value = (float)(p[P_MAX_WEIGHT] * (c + held));
         }
-        double sell_notional = 0.0, buy_notional = 0.0;
+        double sell_notional = 0.0, buy_notional = 0.0, sell_fees = 0.0;
         double available, needed, pos_sum = 0.0;
         if (exec_all) {
             /* The execution model, envs/core.py's _execute: the orders (shares mode: sells not yet
@@ -269,68 +302,88 @@ int64_t podracer_step(
             const float *lim = fill_row + A, *imp = fill_row + 2 * A;
             const float half = (float)p[P_HALF], coef = (float)p[P_IMPACT_COEF];
             const float mn = (float)p[P_MIN_NOTIONAL];
+            const float memory = (float)p[P_MEMORY];
             const int whole = action_mode == MODE_SHARES;
-            double sells = 0.0, buys0 = 0.0, buys = 0.0;
+            double sells = 0.0, buys0 = 0.0, buys = 0.0, share_fees = 0.0;
             /* One specialized copy per (orders, fill modes) so that each loop is branch-free and
                vectorizes. */
             if (kind == ORDERS_WEIGHTS)
                 exec_pass1(A, ORDERS_WEIGHTS, 0, NULL, a, budget, max_w, max_shares, cap_value, tr, nsh, sh, po,
-                           lim, imp, mn, coef, half, &sells, &buys0);
+                           lim, imp, ord, memory, mn, coef, half, per_share, share_cap, &sells, &buys0,
+                           &share_fees);
             else if (kind == ORDERS_WEIGHTS_LIMITED)
                 exec_pass1(A, ORDERS_WEIGHTS_LIMITED, 0, fm, a, budget, max_w, max_shares, cap_value, tr, nsh, sh,
-                           po, lim, imp, mn, coef, half, &sells, &buys0);
+                           po, lim, imp, ord, memory, mn, coef, half, per_share, share_cap, &sells, &buys0,
+                           &share_fees);
             else if (fm)
                 exec_pass1(A, ORDERS_SHARES, capped, fm, a, budget, max_w, max_shares, cap_value, tr, nsh, sh, po,
-                           lim, imp, mn, coef, half, &sells, &buys0);
+                           lim, imp, ord, memory, mn, coef, half, per_share, share_cap, &sells, &buys0,
+                           &share_fees);
             else
                 exec_pass1(A, ORDERS_SHARES, capped, NULL, a, budget, max_w, max_shares, cap_value, tr, nsh, sh,
-                           po, lim, imp, mn, coef, half, &sells, &buys0);
-            available = c + sells * (1.0 - rate);
+                           po, lim, imp, ord, memory, mn, coef, half, per_share, share_cap, &sells, &buys0,
+                           &share_fees);
+            sell_fees = sells * sell_rate + share_fees;
+            available = c + sells - sell_fees;
             const double needed0 = buys0 * (1.0 + rate);
             const double scale = needed0 > available ? available / clamp_min_d(needed0, TINY) : 1.0;
             const float scale_f = (float)scale;
-            if (whole) exec_pass2(A, 1, scale_f, tr, nsh, sh, po, pc, imp, mn, coef, half, &buys, &pos_sum);
-            else exec_pass2(A, 0, scale_f, tr, nsh, sh, po, pc, imp, mn, coef, half, &buys, &pos_sum);
+            if (whole)
+                exec_pass2(A, 1, scale_f, tr, nsh, sh, po, pc, imp, ord, ord_out, memory, mn, coef, half, &buys,
+                           &pos_sum);
+            else
+                exec_pass2(A, 0, scale_f, tr, nsh, sh, po, pc, imp, ord, ord_out, memory, mn, coef, half, &buys,
+                           &pos_sum);
             sell_notional = sells;
             buy_notional = buys;
             needed = buys * (1.0 + rate);
         } else {
-            /* Pass B (frictionless fill): the orders in tr[], their notionals at the open. */
-            double sells = 0.0, buys = 0.0;
+            /* Pass B (frictionless fill): the orders in tr[], their notionals at the open; no impact,
+               so the impact memory is carried as it is. */
+            memcpy(ord_out, ord, (size_t)A * sizeof(float));
+            double sells = 0.0, buys = 0.0, share_fees = 0.0;
             if (kind == ORDERS_WEIGHTS) {
-#pragma omp simd reduction(+ : sells, buys)
+#pragma omp simd reduction(+ : sells, buys, share_fees)
                 for (int64_t j = 0; j < A; ++j) {
                     const float diff =
                         order_diff(ORDERS_WEIGHTS, 0, j, a, sh, po, NULL, budget, max_w, max_shares, cap_value);
                     const float buy = clamp_min_f(diff, 0.0f);
+                    const float sf = (buy - diff) * per_share;
                     tr[j] = diff;
                     sells += (double)((buy - diff) * po[j]);
                     buys += (double)(buy * po[j]);
+                    share_fees += (double)(sf > share_cap ? share_cap : sf);
                 }
             } else if (kind == ORDERS_WEIGHTS_LIMITED) {
-#pragma omp simd reduction(+ : sells, buys)
+#pragma omp simd reduction(+ : sells, buys, share_fees)
                 for (int64_t j = 0; j < A; ++j) {
                     const float diff =
                         order_diff(ORDERS_WEIGHTS_LIMITED, 0, j, a, sh, po, fm, budget, max_w, max_shares, cap_value);
                     const float buy = clamp_min_f(diff, 0.0f);
+                    const float sf = (buy - diff) * per_share;
                     tr[j] = diff;
                     sells += (double)((buy - diff) * po[j]);
                     buys += (double)(buy * po[j]);
+                    share_fees += (double)(sf > share_cap ? share_cap : sf);
                 }
             } else {
-#pragma omp simd reduction(+ : sells, buys)
+#pragma omp simd reduction(+ : sells, buys, share_fees)
                 for (int64_t j = 0; j < A; ++j) {
                     const float diff =
                         order_diff(ORDERS_SHARES, capped, j, a, sh, po, fm, budget, max_w, max_shares, cap_value);
                     const float buy = clamp_min_f(diff, 0.0f);
+                    const float sold = minimum_f(buy - diff, sh[j]);
+                    const float sf = sold * per_share;
                     tr[j] = diff;  /* (the capped buy: a buy is never also a sell) */
-                    sells += (double)(minimum_f(buy - diff, sh[j]) * po[j]);
+                    sells += (double)(sold * po[j]);
                     buys += (double)(buy * po[j]);
+                    share_fees += (double)(sf > share_cap ? share_cap : sf);
                 }
             }
             sell_notional = sells * (1.0 - slip);
             buy_notional = buys * (1.0 + slip);
-            available = c + sell_notional * (1.0 - rate);
+            sell_fees = sell_notional * sell_rate + share_fees;
+            available = c + sell_notional - sell_fees;
             needed = buy_notional * (1.0 + rate);
             const double scale = needed > available ? available / clamp_min_d(needed, TINY) : 1.0;
 
@@ -410,7 +463,7 @@ int64_t podracer_step(
         terminated_out[n] = (uint8_t)terminated;
         truncated_out[n] = (uint8_t)(done ^ terminated);
         done_out[n] = (uint8_t)done;
-        cost_out[n] = rate * traded_notional;
+        cost_out[n] = rate * buy_notional + sell_fees;
         traded_notional_out[n] = traded_notional;
 
         /* The observation: cash fraction and position weights over the template row. The layout is
