@@ -32,15 +32,16 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Literal
 
 import torch
 from safetensors.torch import save as st_save
 from torch import Tensor, nn
 
 from agents.policy import SPEC_FORMAT, Policy, read_safetensors, read_spec
-from data.atomic import atomic_write_bytes, atomic_write_json
-from data.errors import CheckpointError
+from data.artifact import Artifact
+from data.atomic import atomic_write_bytes
+from data.errors import ArtifactError, CheckpointError
 
 ENSEMBLE_FORMAT = "podracer-ensemble"
 ENSEMBLE_VERSION = 1
@@ -139,20 +140,20 @@ class EnsemblePolicy(nn.Module):
             "weights_file": "policy.safetensors",
             "weights_sha256": hashlib.sha256(payload).hexdigest(),
         }
-        atomic_write_json(directory / "spec.json", spec)
+        EnsembleSpec.model_validate(spec).write(directory / "spec.json")
         return directory
 
     @classmethod
     def load(cls, directory: str | Path, device: str | torch.device = "cpu") -> EnsemblePolicy:
         """Load a saved ensemble; any missing, corrupt or mismatched file raises ``CheckpointError``."""
         directory = Path(directory)
-        spec = _read_json_spec(directory)
-        if spec.get("format") != ENSEMBLE_FORMAT:
+        raw = _read_json_spec(directory)
+        if raw.get("format") != ENSEMBLE_FORMAT:
             raise CheckpointError(f"{directory}/spec.json: not a podracer ensemble spec")
-        if spec.get("format_version") != ENSEMBLE_VERSION:
-            raise CheckpointError(
-                f"{directory}/spec.json: unsupported ensemble format_version {spec.get('format_version')!r}"
-            )
+        try:
+            spec = EnsembleSpec.parse(raw, directory / "spec.json").model_dump()
+        except ArtifactError as err:
+            raise CheckpointError(str(err)) from None
         members_spec = spec.get("members")
         if not isinstance(members_spec, list) or not members_spec or spec.get("size") != len(members_spec):
             raise CheckpointError(f"{directory}/spec.json: ensemble members missing or size mismatch")
@@ -172,6 +173,20 @@ class EnsemblePolicy(nn.Module):
             raise CheckpointError(f"{directory}/policy.safetensors: tensors of no member ({stray[:3]})")
         source = spec.get("source") or []
         return cls(members, source if isinstance(source, list) else []).eval()
+
+
+class EnsembleSpec(Artifact):
+    """``spec.json`` of an ensemble, on the artifact base: its format and versions are checked here (a
+    newer ``schema_version`` or an unknown ``format_version`` is refused); the members (full policy
+    specs) are checked against their weights by :meth:`Policy.from_spec`. Files written before
+    ``schema_version`` carry ``format_version`` 1 and read as version 1; ``format_version`` is still
+    written for readers that check it."""
+
+    FILE: ClassVar[str] = "spec.json"
+
+    format: Literal["podracer-ensemble"]
+    format_version: Literal[1] = 1
+    weights_sha256: str = ""
 
 
 def _read_json_spec(directory: Path) -> dict[str, Any]:

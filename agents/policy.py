@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Literal
 
 import torch
 from safetensors import SafetensorError
@@ -39,8 +39,9 @@ from torch import Tensor, nn
 
 from agents.networks import NUM_GLOBAL, NetworkConfig, PerAssetActorCritic
 from agents.normalize import ObsNormalizer
-from data.atomic import atomic_write_bytes, atomic_write_json
-from data.errors import CheckpointError
+from data.artifact import Artifact
+from data.atomic import atomic_write_bytes
+from data.errors import ArtifactError, CheckpointError
 from envs.observation import asset_width
 
 SPEC_FORMAT = "podracer-policy"
@@ -299,7 +300,9 @@ class Policy(nn.Module):
         tensors = {k: v.detach().to("cpu").contiguous() for k, v in self.net.state_dict().items()}
         payload = st_save(tensors, metadata={"format": SPEC_FORMAT})
         atomic_write_bytes(directory / "policy.safetensors", payload)
-        atomic_write_json(directory / "spec.json", self.spec(hashlib.sha256(payload).hexdigest()))
+        PolicySpec.model_validate(self.spec(hashlib.sha256(payload).hexdigest())).write(
+            directory / "spec.json"
+        )
         return directory
 
     @classmethod
@@ -375,20 +378,36 @@ class Policy(nn.Module):
         return policy.eval()
 
 
+class PolicySpec(Artifact):
+    """``spec.json`` of a single policy, on the artifact base: its format and versions are checked here
+    (a newer ``schema_version`` or an unknown ``format_version`` is refused); the architecture,
+    dimensions and normalization are checked against the weights by :meth:`Policy.from_spec`. Files
+    written before ``schema_version`` carry ``format_version`` 1 and read as version 1;
+    ``format_version`` is still written for readers that check it."""
+
+    FILE: ClassVar[str] = "spec.json"
+
+    format: Literal["podracer-policy"]
+    format_version: Literal[1] = 1
+    weights_sha256: str = ""
+
+
 def read_spec(directory: str | Path) -> dict[str, Any]:
-    """Read and check the top of a policy ``spec.json`` (format, version)."""
+    """Read and check the top of a policy ``spec.json`` (format, versions), as the dict
+    :meth:`Policy.from_spec` builds from."""
     path = Path(directory) / "spec.json"
     if not path.is_file():
         raise CheckpointError(f"no policy checkpoint at {directory} (spec.json missing)")
     try:
-        spec = json.loads(path.read_text(encoding="utf-8"))
+        raw = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise CheckpointError(f"{path}: not valid JSON ({err})") from None
-    if not isinstance(spec, dict) or spec.get("format") != SPEC_FORMAT:
+    if not isinstance(raw, dict) or raw.get("format") != SPEC_FORMAT:
         raise CheckpointError(f"{path}: not a podracer policy spec")
-    if spec.get("format_version") != SPEC_VERSION:
-        raise CheckpointError(f"{path}: unsupported format_version {spec.get('format_version')!r}")
-    return spec
+    try:
+        return PolicySpec.parse(raw, path).model_dump()
+    except ArtifactError as err:
+        raise CheckpointError(str(err)) from None
 
 
 def read_safetensors(
