@@ -26,7 +26,7 @@ PARAMS = EnvParams(initial_cash=CASH, decision_interval=2, episode_len=10, slipp
 
 
 @pytest.fixture(scope="module")
-def flat_market():
+def fee_flat_market():
     base = toy_market(num_steps=40, num_assets=2, num_features=2, bars_per_session=20, seed=0)
     flat = torch.full_like(base.close, PRICE)
     return dataclasses.replace(base, open=flat, high=flat.clone(), low=flat.clone(), close=flat.clone())
@@ -47,16 +47,16 @@ def _kernels(market, params, state, action):
 
 @pytest.mark.parametrize("precision", ["float32", "float64"])
 def test_an_alpaca_buy_pays_no_commission_and_a_sell_pays_the_sec_fee_and_the_capped_taf(
-    flat_market, precision
+    fee_flat_market, precision
 ):
     params = dataclasses.replace(PARAMS, precision=precision)
     assert params.broker == "alpaca"
     # Buy 100,000 shares of asset 0 and 1,562.5 of asset 1 at $100 (weights 1/2 and 1/128): no fee.
     buy = torch.tensor([[0.5, 0.0078125]])
-    state, _ = trading.reset(flat_market, params, 1, start=0)
-    ref = ReferenceEnv(flat_market, params, 0, int(state.rng[0]))
+    state, _ = trading.reset(fee_flat_market, params, 1, start=0)
+    ref = ReferenceEnv(fee_flat_market, params, 0, int(state.rng[0]))
     *_, ref_info = ref.step(buy[0].tolist())
-    bought, outs = _kernels(flat_market, params, state, buy)
+    bought, outs = _kernels(fee_flat_market, params, state, buy)
     outs["reference"] = (ref.cash, ref_info["cost"])
     spent = (100_000 + 1_562.5) * PRICE
     for name, (cash, cost) in outs.items():
@@ -70,7 +70,7 @@ def test_an_alpaca_buy_pays_no_commission_and_a_sell_pays_the_sec_fee_and_the_ca
     taf = 8.30 + 1_562.5 * 0.000166  # 100,000 shares hit the $8.30 cap; 1,562.5 pay $0.259375
     fees = sec + taf
     assert fees == pytest.approx(282.34375 + 8.30 + 0.259375)
-    _, outs = _kernels(flat_market, params, bought, sell)
+    _, outs = _kernels(fee_flat_market, params, bought, sell)
     *_, ref_info = ref.step(sell[0].tolist())
     outs["reference"] = (ref.cash, ref_info["cost"])
     for name, (cash, cost) in outs.items():
@@ -79,15 +79,15 @@ def test_an_alpaca_buy_pays_no_commission_and_a_sell_pays_the_sec_fee_and_the_ca
             assert cost == pytest.approx(fees, abs=1e-3), name
 
 
-def test_the_flat_profile_charges_cost_rate_on_both_sides(flat_market):
+def test_the_flat_profile_charges_cost_rate_on_both_sides(fee_flat_market):
     params = dataclasses.replace(PARAMS, broker="flat", cost_rate=0.001)
-    state, _ = trading.reset(flat_market, params, 1, start=0)
-    step = trading.step(flat_market, params, state, torch.tensor([[0.5, 0.0]]))
+    state, _ = trading.reset(fee_flat_market, params, 1, start=0)
+    step = trading.step(fee_flat_market, params, state, torch.tensor([[0.5, 0.0]]))
     shares = float(step.state.shares[0, 0])
     # Weights size the order on the value at the open; the commission then scales the buy to fit.
     assert shares * PRICE * 1.001 == pytest.approx(min(CASH, 0.5 * CASH * 1.001), rel=1e-9)
     assert float(step.info["cost"][0]) == pytest.approx(0.001 * shares * PRICE, rel=1e-9)
-    sold = trading.step(flat_market, params, step.state, torch.zeros(1, 2))
+    sold = trading.step(fee_flat_market, params, step.state, torch.zeros(1, 2))
     assert float(sold.info["cost"][0]) == pytest.approx(0.001 * shares * PRICE, rel=1e-6)
 
 

@@ -54,8 +54,8 @@ def test_editing_the_costs_and_backtesting_again_is_a_new_look(trained_home, cap
     assert len(looks.read_looks(looks.ledger_path(trained_home))) == 1
     config = trained_home / "runs" / "r1" / "config.toml"
     text = config.read_text()
-    assert "cost_rate" in text
-    config.write_text(text.replace("cost_rate = 0.002", "cost_rate = 0.004"))
+    assert "slippage_bps = 1.0" in text
+    config.write_text(text.replace("slippage_bps = 1.0", "slippage_bps = 3.0"))
     _backtest(trained_home)
     rows = looks.read_looks(looks.ledger_path(trained_home))
     assert len(rows) == 2 and rows[0].policy != rows[1].policy

@@ -14,7 +14,7 @@ from data.errors import CheckpointError
 
 
 @pytest.fixture
-def saved(tmp_path):
+def saved_spec_policy(tmp_path):
     torch.manual_seed(0)
     policy = Policy(NetworkConfig(3, 5), PolicyMeta(tickers=("A", "B", "C")))
     policy.obs_norm.update(torch.randn(32, policy.obs_dim))
@@ -33,8 +33,8 @@ def _rewrite(directory, **changes):
     path.write_text(json.dumps(doc))
 
 
-def test_written_spec_keeps_its_keys(saved):
-    directory, policy = saved
+def test_written_spec_keeps_its_keys(saved_spec_policy):
+    directory, policy = saved_spec_policy
     doc = json.loads((directory / "spec.json").read_text())
     assert doc["schema_version"] == PolicySpec.SCHEMA_VERSION
     assert doc["format"] == "podracer-policy" and doc["format_version"] == 1
@@ -42,15 +42,15 @@ def test_written_spec_keeps_its_keys(saved):
     assert len(doc["weights_sha256"]) == 64
 
 
-def test_spec_written_before_schema_version_still_loads(saved):
-    directory, policy = saved
+def test_spec_written_before_schema_version_still_loads(saved_spec_policy):
+    directory, policy = saved_spec_policy
     _rewrite(directory, schema_version=None)
     obs = torch.randn(4, policy.obs_dim)
     assert torch.equal(Policy.load(directory).act(obs), policy.act(obs))
 
 
-def test_newer_spec_is_refused_in_one_line_naming_the_file(saved):
-    directory, _ = saved
+def test_newer_spec_is_refused_in_one_line_naming_the_file(saved_spec_policy):
+    directory, _ = saved_spec_policy
     _rewrite(directory, schema_version=PolicySpec.SCHEMA_VERSION + 1)
     with pytest.raises(CheckpointError, match="spec.json: schema version .* newer") as err:
         Policy.load(directory)
@@ -61,8 +61,8 @@ def test_newer_spec_is_refused_in_one_line_naming_the_file(saved):
     ("changes", "field"),
     [({"format_version": 2}, "format_version"), ({"weights_sha256": 7}, "weights_sha256")],
 )
-def test_malformed_spec_is_refused_in_one_line_naming_the_field(saved, changes, field):
-    directory, _ = saved
+def test_malformed_spec_is_refused_in_one_line_naming_the_field(saved_spec_policy, changes, field):
+    directory, _ = saved_spec_policy
     _rewrite(directory, **changes)
     with pytest.raises(CheckpointError, match=f"spec.json: {field}") as err:
         Policy.load(directory)

