@@ -6,6 +6,7 @@ Test files import it as ``from helpers import ...`` (pytest puts ``tests/`` on `
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 import torch
@@ -27,6 +28,18 @@ def file_hashes(root: Path) -> dict[str, str]:
         for p in sorted(root.rglob("*"))
         if p.is_file()
     }
+
+
+def rewrite_json(path: Path, **changes) -> None:
+    """Edit a stored JSON document in place, as an older or newer writer would have left it: each
+    keyword sets that key, or with ``None`` removes it."""
+    doc = json.loads(path.read_text())
+    for key, value in changes.items():
+        if value is None:
+            doc.pop(key, None)
+        else:
+            doc[key] = value
+    path.write_text(json.dumps(doc))
 
 
 def toy_windows() -> tuple[MarketData, MarketData]:

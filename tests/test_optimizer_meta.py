@@ -6,6 +6,7 @@ import json
 
 import pytest
 import torch
+from helpers import rewrite_json
 
 from agents.checkpoint import OptimizerMeta, load_optimizer_state, save_optimizer_state
 from data.errors import CheckpointError
@@ -22,14 +23,7 @@ def saved(tmp_path):
 
 
 def _rewrite(directory, **changes):
-    path = directory / "optimizer.json"
-    doc = json.loads(path.read_text())
-    for key, value in changes.items():
-        if value is None:
-            doc.pop(key, None)
-        else:
-            doc[key] = value
-    path.write_text(json.dumps(doc))
+    rewrite_json(directory / "optimizer.json", **changes)
 
 
 def test_written_file_keeps_its_keys_and_round_trips(saved):

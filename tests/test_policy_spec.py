@@ -6,6 +6,7 @@ import json
 
 import pytest
 import torch
+from helpers import rewrite_json
 
 from agents.ensemble import EnsemblePolicy, EnsembleSpec, load_policy
 from agents.networks import NetworkConfig
@@ -23,14 +24,7 @@ def saved_spec_policy(tmp_path):
 
 
 def _rewrite(directory, **changes):
-    path = directory / "spec.json"
-    doc = json.loads(path.read_text())
-    for key, value in changes.items():
-        if value is None:
-            doc.pop(key, None)
-        else:
-            doc[key] = value
-    path.write_text(json.dumps(doc))
+    rewrite_json(directory / "spec.json", **changes)
 
 
 def test_written_spec_keeps_its_keys(saved_spec_policy):
