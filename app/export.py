@@ -7,7 +7,7 @@
   assets + cash for ``"weights"``, then the env's own rule: negatives clipped to 0, rows above 1 scaled
   to 1; clamp to [-1, 1] for ``"shares"``) are inside the graph; the batch axis is dynamic.
 - ``policy.pt`` (optional, ``torchscript=True``): the same wrapper traced with TorchScript.
-- ``manifest.json``: tickers, interval, decision interval, observation layout, feature spec (with the
+- ``manifest.json`` (``app.bundle.BundleManifest``): tickers, interval, decision interval, observation layout, feature spec (with the
   train-window normalization), observation normalization statistics, env params, data / validation
   windows, backtest metrics when ``<run>/backtest/metrics.json`` exists, package versions, the parity
   check result, and the sha256 of every other file. ``bundle_id`` is the sha256 of the manifest's
@@ -37,16 +37,17 @@ from agents.ensemble import EnsemblePolicy, load_policy, member_normalizations
 from app import context
 from app.bundle import (
     BUNDLE_FORMAT,
-    BUNDLE_VERSION,
-    manifest_hash,
+    BundleManifest,
+    Parity,
     ort_session,
     read_json,
     sha256_file,
+    write_manifest,
 )
 from app.config import Config, load_config
 from app.runs import RunDir, RunInfo
 from backtests.metrics_model import read_metrics
-from data.atomic import atomic_write_json, replace_dir
+from data.atomic import replace_dir
 from data.errors import CheckpointError, PodracerError, one_line
 from data.features import check_spec
 from data.loader import load_market
@@ -274,13 +275,12 @@ def _manifest(
     windows: dict[str, Any],
     metrics: dict[str, Any] | None,
     exporter: str,
-    parity: dict[str, Any],
+    parity: Parity,
     files: dict[str, str],
-) -> dict[str, Any]:
+) -> BundleManifest:
     """The bundle's manifest, less its ``bundle_id`` (see the module docstring)."""
-    return {
+    fields: dict[str, Any] = {
         "format": BUNDLE_FORMAT,
-        "format_version": BUNDLE_VERSION,
         "run_id": run_id,
         "pod_id": pod_id,
         "source_checkpoint": str(policy_dir),
@@ -315,6 +315,7 @@ def _manifest(
         "parity": parity,
         "files": files,
     }
+    return BundleManifest(**fields)
 
 
 def export_bundle(
@@ -381,11 +382,10 @@ def export_bundle(
             windows=windows,
             metrics=metrics,
             exporter=exporter,
-            parity={"max_abs_diff": max_diff, "tolerance": tolerance, "num_obs": int(obs.shape[0])},
+            parity=Parity(max_abs_diff=max_diff, tolerance=tolerance, num_obs=int(obs.shape[0])),
             files={name: sha256_file(staging / name) for name in files},
         )
-        manifest["bundle_id"] = manifest_hash(manifest)
-        atomic_write_json(staging / "manifest.json", manifest)
+        write_manifest(manifest, staging / "manifest.json")
         replace_dir(staging, out_dir)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
