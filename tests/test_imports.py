@@ -369,7 +369,7 @@ LONG_FUNCTIONS = {
     "agents/tournament/orchestrator.py:run_tournament",
     # The backtest's decision loop and its vectorized accounting after it, one pass over the window.
     "backtests/policy_loop.py:run_policies",
-    # Split elsewhere; each leaves this set with its split.
+    # The paper cycle's trade and decision, the nightly schedule, the demo and status workflows.
     "app/nightly/schedule.py:run_schedule",
     "app/paper/cycle.py:_trade",
     "app/paper/observation.py:build_decision",
