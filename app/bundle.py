@@ -17,14 +17,15 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Literal
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict
 
-from data.errors import CheckpointError, one_line
+from data.artifact import Artifact
+from data.errors import ArtifactError, CheckpointError, one_line
 
 BUNDLE_FORMAT = "podracer-bundle"
-BUNDLE_VERSION = 1
 NUM_GLOBAL = 2  # obs[:, 0] cash fraction, obs[:, 1] time of day (envs.observation's layout)
 PER_ASSET_FIXED = 2  # per asset: position weight, tradable flag, then the features (envs.observation)
 
@@ -69,6 +70,65 @@ def manifest_hash(manifest: dict[str, Any]) -> str:
     body = {k: v for k, v in manifest.items() if k != "bundle_id"}
     canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+class Parity(BaseModel):
+    """The export's parity check: onnxruntime against torch on ``num_obs`` sample observations."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    max_abs_diff: float
+    tolerance: float
+    num_obs: int
+
+
+class BundleManifest(Artifact):
+    """``manifest.json`` of a bundle, on the artifact base (a newer ``schema_version`` or a malformed
+    field is refused in one line). ``bundle_id`` is :func:`manifest_hash` of the file's own JSON, so
+    it is checked against the file as written, never against a re-serialization. Bundles written
+    before ``schema_version`` carry ``format_version`` 1 and read as version 1; ``format_version`` is
+    still written for readers that check it."""
+
+    FILE: ClassVar[str] = "manifest.json"
+
+    format: Literal["podracer-bundle"]
+    format_version: Literal[1] = 1
+    bundle_id: str = ""
+    run_id: str
+    pod_id: str
+    source_checkpoint: str
+    tickers: list[str]
+    interval: str
+    decision_interval: int
+    action_mode: str
+    algo: str
+    num_assets: int
+    num_features: int
+    obs_dim: int
+    observation: dict[str, str]
+    feature_spec: dict[str, Any]
+    # One policy's normalization statistics, or ``{"members": [...]}`` for an ensemble.
+    obs_normalization: dict[str, Any]
+    ensemble: dict[str, Any] | None = None
+    env_params: dict[str, Any]
+    data: dict[str, Any]
+    windows: dict[str, Any]
+    metrics: dict[str, Any] | None = None
+    versions: dict[str, str]
+    exporter: str
+    parity: Parity
+    files: dict[str, str]
+
+
+def write_manifest(manifest: BundleManifest, path: Path) -> BundleManifest:
+    """Write ``manifest`` with its ``bundle_id`` (atomically); returns it with the id. The file is
+    read back and its hash checked, so a bundle that would not verify is never left behind."""
+    body = manifest.model_copy(update={"bundle_id": ""}).to_json()
+    stamped = manifest.model_copy(update={"bundle_id": manifest_hash(body)})
+    stamped.write(path)
+    if manifest_hash(read_json(path)) != stamped.bundle_id:
+        raise CheckpointError(f"{path}: the manifest as written does not match its hash")
+    return stamped
 
 
 @dataclass
@@ -134,10 +194,11 @@ def load_bundle(path: str | os.PathLike[str], *, expect_tickers: Sequence[str] |
     manifest = read_json(manifest_path)
     if manifest.get("format") != BUNDLE_FORMAT:
         raise CheckpointError(f"{manifest_path}: not a podracer bundle manifest")
-    if manifest.get("format_version") != BUNDLE_VERSION:
-        raise CheckpointError(
-            f"{manifest_path}: unsupported format_version {manifest.get('format_version')!r}"
-        )
+    try:
+        BundleManifest.parse(manifest, manifest_path)
+    except ArtifactError as err:
+        raise CheckpointError(str(err)) from None
+    # The hash of the file as written (bundles of every version), not of the model.
     if manifest.get("bundle_id") != manifest_hash(manifest):
         raise CheckpointError(f"{manifest_path} was modified after export (content hash mismatch)")
     files = manifest.get("files") or {}

@@ -7,7 +7,7 @@
   assets + cash for ``"weights"``, then the env's own rule: negatives clipped to 0, rows above 1 scaled
   to 1; clamp to [-1, 1] for ``"shares"``) are inside the graph; the batch axis is dynamic.
 - ``policy.pt`` (optional, ``torchscript=True``): the same wrapper traced with TorchScript.
-- ``manifest.json``: tickers, interval, decision interval, observation layout, feature spec (with the
+- ``manifest.json`` (``app.bundle.BundleManifest``): tickers, interval, decision interval, observation layout, feature spec (with the
   train-window normalization), observation normalization statistics, env params, data / validation
   windows, backtest metrics when ``<run>/backtest/metrics.json`` exists, package versions, the parity
   check result, and the sha256 of every other file. ``bundle_id`` is the sha256 of the manifest's
@@ -37,16 +37,17 @@ from agents.ensemble import EnsemblePolicy, load_policy, member_normalizations
 from app import context
 from app.bundle import (
     BUNDLE_FORMAT,
-    BUNDLE_VERSION,
-    manifest_hash,
+    BundleManifest,
+    Parity,
     ort_session,
     read_json,
     sha256_file,
+    write_manifest,
 )
 from app.config import Config, load_config
 from app.runs import RunDir, RunInfo
 from backtests.metrics_model import read_metrics
-from data.atomic import atomic_write_json, replace_dir
+from data.atomic import replace_dir
 from data.errors import CheckpointError, PodracerError, one_line
 from data.features import check_spec
 from data.loader import load_market
@@ -232,6 +233,91 @@ def _feature_spec(
     return dict(splits.full.feature_spec), windows
 
 
+def _checked_tickers(
+    policy: Any, run_info: RunInfo, spec: dict[str, Any], policy_dir: Path, run_dir: Path
+) -> list[str]:
+    """The policy's tickers (else the run's), checked against its number of assets and the feature
+    spec against its number of features."""
+    tickers = list(policy.meta.tickers) or list(run_info.tickers)
+    num_assets, num_features = policy.num_assets, policy.config.num_features
+    if len(tickers) != num_assets or len(set(tickers)) != num_assets:
+        raise CheckpointError(
+            f"{policy_dir}: {len(tickers)} tickers recorded for a {num_assets}-asset policy"
+        )
+    if len(spec["names"]) != num_features:
+        raise CheckpointError(
+            f"{run_dir}: feature spec has {len(spec['names'])} features, the policy expects {num_features}"
+        )
+    return tickers
+
+
+def _write_torchscript(module: Any, example: np.ndarray, path: Path) -> None:
+    """The wrapper traced with TorchScript at ``path``; skipped with a warning when tracing fails."""
+    import torch
+
+    try:
+        with torch.no_grad():
+            traced = torch.jit.trace(module, torch.as_tensor(example))
+        traced.save(str(path))
+    except Exception as err:  # noqa: BLE001 - TorchScript is optional and deprecated upstream
+        log.warning("TorchScript export skipped: %s", one_line(err, typed=False))
+
+
+def _manifest(
+    policy: Any,
+    config: Config,
+    *,
+    run_id: str,
+    pod_id: str,
+    policy_dir: Path,
+    tickers: list[str],
+    spec: dict[str, Any],
+    windows: dict[str, Any],
+    metrics: dict[str, Any] | None,
+    exporter: str,
+    parity: Parity,
+    files: dict[str, str],
+) -> BundleManifest:
+    """The bundle's manifest, less its ``bundle_id`` (see the module docstring)."""
+    fields: dict[str, Any] = {
+        "format": BUNDLE_FORMAT,
+        "run_id": run_id,
+        "pod_id": pod_id,
+        "source_checkpoint": str(policy_dir),
+        "tickers": tickers,
+        "interval": str(spec.get("interval") or config.data.interval),
+        "decision_interval": int(config.env.decision_interval),
+        "action_mode": policy.meta.action_mode,
+        "algo": policy.meta.algo,
+        "num_assets": policy.num_assets,
+        "num_features": policy.config.num_features,
+        "obs_dim": policy.obs_dim,
+        "observation": {
+            "layout": "obs[:,0]=cash fraction, obs[:,1]=time of day, obs[:,2:].view(N,A,2+F): "
+            "[...,0]=position weight, [...,1]=tradable (1/0), [...,2:]=features",
+            "input": "obs",
+            "output": "weights",
+        },
+        "feature_spec": spec,
+        # One entry per ensemble member (each normalizes the observation itself, inside the graph).
+        "obs_normalization": member_normalizations(policy)[0]
+        if not isinstance(policy, EnsemblePolicy)
+        else {"members": member_normalizations(policy)},
+        "ensemble": None
+        if not isinstance(policy, EnsemblePolicy)
+        else {"size": policy.size, "combine": "mean_of_target_weights", "members": policy.source},
+        "env_params": config.env.model_dump(),
+        "data": config.data.model_dump(),
+        "windows": windows,
+        "metrics": metrics,
+        "versions": _versions(),
+        "exporter": exporter,
+        "parity": parity,
+        "files": files,
+    }
+    return BundleManifest(**fields)
+
+
 def export_bundle(
     run_dir: str | os.PathLike[str],
     pod: str | None = None,
@@ -265,16 +351,8 @@ def export_bundle(
     except Exception as err:  # noqa: BLE001 - DataError -> the bundle's own error type
         raise CheckpointError(f"{run_dir}: {err}") from None
 
-    tickers = list(policy.meta.tickers) or list(run_info.tickers)
+    tickers = _checked_tickers(policy, run_info, spec, policy_dir, run_dir)
     num_assets, num_features = policy.num_assets, policy.config.num_features
-    if len(tickers) != num_assets or len(set(tickers)) != num_assets:
-        raise CheckpointError(
-            f"{policy_dir}: {len(tickers)} tickers recorded for a {num_assets}-asset policy"
-        )
-    if len(spec["names"]) != num_features:
-        raise CheckpointError(
-            f"{run_dir}: feature spec has {len(spec['names'])} features, the policy expects {num_features}"
-        )
     champion = run_info.champion.pod_id if run_info.champion is not None else None
     pod_id = pod or str(champion or "champion")
     out_dir = Path(out) if out else home / "exports" / f"{run_dir.name}-{pod_id}"
@@ -287,58 +365,27 @@ def export_bundle(
     try:
         exporter = _export_onnx(module, torch.as_tensor(obs[:2]), staging / "policy.onnx", exporter)
         max_diff = parity_check(module, staging / "policy.onnx", obs, tolerance)
-        files = ["policy.onnx"]
         if torchscript:
-            try:
-                with torch.no_grad():
-                    traced = torch.jit.trace(module, torch.as_tensor(obs[:2]))
-                traced.save(str(staging / "policy.pt"))
-                files.append("policy.pt")
-            except Exception as err:  # noqa: BLE001 - TorchScript is optional and deprecated upstream
-                log.warning("TorchScript export skipped: %s", one_line(err, typed=False))
+            _write_torchscript(module, obs[:2], staging / "policy.pt")
         # Hash every file the bundle holds (an exporter's side file, e.g. external weights, included).
         files = sorted(p.name for p in staging.iterdir() if p.is_file() and p.name != "manifest.json")
         # The backtest's figures travel with the bundle, validated (a malformed file is refused here).
         metrics = read_metrics(run.backtest_metrics).to_json() if run.backtest_metrics.is_file() else None
-        manifest: dict[str, Any] = {
-            "format": BUNDLE_FORMAT,
-            "format_version": BUNDLE_VERSION,
-            "run_id": run_dir.name,
-            "pod_id": pod_id,
-            "source_checkpoint": str(policy_dir),
-            "tickers": tickers,
-            "interval": str(spec.get("interval") or config.data.interval),
-            "decision_interval": int(config.env.decision_interval),
-            "action_mode": policy.meta.action_mode,
-            "algo": policy.meta.algo,
-            "num_assets": num_assets,
-            "num_features": num_features,
-            "obs_dim": policy.obs_dim,
-            "observation": {
-                "layout": "obs[:,0]=cash fraction, obs[:,1]=time of day, obs[:,2:].view(N,A,2+F): "
-                "[...,0]=position weight, [...,1]=tradable (1/0), [...,2:]=features",
-                "input": "obs",
-                "output": "weights",
-            },
-            "feature_spec": spec,
-            # One entry per ensemble member (each normalizes the observation itself, inside the graph).
-            "obs_normalization": member_normalizations(policy)[0]
-            if not isinstance(policy, EnsemblePolicy)
-            else {"members": member_normalizations(policy)},
-            "ensemble": None
-            if not isinstance(policy, EnsemblePolicy)
-            else {"size": policy.size, "combine": "mean_of_target_weights", "members": policy.source},
-            "env_params": config.env.model_dump(),
-            "data": config.data.model_dump(),
-            "windows": windows,
-            "metrics": metrics,
-            "versions": _versions(),
-            "exporter": exporter,
-            "parity": {"max_abs_diff": max_diff, "tolerance": tolerance, "num_obs": int(obs.shape[0])},
-            "files": {name: sha256_file(staging / name) for name in files},
-        }
-        manifest["bundle_id"] = manifest_hash(manifest)
-        atomic_write_json(staging / "manifest.json", manifest)
+        manifest = _manifest(
+            policy,
+            config,
+            run_id=run_dir.name,
+            pod_id=pod_id,
+            policy_dir=policy_dir,
+            tickers=tickers,
+            spec=spec,
+            windows=windows,
+            metrics=metrics,
+            exporter=exporter,
+            parity=Parity(max_abs_diff=max_diff, tolerance=tolerance, num_obs=int(obs.shape[0])),
+            files={name: sha256_file(staging / name) for name in files},
+        )
+        write_manifest(manifest, staging / "manifest.json")
         replace_dir(staging, out_dir)
     finally:
         shutil.rmtree(staging, ignore_errors=True)

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator, with_config
-from typing_extensions import TypedDict
+from typing_extensions import TypedDict  # pydantic refuses typing.TypedDict before Python 3.12
 
 from data.artifact import Artifact, Figure
 from data.errors import ArtifactError, ConfigError, PodracerError

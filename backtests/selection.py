@@ -245,6 +245,35 @@ def _undefined_last(sharpe: np.ndarray) -> np.ndarray:
     return np.where(np.isnan(sharpe), -np.inf, sharpe)
 
 
+def _check_num_splits(num_splits: Any) -> None:
+    """A ValueError unless ``num_splits`` is an even integer >= 2."""
+    if isinstance(num_splits, bool) or not isinstance(num_splits, int | np.integer):
+        raise ValueError(f"num_splits must be an even integer >= 2, got {num_splits!r}")
+    if num_splits < 2 or num_splits % 2:
+        raise ValueError(f"num_splits must be an even integer >= 2, got {num_splits}")
+
+
+def _selection_logits(
+    masks: np.ndarray, stats: tuple[np.ndarray, ...], n_valid: int, splits: int
+) -> np.ndarray:
+    """One logit per in-sample choice in ``masks``: where the IS-best trial ranks out of sample,
+    ``ln(w / (1 - w))`` with ``w = rank / (N + 1)`` (see :func:`probability_of_backtest_overfitting`)."""
+    logits = np.empty(len(masks), dtype=np.float64)
+    # The flat-half check works on (chunk, S, flat columns) arrays: size the chunks for that.
+    chunk = max(1, _CHUNK_ELEMENTS // (n_valid * (splits if stats[-1].any() else 1)))
+    rows = np.arange(min(chunk, len(masks)))
+    for lo in range(0, len(masks), chunk):
+        m = masks[lo : lo + chunk]
+        is_sr = _undefined_last(_halves_sharpe(m, stats))
+        oos_sr = _undefined_last(_halves_sharpe(~m, stats))
+        best = np.argmax(is_sr, axis=1)
+        star = oos_sr[rows[: len(m)], best][:, None]
+        rank = (oos_sr < star).sum(axis=1) + ((oos_sr == star).sum(axis=1) + 1) / 2.0
+        # ln(w / (1 - w)) with w = rank / (N + 1), written so that the median gives exactly 0.
+        logits[lo : lo + chunk] = np.log(rank / (n_valid + 1.0 - rank))
+    return logits
+
+
 def probability_of_backtest_overfitting(returns: Any, num_splits: int = 16) -> PBOResult:
     """Probability of backtest overfitting by combinatorially symmetric cross-validation (CSCV).
 
@@ -275,10 +304,7 @@ def probability_of_backtest_overfitting(returns: Any, num_splits: int = 16) -> P
 
     Vectorized over the ``C(S, S/2)`` combinations (12,870 for S = 16) from per-block sums.
     """
-    if isinstance(num_splits, bool) or not isinstance(num_splits, int | np.integer):
-        raise ValueError(f"num_splits must be an even integer >= 2, got {num_splits!r}")
-    if num_splits < 2 or num_splits % 2:
-        raise ValueError(f"num_splits must be an even integer >= 2, got {num_splits}")
+    _check_num_splits(num_splits)
     r = _as_f64(returns)
     if r.ndim != 2:
         raise ValueError(f"returns must be (T, N): one column per trial, got shape {tuple(r.shape)}")
@@ -315,18 +341,6 @@ def probability_of_backtest_overfitting(returns: Any, num_splits: int = 16) -> P
     stats = tuple(a[:, keep] for a in (count, total, squares, bmin, bmax)) + (flat_cols[keep],)
 
     masks = _half_masks(splits)
-    logits = np.empty(len(masks), dtype=np.float64)
-    # The flat-half check works on (chunk, S, flat columns) arrays: size the chunks for that.
-    chunk = max(1, _CHUNK_ELEMENTS // (n_valid * (splits if stats[-1].any() else 1)))
-    rows = np.arange(min(chunk, len(masks)))
-    for lo in range(0, len(masks), chunk):
-        m = masks[lo : lo + chunk]
-        is_sr = _undefined_last(_halves_sharpe(m, stats))
-        oos_sr = _undefined_last(_halves_sharpe(~m, stats))
-        best = np.argmax(is_sr, axis=1)
-        star = oos_sr[rows[: len(m)], best][:, None]
-        rank = (oos_sr < star).sum(axis=1) + ((oos_sr == star).sum(axis=1) + 1) / 2.0
-        # ln(w / (1 - w)) with w = rank / (N + 1), written so that the median gives exactly 0.
-        logits[lo : lo + chunk] = np.log(rank / (n_valid + 1.0 - rank))
+    logits = _selection_logits(masks, stats, n_valid, splits)
     pbo = float(np.mean(logits <= 0.0))
     return PBOResult(pbo, logits, len(masks), n_valid, splits, excluded, used)

@@ -181,6 +181,72 @@ class Panel:
     member: np.ndarray | None = None
 
 
+def _sessions_of(frames: dict[str, pd.DataFrame]) -> tuple[dict[str, pd.DatetimeIndex], pd.DatetimeIndex]:
+    """Each ticker's exchange dates, and the XNAS sessions any ticker has (a DataError if none)."""
+    dates_of: dict[str, pd.DatetimeIndex] = {}
+    for ticker, frame in frames.items():
+        ts = pd.DatetimeIndex(frame["timestamp"]).tz_convert("UTC")
+        dates_of[ticker] = pd.DatetimeIndex(exchange_dates(ts).unique())
+    all_dates = functools.reduce(lambda a, b: a.union(b), dates_of.values()).sort_values()
+    cal_sessions = sessions_in_range(all_dates.min(), all_dates.max())
+    sessions = cal_sessions[cal_sessions.isin(all_dates)]
+    if len(sessions) == 0:
+        raise DataError("no bars fall on XNAS sessions")
+    return dates_of, sessions
+
+
+def _covered_tickers(
+    dates_of: dict[str, pd.DatetimeIndex], judged: pd.DatetimeIndex, min_coverage: float
+) -> list[str]:
+    """The tickers with bars in at least ``min_coverage`` of the ``judged`` sessions, sorted (the
+    others dropped with a warning; a DataError if none remain)."""
+    kept = []
+    for ticker in sorted(dates_of):
+        coverage = dates_of[ticker].isin(judged).sum() / len(judged)
+        if coverage < min_coverage:
+            log.warning(
+                "dropping %s: bars in %.0f%% of the sessions judged (min_coverage=%.0f%%)",
+                ticker,
+                100 * coverage,
+                100 * min_coverage,
+            )
+            continue
+        kept.append(ticker)
+    if not kept:
+        raise DataError(
+            f"no ticker has bars in at least {min_coverage:.0%} of the {len(judged)} sessions judged"
+        )
+    return kept
+
+
+def _on_grid(
+    frames: dict[str, pd.DataFrame], kept: list[str], grid_ts: np.ndarray
+) -> tuple[dict[str, np.ndarray], dict[str, int], np.ndarray]:
+    """The kept tickers' bars placed on the grid: (T, A) OHLCV arrays (NaN where no bar landed), the
+    bars each ticker's frame had filled, and where a real source bar sits (landed and not filled)."""
+    num_steps, num_assets = len(grid_ts), len(kept)
+    arrays = {c: np.full((num_steps, num_assets), np.nan) for c in ("open", "high", "low", "close", "volume")}
+    gaps: dict[str, int] = {}
+    filled_at: list[tuple[int, np.ndarray, np.ndarray]] = []
+    for j, ticker in enumerate(kept):
+        frame = frames[ticker]
+        ts = pd.DatetimeIndex(frame["timestamp"]).tz_convert("UTC").as_unit("ns").asi8
+        idx = np.searchsorted(grid_ts, ts)
+        ok = (idx < num_steps) & (grid_ts[np.minimum(idx, num_steps - 1)] == ts)
+        for c in arrays:
+            arrays[c][idx[ok], j] = frame[c].to_numpy(dtype=np.float64)[ok]
+        gaps[ticker] = 0
+        if "filled" in frame:
+            filled = frame["filled"].to_numpy(dtype=bool)[ok]
+            gaps[ticker] = int(filled.sum())
+            filled_at.append((j, idx[ok], filled))
+    # Real bars: a source bar landed there and align_ticker did not forward-fill it.
+    real = ~np.isnan(arrays["close"])
+    for j, rows, filled in filled_at:
+        real[rows, j] &= ~filled
+    return arrays, gaps, real
+
+
 def align_panel(
     frames: dict[str, pd.DataFrame],
     interval: str,
@@ -207,55 +273,12 @@ def align_panel(
     check_interval(interval)
     if not frames:
         raise DataError("no bars to align")
-    dates_of: dict[str, pd.DatetimeIndex] = {}
-    for ticker, frame in frames.items():
-        ts = pd.DatetimeIndex(frame["timestamp"]).tz_convert("UTC")
-        dates_of[ticker] = pd.DatetimeIndex(exchange_dates(ts).unique())
-    all_dates = functools.reduce(lambda a, b: a.union(b), dates_of.values()).sort_values()
-    cal_sessions = sessions_in_range(all_dates.min(), all_dates.max())
-    sessions = cal_sessions[cal_sessions.isin(all_dates)]
-    if len(sessions) == 0:
-        raise DataError("no bars fall on XNAS sessions")
+    dates_of, sessions = _sessions_of(frames)
     judged = sessions[: max(1, int(round(len(sessions) * coverage_frac)))]
-    kept = []
-    for ticker in sorted(frames):
-        coverage = dates_of[ticker].isin(judged).sum() / len(judged)
-        if coverage < min_coverage:
-            log.warning(
-                "dropping %s: bars in %.0f%% of the sessions judged (min_coverage=%.0f%%)",
-                ticker,
-                100 * coverage,
-                100 * min_coverage,
-            )
-            continue
-        kept.append(ticker)
-    if not kept:
-        raise DataError(
-            f"no ticker has bars in at least {min_coverage:.0%} of the {len(judged)} sessions judged"
-        )
+    kept = _covered_tickers(dates_of, judged, min_coverage)
     grid = session_grid(sessions, interval, extended_hours)
-    grid_ts = grid.timestamps.astype(np.int64)
-    num_steps, num_assets = len(grid_ts), len(kept)
-    arrays = {c: np.full((num_steps, num_assets), np.nan) for c in ("open", "high", "low", "close", "volume")}
-    gaps: dict[str, int] = {}
-    for j, ticker in enumerate(kept):
-        frame = frames[ticker]
-        ts = pd.DatetimeIndex(frame["timestamp"]).tz_convert("UTC").as_unit("ns").asi8
-        idx = np.searchsorted(grid_ts, ts)
-        ok = (idx < num_steps) & (grid_ts[np.minimum(idx, num_steps - 1)] == ts)
-        for c in arrays:
-            arrays[c][idx[ok], j] = frame[c].to_numpy(dtype=np.float64)[ok]
-        gaps[ticker] = int(frame["filled"].to_numpy(dtype=bool)[ok].sum()) if "filled" in frame else 0
+    arrays, gaps, real = _on_grid(frames, kept, grid.timestamps.astype(np.int64))
     missing = np.isnan(arrays["close"])
-    # Real bars: a source bar landed there and align_ticker did not forward-fill it.
-    real = ~missing
-    for j, ticker in enumerate(kept):
-        frame = frames[ticker]
-        if "filled" in frame:
-            ts = pd.DatetimeIndex(frame["timestamp"]).tz_convert("UTC").as_unit("ns").asi8
-            idx = np.searchsorted(grid_ts, ts)
-            ok = (idx < num_steps) & (grid_ts[np.minimum(idx, num_steps - 1)] == ts)
-            real[idx[ok], j] &= ~frame["filled"].to_numpy(dtype=bool)[ok]
     close = pd.DataFrame(arrays["close"]).ffill().to_numpy()  # carries the previous session's close
     if carry_leading:
         # Only the bars before a ticker's first bar are still NaN: a flat line at its first open

@@ -65,54 +65,22 @@ class MarketSplits:
         return {name: getattr(self, name).date_range() for name in ("train", "valid", "test")}
 
 
-def build_market(
-    panel: Panel,
-    *,
-    train_frac: float = 0.6,
-    valid_frac: float = 0.2,
-    device: str | torch.device = "cpu",
-    windows: Mapping[str, int] = DEFAULT_WINDOWS,
-    source: str = "panel",
-) -> MarketSplits:
-    """Dense panel -> MarketData with causal, train-normalized features, split by sessions."""
-    device = torch.device(device)
-    f32 = {"dtype": torch.float32, "device": device}
-    # np.array copies: panel arrays may be read-only views, which torch refuses to share.
-    prices = {
-        name: torch.as_tensor(np.array(getattr(panel, name)), **f32)
-        for name in ("open", "high", "low", "close")
-    }
-    volume = torch.as_tensor(np.array(panel.volume), **f32)
-    # Features from float64 close where the device allows: log-returns of adjacent float32 prices
-    # lose digits.
-    work = torch.float32 if device.type == "mps" else torch.float64
-    raw = compute_features(torch.as_tensor(np.array(panel.close), dtype=work, device=device), volume, windows)
-    # Renumber sessions 0..S-1 in the order they appear (the panel may have trimmed a partial start).
-    _, session_id = np.unique(panel.grid.session_id, return_inverse=True)
-    # Tradable: a real bar, inside membership. ``listed`` is computed here, over the whole history,
-    # so that a window cut out of it still knows whether a ticker trades again after its end.
+def _tradable(panel: Panel) -> np.ndarray:
+    """Where a ticker can trade: a real bar, inside membership. ``listed`` is computed from this over
+    the whole history, so that a window cut out of it still knows whether a ticker trades again after
+    its end."""
     tradable = (
         np.ones(panel.close.shape, dtype=bool) if panel.real is None else np.array(panel.real, dtype=bool)
     )
     if panel.member is not None:
         tradable &= np.asarray(panel.member, dtype=bool)
-    tradable_t = torch.as_tensor(tradable, device=device)
-    provisional = MarketData(
-        tickers=panel.tickers,
-        timestamps=panel.grid.timestamps.astype("datetime64[ns]"),
-        **prices,
-        volume=volume,
-        features=raw,
-        feature_names=tuple(f"f{i}" for i in range(raw.shape[-1])),
-        session_id=torch.as_tensor(session_id, dtype=torch.int64, device=device),
-        time_of_day=torch.as_tensor(panel.grid.time_of_day, **f32),
-        interval=panel.interval,
-        tradable=tradable_t,
-    )
-    train, valid, _ = provisional.split_sessions(train_frac, valid_frac)
-    mean, std = fit_normalization(raw[: train.num_steps])
-    spec = make_spec(mean, std, windows, interval=panel.interval, fitted_on=train.date_range())
-    full = MarketData(
+    return tradable
+
+
+def _normalized(provisional: MarketData, raw: torch.Tensor, spec: dict[str, Any]) -> MarketData:
+    """``provisional`` with its raw features replaced by the ones normalized with ``spec`` (the
+    derived per-ticker arrays are carried over, not recomputed)."""
+    return MarketData(
         **{
             name: getattr(provisional, name)
             for name in (
@@ -137,6 +105,48 @@ def build_market(
         feature_names=tuple(spec["names"]),
         feature_spec=spec,
     )
+
+
+def build_market(
+    panel: Panel,
+    *,
+    train_frac: float = 0.6,
+    valid_frac: float = 0.2,
+    device: str | torch.device = "cpu",
+    windows: Mapping[str, int] = DEFAULT_WINDOWS,
+    source: str = "panel",
+) -> MarketSplits:
+    """Dense panel -> MarketData with causal, train-normalized features, split by sessions."""
+    device = torch.device(device)
+    f32 = {"dtype": torch.float32, "device": device}
+    # np.array copies: panel arrays may be read-only views, which torch refuses to share.
+    prices = {
+        name: torch.as_tensor(np.array(getattr(panel, name)), **f32)
+        for name in ("open", "high", "low", "close")
+    }
+    volume = torch.as_tensor(np.array(panel.volume), **f32)
+    # Features from float64 close where the device allows: log-returns of adjacent float32 prices
+    # lose digits.
+    work = torch.float32 if device.type == "mps" else torch.float64
+    raw = compute_features(torch.as_tensor(np.array(panel.close), dtype=work, device=device), volume, windows)
+    # Renumber sessions 0..S-1 in the order they appear (the panel may have trimmed a partial start).
+    _, session_id = np.unique(panel.grid.session_id, return_inverse=True)
+    provisional = MarketData(
+        tickers=panel.tickers,
+        timestamps=panel.grid.timestamps.astype("datetime64[ns]"),
+        **prices,
+        volume=volume,
+        features=raw,
+        feature_names=tuple(f"f{i}" for i in range(raw.shape[-1])),
+        session_id=torch.as_tensor(session_id, dtype=torch.int64, device=device),
+        time_of_day=torch.as_tensor(panel.grid.time_of_day, **f32),
+        interval=panel.interval,
+        tradable=torch.as_tensor(_tradable(panel), device=device),
+    )
+    train, valid, _ = provisional.split_sessions(train_frac, valid_frac)
+    mean, std = fit_normalization(raw[: train.num_steps])
+    spec = make_spec(mean, std, windows, interval=panel.interval, fitted_on=train.date_range())
+    full = _normalized(provisional, raw, spec)
     cut1, cut2 = train.num_steps, train.num_steps + valid.num_steps
     return MarketSplits(
         full=full,

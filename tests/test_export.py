@@ -13,7 +13,7 @@ import torch
 from test_paper_support import DECISION_INTERVAL, make_run
 
 from app import bundle as bundle_module
-from app.bundle import load_bundle, manifest_hash
+from app.bundle import BundleManifest, load_bundle, manifest_hash
 from app.cli import main
 from app.export import export_bundle, sample_observations
 from data.errors import CheckpointError
@@ -214,3 +214,46 @@ def test_metrics_included_when_backtest_exists(tmp_path):
     (run.run_dir / "backtest" / "metrics.json").write_text(json.dumps(metrics))
     manifest = load_bundle(export_bundle(run.run_dir, exporter="torchscript")).manifest
     assert manifest["metrics"] == {**metrics, "schema_version": 1}  # validated, as its model writes it
+
+
+def _rewrite(dst, manifest):
+    manifest["bundle_id"] = manifest_hash(manifest)
+    (dst / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_manifest_is_a_versioned_document(exported):
+    manifest = json.loads((exported[2] / "manifest.json").read_text())
+    assert manifest["schema_version"] == BundleManifest.SCHEMA_VERSION
+    assert manifest["format_version"] == 1  # still written for readers that check it
+    doc = BundleManifest.read(exported[2] / "manifest.json")
+    assert doc.bundle_id == manifest["bundle_id"] and doc.parity.num_obs == manifest["parity"]["num_obs"]
+
+
+def test_bundle_in_the_layout_without_schema_version_loads(exported, tmp_path):
+    """A bundle written before the manifest had a schema version (its id hashed without it) verifies."""
+    dst = _copy(exported[2], tmp_path)
+    manifest = json.loads((dst / "manifest.json").read_text())
+    del manifest["schema_version"]
+    _rewrite(dst, manifest)
+    bundle = load_bundle(dst)
+    assert bundle.bundle_id == manifest["bundle_id"] != load_bundle(exported[2]).bundle_id
+    assert bundle.tickers == tuple(manifest["tickers"])
+    assert BundleManifest.read(dst / "manifest.json").schema_version == 1
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "match"),
+    [
+        ("schema_version", 99, "newer than this podracer reads"),
+        ("format_version", 2, "format_version"),
+        ("num_assets", "three", "num_assets"),
+    ],
+)
+def test_newer_or_malformed_manifest_refused_in_one_line(exported, tmp_path, key, value, match):
+    dst = _copy(exported[2], tmp_path)
+    manifest = json.loads((dst / "manifest.json").read_text())
+    manifest[key] = value
+    _rewrite(dst, manifest)  # a consistent hash: the refusal is the document's, not the hash's
+    with pytest.raises(CheckpointError, match=match) as err:
+        load_bundle(dst)
+    assert "\n" not in str(err.value)

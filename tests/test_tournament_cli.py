@@ -216,12 +216,12 @@ def test_one_budget_on_the_command_line_replaces_both():
     from app.config import Config
     from app.config import to_tournament_args as tournament_args_from_config
 
-    minutes = _tournament_overrides({"--pods": None, "--budget-minutes": 5.0, "--address": None})
+    minutes = _tournament_overrides({"pods": None, "budget_minutes": 5.0, "address": None})
     assert minutes == {"budget_minutes": 5.0, "budget_steps": None}
     args = tournament_args_from_config(Config().with_updates(tournament=minutes))
     assert args.budget_steps is None and args.budget_minutes == 5.0
-    flags = ("--pods", "--budget-steps", "--budget-minutes", "--backend", "--workers", "--address")
-    both = _tournament_overrides(dict(zip(flags, (3, 1000, 2.0, "ray", 0, "auto"), strict=True)))
+    fields = ("pods", "budget_steps", "budget_minutes", "backend", "workers", "address")
+    both = _tournament_overrides(dict(zip(fields, (3, 1000, 2.0, "ray", 0, "auto"), strict=True)))
     assert both == {
         "pods": 3,
         "budget_steps": 1000,

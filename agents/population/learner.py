@@ -104,6 +104,14 @@ class Population:
         self.adam = StackedAdam(self.nets)
         self.batch_size = t * n
         self.minibatch_size = max(1, self.batch_size // self.num_minibatches)
+        self._allocate_hyperparameters()
+        self._allocate_rollout()
+        self._allocate_step_buffers()
+        self._build_graphs(graphs)
+
+    def _allocate_hyperparameters(self) -> None:
+        """Per-pod hyper-parameters and masks, filled by each round's pods."""
+        p, dev = self.num_pods, self.device
         z = {"device": dev, "dtype": torch.float32}
         # Per-pod hyper-parameters, (P,) (or (P, 1) to broadcast over envs/samples).
         self.lr = torch.zeros(p, dtype=self.adam.wide, device=dev)
@@ -121,10 +129,15 @@ class Population:
         self.training = torch.zeros(p, dtype=torch.bool, device=dev)
         self.kl_stop = torch.zeros(p, dtype=torch.bool, device=dev)
         self.mb_active = torch.zeros(p, dtype=torch.bool, device=dev)
+
+    def _allocate_rollout(self) -> None:
+        """The rollout storage: a pod's (T, N) batch and what the update derives from it."""
+        p, n, t, dev = self.num_pods, self.num_envs, self.num_steps, self.device
+        z = {"device": dev, "dtype": torch.float32}
         # Rollout storage, pod-major (P, T, N, ...): a pod's batch is a contiguous (T * N) block,
         # flattened in the order ppo.update flattens its (T, N) rollout.
         with torch.no_grad():
-            probe = self.nets.pack(torch.zeros(p, 1, config.obs_dim, device=dev))
+            probe = self.nets.pack(torch.zeros(p, 1, self.config.obs_dim, device=dev))
         self.packed = tuple(torch.zeros(p, t, n, *q.shape[2:], **z) for q in probe)
         self.raw = torch.zeros(p, t, n, self.raw_dim, **z)
         self.logprobs = torch.zeros(p, t, n, **z)
@@ -134,11 +147,16 @@ class Population:
         self.next_value = torch.zeros(p, n, **z)
         self.advantages = torch.zeros(p, t, n, **z)
         self.returns = torch.zeros(p, t, n, **z)
+
+    def _allocate_step_buffers(self) -> None:
+        """The static buffers the graphed rollout steps read and write."""
+        p, n, t, dev = self.num_pods, self.num_envs, self.num_steps, self.device
+        z = {"device": dev, "dtype": torch.float32}
         # Static buffers of the graphed steps.
-        self.obs = torch.zeros(p * n, config.obs_dim, **z)
+        self.obs = torch.zeros(p * n, self.config.obs_dim, **z)
         self.noises = torch.zeros(p, t, n, self.raw_dim, **z)  # each pod's rollout noise, drawn at its start
         self.noise = torch.zeros(p, n, self.raw_dim, **z)  # this step's
-        self.act_packed = tuple(torch.zeros(p, n, *q.shape[2:], **z) for q in probe)
+        self.act_packed = tuple(torch.zeros(p, n, *q.shape[3:], **z) for q in self.packed)
         self.act_raw = torch.zeros(p, n, self.raw_dim, **z)
         self.act_logprob = torch.zeros(p, n, **z)
         self.act_value = torch.zeros(p, n, **z)
@@ -147,7 +165,7 @@ class Population:
         self.step_terminated = torch.zeros(p * n, dtype=torch.bool, device=dev)
         self.step_truncated = torch.zeros(p * n, dtype=torch.bool, device=dev)
         self.step_cost = torch.zeros(p * n, dtype=torch.float64, device=dev)
-        self.final_obs = torch.zeros(p * n, config.obs_dim, **z)
+        self.final_obs = torch.zeros(p * n, self.config.obs_dim, **z)
         self.row_reward = torch.zeros(p, n, **z)
         self.row_done = torch.zeros(p, n, **z)
         self.episode_return = torch.zeros(p, n, **z)
@@ -155,6 +173,10 @@ class Population:
         self.stats = torch.zeros(len(h.METRICS), p, dtype=self.adam.wide, device=dev)
         self.perms = torch.zeros(p, self.batch_size, dtype=torch.long, device=dev)
         self.offsets = (torch.arange(p, device=dev) * self.batch_size).unsqueeze(1)
+
+    def _build_graphs(self, graphs: bool | None) -> None:
+        """The hot steps, each a CUDA graph where ``graphs`` allows (StepGraph), one per minibatch size."""
+        p, dev = self.num_pods, self.device
         self.act_step = StepGraph(self._act, dev, graphs, "the rollout's policy step")
         self.post_step = StepGraph(self._post, dev, graphs, "the rollout's post-step")
         self.advantage_step = StepGraph(self._advantages, dev, graphs, "the advantage estimate")

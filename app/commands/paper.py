@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from app import context
+
+if TYPE_CHECKING:  # for the annotation only: app.paper loads torch
+    from app.paper.cycle import CycleResult
 
 
 def paper(
@@ -84,19 +88,24 @@ def paper(
     cfg = load_config(config) if champion else None
     results = run_paper_loop(home, options, bundle=bundle, champion=champion, once=once, config=cfg)
     for result in results[-1:]:
-        when = result.decision_ts.isoformat() if result.decision_ts is not None else "-"
-        who = f" by bundle {result.bundle_id[:12]}" if result.bundle_id else ""
-        context.console.print(
-            f"{result.status} at {when}{who}: {len(result.orders)} orders planned, "
-            f"{len(result.submitted)} submitted",
-            highlight=False,
-        )
-        for order in result.orders:
-            context.console.print(
-                f"  {order.side:4s} {order.qty:.6g} {order.ticker} (~${order.notional:,.2f})", highlight=False
-            )
-        for msg in result.messages:
-            context.console.print(f"  note: {msg}", highlight=False)
+        _print_cycle(result)
         if result.alert or result.status in (*FAILED_STATUSES, "unreconciled"):
             # --once under cron: a refused champion, a failed cycle or books that do not reconcile
             raise typer.Exit(1)
+
+
+def _print_cycle(result: CycleResult) -> None:
+    """One paper cycle's outcome: its status, the orders it planned and its notes."""
+    when = result.decision_ts.isoformat() if result.decision_ts is not None else "-"
+    who = f" by bundle {result.bundle_id[:12]}" if result.bundle_id else ""
+    context.console.print(
+        f"{result.status} at {when}{who}: {len(result.orders)} orders planned, "
+        f"{len(result.submitted)} submitted",
+        highlight=False,
+    )
+    for order in result.orders:
+        context.console.print(
+            f"  {order.side:4s} {order.qty:.6g} {order.ticker} (~${order.notional:,.2f})", highlight=False
+        )
+    for msg in result.messages:
+        context.console.print(f"  note: {msg}", highlight=False)

@@ -18,13 +18,19 @@ TOURNAMENT = "Tournament: "
 
 
 def _tournament_overrides(given: dict[str, Any]) -> dict[str, Any]:
-    """``[tournament]`` fields set on the command line (``given``: flag -> value, None = not given).
-    One budget given alone replaces both."""
-    overrides = {flag[2:].replace("-", "_"): v for flag, v in given.items() if v is not None}
+    """The ``[tournament]`` fields set on the command line (``given``: field -> value, None = not
+    given), as the section's own field names. One budget given alone replaces both."""
+    overrides = {name: value for name, value in given.items() if value is not None}
     for one, other in (("budget_steps", "budget_minutes"), ("budget_minutes", "budget_steps")):
         if one in overrides and other not in overrides:
             overrides[other] = None
     return overrides
+
+
+def _as_flags(fields: dict[str, Any]) -> dict[str, Any]:
+    """``{field: value}`` named as the command line spells them (``envs_per_pod`` -> ``--envs-per-pod``),
+    for the one-line refusal of a flag the run would not read."""
+    return {"--" + name.replace("_", "-"): value for name, value in fields.items()}
 
 
 def _tournament_command(
@@ -98,14 +104,16 @@ def train(
     from app.config import load_config
     from app.workflows.training import refuse_unused, train_single
 
+    # Each option is the [tournament] field of its name: Config.tournament -> TournamentArgs
+    # (app.config.to_tournament_args) -> run_tournament.
     given = {
-        "--pods": pods,
-        "--budget-steps": budget_steps,
-        "--budget-minutes": budget_minutes,
-        "--backend": backend,
-        "--workers": workers,
-        "--address": address,
-        "--envs-per-pod": envs_per_pod,
+        "pods": pods,
+        "budget_steps": budget_steps,
+        "budget_minutes": budget_minutes,
+        "backend": backend,
+        "workers": workers,
+        "address": address,
+        "envs_per_pod": envs_per_pod,
     }
     if tournament or resume is not None:
         refuse_unused({"--threads": threads, "--steps": steps}, "a single run (drop --tournament)")
@@ -113,7 +121,7 @@ def train(
         agent = {"algo": algo} if algo is not None else {}
         _tournament_command(config, run, resume, overrides, agent, json_out)
         return
-    refuse_unused(given, "a tournament (add --tournament)")
+    refuse_unused(_as_flags(given), "a tournament (add --tournament)")
     if threads is not None:
         # Small per-op tensors: on a loaded machine extra intra-op threads mostly wait on each other.
         torch.set_num_threads(threads)

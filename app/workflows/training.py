@@ -29,7 +29,7 @@ from agents import direct, ppo, sac
 from agents.checkpoint import Checkpoint
 from agents.tournament.backend_choice import check_backend_args, resolve_backend
 from agents.tournament.orchestrator import TournamentResult, run_tournament
-from agents.training import Event
+from agents.training import Event, TrainResult
 from agents.validation import validation_score_fn
 from app.config import (
     Config,
@@ -80,6 +80,44 @@ def check_valid_sessions(splits: MarketSplits, config: Config) -> None:
     )
 
 
+def _started_record(run_dir: RunDir, config: Config, splits: MarketSplits) -> dict[str, Any]:
+    """The record of a single-agent run as it starts: what it trains on, with which seeds."""
+    agent = config.agent
+    return {
+        "run_id": run_dir.run_id,
+        "kind": "single",
+        "algo": agent.algo,
+        "status": "running",
+        "seed": agent.seed,
+        "seeds": {"agent": agent.seed, "data": config.data.seed},
+        "windows": {name: list(dates) for name, dates in splits.windows().items()},
+        "tickers": list(splits.train.tickers),
+        "feature_spec": splits.full.feature_spec,
+        # The backtest annualizes with what the run was trained and selected with, not today's config.
+        "annualization": config.backtest.annualization,
+        "started": time.time(),
+    }
+
+
+def _finished_fields(result: TrainResult, run_dir: RunDir) -> dict[str, Any]:
+    """What a finished single-agent run adds to its record: its steps and its last validation."""
+    final_eval = {k.removeprefix("eval/"): v for k, v in result.history[-1].items() if k.startswith("eval/")}
+    sharpe = final_eval.get("sharpe")
+    return {
+        "status": "done",
+        "env_steps": result.env_steps,
+        "updates": result.updates,
+        "stopped_by_callback": result.stopped_by_callback,
+        "pods_tried": 1,
+        # None when undefined (all cash): a trial with no Sharpe, never a Sharpe of 0.
+        "trial_sharpes": [sharpe],
+        "champion": {"pod_id": SINGLE_POD, "score": final_eval.get("score"), "sharpe_ratio": sharpe},
+        "valid": final_eval,
+        "finished": time.time(),
+        "run_dir": str(run_dir.path),
+    }
+
+
 def train_single(
     config: Config,
     home: str | Path,
@@ -114,21 +152,7 @@ def train_single(
 
     run_dir.path.mkdir(parents=True, exist_ok=True)
     write_config(config, run_dir.config)
-    windows = {name: list(dates) for name, dates in splits.windows().items()}
-    info: dict[str, Any] = {
-        "run_id": run_dir.run_id,
-        "kind": "single",
-        "algo": agent.algo,
-        "status": "running",
-        "seed": agent.seed,
-        "seeds": {"agent": agent.seed, "data": config.data.seed},
-        "windows": windows,
-        "tickers": list(splits.train.tickers),
-        "feature_spec": splits.full.feature_spec,
-        # The backtest annualizes with what the run was trained and selected with, not today's config.
-        "annualization": config.backtest.annualization,
-        "started": time.time(),
-    }
+    info = _started_record(run_dir, config, splits)
     run_dir.write(info)
 
     # Looked up now: tests patch the modules.
@@ -144,23 +168,7 @@ def train_single(
     Checkpoint(result.policy, result.optimizer_state).save(run_dir.pod(SINGLE_POD))
     result.save_curve(run_dir.curve(SINGLE_POD))
     result.policy.save(run_dir.champion)
-    final_eval = {k.removeprefix("eval/"): v for k, v in result.history[-1].items() if k.startswith("eval/")}
-    sharpe = final_eval.get("sharpe")
-    info.update(
-        {
-            "status": "done",
-            "env_steps": result.env_steps,
-            "updates": result.updates,
-            "stopped_by_callback": result.stopped_by_callback,
-            "pods_tried": 1,
-            # None when undefined (all cash): a trial with no Sharpe, never a Sharpe of 0.
-            "trial_sharpes": [sharpe],
-            "champion": {"pod_id": SINGLE_POD, "score": final_eval.get("score"), "sharpe_ratio": sharpe},
-            "valid": final_eval,
-            "finished": time.time(),
-            "run_dir": str(run_dir.path),
-        }
-    )
+    info.update(_finished_fields(result, run_dir))
     run_dir.write(info)
     return info
 

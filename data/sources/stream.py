@@ -116,6 +116,54 @@ def _source_fetcher(
     raise DataError(f"unknown source {source!r} (yfinance or alpaca)")
 
 
+def _symbols_to_fetch(source: str, tickers: Sequence[str]) -> list[str]:
+    """The tickers under the source's ticker rule, deduplicated (BRK/B = BRK.B), checked before any
+    request, file or manifest is made."""
+    if source not in SOURCES:
+        raise DataError(f"unknown source {source!r} (yfinance or alpaca)")
+    symbols = list(dict.fromkeys(normalize_ticker(t, source=source) for t in tickers))
+    if not symbols:
+        raise DataError("no tickers to fetch (give --tickers or --universe)")
+    return symbols
+
+
+def _fetch_chunk(
+    fetch: ChunkFetcher,
+    fetch_actions: ActionsFetcher | None,
+    chunk: Chunk,
+    wanted: Sequence[str],
+    report: FetchReport,
+) -> tuple[pd.DataFrame, dict[str, pd.DataFrame] | None]:
+    """The bars (and corporate actions, with an actions fetcher) of the ``wanted`` tickers over one
+    chunk; a failed request is counted in ``report`` and re-raised saying how to resume."""
+    try:
+        bars = fetch(wanted, chunk.start, chunk.stop)
+    except FetchFailed as err:
+        report.chunks_failed += 1
+        report.failed_chunk = chunk.label
+        raise FetchFailed(
+            f"{err}; stopped at chunk {chunk.label} ({report.chunks_fetched + report.chunks_skipped}"
+            f" of {report.chunks_total} chunks stored): rerun the same command to resume from it"
+        ) from None
+    if fetch_actions is None:
+        return bars, None
+    try:
+        return bars, fetch_actions(wanted, chunk.start, chunk.stop)
+    except FetchFailed as err:
+        report.chunks_failed += 1
+        report.failed_chunk = chunk.label
+        raise FetchFailed(
+            f"{err}; stopped at chunk {chunk.label} (corporate actions): rerun the same "
+            "command to resume from it"
+        ) from None
+
+
+def _note_waits(report: FetchReport, policy: FetchRetryPolicy) -> None:
+    """Copy the retry policy's throttling counts into the report."""
+    report.requests_throttled = policy.throttled
+    report.waited_s = policy.waited_s
+
+
 def fetch_to_store(
     home: str | os.PathLike[str],
     source: str,
@@ -149,12 +197,7 @@ def fetch_to_store(
 
     Each chunk's actions merge, month-file writes and manifest row run under the store's writer
     lock (``BarStore.writing``; ``writer`` names this fetch to a writer that waits for it)."""
-    if source not in SOURCES:
-        raise DataError(f"unknown source {source!r} (yfinance or alpaca)")
-    # The ticker rule before any request, file or manifest is made (deduplicated: BRK/B = BRK.B).
-    symbols = list(dict.fromkeys(normalize_ticker(t, source=source) for t in tickers))
-    if not symbols:
-        raise DataError("no tickers to fetch (give --tickers or --universe)")
+    symbols = _symbols_to_fetch(source, tickers)
     policy = policy or FetchRetryPolicy()
     today = today or datetime.now(UTC).date()
     # The manifest's source key names the feed too: IEX bars recorded do not count as SIP bars fetched.
@@ -166,10 +209,7 @@ def fetch_to_store(
         actions_fetcher if (actions_fetcher is not None or fetcher is not None) else source_actions
     )
     store = BarStore(home)
-    if fetch_actions is not None:
-        _refuse_adjusted(store, interval, symbols)
-    else:
-        _refuse_raw(store, interval, symbols, source)
+    _refuse_mixed_bases(store, interval, symbols, source, raw=fetch_actions is not None)
     chunks = plan_chunks(symbols, first, last, max_days=max_days, batch=batch)
     report = FetchReport(source=source, interval=interval, chunks_total=len(chunks))
     manifest = FetchManifest(home)
@@ -185,26 +225,7 @@ def fetch_to_store(
                 if on_chunk is not None:
                     on_chunk(report, chunk, 0)
                 continue
-            try:
-                bars = fetch(wanted, chunk.start, chunk.stop)
-            except FetchFailed as err:
-                report.chunks_failed += 1
-                report.failed_chunk = chunk.label
-                raise FetchFailed(
-                    f"{err}; stopped at chunk {chunk.label} ({report.chunks_fetched + report.chunks_skipped}"
-                    f" of {report.chunks_total} chunks stored): rerun the same command to resume from it"
-                ) from None
-            found: dict[str, pd.DataFrame] | None = None
-            if fetch_actions is not None:
-                try:
-                    found = fetch_actions(wanted, chunk.start, chunk.stop)
-                except FetchFailed as err:
-                    report.chunks_failed += 1
-                    report.failed_chunk = chunk.label
-                    raise FetchFailed(
-                        f"{err}; stopped at chunk {chunk.label} (corporate actions): rerun the same "
-                        "command to resume from it"
-                    ) from None
+            bars, found = _fetch_chunk(fetch, fetch_actions, chunk, wanted, report)
             # One writer at a time from the actions merge to the manifest row (data.lock.store_lock):
             # the manifest records the chunk only once its bars are renamed into their month files.
             with store.writing(writer):
@@ -216,15 +237,24 @@ def fetch_to_store(
                 )
             report.chunks_fetched += 1
             report.bars_fetched += len(bars)
-            report.requests_throttled = policy.throttled
-            report.waited_s = policy.waited_s
+            _note_waits(report, policy)
             if on_chunk is not None:
                 on_chunk(report, chunk, len(bars))
     finally:
-        report.requests_throttled = policy.throttled
-        report.waited_s = policy.waited_s
+        _note_waits(report, policy)
         manifest.close()
     return report
+
+
+def _refuse_mixed_bases(
+    store: BarStore, interval: str, symbols: Sequence[str], source: str, *, raw: bool
+) -> None:
+    """Refuse bars of one basis (``raw``: stored with an actions table, else adjusted at fetch) where
+    the store holds the other for these tickers."""
+    if raw:
+        _refuse_adjusted(store, interval, symbols)
+    else:
+        _refuse_raw(store, interval, symbols, source)
 
 
 def _refuse_adjusted(store: BarStore, interval: str, symbols: Sequence[str]) -> None:
