@@ -29,7 +29,6 @@ from app.paper.books import BookRecord, record_path
 from app.paper.heartbeat import Heartbeat, heartbeat_path, write_heartbeat
 from app.paper.journal import Journal
 from app.workflows.status import gather_status
-from data.atomic import atomic_write_json
 
 
 def _status(home: Path, capsys, *args: str) -> tuple[int, list[str]]:
@@ -176,7 +175,7 @@ def test_books_that_do_not_reconcile_are_a_problem(home):
     record = BookRecord(status="mismatch", checked_at="2024-01-04T15:00:00+00:00",
                         since="2024-01-04T15:00:00+00:00", when="cycle_start", tolerance=1e-4,
                         diffs=[["AAA", 5.0, 10.0]], message="AAA: broker holds 5, the journal's fills imply 10")  # fmt: skip
-    atomic_write_json(record_path(home), record.__dict__)
+    record.write(record_path(home))
     state = gather_status(home)
     assert [p["check"] for p in state.checks] == ["books"] and "AAA: broker holds 5" in state.problems[0]
 

@@ -22,6 +22,7 @@ from app.paper.books import (
 )
 from app.paper.journal import Journal, read_journal
 from app.workflows.paper import account_lock
+from data.errors import ArtifactError
 
 
 def test_compare_is_per_symbol_beyond_the_tolerance():
@@ -108,6 +109,25 @@ def test_record_is_written_atomically_and_read_back(env):
     record_path(env["home"]).write_text("{not json")
     with pytest.raises(Exception, match="unreadable"):
         read_record(env["home"])
+
+
+def test_record_on_the_document_base_reads_older_files_and_refuses_newer(tmp_path):
+    path = record_path(tmp_path)
+    path.parent.mkdir(parents=True)
+    old = {"status": "mismatch", "checked_at": "2024-01-04T15:00:00+00:00", "since": "2024-01-04T15:00:00+00:00",
+           "when": "cycle_start", "tolerance": 1e-4, "diffs": [["AAA", 5.0, 10.0]], "message": "AAA differs"}  # fmt: skip
+    path.write_text(json.dumps(old))  # written before the file carried a schema version
+    record = read_record(tmp_path)
+    assert record.status == "mismatch" and record.diffs == [["AAA", 5.0, 10.0]] and not record.matched
+    record.write(path)
+    assert json.loads(path.read_text())["schema_version"] == 1
+    path.write_text(json.dumps({**old, "schema_version": 2}))
+    with pytest.raises(ArtifactError, match="reconcile.json is unreadable .*newer") as err:
+        read_record(tmp_path)
+    assert "\n" not in str(err.value)
+    path.write_text(json.dumps({**old, "status": "maybe"}))
+    with pytest.raises(ArtifactError, match="status"):
+        read_record(tmp_path)
 
 
 def test_second_home_on_one_account_exits_75_naming_the_holder(env, tmp_path, capsys):

@@ -23,16 +23,18 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import Field
 
 from app.paper.broker import Broker, Order, Position
 from app.paper.disk import write_state
 from app.paper.journal import Journal
-from data.atomic import atomic_write_json
-from data.errors import PodracerError
+from data.artifact import Artifact
+from data.errors import ArtifactError, PodracerError
 
 RECORD_NAME = "reconcile.json"
 # Shares: wire quantities carry 9 decimals and fractional fills round there; anything larger is real.
@@ -62,21 +64,24 @@ class BookDiff:
         )
 
 
-@dataclass(frozen=True)
-class BookRecord:
+class BookRecord(Artifact):
     """The last book check, as ``reconcile.json`` holds it (``status`` reads ``matched`` or ``mismatch``).
 
     ``since``: when the current state began (the first check that found it); ``checked_at``: the
     last check; ``diffs``: ``[symbol, broker_qty, journal_qty]`` rows; ``outside_orders``: client ids
-    of open orders at the broker that the journal never placed."""
+    of open orders at the broker that the journal never placed. A file written before the document
+    base carried no ``schema_version`` and reads as version 1."""
 
-    status: str  # "matched" | "mismatch"
+    FILE = RECORD_NAME
+    SCHEMA_VERSION = 1
+
+    status: Literal["matched", "mismatch"]
     checked_at: str
     since: str
     when: str  # "cycle_start" | "after_cycle" | "reconcile" (the command) | "accept"
     tolerance: float
-    diffs: list[list[Any]] = field(default_factory=list)
-    outside_orders: list[str] = field(default_factory=list)
+    diffs: list[list[Any]] = Field(default_factory=list)
+    outside_orders: list[str] = Field(default_factory=list)
     message: str = ""
 
     @property
@@ -161,12 +166,11 @@ def read_record(home: str | os.PathLike[str]) -> BookRecord | None:
     if not path.is_file():
         return None
     try:
-        raw: Any = json.loads(path.read_text(encoding="utf-8"))
-        known = {k: v for k, v in raw.items() if k in BookRecord.__dataclass_fields__}
-        return BookRecord(**known)
-    except (OSError, ValueError, TypeError, AttributeError) as err:
-        raise PodracerError(
-            f"{path} is unreadable ({type(err).__name__}): the paper loop rewrites it each cycle"
+        return BookRecord.read(path)
+    except ArtifactError as err:
+        problem = str(err)[len(str(path)) :].lstrip(":").strip().removeprefix("is ")
+        raise ArtifactError(
+            f"{path} is unreadable ({problem}): the paper loop rewrites it each cycle"
         ) from None
 
 
@@ -194,7 +198,7 @@ def _record(
         outside_orders=outside,
         message="; ".join(parts),
     )
-    write_state(path, lambda: atomic_write_json(path, asdict(record)))  # a full disk: the last good one stays
+    write_state(path, lambda: record.write(path))  # a full disk: the last good one stays
     return record
 
 
