@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import logging
 import os
 from collections.abc import Iterable, Iterator
@@ -44,9 +43,10 @@ import pyarrow.parquet as pq
 
 from data.actions import ActionStore, adjust_raw
 from data.align import Panel, align_panel, align_ticker
-from data.atomic import atomic_write_bytes, atomic_write_json
+from data.artifact import Artifact
+from data.atomic import atomic_write_bytes
 from data.calendar import check_interval, exchange_dates, session_dates
-from data.errors import DataError
+from data.errors import ArtifactError, DataError
 from data.lock import store_lock
 from data.schema import normalize_ticker
 
@@ -127,6 +127,16 @@ def _session_month(ts: pd.Series) -> np.ndarray:
     return exchange_dates(ts).as_unit("ns").values.astype("datetime64[M]")
 
 
+class IntervalMeta(Artifact):
+    """``interval=<iv>/_meta.json``: what kind of bars the interval holds (written with its first
+    bars; a file written before the document base carried no ``schema_version`` and reads as 1)."""
+
+    FILE = "_meta.json"
+    SCHEMA_VERSION = 1
+
+    extended_hours: bool = False
+
+
 class BarStore:
     """The bar store under ``<home>/data/bars``."""
 
@@ -175,14 +185,18 @@ class BarStore:
         ]
         return f"{min(stems)}-01" if stems else None
 
-    def _meta(self, interval: str) -> dict[str, Any]:
-        path = self.interval_dir(interval) / "_meta.json"
+    def _meta(self, interval: str) -> IntervalMeta | None:
+        path = self.interval_dir(interval) / IntervalMeta.FILE
         if not path.is_file():
-            return {}
+            return None
         try:
-            return json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
-            raise DataError(f"store metadata {path} is unreadable; delete it and re-import") from None
+            return IntervalMeta.read(path)
+        except ArtifactError as err:
+            raise DataError(f"store metadata unreadable ({err}); delete it and re-import") from None
+
+    def _extended_hours(self, interval: str) -> bool:
+        meta = self._meta(interval)
+        return meta is not None and meta.extended_hours
 
     # --- writing -----------------------------------------------------------------------------
     def plan(
@@ -191,8 +205,8 @@ class BarStore:
         """Every file a write of validated ``bars`` would produce, as (path, bytes); writes nothing."""
         check_interval(interval)
         meta = self._meta(interval)
-        if meta and bool(meta.get("extended_hours")) != extended_hours:
-            held = "extended-hours" if meta.get("extended_hours") else "regular-hours"
+        if meta is not None and meta.extended_hours != extended_hours:
+            held = "extended-hours" if meta.extended_hours else "regular-hours"
             raise DataError(
                 f"the store's interval={interval} holds {held} bars; import with the same --extended-hours setting"
             )
@@ -260,9 +274,9 @@ class BarStore:
     ) -> None:
         """Write planned files atomically (each one temp file + rename)."""
         planned = list(planned)
-        if planned and not self._meta(report.interval):
-            atomic_write_json(
-                self.interval_dir(report.interval) / "_meta.json", {"extended_hours": extended_hours}
+        if planned and self._meta(report.interval) is None:
+            IntervalMeta(extended_hours=extended_hours).write(
+                self.interval_dir(report.interval) / IntervalMeta.FILE
             )
         for path, payload in planned:
             atomic_write_bytes(path, payload)
@@ -367,7 +381,7 @@ class BarStore:
         """Stored bars as one dense panel (see ``data.align.align_panel`` for the fill policy;
         ``coverage_frac``: the leading fraction of sessions ``min_coverage`` is judged on)."""
         frames = self.read(interval, tickers, start, end)
-        extended = bool(self._meta(interval).get("extended_hours", False))
+        extended = self._extended_hours(interval)
         return align_panel(
             frames,
             interval,
@@ -407,7 +421,7 @@ class BarStore:
                 "end": dates_sorted[-1],
                 "rows": sum(v["rows"] for v in per_ticker.values()),
                 "gaps_filled": sum(v["gaps_filled"] for v in per_ticker.values()),
-                "extended_hours": bool(self._meta(interval).get("extended_hours", False)),
+                "extended_hours": self._extended_hours(interval),
                 "by_ticker": per_ticker,
             }
         return result

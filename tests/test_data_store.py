@@ -148,6 +148,15 @@ def test_interval_aggregation_and_extended_hours(tmp_path):
 
     with pytest.raises(DataError, match="extended-hours"):
         import_files([path], tmp_path / "h2")
+    # _meta.json is a versioned document: a file from before the version field reads, a newer refuses
+    meta = tmp_path / "h2" / "data" / "bars" / "interval=1m" / "_meta.json"
+    assert json.loads(meta.read_text()) == {"extended_hours": True, "schema_version": 1}
+    meta.write_text(json.dumps({"extended_hours": True}))
+    assert import_files([path], tmp_path / "h2", extended_hours=True).dropped_outside_hours == 0
+    meta.write_text(json.dumps({"extended_hours": True, "schema_version": 9}))
+    with pytest.raises(DataError, match="_meta.json: schema version 9 is newer") as err:
+        import_files([path], tmp_path / "h2", extended_hours=True)
+    assert "\n" not in str(err.value)
 
 
 def test_synth_cli_then_load_stored(tmp_path, capsys):
