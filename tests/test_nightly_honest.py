@@ -15,7 +15,7 @@ from test_paper_support import DECISION_INTERVAL, NUM_SESSIONS, NUM_TICKERS, mak
 from app.champion import Champion
 from app.config import Config, to_env_params
 from app.nightly import record as record_module
-from app.nightly.normalization import SPEC_FILE, champion_feature_spec, with_feature_spec
+from app.nightly.normalization import SPEC_FILE, champion_feature_spec, with_feature_spec, write_spec_file
 from app.nightly.pipeline import run_retrain
 from app.nightly.registry import current_champion, read_decisions
 from app.nightly.steps import ChallengerRun, DataSnapshot, score_step
@@ -54,6 +54,9 @@ def test_champion_is_scored_with_its_own_normalization(tmp_path):
     run.policy.save(champ_dir)
     (champ_dir / SPEC_FILE).write_text(json.dumps(own))
     champion = Champion(run_id="old", policy_dir=str(champ_dir))
+    assert champion_feature_spec(champion) == (own, str(champ_dir / SPEC_FILE))  # written before the base
+    write_spec_file(champ_dir, own)  # on the document base: versioned, the spec itself unchanged
+    assert json.loads((champ_dir / SPEC_FILE).read_text())["schema_version"] == 1
     assert champion_feature_spec(champion) == (own, str(champ_dir / SPEC_FILE))
 
     config = Config().with_updates(

@@ -26,13 +26,41 @@ import torch
 
 from app.champion import Champion
 from app.runs import RunDir
-from data.errors import DataError, PodracerError
+from data.artifact import Artifact
+from data.errors import ArtifactError, DataError, PodracerError
 from data.features import check_spec, compute_features, normalize
 from data.market import MarketData
 
 log = logging.getLogger(__name__)
 
 SPEC_FILE = "feature_spec.json"
+
+
+class FeatureSpecFile(Artifact):
+    """``feature_spec.json`` next to a kept policy: the feature spec (``data.features``: its own
+    ``version``, names, windows, mean, std, clip) its run was trained with, on the document base. A
+    file written before the base carried no ``schema_version`` and reads as version 1."""
+
+    FILE = SPEC_FILE
+    SCHEMA_VERSION = 1
+
+    def spec(self) -> dict[str, Any]:
+        """The feature spec itself (``data.features.check_spec`` reads it)."""
+        return self.model_dump(exclude={"schema_version"})
+
+
+def write_spec_file(policy_dir: Path, spec: Mapping[str, Any]) -> Path:
+    """Write ``spec`` as ``policy_dir``'s ``feature_spec.json``, atomically."""
+    return FeatureSpecFile.model_validate(dict(spec)).write(Path(policy_dir) / SPEC_FILE)
+
+
+def read_spec_file(policy_dir: Path) -> dict[str, Any] | None:
+    """The feature spec kept next to a policy; None when absent or unreadable (the callers fall back
+    to the bundle's manifest or the run's record, or evaluate without it)."""
+    try:
+        return FeatureSpecFile.read(Path(policy_dir) / SPEC_FILE).spec()
+    except ArtifactError:
+        return None
 
 
 def _read(path: Path) -> dict[str, Any] | None:
@@ -47,7 +75,7 @@ def champion_feature_spec(champion: Champion) -> tuple[dict[str, Any] | None, st
     """``(feature spec, where it came from)`` of a registry champion; ``(None, reason)`` if none is found."""
     candidates: list[tuple[str, Any]] = []
     policy_dir = Path(champion.policy_dir)
-    candidates.append((f"{policy_dir / SPEC_FILE}", lambda: _read(policy_dir / SPEC_FILE)))
+    candidates.append((f"{policy_dir / SPEC_FILE}", lambda: read_spec_file(policy_dir)))
     if champion.bundle:
         bundle = Path(champion.bundle)
         candidates.append(

@@ -33,7 +33,6 @@ disk leaves the previous night's book whole, and a restart reads it back.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import shutil
@@ -50,13 +49,13 @@ from app.champion import Champion
 from app.config import to_env_params
 from app.evaluation import check_policy_fits
 from app.gate import PromotionDecision
-from app.nightly.normalization import SPEC_FILE, with_feature_spec
+from app.nightly.normalization import SPEC_FILE, read_spec_file, with_feature_spec, write_spec_file
 from app.nightly.steps import ChallengerRun
 from app.runs import RunDir
 from backtests import anytime, engine
 from backtests.verdict import SIGNIFICANCE_LEVEL
 from data.artifact import Artifact, Figure
-from data.atomic import atomic_write_json, replace_dir
+from data.atomic import replace_dir
 from data.errors import PodracerError, one_line
 
 log = logging.getLogger(__name__)
@@ -441,16 +440,8 @@ def keep_policy(home: str | Path, run_id: str, policy_dir: Path, run_dir: Path |
         except PodracerError:
             spec = None
         if spec:
-            atomic_write_json(staging / SPEC_FILE, dict(spec))
+            write_spec_file(staging, spec)
     return replace_dir(staging, target)
-
-
-def _feature_spec(policy_dir: Path) -> dict[str, Any] | None:
-    try:
-        spec = json.loads((policy_dir / SPEC_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return spec if isinstance(spec, dict) else None
 
 
 @dataclass(frozen=True)
@@ -473,7 +464,7 @@ def replay_returns(config: Any, full: Any, policy_dir: str | Path, after: str) -
         return None
     window = full.window(str(first), None)
     policy_dir = Path(policy_dir)
-    spec = _feature_spec(policy_dir)
+    spec = read_spec_file(policy_dir)
     if spec is not None:
         window = with_feature_spec(full, window, spec)
     params = to_env_params(config.env)

@@ -53,13 +53,13 @@ from app.evaluation import (
 )
 from app.export import export_bundle
 from app.gate import Evaluation, GateRule, finite
-from app.nightly.normalization import SPEC_FILE, champion_feature_spec, with_feature_spec
+from app.nightly.normalization import champion_feature_spec, with_feature_spec, write_spec_file
 from app.nightly.record import SELECTION
 from app.runs import RunDir
 from backtests import capacity, engine, report, scoring
 from backtests.metrics_model import MetricsDocument
 from backtests.verdict import stated_verdict
-from data.atomic import atomic_write_json, replace_dir
+from data.atomic import replace_dir
 from data.errors import CheckpointError, ConfigError, PodracerError
 from data.loader import load_market
 from data.sources.stream import fetch_to_store
@@ -490,7 +490,7 @@ def _copy_policy(source: Path, target: Path, feature_spec: Mapping[str, Any] | N
             raise PodracerError(f"challenger policy {source / name} is missing")
         shutil.copy2(source / name, staging / name)
     if feature_spec:
-        atomic_write_json(staging / SPEC_FILE, dict(feature_spec))
+        write_spec_file(staging, feature_spec)
     return replace_dir(staging, target)
 
 
