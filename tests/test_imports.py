@@ -369,12 +369,10 @@ LONG_FUNCTIONS = {
     "agents/tournament/orchestrator.py:run_tournament",
     # The backtest's decision loop and its vectorized accounting after it, one pass over the window.
     "backtests/policy_loop.py:run_policies",
-    # The paper cycle's trade and decision, the nightly schedule, the demo and status workflows.
-    "app/nightly/schedule.py:run_schedule",
+    # The paper cycle's trade and decision, the demo workflow.
     "app/paper/cycle.py:_trade",
     "app/paper/observation.py:build_decision",
     "app/workflows/demo.py:run_demo",
-    "app/workflows/status.py:gather_status",
 }
 
 

@@ -20,7 +20,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
@@ -230,6 +230,74 @@ class ScheduleReport:
     results: tuple[Any, ...]
 
 
+@dataclass
+class _ScheduledRuns:
+    """The job as the scheduler calls it: each run logged and counted, a failing run logged and kept
+    as its error (one failed night must not stop the schedule), ``finished`` set after ``max_runs``."""
+
+    job: Callable[[], Any]
+    describe: Callable[[Any], str]
+    max_runs: int | None
+    finished: threading.Event = field(default_factory=threading.Event)
+    results: list[Any] = field(default_factory=list)
+    runs: int = 0
+    failures: int = 0
+
+    def __call__(self) -> None:
+        number = self.runs + 1
+        started = time.monotonic()
+        log.info("scheduled retrain #%d starting", number)
+        try:
+            result = self.job()
+        except PodracerError as err:
+            self.failures += 1
+            log.error(
+                "scheduled retrain #%d failed after %.1f s: %s", number, time.monotonic() - started, err
+            )
+            self.results.append(err)
+        except Exception as err:  # noqa: BLE001 - one failed night must not stop the schedule
+            self.failures += 1
+            log.exception("scheduled retrain #%d crashed: %s: %s", number, type(err).__name__, err)
+            self.results.append(err)
+        else:
+            elapsed = time.monotonic() - started
+            log.info("scheduled retrain #%d done in %.1f s: %s", number, elapsed, self.describe(result))
+            self.results.append(result)
+        finally:
+            self.runs = number
+
+    def after(self, event: Any, scheduler: Any) -> None:
+        """The scheduler's listener: a missed run is logged; the last run sets ``finished``; else the
+        next fire time is logged."""
+        from apscheduler.events import EVENT_JOB_MISSED
+
+        if event.code == EVENT_JOB_MISSED:
+            log.warning("a scheduled retrain was missed (due %s)", event.scheduled_run_time)
+            return
+        if self.max_runs is not None and self.runs >= self.max_runs:
+            self.finished.set()
+            return
+        job_obj = scheduler.get_job("retrain")
+        if job_obj is not None and job_obj.next_run_time is not None:
+            log.info("next retrain at %s", job_obj.next_run_time.isoformat())
+
+    def report(self) -> ScheduleReport:
+        return ScheduleReport(runs=self.runs, failures=self.failures, results=tuple(self.results))
+
+
+def _stop_when_finished(scheduler: Any, finished: threading.Event) -> None:
+    """Shut ``scheduler`` down once ``finished`` is set, from a thread of our own, never from the
+    listener: a job that finishes before its future's callback is attached runs the listener in the
+    scheduler's own thread, in the middle of its job-store update, and shutting down there breaks that
+    update (JobLookupError)."""
+
+    def stop() -> None:
+        finished.wait()
+        scheduler.shutdown(wait=True)
+
+    threading.Thread(target=stop, name="podracer-schedule-stop", daemon=True).start()
+
+
 def run_schedule(
     job: Callable[[], Any],
     trigger: Any,
@@ -250,64 +318,16 @@ def run_schedule(
     if max_runs is not None and max_runs < 1:
         raise ConfigError("--max-runs must be at least 1")
     scheduler = BlockingScheduler(timezone=getattr(trigger, "timezone", None) or zone(DEFAULT_TZ))
-    results: list[Any] = []
-    counts = {"runs": 0, "failures": 0}
-
-    def wrapped() -> None:
-        number = counts["runs"] + 1
-        started = time.monotonic()
-        log.info("scheduled retrain #%d starting", number)
-        try:
-            result = job()
-        except PodracerError as err:
-            counts["failures"] += 1
-            log.error(
-                "scheduled retrain #%d failed after %.1f s: %s", number, time.monotonic() - started, err
-            )
-            results.append(err)
-        except Exception as err:  # noqa: BLE001 - one failed night must not stop the schedule
-            counts["failures"] += 1
-            log.exception("scheduled retrain #%d crashed: %s: %s", number, type(err).__name__, err)
-            results.append(err)
-        else:
-            log.info(
-                "scheduled retrain #%d done in %.1f s: %s",
-                number,
-                time.monotonic() - started,
-                describe(result),
-            )
-            results.append(result)
-        finally:
-            counts["runs"] = number
-
-    def after(event: Any) -> None:
-        if event.code == EVENT_JOB_MISSED:
-            log.warning("a scheduled retrain was missed (due %s)", event.scheduled_run_time)
-            return
-        if max_runs is not None and counts["runs"] >= max_runs:
-            finished.set()
-            return
-        job_obj = scheduler.get_job("retrain")
-        if job_obj is not None and job_obj.next_run_time is not None:
-            log.info("next retrain at %s", job_obj.next_run_time.isoformat())
-
-    scheduler.add_listener(after, EVENT_JOB_EXECUTED | EVENT_JOB_ERROR | EVENT_JOB_MISSED)
-
-    # Shut down from a thread of our own, never from the listener: a job that finishes before its
-    # future's callback is attached runs the listener in the scheduler's own thread, in the middle of
-    # its job-store update, and shutting down there breaks that update (JobLookupError).
-    finished = threading.Event()
-
-    def stop_when_finished() -> None:
-        finished.wait()
-        scheduler.shutdown(wait=True)
-
-    threading.Thread(target=stop_when_finished, name="podracer-schedule-stop", daemon=True).start()
+    runs = _ScheduledRuns(job, describe, max_runs)
+    scheduler.add_listener(
+        lambda event: runs.after(event, scheduler), EVENT_JOB_EXECUTED | EVENT_JOB_ERROR | EVENT_JOB_MISSED
+    )
+    _stop_when_finished(scheduler, runs.finished)
     kwargs: dict[str, Any] = {}
     if run_now:
         kwargs["next_run_time"] = datetime.now(scheduler.timezone)
     job_obj = scheduler.add_job(
-        wrapped,
+        runs,
         trigger,
         id="retrain",
         name="podracer retrain",
@@ -319,4 +339,4 @@ def run_schedule(
     first = job_obj.next_run_time if hasattr(job_obj, "next_run_time") else None
     log.info("retrain scheduled (%s)%s", trigger, f"; first run at {first.isoformat()}" if first else "")
     scheduler.start()
-    return ScheduleReport(runs=counts["runs"], failures=counts["failures"], results=tuple(results))
+    return runs.report()

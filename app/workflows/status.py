@@ -23,11 +23,10 @@ secrets (``data.scrub``).
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +35,6 @@ import pandas as pd
 from app.alerts import AlertSettings, NotifyReport, Problem, notify, raised_problems, read_settings
 from app.champion import Champion
 from app.nightly.cron import DEFAULT_CRON, DEFAULT_TZ
-from app.nightly.lock import RETRAIN_LOCK_NAME, LockInfo, read_lock_info
 from app.nightly.registry import current_champion, read_decisions
 from app.nightly.schedule import cron_trigger, next_fire_times, read_schedule
 from app.paper.books import read_record as read_book_record
@@ -44,15 +42,13 @@ from app.paper.heartbeat import STALE_INTERVALS, Heartbeat, read_heartbeat
 from app.paper.journal import journal_path, latest_pnl, read_journal
 from app.paper.outcomes import last_session_summary
 from app.paper.slippage import slippage_report
-from app.retrain_limits import MAX_MINUTES, SLACK_MINUTES
-from app.runs import list_runs
 from app.timestamps import local_time
+from app.workflows.retrain_checks import retrain_checks
 from data.calendar import exchange_date
 from data.errors import PodracerError, one_line
 from data.scrub import scrub_all
 
 RECENT_DECISIONS = 20  # decisions read: enough to count a run of failures
-ABANDONED_RUNS = 20  # newest run folders looked at for the newest nightly one
 NO_DATA_CYCLES = 3  # cycles without fresh bars that make an open session a problem before it ends
 
 
@@ -138,118 +134,6 @@ def _registry(
         keys = ("id", "verdict", "decided_at", "reason", "challenger_run_id", "step")
         last = {k: decisions[-1].get(k) for k in keys}
     return (ChampionStatus.of(champion) if champion is not None else None), last, decisions
-
-
-def _retrain_checks(
-    home: Path,
-    decisions: list[dict[str, Any]],
-    schedule: dict[str, Any],
-    settings: AlertSettings,
-    now: datetime,
-    problems: list[Problem],
-) -> None:
-    """The last retrain failed; none since the schedule's last run time (plus budget and slack); a
-    retrain holding its lock past its budget; one killed mid-run."""
-    if decisions and decisions[-1].get("verdict") == "failed":
-        failed = 0
-        for row in reversed(decisions):
-            if row.get("verdict") != "failed":
-                break
-            failed += 1
-        last = decisions[-1]
-        count = f"the last {failed} retrains failed" if failed > 1 else "last retrain failed"
-        problems.append(
-            Problem(
-                "retrain_failed",
-                f"{count} ({last.get('decided_at')}, step {last.get('step')}): {last.get('reason')}",
-            )
-        )
-    budget = settings.max_minutes if settings.max_minutes is not None else MAX_MINUTES
-    holder = _retrain_holder(home)
-    if holder is not None:
-        info, alive = holder
-        if alive and info.started_at is not None:
-            minutes = (now.timestamp() - info.started_at) / 60.0
-            if minutes > budget + SLACK_MINUTES:
-                problems.append(
-                    Problem(
-                        "retrain_stuck",
-                        f"a retrain has held its lock for {minutes:.0f} min ({info.describe()}), past its "
-                        f"budget of {budget:g} min: cron runs meanwhile exit 75",
-                    )
-                )
-        elif not alive and info.pid is not None:
-            problems.append(
-                Problem(
-                    "retrain_killed", f"a retrain died mid-run ({info.describe()}); its lock was left behind"
-                )
-            )
-    if not any(p.check in ("retrain_stuck", "retrain_killed") for p in problems) and (
-        holder is None or not holder[1]
-    ):
-        left = _abandoned_run(home)
-        if left is not None:
-            problems.append(
-                Problem("retrain_killed", f"nightly run {left} is still marked running but no retrain is")
-            )
-    if schedule.get("source") == "recorded":  # the installed schedule (--cron only shows another)
-        due = _last_due(schedule, now - timedelta(minutes=budget + SLACK_MINUTES))
-        written = schedule.get("written_at")
-        if due is not None and (written is None or pd.Timestamp(written) <= pd.Timestamp(due)):
-            latest = max((str(r.get("decided_at") or "") for r in decisions), default="")
-            if (not latest or pd.Timestamp(latest) < pd.Timestamp(due)) and not holder_alive(holder):
-                problems.append(
-                    Problem(
-                        "retrain_overdue",
-                        f"no retrain recorded since the scheduled run of {due.isoformat(timespec='minutes')} "
-                        f"(cron '{schedule['cron']}', {schedule['tz']}; budget {budget:g} min + "
-                        f"{SLACK_MINUTES:g} min slack)",
-                    )
-                )
-
-
-def holder_alive(holder: tuple[LockInfo, bool] | None) -> bool:
-    """Whether a live retrain holds the lock (``_retrain_holder``'s answer)."""
-    return holder is not None and holder[1]
-
-
-def _retrain_holder(home: Path) -> tuple[LockInfo, bool] | None:
-    """The retrain lock's holder info and whether a live process holds it (tested with a shared
-    non-blocking ``flock`` on a read-only descriptor: status writes nothing); None without a lock file."""
-    path = home / RETRAIN_LOCK_NAME
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        info = read_lock_info(path) or LockInfo(None, None, None, None)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return info, True
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return info, False
-    finally:
-        os.close(fd)
-
-
-def _abandoned_run(home: Path) -> str | None:
-    """The newest nightly run folder when its record still says ``running`` (the caller knows no
-    retrain holds the lock). Only the newest: once a later retrain ran, a killed one is history."""
-    nightly = [run for run in list_runs(home)[:ABANDONED_RUNS] if run.run_id.startswith("nightly-")]
-    if nightly and nightly[0].status() == "running":
-        return nightly[0].run_id
-    return None
-
-
-def _last_due(schedule: dict[str, Any], before: datetime) -> datetime | None:
-    """The last fire time of the schedule at or before ``before``."""
-    trigger = cron_trigger(schedule["cron"], schedule["tz"])
-    for lookback in (timedelta(days=1), timedelta(days=35)):
-        times = [t for t in next_fire_times(trigger, before - lookback, 2000) if t <= before]
-        if times:
-            return times[-1]
-    return None
 
 
 def _paper_checks(home: Path, now: datetime, problems: list[Problem]) -> None:
@@ -421,43 +305,9 @@ def gather_status(
         return _status(home, now, problems, warnings, schedule=schedule, next_retrain=next_retrain)
     champion, last, decisions = _registry(home, problems)
     settings = _settings(config, schedule, warnings)
-    _retrain_checks(home, decisions, schedule, settings, now, problems)
-    try:
-        beat: Heartbeat | None = read_heartbeat(home)
-    except PodracerError as err:
-        problems.append(Problem("heartbeat", one_line(err)))
-        beat = None
-    loop, age, gone = "not started", None, []
+    retrain_checks(home, decisions, schedule, settings, now, problems)
+    beat, loop, age, gone = _paper_loop(home, now, problems)
     kill_path = Path(beat.kill_switch) if beat is not None and beat.kill_switch else home / "paper" / "KILL"
-    if beat is not None:
-        age = beat.age_s(now)
-        gone = list(beat.attention)
-        if beat.stale(now):
-            loop = "stale"
-            problems.append(
-                Problem(
-                    "paper_stale",
-                    f"paper loop stale: last heartbeat {beat.time}, more than {STALE_INTERVALS} decision "
-                    f"intervals ({STALE_INTERVALS * beat.interval_s / 60:g} min) of market hours ago",
-                )
-            )
-        elif not beat.ok:
-            loop = "failing"
-        elif beat.status == "halted":
-            loop = "halted"
-        else:
-            loop = "ok"
-        if not beat.ok:
-            problems.append(
-                Problem(
-                    "paper_failing",
-                    f"paper loop: {beat.status}: {beat.alert or '; '.join(beat.messages) or '?'}",
-                )
-            )
-        elif beat.status == "halted":
-            problems.append(Problem("paper_halted", f"paper loop halted: {'; '.join(beat.messages) or '?'}"))
-        if gone:
-            problems.append(Problem("gone", f"gone tickers need manual attention: {', '.join(gone)}"))
     _paper_checks(home, now, problems)
     problems.extend(_raised(home, last, beat))
     pending = bool(
@@ -486,6 +336,48 @@ def gather_status(
         today=today,
         slippage=_slippage(home),
     )
+
+
+def _paper_loop(
+    home: Path, now: datetime, problems: list[Problem]
+) -> tuple[Heartbeat | None, str, float | None, list[str]]:
+    """The paper loop as its heartbeat shows it: ``(heartbeat, loop state, its age in seconds, gone
+    tickers)``, the loop's problems (stale, failing, halted, gone tickers) added to ``problems``."""
+    try:
+        beat: Heartbeat | None = read_heartbeat(home)
+    except PodracerError as err:
+        problems.append(Problem("heartbeat", one_line(err)))
+        return None, "not started", None, []
+    if beat is None:
+        return None, "not started", None, []
+    age = beat.age_s(now)
+    gone = list(beat.attention)
+    if beat.stale(now):
+        loop = "stale"
+        problems.append(
+            Problem(
+                "paper_stale",
+                f"paper loop stale: last heartbeat {beat.time}, more than {STALE_INTERVALS} decision "
+                f"intervals ({STALE_INTERVALS * beat.interval_s / 60:g} min) of market hours ago",
+            )
+        )
+    elif not beat.ok:
+        loop = "failing"
+    elif beat.status == "halted":
+        loop = "halted"
+    else:
+        loop = "ok"
+    if not beat.ok:
+        problems.append(
+            Problem(
+                "paper_failing", f"paper loop: {beat.status}: {beat.alert or '; '.join(beat.messages) or '?'}"
+            )
+        )
+    elif beat.status == "halted":
+        problems.append(Problem("paper_halted", f"paper loop halted: {'; '.join(beat.messages) or '?'}"))
+    if gone:
+        problems.append(Problem("gone", f"gone tickers need manual attention: {', '.join(gone)}"))
+    return beat, loop, age, gone
 
 
 def _status(home: Path, now: datetime, problems: list[Problem], warnings: list[str], **fields: Any) -> Status:
