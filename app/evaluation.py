@@ -51,14 +51,20 @@ def check_policy_fits(policy: Any, market: Any, params: Any) -> None:
         )
 
 
+#: The identity of every market of exchange bars (the bar store, the shipped sample).
+EXCHANGE_BARS = "exchange bars"
+
+
 def market_identity(data: Any) -> str:
-    """What makes two backtests look at the same prices (``backtests.looks``): for synthetic data the
-    settings that change every price (seed and signal); for stored or shipped data the source. The
-    interval and the ticker list are not part of it: the ledger's overlap rule reads the windows'
-    dates and the ticker sets, so the same bars at 5m or 1m, or with one ticker more, are one market."""
+    """What makes two backtests look at the same prices (``backtests.looks``), by the data, not the
+    name it was loaded under: synthetic prices are the generator's (seed and signal change every
+    price); exchange bars, stored or shipped, are one ticker's trading on one date whichever source
+    holds them, so they are one market (``EXCHANGE_BARS``) and the ledger's overlap rule, which reads
+    the windows' dates and the ticker sets, says which looks saw the same bars. The interval and the
+    ticker list are not part of it: the same bars at 5m or 1m, or with one ticker more, are one market."""
     if data.source == "synthetic":
         return f"synthetic seed={data.seed} signal={data.signal:g}"
-    return str(data.source)
+    return EXCHANGE_BARS
 
 
 #: Windows whose returns include held-out sessions: every backtest of them is a look.

@@ -43,7 +43,7 @@ from data import sqlite
 from data.errors import PodracerError
 
 LEDGER_NAME = "looks.sqlite"
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS looks (
@@ -66,6 +66,13 @@ CREATE TABLE IF NOT EXISTS ledger (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 #: Schema 2 had no ``ledger`` table (the ledger's identity): it gets one, its rows stay.
 _MIGRATE_2 = """
 CREATE TABLE IF NOT EXISTS ledger (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+#: Schema 3 named a market of exchange bars by the source it was loaded from ("stored", or
+#: "real-sample" for the shipped sample): the same bars under two names were two markets. Its rows move
+#: to the one identity of exchange bars (``app.evaluation.EXCHANGE_BARS``); a row that would then
+#: repeat another (the same run, policy and window under both names) stays as it was, uncounted twice.
+_MIGRATE_3 = """
+UPDATE OR IGNORE looks SET market = 'exchange bars' WHERE market IN ('stored', 'real-sample');
 """
 #: Schema 1 had no policy digest and no tickers: its rows move over with empty ones (which overlap
 #: every ticker set: counted, never lost).
@@ -173,7 +180,11 @@ def _open(path: Path) -> sqlite3.Connection:
         # FULL, like the registry: a look that was reported must stay counted after a power cut.
         sqlite.use_wal(conn, synchronous="FULL")
         if version < SCHEMA_VERSION:
-            script = {1: _MIGRATE_1 + _MIGRATE_2, 2: _MIGRATE_2}.get(version, _SCHEMA)
+            script = {
+                1: _MIGRATE_1 + _MIGRATE_2 + _MIGRATE_3,
+                2: _MIGRATE_2 + _MIGRATE_3,
+                3: _MIGRATE_3,
+            }.get(version, _SCHEMA)
             with sqlite.transaction(conn):
                 for statement in script.split(";"):
                     if statement.strip():

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from app.config import DataConfig
-from app.evaluation import market_identity
+from app.evaluation import EXCHANGE_BARS, market_identity
 from backtests import looks
 from backtests.looks import LedgerError, Look, LookRow, read_looks, record_look
 
@@ -97,13 +97,18 @@ def test_the_market_identity():
     assert market_identity(synth.model_copy(update={"interval": "5m", "num_tickers": 4})) == market_identity(
         synth
     )
-    # Stored data: the source; the seed means nothing.
+    # Exchange bars: the same market whichever source holds them (the store or the shipped sample);
+    # the seed means nothing; the dates and tickers of the windows decide the overlap.
     stored = SimpleNamespace(source="stored", interval="1m", seed=0)
     assert market_identity(stored) == market_identity(SimpleNamespace(source="stored", interval="5m", seed=9))
+    assert market_identity(stored) == market_identity(
+        SimpleNamespace(source="real-sample", interval="1m", seed=0)
+    )
+    assert market_identity(stored) != market_identity(synth)
 
 
 def _tickers(run, tickers, start="2024-03-01", end="2024-03-29", policy=""):
-    return Look(run, "champion", "stored", start, end, 20, 0.1, policy=policy, tickers=tuple(tickers))
+    return Look(run, "champion", EXCHANGE_BARS, start, end, 20, 0.1, policy=policy, tickers=tuple(tickers))
 
 
 def test_one_more_ticker_or_another_interval_is_the_same_market(tmp_path):
@@ -150,3 +155,23 @@ def test_a_schema_1_ledger_is_migrated_with_its_looks_counted(tmp_path):
     count = record_look(path, _tickers("new", ["AAPL"]))
     assert count.looks == 2 and count.earlier_sharpes == (0.3,)  # an old row overlaps every ticker set
     assert [r.policy for r in read_looks(path)] == ["", ""]
+
+
+def test_a_schema_3_ledger_counts_stored_and_sample_bars_as_one_market(tmp_path):
+    """Before markets were identified by their data, the store's bars and the shipped sample's were
+    two markets; migrated, their looks count against each other and against new ones."""
+    path = looks.ledger_path(tmp_path)
+    record_look(path, _tickers("warm-up", ["ZZZ"], start="2020-01-01", end="2020-01-31"))  # a schema-4 file
+    conn = sqlite3.connect(path)
+    conn.executescript(
+        """DELETE FROM looks;
+        INSERT INTO looks (run_id, strategy, policy, market, tickers, start, "end", num_sessions, sharpe,
+            created_at) VALUES
+            ('a', 'champion', '', 'stored', 'AAPL', '2024-03-01', '2024-03-29', 20, 0.3, 'x'),
+            ('b', 'champion', '', 'real-sample', 'AAPL', '2024-03-04', '2024-03-22', 15, 0.1, 'x');
+        PRAGMA user_version = 3;"""
+    )
+    conn.close()
+    count = record_look(path, _tickers("new", ["AAPL"]))
+    assert count.looks == 3 and sorted(count.earlier_sharpes) == [0.1, 0.3]
+    assert {r.market for r in read_looks(path)} == {EXCHANGE_BARS}
