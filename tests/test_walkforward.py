@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from app.walkforward.account import champion_spans
+from app.walkforward.judging import PROVISIONAL_SHARE, report_level
 from app.walkforward.record import FoldRecord
 from backtests.engine import run_backtest
 from backtests.folds import Fold, fold_layout, fold_of_session, span
@@ -244,3 +245,15 @@ def test_plan_folds_in_bars_and_dates_and_the_per_fold_settings():
     assert fold_config(config, 1).tournament.budget_steps == config.tournament.budget_steps
     with pytest.raises(ConfigError, match="at least 10"):
         plan_folds(full, parse_config({"walkforward": {"valid_sessions": 5, "gate_sessions": 0}}).walkforward)
+
+
+@pytest.mark.parametrize("planned", [1, 3, 12])
+def test_a_span_spends_its_level_once_over_all_its_reports(planned):
+    """Each fold's provisional report and the final one together spend the configured level (the
+    union bound), the final keeps most of it: a 12-fold run's final test is adjusted once, not 12 times."""
+    level = 0.05
+    provisional = [report_level(level, final=False, planned_folds=planned) for _ in range(planned)]
+    final = report_level(level, final=True, planned_folds=planned)
+    assert sum(provisional) + final == pytest.approx(level)
+    assert final == pytest.approx(level * (1 - PROVISIONAL_SHARE)) and final > 0.5 * level
+    assert report_level(level, final=True, planned_folds=None) == level

@@ -21,9 +21,10 @@ import pytest
 
 from agents.tournament.leaderboard import read_events, read_pods
 from app.cli import main
-from app.config import config_to_toml, parse_config
+from app.config import Config, config_to_toml, parse_config
 from app.gate import decide
 from app.runs import RunDir
+from app.walkforward.judging import PROVISIONAL_SHARE
 from app.walkforward.record import read_fold_records
 from backtests.looks import ledger_path, read_looks
 from backtests.verdict import EdgeVerdict
@@ -175,14 +176,16 @@ def test_folds_gate_and_stitched_account_of_a_tiny_run(runs):
     # The stitched account's capacity curve, on the final report: the account at every account size.
     assert [row["capital"] for row in doc["capacity"]] == [1e4, 1e5, 1e6, 1e7, 1e8]
     assert doc["estimated_capacity_rule"] in ("significant", "half_sharpe", "no_edge")
-    # Every account report is a look in the home's ledger: the provisional one after each fold (the
-    # folds so far) and the final span; the final verdict counts them all. The gates' looks are in the
-    # run's own ledger.
+    # The span is one look: only the final account report is counted in the home's ledger (the
+    # provisional ones after each fold spend a stated share of the level instead). The gates' looks
+    # are in the run's own ledger.
     ends = [r["windows"]["test"][1] for r in records]
     assert [(x.run_id, x.start, x.end) for x in read_looks(ledger_path(run.home))] == [
-        ("wf", doc["start"], end) for end in ends
+        ("wf", doc["start"], ends[-1])
     ]
-    assert doc["oos_test"]["looks"] == 3 and doc["oos_test"]["look"]["end"] == doc["end"]
+    assert doc["oos_test"]["looks"] == 1 and doc["oos_test"]["look"]["end"] == doc["end"]
+    level = Config().backtest.significance_level
+    assert doc["significance_level"] == pytest.approx(level * (1 - PROVISIONAL_SHARE))
     assert {x.run_id for x in read_looks(ledger_path(run.path))} == {f"wf/fold-{k:03d}" for k in range(3)}
     assert (doc["start"], doc["end"]) == (records[0]["windows"]["test"][0], records[-1]["windows"]["test"][1])
     assert {"champion", "buy_and_hold", "equal_weight", "cash"} <= set(doc["strategies"])

@@ -57,6 +57,7 @@ class StitchedAccount:
         self.full, self.params, self.device = full, params, device
         self.min_coverage = min_coverage
         self.before_champion = before_champion
+        self.num_folds = len(plans)
         self.span_start = plans[0].bars["test"][0]
         self.windows = dict((full.feature_spec or {}).get("windows") or DEFAULT_WINDOWS)
         self.names = feature_names(self.windows)
@@ -160,6 +161,7 @@ class StitchedAccount:
             config=config,
             home=home,
             final=final,
+            planned_folds=self.num_folds,
             policy=policy_digest(*self._loaded),
             tearsheet=tearsheet,
             walkforward=walkforward_fields(records, config),

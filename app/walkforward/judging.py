@@ -103,6 +103,24 @@ def _label_gate_window(run: RunDir, window: str) -> MetricsDocument:
     return doc
 
 
+#: The share of the level a walk-forward's provisional reports spend together: each of the
+#: ``planned_folds`` provisional reports (one after each fold) is tested at ``level * PROVISIONAL_SHARE
+#: / planned_folds`` and the final one at ``level * (1 - PROVISIONAL_SHARE)``. By the union bound
+#: the chance that any report of a null span reads "significant" stays at most ``level``, whichever
+#: report a reader stops at (an alpha-spending schedule; most of the level kept for the whole span).
+PROVISIONAL_SHARE = 0.1
+
+
+def report_level(level: float, *, final: bool, planned_folds: int | None) -> float:
+    """The level one report of a walk-forward's stitched account is tested at (see
+    :data:`PROVISIONAL_SHARE`); without a plan (``planned_folds`` None) the report is the only one."""
+    if planned_folds is None:
+        return level
+    if final:
+        return level * (1.0 - PROVISIONAL_SHARE)
+    return level * PROVISIONAL_SHARE / max(planned_folds, 1)
+
+
 def write_account_report(
     run: RunDir,
     result: BacktestResult,
@@ -112,19 +130,23 @@ def write_account_report(
     tearsheet: bool,
     walkforward: WalkForwardSummary,
     final: bool = True,
+    planned_folds: int | None = None,
     policy: str = "",
     capacity: BacktestResult | None = None,
 ) -> MetricsDocument:
     """The stitched account's report in ``<run>/backtest/`` (the account as ``champion``, the baselines
     beside it), its out-of-sample test over the span so far, with ``walkforward`` (the folds and
-    champions) in its metrics.json; ``final``: the last fold is done. Every report shows held-out
-    returns of the selected policies, so each is a look: with ``home`` it is counted in the home's
-    looks ledger (keyed by ``policy``, the digest of the policies in charge) and its verdict stated
-    with the looks counted now; a provisional report (not ``final``) is one look at the folds so far.
-    Returns the document."""
+    champions) in its metrics.json; ``final``: the last fold is done.
+
+    The span is one look: only the final report is counted in the home's looks ledger (with ``home``;
+    keyed by ``policy``, the digest of the policies in charge) and its verdict stated with the looks
+    counted now. The provisional reports after each fold (not ``final``) are tested at the level the
+    span's alpha-spending schedule gives them (:func:`report_level`, out of ``planned_folds``), so
+    stopping at any of them keeps the span's error at the configured level. Returns the document."""
     identity = market_identity(config.data)
+    level = report_level(config.backtest.significance_level, final=final, planned_folds=planned_folds)
     counted = None
-    if home is not None:
+    if home is not None and final:
         counted = count_look(
             home, run.run_id, result, window=report.HELD_OUT_WINDOW, market=identity, policy=policy
         )
@@ -139,7 +161,7 @@ def write_account_report(
         cost_rate=params.cost_rate,
         slippage_bps=params.slippage_bps,
         execution=report.execution_settings(params),
-        significance_level=config.backtest.significance_level,
+        significance_level=level,
         seed=config.tournament.seed,
         market=identity,
         capacity=capacity,
