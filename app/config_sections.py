@@ -33,6 +33,7 @@ NONE_MARKER = "none"
 # workflow sets itself (tests/test_config_fields.py holds both rules).
 INTERNAL_FIELDS: dict[str, str] = {
     "EnvParams.trade_info": "backtests switch on per-asset fill prices and costs; training never reads them",
+    "EnvParams.spread_scale": "the cost sensitivity's multiples of the half-spread (backtests.capacity)",
     "TournamentArgs.algo": "the learner of fresh pods is [agent] algo",
     "LOAD_DEFAULTS.start_date": "a date bound of stored bars that a caller passes to load_market",
     "LOAD_DEFAULTS.end_date": "a date bound of stored bars that a caller passes to load_market",
@@ -140,6 +141,7 @@ class EnvConfig(Section):
     max_weight: float = setting(EnvParams, "max_weight", gt=0, le=1)
     turnover_penalty: float = setting(EnvParams, "turnover_penalty", ge=0)
     reward_scale: float = setting(EnvParams, "reward_scale", gt=0)
+    spread: Literal["estimate", "fixed"] = setting(EnvParams, "spread")
     spread_bps: float = setting(EnvParams, "spread_bps", ge=0, lt=1000)
     max_participation: float = setting(EnvParams, "max_participation", ge=0, le=1)
     impact_coef: float = setting(EnvParams, "impact_coef", ge=0)

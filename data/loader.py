@@ -131,6 +131,7 @@ def build_market(
                 "daily_vol",
                 "adv",
                 "expected_volume",
+                "half_spread",
             )
         },
         features=normalize(raw, spec),

@@ -158,6 +158,13 @@ class ReferenceEnv:
         daily_vol = self.market.daily_vol[self.t].tolist()  # liquidity known at the decision bar
         adv = self.market.adv[self.t].tolist()
         whole = p.action_mode == "shares"
+        # The half-spread of an order sent at the decision bar: the constant, or the bars' estimate
+        # for this asset and time of day (known at the decision bar), at least the constant.
+        if p.spread == "estimate":
+            estimate = self.market.half_spread[self.t].tolist()
+            half = [p.spread_scale * max(x, p.spread_bps / 1e4) for x in estimate]
+        else:
+            half = [p.spread_scale * p.spread_bps / 1e4] * n
 
         # The order worked so far, decayed since the last decision (EnvState.order).
         memory = (1 - p.impact_decay) ** p.decision_interval if p.impact_coef > 0 else 0.0
@@ -170,7 +177,7 @@ class ReferenceEnv:
             impact = 0.0
             if adv[a] > 0 and q > 0:
                 impact = daily_vol[a] * ((m + q) ** 1.5 - m**1.5) / q / math.sqrt(adv[a])
-            return min(1.0, (p.slippage_bps + p.spread_bps) / 1e4 + p.impact_coef * impact)
+            return min(1.0, p.slippage_bps / 1e4 + half[a] + p.impact_coef * impact)
 
         buys, sells = list(buys), list(sells)
         for a in range(n):

@@ -23,6 +23,7 @@ PARAMS = EnvParams(
     initial_cash=1.0e6,
     decision_interval=5,
     episode_len=10,
+    spread="fixed",
     spread_bps=2.0,
     slippage_bps=1.0,
     max_participation=0.0,  # the paper trader sends the whole order: the env fills it whole too

@@ -20,6 +20,7 @@ class ExecutionCosts:
 
     slippage_bps: float = EnvParams.slippage_bps
     spread_bps: float = EnvParams.spread_bps
+    spread_scale: float = EnvParams.spread_scale
     impact_coef: float = EnvParams.impact_coef
 
 
