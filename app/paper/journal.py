@@ -395,6 +395,28 @@ class Journal:
         ).fetchone()
         return None if row is None else (json.loads(row[0]), json.loads(row[1]))
 
+    def filled_by_decision(
+        self, bundle_id: str, before: str
+    ) -> tuple[list[str], dict[str, dict[str, float]]]:
+        """``bundle_id``'s decisions before ``before`` (sent for real, in time order) and the signed
+        shares each filled per ticker (buys +, sells -): the replay of its impact memory."""
+        decisions = [
+            str(r[0])
+            for r in self._conn.execute(
+                "SELECT DISTINCT decision_ts FROM decisions WHERE bundle_id=? AND dry_run=0 AND decision_ts<? "
+                "ORDER BY decision_ts",
+                (bundle_id, before),
+            )
+        ]
+        fills: dict[str, dict[str, float]] = {}
+        for ts, ticker, signed in self._conn.execute(
+            "SELECT decision_ts, ticker, SUM(CASE WHEN side='sell' THEN -filled_qty ELSE filled_qty END) "
+            "FROM orders WHERE bundle_id=? AND filled_qty > 0 AND decision_ts<? GROUP BY decision_ts, ticker",
+            (bundle_id, before),
+        ):
+            fills.setdefault(str(ts), {})[str(ticker)] = float(signed)
+        return decisions, fills
+
     def has_sent(self, bundle_id: str, dry_run: bool) -> bool:
         """Whether an order of ``bundle_id`` went to the broker (any status but never sent: ``not_sent``,
         ``blocked``); in a dry run, whether it journaled any ``dry_run`` order."""
