@@ -144,6 +144,7 @@ class EnvConfig(Section):
     spread: Literal["estimate", "fixed"] = setting(EnvParams, "spread")
     spread_bps: float = setting(EnvParams, "spread_bps", ge=0, lt=1000)
     max_participation: float = setting(EnvParams, "max_participation", ge=0, le=1)
+    unfilled: Literal["drop", "work"] = setting(EnvParams, "unfilled")
     impact_coef: float = setting(EnvParams, "impact_coef", ge=0)
     impact_decay: float = setting(EnvParams, "impact_decay", ge=0, le=1)
     min_order_notional: float = setting(EnvParams, "min_order_notional", ge=0)

@@ -14,6 +14,7 @@ from typing import NamedTuple
 
 from torch import Tensor
 
+from data.errors import ConfigError
 from data.market import MarketData
 from envs.core import lcg_next, trade
 from envs.execution import execution_tables
@@ -72,6 +73,10 @@ def backtest_core(
 ) -> BacktestCore:
     """The fill, mark and termination of :func:`backtest_step` as a pure function of tensors
     (``volume_all`` / ``impact_all`` / ``half_all``: as in :func:`envs.core.step_core`)."""
+    if params.unfilled != "drop":  # (a setting: checked once when traced)
+        raise ConfigError(
+            '[env] unfilled = "work" is not in the backtest step: backtest with unfilled = "drop"'
+        )
     t_fill = t + 1
     t_mark = t_fill if params.decision_interval == 1 else t + params.decision_interval
     # index_select always gathers into a fresh tensor, as trade needs for the mark prices.

@@ -9,6 +9,8 @@ name): this is what :mod:`envs.fast_step` hands to ``torch.compile``, what the C
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from typing import NamedTuple
 
 import torch
@@ -276,6 +278,65 @@ def _execute(
     )
 
 
+def _cap_cut(params: EnvParams, diff: Tensor, volume: Tensor, mode: Tensor | None) -> Tensor:
+    """The part of the orders ``diff`` the volume cap cuts (0 for an EXIT, which is not capped)."""
+    limit = volume.mul(params.max_participation)
+    if params.action_mode == "shares":
+        limit = limit.floor_()
+    cut = diff - torch.minimum(torch.maximum(diff, -limit), limit)
+    return cut if mode is None else cut.masked_fill_(mode == EXIT, 0.0)
+
+
+@functools.lru_cache(maxsize=16)
+def _within_interval(params: EnvParams) -> EnvParams:
+    """``params`` for the fills between two decisions: the worked order is not decayed bar by bar
+    (its decay is per decision, ``EnvParams.impact_memory``)."""
+    return dataclasses.replace(params, impact_decay=0.0)
+
+
+def work_remainder(
+    params: EnvParams,
+    t: Tensor,
+    fill: Fill,
+    remainder: Tensor,
+    open_all: Tensor,
+    close_all: Tensor,
+    modes_all: Tensor | None,
+    volume_all: Tensor,
+    impact_all: Tensor,
+    half_all: Tensor | None,
+) -> Fill:
+    """``[env] unfilled = "work"``: ``remainder`` (N, A), the signed shares the volume cap cut from
+    the orders filled at bar ``t + 1`` (``fill``), keeps working on bars ``t + 2 .. t + k``. At each
+    bar ``b`` it goes through the execution model as an order sent at ``b - 1`` (``envs.core._execute``:
+    capped at ``max_participation`` of bar ``b``'s volume expected at ``b - 1``, priced at ``b``'s
+    open with ``b - 1``'s impact scale and half-spread, on top of the order worked so far, sells
+    first, buys within the cash, no piece under ``min_order_notional``); what fills leaves the
+    remainder, an untradable bar fills nothing. The next decision replaces what is left. The fill
+    (traded shares, notional, fees summed; cash, holdings, value and impact memory as after the last
+    bar) marked at bar ``t + k``'s close."""
+    adt = params.asset_dtype
+    inner = _within_interval(params)
+    traded, shares, cash, notional = fill.traded, fill.shares, fill.cash, fill.traded_notional
+    pos_value, value, fees, order = fill.pos_value, fill.value, fill.fees, fill.order
+    t_mark = t + params.decision_interval
+    for j in range(2, params.decision_interval + 1):
+        bar, row = t + j, t + j - 1
+        mode = None if modes_all is None else modes_all.index_select(0, bar)
+        diff = remainder if mode is None else remainder.masked_fill(mode != TRADE, 0.0)
+        half = None if half_all is None else half_all.index_select(0, row).to(adt)
+        step = _execute(
+            inner, shares, cash, order, diff, open_all.index_select(0, bar).to(adt),
+            close_all.index_select(0, t_mark).to(adt), None, volume_all.index_select(0, row).to(adt),
+            impact_all.index_select(0, row).to(adt), half,
+        )  # fmt: skip
+        remainder = remainder - step.traded
+        traded, shares, cash, order = traded + step.traded, step.shares, step.cash, step.order
+        notional, fees = notional + step.traded_notional, fees + step.fees
+        pos_value, value = step.pos_value, step.value
+    return Fill(traded, shares, cash, notional, pos_value, value, fees, order)
+
+
 class StepCore(NamedTuple):
     """What :func:`step_core` computes (pre-reset; the first ten are the next ``EnvState``'s fields,
     named alike). ``envs.kernels.native.NativeStep`` has the same fields up to ``traded``."""
@@ -340,9 +401,14 @@ def step_core(
     if params.execution and volume_all is not None and impact_all is not None:
         volume, impact = volume_all.index_select(0, t), impact_all.index_select(0, t)
         half = None if half_all is None else half_all.index_select(0, t)
-    traded, new_shares, new_cash, traded_notional, pos_value, new_value, cost, new_order = trade(
-        params, shares, cash, order, action, px_open, px_close, mode, volume, impact, half
-    )
+    fill = trade(params, shares, cash, order, action, px_open, px_close, mode, volume, impact, half)
+    if params.unfilled == "work" and volume is not None and params.max_participation > 0:
+        requested = _orders(params, shares, cash, action, px_open, mode)
+        remainder = _cap_cut(params, requested, volume.to(adt), mode)
+        fill = work_remainder(
+            params, t, fill, remainder, open_all, close_all, modes_all, volume_all, impact_all, half_all
+        )
+    traded, new_shares, new_cash, traded_notional, pos_value, new_value, cost, new_order = fill
 
     # Reward.
     ratio = new_value / value

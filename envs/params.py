@@ -26,6 +26,7 @@ ActionMode = Literal["weights", "shares"]
 RewardMode = Literal["log_return", "return", "diff_sharpe"]
 FeeProfile = Literal["alpaca", "flat"]
 SpreadMode = Literal["estimate", "fixed"]
+UnfilledMode = Literal["drop", "work"]
 Precision = Literal["float32", "float64"]
 
 
@@ -84,6 +85,9 @@ class EnvParams:
     """multiplies the half-spread of either mode (the cost sensitivity's multiples; 1 in the config)"""
     max_participation: float = 0.025
     """a fill takes at most this share of the fill bar's volume expected at the decision bar (0: no cap)"""
+    unfilled: UnfilledMode = "drop"
+    """the part of an order the volume cap cut: drop (the next decision sees the position) or work (it
+    keeps filling on the following bars, each capped by its expected volume, until the next decision)"""
     impact_coef: float = 0.5
     """square-root impact: impact_coef * daily_vol * sqrt(shares / adv) of the fill price"""
     impact_decay: float = 0.0115
@@ -150,6 +154,8 @@ class EnvParams:
             raise bad("spread_scale", "must be >= 0")
         if not 0 <= self.max_participation <= 1:
             raise bad("max_participation", "must be in [0, 1] (0: no volume cap)")
+        if self.unfilled not in ("drop", "work"):
+            raise bad("unfilled", "must be 'drop' or 'work'")
         if self.impact_coef < 0:
             raise bad("impact_coef", "must be >= 0")
         if not 0 <= self.impact_decay <= 1:

@@ -46,6 +46,7 @@ import torch
 from torch import Tensor
 
 from data.atomic import atomic_path
+from data.errors import ConfigError
 from data.market import MarketData
 from envs import execution, memory
 from envs.observation import obs_dim, obs_table
@@ -313,6 +314,11 @@ def kernel(market: MarketData, params, state) -> Callable[..., int] | None:
     rejects with its own error) goes to torch."""
     if market.device.type != "cpu" or not supports(params, market, obs_table(market)):
         return None
+    if params.unfilled != "drop":
+        raise ConfigError(
+            '[env] unfilled = "work" is not in the native step kernel: set [env] fast_step = "off" '
+            '(the torch step works the remainder) or unfilled = "drop"'
+        )
     num_envs = state.t.shape[0] if state.t.dim() == 1 else -1
     for name, dtype in STATE_DTYPES.items():
         x = getattr(state, name)
