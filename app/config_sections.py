@@ -114,6 +114,13 @@ class DataConfig(Section):
     min_coverage: float = Field(
         LOAD_DEFAULTS["min_coverage"], ge=0, le=1, description="drop tickers with less coverage"
     )
+    volume_scale: float = Field(
+        LOAD_DEFAULTS["volume_scale"],
+        gt=0,
+        description="multiplies the volume the execution model reads (the volume cap's expected volume and "
+        "the impact's adv): bars of one venue's volume (Alpaca's iex feed, a few percent of the "
+        "consolidated tape) read as the market's; docs/data.md",
+    )
 
     @model_validator(mode="after")
     def _fractions(self) -> DataConfig:
