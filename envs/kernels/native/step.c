@@ -128,7 +128,7 @@ static inline __attribute__((always_inline)) void exec_pass1(
     float max_shares, float cap_value, float *tr, float *nsh, const float *sh, const float *po,
     const float *lim_row, const float *imp, const float *ord, float memory, float mn, float coef,
     const float *half, float per_share, float share_cap, double *sells_out, double *buys_out,
-    double *share_fees_out)
+    double *share_fees_out, float *fr)
 {
     double sells = 0.0, buys0 = 0.0, share_fees = 0.0;
     const int whole = kind == ORDERS_SHARES;
@@ -153,6 +153,7 @@ static inline __attribute__((always_inline)) void exec_pass1(
         share_fees += (double)(sf > share_cap ? share_cap : sf);
         tr[j] = buy;
         nsh[j] = sell;
+        fr[j] = f;  /* a buy's frac at its capped size: pass 2 reuses it when the buys are not scaled */
     }
     *sells_out = sells;
     *buys_out = buys0;
@@ -160,7 +161,7 @@ static inline __attribute__((always_inline)) void exec_pass1(
 }
 
 static inline __attribute__((always_inline)) void exec_pass2(
-    int64_t A, int whole, float scale_f, float *tr, float *nsh, const float *sh, const float *po,
+    int64_t A, int whole, int reuse, float scale_f, float *tr, float *nsh, const float *sh, const float *po,
     const float *pc, const float *imp, const float *ord, float *ord_out, float memory, float mn, float coef,
     const float *half, double *buys_out, double *pos_out)
 {
@@ -171,7 +172,10 @@ static inline __attribute__((always_inline)) void exec_pass2(
         if (whole) buy = floorf(buy);
         buy = buy * po[j] < mn ? 0.0f : buy;
         const float remembered = ord[j] * memory;
-        buys += (double)(buy * po[j] * (1.0f + fill_frac(buy, clamp_min_f(remembered, 0.0f), imp[j], coef, half[j])));
+        /* reuse (scale 1, not whole shares): the buy is pass 1's capped size, so is its frac (kept in
+           ord_out[j] by pass 1, read before ord_out[j] is written below); a dropped buy is 0 either way */
+        const float f = reuse ? ord_out[j] : fill_frac(buy, clamp_min_f(remembered, 0.0f), imp[j], coef, half[j]);
+        buys += (double)(buy * po[j] * (1.0f + f));
         const float traded = buy - nsh[j];
         ord_out[j] = worked_order(remembered, traded);
         const float ns = sh[j] + traded;
@@ -311,29 +315,32 @@ int64_t podracer_step(
             if (kind == ORDERS_WEIGHTS)
                 exec_pass1(A, ORDERS_WEIGHTS, 0, NULL, a, budget, max_w, max_shares, cap_value, tr, nsh, sh, po,
                            lim, imp, ord, memory, mn, coef, half, per_share, share_cap, &sells, &buys0,
-                           &share_fees);
+                           &share_fees, ord_out);
             else if (kind == ORDERS_WEIGHTS_LIMITED)
                 exec_pass1(A, ORDERS_WEIGHTS_LIMITED, 0, fm, a, budget, max_w, max_shares, cap_value, tr, nsh, sh,
                            po, lim, imp, ord, memory, mn, coef, half, per_share, share_cap, &sells, &buys0,
-                           &share_fees);
+                           &share_fees, ord_out);
             else if (fm)
                 exec_pass1(A, ORDERS_SHARES, capped, fm, a, budget, max_w, max_shares, cap_value, tr, nsh, sh, po,
                            lim, imp, ord, memory, mn, coef, half, per_share, share_cap, &sells, &buys0,
-                           &share_fees);
+                           &share_fees, ord_out);
             else
                 exec_pass1(A, ORDERS_SHARES, capped, NULL, a, budget, max_w, max_shares, cap_value, tr, nsh, sh,
                            po, lim, imp, ord, memory, mn, coef, half, per_share, share_cap, &sells, &buys0,
-                           &share_fees);
+                           &share_fees, ord_out);
             sell_fees = sells * sell_rate + share_fees;
             available = c + sells - sell_fees;
             const double needed0 = buys0 * (1.0 + rate);
             const double scale = needed0 > available ? available / clamp_min_d(needed0, TINY) : 1.0;
             const float scale_f = (float)scale;
             if (whole)
-                exec_pass2(A, 1, scale_f, tr, nsh, sh, po, pc, imp, ord, ord_out, memory, mn, coef, half, &buys,
+                exec_pass2(A, 1, 0, scale_f, tr, nsh, sh, po, pc, imp, ord, ord_out, memory, mn, coef, half, &buys,
+                           &pos_sum);
+            else if (scale_f == 1.0f)
+                exec_pass2(A, 0, 1, scale_f, tr, nsh, sh, po, pc, imp, ord, ord_out, memory, mn, coef, half, &buys,
                            &pos_sum);
             else
-                exec_pass2(A, 0, scale_f, tr, nsh, sh, po, pc, imp, ord, ord_out, memory, mn, coef, half, &buys,
+                exec_pass2(A, 0, 0, scale_f, tr, nsh, sh, po, pc, imp, ord, ord_out, memory, mn, coef, half, &buys,
                            &pos_sum);
             sell_notional = sells;
             buy_notional = buys;
