@@ -15,7 +15,8 @@ the gradient sees it), the direct approach of EIIE (Jiang et al. 2017) and of de
   it as they run a PPO pod. The observations the simulation feeds it are the env's own layout
   (``envs.observation``): cash fraction, time of day, and per asset its weight at the decision bar's
   close, its tradable flag and its features.
-- **costs**: every unit of traded weight pays ``(slippage_bps + spread_bps) / 1e4`` plus the broker's
+- **costs**: every unit of traded weight pays ``(slippage_bps + spread_bps) / 1e4`` (the constant
+  half-spread, also with ``spread = "estimate"``, whose per-name estimate only the env charges) plus the broker's
   fee rate of its side (the env's fee profile: ``EnvParams.buy_fee_rate`` / ``sell_fee_rate``); the square-root impact (small at the default account
   size) and the volume cap are left to the scoring backtest, which runs the env itself. The weight
   cap ``max_weight`` is applied as the env applies it (the excess stays in cash).

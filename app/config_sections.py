@@ -33,6 +33,7 @@ NONE_MARKER = "none"
 # workflow sets itself (tests/test_config_fields.py holds both rules).
 INTERNAL_FIELDS: dict[str, str] = {
     "EnvParams.trade_info": "backtests switch on per-asset fill prices and costs; training never reads them",
+    "EnvParams.spread_scale": "the cost sensitivity's multiples of the half-spread (backtests.capacity)",
     "TournamentArgs.algo": "the learner of fresh pods is [agent] algo",
     "LOAD_DEFAULTS.start_date": "a date bound of stored bars that a caller passes to load_market",
     "LOAD_DEFAULTS.end_date": "a date bound of stored bars that a caller passes to load_market",
@@ -113,6 +114,13 @@ class DataConfig(Section):
     min_coverage: float = Field(
         LOAD_DEFAULTS["min_coverage"], ge=0, le=1, description="drop tickers with less coverage"
     )
+    volume_scale: float = Field(
+        LOAD_DEFAULTS["volume_scale"],
+        gt=0,
+        description="multiplies the volume the execution model reads (the volume cap's expected volume and "
+        "the impact's adv): bars of one venue's volume (Alpaca's iex feed, a few percent of the "
+        "consolidated tape) read as the market's; docs/data.md",
+    )
 
     @model_validator(mode="after")
     def _fractions(self) -> DataConfig:
@@ -140,8 +148,10 @@ class EnvConfig(Section):
     max_weight: float = setting(EnvParams, "max_weight", gt=0, le=1)
     turnover_penalty: float = setting(EnvParams, "turnover_penalty", ge=0)
     reward_scale: float = setting(EnvParams, "reward_scale", gt=0)
+    spread: Literal["estimate", "fixed"] = setting(EnvParams, "spread")
     spread_bps: float = setting(EnvParams, "spread_bps", ge=0, lt=1000)
     max_participation: float = setting(EnvParams, "max_participation", ge=0, le=1)
+    unfilled: Literal["drop", "work"] = setting(EnvParams, "unfilled")
     impact_coef: float = setting(EnvParams, "impact_coef", ge=0)
     impact_decay: float = setting(EnvParams, "impact_decay", ge=0, le=1)
     min_order_notional: float = setting(EnvParams, "min_order_notional", ge=0)

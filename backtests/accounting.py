@@ -73,7 +73,8 @@ def trade_accounting(market: MarketData, params: EnvParams, shares_traded: Tenso
     px_open = _fill_bar_rows(market.open, params, k_steps, shares.device).unsqueeze(1)
     notional = shares * fill
     execution_cost = shares.abs() * (fill - px_open).abs()
-    spread_cost = torch.minimum(shares.abs() * px_open * execution.half_cost(params), execution_cost)
+    half = fill_halves(market, params, k_steps, shares.device).unsqueeze(1)
+    spread_cost = torch.minimum(shares.abs() * px_open * half, execution_cost)
     cost = execution.asset_fees(params, shares, fill) + execution_cost
     return Fills(notional, cost, spread_cost, execution_cost - spread_cost)
 
@@ -93,7 +94,21 @@ def fill_prices(market: MarketData, params: EnvParams, shares_traded: Tensor, k_
     px_open = _fill_bar_rows(market.open, params, k_steps, device).unsqueeze(1)
     impact = _fill_bar_rows(impact_table(market), params, k_steps, device, lag=0).unsqueeze(1)
     traded = shares_traded.to(torch.float64)
-    return execution.fill_price(params, px_open, traded, impact, carried_orders(params, traded))
+    half = None
+    if params.execution and params.spread == "estimate":
+        half = fill_halves(market, params, k_steps, device).unsqueeze(1)
+    return execution.fill_price(params, px_open, traded, impact, carried_orders(params, traded), half)
+
+
+def fill_halves(market: MarketData, params: EnvParams, k_steps: int, device: torch.device) -> Tensor:
+    """``(K, A)`` float64: the size-free part of each decision's fill price, slippage + half-spread
+    (``envs.execution.half_cost_table`` at the decision bars, or the fixed ``half_cost``)."""
+    table = execution.half_cost_table(market, params) if params.execution else None
+    if table is None:
+        return torch.full(
+            (k_steps, market.num_assets), execution.half_cost(params), dtype=torch.float64, device=device
+        )
+    return _fill_bar_rows(table, params, k_steps, device, lag=0)
 
 
 def carried_orders(params: EnvParams, traded: Tensor) -> Tensor:

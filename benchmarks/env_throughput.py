@@ -19,6 +19,12 @@ result names it (``"kernel"``). ``--native off`` takes ``torch.compile`` on CPU 
 and on (the ``EnvParams`` defaults: spread, volume cap, square-root impact, minimum order), one after
 the other in the same process, and prints on/off: the ratio stays fair on a machine others share.
 ``on`` (the default) / ``off`` time one of them.
+
+``--cost-model both`` times every case at the cost model's defaults (``new``: the Alpaca fee profile,
+the half-spread estimated per name and time of day, the order's impact memory) and at :data:`OLD_COSTS`
+(``old``: the flat 20 bp commission, the constant half-spread, no impact memory) in the same process,
+and prints new/old: the price of the model's terms on the same kernels (the kernels' own cost, e.g.
+the impact memory's row, is paid by both).
 """
 
 from __future__ import annotations
@@ -41,6 +47,9 @@ from envs.fast_step import step_kernel  # noqa: E402
 from envs.kernels import native  # noqa: E402
 from envs.reference import ReferenceEnv  # noqa: E402
 from envs.trading import EnvParams  # noqa: E402
+
+#: ``--cost-model old``: the flat-commission profile, the constant half-spread, each fill's impact on its own.
+OLD_COSTS = {"broker": "flat", "spread": "fixed", "impact_decay": 1.0}
 
 
 def _sync(device: torch.device) -> None:
@@ -106,6 +115,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument(
         "--execution", choices=("both", "off", "on"), default="on", help="the env's execution model"
     )
+    parser.add_argument(
+        "--cost-model", choices=("both", "new", "old"), default="new", help="the costs' settings (see above)"
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     args = parser.parse_args(argv)
 
@@ -127,40 +139,43 @@ def main(argv: list[str] | None = None) -> dict:
     # and every figure of this benchmark is measured with 256.
     modes = {"both": (False, True), "off": (False,), "on": (True,)}[args.fast]
     executions = {"both": (False, True), "off": (False,), "on": (True,)}[args.execution]
+    cost_models = {"both": ("old", "new"), "new": ("new",), "old": ("old",)}[args.cost_model]
     results = []
-    for num_envs in sizes:
-        for fast in modes:
-            for execution in executions:
-                params = EnvParams(episode_len=256, **({} if execution else FRICTIONLESS))
-                sec, cpu_sec, kernel = bench_batched(
-                    market, params, num_envs, args.steps, args.warmup, fast=fast
-                )
-                results.append(
-                    {
-                        "num_envs": num_envs,
-                        "num_assets": args.num_assets,
-                        "device": str(device),
-                        "fast": fast,
-                        "execution": execution,
-                        "kernel": kernel,
-                        "env_steps_per_s": num_envs / sec,
-                        "ms_per_step": sec * 1e3,
-                        "cpu_ms_per_step": cpu_sec * 1e3,
-                    }
-                )
-                if not args.json:
-                    ratio = ""
-                    if execution and len(executions) == 2:
-                        ratio = f"  execution on/off {results[-2]['ms_per_step'] / results[-1]['ms_per_step']:.2f}"
-                    elif fast and len(modes) == 2 and len(executions) == 1:
-                        ratio = f"  {results[-2]['ms_per_step'] / results[-1]['ms_per_step']:.2f}x eager"
-                    print(
-                        f"{num_envs:>7} envs x {args.num_assets} assets on {device} "
-                        f"{kernel:<13} execution {'on ' if execution else 'off'}: "
-                        f"{num_envs / sec:>14,.0f} env-steps/s  {sec * 1e3:8.3f} ms/step "
-                        f"({cpu_sec * 1e3:.3f} ms CPU){ratio}",
-                        flush=True,
-                    )
+    for num_envs, fast, execution, model in (
+        (n, f, e, m) for n in sizes for f in modes for e in executions for m in cost_models
+    ):
+        costs = OLD_COSTS if model == "old" else {}
+        params = EnvParams(episode_len=256, **costs, **({} if execution else FRICTIONLESS))
+        sec, cpu_sec, kernel = bench_batched(market, params, num_envs, args.steps, args.warmup, fast=fast)
+        results.append(
+            {
+                "num_envs": num_envs,
+                "num_assets": args.num_assets,
+                "device": str(device),
+                "fast": fast,
+                "execution": execution,
+                "cost_model": model,
+                "kernel": kernel,
+                "env_steps_per_s": num_envs / sec,
+                "ms_per_step": sec * 1e3,
+                "cpu_ms_per_step": cpu_sec * 1e3,
+            }
+        )
+        if not args.json:
+            ratio = ""
+            if model == "new" and len(cost_models) == 2:
+                ratio = f"  costs new/old {results[-2]['ms_per_step'] / results[-1]['ms_per_step']:.2f}"
+            elif execution and len(executions) == 2:
+                ratio = f"  execution on/off {results[-2]['ms_per_step'] / results[-1]['ms_per_step']:.2f}"
+            elif fast and len(modes) == 2 and len(executions) == 1:
+                ratio = f"  {results[-2]['ms_per_step'] / results[-1]['ms_per_step']:.2f}x eager"
+            print(
+                f"{num_envs:>7} envs x {args.num_assets} assets on {device} "
+                f"{kernel:<13} execution {'on ' if execution else 'off'} costs {model}: "
+                f"{num_envs / sec:>14,.0f} env-steps/s  {sec * 1e3:8.3f} ms/step "
+                f"({cpu_sec * 1e3:.3f} ms CPU){ratio}",
+                flush=True,
+            )
     params = EnvParams(episode_len=256)
     ref = bench_reference(market, params, args.reference_seconds)
     out = {"results": results, "reference_steps_per_s": ref}

@@ -33,14 +33,18 @@ def _trailing_mean(x: Tensor, window: int) -> Tensor:
     return (csum - shifted) / count.unsqueeze(1)
 
 
-def trailing_liquidity(close: Tensor, volume: Tensor, session_id: Tensor) -> tuple[Tensor, Tensor]:
-    """``(daily_vol, adv)``, each ``(T, A)`` float32 on the inputs' device (see the module docstring)."""
+def trailing_liquidity(
+    close: Tensor, volume: Tensor, session_id: Tensor, bars_per_session: int | None = None
+) -> tuple[Tensor, Tensor]:
+    """``(daily_vol, adv)``, each ``(T, A)`` float32 on the inputs' device (see the module docstring);
+    ``bars_per_session``: the grid's (``None``: the bars over their sessions)."""
     num_steps = int(close.shape[0])
     if num_steps == 0:
         empty = torch.zeros_like(close, dtype=torch.float32)
         return empty, empty.clone()
-    sessions = max(1, int(torch.unique_consecutive(session_id).numel()))
-    bars_per_session = max(1, round(num_steps / sessions))
+    if bars_per_session is None:
+        sessions = max(1, int(torch.unique_consecutive(session_id).numel()))
+        bars_per_session = max(1, round(num_steps / sessions))
     window = WINDOW_SESSIONS * bars_per_session
     c = close.to(torch.float64).clamp(min=1e-12)
     ret = torch.zeros_like(c)

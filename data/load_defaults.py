@@ -21,6 +21,7 @@ LOAD_DEFAULTS: dict[str, Any] = {
     "train_frac": 0.6,
     "valid_frac": 0.2,
     "min_coverage": 0.5,
+    "volume_scale": 1.0,
     "start_date": None,
     "end_date": None,
 }

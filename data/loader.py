@@ -99,6 +99,7 @@ def _normalized(provisional: MarketData, raw: torch.Tensor, spec: dict[str, Any]
                 "daily_vol",
                 "adv",
                 "expected_volume",
+                "half_spread",
             )
         },
         features=normalize(raw, spec),
@@ -215,6 +216,39 @@ def load_market(
     window decides what it trades. The train/valid/test splits then keep every ticker.
     """
     s = _settings(config, overrides)
+    splits = _load_splits(s, home=home, device=device, store_synthetic=store_synthetic, per_window=per_window)
+    return with_volume_scale(splits, float(s["volume_scale"]))
+
+
+def with_volume_scale(splits: MarketSplits, scale: float) -> MarketSplits:
+    """``splits`` whose execution-model volumes (``MarketData.expected_volume`` and ``adv``: the volume
+    cap and the impact) are ``scale`` times the bars' (``[data] volume_scale``; the bars and their
+    features stay as they are). ``scale`` 1 returns ``splits`` itself."""
+    if scale == 1.0:
+        return splits
+    full = dataclasses.replace(
+        splits.full, adv=splits.full.adv * scale, expected_volume=splits.full.expected_volume * scale
+    )
+    cut1 = splits.train.num_steps
+    cut2 = cut1 + splits.valid.num_steps
+    return dataclasses.replace(
+        splits,
+        full=full,
+        train=full.slice(0, cut1),
+        valid=full.slice(cut1, cut2),
+        test=full.slice(cut2, full.num_steps),
+    )
+
+
+def _load_splits(
+    s: dict[str, Any],
+    *,
+    home: str | os.PathLike[str] | None,
+    device: str | torch.device,
+    store_synthetic: bool,
+    per_window: bool,
+) -> MarketSplits:
+    """:func:`load_market` of resolved settings ``s``, before the volume scale."""
     split = {"train_frac": s["train_frac"], "valid_frac": s["valid_frac"], "device": device}
     if s["source"] == "synthetic":
         spec = SyntheticSpec(

@@ -23,6 +23,10 @@ Layout contract (relied on by ``envs.trading`` and the agents):
 - ``expected_volume``: ``(T, A)`` float32, row ``t`` the volume expected at bar ``t + 1`` from what
   is known at bar ``t`` (``data.liquidity.expected_volume``; computed over the whole loaded history,
   then sliced with it): the env's volume cap for an order sent at ``t``.
+- ``half_spread``: ``(T, A)`` float32, a fraction of the price: row ``t`` the half-spread expected
+  for an order sent at bar ``t`` (filled at ``t + 1``), Abdi and Ranaldo's estimate by time-of-day
+  bucket over the sessions before bar ``t + 1``'s (``data.liquidity.spread_estimate``; computed over
+  the whole loaded history, then sliced with it): the env's spread with ``[env] spread = "estimate"``.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ from torch import Tensor
 
 from data.calendar import exchange_dates
 from data.errors import DataError
-from data.liquidity import expected_volume, trailing_liquidity
+from data.liquidity import expected_volume, spread_estimate, trailing_liquidity
 
 
 def listed_from(tradable: Tensor) -> Tensor:
@@ -71,6 +75,9 @@ class MarketData:
     daily_vol: Tensor | None = None  # (T, A) float32 trailing daily volatility; None = from these bars
     adv: Tensor | None = None  # (T, A) float32 trailing average daily volume (shares); None = from these bars
     expected_volume: Tensor | None = None  # (T, A) float32: row t, bar t + 1's volume estimated at t
+    half_spread: Tensor | None = (
+        None  # (T, A) float32 fraction: row t, bar t + 1's half-spread estimated at t
+    )
 
     def __post_init__(self) -> None:
         num_steps, num_assets = self.close.shape
@@ -104,7 +111,10 @@ class MarketData:
             object.__setattr__(self, "adv", adv)
         if self.expected_volume is None:
             object.__setattr__(self, "expected_volume", expected_volume(self.volume, self.session_id))
-        for name in ("daily_vol", "adv", "expected_volume"):
+        if self.half_spread is None:
+            spread = spread_estimate(self.high, self.low, self.close, self.session_id)
+            object.__setattr__(self, "half_spread", spread)
+        for name in ("daily_vol", "adv", "expected_volume", "half_spread"):
             if getattr(self, name).shape != (num_steps, num_assets):
                 raise DataError(f"MarketData: {name} must be {(num_steps, num_assets)}")
 

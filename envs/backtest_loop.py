@@ -74,6 +74,7 @@ class BacktestLoop:
         # The fill modes only when some bar is untradable (the traced graph then reads them).
         modes = () if market.all_tradable else (fill_modes(market),)
         extra = execution_tables(market, params)
+        num_extra = len(extra)  # volume, impact and (with spread "estimate") the half-spread table
         self._tensors = (*prices, table, *extra, *modes)
         self._rng_step = _lcg_power(block)
         num_features = market.num_features
@@ -82,8 +83,8 @@ class BacktestLoop:
             obs: Tensor, t: Tensor, cash: Tensor, shares: Tensor, order: Tensor, *tensors: Tensor
         ):
             open_all, close_all, table, *rest = tensors
-            volume_all, impact_all = rest[:2] if params.execution else (None, None)
-            modes = rest[2:] if params.execution else rest
+            volume_all, impact_all, half_all = (*rest[:num_extra], None, None, None)[:3]
+            modes = rest[num_extra:]
             modes_all = modes[0] if modes else None
             last_bar = last_decision_bar(open_all.shape[0], params)  # from the (symbolic) window length
             outs = []
@@ -105,6 +106,7 @@ class BacktestLoop:
                     modes_all,
                     volume_all,
                     impact_all,
+                    half_all,
                 )
                 t, cash, shares, value, order = core.t, core.cash, core.shares, core.value, core.order
                 obs = write_portfolio(

@@ -14,9 +14,10 @@ from typing import NamedTuple
 
 from torch import Tensor
 
+from data.errors import ConfigError
 from data.market import MarketData
 from envs.core import lcg_next, trade
-from envs.execution import impact_table
+from envs.execution import execution_tables
 from envs.observation import build_obs
 from envs.tradability import fill_modes
 from envs.trading import EnvParams, EnvState, last_decision_bar, restart
@@ -27,14 +28,6 @@ def asset_prices(market: MarketData, params: EnvParams) -> tuple[Tensor, Tensor]
     once per run instead of one cast per price row and step; no copy when the dtypes agree)."""
     adt = params.asset_dtype
     return market.open.to(adt), market.close.to(adt)
-
-
-def execution_tables(market: MarketData, params: EnvParams) -> tuple[Tensor, ...]:
-    """``(expected volume, impact)`` ``(T, A)`` for :func:`backtest_core` when ``params.execution``,
-    else ``()``: both read at the decision bar."""
-    if not params.execution:
-        return ()
-    return market.expected_volume, impact_table(market)
 
 
 class BacktestCore(NamedTuple):
@@ -76,9 +69,14 @@ def backtest_core(
     modes_all: Tensor | None = None,
     volume_all: Tensor | None = None,
     impact_all: Tensor | None = None,
+    half_all: Tensor | None = None,
 ) -> BacktestCore:
     """The fill, mark and termination of :func:`backtest_step` as a pure function of tensors
-    (``volume_all`` / ``impact_all``: as in :func:`envs.core.step_core`)."""
+    (``volume_all`` / ``impact_all`` / ``half_all``: as in :func:`envs.core.step_core`)."""
+    if params.unfilled != "drop":  # (a setting: checked once when traced)
+        raise ConfigError(
+            '[env] unfilled = "work" is not in the backtest step: backtest with unfilled = "drop"'
+        )
     t_fill = t + 1
     t_mark = t_fill if params.decision_interval == 1 else t + params.decision_interval
     # index_select always gathers into a fresh tensor, as trade needs for the mark prices.
@@ -94,6 +92,7 @@ def backtest_core(
         mode,
         None if volume_all is None else volume_all.index_select(0, t),
         None if impact_all is None else impact_all.index_select(0, t),
+        None if half_all is None else half_all.index_select(0, t),
     )
     terminated = fill.value < params.bust_frac * params.initial_cash
     # A restarted env can run out of data before the run ends: truncated (and restarted) as in step.

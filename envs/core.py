@@ -9,6 +9,8 @@ name): this is what :mod:`envs.fast_step` hands to ``torch.compile``, what the C
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from typing import NamedTuple
 
 import torch
@@ -76,6 +78,7 @@ def trade(
     mode: Tensor | None = None,
     volume: Tensor | None = None,
     impact: Tensor | None = None,
+    half: Tensor | None = None,
 ) -> Fill:
     """The fill and the mark of one step (the accounting shared by the env's step and the backtest
     step): a :class:`Fill`. ``order`` (N, A): the impact memory (``EnvState.order``), read and carried
@@ -85,14 +88,16 @@ def trade(
     place). ``mode`` (N, A) uint8: the fill bar's :mod:`envs.tradability` modes (``None``: every
     asset tradable). ``volume`` (N, A): the fill bar's volume expected at the decision bar
     (``MarketData.expected_volume``'s decision-bar row) and ``impact`` (N, A): the decision bar's
-    :func:`envs.execution.impact_table` row, both needed when ``params.execution``."""
+    :func:`envs.execution.impact_table` row, both needed when ``params.execution``; ``half`` (N, A): its
+    :func:`envs.execution.half_cost_table` row (``None``: the scalar half-spread of ``spread = "fixed"``)."""
     adt = params.asset_dtype
     if params.execution:
         if volume is None or impact is None:
             raise ValueError("the execution model needs the fill bar's volume and the impact scale")
         diff = _orders(params, shares, cash, action, px_open, mode)
+        half = None if half is None else half.to(adt)
         return _execute(
-            params, shares, cash, order, diff, px_open, px_close, mode, volume.to(adt), impact.to(adt)
+            params, shares, cash, order, diff, px_open, px_close, mode, volume.to(adt), impact.to(adt), half
         )
     slip = params.slippage_bps * 1e-4
     rate, sell_rate, per_share = params.buy_fee_rate, params.sell_fee_rate, params.sell_fee_per_share > 0
@@ -213,7 +218,8 @@ def _execute(
     mode: Tensor | None,
     volume: Tensor,
     impact: Tensor,
-) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    half: Tensor | None,
+) -> Fill:
     """:func:`trade` through the execution model (docs/env.md "Execution"; the price rule:
     :mod:`envs.execution`). In order: each order is capped at ``max_participation`` of the fill bar's
     volume expected at the decision bar (whole shares in ``"shares"`` mode; an EXIT, the sale of a delisted asset, is not capped);
@@ -238,7 +244,7 @@ def _execute(
     remembered = order * params.impact_memory
     carried = execution.carried_order(remembered, diff)
     # One of buy0 and sell is 0 per asset: one frac prices both (a dropped sell's frac is unused).
-    frac = execution.fill_frac(params, buy0 + sell, impact, carried)
+    frac = execution.fill_frac(params, buy0 + sell, impact, carried, half)
     if min_notional > 0:  # a sell's proceeds at its fill price (a buy's fill price is above the open)
         dust = sell * px_open * (1.0 - frac) < min_notional
         if mode is not None:
@@ -258,7 +264,7 @@ def _execute(
         buy = buy.floor_()
     if min_notional > 0:
         buy = buy.mul_(~(buy * px_open < min_notional))
-    buy_notional = rowsum(buy * px_open * (1.0 + execution.fill_frac(params, buy, impact, carried)))
+    buy_notional = rowsum(buy * px_open * (1.0 + execution.fill_frac(params, buy, impact, carried, half)))
     needed = buy_notional * (1.0 + rate)
     traded = buy - sell
     new_shares = shares + traded
@@ -270,6 +276,65 @@ def _execute(
     return Fill(
         traded, new_shares, new_cash, sell_notional + buy_notional, pos_value, new_value, fees, new_order
     )
+
+
+def _cap_cut(params: EnvParams, diff: Tensor, volume: Tensor, mode: Tensor | None) -> Tensor:
+    """The part of the orders ``diff`` the volume cap cuts (0 for an EXIT, which is not capped)."""
+    limit = volume.mul(params.max_participation)
+    if params.action_mode == "shares":
+        limit = limit.floor_()
+    cut = diff - torch.minimum(torch.maximum(diff, -limit), limit)
+    return cut if mode is None else cut.masked_fill_(mode == EXIT, 0.0)
+
+
+@functools.lru_cache(maxsize=16)
+def _within_interval(params: EnvParams) -> EnvParams:
+    """``params`` for the fills between two decisions: the worked order is not decayed bar by bar
+    (its decay is per decision, ``EnvParams.impact_memory``)."""
+    return dataclasses.replace(params, impact_decay=0.0)
+
+
+def work_remainder(
+    params: EnvParams,
+    t: Tensor,
+    fill: Fill,
+    remainder: Tensor,
+    open_all: Tensor,
+    close_all: Tensor,
+    modes_all: Tensor | None,
+    volume_all: Tensor,
+    impact_all: Tensor,
+    half_all: Tensor | None,
+) -> Fill:
+    """``[env] unfilled = "work"``: ``remainder`` (N, A), the signed shares the volume cap cut from
+    the orders filled at bar ``t + 1`` (``fill``), keeps working on bars ``t + 2 .. t + k``. At each
+    bar ``b`` it goes through the execution model as an order sent at ``b - 1`` (``envs.core._execute``:
+    capped at ``max_participation`` of bar ``b``'s volume expected at ``b - 1``, priced at ``b``'s
+    open with ``b - 1``'s impact scale and half-spread, on top of the order worked so far, sells
+    first, buys within the cash, no piece under ``min_order_notional``); what fills leaves the
+    remainder, an untradable bar fills nothing. The next decision replaces what is left. The fill
+    (traded shares, notional, fees summed; cash, holdings, value and impact memory as after the last
+    bar) marked at bar ``t + k``'s close."""
+    adt = params.asset_dtype
+    inner = _within_interval(params)
+    traded, shares, cash, notional = fill.traded, fill.shares, fill.cash, fill.traded_notional
+    pos_value, value, fees, order = fill.pos_value, fill.value, fill.fees, fill.order
+    t_mark = t + params.decision_interval
+    for j in range(2, params.decision_interval + 1):
+        bar, row = t + j, t + j - 1
+        mode = None if modes_all is None else modes_all.index_select(0, bar)
+        diff = remainder if mode is None else remainder.masked_fill(mode != TRADE, 0.0)
+        half = None if half_all is None else half_all.index_select(0, row).to(adt)
+        step = _execute(
+            inner, shares, cash, order, diff, open_all.index_select(0, bar).to(adt),
+            close_all.index_select(0, t_mark).to(adt), None, volume_all.index_select(0, row).to(adt),
+            impact_all.index_select(0, row).to(adt), half,
+        )  # fmt: skip
+        remainder = remainder - step.traded
+        traded, shares, cash, order = traded + step.traded, step.shares, step.cash, step.order
+        notional, fees = notional + step.traded_notional, fees + step.fees
+        pos_value, value = step.pos_value, step.value
+    return Fill(traded, shares, cash, notional, pos_value, value, fees, order)
 
 
 class StepCore(NamedTuple):
@@ -317,12 +382,14 @@ def step_core(
     modes_all: Tensor | None = None,
     volume_all: Tensor | None = None,
     impact_all: Tensor | None = None,
+    half_all: Tensor | None = None,
 ) -> StepCore:
     """The rules' step but the action check, the observation and the autoreset, as one pure function
     of tensors, so that it can be compiled. ``last_bar`` is the market's last decision bar, ``open_all`` / ``close_all`` ``(T, A)`` its prices
     and ``modes_all`` its fill modes (``None``: every bar tradable); ``volume_all`` / ``impact_all``
-    ``(T, A)``: its ``expected_volume`` and :func:`envs.execution.impact_table`, both read at the
-    decision bar (with ``params.execution``)."""
+    ``(T, A)``: its ``expected_volume`` and :func:`envs.execution.impact_table`, ``half_all`` its
+    :func:`envs.execution.half_cost_table` (``None``: the fixed half-spread), all read at the decision
+    bar (with ``params.execution``)."""
     k = params.decision_interval
     t_mark = t + k
     adt = params.asset_dtype  # .to(adt) is a no-op for float32 market data and "float32"
@@ -330,12 +397,18 @@ def step_core(
     # A fresh tensor either way (gather, or gather + cast): becomes the positions' value in place.
     px_close = close_all.index_select(0, t_mark).to(adt)  # (N, A) mark bar
     mode = None if modes_all is None else modes_all.index_select(0, t + 1)
-    volume = impact = None
+    volume = impact = half = None
     if params.execution and volume_all is not None and impact_all is not None:
         volume, impact = volume_all.index_select(0, t), impact_all.index_select(0, t)
-    traded, new_shares, new_cash, traded_notional, pos_value, new_value, cost, new_order = trade(
-        params, shares, cash, order, action, px_open, px_close, mode, volume, impact
-    )
+        half = None if half_all is None else half_all.index_select(0, t)
+    fill = trade(params, shares, cash, order, action, px_open, px_close, mode, volume, impact, half)
+    if params.unfilled == "work" and volume is not None and params.max_participation > 0:
+        requested = _orders(params, shares, cash, action, px_open, mode)
+        remainder = _cap_cut(params, requested, volume.to(adt), mode)
+        fill = work_remainder(
+            params, t, fill, remainder, open_all, close_all, modes_all, volume_all, impact_all, half_all
+        )
+    traded, new_shares, new_cash, traded_notional, pos_value, new_value, cost, new_order = fill
 
     # Reward.
     ratio = new_value / value
@@ -373,7 +446,7 @@ def step_core(
         if impact is None:
             impact = torch.zeros_like(px_open)
         carried = execution.carried_order(order * params.impact_memory, traded)
-        fill_price = execution.fill_price(params, px_open, traded, impact, carried)  # per-asset dtype
+        fill_price = execution.fill_price(params, px_open, traded, impact, carried, half)  # per-asset dtype
         asset_cost = execution.asset_fees(params, traded, fill_price)
     return StepCore(
         t_mark, new_cash, new_shares, new_value, new_peak, step_count, new_a, new_b, lcg_next(rng), new_order,

@@ -4,10 +4,14 @@ A fill of ``q`` shares (``q > 0``) of an asset at the fill bar's open ``p``, on 
 ``m >= 0`` shares in the same direction were already filled (decayed, see below), pays per share a
 fraction
 
-    frac(q; m) = (slippage_bps + spread_bps) / 1e4 + impact_coef * impact[t] * g(q, m)      (at most 1)
+    frac(q; m) = slippage_bps / 1e4 + half[t] + impact_coef * impact[t] * g(q, m)      (at most 1)
     g(q, m) = ((m + q) ** 1.5 - m ** 1.5) / q = (q**2 + 3 m (m + q)) / ((m + q) ** 1.5 + m ** 1.5)
 
-of ``p`` (buys at ``p * (1 + frac)``, sells at ``p * (1 - frac)``), where ``impact[t] = daily_vol[t] /
+of ``p`` (buys at ``p * (1 + frac)``, sells at ``p * (1 - frac)``), where ``half[t]`` is the half-spread
+(a fraction of ``p``) of an order sent at the decision bar ``t``: ``spread_scale * spread_bps / 1e4``
+with ``[env] spread = "fixed"``, ``spread_scale * max(MarketData.half_spread[t], spread_bps / 1e4)``
+with ``"estimate"`` (per asset and time of day, from bars before the fill bar's session:
+``data.liquidity.spread_estimate``), and ``impact[t] = daily_vol[t] /
 sqrt(adv[t])`` is the asset's square-root impact scale at the decision bar ``t`` (``data.liquidity``:
 bars at or before ``t`` only). The impact paid over an order's fills then sums to the square-root
 law on the whole order, ``impact_coef * daily_vol * sqrt(Q / adv)`` per share of ``Q``, however it is
@@ -48,8 +52,41 @@ def impact_table(market: MarketData) -> Tensor:
 
 
 def half_cost(params) -> float:
-    """The size-free part of ``frac``: slippage plus half-spread, as a fraction of the open."""
-    return (params.slippage_bps + params.spread_bps) * 1e-4
+    """The size-free part of ``frac`` with ``spread = "fixed"``: slippage plus half-spread, as a
+    fraction of the open (with ``"estimate"``: the floor of :func:`half_cost_table`)."""
+    return (params.slippage_bps + params.spread_scale * params.spread_bps) * 1e-4
+
+
+_HALF_TABLES: dict[tuple, Tensor] = {}
+
+
+def half_cost_table(market: MarketData, params) -> Tensor | None:
+    """``(T, A)``, the size-free part of ``frac`` per decision bar and asset with ``spread =
+    "estimate"``: ``slippage_bps / 1e4 + spread_scale * max(half_spread, spread_bps / 1e4)`` (summed in
+    float64, kept in the params' asset dtype); ``None`` with ``"fixed"`` (every fill pays the scalar
+    :func:`half_cost`). Cached while the market's ``half_spread`` lives."""
+    if params.spread != "estimate":
+        return None
+    dtype = params.asset_dtype
+    key = (id(market.half_spread), params.slippage_bps, params.spread_bps, params.spread_scale, dtype)
+    found = _HALF_TABLES.get(key)
+    if found is None:
+        floor = params.spread_bps * 1e-4
+        half = market.half_spread.to(torch.float64).clamp(min=floor) * params.spread_scale
+        found = (half + params.slippage_bps * 1e-4).to(dtype).contiguous()
+        _HALF_TABLES[key] = found
+        weakref.finalize(market.half_spread, _HALF_TABLES.pop, key, None)
+    return found
+
+
+def execution_tables(market: MarketData, params) -> tuple[Tensor, ...]:
+    """The ``(T, A)`` market inputs of the execution model, all read at the decision bar: the fill
+    bar's expected volume, :func:`impact_table`, then :func:`half_cost_table` where it is not
+    ``None``; ``()`` without the execution model (``envs.core.step_core``'s last arguments)."""
+    if not params.execution:
+        return ()
+    half = half_cost_table(market, params)
+    return (market.expected_volume, impact_table(market), *(() if half is None else (half,)))
 
 
 def order_growth(quantity: Tensor, carried: Tensor | None) -> Tensor:
@@ -62,19 +99,29 @@ def order_growth(quantity: Tensor, carried: Tensor | None) -> Tensor:
     return num / den.clamp(min=1e-30)
 
 
-def fill_frac(params, quantity: Tensor, impact: Tensor, carried: Tensor | None = None) -> Tensor:
+def fill_frac(
+    params, quantity: Tensor, impact: Tensor, carried: Tensor | None = None, half: Tensor | None = None
+) -> Tensor:
     """``frac(q; m)`` of the module docstring for ``quantity`` ``|q|`` and ``carried`` ``m``
-    (:func:`carried_order`; ``None``: 0), a fresh tensor of ``quantity``'s dtype."""
+    (:func:`carried_order`; ``None``: 0), a fresh tensor of ``quantity``'s dtype; ``half``: the
+    decision bar's :func:`half_cost_table` row (``None``: the scalar :func:`half_cost`)."""
     grow = order_growth(quantity, None if carried is None else carried.to(quantity.dtype))
-    frac = grow.mul_(impact.to(quantity.dtype)).mul_(params.impact_coef).add_(half_cost(params))
+    frac = grow.mul_(impact.to(quantity.dtype)).mul_(params.impact_coef)
+    frac = frac.add_(half_cost(params) if half is None else half.to(quantity.dtype))
     return frac.clamp_(max=1.0)
 
 
 def fill_price(
-    params, px_open: Tensor, traded: Tensor, impact: Tensor, carried: Tensor | None = None
+    params,
+    px_open: Tensor,
+    traded: Tensor,
+    impact: Tensor,
+    carried: Tensor | None = None,
+    half: Tensor | None = None,
 ) -> Tensor:
     """Per-share fill price of signed ``traded`` shares at ``px_open`` (``px_open`` where nothing trades)."""
-    return px_open * (1.0 + torch.sign(traded) * fill_frac(params, traded.abs(), impact, carried))
+    frac = fill_frac(params, traded.abs(), impact, carried, half)
+    return px_open * (1.0 + torch.sign(traded) * frac)
 
 
 def carried_order(remembered: Tensor, side: Tensor) -> Tensor:
@@ -113,14 +160,15 @@ def scaled_costs(params, level: float):
         taf_per_share=params.taf_per_share * level,
         taf_max=params.taf_max * level,
         slippage_bps=params.slippage_bps * level,
-        spread_bps=params.spread_bps * level,
+        spread_scale=params.spread_scale * level,
         impact_coef=params.impact_coef * level,
     )
 
 
 #: ``EnvParams`` overrides that switch the execution model off: the frictionless fill (slippage and
 #: commission only), e.g. ``EnvParams(**FRICTIONLESS)``.
-FRICTIONLESS: dict[str, float] = {
+FRICTIONLESS: dict[str, float | str] = {
+    "spread": "fixed",
     "spread_bps": 0.0,
     "max_participation": 0.0,
     "impact_coef": 0.0,

@@ -25,6 +25,8 @@ COMPILE_MODES: tuple[str, ...] = ("auto", "on", "off")
 ActionMode = Literal["weights", "shares"]
 RewardMode = Literal["log_return", "return", "diff_sharpe"]
 FeeProfile = Literal["alpaca", "flat"]
+SpreadMode = Literal["estimate", "fixed"]
+UnfilledMode = Literal["drop", "work"]
 Precision = Literal["float32", "float64"]
 
 
@@ -74,10 +76,18 @@ class EnvParams:
     bust_frac: float = 0.1
     """an episode ends when value < bust_frac * initial_cash"""
     # Execution (docs/env.md "Execution"; all four 0 restores the frictionless fill of slippage_bps).
+    spread: SpreadMode = "estimate"
+    """half-spread per fill: estimate (per asset and time of day from the bars, MarketData.half_spread,
+    at least spread_bps) or fixed (spread_bps on every fill)"""
     spread_bps: float = 1.0
-    """half-spread paid on every fill, in bps of the fill bar's open"""
+    """half-spread in bps of the fill bar's open: every fill's (fixed), the estimate's floor (estimate)"""
+    spread_scale: float = 1.0
+    """multiplies the half-spread of either mode (the cost sensitivity's multiples; 1 in the config)"""
     max_participation: float = 0.025
     """a fill takes at most this share of the fill bar's volume expected at the decision bar (0: no cap)"""
+    unfilled: UnfilledMode = "drop"
+    """the part of an order the volume cap cut: drop (the next decision sees the position) or work (it
+    keeps filling on the following bars, each capped by its expected volume, until the next decision)"""
     impact_coef: float = 0.5
     """square-root impact: impact_coef * daily_vol * sqrt(shares / adv) of the fill price"""
     impact_decay: float = 0.0115
@@ -136,10 +146,16 @@ class EnvParams:
             raise bad("sharpe_eta", "must be in (0, 1)")
         if not 0 <= self.bust_frac < 1:
             raise bad("bust_frac", "must be in [0, 1)")
+        if self.spread not in ("estimate", "fixed"):
+            raise bad("spread", "must be 'estimate' or 'fixed'")
         if not 0 <= self.spread_bps < 10_000:
             raise bad("spread_bps", "must be in [0, 10000)")
+        if self.spread_scale < 0:
+            raise bad("spread_scale", "must be >= 0")
         if not 0 <= self.max_participation <= 1:
             raise bad("max_participation", "must be in [0, 1] (0: no volume cap)")
+        if self.unfilled not in ("drop", "work"):
+            raise bad("unfilled", "must be 'drop' or 'work'")
         if self.impact_coef < 0:
             raise bad("impact_coef", "must be >= 0")
         if not 0 <= self.impact_decay <= 1:
@@ -156,6 +172,7 @@ class EnvParams:
         """Whether fills go through the execution model (spread, volume cap, impact, minimum order)."""
         return (
             self.spread_bps > 0
+            or self.spread == "estimate"
             or self.max_participation > 0
             or self.impact_coef > 0
             or self.min_order_notional > 0

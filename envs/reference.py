@@ -81,7 +81,46 @@ class ReferenceEnv:
         tradable = self.market.tradable[self.t + 1].tolist()
         listed = self.market.listed[self.t + 1].tolist()
 
-        # Orders.
+        buys, sells = self._orders(action, opens, tradable, listed)
+
+        if p.execution:
+            exit_ = [not tradable[a] and not listed[a] for a in range(n)]
+            wanted = (buys, sells)
+            cash, buys, sells, buy_notional, sell_notional = self._execute(buys, sells, opens, exit_)
+            traded_notional = sell_notional + buy_notional
+            cost = self._sell_fees(sells, sell_notional) + buy_rate * buy_notional
+            if p.unfilled == "work" and p.max_participation > 0:
+                cash, buys, sells, more_notional, more_cost = self._work(wanted, buys, sells, exit_, cash)
+                traded_notional, cost = traded_notional + more_notional, cost + more_cost
+            shares = [self.shares[a] - sells[a] + buys[a] for a in range(n)]
+            return self._finish(cash, shares, closes, traded_notional, cost, buys, sells)
+
+        # Sells first; their proceeds net of the sell fees fund the buys.
+        sell_notional = sum(sells[a] * opens[a] * (1 - slip) for a in range(n))
+        sell_fees = self._sell_fees(sells, sell_notional)
+        cash = self.cash + sell_notional - sell_fees
+        buy_notional = sum(buys[a] * opens[a] * (1 + slip) for a in range(n))
+        needed = buy_notional * (1 + buy_rate)
+        if needed > cash:
+            fraction = cash / needed
+            if p.action_mode == "shares":
+                buys = [math.floor(b * fraction) for b in buys]
+            else:
+                buys = [b * fraction for b in buys]
+            buy_notional = sum(buys[a] * opens[a] * (1 + slip) for a in range(n))
+            needed = buy_notional * (1 + buy_rate)
+        cash = max(0.0, cash - needed)
+        shares = [self.shares[a] - sells[a] + buys[a] for a in range(n)]
+        traded_notional = sell_notional + buy_notional
+        cost = sell_fees + buy_rate * buy_notional
+        return self._finish(cash, shares, closes, traded_notional, cost, buys, sells)
+
+    def _orders(
+        self, action: list[float], opens: list[float], tradable: list[bool], listed: list[bool]
+    ) -> tuple[list[float], list[float]]:
+        """The shares each asset's order buys and sells (both >= 0) before execution."""
+        p = self.params
+        n = self.num_assets
         buys = [0.0] * n
         sells = [0.0] * n
         if p.action_mode == "weights":
@@ -118,49 +157,78 @@ class ReferenceEnv:
                 else:
                     sells[a] = min(float(-delta), self.shares[a])
 
-        if p.execution:
-            exit_ = [not tradable[a] and not listed[a] for a in range(n)]
-            cash, buys, sells, buy_notional, sell_notional = self._execute(buys, sells, opens, exit_)
-            shares = [self.shares[a] - sells[a] + buys[a] for a in range(n)]
-            traded_notional = sell_notional + buy_notional
-            cost = self._sell_fees(sells, sell_notional) + buy_rate * buy_notional
-            return self._finish(cash, shares, closes, traded_notional, cost, buys, sells)
+        return buys, sells
 
-        # Sells first; their proceeds net of the sell fees fund the buys.
-        sell_notional = sum(sells[a] * opens[a] * (1 - slip) for a in range(n))
-        sell_fees = self._sell_fees(sells, sell_notional)
-        cash = self.cash + sell_notional - sell_fees
-        buy_notional = sum(buys[a] * opens[a] * (1 + slip) for a in range(n))
-        needed = buy_notional * (1 + buy_rate)
-        if needed > cash:
-            fraction = cash / needed
-            if p.action_mode == "shares":
-                buys = [math.floor(b * fraction) for b in buys]
-            else:
-                buys = [b * fraction for b in buys]
-            buy_notional = sum(buys[a] * opens[a] * (1 + slip) for a in range(n))
-            needed = buy_notional * (1 + buy_rate)
-        cash = max(0.0, cash - needed)
-        shares = [self.shares[a] - sells[a] + buys[a] for a in range(n)]
-        traded_notional = sell_notional + buy_notional
-        cost = sell_fees + buy_rate * buy_notional
-        return self._finish(cash, shares, closes, traded_notional, cost, buys, sells)
-
-    def _execute(
-        self, buys: list[float], sells: list[float], opens: list[float], exit_: list[bool]
+    def _work(
+        self,
+        wanted: tuple[list[float], list[float]],
+        buys: list[float],
+        sells: list[float],
+        exit_: list[bool],
+        cash: float,
     ) -> tuple[float, list[float], list[float], float, float]:
-        """The execution model (docs/env.md "Execution"), literally: volume cap, minimum order,
-        half-spread and square-root impact. Returns ``(cash, buys, sells, buy_notional, sell_notional)``."""
+        """``unfilled = "work"``: the part of the orders ``wanted`` that the volume cap cut keeps
+        working on the bars after the fill bar, up to the mark bar, each bar's piece an order sent at
+        the bar before it (its cap, liquidity and half-spread), on an untradable bar none; the worked
+        order is not decayed between those bars. Returns ``(cash, buys, sells, notional, cost)``, the
+        shares totals over all the bars."""
         p = self.params
         n = self.num_assets
-        # The fill bar's volume as expected at the decision bar (never the fill bar's own).
-        volume = self.market.expected_volume[self.t].tolist()
-        daily_vol = self.market.daily_vol[self.t].tolist()  # liquidity known at the decision bar
-        adv = self.market.adv[self.t].tolist()
         whole = p.action_mode == "shares"
+        volume = self.market.expected_volume[self.t].tolist()
+        limit = [math.floor(p.max_participation * v) if whole else p.max_participation * v for v in volume]
+        left_b = [0.0 if exit_[a] else wanted[0][a] - min(wanted[0][a], limit[a]) for a in range(n)]
+        left_s = [0.0 if exit_[a] else wanted[1][a] - min(wanted[1][a], limit[a]) for a in range(n)]
+        buys, sells, notional, cost = list(buys), list(sells), 0.0, 0.0
+        buy_rate = p.cost_rate if p.broker == "flat" else 0.0
+        for bar in range(self.t + 2, self.t + p.decision_interval + 1):
+            tradable = self.market.tradable[bar].tolist()
+            b = [left_b[a] if tradable[a] else 0.0 for a in range(n)]
+            s_ = [left_s[a] if tradable[a] else 0.0 for a in range(n)]
+            opens = self.market.open[bar].tolist()
+            cash, fb, fs, bn, sn = self._execute(
+                b, s_, opens, [False] * n, row=bar - 1, cash=cash, decay=False
+            )
+            cost += self._sell_fees(fs, sn) + buy_rate * bn
+            notional += bn + sn
+            for a in range(n):
+                left_b[a], left_s[a] = left_b[a] - fb[a], left_s[a] - fs[a]
+                buys[a], sells[a] = buys[a] + fb[a], sells[a] + fs[a]
+        return cash, buys, sells, notional, cost
+
+    def _execute(
+        self,
+        buys: list[float],
+        sells: list[float],
+        opens: list[float],
+        exit_: list[bool],
+        row: int | None = None,
+        cash: float | None = None,
+        decay: bool = True,
+    ) -> tuple[float, list[float], list[float], float, float]:
+        """The execution model (docs/env.md "Execution"), literally: volume cap, minimum order,
+        half-spread and square-root impact, for orders sent at bar ``row`` (the decision bar) from
+        ``cash`` (the env's); ``decay``: the worked order decays since the last decision. Returns
+        ``(cash, buys, sells, buy_notional, sell_notional)``."""
+        p = self.params
+        n = self.num_assets
+        row = self.t if row is None else row
+        start_cash = self.cash if cash is None else cash
+        # The fill bar's volume as expected at the decision bar (never the fill bar's own).
+        volume = self.market.expected_volume[row].tolist()
+        daily_vol = self.market.daily_vol[row].tolist()  # liquidity known at the decision bar
+        adv = self.market.adv[row].tolist()
+        whole = p.action_mode == "shares"
+        # The half-spread of an order sent at the decision bar: the constant, or the bars' estimate
+        # for this asset and time of day (known at the decision bar), at least the constant.
+        if p.spread == "estimate":
+            estimate = self.market.half_spread[row].tolist()
+            half = [p.spread_scale * max(x, p.spread_bps / 1e4) for x in estimate]
+        else:
+            half = [p.spread_scale * p.spread_bps / 1e4] * n
 
         # The order worked so far, decayed since the last decision (EnvState.order).
-        memory = (1 - p.impact_decay) ** p.decision_interval if p.impact_coef > 0 else 0.0
+        memory = ((1 - p.impact_decay) ** p.decision_interval if decay else 1.0) if p.impact_coef > 0 else 0.0
         remembered = [x * memory for x in self.order]
 
         def frac(a: int, q: float, side: int) -> float:
@@ -170,7 +238,7 @@ class ReferenceEnv:
             impact = 0.0
             if adv[a] > 0 and q > 0:
                 impact = daily_vol[a] * ((m + q) ** 1.5 - m**1.5) / q / math.sqrt(adv[a])
-            return min(1.0, (p.slippage_bps + p.spread_bps) / 1e4 + p.impact_coef * impact)
+            return min(1.0, p.slippage_bps / 1e4 + half[a] + p.impact_coef * impact)
 
         buys, sells = list(buys), list(sells)
         for a in range(n):
@@ -182,7 +250,7 @@ class ReferenceEnv:
             if sells[a] * opens[a] * (1 - frac(a, sells[a], -1)) < p.min_order_notional and not exit_[a]:
                 sells[a] = 0.0
         sell_notional = sum(sells[a] * opens[a] * (1 - frac(a, sells[a], -1)) for a in range(n))
-        cash = self.cash + sell_notional - self._sell_fees(sells, sell_notional)
+        cash = start_cash + sell_notional - self._sell_fees(sells, sell_notional)
         buy_rate = p.cost_rate if p.broker == "flat" else 0.0
         # The scale is priced at the capped sizes; the scaled buys then pay their own (lower) price.
         needed = sum(buys[a] * opens[a] * (1 + frac(a, buys[a], 1)) for a in range(n)) * (1 + buy_rate)

@@ -74,7 +74,7 @@ from torch import Tensor
 from data.errors import DataError, PodracerError
 from data.market import MarketData
 from envs.core import ACC_DTYPE, StepCore, lcg_next, step_core
-from envs.execution import impact_table
+from envs.execution import execution_tables
 from envs.fast_step import choose
 from envs.kernels import native
 from envs.observation import build_obs, fresh_obs
@@ -326,7 +326,7 @@ def step_env(
         market.open,
         market.close,
         None if market.all_tradable else fill_modes(market),
-        *((market.expected_volume, impact_table(market)) if params.execution else ()),
+        *execution_tables(market, params),
     )
     obs = build_obs(market, out.t, out.cash, out.pos_value, out.value)
     return _transition(out, obs, state.t, params, None)

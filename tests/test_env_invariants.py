@@ -77,9 +77,9 @@ def test_accounting_invariants(market, mode, precision):
         m = torch.where(traded > 0, remembered.clamp(min=0), (-remembered).clamp(min=0))
         q = traded.abs()
         growth = torch.where(q > 0, ((m + q) ** 1.5 - m**1.5) / q.clamp(min=1e-30), 0.0)
-        frac = (
-            params.slippage_bps + params.spread_bps
-        ) * 1e-4 + params.impact_coef * sigma * growth / adv.sqrt()
+        # The half-spread: the decision bar's estimate for the asset, at least spread_bps.
+        half = market.half_spread[before.t].double().clamp(min=params.spread_bps * 1e-4)
+        frac = params.slippage_bps * 1e-4 + half + params.impact_coef * sigma * growth / adv.sqrt()
         # The order carried on: the fill added to the same-direction memory, or a new order.
         same = torch.where(traded > 0, remembered.clamp(min=0), remembered.clamp(max=0))
         worked = torch.where(traded == 0, remembered, same + traded)

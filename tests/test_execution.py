@@ -27,6 +27,7 @@ PARAMS = EnvParams(
     initial_cash=CASH,
     decision_interval=2,
     episode_len=10,
+    spread="fixed",  # the constant half-spread these hand computations use (estimates: test_spread_env)
     spread_bps=2.0,
     slippage_bps=1.0,
     max_participation=0.025,

@@ -369,9 +369,7 @@ LONG_FUNCTIONS = {
     "agents/tournament/orchestrator.py:run_tournament",
     # The backtest's decision loop and its vectorized accounting after it, one pass over the window.
     "backtests/policy_loop.py:run_policies",
-    # The paper cycle's trade and decision, the demo workflow.
-    "app/paper/cycle.py:_trade",
-    "app/paper/observation.py:build_decision",
+    # The demo workflow.
     "app/workflows/demo.py:run_demo",
 }
 

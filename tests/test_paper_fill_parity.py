@@ -11,7 +11,15 @@ import pandas as pd
 import pytest
 import torch
 
-from app.paper.fill_model import ExecutionCosts, impact_scales, model_price
+from app.paper.fill_model import (
+    ExecutionCosts,
+    execution_costs,
+    fill_inputs,
+    impact_scales,
+    model_fill,
+    model_price,
+    worked_orders,
+)
 from app.paper.options import PaperOptions
 from app.paper.orders import DecisionSnapshot, RiskLimits, plan_orders
 from data.toy import toy_market
@@ -23,6 +31,7 @@ PARAMS = EnvParams(
     initial_cash=1.0e6,
     decision_interval=5,
     episode_len=10,
+    spread="fixed",
     spread_bps=2.0,
     slippage_bps=1.0,
     max_participation=0.0,  # the paper trader sends the whole order: the env fills it whole too
@@ -149,3 +158,88 @@ def test_paper_takes_the_bundles_minimum_order():
         {"env_params": {"max_weight": 0.2, "min_order_notional": 5.0}}
     )
     assert (capped.limits.max_weight, capped.limits.min_order_notional) == (0.2, 5.0)
+
+
+def _paper_inputs(market, params: EnvParams, t: int):
+    """Paper's fill inputs at decision bar ``t`` from the market's bars at or before ``t`` only."""
+    bars = {
+        name: getattr(market, name)[: t + 1].double().numpy() for name in ("close", "high", "low", "volume")
+    }
+    costs = execution_costs({"env_params": dataclasses.asdict(params)})
+    fill_session = int(market.session_id[t + 1])
+    inputs = fill_inputs(costs, bars, market.session_id[: t + 1].numpy(), fill_session, 390)
+    return costs, inputs
+
+
+def test_paper_and_the_env_fill_the_same_order_the_same_on_the_same_bars():
+    """Two decisions buying a thin asset past its volume cap, a sale of a liquid one: from the bars
+    alone (its own windows, the spread estimate, the cap, the worked order), paper's fill of each
+    order is the env's, quantity and price."""
+    base = toy_market(num_steps=22 * 390, num_assets=3, num_features=2, seed=4)
+    # Asset 0's closes bounce 8 bp either side (a quoted spread the estimator sees in the bars).
+    side = torch.where(
+        torch.rand(base.close.shape, generator=torch.Generator().manual_seed(5)) < 0.5, 1.0, -1.0
+    )
+    bounce = torch.ones_like(base.close)
+    bounce[:, 0] += 8e-4 * side[:, 0]
+    close = base.close * bounce
+    market = dataclasses.replace(
+        base,
+        close=close,
+        high=torch.maximum(base.high, close),
+        low=torch.minimum(base.low, close),
+        volume=base.volume * torch.tensor([1.0, 1.0, 2e-4]),
+        daily_vol=None,
+        adv=None,
+        expected_volume=None,
+        half_spread=None,
+    )
+    params = EnvParams(
+        initial_cash=1.0e6, decision_interval=5, episode_len=10, precision="float64", trade_info=True
+    )
+    assert params.spread == "estimate" and params.max_participation > 0
+    t0 = 21 * 390 + 100  # 21 sessions of history behind it: the full 20-session windows
+    state, _ = trading.reset(market, params, 1, start=t0)
+    held = torch.tensor([[3_000.0, 0.0, 0.0]], dtype=torch.float64)
+    state = dataclasses.replace(state, shares=held, cash=state.cash - float(held[0, 0] * market.close[t0, 0]))
+    action = torch.tensor([[0.0, 0.05, 0.5]])
+    decisions, fills, checked = [], {}, 0
+    for t in (t0, t0 + params.decision_interval):
+        px_open = market.open[t + 1].double()
+        value_open = float(state.cash[0]) + float((state.shares[0] * px_open).sum())
+        wanted = action[0].double() * value_open / px_open - state.shares[0]  # the env's order, uncapped
+        out = trading.step(market, params, state, action)
+        traded, fill = out.info["shares_traded"][0], out.info["fill_price"][0]
+        costs, inputs = _paper_inputs(market, params, t)
+        memory = worked_orders(decisions, fills, costs.impact_memory)
+        for a, ticker in enumerate(market.tickers):
+            if abs(float(wanted[a])) * float(px_open[a]) < params.min_order_notional:
+                assert float(traded[a]) == 0.0  # not placed, by paper's planner either (too_small)
+                continue
+            side = "buy" if wanted[a] > 0 else "sell"
+            qty, price = model_fill(
+                costs, inputs, a, float(px_open[a]), side, abs(float(wanted[a])), memory.get(ticker, 0.0)
+            )
+            assert qty == pytest.approx(abs(float(traded[a])), rel=1e-6), (t, ticker)
+            assert price == pytest.approx(float(fill[a]), rel=1e-7), (t, ticker)
+            checked += 1
+        decisions.append(str(t))
+        fills[str(t)] = {tk: float(traded[a]) for a, tk in enumerate(market.tickers) if float(traded[a]) != 0}
+        state = out.state
+        # The thin asset's buy is capped at the bar's expected volume, and a half-spread above the floor
+        # is charged somewhere (the estimate is read, not the constant).
+        assert float(traded[2]) < float(wanted[2]) * 0.5
+    assert checked >= 4
+    assert memory.get(market.tickers[2], 0.0) > 0  # the second buy of the thin asset added to the first
+    assert float(inputs.half[0]) > 3 * (params.slippage_bps + params.spread_bps) * 1e-4
+
+
+def test_the_planner_cuts_an_order_to_the_volume_cap():
+    limits = RiskLimits(daily_loss_limit=None)
+    decision = dataclasses.replace(_decision(0.0, 50.0, 10_000.0, 0.0), cap={"AAA": 12.5})
+    orders, notes = plan_orders(decision, np.array([0.5]), ("AAA",), "b" * 64, limits, fractional=False)
+    assert [(o.side, o.qty) for o in orders] == [("buy", 12.0)]  # 100 shares wanted, whole shares
+    assert any("volume cap" in n for n in notes)
+    held = dataclasses.replace(_decision(200.0, 50.0, 0.0, 0.0), cap={"AAA": 12.5})
+    orders, _ = plan_orders(held, np.array([0.0]), ("AAA",), "b" * 64, limits)
+    assert [(o.side, o.qty) for o in orders] == [("sell", 12.5)]

@@ -11,12 +11,13 @@ import pandas as pd
 import pytest
 
 from app.cli import main
-from app.paper.fill_model import ExecutionCosts, execution_costs, impact_scales, model_price
+from app.paper.fill_model import ExecutionCosts, execution_costs, fill_inputs, impact_scales, model_price
 from app.paper.journal import Journal, journal_path, read_journal
 from app.paper.journal_schema import SCHEMA_VERSION, statements
 from app.paper.observation import fetch_start
 from app.paper.slippage import slippage_report
 from data.align import align_panel, align_ticker
+from data.calendar import bars_per_session
 
 
 def test_impact_scale_and_model_price_by_hand():
@@ -53,16 +54,24 @@ def test_a_fill_at_a_known_price_gives_realized_and_predicted_bps(env):
               for t in bundle.tickers}  # fmt: skip
     panel = align_panel(frames, bundle.interval, min_coverage=0.0)
     row = int(np.flatnonzero(pd.DatetimeIndex(panel.grid.timestamps, tz="UTC") <= decision)[-1])
-    scales = dict(zip(panel.tickers, impact_scales(panel.close[: row + 1], panel.volume[: row + 1],
-                                                   panel.grid.session_id[: row + 1]), strict=True))  # fmt: skip
     costs = execution_costs(bundle.manifest)
-    half_bps = costs.slippage_bps + costs.spread_bps
+    sid = panel.grid.session_id[: row + 1]
+    inputs = fill_inputs(
+        costs,
+        {name: getattr(panel, name)[: row + 1] for name in ("close", "high", "low", "volume")},
+        sid,
+        int(sid[-1]),  # the fill bar: the next minute of the same session
+        bars_per_session(bundle.interval),
+    )
+    scales = dict(zip(panel.tickers, inputs.impact, strict=True))
+    halves = dict(zip(panel.tickers, inputs.half * 1e4, strict=True))
+    half_bps = costs.slippage_bps + costs.spread_bps  # the floor of the estimated half-spread
     for o in filled.itertuples():
         sign = 1.0 if o.side == "buy" else -1.0
         realized = sign * (o.filled_avg_price / o.est_price - 1) * 1e4
         predicted = sign * (o.model_price / o.est_price - 1) * 1e4
         assert realized == pytest.approx(7.0, abs=0.01)
-        by_hand = half_bps + costs.impact_coef * scales[o.ticker] * math.sqrt(o.qty) * 1e4
+        by_hand = halves[o.ticker] + costs.impact_coef * scales[o.ticker] * math.sqrt(o.qty) * 1e4
         assert predicted == pytest.approx(by_hand, rel=1e-4) and predicted > half_bps
     report = slippage_report(orders)
     assert report["bundle_id"].tolist() == [bundle.bundle_id]

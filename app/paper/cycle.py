@@ -35,6 +35,7 @@ A cycle (:func:`run_cycle`) orchestrates the other modules of ``app.paper``:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import time
@@ -54,12 +55,13 @@ from app.paper.broker import Broker, BrokerAccount, BrokerError, Order
 from app.paper.champion import BundleSource, FixedBundle
 from app.paper.disk import write_state
 from app.paper.execution import block_orders, execute_orders, holdings, reconcile_open_orders, snapshot
+from app.paper.fill_model import worked_orders
 from app.paper.gone import check_gone
 from app.paper.heartbeat import Heartbeat, write_heartbeat
 from app.paper.journal import Journal, journal_ts
 from app.paper.observation import build_decision, check_fresh, fetch_start
 from app.paper.options import PaperOptions
-from app.paper.orders import PlannedOrder, apply_limits, plan_orders, retired_sells
+from app.paper.orders import DecisionSnapshot, PlannedOrder, apply_limits, plan_orders, retired_sells
 from data.calendar import INTERVAL_MINUTES, MINUTES_PER_SESSION, exchange_date
 from data.errors import DataError, PodracerError
 
@@ -227,70 +229,21 @@ def _trade(
     """The open market's part of :func:`run_cycle`, with the session's bundle."""
     journal.bundle_id = bundle.bundle_id
     kill = options.kill_switch_on()
-    if not options.dry_run:
-        # Before the account and positions are read: a stale order that fills now is then counted
-        # once (in the positions), and its cancel frees the cash it had reserved.
-        reconcile_open_orders(broker, journal, options)
-    account = broker.account()
-    positions = broker.positions()
-    books = None
-    if not options.dry_run:
-        books = check_books(
-            broker, journal, when="cycle_start", tolerance=options.book_tolerance, positions=positions
-        )
-    start = fetch_start(now, bundle.interval, int(bundle.feature_spec["lookback"]))
-    source = "1d" if bundle.interval == "1d" else "1m"
-    bars = broker.latest_bars(list(bundle.tickers), start, now, source)
-    try:
-        decision = build_decision(bundle, bars, account, positions, now)
-        check_fresh(decision.decision_ts, now, bundle, options.max_bar_age)
-    except DataError as err:
-        journal.event("missing_bars", str(err), "warning")
-        log.warning("%s", err)
-        return CycleResult(status="no_data", messages=[str(err)])
+    account, positions, books = _read_book(broker, journal, options)
+    decision = _decide_bar(bundle, broker, journal, options, now, account, positions)
+    if isinstance(decision, CycleResult):
+        return decision
     result = CycleResult(status="dry_run" if options.dry_run else "traded", decision_ts=decision.decision_ts)
-    if decision.skipped:
-        msg = f"skipped {', '.join(decision.skipped)}: no bar in the decision bar's session (position held)"
-        journal.event("missing_bars", msg, "warning")
-        log.warning(msg)
-        result.skipped = list(decision.skipped)
-        result.messages.append(msg)
-    # Held tickers with no bar this session: gone for good? (asks the broker only about those)
-    gone = check_gone(broker, decision, positions, bundle.tickers, bundle.bundle_id, now, options.gone_after)
-    for msg in gone.warnings:
-        journal.event("gone", msg, "warning")
-        log.warning(msg)
-        result.messages.append(msg)
-    result.gone = [o.ticker for o in gone.sells]
-    result.attention = list(gone.attention)
-    # Held tickers an earlier champion traded and this one does not: sold whole (a new universe).
-    retired = retired_sells(
-        positions, journal.book_tickers(), bundle.tickers, bundle.bundle_id, decision.decision_ts
-    )
-    for o in retired:
-        journal.event("retired", f"{o.ticker} {o.reason} ({o.qty:g} shares)", "warning")
-        result.messages.append(f"{o.ticker} {o.reason}")
-
+    exits = _exits(bundle, broker, journal, options, now, decision, positions, result)
     ts = journal_ts(decision.decision_ts)
     prior = journal.decision_at(ts, bundle.bundle_id, options.dry_run)
-    if prior is not None:
-        # This bar was decided already (a restart mid-cycle, a retried run): finish that decision
-        # from the holdings as they are now, with the same client order ids, rather than decide
-        # again on a book its own orders have half changed.
-        policy_weights, target = np.asarray(prior[0]), np.asarray(prior[1])
-        notes = []
-        journal.event("resume", f"decision at {ts} taken already: its remaining orders go out")
-    else:
-        policy_weights = bundle.act(decision.obs)[0]
-        if not np.all(np.isfinite(policy_weights)):
-            raise PodracerError("the policy produced non-finite weights: no orders")
-        target, notes = apply_limits(policy_weights, decision, bundle.tickers, options.limits)
+    policy_weights, target, notes = _targets(bundle, journal, options, decision, prior, ts)
     orders, plan_notes = plan_orders(
         decision, target, bundle.tickers, bundle.bundle_id, options.limits, options.fractional
     )
     notes += plan_notes
     # skipped and retired tickers: the planner never orders them, no id is shared
-    orders = gone.sells + retired + orders
+    orders = exits + orders
     result.policy_weights = dict(zip(bundle.tickers, map(float, policy_weights), strict=True))
     result.target_weights = dict(zip(bundle.tickers, map(float, target), strict=True))
     result.orders = orders
@@ -325,7 +278,124 @@ def _trade(
         block_orders(orders, halt[1], journal, bundle.bundle_id, decision)
         snapshot(journal, broker, bundle, decision, account, {}, positions, reconcile=not options.dry_run)
         return result
+    return _send(orders, bundle, broker, journal, options, decision, account, positions, result)
 
+
+def _read_book(broker: Broker, journal: Journal, options: PaperOptions):
+    """``(account, positions, books)`` at the cycle's start (books: the reconciliation, None in a dry
+    run)."""
+    if not options.dry_run:
+        # Before the account and positions are read: a stale order that fills now is then counted
+        # once (in the positions), and its cancel frees the cash it had reserved.
+        reconcile_open_orders(broker, journal, options)
+    account = broker.account()
+    positions = broker.positions()
+    books = None
+    if not options.dry_run:
+        books = check_books(
+            broker, journal, when="cycle_start", tolerance=options.book_tolerance, positions=positions
+        )
+    return account, positions, books
+
+
+def _decide_bar(
+    bundle: Bundle,
+    broker: Broker,
+    journal: Journal,
+    options: PaperOptions,
+    now: datetime,
+    account,
+    positions,
+) -> DecisionSnapshot | CycleResult:
+    """The decision bar's snapshot from freshly fetched bars, with the bundle's impact memory (its
+    earlier decisions' fills, ``app.paper.fill_model.worked_orders``); a ``no_data`` result when the
+    bars are missing or stale."""
+    start = fetch_start(now, bundle.interval, int(bundle.feature_spec["lookback"]))
+    source = "1d" if bundle.interval == "1d" else "1m"
+    bars = broker.latest_bars(list(bundle.tickers), start, now, source)
+    try:
+        decision = build_decision(bundle, bars, account, positions, now)
+        check_fresh(decision.decision_ts, now, bundle, options.max_bar_age)
+    except DataError as err:
+        journal.event("missing_bars", str(err), "warning")
+        log.warning("%s", err)
+        return CycleResult(status="no_data", messages=[str(err)])
+    if decision.costs is not None and not options.dry_run:
+        decisions, fills = journal.filled_by_decision(bundle.bundle_id, journal_ts(decision.decision_ts))
+        memory = worked_orders(decisions, fills, decision.costs.impact_memory)
+        decision = dataclasses.replace(decision, remembered=memory)
+    return decision
+
+
+def _exits(
+    bundle: Bundle,
+    broker: Broker,
+    journal: Journal,
+    options: PaperOptions,
+    now: datetime,
+    decision: DecisionSnapshot,
+    positions,
+    result: CycleResult,
+) -> list:
+    """The sells outside the policy: held tickers gone for good, and those an earlier champion traded
+    that this one does not (a new universe); skipped tickers are reported (their positions held)."""
+    if decision.skipped:
+        msg = f"skipped {', '.join(decision.skipped)}: no bar in the decision bar's session (position held)"
+        journal.event("missing_bars", msg, "warning")
+        log.warning(msg)
+        result.skipped = list(decision.skipped)
+        result.messages.append(msg)
+    # Held tickers with no bar this session: gone for good? (asks the broker only about those)
+    gone = check_gone(broker, decision, positions, bundle.tickers, bundle.bundle_id, now, options.gone_after)
+    for msg in gone.warnings:
+        journal.event("gone", msg, "warning")
+        log.warning(msg)
+        result.messages.append(msg)
+    result.gone = [o.ticker for o in gone.sells]
+    result.attention = list(gone.attention)
+    retired = retired_sells(
+        positions, journal.book_tickers(), bundle.tickers, bundle.bundle_id, decision.decision_ts
+    )
+    for o in retired:
+        journal.event("retired", f"{o.ticker} {o.reason} ({o.qty:g} shares)", "warning")
+        result.messages.append(f"{o.ticker} {o.reason}")
+    return gone.sells + retired
+
+
+def _targets(
+    bundle: Bundle,
+    journal: Journal,
+    options: PaperOptions,
+    decision: DecisionSnapshot,
+    prior: tuple[list[float], list[float]] | None,
+    ts: str,
+) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """``(policy weights, target weights, notes)`` of the decision bar."""
+    if prior is not None:
+        # This bar was decided already (a restart mid-cycle, a retried run): finish that decision
+        # from the holdings as they are now, with the same client order ids, rather than decide
+        # again on a book its own orders have half changed.
+        journal.event("resume", f"decision at {ts} taken already: its remaining orders go out")
+        return np.asarray(prior[0]), np.asarray(prior[1]), []
+    policy_weights = bundle.act(decision.obs)[0]
+    if not np.all(np.isfinite(policy_weights)):
+        raise PodracerError("the policy produced non-finite weights: no orders")
+    target, notes = apply_limits(policy_weights, decision, bundle.tickers, options.limits)
+    return policy_weights, target, notes
+
+
+def _send(
+    orders: list,
+    bundle: Bundle,
+    broker: Broker,
+    journal: Journal,
+    options: PaperOptions,
+    decision: DecisionSnapshot,
+    account,
+    positions,
+    result: CycleResult,
+) -> CycleResult:
+    """The orders to the broker, then the P&L snapshot and the books' check after them."""
     sent = execute_orders(orders, broker, journal, options, bundle.bundle_id, decision)
     if sent.status is not None:
         result.status = sent.status

@@ -17,7 +17,8 @@ their final status (what the dashboard shows).
 API keys never reach this file: every text value is scrubbed of the values of ``APCA_API_KEY_ID`` and
 ``APCA_API_SECRET_KEY`` before it is written (belt and braces: no caller puts them in a message).
 
-``read_journal(home)`` returns the tables as pandas DataFrames for the dashboard (see docs/paper.md).
+``read_journal(home)`` returns the tables as pandas DataFrames for the dashboard (see docs/paper.md);
+it, ``latest_pnl`` and ``order_counts`` live in ``app.paper.journal_read`` and are named here too.
 """
 
 from __future__ import annotations
@@ -33,9 +34,8 @@ from typing import Any
 
 import pandas as pd
 
+from app.paper.journal_read import journal_path, latest_pnl, order_counts, read_journal
 from app.paper.journal_schema import (
-    ADDED_COLUMNS,
-    FINAL_STATUSES,
     OPEN_STATUSES,
     STATUS_RANK,
     TABLES,
@@ -43,14 +43,9 @@ from app.paper.journal_schema import (
     finite,
     holdings_json,
     migrate,
-    statements,
 )
 from data import sqlite
 from data.scrub import scrub
-
-
-def journal_path(home: str | os.PathLike[str]) -> Path:
-    return Path(home) / "paper" / "journal.sqlite"
 
 
 def _now() -> str:
@@ -400,6 +395,28 @@ class Journal:
         ).fetchone()
         return None if row is None else (json.loads(row[0]), json.loads(row[1]))
 
+    def filled_by_decision(
+        self, bundle_id: str, before: str
+    ) -> tuple[list[str], dict[str, dict[str, float]]]:
+        """``bundle_id``'s decisions before ``before`` (sent for real, in time order) and the signed
+        shares each filled per ticker (buys +, sells -): the replay of its impact memory."""
+        decisions = [
+            str(r[0])
+            for r in self._conn.execute(
+                "SELECT DISTINCT decision_ts FROM decisions WHERE bundle_id=? AND dry_run=0 AND decision_ts<? "
+                "ORDER BY decision_ts",
+                (bundle_id, before),
+            )
+        ]
+        fills: dict[str, dict[str, float]] = {}
+        for ts, ticker, signed in self._conn.execute(
+            "SELECT decision_ts, ticker, SUM(CASE WHEN side='sell' THEN -filled_qty ELSE filled_qty END) "
+            "FROM orders WHERE bundle_id=? AND filled_qty > 0 AND decision_ts<? GROUP BY decision_ts, ticker",
+            (bundle_id, before),
+        ):
+            fills.setdefault(str(ts), {})[str(ticker)] = float(signed)
+        return decisions, fills
+
     def has_sent(self, bundle_id: str, dry_run: bool) -> bool:
         """Whether an order of ``bundle_id`` went to the broker (any status but never sent: ``not_sent``,
         ``blocked``); in a dry run, whether it journaled any ``dry_run`` order."""
@@ -459,79 +476,4 @@ class Journal:
         return pd.read_sql_query(f"SELECT * FROM {name} ORDER BY rowid", self._conn)
 
 
-def order_counts(orders: pd.DataFrame) -> dict[str, int]:
-    """Orders by final outcome, one per ``client_order_id`` (the dashboard's counts).
-
-    ``filled``; ``partial`` (some shares filled, then canceled or expired); ``canceled`` (nothing
-    filled); ``rejected``; ``not_submitted`` (never reached the broker); ``not_sent`` (journaled but
-    held back: kill switch, halt, a spent retry budget); ``dry_run``; ``open`` (still working or not
-    yet reconciled). Counting rows of ``fills`` instead would count cumulative updates, not orders.
-    """
-    counts = dict.fromkeys(
-        ("filled", "partial", "canceled", "rejected", "not_submitted", "not_sent", "dry_run", "open"), 0
-    )
-    for row in orders.drop_duplicates("client_order_id", keep="last").itertuples(index=False):
-        status, filled = str(row.status), float(row.filled_qty or 0.0)
-        if status == "filled":
-            key = "filled"
-        elif status in FINAL_STATUSES and status != "rejected":
-            key = "partial" if filled > 0 else "canceled"
-        elif status in ("rejected", "not_submitted", "dry_run"):
-            key = status
-        elif status in ("blocked", "not_sent", "error"):
-            key = "not_sent"
-        else:
-            key = "open"
-        counts[key] += 1
-    return counts
-
-
-def latest_pnl(home: str | os.PathLike[str]) -> dict[str, Any] | None:
-    """The newest P&L row (``pnl`` columns), read-only; None without a journal or a P&L row. One
-    query, so ``podracer status`` does not read the whole journal."""
-    path = journal_path(home)
-    if not path.is_file():
-        return None
-    conn = sqlite.connect(path, read_only=True)
-    try:
-        row = conn.execute("SELECT * FROM pnl ORDER BY id DESC LIMIT 1").fetchone()
-    finally:
-        conn.close()
-    return None if row is None else dict(row)
-
-
-def _empty_schema() -> sqlite3.Connection:
-    conn = sqlite3.connect(":memory:")
-    for statement in statements():
-        conn.execute(statement)
-    return conn
-
-
-def read_journal(home: str | os.PathLike[str]) -> dict[str, pd.DataFrame]:
-    """All journal tables as DataFrames: ``decisions, orders, fills, positions, pnl, events, sessions,
-    opening_books, daily``.
-
-    Timestamps (``recorded_at``, ``decision_ts``) are parsed to tz-aware UTC; JSON list columns of
-    ``decisions`` stay strings. A missing journal gives empty frames with the right columns.
-    """
-    path = journal_path(home)
-    # read-only URI: the dashboard must never create or lock the trader's journal
-    conn = sqlite.connect(path, read_only=True, row_factory=None) if path.is_file() else _empty_schema()
-    try:
-        out = {}
-        have = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        empty = _empty_schema()  # the current tables, for a journal of an older version not migrated yet
-        for name in TABLES:
-            source = conn if name in have else empty
-            frame = pd.read_sql_query(f"SELECT * FROM {name} ORDER BY rowid", source)
-            for column, _ in ADDED_COLUMNS.get(name, ()):
-                if column not in frame.columns:
-                    frame[column] = None
-            for col in ("recorded_at", "decision_ts"):
-                if col in frame.columns:
-                    frame[col] = pd.to_datetime(frame[col], utc=True, format="ISO8601")
-            out[name] = frame
-        empty.close()
-        return out
-    finally:
-        conn.close()
+__all__ = ["Journal", "journal_path", "journal_ts", "latest_pnl", "order_counts", "read_journal"]

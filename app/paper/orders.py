@@ -93,10 +93,23 @@ class DecisionSnapshot:
     cash: float
     current_weights: np.ndarray  # (A,)
     skipped: tuple[str, ...]  # tickers without a bar in the decision bar's session
-    # The execution model's pricing (app.paper.fill_model): each ticker's square-root impact scale at
-    # the decision bar, and the bundle's settings; no model price is journaled without them.
+    # The execution model's inputs (app.paper.fill_model.fill_inputs) per ticker at the decision bar:
+    # the square-root impact scale, the size-free part of the price (slippage + half-spread; absent:
+    # the bundle's fixed one), the volume cap in shares; the bundle's settings, and the order worked
+    # so far (signed shares, decayed: fill_model.worked_orders). No model price without impact/costs.
     impact: dict[str, float] = field(default_factory=dict)
     costs: ExecutionCosts | None = None
+    half: dict[str, float] = field(default_factory=dict)
+    cap: dict[str, float] = field(default_factory=dict)
+    remembered: dict[str, float] = field(default_factory=dict)
+
+
+def _model_price(decision: DecisionSnapshot, ticker: str, price: float, side: str, qty: float) -> float:
+    """The env's fill price of ``qty`` shares of ``ticker`` at reference ``price`` (inputs present)."""
+    sign = 1.0 if side == "buy" else -1.0
+    carried = max(0.0, sign * decision.remembered.get(ticker, 0.0))
+    impact = decision.impact[ticker]
+    return model_price(decision.costs, price, side, qty, impact, decision.half.get(ticker), carried)
 
 
 def predicted_price(order: PlannedOrder, decision: DecisionSnapshot) -> float | None:
@@ -104,7 +117,7 @@ def predicted_price(order: PlannedOrder, decision: DecisionSnapshot) -> float | 
     impact = decision.impact.get(order.ticker)
     if decision.costs is None or impact is None or not (math.isfinite(order.price) and order.price > 0):
         return None
-    return model_price(decision.costs, order.price, order.side, order.qty, impact)
+    return _model_price(decision, order.ticker, order.price, order.side, order.qty)
 
 
 def too_small(
@@ -117,7 +130,7 @@ def too_small(
         return True
     impact = decision.impact.get(ticker)
     if side == "sell" and decision.costs is not None and impact is not None:
-        price = model_price(decision.costs, price, "sell", qty, impact)
+        price = _model_price(decision, ticker, price, "sell", qty)
     return qty * price < min_notional
 
 
@@ -177,6 +190,20 @@ def apply_limits(
     return target, notes
 
 
+def _volume_capped(
+    decision: DecisionSnapshot, ticker: str, qty: float, fractional: bool, notes: list[str]
+) -> float:
+    """``qty`` cut to the env's volume cap (``max_participation`` of the fill bar's volume expected at
+    the decision bar; whole shares without fractional orders): the rest is not sent, as the env
+    drops it."""
+    cap = decision.cap.get(ticker, math.inf)
+    if qty <= cap:
+        return qty
+    cut = math.floor(cap) if not fractional else math.floor(cap * 1e6) / 1e6
+    notes.append(f"{ticker}: order cut to the volume cap, {cut:g} of {qty:g} shares")
+    return float(cut)
+
+
 def plan_orders(
     decision: DecisionSnapshot,
     target: np.ndarray,
@@ -205,6 +232,7 @@ def plan_orders(
             if qty * price > limits.max_order_notional:
                 notes.append(f"{ticker}: sell cut to max order notional ${limits.max_order_notional:,.0f}")
                 qty = qty_of(limits.max_order_notional, price)
+            qty = _volume_capped(decision, ticker, qty, fractional, notes)
             if not too_small(decision, ticker, "sell", qty, price, limits.min_order_notional):
                 cid = client_order_id(bundle_id, decision.decision_ts, ticker)
                 sells.append(PlannedOrder(ticker, "sell", float(qty), float(price), cid))
@@ -223,7 +251,7 @@ def plan_orders(
         if notional > limits.max_order_notional:
             notes.append(f"{ticker}: buy cut to max order notional ${limits.max_order_notional:,.0f}")
             notional = limits.max_order_notional
-        qty = qty_of(notional, price)
+        qty = _volume_capped(decision, ticker, qty_of(notional, price), fractional, notes)
         if not too_small(decision, ticker, "buy", qty, price, limits.min_order_notional):
             cid = client_order_id(bundle_id, decision.decision_ts, ticker)
             planned_buys.append(PlannedOrder(ticker, "buy", float(qty), price, cid))

@@ -46,6 +46,7 @@ import torch
 from torch import Tensor
 
 from data.atomic import atomic_path
+from data.errors import ConfigError
 from data.market import MarketData
 from envs import execution, memory
 from envs.observation import obs_dim, obs_table
@@ -313,6 +314,11 @@ def kernel(market: MarketData, params, state) -> Callable[..., int] | None:
     rejects with its own error) goes to torch."""
     if market.device.type != "cpu" or not supports(params, market, obs_table(market)):
         return None
+    if params.unfilled != "drop":
+        raise ConfigError(
+            '[env] unfilled = "work" is not in the native step kernel: set [env] fast_step = "off" '
+            '(the torch step works the remainder) or unfilled = "drop"'
+        )
     num_envs = state.t.shape[0] if state.t.dim() == 1 else -1
     for name, dtype in STATE_DTYPES.items():
         x = getattr(state, name)
@@ -352,15 +358,18 @@ _EXECUTION_TABLES: dict[tuple, Tensor] = {}
 
 
 def execution_table(market: MarketData, params) -> Tensor:
-    """``(T, 3A)`` float32, the fill inputs of the native step with the execution model, one row per
+    """``(T, 4A)`` float32, the fill inputs of the native step with the execution model, one row per
     decision bar ``t``: the fill bar ``t + 1``'s open, its volume cap in shares (``max_participation``
-    of its volume expected at bar ``t``, ``MarketData.expected_volume``, whole shares in ``"shares"`` mode, ``+inf`` without a cap), then bar ``t``'s
-    :func:`envs.execution.impact_table` scale (the last row's open and cap are never read). The caps
-    are computed once per market and cap as ``envs.core._execute`` computes them per step, so the
-    values are the same; each env reads its three rows as one contiguous one, which measured a
-    cheaper step than three scattered reads (docs/benchmarks.md). On huge pages like
+    of its volume expected at bar ``t``, ``MarketData.expected_volume``, whole shares in ``"shares"``
+    mode, ``+inf`` without a cap), then bar ``t``'s :func:`envs.execution.impact_table` scale and the
+    size-free part of the fill's price (:func:`envs.execution.half_cost_table`, or the scalar
+    :func:`envs.execution.half_cost` in every entry with ``spread = "fixed"``; the last row's open and
+    cap are never read). The caps are computed once per market and cap as ``envs.core._execute``
+    computes them per step, so the values are the same; each env reads its four rows as one contiguous
+    one, which measured a cheaper step than scattered reads (docs/benchmarks.md). On huge pages like
     :func:`price_tables`; cached while the market's tensors live."""
     whole = params.action_mode == "shares"
+    half_table = execution.half_cost_table(market, params)
     key = (
         id(market.open),
         id(market.expected_volume),
@@ -368,12 +377,17 @@ def execution_table(market: MarketData, params) -> Tensor:
         id(market.adv),
         params.max_participation,
         whole,
+        id(market.half_spread),
+        params.spread,
+        params.slippage_bps,
+        params.spread_bps,
+        params.spread_scale,
     )
     found = _EXECUTION_TABLES.get(key)
     if found is None:
         volume = market.expected_volume
         num_steps, num_assets = volume.shape
-        found = memory.table_empty((num_steps, 3 * num_assets), torch.float32, market.device)
+        found = memory.table_empty((num_steps, 4 * num_assets), torch.float32, market.device)
         found[:-1, :num_assets] = market.open[1:]
         limit = found[:, num_assets : 2 * num_assets]
         if params.max_participation > 0:
@@ -383,9 +397,14 @@ def execution_table(market: MarketData, params) -> Tensor:
         else:
             limit[:-1].fill_(float("inf"))
         found[-1:, : 2 * num_assets].zero_()
-        found[:, 2 * num_assets :].copy_(execution.impact_table(market))
+        found[:, 2 * num_assets : 3 * num_assets].copy_(execution.impact_table(market))
+        half = found[:, 3 * num_assets :]
+        if half_table is None:
+            half.fill_(execution.half_cost(params))
+        else:
+            half.copy_(half_table)
         _EXECUTION_TABLES[key] = found
-        for x in (market.open, volume, market.daily_vol, market.adv):
+        for x in (market.open, volume, market.daily_vol, market.adv, market.half_spread):
             weakref.finalize(x, _EXECUTION_TABLES.pop, key, None)
     return found
 

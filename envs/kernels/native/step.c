@@ -30,7 +30,7 @@ enum {
     P_BUST_FRAC,
     P_MAX_WEIGHT,
     P_TURNOVER_PENALTY,
-    P_HALF,              /* execution: slippage + half-spread, as a fraction of the open */
+    P_HALF,              /* (unused: the execution table carries slippage + half-spread per bar and asset) */
     P_IMPACT_COEF,       /* execution: square-root impact coefficient */
     P_MIN_NOTIONAL,      /* execution: orders under this many $ are not placed */
     P_SELL_RATE,         /* fee per $ of a sell's proceeds */
@@ -127,8 +127,8 @@ static inline __attribute__((always_inline)) void exec_pass1(
     int64_t A, int kind, int capped, const uint8_t *fm, const float *a, float budget, float max_w,
     float max_shares, float cap_value, float *tr, float *nsh, const float *sh, const float *po,
     const float *lim_row, const float *imp, const float *ord, float memory, float mn, float coef,
-    float half, float per_share, float share_cap, double *sells_out, double *buys_out,
-    double *share_fees_out)
+    const float *half, float per_share, float share_cap, double *sells_out, double *buys_out,
+    double *share_fees_out, float *fr)
 {
     double sells = 0.0, buys0 = 0.0, share_fees = 0.0;
     const int whole = kind == ORDERS_SHARES;
@@ -145,7 +145,7 @@ static inline __attribute__((always_inline)) void exec_pass1(
         /* One of buy and sell is 0: one frac serves both (a dropped sell's is unused). A sell is
            dust when its proceeds at the fill price are under the minimum. */
         const float m = carried_order(ord[j] * memory, buy - sell);
-        const float f = fill_frac(buy + sell, m, imp[j], coef, half);
+        const float f = fill_frac(buy + sell, m, imp[j], coef, half[j]);
         sell = (sell * po[j] * (1.0f - f) < mn && !exit) ? 0.0f : sell;
         sells += (double)(sell * po[j] * (1.0f - f));
         buys0 += (double)(buy * po[j] * (1.0f + f));
@@ -153,6 +153,7 @@ static inline __attribute__((always_inline)) void exec_pass1(
         share_fees += (double)(sf > share_cap ? share_cap : sf);
         tr[j] = buy;
         nsh[j] = sell;
+        fr[j] = f;  /* a buy's frac at its capped size: pass 2 reuses it when the buys are not scaled */
     }
     *sells_out = sells;
     *buys_out = buys0;
@@ -160,9 +161,9 @@ static inline __attribute__((always_inline)) void exec_pass1(
 }
 
 static inline __attribute__((always_inline)) void exec_pass2(
-    int64_t A, int whole, float scale_f, float *tr, float *nsh, const float *sh, const float *po,
+    int64_t A, int whole, int reuse, float scale_f, float *tr, float *nsh, const float *sh, const float *po,
     const float *pc, const float *imp, const float *ord, float *ord_out, float memory, float mn, float coef,
-    float half, double *buys_out, double *pos_out)
+    const float *half, double *buys_out, double *pos_out)
 {
     double buys = 0.0, pos_sum = 0.0;
 #pragma omp simd reduction(+ : buys, pos_sum)
@@ -171,7 +172,10 @@ static inline __attribute__((always_inline)) void exec_pass2(
         if (whole) buy = floorf(buy);
         buy = buy * po[j] < mn ? 0.0f : buy;
         const float remembered = ord[j] * memory;
-        buys += (double)(buy * po[j] * (1.0f + fill_frac(buy, clamp_min_f(remembered, 0.0f), imp[j], coef, half)));
+        /* reuse (scale 1, not whole shares): the buy is pass 1's capped size, so is its frac (kept in
+           ord_out[j] by pass 1, read before ord_out[j] is written below); a dropped buy is 0 either way */
+        const float f = reuse ? ord_out[j] : fill_frac(buy, clamp_min_f(remembered, 0.0f), imp[j], coef, half[j]);
+        buys += (double)(buy * po[j] * (1.0f + f));
         const float traded = buy - nsh[j];
         ord_out[j] = worked_order(remembered, traded);
         const float ns = sh[j] + traded;
@@ -193,10 +197,11 @@ int64_t podracer_step(
     const int64_t *t, const double *cash, const float *shares, const double *value, const double *peak,
     const int64_t *step_count, const double *sharpe_a, const double *sharpe_b, const int64_t *rng,
     const float *order, const float *action,
-    /* market: (T, A) prices, (T, obs_width) observation template, (T, A) fill modes, (T, 3A)
+    /* market: (T, A) prices, (T, obs_width) observation template, (T, A) fill modes, (T, 4A)
        execution table (NULL: the execution model is off): per decision bar t, the fill bar t + 1's
        open and volume cap in shares (from its volume expected at bar t; +inf: none), then bar t's
-       impact scale (envs/kernels/native.py) */
+       impact scale and the size-free part of the fill's price, slippage + half-spread
+       (envs/kernels/native.py) */
     const float *open_all, const float *close_all, const float *table, const uint8_t *modes_all,
     const float *exec_all,
     /* outputs */
@@ -226,9 +231,9 @@ int64_t podracer_step(
         const float *a = action + n * A;
         const float *sh = shares + n * A;
         const int64_t tm = t[n] + k;
-        /* The fill bar's open: with the execution model, the first third of the env's execution-table
-           row (its volume caps and impact scales follow it: one contiguous read). */
-        const float *fill_row = exec_all ? exec_all + t[n] * 3 * A : NULL;
+        /* The fill bar's open: with the execution model, the first quarter of the env's execution-table
+           row (its volume caps, impact scales and half-costs follow it: one contiguous read). */
+        const float *fill_row = exec_all ? exec_all + t[n] * 4 * A : NULL;
         const float *po = fill_row ? fill_row : open_all + (t[n] + 1) * A;
         const float *pc = close_all + tm * A;
         const uint8_t *fm = modes_all ? modes_all + (t[n] + 1) * A : NULL; /* NULL: all tradable */
@@ -245,7 +250,7 @@ int64_t podracer_step(
         if (n + PREFETCH_AHEAD < n_envs) {
             const int64_t tn = t[n + PREFETCH_AHEAD];
             if (tn >= 0 && tn + k <= n_bars - 1) {
-                if (exec_all) prefetch_row(exec_all + tn * 3 * A, 3 * A * (int64_t)sizeof(float));
+                if (exec_all) prefetch_row(exec_all + tn * 4 * A, 4 * A * (int64_t)sizeof(float));
                 else prefetch_row(open_all + (tn + 1) * A, A * (int64_t)sizeof(float));
                 prefetch_row(close_all + (tn + k) * A, A * (int64_t)sizeof(float));
                 prefetch_row(table + (tn + k) * obs_width, obs_width * (int64_t)sizeof(float));
@@ -299,8 +304,8 @@ int64_t podracer_step(
                limited to holdings) are capped by the fill bar's volume (an EXIT is not), dust sells
                dropped; buys priced at their capped size give the cash scale; scaled buys (floored in
                shares mode) under the minimum are dropped, the rest priced at their size. */
-            const float *lim = fill_row + A, *imp = fill_row + 2 * A;
-            const float half = (float)p[P_HALF], coef = (float)p[P_IMPACT_COEF];
+            const float *lim = fill_row + A, *imp = fill_row + 2 * A, *half = fill_row + 3 * A;
+            const float coef = (float)p[P_IMPACT_COEF];
             const float mn = (float)p[P_MIN_NOTIONAL];
             const float memory = (float)p[P_MEMORY];
             const int whole = action_mode == MODE_SHARES;
@@ -310,29 +315,32 @@ int64_t podracer_step(
             if (kind == ORDERS_WEIGHTS)
                 exec_pass1(A, ORDERS_WEIGHTS, 0, NULL, a, budget, max_w, max_shares, cap_value, tr, nsh, sh, po,
                            lim, imp, ord, memory, mn, coef, half, per_share, share_cap, &sells, &buys0,
-                           &share_fees);
+                           &share_fees, ord_out);
             else if (kind == ORDERS_WEIGHTS_LIMITED)
                 exec_pass1(A, ORDERS_WEIGHTS_LIMITED, 0, fm, a, budget, max_w, max_shares, cap_value, tr, nsh, sh,
                            po, lim, imp, ord, memory, mn, coef, half, per_share, share_cap, &sells, &buys0,
-                           &share_fees);
+                           &share_fees, ord_out);
             else if (fm)
                 exec_pass1(A, ORDERS_SHARES, capped, fm, a, budget, max_w, max_shares, cap_value, tr, nsh, sh, po,
                            lim, imp, ord, memory, mn, coef, half, per_share, share_cap, &sells, &buys0,
-                           &share_fees);
+                           &share_fees, ord_out);
             else
                 exec_pass1(A, ORDERS_SHARES, capped, NULL, a, budget, max_w, max_shares, cap_value, tr, nsh, sh,
                            po, lim, imp, ord, memory, mn, coef, half, per_share, share_cap, &sells, &buys0,
-                           &share_fees);
+                           &share_fees, ord_out);
             sell_fees = sells * sell_rate + share_fees;
             available = c + sells - sell_fees;
             const double needed0 = buys0 * (1.0 + rate);
             const double scale = needed0 > available ? available / clamp_min_d(needed0, TINY) : 1.0;
             const float scale_f = (float)scale;
             if (whole)
-                exec_pass2(A, 1, scale_f, tr, nsh, sh, po, pc, imp, ord, ord_out, memory, mn, coef, half, &buys,
+                exec_pass2(A, 1, 0, scale_f, tr, nsh, sh, po, pc, imp, ord, ord_out, memory, mn, coef, half, &buys,
+                           &pos_sum);
+            else if (scale_f == 1.0f)
+                exec_pass2(A, 0, 1, scale_f, tr, nsh, sh, po, pc, imp, ord, ord_out, memory, mn, coef, half, &buys,
                            &pos_sum);
             else
-                exec_pass2(A, 0, scale_f, tr, nsh, sh, po, pc, imp, ord, ord_out, memory, mn, coef, half, &buys,
+                exec_pass2(A, 0, 0, scale_f, tr, nsh, sh, po, pc, imp, ord, ord_out, memory, mn, coef, half, &buys,
                            &pos_sum);
             sell_notional = sells;
             buy_notional = buys;
