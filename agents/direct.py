@@ -197,18 +197,19 @@ def _gradient_step(
     return float(-loss.detach())
 
 
-def _start_from_linear(policy: Policy, decisions: Decisions, fit_rows: int, args: DirectArgs) -> bool:
+def _start_from_linear(policy: Policy, decisions: Decisions, fit_rows: int, args: DirectArgs) -> None:
     """Warm-start a fresh policy from the ridge of the train window's fit rows (agents.linear_start):
-    the observation statistics fitted on the book its top quantile holds, then the skip set; False
-    (the policy untouched) when the ridge has no held-out skill."""
+    the observation statistics fitted on the book its top quantile holds (equal weights for the zero
+    model), then the skip set."""
     start = fit_linear_start(decisions, fit_rows, args.top_mass)
-    if start is None:
-        return False
     rows = torch.arange(fit_rows, device=decisions.features.device)
-    held = top_weights(start.scores(decisions.features[:fit_rows]), decisions.tradable[:fit_rows])
+    tradable = decisions.tradable[:fit_rows]
+    if start.is_zero:
+        held = tradable.to(torch.float32) / tradable.sum(dim=-1, keepdim=True).clamp(min=1)
+    else:
+        held = top_weights(start.scores(decisions.features[:fit_rows]), tradable)
     policy.obs_norm.update(observation(held, decisions, rows))
     apply_linear_start(policy, start, decisions, fit_rows)
-    return True
 
 
 def _holdout_score(policy: Policy, decisions: Decisions, fit_rows: int, params: Any, kind: str) -> float:

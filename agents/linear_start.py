@@ -8,8 +8,9 @@ the linear baseline (``backtests.linear``) fitted on the **train window only**:
 - **fit**: ridge of each asset's next-interval return (fill bar's open to the mark's close, demeaned
   across assets) on its features (demeaned the same way), on the train window's decisions before the
   learner's held-out tail; the penalty is the one of ``backtests.linear.PENALTIES`` with the best
-  mean information coefficient on that held-out tail; none positive: no warm start (the policy starts
-  as a fresh network). The tournament's validation window is never read.
+  mean information coefficient on that held-out tail; none positive: the zero model (no asset
+  preferred: the policy starts at equal weights, as the linear baseline's zero model holds). The
+  tournament's validation window is never read.
 - **the policy**: the network's linear skip (``NetworkConfig.linear_skip``, ``l_a += s . x_a`` on the
   normalized inputs) is set to the ridge coefficients times a temperature, the network's own asset
   read-out and cash logit start at zero (so the first policy is the ridge's softmax); the cash logit's
@@ -57,6 +58,11 @@ class LinearStart:
     holdout_ic: float
     temperature: float
 
+    @property
+    def is_zero(self) -> bool:
+        """The zero model: no asset preferred (equal weights)."""
+        return not bool(self.coef.any())
+
     def scores(self, features: Tensor) -> Tensor:
         """Scores ``(..., A)`` of features ``(..., A, F)`` (float32)."""
         return features @ self.coef.to(features.device, torch.float32)
@@ -95,24 +101,30 @@ def temperature_for(scores: Tensor, tradable: Tensor, mass: float) -> float:
     return math.exp(0.5 * (lo + hi))
 
 
-def fit_linear_start(d: Decisions, fit_rows: int, mass: float) -> LinearStart | None:
-    """The ridge of the rows ``[0, fit_rows)`` with its penalty chosen on ``[fit_rows, K)``, or ``None``
-    when no penalty has a positive held-out information coefficient."""
+def fit_linear_start(d: Decisions, fit_rows: int, mass: float) -> LinearStart:
+    """The ridge of the rows ``[0, fit_rows)`` with its penalty chosen on ``[fit_rows, K)``; the zero
+    model when no penalty has a positive held-out information coefficient."""
     fit, tail = _panel(d, slice(0, fit_rows)), _panel(d, slice(fit_rows, None))
+    zero = LinearStart(
+        coef=torch.zeros(d.features.shape[-1], device=d.features.device),
+        penalty=math.inf,
+        holdout_ic=0.0,
+        temperature=0.0,
+    )
     if int(fit.ok.sum()) <= fit.x.shape[-1] or int(tail.ok.sum()) == 0:
-        return None
+        return zero
     best: tuple[float, float, Tensor] | None = None
     for penalty, coef in zip(PENALTIES, ridge_path(fit, PENALTIES), strict=True):
         ic = information_coefficient(tail.x @ coef, tail)
         if ic == ic and ic > 0.0 and (best is None or ic > best[0]):
             best = (ic, float(penalty), coef)
     if best is None:
-        return None
+        return zero
     ic, penalty, coef = best
     scores = d.features[:fit_rows] @ coef.to(torch.float32)
     temperature = temperature_for(scores, d.tradable[:fit_rows], mass)
     if temperature <= 0.0:
-        return None
+        return zero
     return LinearStart(coef=coef.to(torch.float32), penalty=penalty, holdout_ic=ic, temperature=temperature)
 
 

@@ -55,7 +55,7 @@ def test_direct_pods_train_warm_start_and_save_the_standard_policy(tmp_path):
         leaderboard_size=2,
         p_fresh=0.0,
         round_steps=256,
-        budget_steps=768,
+        budget_steps=900,
         workers=0,
         seed=0,
         algo="direct",
