@@ -370,7 +370,6 @@ LONG_FUNCTIONS = {
     "app/nightly/schedule.py:run_schedule",
     "app/paper/cycle.py:_trade",
     "app/paper/observation.py:build_decision",
-    "app/workflows/demo.py:run_demo",
     "app/workflows/status.py:gather_status",
     "app/workflows/training.py:train_single",
     "backtests/engine.py:_run_policies",
