@@ -214,6 +214,10 @@ class DirectArgs:
     """initial log-std of the policy's Gaussian (unused by this learner; kept for PPO children)"""
     rebalance_rate: float = 0.2
     """"weights" mode: fraction of the way to the target moved per decision (ignored when warm-starting)"""
+    linear_start: bool = True
+    """a fresh policy starts as the softmax of a ridge fit on the train window (agents.linear_start)"""
+    top_mass: float = 0.5
+    """linear start: the softmax temperature puts this share of the book on the top 20% by score"""
     eval_every: int = 50_000
     """env-steps between calls of eval_fn (it is also called once at the end)"""
 
@@ -233,5 +237,7 @@ class DirectArgs:
             raise ConfigError(f"DirectArgs.holdout_frac must be in (0, 1), got {self.holdout_frac}")
         if self.weight_decay < 0 or self.norm_updates < 0:
             raise ConfigError("DirectArgs.weight_decay and norm_updates must be >= 0")
+        if not 0.0 < self.top_mass < 1.0:
+            raise ConfigError(f"DirectArgs.top_mass must be in (0, 1), got {self.top_mass}")
         if self.objective not in OBJECTIVES:
             raise ConfigError(f"DirectArgs.objective {self.objective!r}: choose {', '.join(OBJECTIVES)}")

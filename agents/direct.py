@@ -50,8 +50,10 @@ from torch import Tensor
 
 from agents.args import DirectArgs
 from agents.checkpoint import Checkpoint
+from agents.linear_start import apply_linear_start, fit_linear_start
 from agents.policy import Policy
 from agents.training import ADAM_EPS, Callback, EvalFn, EvalHook, TrainResult, notify, policy_for_env
+from backtests.linear import top_weights
 from data.errors import ConfigError
 
 
@@ -196,6 +198,29 @@ def _gradient_step(
     return float(-loss.detach())
 
 
+def _start_from_linear(policy: Policy, decisions: Decisions, fit_rows: int, args: DirectArgs) -> None:
+    """Warm-start a fresh policy from the ridge of the train window's fit rows (agents.linear_start):
+    the observation statistics fitted on the book its top quantile holds (equal weights for the zero
+    model), then the skip set."""
+    start = fit_linear_start(decisions, fit_rows, args.top_mass)
+    rows = torch.arange(fit_rows, device=decisions.features.device)
+    tradable = decisions.tradable[:fit_rows]
+    if start.is_zero:
+        held = tradable.to(torch.float32) / tradable.sum(dim=-1, keepdim=True).clamp(min=1)
+    else:
+        held = top_weights(start.scores(decisions.features[:fit_rows]), tradable)
+    policy.obs_norm.update(observation(held, decisions, rows))
+    apply_linear_start(policy, start, decisions, fit_rows)
+
+
+def _holdout_score(policy: Policy, decisions: Decisions, fit_rows: int, params: Any, kind: str) -> float:
+    """The objective of the policy run from cash over the held-out decisions ``[fit_rows, K)``."""
+    start = torch.tensor([fit_rows], device=decisions.features.device)
+    with torch.no_grad():
+        net, equal = simulate(policy, decisions, start, decisions.num - fit_rows, params)
+    return float(objective_of(net, equal, kind))
+
+
 def train(
     args: DirectArgs,
     env: Any,
@@ -218,13 +243,19 @@ def train(
     horizon = min(args.horizon, fit_rows)
     if fit_rows < 2 or horizon < 1:
         raise ConfigError(f"the train window's {decisions.num} decisions are too few for the direct learner")
+    if init is None and args.linear_start:
+        _start_from_linear(policy, decisions, fit_rows, args)
     opt = _optimizer(policy, args, opt_state)
     gen = torch.Generator(device="cpu").manual_seed(int(args.seed))
     hook = EvalHook(eval_fn, args.eval_every)
     fit_norm_left = args.norm_updates if policy.obs_norm.count == 0 else 0
-    holdout_start = torch.tensor([fit_rows], device=decisions.features.device)
     env_steps, updates, stopped = 0, 0, False
     best: tuple[float, dict[str, Any]] | None = None
+    if fit_norm_left == 0:  # a warm start (from the ridge or a parent) is a candidate itself
+        score = _holdout_score(policy, decisions, fit_rows, params, args.objective)
+        env_steps += held_out
+        if math.isfinite(score):
+            best = (score, copy.deepcopy(policy.net.state_dict()))
     history: list[dict[str, float]] = []
     start = time.monotonic()
     while env_steps < args.total_steps:
@@ -241,10 +272,8 @@ def train(
         }
         last = env_steps >= args.total_steps
         if fit_norm_left == 0 and (updates % args.holdout_every == 0 or last):
-            with torch.no_grad():
-                h_net, h_equal = simulate(policy, decisions, holdout_start, held_out, params)
+            score = _holdout_score(policy, decisions, fit_rows, params, args.objective)
             env_steps += held_out
-            score = float(objective_of(h_net, h_equal, args.objective))
             row["charts/holdout_objective"] = score
             if math.isfinite(score) and (best is None or score > best[0]):
                 best = (score, copy.deepcopy(policy.net.state_dict()))
@@ -259,7 +288,8 @@ def train(
             break
     if best is not None:
         policy.net.load_state_dict(best[1])
-        history[-1]["charts/holdout_best"] = best[0]
+        if history:
+            history[-1]["charts/holdout_best"] = best[0]
     hook.finish(policy, history)
     policy.eval()
     return TrainResult(

@@ -40,6 +40,10 @@ class NetworkConfig:
     # "weights" mode: move this fraction of the way from the current weights to the softmax target
     # at each decision (1.0 = full rebalance). See agents.policy.raw_to_action.
     rebalance_rate: float = 1.0
+    # A linear read-out of each asset's own normalized inputs added to its logit (``asset_skip``):
+    # the direct learner sets it from a ridge fit (agents.linear_start). Policies saved without the
+    # key have none.
+    linear_skip: bool = False
 
     @property
     def obs_dim(self) -> int:
@@ -66,6 +70,7 @@ class PerAssetActorCritic(nn.Module):
     - actor: asset logit ``l_a = q(c) . h_a`` (a context-dependent read-out of the asset's own
       embedding), cash logit from ``c``.
     - critic: an MLP on ``c``.
+    - skip (``config.linear_skip``): ``l_a += s . x_a``, a linear score of the asset's own inputs.
 
     The per-asset part is one small matmul and one ReLU over ``(N, A, E)``: on a CPU the element-wise
     work over that tensor (activations, their backward, broadcast adds, max-pool masks) costs more
@@ -89,6 +94,9 @@ class PerAssetActorCritic(nn.Module):
         self.actor_readout = _layer(h, e, std=0.01)
         self.actor_cash = _layer(h, 1, std=0.01)
         self.critic = nn.Sequential(_layer(h, h), nn.Tanh(), _layer(h, 1, std=1.0))
+        if config.linear_skip:  # l_a += s . x_a (zero at init: the network's own logits alone)
+            self.asset_skip = nn.Linear(asset_width(config.num_features), 1, bias=False)
+            nn.init.zeros_(self.asset_skip.weight)
         # One log-std for all asset logits and one for cash: keeps the net universe-size independent.
         self.log_std = nn.Parameter(torch.full((2,), float(config.init_log_std)))
 
@@ -156,6 +164,8 @@ class PerAssetActorCritic(nn.Module):
         # q . (W x_a + b) = (W^T q) . x_a + q . b, for every asset in one batched matmul
         asset_logits = torch.bmm((readout @ lin.weight).unsqueeze(1), assets).squeeze(1)
         asset_logits = asset_logits + readout @ lin.bias.unsqueeze(1)
+        if self.config.linear_skip:  # s . x_a for every asset: (1, X) @ (N, X, A)
+            asset_logits = asset_logits + (self.asset_skip.weight @ assets).squeeze(1)
         logits = torch.cat([asset_logits, self.actor_cash(ctx)], dim=1)
         return logits, self.critic(ctx).squeeze(-1)
 
@@ -171,6 +181,15 @@ class PerAssetActorCritic(nn.Module):
             asset_logits = (rep * readout.unsqueeze(1)).sum(dim=-1)  # (N, A)
         return torch.cat([asset_logits, self.actor_cash(ctx)], dim=1)  # (N, A + 1)
 
+    def with_skip(self, logits: Tensor, obs: Tensor) -> Tensor:
+        """``logits (N, A + 1)`` plus the linear skip's asset scores (unchanged without one)."""
+        if not self.config.linear_skip:
+            return logits
+        n, a = obs.shape[0], self.config.num_assets
+        per_asset = obs[:, NUM_GLOBAL:].reshape(n, a, asset_width(self.config.num_features))
+        skip = (per_asset @ self.asset_skip.weight.T).squeeze(-1)  # (N, A)
+        return logits + torch.nn.functional.pad(skip, (0, 1))
+
     def std(self) -> Tensor:
         """``(A + 1,)`` standard deviation of the Gaussian over logits."""
         a = self.config.num_assets
@@ -179,11 +198,11 @@ class PerAssetActorCritic(nn.Module):
     def forward(self, obs: Tensor) -> tuple[Tensor, Tensor]:
         """``(mean logits (N, A + 1), value (N,))`` for normalized observations ``(N, obs_dim)``."""
         emb, ctx = self._trunk(obs)
-        return self.actor_from(emb, ctx), self.critic(ctx).squeeze(-1)
+        return self.with_skip(self.actor_from(emb, ctx), obs), self.critic(ctx).squeeze(-1)
 
     def actor_mean(self, obs: Tensor) -> Tensor:
         emb, ctx = self._trunk(obs)
-        return self.actor_from(emb, ctx)
+        return self.with_skip(self.actor_from(emb, ctx), obs)
 
     def value(self, obs: Tensor) -> Tensor:
         _, ctx = self._trunk(obs)
@@ -210,6 +229,8 @@ def flops_per_sample(config: NetworkConfig) -> dict[str, int]:
             "actor": a * e + h * e + h,
             "critic": h * h + h,
         }
+    if config.linear_skip:
+        parts["actor"] += a * x  # the skip's dot product per asset
     parts["total"] = sum(parts.values())
     return parts
 

@@ -207,7 +207,8 @@ class Policy(nn.Module):
         """A function ``obs -> act(obs, deterministic=True)`` for a loop of small inference calls
         while the weights and normalization statistics stay fixed (backtests).
 
-        The same tensor ops on the same operands as :meth:`act` (bit-identical results), minus the
+        The same tensor ops on the same operands as :meth:`act` (bit-identical results; with a linear
+        skip, equal to float rounding), minus the
         per-call overhead: module calls, shape checks, and the normalizer's constants
         (``sqrt(var + eps)`` and the per-asset statistics tiled to the observation width), which are
         computed once here. Observations must already be float32 ``(N, obs_dim)`` on the policy's
@@ -239,7 +240,9 @@ class Policy(nn.Module):
         wc, bc = ctx_lin.weight.detach(), ctx_lin.bias.detach()
         wr, br = self.net.actor_readout.weight.detach(), self.net.actor_readout.bias.detach()
         wk, bk = self.net.actor_cash.weight.detach(), self.net.actor_cash.bias.detach()
+        w_skip = self.net.asset_skip.weight.detach().T if cfg.linear_skip else None
         linear = torch.nn.functional.linear
+        pad = torch.nn.functional.pad
 
         def act(obs: Tensor) -> Tensor:
             n = obs.shape[0]
@@ -255,6 +258,8 @@ class Policy(nn.Module):
             readout = linear(ctx, wr, br)
             asset_logits = (per_asset * (readout @ w).unsqueeze(1)).sum(dim=-1) + readout @ b_col
             logits = torch.cat([asset_logits, linear(ctx, wk, bk)], dim=1)
+            if w_skip is not None:  # PerAssetActorCritic.with_skip
+                logits = logits + pad((per_asset @ w_skip).squeeze(-1), (0, 1))
             return torch.softmax(logits, dim=-1).narrow(-1, 0, a)
 
         return act
@@ -338,6 +343,7 @@ class Policy(nn.Module):
                 asset_layers=int(arch["asset_layers"]),
                 init_log_std=float(arch["init_log_std"]),
                 rebalance_rate=float(arch.get("rebalance_rate", 1.0)),
+                linear_skip=bool(arch.get("linear_skip", False)),
             )
             meta = PolicyMeta(
                 algo=str(spec["algo"]),

@@ -131,6 +131,7 @@ def policy_for_env(
             asset_layers=args.asset_layers,
             init_log_std=args.init_log_std,
             rebalance_rate=args.rebalance_rate,
+            linear_skip=bool(getattr(args, "linear_start", False)),
         )
         return make_policy(env, config, meta, args.seed), None
     source, opt_state = (init.policy, init.optimizer_state) if isinstance(init, Checkpoint) else (init, None)

@@ -199,6 +199,8 @@ class AgentConfig(Section):
     holdout_every: int = setting(DirectArgs, "holdout_every", ge=1)
     norm_updates: int = setting(DirectArgs, "norm_updates", ge=0)
     objective: Literal["excess_sharpe", "sharpe"] = setting(DirectArgs, "objective")
+    linear_start: bool = setting(DirectArgs, "linear_start")
+    top_mass: float = setting(DirectArgs, "top_mass", gt=0, lt=1)
     asset_layers: int = setting(PPOArgs, "asset_layers", ge=0)
     init_log_std: float = setting(PPOArgs, "init_log_std", ge=-10, le=2)
     norm_obs: bool = setting(PPOArgs, "norm_obs")

@@ -123,7 +123,7 @@ def config_of(args: argparse.Namespace, seed: int, level: float) -> Config:
         env["cost_rate"] = args.cost_rate
     agent: dict = {"algo": args.algo, "seed": seed}
     if args.algo == "direct":
-        agent.update(rebalance_rate=1.0, learning_rate=0.01, batch_paths=32, horizon=16, weight_decay=0.0)
+        agent.update(batch_paths=32, horizon=16)  # the learner's defaults otherwise
     return Config().with_updates(
         data={
             "source": "synthetic",

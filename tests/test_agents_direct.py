@@ -4,6 +4,8 @@ market it scores above the linear baseline on the validation window, on the cont
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from helpers import ppo_market
@@ -53,7 +55,7 @@ def test_direct_pods_train_warm_start_and_save_the_standard_policy(tmp_path):
         leaderboard_size=2,
         p_fresh=0.0,
         round_steps=256,
-        budget_steps=768,
+        budget_steps=900,
         workers=0,
         seed=0,
         algo="direct",
@@ -81,26 +83,60 @@ def test_bad_direct_args_are_one_line_errors():
         direct.DirectArgs(objective="return")  # type: ignore[arg-type]
 
 
-# The known answer: 12 tickers x 30 sessions (15 / 7 / 8), seed 0, a flat 20 bp commission, 60k env-steps.
-# It holds where costs are high enough that the cost-blind linear baseline's churn costs it: at the
-# broker profile's near-zero fees the linear baseline's validation Sharpe is above the learner's on this
-# market (docs/agents.md, "Direct policy search").
-KNOWN = {"num_tickers": 12, "num_sessions": 30, "seed": 0, "train_frac": 0.5, "valid_frac": 0.25}
-BUDGET = direct.DirectArgs(
-    total_steps=60_000,
-    seed=0,
-    rebalance_rate=1.0,
-    learning_rate=0.01,
-    batch_paths=32,
-    horizon=16,
-    weight_decay=0.0,
-)
+def test_a_fresh_policy_starts_as_the_ridge_of_the_train_window_and_saves_with_its_skip(tmp_path):
+    """The linear start: the policy's asset logits rank the assets as the ridge does (its skip carries
+    the fit), the save/load round trip keeps it, and every forward path agrees."""
+    splits = synthetic_market(signal=1.0, **KNOWN)
+    params = EnvParams()
+    env = TradingVecEnv(splits.train, params, num_envs=1, seed=0)
+    policy = direct.train(direct.DirectArgs(total_steps=1, rebalance_rate=1.0), env).policy
+    assert policy.config.linear_skip and bool(policy.net.asset_skip.weight.abs().sum() > 0)
+    decisions = direct.decisions_of(splits.valid, params.decision_interval)
+    obs = direct.observation(
+        torch.zeros(decisions.num, policy.num_assets), decisions, torch.arange(decisions.num)
+    )
+    norm = policy.obs_norm.normalize(obs)
+    with torch.no_grad():
+        logits = policy.net.actor_mean(norm)[:, :-1]
+        packed, _ = policy.net.forward_packed(*policy.net.pack(norm))
+    linear = fit_linear(splits.train, splits.valid, params.decision_interval).scores(
+        decisions.features.double()
+    )
+    corr = [torch.corrcoef(torch.stack([logits[i].double(), linear[i]]))[0, 1] for i in range(decisions.num)]
+    assert float(torch.stack(corr).mean()) > 0.9
+    assert torch.allclose(packed[:, :-1], logits, atol=1e-4)
+    assert torch.allclose(policy.frozen_act()(obs), policy.act(obs), atol=1e-6)
+    loaded = Policy.load(policy.save(tmp_path / "p"))
+    assert loaded.config.linear_skip and torch.equal(loaded.act(obs), policy.act(obs))
+
+
+def test_a_policy_saved_without_the_skip_still_loads(tmp_path):
+    """Checkpoints written before the linear skip existed (no ``linear_skip`` key) load unchanged."""
+    market = ppo_market()
+    env = TradingVecEnv(market, EnvParams(decision_interval=5), num_envs=1, seed=0)
+    policy = direct.train(direct.DirectArgs(total_steps=64, linear_start=False, **AGENT), env).policy
+    assert not policy.config.linear_skip and "asset_skip.weight" not in policy.net.state_dict()
+    folder = policy.save(tmp_path / "old")
+    spec = json.loads((folder / "spec.json").read_text())
+    del spec["architecture"]["linear_skip"]
+    (folder / "spec.json").write_text(json.dumps(spec))
+    loaded = Policy.load(folder)
+    assert not loaded.config.linear_skip
+    obs = torch.zeros(2, policy.obs_dim)
+    assert torch.equal(loaded.act(obs), policy.act(obs))
+
+
+# The known answer: 40 tickers x 30 sessions (15 / 7 / 8), seed 0, the default costs (the broker
+# profile: near-zero fees, 1 bp spread and 1 bp slippage a side), 60k env-steps of the default learner
+# (linear start, partial rebalancing) with a smaller batch.
+KNOWN = {"num_tickers": 40, "num_sessions": 30, "seed": 0, "train_frac": 0.5, "valid_frac": 0.25}
+BUDGET = direct.DirectArgs(total_steps=60_000, seed=0, batch_paths=32, horizon=16)
 
 
 def _validation_sharpes(signal: float) -> tuple[float, float, float]:
     """``(direct, linear, equal weight)``: validation Sharpe ratios on the market of ``signal``."""
     splits = synthetic_market(signal=signal, **KNOWN)
-    params = EnvParams(broker="flat", cost_rate=0.002)
+    params = EnvParams()
     policy = direct.train(BUDGET, TradingVecEnv(splits.train, params, num_envs=1, seed=0)).policy
     score, metrics, _ = score_policy(policy, splits.valid, params)
     linear = fit_linear(splits.train, splits.valid, params.decision_interval)
@@ -114,7 +150,11 @@ def _validation_sharpes(signal: float) -> tuple[float, float, float]:
 
 
 def test_known_answer_planted_beats_the_linear_baseline_and_the_control_does_not():
-    learner, linear, _ = _validation_sharpes(1.0)
-    assert learner > linear
+    learner, linear, equal = _validation_sharpes(0.7)
+    assert learner > linear > equal
+    planted_margin = learner - linear
     learner, linear, equal = _validation_sharpes(0.0)
-    assert learner < linear and learner < equal
+    # No edge: the baseline is the zero model (equal weight) and the learner stays near it; a lead
+    # of a small fraction of the planted market's is noise of an 8-session window.
+    assert linear == pytest.approx(equal, abs=0.1)
+    assert learner - linear < 0.5 * planted_margin

@@ -369,8 +369,6 @@ LONG_FUNCTIONS = {
     "agents/tournament/orchestrator.py:run_tournament",
     # The backtest's decision loop and its vectorized accounting after it, one pass over the window.
     "backtests/policy_loop.py:run_policies",
-    # The demo workflow.
-    "app/workflows/demo.py:run_demo",
 }
 
 

@@ -54,6 +54,10 @@ PRESETS: dict[str, dict[str, Any]] = {
             "signal": 1.0,
         },
         "env": {"num_envs": 256},
+        # Direct pods (agents.direct): started from the ridge of the train window and fine-tuned by
+        # the gradient of the net excess Sharpe, they find what the linear baseline finds at the
+        # broker profile's costs (docs/agents.md, docs/benchmarks.md Power table); on the local backend.
+        "agent": {"algo": "direct"},
         "tournament": {"pods": 4, "leaderboard_size": 8, "round_steps": 250_000},
         "minutes": 6.0,
     },
@@ -62,7 +66,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         # (training.MIN_VALID_SESSIONS); fewer train sessions keep the data step as small as before.
         "data": {"num_tickers": 8, "num_sessions": 20, "train_frac": 0.25, "valid_frac": 0.5},
         "env": {"num_envs": 32, "episode_len": 64},
-        "agent": {"num_steps": 16},
+        "agent": {"algo": "direct", "batch_paths": 16, "horizon": 8},  # the default preset's learner
         "tournament": {"pods": 2, "leaderboard_size": 4, "round_steps": 4_096, "budget_steps": 12_288},
         "minutes": None,
     },
@@ -173,6 +177,59 @@ def run_demo(
         f"device {host['device']}" + (f" ({host['gpu']})" if host["gpu"] else "")
     )
 
+    splits = _data_stage(config, home, timings, say, status)
+    summary = _tournament_stage(config, home, run_id, splits, extra, timings, progress, say)
+    champion = summary.champion or {}
+    t0 = time.perf_counter()
+    with status("[3/3] backtest: champion vs buy-and-hold on the test window"):
+        doc = backtest_run(run_id, home=home, window="test", splits=splits)
+    timings["backtest_s"] = time.perf_counter() - t0
+    say(f"[3/3] backtest: wrote {run_dir.backtest} [{timings['backtest_s']:.1f} s]")
+    timings["total_s"] = sum(timings.values())
+    return {
+        "run_id": run_id,
+        "run_dir": str(run_dir.path),
+        "preset": preset,
+        "machine": host,
+        "seed": config.data.seed,
+        "signal": config.data.signal,
+        "pods_tried": summary.pods_tried,
+        "pods_failed": summary.pods_failed,
+        "env_steps": summary.env_steps,
+        "champion": champion,
+        **_report_figures(doc),
+        "timings": timings,
+    }
+
+
+def _report_figures(doc: Any) -> dict[str, Any]:
+    """What the demo's summary holds of the test window's report."""
+    none = StrategyMetrics()
+    return {
+        "window": {"start": doc.start, "end": doc.end},
+        "annualization": doc.annualization,
+        "metrics": {
+            "champion": (doc.strategies.get("champion") or none).model_dump(),
+            "buy_and_hold": (doc.figures_of(doc.benchmark or "buy_and_hold") or none).model_dump(),
+            "equal_weight": (doc.strategies.get("equal_weight") or none).model_dump(),
+            "linear": (doc.strategies.get("linear") or none).model_dump(),
+        },
+        "num_trials": doc.num_trials,
+        "pbo": doc.pbo,
+        "verdict": doc.verdict,
+        "verdict_diagnostics": doc.verdict_diagnostics,
+        "document": doc,
+    }
+
+
+def _data_stage(
+    config: Config,
+    home: Path,
+    timings: dict[str, float],
+    say: Callable[[str], None],
+    status: Callable[[str], AbstractContextManager[Any]],
+) -> Any:
+    """Stage 1: the market's splits (built and stored, or read back)."""
     t0 = time.perf_counter()
     with status("[1/3] data: building the market (calendar, features, splits)"):
         splits = load_market(
@@ -186,7 +243,21 @@ def run_demo(
         f"valid {windows['valid'][0]}..{windows['valid'][1]}, test {windows['test'][0]}..{windows['test'][1]} "
         f"(held out) [{timings['data_s']:.1f} s]"
     )
+    return splits
 
+
+def _tournament_stage(
+    config: Config,
+    home: Path,
+    run_id: str,
+    splits: Any,
+    extra: dict[str, Any],
+    timings: dict[str, float],
+    progress: TournamentProgress | None,
+    say: Callable[[str], None],
+) -> Any:
+    """Stage 2: the tournament on the train and validation windows; its summary (a champion or a
+    one-line error)."""
     t0 = time.perf_counter()
     budget = (
         f"{extra['budget_minutes']:.1f} min"
@@ -207,37 +278,4 @@ def run_demo(
         f"(validation {config.tournament.fitness} {champion.get('score', float('nan')):.2f}) "
         f"[{timings['tournament_s']:.0f} s]"
     )
-
-    t0 = time.perf_counter()
-    with status("[3/3] backtest: champion vs buy-and-hold on the test window"):
-        doc = backtest_run(run_id, home=home, window="test", splits=splits)
-    timings["backtest_s"] = time.perf_counter() - t0
-    say(f"[3/3] backtest: wrote {run_dir.backtest} [{timings['backtest_s']:.1f} s]")
-    timings["total_s"] = sum(timings.values())
-    none = StrategyMetrics()
-    return {
-        "run_id": run_id,
-        "run_dir": str(run_dir.path),
-        "preset": preset,
-        "machine": host,
-        "seed": config.data.seed,
-        "signal": config.data.signal,
-        "pods_tried": summary.pods_tried,
-        "pods_failed": summary.pods_failed,
-        "env_steps": summary.env_steps,
-        "champion": champion,
-        "window": {"start": doc.start, "end": doc.end},
-        "annualization": doc.annualization,
-        "metrics": {
-            "champion": (doc.strategies.get("champion") or none).model_dump(),
-            "buy_and_hold": (doc.figures_of(doc.benchmark or "buy_and_hold") or none).model_dump(),
-            "equal_weight": (doc.strategies.get("equal_weight") or none).model_dump(),
-            "linear": (doc.strategies.get("linear") or none).model_dump(),
-        },
-        "num_trials": doc.num_trials,
-        "pbo": doc.pbo,
-        "verdict": doc.verdict,
-        "verdict_diagnostics": doc.verdict_diagnostics,
-        "timings": timings,
-        "document": doc,
-    }
+    return summary

@@ -1,0 +1,147 @@
+"""The direct learner's warm start: a fresh policy that begins as the linear baseline's scores.
+
+A per-asset network started from small random weights holds nearly equal weights, and a softmax over
+40 names that the gradient must first learn to concentrate spends its budget getting to what a ridge
+regression finds in closed form. So a fresh direct policy (``DirectArgs.linear_start``) starts from
+the linear baseline (``backtests.linear``) fitted on the **train window only**:
+
+- **fit**: ridge of each asset's next-interval return (fill bar's open to the mark's close, demeaned
+  across assets) on its features (demeaned the same way), on the train window's decisions before the
+  learner's held-out tail; the penalty is the one of ``backtests.linear.PENALTIES`` with the best
+  mean information coefficient on that held-out tail; none positive: the zero model (no asset
+  preferred: the policy starts at equal weights, as the linear baseline's zero model holds). The
+  tournament's validation window is never read.
+- **the policy**: the network's linear skip (``NetworkConfig.linear_skip``, ``l_a += s . x_a`` on the
+  normalized inputs) is set to the ridge coefficients times a temperature, the network's own asset
+  read-out and cash logit start at zero (so the first policy is the ridge's softmax); the cash logit's
+  bias sits at the scores' average level, so the book starts nearly fully invested.
+- **temperature**: the one whose softmax puts ``top_mass`` of the book, on average over the train
+  window's decisions, on the top ``backtests.linear.TOP_FRACTION`` of the tradable assets, where the
+  linear baseline holds all of its book (a plain softmax of raw scores over 40 names barely
+  concentrates).
+- **observation statistics**: fitted once on the train window's fit rows with the book the ridge's
+  top quantile would hold, then frozen, so the skip's coefficients read the inputs they were set on.
+
+The direct gradient then fine-tunes the whole network from there, and the learner's held-out early
+stopping keeps the warm start itself when no fine-tuned step scores better on the held-out tail.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+from torch import Tensor
+
+from agents.policy import Policy
+from backtests.linear import PENALTIES, TOP_FRACTION, DecisionRows, information_coefficient, ridge_path
+
+
+class Decisions(Protocol):
+    """What the warm start reads of ``agents.direct.Decisions`` (rows = decision bars)."""
+
+    features: Tensor  # (K, A, F)
+    tradable: Tensor  # (K, A) at the decision bar
+    fill_ok: Tensor  # (K, A) at the fill bar
+    hold: Tensor  # (K, A) fill bar's open to the mark's close
+
+
+@dataclass(frozen=True)
+class LinearStart:
+    """A ridge fit on the train window's fit rows: ``coef (F,)`` over the raw features, its penalty
+    multiple, the held-out tail's mean information coefficient and the softmax temperature."""
+
+    coef: Tensor
+    penalty: float
+    holdout_ic: float
+    temperature: float
+
+    @property
+    def is_zero(self) -> bool:
+        """The zero model: no asset preferred (equal weights)."""
+        return not bool(self.coef.any())
+
+    def scores(self, features: Tensor) -> Tensor:
+        """Scores ``(..., A)`` of features ``(..., A, F)`` (float32)."""
+        return features @ self.coef.to(features.device, torch.float32)
+
+
+def _panel(d: Decisions, rows: slice) -> DecisionRows:
+    return DecisionRows(
+        x=d.features[rows].to(torch.float64),
+        y=d.hold[rows].to(torch.float64),
+        ok=d.tradable[rows] & d.fill_ok[rows],
+    )
+
+
+def top_mass(logits: Tensor, tradable: Tensor, fraction: float = TOP_FRACTION) -> Tensor:
+    """Mean share of a softmax over ``logits (K, A)`` (untradable assets left out) that sits on the
+    top ``fraction`` of the tradable assets of each row."""
+    take = max(1, round(fraction * logits.shape[-1]))
+    masked = torch.where(tradable, logits, torch.full_like(logits, -torch.inf))
+    probs = torch.softmax(masked, dim=-1)
+    return probs.topk(take, dim=-1).values.sum(dim=-1).mean()
+
+
+def temperature_for(scores: Tensor, tradable: Tensor, mass: float) -> float:
+    """The factor ``c`` whose ``softmax(c * scores)`` puts ``mass`` on the top quantile on average
+    (bisection on ``log c``: the mass grows with ``c``)."""
+    spread = float(scores[tradable].std()) if bool(tradable.any()) else 0.0
+    if not spread > 0.0:
+        return 0.0
+    lo, hi = math.log(1e-3 / spread), math.log(1e3 / spread)
+    for _ in range(40):
+        mid = 0.5 * (lo + hi)
+        if float(top_mass(math.exp(mid) * scores, tradable)) < mass:
+            lo = mid
+        else:
+            hi = mid
+    return math.exp(0.5 * (lo + hi))
+
+
+def fit_linear_start(d: Decisions, fit_rows: int, mass: float) -> LinearStart:
+    """The ridge of the rows ``[0, fit_rows)`` with its penalty chosen on ``[fit_rows, K)``; the zero
+    model when no penalty has a positive held-out information coefficient."""
+    fit, tail = _panel(d, slice(0, fit_rows)), _panel(d, slice(fit_rows, None))
+    zero = LinearStart(
+        coef=torch.zeros(d.features.shape[-1], device=d.features.device),
+        penalty=math.inf,
+        holdout_ic=0.0,
+        temperature=0.0,
+    )
+    if int(fit.ok.sum()) <= fit.x.shape[-1] or int(tail.ok.sum()) == 0:
+        return zero
+    best: tuple[float, float, Tensor] | None = None
+    for penalty, coef in zip(PENALTIES, ridge_path(fit, PENALTIES), strict=True):
+        ic = information_coefficient(tail.x @ coef, tail)
+        if ic == ic and ic > 0.0 and (best is None or ic > best[0]):
+            best = (ic, float(penalty), coef)
+    if best is None:
+        return zero
+    ic, penalty, coef = best
+    scores = d.features[:fit_rows] @ coef.to(torch.float32)
+    temperature = temperature_for(scores, d.tradable[:fit_rows], mass)
+    if temperature <= 0.0:
+        return zero
+    return LinearStart(coef=coef.to(torch.float32), penalty=penalty, holdout_ic=ic, temperature=temperature)
+
+
+@torch.no_grad()
+def apply_linear_start(policy: Policy, start: LinearStart, d: Decisions, fit_rows: int) -> None:
+    """Set ``policy``'s skip, read-out and cash logit to ``start`` (its observation statistics must
+    be fitted already: the skip reads normalized inputs)."""
+    net, norm = policy.net, policy.obs_norm
+    # score = coef . x = coef . (mean + sd * z): on the normalized features the weights are coef * sd,
+    # and coef . mean is the same for every asset (moved into the cash logit's bias below).
+    sd = torch.sqrt(norm.var_asset[2:] + norm.eps)
+    coef = start.coef.to(sd.device)
+    weight = torch.zeros_like(net.asset_skip.weight)
+    weight[0, 2:] = start.temperature * coef * sd
+    net.asset_skip.weight.copy_(weight)
+    for layer in (net.actor_readout, net.actor_cash):
+        layer.weight.zero_()
+        layer.bias.zero_()
+    level = start.scores(d.features[:fit_rows]).mean() - (coef * norm.mean_asset[2:]).sum()
+    net.actor_cash.bias.fill_(float(start.temperature * level))
