@@ -90,7 +90,8 @@ def trades_frame(result: BacktestResult, max_rows: int = DEFAULT_MAX_ROWS) -> tu
         stamps = stamps[last]
         frequency = "session"
     traded = extra.get("shares", notional)
-    k, s, a = np.nonzero(traded)
+    # A session summed to zero net shares (bought, then sold as much) still paid its costs: keep it.
+    k, s, a = np.nonzero((traded != 0) | (extra["cost"] != 0))
     frame = pd.DataFrame(
         {
             "timestamp": _utc(stamps[k]),
@@ -103,7 +104,8 @@ def trades_frame(result: BacktestResult, max_rows: int = DEFAULT_MAX_ROWS) -> tu
     if "shares" in extra:
         shares = extra["shares"][k, s, a]
         frame["shares"] = shares
-        frame["fill_price"] = frame["notional"] / shares  # a session's volume-weighted price when summed
+        with np.errstate(divide="ignore", invalid="ignore"):  # a session's volume-weighted price when summed
+            frame["fill_price"] = np.where(shares != 0, frame["notional"] / shares, np.nan)
         frame["spread_cost"] = extra["spread_cost"][k, s, a]
         frame["impact_cost"] = extra["impact_cost"][k, s, a]
     if "shares" in extra and volume is not None:

@@ -19,7 +19,10 @@ The files and their schemas are a contract with the dashboard (see ARCHITECTURE.
   ``notional`` signed, + = buy, at the fill price; ``shares`` signed; ``cost`` = the broker's fees +
   slippage + half-spread + impact in $, of which ``spread_cost`` is slippage + half-spread and
   ``impact_cost`` the square-root impact; ``fill_volume`` the fill bar's volume in shares as expected
-  at the decision bar, the volume cap's base, and ``participation`` the fill's share of it); orders under the env's ``min_order_notional`` are never placed, so no dust rows;
+  at the decision bar, the volume cap's base, and ``participation`` the fill's share of it); orders
+  under the env's ``min_order_notional`` are never placed, so no dust rows; summed per session
+  (large runs), a session whose fills net to zero shares keeps its row (its costs) with a null
+  ``fill_price``;
 - ``daily_returns.parquet``: ``date`` + one float64 column per strategy;
 - ``tearsheet.png``: pyfolio-reloaded returns tear sheet of the first strategy's daily returns against
   the benchmark (a plain matplotlib equity/drawdown figure when pyfolio cannot draw the series).
