@@ -124,6 +124,7 @@ class StitchedAccount:
             daily_vol=window.daily_vol,
             adv=window.adv,
             expected_volume=window.expected_volume,
+            half_spread=window.half_spread,
         )
 
     def run(self) -> BacktestResult:

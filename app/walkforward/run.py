@@ -185,6 +185,7 @@ def bars_only(full: MarketData) -> MarketData:
         daily_vol=full.daily_vol,
         adv=full.adv,
         expected_volume=full.expected_volume,
+        half_spread=full.half_spread,
     )
 
 
