@@ -39,7 +39,7 @@ from agents.policy import Policy
 from backtests.linear import PENALTIES, TOP_FRACTION, DecisionRows, information_coefficient, ridge_path
 
 
-class Decisions(Protocol):
+class DecisionBars(Protocol):
     """What the warm start reads of ``agents.direct.Decisions`` (rows = decision bars)."""
 
     features: Tensor  # (K, A, F)
@@ -68,7 +68,7 @@ class LinearStart:
         return features @ self.coef.to(features.device, torch.float32)
 
 
-def _panel(d: Decisions, rows: slice) -> DecisionRows:
+def _panel(d: DecisionBars, rows: slice) -> DecisionRows:
     return DecisionRows(
         x=d.features[rows].to(torch.float64),
         y=d.hold[rows].to(torch.float64),
@@ -101,7 +101,7 @@ def temperature_for(scores: Tensor, tradable: Tensor, mass: float) -> float:
     return math.exp(0.5 * (lo + hi))
 
 
-def fit_linear_start(d: Decisions, fit_rows: int, mass: float) -> LinearStart:
+def fit_linear_start(d: DecisionBars, fit_rows: int, mass: float) -> LinearStart:
     """The ridge of the rows ``[0, fit_rows)`` with its penalty chosen on ``[fit_rows, K)``; the zero
     model when no penalty has a positive held-out information coefficient."""
     fit, tail = _panel(d, slice(0, fit_rows)), _panel(d, slice(fit_rows, None))
@@ -129,7 +129,7 @@ def fit_linear_start(d: Decisions, fit_rows: int, mass: float) -> LinearStart:
 
 
 @torch.no_grad()
-def apply_linear_start(policy: Policy, start: LinearStart, d: Decisions, fit_rows: int) -> None:
+def apply_linear_start(policy: Policy, start: LinearStart, d: DecisionBars, fit_rows: int) -> None:
     """Set ``policy``'s skip, read-out and cash logit to ``start`` (its observation statistics must
     be fitted already: the skip reads normalized inputs)."""
     net, norm = policy.net, policy.obs_norm

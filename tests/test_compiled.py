@@ -15,7 +15,7 @@ import torch
 
 from agents.networks import NetworkConfig
 from agents.policy import Policy, PolicyMeta
-from backtests import engine
+from backtests import engine, policy_loop
 from data.toy import crashed, toy_market, with_gaps
 from envs import fast_step, trading
 from envs.backtest_loop import BacktestLoop
@@ -202,7 +202,7 @@ def test_auto_compiles_only_long_backtests(monkeypatch):
             calls.append(args)
             raise RuntimeError("spy")
 
-    monkeypatch.setattr(engine, "BacktestLoop", Spy)
+    monkeypatch.setattr(policy_loop, "BacktestLoop", Spy)
     market = toy_market(200, 3, 2)
     policy = _policy(market, False)
     params = EnvParams(decision_interval=1)
