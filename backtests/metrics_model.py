@@ -264,6 +264,10 @@ class MetricsDocument(Artifact):
         None, description="fewest sessions with annualized compounding figures (63)"
     )
     broker: str | None = Field(None, description='the fee profile: "alpaca" or "flat" (cost_rate)')
+    spread: str | None = Field(
+        None,
+        description='the half-spread: "estimate" (per name and time of day, spread_bps its floor) or "fixed"',
+    )
     cost_rate: Figure = Field(None, description="commission rate used (0 at Alpaca)")
     sec_fee_rate: Figure = Field(None, description="Alpaca: SEC fee per $ of sale proceeds")
     taf_per_share: Figure = Field(None, description="Alpaca: FINRA TAF per share sold")
@@ -349,7 +353,11 @@ class MetricsDocument(Artifact):
         parts = []
         if self.broker == "alpaca":
             parts.append("Alpaca's fees (no commission; SEC fee and TAF on sells)")
-        if self.spread_bps:
+        if self.spread == "estimate":
+            parts.append(
+                f"half-spread estimated per name and time of day (at least {self.spread_bps or 0:g} bp)"
+            )
+        elif self.spread_bps:
             parts.append(f"half-spread {self.spread_bps:g} bp")
         if self.impact_coef:
             parts.append(f"impact {self.impact_coef:g}")

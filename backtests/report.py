@@ -195,7 +195,11 @@ def execution_settings(params: Any) -> dict[str, float | str]:
     keys = ("spread_bps", "impact_coef", "max_participation", "min_order_notional")
     if params.broker == "alpaca":
         keys += ("sec_fee_rate", "taf_per_share", "taf_max")
-    return {"broker": str(params.broker), **{key: float(getattr(params, key)) for key in keys}}
+    return {
+        "broker": str(params.broker),
+        "spread": str(params.spread),
+        **{key: float(getattr(params, key)) for key in keys},
+    }
 
 
 def metrics_document(
@@ -246,7 +250,10 @@ def metrics_document(
         "annualized_min_sessions": ANNUALIZED_MIN_SESSIONS,
         "cost_rate": None if cost_rate is None else float(cost_rate),
         "slippage_bps": None if slippage_bps is None else float(slippage_bps),
-        **{key: value if key == "broker" else float(value) for key, value in (execution or {}).items()},
+        **{
+            key: value if key in ("broker", "spread") else float(value)
+            for key, value in (execution or {}).items()
+        },
         "significance_level": float(significance_level),
         "min_oos_sessions": MIN_OOS_SESSIONS,
         "decision_interval": result.decision_interval,
