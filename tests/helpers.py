@@ -5,6 +5,7 @@ Test files import it as ``from helpers import ...`` (pytest puts ``tests/`` on `
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from pathlib import Path
@@ -40,6 +41,28 @@ def rewrite_json(path: Path, **changes) -> None:
         else:
             doc[key] = value
     path.write_text(json.dumps(doc))
+
+
+def flat_liquidity_market(
+    price: float, volume: float, daily_vol: float, adv: float, half_spread=None
+) -> MarketData:
+    """Two assets at a flat ``price`` over 40 bars (20 a session), ``volume`` shares a bar, a known
+    trailing volatility and ADV, the expected volume from those bars, and ``half_spread`` (None: the
+    estimate from the flat bars, which the floor then sets)."""
+    base = toy_market(num_steps=40, num_assets=2, num_features=2, bars_per_session=20, seed=0)
+    flat = torch.full_like(base.close, price)
+    return dataclasses.replace(
+        base,
+        open=flat,
+        high=flat.clone(),
+        low=flat.clone(),
+        close=flat.clone(),
+        volume=torch.full_like(base.close, volume),
+        daily_vol=torch.full_like(base.close, daily_vol),
+        adv=torch.full_like(base.close, adv),
+        expected_volume=None,
+        half_spread=half_spread,
+    )
 
 
 def toy_windows() -> tuple[MarketData, MarketData]:

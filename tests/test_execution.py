@@ -9,6 +9,7 @@ import math
 
 import pytest
 import torch
+from helpers import flat_liquidity_market
 
 from data.liquidity import expected_volume, trailing_liquidity
 from data.toy import toy_market
@@ -41,19 +42,7 @@ PARAMS = EnvParams(
 @pytest.fixture(scope="module")
 def flat_market():
     """Two assets at a flat $100, 1000 shares per bar, a known trailing volatility and volume."""
-    base = toy_market(num_steps=40, num_assets=2, num_features=2, bars_per_session=20, seed=0)
-    flat = torch.full_like(base.close, PRICE)
-    return dataclasses.replace(
-        base,
-        open=flat,
-        high=flat.clone(),
-        low=flat.clone(),
-        close=flat.clone(),
-        volume=torch.full_like(base.close, FILL_VOLUME),
-        daily_vol=torch.full_like(base.close, DAILY_VOL),
-        adv=torch.full_like(base.close, ADV),
-        expected_volume=None,  # from these volumes: 1000 shares expected at every bar
-    )
+    return flat_liquidity_market(PRICE, FILL_VOLUME, DAILY_VOL, ADV)  # 1000 shares expected every bar
 
 
 def _by_hand(params: EnvParams, shares: float) -> tuple[float, float]:

@@ -10,6 +10,7 @@ import math
 
 import pytest
 import torch
+from helpers import flat_liquidity_market
 
 from backtests.accounting import fill_prices
 from data.toy import toy_market
@@ -40,19 +41,8 @@ PLANTED = (6e-4, 0.5e-4)
 @pytest.fixture(scope="module")
 def spread_market():
     """Two assets at a flat $100, 1000 shares a bar, known liquidity and a planted half-spread."""
-    base = toy_market(num_steps=40, num_assets=2, num_features=2, bars_per_session=20, seed=0)
-    flat = torch.full_like(base.close, PRICE)
-    return dataclasses.replace(
-        base,
-        open=flat,
-        high=flat.clone(),
-        low=flat.clone(),
-        close=flat.clone(),
-        volume=torch.full_like(base.close, VOLUME),
-        daily_vol=torch.full_like(base.close, DAILY_VOL),
-        adv=torch.full_like(base.close, ADV),
-        expected_volume=None,
-        half_spread=torch.tensor(PLANTED).expand(40, 2).contiguous(),
+    return flat_liquidity_market(
+        PRICE, VOLUME, DAILY_VOL, ADV, half_spread=torch.tensor(PLANTED).expand(40, 2).contiguous()
     )
 
 

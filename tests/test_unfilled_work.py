@@ -9,9 +9,9 @@ import math
 
 import pytest
 import torch
+from helpers import flat_liquidity_market
 
 from data.errors import ConfigError
-from data.toy import toy_market
 from envs import trading
 from envs.backtest_step import asset_prices, backtest_step
 from envs.kernels import native
@@ -36,20 +36,7 @@ PARAMS = EnvParams(
 
 @pytest.fixture(scope="module")
 def work_market():
-    base = toy_market(num_steps=40, num_assets=2, num_features=2, bars_per_session=20, seed=0)
-    flat = torch.full_like(base.close, PRICE)
-    return dataclasses.replace(
-        base,
-        open=flat,
-        high=flat.clone(),
-        low=flat.clone(),
-        close=flat.clone(),
-        volume=torch.full_like(base.close, VOLUME),
-        daily_vol=torch.full_like(base.close, DAILY_VOL),
-        adv=torch.full_like(base.close, ADV),
-        expected_volume=None,
-        half_spread=None,
-    )
+    return flat_liquidity_market(PRICE, VOLUME, DAILY_VOL, ADV)
 
 
 def _cash_by_hand(params: EnvParams, shares: float) -> float:
