@@ -45,6 +45,11 @@ enum { MODE_WEIGHTS = 0, MODE_SHARES = 1 };
 enum { FILL_HOLD = 0, FILL_TRADE = 1, FILL_EXIT = 2 };
 enum { REWARD_LOG_RETURN = 0, REWARD_RETURN = 1, REWARD_DIFF_SHARPE = 2 };
 
+/* The execution passes compute each asset's terms in a vectorized loop over a chunk of this many
+   assets, then add them up in asset order in a plain loop: the float64 sums do not depend on the
+   vector width or on the rows' alignment. */
+#define SUM_CHUNK 128
+
 #ifndef PREFETCH_AHEAD
 #define PREFETCH_AHEAD 4
 #endif
@@ -60,30 +65,6 @@ static inline double clamp_min_d(double x, double lo) { return (x != x) ? x : (x
 static inline float clamp_min_f(float x, float lo) { return (x != x) ? x : (x < lo ? lo : x); }
 static inline double maximum_d(double x, double y) { return (x != x || y != y) ? NAN : (x > y ? x : y); }
 static inline float minimum_f(float x, float y) { return (x != x || y != y) ? NAN : (x < y ? x : y); }
-
-/* envs/execution.py's frac(q; m): slippage + half-spread + the square-root impact of growing the
-   order worked so far from m to m + q shares, per share, at most 1 (order_growth's form and order of
-   operations). */
-static inline float fill_frac(float q, float m, float impact, float coef, float half)
-{
-    const float total = m + q;
-    const float num = q * q + 3.0f * m * total;
-    const float den = total * sqrtf(total) + m * sqrtf(m);
-    const float g = num / (den < 1e-30f ? 1e-30f : den);
-    const float f = g * impact * coef + half;
-    return f > 1.0f ? 1.0f : f;
-}
-
-/* envs/execution.py's carried_order (the decayed order's shares on `side`'s side) and worked_order. */
-static inline float carried_order(float remembered, float side)
-{
-    return side > 0.0f ? clamp_min_f(remembered, 0.0f) : clamp_min_f(-remembered, 0.0f);
-}
-static inline float worked_order(float remembered, float traded)
-{
-    const float same = traded > 0.0f ? clamp_min_f(remembered, 0.0f) : (remembered > 0.0f ? 0.0f : remembered);
-    return traded == 0.0f ? remembered : same + traded;
-}
 
 /* How an env's orders are sized (order_diff's `kind`): weights without a cap or an untradable bar, weights
    with either, shares. */
@@ -115,6 +96,78 @@ static inline __attribute__((always_inline)) float order_diff(
     return diff;
 }
 
+/* The execution passes' element loops are compiled without trapping math (GCC; other compilers
+   ignore the pragma): with it GCC will not if-convert the selects, so the loops would run one asset
+   at a time (the whole step measured ~1.9x slower that way, docs/benchmarks.md). It changes no value
+   (no FP exception is ever read); what it would change, the order of an `omp simd` reduction (see
+   BASE_FLAGS in envs/kernels/native.py), is not used in here: each pass computes its per-asset terms
+   in a vectorized loop and adds them up in asset order in a plain loop (SUM_CHUNK). */
+#pragma GCC push_options
+#pragma GCC optimize("no-trapping-math")
+#define ELEMENT_LOOPS __attribute__((noinline))
+
+/* Select-only forms of clamp_min_f(x, 0) and minimum_f for the element loops below (the same values,
+   NaN included): every comparison is evaluated unconditionally, none sits in one arm of a select. */
+static inline float clamp0_sel(float x) { return x < 0.0f ? 0.0f : x; }
+static inline float minimum_sel(float x, float y)
+{
+    const int nan = (x != x) | (y != y);
+    const float m = x < y ? x : y;
+    return nan ? NAN : m;
+}
+
+/* envs/execution.py's frac(q; m): slippage + half-spread + the square-root impact of growing the
+   order worked so far from m to m + q shares, per share, at most 1 (order_growth's form and order of
+   operations). */
+static inline float fill_frac(float q, float m, float impact, float coef, float half)
+{
+    const float total = m + q;
+    const float num = q * q + 3.0f * m * total;
+    const float den = total * sqrtf(total) + m * sqrtf(m);
+    const float g = num / (den < 1e-30f ? 1e-30f : den);
+    const float f = g * impact * coef + half;
+    return f > 1.0f ? 1.0f : f;
+}
+
+/* envs/execution.py's carried_order (the decayed order's shares on `side`'s side) and worked_order. */
+static inline float carried_order(float remembered, float side)
+{
+    const float bought = clamp0_sel(remembered), sold = clamp0_sel(-remembered);
+    return side > 0.0f ? bought : sold;
+}
+static inline float worked_order(float remembered, float traded)
+{
+    const float bought = clamp0_sel(remembered), sold = remembered > 0.0f ? 0.0f : remembered;
+    const float same = traded > 0.0f ? bought : sold;
+    const float grown = same + traded;
+    return traded == 0.0f ? remembered : grown;
+}
+
+/* order_diff in select-only code (the same values), for the element loops. */
+static inline __attribute__((always_inline)) float order_diff_sel(
+    int kind, int capped, int64_t j, const float *a, const float *sh, const float *po, const uint8_t *fm,
+    float budget, float max_w, float max_shares, float cap_value)
+{
+    if (kind == ORDERS_WEIGHTS) return clamp0_sel(a[j]) * budget / po[j] - sh[j];
+    if (kind == ORDERS_WEIGHTS_LIMITED) {
+        const float a0 = clamp0_sel(a[j]);
+        const float w = (a0 < max_w ? a0 : max_w) * (fm[j] == FILL_TRADE ? 1.0f : 0.0f);
+        const float diff = w * budget / po[j] - sh[j];
+        return fm[j] == FILL_HOLD ? 0.0f : diff;
+    }
+    const int below = a[j] < -1.0f, above = a[j] > 1.0f;
+    const float x = below ? -1.0f : (above ? 1.0f : a[j]);
+    const int m = fm ? fm[j] : FILL_TRADE;
+    const float target = rintf(x * max_shares), held = -sh[j];
+    float diff = m == FILL_TRADE ? target : (m == FILL_EXIT ? held : 0.0f);
+    if (capped) {
+        const float room = clamp0_sel(floorf(cap_value / po[j]) - sh[j]);
+        const float buy = minimum_sel(clamp0_sel(diff), room);
+        diff = diff > 0.0f ? buy : diff;
+    }
+    return diff;
+}
+
 /* The execution model's two passes over an env's row (envs/core.py's _execute). Pass 1 sizes each
    order (order_diff: no pass of its own, the row is read once) and caps it by the fill bar's volume
    (an EXIT, fm, is not), drops dust sells; sums the sells' proceeds and the buys priced at their
@@ -123,7 +176,7 @@ static inline __attribute__((always_inline)) float order_diff(
    leaves the trade in tr[] and the new holdings in nsh[]. The volume caps come precomputed per
    (bar, asset) in lim_row[] (+inf: no cap). Branch-free (selects), inlined with constant `kind` /
    `fm` so each copy vectorizes. */
-static inline __attribute__((always_inline)) void exec_pass1(
+static inline __attribute__((always_inline)) void exec_pass1_body(
     int64_t A, int kind, int capped, const uint8_t *fm, const float *a, float budget, float max_w,
     float max_shares, float cap_value, float *tr, float *nsh, const float *sh, const float *po,
     const float *lim_row, const float *imp, const float *ord, float memory, float mn, float coef,
@@ -132,60 +185,142 @@ static inline __attribute__((always_inline)) void exec_pass1(
 {
     double sells = 0.0, buys0 = 0.0, share_fees = 0.0;
     const int whole = kind == ORDERS_SHARES;
-#pragma omp simd reduction(+ : sells, buys0, share_fees)
-    for (int64_t j = 0; j < A; ++j) {
-        const float d = order_diff(kind, capped, j, a, sh, po, fm, budget, max_w, max_shares, cap_value);
-        const int exit = fm ? fm[j] == FILL_EXIT : 0;
-        const float buy0 = clamp_min_f(d, 0.0f);
-        float sell = clamp_min_f(-d, 0.0f);
-        if (whole) sell = minimum_f(sell, sh[j]);
-        const float lim = exit ? INFINITY : lim_row[j];
-        const float buy = buy0 < lim ? buy0 : lim;
-        sell = sell < lim ? sell : lim;
-        /* One of buy and sell is 0: one frac serves both (a dropped sell's is unused). A sell is
-           dust when its proceeds at the fill price are under the minimum. */
-        const float m = carried_order(ord[j] * memory, buy - sell);
-        const float f = fill_frac(buy + sell, m, imp[j], coef, half[j]);
-        sell = (sell * po[j] * (1.0f - f) < mn && !exit) ? 0.0f : sell;
-        sells += (double)(sell * po[j] * (1.0f - f));
-        buys0 += (double)(buy * po[j] * (1.0f + f));
-        const float sf = sell * per_share;
-        share_fees += (double)(sf > share_cap ? share_cap : sf);
-        tr[j] = buy;
-        nsh[j] = sell;
-        fr[j] = f;  /* a buy's frac at its capped size: pass 2 reuses it when the buys are not scaled */
+    float sold[SUM_CHUNK], bought[SUM_CHUNK], fees[SUM_CHUNK];
+    for (int64_t j0 = 0; j0 < A; j0 += SUM_CHUNK) {
+        const int64_t width = A - j0 < SUM_CHUNK ? A - j0 : SUM_CHUNK;
+#pragma omp simd
+        for (int64_t i = 0; i < width; ++i) {
+            const int64_t j = j0 + i;
+            const float d = order_diff_sel(kind, capped, j, a, sh, po, fm, budget, max_w, max_shares, cap_value);
+            const int exit = fm ? fm[j] == FILL_EXIT : 0;
+            const float buy0 = clamp0_sel(d);
+            float sell = clamp0_sel(-d);
+            if (whole) sell = minimum_sel(sell, sh[j]);
+            const float cap = lim_row[j];
+            const float lim = exit ? INFINITY : cap;
+            const float buy = buy0 < lim ? buy0 : lim;
+            sell = sell < lim ? sell : lim;
+            /* One of buy and sell is 0: one frac serves both (a dropped sell's is unused). A sell is
+               dust when its proceeds at the fill price are under the minimum. */
+            const float m = carried_order(ord[j] * memory, buy - sell);
+            const float f = fill_frac(buy + sell, m, imp[j], coef, half[j]);
+            const int dust = (sell * po[j] * (1.0f - f) < mn) & !exit;
+            sell = dust ? 0.0f : sell;
+            sold[i] = sell * po[j] * (1.0f - f);
+            bought[i] = buy * po[j] * (1.0f + f);
+            const float sf = sell * per_share;
+            fees[i] = sf > share_cap ? share_cap : sf;
+            tr[j] = buy;
+            nsh[j] = sell;
+            fr[j] = f;  /* a buy's frac at its capped size: pass 2 reuses it when the buys are not scaled */
+        }
+        for (int64_t i = 0; i < width; ++i) {  /* in asset order (see SUM_CHUNK) */
+            sells += (double)sold[i];
+            buys0 += (double)bought[i];
+            share_fees += (double)fees[i];
+        }
     }
     *sells_out = sells;
     *buys_out = buys0;
     *share_fees_out = share_fees;
 }
 
-static inline __attribute__((always_inline)) void exec_pass2(
+static inline __attribute__((always_inline)) void exec_pass2_body(
     int64_t A, int whole, int reuse, float scale_f, float *tr, float *nsh, const float *sh, const float *po,
     const float *pc, const float *imp, const float *ord, float *ord_out, float memory, float mn, float coef,
     const float *half, double *buys_out, double *pos_out)
 {
     double buys = 0.0, pos_sum = 0.0;
-#pragma omp simd reduction(+ : buys, pos_sum)
-    for (int64_t j = 0; j < A; ++j) {
-        float buy = tr[j] * scale_f;
-        if (whole) buy = floorf(buy);
-        buy = buy * po[j] < mn ? 0.0f : buy;
-        const float remembered = ord[j] * memory;
-        /* reuse (scale 1, not whole shares): the buy is pass 1's capped size, so is its frac (kept in
-           ord_out[j] by pass 1, read before ord_out[j] is written below); a dropped buy is 0 either way */
-        const float f = reuse ? ord_out[j] : fill_frac(buy, clamp_min_f(remembered, 0.0f), imp[j], coef, half[j]);
-        buys += (double)(buy * po[j] * (1.0f + f));
-        const float traded = buy - nsh[j];
-        ord_out[j] = worked_order(remembered, traded);
-        const float ns = sh[j] + traded;
-        tr[j] = traded;
-        nsh[j] = ns;
-        pos_sum += (double)(pc[j] * ns);
+    float bought[SUM_CHUNK], held[SUM_CHUNK];
+    for (int64_t j0 = 0; j0 < A; j0 += SUM_CHUNK) {
+        const int64_t width = A - j0 < SUM_CHUNK ? A - j0 : SUM_CHUNK;
+#pragma omp simd
+        for (int64_t i = 0; i < width; ++i) {
+            const int64_t j = j0 + i;
+            float buy = tr[j] * scale_f;
+            if (whole) buy = floorf(buy);
+            buy = buy * po[j] < mn ? 0.0f : buy;
+            const float remembered = ord[j] * memory;
+            /* reuse (scale 1, not whole shares): the buy is pass 1's capped size, so is its frac (kept in
+               ord_out[j] by pass 1, read before ord_out[j] is written below); a dropped buy is 0 either way */
+            const float f = reuse ? ord_out[j] : fill_frac(buy, clamp0_sel(remembered), imp[j], coef, half[j]);
+            bought[i] = buy * po[j] * (1.0f + f);
+            const float traded = buy - nsh[j];
+            ord_out[j] = worked_order(remembered, traded);
+            const float ns = sh[j] + traded;
+            tr[j] = traded;
+            nsh[j] = ns;
+            held[i] = pc[j] * ns;
+        }
+        for (int64_t i = 0; i < width; ++i) {  /* in asset order (see SUM_CHUNK) */
+            buys += (double)bought[i];
+            pos_sum += (double)held[i];
+        }
     }
     *buys_out = buys;
     *pos_out += pos_sum;
 }
+
+/* One copy of each pass per (orders, fill modes) and per pass-2 case, so that each loop is branch-free. */
+static ELEMENT_LOOPS void exec_pass1_weights(
+    int64_t A, int capped, const uint8_t *fm, const float *a, float budget, float max_w,
+    float max_shares, float cap_value, float *tr, float *nsh, const float *sh, const float *po,
+    const float *lim_row, const float *imp, const float *ord, float memory, float mn, float coef,
+    const float *half, float per_share, float share_cap, double *sells_out, double *buys_out,
+    double *share_fees_out, float *fr)
+{
+    exec_pass1_body(A, ORDERS_WEIGHTS, capped, NULL, a, budget, max_w, max_shares, cap_value, tr, nsh, sh, po, lim_row, imp, ord, memory, mn, coef, half, per_share, share_cap, sells_out, buys_out, share_fees_out, fr);
+}
+static ELEMENT_LOOPS void exec_pass1_weights_limited(
+    int64_t A, int capped, const uint8_t *fm, const float *a, float budget, float max_w,
+    float max_shares, float cap_value, float *tr, float *nsh, const float *sh, const float *po,
+    const float *lim_row, const float *imp, const float *ord, float memory, float mn, float coef,
+    const float *half, float per_share, float share_cap, double *sells_out, double *buys_out,
+    double *share_fees_out, float *fr)
+{
+    exec_pass1_body(A, ORDERS_WEIGHTS_LIMITED, capped, fm, a, budget, max_w, max_shares, cap_value, tr, nsh, sh, po, lim_row, imp, ord, memory, mn, coef, half, per_share, share_cap, sells_out, buys_out, share_fees_out, fr);
+}
+static ELEMENT_LOOPS void exec_pass1_shares(
+    int64_t A, int capped, const uint8_t *fm, const float *a, float budget, float max_w,
+    float max_shares, float cap_value, float *tr, float *nsh, const float *sh, const float *po,
+    const float *lim_row, const float *imp, const float *ord, float memory, float mn, float coef,
+    const float *half, float per_share, float share_cap, double *sells_out, double *buys_out,
+    double *share_fees_out, float *fr)
+{
+    exec_pass1_body(A, ORDERS_SHARES, capped, NULL, a, budget, max_w, max_shares, cap_value, tr, nsh, sh, po, lim_row, imp, ord, memory, mn, coef, half, per_share, share_cap, sells_out, buys_out, share_fees_out, fr);
+}
+static ELEMENT_LOOPS void exec_pass1_shares_modes(
+    int64_t A, int capped, const uint8_t *fm, const float *a, float budget, float max_w,
+    float max_shares, float cap_value, float *tr, float *nsh, const float *sh, const float *po,
+    const float *lim_row, const float *imp, const float *ord, float memory, float mn, float coef,
+    const float *half, float per_share, float share_cap, double *sells_out, double *buys_out,
+    double *share_fees_out, float *fr)
+{
+    exec_pass1_body(A, ORDERS_SHARES, capped, fm, a, budget, max_w, max_shares, cap_value, tr, nsh, sh, po, lim_row, imp, ord, memory, mn, coef, half, per_share, share_cap, sells_out, buys_out, share_fees_out, fr);
+}
+static ELEMENT_LOOPS void exec_pass2_whole(
+    int64_t A, float scale_f, float *tr, float *nsh, const float *sh, const float *po,
+    const float *pc, const float *imp, const float *ord, float *ord_out, float memory, float mn, float coef,
+    const float *half, double *buys_out, double *pos_out)
+{
+    exec_pass2_body(A, 1, 0, scale_f, tr, nsh, sh, po, pc, imp, ord, ord_out, memory, mn, coef, half, buys_out, pos_out);
+}
+static ELEMENT_LOOPS void exec_pass2_reuse(
+    int64_t A, float scale_f, float *tr, float *nsh, const float *sh, const float *po,
+    const float *pc, const float *imp, const float *ord, float *ord_out, float memory, float mn, float coef,
+    const float *half, double *buys_out, double *pos_out)
+{
+    exec_pass2_body(A, 0, 1, scale_f, tr, nsh, sh, po, pc, imp, ord, ord_out, memory, mn, coef, half, buys_out, pos_out);
+}
+static ELEMENT_LOOPS void exec_pass2_scaled(
+    int64_t A, float scale_f, float *tr, float *nsh, const float *sh, const float *po,
+    const float *pc, const float *imp, const float *ord, float *ord_out, float memory, float mn, float coef,
+    const float *half, double *buys_out, double *pos_out)
+{
+    exec_pass2_body(A, 0, 0, scale_f, tr, nsh, sh, po, pc, imp, ord, ord_out, memory, mn, coef, half, buys_out, pos_out);
+}
+
+#pragma GCC pop_options
 
 /* Returns -1 if any action is NaN or inf, -2 if a decision bar is outside [0, n_bars - 1 - k] (the
    outputs are then garbage and the caller raises), else the number of envs whose episode ended. */
@@ -313,19 +448,19 @@ int64_t podracer_step(
             /* One specialized copy per (orders, fill modes) so that each loop is branch-free and
                vectorizes. */
             if (kind == ORDERS_WEIGHTS)
-                exec_pass1(A, ORDERS_WEIGHTS, 0, NULL, a, budget, max_w, max_shares, cap_value, tr, nsh, sh, po,
+                exec_pass1_weights(A, 0, NULL, a, budget, max_w, max_shares, cap_value, tr, nsh, sh, po,
                            lim, imp, ord, memory, mn, coef, half, per_share, share_cap, &sells, &buys0,
                            &share_fees, ord_out);
             else if (kind == ORDERS_WEIGHTS_LIMITED)
-                exec_pass1(A, ORDERS_WEIGHTS_LIMITED, 0, fm, a, budget, max_w, max_shares, cap_value, tr, nsh, sh,
+                exec_pass1_weights_limited(A, 0, fm, a, budget, max_w, max_shares, cap_value, tr, nsh, sh,
                            po, lim, imp, ord, memory, mn, coef, half, per_share, share_cap, &sells, &buys0,
                            &share_fees, ord_out);
             else if (fm)
-                exec_pass1(A, ORDERS_SHARES, capped, fm, a, budget, max_w, max_shares, cap_value, tr, nsh, sh, po,
+                exec_pass1_shares_modes(A, capped, fm, a, budget, max_w, max_shares, cap_value, tr, nsh, sh, po,
                            lim, imp, ord, memory, mn, coef, half, per_share, share_cap, &sells, &buys0,
                            &share_fees, ord_out);
             else
-                exec_pass1(A, ORDERS_SHARES, capped, NULL, a, budget, max_w, max_shares, cap_value, tr, nsh, sh,
+                exec_pass1_shares(A, capped, NULL, a, budget, max_w, max_shares, cap_value, tr, nsh, sh,
                            po, lim, imp, ord, memory, mn, coef, half, per_share, share_cap, &sells, &buys0,
                            &share_fees, ord_out);
             sell_fees = sells * sell_rate + share_fees;
@@ -334,13 +469,13 @@ int64_t podracer_step(
             const double scale = needed0 > available ? available / clamp_min_d(needed0, TINY) : 1.0;
             const float scale_f = (float)scale;
             if (whole)
-                exec_pass2(A, 1, 0, scale_f, tr, nsh, sh, po, pc, imp, ord, ord_out, memory, mn, coef, half, &buys,
+                exec_pass2_whole(A, scale_f, tr, nsh, sh, po, pc, imp, ord, ord_out, memory, mn, coef, half, &buys,
                            &pos_sum);
             else if (scale_f == 1.0f)
-                exec_pass2(A, 0, 1, scale_f, tr, nsh, sh, po, pc, imp, ord, ord_out, memory, mn, coef, half, &buys,
+                exec_pass2_reuse(A, scale_f, tr, nsh, sh, po, pc, imp, ord, ord_out, memory, mn, coef, half, &buys,
                            &pos_sum);
             else
-                exec_pass2(A, 0, 0, scale_f, tr, nsh, sh, po, pc, imp, ord, ord_out, memory, mn, coef, half, &buys,
+                exec_pass2_scaled(A, scale_f, tr, nsh, sh, po, pc, imp, ord, ord_out, memory, mn, coef, half, &buys,
                            &pos_sum);
             sell_notional = sells;
             buy_notional = buys;
