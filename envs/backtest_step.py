@@ -14,9 +14,8 @@ from typing import NamedTuple
 
 from torch import Tensor
 
-from data.errors import ConfigError
 from data.market import MarketData
-from envs.core import lcg_next, trade
+from envs.core import lcg_next, trade, work_unfilled
 from envs.execution import execution_tables
 from envs.observation import build_obs
 from envs.tradability import fill_modes
@@ -72,28 +71,32 @@ def backtest_core(
     half_all: Tensor | None = None,
 ) -> BacktestCore:
     """The fill, mark and termination of :func:`backtest_step` as a pure function of tensors
-    (``volume_all`` / ``impact_all`` / ``half_all``: as in :func:`envs.core.step_core`)."""
-    if params.unfilled != "drop":  # (a setting: checked once when traced)
-        raise ConfigError(
-            '[env] unfilled = "work" is not in the backtest step: backtest with unfilled = "drop"'
-        )
+    (``volume_all`` / ``impact_all`` / ``half_all``: as in :func:`envs.core.step_core`; with
+    ``[env] unfilled = "work"`` the part the volume cap cut keeps working as in the env's step,
+    :func:`envs.core.work_unfilled`)."""
     t_fill = t + 1
     t_mark = t_fill if params.decision_interval == 1 else t + params.decision_interval
     # index_select always gathers into a fresh tensor, as trade needs for the mark prices.
     mode = None if modes_all is None else modes_all.index_select(0, t_fill)
+    px_open = open_all.index_select(0, t_fill)
+    volume = None if volume_all is None else volume_all.index_select(0, t)
     fill = trade(
         params,
         shares,
         cash,
         order,
         action,
-        open_all.index_select(0, t_fill),
+        px_open,
         close_all.index_select(0, t_mark),
         mode,
-        None if volume_all is None else volume_all.index_select(0, t),
+        volume,
         None if impact_all is None else impact_all.index_select(0, t),
         None if half_all is None else half_all.index_select(0, t),
     )
+    fill = work_unfilled(
+        params, t, fill, shares, cash, action, px_open, mode, volume, open_all, close_all, modes_all,
+        volume_all, impact_all, half_all,
+    )  # fmt: skip
     terminated = fill.value < params.bust_frac * params.initial_cash
     # A restarted env can run out of data before the run ends: truncated (and restarted) as in step.
     done = terminated | (t_mark > last_bar)

@@ -337,6 +337,39 @@ def work_remainder(
     return Fill(traded, shares, cash, notional, pos_value, value, fees, order)
 
 
+def work_unfilled(
+    params: EnvParams,
+    t: Tensor,
+    fill: Fill,
+    shares: Tensor,
+    cash: Tensor,
+    action: Tensor,
+    px_open: Tensor,
+    mode: Tensor | None,
+    volume: Tensor | None,
+    open_all: Tensor,
+    close_all: Tensor,
+    modes_all: Tensor | None,
+    volume_all: Tensor | None,
+    impact_all: Tensor | None,
+    half_all: Tensor | None,
+) -> Fill:
+    """``fill`` (:func:`trade` of ``action`` on ``shares`` / ``cash`` at the fill bar's ``px_open``,
+    fill modes ``mode`` and expected ``volume``) with ``[env] unfilled = "work"``: the part of the
+    orders the volume cap cut keeps working until the next decision (:func:`work_remainder`). ``fill``
+    as it is with ``"drop"``, without the execution model (``volume`` ``None``) or without a cap.
+    The env's step and the backtest step both call it, so their fills agree."""
+    if params.unfilled != "work" or volume is None or volume_all is None or impact_all is None:
+        return fill
+    if params.max_participation <= 0:
+        return fill
+    requested = _orders(params, shares, cash, action, px_open, mode)
+    remainder = _cap_cut(params, requested, volume.to(params.asset_dtype), mode)
+    return work_remainder(
+        params, t, fill, remainder, open_all, close_all, modes_all, volume_all, impact_all, half_all
+    )
+
+
 class StepCore(NamedTuple):
     """What :func:`step_core` computes (pre-reset; the first ten are the next ``EnvState``'s fields,
     named alike). ``envs.kernels.native.NativeStep`` has the same fields up to ``traded``."""
@@ -402,12 +435,10 @@ def step_core(
         volume, impact = volume_all.index_select(0, t), impact_all.index_select(0, t)
         half = None if half_all is None else half_all.index_select(0, t)
     fill = trade(params, shares, cash, order, action, px_open, px_close, mode, volume, impact, half)
-    if params.unfilled == "work" and volume is not None and params.max_participation > 0:
-        requested = _orders(params, shares, cash, action, px_open, mode)
-        remainder = _cap_cut(params, requested, volume.to(adt), mode)
-        fill = work_remainder(
-            params, t, fill, remainder, open_all, close_all, modes_all, volume_all, impact_all, half_all
-        )
+    fill = work_unfilled(
+        params, t, fill, shares, cash, action, px_open, mode, volume, open_all, close_all, modes_all,
+        volume_all, impact_all, half_all,
+    )  # fmt: skip
     traded, new_shares, new_cash, traded_notional, pos_value, new_value, cost, new_order = fill
 
     # Reward.

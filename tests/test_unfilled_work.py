@@ -1,6 +1,6 @@
 """``[env] unfilled = "work"``: the part of an order the volume cap cut keeps filling on the bars after
 the fill bar until the next decision, by hand on a flat work_market, in the torch step and the reference;
-the native kernel and the backtest step refuse it with a one-line error."""
+the backtest step fills as the env's step does; the native kernel leaves such steps to torch."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import pytest
 import torch
 from helpers import flat_liquidity_market
 
-from data.errors import ConfigError
 from envs import trading
 from envs.backtest_step import asset_prices, backtest_step
+from envs.fast_step import step_kernel
 from envs.kernels import native
 from envs.reference import ReferenceEnv
 from envs.trading import EnvParams
@@ -84,11 +84,36 @@ def test_an_untradable_bar_fills_nothing_of_the_remainder(work_market):
     assert float(eager.state.cash[0]) == pytest.approx(ref.cash, abs=2e-3)
 
 
-def test_the_native_kernel_and_the_backtest_step_refuse_it(work_market):
+def test_the_backtest_step_fills_as_the_env_step(work_market):
+    """The same bars and orders through the backtest step and the env's step: the same fills bit for
+    bit, over decisions that each leave a remainder (the known answer: 75 shares a decision)."""
+    state, _ = trading.reset(work_market, PARAMS, 1, start=0)
+    prices = asset_prices(work_market, PARAMS)
+    env_state, bt_state, traded = state, state, []
+    for action in ([1.0, 0.0], [1.0, 0.0], [0.0, 0.0]):
+        action = torch.tensor([action])
+        env = trading.step(work_market, PARAMS, env_state, action)
+        bt = backtest_step(work_market, PARAMS, bt_state, action, prices)
+        assert torch.equal(bt.shares_traded, env.info["shares_traded"])
+        assert torch.equal(bt.traded_notional, env.info["traded_notional"])
+        for name in ("t", "cash", "shares", "value", "order"):
+            assert torch.equal(getattr(bt.state, name), getattr(env.state, name)), name
+        env_state, bt_state = env.state, bt.state
+        traded.append(float(bt.shares_traded[0, 0]))
+    # 25 shares a bar, 3 bars a decision: 75 bought twice of the 10,000 wanted, then 75 of 150 sold
+    assert traded == pytest.approx([75.0, 75.0, -75.0], abs=1e-3)
+    first = backtest_step(work_market, PARAMS, state, torch.tensor([[1.0, 0.0]]), prices)
+    assert float(first.shares_traded[0, 0]) == pytest.approx(75.0, abs=1e-3)
+    assert float(first.state.cash[0]) == pytest.approx(_cash_by_hand(PARAMS, 75.0), abs=2e-3)
+
+
+def test_the_fast_step_leaves_it_to_torch(work_market):
+    """The native kernel does not work a remainder: a fast step with "work" runs torch's step."""
     state, _ = trading.reset(work_market, PARAMS, 1, start=0)
     action = torch.tensor([[1.0, 0.0]])
-    if native.compiler() is not None:
-        with pytest.raises(ConfigError, match="unfilled"):
-            trading.step(work_market, PARAMS, state, action, fast=True)
-    with pytest.raises(ConfigError, match="unfilled"):
-        backtest_step(work_market, PARAMS, state, action, asset_prices(work_market, PARAMS))
+    assert step_kernel(work_market, PARAMS, state, fast=True, fallback_to_compile=False) == "eager"
+    fast = trading.step(work_market, PARAMS, state, action, fast=True, fallback_to_compile=False)
+    assert float(fast.info["shares_traded"][0, 0]) == pytest.approx(75.0, abs=1e-3)
+    drop = dataclasses.replace(PARAMS, unfilled="drop")
+    if native.library() is not None:
+        assert step_kernel(work_market, drop, state, fast=True, fallback_to_compile=False) == "native"

@@ -15,7 +15,8 @@ keyed by the source, the flags, the compiler and the CPU, and written atomically
 ``torch.compile``. Its OpenMP threads are torch's (the same ``libgomp`` is loaded in-process).
 
 Only the configuration training uses is native: CPU, float32 prices and per-asset quantities
-(``EnvParams.precision="float32"``), no per-asset ``trade_info``, a market with an observation table.
+(``EnvParams.precision="float32"``), no per-asset ``trade_info``, ``unfilled = "drop"`` (the worked
+remainder is the torch step's), a market with an observation table.
 :func:`supports` says whether a call qualifies, :func:`kernel` whether a step does.
 
 The trading rules stay in :mod:`envs.trading` and :mod:`envs.core`, and :mod:`envs.fast_step`
@@ -46,7 +47,6 @@ import torch
 from torch import Tensor
 
 from data.atomic import atomic_path
-from data.errors import ConfigError
 from data.market import MarketData
 from envs import execution, memory
 from envs.observation import obs_dim, obs_table
@@ -314,11 +314,8 @@ def kernel(market: MarketData, params, state) -> Callable[..., int] | None:
     rejects with its own error) goes to torch."""
     if market.device.type != "cpu" or not supports(params, market, obs_table(market)):
         return None
-    if params.unfilled != "drop":
-        raise ConfigError(
-            '[env] unfilled = "work" is not in the native step kernel: set [env] fast_step = "off" '
-            '(the torch step works the remainder) or unfilled = "drop"'
-        )
+    if params.unfilled != "drop":  # the worked remainder (envs.core.work_unfilled) is torch's only
+        return None
     num_envs = state.t.shape[0] if state.t.dim() == 1 else -1
     for name, dtype in STATE_DTYPES.items():
         x = getattr(state, name)
