@@ -22,6 +22,7 @@ from app.paper.fill_model import (
 )
 from app.paper.options import PaperOptions
 from app.paper.orders import DecisionSnapshot, RiskLimits, plan_orders
+from data.loader import MarketSplits, with_volume_scale
 from data.toy import toy_market
 from envs import trading
 from envs.execution import impact_table
@@ -160,21 +161,26 @@ def test_paper_takes_the_bundles_minimum_order():
     assert (capped.limits.max_weight, capped.limits.min_order_notional) == (0.2, 5.0)
 
 
-def _paper_inputs(market, params: EnvParams, t: int):
-    """Paper's fill inputs at decision bar ``t`` from the market's bars at or before ``t`` only."""
+def _paper_inputs(market, params: EnvParams, t: int, volume_scale: float = 1.0):
+    """Paper's fill inputs at decision bar ``t`` from the market's bars at or before ``t`` only (a
+    bundle trained with ``[data] volume_scale``)."""
     bars = {
         name: getattr(market, name)[: t + 1].double().numpy() for name in ("close", "high", "low", "volume")
     }
-    costs = execution_costs({"env_params": dataclasses.asdict(params)})
+    manifest = {"env_params": dataclasses.asdict(params), "data": {"volume_scale": volume_scale}}
+    costs = execution_costs(manifest)
+    assert costs.volume_scale == volume_scale
     fill_session = int(market.session_id[t + 1])
     inputs = fill_inputs(costs, bars, market.session_id[: t + 1].numpy(), fill_session, 390)
     return costs, inputs
 
 
-def test_paper_and_the_env_fill_the_same_order_the_same_on_the_same_bars():
+@pytest.mark.parametrize("volume_scale", [1.0, 4.0])
+def test_paper_and_the_env_fill_the_same_order_the_same_on_the_same_bars(volume_scale):
     """Two decisions buying a thin asset past its volume cap, a sale of a liquid one: from the bars
     alone (its own windows, the spread estimate, the cap, the worked order), paper's fill of each
-    order is the env's, quantity and price."""
+    order is the env's, quantity and price; with ``[data] volume_scale`` too (the env's market
+    scaled by the loader's own function, paper's bars as fetched)."""
     base = toy_market(num_steps=22 * 390, num_assets=3, num_features=2, seed=4)
     # Asset 0's closes bounce 8 bp either side (a quoted spread the estimator sees in the bars).
     side = torch.where(
@@ -194,6 +200,11 @@ def test_paper_and_the_env_fill_the_same_order_the_same_on_the_same_bars():
         expected_volume=None,
         half_spread=None,
     )
+    unscaled = market
+    split = MarketSplits(
+        market, market.slice(0, 390), market.slice(390, 780), market.slice(780, market.num_steps)
+    )
+    market = with_volume_scale(split, volume_scale).full
     params = EnvParams(
         initial_cash=1.0e6, decision_interval=5, episode_len=10, precision="float64", trade_info=True
     )
@@ -210,7 +221,11 @@ def test_paper_and_the_env_fill_the_same_order_the_same_on_the_same_bars():
         wanted = action[0].double() * value_open / px_open - state.shares[0]  # the env's order, uncapped
         out = trading.step(market, params, state, action)
         traded, fill = out.info["shares_traded"][0], out.info["fill_price"][0]
-        costs, inputs = _paper_inputs(market, params, t)
+        costs, inputs = _paper_inputs(market, params, t, volume_scale)
+        if volume_scale != 1.0:  # the cap and the impact move with the scale; the bars paper reads do not
+            _, plain = _paper_inputs(unscaled, params, t)
+            np.testing.assert_allclose(inputs.cap, plain.cap * volume_scale, rtol=1e-12)
+            np.testing.assert_allclose(inputs.impact, plain.impact / volume_scale**0.5, rtol=1e-6)
         memory = worked_orders(decisions, fills, costs.impact_memory)
         for a, ticker in enumerate(market.tickers):
             if abs(float(wanted[a])) * float(px_open[a]) < params.min_order_notional:

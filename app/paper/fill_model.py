@@ -42,6 +42,9 @@ class ExecutionCosts:
     impact_decay: float = EnvParams.impact_decay
     max_participation: float = EnvParams.max_participation
     decision_interval: int = EnvParams.decision_interval
+    # [data] volume_scale (the bundle's data settings): the volumes the cap and the impact read are the
+    # bars' times this, as data.loader.with_volume_scale makes the env's market's.
+    volume_scale: float = 1.0
 
     @property
     def impact_memory(self) -> float:
@@ -50,8 +53,11 @@ class ExecutionCosts:
 
 
 def execution_costs(manifest: dict) -> ExecutionCosts:
-    """The bundle's execution settings (its ``env_params``; defaults for those it lacks)."""
-    env = manifest.get("env_params") or {}
+    """The bundle's execution settings (its ``env_params``, and ``data``'s ``volume_scale``; defaults
+    for those it lacks)."""
+    env = dict(manifest.get("env_params") or {})
+    scale = (manifest.get("data") or {}).get("volume_scale")
+    env["volume_scale"] = scale
     kinds = {f.name: type(getattr(ExecutionCosts, f.name)) for f in fields(ExecutionCosts)}
     return ExecutionCosts(**{k: kinds[k](v) for k, v in env.items() if k in kinds and v is not None})
 
@@ -99,9 +105,10 @@ def fill_inputs(
     sid = torch.as_tensor(np.append(np.asarray(session_id, dtype=np.int64), fill_session))
     c, v = extended(close), extended(volume)
     daily_vol, adv = trailing_liquidity(c, v, sid, bars_per_session)
-    vol, dv = daily_vol[-2].double(), adv[-2].double()
+    scale = costs.volume_scale  # [data] volume_scale, applied to adv and expected volume as the env's
+    vol, dv = daily_vol[-2].double(), adv[-2].double() * scale
     impact = torch.where(dv > 0, vol / dv.clamp(min=1e-12).sqrt(), 0.0).to(torch.float32).double()
-    expected = expected_volume(v, sid)[-2].double()
+    expected = expected_volume(v, sid)[-2].double() * scale
     cap = (
         expected * costs.max_participation
         if costs.max_participation > 0
@@ -120,14 +127,17 @@ def _fixed_half(costs: ExecutionCosts) -> float:
     return (costs.slippage_bps + costs.spread_scale * costs.spread_bps) * 1e-4
 
 
-def impact_scales(close: np.ndarray, volume: np.ndarray, session_id: np.ndarray) -> np.ndarray:
+def impact_scales(
+    close: np.ndarray, volume: np.ndarray, session_id: np.ndarray, volume_scale: float = 1.0
+) -> np.ndarray:
     """``(A,)`` square-root impact scale ``daily_vol / sqrt(adv)`` at the last of ``(T, A)`` bars
-    (0 where there is no volume), from bars at or before it only (``data.liquidity``)."""
+    (0 where there is no volume), from bars at or before it only (``data.liquidity``), ``adv``
+    times ``volume_scale`` (``[data] volume_scale``)."""
     if len(close) == 0:
         return np.zeros(close.shape[1] if close.ndim == 2 else 0)
     v = torch.as_tensor(np.nan_to_num(np.asarray(volume, dtype=np.float64), nan=0.0))
     daily_vol, adv = trailing_liquidity(_known_close(close), v, torch.as_tensor(np.asarray(session_id)))
-    vol, dv = daily_vol[-1].double(), adv[-1].double()
+    vol, dv = daily_vol[-1].double(), adv[-1].double() * volume_scale
     return torch.where(dv > 0, vol / dv.clamp(min=1e-12).sqrt(), 0.0).numpy()
 
 
