@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> dict:
         (n, f, e, m) for n in sizes for f in modes for e in executions for m in cost_models
     ):
         costs = OLD_COSTS if model == "old" else {}
-        params = EnvParams(episode_len=256, **costs, **({} if execution else FRICTIONLESS))
+        params = EnvParams(episode_len=256, **{**costs, **({} if execution else FRICTIONLESS)})
         sec, cpu_sec, kernel = bench_batched(market, params, num_envs, args.steps, args.warmup, fast=fast)
         results.append(
             {
@@ -165,8 +165,9 @@ def main(argv: list[str] | None = None) -> dict:
             ratio = ""
             if model == "new" and len(cost_models) == 2:
                 ratio = f"  costs new/old {results[-2]['ms_per_step'] / results[-1]['ms_per_step']:.2f}"
-            elif execution and len(executions) == 2:
-                ratio = f"  execution on/off {results[-2]['ms_per_step'] / results[-1]['ms_per_step']:.2f}"
+            elif execution and len(executions) == 2:  # against the same costs' row with execution off
+                off = results[-1 - len(cost_models)]
+                ratio = f"  execution on/off {off['ms_per_step'] / results[-1]['ms_per_step']:.2f}"
             elif fast and len(modes) == 2 and len(executions) == 1:
                 ratio = f"  {results[-2]['ms_per_step'] / results[-1]['ms_per_step']:.2f}x eager"
             print(
