@@ -318,6 +318,11 @@ def switch_row(case: Case, sims: list[Loop], nights: int) -> dict[str, Any]:
     }
 
 
+def _progress(row: dict[str, Any], seconds: dict[str, float]) -> None:
+    """Each case's row on stderr as it is done (a long run's partial figures)."""
+    print(json.dumps({**row, "seconds_so_far": sum(seconds.values())}), file=sys.stderr, flush=True)
+
+
 def measure(args: argparse.Namespace, settings: ShadowSettings) -> dict[str, Any]:
     """The null rows (one per shape), the planted rows (one per edge), the switch rows."""
     kw = {"nights": args.nights, "seed": args.seed, "settings": settings}
@@ -327,11 +332,13 @@ def measure(args: argparse.Namespace, settings: ShadowSettings) -> dict[str, Any
         sims = run_case(Case(shape), loops=args.loops, **kw)
         null.append(null_row(shape, sims, settings.level))
         seconds[f"null {shape}"] = round(time.perf_counter() - started, 1)
+        _progress(null[-1], seconds)
     for edge in args.edges:
         started = time.perf_counter()
         sims = run_case(Case("student_t3", edge=edge), loops=args.power_loops, **kw)
         planted.append(planted_row(edge, sims))
         seconds[f"planted {edge}"] = round(time.perf_counter() - started, 1)
+        _progress(planted[-1], seconds)
     stays = Case("student_t3", champion_edge=args.champion_edge, switch_night=args.nights, stop_at="never")
     for case in [
         *(
@@ -343,6 +350,7 @@ def measure(args: argparse.Namespace, settings: ShadowSettings) -> dict[str, Any
         started = time.perf_counter()
         sims = run_case(case, loops=args.power_loops, **kw)
         switch.append(switch_row(case, sims, args.nights))
+        _progress(switch[-1], seconds)
         seconds[f"switch {case.after_edge if case is not stays else 'stays'}"] = round(
             time.perf_counter() - started, 1
         )
