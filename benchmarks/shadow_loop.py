@@ -76,7 +76,7 @@ class Case:
     switch_night: int = 0
     after_edge: float = 0.0
     stop_at: str = "promotion"
-    """a loop is done at its first "promotion", at the champion's "demotion", or "never\" """
+    """a loop is done at its first "promotion", at the champion's "demotion", or "never" (runs on)"""
 
 
 @dataclass
