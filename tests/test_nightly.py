@@ -115,7 +115,11 @@ class FakePipeline:
 
 
 def _config(**nightly) -> Config:
-    return Config().with_updates(nightly={"margin": 0.1, "significance_level": 0.1, **nightly})
+    """The fixed-window gate (``shadow_book = false``): these tests script its scores; the shadow book's
+    rule is tests/test_shadow.py's and tests/test_shadow_nights.py's."""
+    return Config().with_updates(
+        nightly={"margin": 0.1, "significance_level": 0.1, "shadow_book": False, **nightly}
+    )
 
 
 def _registry_state(home: Path) -> tuple[list[dict], dict | None, bytes | None]:
@@ -323,7 +327,7 @@ def test_cli_json_reports_the_decision(home, monkeypatch, capsys):
     fake = FakePipeline()
     monkeypatch.setattr(nightly, "default_steps", fake.steps)
     config = home / "c.toml"
-    config.write_text("[nightly]\nmargin = 0.25\n")
+    config.write_text("[nightly]\nmargin = 0.25\nshadow_book = false\n")
     assert cli.main(["retrain", "--home", str(home), "--config", str(config), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["verdict"] == "promoted" and out["champion"] == out["challenger_run_id"]

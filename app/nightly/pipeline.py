@@ -9,11 +9,14 @@
    current champion's weights (the rest of the pool explores as usual);
 3. **evaluate**: challenger and champion backtested together on the TEST window, the most recent
    sessions, which neither the tournament's selection nor (checked) the challenger's training saw;
-4. **decide** (``app.gate``, the gate walk-forward replays too): promote only if the challenger's fitness beats the
-   champion's by ``nightly.margin`` AND its out-of-sample test on the test window says "edge
-   significant out of sample" at ``nightly.significance_level`` (``backtests.verdict``, the rule of
-   ``podracer backtest``), every earlier look at an overlapping window of the same market counted by
-   the looks ledger;
+4. **decide**: with ``nightly.shadow_book`` (the default) the shadow book (``app.nightly.shadow``):
+   tonight's challenger enters it, an earlier one is promoted once the sessions after its creation
+   pass the anytime-valid test, and the champion is demoted when its edge is gone; with
+   ``shadow_book = false`` the fixed-window gate (``app.gate``, the gate walk-forward replays too):
+   promote only if the challenger's fitness beats the champion's by ``nightly.margin`` AND its
+   out-of-sample test on the test window says "edge significant out of sample" at
+   ``nightly.significance_level`` (``backtests.verdict``, the rule of ``podracer backtest``), every
+   earlier look at an overlapping window of the same market counted by the looks ledger;
 5. **export** (on promotion): an onnxruntime bundle of the challenger (``app.export.export_bundle``)
    and an immutable copy of its policy under ``<home>/champions/<run_id>/``;
 6. **record**: the decision row and, on promotion, the new champion pointer in ONE SQLite
