@@ -279,11 +279,6 @@ class NightlyConfig(Section):
         description="the gate's level: the challenger's out-of-sample test must be significant at it "
         "(None: [backtest] significance_level)",
     )
-    first_promotion: Literal["always", "significant"] = Field(
-        "significant",
-        description="with no champion yet: promote only a significant challenger (until then the "
-        "account holds cash), or always",
-    )
     max_minutes: float | None = Field(
         MAX_MINUTES,
         gt=0,
