@@ -13,14 +13,11 @@ transaction, :data:`MIGRATIONS`; a reader reads an older file's rows under the c
   with its inputs, scores, reason, run ids, data windows and times.
 - ``champion``: at most one row (``slot = 1``): the current champion's run id, policy folder, bundle,
   the decision that promoted it, and its windows.
-- ``demotions``: one row per champion demoted (run id, reason, time, the last session its record
-  read, the decision that demoted it). A demotion deletes the ``champion`` row in the same
-  transaction as its decision: :func:`current_champion` is then None, and :func:`last_demotion`
-  says why.
+- ``demotions``: one row per champion demoted (``app.champion.ChampionDemotion``), written with its
+  decision in the transaction that deletes the ``champion`` row.
 
-Readers for the dashboard: :func:`read_decisions`, :func:`current_champion` and
-:func:`last_demotion` (read-only; they never create the file; a file without the ``demotions`` table,
-schema 2, reads as one with no demotion).
+Readers (read-only; they never create the file): :func:`read_decisions`, :func:`current_champion`,
+:func:`last_demotion` (a schema-2 file, without ``demotions``, reads as one with no demotion).
 """
 
 from __future__ import annotations
@@ -44,14 +41,8 @@ from data.scrub import scrub, scrub_all
 
 REGISTRY_NAME = "registry.sqlite"
 _DEMOTIONS = """
-CREATE TABLE IF NOT EXISTS demotions (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    decision_id INTEGER NOT NULL REFERENCES decisions(id),
-    run_id TEXT NOT NULL,
-    demoted_at TEXT NOT NULL,
-    session TEXT,
-    reason TEXT NOT NULL
-)"""
+CREATE TABLE IF NOT EXISTS demotions (id INTEGER PRIMARY KEY AUTOINCREMENT, decision_id INTEGER NOT NULL
+    REFERENCES decisions(id), run_id TEXT NOT NULL, demoted_at TEXT NOT NULL, session TEXT, reason TEXT NOT NULL)"""
 SCHEMA_VERSION = 3
 #: Statements that bring a registry from ``version`` to ``version + 1``, run in the writer's transaction.
 MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -468,18 +459,25 @@ def _current_names(row: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def current_champion(home: str | os.PathLike[str], *, timeout: float = sqlite.TIMEOUT_S) -> Champion | None:
-    """The current champion (``app.champion.Champion``, with its ``decision_id``), or None if none yet.
-
-    ``timeout``: seconds to wait for a writer's lock before :class:`RegistryBusy`."""
+def _newest_row(home: str | os.PathLike[str], table: str, sql: str, timeout: float) -> sqlite3.Row | None:
+    """The row ``sql`` selects (None: no registry, no such ``table`` in an older file, or no row)."""
     with _reader(home, timeout) as conn:
         if conn is None:
             return None
         try:
-            row = conn.execute("SELECT * FROM champion WHERE slot = 1").fetchone()
+            if conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (table,)).fetchone() is None:
+                return None  # a file written before the table existed
+            return conn.execute(sql).fetchone()
         except sqlite3.DatabaseError as err:
             kind = RegistryBusy if _locked(err) else RegistryError
             raise kind(f"cannot read registry {registry_path(home)}: {err}") from None
+
+
+def current_champion(home: str | os.PathLike[str], *, timeout: float = sqlite.TIMEOUT_S) -> Champion | None:
+    """The current champion (``app.champion.Champion``, with its ``decision_id``), or None if none yet.
+
+    ``timeout``: seconds to wait for a writer's lock before :class:`RegistryBusy`."""
+    row = _newest_row(home, "champion", "SELECT * FROM champion WHERE slot = 1", timeout)
     if row is None:
         return None
     out = _decode(row, ("info",))
@@ -496,18 +494,9 @@ def current_champion(home: str | os.PathLike[str], *, timeout: float = sqlite.TI
 
 def last_demotion(home: str | os.PathLike[str]) -> ChampionDemotion | None:
     """The newest demotion (None: no champion was ever demoted, or the file predates demotions)."""
-    with _reader(home) as conn:
-        if conn is None:
-            return None
-        try:
-            if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'demotions'").fetchone() is None:
-                return None  # schema 2: written before demotions existed
-            row = conn.execute("SELECT * FROM demotions ORDER BY id DESC LIMIT 1").fetchone()
-        except sqlite3.DatabaseError as err:
-            kind = RegistryBusy if _locked(err) else RegistryError
-            raise kind(f"cannot read registry {registry_path(home)}: {err}") from None
-    if row is None:
-        return None
-    out = dict(row)
-    out.pop("id", None)
-    return ChampionDemotion.model_validate(out)
+    row = _newest_row(home, "demotions", "SELECT * FROM demotions ORDER BY id DESC LIMIT 1", sqlite.TIMEOUT_S)
+    return (
+        None
+        if row is None
+        else ChampionDemotion.model_validate({k: v for k, v in dict(row).items() if k != "id"})
+    )
