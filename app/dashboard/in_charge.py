@@ -11,7 +11,7 @@ from typing import Any
 
 
 @dataclass(frozen=True)
-class InCharge:
+class ChampionCard:
     """The card: its value, the note under it, the "since" card's value and the one-line explanation
     (None: nothing to explain)."""
 
@@ -26,12 +26,12 @@ def _stamp(iso: str | None) -> str:
     return str(iso)[:16].replace("T", " ") if iso else "-"
 
 
-def in_charge(state: Any) -> InCharge:
+def in_charge(state: Any) -> ChampionCard:
     """The card of ``state`` (``app.workflows.status.Status``)."""
     champ = state.champion
     if champ is not None:
         bundle = f"bundle {champ.bundle_id[:12]}" if champ.bundle_id else None
-        return InCharge(champ.run_id, bundle, _stamp(champ.promoted_at), None)
+        return ChampionCard(champ.run_id, bundle, _stamp(champ.promoted_at), None)
     gone = getattr(state, "demotion", None)
     if gone:
         explanation = (
@@ -39,7 +39,7 @@ def in_charge(state: Any) -> InCharge:
             f"{gone.get('session') or '?'}): {gone['reason']}. The paper account holds "
             "[paper] before_champion until a challenger passes the promotion test."
         )
-        return InCharge(
+        return ChampionCard(
             "none (demoted)", f"{gone['run_id']} demoted", _stamp(gone["demoted_at"]), explanation
         )
-    return InCharge("none yet", None, "-", None)
+    return ChampionCard("none yet", None, "-", None)
