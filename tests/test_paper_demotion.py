@@ -32,17 +32,20 @@ def demote(home, run_id: str) -> None:
     assert current_champion(home) is None
 
 
-def _champion_then_demoted(m, benchmark) -> None:
+def _champion_then_demoted(m, benchmark):
+    """A trades a session, then is demoted; returns the loop's source (A's bundle still in hand)."""
     promote(m.home, "run-a", m.a)
-    (first,) = trade_session(m, source_with(m, benchmark), SESSIONS[0], cycles=1)
+    source = source_with(m, benchmark)
+    (first,) = trade_session(m, source, SESSIONS[0], cycles=1)
     assert first.bundle_id == m.id_a and first.submitted and m.fake.positions
     demote(m.home, "run-a")
+    return source
 
 
 def test_a_demoted_champion_hands_the_account_to_the_benchmark_once(unpromoted):  # noqa: F811
     m = unpromoted
     _champion_then_demoted(m, m.bench)
-    source = source_with(m, m.bench)
+    source = source_with(m, m.bench)  # a restarted loop: A's bundle named by the journal only
     take, hold = trade_session(m, source, SESSIONS[1], cycles=2)
     assert is_benchmark(take.bundle_id) and take.status == "traded" and take.submitted
     assert "demoted: rebalancing to the benchmark" in take.messages[0]
@@ -64,8 +67,8 @@ def test_a_demoted_champion_hands_the_account_to_the_benchmark_once(unpromoted):
 
 def test_a_demoted_champion_goes_to_cash_when_the_setting_says_cash(unpromoted):  # noqa: F811
     m = unpromoted
-    _champion_then_demoted(m, None)
-    sell, wait = trade_session(m, source_with(m, None), SESSIONS[1], cycles=2)
+    source = _champion_then_demoted(m, None)  # the same loop: A's bundle in hand
+    sell, wait = trade_session(m, source, SESSIONS[1], cycles=2)
     assert is_cash(sell.bundle_id) and sell.submitted and {o.side for o in sell.submitted} == {"sell"}
     assert not any(abs(q) > 1e-9 for q in m.fake.positions.values())  # flat
     assert wait.status == "no_champion" and not wait.submitted

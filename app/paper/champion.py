@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from app.bundle import Bundle, load_bundle
+from app.bundle import Bundle, BundleManifest, load_bundle
 from app.champion import Champion, ChampionPointer, PointerBusy, PointerError
 from app.paper.benchmark import BenchmarkBundle, cash_bundle
 from app.paper.journal import Journal
@@ -329,6 +329,6 @@ class ChampionSource:
 def _manifest(bundle_path: str | None) -> dict | None:
     """A bundle folder's manifest as JSON (unverified: its tickers and settings only), None if unreadable."""
     try:
-        return json.loads((Path(str(bundle_path)) / "manifest.json").read_text(encoding="utf-8"))
+        return json.loads((Path(str(bundle_path)) / BundleManifest.FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError, TypeError):
         return None
