@@ -1,7 +1,7 @@
 """The champion in charge as one typed value: :class:`Champion`.
 
 Nightly's registry stores it (``app.nightly.registry``: the ``champion`` table's row, with ``info`` as
-:class:`ChampionNote`), the gate reads it (``app.gate``: the incumbent), and every reader (the paper
+:class:`ChampionNote`; a demotion, which leaves no champion in charge, as a :class:`ChampionDemotion`), the gate reads it (``app.gate``: the incumbent), and every reader (the paper
 loop, ``podracer status``, the dashboard, retention, a walk-forward's policy in charge) uses its
 attributes. A walk-forward's incumbent is the same model: the fold whose challenger it was in
 ``fold``, its feature statistics in ``feature_spec``, no bundle. Standard library and pydantic only,
@@ -64,6 +64,19 @@ class Champion(BaseModel):
     def verdict(self) -> str | None:
         """Its out-of-sample verdict line on the window the gate decided on."""
         return self.info.challenger_edge
+
+
+class ChampionDemotion(BaseModel):
+    """A champion that lost its place (the shadow book's demotion test: its edge over buy-and-hold gone,
+    or its drawdown since promotion past the limit): the benchmark, or cash, is in charge after it."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    run_id: str = Field(description="the champion demoted")
+    reason: str = Field(description="why, in one line")
+    demoted_at: str = Field(description="ISO-8601 UTC time of the decision that demoted it")
+    session: str | None = Field(None, description="the last session its record read (ISO date)")
+    decision_id: int | None = Field(None, description="the registry decision that demoted it")
 
 
 class PointerError(PodracerError):

@@ -137,7 +137,10 @@ def migrate_deprecated(raw: dict[str, Any], source: str = "config") -> dict[str,
       selected strategy had to reach) -> ``significance_level = 1 - d`` in the same section (the level of
       the out-of-sample test that replaced that DSR); both keys set is an error, as for
       :data:`RENAMED_KEYS`;
-    - ``[nightly] first_promotion = "dsr"`` -> ``"significant"``.
+    - ``[nightly] first_promotion`` (what a first challenger needed with no champion yet) is gone: a
+      first challenger passes the same test as any other. ``"always"`` (any first challenger took
+      charge) and ``"dsr"`` are read as that rule with a warning; ``"significant"``, which was that
+      rule already, is dropped without one.
     """
     out = {k: dict(v) if isinstance(v, dict) else v for k, v in raw.items()}
     for name in ("backtest", "nightly"):
@@ -162,9 +165,15 @@ def migrate_deprecated(raw: dict[str, Any], source: str = "config") -> dict[str,
         else:
             log.warning("%s: [%s] dsr_threshold = %r is deprecated and ignored", source, name, old)
     nightly = out.get("nightly")
-    if isinstance(nightly, dict) and nightly.get("first_promotion") == "dsr":
-        nightly["first_promotion"] = "significant"
-        log.warning('%s: [nightly] first_promotion = "dsr" is deprecated: read as "significant"', source)
+    if isinstance(nightly, dict) and "first_promotion" in nightly:
+        old = nightly.pop("first_promotion")
+        if old != "significant":
+            log.warning(
+                "%s: [nightly] first_promotion = %r is deprecated and removed: a first challenger is promoted only when "
+                "it passes the promotion test, like any other",
+                source,
+                old,
+            )
     return out
 
 

@@ -279,11 +279,6 @@ class NightlyConfig(Section):
         description="the gate's level: the challenger's out-of-sample test must be significant at it "
         "(None: [backtest] significance_level)",
     )
-    first_promotion: Literal["always", "significant"] = Field(
-        "significant",
-        description="with no champion yet: promote only a significant challenger (until then the "
-        "account holds cash), or always",
-    )
     max_minutes: float | None = Field(
         MAX_MINUTES,
         gt=0,
@@ -292,10 +287,10 @@ class NightlyConfig(Section):
     )
     warm_start_pods: int = Field(1, ge=0, description="fresh pods seeded with the champion's weights")
     shadow_book: bool = Field(
-        False,
+        True,
         description="promote through the shadow book: challengers tested on the sessions after their "
         "creation with an anytime-valid test, the champion demoted when its edge is gone "
-        "(docs/nightly.md)",
+        "(docs/nightly.md); false: the fixed-window gate (margin and significance on the test window)",
     )
     export: bool = Field(True, description="export an onnxruntime bundle on promotion")
     tearsheet: bool = Field(True, description="write the challenger run's tear sheet")

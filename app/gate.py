@@ -3,7 +3,7 @@ nightly retrain (``app.nightly.pipeline``) and a walk-forward's folds (``app.wal
 both call.
 
 Inputs, typed: the rule (:class:`GateRule`, from the ``[nightly]`` section: fitness, margin, the
-gate's significance level, ``first_promotion``), the scores of challenger and incumbent on the gate
+gate's significance level), the scores of challenger and incumbent on the gate
 window (:class:`Evaluation`, what ``app.nightly.steps.score_step`` measures) and the incumbent
 (:class:`app.champion.Champion`, or None before the first promotion). Output: :class:`GateResult`, a
 frozen model holding the fitnesses, the margin, the significance level, the out-of-sample test, the
@@ -13,8 +13,8 @@ walk-forward's ``fold.json`` store it as it is.
 - :func:`decide`: the promotion rule. Promote only if the challenger's fitness beats the incumbent's
   by ``margin`` AND its out-of-sample verdict on the gate window is "edge significant out of sample"
   (``backtests.verdict``: the rule of ``podracer backtest``, at the gate's level, after every earlier
-  look at an overlapping window of the same market); with no incumbent, ``first_promotion`` says
-  whether the first challenger is promoted anyway.
+  look at an overlapping window of the same market); with no incumbent, the first challenger needs
+  the same significant edge.
 - :func:`judge_challenger`: the rule applied to the scores: the :class:`GateResult`.
 
 Imports nothing above it in the app (``app.champion``, ``app.config_sections``): pydantic, the
@@ -62,26 +62,23 @@ def finite(value: float | None) -> float | None:
 
 
 class GateRule(BaseModel):
-    """The rule's settings: the fitness compared, the margin, the gate's significance level and what a
-    first challenger (no incumbent) needs."""
+    """The rule's settings: the fitness compared, the margin and the gate's significance level."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     fitness: str = "sharpe"
     margin: float = 0.1
     significance_level: float = 0.05
-    first_promotion: Literal["always", "significant"] = "significant"
 
     @classmethod
     def of(cls, nightly: NightlyConfig, tournament: TournamentConfig, backtest: BacktestConfig) -> Self:
         """The rule of a config: ``[nightly] fitness`` (else ``[tournament] fitness``), ``margin``,
-        ``significance_level`` (else ``[backtest] significance_level``), ``first_promotion``."""
+        ``significance_level`` (else ``[backtest] significance_level``)."""
         level = nightly.significance_level
         return cls(
             fitness=nightly.fitness or tournament.fitness,
             margin=nightly.margin,
             significance_level=float(level if level is not None else backtest.significance_level),
-            first_promotion=nightly.first_promotion,
         )
 
     @classmethod
@@ -157,7 +154,6 @@ def decide(
     *,
     has_champion: bool,
     margin: float,
-    first_promotion: str = "significant",
     fitness: str = "sharpe",
 ) -> PromotionDecision:
     """Promote iff the challenger beats the champion by ``margin`` AND ``challenger_edge``, its
@@ -165,16 +161,14 @@ def decide(
 
     Undefined numbers never promote: a challenger whose fitness is undefined (a flat equity curve, too
     few days) or whose edge is not measurable is rejected. A champion whose fitness is undefined
-    counts as beaten. With no champion yet, ``first_promotion="significant"`` (the default) still asks
-    for a significant edge (until then nothing is in charge: paper trading has no champion to run, a
-    walk-forward's account holds cash), ``"always"`` promotes the first challenger whatever its test.
+    counts as beaten. With no champion yet the challenger still needs a significant edge (until then
+    nothing is in charge: paper trading holds ``[paper] before_champion``, a walk-forward's account
+    ``[walkforward] before_champion``).
     """
     ch, champ = finite(challenger_fitness), finite(champion_fitness)
     significant = challenger_edge is not None and challenger_edge.outcome == "significant"
     edge = challenger_edge.text if challenger_edge is not None else "no out-of-sample test"
     if not has_champion:
-        if first_promotion == "always":
-            return PromotionDecision(True, f"no champion yet: first challenger promoted ({edge})")
         if ch is None:
             return PromotionDecision(False, f"no champion yet, but the challenger's {fitness} is undefined")
         if not significant:
@@ -230,7 +224,6 @@ def judge_challenger(
             edge,
             has_champion=incumbent is not None,
             margin=rule.margin,
-            first_promotion=rule.first_promotion,
             fitness=rule.fitness,
         )
         promote, reason = promotion.promote, promotion.reason + overlap_note(incumbent, window[0])

@@ -10,13 +10,14 @@ and its steps, one thread) on a synthetic market with the planted signal (``data
 1. one market of ``SESSIONS`` sessions; **yesterday** is its first ``YESTERDAY`` sessions (train 20,
    validation 10, gate 5) and **tonight** all of them (train 25, validation 10, test 40: the gate's
    window is measurable, ``backtests.verdict.MIN_OOS_SESSIONS``). Yesterday's retrain promotes its
-   challenger (``first_promotion = "always"``): the champion, gated on sessions that end before
+   challenger (its verdict on the 5-session gate window, too short to measure, is scripted
+   "significant": :func:`_scripted_first`): the champion, gated on sessions that end before
    tonight's test window, so ``gated_on_tonight`` allows the warm start and nothing it inherits saw
    tonight's test window;
 2. tonight's retrain twice, from copies of that home, with the same tournament seed: **warm** (its
    one pod starts from the champion's weights, ``[nightly] warm_start_pods = 1``) and **cold**
-   (``warm_start_pods = 0``: what a dropped warm start runs). The gate is the default one (margin,
-   significance at the gate's level, the looks counted).
+   (``warm_start_pods = 0``: what a dropped warm start runs). The gate is the fixed-window one
+   (``[nightly] shadow_book = false``: margin, significance at the gate's level, the looks counted).
 
 Prints per seed and arm the challenger's validation Sharpe (the tournament's champion score), its
 test-window fitness (Sharpe of daily returns net of costs on tonight's gate window, against the
@@ -43,8 +44,9 @@ import torch  # noqa: E402
 
 from app.config import parse_config  # noqa: E402
 from app.nightly.pipeline import run_retrain  # noqa: E402
-from app.nightly.steps import DataSnapshot, default_steps  # noqa: E402
+from app.nightly.steps import DataSnapshot, RetrainSteps, default_steps  # noqa: E402
 from app.runs import RunDir  # noqa: E402
+from backtests.verdict import EdgeVerdict  # noqa: E402
 from data.align import Panel  # noqa: E402
 from data.calendar import Grid  # noqa: E402
 from data.loader import build_market  # noqa: E402
@@ -58,7 +60,7 @@ TONIGHT_SPLIT = (25 / 75, 10 / 75)
 YESTERDAY_SPLIT = (20 / 35, 10 / 35)
 
 
-def _config(seed: int, budget_steps: int, warm_pods: int, first_promotion: str) -> Any:
+def _config(seed: int, budget_steps: int, warm_pods: int) -> Any:
     """The learner of the walk-forward's known-answer test (tests/test_walkforward_known.py: one PPO pod
     at 256 envs, the frictionless fill) in a nightly retrain."""
     return parse_config(
@@ -89,7 +91,7 @@ def _config(seed: int, budget_steps: int, warm_pods: int, first_promotion: str) 
             },
             "nightly": {
                 "warm_start_pods": warm_pods,
-                "first_promotion": first_promotion,
+                "shadow_book": False,
                 "export": False,
                 "tearsheet": False,
             },
@@ -122,8 +124,20 @@ def _snapshot(panel: Panel, split: tuple[float, float]) -> DataSnapshot:
     return DataSnapshot(splits=splits, windows=windows, source="synthetic")
 
 
-def _retrain(config: Any, home: Path, data: DataSnapshot) -> dict[str, Any]:
+def _scripted_first(steps: RetrainSteps) -> RetrainSteps:
+    """``steps`` with the challenger's verdict on the gate window scripted "significant" (yesterday's
+    window is too short to measure; every figure of the night stays real)."""
+
+    def evaluate(config: Any, home: Path, data: DataSnapshot, challenger: Any, champion: Any) -> Any:
+        scored = steps.evaluate(config, home, data, challenger, champion)
+        return dataclasses.replace(scored, edge=EdgeVerdict("significant", ("scripted: the first champion",)))
+
+    return dataclasses.replace(steps, evaluate=evaluate)
+
+
+def _retrain(config: Any, home: Path, data: DataSnapshot, *, first: bool = False) -> dict[str, Any]:
     steps = dataclasses.replace(default_steps(), update_data=lambda cfg, h: data)
+    steps = _scripted_first(steps) if first else steps
     started = time.perf_counter()
     outcome = run_retrain(config, home, steps=steps)
     run = RunDir(home, outcome.challenger_run_id)
@@ -149,12 +163,12 @@ def one_seed(seed: int, budget_steps: int, signal: float, root: Path) -> dict[st
     if not yesterday.windows["test"][1] < tonight.windows["test"][0]:
         raise SystemExit(f"seed {seed}: yesterday's gate window reaches into tonight's test window")
     base = root / f"seed{seed}-base"
-    first = _retrain(_config(seed, budget_steps, 1, "always"), base, yesterday)
+    first = _retrain(_config(seed, budget_steps, 1), base, yesterday, first=True)
     out: dict[str, Any] = {"seed": seed, "yesterday": first}
     for arm, warm_pods in (("warm", 1), ("cold", 0)):
         home = root / f"seed{seed}-{arm}"
         shutil.copytree(base, home)
-        out[arm] = _retrain(_config(seed, budget_steps, warm_pods, "significant"), home, tonight)
+        out[arm] = _retrain(_config(seed, budget_steps, warm_pods), home, tonight)
     return out
 
 

@@ -91,7 +91,7 @@ def test_old_env_compile_key_loads_as_fast_step_with_one_warning(tmp_path, caplo
 
 def test_old_significance_keys_still_load_with_a_warning(tmp_path, caplog):
     """Every run's config.toml records the config it ran with: the DSR thresholds it used to hold are
-    read as the out-of-sample test's level, and the old first_promotion value as its new name."""
+    read as the out-of-sample test's level, and the removed first_promotion as the one promotion rule."""
     old = tmp_path / "config.toml"
     old.write_text(
         '[backtest]\ndsr_threshold = 0.95\n[nightly]\ndsr_threshold = 0.9\nfirst_promotion = "dsr"\n',
@@ -100,7 +100,7 @@ def test_old_significance_keys_still_load_with_a_warning(tmp_path, caplog):
     with caplog.at_level("WARNING", logger="app.config"):
         config = load_config(old)
     assert config.backtest.significance_level == 0.05 and config.nightly.significance_level == 0.1
-    assert config.nightly.first_promotion == "significant"
+    assert "first_promotion" not in type(config.nightly).model_fields
     warned = [r.getMessage() for r in caplog.records]
     assert len(warned) == 3 and all(str(old) in w and "deprecated" in w for w in warned)
     # Both keys set is an error (as for a renamed key); the written config has only the new keys.
@@ -108,6 +108,28 @@ def test_old_significance_keys_still_load_with_a_warning(tmp_path, caplog):
         parse_config({"backtest": {"dsr_threshold": 0.5, "significance_level": 0.01}})
     written = config_to_toml(config)
     assert "dsr_threshold" not in written and "significance_level = 0.05" in written
+
+
+@pytest.mark.parametrize("value", ["always", "significant"])
+def test_first_promotion_is_gone_and_an_old_file_that_sets_it_still_loads(tmp_path, caplog, value):
+    """``first_promotion = "always"`` (any first challenger took charge) loads with one line saying the
+    first challenger now passes the promotion test like any other; "significant", which was that rule,
+    loads without a word; neither is written back."""
+    old = tmp_path / "config.toml"
+    old.write_text(f'[nightly]\nfirst_promotion = "{value}"\nmargin = 0.2\n', encoding="utf-8")
+    with caplog.at_level("WARNING", logger="app.config"):
+        config = load_config(old)
+    assert config.nightly.margin == 0.2 and config.nightly == Config().nightly.model_copy(
+        update={"margin": 0.2}
+    )
+    warned = [r.getMessage() for r in caplog.records]
+    if value == "always":
+        assert len(warned) == 1 and "\n" not in warned[0]
+        assert f"{old}: [nightly] first_promotion = 'always' is deprecated and removed" in warned[0]
+        assert "passes the promotion test" in warned[0]
+    else:
+        assert warned == []
+    assert "first_promotion" not in config_to_toml(config)
     with pytest.raises(ConfigError, match="backtest.significance_level"):
         parse_config({"backtest": {"significance_level": 1.5}})
 

@@ -115,7 +115,11 @@ class FakePipeline:
 
 
 def _config(**nightly) -> Config:
-    return Config().with_updates(nightly={"margin": 0.1, "significance_level": 0.1, **nightly})
+    """The fixed-window gate (``shadow_book = false``): these tests script its scores; the shadow book's
+    rule is tests/test_shadow.py's and tests/test_shadow_nights.py's."""
+    return Config().with_updates(
+        nightly={"margin": 0.1, "significance_level": 0.1, "shadow_book": False, **nightly}
+    )
 
 
 def _registry_state(home: Path) -> tuple[list[dict], dict | None, bytes | None]:
@@ -160,10 +164,10 @@ def test_decide_margin_is_inclusive_and_in_fitness_units():
 
 
 def test_decide_without_champion():
-    always = dict(has_champion=False, margin=0.1, first_promotion="always")
-    assert decide(-1.0, None, _edge("not significant"), **always).promote
-    gated = {**always, "first_promotion": "significant"}
-    assert not decide(1.0, None, _edge("not significant"), **gated).promote
+    # A first challenger passes the same test as any other: a significant edge, a defined fitness.
+    gated = dict(has_champion=False, margin=0.1)
+    assert not decide(9.0, None, _edge("not significant"), **gated).promote
+    assert not decide(9.0, None, _edge("not measurable"), **gated).promote
     assert not decide(None, None, _edge("significant"), **gated).promote
     assert decide(1.0, None, _edge("significant"), **gated).promote
 
@@ -172,9 +176,9 @@ def test_decide_without_champion():
 
 
 def test_first_run_with_no_champion_promotes_and_exports(home):
-    # first_promotion = "always" (not the default): the first challenger takes charge whatever its test.
-    fake = FakePipeline(challenger_fitness=0.2, edge="not significant", psr=0.1)  # nothing to keep
-    outcome = run_retrain(_config(first_promotion="always"), home, steps=fake.steps())
+    # A first challenger whose gate test is significant takes charge (no margin: nothing to beat).
+    fake = FakePipeline(challenger_fitness=0.2, edge="significant", psr=0.97)
+    outcome = run_retrain(_config(), home, steps=fake.steps())
     assert outcome.verdict == "promoted" and outcome.previous_champion is None
     assert fake.seen_champion is None
     champ = current_champion(home)
@@ -187,11 +191,11 @@ def test_first_run_with_no_champion_promotes_and_exports(home):
     assert champ.bundle == outcome.bundle and Path(outcome.bundle, "manifest.json").is_file()
     (row,) = read_decisions(home)
     assert row["verdict"] == "promoted" and row["champion_run_id"] is None
-    assert row["challenger_fitness"] == pytest.approx(0.2) and row["challenger_dsr"] == pytest.approx(0.1)
+    assert row["challenger_fitness"] == pytest.approx(0.2) and row["challenger_dsr"] == pytest.approx(0.97)
     # The gate's level, the looks as the DSR's trials, the test in the scores.
     assert row["significance_level"] == pytest.approx(0.1) and row["num_trials"] == 2
-    assert row["scores"]["edge"].startswith("edge not significant out of sample")
-    assert row["scores"]["oos_test"] == {"looks": 2, "psr_after_looks": 0.1}
+    assert row["scores"]["edge"].startswith("edge significant out of sample")
+    assert row["scores"]["oos_test"] == {"looks": 2, "psr_after_looks": 0.97}
     assert outcome.challenger_edge == row["scores"]["edge"] == decision_gate(row).edge
     assert (row["eval_start"], row["eval_end"]) == WINDOWS["test"]
     assert (row["selection_start"], row["selection_end"]) == WINDOWS["valid"]
@@ -202,8 +206,7 @@ def test_first_run_with_no_champion_promotes_and_exports(home):
 
 
 def test_first_run_gated_by_significance_is_rejected_without_champion(home):
-    # The default: a first challenger whose gate test is not significant never takes charge.
-    assert Config().nightly.first_promotion == "significant"
+    # A first challenger whose gate test is not significant never takes charge.
     fake = FakePipeline(edge="not significant", psr=0.5)
     outcome = run_retrain(_config(), home, steps=fake.steps())
     assert outcome.verdict == "rejected" and outcome.champion is None
@@ -323,7 +326,7 @@ def test_cli_json_reports_the_decision(home, monkeypatch, capsys):
     fake = FakePipeline()
     monkeypatch.setattr(nightly, "default_steps", fake.steps)
     config = home / "c.toml"
-    config.write_text("[nightly]\nmargin = 0.25\n")
+    config.write_text("[nightly]\nmargin = 0.25\nshadow_book = false\n")
     assert cli.main(["retrain", "--home", str(home), "--config", str(config), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["verdict"] == "promoted" and out["champion"] == out["challenger_run_id"]

@@ -4,6 +4,7 @@ window and is not warm-started from it (the champion was gated on the sessions t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -13,10 +14,10 @@ from app.config import parse_config
 from app.gate import decide
 from app.nightly.pipeline import run_retrain
 from app.nightly.registry import current_champion, read_decisions
-from app.nightly.steps import warm_start_round
+from app.nightly.steps import RetrainSteps, default_steps, warm_start_round
 from backtests.looks import ledger_path, read_looks
 from backtests.metrics_model import MetricsDocument
-from backtests.verdict import stated_verdict
+from backtests.verdict import EdgeVerdict, stated_verdict
 
 TINY = {
     "data": {"source": "synthetic", "num_tickers": 3, "num_sessions": 15, "interval": "15m", "seed": 1},
@@ -30,9 +31,22 @@ TINY = {
         "eval_every": 1_000_000,
     },
     "tournament": {"pods": 2, "leaderboard_size": 2, "round_steps": 64, "budget_steps": 128, "workers": 0},
-    # 15 sessions hold no measurable test window: the first night promotes only under "always".
-    "nightly": {"tearsheet": False, "margin": 0.1, "significance_level": 0.5, "first_promotion": "always"},
+    # The fixed-window gate, twice on the same test window. 15 sessions hold no measurable test window:
+    # the first night's verdict is scripted "significant" (_first_champion) so that a champion exists.
+    "nightly": {"tearsheet": False, "margin": 0.1, "significance_level": 0.5, "shadow_book": False},
 }
+
+
+def _first_champion() -> RetrainSteps:
+    """The real steps, the challenger's verdict on the gate window scripted "significant": the way to a
+    first champion on a window too short to measure (every figure and the rest of the night real)."""
+    real = default_steps()
+
+    def evaluate(config, home, data, challenger, champion):
+        scored = real.evaluate(config, home, data, challenger, champion)
+        return dataclasses.replace(scored, edge=EdgeVerdict("significant", ("scripted for the first night",)))
+
+    return dataclasses.replace(real, evaluate=evaluate)
 
 
 def test_warm_start_round_seeds_only_the_first_fresh_pods(monkeypatch):
@@ -69,7 +83,7 @@ def test_real_pipeline_twice_on_tiny_synthetic_data(home, caplog):
     from data.loader import load_market
 
     config = parse_config(TINY)
-    first = run_retrain(config, home)
+    first = run_retrain(config, home, steps=_first_champion())
     assert first.verdict == "promoted" and first.previous_champion is None
     champ = current_champion(home)
     assert champ.run_id == first.challenger_run_id

@@ -6,12 +6,14 @@ import sqlite3
 
 import pytest
 
+from app.champion import ChampionDemotion
 from app.nightly.registry import (
     SCHEMA_VERSION,
     Champion,
     DecisionRecord,
     RegistryError,
     current_champion,
+    last_demotion,
     read_decisions,
     record_decision,
     registry_path,
@@ -168,9 +170,55 @@ def test_a_writer_migrates_a_version_1_registry_in_place(tmp_path):
     _version_1_registry(tmp_path)
     record_decision(tmp_path, _decision("promoted", "r3", significance_level=0.1), _champion("r3"))
     with sqlite3.connect(registry_path(tmp_path)) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
         columns = [row[1] for row in conn.execute("PRAGMA table_info(decisions)")]
     assert "significance_level" in columns and "dsr_threshold" not in columns
     rows = read_decisions(tmp_path)
     assert [r["significance_level"] for r in rows] == [pytest.approx(0.05), None, pytest.approx(0.1)]
     assert current_champion(tmp_path).run_id == "r3"
+
+
+def _demotion(run: str = "r1") -> ChampionDemotion:
+    return ChampionDemotion(
+        run_id=run,
+        reason=f"champion {run}'s edge is gone: the demotion test's e-value reached 21.3 >= 20",
+        demoted_at="2026-04-01T06:30:00+00:00",
+        session="2026-03-31",
+    )
+
+
+def test_a_demotion_removes_the_champion_and_says_why(tmp_path):
+    record_decision(tmp_path, _decision("promoted", "r1"), _champion("r1"))
+    assert last_demotion(tmp_path) is None
+    decision_id = record_decision(tmp_path, _decision("rejected", "r2"), demotion=_demotion("r1"))
+    assert current_champion(tmp_path) is None  # the benchmark (or cash) is in charge
+    demoted = last_demotion(tmp_path)
+    assert demoted == _demotion("r1").model_copy(update={"decision_id": decision_id})
+    assert (demoted.session, demoted.demoted_at) == ("2026-03-31", "2026-04-01T06:30:00+00:00")
+    assert "edge is gone" in demoted.reason
+    # A later promotion puts a champion back; the demotion stays on record.
+    record_decision(tmp_path, _decision("promoted", "r3"), _champion("r3"))
+    assert current_champion(tmp_path).run_id == "r3" and last_demotion(tmp_path).run_id == "r1"
+
+
+def test_a_demotion_rolled_back_leaves_the_champion(tmp_path):
+    record_decision(tmp_path, _decision("promoted", "r1"), _champion("r1"))
+
+    def crash():
+        raise RuntimeError("killed before COMMIT")
+
+    with pytest.raises(RuntimeError):
+        record_decision(tmp_path, _decision("rejected", "r2"), demotion=_demotion("r1"), before_commit=crash)
+    assert current_champion(tmp_path).run_id == "r1" and last_demotion(tmp_path) is None
+
+
+def test_a_version_2_registry_reads_with_no_demotion_and_a_writer_adds_the_table(tmp_path):
+    record_decision(tmp_path, _decision("promoted", "r1"), _champion("r1"))
+    with sqlite3.connect(registry_path(tmp_path)) as conn:  # as schema 2 wrote it: no demotions table
+        conn.execute("DROP TABLE demotions")
+        conn.execute("PRAGMA user_version = 2")
+    assert last_demotion(tmp_path) is None and current_champion(tmp_path).run_id == "r1"
+    record_decision(tmp_path, _decision("rejected", "r2"), demotion=_demotion("r1"))
+    with sqlite3.connect(registry_path(tmp_path)) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    assert current_champion(tmp_path) is None and last_demotion(tmp_path).run_id == "r1"

@@ -69,10 +69,10 @@ def known_answer_config(seed: int, signal: float):
             },
             # The question here is whether the learner finds the planted signal through the whole
             # pipeline. The gate reads 10 validation sessions, under the verdict's minimum window, so
-            # with the default ("significant") no champion could ever take charge; the default's own
-            # rule is pinned in tests/test_nightly.py and tests/test_walkforward_run.py.
-            "nightly": {"first_promotion": "always"},
+            # with the default gate no champion could ever take charge: each fold's challenger takes
+            # charge ("always"); the default's own rule is pinned in tests/test_walkforward_run.py.
             "walkforward": {
+                "gate": "always",
                 "train_sessions": 20,
                 "valid_sessions": 10,
                 "gate_sessions": 0,  # the gate on the validation window: 21 more sessions per fold cost time

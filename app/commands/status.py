@@ -103,6 +103,12 @@ def status_lines(status: Any) -> list[str]:
     if champ:
         bundle = f"bundle {champ.bundle_id[:12]}" if champ.bundle_id else "no readable bundle"
         lines.append(f"champion      {champ.run_id} ({bundle}) since {_when(champ.promoted_at)}")
+    elif getattr(status, "demotion", None):
+        gone = status.demotion
+        lines.append(
+            f"champion      none: {gone['run_id']} demoted {_when(gone['demoted_at'])} "
+            f"(its record to {gone.get('session') or '?'}): {gone['reason']}"
+        )
     else:
         lines.append("champion      none yet (podracer retrain promotes the first)")
     if last:

@@ -9,15 +9,21 @@
    current champion's weights (the rest of the pool explores as usual);
 3. **evaluate**: challenger and champion backtested together on the TEST window, the most recent
    sessions, which neither the tournament's selection nor (checked) the challenger's training saw;
-4. **decide** (``app.gate``, the gate walk-forward replays too): promote only if the challenger's fitness beats the
-   champion's by ``nightly.margin`` AND its out-of-sample test on the test window says "edge
-   significant out of sample" at ``nightly.significance_level`` (``backtests.verdict``, the rule of
-   ``podracer backtest``), every earlier look at an overlapping window of the same market counted by
-   the looks ledger;
+4. **decide**: with ``nightly.shadow_book`` (the default) the shadow book (``app.nightly.shadow``):
+   tonight's challenger enters it, an earlier one is promoted once the sessions after its creation
+   pass the anytime-valid test, and the champion is demoted when its edge is gone; with
+   ``shadow_book = false`` the fixed-window gate (``app.gate``, the gate walk-forward replays too):
+   promote only if the challenger's fitness beats the champion's by ``nightly.margin`` AND its
+   out-of-sample test on the test window says "edge significant out of sample" at
+   ``nightly.significance_level`` (``backtests.verdict``, the rule of ``podracer backtest``), every
+   earlier look at an overlapping window of the same market counted by the looks ledger;
 5. **export** (on promotion): an onnxruntime bundle of the challenger (``app.export.export_bundle``)
    and an immutable copy of its policy under ``<home>/champions/<run_id>/``;
-6. **record**: the decision row and, on promotion, the new champion pointer in ONE SQLite
-   transaction (``app.nightly.registry``): the only moment the champion changes;
+6. **record**: the decision row and, on promotion, the new champion pointer, or, on the shadow book's
+   demotion, the pointer removed and a demotion row (``app.champion.ChampionDemotion``: run, reason,
+   time, last session) in ONE SQLite transaction (``app.nightly.registry``): the only moment the
+   champion changes. After a demotion no champion is in charge: paper trading holds
+   ``[paper] before_champion`` as before the first promotion;
 7. **prune** (``[retention] after_retrain``): ``app.nightly.retention.prune`` after the lock is released (it
    takes the lock itself); a failure there is logged, the decision stands.
 
@@ -50,7 +56,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from app.champion import Champion, ChampionNote
+from app.champion import Champion, ChampionDemotion, ChampionNote
 from app.config import Config
 from app.gate import GateResult, GateRule, judge_challenger
 from app.nightly.budget import time_budget
@@ -64,7 +70,7 @@ from app.nightly.registry import (
     record_decision,
 )
 from app.nightly.retention import prune
-from app.nightly.shadow import book_decision
+from app.nightly.shadow import Demotion, book_decision
 from app.nightly.steps import ChallengerRun, DataSnapshot, RetrainSteps, default_steps, keep_champion_copy
 from app.runs import RunDir
 from data.errors import ConfigError, PodracerError, one_line
@@ -98,6 +104,7 @@ class RetrainOutcome:
     challenger_edge: str | None  # the challenger's out-of-sample verdict line (backtests.verdict)
     eval_window: tuple[str, str]
     duration_s: float
+    demoted: str | None = None  # the champion this run demoted (then ``champion`` is None)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form."""
@@ -126,6 +133,7 @@ class _Progress:
     windows: DecisionWindows | None = None
     challenger: ChallengerRun | None = None
     gate: GateResult | None = None
+    demotion: ChampionDemotion | None = None
 
     @property
     def runs(self) -> DecisionRuns:
@@ -222,11 +230,12 @@ def _retrain_steps(
     progress.step = "decide"
     gate = judge_challenger(progress.rule, evaluation, progress.champion, window=progress.windows.evaluation)
     if config.nightly.shadow_book:  # the shadow book's anytime-valid rule decides (app.nightly.shadow)
-        promotion, challenger, _night = book_decision(
+        promotion, challenger, night = book_decision(
             config, home, data.splits.full, challenger, progress.champion
         )
         progress.challenger = challenger
         gate = gate.model_copy(update={"promote": promotion.promote, "reason": promotion.reason})
+        progress.demotion = _demotion(night.demote, progress)
     progress.gate = gate
     reached("decide")
 
@@ -252,9 +261,21 @@ def _retrain_steps(
         # (app.nightly.record: paper trading since promotion is the out-of-sample record).
         role=SELECTION,
     )
-    decision_id = record_decision(home, decision, new_champion, before_commit=before_commit)
+    decision_id = record_decision(
+        home, decision, new_champion, demotion=progress.demotion, before_commit=before_commit
+    )
     _label_run(challenger.run_dir, gate.promote, decision_id)
     return decision_id, bundle
+
+
+def _demotion(demote: Demotion | None, progress: _Progress) -> ChampionDemotion | None:
+    """The registry's demotion row of the book's demotion of the champion in charge (None: none, or
+    the book named another run than the registry's champion)."""
+    champion, windows = progress.champion, progress.windows
+    if demote is None or champion is None or demote.run_id != champion.run_id:
+        return None
+    session = windows.data[1] if windows is not None else None
+    return ChampionDemotion(run_id=demote.run_id, reason=demote.reason, demoted_at=_now(), session=session)
 
 
 def _check_windows(data: DataSnapshot) -> None:
@@ -298,13 +319,14 @@ def _outcome(progress: _Progress, decision_id: int, bundle: Path | None) -> Retr
     gate, challenger, windows = progress.gate, progress.challenger, progress.windows
     assert gate is not None and challenger is not None and windows is not None  # the steps ran
     champion_id = progress.runs.champion
+    kept = None if progress.demotion is not None else champion_id  # a demotion leaves none in charge
     return RetrainOutcome(
         decision_id=decision_id,
         verdict="promoted" if gate.promote else "rejected",
         reason=gate.reason or "",
         challenger_run_id=challenger.run_id,
         previous_champion=champion_id,
-        champion=challenger.run_id if gate.promote else champion_id,
+        champion=challenger.run_id if gate.promote else kept,
         bundle=str(bundle) if bundle else None,
         fitness=progress.rule.fitness,
         challenger_fitness=gate.challenger_fitness,
@@ -312,6 +334,7 @@ def _outcome(progress: _Progress, decision_id: int, bundle: Path | None) -> Retr
         challenger_edge=gate.edge,
         eval_window=windows.evaluation,
         duration_s=round(time.monotonic() - progress.t0, 3),
+        demoted=progress.demotion.run_id if progress.demotion is not None else None,
     )
 
 

@@ -13,9 +13,11 @@ transaction, :data:`MIGRATIONS`; a reader reads an older file's rows under the c
   with its inputs, scores, reason, run ids, data windows and times.
 - ``champion``: at most one row (``slot = 1``): the current champion's run id, policy folder, bundle,
   the decision that promoted it, and its windows.
+- ``demotions``: one row per champion demoted (``app.champion.ChampionDemotion``), written with its
+  decision in the transaction that deletes the ``champion`` row.
 
-Readers for the dashboard: :func:`read_decisions` and :func:`current_champion` (read-only; they never
-create the file).
+Readers (read-only; they never create the file): :func:`read_decisions`, :func:`current_champion`,
+:func:`last_demotion` (a schema-2 file, without ``demotions``, reads as one with no demotion).
 """
 
 from __future__ import annotations
@@ -31,14 +33,17 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from app.champion import Champion, PointerBusy, PointerError
+from app.champion import Champion, ChampionDemotion, PointerBusy, PointerError
 from app.gate import GateResult, GateRule
 from data import sqlite
 from data.errors import one_line
 from data.scrub import scrub, scrub_all
 
 REGISTRY_NAME = "registry.sqlite"
-SCHEMA_VERSION = 2
+_DEMOTIONS = """
+CREATE TABLE IF NOT EXISTS demotions (id INTEGER PRIMARY KEY AUTOINCREMENT, decision_id INTEGER NOT NULL
+    REFERENCES decisions(id), run_id TEXT NOT NULL, demoted_at TEXT NOT NULL, session TEXT, reason TEXT NOT NULL)"""
+SCHEMA_VERSION = 3
 #: Statements that bring a registry from ``version`` to ``version + 1``, run in the writer's transaction.
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     # Version 1 stored the gate's level as the PSR threshold ``dsr_threshold = 1 - significance_level``.
@@ -47,10 +52,12 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "UPDATE decisions SET significance_level = round(1.0 - significance_level, 12) "
         "WHERE significance_level IS NOT NULL",
     ),
+    2: (_DEMOTIONS,),
 }
 DecisionOutcome = Literal["promoted", "rejected", "failed"]
 
-_SCHEMA = """
+_SCHEMA = (
+    """
 CREATE TABLE IF NOT EXISTS decisions (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     started_at TEXT NOT NULL,
@@ -92,6 +99,8 @@ CREATE TABLE IF NOT EXISTS champion (
     info TEXT NOT NULL DEFAULT '{}'
 );
 """
+    + _DEMOTIONS
+)
 
 
 class RegistryError(PointerError):
@@ -321,9 +330,11 @@ def record_decision(
     decision: DecisionRecord,
     champion: Champion | None = None,
     *,
+    demotion: ChampionDemotion | None = None,
     before_commit: Callable[[], None] | None = None,
 ) -> int:
-    """Insert ``decision`` and, if ``champion`` is given, repoint the champion to it: one transaction.
+    """Insert ``decision`` and, if ``champion`` is given, repoint the champion to it, or, if
+    ``demotion`` is given, remove the champion pointer and record why: one transaction.
 
     Returns the decision id. ``before_commit`` runs inside the transaction just before COMMIT (tests
     inject crashes there); if it raises, nothing is written.
@@ -346,6 +357,12 @@ def record_decision(
             ccols = ", ".join(champ)
             cmarks = ", ".join(f":{k}" for k in champ)
             conn.execute(f"INSERT OR REPLACE INTO champion ({ccols}) VALUES ({cmarks})", champ)
+        elif demotion is not None:
+            conn.execute("DELETE FROM champion WHERE slot = 1")
+            conn.execute(
+                "INSERT INTO demotions (decision_id, run_id, demoted_at, session, reason) VALUES (?, ?, ?, ?, ?)",
+                (decision_id, demotion.run_id, demotion.demoted_at, demotion.session, scrub(demotion.reason)),
+            )
         if before_commit is not None:
             before_commit()
     return decision_id
@@ -442,18 +459,25 @@ def _current_names(row: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def current_champion(home: str | os.PathLike[str], *, timeout: float = sqlite.TIMEOUT_S) -> Champion | None:
-    """The current champion (``app.champion.Champion``, with its ``decision_id``), or None if none yet.
-
-    ``timeout``: seconds to wait for a writer's lock before :class:`RegistryBusy`."""
+def _newest_row(home: str | os.PathLike[str], table: str, sql: str, timeout: float) -> sqlite3.Row | None:
+    """The row ``sql`` selects (None: no registry, no such ``table`` in an older file, or no row)."""
     with _reader(home, timeout) as conn:
         if conn is None:
             return None
         try:
-            row = conn.execute("SELECT * FROM champion WHERE slot = 1").fetchone()
+            if conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (table,)).fetchone() is None:
+                return None  # a file written before the table existed
+            return conn.execute(sql).fetchone()
         except sqlite3.DatabaseError as err:
             kind = RegistryBusy if _locked(err) else RegistryError
             raise kind(f"cannot read registry {registry_path(home)}: {err}") from None
+
+
+def current_champion(home: str | os.PathLike[str], *, timeout: float = sqlite.TIMEOUT_S) -> Champion | None:
+    """The current champion (``app.champion.Champion``, with its ``decision_id``), or None if none yet.
+
+    ``timeout``: seconds to wait for a writer's lock before :class:`RegistryBusy`."""
+    row = _newest_row(home, "champion", "SELECT * FROM champion WHERE slot = 1", timeout)
     if row is None:
         return None
     out = _decode(row, ("info",))
@@ -466,3 +490,13 @@ def current_champion(home: str | os.PathLike[str], *, timeout: float = sqlite.TI
         raise RegistryError(
             f"registry {registry_path(home)}: malformed champion row ({one_line(err)})"
         ) from None
+
+
+def last_demotion(home: str | os.PathLike[str]) -> ChampionDemotion | None:
+    """The newest demotion (None: no champion was ever demoted, or the file predates demotions)."""
+    row = _newest_row(home, "demotions", "SELECT * FROM demotions ORDER BY id DESC LIMIT 1", sqlite.TIMEOUT_S)
+    return (
+        None
+        if row is None
+        else ChampionDemotion.model_validate({k: v for k, v in dict(row).items() if k != "id"})
+    )

@@ -187,6 +187,8 @@ def evidence(challenger: ShadowChallenger) -> anytime.Evidence:
     """Where its two tests stand: the running maximum of each log-wealth (Ville's inequality bounds
     the supremum, so a crossing between two nights counts), its share of the level, its sessions."""
     r = _array(challenger.returns)
+    if not len(r):  # entered on a night no session followed yet (a weekend, a holiday): no evidence
+        return anytime.Evidence(0.0, 0.0, challenger.level, 0)
     charge = anytime.betting_log_wealth(anytime.relative_returns(r, _array(challenger.in_charge)))
     bench = anytime.betting_log_wealth(anytime.relative_returns(r, _array(challenger.benchmark)))
     return anytime.Evidence(_peak(charge), _peak(bench), challenger.level, len(challenger.dates))

@@ -32,6 +32,7 @@ from envs.observation import obs_dim
 #: What ``[paper] before_champion`` may say: hold the benchmark, or cash (journal ``no_champion``, wait).
 BEFORE_CHAMPION = ("benchmark", "cash")
 BENCHMARK_LABEL = "benchmark (no qualified champion)"
+CASH_LABEL = "cash (no qualified champion)"
 
 
 def benchmark_id(tickers: tuple[str, ...]) -> str:
@@ -39,6 +40,11 @@ def benchmark_id(tickers: tuple[str, ...]) -> str:
     order ids and journal rows are keyed by it, so a restart computes the same ids)."""
     digest = hashlib.sha256("|".join(tickers).encode()).hexdigest()
     return f"benchmark-{digest[:16]}"
+
+
+def is_cash(bundle_id: str | None) -> bool:
+    """Whether a journal or heartbeat ``bundle_id`` is the all-cash book's (:func:`cash_bundle`)."""
+    return bool(bundle_id) and str(bundle_id).startswith("cash-")
 
 
 def is_benchmark(bundle_id: str | None) -> bool:
@@ -63,6 +69,8 @@ def in_charge_label(bundle_id: str | None, run_id: str | None = None) -> str:
         return "no bundle loaded yet: at the first cycle of a session"
     if is_benchmark(bundle_id):
         return BENCHMARK_LABEL
+    if is_cash(bundle_id):
+        return CASH_LABEL
     return f"bundle {str(bundle_id)[:12]}" + (f", {run_id}" if run_id else "")
 
 
@@ -88,3 +96,21 @@ def benchmark_bundle(
         "env_params": dict(env),
     }
     return BenchmarkBundle(path=Path("benchmark"), manifest=manifest)
+
+
+@dataclass
+class CashBundle(BenchmarkBundle):
+    """Zero weight of every ticker: what sells a demoted champion's book under ``[paper]
+    before_champion = "cash"`` (traded once, through the champions' order path)."""
+
+    def act(self, obs: np.ndarray) -> np.ndarray:
+        """No position in any ticker (``(N, A)`` zeros)."""
+        n = np.asarray(obs).shape[0]
+        return np.zeros((n, self.num_assets), dtype=np.float32)
+
+
+def cash_bundle(tickers: list[str] | tuple[str, ...], interval: str, env: dict[str, Any]) -> CashBundle:
+    """The all-cash book on ``tickers`` (as :func:`benchmark_bundle`; its id ``cash-`` and a hash)."""
+    bench = benchmark_bundle(tickers, interval, env)
+    bundle_id = "cash-" + bench.bundle_id.removeprefix("benchmark-")
+    return CashBundle(path=Path("cash"), manifest={**bench.manifest, "bundle_id": bundle_id})

@@ -23,11 +23,18 @@ sessions: ``app.paper.attribution``).
    hand or, in a process that has none yet (a restart between sessions), the one in charge of the
    newest session the journal traded before this one; the same bundle there is no switch
    (``champion`` event).
-5. No champion promoted yet: with a benchmark (``[paper] before_champion = "benchmark"``, the
-   default) the selection names it (``Selection.benchmark``, a ``benchmark`` event; the cycle buys it
-   once and holds it: ``app.paper.benchmark``); without one, a ``no_champion`` warning and nothing is
-   traded. The pointer is read again at every cycle while no champion is in charge, so a promotion
-   takes charge at the next cycle.
+5. No champion in charge (none promoted yet, or the last one demoted): with a benchmark
+   (``[paper] before_champion = "benchmark"``, the default) the selection names it
+   (``Selection.benchmark``, a ``benchmark`` event; the cycle buys it once and holds it:
+   ``app.paper.benchmark``); without one, a ``no_champion`` warning and nothing is traded. The
+   pointer is read again at every cycle while no champion is in charge, so a promotion takes charge
+   at the next cycle.
+6. **Demotion**: the pointer names no champion, but a champion's bundle traded last (the one in
+   hand, or the journal's owner of the newest session before this one). Its bundle is dropped, a
+   ``champion_demoted`` warning names it, and the account is handed back once
+   (``Selection.takeover``): rebalanced to the benchmark's equal weights, or, with
+   ``before_champion = "cash"``, sold whole (``app.paper.benchmark.cash_bundle``). The event marks
+   the hand-back done, so a restart does not repeat it.
 
 Every event a selection writes carries a ``bundle_id``: a switch (or the first champion) the new
 bundle's, a resume the session's, a refusal, a locked registry or a missing champion the bundle in
@@ -40,6 +47,7 @@ a retrain killed before its commit leaves the old pointer. The hashes are verifi
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -47,9 +55,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from app.bundle import Bundle, load_bundle
+from app.bundle import Bundle, BundleManifest, load_bundle
 from app.champion import Champion, ChampionPointer, PointerBusy, PointerError
-from app.paper.benchmark import BenchmarkBundle
+from app.paper.benchmark import BenchmarkBundle, cash_bundle
 from app.paper.journal import Journal
 from app.paper.journal_schema import SessionOwner
 from data.errors import PodracerError, one_line
@@ -71,6 +79,7 @@ class Selection:
     alert: str | None = None  # a refused bundle or an unreadable registry: the status line's
     messages: list[str] = field(default_factory=list)
     benchmark: BenchmarkBundle | None = None  # no champion yet: the benchmark holds the account
+    takeover: Bundle | None = None  # a demoted champion's book handed back: traded once, this cycle
 
 
 class BundleSource(Protocol):
@@ -148,6 +157,7 @@ class ChampionSource:
         self._session: str | None = None
         self._alert: str | None = None
         self._holding_benchmark = False
+        self._takeover: Bundle | None = None
 
     @property
     def current(self) -> Bundle | None:
@@ -158,13 +168,14 @@ class ChampionSource:
             return Selection(self.bundle, self.run_id, self._alert)  # mid-session: never re-read
         self._alert = None
         self._holding_benchmark = False
+        self._takeover = None
         owner = journal.session_owner(session)
         if owner is None or not self._resume(owner, journal):
             self._from_pointer(session, journal)
         if self.bundle is None:
             if self._holding_benchmark:
-                return Selection(None, None, None, benchmark=self.benchmark)
-            return Selection(None, None, self._alert or "no bundle to trade")
+                return Selection(None, None, None, benchmark=self.benchmark, takeover=self._takeover)
+            return Selection(None, None, self._alert or "no bundle to trade", takeover=self._takeover)
         journal.start_session(
             session, bundle_id=self.bundle.bundle_id, bundle_path=str(self.bundle.path), run_id=self.run_id,
             source="champion",
@@ -228,13 +239,14 @@ class ChampionSource:
         read, champion = self._pointer(journal)
         if not read:
             return
-        if champion is None and self.benchmark is not None and self.bundle is None:
-            self._holding_benchmark = True
-            return
         if champion is None:
-            msg = "no champion promoted yet: nothing to trade (podracer retrain promotes the first)"
-            journal.event("no_champion", msg, "warning", bundle_id=self._held())
-            self._alert = None if self.bundle is not None else msg
+            self._demoted(session, journal)
+            if self.benchmark is not None:
+                self._holding_benchmark = True
+                return
+            msg = "no champion in charge: nothing to trade (podracer retrain promotes one)"
+            journal.event("no_champion", msg, "warning")
+            self._alert = msg
             return
         run_id, path = champion.run_id, champion.bundle
         stays = f"; bundle {short(self.bundle.bundle_id)} stays" if self.bundle is not None else ""
@@ -270,6 +282,32 @@ class ChampionSource:
             log.info(msg)
         self.bundle, self.run_id = bundle, run_id
 
+    def _demoted(self, session: str, journal: Journal) -> None:
+        """The pointer names no champion: a champion's bundle that traded last (in hand, or the
+        journal's owner of the newest session before ``session``) was demoted. Drop it, say so once,
+        and hand its book back (:attr:`Selection.takeover`)."""
+        held, run_id, manifest = self._held(), self.run_id, self.bundle.manifest if self.bundle else None
+        self.bundle, self.run_id = None, None
+        if held is None:
+            owner = journal.session_owner(session, before=True)
+            if owner is None or owner.source != "champion":
+                return  # no champion ever traded here: nothing to hand back
+            held, run_id, since = owner.bundle_id, owner.run_id, owner.session
+            manifest = _manifest(owner.bundle_path)
+        else:
+            since = self._session or session
+        if journal.has_event("champion_demoted", held, since=since) or manifest is None:
+            return
+        tickers, interval, env = manifest["tickers"], manifest["interval"], manifest.get("env_params") or {}
+        self._takeover = self.benchmark if self.benchmark is not None else cash_bundle(tickers, interval, env)
+        to = "the benchmark takes the account back" if self.benchmark is not None else "its book is sold"
+        msg = (
+            f"champion {run_id or '?'} (bundle {short(held)}) is no longer in charge (demoted: "
+            f"podracer status says why): {to} from session {session}"
+        )
+        journal.event("champion_demoted", msg, "warning", bundle_id=held)
+        log.warning(msg)
+
     def _last_traded(self, session: str, journal: Journal) -> tuple[str, str | None, str] | None:
         """(bundle_id, run_id, session) of the bundle that traded last: the one in hand, else the one
         the journal names in charge of the newest session before ``session`` (a restarted process)."""
@@ -286,3 +324,11 @@ class ChampionSource:
         journal.event("champion_refused", msg, "error", bundle_id=self._held())
         log.error(msg)
         self._alert = msg
+
+
+def _manifest(bundle_path: str | None) -> dict | None:
+    """A bundle folder's manifest as JSON (unverified: its tickers and settings only), None if unreadable."""
+    try:
+        return json.loads((Path(str(bundle_path)) / BundleManifest.FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError, TypeError):
+        return None

@@ -49,7 +49,7 @@ import numpy as np
 import pandas as pd
 
 from app.bundle import Bundle
-from app.paper.benchmark import BenchmarkBundle
+from app.paper.benchmark import BenchmarkBundle, is_benchmark
 from app.paper.books import BookRecord, check_books
 from app.paper.broker import Broker, BrokerAccount, BrokerError, Order
 from app.paper.champion import BundleSource, FixedBundle
@@ -168,6 +168,14 @@ def run_cycle(
     session = exchange_date(clock.timestamp).date().isoformat()
     journal.session = session  # the broker's session, not the wall clock's (they differ in a replay)
     picked = source.select(session, journal)
+    if picked.bundle is None and picked.takeover is not None:
+        result = _take_back(picked.takeover, broker, journal, options, now, session)
+        result.session, result.bundle_id, result.broker_time = (
+            session,
+            picked.takeover.bundle_id,
+            clock.timestamp,
+        )
+        return result
     if picked.bundle is None and picked.benchmark is not None:
         result = _benchmark(picked.benchmark, broker, journal, options, now, session)
         result.session, result.bundle_id, result.broker_time = (
@@ -219,6 +227,22 @@ def _benchmark(
     journal.event("benchmark", msg, bundle_id=bench.bundle_id)
     log.info(msg)
     result = _trade(bench, broker, journal, options.for_bundle(bench.manifest), now, session)
+    result.messages.insert(0, msg)
+    return result
+
+
+def _take_back(
+    book: Bundle, broker: Broker, journal: Journal, options: PaperOptions, now: datetime, session: str
+) -> CycleResult:
+    """A demoted champion's book handed back, once (``app.paper.champion``): rebalanced to the
+    benchmark's equal weights, or sold whole (the all-cash book), through the champions' order path."""
+    what = "rebalancing to the benchmark" if is_benchmark(book.bundle_id) else "selling its book for cash"
+    msg = f"the champion in charge was demoted: {what}, once"
+    journal.event(
+        "benchmark" if is_benchmark(book.bundle_id) else "no_champion", msg, bundle_id=book.bundle_id
+    )
+    log.info(msg)
+    result = _trade(book, broker, journal, options.for_bundle(book.manifest), now, session)
     result.messages.insert(0, msg)
     return result
 

@@ -417,6 +417,11 @@ class Journal:
             fills.setdefault(str(ts), {})[str(ticker)] = float(signed)
         return decisions, fills
 
+    def has_event(self, kind: str, bundle_id: str, *, since: str | None = None) -> bool:
+        """Whether an event of ``kind`` names ``bundle_id`` (``since``: in that session or a later one)."""
+        sql = "SELECT 1 FROM events WHERE kind=? AND bundle_id=? AND (? IS NULL OR session >= ?) LIMIT 1"
+        return self._conn.execute(sql, (kind, bundle_id, since, since)).fetchone() is not None
+
     def has_sent(self, bundle_id: str, dry_run: bool) -> bool:
         """Whether an order of ``bundle_id`` went to the broker (any status but never sent: ``not_sent``,
         ``blocked``); in a dry run, whether it journaled any ``dry_run`` order."""

@@ -35,7 +35,7 @@ import pandas as pd
 from app.alerts import AlertSettings, NotifyReport, Problem, notify, raised_problems, read_settings
 from app.champion import Champion
 from app.nightly.cron import DEFAULT_CRON, DEFAULT_TZ
-from app.nightly.registry import current_champion, read_decisions
+from app.nightly.registry import current_champion, last_demotion, read_decisions
 from app.nightly.schedule import cron_trigger, next_fire_times, read_schedule
 from app.paper.books import read_record as read_book_record
 from app.paper.heartbeat import STALE_INTERVALS, Heartbeat, read_heartbeat
@@ -96,6 +96,8 @@ class Status:
     warnings: list[str] = field(default_factory=list)  # read around, not problems (see the module)
     # per champion (bundle) that paper-traded: bundle_id, run_id, fills, realized_bps, model_bps
     slippage: list[dict[str, Any]] = field(default_factory=list)
+    # no champion in charge because the last one was demoted: run_id, reason, demoted_at, session
+    demotion: dict[str, Any] | None = None
 
     def problem_rows(self) -> list[Problem]:
         """``checks`` as :class:`app.alerts.Problem` (what the alert hook sends)."""
@@ -134,6 +136,18 @@ def _registry(
         keys = ("id", "verdict", "decided_at", "reason", "challenger_run_id", "step")
         last = {k: decisions[-1].get(k) for k in keys}
     return (ChampionStatus.of(champion) if champion is not None else None), last, decisions
+
+
+def _demotion(home: Path, champion: ChampionStatus | None) -> dict[str, Any] | None:
+    """Why no champion is in charge: the registry's last demotion (None while a champion is in charge,
+    or when none was ever demoted; an unreadable registry is reported by :func:`_registry`)."""
+    if champion is not None:
+        return None
+    try:
+        demoted = last_demotion(home)
+    except PodracerError:
+        return None
+    return demoted.model_dump() if demoted is not None else None
 
 
 def _paper_checks(home: Path, now: datetime, problems: list[Problem]) -> None:
@@ -335,6 +349,7 @@ def gather_status(
         gone=gone,
         today=today,
         slippage=_slippage(home),
+        demotion=_demotion(home, champion),
     )
 
 

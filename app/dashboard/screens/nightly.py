@@ -6,6 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from app.dashboard import charts, formatting, loaders, tables, ui
+from app.dashboard.in_charge import in_charge
 from app.paper.attribution import MIN_SHARPE_SESSIONS
 
 
@@ -20,9 +21,11 @@ def _status_box(state) -> None:  # noqa: ANN001 - app.workflows.status.Status
     beat, champ, last, kill = state.heartbeat, state.champion, state.last_decision, state.kill_switch
     plain = {"delta_color": "off", "delta_arrow": "off", "border": True}  # a delta that is a note
     cols = st.columns(4)
-    bundle = f"bundle {champ.bundle_id[:12]}" if champ and champ.bundle_id else None
-    cols[0].metric("Champion", champ.run_id if champ else "none yet", bundle, **plain)
-    cols[1].metric("Champion since", _stamp(champ.promoted_at) if champ else "-", border=True)
+    card = in_charge(state)
+    cols[0].metric("Champion", card.value, card.note, help=card.explanation, **plain)
+    cols[1].metric(
+        "Demoted on" if champ is None and card.explanation else "Champion since", card.since, border=True
+    )
     age = f"{state.heartbeat_age_s / 60:.0f} min ago" if state.heartbeat_age_s is not None else None
     cols[2].metric(
         "Paper loop", state.loop, f"{beat['status']} {age}" if beat else None, delta_color="off", border=True
@@ -47,6 +50,8 @@ def _status_box(state) -> None:  # noqa: ANN001 - app.workflows.status.Status
     )
     cols[2].metric("Kill switch", "ON" if kill["on"] else "off", help=str(kill["path"]), border=True)
     cols[3].metric("Gone tickers", ", ".join(state.gone) or "none", border=True)
+    if card.explanation:
+        st.warning(card.explanation)
     for problem in state.problems:
         st.error(problem)
     for warning in state.warnings:
