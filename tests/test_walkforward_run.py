@@ -38,6 +38,7 @@ TINY = {
     # Windows this short are not measurable: folds take charge only under "always" (the plumbing).
     "nightly": {"margin": 0.1, "first_promotion": "always"},
     "walkforward": {
+        "gate": "nightly",  # the fixed-window gate's plumbing (the book's: tests/test_walkforward_book.py)
         "train_sessions": 8,
         "valid_sessions": 10,
         "gate_sessions": 0,
