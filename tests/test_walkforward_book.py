@@ -18,7 +18,8 @@ from app.walkforward.book import book_before, book_file, book_settings, fold_boo
 from app.walkforward.plan import plan_folds
 from app.walkforward.record import BookStep
 
-SYNTHETIC_MARKET = {"num_tickers": 2, "num_sessions": 130, "seed": 4}  # the `market` fixture (conftest.py)
+#: The `market` fixture (conftest.py): 130 sessions of 390 one-minute bars (the book reads its calendar).
+TOY_MARKET = {"num_steps": 130 * 390, "num_assets": 2, "num_features": 1, "seed": 4}
 LAYOUT = {"train_sessions": 10, "valid_sessions": 10, "gate_sessions": 10, "step_sessions": 20}
 
 
