@@ -376,10 +376,11 @@ class WalkForwardConfig(Section):
         gt=0,
         description="wall minutes of each fold's tournament (unset with budget_steps: [tournament]'s)",
     )
-    gate: Literal["nightly", "always"] = Field(
-        "nightly",
-        description="nightly: the retrain gate decides challenger vs incumbent ([nightly] margin and significance_level); "
-        "always: every fold's challenger takes over",
+    gate: Literal["book", "nightly", "always"] = Field(
+        "book",
+        description="book: the shadow book's anytime-valid tests on the sessions after each challenger's "
+        "creation promote and demote (docs/walkforward.md); nightly: the fixed-window retrain gate "
+        "([nightly] margin and significance_level); always: every fold's challenger takes over",
     )
     before_champion: Literal["benchmark", "cash"] = Field(
         "benchmark",

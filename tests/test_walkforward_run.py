@@ -36,7 +36,7 @@ TINY = {
     # Windows this short are not measurable: folds take charge only under "always" (the plumbing).
     "nightly": {"margin": 0.1},
     "walkforward": {
-        "gate": "always",
+        "gate": "always",  # the fold plumbing: windows this short are not measurable
         "train_sessions": 8,
         "valid_sessions": 10,
         "gate_sessions": 0,
@@ -252,7 +252,7 @@ def test_fold_tournaments_on_the_ray_backend(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("before_champion", ["benchmark", "cash"])
 def test_a_noise_champion_never_takes_charge_by_default(home, before_champion):
-    # The default gate: on a null market, with windows too short to
+    # The fixed-window gate ("nightly"): on a null market, with windows too short to
     # measure, no fold's challenger is significant, so no champion takes charge and the account holds
     # [walkforward] before_champion throughout: buy-and-hold (the default) or cash.
     from app.walkforward.run import run_walkforward

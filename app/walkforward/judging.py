@@ -5,7 +5,7 @@ when either rule changes.
   ``podracer retrain``: ``app.nightly.steps.score_step`` scores both on the gate's window (the
   incumbent on features normalized with its own statistics) and writes the challenger's out-of-sample
   test there at the gate's level, and ``app.gate.judge_challenger`` applies the promotion rule
-  (``[nightly] margin``, an edge significant at ``[nightly] significance_level``, ``first_promotion``). The
+  (``[nightly] margin`` and an edge significant at ``[nightly] significance_level``). The
   gate's window is the fold's validation window, or with ``[walkforward] gate_sessions`` the sessions
   after it (a window the tournament did not rank on, as nightly's test window); the fold's test window
   is the out-of-sample account and no part of the gate reads it. The gates' looks are counted in the

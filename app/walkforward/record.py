@@ -59,6 +59,30 @@ class FoldTest(FoldSection):
     buy_and_hold_return: Figure = Field(None, description="buy-and-hold's return over the same sessions")
 
 
+class ChallengerEvidence(FoldSection):
+    """One challenger's two tests where the fold's decision found them."""
+
+    entry: int = Field(description="1-based entry number (its share of the level)")
+    level: float = Field(description="its share of the level")
+    sessions: int = Field(description="sessions recorded since its entry")
+    e_value_in_charge: float = Field(description="running maximum of its wealth against what was in charge")
+    e_value_benchmark: float = Field(description="running maximum of its wealth against buy-and-hold")
+    passes: bool = Field(description="both reached 1 / level")
+
+
+class BookStep(FoldSection):
+    """What the book did at a fold (fold.json's ``book``)."""
+
+    entered: str | None = Field(None, description="the fold's challenger as the book names it, if entered")
+    retired: list[str] = Field(default_factory=list, description="challengers that left the book")
+    recorded_through: str | None = Field(None, description="the last session the book has recorded")
+    promoted: str | None = Field(None, description="the challenger promoted (a fold-<k> name)")
+    demoted: str | None = Field(None, description="the champion demoted")
+    champion: str | None = Field(None, description="the book's champion after the decision")
+    reason: str = Field("", description="the decision in one line")
+    evidence: dict[str, ChallengerEvidence] = Field(default_factory=dict, description="by challenger")
+
+
 class FoldRecord(Artifact):
     """``folds/fold-<k>/fold.json``: one completed fold of a walk-forward."""
 
@@ -81,7 +105,8 @@ class FoldRecord(Artifact):
     challenger: PolicyLabel | None = Field(None, description="the tournament's champion")
     warm_started_from: str | None = Field(None, description="the incumbent whose weights seeded it")
     gate: GateResult = Field(default_factory=GateResult, description="the gate's decision (``app.gate``)")
-    promoted: bool = Field(False, description="the challenger took over")
+    promoted: bool = Field(False, description="the challenger took over (gate = book: the book promoted one)")
+    book: BookStep | None = Field(None, description="the shadow book's step (gate = book)")
     in_charge: InCharge | None = Field(
         None, description="who traded the test window (null: no champion qualified yet: before_champion)"
     )

@@ -57,12 +57,14 @@ from agents.training import Event
 from app.champion import Champion, ChampionNote
 from app.config import Config, config_to_toml, to_env_params, to_tournament_args, write_config
 from app.ensemble import ensemble_step
+from app.gate import GateResult
 from app.nightly.steps import ChallengerRun, tournament_settings, warm_start_round
 from app.runs import RunDir, new_id
 from app.walkforward.account import StitchedAccount
+from app.walkforward.book import book_settings, fold_book, fold_of
 from app.walkforward.judging import replay_gate
 from app.walkforward.plan import FoldPlan, fold_config, plan_folds
-from app.walkforward.record import FoldRecord, read_fold_records
+from app.walkforward.record import BookStep, FoldRecord, read_fold_records
 from backtests.metrics_model import MetricsDocument
 from backtests.stitched import segment_figures
 from data.errors import ConfigError, PodracerError
@@ -130,7 +132,7 @@ def run_walkforward(
     try:
         with _ray_session(config):
             for plan in plans[len(records) :]:
-                record = _run_fold(config, home, wf_run, plan, records, account, emit)
+                record = _run_fold(config, home, wf_run, plan, records, account, emit, len(plans))
                 records.append(record)
                 emit({"event": "fold_done", "index": plan.fold.index, "record": record})
         emit({"event": "stage", "index": None, "stage": "report"})
@@ -252,7 +254,8 @@ def _run_fold(
     records: list[FoldRecord],
     account: StitchedAccount,
     emit: Callable[[Event], None],
-) -> dict[str, Any]:
+    planned: int,
+) -> FoldRecord:
     index, bars = plan.fold.index, plan.bars
     seconds: dict[str, float] = {}
     clock = time.monotonic()
@@ -278,21 +281,16 @@ def _run_fold(
     challenger = _fold_tournament(config, wf_run, plan, data, incumbent, emit)
     lap("tournament")
     emit({"event": "stage", "index": index, "stage": "gate"})
-    start = data.start
-    gate = replay_gate(
-        config,
-        wf_run,
-        market=data.window(start, bars["gate"][1]),
-        valid=(bars["valid"][0] - start, bars["valid"][1] - start),
-        window=(bars["gate"][0] - start, bars["gate"][1] - start),
-        challenger=challenger,
-        incumbent=incumbent,
-        gate=config.walkforward.gate,
-    )
+    if config.walkforward.gate == "book":
+        del data  # the book replays on the loaded bars with each policy's own features
+        gc.collect()
+        gate, in_charge, step = _book_gate(config, wf_run, plan, challenger, records, account.full, planned)
+    else:
+        gate, step = _nightly_gate(config, wf_run, plan, data, challenger, incumbent), None
+        del data
+        gc.collect()
+        in_charge = _challenger_in_charge(wf_run, plan, challenger) if gate.promote else incumbent
     lap("gate")
-    del data
-    gc.collect()
-    in_charge = _challenger_in_charge(wf_run, plan, challenger) if gate.promote else incumbent
     emit({"event": "stage", "index": index, "stage": "account"})
     account.add(plan, in_charge)
     result = account.run()
@@ -308,6 +306,7 @@ def _run_fold(
         "warm_started_from": challenger.warm_started_from,
         "gate": gate,
         "promoted": gate.promote,
+        "book": step,
         "in_charge": _label(in_charge),
         "before_champion": config.walkforward.before_champion if in_charge is None else None,
         "feature_spec": fold_run.info().feature_spec,
@@ -320,6 +319,46 @@ def _run_fold(
     record = record.model_copy(update={"seconds": {**seconds, "total": round(sum(seconds.values()), 3)}})
     wf_run.write_fold_record(index, record)
     return record
+
+
+def _nightly_gate(
+    config: Config,
+    wf_run: RunDir,
+    plan: FoldPlan,
+    data: FoldMarket,
+    challenger: ChallengerRun,
+    incumbent: Champion | None,
+) -> GateResult:
+    """``gate = "nightly"`` or ``"always"``: the retrain gate on the fold's gate window."""
+    bars, start = plan.bars, data.start
+    return replay_gate(
+        config,
+        wf_run,
+        market=data.window(start, bars["gate"][1]),
+        valid=(bars["valid"][0] - start, bars["valid"][1] - start),
+        window=(bars["gate"][0] - start, bars["gate"][1] - start),
+        challenger=challenger,
+        incumbent=incumbent,
+        gate=config.walkforward.gate,  # type: ignore[arg-type]
+    )
+
+
+def _book_gate(
+    config: Config,
+    wf_run: RunDir,
+    plan: FoldPlan,
+    challenger: ChallengerRun,
+    records: list[FoldRecord],
+    full: MarketData,
+    planned: int,
+) -> tuple[GateResult, Champion | None, BookStep]:
+    """``gate = "book"``: the fold's step of the run's shadow book (``app.walkforward.book``); the
+    policy in charge of the test window is the book's champion."""
+    book, step = fold_book(config, wf_run, plan, challenger, full, book_settings(config, planned))
+    gate = GateResult(
+        promote=step.promoted is not None, reason=f"shadow book: {step.reason}", window=plan.dates["gate"]
+    )
+    return gate, _book_in_charge(wf_run, plan, challenger, records, book.champion), step
 
 
 def _fold_tournament(
@@ -399,6 +438,20 @@ def _fold_tournament(
 
 def _challenger_in_charge(wf_run: RunDir, plan: FoldPlan, challenger: ChallengerRun) -> Champion:
     return _fold_champion(wf_run, plan.fold.index, challenger.run_id, plan.dates["gate"][1])
+
+
+def _book_in_charge(
+    wf_run: RunDir, plan: FoldPlan, challenger: ChallengerRun, records: list[FoldRecord], champion: Any
+) -> Champion | None:
+    """The book's champion (``champion``: its ``ChampionTenure``, None: no champion) as the policy in
+    charge of fold ``plan``'s test window."""
+    if champion is None:
+        return None
+    fold = fold_of(champion.run_id)
+    if fold == plan.fold.index:
+        return _challenger_in_charge(wf_run, plan, challenger)
+    run_id = f"{wf_run.run_id}/{wf_run.fold(fold).path.name}"
+    return _fold_champion(wf_run, fold, run_id, records[fold].windows["gate"][1])
 
 
 def _in_charge_of(wf_run: RunDir, record: FoldRecord, records: list[FoldRecord]) -> Champion | None:
