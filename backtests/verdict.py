@@ -22,7 +22,9 @@ metrics.json ``significance_level``):
   the window's length, its alpha's HAC standard error and the per-look level
   (:func:`minimum_detectable_edge`), with its annualized information ratio;
 - "edge not measurable": the window is not held out, has fewer than :data:`MIN_OOS_SESSIONS`
-  sessions, or a figure is undefined (a strategy that stayed in cash), with why.
+  sessions, or a figure is undefined (a strategy that stayed in cash), with why. A strategy whose
+  daily returns equal the benchmark's on every session (an account that never left it) has no
+  excess to test and reads "not significant", not "not measurable".
 
 A document written before the alpha test (no ``alpha_p_value_after_looks``) is judged by the rule it
 was written under: the PSR after the looks at or above ``1 - a`` AND the mean excess's p-value after
@@ -52,7 +54,7 @@ from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Any, get_args
 
-from backtests.metrics_model import ExcessFigures, MetricsDocument, Outcome
+from backtests.metrics_model import ExcessFigures, MetricsDocument, OosTest, Outcome
 
 #: The default significance level of the out-of-sample test (``[backtest] significance_level``): a 5% chance of calling
 #: a strategy with no edge significant.
@@ -341,6 +343,11 @@ def judge(doc: MetricsDocument, strategy: str = "champion") -> EdgeVerdict | Non
     else:
         why = oos.reason or None
     scope = scope_of(doc)
+    held = _held_the_benchmark(oos) if why is not None and oos.held_out is not False else None
+    if held is not None and sessions >= MIN_OOS_SESSIONS:
+        # The strategy's returns ARE the benchmark's (an account that never left it): no excess, so
+        # nothing to test, and the answer to "is there an edge?" is no rather than "cannot tell".
+        return EdgeVerdict("not significant", (held, looks_text), (), diagnostics, scope)
     if why is not None:
         figures = (why, looks_text) if first is not None or oos.looks_unknown else (why,)
         return EdgeVerdict("not measurable", figures, (), diagnostics, scope)
@@ -395,6 +402,18 @@ def sign_changes(doc: MetricsDocument, strategy: str) -> str | None:
         f"its return ({100 * ret:+.1f}% at ${base:,.0f}) changes sign at nearby account sizes ({sizes}): "
         "a result of one path, not called significant"
     )
+
+
+def _held_the_benchmark(oos: OosTest) -> str | None:
+    """The figure of a strategy whose daily returns equal its benchmark's on every session (an excess
+    of exactly zero, so no dispersion to test), else None."""
+    bench = oos.benchmark
+    excess = oos.excess.get(bench) if bench is not None else None
+    if excess is None or excess.p_value is not None or excess.mean_per_day is None:
+        return None
+    if abs(excess.mean_per_day) > 1e-12:
+        return None
+    return f"no excess over {bench}: its daily returns equal {bench}'s on every session (it held {bench})"
 
 
 def _one_path_check(doc: MetricsDocument, strategy: str, verdict: EdgeVerdict) -> EdgeVerdict:

@@ -102,3 +102,13 @@ def test_a_return_whose_sign_changes_at_nearby_account_sizes_is_not_significant(
     flipped = judge(doc([(1e4, -0.057), (1e5, -0.02), (1e6, 0.399), (1e7, -0.276), (1e8, -0.5)]))
     assert flipped.outcome == "not significant"
     assert "changes sign at nearby account sizes ($100,000: -2.0%, $10,000,000: -27.6%)" in flipped.text
+
+
+def test_an_account_that_held_the_benchmark_throughout_is_not_significant():
+    # Its excess is zero on every session: nothing to test, and the answer is "no edge", not
+    # "cannot tell". A window too short to measure stays "not measurable".
+    bench = np.random.default_rng(5).normal(0.001, 0.01, 63)
+    verdict = judge(_document(bench.copy(), bench))
+    assert verdict.outcome == "not significant" and verdict.significant is False
+    assert "no excess over buy_and_hold" in verdict.text
+    assert judge(_document(bench[:20].copy(), bench[:20])).outcome == "not measurable"

@@ -99,4 +99,4 @@ def test_the_book_promotes_with_the_signal_and_the_account_follows_and_not_witho
     control, figures = _walk(tmp_path, seed, 0.0)
     assert not any(f.book.promoted for f in control.folds), [f.book.reason for f in control.folds]
     assert figures["champion"] == pytest.approx(figures["buy_and_hold"], rel=1e-9, abs=1e-12), figures
-    assert control.metrics.verdict_outcome != "significant"
+    assert control.metrics.verdict_outcome == "not significant", control.metrics.verdict
