@@ -170,7 +170,7 @@ class AgentConfig(Section):
     """Learner settings (defaults in agents.ppo.PPOArgs / agents.sac.SACArgs, equal where both have a
     field); algorithm-specific fields are ignored by the other algorithm."""
 
-    algo: Literal["ppo", "sac", "direct"] = "ppo"
+    algo: Literal["ppo", "sac", "direct"] = "direct"
     seed: int = setting(PPOArgs, "seed")
     device: str = "cpu"
     hidden: int = setting(PPOArgs, "hidden", ge=4)

@@ -92,12 +92,12 @@ def test_train_refuses_to_overwrite_a_run_and_rejects_bad_options(home, config_f
 
 
 def test_a_failed_run_is_recorded_and_may_be_redone(home, config_file, monkeypatch):
-    from agents import ppo
+    from agents import direct  # the default learner
 
     def boom(*args, **kwargs):
         raise RuntimeError("learner crashed")
 
-    monkeypatch.setattr(ppo, "train", boom)
+    monkeypatch.setattr(direct, "train", boom)
     args = ["--home", str(home), "train", "--config", str(config_file), "--run", "r3", "--json"]
     assert main(args) == 1  # an unexpected error: one line, non-zero exit
     info = json.loads((home / "runs" / "r3" / "run.json").read_text())

@@ -127,6 +127,7 @@ num_envs = 8
 decision_interval = 5
 episode_len = 16
 [agent]
+algo = "ppo"
 num_steps = 16
 hidden = 8
 embed = 4
