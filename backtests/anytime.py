@@ -180,10 +180,11 @@ def betting_log_wealth(excess: Any, settings: Betting = BETTING) -> np.ndarray:
     return out[:, 0] if one else out.reshape(x.shape)
 
 
-def demotion_log_wealth(excess: Any, margin: float = 0.0, settings: Betting = DEMOTION_BETTING) -> np.ndarray:
+def demotion_log_wealth(excess: Any, margin: float = 0.0, settings: Betting | None = None) -> np.ndarray:
     """``log W_t`` of the demotion test: H0 ``E[x_t | past] >= margin`` (the champion still earns at
     least ``margin`` a day over its benchmark), the betting e-process on ``margin - x_t`` with the
-    discounted bet of :data:`DEMOTION_BETTING` (see the module docstring)."""
+    discounted bet of :data:`DEMOTION_BETTING` where ``settings`` is None (see the module docstring)."""
+    settings = DEMOTION_BETTING if settings is None else settings
     return betting_log_wealth(float(margin) - np.asarray(excess, dtype=np.float64), settings)
 
 

@@ -400,13 +400,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--after-edges", type=float, nargs="+", default=[0.0, -0.2, -0.5])
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
+        "--demotion-half-life",
+        type=float,
+        default=anytime.DEMOTION_HALF_LIFE,
+        help="the demotion bet's half-life in sessions (0: the promotion bet's, on the whole tenure)",
+    )
+    p.add_argument(
         "--cases", nargs="+", default=list(CASES), choices=CASES, help="which parts to run (default: all)"
     )
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = p.parse_args(argv)
     settings = ShadowSettings()
+    demotion = (
+        dataclasses.replace(anytime.DEMOTION_BETTING, half_life=args.demotion_half_life)
+        if args.demotion_half_life
+        else anytime.BETTING
+    )
     started = time.perf_counter()
-    figures = measure(args, settings)
+    with mock.patch.object(anytime, "DEMOTION_BETTING", demotion):
+        figures = measure(args, settings)
     failed = [r for r in figures["null"] if not r["passed"]]
     doc = {
         "nights": args.nights,
@@ -414,6 +426,7 @@ def main(argv: list[str] | None = None) -> int:
         "power_loops": args.power_loops,
         "settings": dataclasses.asdict(settings),
         "betting": dataclasses.asdict(anytime.BETTING),
+        "demotion_betting": dataclasses.asdict(demotion),
         "scale": SCALE,
         "market_drift": MARKET_DRIFT,
         "seed": args.seed,
