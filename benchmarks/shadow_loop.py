@@ -355,10 +355,10 @@ def measure(args: argparse.Namespace, settings: ShadowSettings) -> dict[str, Any
         started = time.perf_counter()
         sims = run_case(case, loops=args.power_loops, **kw)
         switch.append(switch_row(case, sims, args.nights))
-        _progress(switch[-1], seconds)
         seconds[f"switch {case.after_edge if case is not stays else 'stays'}"] = round(
             time.perf_counter() - started, 1
         )
+        _progress(switch[-1], seconds)
     return {"null": null, "planted": planted, "switch": switch, "seconds": seconds}
 
 
