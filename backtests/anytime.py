@@ -39,7 +39,14 @@ promotion chance is at most the share under either null (an intersection-union t
 
 **Demotion** (:func:`demotion_log_wealth`): the champion's own record since promotion against
 buy-and-hold, the same e-process on ``margin - x_t``: it passes when the record shows the mean excess
-below ``margin`` (the edge gone).
+below ``margin`` (the edge gone). Its bet reads the recent sessions (:data:`DEMOTION_BETTING`): the
+plug-in's mean and second moment of ``z`` are exponentially discounted sums with a half-life of
+``DEMOTION_HALF_LIFE`` sessions. With the running mean of the whole tenure the nights of past edge
+must be undone before any stake is placed, so the delay would grow with the tenure; the discounted
+bet forgets them. It stays predictable (each weight and sum uses only earlier sessions) and in
+``[0, max_bet]``, so each factor ``1 + lam_t z_t`` still has conditional mean at most 1 under H0:
+the wealth is a test supermartingale and Ville's bound holds whatever the half-life (the half-life
+trades speed for the bet's noise, never validity).
 
 Pure numpy, no torch: the size benchmark runs tens of thousands of streams through these functions.
 """
@@ -66,6 +73,13 @@ PRIOR_SESSIONS = 20.0
 #: Smallest scale (a daily return): a stream of zeros (a challenger that matched the champion
 #: exactly) bets on nothing rather than dividing by 0.
 MIN_SCALE = 1e-6
+#: The demotion bet's half-life in sessions (:data:`DEMOTION_BETTING`): the champion's recent record,
+#: not its whole tenure, sets the stake. Shorter forgets a past edge sooner but bets on fewer
+#: sessions' worth of evidence (docs/benchmarks.md, "Shadow book over simulated nightly loops").
+DEMOTION_HALF_LIFE = 10.0
+#: Pseudo sessions at mean 0 in the demotion bet: fewer than the promotion bet's, since the
+#: discounted sums hold only about ``DEMOTION_HALF_LIFE / ln 2`` sessions' worth.
+DEMOTION_PRIOR_SESSIONS = 5.0
 #: Entries sharing one block of the level (half of it in the first block, a quarter in the next...).
 #: A bounded shadow book admits a challenger only when a slot frees, so a year of nights enters far
 #: fewer than one a night; a loop that enters more only tests its later ones at a smaller share.
@@ -84,15 +98,27 @@ class Betting:
     """sessions observed before the first bet"""
     prior_sessions: float = PRIOR_SESSIONS
     """pseudo sessions at mean 0 shrinking the plug-in bet"""
+    half_life: float | None = None
+    """sessions after which a session's weight in the plug-in bet halves (None: every earlier session
+    weighs the same, the running mean)"""
 
     def __post_init__(self) -> None:
         if not 0.0 < self.max_bet < 1.0:
             raise ValueError(f"max_bet must lie in (0, 1), got {self.max_bet}")
         if not self.scale_multiple > 0.0 or self.warmup_sessions < 1 or self.prior_sessions < 0.0:
             raise ValueError("scale_multiple must be > 0, warmup_sessions >= 1, prior_sessions >= 0")
+        if self.half_life is not None and not self.half_life > 0.0:
+            raise ValueError(f"half_life must be > 0 or None, got {self.half_life}")
+
+    @property
+    def discount(self) -> float:
+        """Each earlier session's weight in the plug-in bet is multiplied by this per session bet on."""
+        return 1.0 if self.half_life is None else 0.5 ** (1.0 / self.half_life)
 
 
 BETTING = Betting()
+#: The demotion e-process' settings: the plug-in bet on exponentially discounted sums.
+DEMOTION_BETTING = Betting(half_life=DEMOTION_HALF_LIFE, prior_sessions=DEMOTION_PRIOR_SESSIONS)
 
 
 def relative_returns(returns: Any, benchmark: Any) -> np.ndarray:
@@ -142,9 +168,11 @@ def betting_log_wealth(excess: Any, settings: Betting = BETTING) -> np.ndarray:
             bet = np.clip(mean / np.maximum(second, 1e-12), 0.0, settings.max_bet)
             bet = np.where(active, bet, 0.0)
             log_w = log_w + np.log1p(bet * z)
-            sum_z = sum_z + np.where(active, z, 0.0)
-            sum_z2 = sum_z2 + np.where(active, z * z, 0.0)
-            bets_seen = bets_seen + active
+            # The bet's sums, discounted where a half-life is set (after the bet: still the past only).
+            keep = np.where(active, settings.discount, 1.0)
+            sum_z = sum_z * keep + np.where(active, z, 0.0)
+            sum_z2 = sum_z2 * keep + np.where(active, z * z, 0.0)
+            bets_seen = bets_seen * keep + active
         sum_sq = sum_sq + np.where(ok, row * row, 0.0)
         sum_x = sum_x + np.where(ok, row, 0.0)
         seen = seen + ok
@@ -152,9 +180,11 @@ def betting_log_wealth(excess: Any, settings: Betting = BETTING) -> np.ndarray:
     return out[:, 0] if one else out.reshape(x.shape)
 
 
-def demotion_log_wealth(excess: Any, margin: float = 0.0, settings: Betting = BETTING) -> np.ndarray:
+def demotion_log_wealth(excess: Any, margin: float = 0.0, settings: Betting | None = None) -> np.ndarray:
     """``log W_t`` of the demotion test: H0 ``E[x_t | past] >= margin`` (the champion still earns at
-    least ``margin`` a day over its benchmark), the betting e-process on ``margin - x_t``."""
+    least ``margin`` a day over its benchmark), the betting e-process on ``margin - x_t`` with the
+    discounted bet of :data:`DEMOTION_BETTING` where ``settings`` is None (see the module docstring)."""
+    settings = DEMOTION_BETTING if settings is None else settings
     return betting_log_wealth(float(margin) - np.asarray(excess, dtype=np.float64), settings)
 
 

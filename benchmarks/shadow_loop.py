@@ -24,6 +24,7 @@ correlated), both drawn in the case's shape: ``normal``, ``student_t3``, ``left_
 
     .venv/bin/python benchmarks/shadow_loop.py                      # 200 loops per null shape
     .venv/bin/python benchmarks/shadow_loop.py --loops 200 --json
+    .venv/bin/python benchmarks/shadow_loop.py --cases switch     # the champion's demotion only
 
 Prints a table (or one JSON document); exits 1 when a null shape's upper bound exceeds the level.
 """
@@ -58,6 +59,7 @@ MARKET_DRIFT = 0.0003
 DEMO_IR = round(8.90 / math.sqrt(252), 2)
 INCUMBENT = "incumbent"
 FIRST_DAY = np.datetime64("2030-01-01")
+CASES = ("null", "planted", "switch")
 
 
 def session_dates(nights: int) -> list[str]:
@@ -142,21 +144,21 @@ class Evaluations:
     every night, a Python loop over its sessions per stream. Run one night of every loop first with
     this stand-in for ``anytime.betting_log_wealth``: it answers the streams already computed and
     notes the others (answering zeros); those are then computed in one call of the real function,
-    streams as columns padded at the end with NaN (a NaN session stakes nothing and the path is
+    streams of one betting setting as columns padded at the end with NaN (a NaN session stakes nothing and the path is
     causal, so each column's values are the stream's own), and the nights that met a new stream run
     again. A night counts only when it ran on computed values throughout, so its decisions are
     exactly the unbatched rule's (``tests/test_shadow_loop.py`` compares the two)."""
 
     def __init__(self, real: Any) -> None:
         self.real = real
-        self.known: dict[bytes, np.ndarray] = {}
-        self.wanted: dict[bytes, np.ndarray] = {}
+        self.known: dict[tuple[anytime.Betting, bytes], np.ndarray] = {}
+        self.wanted: dict[tuple[anytime.Betting, bytes], np.ndarray] = {}
 
     def __call__(self, excess: Any, settings: anytime.Betting = anytime.BETTING) -> np.ndarray:
         x = np.asarray(excess, dtype=np.float64)
-        if x.ndim != 1 or not len(x) or settings != anytime.BETTING:
+        if x.ndim != 1 or not len(x):
             return self.real(x, settings)
-        key = x.tobytes()
+        key = (settings, x.tobytes())
         found = self.known.get(key)
         if found is None:
             self.wanted[key] = x
@@ -175,20 +177,21 @@ class Evaluations:
             excess = anytime.relative_returns(
                 np.asarray(tenure.returns, dtype=np.float64), np.asarray(tenure.benchmark, dtype=np.float64)
             )
-            self(float(settings.demotion_margin) - excess)
+            self(float(settings.demotion_margin) - excess, anytime.DEMOTION_BETTING)
 
     def compute(self) -> None:
-        """Compute the noted streams in one call of the real e-process."""
-        if not self.wanted:
-            return
-        streams = list(self.wanted.items())
-        longest = max(len(x) for _, x in streams)
-        matrix = np.full((longest, len(streams)), np.nan)
-        for j, (_, x) in enumerate(streams):
-            matrix[: len(x), j] = x
-        wealth = self.real(matrix)
-        for j, (key, x) in enumerate(streams):
-            self.known[key] = wealth[: len(x), j].copy()
+        """Compute the noted streams in one call of the real e-process per betting setting."""
+        groups: dict[anytime.Betting, list[tuple[bytes, np.ndarray]]] = {}
+        for (betting, key), x in self.wanted.items():
+            groups.setdefault(betting, []).append((key, x))
+        for betting, streams in groups.items():
+            longest = max(len(x) for _, x in streams)
+            matrix = np.full((longest, len(streams)), np.nan)
+            for j, (_, x) in enumerate(streams):
+                matrix[: len(x), j] = x
+            wealth = self.real(matrix, betting)
+            for j, (key, x) in enumerate(streams):
+                self.known[(betting, key)] = wealth[: len(x), j].copy()
         self.wanted.clear()
 
     def forget(self) -> None:
@@ -308,6 +311,7 @@ def switch_row(case: Case, sims: list[Loop], nights: int) -> dict[str, Any]:
         "edge_after": case.after_edge,
         "loops": len(sims),
         "demoted_before_switch": early,
+        "false_demotion_upper_bound_95": upper_bound(early, len(sims)),
         "demoted_after_switch_share": float(np.mean(np.isfinite(after))),
         "median_nights_to_demotion": median,
         "p90_nights_to_demotion": p90,
@@ -327,33 +331,34 @@ def measure(args: argparse.Namespace, settings: ShadowSettings) -> dict[str, Any
     """The null rows (one per shape), the planted rows (one per edge), the switch rows."""
     kw = {"nights": args.nights, "seed": args.seed, "settings": settings}
     null, planted, switch, seconds = [], [], [], {}
-    for shape in args.shapes:
+    for shape in args.shapes if "null" in args.cases else ():
         started = time.perf_counter()
         sims = run_case(Case(shape), loops=args.loops, **kw)
         null.append(null_row(shape, sims, settings.level))
         seconds[f"null {shape}"] = round(time.perf_counter() - started, 1)
         _progress(null[-1], seconds)
-    for edge in args.edges:
+    for edge in args.edges if "planted" in args.cases else ():
         started = time.perf_counter()
         sims = run_case(Case("student_t3", edge=edge), loops=args.power_loops, **kw)
         planted.append(planted_row(edge, sims))
         seconds[f"planted {edge}"] = round(time.perf_counter() - started, 1)
         _progress(planted[-1], seconds)
     stays = Case("student_t3", champion_edge=args.champion_edge, switch_night=args.nights, stop_at="never")
-    for case in [
+    switches = [
         *(
             Case("student_t3", champion_edge=args.champion_edge, switch_night=args.switch_night, after_edge=a)
             for a in args.after_edges
         ),
         stays,
-    ]:
+    ]
+    for case in switches if "switch" in args.cases else ():
         started = time.perf_counter()
         sims = run_case(case, loops=args.power_loops, **kw)
         switch.append(switch_row(case, sims, args.nights))
-        _progress(switch[-1], seconds)
         seconds[f"switch {case.after_edge if case is not stays else 'stays'}"] = round(
             time.perf_counter() - started, 1
         )
+        _progress(switch[-1], seconds)
     return {"null": null, "planted": planted, "switch": switch, "seconds": seconds}
 
 
@@ -377,7 +382,7 @@ def _print_table(doc: dict[str, Any]) -> None:
         )
         print(
             f"  IR {r['champion_edge']:.2f} -> {after}: demoted before the switch {r['demoted_before_switch']}"
-            f"/{r['loops']}, after it {r['demoted_after_switch_share']:.0%} (median "
+            f"/{r['loops']} (95% bound {r['false_demotion_upper_bound_95']:.1%}), after it {r['demoted_after_switch_share']:.0%} (median "
             f"{r['median_nights_to_demotion']:g}, 90th percentile {r['p90_nights_to_demotion']:g} nights; "
             f"test {r['by_test']}, drawdown {r['by_drawdown']}), replaced {r['replaced_by_a_challenger']}"
         )
@@ -394,11 +399,26 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--switch-night", type=int, default=60)
     p.add_argument("--after-edges", type=float, nargs="+", default=[0.0, -0.2, -0.5])
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--demotion-half-life",
+        type=float,
+        default=anytime.DEMOTION_HALF_LIFE,
+        help="the demotion bet's half-life in sessions (0: the promotion bet's, on the whole tenure)",
+    )
+    p.add_argument(
+        "--cases", nargs="+", default=list(CASES), choices=CASES, help="which parts to run (default: all)"
+    )
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = p.parse_args(argv)
     settings = ShadowSettings()
+    demotion = (
+        dataclasses.replace(anytime.DEMOTION_BETTING, half_life=args.demotion_half_life)
+        if args.demotion_half_life
+        else anytime.BETTING
+    )
     started = time.perf_counter()
-    figures = measure(args, settings)
+    with mock.patch.object(anytime, "DEMOTION_BETTING", demotion):
+        figures = measure(args, settings)
     failed = [r for r in figures["null"] if not r["passed"]]
     doc = {
         "nights": args.nights,
@@ -406,6 +426,7 @@ def main(argv: list[str] | None = None) -> int:
         "power_loops": args.power_loops,
         "settings": dataclasses.asdict(settings),
         "betting": dataclasses.asdict(anytime.BETTING),
+        "demotion_betting": dataclasses.asdict(demotion),
         "scale": SCALE,
         "market_drift": MARKET_DRIFT,
         "seed": args.seed,

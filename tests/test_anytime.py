@@ -77,6 +77,41 @@ def test_demotion_sees_an_edge_gone_and_keeps_an_edge_that_stays():
     assert np.mean(anytime.first_crossing(anytime.demotion_log_wealth(stays), 0.05) >= 0) == 0.0
 
 
+@pytest.mark.parametrize("shape", ["student_t3", "left_skewed"])
+def test_the_discounted_demotion_bet_keeps_the_level_on_nulls_checked_every_night(shape):
+    rng = np.random.default_rng(6)
+    if shape == "student_t3":
+        x = rng.standard_t(3, (NIGHTS, 4000)) * 0.01 / math.sqrt(3)
+    else:  # a champion's excess whose losses have the long tail: the demotion stream's worst case
+        x = (rng.exponential(1.0, (NIGHTS, 4000)) - 1.0) * 0.01
+    # A champion earning exactly the margin (H0's boundary) demoted at any of the 250 nights.
+    rate = np.mean(anytime.first_crossing(anytime.demotion_log_wealth(x + 0.001, 0.001), 0.05) >= 0)
+    assert rate <= 0.05
+
+
+def test_the_discounted_demotion_bet_uses_only_earlier_sessions():
+    rng = np.random.default_rng(7)
+    x = rng.normal(0.0, 0.01, 60)
+    changed = x.copy()
+    changed[40:] = rng.normal(-0.05, 0.01, 20)
+    np.testing.assert_array_equal(
+        anytime.demotion_log_wealth(x)[:40], anytime.demotion_log_wealth(changed)[:40]
+    )
+
+
+def test_an_edge_switched_off_after_a_long_tenure_is_demoted_within_120_sessions():
+    rng = np.random.default_rng(8)
+    tenure, within = 60, 120
+    # Daily IR 0.56 for 60 sessions, then -0.5: the demo champion's edge turned into a loss.
+    x = np.concatenate([rng.normal(0.0056, 0.01, (tenure, 200)), rng.normal(-0.005, 0.01, (within, 200))])
+    crossing = anytime.first_crossing(anytime.demotion_log_wealth(x), 0.05)
+    assert not np.any((crossing >= 0) & (crossing < tenure))  # never while the edge lasted
+    assert np.mean(crossing >= 0) >= 0.9  # about 97% (median 65 sessions after the switch)
+    # The running mean of the whole tenure must first undo the past edge: most are never demoted.
+    whole = anytime.first_crossing(anytime.demotion_log_wealth(x, 0.0, anytime.BETTING), 0.05)
+    assert np.mean(whole >= 0) < 0.5
+
+
 def test_every_challenger_ever_entered_shares_the_level():
     shares = [anytime.challenger_level(0.05, k, per_block=10) for k in range(1, 400)]
     assert sum(shares) <= 0.05
@@ -101,5 +136,7 @@ def test_relative_returns_are_the_wealth_ratio_change():
 def test_bad_settings_are_refused():
     with pytest.raises(ValueError):
         anytime.Betting(max_bet=1.0)
+    with pytest.raises(ValueError):
+        anytime.Betting(half_life=0.0)
     with pytest.raises(ValueError):
         anytime.challenger_level(0.05, 0)

@@ -114,6 +114,15 @@ def test_a_drawdown_past_the_limit_demotes():
     assert shadow.drawdown([0.1, -0.5]) == pytest.approx(0.5)
 
 
+def test_a_champion_falling_less_than_a_falling_market_is_kept():
+    book = shadow.follow_champion(ShadowBook(), "champ", "/champions/champ", "2029-12-31")
+    # Down 33% on its own, but up 45% against buy-and-hold (down 54%): the drawdown that counts is
+    # the one relative to buy-and-hold.
+    book = _record(book, 10, {}, [-0.06] * 10, champion=[-0.04] * 10)
+    assert shadow.drawdown([-0.04] * 10) > 0.25
+    assert shadow.judge(book, ShadowSettings(max_drawdown=0.25)).demote is None
+
+
 def test_a_challenger_tested_too_long_retires():
     settings = ShadowSettings(min_sessions=5, max_sessions=10)
     book = _record(_book_with(["a"], settings), 10, {"a": [0.0] * 10}, [0.0] * 10)

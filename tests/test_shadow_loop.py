@@ -1,7 +1,7 @@
 """The shadow book's whole decision rule over simulated nightly loops (``benchmarks/shadow_loop.py`` at a
 small size, fixed seeds): no more false promotions on a null than a binomial bound allows, a planted
-edge promoted, a champion whose edge turns negative demoted, one whose edge stays kept; the batched
-e-process gives the unbatched rule's decisions exactly."""
+edge promoted, a champion whose edge turns negative demoted by the test alone, one whose edge stays
+kept; the batched e-process gives the unbatched rule's decisions exactly."""
 
 from __future__ import annotations
 
@@ -72,12 +72,16 @@ def test_a_planted_edge_is_promoted_within_a_stated_number_of_nights():
     assert all(s.promotions[0] > anytime.WARMUP_SESSIONS for s in sims if s.promotions)
 
 
-def test_a_champion_whose_edge_turns_negative_is_demoted_and_one_whose_edge_stays_is_kept():
+def test_a_champion_whose_edge_turns_negative_is_demoted_by_the_test_and_one_whose_edge_stays_is_kept():
     loops, switch, within = 20, 20, 100
     case = Case("student_t3", champion_edge=0.56, switch_night=switch, after_edge=-0.5, stop_at="demotion")
-    sims = _run(case, loops=loops, nights=switch + within)
+    # The demotion test alone (no drawdown limit): its bet reads the recent sessions, so the nights of
+    # past edge do not hold it back; at this size about 90% are demoted within 100 nights.
+    alone = ShadowSettings(max_drawdown=1.0)
+    sims = shadow_loop.run_case(case, loops=loops, nights=switch + within, seed=SEED, settings=alone)
     demoted = [s for s in sims if any(d[0] > switch and d[2] == shadow_loop.INCUMBENT for d in s.demotions)]
-    assert len(demoted) >= _at_least(loops, 0.9), f"{len(demoted)} of {loops} demoted within {within} nights"
+    assert len(demoted) >= _at_least(loops, 0.8), f"{len(demoted)} of {loops} demoted within {within} nights"
+    assert all(d[1] == "test" for s in demoted for d in s.demotions)
     assert not any(d[0] <= switch for s in sims for d in s.demotions)
     stays = Case("student_t3", champion_edge=0.56, switch_night=10_000, stop_at="never")
     kept = _run(stays, loops=loops, nights=switch + within)

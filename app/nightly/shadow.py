@@ -24,8 +24,9 @@ share of the level spent (the entry count never decreases) and their last figure
 
 **Demotion** (:func:`judge`): the champion's own record since its promotion (:class:`ChampionTenure`)
 against buy-and-hold: when the demotion e-process rejects "it still earns ``demotion_margin`` a day
-over buy-and-hold" at ``demotion_level``, or its drawdown since promotion reaches ``max_drawdown``,
-the benchmark takes the account back.
+over buy-and-hold" at ``demotion_level``, or the drawdown since promotion of its wealth relative to
+buy-and-hold's (the compounded excess) reaches ``max_drawdown``, the benchmark takes the account back:
+a falling market alone demotes no champion that falls less.
 
 The store is one versioned artifact written atomically (``data.artifact.Artifact``): a kill or a full
 disk leaves the previous night's book whole, and a restart reads it back.
@@ -85,7 +86,7 @@ class ShadowSettings:
     demotion_margin: float = 0.0
     """daily excess over buy-and-hold the champion must keep (demotion's H0)"""
     max_drawdown: float = 0.25
-    """the champion's drawdown since promotion that demotes it (a fraction)"""
+    """the drawdown since promotion of the champion's wealth relative to buy-and-hold's that demotes it"""
     keep_retired: int = 50
     """retired challengers whose last figures the book keeps"""
 
@@ -284,7 +285,8 @@ def drawdown(returns: Sequence[float | None]) -> float:
 
 def judge(book: ShadowBook, settings: ShadowSettings = ShadowSettings()) -> BookDecision:
     """Tonight's decision on the book (see the module docstring). Of several challengers that pass,
-    the one with the most evidence (the larger of the two log-wealths' minimum) is promoted."""
+    the one with the most evidence (the larger of the two log-wealths' minimum) is promoted. The
+    champion's drawdown is that of its wealth over buy-and-hold's (``drawdown`` of the excess)."""
     found = {ch.run_id: evidence(ch) for ch in book.challengers}
     passing = [ch for ch in book.challengers if found[ch.run_id].passes]
     promote = None
@@ -307,7 +309,7 @@ def judge(book: ShadowBook, settings: ShadowSettings = ShadowSettings()) -> Book
     if promote is None and record is not None and record.dates:
         excess = anytime.relative_returns(_array(record.returns), _array(record.benchmark))
         wealth = _peak(anytime.demotion_log_wealth(excess, settings.demotion_margin))
-        fall = drawdown(record.returns)
+        fall = drawdown(excess)
         if wealth >= anytime.log_threshold(settings.demotion_level):
             demote = Demotion(
                 record.run_id,
@@ -319,8 +321,8 @@ def judge(book: ShadowBook, settings: ShadowSettings = ShadowSettings()) -> Book
         elif fall >= settings.max_drawdown:
             demote = Demotion(
                 record.run_id,
-                f"champion {record.run_id}'s drawdown since its promotion is {fall:.1%}, at or past the "
-                f"limit {settings.max_drawdown:.0%}",
+                f"champion {record.run_id}'s drawdown relative to buy-and-hold since its promotion is "
+                f"{fall:.1%}, at or past the limit {settings.max_drawdown:.0%}",
             )
         if demote is not None:
             reason = demote.reason
