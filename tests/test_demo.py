@@ -102,7 +102,7 @@ def test_default_preset_plants_a_moderate_signal_and_the_flag_overrides_it():
     cpu = {"cores": 2, "device": "cpu", "gpu": None}
     kw = {"config_path": None, "data_source": "synthetic", "seed": None, "minutes": None, "workers": None}
     config, extra = build_config("default", signal=None, machine=cpu, **kw)
-    assert config.data.signal == 1.0 and config.data.num_sessions == 243 and extra["budget_minutes"] == 6.0
+    assert config.data.signal == 0.42 and config.data.num_sessions == 243 and extra["budget_minutes"] == 6.0
     # split 72 / 45 / 126 as MarketData.split_sessions rounds: a half-year test window
     n = config.data.num_sessions
     n_train, n_valid = round(n * config.data.train_frac), round(n * config.data.valid_frac)

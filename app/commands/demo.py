@@ -24,7 +24,7 @@ def demo(
         None,
         "--signal",
         min=0.0,
-        help="Planted signal strength (0 = pure noise; default and test presets 1.0).",
+        help="Planted signal strength (0 = pure noise; default preset 0.42, test preset 1.0).",
     ),
     seed: int = typer.Option(None, "--seed", help="Seed of data, pods and tournament \\[default: 0]."),
     preset: str = typer.Option(
