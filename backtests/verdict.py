@@ -344,9 +344,7 @@ def judge(doc: MetricsDocument, strategy: str = "champion") -> EdgeVerdict | Non
         why = oos.reason or None
     scope = scope_of(doc)
     held = _held_the_benchmark(oos) if why is not None and oos.held_out is not False else None
-    if held is not None and sessions >= MIN_OOS_SESSIONS:
-        # The strategy's returns ARE the benchmark's (an account that never left it): no excess, so
-        # nothing to test, and the answer to "is there an edge?" is no rather than "cannot tell".
+    if held is not None and sessions >= MIN_OOS_SESSIONS:  # no excess: "no edge", not "cannot tell"
         return EdgeVerdict("not significant", (held, looks_text), (), diagnostics, scope)
     if why is not None:
         figures = (why, looks_text) if first is not None or oos.looks_unknown else (why,)
@@ -405,13 +403,11 @@ def sign_changes(doc: MetricsDocument, strategy: str) -> str | None:
 
 
 def _held_the_benchmark(oos: OosTest) -> str | None:
-    """The figure of a strategy whose daily returns equal its benchmark's on every session (an excess
-    of exactly zero, so no dispersion to test), else None."""
+    """The figure of a strategy whose daily returns equal its benchmark's (zero excess), else None."""
     bench = oos.benchmark
     excess = oos.excess.get(bench) if bench is not None else None
-    if excess is None or excess.p_value is not None or excess.mean_per_day is None:
-        return None
-    if abs(excess.mean_per_day) > 1e-12:
+    mean = excess.mean_per_day if excess is not None and excess.p_value is None else None
+    if mean is None or abs(mean) > 1e-12:
         return None
     return f"no excess over {bench}: its daily returns equal {bench}'s on every session (it held {bench})"
 

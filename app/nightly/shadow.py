@@ -501,7 +501,8 @@ class ShadowNight:
     book: ShadowBook
 
 
-def _aligned(dates: Sequence[str], replay: Replay | None) -> tuple[list[float | None], list[float | None]]:
+def aligned(dates: Sequence[str], replay: Replay | None) -> tuple[list[float | None], list[float | None]]:
+    """A replay's returns and buy-and-hold's on ``dates`` (None where it has no such session)."""
     if replay is None:
         return [None] * len(dates), [None] * len(dates)
     by_date = dict(zip(replay.dates, zip(replay.returns, replay.benchmark, strict=True), strict=True))
@@ -548,8 +549,8 @@ def shadow_night(
     dates = sorted({d for r in [*replays.values(), champ_replay] if r is not None for d in r.dates})
     returns, benches = {}, {}
     for run_id, replay in replays.items():
-        returns[run_id], benches[run_id] = _aligned(dates, replay)
-    champ_returns, champ_bench = _aligned(dates, champ_replay)
+        returns[run_id], benches[run_id] = aligned(dates, replay)
+    champ_returns, champ_bench = aligned(dates, champ_replay)
     # No champion: buy-and-hold is in charge, each challenger's own from its first session.
     book = record_sessions(
         book,

@@ -168,22 +168,12 @@ def run_cycle(
     session = exchange_date(clock.timestamp).date().isoformat()
     journal.session = session  # the broker's session, not the wall clock's (they differ in a replay)
     picked = source.select(session, journal)
-    if picked.bundle is None and picked.takeover is not None:
-        result = _take_back(picked.takeover, broker, journal, options, now, session)
-        result.session, result.bundle_id, result.broker_time = (
-            session,
-            picked.takeover.bundle_id,
-            clock.timestamp,
-        )
-        return result
-    if picked.bundle is None and picked.benchmark is not None:
-        result = _benchmark(picked.benchmark, broker, journal, options, now, session)
-        result.session, result.bundle_id, result.broker_time = (
-            session,
-            picked.benchmark.bundle_id,
-            clock.timestamp,
-        )
-        return result
+    # No champion to trade: a demoted one's account handed back once, else the benchmark's book.
+    for plan, trade in ((picked.takeover, _take_back), (picked.benchmark, _benchmark)):
+        if picked.bundle is None and plan is not None:
+            result = trade(plan, broker, journal, options, now, session)
+            result.session, result.bundle_id, result.broker_time = session, plan.bundle_id, clock.timestamp
+            return result
     if picked.bundle is None:
         msg = picked.alert or "no bundle to trade"
         return CycleResult(

@@ -36,7 +36,7 @@ recorded fold back, so a kill at any point leaves a book that matches the folds 
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -101,14 +101,6 @@ def _history(market: MarketData, policy_dir: str | Path, after: str) -> MarketDa
     return market.slice(max(0, first - bars), market.num_steps)
 
 
-def _aligned(dates: Sequence[str], replay: Replay | None) -> tuple[list[float | None], list[float | None]]:
-    if replay is None:
-        return [None] * len(dates), [None] * len(dates)
-    by_date = dict(zip(replay.dates, zip(replay.returns, replay.benchmark, strict=True), strict=True))
-    rows = [by_date.get(d) for d in dates]
-    return [r[0] if r else None for r in rows], [r[1] if r else None for r in rows]
-
-
 def record_through(
     config: Config,
     book: ShadowBook,
@@ -159,8 +151,8 @@ def record_through(
     dates = sorted({d for r in [*replays.values(), champ_replay] if r is not None for d in r.dates})
     returns, benches = {}, {}
     for run_id, one in replays.items():
-        returns[run_id], benches[run_id] = _aligned(dates, one)
-    champ_returns, champ_bench = _aligned(dates, champ_replay)
+        returns[run_id], benches[run_id] = shadow.aligned(dates, one)
+    champ_returns, champ_bench = shadow.aligned(dates, champ_replay)
     book = shadow.record_sessions(
         book,
         dates,
