@@ -1,5 +1,5 @@
 """A champion losing its place through the nightly pipeline: the shadow book's demotion (here its
-drawdown since promotion past the 25% limit, before the edge test's e-value reached 20) recorded in the registry (the pointer removed, a demotion row saying why), then
+demotion test's e-value reaching 20 on the sessions since promotion: the edge is gone) recorded in the registry (the pointer removed, a demotion row saying why), then
 ``podracer status`` and the dashboard's champion card stating the reason and the date.
 
 The tournament and the replays are scripted (``tests/test_shadow.py``'s fakes): the champion in
@@ -74,7 +74,7 @@ def test_a_losing_champion_is_demoted_and_status_and_the_dashboard_say_why(tmp_p
     assert config.nightly.shadow_book  # the default rule
     steps = _steps(first_day=30)
     nights = 0
-    while nights < 30:  # deterministic (the fakes' noise is seeded): demoted on the 26th night
+    while nights < 30:  # deterministic (the fakes' noise is seeded)
         nights += 1
         outcome = run_retrain(config, home, steps=steps)
         if outcome.demoted:
@@ -83,17 +83,17 @@ def test_a_losing_champion_is_demoted_and_status_and_the_dashboard_say_why(tmp_p
     assert outcome.previous_champion == CHAMPION and outcome.champion is None
     assert current_champion(home) is None
     gone = last_demotion(home)
-    assert gone.run_id == CHAMPION and "drawdown since its promotion is 2" in gone.reason
+    assert gone.run_id == CHAMPION and "edge is gone" in gone.reason and "e-value reached" in gone.reason
     last_session = DAYS[30 + nights - 2]
     assert gone.session == last_session and gone.decision_id == read_decisions(home)[-1]["id"]
-    assert read_decisions(home)[-1]["reason"].startswith(f"shadow book: champion {CHAMPION}'s drawdown")
+    assert read_decisions(home)[-1]["reason"].startswith(f"shadow book: champion {CHAMPION}'s edge is gone")
     assert shadow.read_book(home).champion is None
 
     status = gather_status(home)
     assert status.champion is None and status.demotion["run_id"] == CHAMPION
     (line,) = [x for x in status_lines(status) if x.startswith("champion ")]
     assert f"none: {CHAMPION} demoted" in line and f"its record to {last_session}" in line
-    assert "at or past the limit 25%" in line
+    assert "e-value reached" in line and "edge is gone" in line
     card = in_charge(status)
     assert card.value == "none (demoted)" and card.since == gone.demoted_at[:16].replace("T", " ")
     assert gone.reason in card.explanation and "[paper] before_champion" in card.explanation
