@@ -94,8 +94,7 @@ def _money(value: float) -> str:
     return f"{'-' if value < 0 else '+'}${abs(value):,.2f}"
 
 
-# The screen is this command's alone (the dashboard draws the same Status as cards): its lines live
-# here, not in app.render, which loads torch through backtests.report.
+# This screen's lines live here, not in app.render (which loads torch); the dashboard draws cards.
 def status_lines(status: Any) -> list[str]:
     """``podracer status`` as lines (``app.workflows.status.Status``)."""
     champ, last, beat = status.champion, status.last_decision, status.heartbeat
@@ -103,12 +102,9 @@ def status_lines(status: Any) -> list[str]:
     if champ:
         bundle = f"bundle {champ.bundle_id[:12]}" if champ.bundle_id else "no readable bundle"
         lines.append(f"champion      {champ.run_id} ({bundle}) since {_when(champ.promoted_at)}")
-    elif getattr(status, "demotion", None):
-        gone = status.demotion
-        lines.append(
-            f"champion      none: {gone['run_id']} demoted {_when(gone['demoted_at'])} "
-            f"(its record to {gone.get('session') or '?'}): {gone['reason']}"
-        )
+    elif gone := getattr(status, "demotion", None):
+        on, to, why = _when(gone["demoted_at"]), gone.get("session") or "?", gone["reason"]
+        lines.append(f"champion      none: {gone['run_id']} demoted {on} (its record to {to}): {why}")
     else:
         lines.append("champion      none yet (podracer retrain promotes the first)")
     if last:
