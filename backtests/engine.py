@@ -155,7 +155,7 @@ def run_backtest(
     baselines: Sequence[str] = bl.DEFAULT_BASELINES,
     device: str | torch.device | None = None,
     seed: int = 0,
-    num_threads: int | None = None,
+    num_threads: int | None = 1,
     compile: str = "auto",
     capital: Sequence[float] | None = None,
     linear: PolicyFn | None = None,
@@ -173,8 +173,11 @@ def run_backtest(
     execution model makes the sizes differ (``backtests.capacity``). Needs ``policies`` as a mapping.
 
     ``num_threads`` sets torch's intra-op threads for the run and restores them after (None: leave
-    them). The loop runs one small batch per step, where extra threads only add synchronization: more
-    than one measured slower (docs/benchmarks.md, "Backtests").
+    them; default one). The loop runs one small batch per step, where extra threads only add
+    synchronization: more than one measured slower (docs/benchmarks.md, "Backtests"). It also sets
+    MKL's threads, which run float64 ``sqrt`` and ``exp`` of even a hundred elements (the execution
+    model's per-step math) as a parallel team: on a busy 2-core machine such a call can wait a
+    scheduler tick for its second thread.
 
     ``compile``: ``"on"`` runs a single policy's decisions (policy call + env step) through
     ``torch.compile`` (``envs.backtest_loop.BacktestLoop``), ``"off"`` eagerly, ``"auto"`` compiles

@@ -167,7 +167,10 @@ class Oracle:
 
 def verdict_row(name: str, policy, test, params, seed: int) -> dict:
     """``name``'s verdict on the test window (``report.metrics_document``: one look, seeded), traded as
-    a policy (the column ``<name>_rule``: ``linear`` is the name of the baseline column)."""
+    a policy (the column ``<name>_rule``: ``linear`` is the name of the baseline column). ``outcome``
+    is the verdict's, which tests the alpha over buy-and-hold (``alpha_p_value``, after the looks);
+    ``p_value`` is the mean excess's, a figure beside it (rows written before the alpha fields lack
+    them)."""
     column = f"{name}_rule"
     result = engine.run_backtest(test, params, {column: policy}, baselines=("buy_and_hold", "equal_weight"))
     doc = report.metrics_document(result, window="test", benchmark="buy_and_hold", seed=seed)
@@ -176,6 +179,9 @@ def verdict_row(name: str, policy, test, params, seed: int) -> dict:
     return {
         "outcome": doc.verdict_outcome,
         "p_value": excess.p_value_after_looks,
+        "alpha_p_value": excess.alpha_p_value_after_looks,
+        "alpha_per_day": excess.alpha_per_day,
+        "beta": excess.beta,
         "psr": oos.psr_after_looks,
         "excess_per_day": excess.mean_per_day,
         "sharpe": doc.strategies[column].sharpe_ratio,
@@ -334,7 +340,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     else:
         print(f"settings: {key}")
         print(
-            f"{'level':>6} {'strategy':>9} {'markets':>7} {'signif.':>7} {'power':>6}  95% CI         median p"
+            f"{'level':>6} {'strategy':>9} {'markets':>7} {'signif.':>7} {'power':>6}  95% CI         median excess p"
         )
         for r in result:
             ci = f"[{_fmt(r['ci95_low'], '.2f')}, {_fmt(r['ci95_high'], '.2f')}]"

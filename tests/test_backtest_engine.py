@@ -385,3 +385,27 @@ def test_max_weight_caps_the_policy_at_every_fill_not_the_baselines():
     assert float(result.weights[:, col, 0].max()) > 0.09  # the cap binds: the policy sits at it
     assert float(result.weights[0, result.index("buy_and_hold")].sum()) > 0.99  # uncapped 1/3 each
     assert float(result.weights[0, result.index("index_QQQ"), 2]) > 0.99
+
+
+def test_a_run_uses_one_thread_unless_told_to_leave_them(toy):
+    """The default is one intra-op thread (MKL's float64 sqrt and exp run a parallel team for a
+    hundred elements otherwise); ``num_threads=None`` leaves the caller's setting."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        seen = []
+
+        def spy(obs):
+            seen.append(torch.get_num_threads())
+            return torch.zeros(obs.shape[0], toy.num_assets)
+
+        engine.run_backtest(toy, EnvParams(decision_interval=200), {"spy": spy}, baselines=())
+        assert seen and set(seen) == {1}
+        seen.clear()
+        engine.run_backtest(
+            toy, EnvParams(decision_interval=200), {"spy": spy}, baselines=(), num_threads=None
+        )
+        assert seen and set(seen) == {2}
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
