@@ -11,14 +11,8 @@ import pytest
 from app.champion import Champion
 from app.config import Config
 from app.gate import Evaluation, GateResult, GateRule, decide, judge_challenger
-from app.nightly.registry import (
-    DecisionRecord,
-    DecisionRuns,
-    DecisionWindows,
-    decision_gate,
-    read_decisions,
-    record_decision,
-)
+from app.nightly.decision import DecisionRecord, DecisionRuns, DecisionWindows
+from app.nightly.registry import decision_gate, read_decisions, record_decision
 from app.runs import RunDir
 from app.walkforward.record import read_fold_records
 from backtests.metrics_model import OosTest

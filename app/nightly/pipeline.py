@@ -60,15 +60,10 @@ from app.champion import Champion, ChampionDemotion, ChampionNote
 from app.config import Config
 from app.gate import GateResult, GateRule, judge_challenger
 from app.nightly.budget import time_budget
+from app.nightly.decision import DecisionRecord, DecisionRuns, DecisionWindows
 from app.nightly.lock import RETRAIN_LOCK_NAME, ProcessLock
 from app.nightly.record import SELECTION
-from app.nightly.registry import (
-    DecisionRecord,
-    DecisionRuns,
-    DecisionWindows,
-    current_champion,
-    record_decision,
-)
+from app.nightly.registry import current_champion, record_decision
 from app.nightly.retention import prune
 from app.nightly.shadow import Demotion, book_decision
 from app.nightly.steps import ChallengerRun, DataSnapshot, RetrainSteps, default_steps, keep_champion_copy
