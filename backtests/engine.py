@@ -172,12 +172,8 @@ def run_backtest(
     starting capital, so ``initial_value`` is 1 (shares and volumes stay in shares). The env's
     execution model makes the sizes differ (``backtests.capacity``). Needs ``policies`` as a mapping.
 
-    ``num_threads`` sets torch's intra-op threads for the run and restores them after (None: leave
-    them; default one). The loop runs one small batch per step, where extra threads only add
-    synchronization: more than one measured slower (docs/benchmarks.md, "Backtests"). It also sets
-    MKL's threads, which run float64 ``sqrt`` and ``exp`` of even a hundred elements (the execution
-    model's per-step math) as a parallel team: on a busy 2-core machine such a call can wait a
-    scheduler tick for its second thread.
+    ``num_threads``: torch's intra-op threads for the run, restored after (None: leave them; see
+    :func:`_torch_threads` for why the default is one).
 
     ``compile``: ``"on"`` runs a single policy's decisions (policy call + env step) through
     ``torch.compile`` (``envs.backtest_loop.BacktestLoop``), ``"off"`` eagerly, ``"auto"`` compiles
@@ -232,7 +228,13 @@ def run_backtest(
 
 @contextmanager
 def _torch_threads(num_threads: int | None) -> Iterator[None]:
-    """torch's intra-op threads set to ``num_threads`` inside, restored after (None: left alone)."""
+    """torch's intra-op threads set to ``num_threads`` inside, restored after (None: left alone).
+
+    The loop runs one small batch per step, where extra threads only add synchronization: more than
+    one measured slower (docs/benchmarks.md, "Backtests"). The setting is MKL's too, and MKL runs
+    float64 ``sqrt`` and ``exp`` of even a hundred elements (the execution model's per-step math) as
+    a parallel team: on a busy 2-core machine such a call can wait a scheduler tick for its second
+    thread."""
     if num_threads is None:
         yield
         return
