@@ -28,6 +28,7 @@ upper bound.
     .venv/bin/python benchmarks/power_table.py                     # full size: 16 markets a level, 48 nulls
     .venv/bin/python benchmarks/power_table.py --levels 0 0.42 --markets 2 --nulls 2 --budget 100000
     .venv/bin/python benchmarks/power_table.py --table-only        # the table of the rows so far
+    .venv/bin/python benchmarks/power_table.py --levels 0 --shard 1/2   # odd-numbered markets only
 
 ``--cost-rate`` overrides the commission (the env's default otherwise; the spread, slippage and
 impact stay at their defaults).
@@ -84,6 +85,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--cost-rate", type=float, default=None, help="commission (default: the env's)")
     p.add_argument("--first-seed", type=int, default=5000)
     p.add_argument("--workers", type=int, default=0, help="local worker processes (0 = inline)")
+    p.add_argument(
+        "--shard",
+        default="0/1",
+        help="K/N: run only the markets whose index is K modulo N (N processes side by side share one --out)",
+    )
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON-lines rows (resumable)")
     p.add_argument("--table-only", action="store_true", help="print the table of the rows in --out")
     p.add_argument("--json", action="store_true", help="print the table as JSON")
@@ -93,6 +99,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"the test window has {test} sessions; at least {MIN_TEST_SESSIONS} are needed")
     if args.tickers < 40:
         p.error("--tickers: at least 40")
+    try:
+        k, n = (int(x) for x in args.shard.split("/"))
+    except ValueError:
+        p.error(f"--shard: K/N with whole numbers, got {args.shard!r}")
+    if not 0 <= k < n:
+        p.error(f"--shard: K must be in [0, N), got {args.shard!r}")
+    args.shard = (k, n)
     return args
 
 
@@ -321,8 +334,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if not args.table_only:
         torch.set_num_threads(1)
         for level in args.levels:
+            shard, shards = args.shard
             for index in range(args.nulls if level == 0 else args.markets):
-                if (float(level), index) in done:
+                if (float(level), index) in done or index % shards != shard:
                     continue
                 row = run_market(args, level, index)
                 append_row(args.out, row)

@@ -57,3 +57,35 @@ def test_rows_are_appended_and_read_back_by_settings(tmp_path):
 def test_a_test_window_under_126_sessions_is_refused():
     with pytest.raises(SystemExit):
         power_table.parse_args(["--sessions", "150"])
+
+
+def test_shards_split_the_markets_between_processes():
+    assert power_table.parse_args([]).shard == (0, 1)
+    assert power_table.parse_args(["--shard", "1/2"]).shard == (1, 2)
+    for bad in ("2/2", "x", "1/0"):
+        with pytest.raises(SystemExit):
+            power_table.parse_args(["--shard", bad])
+
+
+def test_the_static_book_holds_equal_weights_over_the_tradable_names_and_is_summarized():
+    import static_null_size
+    import torch
+
+    from envs.observation import TRADABLE, obs_dim, split_obs
+
+    obs = torch.zeros(2, obs_dim(4, 3))
+    _, block = split_obs(obs, 4, 3)
+    block[0, :, TRADABLE] = 1.0
+    block[1, :3, TRADABLE] = 1.0
+    weights = static_null_size.EqualWeight(4, 3)(obs)
+    assert torch.allclose(weights[0], torch.full((4,), 0.25))
+    assert torch.allclose(weights[1], torch.tensor([1 / 3, 1 / 3, 1 / 3, 0.0]))
+    rows = [
+        {"outcome": "significant", "alpha_p_value": 0.01, "alpha_per_day": 2e-4, "turnover": 0.1},
+        {"outcome": "not significant", "alpha_p_value": 0.6, "alpha_per_day": -4e-4, "turnover": 0.2},
+    ]
+    result = static_null_size.summary(rows)
+    assert (result["markets"], result["significant"], result["rate"]) == (2, 1, 0.5)
+    assert result["alpha_p_below"] == {"0.05": 1, "0.1": 1, "0.25": 1, "0.5": 1}
+    assert result["mean_alpha_per_day"] == pytest.approx(-1e-4)
+    assert result["upper_95_one_sided"] == pytest.approx(power_table.upper_95(1, 2))
