@@ -44,8 +44,12 @@ demo: install
 dashboard: install
 	$(VENV)/bin/podracer dashboard
 
+# One pytest-xdist worker per core (at most 4), each test file on one worker (its module fixtures
+# built once); TEST_WORKERS=0 runs the suite in this process.
+TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$(( n < 4 ? n : 4 )))
+
 test: install-test browser
-	$(VENV)/bin/python -m pytest -q
+	$(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 lint: install-test
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .

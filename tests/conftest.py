@@ -8,8 +8,16 @@ import os
 import pytest
 import torch
 
-# Tests run on 2-core CI machines; one intra-op thread per test process keeps them predictable.
-torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+# Tests run on 2-core CI machines. Run alone (``pytest``), a test process takes both cores. Under
+# pytest-xdist (``make test``: one worker per core) each worker takes one intra-op thread, and so do
+# the processes the tests start (OMP_NUM_THREADS is torch's default for a new process): two workers
+# at two threads each would oversubscribe the cores, and MKL's thread teams stall on small tensors of
+# a loaded machine.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ["OMP_NUM_THREADS"] = "1"
+    torch.set_num_threads(1)
+else:
+    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
 
 
 @pytest.fixture
