@@ -161,6 +161,19 @@ def config_of(args: argparse.Namespace, seed: int, level: float) -> Config:
     )
 
 
+def market_splits(config: Config, seed: int, level: float):
+    """The synthetic market of one row, split into train / validation / test as ``config`` says."""
+    data = config.data
+    return synthetic_market(
+        num_tickers=data.num_tickers,
+        num_sessions=data.num_sessions,
+        seed=seed,
+        signal=level,
+        train_frac=data.train_frac,
+        valid_frac=data.valid_frac,
+    )
+
+
 class Oracle:
     """The planted predictor traded like the linear baseline: at decision ``k`` (bar ``k * interval`` of
     the window, the ``k``-th call: the engine calls a policy once per decision, in order) the top 20%
@@ -209,14 +222,7 @@ def run_market(args: argparse.Namespace, level: float, index: int) -> dict:
     home = Path(tempfile.mkdtemp(prefix="podracer-power-"))
     try:
         data = config.data
-        splits = synthetic_market(
-            num_tickers=data.num_tickers,
-            num_sessions=data.num_sessions,
-            seed=seed,
-            signal=level,
-            train_frac=data.train_frac,
-            valid_frac=data.valid_frac,
-        )
+        splits = market_splits(config, seed, level)
         spec = SyntheticSpec(
             num_tickers=data.num_tickers, num_sessions=data.num_sessions, seed=seed, signal=level
         )

@@ -38,7 +38,6 @@ import torch  # noqa: E402
 from app.config import to_env_params  # noqa: E402
 from backtests import engine, report  # noqa: E402
 from backtests.metrics_model import ExcessFigures, OosTest  # noqa: E402
-from data.loader import synthetic_market  # noqa: E402
 from envs.observation import TRADABLE, split_obs  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -60,16 +59,7 @@ class EqualWeight:
 def run_market(args: argparse.Namespace, seed: int) -> dict:
     start = time.perf_counter()
     config = power_table.config_of(args, seed, 0.0)
-    data = config.data
-    splits = synthetic_market(
-        num_tickers=data.num_tickers,
-        num_sessions=data.num_sessions,
-        seed=seed,
-        signal=0.0,
-        train_frac=data.train_frac,
-        valid_frac=data.valid_frac,
-    )
-    test = splits.test
+    test = power_table.market_splits(config, seed, 0.0).test
     policy = EqualWeight(test.num_assets, test.num_features)
     result = engine.run_backtest(
         test, to_env_params(config.env), {"static_rule": policy}, baselines=("buy_and_hold", "equal_weight")
