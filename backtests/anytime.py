@@ -9,22 +9,33 @@ Ramdas, Grünwald, Vovk and Shafer 2023, "Game-theoretic statistics and safe any
 inference", Statist. Sci.). Checking it every night and stopping the first night it passes keeps the
 level.
 
-**The test** (:func:`betting_log_wealth`): H0 ``E[x_t | past] <= 0`` for a daily stream ``x_t`` (a
-challenger's excess over the champion or over buy-and-hold). A gambler starts with wealth 1 and each
-session stakes a share ``lam_t >= 0``, fixed before the session from earlier sessions only, on
-``z_t``, the session's excess in units of ``SCALE_MULTIPLE`` predictable scales, clipped to [-1, 1]:
-``W_t = prod_{i <= t} (1 + lam_i z_i)`` (Waudby-Smith and Ramdas 2023, "Estimating means of bounded
-random variables by betting", JRSS-B: the betting e-process with the aGRAPA plug-in bet
-``lam_t = mean(z) / mean(z^2)`` of the earlier ``z``, shrunk toward 0 by ``PRIOR_SESSIONS`` pseudo
-sessions and capped at ``MAX_BET``). Under H0 each factor has conditional mean at most 1, so ``W`` is
-a test supermartingale and ``W_t >= 1 / a`` rejects at level ``a`` whenever it happens. Heavy tails
-and skew cost no validity where the bet is bounded: the scale ``s_t`` (the standard deviation of the
-earlier excess, floored at ``MIN_SCALE``) and the bet use only the past. Clipping the upper tail
-only lowers the mean; clipping a loss beyond ``SCALE_MULTIPLE`` scales raises it by the expected
-overshoot, the one approximation, which ``benchmarks/anytime_size.py`` measures on Student-t(3),
-left-skewed and autocorrelated nulls (figures in docs/benchmarks.md). Under an autocorrelated null
-the excess is predictable from its own past; the bet here reads only its running mean, not the
-last session, so such a stream's edge is the unconditional mean it tests.
+**What is tested** (:func:`alpha_excess`): a strategy's daily alpha over buy-and-hold with a
+predictable beta, ``x_t = r_t - beta_t b_t``, ``beta_t`` the regression slope of the sessions before
+``t`` shrunk toward 1 by ``BETA_PRIOR_SESSIONS`` pseudo sessions: the quantity the verdict of
+``podracer backtest`` tests (its alpha), so a promotion and the report speak of one number, and a
+strategy with beta 1.5 and no alpha is not promoted for the market's drift.
+
+**The test** (:func:`betting_log_wealth`): H0 ``E[x_t | past] <= 0``. Each session a bet
+``lam_t >= 0``, fixed from earlier sessions only, multiplies the wealth by
+``exp(phi(lam_t x_t) - lam_t^2 v_t / 2)``, with Catoni's influence function ``phi(y) = log(1 + y +
+y^2/2)`` for ``y >= 0`` and ``-log(1 - y + y^2/2)`` below (Catoni 2012; Wang and Ramdas 2023,
+"Catoni-style confidence sequences for heavy-tailed mean estimation", Stoch. Proc. Appl.). Since
+``exp(phi(y)) <= 1 + y + y^2/2`` for every real ``y``, each factor has conditional mean at most 1
+whenever the session's mean is at most 0 and its second moment at most ``v_t``: no clipping, so a
+large loss counts in full (it costs the wealth a logarithm, never biases the mean as a clipped loss
+did), whatever the skew. ``v_t`` is the running second moment of the earlier sessions times
+``variance_inflation``; the bet is ``shrink`` times the plug-in Kelly bet ``mean / v_t`` of the
+sessions up to ``bet_lag`` before (the mean shrunk toward 0 by ``prior_sessions`` pseudo sessions),
+capped at ``max_bet / sqrt(v_t)``.
+
+**The assumption, in one sentence**: a session's excess has mean at most 0 given the past and a second
+moment no larger than ``variance_inflation`` times the average of the sessions before it. Heavy tails,
+skew and volatility clustering break it only where a calm stretch under-states what follows, and
+autocorrelation only through the drift it lends the next session; the inflation, the half-Kelly-sized
+bet and the one-session lag absorb the measured cases (``benchmarks/anytime_size.py``: Student-t(3),
+lognormal skew -6, ``-(Exp(1) - 1)``, AR(1) 0.2 and 0.4, GARCH(1,1), beta 1.5; figures in
+docs/benchmarks.md). A stream that earns a little every day and loses a lot rarely (carry and crash)
+is the case no test of the mean can promise before the crash is seen: it is reported beside them.
 
 **Many challengers** (:func:`challenger_level`): every challenger ever entered gets a share of the
 level, ``a * w_k`` for the ``k``-th entered, with ``sum_k w_k <= 1`` over all time (Bonferroni over
@@ -34,21 +45,22 @@ block ``b`` shares ``a / 2^(b + 1)`` evenly, so the first ``per_block`` entries 
 ``a / (2 * per_block)`` and the level is never spent whatever the loop's lifetime.
 
 **Two comparisons** (:func:`promotion`): a challenger is promoted when both its test against the
-champion in charge and its test against buy-and-hold pass at its share of the level: the false
-promotion chance is at most the share under either null (an intersection-union test needs no split).
+champion in charge (the difference of the two alphas) and its test against buy-and-hold (its alpha)
+pass at its share of the level: the false promotion chance is at most the share under either null
+(an intersection-union test needs no split).
 
-**Demotion** (:func:`demotion_log_wealth`): the champion's own record since promotion against
-buy-and-hold, the same e-process on ``margin - x_t``: it passes when the record shows the mean excess
-below ``margin`` (the edge gone). Its bet reads the recent sessions (:data:`DEMOTION_BETTING`): the
-plug-in's mean and second moment of ``z`` are exponentially discounted sums with a half-life of
-``DEMOTION_HALF_LIFE`` sessions. With the running mean of the whole tenure the nights of past edge
-must be undone before any stake is placed, so the delay would grow with the tenure; the discounted
-bet forgets them. It stays predictable (each weight and sum uses only earlier sessions) and in
-``[0, max_bet]``, so each factor ``1 + lam_t z_t`` still has conditional mean at most 1 under H0:
-the wealth is a test supermartingale and Ville's bound holds whatever the half-life (the half-life
-trades speed for the bet's noise, never validity).
+**Demotion** (:func:`demotion_log_wealth`): the champion's own alpha since promotion, the same
+e-process on ``margin - x_t``: it passes when the record shows the mean alpha below ``margin`` (the
+edge gone). Its bet reads the recent sessions (:data:`DEMOTION_BETTING`): the plug-in's mean is an
+exponentially discounted sum with a half-life of ``DEMOTION_HALF_LIFE`` sessions, so the nights of
+past edge need not be undone before a stake is placed. It stays predictable and non-negative, so the
+wealth keeps its conditional mean whatever the half-life (the half-life trades speed for the bet's
+noise, never validity).
 
 Pure numpy, no torch: the size benchmark runs tens of thousands of streams through these functions.
+The ``expectation`` package (e-values and e-processes) was read first: its mean tests take one stream
+at a time and assume bounded or Gaussian data, while this test runs sessions x streams arrays at once
+under the weaker assumption above, hence the hand-written loop.
 """
 
 from __future__ import annotations
@@ -59,20 +71,23 @@ from typing import Any
 
 import numpy as np
 
-#: Losses are clipped at this many predictable scales (standard deviation of the earlier excess):
-#: small enough that a strong edge can be bet on, large enough that a fat or skewed loss tail
-#: rarely reaches it (the size benchmark's nulls).
-SCALE_MULTIPLE = 4.0
-#: Largest share of wealth staked on one session (``z`` in [-1, 1]: a session can take at most this
-#: share of the wealth, so one bad session never zeroes it).
-MAX_BET = 0.7
 #: Sessions observed before the first bet: they set the scale.
 WARMUP_SESSIONS = 5
 #: Pseudo sessions at mean 0 in the plug-in bet: the first bets stay small until a mean shows.
 PRIOR_SESSIONS = 20.0
-#: Smallest scale (a daily return): a stream of zeros (a challenger that matched the champion
-#: exactly) bets on nothing rather than dividing by 0.
-MIN_SCALE = 1e-6
+#: Share of the plug-in Kelly bet staked: a smaller bet is less exposed to an under-stated scale.
+SHRINK = 0.7
+#: The second moment the compensator charges, as a multiple of the earlier sessions' average.
+VARIANCE_INFLATION = 1.2
+#: Largest bet in units of ``1 / sqrt(v_t)``.
+MAX_BET = 2.0
+#: Sessions between the last one the bet's mean reads and the one it stakes on (1: not yesterday's,
+#: so a null stream's drift from one session to the next does not feed its own bet).
+BET_LAG = 1
+#: Smallest second moment (a daily return squared): a stream of zeros bets on nothing.
+MIN_SECOND_MOMENT = 1e-12
+#: Pseudo sessions at beta 1 in the predictable beta (:func:`alpha_excess`).
+BETA_PRIOR_SESSIONS = 20.0
 #: The demotion bet's half-life in sessions (:data:`DEMOTION_BETTING`): the champion's recent record,
 #: not its whole tenure, sets the stake. Shorter forgets a past edge sooner but bets on fewer
 #: sessions' worth of evidence (docs/benchmarks.md, "Shadow book over simulated nightly loops").
@@ -90,35 +105,79 @@ ENTRIES_PER_BLOCK = 64
 class Betting:
     """The betting e-process' settings (the module constants by default)."""
 
-    scale_multiple: float = SCALE_MULTIPLE
-    """losses are clipped at this many predictable scales"""
+    shrink: float = SHRINK
+    """share of the plug-in Kelly bet staked, in (0, 1]"""
+    variance_inflation: float = VARIANCE_INFLATION
+    """the compensator's second moment over the earlier sessions' average, at least 1"""
     max_bet: float = MAX_BET
-    """largest share of wealth staked on one session, in (0, 1)"""
+    """largest bet in units of 1 / sqrt(v_t)"""
     warmup_sessions: int = WARMUP_SESSIONS
     """sessions observed before the first bet"""
     prior_sessions: float = PRIOR_SESSIONS
     """pseudo sessions at mean 0 shrinking the plug-in bet"""
+    bet_lag: int = BET_LAG
+    """sessions between the last one the bet reads and the one it stakes on"""
     half_life: float | None = None
-    """sessions after which a session's weight in the plug-in bet halves (None: every earlier session
+    """sessions after which a session's weight in the plug-in mean halves (None: every earlier session
     weighs the same, the running mean)"""
 
     def __post_init__(self) -> None:
-        if not 0.0 < self.max_bet < 1.0:
-            raise ValueError(f"max_bet must lie in (0, 1), got {self.max_bet}")
-        if not self.scale_multiple > 0.0 or self.warmup_sessions < 1 or self.prior_sessions < 0.0:
-            raise ValueError("scale_multiple must be > 0, warmup_sessions >= 1, prior_sessions >= 0")
+        if not 0.0 < self.shrink <= 1.0 or not self.variance_inflation >= 1.0 or not self.max_bet > 0.0:
+            raise ValueError("shrink must lie in (0, 1], variance_inflation >= 1 and max_bet > 0")
+        if self.warmup_sessions < 1 or self.prior_sessions < 0.0 or self.bet_lag < 0:
+            raise ValueError("warmup_sessions must be >= 1, prior_sessions >= 0 and bet_lag >= 0")
         if self.half_life is not None and not self.half_life > 0.0:
             raise ValueError(f"half_life must be > 0 or None, got {self.half_life}")
 
     @property
     def discount(self) -> float:
-        """Each earlier session's weight in the plug-in bet is multiplied by this per session bet on."""
+        """Each earlier session's weight in the plug-in mean is multiplied by this per session."""
         return 1.0 if self.half_life is None else 0.5 ** (1.0 / self.half_life)
 
 
 BETTING = Betting()
 #: The demotion e-process' settings: the plug-in bet on exponentially discounted sums.
-DEMOTION_BETTING = Betting(half_life=DEMOTION_HALF_LIFE, prior_sessions=DEMOTION_PRIOR_SESSIONS)
+#: The full plug-in bet: a false demotion hands the account to buy-and-hold, a slow one keeps a losing
+#: champion in charge, so demotion trades the promotion bet's margin for speed.
+DEMOTION_BETTING = Betting(half_life=DEMOTION_HALF_LIFE, prior_sessions=DEMOTION_PRIOR_SESSIONS, shrink=1.0)
+
+
+def catoni(y: np.ndarray) -> np.ndarray:
+    """Catoni's influence function: ``log(1 + y + y^2/2)`` for ``y >= 0``, ``-log(1 - y + y^2/2)``
+    below; ``exp(catoni(y)) <= 1 + y + y^2/2`` for every real ``y``."""
+    y = np.asarray(y, dtype=np.float64)
+    a = np.abs(y)
+    return np.sign(y) * np.log1p(a + 0.5 * a * a)
+
+
+def _columns(values: Any) -> tuple[np.ndarray, bool]:
+    x = np.asarray(values, dtype=np.float64)
+    if x.ndim == 0:
+        return x.reshape(1, 1), False
+    return (x[:, None] if x.ndim == 1 else x.reshape(x.shape[0], -1)), x.ndim == 1
+
+
+def alpha_excess(returns: Any, benchmark: Any, prior_sessions: float = BETA_PRIOR_SESSIONS) -> np.ndarray:
+    """``r_t - beta_t b_t`` per session (``(T,)`` or ``(T, N)``, NaN where either is missing), with the
+    predictable beta ``beta_t = (sum r b + p m) / (sum b^2 + p m)`` over the earlier sessions where both
+    are recorded, ``p = prior_sessions`` pseudo sessions at beta 1 and ``m`` the earlier sessions' mean
+    ``b^2`` (beta 1 before any session): the daily alpha the verdict tests, with no session's beta
+    reading that session."""
+    r, one = _columns(returns)
+    b, _ = _columns(benchmark)
+    r, b = np.broadcast_arrays(r, b)
+    ok = np.isfinite(r) & np.isfinite(b)
+    rb = np.where(ok, r * b, 0.0)
+    bb = np.where(ok, b * b, 0.0)
+    # Sums of the sessions before t: a cumulative sum shifted by one.
+    zero = np.zeros((1, r.shape[1]))
+    s_rb = np.concatenate([zero, np.cumsum(rb, axis=0)[:-1]])
+    s_bb = np.concatenate([zero, np.cumsum(bb, axis=0)[:-1]])
+    n = np.concatenate([zero, np.cumsum(ok, axis=0)[:-1]])
+    prior = prior_sessions * s_bb / np.maximum(n, 1.0)
+    beta = np.where(s_bb + prior > 0.0, (s_rb + prior) / np.maximum(s_bb + prior, 1e-300), 1.0)
+    out = np.where(ok, r - beta * b, np.nan)
+    return out[:, 0] if one else out
 
 
 def relative_returns(returns: Any, benchmark: Any) -> np.ndarray:
@@ -134,50 +193,42 @@ def betting_log_wealth(excess: Any, settings: Betting = BETTING) -> np.ndarray:
     """``log W_t`` of the betting e-process of H0 ``E[x_t | past] <= 0`` after each session, for a
     ``(T,)`` stream or ``(T, N)`` streams (one per column); see the module docstring.
 
-    A NaN session (no return recorded) stakes nothing and teaches nothing. Non-decreasing in the
-    data's favour only through the bets: the path is whatever the wealth did, so read the test's
-    outcome from its running maximum (:func:`first_crossing`), which Ville's inequality bounds.
+    A NaN session (no return recorded) stakes nothing and teaches nothing. The path is whatever the
+    wealth did: read the test's outcome from its running maximum (:func:`first_crossing`), which
+    Ville's inequality bounds.
     """
-    x = np.asarray(excess, dtype=np.float64)
-    one = x.ndim == 1
-    x2 = x.reshape(x.shape[0], -1)
+    x2, one = _columns(excess)
     sessions, streams = x2.shape
     out = np.zeros((sessions, streams))
     seen = np.zeros(streams)  # sessions observed (non-NaN)
-    sum_sq = np.zeros(streams)  # of x, for the scale
-    sum_x = np.zeros(streams)
-    bets_seen = np.zeros(streams)  # sessions bet on
-    sum_z = np.zeros(streams)
-    sum_z2 = np.zeros(streams)
+    sum_sq = np.zeros(streams)  # of x, for the second moment
+    bet_sum = np.zeros(streams)  # the plug-in mean's (discounted) sum and weight, lagged
+    bet_weight = np.zeros(streams)
+    lagged: list[tuple[np.ndarray, np.ndarray]] = []
     log_w = np.zeros(streams)
-    prior = settings.prior_sessions
+    s = settings
     # A loop over sessions with the streams vectorized: each bet depends on the path before it.
     for t in range(sessions):
         row = x2[t]
         ok = np.isfinite(row)
-        active = ok & (seen >= settings.warmup_sessions)
+        value = np.where(ok, row, 0.0)
+        active = ok & (seen >= s.warmup_sessions)
         if active.any():
-            n_seen = np.maximum(seen, 1.0)
-            variance = np.maximum(sum_sq / n_seen - (sum_x / n_seen) ** 2, 0.0)
-            scale = np.maximum(np.sqrt(variance), MIN_SCALE)
-            z = np.clip(np.where(active, row, 0.0) / (settings.scale_multiple * scale), -1.0, 1.0)
-            mean = sum_z / (bets_seen + prior) if prior > 0 else sum_z / np.maximum(bets_seen, 1.0)
-            # Second moment with the prior's pseudo sessions at z^2 = 1 / scale_multiple^2 (a
-            # session of one scale): the first bets are not inflated by a lucky calm start.
-            second = (sum_z2 + prior / settings.scale_multiple**2) / np.maximum(bets_seen + prior, 1.0)
-            bet = np.clip(mean / np.maximum(second, 1e-12), 0.0, settings.max_bet)
+            second = s.variance_inflation * np.maximum(sum_sq / np.maximum(seen, 1.0), MIN_SECOND_MOMENT)
+            mean = bet_sum / np.maximum(bet_weight + s.prior_sessions, 1.0)
+            bet = np.clip(s.shrink * mean / second, 0.0, s.max_bet / np.sqrt(second))
             bet = np.where(active, bet, 0.0)
-            log_w = log_w + np.log1p(bet * z)
-            # The bet's sums, discounted where a half-life is set (after the bet: still the past only).
-            keep = np.where(active, settings.discount, 1.0)
-            sum_z = sum_z * keep + np.where(active, z, 0.0)
-            sum_z2 = sum_z2 * keep + np.where(active, z * z, 0.0)
-            bets_seen = bets_seen * keep + active
-        sum_sq = sum_sq + np.where(ok, row * row, 0.0)
-        sum_x = sum_x + np.where(ok, row, 0.0)
+            log_w = log_w + np.where(active, catoni(bet * value) - 0.5 * bet * bet * second, 0.0)
+        lagged.append((ok, value))
+        if len(lagged) > s.bet_lag:
+            was_ok, was = lagged.pop(0)
+            keep = np.where(was_ok, s.discount, 1.0)
+            bet_sum = bet_sum * keep + was
+            bet_weight = bet_weight * keep + was_ok
+        sum_sq = sum_sq + value * value
         seen = seen + ok
         out[t] = log_w
-    return out[:, 0] if one else out.reshape(x.shape)
+    return out[:, 0] if one else out
 
 
 def demotion_log_wealth(excess: Any, margin: float = 0.0, settings: Betting | None = None) -> np.ndarray:
@@ -240,3 +291,9 @@ def promotion(log_wealth_champion: float, log_wealth_benchmark: float, level: fl
     (an intersection-union test: at most ``level`` under either null)."""
     bar = log_threshold(level)
     return log_wealth_champion >= bar and log_wealth_benchmark >= bar
+
+
+def alpha_difference(returns: Any, in_charge: Any, benchmark: Any) -> np.ndarray:
+    """The challenger's alpha over buy-and-hold minus the in-charge's (:func:`alpha_excess` of each,
+    with its own predictable beta): 0 for an in-charge that is buy-and-hold itself."""
+    return alpha_excess(returns, benchmark) - alpha_excess(in_charge, benchmark)

@@ -104,8 +104,12 @@ def make_loop(case: Case, nights: int, seed: int, index: int) -> Loop:
     if case.champion_edge is not None:
         key += [1 + round(case.champion_edge * 1000), case.switch_night, 1000 + round(case.after_edge * 1000)]
     rng = np.random.default_rng(key)
-    market = noise(case.shape, rng, nights, 1)[:, 0] + MARKET_DRIFT
-    returns = market[:, None] + noise(case.shape, rng, nights, nights) + case.edge * SCALE
+    if case.shape == "beta_1.5":  # a strategy of beta 1.5 and no alpha on a normal market
+        market = rng.normal(MARKET_DRIFT, SCALE, nights)
+        returns = 1.5 * market[:, None] + rng.normal(0.0, SCALE, (nights, nights)) + case.edge * SCALE
+    else:
+        market = noise(case.shape, rng, nights, 1)[:, 0] + MARKET_DRIFT
+        returns = market[:, None] + noise(case.shape, rng, nights, nights) + case.edge * SCALE
     book, incumbent = ShadowBook(), None
     if case.champion_edge is not None:
         edge = np.where(np.arange(nights) < case.switch_night, case.champion_edge, case.after_edge)
@@ -169,12 +173,15 @@ class Evaluations:
         """Note the streams tonight's rule reads (each challenger's excess over what is in charge and
         over buy-and-hold, the champion's demotion stream), so most nights run once."""
         for ch in book.challengers:
-            r = np.asarray(ch.returns, dtype=np.float64)
-            for other in (ch.in_charge, ch.benchmark):
-                self(anytime.relative_returns(r, np.asarray(other, dtype=np.float64)))
+            r, charge, bench = (
+                np.asarray(v, dtype=np.float64) for v in (ch.returns, ch.in_charge, ch.benchmark)
+            )
+            start = ch.charge_from
+            self(anytime.alpha_difference(r[start:], charge[start:], bench[start:]))
+            self(anytime.alpha_excess(r, bench))
         if book.champion is not None and book.champion.dates:
             tenure = book.champion
-            excess = anytime.relative_returns(
+            excess = anytime.alpha_excess(
                 np.asarray(tenure.returns, dtype=np.float64), np.asarray(tenure.benchmark, dtype=np.float64)
             )
             self(float(settings.demotion_margin) - excess, anytime.DEMOTION_BETTING)

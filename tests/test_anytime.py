@@ -135,8 +135,77 @@ def test_relative_returns_are_the_wealth_ratio_change():
 
 def test_bad_settings_are_refused():
     with pytest.raises(ValueError):
-        anytime.Betting(max_bet=1.0)
+        anytime.Betting(max_bet=0.0)
+    with pytest.raises(ValueError):
+        anytime.Betting(shrink=1.5)
+    with pytest.raises(ValueError):
+        anytime.Betting(variance_inflation=0.9)
     with pytest.raises(ValueError):
         anytime.Betting(half_life=0.0)
     with pytest.raises(ValueError):
         anytime.challenger_level(0.05, 0)
+
+
+def test_catoni_bounds_the_factor_for_every_real_argument():
+    # exp(phi(y)) <= 1 + y + y^2 / 2: why each factor keeps its mean under a second-moment bound
+    y = np.linspace(-50.0, 50.0, 200_001)
+    assert np.all(np.exp(anytime.catoni(y)) <= 1.0 + y + 0.5 * y * y + 1e-9)
+    np.testing.assert_allclose(anytime.catoni(-y), -anytime.catoni(y))
+
+
+def _null(shape: str, rng: np.random.Generator, sessions: int, streams: int) -> np.ndarray:
+    """Daily alpha with mean exactly 0 and scale 1% in the market shapes the test promises."""
+    s = 0.01
+    if shape == "lognormal_skewed":  # skewness about -6
+        z = np.exp(rng.normal(0.0, 1.0, (sessions, streams)))
+        return -(z - math.exp(0.5)) / math.sqrt((math.e - 1.0) * math.e) * s
+    if shape == "ar1_0.4":
+        e = rng.normal(0.0, s * math.sqrt(1 - 0.16), (sessions + 50, streams))
+        x = np.zeros_like(e)
+        for t in range(1, len(e)):
+            x[t] = 0.4 * x[t - 1] + e[t]
+        return x[50:]
+    if shape == "garch":
+        h = np.full(streams, 1.0)
+        x = np.zeros((sessions + 200, streams))
+        for t in range(len(x)):
+            x[t] = np.sqrt(h) * rng.normal(size=streams)
+            h = 0.05 + 0.1 * x[t] ** 2 + 0.85 * h
+        return x[200:] * s
+    raise ValueError(shape)
+
+
+@pytest.mark.parametrize("shape", ["lognormal_skewed", "ar1_0.4", "garch"])
+def test_size_on_market_shaped_nulls_checked_every_night(shape):
+    # 4,000 streams of 250 sessions: ever crossing 1 / 0.05 within two standard errors of 5%
+    x = _null(shape, np.random.default_rng(11), NIGHTS, 4000)
+    rate = np.mean(anytime.first_crossing(anytime.betting_log_wealth(x), 0.05) >= 0)
+    assert rate <= 0.05 + 2 * math.sqrt(0.05 * 0.95 / 4000)
+
+
+def test_a_beta_of_one_and_a_half_with_no_alpha_is_not_an_edge():
+    rng = np.random.default_rng(12)
+    b = rng.normal(0.0004, 0.01, (NIGHTS, 4000))  # the market drifts up
+    r = 1.5 * b + rng.normal(0.0, 0.01, (NIGHTS, 4000))
+    raw = np.mean(anytime.first_crossing(anytime.betting_log_wealth(r - b), 0.05) >= 0)
+    alpha = np.mean(anytime.first_crossing(anytime.betting_log_wealth(anytime.alpha_excess(r, b)), 0.05) >= 0)
+    assert alpha <= 0.05 and alpha < raw
+
+
+def test_the_alpha_reads_a_beta_from_earlier_sessions_only():
+    rng = np.random.default_rng(13)
+    b = rng.normal(0.0, 0.01, 60)
+    r = 2.0 * b + 0.001
+    x = anytime.alpha_excess(r, b)
+    assert x[0] == pytest.approx(r[0] - b[0])  # no earlier session: beta 1
+    for t in (1, 7, 59):  # a slow reference: the shrunk regression slope of the sessions before t
+        m = np.mean(b[:t] ** 2)
+        beta = (np.sum(r[:t] * b[:t]) + 20.0 * m) / (np.sum(b[:t] ** 2) + 20.0 * m)
+        assert x[t] == pytest.approx(r[t] - beta * b[t], rel=1e-9, abs=1e-15)
+    long_b = rng.normal(0.0, 0.01, 2000)
+    learned = anytime.alpha_excess(2.0 * long_b + 0.001, long_b)
+    assert np.allclose(learned[-10:], 0.001, atol=2e-4)  # the slope learned: the alpha is left
+    changed = r.copy()
+    changed[40:] += 0.05
+    np.testing.assert_array_equal(anytime.alpha_excess(changed, b)[:40], x[:40])
+    np.testing.assert_array_equal(anytime.alpha_difference(r, b, b), x)  # buy-and-hold's alpha is 0

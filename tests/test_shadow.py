@@ -85,6 +85,44 @@ def test_beating_buy_and_hold_is_not_enough_when_the_champion_is_better():
     assert ev.log_wealth_benchmark >= anytime.log_threshold(ev.level) > ev.log_wealth_champion
 
 
+def test_a_challenger_that_trails_the_champion_in_charge_is_never_promoted_over_it():
+    # "late" beat the first champion by 1% a day for 150 sessions; then "winner" is promoted and
+    # "late" loses 1% a day to it: whatever it earned against the earlier champion, it never passes.
+    rng = np.random.default_rng(7)
+    n, after = 150, 120
+    bench = rng.normal(0.0, 0.01, n + after)
+    old_champion = bench + rng.normal(0.0, 0.002, n + after)
+    late = old_champion + 0.01 + rng.normal(0.0, 0.005, n + after)
+    winner = bench + rng.normal(0.03, 0.005, n + after)
+    book = shadow.follow_champion(_book_with(["late", "winner"]), "old", "/champions/old", "2029-12-31")
+    book = _record(book, n, {"late": late, "winner": winner}, bench, champion=list(old_champion))
+    before = shadow.judge(book)
+    assert before.evidence["late"].log_wealth_champion >= anytime.log_threshold(before.evidence["late"].level)
+    assert before.promote is not None and before.promote.run_id == "winner"
+    book = shadow.promote_in_book(book, before.promote)
+    assert book.challengers[0].charge_from == n  # its test against the in-charge restarts
+    trailing = winner - 0.01
+    for night in range(1, after + 1):
+        series = np.concatenate([late[:n], trailing[n : n + night]])
+        dates = DAYS[: n + night]
+        book = shadow.record_sessions(
+            book, dates, {"late": list(series)}, list(winner[: n + night]), list(bench[: n + night])
+        )
+        decision = shadow.judge(book)
+        assert decision.promote is None, night
+    assert decision.evidence["late"].log_wealth_champion < 0.5  # no evidence against the in-charge
+    assert decision.evidence["late"].log_wealth_benchmark > anytime.log_threshold(0.05)
+
+
+def test_a_demotion_and_a_change_by_hand_restart_the_tests_against_the_in_charge():
+    book = _record(_book_with(["a"]), 30, {"a": [0.01] * 30}, [0.0] * 30)
+    by_hand = shadow.follow_champion(book, "manual", "/champions/manual", DAYS[29])
+    assert by_hand.challengers[0].charge_from == 30
+    demoted = shadow.demote_in_book(by_hand, shadow.Demotion("manual", "edge gone"))
+    assert demoted.challengers[0].charge_from == 30 and demoted.champion is None
+    assert shadow.evidence(demoted.challengers[0]).log_wealth_champion == 0.0
+
+
 def test_a_champion_whose_edge_is_gone_is_demoted():
     rng = np.random.default_rng(2)
     n = 120
@@ -271,15 +309,9 @@ def test_replay_runs_the_policy_through_the_engine_on_the_sessions_after_its_cre
     assert shadow.replay_returns(cfg, full, policy_dir, dates[-1]) is None
 
 
-def test_the_retrain_promotes_through_the_book_and_protects_its_runs_from_pruning(tmp_path, monkeypatch):
-    from app.config import Config
-    from app.nightly.pipeline import run_retrain
-    from app.nightly.registry import current_champion, read_decisions
-    from app.nightly.retention import protected
+def _retrain_steps(home):
     from app.nightly.steps import ChallengerRun, DataSnapshot, Evaluation, RetrainSteps
 
-    home = tmp_path / "home"
-    monkeypatch.setattr(shadow, "replay_returns", _fake_replay({f"nightly-{n:03d}": 0.01 for n in range(99)}))
     days = iter(range(30, 200))
 
     def update_data(config, home):
@@ -302,7 +334,34 @@ def test_the_retrain_promotes_through_the_book_and_protects_its_runs_from_prunin
     def export(config, home, challenger):
         return home / "exports" / challenger.run_id
 
-    steps = RetrainSteps(update_data, tournament, evaluate, export)
+    return RetrainSteps(update_data, tournament, evaluate, export)
+
+
+def test_the_gate_level_reaches_the_nightly_book(tmp_path, monkeypatch):
+    from app.config import Config
+    from app.nightly.pipeline import run_retrain
+
+    monkeypatch.setattr(shadow, "replay_returns", _fake_replay({f"nightly-{n:03d}": 0.01 for n in range(99)}))
+    for level in (0.05, 0.01):
+        home = tmp_path / f"home-{level}"
+        steps = _retrain_steps(home)
+        config = Config().with_updates(
+            nightly={"export": False, "significance_level": level}, retention={"after_retrain": False}
+        )
+        run_retrain(config, home, steps=steps)
+        entered = shadow.read_book(home).challengers[0]
+        assert entered.level == pytest.approx(anytime.challenger_level(level, 1))
+
+
+def test_the_retrain_promotes_through_the_book_and_protects_its_runs_from_pruning(tmp_path, monkeypatch):
+    from app.config import Config
+    from app.nightly.pipeline import run_retrain
+    from app.nightly.registry import current_champion, read_decisions
+    from app.nightly.retention import protected
+
+    home = tmp_path / "home"
+    monkeypatch.setattr(shadow, "replay_returns", _fake_replay({f"nightly-{n:03d}": 0.01 for n in range(99)}))
+    steps = _retrain_steps(home)
     config = Config().with_updates(
         nightly={"shadow_book": True, "export": False}, retention={"after_retrain": False}
     )

@@ -65,7 +65,7 @@ from app.nightly.lock import RETRAIN_LOCK_NAME, ProcessLock
 from app.nightly.record import SELECTION
 from app.nightly.registry import current_champion, record_decision
 from app.nightly.retention import prune
-from app.nightly.shadow import Demotion, book_decision
+from app.nightly.shadow import Demotion, ShadowSettings, book_decision
 from app.nightly.steps import ChallengerRun, DataSnapshot, RetrainSteps, default_steps, keep_champion_copy
 from app.runs import RunDir
 from data.errors import ConfigError, PodracerError, one_line
@@ -225,8 +225,9 @@ def _retrain_steps(
     progress.step = "decide"
     gate = judge_challenger(progress.rule, evaluation, progress.champion, window=progress.windows.evaluation)
     if config.nightly.shadow_book:  # the shadow book's anytime-valid rule decides (app.nightly.shadow)
+        settings = ShadowSettings.of_level(progress.rule.significance_level)
         promotion, challenger, night = book_decision(
-            config, home, data.splits.full, challenger, progress.champion
+            config, home, data.splits.full, challenger, progress.champion, settings
         )
         progress.challenger = challenger
         gate = gate.model_copy(update={"promote": promotion.promote, "reason": promotion.reason})

@@ -42,11 +42,12 @@ from typing import Any
 
 import numpy as np
 
+from app.book_rule import ShadowBook, ShadowSettings
 from app.config import Config
 from app.gate import GateRule
 from app.nightly import shadow
 from app.nightly.normalization import read_spec_file
-from app.nightly.shadow import Replay, ShadowBook, ShadowSettings
+from app.nightly.shadow import Replay
 from app.nightly.steps import ChallengerRun
 from app.runs import RunDir
 from app.walkforward.plan import FoldPlan
@@ -64,7 +65,7 @@ ReplayFn = Callable[[Any, Any, "str | Path", str], "Replay | None"]
 def book_settings(config: Config, planned_folds: int) -> ShadowSettings:
     """The book's rule for a walk-forward of ``planned_folds`` folds (see the module docstring)."""
     level = GateRule.of_config(config).significance_level
-    return ShadowSettings(level=level, per_block=max(int(planned_folds), 1))
+    return ShadowSettings.of_level(level, per_block=max(int(planned_folds), 1))
 
 
 def challenger_name(index: int) -> str:
