@@ -60,7 +60,7 @@ def status_json(home: Path, capsys) -> dict:
 
 
 @pytest.fixture
-def market(tmp_path, monkeypatch):
+def fresh_home(tmp_path, monkeypatch):
     """A fresh home holding one run (``run-a``), the fake Alpaca at 15:00 UTC on its first paper
     session, and a config whose universe is the run's tickers (the benchmark's)."""
     home = tmp_path / "home"
@@ -80,8 +80,8 @@ def market(tmp_path, monkeypatch):
         yield SimpleNamespace(home=home, fake=fake, config=config, run=run)
 
 
-def test_promote_by_hand_paper_trades_it_status_names_it_and_demote_falls_back(market, capsys):
-    m = market
+def test_promote_by_hand_paper_trades_it_status_names_it_and_demote_falls_back(fresh_home, capsys):
+    m = fresh_home
     assert podracer(m.home, "promote", "run-a", "--reason", REASON, *FAST) == 0
     champion = current_champion(m.home)
     bundle_id = json.loads((Path(champion.bundle) / "manifest.json").read_text())["bundle_id"]
@@ -124,8 +124,8 @@ def test_promote_by_hand_paper_trades_it_status_names_it_and_demote_falls_back(m
     )
 
 
-def test_the_manual_record_in_the_registry(market):
-    m = market
+def test_the_manual_record_in_the_registry(fresh_home):
+    m = fresh_home
     assert podracer(m.home, "promote", "run-a", "--reason", f"  {REASON}\n second line ", *FAST) == 0
     assert podracer(m.home, "demote", "--reason", "out") == 0
     promoted, demoted = read_decisions(m.home)
@@ -268,8 +268,8 @@ def test_a_bundle_that_does_not_load_is_refused(tmp_path, capsys, monkeypatch):
     assert current_champion(home) is None
 
 
-def test_promoting_the_champion_again_and_beside_a_retrain(market, capsys):
-    m = market
+def test_promoting_the_champion_again_and_beside_a_retrain(fresh_home, capsys):
+    m = fresh_home
     assert podracer(m.home, "promote", "run-a", "--reason", "first", *FAST) == 0
     rc, err = _refused(m.home, capsys, "promote", "run-a", "--reason", "again", *FAST)
     assert rc == 2 and "run-a is already the champion" in err
@@ -279,8 +279,8 @@ def test_promoting_the_champion_again_and_beside_a_retrain(market, capsys):
     assert current_champion(m.home).run_id == "run-a" and len(read_decisions(m.home)) == 1
 
 
-def test_a_schema_3_registry_reads_as_the_rules_and_a_manual_change_migrates_it(market):
-    m = market
+def test_a_schema_3_registry_reads_as_the_rules_and_a_manual_change_migrates_it(fresh_home):
+    m = fresh_home
     now = "2030-01-02T03:04:05+00:00"
     record_decision(
         m.home, DecisionRecord(started_at=now, decided_at=now, verdict="rejected", reason="r", step="decide")
