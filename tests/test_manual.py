@@ -16,7 +16,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from alpaca_fake import FakeAlpaca, point_at
+from alpaca_fake import SECRET, FakeAlpaca, point_at
 from test_demotion import _steps
 from test_paper_champion import SESSIONS, at, events
 from test_paper_support import DECISION_INTERVAL, make_run
@@ -43,6 +43,7 @@ from app.paper.benchmark import is_benchmark
 from app.paper.journal import read_journal
 from app.workflows.status import gather_status
 from data.errors import PodracerError
+from data.scrub import MASK
 
 REASON = "reviewed its backtest and paper record: [ok] to trade"
 ONCE = ["--fill-timeout", "1", "--max-order-notional", "1e9", "--daily-loss-limit", "0.5"]
@@ -126,10 +127,13 @@ def test_promote_by_hand_paper_trades_it_status_names_it_and_demote_falls_back(f
 
 def test_the_manual_record_in_the_registry(fresh_home):
     m = fresh_home
-    assert podracer(m.home, "promote", "run-a", "--reason", f"  {REASON}\n second line ", *FAST) == 0
+    pasted = f"  {REASON}\n second line, key {SECRET} "
+    assert podracer(m.home, "promote", "run-a", "--reason", pasted, *FAST) == 0
+    # One line (whitespace runs collapsed), the pasted key masked in the pointer's info as in the row.
+    reason = f"{REASON} second line, key {MASK}"
+    assert current_champion(m.home).info.reason == reason
     assert podracer(m.home, "demote", "--reason", "out") == 0
     promoted, demoted = read_decisions(m.home)
-    reason = f"{REASON} second line"  # one line: whitespace runs collapsed
     assert (promoted["source"], promoted["verdict"], promoted["step"], promoted["reason"]) == (
         "manual", "promoted", "promote", reason,
     )  # fmt: skip

@@ -36,6 +36,7 @@ from app.nightly.registry import current_champion, record_decision
 from app.nightly.steps import ChallengerRun, keep_champion_copy
 from app.runs import RUN_NAME, RunDir, runs_root
 from data.errors import PodracerError, one_line
+from data.scrub import scrub
 
 
 class ManualError(PodracerError):
@@ -59,11 +60,12 @@ def _now() -> str:
 
 
 def _reason(reason: str | None) -> str:
-    """The operator's reason on one line; none is an error (the record must say why)."""
+    """The operator's reason on one line, secrets masked (it is stored in the pointer's ``info`` too,
+    which the registry does not scrub); none is an error (the record must say why)."""
     text = " ".join(str(reason or "").split())
     if not text:
         raise ManualError("--reason is empty: say why the champion changes by hand (it goes on the record)")
-    return text
+    return scrub(text)
 
 
 def _who() -> dict[str, Any]:
