@@ -23,7 +23,8 @@ from data.errors import PodracerError
 
 
 class ChampionNote(BaseModel):
-    """Why a champion was promoted: the gate's figures on the window it decided on (selection figures)."""
+    """Why a champion was promoted: the gate's figures on the window it decided on (selection figures),
+    or, for one an operator put in charge by hand (``podracer promote``), ``source`` and ``reason``."""
 
     model_config = ConfigDict(extra="allow", frozen=True)
 
@@ -32,6 +33,10 @@ class ChampionNote(BaseModel):
     challenger_edge: str | None = Field(None, description="its out-of-sample verdict line there")
     previous_champion: str | None = Field(None, description="the champion it replaced (null: the first)")
     eval_role: str | None = Field(None, description='"selection": the figures chose it')
+    source: str | None = Field(
+        None, description='"manual": put in charge by hand (null: by the promotion rule)'
+    )
+    reason: str | None = Field(None, description="the operator's reason, for one put in charge by hand")
 
 
 class Champion(BaseModel):
@@ -61,6 +66,11 @@ class Champion(BaseModel):
         return Path(self.info.run_dir) if self.info.run_dir else None
 
     @property
+    def by_hand(self) -> bool:
+        """Put in charge by an operator (``podracer promote``), not by the promotion rule."""
+        return self.info.source == "manual"
+
+    @property
     def verdict(self) -> str | None:
         """Its out-of-sample verdict line on the window the gate decided on."""
         return self.info.challenger_edge
@@ -68,7 +78,8 @@ class Champion(BaseModel):
 
 class ChampionDemotion(BaseModel):
     """A champion that lost its place (the shadow book's demotion test: its edge over buy-and-hold gone,
-    or its drawdown since promotion past the limit): the benchmark, or cash, is in charge after it."""
+    or its drawdown since promotion past the limit; or an operator, ``podracer demote``): the
+    benchmark, or cash, is in charge after it."""
 
     model_config = ConfigDict(extra="allow", frozen=True)
 
@@ -77,6 +88,9 @@ class ChampionDemotion(BaseModel):
     demoted_at: str = Field(description="ISO-8601 UTC time of the decision that demoted it")
     session: str | None = Field(None, description="the last session its record read (ISO date)")
     decision_id: int | None = Field(None, description="the registry decision that demoted it")
+    source: str = Field(
+        "rule", description='"manual": demoted by hand (podracer demote), as its decision says'
+    )
 
 
 class PointerError(PodracerError):

@@ -24,8 +24,10 @@ from app.commands import (
     dashboard,
     data,
     demo,
+    demote,
     export,
     paper,
+    promote,
     prune,
     reconcile,
     retrain,
@@ -107,6 +109,8 @@ cli.command("backtest")(backtest.backtest)
 cli.command("dashboard")(dashboard.dashboard)
 cli.command("export")(export.export)
 cli.command("paper")(paper.paper)
+cli.command("promote")(promote.promote)
+cli.command("demote")(demote.demote)
 cli.command("prune")(prune.prune)
 cli.command("reconcile")(reconcile.reconcile)
 cli.command("retrain")(retrain.retrain)

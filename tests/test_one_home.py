@@ -204,7 +204,16 @@ def test_the_tournament_writes_where_rundir_reads(tmp_path):
 
 
 # --- (b) ------------------------------------------------------------------------------------------
-HELP = [[], ["train"], ["data", "fetch"], ["schedule", "run"], ["backtest"], ["export"]]
+HELP = [
+    [],
+    ["train"],
+    ["data", "fetch"],
+    ["schedule", "run"],
+    ["backtest"],
+    ["export"],
+    ["promote"],
+    ["demote"],
+]
 
 
 @pytest.mark.parametrize("argv", HELP, ids=lambda argv: " ".join(argv) or "podracer")

@@ -170,7 +170,7 @@ def test_a_writer_migrates_a_version_1_registry_in_place(tmp_path):
     _version_1_registry(tmp_path)
     record_decision(tmp_path, _decision("promoted", "r3", significance_level=0.1), _champion("r3"))
     with sqlite3.connect(registry_path(tmp_path)) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
         columns = [row[1] for row in conn.execute("PRAGMA table_info(decisions)")]
     assert "significance_level" in columns and "dsr_threshold" not in columns
     rows = read_decisions(tmp_path)
@@ -216,6 +216,7 @@ def test_a_version_2_registry_reads_with_no_demotion_and_a_writer_adds_the_table
     record_decision(tmp_path, _decision("promoted", "r1"), _champion("r1"))
     with sqlite3.connect(registry_path(tmp_path)) as conn:  # as schema 2 wrote it: no demotions table
         conn.execute("DROP TABLE demotions")
+        conn.execute("ALTER TABLE decisions DROP COLUMN source")  # nor the schema-4 column
         conn.execute("PRAGMA user_version = 2")
     assert last_demotion(tmp_path) is None and current_champion(tmp_path).run_id == "r1"
     record_decision(tmp_path, _decision("rejected", "r2"), demotion=_demotion("r1"))

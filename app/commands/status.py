@@ -71,7 +71,7 @@ def status(
         typer.echo(json.dumps(state.to_dict(), sort_keys=True, default=str))
     elif not silent:
         for line in status_lines(state):
-            context.console.print(line, highlight=False, soft_wrap=True)
+            context.console.print(line, highlight=False, soft_wrap=True, markup=False)
     if not state.healthy:
         raise typer.Exit(1)
 
@@ -102,9 +102,12 @@ def status_lines(status: Any) -> list[str]:
     if champ:
         bundle = f"bundle {champ.bundle_id[:12]}" if champ.bundle_id else "no readable bundle"
         lines.append(f"champion      {champ.run_id} ({bundle}) since {_when(champ.promoted_at)}")
+        if getattr(champ, "source", "rule") == "manual":
+            lines.append(f"              put in charge by hand (podracer promote): {champ.reason}")
     elif gone := getattr(status, "demotion", None):
         on, to, why = _when(gone["demoted_at"]), gone.get("session") or "?", gone["reason"]
-        lines.append(f"champion      none: {gone['run_id']} demoted {on} (its record to {to}): {why}")
+        how = "by hand (podracer demote)" if gone.get("source") == "manual" else f"(its record to {to})"
+        lines.append(f"champion      none: {gone['run_id']} demoted {on} {how}: {why}")
     else:
         lines.append("champion      none yet (podracer retrain promotes the first)")
     if last:

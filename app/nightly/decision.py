@@ -1,7 +1,9 @@
 """One retrain decision as the registry stores it: :class:`DecisionRecord` (a row of ``decisions``),
 built from the gate's answer (:meth:`DecisionRecord.decided`) or from a retrain that stopped at a
 step (:meth:`DecisionRecord.failed`), with the run ids (:class:`DecisionRuns`) and data windows
-(:class:`DecisionWindows`) it was taken on. ``app.nightly.registry`` writes and reads the rows."""
+(:class:`DecisionWindows`) it was taken on; or a champion change an operator made by hand
+(:meth:`DecisionRecord.by_hand`, ``source = "manual"``). ``app.nightly.registry`` writes and reads the
+rows."""
 
 from __future__ import annotations
 
@@ -12,6 +14,9 @@ from typing import Any, Literal
 from app.gate import GateResult, GateRule
 
 DecisionOutcome = Literal["promoted", "rejected", "failed"]
+#: Who took a decision: the promotion rule (a retrain) or an operator by hand (``app.nightly.manual``).
+DecisionSource = Literal["rule", "manual"]
+MANUAL: DecisionSource = "manual"
 
 
 @dataclass(frozen=True)
@@ -99,6 +104,7 @@ class DecisionRecord:
     inputs: dict[str, Any] = field(default_factory=dict)
     scores: dict[str, Any] = field(default_factory=dict)
     gate: GateResult | None = None  # the gate's answer: stored as ``scores`` (with its ``role``)
+    source: DecisionSource = "rule"  # "manual": podracer promote / demote, ``reason`` the operator's
 
     @classmethod
     def decided(
@@ -155,6 +161,37 @@ class DecisionRecord:
             **{"fitness": rule.fitness, "margin": rule.margin, "significance_level": rule.significance_level}
             | (_gate_columns(gate) if gate is not None else {})
             | (windows.columns() if windows is not None else {}),
+        )
+
+    @classmethod
+    def by_hand(
+        cls,
+        action: Literal["promote", "demote"],
+        *,
+        reason: str,
+        decided_at: str,
+        run_id: str,
+        previous: str | None = None,
+        bundle: str | None = None,
+        inputs: dict[str, Any] | None = None,
+    ) -> DecisionRecord:
+        """The row of an operator's champion change: ``promote`` puts ``run_id`` in charge (verdict
+        ``promoted``, the run as the challenger, ``previous`` the champion it replaces); ``demote``
+        removes the champion ``run_id`` (verdict ``rejected``: the champion in charge rejected, as in
+        the rule's demotions; the registry's ``demotions`` row says so). ``step`` names the command,
+        ``reason`` is the operator's, and no gate figure is filled."""
+        promote = action == "promote"
+        return cls(
+            started_at=decided_at,
+            decided_at=decided_at,
+            verdict="promoted" if promote else "rejected",
+            reason=reason,
+            step=action,
+            challenger_run_id=run_id if promote else None,
+            champion_run_id=previous if promote else run_id,
+            bundle=bundle,
+            inputs=dict(inputs or {}),
+            source=MANUAL,
         )
 
     def row(self) -> dict[str, Any]:

@@ -10,14 +10,17 @@ Tables (schema version in ``PRAGMA user_version``; a writer migrates an older fi
 transaction, :data:`MIGRATIONS`; a reader reads an older file's rows under the current names):
 
 - ``decisions``: one row per retrain attempt (``verdict`` is ``promoted``, ``rejected`` or ``failed``),
-  with its inputs, scores, reason, run ids, data windows and times.
+  with its inputs, scores, reason, run ids, data windows and times, and one per champion change an
+  operator made by hand (``podracer promote`` / ``demote``: ``app.nightly.manual``); ``source`` says
+  which (``rule`` or ``manual``).
 - ``champion``: at most one row (``slot = 1``): the current champion's run id, policy folder, bundle,
   the decision that promoted it, and its windows.
-- ``demotions``: one row per champion demoted (``app.champion.ChampionDemotion``), written with its
-  decision in the transaction that deletes the ``champion`` row.
+- ``demotions``: one row per champion demoted (``app.champion.ChampionDemotion``, ``source`` as its
+  decision's), written with its decision in the transaction that deletes the ``champion`` row.
 
 Readers (read-only; they never create the file): :func:`read_decisions`, :func:`current_champion`,
-:func:`last_demotion` (a schema-2 file, without ``demotions``, reads as one with no demotion).
+:func:`last_demotion` (a schema-2 file, without ``demotions``, reads as one with no demotion; a schema-3 file, without
+``source``, reads as the rule's).
 """
 
 from __future__ import annotations
@@ -43,7 +46,9 @@ REGISTRY_NAME = "registry.sqlite"
 _DEMOTIONS = """
 CREATE TABLE IF NOT EXISTS demotions (id INTEGER PRIMARY KEY AUTOINCREMENT, decision_id INTEGER NOT NULL
     REFERENCES decisions(id), run_id TEXT NOT NULL, demoted_at TEXT NOT NULL, session TEXT, reason TEXT NOT NULL)"""
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
+#: The schema :data:`_SCHEMA` creates; a new file is then migrated from it like an older one.
+_BASE_VERSION = 3
 #: Statements that bring a registry from ``version`` to ``version + 1``, run in the writer's transaction.
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     # Version 1 stored the gate's level as the PSR threshold ``dsr_threshold = 1 - significance_level``.
@@ -53,6 +58,11 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "WHERE significance_level IS NOT NULL",
     ),
     2: (_DEMOTIONS,),
+    # Who changed the champion: the promotion rule (every row before) or an operator by hand.
+    3: tuple(
+        f"ALTER TABLE {table} ADD COLUMN source TEXT NOT NULL DEFAULT 'rule' CHECK (source IN ('rule', 'manual'))"
+        for table in ("decisions", "demotions")
+    ),
 }
 
 _SCHEMA = (
@@ -161,10 +171,10 @@ def open_registry(home: str | os.PathLike[str]) -> Iterator[sqlite3.Connection]:
                         for statement in _SCHEMA.split(";"):
                             if statement.strip():
                                 conn.execute(statement)
-                    else:
-                        for step in range(version, SCHEMA_VERSION):
-                            for statement in MIGRATIONS[step]:
-                                conn.execute(statement)
+                        version = _BASE_VERSION
+                    for step in range(version, SCHEMA_VERSION):
+                        for statement in MIGRATIONS[step]:
+                            conn.execute(statement)
                     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         except sqlite3.DatabaseError as err:
             raise RegistryError(f"cannot initialise registry {path}: {err}") from None
@@ -208,8 +218,16 @@ def record_decision(
         elif demotion is not None:
             conn.execute("DELETE FROM champion WHERE slot = 1")
             conn.execute(
-                "INSERT INTO demotions (decision_id, run_id, demoted_at, session, reason) VALUES (?, ?, ?, ?, ?)",
-                (decision_id, demotion.run_id, demotion.demoted_at, demotion.session, scrub(demotion.reason)),
+                "INSERT INTO demotions (decision_id, run_id, demoted_at, session, reason, source) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    decision_id,
+                    demotion.run_id,
+                    demotion.demoted_at,
+                    demotion.session,
+                    scrub(demotion.reason),
+                    decision.source,
+                ),
             )
         if before_commit is not None:
             before_commit()
@@ -266,10 +284,10 @@ def read_decisions(home: str | os.PathLike[str], *, limit: int | None = None) ->
 
 
 def decision_gate(row: Mapping[str, Any]) -> GateResult | None:
-    """The gate's answer a :func:`read_decisions` row records (None: a ``failed`` row). A row written
-    before the gate was one model (its ``scores`` held ``challenger_edge``, ``challenger_test``,
-    ``challenger`` and ``champion``) reads too."""
-    if row.get("verdict") not in ("promoted", "rejected"):
+    """The gate's answer a :func:`read_decisions` row records (None: a ``failed`` row, or a change made
+    by hand, which no gate decided). A row written before the gate was one model (its ``scores`` held
+    ``challenger_edge``, ``challenger_test``, ``challenger`` and ``champion``) reads too."""
+    if row.get("verdict") not in ("promoted", "rejected") or row.get("source") == "manual":
         return None
     scores = {k: v for k, v in (row.get("scores") or {}).items() if k != "role"}
     if "challenger_edge" in scores or "challenger_test" in scores:
@@ -304,6 +322,7 @@ def _current_names(row: dict[str, Any]) -> dict[str, Any]:
     if "dsr_threshold" in row:
         threshold = row.pop("dsr_threshold")
         row["significance_level"] = None if threshold is None else round(1.0 - threshold, 12)
+    row.setdefault("source", "rule")  # schema 3 and before: every decision was the rule's
     return row
 
 

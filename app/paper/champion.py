@@ -266,16 +266,19 @@ class ChampionSource:
         if self.bundle is not None and bundle.bundle_id == self.bundle.bundle_id:
             return  # the same champion: keep the loaded bundle (and its onnxruntime session)
         last = self._last_traded(session, journal)
+        # A champion an operator put in charge (podracer promote) is followed the same way; said so.
+        hand = f"; put in charge by hand: {champion.info.reason}" if champion.by_hand else ""
         if last is None or last[0] == bundle.bundle_id:
             since = f" (as in session {last[2]})" if last is not None else ""
             msg = (
                 f"trading champion {run_id} (bundle {short(bundle.bundle_id)}) from session {session}{since}"
+                + hand
             )
             journal.event("champion", msg, bundle_id=bundle.bundle_id)
         else:
             msg = (
                 f"champion switch: {short(last[0])} -> {short(bundle.bundle_id)} "
-                f"(run {last[1] or '?'} -> {run_id}, promoted {champion.promoted_at}); "
+                f"(run {last[1] or '?'} -> {run_id}, promoted {champion.promoted_at}{hand}); "
                 f"session {session} rebalances from the current holdings"
             )
             journal.event("champion_switch", msg, bundle_id=bundle.bundle_id)

@@ -1,9 +1,10 @@
 """The state of the operating loop in one look: ``podracer status`` and the top of the Nightly page.
 
-:func:`gather_status` reads, never writes: the registry's champion and last decision
-(``app.nightly.registry``, read-only), the next retrain from the cron schedule (``cron``/``tz`` when
-given, else the one ``podracer schedule run|print`` recorded in ``<home>/schedule.json``, else the
-default; ``schedule["source"]`` says which), the paper loop's heartbeat
+:func:`gather_status` reads, never writes: the registry's champion (and whether an operator put it
+in charge by hand, with the reason), why none is (the last demotion), and the last retrain's decision
+(``app.nightly.registry``, read-only; a change made by hand is not a retrain), the next retrain from
+the cron schedule (``cron``/``tz`` when given, else the one ``podracer schedule run|print`` recorded
+in ``<home>/schedule.json``, else the default; ``schedule["source"]`` says which), the paper loop's heartbeat
 (``app.paper.heartbeat``: stale after two decision intervals of market hours), the kill-switch file,
 the gone tickers the last cycle could not trade, and today's P&L (the journal's newest P&L row, when
 it is from today's session).
@@ -55,13 +56,16 @@ NO_DATA_CYCLES = 3  # cycles without fresh bars that make an open session a prob
 @dataclass(frozen=True)
 class ChampionStatus:
     """The champion in charge as ``podracer status`` shows it: the pointer's run, promotion time,
-    bundle and decision, and the ``bundle_id`` its bundle's manifest states."""
+    bundle and decision, the ``bundle_id`` its bundle's manifest states, and who put it in charge
+    (``source``: ``rule``, or ``manual`` with the operator's ``reason``: ``podracer promote``)."""
 
     run_id: str
     promoted_at: str | None
     bundle: str | None
     decision_id: int | None
     bundle_id: str | None
+    source: str = "rule"
+    reason: str | None = None  # the operator's, for a champion put in charge by hand
 
     @classmethod
     def of(cls, champion: Champion) -> ChampionStatus:
@@ -71,6 +75,8 @@ class ChampionStatus:
             bundle=champion.bundle,
             decision_id=champion.decision_id,
             bundle_id=_bundle_id(champion.bundle),
+            source="manual" if champion.by_hand else "rule",
+            reason=champion.info.reason if champion.by_hand else None,
         )
 
 
@@ -81,7 +87,7 @@ class Status:
     home: str
     now: str  # ISO UTC
     champion: ChampionStatus | None
-    last_decision: dict[str, Any] | None  # verdict, decided_at, reason, challenger_run_id
+    last_decision: dict[str, Any] | None  # the last retrain's: verdict, decided_at, reason, challenger_run_id
     next_retrain: str | None  # ISO, in the schedule's time zone
     schedule: dict[str, Any]  # cron, tz, source ("options" | "recorded" | "default"), the record's fields
     heartbeat: dict[str, Any] | None  # the heartbeat file's fields
@@ -96,7 +102,8 @@ class Status:
     warnings: list[str] = field(default_factory=list)  # read around, not problems (see the module)
     # per champion (bundle) that paper-traded: bundle_id, run_id, fills, realized_bps, model_bps
     slippage: list[dict[str, Any]] = field(default_factory=list)
-    # no champion in charge because the last one was demoted: run_id, reason, demoted_at, session
+    # no champion in charge because the last one was demoted: run_id, reason, demoted_at, session,
+    # source ("manual": podracer demote)
     demotion: dict[str, Any] | None = None
 
     def problem_rows(self) -> list[Problem]:
@@ -131,11 +138,13 @@ def _registry(
     except PodracerError as err:
         problems.append(Problem("registry", f"registry: {one_line(err)}"))
         return None, None, []
+    # The retrains' record: a champion changed by hand (podracer promote / demote) is no retrain.
+    retrains = [d for d in decisions if d.get("source") != "manual"]
     last = None
-    if decisions:
+    if retrains:
         keys = ("id", "verdict", "decided_at", "reason", "challenger_run_id", "step")
-        last = {k: decisions[-1].get(k) for k in keys}
-    return (ChampionStatus.of(champion) if champion is not None else None), last, decisions
+        last = {k: retrains[-1].get(k) for k in keys}
+    return (ChampionStatus.of(champion) if champion is not None else None), last, retrains
 
 
 def _demotion(home: Path, champion: ChampionStatus | None) -> dict[str, Any] | None:
