@@ -39,9 +39,7 @@ the looks the ledger holds today at an overlapping window of the same market (:c
 ``backtests.looks.looks_now``) and recomputes the two figures the looks change (the DSR's hurdle over
 every look's Sharpe ratio, Sidak over ``K``) from what the document keeps (the p-value and the
 returns' moments), so a run judged first among many does not keep its first count forever. The
-figures then say "N looks counted now (K when first judged)". When a ledger that counted some of the
-looks is gone (deleted, rebuilt, another home's: :attr:`LooksNow.lost`, ``backtests.looks_memory``),
-the count is a lower bound and the figures say "looks unknown (at least N: ...)".
+figures then say "N looks counted now (K when first judged)".
 
 The selection diagnostics (SPA p-value, validation DSR with the effective trials, PBO; metrics.json
 ``selection`` and ``pbo``) describe the tournament's choice on the validation window: they follow the
@@ -255,7 +253,7 @@ class LooksNow:
 
     sharpes: tuple[float | None, ...]
     first: int
-    lost: bool = False  # a lower bound: a ledger that counted some of the looks is gone (looks unknown)
+    lost: bool = False  # a lower bound, "looks unknown (at least N ...)": backtests.looks_memory
 
     @property
     def count(self) -> int:
