@@ -20,7 +20,7 @@ from agents.ensemble import ENSEMBLE_POD
 from agents.tournament.leaderboard import read_pods
 from agents.tournament.pod import read_valid_returns_matrix
 from app.runs import RunDir
-from backtests import engine, looks, oos_test, report
+from backtests import engine, looks, looks_memory, oos_test, report
 from backtests.snooping import SelectionInputs
 from data.errors import CheckpointError
 
@@ -91,9 +91,15 @@ def count_look(
     window: str,
     market: str,
     policy: str = "",
+    run_dir: RunDir | None = None,
 ) -> tuple[looks.Look, looks.LookCount] | None:
     """Record the selected strategy's look at a window with held-out sessions (:data:`LOOK_WINDOWS`) in
-    ``<home>/looks.sqlite``; None for another window or a backtest without a selected strategy."""
+    ``<home>/looks.sqlite``; None for another window or a backtest without a selected strategy.
+
+    With ``run_dir``, the count is also the run's own (``backtests.looks_memory``): the larger of the
+    ledger's and the one the run remembers for the window (a lower bound when a ledger that counted
+    some of those looks is gone), and the run remembers it (``<run>/looks.json``). A malformed memory
+    is a one-line error before the look is recorded."""
     strategy = report.selected_strategy(result)
     if window not in LOOK_WINDOWS or strategy is None:
         return None
@@ -113,7 +119,12 @@ def count_look(
         policy=f"{policy}:{result_digest(returns)}" if policy else result_digest(returns),
         tickers=tuple(result.tickers),
     )
-    count = looks.record_look(looks.ledger_path(home), look)
+    if run_dir is None:
+        count = looks.record_look(looks.ledger_path(home), look)
+    else:
+        count = looks_memory.record_and_remember(
+            looks.ledger_path(home), look, run_dir.remembered_looks, report=run_dir.backtest_metrics
+        )
     return dataclasses.replace(look, ledger=count.ledger), count
 
 

@@ -2,7 +2,8 @@
 
 A run folder holds ``config.toml`` (the resolved config), ``leaderboard.sqlite`` (a tournament's
 store), ``pods/<pod>/`` (checkpoints and learning curves), ``champion/`` (the selected policy),
-``backtest/`` (the report: ``metrics.json`` and its parquet files) and the run record; a walk-forward
+``backtest/`` (the report: ``metrics.json`` and its parquet files), ``looks.json`` (the looks it was
+judged under) and the run record; a walk-forward
 adds ``folds/fold-<k>/`` (each a run folder: the fold's tournament and ``fold.json``), and its
 ``backtest/`` is the stitched out-of-sample account. Every path in
 it is a ``RunDir`` property or method, one per path, so no other app module spells a name of the run
@@ -55,6 +56,8 @@ TEARSHEET = "tearsheet.png"
 #: A walk-forward's folds: ``folds/fold-<k>/``, each a tournament run folder with its fold record.
 FOLDS = "folds"
 FOLD_RECORD = "fold.json"
+#: The looks the run was judged under, per window (``backtests.looks_memory``).
+LOOKS = "looks.json"
 RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
@@ -340,6 +343,12 @@ class RunDir:
     @property
     def backtest_tearsheet(self) -> Path:
         return self.backtest / TEARSHEET
+
+    @property
+    def remembered_looks(self) -> Path:
+        """The looks the run was judged under (``looks.json``, ``backtests.looks_memory``): the count a
+        fresh or another home's looks ledger cannot give."""
+        return self.path / LOOKS
 
     @property
     def record(self) -> Path:

@@ -26,11 +26,11 @@ two backtests at once each see the other's look or none of it, never half.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import sqlite3
 import uuid
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -140,7 +140,7 @@ class LookRow(Look):
 _ROWS = TypeAdapter(list[LookRow])
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class LookCount:
     """A recorded look, the earlier looks it was first judged with and every overlapping look now."""
 
@@ -149,6 +149,8 @@ class LookCount:
     earlier_sharpes: tuple[float | None, ...]  # per day, oldest first: recorded before this look
     all_sharpes: tuple[float | None, ...] = ()  # per day, oldest first: every overlapping look, this one too
     ledger: str = ""  # the ledger's identity, written with the look into metrics.json
+    # A lower bound: a ledger that counted some of these looks is gone (``backtests.looks_memory``).
+    lost: bool = False
 
     @property
     def looks(self) -> int:
@@ -158,7 +160,7 @@ class LookCount:
     @property
     def now(self) -> LooksNow:
         """The looks counted now, for ``backtests.verdict.restate``."""
-        return LooksNow(sharpes=self.all_sharpes, first=self.looks)
+        return LooksNow(sharpes=self.all_sharpes, first=self.looks, lost=self.lost)
 
 
 class LedgerError(PodracerError):
@@ -317,7 +319,16 @@ def restated(doc: MetricsDocument, home: str | os.PathLike[str]) -> MetricsDocum
     if key.ledger and (count is None or count.ledger != key.ledger):
         # The ledger this look was counted in is gone (deleted, or rebuilt since): the looks are unknown.
         return looks_unknown(doc)
-    return doc if count is None else restate(doc, count.now)
+    if count is None:
+        return doc
+    oos = doc.oos_test
+    if oos is not None and oos.looks_unknown:
+        # The document's count is a lower bound (a ledger that counted some of its looks is gone,
+        # ``backtests.looks_memory``): the ledger's count replaces it only when larger, still a bound.
+        if count.now.count <= (oos.looks or 1):
+            return doc
+        return restate(doc, dataclasses.replace(count.now, lost=True))
+    return restate(doc, count.now)
 
 
 def read_looks(path: str | os.PathLike[str]) -> list[LookRow]:

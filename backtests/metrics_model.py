@@ -144,7 +144,9 @@ class OosTest(MetricsSection):
     )
     looks_note: str | None = Field(None, description="why the null variance was used, when it was")
     looks_unknown: bool | None = Field(
-        None, description="true when the ledger that counted this look is gone (deleted or rebuilt)"
+        None,
+        description="true when a looks ledger that counted some of its looks is gone (deleted, rebuilt, "
+        "another home's): `looks` is then a lower bound",
     )
     sharpe_hurdle: Figure = Field(None, description="E[max SR] of K looks, per day")
     psr_after_looks: Figure = Field(None, description="the PSR against that hurdle (the DSR over K looks)")

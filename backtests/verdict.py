@@ -253,6 +253,7 @@ class LooksNow:
 
     sharpes: tuple[float | None, ...]
     first: int
+    lost: bool = False  # a lower bound, "looks unknown (at least N ...)": backtests.looks_memory
 
     @property
     def count(self) -> int:
@@ -288,6 +289,7 @@ def restate(doc: MetricsDocument, now: LooksNow | None) -> MetricsDocument:
         update={
             "looks": hurdle.looks,
             "looks_first": int(now.first),
+            "looks_unknown": True if now.lost else oos.looks_unknown,
             "looks_sharpe_variance": hurdle.variance if hurdle.looks > 1 else None,
             "looks_note": hurdle.note,
             "sharpe_hurdle": hurdle.hurdle if math.isfinite(hurdle.hurdle) else None,
@@ -301,8 +303,8 @@ def restate(doc: MetricsDocument, now: LooksNow | None) -> MetricsDocument:
 
 def looks_unknown(doc: MetricsDocument) -> MetricsDocument:
     """``doc`` with its ``oos_test`` marked ``looks_unknown`` and its verdict rejudged: the ledger that
-    counted its look is gone, so the looks since cannot be counted (the count shown is the one when
-    it was judged)."""
+    counted its look is gone, so the looks since cannot be counted (the count shown, the one when it
+    was judged, is a lower bound: "at least N")."""
     oos = doc.oos_test
     if oos is None or oos.strategy is None:
         return doc
@@ -329,7 +331,7 @@ def judge(doc: MetricsDocument, strategy: str = "champion") -> EdgeVerdict | Non
     first = oos.looks_first
     looks_text = f"{looks} look{'s' if looks != 1 else ''} counted"
     if oos.looks_unknown:
-        looks_text = f"looks unknown ({looks} when judged: the looks ledger that counted it is gone)"
+        looks_text = f"looks unknown (at least {looks}: a looks ledger that counted them is gone)"
     elif first is not None:
         looks_text += " now" + (f" ({first} when first judged)" if first != looks else "")
     sessions = oos.num_sessions or 0

@@ -205,8 +205,8 @@ def test_cli_json_and_dashboard_show_one_verdict_and_a_re_backtest_is_not_a_new_
 def test_the_looks_are_counted_when_the_verdict_is_read(run_home, tmp_path, capsys):
     # Two runs backtested on one window: run 1's verdict, read again, counts both. Its full-window
     # view shows the same held-out sessions, so it is a look too: a third run's backtest counts four.
-    home = tmp_path / "home"
-    shutil.copytree(run_home, home, ignore=shutil.ignore_patterns("looks.sqlite*", "backtest"))
+    home = tmp_path / "home"  # a fresh home: no ledger, and no run remembers a look (looks.json)
+    shutil.copytree(run_home, home, ignore=shutil.ignore_patterns("looks.sqlite*", "looks.json", "backtest"))
     for run in ("r2", "r3"):
         shutil.copytree(home / "runs" / "r1", home / "runs" / run)
 

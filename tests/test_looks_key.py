@@ -1,10 +1,12 @@
 """What makes a look: the result it saw (costs, execution, decision interval, seed and bars change it),
-a ledger that can be missed (a deleted ledger reads "looks unknown"), and in-sample views that count
-as looks without setting the out-of-sample hurdle."""
+a ledger that can be missed (a deleted ledger reads "looks unknown"; a run backtested again after
+its ledger was deleted, or from another home, reads at least the count it was judged under), and
+in-sample views that count as looks without setting the out-of-sample hurdle."""
 
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -37,8 +39,23 @@ def trained_home(tmp_path):
     return home
 
 
-def _backtest(home, *args):
-    assert main(["--home", str(home), "backtest", "r1", "--json", *args]) == 0
+def _backtest(home, *args, run="r1"):
+    assert main(["--home", str(home), "backtest", run, "--json", *args]) == 0
+
+
+def _report(home, run="r1"):
+    return MetricsDocument.read(home / "runs" / run / "backtest" / "metrics.json")
+
+
+def _judged_after_two_looks(home, capsys):
+    """r1 backtested again after a second run looked at its window: judged under 2 looks."""
+    shutil.copytree(home / "runs" / "r1", home / "runs" / "r2")  # the same champion, another run
+    for run in ("r1", "r2", "r1"):
+        _backtest(home, "--no-tearsheet", run=run)
+    capsys.readouterr()
+    doc = _report(home)
+    assert (doc.oos_test.looks, doc.oos_test.looks_first, doc.oos_test.looks_unknown) == (2, 1, None)
+    return doc
 
 
 def test_the_digest_follows_the_returns():
@@ -79,3 +96,54 @@ def test_a_view_of_the_whole_span_counts_without_setting_the_hurdle(trained_home
     capsys.readouterr()
     (row,) = looks.read_looks(looks.ledger_path(trained_home))
     assert row.sharpe is None and row.num_sessions > 0
+
+
+def test_backtesting_again_after_deleting_the_ledger_reads_at_least_the_earlier_count(trained_home, capsys):
+    earlier = _judged_after_two_looks(trained_home, capsys)
+    looks.ledger_path(trained_home).unlink()
+    assert main(["--home", str(trained_home), "backtest", "r1", "--no-tearsheet"]) == 0
+    table = " ".join(capsys.readouterr().out.split())  # rich wraps long lines
+    again = _report(trained_home)
+    # Not a fresh "1 look": the count the run remembers, a lower bound now that its ledger is gone.
+    assert again.oos_test.looks >= earlier.oos_test.looks and again.oos_test.looks_unknown is True
+    assert "looks unknown (at least 2: a looks ledger that counted them is gone)" in again.verdict
+    assert again.verdict in table and "1 look counted" not in table
+    assert len(looks.read_looks(looks.ledger_path(trained_home))) == 1  # the new ledger's first look
+    # Read back with the new ledger (the dashboard's reading), the bound stands; and judged once more,
+    # it stays a bound.
+    read = looks.restated(again, trained_home)
+    assert (read.oos_test.looks, read.oos_test.looks_unknown, read.verdict) == (2, True, again.verdict)
+    _backtest(trained_home, "--no-tearsheet")
+    capsys.readouterr()
+    assert (_report(trained_home).oos_test.looks, _report(trained_home).oos_test.looks_unknown) == (2, True)
+
+
+def test_a_run_backtested_from_another_home_reads_at_least_its_count(trained_home, tmp_path, capsys):
+    _judged_after_two_looks(trained_home, capsys)
+    other = tmp_path / "other"
+    shutil.copytree(trained_home / "runs" / "r1", other / "runs" / "r1")  # without the ledger
+    _backtest(other, "--no-tearsheet")
+    capsys.readouterr()
+    there = _report(other)
+    assert there.oos_test.looks >= 2 and there.oos_test.looks_unknown is True
+    assert "looks unknown (at least 2" in there.verdict
+    assert [r.run_id for r in looks.read_looks(looks.ledger_path(other))] == ["r1"]
+
+
+def test_a_run_judged_before_it_remembered_its_looks_reads_its_last_report(trained_home, capsys):
+    _judged_after_two_looks(trained_home, capsys)
+    (trained_home / "runs" / "r1" / "looks.json").unlink()  # a report written before looks.json
+    looks.ledger_path(trained_home).unlink()
+    _backtest(trained_home, "--no-tearsheet")
+    capsys.readouterr()
+    doc = _report(trained_home)
+    assert (doc.oos_test.looks, doc.oos_test.looks_unknown) == (2, True)
+
+
+def test_a_malformed_memory_is_a_one_line_error(trained_home, capsys):
+    memory = trained_home / "runs" / "r1" / "looks.json"
+    memory.write_text('{"windows": "none"}')
+    assert main(["--home", str(trained_home), "backtest", "r1", "--no-tearsheet"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "looks.json: windows: input should be a valid list" in err and "Traceback" not in err
+    assert looks.read_looks(looks.ledger_path(trained_home)) == []  # nothing was recorded

@@ -43,6 +43,7 @@ FILES = (
     runs.DAILY_RETURNS,
     runs.TEARSHEET,
     runs.FOLD_RECORD,
+    runs.LOOKS,
 )
 #: Folder names of the run folder: flagged only as a part of a path ("champion" is also a strategy).
 FOLDERS = (runs.RUNS, runs.PODS, runs.CHAMPION, runs.BACKTEST, runs.FOLDS)

@@ -377,6 +377,7 @@ def _gate_report(
         window="test",
         market=identity,
         policy=policy_digest(challenger.policy_dir),
+        run_dir=run,
     )
     info = run.info()
     doc = report.write_report(

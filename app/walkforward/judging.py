@@ -148,7 +148,13 @@ def write_account_report(
     counted = None
     if home is not None and final:
         counted = count_look(
-            home, run.run_id, result, window=report.HELD_OUT_WINDOW, market=identity, policy=policy
+            home,
+            run.run_id,
+            result,
+            window=report.HELD_OUT_WINDOW,
+            market=identity,
+            policy=policy,
+            run_dir=run,
         )
     params = config.env
     doc = report.write_report(

@@ -4,8 +4,9 @@
 the run's data config, backtests champion + baselines on the window (test by default) through the
 training env's ``step`` (the linear baseline fitted on the run's train and validation windows,
 ``backtests.linear``), counts the look in ``<home>/looks.sqlite`` (``backtests.looks``; the test and
-the full window, both show held-out sessions; keyed by the champion's weights, :func:`policy_digest`)
-and writes the run's ``backtest/`` (see ``backtests.report``): the champion's out-of-sample test
+the full window, both show held-out sessions; keyed by the champion's weights, :func:`policy_digest`;
+the run remembers the count in ``<run>/looks.json``, so a deleted ledger or another home never reads
+fewer looks than it was judged under: ``backtests.looks_memory``) and writes the run's ``backtest/`` (see ``backtests.report``): the champion's out-of-sample test
 first judged after the looks before it at an overlapping window of the same market
 (:func:`market_identity`) and stated with the looks counted now, and the
 selection diagnostics from every scored pod's daily validation returns
@@ -152,7 +153,13 @@ def backtest_run(
     sizes = capacity.run_capacity(market, params, {"champion": policy}, device=device, linear=linear)
     identity = market_identity(config.data)
     counted = count_look(
-        home, run, result, window=window, market=identity, policy=policy_digest(run_dir.champion)
+        home,
+        run,
+        result,
+        window=window,
+        market=identity,
+        policy=policy_digest(run_dir.champion),
+        run_dir=run_dir,
     )
     champion = run_info.champion.pod_id if run_info.champion is not None else None
     return report.write_report(
