@@ -124,7 +124,7 @@ class DataConfig(Section):
 
     features: Literal["small", "library"] = Field(
         LOAD_DEFAULTS["features"],
-        description="the feature set: 'small' (eight bar features) or 'library' (28: adds session returns, "
+        description="the feature set: 'small' (eight bar features) or 'library' (26: adds session returns, "
         "gap, first half hour, cross-sectional excess and rank, volatility, volume and range ratios, "
         "beta; docs/data.md)",
     )

@@ -19,7 +19,7 @@ Time of day is not a feature here: ``MarketData.time_of_day`` carries it (the en
 observation once, not once per asset).
 
 Feature sets (``[data] features``, :data:`FEATURE_SETS`): ``small`` is the eight above (the default);
-``library`` adds twenty session-level, volume and cross-sectional features (``data.feature_library``),
+``library`` adds eighteen session-level, volume and cross-sectional features (``data.feature_library``),
 which read the bars' open, high, low and session ids too: :func:`compute_set` takes them all
 (:class:`FeatureBars`). A spec's ``windows`` say which set it is (the library's keys present), so every
 caller that passes ``spec["windows"]`` on recomputes the set the policy was trained on.
