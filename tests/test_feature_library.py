@@ -254,3 +254,37 @@ def test_library_on_cuda_matches_cpu():
     gpu = compute_set(FeatureBars(*(x.cuda() for x in bars)), w)
     assert gpu.device.type == "cuda"
     torch.testing.assert_close(gpu.cpu(), cpu, atol=1e-4, rtol=1e-4)
+
+
+@pytest.fixture(scope="module")
+def library_market():
+    return build_market(generate(SyntheticSpec(num_tickers=3, num_sessions=6, seed=5)), feature_set="library")
+
+
+def test_a_fold_of_a_library_market_computes_the_library_set(library_market):
+    """The walk-forward's folds follow the market's set: a fold's raw features are the whole market's
+    rows (computed from the lookback before the fold; here the whole history)."""
+    from data.fold_market import fold_market, market_bars
+
+    full = library_market.full
+    start, stop = 2 * 390, 6 * 390
+    fold = fold_market(full, start, stop, fit=(start, 4 * 390))
+    assert fold.market.feature_names == full.feature_names and fold.spec["feature_set"] == "library"
+    whole = compute_set(market_bars(full), full.feature_spec["windows"])
+    assert torch.equal(fold.raw, whole[start:stop])
+
+
+def test_the_policy_and_the_env_take_the_width_of_the_set(library_market):
+    from agents.args import DirectArgs
+    from agents.training import policy_for_env
+    from envs.observation import obs_dim
+    from envs.vec_env import TradingVecEnv
+
+    env = TradingVecEnv(library_market.train, num_envs=2, seed=0)
+    obs = env.reset()
+    obs = obs[0] if isinstance(obs, tuple) else obs
+    assert obs.shape == (2, obs_dim(3, 26))
+    stepped = env.step(torch.full((2, 3), 0.3))[0]  # the native kernel's observation of 26 features
+    assert stepped.shape == obs.shape and bool(torch.isfinite(stepped).all())
+    policy, _ = policy_for_env(None, env, DirectArgs(), "direct")
+    assert policy.obs_dim == obs_dim(3, 26) and policy.meta.feature_names == library_market.full.feature_names
