@@ -288,3 +288,19 @@ def test_the_policy_and_the_env_take_the_width_of_the_set(library_market):
     assert stepped.shape == obs.shape and bool(torch.isfinite(stepped).all())
     policy, _ = policy_for_env(None, env, DirectArgs(), "direct")
     assert policy.obs_dim == obs_dim(3, 26) and policy.meta.feature_names == library_market.full.feature_names
+
+
+def test_market_library_features_up_to_t_ignore_later_bars():
+    """Through the loader: every price and volume changed after t (in the test window) leaves every
+    normalized feature <= t bit-identical (normalization is fitted on the train window)."""
+    panel = generate(SyntheticSpec(num_tickers=3, num_sessions=6, seed=6))
+    base = build_market(panel, feature_set="library")
+    t = base.train.num_steps + base.valid.num_steps + 50
+    arrays = {name: getattr(panel, name).copy() for name in ("open", "high", "low", "close", "volume")}
+    for name in ("open", "high", "low", "close"):
+        arrays[name][t + 1 :] *= 1.5
+    arrays["volume"][t + 1 :] *= 4
+    other = build_market(type(panel)(**{**panel.__dict__, **arrays}), feature_set="library")
+    assert other.full.feature_spec == base.full.feature_spec
+    assert torch.equal(other.full.features[: t + 1], base.full.features[: t + 1])
+    assert not torch.equal(other.full.features[t + 1 :], base.full.features[t + 1 :])
