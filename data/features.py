@@ -3,7 +3,7 @@
 The core, ``compute_features``, is a pure function of ``(T, A)`` tensors on any device: feature
 ``f`` at bar ``t`` uses bars ``<= t`` only. Every window is finite (rolling sums and *truncated*
 exponential averages), so the value at the last bar depends only on the last ``spec["lookback"]``
-bars: paper trading calls ``latest_features(window, spec)`` on a recent window of raw bars and gets
+bars: paper trading calls ``latest_set(window, spec)`` on a recent window of raw bars and gets
 exactly the row the full history would give. Before a series has ``w`` bars, windows are padded with
 the series' first value (causal: the padding is bar 0).
 
