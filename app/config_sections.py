@@ -122,6 +122,13 @@ class DataConfig(Section):
         "consolidated tape) read as the market's; docs/data.md",
     )
 
+    features: Literal["small", "library"] = Field(
+        LOAD_DEFAULTS["features"],
+        description="the feature set: 'small' (eight bar features) or 'library' (26: adds session returns, "
+        "gap, first half hour, cross-sectional excess and rank, volatility, volume and range ratios, "
+        "beta; docs/data.md)",
+    )
+
     @model_validator(mode="after")
     def _fractions(self) -> DataConfig:
         if self.train_frac + self.valid_frac >= 1:

@@ -20,6 +20,11 @@ and on (the ``EnvParams`` defaults: spread, volume cap, square-root impact, mini
 the other in the same process, and prints on/off: the ratio stays fair on a machine others share.
 ``on`` (the default) / ``off`` time one of them.
 
+``--features small|library`` replaces the toy market's random features with that feature set's
+(``data.features``: computed from the toy bars, normalized on the first 60% of them; 8 or 26 per
+asset), so the env-steps/s of the two sets can be compared, and prints the seconds the set took to
+compute once (on ``--device``); without it, ``--num-features`` random features.
+
 ``--cost-model both`` times every case at the cost model's defaults (``new``: the Alpaca fee profile,
 the half-spread estimated per name and time of day, the order's impact memory) and at :data:`OLD_COSTS`
 (``old``: the flat 20 bp commission, the constant half-spread, no impact memory) in the same process,
@@ -30,6 +35,7 @@ the impact memory's row, is paid by both).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -40,6 +46,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from data.features import compute_set, feature_windows, fit_normalization, make_spec, normalize  # noqa: E402
+from data.fold_market import market_bars  # noqa: E402
 from data.toy import toy_market  # noqa: E402
 from envs import trading  # noqa: E402
 from envs.execution import FRICTIONLESS  # noqa: E402
@@ -97,11 +105,32 @@ def bench_reference(market, params: EnvParams, seconds: float, seed: int = 0) ->
     return count / (time.perf_counter() - start)
 
 
+def with_feature_set(market, feature_set: str):
+    """``market`` with ``feature_set``'s features computed from its bars and normalized on its first
+    60%, and the seconds they took."""
+    device = market.device
+    _sync(device)
+    start = time.perf_counter()
+    windows = feature_windows(feature_set, market.interval)
+    raw = compute_set(market_bars(market), windows)
+    _sync(device)
+    seconds = time.perf_counter() - start
+    mean, std = fit_normalization(raw[: int(0.6 * market.num_steps)])
+    spec = make_spec(mean, std, windows, interval=market.interval)
+    features = normalize(raw, spec)
+    return dataclasses.replace(
+        market, features=features, feature_names=tuple(spec["names"]), feature_spec=spec
+    ), seconds
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N")
     parser.add_argument("--num-assets", type=int, default=100)
     parser.add_argument("--num-features", type=int, default=8)
+    parser.add_argument(
+        "--features", choices=("small", "library"), default=None, help="a feature set's real features"
+    )
     parser.add_argument("--num-envs", default="1,64,1024,4096", help="comma-separated batch sizes")
     parser.add_argument("--sessions", type=int, default=60, help="390-bar sessions in the toy market")
     parser.add_argument("--steps", type=int, default=300, help="timed steps per batch size")
@@ -135,6 +164,15 @@ def main(argv: list[str] | None = None) -> dict:
         num_features=args.num_features,
         device=device,
     )
+    feature_seconds = None
+    if args.features:
+        market, feature_seconds = with_feature_set(market, args.features)
+        if not args.json:
+            print(
+                f"features {args.features}: {market.num_features} per asset, computed in "
+                f"{feature_seconds:.2f} s ({market.num_steps} bars x {market.num_assets} assets on {device})",
+                flush=True,
+            )
     # episode_len 256, not the env's default of 64: a shorter episode adds autoresets to the timing,
     # and every figure of this benchmark is measured with 256.
     modes = {"both": (False, True), "off": (False,), "on": (True,)}[args.fast]
@@ -151,6 +189,8 @@ def main(argv: list[str] | None = None) -> dict:
             {
                 "num_envs": num_envs,
                 "num_assets": args.num_assets,
+                "num_features": market.num_features,
+                "feature_set": args.features,
                 "device": str(device),
                 "fast": fast,
                 "execution": execution,
@@ -179,7 +219,7 @@ def main(argv: list[str] | None = None) -> dict:
             )
     params = EnvParams(episode_len=256)
     ref = bench_reference(market, params, args.reference_seconds)
-    out = {"results": results, "reference_steps_per_s": ref}
+    out = {"results": results, "reference_steps_per_s": ref, "feature_seconds": feature_seconds}
     if args.json:
         print(json.dumps(out))
     else:

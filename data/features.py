@@ -3,7 +3,7 @@
 The core, ``compute_features``, is a pure function of ``(T, A)`` tensors on any device: feature
 ``f`` at bar ``t`` uses bars ``<= t`` only. Every window is finite (rolling sums and *truncated*
 exponential averages), so the value at the last bar depends only on the last ``spec["lookback"]``
-bars: paper trading calls ``latest_features(window, spec)`` on a recent window of raw bars and gets
+bars: paper trading calls ``latest_set(window, spec)`` on a recent window of raw bars and gets
 exactly the row the full history would give. Before a series has ``w`` bars, windows are padded with
 the series' first value (causal: the padding is bar 0).
 
@@ -18,6 +18,12 @@ Features (windows in bars, defaults in ``DEFAULT_WINDOWS``):
 Time of day is not a feature here: ``MarketData.time_of_day`` carries it (the env puts it in the
 observation once, not once per asset).
 
+Feature sets (``[data] features``, :data:`FEATURE_SETS`): ``small`` is the eight above (the default);
+``library`` adds eighteen session-level, volume and cross-sectional features (``data.feature_library``),
+which read the bars' open, high, low and session ids too: :func:`compute_set` takes them all
+(:class:`FeatureBars`). A spec's ``windows`` say which set it is (the library's keys present), so every
+caller that passes ``spec["windows"]`` on recomputes the set the policy was trained on.
+
 Normalization: one mean and std per feature, pooled over the assets and bars of the TRAIN window
 only (``fit_normalization``); normalized values are clipped to ``[-clip, clip]``.
 """
@@ -31,7 +37,19 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from data.calendar import INTERVAL_MINUTES, bars_per_session, check_interval
 from data.errors import DataError
+from data.feature_library import (
+    LIBRARY_WINDOWS,
+    FeatureBars,
+    arrange,
+    asset_features,
+    cross_features,
+    is_library,
+    library_lookback,
+    library_names,
+    opening_bars,
+)
 
 FEATURE_NAMES: tuple[str, ...] = (
     "ret_1",
@@ -59,12 +77,36 @@ EMA_TRUNCATION = 5  # truncated EMA kernels span EMA_TRUNCATION * span bars (wei
 BLOCK_VALUES = 1_000_000
 DEFAULT_CLIP = 8.0
 SPEC_VERSION = 1
+#: The feature sets ``[data] features`` chooses between (``small``: the default, the eight above).
+FEATURE_SETS: tuple[str, ...] = ("small", "library")
+
+
+def feature_windows(
+    feature_set: str = "small", interval: str = "1m", session_bars: int | None = None
+) -> dict[str, int]:
+    """The windows of ``feature_set`` on ``interval``'s bars: ``DEFAULT_WINDOWS`` for ``small``; for
+    ``library`` also ``LIBRARY_WINDOWS`` with its first half hour in bars and the bars of a full
+    session (``session_bars``, e.g. the longest session of an extended-hours grid; default the
+    interval's regular session)."""
+    if feature_set not in FEATURE_SETS:
+        raise DataError(f"unknown feature set {feature_set!r} (use one of {', '.join(FEATURE_SETS)})")
+    if feature_set == "small":
+        return dict(DEFAULT_WINDOWS)
+    per_session = max(bars_per_session(interval), int(session_bars or 0))
+    opening = opening_bars(INTERVAL_MINUTES[check_interval(interval)])
+    return {**DEFAULT_WINDOWS, **LIBRARY_WINDOWS, "opening_bars": opening, "bars_per_session": per_session}
+
+
+def feature_set_of(windows: Mapping[str, int]) -> str:
+    """``library`` when ``windows`` hold the library's keys, else ``small``."""
+    return "library" if is_library(windows) else "small"
 
 
 def feature_names(windows: Mapping[str, int] = DEFAULT_WINDOWS) -> tuple[str, ...]:
-    """Feature names for ``windows`` (the defaults give ``FEATURE_NAMES``)."""
+    """Feature names for ``windows`` (the defaults give ``FEATURE_NAMES``; library windows add the
+    library's after them)."""
     w = windows
-    return (
+    small = (
         "ret_1",
         f"ret_{w['ret_short']}",
         f"ret_{w['ret_mid']}",
@@ -74,12 +116,13 @@ def feature_names(windows: Mapping[str, int] = DEFAULT_WINDOWS) -> tuple[str, ..
         "macd",
         "volume_z",
     )
+    return (*small, *library_names(w)) if is_library(w) else small
 
 
 def lookback(windows: Mapping[str, int] = DEFAULT_WINDOWS) -> int:
     """Bars needed for the last row to be independent of padding (what paper trading must fetch)."""
     w = windows
-    return 1 + max(
+    small = 1 + max(
         w["ret_long"],
         w["ret_mid"],
         w["ret_short"],
@@ -88,6 +131,7 @@ def lookback(windows: Mapping[str, int] = DEFAULT_WINDOWS) -> int:
         EMA_TRUNCATION * w["macd_slow"],
         w["volume"],
     )
+    return max(small, library_lookback(w)) if is_library(w) else small
 
 
 def _work_dtype(device: torch.device) -> torch.dtype:
@@ -170,16 +214,51 @@ def compute_features(
         )
     if close.shape[0] == 0:
         raise DataError("features: no bars")
-    num_steps, num_assets = close.shape
+    if is_library(windows):
+        raise DataError("features: the library set reads open, high, low and sessions too (compute_set)")
+    return _blocks(
+        close.shape, close.device, 8, lambda a, b: _asset_features(close[:, a:b], volume[:, a:b], windows)
+    )
+
+
+def _blocks(shape: torch.Size, device: torch.device, width: int, compute) -> Tensor:
+    """``(T, A, width)`` float32 from ``compute(a, b)`` of asset blocks ``[a, b)`` of
+    :data:`BLOCK_VALUES` bars x assets (one call when the market fits one block)."""
+    num_steps, num_assets = shape
     block = max(1, BLOCK_VALUES // num_steps)
     if num_assets <= block:
-        return _asset_features(close, volume, windows)
-    out = torch.empty(
-        num_steps, num_assets, len(feature_names(windows)), dtype=torch.float32, device=close.device
-    )
+        return compute(0, num_assets).to(torch.float32)
+    out = torch.empty(num_steps, num_assets, width, dtype=torch.float32, device=device)
     for a in range(0, num_assets, block):
-        out[:, a : a + block] = _asset_features(close[:, a : a + block], volume[:, a : a + block], windows)
+        out[:, a : a + block] = compute(a, a + block)
     return out
+
+
+def compute_set(bars: FeatureBars, windows: Mapping[str, int] = DEFAULT_WINDOWS) -> Tensor:
+    """Raw causal features ``(T, A, F)`` float32 of the set ``windows`` describe (``feature_names``
+    order) from ``bars``: the small set reads close and volume only (:func:`compute_features`); the
+    library set's per-asset columns are computed a block of assets at a time like the small ones, its
+    cross-sectional columns (``xret``, ``xrank``, ``beta``) over every ticker at once."""
+    small = compute_features(bars.close, bars.volume, {k: windows[k] for k in DEFAULT_WINDOWS})
+    if not is_library(windows):
+        return small
+    shapes = {name: tuple(getattr(bars, name).shape) for name in ("open", "high", "low", "volume")}
+    if (
+        any(shape != tuple(bars.close.shape) for shape in shapes.values())
+        or bars.session_id.shape != bars.close.shape[:1]
+    ):
+        raise DataError(
+            f"features: open/high/low/volume {shapes} and session ids must match close {tuple(bars.close.shape)}"
+        )
+    dtype = _work_dtype(bars.close.device)
+
+    def block(a: int, b: int) -> Tensor:
+        cols = FeatureBars(*(x[:, a:b] for x in bars[:5]), bars.session_id)
+        return asset_features(cols, windows, dtype)
+
+    per_asset = _blocks(bars.close.shape, bars.close.device, 11, block)
+    cross = cross_features(per_asset, bars, windows, dtype).to(torch.float32)
+    return torch.cat([small, arrange(per_asset, cross)], dim=-1)
 
 
 def _asset_features(close: Tensor, volume: Tensor, windows: Mapping[str, int]) -> Tensor:
@@ -234,7 +313,9 @@ def make_spec(
     names = feature_names(windows)
     if len(mean) != len(names) or len(std) != len(names):
         raise DataError("features: normalization statistics do not match the feature list")
+    named = {"feature_set": "library"} if is_library(windows) else {}  # small specs stay as they were
     return {
+        **named,
         "version": SPEC_VERSION,
         "names": list(names),
         "windows": dict(windows),
@@ -282,3 +363,10 @@ def latest_features(close: Tensor, volume: Tensor, spec: Mapping[str, Any]) -> T
     check_spec(spec)
     raw = compute_features(close, volume, spec["windows"])
     return normalize(raw[-1], spec)
+
+
+def latest_set(bars: FeatureBars, spec: Mapping[str, Any]) -> Tensor:
+    """:func:`latest_features` of any feature set: normalized features ``(A, F)`` of the last bar of
+    ``bars`` (a window of ``spec["lookback"]`` bars or more gives the full-history row)."""
+    check_spec(spec)
+    return normalize(compute_set(bars, spec["windows"])[-1], spec)

@@ -35,7 +35,8 @@ from torch import Tensor
 from data.errors import DataError
 from data.features import (
     DEFAULT_WINDOWS,
-    compute_features,
+    FeatureBars,
+    compute_set,
     fit_normalization,
     lookback,
     make_spec,
@@ -44,17 +45,33 @@ from data.features import (
 from data.market import MarketData
 
 
+def market_windows(market: MarketData) -> dict[str, int]:
+    """The feature windows ``market`` was built with (its spec's; ``DEFAULT_WINDOWS`` without one)."""
+    return dict((market.feature_spec or {}).get("windows") or DEFAULT_WINDOWS)
+
+
+def market_bars(market: MarketData, start: int = 0, stop: int | None = None) -> FeatureBars:
+    """Bars ``[start, stop)`` of ``market`` as the feature code reads them (close in float64 where the
+    device allows, as ``data.loader`` feeds it; the library set upcasts the rest itself)."""
+    work = torch.float32 if market.device.type == "mps" else torch.float64
+    rows = slice(start, market.num_steps if stop is None else stop)
+    m = market
+    return FeatureBars(
+        m.open[rows], m.high[rows], m.low[rows], m.close[rows].to(work), m.volume[rows], m.session_id[rows]
+    )
+
+
 def raw_features(
-    market: MarketData, start: int, stop: int, windows: Mapping[str, int] = DEFAULT_WINDOWS
+    market: MarketData, start: int, stop: int, windows: Mapping[str, int] | None = None
 ) -> Tensor:
     """``(stop - start, A, F)`` float32: the raw causal features of bars ``[start, stop)`` of ``market``,
-    computed from ``lookback(windows)`` bars before ``start`` on (``compute_features`` works a block
-    of assets at a time)."""
+    computed from ``lookback(windows)`` bars before ``start`` on (``compute_set`` works a block
+    of assets at a time). ``windows``: default the market's own (:func:`market_windows`)."""
     if not 0 <= start < stop <= market.num_steps:
         raise DataError(f"raw_features: bars [{start}, {stop}) outside [0, {market.num_steps}]")
+    windows = market_windows(market) if windows is None else windows
     low = max(0, start - lookback(windows))
-    work = torch.float32 if market.device.type == "mps" else torch.float64
-    raw = compute_features(market.close[low:stop].to(work), market.volume[low:stop], windows)
+    raw = compute_set(market_bars(market, low, stop), windows)
     return raw[start - low :] if start > low else raw
 
 
@@ -108,13 +125,15 @@ def fold_market(
     stop: int,
     fit: tuple[int, int],
     *,
-    windows: Mapping[str, int] = DEFAULT_WINDOWS,
+    windows: Mapping[str, int] | None = None,
     fitted_on: tuple[str, str] | None = None,
     min_coverage: float | None = None,
 ) -> FoldMarket:
     """Bars ``[start, stop)`` of ``market`` (indices of ``market``) with features normalized on the bars
     ``fit = [fit_start, fit_stop)`` (inside the window: the fold's train window); with
-    ``min_coverage``, only the fold's universe (:func:`fold_universe` on ``fit``) is tradable."""
+    ``min_coverage``, only the fold's universe (:func:`fold_universe` on ``fit``) is tradable.
+    ``windows``: default the market's own feature set (:func:`market_windows`)."""
+    windows = market_windows(market) if windows is None else windows
     if not start <= fit[0] < fit[1] <= stop:
         raise DataError(f"fold_market: the fit window {fit} is not inside the bars [{start}, {stop})")
     raw = raw_features(market, start, stop, windows)

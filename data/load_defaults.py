@@ -22,6 +22,7 @@ LOAD_DEFAULTS: dict[str, Any] = {
     "valid_frac": 0.2,
     "min_coverage": 0.5,
     "volume_scale": 1.0,
+    "features": "small",
     "start_date": None,
     "end_date": None,
 }

@@ -24,7 +24,14 @@ import torch
 
 from data.align import Panel, resample_panel
 from data.errors import DataError
-from data.features import DEFAULT_WINDOWS, compute_features, fit_normalization, make_spec, normalize
+from data.features import (
+    FeatureBars,
+    compute_set,
+    feature_windows,
+    fit_normalization,
+    make_spec,
+    normalize,
+)
 from data.load_defaults import LOAD_DEFAULTS
 from data.market import MarketData
 from data.schema import normalize_ticker
@@ -114,11 +121,16 @@ def build_market(
     train_frac: float = 0.6,
     valid_frac: float = 0.2,
     device: str | torch.device = "cpu",
-    windows: Mapping[str, int] = DEFAULT_WINDOWS,
+    windows: Mapping[str, int] | None = None,
     source: str = "panel",
+    feature_set: str = "small",
 ) -> MarketSplits:
-    """Dense panel -> MarketData with causal, train-normalized features, split by sessions."""
+    """Dense panel -> MarketData with causal, train-normalized features, split by sessions.
+
+    ``feature_set`` (``data.features.FEATURE_SETS``) picks the features unless ``windows`` are given."""
     device = torch.device(device)
+    if windows is None:
+        windows = feature_windows(feature_set, panel.interval, _longest_session(panel.grid.session_id))
     f32 = {"dtype": torch.float32, "device": device}
     # np.array copies: panel arrays may be read-only views, which torch refuses to share.
     prices = {
@@ -128,8 +140,18 @@ def build_market(
     volume = torch.as_tensor(np.array(panel.volume), **f32)
     # Features from float64 close where the device allows: log-returns of adjacent float32 prices
     # lose digits.
-    work = torch.float32 if device.type == "mps" else torch.float64
-    raw = compute_features(torch.as_tensor(np.array(panel.close), dtype=work, device=device), volume, windows)
+    work = {"dtype": torch.float32 if device.type == "mps" else torch.float64, "device": device}
+    raw = compute_set(
+        FeatureBars(
+            *(
+                torch.as_tensor(np.array(getattr(panel, name)), **work)
+                for name in ("open", "high", "low", "close")
+            ),
+            volume,
+            torch.as_tensor(np.asarray(panel.grid.session_id), device=device),
+        ),
+        windows,
+    )
     # Renumber sessions 0..S-1 in the order they appear (the panel may have trimmed a partial start).
     _, session_id = np.unique(panel.grid.session_id, return_inverse=True)
     provisional = MarketData(
@@ -159,6 +181,13 @@ def build_market(
     )
 
 
+def _longest_session(session_id: np.ndarray) -> int:
+    """Bars of the longest session of a grid (an extended-hours grid's sessions are longer than the
+    interval's regular one)."""
+    ids = np.asarray(session_id)
+    return int(np.unique(ids, return_counts=True)[1].max()) if len(ids) else 0
+
+
 def synthetic_market(
     num_tickers: int = 8,
     num_sessions: int = 10,
@@ -169,13 +198,19 @@ def synthetic_market(
     train_frac: float = 0.6,
     valid_frac: float = 0.2,
     start: str = "2024-01-02",
+    feature_set: str = "small",
 ) -> MarketSplits:
     """Fast path: a synthetic market generated in memory (see ``data.synthetic``)."""
     spec = SyntheticSpec(
         num_tickers=num_tickers, num_sessions=num_sessions, seed=seed, signal=signal, start=start
     )
     return build_market(
-        generate(spec), train_frac=train_frac, valid_frac=valid_frac, device=device, source="synthetic"
+        generate(spec),
+        train_frac=train_frac,
+        valid_frac=valid_frac,
+        device=device,
+        source="synthetic",
+        feature_set=feature_set,
     )
 
 
@@ -249,7 +284,12 @@ def _load_splits(
     per_window: bool,
 ) -> MarketSplits:
     """:func:`load_market` of resolved settings ``s``, before the volume scale."""
-    split = {"train_frac": s["train_frac"], "valid_frac": s["valid_frac"], "device": device}
+    split = {
+        "train_frac": s["train_frac"],
+        "valid_frac": s["valid_frac"],
+        "device": device,
+        "feature_set": s["features"],
+    }
     if s["source"] == "synthetic":
         spec = SyntheticSpec(
             num_tickers=s["num_tickers"],

@@ -34,17 +34,23 @@ class RunFixture:
 
 
 def make_run(
-    home: Path, run_id: str = "run-test", seed: int = 0, num_tickers: int = NUM_TICKERS
+    home: Path,
+    run_id: str = "run-test",
+    seed: int = 0,
+    num_tickers: int = NUM_TICKERS,
+    *,
+    num_sessions: int = NUM_SESSIONS,
+    feature_set: str = "small",
 ) -> RunFixture:
     """A run directory with a champion policy (random init, made decisive) on a synthetic market of
-    ``num_tickers`` tickers (SYN000, SYN001, ...)."""
+    ``num_tickers`` tickers (SYN000, SYN001, ...) with ``feature_set``'s features."""
     from agents.networks import NetworkConfig
     from agents.policy import Policy, PolicyMeta
     from data.loader import build_market
     from data.synthetic import SyntheticSpec, generate, to_frame
 
-    panel = generate(SyntheticSpec(num_tickers=num_tickers, num_sessions=NUM_SESSIONS, seed=seed))
-    splits = build_market(panel, train_frac=0.6, valid_frac=0.2, source="synthetic")
+    panel = generate(SyntheticSpec(num_tickers=num_tickers, num_sessions=num_sessions, seed=seed))
+    splits = build_market(panel, train_frac=0.6, valid_frac=0.2, source="synthetic", feature_set=feature_set)
     market = splits.full
     torch.manual_seed(seed)
     policy = Policy(
@@ -60,7 +66,12 @@ def make_run(
     run_dir = home / "runs" / run_id
     policy.save(run_dir / "champion")
     config = Config().with_updates(
-        data={"num_tickers": num_tickers, "num_sessions": NUM_SESSIONS, "seed": seed},
+        data={
+            "num_tickers": num_tickers,
+            "num_sessions": num_sessions,
+            "seed": seed,
+            "features": feature_set,
+        },
         # No volume cap: the tests' book reaches its targets in one cycle on the synthetic market's
         # thin minute volumes (the cap's paper side: tests/test_paper_fill_parity.py).
         env={"decision_interval": DECISION_INTERVAL, "max_participation": 0.0},

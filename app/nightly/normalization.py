@@ -28,7 +28,8 @@ from app.champion import Champion
 from app.runs import RunDir
 from data.artifact import Artifact
 from data.errors import ArtifactError, DataError, PodracerError
-from data.features import check_spec, compute_features, normalize
+from data.features import check_spec, compute_set, normalize
+from data.fold_market import market_bars
 from data.market import MarketData
 
 log = logging.getLogger(__name__)
@@ -115,8 +116,7 @@ def with_feature_spec(full: MarketData, window: MarketData, spec: Mapping[str, A
     stop = start + window.num_steps
     if window.num_steps and not (full.timestamps[start:stop] == window.timestamps).all():
         raise DataError("with_feature_spec: the window is not a slice of the market")
-    work = torch.float32 if full.device.type == "mps" else torch.float64
-    raw = compute_features(full.close.to(work), full.volume, spec["windows"])
+    raw = compute_set(market_bars(full), spec["windows"])
     features = normalize(raw, spec).to(torch.float32)
     rebuilt = dataclasses.replace(
         full, features=features, feature_names=tuple(spec["names"]), feature_spec=dict(spec)

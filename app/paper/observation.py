@@ -40,7 +40,7 @@ from data.calendar import (
     sessions_in_range,
 )
 from data.errors import DataError
-from data.features import latest_features
+from data.features import FeatureBars, latest_set
 from data.liquidity import WINDOW_SESSIONS
 from envs.observation import CASH, FEATURES, TIME_OF_DAY, TRADABLE, WEIGHT, split_obs
 
@@ -169,10 +169,7 @@ def _decision_inputs(bundle: Bundle, panel, row: int, cols: list[int]) -> tuple[
         return np.zeros((0, bundle.num_features), np.float32), []
     spec = bundle.feature_spec
     lo = max(0, row + 1 - int(spec["lookback"]))
-    # float64 close and float32 volume: exactly what data.loader.build_market feeds the features.
-    close = torch.as_tensor(panel.close[lo : row + 1][:, cols], dtype=torch.float64)
-    volume = torch.as_tensor(panel.volume[lo : row + 1][:, cols], dtype=torch.float32)
-    latest = latest_features(close, volume, spec).cpu().numpy()
+    latest = latest_set(decision_bars(panel, lo, row + 1, cols), spec).cpu().numpy()
     session_id = panel.grid.session_id[: row + 1]
     inputs = fill_inputs(
         execution_costs(bundle.manifest),
@@ -182,6 +179,19 @@ def _decision_inputs(bundle: Bundle, panel, row: int, cols: list[int]) -> tuple[
         bars_per_session(bundle.interval),
     )
     return latest, list(zip(inputs.impact, inputs.half, inputs.cap, strict=True))
+
+
+def decision_bars(panel, start: int, stop: int, cols: list[int]) -> FeatureBars:
+    """Rows ``[start, stop)`` of the present tickers' columns ``cols`` of an aligned panel, as
+    ``data.loader.build_market`` feeds the feature code: float64 prices, float32 volume, the grid's
+    session ids (the library set's sessions)."""
+
+    def col(name: str, dtype: torch.dtype) -> torch.Tensor:
+        return torch.as_tensor(np.asarray(getattr(panel, name))[start:stop][:, cols], dtype=dtype)
+
+    prices = (col(name, torch.float64) for name in ("open", "high", "low", "close"))
+    session_id = torch.as_tensor(np.asarray(panel.grid.session_id[start:stop]), dtype=torch.int64)
+    return FeatureBars(*prices, col("volume", torch.float32), session_id)
 
 
 def _fill_session(panel, row: int, interval: str) -> int:
