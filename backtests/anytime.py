@@ -24,15 +24,18 @@ y^2/2)`` for ``y >= 0`` and ``-log(1 - y + y^2/2)`` below (Catoni 2012; Wang and
 whenever the session's mean is at most 0 and its second moment at most ``v_t``: no clipping, so a
 large loss counts in full (it costs the wealth a logarithm, never biases the mean as a clipped loss
 did), whatever the skew. ``v_t`` is the running second moment of the earlier sessions times
-``variance_inflation``; the bet is ``shrink`` times the plug-in Kelly bet ``mean / v_t`` of the
+``variance_inflation``, raised where the record is left-skewed (by ``skew_inflation`` times the
+negative skewness over ``sqrt(n)``: a rare large loss not yet seen) and where its lag-1
+autocorrelation is positive beyond ``autocorrelation_margin`` standard errors (to the AR(1) long-run
+variance ``(1 + rho) / (1 - rho)``: the drift one session lends the next); the bet is ``shrink`` times the plug-in Kelly bet ``mean / v_t`` of the
 sessions up to ``bet_lag`` before (the mean shrunk toward 0 by ``prior_sessions`` pseudo sessions),
 capped at ``max_bet / sqrt(v_t)``.
 
-**The assumption, in one sentence**: a session's excess has mean at most 0 given the past and a second
-moment no larger than ``variance_inflation`` times the average of the sessions before it. Heavy tails,
-skew and volatility clustering break it only where a calm stretch under-states what follows, and
-autocorrelation only through the drift it lends the next session; the inflation, the half-Kelly-sized
-bet and the one-session lag absorb the measured cases (``benchmarks/anytime_size.py``: Student-t(3),
+**The assumption, in one sentence**: a session's alpha has mean at most 0 given the past and a second
+moment no larger than ``v_t``, the earlier sessions' average raised for their skew and
+autocorrelation. Heavy tails, skew and volatility clustering break it only where a calm stretch
+under-states what follows, and autocorrelation only through the drift it lends the next session; the
+raises, the 0.7-Kelly bet and the one-session lag absorb the measured cases (``benchmarks/anytime_size.py``: Student-t(3),
 lognormal skew -6, ``-(Exp(1) - 1)``, AR(1) 0.2 and 0.4, GARCH(1,1), beta 1.5; figures in
 docs/benchmarks.md). A stream that earns a little every day and loses a lot rarely (carry and crash)
 is the case no test of the mean can promise before the crash is seen: it is reported beside them.
@@ -84,6 +87,13 @@ MAX_BET = 2.0
 #: Sessions between the last one the bet's mean reads and the one it stakes on (1: not yesterday's,
 #: so a null stream's drift from one session to the next does not feed its own bet).
 BET_LAG = 1
+#: How much a left-skewed record raises the second moment: ``1 + SKEW_INFLATION * max(0, -skewness) /
+#: sqrt(n)`` (a record that has not yet shown its rare large loss under-states its second moment; the
+#: raise fades as sessions accumulate).
+SKEW_INFLATION = 3.0
+#: Lag-1 autocorrelation within this many standard errors (``1 / sqrt(n)``) of 0 is taken as noise;
+#: beyond it the second moment is raised to the AR(1) long-run variance ``(1 + rho) / (1 - rho)``.
+AUTOCORRELATION_MARGIN = 1.0
 #: Smallest second moment (a daily return squared): a stream of zeros bets on nothing.
 MIN_SECOND_MOMENT = 1e-12
 #: Pseudo sessions at beta 1 in the predictable beta (:func:`alpha_excess`).
@@ -117,6 +127,10 @@ class Betting:
     """pseudo sessions at mean 0 shrinking the plug-in bet"""
     bet_lag: int = BET_LAG
     """sessions between the last one the bet reads and the one it stakes on"""
+    skew_inflation: float = SKEW_INFLATION
+    """the second moment's raise per unit of the record's negative skewness, over sqrt(sessions)"""
+    autocorrelation_margin: float = AUTOCORRELATION_MARGIN
+    """standard errors of lag-1 autocorrelation ignored before the second moment is raised for it"""
     half_life: float | None = None
     """sessions after which a session's weight in the plug-in mean halves (None: every earlier session
     weighs the same, the running mean)"""
@@ -124,6 +138,8 @@ class Betting:
     def __post_init__(self) -> None:
         if not 0.0 < self.shrink <= 1.0 or not self.variance_inflation >= 1.0 or not self.max_bet > 0.0:
             raise ValueError("shrink must lie in (0, 1], variance_inflation >= 1 and max_bet > 0")
+        if self.skew_inflation < 0.0 or self.autocorrelation_margin < 0.0:
+            raise ValueError("skew_inflation and autocorrelation_margin must be >= 0")
         if self.warmup_sessions < 1 or self.prior_sessions < 0.0 or self.bet_lag < 0:
             raise ValueError("warmup_sessions must be >= 1, prior_sessions >= 0 and bet_lag >= 0")
         if self.half_life is not None and not self.half_life > 0.0:
@@ -138,8 +154,14 @@ class Betting:
 BETTING = Betting()
 #: The demotion e-process' settings: the plug-in bet on exponentially discounted sums.
 #: The full plug-in bet: a false demotion hands the account to buy-and-hold, a slow one keeps a losing
-#: champion in charge, so demotion trades the promotion bet's margin for speed.
-DEMOTION_BETTING = Betting(half_life=DEMOTION_HALF_LIFE, prior_sessions=DEMOTION_PRIOR_SESSIONS, shrink=1.0)
+#: champion in charge, so demotion trades the promotion bet's margin for speed. No raise for
+#: autocorrelation: the change of mean demotion looks for reads as autocorrelation over the tenure.
+DEMOTION_BETTING = Betting(
+    half_life=DEMOTION_HALF_LIFE,
+    prior_sessions=DEMOTION_PRIOR_SESSIONS,
+    shrink=1.0,
+    autocorrelation_margin=math.inf,
+)
 
 
 def catoni(y: np.ndarray) -> np.ndarray:
@@ -200,8 +222,7 @@ def betting_log_wealth(excess: Any, settings: Betting = BETTING) -> np.ndarray:
     x2, one = _columns(excess)
     sessions, streams = x2.shape
     out = np.zeros((sessions, streams))
-    seen = np.zeros(streams)  # sessions observed (non-NaN)
-    sum_sq = np.zeros(streams)  # of x, for the second moment
+    moments = _Moments(streams)
     bet_sum = np.zeros(streams)  # the plug-in mean's (discounted) sum and weight, lagged
     bet_weight = np.zeros(streams)
     lagged: list[tuple[np.ndarray, np.ndarray]] = []
@@ -212,9 +233,9 @@ def betting_log_wealth(excess: Any, settings: Betting = BETTING) -> np.ndarray:
         row = x2[t]
         ok = np.isfinite(row)
         value = np.where(ok, row, 0.0)
-        active = ok & (seen >= s.warmup_sessions)
+        active = ok & (moments.seen >= s.warmup_sessions)
         if active.any():
-            second = s.variance_inflation * np.maximum(sum_sq / np.maximum(seen, 1.0), MIN_SECOND_MOMENT)
+            second = moments.second_moment(s)
             mean = bet_sum / np.maximum(bet_weight + s.prior_sessions, 1.0)
             bet = np.clip(s.shrink * mean / second, 0.0, s.max_bet / np.sqrt(second))
             bet = np.where(active, bet, 0.0)
@@ -225,10 +246,50 @@ def betting_log_wealth(excess: Any, settings: Betting = BETTING) -> np.ndarray:
             keep = np.where(was_ok, s.discount, 1.0)
             bet_sum = bet_sum * keep + was
             bet_weight = bet_weight * keep + was_ok
-        sum_sq = sum_sq + value * value
-        seen = seen + ok
+        moments.add(ok, value)
         out[t] = log_w
     return out[:, 0] if one else out
+
+
+class _Moments:
+    """Running sums of the sessions seen so far (per stream) and the second moment the compensator
+    charges (:meth:`second_moment`)."""
+
+    def __init__(self, streams: int) -> None:
+        self.seen = np.zeros(streams)
+        self.s1, self.s2, self.s3 = np.zeros(streams), np.zeros(streams), np.zeros(streams)
+        self.lag1 = np.zeros(streams)  # sum of x_t x_{t-1} over consecutive recorded sessions
+        self.pairs = np.zeros(streams)
+        self.last = np.full(streams, np.nan)
+
+    def add(self, ok: np.ndarray, value: np.ndarray) -> None:
+        pair = ok & np.isfinite(self.last)
+        self.lag1 += np.where(pair, value * np.nan_to_num(self.last), 0.0)
+        self.pairs += pair
+        self.last = np.where(ok, value, self.last)
+        self.s1 += value
+        self.s2 += value * value
+        self.s3 += value * value * value
+        self.seen += ok
+
+    def second_moment(self, s: Betting) -> np.ndarray:
+        """``variance_inflation`` times the average ``x^2``, raised where the record is left-skewed
+        (``1 + skew_inflation * max(0, -skewness) / sqrt(n)``: a rare large loss not yet seen leaves
+        the average short of the true second moment) and where it is positively autocorrelated beyond
+        ``autocorrelation_margin`` standard errors (``(1 + rho) / (1 - rho)``, the long-run variance of
+        an AR(1) stream: the drift one session lends the next)."""
+        n = np.maximum(self.seen, 1.0)
+        m1, m2, m3 = self.s1 / n, self.s2 / n, self.s3 / n
+        spread = m2 - m1 * m1
+        # A record with no spread (a constant stream) has no skewness or autocorrelation to read.
+        varies = spread > 1e-9 * np.maximum(m2, MIN_SECOND_MOMENT)
+        variance = np.where(varies, spread, 1.0)
+        skew = np.where(varies, (m3 - 3.0 * m1 * m2 + 2.0 * m1**3) / variance**1.5, 0.0)
+        factor = 1.0 + s.skew_inflation * np.maximum(-skew, 0.0) / np.sqrt(n)
+        lag1 = np.where(varies, (self.lag1 / np.maximum(self.pairs, 1.0) - m1 * m1) / variance, 0.0)
+        rho = np.clip(lag1 - s.autocorrelation_margin / np.sqrt(np.maximum(self.pairs, 1.0)), 0.0, 0.9)
+        factor = factor * (1.0 + rho) / (1.0 - rho)
+        return s.variance_inflation * factor * np.maximum(m2, MIN_SECOND_MOMENT)
 
 
 def demotion_log_wealth(excess: Any, margin: float = 0.0, settings: Betting | None = None) -> np.ndarray:
