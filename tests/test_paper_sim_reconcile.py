@@ -43,7 +43,9 @@ def month(tmp_path_factory):
     bundle = load_bundle(export_bundle(make_run(root, num_tickers=2).run_dir, exporter="torchscript"))
     spec = SyntheticSpec(num_tickers=2, num_sessions=HISTORY + MONTH, seed=11, start="2024-02-01")
     bars = to_frame(generate(spec))
-    days = sorted(pd.DatetimeIndex(bars["timestamp"]).tz_convert("America/New_York").strftime("%Y-%m-%d").unique())
+    days = sorted(
+        pd.DatetimeIndex(bars["timestamp"]).tz_convert("America/New_York").strftime("%Y-%m-%d").unique()
+    )
     fees = EnvParams()
     fake = FakeAlpaca(
         cash=100_000.0,
@@ -71,7 +73,9 @@ def month(tmp_path_factory):
                 broker = AlpacaBroker(retry=FAST, sleep=lambda s: None)
                 statuses.append(run_cycle(bundle, broker, journal, options).status)
             fake.set_time(pd.Timestamp(f"{days[-1]} 21:30", tz="UTC"))  # after the last close
-            record = reconcile_sessions(home, journal, AlpacaBroker(retry=FAST, sleep=lambda s: None), bound_bps=10.0)
+            record = reconcile_sessions(
+                home, journal, AlpacaBroker(retry=FAST, sleep=lambda s: None), bound_bps=10.0
+            )
         yield SimpleNamespace(
             home=home, record=record, fake=fake, statuses=statuses, seconds=time.monotonic() - started
         )

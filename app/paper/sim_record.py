@@ -127,11 +127,15 @@ def order_frame(record: SimRecord) -> pd.DataFrame:
         )
     priced = frame["fill_open"].notna() & frame["fill_price"].notna() & (frame["filled_qty"] > 0)
     frame["slippage_bps"] = np.where(
-        priced, slippage_bps(frame["side"], frame["fill_price"].fillna(1.0), frame["fill_open"].fillna(1.0)), np.nan
+        priced,
+        slippage_bps(frame["side"], frame["fill_price"].fillna(1.0), frame["fill_open"].fillna(1.0)),
+        np.nan,
     )
     modelled = frame["fill_open"].notna() & frame["model_price"].notna()
     frame["model_bps"] = np.where(
-        modelled, slippage_bps(frame["side"], frame["model_price"].fillna(1.0), frame["fill_open"].fillna(1.0)), np.nan
+        modelled,
+        slippage_bps(frame["side"], frame["model_price"].fillna(1.0), frame["fill_open"].fillna(1.0)),
+        np.nan,
     )
     frame["gap_bps"] = frame["slippage_bps"] - frame["model_bps"]
     frame["fill_ratio"] = frame["filled_qty"] / frame["model_qty"].where(frame["model_qty"] > 0)

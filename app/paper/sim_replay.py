@@ -185,7 +185,9 @@ class _Replay:
         ]
         end_row, prev_row = bars.last_row(session), bars.last_row(session, before=True)
         if end_row is None or prev_row is None:
-            self.notes.append(f"{session}: its bars or the previous session's closes are missing: no day figures")
+            self.notes.append(
+                f"{session}: its bars or the previous session's closes are missing: no day figures"
+            )
             return checks, None
         cash1, qty1 = self._end_book(session)
         close, before = bars.close_at(end_row), bars.close_at(prev_row)
@@ -288,6 +290,20 @@ class _Replay:
             model_qty=qty,
             model_price=model,
         )
+
+
+def reconcile_due(home: str | Path, journal: Journal) -> bool:
+    """Whether a session was traded that the record has not replayed since it closed."""
+    decided = journal.table("decisions")
+    decided = decided.loc[(decided["dry_run"] == 0) & decided["session"].notna(), "session"]
+    if decided.empty:
+        return False
+    newest = str(decided.max())
+    record = read_record(home)
+    if record is None or not record.days or record.days[-1].session < newest:
+        return True
+    _, closes = session_bounds(pd.DatetimeIndex([pd.Timestamp(newest)]))
+    return pd.Timestamp(record.written_at) < pd.Timestamp(int(closes[0]), tz="UTC")
 
 
 def reconcile_sessions(
