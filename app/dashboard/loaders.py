@@ -195,3 +195,19 @@ def paper(home: Path) -> dict[str, pd.DataFrame]:
 @st.cache_data(max_entries=4, ttl=10, show_spinner=False)
 def _paper(home: str, sig: tuple) -> dict[str, pd.DataFrame]:
     return artifacts.read_paper(Path(home))
+
+
+def sim_record(home: Path) -> Any:
+    """The paper-vs-simulator record (``app.paper.sim_record``; None before the first replay), cached
+    until the file changes."""
+    from app.paper.sim_record import record_path
+
+    path = record_path(home)
+    return _sim_record(str(path), signature(path))
+
+
+@st.cache_data(max_entries=4, show_spinner=False)
+def _sim_record(path: str, sig: tuple) -> Any:
+    from app.paper.sim_record import SimRecord
+
+    return SimRecord.read(path) if Path(path).is_file() else None
