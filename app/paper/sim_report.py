@@ -23,6 +23,7 @@ from app.paper.sim_record import (
 def _money(value: float | None) -> str:
     if value is None or not math.isfinite(value):
         return "-"
+    value = round(value, 2)  # to the cent first: a cent's rounding of the cash reads +$0.00, not -$0.00
     return f"{'-' if value < 0 else '+'}${abs(value):,.2f}"
 
 
