@@ -117,4 +117,3 @@ def test_the_model_side_is_the_envs_fill_at_the_next_open(month):
         assert o.filled_qty == pytest.approx(FILL_RATIO * o.qty, rel=1e-6)
         assert o.model_qty == pytest.approx(o.qty)
     assert np.isfinite([d.paper_pnl for d in month.record.days]).all()
-

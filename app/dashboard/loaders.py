@@ -18,6 +18,7 @@ import streamlit as st
 
 from app.champion import Champion
 from app.dashboard import artifacts
+from app.paper.sim_record import SimRecord, record_path
 from app.runs import RunDir, RunInfo
 from app.walkforward.record import FoldRecord
 from backtests import looks
@@ -200,14 +201,10 @@ def _paper(home: str, sig: tuple) -> dict[str, pd.DataFrame]:
 def sim_record(home: Path) -> Any:
     """The paper-vs-simulator record (``app.paper.sim_record``; None before the first replay), cached
     until the file changes."""
-    from app.paper.sim_record import record_path
-
     path = record_path(home)
     return _sim_record(str(path), signature(path))
 
 
 @st.cache_data(max_entries=4, show_spinner=False)
 def _sim_record(path: str, sig: tuple) -> Any:
-    from app.paper.sim_record import SimRecord
-
     return SimRecord.read(path) if Path(path).is_file() else None
