@@ -128,27 +128,38 @@ class _Bars:
         return b[b.ticker.isin(list(tickers)) & (b.timestamp <= pd.Timestamp(end))].reset_index(drop=True)
 
 
+DECISION = pd.Timestamp("2024-01-04 15:00", tz="UTC")
+
+
+def _one_session(journal: Journal) -> None:
+    """Session 2024-01-04: the broker's book before (10 AAA, $10,000) and after a buy of 5 at $101
+    that cost $0.25 of fees."""
+    journal.start_session("2024-01-04", bundle_id="b1", bundle_path=None, run_id=None, source="bundle")
+    journal.decision(
+        decision_ts=DECISION.isoformat(), bundle_id="b1", dry_run=False, equity=11_000.0, cash=10_000.0,
+        tickers=["AAA"], current_weights=[0.1], target_weights=[0.15], policy_weights=[0.15], skipped=[],
+        session="2024-01-04", account_equity=11_000.0, holdings={"AAA": (10.0, 100.0)}, prices=[100.0],
+    )  # fmt: skip
+    journal.order(
+        client_order_id="pr-1", decision_ts=DECISION.isoformat(), bundle_id="b1", ticker="AAA", side="buy",
+        qty=5.0, est_price=100.0, status="filled", broker_order_id="o-1", filled_qty=5.0,
+        filled_avg_price=101.0,
+    )  # fmt: skip
+    journal.pnl(
+        decision_ts=DECISION.isoformat(), equity=0.0, cash=10_000.0 - 505.0 - 0.25, last_equity=None,
+        bundle_id="b1", holdings={"AAA": (15.0, 101.0)},
+    )  # fmt: skip
+
+
+BARS = minute_bars(["AAA"], "2024-01-03 14:30", "2024-01-04 21:00", missing=0.0, seed=3)
+
+
 def test_the_days_ledger_by_hand(tmp_path):
-    """One session: the broker's book before (10 AAA, $10,000) and after a buy of 5 at $101 that cost
-    $0.25 of fees; the simulated book takes the model's fill instead. Both marked at the closes."""
-    bars = minute_bars(["AAA"], "2024-01-03 14:30", "2024-01-04 21:00", missing=0.0, seed=3)
-    decision = pd.Timestamp("2024-01-04 15:00", tz="UTC")
+    """One session: the paper book ends as the broker's, the simulated one takes the model's fill
+    instead of the broker's; both marked at the closes."""
+    bars, decision = BARS, DECISION
     with Journal.for_home(tmp_path) as journal:
-        journal.start_session("2024-01-04", bundle_id="b1", bundle_path=None, run_id=None, source="bundle")
-        journal.decision(
-            decision_ts=decision.isoformat(), bundle_id="b1", dry_run=False, equity=11_000.0, cash=10_000.0,
-            tickers=["AAA"], current_weights=[0.1], target_weights=[0.15], policy_weights=[0.15], skipped=[],
-            session="2024-01-04", account_equity=11_000.0, holdings={"AAA": (10.0, 100.0)}, prices=[100.0],
-        )  # fmt: skip
-        journal.order(
-            client_order_id="pr-1", decision_ts=decision.isoformat(), bundle_id="b1", ticker="AAA", side="buy",
-            qty=5.0, est_price=100.0, status="filled", broker_order_id="o-1", filled_qty=5.0,
-            filled_avg_price=101.0,
-        )  # fmt: skip
-        journal.pnl(
-            decision_ts=decision.isoformat(), equity=0.0, cash=10_000.0 - 505.0 - 0.25, last_equity=None,
-            bundle_id="b1", holdings={"AAA": (15.0, 101.0)},
-        )  # fmt: skip
+        _one_session(journal)
         record = reconcile_sessions(tmp_path, journal, _Bars(bars), bound_bps=10.0)
     (o,) = record.orders
     (d,) = record.days
@@ -187,3 +198,39 @@ def test_reconcile_prints_the_record_and_status_reports_the_gap(tmp_path, capsys
     _record(bound=10.0).write(record_path(home))
     main(["--home", str(home), "status", "--json"])
     assert not any("paper fills" in p for p in json.loads(capsys.readouterr().out)["problems"])
+
+
+def test_the_paper_loop_replays_each_session_after_the_close(tmp_path):
+    """A closed cycle after a traded session runs the replay (``on_close``): the record gains the
+    session and the journal says so; without bars the failure is a warning event, the loop goes on."""
+    from datetime import UTC, datetime
+    from functools import partial
+    from types import SimpleNamespace
+
+    from test_paper_support import SimBroker
+
+    from app.paper.champion import FixedBundle
+    from app.paper.cycle import run_paper
+    from app.paper.journal import read_journal
+    from app.paper.options import PaperOptions
+    from app.workflows.paper import replay_after_close
+
+    source = FixedBundle(SimpleNamespace(bundle_id="b1", interval="1m", decision_interval=15))
+    after_close = datetime(2024, 1, 4, 22, 0, tzinfo=UTC)
+    for home, bars in ((tmp_path / "none", BARS.iloc[:0]), (tmp_path / "bars", BARS)):
+        broker = SimBroker(bars, after_close, cash=10_000.0, qty={}, is_open=False)
+        with Journal.for_home(home) as journal:
+            _one_session(journal)
+            hook = partial(replay_after_close, home, journal, broker, 10.0)
+            results = run_paper(source, broker, journal, PaperOptions(), max_cycles=1, on_close=hook)
+        assert [r.status for r in results] == ["closed"]
+        events = read_journal(home)["events"]
+        said = events.loc[events["kind"] == "sim_reconcile", ["level", "message"]].to_numpy().tolist()
+        if bars.empty:
+            assert read_record(home) is None
+            assert (
+                len(said) == 1 and said[0][0] == "warning" and "replay in the simulator failed" in said[0][1]
+            )
+        else:
+            assert [d.session for d in read_record(home).days] == ["2024-01-04"]
+            assert len(said) == 1 and said[0][1].startswith("2024-01-04: paper P&L")

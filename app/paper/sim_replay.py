@@ -184,12 +184,11 @@ class _Replay:
             for c in self.decision(session, d, bars, bc)
         ]
         end_row, prev_row = bars.last_row(session), bars.last_row(session, before=True)
-        if end_row is None or prev_row is None:
-            self.notes.append(
-                f"{session}: its bars or the previous session's closes are missing: no day figures"
-            )
+        end_book = self._end_book(session)
+        if end_row is None or prev_row is None or end_book is None:
+            self.notes.append(f"{session}: its closes, the previous session's, or its end book are missing")
             return checks, None
-        cash1, qty1 = self._end_book(session)
+        cash1, qty1 = end_book
         close, before = bars.close_at(end_row), bars.close_at(prev_row)
         start = _marked(cash0, qty0, before)
         sim_cash, sim_qty, fees_sim = cash0, dict(qty0), 0.0
@@ -217,15 +216,15 @@ class _Replay:
             fees_sim=fees_sim,
         )
 
-    def _end_book(self, session: str) -> tuple[float, dict[str, float]]:
+    def _end_book(self, session: str) -> tuple[float, dict[str, float]] | None:
         """The broker's book after ``session``: at the next session's first decision, else the
-        session's last P&L row."""
+        session's last P&L row (None without one)."""
         later = self.decisions[self.decisions["session"] > session].sort_values("decision_ts", kind="stable")
         if len(later):
             return _book(later.iloc[0])
         stamps = set(self.decisions.loc[self.decisions["session"] == session, "decision_ts"])
         rows = self.pnl[self.pnl["decision_ts"].isin(stamps)]
-        return _book(rows.iloc[-1])
+        return _book(rows.iloc[-1]) if len(rows) else None
 
     def decision(self, session: str, d: pd.Series, bars: _Bars, bc: BundleCosts) -> list[OrderCheck]:
         """The orders of one decision, each beside the model's fill of it."""
