@@ -82,6 +82,9 @@ def test_summary_by_hand():
     assert s["model_bps"] == pytest.approx(3.0)  # (2 + 4 + 2 + 4) / 4
     assert s["gap_bps"] == pytest.approx(7.0 / 3.0)
     assert s["fill_ratio"] == pytest.approx(25.0 / 40.0)  # shares filled over the model's, same open
+    assert s["over_cap"] == 0
+    capped = _record().model_copy(update={"orders": [_order("2024-01-03", "buy", 100.05, 100.02, cap=8.0)]})
+    assert summary(capped)["over_cap"] == 1  # 10 shares filled where the model's cap allowed 8
     assert s["fee_gap"] == pytest.approx(3 * 0.05)
     assert (s["paper_pnl"], s["sim_pnl"]) == (pytest.approx(8.0), pytest.approx(11.5))
     paper, sim = [10.0, -5.0, 3.0], [12.0, -4.0, 3.5]

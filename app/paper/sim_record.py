@@ -162,7 +162,8 @@ def day_frame(record: SimRecord) -> pd.DataFrame:
 def summary(record: SimRecord) -> dict[str, float | int | None]:
     """The record in figures: counts, the slippage's mean / median / 10th and 90th percentile (bp),
     the model's mean and the mean gap, the fill ratio (the broker's filled notional over the model's,
-    at the fill bar's open), the fee gap ($), both P&L totals and their daily correlation."""
+    at the fill bar's open), the orders the broker filled past the model's volume cap, the fee gap
+    ($), both P&L totals and their daily correlation."""
     orders, days = order_frame(record), day_frame(record)
     slip = orders["slippage_bps"].dropna()
     sized = orders[orders["fill_open"].notna() & (orders["model_qty"] > 0)]
@@ -172,6 +173,8 @@ def summary(record: SimRecord) -> dict[str, float | int | None]:
     def stat(values: pd.Series, fn) -> float | None:
         return float(fn(values)) if len(values) else None
 
+    capped = orders[orders["cap"].notna()]
+    over_cap = int((capped["filled_qty"] > capped["cap"] * (1 + 1e-9) + 1e-9).sum())
     corr = None
     if len(days) >= 3 and days["paper_pnl"].std() > 0 and days["sim_pnl"].std() > 0:
         corr = float(np.corrcoef(days["paper_pnl"], days["sim_pnl"])[0, 1])
@@ -186,6 +189,7 @@ def summary(record: SimRecord) -> dict[str, float | int | None]:
         "model_bps": stat(orders["model_bps"].dropna(), np.mean),
         "gap_bps": stat(orders["gap_bps"].dropna(), np.mean),
         "fill_ratio": filled_notional / model_notional if model_notional > 0 else None,
+        "over_cap": over_cap,
         "fees_charged": float(days["fees_charged"].sum()) if len(days) else 0.0,
         "fees_model": float(days["fees_model"].sum()) if len(days) else 0.0,
         "fee_gap": float(days["fee_gap"].sum()) if len(days) else 0.0,

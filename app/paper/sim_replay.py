@@ -308,11 +308,12 @@ def reconcile_due(home: str | Path, journal: Journal) -> bool:
 def reconcile_sessions(
     home: str | Path, journal: Journal, broker: Broker, *, bound_bps: float, redo: bool = False
 ) -> SimRecord:
-    """Replay the sessions not in the record yet and its newest one (``redo``: every session), merge
-    them into ``<home>/paper/sim_reconcile.json`` (written atomically) and return the record."""
-    old = None if redo else read_record(home)
+    """Replay the sessions not in the record yet and its newest one (``redo``: every session the
+    journal holds in full), merge them into ``<home>/paper/sim_reconcile.json`` (written atomically;
+    sessions compacted out of the journal keep their rows) and return the record."""
+    old = read_record(home)
     replay = _Replay(journal, broker)
-    after = old.days[-1].session if old is not None and old.days else None
+    after = old.days[-1].session if old is not None and old.days and not redo else None
     sessions = replay.sessions(after)
     orders, days = replay.run(sessions) if sessions else ([], [])
     new = SimRecord(

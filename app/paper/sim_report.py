@@ -108,6 +108,7 @@ def figures_table(record: SimRecord) -> Table:
             f"{_bp(gap)} over {fills} fills",
         ),
         ("fill ratio (filled / model's fill)", _ratio(s["fill_ratio"])),
+        ("orders filled past the volume cap", str(s["over_cap"])),
         ("fees charged / modelled", f"{_money(s['fees_charged'])} / {_money(s['fees_model'])}"),
         ("fee gap", _money(s["fee_gap"])),
         ("P&L paper / simulated", f"{_money(s['paper_pnl'])} / {_money(s['sim_pnl'])}"),
