@@ -242,11 +242,10 @@ class _Replay:
             self.notes.append(f"{d['decision_ts']}: the decision bar or the one after it is not in the bars")
             inputs = None
         else:
-            cols = list(bars.col.values())
-            p = bars.panel
+            p = bars.panel  # every column: the inputs are per panel column (bars.col)
             inputs = fill_inputs(
                 bc.costs,
-                {n: getattr(p, n)[: row + 1][:, cols] for n in ("close", "high", "low", "volume")},
+                {n: getattr(p, n)[: row + 1] for n in ("close", "high", "low", "volume")},
                 p.grid.session_id[: row + 1],
                 fill_session(p, row, bc.interval),
                 bars_per_session(bc.interval),
@@ -276,12 +275,17 @@ class _Replay:
         col = bars.col.get(str(o["ticker"]))
         if inputs is None or col is None:
             return OrderCheck(**base)
-        a = list(bars.col.values()).index(col)
         fill_open = float(bars.panel.open[row + 1, col])
         qty, model = model_fill(
-            bc.costs, inputs, a, fill_open, str(o["side"]), float(o["qty"]), memory.get(str(o["ticker"]), 0.0)
+            bc.costs,
+            inputs,
+            col,
+            fill_open,
+            str(o["side"]),
+            float(o["qty"]),
+            memory.get(str(o["ticker"]), 0.0),
         )
-        cap = float(inputs.cap[a])
+        cap = float(inputs.cap[col])
         return OrderCheck(
             **base,
             fill_open=fill_open,
