@@ -102,6 +102,10 @@ CHECKS: dict[str, tuple[str, str]] = {
         "the journal's positions do not reconcile with the broker's",
         "see docs/paper.md: reconcile (podracer reconcile) or accept the broker's book",
     ),
+    "execution_gap": (
+        "the broker's fills drift from the execution model past [paper] max_slippage_gap_bps",
+        "see docs/paper.md: `podracer reconcile` shows the gap per day and order; recalibrate the costs",
+    ),
     "gone": ("held tickers the broker will not trade", "close them by hand at the broker"),
     "unit_failed": ("a systemd unit of podracer failed", "journalctl --user -u <unit>"),
     "raised": ("a problem raised by a podracer process", "see the message"),

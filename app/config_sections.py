@@ -344,6 +344,13 @@ class PaperConfig(Section):
         "was significant): benchmark, equal weight of the universe ([data] tickers, else the index members) "
         "bought once then held, or cash",
     )
+    max_slippage_gap_bps: float = Field(
+        10.0,
+        gt=0,
+        description="bound on the mean gap, in bp, between the broker's fill slippage and the execution "
+        "model's over the last 5 reconciled paper sessions; past it `podracer status` reports "
+        "execution_gap (podracer reconcile)",
+    )
 
 
 class WalkForwardConfig(Section):

@@ -473,6 +473,41 @@ def write_home_stores(home: Path, run: str, run_dir: Path) -> None:
             bundle_id="b1",
             holdings={"AAPL": (10.0, 205.1)},
         )
+    write_sim_record(home)
+
+
+def write_sim_record(home: Path, sessions: int = 21, seed: int = 0) -> None:
+    """A paper-vs-simulator record (``app.paper.sim_record``) of ``sessions`` sessions from 2024-03-04,
+    two orders a session: the broker pays about 4 bp over the next open, the model about 2.6 bp; the
+    simulated P&L is the paper P&L less a small execution gap."""
+    from app.paper.sim_record import DayCheck, OrderCheck, SimRecord, record_path
+    from data.calendar import sessions_in_range
+
+    rng = np.random.default_rng(seed)
+    days = [d.strftime("%Y-%m-%d") for d in sessions_in_range("2024-03-04", "2024-05-31")[:sessions]]
+    orders, rows, equity = [], [], 100_000.0
+    for day in days:
+        for side, sign in (("sell", -1.0), ("buy", 1.0)):
+            fill_open = 180.0 + rng.normal(0, 2)
+            orders.append(
+                OrderCheck(
+                    session=day, decision_ts=f"{day}T15:00:00+00:00", client_order_id=f"pr-{day}-{side}",
+                    ticker="AAPL", side=side, qty=20.0, filled_qty=15.0,
+                    fill_price=fill_open * (1 + sign * (4.0 + rng.normal(0, 0.8)) * 1e-4), fill_open=fill_open,
+                    cap=500.0, model_qty=20.0, model_price=fill_open * (1 + sign * (2.6 + rng.normal(0, 0.4)) * 1e-4),
+                    fee_model=0.09 if side == "sell" else 0.0,
+                )
+            )  # fmt: skip
+        paper = float(rng.normal(60, 450))
+        rows.append(
+            DayCheck(
+                session=day, bundle_id="b1", orders=2, start_equity=equity, paper_pnl=paper,
+                sim_pnl=paper + float(rng.normal(12, 6)), fees_charged=0.09, fees_model=0.09, fees_sim=0.1,
+            )
+        )  # fmt: skip
+        equity += paper
+    record = SimRecord(written_at=f"{days[-1]}T21:30:00+00:00", bound_bps=10.0, orders=orders, days=rows)
+    record.write(record_path(home))
 
 
 def make_run(

@@ -161,6 +161,10 @@ def test_every_page_renders_on_a_full_home(full_home, monkeypatch, page):
         labels = {m.label: m.value for m in at.metric}
         assert labels["Equity"] == "$100,250.00" and labels["Orders recorded"] == "1"
         assert labels["Filled"] == "1"  # orders by final status (app.paper.journal.order_counts)
+        # the account against the simulator (dashboard_fixture.write_sim_record): its figures' cards
+        assert "Paper vs the simulator" in _texts(at.subheader)
+        assert {"Slippage (bp)", "Model (bp)", "Fill ratio", "Fee gap"} <= set(labels)
+        assert labels["Fill ratio"] == "75.00%" and labels["Fee gap"] == "$0.00"
 
 
 def test_nightly_status_box_shows_the_kill_switch_and_the_gone_tickers(tmp_path, monkeypatch):

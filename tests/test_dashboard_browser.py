@@ -243,7 +243,7 @@ PAGES = (
     ("training", "Training", 2, "dashboard-training.png"),
     ("positions", "Positions", 2, "dashboard-positions.png"),
     ("nightly", "Nightly", 1, "dashboard-nightly.png"),
-    ("paper", "Paper", 1, "dashboard-paper.png"),
+    ("paper", "Paper", 3, "dashboard-paper.png"),
 )
 # The assertion's bound on one page's full render. The target is 5 s (printed next to each figure);
 # the bound is what the suite holds on the shared 2-core machine with parallel test runs.
@@ -363,6 +363,12 @@ def test_every_page_whole_and_fast(demo_home, browser, tmp_path, capsys):
                 assert "edge not measurable: the held-out window has 12 sessions" in browser.page_source
                 assert browser.find_elements(By.XPATH, "//*[contains(., 'n/a: window under 63 sessions')]")
             _save(browser, tmp_path, shot)
+            if heading == "Paper":
+                # The account against the simulator: daily equity and the fill slippage, drawn.
+                sim = browser.find_elements(By.CSS_SELECTOR, ".js-plotly-plot")[1]
+                assert "paper vs simulator" in sim.text.lower(), sim.text
+                _scroll_to(browser, sim)
+                _save(browser, tmp_path, "dashboard-paper-sim.png")
             if heading == "Tournament":
                 fitness, lineage = browser.find_elements(By.CSS_SELECTOR, ".js-plotly-plot")[:2]
                 _scroll_to(browser, fitness)

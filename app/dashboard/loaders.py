@@ -18,6 +18,7 @@ import streamlit as st
 
 from app.champion import Champion
 from app.dashboard import artifacts
+from app.paper.sim_record import SimRecord, record_path
 from app.runs import RunDir, RunInfo
 from app.walkforward.record import FoldRecord
 from backtests import looks
@@ -195,3 +196,15 @@ def paper(home: Path) -> dict[str, pd.DataFrame]:
 @st.cache_data(max_entries=4, ttl=10, show_spinner=False)
 def _paper(home: str, sig: tuple) -> dict[str, pd.DataFrame]:
     return artifacts.read_paper(Path(home))
+
+
+def sim_record(home: Path) -> Any:
+    """The paper-vs-simulator record (``app.paper.sim_record``; None before the first replay), cached
+    until the file changes."""
+    path = record_path(home)
+    return _sim_record(str(path), signature(path))
+
+
+@st.cache_data(max_entries=4, show_spinner=False)
+def _sim_record(path: str, sig: tuple) -> Any:
+    return SimRecord.read(path) if Path(path).is_file() else None

@@ -450,9 +450,11 @@ def run_paper(
     sleep: Callable[[float], None] = time.sleep,
     max_cycles: int | None = None,
     heartbeat: Path | None = None,
+    on_close: Callable[[], None] | None = None,
 ) -> list[CycleResult]:
     """Cycle once per decision interval during market hours (``once``: a single cycle); after each
-    cycle, its heartbeat goes to ``heartbeat`` (atomically) when given."""
+    cycle, its heartbeat goes to ``heartbeat`` (atomically) when given; ``on_close`` runs after each
+    cycle that found the market closed (the replay of the sessions traded)."""
     source = as_source(bundle)
     results: list[CycleResult] = []
     while True:
@@ -475,6 +477,8 @@ def run_paper(
             result.bundle_id = source.current.bundle_id
             result.run_id = getattr(source, "run_id", None)
         results.append(result)
+        if on_close is not None and result.status == "closed":
+            on_close()
         last = once or (max_cycles is not None and len(results) >= max_cycles)
         period = cycle_period(source.current)
         wait = period - (time.monotonic() - started)

@@ -86,7 +86,7 @@ def build_decision(
     interval = bundle.interval
     now_ts = pd.Timestamp(now)
     now_ts = now_ts.tz_localize("UTC") if now_ts.tzinfo is None else now_ts.tz_convert("UTC")
-    frames = _ticker_frames(_completed_bars(bars, interval, now_ts), bundle.tickers, interval)
+    frames = ticker_frames(completed_bars(bars, interval, now_ts), bundle.tickers, interval)
     if not frames:
         raise DataError(f"no bars for any of {', '.join(bundle.tickers)} before {now_ts.isoformat()}")
     panel = align_panel(frames, interval, min_coverage=0.0)
@@ -122,7 +122,7 @@ def build_decision(
     )  # fmt: skip
 
 
-def _completed_bars(bars: pd.DataFrame, interval: str, now_ts: pd.Timestamp) -> pd.DataFrame:
+def completed_bars(bars: pd.DataFrame, interval: str, now_ts: pd.Timestamp) -> pd.DataFrame:
     """Only completed bars: a bar that started less than one interval ago is still forming; a daily
     bar is complete only once its session has closed."""
     if not len(bars):
@@ -137,7 +137,7 @@ def _completed_bars(bars: pd.DataFrame, interval: str, now_ts: pd.Timestamp) -> 
     return bars[bars["timestamp"] + pd.Timedelta(minutes=1) <= now_ts]
 
 
-def _ticker_frames(bars: pd.DataFrame, tickers: tuple[str, ...], interval: str) -> dict[str, pd.DataFrame]:
+def ticker_frames(bars: pd.DataFrame, tickers: tuple[str, ...], interval: str) -> dict[str, pd.DataFrame]:
     """Each ticker's bars on the interval's grid (tickers without a bar left out)."""
     frames: dict[str, pd.DataFrame] = {}
     for ticker in tickers:
@@ -175,7 +175,7 @@ def _decision_inputs(bundle: Bundle, panel, row: int, cols: list[int]) -> tuple[
         execution_costs(bundle.manifest),
         {name: getattr(panel, name)[: row + 1][:, cols] for name in ("close", "high", "low", "volume")},
         session_id,
-        _fill_session(panel, row, bundle.interval),
+        fill_session(panel, row, bundle.interval),
         bars_per_session(bundle.interval),
     )
     return latest, list(zip(inputs.impact, inputs.half, inputs.cap, strict=True))
@@ -194,7 +194,7 @@ def decision_bars(panel, start: int, stop: int, cols: list[int]) -> FeatureBars:
     return FeatureBars(*prices, col("volume", torch.float32), session_id)
 
 
-def _fill_session(panel, row: int, interval: str) -> int:
+def fill_session(panel, row: int, interval: str) -> int:
     """The session of the fill bar of an order sent at ``row``: the decision bar's, or the next one
     when the decision bar ends its session (a daily bar always does)."""
     session = int(panel.grid.session_id[row])

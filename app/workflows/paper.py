@@ -18,15 +18,18 @@ writes the heartbeat ``<home>/paper/heartbeat.json``.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from datetime import date
+from functools import partial
 from pathlib import Path
 
 from app.bundle import load_bundle
-from app.config import Config
+from app.config import Config, load_config
 from app.nightly.champions import current_champion
 from app.nightly.lock import LockBusyError, ProcessLock, read_lock_info
+from app.nightly.schedule import read_schedule
 from app.paper.alpaca_broker import AlpacaBroker
 from app.paper.benchmark import BenchmarkBundle, benchmark_bundle
 from app.paper.champion import BundleSource, ChampionSource, FixedBundle, short
@@ -34,8 +37,11 @@ from app.paper.cycle import CycleResult, run_paper
 from app.paper.heartbeat import heartbeat_path
 from app.paper.journal import Journal
 from app.paper.options import PaperOptions
-from data.errors import ConfigError
+from app.paper.sim_replay import reconcile_due, reconcile_sessions
+from data.errors import ConfigError, one_line
 from data.universe import members
+
+log = logging.getLogger(__name__)
 
 LOCK_NAME = "paper.lock"
 LOCK_DIR_ENV = "PODRACER_LOCK_DIR"
@@ -123,7 +129,53 @@ def run_paper_loop(
         try:
             with Journal.for_home(home) as journal:
                 journal.event("start", f"paper {'dry-run ' if options.dry_run else ''}{what}")
-                return run_paper(source, broker, journal, options, once=once, heartbeat=heartbeat_path(home))
+                bound = (config or Config()).paper.max_slippage_gap_bps
+                after = partial(replay_after_close, home, journal, broker, bound)
+                return run_paper(
+                    source,
+                    broker,
+                    journal,
+                    options,
+                    once=once,
+                    heartbeat=heartbeat_path(home),
+                    on_close=after,
+                )
         finally:
             if account is not None:
                 account.release()
+
+
+def replay_after_close(home: Path, journal: Journal, broker: AlpacaBroker, bound_bps: float) -> None:
+    """After a session: replay the sessions traded since the last replay in the simulator
+    (``app.paper.sim_replay``); a failure (no bars yet, the data API down) is journaled and retried
+    at the next closed cycle."""
+    try:
+        if not reconcile_due(home, journal):
+            return
+        record = reconcile_sessions(home, journal, broker, bound_bps=bound_bps)
+    except Exception as err:  # noqa: BLE001 - a failed replay must never stop the trading loop
+        journal.event("sim_reconcile", f"the replay in the simulator failed: {one_line(err)}", "warning")
+        log.warning("replay in the simulator failed: %s", err)
+        return
+    day = record.days[-1] if record.days else None
+    if day is not None:
+        journal.event(
+            "sim_reconcile",
+            f"{day.session}: paper P&L {day.paper_pnl:+,.2f} vs simulated {day.sim_pnl:+,.2f}",
+        )
+
+
+def slippage_bound(home: Path, config: Path | None) -> float:
+    """``[paper] max_slippage_gap_bps`` of ``config``, else of the config the nightly schedule
+    recorded, else the default."""
+    if config is None:
+        scheduled = read_schedule(home)
+        config = Path(scheduled.config) if scheduled is not None and scheduled.config else None
+    return (load_config(config) if config is not None else Config()).paper.max_slippage_gap_bps
+
+
+def reconcile_now(home: Path, broker: AlpacaBroker, bound_bps: float, *, redo: bool = False):
+    """``podracer reconcile``: replay the sessions the record lacks (``redo``: all) in the simulator on
+    the broker's bars and return the record (``app.paper.sim_record.SimRecord``)."""
+    with Journal.for_home(home) as journal:
+        return reconcile_sessions(home, journal, broker, bound_bps=bound_bps, redo=redo)

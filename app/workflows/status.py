@@ -15,7 +15,8 @@ in :data:`app.alerts.CHECKS`: a missing or unreadable home, an unreadable regist
 failed, none since the schedule's last run time plus the budget and slack, a retrain holding its lock
 past its budget or killed mid-run, a stale, failing or halted paper loop, a session of ``no_data``
 cycles, a session whose orders were all rejected, books that do not reconcile with the broker
-(``app.paper.books``' record), gone tickers, and problems raised through ``app.alerts``.
+(``app.paper.books``' record), paper fills drifting from the execution model past the bound
+(``app.paper.sim_record.gap_problem``), gone tickers, and problems raised through ``app.alerts``.
 ``podracer status`` exits 1 when there is any. The kill switch is a state the operator chose, shown
 but not a problem. ``warnings`` lists what status could not read but worked around (an unreadable
 schedule record: the default schedule is shown); they are not problems. Every text is scrubbed of
@@ -42,6 +43,8 @@ from app.paper.books import read_record as read_book_record
 from app.paper.heartbeat import STALE_INTERVALS, Heartbeat, read_heartbeat
 from app.paper.journal import journal_path, latest_pnl, read_journal
 from app.paper.outcomes import last_session_summary
+from app.paper.sim_record import gap_problem
+from app.paper.sim_record import read_record as read_sim_record
 from app.paper.slippage import slippage_report
 from app.timestamps import local_time
 from app.workflows.retrain_checks import retrain_checks
@@ -185,6 +188,13 @@ def _paper_checks(home: Path, now: datetime, problems: list[Problem]) -> None:
                     f"session {summary['session']}: all {summary['sent']} order(s) sent were rejected",
                 )
             )
+    try:
+        gap = gap_problem(read_sim_record(home))
+    except PodracerError as err:
+        problems.append(Problem("execution_gap", f"sim_reconcile.json: {one_line(err)}"))
+    else:
+        if gap is not None:
+            problems.append(Problem("execution_gap", gap))
     try:
         books = read_book_record(home)
     except PodracerError as err:

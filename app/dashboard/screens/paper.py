@@ -1,12 +1,14 @@
-"""Paper trading: orders, fills, positions and P&L from ``<home>/paper/journal.sqlite``; the days the
-journal compacted (``[retention] journal_sessions``) as one summary row each."""
+"""Paper trading: orders, fills, positions and P&L from ``<home>/paper/journal.sqlite``; the paper
+account against the simulator (``<home>/paper/sim_reconcile.json``: daily equity, fill slippage); the
+days the journal compacted (``[retention] journal_sessions``) as one summary row each."""
 
 from __future__ import annotations
 
 import pandas as pd
 import streamlit as st
 
-from app.dashboard import artifacts, charts, formatting, loaders, tables, ui
+from app.dashboard import artifacts, charts, formatting, loaders, paper_charts, tables, ui
+from app.paper.sim_record import day_frame, gap_problem, order_frame, summary
 from app.paper.slippage import slippage_report
 
 st.title("Paper trading")
@@ -58,6 +60,24 @@ with ui.guard("paper"):
                 f"{mean['model_bps']:.1f} bp over {int(mean['fills'])} fills"
             )
             st.dataframe(tables.tidy_table(rows.drop(columns="bundle_id")), hide_index=True)
+
+    record = loaders.sim_record(ui.home())
+    if record is not None and record.days:
+        # The simulator's replay of the sessions (podracer reconcile): the broker's fills against the
+        # env's execution model at the next bar's open, and the P&L either would have made.
+        st.subheader("Paper vs the simulator")
+        figures = summary(record)
+        cols = st.columns(4)
+        cols[0].metric(
+            "Slippage (bp)", formatting.format_metric(figures["slippage_bps"], "ratio"), border=True
+        )
+        cols[1].metric("Model (bp)", formatting.format_metric(figures["model_bps"], "ratio"), border=True)
+        cols[2].metric("Fill ratio", formatting.format_metric(figures["fill_ratio"], "pct"), border=True)
+        cols[3].metric("Fee gap", formatting.format_metric(figures["fee_gap"], "money"), border=True)
+        ui.plot(paper_charts.sim_equity_figure(day_frame(record)), key="sim_equity")
+        ui.plot(paper_charts.slippage_figure(order_frame(record)), key="sim_slippage")
+        if problem := gap_problem(record):
+            st.warning(problem)
 
     daily = journal.get("daily")
     if daily is not None and not daily.empty:
