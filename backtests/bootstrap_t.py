@@ -67,16 +67,20 @@ def hac_standard_error(x: Any, lags: int | None = None) -> np.ndarray:
     return np.sqrt(np.maximum(lrv, 0.0) / n)
 
 
-def stationary_indices(rng: np.random.Generator, shape: tuple[int, ...], n: int, block: Any) -> np.ndarray:
-    """Indices ``shape + (n,)`` of stationary-bootstrap replicates of a series of length ``n``: blocks
-    start at uniform positions, continue circularly and end with probability ``1 / block`` at each step
-    (``block``: the expected block length, a scalar or broadcastable to ``shape``)."""
+def stationary_indices(
+    rng: np.random.Generator, shape: tuple[int, ...], n: int, block: Any, length: int | None = None
+) -> np.ndarray:
+    """Indices ``shape + (length,)`` of stationary-bootstrap replicates of a series of length ``n``
+    (``length``: ``n`` unless given, fewer for an m-out-of-n bootstrap): blocks start at uniform
+    positions, continue circularly and end with probability ``1 / block`` at each step (``block``: the
+    expected block length, a scalar or broadcastable to ``shape``)."""
+    m = n if length is None else int(length)
     p_new = 1.0 / np.maximum(np.asarray(block, dtype=np.float64), 1.0)
     p_new = np.broadcast_to(p_new.reshape(p_new.shape + (1,) * (len(shape) - p_new.ndim)), shape)
-    new = rng.random((*shape, n)) < p_new[..., None]
+    new = rng.random((*shape, m)) < p_new[..., None]
     new[..., 0] = True
-    starts = rng.integers(0, n, size=(*shape, n))
-    position = np.arange(n)
+    starts = rng.integers(0, n, size=(*shape, m))
+    position = np.arange(m)
     # The index of the last block start at or before each step: a running maximum.
     last = np.maximum.accumulate(np.where(new, position, 0), axis=-1)
     return (np.take_along_axis(starts, last, axis=-1) + position - last) % n

@@ -94,7 +94,7 @@ class ExcessFigures(MetricsSection):
         None, description="mean daily alpha: the mean of the returns less beta times the benchmark's"
     )
     alpha_p_value: Figure = Field(
-        None, description="one-sided p-value of the alpha (the same bootstrap test) of this look alone"
+        None, description="one-sided p-value of the alpha (wild and m-out-of-n bootstraps) of this look alone"
     )
     alpha_p_value_bound: bool | None = Field(None, description="the alpha's p-value is an upper bound")
     alpha_t_stat: Figure = Field(None, description="the alpha's HAC t-statistic")

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from backtests import bootstrap_t, selection
+from backtests import alpha_bootstrap, bootstrap_t, selection
 from backtests.verdict import SIGNIFICANCE_LEVEL, LooksHurdle, looks_hurdle, sidak
 
 #: How the benchmark test's p-value is computed, as written into metrics.json (each excess block says
@@ -93,13 +93,16 @@ def alpha_test(
     **limits: int,
 ) -> dict[str, Any]:
     """The alpha block of one benchmark: the OLS beta of ``returns`` on ``benchmark``, the alpha series
-    ``a_t = r_t - beta b_t`` (its mean is the regression's intercept) and the same one-sided bootstrap
-    test of H0 ``E[a] <= 0`` (:func:`excess_p_value`), its HAC standard error and daily volatility.
+    ``a_t = r_t - beta b_t`` (its mean is the regression's intercept), the one-sided test of H0
+    ``alpha <= 0`` (``backtests.alpha_bootstrap``: the larger p-value of a blockwise wild bootstrap of
+    the null-restricted regression and an m-out-of-n stationary bootstrap-t, both of the HAC
+    t-statistic), its HAC standard error and daily volatility.
 
     Excess over the benchmark adjusted for beta: a strategy half invested in a falling market beats
     buy-and-hold without skill, one levered to a rising market loses to it without lacking any; the
-    alpha is neither. The test treats beta as known (its estimation error adds ``mean(b)^2 / sum((b -
-    mean(b))^2)`` of the residual variance to the intercept's, negligible for daily returns).
+    alpha is neither. The wild bootstrap re-estimates beta in every replicate; the HAC standard error
+    treats beta as known (its estimation error adds ``mean(b)^2 / sum((b - mean(b))^2)`` of the
+    residual variance to the intercept's, negligible for daily returns).
     """
     r = np.asarray(returns, dtype=np.float64)
     b = np.asarray(benchmark, dtype=np.float64)
@@ -120,7 +123,11 @@ def alpha_test(
     db = b - b.mean()
     beta = float(np.dot(db, r - r.mean()) / np.dot(db, db))
     a = r - beta * b
-    test = excess_p_value(a, level=level, looks=looks, seed=seed, **limits)
+    test = None
+    if float(np.ptp(a)) > 0.0:
+        target = bootstrap_t.per_look_level(level, looks)
+        block = stationary_block_length(a)
+        test = alpha_bootstrap.alpha_p_value(r, b, block, target=target, seed=seed, **limits)
     if test is None:
         return {**empty, "beta": _finite(beta)}
     return {
