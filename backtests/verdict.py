@@ -61,8 +61,7 @@ from backtests.metrics_model import ExcessFigures, MetricsDocument, OosTest, Out
 SIGNIFICANCE_LEVEL = 0.05
 #: Fewest held-out sessions the out-of-sample test is read on (two months of trading days): below it
 #: the benchmark test's size under a true null leaves [2.5%, 7.5%] at the 5% level for skewed and
-#: fat-tailed daily excess returns; at it the alpha test (``backtests.alpha_bootstrap``) keeps its size
-#: in that band (``benchmarks/verdict_size.py``; figures in docs/benchmarks.md).
+#: fat-tailed daily excess, at it the alpha test's stays in it (``benchmarks/verdict_size.py``).
 MIN_OOS_SESSIONS = 40
 #: Annualized compounding figures are only reported for windows of at least this many sessions (a
 #: quarter): (1 + r)^(252 / n) over 12 sessions turns +33% into +40,000%/yr, a number that reads as a
