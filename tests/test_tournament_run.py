@@ -27,7 +27,9 @@ from data.errors import PodracerError
 
 
 def run_tournament(run_dir, *args, **kwargs):
-    """The orchestrator with the run record kept as the training workflow keeps it (``on_status``)."""
+    """The orchestrator with the run record kept as the training workflow keeps it (``on_status``),
+    daily returns annualized over a year of trading days unless a test says otherwise."""
+    kwargs.setdefault("annualization", TRADING_DAYS_PER_YEAR)
     return orchestrate(run_dir, *args, on_status=RunDir.at(run_dir).on_status, **kwargs)
 
 

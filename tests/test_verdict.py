@@ -230,7 +230,7 @@ def test_the_config_level_defaults_to_the_verdict_modules():
     from app.config import Config
 
     assert Config().backtest.significance_level == v.SIGNIFICANCE_LEVEL
-    assert Config().nightly.significance_level is None
+    assert Config().gate.level is None  # the promotion rule's level: unset reads the backtest's
 
 
 # --- (c) light -------------------------------------------------------------------------------------
