@@ -318,6 +318,16 @@ def test_a_failing_step_is_one_line_and_exit_1_on_the_cli(home, tmp_path, monkey
     assert read_decisions(home)[-1]["verdict"] == "failed"
 
 
+def test_a_retrain_refuses_the_always_rule_before_it_starts(home):
+    """``[gate] rule = "always"`` (every challenger takes over) is a walk-forward's plumbing: a retrain
+    refuses it as a config error, before it takes the lock or records anything."""
+    fake = FakePipeline()
+    config = Config().with_updates(gate={"rule": "always"})
+    with pytest.raises(ConfigError, match='\\[gate\\] rule = "always" promotes every challenger untested'):
+        run_retrain(config, home, steps=fake.steps())
+    assert not registry_path(home).exists() and not (home / "retrain.lock").exists()
+
+
 def test_cli_json_reports_the_decision(home, monkeypatch, capsys):
     from app import cli
     from app.nightly import pipeline as nightly

@@ -261,3 +261,28 @@ def test_a_span_spends_its_level_once_over_all_its_reports(planned):
     assert sum(provisional) + final == pytest.approx(level)
     assert final == pytest.approx(level * (1 - PROVISIONAL_SHARE)) and final > 0.5 * level
     assert report_level(level, final=True, planned_folds=None) == level
+
+
+@pytest.mark.parametrize(
+    ("flags", "rule", "holding"),
+    [
+        (["--gate", "nightly", "--before-champion", "cash"], "window", "cash"),  # the earlier name
+        (["--gate", "always"], "always", "benchmark"),
+        ([], "book", "benchmark"),
+    ],
+)
+def test_the_command_s_gate_flags_set_the_gate_section(tmp_path, monkeypatch, flags, rule, holding):
+    """``--gate`` and ``--before-champion`` set ``[gate] rule`` and ``before_champion``: the run reads
+    the promotion rule where nightly reads it."""
+    from app import cli
+    from app.walkforward import run as wf_run
+
+    seen = []
+
+    def stop(config, home, **kwargs):
+        seen.append(config.gate)
+        raise ConfigError("stopped before the folds")
+
+    monkeypatch.setattr(wf_run, "run_walkforward", stop)
+    rc = cli.main(["--home", str(tmp_path), "walkforward", "--json", *flags])
+    assert rc == 2 and [(g.rule, g.before_champion) for g in seen] == [(rule, holding)]
