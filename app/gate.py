@@ -22,8 +22,9 @@ walk-forward's ``fold.json`` store it as it is.
 figures of tonight's challenger; ``"window"`` :func:`decide`; ``"always"`` every challenger takes over
 (a walk-forward's folds).
 
-Imports nothing above it in the app (``app.champion``, ``app.config_sections``): pydantic, the
-standard library and ``backtests``' torch-free verdict and metrics models.
+Imports nothing above it in the app (``app.champion``, ``app.book_settings``, and the config's types
+only for annotations): pydantic, the standard library and ``backtests``' torch-free verdict and
+metrics models.
 """
 
 from __future__ import annotations
