@@ -190,7 +190,12 @@ def walkforward_fields(records: Sequence[FoldRecord], config: Config) -> WalkFor
         for r in records
     ]
     return WalkForwardSummary(
-        settings=config.walkforward.model_dump(mode="json"),
+        # The [walkforward] settings, and the promotion rule's that shape the account ([gate]).
+        settings={
+            **config.walkforward.model_dump(mode="json"),
+            "gate": config.gate.rule,
+            "before_champion": config.gate.before_champion,
+        },
         num_folds=len(records),
         folds=rows,
         champions=champion_spans(records),
