@@ -27,7 +27,7 @@ from data.market import MarketData
 
 
 def validation_scores(
-    policy: Callable, market: MarketData, params: Any, *, annualization: float = 252.0
+    policy: Callable, market: MarketData, params: Any, *, annualization: float
 ) -> dict[str, float]:
     """Deterministic backtest of ``policy`` vs buy-and-hold over ``market``; see the module docstring."""
     with torch.no_grad():
@@ -58,7 +58,7 @@ def validation_scores(
 
 
 def validation_score_fn(
-    valid: MarketData, params: Any, *, annualization: float = 252.0
+    valid: MarketData, params: Any, *, annualization: float
 ) -> Callable[[Any], dict[str, float]]:
     """A ``score_fn(policy) -> metrics`` over the validation window (for ``train(..., eval_fn=)``)."""
 

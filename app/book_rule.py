@@ -44,53 +44,17 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.book_settings import ShadowSettings
 from backtests import anytime
-from backtests.verdict import SIGNIFICANCE_LEVEL
 from data.artifact import Artifact, Figure
 
 SHADOW_DIR = "shadow"
 BOOK_FILE = "book.json"
-
-
-@dataclass(frozen=True)
-class ShadowSettings:
-    """The shadow book's rule (see the module docstring)."""
-
-    slots: int = 4
-    """challengers tested at once"""
-    min_sessions: int = 20
-    """sessions a challenger is tested before it can retire as non-promising"""
-    max_sessions: int = 252
-    """sessions a challenger is tested at most; then it retires"""
-    level: float = SIGNIFICANCE_LEVEL
-    """the level all challengers ever entered share (anytime.challenger_level)"""
-    per_block: int = anytime.ENTRIES_PER_BLOCK
-    """entries per block of the level's schedule"""
-    demotion_level: float = SIGNIFICANCE_LEVEL
-    """the demotion test's level"""
-    demotion_margin: float = 0.0
-    """daily excess over buy-and-hold the champion must keep (demotion's H0)"""
-    max_drawdown: float = 0.25
-    """the drawdown since promotion of the champion's wealth relative to buy-and-hold's that demotes it"""
-    keep_retired: int = 50
-    """retired challengers whose last figures the book keeps"""
-
-    @classmethod
-    def of_level(cls, level: float, **knobs: Any) -> ShadowSettings:
-        """The book's rule at the gate's ``level`` (``app.gate.GateRule.significance_level``, which reads
-        ``[nightly] significance_level``), demotion at the same level, other knobs as given."""
-        return cls(level=level, demotion_level=level, **knobs)
-
-    def __post_init__(self) -> None:
-        if self.slots < 1 or self.min_sessions < 1 or self.max_sessions < self.min_sessions:
-            raise ValueError("slots and min_sessions must be >= 1 and max_sessions >= min_sessions")
-        if not (0 < self.level < 1 and 0 < self.demotion_level < 1 and 0 < self.max_drawdown <= 1):
-            raise ValueError("levels must lie in (0, 1) and max_drawdown in (0, 1]")
 
 
 class _Row(BaseModel):

@@ -1,5 +1,5 @@
-"""One typed TOML config for a podracer run: data, env, agent, tournament, backtest, nightly,
-walkforward.
+"""One typed TOML config for a podracer run: data, env, agent, tournament, backtest, gate, nightly,
+walkforward, paper, alerts, retention.
 
 Every section is a frozen pydantic model that forbids unknown keys (``app.config_sections``, re-exported
 here), so a typo or a wrong type is an error naming the key (``env.cost_rate: Input should be a valid
@@ -13,11 +13,12 @@ import dataclasses
 import logging
 import os
 import tomllib
+from collections.abc import Hashable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
 import tomli_w
-from pydantic import ValidationError
+from pydantic import ValidationError, ValidationInfo, model_validator
 
 from agents.args import DirectArgs, PPOArgs, SACArgs
 from agents.tournament.settings import TournamentArgs
@@ -29,6 +30,7 @@ from app.config_sections import (
     BacktestConfig,
     DataConfig,
     EnvConfig,
+    GateConfig,
     NightlyConfig,
     PaperConfig,
     RetentionConfig,
@@ -51,6 +53,8 @@ __all__ = [
     "Config",
     "DataConfig",
     "EnvConfig",
+    "GateConfig",
+    "MOVED_TO_GATE",
     "NightlyConfig",
     "PaperConfig",
     "RetentionConfig",
@@ -59,6 +63,7 @@ __all__ = [
     "config_to_toml",
     "load_config",
     "migrate_deprecated",
+    "move_to_gate",
     "parse_config",
     "to_env_params",
     "to_learner_args",
@@ -79,6 +84,76 @@ RENAMED_KEYS: dict[tuple[str, str], str] = {
 }
 
 
+#: Keys whose one home is now ``[gate]``: ``(section, old) -> (new, how old values read)`` (None: as
+#: they are). An old config file still loads (:func:`move_to_gate`).
+MOVED_TO_GATE: dict[tuple[str, str], tuple[str, dict[Any, str] | None]] = {
+    ("nightly", "fitness"): ("fitness", None),
+    ("nightly", "margin"): ("margin", None),
+    ("nightly", "significance_level"): ("level", None),
+    ("nightly", "shadow_book"): ("rule", {True: "book", False: "window"}),
+    ("walkforward", "gate"): ("rule", {"book": "book", "nightly": "window", "always": "always"}),
+    ("walkforward", "before_champion"): ("before_champion", None),
+    ("paper", "before_champion"): ("before_champion", None),
+}
+#: The old keys' defaults: an old key at its default yields to another old key that says otherwise (a
+#: written config.toml holds every key, ``[nightly] shadow_book = true`` beside ``[walkforward] gate``).
+_OLD_DEFAULTS: dict[str, Any] = {"rule": "book", "before_champion": "benchmark"}
+
+
+def move_to_gate(raw: Mapping[str, Any], source: str = "config") -> dict[str, Any]:
+    """``raw`` with the keys of :data:`MOVED_TO_GATE` moved into ``[gate]``, and one warning line
+    naming them. A moved key that disagrees with the ``[gate]`` key it moves to, or with another old
+    key moving there (neither at its default), is a one-line :class:`ConfigError`."""
+    out = {k: dict(v) if isinstance(v, Mapping) else v for k, v in raw.items()}
+    found: dict[str, list[tuple[str, Any, Any]]] = {}
+    for (section, old), (new, values) in MOVED_TO_GATE.items():
+        keys = out.get(section)
+        if not isinstance(keys, dict) or old not in keys:
+            continue
+        value = keys.pop(old)
+        read = values.get(value, value) if values is not None and isinstance(value, Hashable) else value
+        found.setdefault(new, []).append((f"[{section}] {old}", value, read))
+    if not found:
+        return out
+    gate = dict(out["gate"]) if isinstance(out.get("gate"), Mapping) else {}
+    for new, olds in found.items():
+        gate[new] = _moved_value(new, olds, gate, source)
+    out["gate"] = gate
+    moved = ", ".join(f"{name} -> {new}" for new, olds in found.items() for name, _, _ in olds)
+    log.warning("%s: deprecated keys read under [gate]: %s; set them there (docs/nightly.md)", source, moved)
+    return out
+
+
+def _moved_value(new: str, olds: list[tuple[str, Any, Any]], gate: dict[str, Any], source: str) -> Any:
+    """The value of ``[gate] new`` given the old keys that move to it (see :func:`move_to_gate`)."""
+    if new in gate:
+        for name, value, read in olds:
+            if read != gate[new]:
+                raise ConfigError(
+                    f"{source}: {name} = {_shown(value)} conflicts with [gate] {new} = {_shown(gate[new])}; "
+                    f"set only [gate] {new}"
+                )
+        return gate[new]
+    distinct: list[tuple[str, Any, Any]] = []
+    for one in olds:
+        if all(one[2] != kept[2] for kept in distinct):
+            distinct.append(one)
+    if len(distinct) > 1 and new in _OLD_DEFAULTS:
+        distinct = [one for one in distinct if one[2] != _OLD_DEFAULTS[new]]
+    if len(distinct) > 1:
+        (a, va, _), (b, vb, _) = distinct[:2]
+        raise ConfigError(
+            f"{source}: {a} = {_shown(va)} and {b} = {_shown(vb)} both move to [gate] {new} and disagree; "
+            f"set only [gate] {new}"
+        )
+    return distinct[0][2]
+
+
+def _shown(value: Any) -> str:
+    """A value as TOML writes it (``false``, ``"book"``, ``0.1``)."""
+    return tomli_w.dumps({"v": value})[4:].strip() if value is not None else "unset"
+
+
 class Config(Section):
     """The whole resolved config of a run."""
 
@@ -87,16 +162,26 @@ class Config(Section):
     agent: AgentConfig = AgentConfig()
     tournament: TournamentConfig = TournamentConfig()
     backtest: BacktestConfig = BacktestConfig()
+    gate: GateConfig = GateConfig()
     nightly: NightlyConfig = NightlyConfig()
     walkforward: WalkForwardConfig = WalkForwardConfig()
     paper: PaperConfig = PaperConfig()
     alerts: AlertsConfig = AlertsConfig()
     retention: RetentionConfig = RetentionConfig()
 
+    @model_validator(mode="before")
+    @classmethod
+    def _moved_to_gate(cls, data: Any, info: ValidationInfo) -> Any:
+        """Keys of older files that now live in ``[gate]`` are read there (:func:`move_to_gate`)."""
+        if not isinstance(data, Mapping):
+            return data
+        return move_to_gate(data, (info.context or {}).get("source", "config"))
+
     def with_updates(self, **sections: dict[str, Any]) -> Config:
-        """A copy with some fields of some sections replaced (validated)."""
+        """A copy with some fields of some sections replaced (validated); keys that moved to ``[gate]``
+        are read there, as in a file (:func:`move_to_gate`)."""
         raw = self.model_dump()
-        for name, updates in sections.items():
+        for name, updates in move_to_gate(sections, "overrides").items():
             raw[name].update(updates)
         return parse_config(raw, source="overrides")
 
@@ -182,7 +267,7 @@ def parse_config(raw: dict[str, Any], *, source: str = "config") -> Config:
     new names (:data:`RENAMED_KEYS`) or values (:func:`migrate_deprecated`)."""
     raw = migrate_deprecated(_renamed_keys(raw, source), source)
     try:
-        return Config.model_validate(raw)
+        return Config.model_validate(raw, context={"source": source})
     except ValidationError as err:
         raise ConfigError(_format_error(err, source)) from None
 

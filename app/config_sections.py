@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from agents.args import DirectArgs, PPOArgs, SACArgs
 from agents.tournament.settings import TournamentArgs
 from app.alerts import HOOK_TIMEOUT_S, AlertSettings, check_settings
+from app.book_settings import ShadowSettings
 from app.retrain_limits import MAX_MINUTES
 from app.settings_docs import field_doc
 from backtests.verdict import SIGNIFICANCE_LEVEL
@@ -265,6 +266,69 @@ class BacktestConfig(Section):
     )
 
 
+class GateConfig(Section):
+    """The promotion rule, read the same way by the nightly retrain and a walk-forward's folds
+    (``app.gate.GateRule.of_config``, ``app.gate.shadow_settings``; docs/nightly.md).
+    The book's knobs take their defaults from ``ShadowSettings``."""
+
+    rule: Literal["book", "window", "always"] = Field(
+        "book",
+        description="book: the shadow book's anytime-valid tests on the sessions after each challenger's "
+        "creation promote, and demote a champion whose edge is gone; window: the fixed-window gate (margin "
+        "and a significant out-of-sample test on one window); always: every challenger takes over "
+        "(walk-forward folds only)",
+    )
+    level: float | None = Field(
+        None,
+        gt=0,
+        lt=1,
+        description="the rule's level: the book's (shared by every challenger ever entered) or the window "
+        "test's (None: [backtest] significance_level)",
+    )
+    margin: float = Field(
+        0.1, ge=0, description="window: the challenger must beat the incumbent by this much (fitness units)"
+    )
+    fitness: Literal["sharpe", "return", "calmar"] | None = Field(
+        None, description="window: the fitness compared (None: [tournament] fitness)"
+    )
+    before_champion: Literal["benchmark", "cash"] = Field(
+        "benchmark",
+        description="what paper trading and a walk-forward's account hold while no champion is in charge: "
+        "benchmark, equal weight of the universe bought once then held (costs on), or cash",
+    )
+    slots: int = Field(ShadowSettings.slots, ge=1, description="book: challengers tested at once")
+    min_sessions: int = Field(
+        ShadowSettings.min_sessions,
+        ge=1,
+        description="book: sessions a challenger is tested before it can retire as non-promising",
+    )
+    max_sessions: int = Field(
+        ShadowSettings.max_sessions, ge=1, description="book: sessions a challenger is tested at most"
+    )
+    demotion_margin: float = Field(
+        ShadowSettings.demotion_margin,
+        gt=-1,
+        lt=1,
+        description="book: daily alpha over buy-and-hold the champion must keep (the demotion test's null)",
+    )
+    max_drawdown: float = Field(
+        ShadowSettings.max_drawdown,
+        gt=0,
+        le=1,
+        description="book: the drawdown since promotion of the champion's wealth relative to buy-and-hold's "
+        "that demotes it",
+    )
+    keep_retired: int = Field(
+        ShadowSettings.keep_retired, ge=1, description="book: retired challengers whose last figures it keeps"
+    )
+
+    @model_validator(mode="after")
+    def _sessions(self) -> GateConfig:
+        if self.max_sessions < self.min_sessions:
+            raise ValueError("max_sessions must be >= min_sessions")
+        return self
+
+
 class NightlyConfig(Section):
     """Nightly retraining, champion vs challenger (``podracer retrain``; see docs/nightly.md)."""
 
@@ -273,19 +337,6 @@ class NightlyConfig(Section):
         description="incremental bar download before training (online sources need data.source = 'stored')",
     )
     initial_days: int = Field(30, ge=1, description="update: days fetched for a ticker with no stored bars")
-    fitness: Literal["sharpe", "return", "calmar"] | None = Field(
-        None, description="fitness compared on the evaluation window (None: tournament.fitness)"
-    )
-    margin: float = Field(
-        0.1, ge=0, description="challenger must beat the champion by this much (fitness units)"
-    )
-    significance_level: float | None = Field(
-        None,
-        gt=0,
-        lt=1,
-        description="the gate's level: the challenger's out-of-sample test must be significant at it "
-        "(None: [backtest] significance_level)",
-    )
     max_minutes: float | None = Field(
         MAX_MINUTES,
         gt=0,
@@ -293,12 +344,6 @@ class NightlyConfig(Section):
         "failed retrain (None: no budget); the systemd unit's TimeoutStartSec follows it",
     )
     warm_start_pods: int = Field(1, ge=0, description="fresh pods seeded with the champion's weights")
-    shadow_book: bool = Field(
-        True,
-        description="promote through the shadow book: challengers tested on the sessions after their "
-        "creation with an anytime-valid test, the champion demoted when its edge is gone "
-        "(docs/nightly.md); false: the fixed-window gate (margin and significance on the test window)",
-    )
     export: bool = Field(True, description="export an onnxruntime bundle on promotion")
     tearsheet: bool = Field(True, description="write the challenger run's tear sheet")
 
@@ -336,14 +381,9 @@ class RetentionConfig(Section):
 
 
 class PaperConfig(Section):
-    """How ``podracer paper --champion`` trades (docs/paper.md section 3)."""
+    """How ``podracer paper --champion`` trades (docs/paper.md section 3; what it holds before a
+    champion qualifies is ``[gate] before_champion``)."""
 
-    before_champion: Literal["benchmark", "cash"] = Field(
-        "benchmark",
-        description="what the paper account holds while the registry has no champion (none whose gate test "
-        "was significant): benchmark, equal weight of the universe ([data] tickers, else the index members) "
-        "bought once then held, or cash",
-    )
     max_slippage_gap_bps: float = Field(
         10.0,
         gt=0,
@@ -389,16 +429,5 @@ class WalkForwardConfig(Section):
         None,
         gt=0,
         description="wall minutes of each fold's tournament (unset with budget_steps: [tournament]'s)",
-    )
-    gate: Literal["book", "nightly", "always"] = Field(
-        "book",
-        description="book: the shadow book's anytime-valid tests on the sessions after each challenger's "
-        "creation promote and demote (docs/walkforward.md); nightly: the fixed-window retrain gate "
-        "([nightly] margin and significance_level); always: every fold's challenger takes over",
-    )
-    before_champion: Literal["benchmark", "cash"] = Field(
-        "benchmark",
-        description="what the account holds until a champion qualifies (its gate test significant): "
-        "benchmark, the backtest's buy-and-hold (equal weight bought once, then held, costs on), or cash",
     )
     tearsheet: bool = Field(True, description="write the stitched account's tear sheet")

@@ -28,7 +28,7 @@ def ensemble_step(
     args: TournamentArgs,
     *,
     params: Any,
-    annualization: int = 252,
+    annualization: int,
     device: str | torch.device = "cpu",
 ) -> TournamentResult:
     """The ensemble of the board's top ``args.ensemble_size`` pods: scored on ``valid`` like a pod

@@ -2,12 +2,12 @@
 nightly retrain (``app.nightly.pipeline``) and a walk-forward's folds (``app.walkforward.judging``)
 both call.
 
-Inputs, typed: the rule (:class:`GateRule`, from the ``[nightly]`` section: fitness, margin, the
-gate's significance level), the scores of challenger and incumbent on the gate
+Inputs, typed: the rule (:class:`GateRule`, from the ``[gate]`` section, the one home of the promotion
+rule's settings: which rule, fitness, margin, the level), the scores of challenger and incumbent on the gate
 window (:class:`Evaluation`, what ``app.nightly.steps.score_step`` measures) and the incumbent
 (:class:`app.champion.Champion`, or None before the first promotion). Output: :class:`GateResult`, a
-frozen model holding the fitnesses, the margin, the significance level, the out-of-sample test, the
-strategy metrics, the promote flag and the reason in one line. The registry's decision row and a
+frozen model holding the rule that decided, the fitnesses, the margin, the significance level, the
+out-of-sample test, the strategy metrics, the promote flag and the reason in one line. The registry's decision row and a
 walk-forward's ``fold.json`` store it as it is.
 
 - :func:`decide`: the promotion rule. Promote only if the challenger's fitness beats the incumbent's
@@ -17,8 +17,14 @@ walk-forward's ``fold.json`` store it as it is.
   the same significant edge.
 - :func:`judge_challenger`: the rule applied to the scores: the :class:`GateResult`.
 
-Imports nothing above it in the app (``app.champion``, ``app.config_sections``): pydantic, the
-standard library and ``backtests``' torch-free verdict and metrics models.
+``[gate] rule`` says which rule decides: ``"book"`` (the default) the shadow book's anytime-valid rule
+(``app.book_rule``; its settings :func:`shadow_settings`), whose result carries these same
+figures of tonight's challenger; ``"window"`` :func:`decide`; ``"always"`` every challenger takes over
+(a walk-forward's folds).
+
+Imports nothing above it in the app (``app.champion``, ``app.book_settings``, and the config's types
+only for annotations): pydantic, the standard library and ``backtests``' torch-free verdict and
+metrics models.
 """
 
 from __future__ import annotations
@@ -30,16 +36,17 @@ from typing import TYPE_CHECKING, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from app.book_settings import GATE_KNOBS, ShadowSettings
 from app.champion import Champion
 from backtests.metrics_model import OosTest, StrategyMetrics
 from backtests.verdict import EdgeVerdict
 
 if TYPE_CHECKING:  # the sections' types only: the registry's readers (status) load no torch
     from app.config import Config
-    from app.config_sections import BacktestConfig, NightlyConfig, TournamentConfig
+    from app.config_sections import BacktestConfig, GateConfig, TournamentConfig
 
-#: How a walk-forward's gate decides: by the nightly rule, or every challenger takes over.
-GateMode = Literal["nightly", "always"]
+#: Which rule decides (``[gate] rule``): the shadow book, the fixed window, or every challenger.
+RuleName = Literal["book", "window", "always"]
 #: The keys of a walk-forward fold record's ``gate.figures`` (fold.json files written before the gate
 #: held them at its top level).
 _OLD_FIGURES = (
@@ -62,29 +69,40 @@ def finite(value: float | None) -> float | None:
 
 
 class GateRule(BaseModel):
-    """The rule's settings: the fitness compared, the margin and the gate's significance level."""
+    """The rule's settings: which rule decides, the fitness compared, the margin and the level."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    rule: RuleName = "book"
     fitness: str = "sharpe"
     margin: float = 0.1
     significance_level: float = 0.05
 
     @classmethod
-    def of(cls, nightly: NightlyConfig, tournament: TournamentConfig, backtest: BacktestConfig) -> Self:
-        """The rule of a config: ``[nightly] fitness`` (else ``[tournament] fitness``), ``margin``,
-        ``significance_level`` (else ``[backtest] significance_level``)."""
-        level = nightly.significance_level
+    def of(cls, gate: GateConfig, tournament: TournamentConfig, backtest: BacktestConfig) -> Self:
+        """The rule of a config: ``[gate] rule``, ``fitness`` (else ``[tournament] fitness``),
+        ``margin``, ``level`` (else ``[backtest] significance_level``)."""
         return cls(
-            fitness=nightly.fitness or tournament.fitness,
-            margin=nightly.margin,
-            significance_level=float(level if level is not None else backtest.significance_level),
+            rule=gate.rule,
+            fitness=gate.fitness or tournament.fitness,
+            margin=gate.margin,
+            significance_level=float(gate.level if gate.level is not None else backtest.significance_level),
         )
 
     @classmethod
     def of_config(cls, config: Config) -> Self:
-        """:meth:`of` the sections of an ``app.config.Config``."""
-        return cls.of(config.nightly, config.tournament, config.backtest)
+        """:meth:`of` the sections of an ``app.config.Config``: the one reading of ``[gate]`` that the
+        nightly retrain and a walk-forward share."""
+        return cls.of(config.gate, config.tournament, config.backtest)
+
+
+def shadow_settings(config: Config, **knobs: Any) -> ShadowSettings:
+    """The shadow book's settings of a config, the one reading the nightly retrain and a walk-forward
+    share: ``[gate]``'s knobs at the gate's level (:meth:`GateRule.of_config`: ``[gate] level``, else
+    ``[backtest] significance_level``), demotion at the same level; ``knobs`` (a walk-forward's
+    ``per_block``) as given."""
+    read = {name: getattr(config.gate, name) for name in GATE_KNOBS}
+    return ShadowSettings.of_level(GateRule.of_config(config).significance_level, **{**read, **knobs})
 
 
 @dataclass(frozen=True)
@@ -116,6 +134,7 @@ class GateResult(BaseModel):
 
     promote: bool = Field(False, description="the challenger takes over")
     reason: str | None = Field(None, description="why, in one line")
+    rule: RuleName | None = Field(None, description="the rule that decided (null: recorded before the tag)")
     fitness: str | None = Field(None, description="the fitness compared")
     window: tuple[str, str] | None = Field(None, description="the gate window's first and last date")
     challenger_fitness: float | None = Field(None, description="the challenger's fitness (null: undefined)")
@@ -162,8 +181,7 @@ def decide(
     Undefined numbers never promote: a challenger whose fitness is undefined (a flat equity curve, too
     few days) or whose edge is not measurable is rejected. A champion whose fitness is undefined
     counts as beaten. With no champion yet the challenger still needs a significant edge (until then
-    nothing is in charge: paper trading holds ``[paper] before_champion``, a walk-forward's account
-    ``[walkforward] before_champion``).
+    nothing is in charge: paper trading and a walk-forward's account hold ``[gate] before_champion``).
     """
     ch, champ = finite(challenger_fitness), finite(champion_fitness)
     significant = challenger_edge is not None and challenger_edge.outcome == "significant"
@@ -206,17 +224,18 @@ def judge_challenger(
     incumbent: Champion | None,
     *,
     window: tuple[str, str] | None = None,
-    mode: GateMode = "nightly",
 ) -> GateResult:
     """The gate's answer for ``scores`` (challenger and ``incumbent`` on the gate ``window``, default
-    ``scores.window``): :func:`decide` by ``rule``, or with ``mode = "always"`` the challenger takes
-    over whatever its figures."""
+    ``scores.window``): :func:`decide` by ``rule`` (tagged ``"window"``), or with ``rule.rule =
+    "always"`` the challenger takes over whatever its figures. The book's decision is not taken here
+    (``app.nightly.shadow``, ``app.walkforward.book``): its callers tag these figures with theirs."""
     window = tuple(window or scores.window)  # type: ignore[assignment]
     ch_fit = finite(scores.challenger.get("fitness"))
     inc_fit = finite(scores.champion.get("fitness")) if scores.champion is not None else None
     edge, test = scores.edge, scores.test
-    if mode == "always":
-        promote, reason = True, "gate = always: the fold's challenger takes over"
+    decided_by: RuleName = "always" if rule.rule == "always" else "window"
+    if decided_by == "always":
+        promote, reason = True, "[gate] rule = always: the challenger takes over"
     else:
         promotion = decide(
             ch_fit,
@@ -230,6 +249,7 @@ def judge_challenger(
     return GateResult(
         promote=promote,
         reason=reason,
+        rule=decided_by,
         fitness=rule.fitness,
         window=window,
         challenger_fitness=ch_fit,

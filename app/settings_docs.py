@@ -5,7 +5,7 @@ wording from here. The dataclasses are read as source with ``ast``: the docstrin
 only in the source, never at run time. Their modules (``agents/args.py``, ``agents/tournament/settings.py``,
 ``envs/params.py``) load no torch, and neither does this one.
 
-A setting no dataclass holds (``[backtest]``, ``[nightly]``, ``[walkforward]`` and a few workflow
+A setting no dataclass holds (``[backtest]``, ``[gate]``, ``[nightly]``, ``[walkforward]`` and a few workflow
 keys) is described once, in its section's ``Field(description=...)``; :func:`setting_doc` reads that
 the same way, so a command's flag for it says the same words.
 """
@@ -39,6 +39,7 @@ SECTION_CLASSES: dict[str, str] = {
     "agent": "AgentConfig",
     "tournament": "TournamentConfig",
     "backtest": "BacktestConfig",
+    "gate": "GateConfig",
     "nightly": "NightlyConfig",
     "walkforward": "WalkForwardConfig",
     "paper": "PaperConfig",

@@ -116,7 +116,7 @@ class BacktestResult:
         first = np.datetime64(self.start_timestamp, "D")
         return str(first), str(self.session_dates[-1])
 
-    def summary(self, annualization: float = 252.0) -> dict[str, Tensor]:
+    def summary(self, annualization: float) -> dict[str, Tensor]:
         """Headline metrics on daily returns (``backtests.metrics.summary``), one value per strategy."""
         _, daily = self.daily_returns()
         return m.summary(

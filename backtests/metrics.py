@@ -38,6 +38,10 @@ QUARTERLY = "quarterly"
 YEARLY = "yearly"
 
 ANNUALIZATION_FACTORS: dict[str, int] = {DAILY: 252, WEEKLY: 52, MONTHLY: 12, QUARTERLY: 4, YEARLY: 1}
+#: Trading sessions a year: the annualization of daily returns where no config says it (benchmarks,
+#: tests). A run passes ``[backtest] annualization``: every function below ``app`` that annualizes
+#: takes it as a required argument.
+TRADING_DAYS_PER_YEAR: int = ANNUALIZATION_FACTORS[DAILY]
 
 #: The metric names ``summary`` returns, in display order (metrics.json's per-strategy keys but the
 #: ones the report adds: ``backtests.metrics_model``).

@@ -235,7 +235,10 @@ class ChampionSpan(MetricsSection):
 class WalkForwardSummary(MetricsSection):
     """``walkforward``: a walk-forward's stitched account (``app.walkforward``)."""
 
-    settings: dict[str, Any] = Field(default_factory=dict, description="the `[walkforward]` settings")
+    settings: dict[str, Any] = Field(
+        default_factory=dict,
+        description="the `[walkforward]` settings, with `[gate]`'s `rule` as `gate` and its `before_champion`",
+    )
     num_folds: int = Field(0, description="folds completed")
     folds: list[dict[str, Any]] = Field(default_factory=list, description="one row per fold")
     champions: list[ChampionSpan] = Field(default_factory=list, description="who traded which sessions")

@@ -86,9 +86,7 @@ EXCESS_BENCHMARKS: tuple[str, ...] = ("buy_and_hold", "equal_weight", "linear")
 HELD_OUT_WINDOW = "test"
 
 
-def compute_metrics(
-    result: BacktestResult, *, annualization: float = 252.0
-) -> dict[str, dict[str, float | None]]:
+def compute_metrics(result: BacktestResult, *, annualization: float) -> dict[str, dict[str, float | None]]:
     """Every metric of every strategy, on daily returns, as JSON-able floats (None = undefined), plus
     the probabilistic Sharpe ratio against 0 of each and its :data:`RELATIVE_METRICS` to buy-and-hold.
     Annualized compounding metrics are null below :data:`ANNUALIZED_MIN_SESSIONS` sessions."""
@@ -206,7 +204,7 @@ def metrics_document(
     result: BacktestResult,
     *,
     window: str,
-    annualization: float = 252.0,
+    annualization: float,
     num_trials: int = 1,
     trial_returns: Any | None = None,
     benchmark: str = "buy_and_hold",

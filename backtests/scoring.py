@@ -45,7 +45,7 @@ def score_window(
     policies: Mapping[str, PolicyFn] | PolicyBatch,
     *,
     kind: str = "sharpe",
-    annualization: float = 252.0,
+    annualization: float,
     nan_value: float = -math.inf,
     baselines: Sequence[str] = (),
     device: str | torch.device | None = None,
@@ -65,7 +65,7 @@ def fitness(
     result: BacktestResult,
     kind: str = "sharpe",
     *,
-    annualization: float = 252.0,
+    annualization: float,
     nan_value: float = -math.inf,
 ) -> Tensor:
     """One fitness per strategy ``(S,)`` from daily returns, higher is better.

@@ -172,7 +172,7 @@ def segment_figures(
     first: str,
     last: str,
     *,
-    annualization: float = 252.0,
+    annualization: float,
     strategy: str = ACCOUNT,
     benchmark: str = "buy_and_hold",
 ) -> dict[str, float | int | None]:

@@ -41,7 +41,7 @@ from agents.networks import NetworkConfig
 from agents.policy import Policy, PolicyMeta
 from backtests.capacity import run_capacity
 from backtests.engine import COMPILE_MIN_DECISIONS, num_decisions, run_backtest
-from backtests.metrics import to_floats
+from backtests.metrics import TRADING_DAYS_PER_YEAR, to_floats
 from data.loader import synthetic_market
 from data.toy import toy_market
 from envs.trading import EnvParams
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> dict:
         run_capacity(market, params, {"champion": policy}, device=args.device)
         extra["capacity_seconds"] = round(time.perf_counter() - t0, 3)
         extra["capacity_over_backtest"] = round(extra["capacity_seconds"] / elapsed, 2)
-    summary = result.summary()
+    summary = result.summary(annualization=TRADING_DAYS_PER_YEAR)
     out = {
         "bars": market.num_steps,
         "assets": market.num_assets,

@@ -54,6 +54,7 @@ from agents.tournament.orchestrator import run_tournament  # noqa: E402
 from agents.training import policy_for_env  # noqa: E402
 from app.config import to_tournament_args  # noqa: E402
 from app.workflows.demo import build_config, machine  # noqa: E402
+from backtests.metrics import TRADING_DAYS_PER_YEAR
 from data.loader import load_market, synthetic_market  # noqa: E402
 from data.market import MarketData  # noqa: E402
 from envs.trading import EnvParams  # noqa: E402
@@ -308,6 +309,7 @@ def demo(args: argparse.Namespace, root: Path) -> dict:
                 env=cfg.env.model_dump(),
                 agent=cfg.agent.model_dump(),
                 device=args.device,
+                annualization=TRADING_DAYS_PER_YEAR,
             )
         wall = time.perf_counter() - t0
         out[backend] = {"env_steps": result.env_steps, "pods_tried": result.pods_tried, "wall_s": wall}

@@ -58,6 +58,7 @@ from app.runs import RunDir  # noqa: E402
 from app.workflows.training import train_tournament  # noqa: E402
 from backtests import engine, report  # noqa: E402
 from backtests.linear import fit_linear, top_weights  # noqa: E402
+from backtests.metrics import TRADING_DAYS_PER_YEAR
 from backtests.metrics_model import ExcessFigures, OosTest  # noqa: E402
 from data.loader import synthetic_market  # noqa: E402
 from data.synthetic import SyntheticSpec, planted_predictor  # noqa: E402
@@ -199,7 +200,9 @@ def verdict_row(name: str, policy, test, params, seed: int) -> dict:
     them)."""
     column = f"{name}_rule"
     result = engine.run_backtest(test, params, {column: policy}, baselines=("buy_and_hold", "equal_weight"))
-    doc = report.metrics_document(result, window="test", benchmark="buy_and_hold", seed=seed)
+    doc = report.metrics_document(
+        result, window="test", benchmark="buy_and_hold", seed=seed, annualization=TRADING_DAYS_PER_YEAR
+    )
     oos = doc.oos_test or OosTest()
     excess = oos.excess.get("buy_and_hold") or ExcessFigures()
     return {

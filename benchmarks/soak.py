@@ -37,7 +37,7 @@ with ``--real-promotion`` (the benchmark's default) two REAL retrains (tournamen
 on small synthetic markets, one with a planted signal, which must be promoted, and one of noise,
 which must not; without it (the suite's shortened soak) two scripted ones, a challenger with a
 significant edge promoted and one without not (the gate's rule, not learning). The nights run the
-fixed-window gate (``[nightly] shadow_book = false``): their scores are scripted per night.
+fixed-window gate (``[gate] rule = "window"``): their scores are scripted per night.
 
 After every retrain and cycle the soak does what an operator's timer does: ``podracer status``'s
 checks and the alert hook (``app.alerts.notify``, its delivery recorded). The faults that leave a
@@ -228,7 +228,7 @@ class Soak:
 
     # -- the night --
     def config(self) -> Config:
-        return Config().with_updates(nightly={"margin": 0.1, "shadow_book": False}, retention=RETENTION)
+        return Config().with_updates(gate={"rule": "window", "margin": 0.1}, retention=RETENTION)
 
     def retrain(self, night: int, faults: list[str]) -> str:
         """The night's retrain (in a child process killed with SIGKILL under ``retrain_kill``)."""
@@ -507,7 +507,7 @@ class ScriptedSteps:
 def _child_retrain(home: str, night: int) -> None:
     """``--child-retrain``: a retrain that SIGKILLs itself inside its tournament step."""
     os.environ["PODRACER_SOAK_KILL"] = "tournament"
-    config = Config().with_updates(nightly={"margin": 0.1, "shadow_book": False}, retention=RETENTION)
+    config = Config().with_updates(gate={"rule": "window", "margin": 0.1}, retention=RETENTION)
     run_retrain(config, home, steps=ScriptedSteps(None, night, []).steps())
 
 

@@ -2,7 +2,7 @@
 on two small synthetic markets, one with a planted signal and one of noise, each in a fresh home.
 
 The planted challenger must be promoted (its edge significant out of sample: the fixed-window gate's
-rule, ``[nightly] shadow_book = false``) and the noise one must not. The size is the smallest seen to find the planted
+rule, ``[gate] rule = "window"``) and the noise one must not. The size is the smallest seen to find the planted
 signal (``signal`` 1.3, :data:`PLANTED_SIGNAL`) on a quiet machine in well under a minute: 5 tickers,
 90 sessions (train 31, validation 14, a held-out test window of 45: the verdict needs 40), one PPO pod
 of 600k env-steps at 256 envs, the frictionless fill of the walk-forward's known answers
@@ -68,7 +68,8 @@ def promotion_config(signal: float, seed: int) -> Config:
             },
             # the fixed-window gate (one night per home: the shadow book needs sessions after the
             # challenger's creation): a first challenger promoted only if significant
-            "nightly": {"tearsheet": False, "shadow_book": False},
+            "nightly": {"tearsheet": False},
+            "gate": {"rule": "window"},
         },
         source="soak promotion",
     )

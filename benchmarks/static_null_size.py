@@ -43,6 +43,8 @@ from envs.observation import TRADABLE, split_obs  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import power_table  # noqa: E402
 
+from backtests.metrics import TRADING_DAYS_PER_YEAR
+
 
 class EqualWeight:
     """Target equal weights over the decision bar's tradable assets, every decision."""
@@ -64,7 +66,9 @@ def run_market(args: argparse.Namespace, seed: int) -> dict:
     result = engine.run_backtest(
         test, to_env_params(config.env), {"static_rule": policy}, baselines=("buy_and_hold", "equal_weight")
     )
-    doc = report.metrics_document(result, window="test", benchmark="buy_and_hold", seed=seed)
+    doc = report.metrics_document(
+        result, window="test", benchmark="buy_and_hold", seed=seed, annualization=TRADING_DAYS_PER_YEAR
+    )
     excess = (doc.oos_test or OosTest()).excess.get("buy_and_hold") or ExcessFigures()
     return {
         "seed": seed,

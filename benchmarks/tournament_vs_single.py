@@ -41,6 +41,7 @@ from agents.tournament.generator import PodSpec  # noqa: E402
 from agents.tournament.orchestrator import run_tournament  # noqa: E402
 from agents.tournament.pod import PodTask, RoundContext, learner_round  # noqa: E402
 from agents.tournament.settings import TournamentArgs  # noqa: E402
+from backtests.metrics import TRADING_DAYS_PER_YEAR
 from backtests.scoring import score_window  # noqa: E402
 from data.loader import load_market  # noqa: E402
 from envs.trading import EnvParams  # noqa: E402
@@ -83,7 +84,14 @@ def _settings(args: argparse.Namespace) -> tuple[dict, dict]:
 def _test_sharpe(policy: Policy, test, params: EnvParams) -> tuple[float, float]:
     """Test-window Sharpe of ``policy`` and of equal-weight buy-and-hold."""
     with torch.no_grad():
-        scores = score_window(test, params, {"policy": policy}, nan_value=0.0, baselines=("buy_and_hold",))
+        scores = score_window(
+            test,
+            params,
+            {"policy": policy},
+            nan_value=0.0,
+            baselines=("buy_and_hold",),
+            annualization=TRADING_DAYS_PER_YEAR,
+        )
     return scores.of("policy"), scores.of("buy_and_hold")
 
 
@@ -104,7 +112,14 @@ def run_tournament_once(args, splits, seed: int, workers: int, root: Path) -> di
     # One torch thread per worker in every configuration, so 1 vs 2 workers compares processes only.
     backend = ProcessBackend(workers, threads_per_worker=1) if workers > 0 else None
     result = run_tournament(
-        run_dir, splits.train, splits.valid, args=targs, env=env, agent=agent, backend=backend
+        run_dir,
+        splits.train,
+        splits.valid,
+        args=targs,
+        env=env,
+        agent=agent,
+        backend=backend,
+        annualization=TRADING_DAYS_PER_YEAR,
     )
     wall = time.perf_counter() - start
     params = EnvParams(**{k: v for k, v in env.items() if k != "num_envs"})
@@ -122,7 +137,9 @@ def run_tournament_once(args, splits, seed: int, workers: int, root: Path) -> di
 
 def run_independent(args, splits, seed: int, root: Path) -> dict:
     env, agent = _settings(args)
-    ctx = RoundContext(train=splits.train, valid=splits.valid, env=env, agent=agent)
+    ctx = RoundContext(
+        train=splits.train, valid=splits.valid, env=env, agent=agent, annualization=TRADING_DAYS_PER_YEAR
+    )
     steps = args.budget_steps // args.pods
     best = None
     start = time.perf_counter()
@@ -159,6 +176,7 @@ def pods_in_budget(seconds: float, compile: str, workers: int, root: Path) -> di
         env=env,
         agent={"compile": compile},
         backend=backend,
+        annualization=TRADING_DAYS_PER_YEAR,
     )
     wall = time.perf_counter() - start
     return {

@@ -51,6 +51,7 @@ from torch import nn  # noqa: E402
 from agents.networks import flops_per_sample, num_parameters  # noqa: E402
 from agents.ppo import PPOArgs, train  # noqa: E402
 from agents.training import policy_for_env  # noqa: E402
+from backtests.metrics import TRADING_DAYS_PER_YEAR
 from backtests.scoring import score_window  # noqa: E402
 from data.loader import synthetic_market  # noqa: E402
 from data.market import MarketData  # noqa: E402
@@ -106,7 +107,9 @@ def peer_macs(width: int, obs_dim: int, num_actions: int) -> int:
 
 def _sharpe(valid: MarketData, params: EnvParams, policy: Callable[[torch.Tensor], torch.Tensor]) -> float:
     with torch.no_grad():
-        return score_window(valid, params, {"policy": policy}, nan_value=0.0).of("policy")
+        return score_window(
+            valid, params, {"policy": policy}, nan_value=0.0, annualization=TRADING_DAYS_PER_YEAR
+        ).of("policy")
 
 
 # --- the three trainers: each returns (env-steps, train seconds, deterministic policy, parameters) ---
@@ -286,7 +289,14 @@ def main(argv: list[str] | None = None) -> None:
             flush=True,
         )
     with torch.no_grad():
-        bh = score_window(splits.valid, params, {}, nan_value=0.0, baselines=("buy_and_hold",))
+        bh = score_window(
+            splits.valid,
+            params,
+            {},
+            nan_value=0.0,
+            baselines=("buy_and_hold",),
+            annualization=TRADING_DAYS_PER_YEAR,
+        )
     buy_and_hold = bh.of("buy_and_hold")
     if not args.json:
         print(f"# equal-weight buy-and-hold, validation Sharpe {buy_and_hold:.2f}", flush=True)

@@ -17,7 +17,7 @@ and its steps, one thread) on a synthetic market with the planted signal (``data
 2. tonight's retrain twice, from copies of that home, with the same tournament seed: **warm** (its
    one pod starts from the champion's weights, ``[nightly] warm_start_pods = 1``) and **cold**
    (``warm_start_pods = 0``: what a dropped warm start runs). The gate is the fixed-window one
-   (``[nightly] shadow_book = false``: margin, significance at the gate's level, the looks counted).
+   (``[gate] rule = "window"``: margin, significance at the gate's level, the looks counted).
 
 Prints per seed and arm the challenger's validation Sharpe (the tournament's champion score), its
 test-window fitness (Sharpe of daily returns net of costs on tonight's gate window, against the
@@ -91,10 +91,10 @@ def _config(seed: int, budget_steps: int, warm_pods: int) -> Any:
             },
             "nightly": {
                 "warm_start_pods": warm_pods,
-                "shadow_book": False,
                 "export": False,
                 "tearsheet": False,
             },
+            "gate": {"rule": "window"},
             "retention": {"after_retrain": False},
         },
         source="warm start benchmark",

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from backtests import oos_test, snooping
+from backtests.metrics import TRADING_DAYS_PER_YEAR
 from backtests.metrics_model import MetricsDocument
 from backtests.verdict import ANNUALIZED_MIN_SESSIONS, judge, verdict_fields
 from data.atomic import atomic_path, atomic_write_json
@@ -288,6 +289,7 @@ def write_real_backtest(
         tearsheet=tearsheet,
         capacity=sizes,
         max_participation=params.max_participation,
+        annualization=TRADING_DAYS_PER_YEAR,
     )
     return json.loads((Path(run_dir) / "backtest" / "metrics.json").read_text())
 

@@ -18,6 +18,7 @@ from agents.tournament.pod import score_policy
 from agents.tournament.settings import TournamentArgs
 from backtests import engine
 from backtests.linear import fit_linear
+from backtests.metrics import TRADING_DAYS_PER_YEAR
 from data.errors import ConfigError
 from data.loader import synthetic_market
 from envs.trading import EnvParams
@@ -60,7 +61,15 @@ def test_direct_pods_train_warm_start_and_save_the_standard_policy(tmp_path):
         seed=0,
         algo="direct",
     )
-    result = run_tournament(tmp_path / "direct", train, valid, args=args, env=ENV, agent=AGENT)
+    result = run_tournament(
+        tmp_path / "direct",
+        train,
+        valid,
+        args=args,
+        env=ENV,
+        agent=AGENT,
+        annualization=TRADING_DAYS_PER_YEAR,
+    )
     pods = read_pods(result.run_dir)
     assert [p["status"] != "failed" for p in pods] == [True, True, True]
     assert all(p["algo"] == "direct" for p in pods) and pods[2]["parent_id"] is not None
@@ -138,10 +147,10 @@ def _validation_sharpes(signal: float) -> tuple[float, float, float]:
     splits = synthetic_market(signal=signal, **KNOWN)
     params = EnvParams()
     policy = direct.train(BUDGET, TradingVecEnv(splits.train, params, num_envs=1, seed=0)).policy
-    score, metrics, _ = score_policy(policy, splits.valid, params)
+    score, metrics, _ = score_policy(policy, splits.valid, params, annualization=TRADING_DAYS_PER_YEAR)
     linear = fit_linear(splits.train, splits.valid, params.decision_interval)
     result = engine.run_backtest(splits.valid, params, linear=linear, baselines=("equal_weight", "linear"))
-    sharpe = result.summary()["sharpe_ratio"]
+    sharpe = result.summary(annualization=TRADING_DAYS_PER_YEAR)["sharpe_ratio"]
     return (
         metrics["sharpe_ratio"],
         float(sharpe[result.index("linear")]),

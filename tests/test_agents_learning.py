@@ -28,6 +28,7 @@ import torch
 
 from agents.ppo import PPOArgs, train
 from agents.validation import validation_scores
+from backtests.metrics import TRADING_DAYS_PER_YEAR
 from data.calendar import MINUTES_PER_SESSION
 from data.market import MarketData
 from data.toy import toy_market
@@ -91,7 +92,9 @@ def validation_excess(seed: int, informative: bool) -> float:
     train_window, valid_window = market.slice(0, split), market.slice(split, market.num_steps)
     env = TradingVecEnv(train_window, PARAMS, num_envs=NUM_ENVS, seed=seed)
     result = train(PPOArgs(seed=seed, total_steps=TOTAL_STEPS, rebalance_rate=REBALANCE_RATE), env)
-    return validation_scores(result.policy, valid_window, PARAMS)["excess_log_return"]
+    return validation_scores(result.policy, valid_window, PARAMS, annualization=TRADING_DAYS_PER_YEAR)[
+        "excess_log_return"
+    ]
 
 
 def learns(seed: int) -> tuple[bool, float, float]:

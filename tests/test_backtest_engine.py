@@ -11,6 +11,7 @@ import torch
 
 from backtests import baselines, engine, scoring
 from backtests import metrics as m
+from backtests.metrics import TRADING_DAYS_PER_YEAR
 from data.errors import DataError, PodracerError
 from data.market import MarketData
 from data.toy import toy_market
@@ -210,25 +211,38 @@ def test_daily_returns_compound_the_decision_returns(toy):
         res.equity[-1, 0].item() / res.equity[last_day1, 0].item() - 1, rel=1e-9
     )
     assert res.date_range() == ("2024-01-02", "2024-01-03")
-    summary = res.summary()
+    summary = res.summary(annualization=TRADING_DAYS_PER_YEAR)
     assert tuple(summary) == m.SUMMARY_METRICS
 
 
 def test_fitness_ranks_and_maps_undefined_to_minus_inf(toy):
     long_best = lambda obs: torch.full((obs.shape[0], toy.num_assets), 1.0 / toy.num_assets)  # noqa: E731
     scores = scoring.score_window(
-        toy, EnvParams(decision_interval=15), {"pod": long_best}, device="cpu", baselines=("cash",)
+        toy,
+        EnvParams(decision_interval=15),
+        {"pod": long_best},
+        device="cpu",
+        baselines=("cash",),
+        annualization=TRADING_DAYS_PER_YEAR,
     )
     res, fit = scores.result, scores.fitness
     assert res.names == ("pod", "cash") and fit.shape == (2,)
     assert math.isfinite(fit[0].item()) and fit[1].item() == -math.inf
     assert scores.of("pod") == fit[0].item()
-    torch.testing.assert_close(scoring.fitness(res, "sharpe"), fit, rtol=0, atol=0)
-    assert scoring.fitness(res, "return")[1].item() == 0.0
+    torch.testing.assert_close(
+        scoring.fitness(res, "sharpe", annualization=TRADING_DAYS_PER_YEAR), fit, rtol=0, atol=0
+    )
+    assert scoring.fitness(res, "return", annualization=TRADING_DAYS_PER_YEAR)[1].item() == 0.0
     with pytest.raises(PodracerError, match="unknown fitness"):
-        scoring.fitness(res, "sortino")
+        scoring.fitness(res, "sortino", annualization=TRADING_DAYS_PER_YEAR)
     with pytest.raises(PodracerError, match="unknown fitness"):
-        scoring.score_window(toy, EnvParams(decision_interval=15), {"pod": long_best}, kind="sortino")
+        scoring.score_window(
+            toy,
+            EnvParams(decision_interval=15),
+            {"pod": long_best},
+            kind="sortino",
+            annualization=TRADING_DAYS_PER_YEAR,
+        )
 
 
 def test_bad_inputs_are_one_line_errors(toy):

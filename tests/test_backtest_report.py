@@ -13,6 +13,7 @@ from helpers import long_positive_first_feature
 
 from backtests import engine, report, selection
 from backtests import metrics as m
+from backtests.metrics import TRADING_DAYS_PER_YEAR
 from backtests.metrics_model import METRIC_KEYS, MetricsDocument
 from data.toy import toy_market
 from envs.execution import asset_fees
@@ -29,7 +30,9 @@ def result():
 
 
 def test_write_report_files_and_schemas(tmp_path, result, capsys):
-    doc = report.write_report(tmp_path, result, window="test", num_trials=12)
+    doc = report.write_report(
+        tmp_path, result, window="test", num_trials=12, annualization=TRADING_DAYS_PER_YEAR
+    )
     out = tmp_path / "backtest"
     assert capsys.readouterr().out == ""  # pyfolio's HTML printing is swallowed
     names = list(result.names)
@@ -101,7 +104,7 @@ def test_write_report_files_and_schemas(tmp_path, result, capsys):
 
 
 def test_every_strategy_has_its_psr_and_the_selected_one_its_out_of_sample_test(result):
-    metrics = report.compute_metrics(result)
+    metrics = report.compute_metrics(result, annualization=TRADING_DAYS_PER_YEAR)
     champion = metrics["champion"]
     _, daily = result.daily_returns()
     assert champion["probabilistic_sharpe_ratio"] == pytest.approx(
@@ -110,7 +113,14 @@ def test_every_strategy_has_its_psr_and_the_selected_one_its_out_of_sample_test(
     assert "deflated_sharpe_ratio" not in champion
     # The headline Sharpe is the daily one with 252 periods a year.
     assert champion["sharpe_ratio"] == pytest.approx(m.sharpe_ratio(daily[:, 0], annualization=252).item())
-    doc = report.metrics_document(result, window="test", earlier_looks=[0.1, -0.2], seed=5, market="m")
+    doc = report.metrics_document(
+        result,
+        window="test",
+        earlier_looks=[0.1, -0.2],
+        seed=5,
+        market="m",
+        annualization=TRADING_DAYS_PER_YEAR,
+    )
     oos = doc.oos_test
     assert (oos.strategy, oos.looks, oos.seed, oos.market) == ("champion", 3, 5, "m")
     assert set(oos.excess) == {"buy_and_hold", "equal_weight"} and oos.benchmark == "buy_and_hold"
@@ -137,7 +147,7 @@ def test_one_day_window_falls_back_to_a_simple_figure(tmp_path, caplog):
     market = toy_market(num_steps=390, num_assets=4, num_features=8, seed=3)
     res = engine.run_backtest(market, EnvParams(decision_interval=30), {"champion": MOMENTUM})
     with caplog.at_level("INFO", logger="backtests.report"):
-        doc = report.write_report(tmp_path, res, window="valid")
+        doc = report.write_report(tmp_path, res, window="valid", annualization=TRADING_DAYS_PER_YEAR)
     assert doc.tearsheet == "fallback"
     assert "simple equity/drawdown figure" in caplog.text
     assert (tmp_path / "backtest" / "tearsheet.png").stat().st_size > 1000

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from backtests import capacity, engine, report
+from backtests.metrics import TRADING_DAYS_PER_YEAR
 from backtests.metrics_model import MetricsDocument
 from data.toy import toy_market
 from envs.execution import FRICTIONLESS
@@ -94,7 +95,7 @@ def test_capacity_fields_and_the_estimate(capacity_result):
     params = EnvParams(decision_interval=30)
 
     def document(sub):
-        return report.metrics_document(sub, window="test")
+        return report.metrics_document(sub, window="test", annualization=TRADING_DAYS_PER_YEAR)
 
     fields = capacity.capacity_fields(capacity_result, params.max_participation, document, levels=LEVELS)
     rows = fields["capacity"]
@@ -226,7 +227,9 @@ def test_a_loser_loses_less_where_the_volume_cap_stops_it_trading(foresight_mark
     # The estimate: the net Sharpe at the smallest size is negative, so nothing to scale.
     rows = []
     for c in capacity.CAPITAL_LEVELS:
-        doc = report.metrics_document(capacity.at_level(foresight_result, c), window="test")
+        doc = report.metrics_document(
+            capacity.at_level(foresight_result, c), window="test", annualization=TRADING_DAYS_PER_YEAR
+        )
         rows.append(
             {
                 "capital": c,
@@ -254,9 +257,10 @@ def test_every_strategy_replays_at_0x_1x_2x_the_cost_model(rising_market, capaci
         level: capacity.at_cost_level(capacity_result, level).equity[-1] for level in capacity.COST_LEVELS
     }
     assert bool((finals[0.0] > finals[1.0]).all()) and bool((finals[1.0] > finals[2.0]).all())
-    doc = report.metrics_document(plain, window="test")
+    doc = report.metrics_document(plain, window="test", annualization=TRADING_DAYS_PER_YEAR)
     rows = capacity.cost_sensitivity_fields(
-        capacity_result, lambda sub: report.metrics_document(sub, window="test")
+        capacity_result,
+        lambda sub: report.metrics_document(sub, window="test", annualization=TRADING_DAYS_PER_YEAR),
     )
     assert [row["level"] for row in rows] == [0.0, 1.0, 2.0]
     assert rows[1]["strategies"]["champion"]["sharpe_ratio"] == pytest.approx(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from app.config import Config, config_to_toml, load_config, parse_config, write_config
+from app.config import Config, GateConfig, config_to_toml, load_config, parse_config, write_config
 from data.errors import ConfigError
 
 
@@ -99,10 +99,11 @@ def test_old_significance_keys_still_load_with_a_warning(tmp_path, caplog):
     )
     with caplog.at_level("WARNING", logger="app.config"):
         config = load_config(old)
-    assert config.backtest.significance_level == 0.05 and config.nightly.significance_level == 0.1
+    assert config.backtest.significance_level == 0.05 and config.gate.level == 0.1
     assert "first_promotion" not in type(config.nightly).model_fields
     warned = [r.getMessage() for r in caplog.records]
-    assert len(warned) == 3 and all(str(old) in w and "deprecated" in w for w in warned)
+    # backtest's and nightly's dsr_threshold, first_promotion, and nightly's level moved to [gate].
+    assert len(warned) == 4 and all(str(old) in w and "deprecated" in w for w in warned)
     # Both keys set is an error (as for a renamed key); the written config has only the new keys.
     with pytest.raises(ConfigError, match="backtest.dsr_threshold: deprecated, replaced by"):
         parse_config({"backtest": {"dsr_threshold": 0.5, "significance_level": 0.01}})
@@ -116,12 +117,10 @@ def test_first_promotion_is_gone_and_an_old_file_that_sets_it_still_loads(tmp_pa
     first challenger now passes the promotion test like any other; "significant", which was that rule,
     loads without a word; neither is written back."""
     old = tmp_path / "config.toml"
-    old.write_text(f'[nightly]\nfirst_promotion = "{value}"\nmargin = 0.2\n', encoding="utf-8")
+    old.write_text(f'[nightly]\nfirst_promotion = "{value}"\nwarm_start_pods = 2\n', encoding="utf-8")
     with caplog.at_level("WARNING", logger="app.config"):
         config = load_config(old)
-    assert config.nightly.margin == 0.2 and config.nightly == Config().nightly.model_copy(
-        update={"margin": 0.2}
-    )
+    assert config.nightly == Config().nightly.model_copy(update={"warm_start_pods": 2})
     warned = [r.getMessage() for r in caplog.records]
     if value == "always":
         assert len(warned) == 1 and "\n" not in warned[0]
@@ -141,9 +140,10 @@ def test_the_level_under_its_old_name_still_loads(tmp_path, caplog):
     old.write_text("[backtest]\nsignificance = 0.01\n[nightly]\nsignificance = 0.2\n", encoding="utf-8")
     with caplog.at_level("WARNING", logger="app.config"):
         config = load_config(old)
-    assert config.backtest.significance_level == 0.01 and config.nightly.significance_level == 0.2
+    assert config.backtest.significance_level == 0.01 and config.gate.level == 0.2
     warned = [r.getMessage() for r in caplog.records]
-    assert len(warned) == 2 and all("significance is deprecated" in w for w in warned)
+    assert len(warned) == 3 and all("significance is deprecated" in w for w in warned[:2])
+    assert "[nightly] significance_level -> level" in warned[2]
     assert "significance_level = 0.01" in config_to_toml(config)
     with pytest.raises(
         ConfigError, match="backtest.significance: deprecated name of backtest.significance_level"
@@ -172,3 +172,111 @@ def test_the_config_and_its_settings_load_without_torch(tmp_path):
         timeout=120,
     )
     assert out.stdout.strip().splitlines()[-1] == "3 SACArgs []", out.stdout + out.stderr
+
+
+OLD_GATE_FILE = """\
+[nightly]
+fitness = "return"
+margin = 0.3
+significance_level = 0.02
+shadow_book = false
+warm_start_pods = 2
+
+[walkforward]
+gate = "nightly"
+before_champion = "cash"
+step_sessions = 5
+
+[paper]
+before_champion = "cash"
+"""
+
+
+def test_an_old_file_s_promotion_keys_move_to_gate_with_one_warning(tmp_path, caplog):
+    """The promotion rule's keys that lived in [nightly], [walkforward] and [paper] are read under
+    [gate] (shadow_book false and gate "nightly" as rule "window"), with one warning line naming them;
+    the written config holds them under [gate] only, and reads back the same."""
+    old = tmp_path / "config.toml"
+    old.write_text(OLD_GATE_FILE, encoding="utf-8")
+    with caplog.at_level("WARNING", logger="app.config"):
+        config = load_config(old)
+    assert config.gate == GateConfig(
+        rule="window", level=0.02, margin=0.3, fitness="return", before_champion="cash"
+    )
+    assert (config.nightly.warm_start_pods, config.walkforward.step_sessions) == (2, 5)
+    (warned,) = [r.getMessage() for r in caplog.records]
+    assert warned.startswith(f"{old}: deprecated keys read under [gate]: ") and "\n" not in warned
+    for moved in (
+        "[nightly] shadow_book -> rule",
+        "[walkforward] gate -> rule",
+        "[nightly] margin -> margin",
+        "[nightly] significance_level -> level",
+        "[paper] before_champion -> before_champion",
+    ):
+        assert moved in warned
+    written = config_to_toml(config)
+    assert "shadow_book" not in written and "[gate]" in written
+    again = tmp_path / "again.toml"
+    again.write_text(written, encoding="utf-8")
+    assert load_config(again) == config
+
+
+@pytest.mark.parametrize(
+    ("raw", "rule"),
+    [
+        ({"nightly": {"shadow_book": True}}, "book"),
+        ({"walkforward": {"gate": "always"}}, "always"),
+        # A written config.toml holds every key: one at its old default yields to the other.
+        ({"nightly": {"shadow_book": True}, "walkforward": {"gate": "always"}}, "always"),
+        ({"nightly": {"shadow_book": False}, "walkforward": {"gate": "book"}}, "window"),
+        ({"nightly": {"shadow_book": False}, "gate": {"rule": "window"}}, "window"),
+    ],
+)
+def test_the_old_rule_keys_read_as_one_rule(raw, rule):
+    assert parse_config(raw).gate.rule == rule
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        (
+            {"nightly": {"shadow_book": False}, "gate": {"rule": "book"}},
+            'config: [nightly] shadow_book = false conflicts with [gate] rule = "book"; set only [gate] rule',
+        ),
+        (
+            {"nightly": {"margin": 0.2}, "gate": {"margin": 0.3}},
+            "config: [nightly] margin = 0.2 conflicts with [gate] margin = 0.3; set only [gate] margin",
+        ),
+        (
+            {"nightly": {"shadow_book": False}, "walkforward": {"gate": "always"}},
+            'config: [nightly] shadow_book = false and [walkforward] gate = "always" both move to [gate] '
+            "rule and disagree; set only [gate] rule",
+        ),
+        (
+            {
+                "walkforward": {"before_champion": "cash"},
+                "paper": {"before_champion": "cash"},
+                "gate": {"before_champion": "benchmark"},
+            },
+            'config: [walkforward] before_champion = "cash" conflicts with [gate] before_champion = '
+            '"benchmark"; set only [gate] before_champion',
+        ),
+    ],
+)
+def test_an_old_key_that_disagrees_with_gate_is_a_one_line_error(raw, message):
+    with pytest.raises(ConfigError) as info:
+        parse_config(raw)
+    assert str(info.value) == message
+
+
+def test_with_updates_reads_the_old_keys_as_a_file_does():
+    """Overrides in the old keys (``nightly={"shadow_book": False}``) land in [gate] as a file's do;
+    an old key and the [gate] key it moved to, set differently in one call, are refused."""
+    config = Config().with_updates(nightly={"shadow_book": False, "margin": 0.2, "export": False})
+    assert (config.gate.rule, config.gate.margin, config.nightly.export) == ("window", 0.2, False)
+    assert config.with_updates(gate={"rule": "book"}).gate.rule == "book"
+    assert config.with_updates(walkforward={"gate": "always"}).gate.rule == "always"
+    with pytest.raises(ConfigError, match="overrides: \\[nightly\\] shadow_book = true conflicts"):
+        config.with_updates(nightly={"shadow_book": True}, gate={"rule": "window"})
+    with pytest.raises(ConfigError, match="overrides: gate: .*max_sessions must be >= min_sessions"):
+        Config().with_updates(gate={"min_sessions": 30, "max_sessions": 20})

@@ -71,7 +71,7 @@ def test_a_losing_champion_is_demoted_and_status_and_the_dashboard_say_why(tmp_p
     # The champion loses 1% a day to buy-and-hold; tonight's challengers carry no edge.
     monkeypatch.setattr(shadow, "replay_returns", _fake_replay({CHAMPION: -0.01}))
     config = Config().with_updates(nightly={"export": False}, retention={"after_retrain": False})
-    assert config.nightly.shadow_book  # the default rule
+    assert config.gate.rule == "book"  # the default rule
     steps = _steps(first_day=30)
     nights = 0
     while nights < 30:  # deterministic (the fakes' noise is seeded)
@@ -96,7 +96,7 @@ def test_a_losing_champion_is_demoted_and_status_and_the_dashboard_say_why(tmp_p
     assert "e-value reached" in line and "edge is gone" in line
     card = in_charge(status)
     assert card.value == "none (demoted)" and card.since == gone.demoted_at[:16].replace("T", " ")
-    assert gone.reason in card.explanation and "[paper] before_champion" in card.explanation
+    assert gone.reason in card.explanation and "[gate] before_champion" in card.explanation
 
     # The next night: no champion, nothing demoted again; the book tests challengers against buy-and-hold.
     after = run_retrain(config, home, steps=steps)

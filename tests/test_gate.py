@@ -33,9 +33,14 @@ def _scores(challenger: float | None, incumbent: float | None, outcome: str = "s
 
 
 def test_the_rule_comes_from_the_sections():
-    config = Config().with_updates(nightly={"margin": 0.2, "significance_level": 0.01})
+    config = Config().with_updates(gate={"margin": 0.2, "level": 0.01, "rule": "window"})
     rule = GateRule.of_config(config)
-    assert (rule.fitness, rule.margin, rule.significance_level) == (config.tournament.fitness, 0.2, 0.01)
+    assert (rule.rule, rule.fitness, rule.margin, rule.significance_level) == (
+        "window",
+        config.tournament.fitness,
+        0.2,
+        0.01,
+    )
     # No level of its own: the backtest's.
     assert GateRule.of_config(Config()).significance_level == Config().backtest.significance_level
 
@@ -74,8 +79,10 @@ def test_an_incumbent_selected_on_the_window_is_noted_and_always_promotes():
     assert not gate.promote and gate.reason.endswith(
         f"(note: the champion was selected on data up to {WINDOW[1]})"
     )
-    always = judge_challenger(GateRule(), _scores(0.5, 1.0), champion, mode="always")
-    assert always.promote and always.reason == "gate = always: the fold's challenger takes over"
+    assert gate.rule == "window"  # the fixed window's rule decided
+    always = judge_challenger(GateRule(rule="always"), _scores(0.5, 1.0), champion)
+    assert always.promote and always.reason == "[gate] rule = always: the challenger takes over"
+    assert always.rule == "always"
 
 
 def test_a_fold_record_written_with_a_figures_block_reads_at_the_top_level(tmp_path):

@@ -71,7 +71,7 @@ def fresh_home(tmp_path, monkeypatch):
         Config().with_updates(
             data={"tickers": list(run.splits.full.tickers)},
             env={"decision_interval": DECISION_INTERVAL},
-            paper={"before_champion": "benchmark"},
+            gate={"before_champion": "benchmark"},
         ),
         config,
     )

@@ -115,11 +115,9 @@ class FakePipeline:
 
 
 def _config(**nightly) -> Config:
-    """The fixed-window gate (``shadow_book = false``): these tests script its scores; the shadow book's
-    rule is tests/test_shadow.py's and tests/test_shadow_nights.py's."""
-    return Config().with_updates(
-        nightly={"margin": 0.1, "significance_level": 0.1, "shadow_book": False, **nightly}
-    )
+    """The fixed-window gate (``[gate] rule = "window"``): these tests script its scores; the shadow
+    book's rule is tests/test_shadow.py's and tests/test_shadow_nights.py's."""
+    return Config().with_updates(gate={"rule": "window", "margin": 0.1, "level": 0.1}, nightly=nightly)
 
 
 def _registry_state(home: Path) -> tuple[list[dict], dict | None, bytes | None]:
@@ -195,12 +193,13 @@ def test_first_run_with_no_champion_promotes_and_exports(home):
     # The gate's level, the looks as the DSR's trials, the test in the scores.
     assert row["significance_level"] == pytest.approx(0.1) and row["num_trials"] == 2
     assert row["scores"]["edge"].startswith("edge significant out of sample")
+    assert row["scores"]["rule"] == "window"  # the rule that decided, [gate] rule
     assert row["scores"]["oos_test"] == {"looks": 2, "psr_after_looks": 0.97}
     assert outcome.challenger_edge == row["scores"]["edge"] == decision_gate(row).edge
     assert (row["eval_start"], row["eval_end"]) == WINDOWS["test"]
     assert (row["selection_start"], row["selection_end"]) == WINDOWS["valid"]
     assert (row["data_start"], row["data_end"]) == WINDOWS["full"]
-    assert row["inputs"]["config"]["nightly"]["margin"] == 0.1 and row["inputs"]["run_trials"] == 4
+    assert row["inputs"]["config"]["gate"]["margin"] == 0.1 and row["inputs"]["run_trials"] == 4
     assert row["scores"]["challenger"]["sharpe_ratio"] == pytest.approx(0.2)
     assert not (home / "retrain.lock").read_text().strip()  # released cleanly
 
@@ -319,6 +318,16 @@ def test_a_failing_step_is_one_line_and_exit_1_on_the_cli(home, tmp_path, monkey
     assert read_decisions(home)[-1]["verdict"] == "failed"
 
 
+def test_a_retrain_refuses_the_always_rule_before_it_starts(home):
+    """``[gate] rule = "always"`` (every challenger takes over) is a walk-forward's plumbing: a retrain
+    refuses it as a config error, before it takes the lock or records anything."""
+    fake = FakePipeline()
+    config = Config().with_updates(gate={"rule": "always"})
+    with pytest.raises(ConfigError, match='\\[gate\\] rule = "always" promotes every challenger untested'):
+        run_retrain(config, home, steps=fake.steps())
+    assert not registry_path(home).exists() and not (home / "retrain.lock").exists()
+
+
 def test_cli_json_reports_the_decision(home, monkeypatch, capsys):
     from app import cli
     from app.nightly import pipeline as nightly
@@ -326,7 +335,7 @@ def test_cli_json_reports_the_decision(home, monkeypatch, capsys):
     fake = FakePipeline()
     monkeypatch.setattr(nightly, "default_steps", fake.steps)
     config = home / "c.toml"
-    config.write_text("[nightly]\nmargin = 0.25\nshadow_book = false\n")
+    config.write_text('[gate]\nrule = "window"\nmargin = 0.25\n')
     assert cli.main(["retrain", "--home", str(home), "--config", str(config), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["verdict"] == "promoted" and out["champion"] == out["challenger_run_id"]

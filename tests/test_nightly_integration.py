@@ -33,7 +33,8 @@ TINY = {
     "tournament": {"pods": 2, "leaderboard_size": 2, "round_steps": 64, "budget_steps": 128, "workers": 0},
     # The fixed-window gate, twice on the same test window. 15 sessions hold no measurable test window:
     # the first night's verdict is scripted "significant" (_first_champion) so that a champion exists.
-    "nightly": {"tearsheet": False, "margin": 0.1, "significance_level": 0.5, "shadow_book": False},
+    "nightly": {"tearsheet": False},
+    "gate": {"rule": "window", "margin": 0.1, "level": 0.5},
 }
 
 

@@ -24,6 +24,7 @@ import pytest
 
 from app import runs
 from app.runs import RunDir
+from backtests.metrics import TRADING_DAYS_PER_YEAR
 
 ROOT = Path(__file__).resolve().parents[1]
 PRODUCT = ("app", "agents", "backtests", "data", "envs")
@@ -193,6 +194,7 @@ def test_the_tournament_writes_where_rundir_reads(tmp_path):
         round_fn=_fake_round,
         backend=InlineBackend(),
         config_toml="x = 1\n",
+        annualization=TRADING_DAYS_PER_YEAR,
     )
     assert run.config.read_text() == "x = 1\n"
     assert run.leaderboard.is_file() and run.leaderboard.name == leaderboard.FILENAME

@@ -249,10 +249,10 @@ def test_a_failed_unit_alerts_at_once(home, tmp_path):
 # --- the OS schedule and the budget --------------------------------------------------------------------------
 def test_schedule_print_refuses_an_invalid_config_before_writing_anything(home, tmp_path, capsys):
     bad = tmp_path / "bad.toml"
-    bad.write_text("[nightly]\nmargin = -1\n")
+    bad.write_text("[gate]\nmargin = -1\n")
     rc = main(["--home", str(home), "schedule", "print", "--config", str(bad)])
     err = capsys.readouterr()
-    assert rc == 2 and "nightly.margin" in err.err and err.out == ""
+    assert rc == 2 and "gate.margin" in err.err and err.out == ""
     assert not schedule_path(home).exists()
     bad.write_text('[alerts]\nwebhook = "ftp://x"\n')
     assert main(["--home", str(home), "schedule", "print", "--config", str(bad)]) == 2

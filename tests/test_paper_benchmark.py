@@ -147,7 +147,7 @@ def _config(tmp_path, before: str, tickers: list[str], interval: str):
     cfg = Config().with_updates(
         data={"tickers": tickers, "interval": interval},
         env={"decision_interval": DECISION_INTERVAL},
-        paper={"before_champion": before},
+        gate={"before_champion": before},
     )
     write_config(cfg, path)
     return path
@@ -177,7 +177,7 @@ def test_the_command_reads_the_nightly_schedules_config(unpromoted, tmp_path):
     record_schedule(m.home, cron="0 2 * * 1-5", tz="America/New_York", config=config, fmt="crontab")
     assert main(["--home", str(m.home), "paper", "--champion", "--once", *ONCE]) == 1  # cash: no_champion
     assert (
-        not m.fake.orders and "cash ([paper] before_champion)" in events(m.home, "start")["message"].iloc[-1]
+        not m.fake.orders and "cash ([gate] before_champion)" in events(m.home, "start")["message"].iloc[-1]
     )
 
 
@@ -195,10 +195,10 @@ def test_the_benchmark_setting():
     assert bench.bundle_id == benchmark_id(("B", "A")) != benchmark_id(("A", "B"))
     assert bench.act(np.zeros((1, bench.obs_dim))).tolist() == [[0.5, 0.5]]
     cash, what = paper_benchmark(
-        Config().with_updates(data={"tickers": ["A"]}, paper={"before_champion": "cash"})
+        Config().with_updates(data={"tickers": ["A"]}, gate={"before_champion": "cash"})
     )
     assert cash is None and "cash" in what
     none, what = paper_benchmark(Config())  # synthetic data, no tickers, no index: no universe known
     assert none is None and "no universe known" in what
     with pytest.raises(ConfigError):
-        parse_config({"paper": {"before_champion": "bonds"}})
+        parse_config({"gate": {"before_champion": "bonds"}})

@@ -1,5 +1,5 @@
 """``paper --champion`` after the nightly demotes its champion: the registry names none, and the
-account is handed back once, to the benchmark (``[paper] before_champion = "benchmark"``) or to cash.
+account is handed back once, to the benchmark (``[gate] before_champion = "benchmark"``) or to cash.
 
 Against the local Alpaca stand-in: champion A trades a session; a retrain demotes it (the registry's
 demotion row, the pointer removed); the next session's first cycle rebalances A's book to the

@@ -27,6 +27,7 @@ from agents.population.stacked import StackedAdam, StackedNets, StackedNorm
 from agents.tournament.pod import score_policies, score_policy
 from agents.training import make_optimizer, policy_for_env
 from backtests.engine import PolicyBatch
+from backtests.metrics import TRADING_DAYS_PER_YEAR
 from data.toy import toy_market
 from envs.execution import FRICTIONLESS
 from envs.observation import NUM_GLOBAL, asset_width
@@ -241,9 +242,17 @@ def test_batched_validation_scores_equal_score_policy(market):
     results = pop.train(pop.fresh_pods(pods))
     valid = toy_market(num_steps=240, num_assets=3, num_features=4, bars_per_session=60, seed=7)
     names = ("a", "b", "c")
-    batched = score_policies(PolicyBatch(names, pop.batched_act([0, 1, 2])), valid, params, fitness="sharpe")
+    batched = score_policies(
+        PolicyBatch(names, pop.batched_act([0, 1, 2])),
+        valid,
+        params,
+        fitness="sharpe",
+        annualization=TRADING_DAYS_PER_YEAR,
+    )
     for result, (score, metrics, series) in zip(results, batched, strict=True):
-        want_score, want_metrics, want_series = score_policy(result.policy, valid, params, fitness="sharpe")
+        want_score, want_metrics, want_series = score_policy(
+            result.policy, valid, params, fitness="sharpe", annualization=TRADING_DAYS_PER_YEAR
+        )
         assert score == pytest.approx(want_score, rel=1e-4, abs=1e-6)
         assert metrics.keys() == want_metrics.keys()
         for key, value in want_metrics.items():
@@ -254,7 +263,9 @@ def test_batched_validation_scores_equal_score_policy(market):
             torch.tensor(series.daily), torch.tensor(want_series.daily), atol=1e-7, rtol=1e-4
         )
     # A subset of the pods: rows in the order asked for.
-    (one,) = score_policies(PolicyBatch(("c",), pop.batched_act([2])), valid, params)
+    (one,) = score_policies(
+        PolicyBatch(("c",), pop.batched_act([2])), valid, params, annualization=TRADING_DAYS_PER_YEAR
+    )
     assert one[0] == pytest.approx(batched[2][0], rel=1e-6)
 
 

@@ -224,7 +224,7 @@ def test_on_calendar_parses_back_to_the_same_schedule(expr):
 
 def test_systemd_units_are_valid(tmp_path):
     config = tmp_path / "nightly.toml"
-    config.write_text("[nightly]\nmargin = 0.2\n")
+    config.write_text("[gate]\nmargin = 0.2\n")
     units = systemd_units("0 2 * * 1-5", home=tmp_path / "my home", config=config)
     assert set(units) == {"podracer-retrain.service", "podracer-retrain.timer"}
     timer, service = units["podracer-retrain.timer"], units["podracer-retrain.service"]
@@ -329,12 +329,12 @@ def test_schedule_run_cli_runs_retrain(home, monkeypatch, capsys):
     seen = []
 
     def fake_retrain(config, home_dir):
-        seen.append((config.nightly.margin, home_dir))
+        seen.append((config.gate.margin, home_dir))
         return "ok"
 
     monkeypatch.setattr(nightly, "run_retrain", fake_retrain)
     config = home / "c.toml"
-    config.write_text("[nightly]\nmargin = 0.3\n")
+    config.write_text("[gate]\nmargin = 0.3\n")
     rc = cli.main(
         [
             "schedule",
@@ -442,7 +442,7 @@ def test_schedule_print_records_what_it_printed(home, tmp_path, capsys):
     from app.nightly.schedule import read_schedule, schedule_path
 
     config = tmp_path / "nightly.toml"
-    config.write_text("[nightly]\nmargin = 0.3\n")
+    config.write_text("[gate]\nmargin = 0.3\n")
     argv = ["schedule", "print", "--format", "systemd", "--cron", "15 1 * * 2-6", "--tz", "Europe/London"]
     before = datetime.now(UTC).replace(microsecond=0)
     assert cli.main([*argv, "--config", str(config)]) == 0

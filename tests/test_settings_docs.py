@@ -41,8 +41,8 @@ FLAGS = {
     ("walkforward", "--folds"): "walkforward.num_folds",
     ("walkforward", "--budget-steps"): "walkforward.budget_steps",
     ("walkforward", "--budget-minutes"): "walkforward.budget_minutes",
-    ("walkforward", "--gate"): "walkforward.gate",
-    ("walkforward", "--before-champion"): "walkforward.before_champion",
+    ("walkforward", "--gate"): "gate.rule",
+    ("walkforward", "--before-champion"): "gate.before_champion",
 }
 
 
@@ -101,8 +101,8 @@ def test_the_sections_are_the_configs():
 
 
 def test_a_setting_without_a_dataclass_is_described_by_its_section_field():
-    field = Config.model_fields["walkforward"].annotation.model_fields["gate"]
-    assert settings_docs.setting_doc("walkforward.gate") == field.description
+    field = Config.model_fields["gate"].annotation.model_fields["rule"]
+    assert settings_docs.setting_doc("gate.rule") == field.description
 
 
 def test_every_flag_that_names_a_setting_is_listed():

@@ -337,20 +337,38 @@ def _retrain_steps(home):
     return RetrainSteps(update_data, tournament, evaluate, export)
 
 
-def test_the_gate_level_reaches_the_nightly_book(tmp_path, monkeypatch):
+def test_the_gate_level_changes_nightly_s_book_and_walk_forward_s_alike(tmp_path, monkeypatch):
+    """``[gate] level`` is read once (``app.gate.shadow_settings``): the nightly retrain's book and a
+    walk-forward's (``book_settings``, its block the planned folds) run at the same level and knobs,
+    and tonight's challenger enters at its share of it; the fixed window's rule reads it too."""
+    import dataclasses
+
     from app.config import Config
-    from app.nightly.pipeline import run_retrain
+    from app.gate import GateRule
+    from app.nightly import pipeline
+    from app.walkforward.book import book_settings
 
     monkeypatch.setattr(shadow, "replay_returns", _fake_replay({f"nightly-{n:03d}": 0.01 for n in range(99)}))
+    used = []
+
+    def spy(config, home, full, challenger, champion, settings):
+        used.append(settings)
+        return shadow.book_decision(config, home, full, challenger, champion, settings)
+
+    monkeypatch.setattr(pipeline, "book_decision", spy)
     for level in (0.05, 0.01):
         home = tmp_path / f"home-{level}"
-        steps = _retrain_steps(home)
         config = Config().with_updates(
-            nightly={"export": False, "significance_level": level}, retention={"after_retrain": False}
+            gate={"level": level, "slots": 3}, nightly={"export": False}, retention={"after_retrain": False}
         )
-        run_retrain(config, home, steps=steps)
+        pipeline.run_retrain(config, home, steps=_retrain_steps(home))
+        nightly, walkforward = used[-1], book_settings(config, 6)
+        assert (nightly.level, nightly.demotion_level, nightly.slots) == (level, level, 3)
+        assert walkforward == dataclasses.replace(nightly, per_block=6)
+        assert GateRule.of_config(config).significance_level == level
         entered = shadow.read_book(home).challengers[0]
         assert entered.level == pytest.approx(anytime.challenger_level(level, 1))
+    assert used[0].level != used[1].level
 
 
 def test_the_retrain_promotes_through_the_book_and_protects_its_runs_from_pruning(tmp_path, monkeypatch):
@@ -363,7 +381,7 @@ def test_the_retrain_promotes_through_the_book_and_protects_its_runs_from_prunin
     monkeypatch.setattr(shadow, "replay_returns", _fake_replay({f"nightly-{n:03d}": 0.01 for n in range(99)}))
     steps = _retrain_steps(home)
     config = Config().with_updates(
-        nightly={"shadow_book": True, "export": False}, retention={"after_retrain": False}
+        gate={"rule": "book"}, nightly={"export": False}, retention={"after_retrain": False}
     )
     for night in range(70):
         outcome = run_retrain(config, home, steps=steps)
@@ -377,4 +395,5 @@ def test_the_retrain_promotes_through_the_book_and_protects_its_runs_from_prunin
     assert champion.run_id == outcome.challenger_run_id != tonight
     assert (Path(champion.policy_dir) / "policy.safetensors").read_bytes() == champion.run_id.encode()
     assert read_decisions(home)[-1]["challenger_run_id"] == champion.run_id
+    assert read_decisions(home)[-1]["scores"]["rule"] == "book"  # the rule that decided
     assert shadow.read_book(home).champion.run_id == champion.run_id

@@ -21,6 +21,7 @@ from agents.tournament.pod import VALID_RETURNS, RoundError
 from agents.tournament.population_backend import PopulationBackend
 from agents.tournament.round_pipeline import RoundPipeline, host_results
 from agents.tournament.settings import TournamentArgs
+from backtests.metrics import TRADING_DAYS_PER_YEAR
 from envs.trading import EnvParams
 from envs.vec_env import TradingVecEnv
 
@@ -75,7 +76,9 @@ def _fake_run(path, windows, workers=0):
         leaderboard_size=3, p_fresh=0.3, round_steps=100, budget_steps=1600, workers=workers, seed=0
     )  # fmt: skip
     backend = PopulationBackend(3, workers=workers, overlap=True)
-    return run_tournament(path, *windows, args=args, round_fn=fake_round, backend=backend)
+    return run_tournament(
+        path, *windows, args=args, round_fn=fake_round, backend=backend, annualization=TRADING_DAYS_PER_YEAR
+    )
 
 
 def test_overlapping_rounds_lose_reorder_and_vary_nothing(tmp_path, windows):

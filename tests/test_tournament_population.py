@@ -15,6 +15,7 @@ from agents.tournament.leaderboard import read_events, read_leaderboard, read_po
 from agents.tournament.pod import VALID_RETURNS
 from agents.tournament.population_backend import PopulationBackend
 from agents.tournament.settings import TournamentArgs
+from backtests.metrics import TRADING_DAYS_PER_YEAR
 from data.errors import ConfigError
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # (tests/conftest.py)
@@ -63,7 +64,14 @@ def test_pods_run_in_lockstep_populations(tmp_path, windows):
         pods=1, leaderboard_size=3, p_fresh=0.3, round_steps=100, budget_steps=1600, workers=0, seed=0
     )
     backend = PopulationBackend(3, workers=0)
-    result = run_tournament(tmp_path / "run", *windows, args=args, round_fn=fake_round, backend=backend)
+    result = run_tournament(
+        tmp_path / "run",
+        *windows,
+        args=args,
+        round_fn=fake_round,
+        backend=backend,
+        annualization=TRADING_DAYS_PER_YEAR,
+    )
     pods = read_pods(tmp_path / "run")
     assert result.env_steps == 1600 and len(pods) == 16  # 5 populations of 3, then the last pod
     kinds = [e["kind"] for e in read_events(tmp_path / "run") if e["kind"] in ("started", "scored")]
@@ -86,6 +94,7 @@ def test_a_failing_pod_fails_alone_in_its_population(tmp_path, windows):
         round_fn=fake_round,
         backend=PopulationBackend(3, workers=0),
         agent={"raise_seqs": [1], "nan_seqs": [4]},
+        annualization=TRADING_DAYS_PER_YEAR,
     )
     failed = {p["pod_id"] for p in read_pods(tmp_path / "run") if p["status"] == "failed"}
     assert failed == {"p0001", "p0004"} and result.pods_tried == 4
@@ -164,7 +173,15 @@ def test_envs_per_pod_pinned_sets_the_populations_env_batch(tmp_path, windows_pp
         backend="population", pods=3, envs_per_pod=16,
     )  # fmt: skip
     with caplog.at_level("INFO", logger="agents.tournament.population_backend"):
-        result = run_tournament(tmp_path / "run", train, valid, args=args, env=ENV, agent=AGENT)
+        result = run_tournament(
+            tmp_path / "run",
+            train,
+            valid,
+            args=args,
+            env=ENV,
+            agent=AGENT,
+            annualization=TRADING_DAYS_PER_YEAR,
+        )
     assert any("3 pods x 16 envs per population" in r.getMessage() for r in caplog.records)
     for pod in read_pods(result.run_dir):
         curve = pd.read_parquet(result.run_dir / "pods" / pod["pod_id"] / "curve.parquet")

@@ -15,6 +15,7 @@ from agents.checkpoint import Checkpoint
 from agents.policy import Policy
 from agents.tournament.leaderboard import read_leaderboard, read_pods
 from agents.tournament.settings import TournamentArgs
+from backtests.metrics import TRADING_DAYS_PER_YEAR
 from data.market import MarketData
 
 ENV = {"decision_interval": 5, "episode_len": 16, "num_envs": 8}
@@ -103,7 +104,9 @@ def test_sac_pods_train_and_warm_start(tmp_path):
         algo="sac",
     )
     agent = {"hidden": 8, "embed": 4, "batch_size": 32, "buffer_size": 512, "learning_starts": 32}
-    result = run_tournament(tmp_path / "sac", train, valid, args=args, env=ENV, agent=agent)
+    result = run_tournament(
+        tmp_path / "sac", train, valid, args=args, env=ENV, agent=agent, annualization=TRADING_DAYS_PER_YEAR
+    )
     pods = read_pods(result.run_dir)
     assert [p["status"] != "failed" for p in pods] == [True, True, True]
     assert all(p["algo"] == "sac" for p in pods) and pods[2]["parent_id"] is not None

@@ -11,6 +11,7 @@ from agents.tournament.leaderboard import read_leaderboard, read_pods  # noqa: E
 from agents.tournament.orchestrator import run_tournament  # noqa: E402
 from agents.tournament.population_backend import PopulationBackend  # noqa: E402
 from agents.tournament.settings import TournamentArgs  # noqa: E402
+from backtests.metrics import TRADING_DAYS_PER_YEAR  # noqa: E402
 from data.toy import toy_market  # noqa: E402
 
 
@@ -44,6 +45,7 @@ def test_ray_backend_runs_a_small_tournament(tmp_path, local_ray):
         backend=backend,
         agent={"sleep": 0.3, "raise_seqs": [2]},
         on_progress=snapshots.append,
+        annualization=TRADING_DAYS_PER_YEAR,
     )
     pods = read_pods(tmp_path / "run")
     assert result.env_steps == 1200 and len(pods) == 12
@@ -69,6 +71,7 @@ def test_population_backend_runs_one_population_per_lane_on_ray(tmp_path, local_
         round_fn=local_ray.fake_round,
         backend=backend,
         agent={"sleep": 0.3},
+        annualization=TRADING_DAYS_PER_YEAR,
     )
     assert result.env_steps == 1200 and len(read_pods(tmp_path / "run")) == 12
     assert backend.lanes() == 2

@@ -16,6 +16,7 @@ from helpers import toy_windows
 
 from agents.tournament.leaderboard import read_events, read_leaderboard, read_pods
 from agents.tournament.settings import TournamentArgs
+from backtests.metrics import TRADING_DAYS_PER_YEAR
 
 TESTS = Path(__file__).resolve().parent
 ARGS = dict(pods=1, leaderboard_size=3, p_fresh=0.3, round_steps=100, budget_steps=3000, workers=1, seed=5)
@@ -93,7 +94,9 @@ def test_kill_dash_nine_then_resume_loses_nothing(tmp_path, backend):
 
     train, valid = toy_windows()
     args = TournamentArgs(**{**args_used, "workers": 0})
-    result = run_tournament(run, train, valid, args=args, round_fn=fake_round, resume=True)
+    result = run_tournament(
+        run, train, valid, args=args, round_fn=fake_round, resume=True, annualization=TRADING_DAYS_PER_YEAR
+    )
 
     after_pods = {p["pod_id"]: p for p in read_pods(run)}
     after_board = {e["pod_id"]: e for e in read_leaderboard(run)}
@@ -138,14 +141,31 @@ def test_resume_with_rerun_ends_as_a_run_that_was_never_stopped(tmp_path):
 
     train, valid = toy_windows()
     args = TournamentArgs(**{**ARGS, "workers": 0})
-    whole = run_tournament(tmp_path / "whole", train, valid, args=args, round_fn=fake_round)
+    whole = run_tournament(
+        tmp_path / "whole", train, valid, args=args, round_fn=fake_round, annualization=TRADING_DAYS_PER_YEAR
+    )
 
     run = tmp_path / "stopped"
     with pytest.raises(KeyboardInterrupt):
-        run_tournament(run, train, valid, args=args, round_fn=interrupting_round, agent={"stop_seq": 6})
+        run_tournament(
+            run,
+            train,
+            valid,
+            args=args,
+            round_fn=interrupting_round,
+            agent={"stop_seq": 6},
+            annualization=TRADING_DAYS_PER_YEAR,
+        )
     assert [p["status"] for p in read_pods(run)][-1] == "running"
     resumed = run_tournament(
-        run, train, valid, args=args, round_fn=fake_round, resume=True, interrupted="rerun"
+        run,
+        train,
+        valid,
+        args=args,
+        round_fn=fake_round,
+        resume=True,
+        interrupted="rerun",
+        annualization=TRADING_DAYS_PER_YEAR,
     )
 
     def scored(path):

@@ -22,11 +22,14 @@ from agents.tournament.orchestrator import run_tournament as orchestrate
 from agents.tournament.pod import PodOutcome
 from agents.tournament.settings import TournamentArgs
 from app.runs import RunDir
+from backtests.metrics import TRADING_DAYS_PER_YEAR
 from data.errors import PodracerError
 
 
 def run_tournament(run_dir, *args, **kwargs):
-    """The orchestrator with the run record kept as the training workflow keeps it (``on_status``)."""
+    """The orchestrator with the run record kept as the training workflow keeps it (``on_status``),
+    daily returns annualized over a year of trading days unless a test says otherwise."""
+    kwargs.setdefault("annualization", TRADING_DAYS_PER_YEAR)
     return orchestrate(run_dir, *args, on_status=RunDir.at(run_dir).on_status, **kwargs)
 
 
@@ -92,6 +95,7 @@ def test_inline_tournament_spends_the_budget_and_improves(tmp_path, windows):
         backend=InlineBackend(),
         config_toml="[tournament]\npods = 2\n",
         on_progress=snapshots.append,
+        annualization=TRADING_DAYS_PER_YEAR,
     )
     pods = read_pods(tmp_path / "run")
     assert len(pods) == 20 and result.pods_tried == 20 and result.env_steps == 2000
@@ -122,7 +126,13 @@ def test_inline_tournament_spends_the_budget_and_improves(tmp_path, windows):
 
 def test_last_round_is_cut_to_the_budget(tmp_path, windows):
     train, valid = windows
-    result = run_tournament(tmp_path / "r", *windows, args=_args(budget_steps=250), round_fn=fake_round)
+    result = run_tournament(
+        tmp_path / "r",
+        *windows,
+        args=_args(budget_steps=250),
+        round_fn=fake_round,
+        annualization=TRADING_DAYS_PER_YEAR,
+    )
     assert [p["round_steps"] for p in read_pods(tmp_path / "r")] == [100, 100, 50]
     assert result.env_steps == 250
 
@@ -130,7 +140,12 @@ def test_last_round_is_cut_to_the_budget(tmp_path, windows):
 def test_crash_and_nan_pods_are_isolated(tmp_path, windows):
     faults = {"raise_seqs": [1, 4], "nan_seqs": [2, 5]}
     result = run_tournament(
-        tmp_path / "run", *windows, args=_args(budget_steps=1200), round_fn=fake_round, agent=faults
+        tmp_path / "run",
+        *windows,
+        args=_args(budget_steps=1200),
+        round_fn=fake_round,
+        agent=faults,
+        annualization=TRADING_DAYS_PER_YEAR,
     )
     pods = read_pods(tmp_path / "run")
     failed = {p["pod_id"]: p["error"] for p in pods if p["status"] == "failed"}
@@ -153,6 +168,7 @@ def test_a_run_where_every_pod_fails_stops_with_one_error(tmp_path, windows):
             args=_args(max_consecutive_failures=3),
             round_fn=fake_round,
             agent=faults,
+            annualization=TRADING_DAYS_PER_YEAR,
         )
     assert json.loads((tmp_path / "run" / "run.json").read_text())["status"] == "interrupted"
 
@@ -160,12 +176,41 @@ def test_a_run_where_every_pod_fails_stops_with_one_error(tmp_path, windows):
 def test_guards_on_windows_and_run_dirs(tmp_path, windows):
     train, valid = windows
     with pytest.raises(PodracerError, match="after the train window"):
-        run_tournament(tmp_path / "a", valid, train, args=_args(), round_fn=fake_round)
+        run_tournament(
+            tmp_path / "a",
+            valid,
+            train,
+            args=_args(),
+            round_fn=fake_round,
+            annualization=TRADING_DAYS_PER_YEAR,
+        )
     with pytest.raises(PodracerError, match="cannot resume"):
-        run_tournament(tmp_path / "b", train, valid, args=_args(), round_fn=fake_round, resume=True)
-    run_tournament(tmp_path / "c", train, valid, args=_args(budget_steps=100), round_fn=fake_round)
+        run_tournament(
+            tmp_path / "b",
+            train,
+            valid,
+            args=_args(),
+            round_fn=fake_round,
+            resume=True,
+            annualization=TRADING_DAYS_PER_YEAR,
+        )
+    run_tournament(
+        tmp_path / "c",
+        train,
+        valid,
+        args=_args(budget_steps=100),
+        round_fn=fake_round,
+        annualization=TRADING_DAYS_PER_YEAR,
+    )
     with pytest.raises(PodracerError, match="already holds"):
-        run_tournament(tmp_path / "c", train, valid, args=_args(), round_fn=fake_round)
+        run_tournament(
+            tmp_path / "c",
+            train,
+            valid,
+            args=_args(),
+            round_fn=fake_round,
+            annualization=TRADING_DAYS_PER_YEAR,
+        )
 
 
 def test_process_backend_is_asynchronous_and_survives_a_dead_worker(tmp_path, windows):
@@ -179,6 +224,7 @@ def test_process_backend_is_asynchronous_and_survives_a_dead_worker(tmp_path, wi
         round_fn=fake_round,
         agent=faults,
         backend=ProcessBackend(2, threads_per_worker=1),
+        annualization=TRADING_DAYS_PER_YEAR,
     )
     pods = read_pods(tmp_path / "run")
     failed = [p for p in pods if p["status"] == "failed"]
@@ -202,6 +248,7 @@ def test_time_budget_stops_launching(tmp_path, windows):
         args=_args(budget_steps=None, budget_minutes=1.0 / 60.0),
         round_fn=fake_round,
         agent=faults,
+        annualization=TRADING_DAYS_PER_YEAR,
     )
     assert 1 <= result.pods_tried <= 5
     assert time.monotonic() - start < 5

@@ -10,6 +10,7 @@ from test_tournament_run import _args, fake_round, run_tournament
 from agents.tournament.backends import ProcessBackend
 from agents.tournament.leaderboard import read_pods
 from agents.tournament.settings import AUTO_TIMEOUT_FIRST_S, AUTO_TIMEOUT_FLOOR_S, auto_round_timeout
+from backtests.metrics import TRADING_DAYS_PER_YEAR
 
 
 def test_hung_pod_is_killed_and_failed_local_workers(tmp_path, windows):
@@ -21,6 +22,7 @@ def test_hung_pod_is_killed_and_failed_local_workers(tmp_path, windows):
         round_fn=fake_round,
         backend=ProcessBackend(1),
         agent={"hang_seqs": [1]},  # seq 0 runs first, so the worker is warm when the timer starts
+        annualization=TRADING_DAYS_PER_YEAR,
     )
     pods = {p["pod_id"]: p for p in read_pods(tmp_path / "run")}
     assert pods["p0001"]["status"] == "failed" and "round timeout" in pods["p0001"]["error"]
@@ -53,6 +55,7 @@ def test_hung_pod_is_killed_and_failed_ray(tmp_path, windows):
             round_fn=fake_round,
             backend=RayBackend(cpus_per_pod=1.0),
             agent={"hang_seqs": [1]},
+            annualization=TRADING_DAYS_PER_YEAR,
         )
     finally:
         ray.shutdown()

@@ -20,6 +20,7 @@ from app.config import Config
 from app.evaluation import MIN_VALID_SESSIONS
 from app.workflows.training import check_valid_sessions
 from backtests import engine, report, scoring, selection
+from backtests.metrics import TRADING_DAYS_PER_YEAR
 from data.errors import ConfigError
 from data.toy import toy_market
 from envs.trading import EnvParams
@@ -38,7 +39,9 @@ def short_result():
 def test_metrics_document_has_pbo_over_the_trials_returns(short_result):
     rng = np.random.default_rng(0)
     returns = rng.normal(0.0, 0.01, size=(40, 6))
-    doc = report.metrics_document(short_result, window="test", num_trials=6, trial_returns=returns)
+    doc = report.metrics_document(
+        short_result, window="test", num_trials=6, trial_returns=returns, annualization=TRADING_DAYS_PER_YEAR
+    )
     expected = selection.probability_of_backtest_overfitting(returns, num_splits=16)
     assert doc.pbo == pytest.approx(expected.pbo)
     assert doc.pbo_num_splits == expected.num_splits == 16
@@ -49,8 +52,13 @@ def test_metrics_document_has_pbo_over_the_trials_returns(short_result):
 
 
 def test_pbo_is_null_with_one_pod_or_none(short_result):
-    one = report.metrics_document(short_result, window="test", trial_returns=np.zeros((20, 1)) + 0.001)
-    none = report.metrics_document(short_result, window="test")
+    one = report.metrics_document(
+        short_result,
+        window="test",
+        trial_returns=np.zeros((20, 1)) + 0.001,
+        annualization=TRADING_DAYS_PER_YEAR,
+    )
+    none = report.metrics_document(short_result, window="test", annualization=TRADING_DAYS_PER_YEAR)
     for doc in (one, none):
         assert doc.pbo is None and doc.pbo_logits == [] and doc.pbo_num_splits is None
 
@@ -74,7 +82,9 @@ def test_valid_returns_round_trip_into_one_matrix(tmp_path):
 
 def test_score_policy_returns_the_validation_series():
     market = toy_market(num_steps=390 * 3, num_assets=4, num_features=8, seed=1)
-    score, metrics, series = pod.score_policy(MOMENTUM, market, EnvParams(decision_interval=30))
+    score, metrics, series = pod.score_policy(
+        MOMENTUM, market, EnvParams(decision_interval=30), annualization=TRADING_DAYS_PER_YEAR
+    )
     assert len(series.daily) == 3 and len(series.decision) == len(series.decision_timestamps)
     # The series is what the score was computed from.
     sharpe = float(np.mean(series.daily) / np.std(series.daily, ddof=1) * math.sqrt(252))
@@ -90,14 +100,18 @@ def test_undefined_sharpes_stay_null_in_the_run_record():
     # A cash policy's Sharpe is undefined in score_policy's metrics (never 0).
     market = toy_market(num_steps=390 * 2, num_assets=4, num_features=8, seed=1)
     cash = lambda obs: torch.zeros(obs.shape[0], 4)  # noqa: E731
-    score, metrics, _ = pod.score_policy(cash, market, EnvParams(decision_interval=30))
+    score, metrics, _ = pod.score_policy(
+        cash, market, EnvParams(decision_interval=30), annualization=TRADING_DAYS_PER_YEAR
+    )
     assert metrics["sharpe_ratio"] is None and score == 0.0
 
 
 def test_the_selection_block_counts_flat_trials_and_the_verdict_line_follows(short_result):
     rng = np.random.default_rng(1)
     returns = np.column_stack([rng.normal(0.0, 0.01, (40, 3)), np.zeros((40, 2))])
-    doc = report.metrics_document(short_result, window="test", num_trials=5, trial_returns=returns)
+    doc = report.metrics_document(
+        short_result, window="test", num_trials=5, trial_returns=returns, annualization=TRADING_DAYS_PER_YEAR
+    )
     assert doc.selection.num_trials == 5 and doc.selection.trials_flat == 2
     assert doc.selection.effective_trials == 3  # independent noise: one cluster each
     assert doc.verdict_diagnostics.endswith(f"PBO {doc.pbo:.2f} (ranking among pods)")
@@ -133,7 +147,9 @@ def test_calmar_fitness_ranks_a_never_losing_pod_first_ordered_by_return():
         [0.01, -0.02, 0.01, 0.01],  # a real drawdown
         [0.0, 0.0, 0.0, 0.0],  # flat (cash): undefined
     ]
-    fit = scoring.fitness(_fake(strategies), "calmar", nan_value=-math.inf)
+    fit = scoring.fitness(
+        _fake(strategies), "calmar", nan_value=-math.inf, annualization=TRADING_DAYS_PER_YEAR
+    )
     order = torch.argsort(fit, descending=True).tolist()
     assert order == [0, 1, 2, 3, 4]
     assert fit[2] <= scoring.CALMAR_CAP < fit[1] < fit[0] < 2 * scoring.CALMAR_CAP
@@ -142,7 +158,7 @@ def test_calmar_fitness_ranks_a_never_losing_pod_first_ordered_by_return():
 
 # --- annualized figures on short windows ----------------------------------------------------------------
 def test_annualized_figures_are_null_below_63_sessions(short_result):
-    doc = report.metrics_document(short_result, window="test")
+    doc = report.metrics_document(short_result, window="test", annualization=TRADING_DAYS_PER_YEAR)
     assert doc.num_sessions == 4 and doc.annualized_min_sessions == 63
     for row in doc.strategies.values():
         assert row.annual_return is None and row.calmar_ratio is None
@@ -156,14 +172,16 @@ def test_annualized_figures_are_null_below_63_sessions(short_result):
 def test_annualized_figures_are_kept_from_63_sessions():
     market = toy_market(num_steps=390 * 63, num_assets=2, num_features=1, seed=3)
     res = engine.run_backtest(market, EnvParams(decision_interval=390), baselines=("buy_and_hold",))
-    doc = report.metrics_document(res, window="test")
+    doc = report.metrics_document(res, window="test", annualization=TRADING_DAYS_PER_YEAR)
     assert doc.num_sessions == 63
     assert doc.strategies["buy_and_hold"].annual_return is not None
 
 
 # --- costs in captions ----------------------------------------------------------------------------------
 def test_metrics_record_costs_and_captions_print_them(short_result):
-    doc = report.metrics_document(short_result, window="test", cost_rate=0.002, slippage_bps=1.0)
+    doc = report.metrics_document(
+        short_result, window="test", cost_rate=0.002, slippage_bps=1.0, annualization=TRADING_DAYS_PER_YEAR
+    )
     assert (doc.cost_rate, doc.slippage_bps) == (0.002, 1.0)
     caption = render._caption(doc)
     assert "costs 0.20% + 1 bp" in caption and "costs on" not in caption

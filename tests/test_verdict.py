@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from backtests import verdict as v
+from backtests.metrics import TRADING_DAYS_PER_YEAR
 from backtests.metrics_model import MetricsDocument
 from backtests.verdict import EdgeVerdict, judge, stated_verdict, verdict_fields
 
@@ -174,7 +175,9 @@ def test_the_report_writes_the_verdict_of_the_rule():
     market = toy_market(num_steps=45 * 390, num_assets=3, num_features=2, seed=1)
     policy = lambda obs: torch.full((obs.shape[0], 3), 0.3)  # noqa: E731
     result = engine.run_backtest(market, EnvParams(decision_interval=390), {"champion": policy})
-    doc = report.metrics_document(result, window="test", significance_level=0.1, seed=3)
+    doc = report.metrics_document(
+        result, window="test", significance_level=0.1, seed=3, annualization=TRADING_DAYS_PER_YEAR
+    )
     verdict = judge(doc, "champion")
     assert doc.verdict == verdict.text and stated_verdict(doc) == verdict
     assert doc.verdict_outcome == verdict.outcome in v.OUTCOMES and "level 0.1" in verdict.text
@@ -182,7 +185,12 @@ def test_the_report_writes_the_verdict_of_the_rule():
     baselines_only = engine.run_backtest(
         market, EnvParams(decision_interval=390), baselines=("buy_and_hold",)
     )
-    assert stated_verdict(report.metrics_document(baselines_only, window="test")) is None
+    assert (
+        stated_verdict(
+            report.metrics_document(baselines_only, window="test", annualization=TRADING_DAYS_PER_YEAR)
+        )
+        is None
+    )
 
 
 # --- (b) one definition ----------------------------------------------------------------------------
@@ -222,7 +230,7 @@ def test_the_config_level_defaults_to_the_verdict_modules():
     from app.config import Config
 
     assert Config().backtest.significance_level == v.SIGNIFICANCE_LEVEL
-    assert Config().nightly.significance_level is None
+    assert Config().gate.level is None  # the promotion rule's level: unset reads the backtest's
 
 
 # --- (c) light -------------------------------------------------------------------------------------

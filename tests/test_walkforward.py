@@ -14,6 +14,7 @@ from app.walkforward.judging import PROVISIONAL_SHARE, report_level
 from app.walkforward.record import FoldRecord
 from backtests.engine import run_backtest
 from backtests.folds import Fold, fold_layout, fold_of_session, span
+from backtests.metrics import TRADING_DAYS_PER_YEAR
 from backtests.stitched import SwitchingPolicy, run_stitched, segment_figures
 from data.errors import ConfigError
 from data.features import compute_features
@@ -181,8 +182,11 @@ def test_segment_figures_compound_to_the_whole(market):
     params = EnvParams(decision_interval=15)
     result = run_stitched(market, params, [_weights(0.15, market.num_assets)], [0])
     dates = [str(d) for d in np.unique(result.session_dates)]
-    parts = [segment_figures(result, dates[a], dates[b - 1]) for a, b in ((0, 3), (3, 5), (5, len(dates)))]
-    whole = segment_figures(result, dates[0], dates[-1])
+    parts = [
+        segment_figures(result, dates[a], dates[b - 1], annualization=TRADING_DAYS_PER_YEAR)
+        for a, b in ((0, 3), (3, 5), (5, len(dates)))
+    ]
+    whole = segment_figures(result, dates[0], dates[-1], annualization=TRADING_DAYS_PER_YEAR)
     assert np.prod([1 + p["return"] for p in parts]) - 1 == pytest.approx(whole["return"], rel=1e-9)
     assert sum(p["costs_paid"] for p in parts) == pytest.approx(whole["costs_paid"])
     assert sum(p["sessions"] for p in parts) == whole["sessions"] == len(dates)
@@ -257,3 +261,28 @@ def test_a_span_spends_its_level_once_over_all_its_reports(planned):
     assert sum(provisional) + final == pytest.approx(level)
     assert final == pytest.approx(level * (1 - PROVISIONAL_SHARE)) and final > 0.5 * level
     assert report_level(level, final=True, planned_folds=None) == level
+
+
+@pytest.mark.parametrize(
+    ("flags", "rule", "holding"),
+    [
+        (["--gate", "nightly", "--before-champion", "cash"], "window", "cash"),  # the earlier name
+        (["--gate", "always"], "always", "benchmark"),
+        ([], "book", "benchmark"),
+    ],
+)
+def test_the_command_s_gate_flags_set_the_gate_section(tmp_path, monkeypatch, flags, rule, holding):
+    """``--gate`` and ``--before-champion`` set ``[gate] rule`` and ``before_champion``: the run reads
+    the promotion rule where nightly reads it."""
+    from app import cli
+    from app.walkforward import run as wf_run
+
+    seen = []
+
+    def stop(config, home, **kwargs):
+        seen.append(config.gate)
+        raise ConfigError("stopped before the folds")
+
+    monkeypatch.setattr(wf_run, "run_walkforward", stop)
+    rc = cli.main(["--home", str(tmp_path), "walkforward", "--json", *flags])
+    assert rc == 2 and [(g.rule, g.before_champion) for g in seen] == [(rule, holding)]

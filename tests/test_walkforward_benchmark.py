@@ -1,4 +1,4 @@
-"""The walk-forward's account before its first champion qualifies (``[walkforward] before_champion``):
+"""The walk-forward's account before its first champion qualifies (``[gate] before_champion``):
 the benchmark (``backtests.stitched.BenchmarkInCharge``) is the backtest's buy-and-hold, bought once
 through the same fills and held without churn, then handed to the first champion as holdings; or cash.
 """

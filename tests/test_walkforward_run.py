@@ -34,9 +34,8 @@ TINY = {
     "agent": {"hidden": 8, "embed": 4, "num_steps": 8, "update_epochs": 1, "num_minibatches": 1},
     "tournament": {"pods": 1, "leaderboard_size": 2, "round_steps": 64, "budget_steps": 256, "workers": 0},
     # Windows this short are not measurable: folds take charge only under "always" (the plumbing).
-    "nightly": {"margin": 0.1},
+    "gate": {"rule": "always", "margin": 0.1},  # the fold plumbing: windows this short are not measurable
     "walkforward": {
-        "gate": "always",  # the fold plumbing: windows this short are not measurable
         "train_sessions": 8,
         "valid_sessions": 10,
         "gate_sessions": 0,
@@ -155,7 +154,7 @@ def test_folds_gate_and_stitched_account_of_a_tiny_run(runs):
         assert fold.info().feature_spec["fitted_on"] == w["train"]
         assert fold.info().status == "done" and fold.champion.is_dir()
         # The gate's answer: "always" here, every fold's challenger takes charge whatever its figures.
-        assert r["promoted"] and r["gate"]["reason"].startswith("gate = always")
+        assert r["promoted"] and r["gate"]["reason"].startswith("[gate] rule = always")
         before = records[r["index"] - 1]["in_charge"] if r["index"] else None
         assert r["in_charge"] == ({"fold": r["index"], "run": fold.path.name} if r["promoted"] else before)
     assert records[1]["warm_started_from"] == f"wf/fold-{records[0]['in_charge']['fold']:03d}"
@@ -252,22 +251,17 @@ def test_fold_tournaments_on_the_ray_backend(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("before_champion", ["benchmark", "cash"])
 def test_a_noise_champion_never_takes_charge_by_default(home, before_champion):
-    # The fixed-window gate ("nightly"): on a null market, with windows too short to
+    # The fixed-window gate ("window"): on a null market, with windows too short to
     # measure, no fold's challenger is significant, so no champion takes charge and the account holds
-    # [walkforward] before_champion throughout: buy-and-hold (the default) or cash.
+    # [gate] before_champion throughout: buy-and-hold (the default) or cash.
     from app.walkforward.run import run_walkforward
 
     raw = {
         **TINY,
         "data": {**TINY["data"], "signal": 0.0},
-        "nightly": {"margin": 0.1},
+        "gate": {"rule": "window", "margin": 0.1, "before_champion": before_champion},
         "tournament": {**TINY["tournament"], "budget_steps": 64},
-        "walkforward": {
-            **TINY["walkforward"],
-            "gate": "nightly",
-            "num_folds": 2,
-            "before_champion": before_champion,
-        },
+        "walkforward": {**TINY["walkforward"], "num_folds": 2},
     }
     result = run_walkforward(parse_config(raw), home, run=f"quiet-{before_champion}")
     assert [r.promoted for r in result.folds] == [False, False]

@@ -92,7 +92,7 @@ def run_tournament(
     env: Mapping[str, Any] | None = None,
     agent: Mapping[str, Any] | None = None,
     device: str = "cpu",
-    annualization: int = 252,
+    annualization: int,
     round_fn: RoundFn = learner_round,
     space: SearchSpace | None = None,
     backend: Backend | None = None,

@@ -77,11 +77,11 @@ class RoundContext:
 
     train: MarketData
     valid: MarketData
+    annualization: int  # periods per year of the daily returns ([backtest] annualization)
     env: Mapping[str, Any] = field(default_factory=dict)  # EnvParams fields + num_envs
     agent: Mapping[str, Any] = field(default_factory=dict)  # base learner args (the pod's hparams win)
     device: str = "cpu"
     fitness: str = "sharpe"
-    annualization: int = 252
 
 
 @dataclass(frozen=True)
@@ -336,7 +336,7 @@ def score_policy(
     params: Any,
     *,
     fitness: str = "sharpe",
-    annualization: int = 252,
+    annualization: int,
     device: str | torch.device = "cpu",
 ) -> tuple[float, dict[str, float | None], ValidReturns]:
     """Backtest ``policy`` deterministically on ``valid``; return ``(score, metrics, returns)``.
@@ -357,7 +357,7 @@ def score_policies(
     params: Any,
     *,
     fitness: str = "sharpe",
-    annualization: int = 252,
+    annualization: int,
     device: str | torch.device = "cpu",
 ) -> list[Scored | RoundError]:
     """:func:`score_policy` of every policy of ``batch`` (one per name), from one batched backtest: the

@@ -19,7 +19,7 @@ def demote(
     ),
 ) -> None:
     """Remove the champion by hand: the registry records the manual demotion and its reason, and
-    paper --champion hands the account back to \\[paper] before_champion (the benchmark, or cash)."""
+    paper --champion hands the account back to \\[gate] before_champion (the benchmark, or cash)."""
     # Imported here, not at module top: it loads torch, which `podracer --help` must not (app.commands).
     from app.nightly.manual import demote_by_hand
 
@@ -27,7 +27,7 @@ def demote(
     context.console.print(
         f"[bold yellow]demoted by hand[/]: {done.run_id}, decision {done.decision_id}\n"
         f"  reason: {escape(done.reason)}\n"
-        "  paper --champion hands the account to \\[paper] before_champion from the next session's first "
+        "  paper --champion hands the account to \\[gate] before_champion from the next session's first "
         "cycle, until a champion is promoted",
         highlight=False,
     )

@@ -39,10 +39,8 @@ def walkforward(
     budget_minutes: float = typer.Option(
         None, "--budget-minutes", min=0.0, help=cli_help("walkforward.budget_minutes")
     ),
-    gate: str = typer.Option(None, "--gate", help=cli_help("walkforward.gate")),
-    before_champion: str = typer.Option(
-        None, "--before-champion", help=cli_help("walkforward.before_champion")
-    ),
+    gate: str = typer.Option(None, "--gate", help=cli_help("gate.rule")),
+    before_champion: str = typer.Option(None, "--before-champion", help=cli_help("gate.before_champion")),
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON (no progress display)."),
 ) -> None:
     """Replay nightly retraining fold by fold; the policies in charge trade one out-of-sample account."""
@@ -67,13 +65,16 @@ def walkforward(
         num_folds=folds,
         budget_steps=budget_steps,
         budget_minutes=budget_minutes,
-        gate=gate,
-        before_champion=before_champion,
     )
-    if overrides:
+    # --gate nightly, the fixed-window gate's earlier name, reads as "window" (app.config.MOVED_TO_GATE).
+    rule = {"nightly": "window"}.get(gate, gate) if gate is not None else None
+    gate_overrides = {
+        k: v for k, v in {"rule": rule, "before_champion": before_champion}.items() if v is not None
+    }
+    if overrides or gate_overrides:
         if resume is not None:
             raise ConfigError("--resume goes on with the run's own settings: drop the walk-forward options")
-        cfg = cfg.with_updates(walkforward=overrides)
+        cfg = cfg.with_updates(walkforward=overrides, gate=gate_overrides)
     with display.WalkForwardProgress(enabled=not json_out) as on_event:
         result = run_walkforward(cfg, home, run=run, resume=resume, on_event=on_event)
     if json_out:

@@ -50,7 +50,7 @@ def in_charge(state: Any) -> ChampionCard:
         )
         explanation = (
             f"champion {gone['run_id']} demoted on {_stamp(gone['demoted_at'])} {how}: {gone['reason']}. "
-            "The paper account holds [paper] before_champion until a challenger passes the promotion "
+            "The paper account holds [gate] before_champion until a challenger passes the promotion "
             "test (or an operator promotes a run: podracer promote)."
         )
         return ChampionCard(

@@ -9,21 +9,23 @@
    current champion's weights (the rest of the pool explores as usual);
 3. **evaluate**: challenger and champion backtested together on the TEST window, the most recent
    sessions, which neither the tournament's selection nor (checked) the challenger's training saw;
-4. **decide**: with ``nightly.shadow_book`` (the default) the shadow book (``app.nightly.shadow``):
+4. **decide**: by ``[gate] rule`` (``app.gate``, the one home of the promotion rule's settings, read
+   the same way by a walk-forward): ``"book"`` (the default) the shadow book (``app.nightly.shadow``):
    tonight's challenger enters it, an earlier one is promoted once the sessions after its creation
-   pass the anytime-valid test, and the champion is demoted when its edge is gone; with
-   ``shadow_book = false`` the fixed-window gate (``app.gate``, the gate walk-forward replays too):
-   promote only if the challenger's fitness beats the champion's by ``nightly.margin`` AND its
-   out-of-sample test on the test window says "edge significant out of sample" at
-   ``nightly.significance_level`` (``backtests.verdict``, the rule of ``podracer backtest``), every
-   earlier look at an overlapping window of the same market counted by the looks ledger;
+   pass the anytime-valid test at ``[gate] level``, and the champion is demoted when its edge is
+   gone; ``"window"`` the fixed-window gate: promote only if the challenger's fitness beats the
+   champion's by ``[gate] margin`` AND its out-of-sample test on the test window says "edge
+   significant out of sample" at ``[gate] level`` (``backtests.verdict``, the rule of ``podracer
+   backtest``), every earlier look at an overlapping window of the same market counted by the looks
+   ledger. The result names the rule that decided (``GateResult.rule``). ``"always"`` (every
+   challenger takes over) is a walk-forward's setting: a retrain refuses it;
 5. **export** (on promotion): an onnxruntime bundle of the challenger (``app.export.export_bundle``)
    and an immutable copy of its policy under ``<home>/champions/<run_id>/``;
 6. **record**: the decision row and, on promotion, the new champion pointer, or, on the shadow book's
    demotion, the pointer removed and a demotion row (``app.champion.ChampionDemotion``: run, reason,
    time, last session) in ONE SQLite transaction (``app.nightly.registry``): the only moment the
    champion changes. After a demotion no champion is in charge: paper trading holds
-   ``[paper] before_champion`` as before the first promotion;
+   ``[gate] before_champion`` as before the first promotion;
 7. **prune** (``[retention] after_retrain``): ``app.nightly.retention.prune`` after the lock is released (it
    takes the lock itself); a failure there is logged, the decision stands.
 
@@ -38,7 +40,8 @@ A run past ``[nightly] max_minutes`` is such a failure (``app.nightly.budget``):
 wherever it waits, recorded as failed with the budget as its reason, and its lock released.
 
 This module is the orchestration: the lock, the order of the steps and the record; the decision is
-``app.gate.judge_challenger``'s, recorded as it is (``DecisionRecord.decided``). The
+the configured rule's (``app.gate.judge_challenger``'s or the book's), recorded as it is
+(``DecisionRecord.decided``). The
 data, tournament, evaluation and export steps live in ``app.nightly.steps``; they are injectable
 (``RetrainSteps``) so tests drive every branch with fakes, and the real ones are
 ``steps.default_steps``.
@@ -58,14 +61,14 @@ from typing import Any
 
 from app.champion import Champion, ChampionDemotion, ChampionNote
 from app.config import Config
-from app.gate import GateResult, GateRule, judge_challenger
+from app.gate import Evaluation, GateResult, GateRule, judge_challenger, shadow_settings
 from app.nightly.budget import time_budget
 from app.nightly.decision import DecisionRecord, DecisionRuns, DecisionWindows
 from app.nightly.lock import RETRAIN_LOCK_NAME, ProcessLock
 from app.nightly.record import SELECTION
 from app.nightly.registry import current_champion, record_decision
 from app.nightly.retention import prune
-from app.nightly.shadow import Demotion, ShadowSettings, book_decision
+from app.nightly.shadow import Demotion, book_decision
 from app.nightly.steps import ChallengerRun, DataSnapshot, RetrainSteps, default_steps, keep_champion_copy
 from app.runs import RunDir
 from data.errors import ConfigError, PodracerError, one_line
@@ -150,6 +153,12 @@ def run_retrain(
 ) -> RetrainOutcome:
     """One retrain (see the module docstring). ``faults[step]`` runs right after ``step`` (tests);
     ``faults["record"]`` runs inside the registry transaction just before COMMIT."""
+    rule = GateRule.of_config(config)
+    if rule.rule == "always":
+        raise ConfigError(
+            '[gate] rule = "always" promotes every challenger untested: a walk-forward\'s setting; '
+            'a retrain decides by "book" or "window"'
+        )
     home = Path(home)
     home.mkdir(parents=True, exist_ok=True)
     steps = steps or default_steps()
@@ -171,7 +180,7 @@ def run_retrain(
         progress = _Progress(
             started_at=_now(),
             t0=time.monotonic(),
-            rule=GateRule.of_config(config),
+            rule=rule,
             champion=current_champion(home),
             inputs={
                 "config": config.model_dump(mode="json") if hasattr(config, "model_dump") else {},
@@ -223,16 +232,8 @@ def _retrain_steps(
     reached("evaluate")
 
     progress.step = "decide"
-    gate = judge_challenger(progress.rule, evaluation, progress.champion, window=progress.windows.evaluation)
-    if config.nightly.shadow_book:  # the shadow book's anytime-valid rule decides (app.nightly.shadow)
-        settings = ShadowSettings.of_level(progress.rule.significance_level)
-        promotion, challenger, night = book_decision(
-            config, home, data.splits.full, challenger, progress.champion, settings
-        )
-        progress.challenger = challenger
-        gate = gate.model_copy(update={"promote": promotion.promote, "reason": promotion.reason})
-        progress.demotion = _demotion(night.demote, progress)
-    progress.gate = gate
+    gate = progress.gate = _decide(config, home, data, evaluation, progress)
+    challenger = progress.challenger
     reached("decide")
 
     bundle: Path | None = None
@@ -262,6 +263,25 @@ def _retrain_steps(
     )
     _label_run(challenger.run_dir, gate.promote, decision_id)
     return decision_id, bundle
+
+
+def _decide(
+    config: Config, home: Path, data: DataSnapshot, evaluation: Evaluation, progress: _Progress
+) -> GateResult:
+    """The decision of ``[gate] rule``: the fixed window's on tonight's scores, or the shadow book's
+    (``app.nightly.shadow``, at :func:`app.gate.shadow_settings`), which may promote an earlier
+    night's challenger (then ``progress.challenger``) or demote the champion (``progress.demotion``).
+    Either way the result holds tonight's challenger's figures on the test window and names the rule
+    that decided."""
+    assert progress.windows is not None and progress.challenger is not None  # the steps before ran
+    gate = judge_challenger(progress.rule, evaluation, progress.champion, window=progress.windows.evaluation)
+    if progress.rule.rule != "book":
+        return gate
+    promotion, progress.challenger, night = book_decision(
+        config, home, data.splits.full, progress.challenger, progress.champion, shadow_settings(config)
+    )
+    progress.demotion = _demotion(night.demote, progress)
+    return gate.model_copy(update={"promote": promotion.promote, "reason": promotion.reason, "rule": "book"})
 
 
 def _demotion(demote: Demotion | None, progress: _Progress) -> ChampionDemotion | None:

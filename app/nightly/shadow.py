@@ -16,7 +16,6 @@ import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -46,7 +45,7 @@ from app.book_rule import (
     restart_against_in_charge,
 )
 from app.champion import Champion
-from app.config import to_env_params
+from app.config import Config, to_env_params
 from app.evaluation import check_policy_fits
 from app.gate import PromotionDecision
 from app.nightly.normalization import SPEC_FILE, read_spec_file, with_feature_spec, write_spec_file
@@ -55,11 +54,13 @@ from app.runs import RunDir
 from backtests import engine
 from data.atomic import replace_dir
 from data.errors import PodracerError, one_line
+from data.market import MarketData
 
 __all__ = [
     "BookDecision",
     "ChampionTenure",
     "Demotion",
+    "ReplayFn",
     "RetiredChallenger",
     "ShadowBook",
     "ShadowChallenger",
@@ -138,7 +139,7 @@ class Replay:
     benchmark: tuple[float, ...]
 
 
-def replay_returns(config: Any, full: Any, policy_dir: str | Path, after: str) -> Replay | None:
+def replay_returns(config: Config, full: MarketData, policy_dir: str | Path, after: str) -> Replay | None:
     """Replay the policy at ``policy_dir`` on ``full``'s sessions after ``after`` (from cash at the
     first one; its own feature normalization where its folder records it), through the backtest
     engine with ``[env]``'s costs and execution; None when no session follows ``after``."""
@@ -167,6 +168,11 @@ def replay_returns(config: Any, full: Any, policy_dir: str | Path, after: str) -
     )
 
 
+#: A replay of one policy (:func:`replay_returns`, or a test's stand-in): the shadow book's one seam,
+#: which nightly and a walk-forward's book (``app.walkforward.book``) both call.
+ReplayFn = Callable[[Config, MarketData, str | Path, str], Replay | None]
+
+
 @dataclass(frozen=True)
 class ShadowNight:
     """What the book did tonight: the promotion (run id and the book's policy copy) or None, the
@@ -191,14 +197,14 @@ def aligned(dates: Sequence[str], replay: Replay | None) -> tuple[list[float | N
 
 
 def shadow_night(
-    config: Any,
+    config: Config,
     home: str | Path,
-    full: Any,
-    challenger: Any,
+    full: MarketData,
+    challenger: ChallengerRun,
     champion: Champion | None,
     settings: ShadowSettings = ShadowSettings(),
     *,
-    replay: Callable[[Any, Any, str | Path, str], Replay | None] | None = None,
+    replay: ReplayFn | None = None,
 ) -> ShadowNight:
     """One night of the book: replay every challenger under test and the champion in charge on the
     sessions of ``full`` (the loaded market) that are new to the book, judge, apply a promotion or a
@@ -273,9 +279,9 @@ def shadow_night(
 
 
 def book_decision(
-    config: Any,
+    config: Config,
     home: str | Path,
-    full: Any,
+    full: MarketData,
     challenger: ChallengerRun,
     champion: Champion | None,
     settings: ShadowSettings = ShadowSettings(),

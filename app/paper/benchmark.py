@@ -1,4 +1,4 @@
-"""The benchmark in charge until a champion qualifies (``paper --champion``, ``[paper] before_champion``).
+"""The benchmark in charge until a champion qualifies (``paper --champion``, ``[gate] before_champion``).
 
 With no champion in the registry yet, the account holds what the walk-forward's account holds before
 a champion (``backtests.stitched.BenchmarkInCharge``): the backtest's buy-and-hold, equal weight of the
@@ -29,7 +29,7 @@ from app.bundle import Bundle
 from data.features import DEFAULT_WINDOWS, feature_names, make_spec
 from envs.observation import obs_dim
 
-#: What ``[paper] before_champion`` may say: hold the benchmark, or cash (journal ``no_champion``, wait).
+#: What ``[gate] before_champion`` may say: hold the benchmark, or cash (journal ``no_champion``, wait).
 BEFORE_CHAMPION = ("benchmark", "cash")
 BENCHMARK_LABEL = "benchmark (no qualified champion)"
 CASH_LABEL = "cash (no qualified champion)"

@@ -24,7 +24,7 @@ sessions: ``app.paper.attribution``).
    newest session the journal traded before this one; the same bundle there is no switch
    (``champion`` event).
 5. No champion in charge (none promoted yet, or the last one demoted): with a benchmark
-   (``[paper] before_champion = "benchmark"``, the default) the selection names it
+   (``[gate] before_champion = "benchmark"``, the default) the selection names it
    (``Selection.benchmark``, a ``benchmark`` event; the cycle buys it once and holds it:
    ``app.paper.benchmark``); without one, a ``no_champion`` warning and nothing is traded. The
    pointer is read again at every cycle while no champion is in charge, so a promotion takes charge

@@ -4,7 +4,7 @@
 features (each fold's test window normalized with the statistics of the policy in charge there, the
 only features held for the whole span), each fold's universe (``data.fold_market.fold_universe``:
 the tickers its test window trades, judged on its train window) and the policies in charge: a fold's
-champion, or before any champion qualifies what ``[walkforward] before_champion`` says (the benchmark,
+champion, or before any champion qualifies what ``[gate] before_champion`` says (the benchmark,
 ``backtests.stitched.BenchmarkInCharge``: buy-and-hold bought once and held; or cash). :meth:`StitchedAccount.run` replays the
 account from the span's first bar to the last fold added (``backtests.stitched.run_stitched``: one
 engine run, so the account and the baselines stay continuous); :meth:`StitchedAccount.report` writes its
@@ -190,7 +190,12 @@ def walkforward_fields(records: Sequence[FoldRecord], config: Config) -> WalkFor
         for r in records
     ]
     return WalkForwardSummary(
-        settings=config.walkforward.model_dump(mode="json"),
+        # The [walkforward] settings, and the promotion rule's that shape the account ([gate]).
+        settings={
+            **config.walkforward.model_dump(mode="json"),
+            "gate": config.gate.rule,
+            "before_champion": config.gate.before_champion,
+        },
         num_folds=len(records),
         folds=rows,
         champions=champion_spans(records),

@@ -1,4 +1,4 @@
-"""A walk-forward's promotions by the shadow book's rule (``[walkforward] gate = "book"``, the default).
+"""A walk-forward's promotions by the shadow book's rule (``[gate] rule = "book"``, the default).
 
 The nightly shadow book (``app.nightly.shadow``) replayed over history, in the walk-forward's own run
 folder: ``<run>/folds/fold-<k>/book.json`` is the book after fold ``k``'s decision, its policy copies
@@ -6,26 +6,27 @@ under ``<run>/shadow/policies/``. A replay never reads or writes the home's regi
 
 Fold by fold (:func:`fold_book`), before the fold's test window:
 
-1. **entry**: the fold's challenger enters the book (``shadow.enter``) after the last session its
+1. **entry**: the fold's challenger enters the book (``app.book_rule.enter``) after the last session its
    tournament read (the end of its validation window): when the book is full the oldest
    non-promising challenger retires, when every one is still promising it is not entered;
 2. **sessions**: every challenger in the book, the champion in charge and buy-and-hold are replayed
    (``shadow.replay_returns``: the backtest engine with ``[env]``'s costs and execution, each policy
    from cash at the first session after it entered or took charge, on features normalized with its
    own statistics) on the sessions up to the end of the fold's gate window, and the book records the
-   sessions it has not seen yet (``shadow.record_sessions``): the gate window, then the embargo and
+   sessions it has not seen yet (``app.book_rule.record_sessions``): the gate window, then the embargo and
    test windows of the folds before as the folds advance. No recorded session lies on or after the
    fold's test window (checked), and none before a challenger's entry;
-3. **decision**: ``shadow.judge``: a challenger whose anytime-valid tests against what is in charge
+3. **decision**: ``app.book_rule.judge``: a challenger whose anytime-valid tests against what is in charge
    and against buy-and-hold both reject at its share of the level is promoted; else a champion whose
    edge is shown gone (or whose drawdown since promotion passed the limit) is demoted and the account
-   goes back to ``[walkforward] before_champion``. Then ``shadow.expire``.
+   goes back to ``[gate] before_champion``. Then ``app.book_rule.expire``.
 
 **The level.** A walk-forward enters at most one challenger per fold, so all of them fall in the first
 block of ``anytime.challenger_level``'s schedule when the block holds the planned folds
 (:func:`book_settings`: ``per_block`` = the number of folds): each is tested at ``level / (2 K)``
 for ``K`` folds, and the chance that any null challenger of the run is ever promoted stays at most
-``level / 2``. The level is the gate's (``[nightly] significance_level``, else ``[backtest]``'s).
+``level / 2``. The level and the book's knobs are ``[gate]``'s, read as nightly reads them
+(``app.gate.shadow_settings``: ``[gate] level``, else ``[backtest] significance_level``).
 
 Each fold's record holds the step (:class:`BookStep`): who entered, who retired, every challenger's
 evidence, the promotion or demotion and its reason. The book is written atomically
@@ -36,18 +37,27 @@ recorded fold back, so a kill at any point leaves a book that matches the folds 
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from app.book_rule import ShadowBook, ShadowSettings
+from app.book_rule import (
+    BookDecision,
+    RetiredChallenger,
+    ShadowBook,
+    ShadowSettings,
+    demote_in_book,
+    enter,
+    expire,
+    judge,
+    promote_in_book,
+    record_sessions,
+)
 from app.config import Config
-from app.gate import GateRule
+from app.gate import shadow_settings
 from app.nightly import shadow
 from app.nightly.normalization import read_spec_file
-from app.nightly.shadow import Replay
+from app.nightly.shadow import Replay, ReplayFn
 from app.nightly.steps import ChallengerRun
 from app.runs import RunDir
 from app.walkforward.plan import FoldPlan
@@ -59,13 +69,12 @@ from data.market import MarketData
 #: The book after a fold's decision, in the fold's folder.
 BOOK_FILE = "book.json"
 
-ReplayFn = Callable[[Any, Any, "str | Path", str], "Replay | None"]
-
 
 def book_settings(config: Config, planned_folds: int) -> ShadowSettings:
-    """The book's rule for a walk-forward of ``planned_folds`` folds (see the module docstring)."""
-    level = GateRule.of_config(config).significance_level
-    return ShadowSettings.of_level(level, per_block=max(int(planned_folds), 1))
+    """The book's rule for a walk-forward of ``planned_folds`` folds: nightly's
+    (``app.gate.shadow_settings``), the level's first block holding the planned folds (see the module
+    docstring)."""
+    return shadow_settings(config, per_block=max(int(planned_folds), 1))
 
 
 def challenger_name(index: int) -> str:
@@ -121,7 +130,7 @@ def record_through(
             )
         except PodracerError as err:  # its policy does not fit the market (tickers, features)
             broken.append(
-                shadow.RetiredChallenger(
+                RetiredChallenger(
                     run_id=ch.run_id,
                     entry=ch.entry,
                     level=ch.level,
@@ -154,7 +163,7 @@ def record_through(
     for run_id, one in replays.items():
         returns[run_id], benches[run_id] = shadow.aligned(dates, one)
     champ_returns, champ_bench = shadow.aligned(dates, champ_replay)
-    book = shadow.record_sessions(
+    book = record_sessions(
         book,
         dates,
         returns,
@@ -166,7 +175,7 @@ def record_through(
     return book, [r.run_id for r in broken]
 
 
-def _evidence(book: ShadowBook, decision: shadow.BookDecision) -> dict[str, ChallengerEvidence]:
+def _evidence(book: ShadowBook, decision: BookDecision) -> dict[str, ChallengerEvidence]:
     out = {}
     for ch in book.challengers:
         ev = decision.evidence[ch.run_id]
@@ -206,27 +215,27 @@ def fold_book(
     ``shadow.replay_returns`` (tests). Writes the book to the fold's folder and returns it with the
     step for the fold's record; the policy in charge is the book's champion."""
     index = plan.fold.index
-    book = shadow.expire(book_before(run, index), settings)
+    book = expire(book_before(run, index), settings)
     name = challenger_name(index)
     copy = shadow.keep_policy(run.path, name, Path(challenger.policy_dir), Path(challenger.run_dir))
-    book, entered, leaving = shadow.enter(book, name, plan.dates["valid"][1], str(copy), settings)
+    book, entered, leaving = enter(book, name, plan.dates["valid"][1], str(copy), settings)
     if not entered:
         shutil.rmtree(copy, ignore_errors=True)
     book, broken = record_through(config, book, full.slice(0, plan.bars["gate"][1]), settings, replay=replay)
     _check_no_lookahead(book, plan)
     last = [d for ch in book.challengers for d in ch.dates[-1:]]
     last += book.champion.dates[-1:] if book.champion is not None else []
-    decision = shadow.judge(book, settings)
+    decision = judge(book, settings)
     evidence = _evidence(book, decision)
     promoted = demoted = None
     if decision.promote is not None:
         promoted = decision.promote.run_id
-        book = shadow.promote_in_book(book, decision.promote)
+        book = promote_in_book(book, decision.promote)
     elif decision.demote is not None:
         demoted = decision.demote.run_id
-        book = shadow.demote_in_book(book, decision.demote)
+        book = demote_in_book(book, decision.demote)
     expired = [c.run_id for c in book.challengers]
-    book = shadow.expire(book, settings)
+    book = expire(book, settings)
     expired = [r for r in expired if r not in {c.run_id for c in book.challengers}]
     book.write(book_file(run, index))
     step = BookStep(

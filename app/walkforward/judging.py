@@ -1,11 +1,12 @@
 """Where a walk-forward meets the nightly gate and the backtest's verdict: the two calls to rewire
 when either rule changes.
 
-- :func:`replay_gate`: a fold's challenger against the incumbent, by the code path of
-  ``podracer retrain``: ``app.nightly.steps.score_step`` scores both on the gate's window (the
+- :func:`replay_gate` (``[gate] rule = "window"`` or ``"always"``): a fold's challenger against the
+  incumbent, by the code path of ``podracer retrain``: ``app.nightly.steps.score_step`` scores both on the gate's window (the
   incumbent on features normalized with its own statistics) and writes the challenger's out-of-sample
-  test there at the gate's level, and ``app.gate.judge_challenger`` applies the promotion rule
-  (``[nightly] margin`` and an edge significant at ``[nightly] significance_level``). The
+  test there at the gate's level, and ``app.gate.judge_challenger`` applies the promotion rule of
+  ``app.gate.GateRule.of_config``, nightly's (``[gate] margin`` and an edge significant at ``[gate]
+  level``). The
   gate's window is the fold's validation window, or with ``[walkforward] gate_sessions`` the sessions
   after it (a window the tournament did not rank on, as nightly's test window); the fold's test window
   is the out-of-sample account and no part of the gate reads it. The gates' looks are counted in the
@@ -26,7 +27,7 @@ from pathlib import Path
 from app.champion import Champion
 from app.config import Config
 from app.evaluation import count_look, look_arguments, market_identity
-from app.gate import GateMode, GateResult, GateRule, judge_challenger
+from app.gate import GateResult, GateRule, judge_challenger
 from app.nightly.steps import ChallengerRun, DataSnapshot, score_step
 from app.runs import RunDir
 from backtests import report
@@ -62,9 +63,9 @@ def replay_gate(
     window: tuple[int, int],
     challenger: ChallengerRun,
     incumbent: Champion | None,
-    gate: GateMode = "nightly",
 ) -> GateResult:
-    """The nightly gate on the fold's gate window (see the module docstring).
+    """The gate of ``[gate] rule`` (``"window"``, or ``"always"``) on the fold's gate window (see the
+    module docstring).
 
     ``market``: bars that hold the validation window ``valid`` and the gate's ``window`` (``[start,
     stop)`` indices of ``market``; the same range when the gate reads the validation window) with the
@@ -88,7 +89,7 @@ def replay_gate(
     labelled = _label_gate_window(RunDir.at(challenger.run_dir), "valid" if window == valid else "gate")
     # On the validation window the verdict is a selection-window verdict, and says so.
     evaluation = dataclasses.replace(evaluation, edge=stated_verdict(labelled))
-    return judge_challenger(GateRule.of_config(config), evaluation, incumbent, window=dates, mode=gate)
+    return judge_challenger(GateRule.of_config(config), evaluation, incumbent, window=dates)
 
 
 def _label_gate_window(run: RunDir, window: str) -> MetricsDocument:

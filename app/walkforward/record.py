@@ -19,7 +19,7 @@ from app.runs import FeatureSpec, RunDir
 from data.artifact import Artifact, Figure
 
 #: How the views name what the account held in a fold with no champion in charge
-#: (``[walkforward] before_champion``).
+#: (``[gate] before_champion``).
 NO_CHAMPION_LABELS: dict[str, str] = {
     "benchmark": "benchmark (no qualified champion)",
     "cash": "cash (no qualified champion)",
@@ -112,7 +112,7 @@ class FoldRecord(Artifact):
     )
     before_champion: Literal["benchmark", "cash"] | None = Field(
         None,
-        description="what the account held with no champion in charge ([walkforward] before_champion; "
+        description="what the account held with no champion in charge ([gate] before_champion; "
         "null with no champion: cash, as records before the setting held)",
     )
     feature_spec: FeatureSpec | None = Field(None, description="the challenger's feature statistics")

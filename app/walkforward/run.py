@@ -12,10 +12,12 @@ fold, one at a time:
    ``<run>/folds/fold-<k>/`` (a run folder of its own, resumable), the first
    ``[nightly] warm_start_pods`` fresh pods starting from the incumbent's weights as nightly does
    (``app.nightly.steps.warm_start_round``), then the ensemble step;
-3. **gate**: the nightly gate, challenger vs incumbent on the fold's validation window
-   (``app.walkforward.judging.replay_gate``; ``gate = "always"``: every challenger takes over);
+3. **gate**: the promotion rule of ``[gate] rule``, read as nightly reads it (``app.gate``): the
+   shadow book (``"book"``, ``app.walkforward.book``), the fixed-window gate, challenger vs incumbent
+   on the fold's gate window (``"window"``, ``app.walkforward.judging.replay_gate``), or every
+   challenger takes over (``"always"``);
 4. **account**: the policy in charge trades the fold's test window as the continuation of ONE
-   account (before any champion qualifies, ``[walkforward] before_champion``: the benchmark, bought
+   account (before any champion qualifies, ``[gate] before_champion``: the benchmark, bought
    once and held, or cash) (``backtests.stitched``: the engine over the whole span so far, each policy deciding on
    features normalized with its own statistics), and the fold is recorded atomically
    (``RunDir.write_fold_record``): windows, pods tried, challenger, gate decision, policy in charge,
@@ -124,7 +126,7 @@ def run_walkforward(
         to_env_params(config.env),
         device,
         min_coverage=config.data.min_coverage,
-        before_champion=config.walkforward.before_champion,
+        before_champion=config.gate.before_champion,
     )
     for record in records:
         account.add(plans[record.index], _in_charge_of(wf_run, record, records), holding=record.holding())
@@ -281,7 +283,7 @@ def _run_fold(
     challenger = _fold_tournament(config, wf_run, plan, data, incumbent, emit)
     lap("tournament")
     emit({"event": "stage", "index": index, "stage": "gate"})
-    if config.walkforward.gate == "book":
+    if config.gate.rule == "book":
         del data  # the book replays on the loaded bars with each policy's own features
         gc.collect()
         gate, in_charge, step = _book_gate(config, wf_run, plan, challenger, records, account.full, planned)
@@ -308,7 +310,7 @@ def _run_fold(
         "promoted": gate.promote,
         "book": step,
         "in_charge": _label(in_charge),
-        "before_champion": config.walkforward.before_champion if in_charge is None else None,
+        "before_champion": config.gate.before_champion if in_charge is None else None,
         "feature_spec": fold_run.info().feature_spec,
         "test": test,
     }
@@ -329,7 +331,7 @@ def _nightly_gate(
     challenger: ChallengerRun,
     incumbent: Champion | None,
 ) -> GateResult:
-    """``gate = "nightly"`` or ``"always"``: the retrain gate on the fold's gate window."""
+    """``[gate] rule = "window"`` or ``"always"``: the retrain gate on the fold's gate window."""
     bars, start = plan.bars, data.start
     return replay_gate(
         config,
@@ -339,7 +341,6 @@ def _nightly_gate(
         window=(bars["gate"][0] - start, bars["gate"][1] - start),
         challenger=challenger,
         incumbent=incumbent,
-        gate=config.walkforward.gate,  # type: ignore[arg-type]
     )
 
 
@@ -352,11 +353,14 @@ def _book_gate(
     full: MarketData,
     planned: int,
 ) -> tuple[GateResult, Champion | None, BookStep]:
-    """``gate = "book"``: the fold's step of the run's shadow book (``app.walkforward.book``); the
+    """``[gate] rule = "book"``: the fold's step of the run's shadow book (``app.walkforward.book``); the
     policy in charge of the test window is the book's champion."""
     book, step = fold_book(config, wf_run, plan, challenger, full, book_settings(config, planned))
     gate = GateResult(
-        promote=step.promoted is not None, reason=f"shadow book: {step.reason}", window=plan.dates["gate"]
+        promote=step.promoted is not None,
+        reason=f"shadow book: {step.reason}",
+        rule="book",
+        window=plan.dates["gate"],
     )
     return gate, _book_in_charge(wf_run, plan, challenger, records, book.champion), step
 

@@ -11,7 +11,7 @@ second loop on the account exits 75 naming the holder's home and pid. ``flock`` 
 machines on one account are not caught here (the book check then halts both). A fixed bundle
 is loaded and verified before anything talks to the broker; the champion's bundle is loaded at the
 first cycle of each session (``app.paper.champion``). With ``--champion`` and no champion promoted
-yet, the account holds the benchmark (``[paper] before_champion``, ``app.paper.benchmark``) on the
+yet, the account holds the benchmark (``[gate] before_champion``, ``app.paper.benchmark``) on the
 config's universe: ``[data] tickers``, else the index members today (``[data] universe``). Every cycle
 writes the heartbeat ``<home>/paper/heartbeat.json``.
 """
@@ -88,16 +88,16 @@ def hold_account(account_id: str | None, home: Path) -> ProcessLock | None:
 
 def paper_benchmark(config: Config) -> tuple[BenchmarkBundle | None, str]:
     """The benchmark ``config`` says the account holds before a champion qualifies, and what the start
-    event says of it (None: cash, as ``[paper] before_champion = "cash"`` or with no universe known)."""
-    if config.paper.before_champion == "cash":
-        return None, "before a champion qualifies: cash ([paper] before_champion)"
+    event says of it (None: cash, as ``[gate] before_champion = "cash"`` or with no universe known)."""
+    if config.gate.before_champion == "cash":
+        return None, "before a champion qualifies: cash ([gate] before_champion)"
     tickers = list(config.data.tickers)
     if not tickers and config.data.universe:
         tickers = members(date.today())
     if not tickers:
         return None, (
             "before a champion qualifies: cash, no universe known for the benchmark "
-            '(set [data] tickers or [data] universe, or [paper] before_champion = "cash")'
+            '(set [data] tickers or [data] universe, or [gate] before_champion = "cash")'
         )
     bench = benchmark_bundle(tickers, config.data.interval, config.env.model_dump())
     return bench, f"before a champion qualifies: the benchmark, equal weight of {len(bench.tickers)} tickers"
