@@ -394,6 +394,8 @@ def test_the_retrain_promotes_through_the_book_and_protects_its_runs_from_prunin
     # An earlier night's challenger, judged on the sessions after its creation, not tonight's.
     assert champion.run_id == outcome.challenger_run_id != tonight
     assert (Path(champion.policy_dir) / "policy.safetensors").read_bytes() == champion.run_id.encode()
+    # Tonight's challenger's test-window figures are not the promoted run's: none are claimed for it.
+    assert champion.fitness_value is None and champion.info.challenger_edge is None
     assert read_decisions(home)[-1]["challenger_run_id"] == champion.run_id
     assert read_decisions(home)[-1]["scores"]["rule"] == "book"  # the rule that decided
     assert shadow.read_book(home).champion.run_id == champion.run_id

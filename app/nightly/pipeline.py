@@ -71,6 +71,7 @@ from app.nightly.retention import prune
 from app.nightly.shadow import Demotion, book_decision
 from app.nightly.steps import ChallengerRun, DataSnapshot, RetrainSteps, default_steps, keep_champion_copy
 from app.runs import RunDir
+from backtests.metrics_model import StrategyMetrics
 from data.errors import ConfigError, PodracerError, one_line
 
 log = logging.getLogger(__name__)
@@ -265,6 +266,11 @@ def _retrain_steps(
     return decision_id, bundle
 
 
+#: The gate result's figures of tonight's challenger on the test window (cleared when the book promotes
+#: an earlier night's run: its evidence is the book's e-values, in the reason).
+_TONIGHTS_FIGURES = ("challenger_fitness", "edge", "edge_outcome", "looks", "psr_after_looks", "oos_test")
+
+
 def _decide(
     config: Config, home: Path, data: DataSnapshot, evaluation: Evaluation, progress: _Progress
 ) -> GateResult:
@@ -277,11 +283,15 @@ def _decide(
     gate = judge_challenger(progress.rule, evaluation, progress.champion, window=progress.windows.evaluation)
     if progress.rule.rule != "book":
         return gate
+    tonight = progress.challenger.run_id
     promotion, progress.challenger, night = book_decision(
         config, home, data.splits.full, progress.challenger, progress.champion, shadow_settings(config)
     )
     progress.demotion = _demotion(night.demote, progress)
-    return gate.model_copy(update={"promote": promotion.promote, "reason": promotion.reason, "rule": "book"})
+    update: dict[str, Any] = {"promote": promotion.promote, "reason": promotion.reason, "rule": "book"}
+    if progress.challenger.run_id != tonight:  # an earlier night's run: tonight's figures are not its
+        update |= dict.fromkeys(_TONIGHTS_FIGURES) | {"challenger": StrategyMetrics()}
+    return gate.model_copy(update=update)
 
 
 def _demotion(demote: Demotion | None, progress: _Progress) -> ChampionDemotion | None:
