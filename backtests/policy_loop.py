@@ -32,11 +32,12 @@ PolicyFn = Callable[[Tensor], Tensor]
 
 class InvestorOrder(NamedTuple):
     """A decision a strategy hands the engine in place of an action: ``action (n, A)`` read in
-    ``action_mode`` and filled as the investor's own order (``backtests.baselines.investor``: no weight
-    cap, no volume cap; the spread, impact, commission and minimum order of every fill), whatever the
-    run's action mode and risk limits. The walk-forward's benchmark account decides with these
-    (``backtests.stitched.BenchmarkInCharge``: buy equal weight, then a zero ``"shares"`` order, which
-    holds exactly); only a run's single strategy may return one (the eager loop)."""
+    ``action_mode`` and filled as the baselines' orders are (``backtests.baselines.investor``: the run's
+    execution rules, the volume cap included, without its ``max_weight``), whatever the run's action
+    mode. The walk-forward's benchmark account decides with these
+    (``backtests.stitched.BenchmarkInCharge``: buy equal weight until the book is built, then a zero
+    ``"shares"`` order, which holds exactly); only a run's single strategy may return one (the eager
+    loop)."""
 
     action: Tensor  # (n, A)
     action_mode: ActionMode

@@ -7,12 +7,13 @@ it changes. :func:`run_stitched` simulates exactly that with the backtest engine
 the whole span, with one strategy, :class:`SwitchingPolicy`, whose decisions from bar ``switch_bars[i]``
 on are taken by ``policies[i]``. So the account is continuous by construction (no re-buy, no missed
 decision at a boundary; a decision on bar t fills at bar t + 1 as always) and the baselines run in
-the same call over the same bars: buy-and-hold buys once, at the span's first bar.
+the same call over the same bars: buy-and-hold buys from the span's first bar (see
+:class:`BenchmarkInCharge` for the volume cap).
 
 Where no champion is in charge yet (a walk-forward before its first promotion) the account holds the
 benchmark, :class:`BenchmarkInCharge`: the backtest's buy-and-hold, equal weight of the tickers
-tradable at its first decision, bought once and then held (zero orders), with the fills of the
-baselines (``backtests.engine.InvestorOrder``). From the span's first bar it is the ``buy_and_hold``
+tradable at its first decision, bought (at every decision until the volume cap lets the book be
+built) and then held (zero orders), with the fills of the baselines (``backtests.engine.InvestorOrder``). From the span's first bar it is the ``buy_and_hold``
 column itself, decision for decision.
 
 Each policy sees its own features: the caller builds the span's ``features`` segment by segment, each
@@ -39,7 +40,7 @@ from backtests.capacity import CAPACITY_BASELINES, CAPITAL_LEVELS
 from backtests.engine import BacktestResult, InvestorOrder, run_backtest
 from data.errors import PodracerError
 from data.market import MarketData
-from envs.observation import CASH, TRADABLE, split_obs
+from envs.observation import CASH, TRADABLE, WEIGHT, split_obs
 from envs.trading import EnvParams
 
 #: The column of the stitched account in the result (the policy in charge, whichever it is).
@@ -58,14 +59,19 @@ def _decide_fn(policy: Any) -> Callable[[Tensor], Tensor]:
 
 
 class BenchmarkInCharge:
-    """The benchmark as the policy in charge: buy-and-hold without churn. While the account holds
-    only cash (its first decision in charge, from a fresh account) it buys equal weight of the tickers
-    tradable at the decision bar (``"weights"``); from then on it places zero ``"shares"`` orders, which
-    trade nothing (a ticker that leaves the universe for good is still sold by the env, and its
-    proceeds stay in cash). Both are :class:`backtests.engine.InvestorOrder`: filled like the
-    ``buy_and_hold`` baseline's orders (spread, impact, commission, minimum order; no weight or volume
-    cap). Stateless, so every replay of the account decides the same: the observation says whether it
-    has bought. The rows of one call (one account at several sizes, ``capacity``) buy together.
+    """The benchmark as the policy in charge: buy-and-hold without churn. While more than
+    ``baselines.BUILT_CASH`` of the account is cash (a fresh account, or a buy the volume cap cut) it
+    orders equal weight of the tickers tradable at the decision bar (``"weights"``); from then on it
+    places zero ``"shares"`` orders, which trade nothing (a ticker that leaves the universe for good is
+    still sold by the env, and its proceeds stay in cash). Both are
+    :class:`backtests.engine.InvestorOrder`: filled like the ``buy_and_hold`` baseline's orders (the
+    run's execution rules, volume cap included). Stateless, so every replay of the account decides the
+    same: the observation says whether its book is built (one difference from the ``buy_and_hold``
+    column, which, once built, holds for good: a book that ended its build just under the threshold
+    and then lost value enough to lift its cash share over it again orders once more). The rows of
+    one call (one account at several sizes, ``capacity``) order together while any of them is not
+    built; a built row then orders its own current weights, which trades only the drift from the
+    decision bar's close to the fill bar's open.
 
     >>> import torch
     >>> from data.toy import toy_market
@@ -81,9 +87,11 @@ class BenchmarkInCharge:
 
     def __call__(self, obs: Tensor) -> InvestorOrder:
         glob, per_asset = split_obs(obs, self.num_assets, self.num_features)
-        if bool((glob[:, CASH] >= 1.0).any()):  # nothing bought yet
+        building = glob[:, CASH] > bl.BUILT_CASH  # (n,)
+        if bool(building.any()):
             tradable = per_asset[..., TRADABLE]  # (n, A) 1.0 / 0.0
             weights = tradable / tradable.sum(dim=1, keepdim=True).clamp(min=1.0)
+            weights = torch.where(building.unsqueeze(1), weights, per_asset[..., WEIGHT])
             return InvestorOrder(weights, "weights")
         return InvestorOrder(torch.zeros(obs.shape[0], self.num_assets, device=obs.device), "shares")
 
