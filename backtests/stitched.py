@@ -40,7 +40,7 @@ from backtests.capacity import CAPACITY_BASELINES, CAPITAL_LEVELS
 from backtests.engine import BacktestResult, InvestorOrder, run_backtest
 from data.errors import PodracerError
 from data.market import MarketData
-from envs.observation import CASH, TRADABLE, WEIGHT, split_obs
+from envs.observation import CASH, TRADABLE, split_obs
 from envs.trading import EnvParams
 
 #: The column of the stitched account in the result (the policy in charge, whichever it is).
@@ -59,19 +59,20 @@ def _decide_fn(policy: Any) -> Callable[[Tensor], Tensor]:
 
 
 class BenchmarkInCharge:
-    """The benchmark as the policy in charge: buy-and-hold without churn. While more than
-    ``baselines.BUILT_CASH`` of the account is cash (a fresh account, or a buy the volume cap cut) it
-    orders equal weight of the tickers tradable at the decision bar (``"weights"``); from then on it
-    places zero ``"shares"`` orders, which trade nothing (a ticker that leaves the universe for good is
-    still sold by the env, and its proceeds stay in cash). Both are
-    :class:`backtests.engine.InvestorOrder`: filled like the ``buy_and_hold`` baseline's orders (the
-    run's execution rules, volume cap included). Stateless, so every replay of the account decides the
-    same: the observation says whether its book is built (one difference from the ``buy_and_hold``
-    column, which, once built, holds for good: a book that ended its build just under the threshold
-    and then lost value enough to lift its cash share over it again orders once more). The rows of
-    one call (one account at several sizes, ``capacity``) order together while any of them is not
-    built; a built row then orders its own current weights, which trades only the drift from the
-    decision bar's close to the fill bar's open.
+    """The benchmark as the policy in charge: the ``buy_and_hold`` baseline's orders. From a fresh
+    account it orders equal weight of the tickers tradable at the decision bar (``"weights"``) at
+    every decision until the book is built (at most ``baselines.BUILT_CASH`` of the value in cash at
+    a decision after an order: the volume cap may cut a buy); from then on it places zero
+    ``"shares"`` orders, which trade nothing (a ticker that leaves the universe for good is still
+    sold by the env, and its proceeds stay in cash). Both are :class:`backtests.engine.InvestorOrder`:
+    filled like the ``buy_and_hold`` baseline's orders (the run's execution rules, volume cap
+    included), so from the span's first bar the account is that column, decision for decision.
+
+    Whether each row's book is built is the one thing it remembers (a value that fell after the build
+    can lift the cash share over the threshold again, and the baseline does not buy again then); a
+    call whose rows all hold nothing but cash is a fresh account (a new replay) and forgets it, so
+    every replay of the account decides the same. In one call of several rows (one account at several
+    sizes, ``capacity``) a row that is built holds (``InvestorOrder.hold``) while the others build.
 
     >>> import torch
     >>> from data.toy import toy_market
@@ -84,15 +85,20 @@ class BenchmarkInCharge:
 
     def __init__(self, num_assets: int, num_features: int) -> None:
         self.num_assets, self.num_features = int(num_assets), int(num_features)
+        self._built: Tensor | None = None  # (n,) bool: each row's book is built
 
     def __call__(self, obs: Tensor) -> InvestorOrder:
         glob, per_asset = split_obs(obs, self.num_assets, self.num_features)
-        building = glob[:, CASH] > bl.BUILT_CASH  # (n,)
-        if bool(building.any()):
+        cash = glob[:, CASH]
+        if self._built is None or self._built.shape[0] != obs.shape[0] or bool((cash >= 1.0).all()):
+            self._built = torch.zeros(obs.shape[0], dtype=torch.bool, device=obs.device)  # a fresh account
+        elif not bool(self._built.all()):
+            # The first decision after an order at most BUILT_CASH in cash ends the build (for good).
+            self._built = self._built | (cash <= bl.BUILT_CASH)
+        if not bool(self._built.all()):
             tradable = per_asset[..., TRADABLE]  # (n, A) 1.0 / 0.0
             weights = tradable / tradable.sum(dim=1, keepdim=True).clamp(min=1.0)
-            weights = torch.where(building.unsqueeze(1), weights, per_asset[..., WEIGHT])
-            return InvestorOrder(weights, "weights")
+            return InvestorOrder(weights, "weights", hold=self._built if bool(self._built.any()) else None)
         return InvestorOrder(torch.zeros(obs.shape[0], self.num_assets, device=obs.device), "shares")
 
 

@@ -43,7 +43,14 @@ def test_run_backtest_json_has_every_metric_and_writes_the_report(run_home, caps
     doc = json.loads(capsys.readouterr().out)  # stdout is exactly one JSON document
     assert (doc["window"], doc["annualization"], doc["period"]) == ("test", 252, "daily")
     assert doc["start"] <= doc["end"] and doc["num_trials"] == 20
-    assert list(doc["strategies"]) == ["champion", "buy_and_hold", "cash", "equal_weight", "linear", "boosted"]
+    assert list(doc["strategies"]) == [
+        "champion",
+        "buy_and_hold",
+        "cash",
+        "equal_weight",
+        "linear",
+        "boosted",
+    ]
     # the champion's excess over the linear and the boosted baselines
     assert {"linear", "boosted"} <= set(doc["oos_test"]["excess"])
     # the capacity curve replays both rankers beside buy-and-hold and equal weight at every size
