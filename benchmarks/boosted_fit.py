@@ -9,7 +9,7 @@ every 15 bars. Timed once each, in one process (market building not timed):
   window (the default ``BoostedSettings``: at most 200 trees, 15 leaves, learning rate 0.05, one
   thread), with the trees kept and the information coefficients; ``linear_fit_s`` the ridge's;
 - ``backtest_s``: ``engine.run_backtest`` of the test window with only the ``boosted`` column, and
-  ``linear_backtest_s`` with only the ``linear`` one (one model call per decision: 3,276 decisions).
+  ``linear_backtest_s`` with only the ``linear`` one (one model call per decision: 3,251 decisions).
 
     .venv/bin/python benchmarks/boosted_fit.py
     .venv/bin/python benchmarks/boosted_fit.py --tickers 12 --sessions 20   # a quick check

@@ -97,6 +97,13 @@ def test_baseline_on_stored_data(run_home, capsys):
     assert 0.9 < doc["strategies"]["buy_and_hold"]["exposure"] < 1.0 + 1e-3
 
 
+def test_ranker_baselines_on_stored_data(run_home, capsys):
+    args = ("--baseline", "buy-and-hold", "--baseline", "linear", "--baseline", "boosted", "--window", "test")
+    assert _run(run_home, *args, "--json") == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert list(doc["strategies"]) == ["buy_and_hold", "linear", "boosted"]
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
