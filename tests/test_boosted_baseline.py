@@ -15,7 +15,7 @@ from tests.test_linear_baseline import INTERVAL, _with_noisy_test
 
 
 @pytest.fixture(scope="module")
-def planted():
+def planted_market():
     return synthetic_market(
         num_tickers=12, num_sessions=12, seed=0, signal=1.0, train_frac=0.5, valid_frac=0.25
     )
@@ -56,32 +56,36 @@ def test_without_validation_skill_it_is_the_zero_model() -> None:
     assert fit_panels(fit, valid).booster is not None
 
 
-def test_fit_reads_no_test_window_bar_and_is_deterministic(planted) -> None:
-    noisy, cut = _with_noisy_test(planted)
-    assert not torch.equal(noisy.close[cut:], planted.full.close[cut:])
+def test_fit_reads_no_test_window_bar_and_is_deterministic(planted_market) -> None:
+    noisy, cut = _with_noisy_test(planted_market)
+    assert not torch.equal(noisy.close[cut:], planted_market.full.close[cut:])
     train, valid, _ = noisy.split_sessions(0.5, 0.25)
-    a = fit_boosted(planted.train, planted.valid, INTERVAL)
+    a = fit_boosted(planted_market.train, planted_market.valid, INTERVAL)
     b = fit_boosted(train, valid, INTERVAL)
     assert a.booster is not None and a.num_trees > 0  # a real model, not the zero model
     assert a.model_text() == b.model_text()
     assert (a.num_trees, a.valid_ic, a.train_ic) == (b.num_trees, b.valid_ic, b.train_ic)
-    scores = a.scores(planted.test.features, planted.test.tradable)
-    torch.testing.assert_close(scores, b.scores(planted.test.features, planted.test.tradable), rtol=0, atol=0)
+    scores = a.scores(planted_market.test.features, planted_market.test.tradable)
+    torch.testing.assert_close(
+        scores, b.scores(planted_market.test.features, planted_market.test.tradable), rtol=0, atol=0
+    )
 
 
-def test_boosted_is_a_column_of_backtests_and_metrics(planted) -> None:
-    model = fit_boosted(planted.train, planted.valid, INTERVAL)
+def test_boosted_is_a_column_of_backtests_and_metrics(planted_market) -> None:
+    model = fit_boosted(planted_market.train, planted_market.valid, INTERVAL)
     params = EnvParams(decision_interval=INTERVAL, initial_cash=1e4)  # the volume cap seldom binds
-    half = lambda obs: torch.full((obs.shape[0], planted.test.num_assets), 0.5 / planted.test.num_assets)  # noqa: E731
-    result = engine.run_backtest(planted.test, params, {"champion": half}, boosted=model)
+    half = lambda obs: torch.full(
+        (obs.shape[0], planted_market.test.num_assets), 0.5 / planted_market.test.num_assets
+    )  # noqa: E731
+    result = engine.run_backtest(planted_market.test, params, {"champion": half}, boosted=model)
     assert result.names[-1] == "boosted"
     w = result.weights[:, result.index("boosted")]
     # invested in its top-quintile names (but where a thin bar's volume cap cut a buy), costs paid
     invested = w.sum(dim=-1)
     assert float((invested > 0.98).to(torch.float64).mean()) > 0.9 and float(invested.max()) < 1.02
-    assert int((w[0] > 0).sum()) == round(0.2 * planted.test.num_assets)
+    assert int((w[0] > 0).sum()) == round(0.2 * planted_market.test.num_assets)
     assert float(result.costs[:, result.index("boosted")].sum()) > 0
     doc = report.metrics_document(result, window="test", benchmark="buy_and_hold", seed=0)
     assert "boosted" in doc.strategies and doc.strategies["boosted"].sharpe_ratio is not None
     assert "boosted" in doc.oos_test.excess  # the champion's excess over it, a figure
-    assert "boosted" not in engine.run_backtest(planted.test, params).names  # only when handed
+    assert "boosted" not in engine.run_backtest(planted_market.test, params).names  # only when handed
