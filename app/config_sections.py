@@ -385,6 +385,7 @@ class WalkForwardConfig(Section):
     before_champion: Literal["benchmark", "cash"] = Field(
         "benchmark",
         description="what the account holds until a champion qualifies (its gate test significant): "
-        "benchmark, the backtest's buy-and-hold (equal weight bought once, then held, costs on), or cash",
+        "benchmark, the backtest's buy-and-hold (equal weight bought as fast as the volume cap lets it, then held, "
+        "costs on), or cash",
     )
     tearsheet: bool = Field(True, description="write the stitched account's tear sheet")

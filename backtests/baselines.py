@@ -74,7 +74,7 @@ def is_baseline(name: str) -> bool:
 
 
 def static_weights(market: MarketData, baselines: Sequence[str]) -> list[tuple[str, Tensor]]:
-    """``(name, target weights (A,))`` of every baseline that buys once and then holds."""
+    """``(name, target weights (A,))`` of every baseline that builds its book and then holds."""
     out: list[tuple[str, Tensor]] = []
     num_assets = market.num_assets
     for name in baselines:
