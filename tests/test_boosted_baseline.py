@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from app import render
 from backtests import engine, report
 from backtests.boosted import BoostedSettings, fit_boosted, fit_panels
 from backtests.linear import PENALTIES, DecisionRows, information_coefficient, ridge_path
@@ -74,9 +75,11 @@ def test_fit_reads_no_test_window_bar_and_is_deterministic(planted_market) -> No
 def test_boosted_is_a_column_of_backtests_and_metrics(planted_market) -> None:
     model = fit_boosted(planted_market.train, planted_market.valid, INTERVAL)
     params = EnvParams(decision_interval=INTERVAL, initial_cash=1e4)  # the volume cap seldom binds
-    half = lambda obs: torch.full(
-        (obs.shape[0], planted_market.test.num_assets), 0.5 / planted_market.test.num_assets
-    )  # noqa: E731
+    num_assets = planted_market.test.num_assets
+
+    def half(obs):
+        return torch.full((obs.shape[0], num_assets), 0.5 / num_assets)
+
     result = engine.run_backtest(planted_market.test, params, {"champion": half}, boosted=model)
     assert result.names[-1] == "boosted"
     w = result.weights[:, result.index("boosted")]
@@ -88,4 +91,8 @@ def test_boosted_is_a_column_of_backtests_and_metrics(planted_market) -> None:
     doc = report.metrics_document(result, window="test", benchmark="buy_and_hold", seed=0)
     assert "boosted" in doc.strategies and doc.strategies["boosted"].sharpe_ratio is not None
     assert "boosted" in doc.oos_test.excess  # the champion's excess over it, a figure
+    (line,) = render.ranker_lines(doc)  # printed under the verdict (no linear column in this run)
+    assert line.startswith("excess over the boosted baseline ") and "not a condition of it" in line
+    table = render.backtest_table(doc, "t")
+    assert "boosted" in [str(c.header) for c in table.columns]
     assert "boosted" not in engine.run_backtest(planted_market.test, params).names  # only when handed
