@@ -294,7 +294,8 @@ class GateConfig(Section):
     before_champion: Literal["benchmark", "cash"] = Field(
         "benchmark",
         description="what paper trading and a walk-forward's account hold while no champion is in charge: "
-        "benchmark, equal weight of the universe bought once then held (costs on), or cash",
+        "benchmark, equal weight of the universe bought (at once in paper, as fast as the volume cap lets it "
+        "in a walk-forward) then held (costs on), or cash",
     )
     slots: int = Field(ShadowSettings.slots, ge=1, description="book: challengers tested at once")
     min_sessions: int = Field(

@@ -238,25 +238,31 @@ def _verdict_lines(doc: MetricsDocument) -> str:
     line of its own, then the capacity curve (``backtests.capacity``), or nothing."""
     verdict = stated_verdict(doc)
     text = "".join(f"\n{line}" for line in verdict.lines) if verdict is not None else ""
-    linear = linear_line(doc)
-    text += f"\n{linear}" if linear else ""
+    text += "".join(f"\n{line}" for line in ranker_lines(doc))
     return text + "".join(f"\n{line}" for line in curve_lines(doc))
 
 
-def linear_line(doc: MetricsDocument) -> str | None:
-    """The selected strategy's excess over the linear baseline (``backtests.linear``) as a figure: the
-    mean daily excess and its one-sided p-value after the looks (not a condition of the verdict), or
-    None when the document has no such test."""
+#: The ranker baselines the selected strategy's excess is printed against, with their names in words.
+RANKER_LABELS: dict[str, str] = {"linear": "the linear baseline", "boosted": "the boosted baseline"}
+
+
+def ranker_lines(doc: MetricsDocument) -> list[str]:
+    """The selected strategy's excess over each ranker baseline (``backtests.linear``,
+    ``backtests.boosted``) as a figure: the mean daily excess and its one-sided p-value after the
+    looks (not a condition of the verdict); none for a baseline the document has no such test of."""
     oos = doc.oos_test
-    excess = oos.excess.get("linear") if oos is not None else None
-    if excess is None or excess.mean_per_day is None:
-        return None
-    p = excess.p_value_after_looks if excess.p_value_after_looks is not None else excess.p_value
-    p_text = "n/a" if p is None else prob_text(p, excess.p_value_bound is True)
-    return (
-        f"excess over the linear baseline {100 * excess.mean_per_day:+.2f}%/day (p {p_text}; "
-        "a figure beside the verdict, not a condition of it)"
-    )
+    lines = []
+    for name, words in RANKER_LABELS.items():
+        excess = oos.excess.get(name) if oos is not None else None
+        if excess is None or excess.mean_per_day is None:
+            continue
+        p = excess.p_value_after_looks if excess.p_value_after_looks is not None else excess.p_value
+        p_text = "n/a" if p is None else prob_text(p, excess.p_value_bound is True)
+        lines.append(
+            f"excess over {words} {100 * excess.mean_per_day:+.2f}%/day (p {p_text}; "
+            "a figure beside the verdict, not a condition of it)"
+        )
+    return lines
 
 
 def _caption(doc: MetricsDocument) -> str:
@@ -302,13 +308,16 @@ def demo_table(doc: MetricsDocument) -> Table:
     linear = doc.strategies.get("linear")
     if linear is not None:
         table.add_column("linear (ridge, top quintile)", justify="right")
+    boosted = doc.strategies.get("boosted")
+    if boosted is not None:
+        table.add_column("boosted (LightGBM, top quintile)", justify="right")
     for key, label, fmt in _SUMMARY_ROWS:
 
         def cell(row: StrategyMetrics, key: str = key, fmt: str = fmt) -> str:
             value = row.get(key)
             return "n/a" if value is None else fmt.format(value)
 
-        extra = [row for row in (equal, linear) if row is not None]
+        extra = [row for row in (equal, linear, boosted) if row is not None]
         cells = [cell(champ), cell(bench)] + [cell(row) for row in extra]
         table.add_row(_row_label(key, label, doc), *cells)
     return table

@@ -1,34 +1,41 @@
 """The baselines a backtest compares policies with: an investor's plain alternatives, costs on.
 
-Each runs through the training env's own ``step`` (the same fills, slippage and costs as a policy)
-from the window's first bar, as one group of ``run_backtest``'s columns:
+Each runs through the training env's own ``step`` from the window's first bar, under the run's own
+execution rules (:func:`investor`: the same fees, slippage, spread, volume cap and impact as the
+policies; only the agent's position limit ``max_weight`` is lifted), as one group of
+``run_backtest``'s columns:
 
-- ``"buy_and_hold"``: equal weight of the universe bought with the first decision and then held (no
-  rebalancing): the buy is the env's ``"weights"`` fill at bar 1's open (fractional shares, slippage and
-  costs); holding is the env's ``"shares"``-mode step with a zero action, which trades nothing and
-  marks ``cash + shares @ close``; that mark is computed for every decision bar at once instead of one
-  call per step (a test checks the two agree);
+- ``"buy_and_hold"``: equal weight of the assets tradable at the decision bar, bought and then held
+  (no rebalancing). The buy is the env's ``"weights"`` fill (fractional shares at the next bar's open,
+  slippage and costs); the volume cap (``max_participation`` of the fill bar's expected volume) may cut
+  it, so the same order is sent again at each decision until the book is **built** (at most
+  :data:`BUILT_CASH` of its value left in cash after a fill: one decision for an account the cap does
+  not bind, several for a large one); from then on the shares are held: the marks
+  ``cash + shares @ close`` are computed for every holding decision at once instead of one env step
+  with a zero ``"shares"`` order each (a test checks the two agree);
 - ``"index"``: buy-and-hold of an index ETF (the first of :data:`INDEX_TICKERS` in the universe; skipped
   when there is none), the same way; its column is named ``index_<TICKER>``;
-- ``"equal_weight"``: equal weights over the universe, rebalanced with the first fill of every session
-  (the first decision whose fill bar, ``t + 1``, lies in a new session: at that session's open when the
-  decision grid lines up with the sessions, as with 390 one-minute bars and ``decision_interval`` 15),
-  held in between (no trade), costs on: each rebalance is the env's ``"weights"`` fill; the marks between
-  rebalances are computed at once from the held shares, as for buy-and-hold;
+- ``"equal_weight"``: equal weights over the tradable assets, rebalanced with the first fill of every
+  session (the first decision whose fill bar, ``t + 1``, lies in a new session: at that session's open
+  when the decision grid lines up with the sessions, as with 390 one-minute bars and
+  ``decision_interval`` 15) and, like buy-and-hold, at every decision while its book is not built,
+  held in between (no trade), costs on;
 - ``"cash"``: never trades;
 - ``"linear"``: the linear baseline of ``backtests.linear`` (a ridge on the policy's features, fitted on
   the train window, its top quintile held equal weight, rebalanced at every decision), run only when
-  ``run_backtest`` is handed the fitted model (``linear=``), like ``"index"`` without an index ETF.
+  ``run_backtest`` is handed the fitted model (``linear=``), like ``"index"`` without an index ETF;
+- ``"boosted"``: the boosted ranker of ``backtests.boosted`` (gradient-boosted trees on the same
+  features, targets and windows, traded the same way), run only when handed (``boosted=``).
 
-Baselines are never capped by the env's ``max_weight`` nor by its volume cap ``max_participation``
-(they are the investor's own alternative, not the agent under its risk limits); they pay the spread,
-the commission and the square-root impact of their size like any fill (:func:`investor`).
+Every fill a baseline makes is at most ``max_participation`` of the fill bar's volume expected at the
+decision bar, as the policies' (``tests/test_baselines_capped.py``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -37,21 +44,28 @@ from torch import Tensor
 from backtests.accounting import GroupRun, trade_accounting
 from data.market import MarketData
 from envs import trading
-from envs.observation import WEIGHT, split_obs
 from envs.trading import EnvParams
 
 #: Index ETFs used for the ``"index"`` baseline, in order of preference.
 INDEX_TICKERS: tuple[str, ...] = ("QQQ", "SPY")
 #: Every baseline name ``run_backtest`` understands.
-BASELINES: tuple[str, ...] = ("buy_and_hold", "equal_weight", "index", "cash", "linear")
-DEFAULT_BASELINES: tuple[str, ...] = ("buy_and_hold", "equal_weight", "cash", "index", "linear")
+BASELINES: tuple[str, ...] = ("buy_and_hold", "equal_weight", "index", "cash", "linear", "boosted")
+DEFAULT_BASELINES: tuple[str, ...] = ("buy_and_hold", "equal_weight", "cash", "index", "linear", "boosted")
+#: The baselines that score the assets with a model fitted on the run's train window and hold the top
+#: quintile (``backtests.linear``, ``backtests.boosted``), each handed to ``run_backtest`` by name.
+RANKERS: tuple[str, ...] = ("linear", "boosted")
+#: A baseline's book is built once at most this share of its value (beyond the cash its target
+#: keeps) is cash after a fill: until then it repeats its order at every decision, because the
+#: volume cap may cut a buy from cash (docs/backtests.md "Baselines under the volume cap").
+BUILT_CASH = 0.01
 
 
 def investor(params: EnvParams) -> EnvParams:
-    """The env of the baselines: no ``max_weight`` cap and no volume cap (they pay the spread and the
-    impact of their size, but are not held to a share of one bar's volume: a buy-and-hold that the cap
-    kept mostly in cash for weeks is no investor's alternative)."""
-    return dataclasses.replace(params, max_weight=1.0, max_participation=0.0)
+    """The env of the baselines: the run's own execution rules (the broker's fees, slippage, the
+    half-spread, the volume cap ``max_participation``, square-root impact, the minimum order), so a
+    baseline trades like for like with the policies; only the agent's position limit ``max_weight`` is
+    lifted (a 0.1 cap would turn the index baseline into 90% cash)."""
+    return dataclasses.replace(params, max_weight=1.0)
 
 
 def is_baseline(name: str) -> bool:
@@ -60,7 +74,7 @@ def is_baseline(name: str) -> bool:
 
 
 def static_weights(market: MarketData, baselines: Sequence[str]) -> list[tuple[str, Tensor]]:
-    """``(name, target weights (A,))`` of every baseline that buys once and then holds."""
+    """``(name, target weights (A,))`` of every baseline that builds its book and then holds."""
     out: list[tuple[str, Tensor]] = []
     num_assets = market.num_assets
     for name in baselines:
@@ -88,64 +102,22 @@ def run_static(
     through_env: bool = False,
     capital: Tensor | None = None,
 ) -> GroupRun:
-    """Buy the target weights with the first decision, then hold the shares to the end.
+    """Build the target book, then hold its shares to the end (see :func:`_run_book`).
 
-    The buy is the env's ``"weights"`` fill (fractional shares, at bar 1's open, with slippage and
-    costs). Holding is a ``"shares"``-mode step with a zero action, which trades nothing and marks
-    ``cash + shares @ close``; by default that mark is computed for all decision bars at once
-    (``through_env=True`` steps the env instead; the tests check both agree). ``capital`` (N,): each
-    row's starting cash instead of ``params.initial_cash``.
+    Each row orders its target weights (restricted to the assets tradable at the decision bar) at
+    the first decision and again at every decision until its book is built, then holds: the marks
+    ``cash + shares @ close`` are computed for all holding decisions at once (``through_env=True``
+    steps the env with zero ``"shares"`` orders instead; the tests check both agree). ``capital``
+    (N,): each row's starting cash instead of ``params.initial_cash``.
     """
-    names = [s[0] for s in static]
-    n = len(names)
-    device = market.device
-    interval = int(params.decision_interval)
-    # Baselines are the investor's own alternative, not the agent under its risk limits: never capped
-    # (a 0.1 cap would turn the index baseline into 90% cash). docs/env.md "Risk limits".
     params = investor(params)
-    buy_params = dataclasses.replace(params, action_mode="weights")
-    hold_params = dataclasses.replace(params, action_mode="shares")
-    with torch.inference_mode():
-        state, _ = trading.reset(market, buy_params, n, torch.Generator().manual_seed(seed), start=0)
-        state = _with_capital(state, capital)
-        target = torch.stack([s[1] for s in static]).to(device=device, dtype=torch.float32)
-        state, _, _, _, _, info = trading.step(market, buy_params, state, target)
-        first_value = info["value"].to(torch.float64)
-        bought = info["shares_traded"].to(torch.float64)  # (N, A)
-        first_traded = info["traded_notional"].to(torch.float64)
-        if through_env:
-            values, weights = [first_value], [_weights_of(info["final_obs"], market)]
-            zero = torch.zeros(n, market.num_assets, device=device)
-            for _ in range(1, k_steps):
-                state, _, _, _, _, info = trading.step(market, hold_params, state, zero)
-                values.append(info["value"].to(torch.float64))
-                weights.append(_weights_of(info["final_obs"], market))
-            equity = torch.stack(values)
-            w = torch.stack(weights)
-        else:
-            mark_bars = torch.arange(1, k_steps + 1, device=device) * interval  # (K,)
-            close = market.close.index_select(0, mark_bars).to(torch.float64)  # (K, A)
-            held = close.unsqueeze(1) * state.shares.unsqueeze(0)  # (K, N, A)
-            equity = state.cash.unsqueeze(0) + held.sum(dim=-1)  # (K, N)
-            equity[0] = first_value  # the env's own first mark
-            w = (held / equity.unsqueeze(-1).clamp(min=1e-12)).to(torch.float32)
-        shares = torch.zeros(k_steps, n, market.num_assets, dtype=torch.float64, device=device)
-        shares[0] = bought
-        fills = trade_accounting(market, params, shares, k_steps)
-        turnover = torch.zeros(k_steps, n, dtype=torch.float64, device=device)
-        turnover[0] = first_traded / (float(params.initial_cash) if capital is None else capital.to(device))
-        off = torch.as_tensor(off_bars if off_bars is not None else np.zeros(0, np.int64), device=device)
-        off_close = market.close.index_select(0, off).to(torch.float64)  # (O, A)
-        off_equity = state.cash.to(torch.float64).unsqueeze(0) + off_close @ state.shares.to(torch.float64).T
-    return GroupRun(
-        names=names,
-        equity=equity.cpu(),
-        weights=w.to(torch.float32).cpu(),
-        turnover=turnover.cpu(),
-        terminated_at=[-1] * n,
-        off_equity=off_equity.cpu(),
-        **GroupRun.fill_fields(fills, shares),
-    )
+    orders = np.zeros(k_steps, dtype=bool)
+    orders[0] = True
+    books = [
+        _run_book(market, params, w, orders, k_steps, seed, off_bars, _row_capital(capital, i), through_env)
+        for i, (_, w) in enumerate(static)
+    ]
+    return _group([s[0] for s in static], books, market, params, k_steps)
 
 
 def rebalance_rows(market: MarketData, interval: int, k_steps: int) -> np.ndarray:
@@ -172,78 +144,162 @@ def run_equal_weight(
     off_bars: np.ndarray,
     capital: Tensor | None = None,
 ) -> GroupRun:
-    """Equal weights bought at each rebalance row (the env's ``"weights"`` fill), held in between.
+    """Equal weights ordered at each rebalance row (:func:`rebalance_rows`) and at every decision
+    while the book is not built (see :func:`_run_book`), held in between. ``capital`` (N,): one row
+    per starting cash (default: one row at ``params.initial_cash``)."""
+    params = investor(params)
+    orders = np.zeros(k_steps, dtype=bool)
+    orders[rebalance_rows(market, int(params.decision_interval), k_steps)] = True
+    n = 1 if capital is None else int(capital.shape[0])
+    weights = torch.full((market.num_assets,), 1.0 / market.num_assets)
+    books = [
+        _run_book(market, params, weights, orders, k_steps, seed, off_bars, _row_capital(capital, i))
+        for i in range(n)
+    ]
+    names = ["equal_weight"] if n == 1 else [f"equal_weight#{i}" for i in range(n)]
+    return _group(names, books, market, params, k_steps)
 
-    Between rebalances nothing trades, so the marks are ``cash + shares @ close`` computed for the
-    whole segment at once; at a rebalance the env state is moved to that decision bar (time index and
-    value marked at its close) and stepped once in ``"weights"`` mode, which trades, pays costs and
-    slippage exactly as for any policy. ``capital`` (N,): one row per starting cash (default: one row
-    at ``params.initial_cash``).
-    """
+
+def _row_capital(capital: Tensor | None, row: int) -> Tensor | None:
+    return None if capital is None else capital[row : row + 1]
+
+
+@dataclass
+class _Book:
+    """One account of a baseline over the window: per decision its equity ``(K,)``, weights at the
+    mark ``(K, A)``, shares traded ``(K, A)`` and turnover ``(K,)``; ``off_equity (O,)`` its value
+    at the off-mark closes."""
+
+    equity: Tensor
+    weights: Tensor
+    shares: Tensor
+    turnover: Tensor
+    off_equity: Tensor
+
+
+def tradable_targets(market: MarketData, weights: Tensor, bar: int) -> Tensor:
+    """``weights (A,)`` restricted to the assets tradable at ``bar`` and rescaled to their sum (the
+    book a baseline orders there; unchanged when none of its assets trades)."""
+    live = market.tradable[bar].to(device=weights.device, dtype=weights.dtype)
+    masked = weights * live
+    got = masked.sum()
+    return masked * (weights.sum() / got) if float(got) > 0 else weights
+
+
+def _run_book(
+    market: MarketData,
+    params: EnvParams,
+    weights: Tensor,
+    orders: np.ndarray,
+    k_steps: int,
+    seed: int,
+    off_bars: np.ndarray | None,
+    capital: Tensor | None,
+    through_env: bool = False,
+) -> _Book:
+    """One baseline account: the env's ``"weights"`` fill of ``weights (A,)`` (restricted to the
+    tradable assets, :func:`tradable_targets`) at each decision where ``orders (K,)`` is set and at
+    every decision while the book is not built: its cash after the fill is more than the target's
+    cash share plus :data:`BUILT_CASH` of its value (the volume cap cut a buy). Between orders it
+    holds (no trade): the marks ``cash + shares @ close`` of a stretch are computed at once, and the
+    env state is moved to the next ordering decision's bar (time, value marked at its close, impact
+    memory decayed by the decisions skipped, as zero orders would decay it). ``through_env``: step
+    the env with zero ``"shares"`` orders on the holding decisions instead."""
     device = market.device
     interval = int(params.decision_interval)
-    num_assets = market.num_assets
-    params = investor(params)
-    buy_params = dataclasses.replace(params, action_mode="weights")
-    rows = rebalance_rows(market, interval, k_steps)
-    ends = np.r_[rows[1:], k_steps]
-    n = 1 if capital is None else int(capital.shape[0])
-    equity = torch.zeros(k_steps, n, dtype=torch.float64, device=device)
-    weights = torch.zeros(k_steps, n, num_assets, dtype=torch.float64, device=device)
-    shares_traded = torch.zeros(k_steps, n, num_assets, dtype=torch.float64, device=device)
-    turnover = torch.zeros(k_steps, n, dtype=torch.float64, device=device)
-    seg_cash, seg_shares = [], []
-    target = torch.full((n, num_assets), 1.0 / num_assets, device=device)
+    buy = dataclasses.replace(params, action_mode="weights")
+    hold = dataclasses.replace(params, action_mode="shares")
+    memory = params.impact_memory if params.execution else 0.0
+    target_w = weights.to(device=device, dtype=torch.float32)
+    shares = torch.zeros(k_steps, market.num_assets, dtype=torch.float64, device=device)
+    turnover = torch.zeros(k_steps, dtype=torch.float64, device=device)
+    env_marks = torch.zeros(k_steps, dtype=torch.float64, device=device)
+    rows, cash, held = [], [], []
+    built, last = False, -1
+    zero = torch.zeros(1, market.num_assets, device=device)
     with torch.inference_mode():
-        state, _ = trading.reset(market, buy_params, n, torch.Generator().manual_seed(seed), start=0)
+        state, _ = trading.reset(market, buy, 1, torch.Generator().manual_seed(seed), start=0)
         state = _with_capital(state, capital)
-        prev_value = state.value.to(torch.float64).clone()
-        for r, end in zip(rows.tolist(), ends.tolist(), strict=True):
-            if r > 0:
-                t = r * interval
-                close_t = market.close[t].to(torch.float64)
-                value = state.cash.to(torch.float64) + (state.shares.to(torch.float64) * close_t).sum(-1)
-                state = dataclasses.replace(
-                    state, t=torch.full_like(state.t, t), value=value.to(state.value.dtype)
-                )
-                prev_value = equity[r - 1].clone()
-            state, _, _, _, _, info = trading.step(market, buy_params, state, target)
-            cash = state.cash.to(torch.float64)  # (N,)
-            held_shares = state.shares.to(torch.float64)  # (N, A)
-            seg_cash.append(cash)
-            seg_shares.append(held_shares)
-            shares_traded[r] = info["shares_traded"].to(torch.float64)
-            turnover[r] = info["traded_notional"].to(torch.float64) / prev_value
-            mark_bars = torch.arange(r + 1, end + 1, device=device) * interval
-            close = market.close.index_select(0, mark_bars).to(torch.float64)  # (L, A)
-            held = close.unsqueeze(1) * held_shares.unsqueeze(0)  # (L, N, A)
-            seg_equity = cash.unsqueeze(0) + held.sum(dim=-1)  # (L, N)
-            seg_equity[0] = info["value"].to(torch.float64)  # the env's own mark
-            equity[r:end] = seg_equity
-            weights[r:end] = held / seg_equity.unsqueeze(-1).clamp(min=1e-12)
-        fills = trade_accounting(market, params, shares_traded, k_steps)
-        # Off-mark closes: the holdings of the last rebalance filled by then (fill bar r * interval + 1).
-        off = np.asarray(off_bars, dtype=np.int64)
-        seg = np.searchsorted(rows * interval + 1, off, side="right") - 1
-        if len(off):
-            cash_all = torch.stack(seg_cash)  # (R, N)
-            shares_all = torch.stack(seg_shares)  # (R, N, A)
-            idx = torch.as_tensor(np.clip(seg, 0, None), device=device)
-            off_close = market.close.index_select(0, torch.as_tensor(off, device=device)).to(torch.float64)
-            off_equity = cash_all[idx] + (shares_all[idx] * off_close.unsqueeze(1)).sum(dim=-1)
+        for k in range(k_steps):
+            if built and not orders[k]:
+                if through_env:
+                    state, _, _, _, _, info = trading.step(market, hold, state, zero)
+                    env_marks[k] = info["value"][0].to(torch.float64)
+                    last = k
+                continue
+            if last < k - 1:
+                state = _moved(market, state, k * interval, memory ** (k - 1 - last))
+            before = state.value.to(torch.float64)[0]
+            target = tradable_targets(market, target_w, k * interval)
+            state, _, _, _, _, info = trading.step(market, buy, state, target.unsqueeze(0))
+            value = info["value"][0].to(torch.float64)
+            env_marks[k], shares[k] = value, info["shares_traded"][0].to(torch.float64)
+            turnover[k] = info["traded_notional"][0].to(torch.float64) / before
+            built = float(state.cash[0]) <= (1.0 - float(target.sum()) + BUILT_CASH) * float(value)
+            rows.append(k)
+            cash.append(state.cash[0].to(torch.float64))
+            held.append(state.shares[0].to(torch.float64))
+            last = k
+        equity, held_value, off_equity = _marks(market, interval, k_steps, rows, cash, held, off_bars)
+        if through_env:
+            equity = env_marks
         else:
-            off_equity = torch.zeros(0, n, dtype=torch.float64, device=device)
-    return GroupRun(
-        names=["equal_weight"] * n if n == 1 else [f"equal_weight#{i}" for i in range(n)],
-        equity=equity.cpu(),
-        weights=weights.to(torch.float32).cpu(),
-        turnover=turnover.cpu(),
-        terminated_at=[-1] * n,
-        off_equity=off_equity.cpu(),
-        **GroupRun.fill_fields(fills, shares_traded),
+            equity[torch.as_tensor(rows, device=device)] = env_marks[rows]  # the env's own marks
+        w = held_value / equity.unsqueeze(-1).clamp(min=1e-12)
+    return _Book(equity, w, shares, turnover, off_equity)
+
+
+def _moved(market: MarketData, state: trading.EnvState, bar: int, decay: float) -> trading.EnvState:
+    """``state`` moved to decision ``bar`` without a trade: its value marked at the bar's close and its
+    impact memory decayed by ``decay``."""
+    close = market.close[bar].to(torch.float64)
+    value = state.cash.to(torch.float64) + (state.shares.to(torch.float64) * close).sum(-1)
+    return dataclasses.replace(
+        state, t=torch.full_like(state.t, bar), value=value.to(state.value.dtype), order=state.order * decay
     )
 
 
-def _weights_of(obs: Tensor, market: MarketData) -> Tensor:
-    """Position weights ``(N, A)`` from observations (see ``envs.observation.split_obs``)."""
-    return split_obs(obs, market.num_assets, market.num_features)[1][..., WEIGHT].clone()
+def _marks(
+    market: MarketData,
+    interval: int,
+    k_steps: int,
+    rows: list[int],
+    cash: list[Tensor],
+    held: list[Tensor],
+    off_bars: np.ndarray | None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Equity ``(K,)`` and the positions' values ``(K, A)`` at every mark, and the off-mark values
+    ``(O,)``, of the holdings after each ordering decision ``rows`` (cash and shares held until the
+    next)."""
+    device = market.device
+    order_rows = np.asarray(rows, dtype=np.int64)
+    seg = torch.as_tensor(np.searchsorted(order_rows, np.arange(k_steps), side="right") - 1, device=device)
+    cash_all, held_all = torch.stack(cash), torch.stack(held)  # (S,), (S, A)
+    mark_bars = torch.arange(1, k_steps + 1, device=device) * interval
+    value = market.close.index_select(0, mark_bars).to(torch.float64) * held_all[seg]  # (K, A)
+    equity = cash_all[seg] + value.sum(dim=-1)
+    off = np.asarray(off_bars if off_bars is not None else np.zeros(0, np.int64), dtype=np.int64)
+    # Off-mark closes: the holdings of the last order filled by then (fill bar row * interval + 1).
+    off_seg = np.clip(np.searchsorted(order_rows * interval + 1, off, side="right") - 1, 0, None)
+    idx = torch.as_tensor(off_seg, device=device)
+    off_close = market.close.index_select(0, torch.as_tensor(off, device=device)).to(torch.float64)
+    off_equity = cash_all[idx] + (held_all[idx] * off_close).sum(dim=-1)
+    return equity, value, off_equity
+
+
+def _group(
+    names: list[str], books: list[_Book], market: MarketData, params: EnvParams, k_steps: int
+) -> GroupRun:
+    """The books as one group of columns, their fills accounted as every group's."""
+    stack = lambda key: torch.stack([getattr(b, key) for b in books], dim=1)  # noqa: E731
+    shares = stack("shares")  # (K, N, A)
+    fills = trade_accounting(market, params, shares, k_steps)
+    return GroupRun(
+        names=names,
+        equity=stack("equity").cpu(),
+        weights=stack("weights").to(torch.float32).cpu(),
+        turnover=stack("turnover").cpu(),
+        terminated_at=[-1] * len(names),
+        off_equity=stack("off_equity").cpu(),
+        **GroupRun.fill_fields(fills, shares),
+    )

@@ -40,7 +40,7 @@ from envs.trading import EnvParams
 #: Account sizes of the capacity curve, in $ (retail to institutional).
 CAPITAL_LEVELS: tuple[float, ...] = (1e4, 1e5, 1e6, 1e7, 1e8)
 #: Baselines replayed beside the strategy at every size.
-CAPACITY_BASELINES: tuple[str, ...] = ("buy_and_hold", "equal_weight", "linear")
+CAPACITY_BASELINES: tuple[str, ...] = ("buy_and_hold", "equal_weight", "linear", "boosted")
 #: ``estimated_capacity`` by the Sharpe rule: the net Sharpe at least this fraction of the smallest size's.
 SHARPE_FRACTION = 0.5
 #: Multiples of the cost model every strategy is replayed at (``cost_sensitivity``).
@@ -62,12 +62,15 @@ def run_capacity(
     seed: int = 0,
     linear: Any | None = None,
     cost_levels: Sequence[float] = COST_LEVELS,
+    boosted: Any | None = None,
 ) -> BacktestResult:
     """Every policy and :data:`CAPACITY_BASELINES` at every size of ``levels``, in one pass, then at
     the env's own account size at every multiple of :data:`COST_LEVELS` of the cost model (one pass
     per multiple: the cost terms are the env's constants; columns :func:`cost_name`); dollars in
     units of each column's starting capital (``engine.run_backtest``'s ``capital``); ``linear``: the
-    fitted linear baseline (``backtests.linear.LinearModel``; none: no ``linear`` column)."""
+    fitted linear baseline (``backtests.linear.LinearModel``; none: no ``linear`` column), ``boosted``
+    the boosted one (``backtests.boosted.BoostedModel``); every baseline under the run's execution
+    rules, the volume cap included (``backtests.baselines.investor``)."""
     runs = [
         engine.run_backtest(
             market,
@@ -78,6 +81,7 @@ def run_capacity(
             seed=seed,
             capital=levels,
             linear=linear,
+            boosted=boosted,
         )
     ]
     for level in cost_levels:
@@ -90,6 +94,7 @@ def run_capacity(
             seed=seed,
             capital=[float(params.initial_cash)],
             linear=linear,
+            boosted=boosted,
         )
         runs.append(dataclasses.replace(run, names=tuple(cost_name(n, level) for n in run.names)))
     return _concat(runs)

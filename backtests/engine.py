@@ -11,8 +11,9 @@ market at the close of bar ``t_{k+1}``; ``timestamps[k]`` is the start time of t
 
 Strategies: policies, any callables ``policy(obs) -> action`` (or objects with
 ``act(obs, deterministic=True)``) in the env's action space, run as rows of one batched env, each
-called on its own rows, or a :class:`PolicyBatch` (one call decides every row); and the baselines of ``backtests.baselines`` (buy-and-hold, index, equal
-weight, cash), each its own group of columns.
+called on its own rows, or a :class:`PolicyBatch` (one call decides every row); and the baselines of
+``backtests.baselines`` (buy-and-hold, index, equal weight, cash, the linear and boosted rankers),
+under the same execution rules as the policies (costs, volume cap, impact), in groups of columns.
 
 A strategy whose value falls under the env's termination floor is stopped there: from then on its
 equity stays at the value it had when it terminated, with no positions and no trades.
@@ -159,12 +160,14 @@ def run_backtest(
     compile: str = "auto",
     capital: Sequence[float] | None = None,
     linear: PolicyFn | None = None,
+    boosted: PolicyFn | None = None,
 ) -> BacktestResult:
     """Run every policy and baseline over the whole ``market`` window; see the module docstring.
 
     ``linear``: the fitted linear baseline (``backtests.linear.LinearModel``, fitted on the run's train
     and validation windows), the column ``linear`` when ``"linear"`` is in ``baselines``; without it
-    that baseline is skipped.
+    that baseline is skipped. ``boosted``: the same for the boosted ranker (``backtests.boosted``), the
+    column ``boosted``. Both trade under the run's own execution rules (``baselines.investor``).
 
     ``capital``: account sizes ($) to run every strategy at, as one more batch dimension (rows of the
     same batched env, one pass): strategy ``name`` at size ``c`` is the column ``capacity_name(name,
@@ -213,14 +216,15 @@ def run_backtest(
             )
         params = _long_horizon(params, k_steps)
         plan = _day_plan(market, interval, k_steps)
+        rankers = _rankers(baselines, linear=linear, boosted=boosted)
         if capital is not None:
             groups = _capacity_groups(
-                market, params, policies, baselines, capital, k_steps, seed, plan.off_bars, linear
+                market, params, policies, baselines, capital, k_steps, seed, plan.off_bars, rankers
             )
         else:
             use_compile = compile == "on" or (compile == "auto" and k_steps >= COMPILE_MIN_DECISIONS)
             groups = _strategy_groups(
-                market, params, policies, baselines, k_steps, seed, plan.off_bars, linear, use_compile
+                market, params, policies, baselines, k_steps, seed, plan.off_bars, rankers, use_compile
             )
         initial_value = float(params.initial_cash) if capital is None else 1.0
         return _assembled(market, params, groups, plan, k_steps, initial_value)
@@ -273,7 +277,7 @@ def _strategy_groups(
     k_steps: int,
     seed: int,
     off_bars: np.ndarray,
-    linear: PolicyFn | None,
+    rankers: dict[str, PolicyFn],
     use_compile: bool,
 ) -> list[GroupRun]:
     """The policies, then each baseline asked for, each its own group of columns."""
@@ -286,11 +290,14 @@ def _strategy_groups(
         groups.append(bl.run_static(market, params, static, k_steps, seed, off_bars))
     if "equal_weight" in baselines:
         groups.append(bl.run_equal_weight(market, params, k_steps, seed, off_bars))
-    if "linear" in baselines and linear is not None:
-        groups.append(
-            run_policies(market, _linear_params(params), {"linear": linear}, k_steps, seed, off_bars)
-        )
+    if rankers:
+        groups.append(run_policies(market, _ranker_params(params), rankers, k_steps, seed, off_bars))
     return groups
+
+
+def _rankers(baselines: Sequence[str], **fitted: PolicyFn | None) -> dict[str, PolicyFn]:
+    """The fitted ranker baselines (``baselines.RANKERS``) asked for in ``baselines`` and handed in."""
+    return {n: fitted[n] for n in bl.RANKERS if n in baselines and fitted.get(n) is not None}
 
 
 def _assembled(
@@ -356,7 +363,7 @@ def _capacity_groups(
     k_steps: int,
     seed: int,
     off_bars: np.ndarray,
-    linear: PolicyFn | None = None,
+    rankers: Mapping[str, PolicyFn],
 ) -> list[GroupRun]:
     """Every strategy at every size in ``capital``, each group's dollars in units of its columns'
     starting capital. The env's bust floor is checked per column after the run (the env's own floor
@@ -400,11 +407,11 @@ def _capacity_groups(
         run = bl.run_equal_weight(market, env_params, k_steps, seed, off_bars, capital=per_level)
         run.names = [capacity_name("equal_weight", c) for c in levels]
         groups.append(_per_capital(run, per_level))
-    if "linear" in baselines and linear is not None:
-        batch = PolicyBatch(tuple(capacity_name("linear", c) for c in levels), linear)
+    for name, ranker in rankers.items():
+        batch = PolicyBatch(tuple(capacity_name(name, c) for c in levels), ranker)
         run = run_policies(
             market,
-            _linear_params(env_params),
+            _ranker_params(env_params),
             batch,
             k_steps,
             seed,
@@ -416,9 +423,10 @@ def _capacity_groups(
     return groups
 
 
-def _linear_params(params: EnvParams) -> EnvParams:
-    """The linear baseline's env: the baselines' (``baselines.investor``: no weight or volume cap) in
-    ``"weights"`` mode, whatever the run's action mode."""
+def _ranker_params(params: EnvParams) -> EnvParams:
+    """The ranker baselines' env (linear, boosted): the baselines' (``baselines.investor``: the run's
+    execution rules, volume cap included, without its ``max_weight``) in ``"weights"`` mode, whatever
+    the run's action mode."""
     return dataclasses.replace(bl.investor(params), action_mode="weights")
 
 

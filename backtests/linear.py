@@ -68,7 +68,7 @@ def decision_panel(market: MarketData, decision_interval: int) -> DecisionRows:
     return DecisionRows(x=torch.nan_to_num(x), y=torch.nan_to_num(y), ok=ok)
 
 
-def _demean(values: Tensor, ok: Tensor) -> Tensor:
+def demean(values: Tensor, ok: Tensor) -> Tensor:
     """``values (K, A, ...)`` less their mean over the valid assets of each row; invalid entries 0."""
     mask = ok.to(values.dtype)
     while mask.ndim < values.ndim:
@@ -81,8 +81,8 @@ def _demean(values: Tensor, ok: Tensor) -> Tensor:
 def information_coefficient(scores: Tensor, panel: DecisionRows) -> float:
     """Mean over decision bars of the cross-sectional Pearson correlation of ``scores (K, A)`` with
     the demeaned next-interval returns (rows with fewer than 3 valid assets or no spread skipped)."""
-    s = _demean(scores.to(torch.float64), panel.ok)
-    y = _demean(panel.y, panel.ok)
+    s = demean(scores.to(torch.float64), panel.ok)
+    y = demean(panel.y, panel.ok)
     num = (s * y).sum(dim=1)
     den = (s.square().sum(dim=1) * y.square().sum(dim=1)).sqrt()
     use = (panel.ok.sum(dim=1) >= 3) & (den > 0)
@@ -137,8 +137,8 @@ def top_weights(scores: Tensor, tradable: Tensor, fraction: float = TOP_FRACTION
 
 def ridge_path(panel: DecisionRows, penalties: tuple[float, ...] = PENALTIES) -> list[Tensor]:
     """The ridge coefficients ``(F,)`` of ``panel`` for each penalty multiple."""
-    x = _demean(panel.x, panel.ok).reshape(-1, panel.x.shape[-1])
-    y = _demean(panel.y, panel.ok).reshape(-1)
+    x = demean(panel.x, panel.ok).reshape(-1, panel.x.shape[-1])
+    y = demean(panel.y, panel.ok).reshape(-1)
     gram = x.T @ x
     rhs = x.T @ y
     scale = float(gram.diagonal().mean().clamp(min=1e-300))

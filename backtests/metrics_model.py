@@ -153,7 +153,7 @@ class OosTest(MetricsSection):
     benchmark: str | None = Field(None, description="the benchmark the verdict requires")
     excess: dict[str, ExcessFigures] = Field(
         default_factory=dict,
-        description="per benchmark (`buy_and_hold`, `equal_weight`, `linear`): its excess test",
+        description="per benchmark (`buy_and_hold`, `equal_weight`, `linear`, `boosted`): its excess test",
     )
     test: str | None = Field(None, description="the test and the p-value formula, in words")
     max_replications: int | None = Field(None, description="the adaptive bootstrap's most replications")
@@ -293,7 +293,7 @@ class MetricsDocument(Artifact):
     initial_value: Figure = Field(None, description="initial cash of every strategy ($)")
     strategies: dict[str, StrategyMetrics] = Field(
         min_length=1,
-        description="per strategy (champion, buy_and_hold, equal_weight, cash, linear, index_*): its figures",
+        description="per strategy (champion, buy_and_hold, equal_weight, cash, linear, boosted, index_*): its figures",
     )
     oos_test: OosTest | None = Field(
         None, description="the selected strategy's out-of-sample test (null without one)"

@@ -23,7 +23,7 @@ from backtests.accounting import GroupRun, trade_accounting
 from data.market import MarketData
 from envs import trading
 from envs.backtest_loop import BacktestLoop
-from envs.backtest_step import asset_prices, backtest_step
+from envs.backtest_step import BacktestStepResult, asset_prices, backtest_step
 from envs.params import ActionMode
 from envs.trading import EnvParams
 
@@ -32,14 +32,18 @@ PolicyFn = Callable[[Tensor], Tensor]
 
 class InvestorOrder(NamedTuple):
     """A decision a strategy hands the engine in place of an action: ``action (n, A)`` read in
-    ``action_mode`` and filled as the investor's own order (``backtests.baselines.investor``: no weight
-    cap, no volume cap; the spread, impact, commission and minimum order of every fill), whatever the
-    run's action mode and risk limits. The walk-forward's benchmark account decides with these
-    (``backtests.stitched.BenchmarkInCharge``: buy equal weight, then a zero ``"shares"`` order, which
-    holds exactly); only a run's single strategy may return one (the eager loop)."""
+    ``action_mode`` and filled as the baselines' orders are (``backtests.baselines.investor``: the run's
+    execution rules, the volume cap included, without its ``max_weight``), whatever the run's action
+    mode. The walk-forward's benchmark account decides with these
+    (``backtests.stitched.BenchmarkInCharge``: buy equal weight until the book is built, then a zero
+    ``"shares"`` order, which holds exactly); only a run's single strategy may return one (the eager
+    loop)."""
 
     action: Tensor  # (n, A)
     action_mode: ActionMode
+    # (n,) bool or None: rows that hold instead (a zero ``"shares"`` order, which trades nothing) while
+    # the others fill ``action``: one account at several sizes whose books are built at different times
+    hold: Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -95,11 +99,11 @@ def _eager_decisions(
     # The loop only calls the policies and the env and keeps references to their outputs: no extra
     # tensor op per step. Weights, costs, NaN checks and termination are vectorized afterwards.
     for k in range(k_steps):
-        step_params = params
+        step_params, hold = params, None
         if len(callables) == 1:
             action = callables[0](obs)
             if isinstance(action, InvestorOrder):
-                step_params, action = order_params[action.action_mode], action.action
+                step_params, action, hold = order_params[action.action_mode], action.action, action.hold
         else:
             action = torch.cat([p(obs[i : i + 1]) for i, p in enumerate(callables)], dim=0)
         if k == 0 or not (trusted or _plain_action(action, expected, obs)):
@@ -109,12 +113,45 @@ def _eager_decisions(
         actions.append(action)
         # The env's step less the reward (bitwise the same accounting; no env is truncated:
         # episode_len is past the window and the last decision is the last the data allows).
-        state, obs, term, value, notional, traded = backtest_step(market, step_params, state, action, prices)
+        if hold is not None and bool(hold.any()):
+            step = _holding_step(market, step_params, order_params["shares"], state, action, hold, prices)
+        else:
+            step = backtest_step(market, step_params, state, action, prices)
+        state, obs, term, value, notional, traded = step
         values.append(value)
         traded_notional.append(notional)
         shares_traded.append(traded)
         terminated.append(term)
     return tuple(torch.stack(x) for x in (actions, values, traded_notional, shares_traded, terminated))
+
+
+def _holding_step(
+    market: MarketData,
+    params: EnvParams,
+    hold_params: EnvParams,
+    state: Any,
+    action: Tensor,
+    hold: Tensor,
+    prices: tuple[Tensor, Tensor],
+) -> BacktestStepResult:
+    """One decision where the rows ``hold`` (n,) place a zero ``"shares"`` order (``hold_params``) and
+    the others fill ``action`` under ``params``: both steps from the same state (the step is a pure
+    function of it), each row's outcome taken from its own."""
+    filled = backtest_step(market, params, state, action, prices)
+    held = backtest_step(market, hold_params, state, torch.zeros_like(action), prices)
+
+    def pick(a: Tensor, b: Tensor) -> Tensor:
+        mask = hold.to(a.device).view(-1, *([1] * (a.ndim - 1)))
+        return torch.where(mask, b, a)
+
+    merged = {
+        f.name: pick(getattr(filled.state, f.name), getattr(held.state, f.name))
+        for f in dataclasses.fields(state)
+    }
+    return BacktestStepResult(
+        dataclasses.replace(filled.state, **merged),
+        *(pick(a, b) for a, b in zip(filled[1:], held[1:], strict=True)),
+    )
 
 
 def run_policies(

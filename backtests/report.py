@@ -81,7 +81,7 @@ log = logging.getLogger(__name__)
 PERIOD = "daily"
 #: The benchmarks the selected strategy's excess returns are tested against, when in the backtest (the
 #: verdict requires the document's ``benchmark``; the others are reported).
-EXCESS_BENCHMARKS: tuple[str, ...] = ("buy_and_hold", "equal_weight", "linear")
+EXCESS_BENCHMARKS: tuple[str, ...] = ("buy_and_hold", "equal_weight", "linear", "boosted")
 #: The window on which a backtest is out of sample for the run's selection.
 HELD_OUT_WINDOW = "test"
 

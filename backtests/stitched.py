@@ -7,12 +7,13 @@ it changes. :func:`run_stitched` simulates exactly that with the backtest engine
 the whole span, with one strategy, :class:`SwitchingPolicy`, whose decisions from bar ``switch_bars[i]``
 on are taken by ``policies[i]``. So the account is continuous by construction (no re-buy, no missed
 decision at a boundary; a decision on bar t fills at bar t + 1 as always) and the baselines run in
-the same call over the same bars: buy-and-hold buys once, at the span's first bar.
+the same call over the same bars: buy-and-hold buys from the span's first bar (see
+:class:`BenchmarkInCharge` for the volume cap).
 
 Where no champion is in charge yet (a walk-forward before its first promotion) the account holds the
 benchmark, :class:`BenchmarkInCharge`: the backtest's buy-and-hold, equal weight of the tickers
-tradable at its first decision, bought once and then held (zero orders), with the fills of the
-baselines (``backtests.engine.InvestorOrder``). From the span's first bar it is the ``buy_and_hold``
+tradable at its first decision, bought (at every decision until the volume cap lets the book be
+built) and then held (zero orders), with the fills of the baselines (``backtests.engine.InvestorOrder``). From the span's first bar it is the ``buy_and_hold``
 column itself, decision for decision.
 
 Each policy sees its own features: the caller builds the span's ``features`` segment by segment, each
@@ -58,14 +59,20 @@ def _decide_fn(policy: Any) -> Callable[[Tensor], Tensor]:
 
 
 class BenchmarkInCharge:
-    """The benchmark as the policy in charge: buy-and-hold without churn. While the account holds
-    only cash (its first decision in charge, from a fresh account) it buys equal weight of the tickers
-    tradable at the decision bar (``"weights"``); from then on it places zero ``"shares"`` orders, which
-    trade nothing (a ticker that leaves the universe for good is still sold by the env, and its
-    proceeds stay in cash). Both are :class:`backtests.engine.InvestorOrder`: filled like the
-    ``buy_and_hold`` baseline's orders (spread, impact, commission, minimum order; no weight or volume
-    cap). Stateless, so every replay of the account decides the same: the observation says whether it
-    has bought. The rows of one call (one account at several sizes, ``capacity``) buy together.
+    """The benchmark as the policy in charge: the ``buy_and_hold`` baseline's orders. From a fresh
+    account it orders equal weight of the tickers tradable at the decision bar (``"weights"``) at
+    every decision until the book is built (at most ``baselines.BUILT_CASH`` of the value in cash at
+    a decision after an order: the volume cap may cut a buy); from then on it places zero
+    ``"shares"`` orders, which trade nothing (a ticker that leaves the universe for good is still
+    sold by the env, and its proceeds stay in cash). Both are :class:`backtests.engine.InvestorOrder`:
+    filled like the ``buy_and_hold`` baseline's orders (the run's execution rules, volume cap
+    included), so from the span's first bar the account is that column, decision for decision.
+
+    Whether each row's book is built is the one thing it remembers (a value that fell after the build
+    can lift the cash share over the threshold again, and the baseline does not buy again then); a
+    call whose rows all hold nothing but cash is a fresh account (a new replay) and forgets it, so
+    every replay of the account decides the same. In one call of several rows (one account at several
+    sizes, ``capacity``) a row that is built holds (``InvestorOrder.hold``) while the others build.
 
     >>> import torch
     >>> from data.toy import toy_market
@@ -78,13 +85,20 @@ class BenchmarkInCharge:
 
     def __init__(self, num_assets: int, num_features: int) -> None:
         self.num_assets, self.num_features = int(num_assets), int(num_features)
+        self._built: Tensor | None = None  # (n,) bool: each row's book is built
 
     def __call__(self, obs: Tensor) -> InvestorOrder:
         glob, per_asset = split_obs(obs, self.num_assets, self.num_features)
-        if bool((glob[:, CASH] >= 1.0).any()):  # nothing bought yet
+        cash = glob[:, CASH]
+        if self._built is None or self._built.shape[0] != obs.shape[0] or bool((cash >= 1.0).all()):
+            self._built = torch.zeros(obs.shape[0], dtype=torch.bool, device=obs.device)  # a fresh account
+        elif not bool(self._built.all()):
+            # The first decision after an order at most BUILT_CASH in cash ends the build (for good).
+            self._built = self._built | (cash <= bl.BUILT_CASH)
+        if not bool(self._built.all()):
             tradable = per_asset[..., TRADABLE]  # (n, A) 1.0 / 0.0
             weights = tradable / tradable.sum(dim=1, keepdim=True).clamp(min=1.0)
-            return InvestorOrder(weights, "weights")
+            return InvestorOrder(weights, "weights", hold=self._built if bool(self._built.any()) else None)
         return InvestorOrder(torch.zeros(obs.shape[0], self.num_assets, device=obs.device), "shares")
 
 

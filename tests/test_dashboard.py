@@ -283,6 +283,23 @@ def test_comparison_table():
     assert text[2].startswith("| Champion | 12.34% |") and len(text) == 4
 
 
+def test_ranker_baselines_are_rows_and_never_the_champion():
+    doc = MetricsDocument.model_validate(
+        {
+            "benchmark": "buy_and_hold",
+            "strategies": {
+                "buy_and_hold": {"sharpe_ratio": 1.0},
+                "linear": {"sharpe_ratio": 2.0},
+                "boosted": {"sharpe_ratio": 3.0},
+                "pod-7": {"sharpe_ratio": 4.0},
+            },
+        }
+    )
+    assert cards.champion_name(doc) == "pod-7"  # a baseline is never taken for the champion
+    rows = list(cards.comparison_table(doc).index)
+    assert rows == ["Buy & hold", "Linear (ridge)", "Boosted (LightGBM)", "pod-7"]
+
+
 def test_drawdown_and_monthly_returns():
     equity = pd.Series([100.0, 120.0, 90.0, 130.0, 65.0])
     assert series.drawdown(equity).tolist() == pytest.approx([0.0, 0.0, -0.25, 0.0, -0.5])

@@ -82,7 +82,8 @@ def test_without_validation_skill_the_zero_model_holds_equal_weight(planted) -> 
 
 def test_linear_is_a_baseline_column_of_backtests_and_capacity(planted) -> None:
     model = fit_linear(planted.train, planted.valid, INTERVAL)
-    params = EnvParams(decision_interval=INTERVAL)
+    # An account small enough that the volume cap never binds (it trades under the run's cap).
+    params = EnvParams(decision_interval=INTERVAL, initial_cash=1e4)
     result = engine.run_backtest(planted.test, params, linear=model)
     assert result.names[-1] == "linear"
     w = result.weights[:, result.index("linear")]

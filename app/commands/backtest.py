@@ -2,7 +2,7 @@
 
 With a run: the champion + baselines on the window (test by default), written to ``<run>/backtest/``
 (see ``app.workflows.evaluation.backtest_run``), shown as a table (or, with ``--json``, the
-metrics.json document). Without a run, ``--baseline buy-and-hold`` (repeatable: ``equal-weight``, ``cash``, ``index``, ``linear``)
+metrics.json document). Without a run, ``--baseline buy-and-hold`` (repeatable: ``equal-weight``, ``cash``, ``index``, ``linear``, ``boosted``)
 backtests baselines on the stored bars (data config from ``--config`` with ``source = "stored"``);
 ``--out DIR`` also writes the report there.
 """
@@ -25,7 +25,7 @@ def backtest(
     baseline: list[str] = typer.Option(
         None,
         "--baseline",
-        help="Without RUN: baseline(s) on the stored data (buy-and-hold, equal-weight, cash, index, linear).",
+        help="Without RUN: baseline(s) on the stored data (buy-and-hold, equal-weight, cash, index, linear, boosted).",
     ),
     config: Path = typer.Option(None, "--config", help="With --baseline: TOML config (data, env costs)."),
     out: Path = typer.Option(

@@ -24,7 +24,7 @@ from backtests.verdict import ANNUALIZED_KEYS, ANNUALIZED_MIN_SESSIONS
 BENCHMARK_DEFAULT = "buy_and_hold"
 CHAMPION_DEFAULT = "champion"
 # Strategies the backtest adds for comparison (backtests.baselines): never the champion.
-BASELINES = frozenset({"buy_and_hold", "cash", "equal_weight", "index", "linear"})
+BASELINES = frozenset({"buy_and_hold", "cash", "equal_weight", "index", "linear", "boosted"})
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ _COLORS = {
     "cash": "#7f7f7f",
     "equal_weight": "#2ca02c",
     "linear": "#9467bd",
+    "boosted": "#8c564b",
 }
 # Title top-left, legend top-right on the same line, so neither hides the other.
 _LAYOUT = dict(

@@ -77,6 +77,7 @@ def strategy_label(name: str) -> str:
         "cash": "Cash",
         "equal_weight": "Equal weight",
         "linear": "Linear (ridge)",
+        "boosted": "Boosted (LightGBM)",
     }.get(name, name.replace("_", " "))
 
 

@@ -5,7 +5,7 @@ features (each fold's test window normalized with the statistics of the policy i
 only features held for the whole span), each fold's universe (``data.fold_market.fold_universe``:
 the tickers its test window trades, judged on its train window) and the policies in charge: a fold's
 champion, or before any champion qualifies what ``[gate] before_champion`` says (the benchmark,
-``backtests.stitched.BenchmarkInCharge``: buy-and-hold bought once and held; or cash). :meth:`StitchedAccount.run` replays the
+``backtests.stitched.BenchmarkInCharge``: buy-and-hold bought (as fast as the volume cap lets it) and held; or cash). :meth:`StitchedAccount.run` replays the
 account from the span's first bar to the last fold added (``backtests.stitched.run_stitched``: one
 engine run, so the account and the baselines stay continuous); :meth:`StitchedAccount.report` writes its
 report (``app.walkforward.judging.write_account_report``) with the walk-forward's keys: each fold's

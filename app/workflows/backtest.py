@@ -2,8 +2,9 @@
 
 :func:`backtest_run` loads the run's ``config.toml`` and champion policy, rebuilds the market with
 the run's data config, backtests champion + baselines on the window (test by default) through the
-training env's ``step`` (the linear baseline fitted on the run's train and validation windows,
-``backtests.linear``), counts the look in ``<home>/looks.sqlite`` (``backtests.looks``; the test and
+training env's ``step`` (the linear and boosted baselines fitted on the run's train and validation
+windows, ``backtests.linear``, ``backtests.boosted``; every baseline under the run's execution
+rules, volume cap included), counts the look in ``<home>/looks.sqlite`` (``backtests.looks``; the test and
 the full window, both show held-out sessions; keyed by the champion's weights, :func:`policy_digest`;
 the run remembers the count in ``<run>/looks.json``, so a deleted ledger or another home never reads
 fewer looks than it was judged under: ``backtests.looks_memory``) and writes the run's ``backtest/`` (see ``backtests.report``): the champion's out-of-sample test
@@ -14,7 +15,7 @@ selection diagnostics from every scored pod's daily validation returns
 validation dates. The bootstraps are seeded with the run's ``[tournament] seed`` and the test's level
 is the run config's ``[backtest] significance_level``.
 
-:func:`backtest_baselines` backtests baselines (buy-and-hold, cash, index, linear) on the stored bars
+:func:`backtest_baselines` backtests baselines (buy-and-hold, cash, index, linear, boosted) on the stored bars
 (``<home>/data/bars``, data config with ``source = "stored"``), writing a report under ``out`` when
 given. Both return the metrics document; nothing here prints.
 """
@@ -40,6 +41,7 @@ from app.evaluation import (
 from app.runs import RunDir, runs_root
 from backtests import baselines as bl
 from backtests import capacity, engine, report
+from backtests.boosted import fit_boosted
 from backtests.linear import fit_linear
 from data.errors import CheckpointError, ConfigError, DataError, PodracerError
 from data.loader import load_market
@@ -138,8 +140,11 @@ def backtest_run(
     market = _window(splits, window).to(device)
     _check_window_unseen(run, window, market, run_info.windows)
     check_policy_fits(policy, market, params)
-    # The linear baseline: fitted on the run's train window, its penalty chosen on the validation window.
-    linear = fit_linear(splits.train.to(device), splits.valid.to(device), params.decision_interval)
+    # The ranker baselines: fitted on the run's train window, the ridge's penalty chosen and the trees
+    # early-stopped on the validation window.
+    train, valid = splits.train.to(device), splits.valid.to(device)
+    linear = fit_linear(train, valid, params.decision_interval)
+    boosted = fit_boosted(train, valid, params.decision_interval)
     result = engine.run_backtest(
         market,
         params,
@@ -148,9 +153,12 @@ def backtest_run(
         num_threads=1,
         compile=config.backtest.compile,
         linear=linear,
+        boosted=boosted,
     )
     # The capacity curve: the champion and the baselines at several account sizes, one pass.
-    sizes = capacity.run_capacity(market, params, {"champion": policy}, device=device, linear=linear)
+    sizes = capacity.run_capacity(
+        market, params, {"champion": policy}, device=device, linear=linear, boosted=boosted
+    )
     identity = market_identity(config.data)
     counted = count_look(
         home,
@@ -197,7 +205,7 @@ def backtest_baselines(
     unknown = [b for b, n in zip(baselines, names, strict=True) if n not in bl.BASELINES]
     if unknown:
         raise ConfigError(
-            f"--baseline {unknown[0]!r}: choose buy-and-hold, equal-weight, cash, index or linear"
+            f"--baseline {unknown[0]!r}: choose buy-and-hold, equal-weight, cash, index, linear or boosted"
         )
     config = load_config(config_path)
     data = (
@@ -208,8 +216,12 @@ def backtest_baselines(
     if "index" in names and not any(t in market.tickers for t in bl.INDEX_TICKERS):
         raise DataError(f"--baseline index: none of {', '.join(bl.INDEX_TICKERS)} is in the stored data")
     params = to_env_params(config.env)
-    linear = fit_linear(splits.train, splits.valid, params.decision_interval) if "linear" in names else None
-    result = engine.run_backtest(market, params, baselines=names, device=device, num_threads=1, linear=linear)
+    interval = params.decision_interval
+    linear = fit_linear(splits.train, splits.valid, interval) if "linear" in names else None
+    boosted = fit_boosted(splits.train, splits.valid, interval) if "boosted" in names else None
+    result = engine.run_backtest(
+        market, params, baselines=names, device=device, num_threads=1, linear=linear, boosted=boosted
+    )
     benchmark = names[0] if names[0] != "index" else result.names[0]
     costs = {"cost_rate": params.cost_rate, "slippage_bps": params.slippage_bps}
     if out is not None:

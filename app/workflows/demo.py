@@ -213,6 +213,7 @@ def _report_figures(doc: Any) -> dict[str, Any]:
             "buy_and_hold": (doc.figures_of(doc.benchmark or "buy_and_hold") or none).model_dump(),
             "equal_weight": (doc.strategies.get("equal_weight") or none).model_dump(),
             "linear": (doc.strategies.get("linear") or none).model_dump(),
+            "boosted": (doc.strategies.get("boosted") or none).model_dump(),
         },
         "num_trials": doc.num_trials,
         "pbo": doc.pbo,
