@@ -15,6 +15,7 @@ from backtests.baselines import is_baseline
 from backtests.boosted import fit_boosted
 from backtests.engine import BacktestResult
 from backtests.linear import fit_linear
+from backtests.metrics import TRADING_DAYS_PER_YEAR
 from backtests.stitched import ACCOUNT, BenchmarkInCharge, run_stitched
 from data.loader import synthetic_market
 from envs.trading import EnvParams
@@ -137,7 +138,9 @@ def test_the_verdicts_benchmark_is_defined_while_buy_and_hold_builds(splits) -> 
     params = EnvParams(decision_interval=INTERVAL, max_participation=CAP)
     half = lambda obs: torch.full((obs.shape[0], market.num_assets), 0.5 / market.num_assets)  # noqa: E731
     result = engine.run_backtest(market, params, {"champion": half})
-    doc = report.metrics_document(result, window="test", benchmark="buy_and_hold", seed=0)
+    doc = report.metrics_document(
+        result, window="test", benchmark="buy_and_hold", seed=0, annualization=TRADING_DAYS_PER_YEAR
+    )
     excess = doc.oos_test.excess["buy_and_hold"]
     assert all(math.isfinite(v) for v in (excess.beta, excess.alpha_per_day, excess.mean_per_day))
     assert doc.strategies["buy_and_hold"].sharpe_ratio is not None

@@ -10,6 +10,7 @@ from app import render
 from backtests import engine, report
 from backtests.boosted import BoostedSettings, fit_boosted, fit_panels
 from backtests.linear import PENALTIES, DecisionRows, information_coefficient, ridge_path
+from backtests.metrics import TRADING_DAYS_PER_YEAR
 from data.loader import synthetic_market
 from envs.trading import EnvParams
 from tests.test_linear_baseline import INTERVAL, _with_noisy_test
@@ -88,7 +89,9 @@ def test_boosted_is_a_column_of_backtests_and_metrics(planted_market) -> None:
     assert float((invested > 0.98).to(torch.float64).mean()) > 0.9 and float(invested.max()) < 1.02
     assert int((w[0] > 0).sum()) == round(0.2 * planted_market.test.num_assets)
     assert float(result.costs[:, result.index("boosted")].sum()) > 0
-    doc = report.metrics_document(result, window="test", benchmark="buy_and_hold", seed=0)
+    doc = report.metrics_document(
+        result, window="test", benchmark="buy_and_hold", seed=0, annualization=TRADING_DAYS_PER_YEAR
+    )
     assert "boosted" in doc.strategies and doc.strategies["boosted"].sharpe_ratio is not None
     assert "boosted" in doc.oos_test.excess  # the champion's excess over it, a figure
     (line,) = render.ranker_lines(doc)  # printed under the verdict (no linear column in this run)
