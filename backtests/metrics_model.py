@@ -269,9 +269,14 @@ class MetricsDocument(Artifact):
         description='the half-spread: "estimate" (per name and time of day, spread_bps its floor) or "fixed"',
     )
     cost_rate: Figure = Field(None, description="commission rate used (0 at Alpaca)")
-    sec_fee_rate: Figure = Field(None, description="Alpaca: SEC fee per $ of sale proceeds")
-    taf_per_share: Figure = Field(None, description="Alpaca: FINRA TAF per share sold")
-    taf_max: Figure = Field(None, description="Alpaca: the TAF's cap per trade ($)")
+    sec_fee_schedule: list[list[str | float]] | None = Field(
+        None, description='Alpaca: the SEC fee per $ of sale proceeds from each date, rows ["YYYY-MM-DD", rate]'
+    )
+    taf_schedule: list[list[str | float]] | None = Field(
+        None,
+        description='Alpaca: the FINRA TAF from each date, rows ["YYYY-MM-DD", $ per share sold, cap per trade $]',
+    )
+    round_fees: bool | None = Field(None, description="Alpaca: each regulatory fee of each order rounded up to the cent")
     slippage_bps: Figure = Field(None, description="slippage used, in basis points")
     spread_bps: Figure = Field(None, description="half-spread paid per fill, in basis points")
     impact_coef: Figure = Field(None, description="square-root impact coefficient")

@@ -189,17 +189,21 @@ def costs_label(cost_rate: float | None, slippage_bps: float | None) -> str:
     return f"costs {100 * float(cost_rate):.2f}% + {float(slippage_bps):g} bp"
 
 
-def execution_settings(params: Any) -> dict[str, float | str]:
+def execution_settings(params: Any) -> dict[str, Any]:
     """The execution model's and the broker's settings of ``params`` (``EnvParams``) as metrics.json
-    records them (the regulatory fees only at Alpaca, the profile that charges them)."""
+    records them (the regulatory fees' dated schedules and their rounding only at Alpaca, the profile
+    that charges them)."""
     keys = ("spread_bps", "impact_coef", "max_participation", "min_order_notional")
-    if params.broker == "alpaca":
-        keys += ("sec_fee_rate", "taf_per_share", "taf_max")
-    return {
+    out: dict[str, Any] = {
         "broker": str(params.broker),
         "spread": str(params.spread),
         **{key: float(getattr(params, key)) for key in keys},
     }
+    if params.broker == "alpaca":
+        out["sec_fee_schedule"] = [list(row) for row in params.sec_fee_schedule]
+        out["taf_schedule"] = [list(row) for row in params.taf_schedule]
+        out["round_fees"] = bool(params.round_fees)
+    return out
 
 
 def metrics_document(
@@ -212,7 +216,7 @@ def metrics_document(
     benchmark: str = "buy_and_hold",
     cost_rate: float | None = None,
     slippage_bps: float | None = None,
-    execution: Mapping[str, float | str] | None = None,
+    execution: Mapping[str, Any] | None = None,
     significance_level: float = SIGNIFICANCE_LEVEL,
     earlier_looks: Sequence[float | None] = (),
     seed: int = 0,

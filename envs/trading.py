@@ -75,6 +75,7 @@ from data.errors import DataError, PodracerError
 from data.market import MarketData
 from envs.core import ACC_DTYPE, StepCore, lcg_next, step_core
 from envs.execution import execution_tables
+from envs.fees import fee_table
 from envs.fast_step import choose
 from envs.kernels import native
 from envs.observation import build_obs, fresh_obs
@@ -327,6 +328,7 @@ def step_env(
         market.close,
         None if market.all_tradable else fill_modes(market),
         *execution_tables(market, params),
+        fees_all=fee_table(market, params),
     )
     obs = build_obs(market, out.t, out.cash, out.pos_value, out.value)
     return _transition(out, obs, state.t, params, None)
