@@ -183,7 +183,11 @@ def migrate_deprecated(raw: dict[str, Any], source: str = "config") -> dict[str,
 
 
 #: The fee keys of older config files, each one rate for all dates, and the schedule each became.
-_CONSTANT_FEE_KEYS = {"sec_fee_rate": "sec_fee_schedule", "taf_per_share": "taf_schedule", "taf_max": "taf_schedule"}
+_CONSTANT_FEE_KEYS = {
+    "sec_fee_rate": "sec_fee_schedule",
+    "taf_per_share": "taf_schedule",
+    "taf_max": "taf_schedule",
+}
 
 
 def _constant_fees(raw: dict[str, Any], source: str) -> None:

@@ -270,13 +270,16 @@ class MetricsDocument(Artifact):
     )
     cost_rate: Figure = Field(None, description="commission rate used (0 at Alpaca)")
     sec_fee_schedule: list[list[str | float]] | None = Field(
-        None, description='Alpaca: the SEC fee per $ of sale proceeds from each date, rows ["YYYY-MM-DD", rate]'
+        None,
+        description='Alpaca: the SEC fee per $ of sale proceeds from each date, rows ["YYYY-MM-DD", rate]',
     )
     taf_schedule: list[list[str | float]] | None = Field(
         None,
         description='Alpaca: the FINRA TAF from each date, rows ["YYYY-MM-DD", $ per share sold, cap per trade $]',
     )
-    round_fees: bool | None = Field(None, description="Alpaca: each regulatory fee of each order rounded up to the cent")
+    round_fees: bool | None = Field(
+        None, description="Alpaca: each regulatory fee of each order rounded up to the cent"
+    )
     slippage_bps: Figure = Field(None, description="slippage used, in basis points")
     spread_bps: Figure = Field(None, description="half-spread paid per fill, in basis points")
     impact_coef: Figure = Field(None, description="square-root impact coefficient")

@@ -255,7 +255,7 @@ def metrics_document(
         "cost_rate": None if cost_rate is None else float(cost_rate),
         "slippage_bps": None if slippage_bps is None else float(slippage_bps),
         **{
-            key: value if key in ("broker", "spread") else float(value)
+            key: float(value) if isinstance(value, int | float) and not isinstance(value, bool) else value
             for key, value in (execution or {}).items()
         },
         "significance_level": float(significance_level),

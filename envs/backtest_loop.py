@@ -24,8 +24,8 @@ from torch import Tensor
 
 from data.market import MarketData
 from envs.backtest_step import backtest_core, backtest_step, execution_tables
-from envs.fees import fee_table
 from envs.core import LCG_INC, LCG_MUL
+from envs.fees import fee_table
 from envs.kernels.compiled import Compiled
 from envs.observation import obs_table, write_portfolio
 from envs.tradability import fill_modes

@@ -95,7 +95,18 @@ def trade(
         diff = _orders(params, shares, cash, action, px_open, mode)
         half = None if half is None else half.to(adt)
         return _execute(
-            params, shares, cash, order, diff, px_open, px_close, mode, volume.to(adt), impact.to(adt), half, fees
+            params,
+            shares,
+            cash,
+            order,
+            diff,
+            px_open,
+            px_close,
+            mode,
+            volume.to(adt),
+            impact.to(adt),
+            half,
+            fees,
         )
     slip = params.slippage_bps * 1e-4
     rate, per_share = params.buy_fee_rate, params.broker == "alpaca"

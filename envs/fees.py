@@ -70,7 +70,7 @@ def check_schedule(name: str, rows: object, width: int) -> tuple[tuple, ...]:
     out, last = [], None
     for row in rows:
         if not isinstance(row, list | tuple) or len(row) != width + 1:
-            raise ValueError(f"{name}: each row must be [\"YYYY-MM-DD\", {width} number(s)] (got {row!r})")
+            raise ValueError(f'{name}: each row must be ["YYYY-MM-DD", {width} number(s)] (got {row!r})')
         try:
             day = dt.date.fromisoformat(str(row[0]))
         except ValueError:
@@ -143,7 +143,11 @@ def fee_table(market: MarketData, params: EnvParams) -> Tensor:
 
 
 def sell_fees(
-    params: EnvParams, proceeds: Tensor, sold: Tensor, rates: Tensor | None, sell_notional: Tensor | None = None
+    params: EnvParams,
+    proceeds: Tensor,
+    sold: Tensor,
+    rates: Tensor | None,
+    sell_notional: Tensor | None = None,
 ) -> Tensor:
     """``(N,)`` float64: the fees of a batch of sells. ``proceeds`` / ``sold`` ``(N, A)``: each
     asset's sale proceeds in $ and shares sold (>= 0); ``rates`` ``(N, 3)``: each env's row of

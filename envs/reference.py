@@ -88,7 +88,9 @@ class ReferenceEnv:
         if p.execution:
             exit_ = [not tradable[a] and not listed[a] for a in range(n)]
             wanted = (buys, sells)
-            cash, buys, sells, buy_notional, sell_notional, sell_fees = self._execute(buys, sells, opens, exit_)
+            cash, buys, sells, buy_notional, sell_notional, sell_fees = self._execute(
+                buys, sells, opens, exit_
+            )
             traded_notional = sell_notional + buy_notional
             cost = sell_fees + buy_rate * buy_notional
             if p.unfilled == "work" and p.max_participation > 0:

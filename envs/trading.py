@@ -75,8 +75,8 @@ from data.errors import DataError, PodracerError
 from data.market import MarketData
 from envs.core import ACC_DTYPE, StepCore, lcg_next, step_core
 from envs.execution import execution_tables
-from envs.fees import fee_table
 from envs.fast_step import choose
+from envs.fees import fee_table
 from envs.kernels import native
 from envs.observation import build_obs, fresh_obs
 
