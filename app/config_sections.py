@@ -19,7 +19,7 @@ from app.retrain_limits import MAX_MINUTES
 from app.settings_docs import field_doc
 from backtests.verdict import SIGNIFICANCE_LEVEL
 from data.load_defaults import LOAD_DEFAULTS
-from envs.fees import check_schedule
+from envs.fee_schedule import check_schedule
 from envs.params import EnvParams
 
 # TOML has no null: an optional field whose default is not None (``tournament.budget_steps``) is

@@ -15,7 +15,7 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Literal
 
 from data.errors import ConfigError
-from envs.fees import SEC_FEE_SCHEDULE, TAF_SCHEDULE, check_schedule, rates_on_date
+from envs.fee_schedule import SEC_FEE_SCHEDULE, TAF_SCHEDULE, check_schedule, rates_on_date
 
 if TYPE_CHECKING:  # the state's tensor types only: the settings load without torch (app.config)
     import torch
