@@ -191,6 +191,10 @@ class CapacityRow(MetricsSection):
     strategy: str | None = Field(None, description="the strategy replayed")
     sharpe_ratio: Figure = Field(None, description="its Sharpe ratio at that size, costs on")
     cum_returns_final: Figure = Field(None, description="its period return")
+    alpha_per_day: Figure = Field(
+        None, description="its mean daily alpha over the verdict's benchmark at that size (`oos_test.excess`)"
+    )
+    alpha_p_value: Figure = Field(None, description="that alpha's one-sided p-value (this look alone)")
     costs_paid: Figure = Field(None, description="its costs, a fraction of the initial cash")
     mean_participation: Figure = Field(None, description="its fills' mean share of the bar's volume")
     capped_share: Figure = Field(None, description="the share of its fills the volume cap limited")
