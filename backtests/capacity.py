@@ -93,7 +93,7 @@ def run_capacity(
             linear=linear,
         )
         runs.append(dataclasses.replace(run, names=tuple(cost_name(n, level) for n in run.names)))
-    return _concat(runs)
+    return concat_results(runs)
 
 
 #: The fields of a ``BacktestResult`` with one column per strategy on axis 1.
@@ -112,7 +112,7 @@ _COLUMN_FIELDS = (
 )
 
 
-def _concat(runs: Sequence[BacktestResult]) -> BacktestResult:
+def concat_results(runs: Sequence[BacktestResult]) -> BacktestResult:
     """The columns of several runs of the same window side by side."""
     first = runs[0]
     if len(runs) == 1:

@@ -267,6 +267,14 @@ class MetricsDocument(Artifact):
     annualized_min_sessions: int | None = Field(
         None, description="fewest sessions with annualized compounding figures (63)"
     )
+    data_feed: str | None = Field(
+        None,
+        description='the bars\' feed: "iex" (Alpaca\'s free feed), "sip", "yfinance", "synthetic", "embedded sample"',
+    )
+    volume_scale: Figure = Field(
+        None,
+        description="the factor on the bars' volume the volume cap and the impact read ([data] volume_scale)",
+    )
     broker: str | None = Field(None, description='the fee profile: "alpaca" or "flat" (cost_rate)')
     spread: str | None = Field(
         None,
@@ -360,11 +368,13 @@ class MetricsDocument(Artifact):
         return key in self.model_fields_set
 
     def execution_text(self) -> str:
-        """``", half-spread 1 bp, impact 0.5, fills <= 2.5% of a bar's volume"``: the execution model the
-        document was computed with, for captions after the costs ("" for documents from before it)."""
+        """``", half-spread 1 bp, impact 0.5, fills <= 2.5% of a bar's volume, iex bars, volume x1"``: the
+        execution model the document was computed with and what it priced (the bars' feed and the
+        volume scale), for captions after the costs ("" for documents from before it)."""
         parts = []
         if self.broker == "alpaca":
-            parts.append("Alpaca's fees (no commission; SEC fee and TAF on sells)")
+            rounded = ", each rounded up to the cent" if self.round_fees else ""
+            parts.append(f"Alpaca's fees (no commission; SEC fee and TAF on sells by date{rounded})")
         if self.spread == "estimate":
             parts.append(
                 f"half-spread estimated per name and time of day (at least {self.spread_bps or 0:g} bp)"
@@ -375,6 +385,10 @@ class MetricsDocument(Artifact):
             parts.append(f"impact {self.impact_coef:g}")
         if self.max_participation:
             parts.append(f"fills <= {100 * self.max_participation:g}% of a bar's volume")
+        if self.data_feed is not None:
+            parts.append(f"{self.data_feed} bars")
+        if self.volume_scale is not None:
+            parts.append(f"volume x{self.volume_scale:g}")
         return "".join(f", {p}" for p in parts)
 
     def figures_of(self, strategy: str | None) -> StrategyMetrics | None:

@@ -189,10 +189,13 @@ def costs_label(cost_rate: float | None, slippage_bps: float | None) -> str:
     return f"costs {100 * float(cost_rate):.2f}% + {float(slippage_bps):g} bp"
 
 
-def execution_settings(params: Any) -> dict[str, Any]:
-    """The execution model's and the broker's settings of ``params`` (``EnvParams``) as metrics.json
-    records them (the regulatory fees' dated schedules and their rounding only at Alpaca, the profile
-    that charges them)."""
+def execution_settings(
+    params: Any, *, data_feed: str | None = None, volume_scale: float | None = None
+) -> dict[str, Any]:
+    """The execution model's and the broker's settings of ``params`` (``EnvParams`` or the ``[env]``
+    section) as metrics.json records them (the regulatory fees' dated schedules and their rounding only
+    at Alpaca, the profile that charges them), with what was priced: ``data_feed`` (the bars' feed,
+    ``data.loader.MarketSplits.feed``) and ``volume_scale`` (``[data] volume_scale``), when given."""
     keys = ("spread_bps", "impact_coef", "max_participation", "min_order_notional")
     out: dict[str, Any] = {
         "broker": str(params.broker),
@@ -203,6 +206,10 @@ def execution_settings(params: Any) -> dict[str, Any]:
         out["sec_fee_schedule"] = [list(row) for row in params.sec_fee_schedule]
         out["taf_schedule"] = [list(row) for row in params.taf_schedule]
         out["round_fees"] = bool(params.round_fees)
+    if data_feed is not None:
+        out["data_feed"] = str(data_feed)
+    if volume_scale is not None:
+        out["volume_scale"] = float(volume_scale)
     return out
 
 

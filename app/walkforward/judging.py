@@ -133,10 +133,12 @@ def write_account_report(
     planned_folds: int | None = None,
     policy: str = "",
     capacity: BacktestResult | None = None,
+    data_feed: str | None = None,
 ) -> MetricsDocument:
     """The stitched account's report in ``<run>/backtest/`` (the account as ``champion``, the baselines
     beside it), its out-of-sample test over the span so far, with ``walkforward`` (the folds and
-    champions) in its metrics.json; ``final``: the last fold is done.
+    champions) in its metrics.json; ``final``: the last fold is done; ``data_feed``: the bars' feed
+    (``data.loader.MarketSplits.feed``), recorded with ``[data] volume_scale``.
 
     The span is one look: only the final report is counted in the home's looks ledger (with ``home``;
     keyed by ``policy``, the digest of the policies in charge) and its verdict stated with the looks
@@ -160,7 +162,9 @@ def write_account_report(
         num_trials=1,
         cost_rate=params.cost_rate,
         slippage_bps=params.slippage_bps,
-        execution=report.execution_settings(params),
+        execution=report.execution_settings(
+            params, data_feed=data_feed, volume_scale=config.data.volume_scale
+        ),
         significance_level=level,
         seed=config.tournament.seed,
         market=identity,

@@ -108,7 +108,8 @@ def run_walkforward(
     wf_run = _open_run(home, run, resume)
     device = torch.device(config.agent.device)
     # Every candidate ticker of the span: each fold trades its own universe (data.fold_market).
-    full = bars_only(load_market(config.data, home=home, device=device, per_window=True).full)
+    splits = load_market(config.data, home=home, device=device, per_window=True)
+    full = bars_only(splits.full)
     plans = plan_folds(full, config.walkforward)
     records = read_fold_records(wf_run) if resume is not None else []
     _check_resumed_layout(wf_run, plans, records)
@@ -125,6 +126,7 @@ def run_walkforward(
         device,
         min_coverage=config.data.min_coverage,
         before_champion=config.walkforward.before_champion,
+        feed=splits.feed,
     )
     for record in records:
         account.add(plans[record.index], _in_charge_of(wf_run, record, records), holding=record.holding())
