@@ -51,6 +51,7 @@ class GateSplits:
     full: MarketData
     valid: MarketData
     test: MarketData
+    feed: str | None = None  # the bars' data feed (``data.loader.MarketSplits.feed``), for the report
 
 
 def replay_gate(
@@ -63,13 +64,15 @@ def replay_gate(
     challenger: ChallengerRun,
     incumbent: Champion | None,
     gate: GateMode = "nightly",
+    feed: str | None = None,
 ) -> GateResult:
     """The nightly gate on the fold's gate window (see the module docstring).
 
     ``market``: bars that hold the validation window ``valid`` and the gate's ``window`` (``[start,
     stop)`` indices of ``market``; the same range when the gate reads the validation window) with the
     challenger's features; ``incumbent``: the policy in charge (its ``run_dir`` record holds its
-    feature spec), None before the first promotion; ``run``: the walk-forward (its looks ledger).
+    feature spec), None before the first promotion; ``run``: the walk-forward (its looks ledger);
+    ``feed``: the bars' data feed, recorded in the gate's report.
     The gate's figures are written to the challenger's run as nightly writes them (``backtest/``),
     labelled with their window.
     """
@@ -80,6 +83,7 @@ def replay_gate(
         full=held,
         valid=held.slice(valid[0] - first, valid[1] - first),
         test=held.slice(window[0] - first, window[1] - first),
+        feed=feed,
     )
     dates = splits.test.date_range()
     quiet = config.with_updates(nightly={"tearsheet": False})

@@ -288,7 +288,7 @@ def _run_fold(
         gc.collect()
         gate, in_charge, step = _book_gate(config, wf_run, plan, challenger, records, account.full, planned)
     else:
-        gate, step = _nightly_gate(config, wf_run, plan, data, challenger, incumbent), None
+        gate, step = _nightly_gate(config, wf_run, plan, data, challenger, incumbent, account.feed), None
         del data
         gc.collect()
         in_charge = _challenger_in_charge(wf_run, plan, challenger) if gate.promote else incumbent
@@ -330,8 +330,10 @@ def _nightly_gate(
     data: FoldMarket,
     challenger: ChallengerRun,
     incumbent: Champion | None,
+    feed: str | None = None,
 ) -> GateResult:
-    """``gate = "nightly"`` or ``"always"``: the retrain gate on the fold's gate window."""
+    """``gate = "nightly"`` or ``"always"``: the retrain gate on the fold's gate window (``feed``: the
+    bars' data feed, for its report)."""
     bars, start = plan.bars, data.start
     return replay_gate(
         config,
@@ -342,6 +344,7 @@ def _nightly_gate(
         challenger=challenger,
         incumbent=incumbent,
         gate=config.walkforward.gate,  # type: ignore[arg-type]
+        feed=feed,
     )
 
 
