@@ -213,6 +213,14 @@ def execution_settings(
     return out
 
 
+def priced_settings(params: Any, splits: Any, data: Any) -> dict[str, Any]:
+    """:func:`execution_settings` with what was priced: the feed of ``splits`` (a
+    ``data.loader.MarketSplits``; None for one without it) and ``data``'s ``volume_scale`` (the
+    ``[data]`` section)."""
+    feed = getattr(splits, "feed", None)
+    return execution_settings(params, data_feed=feed, volume_scale=getattr(data, "volume_scale", None))
+
+
 def metrics_document(
     result: BacktestResult,
     *,

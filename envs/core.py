@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from envs import execution
-from envs.fees import sell_fees as regulatory_fees
+from envs import fees as fee_rules
 from envs.params import EnvParams
 from envs.tradability import EXIT, HOLD, TRADE
 
@@ -94,19 +94,9 @@ def trade(
             raise ValueError("the execution model needs the fill bar's volume and the impact scale")
         diff = _orders(params, shares, cash, action, px_open, mode)
         half = None if half is None else half.to(adt)
+        volume, impact = volume.to(adt), impact.to(adt)
         return _execute(
-            params,
-            shares,
-            cash,
-            order,
-            diff,
-            px_open,
-            px_close,
-            mode,
-            volume.to(adt),
-            impact.to(adt),
-            half,
-            fees,
+            params, shares, cash, order, diff, px_open, px_close, mode, volume, impact, half, fees
         )
     slip = params.slippage_bps * 1e-4
     rate, per_share = params.buy_fee_rate, params.broker == "alpaca"
@@ -155,9 +145,9 @@ def trade(
         sell_at_open = sell * px_open
     sell_notional = rowsum(sell_at_open) * (1.0 - slip)
     buy_notional = rowsum(buy * px_open) * (1.0 + slip)
-    # Rounded per order, each asset's proceeds at the fill price (float64, as the C kernel has them).
+    # (per asset, in float64 as the C kernel has them, when each order's fees are rounded)
     proceeds = sell_at_open.to(ACC_DTYPE).mul_(1.0 - slip) if params.rounds_fees else sell_at_open
-    sell_fees = _sell_fees(params, proceeds, sold, fees, sell_notional)
+    sell_fees = fee_rules.sell_fees(params, proceeds, sold, fees, sell_notional)
     available = cash + sell_notional - sell_fees
     needed = buy_notional * (1.0 + rate)
     # Buys scaled by one factor per env so cash never goes negative.
@@ -264,7 +254,7 @@ def _execute(
         sell = sell.mul_(~dust)
     proceeds = sell * px_open * (1.0 - frac)
     sell_notional = rowsum(proceeds)
-    sell_fees = _sell_fees(params, proceeds, sell, fees, sell_notional)
+    sell_fees = fee_rules.sell_fees(params, proceeds, sell, fees, sell_notional)
     available = cash + sell_notional - sell_fees
     needed0 = rowsum(buy0 * px_open * (1.0 + frac)) * (1.0 + rate)
     scale = torch.where(needed0 > available, available / needed0.clamp(min=_TINY), 1.0)
@@ -285,16 +275,6 @@ def _execute(
     return Fill(
         traded, new_shares, new_cash, sell_notional + buy_notional, pos_value, new_value, fees, new_order
     )
-
-
-def _sell_fees(
-    params: EnvParams, proceeds: Tensor, sold: Tensor, fees: Tensor | None, sell_notional: Tensor
-) -> Tensor:
-    """:func:`envs.fees.sell_fees`; a flat commission on the summed proceeds as before it (no
-    per-asset pass)."""
-    if params.broker == "flat":
-        return sell_notional * params.cost_rate
-    return regulatory_fees(params, proceeds, sold, fees, sell_notional)
 
 
 def _cap_cut(params: EnvParams, diff: Tensor, volume: Tensor, mode: Tensor | None) -> Tensor:

@@ -71,14 +71,14 @@ def sell_fees(
     Each asset's sale pays ``rate * proceeds`` plus ``min(per_share * sold, cap)``, each rounded up
     to the cent with ``params.round_fees`` (at Alpaca): :func:`asset_sell_fees` summed. Without the
     rounding, ``sell_notional`` (the row sums of ``proceeds`` in float64, when the caller has them)
-    prices the first term on the sum."""
+    prices the first term on the sum. The flat profile's commission is ``cost_rate`` on the sum."""
     if params.rounds_fees:
         return asset_sell_fees(params, proceeds, sold, rates).sum(1)
     notional = proceeds.sum(1, dtype=torch.float64) if sell_notional is None else sell_notional
+    if params.broker == "flat":
+        return notional * params.cost_rate
     fee = notional * (params.sell_rates[0] if rates is None else rates[:, 0])
-    if params.broker == "alpaca":
-        fee = fee + _share_fees(params, sold, rates).sum(1)
-    return fee
+    return fee + _share_fees(params, sold, rates).sum(1)
 
 
 def asset_sell_fees(params: EnvParams, proceeds: Tensor, sold: Tensor, rates: Tensor | None) -> Tensor:
