@@ -225,7 +225,11 @@ def migrate_deprecated(raw: dict[str, Any], source: str = "config") -> dict[str,
     - ``[nightly] first_promotion`` (what a first challenger needed with no champion yet) is gone: a
       first challenger passes the same test as any other. ``"always"`` (any first challenger took
       charge) and ``"dsr"`` are read as that rule with a warning; ``"significant"``, which was that
-      rule already, is dropped without one.
+      rule already, is dropped without one;
+    - ``[env] sec_fee_rate``, ``taf_per_share``, ``taf_max`` (one fee rate for all dates) -> the
+      one-row schedules ``sec_fee_schedule = [["1970-01-01", rate]]`` and ``taf_schedule =
+      [["1970-01-01", per_share, max]]`` (a row holds from its date on: the same rate for every date,
+      as the old keys charged; :func:`_constant_fees`).
     """
     out = {k: dict(v) if isinstance(v, dict) else v for k, v in raw.items()}
     for name in ("backtest", "nightly"):
@@ -249,6 +253,7 @@ def migrate_deprecated(raw: dict[str, Any], source: str = "config") -> dict[str,
             )
         else:
             log.warning("%s: [%s] dsr_threshold = %r is deprecated and ignored", source, name, old)
+    _constant_fees(out, source)
     nightly = out.get("nightly")
     if isinstance(nightly, dict) and "first_promotion" in nightly:
         old = nightly.pop("first_promotion")
@@ -260,6 +265,36 @@ def migrate_deprecated(raw: dict[str, Any], source: str = "config") -> dict[str,
                 old,
             )
     return out
+
+
+#: The fee keys of older config files, each one rate for all dates, and the schedule each became.
+_CONSTANT_FEE_KEYS = {
+    "sec_fee_rate": "sec_fee_schedule",
+    "taf_per_share": "taf_schedule",
+    "taf_max": "taf_schedule",
+}
+
+
+def _constant_fees(raw: dict[str, Any], source: str) -> None:
+    """``[env] sec_fee_rate`` / ``taf_per_share`` / ``taf_max`` of ``raw`` (in place) read as one-row
+    schedules from 1970-01-01, with a warning; a missing TAF figure takes its old default."""
+    env = raw.get("env")
+    if not isinstance(env, dict) or not any(key in env for key in _CONSTANT_FEE_KEYS):
+        return
+    for old, new in _CONSTANT_FEE_KEYS.items():
+        if old in env and new in env:
+            raise ConfigError(f"{source}: env.{old}: deprecated, replaced by env.{new}; set only {new}")
+    since = "1970-01-01"
+    if "sec_fee_rate" in env:
+        env["sec_fee_schedule"] = [[since, env.pop("sec_fee_rate")]]
+    if "taf_per_share" in env or "taf_max" in env:
+        env["taf_schedule"] = [[since, env.pop("taf_per_share", 0.000166), env.pop("taf_max", 8.30)]]
+    log.warning(
+        "%s: [env] sec_fee_rate / taf_per_share / taf_max are deprecated: read as one-row sec_fee_schedule / "
+        "taf_schedule from %s (the same rate on every date)",
+        source,
+        since,
+    )
 
 
 def parse_config(raw: dict[str, Any], *, source: str = "config") -> Config:

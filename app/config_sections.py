@@ -20,6 +20,7 @@ from app.retrain_limits import MAX_MINUTES
 from app.settings_docs import field_doc
 from backtests.verdict import SIGNIFICANCE_LEVEL
 from data.load_defaults import LOAD_DEFAULTS
+from envs.fee_schedule import check_schedule
 from envs.params import EnvParams
 
 # TOML has no null: an optional field whose default is not None (``tournament.budget_steps``) is
@@ -35,6 +36,7 @@ NONE_MARKER = "none"
 INTERNAL_FIELDS: dict[str, str] = {
     "EnvParams.trade_info": "backtests switch on per-asset fill prices and costs; training never reads them",
     "EnvParams.spread_scale": "the cost sensitivity's multiples of the half-spread (backtests.capacity)",
+    "EnvParams.fee_scale": "the cost sensitivity's multiples of the regulatory fees (backtests.capacity)",
     "TournamentArgs.algo": "the learner of fresh pods is [agent] algo",
     "LOAD_DEFAULTS.start_date": "a date bound of stored bars that a caller passes to load_market",
     "LOAD_DEFAULTS.end_date": "a date bound of stored bars that a caller passes to load_market",
@@ -143,9 +145,9 @@ class EnvConfig(Section):
     initial_cash: float = setting(EnvParams, "initial_cash", gt=0)
     broker: Literal["alpaca", "flat"] = setting(EnvParams, "broker")
     cost_rate: float = setting(EnvParams, "cost_rate", ge=0, lt=0.1)
-    sec_fee_rate: float = setting(EnvParams, "sec_fee_rate", ge=0, lt=0.01)
-    taf_per_share: float = setting(EnvParams, "taf_per_share", ge=0, lt=0.01)
-    taf_max: float = setting(EnvParams, "taf_max", ge=0)
+    sec_fee_schedule: list[tuple[str, float]] = setting(EnvParams, "sec_fee_schedule")
+    taf_schedule: list[tuple[str, float, float]] = setting(EnvParams, "taf_schedule")
+    round_fees: bool = setting(EnvParams, "round_fees")
     slippage_bps: float = setting(EnvParams, "slippage_bps", ge=0, lt=1000)
     decision_interval: int = setting(EnvParams, "decision_interval", ge=1)
     episode_len: int = setting(EnvParams, "episode_len", ge=1)
@@ -172,6 +174,14 @@ class EnvConfig(Section):
     sharpe_eta: float = setting(EnvParams, "sharpe_eta", gt=0, lt=1)
     bust_frac: float = setting(EnvParams, "bust_frac", ge=0, lt=1)
     precision: Literal["float32", "float64"] = setting(EnvParams, "precision")
+
+    @model_validator(mode="after")
+    def _fee_schedules(self) -> EnvConfig:
+        check_schedule("sec_fee_schedule", self.sec_fee_schedule, 1)
+        check_schedule("taf_schedule", self.taf_schedule, 2)
+        if any(rate >= 0.01 for _, rate in self.sec_fee_schedule):
+            raise ValueError("sec_fee_schedule: each rate is per $ of proceeds and must be < 0.01")
+        return self
 
 
 class AgentConfig(Section):

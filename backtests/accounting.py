@@ -17,6 +17,7 @@ from torch import Tensor
 from data.market import MarketData
 from envs import execution
 from envs.execution import impact_table
+from envs.fees import fee_table
 from envs.trading import EnvParams
 
 
@@ -75,7 +76,8 @@ def trade_accounting(market: MarketData, params: EnvParams, shares_traded: Tenso
     execution_cost = shares.abs() * (fill - px_open).abs()
     half = fill_halves(market, params, k_steps, shares.device).unsqueeze(1)
     spread_cost = torch.minimum(shares.abs() * px_open * half, execution_cost)
-    cost = execution.asset_fees(params, shares, fill) + execution_cost
+    rates = _fill_bar_rows(fee_table(market, params), params, k_steps, shares.device).unsqueeze(1)
+    cost = execution.asset_fees(params, shares, fill, rates) + execution_cost
     return Fills(notional, cost, spread_cost, execution_cost - spread_cost)
 
 

@@ -6,14 +6,15 @@ volume, square-root impact) makes a fill's cost grow with its size, so the same 
 on a bigger account. :func:`run_capacity` runs the selected strategy and the baselines at every size
 of :data:`CAPITAL_LEVELS` as rows of one batched env (``engine.run_backtest(capital=...)``);
 :func:`capacity_fields` turns that into metrics.json's ``capacity`` (per size: the net Sharpe, the
-period return, the costs, the mean participation, the share of fills capped by the volume limit, and
-the verdict's outcome at that size, each size judged exactly as the report judges its own) and
-``estimated_capacity``:
+period return, the mean daily alpha over the verdict's benchmark and its p-value, the costs, the mean
+participation, the share of fills capped by the volume limit, and the verdict's outcome at that size,
+each size judged exactly as the report judges its own) and ``estimated_capacity``:
 
 - the largest size up to which (from the smallest) the edge is significant, when it is significant at
-  the smallest size (``estimated_capacity_rule: "significant"``);
+  the smallest size (``estimated_capacity_rule: "significant"``: it reads the verdict at each size,
+  the test of the alpha, its p-value after the looks);
 - otherwise, when the smallest size's net Sharpe is positive, the largest size up to which the net
-  Sharpe stays at least half of the smallest size's (``"half_sharpe"``);
+  Sharpe stays at least half of the smallest size's (``"half_sharpe"``: it reads the net Sharpe);
 - otherwise null (``"no_edge"``: nothing to scale).
 
 Replaying the champion at other sizes on the held-out window is a report, not a selection: it counts
@@ -32,7 +33,7 @@ import torch
 from backtests import engine
 from backtests.baselines import is_baseline
 from backtests.engine import BacktestResult, capacity_name
-from backtests.metrics_model import MetricsDocument
+from backtests.metrics_model import ExcessFigures, MetricsDocument
 from data.market import MarketData
 from envs import execution
 from envs.trading import EnvParams
@@ -97,7 +98,7 @@ def run_capacity(
             boosted=boosted,
         )
         runs.append(dataclasses.replace(run, names=tuple(cost_name(n, level) for n in run.names)))
-    return _concat(runs)
+    return concat_results(runs)
 
 
 #: The fields of a ``BacktestResult`` with one column per strategy on axis 1.
@@ -116,7 +117,7 @@ _COLUMN_FIELDS = (
 )
 
 
-def _concat(runs: Sequence[BacktestResult]) -> BacktestResult:
+def concat_results(runs: Sequence[BacktestResult]) -> BacktestResult:
     """The columns of several runs of the same window side by side."""
     first = runs[0]
     if len(runs) == 1:
@@ -243,12 +244,15 @@ def capacity_fields(
         doc = document(sub)
         metrics = doc.strategies[strategy]
         participation, capped = _fill_stats(sub, sub.names.index(strategy), max_participation)
+        alpha = _alpha(doc)
         rows.append(
             {
                 "capital": float(capital),
                 "strategy": strategy,
                 "sharpe_ratio": metrics.sharpe_ratio,
                 "cum_returns_final": metrics.cum_returns_final,
+                "alpha_per_day": alpha.alpha_per_day if alpha is not None else None,
+                "alpha_p_value": alpha.alpha_p_value if alpha is not None else None,
                 "costs_paid": metrics.costs_paid,
                 "mean_participation": participation,
                 "capped_share": capped,
@@ -259,6 +263,14 @@ def capacity_fields(
             }
         )
     return {"capacity": rows, **estimate(rows)}
+
+
+def _alpha(doc: MetricsDocument) -> ExcessFigures | None:
+    """The out-of-sample test's block of the verdict's benchmark in ``doc`` (its alpha), if any."""
+    oos = doc.oos_test
+    if oos is None or oos.benchmark is None:
+        return None
+    return oos.excess.get(oos.benchmark)
 
 
 def estimate(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -306,17 +318,19 @@ def curve_lines(doc: MetricsDocument) -> list[str]:
 
     lines = ["capacity (the strategy replayed at each account size, execution costs on):"]
     lines.append(
-        f"  {'capital':>7}  {'Sharpe':>6}  {'return':>8}  {'costs':>7}  {'particip.':>9}  {'capped':>6}  verdict"
+        f"  {'capital':>7}  {'Sharpe':>6}  {'return':>8}  {'alpha/day':>9}  {'alpha p':>7}  {'costs':>7}"
+        f"  {'particip.':>9}  {'capped':>6}  verdict"
     )
     for row in rows:
         part, capped = row.mean_participation, row.capped_share
         part_text = "n/a" if part is None else f"{100 * part:.3f}%"
         capped_text = "n/a" if capped is None else f"{100 * capped:.0f}%"
         costs_text = "n/a" if row.costs_paid is None else f"{100 * row.costs_paid:.2f}%"
+        alpha_text = "n/a" if row.alpha_per_day is None else f"{100 * row.alpha_per_day:+.3f}%"
         lines.append(
             f"  {money(row.capital):>7}  {num(row.sharpe_ratio, '6.2f')}"
-            f"  {pct(row.cum_returns_final):>8}  {costs_text:>7}"
-            f"  {part_text:>9}  {capped_text:>6}  {row.verdict_outcome or 'n/a'}"
+            f"  {pct(row.cum_returns_final):>8}  {alpha_text:>9}  {num(row.alpha_p_value, '7.3f'):>7}"
+            f"  {costs_text:>7}  {part_text:>9}  {capped_text:>6}  {row.verdict_outcome or 'n/a'}"
         )
     lines.append(f"  estimated capacity: {capacity_rule_text(doc)}")
     sensitivity = sensitivity_line(doc)
@@ -329,7 +343,12 @@ def capacity_rule_text(doc: MetricsDocument) -> str:
     """``"$1M (the largest size with a significant edge)"``: the estimate and its rule, in words."""
     cap = doc.estimated_capacity
     why = {
-        "significant": "the largest size with a significant edge",
-        "half_sharpe": "the largest size keeping half the smallest size's net Sharpe",
-    }.get(doc.estimated_capacity_rule or "", "no edge to scale")
+        "significant": "the largest size with a significant edge: read on the verdict at each size, the "
+        "alpha's p-value after the looks",
+        "half_sharpe": "the largest size keeping half the smallest size's net Sharpe: read on the Sharpe "
+        "column",
+    }.get(
+        doc.estimated_capacity_rule or "",
+        "no edge to scale: the smallest size is neither significant nor of positive net Sharpe",
+    )
     return f"{money(cap) if cap is not None else 'none'} ({why})"

@@ -193,6 +193,10 @@ class CapacityRow(MetricsSection):
     strategy: str | None = Field(None, description="the strategy replayed")
     sharpe_ratio: Figure = Field(None, description="its Sharpe ratio at that size, costs on")
     cum_returns_final: Figure = Field(None, description="its period return")
+    alpha_per_day: Figure = Field(
+        None, description="its mean daily alpha over the verdict's benchmark at that size (`oos_test.excess`)"
+    )
+    alpha_p_value: Figure = Field(None, description="that alpha's one-sided p-value (this look alone)")
     costs_paid: Figure = Field(None, description="its costs, a fraction of the initial cash")
     mean_participation: Figure = Field(None, description="its fills' mean share of the bar's volume")
     capped_share: Figure = Field(None, description="the share of its fills the volume cap limited")
@@ -268,15 +272,31 @@ class MetricsDocument(Artifact):
     annualized_min_sessions: int | None = Field(
         None, description="fewest sessions with annualized compounding figures (63)"
     )
+    data_feed: str | None = Field(
+        None,
+        description='the bars\' feed: "iex" (Alpaca\'s free feed), "sip", "yfinance", "synthetic", "embedded sample"',
+    )
+    volume_scale: Figure = Field(
+        None,
+        description="the factor on the bars' volume the volume cap and the impact read ([data] volume_scale)",
+    )
     broker: str | None = Field(None, description='the fee profile: "alpaca" or "flat" (cost_rate)')
     spread: str | None = Field(
         None,
         description='the half-spread: "estimate" (per name and time of day, spread_bps its floor) or "fixed"',
     )
     cost_rate: Figure = Field(None, description="commission rate used (0 at Alpaca)")
-    sec_fee_rate: Figure = Field(None, description="Alpaca: SEC fee per $ of sale proceeds")
-    taf_per_share: Figure = Field(None, description="Alpaca: FINRA TAF per share sold")
-    taf_max: Figure = Field(None, description="Alpaca: the TAF's cap per trade ($)")
+    sec_fee_schedule: list[list[str | float]] | None = Field(
+        None,
+        description='Alpaca: the SEC fee per $ of sale proceeds from each date, rows ["YYYY-MM-DD", rate]',
+    )
+    taf_schedule: list[list[str | float]] | None = Field(
+        None,
+        description='Alpaca: the FINRA TAF from each date, rows ["YYYY-MM-DD", $ per share sold, cap per trade $]',
+    )
+    round_fees: bool | None = Field(
+        None, description="Alpaca: each regulatory fee of each order rounded up to the cent"
+    )
     slippage_bps: Figure = Field(None, description="slippage used, in basis points")
     spread_bps: Figure = Field(None, description="half-spread paid per fill, in basis points")
     impact_coef: Figure = Field(None, description="square-root impact coefficient")
@@ -353,11 +373,13 @@ class MetricsDocument(Artifact):
         return key in self.model_fields_set
 
     def execution_text(self) -> str:
-        """``", half-spread 1 bp, impact 0.5, fills <= 2.5% of a bar's volume"``: the execution model the
-        document was computed with, for captions after the costs ("" for documents from before it)."""
+        """``", half-spread 1 bp, impact 0.5, fills <= 2.5% of a bar's volume, iex bars, volume x1"``: the
+        execution model the document was computed with and what it priced (the bars' feed and the
+        volume scale), for captions after the costs ("" for documents from before it)."""
         parts = []
         if self.broker == "alpaca":
-            parts.append("Alpaca's fees (no commission; SEC fee and TAF on sells)")
+            rounded = ", each rounded up to the cent" if self.round_fees else ""
+            parts.append(f"Alpaca's fees (no commission; SEC fee and TAF on sells by date{rounded})")
         if self.spread == "estimate":
             parts.append(
                 f"half-spread estimated per name and time of day (at least {self.spread_bps or 0:g} bp)"
@@ -368,6 +390,10 @@ class MetricsDocument(Artifact):
             parts.append(f"impact {self.impact_coef:g}")
         if self.max_participation:
             parts.append(f"fills <= {100 * self.max_participation:g}% of a bar's volume")
+        if self.data_feed is not None:
+            parts.append(f"{self.data_feed} bars")
+        if self.volume_scale is not None:
+            parts.append(f"volume x{self.volume_scale:g}")
         return "".join(f", {p}" for p in parts)
 
     def figures_of(self, strategy: str | None) -> StrategyMetrics | None:

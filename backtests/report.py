@@ -187,17 +187,36 @@ def costs_label(cost_rate: float | None, slippage_bps: float | None) -> str:
     return f"costs {100 * float(cost_rate):.2f}% + {float(slippage_bps):g} bp"
 
 
-def execution_settings(params: Any) -> dict[str, float | str]:
-    """The execution model's and the broker's settings of ``params`` (``EnvParams``) as metrics.json
-    records them (the regulatory fees only at Alpaca, the profile that charges them)."""
+def execution_settings(
+    params: Any, *, data_feed: str | None = None, volume_scale: float | None = None
+) -> dict[str, Any]:
+    """The execution model's and the broker's settings of ``params`` (``EnvParams`` or the ``[env]``
+    section) as metrics.json records them (the regulatory fees' dated schedules and their rounding only
+    at Alpaca, the profile that charges them), with what was priced: ``data_feed`` (the bars' feed,
+    ``data.loader.MarketSplits.feed``) and ``volume_scale`` (``[data] volume_scale``), when given."""
     keys = ("spread_bps", "impact_coef", "max_participation", "min_order_notional")
-    if params.broker == "alpaca":
-        keys += ("sec_fee_rate", "taf_per_share", "taf_max")
-    return {
+    out: dict[str, Any] = {
         "broker": str(params.broker),
         "spread": str(params.spread),
         **{key: float(getattr(params, key)) for key in keys},
     }
+    if params.broker == "alpaca":
+        out["sec_fee_schedule"] = [list(row) for row in params.sec_fee_schedule]
+        out["taf_schedule"] = [list(row) for row in params.taf_schedule]
+        out["round_fees"] = bool(params.round_fees)
+    if data_feed is not None:
+        out["data_feed"] = str(data_feed)
+    if volume_scale is not None:
+        out["volume_scale"] = float(volume_scale)
+    return out
+
+
+def priced_settings(params: Any, splits: Any, data: Any) -> dict[str, Any]:
+    """:func:`execution_settings` with what was priced: the feed of ``splits`` (a
+    ``data.loader.MarketSplits``; None for one without it) and ``data``'s ``volume_scale`` (the
+    ``[data]`` section)."""
+    feed = getattr(splits, "feed", None)
+    return execution_settings(params, data_feed=feed, volume_scale=getattr(data, "volume_scale", None))
 
 
 def metrics_document(
@@ -210,7 +229,7 @@ def metrics_document(
     benchmark: str = "buy_and_hold",
     cost_rate: float | None = None,
     slippage_bps: float | None = None,
-    execution: Mapping[str, float | str] | None = None,
+    execution: Mapping[str, Any] | None = None,
     significance_level: float = SIGNIFICANCE_LEVEL,
     earlier_looks: Sequence[float | None] = (),
     seed: int = 0,
@@ -249,7 +268,7 @@ def metrics_document(
         "cost_rate": None if cost_rate is None else float(cost_rate),
         "slippage_bps": None if slippage_bps is None else float(slippage_bps),
         **{
-            key: value if key in ("broker", "spread") else float(value)
+            key: float(value) if isinstance(value, int | float) and not isinstance(value, bool) else value
             for key, value in (execution or {}).items()
         },
         "significance_level": float(significance_level),

@@ -26,6 +26,7 @@ run: its return, Sharpe, costs and turnover, and buy-and-hold's return over the 
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -36,10 +37,11 @@ from torch import Tensor
 
 from backtests import baselines as bl
 from backtests import metrics as m
-from backtests.capacity import CAPACITY_BASELINES, CAPITAL_LEVELS
+from backtests.capacity import CAPACITY_BASELINES, CAPITAL_LEVELS, COST_LEVELS, concat_results, cost_name
 from backtests.engine import BacktestResult, InvestorOrder, run_backtest
 from data.errors import PodracerError
 from data.market import MarketData
+from envs import execution
 from envs.observation import CASH, TRADABLE, split_obs
 from envs.trading import EnvParams
 
@@ -159,26 +161,34 @@ def run_stitched_capacity(
     switch_bars: Sequence[int],
     *,
     levels: Sequence[float] = CAPITAL_LEVELS,
+    cost_levels: Sequence[float] = COST_LEVELS,
     device: str | torch.device | None = None,
 ) -> BacktestResult:
     """The stitched account and the capacity baselines at every account size of ``levels`` in one
     engine run (``backtests.capacity``): the same switches, one policy call per decision for every
-    size's row."""
-    switcher = SwitchingPolicy(policies, switch_bars, params.decision_interval)
-    result = run_backtest(
-        market,
-        params,
-        {ACCOUNT: switcher},
-        baselines=CAPACITY_BASELINES,
-        device=device,
-        compile="off",
-        capital=levels,
-    )
-    if switcher.calls != result.num_steps:
-        raise PodracerError(
-            f"stitched account: {switcher.calls} policy calls for {result.num_steps} decisions"
+    size's row; then at the env's own account size at every multiple of ``cost_levels`` of the cost
+    model (one run each, columns ``backtests.capacity.cost_name``), as ``capacity.run_capacity``
+    replays a single strategy, so the account's report carries the cost sensitivity too."""
+    runs = []
+    for level in (None, *cost_levels):
+        switcher = SwitchingPolicy(policies, switch_bars, params.decision_interval)
+        result = run_backtest(
+            market,
+            params if level is None else execution.scaled_costs(params, level),
+            {ACCOUNT: switcher},
+            baselines=CAPACITY_BASELINES,
+            device=device,
+            compile="off",
+            capital=levels if level is None else [float(params.initial_cash)],
         )
-    return result
+        if switcher.calls != result.num_steps:
+            raise PodracerError(
+                f"stitched account: {switcher.calls} policy calls for {result.num_steps} decisions"
+            )
+        if level is not None:
+            result = dataclasses.replace(result, names=tuple(cost_name(n, level) for n in result.names))
+        runs.append(result)
+    return concat_results(runs)
 
 
 def segment_figures(

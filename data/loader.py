@@ -35,6 +35,7 @@ from data.features import (
 from data.load_defaults import LOAD_DEFAULTS
 from data.market import MarketData
 from data.schema import normalize_ticker
+from data.sources.chunks import FetchManifest, feed_label
 from data.sources.sample import real_sample_panel
 from data.store import BarStore
 from data.synthetic import SyntheticSpec, generate, to_frame
@@ -53,6 +54,9 @@ class MarketSplits:
     test: MarketData
     source: str = "synthetic"
     gaps_filled: dict[str, int] = field(default_factory=dict)
+    #: the data feed that priced it (reports carry it): "synthetic", "embedded sample", or for stored
+    #: bars the fetch manifest's ("iex" for Alpaca's free feed, "sip", "yfinance"; ``feed_of_store``)
+    feed: str = "synthetic"
 
     def to(self, device: str | torch.device) -> MarketSplits:
         """The same splits on ``device``."""
@@ -65,6 +69,7 @@ class MarketSplits:
             full.slice(sizes[0] + sizes[1], full.num_steps),
             self.source,
             dict(self.gaps_filled),
+            self.feed,
         )
 
     def windows(self) -> dict[str, tuple[str, str]]:
@@ -322,7 +327,8 @@ def _load_splits(
             panel = with_membership(panel, s["tickers"])
         if from_minutes:
             panel = resample_panel(panel, s["interval"])
-        return build_market(panel, **split, source="stored")
+        feed = feed_of_store(_home(home), stored_interval, list(panel.tickers))
+        return dataclasses.replace(build_market(panel, **split, source="stored"), feed=feed)
     if s["source"] == "real-sample":
         panel = real_sample_panel(
             interval=s["interval"],
@@ -330,8 +336,14 @@ def _load_splits(
             coverage_frac=s["train_frac"],
             carry_leading=per_window,
         )
-        return build_market(panel, **split, source="real-sample")
+        return dataclasses.replace(build_market(panel, **split, source="real-sample"), feed="embedded sample")
     raise DataError(f"unknown data source {s['source']!r} (synthetic, stored, real-sample)")
+
+
+def feed_of_store(home: str | os.PathLike[str], interval: str, tickers: Sequence[str]) -> str:
+    """The data feed of stored bars of ``tickers`` at ``interval``: the sources the fetch manifest
+    recorded for them (``data.sources.chunks.feed_label``)."""
+    return feed_label(FetchManifest(home).sources(interval, tickers))
 
 
 def universe_tickers(

@@ -25,6 +25,7 @@ from torch import Tensor
 from data.market import MarketData
 from envs.backtest_step import backtest_core, backtest_step, execution_tables
 from envs.core import LCG_INC, LCG_MUL
+from envs.fees import fee_table
 from envs.kernels.compiled import Compiled
 from envs.observation import obs_table, write_portfolio
 from envs.tradability import fill_modes
@@ -75,14 +76,14 @@ class BacktestLoop:
         modes = () if market.all_tradable else (fill_modes(market),)
         extra = execution_tables(market, params)
         num_extra = len(extra)  # volume, impact and (with spread "estimate") the half-spread table
-        self._tensors = (*prices, table, *extra, *modes)
+        self._tensors = (*prices, table, fee_table(market, params), *extra, *modes)
         self._rng_step = _lcg_power(block)
         num_features = market.num_features
 
         def decide_block(
             obs: Tensor, t: Tensor, cash: Tensor, shares: Tensor, order: Tensor, *tensors: Tensor
         ):
-            open_all, close_all, table, *rest = tensors
+            open_all, close_all, table, fees_all, *rest = tensors
             volume_all, impact_all, half_all = (*rest[:num_extra], None, None, None)[:3]
             modes = rest[num_extra:]
             modes_all = modes[0] if modes else None
@@ -107,6 +108,7 @@ class BacktestLoop:
                     volume_all,
                     impact_all,
                     half_all,
+                    fees_all,
                 )
                 t, cash, shares, value, order = core.t, core.cash, core.shares, core.value, core.order
                 obs = write_portfolio(

@@ -17,6 +17,7 @@ from torch import Tensor
 from data.market import MarketData
 from envs.core import lcg_next, trade, work_unfilled
 from envs.execution import execution_tables
+from envs.fees import fee_table
 from envs.observation import build_obs
 from envs.tradability import fill_modes
 from envs.trading import EnvParams, EnvState, last_decision_bar, restart
@@ -69,11 +70,12 @@ def backtest_core(
     volume_all: Tensor | None = None,
     impact_all: Tensor | None = None,
     half_all: Tensor | None = None,
+    fees_all: Tensor | None = None,
 ) -> BacktestCore:
     """The fill, mark and termination of :func:`backtest_step` as a pure function of tensors
     (``volume_all`` / ``impact_all`` / ``half_all``: as in :func:`envs.core.step_core`; with
     ``[env] unfilled = "work"`` the part the volume cap cut keeps working as in the env's step,
-    :func:`envs.core.work_unfilled`)."""
+    :func:`envs.core.work_unfilled`; ``fees_all``: :func:`envs.fees.fee_table`, read at the fill bar)."""
     t_fill = t + 1
     t_mark = t_fill if params.decision_interval == 1 else t + params.decision_interval
     # index_select always gathers into a fresh tensor, as trade needs for the mark prices.
@@ -92,10 +94,11 @@ def backtest_core(
         volume,
         None if impact_all is None else impact_all.index_select(0, t),
         None if half_all is None else half_all.index_select(0, t),
+        None if fees_all is None else fees_all.index_select(0, t_fill),
     )
     fill = work_unfilled(
         params, t, fill, shares, cash, action, px_open, mode, volume, open_all, close_all, modes_all,
-        volume_all, impact_all, half_all,
+        volume_all, impact_all, half_all, fees_all,
     )  # fmt: skip
     terminated = fill.value < params.bust_frac * params.initial_cash
     # A restarted env can run out of data before the run ends: truncated (and restarted) as in step.
@@ -146,6 +149,7 @@ def backtest_step(
         *prices,
         None if market.all_tradable else fill_modes(market),
         *execution_tables(market, params),
+        fees_all=fee_table(market, params),
     )
     obs = build_obs(market, core.t, core.cash, core.pos_value, core.value)
     new_state = _advance(state, core.t, core.cash, core.shares, core.value, core.order)

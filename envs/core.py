@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from envs import execution
+from envs import fees as fee_rules
 from envs.params import EnvParams
 from envs.tradability import EXIT, HOLD, TRADE
 
@@ -61,12 +62,6 @@ class Fill(NamedTuple):
     order: Tensor  # (N, A) the impact memory after the fill (EnvState.order)
 
 
-def sell_share_fees(params: EnvParams, sold: Tensor) -> Tensor:
-    """Each env's per-share sell fees (FINRA TAF at Alpaca), each asset's capped per trade, summed in
-    float64 (``sold`` (N, A) >= 0; a fresh tensor)."""
-    return rowsum(sold.mul(params.sell_fee_per_share).clamp_(max=params.sell_fee_cap))
-
-
 def trade(
     params: EnvParams,
     shares: Tensor,
@@ -79,6 +74,7 @@ def trade(
     volume: Tensor | None = None,
     impact: Tensor | None = None,
     half: Tensor | None = None,
+    fees: Tensor | None = None,
 ) -> Fill:
     """The fill and the mark of one step (the accounting shared by the env's step and the backtest
     step): a :class:`Fill`. ``order`` (N, A): the impact memory (``EnvState.order``), read and carried
@@ -89,18 +85,21 @@ def trade(
     asset tradable). ``volume`` (N, A): the fill bar's volume expected at the decision bar
     (``MarketData.expected_volume``'s decision-bar row) and ``impact`` (N, A): the decision bar's
     :func:`envs.execution.impact_table` row, both needed when ``params.execution``; ``half`` (N, A): its
-    :func:`envs.execution.half_cost_table` row (``None``: the scalar half-spread of ``spread = "fixed"``)."""
+    :func:`envs.execution.half_cost_table` row (``None``: the scalar half-spread of ``spread = "fixed"``);
+    ``fees`` (N, 3): the fill bar's :func:`envs.fees.fee_table` row (``None``: one rate for all,
+    ``EnvParams.sell_rates``)."""
     adt = params.asset_dtype
     if params.execution:
         if volume is None or impact is None:
             raise ValueError("the execution model needs the fill bar's volume and the impact scale")
         diff = _orders(params, shares, cash, action, px_open, mode)
         half = None if half is None else half.to(adt)
+        volume, impact = volume.to(adt), impact.to(adt)
         return _execute(
-            params, shares, cash, order, diff, px_open, px_close, mode, volume.to(adt), impact.to(adt), half
+            params, shares, cash, order, diff, px_open, px_close, mode, volume, impact, half, fees
         )
     slip = params.slippage_bps * 1e-4
-    rate, sell_rate, per_share = params.buy_fee_rate, params.sell_fee_rate, params.sell_fee_per_share > 0
+    rate, per_share = params.buy_fee_rate, params.broker == "alpaca"
     # Orders in shares: buy, sell >= 0 and diff = buy - sell. The step is memory-bound (each
     # (N, A) pass streams the operands through the cache), so temporaries are reused in place
     # where that leaves the arithmetic unchanged.
@@ -146,9 +145,9 @@ def trade(
         sell_at_open = sell * px_open
     sell_notional = rowsum(sell_at_open) * (1.0 - slip)
     buy_notional = rowsum(buy * px_open) * (1.0 + slip)
-    sell_fees = sell_notional * sell_rate
-    if per_share:
-        sell_fees = sell_fees + sell_share_fees(params, sold)
+    # (per asset, in float64 as the C kernel has them, when each order's fees are rounded)
+    proceeds = sell_at_open.to(ACC_DTYPE).mul_(1.0 - slip) if params.rounds_fees else sell_at_open
+    sell_fees = fee_rules.sell_fees(params, proceeds, sold, fees, sell_notional)
     available = cash + sell_notional - sell_fees
     needed = buy_notional * (1.0 + rate)
     # Buys scaled by one factor per env so cash never goes negative.
@@ -219,6 +218,7 @@ def _execute(
     volume: Tensor,
     impact: Tensor,
     half: Tensor | None,
+    fees: Tensor | None = None,
 ) -> Fill:
     """:func:`trade` through the execution model (docs/env.md "Execution"; the price rule:
     :mod:`envs.execution`). In order: each order is capped at ``max_participation`` of the fill bar's
@@ -229,7 +229,7 @@ def _execute(
     short (floored to whole shares in ``"shares"`` mode); scaled buys under ``min_order_notional`` are
     dropped and the rest fill at ``open * (1 + frac(q))`` of their final size (at most the price the
     scale assumed, so cash stays >= 0)."""
-    rate, sell_rate = params.buy_fee_rate, params.sell_fee_rate
+    rate = params.buy_fee_rate
     whole = params.action_mode == "shares"
     if params.max_participation > 0:
         limit = volume.mul(params.max_participation)
@@ -252,10 +252,9 @@ def _execute(
         # (a multiply by the kept mask: the same values as masked_fill_, which measured ~4x slower on
         # CPU; docs/benchmarks.md)
         sell = sell.mul_(~dust)
-    sell_notional = rowsum(sell * px_open * (1.0 - frac))
-    sell_fees = sell_notional * sell_rate
-    if params.sell_fee_per_share > 0:
-        sell_fees = sell_fees + sell_share_fees(params, sell)
+    proceeds = sell * px_open * (1.0 - frac)
+    sell_notional = rowsum(proceeds)
+    sell_fees = fee_rules.sell_fees(params, proceeds, sell, fees, sell_notional)
     available = cash + sell_notional - sell_fees
     needed0 = rowsum(buy0 * px_open * (1.0 + frac)) * (1.0 + rate)
     scale = torch.where(needed0 > available, available / needed0.clamp(min=_TINY), 1.0)
@@ -305,6 +304,7 @@ def work_remainder(
     volume_all: Tensor,
     impact_all: Tensor,
     half_all: Tensor | None,
+    fees_all: Tensor | None = None,
 ) -> Fill:
     """``[env] unfilled = "work"``: ``remainder`` (N, A), the signed shares the volume cap cut from
     the orders filled at bar ``t + 1`` (``fill``), keeps working on bars ``t + 2 .. t + k``. At each
@@ -314,7 +314,8 @@ def work_remainder(
     first, buys within the cash, no piece under ``min_order_notional``); what fills leaves the
     remainder, an untradable bar fills nothing. The next decision replaces what is left. The fill
     (traded shares, notional, fees summed; cash, holdings, value and impact memory as after the last
-    bar) marked at bar ``t + k``'s close."""
+    bar) marked at bar ``t + k``'s close. ``fees_all``: :func:`envs.fees.fee_table` (``None``: one
+    rate for all); each bar's fills pay the fees of its session, each a separate order."""
     adt = params.asset_dtype
     inner = _within_interval(params)
     traded, shares, cash, notional = fill.traded, fill.shares, fill.cash, fill.traded_notional
@@ -329,6 +330,7 @@ def work_remainder(
             inner, shares, cash, order, diff, open_all.index_select(0, bar).to(adt),
             close_all.index_select(0, t_mark).to(adt), None, volume_all.index_select(0, row).to(adt),
             impact_all.index_select(0, row).to(adt), half,
+            None if fees_all is None else fees_all.index_select(0, bar),
         )  # fmt: skip
         remainder = remainder - step.traded
         traded, shares, cash, order = traded + step.traded, step.shares, step.cash, step.order
@@ -353,6 +355,7 @@ def work_unfilled(
     volume_all: Tensor | None,
     impact_all: Tensor | None,
     half_all: Tensor | None,
+    fees_all: Tensor | None = None,
 ) -> Fill:
     """``fill`` (:func:`trade` of ``action`` on ``shares`` / ``cash`` at the fill bar's ``px_open``,
     fill modes ``mode`` and expected ``volume``) with ``[env] unfilled = "work"``: the part of the
@@ -366,7 +369,7 @@ def work_unfilled(
     requested = _orders(params, shares, cash, action, px_open, mode)
     remainder = _cap_cut(params, requested, volume.to(params.asset_dtype), mode)
     return work_remainder(
-        params, t, fill, remainder, open_all, close_all, modes_all, volume_all, impact_all, half_all
+        params, t, fill, remainder, open_all, close_all, modes_all, volume_all, impact_all, half_all, fees_all
     )
 
 
@@ -416,13 +419,15 @@ def step_core(
     volume_all: Tensor | None = None,
     impact_all: Tensor | None = None,
     half_all: Tensor | None = None,
+    fees_all: Tensor | None = None,
 ) -> StepCore:
     """The rules' step but the action check, the observation and the autoreset, as one pure function
     of tensors, so that it can be compiled. ``last_bar`` is the market's last decision bar, ``open_all`` / ``close_all`` ``(T, A)`` its prices
     and ``modes_all`` its fill modes (``None``: every bar tradable); ``volume_all`` / ``impact_all``
     ``(T, A)``: its ``expected_volume`` and :func:`envs.execution.impact_table`, ``half_all`` its
     :func:`envs.execution.half_cost_table` (``None``: the fixed half-spread), all read at the decision
-    bar (with ``params.execution``)."""
+    bar (with ``params.execution``); ``fees_all`` ``(T, 3)``: :func:`envs.fees.fee_table`, read at the
+    fill bar (``None``: one rate for all, ``EnvParams.sell_rates``)."""
     k = params.decision_interval
     t_mark = t + k
     adt = params.asset_dtype  # .to(adt) is a no-op for float32 market data and "float32"
@@ -434,10 +439,11 @@ def step_core(
     if params.execution and volume_all is not None and impact_all is not None:
         volume, impact = volume_all.index_select(0, t), impact_all.index_select(0, t)
         half = None if half_all is None else half_all.index_select(0, t)
-    fill = trade(params, shares, cash, order, action, px_open, px_close, mode, volume, impact, half)
+    fees = None if fees_all is None else fees_all.index_select(0, t + 1)
+    fill = trade(params, shares, cash, order, action, px_open, px_close, mode, volume, impact, half, fees)
     fill = work_unfilled(
         params, t, fill, shares, cash, action, px_open, mode, volume, open_all, close_all, modes_all,
-        volume_all, impact_all, half_all,
+        volume_all, impact_all, half_all, fees_all,
     )  # fmt: skip
     traded, new_shares, new_cash, traded_notional, pos_value, new_value, cost, new_order = fill
 
@@ -478,7 +484,7 @@ def step_core(
             impact = torch.zeros_like(px_open)
         carried = execution.carried_order(order * params.impact_memory, traded)
         fill_price = execution.fill_price(params, px_open, traded, impact, carried, half)  # per-asset dtype
-        asset_cost = execution.asset_fees(params, traded, fill_price)
+        asset_cost = execution.asset_fees(params, traded, fill_price, fees)
     return StepCore(
         t_mark, new_cash, new_shares, new_value, new_peak, step_count, new_a, new_b, lcg_next(rng), new_order,
         reward, terminated, truncated, done, cost, traded_notional, traded, pos_value, fill_price, asset_cost,

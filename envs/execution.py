@@ -32,6 +32,7 @@ import torch
 from torch import Tensor
 
 from data.market import MarketData
+from envs.fees import asset_sell_fees
 
 _IMPACT_TABLES: dict[tuple[int, int], Tensor] = {}
 
@@ -137,28 +138,26 @@ def worked_order(remembered: Tensor, traded: Tensor) -> Tensor:
     return torch.where(traded == 0, remembered, same + traded)
 
 
-def asset_fees(params, traded: Tensor, fill_price: Tensor) -> Tensor:
-    """The broker's fees ``(N, A)`` of signed ``traded`` shares filled at ``fill_price``: the buy
-    rate on a buy's notional; on a sell, the sell rate on its proceeds plus the per-share fee, capped
-    per trade (``envs.params.EnvParams.broker``)."""
+def asset_fees(params, traded: Tensor, fill_price: Tensor, rates: Tensor | None = None) -> Tensor:
+    """The broker's fees ``(..., A)`` float64 of signed ``traded`` shares filled at ``fill_price``: the
+    buy rate on a buy's notional; on a sell, :func:`envs.fees.asset_sell_fees` (the rate on its
+    proceeds plus the per-share fee capped per trade, each rounded up to the cent at Alpaca) at
+    ``rates`` (``(..., 3)``, the fill bars' :func:`envs.fees.fee_table` rows; ``None``: one rate for
+    all)."""
     notional = traded.abs() * fill_price
     sold = (-traded).clamp(min=0.0)
-    per_share = sold.mul(params.sell_fee_per_share).clamp_(max=params.sell_fee_cap)
-    return torch.where(
-        traded < 0, notional * params.sell_fee_rate + per_share, notional * params.buy_fee_rate
-    )
+    sells = asset_sell_fees(params, notional.mul(traded < 0), sold, rates)
+    return torch.where(traded < 0, sells, notional.to(torch.float64) * params.buy_fee_rate)
 
 
 def scaled_costs(params, level: float):
     """``params`` (an ``EnvParams``) with every cost term of the fill times ``level``: the broker's
-    fees (commission, SEC fee, TAF and its cap), slippage, half-spread and impact. The volume cap and
-    the minimum order are limits, not costs, and stay."""
+    fees (commission; the SEC fee, the TAF and its cap through ``fee_scale``), slippage, half-spread
+    and impact. The volume cap and the minimum order are limits, not costs, and stay."""
     return dataclasses.replace(
         params,
         cost_rate=params.cost_rate * level,
-        sec_fee_rate=params.sec_fee_rate * level,
-        taf_per_share=params.taf_per_share * level,
-        taf_max=params.taf_max * level,
+        fee_scale=params.fee_scale * level,
         slippage_bps=params.slippage_bps * level,
         spread_scale=params.spread_scale * level,
         impact_coef=params.impact_coef * level,

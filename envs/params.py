@@ -9,11 +9,13 @@ tensor is made, so the config (``app.config``) reads these settings without load
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Literal
 
 from data.errors import ConfigError
+from envs.fee_schedule import SEC_FEE_SCHEDULE, TAF_SCHEDULE, check_schedule, rates_on_date
 
 if TYPE_CHECKING:  # the state's tensor types only: the settings load without torch (app.config)
     import torch
@@ -44,12 +46,17 @@ class EnvParams:
     """fee profile: alpaca (no commission; sells pay the SEC and FINRA TAF fees) or flat (cost_rate)"""
     cost_rate: float = 0.002
     """broker flat: commission on every fill's notional (alpaca: unused)"""
-    sec_fee_rate: float = 27.8e-6
-    """broker alpaca: SEC Section 31 fee per $ of sale proceeds"""
-    taf_per_share: float = 0.000166
-    """broker alpaca: FINRA Trading Activity Fee per share sold"""
-    taf_max: float = 8.30
-    """broker alpaca: the TAF's cap per trade (one asset's sell at one decision), in $"""
+    sec_fee_schedule: tuple[tuple[str, float], ...] = SEC_FEE_SCHEDULE
+    """broker alpaca: the SEC Section 31 fee per $ of sale proceeds, as rows ["YYYY-MM-DD", rate]: each
+    rate holds from its date to the next row's, by the fill's session date (docs/env.md "Fees")"""
+    taf_schedule: tuple[tuple[str, float, float], ...] = TAF_SCHEDULE
+    """broker alpaca: FINRA's Trading Activity Fee, as rows ["YYYY-MM-DD", $ per share sold, cap per
+    trade in $] (a trade: one asset's sell at one fill), by the fill's session date"""
+    round_fees: bool = True
+    """broker alpaca: round each regulatory fee of each order (one asset's sell at one fill) up to the
+    cent, as Alpaca does (a small sale pays at least a cent of TAF)"""
+    fee_scale: float = 1.0
+    """multiplies the regulatory fees (the cost sensitivity's multiples; 1 in the config)"""
     slippage_bps: float = 1.0
     """buys fill at open*(1+s), sells at open*(1-s), s = bps/1e4"""
     decision_interval: int = 15
@@ -116,12 +123,17 @@ class EnvParams:
             raise bad("broker", "must be 'alpaca' or 'flat'")
         if not 0 <= self.cost_rate < 1:
             raise bad("cost_rate", "must be in [0, 1)")
-        if not 0 <= self.sec_fee_rate < 1:
-            raise bad("sec_fee_rate", "must be in [0, 1)")
-        if self.taf_per_share < 0:
-            raise bad("taf_per_share", "must be >= 0")
-        if self.taf_max < 0:
-            raise bad("taf_max", "must be >= 0")
+        for name, width in (("sec_fee_schedule", 1), ("taf_schedule", 2)):
+            try:  # a config's or a manifest's lists become tuples: the params stay hashable
+                object.__setattr__(self, name, check_schedule(name, getattr(self, name), width))
+            except ValueError as err:
+                raise EnvParamsError(f"EnvParams.{err}") from None
+        if any(row[1] >= 1 for row in self.sec_fee_schedule):
+            raise bad("sec_fee_schedule", "each rate must be in [0, 1)")
+        if not isinstance(self.round_fees, bool):
+            raise bad("round_fees", "must be a bool")
+        if self.fee_scale < 0:
+            raise bad("fee_scale", "must be >= 0")
         if not 0 <= self.slippage_bps < 10_000:
             raise bad("slippage_bps", "must be in [0, 10000)")
         for name in ("decision_interval", "episode_len"):
@@ -189,20 +201,23 @@ class EnvParams:
         """Fee per $ of a buy's notional at its fill price: the flat commission, or 0 at Alpaca."""
         return self.cost_rate if self.broker == "flat" else 0.0
 
+    @functools.cached_property
+    def sell_rates(self) -> tuple[float, float, float]:
+        """A sell's fee rates where no date is at hand: ``(per $ of proceeds, per share sold, the
+        per-share fee's cap per trade)``, the flat commission, or at Alpaca the schedules' last rows
+        (the rates in force from the last date on) times ``fee_scale``. Fills read the rates of their
+        session date instead (``envs.fees.fee_table``)."""
+        return rates_on_date(self, "9999-12-31")
+
     @property
     def sell_fee_rate(self) -> float:
-        """Fee per $ of a sell's proceeds: the flat commission, or the SEC fee at Alpaca."""
-        return self.cost_rate if self.broker == "flat" else self.sec_fee_rate
+        """Fee per $ of a sell's proceeds of :attr:`sell_rates` (the commission, or the SEC fee)."""
+        return self.sell_rates[0]
 
     @property
-    def sell_fee_per_share(self) -> float:
-        """Fee per share sold (FINRA TAF at Alpaca, capped at :attr:`sell_fee_cap` per trade)."""
-        return self.taf_per_share if self.broker == "alpaca" else 0.0
-
-    @property
-    def sell_fee_cap(self) -> float:
-        """The per-share fee's cap per trade, in $."""
-        return self.taf_max
+    def rounds_fees(self) -> bool:
+        """Whether each regulatory fee of each order is rounded up to the cent (Alpaca's rounding)."""
+        return self.round_fees and self.broker == "alpaca"
 
     @property
     def asset_dtype(self) -> torch.dtype:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import math
 
+from data.calendar import session_dates
 from data.market import MarketData
+from envs.fees import rates_on_date, round_up_cent
 from envs.observation import CASH, FEATURES, NUM_GLOBAL, TIME_OF_DAY, TRADABLE, WEIGHT, asset_width, obs_dim
 from envs.trading import EnvParams, last_decision_bar, start_high
 
@@ -86,9 +88,11 @@ class ReferenceEnv:
         if p.execution:
             exit_ = [not tradable[a] and not listed[a] for a in range(n)]
             wanted = (buys, sells)
-            cash, buys, sells, buy_notional, sell_notional = self._execute(buys, sells, opens, exit_)
+            cash, buys, sells, buy_notional, sell_notional, sell_fees = self._execute(
+                buys, sells, opens, exit_
+            )
             traded_notional = sell_notional + buy_notional
-            cost = self._sell_fees(sells, sell_notional) + buy_rate * buy_notional
+            cost = sell_fees + buy_rate * buy_notional
             if p.unfilled == "work" and p.max_participation > 0:
                 cash, buys, sells, more_notional, more_cost = self._work(wanted, buys, sells, exit_, cash)
                 traded_notional, cost = traded_notional + more_notional, cost + more_cost
@@ -96,8 +100,9 @@ class ReferenceEnv:
             return self._finish(cash, shares, closes, traded_notional, cost, buys, sells)
 
         # Sells first; their proceeds net of the sell fees fund the buys.
-        sell_notional = sum(sells[a] * opens[a] * (1 - slip) for a in range(n))
-        sell_fees = self._sell_fees(sells, sell_notional)
+        proceeds = [sells[a] * opens[a] * (1 - slip) for a in range(n)]
+        sell_notional = sum(proceeds)
+        sell_fees = self._sell_fees(sells, proceeds, self.t + 1)
         cash = self.cash + sell_notional - sell_fees
         buy_notional = sum(buys[a] * opens[a] * (1 + slip) for a in range(n))
         needed = buy_notional * (1 + buy_rate)
@@ -186,10 +191,10 @@ class ReferenceEnv:
             b = [left_b[a] if tradable[a] else 0.0 for a in range(n)]
             s_ = [left_s[a] if tradable[a] else 0.0 for a in range(n)]
             opens = self.market.open[bar].tolist()
-            cash, fb, fs, bn, sn = self._execute(
+            cash, fb, fs, bn, sn, fees = self._execute(
                 b, s_, opens, [False] * n, row=bar - 1, cash=cash, decay=False
             )
-            cost += self._sell_fees(fs, sn) + buy_rate * bn
+            cost += fees + buy_rate * bn
             notional += bn + sn
             for a in range(n):
                 left_b[a], left_s[a] = left_b[a] - fb[a], left_s[a] - fs[a]
@@ -205,11 +210,11 @@ class ReferenceEnv:
         row: int | None = None,
         cash: float | None = None,
         decay: bool = True,
-    ) -> tuple[float, list[float], list[float], float, float]:
+    ) -> tuple[float, list[float], list[float], float, float, float]:
         """The execution model (docs/env.md "Execution"), literally: volume cap, minimum order,
         half-spread and square-root impact, for orders sent at bar ``row`` (the decision bar) from
         ``cash`` (the env's); ``decay``: the worked order decays since the last decision. Returns
-        ``(cash, buys, sells, buy_notional, sell_notional)``."""
+        ``(cash, buys, sells, buy_notional, sell_notional, sell_fees)``."""
         p = self.params
         n = self.num_assets
         row = self.t if row is None else row
@@ -249,8 +254,10 @@ class ReferenceEnv:
                 buys[a], sells[a] = min(buys[a], limit), min(sells[a], limit)
             if sells[a] * opens[a] * (1 - frac(a, sells[a], -1)) < p.min_order_notional and not exit_[a]:
                 sells[a] = 0.0
-        sell_notional = sum(sells[a] * opens[a] * (1 - frac(a, sells[a], -1)) for a in range(n))
-        cash = start_cash + sell_notional - self._sell_fees(sells, sell_notional)
+        proceeds = [sells[a] * opens[a] * (1 - frac(a, sells[a], -1)) for a in range(n)]
+        sell_notional = sum(proceeds)
+        sell_fees = self._sell_fees(sells, proceeds, row + 1)
+        cash = start_cash + sell_notional - sell_fees
         buy_rate = p.cost_rate if p.broker == "flat" else 0.0
         # The scale is priced at the capped sizes; the scaled buys then pay their own (lower) price.
         needed = sum(buys[a] * opens[a] * (1 + frac(a, buys[a], 1)) for a in range(n)) * (1 + buy_rate)
@@ -268,15 +275,25 @@ class ReferenceEnv:
                 self.order[a] = min(0.0, remembered[a]) + traded
             else:
                 self.order[a] = remembered[a]
-        return cash, buys, sells, buy_notional, sell_notional
+        return cash, buys, sells, buy_notional, sell_notional, sell_fees
 
-    def _sell_fees(self, sells: list[float], proceeds: float) -> float:
-        """The broker's fees on the sells: flat, the commission on the proceeds; Alpaca, the SEC fee
-        on the proceeds plus the FINRA TAF per share sold, capped per asset and decision."""
+    def _sell_fees(self, sells: list[float], proceeds: list[float], bar: int) -> float:
+        """The broker's fees on the sells filled at ``bar`` (``proceeds``: each asset's, in $): flat,
+        the commission on the proceeds; Alpaca, the SEC fee on each asset's proceeds plus the FINRA
+        TAF per share sold, capped per asset and fill, at the rates of the bar's session date, each
+        rounded up to the cent with ``round_fees``."""
         p = self.params
         if p.broker == "flat":
-            return p.cost_rate * proceeds
-        return p.sec_fee_rate * proceeds + sum(min(p.taf_per_share * q, p.taf_max) for q in sells)
+            return p.cost_rate * sum(proceeds)
+        day = session_dates(self.market.timestamps[bar : bar + 1])[0]
+        sec, per_share, cap = rates_on_date(p, day.date())
+        fees = 0.0
+        for q, x in zip(sells, proceeds, strict=True):
+            sec_fee, share_fee = sec * x, min(per_share * q, cap)
+            if p.round_fees:
+                sec_fee, share_fee = round_up_cent(sec_fee), round_up_cent(share_fee)
+            fees += sec_fee + share_fee
+        return fees
 
     def _finish(
         self,

@@ -12,9 +12,11 @@ Semantics (one decision per step; ``k = decision_interval``):
   features of bar ``t``. Layout: :mod:`envs.observation` (``obs_dim``, ``split_obs``).
 - **Fill.** Orders fill at bar ``t+1``'s open: buys at ``open * (1 + slippage)``, sells at
   ``open * (1 - slippage)`` (``slippage = slippage_bps / 1e4``), each paying the broker's fees
-  (``EnvParams.broker``: at ``"alpaca"``, none on a buy, and on a sell ``sec_fee_rate`` of its
-  proceeds plus ``taf_per_share`` per share, at most ``taf_max`` per asset and decision; at
-  ``"flat"``, ``cost_rate`` of the notional on both sides). Sells execute first and their proceeds
+  (``EnvParams.broker``: at ``"alpaca"``, none on a buy, and on a sell the SEC fee rate of its
+  proceeds plus the FINRA TAF per share, at most its cap per asset and fill, at the rates in force on
+  the fill bar's session date (``sec_fee_schedule``, ``taf_schedule``: :mod:`envs.fee_schedule`),
+  each rounded up to the cent with ``round_fees``; at ``"flat"``, ``cost_rate`` of the notional on
+  both sides). Sells execute first and their proceeds
   (net of fees) fund the buys;
   if the buys (plus their cost) need more cash than is available, every buy of that env is scaled
   by the same factor so cash never goes negative (in ``"shares"`` mode the scaled buys are floored
@@ -76,6 +78,7 @@ from data.market import MarketData
 from envs.core import ACC_DTYPE, StepCore, lcg_next, step_core
 from envs.execution import execution_tables
 from envs.fast_step import choose
+from envs.fees import fee_table
 from envs.kernels import native
 from envs.observation import build_obs, fresh_obs
 
@@ -327,6 +330,7 @@ def step_env(
         market.close,
         None if market.all_tradable else fill_modes(market),
         *execution_tables(market, params),
+        fees_all=fee_table(market, params),
     )
     obs = build_obs(market, out.t, out.cash, out.pos_value, out.value)
     return _transition(out, obs, state.t, params, None)

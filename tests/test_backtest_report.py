@@ -15,8 +15,10 @@ from backtests import engine, report, selection
 from backtests import metrics as m
 from backtests.metrics import TRADING_DAYS_PER_YEAR
 from backtests.metrics_model import METRIC_KEYS, MetricsDocument
+from data.calendar import session_dates
 from data.toy import toy_market
 from envs.execution import asset_fees
+from envs.fees import rates_on
 from envs.trading import EnvParams
 
 # Long the assets whose first feature is positive: trades every decision, deterministic.
@@ -92,7 +94,11 @@ def test_write_report_files_and_schemas(tmp_path, result, capsys):
     assert (trades["spread_cost"] > 0).all() and (trades["impact_cost"] >= 0).all()
     assert (trades["impact_cost"] > 0).mean() > 0.9
     traded = torch.as_tensor(trades["shares"].to_numpy().copy(), dtype=torch.float64)
-    commission = asset_fees(params, traded, torch.as_tensor(trades["fill_price"].to_numpy().copy())).numpy()
+    # The broker's fees at the rates of each fill's session date (envs.fees), one order per row.
+    days = session_dates(trades["timestamp"]).values.astype("datetime64[D]")
+    rates = torch.as_tensor(rates_on(params, days))
+    price = torch.as_tensor(trades["fill_price"].to_numpy().copy())
+    commission = asset_fees(params, traded[:, None], price[:, None], rates).squeeze(1).numpy()
     np.testing.assert_allclose(
         trades["cost"], commission + trades["spread_cost"] + trades["impact_cost"], rtol=1e-4
     )

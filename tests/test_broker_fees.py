@@ -1,11 +1,12 @@
 """The broker's fees, computed by hand: at Alpaca (the default profile) a buy pays no commission and
 a sell pays the SEC Section 31 fee on its proceeds plus the FINRA TAF per share sold, capped per
-trade; the flat profile charges ``cost_rate`` on both sides. Every kernel of the env step (eager,
+trade, each rounded up to the cent per order; the flat profile charges ``cost_rate`` on both sides. Every kernel of the env step (eager,
 native C, backtest step, plain-Python reference) charges the same."""
 
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 import torch
@@ -64,12 +65,13 @@ def test_an_alpaca_buy_pays_no_commission_and_a_sell_pays_the_sec_fee_and_the_ca
         assert cost in (None, 0.0), name
     assert bought.shares[0].tolist() == pytest.approx([100_000.0, 1_562.5])
 
-    # Sell everything: $10,156,250 of proceeds.
+    # Sell everything: $10,156,250 of proceeds, on a session of 2024 ($27.80 per million then). Each
+    # fee of each order rounded up to the cent, as Alpaca charges them.
     sell = torch.zeros(1, 2)
-    sec = 27.8e-6 * spent  # $282.34375: $27.80 per million of proceeds
-    taf = 8.30 + 1_562.5 * 0.000166  # 100,000 shares hit the $8.30 cap; 1,562.5 pay $0.259375
-    fees = sec + taf
-    assert fees == pytest.approx(282.34375 + 8.30 + 0.259375)
+    sec = [27.8e-6 * 100_000 * PRICE, 27.8e-6 * 1_562.5 * PRICE]  # $278.00 and $4.34375 -> $4.35
+    taf = [8.30, 1_562.5 * 0.000166]  # 100,000 shares hit the $8.30 cap; 1,562.5 pay $0.259375 -> $0.26
+    fees = sum(math.ceil(round(x * 100, 9)) / 100 for x in sec + taf)
+    assert fees == pytest.approx(278.00 + 4.35 + 8.30 + 0.26)
     _, outs = _kernels(fee_flat_market, params, bought, sell)
     *_, ref_info = ref.step(sell[0].tolist())
     outs["reference"] = (ref.cash, ref_info["cost"])

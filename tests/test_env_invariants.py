@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from data.toy import toy_market
 from envs import trading
 from envs.execution import FRICTIONLESS
+from envs.fees import rates_on_date
 from envs.observation import split_obs
 from envs.trading import EnvParams
 
@@ -134,13 +135,17 @@ def test_shares_mode_limits_sells_to_holdings(market):
 
 
 def _fees_by_hand(params: EnvParams, info: dict) -> torch.Tensor:
-    """Buys pay buy_fee_rate of their notional; sells sell_fee_rate of their proceeds plus the
-    per-share fee capped per asset."""
+    """Buys pay buy_fee_rate of their notional; each asset's sell the rate on its proceeds plus the
+    per-share fee capped per asset, each rounded up to the cent at Alpaca, at the rates of the toy
+    market's sessions (January 2024: the schedules' first rows)."""
     traded = info["shares_traded"].double()
     notional = traded * info["fill_price"].double()
-    bought, sold = notional.clamp(min=0).sum(1), (-notional).clamp(min=0).sum(1)
-    per_share = ((-traded).clamp(min=0) * params.sell_fee_per_share).clamp(max=params.sell_fee_cap).sum(1)
-    return params.buy_fee_rate * bought + params.sell_fee_rate * sold + per_share
+    bought, sold = notional.clamp(min=0), (-notional).clamp(min=0)
+    sec, per_share, cap = rates_on_date(params, "2024-01-02")
+    sec_fee, share_fee = sold * sec, ((-traded).clamp(min=0) * per_share).clamp(max=cap)
+    if params.broker == "alpaca" and params.round_fees:
+        sec_fee, share_fee = (torch.ceil(x * 100 - 1e-6).clamp(min=0) / 100 for x in (sec_fee, share_fee))
+    return params.buy_fee_rate * bought.sum(1) + (sec_fee + share_fee).sum(1)
 
 
 def test_round_trip_on_flat_prices_costs_exactly_the_cost_rate():

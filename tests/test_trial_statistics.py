@@ -216,4 +216,7 @@ def test_backtest_uses_the_recorded_annualization(tmp_path, capsys):
     assert doc["pbo"] is None and "equal_weight" in doc["strategies"]
     # The default broker, Alpaca: no commission, its regulatory fees recorded beside.
     assert doc["broker"] == "alpaca" and doc["cost_rate"] == 0.0 and doc["slippage_bps"] == 1.0
-    assert doc["sec_fee_rate"] == 27.8e-6 and doc["taf_per_share"] == 0.000166
+    assert doc["sec_fee_schedule"] == [["2024-05-22", 27.8e-6], ["2025-05-14", 0.0]]
+    assert doc["taf_schedule"] == [["2024-01-01", 0.000166, 8.30]] and doc["round_fees"] is True
+    # What was priced: the bars' feed and the volume scale the execution model read.
+    assert doc["data_feed"] == "synthetic" and doc["volume_scale"] == 1.0

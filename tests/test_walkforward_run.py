@@ -164,6 +164,12 @@ def test_folds_gate_and_stitched_account_of_a_tiny_run(runs):
     # The stitched account's capacity curve, on the final report: the account at every account size.
     assert [row["capital"] for row in doc["capacity"]] == [1e4, 1e5, 1e6, 1e7, 1e8]
     assert doc["estimated_capacity_rule"] in ("significant", "half_sharpe", "no_edge")
+    # ... and its cost sensitivity: the account replayed at 0x, 1x and 2x the cost model, each judged.
+    sensitivity = doc["cost_sensitivity"]
+    assert [row["level"] for row in sensitivity] == [0.0, 1.0, 2.0]
+    assert all(row["strategy"] == "champion" and "champion" in row["strategies"] for row in sensitivity)
+    # What was priced: the bars' feed and the volume scale.
+    assert doc["data_feed"] == "synthetic" and doc["volume_scale"] == 1.0
     # The span is one look: only the final account report is counted in the home's ledger (the
     # provisional ones after each fold spend a stated share of the level instead). The gates' looks
     # are in the run's own ledger.

@@ -345,11 +345,19 @@ def capacity_figure(rows: Sequence[CapacityRow], estimated: float | None = None)
     """The capacity curve: net period return of the strategy and the baselines against the account size
     (log axis), the strategy's net Sharpe on a second axis, the estimated capacity marked."""
     frame = pd.DataFrame([row.model_dump() for row in rows])
+    # Each size's alpha over the verdict's benchmark and its p-value, beside its return in the hover.
+    alpha = [
+        "alpha n/a"
+        if a is None or pd.isna(a)
+        else f"alpha {100 * a:+.3f}%/day (p {'n/a' if p is None or pd.isna(p) else f'{p:.3f}'})"
+        for a, p in zip(frame["alpha_per_day"], frame["alpha_p_value"], strict=True)
+    ]
     fig = go.Figure()
     fig.add_trace(
         go.Scatter(
             x=frame["capital"], y=frame["cum_returns_final"], name=str(frame["strategy"].iloc[0]),
-            mode="lines+markers", line=dict(width=3),
+            mode="lines+markers", line=dict(width=3), text=alpha,
+            hovertemplate="%{y:.2%}, %{text}",
         )
     )  # fmt: skip
     baselines = pd.DataFrame(list(frame["baselines"])) if "baselines" in frame else pd.DataFrame()

@@ -395,7 +395,7 @@ def _gate_report(
         ),
         cost_rate=params.cost_rate,
         slippage_bps=params.slippage_bps,
-        execution=report.execution_settings(params),
+        execution=report.priced_settings(params, data.splits, config.data),
         significance_level=GateRule.of_config(config).significance_level,
         **look_arguments(counted),
         seed=config.tournament.seed,

@@ -3,11 +3,17 @@ slippage the broker's fills realize against that prediction, per champion and pe
 
 At order time each order is priced with the env's rule (``envs.execution``): from the decision bar's
 close ``p`` (the reference the cycle decides on), a buy of ``q`` shares is predicted to fill at
-``p * (1 + frac(q))`` and a sell at ``p * (1 - frac(q))``, with ``frac(q) = (slippage_bps +
-spread_bps) / 1e4 + impact_coef * daily_vol * sqrt(q / adv)``; ``daily_vol`` and ``adv`` are the
-trailing estimates of ``data.liquidity`` over the bars the cycle fetched (at or before the decision
-bar), the settings the bundle's ``env_params`` (the config's ``[env]`` defaults for a setting the
-bundle does not name). The journal keeps it as the order's ``model_price`` (``app.paper.fill_model``;
+``p * (1 + frac(q; m))`` and a sell at ``p * (1 - frac(q; m))``, with ``frac(q; m) = slippage_bps /
+1e4 + half + impact_coef * impact * g(q, m)``. ``half`` is the half-spread of this name at this time
+of day: with ``[env] spread = "estimate"`` (the default) the bars' own estimate
+(``data.liquidity.spread_estimate`` over the fetched bars, at least ``spread_bps / 1e4``), times
+``spread_scale``; only with ``spread = "fixed"`` is it ``spread_scale * spread_bps / 1e4`` for every
+name. ``impact = daily_vol / sqrt(adv)`` from the trailing estimates of ``data.liquidity`` over the
+bars the cycle fetched (at or before the decision bar; ``adv`` times the bundle's ``volume_scale``),
+and ``g(q, m)`` the square-root law's growth from the ``m`` shares of the same order already worked
+(``sqrt(q)`` with none). The settings are the bundle's ``env_params`` (the config's ``[env]``
+defaults for a setting the bundle does not name). The journal keeps it as the order's
+``model_price`` (``app.paper.fill_model.model_price``, inputs from ``fill_inputs``;
 this module reads the journal only, without torch, for ``podracer status``).
 
 Slippage in bps, signed so that positive is a cost: ``side * (price / p - 1) * 1e4`` with ``side`` +1

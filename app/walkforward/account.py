@@ -48,15 +48,18 @@ class StitchedAccount:
         device: torch.device,
         min_coverage: float | None = None,
         before_champion: str = "benchmark",
+        feed: str | None = None,
     ) -> None:
         """``min_coverage``: each fold's test window trades only its fold's universe (None: every
         ticker, as loaded). ``before_champion``: what a fold with no champion in charge holds,
-        ``"benchmark"`` or ``"cash"``."""
+        ``"benchmark"`` or ``"cash"``. ``feed``: the bars' data feed (``MarketSplits.feed``), for the
+        reports."""
         if before_champion not in NO_CHAMPION_LABELS:
             raise ValueError(f"before_champion must be one of {', '.join(NO_CHAMPION_LABELS)}")
         self.full, self.params, self.device = full, params, device
         self.min_coverage = min_coverage
         self.before_champion = before_champion
+        self.feed = feed
         self.num_folds = len(plans)
         self.span_start = plans[0].bars["test"][0]
         self.windows = dict((full.feature_spec or {}).get("windows") or DEFAULT_WINDOWS)
@@ -169,6 +172,7 @@ class StitchedAccount:
             # The capacity curve once, on the final report (a replay at five sizes per fold would
             # double every provisional report's time).
             capacity=self.capacity() if final else None,
+            data_feed=self.feed,
         )
 
 

@@ -52,6 +52,7 @@ class GateSplits:
     full: MarketData
     valid: MarketData
     test: MarketData
+    feed: str | None = None  # the bars' data feed (``data.loader.MarketSplits.feed``), for the report
 
 
 def replay_gate(
@@ -63,6 +64,7 @@ def replay_gate(
     window: tuple[int, int],
     challenger: ChallengerRun,
     incumbent: Champion | None,
+    feed: str | None = None,
 ) -> GateResult:
     """The gate of ``[gate] rule`` (``"window"``, or ``"always"``) on the fold's gate window (see the
     module docstring).
@@ -70,7 +72,8 @@ def replay_gate(
     ``market``: bars that hold the validation window ``valid`` and the gate's ``window`` (``[start,
     stop)`` indices of ``market``; the same range when the gate reads the validation window) with the
     challenger's features; ``incumbent``: the policy in charge (its ``run_dir`` record holds its
-    feature spec), None before the first promotion; ``run``: the walk-forward (its looks ledger).
+    feature spec), None before the first promotion; ``run``: the walk-forward (its looks ledger);
+    ``feed``: the bars' data feed, recorded in the gate's report.
     The gate's figures are written to the challenger's run as nightly writes them (``backtest/``),
     labelled with their window.
     """
@@ -81,6 +84,7 @@ def replay_gate(
         full=held,
         valid=held.slice(valid[0] - first, valid[1] - first),
         test=held.slice(window[0] - first, window[1] - first),
+        feed=feed,
     )
     dates = splits.test.date_range()
     quiet = config.with_updates(nightly={"tearsheet": False})
@@ -134,10 +138,12 @@ def write_account_report(
     planned_folds: int | None = None,
     policy: str = "",
     capacity: BacktestResult | None = None,
+    data_feed: str | None = None,
 ) -> MetricsDocument:
     """The stitched account's report in ``<run>/backtest/`` (the account as ``champion``, the baselines
     beside it), its out-of-sample test over the span so far, with ``walkforward`` (the folds and
-    champions) in its metrics.json; ``final``: the last fold is done.
+    champions) in its metrics.json; ``final``: the last fold is done; ``data_feed``: the bars' feed
+    (``data.loader.MarketSplits.feed``), recorded with ``[data] volume_scale``.
 
     The span is one look: only the final report is counted in the home's looks ledger (with ``home``;
     keyed by ``policy``, the digest of the policies in charge) and its verdict stated with the looks
@@ -167,7 +173,9 @@ def write_account_report(
         num_trials=1,
         cost_rate=params.cost_rate,
         slippage_bps=params.slippage_bps,
-        execution=report.execution_settings(params),
+        execution=report.execution_settings(
+            params, data_feed=data_feed, volume_scale=config.data.volume_scale
+        ),
         significance_level=level,
         seed=config.tournament.seed,
         market=identity,

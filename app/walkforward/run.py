@@ -110,7 +110,8 @@ def run_walkforward(
     wf_run = _open_run(home, run, resume)
     device = torch.device(config.agent.device)
     # Every candidate ticker of the span: each fold trades its own universe (data.fold_market).
-    full = bars_only(load_market(config.data, home=home, device=device, per_window=True).full)
+    splits = load_market(config.data, home=home, device=device, per_window=True)
+    full = bars_only(splits.full)
     plans = plan_folds(full, config.walkforward)
     records = read_fold_records(wf_run) if resume is not None else []
     _check_resumed_layout(wf_run, plans, records)
@@ -127,6 +128,7 @@ def run_walkforward(
         device,
         min_coverage=config.data.min_coverage,
         before_champion=config.gate.before_champion,
+        feed=splits.feed,
     )
     for record in records:
         account.add(plans[record.index], _in_charge_of(wf_run, record, records), holding=record.holding())
@@ -288,7 +290,7 @@ def _run_fold(
         gc.collect()
         gate, in_charge, step = _book_gate(config, wf_run, plan, challenger, records, account.full, planned)
     else:
-        gate, step = _nightly_gate(config, wf_run, plan, data, challenger, incumbent), None
+        gate, step = _nightly_gate(config, wf_run, plan, data, challenger, incumbent, account.feed), None
         del data
         gc.collect()
         in_charge = _challenger_in_charge(wf_run, plan, challenger) if gate.promote else incumbent
@@ -330,8 +332,10 @@ def _nightly_gate(
     data: FoldMarket,
     challenger: ChallengerRun,
     incumbent: Champion | None,
+    feed: str | None = None,
 ) -> GateResult:
-    """``[gate] rule = "window"`` or ``"always"``: the retrain gate on the fold's gate window."""
+    """``[gate] rule = "window"`` or ``"always"``: the retrain gate on the fold's gate window (``feed``:
+    the bars' data feed, for its report)."""
     bars, start = plan.bars, data.start
     return replay_gate(
         config,
@@ -341,6 +345,7 @@ def _nightly_gate(
         window=(bars["gate"][0] - start, bars["gate"][1] - start),
         challenger=challenger,
         incumbent=incumbent,
+        feed=feed,
     )
 
 

@@ -179,7 +179,9 @@ def backtest_run(
         trial_returns=selection_inputs(run_dir, splits.valid.to(device), params, champion, device=device),
         cost_rate=params.cost_rate,
         slippage_bps=params.slippage_bps,
-        execution=report.execution_settings(params),
+        execution=report.execution_settings(
+            params, data_feed=splits.feed, volume_scale=config.data.volume_scale
+        ),
         significance_level=config.backtest.significance_level,
         seed=config.tournament.seed,
         market=identity,
@@ -223,7 +225,13 @@ def backtest_baselines(
         market, params, baselines=names, device=device, num_threads=1, linear=linear, boosted=boosted
     )
     benchmark = names[0] if names[0] != "index" else result.names[0]
-    costs = {"cost_rate": params.cost_rate, "slippage_bps": params.slippage_bps}
+    costs = {
+        "cost_rate": params.cost_rate,
+        "slippage_bps": params.slippage_bps,
+        "execution": report.execution_settings(
+            params, data_feed=splits.feed, volume_scale=config.data.volume_scale
+        ),
+    }
     if out is not None:
         return report.write_report(
             out,

@@ -42,6 +42,20 @@ class Chunk:
         return f"{names} ({len(self.tickers)} ticker(s)) {self.start}..{last}"
 
 
+#: The data feed each fetch manifest source names (``feed_label``): Alpaca's free plan serves the IEX
+#: exchange's bars only, its paid one the consolidated tape (SIP).
+FEED_LABELS = {"alpaca/iex": "iex", "alpaca/sip": "sip", "alpaca/otc": "otc", "yfinance/raw": "yfinance"}
+#: What stored bars no fetch recorded are labelled (imported from CSV, or written by a synthetic run).
+UNRECORDED_FEED = "stored (source not recorded)"
+
+
+def feed_label(sources: Sequence[str]) -> str:
+    """The data feed of bars fetched by ``sources`` (fetch manifest keys): ``"iex"``, ``"sip"``,
+    ``"yfinance"``, several joined by ``"+"``; :data:`UNRECORDED_FEED` for none."""
+    labels = sorted({FEED_LABELS.get(s, s.split("/", 1)[0]) for s in sources})
+    return "+".join(labels) if labels else UNRECORDED_FEED
+
+
 def windows(start: date, end: date, max_days: int) -> list[tuple[date, date]]:
     """Session dates ``start..end`` (inclusive) as ``[lo, hi)`` windows inside one calendar month
     and at most ``max_days`` long."""
@@ -88,6 +102,22 @@ class FetchManifest:
             "SELECT ticker, start, stop FROM done WHERE source = ? AND interval = ?", (source, interval)
         )
         return {(t, s, e) for t, s, e in rows}
+
+    def sources(self, interval: str, tickers: Sequence[str]) -> list[str]:
+        """The sources (``"alpaca/iex"``, ``"yfinance/raw"``, ...) that fetched any window of ``tickers``
+        at ``interval``, sorted (read only; none without a manifest)."""
+        if not self.path.is_file() or not tickers:
+            return []
+        conn = connect(self.path, read_only=True, row_factory=None)
+        try:
+            marks = ", ".join("?" * len(tickers))
+            rows = conn.execute(
+                f"SELECT DISTINCT source FROM done WHERE interval = ? AND ticker IN ({marks})",  # noqa: S608
+                (interval, *tickers),
+            )
+            return sorted(str(source) for (source,) in rows)
+        finally:
+            conn.close()
 
     def record(self, source: str, interval: str, chunk: Chunk, bars: dict[str, int], *, today: date) -> bool:
         """Record ``chunk`` as complete (one transaction); False (nothing recorded) if it reaches today."""

@@ -70,19 +70,19 @@ class Compiled:
         """False once compiling failed and calls run eagerly."""
         return self.failure is None
 
-    def __call__(self, *args: Any) -> Any:
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self.failure is None:
             try:
                 with warnings.catch_warnings():
                     # inductor's advice to enable TF32 on CUDA: we keep float32 matmuls exact
                     warnings.filterwarnings("ignore", message="TensorFloat32 tensor cores")
-                    return self._compiled(*args)
+                    return self._compiled(*args, **kwargs)
             except Exception as exc:  # noqa: BLE001 - any compiler failure falls back to eager
-                out = self.eager(*args)  # a genuine input error raises here, as it would eagerly
+                out = self.eager(*args, **kwargs)  # a genuine input error raises here, as it would eagerly
                 self.failure = one_line(exc, 200)
                 log.warning("torch.compile of %s failed (%s); running it eagerly", self.name, self.failure)
                 return out
-        return self.eager(*args)
+        return self.eager(*args, **kwargs)
 
 
 _CACHE: dict[Any, Compiled] = {}

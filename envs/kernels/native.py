@@ -49,6 +49,7 @@ from torch import Tensor
 from data.atomic import atomic_path
 from data.market import MarketData
 from envs import execution, memory
+from envs.fees import fee_table
 from envs.observation import obs_dim, obs_table
 from envs.tradability import fill_modes
 
@@ -182,7 +183,7 @@ def _load() -> object:
     fn = lib.podracer_step
     i64, i32, ptr = ctypes.c_int64, ctypes.c_int32, ctypes.c_void_p
     fn.restype = i64
-    fn.argtypes = [i64] * 8 + [i32, i32, ptr, i32] + [ptr] * 16 + [ptr] * 18
+    fn.argtypes = [i64] * 8 + [i32, i32, ptr, i32] + [ptr] * 17 + [ptr] * 18
     return fn
 
 
@@ -253,10 +254,8 @@ def params_vector(params) -> Tensor:
             execution.half_cost(params),
             params.impact_coef,
             params.min_order_notional,
-            params.sell_fee_rate,
-            params.sell_fee_per_share,
-            params.sell_fee_cap,
             params.impact_memory,
+            float(params.rounds_fees),
         ],
         dtype=torch.float64,
     )
@@ -446,6 +445,7 @@ def step(
         ),
         None if modes is None else modes.data_ptr(),
         execution_table(market, params).data_ptr() if params.execution else None,
+        fee_table(market, params).data_ptr(),
         *(
             x.data_ptr()
             for x in (

@@ -33,10 +33,8 @@ enum {
     P_HALF,              /* (unused: the execution table carries slippage + half-spread per bar and asset) */
     P_IMPACT_COEF,       /* execution: square-root impact coefficient */
     P_MIN_NOTIONAL,      /* execution: orders under this many $ are not placed */
-    P_SELL_RATE,         /* fee per $ of a sell's proceeds */
-    P_SELL_PER_SHARE,    /* fee per share sold, capped per trade at P_SELL_CAP */
-    P_SELL_CAP,
     P_MEMORY,            /* execution: share of the worked order's size remembered at the next decision */
+    P_ROUND_FEES,        /* 1: each sell's fees rounded up to the cent per asset (envs/fees.py), 0: not */
     P_COUNT
 };
 
@@ -65,6 +63,25 @@ static inline double clamp_min_d(double x, double lo) { return (x != x) ? x : (x
 static inline float clamp_min_f(float x, float lo) { return (x != x) ? x : (x < lo ? lo : x); }
 static inline double maximum_d(double x, double y) { return (x != x || y != y) ? NAN : (x > y ? x : y); }
 static inline float minimum_f(float x, float y) { return (x != x || y != y) ? NAN : (x < y ? x : y); }
+
+/* envs/fees.py's round_up_cents (the same operations): a fee in $ rounded up to the cent, an amount a
+   hair over a whole cent (CENT_SLACK of a cent, a rate's binary rounding) kept at it. */
+#define CENT_SLACK 1e-6
+static inline double ceil_cent(double fee)
+{
+    const double c = ceil(fee * 100.0 - CENT_SLACK);
+    return (c < 0.0 ? 0.0 : c) / 100.0;
+}
+
+/* One asset's sell fees (envs/fees.py's sell_fees): the per-share fee min(q * per_share, cap) and,
+   rounding, the rate on the proceeds, each rounded up to the cent; not rounding, the per-share fee only
+   (the caller prices the proceeds' sum). */
+static inline double sell_fee(double proceeds, float q, double sec, double per_share, double cap, int rnd)
+{
+    const double x = (double)q * per_share;
+    const double share_fee = x < cap ? x : cap;
+    return rnd ? ceil_cent(proceeds * sec) + ceil_cent(share_fee) : share_fee;
+}
 
 /* How an env's orders are sized (order_diff's `kind`): weights without a cap or an untradable bar, weights
    with either, shares. */
@@ -180,12 +197,12 @@ static inline __attribute__((always_inline)) void exec_pass1_body(
     int64_t A, int kind, int capped, const uint8_t *fm, const float *a, float budget, float max_w,
     float max_shares, float cap_value, float *tr, float *nsh, const float *sh, const float *po,
     const float *lim_row, const float *imp, const float *ord, float memory, float mn, float coef,
-    const float *half, float per_share, float share_cap, double *sells_out, double *buys_out,
+    const float *half, const double *fees, int rnd, double *sells_out, double *buys_out,
     double *share_fees_out, float *fr)
 {
     double sells = 0.0, buys0 = 0.0, share_fees = 0.0;
     const int whole = kind == ORDERS_SHARES;
-    float sold[SUM_CHUNK], bought[SUM_CHUNK], fees[SUM_CHUNK];
+    float sold[SUM_CHUNK], bought[SUM_CHUNK], shares_sold[SUM_CHUNK];
     for (int64_t j0 = 0; j0 < A; j0 += SUM_CHUNK) {
         const int64_t width = A - j0 < SUM_CHUNK ? A - j0 : SUM_CHUNK;
 #pragma omp simd
@@ -208,8 +225,7 @@ static inline __attribute__((always_inline)) void exec_pass1_body(
             sell = dust ? 0.0f : sell;
             sold[i] = sell * po[j] * (1.0f - f);
             bought[i] = buy * po[j] * (1.0f + f);
-            const float sf = sell * per_share;
-            fees[i] = sf > share_cap ? share_cap : sf;
+            shares_sold[i] = sell;
             tr[j] = buy;
             nsh[j] = sell;
             fr[j] = f;  /* a buy's frac at its capped size: pass 2 reuses it when the buys are not scaled */
@@ -217,7 +233,7 @@ static inline __attribute__((always_inline)) void exec_pass1_body(
         for (int64_t i = 0; i < width; ++i) {  /* in asset order (see SUM_CHUNK) */
             sells += (double)sold[i];
             buys0 += (double)bought[i];
-            share_fees += (double)fees[i];
+            share_fees += sell_fee((double)sold[i], shares_sold[i], fees[0], fees[1], fees[2], rnd);
         }
     }
     *sells_out = sells;
@@ -266,37 +282,37 @@ static ELEMENT_LOOPS void exec_pass1_weights(
     int64_t A, int capped, const uint8_t *fm, const float *a, float budget, float max_w,
     float max_shares, float cap_value, float *tr, float *nsh, const float *sh, const float *po,
     const float *lim_row, const float *imp, const float *ord, float memory, float mn, float coef,
-    const float *half, float per_share, float share_cap, double *sells_out, double *buys_out,
+    const float *half, const double *fees, int rnd, double *sells_out, double *buys_out,
     double *share_fees_out, float *fr)
 {
-    exec_pass1_body(A, ORDERS_WEIGHTS, capped, NULL, a, budget, max_w, max_shares, cap_value, tr, nsh, sh, po, lim_row, imp, ord, memory, mn, coef, half, per_share, share_cap, sells_out, buys_out, share_fees_out, fr);
+    exec_pass1_body(A, ORDERS_WEIGHTS, capped, NULL, a, budget, max_w, max_shares, cap_value, tr, nsh, sh, po, lim_row, imp, ord, memory, mn, coef, half, fees, rnd, sells_out, buys_out, share_fees_out, fr);
 }
 static ELEMENT_LOOPS void exec_pass1_weights_limited(
     int64_t A, int capped, const uint8_t *fm, const float *a, float budget, float max_w,
     float max_shares, float cap_value, float *tr, float *nsh, const float *sh, const float *po,
     const float *lim_row, const float *imp, const float *ord, float memory, float mn, float coef,
-    const float *half, float per_share, float share_cap, double *sells_out, double *buys_out,
+    const float *half, const double *fees, int rnd, double *sells_out, double *buys_out,
     double *share_fees_out, float *fr)
 {
-    exec_pass1_body(A, ORDERS_WEIGHTS_LIMITED, capped, fm, a, budget, max_w, max_shares, cap_value, tr, nsh, sh, po, lim_row, imp, ord, memory, mn, coef, half, per_share, share_cap, sells_out, buys_out, share_fees_out, fr);
+    exec_pass1_body(A, ORDERS_WEIGHTS_LIMITED, capped, fm, a, budget, max_w, max_shares, cap_value, tr, nsh, sh, po, lim_row, imp, ord, memory, mn, coef, half, fees, rnd, sells_out, buys_out, share_fees_out, fr);
 }
 static ELEMENT_LOOPS void exec_pass1_shares(
     int64_t A, int capped, const uint8_t *fm, const float *a, float budget, float max_w,
     float max_shares, float cap_value, float *tr, float *nsh, const float *sh, const float *po,
     const float *lim_row, const float *imp, const float *ord, float memory, float mn, float coef,
-    const float *half, float per_share, float share_cap, double *sells_out, double *buys_out,
+    const float *half, const double *fees, int rnd, double *sells_out, double *buys_out,
     double *share_fees_out, float *fr)
 {
-    exec_pass1_body(A, ORDERS_SHARES, capped, NULL, a, budget, max_w, max_shares, cap_value, tr, nsh, sh, po, lim_row, imp, ord, memory, mn, coef, half, per_share, share_cap, sells_out, buys_out, share_fees_out, fr);
+    exec_pass1_body(A, ORDERS_SHARES, capped, NULL, a, budget, max_w, max_shares, cap_value, tr, nsh, sh, po, lim_row, imp, ord, memory, mn, coef, half, fees, rnd, sells_out, buys_out, share_fees_out, fr);
 }
 static ELEMENT_LOOPS void exec_pass1_shares_modes(
     int64_t A, int capped, const uint8_t *fm, const float *a, float budget, float max_w,
     float max_shares, float cap_value, float *tr, float *nsh, const float *sh, const float *po,
     const float *lim_row, const float *imp, const float *ord, float memory, float mn, float coef,
-    const float *half, float per_share, float share_cap, double *sells_out, double *buys_out,
+    const float *half, const double *fees, int rnd, double *sells_out, double *buys_out,
     double *share_fees_out, float *fr)
 {
-    exec_pass1_body(A, ORDERS_SHARES, capped, fm, a, budget, max_w, max_shares, cap_value, tr, nsh, sh, po, lim_row, imp, ord, memory, mn, coef, half, per_share, share_cap, sells_out, buys_out, share_fees_out, fr);
+    exec_pass1_body(A, ORDERS_SHARES, capped, fm, a, budget, max_w, max_shares, cap_value, tr, nsh, sh, po, lim_row, imp, ord, memory, mn, coef, half, fees, rnd, sells_out, buys_out, share_fees_out, fr);
 }
 static ELEMENT_LOOPS void exec_pass2_whole(
     int64_t A, float scale_f, float *tr, float *nsh, const float *sh, const float *po,
@@ -339,6 +355,9 @@ int64_t podracer_step(
        (envs/kernels/native.py) */
     const float *open_all, const float *close_all, const float *table, const uint8_t *modes_all,
     const float *exec_all,
+    /* (T, 3) the sell fees' rates by each bar's session (envs/fees.py's fee_table): per $ of proceeds,
+       per share sold, the per-share fee's cap per trade; a fill at bar b reads row b */
+    const double *fees_all,
     /* outputs */
     int64_t *t_out, double *cash_out, float *shares_out, double *value_out, double *peak_out,
     int64_t *step_count_out, double *a_out, double *b_out, int64_t *rng_out, float *order_out, float *reward_out,
@@ -346,8 +365,8 @@ int64_t podracer_step(
     double *traded_notional_out, float *traded_out, float *obs_out)
 {
     const int64_t A = n_assets;
-    const double rate = p[P_BUY_RATE], sell_rate = p[P_SELL_RATE], slip = p[P_SLIP];
-    const float per_share = (float)p[P_SELL_PER_SHARE], share_cap = (float)p[P_SELL_CAP];
+    const double rate = p[P_BUY_RATE], slip = p[P_SLIP];
+    const int rnd = p[P_ROUND_FEES] != 0.0;
     const double floor_value = p[P_BUST_FRAC] * p[P_INITIAL_CASH];
     const int64_t stride = 2 + num_features;  /* per-asset slot width: weight, tradable, features */
     const int capped = p[P_MAX_WEIGHT] < 1.0;
@@ -375,6 +394,8 @@ int64_t podracer_step(
         float *tr = traded_out + n * A;  /* holds the order diff until the last pass */
         float *nsh = shares_out + n * A;
         const float *ord = order + n * A;  /* the impact memory (EnvState.order) */
+        const double *fees = fees_all + (t[n] + 1) * 3;  /* the fill bar's fee rates */
+        const double sell_rate = fees[0], per_share = fees[1], share_cap = fees[2];
         float *ord_out = order_out + n * A;
         float *obs = obs_out + n * obs_width;
         const double c = cash[n];
@@ -449,21 +470,21 @@ int64_t podracer_step(
                vectorizes. */
             if (kind == ORDERS_WEIGHTS)
                 exec_pass1_weights(A, 0, NULL, a, budget, max_w, max_shares, cap_value, tr, nsh, sh, po,
-                           lim, imp, ord, memory, mn, coef, half, per_share, share_cap, &sells, &buys0,
+                           lim, imp, ord, memory, mn, coef, half, fees, rnd, &sells, &buys0,
                            &share_fees, ord_out);
             else if (kind == ORDERS_WEIGHTS_LIMITED)
                 exec_pass1_weights_limited(A, 0, fm, a, budget, max_w, max_shares, cap_value, tr, nsh, sh,
-                           po, lim, imp, ord, memory, mn, coef, half, per_share, share_cap, &sells, &buys0,
+                           po, lim, imp, ord, memory, mn, coef, half, fees, rnd, &sells, &buys0,
                            &share_fees, ord_out);
             else if (fm)
                 exec_pass1_shares_modes(A, capped, fm, a, budget, max_w, max_shares, cap_value, tr, nsh, sh, po,
-                           lim, imp, ord, memory, mn, coef, half, per_share, share_cap, &sells, &buys0,
+                           lim, imp, ord, memory, mn, coef, half, fees, rnd, &sells, &buys0,
                            &share_fees, ord_out);
             else
                 exec_pass1_shares(A, capped, NULL, a, budget, max_w, max_shares, cap_value, tr, nsh, sh,
-                           po, lim, imp, ord, memory, mn, coef, half, per_share, share_cap, &sells, &buys0,
+                           po, lim, imp, ord, memory, mn, coef, half, fees, rnd, &sells, &buys0,
                            &share_fees, ord_out);
-            sell_fees = sells * sell_rate + share_fees;
+            sell_fees = rnd ? share_fees : sells * sell_rate + share_fees;
             available = c + sells - sell_fees;
             const double needed0 = buys0 * (1.0 + rate);
             const double scale = needed0 > available ? available / clamp_min_d(needed0, TINY) : 1.0;
@@ -485,17 +506,18 @@ int64_t podracer_step(
                so the impact memory is carried as it is. */
             memcpy(ord_out, ord, (size_t)A * sizeof(float));
             double sells = 0.0, buys = 0.0, share_fees = 0.0;
+            const double keep = 1.0 - slip;  /* a sale's proceeds per $ at the open */
             if (kind == ORDERS_WEIGHTS) {
 #pragma omp simd reduction(+ : sells, buys, share_fees)
                 for (int64_t j = 0; j < A; ++j) {
                     const float diff =
                         order_diff(ORDERS_WEIGHTS, 0, j, a, sh, po, NULL, budget, max_w, max_shares, cap_value);
                     const float buy = clamp_min_f(diff, 0.0f);
-                    const float sf = (buy - diff) * per_share;
+                    const float sold = buy - diff, proceeds = sold * po[j];
                     tr[j] = diff;
-                    sells += (double)((buy - diff) * po[j]);
+                    sells += (double)proceeds;
                     buys += (double)(buy * po[j]);
-                    share_fees += (double)(sf > share_cap ? share_cap : sf);
+                    share_fees += sell_fee((double)proceeds * keep, sold, sell_rate, per_share, share_cap, rnd);
                 }
             } else if (kind == ORDERS_WEIGHTS_LIMITED) {
 #pragma omp simd reduction(+ : sells, buys, share_fees)
@@ -503,11 +525,11 @@ int64_t podracer_step(
                     const float diff =
                         order_diff(ORDERS_WEIGHTS_LIMITED, 0, j, a, sh, po, fm, budget, max_w, max_shares, cap_value);
                     const float buy = clamp_min_f(diff, 0.0f);
-                    const float sf = (buy - diff) * per_share;
+                    const float sold = buy - diff, proceeds = sold * po[j];
                     tr[j] = diff;
-                    sells += (double)((buy - diff) * po[j]);
+                    sells += (double)proceeds;
                     buys += (double)(buy * po[j]);
-                    share_fees += (double)(sf > share_cap ? share_cap : sf);
+                    share_fees += sell_fee((double)proceeds * keep, sold, sell_rate, per_share, share_cap, rnd);
                 }
             } else {
 #pragma omp simd reduction(+ : sells, buys, share_fees)
@@ -515,17 +537,16 @@ int64_t podracer_step(
                     const float diff =
                         order_diff(ORDERS_SHARES, capped, j, a, sh, po, fm, budget, max_w, max_shares, cap_value);
                     const float buy = clamp_min_f(diff, 0.0f);
-                    const float sold = minimum_f(buy - diff, sh[j]);
-                    const float sf = sold * per_share;
+                    const float sold = minimum_f(buy - diff, sh[j]), proceeds = sold * po[j];
                     tr[j] = diff;  /* (the capped buy: a buy is never also a sell) */
-                    sells += (double)(sold * po[j]);
+                    sells += (double)proceeds;
                     buys += (double)(buy * po[j]);
-                    share_fees += (double)(sf > share_cap ? share_cap : sf);
+                    share_fees += sell_fee((double)proceeds * keep, sold, sell_rate, per_share, share_cap, rnd);
                 }
             }
             sell_notional = sells * (1.0 - slip);
             buy_notional = buys * (1.0 + slip);
-            sell_fees = sell_notional * sell_rate + share_fees;
+            sell_fees = rnd ? share_fees : sell_notional * sell_rate + share_fees;
             available = c + sell_notional - sell_fees;
             needed = buy_notional * (1.0 + rate);
             const double scale = needed > available ? available / clamp_min_d(needed, TINY) : 1.0;
