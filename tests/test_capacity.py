@@ -296,7 +296,7 @@ def test_each_size_shows_its_alpha_and_p_value_and_the_estimate_names_what_it_re
     def document(sub):
         alpha, p = alphas[next(sizes)]
         block = {"alpha_per_day": alpha, "alpha_p_value": p}
-        doc = report.metrics_document(sub, window="test")
+        doc = report.metrics_document(sub, window="test", annualization=TRADING_DAYS_PER_YEAR)
         return doc.updated(oos_test={"benchmark": "buy_and_hold", "excess": {"buy_and_hold": block}})
 
     fields = capacity.capacity_fields(capacity_result, params.max_participation, document, levels=LEVELS)

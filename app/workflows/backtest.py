@@ -109,6 +109,16 @@ def _check_window_unseen(run: str, window: str, market: Any, recorded: dict[str,
         )
 
 
+def _run_and_config(home: Path, run: str) -> tuple[RunDir, Any]:
+    """The run's folder and its config (one-line errors for a missing run or config)."""
+    run_dir = RunDir(home, run)
+    if not run_dir.exists():
+        raise PodracerError(f"no run {run!r} under {runs_root(home)}")
+    if not run_dir.config.is_file():
+        raise ConfigError(f"run {run!r} has no config.toml")
+    return run_dir, load_config(run_dir.config)
+
+
 def backtest_run(
     run: str,
     *,
@@ -123,12 +133,7 @@ def backtest_run(
     ``splits``: the ``MarketSplits`` the run was built from, when the caller still holds them (the
     demo), instead of rebuilding the market from the run's data config (a minute or more for a large
     synthetic market on a busy machine)."""
-    run_dir = RunDir(home, run)
-    if not run_dir.exists():
-        raise PodracerError(f"no run {run!r} under {runs_root(home)}")
-    if not run_dir.config.is_file():
-        raise ConfigError(f"run {run!r} has no config.toml")
-    config = load_config(run_dir.config)
+    run_dir, config = _run_and_config(home, run)
     device = check_device(device or config.agent.device)
     policy = _load_policy(run_dir.champion, device)
     run_info = run_dir.info()
