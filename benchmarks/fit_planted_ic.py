@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
+from app.workflows.demo import PRESETS  # noqa: E402
 from data.atomic import atomic_write_text  # noqa: E402
 from data.planted import DAILY_CROSS_SECTION, MINUTE_MOMENTUM, NONLINEAR  # noqa: E402
 from data.planted_ic import realized_daily_ic  # noqa: E402
@@ -110,8 +111,6 @@ def block(args: argparse.Namespace, table: dict[str, list[tuple[float, float, fl
 
 def demo_ic(seeds: list[int]) -> dict[int, float]:
     """The realized daily IC of the default demo preset's planted predictor, per seed."""
-    from app.workflows.demo import PRESETS
-
     data = PRESETS["default"]["data"]
     out = {}
     for seed in seeds:

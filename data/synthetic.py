@@ -29,6 +29,12 @@ Model (per minute bar ``t`` of asset ``a``; all draws from one seeded ``numpy`` 
   predict anything beyond the (unpredictable) regimes.
 
 ``phi`` must stay below 1 (a stationary process), so ``signal`` is limited to < 1.4 (phi < 0.98).
+
+That is the default shape, ``minute_momentum``. ``shape`` plants one of two daily shapes instead
+(``data.planted``: a 5-session reversal, ``daily_cross_section``, and an interaction no linear model of
+the features can use, ``nonlinear``), drawn from the same shocks; ``target_ic`` states the level as
+the planted predictor's realized daily rank IC (``data.planted_ic``) and sets the shape's strength
+from a measured table (``data.planted_calibration``). At strength 0 every shape gives the same bars.
 Everything is vectorized except the AR recursion (a running-sum loop over bars on ``(A,)`` vectors),
 which keeps 100 tickers x 60 sessions at a few seconds.
 """
@@ -69,7 +75,8 @@ class SyntheticSpec:
     seed: int = 0
     """seed of the one random generator: same seed, same bars, bit for bit"""
     signal: float = 1.0
-    """strength of the planted momentum: phi = 0.7 * signal (0 = pure noise)"""
+    """strength of the planted edge: phi = 0.7 * signal for minute_momentum, kappa for the daily shapes
+    (0 = pure noise)"""
     start: str = "2024-01-02"
     """first session on or after this date"""
     num_sectors: int = 5

@@ -94,7 +94,7 @@ def test_each_shape_plants_the_ic_it_is_asked_for_and_nothing_at_zero(shape):
     - the null (target 0: strength 0, the plain noise market) has a predictor whose daily IC is
       indistinguishable from 0 (t-statistic over the sessions under 3);
     - each target realizes within 0.025: about three standard deviations of one market's mean IC
-      around its expectation (the calibration markets' null ICs spread by 0.0085);
+      around its expectation (the calibration markets' null ICs: 0.007-0.010);
     - less the same market's null IC (the same shocks: most of a market's luck cancels, the
       calibration's control variate), each target realizes within 0.005."""
     null = daily_ic_series(SyntheticSpec(**BIG, seed=17, shape=shape, target_ic=0.0))
