@@ -100,6 +100,17 @@ class DataConfig(Section):
         ge=0.0,
         description="synthetic: strength of the planted predictable component",
     )
+    shape: Literal["minute_momentum", "daily_cross_section", "nonlinear"] = Field(
+        LOAD_DEFAULTS["shape"],
+        description="synthetic: the planted edge's shape (docs/data.md, Planted shapes)",
+    )
+    target_ic: float | None = Field(
+        LOAD_DEFAULTS["target_ic"],
+        ge=0.0,
+        le=0.15,
+        description="synthetic: the planted level as the planted predictor's daily rank IC; replaces "
+        "signal (unset: signal)",
+    )
     seed: int = LOAD_DEFAULTS["seed"]
     interval: str = LOAD_DEFAULTS["interval"]
     tickers: list[str] = Field(

@@ -63,7 +63,13 @@ def market_identity(data: Any) -> str:
     the windows' dates and the ticker sets, says which looks saw the same bars. The interval and the
     ticker list are not part of it: the same bars at 5m or 1m, or with one ticker more, are one market."""
     if data.source == "synthetic":
-        return f"synthetic seed={data.seed} signal={data.signal:g}"
+        identity = f"synthetic seed={data.seed} signal={data.signal:g}"
+        # Another planted shape or level is another market (the default's identity is as it was).
+        if getattr(data, "shape", "minute_momentum") != "minute_momentum":
+            identity += f" shape={data.shape}"
+        if getattr(data, "target_ic", None) is not None:
+            identity += f" target_ic={data.target_ic:g}"
+        return identity
     return EXCHANGE_BARS
 
 

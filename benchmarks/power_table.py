@@ -1,8 +1,8 @@
 """The power table: how often the product's verdict finds a planted edge of a given size, for the
 tournament's champion, for the linear baseline and for the planted predictor itself.
 
-For each planted level (``data.synthetic``'s ``signal``; 0 is the null) and each of ``--markets``
-independent synthetic markets (``--nulls`` at level 0; each market its own seed), it
+For each planted level and each of ``--markets`` independent synthetic markets (``--nulls`` at level
+0; each market its own seed), it
 
 1. builds the market (``--tickers`` tickers, ``--sessions`` sessions split ``--train-frac`` /
    ``--valid-frac`` / the rest, a test window of at least ``MIN_TEST_SESSIONS`` sessions);
@@ -15,9 +15,17 @@ independent synthetic markets (``--nulls`` at level 0; each market its own seed)
    - ``champion``: the tournament's champion;
    - ``linear``: the linear baseline (``backtests.linear``: ridge on the features, fitted on the train
      window, penalty by the validation window, its top 20% held equal weight);
-   - ``oracle``: the planted predictor (``data.synthetic.planted_predictor``: the trailing 520-bar sum
-     of the idiosyncratic returns, which no feature shows whole) traded the same way as the linear
-     baseline: what any learner could at best find.
+   - ``oracle``: the planted predictor (``data.synthetic.planted_predictor``: for the default shape the
+     trailing 520-bar sum of the idiosyncratic returns, which no feature shows whole) traded the same
+     way as the linear baseline: what any learner could at best find.
+
+Levels: ``--levels`` are ``data.synthetic``'s ``signal`` of the shape ``--shape`` (the default
+``minute_momentum``: the rows and settings of earlier runs read as before); ``--ic`` states them
+instead as the planted predictor's realized daily rank IC (``SyntheticSpec.target_ic``, calibrated
+per shape: docs/data.md, Planted shapes), the re-planned table's parameterisation. With ``--ic`` a
+market's seed is ``--first-seed + 1000 * round(1000 * ic) + index``, and the null markets (IC 0: the
+same bars whatever the shape) are shared by the shapes: a run of another shape reads them back
+instead of building them again (their ``oracle`` is the shape's that ran them, ``oracle_shape``).
 
 Each market's row is appended to ``--out`` (JSON lines, one atomic append per market) when it ends;
 a rerun with the same settings reads the rows back and skips the markets already done, so a long run
@@ -29,6 +37,7 @@ upper bound.
     .venv/bin/python benchmarks/power_table.py --levels 0 0.42 --markets 2 --nulls 2 --budget 100000
     .venv/bin/python benchmarks/power_table.py --table-only        # the table of the rows so far
     .venv/bin/python benchmarks/power_table.py --levels 0 --shard 1/2   # odd-numbered markets only
+    .venv/bin/python benchmarks/power_table.py --shape nonlinear --ic 0 0.02 0.05 --tickers 100
 
 ``--cost-rate`` overrides the commission (the env's default otherwise; the spread, slippage and
 impact stay at their defaults).
@@ -61,6 +70,8 @@ from backtests.linear import fit_linear, top_weights  # noqa: E402
 from backtests.metrics import TRADING_DAYS_PER_YEAR
 from backtests.metrics_model import ExcessFigures, OosTest  # noqa: E402
 from data.loader import synthetic_market  # noqa: E402
+from data.planted import MINUTE_MOMENTUM, SHAPES  # noqa: E402
+from data.planted_calibration import MAX_TARGET_IC  # noqa: E402
 from data.synthetic import SyntheticSpec, planted_predictor  # noqa: E402
 from envs.observation import TRADABLE, split_obs  # noqa: E402
 
@@ -73,6 +84,14 @@ DEFAULT_OUT = Path(__file__).resolve().parents[1] / "docs" / "figures" / "power_
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--levels", type=float, nargs="+", default=list(LEVELS), help="planted signal levels")
+    p.add_argument("--shape", default=MINUTE_MOMENTUM, choices=SHAPES, help="the planted edge's shape")
+    p.add_argument(
+        "--ic",
+        type=float,
+        nargs="+",
+        default=None,
+        help="planted levels as daily rank IC (replaces --levels)",
+    )
     p.add_argument("--markets", type=int, default=16, help="markets per planted level")
     p.add_argument("--nulls", type=int, default=48, help="markets at level 0")
     p.add_argument("--budget", type=int, default=250_000, help="env-steps per tournament")
@@ -95,6 +114,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--table-only", action="store_true", help="print the table of the rows in --out")
     p.add_argument("--json", action="store_true", help="print the table as JSON")
     args = p.parse_args(argv)
+    if args.ic is not None:
+        if any(not 0.0 <= ic <= MAX_TARGET_IC for ic in args.ic):
+            p.error(f"--ic: levels in [0, {MAX_TARGET_IC}]")
+        if args.nulls > 1000 or args.markets > 1000:
+            p.error("--ic: at most 1000 markets a level (the seeds of two levels would meet)")
+        args.levels = args.ic
     test = args.sessions - round(args.sessions * args.train_frac) - round(args.sessions * args.valid_frac)
     if test < MIN_TEST_SESSIONS:
         p.error(f"the test window has {test} sessions; at least {MIN_TEST_SESSIONS} are needed")
@@ -123,12 +148,34 @@ def settings_key(args: argparse.Namespace) -> str:
         "valid_frac",
         "cost_rate",
     )
-    return ",".join(f"{k}={getattr(args, k)}" for k in keys)
+    key = ",".join(f"{k}={getattr(args, k)}" for k in keys)
+    # The levels' kind and shape, only where they are new: earlier runs' rows keep their key.
+    if args.ic is not None:
+        key += ",levels=ic"
+    elif args.shape != MINUTE_MOMENTUM:
+        key += f",shape={args.shape}"
+    return key
+
+
+def row_shape(args: argparse.Namespace, level: float) -> str:
+    """The shape a row belongs to: with ``--ic``, the null markets (the same bars for every shape)
+    belong to all of them (``"null"``)."""
+    return "null" if args.ic is not None and level == 0 else args.shape
 
 
 def market_seed(args: argparse.Namespace, level: float, index: int) -> int:
     """Each (level, market) its own seed: independent markets."""
+    if args.ic is not None:
+        return args.first_seed + 1000 * round(level * 1000) + index
     return args.first_seed + 1000 * round(level * 100) + index
+
+
+def market_spec(args: argparse.Namespace, level: float) -> dict:
+    """The ``[data]`` keys of the planted market: the shape, and the level as ``signal`` or
+    ``target_ic``."""
+    if args.ic is not None:
+        return {"shape": args.shape, "target_ic": level}
+    return {"shape": args.shape, "signal": level}
 
 
 def config_of(args: argparse.Namespace, seed: int, level: float) -> Config:
@@ -146,7 +193,7 @@ def config_of(args: argparse.Namespace, seed: int, level: float) -> Config:
             "train_frac": args.train_frac,
             "valid_frac": args.valid_frac,
             "seed": seed,
-            "signal": level,
+            **market_spec(args, level),
         },
         env=env,
         agent=agent,
@@ -162,23 +209,25 @@ def config_of(args: argparse.Namespace, seed: int, level: float) -> Config:
     )
 
 
-def market_splits(config: Config, seed: int, level: float):
+def market_splits(config: Config, seed: int):
     """The synthetic market of one row, split into train / validation / test as ``config`` says."""
     data = config.data
     return synthetic_market(
         num_tickers=data.num_tickers,
         num_sessions=data.num_sessions,
         seed=seed,
-        signal=level,
+        signal=data.signal,
         train_frac=data.train_frac,
         valid_frac=data.valid_frac,
+        shape=data.shape,
+        target_ic=data.target_ic,
     )
 
 
 class Oracle:
     """The planted predictor traded like the linear baseline: at decision ``k`` (bar ``k * interval`` of
     the window, the ``k``-th call: the engine calls a policy once per decision, in order) the top 20%
-    of the tradable assets by their trailing 520-bar idiosyncratic return, equal weight."""
+    of the tradable assets by the planted predictor (``planted_predictor``), equal weight."""
 
     def __init__(self, predictor: np.ndarray, offset: int, interval: int, num_features: int) -> None:
         self.predictor = torch.as_tensor(predictor, dtype=torch.float32)
@@ -225,9 +274,14 @@ def run_market(args: argparse.Namespace, level: float, index: int) -> dict:
     home = Path(tempfile.mkdtemp(prefix="podracer-power-"))
     try:
         data = config.data
-        splits = market_splits(config, seed, level)
+        splits = market_splits(config, seed)
         spec = SyntheticSpec(
-            num_tickers=data.num_tickers, num_sessions=data.num_sessions, seed=seed, signal=level
+            num_tickers=data.num_tickers,
+            num_sessions=data.num_sessions,
+            seed=seed,
+            signal=data.signal,
+            shape=data.shape,
+            target_ic=data.target_ic,
         )
         predictor = planted_predictor(spec)
         if predictor.shape[0] != splits.full.num_steps:
@@ -247,6 +301,9 @@ def run_market(args: argparse.Namespace, level: float, index: int) -> dict:
             "level": level,
             "index": index,
             "seed": seed,
+            "shape": row_shape(args, level),
+            "oracle_shape": args.shape,
+            "strength": spec.strength,
             "test_sessions": len(np.unique(test.session_dates())),
             "env_steps": result.env_steps,
             "pods_tried": result.pods_tried,
@@ -262,7 +319,9 @@ def run_market(args: argparse.Namespace, level: float, index: int) -> dict:
         shutil.rmtree(home, ignore_errors=True)
 
 
-def load_rows(path: Path, key: str) -> dict[tuple[float, int], dict]:
+def load_rows(path: Path, key: str, shapes: tuple[str, ...] = ()) -> dict[tuple[float, int], dict]:
+    """The rows of ``path`` run with settings ``key`` (and, given ``shapes``, of those shapes: rows
+    written before rows had a shape are ``minute_momentum``'s)."""
     if not path.exists():
         return {}
     rows = {}
@@ -273,7 +332,7 @@ def load_rows(path: Path, key: str) -> dict[tuple[float, int], dict]:
             row = json.loads(line)
         except ValueError as exc:
             sys.exit(f"error: {path}:{number}: not a power-table row ({exc})")
-        if row.get("settings_key") == key:
+        if row.get("settings_key") == key and (not shapes or row.get("shape", MINUTE_MOMENTUM) in shapes):
             rows[(float(row["level"]), int(row["index"]))] = row
     return rows
 
@@ -339,7 +398,7 @@ def _fmt(value: float | None, spec: str) -> str:
 def main(argv: list[str] | None = None) -> list[dict]:
     args = parse_args(argv)
     key = settings_key(args)
-    done = load_rows(args.out, key)
+    done = load_rows(args.out, key, (args.shape, "null"))
     if not args.table_only:
         torch.set_num_threads(1)
         for level in args.levels:
@@ -359,9 +418,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     rows = [r for (level, _), r in sorted(done.items()) if level in {float(x) for x in args.levels}]
     result = table(rows)
     if args.json:
-        print(json.dumps({"settings": key, "table": result}, indent=2))
+        print(json.dumps({"settings": key, "shape": args.shape, "table": result}, indent=2))
     else:
-        print(f"settings: {key}")
+        print(f"settings: {key}; shape {args.shape}, levels as {'daily IC' if args.ic else 'signal'}")
         print(
             f"{'level':>6} {'strategy':>9} {'markets':>7} {'signif.':>7} {'power':>6}  95% CI         median excess p"
         )

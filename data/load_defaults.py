@@ -13,6 +13,8 @@ LOAD_DEFAULTS: dict[str, Any] = {
     "num_sessions": 60,
     "start": "2024-01-02",
     "signal": 1.0,
+    "shape": "minute_momentum",
+    "target_ic": None,
     "seed": 0,
     "interval": "1m",
     "tickers": [],

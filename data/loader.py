@@ -204,10 +204,18 @@ def synthetic_market(
     valid_frac: float = 0.2,
     start: str = "2024-01-02",
     feature_set: str = "small",
+    shape: str = "minute_momentum",
+    target_ic: float | None = None,
 ) -> MarketSplits:
     """Fast path: a synthetic market generated in memory (see ``data.synthetic``)."""
     spec = SyntheticSpec(
-        num_tickers=num_tickers, num_sessions=num_sessions, seed=seed, signal=signal, start=start
+        num_tickers=num_tickers,
+        num_sessions=num_sessions,
+        seed=seed,
+        signal=signal,
+        start=start,
+        shape=shape,
+        target_ic=target_ic,
     )
     return build_market(
         generate(spec),
@@ -302,6 +310,8 @@ def _load_splits(
             seed=s["seed"],
             signal=s["signal"],
             start=s["start"],
+            shape=s["shape"],
+            target_ic=s["target_ic"],
         )
         panel = generate(spec)
         if store_synthetic:

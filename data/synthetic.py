@@ -29,6 +29,12 @@ Model (per minute bar ``t`` of asset ``a``; all draws from one seeded ``numpy`` 
   predict anything beyond the (unpredictable) regimes.
 
 ``phi`` must stay below 1 (a stationary process), so ``signal`` is limited to < 1.4 (phi < 0.98).
+
+That is the default shape, ``minute_momentum``. ``shape`` plants one of two daily shapes instead
+(``data.planted``: a 5-session reversal, ``daily_cross_section``, and an interaction no linear model of
+the features can use, ``nonlinear``), drawn from the same shocks; ``target_ic`` states the level as
+the planted predictor's realized daily rank IC (``data.planted_ic``) and sets the shape's strength
+from a measured table (``data.planted_calibration``). At strength 0 every shape gives the same bars.
 Everything is vectorized except the AR recursion (a running-sum loop over bars on ``(A,)`` vectors),
 which keeps 100 tickers x 60 sessions at a few seconds.
 """
@@ -45,6 +51,8 @@ import pandas as pd
 from data.align import Panel
 from data.calendar import MINUTES_PER_SESSION, Grid, session_grid, sessions_window
 from data.errors import DataError
+from data.planted import DAILY_SHAPES, MINUTE_MOMENTUM, SHAPES, daily_drift, daily_predictor
+from data.planted_calibration import MAX_TARGET_IC, strength_for_ic
 from data.store import BarStore, WriteReport
 
 BARS_PER_FULL_SESSION = MINUTES_PER_SESSION  # one-minute bars
@@ -67,7 +75,8 @@ class SyntheticSpec:
     seed: int = 0
     """seed of the one random generator: same seed, same bars, bit for bit"""
     signal: float = 1.0
-    """strength of the planted momentum: phi = 0.7 * signal (0 = pure noise)"""
+    """strength of the planted edge: phi = 0.7 * signal for minute_momentum, kappa for the daily shapes
+    (0 = pure noise)"""
     start: str = "2024-01-02"
     """first session on or after this date"""
     num_sectors: int = 5
@@ -86,16 +95,32 @@ class SyntheticSpec:
     """daily drift of the market factor"""
     lookback: int = MOMENTUM_LOOKBACK
     """bars of past idiosyncratic return that drive the planted drift (``L``; benchmarks vary it)"""
+    shape: str = MINUTE_MOMENTUM
+    """the planted edge's shape: minute_momentum, daily_cross_section or nonlinear (data.planted)"""
+    target_ic: float | None = None
+    """the planted level as the planted predictor's daily rank IC; replaces signal (None: signal)"""
 
     def __post_init__(self) -> None:
         if self.num_tickers < 1 or self.num_sessions < 1:
             raise DataError("synthetic: need at least one ticker and one session")
         if not 0.0 <= self.signal < MAX_SIGNAL:
             raise DataError(f"synthetic: signal must be in [0, {MAX_SIGNAL}) (got {self.signal})")
+        if self.shape not in SHAPES:
+            raise DataError(f"synthetic: shape must be one of {', '.join(SHAPES)} (got {self.shape!r})")
+        if self.target_ic is not None and not 0.0 <= self.target_ic <= MAX_TARGET_IC:
+            raise DataError(f"synthetic: target_ic must be in [0, {MAX_TARGET_IC}] (got {self.target_ic})")
         if self.num_sectors < 1:
             raise DataError("synthetic: num_sectors must be >= 1")
         if self.lookback < 1:
             raise DataError(f"synthetic: lookback must be >= 1 bar (got {self.lookback})")
+
+    @property
+    def strength(self) -> float:
+        """The shape's strength parameter: ``signal``, or the one that plants ``target_ic``
+        (``data.planted_calibration``)."""
+        if self.target_ic is None:
+            return self.signal
+        return strength_for_ic(self.shape, self.target_ic)
 
 
 def tickers_for(num_tickers: int) -> tuple[str, ...]:
@@ -103,10 +128,21 @@ def tickers_for(num_tickers: int) -> tuple[str, ...]:
 
 
 def planted_predictor(spec: SyntheticSpec) -> np.ndarray:
-    """``(T, A)`` float64: at each bar, the sum of the asset's last ``spec.lookback`` idiosyncratic
-    returns, the bar included (what the planted signal reads: the next bar's expected idiosyncratic
-    return is ``phi / lookback`` times it); the same draws as :func:`generate`'s bars of ``spec``."""
-    idio_ret = _draws(spec)["idio_ret"]
+    """``(T, A)`` float64, what an oracle would trade at each bar; the same draws as
+    :func:`generate`'s bars of ``spec``. ``minute_momentum``: the sum of the asset's last
+    ``spec.lookback`` idiosyncratic returns, the bar included (what the planted signal reads: the
+    next bar's expected idiosyncratic return is ``phi / lookback`` times it). The daily shapes: the
+    direction of the session's drift, at a session's last bar the next session's
+    (``data.planted.daily_predictor``)."""
+    return predictor_of(spec, _draws(spec))
+
+
+def predictor_of(spec: SyntheticSpec, draws: dict[str, Any]) -> np.ndarray:
+    """:func:`planted_predictor` of ``spec`` from its :func:`_draws` (computed once by callers that
+    need the draws too)."""
+    if spec.shape in DAILY_SHAPES:
+        return daily_predictor(draws["score"], draws["sid"], draws["idio"])
+    idio_ret = draws["idio_ret"]
     total = np.cumsum(idio_ret, axis=0)
     lagged = np.zeros_like(total)
     lagged[spec.lookback :] = total[: -spec.lookback]
@@ -150,11 +186,16 @@ def _draws(spec: SyntheticSpec) -> dict[str, Any]:
     market += spec.market_drift / BARS_PER_FULL_SESSION
     sectors = spec.sector_vol * scale[:, None] * rng.standard_normal((num_steps, spec.num_sectors))
     eps = idio[None, :] * scale[:, None] * rng.standard_normal((num_steps, num_assets))
-    idio_ret = _planted_momentum(eps, PHI_PER_SIGNAL * spec.signal, spec.lookback)
+    score = None  # the daily shapes' scores (data.planted.daily_drift)
+    if spec.shape in DAILY_SHAPES:
+        idio_ret, score = daily_drift(eps, sid, idio, regime, spec.shape, spec.strength)
+    else:
+        idio_ret = _planted_momentum(eps, PHI_PER_SIGNAL * spec.strength, spec.lookback)
+    del eps
     names = (
         "rng sessions grid num_steps num_assets sid first_of_session u_volume regime scale beta sector load"
     )
-    names += " idio price0 volume0 market sectors idio_ret"
+    names += " idio price0 volume0 market sectors idio_ret score"
     values = locals()
     return {name: values[name] for name in names.split()}
 

@@ -89,3 +89,34 @@ def test_the_static_book_holds_equal_weights_over_the_tradable_names_and_is_summ
     assert result["alpha_p_below"] == {"0.05": 1, "0.1": 1, "0.25": 1, "0.5": 1}
     assert result["mean_alpha_per_day"] == pytest.approx(-1e-4)
     assert result["upper_95_one_sided"] == pytest.approx(power_table.upper_95(1, 2))
+
+
+def test_ic_levels_plant_the_shape_and_keep_the_old_rows_key():
+    old = power_table.parse_args([])
+    assert power_table.settings_key(old).endswith("cost_rate=None")  # earlier runs' rows still read
+    args = power_table.parse_args(
+        ["--shape", "nonlinear", "--ic", "0", "0.02", "0.1", "--first-seed", "700000"]
+    )
+    assert args.levels == [0.0, 0.02, 0.1] and power_table.settings_key(args).endswith(",levels=ic")
+    assert [power_table.market_seed(args, ic, 3) for ic in args.levels] == [700003, 720003, 800003]
+    assert power_table.market_spec(args, 0.02) == {"shape": "nonlinear", "target_ic": 0.02}
+    config = power_table.config_of(args, 700003, 0.02)
+    assert (config.data.shape, config.data.target_ic) == ("nonlinear", 0.02)
+    # the null markets are the same bars for every shape: shared, not built once per shape
+    assert power_table.row_shape(args, 0.0) == "null" and power_table.row_shape(args, 0.02) == "nonlinear"
+    for bad in (["--ic", "0.5"], ["--ic", "0.02", "--nulls", "1001"]):
+        with pytest.raises(SystemExit):
+            power_table.parse_args(bad)
+
+
+def test_rows_of_another_shape_are_not_read_back(tmp_path):
+    args = power_table.parse_args(["--out", str(tmp_path / "rows.jsonl"), "--ic", "0", "0.05"])
+    key = power_table.settings_key(args)
+    rows = [
+        {"settings_key": key, "level": 0.0, "index": 0, "shape": "null"},
+        {"settings_key": key, "level": 0.05, "index": 0, "shape": "nonlinear"},
+        {"settings_key": key, "level": 0.05, "index": 1, "shape": "minute_momentum"},
+    ]
+    for row in rows:
+        power_table.append_row(args.out, row)
+    assert set(power_table.load_rows(args.out, key, ("minute_momentum", "null"))) == {(0.0, 0), (0.05, 1)}

@@ -20,13 +20,27 @@ def synth(
     seed: int = typer.Option(0, "--seed", help="Random seed (same seed, same bars)."),
     signal: float = typer.Option(1.0, "--signal", min=0.0, help="Planted signal strength (0 = noise)."),
     start: str = typer.Option("2024-01-02", "--start", help="First session on or after this date."),
+    shape: str = typer.Option(
+        "minute_momentum", "--shape", help="Planted shape: minute_momentum, daily_cross_section, nonlinear."
+    ),
+    target_ic: float | None = typer.Option(
+        None, "--target-ic", help="Planted level as a daily rank IC (replaces --signal)."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Generate synthetic minute bars (planted signal, see docs/data.md) into the store."""
     from app import render
     from data.synthetic import SyntheticSpec, write_synthetic
 
-    spec = SyntheticSpec(num_tickers=tickers, num_sessions=sessions, seed=seed, signal=signal, start=start)
+    spec = SyntheticSpec(
+        num_tickers=tickers,
+        num_sessions=sessions,
+        seed=seed,
+        signal=signal,
+        start=start,
+        shape=shape,
+        target_ic=target_ic,
+    )
     with context.err_console.status(f"generating {tickers} tickers x {sessions} sessions"):
         report = write_synthetic(context.home(), spec)
     render.data_report(report.to_dict(), as_json, "synthetic")
