@@ -158,7 +158,7 @@ def objective_of(net: Tensor, equal: Tensor, kind: str) -> Tensor:
     return x.mean() / (x.std() + 1e-8)
 
 
-def _optimizer(policy: Policy, args: DirectArgs, state: dict | None) -> torch.optim.AdamW:
+def adamw_for(policy: Policy, args: DirectArgs, state: dict | None) -> torch.optim.AdamW:
     """AdamW over the network; a restored state keeps its moments and takes this run's settings."""
     opt = torch.optim.AdamW(
         policy.net.parameters(), lr=args.learning_rate, weight_decay=args.weight_decay, eps=ADAM_EPS
@@ -198,7 +198,7 @@ def _gradient_step(
     return float(-loss.detach())
 
 
-def _start_from_linear(policy: Policy, decisions: Decisions, fit_rows: int, args: DirectArgs) -> None:
+def start_from_linear(policy: Policy, decisions: Decisions, fit_rows: int, args: DirectArgs) -> None:
     """Warm-start a fresh policy from the ridge of the train window's fit rows (agents.linear_start):
     the observation statistics fitted on the book its top quantile holds (equal weights for the zero
     model), then the skip set."""
@@ -244,8 +244,8 @@ def train(
     if fit_rows < 2 or horizon < 1:
         raise ConfigError(f"the train window's {decisions.num} decisions are too few for the direct learner")
     if init is None and args.linear_start:
-        _start_from_linear(policy, decisions, fit_rows, args)
-    opt = _optimizer(policy, args, opt_state)
+        start_from_linear(policy, decisions, fit_rows, args)
+    opt = adamw_for(policy, args, opt_state)
     gen = torch.Generator(device="cpu").manual_seed(int(args.seed))
     hook = EvalHook(eval_fn, args.eval_every)
     fit_norm_left = args.norm_updates if policy.obs_norm.count == 0 else 0
