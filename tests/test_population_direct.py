@@ -11,6 +11,7 @@ import math
 import pytest
 import torch
 from helpers import ppo_market
+from test_tournament_cli import CONFIG
 from test_tournament_run import run_tournament
 
 from agents import direct
@@ -24,6 +25,7 @@ from agents.tournament.pod import VALID_RETURNS, learner_round
 from agents.tournament.population_backend import PopulationBackend
 from agents.tournament.settings import TournamentArgs
 from agents.training import policy_for_env
+from app.cli import main
 from backtests import engine
 from data.errors import ConfigError
 from envs.trading import EnvParams
@@ -198,3 +200,12 @@ def _check_champion(run_dir, valid):
     assert champion.meta.algo == "direct" and champion.config.linear_skip
     result = engine.run_backtest(valid, EnvParams(decision_interval=5), {"champion": champion})
     assert torch.isfinite(result.equity).all() and math.isfinite(float(result.equity[-1, 0]))
+
+
+def test_a_config_forcing_the_population_backend_on_sac_is_one_line(home, tmp_path, capsys):
+    path = tmp_path / "sac.toml"
+    path.write_text(CONFIG.replace('algo = "ppo"', 'algo = "sac"') + 'backend = "population"\n')
+    assert main(["train", "--tournament", "--config", str(path), "--run", "s", "--json"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "pods only" in err and "sac" in err and "Traceback" not in err and len(err.splitlines()) == 1
+    assert not any(home.rglob("leaderboard.sqlite"))

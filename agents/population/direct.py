@@ -248,7 +248,7 @@ class _Round:
     def step(self, active: list[bool]) -> Tensor:
         """One update of the ``active`` pods (``agents.direct``'s gradient step, per pod); ``(P,)``:
         each pod's objective before the step."""
-        p, batch, horizon = self.num_pods, self.args[0].batch_paths, int(self.lengths.max())
+        p, batch, horizon = self.num_pods, self.args[0].batch_paths, max(self.horizons)
         starts = torch.cat(
             [
                 torch.randint(0, self.fit_rows - h + 1, (batch,), generator=g)
