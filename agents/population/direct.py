@@ -54,11 +54,17 @@ def direct_shape_key(args: DirectArgs, config: NetworkConfig) -> tuple[Any, ...]
     return ("direct", arch, args.batch_paths, args.objective, args.holdout_frac)
 
 
-def start_direct_pod(policy: Policy, args: DirectArgs, market: Any, interval: int) -> None:
-    """A fresh pod's ridge start (``agents.linear_start``), as ``agents.direct.train`` makes it."""
+def start_direct_pod(
+    policy: Policy, args: DirectArgs, market: Any, interval: int, fitted: dict[Any, Any] | None = None
+) -> None:
+    """A fresh pod's ridge start (``agents.linear_start``), as ``agents.direct.train`` makes it;
+    ``fitted`` keeps the ridges fitted so far on ``market`` (by ``holdout_frac`` and ``top_mass``), so
+    a round's fresh pods fit it once."""
     if args.linear_start:
         decisions = decisions_of(market, interval)
-        start_from_linear(policy, decisions, _split(decisions, args)[1], args)
+        fitted = {} if fitted is None else fitted
+        key = (args.holdout_frac, args.top_mass)
+        fitted[key] = start_from_linear(policy, decisions, _split(decisions, args)[1], args, fitted.get(key))
 
 
 def _split(decisions: Decisions, args: DirectArgs) -> tuple[int, int]:

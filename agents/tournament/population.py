@@ -182,6 +182,7 @@ def setup_round(
             for i, task in enumerate(tasks)
             if task.spec.init_checkpoint
         }
+    ridges: dict[Any, Any] = {}  # (the fresh direct pods' ridge start, fitted once a round)
     for i, task in enumerate(tasks):
         try:
             algo = task.spec.algo
@@ -193,7 +194,7 @@ def setup_round(
             init = loads[i].result() if i in loads else None
             policy, opt_state = policy_for_env(init, spec_env, args, algo)
             if algo == "direct" and init is None:
-                start_direct_pod(policy, args, spec_env.market, spec_env.params.decision_interval)
+                start_direct_pod(policy, args, spec_env.market, spec_env.params.decision_interval, ridges)
             deadline = None if task.round_seconds is None else start + task.round_seconds
             setup = PodSetup(policy, opt_state, args, deadline)
             key = (
