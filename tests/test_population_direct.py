@@ -19,6 +19,7 @@ from agents.checkpoint import Checkpoint
 from agents.policy import Policy
 from agents.population.direct import pod_objectives, start_direct_pod, train_population
 from agents.population.pods import PodSetup
+from agents.population.sizing import CPU_POPULATION, DIRECT_GPU_POPULATION, direct_shape
 from agents.tournament.backend_choice import check_backend_args, make_backend, resolve_backend
 from agents.tournament.leaderboard import read_pods
 from agents.tournament.pod import VALID_RETURNS, learner_round
@@ -209,3 +210,11 @@ def test_a_config_forcing_the_population_backend_on_sac_is_one_line(home, tmp_pa
     err = capsys.readouterr().err.strip()
     assert "pods only" in err and "sac" in err and "Traceback" not in err and len(err.splitlines()) == 1
     assert not any(home.rglob("leaderboard.sqlite"))
+
+
+def test_a_direct_population_is_sized_without_a_probe():
+    cpu, gpu = direct_shape(torch.device("cpu"), 8), direct_shape(torch.device("cuda"), 8)
+    assert (cpu.num_pods, gpu.num_pods) == (CPU_POPULATION, DIRECT_GPU_POPULATION) and not cpu.probe
+    assert "direct learner's default" in gpu.describe() and "CPU default" in cpu.describe()
+    pinned = direct_shape(torch.device("cuda"), 8, pods=5)
+    assert pinned.num_pods == 5 and pinned.describe().endswith("(set: pods)")
