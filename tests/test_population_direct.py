@@ -6,6 +6,7 @@ are the local backend's."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 
 import pytest
@@ -68,10 +69,11 @@ def _same_run(alone, together):
         )
         mine, theirs = pod.policy.state_dict(), one.policy.state_dict()
         assert all(torch.allclose(mine[k], theirs[k], atol=1e-5) for k in theirs)
-        assert pod.history[-1].keys() == one.history[-1].keys()
-        assert pod.history[-1]["losses/objective"] == pytest.approx(
-            one.history[-1]["losses/objective"], abs=1e-5
-        )
+        if one.history:
+            assert pod.history[-1].keys() == one.history[-1].keys()
+            assert pod.history[-1]["losses/objective"] == pytest.approx(
+                one.history[-1]["losses/objective"], abs=1e-5
+            )
         assert pod.optimizer_state["state"].keys() == one.optimizer_state["state"].keys()
         for i, entry in one.optimizer_state["state"].items():
             assert float(pod.optimizer_state["state"][i]["step"]) == float(entry["step"])
@@ -97,8 +99,13 @@ def test_each_pod_of_a_population_is_its_own_direct_run():
         direct.DirectArgs(**{**AGENT, "total_steps": 150, **pod, "seed": 10 + i})
         for i, pod in enumerate(PODS)
     ]
+    children[2] = dataclasses.replace(children[2], total_steps=1)  # (the held-out run alone: no update)
     alone, together, _ = _population_vs_separate(train, params, children, inits)
     _same_run(alone, together)
+    # A round with no update at all (the budget's last, shorter than the held-out run): the pods hand
+    # back their parents' optimizer states.
+    idle = [dataclasses.replace(c, total_steps=1) for c in children]
+    _same_run(*_population_vs_separate(train, params, idle, inits)[:2])
 
 
 def test_fresh_statistics_fold_only_each_pods_own_steps():

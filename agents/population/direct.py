@@ -225,7 +225,12 @@ class _Round:
         self.best = torch.full((self.num_pods,), -torch.inf, device=device)
         self.best_params = {k: v.detach().clone() for k, v in self.stack.params.items()}
         self.has_best = torch.zeros(self.num_pods, dtype=torch.bool, device=device)
-        self.used: list[bool] = []  # the tensors the objective's gradient reaches (AdamW steps those)
+        # The tensors the objective's gradient reaches (AdamW steps those; before a step: the ones a
+        # parent's optimizer state holds, so a pod that takes no step hands that state back).
+        held = next(
+            (s.optimizer_state["state"] for s in setups if (s.optimizer_state or {}).get("state")), {}
+        )
+        self.used: list[bool] = [i in held for i in range(len(self.stack.tensors()))] if held else []
 
     def holdout(self) -> Tensor:
         """``(P,)``: every pod's objective run from cash over the held-out tail (no gradient)."""
