@@ -50,7 +50,7 @@ from torch import Tensor
 
 from agents.args import DirectArgs
 from agents.checkpoint import Checkpoint
-from agents.linear_start import apply_linear_start, fit_linear_start
+from agents.linear_start import LinearStart, apply_linear_start, fit_linear_start
 from agents.policy import Policy
 from agents.training import ADAM_EPS, Callback, EvalFn, EvalHook, TrainResult, notify, policy_for_env
 from backtests.linear import top_weights
@@ -158,7 +158,7 @@ def objective_of(net: Tensor, equal: Tensor, kind: str) -> Tensor:
     return x.mean() / (x.std() + 1e-8)
 
 
-def _optimizer(policy: Policy, args: DirectArgs, state: dict | None) -> torch.optim.AdamW:
+def adamw_for(policy: Policy, args: DirectArgs, state: dict | None) -> torch.optim.AdamW:
     """AdamW over the network; a restored state keeps its moments and takes this run's settings."""
     opt = torch.optim.AdamW(
         policy.net.parameters(), lr=args.learning_rate, weight_decay=args.weight_decay, eps=ADAM_EPS
@@ -198,11 +198,14 @@ def _gradient_step(
     return float(-loss.detach())
 
 
-def _start_from_linear(policy: Policy, decisions: Decisions, fit_rows: int, args: DirectArgs) -> None:
+def start_from_linear(
+    policy: Policy, decisions: Decisions, fit_rows: int, args: DirectArgs, start: LinearStart | None = None
+) -> LinearStart:
     """Warm-start a fresh policy from the ridge of the train window's fit rows (agents.linear_start):
     the observation statistics fitted on the book its top quantile holds (equal weights for the zero
-    model), then the skip set."""
-    start = fit_linear_start(decisions, fit_rows, args.top_mass)
+    model), then the skip set. ``start``: that ridge already fitted (the same rows and ``top_mass``:
+    a population's fresh pods share it); returns the ridge."""
+    start = start or fit_linear_start(decisions, fit_rows, args.top_mass)
     rows = torch.arange(fit_rows, device=decisions.features.device)
     tradable = decisions.tradable[:fit_rows]
     if start.is_zero:
@@ -211,6 +214,7 @@ def _start_from_linear(policy: Policy, decisions: Decisions, fit_rows: int, args
         held = top_weights(start.scores(decisions.features[:fit_rows]), tradable)
     policy.obs_norm.update(observation(held, decisions, rows))
     apply_linear_start(policy, start, decisions, fit_rows)
+    return start
 
 
 def _holdout_score(policy: Policy, decisions: Decisions, fit_rows: int, params: Any, kind: str) -> float:
@@ -244,8 +248,8 @@ def train(
     if fit_rows < 2 or horizon < 1:
         raise ConfigError(f"the train window's {decisions.num} decisions are too few for the direct learner")
     if init is None and args.linear_start:
-        _start_from_linear(policy, decisions, fit_rows, args)
-    opt = _optimizer(policy, args, opt_state)
+        start_from_linear(policy, decisions, fit_rows, args)
+    opt = adamw_for(policy, args, opt_state)
     gen = torch.Generator(device="cpu").manual_seed(int(args.seed))
     hook = EvalHook(eval_fn, args.eval_every)
     fit_norm_left = args.norm_updates if policy.obs_norm.count == 0 else 0

@@ -23,6 +23,16 @@ data, the product's default network and PPO settings):
     .venv/bin/python benchmarks/population_throughput.py                   # the grid (CPU: small)
     .venv/bin/python benchmarks/population_throughput.py --demo-seconds 360 --no-grid --workers 8
         # on a GPU: the 6-minute demo, population vs 8 local workers
+    .venv/bin/python benchmarks/population_throughput.py --algo direct --pods 1 4 --updates 3
+        # the direct learner (the default): a population of P pods vs local workers, one pod each
+
+``--algo direct`` (grid): the pods are direct pods (``agents.population.direct``, the default
+``DirectArgs``, each from its ridge start, made before the clock starts) training ``--updates``
+updates each; the baseline is ``--workers`` processes each running ``agents.direct.train`` of one pod
+from the same start. An env-step is one simulated decision of one path (held-out runs included);
+the N column is the pods' ``batch_paths``, and no FLOP/s are printed. ``--algo`` with ``--demo-seconds``
+sets the demo's learner (default: the preset's, the direct learner), and the demo also prints each
+backend's champion: its validation score and Sharpe and its Sharpe on the test window.
 
 Defaults: on CUDA ``--pods 1 8 32 128 --num-envs 256 1024``, ``--workers`` the CPU cores (at most
 8); on a CPU ``--pods 1 4 --num-envs 64 256`` and 2 workers (a few minutes). ``--out FILE`` writes the
@@ -33,6 +43,8 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures as cf
+import copy
+import dataclasses
 import json
 import logging
 import multiprocessing
@@ -47,10 +59,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
+from agents import direct  # noqa: E402
 from agents.networks import flops_per_sample  # noqa: E402
+from agents.policy import Policy  # noqa: E402
+from agents.population.direct import start_direct_pod, train_population  # noqa: E402
 from agents.population.learner import PodSetup, Population  # noqa: E402
 from agents.ppo import PPOArgs, train  # noqa: E402
 from agents.tournament.orchestrator import run_tournament  # noqa: E402
+from agents.tournament.pod import score_policy  # noqa: E402
 from agents.training import policy_for_env  # noqa: E402
 from app.config import to_tournament_args  # noqa: E402
 from app.workflows.demo import build_config, machine  # noqa: E402
@@ -95,6 +111,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--demo-sessions", type=int, default=None, help="demo: sessions (default: the preset's)")
     p.add_argument("--population-size", type=int, default=0, help="demo: pods per population (0: auto)")
     p.add_argument("--backends", nargs="+", default=["local", "population"], help="demo: backends to run")
+    p.add_argument("--algo", choices=["ppo", "direct"], default=None, help="the learner (grid default: ppo)")
     p.add_argument("--quick", action="store_true", help="tiny sizes: check that the script runs")
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args(argv)
@@ -213,6 +230,8 @@ def local_rate(
 
 
 def grid(args: argparse.Namespace) -> list[dict]:
+    if args.algo == "direct":
+        return direct_grid(args)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     elif torch.device(args.device).type == "cpu":  # as the backend's CPU worker lanes get them
@@ -269,6 +288,73 @@ def grid(args: argparse.Namespace) -> list[dict]:
     return rows
 
 
+# --- the grid of direct pods ----------------------------------------------------------------------
+def _direct_pods(market: MarketData, params: EnvParams, seeds: list[int], updates: int, device: str):
+    """``(args, started policy)`` of fresh direct pods (the default ``DirectArgs``; ridge start)."""
+    env = _env(market, params, 1, device)
+    base = direct.DirectArgs()
+    pods = []
+    for seed in seeds:
+        args = direct.DirectArgs(seed=seed, total_steps=updates * base.batch_paths * base.horizon)
+        policy, _ = policy_for_env(None, env, args, "direct")
+        start_direct_pod(policy, args, market, params.decision_interval)
+        pods.append((args, policy))
+    return env, pods
+
+
+def _single_direct_rate(
+    market: MarketData, params: EnvParams, updates: int, device: str, threads: int
+) -> float:
+    """One local worker: ``direct.train`` of one pod from its ridge start (made before the clock)."""
+    torch.set_num_threads(threads)
+    env, [(args, policy)] = _direct_pods(market, params, [0], updates, device)
+    direct.train(dataclasses.replace(args, total_steps=1), env, init=policy)  # warm-up (first calls)
+    _sync(device)
+    t0 = time.perf_counter()
+    steps = direct.train(args, env, init=policy).env_steps
+    _sync(device)
+    return steps / (time.perf_counter() - t0)
+
+
+def direct_grid(args: argparse.Namespace) -> list[dict]:
+    """``--algo direct``: aggregate env-steps/s of P direct pods in one population, and of
+    ``--workers`` local worker processes each training one pod at the same time."""
+    torch.set_num_threads(args.threads or max(1, (os.cpu_count() or 1) // args.workers))
+    market = synthetic_market(num_tickers=args.tickers, num_sessions=args.sessions, seed=0).train
+    params = EnvParams(decision_interval=15, episode_len=64)
+    local = None
+    if not args.no_local:
+        threads = max(1, (os.cpu_count() or 1) // args.workers)
+        mp = multiprocessing.get_context("spawn")
+        with cf.ProcessPoolExecutor(args.workers, mp_context=mp) as pool:
+            jobs = [
+                pool.submit(_single_direct_rate, market, params, args.updates, args.device, threads)
+                for _ in range(args.workers)
+            ]
+            local = sum(job.result() for job in jobs)
+    print(
+        f"direct pods on {args.device}; {args.tickers} tickers, {market.num_features} features; population: "
+        f"{torch.get_num_threads()} thread(s); local baseline: {args.workers} worker(s), {local or 0:,.0f} env-steps/s"
+    )
+    rows = []
+    for num_pods in args.pods:
+        env, pods = _direct_pods(market, params, list(range(num_pods)), args.updates, args.device)
+        warm = [PodSetup(copy.deepcopy(p), None, dataclasses.replace(a, total_steps=1)) for a, p in pods]
+        train_population(warm, market, params)  # warm-up (first calls; it trains copies)
+        setups = [PodSetup(policy, None, a) for a, policy in pods]
+        _sync(args.device)
+        t0 = time.perf_counter()
+        results, _stack = train_population(setups, market, params)
+        _sync(args.device)
+        rate = sum(r.env_steps for r in results) / (time.perf_counter() - t0)
+        rows.append(
+            {"algo": "direct", "pods": num_pods, "env_steps_per_s": rate, "local_env_steps_per_s": local}
+        )
+        ratio = rate / local if local else float("nan")
+        print(f"  P {num_pods:>4}: {rate:>12,.0f} env-steps/s ({ratio:.2f}x the local workers)", flush=True)
+    return rows
+
+
 # --- the demo ------------------------------------------------------------------------------------
 def demo(args: argparse.Namespace, root: Path) -> dict:
     host = machine()
@@ -289,6 +375,8 @@ def demo(args: argparse.Namespace, root: Path) -> dict:
     config = config.with_updates(
         data=data, tournament=tour, **({"env": {"num_envs": 16}} if args.quick else {})
     )
+    if args.algo is not None:
+        config = config.with_updates(agent={"algo": args.algo})
     splits = load_market(config.data, home=root / "home", device="cpu")
     print(
         f"demo: {splits.full.num_assets} tickers, {splits.full.num_sessions} sessions, "
@@ -313,9 +401,10 @@ def demo(args: argparse.Namespace, root: Path) -> dict:
             )
         wall = time.perf_counter() - t0
         out[backend] = {"env_steps": result.env_steps, "pods_tried": result.pods_tried, "wall_s": wall}
+        out[backend]["champion"] = champion_figures(result, splits, cfg)
         print(
             f"  {backend:<11} {result.env_steps:>14,} env-steps ({result.env_steps / wall:,.0f}/s), "
-            f"{result.pods_tried} pods tried, wall {wall:.0f} s",
+            f"{result.pods_tried} pods tried, wall {wall:.0f} s; champion {out[backend]['champion']}",
             flush=True,
         )
         if rounds.count:
@@ -337,6 +426,23 @@ def demo(args: argparse.Namespace, root: Path) -> dict:
         out["ratios"] = ratios
         print(f"  population / local: {ratios['env_steps']:.2f}x env-steps, {ratios['pods_tried']:.2f}x pods")
     return out
+
+
+def champion_figures(result, splits, cfg) -> dict:
+    """The champion's validation score and Sharpe (its leaderboard row) and its test-window Sharpe."""
+    if result.champion is None:
+        return {}
+    policy = Policy.load(result.run_dir / "champion")
+    params = EnvParams(
+        **{k: v for k, v in cfg.env.model_dump().items() if k in EnvParams.__dataclass_fields__}
+    )
+    _score, metrics, _returns = score_policy(policy, splits.test, params)
+    return {
+        "pod": result.champion["pod_id"],
+        "valid_score": result.champion["score"],
+        "valid_sharpe": (result.champion.get("metrics") or {}).get("sharpe_ratio"),
+        "test_sharpe": metrics.get("sharpe_ratio"),
+    }
 
 
 class _PhaseSums(logging.Handler):

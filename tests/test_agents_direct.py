@@ -80,9 +80,12 @@ def test_direct_pods_train_warm_start_and_save_the_standard_policy(tmp_path):
     assert torch.isfinite(run.equity).all()
 
 
-def test_the_population_backend_refuses_direct_pods():
-    with pytest.raises(ConfigError, match="PPO pods only"):
-        TournamentArgs(backend="population", algo="direct")
+def test_the_population_backend_takes_direct_pods_and_refuses_sac():
+    assert (
+        TournamentArgs(backend="population", algo="direct").algo == "direct"
+    )  # (tests/test_population_direct.py)
+    with pytest.raises(ConfigError, match="pods only"):
+        TournamentArgs(backend="population", algo="sac")
 
 
 def test_bad_direct_args_are_one_line_errors():

@@ -27,7 +27,7 @@ num_envs = 8
 decision_interval = 5
 episode_len = 16
 [agent]
-algo = "ppo"  # the tournament plumbing with PPO pods (the population backend trains PPO only)
+algo = "ppo"  # the tournament plumbing with PPO pods
 num_steps = 16
 hidden = 8
 embed = 4

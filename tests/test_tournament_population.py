@@ -46,13 +46,13 @@ def test_auto_is_population_on_cuda_and_local_workers_on_a_cpu():
         make_backend("ray", envs_per_pod=512)
     assert make_backend("population", envs_per_pod=512).shape.envs == 512
     assert isinstance(make_backend("ray", address="ray://x:1"), RayBackend)
-    with pytest.raises(ConfigError, match="PPO pods only"):
+    with pytest.raises(ConfigError, match="ppo and direct pods only"):
         make_backend("population", algo="sac")
     with pytest.raises(ConfigError, match="unknown backend"):
         make_backend("gpu")
     assert TournamentArgs().backend == "auto"
     # Refused when the settings are read, before a run folder exists.
-    with pytest.raises(ConfigError, match="PPO pods only"):
+    with pytest.raises(ConfigError, match="ppo and direct pods only"):
         TournamentArgs(backend="population", algo="sac")
     with pytest.raises(ConfigError, match="tournament.backend"):
         TournamentArgs(backend="gpu")

@@ -20,6 +20,9 @@
 
   Either dimension can be pinned (``[tournament] population_size`` or ``pods``; ``envs_per_pod``):
   the probe then explores the other alone; both pinned, no probe.
+- Direct pods (``agents.population.direct``) have no envs and no probe (:func:`direct_shape`):
+  :data:`CPU_POPULATION` pods on a CPU, :data:`DIRECT_GPU_POPULATION` on a GPU (a round number, not
+  measured: the pinned settings change it).
 
 The choice and its reasons are one log line (:meth:`Sizing.describe`), written when the backend starts.
 """
@@ -38,6 +41,7 @@ from agents.networks import NetworkConfig
 from envs.observation import NUM_GLOBAL, asset_width
 
 CPU_POPULATION = 4
+DIRECT_GPU_POPULATION = 32
 MAX_POPULATION = 256
 MAX_ENVS_PER_POD = 1024
 MIN_UPDATES_PER_ROUND = 4
@@ -115,6 +119,7 @@ class Sizing:
     probe: dict[tuple[int, int], float] = field(default_factory=dict)  # (pods, envs) -> env-steps/s
     fixed: bool = False  # both set by the config, not chosen
     pinned: tuple[str, ...] = ()  # the settings that fixed one of the two
+    default: str = "the CPU default"  # what an unprobed, unpinned shape is
 
     def describe(self) -> str:
         """The log line: what was chosen and why."""
@@ -124,7 +129,7 @@ class Sizing:
         if self.fixed:
             return f"{head} (set: {', '.join(self.pinned)})"
         if self.memory_cap is None:
-            return f"{head} (the CPU default)"
+            return f"{head} ({self.default})"
         probe = ", ".join(f"{p}x{n} {v / 1e6:.2f}M" for (p, n), v in sorted(self.probe.items(), key=_by_envs))
         pinned = f"; set: {', '.join(self.pinned)}" if self.pinned else ""
         return f"{head} (memory fits {self.memory_cap}; probe pods x envs env-steps/s: {probe}{pinned})"
@@ -219,3 +224,13 @@ def choose_shape(
         return Sizing(pods or 1, str(device), n, memory_cap=memory_cap(device, per_pod(n)), pinned=pinned)
     sizing.num_pods, sizing.num_envs, _rate, sizing.memory_cap = best
     return sizing
+
+
+def direct_shape(device: torch.device, num_envs: int, pods: int = 0) -> Sizing:
+    """The shape of a population of direct pods: ``pods`` (pinned) or the device's default; the envs
+    per pod are the run's (the direct learner simulates its own paths: ``DirectArgs.batch_paths``)."""
+    if pods > 0:
+        return Sizing(pods, str(device), num_envs, fixed=True, pinned=("pods",))
+    if device.type == "cpu":
+        return Sizing(CPU_POPULATION, str(device), num_envs)
+    return Sizing(DIRECT_GPU_POPULATION, str(device), num_envs, default="the direct learner's default")

@@ -16,7 +16,8 @@ outputs equal its own network's to float rounding (tests/test_population.py).
 - :func:`clip_grad_norms`: ``clip_grad_norm_`` per pod (each pod's global norm over its own tensors);
 - :class:`StackedAdam`: Adam (torch's update rule, ``eps=1e-5`` as :func:`agents.training.
   make_optimizer`) with a per-pod learning rate and step count, and a mask: a masked pod's
-  parameters, moments and step count stay exactly as they were.
+  parameters, moments and step count stay exactly as they were; ``decoupled``: AdamW (the direct
+  learner's), with a per-pod weight decay.
 """
 
 from __future__ import annotations
@@ -287,8 +288,9 @@ class StackedAdam:
     are computed in float64 (where the device has it), as torch's fused kernel does.
     """
 
-    def __init__(self, nets: StackedNets) -> None:
+    def __init__(self, nets: StackedNets, decoupled: bool = False) -> None:
         self.nets = nets
+        self.decoupled = decoupled  # AdamW: torch.optim.AdamW's decoupled weight decay
         self.exp_avg = [torch.zeros_like(t, requires_grad=False) for t in nets.tensors()]
         self.exp_avg_sq = [torch.zeros_like(t, requires_grad=False) for t in nets.tensors()]
         self.step = torch.zeros(nets.num_pods, device=nets.device)  # (P,) float32, as torch keeps it
@@ -307,7 +309,8 @@ class StackedAdam:
             return
         for group in state.get("param_groups", []):
             betas, eps = tuple(group.get("betas", ADAM_BETAS)), group.get("eps", ADAM_EPS)
-            if betas != ADAM_BETAS or eps != ADAM_EPS or group.get("weight_decay", 0) or group.get("amsgrad"):
+            decay = group.get("weight_decay", 0) and not self.decoupled
+            if betas != ADAM_BETAS or eps != ADAM_EPS or decay or group.get("amsgrad"):
                 raise ValueError(f"optimizer state has betas={betas}, eps={eps}: not the learners' Adam")
         per_param = state["state"]
         steps = {float(per_param[i]["step"]) for i in per_param if "step" in per_param[i]}
@@ -340,19 +343,27 @@ class StackedAdam:
         return {"state": state, "param_groups": param_groups}
 
     @torch.no_grad()
-    def update(self, grads: Sequence[Tensor], lr: Tensor, active: Tensor) -> None:
-        """One Adam step of the ``active (P,)`` pods with learning rates ``lr (P,)``."""
+    def update(
+        self, grads: Sequence[Tensor | None], lr: Tensor, active: Tensor, weight_decay: Tensor | None = None
+    ) -> None:
+        """One Adam step of the ``active (P,)`` pods with learning rates ``lr (P,)`` (and, decoupled,
+        ``weight_decay (P,)``); a tensor whose gradient is None is skipped, as torch's optimizers
+        skip it (no decay either)."""
         step = self.step + active.to(self.step.dtype)
         wide = step.to(self.wide)
         # Inactive pods may sit at step 0 (a division by zero below): their results are discarded.
         step_size = (lr.to(self.wide) / (1.0 - self.beta1**wide)).to(torch.float32)
         bc2_sqrt = torch.sqrt(1.0 - self.beta2**wide).to(torch.float32)
+        decay = None if weight_decay is None else 1.0 - lr * weight_decay
         for param, grad, m, v in zip(self.nets.tensors(), grads, self.exp_avg, self.exp_avg_sq, strict=True):
+            if grad is None:
+                continue
             on = _pod_view(active, m)
             new_m = torch.lerp(m, grad, 1.0 - self.beta1)
             new_v = torch.addcmul(v * self.beta2, grad, grad, value=1.0 - self.beta2)
             denom = new_v.sqrt() / _pod_view(bc2_sqrt, v) + self.eps
-            new_p = param - _pod_view(step_size, m) * new_m / denom
+            base = param if decay is None else param * _pod_view(decay, param)
+            new_p = base - _pod_view(step_size, m) * new_m / denom
             m.copy_(torch.where(on, new_m, m))
             v.copy_(torch.where(on, new_v, v))
             param.copy_(torch.where(on, new_p, param))

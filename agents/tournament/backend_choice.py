@@ -1,10 +1,11 @@
 """Which backend a tournament runs on: ``[tournament] backend`` (``auto``, ``local``, ``ray`` or
 ``population``) and the device, turned into a :class:`~agents.tournament.backends.Backend`.
 
-``auto`` (the default) is ``population`` for PPO pods on a CUDA device (one program over P pods
-fills a GPU that one small pod leaves idle) and local worker processes otherwise: on the 2-core
-development CPU the population tried fewer pods per budget than two worker processes
-(docs/benchmarks.md, "Population backend"), and SAC pods have no population learner.
+``auto`` (the default) is ``population`` for the learners it trains (``settings.POPULATION_ALGOS``:
+PPO and direct) on a CUDA device (one program over P pods fills a GPU that one small pod leaves
+idle) and local worker processes otherwise: on the 2-core development CPU the population tried
+fewer pods per budget than two worker processes (docs/benchmarks.md, "Population backend"), and SAC
+pods have no population learner, so ``auto`` never trains another learner than ``[agent] algo``.
 """
 
 from __future__ import annotations
@@ -17,19 +18,21 @@ import torch
 from agents.tournament.backends import Backend, InlineBackend, ProcessBackend, RayBackend
 from agents.tournament.population import check_algo
 from agents.tournament.population_backend import PopulationBackend
-from agents.tournament.settings import BACKENDS, TournamentArgs
+from agents.tournament.settings import BACKENDS, POPULATION_ALGOS, TournamentArgs
 from data.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
 
 def resolve_backend(name: str, device: str | torch.device, algo: str = "ppo") -> str:
-    """The backend ``name`` stands for on ``device``: ``auto`` becomes ``population`` (PPO on CUDA) or
-    ``local``; the others stay (``population`` with another learner is a ``ConfigError``)."""
+    """The backend ``name`` stands for on ``device``: ``auto`` becomes ``population`` (a learner it
+    trains, on CUDA) or ``local``; the others stay (``population`` with another learner is a
+    ``ConfigError``)."""
     if name not in BACKENDS:
         raise ConfigError(f"tournament.backend: unknown backend {name!r} (expected {', '.join(BACKENDS)})")
     if name == "auto":
-        return "population" if torch.device(device).type == "cuda" and algo == "ppo" else "local"
+        cuda = torch.device(device).type == "cuda"
+        return "population" if cuda and algo in POPULATION_ALGOS else "local"
     if name == "population":
         check_algo(algo)
     return name
@@ -132,5 +135,6 @@ def make_backend(
         workers=workers,
         ray=address is not None,
         address=address,
+        algo=algo,
         **kwargs,
     )

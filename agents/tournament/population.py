@@ -41,10 +41,20 @@ from typing import Any
 
 import torch
 
+from agents.args import DirectArgs
 from agents.checkpoint import Checkpoint
 from agents.networks import NetworkConfig
+from agents.population.direct import StackedDirect, direct_shape_key, start_direct_pod
+from agents.population.direct import train_population as train_direct
 from agents.population.learner import PodSetup, Population, shape_key
-from agents.population.sizing import Sizing, bytes_per_pod, choose_shape, learner_rate, max_envs_per_pod
+from agents.population.sizing import (
+    Sizing,
+    bytes_per_pod,
+    choose_shape,
+    direct_shape,
+    learner_rate,
+    max_envs_per_pod,
+)
 from agents.ppo import PPOArgs
 from agents.tournament.pod import (
     PodOutcome,
@@ -60,6 +70,7 @@ from agents.tournament.pod import (
     save_round,
     score_policies,
 )
+from agents.tournament.settings import POPULATION_ALGOS
 from agents.training import TrainResult, policy_for_env
 from backtests.engine import PolicyBatch
 from data.errors import ConfigError
@@ -135,6 +146,7 @@ class TrainedRound:
 
     tasks: Sequence[PodTask]
     ctx: RoundContext
+    spec: _Spec  # the train window on the device, the env settings
     start: float  # time.monotonic() when the round began
     outcomes: list[PodOutcome | RoundError | None]  # the pods that failed before or during training
     groups: list[TrainedGroup]
@@ -170,19 +182,28 @@ def setup_round(
             for i, task in enumerate(tasks)
             if task.spec.init_checkpoint
         }
+    ridges: dict[Any, Any] = {}  # (the fresh direct pods' ridge start, fitted once a round)
     for i, task in enumerate(tasks):
         try:
-            if task.spec.algo != "ppo":
-                raise RoundError(f"the population backend trains PPO pods only, not {task.spec.algo}")
-            args = pod_args(PPOArgs, task, ctx)
+            algo = task.spec.algo
+            if algo not in POPULATION_ALGOS:
+                raise RoundError(
+                    f"the population backend trains {' and '.join(POPULATION_ALGOS)} pods, not {algo}"
+                )
+            args = pod_args(DirectArgs if algo == "direct" else PPOArgs, task, ctx)
             init = loads[i].result() if i in loads else None
-            policy, opt_state = policy_for_env(init, spec_env, args, "ppo")
+            policy, opt_state = policy_for_env(init, spec_env, args, algo)
+            if algo == "direct" and init is None:
+                start_direct_pod(policy, args, spec_env.market, spec_env.params.decision_interval, ridges)
             deadline = None if task.round_seconds is None else start + task.round_seconds
             setup = PodSetup(policy, opt_state, args, deadline)
-            groups.setdefault(shape_key(args, policy.config), []).append((i, setup))
+            key = (
+                direct_shape_key(args, policy.config) if algo == "direct" else shape_key(args, policy.config)
+            )
+            groups.setdefault(key, []).append((i, setup))
         except Exception as err:  # noqa: BLE001 - a pod that cannot start fails alone
             outcomes[i] = as_round_error(err)
-    trained = TrainedRound(tasks, ctx, start, outcomes, [], {"setup_s": time.monotonic() - start})
+    trained = TrainedRound(tasks, ctx, spec_env, start, outcomes, [], {"setup_s": time.monotonic() - start})
     return lambda: _train_groups(trained, groups, graphs)
 
 
@@ -195,8 +216,12 @@ def _train_groups(
     for members in groups.values():
         try:
             setups = [setup for _, setup in members]
-            population = get_population(ctx, setups[0].args, setups[0].policy.config, len(setups), graphs)
-            results = population.train(setups)
+            population: Population | StackedDirect
+            if isinstance(setups[0].args, DirectArgs):
+                results, population = train_direct(setups, trained.spec.market, trained.spec.params)
+            else:
+                population = get_population(ctx, setups[0].args, setups[0].policy.config, len(setups), graphs)
+                results = population.train(setups)
             finite = population.finite()
             slots = [s for s in range(len(setups)) if finite[s]]
             act = population.batched_act(slots) if slots else None
@@ -304,10 +329,14 @@ def size_population(
     pods: int = 0,
     envs: int = 0,
     round_steps: int | None = None,
+    algo: str = "ppo",
 ) -> Sizing:
     """A population's shape on ``ctx.device`` (:mod:`agents.population.sizing`; ``pods`` / ``envs``
     pin either): the probe times the learner side of one update (``sizing.learner_rate``) at each
-    shape tried. The rounds then run on ``with_envs(ctx, sizing.num_envs)``."""
+    shape tried. The rounds then run on ``with_envs(ctx, sizing.num_envs)``. Direct pods are not
+    probed (:func:`agents.population.sizing.direct_shape`)."""
+    if algo == "direct":
+        return direct_shape(torch.device(ctx.device), pod_num_envs(ctx), pods)
     args = base_args(ctx)
     config = policy_for_env(None, _env_spec(ctx), args, "ppo")[0].config
 
@@ -337,9 +366,9 @@ def size_population(
 
 
 def check_algo(algo: str) -> None:
-    """The population backend trains PPO pods only: anything else is a one-line ``ConfigError``."""
-    if algo != "ppo":
+    """The population backend trains PPO and direct pods: anything else is a one-line ``ConfigError``."""
+    if algo not in POPULATION_ALGOS:
         raise ConfigError(
-            f'tournament.backend = "population" trains PPO pods only (agent.algo is {algo!r}); '
-            'use backend = "local" or "ray"'
+            f'tournament.backend = "population" trains {" and ".join(POPULATION_ALGOS)} pods only '
+            f'(agent.algo is {algo!r}); use backend = "local" or "ray"'
         )

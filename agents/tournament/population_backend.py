@@ -104,13 +104,14 @@ class PopulationBackend:
         overlap: bool | None = None,
         cpus_per_population: float = 1.0,
         init_kwargs: dict[str, Any] | None = None,
+        algo: str = "ppo",
     ) -> None:
         if population_size < 0:
             raise ConfigError(f"tournament.population_size must be >= 0, got {population_size}")
         if envs_per_pod < 0:
             raise ConfigError(f"tournament.envs_per_pod must be >= 0, got {envs_per_pod}")
         self.population_size = int(population_size)
-        self.shape = Shape(self.population_size, int(envs_per_pod), round_steps)
+        self.shape = Shape(self.population_size, int(envs_per_pod), round_steps, algo)
         self.workers = max(1, int(workers))
         self.mode = "ray" if ray else ("inline" if workers == 0 else "process")
         self.address, self.graphs = address, graphs

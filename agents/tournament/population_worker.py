@@ -65,11 +65,14 @@ class Shape:
     pods: int = 0
     envs: int = 0
     round_steps: int | None = None  # (bounds the envs per pod the probe tries)
+    algo: str = "ppo"  # the run's learner (the direct learner's population is not probed)
 
 
 def choose_size(round_fn: RoundFn, ctx: RoundContext, shape: Shape, graphs: bool | None) -> Sizing:
     """The population's shape: what ``shape`` pins, the rest measured (``agents.population.sizing``)."""
-    return size_population(ctx, graphs, pods=shape.pods, envs=shape.envs, round_steps=shape.round_steps)
+    return size_population(
+        ctx, graphs, pods=shape.pods, envs=shape.envs, round_steps=shape.round_steps, algo=shape.algo
+    )
 
 
 # --- in a spawned worker process ------------------------------------------------------------------------

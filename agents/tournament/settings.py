@@ -21,6 +21,8 @@ from data.errors import ConfigError
 CHAMPION_KINDS = ("best", "ensemble")
 #: ``[tournament] backend`` values (agents.tournament.backend_choice builds them).
 BACKENDS = ("auto", "local", "ray", "population")
+#: The learners the population backend trains (``agents.population``); others run on local or ray.
+POPULATION_ALGOS = ("ppo", "direct")
 #: The fitnesses a pod can be ranked by (``backtests.scoring.fitness``'s kinds).
 FITNESS = ("sharpe", "return", "calmar")
 
@@ -49,7 +51,7 @@ class TournamentArgs:
     fitness: str = "sharpe"
     """validation fitness: sharpe, return or calmar"""
     backend: str = "auto"
-    """auto, local, ray or population ("auto": population for PPO on a CUDA device, else local)"""
+    """auto, local, ray or population ("auto": population for PPO and direct pods on a CUDA device, else local)"""
     workers: int = 2
     """local backend: worker processes (0 = inline); population backend: 0 = inline, else worker
     processes (one holding a GPU; on a CPU this many, one population each)"""
@@ -94,9 +96,10 @@ class TournamentArgs:
             raise ConfigError("tournament.population_size and envs_per_pod must be >= 0")
         if self.backend not in BACKENDS:
             raise ConfigError(f"tournament.backend: {self.backend!r} is not one of {', '.join(BACKENDS)}")
-        if self.backend == "population" and self.algo != "ppo":
+        if self.backend == "population" and self.algo not in POPULATION_ALGOS:
             raise ConfigError(
-                f'tournament.backend = "population" trains PPO pods only (the learner is {self.algo}); '
+                f'tournament.backend = "population" trains {" and ".join(POPULATION_ALGOS)} pods only '
+                f"(the learner is {self.algo}); "
                 'use backend = "local" or "ray"'
             )
         if self.champion not in CHAMPION_KINDS:
