@@ -5,35 +5,27 @@ with its own seed, hyper-parameters and starting point: the same rollout, GAE, m
 grad-norm clip and Adam, pod by pod, to float rounding (tests/test_population.py). What differs is
 the shape of the work: every step of the P pods is one batched op over a leading pod axis.
 
-- **Env.** One env of ``P * N`` envs over the same market tensors; its initial state is the
-  concatenation of each pod's own reset (``envs.trading.reset`` with the pod's seed, as its own
-  ``TradingVecEnv`` does), and envs never interact, so pod ``p``'s slice evolves as its separate
-  run's env.
-- **Per-pod scalars** (learning rate, gamma, GAE lambda, clip, entropy and value coefficients,
-  max grad norm, rebalance rate) are ``(P,)`` tensors inside the step; advantage normalization,
-  grad-norm clipping, observation statistics and the Adam step count are per pod
-  (:mod:`agents.population.stacked`).
-- **Randomness.** Each pod owns the ``torch.Generator`` its separate run would own, seeded alike,
-  and draws from it what that run draws, in the same order: its rollout's action noise, one draw at
-  the rollout's start (``agents.rollout.rollout_noise``) into its row of one ``(P, T, N, R)`` buffer, and
-  its minibatch order at the start of each of its epochs (``agents.ppo.shuffle``) into its row of
-  one ``(P, B)`` buffer. So a pod's samples do not depend on the other pods, and the draws are
-  ``P`` calls per rollout and per epoch (a ``randn`` is one kernel, a CUDA ``randperm`` a few), not
-  ``P`` per step.
-- **Hyper-parameters that change the program's shape.** ``update_epochs`` (mutated by the
-  tournament) varies by masking: the update runs the largest count, and a pod past its own has its
-  step masked (no parameter, moment or step-count change, no permutation drawn). A pod whose round
-  is shorter (the budget's last round, a wall-time cap) is masked the same way. ``num_steps``,
-  ``num_minibatches``, ``num_envs`` and the network's sizes are fixed by the population: pods that
-  differ in them belong to different populations (:func:`~agents.population.pods.shape_key`).
-- **Launch overhead.** No host synchronisation inside the rollout or the update (metrics stay on
-  the device until the round ends; the one exception: with ``target_kl`` set, one read per epoch
-  decides which pods stop). The rollout's policy step, its post-step bookkeeping, the advantage
-  estimate (bootstrap value, GAE, explained variance) and the minibatch update run through
-  :class:`~agents.population.graphs.StepGraph`: one CUDA graph replay each on a GPU, the same
-  functions eagerly elsewhere. The env's step skips its action check (the actions are made finite in
-  the policy step: a pod gone non-finite cannot spoil the others' envs, and fails alone after the
-  round) and keeps its autoreset branch, once per step for all ``P * N`` envs.
+- **Env.** One env of ``P * N`` envs over the same market tensors, started from each pod's own reset
+  (its seed's ``envs.trading.reset``); envs never interact, so pod ``p``'s slice is its own run's.
+- **Per-pod scalars** (learning rate, gamma, GAE lambda, clip, entropy and value coefficients, max
+  grad norm, rebalance rate) are ``(P,)`` tensors; advantage normalization, grad-norm clipping,
+  observation statistics and the Adam step count are per pod (:mod:`agents.population.stacked`).
+- **Randomness.** Each pod owns the ``torch.Generator`` its separate run would own, seeded alike, and
+  draws what that run draws in the same order (its rollout's action noise, one ``(P, T, N, R)``
+  buffer row per rollout: ``agents.rollout.rollout_noise``; its minibatch order per epoch, one
+  ``(P, B)`` row: ``agents.ppo.shuffle``): a pod's samples do not depend on the others, in ``P`` calls
+  per rollout and per epoch, not ``P`` per step.
+- **Shape-changing hyper-parameters.** ``update_epochs`` varies by masking (the update runs the
+  largest count; a pod past its own, or whose round is shorter, has its step masked: no parameter,
+  moment or step-count change, no permutation drawn). ``num_steps``, ``num_minibatches``,
+  ``num_envs`` and the network's sizes are fixed per population
+  (:func:`~agents.population.pods.shape_key`).
+- **Launch overhead.** No host synchronisation inside the rollout or the update (metrics stay on the
+  device until the round ends; with ``target_kl`` set, one read per epoch). The policy step, its
+  bookkeeping, the advantage estimate and the minibatch update run through
+  :class:`~agents.population.graphs.StepGraph` (one CUDA graph replay each on a GPU, eager elsewhere).
+  The env's step skips its action check (actions are made finite in the policy step, so a pod gone
+  non-finite fails alone after the round) and keeps its autoreset branch.
 """
 
 from __future__ import annotations
@@ -67,13 +59,9 @@ from envs import trading
 
 
 class Population:
-    """``num_pods`` PPO pods of one :func:`shape_key` on one device; see the module docstring.
-
-    ``make_env(num_envs)`` builds the env batch (a ``TradingVecEnv`` of ``num_envs`` envs: the
-    tournament passes its round's env settings). ``graphs``: CUDA graphs for the hot steps (None: on
-    CUDA; never elsewhere). Buffers are allocated once; :meth:`train` copies each round's pods into
-    their rows in place, so a population object serves any number of rounds.
-    """
+    """``num_pods`` PPO pods of one :func:`shape_key` on one device (module docstring). ``make_env(n)``
+    builds the env batch of ``n`` envs; ``graphs``: CUDA graphs for the hot steps (None: on CUDA).
+    Buffers are allocated once; :meth:`train` copies each round's pods into their rows in place."""
 
     def __init__(
         self,
@@ -196,8 +184,7 @@ class Population:
         return policy_for_env(init, self.env, args, "ppo")
 
     def fresh_pods(self, args: Sequence[PPOArgs]) -> list[PodSetup]:
-        """One fresh pod per entry of ``args`` (its seed's initial weights, no optimizer state), for
-        :meth:`train`."""
+        """One fresh pod per entry of ``args`` (its seed's weights, no optimizer state)."""
         return [PodSetup(*self.starting_policy(a), a) for a in args]
 
     def _check(self, setup: PodSetup) -> None:
@@ -367,8 +354,8 @@ class Population:
 
     @torch.no_grad()
     def _advantages(self) -> None:
-        """The bootstrap value of the last observation, then ``agents.rollout.compute_gae`` for every env
-        of every pod at once (per-pod gamma and lambda), then the explained variance."""
+        """Bootstrap value, ``agents.rollout.compute_gae`` for every env of every pod (per-pod gamma and
+        lambda), explained variance."""
         p, n = self.num_pods, self.num_envs
         obs = self.obs.view(p, n, -1)
         self.next_value.copy_(self.nets.value_packed(*self.nets.pack(self.norm.normalize(obs))))
@@ -421,8 +408,7 @@ class Population:
             self.stats[h.LOG_STD] = self.nets.params["log_std"].detach().mean(dim=1).to(self.stats.dtype)
 
     def train(self, setups: Sequence[PodSetup]) -> list[TrainResult]:
-        """One round: pod ``p`` trains from ``setups[p]`` for ``setups[p].args.total_steps`` env-steps
-        (or until its deadline); returns each pod's :class:`~agents.training.TrainResult`."""
+        """One round: pod ``p`` trains from ``setups[p]`` for its ``total_steps`` (or to its deadline)."""
         if len(setups) != self.num_pods:
             raise ValueError(f"{len(setups)} pods for a population of {self.num_pods}")
         p, n = self.num_pods, self.num_envs

@@ -21,10 +21,10 @@ def synth(
     signal: float = typer.Option(1.0, "--signal", min=0.0, help="Planted signal strength (0 = noise)."),
     start: str = typer.Option("2024-01-02", "--start", help="First session on or after this date."),
     shape: str = typer.Option(
-        "minute_momentum", "--shape", help="Planted shape: minute_momentum, daily_cross_section, nonlinear."
+        "minute_momentum", "--shape", help="minute_momentum, daily_cross_section, nonlinear."
     ),
-    target_ic: float | None = typer.Option(
-        None, "--target-ic", help="Planted level as a daily rank IC (replaces --signal)."
+    target_ic: float = typer.Option(
+        None, "--target-ic", help="Planted level as a daily rank IC (not --signal)."
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
@@ -32,15 +32,8 @@ def synth(
     from app import render
     from data.synthetic import SyntheticSpec, write_synthetic
 
-    spec = SyntheticSpec(
-        num_tickers=tickers,
-        num_sessions=sessions,
-        seed=seed,
-        signal=signal,
-        start=start,
-        shape=shape,
-        target_ic=target_ic,
-    )
+    knobs = {"signal": signal, "start": start, "shape": shape, "target_ic": target_ic}
+    spec = SyntheticSpec(num_tickers=tickers, num_sessions=sessions, seed=seed, **knobs)
     with context.err_console.status(f"generating {tickers} tickers x {sessions} sessions"):
         report = write_synthetic(context.home(), spec)
     render.data_report(report.to_dict(), as_json, "synthetic")
@@ -99,18 +92,11 @@ def fetch(
     from app.workflows import data as data_flow
 
     symbols = data_flow.fetch_tickers(universe, as_of, start, tickers)
+    window = {"start": start, "end": end, "interval": interval, "extended_hours": extended_hours}
     report = data_flow.fetch(
-        context.home(),
-        source=source,
-        tickers=symbols,
-        start=start,
-        end=end,
-        interval=interval,
-        extended_hours=extended_hours,
-        progress=not (as_json or quiet),
-        batch=batch,
-        max_wait_s=max_wait,
-    ).to_dict()
+        context.home(), source=source, tickers=symbols, progress=not (as_json or quiet), batch=batch,
+        max_wait_s=max_wait, **window,
+    ).to_dict()  # fmt: skip
     if as_json:
         typer.echo(json.dumps(report, indent=2, sort_keys=True))
         return

@@ -1,11 +1,6 @@
-"""`podracer status [--json] [--cron EXPR --tz TZ] [--config TOML] [--notify] [--unit-failed UNIT]`:
-the operating loop in one screen.
-
-Exit status: 0 when healthy, 1 when something needs the operator (one line per problem: the checks
-are listed in app/alerts.py, CHECKS). ``--notify`` sends each new problem, and each one that
-cleared, once to the ``[alerts]`` hook (the watchdog the schedule installs runs it every 5 minutes);
-``--unit-failed`` is what a systemd unit's ``OnFailure=`` runs.
-"""
+"""`podracer status`: the operating loop in one screen. Exit 0 when healthy, 1 when something needs the
+operator (one line per problem; the checks: app/alerts.py, CHECKS). ``--notify`` sends each new and
+each cleared problem once to the ``[alerts]`` hook; ``--unit-failed`` is a unit's ``OnFailure=``."""
 
 from __future__ import annotations
 

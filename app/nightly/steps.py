@@ -1,7 +1,6 @@
 """The real steps of a nightly retrain (``app.nightly.pipeline`` runs them in order).
 
-- :func:`update_data_step`: optionally download the new bars (:func:`incremental_update`, into the bar
-  store), then build the market exactly as ``podracer train`` does (``data.loader``);
+- :func:`update_data_step`: new bars (:func:`incremental_update`), the market as ``podracer train``;
 - :func:`tournament_step`: a new run ``<home>/runs/nightly-<UTC time>/`` trained on the TRAIN window
   and selected on the VALID window, the first ``nightly.warm_start_pods`` fresh pods starting from the
   current champion's weights (:func:`warm_start_round`) only when the champion's gate window ended
@@ -12,12 +11,11 @@
   ``app.nightly.normalization``), the challenger's look counted in the looks ledger and its
   out-of-sample test written in its run's ``backtest/`` report, which says its figures are the gate's
   selection figures;
-- :func:`export_step` and :func:`keep_champion_copy` (on promotion): the challenger's onnxruntime
-  bundle, and an immutable copy of its policy under ``<home>/champions/<run_id>/``.
+- :func:`export_step` and :func:`keep_champion_copy` (on promotion): the challenger's bundle, and an
+  immutable copy of its policy under ``<home>/champions/<run_id>/``.
 
 The steps exchange :class:`DataSnapshot`, :class:`ChallengerRun` and :class:`Evaluation`;
-:class:`RetrainSteps` bundles the injectable ones (tests drive the pipeline with fakes), and
-:func:`default_steps` are the real ones.
+:class:`RetrainSteps` bundles the injectable ones (tests use fakes), :func:`default_steps` the real.
 """
 
 from __future__ import annotations
