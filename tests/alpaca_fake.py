@@ -52,6 +52,7 @@ Use as a context manager::
 from __future__ import annotations
 
 import json
+import math
 import socket
 import sys
 import threading
@@ -491,10 +492,16 @@ class FakeAlpaca:
 
     def _fee(self, side: str, qty: float, price: float) -> float:
         """Alpaca's regulatory fees of one fill (a sell: the SEC rate on the proceeds plus the TAF per
-        share, at most ``taf_max``; a buy: none)."""
+        share, at most ``taf_max``, each rounded up to the cent; a buy: none)."""
         if side != "sell":
             return 0.0
-        return self.sec_fee_rate * qty * price + min(self.taf_per_share * qty, self.taf_max)
+
+        def cents_up(fee: float) -> float:
+            return math.ceil(round(fee * 100.0, 6)) / 100.0
+
+        return cents_up(self.sec_fee_rate * qty * price) + cents_up(
+            min(self.taf_per_share * qty, self.taf_max)
+        )
 
     def _execute(self, order: FakeOrder, qty: float) -> None:
         """Fill ``qty`` more shares of ``order`` at the current price (less ``slippage_bps``), or in

@@ -23,6 +23,7 @@ from app.paper.orders import RiskLimits
 from app.paper.sim_record import read_record, record_path, summary
 from app.paper.sim_replay import reconcile_sessions
 from data.synthetic import SyntheticSpec, generate, to_frame
+from envs.fee_schedule import rates_on_date
 from envs.params import EnvParams
 
 FAST = BrokerRetryPolicy(attempts=4, base_delay=0.001, max_delay=0.01, timeout=5.0)
@@ -46,7 +47,8 @@ def month(tmp_path_factory):
     days = sorted(
         pd.DatetimeIndex(bars["timestamp"]).tz_convert("America/New_York").strftime("%Y-%m-%d").unique()
     )
-    fees = EnvParams()
+    # The fake charges the rates in force on the month's sessions (the schedule's, all one row there).
+    sec_fee_rate, taf_per_share, taf_max = rates_on_date(EnvParams(), days[HISTORY])
     fake = FakeAlpaca(
         cash=100_000.0,
         bars=bars,
@@ -54,9 +56,9 @@ def month(tmp_path_factory):
         spread_bps=PLANTED_SPREAD_BPS,
         fill_ratio=FILL_RATIO,
         fill_delay=FILL_DELAY_S,
-        sec_fee_rate=fees.sec_fee_rate,
-        taf_per_share=fees.taf_per_share,
-        taf_max=fees.taf_max,
+        sec_fee_rate=sec_fee_rate,
+        taf_per_share=taf_per_share,
+        taf_max=taf_max,
     )
     monkeypatch = pytest.MonkeyPatch()
     home = root / "home"

@@ -37,6 +37,7 @@ from data.align import align_panel
 from data.calendar import bars_per_session, session_bounds, session_dates
 from data.errors import DataError
 from envs.execution import asset_fees
+from envs.fee_schedule import rates_on_date
 from envs.params import EnvParams
 
 log = logging.getLogger(__name__)
@@ -72,12 +73,14 @@ def bundle_costs(bundle_path: str | None) -> BundleCosts:
     return BundleCosts(str(manifest.get("interval") or "1m"), execution_costs(manifest), fees)
 
 
-def _fee(params: EnvParams, side: str, qty: float, price: float) -> float:
-    """The env's fees of one fill of ``qty`` shares at ``price`` (``envs.execution.asset_fees``)."""
+def _fee(params: EnvParams, side: str, qty: float, price: float, session: str) -> float:
+    """The env's fees of one fill of ``qty`` shares at ``price`` in ``session`` (its date's rates:
+    ``envs.execution.asset_fees``)."""
     if not qty > 0 or not np.isfinite(price):
         return 0.0
     traded = torch.tensor([[qty if side == "buy" else -qty]], dtype=torch.float64)
-    return float(asset_fees(params, traded, torch.tensor([[price]], dtype=torch.float64))[0, 0])
+    rates = torch.tensor([rates_on_date(params, str(session)[:10])], dtype=torch.float64)
+    return float(asset_fees(params, traded, torch.tensor([[price]], dtype=torch.float64), rates)[0, 0])
 
 
 @dataclasses.dataclass
@@ -200,7 +203,7 @@ class _Replay:
                 sold += c.filled_qty * c.fill_price if sign < 0 else 0.0
                 fees_model += c.fee_model
             if c.model_price is not None and c.model_qty > 0:
-                fee = _fee(bc.fees, c.side, c.model_qty, c.model_price)
+                fee = _fee(bc.fees, c.side, c.model_qty, c.model_price, session)
                 sim_cash -= sign * c.model_qty * c.model_price + fee
                 sim_qty[c.ticker] = sim_qty.get(c.ticker, 0.0) + sign * c.model_qty
                 fees_sim += fee
@@ -270,7 +273,7 @@ class _Replay:
             "qty": float(o["qty"]),
             "filled_qty": filled,
             "fill_price": price,
-            "fee_model": _fee(bc.fees, str(o["side"]), filled, price) if price else 0.0,
+            "fee_model": _fee(bc.fees, str(o["side"]), filled, price, session) if price else 0.0,
         }
         col = bars.col.get(str(o["ticker"]))
         if inputs is None or col is None:
