@@ -98,6 +98,9 @@ AUTOCORRELATION_MARGIN = 1.0
 MIN_SECOND_MOMENT = 1e-12
 #: Pseudo sessions at beta 1 in the predictable beta (:func:`alpha_excess`).
 BETA_PRIOR_SESSIONS = 20.0
+#: Sessions recorded before the predictable beta leaves 1, and the range it is kept in.
+BETA_WARMUP_SESSIONS = 10
+BETA_RANGE = (-1.0, 3.0)
 #: The demotion bet's half-life in sessions (:data:`DEMOTION_BETTING`): the champion's recent record,
 #: not its whole tenure, sets the stake. Shorter forgets a past edge sooner but bets on fewer
 #: sessions' worth of evidence (docs/benchmarks.md, "Shadow book over simulated nightly loops").
@@ -183,8 +186,8 @@ def alpha_excess(returns: Any, benchmark: Any, prior_sessions: float = BETA_PRIO
     """``r_t - beta_t b_t`` per session (``(T,)`` or ``(T, N)``, NaN where either is missing), with the
     predictable beta ``beta_t = (sum r b + p m) / (sum b^2 + p m)`` over the earlier sessions where both
     are recorded, ``p = prior_sessions`` pseudo sessions at beta 1 and ``m`` the earlier sessions' mean
-    ``b^2`` (beta 1 before any session): the daily alpha the verdict tests, with no session's beta
-    reading that session."""
+    ``b^2`` (beta 1 before ``BETA_WARMUP_SESSIONS`` sessions, kept in ``BETA_RANGE``): the daily alpha
+    the verdict tests, with no session's beta reading that session."""
     r, one = _columns(returns)
     b, _ = _columns(benchmark)
     r, b = np.broadcast_arrays(r, b)
@@ -198,6 +201,9 @@ def alpha_excess(returns: Any, benchmark: Any, prior_sessions: float = BETA_PRIO
     n = np.concatenate([zero, np.cumsum(ok, axis=0)[:-1]])
     prior = prior_sessions * s_bb / np.maximum(n, 1.0)
     beta = np.where(s_bb + prior > 0.0, (s_rb + prior) / np.maximum(s_bb + prior, 1e-300), 1.0)
+    # A slope read off a handful of sessions can be anything (one quiet market day divides by ~0):
+    # beta 1 until BETA_WARMUP_SESSIONS are recorded, and never outside BETA_RANGE.
+    beta = np.where(n >= BETA_WARMUP_SESSIONS, np.clip(beta, *BETA_RANGE), 1.0)
     out = np.where(ok, r - beta * b, np.nan)
     return out[:, 0] if one else out
 
