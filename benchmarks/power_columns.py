@@ -242,7 +242,7 @@ def column_policies(
 def verdicts(test: Any, params: Any, policies: Mapping[str, Any], seed: int) -> dict[str, dict[str, Any]]:
     """Each policy's verdict on the test window: one batched backtest of them all beside the
     benchmarks, then each column judged alone (:func:`only`) as the report judges a champion."""
-    result = engine.run_backtest(test, params, dict(policies), baselines=BENCHMARKS, seed=seed)
+    result = engine.run_backtest(test, params, dict(policies), baselines=BENCHMARKS)
     return {name: verdict_of(only(result, name), name, seed) for name in policies}
 
 
