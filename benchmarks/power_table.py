@@ -1,5 +1,5 @@
 """The power table: how often the product's verdict finds a planted edge of a given size, for the
-tournament's champion, for the linear baseline and for the planted predictor itself.
+tournament's champion, its start, the ridge and boosted baselines and the planted predictor itself.
 
 For each planted level and each of ``--markets`` independent synthetic markets (``--nulls`` at level
 0; each market its own seed), it
@@ -9,15 +9,18 @@ For each planted level and each of ``--markets`` independent synthetic markets (
 2. runs a tournament on it through the product's workflow (``app.workflows.training.train_tournament``:
    ``--algo`` pods, ``--budget`` env-steps in rounds of ``--round-steps``, the train and validation
    windows only);
-3. backtests three strategies on the held-out test window, each through the env's own step with the
-   same costs, and states each one's verdict as the report does (``backtests.report.metrics_document``:
-   the out-of-sample test against buy-and-hold at the 5% level, one look, seeded):
-   - ``champion``: the tournament's champion;
-   - ``linear``: the linear baseline (``backtests.linear``: ridge on the features, fitted on the train
-     window, penalty by the validation window, its top 20% held equal weight);
-   - ``oracle``: the planted predictor (``data.synthetic.planted_predictor``: for the default shape the
-     trailing 520-bar sum of the idiosyncratic returns, which no feature shows whole) traded the same
-     way as the linear baseline: what any learner could at best find.
+3. backtests its columns on the held-out test window (``benchmarks/power_columns.py``: all of them
+   in one batched backtest through the env's own step, under the champion's execution rules, each
+   then judged as the report judges a champion: ``backtests.report.metrics_document``, the
+   out-of-sample test of the alpha over buy-and-hold at the 5% level, one look, seeded):
+   ``champion`` (the tournament's), ``start`` (its pod's ridge start before any gradient step),
+   ``ridge_quintile`` / ``ridge_softmax`` and ``boosted_quintile`` / ``boosted_softmax`` (the ridge
+   of ``backtests.linear`` and the LightGBM ranker of ``backtests.boosted``, each fitted once a
+   market, traded top 20% equal weight and the champion's way), ``ppo`` (with ``--with-ppo``: the
+   champion of a PPO tournament of ``--ppo-budget`` env-steps, the demo preset's pool), ``oracle``
+   (the planted predictor, ``data.synthetic.planted_predictor``, traded the champion's way) and
+   ``oracle_quintile`` (the same top 20%: what any learner could at best find). Each keeps its
+   verdict, alpha per day and p-value, Sharpe, turnover and costs.
 
 Levels: ``--levels`` are ``data.synthetic``'s ``signal`` of the shape ``--shape`` (the default
 ``minute_momentum``: the rows and settings of earlier runs read as before); ``--ic`` states them
@@ -29,9 +32,11 @@ instead of building them again (their ``oracle`` is the shape's that ran them, `
 
 Each market's row is appended to ``--out`` (JSON lines, one atomic append per market) when it ends;
 a rerun with the same settings reads the rows back and skips the markets already done, so a long run
-can stop and resume. The table: per level and strategy the power (share of markets significant) with
-its two-sided 95% Clopper-Pearson interval; at level 0 the false-positive rate and its one-sided 95%
-upper bound.
+can stop and resume (a row written before a column the run writes is run again, with the same seed;
+rows written before these columns read with ``linear`` as ``ridge_quintile`` and ``oracle`` as
+``oracle_quintile``). The table: per level and column the power (share of markets significant) with
+its two-sided 95% Clopper-Pearson interval, the median p-value and the median test Sharpe; at level
+0 the false-positive rate and its one-sided 95% upper bound; a column no row holds shows "-".
 
     .venv/bin/python benchmarks/power_table.py                     # full size: 16 markets a level, 48 nulls
     .venv/bin/python benchmarks/power_table.py --levels 0 0.42 --markets 2 --nulls 2 --budget 100000
@@ -62,22 +67,21 @@ import torch  # noqa: E402
 from scipy.stats import beta as beta_distribution  # noqa: E402
 
 from agents.ensemble import load_policy  # noqa: E402
-from app.config import Config, to_env_params  # noqa: E402
+from app.config import Config, to_env_params, to_learner_args  # noqa: E402
 from app.runs import RunDir  # noqa: E402
 from app.workflows.training import train_tournament  # noqa: E402
-from backtests import engine, report  # noqa: E402
-from backtests.linear import fit_linear, top_weights  # noqa: E402
-from backtests.metrics import TRADING_DAYS_PER_YEAR
-from backtests.metrics_model import ExcessFigures, OosTest  # noqa: E402
+from backtests.boosted import fit_boosted  # noqa: E402
+from backtests.linear import fit_linear  # noqa: E402
+from benchmarks.power_columns import COLUMNS, column_policies, upgraded, verdicts  # noqa: E402
 from data.loader import synthetic_market  # noqa: E402
 from data.planted import MINUTE_MOMENTUM, SHAPES  # noqa: E402
 from data.planted_calibration import MAX_TARGET_IC  # noqa: E402
 from data.synthetic import SyntheticSpec, planted_predictor  # noqa: E402
-from envs.observation import TRADABLE, split_obs  # noqa: E402
 
 LEVELS = (0.0, 0.15, 0.25, 0.42, 0.7)
 MIN_TEST_SESSIONS = 126
-STRATEGIES = ("champion", "linear", "oracle")
+#: The PPO column's env-steps: the demo preset's first round (4 pods x 250,000 env-steps).
+PPO_BUDGET = 1_000_000
 DEFAULT_OUT = Path(__file__).resolve().parents[1] / "docs" / "figures" / "power_table.jsonl"
 
 
@@ -105,6 +109,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--cost-rate", type=float, default=None, help="commission (default: the env's)")
     p.add_argument("--first-seed", type=int, default=5000)
     p.add_argument("--workers", type=int, default=0, help="local worker processes (0 = inline)")
+    p.add_argument("--with-ppo", action="store_true", help="add the ppo column (a PPO tournament a market)")
+    p.add_argument("--ppo-budget", type=int, default=PPO_BUDGET, help="env-steps of the PPO tournament")
+    p.add_argument("--ppo-pods", type=int, default=4, help="pods of the PPO tournament (the demo's)")
+    p.add_argument("--ppo-round-steps", type=int, default=250_000, help="its round (the demo's)")
     p.add_argument(
         "--shard",
         default="0/1",
@@ -154,6 +162,8 @@ def settings_key(args: argparse.Namespace) -> str:
         key += ",levels=ic"
     elif args.shape != MINUTE_MOMENTUM:
         key += f",shape={args.shape}"
+    if args.with_ppo:  # (the PPO column's tournament: rows without it keep their key)
+        key += f",ppo={args.ppo_budget}/{args.ppo_pods}/{args.ppo_round_steps}"
     return key
 
 
@@ -224,47 +234,25 @@ def market_splits(config: Config, seed: int):
     )
 
 
-class Oracle:
-    """The planted predictor traded like the linear baseline: at decision ``k`` (bar ``k * interval`` of
-    the window, the ``k``-th call: the engine calls a policy once per decision, in order) the top 20%
-    of the tradable assets by the planted predictor (``planted_predictor``), equal weight."""
-
-    def __init__(self, predictor: np.ndarray, offset: int, interval: int, num_features: int) -> None:
-        self.predictor = torch.as_tensor(predictor, dtype=torch.float32)
-        self.offset, self.interval, self.num_features, self.calls = offset, interval, num_features, 0
-
-    def __call__(self, obs: torch.Tensor) -> torch.Tensor:
-        bar = self.offset + self.calls * self.interval
-        self.calls += 1
-        scores = self.predictor[bar].to(obs.device).expand(obs.shape[0], -1)
-        _, block = split_obs(obs, scores.shape[-1], self.num_features)
-        return top_weights(scores, block[..., TRADABLE] > 0.5)
-
-
-def verdict_row(name: str, policy, test, params, seed: int) -> dict:
-    """``name``'s verdict on the test window (``report.metrics_document``: one look, seeded), traded as
-    a policy (the column ``<name>_rule``: ``linear`` is the name of the baseline column). ``outcome``
-    is the verdict's, which tests the alpha over buy-and-hold (``alpha_p_value``, after the looks);
-    ``p_value`` is the mean excess's, a figure beside it (rows written before the alpha fields lack
-    them)."""
-    column = f"{name}_rule"
-    result = engine.run_backtest(test, params, {column: policy}, baselines=("buy_and_hold", "equal_weight"))
-    doc = report.metrics_document(
-        result, window="test", benchmark="buy_and_hold", seed=seed, annualization=TRADING_DAYS_PER_YEAR
+def ppo_config(args: argparse.Namespace, seed: int, level: float) -> Config:
+    """The PPO column's tournament: the demo preset's pool (``--ppo-pods`` pods in rounds of
+    ``--ppo-round-steps``) for ``--ppo-budget`` env-steps, PPO's defaults otherwise, the same market."""
+    config = config_of(args, seed, level)
+    return config.with_updates(
+        agent={"algo": "ppo", "seed": seed},
+        tournament={
+            "pods": args.ppo_pods,
+            "leaderboard_size": 2 * args.ppo_pods,
+            "round_steps": min(args.ppo_round_steps, args.ppo_budget),
+            "budget_steps": args.ppo_budget,
+        },
     )
-    oos = doc.oos_test or OosTest()
-    excess = oos.excess.get("buy_and_hold") or ExcessFigures()
-    return {
-        "outcome": doc.verdict_outcome,
-        "p_value": excess.p_value_after_looks,
-        "alpha_p_value": excess.alpha_p_value_after_looks,
-        "alpha_per_day": excess.alpha_per_day,
-        "beta": excess.beta,
-        "psr": oos.psr_after_looks,
-        "excess_per_day": excess.mean_per_day,
-        "sharpe": doc.strategies[column].sharpe_ratio,
-        "turnover": doc.strategies[column].turnover,
-    }
+
+
+def champion_of(config: Config, home: Path, run: str, splits) -> tuple[object, object]:
+    """The tournament's result and its champion (on the CPU)."""
+    result = train_tournament(config, home, run=run, splits=splits)
+    return result, load_policy(RunDir(home, run).champion, device="cpu")
 
 
 def run_market(args: argparse.Namespace, level: float, index: int) -> dict:
@@ -286,16 +274,26 @@ def run_market(args: argparse.Namespace, level: float, index: int) -> dict:
         predictor = planted_predictor(spec)
         if predictor.shape[0] != splits.full.num_steps:
             raise SystemExit("error: the planted predictor does not line up with the market's bars")
-        data_s = time.perf_counter() - start
-        result = train_tournament(config, home, run="power", splits=splits)
-        train_s = time.perf_counter() - start - data_s
-        champion = load_policy(RunDir(home, "power").champion, device="cpu")
+        clock = {"data_s": time.perf_counter() - start}
+        result, champion = champion_of(config, home, "power", splits)
+        clock["tournament_s"] = time.perf_counter() - start - sum(clock.values())
+        policies = {"champion": champion}
+        extra = {}
+        if args.with_ppo:
+            ppo_result, policies["ppo"] = champion_of(ppo_config(args, seed, level), home, "ppo", splits)
+            extra = {"ppo_env_steps": ppo_result.env_steps, "ppo_pods_tried": ppo_result.pods_tried}
+            clock["ppo_s"] = time.perf_counter() - start - sum(clock.values())
         params = to_env_params(config.env)
-        test = splits.test
-        linear = fit_linear(splits.train, splits.valid, params.decision_interval)
-        oracle = Oracle(
-            predictor, splits.full.num_steps - test.num_steps, params.decision_interval, test.num_features
-        )
+        fitted = {
+            "linear": fit_linear(splits.train, splits.valid, params.decision_interval),
+            "boosted": fit_boosted(splits.train, splits.valid, params.decision_interval),
+        }
+        clock["fit_s"] = time.perf_counter() - start - sum(clock.values())
+        learner = to_learner_args(config)
+        policies.update(column_policies(splits, params, learner, fitted, predictor))
+        policies = {name: policies[name] for name in COLUMNS if name in policies}
+        judged = verdicts(splits.test, params, policies, seed)
+        clock["backtest_s"] = time.perf_counter() - start - sum(clock.values())
         row = {
             "settings_key": settings_key(args),
             "level": level,
@@ -304,24 +302,33 @@ def run_market(args: argparse.Namespace, level: float, index: int) -> dict:
             "shape": row_shape(args, level),
             "oracle_shape": args.shape,
             "strength": spec.strength,
-            "test_sessions": len(np.unique(test.session_dates())),
+            "test_sessions": len(np.unique(splits.test.session_dates())),
             "env_steps": result.env_steps,
             "pods_tried": result.pods_tried,
-            "linear_valid_ic": linear.valid_ic,
-            "linear_penalty": linear.penalty,
+            **extra,
+            "linear_valid_ic": fitted["linear"].valid_ic,
+            "linear_penalty": fitted["linear"].penalty,
+            "boosted_valid_ic": fitted["boosted"].valid_ic,
+            "boosted_trees": fitted["boosted"].num_trees,
+            "columns": list(judged),
+            **judged,
         }
-        for name, policy in (("champion", champion), ("linear", linear), ("oracle", oracle)):
-            row[name] = verdict_row(name, policy, test, params, seed)
         row["wall_s"] = round(time.perf_counter() - start, 1)
-        row["data_s"], row["tournament_s"] = round(data_s, 1), round(train_s, 1)
+        row.update({key: round(value, 1) for key, value in clock.items()})
         return row
     finally:
         shutil.rmtree(home, ignore_errors=True)
 
 
+def run_columns(args: argparse.Namespace) -> tuple[str, ...]:
+    """The columns a run of ``args`` writes."""
+    return tuple(c for c in COLUMNS if c != "ppo" or args.with_ppo)
+
+
 def load_rows(path: Path, key: str, shapes: tuple[str, ...] = ()) -> dict[tuple[float, int], dict]:
     """The rows of ``path`` run with settings ``key`` (and, given ``shapes``, of those shapes: rows
-    written before rows had a shape are ``minute_momentum``'s)."""
+    written before rows had a shape are ``minute_momentum``'s), with today's column names
+    (``power_columns.upgraded``); of two rows of one market, the later."""
     if not path.exists():
         return {}
     rows = {}
@@ -333,7 +340,7 @@ def load_rows(path: Path, key: str, shapes: tuple[str, ...] = ()) -> dict[tuple[
         except ValueError as exc:
             sys.exit(f"error: {path}:{number}: not a power-table row ({exc})")
         if row.get("settings_key") == key and (not shapes or row.get("shape", MINUTE_MOMENTUM) in shapes):
-            rows[(float(row["level"]), int(row["index"]))] = row
+            rows[(float(row["level"]), int(row["index"]))] = upgraded(row)
     return rows
 
 
@@ -363,13 +370,21 @@ def upper_95(k: int, n: int) -> float | None:
     return 1.0 if k == n else float(beta_distribution.ppf(0.95, k + 1, n - k))
 
 
+def _median(values: list) -> float | None:
+    finite = [v for v in values if v is not None and math.isfinite(v)]
+    return float(np.median(finite)) if finite else None
+
+
 def table(rows: list[dict]) -> list[dict]:
+    """Per level and column: the power (share of the markets that hold the column found significant)
+    with its two-sided 95% Clopper-Pearson interval and one-sided 95% upper bound (the
+    false-positive rate's at level 0), the median p-values (the mean excess's; the alpha's, which
+    the verdict tests: rows written before the alpha fields lack it) and the median test Sharpe."""
     out = []
     for level in sorted({r["level"] for r in rows}):
-        mine = [r for r in rows if r["level"] == level]
-        for name in STRATEGIES:
-            k = sum(r[name]["outcome"] == "significant" for r in mine)
-            n = len(mine)
+        for name in COLUMNS:
+            mine = [r[name] for r in rows if r["level"] == level and r.get(name) is not None]
+            k, n = sum(c["outcome"] == "significant" for c in mine), len(mine)
             low, high = interval(k, n)
             out.append(
                 {
@@ -381,11 +396,9 @@ def table(rows: list[dict]) -> list[dict]:
                     "ci95_low": low,
                     "ci95_high": high,
                     "upper_95_one_sided": upper_95(k, n),
-                    "median_p": float(
-                        np.median([r[name]["p_value"] for r in mine if r[name]["p_value"] is not None])
-                    )
-                    if any(r[name]["p_value"] is not None for r in mine)
-                    else None,
+                    "median_p": _median([c.get("p_value") for c in mine]),
+                    "median_alpha_p": _median([c.get("alpha_p_value") for c in mine]),
+                    "median_sharpe": _median([c.get("sharpe") for c in mine]),
                 }
             )
     return out
@@ -395,22 +408,45 @@ def _fmt(value: float | None, spec: str) -> str:
     return "n/a" if value is None or not math.isfinite(value) else format(value, spec)
 
 
+def print_table(result: list[dict]) -> None:
+    """The table as text: a column no row of a level holds shows "-"."""
+    print(
+        f"{'level':>6} {'strategy':>16} {'markets':>7} {'signif.':>7} {'power':>6}  {'95% CI':<14}"
+        f" {'median alpha p':>14} {'median Sharpe':>13}"
+    )
+    for r in result:
+        if r["markets"] == 0:
+            print(
+                f"{r['level']:>6} {r['strategy']:>16} {'-':>7} {'-':>7} {'-':>6}  {'-':<14} {'-':>14} {'-':>13}"
+            )
+            continue
+        ci = f"[{_fmt(r['ci95_low'], '.2f')}, {_fmt(r['ci95_high'], '.2f')}]"
+        print(
+            f"{r['level']:>6} {r['strategy']:>16} {r['markets']:>7} {r['significant']:>7}"
+            f" {_fmt(r['power'], '.2f'):>6}  {ci:<14} {_fmt(r['median_alpha_p'], '.2g'):>14}"
+            f" {_fmt(r['median_sharpe'], '.2f'):>13}"
+        )
+
+
 def main(argv: list[str] | None = None) -> list[dict]:
     args = parse_args(argv)
     key = settings_key(args)
     done = load_rows(args.out, key, (args.shape, "null"))
     if not args.table_only:
         torch.set_num_threads(1)
+        wanted = run_columns(args)
         for level in args.levels:
             shard, shards = args.shard
             for index in range(args.nulls if level == 0 else args.markets):
-                if (float(level), index) in done or index % shards != shard:
+                have = done.get((float(level), index))
+                # a row written before a column this run writes is run again (the same seed)
+                if (have is not None and set(wanted) <= set(have["columns"])) or index % shards != shard:
                     continue
                 row = run_market(args, level, index)
                 append_row(args.out, row)
                 done[(float(level), index)] = row
                 summary = ", ".join(
-                    f"{n} {row[n]['outcome']} (p {_fmt(row[n]['p_value'], '.2g')})" for n in STRATEGIES
+                    f"{n} {row[n]['outcome']} (p {_fmt(row[n]['alpha_p_value'], '.2g')})" for n in wanted
                 )
                 print(
                     f"level {level} market {index}: {summary}; {row['wall_s']} s", file=sys.stderr, flush=True
@@ -421,15 +457,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         print(json.dumps({"settings": key, "shape": args.shape, "table": result}, indent=2))
     else:
         print(f"settings: {key}; shape {args.shape}, levels as {'daily IC' if args.ic else 'signal'}")
-        print(
-            f"{'level':>6} {'strategy':>9} {'markets':>7} {'signif.':>7} {'power':>6}  95% CI         median excess p"
-        )
-        for r in result:
-            ci = f"[{_fmt(r['ci95_low'], '.2f')}, {_fmt(r['ci95_high'], '.2f')}]"
-            print(
-                f"{r['level']:>6} {r['strategy']:>9} {r['markets']:>7} {r['significant']:>7}"
-                f" {_fmt(r['power'], '.2f'):>6}  {ci:<14} {_fmt(r['median_p'], '.2g')}"
-            )
+        print_table(result)
     return result
 
 

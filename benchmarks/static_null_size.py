@@ -61,7 +61,7 @@ class EqualWeight:
 def run_market(args: argparse.Namespace, seed: int) -> dict:
     start = time.perf_counter()
     config = power_table.config_of(args, seed, 0.0)
-    test = power_table.market_splits(config, seed, 0.0).test
+    test = power_table.market_splits(config, seed).test
     policy = EqualWeight(test.num_assets, test.num_features)
     result = engine.run_backtest(
         test, to_env_params(config.env), {"static_rule": policy}, baselines=("buy_and_hold", "equal_weight")

@@ -14,6 +14,8 @@ from data.synthetic import SyntheticSpec, generate, planted_predictor
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import power_table  # noqa: E402
 
+from benchmarks import power_columns  # noqa: E402
+
 
 def test_the_planted_predictor_is_the_trailing_idiosyncratic_sum_and_predicts():
     spec = SyntheticSpec(num_tickers=8, num_sessions=6, seed=3, signal=1.0)
@@ -45,13 +47,20 @@ def test_clopper_pearson_bounds():
 def test_rows_are_appended_and_read_back_by_settings(tmp_path):
     args = power_table.parse_args(["--out", str(tmp_path / "rows.jsonl"), "--budget", "1000"])
     key = power_table.settings_key(args)
-    outcome = {"outcome": "significant", "p_value": 0.01}
-    row = {"settings_key": key, "level": 0.42, "index": 0, **dict.fromkeys(power_table.STRATEGIES, outcome)}
+    outcome = {"outcome": "significant", "p_value": 0.01, "sharpe": 2.0}
+    columns = list(power_columns.COLUMNS)
+    row = {
+        "settings_key": key,
+        "level": 0.42,
+        "index": 0,
+        "columns": columns,
+        **dict.fromkeys(columns, outcome),
+    }
     power_table.append_row(args.out, row)
     power_table.append_row(args.out, {**row, "settings_key": "other"})
     assert power_table.load_rows(args.out, key) == {(0.42, 0): row}
     (line,) = power_table.table([row])[:1]
-    assert (line["markets"], line["significant"], line["power"]) == (1, 1, 1.0)
+    assert (line["markets"], line["significant"], line["power"], line["median_sharpe"]) == (1, 1, 1.0, 2.0)
 
 
 def test_a_test_window_under_126_sessions_is_refused():
@@ -120,3 +129,121 @@ def test_rows_of_another_shape_are_not_read_back(tmp_path):
     for row in rows:
         power_table.append_row(args.out, row)
     assert set(power_table.load_rows(args.out, key, ("minute_momentum", "null"))) == {(0.0, 0), (0.05, 1)}
+
+
+def test_rows_written_before_the_columns_read_with_their_new_names_and_absent_columns_show_a_dash(
+    tmp_path, capsys
+):
+    args = power_table.parse_args(["--out", str(tmp_path / "rows.jsonl")])
+    key = power_table.settings_key(args)
+    old = {
+        "settings_key": key,
+        "level": 0.42,
+        "index": 0,
+        "champion": {"outcome": "significant", "p_value": 0.01, "sharpe": 3.0},
+        "linear": {"outcome": "not significant", "p_value": 0.4, "sharpe": 1.0},
+        "oracle": {"outcome": "significant", "p_value": 0.001, "sharpe": 5.0},
+    }
+    power_table.append_row(args.out, old)
+    (row,) = power_table.load_rows(args.out, key).values()
+    assert row["columns"] == ["champion", "ridge_quintile", "oracle_quintile"]
+    assert row["ridge_quintile"] == old["linear"] and row["oracle_quintile"] == old["oracle"]
+    lines = {r["strategy"]: r for r in power_table.table([row])}
+    assert lines["ridge_quintile"]["median_sharpe"] == 1.0 and lines["oracle"]["markets"] == 0
+    power_table.print_table(power_table.table([row]))
+    text = capsys.readouterr().out
+    boosted = next(line for line in text.splitlines() if " boosted_softmax " in line)
+    assert boosted.split()[2:] == ["-"] * 6
+    # a run of today's columns runs that market again rather than keeping the old row
+    assert not set(power_table.run_columns(args)) <= set(row["columns"])
+
+
+def test_the_table_gives_each_column_its_own_markets_power_interval_and_median_sharpe():
+    def entry(outcome, sharpe):
+        return {"outcome": outcome, "p_value": 0.5, "alpha_p_value": 0.5, "sharpe": sharpe}
+
+    rows = [
+        {
+            "level": 0.05,
+            "columns": ["champion", "start"],
+            "champion": entry("significant", s),
+            "start": entry(o, 1.0),
+        }
+        for s, o in ((1.0, "significant"), (2.0, "not significant"), (4.0, "not significant"))
+    ]
+    lines = {r["strategy"]: r for r in power_table.table(rows)}
+    champion, start = lines["champion"], lines["start"]
+    assert (champion["markets"], champion["significant"], champion["median_sharpe"]) == (3, 3, 2.0)
+    assert (start["significant"], start["power"]) == (1, pytest.approx(1 / 3))
+    assert (start["ci95_low"], start["ci95_high"]) == power_table.interval(1, 3)
+    assert lines["ppo"]["markets"] == 0 and lines["ppo"]["power"] is None
+
+
+def test_the_score_head_is_the_champion_start_head():
+    """The softmax head the boosted ranker and the oracle trade through gives the champion's own
+    network's action when handed the ridge's scores (up to the network's input clip, not reached)."""
+    import torch
+
+    from agents.args import DirectArgs
+    from backtests.linear import fit_linear
+    from data.loader import synthetic_market
+    from envs.observation import FEATURES, split_obs
+    from envs.trading import EnvParams
+
+    splits = synthetic_market(
+        num_tickers=6, num_sessions=8, seed=3, signal=1.0, train_frac=0.5, valid_frac=0.25
+    )
+    params, args = EnvParams(), DirectArgs()
+    interval = int(params.decision_interval)
+    linear = fit_linear(splits.train, splits.valid, interval, penalties=(1e-2,))
+    assert linear.coef.any()
+    policy = power_columns.start_policy(splits.train, params, args, linear)
+    decisions, fit_rows = power_columns.fit_rows_of(splits.train, interval, args)
+    coef = linear.coef.to(torch.float32)
+
+    def ridge(obs):
+        _, block = split_obs(obs, 6, splits.train.num_features)
+        return block[..., FEATURES] @ coef
+
+    head = power_columns.ScoreSoftmax.calibrated(
+        ridge, decisions.features[:fit_rows] @ coef, decisions.tradable[:fit_rows], args
+    )
+    from agents.direct import observation
+
+    gen = torch.Generator().manual_seed(0)
+    held = torch.softmax(torch.randn(5, 7, generator=gen), dim=-1)[:, :6]
+    obs = observation(held, decisions, torch.arange(5) * 7)
+    torch.testing.assert_close(head(obs), policy.act(obs), atol=1e-5, rtol=1e-4)
+    assert head.rebalance_rate == policy.config.rebalance_rate == args.rebalance_rate
+
+
+@pytest.mark.slow
+def test_one_tiny_market_gives_every_column_and_its_fields_and_one_backtest_judges_as_separate_ones(
+    tmp_path,
+):
+    """A market of 8 tickers over 20 sessions (seed 17, outside the plan's seeds), tiny tournaments."""
+    args = power_table.parse_args(
+        ["--out", str(tmp_path / "rows.jsonl"), "--with-ppo", "--ppo-budget", "2048"]
+    )
+    args.tickers, args.sessions, args.train_frac, args.valid_frac = 8, 20, 0.25, 0.5
+    args.budget, args.round_steps, args.first_seed, args.ppo_pods = 1024, 1024, 17, 1
+    row = power_table.run_market(args, 0.42, 0)
+    assert row["seed"] == 17 + 42_000
+    assert row["columns"] == list(power_columns.COLUMNS)
+    for name in power_columns.COLUMNS:
+        assert set(row[name]) == set(power_columns.FIELDS), name
+        assert row[name]["outcome"] in ("significant", "not significant", "not measurable"), name
+        assert row[name]["turnover"] is not None and row[name]["costs"] is not None, name
+    assert row["ppo_env_steps"] >= 2048 and row["env_steps"] >= 1024
+    # the one batched backtest judges a column as a backtest of that column alone does
+    config = power_table.config_of(args, row["seed"], 0.42)
+    splits = power_table.market_splits(config, row["seed"])
+    params = power_table.to_env_params(config.env)
+    from backtests.linear import fit_linear
+
+    linear = fit_linear(splits.train, splits.valid, params.decision_interval)
+    start = power_columns.start_policy(splits.train, params, power_table.to_learner_args(config))
+    alone = power_columns.verdicts(splits.test, params, {"ridge_quintile": linear}, row["seed"])
+    assert alone["ridge_quintile"] == row["ridge_quintile"]
+    alone = power_columns.verdicts(splits.test, params, {"start": start}, row["seed"])
+    assert alone["start"] == row["start"]
