@@ -35,7 +35,8 @@ from envs.vec_env import TradingVecEnv  # noqa: E402
 
 #: The pilot, fixed before running: two planted markets and the demo's.
 MARKETS = ("planted:970000", "planted:970001", "demo:0")
-START_HORIZONS = (1, 26)
+#: Learner arms ``start_horizon:horizon:rebalance_rate``: today's default, the next-session start.
+ARMS = ("1:16:0.2", "26:16:0.2")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -44,6 +45,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--tickers", type=int, default=40)
     p.add_argument("--sessions", type=int, default=100)
     p.add_argument("--steps", type=int, default=100_000, help="each learner's env-steps")
+    p.add_argument("--arms", nargs="+", default=list(ARMS), help="start_horizon:horizon:rebalance_rate")
     p.add_argument("--out", type=Path, default=None, help="append each market's row (JSON lines)")
     return p.parse_args(argv)
 
@@ -58,19 +60,34 @@ def market_of(kind: str, seed: int, args: argparse.Namespace):
     return synthetic_market(num_tickers=args.tickers, num_sessions=args.sessions, seed=seed, **extra)
 
 
+def arm_name(arm: str) -> str:
+    """``direct_h1`` for the default arm ``1:16:0.2`` (the rows of the first runs), else the arm's
+    settings: ``direct_h26_p52_r0.05``."""
+    start_h, horizon, rate = arm.split(":")
+    if (horizon, rate) == ("16", "0.2"):
+        return f"direct_h{start_h}"
+    return f"direct_h{start_h}_p{horizon}_r{rate}"
+
+
 def run_market(spec: str, args: argparse.Namespace) -> dict:
     kind, seed = spec.split(":")
     start = time.perf_counter()
     splits = market_of(kind, int(seed), args)
     params = EnvParams()
     row: dict = {"market": spec, "tickers": args.tickers, "sessions": args.sessions, "steps": args.steps}
-    for h in START_HORIZONS:
+    for arm in args.arms:
+        start_h, horizon, rate = arm.split(":")
         learner = DirectArgs(
-            seed=int(seed), total_steps=args.steps, batch_paths=32, horizon=16, start_horizon=h
+            seed=int(seed),
+            total_steps=args.steps,
+            batch_paths=32,
+            horizon=int(horizon),
+            start_horizon=int(start_h),
+            rebalance_rate=float(rate),
         )
         env = TradingVecEnv(splits.train, params, num_envs=1, seed=0)
         policy = direct.train(learner, env).policy
-        row[f"direct_h{h}"] = verdict_row(f"direct_h{h}", policy, splits.test, params, int(seed))
+        row[arm_name(arm)] = verdict_row(arm_name(arm), policy, splits.test, params, int(seed))
     interval = params.decision_interval
     row["linear"] = verdict_row(
         "linear", fit_linear(splits.train, splits.valid, interval), splits.test, params, 0
@@ -92,10 +109,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
             with args.out.open("a") as fh:
                 fh.write(json.dumps(row) + "\n")
         print(f"{spec}  ({row['wall_s']} s)")
-        for name in (*(f"direct_h{h}" for h in START_HORIZONS), "linear", "boosted"):
+        for name in (*(arm_name(a) for a in args.arms), "linear", "boosted"):
             v = row[name]
             print(
-                f"  {name:10s} alpha/day {100 * (v['alpha_per_day'] or 0):+.3f}%  p {v['alpha_p_value']:.3f}  "
+                f"  {name:22s} alpha/day {100 * (v['alpha_per_day'] or 0):+.3f}%  p {v['alpha_p_value']:.3f}  "
                 f"Sharpe {v['sharpe']:.2f}  turnover/day {v['turnover']:.2f}  {v['outcome']}"
             )
         sys.stdout.flush()
