@@ -218,6 +218,9 @@ class DirectArgs:
     """a fresh policy starts as the softmax of a ridge fit on the train window (agents.linear_start)"""
     top_mass: float = 0.5
     """linear start: the softmax temperature puts this share of the book on the top 20% by score"""
+    start_horizon: int = 1
+    """linear start: decisions the ridge's target return spans (1: the next interval; 26: the next
+    session at 15-minute decisions of 390-minute sessions)"""
     eval_every: int = 50_000
     """env-steps between calls of eval_fn (it is also called once at the end)"""
 
@@ -229,6 +232,7 @@ class DirectArgs:
             "batch_paths",
             "holdout_every",
             "max_grad_norm",
+            "start_horizon",
         )
         for name in positive:
             if getattr(self, name) <= 0:

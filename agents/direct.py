@@ -203,9 +203,9 @@ def start_from_linear(
 ) -> LinearStart:
     """Warm-start a fresh policy from the ridge of the train window's fit rows (agents.linear_start):
     the observation statistics fitted on the book its top quantile holds (equal weights for the zero
-    model), then the skip set. ``start``: that ridge already fitted (the same rows and ``top_mass``:
-    a population's fresh pods share it); returns the ridge."""
-    start = start or fit_linear_start(decisions, fit_rows, args.top_mass)
+    model), then the skip set. ``start``: that ridge already fitted (the same rows, ``top_mass`` and
+    ``start_horizon``: a population's fresh pods share it); returns the ridge."""
+    start = start or fit_linear_start(decisions, fit_rows, args.top_mass, args.start_horizon)
     rows = torch.arange(fit_rows, device=decisions.features.device)
     tradable = decisions.tradable[:fit_rows]
     if start.is_zero:

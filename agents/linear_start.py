@@ -5,9 +5,11 @@ A per-asset network started from small random weights holds nearly equal weights
 regression finds in closed form. So a fresh direct policy (``DirectArgs.linear_start``) starts from
 the linear baseline (``backtests.linear``) fitted on the **train window only**:
 
-- **fit**: ridge of each asset's next-interval return (fill bar's open to the mark's close, demeaned
-  across assets) on its features (demeaned the same way), on the train window's decisions before the
-  learner's held-out tail; the penalty is the one of ``backtests.linear.PENALTIES`` with the best
+- **fit**: ridge of each asset's return over the next ``DirectArgs.start_horizon`` decisions (fill
+  bar's open to the close ``start_horizon`` decisions on, demeaned across assets; 1: the next
+  interval, the linear baseline's target; a session's decisions: the next session, where a daily edge
+  pays) on its features (demeaned the same way), on the train window's decisions before the
+  learner's held-out tail (those whose target reaches into it left out); the penalty is the one of ``backtests.linear.PENALTIES`` with the best
   mean information coefficient on that held-out tail; none positive: the zero model (no asset
   preferred: the policy starts at equal weights, as the linear baseline's zero model holds). The
   tournament's validation window is never read.
@@ -68,10 +70,24 @@ class LinearStart:
         return features @ self.coef.to(features.device, torch.float32)
 
 
-def _panel(d: DecisionBars, rows: slice) -> DecisionRows:
+def forward_returns(d: DecisionBars, horizon: int) -> Tensor:
+    """``(K - horizon + 1, A)`` float64: row ``k``'s return from its fill bar's open to the close of
+    decision bar ``k + horizon`` (``horizon = 1``: ``hold``), compounded from the rows' ``hold`` and
+    the ``gap`` between them (a decision bar's close to its fill bar's open)."""
+    hold = torch.log1p(d.hold.to(torch.float64))
+    if horizon == 1:
+        return d.hold.to(torch.float64)
+    # g[k] = hold of row k, then the gap of row k + 1: row k's growth up to row k + 1's fill.
+    g = hold[:-1] + torch.log1p(d.gap[1:].to(torch.float64))
+    c = torch.cat([g.new_zeros(1, g.shape[1]), g.cumsum(dim=0)])
+    k = hold.shape[0] - horizon + 1
+    return torch.expm1(c[horizon - 1 : horizon - 1 + k] - c[:k] + hold[horizon - 1 :])
+
+
+def _panel(d: DecisionBars, rows: slice, y: Tensor) -> DecisionRows:
     return DecisionRows(
         x=d.features[rows].to(torch.float64),
-        y=d.hold[rows].to(torch.float64),
+        y=y[rows],
         ok=d.tradable[rows] & d.fill_ok[rows],
     )
 
@@ -101,10 +117,14 @@ def temperature_for(scores: Tensor, tradable: Tensor, mass: float) -> float:
     return math.exp(0.5 * (lo + hi))
 
 
-def fit_linear_start(d: DecisionBars, fit_rows: int, mass: float) -> LinearStart:
-    """The ridge of the rows ``[0, fit_rows)`` with its penalty chosen on ``[fit_rows, K)``; the zero
-    model when no penalty has a positive held-out information coefficient."""
-    fit, tail = _panel(d, slice(0, fit_rows)), _panel(d, slice(fit_rows, None))
+def fit_linear_start(d: DecisionBars, fit_rows: int, mass: float, horizon: int = 1) -> LinearStart:
+    """The ridge of the rows ``[0, fit_rows)`` with its penalty chosen on ``[fit_rows, K)``, its target
+    the return over the next ``horizon`` decisions (:func:`forward_returns`; the rows whose target
+    reaches past their block's end left out, so no fit row reads a held-out return); the zero model
+    when no penalty has a positive held-out information coefficient."""
+    y = forward_returns(d, horizon)
+    ends = (max(0, fit_rows - horizon + 1), y.shape[0])
+    fit, tail = _panel(d, slice(0, ends[0]), y), _panel(d, slice(fit_rows, max(fit_rows, ends[1])), y)
     zero = LinearStart(
         coef=torch.zeros(d.features.shape[-1], device=d.features.device),
         penalty=math.inf,

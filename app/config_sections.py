@@ -230,6 +230,7 @@ class AgentConfig(Section):
     objective: Literal["excess_sharpe", "sharpe"] = setting(DirectArgs, "objective")
     linear_start: bool = setting(DirectArgs, "linear_start")
     top_mass: float = setting(DirectArgs, "top_mass", gt=0, lt=1)
+    start_horizon: int = setting(DirectArgs, "start_horizon", ge=1)
     asset_layers: int = setting(PPOArgs, "asset_layers", ge=0)
     init_log_std: float = setting(PPOArgs, "init_log_std", ge=-10, le=2)
     norm_obs: bool = setting(PPOArgs, "norm_obs")

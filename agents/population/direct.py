@@ -58,12 +58,12 @@ def start_direct_pod(
     policy: Policy, args: DirectArgs, market: Any, interval: int, fitted: dict[Any, Any] | None = None
 ) -> None:
     """A fresh pod's ridge start (``agents.linear_start``), as ``agents.direct.train`` makes it;
-    ``fitted`` keeps the ridges fitted so far on ``market`` (by ``holdout_frac`` and ``top_mass``), so
-    a round's fresh pods fit it once."""
+    ``fitted`` keeps the ridges fitted so far on ``market`` (by ``holdout_frac``, ``top_mass`` and
+    ``start_horizon``), so a round's fresh pods fit each once."""
     if args.linear_start:
         decisions = decisions_of(market, interval)
         fitted = {} if fitted is None else fitted
-        key = (args.holdout_frac, args.top_mass)
+        key = (args.holdout_frac, args.top_mass, args.start_horizon)
         fitted[key] = start_from_linear(policy, decisions, _split(decisions, args)[1], args, fitted.get(key))
 
 
