@@ -15,11 +15,13 @@ verdict tests) over the alpha of what is in charge AND over buy-and-hold both re
 the level
 (``backtests.anytime``: betting e-processes, valid whichever night the book stops; the ``k``-th
 challenger ever entered is tested at ``anytime.challenger_level(level, k)``, so all of them together,
-retired ones included, keep the chance of any false promotion at most the level). A challenger is
-judged against the champion in charge: when the in-charge changes (a promotion, a demotion, a change
-by hand), each challenger's test against it restarts on the sessions after the change
-(:func:`restart_against_in_charge`), so evidence against an earlier champion never counts against
-the new one; its test against buy-and-hold goes on.
+retired ones included, keep the chance that any challenger without alpha over buy-and-hold is ever
+promoted at most the level). A challenger is judged against the champion in charge: when the
+in-charge changes (a promotion, a demotion, a change by hand), each challenger's test against it
+restarts on the sessions after the change (:func:`restart_against_in_charge`), so evidence against
+an earlier champion never counts against the new one; its test against buy-and-hold goes on. The
+bound against the in-charge holds per tenure: a challenger with alpha over buy-and-hold but none
+over any champion gets one try at its share per change of in-charge.
 
 **The bound** (:func:`enter`): at most ``slots`` challengers are tested at once. When the book is full
 the oldest non-promising one retires to make room (tested for at least ``min_sessions`` sessions,
@@ -366,11 +368,14 @@ def expire(book: ShadowBook, settings: ShadowSettings = ShadowSettings()) -> Sha
 
 def promising(ch: ShadowChallenger, settings: ShadowSettings) -> bool:
     """Still worth its slot: tested for fewer than ``min_sessions`` sessions, or its wealth is above 1
-    against both buy-and-hold and what is in charge."""
+    against buy-and-hold and, once it has ``min_sessions`` sessions under the in-charge now in charge,
+    against that one too (a test restarted by a change of in-charge has no evidence yet, and none
+    against it)."""
     if len(ch.dates) < settings.min_sessions:
         return True
     charge, bench = _current(ch)
-    return charge > 0.0 and bench > 0.0
+    under_charge = len(ch.dates) - ch.charge_from
+    return bench > 0.0 and (charge > 0.0 or under_charge < settings.min_sessions)
 
 
 def enter(

@@ -123,6 +123,18 @@ def test_a_demotion_and_a_change_by_hand_restart_the_tests_against_the_in_charge
     assert shadow.evidence(demoted.challengers[0]).log_wealth_champion == 0.0
 
 
+def test_a_restarted_test_against_the_in_charge_does_not_make_a_challenger_spent():
+    # "c" earned against buy-and-hold for 30 sessions; a new champion takes charge: its restarted test
+    # has no evidence yet, so it keeps its slot until it has min_sessions under the new in-charge.
+    settings = ShadowSettings(min_sessions=20)
+    book = _record(_book_with(["c"], settings), 30, {"c": [0.01] * 30}, [0.0] * 30)
+    book = shadow.follow_champion(book, "new", "/champions/new", DAYS[29])
+    assert shadow.promising(book.challengers[0], settings)
+    trailing = {"c": [0.01] * 30 + [-0.01] * 20}
+    later = shadow.record_sessions(book, DAYS[:50], trailing, [0.0] * 50, [0.0] * 50)
+    assert not shadow.promising(later.challengers[0], settings)  # 20 sessions trailing the new one
+
+
 def test_a_champion_whose_edge_is_gone_is_demoted():
     rng = np.random.default_rng(2)
     n = 120
