@@ -42,6 +42,7 @@ its two-sided 95% Clopper-Pearson interval, the median p-value and the median te
     .venv/bin/python benchmarks/power_table.py --levels 0 0.42 --markets 2 --nulls 2 --budget 100000
     .venv/bin/python benchmarks/power_table.py --table-only        # the table of the rows so far
     .venv/bin/python benchmarks/power_table.py --levels 0 --shard 1/2   # odd-numbered markets only
+    .venv/bin/python benchmarks/power_table.py --jobs 2            # shards 0/2 and 1/2 side by side
     .venv/bin/python benchmarks/power_table.py --shape nonlinear --ic 0 0.02 0.05 --tickers 100
 
 ``--cost-rate`` overrides the commission (the env's default otherwise; the spread, slippage and
@@ -55,6 +56,7 @@ import json
 import math
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -82,6 +84,9 @@ LEVELS = (0.0, 0.15, 0.25, 0.42, 0.7)
 MIN_TEST_SESSIONS = 126
 #: The PPO column's env-steps: the demo preset's first round (4 pods x 250,000 env-steps).
 PPO_BUDGET = 1_000_000
+#: The PPO column's backend: its pods as one batched program (the product's GPU path), on the CPU
+#: 1.17x the local backend's pace at the plan's size (docs/benchmarks.md, Power table plan).
+PPO_BACKEND = "population"
 DEFAULT_OUT = Path(__file__).resolve().parents[1] / "docs" / "figures" / "power_table.jsonl"
 
 
@@ -118,6 +123,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default="0/1",
         help="K/N: run only the markets whose index is K modulo N (N processes side by side share one --out)",
     )
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="processes side by side, one shard each (one intra-op thread each: 2 on a 2-core machine)",
+    )
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON-lines rows (resumable)")
     p.add_argument("--table-only", action="store_true", help="print the table of the rows in --out")
     p.add_argument("--json", action="store_true", help="print the table as JSON")
@@ -140,6 +151,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if not 0 <= k < n:
         p.error(f"--shard: K must be in [0, N), got {args.shard!r}")
     args.shard = (k, n)
+    if args.jobs < 1:
+        p.error(f"--jobs: at least 1, got {args.jobs}")
+    if args.jobs > 1 and args.shard != (0, 1):
+        p.error("--jobs and --shard: give one of them (--jobs N runs the shards 0/N .. N-1/N)")
     return args
 
 
@@ -163,7 +178,7 @@ def settings_key(args: argparse.Namespace) -> str:
     elif args.shape != MINUTE_MOMENTUM:
         key += f",shape={args.shape}"
     if args.with_ppo:  # (the PPO column's tournament: rows without it keep their key)
-        key += f",ppo={args.ppo_budget}/{args.ppo_pods}/{args.ppo_round_steps}"
+        key += f",ppo={args.ppo_budget}/{args.ppo_pods}/{args.ppo_round_steps}/{PPO_BACKEND}"
     return key
 
 
@@ -245,8 +260,20 @@ def ppo_config(args: argparse.Namespace, seed: int, level: float) -> Config:
             "leaderboard_size": 2 * args.ppo_pods,
             "round_steps": min(args.ppo_round_steps, args.ppo_budget),
             "budget_steps": args.ppo_budget,
+            "backend": PPO_BACKEND,
         },
     )
+
+
+def commit() -> str | None:
+    """The checked-out commit the rows are measured on (None outside a git checkout)."""
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent, capture_output=True, text=True
+        )
+    except OSError:
+        return None
+    return out.stdout.strip() or None
 
 
 def champion_of(config: Config, home: Path, run: str, splits) -> tuple[object, object]:
@@ -296,6 +323,7 @@ def run_market(args: argparse.Namespace, level: float, index: int) -> dict:
         clock["backtest_s"] = time.perf_counter() - start - sum(clock.values())
         row = {
             "settings_key": settings_key(args),
+            "commit": commit(),
             "level": level,
             "index": index,
             "seed": seed,
@@ -428,11 +456,26 @@ def print_table(result: list[dict]) -> None:
         )
 
 
+def run_jobs(argv: list[str], jobs: int) -> None:
+    """``jobs`` processes of this script side by side, shard ``k/jobs`` each; exits on a failed one."""
+    script = str(Path(__file__).resolve())
+    children = [
+        subprocess.Popen([sys.executable, script, *argv, "--jobs", "1", "--shard", f"{k}/{jobs}"])
+        for k in range(jobs)
+    ]
+    failed = [k for k, child in enumerate(children) if child.wait() != 0]
+    if failed:
+        sys.exit(f"error: shard(s) {', '.join(f'{k}/{jobs}' for k in failed)} failed; rerun to resume")
+
+
 def main(argv: list[str] | None = None) -> list[dict]:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
     key = settings_key(args)
+    if args.jobs > 1 and not args.table_only:
+        run_jobs([a for a in argv if a != "--json"], args.jobs)
     done = load_rows(args.out, key, (args.shape, "null"))
-    if not args.table_only:
+    if not args.table_only and args.jobs == 1:
         torch.set_num_threads(1)
         wanted = run_columns(args)
         for level in args.levels:

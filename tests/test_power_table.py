@@ -68,6 +68,13 @@ def test_a_test_window_under_126_sessions_is_refused():
         power_table.parse_args(["--sessions", "150"])
 
 
+def test_jobs_run_the_shards_side_by_side_and_refuse_a_shard_beside_them():
+    assert power_table.parse_args(["--jobs", "2"]).jobs == 2
+    for bad in (["--jobs", "0"], ["--jobs", "2", "--shard", "1/2"]):
+        with pytest.raises(SystemExit):
+            power_table.parse_args(bad)
+
+
 def test_shards_split_the_markets_between_processes():
     assert power_table.parse_args([]).shard == (0, 1)
     assert power_table.parse_args(["--shard", "1/2"]).shard == (1, 2)
