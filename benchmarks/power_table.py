@@ -52,6 +52,7 @@ impact stay at their defaults).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -265,8 +266,10 @@ def ppo_config(args: argparse.Namespace, seed: int, level: float) -> Config:
     )
 
 
+@functools.cache
 def commit() -> str | None:
-    """The checked-out commit the rows are measured on (None outside a git checkout)."""
+    """The commit checked out when the process first asks (its first row), the code it runs on
+    (None outside a git checkout)."""
     try:
         out = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent, capture_output=True, text=True
@@ -472,6 +475,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
     key = settings_key(args)
+    commit()  # the code this process runs, read before any market
     if args.jobs > 1 and not args.table_only:
         run_jobs([a for a in argv if a != "--json"], args.jobs)
     done = load_rows(args.out, key, (args.shape, "null"))
