@@ -76,6 +76,7 @@ from app.workflows.training import train_tournament  # noqa: E402
 from backtests.boosted import fit_boosted  # noqa: E402
 from backtests.linear import fit_linear  # noqa: E402
 from benchmarks.power_columns import COLUMNS, column_policies, upgraded, verdicts  # noqa: E402
+from data.features import FEATURE_SETS  # noqa: E402
 from data.loader import synthetic_market  # noqa: E402
 from data.planted import MINUTE_MOMENTUM, SHAPES  # noqa: E402
 from data.planted_calibration import MAX_TARGET_IC  # noqa: E402
@@ -108,6 +109,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--round-steps", type=int, default=50_000)
     p.add_argument("--pods", type=int, default=2)
     p.add_argument("--algo", default="direct", choices=("ppo", "sac", "direct"))
+    p.add_argument(
+        "--features",
+        default="small",
+        choices=FEATURE_SETS,
+        help="the markets' feature set ([data] features): small (eight) or library (26)",
+    )
     p.add_argument("--tickers", type=int, default=40)
     p.add_argument("--sessions", type=int, default=216)
     p.add_argument("--train-frac", type=float, default=60 / 216)
@@ -178,6 +185,8 @@ def settings_key(args: argparse.Namespace) -> str:
         key += ",levels=ic"
     elif args.shape != MINUTE_MOMENTUM:
         key += f",shape={args.shape}"
+    if args.features != "small":  # (rows of the small set, the first, keep their key)
+        key += f",features={args.features}"
     if args.with_ppo:  # (the PPO column's tournament: rows without it keep their key)
         key += f",ppo={args.ppo_budget}/{args.ppo_pods}/{args.ppo_round_steps}/{PPO_BACKEND}"
     return key
@@ -219,6 +228,7 @@ def config_of(args: argparse.Namespace, seed: int, level: float) -> Config:
             "train_frac": args.train_frac,
             "valid_frac": args.valid_frac,
             "seed": seed,
+            "features": args.features,
             **market_spec(args, level),
         },
         env=env,
@@ -247,6 +257,7 @@ def market_splits(config: Config, seed: int):
         valid_frac=data.valid_frac,
         shape=data.shape,
         target_ic=data.target_ic,
+        feature_set=data.features,
     )
 
 

@@ -75,6 +75,15 @@ def test_jobs_run_the_shards_side_by_side_and_refuse_a_shard_beside_them():
             power_table.parse_args(bad)
 
 
+def test_the_feature_set_reaches_the_market_and_the_settings_key():
+    small = power_table.parse_args([])
+    library = power_table.parse_args(["--features", "library"])
+    assert power_table.config_of(library, 5, 0.42).data.features == "library"
+    assert power_table.config_of(small, 5, 0.42).data.features == "small"
+    assert "features" not in power_table.settings_key(small)  # the small set's rows keep their key
+    assert power_table.settings_key(library).endswith(",features=library")
+
+
 def test_shards_split_the_markets_between_processes():
     assert power_table.parse_args([]).shard == (0, 1)
     assert power_table.parse_args(["--shard", "1/2"]).shard == (1, 2)
