@@ -43,6 +43,11 @@ its two-sided 95% Clopper-Pearson interval, the median p-value and the median te
     .venv/bin/python benchmarks/power_table.py --table-only        # the table of the rows so far
     .venv/bin/python benchmarks/power_table.py --levels 0 --shard 1/2   # odd-numbered markets only
     .venv/bin/python benchmarks/power_table.py --jobs 2            # shards 0/2 and 1/2 side by side
+    .venv/bin/python benchmarks/power_table.py --rerun-learner     # after a change to the direct learner
+
+``--rerun-learner`` reruns only the columns the direct learner's code makes (the champion, its start,
+everything traded the champion's way) on markets whose rows are of another commit, and keeps the
+others from those rows (``benchmarks/power_rerun.py``: it refuses when anything else changed).
     .venv/bin/python benchmarks/power_table.py --shape nonlinear --ic 0 0.02 0.05 --tickers 100
 
 ``--cost-rate`` overrides the commission (the env's default otherwise; the spread, slippage and
@@ -52,9 +57,7 @@ impact stay at their defaults).
 from __future__ import annotations
 
 import argparse
-import functools
 import json
-import math
 import os
 import shutil
 import subprocess
@@ -67,7 +70,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from scipy.stats import beta as beta_distribution  # noqa: E402
 
 from agents.ensemble import load_policy  # noqa: E402
 from app.config import Config, to_env_params, to_learner_args  # noqa: E402
@@ -76,6 +78,8 @@ from app.workflows.training import train_tournament  # noqa: E402
 from backtests.boosted import fit_boosted  # noqa: E402
 from backtests.linear import fit_linear  # noqa: E402
 from benchmarks.power_columns import COLUMNS, column_policies, upgraded, verdicts  # noqa: E402
+from benchmarks.power_readout import _fmt, interval, print_table, table, upper_95  # noqa: E402, F401
+from benchmarks.power_rerun import LEARNER_COLUMNS, check_reusable, column_commit, commit, merged  # noqa: E402
 from data.features import FEATURE_SETS  # noqa: E402
 from data.loader import synthetic_market  # noqa: E402
 from data.planted import MINUTE_MOMENTUM, SHAPES  # noqa: E402
@@ -138,6 +142,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="processes side by side, one shard each (one intra-op thread each: 2 on a 2-core machine)",
     )
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON-lines rows (resumable)")
+    p.add_argument(
+        "--rerun-learner",
+        action="store_true",
+        help="after a change to the direct learner alone: rerun its columns on markets that have rows, "
+        "keep the others (benchmarks/power_rerun.py checks that nothing else changed)",
+    )
     p.add_argument("--table-only", action="store_true", help="print the table of the rows in --out")
     p.add_argument("--json", action="store_true", help="print the table as JSON")
     args = p.parse_args(argv)
@@ -277,26 +287,18 @@ def ppo_config(args: argparse.Namespace, seed: int, level: float) -> Config:
     )
 
 
-@functools.cache
-def commit() -> str | None:
-    """The commit checked out when the process first asks (its first row), the code it runs on
-    (None outside a git checkout)."""
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent, capture_output=True, text=True
-        )
-    except OSError:
-        return None
-    return out.stdout.strip() or None
-
-
 def champion_of(config: Config, home: Path, run: str, splits) -> tuple[object, object]:
     """The tournament's result and its champion (on the CPU)."""
     result = train_tournament(config, home, run=run, splits=splits)
     return result, load_policy(RunDir(home, run).champion, device="cpu")
 
 
-def run_market(args: argparse.Namespace, level: float, index: int) -> dict:
+def run_market(
+    args: argparse.Namespace, level: float, index: int, columns: tuple[str, ...] | None = None
+) -> dict:
+    """One market's row: its ``columns`` (every column of the run by default), each judged on the
+    test window; a tournament runs only for a column that needs it."""
+    wanted = run_columns(args) if columns is None else columns
     seed = market_seed(args, level, index)
     config = config_of(args, seed, level)
     start = time.perf_counter()
@@ -316,13 +318,14 @@ def run_market(args: argparse.Namespace, level: float, index: int) -> dict:
         if predictor.shape[0] != splits.full.num_steps:
             raise SystemExit("error: the planted predictor does not line up with the market's bars")
         clock = {"data_s": time.perf_counter() - start}
-        result, champion = champion_of(config, home, "power", splits)
-        clock["tournament_s"] = time.perf_counter() - start - sum(clock.values())
-        policies = {"champion": champion}
-        extra = {}
-        if args.with_ppo:
+        policies, extra = {}, {}
+        if "champion" in wanted:
+            result, policies["champion"] = champion_of(config, home, "power", splits)
+            extra = {"env_steps": result.env_steps, "pods_tried": result.pods_tried}
+            clock["tournament_s"] = time.perf_counter() - start - sum(clock.values())
+        if "ppo" in wanted:
             ppo_result, policies["ppo"] = champion_of(ppo_config(args, seed, level), home, "ppo", splits)
-            extra = {"ppo_env_steps": ppo_result.env_steps, "ppo_pods_tried": ppo_result.pods_tried}
+            extra.update(ppo_env_steps=ppo_result.env_steps, ppo_pods_tried=ppo_result.pods_tried)
             clock["ppo_s"] = time.perf_counter() - start - sum(clock.values())
         params = to_env_params(config.env)
         fitted = {
@@ -332,7 +335,7 @@ def run_market(args: argparse.Namespace, level: float, index: int) -> dict:
         clock["fit_s"] = time.perf_counter() - start - sum(clock.values())
         learner = to_learner_args(config)
         policies.update(column_policies(splits, params, learner, fitted, predictor))
-        policies = {name: policies[name] for name in COLUMNS if name in policies}
+        policies = {name: policies[name] for name in COLUMNS if name in policies and name in wanted}
         judged = verdicts(splits.test, params, policies, seed)
         clock["backtest_s"] = time.perf_counter() - start - sum(clock.values())
         row = {
@@ -345,8 +348,6 @@ def run_market(args: argparse.Namespace, level: float, index: int) -> dict:
             "oracle_shape": args.shape,
             "strength": spec.strength,
             "test_sessions": len(np.unique(splits.test.session_dates())),
-            "env_steps": result.env_steps,
-            "pods_tried": result.pods_tried,
             **extra,
             "linear_valid_ic": fitted["linear"].valid_ic,
             "linear_penalty": fitted["linear"].penalty,
@@ -395,81 +396,6 @@ def append_row(path: Path, row: dict) -> None:
         os.fsync(out.fileno())
 
 
-def interval(k: int, n: int, confidence: float = 0.95) -> tuple[float | None, float | None]:
-    """Two-sided Clopper-Pearson interval of a rate ``k / n``."""
-    if n == 0:
-        return None, None
-    a = (1 - confidence) / 2
-    low = 0.0 if k == 0 else float(beta_distribution.ppf(a, k, n - k + 1))
-    high = 1.0 if k == n else float(beta_distribution.ppf(1 - a, k + 1, n - k))
-    return low, high
-
-
-def upper_95(k: int, n: int) -> float | None:
-    """One-sided 95% Clopper-Pearson upper bound."""
-    if n == 0:
-        return None
-    return 1.0 if k == n else float(beta_distribution.ppf(0.95, k + 1, n - k))
-
-
-def _median(values: list) -> float | None:
-    finite = [v for v in values if v is not None and math.isfinite(v)]
-    return float(np.median(finite)) if finite else None
-
-
-def table(rows: list[dict]) -> list[dict]:
-    """Per level and column: the power (share of the markets that hold the column found significant)
-    with its two-sided 95% Clopper-Pearson interval and one-sided 95% upper bound (the
-    false-positive rate's at level 0), the median p-values (the mean excess's; the alpha's, which
-    the verdict tests: rows written before the alpha fields lack it) and the median test Sharpe."""
-    out = []
-    for level in sorted({r["level"] for r in rows}):
-        for name in COLUMNS:
-            mine = [r[name] for r in rows if r["level"] == level and r.get(name) is not None]
-            k, n = sum(c["outcome"] == "significant" for c in mine), len(mine)
-            low, high = interval(k, n)
-            out.append(
-                {
-                    "level": level,
-                    "strategy": name,
-                    "markets": n,
-                    "significant": k,
-                    "power": k / n if n else None,
-                    "ci95_low": low,
-                    "ci95_high": high,
-                    "upper_95_one_sided": upper_95(k, n),
-                    "median_p": _median([c.get("p_value") for c in mine]),
-                    "median_alpha_p": _median([c.get("alpha_p_value") for c in mine]),
-                    "median_sharpe": _median([c.get("sharpe") for c in mine]),
-                }
-            )
-    return out
-
-
-def _fmt(value: float | None, spec: str) -> str:
-    return "n/a" if value is None or not math.isfinite(value) else format(value, spec)
-
-
-def print_table(result: list[dict]) -> None:
-    """The table as text: a column no row of a level holds shows "-"."""
-    print(
-        f"{'level':>6} {'strategy':>16} {'markets':>7} {'signif.':>7} {'power':>6}  {'95% CI':<14}"
-        f" {'median alpha p':>14} {'median Sharpe':>13}"
-    )
-    for r in result:
-        if r["markets"] == 0:
-            print(
-                f"{r['level']:>6} {r['strategy']:>16} {'-':>7} {'-':>7} {'-':>6}  {'-':<14} {'-':>14} {'-':>13}"
-            )
-            continue
-        ci = f"[{_fmt(r['ci95_low'], '.2f')}, {_fmt(r['ci95_high'], '.2f')}]"
-        print(
-            f"{r['level']:>6} {r['strategy']:>16} {r['markets']:>7} {r['significant']:>7}"
-            f" {_fmt(r['power'], '.2f'):>6}  {ci:<14} {_fmt(r['median_alpha_p'], '.2g'):>14}"
-            f" {_fmt(r['median_sharpe'], '.2f'):>13}"
-        )
-
-
 def run_jobs(argv: list[str], jobs: int) -> None:
     """``jobs`` processes of this script side by side, shard ``k/jobs`` each; exits on a failed one."""
     script = str(Path(__file__).resolve())
@@ -482,6 +408,27 @@ def run_jobs(argv: list[str], jobs: int) -> None:
         sys.exit(f"error: shard(s) {', '.join(f'{k}/{jobs}' for k in failed)} failed; rerun to resume")
 
 
+def run_one(args: argparse.Namespace, done: dict, level: float, index: int) -> None:
+    """Run market ``index`` of ``level`` unless its row is done: a row written before a column this
+    run writes is run again (the same seed); with ``--rerun-learner`` a complete row whose learner
+    columns are of another commit gets them rerun and keeps the rest."""
+    wanted = run_columns(args)
+    have = done.get((float(level), index))
+    complete = have is not None and set(wanted) <= set(have["columns"])
+    if complete and not (args.rerun_learner and column_commit(have, "champion") != commit()):
+        return
+    if complete:
+        keep = tuple(c for c in wanted if c not in LEARNER_COLUMNS)
+        check_reusable(have, keep)
+        row = merged(have, run_market(args, level, index, LEARNER_COLUMNS), LEARNER_COLUMNS, COLUMNS)
+    else:
+        row = run_market(args, level, index)
+    append_row(args.out, row)
+    done[(float(level), index)] = row
+    summary = ", ".join(f"{n} {row[n]['outcome']} (p {_fmt(row[n]['alpha_p_value'], '.2g')})" for n in wanted)
+    print(f"level {level} market {index}: {summary}; {row['wall_s']} s", file=sys.stderr, flush=True)
+
+
 def main(argv: list[str] | None = None) -> list[dict]:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
@@ -492,23 +439,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
     done = load_rows(args.out, key, (args.shape, "null"))
     if not args.table_only and args.jobs == 1:
         torch.set_num_threads(1)
-        wanted = run_columns(args)
         for level in args.levels:
             shard, shards = args.shard
             for index in range(args.nulls if level == 0 else args.markets):
-                have = done.get((float(level), index))
-                # a row written before a column this run writes is run again (the same seed)
-                if (have is not None and set(wanted) <= set(have["columns"])) or index % shards != shard:
-                    continue
-                row = run_market(args, level, index)
-                append_row(args.out, row)
-                done[(float(level), index)] = row
-                summary = ", ".join(
-                    f"{n} {row[n]['outcome']} (p {_fmt(row[n]['alpha_p_value'], '.2g')})" for n in wanted
-                )
-                print(
-                    f"level {level} market {index}: {summary}; {row['wall_s']} s", file=sys.stderr, flush=True
-                )
+                if index % shards == shard:
+                    run_one(args, done, level, index)
     rows = [r for (level, _), r in sorted(done.items()) if level in {float(x) for x in args.levels}]
     result = table(rows)
     if args.json:

@@ -1,0 +1,124 @@
+"""Rerunning the power table's learner columns after a change to the direct learner alone.
+
+A row's columns split in two: those that depend on the direct learner's code (``LEARNER_COLUMNS``:
+the champion, its start, and everything traded the champion's way, whose head is the learner's) and
+those that do not (the ridge and the boosted ranker traded top 20%, the PPO tournament's champion,
+the oracle traded top 20%). After a change to the learner, ``power_table.py --rerun-learner`` runs the
+first kind again on each market and keeps the second from the row already written, which takes the
+PPO tournament (about half of a market's time) out of the rerun.
+
+That is honest only when nothing the kept columns depend on changed: :func:`check_reusable` compares
+the kept columns' commit with the one checked out and refuses (one line naming the files) when a
+file of the product outside ``LEARNER_PATHS`` changed, when ``agents/args.py`` changed outside
+``DirectArgs``, or when either checkout had uncommitted changes to the product. Every row records
+the commit of each of its columns (``column_commits``) and the read-out prints them.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import subprocess
+from pathlib import Path
+
+#: The columns whose policy the direct learner's code makes: rerun by ``--rerun-learner``.
+LEARNER_COLUMNS = ("champion", "start", "ridge_softmax", "boosted_softmax", "oracle")
+#: The product's code: a change under these makes rows of earlier commits stale.
+PRODUCT_PATHS = (
+    "agents/",
+    "app/",
+    "backtests/",
+    "data/",
+    "envs/",
+    "benchmarks/power_columns.py",
+    "pyproject.toml",
+)
+#: The direct learner's own files: a change to them leaves the other columns as they were.
+LEARNER_PATHS = ("agents/direct.py", "agents/linear_start.py", "agents/population/direct.py")
+#: Holds the learner's ``DirectArgs`` beside the other algorithms' arguments.
+ARGS_PATH = "agents/args.py"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _git(*args: str) -> str | None:
+    try:
+        out = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
+    except OSError:
+        return None
+    return out.stdout if out.returncode == 0 else None
+
+
+@functools.cache
+def commit() -> str | None:
+    """The commit checked out when the process first asks (before its first market: the code it
+    runs on), with ``+dirty`` when the product's files had uncommitted changes; None outside git."""
+    head = _git("rev-parse", "HEAD")
+    if not head:
+        return None
+    dirty = _git("status", "--porcelain", "--", *PRODUCT_PATHS)
+    return head.strip() + ("+dirty" if dirty else "")
+
+
+def column_commit(row: dict, name: str) -> str | None:
+    """The commit column ``name`` of ``row`` was measured on (rows before ``column_commits``: the
+    row's)."""
+    return row.get("column_commits", {}).get(name, row.get("commit"))
+
+
+def _class_source(text: str, name: str) -> str:
+    """The source of the top-level class ``name`` in ``text`` ("" when absent)."""
+    found = re.search(rf"^class {name}\b.*?(?=^\S)", text + "\nEND", flags=re.S | re.M)
+    return found.group(0).rstrip() if found else ""
+
+
+def _args_outside_direct_changed(old: str, new: str) -> bool:
+    """``agents/args.py`` differs between the commits other than in ``DirectArgs``."""
+    before, after = _git("show", f"{old}:{ARGS_PATH}") or "", _git("show", f"{new}:{ARGS_PATH}") or ""
+    strip = lambda text: text.replace(_class_source(text, "DirectArgs"), "")  # noqa: E731
+    return strip(before) != strip(after)
+
+
+def stale_files(old: str, new: str) -> list[str]:
+    """The product's files outside the learner's that differ between commits ``old`` and ``new``."""
+    changed = _git("diff", "--name-only", old, new, "--", *PRODUCT_PATHS)
+    if changed is None:
+        return [f"(commit {old[:12]} unknown to this checkout)"]
+    files = [f for f in changed.split() if f not in LEARNER_PATHS]
+    if ARGS_PATH in files and not _args_outside_direct_changed(old, new):
+        files.remove(ARGS_PATH)
+    return files
+
+
+def check_reusable(row: dict, keep: tuple[str, ...]) -> None:
+    """Exit with one line when a column of ``keep`` in ``row`` was measured on code that differs from
+    the checkout's in anything but the learner (or either side had uncommitted product changes)."""
+    now = commit()
+    for name in keep:
+        then = column_commit(row, name)
+        if then == now:
+            continue
+        if then is None or now is None or then.endswith("+dirty") or now.endswith("+dirty"):
+            raise SystemExit(
+                f"error: --rerun-learner: the {name} column of market {row['index']} at level {row['level']} "
+                f"was measured on {then or 'an unknown commit'}, this checkout is {now or 'unknown'}; "
+                "commit the product's changes, or rerun every column (without --rerun-learner)"
+            )
+        files = stale_files(then, now.removesuffix("+dirty"))
+        if files:
+            raise SystemExit(
+                f"error: --rerun-learner: {', '.join(files[:5])} changed since {then[:12]}, on which the "
+                f"{name} column was measured; rerun every column (without --rerun-learner)"
+            )
+
+
+def merged(old: dict, new: dict, rerun: tuple[str, ...], order: tuple[str, ...]) -> dict:
+    """``old``'s row with the columns ``rerun`` (and the fields of the run that made them) taken from
+    ``new``; ``column_commits`` names each column's commit."""
+    commits = {name: column_commit(old, name) for name in old["columns"]}
+    commits.update({name: new["commit"] for name in rerun})
+    row = {**old, **{k: v for k, v in new.items() if k not in old.get("columns", ())}}
+    for name in rerun:
+        row[name] = new[name]
+    row["columns"] = [c for c in order if c in commits]
+    row["column_commits"] = {c: commits[c] for c in row["columns"]}
+    return row
