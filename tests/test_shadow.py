@@ -411,3 +411,38 @@ def test_the_retrain_promotes_through_the_book_and_protects_its_runs_from_prunin
     assert read_decisions(home)[-1]["challenger_run_id"] == champion.run_id
     assert read_decisions(home)[-1]["scores"]["rule"] == "book"  # the rule that decided
     assert shadow.read_book(home).champion.run_id == champion.run_id
+
+
+def test_a_retrain_that_fails_at_its_commit_leaves_the_book_as_it_was(tmp_path, monkeypatch):
+    """The book follows the registry: every night first fails inside the registry's transaction (the
+    book and the champion must be those of the night before), then runs; the promotion still comes,
+    and the book's champion is the registry's."""
+    from app.config import Config
+    from app.nightly.pipeline import run_retrain
+    from app.nightly.registry import current_champion
+
+    home = tmp_path / "home"
+    monkeypatch.setattr(
+        shadow, "replay_returns", _fake_replay({f"nightly-{n:03d}": 0.01 for n in range(200)})
+    )
+    steps = _retrain_steps(home)
+    config = Config().with_updates(
+        gate={"rule": "book"}, nightly={"export": False}, retention={"after_retrain": False}
+    )
+
+    def crash():
+        raise RuntimeError("killed before COMMIT")
+
+    for _ in range(70):
+        book, champion = shadow.read_book(home), current_champion(home)
+        with pytest.raises(Exception, match="killed before COMMIT"):
+            run_retrain(config, home, steps=steps, faults={"record": crash})
+        assert shadow.read_book(home) == book
+        assert current_champion(home) == champion
+        outcome = run_retrain(config, home, steps=steps)
+        if outcome.verdict == "promoted":
+            break
+    assert outcome.verdict == "promoted"
+    assert (
+        shadow.read_book(home).champion.run_id == current_champion(home).run_id == outcome.challenger_run_id
+    )

@@ -25,7 +25,9 @@
    demotion, the pointer removed and a demotion row (``app.champion.ChampionDemotion``: run, reason,
    time, last session) in ONE SQLite transaction (``app.nightly.registry``): the only moment the
    champion changes. After a demotion no champion is in charge: paper trading holds
-   ``[gate] before_champion`` as before the first promotion;
+   ``[gate] before_champion`` as before the first promotion. The shadow book's night is written
+   only after that commit (``app.nightly.shadow.commit_night``): a failure before it leaves the book
+   as it was, and the next night replays the same sessions;
 7. **prune** (``[retention] after_retrain``): ``app.nightly.retention.prune`` after the lock is released (it
    takes the lock itself); a failure there is logged, the decision stands.
 
@@ -68,7 +70,7 @@ from app.nightly.lock import RETRAIN_LOCK_NAME, ProcessLock
 from app.nightly.record import SELECTION
 from app.nightly.registry import current_champion, record_decision
 from app.nightly.retention import prune
-from app.nightly.shadow import Demotion, book_decision
+from app.nightly.shadow import Demotion, ShadowNight, book_decision, commit_night
 from app.nightly.steps import ChallengerRun, DataSnapshot, RetrainSteps, default_steps, keep_champion_copy
 from app.runs import RunDir
 from backtests.metrics_model import StrategyMetrics
@@ -133,6 +135,7 @@ class _Progress:
     challenger: ChallengerRun | None = None
     gate: GateResult | None = None
     demotion: ChampionDemotion | None = None
+    night: ShadowNight | None = None  # the book's night, written after the registry commits
 
     @property
     def runs(self) -> DecisionRuns:
@@ -262,6 +265,8 @@ def _retrain_steps(
     decision_id = record_decision(
         home, decision, new_champion, demotion=progress.demotion, before_commit=before_commit
     )
+    if progress.night is not None:  # the book follows the registry, never leads it
+        commit_night(home, progress.night)
     _label_run(challenger.run_dir, gate.promote, decision_id)
     return decision_id, bundle
 
@@ -287,6 +292,7 @@ def _decide(
     promotion, progress.challenger, night = book_decision(
         config, home, data.splits.full, progress.challenger, progress.champion, shadow_settings(config)
     )
+    progress.night = night
     progress.demotion = _demotion(night.demote, progress)
     update: dict[str, Any] = {"promote": promotion.promote, "reason": promotion.reason, "rule": "book"}
     if progress.challenger.run_id != tonight:  # an earlier night's run: tonight's figures are not its

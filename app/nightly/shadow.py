@@ -205,13 +205,14 @@ def shadow_night(
     settings: ShadowSettings = ShadowSettings(),
     *,
     replay: ReplayFn | None = None,
+    write: bool = True,
 ) -> ShadowNight:
     """One night of the book: replay every challenger under test and the champion in charge on the
     sessions of ``full`` (the loaded market) that are new to the book, judge, apply a promotion or a
     demotion to the book, enter tonight's ``challenger`` (a ``ChallengerRun``: it is tested from the
-    first session after ``full``'s last), and write the book. The registry is the caller's: it acts on
-    :attr:`ShadowNight.promote` / :attr:`ShadowNight.demote`. ``replay`` replaces
-    :func:`replay_returns` (tests)."""
+    first session after ``full``'s last), and write the book (with ``write``; else the caller writes it
+    by :func:`commit_night`). The registry is the caller's: it acts on :attr:`ShadowNight.promote` /
+    :attr:`ShadowNight.demote`. ``replay`` replaces :func:`replay_returns` (tests)."""
     replay = replay or replay_returns
     book = read_book(home)
     last = str(full.session_dates()[-1]) if full.num_steps else ""
@@ -260,14 +261,7 @@ def shadow_night(
     leaving = (*broken, *entering_retired)
     if not entered:
         shutil.rmtree(copy, ignore_errors=True)
-    write_book(home, book)
-    # The copies of challengers that left the book (and of a champion it no longer follows) go.
-    kept = {c.run_id for c in book.challengers} | ({book.champion.run_id} if book.champion else set())
-    copies = Path(home) / SHADOW_DIR / POLICIES_DIR
-    for folder in copies.iterdir() if copies.is_dir() else ():
-        if folder.name not in kept and not folder.name.startswith("."):
-            shutil.rmtree(folder, ignore_errors=True)
-    return ShadowNight(
+    night = ShadowNight(
         promote,
         promote_policy,
         decision.demote,
@@ -276,6 +270,24 @@ def shadow_night(
         decision.reason,
         book,
     )
+    if write:
+        commit_night(home, night)
+    return night
+
+
+def commit_night(home: str | Path, night: ShadowNight) -> None:
+    """Write the night's book (atomically) and drop the policy copies of challengers that left it
+    (and of a champion it no longer follows). The retrain calls it only after the registry has
+    committed the night's decision: a night that fails before leaves the book as it was, and the
+    next night replays its sessions again (a book promotion is never lost from the book while the
+    registry never saw it)."""
+    book = night.book
+    write_book(home, book)
+    kept = {c.run_id for c in book.challengers} | ({book.champion.run_id} if book.champion else set())
+    copies = Path(home) / SHADOW_DIR / POLICIES_DIR
+    for folder in copies.iterdir() if copies.is_dir() else ():
+        if folder.name not in kept and not folder.name.startswith("."):
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def book_decision(
@@ -288,8 +300,9 @@ def book_decision(
 ) -> tuple[PromotionDecision, ChallengerRun, ShadowNight]:
     """The book's night as the pipeline's decision: ``(promotion, the run promoted or tonight's
     challenger, the night)``. A promoted run is an earlier night's challenger: its run folder (kept
-    from pruning while it is in the book: ``app.retention.protected``) and the book's policy copy."""
-    night = shadow_night(config, home, full, challenger, champion, settings)
+    from pruning while it is in the book: ``app.retention.protected``) and the book's policy copy. The
+    book is not written: the caller commits the night (:func:`commit_night`) after the registry."""
+    night = shadow_night(config, home, full, challenger, champion, settings, write=False)
     if night.promote is not None and night.promote_policy is not None:
         promoted = ChallengerRun(
             run_id=night.promote,
