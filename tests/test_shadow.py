@@ -409,6 +409,7 @@ def test_the_retrain_promotes_through_the_book_and_protects_its_runs_from_prunin
     # Tonight's challenger's test-window figures are not the promoted run's: none are claimed for it.
     assert champion.fitness_value is None and champion.info.challenger_edge is None
     assert read_decisions(home)[-1]["challenger_run_id"] == champion.run_id
+    assert read_decisions(home)[-1]["inputs"]["tonights_challenger"] == tonight  # and tonight's run
     assert read_decisions(home)[-1]["scores"]["rule"] == "book"  # the rule that decided
     assert shadow.read_book(home).champion.run_id == champion.run_id
 

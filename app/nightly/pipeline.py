@@ -297,6 +297,7 @@ def _decide(
     update: dict[str, Any] = {"promote": promotion.promote, "reason": promotion.reason, "rule": "book"}
     if progress.challenger.run_id != tonight:  # an earlier night's run: tonight's figures are not its
         update |= dict.fromkeys(_TONIGHTS_FIGURES) | {"challenger": StrategyMetrics()}
+        progress.inputs["tonights_challenger"] = tonight  # the decision row names both runs
     return gate.model_copy(update=update)
 
 
