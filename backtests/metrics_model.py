@@ -97,6 +97,9 @@ class ExcessFigures(MetricsSection):
         None, description="one-sided p-value of the alpha (wild and m-out-of-n bootstraps) of this look alone"
     )
     alpha_p_value_bound: bool | None = Field(None, description="the alpha's p-value is an upper bound")
+    alpha_p_value_method: str | None = Field(
+        None, description="how the alpha's p-value was computed (the bootstraps, or a tail beyond their reach)"
+    )
     alpha_t_stat: Figure = Field(None, description="the alpha's HAC t-statistic")
     alpha_p_value_after_looks: Figure = Field(None, description="the alpha's p-value after the looks (Sidak)")
     alpha_standard_error: Figure = Field(

@@ -84,7 +84,9 @@ def test_a_planted_alpha_is_found_and_its_opposite_is_not():
     )
     # no replicate of 999 reaches t: the analytic HAC t tail, far below 1 / 1000
     assert found["alpha_p_value"] < 1e-4 and found["alpha_p_value_bound"] is False
+    assert found["alpha_p_value_method"].startswith("analytic HAC t tail")  # metrics.json says which
     lost = sig.alpha_test(-0.003 + 1.5 * b + noise, b, seed=1, **LIMITS)
+    assert lost["alpha_p_value_method"].startswith("larger of a blockwise wild bootstrap")
     assert lost["alpha_p_value"] > 0.99 and lost["alpha_p_value_after_looks"] == pytest.approx(
         lost["alpha_p_value"]
     )
