@@ -30,6 +30,13 @@ def upper_95(k: int, n: int) -> float | None:
     return 1.0 if k == n else float(beta_distribution.ppf(0.95, k + 1, n - k))
 
 
+def _short(commit: str | None) -> str:
+    """A commit's first 12 hex digits, ``+dirty`` kept."""
+    if commit is None:
+        return "unknown"
+    return commit[:12] + ("+dirty" if commit.endswith("+dirty") else "")
+
+
 def _median(values: list) -> float | None:
     finite = [v for v in values if v is not None and math.isfinite(v)]
     return float(np.median(finite)) if finite else None
@@ -60,11 +67,7 @@ def table(rows: list[dict]) -> list[dict]:
                     "median_alpha_p": _median([c.get("alpha_p_value") for c in mine]),
                     "median_sharpe": _median([c.get("sharpe") for c in mine]),
                     "commits": sorted(
-                        {
-                            str(column_commit(r, name))[:12]
-                            for r in rows
-                            if r["level"] == level and r.get(name)
-                        }
+                        {_short(column_commit(r, name)) for r in rows if r["level"] == level and r.get(name)}
                     ),
                 }
             )

@@ -10,8 +10,9 @@ PPO tournament (about half of a market's time) out of the rerun.
 That is honest only when nothing the kept columns depend on changed: :func:`check_reusable` compares
 the kept columns' commit with the one checked out and refuses (one line naming the files) when a
 file of the product outside ``LEARNER_PATHS`` changed, when ``agents/args.py`` changed outside
-``DirectArgs``, or when either checkout had uncommitted changes to the product. Every row records
-the commit of each of its columns (``column_commits``) and the read-out prints them.
+``DirectArgs``, when either checkout had uncommitted changes to the product, or when the libraries'
+versions differ (:func:`versions`, recorded in every row). Every row records the commit of each of
+its columns (``column_commits``) and the read-out prints them.
 """
 
 from __future__ import annotations
@@ -31,8 +32,11 @@ PRODUCT_PATHS = (
     "data/",
     "envs/",
     "benchmarks/power_columns.py",
+    "benchmarks/power_table.py",
     "pyproject.toml",
 )
+#: The libraries whose versions a row records: a kept column needs the same.
+LIBRARIES = ("torch", "numpy", "scipy", "lightgbm", "pandas")
 #: The direct learner's own files: a change to them leaves the other columns as they were.
 LEARNER_PATHS = ("agents/direct.py", "agents/linear_start.py", "agents/population/direct.py")
 #: Holds the learner's ``DirectArgs`` beside the other algorithms' arguments.
@@ -57,6 +61,25 @@ def commit() -> str | None:
         return None
     dirty = _git("status", "--porcelain", "--", *PRODUCT_PATHS)
     return head.strip() + ("+dirty" if dirty else "")
+
+
+@functools.cache
+def versions() -> dict[str, str | None]:
+    """The installed versions of :data:`LIBRARIES` (None: not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    found: dict[str, str | None] = {}
+    for name in LIBRARIES:
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            found[name] = None
+    return found
+
+
+def same_code(a: str | None, b: str | None) -> bool:
+    """Two rows' commits name the same code: equal, known and neither with uncommitted changes."""
+    return a is not None and a == b and not a.endswith("+dirty")
 
 
 def column_commit(row: dict, name: str) -> str | None:
@@ -93,9 +116,15 @@ def check_reusable(row: dict, keep: tuple[str, ...]) -> None:
     """Exit with one line when a column of ``keep`` in ``row`` was measured on code that differs from
     the checkout's in anything but the learner (or either side had uncommitted product changes)."""
     now = commit()
+    if row.get("versions") != versions():
+        raise SystemExit(
+            f"error: --rerun-learner: market {row['index']} at level {row['level']} was measured with "
+            f"libraries {row.get('versions') or 'unrecorded'}, this environment has {versions()}; "
+            "rerun every column (without --rerun-learner)"
+        )
     for name in keep:
         then = column_commit(row, name)
-        if then == now:
+        if same_code(then, now):
             continue
         if then is None or now is None or then.endswith("+dirty") or now.endswith("+dirty"):
             raise SystemExit(
@@ -116,7 +145,9 @@ def merged(old: dict, new: dict, rerun: tuple[str, ...], order: tuple[str, ...])
     ``new``; ``column_commits`` names each column's commit."""
     commits = {name: column_commit(old, name) for name in old["columns"]}
     commits.update({name: new["commit"] for name in rerun})
-    row = {**old, **{k: v for k, v in new.items() if k not in old.get("columns", ())}}
+    timings = {k for k in new if k.endswith("_s")}
+    row = {**old, **{k: v for k, v in new.items() if k not in (*old.get("columns", ()), *timings)}}
+    row["rerun_timings"] = {k: new[k] for k in sorted(timings)}  # the kept columns' timings stay
     for name in rerun:
         row[name] = new[name]
     row["columns"] = [c for c in order if c in commits]

@@ -79,7 +79,15 @@ from backtests.boosted import fit_boosted  # noqa: E402
 from backtests.linear import fit_linear  # noqa: E402
 from benchmarks.power_columns import COLUMNS, column_policies, upgraded, verdicts  # noqa: E402
 from benchmarks.power_readout import _fmt, interval, print_table, table, upper_95  # noqa: E402, F401
-from benchmarks.power_rerun import LEARNER_COLUMNS, check_reusable, column_commit, commit, merged  # noqa: E402
+from benchmarks.power_rerun import (  # noqa: E402
+    LEARNER_COLUMNS,
+    check_reusable,
+    column_commit,
+    commit,
+    merged,
+    same_code,
+    versions,
+)
 from data.features import FEATURE_SETS  # noqa: E402
 from data.loader import synthetic_market  # noqa: E402
 from data.planted import MINUTE_MOMENTUM, SHAPES  # noqa: E402
@@ -341,6 +349,7 @@ def run_market(
         row = {
             "settings_key": settings_key(args),
             "commit": commit(),
+            "versions": versions(),
             "level": level,
             "index": index,
             "seed": seed,
@@ -381,7 +390,14 @@ def load_rows(path: Path, key: str, shapes: tuple[str, ...] = ()) -> dict[tuple[
         try:
             row = json.loads(line)
         except ValueError as exc:
+            if line.startswith("{") and not line.rstrip().endswith("}"):  # a write cut short by a kill
+                print(
+                    f"warning: {path}:{number}: a torn row, ignored (its market runs again)", file=sys.stderr
+                )
+                continue
             sys.exit(f"error: {path}:{number}: not a power-table row ({exc})")
+        if not isinstance(row, dict) or not {"level", "index"} <= set(row):
+            sys.exit(f"error: {path}:{number}: not a power-table row (no level and index)")
         if row.get("settings_key") == key and (not shapes or row.get("shape", MINUTE_MOMENTUM) in shapes):
             rows[(float(row["level"]), int(row["index"]))] = upgraded(row)
     return rows
@@ -390,8 +406,9 @@ def load_rows(path: Path, key: str, shapes: tuple[str, ...] = ()) -> dict[tuple[
 def append_row(path: Path, row: dict) -> None:
     """One market's row, appended in one write and fsynced (a kill loses at most the market running)."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    torn = path.exists() and path.stat().st_size > 0 and not path.read_bytes().endswith(b"\n")
     with path.open("a") as out:
-        out.write(json.dumps(row) + "\n")
+        out.write(("\n" if torn else "") + json.dumps(row) + "\n")  # a torn last row stays its own line
         out.flush()
         os.fsync(out.fileno())
 
@@ -399,13 +416,15 @@ def append_row(path: Path, row: dict) -> None:
 def run_jobs(argv: list[str], jobs: int) -> None:
     """``jobs`` processes of this script side by side, shard ``k/jobs`` each; exits on a failed one."""
     script = str(Path(__file__).resolve())
-    children = [
-        subprocess.Popen([sys.executable, script, *argv, "--jobs", "1", "--shard", f"{k}/{jobs}"])
+    children = [  # their tables go to stderr: stdout is the parent's table (or its JSON)
+        subprocess.Popen(
+            [sys.executable, script, *argv, "--jobs", "1", "--shard", f"{k}/{jobs}"], stdout=sys.stderr
+        )
         for k in range(jobs)
     ]
     failed = [k for k, child in enumerate(children) if child.wait() != 0]
     if failed:
-        sys.exit(f"error: shard(s) {', '.join(f'{k}/{jobs}' for k in failed)} failed; rerun to resume")
+        sys.exit(f"error: shard(s) {', '.join(f'{k}/{jobs}' for k in failed)} failed (their error above)")
 
 
 def run_one(args: argparse.Namespace, done: dict, level: float, index: int) -> None:
@@ -415,12 +434,14 @@ def run_one(args: argparse.Namespace, done: dict, level: float, index: int) -> N
     wanted = run_columns(args)
     have = done.get((float(level), index))
     complete = have is not None and set(wanted) <= set(have["columns"])
-    if complete and not (args.rerun_learner and column_commit(have, "champion") != commit()):
+    if complete and not (args.rerun_learner and not same_code(column_commit(have, "champion"), commit())):
         return
     if complete:
-        keep = tuple(c for c in wanted if c not in LEARNER_COLUMNS)
-        check_reusable(have, keep)
-        row = merged(have, run_market(args, level, index, LEARNER_COLUMNS), LEARNER_COLUMNS, COLUMNS)
+        # a null row shared by the shapes keeps its oracle's shape: another shape's reruns both oracles
+        oracles = ("oracle_quintile",) if have.get("oracle_shape", args.shape) != args.shape else ()
+        rerun = (*LEARNER_COLUMNS, *oracles)
+        check_reusable(have, tuple(c for c in wanted if c not in rerun))
+        row = merged(have, run_market(args, level, index, rerun), rerun, COLUMNS)
     else:
         row = run_market(args, level, index)
     append_row(args.out, row)

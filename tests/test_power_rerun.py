@@ -24,9 +24,8 @@ def _entry(p: float) -> dict:
 
 
 def _row(commit: str, p: float, columns=COLUMNS) -> dict:
-    return {"level": 0.0, "index": 0, "commit": commit, "wall_s": 1.0, "columns": list(columns)} | {
-        c: _entry(p) for c in columns
-    }
+    fields = {"level": 0.0, "index": 0, "commit": commit, "wall_s": 1.0, "versions": power_rerun.versions()}
+    return fields | {"columns": list(columns)} | {c: _entry(p) for c in columns}
 
 
 def test_a_merged_row_takes_the_learner_columns_from_the_rerun_and_names_each_columns_commit():
@@ -34,6 +33,7 @@ def test_a_merged_row_takes_the_learner_columns_from_the_rerun_and_names_each_co
     new = _row("b" * 40, 0.1, power_rerun.LEARNER_COLUMNS) | {"env_steps": 7}
     row = power_rerun.merged(old, new, power_rerun.LEARNER_COLUMNS, COLUMNS)
     assert row["columns"] == list(COLUMNS) and row["env_steps"] == 7
+    assert row["wall_s"] == 1.0 and row["rerun_timings"] == {"wall_s": 1.0}  # the rerun's apart
     for name in COLUMNS:
         rerun = name in power_rerun.LEARNER_COLUMNS
         assert row[name]["alpha_p_value"] == (0.1 if rerun else 0.5), name
@@ -126,3 +126,30 @@ def test_rerun_learner_reruns_only_the_learner_columns_of_a_row_of_another_commi
     assert len(calls) == 2
     assert len(power_table.load_rows(args.out, "")) == 0  # (a key no row has)
     assert len((tmp_path / "rows.jsonl").read_text().splitlines()) == 1
+
+
+def test_two_checkouts_with_uncommitted_changes_are_never_the_same_code(repo):
+    assert power_rerun.same_code("a" * 40, "a" * 40)
+    assert not power_rerun.same_code("a" * 40 + "+dirty", "a" * 40 + "+dirty")
+    assert not power_rerun.same_code(None, None)
+
+
+def test_other_library_versions_refuse_to_keep_columns(repo):
+    first = _git(repo, "rev-parse", "HEAD")
+    row = _row(first, 0.5) | {"versions": {"torch": "0.0"}}
+    with pytest.raises(SystemExit, match="measured with libraries"):
+        power_rerun.check_reusable(row, ("ppo",))
+
+
+def test_a_torn_last_row_is_ignored_and_the_next_row_starts_its_own_line(tmp_path):
+    path = tmp_path / "rows.jsonl"
+    row = _row("a" * 40, 0.5) | {"settings_key": "k"}
+    power_table.append_row(path, row)
+    with path.open("a") as out:
+        out.write('{"settings_key": "k", "lev')  # a kill in the middle of a write
+    assert set(power_table.load_rows(path, "k")) == {(0.0, 0)}
+    power_table.append_row(path, row | {"index": 1})
+    assert set(power_table.load_rows(path, "k")) == {(0.0, 0), (0.0, 1)}
+    path.write_text(path.read_text() + "[1, 2]\n")  # not a torn row: an error naming the line
+    with pytest.raises(SystemExit, match="rows.jsonl:4: not a power-table row"):
+        power_table.load_rows(path, "k")

@@ -447,3 +447,26 @@ def test_a_retrain_that_fails_at_its_commit_leaves_the_book_as_it_was(tmp_path, 
     assert (
         shadow.read_book(home).champion.run_id == current_champion(home).run_id == outcome.challenger_run_id
     )
+
+
+def test_a_book_that_cannot_be_written_after_the_commit_leaves_the_decision_standing(tmp_path, monkeypatch):
+    """The registry has committed the night: a failure writing the book is logged, the retrain is not
+    reported failed, and the book stays as it was."""
+    from app.config import Config
+    from app.nightly import pipeline
+    from app.nightly.registry import read_decisions
+
+    home = tmp_path / "home"
+    monkeypatch.setattr(shadow, "replay_returns", _fake_replay({}))
+    config = Config().with_updates(
+        gate={"rule": "book"}, nightly={"export": False}, retention={"after_retrain": False}
+    )
+
+    def full_disk(home, night):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(pipeline, "commit_night", full_disk)
+    outcome = pipeline.run_retrain(config, home, steps=_retrain_steps(home))
+    assert outcome.verdict != "failed"
+    assert [d["verdict"] for d in read_decisions(home)] == [outcome.verdict]
+    assert not shadow.book_path(home).exists() and not shadow.read_book(home).challengers

@@ -266,7 +266,7 @@ def _retrain_steps(
         home, decision, new_champion, demotion=progress.demotion, before_commit=before_commit
     )
     if progress.night is not None:  # the book follows the registry, never leads it
-        commit_night(home, progress.night)
+        _commit_book(home, progress.night)
     _label_run(challenger.run_dir, gate.promote, decision_id)
     return decision_id, bundle
 
@@ -397,6 +397,15 @@ def _prune_after(home: Path, retention: Any) -> None:
         log.info(
             "pruned %d item(s): %s", len(removed), ", ".join(f"{d.kind} {Path(d.path).name}" for d in removed)
         )
+
+
+def _commit_book(home: Path, night: ShadowNight) -> None:
+    """Best effort, after the commit: the night's shadow book. A failure is logged and the decision
+    stands (the next night follows the registry's champion and replays these sessions)."""
+    try:
+        commit_night(home, night)
+    except (OSError, PodracerError) as err:
+        log.warning("the shadow book's night was not written (the next night replays it): %s", one_line(err))
 
 
 def _label_run(run_dir: Path, promoted: bool, decision_id: int) -> None:
