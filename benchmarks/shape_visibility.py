@@ -4,9 +4,11 @@ For each planted shape (``data.planted``), one market of the power table's size 
 sessions split 72 / 45 / 126, the ``--features`` set) is built; at every decision bar of the direct
 learner's grid (``agents.direct.decisions_of``: every ``decision_interval`` bars from each window's
 first bar) the planted predictor, standardized across names, is the target of two fits on the train
-window's decisions: a ridge of the features (the ceiling of any linear score of them) and a LightGBM
-regressor of them (trees: interactions). Printed: each fit's mean cross-sectional rank IC with the
-predictor on the test window, over all decisions and at the session's first, middle and last ones.
+window's decisions: a ridge of the features (what a linear score of them fitted on that window
+expresses) and a LightGBM regressor of them (trees: interactions). Printed: each fit's mean
+cross-sectional rank IC with the predictor on the test window, over all decisions and at the
+session's first, middle and last ones ("last" is the last decision of a full session: an early
+close's last decision counts as a middle one; every name counts, tradable or not).
 
 Not a power figure: the fits read the planted predictor itself, which no learner sees; they say how
 much of it a score of the features can express at all (a learner fitted to returns finds at most
