@@ -98,7 +98,8 @@ class ExcessFigures(MetricsSection):
     )
     alpha_p_value_bound: bool | None = Field(None, description="the alpha's p-value is an upper bound")
     alpha_p_value_method: str | None = Field(
-        None, description="how the alpha's p-value was computed (the bootstraps, or a tail beyond their reach)"
+        None,
+        description="how the alpha's p-value was computed (the bootstraps, or a tail beyond their reach)",
     )
     alpha_t_stat: Figure = Field(None, description="the alpha's HAC t-statistic")
     alpha_p_value_after_looks: Figure = Field(None, description="the alpha's p-value after the looks (Sidak)")
