@@ -34,20 +34,13 @@ import torch  # noqa: E402
 from agents.direct import decisions_of  # noqa: E402
 from data.features import FEATURE_SETS  # noqa: E402
 from data.loader import synthetic_market  # noqa: E402
-from data.planted import SHAPES  # noqa: E402
+from data.planted import SHAPES, standardized  # noqa: E402
 from data.planted_ic import rank_ic  # noqa: E402
 from data.synthetic import SyntheticSpec, planted_predictor  # noqa: E402
 from envs.params import EnvParams  # noqa: E402
 
 FIRST_SEED = 1_030_000
 SPLIT = dict(num_tickers=100, num_sessions=243, train_frac=72 / 243, valid_frac=45 / 243)
-
-
-def standardized(x: np.ndarray) -> np.ndarray:
-    """Each row (one decision, across names) to mean 0 and standard deviation 1."""
-    centred = x - x.mean(axis=-1, keepdims=True)
-    std = centred.std(axis=-1, keepdims=True)
-    return np.divide(centred, std, out=np.zeros_like(centred), where=std > 0)
 
 
 def window_rows(market, predictor: np.ndarray, offset: int, interval: int):
