@@ -214,6 +214,10 @@ class DirectArgs:
     """initial log-std of the policy's Gaussian (unused by this learner; kept for PPO children)"""
     rebalance_rate: float = 0.2
     """"weights" mode: fraction of the way to the target moved per decision (ignored when warm-starting)"""
+    trade_window: float = 1.0
+    """"weights" mode: decisions later in their session than this fraction of it hold the book (1.0:
+    every decision trades; 0.03 at 15-minute decisions: the session's first only; ignored when
+    warm-starting)"""
     linear_start: bool = True
     """a fresh policy starts as the softmax of a ridge fit on the train window (agents.linear_start)"""
     top_mass: float = 0.5
@@ -243,5 +247,7 @@ class DirectArgs:
             raise ConfigError("DirectArgs.weight_decay and norm_updates must be >= 0")
         if not 0.0 < self.top_mass < 1.0:
             raise ConfigError(f"DirectArgs.top_mass must be in (0, 1), got {self.top_mass}")
+        if not 0.0 < self.trade_window <= 1.0:
+            raise ConfigError(f"DirectArgs.trade_window must be in (0, 1], got {self.trade_window}")
         if self.objective not in OBJECTIVES:
             raise ConfigError(f"DirectArgs.objective {self.objective!r}: choose {', '.join(OBJECTIVES)}")

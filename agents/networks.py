@@ -40,10 +40,20 @@ class NetworkConfig:
     # "weights" mode: move this fraction of the way from the current weights to the softmax target
     # at each decision (1.0 = full rebalance). See agents.policy.raw_to_action.
     rebalance_rate: float = 1.0
+    # "weights" mode: a decision whose time of day (``envs.observation.TIME_OF_DAY``: the fraction of
+    # its session elapsed at the decision bar's close) is above this holds the current weights instead
+    # of trading (1.0: every decision trades; at 15-minute decisions of 390-minute sessions, 0.03
+    # trades at each session's first decision only and holds the book through the session). See
+    # agents.policy.Policy.to_action. Policies saved without the key trade at every decision.
+    trade_window: float = 1.0
     # A linear read-out of each asset's own normalized inputs added to its logit (``asset_skip``):
     # the direct learner sets it from a ridge fit (agents.linear_start). Policies saved without the
     # key have none.
     linear_skip: bool = False
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.trade_window <= 1.0:
+            raise ValueError(f"trade_window must be in (0, 1], got {self.trade_window}")
 
     @property
     def obs_dim(self) -> int:

@@ -42,7 +42,7 @@ from agents.normalize import ObsNormalizer
 from data.artifact import Artifact
 from data.atomic import atomic_write_bytes
 from data.errors import ArtifactError, CheckpointError
-from envs.observation import asset_width
+from envs.observation import TIME_OF_DAY, asset_width
 
 SPEC_FORMAT = "podracer-policy"
 SPEC_VERSION = 1
@@ -177,12 +177,23 @@ class Policy(nn.Module):
 
     def to_action(self, raw: Tensor, obs: Tensor | None = None) -> Tensor:
         """The env action for a raw sample (or mean); ``obs`` (raw observations) is needed when
-        ``config.rebalance_rate < 1`` (the move starts from the current weights)."""
-        rate = self.config.rebalance_rate
+        ``config.rebalance_rate < 1`` (the move starts from the current weights) or
+        ``config.trade_window < 1`` (a decision later in its session than the window holds the
+        current weights: the target is the book as it stands, so nothing but the drift from the
+        decision bar's close to the fill is traded)."""
+        cfg = self.config
+        weights = self.meta.action_mode == "weights"
+        window = weights and cfg.trade_window < 1.0
         current = None
-        if obs is not None and rate < 1.0 and self.meta.action_mode == "weights":
+        if obs is not None and weights and (cfg.rebalance_rate < 1.0 or window):
             current = current_weights(obs, self.num_assets).to(raw.dtype)
-        return raw_to_action(raw, self.meta.action_mode, self.num_assets, current, rate)
+        action = raw_to_action(raw, self.meta.action_mode, self.num_assets, current, cfg.rebalance_rate)
+        if not window:
+            return action
+        if current is None:
+            raise ValueError("a trade window needs the observation (its time of day and weights)")
+        hold = obs[:, TIME_OF_DAY] > cfg.trade_window
+        return torch.where(hold.unsqueeze(-1), current, action)
 
     def _check_obs(self, obs: Tensor) -> None:
         if obs.ndim != 2 or obs.shape[1] != self.obs_dim:
@@ -214,13 +225,14 @@ class Policy(nn.Module):
         computed once here. Observations must already be float32 ``(N, obs_dim)`` on the policy's
         device; the actions are ``(N, A)`` float32 on that device. ``None`` for configurations
         without this path (other than the linear encoder in ``"weights"`` mode with full
-        rebalancing, or a subclass that changes ``act``): call :meth:`act`.
+        rebalancing at every decision, or a subclass that changes ``act``): call :meth:`act`.
         """
         cfg = self.config
         if (
             cfg.asset_layers != 0
             or self.meta.action_mode != "weights"
             or cfg.rebalance_rate < 1.0
+            or cfg.trade_window < 1.0
             or type(self).act is not Policy.act
             or type(self.net).actor_mean is not PerAssetActorCritic.actor_mean
         ):
@@ -344,6 +356,7 @@ class Policy(nn.Module):
                 init_log_std=float(arch["init_log_std"]),
                 rebalance_rate=float(arch.get("rebalance_rate", 1.0)),
                 linear_skip=bool(arch.get("linear_skip", False)),
+                trade_window=float(arch.get("trade_window", 1.0)),
             )
             meta = PolicyMeta(
                 algo=str(spec["algo"]),

@@ -231,6 +231,7 @@ class AgentConfig(Section):
     linear_start: bool = setting(DirectArgs, "linear_start")
     top_mass: float = setting(DirectArgs, "top_mass", gt=0, lt=1)
     start_horizon: int = setting(DirectArgs, "start_horizon", ge=1)
+    trade_window: float = setting(DirectArgs, "trade_window", gt=0, le=1)
     asset_layers: int = setting(PPOArgs, "asset_layers", ge=0)
     init_log_std: float = setting(PPOArgs, "init_log_std", ge=-10, le=2)
     norm_obs: bool = setting(PPOArgs, "norm_obs")

@@ -28,6 +28,7 @@ from agents.tournament.pod import score_policies, score_policy
 from agents.training import make_optimizer, policy_for_env
 from backtests.engine import PolicyBatch
 from backtests.metrics import TRADING_DAYS_PER_YEAR
+from data.errors import ConfigError
 from data.toy import toy_market
 from envs.execution import FRICTIONLESS
 from envs.observation import NUM_GLOBAL, asset_width
@@ -177,6 +178,11 @@ def test_pods_of_other_shapes_do_not_fit(market):
     with pytest.raises(ValueError, match="does not fit"):
         pop.load(0, PodSetup(*pop.starting_policy(other), other))
     assert shape_key(args, pop.config) != shape_key(other, pop.config)
+    # A windowed policy (a direct pod's trade window) is not PPO's: refused in one line.
+    windowed = dataclasses.replace(pop.config, trade_window=0.05)
+    pop_w = _population(market, params, windowed, 1)
+    with pytest.raises(ConfigError, match="trade window"):
+        pop_w.load(0, PodSetup(Policy(windowed), None, args))
     # Per-pod hyper-parameters do not change the shape.
     assert shape_key(args, pop.config) == shape_key(
         dataclasses.replace(args, learning_rate=0.1, update_epochs=7), pop.config

@@ -55,6 +55,7 @@ from agents.population.stacked import (
 from agents.ppo import PPOArgs, shuffle
 from agents.rollout import rollout_noise
 from agents.training import TrainResult, policy_for_env
+from data.errors import ConfigError
 from envs import trading
 
 
@@ -193,6 +194,11 @@ class Population:
             raise ValueError(f"pod (seed {args.seed}) does not fit this population's shapes")
         if args.target_kl is not None and args.target_kl <= 0:
             raise ValueError("target_kl must be > 0")
+        if cfg.trade_window < 1.0:  # (formulas.pod_actions trades at every decision)
+            raise ConfigError(
+                f"pod (seed {args.seed}): a policy with a trade window ({cfg.trade_window}) is not "
+                "trained by the population backend's PPO; use the local backend"
+            )
 
     def _shape_args(self) -> PPOArgs:
         return PPOArgs(
