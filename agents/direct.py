@@ -50,7 +50,8 @@ from torch import Tensor
 
 from agents.args import DirectArgs
 from agents.checkpoint import Checkpoint
-from agents.linear_start import LinearStart, apply_linear_start, fit_linear_start
+from agents.linear_start import LinearStart, apply_linear_start, fit_linear_start, start_panels
+from agents.nonlinear_start import apply_nonlinear_start, fit_nonlinear_start
 from agents.policy import Policy
 from agents.training import ADAM_EPS, Callback, EvalFn, EvalHook, TrainResult, notify, policy_for_env
 from backtests.linear import top_weights
@@ -205,7 +206,9 @@ def start_from_linear(
     the observation statistics fitted on the book its top quantile holds (equal weights for the zero
     model), then the skip set. ``start``: that ridge already fitted (the same rows, ``top_mass`` and
     ``start_horizon``: a population's fresh pods share it); returns the ridge."""
-    start = start or fit_linear_start(decisions, fit_rows, args.top_mass, args.start_horizon)
+    start = start or fit_linear_start(
+        decisions, fit_rows, args.top_mass, args.start_horizon, args.trade_window
+    )
     rows = torch.arange(fit_rows, device=decisions.features.device)
     tradable = decisions.tradable[:fit_rows]
     if start.is_zero:
@@ -214,6 +217,11 @@ def start_from_linear(
         held = top_weights(start.scores(decisions.features[:fit_rows]), tradable)
     policy.obs_norm.update(observation(held, decisions, rows))
     apply_linear_start(policy, start, decisions, fit_rows)
+    if args.nonlinear_start:
+        fit, tail, trades = start_panels(decisions, fit_rows, args.start_horizon, args.trade_window)
+        network = fit_nonlinear_start(policy, fit, tail, start, seed=args.seed)
+        if network is not None:
+            apply_nonlinear_start(policy, start, network, decisions, trades, args.top_mass)
     return start
 
 

@@ -45,6 +45,7 @@ class DecisionBars(Protocol):
     """What the warm start reads of ``agents.direct.Decisions`` (rows = decision bars)."""
 
     features: Tensor  # (K, A, F)
+    time_of_day: Tensor  # (K,) at the decision bar
     tradable: Tensor  # (K, A) at the decision bar
     fill_ok: Tensor  # (K, A) at the fill bar
     hold: Tensor  # (K, A) fill bar's open to the mark's close
@@ -84,12 +85,55 @@ def forward_returns(d: DecisionBars, horizon: int) -> Tensor:
     return torch.expm1(c[horizon - 1 : horizon - 1 + k] - c[:k] + hold[horizon - 1 :])
 
 
-def _panel(d: DecisionBars, rows: slice, y: Tensor) -> DecisionRows:
+def _panel(d: DecisionBars, rows: slice | Tensor, y: Tensor) -> DecisionRows:
     return DecisionRows(
         x=d.features[rows].to(torch.float64),
         y=y[rows],
         ok=d.tradable[rows] & d.fill_ok[rows],
     )
+
+
+def trade_rows(time_of_day: Tensor, window: float) -> Tensor:
+    """``(K,)`` bool: the decisions a policy of trade window ``window`` trades at (``agents.policy``:
+    time of day at most the window; all of them at 1.0)."""
+    return time_of_day <= window if window < 1.0 else torch.ones_like(time_of_day, dtype=torch.bool)
+
+
+def returns_to_next_trade(d: DecisionBars, trade: Tensor) -> tuple[Tensor, Tensor]:
+    """``(rows (M,), y (M, A) float64)``: each trade row that has a next one, and its return from its
+    fill bar's open to the close of the next trade row's decision bar (what a book bought at the row's
+    fill and held to the next trade earns; :func:`forward_returns` with a horizon per row)."""
+    index = torch.nonzero(trade).squeeze(-1)
+    rows, following = index[:-1], index[1:]
+    hold = torch.log1p(d.hold.to(torch.float64))
+    g = hold[:-1] + torch.log1p(d.gap[1:].to(torch.float64))
+    c = torch.cat([g.new_zeros(1, g.shape[1]), g.cumsum(dim=0)])
+    return rows, torch.expm1(c[following - 1] - c[rows] + hold[following - 1])
+
+
+def start_panels(
+    d: DecisionBars, fit_rows: int, horizon: int = 1, window: float = 1.0
+) -> tuple[DecisionRows, DecisionRows, Tensor]:
+    """The start's fit and held-out rows, and the rows before ``fit_rows`` it trades at (whose scores
+    set its temperature): with ``window`` 1.0 every row, its target the return over the next
+    ``horizon`` decisions; with a trade window the rows the policy trades at, each target the return
+    held to the next trade. A fit row's target never reaches past ``fit_rows`` (no fit row reads a
+    held-out return)."""
+    if window >= 1.0:
+        y = forward_returns(d, horizon)
+        end = max(0, fit_rows - horizon + 1)
+        every = torch.arange(fit_rows, device=y.device)  # (the temperature reads every fit row)
+        return _panel(d, slice(0, end), y), _panel(d, slice(fit_rows, max(fit_rows, y.shape[0])), y), every
+    trade = trade_rows(d.time_of_day, window)
+    rows, y = returns_to_next_trade(d, trade)
+    following = torch.nonzero(trade).squeeze(-1)[1:]  # each row's next trade
+    fit, tail = following <= fit_rows, rows >= fit_rows
+    panel = lambda keep: DecisionRows(  # noqa: E731
+        x=d.features[rows[keep]].to(torch.float64),
+        y=y[keep],
+        ok=d.tradable[rows[keep]] & d.fill_ok[rows[keep]],
+    )
+    return panel(fit), panel(tail), rows[fit]
 
 
 def top_mass(logits: Tensor, tradable: Tensor, fraction: float = TOP_FRACTION) -> Tensor:
@@ -117,14 +161,16 @@ def temperature_for(scores: Tensor, tradable: Tensor, mass: float) -> float:
     return math.exp(0.5 * (lo + hi))
 
 
-def fit_linear_start(d: DecisionBars, fit_rows: int, mass: float, horizon: int = 1) -> LinearStart:
+def fit_linear_start(
+    d: DecisionBars, fit_rows: int, mass: float, horizon: int = 1, window: float = 1.0
+) -> LinearStart:
     """The ridge of the rows ``[0, fit_rows)`` with its penalty chosen on ``[fit_rows, K)``, its target
     the return over the next ``horizon`` decisions (:func:`forward_returns`; the rows whose target
-    reaches past their block's end left out, so no fit row reads a held-out return); the zero model
-    when no penalty has a positive held-out information coefficient."""
-    y = forward_returns(d, horizon)
-    ends = (max(0, fit_rows - horizon + 1), y.shape[0])
-    fit, tail = _panel(d, slice(0, ends[0]), y), _panel(d, slice(fit_rows, max(fit_rows, ends[1])), y)
+    reaches past their block's end left out, so no fit row reads a held-out return); with a trade
+    ``window`` < 1 the rows the policy trades at, each target the return held to its next trade
+    (:func:`start_panels`); the zero model when no penalty has a positive held-out information
+    coefficient."""
+    fit, tail, fit_index = start_panels(d, fit_rows, horizon, window)
     zero = LinearStart(
         coef=torch.zeros(d.features.shape[-1], device=d.features.device),
         penalty=math.inf,
@@ -141,8 +187,8 @@ def fit_linear_start(d: DecisionBars, fit_rows: int, mass: float, horizon: int =
     if best is None:
         return zero
     ic, penalty, coef = best
-    scores = d.features[:fit_rows] @ coef.to(torch.float32)
-    temperature = temperature_for(scores, d.tradable[:fit_rows], mass)
+    scores = d.features[fit_index] @ coef.to(torch.float32)
+    temperature = temperature_for(scores, d.tradable[fit_index], mass)
     if temperature <= 0.0:
         return zero
     return LinearStart(coef=coef.to(torch.float32), penalty=penalty, holdout_ic=ic, temperature=temperature)

@@ -229,6 +229,7 @@ class AgentConfig(Section):
     norm_updates: int = setting(DirectArgs, "norm_updates", ge=0)
     objective: Literal["excess_sharpe", "sharpe"] = setting(DirectArgs, "objective")
     linear_start: bool = setting(DirectArgs, "linear_start")
+    nonlinear_start: bool = setting(DirectArgs, "nonlinear_start")
     top_mass: float = setting(DirectArgs, "top_mass", gt=0, lt=1)
     start_horizon: int = setting(DirectArgs, "start_horizon", ge=1)
     trade_window: float = setting(DirectArgs, "trade_window", gt=0, le=1)

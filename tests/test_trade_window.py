@@ -77,7 +77,9 @@ def test_a_direct_pod_with_a_window_trades_at_each_sessions_first_decision_as_th
     at its second; a window of 0.05 trades at the first only. The simulation's net returns equal the
     env's (frictionless fill), and the env's book turns over only at the sessions' first decisions."""
     market = ppo_market()
-    params = EnvParams(decision_interval=5, impact_coef=0.0, max_participation=0.0, min_order_notional=0.0)
+    params = EnvParams(  # (no per-share fee: the simulation leaves it to the backtest)
+        decision_interval=5, impact_coef=0.0, max_participation=0.0, min_order_notional=0.0, fee_scale=0.0
+    )
     args = direct.DirectArgs(
         total_steps=64, horizon=4, batch_paths=4, hidden=8, embed=4, rebalance_rate=1.0, trade_window=0.05
     )

@@ -63,7 +63,7 @@ def start_direct_pod(
     if args.linear_start:
         decisions = decisions_of(market, interval)
         fitted = {} if fitted is None else fitted
-        key = (args.holdout_frac, args.top_mass, args.start_horizon)
+        key = (args.holdout_frac, args.top_mass, args.start_horizon, args.trade_window)
         fitted[key] = start_from_linear(policy, decisions, _split(decisions, args)[1], args, fitted.get(key))
 
 

@@ -1,0 +1,123 @@
+"""The direct learner's nonlinear start (agents.nonlinear_start) and the ridge start at a trade window
+(agents.linear_start.start_panels): the network finds an interaction no ridge can, the policy's logits
+are exactly the fitted score times its temperature, noise leaves the ridge's start as it was, and a
+windowed start's targets are the returns held to the next trade (against a loop)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from agents import direct
+from agents.args import DirectArgs
+from agents.linear_start import returns_to_next_trade, start_panels, trade_rows
+from agents.networks import NetworkConfig
+from agents.nonlinear_start import normalized_features
+from agents.policy import Policy
+from data.errors import ConfigError
+from data.planted_ic import rank_ic
+from envs.observation import NUM_GLOBAL
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # (tests/conftest.py)
+
+K, A, F = 200, 30, 4
+
+
+def _decisions(signal: float, seed: int = 0, per_session: int = 1) -> direct.Decisions:
+    """Random features; each row's return ``signal * x0 * x1`` plus noise (an interaction: no
+    linear score of the features has any correlation with it)."""
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(K, A, F, generator=gen)
+    hold = 0.01 * (signal * x[..., 0] * x[..., 1] + torch.randn(K, A, generator=gen))
+    position = torch.arange(K) % per_session
+    return direct.Decisions(
+        features=x,
+        tradable=torch.ones(K, A, dtype=torch.bool),
+        fill_ok=torch.ones(K, A, dtype=torch.bool),
+        time_of_day=(position + 1).to(torch.float32) / per_session,
+        gap=torch.zeros(K, A),
+        hold=hold,
+    )
+
+
+def _started(d: direct.Decisions, nonlinear: bool, seed: int = 0) -> Policy:
+    args = DirectArgs(asset_layers=1, nonlinear_start=nonlinear, seed=seed, rebalance_rate=1.0)
+    policy = Policy(NetworkConfig(A, F, asset_layers=1, linear_skip=True, embed=args.embed))
+    direct.start_from_linear(policy, d, int(K * 0.8), args)
+    return policy
+
+
+def _asset_logits(policy: Policy, d: direct.Decisions, rows: torch.Tensor) -> torch.Tensor:
+    held = torch.full((len(rows), A), 1.0 / A)
+    obs = direct.observation(held, d, rows)
+    with torch.no_grad():
+        return policy.net.actor_mean(policy.obs_norm.normalize(obs))[:, :A]
+
+
+def test_the_network_finds_an_interaction_the_ridge_cannot():
+    d = _decisions(signal=1.0)
+    tail = torch.arange(int(K * 0.8), K)
+    truth = (d.features[..., 0] * d.features[..., 1])[tail].numpy()
+    ridge = _asset_logits(_started(d, False), d, tail).numpy()
+    network_ic = rank_ic(_asset_logits(_started(d, True), d, tail).numpy(), truth).mean()
+    assert abs(np.nan_to_num(rank_ic(ridge, truth)).mean()) < 0.1  # (all nan: the ridge's zero model)
+    assert network_ic > 0.5
+
+
+def test_the_policys_logits_are_the_fitted_score_times_its_temperature():
+    """Asset logits minus their mean across names = T * (ridge + network) minus its mean: the fit is
+    what the policy plays, through the encoder, read-out and skip it was written into."""
+    from agents.nonlinear_start import fit_nonlinear_start
+
+    d = _decisions(signal=1.0)
+    fit_rows = int(K * 0.8)
+    policy = _started(d, True)
+    ridge = direct.fit_linear_start(d, fit_rows, 0.5)
+    fit, tail, _ = start_panels(d, fit_rows)
+    network = fit_nonlinear_start(policy, fit, tail, ridge, seed=0)
+    assert network is not None and network.holdout_ic > max(ridge.holdout_ic, 0.0)
+    rows = torch.arange(50)
+    score = ridge.scores(d.features[rows]) + network.scores(normalized_features(policy, d.features[rows]))
+    logits = _asset_logits(policy, d, rows)
+    centred = lambda t: t - t.mean(dim=-1, keepdim=True)  # noqa: E731
+    ratio = float((centred(logits) * centred(score)).sum() / centred(score).square().sum())
+    assert ratio > 0 and torch.allclose(centred(logits), ratio * centred(score), atol=1e-3)
+
+
+def test_on_noise_the_start_is_the_ridges():
+    d = _decisions(signal=0.0, seed=3)
+    linear, nonlinear = _started(d, False), _started(d, True)
+    rows = torch.arange(K)
+    assert torch.allclose(_asset_logits(linear, d, rows), _asset_logits(nonlinear, d, rows), atol=1e-5)
+    assert float(nonlinear.net.actor_readout.bias.abs().max()) == 0.0  # the encoder is unused
+
+
+def test_windowed_targets_are_the_returns_held_to_the_next_trade():
+    d = _decisions(signal=0.5, seed=1, per_session=6)
+    d = direct.Decisions(**{**d.__dict__, "gap": 0.001 * torch.randn(K, A)})
+    trade = trade_rows(d.time_of_day, 0.2)  # the first of each 6 rows
+    rows, y = returns_to_next_trade(d, trade)
+    assert rows.tolist() == list(range(0, K - 6, 6))
+    for i, k in enumerate(rows.tolist()[:5]):
+        growth = torch.ones(A, dtype=torch.float64)
+        for j in range(k, k + 6):  # hold of each row, then the gap to the next row's fill
+            growth *= 1 + d.hold[j].double()
+            if j < k + 5:
+                growth *= 1 + d.gap[j + 1].double()
+        assert torch.allclose(y[i], growth - 1, atol=1e-12)
+    fit, tail, trades = start_panels(d, 200, window=0.2)
+    assert fit.x.shape[0] == len(trades) == 200 // 6 and bool((trades < 200).all())  # targets end by 200
+    assert tail.x.shape[0] == len([k for k in rows.tolist() if k >= 200])
+    assert trade_rows(d.time_of_day, 1.0).all()
+
+
+def test_the_nonlinear_start_needs_a_one_layer_encoder_and_the_linear_start():
+    with pytest.raises(ConfigError, match="asset_layers = 1"):
+        DirectArgs(nonlinear_start=True)
+    with pytest.raises(ConfigError, match="asset_layers = 1"):
+        DirectArgs(nonlinear_start=True, asset_layers=1, linear_start=False)
+    assert math.isfinite(DirectArgs(nonlinear_start=True, asset_layers=1).top_mass)
+    assert NUM_GLOBAL == 2
