@@ -13,11 +13,17 @@ regression on the same rows and target as the ridge start (``agents.linear_start
   zero (the first candidate is the ridge itself), ``W`` from the seeded orthogonal init. The
   normalized inputs are the policy's own (its observation statistics, fitted on the train window's fit
   rows before this), so the fitted ``W`` is the encoder's.
-- **early stopping**: every few epochs the held-out tail's information coefficient of the combined
-  score; the best epoch is kept **only if it beats the ridge's by two standard errors** (the paired
-  difference of the two scores' per-row coefficients on the tail, the ridge's 0 for the zero model),
-  else the start stays the ridge's (the read-out at zero: the encoder is unused). Why the margin: on
-  a tail of a few dozen rows, the best of many epochs beats the ridge on noise about half the time.
+- **epochs, by blocked cross-validation**: the fit rows split into five contiguous blocks; the
+  network is fitted on four (a row each side of the left-out block purged: a target spans to the next
+  trade) and its out-of-fold information coefficient recorded every few epochs; the epoch count with
+  the best mean out-of-fold IC is then fitted on all fit rows. Why not early stopping on the train
+  window's held-out tail alone: at one trade a session that tail is a dozen rows, too few to choose
+  an epoch or to tell a gain from noise.
+- **kept only on a clear gain**: the network is kept only if, on the out-of-fold rows (each fold's
+  ridge refitted on the same rows as its network, at the start's penalty) and the held-out tail
+  together, ridge + network beats the ridge alone by one standard error (the paired
+  difference of the two scores' per-row coefficients), else the start stays the ridge's (the
+  read-out at zero: the encoder is unused).
 - **the policy**: the encoder's weights on the features and bias set to ``W`` and ``b`` (zero on
   the position weight and tradable flag), the actor read-out's bias to ``v`` and its weights to zero
   (so the read-out ignores the context at first), the skip to the ridge, all times one temperature
@@ -38,12 +44,12 @@ from torch import Tensor
 
 from agents.linear_start import DecisionBars, LinearStart, temperature_for
 from agents.policy import Policy
-from backtests.linear import DecisionRows, demean
+from backtests.linear import DecisionRows, demean, ridge_path
 from data.errors import ConfigError
 
-#: Epochs between two held-out checks, and checks without a better one before the fit stops.
+#: Epochs between two checks of the cross-validated fits; contiguous blocks of the fit rows.
 CHECK_EVERY = 5
-PATIENCE = 10
+FOLDS = 5
 
 
 @dataclass(frozen=True)
@@ -71,7 +77,7 @@ def normalized_features(policy: Policy, x: Tensor) -> Tensor:
 
 
 #: Standard errors by which the network's held-out IC must beat the ridge's to be kept.
-MARGIN = 2.0
+MARGIN = 1.0
 
 
 def row_ics(scores: Tensor, panel: DecisionRows) -> Tensor:
@@ -93,10 +99,65 @@ def beats(candidate: Tensor, ridge: Tensor) -> bool:
     return se > 0 and float(diff.mean()) > MARGIN * se
 
 
-def _scaled_target(panel: DecisionRows) -> Tensor:
-    y = demean(panel.y, panel.ok).to(torch.float32)
-    sd = y[panel.ok].std() if int(panel.ok.sum()) > 1 else torch.tensor(0.0)
-    return y / sd if float(sd) > 0 else y
+def _refit(ridge: LinearStart, panel: DecisionRows) -> LinearStart:
+    """``ridge`` refitted on ``panel`` at its own penalty (the zero model stays zero)."""
+    if ridge.is_zero or not math.isfinite(ridge.penalty):
+        return ridge
+    coef = ridge_path(panel, (ridge.penalty,))[0].to(torch.float32)
+    return LinearStart(
+        coef=coef, penalty=ridge.penalty, holdout_ic=ridge.holdout_ic, temperature=ridge.temperature
+    )
+
+
+def _subset(panel: DecisionRows, rows: Tensor) -> DecisionRows:
+    return DecisionRows(x=panel.x[rows], y=panel.y[rows], ok=panel.ok[rows])
+
+
+def _scaled_target(panel: DecisionRows) -> tuple[Tensor, float]:
+    """The target demeaned across names and divided by its standard deviation, and that deviation."""
+    y = demean(panel.y, panel.ok)
+    sd = float(y[panel.ok].std()) if int(panel.ok.sum()) > 1 else 0.0
+    return (y / sd if sd > 0 else y).to(torch.float32), sd
+
+
+class _Fit:
+    """One full-batch fit of the network to the ridge's residual (``v`` from zero, ``W`` from the
+    seeded orthogonal init), checked every :data:`CHECK_EVERY` epochs on an evaluation panel."""
+
+    def __init__(self, policy: Policy, ridge: LinearStart, hidden: int, seed: int, lr: float, wd: float):
+        self.policy, self.coef = policy, ridge.coef.to(torch.float32)
+        gen = torch.Generator(device="cpu").manual_seed(int(seed))
+        weight = torch.empty(hidden, ridge.coef.shape[0])
+        torch.nn.init.orthogonal_(weight, math.sqrt(2), generator=gen)
+        device = ridge.coef.device  # (the features' device: the start is fitted where they are)
+        self.layer = torch.nn.Parameter(weight.to(device))
+        self.bias = torch.nn.Parameter(torch.zeros(hidden, device=device))
+        self.readout = torch.nn.Parameter(torch.zeros(hidden, device=device))
+        self.opt = torch.optim.AdamW([self.layer, self.bias, self.readout], lr=lr, weight_decay=wd)
+
+    def net(self, z: Tensor) -> Tensor:
+        return torch.relu(z @ self.layer.T + self.bias) @ self.readout
+
+    def run(self, fit: DecisionRows, epochs: int, check: DecisionRows | None = None) -> list[Tensor]:
+        """Train ``epochs`` epochs on ``fit``; the per-row ICs of ridge + network on ``check`` at
+        every check (none without ``check``)."""
+        y, sd = _scaled_target(fit)
+        z = normalized_features(self.policy, fit.x)
+        offset = (fit.x.to(torch.float32) @ self.coef) / max(sd, 1e-300)
+        mask = fit.ok.to(torch.float32)
+        if check is not None:
+            z_check = normalized_features(self.policy, check.x)
+            offset_check = check.x.to(torch.float32) @ self.coef
+        curve = []
+        for epoch in range(1, epochs + 1):
+            self.opt.zero_grad()
+            ((offset + self.net(z) - y).square() * mask).sum().div(mask.sum()).backward()
+            self.opt.step()
+            if check is not None and epoch % CHECK_EVERY == 0:
+                with torch.no_grad():
+                    curve.append(row_ics(offset_check + self.net(z_check) * sd, check))
+        self.sd = sd
+        return curve
 
 
 def fit_nonlinear_start(
@@ -110,46 +171,41 @@ def fit_nonlinear_start(
     learning_rate: float = 3e-3,
     weight_decay: float = 1e-3,
 ) -> NonlinearStart | None:
-    """The network fitted to the ridge's residual on ``fit``, early-stopped on ``tail``; None when the
-    best epoch's held-out IC does not beat the ridge's by :data:`MARGIN` standard errors."""
-    hidden = int(policy.config.embed)
-    num_features = fit.x.shape[-1]
-    if int(fit.ok.sum()) <= num_features or int(tail.ok.sum()) == 0:
+    """The network fitted to the ridge's residual on ``fit``, its epochs chosen by blocked
+    cross-validation on ``fit`` (:data:`FOLDS` contiguous blocks, a row purged on each side of the
+    left-out block); None when the out-of-fold and held-out ICs of ridge + network do not beat the
+    ridge's by :data:`MARGIN` standard errors (module docstring)."""
+    hidden, rows = int(policy.config.embed), fit.x.shape[0]
+    if rows < 2 * FOLDS or int(fit.ok.sum()) <= fit.x.shape[-1] or int(tail.ok.sum()) == 0:
         return None
-    y = _scaled_target(fit)
-    y_sd = float(demean(fit.y, fit.ok)[fit.ok].std())
-    if not y_sd > 0:
+    if not _scaled_target(fit)[1] > 0:
         return None
-    z_fit, z_tail = normalized_features(policy, fit.x), normalized_features(policy, tail.x)
-    offset_fit = ridge.scores(fit.x.to(torch.float32)) / y_sd
-    offset_tail = ridge.scores(tail.x.to(torch.float32))
-    gen = torch.Generator(device="cpu").manual_seed(int(seed))
-    weight = torch.empty(hidden, num_features)
-    torch.nn.init.orthogonal_(weight, math.sqrt(2), generator=gen)
-    layer = torch.nn.Parameter(weight.to(z_fit.device))
-    bias = torch.nn.Parameter(torch.zeros(hidden, device=z_fit.device))
-    readout = torch.nn.Parameter(torch.zeros(hidden, device=z_fit.device))
-    opt = torch.optim.AdamW([layer, bias, readout], lr=learning_rate, weight_decay=weight_decay)
-    mask = fit.ok.to(torch.float32)
-    ridge_rows = row_ics(offset_tail, tail)
-    best_ic, best, stale = float(ridge_rows.mean()), None, 0
-    for epoch in range(1, epochs + 1):
-        opt.zero_grad()
-        pred = offset_fit + torch.relu(z_fit @ layer.T + bias) @ readout
-        ((pred - y).square() * mask).sum().div(mask.sum()).backward()
-        opt.step()
-        if epoch % CHECK_EVERY:
-            continue
-        with torch.no_grad():
-            rows = row_ics(offset_tail + torch.relu(z_tail @ layer.T + bias) @ readout * y_sd, tail)
-        if float(rows.mean()) > best_ic:
-            best_ic, stale = float(rows.mean()), 0
-            best = (layer.detach().clone(), bias.detach().clone(), readout.detach() * y_sd, epoch, rows)
-        elif (stale := stale + 1) >= PATIENCE:
-            break
-    if best is None or not beats(best[4], ridge_rows):
+    make = lambda r: _Fit(policy, r, hidden, seed, learning_rate, weight_decay)  # noqa: E731
+    curves, ridge_rows = [], []
+    for block in torch.arange(rows).chunk(FOLDS):
+        keep = torch.ones(rows, dtype=torch.bool)
+        keep[max(0, int(block[0]) - 1) : int(block[-1]) + 2] = False  # the block and a row each side
+        train, held = _subset(fit, torch.nonzero(keep).squeeze(-1)), _subset(fit, block)
+        fold_ridge = _refit(ridge, train)  # (the ridge of the same rows: both sides out of fold)
+        ridge_rows.append(row_ics(held.x.to(torch.float32) @ fold_ridge.coef, held))
+        curves.append(make(fold_ridge).run(train, epochs, held))
+    out_of_fold = [torch.cat([curve[c] for curve in curves]) for c in range(len(curves[0]))]
+    best = max(range(len(out_of_fold)), key=lambda c: float(out_of_fold[c].mean()))
+    final = make(ridge)
+    final.run(fit, (best + 1) * CHECK_EVERY)
+    with torch.no_grad():
+        tail_net = final.net(normalized_features(policy, tail.x)) * final.sd
+        tail_rows = row_ics(ridge.scores(tail.x.to(torch.float32)) + tail_net, tail)
+    ridge_rows.append(row_ics(ridge.scores(tail.x.to(torch.float32)), tail))
+    if not beats(torch.cat([out_of_fold[best], tail_rows]), torch.cat(ridge_rows)):
         return None
-    return NonlinearStart(weight=best[0], bias=best[1], readout=best[2], holdout_ic=best_ic, epochs=best[3])
+    return NonlinearStart(
+        weight=final.layer.detach().to(fit.x.device),
+        bias=final.bias.detach().to(fit.x.device),
+        readout=final.readout.detach().to(fit.x.device) * final.sd,
+        holdout_ic=float(tail_rows.mean()),
+        epochs=(best + 1) * CHECK_EVERY,
+    )
 
 
 @torch.no_grad()

@@ -75,12 +75,17 @@ def next_pod(
     algo: str,
 ) -> PodSpec:
     """The spec of pod number ``seq``: fresh with probability ``p_fresh`` (always while the board is
-    empty), else a mutated child of a rank-selected leaderboard entry."""
+    empty, and among the run's first pods while a kind of the space has no entry), else a mutated
+    child of a rank-selected leaderboard entry."""
     rng = pod_rng(seed, seq)
     pod_seed = int(rng.integers(2**31 - 1))
-    fresh = not entries or rng.random() < p_fresh
+    # A kind with no pod on the board yet gets a fresh one among the run's first pods (an inline
+    # backend fills the board after its first pod: without this, every later pod could be its child).
+    missing = space.missing_kinds(entries) if seq < 2 * len(space.kinds) else ()
+    fresh = not entries or bool(missing) or rng.random() < p_fresh
     if fresh:
-        return PodSpec(pod_id=pod_id_for(seq), seq=seq, seed=pod_seed, algo=algo, hparams=space.sample(rng))
+        hparams = space.sample(rng, seq, kind=missing[0] if missing else None)
+        return PodSpec(pod_id=pod_id_for(seq), seq=seq, seed=pod_seed, algo=algo, hparams=hparams)
     parent = select_parent(entries, rng)
     return PodSpec(
         pod_id=pod_id_for(seq),

@@ -48,6 +48,7 @@ from torch import Tensor
 from agents import direct, ppo, sac
 from agents.checkpoint import Checkpoint
 from agents.tournament.generator import PodSpec
+from agents.tournament.search_space import OPEN_WINDOW
 from agents.tournament.settings import FITNESS
 from agents.training import TrainResult
 from backtests.engine import PolicyBatch
@@ -223,7 +224,19 @@ def pod_args(args_cls: type, task: PodTask, ctx: RoundContext) -> Any:
     spec = task.spec
     arg_fields = {f.name for f in dataclasses.fields(args_cls)}
     raw = {**ctx.agent, **spec.hparams, "seed": spec.seed, "total_steps": task.round_steps}
+    if raw.get("trade_window") == OPEN_WINDOW:
+        raw["trade_window"] = open_window(ctx.train.time_of_day, int(env_params(ctx).decision_interval))
+    if raw.get("nonlinear_start") and not raw.get("linear_start", True):
+        raw["nonlinear_start"] = False  # (a run without the linear start has none to add to)
     return args_cls(**{k: v for k, v in raw.items() if k in arg_fields})
+
+
+def open_window(time_of_day: Tensor, interval: int) -> float:
+    """The trade window of a policy that trades at each session's first decision only: half way
+    between the time of day of a full session's first bar (the window's least) and of its bar
+    ``interval`` on (the second decision's), so a shorter session's first decision is inside it too."""
+    first = float(time_of_day.min())
+    return min(1.0, first * (1.0 + interval / 2.0))
 
 
 def save_round(task: PodTask, result: TrainResult, scored: Scored, start: float) -> PodOutcome:

@@ -8,7 +8,7 @@ weights, so its network must keep the parent's shape.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -66,6 +66,11 @@ class SearchSpace:
     perturb_factors: tuple[float, ...] = (0.8, 1.2)
     resample_prob: float = 0.25
     fixed: Mapping[str, Any] = field(default_factory=dict)
+    #: Pod kinds ``(name, settings)``: a fresh pod is of the kind the generator asks for (one not on
+    #: the board yet) or of kind ``seq % len(kinds)``, its hyper-parameters ``{"kind": name,
+    #: **settings}`` beside the sampled ones; a child keeps its parent's (settings that fix the
+    #: network's shape or how it trades: a lineage's kind never changes).
+    kinds: tuple[tuple[str, Mapping[str, Any]], ...] = ()
 
     def __post_init__(self) -> None:
         names = [p.name for p in self.params]
@@ -78,9 +83,20 @@ class SearchSpace:
     def names(self) -> tuple[str, ...]:
         return tuple(p.name for p in self.params)
 
-    def sample(self, rng: np.random.Generator) -> dict[str, Any]:
-        """Hyper-parameters for a fresh pod: every parameter drawn from its range."""
-        return {**self.fixed, **{p.name: p.sample(rng) for p in self.params}}
+    def sample(self, rng: np.random.Generator, seq: int = 0, kind: str | None = None) -> dict[str, Any]:
+        """Hyper-parameters for a fresh pod (the run's ``seq``-th): every parameter drawn from its
+        range, and the settings of its kind (``kind``, else the ``seq``-th in turn)."""
+        drawn = {**self.fixed, **{p.name: p.sample(rng) for p in self.params}}
+        if not self.kinds:
+            return drawn
+        kinds = dict(self.kinds)
+        name = kind if kind in kinds else self.kinds[seq % len(self.kinds)][0]
+        return {**drawn, "kind": name, **kinds[name]}
+
+    def missing_kinds(self, entries: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
+        """The kinds (in order) no entry of a leaderboard is of."""
+        present = {str((e.get("hparams") or {}).get("kind")) for e in entries}
+        return tuple(name for name, _ in self.kinds if name not in present)
 
     def mutate(self, parent: Mapping[str, Any], rng: np.random.Generator) -> dict[str, Any]:
         """A child's hyper-parameters: each one resampled or scaled by a perturb factor, then clipped."""
@@ -100,6 +116,23 @@ class SearchSpace:
     def contains(self, hparams: Mapping[str, Any]) -> bool:
         """True when every parameter of the space is present and within its bounds."""
         return all(p.name in hparams and p.contains(hparams[p.name]) for p in self.params)
+
+
+#: The direct learner's pod kinds: ``intraday`` (the run's ``[agent]`` settings: by default the ridge
+#: start, trading at every decision, 20% of the way) and ``open`` (trading at each session's first
+#: decision only, the whole way, from the nonlinear start: ``agents.nonlinear_start``; its
+#: ``trade_window`` is resolved from the market's sessions and the decision interval,
+#: ``agents.tournament.pod.pod_args``). Why both: an edge read at the open and paid over the session
+#: is traded away by a policy that trades every decision, and the features show some of it at the
+#: open only (docs/benchmarks.md); the validation window picks between kinds as between learning rates.
+OPEN_WINDOW = "open"
+DIRECT_KINDS: tuple[tuple[str, Mapping[str, Any]], ...] = (
+    ("intraday", {}),
+    (
+        "open",
+        {"trade_window": OPEN_WINDOW, "rebalance_rate": 1.0, "asset_layers": 1, "nonlinear_start": True},
+    ),
+)
 
 
 def default_search_space(algo: str = "ppo") -> SearchSpace:
@@ -132,6 +165,7 @@ def default_search_space(algo: str = "ppo") -> SearchSpace:
                 Param("learning_rate", 3e-3, 3e-2, log=True),
                 Param("weight_decay", 1e-5, 1e-2, log=True),
                 Param("horizon", 16, 64, kind="int"),
-            )
+            ),
+            kinds=DIRECT_KINDS,
         )
     raise ConfigError(f"search space: unknown algo {algo!r} (expected ppo, sac or direct)")
