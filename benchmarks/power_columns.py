@@ -8,15 +8,17 @@ one as the report judges a champion (``report.metrics_document`` on that column 
 the alpha over buy-and-hold at the 5% level, one look, seeded):
 
 - ``champion``: the direct tournament's champion;
-- ``start``: the champion pod's unfine-tuned start (``agents.linear_start`` through the pod's own
-  ``agents.population.direct.start_direct_pod``: the softmax of the ridge of the train window's fit
-  rows, before any gradient step);
+- ``start``: the champion's unfine-tuned start: its lineage's root pod's start, made again from that
+  pod's kind and seed (``champion_root_args``; ``agents.linear_start`` and, for the ``open`` kind,
+  ``agents.nonlinear_start`` through the pod's own ``agents.population.direct.start_direct_pod``),
+  before any gradient step;
 - ``ridge_quintile`` / ``boosted_quintile``: the ridge (``backtests.linear``) and the LightGBM ranker
   (``backtests.boosted``), fitted once a market on the train window with the validation window's
   penalty / early stopping, each traded its own way (the top 20% held equal weight);
 - ``ridge_softmax`` / ``boosted_softmax``: the same fitted scores traded the champion's way
   (:class:`ScoreSoftmax`: the direct policy's head, its softmax at the start's temperature and cash
-  level and its partial rebalancing ``rebalance_rate``); the ridge's is the champion's own network
+  level, its partial rebalancing ``rebalance_rate`` and its trade window, those of the champion's
+  kind); the ridge's is the champion's own network
   with its linear skip set to the ridge (``start_from_linear`` with that ridge), the boosted ranker's
   the same head on the trees' scores (tests/test_power_table.py checks the two heads agree);
 - ``ppo``: the champion of a PPO tournament on the same windows (``--with-ppo``);
@@ -41,13 +43,15 @@ from agents.direct import Decisions, decisions_of, start_from_linear
 from agents.linear_start import LinearStart, temperature_for
 from agents.policy import Policy, current_weights, raw_to_action
 from agents.population.direct import start_direct_pod
+from agents.tournament.leaderboard import read_pods
+from agents.tournament.pod import learner_args
 from agents.training import policy_for_env
 from backtests import engine, report
 from backtests.boosted import BoostedModel
 from backtests.linear import LinearModel, top_weights
 from backtests.metrics import TRADING_DAYS_PER_YEAR
 from backtests.metrics_model import ExcessFigures, OosTest
-from envs.observation import FEATURES, TRADABLE, split_obs
+from envs.observation import FEATURES, TIME_OF_DAY, TRADABLE, split_obs
 
 #: Every column a row can hold, in the table's order (``ppo`` only with ``--with-ppo``).
 COLUMNS = (
@@ -105,9 +109,11 @@ class ScoreSoftmax:
         level: float,
         rebalance_rate: float,
         num_assets: int,
+        trade_window: float = 1.0,
     ) -> None:
         self.scores, self.temperature, self.level = scores, float(temperature), float(level)
         self.rebalance_rate, self.num_assets = float(rebalance_rate), int(num_assets)
+        self.trade_window = float(trade_window)
 
     @classmethod
     def calibrated(
@@ -122,14 +128,18 @@ class ScoreSoftmax:
         train_scores = train_scores.to(torch.float32)
         temperature = temperature_for(train_scores, train_tradable, args.top_mass)
         level = float(train_scores.mean())
-        return cls(scores, temperature, level, args.rebalance_rate, train_scores.shape[-1])
+        return cls(scores, temperature, level, args.rebalance_rate, train_scores.shape[-1], args.trade_window)
 
     def __call__(self, obs: Tensor) -> Tensor:
         s = self.scores(obs).to(torch.float32)
         cash = torch.full_like(s[:, :1], self.temperature * self.level)
         raw = torch.cat([self.temperature * s, cash], dim=-1)
         current = current_weights(obs, self.num_assets).to(raw.dtype)
-        return raw_to_action(raw, "weights", self.num_assets, current, self.rebalance_rate)
+        action = raw_to_action(raw, "weights", self.num_assets, current, self.rebalance_rate)
+        if self.trade_window >= 1.0:
+            return action
+        hold = obs[:, TIME_OF_DAY] > self.trade_window  # (agents.policy.Policy.to_action)
+        return torch.where(hold.unsqueeze(-1), current, action)
 
 
 class PlantedScores:
@@ -206,6 +216,23 @@ def start_policy(train: Any, params: Any, args: DirectArgs, linear: LinearModel 
     return policy
 
 
+def champion_root_args(
+    base: DirectArgs, run_dir: Any, champion: Mapping[str, Any] | None, train: Any, interval: int
+) -> DirectArgs:
+    """The learner arguments the champion's lineage started from: its root pod's kind and seed over
+    the run's ``base`` arguments (``agents.tournament.pod.learner_args``), so ``start`` is that
+    pod's unfine-tuned start and the ``_softmax`` columns trade as its kind does (trade window,
+    rebalance rate). ``base`` when the board holds no such pod."""
+    pods = {p["pod_id"]: p for p in read_pods(run_dir)} if run_dir is not None else {}
+    pod = pods.get((champion or {}).get("pod_id"))
+    if pod is None:
+        return base
+    while pod.get("parent_id") in pods:
+        pod = pods[pod["parent_id"]]
+    raw = {**dataclasses.asdict(base), **(pod.get("hparams") or {}), "seed": int(pod["seed"])}
+    return learner_args(DirectArgs, raw, train, interval)
+
+
 def column_policies(
     splits: Any,
     params: Any,
@@ -215,8 +242,9 @@ def column_policies(
 ) -> dict[str, Any]:
     """Every column's policy but the tournaments' champions: ``fitted`` holds the ridge
     (``"linear"``) and the boosted ranker (``"boosted"``), each fitted once for the market and shared
-    by its two columns."""
+    by its two columns; ``args`` the champion's root pod's (:func:`champion_root_args`)."""
     train, test = splits.train, splits.test
+    linear_way = dataclasses.replace(args, nonlinear_start=False, asset_layers=0)  # the ridge alone
     interval = int(params.decision_interval)
     decisions, fit_rows = fit_rows_of(train, interval, args)
     features, tradable = decisions.features[:fit_rows], decisions.tradable[:fit_rows]
@@ -227,7 +255,7 @@ def column_policies(
     return {
         "start": start_policy(train, params, args),
         "ridge_quintile": linear,
-        "ridge_softmax": start_policy(train, params, args, linear),
+        "ridge_softmax": start_policy(train, params, linear_way, linear),
         "boosted_quintile": boosted,
         "boosted_softmax": ScoreSoftmax.calibrated(
             boosted_of, boosted.scores(features, tradable), tradable, args

@@ -77,7 +77,13 @@ from app.runs import RunDir  # noqa: E402
 from app.workflows.training import train_tournament  # noqa: E402
 from backtests.boosted import fit_boosted  # noqa: E402
 from backtests.linear import fit_linear  # noqa: E402
-from benchmarks.power_columns import COLUMNS, column_policies, upgraded, verdicts  # noqa: E402
+from benchmarks.power_columns import (  # noqa: E402
+    COLUMNS,
+    champion_root_args,
+    column_policies,
+    upgraded,
+    verdicts,
+)
 from benchmarks.power_readout import _fmt, interval, print_table, table, upper_95  # noqa: E402, F401
 from benchmarks.power_rerun import (  # noqa: E402
     LEARNER_COLUMNS,
@@ -342,6 +348,10 @@ def run_market(
         }
         clock["fit_s"] = time.perf_counter() - start - sum(clock.values())
         learner = to_learner_args(config)
+        if "champion" in wanted:  # the champion's lineage's kind and seed (its start, its way)
+            learner = champion_root_args(
+                learner, result.run_dir, result.champion, splits.train, params.decision_interval
+            )
         policies.update(column_policies(splits, params, learner, fitted, predictor))
         policies = {name: policies[name] for name in COLUMNS if name in policies and name in wanted}
         judged = verdicts(splits.test, params, policies, seed)

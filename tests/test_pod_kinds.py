@@ -4,8 +4,12 @@ first decision only, and a tournament's board holds pods of both kinds, each pla
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
+import torch
 from helpers import ppo_market
 from test_tournament_run import run_tournament
 
@@ -17,6 +21,9 @@ from agents.tournament.pod import PodTask, RoundContext, open_window, pod_args
 from agents.tournament.search_space import DIRECT_KINDS, OPEN_WINDOW, Param, SearchSpace, default_search_space
 from agents.tournament.settings import TournamentArgs
 from backtests.metrics import TRADING_DAYS_PER_YEAR
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from benchmarks.power_columns import ScoreSoftmax, champion_root_args  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # (tests/conftest.py)
 
@@ -82,6 +89,13 @@ def test_a_direct_tournament_ranks_pods_of_both_kinds(tmp_path):
     pods = read_pods(result.run_dir)
     assert [p["hparams"]["kind"] for p in pods[:2]] == ["intraday", "open"]
     assert all(p["status"] != "failed" and p["score"] is not None for p in pods)
+    # the power table's champion's way: its lineage's root kind and seed
+    root = {p["pod_id"]: p for p in pods}[result.champion["pod_id"]]
+    while root["parent_id"] is not None:
+        root = next(p for p in pods if p["pod_id"] == root["parent_id"])
+    way = champion_root_args(DirectArgs(**AGENT), result.run_dir, result.champion, train, 5)
+    assert way.seed == root["seed"] and (way.trade_window < 1.0) == (root["hparams"]["kind"] == "open")
+    assert champion_root_args(DirectArgs(**AGENT), result.run_dir, None, train, 5) == DirectArgs(**AGENT)
     for pod in pods:
         policy = Policy.load(result.run_dir / pod["checkpoint"])
         is_open = pod["hparams"]["kind"] == "open"
@@ -90,3 +104,15 @@ def test_a_direct_tournament_ranks_pods_of_both_kinds(tmp_path):
         if pod["parent_id"] is not None:  # a child plays its parent's kind
             parent = next(p for p in pods if p["pod_id"] == pod["parent_id"])
             assert pod["hparams"]["kind"] == parent["hparams"]["kind"]
+
+
+def test_scores_traded_the_champions_way_hold_after_its_window():
+    scores = lambda obs: obs[:, 2:].reshape(obs.shape[0], 3, 4)[..., 2]  # noqa: E731 (a feature)
+    head = ScoreSoftmax(scores, 2.0, 0.0, 1.0, 3, trade_window=0.1)
+    every = ScoreSoftmax(scores, 2.0, 0.0, 1.0, 3)
+    obs = torch.rand(2, 2 + 3 * 4)
+    obs[:, 2:].view(2, 3, 4)[..., 0] = torch.tensor([[0.2, 0.3, 0.1], [0.5, 0.0, 0.2]])
+    obs[:, 1] = torch.tensor([0.05, 0.5])  # time of day: inside the window, after it
+    action = head(obs)
+    assert torch.equal(action[0], every(obs)[0])
+    assert torch.equal(action[1], torch.tensor([0.5, 0.0, 0.2]))

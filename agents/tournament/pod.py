@@ -222,12 +222,19 @@ def pod_args(args_cls: type, task: PodTask, ctx: RoundContext) -> Any:
     """The learner arguments of a pod's round: the run's base arguments, the pod's hyper-parameters
     over them, its seed and the round's env-steps."""
     spec = task.spec
-    arg_fields = {f.name for f in dataclasses.fields(args_cls)}
     raw = {**ctx.agent, **spec.hparams, "seed": spec.seed, "total_steps": task.round_steps}
+    return learner_args(args_cls, raw, ctx.train, int(env_params(ctx).decision_interval))
+
+
+def learner_args(args_cls: type, raw: Mapping[str, Any], train: MarketData, interval: int) -> Any:
+    """``args_cls`` of the settings ``raw`` (base arguments and a pod's hyper-parameters; other keys
+    ignored), a kind's ``"open"`` trade window resolved on the train window's sessions."""
+    raw = dict(raw)
     if raw.get("trade_window") == OPEN_WINDOW:
-        raw["trade_window"] = open_window(ctx.train.time_of_day, int(env_params(ctx).decision_interval))
+        raw["trade_window"] = open_window(train.time_of_day, interval)
     if raw.get("nonlinear_start") and not raw.get("linear_start", True):
         raw["nonlinear_start"] = False  # (a run without the linear start has none to add to)
+    arg_fields = {f.name for f in dataclasses.fields(args_cls)}
     return args_cls(**{k: v for k, v in raw.items() if k in arg_fields})
 
 
