@@ -220,6 +220,9 @@ class DirectArgs:
     warm-starting)"""
     linear_start: bool = True
     """a fresh policy starts as the softmax of a ridge fit on the train window (agents.linear_start)"""
+    demean_features: bool = False
+    """asset_layers >= 1: the encoder reads each asset's features minus their mean across the assets
+    (ignored when warm-starting)"""
     nonlinear_start: bool = False
     """the linear start plus a network of each asset's features fitted to the ridge's residual, kept
     if it beats the ridge on the held-out tail (agents.nonlinear_start; needs asset_layers = 1)"""
@@ -252,6 +255,8 @@ class DirectArgs:
             raise ConfigError(f"DirectArgs.top_mass must be in (0, 1), got {self.top_mass}")
         if not 0.0 < self.trade_window <= 1.0:
             raise ConfigError(f"DirectArgs.trade_window must be in (0, 1], got {self.trade_window}")
+        if self.demean_features and self.asset_layers < 1:
+            raise ConfigError("DirectArgs.demean_features needs asset_layers >= 1")
         if self.nonlinear_start and (self.asset_layers != 1 or not self.linear_start):
             raise ConfigError("DirectArgs.nonlinear_start needs asset_layers = 1 and linear_start")
         if self.objective not in OBJECTIVES:

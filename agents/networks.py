@@ -46,6 +46,10 @@ class NetworkConfig:
     # trades at each session's first decision only and holds the book through the session). See
     # agents.policy.Policy.to_action. Policies saved without the key trade at every decision.
     trade_window: float = 1.0
+    # asset_layers >= 1: the encoder reads each asset's features minus their mean across the assets
+    # (its position weight and tradable flag as they are): a cross-sectional network, whose units see
+    # a name's move against the others' and not the market's (agents.nonlinear_start fits it so).
+    demean_features: bool = False
     # A linear read-out of each asset's own normalized inputs added to its logit (``asset_skip``):
     # the direct learner sets it from a ridge fit (agents.linear_start). Policies saved without the
     # key have none.
@@ -54,6 +58,8 @@ class NetworkConfig:
     def __post_init__(self) -> None:
         if not 0.0 < self.trade_window <= 1.0:
             raise ValueError(f"trade_window must be in (0, 1], got {self.trade_window}")
+        if self.demean_features and self.asset_layers < 1:
+            raise ValueError("demean_features needs asset_layers >= 1")
 
     @property
     def obs_dim(self) -> int:
@@ -128,6 +134,9 @@ class PerAssetActorCritic(nn.Module):
                 dim=1
             ) * lin.bias  # sum_a w_a h_a
             return per_asset, self.context(torch.cat([mean_emb, held, glob], dim=1))
+        if self.config.demean_features:
+            feats = per_asset[:, :, 2:]
+            per_asset = torch.cat([per_asset[:, :, :2], feats - feats.mean(dim=1, keepdim=True)], dim=-1)
         emb = self.encoder(per_asset)  # (N, A, E)
         # Element-wise products + sums: batched tiny matmuls (bmm) are far slower on a CPU.
         held = (weight * emb).sum(dim=1)  # (N, E): sum_a w_a h_a

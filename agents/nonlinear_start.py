@@ -7,6 +7,10 @@ gradient, started from the ridge, mostly moves the network's linear parts. So wi
 relu(W z_a + b)`` on the normalized inputs ``z_a``) is fitted, before any gradient step, as a
 regression on the same rows and target as the ridge start (``agents.linear_start.start_panels``):
 
+- **members**: the encoder's ``embed`` units hold ``embed // 16`` networks of 16 units, each fitted
+  from its own seed as below, the score their mean (``v`` divided by their number): an ensemble,
+  since one small network fitted to a few dozen sessions varies with its seed about as much as it
+  gains (the tournament's ``open`` pods: 48 units, three networks);
 - **fit**: ``score_a = ridge(x_a) + v . relu(W z_a + b)`` with the ridge fixed (its scores an offset:
   the network fits what the ridge leaves), on the fit rows' tradable names, the target demeaned across
   names and scaled by its standard deviation; full-batch AdamW on the squared error, ``v`` started at
@@ -69,13 +73,20 @@ class NonlinearStart:
 
 
 def normalized_features(policy: Policy, x: Tensor) -> Tensor:
-    """Raw features ``(..., A, F)`` as the policy's observation normalizer feeds them to its network."""
+    """Raw features ``(..., A, F)`` as the policy's network's encoder reads them: normalized by its
+    observation statistics (and clipped), then minus their mean across the assets when its encoder
+    demeans them (``NetworkConfig.demean_features``)."""
     norm = policy.obs_norm
     mean = norm.mean_asset[2:].to(x.device, torch.float32)
     scale = torch.sqrt(norm.var_asset[2:] + norm.eps).to(x.device, torch.float32)
-    return ((x.to(torch.float32) - mean) / scale).clamp(-norm.clip, norm.clip)
+    z = ((x.to(torch.float32) - mean) / scale).clamp(-norm.clip, norm.clip)
+    return z - z.mean(dim=-2, keepdim=True) if policy.config.demean_features else z
 
 
+#: Units of one member network: an encoder of ``embed`` units holds ``embed // MEMBER_WIDTH`` of them,
+#: fitted from their own seeds, their mean the score (an ensemble: one small network fitted to a few
+#: dozen sessions varies with its seed about as much as it gains).
+MEMBER_WIDTH = 16
 #: Standard errors by which the network's held-out IC must beat the ridge's to be kept.
 MARGIN = 1.0
 
@@ -121,26 +132,36 @@ def _scaled_target(panel: DecisionRows) -> tuple[Tensor, float]:
 
 
 class _Fit:
-    """One full-batch fit of the network to the ridge's residual (``v`` from zero, ``W`` from the
-    seeded orthogonal init), checked every :data:`CHECK_EVERY` epochs on an evaluation panel."""
+    """Full-batch fits of ``members`` networks of ``width`` units each to the ridge's residual, each
+    on its own (``v`` from zero, ``W`` from the seeded orthogonal init; stacked on a leading axis,
+    the loss their sum, so each one's AdamW steps are its own), their mean the score; checked every
+    :data:`CHECK_EVERY` epochs on an evaluation panel."""
 
-    def __init__(self, policy: Policy, ridge: LinearStart, hidden: int, seed: int, lr: float, wd: float):
+    def __init__(
+        self, policy: Policy, ridge: LinearStart, members: int, width: int, seed: int, lr: float, wd: float
+    ):
         self.policy, self.coef = policy, ridge.coef.to(torch.float32)
         gen = torch.Generator(device="cpu").manual_seed(int(seed))
-        weight = torch.empty(hidden, ridge.coef.shape[0])
-        torch.nn.init.orthogonal_(weight, math.sqrt(2), generator=gen)
+        weight = torch.empty(members, width, ridge.coef.shape[0])
+        for w in weight:
+            torch.nn.init.orthogonal_(w, math.sqrt(2), generator=gen)
         device = ridge.coef.device  # (the features' device: the start is fitted where they are)
         self.layer = torch.nn.Parameter(weight.to(device))
-        self.bias = torch.nn.Parameter(torch.zeros(hidden, device=device))
-        self.readout = torch.nn.Parameter(torch.zeros(hidden, device=device))
+        self.bias = torch.nn.Parameter(torch.zeros(members, 1, 1, width, device=device))
+        self.readout = torch.nn.Parameter(torch.zeros(members, width, device=device))
         self.opt = torch.optim.AdamW([self.layer, self.bias, self.readout], lr=lr, weight_decay=wd)
 
+    def members(self, z: Tensor) -> Tensor:
+        """``(M, K, A)``: each member's score of normalized features ``z (K, A, F)``."""
+        hidden = torch.relu(torch.einsum("kaf,mhf->mkah", z, self.layer) + self.bias)
+        return torch.einsum("mkah,mh->mka", hidden, self.readout)
+
     def net(self, z: Tensor) -> Tensor:
-        return torch.relu(z @ self.layer.T + self.bias) @ self.readout
+        return self.members(z).mean(dim=0)
 
     def run(self, fit: DecisionRows, epochs: int, check: DecisionRows | None = None) -> list[Tensor]:
-        """Train ``epochs`` epochs on ``fit``; the per-row ICs of ridge + network on ``check`` at
-        every check (none without ``check``)."""
+        """Train ``epochs`` epochs on ``fit``; the per-row ICs of ridge + the members' mean on
+        ``check`` at every check (none without ``check``)."""
         y, sd = _scaled_target(fit)
         z = normalized_features(self.policy, fit.x)
         offset = (fit.x.to(torch.float32) @ self.coef) / max(sd, 1e-300)
@@ -151,7 +172,7 @@ class _Fit:
         curve = []
         for epoch in range(1, epochs + 1):
             self.opt.zero_grad()
-            ((offset + self.net(z) - y).square() * mask).sum().div(mask.sum()).backward()
+            ((offset + self.members(z) - y).square() * mask).sum().div(mask.sum()).backward()
             self.opt.step()
             if check is not None and epoch % CHECK_EVERY == 0:
                 with torch.no_grad():
@@ -180,7 +201,9 @@ def fit_nonlinear_start(
         return None
     if not _scaled_target(fit)[1] > 0:
         return None
-    make = lambda r: _Fit(policy, r, hidden, seed, learning_rate, weight_decay)  # noqa: E731
+    width = min(hidden, MEMBER_WIDTH)
+    members = max(1, hidden // width)
+    make = lambda r: _Fit(policy, r, members, width, seed, learning_rate, weight_decay)  # noqa: E731
     curves, ridge_rows = [], []
     for block in torch.arange(rows).chunk(FOLDS):
         keep = torch.ones(rows, dtype=torch.bool)
@@ -199,10 +222,13 @@ def fit_nonlinear_start(
     ridge_rows.append(row_ics(ridge.scores(tail.x.to(torch.float32)), tail))
     if not beats(torch.cat([out_of_fold[best], tail_rows]), torch.cat(ridge_rows)):
         return None
+    pad = hidden - members * width  # (units past the members' stay unused: zero weights and read-out)
+    weight = torch.nn.functional.pad(final.layer.detach().reshape(members * width, -1), (0, 0, 0, pad))
+    readout = torch.nn.functional.pad(final.readout.detach().reshape(-1) / members, (0, pad))
     return NonlinearStart(
-        weight=final.layer.detach().to(fit.x.device),
-        bias=final.bias.detach().to(fit.x.device),
-        readout=final.readout.detach().to(fit.x.device) * final.sd,
+        weight=weight.to(fit.x.device),
+        bias=torch.nn.functional.pad(final.bias.detach().reshape(-1), (0, pad)).to(fit.x.device),
+        readout=readout.to(fit.x.device) * final.sd,
         holdout_ic=float(tail_rows.mean()),
         epochs=(best + 1) * CHECK_EVERY,
     )

@@ -357,6 +357,7 @@ class Policy(nn.Module):
                 rebalance_rate=float(arch.get("rebalance_rate", 1.0)),
                 linear_skip=bool(arch.get("linear_skip", False)),
                 trade_window=float(arch.get("trade_window", 1.0)),
+                demean_features=bool(arch.get("demean_features", False)),
             )
             meta = PolicyMeta(
                 algo=str(spec["algo"]),

@@ -133,6 +133,7 @@ def policy_for_env(
             rebalance_rate=args.rebalance_rate,
             linear_skip=bool(getattr(args, "linear_start", False)),
             trade_window=float(getattr(args, "trade_window", 1.0)),
+            demean_features=bool(getattr(args, "demean_features", False)),
         )
         return make_policy(env, config, meta, args.seed), None
     source, opt_state = (init.policy, init.optimizer_state) if isinstance(init, Checkpoint) else (init, None)

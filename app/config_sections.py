@@ -230,6 +230,7 @@ class AgentConfig(Section):
     objective: Literal["excess_sharpe", "sharpe"] = setting(DirectArgs, "objective")
     linear_start: bool = setting(DirectArgs, "linear_start")
     nonlinear_start: bool = setting(DirectArgs, "nonlinear_start")
+    demean_features: bool = setting(DirectArgs, "demean_features")
     top_mass: float = setting(DirectArgs, "top_mass", gt=0, lt=1)
     start_horizon: int = setting(DirectArgs, "start_horizon", ge=1)
     trade_window: float = setting(DirectArgs, "trade_window", gt=0, le=1)

@@ -244,7 +244,7 @@ def column_policies(
     (``"linear"``) and the boosted ranker (``"boosted"``), each fitted once for the market and shared
     by its two columns; ``args`` the champion's root pod's (:func:`champion_root_args`)."""
     train, test = splits.train, splits.test
-    linear_way = dataclasses.replace(args, nonlinear_start=False, asset_layers=0)  # the ridge alone
+    linear_way = dataclasses.replace(args, nonlinear_start=False, demean_features=False, asset_layers=0)
     interval = int(params.decision_interval)
     decisions, fit_rows = fit_rows_of(train, interval, args)
     features, tradable = decisions.features[:fit_rows], decisions.tradable[:fit_rows]

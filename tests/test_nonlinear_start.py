@@ -26,12 +26,14 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # (tests/conftest.py)
 K, A, F = 200, 30, 4
 
 
-def _decisions(signal: float, seed: int = 0, per_session: int = 1) -> direct.Decisions:
+def _decisions(signal: float, seed: int = 0, per_session: int = 1, common: float = 0.0) -> direct.Decisions:
     """Random features; each row's return ``signal * x0 * x1`` plus noise (an interaction: no
-    linear score of the features has any correlation with it)."""
+    linear score of the features has any correlation with it), the features then shifted by a
+    row's ``common`` move (the same for every name: a market's)."""
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn(K, A, F, generator=gen)
     hold = 0.01 * (signal * x[..., 0] * x[..., 1] + torch.randn(K, A, generator=gen))
+    x = x + common * torch.randn(K, 1, F, generator=gen)
     position = torch.arange(K) % per_session
     return direct.Decisions(
         features=x,
@@ -43,9 +45,12 @@ def _decisions(signal: float, seed: int = 0, per_session: int = 1) -> direct.Dec
     )
 
 
-def _started(d: direct.Decisions, nonlinear: bool, seed: int = 0) -> Policy:
-    args = DirectArgs(asset_layers=1, nonlinear_start=nonlinear, seed=seed, rebalance_rate=1.0)
-    policy = Policy(NetworkConfig(A, F, asset_layers=1, linear_skip=True, embed=args.embed))
+def _started(d: direct.Decisions, nonlinear: bool, seed: int = 0, demean: bool = False) -> Policy:
+    args = DirectArgs(
+        asset_layers=1, nonlinear_start=nonlinear, seed=seed, rebalance_rate=1.0, demean_features=demean
+    )
+    config = NetworkConfig(A, F, asset_layers=1, linear_skip=True, embed=args.embed, demean_features=demean)
+    policy = Policy(config)
     direct.start_from_linear(policy, d, int(K * 0.8), args)
     return policy
 
@@ -67,14 +72,28 @@ def test_the_network_finds_an_interaction_the_ridge_cannot():
     assert network_ic > 0.5
 
 
-def test_the_policys_logits_are_the_fitted_score_times_its_temperature():
+def test_a_market_wide_move_hides_the_interaction_from_a_network_that_does_not_demean():
+    """Each name's features shifted by the row's common move: the product of a name's raw features
+    is no longer its interaction; the network of demeaned features still finds it."""
+    d = _decisions(signal=1.0, common=2.0)
+    tail = torch.arange(int(K * 0.8), K)
+    truth = (d.features[..., 0] - d.features[..., 0].mean(1, keepdim=True)) * (
+        d.features[..., 1] - d.features[..., 1].mean(1, keepdim=True)
+    )
+    ic = lambda p: np.nan_to_num(rank_ic(_asset_logits(p, d, tail).numpy(), truth[tail].numpy())).mean()  # noqa: E731
+    demeaned, raw = ic(_started(d, True, demean=True)), ic(_started(d, True))
+    assert demeaned > 0.5 and demeaned > raw + 0.15, (demeaned, raw)
+
+
+@pytest.mark.parametrize("demean", [False, True])
+def test_the_policys_logits_are_the_fitted_score_times_its_temperature(demean):
     """Asset logits minus their mean across names = T * (ridge + network) minus its mean: the fit is
     what the policy plays, through the encoder, read-out and skip it was written into."""
     from agents.nonlinear_start import fit_nonlinear_start
 
-    d = _decisions(signal=1.0)
+    d = _decisions(signal=1.0, common=1.0 if demean else 0.0)
     fit_rows = int(K * 0.8)
-    policy = _started(d, True)
+    policy = _started(d, True, demean=demean)
     ridge = direct.fit_linear_start(d, fit_rows, 0.5)
     fit, tail, _ = start_panels(d, fit_rows)
     network = fit_nonlinear_start(policy, fit, tail, ridge, seed=0)
@@ -119,5 +138,9 @@ def test_the_nonlinear_start_needs_a_one_layer_encoder_and_the_linear_start():
         DirectArgs(nonlinear_start=True)
     with pytest.raises(ConfigError, match="asset_layers = 1"):
         DirectArgs(nonlinear_start=True, asset_layers=1, linear_start=False)
+    with pytest.raises(ConfigError, match="demean_features"):
+        DirectArgs(demean_features=True)
+    with pytest.raises(ValueError, match="demean_features"):
+        NetworkConfig(A, F, demean_features=True)
     assert math.isfinite(DirectArgs(nonlinear_start=True, asset_layers=1).top_mass)
     assert NUM_GLOBAL == 2

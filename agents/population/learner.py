@@ -194,6 +194,11 @@ class Population:
             raise ValueError(f"pod (seed {args.seed}) does not fit this population's shapes")
         if args.target_kl is not None and args.target_kl <= 0:
             raise ValueError("target_kl must be > 0")
+        if cfg.demean_features:  # (the stacked encoder reads the features as they are)
+            raise ConfigError(
+                f"pod (seed {args.seed}): a policy whose encoder demeans its features is not "
+                "trained by the population backend's PPO; use the local backend"
+            )
         if cfg.trade_window < 1.0:  # (formulas.pod_actions trades at every decision)
             raise ConfigError(
                 f"pod (seed {args.seed}): a policy with a trade window ({cfg.trade_window}) is not "

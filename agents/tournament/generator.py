@@ -84,7 +84,7 @@ def next_pod(
     missing = space.missing_kinds(entries) if seq < 2 * len(space.kinds) else ()
     fresh = not entries or bool(missing) or rng.random() < p_fresh
     if fresh:
-        hparams = space.sample(rng, seq, kind=missing[0] if missing else None)
+        hparams = space.sample(rng, seq, kind=missing[seq % len(missing)] if missing else None)
         return PodSpec(pod_id=pod_id_for(seq), seq=seq, seed=pod_seed, algo=algo, hparams=hparams)
     parent = select_parent(entries, rng)
     return PodSpec(

@@ -130,7 +130,14 @@ DIRECT_KINDS: tuple[tuple[str, Mapping[str, Any]], ...] = (
     ("intraday", {}),
     (
         "open",
-        {"trade_window": OPEN_WINDOW, "rebalance_rate": 1.0, "asset_layers": 1, "nonlinear_start": True},
+        {
+            "trade_window": OPEN_WINDOW,
+            "rebalance_rate": 1.0,
+            "asset_layers": 1,
+            "embed": 48,  # (three member networks of 16 units: agents.nonlinear_start)
+            "demean_features": True,  # (a name's features against the others': cross-sectional)
+            "nonlinear_start": True,
+        },
     ),
 )
 
