@@ -13,11 +13,19 @@ file of the product outside ``LEARNER_PATHS`` changed, when ``agents/args.py`` c
 ``DirectArgs``, when either checkout had uncommitted changes to the product, or when the libraries'
 versions differ (:func:`versions`, recorded in every row). Every row records the commit of each of
 its columns (``column_commits``) and the read-out prints them.
+
+A change to shared files that leaves the kept columns as they were (a learner's option whose default
+keeps the old code path) can be shown so instead of assumed: with ``--spot-check N`` the first ``N``
+markets are run again in full and each kept column's figures (:data:`CHECKED_FIELDS`) compared with
+the stored row's (:func:`spot_mismatches`); only when every one is equal (the runs are seeded and
+deterministic on the CPU) is the pair of commits accepted (:data:`VERIFIED`) for the other markets'
+kept columns. The fresh rows replace the spot-checked markets' old ones.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 import re
 import subprocess
 from pathlib import Path
@@ -39,6 +47,11 @@ PRODUCT_PATHS = (
 LIBRARIES = ("torch", "numpy", "scipy", "lightgbm", "pandas")
 #: The direct learner's own files: a change to them leaves the other columns as they were.
 LEARNER_PATHS = ("agents/direct.py", "agents/linear_start.py", "agents/population/direct.py")
+#: What a spot check compares of each kept column (equal to float rounding: ``SPOT_RTOL``).
+CHECKED_FIELDS = ("outcome", "alpha_p_value", "alpha_per_day", "sharpe", "turnover", "costs")
+SPOT_RTOL = 1e-9
+#: Pairs ``(column's commit, checkout's commit)`` a spot check showed to give the kept columns unchanged.
+VERIFIED: set[tuple[str, str]] = set()
 #: Holds the learner's ``DirectArgs`` beside the other algorithms' arguments.
 ARGS_PATH = "agents/args.py"
 ROOT = Path(__file__).resolve().parents[1]
@@ -133,10 +146,11 @@ def check_reusable(row: dict, keep: tuple[str, ...]) -> None:
                 "commit the product's changes, or rerun every column (without --rerun-learner)"
             )
         files = stale_files(then, now.removesuffix("+dirty"))
-        if files:
+        if files and (then, now) not in VERIFIED:
             raise SystemExit(
                 f"error: --rerun-learner: {', '.join(files[:5])} changed since {then[:12]}, on which the "
-                f"{name} column was measured; rerun every column (without --rerun-learner)"
+                f"{name} column was measured; rerun every column (without --rerun-learner), or show "
+                "it unchanged with --spot-check N"
             )
 
 
@@ -153,3 +167,35 @@ def merged(old: dict, new: dict, rerun: tuple[str, ...], order: tuple[str, ...])
     row["columns"] = [c for c in order if c in commits]
     row["column_commits"] = {c: commits[c] for c in row["columns"]}
     return row
+
+
+def _same(a: object, b: object) -> bool:
+    if isinstance(a, float) and isinstance(b, float):
+        return a == b or (math.isfinite(a) and math.isclose(a, b, rel_tol=SPOT_RTOL, abs_tol=1e-15))
+    return a == b
+
+
+def spot_mismatches(old: dict, new: dict, keep: tuple[str, ...]) -> list[str]:
+    """``"column.field"`` of each kept column's :data:`CHECKED_FIELDS` that differs between the
+    stored row ``old`` and the full rerun ``new`` of the same market."""
+    return [
+        f"{name}.{field}"
+        for name in keep
+        for field in CHECKED_FIELDS
+        if not _same(old.get(name, {}).get(field), new.get(name, {}).get(field))
+    ]
+
+
+def verify(old: dict, new: dict, keep: tuple[str, ...]) -> None:
+    """Accept ``old``'s kept columns' commits for the checkout's when the full rerun ``new`` gives
+    them unchanged; else exit with one line naming what moved."""
+    moved = spot_mismatches(old, new, keep)
+    if moved:
+        raise SystemExit(
+            f"error: --spot-check: market {old['index']} at level {old['level']}: {', '.join(moved[:4])} "
+            "changed on this checkout; rerun every column (without --rerun-learner)"
+        )
+    for name in keep:
+        then = column_commit(old, name)
+        if then is not None and new.get("commit") is not None:
+            VERIFIED.add((then, new["commit"]))

@@ -92,6 +92,7 @@ from benchmarks.power_rerun import (  # noqa: E402
     commit,
     merged,
     same_code,
+    verify,
     versions,
 )
 from data.features import FEATURE_SETS  # noqa: E402
@@ -162,6 +163,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="after a change to the direct learner alone: rerun its columns on markets that have rows, "
         "keep the others (benchmarks/power_rerun.py checks that nothing else changed)",
     )
+    p.add_argument(
+        "--spot-check",
+        type=int,
+        default=0,
+        metavar="N",
+        help="with --rerun-learner: run the first N markets with rows again in full and reuse the other "
+        "markets' kept columns only if theirs come out unchanged (benchmarks/power_rerun.py)",
+    )
     p.add_argument("--table-only", action="store_true", help="print the table of the rows in --out")
     p.add_argument("--json", action="store_true", help="print the table as JSON")
     args = p.parse_args(argv)
@@ -185,6 +194,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.shard = (k, n)
     if args.jobs < 1:
         p.error(f"--jobs: at least 1, got {args.jobs}")
+    if args.spot_check < 0 or (args.spot_check and not args.rerun_learner):
+        p.error("--spot-check: a count >= 0, with --rerun-learner")
     if args.jobs > 1 and args.shard != (0, 1):
         p.error("--jobs and --shard: give one of them (--jobs N runs the shards 0/N .. N-1/N)")
     return args
@@ -460,6 +471,30 @@ def run_one(args: argparse.Namespace, done: dict, level: float, index: int) -> N
     print(f"level {level} market {index}: {summary}; {row['wall_s']} s", file=sys.stderr, flush=True)
 
 
+def spot_check(args: argparse.Namespace, done: dict) -> None:
+    """``--spot-check N``: the first ``N`` markets of this shard whose rows are complete and of
+    another commit, run again in full; their kept columns must come out unchanged
+    (``power_rerun.verify``), and the fresh rows replace the old ones."""
+    left = args.spot_check
+    wanted = run_columns(args)
+    for level in args.levels:
+        shard, shards = args.shard
+        for index in range(args.nulls if level == 0 else args.markets):
+            have = done.get((float(level), index))
+            if left <= 0 or index % shards != shard or have is None:
+                continue
+            if not set(wanted) <= set(have["columns"]) or same_code(
+                column_commit(have, "champion"), commit()
+            ):
+                continue
+            new = run_market(args, level, index)
+            verify(have, new, tuple(c for c in wanted if c not in LEARNER_COLUMNS))
+            append_row(args.out, new)
+            done[(float(level), index)] = new
+            left -= 1
+            print(f"spot check: level {level} market {index}: the kept columns unchanged", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> list[dict]:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
@@ -470,6 +505,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     done = load_rows(args.out, key, (args.shape, "null"))
     if not args.table_only and args.jobs == 1:
         torch.set_num_threads(1)
+        spot_check(args, done)
         for level in args.levels:
             shard, shards = args.shard
             for index in range(args.nulls if level == 0 else args.markets):

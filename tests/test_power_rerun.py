@@ -153,3 +153,44 @@ def test_a_torn_last_row_is_ignored_and_the_next_row_starts_its_own_line(tmp_pat
     path.write_text(path.read_text() + "[1, 2]\n")  # not a torn row: an error naming the line
     with pytest.raises(SystemExit, match="rows.jsonl:4: not a power-table row"):
         power_table.load_rows(path, "k")
+
+
+def test_a_spot_check_accepts_a_shared_change_only_when_the_kept_columns_come_out_unchanged(repo):
+    first = _git(repo, "rev-parse", "HEAD")
+    now = _commit_change(repo, "data/bars.py", "y = 2\n")  # shared: refused without a spot check
+    old = _row(first, 0.5)
+    keep = ("ppo", "ridge_quintile")
+    with pytest.raises(SystemExit, match="--spot-check N"):
+        power_rerun.check_reusable(old, keep)
+    moved = _row(now, 0.5) | {"ppo": _entry(0.25)}
+    assert power_rerun.spot_mismatches(old, moved, keep) == ["ppo.alpha_p_value"]
+    with pytest.raises(SystemExit, match="ppo.alpha_p_value changed on this checkout"):
+        power_rerun.verify(old, moved, keep)
+    assert (first, now) not in power_rerun.VERIFIED
+    power_rerun.verify(old, _row(now, 0.5), keep)  # the same figures: the pair is accepted
+    try:
+        power_rerun.check_reusable(_row(first, 0.7) | {"index": 3}, keep)  # another market, kept
+    finally:
+        power_rerun.VERIFIED.discard((first, now))
+
+
+def test_spot_check_reruns_the_first_markets_in_full_and_keeps_the_fresh_rows(tmp_path, monkeypatch, capsys):
+    args = power_table.parse_args(
+        ["--out", str(tmp_path / "rows.jsonl"), "--rerun-learner", "--spot-check", "1", "--levels", "0"]
+    )
+    runs = []
+
+    def fake_market(args, level, index, columns=None):
+        runs.append((index, columns))
+        return _row("b" * 40, 0.5, columns or power_table.run_columns(args)) | {"index": index}
+
+    monkeypatch.setattr(power_table, "run_market", fake_market)
+    monkeypatch.setattr(power_table, "commit", lambda: "b" * 40)
+    done = {(0.0, i): _row("a" * 40, 0.5, power_table.run_columns(args)) | {"index": i} for i in range(2)}
+    power_table.spot_check(args, done)
+    assert runs == [(0, None)]  # one market, every column
+    assert done[(0.0, 0)]["commit"] == "b" * 40 and done[(0.0, 1)]["commit"] == "a" * 40
+    assert len((tmp_path / "rows.jsonl").read_text().splitlines()) == 1
+    with pytest.raises(SystemExit):
+        power_table.parse_args(["--spot-check", "2"])  # (without --rerun-learner)
+    assert "--spot-check: a count >= 0, with --rerun-learner" in capsys.readouterr().err
