@@ -107,3 +107,35 @@ def test_a_population_of_windowed_direct_pods_is_each_pods_own_run():
     alone, together, _stack = _population_vs_separate(train, params, args, [None] * 2)
     _same_run(alone, together)
     assert all(p.policy.config.trade_window == 0.05 for p in together)
+
+
+def test_an_exported_open_policy_holds_and_demeans_as_the_torch_policy(tmp_path):
+    """The bundle's graph holds after the window and demeans the encoder's features (onnxruntime
+    against ``Policy.act``), observations on both sides of the window."""
+    import numpy as np
+    from test_paper_support import make_run
+
+    from app.bundle import load_bundle
+    from app.export import export_bundle, sample_observations
+
+    run = make_run(tmp_path)
+    old = Policy.load(run.run_dir / "champion")
+    config = NetworkConfig(
+        old.num_assets, old.config.num_features, embed=8, hidden=16, asset_layers=1,
+        trade_window=0.1, rebalance_rate=1.0, demean_features=True,
+    )  # fmt: skip
+    torch.manual_seed(1)
+    policy = Policy(config, old.meta)
+    with torch.no_grad():
+        for p in policy.net.parameters():
+            p.mul_(3.0)
+    policy.obs_norm.copy_from(old.obs_norm)
+    policy.save(run.run_dir / "champion")
+    bundle = load_bundle(export_bundle(run.run_dir, out=tmp_path / "bundle"))
+    obs = sample_observations(bundle.num_assets, bundle.num_features, num=64, seed=7)
+    obs[:, TIME_OF_DAY] = np.linspace(0.0, 1.0, 64, dtype=np.float32)
+    got, want = bundle.act(obs), policy.act(torch.as_tensor(obs)).numpy()
+    assert np.max(np.abs(got - want)) < 1e-5
+    held = obs[:, TIME_OF_DAY] > 0.1
+    current = obs[:, 2:].reshape(64, bundle.num_assets, -1)[..., 0]
+    assert held.any() and np.allclose(got[held], current[held], atol=1e-6)
