@@ -111,7 +111,7 @@ def test_on_noise_the_start_is_the_ridges():
     linear, nonlinear = _started(d, False), _started(d, True)
     rows = torch.arange(K)
     assert torch.allclose(_asset_logits(linear, d, rows), _asset_logits(nonlinear, d, rows), atol=1e-5)
-    assert float(nonlinear.net.actor_readout.bias.abs().max()) == 0.0  # the encoder is unused
+    assert float(nonlinear.net.actor_readout.bias.detach().abs().max()) == 0.0  # the encoder is unused
 
 
 def test_windowed_targets_are_the_returns_held_to_the_next_trade():
