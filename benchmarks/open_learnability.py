@@ -43,14 +43,12 @@ import lightgbm as lgb  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from scipy import stats  # noqa: E402
-from shape_visibility import SPLIT, window_rows  # noqa: E402
+from shape_visibility import planted_market, window_rows  # noqa: E402
 
 from agents.direct import cost_per_turnover  # noqa: E402
 from backtests.linear import PENALTIES, TOP_FRACTION  # noqa: E402
-from data.loader import synthetic_market  # noqa: E402
 from data.planted import DAILY_SHAPES  # noqa: E402
 from data.planted_ic import rank_ic  # noqa: E402
-from data.synthetic import SyntheticSpec, planted_predictor  # noqa: E402
 from envs.params import EnvParams  # noqa: E402
 
 FIRST_SEED = 1_200_000
@@ -163,12 +161,7 @@ def traded(scores: np.ndarray, hold: np.ndarray, cost: float) -> dict:
 def market_row(shape: str, level: float, index: int) -> dict:
     seed = FIRST_SEED + 1000 * round(1000 * level) + index
     start = time.perf_counter()
-    splits = synthetic_market(seed=seed, shape=shape, target_ic=level, feature_set="library", **SPLIT)
-    spec = SyntheticSpec(
-        num_tickers=SPLIT["num_tickers"], num_sessions=SPLIT["num_sessions"], seed=seed, shape=shape,
-        target_ic=level,
-    )  # fmt: skip
-    predictor = planted_predictor(spec)
+    splits, predictor = planted_market(shape, seed, level, "library")
     interval = EnvParams().decision_interval
     x, _, y, _ = open_rows(splits.train, predictor, 0, interval)
     test_offset = splits.full.num_steps - splits.test.num_steps

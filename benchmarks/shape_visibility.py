@@ -71,15 +71,20 @@ def fits(x: np.ndarray, y: np.ndarray, seed: int) -> dict:
     }
 
 
-def shape_row(shape: str, index: int, feature_set: str, target_ic: float) -> dict:
-    seed = FIRST_SEED + index
-    start = time.perf_counter()
+def planted_market(shape: str, seed: int, target_ic: float, feature_set: str):
+    """The market of :data:`SPLIT`'s size (its splits) and its planted predictor ``(T, A)``."""
     splits = synthetic_market(seed=seed, shape=shape, target_ic=target_ic, feature_set=feature_set, **SPLIT)
     spec = SyntheticSpec(
         num_tickers=SPLIT["num_tickers"], num_sessions=SPLIT["num_sessions"], seed=seed, shape=shape,
         target_ic=target_ic,
     )  # fmt: skip
-    predictor = planted_predictor(spec)
+    return splits, planted_predictor(spec)
+
+
+def shape_row(shape: str, index: int, feature_set: str, target_ic: float) -> dict:
+    seed = FIRST_SEED + index
+    start = time.perf_counter()
+    splits, predictor = planted_market(shape, seed, target_ic, feature_set)
     interval = EnvParams().decision_interval
     test_offset = splits.full.num_steps - splits.test.num_steps
     x_train, y_train, _ = window_rows(splits.train, predictor, 0, interval)
