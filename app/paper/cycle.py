@@ -62,6 +62,7 @@ from app.paper.journal import Journal, journal_ts
 from app.paper.observation import build_decision, check_fresh, fetch_start
 from app.paper.options import PaperOptions
 from app.paper.orders import DecisionSnapshot, PlannedOrder, apply_limits, plan_orders, retired_sells
+from app.paper.schedule import next_decision_time
 from data.calendar import INTERVAL_MINUTES, MINUTES_PER_SESSION, exchange_date
 from data.errors import DataError, PodracerError
 
@@ -440,6 +441,27 @@ def cycle_period(bundle: Bundle | None) -> float:
     return max(60.0, bundle.decision_interval * bar_minutes * 60.0)
 
 
+def next_wait(bundle: Bundle | None, broker: Broker, *, closed: bool, fallback: float) -> float:
+    """Seconds until the next cycle is due: the next decision of the session-anchored grid
+    (``app.paper.schedule``) by the broker's clock, from its next open when the market is closed;
+    at most an hour while closed (the loop looks again). A daily bundle waits ``fallback`` (one
+    decision interval) while open; without a clock, ``fallback`` (5 minutes while closed)."""
+    try:
+        clock = broker.clock()
+    except BrokerError:
+        return 300.0 if closed else fallback
+    now = pd.Timestamp(clock.timestamp)
+    # Closed: the first decision at or after the next open (a due time strictly after ``start``).
+    start = max(now, pd.Timestamp(clock.next_open) - pd.Timedelta(microseconds=1)) if closed else now
+    due = None
+    if bundle is not None:
+        due = next_decision_time(start, bundle.interval, bundle.decision_interval)
+    if due is None:
+        due = pd.Timestamp(clock.next_open) if closed else now + pd.Timedelta(seconds=fallback)
+    wait = (due - now).total_seconds()
+    return max(60.0, min(3600.0, wait)) if closed else wait
+
+
 def run_paper(
     bundle: Bundle | BundleSource,
     broker: Broker,
@@ -452,7 +474,8 @@ def run_paper(
     heartbeat: Path | None = None,
     on_close: Callable[[], None] | None = None,
 ) -> list[CycleResult]:
-    """Cycle once per decision interval during market hours (``once``: a single cycle); after each
+    """Cycle at each decision of the session-anchored grid during market hours (:func:`next_wait`;
+    ``once``: a single cycle); after each
     cycle, its heartbeat goes to ``heartbeat`` (atomically) when given; ``on_close`` runs after each
     cycle that found the market closed (the replay of the sessions traded)."""
     source = as_source(bundle)
@@ -482,12 +505,8 @@ def run_paper(
         last = once or (max_cycles is not None and len(results) >= max_cycles)
         period = cycle_period(source.current)
         wait = period - (time.monotonic() - started)
-        if result.status == "closed" and not last:
-            try:
-                clock = broker.clock()
-                wait = max(60.0, min(3600.0, (clock.next_open - clock.timestamp).total_seconds()))
-            except BrokerError:
-                wait = 300.0
+        if not last:
+            wait = next_wait(source.current, broker, closed=result.status == "closed", fallback=wait)
         wait = max(1.0, wait)
         if heartbeat is not None:  # a full disk: one problem, the last good heartbeat stays
             beat = heartbeat_of(result, source.mode, period, wait, options)
