@@ -198,6 +198,9 @@ class DirectArgs:
     """share of the train window's decisions (its last ones) kept out of training for early stopping"""
     holdout_every: int = 10
     """updates between runs over the held-out decisions"""
+    holdout_margin: float = 2.0
+    """standard errors of the paired per-decision difference on the held-out tail by which fine-tuned
+    weights must beat the warm start (the ridge or the parent) to replace it (0: any better objective)"""
     norm_updates: int = 10
     """updates whose observations fit a fresh policy's observation statistics (frozen after)"""
     objective: Objective = "excess_sharpe"
@@ -249,6 +252,10 @@ class DirectArgs:
                 raise ConfigError(f"DirectArgs.{name} must be > 0, got {getattr(self, name)}")
         if not 0.0 < self.holdout_frac < 1.0:
             raise ConfigError(f"DirectArgs.holdout_frac must be in (0, 1), got {self.holdout_frac}")
+        if not (math.isfinite(self.holdout_margin) and self.holdout_margin >= 0):
+            raise ConfigError(
+                f"DirectArgs.holdout_margin must be a finite number >= 0, got {self.holdout_margin}"
+            )
         if self.weight_decay < 0 or self.norm_updates < 0:
             raise ConfigError("DirectArgs.weight_decay and norm_updates must be >= 0")
         if not 0.0 < self.top_mass < 1.0:

@@ -28,7 +28,11 @@ the gradient sees it), the direct approach of EIIE (Jiang et al. 2017) and of de
   window's decisions is never trained on: every ``holdout_every`` updates the policy is run over it
   from cash (the same simulation, no gradient) and the weights with the best held-out objective are the
   result (early stopping inside the train window; the tournament's validation window stays the
-  tournament's).
+  tournament's). A warm start (the ridge, or a parent) is a candidate itself, and a fine-tuned one
+  replaces it only if its held-out per-decision series beats the start's by ``holdout_margin``
+  standard errors of their paired difference: the tail is short (a few hundred decisions, a dozen
+  for a policy that trades once a session), the objective is looked at every ``holdout_every``
+  updates, and without a bar the best of those looks is often a step that won the tail by chance.
 - **observation statistics**: a fresh policy's normalizer is fitted on the observations of its first
   ``norm_updates`` updates and frozen after (a warm start keeps its source's), so the weights kept by
   the early stopping see the inputs they were trained on.
@@ -225,12 +229,35 @@ def start_from_linear(
     return start
 
 
-def _holdout_score(policy: Policy, decisions: Decisions, fit_rows: int, params: Any, kind: str) -> float:
-    """The objective of the policy run from cash over the held-out decisions ``[fit_rows, K)``."""
+def _holdout(
+    policy: Policy, decisions: Decisions, fit_rows: int, params: Any, kind: str
+) -> tuple[float, Tensor]:
+    """The objective of the policy run from cash over the held-out decisions ``[fit_rows, K)``, and
+    the per-decision series it is the Sharpe ratio of (``(K - fit_rows,)``)."""
     start = torch.tensor([fit_rows], device=decisions.features.device)
     with torch.no_grad():
         net, equal = simulate(policy, decisions, start, decisions.num - fit_rows, params)
-    return float(objective_of(net, equal, kind))
+    return float(objective_of(net, equal, kind)), objective_series(net, equal, kind).reshape(-1)
+
+
+def objective_series(net: Tensor, equal: Tensor, kind: str) -> Tensor:
+    """What :func:`objective_of` takes the Sharpe ratio of: the net returns or their excess."""
+    return net - equal if kind == "excess_sharpe" else net
+
+
+def paired_t(candidate: Tensor, base: Tensor) -> Tensor:
+    """The t-statistic of the mean per-decision difference of ``candidate`` over ``base`` (``(..., L)``,
+    the same held-out decisions) -> ``(...)``; 0 where the two are identical."""
+    diff = candidate - base
+    se = diff.std(dim=-1) / math.sqrt(max(diff.shape[-1], 1))
+    return torch.where(se > 0, diff.mean(dim=-1) / se.clamp(min=1e-12), torch.zeros_like(se))
+
+
+def clears_start(series: Tensor, start: Tensor | None, margin: float) -> bool:
+    """A fine-tuned candidate may replace the warm start only if its held-out series beats the start's
+    by ``margin`` standard errors of their paired per-decision difference (``margin`` 0, or no warm
+    start: any better objective)."""
+    return start is None or margin <= 0 or float(paired_t(series, start)) > margin
 
 
 def train(
@@ -263,11 +290,13 @@ def train(
     fit_norm_left = args.norm_updates if policy.obs_norm.count == 0 else 0
     env_steps, updates, stopped = 0, 0, False
     best: tuple[float, dict[str, Any]] | None = None
+    start_series: Tensor | None = None  # the warm start's held-out series, the bar fine-tuning must clear
     if fit_norm_left == 0:  # a warm start (from the ridge or a parent) is a candidate itself
-        score = _holdout_score(policy, decisions, fit_rows, params, args.objective)
+        score, series = _holdout(policy, decisions, fit_rows, params, args.objective)
         env_steps += held_out
         if math.isfinite(score):
             best = (score, copy.deepcopy(policy.net.state_dict()))
+            start_series = series
     history: list[dict[str, float]] = []
     start = time.monotonic()
     while env_steps < args.total_steps:
@@ -284,10 +313,11 @@ def train(
         }
         last = env_steps >= args.total_steps
         if fit_norm_left == 0 and (updates % args.holdout_every == 0 or last):
-            score = _holdout_score(policy, decisions, fit_rows, params, args.objective)
+            score, series = _holdout(policy, decisions, fit_rows, params, args.objective)
             env_steps += held_out
             row["charts/holdout_objective"] = score
-            if math.isfinite(score) and (best is None or score > best[0]):
+            better = math.isfinite(score) and (best is None or score > best[0])
+            if better and clears_start(series, start_series, args.holdout_margin):
                 best = (score, copy.deepcopy(policy.net.state_dict()))
         if hook.due(env_steps, last):
             row.update(hook.run(policy, env_steps))

@@ -226,6 +226,7 @@ class AgentConfig(Section):
     batch_paths: int = setting(DirectArgs, "batch_paths", ge=1)
     holdout_frac: float = setting(DirectArgs, "holdout_frac", gt=0, lt=1)
     holdout_every: int = setting(DirectArgs, "holdout_every", ge=1)
+    holdout_margin: float = setting(DirectArgs, "holdout_margin", ge=0)
     norm_updates: int = setting(DirectArgs, "norm_updates", ge=0)
     objective: Literal["excess_sharpe", "sharpe"] = setting(DirectArgs, "objective")
     linear_start: bool = setting(DirectArgs, "linear_start")

@@ -93,6 +93,8 @@ def test_bad_direct_args_are_one_line_errors():
         direct.DirectArgs(holdout_frac=1.0)
     with pytest.raises(ConfigError, match="objective"):
         direct.DirectArgs(objective="return")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="holdout_margin"):
+        direct.DirectArgs(holdout_margin=-1.0)
 
 
 def test_a_fresh_policy_starts_as_the_ridge_of_the_train_window_and_saves_with_its_skip(tmp_path):
@@ -120,6 +122,32 @@ def test_a_fresh_policy_starts_as_the_ridge_of_the_train_window_and_saves_with_i
     assert torch.allclose(policy.frozen_act()(obs), policy.act(obs), atol=1e-6)
     loaded = Policy.load(policy.save(tmp_path / "p"))
     assert loaded.config.linear_skip and torch.equal(loaded.act(obs), policy.act(obs))
+
+
+def test_paired_t_is_the_t_statistic_of_the_mean_difference():
+    base = torch.tensor([[0.0, 1.0, -1.0, 2.0], [1.0, 2.0, 3.0, 4.0]])
+    diff = torch.tensor([[0.5, 1.5, 0.5, 1.5], [0.0, 0.0, 0.0, 0.0]])
+    t = direct.paired_t(base + diff, base)
+    assert float(t[0]) == pytest.approx(1.0 / (torch.tensor([0.5, 1.5, 0.5, 1.5]).std() / 2.0))
+    assert float(t[1]) == 0.0  # identical: no evidence either way
+    assert direct.clears_start(base[0] + diff[0], base[0], margin=2.0)
+    assert not direct.clears_start(base[0] + diff[0], base[0], margin=10.0)
+    assert direct.clears_start(base[0] - 5.0, None, margin=10.0)  # no warm start: no bar
+    assert direct.clears_start(base[0] - 5.0, base[0], margin=0.0)  # margin 0: the objective alone
+
+
+def test_fine_tuning_replaces_the_start_only_past_the_margin():
+    """The ridge start is the result unless a fine-tuned step clears the bar: an unreachable margin
+    returns the start itself, bit for bit; with no bar this market's fine-tuning moves off it."""
+    splits = synthetic_market(signal=1.0, **KNOWN)
+    env = TradingVecEnv(splits.train, EnvParams(), num_envs=1, seed=0)
+    small = {"total_steps": 6_000, "batch_paths": 16, "horizon": 8, "holdout_every": 2}
+    start = direct.train(direct.DirectArgs(total_steps=1), env).policy.state_dict()
+    kept = direct.train(direct.DirectArgs(**small, holdout_margin=1e6), env)
+    assert all(torch.equal(kept.policy.state_dict()[k], v) for k, v in start.items())
+    assert kept.updates > 0  # it trained, and kept none of its steps
+    moved = direct.train(direct.DirectArgs(**small, holdout_margin=0.0), env).policy.state_dict()
+    assert any(not torch.equal(moved[k], v) for k, v in start.items())
 
 
 def test_a_policy_saved_without_the_skip_still_loads(tmp_path):

@@ -20,7 +20,8 @@ statistics), and one batched backward, clip and AdamW step.
   its paths' start bars from it in the same order.
 - **Selection**: every pod keeps its best held-out weights on the device (a ``torch.where`` per
   tensor, no host synchronisation); a warm start (the ridge, or a parent) is a candidate itself, so
-  fine-tuning keeps the start unless a step beats it on the train window's held-out tail.
+  fine-tuning keeps the start unless a step beats it on the train window's held-out tail by
+  ``holdout_margin`` standard errors of the paired per-decision difference (per pod).
 
 Why ``vmap`` here and the written-out batched matmuls of :mod:`agents.population.stacked` for PPO:
 this learner calls the network ``horizon`` times per update through a long autograd graph, and the
@@ -39,7 +40,15 @@ import torch
 from torch import Tensor, nn
 
 from agents.args import DirectArgs
-from agents.direct import Decisions, adamw_for, decisions_of, simulate, start_from_linear
+from agents.direct import (
+    Decisions,
+    adamw_for,
+    decisions_of,
+    objective_series,
+    paired_t,
+    simulate,
+    start_from_linear,
+)
 from agents.networks import NetworkConfig
 from agents.policy import Policy
 from agents.population.pods import PodSetup
@@ -225,6 +234,9 @@ class _Round:
         self.best = torch.full((self.num_pods,), -torch.inf, device=device)
         self.best_params = {k: v.detach().clone() for k, v in self.stack.params.items()}
         self.has_best = torch.zeros(self.num_pods, dtype=torch.bool, device=device)
+        self.start_series = torch.zeros(self.num_pods, self.hold_len, device=device)
+        self.has_start = torch.zeros(self.num_pods, dtype=torch.bool, device=device)
+        self.margin = torch.tensor([float(a.holdout_margin) for a in self.args], device=device)
         # The tensors the objective's gradient reaches (AdamW steps those; before a step: the ones a
         # parent's optimizer state holds, so a pod that takes no step hands that state back).
         held = next(
@@ -232,24 +244,36 @@ class _Round:
         )
         self.used: list[bool] = [i in held for i in range(len(self.stack.tensors()))] if held else []
 
-    def holdout(self) -> Tensor:
-        """``(P,)``: every pod's objective run from cash over the held-out tail (no gradient)."""
+    def holdout(self) -> tuple[Tensor, Tensor]:
+        """Every pod's objective run from cash over the held-out tail (no gradient), ``(P,)``, and the
+        per-decision series it is the Sharpe ratio of, ``(P, L)``."""
         p, length = self.num_pods, self.hold_len
         starts = torch.full((p,), self.fit_rows, device=self.stack.device)
         self.stack.begin(torch.full((p,), length, device=self.stack.device), torch.zeros_like(self.stack.fit))
         with torch.no_grad():
             net, equal = simulate(self.stack, self.decisions, starts, length, self.env_params)  # type: ignore[arg-type]
-        return pod_objectives(
-            net.view(p, 1, length),
-            equal.view(p, 1, length),
-            self.args[0].objective,
-            self.lengths.new_full((p,), length),
+        kind = self.args[0].objective
+        scores = pod_objectives(
+            net.view(p, 1, length), equal.view(p, 1, length), kind, self.lengths.new_full((p,), length)
         )
+        return scores, objective_series(net, equal, kind).view(p, length)
 
-    def keep_best(self, scores: Tensor, due: list[bool]) -> None:
-        """The ``due`` pods whose held-out ``scores`` beat their best keep these weights."""
+    def keep_start(self, scores: Tensor, series: Tensor, warm: list[bool]) -> None:
+        """The ``warm`` pods' starts are candidates, and their held-out ``series`` the bar that
+        fine-tuning must clear by ``holdout_margin`` (``agents.direct.clears_start``)."""
+        on = torch.tensor(warm, device=self.stack.device) & torch.isfinite(scores)
+        self.start_series = torch.where(on.unsqueeze(1), series, self.start_series)
+        self.has_start |= on
+        self.keep_best(scores, warm)
+
+    def keep_best(self, scores: Tensor, due: list[bool], series: Tensor | None = None) -> None:
+        """The ``due`` pods whose held-out ``scores`` beat their best (and whose ``series`` clears
+        their start's bar, when given) keep these weights."""
         on = torch.tensor(due, device=self.stack.device)
         better = on & torch.isfinite(scores) & (scores > self.best)
+        if series is not None:
+            waived = ~self.has_start | (self.margin <= 0)
+            better &= waived | (paired_t(series, self.start_series) > self.margin)
         self.best = torch.where(better, scores, self.best)
         self.has_best |= better
         for name, value in self.stack.params.items():
@@ -327,7 +351,7 @@ def train_population(
     logs: list[Tensor] = []  # objectives and held-out scores, on the device until the round ends
     warm = [left == 0 for left in run.fit_left]  # a warm start (the ridge or a parent) is a candidate
     if any(warm):
-        run.keep_best(run.holdout(), warm)
+        run.keep_start(*run.holdout(), warm)
         env_steps = [n + run.held_out * w for n, w in zip(env_steps, warm, strict=True)]
     start = time.monotonic()
     while True:
@@ -351,8 +375,9 @@ def train_population(
             last[i] = env_steps[i] >= total[i]
             due[i] = run.fit_left[i] == 0 and (updates[i] % run.args[i].holdout_every == 0 or last[i])
         if any(due):
-            logs.append(run.holdout())
-            run.keep_best(logs[-1], due)
+            scores, series = run.holdout()
+            logs.append(scores)
+            run.keep_best(scores, due, series)
             for i in (i for i in range(p) if due[i]):
                 env_steps[i] += run.held_out
                 history[i][-1]["charts/holdout_objective"] = (len(logs) - 1, i)
