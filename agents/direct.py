@@ -260,6 +260,43 @@ def clears_start(series: Tensor, start: Tensor | None, margin: float) -> bool:
     return start is None or margin <= 0 or float(paired_t(series, start)) > margin
 
 
+class _HeldOut:
+    """The held-out early stopping of :func:`train`: the best weights so far by the held-out
+    objective, and the warm start's held-out series, the bar a fine-tuned candidate must clear
+    (:func:`clears_start`)."""
+
+    def __init__(
+        self, policy: Policy, decisions: Decisions, fit_rows: int, params: Any, args: DirectArgs
+    ) -> None:
+        self.policy, self.decisions, self.fit_rows, self.params, self.args = (
+            policy,
+            decisions,
+            fit_rows,
+            params,
+            args,
+        )
+        self.best: tuple[float, dict[str, Any]] | None = None
+        self.start: Tensor | None = None
+
+    def offer(self, warm: bool = False) -> float:
+        """Run the policy over the held-out tail and keep its weights if they are the best so far
+        (``warm``: the warm start, whose series becomes the bar); returns the held-out objective."""
+        score, series = _holdout(self.policy, self.decisions, self.fit_rows, self.params, self.args.objective)
+        better = math.isfinite(score) and (self.best is None or score > self.best[0])
+        if better and (warm or clears_start(series, self.start, self.args.holdout_margin)):
+            self.best = (score, copy.deepcopy(self.policy.net.state_dict()))
+            if warm:
+                self.start = series
+        return score
+
+    def restore(self, history: list[dict[str, float]]) -> None:
+        """Load the kept weights (and log their held-out objective on the last row)."""
+        if self.best is not None:
+            self.policy.net.load_state_dict(self.best[1])
+            if history:
+                history[-1]["charts/holdout_best"] = self.best[0]
+
+
 def train(
     args: DirectArgs,
     env: Any,
@@ -289,14 +326,10 @@ def train(
     hook = EvalHook(eval_fn, args.eval_every)
     fit_norm_left = args.norm_updates if policy.obs_norm.count == 0 else 0
     env_steps, updates, stopped = 0, 0, False
-    best: tuple[float, dict[str, Any]] | None = None
-    start_series: Tensor | None = None  # the warm start's held-out series, the bar fine-tuning must clear
+    kept = _HeldOut(policy, decisions, fit_rows, params, args)
     if fit_norm_left == 0:  # a warm start (from the ridge or a parent) is a candidate itself
-        score, series = _holdout(policy, decisions, fit_rows, params, args.objective)
+        kept.offer(warm=True)
         env_steps += held_out
-        if math.isfinite(score):
-            best = (score, copy.deepcopy(policy.net.state_dict()))
-            start_series = series
     history: list[dict[str, float]] = []
     start = time.monotonic()
     while env_steps < args.total_steps:
@@ -313,12 +346,8 @@ def train(
         }
         last = env_steps >= args.total_steps
         if fit_norm_left == 0 and (updates % args.holdout_every == 0 or last):
-            score, series = _holdout(policy, decisions, fit_rows, params, args.objective)
+            row["charts/holdout_objective"] = kept.offer()
             env_steps += held_out
-            row["charts/holdout_objective"] = score
-            better = math.isfinite(score) and (best is None or score > best[0])
-            if better and clears_start(series, start_series, args.holdout_margin):
-                best = (score, copy.deepcopy(policy.net.state_dict()))
         if hook.due(env_steps, last):
             row.update(hook.run(policy, env_steps))
         history.append(row)
@@ -328,10 +357,7 @@ def train(
         if not notify(callbacks, {"event": "update", **row}) or not go_on:
             stopped = not last
             break
-    if best is not None:
-        policy.net.load_state_dict(best[1])
-        if history:
-            history[-1]["charts/holdout_best"] = best[0]
+    kept.restore(history)
     hook.finish(policy, history)
     policy.eval()
     return TrainResult(
