@@ -186,3 +186,42 @@ def test_envs_per_pod_pinned_sets_the_populations_env_batch(tmp_path, windows_pp
     for pod in read_pods(result.run_dir):
         curve = pd.read_parquet(result.run_dir / "pods" / pod["pod_id"] / "curve.parquet")
         assert curve["env_steps"].tolist() == [256.0], pod["pod_id"]
+
+
+def test_a_second_market_in_the_same_process_trains_on_its_own_window(tmp_path, windows_ppo):
+    """A process keeps its populations for later rounds of the same shapes; a tournament on another
+    market of the same shapes (the next market of a benchmark, the next fold of a walk-forward) must
+    train on its own train window, so it equals the same run in a process that saw nothing before."""
+    from helpers import toy_market
+
+    from agents.tournament import population
+
+    other = toy_market(num_steps=60 * 10, num_assets=3, num_features=4, bars_per_session=60, seed=2)
+    train_b, valid_b, _ = other.split_sessions(0.6, 0.2)
+    population._CACHE.clear()
+    _ppo_run(tmp_path, "a", windows_ppo)  # (leaves its populations cached)
+    assert population._CACHE
+    after_a = _ppo_run(tmp_path, "b", (train_b, valid_b))
+    population._CACHE.clear()
+    alone = _ppo_run(tmp_path, "b_alone", (train_b, valid_b))
+    keys = ("pod_id", "score", "metrics")
+    pods, pods_alone = read_pods(after_a.run_dir), read_pods(alone.run_dir)
+    assert [{k: p[k] for k in keys} for p in pods] == [{k: p[k] for k in keys} for p in pods_alone]
+    wa = load_file(after_a.run_dir / "champion" / "policy.safetensors")
+    wb = load_file(alone.run_dir / "champion" / "policy.safetensors")
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def test_the_population_cache_tells_train_windows_apart(windows_ppo):
+    """The same window (moved, or a copy) finds its population; another window of the same shapes does
+    not."""
+    from helpers import toy_market
+
+    from agents.tournament.population import window_key
+
+    train, _ = windows_ppo
+    other = toy_market(num_steps=60 * 10, num_assets=3, num_features=4, bars_per_session=60, seed=2)
+    other_train = other.split_sessions(0.6, 0.2)[0]
+    assert window_key(train) == window_key(train.to("cpu")) == window_key(train.slice(0, train.num_steps))
+    assert window_key(train) != window_key(other_train)
+    assert window_key(train) != window_key(train.slice(0, train.num_steps - 60))

@@ -27,7 +27,7 @@ on the validation window, and gets the same files as ever (checkpoint, curve, va
   validation returns: that pod fails, the others go on); an error of the batch itself fails every pod
   of the group.
 - Populations are kept per process (:data:`_CACHE`), so a worker's buffers and CUDA graphs are
-  recorded once and serve every later round of the same size.
+  recorded once and serve every later round of the same size on the same train window.
 """
 
 from __future__ import annotations
@@ -78,7 +78,10 @@ from data.errors import ConfigError
 #: Threads reading a population round's parent checkpoints, and writing its pods' files, at once.
 FILE_THREADS = 8
 
-#: Populations of this process, by (shape key, pods, env settings): reused round after round.
+#: Populations of this process, by (shape key, pods, env settings, device, train window): reused
+#: round after round. A population's envs are built on its train window, so the window is part of the
+#: key (:func:`window_key`): a later tournament of the same shapes in the same process (the next
+#: market of a benchmark, the next fold of a walk-forward) trains on its own data, never the first's.
 _CACHE: dict[tuple[Any, ...], Population] = {}
 _CACHE_SIZE = 3
 
@@ -102,12 +105,13 @@ def _env_spec(ctx: RoundContext) -> _Spec:
 def get_population(
     ctx: RoundContext, args: PPOArgs, config: NetworkConfig, num_pods: int, graphs: bool | None
 ) -> Population:
-    """The cached population for these shapes (built on first use)."""
+    """The cached population for these shapes on this train window (built on first use)."""
     key = (
         shape_key(args, config),
         num_pods,
         tuple(sorted((k, str(v)) for k, v in ctx.env.items())),
         ctx.device,
+        window_key(ctx.train),
     )
     population = _CACHE.pop(key, None)
     if population is None:
@@ -127,6 +131,25 @@ def get_population(
     while len(_CACHE) > _CACHE_SIZE:
         _CACHE.pop(next(iter(_CACHE)))
     return population
+
+
+def window_key(market: Any) -> tuple[Any, ...]:
+    """What tells one train window from another in :data:`_CACHE`: its names, shapes, sessions and
+    sums of its prices, volumes and a strided sample of its features. By content, not identity: a
+    round's window is a fresh object wherever it is moved to a device or unpickled (a worker's, a Ray
+    task's), while the same window must find its population round after round. A few milliseconds a
+    round on a CPU."""
+    features = market.features.reshape(-1)
+    sample = features[:: max(1, features.numel() // 65536)]
+    sums = torch.stack([market.close.sum(), market.volume.sum(), sample.sum()]).tolist()
+    sessions = (int(market.session_id[0]), int(market.session_id[-1])) if market.num_steps else ()
+    return (
+        tuple(market.tickers),
+        tuple(market.feature_names),
+        tuple(market.features.shape),
+        sessions,
+        *sums,
+    )
 
 
 @dataclass
