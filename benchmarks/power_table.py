@@ -45,6 +45,9 @@ its two-sided 95% Clopper-Pearson interval, the median p-value and the median te
     .venv/bin/python benchmarks/power_table.py --jobs 2            # shards 0/2 and 1/2 side by side
     .venv/bin/python benchmarks/power_table.py --rerun-learner     # after a change to the direct learner
 
+The PPO column can run as a pass of its own: a run with ``--with-ppo`` adds it to the rows a run
+without it wrote on the same commit (the other columns kept), instead of running those markets again.
+
 ``--rerun-learner`` reruns only the columns the direct learner's code makes (the champion, its start,
 everything traded the champion's way) on markets whose rows are of another commit, and keeps the
 others from those rows (``benchmarks/power_rerun.py``: it refuses when anything else changed).
@@ -448,16 +451,27 @@ def run_jobs(argv: list[str], jobs: int) -> None:
         sys.exit(f"error: shard(s) {', '.join(f'{k}/{jobs}' for k in failed)} failed (their error above)")
 
 
-def run_one(args: argparse.Namespace, done: dict, level: float, index: int) -> None:
+def run_one(
+    args: argparse.Namespace, done: dict, level: float, index: int, without_ppo: dict | None = None
+) -> None:
     """Run market ``index`` of ``level`` unless its row is done: a row written before a column this
     run writes is run again (the same seed); with ``--rerun-learner`` a complete row whose learner
-    columns are of another commit gets them rerun and keeps the rest."""
+    columns are of another commit gets them rerun and keeps the rest; with ``--with-ppo``, a row of
+    the same settings without the PPO column (``without_ppo``) whose every column is of the commit
+    checked out gets the PPO column alone (:func:`with_ppo_added`)."""
     wanted = run_columns(args)
     have = done.get((float(level), index))
     complete = have is not None and set(wanted) <= set(have["columns"])
     if complete and not (args.rerun_learner and not same_code(column_commit(have, "champion"), commit())):
         return
-    if complete:
+    base = (without_ppo or {}).get((float(level), index))
+    if (
+        not complete
+        and base is not None
+        and all(same_code(column_commit(base, c), commit()) for c in base["columns"])
+    ):
+        row = with_ppo_added(args, base, level, index)
+    elif complete:
         # a null row shared by the shapes keeps its oracle's shape: another shape's reruns both oracles
         oracles = ("oracle_quintile",) if have.get("oracle_shape", args.shape) != args.shape else ()
         rerun = (*LEARNER_COLUMNS, *oracles)
@@ -469,6 +483,15 @@ def run_one(args: argparse.Namespace, done: dict, level: float, index: int) -> N
     done[(float(level), index)] = row
     summary = ", ".join(f"{n} {row[n]['outcome']} (p {_fmt(row[n]['alpha_p_value'], '.2g')})" for n in wanted)
     print(f"level {level} market {index}: {summary}; {row['wall_s']} s", file=sys.stderr, flush=True)
+
+
+def with_ppo_added(args: argparse.Namespace, base: dict, level: float, index: int) -> dict:
+    """``base`` (a row of these settings without ``--with-ppo``) with the PPO column run on its market
+    (the same seed) and the key of the settings with it: the PPO tournament, about half of a market's
+    time, can run as a pass of its own after the other columns."""
+    row = merged(base, run_market(args, level, index, ("ppo",)), ("ppo",), COLUMNS)
+    row["settings_key"] = settings_key(args)
+    return row
 
 
 def spot_check(args: argparse.Namespace, done: dict) -> None:
@@ -506,11 +529,15 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if not args.table_only and args.jobs == 1:
         torch.set_num_threads(1)
         spot_check(args, done)
+        without_ppo = None
+        if args.with_ppo:
+            plain = settings_key(argparse.Namespace(**{**vars(args), "with_ppo": False}))
+            without_ppo = load_rows(args.out, plain, (args.shape, "null"))
         for level in args.levels:
             shard, shards = args.shard
             for index in range(args.nulls if level == 0 else args.markets):
                 if index % shards == shard:
-                    run_one(args, done, level, index)
+                    run_one(args, done, level, index, without_ppo)
     rows = [r for (level, _), r in sorted(done.items()) if level in {float(x) for x in args.levels}]
     result = table(rows)
     if args.json:

@@ -194,3 +194,32 @@ def test_spot_check_reruns_the_first_markets_in_full_and_keeps_the_fresh_rows(tm
     with pytest.raises(SystemExit):
         power_table.parse_args(["--spot-check", "2"])  # (without --rerun-learner)
     assert "--spot-check: a count >= 0, with --rerun-learner" in capsys.readouterr().err
+
+
+def test_with_ppo_adds_the_ppo_column_alone_to_rows_of_this_commit_without_it(tmp_path, monkeypatch):
+    """A run without ``--with-ppo`` writes rows under its own key; a run with it on the same commit runs
+    the PPO column alone on those markets and keeps the rest; a row of another commit runs in full."""
+    out = tmp_path / "rows.jsonl"
+    args = power_table.parse_args(["--out", str(out), "--with-ppo"])
+    plain_key = power_table.settings_key(power_table.parse_args(["--out", str(out)]))
+    assert plain_key != power_table.settings_key(args)
+    calls = []
+
+    def fake_market(args, level, index, columns=None):
+        calls.append((index, columns))
+        row = _row("b" * 40, 0.1, columns or COLUMNS)
+        return row | {"index": index, "settings_key": power_table.settings_key(args), "ppo_s": 2.0}
+
+    without = [c for c in COLUMNS if c != "ppo"]
+    monkeypatch.setattr(power_table, "run_market", fake_market)
+    monkeypatch.setattr(power_table, "commit", lambda: "b" * 40)
+    plain = {(0.0, 0): _row("b" * 40, 0.5, without), (0.0, 1): _row("a" * 40, 0.5, without) | {"index": 1}}
+    done: dict = {}
+    power_table.run_one(args, done, 0.0, 0, plain)
+    power_table.run_one(args, done, 0.0, 1, plain)
+    assert calls == [(0, ("ppo",)), (1, None)]
+    added = done[(0.0, 0)]
+    assert added["columns"] == list(COLUMNS) and added["settings_key"] == power_table.settings_key(args)
+    assert added["ppo"]["alpha_p_value"] == 0.1 and added["champion"]["alpha_p_value"] == 0.5
+    assert added["rerun_timings"] == {"ppo_s": 2.0, "wall_s": 1.0}
+    assert power_table.load_rows(out, power_table.settings_key(args)).keys() == {(0.0, 0), (0.0, 1)}
