@@ -7,12 +7,14 @@ features; the field's next floor is a small tree ensemble, which finds what a li
 - **target and inputs**: ``backtests.linear.decision_panel`` (each asset's return from the fill bar's
   open to the mark's close, and the ``F`` causal features at the decision bar), both demeaned across
   the assets of each decision bar, as the ridge's;
-- **fit**: least squares on the decision bars of the **train window only**, early-stopped on the
+- **fit**: least squares on the decision bars of the **train window**, early-stopped on the
   **validation window** (the split where the ridge chooses its penalty): at most
   :attr:`BoostedSettings.num_trees` trees, stopped after :attr:`BoostedSettings.early_stopping`
   rounds without a better validation loss, and kept only when its mean cross-sectional information
   coefficient on the validation window is positive; otherwise the zero model (no asset preferred:
-  equal weights), as the ridge's infinite penalty. No test-window bar enters
+  equal weights), as the ridge's infinite penalty; then (``refit=True``, the default) grown again to
+  the kept number of trees on the train and validation windows' rows together, as the ridge is
+  refitted (``backtests.linear``). No test-window bar enters
   (``tests/test_boosted_baseline.py`` replaces the test window by noise and gets the same trees);
 - **determinism**: a fixed seed, ``deterministic`` and row-wise histograms, one thread by default:
   the same windows give the same model, byte for byte;
@@ -83,10 +85,11 @@ class BoostedModel:
     booster: lgb.Booster | None  # None: the zero model
     num_features: int
     num_trees: int  # trees kept (the early-stopped iteration; 0 for the zero model)
-    valid_ic: float  # mean information coefficient on the validation window
-    train_ic: float
+    valid_ic: float  # the train window's trees' mean information coefficient on the validation window
+    train_ic: float  # ... and on the train window
     num_threads: int = 1
     top_fraction: float = TOP_FRACTION
+    refit: bool = False  # booster: grown again to num_trees on the train and validation windows
 
     def scores(self, features: Tensor, tradable: Tensor) -> Tensor:
         """Scores ``(..., A)`` float64 of features ``(..., A, F)``, demeaned over the ``tradable``
@@ -124,10 +127,10 @@ def _rows(panel: DecisionRows) -> tuple[np.ndarray, np.ndarray]:
 
 
 def fit_panels(
-    fit: DecisionRows, valid: DecisionRows, settings: BoostedSettings | None = None
+    fit: DecisionRows, valid: DecisionRows, settings: BoostedSettings | None = None, *, refit: bool = True
 ) -> BoostedModel:
-    """The boosted baseline of the decision rows ``fit``, early-stopped and judged on ``valid`` (see
-    the module docstring)."""
+    """The boosted baseline of the decision rows ``fit``, early-stopped and judged on ``valid``, then
+    (``refit``) grown again to the kept number of trees on both (see the module docstring)."""
     settings = settings or BoostedSettings()
     num_features = int(fit.x.shape[-1])
     x_fit, y_fit = _rows(fit)
@@ -150,14 +153,26 @@ def fit_panels(
     if not valid_ic > 0.0:  # no validation skill (or none measurable): the zero model
         return BoostedModel(None, num_features, 0, 0.0, 0.0, settings.num_threads)
     train_ic = information_coefficient(model.scores(fit.x, fit.ok), fit)
-    return BoostedModel(booster, num_features, kept, valid_ic, train_ic, settings.num_threads)
+    if refit:  # the same number of trees on both windows' rows (the validation window has chosen it)
+        both = lgb.Dataset(np.concatenate([x_fit, x_valid]), np.concatenate([y_fit, y_valid]), params=params)
+        booster = lgb.train(params, both, num_boost_round=kept)
+    return BoostedModel(booster, num_features, kept, valid_ic, train_ic, settings.num_threads, refit=refit)
 
 
 def fit_boosted(
-    train: MarketData, valid: MarketData, decision_interval: int, settings: BoostedSettings | None = None
+    train: MarketData,
+    valid: MarketData,
+    decision_interval: int,
+    settings: BoostedSettings | None = None,
+    *,
+    refit: bool = True,
 ) -> BoostedModel:
-    """The boosted baseline fitted on ``train``'s decision bars, early-stopped on ``valid``'s (see the
-    module docstring). Nothing outside the two windows is read."""
+    """The boosted baseline fitted on ``train``'s decision bars, early-stopped on ``valid``'s, then
+    (``refit``) grown again on both (see the module docstring). Nothing outside the two windows is
+    read."""
     return fit_panels(
-        decision_panel(train, decision_interval), decision_panel(valid, decision_interval), settings
+        decision_panel(train, decision_interval),
+        decision_panel(valid, decision_interval),
+        settings,
+        refit=refit,
     )

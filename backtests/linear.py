@@ -9,13 +9,17 @@ inputs. This module answers it with the plainest one:
   cross-sectional model: what ranks the names, not the market's move);
 - **inputs**: the ``F`` causal features of the observation (``MarketData.features`` at the decision
   bar, normalized on the train window), demeaned across assets the same way;
-- **fit**: ridge regression (closed form, float64) on the decision bars of the **train window only**;
+- **fit**: ridge regression (closed form, float64) on the decision bars of the **train window**;
   the penalty is chosen among :data:`PENALTIES` by the mean cross-sectional information coefficient
   (the Pearson correlation of scores and demeaned returns per decision bar) on the **validation
   window**, the infinite penalty included: the zero model (no asset preferred, information
   coefficient 0), which holds equal weights; so a model without validation skill does not trade
-  noise; no test-window bar enters (``tests/test_linear_baseline.py`` replaces the test window by
-  noise and gets the same model);
+  noise;
+- **refit** (``refit=True``, the default): once the validation window has chosen, the ridge is fitted
+  again at the chosen penalty on the train and validation windows' decision bars together, as the
+  tournament's direct champion is (``agents.tournament.refit``): both judged on the test window
+  with the same past behind them. No test-window bar enters (``tests/test_linear_baseline.py``
+  replaces the test window by noise and gets the same model);
 - **trading**: at every decision, equal weights over the top :data:`TOP_FRACTION` of the tradable
   assets by score (long-only, fully invested; the zero model: equal weights over all of them), filled through the env's own step like every other
   baseline (``backtests.engine.run_backtest(..., linear=model)``: the column ``linear``).
@@ -98,9 +102,10 @@ class LinearModel:
 
     coef: Tensor  # (F,) float64 (all 0: the zero model)
     penalty: float  # the chosen penalty multiple (one of PENALTIES, or inf: the zero model)
-    valid_ic: float  # its mean information coefficient on the validation window
-    train_ic: float
+    valid_ic: float  # the train window's fit's mean information coefficient on the validation window
+    train_ic: float  # ... and on the train window
     top_fraction: float = TOP_FRACTION
+    refit: bool = False  # coef: refitted on the train and validation windows at the chosen penalty
 
     def scores(self, features: Tensor) -> Tensor:
         """Scores ``(..., A)`` of features ``(..., A, F)``."""
@@ -146,11 +151,27 @@ def ridge_path(panel: DecisionRows, penalties: tuple[float, ...] = PENALTIES) ->
     return [torch.linalg.solve(gram + p * scale * eye, rhs) for p in penalties]
 
 
+def join_panels(first: DecisionRows, second: DecisionRows) -> DecisionRows:
+    """The rows of ``first`` then ``second`` (two windows' decision rows, each target inside its own
+    window)."""
+    return DecisionRows(
+        x=torch.cat([first.x, second.x]),
+        y=torch.cat([first.y, second.y]),
+        ok=torch.cat([first.ok, second.ok]),
+    )
+
+
 def fit_linear(
-    train: MarketData, valid: MarketData, decision_interval: int, *, penalties: tuple[float, ...] = PENALTIES
+    train: MarketData,
+    valid: MarketData,
+    decision_interval: int,
+    *,
+    penalties: tuple[float, ...] = PENALTIES,
+    refit: bool = True,
 ) -> LinearModel:
-    """The linear baseline fitted on ``train``'s decision bars, its penalty chosen on ``valid``'s
-    (see the module docstring). Nothing outside the two windows is read."""
+    """The linear baseline fitted on ``train``'s decision bars, its penalty chosen on ``valid``'s,
+    then (``refit``) fitted again at that penalty on both windows' bars (see the module docstring).
+    Nothing outside the two windows is read."""
     fit_panel = decision_panel(train, decision_interval)
     valid_panel = decision_panel(valid, decision_interval)
     if int(fit_panel.ok.sum()) <= fit_panel.x.shape[-1]:
@@ -163,9 +184,9 @@ def fit_linear(
         if ic == ic and ic > best[0]:
             best = (ic, float(penalty), coef)
     ic, penalty, coef = best
+    train_ic = information_coefficient(fit_panel.x @ coef, fit_panel) if coef.any() else 0.0
+    if refit and coef.any():  # (the zero model stays zero: no validation skill, nothing to refit)
+        coef = ridge_path(join_panels(fit_panel, valid_panel), (penalty,))[0]
     return LinearModel(
-        coef=coef.cpu(),
-        penalty=penalty,
-        valid_ic=ic,
-        train_ic=information_coefficient(fit_panel.x @ coef, fit_panel) if coef.any() else 0.0,
+        coef=coef.cpu(), penalty=penalty, valid_ic=ic, train_ic=train_ic, refit=refit and bool(coef.any())
     )

@@ -99,3 +99,21 @@ def test_boosted_is_a_column_of_backtests_and_metrics(planted_market) -> None:
     table = render.backtest_table(doc, "t")
     assert "boosted" in [str(c.header) for c in table.columns]
     assert "boosted" not in engine.run_backtest(planted_market.test, params).names  # only when handed
+
+
+def test_refit_grows_the_kept_trees_again_on_train_and_valid() -> None:
+    """The validation window chooses the number of trees (and judges) on the train window's fit; the
+    refit grows that many on both windows' rows, and ranks the test window at least about as well."""
+    fit, valid, test = _interaction_panel(0), _interaction_panel(1, 100), _interaction_panel(2, 100)
+    train_only = fit_panels(fit, valid, refit=False)
+    model = fit_panels(fit, valid)
+    assert model.refit and not train_only.refit
+    assert (model.num_trees, model.valid_ic, model.train_ic) == (
+        train_only.num_trees,
+        train_only.valid_ic,
+        train_only.train_ic,
+    )
+    assert model.booster.current_iteration() == model.num_trees
+    scores, before = model.scores(test.x, test.ok), train_only.scores(test.x, test.ok)
+    assert not torch.equal(scores, before)
+    assert information_coefficient(scores, test) > information_coefficient(before, test) - 0.05
