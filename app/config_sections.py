@@ -273,6 +273,7 @@ class TournamentConfig(Section):
     round_timeout_s: float | None = setting(TournamentArgs, "round_timeout_s", gt=0)
     champion: Literal["best", "ensemble"] = setting(TournamentArgs, "champion")
     ensemble_size: int = setting(TournamentArgs, "ensemble_size", ge=1)
+    refit: bool = setting(TournamentArgs, "refit")
 
 
 class BacktestConfig(Section):

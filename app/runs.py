@@ -43,6 +43,8 @@ CONFIG = "config.toml"
 LEADERBOARD = "leaderboard.sqlite"
 PODS = "pods"
 CHAMPION = "champion"
+#: The champion the tournament chose, kept when a refit replaced ``champion/`` (agents.tournament.refit).
+CHAMPION_CHOSEN = "champion_chosen"
 CURVE = "curve.parquet"  # a pod's learning curve, in its checkpoint folder
 FEATURE_SPEC = "feature_spec.json"
 BACKTEST = "backtest"
@@ -309,6 +311,11 @@ class RunDir:
     @property
     def champion(self) -> Path:
         return self.path / CHAMPION
+
+    @property
+    def champion_chosen(self) -> Path:
+        """The champion the tournament chose, when a refit replaced :attr:`champion` (else absent)."""
+        return self.path / CHAMPION_CHOSEN
 
     @property
     def feature_spec_file(self) -> Path:

@@ -176,6 +176,23 @@ class MarketData:
         }
         return dataclasses.replace(self, **cut)
 
+    def join(self, later: MarketData) -> MarketData:
+        """This window's bars then ``later``'s (the next window of the same market: the same names and
+        features, its first bar after this one's last), as :meth:`slice` of the market they were cut
+        from would give them."""
+        if later.tickers != self.tickers or later.feature_names != self.feature_names:
+            raise DataError("MarketData.join: the windows hold different tickers or features")
+        if self.num_steps and later.num_steps and not later.timestamps[0] > self.timestamps[-1]:
+            raise DataError("MarketData.join: the later window does not start after this one ends")
+        joined = {}
+        for f in dataclasses.fields(self):
+            a, b = getattr(self, f.name), getattr(later, f.name)
+            if isinstance(a, Tensor):
+                joined[f.name] = torch.cat([a, b.to(a.device)])
+            elif isinstance(a, np.ndarray):
+                joined[f.name] = np.concatenate([a, b])
+        return dataclasses.replace(self, **joined)
+
     def session_dates(self) -> np.ndarray:
         """``(T,)`` datetime64[D] of each bar's session date (``data.calendar.exchange_dates``)."""
         return exchange_dates(self.timestamps).values.astype("datetime64[D]")

@@ -80,6 +80,9 @@ class TournamentArgs:
     """champion of the run: "best" (the top leaderboard pod) or "ensemble" (mean of the top ensemble_size)"""
     ensemble_size: int = 4
     """K: leaderboard pods averaged by the ensemble (scored and counted as one more trial either way)"""
+    refit: bool = True
+    """refit a direct champion that is its start on the train and validation windows once chosen
+    (agents.tournament.refit); the baselines refit alike (backtests.linear, backtests.boosted)"""
 
     def __post_init__(self) -> None:
         if self.budget_steps is None and self.budget_minutes is None:

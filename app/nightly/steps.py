@@ -53,6 +53,7 @@ from app.export import export_bundle
 from app.gate import Evaluation, GateRule, finite
 from app.nightly.normalization import champion_feature_spec, with_feature_spec, write_spec_file
 from app.nightly.record import SELECTION
+from app.refit import refit_step
 from app.runs import RunDir
 from backtests import capacity, engine, report, scoring
 from backtests.metrics_model import MetricsDocument
@@ -293,6 +294,7 @@ def tournament_step(
             annualization=config.backtest.annualization,
             device=config.agent.device,
         )
+        result = refit_step(run, result, splits.train, splits.valid, config)
     run.update(nightly={"warm_started_from": warm_from, "warm_start_pods": config.nightly.warm_start_pods})
     if result.champion is None:
         raise PodracerError(f"tournament {run_id} produced no champion ({result.pods_failed} pods failed)")

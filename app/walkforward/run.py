@@ -61,6 +61,7 @@ from app.config import Config, config_to_toml, to_env_params, to_tournament_args
 from app.ensemble import ensemble_step
 from app.gate import GateResult
 from app.nightly.steps import ChallengerRun, tournament_settings, warm_start_round
+from app.refit import refit_step
 from app.runs import RunDir, new_id
 from app.walkforward.account import StitchedAccount
 from app.walkforward.book import book_settings, fold_book, fold_of
@@ -429,6 +430,7 @@ def _fold_tournament(
             annualization=config.backtest.annualization,
             device=config.agent.device,
         )
+        result = refit_step(fold_run, result, train, valid, cfg)
     if result.champion is None:
         raise PodracerError(
             f"fold {index}: the tournament produced no champion ({result.pods_failed} pods failed)"

@@ -76,6 +76,13 @@ def _load_policy(champion_dir: Path, device: str) -> Any:
     return load_policy(champion_dir, device=device)
 
 
+def _champion_for(run_dir: RunDir, window: str) -> Path:
+    """The policy a look at ``window`` backtests: the run's champion, or for the validation window the
+    one the tournament chose when a refit on that window replaced it (``agents.tournament.refit``)."""
+    chosen = run_dir.champion_chosen
+    return chosen if window == "valid" and chosen.is_dir() else run_dir.champion
+
+
 def _check_window_unseen(run: str, window: str, market: Any, recorded: dict[str, tuple[str, str]]) -> None:
     """The backtest window rebuilt from today's data must still lie after what the run learned from.
 
@@ -135,7 +142,7 @@ def backtest_run(
     synthetic market on a busy machine)."""
     run_dir, config = _run_and_config(home, run)
     device = check_device(device or config.agent.device)
-    policy = _load_policy(run_dir.champion, device)
+    policy = _load_policy(_champion_for(run_dir, window), device)
     run_info = run_dir.info()
     num_trials, _ = run_info.trials()
     annualization = run_info.annualization or config.backtest.annualization
@@ -146,10 +153,12 @@ def backtest_run(
     _check_window_unseen(run, window, market, run_info.windows)
     check_policy_fits(policy, market, params)
     # The ranker baselines: fitted on the run's train window, the ridge's penalty chosen and the trees
-    # early-stopped on the validation window.
+    # early-stopped on the validation window, then refitted on both (not for a look at the validation
+    # window itself, where the champion is the chosen one: neither has then been fitted on it).
     train, valid = splits.train.to(device), splits.valid.to(device)
-    linear = fit_linear(train, valid, params.decision_interval)
-    boosted = fit_boosted(train, valid, params.decision_interval)
+    refit = window != "valid"
+    linear = fit_linear(train, valid, params.decision_interval, refit=refit)
+    boosted = fit_boosted(train, valid, params.decision_interval, refit=refit)
     result = engine.run_backtest(
         market,
         params,
@@ -224,8 +233,9 @@ def backtest_baselines(
         raise DataError(f"--baseline index: none of {', '.join(bl.INDEX_TICKERS)} is in the stored data")
     params = to_env_params(config.env)
     interval = params.decision_interval
-    linear = fit_linear(splits.train, splits.valid, interval) if "linear" in names else None
-    boosted = fit_boosted(splits.train, splits.valid, interval) if "boosted" in names else None
+    refit = window != "valid"  # (a look at the validation window: fitted on the train window alone)
+    linear = fit_linear(splits.train, splits.valid, interval, refit=refit) if "linear" in names else None
+    boosted = fit_boosted(splits.train, splits.valid, interval, refit=refit) if "boosted" in names else None
     result = engine.run_backtest(
         market, params, baselines=names, device=device, num_threads=1, linear=linear, boosted=boosted
     )

@@ -41,6 +41,7 @@ from app.config import (
 )
 from app.ensemble import ensemble_step
 from app.evaluation import MIN_VALID_SESSIONS
+from app.refit import refit_step
 from app.runs import RunDir, new_id
 from data.errors import ConfigError
 from data.loader import MarketSplits, load_market
@@ -254,7 +255,7 @@ def train_tournament(
             on_progress=on_progress,
             on_status=run_dir.on_status,
         )
-    return ensemble_step(
+    result = ensemble_step(
         run_dir,
         result,
         splits.valid,
@@ -263,6 +264,7 @@ def train_tournament(
         annualization=config.backtest.annualization,
         device=device,
     )
+    return refit_step(run_dir, result, splits.train, splits.valid, config)
 
 
 def _no_live() -> AbstractContextManager[None]:

@@ -1,0 +1,143 @@
+"""The champion refitted on the train and validation windows, once the validation window has chosen it.
+
+A tournament fits its pods on the train window and chooses among them on the validation window; the
+held-out test window is read by neither. Once the choice is made, the validation window's sessions
+are past like the train window's, and a model fitted on both has seen more of the market: on the
+daily planted shapes at real-factor strength, the same fits on the two windows ranked the test
+window better than on the train window alone (docs/benchmarks.md, "Refitting after selection").
+The baselines refit the same way (``backtests.linear``, ``backtests.boosted``), so the champion and
+the ridge it is judged against have the same past behind them.
+
+What is refitted, and when:
+
+- **the direct learner's champion that is its start**: a direct pod's policy is made in closed form
+  from its kind and seed (``agents.linear_start``, ``agents.nonlinear_start``: a ridge, and for the
+  ``open`` kind a small network fitted to its residual), and the learner's held-out margin keeps it
+  unless fine-tuning beats it (``agents.direct``). When the champion's weights are its lineage's
+  root start, made again on the train window, bit for bit, the refit is that recipe run on the train
+  and validation windows together (the same kind and seed; its own held-out tail, the last
+  ``holdout_frac`` of the joined window, chooses the penalty and epochs as on the train window);
+- **not** a champion whose weights moved (a fine-tuning step cleared the margin: its gradient's
+  gain was judged on the train window's tail, and rerunning it cannot be judged again), a PPO or SAC
+  champion (reinforcement learning from scratch again is not a refit), nor an ensemble. These stay
+  as chosen, and the run's record says why (``refit.reason``).
+
+The refitted policy replaces ``<run>/champion/`` (a whole-folder swap); the chosen one is kept as
+``<run>/champion_chosen/``. Its validation score is the chosen policy's (the refit has read the
+validation window, so it has none of its own).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+
+from agents.args import DirectArgs
+from agents.policy import Policy
+from agents.population.direct import start_direct_pod
+from agents.tournament.leaderboard import read_pods
+from agents.tournament.pod import learner_args
+from agents.training import policy_for_env
+from data.atomic import replace_dir
+
+#: The run's champion folder, and where the chosen champion is kept when a refit replaces it (the
+#: names ``app.runs`` reads them by: ``CHAMPION``, ``CHAMPION_CHOSEN``).
+CHAMPION = "champion"
+CHOSEN = "champion_chosen"
+
+
+@dataclass(frozen=True)
+class Refit:
+    """What the refit step did: ``refitted``, and why not when it did not (one line)."""
+
+    refitted: bool
+    reason: str
+    pod_id: str | None = None
+    root_id: str | None = None
+
+    def record(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def lineage_root(run_dir: Path, pod_id: str) -> Mapping[str, Any] | None:
+    """The pod record at the root of ``pod_id``'s lineage (its parent's parent's ...), or None."""
+    pods = {p["pod_id"]: p for p in read_pods(run_dir)}
+    pod = pods.get(pod_id)
+    while pod is not None and pod.get("parent_id") in pods:
+        pod = pods[pod["parent_id"]]
+    return pod
+
+
+def root_args(base: Mapping[str, Any], root: Mapping[str, Any], train: Any, interval: int) -> DirectArgs:
+    """The learner arguments the lineage started from: the root pod's kind and seed over the run's
+    base ``[agent]`` settings (``agents.tournament.pod.learner_args``)."""
+    raw = {**base, **(root.get("hparams") or {}), "seed": int(root["seed"])}
+    return learner_args(DirectArgs, raw, train, interval)
+
+
+def start_of(market: Any, params: Any, args: DirectArgs) -> Policy:
+    """A fresh direct pod's start on ``market``, as the tournament makes one (``policy_for_env`` and
+    ``start_direct_pod``), before any gradient step."""
+    env = SimpleNamespace(
+        market=market,
+        params=params,
+        num_assets=market.num_assets,
+        num_features=market.num_features,
+        device=market.device,
+    )
+    policy, _ = policy_for_env(None, env, args, "direct")
+    start_direct_pod(policy, args, market, int(params.decision_interval))
+    policy.eval()
+    return policy
+
+
+def same_policy(a: Policy, b: Policy) -> bool:
+    """Whether two policies hold the same weights and observation statistics, bit for bit."""
+    sa, sb = a.state_dict(), b.state_dict()
+    return sa.keys() == sb.keys() and all(torch.equal(sa[k].cpu(), sb[k].cpu()) for k in sa)
+
+
+def refit_champion(
+    run_dir: Path,
+    champion: Mapping[str, Any] | None,
+    train: Any,
+    both: Any,
+    params: Any,
+    agent: Mapping[str, Any],
+) -> Refit:
+    """Refit ``run_dir``'s champion on ``both`` (the train and validation windows joined, in time
+    order) when it is a direct pod equal to its lineage's start on ``train`` (module docstring);
+    ``agent``: the run's ``[agent]`` settings. Replaces ``<run>/champion/`` when it refits."""
+    if champion is None:
+        return Refit(False, "no champion")
+    pod_id = str(champion.get("pod_id"))
+    if agent.get("algo", "direct") != "direct":
+        return Refit(False, f"a {agent.get('algo')} champion is not refitted", pod_id)
+    root = lineage_root(run_dir, pod_id)
+    if root is None:
+        return Refit(False, "not a pod of the board (an ensemble)", pod_id)
+    interval = int(params.decision_interval)
+    args = root_args(agent, root, train, interval)
+    if not args.linear_start:
+        return Refit(False, "no closed-form start (linear_start is off)", pod_id, root["pod_id"])
+    target = Path(run_dir) / CHAMPION
+    chosen = Policy.load(target, device=train.device)
+    if not same_policy(chosen, start_of(train, params, args)):
+        return Refit(False, "its weights moved from its start (fine-tuning cleared the margin)", pod_id)
+    refitted = start_of(both, params, root_args(agent, root, both, interval))
+    keep = Path(run_dir) / CHOSEN
+    shutil.rmtree(keep, ignore_errors=True)
+    shutil.copytree(target, keep)
+    staging = target.with_name(f".{target.name}.refit")
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(target, staging)
+    refitted.save(staging)
+    replace_dir(staging, target)
+    return Refit(True, "refitted on the train and validation windows", pod_id, str(root["pod_id"]))

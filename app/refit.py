@@ -1,0 +1,44 @@
+"""The refit step after a tournament: its champion refitted on the train and validation windows.
+
+Every flow that ends a tournament (``podracer train``, the demo, a nightly challenger, a walk-forward
+fold) runs it after the ensemble step: ``agents.tournament.refit.refit_champion`` replaces
+``<run>/champion/`` when the champion is a direct pod that is its start (the chosen one kept as
+``<run>/champion_chosen/``), and the run's record says what happened (``refit``: refitted, the
+reason, the pod and its lineage's root). ``[tournament] refit = false`` leaves the chosen champion.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any
+
+from agents.tournament.orchestrator import TournamentResult
+from agents.tournament.refit import Refit, refit_champion
+from app.config import Config, to_env_params
+from app.runs import RunDir
+
+log = logging.getLogger(__name__)
+
+
+def refit_step(
+    run: RunDir, result: TournamentResult, train: Any, valid: Any, config: Config
+) -> TournamentResult:
+    """Refit ``result``'s champion on ``train`` joined with ``valid`` (module docstring); returns the
+    result with ``champion["refit"]`` set."""
+    if result.champion is None:
+        return result
+    if not config.tournament.refit:
+        outcome = Refit(False, "[tournament] refit = false", str(result.champion.get("pod_id")))
+    else:
+        outcome = refit_champion(
+            run.path,
+            result.champion,
+            train,
+            train.join(valid),
+            to_env_params(config.env),
+            config.agent.model_dump(),
+        )
+    run.update(refit=outcome.record())
+    log.info("champion %s: %s", outcome.pod_id, outcome.reason)
+    return dataclasses.replace(result, champion={**result.champion, "refit": outcome.refitted})

@@ -1,0 +1,119 @@
+"""The champion refitted on the train and validation windows once chosen (agents.tournament.refit):
+a direct champion that is its start is made again from its lineage's kind and seed on both windows;
+one whose weights moved, a PPO champion and an ensemble stay as chosen; the chosen one is kept."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import ppo_market
+from test_tournament_run import run_tournament
+
+from agents.policy import Policy
+from agents.tournament.leaderboard import read_pods
+from agents.tournament.refit import CHOSEN, lineage_root, refit_champion, root_args, same_policy, start_of
+from agents.tournament.settings import TournamentArgs
+from app.runs import RunDir
+from app.workflows.backtest import _champion_for
+from backtests.metrics import TRADING_DAYS_PER_YEAR
+from envs.params import EnvParams
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # (tests/conftest.py)
+
+ENV = {"decision_interval": 5, "episode_len": 16, "num_envs": 8}
+# An unreachable held-out margin: no fine-tuning step replaces a start, so the champion is its start.
+AGENT = {
+    "hidden": 8,
+    "embed": 4,
+    "batch_paths": 8,
+    "holdout_every": 2,
+    "norm_updates": 2,
+    "holdout_margin": 1e9,
+}
+PARAMS = EnvParams(decision_interval=5, episode_len=16)
+
+
+@pytest.fixture(scope="module")
+def tournament(tmp_path_factory):
+    train, valid, _test = ppo_market().split_sessions(0.6, 0.2)
+    args = TournamentArgs(
+        pods=2, leaderboard_size=4, p_fresh=0.0, round_steps=256, budget_steps=1200, workers=0, seed=0,
+        algo="direct",
+    )  # fmt: skip
+    home = tmp_path_factory.mktemp("refit")
+    result = run_tournament(
+        home / "run", train, valid, args=args, env=ENV, agent=AGENT, annualization=TRADING_DAYS_PER_YEAR
+    )
+    return result, train, valid
+
+
+def _copy_run(result, tmp_path: Path) -> Path:
+    import shutil
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(result.run_dir, run_dir)
+    return run_dir
+
+
+def test_a_champion_that_is_its_start_is_made_again_on_both_windows(tournament, tmp_path):
+    result, train, valid = tournament
+    run_dir = _copy_run(result, tmp_path)
+    root = lineage_root(run_dir, result.champion["pod_id"])
+    assert root is not None and root["parent_id"] is None
+    chosen = Policy.load(run_dir / "champion")
+    assert same_policy(chosen, start_of(train, PARAMS, root_args(AGENT, root, train, 5)))
+    both = train.join(valid)
+    outcome = refit_champion(run_dir, result.champion, train, both, PARAMS, AGENT)
+    assert outcome.refitted and outcome.root_id == root["pod_id"], outcome
+    refitted = Policy.load(run_dir / "champion")
+    assert same_policy(refitted, start_of(both, PARAMS, root_args(AGENT, root, both, 5)))
+    assert not same_policy(refitted, chosen)  # (more sessions: another ridge)
+    assert same_policy(Policy.load(run_dir / CHOSEN), chosen)
+    assert _champion_for(RunDir.at(run_dir), "valid") == run_dir / CHOSEN
+    assert _champion_for(RunDir.at(run_dir), "test") == run_dir / "champion"
+
+
+def test_a_champion_whose_weights_moved_stays_as_chosen(tournament, tmp_path):
+    result, train, valid = tournament
+    run_dir = _copy_run(result, tmp_path)
+    moved = Policy.load(run_dir / "champion")
+    with torch.no_grad():
+        next(moved.net.parameters()).add_(1e-3)
+    moved.save(run_dir / "champion")
+    outcome = refit_champion(run_dir, result.champion, train, train.join(valid), PARAMS, AGENT)
+    assert not outcome.refitted and "moved" in outcome.reason
+    assert same_policy(Policy.load(run_dir / "champion"), moved)
+    assert not (run_dir / CHOSEN).exists()
+    assert _champion_for(RunDir.at(run_dir), "valid") == run_dir / "champion"
+
+
+def test_ppo_champions_and_ensembles_are_not_refitted(tournament, tmp_path):
+    result, train, valid = tournament
+    run_dir = _copy_run(result, tmp_path)
+    both = train.join(valid)
+    ppo = refit_champion(run_dir, result.champion, train, both, PARAMS, {**AGENT, "algo": "ppo"})
+    assert not ppo.refitted and "ppo" in ppo.reason
+    ensemble = refit_champion(run_dir, {"pod_id": "ensemble"}, train, both, PARAMS, AGENT)
+    assert not ensemble.refitted and "ensemble" in ensemble.reason
+    assert not refit_champion(run_dir, None, train, both, PARAMS, AGENT).refitted
+    assert not (run_dir / CHOSEN).exists()
+    assert {p["pod_id"] for p in read_pods(run_dir)} == {p["pod_id"] for p in read_pods(result.run_dir)}
+
+
+def test_joined_windows_are_the_markets_bars_in_order(tournament):
+    _, train, valid = tournament
+    market = ppo_market()
+    both = train.join(valid)
+    assert torch.equal(both.close, market.close[: both.num_steps])
+    assert torch.equal(both.features, market.features[: both.num_steps])
+    with pytest.raises(Exception, match="does not start after"):
+        valid.join(train)
+
+
+def test_the_refit_writes_where_the_run_folder_reads():
+    from agents.tournament import refit
+    from app import runs
+
+    assert (refit.CHAMPION, refit.CHOSEN) == (runs.CHAMPION, runs.CHAMPION_CHOSEN)
