@@ -349,7 +349,11 @@ def run_market(
         policies, extra = {}, {}
         if "champion" in wanted:
             result, policies["champion"] = champion_of(config, home, "power", splits)
-            extra = {"env_steps": result.env_steps, "pods_tried": result.pods_tried}
+            extra = {
+                "env_steps": result.env_steps,
+                "pods_tried": result.pods_tried,
+                "champion_refit": (result.champion or {}).get("refit"),  # (agents.tournament.refit)
+            }
             clock["tournament_s"] = time.perf_counter() - start - sum(clock.values())
         if "ppo" in wanted:
             ppo_result, policies["ppo"] = champion_of(ppo_config(args, seed, level), home, "ppo", splits)
