@@ -117,3 +117,19 @@ def test_the_refit_writes_where_the_run_folder_reads():
     from app import runs
 
     assert (refit.CHAMPION, refit.CHOSEN) == (runs.CHAMPION, runs.CHAMPION_CHOSEN)
+
+
+def test_refit_off_leaves_the_chosen_champion_and_says_so(tournament, tmp_path):
+    from app.config import Config
+    from app.refit import refit_step
+
+    result, train, valid = tournament
+    run_dir = _copy_run(result, tmp_path)
+    before = Policy.load(run_dir / "champion")
+    config = Config()
+    config = config.model_copy(update={"tournament": config.tournament.model_copy(update={"refit": False})})
+    run = RunDir.at(run_dir)
+    out = refit_step(run, result, train, valid, config)
+    assert out.champion["refit"] is False and out.champion["pod_id"] == result.champion["pod_id"]
+    assert run.info().extra["refit"]["reason"] == "[tournament] refit = false"
+    assert same_policy(Policy.load(run_dir / "champion"), before) and not (run_dir / CHOSEN).exists()
