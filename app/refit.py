@@ -1,7 +1,7 @@
 """The refit step after a tournament: its champion refitted on the train and validation windows.
 
 Every flow that ends a tournament (``podracer train``, the demo, a nightly challenger, a walk-forward
-fold) runs it after the ensemble step: ``agents.tournament.refit.refit_champion`` replaces
+fold) runs it after the ensemble step (:func:`after_tournament`, both): ``agents.tournament.refit.refit_champion`` replaces
 ``<run>/champion/`` when the champion is a direct pod that is its start (the chosen one kept as
 ``<run>/champion_chosen/``), and the run's record says what happened (``refit``: refitted, the
 reason, the pod and its lineage's root). ``[tournament] refit = false`` leaves the chosen champion.
@@ -15,10 +15,29 @@ from typing import Any
 
 from agents.tournament.orchestrator import TournamentResult
 from agents.tournament.refit import Refit, refit_champion
-from app.config import Config, to_env_params
+from app.config import Config, to_env_params, to_tournament_args
+from app.ensemble import ensemble_step
 from app.runs import RunDir
 
 log = logging.getLogger(__name__)
+
+
+def after_tournament(
+    run: RunDir, result: TournamentResult, train: Any, valid: Any, config: Config, *, device: Any
+) -> TournamentResult:
+    """What every flow that ends a tournament does next: the ensemble of its top pods (one more
+    trial, the champion if ``[tournament] champion = "ensemble"``: ``app.ensemble``), then the refit
+    (:func:`refit_step`)."""
+    result = ensemble_step(
+        run,
+        result,
+        valid,
+        to_tournament_args(config),
+        params=to_env_params(config.env),
+        annualization=config.backtest.annualization,
+        device=device,
+    )
+    return refit_step(run, result, train, valid, config)
 
 
 def refit_step(

@@ -40,7 +40,6 @@ from agents.tournament import pod
 from agents.tournament.orchestrator import run_tournament
 from app.champion import Champion
 from app.config import Config, config_to_toml, to_env_params, to_tournament_args
-from app.ensemble import ensemble_step
 from app.evaluation import (
     check_policy_fits,
     count_look,
@@ -53,7 +52,7 @@ from app.export import export_bundle
 from app.gate import Evaluation, GateRule, finite
 from app.nightly.normalization import champion_feature_spec, with_feature_spec, write_spec_file
 from app.nightly.record import SELECTION
-from app.refit import refit_step
+from app.refit import after_tournament
 from app.runs import RunDir
 from backtests import capacity, engine, report, scoring
 from backtests.metrics_model import MetricsDocument
@@ -284,17 +283,8 @@ def tournament_step(
         config_toml=config_to_toml(config),
         on_status=run.on_status,
     )
-    if result.champion is not None:  # the ensemble of the top pods: one more trial, maybe the champion
-        result = ensemble_step(
-            run,
-            result,
-            splits.valid,
-            args,
-            params=to_env_params(config.env),
-            annualization=config.backtest.annualization,
-            device=config.agent.device,
-        )
-        result = refit_step(run, result, splits.train, splits.valid, config)
+    # the ensemble of the top pods (one more trial, maybe the champion), then the refit
+    result = after_tournament(run, result, splits.train, splits.valid, config, device=config.agent.device)
     run.update(nightly={"warm_started_from": warm_from, "warm_start_pods": config.nightly.warm_start_pods})
     if result.champion is None:
         raise PodracerError(f"tournament {run_id} produced no champion ({result.pods_failed} pods failed)")

@@ -58,10 +58,9 @@ from agents.tournament.orchestrator import run_tournament
 from agents.training import Event
 from app.champion import Champion, ChampionNote
 from app.config import Config, config_to_toml, to_env_params, to_tournament_args, write_config
-from app.ensemble import ensemble_step
 from app.gate import GateResult
 from app.nightly.steps import ChallengerRun, tournament_settings, warm_start_round
-from app.refit import refit_step
+from app.refit import after_tournament
 from app.runs import RunDir, new_id
 from app.walkforward.account import StitchedAccount
 from app.walkforward.book import book_settings, fold_book, fold_of
@@ -420,17 +419,7 @@ def _fold_tournament(
         on_progress=lambda snap: emit({"event": "pods", "index": index, "snapshot": snap}),
         on_status=fold_run.on_status,
     )
-    if result.champion is not None:
-        result = ensemble_step(
-            fold_run,
-            result,
-            valid,
-            args,
-            params=to_env_params(config.env),
-            annualization=config.backtest.annualization,
-            device=config.agent.device,
-        )
-        result = refit_step(fold_run, result, train, valid, cfg)
+    result = after_tournament(fold_run, result, train, valid, cfg, device=config.agent.device)
     if result.champion is None:
         raise PodracerError(
             f"fold {index}: the tournament produced no champion ({result.pods_failed} pods failed)"

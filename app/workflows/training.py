@@ -7,10 +7,11 @@ seeds included), the run record, ``pods/single/`` (``policy.safetensors``, ``spe
 ``optimizer.safetensors``, ``optimizer.json``, ``curve.parquet``) and ``champion/`` (the same policy).
 
 A tournament gets the train and valid windows only; the test window's dates are recorded (for the
-backtest), its bars are never passed on. After it, :func:`ensemble_step` builds the ensemble of the
+backtest), its bars are never passed on. After it, ``app.ensemble.ensemble_step`` builds the ensemble of the
 leaderboard's top ``tournament.ensemble_size`` pods (``agents.ensemble``), scores it on the validation
 window exactly like a pod, counts it as one more trial, saves it to ``<run>/ensemble/`` and, with
-``tournament.champion = "ensemble"``, makes it the champion (``<run>/champion/``).
+``tournament.champion = "ensemble"``, makes it the champion (``<run>/champion/``); then a direct
+champion that is its start is refitted on the train and validation windows (``app.refit``).
 
 Nothing here prints: progress displays are passed in (``app.render`` has the CLI's).
 """
@@ -39,9 +40,8 @@ from app.config import (
     to_tournament_args,
     write_config,
 )
-from app.ensemble import ensemble_step
 from app.evaluation import MIN_VALID_SESSIONS
-from app.refit import refit_step
+from app.refit import after_tournament
 from app.runs import RunDir, new_id
 from data.errors import ConfigError
 from data.loader import MarketSplits, load_market
@@ -255,16 +255,7 @@ def train_tournament(
             on_progress=on_progress,
             on_status=run_dir.on_status,
         )
-    result = ensemble_step(
-        run_dir,
-        result,
-        splits.valid,
-        args,
-        params=to_env_params(config.env),
-        annualization=config.backtest.annualization,
-        device=device,
-    )
-    return refit_step(run_dir, result, splits.train, splits.valid, config)
+    return after_tournament(run_dir, result, splits.train, splits.valid, config, device=device)
 
 
 def _no_live() -> AbstractContextManager[None]:
