@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -42,10 +41,7 @@ from agents.args import DirectArgs
 from agents.direct import Decisions, decisions_of, start_from_linear
 from agents.linear_start import LinearStart, temperature_for
 from agents.policy import Policy, current_weights, raw_to_action
-from agents.population.direct import start_direct_pod
-from agents.tournament.leaderboard import read_pods
-from agents.tournament.pod import learner_args
-from agents.training import policy_for_env
+from agents.tournament.refit import fresh_policy, lineage_root, root_args, start_of
 from backtests import engine, report
 from backtests.boosted import BoostedModel
 from backtests.linear import LinearModel, top_weights
@@ -186,32 +182,23 @@ def fit_rows_of(train: Any, interval: int, args: DirectArgs) -> tuple[Decisions,
 
 
 def start_policy(train: Any, params: Any, args: DirectArgs, linear: LinearModel | None = None) -> Policy:
-    """A fresh direct pod as the tournament starts one on ``train`` (``policy_for_env`` and
-    ``start_direct_pod``), before any gradient step: with ``linear`` its skip set to that ridge
-    instead of the one the pod fits (the ridge traded through the champion's own network)."""
-    env = SimpleNamespace(
-        market=train,
-        params=params,
-        num_assets=train.num_assets,
-        num_features=train.num_features,
-        device=train.device,
-    )
-    policy, _ = policy_for_env(None, env, args, "direct")
-    interval = int(params.decision_interval)
+    """A fresh direct pod as the tournament starts one on ``train`` (``agents.tournament.refit.start_of``),
+    before any gradient step: with ``linear`` its skip set to that ridge instead of the one the pod
+    fits (the ridge traded through the champion's own network)."""
     if linear is None:
-        start_direct_pod(policy, args, train, interval)
+        return start_of(train, params, args)
+    policy = fresh_policy(train, params, args)
+    decisions, fit_rows = fit_rows_of(train, int(params.decision_interval), args)
+    scores = decisions.features[:fit_rows] @ linear.coef.to(torch.float32)
+    temperature = temperature_for(scores, decisions.tradable[:fit_rows], args.top_mass)
+    if temperature <= 0.0:  # the zero model: no asset preferred, the start's zero model
+        coef = torch.zeros_like(linear.coef, dtype=torch.float32)
     else:
-        decisions, fit_rows = fit_rows_of(train, interval, args)
-        scores = decisions.features[:fit_rows] @ linear.coef.to(torch.float32)
-        temperature = temperature_for(scores, decisions.tradable[:fit_rows], args.top_mass)
-        if temperature <= 0.0:  # the zero model: no asset preferred, the start's zero model
-            coef = torch.zeros_like(linear.coef, dtype=torch.float32)
-        else:
-            coef = linear.coef.to(torch.float32)
-        ridge = LinearStart(
-            coef=coef, penalty=linear.penalty, holdout_ic=linear.valid_ic, temperature=temperature
-        )
-        start_from_linear(policy, decisions, fit_rows, args, ridge)
+        coef = linear.coef.to(torch.float32)
+    ridge = LinearStart(
+        coef=coef, penalty=linear.penalty, holdout_ic=linear.valid_ic, temperature=temperature
+    )
+    start_from_linear(policy, decisions, fit_rows, args, ridge)
     policy.eval()
     return policy
 
@@ -223,14 +210,8 @@ def champion_root_args(
     the run's ``base`` arguments (``agents.tournament.pod.learner_args``), so ``start`` is that
     pod's unfine-tuned start and the ``_softmax`` columns trade as its kind does (trade window,
     rebalance rate). ``base`` when the board holds no such pod."""
-    pods = {p["pod_id"]: p for p in read_pods(run_dir)} if run_dir is not None else {}
-    pod = pods.get((champion or {}).get("pod_id"))
-    if pod is None:
-        return base
-    while pod.get("parent_id") in pods:
-        pod = pods[pod["parent_id"]]
-    raw = {**dataclasses.asdict(base), **(pod.get("hparams") or {}), "seed": int(pod["seed"])}
-    return learner_args(DirectArgs, raw, train, interval)
+    root = lineage_root(run_dir, str(champion.get("pod_id"))) if run_dir is not None and champion else None
+    return base if root is None else root_args(dataclasses.asdict(base), root, train, interval)
 
 
 def column_policies(

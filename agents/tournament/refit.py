@@ -82,9 +82,8 @@ def root_args(base: Mapping[str, Any], root: Mapping[str, Any], train: Any, inte
     return learner_args(DirectArgs, raw, train, interval)
 
 
-def start_of(market: Any, params: Any, args: DirectArgs) -> Policy:
-    """A fresh direct pod's start on ``market``, as the tournament makes one (``policy_for_env`` and
-    ``start_direct_pod``), before any gradient step."""
+def fresh_policy(market: Any, params: Any, args: DirectArgs) -> Policy:
+    """A fresh direct pod's policy for ``market`` (``policy_for_env``, without an env), not started."""
     env = SimpleNamespace(
         market=market,
         params=params,
@@ -92,7 +91,13 @@ def start_of(market: Any, params: Any, args: DirectArgs) -> Policy:
         num_features=market.num_features,
         device=market.device,
     )
-    policy, _ = policy_for_env(None, env, args, "direct")
+    return policy_for_env(None, env, args, "direct")[0]
+
+
+def start_of(market: Any, params: Any, args: DirectArgs) -> Policy:
+    """A fresh direct pod's start on ``market``, as the tournament makes one (``policy_for_env`` and
+    ``start_direct_pod``), before any gradient step."""
+    policy = fresh_policy(market, params, args)
     start_direct_pod(policy, args, market, int(params.decision_interval))
     policy.eval()
     return policy
