@@ -182,7 +182,9 @@ def market_row(shape: str, level: float, index: int) -> dict:
     return row
 
 
-def summary(rows: list[dict]) -> list[dict]:
+def summary(rows: list[dict], names: tuple[str, ...] = MODELS) -> list[dict]:
+    """Per shape and level: for each of ``names``, the markets significant, the median excess and
+    turnover, the mean test IC."""
     cells = []
     for shape in DAILY_SHAPES:
         for level in LEVELS:
@@ -190,7 +192,7 @@ def summary(rows: list[dict]) -> list[dict]:
             if not cell:
                 continue
             out = {"shape": shape, "level": level, "markets": len(cell)}
-            for name in MODELS:
+            for name in names:
                 out[name] = {
                     "significant": sum(r[name]["p"] < 0.05 for r in cell),
                     "median_excess_pct_day": round(
@@ -205,8 +207,10 @@ def summary(rows: list[dict]) -> list[dict]:
     return cells
 
 
-def main(argv: list[str] | None = None) -> dict:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def run_study(doc: str, market_row, names: tuple[str, ...], argv: list[str] | None = None) -> dict:
+    """A design study's command line: ``market_row(shape, level, index)`` on every market of
+    :data:`LEVELS` x ``DAILY_SHAPES``, rows on stderr as they come, the summary on stdout."""
+    p = argparse.ArgumentParser(description=doc.splitlines()[0])
     p.add_argument("--markets", type=int, default=MARKETS)
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
@@ -217,13 +221,17 @@ def main(argv: list[str] | None = None) -> dict:
             for index in range(args.markets):
                 rows.append(market_row(shape, level, index))
                 print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-    result = {"rows": rows, "summary": summary(rows)}
+    result = {"rows": rows, "summary": summary(rows, names)}
     if args.json:
         print(json.dumps(result, indent=2))
     else:
         for cell in result["summary"]:
             print(cell)
     return result
+
+
+def main(argv: list[str] | None = None) -> dict:
+    return run_study(__doc__, market_row, MODELS, argv)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,8 @@ window:
 Models: ``ridge`` (penalty among ``backtests.linear.PENALTIES`` by the held-out rank IC) and
 ``network`` (a one-hidden-layer network of 32 units, the mean of three seeds, its epochs chosen by the
 held-out rank IC every 5 epochs). Printed per cell: markets whose daily net excess over equal weight is
-significant (one-sided t-test at 5%) and the mean test rank IC, per model and way.
+significant (one-sided t-test at 5%), the median excess and turnover and the mean test rank IC, per
+model and way (``open_learnability.summary``).
 
 Markets: ``open_learnability``'s (seeds ``1,200,000 + 1000 * round(1000 * ic) + market``, 8 a cell,
 ``daily_cross_section`` and ``nonlinear`` at IC 0.05 and 0.10), fixed before the first run; they were
@@ -30,8 +31,6 @@ read by that study's design, so this is a comparison of fits, not evidence of po
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
 import sys
 import time
@@ -41,12 +40,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from open_learnability import FIRST_SEED, HOLDOUT, LEVELS, MARKETS, open_rows, traded  # noqa: E402
+from open_learnability import FIRST_SEED, HOLDOUT, open_rows, run_study, traded  # noqa: E402
 from shape_visibility import planted_market  # noqa: E402
 
 from agents.direct import cost_per_turnover  # noqa: E402
 from backtests.linear import PENALTIES  # noqa: E402
-from data.planted import DAILY_SHAPES  # noqa: E402
 from data.planted_ic import rank_ic  # noqa: E402
 from envs.params import EnvParams  # noqa: E402
 
@@ -146,42 +144,9 @@ def market_row(shape: str, level: float, index: int) -> dict:
     return row
 
 
-def summary(rows: list[dict]) -> list[dict]:
-    cells = []
-    for shape in DAILY_SHAPES:
-        for level in LEVELS:
-            cell = [r for r in rows if r["shape"] == shape and r["level"] == level]
-            if not cell:
-                continue
-            out = {"shape": shape, "level": level, "markets": len(cell)}
-            for name in ("oracle", *(f"{m}/{w}" for m in MODELS for w in WAYS)):
-                out[name] = {
-                    "significant": sum(r[name]["p"] < 0.05 for r in cell),
-                    "mean_ic": round(float(np.mean([r[name]["ic"] for r in cell])), 4),
-                }
-            cells.append(out)
-    return cells
-
-
 def main(argv: list[str] | None = None) -> dict:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--markets", type=int, default=MARKETS)
-    p.add_argument("--json", action="store_true")
-    args = p.parse_args(argv)
-    torch.set_num_threads(1)
-    rows = []
-    for shape in DAILY_SHAPES:
-        for level in LEVELS:
-            for index in range(args.markets):
-                rows.append(market_row(shape, level, index))
-                print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-    result = {"rows": rows, "summary": summary(rows)}
-    if args.json:
-        print(json.dumps(result, indent=2))
-    else:
-        for cell in result["summary"]:
-            print(cell)
-    return result
+    names = ("oracle", *(f"{m}/{w}" for m in MODELS for w in WAYS))
+    return run_study(__doc__, market_row, names, argv)
 
 
 if __name__ == "__main__":
