@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import shutil
 from typing import Any
 
 from agents.tournament.orchestrator import TournamentResult
@@ -48,6 +49,7 @@ def refit_step(
     if result.champion is None:
         return result
     if not config.tournament.refit:
+        shutil.rmtree(run.champion_chosen, ignore_errors=True)  # (an earlier refit's, before a resume)
         outcome = Refit(False, "[tournament] refit = false", str(result.champion.get("pod_id")))
     else:
         outcome = refit_champion(

@@ -82,6 +82,7 @@ def test_a_champion_whose_weights_moved_stays_as_chosen(tournament, tmp_path):
     with torch.no_grad():
         next(moved.net.parameters()).add_(1e-3)
     moved.save(run_dir / "champion")
+    (run_dir / CHOSEN).mkdir()  # (one kept by an earlier refit, before a resume chose again: stale)
     outcome = refit_champion(run_dir, result.champion, train, train.join(valid), PARAMS, AGENT)
     assert not outcome.refitted and "moved" in outcome.reason
     assert same_policy(Policy.load(run_dir / "champion"), moved)

@@ -120,6 +120,8 @@ def refit_champion(
     """Refit ``run_dir``'s champion on ``both`` (the train and validation windows joined, in time
     order) when it is a direct pod equal to its lineage's start on ``train`` (module docstring);
     ``agent``: the run's ``[agent]`` settings. Replaces ``<run>/champion/`` when it refits."""
+    # (a chosen champion kept by an earlier refit of this run, before a resume chose again, is stale)
+    shutil.rmtree(Path(run_dir) / CHOSEN, ignore_errors=True)
     if champion is None:
         return Refit(False, "no champion")
     pod_id = str(champion.get("pod_id"))
@@ -137,9 +139,7 @@ def refit_champion(
     if not same_policy(chosen, start_of(train, params, args)):
         return Refit(False, "its weights moved from its start (fine-tuning cleared the margin)", pod_id)
     refitted = start_of(both, params, root_args(agent, root, both, interval))
-    keep = Path(run_dir) / CHOSEN
-    shutil.rmtree(keep, ignore_errors=True)
-    shutil.copytree(target, keep)
+    shutil.copytree(target, Path(run_dir) / CHOSEN)
     staging = target.with_name(f".{target.name}.refit")
     shutil.rmtree(staging, ignore_errors=True)
     shutil.copytree(target, staging)
