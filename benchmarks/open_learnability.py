@@ -158,14 +158,20 @@ def traded(scores: np.ndarray, hold: np.ndarray, cost: float) -> dict:
     }
 
 
-def market_row(shape: str, level: float, index: int) -> dict:
+def study_market(shape: str, level: float, index: int):
+    """Market ``index`` of a cell: its seed, splits, the planted predictor, and the train and test
+    windows' first-decision rows (``open_rows``: ``(x, y)`` and ``(x, oracle, y, hold)``)."""
     seed = FIRST_SEED + 1000 * round(1000 * level) + index
-    start = time.perf_counter()
     splits, predictor = planted_market(shape, seed, level, "library")
     interval = EnvParams().decision_interval
     x, _, y, _ = open_rows(splits.train, predictor, 0, interval)
     test_offset = splits.full.num_steps - splits.test.num_steps
-    x_test, oracle, y_test, hold = open_rows(splits.test, predictor, test_offset, interval)
+    return seed, splits, predictor, (x, y), open_rows(splits.test, predictor, test_offset, interval)
+
+
+def market_row(shape: str, level: float, index: int) -> dict:
+    start = time.perf_counter()
+    seed, _, _, (x, y), (x_test, oracle, y_test, hold) = study_market(shape, level, index)
     cut = int(len(x) * (1 - HOLDOUT))
     fit, held = (x[:cut], y[:cut]), (x[cut:], y[cut:])
     scores = {

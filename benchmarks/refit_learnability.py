@@ -40,8 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from open_learnability import FIRST_SEED, HOLDOUT, open_rows, run_study, traded  # noqa: E402
-from shape_visibility import planted_market  # noqa: E402
+from open_learnability import HOLDOUT, open_rows, run_study, study_market, traded  # noqa: E402
 
 from agents.direct import cost_per_turnover  # noqa: E402
 from backtests.linear import PENALTIES  # noqa: E402
@@ -114,14 +113,10 @@ def network_fits(x: np.ndarray, y: np.ndarray, seed: int, z: np.ndarray) -> tupl
 
 
 def market_row(shape: str, level: float, index: int) -> dict:
-    seed = FIRST_SEED + 1000 * round(1000 * level) + index
     start = time.perf_counter()
-    splits, predictor = planted_market(shape, seed, level, "library")
+    seed, splits, predictor, (x, y), (x_test, oracle, y_test, hold) = study_market(shape, level, index)
     interval = EnvParams().decision_interval
-    x, _, y, _ = open_rows(splits.train, predictor, 0, interval)
     xv, _, yv, _ = open_rows(splits.valid, predictor, splits.train.num_steps, interval)
-    test_offset = splits.full.num_steps - splits.test.num_steps
-    x_test, oracle, y_test, hold = open_rows(splits.test, predictor, test_offset, interval)
     both_x, both_y = np.concatenate([x, xv]), np.concatenate([y, yv])
     ridge80, ridge_train = ridge_fits(x, y)
     ridge_both = ridge_fits(both_x, both_y)[1]
