@@ -2,7 +2,8 @@
 
 Every flow that ends a tournament (``podracer train``, the demo, a nightly challenger, a walk-forward
 fold) runs it after the ensemble step (:func:`after_tournament`, both): ``agents.tournament.refit.refit_champion`` replaces
-``<run>/champion/`` when the champion is a direct pod that is its start (the chosen one kept as
+``<run>/champion/`` when the champion is a direct pod that is its start, or a fine-tuned one that does
+not beat its start on the validation window by the learner's margin (the chosen one kept as
 ``<run>/champion_chosen/``), and the run's record says what happened (``refit``: refitted, the
 reason, the pod and its lineage's root). ``[tournament] refit = false`` leaves the chosen champion.
 """
@@ -56,9 +57,10 @@ def refit_step(
             run.path,
             result.champion,
             train,
-            train.join(valid),
+            valid,
             to_env_params(config.env),
             config.agent.model_dump(),
+            config.backtest.annualization,
         )
     run.update(refit=outcome.record())
     log.info("champion %s: %s", outcome.pod_id, outcome.reason)

@@ -353,6 +353,7 @@ def run_market(
                 "env_steps": result.env_steps,
                 "pods_tried": result.pods_tried,
                 "champion_refit": (result.champion or {}).get("refit"),  # (agents.tournament.refit)
+                "champion_start_t": (RunDir(home, "power").info().extra.get("refit") or {}).get("start_t"),
             }
             clock["tournament_s"] = time.perf_counter() - start - sum(clock.values())
         if "ppo" in wanted:

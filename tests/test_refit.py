@@ -1,6 +1,8 @@
 """The champion refitted on the train and validation windows once chosen (agents.tournament.refit):
 a direct champion that is its start is made again from its lineage's kind and seed on both windows;
-one whose weights moved, a PPO champion and an ensemble stay as chosen; the chosen one is kept."""
+one whose weights moved stays only if it beats its start on the validation window by the learner's
+margin (else the start takes its place, refitted); a PPO champion and an ensemble stay as chosen; the
+chosen one is kept."""
 
 from __future__ import annotations
 
@@ -65,7 +67,7 @@ def test_a_champion_that_is_its_start_is_made_again_on_both_windows(tournament, 
     chosen = Policy.load(run_dir / "champion")
     assert same_policy(chosen, start_of(train, PARAMS, root_args(AGENT, root, train, 5)))
     both = train.join(valid)
-    outcome = refit_champion(run_dir, result.champion, train, both, PARAMS, AGENT)
+    outcome = refit_champion(run_dir, result.champion, train, valid, PARAMS, AGENT)
     assert outcome.refitted and outcome.root_id == root["pod_id"], outcome
     refitted = Policy.load(run_dir / "champion")
     assert same_policy(refitted, start_of(both, PARAMS, root_args(AGENT, root, both, 5)))
@@ -75,30 +77,76 @@ def test_a_champion_that_is_its_start_is_made_again_on_both_windows(tournament, 
     assert _champion_for(RunDir.at(run_dir), "test") == run_dir / "champion"
 
 
-def test_a_champion_whose_weights_moved_stays_as_chosen(tournament, tmp_path):
+def _moved_champion(run_dir: Path, scale: float = 1e-3) -> Policy:
+    moved = Policy.load(run_dir / "champion")
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for param in moved.net.parameters():
+            param.add_(scale * torch.randn(param.shape, generator=gen))
+    moved.save(run_dir / "champion")
+    return moved
+
+
+def test_a_moved_champion_that_beats_its_start_on_validation_stays_as_chosen(
+    tournament, tmp_path, monkeypatch
+):
+    from agents.tournament import refit
+
     result, train, valid = tournament
     run_dir = _copy_run(result, tmp_path)
-    moved = Policy.load(run_dir / "champion")
-    with torch.no_grad():
-        next(moved.net.parameters()).add_(1e-3)
-    moved.save(run_dir / "champion")
+    moved = _moved_champion(run_dir)
     (run_dir / CHOSEN).mkdir()  # (one kept by an earlier refit, before a resume chose again: stale)
-    outcome = refit_champion(run_dir, result.champion, train, train.join(valid), PARAMS, AGENT)
-    assert not outcome.refitted and "moved" in outcome.reason
+    monkeypatch.setattr(refit, "start_t", lambda *a, **k: 2.5)
+    outcome = refit_champion(run_dir, result.champion, train, valid, PARAMS, {**AGENT, "holdout_margin": 2.0})
+    assert not outcome.refitted and "beats its start" in outcome.reason and outcome.start_t == 2.5
     assert same_policy(Policy.load(run_dir / "champion"), moved)
     assert not (run_dir / CHOSEN).exists()
     assert _champion_for(RunDir.at(run_dir), "valid") == run_dir / "champion"
 
 
+def test_a_moved_champion_that_does_not_beat_its_start_gives_way_to_the_start_refitted(tournament, tmp_path):
+    result, train, valid = tournament
+    run_dir = _copy_run(result, tmp_path)
+    moved = _moved_champion(run_dir)
+    outcome = refit_champion(run_dir, result.champion, train, valid, PARAMS, {**AGENT, "holdout_margin": 2.0})
+    assert outcome.refitted and outcome.start_t is not None and outcome.start_t <= 2.0, outcome
+    assert "not 2 SE" in outcome.reason
+    root = lineage_root(run_dir, result.champion["pod_id"])
+    both = train.join(valid)
+    assert same_policy(
+        Policy.load(run_dir / "champion"), start_of(both, PARAMS, root_args(AGENT, root, both, 5))
+    )
+    assert same_policy(Policy.load(run_dir / CHOSEN), moved)
+
+
+def test_start_t_is_the_paired_t_of_the_daily_validation_returns(tournament, tmp_path):
+    import numpy as np
+
+    from agents.tournament.pod import score_policy
+    from agents.tournament.refit import start_t
+
+    result, train, valid = tournament
+    run_dir = _copy_run(result, tmp_path)
+    start = Policy.load(run_dir / "champion")
+    moved = _moved_champion(run_dir, scale=1.0)
+    assert start_t(start, start, valid, PARAMS, TRADING_DAYS_PER_YEAR) == 0.0
+    a, b = (
+        score_policy(p, valid, PARAMS, annualization=TRADING_DAYS_PER_YEAR)[2].daily for p in (moved, start)
+    )
+    diff = np.asarray(a) - np.asarray(b)
+    assert diff.std() > 0
+    expected = diff.mean() / (diff.std(ddof=1) / np.sqrt(len(diff)))
+    assert start_t(moved, start, valid, PARAMS, TRADING_DAYS_PER_YEAR) == pytest.approx(expected, rel=1e-4)
+
+
 def test_ppo_champions_and_ensembles_are_not_refitted(tournament, tmp_path):
     result, train, valid = tournament
     run_dir = _copy_run(result, tmp_path)
-    both = train.join(valid)
-    ppo = refit_champion(run_dir, result.champion, train, both, PARAMS, {**AGENT, "algo": "ppo"})
+    ppo = refit_champion(run_dir, result.champion, train, valid, PARAMS, {**AGENT, "algo": "ppo"})
     assert not ppo.refitted and "ppo" in ppo.reason
-    ensemble = refit_champion(run_dir, {"pod_id": "ensemble"}, train, both, PARAMS, AGENT)
+    ensemble = refit_champion(run_dir, {"pod_id": "ensemble"}, train, valid, PARAMS, AGENT)
     assert not ensemble.refitted and "ensemble" in ensemble.reason
-    assert not refit_champion(run_dir, None, train, both, PARAMS, AGENT).refitted
+    assert not refit_champion(run_dir, None, train, valid, PARAMS, AGENT).refitted
     assert not (run_dir / CHOSEN).exists()
     assert {p["pod_id"] for p in read_pods(run_dir)} == {p["pod_id"] for p in read_pods(result.run_dir)}
 

@@ -17,10 +17,17 @@ What is refitted, and when:
   root start, made again on the train window, bit for bit, the refit is that recipe run on the train
   and validation windows together (the same kind and seed; its own held-out tail, the last
   ``holdout_frac`` of the joined window, chooses the penalty and epochs as on the train window);
-- **not** a champion whose weights moved (a fine-tuning step cleared the margin: its gradient's
-  gain was judged on the train window's tail, and rerunning it cannot be judged again), a PPO or SAC
-  champion (reinforcement learning from scratch again is not a refit), nor an ensemble. These stay
-  as chosen, and the run's record says why (``refit.reason``).
+- **a champion whose weights moved, only if it beats its start on the validation window**: a
+  fine-tuned policy replaced its start on the train window's tail by the learner's margin, and the
+  tournament then chose it among several pods on the validation window: two selections on short
+  windows, and fine-tuned champions chosen that way tested below their start on every planted market
+  where the two were compared (docs/benchmarks.md). So the lineage's start, made again on the train
+  window, is backtested on the validation window beside the champion, and the fine-tuned weights stay
+  only if their daily returns there beat the start's by the learner's ``holdout_margin`` standard
+  errors of the paired daily difference (``start_t``); otherwise the start takes the champion's place
+  and is refitted as above (a refit cannot rerun a fine-tuning judged on the train window's tail);
+- **not** a PPO or SAC champion (reinforcement learning from scratch again is not a refit), nor an
+  ensemble. These stay as chosen, and the run's record says why (``refit.reason``).
 
 The refitted policy replaces ``<run>/champion/`` (a whole-folder swap); the chosen one is kept as
 ``<run>/champion_chosen/``. Its validation score is the chosen policy's (the refit has read the
@@ -40,11 +47,13 @@ from typing import Any
 import torch
 
 from agents.args import DirectArgs
+from agents.direct import paired_t
 from agents.policy import Policy
 from agents.population.direct import start_direct_pod
 from agents.tournament.leaderboard import read_pods
-from agents.tournament.pod import learner_args
+from agents.tournament.pod import learner_args, score_policy
 from agents.training import policy_for_env
+from backtests.metrics import TRADING_DAYS_PER_YEAR
 from data.atomic import replace_dir
 
 #: The run's champion folder, and where the chosen champion is kept when a refit replaces it (the
@@ -61,6 +70,8 @@ class Refit:
     reason: str
     pod_id: str | None = None
     root_id: str | None = None
+    start_t: float | None = None
+    """a fine-tuned champion: the t-statistic of its daily validation returns over its start's"""
 
     def record(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -109,17 +120,29 @@ def same_policy(a: Policy, b: Policy) -> bool:
     return sa.keys() == sb.keys() and all(torch.equal(sa[k].cpu(), sb[k].cpu()) for k in sa)
 
 
+def start_t(chosen: Policy, start: Policy, valid: Any, params: Any, annualization: int) -> float:
+    """The paired t-statistic of ``chosen``'s daily returns on ``valid`` over ``start``'s (the same
+    sessions, both backtested by the env under the run's costs and caps: ``score_policy``)."""
+    daily = [
+        score_policy(p, valid, params, annualization=annualization, device=valid.device)[2].daily
+        for p in (chosen, start)
+    ]
+    return float(paired_t(torch.as_tensor(daily[0]), torch.as_tensor(daily[1])))
+
+
 def refit_champion(
     run_dir: Path,
     champion: Mapping[str, Any] | None,
     train: Any,
-    both: Any,
+    valid: Any,
     params: Any,
     agent: Mapping[str, Any],
+    annualization: int = TRADING_DAYS_PER_YEAR,
 ) -> Refit:
-    """Refit ``run_dir``'s champion on ``both`` (the train and validation windows joined, in time
-    order) when it is a direct pod equal to its lineage's start on ``train`` (module docstring);
-    ``agent``: the run's ``[agent]`` settings. Replaces ``<run>/champion/`` when it refits."""
+    """Refit ``run_dir``'s champion on the train and validation windows joined (in time order) when
+    it is a direct pod equal to its lineage's start on ``train``, or a fine-tuned one that does not beat
+    that start on ``valid`` by the learner's margin (module docstring); ``agent``: the run's
+    ``[agent]`` settings. Replaces ``<run>/champion/`` when it refits."""
     # (a chosen champion kept by an earlier refit of this run, before a resume chose again, is stale)
     shutil.rmtree(Path(run_dir) / CHOSEN, ignore_errors=True)
     if champion is None:
@@ -130,14 +153,22 @@ def refit_champion(
     root = lineage_root(run_dir, pod_id)
     if root is None:
         return Refit(False, "not a pod of the board (an ensemble)", pod_id)
-    interval = int(params.decision_interval)
+    root_id, interval = str(root["pod_id"]), int(params.decision_interval)
     args = root_args(agent, root, train, interval)
     if not args.linear_start:
-        return Refit(False, "no closed-form start (linear_start is off)", pod_id, root["pod_id"])
+        return Refit(False, "no closed-form start (linear_start is off)", pod_id, root_id)
     target = Path(run_dir) / CHAMPION
-    chosen = Policy.load(target, device=train.device)
-    if not same_policy(chosen, start_of(train, params, args)):
-        return Refit(False, "its weights moved from its start (fine-tuning cleared the margin)", pod_id)
+    chosen, start = Policy.load(target, device=train.device), start_of(train, params, args)
+    reason, t = "refitted on the train and validation windows", None
+    if not same_policy(chosen, start):
+        t, margin = start_t(chosen, start, valid, params, annualization), float(args.holdout_margin)
+        if t > margin:
+            beats = f"fine-tuned, beats its start on validation (t {t:.2f} > {margin:g})"
+            return Refit(False, beats, pod_id, root_id, t)
+        reason = (
+            f"fine-tuned, not {margin:g} SE over its start on validation (t {t:.2f}): the start, refitted"
+        )
+    both = train.join(valid)
     refitted = start_of(both, params, root_args(agent, root, both, interval))
     shutil.copytree(target, Path(run_dir) / CHOSEN)
     staging = target.with_name(f".{target.name}.refit")
@@ -145,4 +176,4 @@ def refit_champion(
     shutil.copytree(target, staging)
     refitted.save(staging)
     replace_dir(staging, target)
-    return Refit(True, "refitted on the train and validation windows", pod_id, str(root["pod_id"]))
+    return Refit(True, reason, pod_id, root_id, t)
