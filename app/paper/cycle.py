@@ -62,8 +62,8 @@ from app.paper.journal import Journal, journal_ts
 from app.paper.observation import build_decision, check_fresh, fetch_start
 from app.paper.options import PaperOptions
 from app.paper.orders import DecisionSnapshot, PlannedOrder, apply_limits, plan_orders, retired_sells
-from app.paper.schedule import next_decision_time
-from data.calendar import INTERVAL_MINUTES, MINUTES_PER_SESSION, exchange_date
+from app.paper.schedule import cycle_period, next_wait
+from data.calendar import exchange_date
 from data.errors import DataError, PodracerError
 
 log = logging.getLogger(__name__)
@@ -431,35 +431,6 @@ def _send(
             log.warning(msg)
             result.messages.append(msg)
     return result
-
-
-def cycle_period(bundle: Bundle | None) -> float:
-    """Seconds between two decisions of ``bundle`` (at least a minute; 5 minutes with no bundle)."""
-    if bundle is None:
-        return 300.0
-    bar_minutes = INTERVAL_MINUTES[bundle.interval] or MINUTES_PER_SESSION  # a daily bar: one session
-    return max(60.0, bundle.decision_interval * bar_minutes * 60.0)
-
-
-def next_wait(bundle: Bundle | None, broker: Broker, *, closed: bool, fallback: float) -> float:
-    """Seconds until the next cycle is due: the next decision of the session-anchored grid
-    (``app.paper.schedule``) by the broker's clock, from its next open when the market is closed;
-    at most an hour while closed (the loop looks again). A daily bundle waits ``fallback`` (one
-    decision interval) while open; without a clock, ``fallback`` (5 minutes while closed)."""
-    try:
-        clock = broker.clock()
-    except BrokerError:
-        return 300.0 if closed else fallback
-    now = pd.Timestamp(clock.timestamp)
-    # Closed: the first decision at or after the next open (a due time strictly after ``start``).
-    start = max(now, pd.Timestamp(clock.next_open) - pd.Timedelta(microseconds=1)) if closed else now
-    due = None
-    if bundle is not None:
-        due = next_decision_time(start, bundle.interval, bundle.decision_interval)
-    if due is None:
-        due = pd.Timestamp(clock.next_open) if closed else now + pd.Timedelta(seconds=fallback)
-    wait = (due - now).total_seconds()
-    return max(60.0, min(3600.0, wait)) if closed else wait
 
 
 def run_paper(

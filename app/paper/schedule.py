@@ -10,16 +10,28 @@ did in its backtest, whenever the loop was started. (Where a session's bar count
 ``k``, the env's grid drifts from session to session; paper keeps the session-anchored grid, and the
 policy sees the decision's time of day in its observation either way.)
 
-Daily bundles have no intraday grid: they keep one cycle per decision interval.
+Daily bundles have no intraday grid: they keep one cycle per decision interval. ``next_wait`` is how
+long the paper loop sleeps before its next cycle, by the broker's clock.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from data.calendar import INTERVAL_MINUTES, exchange_date, session_bounds, sessions_in_range
+from app.paper.broker import Broker, BrokerError
+from data.calendar import (
+    INTERVAL_MINUTES,
+    MINUTES_PER_SESSION,
+    exchange_date,
+    session_bounds,
+    sessions_in_range,
+)
+
+if TYPE_CHECKING:
+    from app.bundle import Bundle
 
 BAR_SETTLE_S = 10.0  # seconds after a bar ends before it is asked for: the feed publishes it a moment late
 LOOKAHEAD_DAYS = 10  # calendar days searched for the next session (weekends and holidays)
@@ -53,3 +65,32 @@ def next_decision_time(
         if len(later):
             return later[0]
     return None
+
+
+def cycle_period(bundle: Bundle | None) -> float:
+    """Seconds between two decisions of ``bundle`` (at least a minute; 5 minutes with no bundle)."""
+    if bundle is None:
+        return 300.0
+    bar_minutes = INTERVAL_MINUTES[bundle.interval] or MINUTES_PER_SESSION  # a daily bar: one session
+    return max(60.0, bundle.decision_interval * bar_minutes * 60.0)
+
+
+def next_wait(bundle: Bundle | None, broker: Broker, *, closed: bool, fallback: float) -> float:
+    """Seconds until the next cycle is due: the next decision of the session-anchored grid
+    (``app.paper.schedule``) by the broker's clock, from its next open when the market is closed;
+    at most an hour while closed (the loop looks again). A daily bundle waits ``fallback`` (one
+    decision interval) while open; without a clock, ``fallback`` (5 minutes while closed)."""
+    try:
+        clock = broker.clock()
+    except BrokerError:
+        return 300.0 if closed else fallback
+    now = pd.Timestamp(clock.timestamp)
+    # Closed: the first decision at or after the next open (a due time strictly after ``start``).
+    start = max(now, pd.Timestamp(clock.next_open) - pd.Timedelta(microseconds=1)) if closed else now
+    due = None
+    if bundle is not None:
+        due = next_decision_time(start, bundle.interval, bundle.decision_interval)
+    if due is None:
+        due = pd.Timestamp(clock.next_open) if closed else now + pd.Timedelta(seconds=fallback)
+    wait = (due - now).total_seconds()
+    return max(60.0, min(3600.0, wait)) if closed else wait
