@@ -16,6 +16,7 @@ grid's bars over its sessions (390 for full one-minute sessions, 1 for daily bar
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -56,7 +57,7 @@ def trailing_liquidity(
 
 #: Sessions in the volume estimate of :func:`expected_volume` (the same month as the other estimates).
 VOLUME_SESSIONS = WINDOW_SESSIONS
-# Rows per chunk of the median's (lags, rows, assets) stack: bounds its memory on long histories.
+# Rows per chunk of the median's (assets, rows, lags) windows: bounds its memory on long histories.
 _CHUNK_ROWS = 8192
 
 
@@ -89,23 +90,46 @@ def expected_volume(volume: Tensor, session_id: Tensor, sessions: int = VOLUME_S
     # Bars grouped by position, in time order within each group: a group's previous entries are the
     # same position in earlier sessions (one bar per position and session).
     order = torch.argsort(pos * (num_steps + 1) + torch.arange(num_steps, device=pos.device))
-    vol_sorted, pos_sorted = vol.index_select(0, order), pos.index_select(0, order)
-    estimate_sorted = torch.empty_like(vol_sorted)
-    for lo in range(0, num_steps, _CHUNK_ROWS):
-        hi = min(num_steps, lo + _CHUNK_ROWS)
-        lags = []
-        for lag in range(1, sessions + 1):
-            src = torch.arange(lo - lag, hi - lag, device=vol.device)
-            ok = (src >= 0) & (pos_sorted.index_select(0, src.clamp(min=0)) == pos_sorted[lo:hi])
-            lags.append(
-                torch.where(ok.unsqueeze(1), vol_sorted.index_select(0, src.clamp(min=0)), float("nan"))
-            )
-        estimate_sorted[lo:hi] = torch.stack(lags).nanmedian(0).values
+    estimate_sorted = _median_of_previous(vol.index_select(0, order), pos.index_select(0, order), sessions)
     per_bar = torch.empty_like(vol)
     per_bar[order] = estimate_sorted  # per_bar[i]: the estimate for bar i
     out = running.clone()
     out[:-1] = torch.where(per_bar[1:].isnan(), running[:-1], per_bar[1:])
     return out
+
+
+def _median_of_previous(values: Tensor, group: Tensor, lags: int) -> Tensor:
+    """``(R, A)``: for each row of ``values (R, A)``, whose rows come in contiguous ``group (R,)``
+    runs, the lower median (NaNs left out) of the up to ``lags`` rows before it in its run; NaN with
+    none."""
+    num_rows, num_assets = values.shape
+    device = values.device
+    new = torch.ones(num_rows, dtype=torch.bool, device=device)
+    new[1:] = group[1:] != group[:-1]
+    # Each run gets ``lags`` NaN rows before it: a window of the ``lags`` rows before a row then
+    # never reaches into the previous run. Assets first, so a window is a contiguous stretch.
+    slot = torch.arange(num_rows, device=device) + lags * torch.cumsum(new.to(torch.int64), 0)
+    padded = values.new_full((num_assets, num_rows + lags * int(new.sum())), float("nan"))
+    padded[:, slot] = values.T
+    windows = padded.unfold(1, lags, 1)  # windows[:, q]: padded rows q .. q + lags - 1
+    # The median selects one of the window's values, so NumPy's sort gives nanmedian's value at a
+    # fraction of its time; where a 0 and a -0 could tie (a volume of -0), nanmedian picks the sign,
+    # reading the window latest row first.
+    exact_sort = device.type == "cpu" and not bool(torch.signbit(values).any())
+    medians = values.new_empty(num_assets, windows.shape[1])
+    for lo in range(0, windows.shape[1], _CHUNK_ROWS):
+        chunk = windows[:, lo : lo + _CHUNK_ROWS]
+        median = _lower_median(chunk) if exact_sort else chunk.flip(-1).nanmedian(-1).values
+        medians[:, lo : lo + _CHUNK_ROWS] = median
+    return medians[:, slot - lags].T
+
+
+def _lower_median(windows: Tensor) -> Tensor:
+    """``torch.nanmedian(windows, -1).values`` of a CPU tensor: the ``(n - 1) // 2``-th smallest of
+    the ``n`` values that are not NaN (NaN when all are)."""
+    ordered = np.sort(windows.numpy(), axis=-1)  # NaNs sort last
+    rank = np.maximum(np.count_nonzero(~np.isnan(ordered), axis=-1) - 1, 0) // 2
+    return torch.from_numpy(np.take_along_axis(ordered, rank[..., None], axis=-1)[..., 0])
 
 
 #: Bars per time-of-day bucket of :func:`spread_estimate` (half an hour of one-minute bars).

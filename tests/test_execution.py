@@ -11,6 +11,7 @@ import pytest
 import torch
 from helpers import flat_liquidity_market
 
+from data import liquidity
 from data.liquidity import expected_volume, trailing_liquidity
 from data.toy import toy_market
 from envs import trading
@@ -205,6 +206,27 @@ def test_expected_volume_is_the_median_of_the_same_minute_in_earlier_sessions():
                 )
             want = earlier[(len(earlier) - 1) // 2] if earlier else float(vol[: t + 1, a].mean())
             assert float(got[t, a]) == pytest.approx(want, rel=1e-5), (t, a)
+
+
+def test_expected_volume_median_is_nanmedian_bit_for_bit():
+    """The median of the lags (NumPy's sort on the CPU) is the value torch.nanmedian picks, NaN
+    volumes, ties and windows cut short by a run's start included."""
+    gen = torch.Generator().manual_seed(4)
+    group = torch.repeat_interleave(torch.arange(9), torch.randint(1, 30, (9,), generator=gen))
+    for trial in range(8):
+        values = torch.randint(0, 5, (len(group), 3), generator=gen).float() * 10
+        values[torch.rand(values.shape, generator=gen) < 0.2 * (trial % 2)] = math.nan
+        for lags in (1, 2, 5, 20):
+            got = liquidity._median_of_previous(values, group, lags)
+            for i in range(len(group)):
+                earlier = [j for j in range(max(0, i - lags), i) if group[j] == group[i]][::-1]
+                want = values[earlier].nanmedian(0).values if earlier else torch.full((3,), math.nan)
+                assert torch.equal(got[i].isnan(), want.isnan()), (trial, lags, i)
+                assert torch.equal(got[i].nan_to_num(-1.0), want.nan_to_num(-1.0)), (trial, lags, i)
+    windows = torch.randint(0, 4, (5, 60, 7), generator=gen).float()
+    windows[torch.rand(windows.shape, generator=gen) < 0.4] = math.nan
+    got, want = liquidity._lower_median(windows), windows.nanmedian(-1).values
+    assert torch.equal(got.isnan(), want.isnan()) and torch.equal(got.nan_to_num(-1.0), want.nan_to_num(-1.0))
 
 
 def _two_slices(market, params, action) -> dict[str, float]:
