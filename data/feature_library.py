@@ -46,6 +46,7 @@ import math
 from collections.abc import Mapping
 from typing import NamedTuple
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -270,10 +271,36 @@ def cross_rank(x: Tensor) -> Tensor:
     num_assets = x.shape[1]
     if num_assets < 2:
         return torch.zeros_like(x)
-    ordered = torch.sort(x, dim=1).values.contiguous()
-    below = torch.searchsorted(ordered, x.contiguous(), right=False)
-    upto = torch.searchsorted(ordered, x.contiguous(), right=True)
-    return (below + upto - 1).to(x.dtype) / (2.0 * (num_assets - 1)) - 0.5
+    # On the CPU, NumPy's sort and run scans give the binary searches' counts several times faster;
+    # NaN (unequal to itself) keeps the searches, which define its rank.
+    if x.device.type == "cpu" and not bool(x.isnan().any()):
+        counts = torch.from_numpy(_rank_counts(x.numpy()))
+    else:
+        ordered = torch.sort(x, dim=1).values.contiguous()
+        below = torch.searchsorted(ordered, x.contiguous(), right=False)
+        upto = torch.searchsorted(ordered, x.contiguous(), right=True)
+        counts = below + upto - 1
+    return counts.to(x.dtype) / (2.0 * (num_assets - 1)) - 0.5
+
+
+def _rank_counts(x: np.ndarray) -> np.ndarray:
+    """``(T, A)`` int64: per entry of ``x`` (no NaN), the entries of its row below it plus those up
+    to it (itself and its ties included) minus 1, i.e. where its run of equal values starts and ends
+    in the sorted row."""
+    rows, width = x.shape
+    index = np.argsort(x, axis=1)
+    ordered = np.take_along_axis(x, index, axis=1)
+    starts = np.ones((rows, width), dtype=bool)
+    np.not_equal(ordered[:, 1:], ordered[:, :-1], out=starts[:, 1:])
+    flat = starts.ravel()
+    first = np.flatnonzero(flat)  # where each run starts in the flattened rows
+    after = np.append(first[1:], flat.size)  # where it ends: a row's last run ends at the next row
+    run = np.cumsum(flat) - 1
+    row_start = np.arange(rows).reshape(-1, 1) * width
+    sums = (first[run] + after[run]).reshape(rows, width) - 2 * row_start - 1
+    counts = np.empty_like(sums)
+    counts.ravel()[(row_start + index).ravel()] = sums.ravel()
+    return counts
 
 
 def cross_features(

@@ -178,6 +178,29 @@ def test_cross_rank_ties_and_scale():
     assert cross_rank(torch.ones(3, 1)).abs().max() == 0.0
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_cross_rank_equals_the_binary_searches_bit_for_bit(dtype):
+    """The CPU's sort-and-scan counts against their definition (two binary searches in the sorted
+    row), with ties, zeros of both signs, infinities and NaN (which takes the searches themselves)."""
+    gen = torch.Generator().manual_seed(5)
+    for trial in range(40):
+        width = 1 + trial % 13
+        x = (torch.randint(-3, 4, (30, width), generator=gen) * 0.5).to(dtype)
+        if trial % 2:
+            x = torch.randn(30, width, generator=gen).to(dtype)
+        x[torch.rand(x.shape, generator=gen) < 0.15] = -0.0
+        x[torch.rand(x.shape, generator=gen) < 0.05] = math.inf
+        if trial % 4 == 3:
+            x[torch.rand(x.shape, generator=gen) < 0.1] = math.nan
+        for y in (x, x.T.contiguous().T):  # and a non-contiguous row layout
+            ordered = torch.sort(y, dim=1).values.contiguous()
+            below = torch.searchsorted(ordered, y.contiguous(), right=False)
+            upto = torch.searchsorted(ordered, y.contiguous(), right=True)
+            want = (below + upto - 1).to(dtype) / (2.0 * max(width - 1, 1)) - 0.5
+            want = want if width > 1 else torch.zeros_like(y)
+            assert torch.equal(cross_rank(y), want), trial
+
+
 @pytest.mark.parametrize("t", [0, 6, 7, 9, 16, 30, 32, 33, 50])
 def test_changing_bars_after_t_leaves_every_library_feature_up_to_t_bit_identical(t):
     bars = _bars()
