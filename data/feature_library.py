@@ -67,6 +67,9 @@ LIBRARY_WINDOWS: dict[str, int] = {
 }
 #: The session returns that also get a cross-sectional excess and rank.
 CROSS_KEYS = ("sret_a", "sret_b", "sret_d")
+#: Where among ``library_names`` the columns of :func:`asset_features` and of :func:`cross_features` go.
+ASSET_COLUMNS = (0, 1, 2, 3, 4, 5, 12, 13, 14, 15, 16)
+CROSS_COLUMNS = (6, 7, 8, 9, 10, 11, 17)
 VOL_EPS = 1e-6
 
 
@@ -222,9 +225,10 @@ def _daily(bars: FeatureBars, sessions: Sessions, dtype: torch.dtype) -> _Daily:
     return _Daily(closes, closes[1:] - closes[:-1])
 
 
-def asset_features(bars: FeatureBars, windows: Mapping[str, int], dtype: torch.dtype) -> Tensor:
-    """The per-asset library features (every column but the cross-sectional ones and beta), ``(T, A, F)``
-    in ``dtype``, in ``library_names`` order without ``xret``, ``xrank`` and ``beta``."""
+def asset_features(bars: FeatureBars, windows: Mapping[str, int], dtype: torch.dtype) -> list[Tensor]:
+    """The per-asset library features (every column but the cross-sectional ones and beta), ``(T, A)``
+    each in ``dtype``, in ``library_names`` order without ``xret``, ``xrank`` and ``beta`` (their
+    places: :data:`ASSET_COLUMNS`)."""
     w = windows
     sessions = sessions_of(bars.session_id)
     s, p = sessions.index, sessions.position
@@ -250,7 +254,7 @@ def asset_features(bars: FeatureBars, windows: Mapping[str, int], dtype: torch.d
     n = w["range_sessions"]
     high = log_close - torch.log(_extreme(bars.high.to(dtype), sessions, n, high=True))
     low = log_close - torch.log(_extreme(bars.low.to(dtype), sessions, n, high=False))
-    return torch.stack([*sret, gap, first_30m, rv[s], volu, dollar, high, low], dim=-1)
+    return [*sret, gap, first_30m, rv[s], volu, dollar, high, low]
 
 
 def beta(returns: Tensor, n: int) -> Tensor:
@@ -305,18 +309,14 @@ def _rank_counts(x: np.ndarray) -> np.ndarray:
 
 def cross_features(
     per_asset: Tensor, bars: FeatureBars, windows: Mapping[str, int], dtype: torch.dtype
-) -> Tensor:
-    """The cross-sectional columns (``xret``, ``xrank``) and ``beta``, ``(T, A, 7)``, from the per-asset
-    columns of every ticker ``per_asset (T, A, F)`` (``asset_features`` order)."""
+) -> list[Tensor]:
+    """The cross-sectional columns (``xret``, ``xrank``) and ``beta``, ``(T, A)`` each in their
+    :data:`CROSS_COLUMNS` order, from ``per_asset (T, A, F)`` whose first four columns are every
+    ticker's ``sret`` (``asset_features`` and ``library_names`` order)."""
     sessions = sessions_of(bars.session_id)
     order = ("sret_a", "sret_b", "sret_c", "sret_d")
     rets = [per_asset[..., order.index(k)].to(dtype) for k in CROSS_KEYS]
     excess = [r - r.mean(dim=1, keepdim=True) for r in rets]
     ranks = [cross_rank(r) for r in rets]
     slope = beta(_daily(bars, sessions, dtype).returns, windows["beta_sessions"])[sessions.index]
-    return torch.stack([*excess, *ranks, slope], dim=-1)
-
-
-def arrange(per_asset: Tensor, cross: Tensor) -> Tensor:
-    """The library columns in ``library_names`` order from ``asset_features`` and ``cross_features``."""
-    return torch.cat([per_asset[..., :6], cross[..., :6], per_asset[..., 6:], cross[..., 6:]], dim=-1)
+    return [*excess, *ranks, slope]

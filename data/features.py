@@ -31,18 +31,20 @@ only (``fit_normalization``); normalized values are clipped to ``[-clip, clip]``
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from data.calendar import INTERVAL_MINUTES, bars_per_session, check_interval
 from data.errors import DataError
 from data.feature_library import (
+    ASSET_COLUMNS,
+    CROSS_COLUMNS,
     LIBRARY_WINDOWS,
     FeatureBars,
-    arrange,
     asset_features,
     cross_features,
     is_library,
@@ -208,29 +210,49 @@ def compute_features(
     float64 intermediates of one block only (a year of minute bars x 100 tickers would otherwise hold
     about 25 float64 copies of the whole panel at once).
     """
+    _check_bars(close, volume)
+    if is_library(windows):
+        raise DataError("features: the library set reads open, high, low and sessions too (compute_set)")
+    out = torch.empty(len(FEATURE_NAMES), *close.shape, dtype=torch.float32, device=close.device)
+    return _features_last(_blocks(out, range(len(FEATURE_NAMES)), _small_columns(close, volume, windows)))
+
+
+def _check_bars(close: Tensor, volume: Tensor) -> None:
     if close.ndim != 2 or close.shape != volume.shape:
         raise DataError(
             f"features: close {tuple(close.shape)} and volume {tuple(volume.shape)} must be (T, A)"
         )
     if close.shape[0] == 0:
         raise DataError("features: no bars")
-    if is_library(windows):
-        raise DataError("features: the library set reads open, high, low and sessions too (compute_set)")
-    return _blocks(
-        close.shape, close.device, 8, lambda a, b: _asset_features(close[:, a:b], volume[:, a:b], windows)
-    )
 
 
-def _blocks(shape: torch.Size, device: torch.device, width: int, compute) -> Tensor:
-    """``(T, A, width)`` float32 from ``compute(a, b)`` of asset blocks ``[a, b)`` of
-    :data:`BLOCK_VALUES` bars x assets (one call when the market fits one block)."""
-    num_steps, num_assets = shape
+def _small_columns(close: Tensor, volume: Tensor, windows: Mapping[str, int]):
+    """The small set's ``compute(a, b)`` of :func:`_blocks`."""
+    return lambda a, b: _asset_features(close[:, a:b], volume[:, a:b], windows)
+
+
+def _blocks(out: Tensor, columns: Sequence[int], compute) -> Tensor:
+    """``out (F, T, A)`` float32 with its ``columns`` set to the columns ``compute(a, b)`` gives of
+    asset blocks ``[a, b)`` of :data:`BLOCK_VALUES` bars x assets (one call when the market fits one
+    block). Each column is rounded to float32 as it is written into place: features first, so that
+    each is one stretch of memory (no stacked copies: a year of minute features is hundreds of MB
+    per copy); :func:`_features_last` lays them out ``(T, A, F)``."""
+    num_steps, num_assets = out.shape[1:]
     block = max(1, BLOCK_VALUES // num_steps)
-    if num_assets <= block:
-        return compute(0, num_assets).to(torch.float32)
-    out = torch.empty(num_steps, num_assets, width, dtype=torch.float32, device=device)
     for a in range(0, num_assets, block):
-        out[:, a : a + block] = compute(a, a + block)
+        b = min(num_assets, a + block)
+        for column, values in zip(columns, compute(a, b), strict=True):
+            out[column, :, a:b] = values
+    return out
+
+
+def _features_last(columns: Tensor) -> Tensor:
+    """``(F, T, A)`` -> contiguous ``(T, A, F)``; on the CPU by NumPy's transposing copy, several
+    times faster than torch's there."""
+    if columns.device.type != "cpu":
+        return columns.permute(1, 2, 0).contiguous()
+    out = torch.empty(*columns.shape[1:], columns.shape[0], dtype=columns.dtype)
+    np.copyto(out.numpy(), columns.numpy().transpose(1, 2, 0))
     return out
 
 
@@ -239,9 +261,10 @@ def compute_set(bars: FeatureBars, windows: Mapping[str, int] = DEFAULT_WINDOWS)
     order) from ``bars``: the small set reads close and volume only (:func:`compute_features`); the
     library set's per-asset columns are computed a block of assets at a time like the small ones, its
     cross-sectional columns (``xret``, ``xrank``, ``beta``) over every ticker at once."""
-    small = compute_features(bars.close, bars.volume, {k: windows[k] for k in DEFAULT_WINDOWS})
+    small = {k: windows[k] for k in DEFAULT_WINDOWS}
     if not is_library(windows):
-        return small
+        return compute_features(bars.close, bars.volume, small)
+    _check_bars(bars.close, bars.volume)
     shapes = {name: tuple(getattr(bars, name).shape) for name in ("open", "high", "low", "volume")}
     if (
         any(shape != tuple(bars.close.shape) for shape in shapes.values())
@@ -252,17 +275,24 @@ def compute_set(bars: FeatureBars, windows: Mapping[str, int] = DEFAULT_WINDOWS)
         )
     dtype = _work_dtype(bars.close.device)
 
-    def block(a: int, b: int) -> Tensor:
+    def block(a: int, b: int) -> list[Tensor]:
         cols = FeatureBars(*(x[:, a:b] for x in bars[:5]), bars.session_id)
         return asset_features(cols, windows, dtype)
 
-    per_asset = _blocks(bars.close.shape, bars.close.device, 11, block)
-    cross = cross_features(per_asset, bars, windows, dtype).to(torch.float32)
-    return torch.cat([small, arrange(per_asset, cross)], dim=-1)
+    first = len(FEATURE_NAMES)  # the library's columns follow the small set's
+    out = torch.empty(
+        len(feature_names(windows)), *bars.close.shape, dtype=torch.float32, device=bars.close.device
+    )
+    _blocks(out, range(first), _small_columns(bars.close, bars.volume, small))
+    _blocks(out, [first + c for c in ASSET_COLUMNS], block)
+    sret = out[first : first + 4].permute(1, 2, 0)  # (T, A, 4), every ticker's float32 sret columns
+    for column, values in zip(CROSS_COLUMNS, cross_features(sret, bars, windows, dtype), strict=True):
+        out[first + column] = values
+    return _features_last(out)
 
 
-def _asset_features(close: Tensor, volume: Tensor, windows: Mapping[str, int]) -> Tensor:
-    """:func:`compute_features` of a block of assets."""
+def _asset_features(close: Tensor, volume: Tensor, windows: Mapping[str, int]) -> list[Tensor]:
+    """:func:`compute_features` of a block of assets: its ``(T, b - a)`` columns in the work dtype."""
     w = windows
     dtype = _work_dtype(close.device)
     log_close = torch.log(close.to(dtype))
@@ -286,8 +316,7 @@ def _asset_features(close: Tensor, volume: Tensor, windows: Mapping[str, int]) -
     var_v = torch.clamp(_rolling_mean(log_vol * log_vol, w["volume"]) - mean_v * mean_v, min=0.0)
     volume_z = (log_vol - mean_v) / torch.sqrt(var_v + 1e-6)
 
-    feats = [ret_1, ret(w["ret_short"]), ret(w["ret_mid"]), ret(w["ret_long"]), vol, rsi, macd, volume_z]
-    return torch.stack(feats, dim=-1).to(torch.float32)
+    return [ret_1, ret(w["ret_short"]), ret(w["ret_mid"]), ret(w["ret_long"]), vol, rsi, macd, volume_z]
 
 
 def fit_normalization(raw: Tensor) -> tuple[list[float], list[float]]:
