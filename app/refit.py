@@ -5,7 +5,8 @@ fold) runs it after the ensemble step (:func:`after_tournament`, both): ``agents
 ``<run>/champion/`` when the champion is a direct pod that is its start, or a fine-tuned one that does
 not beat its start on the validation window by the learner's margin (the chosen one kept as
 ``<run>/champion_chosen/``), and the run's record says what happened (``refit``: refitted, the
-reason, the pod and its lineage's root). ``[tournament] refit = false`` leaves the chosen champion.
+reason, the pod and its lineage's root, and for a fine-tuned champion ``start_t`` and
+``start_sharpe``). A nightly or walk-forward run's warm-started lineages stay as chosen. ``[tournament] refit = false`` leaves the chosen champion.
 """
 
 from __future__ import annotations
@@ -25,11 +26,18 @@ log = logging.getLogger(__name__)
 
 
 def after_tournament(
-    run: RunDir, result: TournamentResult, train: Any, valid: Any, config: Config, *, device: Any
+    run: RunDir,
+    result: TournamentResult,
+    train: Any,
+    valid: Any,
+    config: Config,
+    *,
+    device: Any,
+    warm_pods: int = 0,
 ) -> TournamentResult:
     """What every flow that ends a tournament does next: the ensemble of its top pods (one more
     trial, the champion if ``[tournament] champion = "ensemble"``: ``app.ensemble``), then the refit
-    (:func:`refit_step`)."""
+    (:func:`refit_step`; ``warm_pods``: the run's first pods warm-started from an incumbent)."""
     result = ensemble_step(
         run,
         result,
@@ -39,14 +47,16 @@ def after_tournament(
         annualization=config.backtest.annualization,
         device=device,
     )
-    return refit_step(run, result, train, valid, config)
+    return refit_step(run, result, train, valid, config, warm_pods=warm_pods)
 
 
 def refit_step(
-    run: RunDir, result: TournamentResult, train: Any, valid: Any, config: Config
+    run: RunDir, result: TournamentResult, train: Any, valid: Any, config: Config, *, warm_pods: int = 0
 ) -> TournamentResult:
     """Refit ``result``'s champion on ``train`` joined with ``valid`` (module docstring); returns the
-    result with ``champion["refit"]`` set."""
+    result with ``champion["refit"]`` set, and, when a fine-tuned champion was compared with its start
+    on the validation window, that look counted as one more trial (``pods_tried``, ``trial_sharpes``:
+    the selection statistics count every policy scored there)."""
     if result.champion is None:
         return result
     if not config.tournament.refit:
@@ -61,7 +71,13 @@ def refit_step(
             to_env_params(config.env),
             config.agent.model_dump(),
             config.backtest.annualization,
+            warm_pods=warm_pods,
         )
-    run.update(refit=outcome.record())
+    fields: dict[str, Any] = {"refit": outcome.record()}
+    if outcome.start_t is not None:
+        trials = [*result.trial_sharpes, outcome.start_sharpe]
+        result = dataclasses.replace(result, pods_tried=result.pods_tried + 1, trial_sharpes=trials)
+        fields.update(pods_tried=result.pods_tried, trial_sharpes=trials)
+    run.update(**fields)
     log.info("champion %s: %s", outcome.pod_id, outcome.reason)
     return dataclasses.replace(result, champion={**result.champion, "refit": outcome.refitted})

@@ -69,6 +69,8 @@ def test_a_champion_that_is_its_start_is_made_again_on_both_windows(tournament, 
     both = train.join(valid)
     outcome = refit_champion(run_dir, result.champion, train, valid, PARAMS, AGENT)
     assert outcome.refitted and outcome.root_id == root["pod_id"], outcome
+    # (its start, made again, equals it: no comparison on the validation window was needed)
+    assert outcome.reason == "refitted on the train and validation windows" and outcome.start_t is None
     refitted = Policy.load(run_dir / "champion")
     assert same_policy(refitted, start_of(both, PARAMS, root_args(AGENT, root, both, 5)))
     assert not same_policy(refitted, chosen)  # (more sessions: another ridge)
@@ -87,21 +89,59 @@ def _moved_champion(run_dir: Path, scale: float = 1e-3) -> Policy:
     return moved
 
 
-def test_a_moved_champion_that_beats_its_start_on_validation_stays_as_chosen(
-    tournament, tmp_path, monkeypatch
-):
+def _recording(monkeypatch, t: float) -> list:
+    """``versus_start`` replaced by one that returns ``t`` and records what it was given."""
     from agents.tournament import refit
 
+    calls: list = []
+
+    def record(chosen, start, window, params, annualization):
+        calls.append((chosen, start, window))
+        return t, 0.5
+
+    monkeypatch.setattr(refit, "versus_start", record)
+    return calls
+
+
+@pytest.mark.parametrize("t", [2.5, 2.0])
+def test_a_moved_champion_is_judged_against_its_start_on_the_validation_window(
+    tournament, tmp_path, monkeypatch, t
+):
     result, train, valid = tournament
     run_dir = _copy_run(result, tmp_path)
     moved = _moved_champion(run_dir)
     (run_dir / CHOSEN).mkdir()  # (one kept by an earlier refit, before a resume chose again: stale)
-    monkeypatch.setattr(refit, "start_t", lambda *a, **k: 2.5)
-    outcome = refit_champion(run_dir, result.champion, train, valid, PARAMS, {**AGENT, "holdout_margin": 2.0})
-    assert not outcome.refitted and "beats its start" in outcome.reason and outcome.start_t == 2.5
-    assert same_policy(Policy.load(run_dir / "champion"), moved)
-    assert not (run_dir / CHOSEN).exists()
-    assert _champion_for(RunDir.at(run_dir), "valid") == run_dir / "champion"
+    calls = _recording(monkeypatch, t)
+    agent = {**AGENT, "holdout_margin": 2.0}
+    outcome = refit_champion(run_dir, result.champion, train, valid, PARAMS, agent)
+    ((chosen, start, window),) = calls
+    root = lineage_root(run_dir, result.champion["pod_id"])
+    assert same_policy(chosen, moved) and same_policy(
+        start, start_of(train, PARAMS, root_args(agent, root, train, 5))
+    )
+    assert window is valid
+    assert (outcome.start_t, outcome.start_sharpe) == (t, 0.5)
+    if t > 2.0:  # beats its start by more than the margin: stays
+        assert not outcome.refitted and "beats its start" in outcome.reason
+        assert same_policy(Policy.load(run_dir / "champion"), moved)
+        assert not (run_dir / CHOSEN).exists()
+        assert _champion_for(RunDir.at(run_dir), "valid") == run_dir / "champion"
+    else:  # at the margin is not over it: the start, refitted
+        assert outcome.refitted and "the start, refitted" in outcome.reason
+        assert same_policy(Policy.load(run_dir / CHOSEN), moved)
+
+
+def test_no_bar_at_a_zero_margin_and_warm_started_lineages_stay(tournament, tmp_path, monkeypatch):
+    result, train, valid = tournament
+    run_dir = _copy_run(result, tmp_path)
+    moved = _moved_champion(run_dir)
+    calls = _recording(monkeypatch, -5.0)
+    zero = refit_champion(run_dir, result.champion, train, valid, PARAMS, {**AGENT, "holdout_margin": 0.0})
+    assert not zero.refitted and "holdout_margin = 0" in zero.reason
+    root = lineage_root(run_dir, result.champion["pod_id"])
+    warm = refit_champion(run_dir, result.champion, train, valid, PARAMS, AGENT, warm_pods=root["seq"] + 1)
+    assert not warm.refitted and "warm-started" in warm.reason
+    assert calls == [] and same_policy(Policy.load(run_dir / "champion"), moved)
 
 
 def test_a_moved_champion_that_does_not_beat_its_start_gives_way_to_the_start_refitted(tournament, tmp_path):
@@ -119,24 +159,25 @@ def test_a_moved_champion_that_does_not_beat_its_start_gives_way_to_the_start_re
     assert same_policy(Policy.load(run_dir / CHOSEN), moved)
 
 
-def test_start_t_is_the_paired_t_of_the_daily_validation_returns(tournament, tmp_path):
+def test_versus_start_is_the_paired_t_of_the_daily_validation_returns(tournament, tmp_path):
     import numpy as np
 
     from agents.tournament.pod import score_policy
-    from agents.tournament.refit import start_t
+    from agents.tournament.refit import versus_start
 
     result, train, valid = tournament
     run_dir = _copy_run(result, tmp_path)
     start = Policy.load(run_dir / "champion")
     moved = _moved_champion(run_dir, scale=1.0)
-    assert start_t(start, start, valid, PARAMS, TRADING_DAYS_PER_YEAR) == 0.0
-    a, b = (
-        score_policy(p, valid, PARAMS, annualization=TRADING_DAYS_PER_YEAR)[2].daily for p in (moved, start)
+    assert versus_start(start, start, valid, PARAMS, TRADING_DAYS_PER_YEAR)[0] == 0.0
+    (_, _, a), (_, metrics, b) = (
+        score_policy(p, valid, PARAMS, annualization=TRADING_DAYS_PER_YEAR) for p in (moved, start)
     )
-    diff = np.asarray(a) - np.asarray(b)
+    diff = np.asarray(a.daily) - np.asarray(b.daily)
     assert diff.std() > 0
     expected = diff.mean() / (diff.std(ddof=1) / np.sqrt(len(diff)))
-    assert start_t(moved, start, valid, PARAMS, TRADING_DAYS_PER_YEAR) == pytest.approx(expected, rel=1e-4)
+    t, sharpe = versus_start(moved, start, valid, PARAMS, TRADING_DAYS_PER_YEAR)
+    assert t == pytest.approx(expected, rel=1e-4) and sharpe == metrics["sharpe_ratio"]
 
 
 def test_ppo_champions_and_ensembles_are_not_refitted(tournament, tmp_path):
@@ -182,3 +223,21 @@ def test_refit_off_leaves_the_chosen_champion_and_says_so(tournament, tmp_path):
     assert out.champion["refit"] is False and out.champion["pod_id"] == result.champion["pod_id"]
     assert run.info().extra["refit"]["reason"] == "[tournament] refit = false"
     assert same_policy(Policy.load(run_dir / "champion"), before) and not (run_dir / CHOSEN).exists()
+
+
+def test_a_look_at_the_start_on_validation_is_one_more_trial(tournament, tmp_path, monkeypatch):
+    from app.config import Config
+    from app.refit import refit_step
+
+    result, train, valid = tournament
+    run_dir = _copy_run(result, tmp_path)
+    _moved_champion(run_dir)
+    _recording(monkeypatch, 0.3)
+    config = Config().with_updates(agent=AGENT, env=ENV)
+    run = RunDir.at(run_dir)
+    out = refit_step(run, result, train, valid, config)
+    assert out.champion["refit"] is True
+    assert out.pods_tried == result.pods_tried + 1 and out.trial_sharpes == [*result.trial_sharpes, 0.5]
+    info = run.info()
+    assert info.pods_tried == out.pods_tried and list(info.trial_sharpes) == out.trial_sharpes
+    assert info.extra["refit"]["start_t"] == 0.3

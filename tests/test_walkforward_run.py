@@ -158,6 +158,13 @@ def test_folds_gate_and_stitched_account_of_a_tiny_run(runs):
         before = records[r["index"] - 1]["in_charge"] if r["index"] else None
         assert r["in_charge"] == ({"fold": r["index"], "run": fold.path.name} if r["promoted"] else before)
     assert records[1]["warm_started_from"] == f"wf/fold-{records[0]['in_charge']['fold']:03d}"
+    # A warm-started fold's lineages from the incumbent's weights have no start to refit to.
+    warm_pods = Config().nightly.warm_start_pods
+    for r in records[1:]:
+        refit = run.fold(r["index"]).info().extra["refit"]
+        pods = {p["pod_id"]: p for p in read_pods(run.fold(r["index"]).path)}
+        warm = refit.get("root_id") in pods and pods[refit["root_id"]]["seq"] < warm_pods
+        assert warm == ("warm-started" in refit["reason"]), refit
 
     doc = json.loads(run.backtest_metrics.read_text())
     assert doc["window"] == "walkforward" and doc["num_trials"] == 1 and doc["final"] is True

@@ -51,7 +51,7 @@ from agents.direct import paired_t
 from agents.policy import Policy
 from agents.population.direct import start_direct_pod
 from agents.tournament.leaderboard import read_pods
-from agents.tournament.pod import learner_args, score_policy
+from agents.tournament.pod import RoundError, learner_args, score_policy
 from agents.training import policy_for_env
 from backtests.metrics import TRADING_DAYS_PER_YEAR
 from data.atomic import replace_dir
@@ -72,6 +72,9 @@ class Refit:
     root_id: str | None = None
     start_t: float | None = None
     """a fine-tuned champion: the t-statistic of its daily validation returns over its start's"""
+    start_sharpe: float | None = None
+    """a fine-tuned champion: its start's validation Sharpe ratio (the start was looked at on the
+    validation window: one more trial, ``app.refit.refit_step``)"""
 
     def record(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -120,14 +123,45 @@ def same_policy(a: Policy, b: Policy) -> bool:
     return sa.keys() == sb.keys() and all(torch.equal(sa[k].cpu(), sb[k].cpu()) for k in sa)
 
 
-def start_t(chosen: Policy, start: Policy, valid: Any, params: Any, annualization: int) -> float:
-    """The paired t-statistic of ``chosen``'s daily returns on ``valid`` over ``start``'s (the same
-    sessions, both backtested by the env under the run's costs and caps: ``score_policy``)."""
-    daily = [
-        score_policy(p, valid, params, annualization=annualization, device=valid.device)[2].daily
+def versus_start(
+    chosen: Policy, start: Policy, valid: Any, params: Any, annualization: int
+) -> tuple[float, float | None]:
+    """``(t, the start's validation Sharpe)``: the paired t-statistic of the mean of ``chosen``'s
+    daily returns on ``valid`` over ``start``'s (the same sessions, both backtested by the env under
+    the run's costs and caps: ``score_policy``; days taken as independent). Raises ``RoundError`` when
+    either's returns are not finite."""
+    (_, _, ours), (_, metrics, theirs) = (
+        score_policy(p, valid, params, annualization=annualization, device=valid.device)
         for p in (chosen, start)
-    ]
-    return float(paired_t(torch.as_tensor(daily[0]), torch.as_tensor(daily[1])))
+    )
+    t = float(paired_t(torch.as_tensor(ours.daily), torch.as_tensor(theirs.daily)))
+    return t, metrics.get("sharpe_ratio")
+
+
+def _judged(
+    chosen: Policy,
+    start: Policy,
+    valid: Any,
+    params: Any,
+    annualization: int,
+    margin: float,
+    ids: tuple[str, str],
+) -> Refit:
+    """A fine-tuned champion against its start on ``valid``: ``refitted`` when the start is to replace
+    it (refitted on both windows), else why the champion stays."""
+    if margin <= 0:  # (as the learner's margin: 0 keeps any fine-tuned step that scored better)
+        return Refit(False, "fine-tuned; holdout_margin = 0: stays as chosen", *ids)
+    try:
+        t, sharpe = versus_start(chosen, start, valid, params, annualization)
+    except RoundError as err:
+        return Refit(False, f"fine-tuned; its start could not be scored on validation ({err})", *ids)
+    if t > margin:
+        return Refit(
+            False, f"fine-tuned, beats its start on validation (t {t:.2f} > {margin:g})", *ids, t, sharpe
+        )
+    return Refit(
+        True, f"fine-tuned, not {margin:g} SE over its start on validation (t {t:.2f})", *ids, t, sharpe
+    )
 
 
 def refit_champion(
@@ -138,11 +172,14 @@ def refit_champion(
     params: Any,
     agent: Mapping[str, Any],
     annualization: int = TRADING_DAYS_PER_YEAR,
+    warm_pods: int = 0,
 ) -> Refit:
     """Refit ``run_dir``'s champion on the train and validation windows joined (in time order) when
     it is a direct pod equal to its lineage's start on ``train``, or a fine-tuned one that does not beat
     that start on ``valid`` by the learner's margin (module docstring); ``agent``: the run's
-    ``[agent]`` settings. Replaces ``<run>/champion/`` when it refits."""
+    ``[agent]`` settings; ``warm_pods``: the run's first pods started from an incumbent's weights
+    (a nightly or walk-forward warm start), whose lineages have no closed-form start to go back to.
+    Replaces ``<run>/champion/`` when it refits."""
     # (a chosen champion kept by an earlier refit of this run, before a resume chose again, is stale)
     shutil.rmtree(Path(run_dir) / CHOSEN, ignore_errors=True)
     if champion is None:
@@ -153,21 +190,22 @@ def refit_champion(
     root = lineage_root(run_dir, pod_id)
     if root is None:
         return Refit(False, "not a pod of the board (an ensemble)", pod_id)
-    root_id, interval = str(root["pod_id"]), int(params.decision_interval)
+    ids = (pod_id, str(root["pod_id"]))
+    if int(root.get("seq", 0)) < warm_pods:
+        return Refit(False, "a lineage warm-started from the incumbent's weights: stays as chosen", *ids)
+    interval = int(params.decision_interval)
     args = root_args(agent, root, train, interval)
     if not args.linear_start:
-        return Refit(False, "no closed-form start (linear_start is off)", pod_id, root_id)
+        return Refit(False, "no closed-form start (linear_start is off)", *ids)
     target = Path(run_dir) / CHAMPION
     chosen, start = Policy.load(target, device=train.device), start_of(train, params, args)
-    reason, t = "refitted on the train and validation windows", None
+    outcome = Refit(True, "refitted on the train and validation windows", *ids)
     if not same_policy(chosen, start):
-        t, margin = start_t(chosen, start, valid, params, annualization), float(args.holdout_margin)
-        if t > margin:
-            beats = f"fine-tuned, beats its start on validation (t {t:.2f} > {margin:g})"
-            return Refit(False, beats, pod_id, root_id, t)
-        reason = (
-            f"fine-tuned, not {margin:g} SE over its start on validation (t {t:.2f}): the start, refitted"
-        )
+        margin = float(args.holdout_margin)
+        outcome = _judged(chosen, start, valid, params, annualization, margin, ids)
+        if not outcome.refitted:
+            return outcome
+        outcome = dataclasses.replace(outcome, reason=f"{outcome.reason}: the start, refitted")
     both = train.join(valid)
     refitted = start_of(both, params, root_args(agent, root, both, interval))
     shutil.copytree(target, Path(run_dir) / CHOSEN)
@@ -176,4 +214,4 @@ def refit_champion(
     shutil.copytree(target, staging)
     refitted.save(staging)
     replace_dir(staging, target)
-    return Refit(True, reason, pod_id, root_id, t)
+    return outcome

@@ -284,7 +284,10 @@ def tournament_step(
         on_status=run.on_status,
     )
     # the ensemble of the top pods (one more trial, maybe the champion), then the refit
-    result = after_tournament(run, result, splits.train, splits.valid, config, device=config.agent.device)
+    warm_pods = config.nightly.warm_start_pods if warm_from else 0
+    result = after_tournament(
+        run, result, splits.train, splits.valid, config, device=config.agent.device, warm_pods=warm_pods
+    )
     run.update(nightly={"warm_started_from": warm_from, "warm_start_pods": config.nightly.warm_start_pods})
     if result.champion is None:
         raise PodracerError(f"tournament {run_id} produced no champion ({result.pods_failed} pods failed)")

@@ -419,7 +419,10 @@ def _fold_tournament(
         on_progress=lambda snap: emit({"event": "pods", "index": index, "snapshot": snap}),
         on_status=fold_run.on_status,
     )
-    result = after_tournament(fold_run, result, train, valid, cfg, device=config.agent.device)
+    warm_pods = config.nightly.warm_start_pods if warm_from else 0
+    result = after_tournament(
+        fold_run, result, train, valid, cfg, device=config.agent.device, warm_pods=warm_pods
+    )
     if result.champion is None:
         raise PodracerError(
             f"fold {index}: the tournament produced no champion ({result.pods_failed} pods failed)"
