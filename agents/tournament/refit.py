@@ -26,8 +26,11 @@ What is refitted, and when:
   only if their daily returns there beat the start's by the learner's ``holdout_margin`` standard
   errors of the paired daily difference (``start_t``); otherwise the start takes the champion's place
   and is refitted as above (a refit cannot rerun a fine-tuning judged on the train window's tail);
-- **not** a PPO or SAC champion (reinforcement learning from scratch again is not a refit), nor an
-  ensemble. These stay as chosen, and the run's record says why (``refit.reason``).
+  (``holdout_margin`` 0 sets no bar, as in the learner);
+- **not** a PPO or SAC champion (reinforcement learning from scratch again is not a refit), an
+  ensemble, nor a lineage a nightly or walk-forward run warm-started from the incumbent's weights
+  (it has no closed-form start). These stay as chosen, and the run's record says why
+  (``refit.reason``).
 
 The refitted policy replaces ``<run>/champion/`` (a whole-folder swap); the chosen one is kept as
 ``<run>/champion_chosen/``. Its validation score is the chosen policy's (the refit has read the
