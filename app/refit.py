@@ -54,9 +54,9 @@ def refit_step(
     run: RunDir, result: TournamentResult, train: Any, valid: Any, config: Config, *, warm_pods: int = 0
 ) -> TournamentResult:
     """Refit ``result``'s champion on ``train`` joined with ``valid`` (module docstring); returns the
-    result with ``champion["refit"]`` set, and, when a fine-tuned champion was compared with its start
-    on the validation window, that look counted as one more trial (``pods_tried``, ``trial_sharpes``:
-    the selection statistics count every policy scored there)."""
+    result with ``champion["refit"]`` set. (A fine-tuned champion's comparison with its start on the
+    validation window is recorded in ``refit``, not counted among the run's trials: the selection
+    statistics count the policies whose validation returns the run keeps.)"""
     if result.champion is None:
         return result
     if not config.tournament.refit:
@@ -73,11 +73,6 @@ def refit_step(
             config.backtest.annualization,
             warm_pods=warm_pods,
         )
-    fields: dict[str, Any] = {"refit": outcome.record()}
-    if outcome.start_t is not None:
-        trials = [*result.trial_sharpes, outcome.start_sharpe]
-        result = dataclasses.replace(result, pods_tried=result.pods_tried + 1, trial_sharpes=trials)
-        fields.update(pods_tried=result.pods_tried, trial_sharpes=trials)
-    run.update(**fields)
+    run.update(refit=outcome.record())
     log.info("champion %s: %s", outcome.pod_id, outcome.reason)
     return dataclasses.replace(result, champion={**result.champion, "refit": outcome.refitted})

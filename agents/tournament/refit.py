@@ -76,8 +76,7 @@ class Refit:
     start_t: float | None = None
     """a fine-tuned champion: the t-statistic of its daily validation returns over its start's"""
     start_sharpe: float | None = None
-    """a fine-tuned champion: its start's validation Sharpe ratio (the start was looked at on the
-    validation window: one more trial, ``app.refit.refit_step``)"""
+    """a fine-tuned champion: its start's validation Sharpe ratio"""
 
     def record(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
