@@ -371,6 +371,20 @@ def score_policy(
     return scored
 
 
+def score_each(
+    policies: Mapping[str, Callable[[Tensor], Tensor]],
+    valid: MarketData,
+    params: Any,
+    *,
+    fitness: str = "sharpe",
+    annualization: int,
+    device: str | torch.device = "cpu",
+) -> list[Scored | RoundError]:
+    """:func:`score_policy` of each named policy, from one backtest of them all (each its own row of
+    the env: the same scores, metrics and returns as one at a time)."""
+    return _score(valid, params, policies, fitness, annualization, device)
+
+
 def score_policies(
     batch: PolicyBatch,
     valid: MarketData,

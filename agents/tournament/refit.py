@@ -54,7 +54,7 @@ from agents.direct import paired_t
 from agents.policy import Policy
 from agents.population.direct import start_direct_pod
 from agents.tournament.leaderboard import read_pods
-from agents.tournament.pod import RoundError, learner_args, score_policy
+from agents.tournament.pod import RoundError, learner_args, score_each
 from agents.training import policy_for_env
 from backtests.metrics import TRADING_DAYS_PER_YEAR
 from data.atomic import replace_dir
@@ -130,12 +130,15 @@ def versus_start(
 ) -> tuple[float, float | None]:
     """``(t, the start's validation Sharpe)``: the paired t-statistic of the mean of ``chosen``'s
     daily returns on ``valid`` over ``start``'s (the same sessions, both backtested by the env under
-    the run's costs and caps: ``score_policy``; days taken as independent). Raises ``RoundError`` when
+    the run's costs and caps, in one backtest: ``score_each``; days taken as independent). Raises ``RoundError`` when
     either's returns are not finite."""
-    (_, _, ours), (_, metrics, theirs) = (
-        score_policy(p, valid, params, annualization=annualization, device=valid.device)
-        for p in (chosen, start)
+    scored = score_each(
+        {"chosen": chosen, "start": start}, valid, params, annualization=annualization, device=valid.device
     )
+    for outcome in scored:
+        if isinstance(outcome, RoundError):
+            raise outcome
+    (_, _, ours), (_, metrics, theirs) = scored
     t = float(paired_t(torch.as_tensor(ours.daily), torch.as_tensor(theirs.daily)))
     return t, metrics.get("sharpe_ratio")
 
