@@ -19,7 +19,7 @@ import numpy as np
 from agents.ensemble import ENSEMBLE_POD
 from agents.tournament.leaderboard import read_pods
 from agents.tournament.pod import read_valid_returns_matrix
-from app.runs import RunDir
+from app.runs import CHAMPION_START, RunDir
 from backtests import engine, looks, looks_memory, oos_test, report
 from backtests.snooping import SelectionInputs
 from data.errors import CheckpointError
@@ -159,11 +159,13 @@ def trial_returns(run_dir: RunDir) -> tuple[Any, Any, list[str]] | None:
         return None
     scored = [p["pod_id"] for p in read_pods(run_dir.path) if p.get("score") is not None]
     when, returns, ids = read_valid_returns_matrix(run_dir.pods, scored, period="daily")
-    # The ensemble (app.workflows.training.ensemble_step) is one more trial on the same window.
-    ens_when, ens, ens_ids = read_valid_returns_matrix(run_dir.path, [ENSEMBLE_POD], period="daily")
-    if ens_ids and ids and np.array_equal(np.asarray(ens_when), np.asarray(when)):
-        returns = np.column_stack([returns, ens])
-        ids = [*ids, *ens_ids]
+    # The ensemble (app.ensemble.ensemble_step) is one more trial on the same window, and so is a
+    # fine-tuned champion's start, scored there by the refit (app.refit): each a column after the pods'.
+    for extra in (ENSEMBLE_POD, CHAMPION_START):
+        more_when, more, more_ids = read_valid_returns_matrix(run_dir.path, [extra], period="daily")
+        if more_ids and ids and np.array_equal(np.asarray(more_when), np.asarray(when)):
+            returns = np.column_stack([returns, more])
+            ids = [*ids, *more_ids]
     return (when, returns, ids) if ids else None
 
 

@@ -6,7 +6,10 @@ fold) runs it after the ensemble step (:func:`after_tournament`, both): ``agents
 not beat its start on the validation window by the learner's margin (the chosen one kept as
 ``<run>/champion_chosen/``), and the run's record says what happened (``refit``: refitted, the
 reason, the pod and its lineage's root, and for a fine-tuned champion ``start_t`` and
-``start_sharpe``). A nightly or walk-forward run's warm-started lineages stay as chosen. ``[tournament] refit = false`` leaves the chosen champion.
+``start_sharpe``). A fine-tuned champion's start, scored on the validation window, is one more trial
+of the run, as the ensemble is: ``pods_tried`` and ``trial_sharpes`` count it, and its returns
+(``<run>/champion_start/``) join the selection statistics' trial matrix. A nightly or walk-forward
+run's warm-started lineages stay as chosen. ``[tournament] refit = false`` leaves the chosen champion.
 """
 
 from __future__ import annotations
@@ -54,9 +57,8 @@ def refit_step(
     run: RunDir, result: TournamentResult, train: Any, valid: Any, config: Config, *, warm_pods: int = 0
 ) -> TournamentResult:
     """Refit ``result``'s champion on ``train`` joined with ``valid`` (module docstring); returns the
-    result with ``champion["refit"]`` set. (A fine-tuned champion's comparison with its start on the
-    validation window is recorded in ``refit``, not counted among the run's trials: the selection
-    statistics count the policies whose validation returns the run keeps.)"""
+    result with ``champion["refit"]`` set, and with one more trial when a fine-tuned champion's start
+    was scored on the validation window (recorded in ``refit`` and counted as the ensemble is)."""
     if result.champion is None:
         return result
     if not config.tournament.refit:
@@ -73,6 +75,12 @@ def refit_step(
             config.backtest.annualization,
             warm_pods=warm_pods,
         )
-    run.update(refit=outcome.record())
+    fields: dict[str, Any] = {"refit": outcome.record()}
+    if outcome.start_scored:  # (looked at on the validation window: one more trial)
+        sharpe = outcome.start_sharpe
+        trial_sharpes = [*result.trial_sharpes, None if sharpe is None else float(sharpe)]
+        result = dataclasses.replace(result, pods_tried=result.pods_tried + 1, trial_sharpes=trial_sharpes)
+        fields.update(pods_tried=result.pods_tried, trial_sharpes=trial_sharpes)
+    run.update(**fields)
     log.info("champion %s: %s", outcome.pod_id, outcome.reason)
     return dataclasses.replace(result, champion={**result.champion, "refit": outcome.refitted})

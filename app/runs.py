@@ -45,6 +45,8 @@ PODS = "pods"
 CHAMPION = "champion"
 #: The champion the tournament chose, kept when a refit replaced ``champion/`` (agents.tournament.refit).
 CHAMPION_CHOSEN = "champion_chosen"
+#: A fine-tuned champion's start, scored on the validation window by the refit: its returns (a trial).
+CHAMPION_START = "champion_start"
 CURVE = "curve.parquet"  # a pod's learning curve, in its checkpoint folder
 FEATURE_SPEC = "feature_spec.json"
 BACKTEST = "backtest"
@@ -316,6 +318,11 @@ class RunDir:
     def champion_chosen(self) -> Path:
         """The champion the tournament chose, when a refit replaced :attr:`champion` (else absent)."""
         return self.path / CHAMPION_CHOSEN
+
+    @property
+    def champion_start(self) -> Path:
+        """The validation returns of a fine-tuned champion's start, when the refit scored it (else absent)."""
+        return self.path / CHAMPION_START
 
     @property
     def feature_spec_file(self) -> Path:

@@ -60,12 +60,15 @@ def test_demo_test_preset_end_to_end(home, capsys):
             "select pod_id from pods where score is not null"
         )
     ]
-    # the trials: every scored pod plus the ensemble of the top pods (scored like a pod, one more look)
-    assert len(scored) + 1 == metrics["num_trials"] >= 3
+    # the trials: every scored pod plus the ensemble of the top pods (scored like a pod, one more look),
+    # plus a fine-tuned champion's start when the refit scored it on the validation window
+    start_looked = run_json["refit"].get("start_t") is not None
+    assert len(scored) + 1 + start_looked == metrics["num_trials"] >= 3
     assert all((run_dir / "pods" / p / "valid_returns.parquet").is_file() for p in scored)
     assert (run_dir / "ensemble" / "valid_returns.parquet").is_file()
+    assert (run_dir / "champion_start" / "valid_returns.parquet").is_file() == start_looked
     assert metrics["pbo"] is not None and 0.0 <= metrics["pbo"] <= 1.0 and metrics["pbo_logits"]
-    assert 2 <= metrics["pbo_num_trials"] <= len(scored) + 1  # trials with no Sharpe at all are left out
+    assert 2 <= metrics["pbo_num_trials"] <= metrics["num_trials"]  # trials with no Sharpe at all are left out
     assert "equal_weight" in metrics["strategies"] and metrics["broker"] == "alpaca"
     # 5 held-out sessions: the verdict says the test needs more; the selection diagnostics are there
     assert summary["verdict"] == metrics["verdict"] and metrics["verdict_outcome"] == "not measurable"

@@ -47,7 +47,15 @@ FILES = (
     runs.LOOKS,
 )
 #: Folder names of the run folder: flagged only as a part of a path ("champion" is also a strategy).
-FOLDERS = (runs.RUNS, runs.PODS, runs.CHAMPION, runs.CHAMPION_CHOSEN, runs.BACKTEST, runs.FOLDS)
+FOLDERS = (
+    runs.RUNS,
+    runs.PODS,
+    runs.CHAMPION,
+    runs.CHAMPION_CHOSEN,
+    runs.CHAMPION_START,
+    runs.BACKTEST,
+    runs.FOLDS,
+)
 
 #: The writers below the app (which may not import it) and the names each may spell.
 WRITERS = {

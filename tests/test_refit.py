@@ -15,6 +15,7 @@ from test_tournament_run import run_tournament
 
 from agents.policy import Policy
 from agents.tournament.leaderboard import read_pods
+from agents.tournament.pod import score_policy
 from agents.tournament.refit import CHOSEN, lineage_root, refit_champion, root_args, same_policy, start_of
 from agents.tournament.settings import TournamentArgs
 from app.runs import RunDir
@@ -97,7 +98,8 @@ def _recording(monkeypatch, t: float) -> list:
 
     def record(chosen, start, window, params, annualization):
         calls.append((chosen, start, window))
-        return t, 0.5
+        _, _, returns = score_policy(start, window, params, annualization=annualization)
+        return t, 0.5, returns
 
     monkeypatch.setattr(refit, "versus_start", record)
     return calls
@@ -162,7 +164,6 @@ def test_a_moved_champion_that_does_not_beat_its_start_gives_way_to_the_start_re
 def test_versus_start_is_the_paired_t_of_the_daily_validation_returns(tournament, tmp_path):
     import numpy as np
 
-    from agents.tournament.pod import score_policy
     from agents.tournament.refit import versus_start
 
     result, train, valid = tournament
@@ -176,8 +177,9 @@ def test_versus_start_is_the_paired_t_of_the_daily_validation_returns(tournament
     diff = np.asarray(a.daily) - np.asarray(b.daily)
     assert diff.std() > 0
     expected = diff.mean() / (diff.std(ddof=1) / np.sqrt(len(diff)))
-    t, sharpe = versus_start(moved, start, valid, PARAMS, TRADING_DAYS_PER_YEAR)
+    t, sharpe, returns = versus_start(moved, start, valid, PARAMS, TRADING_DAYS_PER_YEAR)
     assert t == pytest.approx(expected, rel=1e-4) and sharpe == metrics["sharpe_ratio"]
+    assert np.array_equal(np.asarray(returns.daily), np.asarray(b.daily))
 
 
 def test_ppo_champions_and_ensembles_are_not_refitted(tournament, tmp_path):
@@ -206,7 +208,11 @@ def test_the_refit_writes_where_the_run_folder_reads():
     from agents.tournament import refit
     from app import runs
 
-    assert (refit.CHAMPION, refit.CHOSEN) == (runs.CHAMPION, runs.CHAMPION_CHOSEN)
+    assert (refit.CHAMPION, refit.CHOSEN, refit.START_LOOK) == (
+        runs.CHAMPION,
+        runs.CHAMPION_CHOSEN,
+        runs.CHAMPION_START,
+    )
 
 
 def test_refit_off_leaves_the_chosen_champion_and_says_so(tournament, tmp_path):
@@ -236,6 +242,37 @@ def test_the_comparison_with_the_start_is_recorded_in_the_run(tournament, tmp_pa
     config = Config().with_updates(agent=AGENT, env=ENV)
     run = RunDir.at(run_dir)
     out = refit_step(run, result, train, valid, config)
-    assert out.champion["refit"] is True and out.pods_tried == result.pods_tried
+    assert out.champion["refit"] is True
     refit = run.info().extra["refit"]
     assert (refit["start_t"], refit["start_sharpe"], refit["refitted"]) == (0.3, 0.5, True)
+    assert "start_returns" not in refit
+
+
+def test_the_start_scored_on_validation_is_one_more_trial_everywhere(tournament, tmp_path):
+    """The start's look is counted where the DSR reads trials (``pods_tried``, ``trial_sharpes``) and
+    where the SPA test and the PBO read them (the trial matrix of ``app.evaluation.trial_returns``)."""
+    import numpy as np
+
+    from app.config import Config
+    from app.evaluation import trial_returns
+    from app.refit import refit_step
+
+    result, train, valid = tournament
+    run_dir = _copy_run(result, tmp_path)
+    _moved_champion(run_dir)
+    run = RunDir.at(run_dir)
+    before = trial_returns(run)
+    config = Config().with_updates(agent={**AGENT, "holdout_margin": 2.0}, env=ENV)
+    out = refit_step(run, result, train, valid, config)
+    refit = run.info().extra["refit"]
+    assert refit["start_t"] is not None
+    assert out.pods_tried == result.pods_tried + 1
+    assert out.trial_sharpes == [*result.trial_sharpes, refit["start_sharpe"]]
+    info = run.info()
+    assert info.pods_tried == out.pods_tried and list(info.trial_sharpes) == out.trial_sharpes
+    when, returns, ids = trial_returns(run)
+    assert ids == [*before[2], "champion_start"] and returns.shape[1] == before[1].shape[1] + 1
+    root = lineage_root(run_dir, result.champion["pod_id"])
+    start = start_of(train, PARAMS, root_args(AGENT, root, train, 5))
+    _, _, expected = score_policy(start, valid, PARAMS, annualization=TRADING_DAYS_PER_YEAR)
+    assert np.allclose(returns[:, -1], np.asarray(expected.daily)) and len(when) == len(expected.daily)

@@ -34,7 +34,10 @@ What is refitted, and when:
 
 The refitted policy replaces ``<run>/champion/`` (a whole-folder swap); the chosen one is kept as
 ``<run>/champion_chosen/``. Its validation score is the chosen policy's (the refit has read the
-validation window, so it has none of its own).
+validation window, so it has none of its own). The start's look at the validation window is one more
+trial of the run, as the ensemble's is: its daily validation returns are written to
+``<run>/champion_start/valid_returns.parquet`` (``app.refit`` counts it in ``pods_tried`` and
+``trial_sharpes``, and the selection statistics read its returns beside the pods').
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ from __future__ import annotations
 import dataclasses
 import shutil
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -54,7 +57,14 @@ from agents.direct import paired_t
 from agents.policy import Policy
 from agents.population.direct import start_direct_pod
 from agents.tournament.leaderboard import read_pods
-from agents.tournament.pod import RoundError, learner_args, score_each
+from agents.tournament.pod import (
+    VALID_RETURNS,
+    RoundError,
+    ValidReturns,
+    learner_args,
+    score_each,
+    write_valid_returns,
+)
 from agents.training import policy_for_env
 from backtests.metrics import TRADING_DAYS_PER_YEAR
 from data.atomic import replace_dir
@@ -63,6 +73,8 @@ from data.atomic import replace_dir
 #: names ``app.runs`` reads them by: ``CHAMPION``, ``CHAMPION_CHOSEN``).
 CHAMPION = "champion"
 CHOSEN = "champion_chosen"
+#: Where a fine-tuned champion's start, scored on the validation window, keeps its returns (a trial).
+START_LOOK = "champion_start"
 
 
 @dataclass(frozen=True)
@@ -77,9 +89,16 @@ class Refit:
     """a fine-tuned champion: the t-statistic of its daily validation returns over its start's"""
     start_sharpe: float | None = None
     """a fine-tuned champion: its start's validation Sharpe ratio"""
+    start_returns: ValidReturns | None = field(default=None, repr=False, compare=False)
+    """a fine-tuned champion: its start's validation returns (a trial; not in :meth:`record`)"""
+
+    @property
+    def start_scored(self) -> bool:
+        """Whether the start was scored on the validation window: one more trial of the run."""
+        return self.start_returns is not None
 
     def record(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "start_returns"}
 
 
 def lineage_root(run_dir: Path, pod_id: str) -> Mapping[str, Any] | None:
@@ -127,11 +146,11 @@ def same_policy(a: Policy, b: Policy) -> bool:
 
 def versus_start(
     chosen: Policy, start: Policy, valid: Any, params: Any, annualization: int
-) -> tuple[float, float | None]:
-    """``(t, the start's validation Sharpe)``: the paired t-statistic of the mean of ``chosen``'s
-    daily returns on ``valid`` over ``start``'s (the same sessions, both backtested by the env under
-    the run's costs and caps, in one backtest: ``score_each``; days taken as independent). Raises ``RoundError`` when
-    either's returns are not finite."""
+) -> tuple[float, float | None, ValidReturns]:
+    """``(t, the start's validation Sharpe, the start's validation returns)``: the paired t-statistic
+    of the mean of ``chosen``'s daily returns on ``valid`` over ``start``'s (the same sessions, both
+    backtested by the env under the run's costs and caps, in one backtest: ``score_each``; days taken
+    as independent). Raises ``RoundError`` when either's returns are not finite."""
     scored = score_each(
         {"chosen": chosen, "start": start}, valid, params, annualization=annualization, device=valid.device
     )
@@ -140,7 +159,7 @@ def versus_start(
             raise outcome
     (_, _, ours), (_, metrics, theirs) = scored
     t = float(paired_t(torch.as_tensor(ours.daily), torch.as_tensor(theirs.daily)))
-    return t, metrics.get("sharpe_ratio")
+    return t, metrics.get("sharpe_ratio"), theirs
 
 
 def _judged(
@@ -157,16 +176,14 @@ def _judged(
     if margin <= 0:  # (as the learner's margin: 0 keeps any fine-tuned step that scored better)
         return Refit(False, "fine-tuned; holdout_margin = 0: stays as chosen", *ids)
     try:
-        t, sharpe = versus_start(chosen, start, valid, params, annualization)
+        t, sharpe, returns = versus_start(chosen, start, valid, params, annualization)
     except RoundError as err:
         return Refit(False, f"fine-tuned; its start could not be scored on validation ({err})", *ids)
     if t > margin:
-        return Refit(
-            False, f"fine-tuned, beats its start on validation (t {t:.2f} > {margin:g})", *ids, t, sharpe
-        )
-    return Refit(
-        True, f"fine-tuned, not {margin:g} SE over its start on validation (t {t:.2f})", *ids, t, sharpe
-    )
+        reason = f"fine-tuned, beats its start on validation (t {t:.2f} > {margin:g})"
+        return Refit(False, reason, *ids, t, sharpe, returns)
+    reason = f"fine-tuned, not {margin:g} SE over its start on validation (t {t:.2f})"
+    return Refit(True, reason, *ids, t, sharpe, returns)
 
 
 def refit_champion(
@@ -185,8 +202,10 @@ def refit_champion(
     ``[agent]`` settings; ``warm_pods``: the run's first pods started from an incumbent's weights
     (a nightly or walk-forward warm start), whose lineages have no closed-form start to go back to.
     Replaces ``<run>/champion/`` when it refits."""
-    # (a chosen champion kept by an earlier refit of this run, before a resume chose again, is stale)
+    # (a chosen champion kept by an earlier refit of this run, before a resume chose again, is stale;
+    # so is an earlier start's look)
     shutil.rmtree(Path(run_dir) / CHOSEN, ignore_errors=True)
+    shutil.rmtree(Path(run_dir) / START_LOOK, ignore_errors=True)
     if champion is None:
         return Refit(False, "no champion")
     pod_id = str(champion.get("pod_id"))
@@ -208,6 +227,8 @@ def refit_champion(
     if not same_policy(chosen, start):
         margin = float(args.holdout_margin)
         outcome = _judged(chosen, start, valid, params, annualization, margin, ids)
+        if outcome.start_returns is not None:  # (the start's look: a trial, its returns kept)
+            write_valid_returns(Path(run_dir) / START_LOOK / VALID_RETURNS, outcome.start_returns)
         if not outcome.refitted:
             return outcome
         outcome = dataclasses.replace(outcome, reason=f"{outcome.reason}: the start, refitted")
