@@ -231,6 +231,9 @@ class DirectArgs:
     if it beats the ridge on the held-out tail (agents.nonlinear_start; needs asset_layers = 1)"""
     top_mass: float = 0.5
     """linear start: the softmax temperature puts this share of the book on the top 20% by score"""
+    start_blend: bool = True
+    """linear start: the ridge's scores averaged with those of the one feature that best ranks the fit
+    rows' returns (agents.linear_start.start_path)"""
     start_horizon: int = 1
     """linear start: decisions the ridge's target return spans (1: the next interval; 26: the next
     session at 15-minute decisions of 390-minute sessions)"""

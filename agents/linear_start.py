@@ -13,6 +13,17 @@ the linear baseline (``backtests.linear``) fitted on the **train window only**:
   mean information coefficient on that held-out tail; none positive: the zero model (no asset
   preferred: the policy starts at equal weights, as the linear baseline's zero model holds). The
   tournament's validation window is never read.
+- **blend** (``DirectArgs.start_blend``, on by default): at each penalty the ridge's scores are
+  averaged, at equal spread over the fit rows, with those of the one feature that best ranks the fit
+  rows' returns (the largest ``|t|`` of its per-row cross-sectional correlation with them): a sparse
+  model beside the dense one. With a few dozen sessions and a few dozen features the ridge spreads
+  weight over features that only fit noise; where one feature carries the edge the single-feature
+  model ranks the test window better, where several do the ridge does, and their average (the single
+  feature scaled to the ridge's spread, so the blend keeps its units) gave up
+  little of either on planted markets (docs/benchmarks.md, "The start's blend"). The penalty and
+  the zero model stay the ridge's, chosen as above; the blend is made at that penalty (choosing the
+  penalty by the blend's own held-out information coefficient fell to the zero model more often and
+  lost on the daily shape).
 - **the policy**: the network's linear skip (``NetworkConfig.linear_skip``, ``l_a += s . x_a`` on the
   normalized inputs) is set to the ridge coefficients times a temperature, the network's own asset
   read-out and cash logit start at zero (so the first policy is the ridge's softmax); the cash logit's
@@ -38,7 +49,14 @@ import torch
 from torch import Tensor
 
 from agents.policy import Policy
-from backtests.linear import PENALTIES, TOP_FRACTION, DecisionRows, information_coefficient, ridge_path
+from backtests.linear import (
+    PENALTIES,
+    TOP_FRACTION,
+    DecisionRows,
+    demean,
+    information_coefficient,
+    ridge_path,
+)
 
 
 class DecisionBars(Protocol):
@@ -60,6 +78,8 @@ class LinearStart:
     penalty: float
     holdout_ic: float
     temperature: float
+    blend: bool = False
+    """``coef`` is the ridge blended with the best single feature (:func:`start_path`)"""
 
     @property
     def is_zero(self) -> bool:
@@ -136,6 +156,48 @@ def start_panels(
     return panel(fit), panel(tail), rows[fit]
 
 
+def screened_feature(panel: DecisionRows) -> int:
+    """The feature whose per-row cross-sectional correlation with the target has the largest mean in
+    units of its standard error over the rows (``|t|``): the one that best ranks the panel's returns."""
+    x, y = demean(panel.x, panel.ok), demean(panel.y, panel.ok)
+    num = (x * y.unsqueeze(-1)).sum(dim=1)
+    den = (x.square().sum(dim=1) * y.square().sum(dim=1).unsqueeze(-1)).sqrt()
+    corr = torch.where(den > 0, num / den.clamp(min=1e-300), torch.zeros_like(num))  # (K, F)
+    se = corr.std(dim=0) / math.sqrt(max(1, corr.shape[0]))
+    t = torch.where(se > 0, corr.mean(dim=0) / se.clamp(min=1e-300), torch.zeros_like(se))
+    return int(t.abs().argmax())
+
+
+def _spread(panel: DecisionRows, coef: Tensor) -> float:
+    """The standard deviation of ``coef``'s scores across the valid names of the panel's rows."""
+    s = demean(panel.x @ coef, panel.ok)
+    return float((s.square().sum() / panel.ok.sum().clamp(min=1)).sqrt())
+
+
+def start_path(panel: DecisionRows, penalties: tuple[float, ...], blend: bool) -> list[Tensor]:
+    """The start's coefficients ``(F,)`` (float64) of ``panel`` at each penalty multiple: the ridge
+    (``backtests.linear.ridge_path``), or with ``blend`` the average of the ridge's scores and the
+    screened feature's (:func:`screened_feature`, its own one-feature regression) scaled to the
+    ridge's spread over the panel: an equal-weight blend that keeps the ridge's units (the nonlinear
+    start fits what it leaves, in return units). A ridge without spread stays as it is."""
+    ridges = ridge_path(panel, penalties)
+    if not blend:
+        return ridges
+    j = screened_feature(panel)
+    single = torch.zeros_like(ridges[0])
+    one = DecisionRows(x=panel.x[..., j : j + 1], y=panel.y, ok=panel.ok)
+    single[j] = ridge_path(one, (penalties[0],))[0][0]
+    single_spread = _spread(panel, single)
+    out = []
+    for coef in ridges:
+        spread = _spread(panel, coef)
+        if not (spread > 0 and single_spread > 0):
+            out.append(coef)
+            continue
+        out.append(0.5 * (coef + single * (spread / single_spread)))
+    return out
+
+
 def top_mass(logits: Tensor, tradable: Tensor, fraction: float = TOP_FRACTION) -> Tensor:
     """Mean share of a softmax over ``logits (K, A)`` (untradable assets left out) that sits on the
     top ``fraction`` of the tradable assets of each row."""
@@ -162,14 +224,20 @@ def temperature_for(scores: Tensor, tradable: Tensor, mass: float) -> float:
 
 
 def fit_linear_start(
-    d: DecisionBars, fit_rows: int, mass: float, horizon: int = 1, window: float = 1.0
+    d: DecisionBars,
+    fit_rows: int,
+    mass: float,
+    horizon: int = 1,
+    window: float = 1.0,
+    blend: bool = False,
 ) -> LinearStart:
     """The ridge of the rows ``[0, fit_rows)`` with its penalty chosen on ``[fit_rows, K)``, its target
     the return over the next ``horizon`` decisions (:func:`forward_returns`; the rows whose target
     reaches past their block's end left out, so no fit row reads a held-out return); with a trade
     ``window`` < 1 the rows the policy trades at, each target the return held to its next trade
     (:func:`start_panels`); the zero model when no penalty has a positive held-out information
-    coefficient."""
+    coefficient; with ``blend`` the ridge at the chosen penalty blended with the screened feature
+    (:func:`start_path`; its held-out information coefficient recorded)."""
     fit, tail, fit_index = start_panels(d, fit_rows, horizon, window)
     zero = LinearStart(
         coef=torch.zeros(d.features.shape[-1], device=d.features.device),
@@ -187,11 +255,16 @@ def fit_linear_start(
     if best is None:
         return zero
     ic, penalty, coef = best
+    if blend:  # (at the ridge's penalty: the ridge decides the penalty and the zero model)
+        coef = start_path(fit, (penalty,), True)[0]
+        ic = information_coefficient(tail.x @ coef, tail)
     scores = d.features[fit_index] @ coef.to(torch.float32)
     temperature = temperature_for(scores, d.tradable[fit_index], mass)
     if temperature <= 0.0:
         return zero
-    return LinearStart(coef=coef.to(torch.float32), penalty=penalty, holdout_ic=ic, temperature=temperature)
+    return LinearStart(
+        coef=coef.to(torch.float32), penalty=penalty, holdout_ic=ic, temperature=temperature, blend=blend
+    )
 
 
 @torch.no_grad()

@@ -40,15 +40,16 @@ start from different fits: a population of starts, not one.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from agents.linear_start import DecisionBars, LinearStart, temperature_for
+from agents.linear_start import DecisionBars, LinearStart, start_path, temperature_for
 from agents.policy import Policy
-from backtests.linear import DecisionRows, demean, ridge_path
+from backtests.linear import DecisionRows, demean
 from data.errors import ConfigError
 
 #: Epochs between two checks of the cross-validated fits; contiguous blocks of the fit rows.
@@ -111,13 +112,12 @@ def beats(candidate: Tensor, ridge: Tensor) -> bool:
 
 
 def _refit(ridge: LinearStart, panel: DecisionRows) -> LinearStart:
-    """``ridge`` refitted on ``panel`` at its own penalty (the zero model stays zero)."""
+    """``ridge`` refitted on ``panel`` at its own penalty, blended as it was (the zero model stays
+    zero)."""
     if ridge.is_zero or not math.isfinite(ridge.penalty):
         return ridge
-    coef = ridge_path(panel, (ridge.penalty,))[0].to(torch.float32)
-    return LinearStart(
-        coef=coef, penalty=ridge.penalty, holdout_ic=ridge.holdout_ic, temperature=ridge.temperature
-    )
+    coef = start_path(panel, (ridge.penalty,), ridge.blend)[0].to(torch.float32)
+    return dataclasses.replace(ridge, coef=coef)
 
 
 def _subset(panel: DecisionRows, rows: Tensor) -> DecisionRows:

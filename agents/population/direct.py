@@ -67,12 +67,12 @@ def start_direct_pod(
     policy: Policy, args: DirectArgs, market: Any, interval: int, fitted: dict[Any, Any] | None = None
 ) -> None:
     """A fresh pod's ridge start (``agents.linear_start``), as ``agents.direct.train`` makes it;
-    ``fitted`` keeps the ridges fitted so far on ``market`` (by ``holdout_frac``, ``top_mass`` and
-    ``start_horizon``), so a round's fresh pods fit each once."""
+    ``fitted`` keeps the ridges fitted so far on ``market`` (by ``holdout_frac``, ``top_mass``,
+    ``start_horizon``, ``trade_window`` and ``start_blend``), so a round's fresh pods fit each once."""
     if args.linear_start:
         decisions = decisions_of(market, interval)
         fitted = {} if fitted is None else fitted
-        key = (args.holdout_frac, args.top_mass, args.start_horizon, args.trade_window)
+        key = (args.holdout_frac, args.top_mass, args.start_horizon, args.trade_window, args.start_blend)
         fitted[key] = start_from_linear(policy, decisions, _split(decisions, args)[1], args, fitted.get(key))
 
 

@@ -1,0 +1,125 @@
+"""The linear start with and without its blend: how well each ranks the test window, as a share of
+the planted predictor's information coefficient.
+
+For each seed, one market of the power table's size (100 tickers x 243 sessions split 72 / 45 / 126,
+the library's 26 features) of the planted ``--shape`` at daily IC ``--ic`` is built. On the train
+window (what a pod's start reads) and on the train and validation windows joined (what the refit
+reads), the direct learner's start is fitted as the product fits it (``agents.linear_start.
+fit_linear_start``: next-interval target at 15-minute decisions, the last 20% of the window held
+out to choose the penalty) three ways: the ridge alone (``ridge``), the ridge blended with the
+screened feature at the ridge's own penalty (``blend``, the default: ``start_path``), and the blend
+whose penalty its own held-out tail chooses (``blend_own_penalty``, the variant not taken). Printed
+per seed and as means: each start's mean cross-sectional information coefficient with the
+next-interval returns on the test window divided by the planted predictor's (the zero model
+counts 0).
+
+Not a power figure: it isolates the start's fit from trading, selection and costs. Seeds 1,200,000
+onwards, outside the power tables'.
+
+    .venv/bin/python benchmarks/start_blend.py --shape minute_momentum --ic 0.05 --seeds 12
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+from agents.direct import decisions_of  # noqa: E402
+from agents.linear_start import fit_linear_start, start_panels, start_path  # noqa: E402
+from backtests.linear import PENALTIES, DecisionRows, decision_panel, information_coefficient  # noqa: E402
+from data.loader import synthetic_market  # noqa: E402
+from data.planted import SHAPES  # noqa: E402
+from data.synthetic import SyntheticSpec, planted_predictor  # noqa: E402
+
+FIRST_SEED = 1_200_000
+SPLIT = dict(num_tickers=100, num_sessions=243, train_frac=72 / 243, valid_frac=45 / 243)
+INTERVAL = 15
+HOLDOUT_FRAC = 0.2
+VARIANTS = ("ridge", "blend", "blend_own_penalty")
+
+
+def _own_penalty_blend(d, fit_rows: int) -> torch.Tensor:
+    """The blend whose penalty the held-out tail chooses by the blend's own information coefficient
+    (the zero model when none is positive)."""
+    fit, tail, _ = start_panels(d, fit_rows)
+    best = None
+    for coef in start_path(fit, PENALTIES, True):
+        ic = information_coefficient(tail.x @ coef, tail)
+        if ic == ic and ic > 0.0 and (best is None or ic > best[0]):
+            best = (ic, coef)
+    return torch.zeros(d.features.shape[-1], dtype=torch.float64) if best is None else best[1]
+
+
+def _share(coef: torch.Tensor, test: DecisionRows, oracle_ic: float) -> float:
+    ic = information_coefficient(test.x @ coef.to(torch.float64), test)
+    return 0.0 if not math.isfinite(ic) else ic / oracle_ic
+
+
+def one_market(shape: str, target_ic: float, seed: int) -> dict:
+    splits = synthetic_market(seed=seed, shape=shape, target_ic=target_ic, feature_set="library", **SPLIT)
+    spec = SyntheticSpec(
+        num_tickers=SPLIT["num_tickers"],
+        num_sessions=SPLIT["num_sessions"],
+        seed=seed,
+        shape=shape,
+        target_ic=target_ic,
+    )
+    predictor = planted_predictor(spec)
+    test = decision_panel(splits.test, INTERVAL)
+    offset = splits.full.num_steps - splits.test.num_steps
+    bars = torch.arange(0, splits.test.num_steps - INTERVAL, INTERVAL)
+    oracle = torch.nan_to_num(torch.as_tensor(predictor[offset + bars.numpy()], dtype=torch.float64))
+    oracle_ic = information_coefficient(oracle, test)
+    row: dict = {"seed": seed, "oracle_ic": round(oracle_ic, 5)}
+    for window, market in (("train", splits.train), ("joined", splits.train.join(splits.valid))):
+        d = decisions_of(market, INTERVAL)
+        fit_rows = d.num - max(1, int(round(d.num * HOLDOUT_FRAC)))
+        starts: dict[str, torch.Tensor] = {
+            "ridge": fit_linear_start(d, fit_rows, 0.5, blend=False).coef,
+            "blend": fit_linear_start(d, fit_rows, 0.5, blend=True).coef,
+            "blend_own_penalty": _own_penalty_blend(d, fit_rows),
+        }
+        for name, coef in starts.items():
+            row[f"{window}_{name}"] = round(_share(coef, test, oracle_ic), 3)
+    return row
+
+
+def main(argv: list[str] | None = None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--shape", default="minute_momentum", choices=SHAPES)
+    p.add_argument("--ic", type=float, default=0.05, help="the planted predictor's daily rank IC")
+    p.add_argument("--seeds", type=int, default=12, help="markets (seeds from 1,200,000)")
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+    torch.set_num_threads(1)
+    rows = []
+    for seed in range(FIRST_SEED, FIRST_SEED + args.seeds):
+        start = time.perf_counter()
+        rows.append(one_market(args.shape, args.ic, seed))
+        print(
+            json.dumps({**rows[-1], "s": round(time.perf_counter() - start, 1)}), file=sys.stderr, flush=True
+        )
+    keys = [f"{w}_{v}" for w in ("train", "joined") for v in VARIANTS]
+    means = {k: round(sum(r[k] for r in rows) / len(rows), 3) for k in keys}
+    wins = {w: sum(r[f"{w}_blend"] > r[f"{w}_ridge"] for r in rows) for w in ("train", "joined")}
+    out = {
+        "shape": args.shape,
+        "ic": args.ic,
+        "seeds": args.seeds,
+        "mean_share": means,
+        "blend_beats_ridge": wins,
+    }
+    print(json.dumps(out, indent=2) if args.json else out)
+    return out
+
+
+if __name__ == "__main__":
+    main()
