@@ -68,7 +68,8 @@ def test_demo_test_preset_end_to_end(home, capsys):
     assert (run_dir / "ensemble" / "valid_returns.parquet").is_file()
     assert (run_dir / "champion_start" / "valid_returns.parquet").is_file() == start_looked
     assert metrics["pbo"] is not None and 0.0 <= metrics["pbo"] <= 1.0 and metrics["pbo_logits"]
-    assert 2 <= metrics["pbo_num_trials"] <= metrics["num_trials"]  # trials with no Sharpe at all are left out
+    # trials with no Sharpe at all are left out of the PBO
+    assert 2 <= metrics["pbo_num_trials"] <= metrics["num_trials"]
     assert "equal_weight" in metrics["strategies"] and metrics["broker"] == "alpaca"
     # 5 held-out sessions: the verdict says the test needs more; the selection diagnostics are there
     assert summary["verdict"] == metrics["verdict"] and metrics["verdict_outcome"] == "not measurable"
