@@ -13,14 +13,14 @@ the linear baseline (``backtests.linear``) fitted on the **train window only**:
   mean information coefficient on that held-out tail; none positive: the zero model (no asset
   preferred: the policy starts at equal weights, as the linear baseline's zero model holds). The
   tournament's validation window is never read.
-- **blend** (``DirectArgs.start_blend``, on by default): at each penalty the ridge's scores are
-  averaged, at equal spread over the fit rows, with those of the one feature that best ranks the fit
-  rows' returns (the largest ``|t|`` of its per-row cross-sectional correlation with them): a sparse
-  model beside the dense one. With a few dozen sessions and a few dozen features the ridge spreads
+- **blend** (``DirectArgs.start_blend``, on by default): at the chosen penalty the ridge's scores
+  are averaged, at equal spread over the fit rows, with those of the one feature that best ranks the
+  fit rows' returns (the largest ``|t|`` of its per-row cross-sectional correlation with them; its
+  sign from a one-feature regression): a sparse model beside the dense one. With a few dozen sessions and a few dozen features the ridge spreads
   weight over features that only fit noise; where one feature carries the edge the single-feature
   model ranks the test window better, where several do the ridge does, and their average (the single
-  feature scaled to the ridge's spread, so the blend keeps its units) gave up
-  little of either on planted markets (docs/benchmarks.md, "The start's blend"). The penalty and
+  feature scaled to the ridge's spread, so the blend keeps its units) kept most of either's gain on
+  planted markets (docs/benchmarks.md, "The start's blend"). The penalty and
   the zero model stay the ridge's, chosen as above; the blend is made at that penalty (choosing the
   penalty by the blend's own held-out information coefficient fell to the zero model more often and
   lost on the daily shape).
@@ -158,12 +158,19 @@ def start_panels(
 
 def screened_feature(panel: DecisionRows) -> int:
     """The feature whose per-row cross-sectional correlation with the target has the largest mean in
-    units of its standard error over the rows (``|t|``): the one that best ranks the panel's returns."""
-    x, y = demean(panel.x, panel.ok), demean(panel.y, panel.ok)
+    units of its standard error over the rows (``|t|``): the one that best ranks the panel's returns.
+    Rows with fewer than three valid names are left out (as ``information_coefficient`` leaves them:
+    two names correlate at +-1 whatever they hold); a feature without spread in a row counts 0
+    there. With fewer than two rows left, the largest mean correlation decides (feature 0 with none)."""
+    use = panel.ok.sum(dim=1) >= 3
+    ok = panel.ok[use]
+    x, y = demean(panel.x[use], ok), demean(panel.y[use], ok)
     num = (x * y.unsqueeze(-1)).sum(dim=1)
     den = (x.square().sum(dim=1) * y.square().sum(dim=1).unsqueeze(-1)).sqrt()
     corr = torch.where(den > 0, num / den.clamp(min=1e-300), torch.zeros_like(num))  # (K, F)
-    se = corr.std(dim=0) / math.sqrt(max(1, corr.shape[0]))
+    if corr.shape[0] < 2:
+        return int(corr.mean(dim=0).abs().argmax()) if corr.shape[0] else 0
+    se = corr.std(dim=0) / math.sqrt(corr.shape[0])
     t = torch.where(se > 0, corr.mean(dim=0) / se.clamp(min=1e-300), torch.zeros_like(se))
     return int(t.abs().argmax())
 

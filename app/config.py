@@ -69,6 +69,7 @@ __all__ = [
     "to_learner_args",
     "to_tournament_args",
     "write_config",
+    "load_run_config",
 ]
 
 log = logging.getLogger(__name__)
@@ -307,17 +308,39 @@ def parse_config(raw: dict[str, Any], *, source: str = "config") -> Config:
         raise ConfigError(_format_error(err, source)) from None
 
 
-def load_config(path: str | os.PathLike[str] | None) -> Config:
-    """Read a TOML config (None: all defaults)."""
-    if path is None:
-        return Config()
+#: Keys added with a default that changes what a run does, and the value a run written before them
+#: ran with: a run's own config.toml that lacks one (a resume, :func:`load_run_config`) keeps its
+#: behaviour; a config file a user writes gets the default.
+ADDED_KEYS: dict[tuple[str, str], Any] = {
+    ("agent", "start_blend"): False,  # the linear start's blend (agents.linear_start.start_path)
+}
+
+
+def _read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
     try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        return tomllib.loads(path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
         raise ConfigError(f"{path}: not valid TOML: {err}") from None
+
+
+def load_config(path: str | os.PathLike[str] | None) -> Config:
+    """Read a TOML config (None: all defaults)."""
+    if path is None:
+        return Config()
+    return parse_config(_read_toml(path), source=str(path))
+
+
+def load_run_config(path: str | os.PathLike[str]) -> Config:
+    """A run's own ``config.toml`` (written with every key when the run started), a key it predates
+    read at the value the run ran with (:data:`ADDED_KEYS`)."""
+    raw = _read_toml(path)
+    for (section, key), value in ADDED_KEYS.items():
+        keys = raw.get(section)
+        if isinstance(keys, dict) and key not in keys:
+            raw[section] = {**keys, key: value}
     return parse_config(raw, source=str(path))
 
 

@@ -163,9 +163,15 @@ def trial_returns(run_dir: RunDir) -> tuple[Any, Any, list[str]] | None:
     # fine-tuned champion's start, scored there by the refit (app.refit): each a column after the pods'.
     for extra in (ENSEMBLE_POD, CHAMPION_START):
         more_when, more, more_ids = read_valid_returns_matrix(run_dir.path, [extra], period="daily")
-        if more_ids and ids and np.array_equal(np.asarray(more_when), np.asarray(when)):
-            returns = np.column_stack([returns, more])
-            ids = [*ids, *more_ids]
+        if not (more_ids and ids):
+            continue
+        if not np.array_equal(np.asarray(more_when), np.asarray(when)):
+            log.warning(
+                "%s's validation returns do not line up with the pods': left out of the trials", extra
+            )
+            continue
+        returns = np.column_stack([returns, more])
+        ids = [*ids, *more_ids]
     return (when, returns, ids) if ids else None
 
 
@@ -187,5 +193,9 @@ def selection_inputs(
     if not np.isfinite(benchmark).all():
         log.warning("buy-and-hold's validation returns do not line up with the pods': no SPA test")
         benchmark = None
+    # A fine-tuned champion that gave way to its start (app.refit) is judged by the start's look.
+    refit = run_dir.info().extra.get("refit") or {}
+    if refit.get("refitted") and refit.get("start_t") is not None and CHAMPION_START in ids:
+        champion = CHAMPION_START
     column = ids.index(champion) if champion in ids else None
     return SelectionInputs(returns=returns, ids=tuple(ids), champion=column, benchmark=benchmark)

@@ -20,6 +20,7 @@ import shutil
 from typing import Any
 
 from agents.tournament.orchestrator import TournamentResult
+from agents.tournament.pod import VALID_RETURNS, write_valid_returns
 from agents.tournament.refit import Refit, refit_champion
 from app.config import Config, to_env_params, to_tournament_args
 from app.ensemble import ensemble_step
@@ -59,6 +60,7 @@ def refit_step(
     """Refit ``result``'s champion on ``train`` joined with ``valid`` (module docstring); returns the
     result with ``champion["refit"]`` set, and with one more trial when a fine-tuned champion's start
     was scored on the validation window (recorded in ``refit`` and counted as the ensemble is)."""
+    shutil.rmtree(run.champion_start, ignore_errors=True)  # (an earlier refit's look, before a resume)
     if result.champion is None:
         return result
     if not config.tournament.refit:
@@ -76,7 +78,8 @@ def refit_step(
             warm_pods=warm_pods,
         )
     fields: dict[str, Any] = {"refit": outcome.record()}
-    if outcome.start_scored:  # (looked at on the validation window: one more trial)
+    if outcome.start_scored:  # (looked at on the validation window: one more trial, its returns kept)
+        write_valid_returns(run.champion_start / VALID_RETURNS, outcome.start_returns)
         sharpe = outcome.start_sharpe
         trial_sharpes = [*result.trial_sharpes, None if sharpe is None else float(sharpe)]
         result = dataclasses.replace(result, pods_tried=result.pods_tried + 1, trial_sharpes=trial_sharpes)

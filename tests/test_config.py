@@ -280,3 +280,19 @@ def test_with_updates_reads_the_old_keys_as_a_file_does():
         config.with_updates(nightly={"shadow_book": True}, gate={"rule": "window"})
     with pytest.raises(ConfigError, match="overrides: gate: .*max_sessions must be >= min_sessions"):
         Config().with_updates(gate={"min_sessions": 30, "max_sessions": 20})
+
+
+def test_a_runs_own_config_keeps_what_it_ran_with_for_keys_it_predates(tmp_path):
+    """A run's config.toml holds every key of its day: one written before ``[agent] start_blend``
+    existed ran without the blend and resumes without it; a user's config file gets the default."""
+    from app.config import ADDED_KEYS, config_to_toml, load_config, load_run_config
+
+    assert ADDED_KEYS[("agent", "start_blend")] is False
+    full = config_to_toml(Config())
+    old = tmp_path / "old.toml"
+    old.write_text("\n".join(line for line in full.splitlines() if not line.startswith("start_blend")))
+    assert load_run_config(old).agent.start_blend is False
+    assert load_config(old).agent.start_blend is True
+    new = tmp_path / "new.toml"
+    new.write_text(full)
+    assert load_run_config(new).agent.start_blend is True

@@ -47,7 +47,8 @@ def _reference(panel: DecisionRows, penalty: float) -> np.ndarray:
     gram = flat_x.T @ flat_x
     ridge = np.linalg.solve(gram + penalty * gram.diagonal().mean() * np.eye(features), flat_x.T @ flat_y)
     single = np.zeros(features)
-    single[j] = (flat_x[:, j] @ flat_y) / (gram[j, j] * (1.0 + PENALTIES[0]))
+    # (its one-feature regression: only its sign survives the scaling to the ridge's spread below)
+    single[j] = (flat_x[:, j] @ flat_y) / (gram[j, j] * (1.0 + penalty))
 
     def spread(coef: np.ndarray) -> float:
         s = x @ coef
@@ -133,3 +134,19 @@ def test_the_ridge_decides_the_penalty_and_the_zero_model():
         assert blend.penalty == ridge.penalty and blend.is_zero == ridge.is_zero
         zeros += ridge.is_zero
     assert 0 < zeros < 6  # (both kinds of market were seen)
+
+
+def test_rows_of_two_names_do_not_sway_the_screen():
+    """Two names correlate at +-1 whatever they hold: such rows are left out of the screen, as the
+    information coefficient leaves them out; so is a single row's undefined spread."""
+    panel = _panel(rows=200, edge=4, seed=5)
+    assert screened_feature(panel) == 4
+    gen = torch.Generator().manual_seed(9)
+    thin = torch.zeros(40, panel.ok.shape[1], dtype=torch.bool)
+    thin[:, :2] = True
+    x = torch.randn(40, *panel.x.shape[1:], generator=gen, dtype=torch.float64)
+    y = x[..., 1].clone()  # (feature 1 is the thin rows' perfect ranker)
+    mixed = DecisionRows(x=torch.cat([panel.x, x]), y=torch.cat([panel.y, y]), ok=torch.cat([panel.ok, thin]))
+    assert screened_feature(mixed) == 4
+    one = DecisionRows(x=panel.x[:1], y=panel.y[:1], ok=panel.ok[:1])
+    assert 0 <= screened_feature(one) < panel.x.shape[-1]

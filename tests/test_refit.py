@@ -208,11 +208,7 @@ def test_the_refit_writes_where_the_run_folder_reads():
     from agents.tournament import refit
     from app import runs
 
-    assert (refit.CHAMPION, refit.CHOSEN, refit.START_LOOK) == (
-        runs.CHAMPION,
-        runs.CHAMPION_CHOSEN,
-        runs.CHAMPION_START,
-    )
+    assert (refit.CHAMPION, refit.CHOSEN) == (runs.CHAMPION, runs.CHAMPION_CHOSEN)
 
 
 def test_refit_off_leaves_the_chosen_champion_and_says_so(tournament, tmp_path):
@@ -242,10 +238,51 @@ def test_the_comparison_with_the_start_is_recorded_in_the_run(tournament, tmp_pa
     config = Config().with_updates(agent=AGENT, env=ENV)
     run = RunDir.at(run_dir)
     out = refit_step(run, result, train, valid, config)
-    assert out.champion["refit"] is True
+    assert out.champion["refit"] is True and out.pods_tried == result.pods_tried + 1
     refit = run.info().extra["refit"]
     assert (refit["start_t"], refit["start_sharpe"], refit["refitted"]) == (0.3, 0.5, True)
     assert "start_returns" not in refit
+    # the champion's column in the selection statistics is the start's look it gave way to
+    from app.evaluation import selection_inputs
+
+    inputs = selection_inputs(run, valid, PARAMS, out.champion["pod_id"])
+    assert inputs.ids[inputs.champion] == "champion_start"
+    # again (a resume's refit): counted once, over the tournament's own count
+    again = refit_step(run, result, train, valid, config)
+    assert again.pods_tried == result.pods_tried + 1 == run.info().pods_tried
+
+
+def test_a_champion_that_beats_its_start_still_counts_the_look(tournament, tmp_path, monkeypatch):
+    from app.config import Config
+    from app.refit import refit_step
+
+    result, train, valid = tournament
+    run_dir = _copy_run(result, tmp_path)
+    _moved_champion(run_dir)
+    _recording(monkeypatch, 3.0)
+    run = RunDir.at(run_dir)
+    config = Config().with_updates(agent={**AGENT, "holdout_margin": 2.0}, env=ENV)
+    out = refit_step(run, result, train, valid, config)
+    assert out.champion["refit"] is False and out.pods_tried == result.pods_tried + 1
+    assert (run.champion_start / "valid_returns.parquet").is_file()
+
+
+def test_refit_off_clears_an_earlier_start_look(tournament, tmp_path):
+    from app.config import Config
+    from app.evaluation import trial_returns
+    from app.refit import refit_step
+
+    result, train, valid = tournament
+    run_dir = _copy_run(result, tmp_path)
+    _moved_champion(run_dir)
+    run = RunDir.at(run_dir)
+    config = Config().with_updates(agent={**AGENT, "holdout_margin": 2.0}, env=ENV)
+    refit_step(run, result, train, valid, config)
+    assert "champion_start" in trial_returns(run)[2]
+    off = config.model_copy(update={"tournament": config.tournament.model_copy(update={"refit": False})})
+    out = refit_step(run, result, train, valid, off)
+    assert out.pods_tried == result.pods_tried and not run.champion_start.exists()
+    assert "champion_start" not in trial_returns(run)[2]
 
 
 def test_the_start_scored_on_validation_is_one_more_trial_everywhere(tournament, tmp_path):

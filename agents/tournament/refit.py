@@ -35,9 +35,9 @@ What is refitted, and when:
 The refitted policy replaces ``<run>/champion/`` (a whole-folder swap); the chosen one is kept as
 ``<run>/champion_chosen/``. Its validation score is the chosen policy's (the refit has read the
 validation window, so it has none of its own). The start's look at the validation window is one more
-trial of the run, as the ensemble's is: its daily validation returns are written to
-``<run>/champion_start/valid_returns.parquet`` (``app.refit`` counts it in ``pods_tried`` and
-``trial_sharpes``, and the selection statistics read its returns beside the pods').
+trial of the run, as the ensemble's is: :class:`Refit` carries the start's validation returns, and
+``app.refit`` writes them to ``<run>/champion_start/valid_returns.parquet`` and counts the trial in
+``pods_tried`` and ``trial_sharpes`` (the selection statistics read its returns beside the pods').
 """
 
 from __future__ import annotations
@@ -57,14 +57,7 @@ from agents.direct import paired_t
 from agents.policy import Policy
 from agents.population.direct import start_direct_pod
 from agents.tournament.leaderboard import read_pods
-from agents.tournament.pod import (
-    VALID_RETURNS,
-    RoundError,
-    ValidReturns,
-    learner_args,
-    score_each,
-    write_valid_returns,
-)
+from agents.tournament.pod import RoundError, ValidReturns, learner_args, score_each
 from agents.training import policy_for_env
 from backtests.metrics import TRADING_DAYS_PER_YEAR
 from data.atomic import replace_dir
@@ -73,8 +66,6 @@ from data.atomic import replace_dir
 #: names ``app.runs`` reads them by: ``CHAMPION``, ``CHAMPION_CHOSEN``).
 CHAMPION = "champion"
 CHOSEN = "champion_chosen"
-#: Where a fine-tuned champion's start, scored on the validation window, keeps its returns (a trial).
-START_LOOK = "champion_start"
 
 
 @dataclass(frozen=True)
@@ -202,10 +193,8 @@ def refit_champion(
     ``[agent]`` settings; ``warm_pods``: the run's first pods started from an incumbent's weights
     (a nightly or walk-forward warm start), whose lineages have no closed-form start to go back to.
     Replaces ``<run>/champion/`` when it refits."""
-    # (a chosen champion kept by an earlier refit of this run, before a resume chose again, is stale;
-    # so is an earlier start's look)
+    # (a chosen champion kept by an earlier refit of this run, before a resume chose again, is stale)
     shutil.rmtree(Path(run_dir) / CHOSEN, ignore_errors=True)
-    shutil.rmtree(Path(run_dir) / START_LOOK, ignore_errors=True)
     if champion is None:
         return Refit(False, "no champion")
     pod_id = str(champion.get("pod_id"))
@@ -227,8 +216,6 @@ def refit_champion(
     if not same_policy(chosen, start):
         margin = float(args.holdout_margin)
         outcome = _judged(chosen, start, valid, params, annualization, margin, ids)
-        if outcome.start_returns is not None:  # (the start's look: a trial, its returns kept)
-            write_valid_returns(Path(run_dir) / START_LOOK / VALID_RETURNS, outcome.start_returns)
         if not outcome.refitted:
             return outcome
         outcome = dataclasses.replace(outcome, reason=f"{outcome.reason}: the start, refitted")

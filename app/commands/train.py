@@ -43,12 +43,16 @@ def _tournament_command(
 ) -> None:
     # Imported here, not at module top: they load torch, which `podracer --help` must not (app.commands).
     from app import render
-    from app.config import load_config
+    from app.config import load_config, load_run_config
     from app.workflows.training import check_backend_flags, stored_config_path, train_tournament
 
     if resume is not None and config is not None:
         raise ConfigError("--resume uses the run's own config.toml: drop --config")
-    cfg = load_config(stored_config_path(context.home(), resume) if resume is not None else config)
+    cfg = (
+        load_run_config(stored_config_path(context.home(), resume))
+        if resume is not None
+        else load_config(config)
+    )
     if overrides:
         cfg = cfg.with_updates(tournament=overrides)
     if agent:

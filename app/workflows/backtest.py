@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from agents.ensemble import load_policy
-from app.config import load_config, to_env_params
+from app.config import load_config, load_run_config, to_env_params
 from app.evaluation import (
     check_policy_fits,
     count_look,
@@ -123,7 +123,7 @@ def _run_and_config(home: Path, run: str) -> tuple[RunDir, Any]:
         raise PodracerError(f"no run {run!r} under {runs_root(home)}")
     if not run_dir.config.is_file():
         raise ConfigError(f"run {run!r} has no config.toml")
-    return run_dir, load_config(run_dir.config)
+    return run_dir, load_run_config(run_dir.config)
 
 
 def backtest_run(

@@ -18,6 +18,7 @@ Nothing here prints: progress displays are passed in (``app.render`` has the CLI
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager, nullcontext
@@ -224,7 +225,9 @@ def train_tournament(
         check_backend_args(args, device)  # (a setting the backend would not use: before any file)
     splits = load_market(config.data, home=home, device=device) if splits is None else splits.to(device)
     check_valid_sessions(splits, config)
-    if resume is None:
+    if resume is not None:  # (an earlier session's start look: counted again only if the refit looks again)
+        shutil.rmtree(run_dir.champion_start, ignore_errors=True)
+    else:
         run_dir.path.mkdir(parents=True, exist_ok=True)
         run_dir.write(
             {
