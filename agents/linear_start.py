@@ -16,14 +16,14 @@ the linear baseline (``backtests.linear``) fitted on the **train window only**:
 - **blend** (``DirectArgs.start_blend``, on by default): at the chosen penalty the ridge's scores
   are averaged, at equal spread over the fit rows, with those of the one feature that best ranks the
   fit rows' returns (the largest ``|t|`` of its per-row cross-sectional correlation with them; its
-  sign from a one-feature regression): a sparse model beside the dense one. With a few dozen sessions and a few dozen features the ridge spreads
-  weight over features that only fit noise; where one feature carries the edge the single-feature
-  model ranks the test window better, where several do the ridge does, and their average (the single
-  feature scaled to the ridge's spread, so the blend keeps its units) kept most of either's gain on
-  planted markets (docs/benchmarks.md, "The start's blend"). The penalty and
-  the zero model stay the ridge's, chosen as above; the blend is made at that penalty (choosing the
-  penalty by the blend's own held-out information coefficient fell to the zero model more often and
-  lost on the daily shape).
+  sign from a one-feature regression): a sparse model beside the dense one. With a few dozen
+  sessions and a few dozen features the ridge spreads weight over features that only fit noise;
+  where one feature carries the edge the single-feature model ranks the test window better, where
+  several do the ridge does, and their average (the single feature scaled to the ridge's spread, so
+  the blend keeps its units) kept most of either's gain on planted markets (docs/benchmarks.md,
+  "The start's blend"). The penalty and the zero model stay the ridge's, chosen as above; the blend
+  is made at that penalty (choosing the penalty by the blend's own held-out information coefficient
+  fell to the zero model more often and lost on the daily shape).
 - **the policy**: the network's linear skip (``NetworkConfig.linear_skip``, ``l_a += s . x_a`` on the
   normalized inputs) is set to the ridge coefficients times a temperature, the network's own asset
   read-out and cash logit start at zero (so the first policy is the ridge's softmax); the cash logit's
