@@ -371,22 +371,8 @@ def score_policy(
     return scored
 
 
-def score_each(
-    policies: Mapping[str, Callable[[Tensor], Tensor]],
-    valid: MarketData,
-    params: Any,
-    *,
-    fitness: str = "sharpe",
-    annualization: int,
-    device: str | torch.device = "cpu",
-) -> list[Scored | RoundError]:
-    """:func:`score_policy` of each named policy, from one backtest of them all (each its own row of
-    the env: the same scores, metrics and returns as one at a time)."""
-    return _score(valid, params, policies, fitness, annualization, device)
-
-
 def score_policies(
-    batch: PolicyBatch,
+    batch: PolicyBatch | Mapping[str, Callable[[Tensor], Tensor]],
     valid: MarketData,
     params: Any,
     *,
@@ -394,7 +380,8 @@ def score_policies(
     annualization: int,
     device: str | torch.device = "cpu",
 ) -> list[Scored | RoundError]:
-    """:func:`score_policy` of every policy of ``batch`` (one per name), from one batched backtest: the
+    """:func:`score_policy` of every policy of ``batch`` (a population's batch, or named policies:
+    each its own row of the env), from one batched backtest: the
     same scores, metrics and returns, or a :class:`RoundError` for a policy whose returns are not
     finite (the others are unaffected: every policy is its own row of the env)."""
     return _score(valid, params, batch, fitness, annualization, device)

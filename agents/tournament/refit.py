@@ -57,7 +57,7 @@ from agents.direct import paired_t
 from agents.policy import Policy
 from agents.population.direct import start_direct_pod
 from agents.tournament.leaderboard import read_pods
-from agents.tournament.pod import RoundError, ValidReturns, learner_args, score_each
+from agents.tournament.pod import RoundError, ValidReturns, learner_args, score_policies
 from agents.training import policy_for_env
 from backtests.metrics import TRADING_DAYS_PER_YEAR
 from data.atomic import replace_dir
@@ -140,9 +140,9 @@ def versus_start(
 ) -> tuple[float, float | None, ValidReturns]:
     """``(t, the start's validation Sharpe, the start's validation returns)``: the paired t-statistic
     of the mean of ``chosen``'s daily returns on ``valid`` over ``start``'s (the same sessions, both
-    backtested by the env under the run's costs and caps, in one backtest: ``score_each``; days taken
+    backtested by the env under the run's costs and caps, in one backtest: ``score_policies``; days taken
     as independent). Raises ``RoundError`` when either's returns are not finite."""
-    scored = score_each(
+    scored = score_policies(
         {"chosen": chosen, "start": start}, valid, params, annualization=annualization, device=valid.device
     )
     for outcome in scored:
