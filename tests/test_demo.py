@@ -10,6 +10,7 @@ import pytest
 
 from app.cli import main
 from app.workflows.demo import build_config
+from data.errors import ConfigError
 
 
 @pytest.mark.slow
@@ -113,6 +114,29 @@ def test_default_preset_plants_a_moderate_signal_and_the_flag_overrides_it():
     assert (n_train, n_valid, n - n_train - n_valid) == (72, 45, 126)
     assert build_config("default", signal=0.0, machine=cpu, **kw)[0].data.signal == 0.0
     assert build_config("test", signal=None, machine=cpu, **kw)[0].data.signal == 1.0
+
+
+def test_target_ic_flag_plants_a_daily_rank_ic_and_a_signal_replaces_it(tmp_path):
+    cpu = {"cores": 2, "device": "cpu", "gpu": None}
+    kw = {"data_source": "synthetic", "seed": None, "minutes": None, "workers": None, "machine": cpu}
+    config, _ = build_config("default", config_path=None, signal=None, target_ic=0.05, **kw)
+    assert config.data.target_ic == 0.05
+    # a file that plants an IC: --signal replaces it (the control of a file's market), --target-ic too
+    path = tmp_path / "ic.toml"
+    path.write_text("[data]\nnum_sessions = 243\ntarget_ic = 0.05\n")
+    assert build_config("default", config_path=path, signal=None, **kw)[0].data.target_ic == 0.05
+    control = build_config("default", config_path=path, signal=0.0, **kw)[0].data
+    assert control.target_ic is None and control.signal == 0.0
+    assert (
+        build_config("default", config_path=path, signal=None, target_ic=0.0, **kw)[0].data.target_ic == 0.0
+    )
+    with pytest.raises(ConfigError, match="--signal and --target-ic"):
+        build_config("default", config_path=None, signal=0.42, target_ic=0.05, **kw)
+
+
+def test_demo_target_ic_flag_out_of_range_exits_2(home, capsys):
+    assert main(["--home", str(home), "demo", "--target-ic", "0.5"]) == 2
+    assert "--target-ic" in capsys.readouterr().err
 
 
 def test_demo_refuses_the_shipped_real_sample_in_one_line(home, capsys):

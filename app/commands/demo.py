@@ -26,6 +26,14 @@ def demo(
         min=0.0,
         help="Planted signal strength (0 = pure noise; default preset 0.42, test preset 1.0).",
     ),
+    target_ic: float = typer.Option(
+        None,
+        "--target-ic",
+        min=0.0,
+        max=0.15,
+        help="The planted level as the planted predictor's daily rank IC (replaces --signal; "
+        "good real factors: 0.02-0.05).",
+    ),
     seed: int = typer.Option(None, "--seed", help="Seed of data, pods and tournament \\[default: 0]."),
     preset: str = typer.Option(
         "default", "--preset", help="default, or test (a tiny end-to-end run for CI)."
@@ -53,6 +61,7 @@ def demo(
         config_path=config,
         data_source=data,
         signal=signal,
+        target_ic=target_ic,
         seed=seed,
         minutes=minutes,
         workers=workers,

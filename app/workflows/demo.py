@@ -94,6 +94,7 @@ def build_config(
     minutes: float | None,
     workers: int | None,
     machine: dict[str, Any],
+    target_ic: float | None = None,
 ) -> tuple[Config, dict[str, Any]]:
     """The demo's resolved config: preset, then the user's TOML, then the flags."""
     if preset not in PRESETS:
@@ -105,8 +106,15 @@ def build_config(
         sections = {}  # the user's file wins over the preset
     data = sections.setdefault("data", {})
     data["source"] = "synthetic" if data_source == "synthetic" else "real-sample"
+    if signal is not None and target_ic is not None:
+        raise ConfigError(
+            "--signal and --target-ic are both set: choose one (a strength, or a daily rank IC)"
+        )
     if signal is not None:
         data["signal"] = signal
+        data["target_ic"] = None  # (an explicit strength replaces a planted IC of the preset or file)
+    if target_ic is not None:
+        data["target_ic"] = target_ic
     if seed is not None:
         data["seed"] = seed
         sections.setdefault("agent", {})["seed"] = seed
@@ -133,6 +141,14 @@ def build_config(
     return config, {"budget_minutes": budget_minutes}
 
 
+def _planted(config: Config) -> str:
+    """The planted level as the log line states it: a daily rank IC where one is set, else a strength."""
+    data = config.data
+    if data.target_ic is not None:
+        return f"shape={data.shape} target_ic={data.target_ic:g}"
+    return f"shape={data.shape} signal={data.signal:g}"
+
+
 def _quiet(message: str) -> None:
     return None
 
@@ -148,6 +164,7 @@ def run_demo(
     config_path: Path | None = None,
     data_source: str = "synthetic",
     signal: float | None = None,
+    target_ic: float | None = None,
     seed: int | None = None,
     minutes: float | None = None,
     workers: int | None = None,
@@ -167,13 +184,14 @@ def run_demo(
         minutes=minutes,
         workers=workers,
         machine=host,
+        target_ic=target_ic,
     )
     run_id = run or time.strftime("demo-%Y%m%d-%H%M%S", time.gmtime())
     run_dir = RunDir(home, run_id)
     timings: dict[str, float] = {}
     say(
         f"[bold]podracer demo[/] home={home} run={run_id} preset={preset} data={config.data.source} "
-        f"signal={config.data.signal} seed={config.data.seed}; machine: {host['cores']} cores, "
+        f"{_planted(config)} seed={config.data.seed}; machine: {host['cores']} cores, "
         f"device {host['device']}" + (f" ({host['gpu']})" if host["gpu"] else "")
     )
 
@@ -193,6 +211,7 @@ def run_demo(
         "machine": host,
         "seed": config.data.seed,
         "signal": config.data.signal,
+        "target_ic": config.data.target_ic,
         "pods_tried": summary.pods_tried,
         "pods_failed": summary.pods_failed,
         "env_steps": summary.env_steps,
