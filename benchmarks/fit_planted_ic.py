@@ -118,12 +118,15 @@ def demo_ic(seeds: list[int]) -> dict[int, float]:
             num_tickers=data["num_tickers"],
             num_sessions=data["num_sessions"],
             seed=seed,
-            signal=data["signal"],
+            shape=data.get("shape", "minute_momentum"),
+            target_ic=data.get("target_ic"),
+            **({"signal": data["signal"]} if "signal" in data else {}),
         )
         out[seed] = realized_daily_ic(spec)
+        level = f"target IC {spec.target_ic:g}" if spec.target_ic is not None else f"signal {spec.signal:g}"
         print(
-            f"demo preset ({data['num_tickers']} tickers x {data['num_sessions']} sessions, signal "
-            f"{data['signal']:g}, {spec.shape}), seed {seed}: realized daily rank IC {out[seed]:.4f}"
+            f"demo preset ({data['num_tickers']} tickers x {data['num_sessions']} sessions, {level}, "
+            f"{spec.shape}), seed {seed}: realized daily rank IC {out[seed]:.4f}"
         )
     return out
 

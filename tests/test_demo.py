@@ -103,24 +103,27 @@ def test_demo_rejects_bad_flags(home, capsys):
     assert main(["--home", str(home), "demo", "--preset", "huge"]) == 2
 
 
-def test_default_preset_plants_a_moderate_signal_and_the_flag_overrides_it():
+def test_default_preset_plants_a_real_factors_ic_and_the_flag_overrides_it():
     cpu = {"cores": 2, "device": "cpu", "gpu": None}
     kw = {"config_path": None, "data_source": "synthetic", "seed": None, "minutes": None, "workers": None}
     config, extra = build_config("default", signal=None, machine=cpu, **kw)
-    assert config.data.signal == 0.42 and config.data.num_sessions == 243 and extra["budget_minutes"] == 6.0
+    assert config.data.target_ic == 0.05 and config.data.shape == "minute_momentum"
+    assert config.data.features == "library"
+    assert config.data.num_sessions == 243 and extra["budget_minutes"] == 6.0
     # split 72 / 45 / 126 as MarketData.split_sessions rounds: a half-year test window
     n = config.data.num_sessions
     n_train, n_valid = round(n * config.data.train_frac), round(n * config.data.valid_frac)
     assert (n_train, n_valid, n - n_train - n_valid) == (72, 45, 126)
-    assert build_config("default", signal=0.0, machine=cpu, **kw)[0].data.signal == 0.0
+    control = build_config("default", signal=0.0, machine=cpu, **kw)[0].data  # (--signal 0: the control)
+    assert control.signal == 0.0 and control.target_ic is None
     assert build_config("test", signal=None, machine=cpu, **kw)[0].data.signal == 1.0
 
 
 def test_target_ic_flag_plants_a_daily_rank_ic_and_a_signal_replaces_it(tmp_path):
     cpu = {"cores": 2, "device": "cpu", "gpu": None}
     kw = {"data_source": "synthetic", "seed": None, "minutes": None, "workers": None, "machine": cpu}
-    config, _ = build_config("default", config_path=None, signal=None, target_ic=0.05, **kw)
-    assert config.data.target_ic == 0.05
+    config, _ = build_config("default", config_path=None, signal=None, target_ic=0.03, **kw)
+    assert config.data.target_ic == 0.03
     # a file that plants an IC: --signal replaces it (the control of a file's market), --target-ic too
     path = tmp_path / "ic.toml"
     path.write_text("[data]\nnum_sessions = 243\ntarget_ic = 0.05\n")

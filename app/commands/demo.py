@@ -24,7 +24,8 @@ def demo(
         None,
         "--signal",
         min=0.0,
-        help="Planted signal strength (0 = pure noise; default preset 0.42, test preset 1.0).",
+        help="Planted signal strength (0 = pure noise, the control; replaces the default preset's "
+        "daily rank IC of 0.05; test preset 1.0).",
     ),
     target_ic: float = typer.Option(
         None,
