@@ -10,9 +10,12 @@ period return, the mean daily alpha over the verdict's benchmark and its p-value
 participation, the share of fills capped by the volume limit, and the verdict's outcome at that size,
 each size judged exactly as the report judges its own) and ``estimated_capacity``:
 
-- the largest size up to which (from the smallest) the edge is significant, when it is significant at
-  the smallest size (``estimated_capacity_rule: "significant"``: it reads the verdict at each size,
-  the test of the alpha, its p-value after the looks);
+- the largest size up to which the edge stays significant, counted from the smallest size where it is
+  significant (``estimated_capacity_rule: "significant"``: it reads the verdict at each size, the
+  test of the alpha, its p-value after the looks). The run need not start at the smallest size: a
+  strategy that trades many names often pays its per-order fixed costs (fees rounded up to the
+  cent, the $1 minimum order) at every size, and on a small account they can eat an edge that a
+  larger one keeps; the report's line names the size the run starts from;
 - otherwise, when the smallest size's net Sharpe is positive, the largest size up to which the net
   Sharpe stays at least half of the smallest size's (``"half_sharpe"``: it reads the net Sharpe);
 - otherwise null (``"no_edge"``: nothing to scale).
@@ -273,13 +276,19 @@ def _alpha(doc: MetricsDocument) -> ExcessFigures | None:
     return oos.excess.get(oos.benchmark)
 
 
+def significant_from(rows: Sequence[Mapping[str, Any]]) -> int | None:
+    """The index of the smallest size whose verdict is significant (None: none is)."""
+    return next((i for i, row in enumerate(rows) if row.get("verdict_outcome") == "significant"), None)
+
+
 def estimate(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """``estimated_capacity`` and its rule from the ``capacity`` rows (see the module docstring)."""
     if not rows:
         return {"estimated_capacity": None, "estimated_capacity_rule": "no_edge"}
-    if rows[0].get("verdict_outcome") == "significant":
-        last = rows[0]["capital"]
-        for row in rows[1:]:
+    start = significant_from(rows)
+    if start is not None:
+        last = rows[start]["capital"]
+        for row in rows[start + 1 :]:
             if row.get("verdict_outcome") != "significant":
                 break
             last = row["capital"]
@@ -351,4 +360,8 @@ def capacity_rule_text(doc: MetricsDocument) -> str:
         doc.estimated_capacity_rule or "",
         "no edge to scale: the smallest size is neither significant nor of positive net Sharpe",
     )
+    rows = doc.capacity or []
+    start = significant_from([{"verdict_outcome": row.verdict_outcome} for row in rows])
+    if doc.estimated_capacity_rule == "significant" and start:  # (a run that starts above the smallest size)
+        why += f", from {money(rows[start].capital)}: not significant below it"
     return f"{money(cap) if cap is not None else 'none'} ({why})"

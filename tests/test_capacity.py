@@ -130,6 +130,12 @@ def test_capacity_fields_and_the_estimate(capacity_result):
             [2, 1.5, 1, 1],
             (1e6, "significant"),
         ),
+        # fixed per-order costs eat the smallest account's edge: the run starts at the first significant size
+        (
+            ["not significant", "significant", "significant", "not significant"],
+            [-0.2, 1.7, 1.2, 0.7],
+            (1e8, "significant"),
+        ),
         (["not significant"] * 4, [2.0, 1.2, 0.9, 1.5], (1e6, "half_sharpe")),
         (["not measurable"] * 4, [-0.1, 0.5, 0.5, 0.5], (None, "no_edge")),
     ],
@@ -312,3 +318,16 @@ def test_each_size_shows_its_alpha_and_p_value_and_the_estimate_names_what_it_re
     assert "estimated capacity" in lines[-1] and "read on the Sharpe column" in lines[-1]
     significant = doc.updated(estimated_capacity_rule="significant")
     assert "the alpha's p-value after the looks" in capacity.capacity_rule_text(significant)
+    # a significant run that starts above the smallest size says where it starts
+    outcomes = ["not significant", "significant", "significant", "not significant"]
+    later = doc.updated(
+        estimated_capacity_rule="significant",
+        estimated_capacity=1e8,
+        capacity=[
+            row.model_copy(update={"verdict_outcome": o})
+            for row, o in zip(doc.capacity, outcomes, strict=True)
+        ],
+    )
+    text = capacity.capacity_rule_text(later)
+    assert text.startswith("$100M") and "from $1M: not significant below it" in text
+    assert "from $" not in capacity.capacity_rule_text(significant)
