@@ -40,12 +40,12 @@ PRESETS: dict[str, dict[str, Any]] = {
         # sessions about 2.3 (docs/benchmarks.md, Demo results). A 45-session validation window;
         # 9.5M minute bars in all, inside the 10-minute budget.
         # Planted minute momentum at a daily rank IC of 0.05, a good real factor's (0.02-0.05; the
-        # generator's signal 0.42, the level before, is 0.18: docs/data.md Planted shapes), on the
+        # generator's signal 0.42 is 0.18: docs/data.md Planted shapes), on the
         # library's 26 features. Seeds 0 and 1 read "significant" (champion test Sharpe 1.6 / 1.8,
         # the ridge traded its own way -0.3 / -0.1, buy-and-hold 0.2 / 0.9), and the control,
         # --signal 0, does not (docs/benchmarks.md, The demo at a real factor's strength). The power
         # table finds this cell on about two thirds of markets, so another seed may read "not
-        # significant". The level before is a flag away: --signal 0.42.
+        # significant". --signal 0.42 plants the stronger level, --signal 0 nothing.
         "data": {
             "num_tickers": 100,
             "num_sessions": 243,
