@@ -276,16 +276,17 @@ def _alpha(doc: MetricsDocument) -> ExcessFigures | None:
     return oos.excess.get(oos.benchmark)
 
 
-def significant_from(rows: Sequence[Mapping[str, Any]]) -> int | None:
-    """The index of the smallest size whose verdict is significant (None: none is)."""
-    return next((i for i, row in enumerate(rows) if row.get("verdict_outcome") == "significant"), None)
+def significant_from(outcomes: Sequence[str | None]) -> int | None:
+    """The index of the smallest size whose verdict is significant, given each size's verdict
+    outcome from the smallest up (None: none is)."""
+    return next((i for i, outcome in enumerate(outcomes) if outcome == "significant"), None)
 
 
 def estimate(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """``estimated_capacity`` and its rule from the ``capacity`` rows (see the module docstring)."""
     if not rows:
         return {"estimated_capacity": None, "estimated_capacity_rule": "no_edge"}
-    start = significant_from(rows)
+    start = significant_from([row.get("verdict_outcome") for row in rows])
     if start is not None:
         last = rows[start]["capital"]
         for row in rows[start + 1 :]:
@@ -361,7 +362,7 @@ def capacity_rule_text(doc: MetricsDocument) -> str:
         "no edge to scale: the smallest size is neither significant nor of positive net Sharpe",
     )
     rows = doc.capacity or []
-    start = significant_from([{"verdict_outcome": row.verdict_outcome} for row in rows])
+    start = significant_from([row.verdict_outcome for row in rows])
     if doc.estimated_capacity_rule == "significant" and start:  # (a run that starts above the smallest size)
         why += f", from {money(rows[start].capital)}: not significant below it"
     return f"{money(cap) if cap is not None else 'none'} ({why})"

@@ -120,7 +120,7 @@ def demo_ic(seeds: list[int]) -> dict[int, float]:
             seed=seed,
             shape=data.get("shape", "minute_momentum"),
             target_ic=data.get("target_ic"),
-            **({"signal": data["signal"]} if "signal" in data else {}),
+            signal=data.get("signal", SyntheticSpec.signal),
         )
         out[seed] = realized_daily_ic(spec)
         level = f"target IC {spec.target_ic:g}" if spec.target_ic is not None else f"signal {spec.signal:g}"
