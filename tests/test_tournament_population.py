@@ -202,6 +202,9 @@ def test_a_second_market_in_the_same_process_trains_on_its_own_window(tmp_path, 
     _ppo_run(tmp_path, "a", windows_ppo)  # (leaves its populations cached)
     assert population._CACHE
     after_a = _ppo_run(tmp_path, "b", (train_b, valid_b))
+    # (and only b's populations stay: a's window, envs and buffers are not held market after market)
+    assert population._CACHE
+    assert {key[-1] for key in population._CACHE} == {population.window_key(train_b)}
     population._CACHE.clear()
     alone = _ppo_run(tmp_path, "b_alone", (train_b, valid_b))
     keys = ("pod_id", "score", "metrics")

@@ -169,13 +169,13 @@ def _probe_pods(
     try:
         rate = sizing.probe[(size, envs)] = probe(size, envs)
     except torch.OutOfMemoryError:
-        _free_cache()
+        free_device_cache()
         return None
     while pods == 0 and size * 2 <= limit:
         try:
             doubled = sizing.probe[(size * 2, envs)] = probe(size * 2, envs)
         except torch.OutOfMemoryError:  # the memory estimate was too kind: keep the size that fit
-            _free_cache()
+            free_device_cache()
             break
         if doubled < PROBE_GAIN * rate:
             break
@@ -183,7 +183,8 @@ def _probe_pods(
     return size, rate
 
 
-def _free_cache() -> None:
+def free_device_cache() -> None:
+    """Hand the CUDA allocator's cached blocks back to the device (a no-op without CUDA)."""
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
 
