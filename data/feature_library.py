@@ -34,10 +34,17 @@ than the data read from there); trailing means over earlier sessions use the ses
   sessions ``s - n + 1 .. s - 1`` and of session ``s`` up to bar ``t``: <= 0 and >= 0;
 - ``beta_{n}d``: the slope of a ticker's daily returns on the market's (the equal-weight mean of the
   tickers' daily returns) over sessions ``s - n .. s - 1`` (0 with fewer than 2 sessions or no
-  market variance).
+  market variance);
+- ``zret_{k}d``: the return over the ``k`` complete sessions before the bar's, close to close
+  (``log C[s - 1] - log C[s - 1 - k]``), less its equal-weight mean over the tickers, in units of the
+  name's daily volatility over ``k`` sessions: divided by ``sd_b * sqrt(k)`` (``sd_b`` as in ``rv``,
+  b = 20); 0 where fewer than ``b`` sessions precede the bar's or ``sd_b <= 1e-6`` (k = 1, 5, 20).
+  Risk-adjusted residual returns, the form of short-term reversal and momentum factors;
+- ``zret_{w}``: the same of the small set's ``ret_{w}`` (the last ``w`` bars, w = 390: the bar's
+  own window, not whole sessions), divided by ``sd_b * sqrt(w / bars_per_session)``.
 
 The session-level features are constant inside a session except ``sret``, ``xret``, ``xrank``,
-``first_30m``, ``volu``, ``dollar``, ``high`` and ``low``, which move with the bar.
+``first_30m``, ``volu``, ``dollar``, ``high``, ``low`` and ``zret_{w}``, which move with the bar.
 """
 
 from __future__ import annotations
@@ -69,7 +76,7 @@ LIBRARY_WINDOWS: dict[str, int] = {
 CROSS_KEYS = ("sret_a", "sret_b", "sret_d")
 #: Where among ``library_names`` the columns of :func:`asset_features` and of :func:`cross_features` go.
 ASSET_COLUMNS = (0, 1, 2, 3, 4, 5, 12, 13, 14, 15, 16)
-CROSS_COLUMNS = (6, 7, 8, 9, 10, 11, 17)
+CROSS_COLUMNS = (6, 7, 8, 9, 10, 11, 17, 18, 19, 20, 21)
 VOL_EPS = 1e-6
 
 
@@ -105,6 +112,8 @@ def library_names(windows: Mapping[str, int]) -> tuple[str, ...]:
         f"high_{w['range_sessions']}d",
         f"low_{w['range_sessions']}d",
         f"beta_{w['beta_sessions']}d",
+        *(f"zret_{w[k]}d" for k in CROSS_KEYS),
+        f"zret_{w['ret_long']}",
     )
 
 
@@ -307,16 +316,39 @@ def _rank_counts(x: np.ndarray) -> np.ndarray:
     return counts
 
 
+def _risk_units(returns: Tensor, scale: Tensor, horizon: float) -> Tensor:
+    """``returns (.., A)`` less their mean over the tickers, over ``scale * sqrt(horizon)`` (the
+    daily volatility ``scale`` broadcast to ``returns``); 0 where ``scale <= VOL_EPS``."""
+    excess = returns - returns.mean(dim=-1, keepdim=True)
+    ok = scale > VOL_EPS
+    safe = torch.where(ok, scale, torch.ones_like(scale)) * math.sqrt(horizon)
+    return torch.where(ok, excess / safe, torch.zeros_like(excess))
+
+
 def cross_features(
-    per_asset: Tensor, bars: FeatureBars, windows: Mapping[str, int], dtype: torch.dtype
+    per_asset: Tensor, bars: FeatureBars, windows: Mapping[str, int], dtype: torch.dtype, ret_long: Tensor
 ) -> list[Tensor]:
-    """The cross-sectional columns (``xret``, ``xrank``) and ``beta``, ``(T, A)`` each in their
-    :data:`CROSS_COLUMNS` order, from ``per_asset (T, A, F)`` whose first four columns are every
-    ticker's ``sret`` (``asset_features`` and ``library_names`` order)."""
+    """The cross-sectional columns (``xret``, ``xrank``, ``beta``, ``zret``), ``(T, A)`` each in
+    their :data:`CROSS_COLUMNS` order, from ``per_asset (T, A, F)`` whose first four columns are every
+    ticker's ``sret`` (``asset_features`` and ``library_names`` order) and the small set's
+    ``ret_long (T, A)``."""
+    w = windows
     sessions = sessions_of(bars.session_id)
     order = ("sret_a", "sret_b", "sret_c", "sret_d")
     rets = [per_asset[..., order.index(k)].to(dtype) for k in CROSS_KEYS]
     excess = [r - r.mean(dim=1, keepdim=True) for r in rets]
     ranks = [cross_rank(r) for r in rets]
-    slope = beta(_daily(bars, sessions, dtype).returns, windows["beta_sessions"])[sessions.index]
-    return [*excess, *ranks, slope]
+    daily = _daily(bars, sessions, dtype)
+    slope = beta(daily.returns, w["beta_sessions"])[sessions.index]
+    # Each session's prior daily volatility, from a full window only: a few sessions' estimate can be
+    # near 0 and blow the ratio up (0 there, as before the window is full).
+    n = w["rv_long"]
+    _, centred, count = _prior_moments(daily.returns, n)
+    sd = torch.where(count >= n, torch.sqrt((centred * centred).sum(-1) / count), torch.zeros_like(count))
+    done = torch.arange(sessions.count, device=sd.device)  # closes[s]: the close before session s
+    complete = [
+        _risk_units(daily.closes[done] - daily.closes[(done - w[k]).clamp(min=0)], sd, w[k])[sessions.index]
+        for k in CROSS_KEYS
+    ]
+    rolling = _risk_units(ret_long.to(dtype), sd[sessions.index], w["ret_long"] / w["bars_per_session"])
+    return [*excess, *ranks, slope, *complete, rolling]

@@ -260,7 +260,7 @@ def compute_set(bars: FeatureBars, windows: Mapping[str, int] = DEFAULT_WINDOWS)
     """Raw causal features ``(T, A, F)`` float32 of the set ``windows`` describe (``feature_names``
     order) from ``bars``: the small set reads close and volume only (:func:`compute_features`); the
     library set's per-asset columns are computed a block of assets at a time like the small ones, its
-    cross-sectional columns (``xret``, ``xrank``, ``beta``) over every ticker at once."""
+    cross-sectional columns (``xret``, ``xrank``, ``beta``, ``zret``) over every ticker at once."""
     small = {k: windows[k] for k in DEFAULT_WINDOWS}
     if not is_library(windows):
         return compute_features(bars.close, bars.volume, small)
@@ -286,7 +286,9 @@ def compute_set(bars: FeatureBars, windows: Mapping[str, int] = DEFAULT_WINDOWS)
     _blocks(out, range(first), _small_columns(bars.close, bars.volume, small))
     _blocks(out, [first + c for c in ASSET_COLUMNS], block)
     sret = out[first : first + 4].permute(1, 2, 0)  # (T, A, 4), every ticker's float32 sret columns
-    for column, values in zip(CROSS_COLUMNS, cross_features(sret, bars, windows, dtype), strict=True):
+    ret_long = out[3]  # the small set's fourth column: ret_{ret_long}
+    cross = cross_features(sret, bars, windows, dtype, ret_long)
+    for column, values in zip(CROSS_COLUMNS, cross, strict=True):
         out[first + column] = values
     return _features_last(out)
 

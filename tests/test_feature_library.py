@@ -66,7 +66,7 @@ def _bars(lengths=LENGTHS, num_assets: int = 4, seed: int = 0) -> FeatureBars:
 
 
 def _reference(bars: FeatureBars, w: dict[str, int]) -> np.ndarray:
-    """The library columns ``(T, A, 18)`` bar by bar in plain Python, straight from docs/data.md."""
+    """The library columns ``(T, A, 22)`` bar by bar in plain Python, straight from docs/data.md."""
     o, h, lo, c, v = (x.numpy() for x in bars[:5])
     sid = bars.session_id.numpy()
     num_steps, num_assets = c.shape
@@ -83,7 +83,7 @@ def _reference(bars: FeatureBars, w: dict[str, int]) -> np.ndarray:
     def cum_at(j, p, a, values):  # session j's cumulative values up to position p (its total past its end)
         return values[starts[j] : min(starts[j] + p, ends[j]) + 1, a].sum()
 
-    out = np.zeros((num_steps, num_assets, 18))
+    out = np.zeros((num_steps, num_assets, 22))
     for t in range(num_steps):
         s, p = session[t], t - starts[session[t]]
         for a in range(num_assets):
@@ -122,6 +122,20 @@ def _reference(bars: FeatureBars, w: dict[str, int]) -> np.ndarray:
             var = ((rm - rm.mean()) ** 2).mean()
             cov = ((ri - ri.mean(0)) * (rm - rm.mean())[:, None]).mean(0)
             out[t, :, 17] = cov / var if var > 1e-14 else 0.0
+        n = w["rv_long"]  # (the volatility of a full window only)
+        sd = [np.std([daily(j, a) for j in range(s - n, s)]) if s >= n else 0.0 for a in range(num_assets)]
+        past = [
+            [math.log(close_of(s - 1, a)) - math.log(close_of(s - 1 - w[k], a)) for a in range(num_assets)]
+            for k in ("sret_a", "sret_b", "sret_d")
+        ]
+        rolling = [math.log(c[t, a]) - math.log(c[max(t - w["ret_long"], 0), a]) for a in range(num_assets)]
+        horizons = [w["sret_a"], w["sret_b"], w["sret_d"], w["ret_long"] / w["bars_per_session"]]
+        for i, (r, horizon) in enumerate(zip([*past, rolling], horizons, strict=True)):
+            r = np.array(r)
+            out[t, :, 18 + i] = [
+                (r[a] - r.mean()) / (sd[a] * math.sqrt(horizon)) if sd[a] > 1e-6 else 0.0
+                for a in range(num_assets)
+            ]
     return out
 
 
@@ -130,12 +144,12 @@ def test_names_and_shape():
     feats = compute_set(bars, SMALL)
     names = feature_names(SMALL)
     assert names[:8] == ("ret_1", "ret_15", "ret_60", "ret_390", "vol_60", "rsi_14", "macd", "volume_z")
-    assert names[8:] == library_names(SMALL) and len(names) == 26 == feats.shape[-1]
+    assert names[8:] == library_names(SMALL) and len(names) == 30 == feats.shape[-1]
     assert feats.shape[:2] == bars.close.shape and feats.dtype == torch.float32
     assert torch.isfinite(feats).all()
     default = feature_names(feature_windows("library", "1m"))
     assert default[8:14] == ("sret_1d", "sret_5d", "sret_10d", "sret_20d", "gap", "first_30m")
-    assert default[-1] == "beta_20d" and len(default) == 26
+    assert default[25:] == ("beta_20d", "zret_1d", "zret_5d", "zret_20d", "zret_390") and len(default) == 30
 
 
 def test_library_matches_the_slow_reference():
@@ -248,7 +262,7 @@ def test_spec_names_the_set_and_small_specs_stay_as_they_were():
     assert small == build_market(panel, feature_set="small").full.feature_spec
     library = json.loads(json.dumps(build_market(panel, feature_set="library").full.feature_spec))
     check_spec(library)
-    assert library["feature_set"] == "library" and len(library["names"]) == 26
+    assert library["feature_set"] == "library" and len(library["names"]) == 30
     with pytest.raises(DataError, match="feature spec"):
         check_spec({**library, "windows": small["windows"]})
     with pytest.raises(DataError, match="unknown feature set"):
@@ -306,11 +320,11 @@ def test_the_policy_and_the_env_take_the_width_of_the_set(library_market):
     env = TradingVecEnv(library_market.train, num_envs=2, seed=0)
     obs = env.reset()
     obs = obs[0] if isinstance(obs, tuple) else obs
-    assert obs.shape == (2, obs_dim(3, 26))
-    stepped = env.step(torch.full((2, 3), 0.3))[0]  # the native kernel's observation of 26 features
+    assert obs.shape == (2, obs_dim(3, 30))
+    stepped = env.step(torch.full((2, 3), 0.3))[0]  # the native kernel's observation of 30 features
     assert stepped.shape == obs.shape and bool(torch.isfinite(stepped).all())
     policy, _ = policy_for_env(None, env, DirectArgs(), "direct")
-    assert policy.obs_dim == obs_dim(3, 26) and policy.meta.feature_names == library_market.full.feature_names
+    assert policy.obs_dim == obs_dim(3, 30) and policy.meta.feature_names == library_market.full.feature_names
 
 
 def test_market_library_features_up_to_t_ignore_later_bars():

@@ -32,7 +32,7 @@ def library_run(tmp_path_factory):
 def test_the_bundle_records_the_library_set(library_run):
     run, bundle = library_run
     spec = bundle.feature_spec
-    assert spec["feature_set"] == "library" and bundle.num_features == 26 == run.splits.full.num_features
+    assert spec["feature_set"] == "library" and bundle.num_features == 30 == run.splits.full.num_features
     assert spec["names"] == list(run.splits.full.feature_names) and spec["lookback"] == 22 * 390
 
 
@@ -63,6 +63,6 @@ def test_nightly_rebuild_of_a_library_champion(library_run):
     run, bundle = library_run
     splits = run.splits
     rebuilt = with_feature_spec(splits.full, splits.test, bundle.feature_spec)
-    assert rebuilt.feature_names == splits.test.feature_names and rebuilt.num_features == 26
+    assert rebuilt.feature_names == splits.test.feature_names and rebuilt.num_features == 30
     # From float32 market prices rather than the float64 bars the loader read: equal to rounding.
     torch.testing.assert_close(rebuilt.features, splits.test.features, atol=2e-3, rtol=1e-4)
