@@ -7,8 +7,9 @@ oracle's), and as shares of it the test IC of
 
 - ``ridge``: the ridge baseline (``backtests.linear.fit_linear``: penalty on validation, refitted on
   train and validation);
-- ``start``: the champion's linear start (``agents.linear_start.fit_linear_start`` with its blend, on
-  the train and validation decisions, its last fifth held out, as the tournament fits it);
+- ``start``: the direct learner's linear start (``agents.linear_start.fit_linear_start`` with its
+  blend and the learner's default top mass and horizon) on the train and validation decisions
+  joined, their last fifth held out for the penalty: the start as the refit fits it;
 - ``best_alone``: the feature whose test IC is highest, signed by its train IC (a hindsight choice:
   how far one column of the set goes, not a learner),
 
