@@ -38,7 +38,8 @@ DAILY_CROSS_SECTION = "daily_cross_section"
 NONLINEAR = "nonlinear"
 SHAPES = (MINUTE_MOMENTUM, DAILY_CROSS_SECTION, NONLINEAR)
 DAILY_SHAPES = (DAILY_CROSS_SECTION, NONLINEAR)
-#: Sessions of past idiosyncratic return the reversal reads (a week: no feature sees that far back).
+#: Sessions of past idiosyncratic return the reversal reads (a week: beyond every window of the small
+#: set's features; the library set's ``sret_5d`` and ``zret_5d`` read as far).
 REVERSAL_SESSIONS = 5
 #: The interaction's "last hour": the previous session's last bars (``vol_60`` / ``ret_60``'s window).
 LAST_BARS = 60
