@@ -138,9 +138,9 @@ class DataConfig(Section):
 
     features: Literal["small", "library"] = Field(
         LOAD_DEFAULTS["features"],
-        description="the feature set: 'small' (eight bar features) or 'library' (26: adds session returns, "
+        description="the feature set: 'small' (eight bar features) or 'library' (30: adds session returns, "
         "gap, first half hour, cross-sectional excess and rank, volatility, volume and range ratios, "
-        "beta; docs/data.md)",
+        "beta, returns relative to the market in volatility units; docs/data.md)",
     )
 
     @model_validator(mode="after")
