@@ -135,7 +135,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--features",
         default="small",
         choices=FEATURE_SETS,
-        help="the markets' feature set ([data] features): small (eight) or library (26)",
+        help="the markets' feature set ([data] features): small (eight) or library (30)",
     )
     p.add_argument("--tickers", type=int, default=40)
     p.add_argument("--sessions", type=int, default=216)

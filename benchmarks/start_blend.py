@@ -2,7 +2,7 @@
 the planted predictor's information coefficient.
 
 For each seed, one market of the power table's size (100 tickers x 243 sessions split 72 / 45 / 126,
-the library's 26 features) of the planted ``--shape`` at daily IC ``--ic`` is built. On the train
+the library's features: 30 now, 26 when the blend was studied) of the planted ``--shape`` at daily IC ``--ic`` is built. On the train
 window (what a pod's start reads) and on the train and validation windows joined (what the refit
 reads), the direct learner's start is fitted as the product fits it (``agents.linear_start.
 fit_linear_start``: next-interval target at 15-minute decisions, the last 20% of the window held
@@ -12,6 +12,14 @@ whose penalty its own held-out tail chooses (``blend_own_penalty``, the variant 
 per seed and as means: each start's mean cross-sectional information coefficient with the
 next-interval returns on the test window divided by the planted predictor's (the zero model
 counts 0).
+
+With ``--screens``, two other ways of choosing the blend's single feature (the product screens the
+fit rows by the plain ``|t|`` of their per-row correlations, ``agents.linear_start.screened_feature``):
+``blend_screen_joined`` screens the fit and held-out rows together (more rows for the noisiest step),
+``blend_screen_sessions`` the fit rows with the correlations first averaged over blocks of a
+session's decisions (a standard error that allows for a slow feature's correlation persisting
+through a session). Both are variants studied and not taken (docs/benchmarks.md, "The start's
+screen").
 
 Not a power figure: it isolates the start's fit from trading, selection and costs. Seeds 1,200,000
 onwards, outside the power tables'.
@@ -27,14 +35,23 @@ import math
 import sys
 import time
 from pathlib import Path
+from unittest import mock
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
+import agents.linear_start as linear_start  # noqa: E402
 from agents.direct import decisions_of  # noqa: E402
 from agents.linear_start import fit_linear_start, start_panels, start_path  # noqa: E402
-from backtests.linear import PENALTIES, DecisionRows, decision_panel, information_coefficient  # noqa: E402
+from backtests.linear import (  # noqa: E402
+    PENALTIES,
+    DecisionRows,
+    decision_panel,
+    demean,
+    information_coefficient,
+    join_panels,
+)
 from data.loader import synthetic_market  # noqa: E402
 from data.planted import SHAPES  # noqa: E402
 from data.synthetic import SyntheticSpec, planted_predictor  # noqa: E402
@@ -44,6 +61,35 @@ SPLIT = dict(num_tickers=100, num_sessions=243, train_frac=72 / 243, valid_frac=
 INTERVAL = 15
 HOLDOUT_FRAC = 0.2
 VARIANTS = ("ridge", "blend", "blend_own_penalty")
+SCREENS = ("blend_screen_joined", "blend_screen_sessions")
+SESSION_DECISIONS = 390 // INTERVAL  # a full session's 15-minute decisions
+
+
+def _session_screen(panel: DecisionRows) -> int:
+    """The screen with each feature's per-row correlations averaged over blocks of
+    :data:`SESSION_DECISIONS` consecutive rows before the ``|t|`` (block means, then their t)."""
+    x, y = demean(panel.x, panel.ok), demean(panel.y, panel.ok)
+    num = (x * y.unsqueeze(-1)).sum(dim=1)
+    den = (x.square().sum(dim=1) * y.square().sum(dim=1).unsqueeze(-1)).sqrt()
+    corr = torch.where(den > 0, num / den.clamp(min=1e-300), torch.zeros_like(num))
+    blocks = corr.shape[0] // SESSION_DECISIONS
+    if blocks < 2:
+        return linear_start.screened_feature(panel)
+    means = corr[: blocks * SESSION_DECISIONS].reshape(blocks, SESSION_DECISIONS, -1).mean(dim=1)
+    t = means.mean(dim=0) / (means.std(dim=0) / math.sqrt(blocks)).clamp(min=1e-300)
+    return int(t.abs().argmax())
+
+
+def _screened_blend(d, fit_rows: int, variant: str) -> torch.Tensor:
+    """The product's blend with its single feature chosen another way (``SCREENS``)."""
+    if variant == "blend_screen_joined":
+        fit, tail, _ = start_panels(d, fit_rows)
+        plain = linear_start.screened_feature
+        screen = lambda panel: plain(join_panels(panel, tail))  # noqa: E731
+    else:
+        screen = _session_screen
+    with mock.patch.object(linear_start, "screened_feature", screen):
+        return fit_linear_start(d, fit_rows, 0.5, blend=True).coef
 
 
 def _own_penalty_blend(d, fit_rows: int) -> torch.Tensor:
@@ -63,7 +109,7 @@ def _share(coef: torch.Tensor, test: DecisionRows, oracle_ic: float) -> float:
     return 0.0 if not math.isfinite(ic) else ic / oracle_ic
 
 
-def one_market(shape: str, target_ic: float, seed: int) -> dict:
+def one_market(shape: str, target_ic: float, seed: int, screens: bool = False) -> dict:
     splits = synthetic_market(seed=seed, shape=shape, target_ic=target_ic, feature_set="library", **SPLIT)
     spec = SyntheticSpec(
         num_tickers=SPLIT["num_tickers"],
@@ -87,6 +133,8 @@ def one_market(shape: str, target_ic: float, seed: int) -> dict:
             "blend": fit_linear_start(d, fit_rows, 0.5, blend=True).coef,
             "blend_own_penalty": _own_penalty_blend(d, fit_rows),
         }
+        for variant in SCREENS if screens else ():
+            starts[variant] = _screened_blend(d, fit_rows, variant)
         for name, coef in starts.items():
             row[f"{window}_{name}"] = round(_share(coef, test, oracle_ic), 3)
     return row
@@ -97,17 +145,19 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--shape", default="minute_momentum", choices=SHAPES)
     p.add_argument("--ic", type=float, default=0.05, help="the planted predictor's daily rank IC")
     p.add_argument("--seeds", type=int, default=12, help="markets (seeds from 1,200,000)")
+    p.add_argument("--screens", action="store_true", help="add the two other screens (SCREENS)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     rows = []
     for seed in range(FIRST_SEED, FIRST_SEED + args.seeds):
         start = time.perf_counter()
-        rows.append(one_market(args.shape, args.ic, seed))
+        rows.append(one_market(args.shape, args.ic, seed, args.screens))
         print(
             json.dumps({**rows[-1], "s": round(time.perf_counter() - start, 1)}), file=sys.stderr, flush=True
         )
-    keys = [f"{w}_{v}" for w in ("train", "joined") for v in VARIANTS]
+    variants = VARIANTS + (SCREENS if args.screens else ())
+    keys = [f"{w}_{v}" for w in ("train", "joined") for v in variants]
     means = {k: round(sum(r[k] for r in rows) / len(rows), 3) for k in keys}
     wins = {w: sum(r[f"{w}_blend"] > r[f"{w}_ridge"] for r in rows) for w in ("train", "joined")}
     out = {
@@ -117,6 +167,12 @@ def main(argv: list[str] | None = None) -> dict:
         "mean_share": means,
         "blend_beats_ridge": wins,
     }
+    if args.screens:
+        out["screen_beats_blend"] = {
+            f"{w}_{v}": sum(r[f"{w}_{v}"] > r[f"{w}_blend"] for r in rows)
+            for w in ("train", "joined")
+            for v in SCREENS
+        }
     print(json.dumps(out, indent=2) if args.json else out)
     return out
 
