@@ -234,6 +234,10 @@ class DirectArgs:
     start_blend: bool = True
     """linear start: the ridge's scores averaged with those of the one feature that best ranks the fit
     rows' returns (agents.linear_start.start_path)"""
+    start_screen_draws: int = 64
+    """linear start's blend: bootstrap resamples of the fit rows its screen is bagged over, each
+    feature picked weighted by its share of them (0: the one feature of the best |t|;
+    agents.linear_start.screen_weights)"""
     start_horizon: int = 1
     """linear start: decisions the ridge's target return spans (1: the next interval; 26: the next
     session at 15-minute decisions of 390-minute sessions)"""
@@ -259,6 +263,8 @@ class DirectArgs:
             raise ConfigError(
                 f"DirectArgs.holdout_margin must be a finite number >= 0, got {self.holdout_margin}"
             )
+        if self.start_screen_draws < 0:
+            raise ConfigError(f"DirectArgs.start_screen_draws must be >= 0, got {self.start_screen_draws}")
         if self.weight_decay < 0 or self.norm_updates < 0:
             raise ConfigError("DirectArgs.weight_decay and norm_updates must be >= 0")
         if not 0.0 < self.top_mass < 1.0:

@@ -211,7 +211,13 @@ def start_from_linear(
     model), then the skip set. ``start``: that ridge already fitted (the same rows, ``top_mass`` and
     ``start_horizon``: a population's fresh pods share it); returns the ridge."""
     start = start or fit_linear_start(
-        decisions, fit_rows, args.top_mass, args.start_horizon, args.trade_window, args.start_blend
+        decisions,
+        fit_rows,
+        args.top_mass,
+        args.start_horizon,
+        args.trade_window,
+        args.start_blend,
+        args.start_screen_draws,
     )
     rows = torch.arange(fit_rows, device=decisions.features.device)
     tradable = decisions.tradable[:fit_rows]

@@ -21,7 +21,11 @@ the linear baseline (``backtests.linear``) fitted on the **train window only**:
   where one feature carries the edge the single-feature model ranks the test window better, where
   several do the ridge does, and their average (the single feature scaled to the ridge's spread, so
   the blend keeps its units) kept most of either's gain on planted markets (docs/benchmarks.md,
-  "The start's blend"). The penalty and the zero model stay the ridge's, chosen as above; the blend
+  "The start's blend"). The single feature is picked by a bagged screen
+  (``DirectArgs.start_screen_draws``, 64 by default): the screen run on resamples of the fit rows,
+  each feature it picks weighted by its share of the draws, since which of several near-copies of
+  one factor reads the best ``|t|`` on a few dozen sessions is noise (docs/benchmarks.md, "The
+  start's screen"). The penalty and the zero model stay the ridge's, chosen as above; the blend
   is made at that penalty (choosing the penalty by the blend's own held-out information coefficient
   fell to the zero model more often and lost on the daily shape).
 - **the policy**: the network's linear skip (``NetworkConfig.linear_skip``, ``l_a += s . x_a`` on the
@@ -80,6 +84,8 @@ class LinearStart:
     temperature: float
     blend: bool = False
     """``coef`` is the ridge blended with the best single feature (:func:`start_path`)"""
+    screen_draws: int = 0
+    """the blend's screen: bootstrap draws of :func:`screen_weights` (0: the plain screen)"""
 
     @property
     def is_zero(self) -> bool:
@@ -156,23 +162,63 @@ def start_panels(
     return panel(fit), panel(tail), rows[fit]
 
 
-def screened_feature(panel: DecisionRows) -> int:
-    """The feature whose per-row cross-sectional correlation with the target has the largest mean in
-    units of its standard error over the rows (``|t|``): the one that best ranks the panel's returns.
-    Rows with fewer than three valid names are left out (as ``information_coefficient`` leaves them:
-    two names correlate at +-1 whatever they hold); a feature without spread in a row counts 0
-    there. With fewer than two rows left, the largest mean correlation decides (feature 0 with none)."""
+#: The generator seed of the screen's bootstrap draws (:func:`screen_weights`): fixed, so a start
+#: depends on its rows only, as the ridge does (every fresh pod of a market shares it).
+SCREEN_SEED = 0
+
+
+def _row_correlations(panel: DecisionRows) -> Tensor:
+    """``(K', F)``: each feature's cross-sectional correlation with the target in each row that has
+    at least three valid names (as ``information_coefficient`` counts rows: two names correlate at
+    +-1 whatever they hold); a feature without spread in a row counts 0 there."""
     use = panel.ok.sum(dim=1) >= 3
     ok = panel.ok[use]
     x, y = demean(panel.x[use], ok), demean(panel.y[use], ok)
     num = (x * y.unsqueeze(-1)).sum(dim=1)
     den = (x.square().sum(dim=1) * y.square().sum(dim=1).unsqueeze(-1)).sqrt()
-    corr = torch.where(den > 0, num / den.clamp(min=1e-300), torch.zeros_like(num))  # (K, F)
+    return torch.where(den > 0, num / den.clamp(min=1e-300), torch.zeros_like(num))
+
+
+def _best_by_t(corr: Tensor) -> int:
+    """The column of ``corr (K, F)`` whose mean is largest in units of its standard error."""
     if corr.shape[0] < 2:
         return int(corr.mean(dim=0).abs().argmax()) if corr.shape[0] else 0
     se = corr.std(dim=0) / math.sqrt(corr.shape[0])
     t = torch.where(se > 0, corr.mean(dim=0) / se.clamp(min=1e-300), torch.zeros_like(se))
     return int(t.abs().argmax())
+
+
+def screened_feature(panel: DecisionRows) -> int:
+    """The feature whose per-row cross-sectional correlation with the target has the largest mean in
+    units of its standard error over the rows (``|t|``): the one that best ranks the panel's returns.
+    Rows with fewer than three valid names are left out; with fewer than two rows left, the largest
+    mean correlation decides (feature 0 with none)."""
+    return _best_by_t(_row_correlations(panel))
+
+
+def screen_weights(panel: DecisionRows, draws: int) -> Tensor:
+    """``(F,)`` float64 summing to 1: with ``draws`` > 0 the share of ``draws`` bootstrap resamples
+    of the panel's rows (with replacement, seeded by :data:`SCREEN_SEED`) in which each feature is
+    the screened one (:func:`screened_feature` of the resample); with 0, or fewer than two rows, 1
+    on the screened feature of the panel itself.
+
+    Why bagged: the screen picks one column among near-copies of a factor (a five-session return
+    raw, ranked, relative to the market or in risk units) and slow columns whose correlation
+    persists through a session, and which one reads the largest ``|t|`` on a few dozen sessions is
+    noisy; averaging the picks over resamples (Breiman's bagging of an unstable selection) spreads
+    the weight over the columns the data cannot tell apart (docs/benchmarks.md, "The start's
+    screen")."""
+    corr = _row_correlations(panel)
+    weights = torch.zeros(panel.x.shape[-1], dtype=torch.float64, device=panel.x.device)
+    rows = corr.shape[0]
+    if draws <= 0 or rows < 2:
+        weights[_best_by_t(corr)] = 1.0
+        return weights
+    gen = torch.Generator().manual_seed(SCREEN_SEED)
+    for _ in range(draws):  # (one resample at a time: a (draws, K, F) gather grows with the window)
+        index = torch.randint(0, rows, (rows,), generator=gen).to(corr.device)
+        weights[_best_by_t(corr[index])] += 1.0
+    return weights / draws
 
 
 def _spread(panel: DecisionRows, coef: Tensor) -> float:
@@ -181,19 +227,38 @@ def _spread(panel: DecisionRows, coef: Tensor) -> float:
     return float((s.square().sum() / panel.ok.sum().clamp(min=1)).sqrt())
 
 
-def start_path(panel: DecisionRows, penalties: tuple[float, ...], blend: bool) -> list[Tensor]:
+def _single(panel: DecisionRows, j: int, penalty: float, like: Tensor) -> Tensor:
+    """Feature ``j``'s own one-feature ridge, as an ``(F,)`` coefficient vector."""
+    single = torch.zeros_like(like)
+    one = DecisionRows(x=panel.x[..., j : j + 1], y=panel.y, ok=panel.ok)
+    single[j] = ridge_path(one, (penalty,))[0][0]
+    return single
+
+
+def start_path(
+    panel: DecisionRows, penalties: tuple[float, ...], blend: bool, screen_draws: int = 0
+) -> list[Tensor]:
     """The start's coefficients ``(F,)`` (float64) of ``panel`` at each penalty multiple: the ridge
     (``backtests.linear.ridge_path``), or with ``blend`` the average of the ridge's scores and the
     screened feature's (:func:`screened_feature`, its own one-feature regression) scaled to the
     ridge's spread over the panel: an equal-weight blend that keeps the ridge's units (the nonlinear
-    start fits what it leaves, in return units). A ridge without spread stays as it is."""
+    start fits what it leaves, in return units). With ``screen_draws`` > 0 the single feature is the
+    bagged screen's (:func:`screen_weights`): the features it picks, each its own regression at unit
+    spread, weighted by their shares of the draws. A ridge without spread stays as it is."""
     ridges = ridge_path(panel, penalties)
     if not blend:
         return ridges
-    j = screened_feature(panel)
-    single = torch.zeros_like(ridges[0])
-    one = DecisionRows(x=panel.x[..., j : j + 1], y=panel.y, ok=panel.ok)
-    single[j] = ridge_path(one, (penalties[0],))[0][0]
+    weights = screen_weights(panel, screen_draws)
+    picked = torch.nonzero(weights).squeeze(-1).tolist()
+    if len(picked) == 1:  # (one pick: its regression as it is; the spread scaling below sets its size)
+        single = _single(panel, picked[0], penalties[0], ridges[0])
+    else:
+        single = torch.zeros_like(ridges[0])
+        for j in picked:
+            one = _single(panel, j, penalties[0], ridges[0])
+            spread = _spread(panel, one)
+            if spread > 0:
+                single += float(weights[j]) * one / spread
     single_spread = _spread(panel, single)
     out = []
     for coef in ridges:
@@ -237,6 +302,7 @@ def fit_linear_start(
     horizon: int = 1,
     window: float = 1.0,
     blend: bool = False,
+    screen_draws: int = 0,
 ) -> LinearStart:
     """The ridge of the rows ``[0, fit_rows)`` with its penalty chosen on ``[fit_rows, K)``, its target
     the return over the next ``horizon`` decisions (:func:`forward_returns`; the rows whose target
@@ -244,7 +310,8 @@ def fit_linear_start(
     ``window`` < 1 the rows the policy trades at, each target the return held to its next trade
     (:func:`start_panels`); the zero model when no penalty has a positive held-out information
     coefficient; with ``blend`` the ridge at the chosen penalty blended with the screened feature
-    (:func:`start_path`; its held-out information coefficient recorded)."""
+    (:func:`start_path`, its screen bagged over ``screen_draws`` resamples of the fit rows; its
+    held-out information coefficient recorded)."""
     fit, tail, fit_index = start_panels(d, fit_rows, horizon, window)
     zero = LinearStart(
         coef=torch.zeros(d.features.shape[-1], device=d.features.device),
@@ -263,14 +330,19 @@ def fit_linear_start(
         return zero
     ic, penalty, coef = best
     if blend:  # (at the ridge's penalty: the ridge decides the penalty and the zero model)
-        coef = start_path(fit, (penalty,), True)[0]
+        coef = start_path(fit, (penalty,), True, screen_draws)[0]
         ic = information_coefficient(tail.x @ coef, tail)
     scores = d.features[fit_index] @ coef.to(torch.float32)
     temperature = temperature_for(scores, d.tradable[fit_index], mass)
     if temperature <= 0.0:
         return zero
     return LinearStart(
-        coef=coef.to(torch.float32), penalty=penalty, holdout_ic=ic, temperature=temperature, blend=blend
+        coef=coef.to(torch.float32),
+        penalty=penalty,
+        holdout_ic=ic,
+        temperature=temperature,
+        blend=blend,
+        screen_draws=screen_draws if blend else 0,
     )
 
 

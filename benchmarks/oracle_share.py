@@ -8,7 +8,7 @@ oracle's), and as shares of it the test IC of
 - ``ridge``: the ridge baseline (``backtests.linear.fit_linear``: penalty on validation, refitted on
   train and validation);
 - ``start``: the direct learner's linear start (``agents.linear_start.fit_linear_start`` with its
-  blend and the learner's default top mass and horizon) on the train and validation decisions
+  blend, its bagged screen and the learner's default top mass and horizon) on the train and validation decisions
   joined, their last fifth held out for the penalty: the start as the refit fits it;
 - ``best_alone``: the feature whose test IC is highest, signed by its train IC (a hindsight choice:
   how far one column of the set goes, not a learner),
@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
+from agents.args import DirectArgs  # noqa: E402
 from agents.direct import decisions_of  # noqa: E402
 from agents.linear_start import fit_linear_start  # noqa: E402
 from backtests.linear import decision_panel, fit_linear, information_coefficient  # noqa: E402
@@ -60,7 +61,11 @@ def shares(train, valid, test, oracle: torch.Tensor) -> dict[str, float]:
     o = information_coefficient(oracle, panel)
     ridge = fit_linear(train, valid, INTERVAL)
     joined = decisions_of(train.join(valid), INTERVAL)
-    start = fit_linear_start(joined, joined.num - max(1, round(joined.num * 0.2)), 0.5, blend=True)
+    defaults = DirectArgs()
+    fit_rows = joined.num - max(1, round(joined.num * defaults.holdout_frac))
+    start = fit_linear_start(
+        joined, fit_rows, defaults.top_mass, blend=True, screen_draws=defaults.start_screen_draws
+    )
     fit = decision_panel(train, INTERVAL)
     alone = []
     for j in range(panel.x.shape[-1]):

@@ -13,13 +13,15 @@ per seed and as means: each start's mean cross-sectional information coefficient
 next-interval returns on the test window divided by the planted predictor's (the zero model
 counts 0).
 
-With ``--screens``, two other ways of choosing the blend's single feature (the product screens the
-fit rows by the plain ``|t|`` of their per-row correlations, ``agents.linear_start.screened_feature``):
-``blend_screen_joined`` screens the fit and held-out rows together (more rows for the noisiest step),
-``blend_screen_sessions`` the fit rows with the correlations first averaged over blocks of a
-session's decisions (a standard error that allows for a slow feature's correlation persisting
-through a session). Both are variants studied and not taken (docs/benchmarks.md, "The start's
-screen").
+``blend`` picks its single feature by the plain screen (the largest ``|t|`` of the fit rows' per-row
+correlations, ``agents.linear_start.screened_feature``: ``start_screen_draws = 0``). With
+``--screens``, three other ways of choosing it: ``blend_bagged``, the product's default (the screen
+bagged over ``DirectArgs.start_screen_draws`` resamples of the fit rows,
+``agents.linear_start.screen_weights``); ``blend_screen_joined``, the plain screen of the fit and
+held-out rows together (more rows for the noisiest step); ``blend_screen_sessions``, the fit rows
+with the correlations first averaged over blocks of a session's decisions (a standard error that
+allows for a slow feature's correlation persisting through a session). The last two were studied
+and not taken (docs/benchmarks.md, "The start's screen").
 
 Not a power figure: it isolates the start's fit from trading, selection and costs. Seeds 1,200,000
 onwards, outside the power tables'.
@@ -42,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 import agents.linear_start as linear_start  # noqa: E402
+from agents.args import DirectArgs  # noqa: E402
 from agents.direct import decisions_of  # noqa: E402
 from agents.linear_start import fit_linear_start, start_panels, start_path  # noqa: E402
 from backtests.linear import (  # noqa: E402
@@ -61,7 +64,8 @@ SPLIT = dict(num_tickers=100, num_sessions=243, train_frac=72 / 243, valid_frac=
 INTERVAL = 15
 HOLDOUT_FRAC = 0.2
 VARIANTS = ("ridge", "blend", "blend_own_penalty")
-SCREENS = ("blend_screen_joined", "blend_screen_sessions")
+SCREENS = ("blend_bagged", "blend_screen_joined", "blend_screen_sessions")
+BAGGED_DRAWS = DirectArgs().start_screen_draws
 SESSION_DECISIONS = 390 // INTERVAL  # a full session's 15-minute decisions
 
 
@@ -81,14 +85,22 @@ def _session_screen(panel: DecisionRows) -> int:
 
 
 def _screened_blend(d, fit_rows: int, variant: str) -> torch.Tensor:
-    """The product's blend with its single feature chosen another way (``SCREENS``)."""
+    """The blend with its single feature chosen another way (``SCREENS``)."""
+    if variant == "blend_bagged":
+        return fit_linear_start(d, fit_rows, 0.5, blend=True, screen_draws=BAGGED_DRAWS).coef
     if variant == "blend_screen_joined":
         fit, tail, _ = start_panels(d, fit_rows)
         plain = linear_start.screened_feature
         screen = lambda panel: plain(join_panels(panel, tail))  # noqa: E731
     else:
         screen = _session_screen
-    with mock.patch.object(linear_start, "screened_feature", screen):
+
+    def one_pick(panel: DecisionRows, draws: int) -> torch.Tensor:
+        weights = torch.zeros(panel.x.shape[-1], dtype=torch.float64)
+        weights[screen(panel)] = 1.0
+        return weights
+
+    with mock.patch.object(linear_start, "screen_weights", one_pick):
         return fit_linear_start(d, fit_rows, 0.5, blend=True).coef
 
 

@@ -296,3 +296,13 @@ def test_a_runs_own_config_keeps_what_it_ran_with_for_keys_it_predates(tmp_path)
     new = tmp_path / "new.toml"
     new.write_text(full)
     assert load_run_config(new).agent.start_blend is True
+    # the blend's bagged screen, added later: a run written before it resumes with the plain screen
+    assert ADDED_KEYS[("agent", "start_screen_draws")] == 0
+    older = tmp_path / "older.toml"
+    older.write_text(
+        "\n".join(line for line in full.splitlines() if not line.startswith("start_screen_draws"))
+    )
+    assert load_run_config(older).agent.start_screen_draws == 0
+    assert load_run_config(older).agent.start_blend is True
+    assert load_config(older).agent.start_screen_draws == 64
+    assert load_run_config(new).agent.start_screen_draws == 64

@@ -9,8 +9,9 @@ import torch
 
 from agents.args import DirectArgs
 from agents.direct import Decisions
-from agents.linear_start import fit_linear_start, screened_feature, start_path
+from agents.linear_start import SCREEN_SEED, fit_linear_start, screen_weights, screened_feature, start_path
 from backtests.linear import PENALTIES, DecisionRows, ridge_path
+from data.errors import ConfigError
 
 
 def _panel(rows: int = 60, assets: int = 12, features: int = 6, edge: int = 4, seed: int = 0) -> DecisionRows:
@@ -150,3 +151,101 @@ def test_rows_of_two_names_do_not_sway_the_screen():
     assert screened_feature(mixed) == 4
     one = DecisionRows(x=panel.x[:1], y=panel.y[:1], ok=panel.ok[:1])
     assert 0 <= screened_feature(one) < panel.x.shape[-1]
+
+
+def _demeaned(panel: DecisionRows) -> tuple[np.ndarray, np.ndarray]:
+    """Features and target less their mean over each row's valid names (invalid entries 0)."""
+    x, y, ok = (t.numpy() for t in (panel.x, panel.y, panel.ok))
+    xd, yd = np.zeros_like(x), np.zeros_like(y)
+    for k in range(x.shape[0]):
+        m = ok[k]
+        xd[k, m] = x[k, m] - x[k, m].mean(axis=0)
+        yd[k, m] = y[k, m] - y[k, m].mean()
+    return xd, yd
+
+
+def _reference_weights(panel: DecisionRows, draws: int) -> np.ndarray:
+    """The bagged screen the slow way: the same resamples (the screen's seeded generator), each
+    resample's screen from per-row correlations computed in loops."""
+    xd, yd = _demeaned(panel)
+    rows, _, features = xd.shape
+    corr = np.zeros((rows, features))
+    for k in range(rows):
+        for j in range(features):
+            den = np.sqrt((xd[k, :, j] ** 2).sum() * (yd[k] ** 2).sum())
+            corr[k, j] = (xd[k, :, j] * yd[k]).sum() / den if den > 0 else 0.0
+    gen = torch.Generator().manual_seed(SCREEN_SEED)
+    weights = np.zeros(features)
+    for _ in range(draws):
+        c = corr[torch.randint(0, rows, (rows,), generator=gen).numpy()]
+        t = c.mean(axis=0) / (c.std(axis=0, ddof=1) / np.sqrt(rows))
+        weights[int(np.abs(t).argmax())] += 1.0 / draws
+    return weights
+
+
+def _near_copies(rows: int = 80, seed: int = 0) -> DecisionRows:
+    """Returns that load on a factor seen through three noisy copies (features 1, 2, 3)."""
+    gen = torch.Generator().manual_seed(seed)
+    factor = torch.randn(rows, 20, generator=gen, dtype=torch.float64)
+    x = torch.randn(rows, 20, 6, generator=gen, dtype=torch.float64)
+    for j in (1, 2, 3):
+        x[..., j] = factor + 0.3 * x[..., j]
+    y = 0.02 * factor + 0.1 * torch.randn(rows, 20, generator=gen, dtype=torch.float64)
+    return DecisionRows(x=x, y=y, ok=torch.ones(rows, 20, dtype=torch.bool))
+
+
+def test_the_bagged_screen_matches_a_slow_reference():
+    panel = _near_copies()
+    got = screen_weights(panel, 32)
+    np.testing.assert_allclose(got.numpy(), _reference_weights(panel, 32), atol=1e-12)
+    assert float(got.sum()) == pytest.approx(1.0)
+    assert torch.equal(got, screen_weights(panel, 32))  # (seeded: the same rows give the same weights)
+
+
+def test_the_bagged_screen_spreads_its_weight_over_near_copies():
+    """Where the data cannot tell three copies of a factor apart the draws pick each of them; where
+    one feature carries the edge alone they pick it; without draws the weight is the plain pick."""
+    copies = screen_weights(_near_copies(), 64)
+    assert float(copies[[1, 2, 3]].sum()) == pytest.approx(1.0) and int((copies > 0).sum()) >= 2
+    alone = screen_weights(_panel(rows=200, edge=4), 64)
+    assert float(alone[4]) > 0.9
+    plain = screen_weights(_near_copies(), 0)
+    assert float(plain.sum()) == 1.0 and int(plain.argmax()) == screened_feature(_near_copies())
+
+
+@pytest.mark.parametrize("penalty", [1e-2, 1.0])
+def test_the_bagged_blend_matches_a_slow_reference(penalty):
+    """The single feature of a bagged blend: each picked feature's own regression at unit spread,
+    weighted by its share of the draws; then the blend as with one pick."""
+    panel = _near_copies()
+    (got,) = start_path(panel, (penalty,), blend=True, screen_draws=32)
+    weights = _reference_weights(panel, 32)
+    x, ok = panel.x.numpy(), panel.ok.numpy()
+    xd, yd = _demeaned(panel)
+    flat_x, flat_y = xd.reshape(-1, x.shape[-1]), yd.reshape(-1)
+    gram = flat_x.T @ flat_x
+    ridge = np.linalg.solve(gram + penalty * gram.diagonal().mean() * np.eye(x.shape[-1]), flat_x.T @ flat_y)
+
+    def spread(coef: np.ndarray) -> float:
+        s = x @ coef
+        demeaned = np.concatenate([s[k, ok[k]] - s[k, ok[k]].mean() for k in range(x.shape[0])])
+        return float(np.sqrt((demeaned**2).sum() / ok.sum()))
+
+    single = np.zeros(x.shape[-1])
+    for j in np.nonzero(weights)[0]:
+        one = np.zeros(x.shape[-1])
+        one[j] = (flat_x[:, j] @ flat_y) / (gram[j, j] * (1.0 + penalty))
+        single += weights[j] * one / spread(one)
+    want = 0.5 * (ridge + single * spread(ridge) / spread(single))
+    assert int((weights > 0).sum()) >= 2  # (the case the bagging is for)
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-9, atol=1e-12)
+
+
+def test_the_start_records_its_screen_and_the_default_bags_it():
+    d = _one_edge_among_many(300, 1)
+    start = fit_linear_start(d, 240, 0.5, blend=True, screen_draws=16)
+    assert start.blend and start.screen_draws == 16 and not start.is_zero
+    assert fit_linear_start(d, 240, 0.5, blend=False, screen_draws=16).screen_draws == 0
+    assert DirectArgs().start_screen_draws == 64
+    with pytest.raises(ConfigError, match="start_screen_draws"):
+        DirectArgs(start_screen_draws=-1)

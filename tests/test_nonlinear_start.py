@@ -94,7 +94,10 @@ def test_the_policys_logits_are_the_fitted_score_times_its_temperature(demean):
     d = _decisions(signal=1.0, common=1.0 if demean else 0.0)
     fit_rows = int(K * 0.8)
     policy = _started(d, True, demean=demean)
-    ridge = direct.fit_linear_start(d, fit_rows, 0.5, blend=DirectArgs().start_blend)
+    defaults = DirectArgs()
+    ridge = direct.fit_linear_start(
+        d, fit_rows, 0.5, blend=defaults.start_blend, screen_draws=defaults.start_screen_draws
+    )
     fit, tail, _ = start_panels(d, fit_rows)
     network = fit_nonlinear_start(policy, fit, tail, ridge, seed=0)
     assert network is not None and network.holdout_ic > max(ridge.holdout_ic, 0.0)

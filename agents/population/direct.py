@@ -68,11 +68,19 @@ def start_direct_pod(
 ) -> None:
     """A fresh pod's ridge start (``agents.linear_start``), as ``agents.direct.train`` makes it;
     ``fitted`` keeps the ridges fitted so far on ``market`` (by ``holdout_frac``, ``top_mass``,
-    ``start_horizon``, ``trade_window`` and ``start_blend``), so a round's fresh pods fit each once."""
+    ``start_horizon``, ``trade_window``, ``start_blend`` and ``start_screen_draws``), so a round's
+    fresh pods fit each once."""
     if args.linear_start:
         decisions = decisions_of(market, interval)
         fitted = {} if fitted is None else fitted
-        key = (args.holdout_frac, args.top_mass, args.start_horizon, args.trade_window, args.start_blend)
+        key = (
+            args.holdout_frac,
+            args.top_mass,
+            args.start_horizon,
+            args.trade_window,
+            args.start_blend,
+            args.start_screen_draws,
+        )
         fitted[key] = start_from_linear(policy, decisions, _split(decisions, args)[1], args, fitted.get(key))
 
 
