@@ -51,7 +51,6 @@ from backtests.linear import (  # noqa: E402
     PENALTIES,
     DecisionRows,
     decision_panel,
-    demean,
     information_coefficient,
     join_panels,
 )
@@ -72,10 +71,7 @@ SESSION_DECISIONS = 390 // INTERVAL  # a full session's 15-minute decisions
 def _session_screen(panel: DecisionRows) -> int:
     """The screen with each feature's per-row correlations averaged over blocks of
     :data:`SESSION_DECISIONS` consecutive rows before the ``|t|`` (block means, then their t)."""
-    x, y = demean(panel.x, panel.ok), demean(panel.y, panel.ok)
-    num = (x * y.unsqueeze(-1)).sum(dim=1)
-    den = (x.square().sum(dim=1) * y.square().sum(dim=1).unsqueeze(-1)).sqrt()
-    corr = torch.where(den > 0, num / den.clamp(min=1e-300), torch.zeros_like(num))
+    corr = linear_start._row_correlations(panel)  # (the screen's own per-row correlations)
     blocks = corr.shape[0] // SESSION_DECISIONS
     if blocks < 2:
         return linear_start.screened_feature(panel)
