@@ -1,0 +1,82 @@
+"""Where a power table's columns part: each column's alpha split into costs and the gross edge, and
+the alpha's standard error, medians per shape and level (read from the rows, nothing rerun).
+
+Per row and column: ``alpha`` the alpha over buy-and-hold per day (net of costs), ``costs`` the
+test window's costs per day (the row's ``costs`` over its ``test_sessions``), ``gross`` their sum,
+``turnover`` per day, and ``se`` the alpha's standard error implied by its one-sided p-value
+(``alpha / z`` with ``z`` the normal quantile of ``1 - p``; rows with ``|z| < 0.5`` left out, where
+that ratio says nothing). Figures in basis points a day. Exploratory: the power table's fixed
+read-outs are ``benchmarks/power_table.py``'s.
+
+    .venv/bin/python benchmarks/alpha_decomposition.py docs/figures/power_table_ic_bagged.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+from scipy.stats import norm
+
+FIELDS = ("alpha", "costs", "gross", "turnover", "se")
+
+
+def decompose(row: dict, column: str) -> dict[str, float | None]:
+    """One column of one row: alpha, costs, gross (bp a day), turnover and the alpha's standard error."""
+    c = row[column]
+    alpha = 1e4 * float(c["alpha_per_day"])
+    costs = 1e4 * float(c["costs"]) / int(row["test_sessions"])
+    p = min(max(float(c["alpha_p_value"]), 1e-6), 1 - 1e-6)
+    z = float(norm.ppf(1 - p))
+    return {
+        "alpha": alpha,
+        "costs": costs,
+        "gross": alpha + costs,
+        "turnover": float(c["turnover"]),
+        "se": alpha / z if abs(z) >= 0.5 else None,
+    }
+
+
+def table(rows: list[dict]) -> dict[tuple[str, float, str], dict[str, float | None]]:
+    """Medians of :func:`decompose` per (shape, level, column) over the rows that hold the column."""
+    cells: dict[tuple[str, float, str], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for row in rows:
+        for column in row.get("columns", []):
+            if not isinstance(row.get(column), dict):
+                continue
+            for key, value in decompose(row, column).items():
+                if value is not None:
+                    cells[(row["shape"], float(row["level"]), column)][key].append(value)
+    return {
+        key: {f: (statistics.median(v[f]) if v[f] else None) for f in FIELDS}
+        for key, v in sorted(cells.items())
+    }
+
+
+def main(argv: list[str] | None = None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("rows", type=Path, help="a power table's jsonl")
+    p.add_argument("--columns", nargs="*", default=None, help="only these columns")
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+    try:
+        rows = [json.loads(line) for line in args.rows.read_text().splitlines() if line.strip()]
+    except (OSError, ValueError) as exc:
+        sys.exit(f"alpha_decomposition: cannot read {args.rows}: {exc}")
+    out = {k: v for k, v in table(rows).items() if args.columns is None or k[2] in args.columns}
+    if args.json:
+        print(json.dumps([{"shape": s, "level": lv, "column": c, **v} for (s, lv, c), v in out.items()]))
+        return out
+    print(f"{'shape':<20} {'level':>5} {'column':<17}" + "".join(f"{f:>10}" for f in FIELDS))
+    for (shape, level, column), v in out.items():
+        cells = "".join(f"{'-':>10}" if v[f] is None else f"{v[f]:>10.2f}" for f in FIELDS)
+        print(f"{shape:<20} {level:>5} {column:<17}{cells}")
+    return out
+
+
+if __name__ == "__main__":
+    main()
