@@ -5,10 +5,13 @@ Per row and column: ``alpha`` the alpha over buy-and-hold per day (net of costs)
 test window's costs per day (the row's ``costs`` over its ``test_sessions``), ``gross`` their sum,
 ``turnover`` per day, and ``se`` the alpha's standard error implied by its one-sided p-value
 (``alpha / z`` with ``z`` the normal quantile of ``1 - p``; rows with ``|z| < 0.5`` left out, where
-that ratio says nothing). Figures in basis points a day. Exploratory: the power table's fixed
-read-outs are ``benchmarks/power_table.py``'s.
+that ratio says nothing). Figures in basis points a day. With ``--share-of COLUMN`` each column's
+gross edge is also stated as a share of that column's on the same markets: the median of the
+per-market ratios and the pooled ratio (the sums over the cell's markets), since a ratio of two
+medians mixes markets. Exploratory: the power table's fixed read-outs are
+``benchmarks/power_table.py``'s.
 
-    .venv/bin/python benchmarks/alpha_decomposition.py docs/figures/power_table_ic_bagged.jsonl
+    .venv/bin/python benchmarks/alpha_decomposition.py docs/figures/power_table_ic_bagged.jsonl --share-of oracle
 """
 
 from __future__ import annotations
@@ -57,10 +60,36 @@ def table(rows: list[dict]) -> dict[tuple[str, float, str], dict[str, float | No
     }
 
 
+def shares(rows: list[dict], of: str) -> dict[tuple[str, float, str], dict[str, float]]:
+    """Per (shape, level, column): the gross edge as a share of column ``of``'s on the same rows, the
+    median of the per-row ratios and the pooled ratio (rows where ``of``'s gross edge is not positive
+    left out of the median)."""
+    pairs: dict[tuple[str, float, str], list[tuple[float, float]]] = defaultdict(list)
+    for row in rows:
+        if not isinstance(row.get(of), dict):
+            continue
+        base = decompose(row, of)["gross"]
+        for column in row.get("columns", []):
+            if isinstance(row.get(column), dict):
+                pairs[(row["shape"], float(row["level"]), column)].append(
+                    (decompose(row, column)["gross"], base)
+                )
+    out = {}
+    for key, values in sorted(pairs.items()):
+        ratios = [g / b for g, b in values if b > 0]
+        pooled = sum(b for _, b in values)
+        out[key] = {
+            "share_median": statistics.median(ratios) if ratios else None,
+            "share_pooled": sum(g for g, _ in values) / pooled if pooled > 0 else None,
+        }
+    return out
+
+
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("rows", type=Path, help="a power table's jsonl")
     p.add_argument("--columns", nargs="*", default=None, help="only these columns")
+    p.add_argument("--share-of", default=None, help="state each gross edge as a share of this column's")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     try:
@@ -68,12 +97,17 @@ def main(argv: list[str] | None = None) -> dict:
     except (OSError, ValueError) as exc:
         sys.exit(f"alpha_decomposition: cannot read {args.rows}: {exc}")
     out = {k: v for k, v in table(rows).items() if args.columns is None or k[2] in args.columns}
+    fields = FIELDS
+    if args.share_of is not None:
+        relative = shares(rows, args.share_of)
+        out = {k: v | relative.get(k, {"share_median": None, "share_pooled": None}) for k, v in out.items()}
+        fields = (*FIELDS, "share_median", "share_pooled")
     if args.json:
         print(json.dumps([{"shape": s, "level": lv, "column": c, **v} for (s, lv, c), v in out.items()]))
         return out
-    print(f"{'shape':<20} {'level':>5} {'column':<17}" + "".join(f"{f:>10}" for f in FIELDS))
+    print(f"{'shape':<20} {'level':>5} {'column':<17}" + "".join(f"{f:>13}" for f in fields))
     for (shape, level, column), v in out.items():
-        cells = "".join(f"{'-':>10}" if v[f] is None else f"{v[f]:>10.2f}" for f in FIELDS)
+        cells = "".join(f"{'-':>13}" if v[f] is None else f"{v[f]:>13.2f}" for f in fields)
         print(f"{shape:<20} {level:>5} {column:<17}{cells}")
     return out
 

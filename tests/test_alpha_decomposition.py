@@ -62,3 +62,14 @@ def test_unreadable_rows_are_one_line(tmp_path) -> None:
     bad.write_text("{not json\n")
     with pytest.raises(SystemExit, match="cannot read"):
         alpha_decomposition.main([str(bad)])
+
+
+def test_shares_of_a_column_per_market_and_pooled() -> None:
+    rows = [
+        _row(0, _column(0.0002, 0.01, 0.2), _column(0.001, 0.02, 0.01)),  # gross 3 of 12 bp
+        _row(1, _column(0.0008, 0.02, 0.1), _column(0.0008, 0.02, 0.01)),  # gross 10 of 10 bp
+        _row(2, _column(0.0009, 0.02, 0.01)),  # no oracle: not in the shares
+    ]
+    out = alpha_decomposition.shares(rows, "oracle")[("daily_cross_section", 0.05, "champion")]
+    assert out["share_median"] == pytest.approx((3 / 12 + 10 / 10) / 2)
+    assert out["share_pooled"] == pytest.approx(13 / 22)
