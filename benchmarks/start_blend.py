@@ -23,6 +23,13 @@ with the correlations first averaged over blocks of a session's decisions (a sta
 allows for a slow feature's correlation persisting through a session). The last two were studied
 and not taken (docs/benchmarks.md, "The start's screen").
 
+With ``--single-shares W ...``, the product's bagged blend (``blend_bagged``) beside the same start
+with the single-feature side's share of the blend moved from one half to ``W``
+(``blend_bagged_W``: the ridge's scores times ``1 - W`` plus the bagged single-feature model's, at
+the ridge's spread, times ``W``; 1: the single-feature model alone, the ridge still choosing the
+penalty and the zero model). Built from the product's own blend at one half ``b`` and ridge ``r`` as
+``r + 2 W (b - r)``, so the arms differ in the share alone.
+
 Not a power figure: it isolates the start's fit from trading, selection and costs. Seeds 1,200,000
 onwards, outside the power tables'.
 
@@ -100,6 +107,28 @@ def _screened_blend(d, fit_rows: int, variant: str) -> torch.Tensor:
         return fit_linear_start(d, fit_rows, 0.5, blend=True).coef
 
 
+def single_share_path(
+    panel: DecisionRows, penalties: tuple[float, ...], share: float, screen_draws: int = 0
+) -> list[torch.Tensor]:
+    """``agents.linear_start.start_path`` with the single-feature side's share ``share`` of the blend
+    (one half in the product): ``r + 2 share (b - r)`` from the product's ridge ``r`` and blend ``b``."""
+    halves = start_path(panel, penalties, True, screen_draws)
+    ridges = linear_start.ridge_path(panel, penalties)
+    return [r + 2.0 * share * (b - r) for r, b in zip(ridges, halves, strict=True)]
+
+
+def _single_share_blend(d, fit_rows: int, share: float) -> torch.Tensor:
+    """The bagged blend with the single-feature side's share ``share`` instead of one half."""
+
+    def shared(panel: DecisionRows, penalties, blend: bool, screen_draws: int = 0) -> list[torch.Tensor]:
+        if not blend:
+            return start_path(panel, penalties, blend, screen_draws)
+        return single_share_path(panel, penalties, share, screen_draws)
+
+    with mock.patch.object(linear_start, "start_path", shared):
+        return fit_linear_start(d, fit_rows, 0.5, blend=True, screen_draws=BAGGED_DRAWS).coef
+
+
 def _own_penalty_blend(d, fit_rows: int) -> torch.Tensor:
     """The blend whose penalty the held-out tail chooses by the blend's own information coefficient
     (the zero model when none is positive)."""
@@ -117,7 +146,9 @@ def _share(coef: torch.Tensor, test: DecisionRows, oracle_ic: float) -> float:
     return 0.0 if not math.isfinite(ic) else ic / oracle_ic
 
 
-def one_market(shape: str, target_ic: float, seed: int, screens: bool = False) -> dict:
+def one_market(
+    shape: str, target_ic: float, seed: int, screens: bool = False, single_shares: tuple[float, ...] = ()
+) -> dict:
     splits = synthetic_market(seed=seed, shape=shape, target_ic=target_ic, feature_set="library", **SPLIT)
     spec = SyntheticSpec(
         num_tickers=SPLIT["num_tickers"],
@@ -143,6 +174,10 @@ def one_market(shape: str, target_ic: float, seed: int, screens: bool = False) -
         }
         for variant in SCREENS if screens else ():
             starts[variant] = _screened_blend(d, fit_rows, variant)
+        if single_shares and "blend_bagged" not in starts:
+            starts["blend_bagged"] = _screened_blend(d, fit_rows, "blend_bagged")
+        for share in single_shares:
+            starts[f"blend_bagged_{share:g}"] = _single_share_blend(d, fit_rows, share)
         for name, coef in starts.items():
             row[f"{window}_{name}"] = round(_share(coef, test, oracle_ic), 3)
     return row
@@ -154,17 +189,27 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--ic", type=float, default=0.05, help="the planted predictor's daily rank IC")
     p.add_argument("--seeds", type=int, default=12, help="markets (seeds from 1,200,000)")
     p.add_argument("--screens", action="store_true", help="add the two other screens (SCREENS)")
+    p.add_argument(
+        "--single-shares",
+        type=float,
+        nargs="*",
+        default=[],
+        help="the bagged blend's single-feature share arms",
+    )
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
+    if any(not 0.0 <= w <= 1.0 for w in args.single_shares):
+        p.error("--single-shares: each share between 0 and 1")
     torch.set_num_threads(1)
     rows = []
     for seed in range(FIRST_SEED, FIRST_SEED + args.seeds):
         start = time.perf_counter()
-        rows.append(one_market(args.shape, args.ic, seed, args.screens))
+        rows.append(one_market(args.shape, args.ic, seed, args.screens, tuple(args.single_shares)))
         print(
             json.dumps({**rows[-1], "s": round(time.perf_counter() - start, 1)}), file=sys.stderr, flush=True
         )
-    variants = VARIANTS + (SCREENS if args.screens else ())
+    shares = tuple(f"blend_bagged_{w:g}" for w in args.single_shares)
+    variants = VARIANTS + (SCREENS if args.screens else ("blend_bagged",) if shares else ()) + shares
     keys = [f"{w}_{v}" for w in ("train", "joined") for v in variants]
     means = {k: round(sum(r[k] for r in rows) / len(rows), 3) for k in keys}
     wins = {w: sum(r[f"{w}_blend"] > r[f"{w}_ridge"] for r in rows) for w in ("train", "joined")}
@@ -180,6 +225,15 @@ def main(argv: list[str] | None = None) -> dict:
             f"{w}_{v}": sum(r[f"{w}_{v}"] > r[f"{w}_blend"] for r in rows)
             for w in ("train", "joined")
             for v in SCREENS
+        }
+    if shares:
+        out["share_vs_bagged"] = {
+            f"{w}_{v}": [
+                sum(r[f"{w}_{v}"] > r[f"{w}_blend_bagged"] for r in rows),
+                sum(r[f"{w}_{v}"] < r[f"{w}_blend_bagged"] for r in rows),
+            ]
+            for w in ("train", "joined")
+            for v in shares
         }
     print(json.dumps(out, indent=2) if args.json else out)
     return out

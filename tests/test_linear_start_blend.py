@@ -249,3 +249,27 @@ def test_the_start_records_its_screen_and_the_default_bags_it():
     assert DirectArgs().start_screen_draws == 64
     with pytest.raises(ConfigError, match="start_screen_draws"):
         DirectArgs(start_screen_draws=-1)
+
+
+def test_single_share_arm_of_the_blend_study() -> None:
+    """benchmarks/start_blend.py's ``--single-shares`` arm: one half is the product's blend, zero the
+    ridge, one the screened feature's own model at the ridge's spread (one coefficient, the ridge's
+    score spread)."""
+    from benchmarks.start_blend import single_share_path
+
+    panel = _panel()
+    penalty = (PENALTIES[2],)
+    ridge, blend = ridge_path(panel, penalty)[0], start_path(panel, penalty, True)[0]
+    assert torch.allclose(single_share_path(panel, penalty, 0.5)[0], blend, rtol=0, atol=1e-15)
+    assert torch.allclose(single_share_path(panel, penalty, 0.0)[0], ridge, rtol=0, atol=1e-15)
+    alone = single_share_path(panel, penalty, 1.0)[0]
+    assert torch.nonzero(alone.abs() > 1e-12).squeeze(-1).tolist() == [screened_feature(panel)]
+
+    def spread(coef: torch.Tensor) -> float:
+        s = panel.x @ coef
+        s = torch.where(
+            panel.ok, s - (s * panel.ok).sum(-1, keepdim=True) / panel.ok.sum(-1, keepdim=True), 0.0
+        )
+        return float((s.square().sum() / panel.ok.sum()).sqrt())
+
+    assert spread(alone) == pytest.approx(spread(ridge), rel=1e-9)
