@@ -238,6 +238,9 @@ class DirectArgs:
     """linear start's blend: bootstrap resamples of the fit rows its screen is bagged over, each
     feature picked weighted by its share of them (0: the one feature of the best |t|;
     agents.linear_start.screen_weights)"""
+    start_single_share: float = 0.5
+    """linear start's blend: the weight of the screened feature's model against the ridge's (0.5:
+    half each; 1: the screened feature's model alone; agents.linear_start.start_path)"""
     start_horizon: int = 1
     """linear start: decisions the ridge's target return spans (1: the next interval; 26: the next
     session at 15-minute decisions of 390-minute sessions)"""
@@ -265,6 +268,10 @@ class DirectArgs:
             )
         if self.start_screen_draws < 0:
             raise ConfigError(f"DirectArgs.start_screen_draws must be >= 0, got {self.start_screen_draws}")
+        if not 0.0 <= self.start_single_share <= 1.0:
+            raise ConfigError(
+                f"DirectArgs.start_single_share must be in [0, 1], got {self.start_single_share}"
+            )
         if self.weight_decay < 0 or self.norm_updates < 0:
             raise ConfigError("DirectArgs.weight_decay and norm_updates must be >= 0")
         if not 0.0 < self.top_mass < 1.0:

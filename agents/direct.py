@@ -218,6 +218,7 @@ def start_from_linear(
         args.trade_window,
         args.start_blend,
         args.start_screen_draws,
+        args.start_single_share,
     )
     rows = torch.arange(fit_rows, device=decisions.features.device)
     tradable = decisions.tradable[:fit_rows]

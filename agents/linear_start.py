@@ -86,6 +86,8 @@ class LinearStart:
     """``coef`` is the ridge blended with the best single feature (:func:`start_path`)"""
     screen_draws: int = 0
     """the blend's screen: bootstrap draws of :func:`screen_weights` (0: the plain screen)"""
+    single_share: float = 0.5
+    """the blend's weight on the screened feature's model (:func:`start_path`; 0.5: half each)"""
 
     @property
     def is_zero(self) -> bool:
@@ -236,7 +238,11 @@ def _single(panel: DecisionRows, j: int, penalty: float, like: Tensor) -> Tensor
 
 
 def start_path(
-    panel: DecisionRows, penalties: tuple[float, ...], blend: bool, screen_draws: int = 0
+    panel: DecisionRows,
+    penalties: tuple[float, ...],
+    blend: bool,
+    screen_draws: int = 0,
+    single_share: float = 0.5,
 ) -> list[Tensor]:
     """The start's coefficients ``(F,)`` (float64) of ``panel`` at each penalty multiple: the ridge
     (``backtests.linear.ridge_path``), or with ``blend`` the average of the ridge's scores and the
@@ -244,7 +250,10 @@ def start_path(
     ridge's spread over the panel: an equal-weight blend that keeps the ridge's units (the nonlinear
     start fits what it leaves, in return units). With ``screen_draws`` > 0 the single feature is the
     bagged screen's (:func:`screen_weights`): the features it picks, each its own regression at unit
-    spread, weighted by their shares of the draws. A ridge without spread stays as it is."""
+    spread, weighted by their shares of the draws. ``single_share`` weighs the two sides: the ridge
+    times ``1 - single_share`` plus the single-feature model times ``single_share`` (one half: the
+    equal blend; 1: the single-feature model alone, at the ridge's spread). A ridge without spread
+    stays as it is."""
     ridges = ridge_path(panel, penalties)
     if not blend:
         return ridges
@@ -266,7 +275,12 @@ def start_path(
         if not (spread > 0 and single_spread > 0):
             out.append(coef)
             continue
-        out.append(0.5 * (coef + single * (spread / single_spread)))
+        scaled = single * (spread / single_spread)
+        # (one half as the equal blend has always been computed, so a default start is the same to the bit)
+        if single_share == 0.5:
+            out.append(0.5 * (coef + scaled))
+        else:
+            out.append((1.0 - single_share) * coef + single_share * scaled)
     return out
 
 
@@ -303,6 +317,7 @@ def fit_linear_start(
     window: float = 1.0,
     blend: bool = False,
     screen_draws: int = 0,
+    single_share: float = 0.5,
 ) -> LinearStart:
     """The ridge of the rows ``[0, fit_rows)`` with its penalty chosen on ``[fit_rows, K)``, its target
     the return over the next ``horizon`` decisions (:func:`forward_returns`; the rows whose target
@@ -310,8 +325,8 @@ def fit_linear_start(
     ``window`` < 1 the rows the policy trades at, each target the return held to its next trade
     (:func:`start_panels`); the zero model when no penalty has a positive held-out information
     coefficient; with ``blend`` the ridge at the chosen penalty blended with the screened feature
-    (:func:`start_path`, its screen bagged over ``screen_draws`` resamples of the fit rows; its
-    held-out information coefficient recorded)."""
+    (:func:`start_path`, its screen bagged over ``screen_draws`` resamples of the fit rows, the
+    single-feature side weighted ``single_share``; its held-out information coefficient recorded)."""
     fit, tail, fit_index = start_panels(d, fit_rows, horizon, window)
     zero = LinearStart(
         coef=torch.zeros(d.features.shape[-1], device=d.features.device),
@@ -330,7 +345,7 @@ def fit_linear_start(
         return zero
     ic, penalty, coef = best
     if blend:  # (at the ridge's penalty: the ridge decides the penalty and the zero model)
-        coef = start_path(fit, (penalty,), True, screen_draws)[0]
+        coef = start_path(fit, (penalty,), True, screen_draws, single_share)[0]
         ic = information_coefficient(tail.x @ coef, tail)
     scores = d.features[fit_index] @ coef.to(torch.float32)
     temperature = temperature_for(scores, d.tradable[fit_index], mass)
@@ -343,6 +358,7 @@ def fit_linear_start(
         temperature=temperature,
         blend=blend,
         screen_draws=screen_draws if blend else 0,
+        single_share=single_share if blend else 0.5,
     )
 
 

@@ -116,7 +116,9 @@ def _refit(ridge: LinearStart, panel: DecisionRows) -> LinearStart:
     zero)."""
     if ridge.is_zero or not math.isfinite(ridge.penalty):
         return ridge
-    coef = start_path(panel, (ridge.penalty,), ridge.blend, ridge.screen_draws)[0].to(torch.float32)
+    coef = start_path(panel, (ridge.penalty,), ridge.blend, ridge.screen_draws, ridge.single_share)[0].to(
+        torch.float32
+    )
     return dataclasses.replace(ridge, coef=coef)
 
 

@@ -314,6 +314,7 @@ def parse_config(raw: dict[str, Any], *, source: str = "config") -> Config:
 ADDED_KEYS: dict[tuple[str, str], Any] = {
     ("agent", "start_blend"): False,  # the linear start's blend (agents.linear_start.start_path)
     ("agent", "start_screen_draws"): 0,  # its bagged screen (agents.linear_start.screen_weights)
+    ("agent", "start_single_share"): 0.5,  # the blend's weight on its single-feature side
 }
 
 

@@ -235,6 +235,7 @@ class AgentConfig(Section):
     top_mass: float = setting(DirectArgs, "top_mass", gt=0, lt=1)
     start_blend: bool = setting(DirectArgs, "start_blend")
     start_screen_draws: int = setting(DirectArgs, "start_screen_draws", ge=0, le=10_000)
+    start_single_share: float = setting(DirectArgs, "start_single_share", ge=0, le=1)
     start_horizon: int = setting(DirectArgs, "start_horizon", ge=1)
     trade_window: float = setting(DirectArgs, "trade_window", gt=0, le=1)
     asset_layers: int = setting(PPOArgs, "asset_layers", ge=0)

@@ -25,10 +25,9 @@ and not taken (docs/benchmarks.md, "The start's screen").
 
 With ``--single-shares W ...``, the product's bagged blend (``blend_bagged``) beside the same start
 with the single-feature side's share of the blend moved from one half to ``W``
-(``blend_bagged_W``: the ridge's scores times ``1 - W`` plus the bagged single-feature model's, at
-the ridge's spread, times ``W``; 1: the single-feature model alone, the ridge still choosing the
-penalty and the zero model). Built from the product's own blend at one half ``b`` and ridge ``r`` as
-``r + 2 W (b - r)``, so the arms differ in the share alone.
+(``blend_bagged_W``, ``DirectArgs.start_single_share = W``: the ridge's scores times ``1 - W`` plus
+the bagged single-feature model's, at the ridge's spread, times ``W``; 1: the single-feature model
+alone, the ridge still choosing the penalty and the zero model).
 
 Not a power figure: it isolates the start's fit from trading, selection and costs. Seeds 1,200,000
 onwards, outside the power tables'.
@@ -107,26 +106,9 @@ def _screened_blend(d, fit_rows: int, variant: str) -> torch.Tensor:
         return fit_linear_start(d, fit_rows, 0.5, blend=True).coef
 
 
-def single_share_path(
-    panel: DecisionRows, penalties: tuple[float, ...], share: float, screen_draws: int = 0
-) -> list[torch.Tensor]:
-    """``agents.linear_start.start_path`` with the single-feature side's share ``share`` of the blend
-    (one half in the product): ``r + 2 share (b - r)`` from the product's ridge ``r`` and blend ``b``."""
-    halves = start_path(panel, penalties, True, screen_draws)
-    ridges = linear_start.ridge_path(panel, penalties)
-    return [r + 2.0 * share * (b - r) for r, b in zip(ridges, halves, strict=True)]
-
-
 def _single_share_blend(d, fit_rows: int, share: float) -> torch.Tensor:
     """The bagged blend with the single-feature side's share ``share`` instead of one half."""
-
-    def shared(panel: DecisionRows, penalties, blend: bool, screen_draws: int = 0) -> list[torch.Tensor]:
-        if not blend:
-            return start_path(panel, penalties, blend, screen_draws)
-        return single_share_path(panel, penalties, share, screen_draws)
-
-    with mock.patch.object(linear_start, "start_path", shared):
-        return fit_linear_start(d, fit_rows, 0.5, blend=True, screen_draws=BAGGED_DRAWS).coef
+    return fit_linear_start(d, fit_rows, 0.5, blend=True, screen_draws=BAGGED_DRAWS, single_share=share).coef
 
 
 def _own_penalty_blend(d, fit_rows: int) -> torch.Tensor:

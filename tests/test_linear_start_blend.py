@@ -27,9 +27,10 @@ def _panel(rows: int = 60, assets: int = 12, features: int = 6, edge: int = 4, s
     return DecisionRows(x=x, y=y, ok=ok)
 
 
-def _reference(panel: DecisionRows, penalty: float) -> np.ndarray:
-    """The blend the slow way: per-row demeaning over the valid names, the screen's t-statistics from
-    per-row correlations, closed-form ridges, spreads over the valid entries."""
+def _reference_sides(panel: DecisionRows, penalty: float) -> tuple[np.ndarray, np.ndarray]:
+    """The blend's two sides the slow way (the ridge, and the screened feature's model at the ridge's
+    spread): per-row demeaning over the valid names, the screen's t-statistics from per-row
+    correlations, closed-form ridges, spreads over the valid entries."""
     x, y, ok = (t.numpy() for t in (panel.x, panel.y, panel.ok))
     rows, _, features = x.shape
     xd, yd = np.zeros_like(x), np.zeros_like(y)
@@ -56,7 +57,12 @@ def _reference(panel: DecisionRows, penalty: float) -> np.ndarray:
         demeaned = np.concatenate([s[k, ok[k]] - s[k, ok[k]].mean() for k in range(rows)])
         return float(np.sqrt((demeaned**2).sum() / ok.sum()))
 
-    return 0.5 * (ridge + single * spread(ridge) / spread(single))
+    return ridge, single * spread(ridge) / spread(single)
+
+
+def _reference(panel: DecisionRows, penalty: float) -> np.ndarray:
+    ridge, scaled = _reference_sides(panel, penalty)
+    return 0.5 * (ridge + scaled)
 
 
 def test_the_screen_picks_the_feature_that_ranks_the_returns():
@@ -251,25 +257,26 @@ def test_the_start_records_its_screen_and_the_default_bags_it():
         DirectArgs(start_screen_draws=-1)
 
 
-def test_single_share_arm_of_the_blend_study() -> None:
-    """benchmarks/start_blend.py's ``--single-shares`` arm: one half is the product's blend, zero the
-    ridge, one the screened feature's own model at the ridge's spread (one coefficient, the ridge's
-    score spread)."""
-    from benchmarks.start_blend import single_share_path
-
+@pytest.mark.parametrize("share", [0.0, 0.75, 1.0])
+def test_single_share_weighs_the_two_sides_against_the_reference(share: float) -> None:
+    """``single_share``: the ridge times ``1 - share`` plus the screened feature's model (at the ridge's
+    spread) times ``share``; 0 the ridge, 1 one coefficient, pinned against the slow reference."""
     panel = _panel()
-    penalty = (PENALTIES[2],)
-    ridge, blend = ridge_path(panel, penalty)[0], start_path(panel, penalty, True)[0]
-    assert torch.allclose(single_share_path(panel, penalty, 0.5)[0], blend, rtol=0, atol=1e-15)
-    assert torch.allclose(single_share_path(panel, penalty, 0.0)[0], ridge, rtol=0, atol=1e-15)
-    alone = single_share_path(panel, penalty, 1.0)[0]
-    assert torch.nonzero(alone.abs() > 1e-12).squeeze(-1).tolist() == [screened_feature(panel)]
+    penalty = PENALTIES[2]
+    coef = start_path(panel, (penalty,), True, single_share=share)[0].numpy()
+    ridge, scaled = _reference_sides(panel, penalty)
+    np.testing.assert_allclose(coef, (1.0 - share) * ridge + share * scaled, rtol=1e-9, atol=1e-12)
+    if share == 1.0:
+        assert np.flatnonzero(np.abs(coef) > 1e-12).tolist() == [screened_feature(panel)]
 
-    def spread(coef: torch.Tensor) -> float:
-        s = panel.x @ coef
-        s = torch.where(
-            panel.ok, s - (s * panel.ok).sum(-1, keepdim=True) / panel.ok.sum(-1, keepdim=True), 0.0
-        )
-        return float((s.square().sum() / panel.ok.sum()).sqrt())
 
-    assert spread(alone) == pytest.approx(spread(ridge), rel=1e-9)
+def test_single_share_default_is_the_equal_blend_to_the_bit() -> None:
+    panel = _panel(seed=3)
+    penalties = tuple(PENALTIES[:3])
+    for draws in (0, 16):
+        default = start_path(panel, penalties, True, draws)
+        for a, b in zip(default, start_path(panel, penalties, True, draws, single_share=0.5), strict=True):
+            assert torch.equal(a, b)
+    assert DirectArgs().start_single_share == 0.5
+    with pytest.raises(ConfigError, match="start_single_share"):
+        DirectArgs(start_single_share=1.5)

@@ -68,7 +68,8 @@ def start_direct_pod(
 ) -> None:
     """A fresh pod's ridge start (``agents.linear_start``), as ``agents.direct.train`` makes it;
     ``fitted`` keeps the ridges fitted so far on ``market`` (by ``holdout_frac``, ``top_mass``,
-    ``start_horizon``, ``trade_window``, ``start_blend`` and ``start_screen_draws``), so a round's
+    ``start_horizon``, ``trade_window``, ``start_blend``, ``start_screen_draws`` and
+    ``start_single_share``), so a round's
     fresh pods fit each once."""
     if args.linear_start:
         decisions = decisions_of(market, interval)
@@ -80,6 +81,7 @@ def start_direct_pod(
             args.trade_window,
             args.start_blend,
             args.start_screen_draws,
+            args.start_single_share,
         )
         fitted[key] = start_from_linear(policy, decisions, _split(decisions, args)[1], args, fitted.get(key))
 
