@@ -127,6 +127,19 @@ def test_the_blend_is_on_by_default_and_configurable():
     assert DirectArgs().start_blend
     config = Config().with_updates(agent={"algo": "direct", "start_blend": False})
     assert to_learner_args(config).start_blend is False
+    shared = Config().with_updates(agent={"algo": "direct", "start_single_share": 1.0})
+    assert to_learner_args(shared).start_single_share == 1.0
+
+
+def test_a_start_records_its_single_share():
+    """The share travels with the fitted start (``LinearStart.single_share``, what the nonlinear
+    start's folds refit with); with share 1 the start is the screened feature's model alone, and a
+    start without the blend keeps the default."""
+    d = _one_edge_among_many(400, 0)
+    alone = fit_linear_start(d, 320, 0.5, blend=True, single_share=1.0)
+    assert alone.single_share == 1.0 and not alone.is_zero
+    assert int((alone.coef.abs() > 0).sum()) == 1
+    assert fit_linear_start(d, 320, 0.5, blend=False, single_share=1.0).single_share == 0.5
 
 
 def test_the_ridge_decides_the_penalty_and_the_zero_model():
