@@ -144,6 +144,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--cost-rate", type=float, default=None, help="commission (default: the env's)")
     p.add_argument("--first-seed", type=int, default=5000)
     p.add_argument("--workers", type=int, default=0, help="local worker processes (0 = inline)")
+    p.add_argument(
+        "--start-single-share",
+        type=float,
+        default=None,
+        help="direct learner: [agent] start_single_share for the champion's pods and the start column "
+        "(unset: the learner's default; set, it is part of the rows' settings key)",
+    )
     p.add_argument("--with-ppo", action="store_true", help="add the ppo column (a PPO tournament a market)")
     p.add_argument("--ppo-budget", type=int, default=PPO_BUDGET, help="env-steps of the PPO tournament")
     p.add_argument("--ppo-pods", type=int, default=4, help="pods of the PPO tournament (the demo's)")
@@ -197,6 +204,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.shard = (k, n)
     if args.jobs < 1:
         p.error(f"--jobs: at least 1, got {args.jobs}")
+    if args.start_single_share is not None and not 0.0 <= args.start_single_share <= 1.0:
+        p.error(f"--start-single-share: in [0, 1], got {args.start_single_share}")
     if args.spot_check < 0 or (args.spot_check and not args.rerun_learner):
         p.error("--spot-check: a count >= 0, with --rerun-learner")
     if args.jobs > 1 and args.shard != (0, 1):
@@ -227,6 +236,8 @@ def settings_key(args: argparse.Namespace) -> str:
         key += f",features={args.features}"
     if args.with_ppo:  # (the PPO column's tournament: rows without it keep their key)
         key += f",ppo={args.ppo_budget}/{args.ppo_pods}/{args.ppo_round_steps}/{PPO_BACKEND}"
+    if args.start_single_share is not None:  # (a learner's option: rows without it keep their key)
+        key += f",start_single_share={args.start_single_share:g}"
     return key
 
 
@@ -258,6 +269,8 @@ def config_of(args: argparse.Namespace, seed: int, level: float) -> Config:
     agent: dict = {"algo": args.algo, "seed": seed}
     if args.algo == "direct":
         agent.update(batch_paths=32, horizon=16)  # the learner's defaults otherwise
+        if args.start_single_share is not None:
+            agent["start_single_share"] = args.start_single_share
     return Config().with_updates(
         data={
             "source": "synthetic",

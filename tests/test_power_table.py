@@ -84,6 +84,19 @@ def test_the_feature_set_reaches_the_market_and_the_settings_key():
     assert power_table.settings_key(library).endswith(",features=library")
 
 
+def test_the_start_single_share_reaches_the_learner_and_the_settings_key():
+    from app.config import to_learner_args
+
+    default = power_table.parse_args(["--features", "library"])
+    single = power_table.parse_args(["--features", "library", "--start-single-share", "1"])
+    assert to_learner_args(power_table.config_of(default, 5, 0.05)).start_single_share == 0.5
+    assert to_learner_args(power_table.config_of(single, 5, 0.05)).start_single_share == 1.0
+    assert power_table.settings_key(default).endswith(",features=library")  # old rows keep their key
+    assert power_table.settings_key(single).endswith(",features=library,start_single_share=1")
+    with pytest.raises(SystemExit):
+        power_table.parse_args(["--start-single-share", "1.5"])
+
+
 def test_shards_split_the_markets_between_processes():
     assert power_table.parse_args([]).shard == (0, 1)
     assert power_table.parse_args(["--shard", "1/2"]).shard == (1, 2)
