@@ -1,0 +1,44 @@
+"""Two power tables paired market by market (benchmarks/power_paired.py), against hand counts."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from benchmarks import power_paired
+
+
+def _row(seed: int, champion: bool, sharpe: float, oracle_sharpe: float = 2.0, level: float = 0.05) -> dict:
+    verdict = "significant" if champion else "not significant"
+    return {
+        "shape": "daily_cross_section",
+        "level": level,
+        "seed": seed,
+        "champion": {"outcome": verdict, "sharpe": sharpe},
+        "oracle": {"outcome": "significant", "sharpe": oracle_sharpe},
+    }
+
+
+def test_paired_counts_mcnemar_and_sharpe_differences(tmp_path) -> None:
+    a = [_row(1, True, 2.0), _row(2, True, 1.5), _row(3, False, 0.5), _row(4, True, 1.0), _row(9, True, 9.0)]
+    b = [_row(1, True, 1.0), _row(2, False, 1.0), _row(3, False, 1.0), _row(4, False, 0.0, oracle_sharpe=2.5)]
+    (tmp_path / "a.jsonl").write_text("\n".join(json.dumps(r) for r in a))
+    (tmp_path / "b.jsonl").write_text("\n".join(json.dumps(r) for r in b))
+    out = power_paired.main(
+        [str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl"), "--same", "oracle", "--json"]
+    )
+    (r,) = out
+    assert (r["markets"], r["a"], r["b"], r["both"], r["a_only"], r["b_only"]) == (4, 3, 1, 1, 2, 0)
+    assert r["mcnemar_p"] == pytest.approx(0.5)  # two discordant markets, both one way: 2 * 0.5^2
+    assert r["median_sharpe_a"] == pytest.approx(1.25) and r["median_sharpe_b"] == pytest.approx(1.0)
+    assert r["median_sharpe_diff"] == pytest.approx(0.75)  # differences 1.0, 0.5, -0.5, 1.0
+    assert r["same_columns_differ"] == 1  # market 4's oracle
+
+
+def test_no_discordant_market_reads_p_one_and_bad_files_are_one_line(tmp_path) -> None:
+    assert power_paired.mcnemar(0, 0) == 1.0
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("{oops")
+    with pytest.raises(SystemExit, match="cannot read"):
+        power_paired.main([str(bad), str(bad)])
