@@ -25,6 +25,10 @@ from pathlib import Path
 
 from scipy.stats import norm
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.power_paired import read_rows  # noqa: E402
+
 FIELDS = ("alpha", "costs", "gross", "turnover", "se")
 
 
@@ -92,10 +96,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--share-of", default=None, help="state each gross edge as a share of this column's")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
-    try:
-        rows = [json.loads(line) for line in args.rows.read_text().splitlines() if line.strip()]
-    except (OSError, ValueError) as exc:
-        sys.exit(f"alpha_decomposition: cannot read {args.rows}: {exc}")
+    rows = read_rows(args.rows, "alpha_decomposition")
     out = {k: v for k, v in table(rows).items() if args.columns is None or k[2] in args.columns}
     fields = FIELDS
     if args.share_of is not None:

@@ -24,13 +24,17 @@ from pathlib import Path
 from scipy.stats import binomtest
 
 
-def load(path: Path) -> dict[tuple[str, float, int], dict]:
-    """A table's rows keyed by (shape, level, seed); a one-line exit on an unreadable file."""
+def read_rows(path: Path, tool: str) -> list[dict]:
+    """A power table's JSON-lines rows; a one-line exit naming ``tool`` and the file when unreadable."""
     try:
-        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     except (OSError, ValueError) as exc:
-        sys.exit(f"power_paired: cannot read {path}: {exc}")
-    return {(r["shape"], float(r["level"]), int(r["seed"])): r for r in rows}
+        sys.exit(f"{tool}: cannot read {path}: {exc}")
+
+
+def load(path: Path) -> dict[tuple[str, float, int], dict]:
+    """A table's rows keyed by (shape, level, seed)."""
+    return {(r["shape"], float(r["level"]), int(r["seed"])): r for r in read_rows(path, "power_paired")}
 
 
 def significant(row: dict, column: str) -> bool:
