@@ -74,6 +74,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from agents.args import DirectArgs  # noqa: E402
 from agents.ensemble import load_policy  # noqa: E402
 from app.config import Config, to_env_params, to_learner_args  # noqa: E402
 from app.runs import RunDir  # noqa: E402
@@ -149,7 +150,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=float,
         default=None,
         help="direct learner: [agent] start_single_share for the champion's pods and the start column "
-        "(unset: the learner's default; set, it is part of the rows' settings key)",
+        "(unset: the learner's default; other than 0.5, it is part of the rows' settings key)",
     )
     p.add_argument("--with-ppo", action="store_true", help="add the ppo column (a PPO tournament a market)")
     p.add_argument("--ppo-budget", type=int, default=PPO_BUDGET, help="env-steps of the PPO tournament")
@@ -236,9 +237,17 @@ def settings_key(args: argparse.Namespace) -> str:
         key += f",features={args.features}"
     if args.with_ppo:  # (the PPO column's tournament: rows without it keep their key)
         key += f",ppo={args.ppo_budget}/{args.ppo_pods}/{args.ppo_round_steps}/{PPO_BACKEND}"
-    if args.start_single_share is not None:  # (a learner's option: rows without it keep their key)
-        key += f",start_single_share={args.start_single_share:g}"
+    # The direct learner's blend share: rows at the half, its first value, keep their key.
+    share = effective_single_share(args)
+    if args.algo == "direct" and share != 0.5:
+        key += f",start_single_share={share:g}"
     return key
+
+
+def effective_single_share(args: argparse.Namespace) -> float:
+    """The ``[agent] start_single_share`` the champion's pods and the start column run with: the
+    flag's, or the learner's default (which has changed, so a row's key names it)."""
+    return DirectArgs().start_single_share if args.start_single_share is None else args.start_single_share
 
 
 def row_shape(args: argparse.Namespace, level: float) -> str:

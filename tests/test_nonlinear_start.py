@@ -96,7 +96,12 @@ def test_the_policys_logits_are_the_fitted_score_times_its_temperature(demean):
     policy = _started(d, True, demean=demean)
     defaults = DirectArgs()
     ridge = direct.fit_linear_start(
-        d, fit_rows, 0.5, blend=defaults.start_blend, screen_draws=defaults.start_screen_draws
+        d,
+        fit_rows,
+        0.5,
+        blend=defaults.start_blend,
+        screen_draws=defaults.start_screen_draws,
+        single_share=defaults.start_single_share,
     )
     fit, tail, _ = start_panels(d, fit_rows)
     network = fit_nonlinear_start(policy, fit, tail, ridge, seed=0)

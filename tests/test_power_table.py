@@ -16,6 +16,9 @@ import power_table  # noqa: E402
 
 from benchmarks import power_columns  # noqa: E402
 
+#: The flag of rows run with the half (`start_single_share = 0.5`), whose keys do not name it.
+HALF = ["--start-single-share", "0.5"]
+
 
 def test_the_planted_predictor_is_the_trailing_idiosyncratic_sum_and_predicts():
     spec = SyntheticSpec(num_tickers=8, num_sessions=6, seed=3, signal=1.0)
@@ -76,8 +79,8 @@ def test_jobs_run_the_shards_side_by_side_and_refuse_a_shard_beside_them():
 
 
 def test_the_feature_set_reaches_the_market_and_the_settings_key():
-    small = power_table.parse_args([])
-    library = power_table.parse_args(["--features", "library"])
+    small = power_table.parse_args([*HALF])
+    library = power_table.parse_args(["--features", "library", *HALF])
     assert power_table.config_of(library, 5, 0.42).data.features == "library"
     assert power_table.config_of(small, 5, 0.42).data.features == "small"
     assert "features" not in power_table.settings_key(small)  # the small set's rows keep their key
@@ -89,10 +92,14 @@ def test_the_start_single_share_reaches_the_learner_and_the_settings_key():
 
     default = power_table.parse_args(["--features", "library"])
     single = power_table.parse_args(["--features", "library", "--start-single-share", "1"])
-    assert to_learner_args(power_table.config_of(default, 5, 0.05)).start_single_share == 0.5
+    half = power_table.parse_args(["--features", "library", "--start-single-share", "0.5"])
+    assert to_learner_args(power_table.config_of(default, 5, 0.05)).start_single_share == 1.0
     assert to_learner_args(power_table.config_of(single, 5, 0.05)).start_single_share == 1.0
-    assert power_table.settings_key(default).endswith(",features=library")  # old rows keep their key
-    assert power_table.settings_key(single).endswith(",features=library,start_single_share=1")
+    assert to_learner_args(power_table.config_of(half, 5, 0.05)).start_single_share == 0.5
+    # The default (1) names itself, as the flag does; the half's rows, the first, keep their key.
+    assert power_table.settings_key(default).endswith(",features=library,start_single_share=1")
+    assert power_table.settings_key(single) == power_table.settings_key(default)
+    assert power_table.settings_key(half).endswith(",features=library")
     with pytest.raises(SystemExit):
         power_table.parse_args(["--start-single-share", "1.5"])
 
@@ -130,10 +137,10 @@ def test_the_static_book_holds_equal_weights_over_the_tradable_names_and_is_summ
 
 
 def test_ic_levels_plant_the_shape_and_keep_the_old_rows_key():
-    old = power_table.parse_args([])
+    old = power_table.parse_args([*HALF])
     assert power_table.settings_key(old).endswith("cost_rate=None")  # earlier runs' rows still read
     args = power_table.parse_args(
-        ["--shape", "nonlinear", "--ic", "0", "0.02", "0.1", "--first-seed", "700000"]
+        ["--shape", "nonlinear", "--ic", "0", "0.02", "0.1", "--first-seed", "700000", *HALF]
     )
     assert args.levels == [0.0, 0.02, 0.1] and power_table.settings_key(args).endswith(",levels=ic")
     assert [power_table.market_seed(args, ic, 3) for ic in args.levels] == [700003, 720003, 800003]
