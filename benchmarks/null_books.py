@@ -38,6 +38,17 @@ def p_at_least(k: int, n: int, level: float = LEVEL) -> float:
     return 1.0 if k == 0 else float(binom.sf(k - 1, n, level))
 
 
+def reading(k: int, n: int) -> dict:
+    """A group's count: ``k`` significant of ``n``, its rate, bound and binomial P(X >= k)."""
+    return {
+        "markets": n,
+        "significant": k,
+        "rate": k / n if n else None,
+        "upper_95": upper_95(k, n) if n else None,
+        "p_at_least": p_at_least(k, n),
+    }
+
+
 def group(rows: list[dict], column: str, turnover: float) -> dict:
     """Null rows that hold ``column``, split by its book's daily turnover; counts and their reading."""
     held = [r[column] for r in rows if float(r["level"]) == 0.0 and isinstance(r.get(column), dict)]
@@ -46,14 +57,7 @@ def group(rows: list[dict], column: str, turnover: float) -> dict:
         ("near_equal_weight", [b for b in held if b["turnover"] < turnover]),
         ("other", [b for b in held if b["turnover"] >= turnover]),
     ):
-        n, k = len(books), sum(b["outcome"] == "significant" for b in books)
-        out[name] = {
-            "markets": n,
-            "significant": k,
-            "rate": k / n if n else None,
-            "upper_95": upper_95(k, n) if n else None,
-            "p_at_least": p_at_least(k, n),
-        }
+        out[name] = reading(sum(b["outcome"] == "significant" for b in books), len(books))
     return out
 
 
@@ -79,14 +83,7 @@ def pooled(tables: list[list[dict]], columns: list[str], turnover: float) -> dic
                     groups[name].append(any(b["outcome"] == "significant" for b in group_books))
     out: dict = {"column": "+".join(columns), "nulls": nulls}
     for name, flags in groups.items():
-        n, k = len(flags), sum(flags)
-        out[name] = {
-            "markets": n,
-            "significant": k,
-            "rate": k / n if n else None,
-            "upper_95": upper_95(k, n) if n else None,
-            "p_at_least": p_at_least(k, n),
-        }
+        out[name] = reading(sum(flags), len(flags))
     return out
 
 
