@@ -195,6 +195,28 @@ class Policy(nn.Module):
         hold = obs[:, TIME_OF_DAY] > cfg.trade_window
         return torch.where(hold.unsqueeze(-1), current, action)
 
+    @torch.no_grad()
+    def prefers_no_asset(self, probes: int = 16) -> bool:
+        """True when the policy's mean logits are the same for every asset and every observation:
+        the zero model (``agents.linear_start``'s start where no feature ranked the fit rows), whose
+        book is equal weight over the tradable names with a fixed cash share, whatever it observes.
+
+        Probed, not read off the weights, so it holds for any network: ``probes`` normalized
+        observations drawn from a fixed seed (independent normal slots, so every input of every
+        asset differs) through the network; the logits must agree to float rounding. A network
+        whose outputs depend on any input at all (a weight off zero on a live path) fails it. The
+        ``"shares"`` action mode is never this model (a static order there is not a book)."""
+        if self.meta.action_mode != "weights":
+            return False
+        generator = torch.Generator(device="cpu").manual_seed(0)
+        z = torch.randn(probes, self.obs_dim, generator=generator).to(self.device)
+        logits = self.net.actor_mean(z)[:, : self.raw_dim].double()
+        scale = 1.0 + float(logits.abs().max())
+        same_inputs = float((logits - logits[:1]).abs().max()) <= 1e-6 * scale
+        assets = logits[:, : self.num_assets]
+        same_assets = float((assets - assets[:, :1]).abs().max()) <= 1e-6 * scale
+        return same_inputs and same_assets
+
     def _check_obs(self, obs: Tensor) -> None:
         if obs.ndim != 2 or obs.shape[1] != self.obs_dim:
             raise ValueError(f"policy expects observations (N, {self.obs_dim}), got {tuple(obs.shape)}")

@@ -110,6 +110,10 @@ class BoostedModel:
             return live / live.sum(dim=-1, keepdim=True).clamp(min=1.0)
         return top_weights(self.scores(block[..., FEATURES], tradable), tradable, self.top_fraction)
 
+    def prefers_no_asset(self) -> bool:
+        """The zero model: equal weight whatever it observes (``backtests.engine.prefers_no_asset``)."""
+        return self.booster is None
+
     def describe(self) -> dict[str, float]:
         """What metrics.json records of the fit."""
         return {"num_trees": float(self.num_trees), "train_ic": self.train_ic, "valid_ic": self.valid_ic}

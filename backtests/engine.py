@@ -81,6 +81,9 @@ class BacktestResult:
     fill_volume: Tensor | None = None
     spread_costs: Tensor | None = None
     impact_costs: Tensor | None = None
+    # Policies that prefer no asset (:func:`prefers_no_asset`: the zero model, an equal-weight book
+    # whatever they observe); the verdict does not state such a book's excess as an edge.
+    no_preference: frozenset[str] = frozenset()
 
     @property
     def num_steps(self) -> int:
@@ -227,7 +230,24 @@ def run_backtest(
                 market, params, policies, baselines, k_steps, seed, plan.off_bars, rankers, use_compile
             )
         initial_value = float(params.initial_cash) if capital is None else 1.0
-        return _assembled(market, params, groups, plan, k_steps, initial_value)
+        result = _assembled(market, params, groups, plan, k_steps, initial_value)
+    return dataclasses.replace(result, no_preference=_no_preference(policies))
+
+
+def prefers_no_asset(policy: Any) -> bool:
+    """True when ``policy`` says it prefers no asset (its ``prefers_no_asset()``: the zero model of
+    ``agents.policy.Policy``, the linear and boosted rankers, a scored softmax at temperature 0);
+    False for a callable that does not say."""
+    probe = getattr(policy, "prefers_no_asset", None)
+    return bool(probe()) if callable(probe) else False
+
+
+def _no_preference(policies: Mapping[str, PolicyFn] | PolicyBatch) -> frozenset[str]:
+    """The names of the policies that prefer no asset (none of a :class:`PolicyBatch`: its pods are
+    one call, not objects to ask)."""
+    if isinstance(policies, PolicyBatch):
+        return frozenset()
+    return frozenset(name for name, policy in policies.items() if prefers_no_asset(policy))
 
 
 @contextmanager

@@ -124,6 +124,10 @@ class LinearModel:
         _, block = split_obs(obs, num_assets, num_features)
         return self.weights(self.scores(block[..., FEATURES]), block[..., TRADABLE] > 0.5)
 
+    def prefers_no_asset(self) -> bool:
+        """The zero model: equal weight whatever it observes (``backtests.engine.prefers_no_asset``)."""
+        return not bool(self.coef.any())
+
     def describe(self) -> dict[str, float]:
         """What metrics.json records of the fit."""
         return {"penalty": self.penalty, "train_ic": self.train_ic, "valid_ic": self.valid_ic}

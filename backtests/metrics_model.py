@@ -165,6 +165,11 @@ class OosTest(MetricsSection):
     market: str | None = Field(None, description="the market's identity in the looks ledger")
     look: LookKey | None = Field(None, description="the look recorded for this test (null: none recorded)")
     reason: str | None = Field(None, description="why a figure is undefined; null otherwise")
+    prefers_no_asset: bool | None = Field(
+        None,
+        description="true when the strategy prefers no asset whatever it observes (the zero model: an "
+        "equal-weight book); its excess is then not stated as an edge (null: not recorded)",
+    )
 
 
 class SelectionDiagnostics(MetricsSection):

@@ -147,7 +147,11 @@ def oos_fields(
         level=level,
         market=market,
     )
-    return {**block, "held_out": window == HELD_OUT_WINDOW}
+    return {
+        **block,
+        "held_out": window == HELD_OUT_WINDOW,
+        "prefers_no_asset": strategy in result.no_preference,
+    }
 
 
 def as_selection_inputs(trial_returns: Any | None) -> snooping.SelectionInputs | None:

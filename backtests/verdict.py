@@ -17,7 +17,10 @@ metrics.json ``significance_level``):
   at or below ``a``. The PSR after the looks is shown, not required: a long-only strategy that loses
   less than a falling market has an edge although its Sharpe ratio is negative, and one levered to a
   rising market beats buy-and-hold's mean without one;
-- "edge not significant out of sample": it falls short. Every such line states what the window
+- "edge not significant out of sample": it falls short, or the strategy prefers no asset
+  (metrics.json ``oos_test.prefers_no_asset``: the zero model, ``backtests.engine.prefers_no_asset``),
+  whatever its alpha: its book is equal weight whatever it observes, so its excess is equal weight's,
+  a baseline's, and the line says so after its figures. Every such line states what the window
   could have seen: the **minimum detectable edge**, the daily alpha the test finds with 80% power at
   the window's length, its alpha's HAC standard error and the per-look level
   (:func:`minimum_detectable_edge`), with its annualized information ratio;
@@ -354,11 +357,14 @@ def judge(doc: MetricsDocument, strategy: str = "champion") -> EdgeVerdict | Non
     bench = oos.benchmark
     excess = (oos.excess.get(bench) if bench is not None else None) or ExcessFigures()
     if excess.alpha_p_value is not None or excess.beta is not None:
-        return _one_path_check(
-            doc,
-            strategy,
-            _judge_alpha(
-                oos.psr_after_looks, excess, bench, looks, looks_text, level, oos, diagnostics, scope
+        return _no_preference_check(
+            oos,
+            _one_path_check(
+                doc,
+                strategy,
+                _judge_alpha(
+                    oos.psr_after_looks, excess, bench, looks, looks_text, level, oos, diagnostics, scope
+                ),
             ),
         )
     psr, p, mean = oos.psr_after_looks, excess.p_value_after_looks, excess.mean_per_day
@@ -375,7 +381,9 @@ def judge(doc: MetricsDocument, strategy: str = "champion") -> EdgeVerdict | Non
     reasons = (oos.looks_note,) if oos.looks_note else ()
     significant = psr >= 1.0 - level and p <= level
     outcome: Outcome = "significant" if significant else "not significant"
-    return _one_path_check(doc, strategy, EdgeVerdict(outcome, figures, reasons, diagnostics, scope))
+    return _no_preference_check(
+        oos, _one_path_check(doc, strategy, EdgeVerdict(outcome, figures, reasons, diagnostics, scope))
+    )
 
 
 #: Account sizes within this factor of the report's own are "nearby" on the capacity curve: one step
@@ -412,6 +420,21 @@ def _held_the_benchmark(oos: OosTest) -> str | None:
     if mean is None or abs(mean) > 1e-12:
         return None
     return f"no excess over {bench}: its daily returns equal {bench}'s on every session (it held {bench})"
+
+
+def _no_preference_check(oos: OosTest, verdict: EdgeVerdict) -> EdgeVerdict:
+    """``verdict``, with a "significant" one turned "not significant" when the strategy prefers no
+    asset (``oos_test.prefers_no_asset``): its book is equal weight whatever it observes, so its
+    excess is equal weight's over the benchmark, a baseline's and not an edge it found."""
+    if not oos.prefers_no_asset or verdict.outcome != "significant":
+        return verdict
+    why = (
+        f"it prefers no asset whatever it observes (the zero model: an equal-weight book), so its excess "
+        f"over {oos.benchmark} is equal weight's, a baseline's, not an edge it found"
+    )
+    return EdgeVerdict(
+        "not significant", verdict.figures, (*verdict.reasons, why), verdict.diagnostics, verdict.scope
+    )
 
 
 def _one_path_check(doc: MetricsDocument, strategy: str, verdict: EdgeVerdict) -> EdgeVerdict:

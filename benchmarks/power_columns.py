@@ -126,6 +126,10 @@ class ScoreSoftmax:
         level = float(train_scores.mean())
         return cls(scores, temperature, level, args.rebalance_rate, train_scores.shape[-1], args.trade_window)
 
+    def prefers_no_asset(self) -> bool:
+        """Flat scores (temperature 0): equal logits whatever it observes (the zero model's head)."""
+        return self.temperature == 0.0
+
     def __call__(self, obs: Tensor) -> Tensor:
         s = self.scores(obs).to(torch.float32)
         cash = torch.full_like(s[:, :1], self.temperature * self.level)

@@ -39,7 +39,8 @@ def test_the_writers_write_the_model_keys():
         min_replications=99,
         max_replications=99,
     )
-    oos["held_out"] = True  # added by backtests.report for the window
+    oos["held_out"] = True  # added by backtests.report for the window ...
+    oos["prefers_no_asset"] = False  # ... and for the strategy (backtests.engine.prefers_no_asset)
     trials = np.column_stack([bench + rng.normal(0.001, 0.004, 40), bench * 0.5])
     selection = sn.selection_diagnostics(
         sn.SelectionInputs(returns=trials, ids=("a", "b"), champion=0, benchmark=bench), seed=0
