@@ -96,6 +96,11 @@ class EnsemblePolicy(nn.Module):
             total = total + m.act(obs, deterministic, generator)
         return total / self.size
 
+    def prefers_no_asset(self) -> bool:
+        """Every member prefers no asset (``Policy.prefers_no_asset``): the mean of equal-weight books
+        with fixed cash shares is one too."""
+        return all(m.prefers_no_asset() for m in self.members)
+
     def frozen_act(self) -> Callable[[Tensor], Tensor] | None:
         """The members' fast paths averaged (backtests); ``None`` unless every member has one."""
         fns = [m.frozen_act() for m in self.members]

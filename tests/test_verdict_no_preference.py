@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from agents import direct
+from agents.ensemble import EnsemblePolicy
 from agents.linear_start import LinearStart
 from agents.policy import Policy
 from backtests import engine, report
@@ -50,6 +51,8 @@ def test_the_zero_start_prefers_no_asset_and_a_fitted_start_or_a_trained_policy_
     fitted = _started(torch.linspace(-1.0, 1.0, num_features))
     assert not fitted.prefers_no_asset()
     assert not Policy(zero.config, zero.meta).prefers_no_asset()  # a fresh network's random weights
+    assert EnsemblePolicy([zero, zero.clone()]).prefers_no_asset()
+    assert not EnsemblePolicy([zero, fitted]).prefers_no_asset()
 
 
 def test_the_engine_and_metrics_json_record_which_policy_prefers_no_asset():
