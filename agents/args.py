@@ -238,9 +238,10 @@ class DirectArgs:
     """linear start's blend: bootstrap resamples of the fit rows its screen is bagged over, each
     feature picked weighted by its share of them (0: the one feature of the best |t|;
     agents.linear_start.screen_weights)"""
-    start_single_share: float = 0.5
-    """linear start's blend: the weight of the screened feature's model against the ridge's (0.5:
-    half each; 1: the screened feature's model alone; agents.linear_start.start_path)"""
+    start_single_share: float = 1.0
+    """linear start's blend: the weight of the screened feature's model against the ridge's (1: the
+    screened feature's model alone, the ridge still choosing the penalty and the zero model; 0.5:
+    half each; agents.linear_start.start_path)"""
     start_horizon: int = 1
     """linear start: decisions the ridge's target return spans (1: the next interval; 26: the next
     session at 15-minute decisions of 390-minute sessions)"""

@@ -246,7 +246,7 @@ def settings_key(args: argparse.Namespace) -> str:
 
 def effective_single_share(args: argparse.Namespace) -> float:
     """The ``[agent] start_single_share`` the champion's pods and the start column run with: the
-    flag's, or the learner's default; a share other than the half is part of the rows' key."""
+    flag's, or the learner's default (which has changed, so a row's key names it)."""
     return DirectArgs().start_single_share if args.start_single_share is None else args.start_single_share
 
 

@@ -306,3 +306,12 @@ def test_a_runs_own_config_keeps_what_it_ran_with_for_keys_it_predates(tmp_path)
     assert load_run_config(older).agent.start_blend is True
     assert load_config(older).agent.start_screen_draws == 64
     assert load_run_config(new).agent.start_screen_draws == 64
+    # the blend's single-feature share, whose default moved from the half to the screened model alone
+    assert ADDED_KEYS[("agent", "start_single_share")] == 0.5
+    halved = tmp_path / "halved.toml"
+    halved.write_text(
+        "\n".join(line for line in full.splitlines() if not line.startswith("start_single_share"))
+    )
+    assert load_run_config(halved).agent.start_single_share == 0.5
+    assert load_config(halved).agent.start_single_share == 1.0
+    assert load_run_config(new).agent.start_single_share == 1.0

@@ -283,13 +283,15 @@ def test_single_share_weighs_the_two_sides_against_the_reference(share: float) -
         assert np.flatnonzero(np.abs(coef) > 1e-12).tolist() == [screened_feature(panel)]
 
 
-def test_single_share_default_is_the_equal_blend_to_the_bit() -> None:
+def test_single_share_of_a_half_is_the_equal_blend_to_the_bit() -> None:
+    """``start_path``'s own default (the half, what runs before the setting computed) is the same to
+    the bit as asking for it; the learner's default is the screened model alone."""
     panel = _panel(seed=3)
     penalties = tuple(PENALTIES[:3])
     for draws in (0, 16):
         default = start_path(panel, penalties, True, draws)
         for a, b in zip(default, start_path(panel, penalties, True, draws, single_share=0.5), strict=True):
             assert torch.equal(a, b)
-    assert DirectArgs().start_single_share == 0.5
+    assert DirectArgs().start_single_share == 1.0
     with pytest.raises(ConfigError, match="start_single_share"):
         DirectArgs(start_single_share=1.5)

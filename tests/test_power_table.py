@@ -16,7 +16,7 @@ import power_table  # noqa: E402
 
 from benchmarks import power_columns  # noqa: E402
 
-#: The flag of rows run with the half (`start_single_share = 0.5`, the default), whose keys do not name it.
+#: The flag of rows run with the half (`start_single_share = 0.5`), whose keys do not name it.
 HALF = ["--start-single-share", "0.5"]
 
 
@@ -93,12 +93,12 @@ def test_the_start_single_share_reaches_the_learner_and_the_settings_key():
     default = power_table.parse_args(["--features", "library"])
     single = power_table.parse_args(["--features", "library", "--start-single-share", "1"])
     half = power_table.parse_args(["--features", "library", "--start-single-share", "0.5"])
-    assert to_learner_args(power_table.config_of(default, 5, 0.05)).start_single_share == 0.5
+    assert to_learner_args(power_table.config_of(default, 5, 0.05)).start_single_share == 1.0
     assert to_learner_args(power_table.config_of(single, 5, 0.05)).start_single_share == 1.0
     assert to_learner_args(power_table.config_of(half, 5, 0.05)).start_single_share == 0.5
-    # A share other than the half names itself, from the flag or a default; the half's rows keep their key.
-    assert power_table.settings_key(single).endswith(",features=library,start_single_share=1")
-    assert power_table.settings_key(default) == power_table.settings_key(half)
+    # The default (1) names itself, as the flag does; the half's rows, the first, keep their key.
+    assert power_table.settings_key(default).endswith(",features=library,start_single_share=1")
+    assert power_table.settings_key(single) == power_table.settings_key(default)
     assert power_table.settings_key(half).endswith(",features=library")
     with pytest.raises(SystemExit):
         power_table.parse_args(["--start-single-share", "1.5"])
