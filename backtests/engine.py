@@ -230,8 +230,7 @@ def run_backtest(
                 market, params, policies, baselines, k_steps, seed, plan.off_bars, rankers, use_compile
             )
         initial_value = float(params.initial_cash) if capital is None else 1.0
-        result = _assembled(market, params, groups, plan, k_steps, initial_value)
-    return dataclasses.replace(result, no_preference=_no_preference(policies))
+        return _assembled(market, params, groups, plan, k_steps, initial_value, _no_preference(policies))
 
 
 def prefers_no_asset(policy: Any) -> bool:
@@ -327,6 +326,7 @@ def _assembled(
     plan: _DayPlan,
     k_steps: int,
     initial_value: float,
+    no_preference: frozenset[str] = frozenset(),
 ) -> BacktestResult:
     """The groups' columns side by side, with the marks' times and each session's closing equity."""
     interval = int(params.decision_interval)
@@ -366,6 +366,7 @@ def _assembled(
         terminated_at=tuple(t for g in groups for t in g.terminated_at),
         day_dates=plan.dates,
         day_equity=day_equity,
+        no_preference=no_preference,
     )
 
 
