@@ -75,6 +75,7 @@ FIELDS = (
     "sharpe",
     "turnover",
     "costs",
+    "prefers_no_asset",  # (rows written before the verdict's no-preference rule lack it)
 )
 #: Rows written before these columns had ``linear`` (the ridge, top 20%) and ``oracle`` (top 20%).
 OLD_NAMES = {"linear": "ridge_quintile", "oracle": "oracle_quintile"}
@@ -295,4 +296,5 @@ def verdict_of(result: engine.BacktestResult, name: str, seed: int) -> dict[str,
         "sharpe": strategy.sharpe_ratio,
         "turnover": strategy.turnover,
         "costs": strategy.costs_paid,
+        "prefers_no_asset": oos.prefers_no_asset,  # (the verdict's no-preference rule applied when true)
     }
