@@ -28,6 +28,7 @@ Exits 1 when the null check fails.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import shutil
@@ -178,9 +179,14 @@ def rate(rows: list[dict], key: str = "outcome") -> dict:
 
 
 def _settings_key(args: argparse.Namespace) -> str:
-    """What makes two runs' rows comparable: the market and tournament sizes (not the home count)."""
+    """What makes two runs' rows comparable: the market and tournament sizes (not the home count) and
+    the learner: its algorithm and a digest of its resolved ``[agent]`` settings but the seed (the
+    product's defaults, so rows written under another default learner are refused on resume)."""
     keys = ("looks", "tickers", "sessions", "pods", "round_steps", "budget_steps", "num_envs")
-    return ",".join(f"{k}={getattr(args, k)}" for k in keys)
+    agent = _config(args, args.first_seed, 0.0).agent.model_dump(mode="json", exclude={"seed"})
+    digest = hashlib.sha256(json.dumps(agent, sort_keys=True).encode()).hexdigest()[:12]
+    sizes = ",".join(f"{k}={getattr(args, k)}" for k in keys)
+    return f"{sizes},algo={agent.get('algo')},agent={digest}"
 
 
 def load_rows(path: Path | None, key: str) -> dict[tuple[float, int], list[dict]]:

@@ -77,3 +77,19 @@ def test_a_rows_file_resumes_finished_homes_and_refuses_other_settings(tmp_path,
     other = cal.parse_args(["--homes", "2", "--rows", str(args.rows)])
     with pytest.raises(SystemExit, match="rows of other settings"):
         cal.load_rows(other.rows, cal._settings_key(other))
+
+
+def test_the_settings_key_names_the_learner(monkeypatch):
+    cal = _calibration()
+    args = cal.parse_args(["--quick"])
+    key = cal._settings_key(args)
+    assert ",algo=direct,agent=" in key
+    default_config = cal._config
+    monkeypatch.setattr(
+        cal,
+        "_config",
+        lambda *a, **k: default_config(*a, **k).with_updates(agent={"start_single_share": 0.5}),
+    )
+    assert cal._settings_key(args) != key  # another learner's rows are not resumed as these
+    monkeypatch.setattr(cal, "_config", default_config)
+    assert cal._settings_key(cal.parse_args(["--quick", "--first-seed", "7"])) == key  # not the seed
