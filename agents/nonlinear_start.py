@@ -47,7 +47,14 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from agents.linear_start import DecisionBars, LinearStart, start_path, temperature_for
+from agents.linear_start import (
+    DecisionBars,
+    LinearStart,
+    _best_by_t,
+    _row_correlations,
+    start_path,
+    temperature_for,
+)
 from agents.policy import Policy
 from backtests.linear import DecisionRows, demean
 from data.errors import ConfigError
@@ -67,6 +74,8 @@ class NonlinearStart:
     readout: Tensor
     holdout_ic: float
     epochs: int
+    pair: tuple[int, int] | None = None
+    """the product candidate's two features (:func:`fit_product`); None for the fitted networks"""
 
     def scores(self, z: Tensor) -> Tensor:
         """The network's part of the score, ``(..., A)``, of normalized features ``(..., A, F)``."""
@@ -183,6 +192,155 @@ class _Fit:
         return curve
 
 
+#: Knots of a product candidate's piecewise-linear squares, each side of zero, at 0, 1, 2, ... spreads
+#: of the square's input: the square interpolated there, linear beyond (robust to a name's outlier).
+PRODUCT_KNOTS = 4
+#: Units of a product candidate: two squares (``(z_i + z_j)^2`` and ``(z_i - z_j)^2``), each side.
+PRODUCT_WIDTH = 4 * PRODUCT_KNOTS
+
+
+def feature_pairs(num_features: int) -> Tensor:
+    """``(P, 2)``: every pair ``i <= j`` of features (the squares included)."""
+    i, j = torch.triu_indices(num_features, num_features)
+    return torch.stack([i, j], dim=-1)
+
+
+def screened_pair(z: Tensor, residual: Tensor, ok: Tensor) -> tuple[int, int]:
+    """The pair whose product ``z_i * z_j`` of normalized features ``z (K, A, F)`` best ranks
+    ``residual (K, A)`` (the largest ``|t|`` of its per-row cross-sectional correlations over the
+    rows: ``agents.linear_start``'s screen, over the products instead of the features)."""
+    pairs = feature_pairs(z.shape[-1]).to(z.device)
+    z64 = z.to(torch.float64)
+    products = DecisionRows(x=z64[..., pairs[:, 0]] * z64[..., pairs[:, 1]], y=residual, ok=ok)
+    i, j = pairs[_best_by_t(_row_correlations(products))].tolist()
+    return int(i), int(j)
+
+
+def product_units(pair: tuple[int, int], z: Tensor, ok: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """``(weight (W, F), bias (W,), readout (W,))`` of :data:`PRODUCT_WIDTH` ReLU units whose
+    read-out approximates ``z_i * z_j = ((z_i + z_j)^2 - (z_i - z_j)^2) / 4`` on normalized features:
+    each square ``u^2`` interpolated at knots ``0, h, 2h, ...`` each side (``h`` the spread of ``u``
+    over ``z``'s valid names), as ``h relu(|u|) + 2h sum_k relu(|u| - k h)``. Why hand-built: the
+    encoder's ReLU units can hold a product exactly this way, and a gradient fit of a few dozen
+    sessions rarely finds one among 30 inputs (docs/agents.md)."""
+    i, j = pair
+    num_features = z.shape[-1]
+    weights, biases, readouts = [], [], []
+    for quarter, (a, b) in ((0.25, (1.0, 1.0)), (-0.25, (1.0, -1.0))):
+        direction = torch.zeros(num_features, dtype=torch.float32, device=z.device)
+        direction[i] += a
+        direction[j] += b
+        u = z.to(torch.float32) @ direction
+        h = float(u[ok].std()) if int(ok.sum()) > 1 else 0.0
+        h = h if h > 0 else 1.0
+        for side in (1.0, -1.0):
+            for k in range(PRODUCT_KNOTS):
+                weights.append(side * direction)
+                biases.append(-k * h)
+                readouts.append(quarter * (h if k == 0 else 2.0 * h))
+    device = z.device
+    return torch.stack(weights), torch.tensor(biases, device=device), torch.tensor(readouts, device=device)
+
+
+def _units_scores(weight: Tensor, bias: Tensor, readout: Tensor, z: Tensor) -> Tensor:
+    return torch.relu(z.to(torch.float32) @ weight.T + bias) @ readout
+
+
+def fit_product(policy: Policy, ridge: LinearStart, panel: DecisionRows) -> NonlinearStart:
+    """The product candidate of ``panel``: the pair screened on what the ridge leaves
+    (:func:`screened_pair`), its units (:func:`product_units`) and their read-out scaled by the least
+    squares fit of that residual, in the ridge score's units (as the networks are)."""
+    y, sd = _scaled_target(panel)
+    z = normalized_features(policy, panel.x)
+    ridge_scores = panel.x.to(torch.float64) @ ridge.coef.to(torch.float64)
+    residual = y.to(torch.float64) - ridge_scores / max(sd, 1e-300)
+    pair = screened_pair(z, residual, panel.ok)
+    weight, bias, readout = product_units(pair, z, panel.ok)
+    g = demean(_units_scores(weight, bias, readout, z).to(torch.float64), panel.ok)
+    r = demean(residual, panel.ok)
+    den = float(g.square().sum())
+    scale = float((g * r).sum()) / den if den > 0 else 0.0
+    return NonlinearStart(
+        weight=weight, bias=bias, readout=readout * scale * sd, holdout_ic=0.0, epochs=0, pair=pair
+    )
+
+
+def _folds(rows: int) -> list[tuple[Tensor, Tensor]]:
+    """``(train rows, held block)`` of each of :data:`FOLDS` contiguous blocks, a row purged each side
+    of the held block (a target spans to the next trade)."""
+    out = []
+    for block in torch.arange(rows).chunk(FOLDS):
+        keep = torch.ones(rows, dtype=torch.bool)
+        keep[max(0, int(block[0]) - 1) : int(block[-1]) + 2] = False
+        out.append((torch.nonzero(keep).squeeze(-1), block))
+    return out
+
+
+def _padded(start: NonlinearStart, hidden: int) -> NonlinearStart:
+    """``start``'s units padded with unused ones (zero weights and read-out) to ``hidden``."""
+    pad = hidden - start.weight.shape[0]
+    return dataclasses.replace(
+        start,
+        weight=torch.nn.functional.pad(start.weight, (0, 0, 0, pad)),
+        bias=torch.nn.functional.pad(start.bias, (0, pad)),
+        readout=torch.nn.functional.pad(start.readout, (0, pad)),
+    )
+
+
+def _product_candidate(
+    policy: Policy, fit: DecisionRows, tail: DecisionRows, ridge: LinearStart
+) -> tuple[NonlinearStart, Tensor]:
+    """The product candidate fitted on ``fit`` and its per-row ICs (ridge + product): out of fold
+    (each fold's pair screened, and its ridge refitted, on that fold's rows alone), then on ``tail``."""
+    rows = []
+    for train_rows, block in _folds(fit.x.shape[0]):
+        train, held = _subset(fit, train_rows), _subset(fit, block)
+        fold_ridge = _refit(ridge, train)
+        fold = fit_product(policy, fold_ridge, train)
+        z_held = normalized_features(policy, held.x)
+        score = held.x.to(torch.float32) @ fold_ridge.coef + fold.scores(z_held)
+        rows.append(row_ics(score, held))
+    final = fit_product(policy, ridge, fit)
+    tail_score = ridge.scores(tail.x.to(torch.float32)) + final.scores(normalized_features(policy, tail.x))
+    tail_rows = row_ics(tail_score, tail)
+    rows.append(tail_rows)
+    return dataclasses.replace(final, holdout_ic=float(tail_rows.mean())), torch.cat(rows)
+
+
+def _network_candidate(
+    policy: Policy, fit: DecisionRows, tail: DecisionRows, ridge: LinearStart, seed: int, fitting: dict
+) -> tuple[NonlinearStart, Tensor, Tensor]:
+    """The member networks fitted on ``fit`` (their epochs by blocked cross-validation), their per-row
+    ICs (ridge + networks; out of fold at the chosen epochs, then on ``tail``) and the ridge's on the
+    same rows (each fold's refitted on that fold's rows)."""
+    hidden = int(policy.config.embed)
+    width = min(hidden, MEMBER_WIDTH)
+    members = max(1, hidden // width)
+    make = lambda r: _Fit(policy, r, members, width, seed, fitting["lr"], fitting["wd"])  # noqa: E731
+    curves, ridge_rows = [], []
+    for train_rows, block in _folds(fit.x.shape[0]):
+        train, held = _subset(fit, train_rows), _subset(fit, block)
+        fold_ridge = _refit(ridge, train)  # (the ridge of the same rows: both sides out of fold)
+        ridge_rows.append(row_ics(held.x.to(torch.float32) @ fold_ridge.coef, held))
+        curves.append(make(fold_ridge).run(train, fitting["epochs"], held))
+    out_of_fold = [torch.cat([curve[c] for curve in curves]) for c in range(len(curves[0]))]
+    best = max(range(len(out_of_fold)), key=lambda c: float(out_of_fold[c].mean()))
+    final = make(ridge)
+    final.run(fit, (best + 1) * CHECK_EVERY)
+    with torch.no_grad():
+        tail_net = final.net(normalized_features(policy, tail.x)) * final.sd
+        tail_rows = row_ics(ridge.scores(tail.x.to(torch.float32)) + tail_net, tail)
+    ridge_rows.append(row_ics(ridge.scores(tail.x.to(torch.float32)), tail))
+    network = NonlinearStart(
+        weight=final.layer.detach().reshape(members * width, -1).to(fit.x.device),
+        bias=final.bias.detach().reshape(-1).to(fit.x.device),
+        readout=(final.readout.detach().reshape(-1) / members).to(fit.x.device) * final.sd,
+        holdout_ic=float(tail_rows.mean()),
+        epochs=(best + 1) * CHECK_EVERY,
+    )
+    return network, torch.cat([out_of_fold[best], tail_rows]), torch.cat(ridge_rows)
+
+
 def fit_nonlinear_start(
     policy: Policy,
     fit: DecisionRows,
@@ -193,47 +351,30 @@ def fit_nonlinear_start(
     epochs: int = 300,
     learning_rate: float = 3e-3,
     weight_decay: float = 1e-3,
+    products: bool = False,
 ) -> NonlinearStart | None:
     """The network fitted to the ridge's residual on ``fit``, its epochs chosen by blocked
     cross-validation on ``fit`` (:data:`FOLDS` contiguous blocks, a row purged on each side of the
     left-out block); None when the out-of-fold and held-out ICs of ridge + network do not beat the
-    ridge's by :data:`MARGIN` standard errors (module docstring)."""
+    ridge's by :data:`MARGIN` standard errors (module docstring). With ``products`` the screened
+    product of two features (:func:`fit_product`) is a second candidate, judged on the same rows by
+    the same rule; of the candidates that beat the ridge, the one of the larger mean IC on those rows
+    is kept."""
     hidden, rows = int(policy.config.embed), fit.x.shape[0]
     if rows < 2 * FOLDS or int(fit.ok.sum()) <= fit.x.shape[-1] or int(tail.ok.sum()) == 0:
         return None
     if not _scaled_target(fit)[1] > 0:
         return None
-    width = min(hidden, MEMBER_WIDTH)
-    members = max(1, hidden // width)
-    make = lambda r: _Fit(policy, r, members, width, seed, learning_rate, weight_decay)  # noqa: E731
-    curves, ridge_rows = [], []
-    for block in torch.arange(rows).chunk(FOLDS):
-        keep = torch.ones(rows, dtype=torch.bool)
-        keep[max(0, int(block[0]) - 1) : int(block[-1]) + 2] = False  # the block and a row each side
-        train, held = _subset(fit, torch.nonzero(keep).squeeze(-1)), _subset(fit, block)
-        fold_ridge = _refit(ridge, train)  # (the ridge of the same rows: both sides out of fold)
-        ridge_rows.append(row_ics(held.x.to(torch.float32) @ fold_ridge.coef, held))
-        curves.append(make(fold_ridge).run(train, epochs, held))
-    out_of_fold = [torch.cat([curve[c] for curve in curves]) for c in range(len(curves[0]))]
-    best = max(range(len(out_of_fold)), key=lambda c: float(out_of_fold[c].mean()))
-    final = make(ridge)
-    final.run(fit, (best + 1) * CHECK_EVERY)
-    with torch.no_grad():
-        tail_net = final.net(normalized_features(policy, tail.x)) * final.sd
-        tail_rows = row_ics(ridge.scores(tail.x.to(torch.float32)) + tail_net, tail)
-    ridge_rows.append(row_ics(ridge.scores(tail.x.to(torch.float32)), tail))
-    if not beats(torch.cat([out_of_fold[best], tail_rows]), torch.cat(ridge_rows)):
+    fitting = {"epochs": epochs, "lr": learning_rate, "wd": weight_decay}
+    network, network_rows, ridge_rows = _network_candidate(policy, fit, tail, ridge, seed, fitting)
+    candidates = [(network, network_rows)]
+    if products and hidden >= PRODUCT_WIDTH:
+        candidates.append(_product_candidate(policy, fit, tail, ridge))
+    passing = [(c, r) for c, r in candidates if beats(r, ridge_rows)]
+    if not passing:
         return None
-    pad = hidden - members * width  # (units past the members' stay unused: zero weights and read-out)
-    weight = torch.nn.functional.pad(final.layer.detach().reshape(members * width, -1), (0, 0, 0, pad))
-    readout = torch.nn.functional.pad(final.readout.detach().reshape(-1) / members, (0, pad))
-    return NonlinearStart(
-        weight=weight.to(fit.x.device),
-        bias=torch.nn.functional.pad(final.bias.detach().reshape(-1), (0, pad)).to(fit.x.device),
-        readout=readout.to(fit.x.device) * final.sd,
-        holdout_ic=float(tail_rows.mean()),
-        epochs=(best + 1) * CHECK_EVERY,
-    )
+    kept, _ = max(passing, key=lambda cr: float(cr[1].mean()))
+    return _padded(kept, hidden)
 
 
 @torch.no_grad()

@@ -152,6 +152,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="direct learner: [agent] start_single_share for the champion's pods and the start column "
         "(unset: the learner's default; other than 0.5, it is part of the rows' settings key)",
     )
+    p.add_argument(
+        "--start-products",
+        action="store_true",
+        help="direct learner: [agent] start_products (the screened product of two features a candidate "
+        "of the open pods' nonlinear start) for the champion's pods and the start column; part of the "
+        "rows' settings key",
+    )
     p.add_argument("--with-ppo", action="store_true", help="add the ppo column (a PPO tournament a market)")
     p.add_argument("--ppo-budget", type=int, default=PPO_BUDGET, help="env-steps of the PPO tournament")
     p.add_argument("--ppo-pods", type=int, default=4, help="pods of the PPO tournament (the demo's)")
@@ -241,6 +248,8 @@ def settings_key(args: argparse.Namespace) -> str:
     share = effective_single_share(args)
     if args.algo == "direct" and share != 0.5:
         key += f",start_single_share={share:g}"
+    if args.algo == "direct" and args.start_products:  # (rows without the product candidate keep their key)
+        key += ",start_products=1"
     return key
 
 
@@ -280,6 +289,8 @@ def config_of(args: argparse.Namespace, seed: int, level: float) -> Config:
         agent.update(batch_paths=32, horizon=16)  # the learner's defaults otherwise
         if args.start_single_share is not None:
             agent["start_single_share"] = args.start_single_share
+        if args.start_products:
+            agent["start_products"] = True
     return Config().with_updates(
         data={
             "source": "synthetic",

@@ -1,7 +1,9 @@
 """The direct learner's nonlinear start (agents.nonlinear_start) and the ridge start at a trade window
 (agents.linear_start.start_panels): the network finds an interaction no ridge can, the policy's logits
 are exactly the fitted score times its temperature, noise leaves the ridge's start as it was, and a
-windowed start's targets are the returns held to the next trade (against a loop)."""
+windowed start's targets are the returns held to the next trade (against a loop). The product
+candidate: its units hold a product of two features (against the product itself), its screen finds the
+planted pair, the policy plays it, and on noise the start stays the ridge's."""
 
 from __future__ import annotations
 
@@ -120,6 +122,60 @@ def test_on_noise_the_start_is_the_ridges():
     rows = torch.arange(K)
     assert torch.allclose(_asset_logits(linear, d, rows), _asset_logits(nonlinear, d, rows), atol=1e-5)
     assert float(nonlinear.net.actor_readout.bias.detach().abs().max()) == 0.0  # the encoder is unused
+
+
+def _started_with_products(d: direct.Decisions, seed: int = 0) -> Policy:
+    args = DirectArgs(
+        asset_layers=1, nonlinear_start=True, start_products=True, seed=seed, rebalance_rate=1.0
+    )
+    policy = Policy(NetworkConfig(A, F, asset_layers=1, linear_skip=True, embed=args.embed))
+    direct.start_from_linear(policy, d, int(K * 0.8), args)
+    return policy
+
+
+def test_the_product_units_hold_the_product_of_two_features():
+    from agents.nonlinear_start import PRODUCT_WIDTH, product_units
+
+    z = torch.randn(60, 40, 5, generator=torch.Generator().manual_seed(1))
+    ok = torch.ones(60, 40, dtype=torch.bool)
+    for pair in ((1, 3), (2, 2)):
+        weight, bias, readout = product_units(pair, z, ok)
+        assert weight.shape == (PRODUCT_WIDTH, 5) and bias.shape == readout.shape == (PRODUCT_WIDTH,)
+        approx = torch.relu(z @ weight.T + bias) @ readout
+        exact = z[..., pair[0]] * z[..., pair[1]]
+        inside = (z[..., pair[0]].abs() < 2) & (z[..., pair[1]].abs() < 2)
+        corr = torch.corrcoef(torch.stack([approx[inside], exact[inside]]))[0, 1]
+        assert corr > 0.98, (pair, float(corr))
+        # at the knots the squares are exact: z_i = z_j = 0 gives 0
+        assert float(torch.relu(torch.zeros(5) @ weight.T + bias) @ readout) == pytest.approx(0.0, abs=1e-6)
+
+
+def test_the_product_candidate_finds_the_planted_pair_and_the_policy_plays_it():
+    from agents.nonlinear_start import fit_nonlinear_start
+
+    d = _decisions(signal=0.5, seed=1)
+    fit_rows = int(K * 0.8)
+    defaults = DirectArgs()
+    ridge = direct.fit_linear_start(
+        d, fit_rows, 0.5, blend=True, screen_draws=defaults.start_screen_draws, single_share=1.0
+    )
+    fit, tail, _ = start_panels(d, fit_rows)
+    started = _started_with_products(d, seed=1)  # (the fit below reads its observation statistics)
+    start = fit_nonlinear_start(started, fit, tail, ridge, seed=1, products=True)
+    assert start is not None and start.pair == (0, 1)
+    tail_rows = torch.arange(fit_rows, K)
+    truth = (d.features[..., 0] * d.features[..., 1])[tail_rows].numpy()
+    played = rank_ic(_asset_logits(started, d, tail_rows).numpy(), truth).mean()
+    without = rank_ic(_asset_logits(_started(d, True, seed=1), d, tail_rows).numpy(), truth).mean()
+    assert played > 0.6 and played >= without - 0.05, (played, without)
+
+
+def test_on_noise_the_start_with_products_is_the_ridges():
+    d = _decisions(signal=0.0, seed=3)
+    linear, products = _started(d, False), _started_with_products(d)
+    rows = torch.arange(K)
+    assert torch.allclose(_asset_logits(linear, d, rows), _asset_logits(products, d, rows), atol=1e-5)
+    assert float(products.net.actor_readout.bias.detach().abs().max()) == 0.0
 
 
 def test_windowed_targets_are_the_returns_held_to_the_next_trade():

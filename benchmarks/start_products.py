@@ -1,0 +1,174 @@
+"""A screen of pairwise feature products beside the open pods' linear start: how well each ranks the
+test window at the open, as a share of the planted predictor's information coefficient.
+
+A design study for the learner's nonlinear side, not a power figure: it isolates a start's fit from
+trading, selection and costs. The tournament's ``open`` pods trade at each session's first decision
+and hold to the next session's (``agents.tournament.search_space.DIRECT_KINDS``); their start is the
+default linear start fitted on those rows (``agents.linear_start.fit_linear_start`` with the open
+trade window: each row's target the return held to the next trade), plus a small network
+(``agents.nonlinear_start``) kept only on a clear out-of-fold gain. An interaction of two inputs
+(the planted ``nonlinear`` shape: the previous session's last hour times the rest of that session)
+is one product of two standardized features, which a linear score cannot use and a 16-unit network
+must approximate from a few dozen sessions.
+
+For each seed, one market of the power table's size (100 tickers x 243 sessions split 72 / 45 / 126,
+the library's features) of the planted ``--shape`` at daily IC ``--ic`` is built. On the train window
+(what a pod's start reads) and on the train and validation windows joined (what the refit reads),
+at the open pods' rows:
+
+- ``start``: the product's linear start for an open pod (the default share and screen);
+- ``product``: the single product ``z_i * z_j`` (``i <= j``: squares included) of the features
+  standardized across names in each row (``z``) whose per-row correlation with the target has the
+  largest ``|t|`` over the fit rows (``agents.linear_start``'s screen, over products instead of
+  features), signed by its fit; its ``t`` recorded as ``product_t``;
+- ``start_plus_product``: the two scores standardized across names and added.
+
+Each is scored on the test window's open rows (target: the return held to the next open) by its mean
+cross-sectional information coefficient, divided by the planted predictor's on the same rows (the
+zero model counts 0). Seeds from 2,100,000, outside every power table's and design study's.
+
+    .venv/bin/python benchmarks/start_products.py --shape nonlinear --ic 0.05 --seeds 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+from agents.args import DirectArgs  # noqa: E402
+from agents.direct import decisions_of  # noqa: E402
+from agents.linear_start import _best_by_t, _row_correlations, fit_linear_start, start_panels  # noqa: E402
+from agents.tournament.pod import open_window  # noqa: E402
+from backtests.linear import DecisionRows, demean, information_coefficient  # noqa: E402
+from data.loader import synthetic_market  # noqa: E402
+from data.planted import SHAPES  # noqa: E402
+from data.synthetic import SyntheticSpec, planted_predictor  # noqa: E402
+
+FIRST_SEED = 2_100_000
+SPLIT = dict(num_tickers=100, num_sessions=243, train_frac=72 / 243, valid_frac=45 / 243)
+INTERVAL = 15
+VARIANTS = ("start", "product", "start_plus_product")
+
+
+def standardized(x: torch.Tensor, ok: torch.Tensor) -> torch.Tensor:
+    """``x (R, A, F)`` demeaned and scaled across the valid names of each row (0 elsewhere, and where a
+    column has no spread in a row)."""
+    z = demean(x, ok)
+    n = ok.sum(dim=1, keepdim=True).clamp(min=1).unsqueeze(-1)
+    sd = (z.square().sum(dim=1, keepdim=True) / n).sqrt()
+    return torch.where(sd > 0, z / sd.clamp(min=1e-300), torch.zeros_like(z))
+
+
+def pairs(num_features: int) -> list[tuple[int, int]]:
+    return [(i, j) for i in range(num_features) for j in range(i, num_features)]
+
+
+def product_scores(x: torch.Tensor, ok: torch.Tensor, pair: tuple[int, int]) -> torch.Tensor:
+    z = standardized(x, ok)
+    return z[..., pair[0]] * z[..., pair[1]]
+
+
+def screened_product(panel: DecisionRows) -> tuple[tuple[int, int], float, float]:
+    """The pair whose product best ranks the panel's targets (largest ``|t|`` of the per-row
+    correlations), the sign of its mean correlation and its ``t``."""
+    z = standardized(panel.x, panel.ok)
+    every = pairs(z.shape[-1])
+    i = torch.tensor([p[0] for p in every])
+    j = torch.tensor([p[1] for p in every])
+    prods = DecisionRows(x=z[..., i] * z[..., j], y=panel.y, ok=panel.ok)
+    corr = _row_correlations(prods)
+    best = _best_by_t(corr)
+    mean = float(corr[:, best].mean())
+    se = float(corr[:, best].std()) / math.sqrt(corr.shape[0])
+    return every[best], math.copysign(1.0, mean), mean / se if se > 0 else 0.0
+
+
+def _ic(scores: torch.Tensor, panel: DecisionRows) -> float:
+    ic = information_coefficient(scores.to(torch.float64), panel)
+    return ic if math.isfinite(ic) else 0.0
+
+
+def one_market(shape: str, target_ic: float, seed: int) -> dict:
+    splits = synthetic_market(seed=seed, shape=shape, target_ic=target_ic, feature_set="library", **SPLIT)
+    spec = SyntheticSpec(
+        num_tickers=SPLIT["num_tickers"],
+        num_sessions=SPLIT["num_sessions"],
+        seed=seed,
+        shape=shape,
+        target_ic=target_ic,
+    )
+    predictor = planted_predictor(spec)
+    window = open_window(splits.train.time_of_day, INTERVAL)
+    d_test = decisions_of(splits.test, INTERVAL)
+    test, _, test_rows = start_panels(d_test, d_test.num, window=window)
+    offset = splits.full.num_steps - splits.test.num_steps
+    bars = offset + test_rows.cpu().numpy() * INTERVAL
+    oracle = torch.nan_to_num(torch.as_tensor(predictor[bars], dtype=torch.float64))
+    oracle_ic = _ic(oracle, test)
+    row: dict = {"seed": seed, "oracle_ic": round(oracle_ic, 5), "test_rows": int(test.y.shape[0])}
+    args = DirectArgs()
+    for name, market in (("train", splits.train), ("joined", splits.train.join(splits.valid))):
+        d = decisions_of(market, INTERVAL)
+        fit_rows = d.num - max(1, int(round(d.num * args.holdout_frac)))
+        start = fit_linear_start(
+            d,
+            fit_rows,
+            args.top_mass,
+            window=window,
+            blend=args.start_blend,
+            screen_draws=args.start_screen_draws,
+            single_share=args.start_single_share,
+        )
+        fit, _, _ = start_panels(d, fit_rows, window=window)
+        pair, sign, t = screened_product(fit)
+        s_start = test.x.to(torch.float64) @ start.coef.to(torch.float64)
+        s_product = sign * product_scores(test.x.to(torch.float64), test.ok, pair)
+        both = standardized(torch.stack([s_start, s_product], dim=-1), test.ok).sum(dim=-1)
+        for variant, scores in (("start", s_start), ("product", s_product), ("start_plus_product", both)):
+            row[f"{name}_{variant}"] = round(_ic(scores, test) / oracle_ic, 3) if oracle_ic else 0.0
+        row[f"{name}_pair"] = [market.feature_names[pair[0]], market.feature_names[pair[1]]]
+        row[f"{name}_product_t"] = round(t, 2)
+    return row
+
+
+def main(argv: list[str] | None = None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--shape", default="nonlinear", choices=SHAPES)
+    p.add_argument("--ic", type=float, default=0.05, help="the planted predictor's daily rank IC")
+    p.add_argument("--seeds", type=int, default=8, help="markets (seeds from 2,100,000)")
+    p.add_argument("--first-seed", type=int, default=FIRST_SEED)
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+    torch.set_num_threads(1)
+    rows = []
+    for seed in range(args.first_seed, args.first_seed + args.seeds):
+        start = time.perf_counter()
+        rows.append(one_market(args.shape, args.ic, seed))
+        print(
+            json.dumps({**rows[-1], "s": round(time.perf_counter() - start, 1)}), file=sys.stderr, flush=True
+        )
+    keys = [f"{w}_{v}" for w in ("train", "joined") for v in VARIANTS]
+    out = {
+        "shape": args.shape,
+        "ic": args.ic,
+        "seeds": args.seeds,
+        "first_seed": args.first_seed,
+        "mean_share": {k: round(sum(r[k] for r in rows) / len(rows), 3) for k in keys},
+        "median_product_t": {
+            w: sorted(r[f"{w}_product_t"] for r in rows)[len(rows) // 2] for w in ("train", "joined")
+        },
+    }
+    print(json.dumps(out, indent=2) if args.json else out)
+    return out
+
+
+if __name__ == "__main__":
+    main()
