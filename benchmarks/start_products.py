@@ -21,7 +21,11 @@ at the open pods' rows:
   standardized across names in each row (``z``) whose per-row correlation with the target has the
   largest ``|t|`` over the fit rows (``agents.linear_start``'s screen, over products instead of
   features), signed by its fit; its ``t`` recorded as ``product_t``;
-- ``start_plus_product``: the two scores standardized across names and added.
+- ``start_plus_product``: the two scores standardized across names and added;
+- ``pair_squares``: the screened pair's product and the two features' squares (each standardized
+  across names), weighted by their pooled least-squares fit to the target (a screened pair's product
+  may hold a square beside the interaction: ``ret_390`` is the last hour plus the rest of the session);
+- ``top3``: the three products of the largest ``|t|``, each standardized and signed by its fit, added.
 
 Each is scored on the test window's open rows (target: the return held to the next open) by its mean
 cross-sectional information coefficient, divided by the planted predictor's on the same rows (the
@@ -55,7 +59,7 @@ from data.synthetic import SyntheticSpec, planted_predictor  # noqa: E402
 FIRST_SEED = 2_100_000
 SPLIT = dict(num_tickers=100, num_sessions=243, train_frac=72 / 243, valid_frac=45 / 243)
 INTERVAL = 15
-VARIANTS = ("start", "product", "start_plus_product")
+VARIANTS = ("start", "product", "start_plus_product", "pair_squares", "top3")
 
 
 def standardized(x: torch.Tensor, ok: torch.Tensor) -> torch.Tensor:
@@ -89,6 +93,32 @@ def screened_product(panel: DecisionRows) -> tuple[tuple[int, int], float, float
     mean = float(corr[:, best].mean())
     se = float(corr[:, best].std()) / math.sqrt(corr.shape[0])
     return every[best], math.copysign(1.0, mean), mean / se if se > 0 else 0.0
+
+
+def top_products(panel: DecisionRows, k: int) -> list[tuple[tuple[int, int], float]]:
+    """The ``k`` pairs of the largest ``|t|`` (each with the sign of its mean correlation)."""
+    z = standardized(panel.x, panel.ok)
+    every = pairs(z.shape[-1])
+    i = torch.tensor([p[0] for p in every])
+    j = torch.tensor([p[1] for p in every])
+    corr = _row_correlations(DecisionRows(x=z[..., i] * z[..., j], y=panel.y, ok=panel.ok))
+    t = corr.mean(dim=0) / (corr.std(dim=0) / math.sqrt(corr.shape[0])).clamp(min=1e-300)
+    best = t.abs().argsort(descending=True)[:k].tolist()
+    return [(every[b], math.copysign(1.0, float(t[b]))) for b in best]
+
+
+def _pair_columns(x: torch.Tensor, ok: torch.Tensor, pair: tuple[int, int]) -> torch.Tensor:
+    z = standardized(x, ok)
+    i, j = pair
+    return standardized(torch.stack([z[..., i] * z[..., j], z[..., i].square(), z[..., j].square()], -1), ok)
+
+
+def pair_with_squares(panel: DecisionRows, pair: tuple[int, int]) -> torch.Tensor:
+    """``(3,)``: the least-squares weights of the pair's product and its two squares (each
+    standardized across names) on the panel's targets (demeaned across names), pooled over rows."""
+    cols = _pair_columns(panel.x, panel.ok, pair)
+    y = demean(panel.y, panel.ok)
+    return torch.linalg.lstsq(cols[panel.ok], y[panel.ok].unsqueeze(-1)).solution.squeeze(-1)
 
 
 def _ic(scores: torch.Tensor, panel: DecisionRows) -> float:
@@ -132,7 +162,22 @@ def one_market(shape: str, target_ic: float, seed: int) -> dict:
         s_start = test.x.to(torch.float64) @ start.coef.to(torch.float64)
         s_product = sign * product_scores(test.x.to(torch.float64), test.ok, pair)
         both = standardized(torch.stack([s_start, s_product], dim=-1), test.ok).sum(dim=-1)
-        for variant, scores in (("start", s_start), ("product", s_product), ("start_plus_product", both)):
+        s_squares = _pair_columns(test.x.to(torch.float64), test.ok, pair) @ pair_with_squares(fit, pair)
+        s_top3 = sum(
+            sign
+            * standardized(product_scores(test.x.to(torch.float64), test.ok, p).unsqueeze(-1), test.ok)[
+                ..., 0
+            ]
+            for p, sign in top_products(fit, 3)
+        )
+        variants = (
+            ("start", s_start),
+            ("product", s_product),
+            ("start_plus_product", both),
+            ("pair_squares", s_squares),
+            ("top3", s_top3),
+        )
+        for variant, scores in variants:
             row[f"{name}_{variant}"] = round(_ic(scores, test) / oracle_ic, 3) if oracle_ic else 0.0
         row[f"{name}_pair"] = [market.feature_names[pair[0]], market.feature_names[pair[1]]]
         row[f"{name}_product_t"] = round(t, 2)
