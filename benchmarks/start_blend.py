@@ -128,9 +128,9 @@ def _share(coef: torch.Tensor, test: DecisionRows, oracle_ic: float) -> float:
     return 0.0 if not math.isfinite(ic) else ic / oracle_ic
 
 
-def one_market(
-    shape: str, target_ic: float, seed: int, screens: bool = False, single_shares: tuple[float, ...] = ()
-) -> dict:
+def design_market(shape: str, target_ic: float, seed: int):
+    """A design study's market (the power table's size, the library's features) and its planted
+    predictor, bar for bar."""
     splits = synthetic_market(seed=seed, shape=shape, target_ic=target_ic, feature_set="library", **SPLIT)
     spec = SyntheticSpec(
         num_tickers=SPLIT["num_tickers"],
@@ -139,7 +139,13 @@ def one_market(
         shape=shape,
         target_ic=target_ic,
     )
-    predictor = planted_predictor(spec)
+    return splits, planted_predictor(spec)
+
+
+def one_market(
+    shape: str, target_ic: float, seed: int, screens: bool = False, single_shares: tuple[float, ...] = ()
+) -> dict:
+    splits, predictor = design_market(shape, target_ic, seed)
     test = decision_panel(splits.test, INTERVAL)
     offset = splits.full.num_steps - splits.test.num_steps
     bars = torch.arange(0, splits.test.num_steps - INTERVAL, INTERVAL)

@@ -52,12 +52,10 @@ from agents.direct import decisions_of  # noqa: E402
 from agents.linear_start import _best_by_t, _row_correlations, fit_linear_start, start_panels  # noqa: E402
 from agents.tournament.pod import open_window  # noqa: E402
 from backtests.linear import DecisionRows, demean, information_coefficient  # noqa: E402
-from data.loader import synthetic_market  # noqa: E402
+from benchmarks.start_blend import design_market  # noqa: E402
 from data.planted import SHAPES  # noqa: E402
-from data.synthetic import SyntheticSpec, planted_predictor  # noqa: E402
 
 FIRST_SEED = 2_100_000
-SPLIT = dict(num_tickers=100, num_sessions=243, train_frac=72 / 243, valid_frac=45 / 243)
 INTERVAL = 15
 VARIANTS = ("start", "product", "start_plus_product", "pair_squares", "top3")
 
@@ -127,15 +125,7 @@ def _ic(scores: torch.Tensor, panel: DecisionRows) -> float:
 
 
 def one_market(shape: str, target_ic: float, seed: int) -> dict:
-    splits = synthetic_market(seed=seed, shape=shape, target_ic=target_ic, feature_set="library", **SPLIT)
-    spec = SyntheticSpec(
-        num_tickers=SPLIT["num_tickers"],
-        num_sessions=SPLIT["num_sessions"],
-        seed=seed,
-        shape=shape,
-        target_ic=target_ic,
-    )
-    predictor = planted_predictor(spec)
+    splits, predictor = design_market(shape, target_ic, seed)
     window = open_window(splits.train.time_of_day, INTERVAL)
     d_test = decisions_of(splits.test, INTERVAL)
     test, _, test_rows = start_panels(d_test, d_test.num, window=window)
