@@ -242,10 +242,6 @@ def product_units(pair: tuple[int, int], z: Tensor, ok: Tensor) -> tuple[Tensor,
     return torch.stack(weights), torch.tensor(biases, device=device), torch.tensor(readouts, device=device)
 
 
-def _units_scores(weight: Tensor, bias: Tensor, readout: Tensor, z: Tensor) -> Tensor:
-    return torch.relu(z.to(torch.float32) @ weight.T + bias) @ readout
-
-
 def fit_product(policy: Policy, ridge: LinearStart, panel: DecisionRows) -> NonlinearStart:
     """The product candidate of ``panel``: the pair screened on what the ridge leaves
     (:func:`screened_pair`), its units (:func:`product_units`) and their read-out scaled by the least
@@ -256,13 +252,12 @@ def fit_product(policy: Policy, ridge: LinearStart, panel: DecisionRows) -> Nonl
     residual = y.to(torch.float64) - ridge_scores / max(sd, 1e-300)
     pair = screened_pair(z, residual, panel.ok)
     weight, bias, readout = product_units(pair, z, panel.ok)
-    g = demean(_units_scores(weight, bias, readout, z).to(torch.float64), panel.ok)
+    unit = NonlinearStart(weight=weight, bias=bias, readout=readout, holdout_ic=0.0, epochs=0, pair=pair)
+    g = demean(unit.scores(z.to(torch.float32)).to(torch.float64), panel.ok)
     r = demean(residual, panel.ok)
     den = float(g.square().sum())
     scale = float((g * r).sum()) / den if den > 0 else 0.0
-    return NonlinearStart(
-        weight=weight, bias=bias, readout=readout * scale * sd, holdout_ic=0.0, epochs=0, pair=pair
-    )
+    return dataclasses.replace(unit, readout=readout * scale * sd)
 
 
 def _folds(rows: int) -> list[tuple[Tensor, Tensor]]:
