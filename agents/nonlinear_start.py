@@ -192,10 +192,10 @@ class _Fit:
         return curve
 
 
-#: Knots of a product candidate's piecewise-linear squares, each side of zero, at 0, 1, 2, ... spreads
-#: of the square's input: the square interpolated there, linear beyond (robust to a name's outlier).
+#: Knots of a pair candidate's piecewise-linear squares, each side of zero, at 0, 1, 2, ... spreads of
+#: the square's input: the square interpolated there, linear beyond (robust to a name's outlier).
 PRODUCT_KNOTS = 4
-#: Units of a product candidate: two squares (``(z_i + z_j)^2`` and ``(z_i - z_j)^2``), each side.
+#: Units of a pair candidate: two squares of directions in the pair's plane, each side.
 PRODUCT_WIDTH = 4 * PRODUCT_KNOTS
 
 
@@ -216,42 +216,75 @@ def screened_pair(z: Tensor, residual: Tensor, ok: Tensor) -> tuple[int, int]:
     return int(i), int(j)
 
 
-def product_units(pair: tuple[int, int], z: Tensor, ok: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+def quadratic_units(
+    pair: tuple[int, int], form: Tensor, z: Tensor, ok: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
     """``(weight (W, F), bias (W,), readout (W,))`` of :data:`PRODUCT_WIDTH` ReLU units whose
-    read-out approximates ``z_i * z_j = ((z_i + z_j)^2 - (z_i - z_j)^2) / 4`` on normalized features:
-    each square ``u^2`` interpolated at knots ``0, h, 2h, ...`` each side (``h`` the spread of ``u``
-    over ``z``'s valid names), as ``h relu(|u|) + 2h sum_k relu(|u| - k h)``. Why hand-built: the
-    encoder's ReLU units can hold a product exactly this way, and a gradient fit of a few dozen
-    sessions rarely finds one among 30 inputs (docs/agents.md)."""
+    read-out approximates the quadratic form ``q = (z_i, z_j) form (z_i, z_j)^T`` (``form (2, 2)``,
+    symmetric) of two normalized features: ``form``'s eigen-decomposition writes ``q`` as ``l_1 u_1^2
+    + l_2 u_2^2`` with ``u_k = e_k . (z_i, z_j)`` along its orthonormal eigenvectors ``e_k``, and
+    each square ``u^2`` is interpolated at knots ``0, h, 2h, ...`` each side (``h`` the spread of
+    ``u`` over ``z``'s valid names), as ``h relu(|u|) + 2h sum_k relu(|u| - k h)``. Why hand-built:
+    the encoder's ReLU units can hold a quadratic of two inputs exactly this way, and a gradient fit
+    of a few dozen sessions rarely finds one among 30 inputs (docs/agents.md)."""
     i, j = pair
     num_features = z.shape[-1]
+    values, vectors = torch.linalg.eigh(form.to(torch.float64).cpu())
     weights, biases, readouts = [], [], []
-    for quarter, (a, b) in ((0.25, (1.0, 1.0)), (-0.25, (1.0, -1.0))):
+    for k in range(2):
         direction = torch.zeros(num_features, dtype=torch.float32, device=z.device)
-        direction[i] += a
-        direction[j] += b
+        direction[i] += float(vectors[0, k])
+        direction[j] += float(vectors[1, k])
         u = z.to(torch.float32) @ direction
         h = float(u[ok].std()) if int(ok.sum()) > 1 else 0.0
         h = h if h > 0 else 1.0
         for side in (1.0, -1.0):
-            for k in range(PRODUCT_KNOTS):
+            for knot in range(PRODUCT_KNOTS):
                 weights.append(side * direction)
-                biases.append(-k * h)
-                readouts.append(quarter * (h if k == 0 else 2.0 * h))
+                biases.append(-knot * h)
+                readouts.append(float(values[k]) * (h if knot == 0 else 2.0 * h))
     device = z.device
     return torch.stack(weights), torch.tensor(biases, device=device), torch.tensor(readouts, device=device)
 
 
+#: The quadratic form of a product ``z_i * z_j`` (:func:`quadratic_units`).
+PRODUCT_FORM = torch.tensor([[0.0, 0.5], [0.5, 0.0]])
+
+
+def product_units(pair: tuple[int, int], z: Tensor, ok: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """:func:`quadratic_units` of the product ``z_i * z_j = ((z_i + z_j)^2 - (z_i - z_j)^2) / 4``."""
+    return quadratic_units(pair, PRODUCT_FORM, z, ok)
+
+
+def pair_form(pair: tuple[int, int], z: Tensor, residual: Tensor, ok: Tensor) -> Tensor:
+    """``(2, 2)``: the quadratic form of the pair's product and its two squares fitted to
+    ``residual (K, A)`` by least squares, pooled over the rows' valid names, each of the three columns
+    and the residual demeaned across names (the minimum-norm solution where they coincide: a square's
+    pair, ``i == j``)."""
+    i, j = pair
+    z64 = z.to(torch.float64)
+    columns = torch.stack([z64[..., i] * z64[..., j], z64[..., i].square(), z64[..., j].square()], dim=-1)
+    columns = torch.stack([demean(columns[..., c], ok) for c in range(3)], dim=-1)[ok]
+    target = demean(residual.to(torch.float64), ok)[ok]
+    if columns.shape[0] < 3:
+        return torch.zeros(2, 2, dtype=torch.float64)
+    product, square_i, square_j = torch.linalg.lstsq(
+        columns.cpu(), target.cpu().unsqueeze(-1), driver="gelsd"
+    ).solution.squeeze(-1)
+    return torch.stack([torch.stack([square_i, product / 2]), torch.stack([product / 2, square_j])])
+
+
 def fit_product(policy: Policy, ridge: LinearStart, panel: DecisionRows) -> NonlinearStart:
-    """The product candidate of ``panel``: the pair screened on what the ridge leaves
-    (:func:`screened_pair`), its units (:func:`product_units`) and their read-out scaled by the least
-    squares fit of that residual, in the ridge score's units (as the networks are)."""
+    """The pair candidate of ``panel``: the pair screened by its product on what the ridge leaves
+    (:func:`screened_pair`), the quadratic of its product and two squares fitted to that residual
+    (:func:`pair_form`), written into units (:func:`quadratic_units`) whose read-out is scaled by the
+    least squares fit of the residual, in the ridge score's units (as the networks are)."""
     y, sd = _scaled_target(panel)
     z = normalized_features(policy, panel.x)
     ridge_scores = panel.x.to(torch.float64) @ ridge.coef.to(torch.float64)
     residual = y.to(torch.float64) - ridge_scores / max(sd, 1e-300)
     pair = screened_pair(z, residual, panel.ok)
-    weight, bias, readout = product_units(pair, z, panel.ok)
+    weight, bias, readout = quadratic_units(pair, pair_form(pair, z, residual, panel.ok), z, panel.ok)
     unit = NonlinearStart(weight=weight, bias=bias, readout=readout, holdout_ic=0.0, epochs=0, pair=pair)
     g = demean(unit.scores(z.to(torch.float32)).to(torch.float64), panel.ok)
     r = demean(residual, panel.ok)
@@ -304,20 +337,17 @@ def _product_candidate(
 
 def _network_candidate(
     policy: Policy, fit: DecisionRows, tail: DecisionRows, ridge: LinearStart, seed: int, fitting: dict
-) -> tuple[NonlinearStart, Tensor, Tensor]:
-    """The member networks fitted on ``fit`` (their epochs by blocked cross-validation), their per-row
-    ICs (ridge + networks; out of fold at the chosen epochs, then on ``tail``) and the ridge's on the
-    same rows (each fold's refitted on that fold's rows)."""
+) -> tuple[NonlinearStart, Tensor]:
+    """The member networks fitted on ``fit`` (their epochs by blocked cross-validation) and their
+    per-row ICs (ridge + networks; out of fold at the chosen epochs, then on ``tail``)."""
     hidden = int(policy.config.embed)
     width = min(hidden, MEMBER_WIDTH)
     members = max(1, hidden // width)
     make = lambda r: _Fit(policy, r, members, width, seed, fitting["lr"], fitting["wd"])  # noqa: E731
-    curves, ridge_rows = [], []
+    curves = []
     for train_rows, block in _folds(fit.x.shape[0]):
         train, held = _subset(fit, train_rows), _subset(fit, block)
-        fold_ridge = _refit(ridge, train)  # (the ridge of the same rows: both sides out of fold)
-        ridge_rows.append(row_ics(held.x.to(torch.float32) @ fold_ridge.coef, held))
-        curves.append(make(fold_ridge).run(train, fitting["epochs"], held))
+        curves.append(make(_refit(ridge, train)).run(train, fitting["epochs"], held))
     out_of_fold = [torch.cat([curve[c] for curve in curves]) for c in range(len(curves[0]))]
     best = max(range(len(out_of_fold)), key=lambda c: float(out_of_fold[c].mean()))
     final = make(ridge)
@@ -325,7 +355,6 @@ def _network_candidate(
     with torch.no_grad():
         tail_net = final.net(normalized_features(policy, tail.x)) * final.sd
         tail_rows = row_ics(ridge.scores(tail.x.to(torch.float32)) + tail_net, tail)
-    ridge_rows.append(row_ics(ridge.scores(tail.x.to(torch.float32)), tail))
     network = NonlinearStart(
         weight=final.layer.detach().reshape(members * width, -1).to(fit.x.device),
         bias=final.bias.detach().reshape(-1).to(fit.x.device),
@@ -333,7 +362,18 @@ def _network_candidate(
         holdout_ic=float(tail_rows.mean()),
         epochs=(best + 1) * CHECK_EVERY,
     )
-    return network, torch.cat([out_of_fold[best], tail_rows]), torch.cat(ridge_rows)
+    return network, torch.cat([out_of_fold[best], tail_rows])
+
+
+def ridge_rows(fit: DecisionRows, tail: DecisionRows, ridge: LinearStart) -> Tensor:
+    """The ridge's per-row ICs on the rows the candidates are judged on: out of fold (each fold's
+    ridge refitted on that fold's rows, as the candidates' are), then on ``tail``."""
+    rows = []
+    for train_rows, block in _folds(fit.x.shape[0]):
+        held = _subset(fit, block)
+        rows.append(row_ics(held.x.to(torch.float32) @ _refit(ridge, _subset(fit, train_rows)).coef, held))
+    rows.append(row_ics(ridge.scores(tail.x.to(torch.float32)), tail))
+    return torch.cat(rows)
 
 
 def fit_nonlinear_start(
@@ -361,11 +401,11 @@ def fit_nonlinear_start(
     if not _scaled_target(fit)[1] > 0:
         return None
     fitting = {"epochs": epochs, "lr": learning_rate, "wd": weight_decay}
-    network, network_rows, ridge_rows = _network_candidate(policy, fit, tail, ridge, seed, fitting)
-    candidates = [(network, network_rows)]
+    candidates = [_network_candidate(policy, fit, tail, ridge, seed, fitting)]
     if products and hidden >= PRODUCT_WIDTH:
         candidates.append(_product_candidate(policy, fit, tail, ridge))
-    passing = [(c, r) for c, r in candidates if beats(r, ridge_rows)]
+    baseline = ridge_rows(fit, tail, ridge)
+    passing = [(c, r) for c, r in candidates if beats(r, baseline)]
     if not passing:
         return None
     kept, _ = max(passing, key=lambda cr: float(cr[1].mean()))

@@ -1,0 +1,150 @@
+"""The size of the nonlinear start's keep rule: how often, on markets with nothing planted, a candidate
+beats the ridge by the rule that keeps it.
+
+The open pods' start (``agents.nonlinear_start``) keeps a candidate (the member networks, or with
+``start_products`` the screened pair's quadratic) only if its per-row information coefficients, out
+of fold on the fit rows and then on the train window's held-out tail, beat the ridge's on the same
+rows by ``MARGIN`` (one) standard error of the paired difference. Were those rows untouched by the
+candidate's choices, a one-sided one-standard-error bar would pass about 16% of null markets. The
+networks' epochs are chosen by the best mean out-of-fold IC on the very rows that then judge them,
+which can raise that rate; the pair is screened and fitted inside each fold, which should not. This
+script counts, on null markets (the power table's size and features, ``nonlinear`` shape at IC 0),
+for each candidate:
+
+- ``network``: the rule as shipped (out-of-fold ICs at the epoch chosen on all folds);
+- ``network_crossfit``: the same fits judged at each fold's epoch chosen on the other folds only (the
+  selection left out of the rows it judges);
+- ``pair``: the pair candidate (``start_products``), screened and fitted in each fold.
+
+It is a property of the rule, not a power figure: no tournament, no trading. The count and seeds
+were fixed before the first run: 24 null markets, seeds 2,200,000-2,200,023 (outside every power
+table's and design study's), the open pod's default settings (``DIRECT_KINDS``'s ``open``, seed 0).
+
+    .venv/bin/python benchmarks/nonlinear_start_size.py --markets 24
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+from scipy.stats import binomtest  # noqa: E402
+
+from agents import nonlinear_start as ns  # noqa: E402
+from agents.args import DirectArgs  # noqa: E402
+from agents.direct import decisions_of, observation, top_weights  # noqa: E402
+from agents.linear_start import apply_linear_start, fit_linear_start, start_panels  # noqa: E402
+from agents.networks import NetworkConfig  # noqa: E402
+from agents.policy import Policy  # noqa: E402
+from agents.tournament.pod import learner_args  # noqa: E402
+from agents.tournament.search_space import DIRECT_KINDS  # noqa: E402
+from benchmarks.start_blend import design_market  # noqa: E402
+
+FIRST_SEED = 2_200_000
+INTERVAL = 15
+CANDIDATES = ("network", "network_crossfit", "pair")
+
+
+def crossfit_rows(curves: list[list[torch.Tensor]]) -> torch.Tensor:
+    """Out-of-fold per-row ICs, each fold's at the check chosen by the other folds' mean IC."""
+    rows = []
+    for f, curve in enumerate(curves):
+        others = [c for g, c in enumerate(curves) if g != f]
+        means = [float(torch.cat([c[k] for c in others]).mean()) for k in range(len(curve))]
+        rows.append(curve[max(range(len(means)), key=means.__getitem__)])
+    return torch.cat(rows)
+
+
+def one_market(seed: int) -> dict:
+    splits, _ = design_market("nonlinear", 0.0, seed)
+    open_kind = dict(DIRECT_KINDS)["open"]
+    args = learner_args(DirectArgs, {**open_kind, "seed": 0}, splits.train, INTERVAL)
+    d = decisions_of(splits.train, INTERVAL)
+    fit_rows = d.num - max(1, int(round(d.num * args.holdout_frac)))
+    ridge = fit_linear_start(
+        d,
+        fit_rows,
+        args.top_mass,
+        args.start_horizon,
+        args.trade_window,
+        args.start_blend,
+        args.start_screen_draws,
+        args.start_single_share,
+    )
+    policy = Policy(
+        NetworkConfig(
+            d.features.shape[1],
+            d.features.shape[2],
+            asset_layers=1,
+            linear_skip=True,
+            embed=args.embed,
+            demean_features=args.demean_features,
+        )
+    )
+    tradable = d.tradable[:fit_rows]
+    held = (
+        tradable.to(torch.float32) / tradable.sum(dim=-1, keepdim=True).clamp(min=1)
+        if ridge.is_zero
+        else top_weights(ridge.scores(d.features[:fit_rows]), tradable)
+    )
+    policy.obs_norm.update(observation(held, d, torch.arange(fit_rows)))
+    apply_linear_start(policy, ridge, d, fit_rows)
+    fit, tail, _ = start_panels(d, fit_rows, args.start_horizon, args.trade_window)
+    base = ns.ridge_rows(fit, tail, ridge)
+    fitting = {"epochs": 300, "lr": 3e-3, "wd": 1e-3}
+    # the shipped network candidate, and its fold curves for the cross-fitted judgement
+    network, network_rows = ns._network_candidate(policy, fit, tail, ridge, args.seed, fitting)
+    hidden = int(policy.config.embed)
+    width = min(hidden, ns.MEMBER_WIDTH)
+    curves = []
+    for train_rows, block in ns._folds(fit.x.shape[0]):
+        train, held_rows = ns._subset(fit, train_rows), ns._subset(fit, block)
+        fold = ns._Fit(policy, ns._refit(ridge, train), max(1, hidden // width), width, args.seed, 3e-3, 1e-3)
+        curves.append(fold.run(train, fitting["epochs"], held_rows))
+    tail_rows = network_rows[-tail.x.shape[0] :]
+    crossfit = torch.cat([crossfit_rows(curves), tail_rows])
+    _, pair_rows = ns._product_candidate(policy, fit, tail, ridge)
+    out = {"seed": seed, "fit_rows": int(fit.x.shape[0]), "tail_rows": int(tail.x.shape[0])}
+    for name, rows in (("network", network_rows), ("network_crossfit", crossfit), ("pair", pair_rows)):
+        diff = rows - base
+        se = float(diff.std()) / math.sqrt(diff.numel())
+        out[f"{name}_t"] = round(float(diff.mean()) / se, 2) if se > 0 else 0.0
+        out[f"{name}_kept"] = ns.beats(rows, base)
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--markets", type=int, default=24, help="null markets (seeds from 2,200,000)")
+    p.add_argument("--first-seed", type=int, default=FIRST_SEED)
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+    torch.set_num_threads(1)
+    rows = []
+    for seed in range(args.first_seed, args.first_seed + args.markets):
+        start = time.perf_counter()
+        rows.append(one_market(seed))
+        print(
+            json.dumps({**rows[-1], "s": round(time.perf_counter() - start, 1)}), file=sys.stderr, flush=True
+        )
+    out = {"markets": len(rows), "first_seed": args.first_seed}
+    for name in CANDIDATES:
+        kept = sum(r[f"{name}_kept"] for r in rows)
+        out[name] = {
+            "kept": kept,
+            "rate": round(kept / len(rows), 3),
+            "p_vs_16pct": round(float(binomtest(kept, len(rows), 0.1587, alternative="greater").pvalue), 4),
+        }
+    print(json.dumps(out, indent=2) if args.json else out)
+    return out
+
+
+if __name__ == "__main__":
+    main()
