@@ -75,7 +75,7 @@ class NonlinearStart:
     holdout_ic: float
     epochs: int
     pair: tuple[int, int] | None = None
-    """the product candidate's two features (:func:`fit_product`); None for the fitted networks"""
+    """the pair candidate's two features (:func:`fit_product`); None for the fitted networks"""
 
     def scores(self, z: Tensor) -> Tensor:
         """The network's part of the score, ``(..., A)``, of normalized features ``(..., A, F)``."""
@@ -315,15 +315,24 @@ def _padded(start: NonlinearStart, hidden: int) -> NonlinearStart:
     )
 
 
+Folds = list[tuple[Tensor, Tensor, LinearStart]]
+
+
+def fold_ridges(fit: DecisionRows, ridge: LinearStart) -> Folds:
+    """Each of the :data:`FOLDS` folds of ``fit`` (:func:`_folds`) with ``ridge`` refitted on its
+    train rows: the ridge every candidate adds to in that fold, and is judged against."""
+    return [(rows, block, _refit(ridge, _subset(fit, rows))) for rows, block in _folds(fit.x.shape[0])]
+
+
 def _product_candidate(
-    policy: Policy, fit: DecisionRows, tail: DecisionRows, ridge: LinearStart
+    policy: Policy, fit: DecisionRows, tail: DecisionRows, ridge: LinearStart, folds: Folds
 ) -> tuple[NonlinearStart, Tensor]:
-    """The product candidate fitted on ``fit`` and its per-row ICs (ridge + product): out of fold
-    (each fold's pair screened, and its ridge refitted, on that fold's rows alone), then on ``tail``."""
+    """The pair candidate fitted on ``fit`` and its per-row ICs (ridge + pair): out of fold (each
+    fold's pair screened and fitted on that fold's rows alone, beside its refitted ridge), then on
+    ``tail``."""
     rows = []
-    for train_rows, block in _folds(fit.x.shape[0]):
+    for train_rows, block, fold_ridge in folds:
         train, held = _subset(fit, train_rows), _subset(fit, block)
-        fold_ridge = _refit(ridge, train)
         fold = fit_product(policy, fold_ridge, train)
         z_held = normalized_features(policy, held.x)
         score = held.x.to(torch.float32) @ fold_ridge.coef + fold.scores(z_held)
@@ -336,7 +345,13 @@ def _product_candidate(
 
 
 def _network_candidate(
-    policy: Policy, fit: DecisionRows, tail: DecisionRows, ridge: LinearStart, seed: int, fitting: dict
+    policy: Policy,
+    fit: DecisionRows,
+    tail: DecisionRows,
+    ridge: LinearStart,
+    folds: Folds,
+    seed: int,
+    fitting: dict,
 ) -> tuple[NonlinearStart, Tensor]:
     """The member networks fitted on ``fit`` (their epochs by blocked cross-validation) and their
     per-row ICs (ridge + networks; out of fold at the chosen epochs, then on ``tail``)."""
@@ -345,9 +360,9 @@ def _network_candidate(
     members = max(1, hidden // width)
     make = lambda r: _Fit(policy, r, members, width, seed, fitting["lr"], fitting["wd"])  # noqa: E731
     curves = []
-    for train_rows, block in _folds(fit.x.shape[0]):
+    for train_rows, block, fold_ridge in folds:
         train, held = _subset(fit, train_rows), _subset(fit, block)
-        curves.append(make(_refit(ridge, train)).run(train, fitting["epochs"], held))
+        curves.append(make(fold_ridge).run(train, fitting["epochs"], held))
     out_of_fold = [torch.cat([curve[c] for curve in curves]) for c in range(len(curves[0]))]
     best = max(range(len(out_of_fold)), key=lambda c: float(out_of_fold[c].mean()))
     final = make(ridge)
@@ -365,13 +380,13 @@ def _network_candidate(
     return network, torch.cat([out_of_fold[best], tail_rows])
 
 
-def ridge_rows(fit: DecisionRows, tail: DecisionRows, ridge: LinearStart) -> Tensor:
+def ridge_rows(fit: DecisionRows, tail: DecisionRows, ridge: LinearStart, folds: Folds) -> Tensor:
     """The ridge's per-row ICs on the rows the candidates are judged on: out of fold (each fold's
-    ridge refitted on that fold's rows, as the candidates' are), then on ``tail``."""
+    refitted ridge), then on ``tail``."""
     rows = []
-    for train_rows, block in _folds(fit.x.shape[0]):
+    for _, block, fold_ridge in folds:
         held = _subset(fit, block)
-        rows.append(row_ics(held.x.to(torch.float32) @ _refit(ridge, _subset(fit, train_rows)).coef, held))
+        rows.append(row_ics(held.x.to(torch.float32) @ fold_ridge.coef, held))
     rows.append(row_ics(ridge.scores(tail.x.to(torch.float32)), tail))
     return torch.cat(rows)
 
@@ -391,20 +406,21 @@ def fit_nonlinear_start(
     """The network fitted to the ridge's residual on ``fit``, its epochs chosen by blocked
     cross-validation on ``fit`` (:data:`FOLDS` contiguous blocks, a row purged on each side of the
     left-out block); None when the out-of-fold and held-out ICs of ridge + network do not beat the
-    ridge's by :data:`MARGIN` standard errors (module docstring). With ``products`` the screened
-    product of two features (:func:`fit_product`) is a second candidate, judged on the same rows by
-    the same rule; of the candidates that beat the ridge, the one of the larger mean IC on those rows
-    is kept."""
+    ridge's by :data:`MARGIN` standard errors (module docstring). With ``products`` the quadratic of
+    a screened pair of features (:func:`fit_product`) is a second candidate, judged on the same rows
+    by the same rule; of the candidates that beat the ridge, the one of the larger mean IC on those
+    rows is kept."""
     hidden, rows = int(policy.config.embed), fit.x.shape[0]
     if rows < 2 * FOLDS or int(fit.ok.sum()) <= fit.x.shape[-1] or int(tail.ok.sum()) == 0:
         return None
     if not _scaled_target(fit)[1] > 0:
         return None
     fitting = {"epochs": epochs, "lr": learning_rate, "wd": weight_decay}
-    candidates = [_network_candidate(policy, fit, tail, ridge, seed, fitting)]
+    folds = fold_ridges(fit, ridge)
+    candidates = [_network_candidate(policy, fit, tail, ridge, folds, seed, fitting)]
     if products and hidden >= PRODUCT_WIDTH:
-        candidates.append(_product_candidate(policy, fit, tail, ridge))
-    baseline = ridge_rows(fit, tail, ridge)
+        candidates.append(_product_candidate(policy, fit, tail, ridge, folds))
+    baseline = ridge_rows(fit, tail, ridge, folds)
     passing = [(c, r) for c, r in candidates if beats(r, baseline)]
     if not passing:
         return None

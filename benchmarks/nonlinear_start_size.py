@@ -12,8 +12,9 @@ script counts, on null markets (the power table's size and features, ``nonlinear
 for each candidate:
 
 - ``network``: the rule as shipped (out-of-fold ICs at the epoch chosen on all folds);
-- ``network_crossfit``: the same fits judged at each fold's epoch chosen on the other folds only (the
-  selection left out of the rows it judges);
+- ``network_crossfit``: the same fits judged at each fold's epoch chosen on the other folds' curves
+  only (the choice left out of the rows it judges; partly: those folds' networks were trained on rows
+  that include the judged block, which a nested cross-validation would not);
 - ``pair``: the pair candidate (``start_products``), screened and fitted in each fold.
 
 It is a property of the rule, not a power figure: no tournament, no trading. The count and seeds
@@ -97,20 +98,21 @@ def one_market(seed: int) -> dict:
     policy.obs_norm.update(observation(held, d, torch.arange(fit_rows)))
     apply_linear_start(policy, ridge, d, fit_rows)
     fit, tail, _ = start_panels(d, fit_rows, args.start_horizon, args.trade_window)
-    base = ns.ridge_rows(fit, tail, ridge)
+    folds = ns.fold_ridges(fit, ridge)
+    base = ns.ridge_rows(fit, tail, ridge, folds)
     fitting = {"epochs": 300, "lr": 3e-3, "wd": 1e-3}
     # the shipped network candidate, and its fold curves for the cross-fitted judgement
-    network, network_rows = ns._network_candidate(policy, fit, tail, ridge, args.seed, fitting)
+    network, network_rows = ns._network_candidate(policy, fit, tail, ridge, folds, args.seed, fitting)
     hidden = int(policy.config.embed)
     width = min(hidden, ns.MEMBER_WIDTH)
     curves = []
-    for train_rows, block in ns._folds(fit.x.shape[0]):
+    for train_rows, block, fold_ridge in folds:
         train, held_rows = ns._subset(fit, train_rows), ns._subset(fit, block)
-        fold = ns._Fit(policy, ns._refit(ridge, train), max(1, hidden // width), width, args.seed, 3e-3, 1e-3)
+        fold = ns._Fit(policy, fold_ridge, max(1, hidden // width), width, args.seed, 3e-3, 1e-3)
         curves.append(fold.run(train, fitting["epochs"], held_rows))
     tail_rows = network_rows[-tail.x.shape[0] :]
     crossfit = torch.cat([crossfit_rows(curves), tail_rows])
-    _, pair_rows = ns._product_candidate(policy, fit, tail, ridge)
+    _, pair_rows = ns._product_candidate(policy, fit, tail, ridge, folds)
     out = {"seed": seed, "fit_rows": int(fit.x.shape[0]), "tail_rows": int(tail.x.shape[0])}
     for name, rows in (("network", network_rows), ("network_crossfit", crossfit), ("pair", pair_rows)):
         diff = rows - base

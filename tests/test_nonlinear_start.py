@@ -202,15 +202,25 @@ def test_on_noise_the_pair_candidate_is_kept_about_as_often_as_its_bar_allows():
     """The pair is screened and fitted inside each fold, so its out-of-fold rows are honest and a
     one-standard-error bar passes about 16% of noise panels: at most 6 of 16 here (P(X >= 7) = 0.008
     at 16%)."""
-    from agents.nonlinear_start import _product_candidate, beats, ridge_rows
+    from agents.nonlinear_start import _product_candidate, beats, fold_ridges, ridge_rows
 
-    kept = 0
+    kept, defaults = 0, DirectArgs()
     for seed in range(16):
         d = _decisions(signal=0.0, seed=100 + seed)
         policy = _started(d, False)  # (its observation statistics: what the candidate reads)
-        ridge = direct.fit_linear_start(d, int(K * 0.8), 0.5, blend=True, single_share=1.0)
+        ridge = direct.fit_linear_start(
+            d,
+            int(K * 0.8),
+            0.5,
+            blend=defaults.start_blend,
+            screen_draws=defaults.start_screen_draws,
+            single_share=defaults.start_single_share,
+        )
         fit, tail, _ = start_panels(d, int(K * 0.8))
-        kept += beats(_product_candidate(policy, fit, tail, ridge)[1], ridge_rows(fit, tail, ridge))
+        folds = fold_ridges(fit, ridge)
+        kept += beats(
+            _product_candidate(policy, fit, tail, ridge, folds)[1], ridge_rows(fit, tail, ridge, folds)
+        )
     assert kept <= 6, kept
 
 
