@@ -230,9 +230,10 @@ class DirectArgs:
     """the linear start plus a network of each asset's features fitted to the ridge's residual, kept
     if it beats the ridge on the held-out tail (agents.nonlinear_start; needs asset_layers = 1)"""
     start_products: bool = False
-    """nonlinear start: the screened product of two features is a second candidate beside the
-    networks, judged by the same out-of-fold rule (agents.nonlinear_start.fit_product); no effect
-    without ``nonlinear_start``"""
+    """nonlinear start: a quadratic of two features (the pair screened by its product, its product
+    and two squares fitted by least squares) is a second candidate beside the networks, judged by
+    the same out-of-fold rule (agents.nonlinear_start.fit_product); no effect without
+    ``nonlinear_start``"""
     top_mass: float = 0.5
     """linear start: the softmax temperature puts this share of the book on the top 20% by score"""
     start_blend: bool = True

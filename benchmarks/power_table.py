@@ -155,7 +155,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--start-products",
         action="store_true",
-        help="direct learner: [agent] start_products (the screened product of two features a candidate "
+        help="direct learner: [agent] start_products (a quadratic of a screened pair of features a candidate "
         "of the open pods' nonlinear start) for the champion's pods and the start column; part of the "
         "rows' settings key",
     )
@@ -248,7 +248,7 @@ def settings_key(args: argparse.Namespace) -> str:
     share = effective_single_share(args)
     if args.algo == "direct" and share != 0.5:
         key += f",start_single_share={share:g}"
-    if args.algo == "direct" and args.start_products:  # (rows without the product candidate keep their key)
+    if args.algo == "direct" and args.start_products:  # (rows without the pair candidate keep their key)
         key += ",start_products=1"
     return key
 
