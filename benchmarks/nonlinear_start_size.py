@@ -27,6 +27,7 @@ table's and design study's), the open pod's default settings (``DIRECT_KINDS``'s
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import sys
@@ -40,8 +41,8 @@ from scipy.stats import binomtest  # noqa: E402
 
 from agents import nonlinear_start as ns  # noqa: E402
 from agents.args import DirectArgs  # noqa: E402
-from agents.direct import decisions_of, observation, top_weights  # noqa: E402
-from agents.linear_start import apply_linear_start, fit_linear_start, start_panels  # noqa: E402
+from agents.direct import decisions_of, start_from_linear  # noqa: E402
+from agents.linear_start import start_panels  # noqa: E402
 from agents.networks import NetworkConfig  # noqa: E402
 from agents.policy import Policy  # noqa: E402
 from agents.tournament.pod import learner_args  # noqa: E402
@@ -69,16 +70,6 @@ def one_market(seed: int) -> dict:
     args = learner_args(DirectArgs, {**open_kind, "seed": 0}, splits.train, INTERVAL)
     d = decisions_of(splits.train, INTERVAL)
     fit_rows = d.num - max(1, int(round(d.num * args.holdout_frac)))
-    ridge = fit_linear_start(
-        d,
-        fit_rows,
-        args.top_mass,
-        args.start_horizon,
-        args.trade_window,
-        args.start_blend,
-        args.start_screen_draws,
-        args.start_single_share,
-    )
     policy = Policy(
         NetworkConfig(
             d.features.shape[1],
@@ -89,14 +80,8 @@ def one_market(seed: int) -> dict:
             demean_features=args.demean_features,
         )
     )
-    tradable = d.tradable[:fit_rows]
-    held = (
-        tradable.to(torch.float32) / tradable.sum(dim=-1, keepdim=True).clamp(min=1)
-        if ridge.is_zero
-        else top_weights(ridge.scores(d.features[:fit_rows]), tradable)
-    )
-    policy.obs_norm.update(observation(held, d, torch.arange(fit_rows)))
-    apply_linear_start(policy, ridge, d, fit_rows)
+    # the open pod's start up to its nonlinear part: the ridge, the observation statistics, the skip
+    ridge = start_from_linear(policy, d, fit_rows, dataclasses.replace(args, nonlinear_start=False))
     fit, tail, _ = start_panels(d, fit_rows, args.start_horizon, args.trade_window)
     folds = ns.fold_ridges(fit, ridge)
     base = ns.ridge_rows(fit, tail, ridge, folds)
