@@ -20,8 +20,12 @@ for each candidate:
 It is a property of the rule, not a power figure: no tournament, no trading. The count and seeds
 were fixed before the first run: 24 null markets, seeds 2,200,000-2,200,023 (outside every power
 table's and design study's), the open pod's default settings (``DIRECT_KINDS``'s ``open``, seed 0).
+With ``--ic`` the same count on planted ``nonlinear`` markets gives each rule's rate of keeping a
+candidate where there is an interaction to find (the rule's power, beside its size); those runs'
+seeds and counts are fixed in docs/benchmarks.md before they run.
 
     .venv/bin/python benchmarks/nonlinear_start_size.py --markets 24
+    .venv/bin/python benchmarks/nonlinear_start_size.py --ic 0.10 --markets 12 --first-seed 2210000
 """
 
 from __future__ import annotations
@@ -64,8 +68,8 @@ def crossfit_rows(curves: list[list[torch.Tensor]]) -> torch.Tensor:
     return torch.cat(rows)
 
 
-def one_market(seed: int) -> dict:
-    splits, _ = design_market("nonlinear", 0.0, seed)
+def one_market(seed: int, ic: float = 0.0) -> dict:
+    splits, _ = design_market("nonlinear", ic, seed)
     open_kind = dict(DIRECT_KINDS)["open"]
     args = learner_args(DirectArgs, {**open_kind, "seed": 0}, splits.train, INTERVAL)
     d = decisions_of(splits.train, INTERVAL)
@@ -109,7 +113,8 @@ def one_market(seed: int) -> dict:
 
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--markets", type=int, default=24, help="null markets (seeds from 2,200,000)")
+    p.add_argument("--markets", type=int, default=24, help="markets (seeds from 2,200,000)")
+    p.add_argument("--ic", type=float, default=0.0, help="the planted interaction's daily rank IC (0: null)")
     p.add_argument("--first-seed", type=int, default=FIRST_SEED)
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
@@ -117,11 +122,11 @@ def main(argv: list[str] | None = None) -> dict:
     rows = []
     for seed in range(args.first_seed, args.first_seed + args.markets):
         start = time.perf_counter()
-        rows.append(one_market(seed))
+        rows.append(one_market(seed, args.ic))
         print(
             json.dumps({**rows[-1], "s": round(time.perf_counter() - start, 1)}), file=sys.stderr, flush=True
         )
-    out = {"markets": len(rows), "first_seed": args.first_seed}
+    out = {"ic": args.ic, "markets": len(rows), "first_seed": args.first_seed}
     for name in CANDIDATES:
         kept = sum(r[f"{name}_kept"] for r in rows)
         out[name] = {
