@@ -34,7 +34,10 @@ Each market's row is appended to ``--out`` (JSON lines, one atomic append per ma
 a rerun with the same settings reads the rows back and skips the markets already done, so a long run
 can stop and resume (a row written before a column the run writes is run again, with the same seed;
 rows written before these columns read with ``linear`` as ``ridge_quintile`` and ``oracle`` as
-``oracle_quintile``). The table: per level and column the power (share of markets significant) with
+``oracle_quintile``). Beside the columns a row keeps the champion's tournament: its env-steps,
+pods tried, whether the champion is a refitted start (``champion_refit``), the paired ``t`` of a
+fine-tuned one over its start (``champion_start_t``) and its pod kind (``champion_kind``: ``intraday``
+or ``open``; rows written before it have none). The table: per level and column the power (share of markets significant) with
 its two-sided 95% Clopper-Pearson interval, the median p-value and the median test Sharpe; at level
 0 the false-positive rate and its one-sided 95% upper bound; a column no row holds shows "-".
 
@@ -386,6 +389,7 @@ def run_market(
                 "env_steps": result.env_steps,
                 "pods_tried": result.pods_tried,
                 "champion_refit": (result.champion or {}).get("refit"),  # (agents.tournament.refit)
+                "champion_kind": ((result.champion or {}).get("hparams") or {}).get("kind"),
                 "champion_start_t": (RunDir(home, "power").info().extra.get("refit") or {}).get("start_t"),
             }
             clock["tournament_s"] = time.perf_counter() - start - sum(clock.values())

@@ -282,6 +282,7 @@ def test_one_tiny_market_gives_every_column_and_its_fields_and_one_backtest_judg
         assert row[name]["outcome"] in ("significant", "not significant", "not measurable"), name
         assert row[name]["turnover"] is not None and row[name]["costs"] is not None, name
     assert row["ppo_env_steps"] >= 2048 and row["env_steps"] >= 1024
+    assert row["champion_kind"] in ("intraday", "open")  # (the direct pod kinds: DIRECT_KINDS)
     # the one batched backtest judges a column as a backtest of that column alone does
     config = power_table.config_of(args, row["seed"], 0.42)
     splits = power_table.market_splits(config, row["seed"])
