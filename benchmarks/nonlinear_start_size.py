@@ -35,7 +35,6 @@ import dataclasses
 import json
 import math
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -51,7 +50,7 @@ from agents.networks import NetworkConfig  # noqa: E402
 from agents.policy import Policy  # noqa: E402
 from agents.tournament.pod import learner_args  # noqa: E402
 from agents.tournament.search_space import DIRECT_KINDS  # noqa: E402
-from benchmarks.start_blend import design_market  # noqa: E402
+from benchmarks.start_blend import design_market, market_rows  # noqa: E402
 
 FIRST_SEED = 2_200_000
 INTERVAL = 15
@@ -119,13 +118,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
-    rows = []
-    for seed in range(args.first_seed, args.first_seed + args.markets):
-        start = time.perf_counter()
-        rows.append(one_market(seed, args.ic))
-        print(
-            json.dumps({**rows[-1], "s": round(time.perf_counter() - start, 1)}), file=sys.stderr, flush=True
-        )
+    seeds = range(args.first_seed, args.first_seed + args.markets)
+    rows = market_rows(seeds, lambda seed: one_market(seed, args.ic))
     out = {"ic": args.ic, "markets": len(rows), "first_seed": args.first_seed}
     for name in CANDIDATES:
         kept = sum(r[f"{name}_kept"] for r in rows)

@@ -42,6 +42,7 @@ import json
 import math
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from unittest import mock
 
@@ -128,6 +129,18 @@ def _share(coef: torch.Tensor, test: DecisionRows, oracle_ic: float) -> float:
     return 0.0 if not math.isfinite(ic) else ic / oracle_ic
 
 
+def market_rows(seeds: range, one: Callable[[int], dict]) -> list[dict]:
+    """``one(seed)`` of each design market, each row printed to stderr with its seconds as it ends."""
+    rows = []
+    for seed in seeds:
+        start = time.perf_counter()
+        rows.append(one(seed))
+        print(
+            json.dumps({**rows[-1], "s": round(time.perf_counter() - start, 1)}), file=sys.stderr, flush=True
+        )
+    return rows
+
+
 def design_market(shape: str, target_ic: float, seed: int):
     """A design study's market (the power table's size, the library's features) and its planted
     predictor, bar for bar."""
@@ -189,13 +202,11 @@ def main(argv: list[str] | None = None) -> dict:
     if any(not 0.0 <= w <= 1.0 for w in args.single_shares):
         p.error("--single-shares: each share between 0 and 1")
     torch.set_num_threads(1)
-    rows = []
-    for seed in range(FIRST_SEED, FIRST_SEED + args.seeds):
-        start = time.perf_counter()
-        rows.append(one_market(args.shape, args.ic, seed, args.screens, tuple(args.single_shares)))
-        print(
-            json.dumps({**rows[-1], "s": round(time.perf_counter() - start, 1)}), file=sys.stderr, flush=True
-        )
+    shares_arg = tuple(args.single_shares)
+    rows = market_rows(
+        range(FIRST_SEED, FIRST_SEED + args.seeds),
+        lambda seed: one_market(args.shape, args.ic, seed, args.screens, shares_arg),
+    )
     shares = tuple(f"blend_bagged_{w:g}" for w in args.single_shares)
     variants = VARIANTS + (SCREENS if args.screens else ("blend_bagged",) if shares else ()) + shares
     keys = [f"{w}_{v}" for w in ("train", "joined") for v in variants]

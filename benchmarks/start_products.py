@@ -40,7 +40,6 @@ import argparse
 import json
 import math
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -52,7 +51,7 @@ from agents.direct import decisions_of  # noqa: E402
 from agents.linear_start import _best_by_t, _row_correlations, fit_linear_start, start_panels  # noqa: E402
 from agents.tournament.pod import open_window  # noqa: E402
 from backtests.linear import DecisionRows, demean, information_coefficient  # noqa: E402
-from benchmarks.start_blend import design_market  # noqa: E402
+from benchmarks.start_blend import design_market, market_rows  # noqa: E402
 from data.planted import SHAPES  # noqa: E402
 
 FIRST_SEED = 2_100_000
@@ -183,13 +182,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
-    rows = []
-    for seed in range(args.first_seed, args.first_seed + args.seeds):
-        start = time.perf_counter()
-        rows.append(one_market(args.shape, args.ic, seed))
-        print(
-            json.dumps({**rows[-1], "s": round(time.perf_counter() - start, 1)}), file=sys.stderr, flush=True
-        )
+    seeds = range(args.first_seed, args.first_seed + args.seeds)
+    rows = market_rows(seeds, lambda seed: one_market(args.shape, args.ic, seed))
     keys = [f"{w}_{v}" for w in ("train", "joined") for v in VARIANTS]
     out = {
         "shape": args.shape,
