@@ -344,28 +344,43 @@ def _product_candidate(
     return dataclasses.replace(final, holdout_ic=float(tail_rows.mean())), torch.cat(rows)
 
 
+def _members(policy: Policy) -> tuple[int, int]:
+    """``(members, width)``: the member networks the policy's encoder holds and their units each."""
+    hidden = int(policy.config.embed)
+    width = min(hidden, MEMBER_WIDTH)
+    return max(1, hidden // width), width
+
+
+def fold_curves(
+    policy: Policy, fit: DecisionRows, folds: Folds, seed: int, fitting: dict
+) -> list[list[Tensor]]:
+    """Each fold's member networks fitted on its train rows (beside its refitted ridge) and their
+    held block's per-row ICs (ridge + networks) at every check: the cross-validation curves."""
+    members, width = _members(policy)
+    curves = []
+    for train_rows, block, fold_ridge in folds:
+        train, held = _subset(fit, train_rows), _subset(fit, block)
+        net = _Fit(policy, fold_ridge, members, width, seed, fitting["lr"], fitting["wd"])
+        curves.append(net.run(train, fitting["epochs"], held))
+    return curves
+
+
 def _network_candidate(
     policy: Policy,
     fit: DecisionRows,
     tail: DecisionRows,
     ridge: LinearStart,
-    folds: Folds,
+    curves: list[list[Tensor]],
     seed: int,
     fitting: dict,
 ) -> tuple[NonlinearStart, Tensor]:
-    """The member networks fitted on ``fit`` (their epochs by blocked cross-validation) and their
-    per-row ICs (ridge + networks; out of fold at the chosen epochs, then on ``tail``)."""
-    hidden = int(policy.config.embed)
-    width = min(hidden, MEMBER_WIDTH)
-    members = max(1, hidden // width)
-    make = lambda r: _Fit(policy, r, members, width, seed, fitting["lr"], fitting["wd"])  # noqa: E731
-    curves = []
-    for train_rows, block, fold_ridge in folds:
-        train, held = _subset(fit, train_rows), _subset(fit, block)
-        curves.append(make(fold_ridge).run(train, fitting["epochs"], held))
+    """The member networks fitted on ``fit`` at the epochs of the best mean out-of-fold IC of
+    ``curves`` (:func:`fold_curves`) and their per-row ICs (ridge + networks; out of fold at those
+    epochs, then on ``tail``)."""
+    members, width = _members(policy)
     out_of_fold = [torch.cat([curve[c] for curve in curves]) for c in range(len(curves[0]))]
     best = max(range(len(out_of_fold)), key=lambda c: float(out_of_fold[c].mean()))
-    final = make(ridge)
+    final = _Fit(policy, ridge, members, width, seed, fitting["lr"], fitting["wd"])
     final.run(fit, (best + 1) * CHECK_EVERY)
     with torch.no_grad():
         tail_net = final.net(normalized_features(policy, tail.x)) * final.sd
@@ -417,7 +432,8 @@ def fit_nonlinear_start(
         return None
     fitting = {"epochs": epochs, "lr": learning_rate, "wd": weight_decay}
     folds = fold_ridges(fit, ridge)
-    candidates = [_network_candidate(policy, fit, tail, ridge, folds, seed, fitting)]
+    curves = fold_curves(policy, fit, folds, seed, fitting)
+    candidates = [_network_candidate(policy, fit, tail, ridge, curves, seed, fitting)]
     if products and hidden >= PRODUCT_WIDTH:
         candidates.append(_product_candidate(policy, fit, tail, ridge, folds))
     baseline = ridge_rows(fit, tail, ridge, folds)

@@ -89,15 +89,9 @@ def one_market(seed: int, ic: float = 0.0) -> dict:
     folds = ns.fold_ridges(fit, ridge)
     base = ns.ridge_rows(fit, tail, ridge, folds)
     fitting = {"epochs": 300, "lr": 3e-3, "wd": 1e-3}
-    # the shipped network candidate, and its fold curves for the cross-fitted judgement
-    network, network_rows = ns._network_candidate(policy, fit, tail, ridge, folds, args.seed, fitting)
-    hidden = int(policy.config.embed)
-    width = min(hidden, ns.MEMBER_WIDTH)
-    curves = []
-    for train_rows, block, fold_ridge in folds:
-        train, held_rows = ns._subset(fit, train_rows), ns._subset(fit, block)
-        fold = ns._Fit(policy, fold_ridge, max(1, hidden // width), width, args.seed, 3e-3, 1e-3)
-        curves.append(fold.run(train, fitting["epochs"], held_rows))
+    # the shipped network candidate, and the same fold curves for the cross-fitted judgement
+    curves = ns.fold_curves(policy, fit, folds, args.seed, fitting)
+    network, network_rows = ns._network_candidate(policy, fit, tail, ridge, curves, args.seed, fitting)
     tail_rows = network_rows[-tail.x.shape[0] :]
     crossfit = torch.cat([crossfit_rows(curves), tail_rows])
     _, pair_rows = ns._product_candidate(policy, fit, tail, ridge, folds)
