@@ -234,6 +234,10 @@ class DirectArgs:
     and two squares fitted by least squares) is a second candidate beside the networks, judged by
     the same out-of-fold rule (agents.nonlinear_start.fit_product); no effect without
     ``nonlinear_start``"""
+    start_crossfit: bool = False
+    """nonlinear start: the member networks are judged (against the ridge, and against the pair
+    candidate) on out-of-fold rows read at the epochs the other folds choose, not at the epoch chosen
+    on those rows (agents.nonlinear_start.crossfit_rows); no effect without ``nonlinear_start``"""
     top_mass: float = 0.5
     """linear start: the softmax temperature puts this share of the book on the top 20% by score"""
     start_blend: bool = True

@@ -230,7 +230,15 @@ def start_from_linear(
     apply_linear_start(policy, start, decisions, fit_rows)
     if args.nonlinear_start:
         fit, tail, trades = start_panels(decisions, fit_rows, args.start_horizon, args.trade_window)
-        network = fit_nonlinear_start(policy, fit, tail, start, seed=args.seed, products=args.start_products)
+        network = fit_nonlinear_start(
+            policy,
+            fit,
+            tail,
+            start,
+            seed=args.seed,
+            products=args.start_products,
+            crossfit=args.start_crossfit,
+        )
         if network is not None:
             apply_nonlinear_start(policy, start, network, decisions, trades, args.top_mass)
     return start

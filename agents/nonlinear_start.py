@@ -365,6 +365,19 @@ def fold_curves(
     return curves
 
 
+def crossfit_rows(curves: list[list[Tensor]]) -> Tensor:
+    """Out-of-fold per-row ICs of :func:`fold_curves`, each fold's held block read at the check of
+    the best mean IC of the *other* folds' held blocks: the epoch is chosen without the rows it is
+    judged on (partly: those folds' networks were trained on rows that include the judged block; a
+    nested cross-validation, five times the fits, would not be)."""
+    rows = []
+    for f, curve in enumerate(curves):
+        others = [c for g, c in enumerate(curves) if g != f]
+        means = [float(torch.cat([c[k] for c in others]).mean()) for k in range(len(curve))]
+        rows.append(curve[max(range(len(means)), key=means.__getitem__)])
+    return torch.cat(rows)
+
+
 def _network_candidate(
     policy: Policy,
     fit: DecisionRows,
@@ -373,10 +386,12 @@ def _network_candidate(
     curves: list[list[Tensor]],
     seed: int,
     fitting: dict,
+    crossfit: bool = False,
 ) -> tuple[NonlinearStart, Tensor]:
     """The member networks fitted on ``fit`` at the epochs of the best mean out-of-fold IC of
     ``curves`` (:func:`fold_curves`) and their per-row ICs (ridge + networks; out of fold at those
-    epochs, then on ``tail``)."""
+    epochs, or with ``crossfit`` each fold's at the epochs the other folds choose
+    (:func:`crossfit_rows`), then on ``tail``)."""
     members, width = _members(policy)
     out_of_fold = [torch.cat([curve[c] for curve in curves]) for c in range(len(curves[0]))]
     best = max(range(len(out_of_fold)), key=lambda c: float(out_of_fold[c].mean()))
@@ -392,7 +407,8 @@ def _network_candidate(
         holdout_ic=float(tail_rows.mean()),
         epochs=(best + 1) * CHECK_EVERY,
     )
-    return network, torch.cat([out_of_fold[best], tail_rows])
+    judged = crossfit_rows(curves) if crossfit else out_of_fold[best]
+    return network, torch.cat([judged, tail_rows])
 
 
 def ridge_rows(fit: DecisionRows, tail: DecisionRows, ridge: LinearStart, folds: Folds) -> Tensor:
@@ -417,6 +433,7 @@ def fit_nonlinear_start(
     learning_rate: float = 3e-3,
     weight_decay: float = 1e-3,
     products: bool = False,
+    crossfit: bool = False,
 ) -> NonlinearStart | None:
     """The network fitted to the ridge's residual on ``fit``, its epochs chosen by blocked
     cross-validation on ``fit`` (:data:`FOLDS` contiguous blocks, a row purged on each side of the
@@ -424,7 +441,10 @@ def fit_nonlinear_start(
     ridge's by :data:`MARGIN` standard errors (module docstring). With ``products`` the quadratic of
     a screened pair of features (:func:`fit_product`) is a second candidate, judged on the same rows
     by the same rule; of the candidates that beat the ridge, the one of the larger mean IC on those
-    rows is kept."""
+    rows is kept. With ``crossfit`` the networks are judged, and compared, on out-of-fold rows read
+    at the epochs the other folds choose (:func:`crossfit_rows`), not at the epoch chosen on those
+    rows themselves (which lifts their paired ``t`` on markets with nothing to find:
+    ``benchmarks/nonlinear_start_size.py``)."""
     hidden, rows = int(policy.config.embed), fit.x.shape[0]
     if rows < 2 * FOLDS or int(fit.ok.sum()) <= fit.x.shape[-1] or int(tail.ok.sum()) == 0:
         return None
@@ -433,7 +453,7 @@ def fit_nonlinear_start(
     fitting = {"epochs": epochs, "lr": learning_rate, "wd": weight_decay}
     folds = fold_ridges(fit, ridge)
     curves = fold_curves(policy, fit, folds, seed, fitting)
-    candidates = [_network_candidate(policy, fit, tail, ridge, curves, seed, fitting)]
+    candidates = [_network_candidate(policy, fit, tail, ridge, curves, seed, fitting, crossfit)]
     if products and hidden >= PRODUCT_WIDTH:
         candidates.append(_product_candidate(policy, fit, tail, ridge, folds))
     baseline = ridge_rows(fit, tail, ridge, folds)

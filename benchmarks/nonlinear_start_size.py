@@ -57,16 +57,6 @@ INTERVAL = 15
 CANDIDATES = ("network", "network_crossfit", "pair")
 
 
-def crossfit_rows(curves: list[list[torch.Tensor]]) -> torch.Tensor:
-    """Out-of-fold per-row ICs, each fold's at the check chosen by the other folds' mean IC."""
-    rows = []
-    for f, curve in enumerate(curves):
-        others = [c for g, c in enumerate(curves) if g != f]
-        means = [float(torch.cat([c[k] for c in others]).mean()) for k in range(len(curve))]
-        rows.append(curve[max(range(len(means)), key=means.__getitem__)])
-    return torch.cat(rows)
-
-
 def one_market(seed: int, ic: float = 0.0) -> dict:
     splits, _ = design_market("nonlinear", ic, seed)
     open_kind = dict(DIRECT_KINDS)["open"]
@@ -93,7 +83,7 @@ def one_market(seed: int, ic: float = 0.0) -> dict:
     curves = ns.fold_curves(policy, fit, folds, args.seed, fitting)
     network, network_rows = ns._network_candidate(policy, fit, tail, ridge, curves, args.seed, fitting)
     tail_rows = network_rows[-tail.x.shape[0] :]
-    crossfit = torch.cat([crossfit_rows(curves), tail_rows])
+    crossfit = torch.cat([ns.crossfit_rows(curves), tail_rows])
     _, pair_rows = ns._product_candidate(policy, fit, tail, ridge, folds)
     out = {"seed": seed, "fit_rows": int(fit.x.shape[0]), "tail_rows": int(tail.x.shape[0])}
     for name, rows in (("network", network_rows), ("network_crossfit", crossfit), ("pair", pair_rows)):

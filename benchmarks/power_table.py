@@ -162,6 +162,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "of the open pods' nonlinear start) for the champion's pods and the start column; part of the "
         "rows' settings key",
     )
+    p.add_argument(
+        "--start-crossfit",
+        action="store_true",
+        help="direct learner: [agent] start_crossfit (the open pods' member networks judged at the epochs "
+        "the other folds choose) for the champion's pods and the start column; part of the rows' settings key",
+    )
     p.add_argument("--with-ppo", action="store_true", help="add the ppo column (a PPO tournament a market)")
     p.add_argument("--ppo-budget", type=int, default=PPO_BUDGET, help="env-steps of the PPO tournament")
     p.add_argument("--ppo-pods", type=int, default=4, help="pods of the PPO tournament (the demo's)")
@@ -253,6 +259,8 @@ def settings_key(args: argparse.Namespace) -> str:
         key += f",start_single_share={share:g}"
     if args.algo == "direct" and args.start_products:  # (rows without the pair candidate keep their key)
         key += ",start_products=1"
+    if args.algo == "direct" and args.start_crossfit:  # (rows judged at the shared epoch keep their key)
+        key += ",start_crossfit=1"
     return key
 
 
@@ -294,6 +302,8 @@ def config_of(args: argparse.Namespace, seed: int, level: float) -> Config:
             agent["start_single_share"] = args.start_single_share
         if args.start_products:
             agent["start_products"] = True
+        if args.start_crossfit:
+            agent["start_crossfit"] = True
     return Config().with_updates(
         data={
             "source": "synthetic",

@@ -4,7 +4,8 @@ are exactly the fitted score times its temperature, noise leaves the ridge's sta
 windowed start's targets are the returns held to the next trade (against a loop). The pair
 candidate: its units hold a product, or any quadratic, of two features (against the quadratic itself),
 its form is the residual's least squares, its screen finds the planted pair, the policy plays it, and
-on noise it is kept about as often as its one-standard-error bar allows."""
+on noise it is kept about as often as its one-standard-error bar allows. The cross-fitted judgement
+reads each fold at the epoch the other folds choose (against a loop)."""
 
 from __future__ import annotations
 
@@ -222,6 +223,53 @@ def test_on_noise_the_pair_candidate_is_kept_about_as_often_as_its_bar_allows():
             _product_candidate(policy, fit, tail, ridge, folds)[1], ridge_rows(fit, tail, ridge, folds)
         )
     assert kept <= 6, kept
+
+
+def test_crossfit_rows_read_each_fold_at_the_epoch_the_other_folds_choose():
+    """Against a loop over folds and checks: fold f's rows are its curve at the check whose mean IC,
+    pooled over the other folds' rows, is largest; never at its own best check when that differs."""
+    from agents.nonlinear_start import crossfit_rows
+
+    gen = torch.Generator().manual_seed(0)
+    curves = [[torch.randn(7 + f, generator=gen) for _ in range(6)] for f in range(5)]
+    # fold 0 alone peaks at check 5; the other folds together peak at check 2
+    curves[0][5] = curves[0][5] + 10.0
+    for f in range(1, 5):
+        curves[f][2] = curves[f][2] + 1.0
+    expected = []
+    for f in range(5):
+        best, best_mean = None, -math.inf
+        for k in range(6):
+            pooled = torch.cat([curves[g][k] for g in range(5) if g != f])
+            if float(pooled.mean()) > best_mean:
+                best, best_mean = k, float(pooled.mean())
+        expected.append(curves[f][best])
+    got = crossfit_rows(curves)
+    assert torch.equal(got, torch.cat(expected))
+    assert torch.equal(got[:7], curves[0][2])  # fold 0 read where the others peak, not at its own peak
+
+
+def test_the_crossfit_networks_still_find_the_interaction_and_leave_noise_to_the_ridge():
+    """Judged at the other folds' epochs (``start_crossfit``), the networks are kept on a planted
+    interaction and the policy plays it; on noise the start is the ridge's."""
+
+    def started(d: direct.Decisions) -> Policy:
+        args = DirectArgs(asset_layers=1, nonlinear_start=True, start_crossfit=True, rebalance_rate=1.0)
+        policy = Policy(NetworkConfig(A, F, asset_layers=1, linear_skip=True, embed=args.embed))
+        direct.start_from_linear(policy, d, int(K * 0.8), args)
+        return policy
+
+    d = _decisions(signal=1.0)
+    tail = torch.arange(int(K * 0.8), K)
+    truth = (d.features[..., 0] * d.features[..., 1])[tail].numpy()
+    assert rank_ic(_asset_logits(started(d), d, tail).numpy(), truth).mean() > 0.5
+    noise = _decisions(signal=0.0, seed=3)
+    rows = torch.arange(K)
+    assert torch.allclose(
+        _asset_logits(_started(noise, False), noise, rows),
+        _asset_logits(started(noise), noise, rows),
+        atol=1e-5,
+    )
 
 
 def test_windowed_targets_are_the_returns_held_to_the_next_trade():

@@ -115,6 +115,21 @@ def test_the_product_candidate_reaches_the_learner_and_the_settings_key():
     assert power_table.settings_key(products) == power_table.settings_key(default) + ",start_products=1"
 
 
+def test_the_crossfit_judgement_reaches_the_learner_and_the_settings_key():
+    from app.config import to_learner_args
+
+    default = power_table.parse_args(["--features", "library"])
+    both = power_table.parse_args(["--features", "library", "--start-products", "--start-crossfit"])
+    assert not to_learner_args(power_table.config_of(default, 5, 0.05)).start_crossfit
+    learner = to_learner_args(power_table.config_of(both, 5, 0.05))
+    assert learner.start_crossfit and learner.start_products
+    assert "start_crossfit" not in power_table.settings_key(default)  # the rows before it keep their key
+    assert (
+        power_table.settings_key(both)
+        == power_table.settings_key(default) + ",start_products=1,start_crossfit=1"
+    )
+
+
 def test_shards_split_the_markets_between_processes():
     assert power_table.parse_args([]).shard == (0, 1)
     assert power_table.parse_args(["--shard", "1/2"]).shard == (1, 2)
