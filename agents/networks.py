@@ -1,6 +1,6 @@
 """Networks over the trading observation: a per-asset encoder shared across assets + pooled context.
 
-Why this shape (DESIGN.md, agents/): a flat MLP on the ``2 + A * (2 + F)``-wide observation spends
+Why this shape: a flat MLP on the ``2 + A * (2 + F)``-wide observation spends
 nearly all of its FLOPs in the first layer and learns a separate weight for every ticker. Here one
 small encoder is applied to every asset (its position weight + its features), so the cost grows as
 ``A * (2 + F) * embed``, every ticker is treated alike, and the same weights work for any universe
