@@ -5,10 +5,13 @@ adds a given Sharpe on every market, beside a paired test on the same markets.
 The learner's bars compare two columns' median test Sharpe over a cell's 16 markets. Two columns
 traded the same way on the same markets share most of their Sharpe (the market's own luck), so what
 decides such a bar is the spread of their paired differences. This script reads a power table's rows
-and, per linear cell and pair of columns, simulates the bar under two models built from the rows:
+(one run's: a cell of two settings keys is refused) and, per linear cell and pair of columns,
+simulates the bar under two models built from the rows:
 
 - **no gain** (the bar's size): each market's two Sharpes exchangeable (their pair kept, which is
-  which drawn by a fair coin), so neither column is better;
+  which drawn by a fair coin), so neither column is better; by symmetry the bar then holds on about
+  half the draws whatever the rows, and the paired test on at most 5%: these columns check the
+  simulation, the data speak through the next;
 - **a gain of delta** (its power): the same draws with ``delta`` added to the first column's Sharpe
   on every market.
 
@@ -17,7 +20,7 @@ the second's, or at least it, as the bar reads) and, beside it, the power of a o
 signed-rank test at 5% on the paired differences (what a paired read of the same 16 markets gives).
 Draws, gains and seed are fixed here, before the first run: 10,000 draws a cell and gain (the
 Wilcoxon test on the first 2,000 of them), gains 0, 0.05, 0.1, 0.2 and 0.3 Sharpe, seed 0; the cells are the table's linear ones (``minute_momentum`` and
-``daily_cross_section``) at IC 0.02-0.10. Seconds of numpy; no market is built.
+``daily_cross_section``) at IC 0.02-0.10. About a minute (the Wilcoxon tests); no market is built.
 
     .venv/bin/python benchmarks/sharpe_bar_power.py
     .venv/bin/python benchmarks/sharpe_bar_power.py --pair champion ridge_softmax --at-least
@@ -45,6 +48,31 @@ LINEAR = ("minute_momentum", "daily_cross_section")
 TABLE = Path(__file__).resolve().parents[1] / "docs" / "figures" / "power_table_ic_alone.jsonl"
 
 
+def linear_cells(
+    rows: list[dict], pair: tuple[str, str]
+) -> dict[tuple[str, float], list[tuple[float, float]]]:
+    """Per linear (shape, level): each market's Sharpes of the ``pair`` of columns (rows without
+    both skipped; a row without ``shape`` is of the first tables, ``minute_momentum``). One run's
+    rows only: a cell holding two settings keys, or a seed twice, is a one-line exit."""
+    cells: dict[tuple[str, float], dict[int, tuple[float, float]]] = defaultdict(dict)
+    keys: dict[tuple[str, float], set] = defaultdict(set)
+    for row in rows:
+        first, second = row.get(pair[0]), row.get(pair[1])
+        shape = row.get("shape", "minute_momentum")
+        if shape not in LINEAR or not isinstance(first, dict) or not isinstance(second, dict):
+            continue
+        cell = (shape, float(row["level"]))
+        keys[cell].add(row.get("settings_key"))
+        if len(keys[cell]) > 1:
+            sys.exit(
+                f"sharpe_bar_power: {shape} {cell[1]:g} holds rows of two settings keys; give one run's rows"
+            )
+        if int(row["seed"]) in cells[cell]:
+            sys.exit(f"sharpe_bar_power: {shape} {cell[1]:g} holds seed {row['seed']} twice")
+        cells[cell][int(row["seed"])] = (first["sharpe"], second["sharpe"])
+    return {cell: [by_seed[s] for s in sorted(by_seed)] for cell, by_seed in cells.items()}
+
+
 def bar_holds(first: np.ndarray, second: np.ndarray, at_least: bool) -> np.ndarray:
     """Per draw (rows of ``(draws, markets)``): whether the first column's median Sharpe is above the
     second's (``at_least``: at least it)."""
@@ -54,7 +82,8 @@ def bar_holds(first: np.ndarray, second: np.ndarray, at_least: bool) -> np.ndarr
 
 def wilcoxon_power(diffs: np.ndarray) -> float:
     """Share of draws (rows) where a one-sided Wilcoxon signed-rank test at 5% finds the first column
-    better (its exact null distribution at 16 markets; a draw of all-zero differences never does)."""
+    better (scipy's default method: the exact null distribution without zero or tied differences,
+    else the normal approximation; a draw of all-zero differences never does)."""
     hits = 0
     for d in diffs:
         if np.any(d != 0):
@@ -88,11 +117,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--at-least", action="store_true", help="the bar reads 'at least' (a baseline's)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
-    cells: dict[tuple[str, float], list[tuple[float, float]]] = defaultdict(list)
-    for row in read_rows(args.rows, "sharpe_bar_power"):
-        first, second = row.get(args.pair[0]), row.get(args.pair[1])
-        if row.get("shape") in LINEAR and isinstance(first, dict) and isinstance(second, dict):
-            cells[(row["shape"], float(row["level"]))].append((first["sharpe"], second["sharpe"]))
+    cells = linear_cells(read_rows(args.rows, "sharpe_bar_power"), args.pair)
     rng = np.random.default_rng(SEED)
     out = []
     for (shape, level), pairs in sorted(cells.items()):

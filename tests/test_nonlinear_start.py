@@ -272,6 +272,23 @@ def test_the_crossfit_networks_still_find_the_interaction_and_leave_noise_to_the
     )
 
 
+@pytest.mark.parametrize("crossfit", [False, True])
+def test_the_crossfit_setting_reaches_the_start(monkeypatch, crossfit):
+    """``start_from_linear`` hands ``DirectArgs.start_crossfit`` (and ``start_products``) to the fit."""
+    seen = {}
+
+    def fake(*args, **kwargs):
+        seen.update(kwargs)
+        return None
+
+    monkeypatch.setattr(direct, "fit_nonlinear_start", fake)
+    d = _decisions(signal=0.0, seed=3)
+    args = DirectArgs(asset_layers=1, nonlinear_start=True, start_crossfit=crossfit, rebalance_rate=1.0)
+    policy = Policy(NetworkConfig(A, F, asset_layers=1, linear_skip=True, embed=args.embed))
+    direct.start_from_linear(policy, d, int(K * 0.8), args)
+    assert seen["crossfit"] is crossfit and seen["products"] is False
+
+
 def test_windowed_targets_are_the_returns_held_to_the_next_trade():
     d = _decisions(signal=0.5, seed=1, per_session=6)
     d = direct.Decisions(**{**d.__dict__, "gap": 0.001 * torch.randn(K, A)})
