@@ -17,10 +17,11 @@ regression on the same rows and target as the ridge start (``agents.linear_start
   zero (the first candidate is the ridge itself), ``W`` from the seeded orthogonal init. The
   normalized inputs are the policy's own (its observation statistics, fitted on the train window's fit
   rows before this), so the fitted ``W`` is the encoder's.
-- **epochs, by blocked cross-validation**: the fit rows split into five contiguous blocks; the
-  network is fitted on four (a row each side of the left-out block purged: a target spans to the next
-  trade) and its out-of-fold information coefficient recorded every few epochs; the epoch count with
-  the best mean out-of-fold IC is then fitted on all fit rows. Why not early stopping on the train
+- **epochs, by blocked cross-validation**: the fit rows split into five contiguous blocks
+  (``torch.chunk``'s: three or four at 6-8, 11, 12 and 16 rows); the network is fitted on the
+  others (a row each side of the left-out block purged: a target spans to the next trade) and its
+  out-of-fold information coefficient recorded every few epochs; the epoch count with the best mean
+  out-of-fold IC is then fitted on all fit rows. Why not early stopping on the train
   window's held-out tail alone: at one trade a session that tail is a dozen rows, too few to choose
   an epoch or to tell a gain from noise.
 - **kept only on a clear gain**: the network is kept only if, on the out-of-fold rows (each fold's
@@ -294,8 +295,10 @@ def fit_product(policy: Policy, ridge: LinearStart, panel: DecisionRows) -> Nonl
 
 
 def _folds(rows: int) -> list[tuple[Tensor, Tensor]]:
-    """``(train rows, held block)`` of each of :data:`FOLDS` contiguous blocks, a row purged each side
-    of the held block (a target spans to the next trade)."""
+    """``(train rows, held block)`` of each contiguous block, a row purged each side of the held block
+    (a target spans to the next trade). The blocks are ``torch.chunk``'s: :data:`FOLDS` of them at
+    every row count from 5 but 6-8, 11, 12 and 16 (where chunks of ``ceil(rows / FOLDS)`` rows make
+    three or four), the last block the shortest."""
     out = []
     for block in torch.arange(rows).chunk(FOLDS):
         keep = torch.ones(rows, dtype=torch.bool)
