@@ -229,12 +229,12 @@ class DirectArgs:
     nonlinear_start: bool = False
     """the linear start plus a network of each asset's features fitted to the ridge's residual, kept
     if it beats the ridge on the held-out tail (agents.nonlinear_start; needs asset_layers = 1)"""
-    start_products: bool = False
+    start_products: bool = True
     """nonlinear start: a quadratic of two features (the pair screened by its product, its product
     and two squares fitted by least squares) is a second candidate beside the networks, judged by
     the same out-of-fold rule (agents.nonlinear_start.fit_product); no effect without
     ``nonlinear_start``"""
-    start_crossfit: bool = False
+    start_crossfit: bool = True
     """nonlinear start: the member networks are judged (against the ridge, and against the pair
     candidate) on out-of-fold rows read at the epochs the other folds choose, not at the epoch chosen
     on those rows (agents.nonlinear_start.crossfit_rows); no effect without ``nonlinear_start``"""

@@ -157,16 +157,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--start-products",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=None,
         help="direct learner: [agent] start_products (a quadratic of a screened pair of features a candidate "
-        "of the open pods' nonlinear start) for the champion's pods and the start column; part of the "
-        "rows' settings key",
+        "of the open pods' nonlinear start) for the champion's pods and the start column (unset: the "
+        "learner's default); when on, part of the rows' settings key",
     )
     p.add_argument(
         "--start-crossfit",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=None,
         help="direct learner: [agent] start_crossfit (the open pods' member networks judged at the epochs "
-        "the other folds choose) for the champion's pods and the start column; part of the rows' settings key",
+        "the other folds choose) for the champion's pods and the start column (unset: the learner's "
+        "default); when on, part of the rows' settings key",
     )
     p.add_argument("--with-ppo", action="store_true", help="add the ppo column (a PPO tournament a market)")
     p.add_argument("--ppo-budget", type=int, default=PPO_BUDGET, help="env-steps of the PPO tournament")
@@ -257,11 +260,20 @@ def settings_key(args: argparse.Namespace) -> str:
     share = effective_single_share(args)
     if args.algo == "direct" and share != 0.5:
         key += f",start_single_share={share:g}"
-    if args.algo == "direct" and args.start_products:  # (rows without the pair candidate keep their key)
+    # The pair candidate and the cross-fitted judgement, as run (the flag's, or the learner's default,
+    # which has changed): rows run without them keep their key.
+    if args.algo == "direct" and effective(args, "start_products"):
         key += ",start_products=1"
-    if args.algo == "direct" and args.start_crossfit:  # (rows judged at the shared epoch keep their key)
+    if args.algo == "direct" and effective(args, "start_crossfit"):
         key += ",start_crossfit=1"
     return key
+
+
+def effective(args: argparse.Namespace, name: str) -> bool:
+    """A boolean ``[agent]`` setting the champion's pods and the start column run with: the flag's
+    (``--name`` / ``--no-name``), or the learner's default."""
+    flag = getattr(args, name)
+    return bool(getattr(DirectArgs(), name) if flag is None else flag)
 
 
 def effective_single_share(args: argparse.Namespace) -> float:
@@ -300,10 +312,9 @@ def config_of(args: argparse.Namespace, seed: int, level: float) -> Config:
         agent.update(batch_paths=32, horizon=16)  # the learner's defaults otherwise
         if args.start_single_share is not None:
             agent["start_single_share"] = args.start_single_share
-        if args.start_products:
-            agent["start_products"] = True
-        if args.start_crossfit:
-            agent["start_crossfit"] = True
+        for name in ("start_products", "start_crossfit"):
+            if getattr(args, name) is not None:
+                agent[name] = getattr(args, name)
     return Config().with_updates(
         data={
             "source": "synthetic",

@@ -50,8 +50,15 @@ def _decisions(signal: float, seed: int = 0, per_session: int = 1, common: float
 
 
 def _started(d: direct.Decisions, nonlinear: bool, seed: int = 0, demean: bool = False) -> Policy:
+    """The start with the member networks alone (no pair candidate; judged at the shared epoch)."""
     args = DirectArgs(
-        asset_layers=1, nonlinear_start=nonlinear, seed=seed, rebalance_rate=1.0, demean_features=demean
+        asset_layers=1,
+        nonlinear_start=nonlinear,
+        seed=seed,
+        rebalance_rate=1.0,
+        demean_features=demean,
+        start_products=False,
+        start_crossfit=False,
     )
     config = NetworkConfig(A, F, asset_layers=1, linear_skip=True, embed=args.embed, demean_features=demean)
     policy = Policy(config)
@@ -254,7 +261,13 @@ def test_the_crossfit_networks_still_find_the_interaction_and_leave_noise_to_the
     interaction and the policy plays it; on noise the start is the ridge's."""
 
     def started(d: direct.Decisions) -> Policy:
-        args = DirectArgs(asset_layers=1, nonlinear_start=True, start_crossfit=True, rebalance_rate=1.0)
+        args = DirectArgs(
+            asset_layers=1,
+            nonlinear_start=True,
+            start_crossfit=True,
+            start_products=False,
+            rebalance_rate=1.0,
+        )
         policy = Policy(NetworkConfig(A, F, asset_layers=1, linear_skip=True, embed=args.embed))
         direct.start_from_linear(policy, d, int(K * 0.8), args)
         return policy
@@ -284,9 +297,10 @@ def test_the_crossfit_setting_reaches_the_start(monkeypatch, crossfit):
     monkeypatch.setattr(direct, "fit_nonlinear_start", fake)
     d = _decisions(signal=0.0, seed=3)
     args = DirectArgs(asset_layers=1, nonlinear_start=True, start_crossfit=crossfit, rebalance_rate=1.0)
+    assert args.start_products and DirectArgs().start_crossfit  # (both on by default)
     policy = Policy(NetworkConfig(A, F, asset_layers=1, linear_skip=True, embed=args.embed))
     direct.start_from_linear(policy, d, int(K * 0.8), args)
-    assert seen["crossfit"] is crossfit and seen["products"] is False
+    assert seen["crossfit"] is crossfit and seen["products"] is True
 
 
 def test_windowed_targets_are_the_returns_held_to_the_next_trade():

@@ -16,8 +16,9 @@ import power_table  # noqa: E402
 
 from benchmarks import power_columns  # noqa: E402
 
-#: The flag of rows run with the half (`start_single_share = 0.5`), whose keys do not name it.
-HALF = ["--start-single-share", "0.5"]
+#: The flags of rows run with the half (`start_single_share = 0.5`) and without the pair candidate and
+#: the cross-fitted judgement, whose keys do not name them.
+HALF = ["--start-single-share", "0.5", "--no-start-products", "--no-start-crossfit"]
 
 
 def test_the_planted_predictor_is_the_trailing_idiosyncratic_sum_and_predicts():
@@ -90,9 +91,10 @@ def test_the_feature_set_reaches_the_market_and_the_settings_key():
 def test_the_start_single_share_reaches_the_learner_and_the_settings_key():
     from app.config import to_learner_args
 
-    default = power_table.parse_args(["--features", "library"])
-    single = power_table.parse_args(["--features", "library", "--start-single-share", "1"])
-    half = power_table.parse_args(["--features", "library", "--start-single-share", "0.5"])
+    before = ["--no-start-products", "--no-start-crossfit"]  # (the learner of those rows)
+    default = power_table.parse_args(["--features", "library", *before])
+    single = power_table.parse_args(["--features", "library", "--start-single-share", "1", *before])
+    half = power_table.parse_args(["--features", "library", "--start-single-share", "0.5", *before])
     assert to_learner_args(power_table.config_of(default, 5, 0.05)).start_single_share == 1.0
     assert to_learner_args(power_table.config_of(single, 5, 0.05)).start_single_share == 1.0
     assert to_learner_args(power_table.config_of(half, 5, 0.05)).start_single_share == 0.5
@@ -104,30 +106,26 @@ def test_the_start_single_share_reaches_the_learner_and_the_settings_key():
         power_table.parse_args(["--start-single-share", "1.5"])
 
 
-def test_the_product_candidate_reaches_the_learner_and_the_settings_key():
+def test_the_pair_candidate_and_the_crossfit_judgement_reach_the_learner_and_the_settings_key():
+    """Both on by default (the learner's), named in the key when on; ``--no-...`` runs the rows of
+    the learner before them, whose key they keep."""
     from app.config import to_learner_args
 
     default = power_table.parse_args(["--features", "library"])
-    products = power_table.parse_args(["--features", "library", "--start-products"])
-    assert not to_learner_args(power_table.config_of(default, 5, 0.05)).start_products
-    assert to_learner_args(power_table.config_of(products, 5, 0.05)).start_products
-    assert "start_products" not in power_table.settings_key(default)  # the rows before it keep their key
-    assert power_table.settings_key(products) == power_table.settings_key(default) + ",start_products=1"
-
-
-def test_the_crossfit_judgement_reaches_the_learner_and_the_settings_key():
-    from app.config import to_learner_args
-
-    default = power_table.parse_args(["--features", "library"])
-    both = power_table.parse_args(["--features", "library", "--start-products", "--start-crossfit"])
-    assert not to_learner_args(power_table.config_of(default, 5, 0.05)).start_crossfit
-    learner = to_learner_args(power_table.config_of(both, 5, 0.05))
-    assert learner.start_crossfit and learner.start_products
-    assert "start_crossfit" not in power_table.settings_key(default)  # the rows before it keep their key
+    flagged = power_table.parse_args(["--features", "library", "--start-products", "--start-crossfit"])
+    off = power_table.parse_args(["--features", "library", "--no-start-products", "--no-start-crossfit"])
+    learner = to_learner_args(power_table.config_of(default, 5, 0.05))
+    assert learner.start_products and learner.start_crossfit
+    learner = to_learner_args(power_table.config_of(off, 5, 0.05))
+    assert not learner.start_products and not learner.start_crossfit
+    assert power_table.settings_key(default) == power_table.settings_key(flagged)
     assert (
-        power_table.settings_key(both)
-        == power_table.settings_key(default) + ",start_products=1,start_crossfit=1"
+        power_table.settings_key(default)
+        == power_table.settings_key(off) + ",start_products=1,start_crossfit=1"
     )
+    assert "start_products" not in power_table.settings_key(off)  # the rows before them keep their key
+    only_pair = power_table.parse_args(["--features", "library", "--no-start-crossfit"])
+    assert power_table.settings_key(only_pair) == power_table.settings_key(off) + ",start_products=1"
 
 
 def test_shards_split_the_markets_between_processes():
