@@ -315,6 +315,8 @@ ADDED_KEYS: dict[tuple[str, str], Any] = {
     ("agent", "start_blend"): False,  # the linear start's blend (agents.linear_start.start_path)
     ("agent", "start_screen_draws"): 0,  # its bagged screen (agents.linear_start.screen_weights)
     ("agent", "start_single_share"): 0.5,  # the blend's weight on its single-feature side
+    ("agent", "start_products"): False,  # the nonlinear start's pair candidate
+    ("agent", "start_crossfit"): False,  # its networks judged at the epochs the other folds choose
 }
 
 
