@@ -25,7 +25,11 @@ at the open pods' rows:
 - ``pair_squares``: the screened pair's product and the two features' squares (each standardized
   across names), weighted by their pooled least-squares fit to the target (a screened pair's product
   may hold a square beside the interaction: ``ret_390`` is the last hour plus the rest of the session);
-- ``top3``: the three products of the largest ``|t|``, each standardized and signed by its fit, added.
+- ``top3``: the three products of the largest ``|t|``, each standardized and signed by its fit, added;
+- ``pair_bagged``: ``pair_squares`` with the pair's screen bagged as the linear start's feature screen
+  is (``agents.linear_start.screen_weights``): the screen run on 64 bootstrap resamples of the fit
+  rows (seeded by :data:`BAG_SEED`), each pair picked weighted by its share of the draws, its product
+  and two squares fitted on all fit rows and its score standardized across names.
 
 Each is scored on the test window's open rows (target: the return held to the next open) by its mean
 cross-sectional information coefficient, divided by the planted predictor's on the same rows (the
@@ -56,7 +60,10 @@ from data.planted import SHAPES  # noqa: E402
 
 FIRST_SEED = 2_100_000
 INTERVAL = 15
-VARIANTS = ("start", "product", "start_plus_product", "pair_squares", "top3")
+VARIANTS = ("start", "product", "start_plus_product", "pair_squares", "top3", "pair_bagged")
+#: Bootstrap draws of the bagged pair screen and their seed.
+BAG_DRAWS = 64
+BAG_SEED = 20261201
 
 
 def standardized(x: torch.Tensor, ok: torch.Tensor) -> torch.Tensor:
@@ -102,6 +109,23 @@ def top_products(panel: DecisionRows, k: int) -> list[tuple[tuple[int, int], flo
     t = corr.mean(dim=0) / (corr.std(dim=0) / math.sqrt(corr.shape[0])).clamp(min=1e-300)
     best = t.abs().argsort(descending=True)[:k].tolist()
     return [(every[b], math.copysign(1.0, float(t[b]))) for b in best]
+
+
+def bagged_pairs(panel: DecisionRows, draws: int = BAG_DRAWS) -> dict[tuple[int, int], float]:
+    """Each pair screened (largest ``|t|`` of its product's per-row correlations) on at least one of
+    ``draws`` bootstrap resamples of the panel's rows, with its share of the draws."""
+    z = standardized(panel.x, panel.ok)
+    every = pairs(z.shape[-1])
+    i = torch.tensor([p[0] for p in every])
+    j = torch.tensor([p[1] for p in every])
+    corr = _row_correlations(DecisionRows(x=z[..., i] * z[..., j], y=panel.y, ok=panel.ok))
+    gen = torch.Generator().manual_seed(BAG_SEED)
+    shares: dict[tuple[int, int], float] = {}
+    for _ in range(draws):
+        index = torch.randint(0, corr.shape[0], (corr.shape[0],), generator=gen)
+        pair = every[_best_by_t(corr[index])]
+        shares[pair] = shares.get(pair, 0.0) + 1.0 / draws
+    return shares
 
 
 def _pair_columns(x: torch.Tensor, ok: torch.Tensor, pair: tuple[int, int]) -> torch.Tensor:
@@ -159,17 +183,35 @@ def one_market(shape: str, target_ic: float, seed: int) -> dict:
             ]
             for p, sign in top_products(fit, 3)
         )
+        bagged = bagged_pairs(fit)
+        s_bagged = sum(
+            share
+            * standardized(
+                (_pair_columns(test.x.to(torch.float64), test.ok, p) @ pair_with_squares(fit, p)).unsqueeze(
+                    -1
+                ),
+                test.ok,
+            )[..., 0]
+            for p, share in bagged.items()
+        )
         variants = (
             ("start", s_start),
             ("product", s_product),
             ("start_plus_product", both),
             ("pair_squares", s_squares),
             ("top3", s_top3),
+            ("pair_bagged", s_bagged),
         )
         for variant, scores in variants:
             row[f"{name}_{variant}"] = round(_ic(scores, test) / oracle_ic, 3) if oracle_ic else 0.0
         row[f"{name}_pair"] = [market.feature_names[pair[0]], market.feature_names[pair[1]]]
         row[f"{name}_product_t"] = round(t, 2)
+        top = max(bagged, key=bagged.get)
+        row[f"{name}_bagged_top"] = [
+            market.feature_names[top[0]],
+            market.feature_names[top[1]],
+            round(bagged[top], 2),
+        ]
     return row
 
 
