@@ -198,9 +198,9 @@ def screened_feature(panel: DecisionRows) -> int:
     return _best_by_t(_row_correlations(panel))
 
 
-def screen_weights(panel: DecisionRows, draws: int) -> Tensor:
+def screen_weights(panel: DecisionRows, draws: int, seed: int = SCREEN_SEED) -> Tensor:
     """``(F,)`` float64 summing to 1: with ``draws`` > 0 the share of ``draws`` bootstrap resamples
-    of the panel's rows (with replacement, seeded by :data:`SCREEN_SEED`) in which each feature is
+    of the panel's rows (with replacement, seeded by ``seed``) in which each feature is
     the screened one (:func:`screened_feature` of the resample); with 0, or fewer than two rows, 1
     on the screened feature of the panel itself.
 
@@ -216,7 +216,7 @@ def screen_weights(panel: DecisionRows, draws: int) -> Tensor:
     if draws <= 0 or rows < 2:
         weights[_best_by_t(corr)] = 1.0
         return weights
-    gen = torch.Generator().manual_seed(SCREEN_SEED)
+    gen = torch.Generator().manual_seed(seed)
     for _ in range(draws):  # (one resample at a time: a (draws, K, F) gather grows with the window)
         index = torch.randint(0, rows, (rows,), generator=gen).to(corr.device)
         weights[_best_by_t(corr[index])] += 1.0

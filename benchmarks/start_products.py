@@ -52,7 +52,13 @@ import torch  # noqa: E402
 
 from agents.args import DirectArgs  # noqa: E402
 from agents.direct import decisions_of  # noqa: E402
-from agents.linear_start import _best_by_t, _row_correlations, fit_linear_start, start_panels  # noqa: E402
+from agents.linear_start import (  # noqa: E402
+    _best_by_t,
+    _row_correlations,
+    fit_linear_start,
+    screen_weights,
+    start_panels,
+)
 from agents.tournament.pod import open_window  # noqa: E402
 from backtests.linear import DecisionRows, demean, information_coefficient  # noqa: E402
 from benchmarks.start_blend import design_market, market_rows  # noqa: E402
@@ -113,19 +119,15 @@ def top_products(panel: DecisionRows, k: int) -> list[tuple[tuple[int, int], flo
 
 def bagged_pairs(panel: DecisionRows, draws: int = BAG_DRAWS) -> dict[tuple[int, int], float]:
     """Each pair screened (largest ``|t|`` of its product's per-row correlations) on at least one of
-    ``draws`` bootstrap resamples of the panel's rows, with its share of the draws."""
+    ``draws`` bootstrap resamples of the panel's rows, with its share of the draws: the linear start's
+    bagged screen (``agents.linear_start.screen_weights``) over the products."""
     z = standardized(panel.x, panel.ok)
     every = pairs(z.shape[-1])
     i = torch.tensor([p[0] for p in every])
     j = torch.tensor([p[1] for p in every])
-    corr = _row_correlations(DecisionRows(x=z[..., i] * z[..., j], y=panel.y, ok=panel.ok))
-    gen = torch.Generator().manual_seed(BAG_SEED)
-    shares: dict[tuple[int, int], float] = {}
-    for _ in range(draws):
-        index = torch.randint(0, corr.shape[0], (corr.shape[0],), generator=gen)
-        pair = every[_best_by_t(corr[index])]
-        shares[pair] = shares.get(pair, 0.0) + 1.0 / draws
-    return shares
+    products = DecisionRows(x=z[..., i] * z[..., j], y=panel.y, ok=panel.ok)
+    weights = screen_weights(products, draws, seed=BAG_SEED)
+    return {every[k]: float(weights[k]) for k in torch.nonzero(weights).squeeze(-1).tolist()}
 
 
 def _pair_columns(x: torch.Tensor, ok: torch.Tensor, pair: tuple[int, int]) -> torch.Tensor:
