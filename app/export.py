@@ -44,7 +44,7 @@ from app.bundle import (
     sha256_file,
     write_manifest,
 )
-from app.config import Config, load_config
+from app.config import Config, load_config, load_run_config
 from app.runs import RunDir, RunInfo
 from backtests.metrics_model import read_metrics
 from data.atomic import replace_dir
@@ -340,7 +340,7 @@ def export_bundle(
     if not policy_dir.is_dir():
         raise CheckpointError(f"no policy at {policy_dir} ({'pod ' + pod if pod else 'champion'} not found)")
     policy = load_policy(policy_dir, device="cpu")
-    config = load_config(run.config if run.config.is_file() else None)
+    config = load_run_config(run.config) if run.config.is_file() else load_config(None)
     try:
         run_info = run.info()
     except PodracerError as err:

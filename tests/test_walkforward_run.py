@@ -288,3 +288,24 @@ def test_a_noise_champion_never_takes_charge_by_default(home, before_champion):
         assert mine == pytest.approx(equity["buy_and_hold"].to_numpy(), rel=1e-12)
     else:
         assert (mine == mine[0]).all()
+
+
+def test_a_resumed_walkforward_keeps_what_it_ran_with_for_keys_it_predates(home, monkeypatch):
+    """``--resume`` reads the run's own config.toml as a run's (app.config.load_run_config): a key
+    the file predates (the nonlinear start's pair candidate here) stays at the value it ran with."""
+    import app.walkforward.run as wf_run
+    from app.config import ConfigError
+
+    stored = RunDir(home, "old").config
+    stored.parent.mkdir(parents=True)
+    full = config_to_toml(Config())
+    stored.write_text("\n".join(line for line in full.splitlines() if not line.startswith("start_products")))
+    seen = {}
+
+    def capture(cfg, *args, **kwargs):
+        seen["agent"] = cfg.agent
+        raise ConfigError("captured")
+
+    monkeypatch.setattr(wf_run, "run_walkforward", capture)
+    assert main(["walkforward", "--resume", "old", "--json"]) == 2
+    assert seen["agent"].start_products is False and seen["agent"].start_crossfit is True

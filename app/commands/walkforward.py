@@ -45,7 +45,7 @@ def walkforward(
 ) -> None:
     """Replay nightly retraining fold by fold; the policies in charge trade one out-of-sample account."""
     # Imported here, not at module top: they load torch, which `podracer --help` must not (app.commands).
-    from app.config import load_config
+    from app.config import load_config, load_run_config
     from app.runs import RunDir, new_id
     from app.walkforward import display
     from app.walkforward.run import run_walkforward
@@ -58,7 +58,8 @@ def walkforward(
         if not stored.is_file():
             raise ConfigError(f"--resume {resume!r}: no walk-forward config at {stored}")
         config = stored
-    cfg = load_config(config)
+    # A run's own config.toml: a key it predates reads at the value it ran with (app.config.ADDED_KEYS).
+    cfg = load_run_config(config) if resume is not None else load_config(config)
     overrides = _overrides(
         window=window,
         step_sessions=step_sessions,
