@@ -5,8 +5,9 @@ import math
 
 import torch
 
+from agents.linear_start import SCREEN_SEED, screen_weights
 from backtests.linear import DecisionRows
-from benchmarks.start_products import BAG_DRAWS, bagged_pairs, screened_product
+from benchmarks.start_products import BAG_DRAWS, BAG_SEED, bagged_pairs, pairs, screened_product, standardized
 
 
 def _panel(seed: int, rows: int = 60, names: int = 50, features: int = 6) -> DecisionRows:
@@ -38,3 +39,14 @@ def test_on_noise_the_bagged_screen_spreads_its_picks():
     shares = bagged_pairs(panel)
     assert len(shares) > 3 and max(shares.values()) < 0.9
     assert bagged_pairs(panel) == shares  # seeded: the same draws each call
+    # the draws are the study's own (BAG_SEED), not the learner's feature screen's (SCREEN_SEED)
+    features = DecisionRows(x=x, y=panel.y, ok=panel.ok)
+    assert not torch.equal(screen_weights(features, 64, seed=BAG_SEED), screen_weights(features, 64))
+    assert torch.equal(screen_weights(features, 64, seed=SCREEN_SEED), screen_weights(features, 64))
+    z = standardized(x, panel.ok)
+    every = pairs(x.shape[-1])
+    products = DecisionRows(
+        x=torch.stack([z[..., i] * z[..., j] for i, j in every], dim=-1), y=panel.y, ok=panel.ok
+    )
+    own = screen_weights(products, BAG_DRAWS, seed=BAG_SEED)
+    assert shares == {every[k]: float(own[k]) for k in range(len(every)) if own[k] > 0}
