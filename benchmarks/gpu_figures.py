@@ -9,6 +9,12 @@
    bars, 12 monthly folds, ``--fold-minutes`` per fold's tournament, inline with the population's
    shape pinned to ``--walk-pods`` x ``--walk-envs``: no worker start and no sizing probe per fold):
    the wall time end to end and the stitched account's verdict.
+3. **power** (its own device slot: ``--only power``): ``benchmarks/power_table.py`` at the default
+   table's settings (the library's features, 100 tickers x 243 sessions split 72 / 45 / 126, 250,000
+   env-steps, two pods, the default learner) with ``--device``, ``--power-markets`` fresh `nonlinear`
+   markets at IC 0.10 (seeds from ``--power-first-seed``, outside every table) in ``--power-jobs``
+   processes sharing the device: each stage's median seconds a market, markets an hour, and the hours
+   the 292 markets of the default's table would take at that rate. A timing, not power figures.
 
 Each part runs as its own process with what is left of ``--limit-s`` (570: inside a 10-minute device
 slot); a part that runs out of time is recorded as such, never dropped. Figures go to ``--out-dir``
@@ -31,13 +37,16 @@ import argparse
 import datetime as dt
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PARTS = ("demo", "walkforward")
+PARTS = ("demo", "walkforward", "power")
+#: Markets of the default learner's table: 12 planted cells of 16 and 100 nulls.
+TABLE_MARKETS = 12 * 16 + 100
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -51,11 +60,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--walk-pods", type=int, default=128, help="walk-forward: pods per population")
     p.add_argument("--walk-envs", type=int, default=256, help="walk-forward: envs per pod")
-    p.add_argument("--limit-s", type=float, default=570.0, help="both parts together, seconds")
+    p.add_argument("--power-markets", type=int, default=8, help="power: markets to time")
+    p.add_argument("--power-jobs", type=int, default=8, help="power: processes sharing the device")
+    p.add_argument("--power-first-seed", type=int, default=2_600_000, help="power: first market's seed")
+    p.add_argument("--limit-s", type=float, default=570.0, help="the parts together, seconds")
     p.add_argument("--smoke", action="store_true", help="CPU, tiny sizes: check that the script runs")
     args = p.parse_args(argv)
     if args.smoke:
-        args.device, args.demo_seconds = "cpu", 20.0
+        args.device, args.demo_seconds, args.power_markets, args.power_jobs = "cpu", 20.0, 1, 1
     return args
 
 
@@ -87,8 +99,34 @@ def commands(args: argparse.Namespace) -> dict[str, list[str]]:
     if args.smoke:
         demo.append("--quick")
         walk.append("--quick")
-    chosen = {"demo": demo, "walkforward": walk}
-    return {name: cmd for name, cmd in chosen.items() if args.only in (None, name)}
+    power = [py, str(ROOT / "benchmarks" / "power_table.py"), "--features", "library"]
+    power += [
+        "--tickers",
+        "100",
+        "--sessions",
+        "243",
+        "--train-frac",
+        repr(72 / 243),
+        "--valid-frac",
+        repr(45 / 243),
+    ]
+    power += ["--shape", "nonlinear", "--ic", "0.10", "--markets", str(args.power_markets), "--nulls", "0"]
+    power += [
+        "--first-seed",
+        str(args.power_first_seed),
+        "--jobs",
+        str(args.power_jobs),
+        "--device",
+        args.device,
+    ]
+    power += ["--out", str(out / "power.jsonl")]
+    if args.smoke:
+        power += ["--budget", "2000", "--round-steps", "2000"]
+    chosen = {"demo": demo, "walkforward": walk, "power": power}
+    if args.only is not None:
+        return {args.only: chosen[args.only]}
+    # Without --only: the demo and the walk-forward (one device slot); power has a slot of its own.
+    return chosen if args.smoke else {name: chosen[name] for name in ("demo", "walkforward")}
 
 
 def _commit() -> str | None:
@@ -125,9 +163,35 @@ def run_part(name: str, cmd: list[str], seconds_left: float, out_dir: Path) -> d
         record["returncode"], record["timed_out"] = None, True
     record["wall_s"] = round(time.perf_counter() - t0, 1)
     figures = out_dir / f"{name}.json"
-    record["figures"] = json.loads(figures.read_text()) if figures.is_file() else None
+    if name == "power":
+        record["figures"] = power_figures(out_dir / "power.jsonl", record["wall_s"])
+    else:
+        record["figures"] = json.loads(figures.read_text()) if figures.is_file() else None
     print(f"[{name}] exit {record['returncode']} after {record['wall_s']} s", flush=True)
     return record
+
+
+def power_figures(rows_path: Path, wall_s: float) -> dict | None:
+    """The power part's timing from its rows: each stage's median seconds a market, the markets an
+    hour over the part's wall time (its processes side by side), and the default table's hours."""
+    if not rows_path.is_file():
+        return None
+    rows = [json.loads(line) for line in rows_path.read_text().splitlines() if line.strip()]
+    if not rows:
+        return None
+    stages = ("data_s", "tournament_s", "fit_s", "backtest_s", "wall_s")
+    medians = {
+        k: statistics.median(r[k] for r in rows if k in r) for k in stages if any(k in r for r in rows)
+    }
+    per_hour = 3600.0 * len(rows) / max(wall_s, 1e-9)
+    return {
+        "markets": len(rows),
+        "median_s": medians,
+        "markets_per_hour": round(per_hour, 1),
+        "table_markets": TABLE_MARKETS,
+        "table_hours": round(TABLE_MARKETS / per_hour, 2),
+        "settings_key": rows[0].get("settings_key"),
+    }
 
 
 def summary(name: str, record: dict) -> str:
@@ -141,6 +205,15 @@ def summary(name: str, record: dict) -> str:
         share = pop.get("train_share")
         busy = f", training {100 * share:.0f}% of the wall time" if share is not None else ""
         return f"demo: {pop['env_steps']:,} env-steps in {pop['wall_s']:.0f} s ({rate / 1e6:.2f}M/s), {pop['pods_tried']} pods{busy}"
+    if name == "power":
+        if not figures:
+            return "power: no rows"
+        med = figures["median_s"]
+        return (
+            f"power: {figures['markets']} markets, median {med.get('wall_s', 0):.0f} s a market "
+            f"(tournament {med.get('tournament_s', 0):.0f} s); {figures['markets_per_hour']:.0f} markets an hour, "
+            f"the table's {figures['table_markets']} in {figures['table_hours']:.1f} h"
+        )
     if not figures:
         return "walkforward: no figures"
     return f"walkforward: {figures['folds']} folds in {figures['wall_s']:.0f} s; {figures.get('verdict')}"

@@ -149,6 +149,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--first-seed", type=int, default=5000)
     p.add_argument("--workers", type=int, default=0, help="local worker processes (0 = inline)")
     p.add_argument(
+        "--device",
+        default="cpu",
+        help="the tournaments' device ([agent] device; on cuda [tournament] backend auto trains the pods "
+        "on the population backend); the markets, baselines and backtests stay on the CPU. Other than cpu, "
+        "part of the rows' settings key",
+    )
+    p.add_argument(
         "--start-single-share",
         type=float,
         default=None,
@@ -266,6 +273,9 @@ def settings_key(args: argparse.Namespace) -> str:
         key += ",start_products=1"
     if args.algo == "direct" and effective(args, "start_crossfit"):
         key += ",start_crossfit=1"
+    # The tournaments' device: rows of the CPU, the first, keep their key.
+    if getattr(args, "device", "cpu") != "cpu":
+        key += f",device={args.device}"
     return key
 
 
@@ -307,7 +317,7 @@ def config_of(args: argparse.Namespace, seed: int, level: float) -> Config:
     env = {"num_envs": 64}
     if args.cost_rate is not None:
         env["cost_rate"] = args.cost_rate
-    agent: dict = {"algo": args.algo, "seed": seed}
+    agent: dict = {"algo": args.algo, "seed": seed, "device": getattr(args, "device", "cpu")}
     if args.algo == "direct":
         agent.update(batch_paths=32, horizon=16)  # the learner's defaults otherwise
         if args.start_single_share is not None:

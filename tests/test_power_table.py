@@ -128,6 +128,23 @@ def test_the_pair_candidate_and_the_crossfit_judgement_reach_the_learner_and_the
     assert power_table.settings_key(only_pair) == power_table.settings_key(off) + ",start_products=1"
 
 
+def test_the_device_reaches_the_tournaments_and_names_itself_in_the_key_off_the_cpu():
+    cpu = power_table.parse_args(["--features", "library"])
+    gpu = power_table.parse_args(["--features", "library", "--device", "cuda"])
+    assert power_table.config_of(cpu, 5, 0.05).agent.device == "cpu"
+    assert power_table.config_of(gpu, 5, 0.05).agent.device == "cuda"
+    assert power_table.ppo_config(gpu, 5, 0.05).agent.device == "cuda"
+    # on cuda the direct tournament goes to the population backend, on the CPU it stays local
+    from agents.tournament.backend_choice import resolve_backend
+
+    gpu_config = power_table.config_of(gpu, 5, 0.05)
+    assert resolve_backend(gpu_config.tournament.backend, gpu_config.agent.device, "direct") == "population"
+    cpu_config = power_table.config_of(cpu, 5, 0.05)
+    assert resolve_backend(cpu_config.tournament.backend, cpu_config.agent.device, "direct") == "local"
+    assert power_table.settings_key(gpu) == power_table.settings_key(cpu) + ",device=cuda"
+    assert "device" not in power_table.settings_key(cpu)  # the CPU's rows keep their key
+
+
 def test_shards_split_the_markets_between_processes():
     assert power_table.parse_args([]).shard == (0, 1)
     assert power_table.parse_args(["--shard", "1/2"]).shard == (1, 2)

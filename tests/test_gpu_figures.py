@@ -1,0 +1,40 @@
+"""The GPU figures' script (benchmarks/gpu_figures.py): which parts a run takes, the power part's
+command at the default table's settings, and its timing read from the rows."""
+
+import json
+
+from benchmarks import gpu_figures, power_table
+
+
+def test_a_plain_run_takes_the_demo_and_the_walkforward_and_power_takes_a_slot_of_its_own(tmp_path):
+    plain = gpu_figures.commands(gpu_figures.parse_args(["--out-dir", str(tmp_path)]))
+    assert list(plain) == ["demo", "walkforward"]
+    smoke = gpu_figures.commands(gpu_figures.parse_args(["--out-dir", str(tmp_path), "--smoke"]))
+    assert list(smoke) == ["demo", "walkforward", "power"]
+    (power,) = gpu_figures.commands(
+        gpu_figures.parse_args(["--out-dir", str(tmp_path), "--only", "power"])
+    ).values()
+    args = power_table.parse_args(power[2:])
+    # the default learner's table's settings (as its rows' key reads), on the device
+    table = "budget=250000,round_steps=50000,pods=2,algo=direct,tickers=100,sessions=243,"
+    table += "train_frac=0.2962962962962963,valid_frac=0.18518518518518517,cost_rate=None,levels=ic,"
+    table += "features=library,start_single_share=1,start_products=1,start_crossfit=1"
+    assert power_table.settings_key(args) == table + ",device=cuda"
+    assert args.shape == "nonlinear" and args.ic == [0.10] and args.markets == 8 and args.jobs == 8
+
+
+def test_the_power_part_reads_its_timing_from_the_rows(tmp_path):
+    rows = tmp_path / "power.jsonl"
+    assert gpu_figures.power_figures(rows, 10.0) is None
+    rows.write_text(
+        "\n".join(
+            json.dumps({"settings_key": "k", "data_s": d, "tournament_s": t, "wall_s": d + t})
+            for d, t in ((10, 20), (12, 40), (14, 30))
+        )
+        + "\n"
+    )
+    figures = gpu_figures.power_figures(rows, 60.0)
+    assert figures["markets"] == 3 and figures["median_s"]["tournament_s"] == 30
+    assert figures["markets_per_hour"] == 180.0
+    assert figures["table_hours"] == round(gpu_figures.TABLE_MARKETS / 180.0, 2)
+    assert gpu_figures.summary("power", {"figures": figures}).startswith("power: 3 markets")
