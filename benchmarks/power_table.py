@@ -264,7 +264,7 @@ def settings_key(args: argparse.Namespace) -> str:
     if args.with_ppo:  # (the PPO column's tournament: rows without it keep their key)
         key += f",ppo={args.ppo_budget}/{args.ppo_pods}/{args.ppo_round_steps}/{PPO_BACKEND}"
     # The direct learner's blend share: rows at the half, its first value, keep their key.
-    share = effective_single_share(args)
+    share = effective(args, "start_single_share")
     if args.algo == "direct" and share != 0.5:
         key += f",start_single_share={share:g}"
     # The pair candidate and the cross-fitted judgement, as run (the flag's, or the learner's default,
@@ -274,22 +274,21 @@ def settings_key(args: argparse.Namespace) -> str:
     if args.algo == "direct" and effective(args, "start_crossfit"):
         key += ",start_crossfit=1"
     # The tournaments' device: rows of the CPU, the first, keep their key.
-    if getattr(args, "device", "cpu") != "cpu":
+    if args.device != "cpu":
         key += f",device={args.device}"
     return key
 
 
-def effective(args: argparse.Namespace, name: str) -> bool:
-    """A boolean ``[agent]`` setting the champion's pods and the start column run with: the flag's
-    (``--name`` / ``--no-name``), or the learner's default."""
+#: The direct learner's ``[agent]`` settings a flag may set, each unset (None) by default: the
+#: learner's default then, which has changed for each, so a row's key names the value run.
+START_FLAGS = ("start_single_share", "start_products", "start_crossfit")
+
+
+def effective(args: argparse.Namespace, name: str):
+    """A setting of :data:`START_FLAGS` as the champion's pods and the start column run with it: the
+    flag's (``--name``, or ``--no-name`` for a boolean), or the learner's default."""
     flag = getattr(args, name)
-    return bool(getattr(DirectArgs(), name) if flag is None else flag)
-
-
-def effective_single_share(args: argparse.Namespace) -> float:
-    """The ``[agent] start_single_share`` the champion's pods and the start column run with: the
-    flag's, or the learner's default (which has changed, so a row's key names it)."""
-    return DirectArgs().start_single_share if args.start_single_share is None else args.start_single_share
+    return getattr(DirectArgs(), name) if flag is None else flag
 
 
 def row_shape(args: argparse.Namespace, level: float) -> str:
@@ -317,14 +316,10 @@ def config_of(args: argparse.Namespace, seed: int, level: float) -> Config:
     env = {"num_envs": 64}
     if args.cost_rate is not None:
         env["cost_rate"] = args.cost_rate
-    agent: dict = {"algo": args.algo, "seed": seed, "device": getattr(args, "device", "cpu")}
+    agent: dict = {"algo": args.algo, "seed": seed, "device": args.device}
     if args.algo == "direct":
         agent.update(batch_paths=32, horizon=16)  # the learner's defaults otherwise
-        if args.start_single_share is not None:
-            agent["start_single_share"] = args.start_single_share
-        for name in ("start_products", "start_crossfit"):
-            if getattr(args, name) is not None:
-                agent[name] = getattr(args, name)
+        agent.update({name: getattr(args, name) for name in START_FLAGS if getattr(args, name) is not None})
     return Config().with_updates(
         data={
             "source": "synthetic",

@@ -90,14 +90,19 @@ def product_scores(x: torch.Tensor, ok: torch.Tensor, pair: tuple[int, int]) -> 
     return z[..., pair[0]] * z[..., pair[1]]
 
 
-def screened_product(panel: DecisionRows) -> tuple[tuple[int, int], float, float]:
-    """The pair whose product best ranks the panel's targets (largest ``|t|`` of the per-row
-    correlations), the sign of its mean correlation and its ``t``."""
+def product_panel(panel: DecisionRows) -> tuple[DecisionRows, list[tuple[int, int]]]:
+    """The panel's every pair's product of standardized features as its columns, and the pairs."""
     z = standardized(panel.x, panel.ok)
     every = pairs(z.shape[-1])
     i = torch.tensor([p[0] for p in every])
     j = torch.tensor([p[1] for p in every])
-    prods = DecisionRows(x=z[..., i] * z[..., j], y=panel.y, ok=panel.ok)
+    return DecisionRows(x=z[..., i] * z[..., j], y=panel.y, ok=panel.ok), every
+
+
+def screened_product(panel: DecisionRows) -> tuple[tuple[int, int], float, float]:
+    """The pair whose product best ranks the panel's targets (largest ``|t|`` of the per-row
+    correlations), the sign of its mean correlation and its ``t``."""
+    prods, every = product_panel(panel)
     corr = _row_correlations(prods)
     best = _best_by_t(corr)
     mean = float(corr[:, best].mean())
@@ -107,11 +112,8 @@ def screened_product(panel: DecisionRows) -> tuple[tuple[int, int], float, float
 
 def top_products(panel: DecisionRows, k: int) -> list[tuple[tuple[int, int], float]]:
     """The ``k`` pairs of the largest ``|t|`` (each with the sign of its mean correlation)."""
-    z = standardized(panel.x, panel.ok)
-    every = pairs(z.shape[-1])
-    i = torch.tensor([p[0] for p in every])
-    j = torch.tensor([p[1] for p in every])
-    corr = _row_correlations(DecisionRows(x=z[..., i] * z[..., j], y=panel.y, ok=panel.ok))
+    prods, every = product_panel(panel)
+    corr = _row_correlations(prods)
     t = corr.mean(dim=0) / (corr.std(dim=0) / math.sqrt(corr.shape[0])).clamp(min=1e-300)
     best = t.abs().argsort(descending=True)[:k].tolist()
     return [(every[b], math.copysign(1.0, float(t[b]))) for b in best]
@@ -121,11 +123,7 @@ def bagged_pairs(panel: DecisionRows, draws: int = BAG_DRAWS) -> dict[tuple[int,
     """Each pair screened (largest ``|t|`` of its product's per-row correlations) on at least one of
     ``draws`` bootstrap resamples of the panel's rows, with its share of the draws: the linear start's
     bagged screen (``agents.linear_start.screen_weights``) over the products."""
-    z = standardized(panel.x, panel.ok)
-    every = pairs(z.shape[-1])
-    i = torch.tensor([p[0] for p in every])
-    j = torch.tensor([p[1] for p in every])
-    products = DecisionRows(x=z[..., i] * z[..., j], y=panel.y, ok=panel.ok)
+    products, every = product_panel(panel)
     weights = screen_weights(products, draws, seed=BAG_SEED)
     return {every[k]: float(weights[k]) for k in torch.nonzero(weights).squeeze(-1).tolist()}
 
@@ -142,6 +140,16 @@ def pair_with_squares(panel: DecisionRows, pair: tuple[int, int]) -> torch.Tenso
     cols = _pair_columns(panel.x, panel.ok, pair)
     y = demean(panel.y, panel.ok)
     return torch.linalg.lstsq(cols[panel.ok], y[panel.ok].unsqueeze(-1)).solution.squeeze(-1)
+
+
+def _one_column(scores: torch.Tensor, ok: torch.Tensor) -> torch.Tensor:
+    """``scores (R, A)`` standardized across the valid names of each row."""
+    return standardized(scores.unsqueeze(-1), ok)[..., 0]
+
+
+def pair_squares_scores(test: DecisionRows, fit: DecisionRows, pair: tuple[int, int]) -> torch.Tensor:
+    """The pair's product and two squares on ``test``, weighted by their least-squares fit on ``fit``."""
+    return _pair_columns(test.x.to(torch.float64), test.ok, pair) @ pair_with_squares(fit, pair)
 
 
 def _ic(scores: torch.Tensor, panel: DecisionRows) -> float:
@@ -177,24 +185,14 @@ def one_market(shape: str, target_ic: float, seed: int) -> dict:
         s_start = test.x.to(torch.float64) @ start.coef.to(torch.float64)
         s_product = sign * product_scores(test.x.to(torch.float64), test.ok, pair)
         both = standardized(torch.stack([s_start, s_product], dim=-1), test.ok).sum(dim=-1)
-        s_squares = _pair_columns(test.x.to(torch.float64), test.ok, pair) @ pair_with_squares(fit, pair)
+        s_squares = pair_squares_scores(test, fit, pair)
         s_top3 = sum(
-            sign
-            * standardized(product_scores(test.x.to(torch.float64), test.ok, p).unsqueeze(-1), test.ok)[
-                ..., 0
-            ]
+            sign * _one_column(product_scores(test.x.to(torch.float64), test.ok, p), test.ok)
             for p, sign in top_products(fit, 3)
         )
         bagged = bagged_pairs(fit)
         s_bagged = sum(
-            share
-            * standardized(
-                (_pair_columns(test.x.to(torch.float64), test.ok, p) @ pair_with_squares(fit, p)).unsqueeze(
-                    -1
-                ),
-                test.ok,
-            )[..., 0]
-            for p, share in bagged.items()
+            share * _one_column(pair_squares_scores(test, fit, p), test.ok) for p, share in bagged.items()
         )
         variants = (
             ("start", s_start),
