@@ -238,6 +238,11 @@ class DirectArgs:
     """nonlinear start: the member networks are judged (against the ridge, and against the pair
     candidate) on out-of-fold rows read at the epochs the other folds choose, not at the epoch chosen
     on those rows (agents.nonlinear_start.crossfit_rows); no effect without ``nonlinear_start``"""
+    refit_alpha: bool = False
+    """the tournament's refit: a fine-tuned champion is judged against its start on the validation
+    window by the alpha over buy-and-hold of their daily difference, not by the difference itself
+    (agents.tournament.refit), so a fine-tuning that sells exposure in a falling window is not kept
+    for it"""
     top_mass: float = 0.5
     """linear start: the softmax temperature puts this share of the book on the top 20% by score"""
     start_blend: bool = True

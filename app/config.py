@@ -317,6 +317,7 @@ ADDED_KEYS: dict[tuple[str, str], Any] = {
     ("agent", "start_single_share"): 0.5,  # the blend's weight on its single-feature side
     ("agent", "start_products"): False,  # the nonlinear start's pair candidate
     ("agent", "start_crossfit"): False,  # its networks judged at the epochs the other folds choose
+    ("agent", "refit_alpha"): False,  # the refit judges a fine-tuned champion by its alpha
 }
 
 

@@ -233,6 +233,7 @@ class AgentConfig(Section):
     nonlinear_start: bool = setting(DirectArgs, "nonlinear_start")
     start_products: bool = setting(DirectArgs, "start_products")
     start_crossfit: bool = setting(DirectArgs, "start_crossfit")
+    refit_alpha: bool = setting(DirectArgs, "refit_alpha")
     demean_features: bool = setting(DirectArgs, "demean_features")
     top_mass: float = setting(DirectArgs, "top_mass", gt=0, lt=1)
     start_blend: bool = setting(DirectArgs, "start_blend")

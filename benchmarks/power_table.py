@@ -36,7 +36,8 @@ can stop and resume (a row written before a column the run writes is run again, 
 rows written before these columns read with ``linear`` as ``ridge_quintile`` and ``oracle`` as
 ``oracle_quintile``). Beside the columns a row keeps the champion's tournament: its env-steps,
 pods tried, whether the champion is a refitted start (``champion_refit``), the paired ``t`` of a
-fine-tuned one over its start (``champion_start_t``) and its pod kind (``champion_kind``: ``intraday``
+fine-tuned one over its start (``champion_start_t``), the ``t`` of that difference's alpha over
+buy-and-hold (``champion_start_alpha_t``; rows written before it have none) and its pod kind (``champion_kind``: ``intraday``
 or ``open``; rows written before it have none). The table: per level and column the power (share of markets significant) with
 its two-sided 95% Clopper-Pearson interval, the median p-value and the median test Sharpe; at level
 0 the false-positive rate and its one-sided 95% upper bound; a column no row holds shows "-".
@@ -178,6 +179,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "the other folds choose) for the champion's pods and the start column (unset: the learner's "
         "default); when on, part of the rows' settings key",
     )
+    p.add_argument(
+        "--refit-alpha",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="direct learner: [agent] refit_alpha (the refit judges a fine-tuned champion against its start "
+        "by the alpha over buy-and-hold of their daily difference) for the champion's tournament (unset: "
+        "the learner's default); when on, part of the rows' settings key",
+    )
     p.add_argument("--with-ppo", action="store_true", help="add the ppo column (a PPO tournament a market)")
     p.add_argument("--ppo-budget", type=int, default=PPO_BUDGET, help="env-steps of the PPO tournament")
     p.add_argument("--ppo-pods", type=int, default=4, help="pods of the PPO tournament (the demo's)")
@@ -273,6 +282,8 @@ def settings_key(args: argparse.Namespace) -> str:
         key += ",start_products=1"
     if args.algo == "direct" and effective(args, "start_crossfit"):
         key += ",start_crossfit=1"
+    if args.algo == "direct" and effective(args, "refit_alpha"):
+        key += ",refit_alpha=1"
     # The tournaments' device: rows of the CPU, the first, keep their key.
     if args.device != "cpu":
         key += f",device={args.device}"
@@ -281,7 +292,7 @@ def settings_key(args: argparse.Namespace) -> str:
 
 #: The direct learner's ``[agent]`` settings a flag may set, each unset (None) by default: the
 #: learner's default then, which has changed for each, so a row's key names the value run.
-START_FLAGS = ("start_single_share", "start_products", "start_crossfit")
+START_FLAGS = ("start_single_share", "start_products", "start_crossfit", "refit_alpha")
 
 
 def effective(args: argparse.Namespace, name: str):
@@ -416,7 +427,10 @@ def run_market(
                 "pods_tried": result.pods_tried,
                 "champion_refit": (result.champion or {}).get("refit"),  # (agents.tournament.refit)
                 "champion_kind": ((result.champion or {}).get("hparams") or {}).get("kind"),
-                "champion_start_t": (RunDir(home, "power").info().extra.get("refit") or {}).get("start_t"),
+                **{
+                    f"champion_{name}": (RunDir(home, "power").info().extra.get("refit") or {}).get(name)
+                    for name in ("start_t", "start_alpha_t")
+                },
             }
             clock["tournament_s"] = time.perf_counter() - start - sum(clock.values())
         if "ppo" in wanted:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
+from agents.args import DirectArgs
 from app.config import Config, GateConfig, config_to_toml, load_config, parse_config, write_config
 from data.errors import ConfigError
 
@@ -315,11 +316,12 @@ def test_a_runs_own_config_keeps_what_it_ran_with_for_keys_it_predates(tmp_path)
     assert load_run_config(halved).agent.start_single_share == 0.5
     assert load_config(halved).agent.start_single_share == 1.0
     assert load_run_config(new).agent.start_single_share == 1.0
-    # the nonlinear start's pair candidate and cross-fitted judgement, off in the runs written before them
-    for key in ("start_products", "start_crossfit"):
+    # the nonlinear start's pair candidate and cross-fitted judgement, and the refit's alpha judge, off
+    # in the runs written before them
+    for key in ("start_products", "start_crossfit", "refit_alpha"):
         assert ADDED_KEYS[("agent", key)] is False
         before = tmp_path / f"before_{key}.toml"
         before.write_text("\n".join(line for line in full.splitlines() if not line.startswith(key)))
         assert getattr(load_run_config(before).agent, key) is False
-        assert getattr(load_config(before).agent, key) is True
-        assert getattr(load_run_config(new).agent, key) is True
+        assert getattr(load_config(before).agent, key) is getattr(DirectArgs(), key)
+        assert getattr(load_run_config(new).agent, key) is getattr(DirectArgs(), key)

@@ -18,7 +18,7 @@ from benchmarks import power_columns  # noqa: E402
 
 #: The flags of rows run with the half (`start_single_share = 0.5`) and without the pair candidate and
 #: the cross-fitted judgement, whose keys do not name them.
-HALF = ["--start-single-share", "0.5", "--no-start-products", "--no-start-crossfit"]
+HALF = ["--start-single-share", "0.5", "--no-start-products", "--no-start-crossfit", "--no-refit-alpha"]
 
 
 def test_the_planted_predictor_is_the_trailing_idiosyncratic_sum_and_predicts():
@@ -91,7 +91,7 @@ def test_the_feature_set_reaches_the_market_and_the_settings_key():
 def test_the_start_single_share_reaches_the_learner_and_the_settings_key():
     from app.config import to_learner_args
 
-    before = ["--no-start-products", "--no-start-crossfit"]  # (the learner of those rows)
+    before = ["--no-start-products", "--no-start-crossfit", "--no-refit-alpha"]  # (the learner of those rows)
     default = power_table.parse_args(["--features", "library", *before])
     single = power_table.parse_args(["--features", "library", "--start-single-share", "1", *before])
     half = power_table.parse_args(["--features", "library", "--start-single-share", "0.5", *before])
@@ -111,9 +111,12 @@ def test_the_pair_candidate_and_the_crossfit_judgement_reach_the_learner_and_the
     the learner before them, whose key they keep."""
     from app.config import to_learner_args
 
-    default = power_table.parse_args(["--features", "library"])
-    flagged = power_table.parse_args(["--features", "library", "--start-products", "--start-crossfit"])
-    off = power_table.parse_args(["--features", "library", "--no-start-products", "--no-start-crossfit"])
+    old = ["--no-refit-alpha"]  # (the refit's judge of those rows)
+    default = power_table.parse_args(["--features", "library", *old])
+    flagged = power_table.parse_args(["--features", "library", "--start-products", "--start-crossfit", *old])
+    off = power_table.parse_args(
+        ["--features", "library", "--no-start-products", "--no-start-crossfit", *old]
+    )
     learner = to_learner_args(power_table.config_of(default, 5, 0.05))
     assert learner.start_products and learner.start_crossfit
     learner = to_learner_args(power_table.config_of(off, 5, 0.05))
@@ -124,7 +127,7 @@ def test_the_pair_candidate_and_the_crossfit_judgement_reach_the_learner_and_the
         == power_table.settings_key(off) + ",start_products=1,start_crossfit=1"
     )
     assert "start_products" not in power_table.settings_key(off)  # the rows before them keep their key
-    only_pair = power_table.parse_args(["--features", "library", "--no-start-crossfit"])
+    only_pair = power_table.parse_args(["--features", "library", "--no-start-crossfit", *old])
     assert power_table.settings_key(only_pair) == power_table.settings_key(off) + ",start_products=1"
 
 
@@ -325,3 +328,20 @@ def test_one_tiny_market_gives_every_column_and_its_fields_and_one_backtest_judg
     assert alone["ridge_quintile"] == row["ridge_quintile"]
     alone = power_columns.verdicts(splits.test, params, {"start": start}, row["seed"])
     assert alone["start"] == row["start"]
+
+
+def test_the_refits_alpha_judge_reaches_the_tournament_and_the_settings_key():
+    """Named in the key when on (the flag's, or the learner's default); ``--no-refit-alpha`` runs the
+    rows written before it, whose key they keep."""
+    from agents.args import DirectArgs
+    from app.config import to_learner_args
+
+    default = power_table.parse_args(["--features", "library"])
+    on = power_table.parse_args(["--features", "library", "--refit-alpha"])
+    off = power_table.parse_args(["--features", "library", "--no-refit-alpha"])
+    assert power_table.config_of(on, 5, 0.05).agent.refit_alpha is True
+    assert to_learner_args(power_table.config_of(off, 5, 0.05)).refit_alpha is False
+    assert power_table.settings_key(on) == power_table.settings_key(off) + ",refit_alpha=1"
+    assert "refit_alpha" not in power_table.settings_key(off)
+    same = on if DirectArgs().refit_alpha else off
+    assert power_table.settings_key(default) == power_table.settings_key(same)

@@ -20,6 +20,7 @@ from agents.tournament.refit import CHOSEN, lineage_root, refit_champion, root_a
 from agents.tournament.settings import TournamentArgs
 from app.runs import RunDir
 from app.workflows.backtest import _champion_for
+from backtests.engine import run_backtest
 from backtests.metrics import TRADING_DAYS_PER_YEAR
 from envs.params import EnvParams
 
@@ -90,8 +91,9 @@ def _moved_champion(run_dir: Path, scale: float = 1e-3) -> Policy:
     return moved
 
 
-def _recording(monkeypatch, t: float) -> list:
-    """``versus_start`` replaced by one that returns ``t`` and records what it was given."""
+def _recording(monkeypatch, t: float, alpha_t: float | None = None) -> list:
+    """``versus_start`` replaced by one that returns ``t`` (and ``alpha_t``, ``t`` unless given) and
+    records what it was given."""
     from agents.tournament import refit
 
     calls: list = []
@@ -99,7 +101,7 @@ def _recording(monkeypatch, t: float) -> list:
     def record(chosen, start, window, params, annualization):
         calls.append((chosen, start, window))
         _, _, returns = score_policy(start, window, params, annualization=annualization)
-        return t, 0.5, returns
+        return refit.StartLook(t, t if alpha_t is None else alpha_t, 0.5, returns)
 
     monkeypatch.setattr(refit, "versus_start", record)
     return calls
@@ -122,7 +124,7 @@ def test_a_moved_champion_is_judged_against_its_start_on_the_validation_window(
         start, start_of(train, PARAMS, root_args(agent, root, train, 5))
     )
     assert window is valid
-    assert (outcome.start_t, outcome.start_sharpe) == (t, 0.5)
+    assert (outcome.start_t, outcome.start_alpha_t, outcome.start_sharpe) == (t, t, 0.5)
     if t > 2.0:  # beats its start by more than the margin: stays
         assert not outcome.refitted and "beats its start" in outcome.reason
         assert same_policy(Policy.load(run_dir / "champion"), moved)
@@ -131,6 +133,66 @@ def test_a_moved_champion_is_judged_against_its_start_on_the_validation_window(
     else:  # at the margin is not over it: the start, refitted
         assert outcome.refitted and "the start, refitted" in outcome.reason
         assert same_policy(Policy.load(run_dir / CHOSEN), moved)
+
+
+@pytest.mark.parametrize("refit_alpha", [True, False])
+def test_the_alpha_judges_a_moved_champion_unless_refit_alpha_is_off(
+    tournament, tmp_path, monkeypatch, refit_alpha
+):
+    """A fine-tuning whose raw daily returns beat its start's (t 2.5) with no alpha over it (alpha t
+    0.5), as one that sold its book in a falling window does: the alpha gives the place to the start;
+    with ``refit_alpha`` off the raw returns keep the fine-tuned weights."""
+    result, train, valid = tournament
+    run_dir = _copy_run(result, tmp_path)
+    _moved_champion(run_dir)
+    _recording(monkeypatch, 2.5, alpha_t=0.5)
+    agent = {**AGENT, "holdout_margin": 2.0, "refit_alpha": refit_alpha}
+    outcome = refit_champion(run_dir, result.champion, train, valid, PARAMS, agent)
+    assert (outcome.start_t, outcome.start_alpha_t) == (2.5, 0.5)
+    if refit_alpha:
+        assert outcome.refitted and "(alpha t 0.50)" in outcome.reason, outcome
+    else:
+        assert not outcome.refitted and "(t 2.50 > 2)" in outcome.reason, outcome
+
+
+def test_the_difference_alpha_takes_out_what_buy_and_hold_explains():
+    """A chosen policy that holds a fifth of its start's book in a falling market beats the start's
+    raw returns by more than two standard errors and has less alpha than it; a difference that is all alpha keeps
+    its t; a benchmark that does not move leaves the plain (HAC) t; no difference, 0."""
+    import numpy as np
+
+    from agents.tournament.refit import difference_alpha_t
+    from backtests.bootstrap_t import t_statistic
+
+    rng = np.random.default_rng(0)
+    bench = -0.006 + 0.008 * rng.standard_normal(45)
+    start = 0.0005 + bench + 0.002 * rng.standard_normal(45)
+    chosen = 0.2 * start + 0.0005 * rng.standard_normal(45)
+    diff = chosen - start
+    assert float(t_statistic(diff)) > 2.0
+    assert difference_alpha_t(diff, bench) < 0.0  # (it gave up four fifths of the start's alpha)
+    alpha = 0.001 + 0.002 * rng.standard_normal(45)
+    assert difference_alpha_t(alpha, bench) == pytest.approx(_reference_alpha_t(alpha, bench))
+    assert difference_alpha_t(alpha, np.full(45, 0.01)) == pytest.approx(float(t_statistic(alpha)))
+    assert difference_alpha_t(np.zeros(45), bench) == 0.0
+
+
+def _reference_alpha_t(diff, bench) -> float:
+    """The slow reference: OLS of ``diff`` on a constant and ``bench`` by lstsq, the Newey-West
+    variance of ``diff - beta bench`` term by term (Bartlett weights, lags floor(4 (n/100)^(2/9)))."""
+    import math
+
+    import numpy as np
+
+    n = len(diff)
+    (_, beta), *_ = np.linalg.lstsq(np.column_stack([np.ones(n), bench]), diff, rcond=None)
+    a = diff - beta * bench
+    d = a - a.mean()
+    lags = max(1, math.floor(4 * (n / 100) ** (2 / 9)))
+    lrv = sum(d[i] * d[i] for i in range(n)) / n
+    for lag in range(1, lags + 1):
+        lrv += 2 * (1 - lag / (lags + 1)) * sum(d[i] * d[i - lag] for i in range(lag, n)) / n
+    return float(a.mean() / math.sqrt(lrv / n))
 
 
 def test_no_bar_at_a_zero_margin_and_warm_started_lineages_stay(tournament, tmp_path, monkeypatch):
@@ -165,21 +227,34 @@ def test_versus_start_is_the_paired_t_of_the_daily_validation_returns(tournament
     import numpy as np
 
     from agents.tournament.refit import versus_start
+    from backtests.bootstrap_t import t_statistic
 
     result, train, valid = tournament
     run_dir = _copy_run(result, tmp_path)
     start = Policy.load(run_dir / "champion")
     moved = _moved_champion(run_dir, scale=1.0)
-    assert versus_start(start, start, valid, PARAMS, TRADING_DAYS_PER_YEAR)[0] == 0.0
+    same = versus_start(start, start, valid, PARAMS, TRADING_DAYS_PER_YEAR)
+    assert (same.t, same.alpha_t) == (0.0, 0.0)
     (_, _, a), (_, metrics, b) = (
         score_policy(p, valid, PARAMS, annualization=TRADING_DAYS_PER_YEAR) for p in (moved, start)
     )
     diff = np.asarray(a.daily) - np.asarray(b.daily)
     assert diff.std() > 0
     expected = diff.mean() / (diff.std(ddof=1) / np.sqrt(len(diff)))
-    t, sharpe, returns = versus_start(moved, start, valid, PARAMS, TRADING_DAYS_PER_YEAR)
-    assert t == pytest.approx(expected, rel=1e-4) and sharpe == metrics["sharpe_ratio"]
-    assert np.array_equal(np.asarray(returns.daily), np.asarray(b.daily))
+    look = versus_start(moved, start, valid, PARAMS, TRADING_DAYS_PER_YEAR)
+    assert look.t == pytest.approx(expected, rel=1e-4) and look.sharpe == metrics["sharpe_ratio"]
+    assert np.array_equal(np.asarray(look.returns.daily), np.asarray(b.daily))
+    # (two validation sessions: no beta to take out, the HAC t of the mean; eight, the alpha's t)
+    assert look.alpha_t == pytest.approx(float(t_statistic(diff)), rel=1e-6)
+    both = train.join(valid)
+    look = versus_start(moved, start, both, PARAMS, TRADING_DAYS_PER_YEAR)
+    (_, _, a), (_, _, b) = (
+        score_policy(p, both, PARAMS, annualization=TRADING_DAYS_PER_YEAR) for p in (moved, start)
+    )
+    bench = run_backtest(both, PARAMS, baselines=("buy_and_hold",)).daily_returns()[1][:, 0].numpy()
+    assert len(bench) == 8
+    diff = np.asarray(a.daily) - np.asarray(b.daily)
+    assert look.alpha_t == pytest.approx(_reference_alpha_t(diff, bench), rel=1e-6)
 
 
 def test_ppo_champions_and_ensembles_are_not_refitted(tournament, tmp_path):

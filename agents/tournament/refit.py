@@ -23,10 +23,17 @@ What is refitted, and when:
   windows, and fine-tuned champions chosen that way tested below their start on every planted market
   where the two were compared (docs/benchmarks.md). So the lineage's start, made again on the train
   window, is backtested on the validation window beside the champion, and the fine-tuned weights stay
-  only if their daily returns there beat the start's by the learner's ``holdout_margin`` standard
-  errors of the paired daily difference (``start_t``); otherwise the start takes the champion's place
-  and is refitted as above (a refit cannot rerun a fine-tuning judged on the train window's tail);
-  (``holdout_margin`` 0 sets no bar, as in the learner);
+  only if they beat the start there by the learner's ``holdout_margin`` standard errors; otherwise
+  the start takes the champion's place and is refitted as above (a refit cannot rerun a fine-tuning
+  judged on the train window's tail); ``holdout_margin`` 0 sets no bar, as in the learner. What is
+  compared (``[agent] refit_alpha``, on by default): the daily alpha over buy-and-hold, that is the
+  paired daily difference less its beta times buy-and-hold's return (``start_alpha_t``, the HAC
+  t-statistic the verdict reads, ``backtests.alpha_bootstrap.alpha_t_statistic``); with it off, the
+  paired daily difference itself (``start_t``, days taken as independent). Why the alpha: a
+  fine-tuning that sold most of the book beat its start's raw returns in a falling validation window
+  and then tested "not significant" with a beta of 0.1 (docs/benchmarks.md, "Population backend"):
+  raw returns pay a fine-tuned policy for safety bought with exposure, which the test window's
+  verdict, an alpha, does not;
 - **not** a PPO or SAC champion (reinforcement learning from scratch again is not a refit), an
   ensemble, nor a lineage a nightly or walk-forward run warm-started from the incumbent's weights
   (it has no closed-form start). These stay as chosen, and the run's record says why
@@ -50,6 +57,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import numpy as np
 import torch
 
 from agents.args import DirectArgs
@@ -59,6 +67,9 @@ from agents.population.direct import start_direct_pod
 from agents.tournament.leaderboard import read_pods
 from agents.tournament.pod import RoundError, ValidReturns, learner_args, score_policies
 from agents.training import policy_for_env
+from backtests.alpha_bootstrap import alpha_t_statistic
+from backtests.bootstrap_t import t_statistic
+from backtests.engine import run_backtest
 from backtests.metrics import TRADING_DAYS_PER_YEAR
 from data.atomic import replace_dir
 
@@ -78,6 +89,9 @@ class Refit:
     root_id: str | None = None
     start_t: float | None = None
     """a fine-tuned champion: the t-statistic of its daily validation returns over its start's"""
+    start_alpha_t: float | None = None
+    """a fine-tuned champion: the HAC t-statistic of the alpha over buy-and-hold of the paired daily
+    difference (what ``refit_alpha`` judges by)"""
     start_sharpe: float | None = None
     """a fine-tuned champion: its start's validation Sharpe ratio"""
     start_returns: ValidReturns | None = field(default=None, repr=False, compare=False)
@@ -135,13 +149,24 @@ def same_policy(a: Policy, b: Policy) -> bool:
     return sa.keys() == sb.keys() and all(torch.equal(sa[k].cpu(), sb[k].cpu()) for k in sa)
 
 
-def versus_start(
-    chosen: Policy, start: Policy, valid: Any, params: Any, annualization: int
-) -> tuple[float, float | None, ValidReturns]:
-    """``(t, the start's validation Sharpe, the start's validation returns)``: the paired t-statistic
-    of the mean of ``chosen``'s daily returns on ``valid`` over ``start``'s (the same sessions, both
-    backtested by the env under the run's costs and caps, in one backtest: ``score_policies``; days taken
-    as independent). Raises ``RoundError`` when either's returns are not finite."""
+@dataclass(frozen=True)
+class StartLook:
+    """A fine-tuned champion beside its start on the validation window (:func:`versus_start`)."""
+
+    t: float
+    """the paired t-statistic of the mean daily difference, chosen minus start (days independent)"""
+    alpha_t: float
+    """the HAC t-statistic of that difference's alpha over buy-and-hold"""
+    sharpe: float | None
+    """the start's validation Sharpe ratio"""
+    returns: ValidReturns
+    """the start's validation returns"""
+
+
+def versus_start(chosen: Policy, start: Policy, valid: Any, params: Any, annualization: int) -> StartLook:
+    """``chosen`` against ``start`` on ``valid``: both backtested by the env under the run's costs and
+    caps in one backtest (``score_policies``), buy-and-hold under the same rules beside them. Raises
+    ``RoundError`` when either's returns, or buy-and-hold's, are not finite."""
     scored = score_policies(
         {"chosen": chosen, "start": start}, valid, params, annualization=annualization, device=valid.device
     )
@@ -150,7 +175,35 @@ def versus_start(
             raise outcome
     (_, _, ours), (_, metrics, theirs) = scored
     t = float(paired_t(torch.as_tensor(ours.daily), torch.as_tensor(theirs.daily)))
-    return t, metrics.get("sharpe_ratio"), theirs
+    diff = np.asarray(ours.daily, dtype=np.float64) - np.asarray(theirs.daily, dtype=np.float64)
+    alpha_t = difference_alpha_t(diff, buy_and_hold_daily(valid, params, theirs.dates))
+    return StartLook(t, alpha_t, metrics.get("sharpe_ratio"), theirs)
+
+
+def buy_and_hold_daily(valid: Any, params: Any, dates: Any) -> np.ndarray:
+    """Buy-and-hold's daily returns on ``valid`` (the ``buy_and_hold`` baseline, under the run's
+    execution rules) on ``dates``; raises ``RoundError`` when a date has none."""
+    bench = run_backtest(valid, params, baselines=("buy_and_hold",), device=valid.device, num_threads=1)
+    when, daily = bench.daily_returns()
+    by_date = dict(zip(np.asarray(when, "datetime64[D]").tolist(), daily[:, 0].cpu().numpy(), strict=True))
+    out = np.array([by_date.get(d, np.nan) for d in np.asarray(dates, "datetime64[D]").tolist()])
+    if not np.isfinite(out).all():
+        raise RoundError("buy-and-hold's validation returns do not line up with the pods'")
+    return out
+
+
+def difference_alpha_t(diff: np.ndarray, bench: np.ndarray) -> float:
+    """The HAC t-statistic of the alpha of ``diff`` over ``bench`` (``alpha_t_statistic``); 0 where
+    ``diff`` is 0 on every day (a chosen policy that trades as its start). Where no beta can be taken
+    out (``bench`` does not vary, or under three sessions, which a line through fits exactly) it is
+    the HAC t of ``diff``'s mean."""
+    if not np.any(diff):
+        return 0.0
+    if len(diff) >= 3 and np.ptp(bench) > 0:
+        t = alpha_t_statistic(diff, bench)
+        if np.isfinite(t):
+            return t
+    return float(t_statistic(diff))
 
 
 def _judged(
@@ -159,22 +212,25 @@ def _judged(
     valid: Any,
     params: Any,
     annualization: int,
-    margin: float,
+    args: DirectArgs,
     ids: tuple[str, str],
 ) -> Refit:
     """A fine-tuned champion against its start on ``valid``: ``refitted`` when the start is to replace
     it (refitted on both windows), else why the champion stays."""
+    margin = float(args.holdout_margin)
     if margin <= 0:  # (as the learner's margin: 0 keeps any fine-tuned step that scored better)
         return Refit(False, "fine-tuned; holdout_margin = 0: stays as chosen", *ids)
     try:
-        t, sharpe, returns = versus_start(chosen, start, valid, params, annualization)
+        look = versus_start(chosen, start, valid, params, annualization)
     except RoundError as err:
         return Refit(False, f"fine-tuned; its start could not be scored on validation ({err})", *ids)
+    t, what = (look.alpha_t, "alpha t") if args.refit_alpha else (look.t, "t")
+    figures = (look.t, look.alpha_t, look.sharpe, look.returns)
     if t > margin:
-        reason = f"fine-tuned, beats its start on validation (t {t:.2f} > {margin:g})"
-        return Refit(False, reason, *ids, t, sharpe, returns)
-    reason = f"fine-tuned, not {margin:g} SE over its start on validation (t {t:.2f})"
-    return Refit(True, reason, *ids, t, sharpe, returns)
+        reason = f"fine-tuned, beats its start on validation ({what} {t:.2f} > {margin:g})"
+        return Refit(False, reason, *ids, *figures)
+    reason = f"fine-tuned, not {margin:g} SE over its start on validation ({what} {t:.2f})"
+    return Refit(True, reason, *ids, *figures)
 
 
 def refit_champion(
@@ -214,8 +270,7 @@ def refit_champion(
     chosen, start = Policy.load(target, device=train.device), start_of(train, params, args)
     outcome = Refit(True, "refitted on the train and validation windows", *ids)
     if not same_policy(chosen, start):
-        margin = float(args.holdout_margin)
-        outcome = _judged(chosen, start, valid, params, annualization, margin, ids)
+        outcome = _judged(chosen, start, valid, params, annualization, args, ids)
         if not outcome.refitted:
             return outcome
         outcome = dataclasses.replace(outcome, reason=f"{outcome.reason}: the start, refitted")
