@@ -52,9 +52,9 @@ def _rows(path: Path, key: str) -> dict[tuple[str, float, int], dict]:
 
 
 def carry(source: Path, out: Path, from_key: str, to_key: str) -> int:
-    """Append the carried rows to ``out`` (written whole, atomically); returns how many."""
-    if out.exists() and _rows(out, to_key):
-        sys.exit(f"error: {out} already holds rows of {to_key}: carry into a fresh file")
+    """Write the carried rows to ``out``, a fresh file (written whole, atomically); returns how many."""
+    if out.exists() and out.stat().st_size > 0:
+        sys.exit(f"error: {out} already holds rows: carry into a fresh file")
     carried = [
         {
             **row,

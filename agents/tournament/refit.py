@@ -26,7 +26,7 @@ What is refitted, and when:
   only if they beat the start there by the learner's ``holdout_margin`` standard errors; otherwise
   the start takes the champion's place and is refitted as above (a refit cannot rerun a fine-tuning
   judged on the train window's tail); ``holdout_margin`` 0 sets no bar, as in the learner. What is
-  compared (``[agent] refit_alpha``, on by default): the daily alpha over buy-and-hold, that is the
+  compared (``[agent] refit_alpha``, off by default): the daily alpha over buy-and-hold, that is the
   paired daily difference less its beta times buy-and-hold's return (``start_alpha_t``, the HAC
   t-statistic the verdict reads, ``backtests.alpha_bootstrap.alpha_t_statistic``); with it off, the
   paired daily difference itself (``start_t``, days taken as independent). Why the alpha: a
@@ -176,7 +176,10 @@ def versus_start(chosen: Policy, start: Policy, valid: Any, params: Any, annuali
     (_, _, ours), (_, metrics, theirs) = scored
     t = float(paired_t(torch.as_tensor(ours.daily), torch.as_tensor(theirs.daily)))
     diff = np.asarray(ours.daily, dtype=np.float64) - np.asarray(theirs.daily, dtype=np.float64)
-    alpha_t = difference_alpha_t(diff, buy_and_hold_daily(valid, params, theirs.dates))
+    try:
+        alpha_t = difference_alpha_t(diff, buy_and_hold_daily(valid, params, theirs.dates))
+    except RoundError:  # (the paired t stands without it; refit_alpha's judge reads NaN as unscored)
+        alpha_t = float("nan")
     return StartLook(t, alpha_t, metrics.get("sharpe_ratio"), theirs)
 
 
@@ -225,6 +228,8 @@ def _judged(
     except RoundError as err:
         return Refit(False, f"fine-tuned; its start could not be scored on validation ({err})", *ids)
     t, what = (look.alpha_t, "alpha t") if args.refit_alpha else (look.t, "t")
+    if not np.isfinite(t):
+        return Refit(False, "fine-tuned; buy-and-hold could not be scored on validation", *ids)
     figures = (look.t, look.alpha_t, look.sharpe, look.returns)
     if t > margin:
         reason = f"fine-tuned, beats its start on validation ({what} {t:.2f} > {margin:g})"
