@@ -185,11 +185,7 @@ def selection_inputs(
     if trials is None:
         return None
     when, returns, ids = trials
-    bench = engine.run_backtest(valid, params, baselines=("buy_and_hold",), device=device, num_threads=1)
-    dates, daily = bench.daily_returns()
-    by_date = dict(zip(np.asarray(dates, "datetime64[D]").tolist(), daily[:, 0].cpu().numpy(), strict=True))
-    wanted = np.asarray(when, "datetime64[D]").tolist()
-    benchmark = np.array([by_date.get(d, np.nan) for d in wanted], dtype=np.float64)
+    benchmark = engine.buy_and_hold_on(valid, params, when, device=device)
     if not np.isfinite(benchmark).all():
         log.warning("buy-and-hold's validation returns do not line up with the pods': no SPA test")
         benchmark = None

@@ -5,8 +5,9 @@ fold) runs it after the ensemble step (:func:`after_tournament`, both): ``agents
 ``<run>/champion/`` when the champion is a direct pod that is its start, or a fine-tuned one that does
 not beat its start on the validation window by the learner's margin (the chosen one kept as
 ``<run>/champion_chosen/``), and the run's record says what happened (``refit``: refitted, the
-reason, the pod and its lineage's root, and for a fine-tuned champion ``start_t`` and
-``start_sharpe``). A fine-tuned champion's start, scored on the validation window, is one more trial
+reason, the pod and its lineage's root, and for a fine-tuned champion ``start_t``, ``start_alpha_t``
+(the alpha t of its daily difference from its start over buy-and-hold, the judge under ``[agent]
+refit_alpha``) and ``start_sharpe``). A fine-tuned champion's start, scored on the validation window, is one more trial
 of the run, as the ensemble is: ``pods_tried`` and ``trial_sharpes`` count it, and its returns
 (``<run>/champion_start/``) join the selection statistics' trial matrix. A nightly or walk-forward
 run's warm-started lineages stay as chosen. ``[tournament] refit = false`` leaves the chosen champion.

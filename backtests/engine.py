@@ -233,6 +233,16 @@ def run_backtest(
         return _assembled(market, params, groups, plan, k_steps, initial_value, _no_preference(policies))
 
 
+def buy_and_hold_on(market: MarketData, params: EnvParams, dates: Any, *, device: Any = "cpu") -> np.ndarray:
+    """Buy-and-hold's daily returns on ``market`` (the ``buy_and_hold`` baseline under ``params``'
+    execution rules) on ``dates``, NaN on a date it has none: the benchmark of a pod's or a trial's
+    daily returns, lined up by date."""
+    bench = run_backtest(market, params, baselines=("buy_and_hold",), device=device, num_threads=1)
+    when, daily = bench.daily_returns()
+    by_date = dict(zip(np.asarray(when, "datetime64[D]").tolist(), daily[:, 0].cpu().numpy(), strict=True))
+    return np.array([by_date.get(d, np.nan) for d in np.asarray(dates, "datetime64[D]").tolist()], np.float64)
+
+
 def prefers_no_asset(policy: Any) -> bool:
     """True when ``policy`` says it prefers no asset (its ``prefers_no_asset()``: the zero model of
     ``agents.policy.Policy``, the linear and boosted rankers, a scored softmax at temperature 0);

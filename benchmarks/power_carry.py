@@ -13,7 +13,8 @@ on the markets where the champion was fine-tuned:
   markets in full;
 - ``check``: each fresh row of ``--out`` against the source's row of the same market: the same
   tournament (its ``champion_start_t``, env-steps and pods tried) and every column but the champion
-  unchanged (``power_rerun.CHECKED_FIELDS``); one line per difference and exit status 1 if any, for
+  unchanged (``power_rerun.CHECKED_FIELDS``), and every market of the source in ``--out``, carried or
+  run; one line per difference and exit status 1 if any, for
   then the premise (the same tournament, before the refit) does not hold and the carried rows may not
   stand for the arm's.
 
@@ -32,23 +33,20 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.power_rerun import spot_mismatches  # noqa: E402
+from benchmarks.power_table import read_rows  # noqa: E402
+from data.planted import MINUTE_MOMENTUM  # noqa: E402
 
 #: What must match between the source's row and a fresh row for the tournament to be the same.
 TOURNAMENT_FIELDS = ("champion_start_t", "env_steps", "pods_tried", "champion_kind", "seed")
 
 
 def _rows(path: Path, key: str) -> dict[tuple[str, float, int], dict]:
-    rows = {}
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except ValueError as exc:
-            sys.exit(f"error: {path}:{number}: not a power-table row ({exc})")
-        if row.get("settings_key") == key:
-            rows[(str(row.get("shape")), float(row["level"]), int(row["index"]))] = row
-    return rows
+    """The rows of ``path`` with settings ``key``, by market (shape, level, index)."""
+    return {
+        (str(row.get("shape", MINUTE_MOMENTUM)), float(row["level"]), int(row["index"])): row
+        for row in read_rows(path)
+        if row.get("settings_key") == key
+    }
 
 
 def carry(source: Path, out: Path, from_key: str, to_key: str) -> int:
@@ -71,10 +69,14 @@ def carry(source: Path, out: Path, from_key: str, to_key: str) -> int:
 
 
 def check(source: Path, out: Path, from_key: str, to_key: str) -> list[str]:
-    """What differs between each fresh row of ``out`` and the source's row of its market."""
+    """What differs between each fresh row of ``out`` and the source's row of its market, and which
+    of the source's markets the arm lacks."""
     old = _rows(source, from_key)
-    problems = []
-    for market, new in sorted(_rows(out, to_key).items()):
+    arm = _rows(out, to_key)
+    problems = [
+        f"{market}: no row of the arm (neither carried nor run)" for market in sorted(old.keys() - arm.keys())
+    ]
+    for market, new in sorted(arm.items()):
         if "carried_from" in new:
             continue
         before = old.get(market)

@@ -71,6 +71,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -291,7 +292,7 @@ def settings_key(args: argparse.Namespace) -> str:
 
 
 #: The direct learner's ``[agent]`` settings a flag may set, each unset (None) by default: the
-#: learner's default then, which has changed for each, so a row's key names the value run.
+#: learner's default then. A default may change between tables, so a row's key names the value run.
 START_FLAGS = ("start_single_share", "start_products", "start_crossfit", "refit_alpha")
 
 
@@ -483,13 +484,9 @@ def run_columns(args: argparse.Namespace) -> tuple[str, ...]:
     return tuple(c for c in COLUMNS if c != "ppo" or args.with_ppo)
 
 
-def load_rows(path: Path, key: str, shapes: tuple[str, ...] = ()) -> dict[tuple[float, int], dict]:
-    """The rows of ``path`` run with settings ``key`` (and, given ``shapes``, of those shapes: rows
-    written before rows had a shape are ``minute_momentum``'s), with today's column names
-    (``power_columns.upgraded``); of two rows of one market, the later."""
-    if not path.exists():
-        return {}
-    rows = {}
+def read_rows(path: Path) -> Iterator[dict]:
+    """Each row of a power-table file, in order: a torn last write (a kill) is skipped with a
+    warning, anything else that is not a row is a one-line error."""
     for number, line in enumerate(path.read_text().splitlines(), start=1):
         if not line.strip():
             continue
@@ -504,6 +501,17 @@ def load_rows(path: Path, key: str, shapes: tuple[str, ...] = ()) -> dict[tuple[
             sys.exit(f"error: {path}:{number}: not a power-table row ({exc})")
         if not isinstance(row, dict) or not {"level", "index"} <= set(row):
             sys.exit(f"error: {path}:{number}: not a power-table row (no level and index)")
+        yield row
+
+
+def load_rows(path: Path, key: str, shapes: tuple[str, ...] = ()) -> dict[tuple[float, int], dict]:
+    """The rows of ``path`` run with settings ``key`` (and, given ``shapes``, of those shapes: rows
+    written before rows had a shape are ``minute_momentum``'s), with today's column names
+    (``power_columns.upgraded``); of two rows of one market, the later."""
+    if not path.exists():
+        return {}
+    rows = {}
+    for row in read_rows(path):
         if row.get("settings_key") == key and (not shapes or row.get("shape", MINUTE_MOMENTUM) in shapes):
             rows[(float(row["level"]), int(row["index"]))] = upgraded(row)
     return rows

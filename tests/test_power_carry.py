@@ -40,6 +40,9 @@ def test_rows_whose_champion_is_its_start_carry_and_fresh_rows_are_checked(tmp_p
     )
     with pytest.raises(SystemExit, match="already holds rows"):
         power_carry.carry(source, out, "old", "new")
+    # market 1 neither carried nor run yet: the arm is incomplete
+    (line,) = power_carry.check(source, out, "old", "new")
+    assert line.startswith("('nonlinear', 0.1, 1)") and "no row of the arm" in line
     # the fresh row of market 1: the same tournament, a different champion, every other column the same
     fresh = _row(1, 1.5, key="new")
     fresh["champion"]["sharpe"] = 0.2

@@ -69,7 +69,7 @@ from agents.tournament.pod import RoundError, ValidReturns, learner_args, score_
 from agents.training import policy_for_env
 from backtests.alpha_bootstrap import alpha_t_statistic
 from backtests.bootstrap_t import t_statistic
-from backtests.engine import run_backtest
+from backtests.engine import buy_and_hold_on
 from backtests.metrics import TRADING_DAYS_PER_YEAR
 from data.atomic import replace_dir
 
@@ -186,10 +186,7 @@ def versus_start(chosen: Policy, start: Policy, valid: Any, params: Any, annuali
 def buy_and_hold_daily(valid: Any, params: Any, dates: Any) -> np.ndarray:
     """Buy-and-hold's daily returns on ``valid`` (the ``buy_and_hold`` baseline, under the run's
     execution rules) on ``dates``; raises ``RoundError`` when a date has none."""
-    bench = run_backtest(valid, params, baselines=("buy_and_hold",), device=valid.device, num_threads=1)
-    when, daily = bench.daily_returns()
-    by_date = dict(zip(np.asarray(when, "datetime64[D]").tolist(), daily[:, 0].cpu().numpy(), strict=True))
-    out = np.array([by_date.get(d, np.nan) for d in np.asarray(dates, "datetime64[D]").tolist()])
+    out = buy_and_hold_on(valid, params, dates, device=valid.device)
     if not np.isfinite(out).all():
         raise RoundError("buy-and-hold's validation returns do not line up with the pods'")
     return out
