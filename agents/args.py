@@ -174,8 +174,8 @@ class SACArgs:
             raise ConfigError(f"SACArgs.rebalance_rate must be in (0, 1], got {self.rebalance_rate}")
 
 
-Objective = Literal["excess_sharpe", "sharpe"]
-OBJECTIVES: tuple[str, ...] = ("excess_sharpe", "sharpe")
+Objective = Literal["excess_sharpe", "active_sharpe", "sharpe"]
+OBJECTIVES: tuple[str, ...] = ("excess_sharpe", "active_sharpe", "sharpe")
 
 
 @dataclass(frozen=True)
@@ -204,7 +204,9 @@ class DirectArgs:
     norm_updates: int = 10
     """updates whose observations fit a fresh policy's observation statistics (frozen after)"""
     objective: Objective = "excess_sharpe"
-    """what the gradient climbs: the Sharpe ratio of the net excess over equal weight, or of the net return"""
+    """what the gradient climbs: the Sharpe ratio of the net excess over equal weight, of the net excess
+    over equal weight held at the book's own exposure (``"active_sharpe"``: the selection alone, so
+    holding cash through a fall earns nothing), or of the net return"""
     max_grad_norm: float = 0.5
     """global gradient-norm clip"""
     embed: int = 16

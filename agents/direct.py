@@ -121,12 +121,21 @@ def observation(weights: Tensor, d: Decisions, rows: Tensor) -> Tensor:
 
 
 def simulate(
-    policy: Policy, d: Decisions, starts: Tensor, horizon: int, params: Any, *, fit_norm: bool = False
+    policy: Policy,
+    d: Decisions,
+    starts: Tensor,
+    horizon: int,
+    params: Any,
+    *,
+    fit_norm: bool = False,
+    active: bool = False,
 ) -> tuple[Tensor, Tensor]:
     """Paths of ``horizon`` decisions from ``starts (B,)``, each from cash: ``(net (B, L), equal
     (B, L))``, the policy's net return per decision and the equal-weight portfolio's gross return on the
-    same bars; differentiable in the policy's weights. ``fit_norm``: fold the observations into the
-    policy's normalizer statistics first."""
+    same bars; differentiable in the policy's weights. ``active``: the equal-weight portfolio held at
+    the policy's own exposure instead (its invested share through the gap, then through the hold), so
+    that ``net - equal`` is the return of the book's selection alone. ``fit_norm``: fold the
+    observations into the policy's normalizer statistics first."""
     a = policy.num_assets
     buy_cost, sell_cost = cost_per_turnover(params)
     cap = float(params.max_weight)
@@ -150,7 +159,11 @@ def simulate(
         grow_hold = 1.0 + (target * hold).sum(dim=-1)
         nets.append(grow_gap * (1.0 - paid) * grow_hold - 1.0)
         live = fill_ok.to(hold.dtype)
-        equal = ((1.0 + gap) * (1.0 + hold) - 1.0) * live
+        if active:  # the equal-weight book at the policy's exposure: the market's move held the same
+            gap_in, hold_in = w.sum(dim=-1, keepdim=True), target.sum(dim=-1, keepdim=True)
+            equal = ((1.0 + gap_in * gap) * (1.0 + hold_in * hold) - 1.0) * live
+        else:
+            equal = ((1.0 + gap) * (1.0 + hold) - 1.0) * live
         equals.append(equal.sum(dim=-1) / live.sum(dim=-1).clamp(min=1.0))
         w = target * (1.0 + hold) / grow_hold.unsqueeze(-1)
     return torch.stack(nets, dim=1), torch.stack(equals, dim=1)
@@ -159,7 +172,7 @@ def simulate(
 def objective_of(net: Tensor, equal: Tensor, kind: str) -> Tensor:
     """The Sharpe ratio (per decision, not annualized) of the net returns or of their excess over
     equal weight, over every decision of every path."""
-    x = (net - equal if kind == "excess_sharpe" else net).reshape(-1)
+    x = objective_series(net, equal, kind).reshape(-1)
     return x.mean() / (x.std() + 1e-8)
 
 
@@ -193,7 +206,13 @@ def _gradient_step(
     """One update: simulate the paths from ``starts``, climb the objective's gradient; returns the
     objective before the step."""
     net, equal = simulate(
-        policy, decisions, starts.to(decisions.features.device), horizon, params, fit_norm=fit_norm
+        policy,
+        decisions,
+        starts.to(decisions.features.device),
+        horizon,
+        params,
+        fit_norm=fit_norm,
+        active=is_active(args.objective),
     )
     loss = -objective_of(net, equal, args.objective)
     opt.zero_grad(set_to_none=True)
@@ -251,13 +270,23 @@ def _holdout(
     the per-decision series it is the Sharpe ratio of (``(K - fit_rows,)``)."""
     start = torch.tensor([fit_rows], device=decisions.features.device)
     with torch.no_grad():
-        net, equal = simulate(policy, decisions, start, decisions.num - fit_rows, params)
+        net, equal = simulate(
+            policy, decisions, start, decisions.num - fit_rows, params, active=is_active(kind)
+        )
     return float(objective_of(net, equal, kind)), objective_series(net, equal, kind).reshape(-1)
 
 
+def is_active(kind: str) -> bool:
+    """Whether the objective ``kind`` measures the book against equal weight at its own exposure
+    (``"active_sharpe"``: :func:`simulate`'s ``active``)."""
+    return kind == "active_sharpe"
+
+
 def objective_series(net: Tensor, equal: Tensor, kind: str) -> Tensor:
-    """What :func:`objective_of` takes the Sharpe ratio of: the net returns or their excess."""
-    return net - equal if kind == "excess_sharpe" else net
+    """What :func:`objective_of` takes the Sharpe ratio of: the net returns or their excess (over
+    equal weight, or, for ``"active_sharpe"``, over equal weight at the book's exposure, as
+    :func:`simulate` gave ``equal``)."""
+    return net if kind == "sharpe" else net - equal
 
 
 def paired_t(candidate: Tensor, base: Tensor) -> Tensor:

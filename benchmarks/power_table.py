@@ -79,7 +79,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from agents.args import DirectArgs  # noqa: E402
+from agents.args import OBJECTIVES, DirectArgs  # noqa: E402
 from agents.ensemble import load_policy  # noqa: E402
 from app.config import Config, to_env_params, to_learner_args  # noqa: E402
 from app.runs import RunDir  # noqa: E402
@@ -188,6 +188,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "by the alpha over buy-and-hold of their daily difference) for the champion's tournament (unset: "
         "the learner's default); when on, part of the rows' settings key",
     )
+    p.add_argument(
+        "--objective",
+        choices=OBJECTIVES,
+        default=None,
+        help="direct learner: [agent] objective for the champion's pods (unset: the learner's default); "
+        "other than excess_sharpe, part of the rows' settings key",
+    )
     p.add_argument("--with-ppo", action="store_true", help="add the ppo column (a PPO tournament a market)")
     p.add_argument("--ppo-budget", type=int, default=PPO_BUDGET, help="env-steps of the PPO tournament")
     p.add_argument("--ppo-pods", type=int, default=4, help="pods of the PPO tournament (the demo's)")
@@ -285,6 +292,8 @@ def settings_key(args: argparse.Namespace) -> str:
         key += ",start_crossfit=1"
     if args.algo == "direct" and effective(args, "refit_alpha"):
         key += ",refit_alpha=1"
+    if args.algo == "direct" and effective(args, "objective") != "excess_sharpe":
+        key += f",objective={effective(args, 'objective')}"
     # The tournaments' device: rows of the CPU, the first, keep their key.
     if args.device != "cpu":
         key += f",device={args.device}"
@@ -293,7 +302,7 @@ def settings_key(args: argparse.Namespace) -> str:
 
 #: The direct learner's ``[agent]`` settings a flag may set, each unset (None) by default: the
 #: learner's default then. A default may change between tables, so a row's key names the value run.
-START_FLAGS = ("start_single_share", "start_products", "start_crossfit", "refit_alpha")
+START_FLAGS = ("start_single_share", "start_products", "start_crossfit", "refit_alpha", "objective")
 
 
 def effective(args: argparse.Namespace, name: str):

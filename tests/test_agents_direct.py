@@ -48,6 +48,81 @@ def test_the_simulated_step_is_the_env_step_for_a_frictionless_fill():
     assert torch.allclose(net[0].double(), result.returns[:20, 0], atol=2e-5)
 
 
+def _reference_paths(target: torch.Tensor, d, rows: list[int], buy: float, sell: float):
+    """One path's net returns and equal-weight benchmarks at the book's exposure, a loop per asset:
+    the slow reference of ``direct.simulate(..., active=True)`` for fixed target weights."""
+    nets, benches, w = [], [], [0.0] * target.shape[1]
+    for j, k in enumerate(rows):
+        gap, hold, ok = d.gap[k].tolist(), d.hold[k].tolist(), d.fill_ok[k].tolist()
+        grow_gap = 1.0 + sum(wi * g for wi, g in zip(w, gap, strict=True))
+        w_open = [wi * (1.0 + g) / grow_gap for wi, g in zip(w, gap, strict=True)]
+        tgt = [float(t) if o else wo for t, o, wo in zip(target[j].tolist(), ok, w_open, strict=True)]
+        paid = sum(
+            max(t - wo, 0.0) * buy + max(wo - t, 0.0) * sell for t, wo in zip(tgt, w_open, strict=True)
+        )
+        grow_hold = 1.0 + sum(t * h for t, h in zip(tgt, hold, strict=True))
+        nets.append(grow_gap * (1.0 - paid) * grow_hold - 1.0)
+        e_gap, e_hold = sum(w), sum(tgt)
+        live = [
+            (1.0 + e_gap * g) * (1.0 + e_hold * h) - 1.0 for g, h, o in zip(gap, hold, ok, strict=True) if o
+        ]
+        benches.append(sum(live) / max(len(live), 1))
+        w = [t * (1.0 + h) / grow_hold for t, h in zip(tgt, hold, strict=True)]
+    return nets, benches
+
+
+class _Fixed(torch.nn.Module):
+    """A stand-in policy that targets given weights at each step of a path (``simulate`` reads its
+    ``net.actor_mean``, ``obs_norm`` and ``to_action``)."""
+
+    def __init__(self, targets: torch.Tensor) -> None:
+        super().__init__()
+        self.targets, self.step, self.num_assets = targets, 0, targets.shape[1]
+        self.raw_dim = targets.shape[1]
+        self.net = self
+        self.obs_norm = self
+
+    def normalize(self, obs):
+        return obs
+
+    def actor_mean(self, obs):
+        return obs
+
+    def to_action(self, logits, obs):
+        out = self.targets[self.step].unsqueeze(0).expand(obs.shape[0], -1)
+        self.step += 1
+        return out
+
+
+def test_the_active_benchmark_is_equal_weight_at_the_books_exposure():
+    """``simulate(active=True)``: the equal-weight benchmark held at the book's own invested share
+    (through the gap at the weights carried in, through the hold at the target), against a slow loop;
+    a book that is equal weight at any exposure has no active return but its costs, and at full
+    exposure the active benchmark is the plain one."""
+    market = ppo_market()
+    params = EnvParams(decision_interval=5)
+    d = direct.decisions_of(market, 5)
+    a, steps = market.num_assets, 6
+    gen = torch.Generator().manual_seed(0)
+    raw = torch.rand(steps, a, generator=gen)
+    exposure = torch.tensor([0.3, 0.9, 0.5, 1.0, 0.1, 0.7]).unsqueeze(1)
+    targets = raw / raw.sum(dim=1, keepdim=True) * exposure
+    buy, sell = direct.cost_per_turnover(params)
+    net, bench = direct.simulate(_Fixed(targets), d, torch.tensor([3]), steps, params, active=True)
+    want_net, want_bench = _reference_paths(targets, d, list(range(3, 3 + steps)), buy, sell)
+    assert torch.allclose(net[0].double(), torch.tensor(want_net, dtype=torch.float64), atol=1e-6)
+    assert torch.allclose(bench[0].double(), torch.tensor(want_bench, dtype=torch.float64), atol=1e-6)
+    # equal weight at exposure e through the hold, from cash: the active return is minus the costs
+    ew = torch.full((1, a), 1.0 / a) * 0.4
+    net, bench = direct.simulate(_Fixed(ew), d, torch.tensor([3]), 1, params, active=True)
+    paid = 0.4 * buy
+    assert float(net[0, 0] - bench[0, 0]) == pytest.approx(-paid * (1 + float(bench[0, 0])), abs=1e-6)
+    full = torch.full((steps, a), 1.0 / a)
+    active = direct.simulate(_Fixed(full), d, torch.tensor([3]), steps, params, active=True)[1]
+    plain = direct.simulate(_Fixed(full), d, torch.tensor([3]), steps, params)[1]
+    assert torch.allclose(active[:, 1:], plain[:, 1:], atol=1e-7)  # (the first step's gap is from cash)
+
+
 def test_direct_pods_train_warm_start_and_save_the_standard_policy(tmp_path):
     market = ppo_market()
     train, valid, _test = market.split_sessions(0.6, 0.2)

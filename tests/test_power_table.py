@@ -345,3 +345,18 @@ def test_the_refits_alpha_judge_reaches_the_tournament_and_the_settings_key():
     assert "refit_alpha" not in power_table.settings_key(off)
     same = on if DirectArgs().refit_alpha else off
     assert power_table.settings_key(default) == power_table.settings_key(same)
+
+
+def test_the_learners_objective_reaches_the_pods_and_the_settings_key():
+    """``--objective`` sets the champion's pods' ``[agent] objective``; other than excess_sharpe it is
+    named in the key (the rows run before the option keep theirs)."""
+    from agents.args import DirectArgs
+    from app.config import to_learner_args
+
+    default = power_table.parse_args(["--features", "library"])
+    active = power_table.parse_args(["--features", "library", "--objective", "active_sharpe"])
+    plain = power_table.parse_args(["--features", "library", "--objective", "excess_sharpe"])
+    assert to_learner_args(power_table.config_of(active, 5, 0.05)).objective == "active_sharpe"
+    assert power_table.settings_key(active) == power_table.settings_key(plain) + ",objective=active_sharpe"
+    same = active if DirectArgs().objective == "active_sharpe" else plain
+    assert power_table.settings_key(default) == power_table.settings_key(same)

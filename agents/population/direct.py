@@ -44,6 +44,7 @@ from agents.direct import (
     Decisions,
     adamw_for,
     decisions_of,
+    is_active,
     objective_series,
     paired_t,
     simulate,
@@ -187,7 +188,7 @@ class StackedDirect:
 def pod_objectives(net: Tensor, equal: Tensor, kind: str, lengths: Tensor) -> Tensor:
     """``agents.direct.objective_of`` of each pod: ``net``, ``equal`` ``(P, B, L)``, pod ``p``'s
     decisions the first ``lengths[p]`` of each path; ``(P,)`` (unbiased std, as ``Tensor.std``)."""
-    x = net - equal if kind == "excess_sharpe" else net
+    x = objective_series(net, equal, kind)
     own = (torch.arange(x.shape[2], device=x.device) < lengths.unsqueeze(1)).unsqueeze(1)  # (P, 1, L)
     n = (lengths * x.shape[1]).to(x.dtype)
     mean = torch.where(own, x, 0.0).sum(dim=(1, 2)) / n
@@ -260,9 +261,11 @@ class _Round:
         p, length = self.num_pods, self.hold_len
         starts = torch.full((p,), self.fit_rows, device=self.stack.device)
         self.stack.begin(torch.full((p,), length, device=self.stack.device), torch.zeros_like(self.stack.fit))
-        with torch.no_grad():
-            net, equal = simulate(self.stack, self.decisions, starts, length, self.env_params)  # type: ignore[arg-type]
         kind = self.args[0].objective
+        with torch.no_grad():
+            net, equal = simulate(
+                self.stack, self.decisions, starts, length, self.env_params, active=is_active(kind)
+            )  # type: ignore[arg-type]
         scores = pod_objectives(
             net.view(p, 1, length), equal.view(p, 1, length), kind, self.lengths.new_full((p,), length)
         )
@@ -304,9 +307,18 @@ class _Round:
         ).to(self.stack.device)
         fit = [on and left > 0 for on, left in zip(active, self.fit_left, strict=True)]
         self.stack.begin(self.lengths, torch.tensor(fit, device=self.stack.device))
-        net, equal = simulate(self.stack, self.decisions, starts, horizon, self.env_params, fit_norm=any(fit))  # type: ignore[arg-type]
+        kind = self.args[0].objective
+        net, equal = simulate(
+            self.stack,
+            self.decisions,
+            starts,
+            horizon,
+            self.env_params,
+            fit_norm=any(fit),
+            active=is_active(kind),
+        )  # type: ignore[arg-type]
         shape = (p, batch, horizon)
-        objective = pod_objectives(net.view(shape), equal.view(shape), self.args[0].objective, self.lengths)
+        objective = pod_objectives(net.view(shape), equal.view(shape), kind, self.lengths)
         on = torch.tensor(active, device=self.stack.device)
         grads = torch.autograd.grad(
             -torch.where(on, objective, 0.0).sum(), self.stack.tensors(), allow_unused=True
