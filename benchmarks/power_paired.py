@@ -3,7 +3,9 @@
 Rows of ``A`` and ``B`` are paired by shape, level and seed. Per cell and ``--column`` (the champion by
 default): each table's significant count, the paired counts (both / ``A`` only / ``B`` only), the exact
 McNemar p-value on the discordant markets (two-sided, the binomial at one half), each table's median
-test Sharpe and the median of the per-market Sharpe differences (``A`` - ``B``). ``--same`` names
+test Sharpe and the median of the per-market Sharpe differences (``A`` - ``B``), and per table the
+champions fine-tuned past their start, those kept, and the markets where the champion's test Sharpe
+is above its start's (:func:`fine_tuning`). ``--same`` names
 columns the change should not touch: the read-out counts the paired markets where any of their
 fields differ (a check that the two runs built the same markets and baselines).
 
@@ -47,6 +49,20 @@ def mcnemar(a_only: int, b_only: int) -> float:
     return 1.0 if n == 0 else float(binomtest(a_only, n, 0.5).pvalue)
 
 
+def fine_tuning(rows: list[dict]) -> dict[str, int]:
+    """Of a cell's rows: the champions fine-tuned past their start (the refit compared the two:
+    ``champion_start_t`` set), of those the ones that stayed (not refitted), and the markets where the
+    champion's test Sharpe is above its unfine-tuned start's."""
+    tuned = [r for r in rows if r.get("champion_start_t") is not None]
+    return {
+        "fine_tuned": len(tuned),
+        "kept": sum(not r.get("champion_refit", True) for r in tuned),
+        "over_start": sum(
+            isinstance(r.get("start"), dict) and r["champion"]["sharpe"] > r["start"]["sharpe"] for r in rows
+        ),
+    }
+
+
 def paired(a: dict, b: dict, columns: list[str], same: list[str]) -> list[dict]:
     """Per (shape, level) and column of ``columns``: the paired read-out; ``differ``: the markets where
     a column of ``same`` differs between the tables."""
@@ -56,6 +72,7 @@ def paired(a: dict, b: dict, columns: list[str], same: list[str]) -> list[dict]:
     out = []
     for (shape, level), pairs in sorted(cells.items()):
         differ = sum(any(ra.get(c) != rb.get(c) for c in same) for ra, rb in pairs)
+        tuned = {side: fine_tuning([pair[i] for pair in pairs]) for i, side in enumerate("ab")}
         for column in columns:
             both = sum(significant(ra, column) and significant(rb, column) for ra, rb in pairs)
             a_only = sum(significant(ra, column) and not significant(rb, column) for ra, rb in pairs)
@@ -77,6 +94,7 @@ def paired(a: dict, b: dict, columns: list[str], same: list[str]) -> list[dict]:
                     "median_sharpe_b": statistics.median(y for _, y in sharpes),
                     "median_sharpe_diff": statistics.median(x - y for x, y in sharpes),
                     "same_columns_differ": differ,
+                    **{f"{k}_{side}": v for side, counts in tuned.items() for k, v in counts.items()},
                 }
             )
     return out
@@ -102,6 +120,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
             f"B {r['median_sharpe_b']:.2f}, A - B {r['median_sharpe_diff']:+.2f}; "
             f"markets where a --same column differs: {r['same_columns_differ']}"
         )
+        if r["column"] == "champion":
+            print(
+                "  champions fine-tuned past their start (kept), test Sharpe above the start's: "
+                f"A {r['fine_tuned_a']} ({r['kept_a']}), {r['over_start_a']}; "
+                f"B {r['fine_tuned_b']} ({r['kept_b']}), {r['over_start_b']}"
+            )
     return out
 
 

@@ -42,3 +42,23 @@ def test_no_discordant_market_reads_p_one_and_bad_files_are_one_line(tmp_path) -
     bad.write_text("{oops")
     with pytest.raises(SystemExit, match="cannot read"):
         power_paired.main([str(bad), str(bad)])
+
+
+def test_fine_tuned_champions_and_those_above_their_start_are_counted() -> None:
+    rows = [
+        {"champion_start_t": None, "champion": {"sharpe": 1.0}, "start": {"sharpe": 0.5}},
+        {
+            "champion_start_t": 2.5,
+            "champion_refit": False,
+            "champion": {"sharpe": 0.2},
+            "start": {"sharpe": 0.4},
+        },
+        {
+            "champion_start_t": 0.3,
+            "champion_refit": True,
+            "champion": {"sharpe": 0.4},
+            "start": {"sharpe": 0.4},
+        },
+        {"champion": {"sharpe": 3.0}},  # (a row before the start column: not above it)
+    ]
+    assert power_paired.fine_tuning(rows) == {"fine_tuned": 2, "kept": 1, "over_start": 1}
