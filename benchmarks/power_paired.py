@@ -27,7 +27,10 @@ from scipy.stats import binomtest
 
 
 def read_rows(path: Path, tool: str) -> list[dict]:
-    """A power table's JSON-lines rows; a one-line exit naming ``tool`` and the file when unreadable."""
+    """A power table's JSON-lines rows; a one-line exit naming ``tool`` and the file when unreadable.
+
+    Strict where ``power_table.read_rows`` is tolerant: a run resumes past a torn last row (its
+    market runs again), but a read-out of a torn table would count a market short."""
     try:
         return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     except (OSError, ValueError) as exc:
