@@ -97,7 +97,8 @@ class _Fixed(torch.nn.Module):
 def test_the_active_benchmark_is_equal_weight_at_the_books_exposure():
     """``simulate(active=True)``: the equal-weight benchmark held at the book's own invested share
     (through the gap at the weights carried in, through the hold at the target), against a slow loop;
-    a book that is equal weight at any exposure has no active return but its costs, and at full
+    a book bought from cash at equal weight, at any exposure, has no active return but its costs
+    (later steps carry in a drifted book, whose gap and hold leave a small cross term), and at full
     exposure the active benchmark is the plain one."""
     market = ppo_market()
     params = EnvParams(decision_interval=5)
