@@ -7,7 +7,8 @@ test Sharpe and the median of the per-market Sharpe differences (``A`` - ``B``),
 champions fine-tuned past their start, those kept, and the markets where the champion's test Sharpe
 is above its start's (:func:`fine_tuning`). ``--same`` names
 columns the change should not touch: the read-out counts the paired markets where any of their
-fields differ (a check that the two runs built the same markets and baselines).
+fields differ beyond float rounding (:func:`same_fields`; a check that the two runs built the same
+markets and baselines).
 
     .venv/bin/python benchmarks/power_paired.py docs/figures/power_table_ic_single.jsonl \\
         docs/figures/power_table_ic_bagged.jsonl --column champion start \\
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 from collections import defaultdict
@@ -46,6 +48,16 @@ def significant(row: dict, column: str) -> bool:
     return isinstance(row.get(column), dict) and row[column]["outcome"] == "significant"
 
 
+def same_fields(x: object, y: object, rel: float = 1e-9) -> bool:
+    """Equal, floats to ``rel`` relative: two runs of one market from different commits differ in the
+    last bits of a regression's alpha and beta (a sum taken in another order), not in a verdict."""
+    if isinstance(x, dict) and isinstance(y, dict):
+        return x.keys() == y.keys() and all(same_fields(x[k], y[k], rel) for k in x)
+    if isinstance(x, float) and isinstance(y, float):
+        return math.isclose(x, y, rel_tol=rel, abs_tol=1e-15) or (math.isnan(x) and math.isnan(y))
+    return x == y
+
+
 def mcnemar(a_only: int, b_only: int) -> float:
     """Exact two-sided McNemar p-value on the discordant pairs."""
     n = a_only + b_only
@@ -68,13 +80,13 @@ def fine_tuning(rows: list[dict]) -> dict[str, int]:
 
 def paired(a: dict, b: dict, columns: list[str], same: list[str]) -> list[dict]:
     """Per (shape, level) and column of ``columns``: the paired read-out; ``differ``: the markets where
-    a column of ``same`` differs between the tables."""
+    a column of ``same`` differs between the tables beyond float rounding."""
     cells: dict[tuple[str, float], list[tuple[dict, dict]]] = defaultdict(list)
     for key in sorted(a.keys() & b.keys()):
         cells[key[:2]].append((a[key], b[key]))
     out = []
     for (shape, level), pairs in sorted(cells.items()):
-        differ = sum(any(ra.get(c) != rb.get(c) for c in same) for ra, rb in pairs)
+        differ = sum(any(not same_fields(ra.get(c), rb.get(c)) for c in same) for ra, rb in pairs)
         tuned = {side: fine_tuning([pair[i] for pair in pairs]) for i, side in enumerate("ab")}
         for column in columns:
             both = sum(significant(ra, column) and significant(rb, column) for ra, rb in pairs)

@@ -62,3 +62,13 @@ def test_fine_tuned_champions_and_those_above_their_start_are_counted() -> None:
         {"champion": {"sharpe": 3.0}},  # (a row before the start column: not above it)
     ]
     assert power_paired.fine_tuning(rows) == {"fine_tuned": 2, "kept": 1, "over_start": 1}
+
+
+def test_same_columns_equal_to_float_rounding_do_not_count_as_differing() -> None:
+    base = {"outcome": "significant", "sharpe": 1.0, "beta": 0.9, "alpha_per_day": 1e-4, "p": float("nan")}
+    rounded = {**base, "beta": 0.9 * (1 + 1e-14), "alpha_per_day": 1e-4 + 1e-19}
+    assert power_paired.same_fields(base, rounded)
+    assert not power_paired.same_fields(base, {**base, "beta": 0.9 * (1 + 1e-6)})
+    assert not power_paired.same_fields(base, {**base, "outcome": "not significant"})
+    assert not power_paired.same_fields(base, {k: v for k, v in base.items() if k != "beta"})
+    assert power_paired.same_fields(None, None) and not power_paired.same_fields(base, None)
