@@ -203,10 +203,10 @@ class DirectArgs:
     weights must beat the warm start (the ridge or the parent) to replace it (0: any better objective)"""
     norm_updates: int = 10
     """updates whose observations fit a fresh policy's observation statistics (frozen after)"""
-    objective: Objective = "excess_sharpe"
-    """what the gradient climbs: the Sharpe ratio of the net excess over equal weight, of the net excess
-    over equal weight held at the book's own exposure (``"active_sharpe"``: the selection alone, so
-    holding cash through a fall earns nothing), or of the net return"""
+    objective: Objective = "active_sharpe"
+    """what the gradient climbs: the Sharpe ratio of the net excess over equal weight held at the
+    book's own exposure (``"active_sharpe"``: the selection alone, so holding cash through a fall earns
+    nothing), of the net excess over equal weight (``"excess_sharpe"``), or of the net return"""
     max_grad_norm: float = 0.5
     """global gradient-norm clip"""
     embed: int = 16

@@ -20,10 +20,11 @@ the gradient sees it), the direct approach of EIIE (Jiang et al. 2017) and of de
   fee rate of its side (the env's fee profile: ``EnvParams.buy_fee_rate`` / ``sell_fee_rate``); the square-root impact (small at the default account
   size) and the volume cap are left to the scoring backtest, which runs the env itself. The weight
   cap ``max_weight`` is applied as the env applies it (the excess stays in cash).
-- **objective** (``objective``): ``"excess_sharpe"`` (default), the Sharpe ratio of the per-decision
-  net return in excess of the equal-weight portfolio of the same bars, over all paths of a batch: the
-  cross-sectional edge, not the market's move, which a long-only book cannot escape; ``"sharpe"``: the
-  Sharpe ratio of the net returns themselves.
+- **objective** (``objective``): ``"active_sharpe"`` (default), the Sharpe ratio of the per-decision
+  net return in excess of the equal-weight portfolio of the same bars held at the book's own invested
+  share, over all paths of a batch: the cross-sectional edge, not the market's move, which a long-only
+  book cannot escape and which cash would otherwise earn on in a fall; ``"excess_sharpe"``: the excess
+  over equal weight fully invested; ``"sharpe"``: the Sharpe ratio of the net returns themselves.
 - **regularization and stopping**: AdamW's weight decay; the last ``holdout_frac`` of the train
   window's decisions is never trained on: every ``holdout_every`` updates the policy is run over it
   from cash (the same simulation, no gradient) and the weights with the best held-out objective are the

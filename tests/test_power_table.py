@@ -18,7 +18,16 @@ from benchmarks import power_columns  # noqa: E402
 
 #: The flags of rows run with the half (`start_single_share = 0.5`) and without the pair candidate and
 #: the cross-fitted judgement, whose keys do not name them.
-HALF = ["--start-single-share", "0.5", "--no-start-products", "--no-start-crossfit", "--no-refit-alpha"]
+#: The learner of the first tables' rows (each setting at its value then), whose key they keep.
+HALF = [
+    "--start-single-share",
+    "0.5",
+    "--no-start-products",
+    "--no-start-crossfit",
+    "--no-refit-alpha",
+    "--objective",
+    "excess_sharpe",
+]
 
 
 def test_the_planted_predictor_is_the_trailing_idiosyncratic_sum_and_predicts():
@@ -91,7 +100,13 @@ def test_the_feature_set_reaches_the_market_and_the_settings_key():
 def test_the_start_single_share_reaches_the_learner_and_the_settings_key():
     from app.config import to_learner_args
 
-    before = ["--no-start-products", "--no-start-crossfit", "--no-refit-alpha"]  # (the learner of those rows)
+    before = [
+        "--no-start-products",
+        "--no-start-crossfit",
+        "--no-refit-alpha",
+        "--objective",
+        "excess_sharpe",
+    ]
     default = power_table.parse_args(["--features", "library", *before])
     single = power_table.parse_args(["--features", "library", "--start-single-share", "1", *before])
     half = power_table.parse_args(["--features", "library", "--start-single-share", "0.5", *before])
@@ -111,7 +126,11 @@ def test_the_pair_candidate_and_the_crossfit_judgement_reach_the_learner_and_the
     the learner before them, whose key they keep."""
     from app.config import to_learner_args
 
-    old = ["--no-refit-alpha"]  # (the refit's judge of those rows)
+    old = [
+        "--no-refit-alpha",
+        "--objective",
+        "excess_sharpe",
+    ]  # (the refit's judge and objective of those rows)
     default = power_table.parse_args(["--features", "library", *old])
     flagged = power_table.parse_args(["--features", "library", "--start-products", "--start-crossfit", *old])
     off = power_table.parse_args(
@@ -336,9 +355,10 @@ def test_the_refits_alpha_judge_reaches_the_tournament_and_the_settings_key():
     from agents.args import DirectArgs
     from app.config import to_learner_args
 
-    default = power_table.parse_args(["--features", "library"])
-    on = power_table.parse_args(["--features", "library", "--refit-alpha"])
-    off = power_table.parse_args(["--features", "library", "--no-refit-alpha"])
+    plain = ["--objective", "excess_sharpe"]  # (the objective of the rows before it)
+    default = power_table.parse_args(["--features", "library", *plain])
+    on = power_table.parse_args(["--features", "library", "--refit-alpha", *plain])
+    off = power_table.parse_args(["--features", "library", "--no-refit-alpha", *plain])
     assert power_table.config_of(on, 5, 0.05).agent.refit_alpha is True
     assert to_learner_args(power_table.config_of(off, 5, 0.05)).refit_alpha is False
     assert power_table.settings_key(on) == power_table.settings_key(off) + ",refit_alpha=1"
