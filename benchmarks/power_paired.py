@@ -7,7 +7,7 @@ test Sharpe and the median of the per-market Sharpe differences (``A`` - ``B``),
 champions fine-tuned past their start, those kept, and the markets where the champion's test Sharpe
 is above its start's (:func:`fine_tuning`). ``--same`` names
 columns the change should not touch: the read-out counts the paired markets where any of their
-fields differ beyond float rounding (:func:`same_fields`; a check that the two runs built the same
+fields differ beyond float rounding (``benchmarks.power_rerun.same_value``; a check that the two runs built the same
 markets and baselines).
 
     .venv/bin/python benchmarks/power_paired.py docs/figures/power_table_ic_single.jsonl \\
@@ -19,13 +19,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 import sys
 from collections import defaultdict
 from pathlib import Path
 
 from scipy.stats import binomtest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.power_rerun import same_value  # noqa: E402
 
 
 def read_rows(path: Path, tool: str) -> list[dict]:
@@ -46,16 +49,6 @@ def load(path: Path) -> dict[tuple[str, float, int], dict]:
 
 def significant(row: dict, column: str) -> bool:
     return isinstance(row.get(column), dict) and row[column]["outcome"] == "significant"
-
-
-def same_fields(x: object, y: object, rel: float = 1e-9) -> bool:
-    """Equal, floats to ``rel`` relative: two runs of one market from different commits differ in the
-    last bits of a regression's alpha and beta (a sum taken in another order), not in a verdict."""
-    if isinstance(x, dict) and isinstance(y, dict):
-        return x.keys() == y.keys() and all(same_fields(x[k], y[k], rel) for k in x)
-    if isinstance(x, float) and isinstance(y, float):
-        return math.isclose(x, y, rel_tol=rel, abs_tol=1e-15) or (math.isnan(x) and math.isnan(y))
-    return x == y
 
 
 def mcnemar(a_only: int, b_only: int) -> float:
@@ -86,7 +79,7 @@ def paired(a: dict, b: dict, columns: list[str], same: list[str]) -> list[dict]:
         cells[key[:2]].append((a[key], b[key]))
     out = []
     for (shape, level), pairs in sorted(cells.items()):
-        differ = sum(any(not same_fields(ra.get(c), rb.get(c)) for c in same) for ra, rb in pairs)
+        differ = sum(any(not same_value(ra.get(c), rb.get(c)) for c in same) for ra, rb in pairs)
         tuned = {side: fine_tuning([pair[i] for pair in pairs]) for i, side in enumerate("ab")}
         for column in columns:
             both = sum(significant(ra, column) and significant(rb, column) for ra, rb in pairs)

@@ -169,9 +169,16 @@ def merged(old: dict, new: dict, rerun: tuple[str, ...], order: tuple[str, ...])
     return row
 
 
-def _same(a: object, b: object) -> bool:
+def same_value(a: object, b: object) -> bool:
+    """Equal, floats to ``SPOT_RTOL`` relative (NaN to NaN), dicts key by key: two runs of one market
+    from different commits differ in the last bits of a regression's alpha and beta (a sum taken in
+    another order), not in a verdict. The spot check and ``benchmarks/power_paired.py`` both use it."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same_value(a[k], b[k]) for k in a)
     if isinstance(a, float) and isinstance(b, float):
-        return a == b or (math.isfinite(a) and math.isclose(a, b, rel_tol=SPOT_RTOL, abs_tol=1e-15))
+        if math.isnan(a) or math.isnan(b):
+            return math.isnan(a) and math.isnan(b)
+        return a == b or math.isclose(a, b, rel_tol=SPOT_RTOL, abs_tol=1e-15)
     return a == b
 
 
@@ -182,7 +189,7 @@ def spot_mismatches(old: dict, new: dict, keep: tuple[str, ...]) -> list[str]:
         f"{name}.{field}"
         for name in keep
         for field in CHECKED_FIELDS
-        if not _same(old.get(name, {}).get(field), new.get(name, {}).get(field))
+        if not same_value(old.get(name, {}).get(field), new.get(name, {}).get(field))
     ]
 
 

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from benchmarks import power_paired
+from benchmarks.power_rerun import same_value
 
 
 def _row(seed: int, champion: bool, sharpe: float, oracle_sharpe: float = 2.0, level: float = 0.05) -> dict:
@@ -67,8 +68,8 @@ def test_fine_tuned_champions_and_those_above_their_start_are_counted() -> None:
 def test_same_columns_equal_to_float_rounding_do_not_count_as_differing() -> None:
     base = {"outcome": "significant", "sharpe": 1.0, "beta": 0.9, "alpha_per_day": 1e-4, "p": float("nan")}
     rounded = {**base, "beta": 0.9 * (1 + 1e-14), "alpha_per_day": 1e-4 + 1e-19}
-    assert power_paired.same_fields(base, rounded)
-    assert not power_paired.same_fields(base, {**base, "beta": 0.9 * (1 + 1e-6)})
-    assert not power_paired.same_fields(base, {**base, "outcome": "not significant"})
-    assert not power_paired.same_fields(base, {k: v for k, v in base.items() if k != "beta"})
-    assert power_paired.same_fields(None, None) and not power_paired.same_fields(base, None)
+    assert same_value(base, rounded)
+    assert not same_value(base, {**base, "beta": 0.9 * (1 + 1e-6)})
+    assert not same_value(base, {**base, "outcome": "not significant"})
+    assert not same_value(base, {k: v for k, v in base.items() if k != "beta"})
+    assert same_value(None, None) and not same_value(base, None)
