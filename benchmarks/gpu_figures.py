@@ -179,7 +179,7 @@ def power_figures(rows_path: Path, wall_s: float) -> dict | None:
     rows = [json.loads(line) for line in rows_path.read_text().splitlines() if line.strip()]
     if not rows:
         return None
-    stages = ("data_s", "tournament_s", "fit_s", "backtest_s", "wall_s")
+    stages = ("data_s", "tournament_s", "ppo_s", "fit_s", "backtest_s", "wall_s")
     medians = {
         k: statistics.median(r[k] for r in rows if k in r) for k in stages if any(k in r for r in rows)
     }

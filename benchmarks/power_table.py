@@ -81,6 +81,7 @@ import torch  # noqa: E402
 
 from agents.args import OBJECTIVES, DirectArgs  # noqa: E402
 from agents.ensemble import load_policy  # noqa: E402
+from agents.tournament.backend_choice import resolve_backend  # noqa: E402
 from app.config import Config, to_env_params, to_learner_args  # noqa: E402
 from app.runs import RunDir  # noqa: E402
 from app.workflows.training import train_tournament  # noqa: E402
@@ -114,9 +115,11 @@ LEVELS = (0.0, 0.15, 0.25, 0.42, 0.7)
 MIN_TEST_SESSIONS = 126
 #: The PPO column's env-steps: the demo preset's first round (4 pods x 250,000 env-steps).
 PPO_BUDGET = 1_000_000
-#: The PPO column's backend: its pods as one batched program (the product's GPU path), on the CPU
-#: 1.17x the local backend's pace at the plan's size (docs/benchmarks.md, Power table plan).
-PPO_BACKEND = "population"
+#: The PPO column's backend by default: ``auto``, the product's choice on the tournaments' device
+#: (``agents.tournament.backend_choice``): local worker processes on a CPU, where they train the
+#: column's pods faster than a population at the table's settings (docs/benchmarks.md, "The table's
+#: floor on two cores"), the population backend on CUDA. Rows' keys name the backend resolved.
+PPO_BACKEND = "auto"
 DEFAULT_OUT = Path(__file__).resolve().parents[1] / "docs" / "figures" / "power_table.jsonl"
 
 
@@ -200,6 +203,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--ppo-pods", type=int, default=4, help="pods of the PPO tournament (the demo's)")
     p.add_argument("--ppo-round-steps", type=int, default=250_000, help="its round (the demo's)")
     p.add_argument(
+        "--ppo-backend",
+        choices=("auto", "local", "population"),
+        default=PPO_BACKEND,
+        help="the PPO tournament's [tournament] backend (auto: the device's choice, local on a CPU; the "
+        "rows' key names the one resolved; tables before this flag ran population)",
+    )
+    p.add_argument(
         "--shard",
         default="0/1",
         help="K/N: run only the markets whose index is K modulo N (N processes side by side share one --out)",
@@ -279,7 +289,7 @@ def settings_key(args: argparse.Namespace) -> str:
     if args.features != "small":  # (rows of the small set, the first, keep their key)
         key += f",features={args.features}"
     if args.with_ppo:  # (the PPO column's tournament: rows without it keep their key)
-        key += f",ppo={args.ppo_budget}/{args.ppo_pods}/{args.ppo_round_steps}/{PPO_BACKEND}"
+        key += f",ppo={args.ppo_budget}/{args.ppo_pods}/{args.ppo_round_steps}/{ppo_backend(args)}"
     # The direct learner's blend share: rows at the half, its first value, keep their key.
     share = effective(args, "start_single_share")
     if args.algo == "direct" and share != 0.5:
@@ -382,6 +392,11 @@ def market_splits(config: Config, seed: int):
     )
 
 
+def ppo_backend(args: argparse.Namespace) -> str:
+    """The PPO column's backend as it runs: ``--ppo-backend``, ``auto`` resolved on ``--device``."""
+    return resolve_backend(args.ppo_backend, args.device, "ppo")
+
+
 def ppo_config(args: argparse.Namespace, seed: int, level: float) -> Config:
     """The PPO column's tournament: the demo preset's pool (``--ppo-pods`` pods in rounds of
     ``--ppo-round-steps``) for ``--ppo-budget`` env-steps, PPO's defaults otherwise, the same market."""
@@ -393,7 +408,7 @@ def ppo_config(args: argparse.Namespace, seed: int, level: float) -> Config:
             "leaderboard_size": 2 * args.ppo_pods,
             "round_steps": min(args.ppo_round_steps, args.ppo_budget),
             "budget_steps": args.ppo_budget,
-            "backend": PPO_BACKEND,
+            "backend": ppo_backend(args),
         },
     )
 

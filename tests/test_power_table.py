@@ -167,6 +167,20 @@ def test_the_device_reaches_the_tournaments_and_names_itself_in_the_key_off_the_
     assert "device" not in power_table.settings_key(cpu)  # the CPU's rows keep their key
 
 
+def test_the_ppo_column_runs_on_the_devices_backend_unless_told_and_its_key_names_the_one_run():
+    cpu = power_table.parse_args(["--with-ppo"])
+    gpu = power_table.parse_args(["--with-ppo", "--device", "cuda"])
+    told = power_table.parse_args(["--with-ppo", "--ppo-backend", "population"])
+    assert power_table.ppo_config(cpu, 5, 0.05).tournament.backend == "local"
+    assert power_table.ppo_config(gpu, 5, 0.05).tournament.backend == "population"
+    assert power_table.ppo_config(told, 5, 0.05).tournament.backend == "population"
+    assert ",ppo=1000000/4/250000/local," in power_table.settings_key(cpu)
+    # the tables run before the flag (the population backend on the CPU) rerun under their key
+    assert ",ppo=1000000/4/250000/population," in power_table.settings_key(told)
+    with pytest.raises(SystemExit):
+        power_table.parse_args(["--ppo-backend", "ray"])
+
+
 def test_shards_split_the_markets_between_processes():
     assert power_table.parse_args([]).shard == (0, 1)
     assert power_table.parse_args(["--shard", "1/2"]).shard == (1, 2)
