@@ -9,8 +9,10 @@ It prints each stage's median seconds a market in a process (``data_s``: buildin
 ``tournament_s``: the champion's tournament; ``ppo_s``: the PPO column's; ``fit_s``: the ridge and
 boosted fits; ``backtest_s``: the one backtest of every column), the markets an hour over the run's
 wall time, and the hours of the table's 292 markets at that rate (``gpu_figures.TABLE_MARKETS``).
-A process's first market pays its one-off costs (imports, a compile of the PPO loss): time at least
-two markets a process.
+A process's first market pays its one-off costs (imports, a compile of the PPO loss), so the
+figures come twice: over every market, and over the markets after each process's first
+(``warm``: the pace of a long run; at least two markets a process for them). ``--out`` keeps the
+rows.
 
     .venv/bin/python benchmarks/power_table_time.py                            # 4 markets, 2 processes
     .venv/bin/python benchmarks/power_table_time.py --ppo-backend population   # the PPO column's other backend
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -29,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.gpu_figures import power_figures  # noqa: E402
+from benchmarks.gpu_figures import TABLE_MARKETS, power_figures  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -43,6 +46,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--budget", type=int, default=250_000, help="the champion's tournament's env-steps")
     p.add_argument("--ppo-budget", type=int, default=1_000_000, help="the PPO column's env-steps")
     p.add_argument("--device", default="cpu")
+    p.add_argument("--out", type=Path, default=None, help="keep the rows (JSON lines) here")
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = p.parse_args(argv)
     if args.markets < 1 or args.jobs < 1:
@@ -63,10 +67,28 @@ def command(args: argparse.Namespace, out: Path) -> list[str]:
     return cmd + ["--jobs", str(args.jobs)]
 
 
+def warm(rows: list[dict], jobs: int) -> dict | None:
+    """Each stage's median seconds over the markets after each process's first (market ``index`` runs
+    in process ``index % jobs``, so its first is ``index < jobs``), and the table's hours at that pace
+    with ``jobs`` processes side by side; None without such markets."""
+    later = [r for r in rows if r["index"] >= jobs]
+    if not later:
+        return None
+    stages = ("data_s", "tournament_s", "ppo_s", "fit_s", "backtest_s", "wall_s")
+    medians = {k: statistics.median(r[k] for r in later) for k in stages if all(k in r for r in later)}
+    return {
+        "markets": len(later),
+        "median_s": medians,
+        "table_hours": round(TABLE_MARKETS * medians["wall_s"] / jobs / 3600.0, 2),
+    }
+
+
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="podracer-table-time-") as scratch:
-        out = Path(scratch) / "rows.jsonl"
+        out = args.out or Path(scratch) / "rows.jsonl"
+        if out.exists():
+            sys.exit(f"error: {out} exists (the timing writes fresh rows)")
         cmd = command(args, out)
         start = time.perf_counter()
         done = subprocess.run(cmd, stdout=subprocess.DEVNULL, check=False)
@@ -74,7 +96,9 @@ def main(argv: list[str] | None = None) -> dict:
         if done.returncode != 0:
             sys.exit(f"error: the power table's run failed (exit {done.returncode}): {' '.join(cmd[1:])}")
         figures = power_figures(out, wall) or {}
+        rows = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
     figures.update(command=" ".join(cmd[1:]), wall_s=round(wall, 1), ppo_backend=args.ppo_backend)
+    figures["warm"] = warm(rows, args.jobs)
     if args.json:
         print(json.dumps(figures, indent=2))
     else:
@@ -86,6 +110,14 @@ def main(argv: list[str] | None = None) -> dict:
             f"markets an hour: the table's {figures.get('table_markets')} markets in "
             f"{figures.get('table_hours', float('nan')):.1f} h"
         )
+        if figures["warm"]:
+            later = figures["warm"]
+            stages = ", ".join(f"{k[:-2]} {v:.1f} s" for k, v in later["median_s"].items() if k != "wall_s")
+            print(
+                f"after each process's first market ({later['markets']}): median "
+                f"{later['median_s']['wall_s']:.0f} s a market ({stages}): the table's markets in "
+                f"{later['table_hours']:.1f} h on {args.jobs} processes"
+            )
     return figures
 
 

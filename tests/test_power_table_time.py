@@ -37,3 +37,16 @@ def test_its_read_out_counts_the_ppo_stage_and_the_tables_hours(tmp_path: Path) 
     figures = gpu_figures.power_figures(rows, wall_s=150.0)
     assert figures["median_s"]["ppo_s"] == 65 and figures["median_s"]["wall_s"] == 148
     assert figures["markets_per_hour"] == 48.0 and figures["table_hours"] == round(292 / 48.0, 2)
+
+
+def test_the_warm_pace_leaves_out_each_processs_first_market() -> None:
+    rows = [
+        {"index": 0, "data_s": 30, "ppo_s": 90, "wall_s": 190},  # (each process's first: compile, imports)
+        {"index": 1, "data_s": 30, "ppo_s": 90, "wall_s": 170},
+        {"index": 2, "data_s": 20, "ppo_s": 60, "wall_s": 140},
+        {"index": 3, "data_s": 22, "ppo_s": 66, "wall_s": 144},
+    ]
+    later = power_table_time.warm(rows, jobs=2)
+    assert later["markets"] == 2 and later["median_s"] == {"data_s": 21, "ppo_s": 63, "wall_s": 142}
+    assert later["table_hours"] == round(292 * 142 / 2 / 3600, 2)
+    assert power_table_time.warm(rows[:2], jobs=2) is None
