@@ -116,9 +116,9 @@ MIN_TEST_SESSIONS = 126
 #: The PPO column's env-steps: the demo preset's first round (4 pods x 250,000 env-steps).
 PPO_BUDGET = 1_000_000
 #: The PPO column's backend by default: ``auto``, the product's choice on the tournaments' device
-#: (``agents.tournament.backend_choice``): local worker processes on a CPU, where they train the
-#: column's pods faster than a population at the table's settings (docs/benchmarks.md, "The table's
-#: floor on two cores"), the population backend on CUDA. Rows' keys name the backend resolved.
+#: (``agents.tournament.backend_choice``): the local backend on a CPU (on the 2-core VM no slower
+#: than a population there, docs/benchmarks.md "The table's floor on two cores"), the population
+#: backend on CUDA. Rows' keys name the backend resolved.
 PPO_BACKEND = "auto"
 DEFAULT_OUT = Path(__file__).resolve().parents[1] / "docs" / "figures" / "power_table.jsonl"
 
