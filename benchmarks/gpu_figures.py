@@ -62,7 +62,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--walk-envs", type=int, default=256, help="walk-forward: envs per pod")
     p.add_argument("--power-markets", type=int, default=8, help="power: markets to time")
     p.add_argument("--power-jobs", type=int, default=8, help="power: processes sharing the device")
-    p.add_argument("--power-first-seed", type=int, default=2_600_000, help="power: first market's seed")
+    p.add_argument(
+        "--power-first-seed",
+        type=int,
+        default=2_600_000,
+        help="power: the table's --first-seed (IC 0.10: seeds from it + 100,000)",
+    )
     p.add_argument("--limit-s", type=float, default=570.0, help="the parts together, seconds")
     p.add_argument("--smoke", action="store_true", help="CPU, tiny sizes: check that the script runs")
     args = p.parse_args(argv)

@@ -206,8 +206,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--ppo-backend",
         choices=("auto", "local", "population"),
         default=PPO_BACKEND,
-        help="the PPO tournament's [tournament] backend (auto: the device's choice, local on a CPU; the "
-        "rows' key names the one resolved; tables before this flag ran population)",
+        help="the PPO tournament's [tournament] backend (auto: the device's choice, local on a CPU); the "
+        "rows' key names the one resolved",
     )
     p.add_argument(
         "--shard",

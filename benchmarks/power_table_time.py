@@ -3,7 +3,8 @@
 Runs ``benchmarks/power_table.py`` at the table's settings (the library's features, 100 tickers x
 243 sessions split 72 / 45 / 126, 250,000 env-steps and two pods for the champion's tournament, the
 default learner) with the PPO column (``--with-ppo``: the demo's pool, 1,000,000 env-steps) on
-``--markets`` fresh ``nonlinear`` markets at IC 0.10 (seeds from ``--first-seed``, outside every
+``--markets`` fresh ``nonlinear`` markets at IC 0.10 (the table's ``--first-seed``: seeds
+``--first-seed + 100,000 + market``, 2,510,000 onwards by default, outside every
 table) in ``--jobs`` processes side by side, each with one intra-op thread, rows to a scratch file.
 It prints each stage's median seconds a market in a process (``data_s``: building the market;
 ``tournament_s``: the champion's tournament; ``ppo_s``: the PPO column's; ``fit_s``: the ridge and
@@ -41,7 +42,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--markets", type=int, default=4, help="fresh markets to time")
     p.add_argument("--jobs", type=int, default=2, help="processes side by side")
-    p.add_argument("--first-seed", type=int, default=2_410_000, help="the first market's seed")
+    p.add_argument(
+        "--first-seed",
+        type=int,
+        default=2_410_000,
+        help="the table's --first-seed (IC 0.10: seeds from it + 100,000)",
+    )
     p.add_argument("--ppo-backend", choices=("auto", "local", "population"), default="auto")
     p.add_argument("--budget", type=int, default=250_000, help="the champion's tournament's env-steps")
     p.add_argument("--ppo-budget", type=int, default=1_000_000, help="the PPO column's env-steps")

@@ -25,7 +25,11 @@ def test_the_timed_command_is_the_default_learners_table_with_the_ppo_column(tmp
     )
     assert round(table.sessions * table.train_frac) == 72 and round(table.sessions * table.valid_frac) == 45
     # its markets are its own: not the GPU part's (docs/benchmarks.md lists the seeds each run used)
-    assert table.first_seed == 2_410_000 and args.first_seed != gpu_figures.parse_args([]).power_first_seed
+    ours = {power_table.market_seed(table, 0.10, i) for i in range(table.markets)}
+    assert ours == set(range(2_510_000, 2_510_004))
+    gpu = gpu_figures.parse_args([])
+    gpu_table = power_table.parse_args(["--ic", "0.10", "--first-seed", str(gpu.power_first_seed)])
+    assert not ours & {power_table.market_seed(gpu_table, 0.10, i) for i in range(gpu.power_markets)}
 
 
 def test_its_read_out_counts_the_ppo_stage_and_the_tables_hours(tmp_path: Path) -> None:
