@@ -11,7 +11,8 @@
    the wall time end to end and the stitched account's verdict.
 3. **power** (its own device slot: ``--only power``): ``benchmarks/power_table.py`` at the default
    table's settings (the library's features, 100 tickers x 243 sessions split 72 / 45 / 126, 250,000
-   env-steps, two pods, the default learner) with ``--device``, ``--power-markets`` fresh `nonlinear`
+   env-steps, two pods, the default learner; the PPO column at the demo's budget) with ``--device``
+   (both tournaments on it: the population backend on CUDA), ``--power-markets`` fresh `nonlinear`
    markets at IC 0.10 (seeds from ``--power-first-seed``, outside every table) in ``--power-jobs``
    processes sharing the device: each stage's median seconds a market, markets an hour, and the hours
    the 292 markets of the default's table would take at that rate. A timing, not power figures.
@@ -124,9 +125,9 @@ def commands(args: argparse.Namespace) -> dict[str, list[str]]:
         "--device",
         args.device,
     ]
-    power += ["--out", str(out / "power.jsonl")]
+    power += ["--with-ppo", "--out", str(out / "power.jsonl")]  # (every column: PPO's tournament too)
     if args.smoke:
-        power += ["--budget", "2000", "--round-steps", "2000"]
+        power += ["--budget", "2000", "--round-steps", "2000", "--ppo-budget", "2048"]
     chosen = {"demo": demo, "walkforward": walk, "power": power}
     if args.only is not None:
         return {args.only: chosen[args.only]}
@@ -216,7 +217,8 @@ def summary(name: str, record: dict) -> str:
         med = figures["median_s"]
         return (
             f"power: {figures['markets']} markets, median {med.get('wall_s', 0):.0f} s a market "
-            f"(tournament {med.get('tournament_s', 0):.0f} s); {figures['markets_per_hour']:.0f} markets an hour, "
+            f"(tournament {med.get('tournament_s', 0):.0f} s, PPO's {med.get('ppo_s', 0):.0f} s); "
+            f"{figures['markets_per_hour']:.0f} markets an hour, "
             f"the table's {figures['table_markets']} in {figures['table_hours']:.1f} h"
         )
     if not figures:

@@ -19,12 +19,14 @@ def test_a_plain_run_takes_the_demo_and_the_walkforward_and_power_takes_a_slot_o
     # the default learner's table's settings (as its rows' key reads), on the device
     table = "budget=250000,round_steps=50000,pods=2,algo=direct,tickers=100,sessions=243,"
     table += "train_frac=0.2962962962962963,valid_frac=0.18518518518518517,cost_rate=None,levels=ic,"
-    table += "features=library,start_single_share=1,start_products=1,start_crossfit=1"
+    table += "features=library,ppo=1000000/4/250000/population"  # (the PPO column on the device's backend)
+    table += ",start_single_share=1,start_products=1,start_crossfit=1"
     table += ",refit_alpha=1" if DirectArgs().refit_alpha else ""
     objective = DirectArgs().objective
     table += f",objective={objective}" if objective != "excess_sharpe" else ""
     assert power_table.settings_key(args) == table + ",device=cuda"
     assert args.shape == "nonlinear" and args.ic == [0.10] and args.markets == 8 and args.jobs == 8
+    assert args.with_ppo and args.ppo_budget == 1_000_000
 
 
 def test_the_power_part_reads_its_timing_from_the_rows(tmp_path):
