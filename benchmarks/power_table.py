@@ -17,7 +17,8 @@ For each planted level and each of ``--markets`` independent synthetic markets (
    ``ridge_quintile`` / ``ridge_softmax`` and ``boosted_quintile`` / ``boosted_softmax`` (the ridge
    of ``backtests.linear`` and the LightGBM ranker of ``backtests.boosted``, each fitted once a
    market, traded top 20% equal weight and the champion's way), ``ppo`` (with ``--with-ppo``: the
-   champion of a PPO tournament of ``--ppo-budget`` env-steps, the demo preset's pool), ``oracle``
+   champion of a PPO tournament of ``--ppo-budget`` env-steps, the demo preset's pool, on
+   ``--ppo-backend``: the device's by default, local on a CPU), ``oracle``
    (the planted predictor, ``data.synthetic.planted_predictor``, traded the champion's way) and
    ``oracle_quintile`` (the same top 20%: what any learner could at best find). Each keeps its
    verdict, alpha per day and p-value, Sharpe, turnover and costs.
