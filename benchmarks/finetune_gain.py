@@ -1,0 +1,168 @@
+"""What the direct learner's fine-tuning gains on the test window over its own start, with no bar.
+
+A design study for the learner, not a power figure of the product. On each market (the power table's
+settings: the library's features, 100 tickers x 243 sessions split 72 / 45 / 126, the default
+``[agent]`` settings), for each direct pod kind (``agents.tournament.search_space.DIRECT_KINDS``:
+``intraday`` and ``open``) one fresh pod is trained by ``agents.direct.train`` as a tournament's
+round trains one (its start, the same as ``agents.tournament.refit.start_of`` makes, then the
+gradient) for ``--steps`` env-steps with ``holdout_margin = 0`` (the best held-out look is kept whenever it beats
+the start's at all: no bar, no tournament, no selection among pods, no refit). Both are backtested on
+the test window in one batched backtest (``benchmarks.power_columns.verdicts``). Printed per cell and
+kind: the markets where the fine-tuning moved the weights, the test Sharpe ratio's change over the
+start (mean, median, the paired t across markets), and the markets where the fine-tuned pod's test
+Sharpe is the higher. What it answers: whether the gradient adds anything a longer or cleaner judge
+could keep (``benchmarks/refit_bar_power.py``: the bars cannot see gains under about +2 Sharpe).
+
+Markets and counts fixed here before any run: the shapes ``nonlinear`` at IC 0.10,
+``minute_momentum`` and ``daily_cross_section`` at IC 0.05, 8 markets each, seeds
+``2,800,000 + 1000 * round(1000 * IC) + market`` (outside every table), 100,000 env-steps, pod seed
+0, two processes with one intra-op thread each.
+
+    .venv/bin/python benchmarks/finetune_gain.py --json --out docs/figures/finetune_gain.jsonl
+    .venv/bin/python benchmarks/finetune_gain.py --markets 1 --steps 2000 --cells "minute_momentum 0.05"
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import multiprocessing as mp
+import statistics
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+from agents import direct  # noqa: E402
+from agents.args import DirectArgs  # noqa: E402
+from agents.tournament.pod import learner_args  # noqa: E402
+from agents.tournament.refit import same_policy, start_of  # noqa: E402
+from agents.tournament.search_space import DIRECT_KINDS  # noqa: E402
+from app.config import to_env_params, to_learner_args  # noqa: E402
+from benchmarks import power_table  # noqa: E402
+from benchmarks.power_columns import verdicts  # noqa: E402
+
+CELLS = ("nonlinear 0.10", "minute_momentum 0.05", "daily_cross_section 0.05")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--cells", nargs="+", default=list(CELLS), help='"shape IC" pairs')
+    p.add_argument("--markets", type=int, default=8, help="markets a cell")
+    p.add_argument("--steps", type=int, default=100_000, help="env-steps of each fine-tuning")
+    p.add_argument("--first-seed", type=int, default=2_800_000)
+    p.add_argument("--jobs", type=int, default=2, help="processes (one intra-op thread each)")
+    p.add_argument("--out", type=Path, default=None, help="write each market's row (JSON lines)")
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+    try:
+        args.cells = [(shape, float(ic)) for shape, ic in (cell.split() for cell in args.cells)]
+    except ValueError:
+        p.error('--cells: "shape IC" pairs, e.g. "nonlinear 0.10"')
+    return args
+
+
+def table_args(shape: str, ic: float, first_seed: int) -> argparse.Namespace:
+    """The power table's settings for the markets of one cell."""
+    return power_table.parse_args(
+        ["--features", "library", "--tickers", "100", "--sessions", "243", "--train-frac", repr(72 / 243)]
+        + ["--valid-frac", repr(45 / 243), "--shape", shape, "--ic", str(ic), "--first-seed", str(first_seed)]
+    )
+
+
+def run_market(task: tuple[str, float, int, int, int]) -> dict:
+    """One market's row: per kind, the start's and the fine-tuned pod's test verdicts."""
+    shape, ic, index, first_seed, steps = task
+    torch.set_num_threads(1)
+    begin = time.perf_counter()
+    table = table_args(shape, ic, first_seed)
+    seed = power_table.market_seed(table, ic, index)
+    config = power_table.config_of(table, seed, ic)
+    splits = power_table.market_splits(config, seed)
+    params = to_env_params(config.env)
+    interval = int(params.decision_interval)
+    base = dataclasses.asdict(to_learner_args(config))
+    env = SimpleNamespace(
+        market=splits.train,
+        params=params,
+        num_assets=splits.train.num_assets,
+        num_features=splits.train.num_features,
+        device=splits.train.device,
+    )
+    policies, moved = {}, {}
+    for kind, hparams in DIRECT_KINDS:
+        raw = {**base, **hparams, "seed": 0, "total_steps": steps, "holdout_margin": 0.0}
+        args = learner_args(DirectArgs, raw, splits.train, interval)
+        start = start_of(splits.train, params, args)
+        tuned = direct.train(args, env).policy  # (a fresh pod, as a tournament's round trains one)
+        tuned.eval()
+        policies[f"{kind}_start"], policies[f"{kind}_tuned"] = start, tuned
+        moved[kind] = not same_policy(start, tuned)
+    judged = verdicts(splits.test, params, policies, seed)
+    row = {"shape": shape, "ic": ic, "index": index, "seed": seed, "steps": steps, "moved": moved}
+    row.update(
+        {name: {k: judged[name][k] for k in ("sharpe", "outcome", "alpha_per_day")} for name in policies}
+    )
+    row["wall_s"] = round(time.perf_counter() - begin, 1)
+    return row
+
+
+def summary(rows: list[dict]) -> list[dict]:
+    """Per cell and kind: moved, the test Sharpe's change over the start and where it is higher."""
+    out = []
+    for shape, ic in sorted({(r["shape"], r["ic"]) for r in rows}):
+        cell = [r for r in rows if (r["shape"], r["ic"]) == (shape, ic)]
+        for kind, _ in DIRECT_KINDS:
+            gains = [r[f"{kind}_tuned"]["sharpe"] - r[f"{kind}_start"]["sharpe"] for r in cell]
+            sd = statistics.stdev(gains) if len(gains) > 1 else float("nan")
+            t = statistics.mean(gains) / (sd / math.sqrt(len(gains))) if sd and sd > 0 else float("nan")
+            out.append(
+                {
+                    "shape": shape,
+                    "ic": ic,
+                    "kind": kind,
+                    "markets": len(cell),
+                    "moved": sum(r["moved"][kind] for r in cell),
+                    "mean_gain": statistics.mean(gains),
+                    "median_gain": statistics.median(gains),
+                    "t": t,
+                    "tuned_higher": sum(g > 0 for g in gains),
+                    "tuned_lower": sum(g < 0 for g in gains),
+                }
+            )
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
+    if args.out is not None and args.out.exists():
+        sys.exit(f"error: {args.out} exists (the study writes fresh rows)")
+    tasks = [(s, ic, i, args.first_seed, args.steps) for s, ic in args.cells for i in range(args.markets)]
+    if args.jobs > 1:
+        with mp.get_context("spawn").Pool(args.jobs) as pool:
+            rows = pool.map(run_market, tasks, chunksize=1)
+    else:
+        rows = [run_market(t) for t in tasks]
+    if args.out is not None:
+        args.out.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    result = {"settings": {k: str(v) for k, v in vars(args).items()}, "summary": summary(rows)}
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return result
+    for s in result["summary"]:
+        print(
+            f"{s['shape']:>20} {s['ic']:<5} {s['kind']:>8}: moved {s['moved']}/{s['markets']}, test Sharpe "
+            f"gain mean {s['mean_gain']:+.2f} median {s['median_gain']:+.2f} (t {s['t']:.2f}), higher on "
+            f"{s['tuned_higher']}, lower on {s['tuned_lower']}"
+        )
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,47 @@
+"""The fine-tuning study (benchmarks/finetune_gain.py): its cells and its read-out against hand counts."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from benchmarks import finetune_gain
+
+
+def _row(shape: str, gain_intraday: float, gain_open: float, moved: bool = True) -> dict:
+    return {
+        "shape": shape,
+        "ic": 0.05,
+        "moved": {"intraday": moved, "open": False},
+        "intraday_start": {"sharpe": 1.0},
+        "intraday_tuned": {"sharpe": 1.0 + gain_intraday},
+        "open_start": {"sharpe": 2.0},
+        "open_tuned": {"sharpe": 2.0 + gain_open},
+    }
+
+
+def test_the_read_out_counts_each_kinds_change_over_its_start() -> None:
+    rows = [
+        _row("minute_momentum", 0.3, 0.0),
+        _row("minute_momentum", -0.1, 0.0),
+        _row("minute_momentum", 0.4, 0.0),
+    ]
+    intraday, open_ = finetune_gain.summary(rows)
+    assert (intraday["kind"], open_["kind"]) == ("intraday", "open")
+    assert intraday["moved"] == 3 and open_["moved"] == 0
+    assert intraday["tuned_higher"] == 2 and intraday["tuned_lower"] == 1
+    assert intraday["mean_gain"] == pytest.approx(0.2) and intraday["median_gain"] == pytest.approx(0.3)
+    sd = math.sqrt(((0.1) ** 2 + (0.3) ** 2 + (0.2) ** 2) / 2)
+    assert intraday["t"] == pytest.approx(0.2 / (sd / math.sqrt(3)))
+    assert open_["tuned_higher"] == open_["tuned_lower"] == 0 and math.isnan(open_["t"])
+
+
+def test_its_cells_are_the_power_tables_markets() -> None:
+    args = finetune_gain.parse_args([])
+    assert args.cells == [("nonlinear", 0.10), ("minute_momentum", 0.05), ("daily_cross_section", 0.05)]
+    table = finetune_gain.table_args("nonlinear", 0.10, args.first_seed)
+    assert (table.features, table.tickers, table.sessions) == ("library", 100, 243)
+    assert finetune_gain.power_table.market_seed(table, 0.10, 0) == 2_900_000
+    with pytest.raises(SystemExit):
+        finetune_gain.parse_args(["--cells", "nonlinear"])
