@@ -46,6 +46,7 @@ from agents.tournament.refit import same_policy, start_of  # noqa: E402
 from agents.tournament.search_space import DIRECT_KINDS  # noqa: E402
 from app.config import to_env_params, to_learner_args  # noqa: E402
 from benchmarks import power_table  # noqa: E402
+from benchmarks.gpu_figures import TABLE_FLAGS  # noqa: E402
 from benchmarks.power_columns import verdicts  # noqa: E402
 
 CELLS = ("nonlinear 0.10", "minute_momentum 0.05", "daily_cross_section 0.05")
@@ -71,8 +72,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def table_args(shape: str, ic: float, first_seed: int) -> argparse.Namespace:
     """The power table's settings for the markets of one cell."""
     return power_table.parse_args(
-        ["--features", "library", "--tickers", "100", "--sessions", "243", "--train-frac", repr(72 / 243)]
-        + ["--valid-frac", repr(45 / 243), "--shape", shape, "--ic", str(ic), "--first-seed", str(first_seed)]
+        [*TABLE_FLAGS, "--shape", shape, "--ic", str(ic), "--first-seed", str(first_seed)]
     )
 
 

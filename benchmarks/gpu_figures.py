@@ -48,6 +48,21 @@ ROOT = Path(__file__).resolve().parents[1]
 PARTS = ("demo", "walkforward", "power")
 #: Markets of the default learner's table: 12 planted cells of 16 and 100 nulls.
 TABLE_MARKETS = 12 * 16 + 100
+#: The default learner's table's market settings as flags: the library's features, 100 tickers x 243
+#: sessions split 72 / 45 / 126 (the power part here, benchmarks/power_table_time.py and
+#: benchmarks/finetune_gain.py run its markets).
+TABLE_FLAGS = (
+    "--features",
+    "library",
+    "--tickers",
+    "100",
+    "--sessions",
+    "243",
+    "--train-frac",
+    repr(72 / 243),
+    "--valid-frac",
+    repr(45 / 243),
+)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -105,17 +120,7 @@ def commands(args: argparse.Namespace) -> dict[str, list[str]]:
     if args.smoke:
         demo.append("--quick")
         walk.append("--quick")
-    power = [py, str(ROOT / "benchmarks" / "power_table.py"), "--features", "library"]
-    power += [
-        "--tickers",
-        "100",
-        "--sessions",
-        "243",
-        "--train-frac",
-        repr(72 / 243),
-        "--valid-frac",
-        repr(45 / 243),
-    ]
+    power = [py, str(ROOT / "benchmarks" / "power_table.py"), *TABLE_FLAGS]
     power += ["--shape", "nonlinear", "--ic", "0.10", "--markets", str(args.power_markets), "--nulls", "0"]
     power += [
         "--first-seed",

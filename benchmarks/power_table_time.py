@@ -33,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.gpu_figures import TABLE_MARKETS, power_figures  # noqa: E402
+from benchmarks.gpu_figures import TABLE_FLAGS, TABLE_MARKETS, power_figures  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -62,9 +62,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def command(args: argparse.Namespace, out: Path) -> list[str]:
     """The power table's command of the timing run."""
-    cmd = [sys.executable, str(ROOT / "benchmarks" / "power_table.py"), "--features", "library"]
-    cmd += ["--tickers", "100", "--sessions", "243"]
-    cmd += ["--train-frac", repr(72 / 243), "--valid-frac", repr(45 / 243)]
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "power_table.py"), *TABLE_FLAGS]
     cmd += ["--shape", "nonlinear", "--ic", "0.10", "--markets", str(args.markets), "--nulls", "0"]
     cmd += ["--budget", str(args.budget), "--round-steps", str(min(50_000, args.budget))]
     cmd += ["--with-ppo", "--ppo-budget", str(args.ppo_budget), "--ppo-backend", args.ppo_backend]
