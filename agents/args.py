@@ -203,6 +203,10 @@ class DirectArgs:
     weights must beat the warm start (the ridge or the parent) to replace it (0: any better objective)"""
     norm_updates: int = 10
     """updates whose observations fit a fresh policy's observation statistics (frozen after)"""
+    average_weights: bool = False
+    """the held-out looks judge the running mean of the weights since the start (Polyak averaging,
+    the warm start counted as the first iterate), not the last iterate: the steps' noise averages
+    out and the result stays near the start (agents.direct; the local backend only)"""
     objective: Objective = "active_sharpe"
     """what the gradient climbs: the Sharpe ratio of the net excess over equal weight held at the
     book's own exposure (``"active_sharpe"``: the selection alone, so holding cash through a fall earns

@@ -43,10 +43,11 @@ the gradient sees it), the direct approach of EIIE (Jiang et al. 2017) and of de
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -342,6 +343,29 @@ class _HeldOut:
                 history[-1]["charts/holdout_best"] = self.best[0]
 
 
+class _Average:
+    """The running mean of a policy's network weights over the iterates added (``average_weights``:
+    Polyak averaging by ``torch.optim.swa_utils.AveragedModel``, buffers included)."""
+
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
+        self.mean = torch.optim.swa_utils.AveragedModel(policy.net, use_buffers=True)
+
+    def add(self) -> None:
+        """Fold the network's current weights into the mean."""
+        self.mean.update_parameters(self.policy.net)
+
+    @contextlib.contextmanager
+    def loaded(self) -> Iterator[None]:
+        """The network holds the mean inside the block and its own weights again after it."""
+        own = copy.deepcopy(self.policy.net.state_dict())
+        self.policy.net.load_state_dict(self.mean.module.state_dict())
+        try:
+            yield
+        finally:
+            self.policy.net.load_state_dict(own)
+
+
 def train(
     args: DirectArgs,
     env: Any,
@@ -372,9 +396,12 @@ def train(
     fit_norm_left = args.norm_updates if policy.obs_norm.count == 0 else 0
     env_steps, updates, stopped = 0, 0, False
     kept = _HeldOut(policy, decisions, fit_rows, params, args)
+    mean = _Average(policy) if args.average_weights else None
     if fit_norm_left == 0:  # a warm start (from the ridge or a parent) is a candidate itself
         kept.offer(warm=True)
         env_steps += held_out
+        if mean is not None:
+            mean.add()
     history: list[dict[str, float]] = []
     start = time.monotonic()
     while env_steps < args.total_steps:
@@ -390,8 +417,14 @@ def train(
             "charts/sps": env_steps / max(time.monotonic() - start, 1e-9),
         }
         last = env_steps >= args.total_steps
+        if mean is not None and fit_norm_left == 0:
+            mean.add()
         if fit_norm_left == 0 and (updates % args.holdout_every == 0 or last):
-            row["charts/holdout_objective"] = kept.offer()
+            if mean is None:
+                row["charts/holdout_objective"] = kept.offer()
+            else:
+                with mean.loaded():
+                    row["charts/holdout_objective"] = kept.offer()
             env_steps += held_out
         if hook.due(env_steps, last):
             row.update(hook.run(policy, env_steps))

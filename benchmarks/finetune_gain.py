@@ -19,6 +19,22 @@ Markets and counts fixed here before any run: the shapes ``nonlinear`` at IC 0.1
 0, two processes with one intra-op thread each.
 
     .venv/bin/python benchmarks/finetune_gain.py --json --out docs/figures/finetune_gain.jsonl
+
+Averaged fine-tuning (``--set average_weights=true``: each held-out look judges the running mean of
+the start and the iterates, ``agents.direct``), plan fixed here before its first market: first on
+the markets above, which choose (their starts are the plain run's, so the rows pair market by
+market); then, whatever those show, on fresh markets, ``--first-seed 3300000`` (seeds 3,350,000-
+3,350,007 and 3,400,000-3,400,007, outside every table), 8 markets a cell, the plain fine-tuning
+and the averaged one, both run once. The averaged fine-tuning beats its start if, on the fresh
+markets' pod-markets where it moved the weights, its test Sharpe is the higher on enough of them
+for a one-sided sign test at 5%; only then is it tried in the power table.
+
+    .venv/bin/python benchmarks/finetune_gain.py --json --set average_weights=true \
+        --out docs/figures/finetune_gain_averaged.jsonl
+    .venv/bin/python benchmarks/finetune_gain.py --json --first-seed 3300000 \
+        --out docs/figures/finetune_gain_fresh.jsonl
+    .venv/bin/python benchmarks/finetune_gain.py --json --first-seed 3300000 --set average_weights=true \
+        --out docs/figures/finetune_gain_fresh_averaged.jsonl
     .venv/bin/python benchmarks/finetune_gain.py --markets 1 --steps 2000 --cells "minute_momentum 0.05"
 """
 
@@ -59,6 +75,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=100_000, help="env-steps of each fine-tuning")
     p.add_argument("--first-seed", type=int, default=2_800_000)
     p.add_argument("--jobs", type=int, default=2, help="processes (one intra-op thread each)")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="DirectArgs settings of the fine-tuned pods, e.g. average_weights=true (values as JSON)",
+    )
     p.add_argument("--out", type=Path, default=None, help="write each market's row (JSON lines)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
@@ -66,7 +90,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.cells = [(shape, float(ic)) for shape, ic in (cell.split() for cell in args.cells)]
     except ValueError:
         p.error('--cells: "shape IC" pairs, e.g. "nonlinear 0.10"')
+    try:
+        args.overrides = dict(overrides(args.overrides))
+    except ValueError as err:
+        p.error(f"--set: {err}")
     return args
+
+
+def overrides(items: list[str]) -> list[tuple[str, object]]:
+    """``KEY=VALUE`` pairs of ``DirectArgs`` fields, each value read as JSON (else as a string)."""
+    fields = {f.name for f in dataclasses.fields(DirectArgs)}
+    out = []
+    for item in items:
+        key, eq, text = item.partition("=")
+        if not eq or key not in fields:
+            raise ValueError(f"{item!r} is not KEY=VALUE of a DirectArgs field")
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError:
+            value = text
+        out.append((key, value))
+    return out
 
 
 def table_args(shape: str, ic: float, first_seed: int) -> argparse.Namespace:
@@ -76,9 +120,9 @@ def table_args(shape: str, ic: float, first_seed: int) -> argparse.Namespace:
     )
 
 
-def run_market(task: tuple[str, float, int, int, int]) -> dict:
+def run_market(task: tuple[str, float, int, int, int, dict]) -> dict:
     """One market's row: per kind, the start's and the fine-tuned pod's test verdicts."""
-    shape, ic, index, first_seed, steps = task
+    shape, ic, index, first_seed, steps, settings = task
     torch.set_num_threads(1)
     begin = time.perf_counter()
     table = table_args(shape, ic, first_seed)
@@ -97,7 +141,7 @@ def run_market(task: tuple[str, float, int, int, int]) -> dict:
     )
     policies, moved = {}, {}
     for kind, hparams in DIRECT_KINDS:
-        raw = {**base, **hparams, "seed": 0, "total_steps": steps, "holdout_margin": 0.0}
+        raw = {**base, **hparams, "seed": 0, "total_steps": steps, "holdout_margin": 0.0, **settings}
         args = learner_args(DirectArgs, raw, splits.train, interval)
         start = start_of(splits.train, params, args)
         tuned = direct.train(args, env).policy  # (a fresh pod, as a tournament's round trains one)
@@ -106,6 +150,8 @@ def run_market(task: tuple[str, float, int, int, int]) -> dict:
         moved[kind] = not same_policy(start, tuned)
     judged = verdicts(splits.test, params, policies, seed)
     row = {"shape": shape, "ic": ic, "index": index, "seed": seed, "steps": steps, "moved": moved}
+    if settings:
+        row["settings"] = settings
     row.update(
         {name: {k: judged[name][k] for k in ("sharpe", "outcome", "alpha_per_day")} for name in policies}
     )
@@ -143,7 +189,11 @@ def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     if args.out is not None and args.out.exists():
         sys.exit(f"error: {args.out} exists (the study writes fresh rows)")
-    tasks = [(s, ic, i, args.first_seed, args.steps) for s, ic in args.cells for i in range(args.markets)]
+    tasks = [
+        (s, ic, i, args.first_seed, args.steps, args.overrides)
+        for s, ic in args.cells
+        for i in range(args.markets)
+    ]
     if args.jobs > 1:
         with mp.get_context("spawn").Pool(args.jobs) as pool:
             rows = pool.map(run_market, tasks, chunksize=1)

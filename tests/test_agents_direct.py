@@ -4,6 +4,7 @@ market it scores above the linear baseline on the validation window, on the cont
 
 from __future__ import annotations
 
+import copy
 import json
 
 import pytest
@@ -224,6 +225,59 @@ def test_fine_tuning_replaces_the_start_only_past_the_margin():
     assert kept.updates > 0  # it trained, and kept none of its steps
     moved = direct.train(direct.DirectArgs(**small, holdout_margin=0.0), env).policy.state_dict()
     assert any(not torch.equal(moved[k], v) for k, v in start.items())
+
+
+def test_averaged_weights_are_the_mean_of_the_start_and_every_iterate(monkeypatch):
+    """``average_weights``: each held-out look scores the plain mean of the warm start and the iterates
+    so far (a slow reference: the iterates recorded step by step, averaged by hand), the training path
+    itself is the plain run's, and the result is one of the looks' means or the start."""
+    splits = synthetic_market(signal=1.0, **KNOWN)
+    env = TradingVecEnv(splits.train, EnvParams(), num_envs=1, seed=0)
+    small = {"total_steps": 6_000, "batch_paths": 16, "horizon": 8, "holdout_every": 3}
+    plain = direct.train(direct.DirectArgs(**small, holdout_margin=0.0), env)
+    iterates: list[dict[str, torch.Tensor]] = []
+    step = direct._gradient_step
+
+    def recorded(policy, *a, **k):
+        if not iterates:
+            iterates.append({n: v.detach().clone() for n, v in policy.net.state_dict().items()})
+        out = step(policy, *a, **k)
+        iterates.append({n: v.detach().clone() for n, v in policy.net.state_dict().items()})
+        return out
+
+    monkeypatch.setattr(direct, "_gradient_step", recorded)
+    averaged = direct.train(direct.DirectArgs(**small, holdout_margin=0.0, average_weights=True), env)
+    assert averaged.updates == plain.updates and len(iterates) == averaged.updates + 1
+    decisions = direct.decisions_of(splits.train, EnvParams().decision_interval)
+    fit_rows = decisions.num - max(1, round(decisions.num * 0.2))
+    probe = copy.deepcopy(averaged.policy)
+    looks = [
+        (i, r["charts/holdout_objective"])
+        for i, r in enumerate(averaged.history)
+        if "charts/holdout_objective" in r
+    ]
+    assert len(looks) >= 2
+    means = []
+    for i, score in looks:
+        seen = iterates[: i + 2]  # the start and the i + 1 iterates after it
+        mean = {n: sum(it[n].double() for it in seen) / len(seen) for n in seen[0]}
+        probe.net.load_state_dict({n: v.float() for n, v in mean.items()})
+        ref, _ = direct._holdout(probe, decisions, fit_rows, EnvParams(), "active_sharpe")
+        assert score == pytest.approx(ref, rel=1e-4, abs=1e-6)
+        means.append(mean)
+    # the last iterate of the averaged run is the plain run's final iterate: the path is unchanged
+    assert plain.history[-1]["losses/objective"] == pytest.approx(averaged.history[-1]["losses/objective"])
+    kept = averaged.policy.net.state_dict()
+    assert any(
+        all(torch.allclose(kept[n].double(), m[n].double(), atol=1e-5) for n in m) for m in [iterates[0], *means]
+    )
+
+
+def test_the_population_backend_refuses_averaged_weights():
+    from agents.population.direct import _Round
+
+    with pytest.raises(ConfigError, match="average_weights"):
+        _Round([type("S", (), {"args": direct.DirectArgs(average_weights=True)})()], None, EnvParams())
 
 
 def test_a_policy_saved_without_the_skip_still_loads(tmp_path):

@@ -45,3 +45,14 @@ def test_its_cells_are_the_power_tables_markets() -> None:
     assert finetune_gain.power_table.market_seed(table, 0.10, 0) == 2_900_000
     with pytest.raises(SystemExit):
         finetune_gain.parse_args(["--cells", "nonlinear"])
+
+
+def test_set_reads_direct_args_settings_as_json() -> None:
+    args = finetune_gain.parse_args(
+        ["--set", "average_weights=true", "learning_rate=0.001", "objective=sharpe"]
+    )
+    assert args.overrides == {"average_weights": True, "learning_rate": 0.001, "objective": "sharpe"}
+    assert finetune_gain.parse_args([]).overrides == {}
+    for bad in (["--set", "no_such_field=1"], ["--set", "average_weights"]):
+        with pytest.raises(SystemExit):
+            finetune_gain.parse_args(bad)
