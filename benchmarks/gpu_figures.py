@@ -182,6 +182,15 @@ def run_part(name: str, cmd: list[str], seconds_left: float, out_dir: Path) -> d
     return record
 
 
+def stage_seconds(row: dict, key: str) -> float | None:
+    """A stage's seconds in a power-table row: its own, else those of the pass that added a column to
+    it (``power_rerun.merged`` keeps that pass's timings in ``rerun_timings``, as ``--with-ppo`` over
+    rows without the PPO column does)."""
+    if key in row:
+        return row[key]
+    return (row.get("rerun_timings") or {}).get(key)
+
+
 def power_figures(rows_path: Path, wall_s: float) -> dict | None:
     """The power part's timing from its rows: each stage's median seconds a market, the markets an
     hour over the part's wall time (its processes side by side), and the default table's hours."""
@@ -191,9 +200,8 @@ def power_figures(rows_path: Path, wall_s: float) -> dict | None:
     if not rows:
         return None
     stages = ("data_s", "tournament_s", "ppo_s", "fit_s", "backtest_s", "wall_s")
-    medians = {
-        k: statistics.median(r[k] for r in rows if k in r) for k in stages if any(k in r for r in rows)
-    }
+    seconds = {k: [v for v in (stage_seconds(r, k) for r in rows) if v is not None] for k in stages}
+    medians = {k: statistics.median(v) for k, v in seconds.items() if v}
     per_hour = 3600.0 * len(rows) / max(wall_s, 1e-9)
     return {
         "markets": len(rows),

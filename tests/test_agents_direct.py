@@ -269,7 +269,8 @@ def test_averaged_weights_are_the_mean_of_the_start_and_every_iterate(monkeypatc
     assert plain.history[-1]["losses/objective"] == pytest.approx(averaged.history[-1]["losses/objective"])
     kept = averaged.policy.net.state_dict()
     assert any(
-        all(torch.allclose(kept[n].double(), m[n].double(), atol=1e-5) for n in m) for m in [iterates[0], *means]
+        all(torch.allclose(kept[n].double(), m[n].double(), atol=1e-5) for n in m)
+        for m in [iterates[0], *means]
     )
 
 

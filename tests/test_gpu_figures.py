@@ -44,3 +44,18 @@ def test_the_power_part_reads_its_timing_from_the_rows(tmp_path):
     assert figures["markets_per_hour"] == 180.0
     assert figures["table_hours"] == round(gpu_figures.TABLE_MARKETS / 180.0, 2)
     assert gpu_figures.summary("power", {"figures": figures}).startswith("power: 3 markets")
+
+
+def test_a_row_given_its_ppo_column_by_a_later_pass_counts_that_passs_seconds(tmp_path):
+    """``power_table --with-ppo`` over rows without the PPO column merges the new pass's timings into
+    ``rerun_timings`` (``power_rerun.merged``); the timing reads them there."""
+    from benchmarks.power_rerun import merged
+
+    old = {"columns": ["ridge"], "ridge": {}, "data_s": 10.0, "tournament_s": 20.0, "wall_s": 40.0}
+    new = {"columns": ["ppo"], "commit": "c", "ppo": {}, "data_s": 11.0, "ppo_s": 70.0, "wall_s": 90.0}
+    row = merged(old, new, ("ppo",), ("ridge", "ppo"))
+    assert "ppo_s" not in row and row["rerun_timings"]["ppo_s"] == 70.0
+    rows = tmp_path / "power.jsonl"
+    rows.write_text(json.dumps(row) + "\n")
+    figures = gpu_figures.power_figures(rows, 60.0)
+    assert figures["median_s"]["ppo_s"] == 70.0 and figures["median_s"]["data_s"] == 10.0
