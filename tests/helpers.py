@@ -19,6 +19,10 @@ from envs.trading import EnvParams
 from envs.vec_env import TradingVecEnv
 
 ROOT = Path(__file__).resolve().parents[1]  # the repository
+#: A tiny tournament's env and direct pods (``[env]`` and ``[agent]`` settings) for the tests that run
+#: one on ``ppo_market()``: each test adds what it pins.
+SMALL_ENV = {"decision_interval": 5, "episode_len": 16, "num_envs": 8}
+SMALL_DIRECT = {"hidden": 8, "embed": 4, "batch_paths": 8, "holdout_every": 2, "norm_updates": 2}
 
 
 def file_hashes(root: Path) -> dict[str, str]:

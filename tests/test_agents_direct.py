@@ -9,7 +9,7 @@ import json
 
 import pytest
 import torch
-from helpers import ppo_market
+from helpers import SMALL_DIRECT, SMALL_ENV, ppo_market
 from test_tournament_run import run_tournament
 
 from agents import direct
@@ -27,8 +27,8 @@ from envs.vec_env import TradingVecEnv
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # (tests/conftest.py)
 
-ENV = {"decision_interval": 5, "episode_len": 16, "num_envs": 8}
-AGENT = {"hidden": 8, "embed": 4, "horizon": 8, "batch_paths": 8, "holdout_every": 2, "norm_updates": 2}
+ENV = SMALL_ENV
+AGENT = {**SMALL_DIRECT, "horizon": 8}
 
 
 def test_the_simulated_step_is_the_env_step_for_a_frictionless_fill():

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import ppo_market
+from helpers import SMALL_DIRECT, SMALL_ENV, ppo_market
 from test_tournament_run import run_tournament
 
 from agents.args import DirectArgs
@@ -27,8 +27,8 @@ from benchmarks.power_columns import ScoreSoftmax, champion_root_args  # noqa: E
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # (tests/conftest.py)
 
-ENV = {"decision_interval": 5, "episode_len": 16, "num_envs": 8}
-AGENT = {"hidden": 8, "embed": 4, "batch_paths": 8, "holdout_every": 2, "norm_updates": 2}
+ENV = SMALL_ENV
+AGENT = SMALL_DIRECT
 
 
 def test_fresh_pods_take_the_kinds_in_turn_and_children_keep_theirs():

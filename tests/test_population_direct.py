@@ -11,7 +11,7 @@ import math
 
 import pytest
 import torch
-from helpers import ppo_market
+from helpers import SMALL_DIRECT, SMALL_ENV, ppo_market
 from test_tournament_cli import CONFIG
 from test_tournament_run import run_tournament
 
@@ -35,17 +35,10 @@ from envs.vec_env import TradingVecEnv
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # (tests/conftest.py)
 
-ENV = {"decision_interval": 5, "episode_len": 16, "num_envs": 8}
+ENV = SMALL_ENV
 #: (The excess Sharpe: its curves agree to 1e-5 between a pod alone and in a population, the tight
 #: check of the batching; the active objective's own test below agrees to 1e-3.)
-AGENT = {
-    "hidden": 8,
-    "embed": 4,
-    "batch_paths": 8,
-    "holdout_every": 2,
-    "norm_updates": 2,
-    "objective": "excess_sharpe",
-}
+AGENT = {**SMALL_DIRECT, "objective": "excess_sharpe"}
 #: Pods differing in what the tournament varies per pod (and one with its own budget, one with no bar
 #: for fine-tuning to clear over its start).
 PODS = (

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import ppo_market
+from helpers import SMALL_DIRECT, SMALL_ENV, ppo_market
 from test_tournament_run import run_tournament
 
 from agents.policy import Policy
@@ -26,16 +26,9 @@ from envs.params import EnvParams
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # (tests/conftest.py)
 
-ENV = {"decision_interval": 5, "episode_len": 16, "num_envs": 8}
+ENV = SMALL_ENV
 # An unreachable held-out margin: no fine-tuning step replaces a start, so the champion is its start.
-AGENT = {
-    "hidden": 8,
-    "embed": 4,
-    "batch_paths": 8,
-    "holdout_every": 2,
-    "norm_updates": 2,
-    "holdout_margin": 1e9,
-}
+AGENT = {**SMALL_DIRECT, "holdout_margin": 1e9}
 PARAMS = EnvParams(decision_interval=5, episode_len=16)
 
 
