@@ -175,6 +175,7 @@ class SACArgs:
 
 
 Objective = Literal["excess_sharpe", "active_sharpe", "sharpe"]
+Finetune = Literal["all", "skip"]
 OBJECTIVES: tuple[str, ...] = ("excess_sharpe", "active_sharpe", "sharpe")
 
 
@@ -203,6 +204,10 @@ class DirectArgs:
     weights must beat the warm start (the ridge or the parent) to replace it (0: any better objective)"""
     norm_updates: int = 10
     """updates whose observations fit a fresh policy's observation statistics (frozen after)"""
+    finetune: Finetune = "all"
+    """what the gradient moves: every weight of the network (``"all"``), or the linear skip alone
+    (``"skip"``: the start's linear score re-weighted feature by feature for the traded objective,
+    costs and turnover included, with the network fixed; needs the linear start's skip)"""
     average_weights: bool = False
     """the held-out looks judge the running mean of the weights since the start (Polyak averaging,
     the warm start counted as the first iterate), not the last iterate: the steps' noise averages
@@ -303,5 +308,7 @@ class DirectArgs:
             raise ConfigError("DirectArgs.demean_features needs asset_layers >= 1")
         if self.nonlinear_start and (self.asset_layers != 1 or not self.linear_start):
             raise ConfigError("DirectArgs.nonlinear_start needs asset_layers = 1 and linear_start")
+        if self.finetune not in ("all", "skip"):
+            raise ConfigError(f"DirectArgs.finetune {self.finetune!r}: choose all or skip")
         if self.objective not in OBJECTIVES:
             raise ConfigError(f"DirectArgs.objective {self.objective!r}: choose {', '.join(OBJECTIVES)}")

@@ -25,6 +25,8 @@ the gradient sees it), the direct approach of EIIE (Jiang et al. 2017) and of de
   share, over all paths of a batch: the cross-sectional edge, not the market's move, which a long-only
   book cannot escape and which cash would otherwise earn on in a fall; ``"excess_sharpe"``: the excess
   over equal weight fully invested; ``"sharpe"``: the Sharpe ratio of the net returns themselves.
+- **what moves** (``finetune``): every weight, or the linear skip alone (the start's linear score
+  re-weighted for the traded objective, the network fixed).
 - **regularization and stopping**: AdamW's weight decay; the last ``holdout_frac`` of the train
   window's decisions is never trained on: every ``holdout_every`` updates the policy is run over it
   from cash (the same simulation, no gradient) and the weights with the best held-out objective are the
@@ -62,6 +64,9 @@ from agents.policy import Policy
 from agents.training import ADAM_EPS, Callback, EvalFn, EvalHook, TrainResult, notify, policy_for_env
 from backtests.linear import top_weights
 from data.errors import ConfigError
+
+#: The linear skip's weight (``agents.networks``): what ``finetune = "skip"`` trains.
+SKIP = "asset_skip.weight"
 
 
 @dataclass(frozen=True)
@@ -219,6 +224,10 @@ def _gradient_step(
     loss = -objective_of(net, equal, args.objective)
     opt.zero_grad(set_to_none=True)
     loss.backward()
+    if args.finetune == "skip":  # AdamW leaves a tensor without a gradient as it is (no decay either)
+        for name, tensor in policy.net.named_parameters():
+            if name != SKIP:
+                tensor.grad = None
     torch.nn.utils.clip_grad_norm_(policy.net.parameters(), args.max_grad_norm)
     opt.step()
     return float(-loss.detach())
@@ -381,6 +390,8 @@ def train(
     if getattr(params, "action_mode", "weights") != "weights":
         raise ConfigError('the direct learner trains "weights" policies (set [env] action_mode = "weights")')
     policy, opt_state = policy_for_env(init, env, args, "direct")
+    if args.finetune == "skip" and not policy.config.linear_skip:
+        raise ConfigError('finetune = "skip" needs a policy with the linear skip (linear_start = true)')
     policy.train()
     decisions = decisions_of(env.market, int(params.decision_interval))
     held_out = max(1, int(round(decisions.num * args.holdout_frac)))

@@ -35,6 +35,17 @@ for a one-sided sign test at 5%; only then is it tried in the power table.
         --out docs/figures/finetune_gain_fresh.jsonl
     .venv/bin/python benchmarks/finetune_gain.py --json --first-seed 3300000 --set average_weights=true \
         --out docs/figures/finetune_gain_fresh_averaged.jsonl
+
+The skip's fine-tuning (``--set finetune=skip``: the gradient moves the linear skip alone, the start's
+linear score re-weighted for the traded objective; ``agents.direct``), plan fixed here before its
+first market, the same design: the choosing markets above, then the fresh ones (``--first-seed
+3300000``, the plain rows of the averaged study's fresh run as its comparison), each run once, the
+same rule.
+
+    .venv/bin/python benchmarks/finetune_gain.py --json --set finetune=skip \
+        --out docs/figures/finetune_gain_skip.jsonl
+    .venv/bin/python benchmarks/finetune_gain.py --json --first-seed 3300000 --set finetune=skip \
+        --out docs/figures/finetune_gain_fresh_skip.jsonl
     .venv/bin/python benchmarks/finetune_gain.py --markets 1 --steps 2000 --cells "minute_momentum 0.05"
 """
 

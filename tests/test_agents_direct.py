@@ -274,11 +274,29 @@ def test_averaged_weights_are_the_mean_of_the_start_and_every_iterate(monkeypatc
     )
 
 
-def test_the_population_backend_refuses_averaged_weights():
+def test_the_population_backend_refuses_the_local_only_fine_tunings():
     from agents.population.direct import _Round
 
-    with pytest.raises(ConfigError, match="average_weights"):
-        _Round([type("S", (), {"args": direct.DirectArgs(average_weights=True)})()], None, EnvParams())
+    for args in (direct.DirectArgs(average_weights=True), direct.DirectArgs(finetune="skip")):
+        with pytest.raises(ConfigError, match="local backend only"):
+            _Round([type("S", (), {"args": args})()], None, EnvParams())
+
+
+def test_skip_fine_tuning_moves_the_linear_skip_and_nothing_else():
+    """``finetune = "skip"``: with no bar the skip moves off the ridge and every other tensor is the
+    start's bit for bit (no step, no weight decay); without the linear start it is a one-line error."""
+    splits = synthetic_market(signal=1.0, **KNOWN)
+    env = TradingVecEnv(splits.train, EnvParams(), num_envs=1, seed=0)
+    small = {"total_steps": 6_000, "batch_paths": 16, "horizon": 8, "holdout_every": 2}
+    start = direct.train(direct.DirectArgs(total_steps=1), env).policy.net.state_dict()
+    tuned = direct.train(direct.DirectArgs(**small, holdout_margin=0.0, finetune="skip"), env)
+    moved = tuned.policy.net.state_dict()
+    assert not torch.equal(moved[direct.SKIP], start[direct.SKIP])
+    assert all(torch.equal(moved[k], v) for k, v in start.items() if k != direct.SKIP)
+    with pytest.raises(ConfigError, match="finetune"):
+        direct.DirectArgs(finetune="head")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="linear skip"):
+        direct.train(direct.DirectArgs(total_steps=1, linear_start=False, finetune="skip"), env)
 
 
 def test_a_policy_saved_without_the_skip_still_loads(tmp_path):

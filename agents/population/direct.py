@@ -213,8 +213,10 @@ class _Round:
         self.setups, self.env_params = setups, params
         self.args: list[DirectArgs] = [s.args for s in setups]  # type: ignore[misc]
         first = self.args[0]
-        if any(a.average_weights for a in self.args):
-            raise ConfigError("average_weights trains on the local backend only (set [tournament] backend)")
+        if any(a.average_weights or a.finetune != "all" for a in self.args):
+            raise ConfigError(
+                'average_weights and finetune = "skip" train on the local backend only (set [tournament] backend)'
+            )
         decisions = decisions_of(market, int(params.decision_interval))
         self.held_out, self.fit_rows = _split(decisions, first)
         self.horizons = [min(a.horizon, self.fit_rows) for a in self.args]
