@@ -95,6 +95,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="DirectArgs settings of the fine-tuned pods, e.g. average_weights=true (values as JSON)",
     )
     p.add_argument("--out", type=Path, default=None, help="write each market's row (JSON lines)")
+    p.add_argument("--rows", type=Path, default=None, help="read out an earlier run's rows, run nothing")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     try:
@@ -196,8 +197,39 @@ def summary(rows: list[dict]) -> list[dict]:
     return out
 
 
+def sign_test(higher: int, lower: int) -> float:
+    """One-sided sign test: the chance of ``higher`` or more of ``higher + lower`` fair coin flips
+    coming up higher (ties are left out before)."""
+    n = higher + lower
+    return sum(math.comb(n, k) for k in range(higher, n + 1)) / 2**n if n else 1.0
+
+
+def pooled(rows: list[dict]) -> dict:
+    """Every cell and kind together: the pod-markets where the fine-tuning moved the weights, those
+    where its test Sharpe is the higher and the lower, and the one-sided sign test of the study's
+    rule (the fine-tuning beats its start at 5%)."""
+    gains = [
+        r[f"{kind}_tuned"]["sharpe"] - r[f"{kind}_start"]["sharpe"]
+        for r in rows
+        for kind, _ in DIRECT_KINDS
+        if r["moved"][kind]
+    ]
+    higher, lower = sum(g > 0 for g in gains), sum(g < 0 for g in gains)
+    return {"moved": len(gains), "higher": higher, "lower": lower, "sign_p": sign_test(higher, lower)}
+
+
+def read_rows(path: Path) -> list[dict]:
+    """The rows of an earlier run (``--rows``); a missing or malformed file is a one-line error."""
+    try:
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    except (OSError, json.JSONDecodeError) as err:
+        sys.exit(f"error: --rows {path}: {err}")
+
+
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
+    if args.rows is not None:
+        return report(args, read_rows(args.rows))
     if args.out is not None and args.out.exists():
         sys.exit(f"error: {args.out} exists (the study writes fresh rows)")
     tasks = [
@@ -212,7 +244,16 @@ def main(argv: list[str] | None = None) -> dict:
         rows = [run_market(t) for t in tasks]
     if args.out is not None:
         args.out.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    result = {"settings": {k: str(v) for k, v in vars(args).items()}, "summary": summary(rows)}
+    return report(args, rows)
+
+
+def report(args: argparse.Namespace, rows: list[dict]) -> dict:
+    """Print and return the read-out of ``rows``."""
+    result = {
+        "settings": {k: str(v) for k, v in vars(args).items()},
+        "summary": summary(rows),
+        "pooled": pooled(rows),
+    }
     if args.json:
         print(json.dumps(result, indent=2))
         return result
@@ -222,6 +263,11 @@ def main(argv: list[str] | None = None) -> dict:
             f"gain mean {s['mean_gain']:+.2f} median {s['median_gain']:+.2f} (t {s['t']:.2f}), higher on "
             f"{s['tuned_higher']}, lower on {s['tuned_lower']}"
         )
+    all_ = result["pooled"]
+    print(
+        f"pooled: moved on {all_['moved']} pod-markets, higher on {all_['higher']}, lower on "
+        f"{all_['lower']} (one-sided sign test p {all_['sign_p']:.3f})"
+    )
     return result
 
 

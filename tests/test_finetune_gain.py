@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -56,3 +57,19 @@ def test_set_reads_direct_args_settings_as_json() -> None:
     for bad in (["--set", "no_such_field=1"], ["--set", "average_weights"]):
         with pytest.raises(SystemExit):
             finetune_gain.parse_args(bad)
+
+
+def test_the_pooled_count_and_its_sign_test(tmp_path) -> None:
+    rows = [_row("minute_momentum", g, 0.0) for g in (0.3, -0.1, 0.4, 0.2)] + [
+        _row("daily_cross_section", 0.5, 0.0, moved=False)  # not moved: left out
+    ]
+    out = finetune_gain.pooled(rows)
+    assert (out["moved"], out["higher"], out["lower"]) == (4, 3, 1)
+    assert out["sign_p"] == pytest.approx(5 / 16)  # P(X >= 3 | n 4, 1/2)
+    assert finetune_gain.sign_test(0, 0) == 1.0 and finetune_gain.sign_test(5, 0) == pytest.approx(1 / 32)
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert finetune_gain.main(["--rows", str(path), "--json"])["pooled"] == out
+    path.write_text("{not json\n")
+    with pytest.raises(SystemExit, match="--rows"):
+        finetune_gain.main(["--rows", str(path)])
