@@ -77,6 +77,8 @@ from benchmarks.gpu_figures import TABLE_FLAGS  # noqa: E402
 from benchmarks.power_columns import verdicts  # noqa: E402
 
 CELLS = ("nonlinear 0.10", "minute_momentum 0.05", "daily_cross_section 0.05")
+#: What a row keeps of each policy's test verdict (``benchmarks.power_columns.verdict_of``).
+ROW_FIGURES = ("sharpe", "outcome", "alpha_per_day", "beta", "turnover", "costs")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -164,9 +166,7 @@ def run_market(task: tuple[str, float, int, int, int, dict]) -> dict:
     row = {"shape": shape, "ic": ic, "index": index, "seed": seed, "steps": steps, "moved": moved}
     if settings:
         row["settings"] = settings
-    row.update(
-        {name: {k: judged[name][k] for k in ("sharpe", "outcome", "alpha_per_day")} for name in policies}
-    )
+    row.update({name: {k: judged[name][k] for k in ROW_FIGURES} for name in policies})
     row["wall_s"] = round(time.perf_counter() - begin, 1)
     return row
 
