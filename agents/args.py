@@ -207,11 +207,13 @@ class DirectArgs:
     finetune: Finetune = "all"
     """what the gradient moves: every weight of the network (``"all"``), or the linear skip alone
     (``"skip"``: the start's linear score re-weighted feature by feature for the traded objective,
-    costs and turnover included, with the network fixed; needs the linear start's skip)"""
+    costs and turnover included, with the network fixed; needs the linear start's skip; a study
+    setting, not an ``[agent]`` key; not on the population backend)"""
     average_weights: bool = False
-    """the held-out looks judge the running mean of the weights since the start (Polyak averaging,
-    the warm start counted as the first iterate), not the last iterate: the steps' noise averages
-    out and the result stays near the start (agents.direct; the local backend only)"""
+    """the held-out looks judge the running mean of the weights (Polyak averaging: a warm start counted
+    as the first iterate; a fresh policy's mean begins once its ``norm_updates`` are done), not the
+    last iterate, so the steps' noise averages out and the result stays near the start
+    (agents.direct; a study setting, not an ``[agent]`` key; not on the population backend)"""
     objective: Objective = "active_sharpe"
     """what the gradient climbs: the Sharpe ratio of the net excess over equal weight held at the
     book's own exposure (``"active_sharpe"``: the selection alone, so holding cash through a fall earns

@@ -354,11 +354,13 @@ class _HeldOut:
 
 class _Average:
     """The running mean of a policy's network weights over the iterates added (``average_weights``:
-    Polyak averaging by ``torch.optim.swa_utils.AveragedModel``, buffers included)."""
+    Polyak averaging by ``torch.optim.swa_utils.AveragedModel``). The observation normalizer lives
+    outside the network and is frozen before the first iterate is added, so the mean sees the inputs
+    every iterate was trained on."""
 
     def __init__(self, policy: Policy) -> None:
         self.policy = policy
-        self.mean = torch.optim.swa_utils.AveragedModel(policy.net, use_buffers=True)
+        self.mean = torch.optim.swa_utils.AveragedModel(policy.net)
 
     def add(self) -> None:
         """Fold the network's current weights into the mean."""
@@ -431,14 +433,12 @@ def train(
         if mean is not None and fit_norm_left == 0:
             mean.add()
         if fit_norm_left == 0 and (updates % args.holdout_every == 0 or last):
-            if mean is None:
+            with mean.loaded() if mean is not None else contextlib.nullcontext():
                 row["charts/holdout_objective"] = kept.offer()
-            else:
-                with mean.loaded():
-                    row["charts/holdout_objective"] = kept.offer()
             env_steps += held_out
-        if hook.due(env_steps, last):
-            row.update(hook.run(policy, env_steps))
+        if hook.due(env_steps, last):  # (with average_weights: the mean, what the looks judge)
+            with mean.loaded() if mean is not None else contextlib.nullcontext():
+                row.update(hook.run(policy, env_steps))
         history.append(row)
         go_on = True
         if any(key.startswith("eval/") for key in row):

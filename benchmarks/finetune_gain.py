@@ -74,7 +74,9 @@ from agents.tournament.search_space import DIRECT_KINDS  # noqa: E402
 from app.config import to_env_params, to_learner_args  # noqa: E402
 from benchmarks import power_table  # noqa: E402
 from benchmarks.gpu_figures import TABLE_FLAGS  # noqa: E402
+from benchmarks.null_books import p_at_least  # noqa: E402
 from benchmarks.power_columns import verdicts  # noqa: E402
+from benchmarks.power_paired import read_rows  # noqa: E402
 
 CELLS = ("nonlinear 0.10", "minute_momentum 0.05", "daily_cross_section 0.05")
 #: What a row keeps of each policy's test verdict (``benchmarks.power_columns.verdict_of``).
@@ -91,7 +93,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--set",
         dest="overrides",
-        nargs="*",
+        nargs="+",
+        action="extend",
         default=[],
         metavar="KEY=VALUE",
         help="DirectArgs settings of the fine-tuned pods, e.g. average_weights=true (values as JSON)",
@@ -111,18 +114,32 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+#: What the study fixes for every pod (its budget, seed and no bar): ``--set`` may not change them.
+FIXED = ("seed", "total_steps", "holdout_margin")
+
+
 def overrides(items: list[str]) -> list[tuple[str, object]]:
-    """``KEY=VALUE`` pairs of ``DirectArgs`` fields, each value read as JSON (else as a string)."""
-    fields = {f.name for f in dataclasses.fields(DirectArgs)}
+    """``KEY=VALUE`` pairs of ``DirectArgs`` fields, each value of its field's default's type: JSON
+    (``true``, ``0.001``) for booleans and numbers, the text itself for strings."""
+    defaults = {f.name: f.default for f in dataclasses.fields(DirectArgs)}
     out = []
     for item in items:
         key, eq, text = item.partition("=")
-        if not eq or key not in fields:
+        if not eq or key not in defaults:
             raise ValueError(f"{item!r} is not KEY=VALUE of a DirectArgs field")
+        if key in FIXED:
+            raise ValueError(f"{key} is fixed by the study (--steps sets the budget)")
+        default = defaults[key]
+        if isinstance(default, str):
+            out.append((key, text))
+            continue
         try:
             value = json.loads(text)
         except json.JSONDecodeError:
-            value = text
+            value = None
+        kind = bool if isinstance(default, bool) else (int, float)
+        if isinstance(value, bool) != isinstance(default, bool) or not isinstance(value, kind):
+            raise ValueError(f"{key}={text!r}: expected a {type(default).__name__} as JSON")
         out.append((key, value))
     return out
 
@@ -171,13 +188,18 @@ def run_market(task: tuple[str, float, int, int, int, dict]) -> dict:
     return row
 
 
+def gain(row: dict, kind: str) -> float:
+    """The fine-tuned pod's test Sharpe ratio less its start's on one market."""
+    return row[f"{kind}_tuned"]["sharpe"] - row[f"{kind}_start"]["sharpe"]
+
+
 def summary(rows: list[dict]) -> list[dict]:
     """Per cell and kind: moved, the test Sharpe's change over the start and where it is higher."""
     out = []
     for shape, ic in sorted({(r["shape"], r["ic"]) for r in rows}):
         cell = [r for r in rows if (r["shape"], r["ic"]) == (shape, ic)]
         for kind, _ in DIRECT_KINDS:
-            gains = [r[f"{kind}_tuned"]["sharpe"] - r[f"{kind}_start"]["sharpe"] for r in cell]
+            gains = [gain(r, kind) for r in cell]
             sd = statistics.stdev(gains) if len(gains) > 1 else float("nan")
             t = statistics.mean(gains) / (sd / math.sqrt(len(gains))) if sd and sd > 0 else float("nan")
             out.append(
@@ -200,36 +222,29 @@ def summary(rows: list[dict]) -> list[dict]:
 def sign_test(higher: int, lower: int) -> float:
     """One-sided sign test: the chance of ``higher`` or more of ``higher + lower`` fair coin flips
     coming up higher (ties are left out before)."""
-    n = higher + lower
-    return sum(math.comb(n, k) for k in range(higher, n + 1)) / 2**n if n else 1.0
+    return p_at_least(higher, higher + lower, 0.5)
 
 
 def pooled(rows: list[dict]) -> dict:
     """Every cell and kind together: the pod-markets where the fine-tuning moved the weights, those
-    where its test Sharpe is the higher and the lower, and the one-sided sign test of the study's
-    rule (the fine-tuning beats its start at 5%)."""
-    gains = [
-        r[f"{kind}_tuned"]["sharpe"] - r[f"{kind}_start"]["sharpe"]
-        for r in rows
-        for kind, _ in DIRECT_KINDS
-        if r["moved"][kind]
-    ]
+    where its test Sharpe is the higher and the lower (a Sharpe ratio that is not a number, counted
+    apart as ``undefined``), and the one-sided sign test of the study's rule (the fine-tuning beats
+    its start at 5%)."""
+    gains = [gain(r, kind) for r in rows for kind, _ in DIRECT_KINDS if r["moved"][kind]]
     higher, lower = sum(g > 0 for g in gains), sum(g < 0 for g in gains)
-    return {"moved": len(gains), "higher": higher, "lower": lower, "sign_p": sign_test(higher, lower)}
-
-
-def read_rows(path: Path) -> list[dict]:
-    """The rows of an earlier run (``--rows``); a missing or malformed file is a one-line error."""
-    try:
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    except (OSError, json.JSONDecodeError) as err:
-        sys.exit(f"error: --rows {path}: {err}")
+    return {
+        "moved": len(gains),
+        "higher": higher,
+        "lower": lower,
+        "undefined": sum(math.isnan(g) for g in gains),
+        "sign_p": sign_test(higher, lower),
+    }
 
 
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     if args.rows is not None:
-        return report(args, read_rows(args.rows))
+        return report(args, read_rows(args.rows, "finetune_gain --rows"))
     if args.out is not None and args.out.exists():
         sys.exit(f"error: {args.out} exists (the study writes fresh rows)")
     tasks = [
@@ -249,8 +264,18 @@ def main(argv: list[str] | None = None) -> dict:
 
 def report(args: argparse.Namespace, rows: list[dict]) -> dict:
     """Print and return the read-out of ``rows``."""
+    if args.rows is not None:  # the rows' own settings, not this command line's defaults
+        settings = {
+            "rows": str(args.rows),
+            "markets": len(rows),
+            "steps": sorted({r["steps"] for r in rows}),
+            "seeds": [min(r["seed"] for r in rows), max(r["seed"] for r in rows)] if rows else [],
+            "overrides": sorted({json.dumps(r.get("settings", {}), sort_keys=True) for r in rows}),
+        }
+    else:
+        settings = {k: str(v) for k, v in vars(args).items()}
     result = {
-        "settings": {k: str(v) for k, v in vars(args).items()},
+        "settings": settings,
         "summary": summary(rows),
         "pooled": pooled(rows),
     }

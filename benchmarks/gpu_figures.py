@@ -183,9 +183,11 @@ def run_part(name: str, cmd: list[str], seconds_left: float, out_dir: Path) -> d
 
 
 def stage_seconds(row: dict, key: str) -> float | None:
-    """A stage's seconds in a power-table row: its own, else those of the pass that added a column to
-    it (``power_rerun.merged`` keeps that pass's timings in ``rerun_timings``, as ``--with-ppo`` over
-    rows without the PPO column does)."""
+    """A stage's seconds in a power-table row: the row's own, else those of the pass that added a
+    column to it (``power_rerun.merged`` keeps that pass's timings in ``rerun_timings``, as
+    ``--with-ppo`` over rows without the PPO column does). A row merged by ``--rerun-learner`` keeps
+    the first pass's ``tournament_s`` and ``fit_s`` as its own: read such tables' stages from
+    ``rerun_timings`` directly; the GPU part writes fresh rows, none merged."""
     if key in row:
         return row[key]
     return (row.get("rerun_timings") or {}).get(key)

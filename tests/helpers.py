@@ -9,6 +9,7 @@ import dataclasses
 import hashlib
 import json
 from pathlib import Path
+from types import MappingProxyType
 
 import torch
 
@@ -21,8 +22,10 @@ from envs.vec_env import TradingVecEnv
 ROOT = Path(__file__).resolve().parents[1]  # the repository
 #: A tiny tournament's env and direct pods (``[env]`` and ``[agent]`` settings) for the tests that run
 #: one on ``ppo_market()``: each test adds what it pins.
-SMALL_ENV = {"decision_interval": 5, "episode_len": 16, "num_envs": 8}
-SMALL_DIRECT = {"hidden": 8, "embed": 4, "batch_paths": 8, "holdout_every": 2, "norm_updates": 2}
+SMALL_ENV = MappingProxyType({"decision_interval": 5, "episode_len": 16, "num_envs": 8})
+SMALL_DIRECT = MappingProxyType(
+    {"hidden": 8, "embed": 4, "batch_paths": 8, "holdout_every": 2, "norm_updates": 2}
+)  # (read-only: a test copies what it changes)
 
 
 def file_hashes(root: Path) -> dict[str, str]:

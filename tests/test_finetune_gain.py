@@ -14,6 +14,8 @@ def _row(shape: str, gain_intraday: float, gain_open: float, moved: bool = True)
     return {
         "shape": shape,
         "ic": 0.05,
+        "seed": 1,
+        "steps": 100,
         "moved": {"intraday": moved, "open": False},
         "intraday_start": {"sharpe": 1.0},
         "intraday_tuned": {"sharpe": 1.0 + gain_intraday},
@@ -54,7 +56,16 @@ def test_set_reads_direct_args_settings_as_json() -> None:
     )
     assert args.overrides == {"average_weights": True, "learning_rate": 0.001, "objective": "sharpe"}
     assert finetune_gain.parse_args([]).overrides == {}
-    for bad in (["--set", "no_such_field=1"], ["--set", "average_weights"]):
+    twice = finetune_gain.parse_args(["--set", "average_weights=true", "--set", "finetune=skip"])
+    assert twice.overrides == {"average_weights": True, "finetune": "skip"}
+    for bad in (
+        ["--set", "no_such_field=1"],
+        ["--set", "average_weights"],
+        ["--set", "average_weights=True"],  # (JSON's true: not a truthy string)
+        ["--set", "learning_rate=fast"],
+        ["--set", "horizon=true"],
+        ["--set", "total_steps=10"],  # fixed by the study
+    ):
         with pytest.raises(SystemExit):
             finetune_gain.parse_args(bad)
 
@@ -69,7 +80,10 @@ def test_the_pooled_count_and_its_sign_test(tmp_path) -> None:
     assert finetune_gain.sign_test(0, 0) == 1.0 and finetune_gain.sign_test(5, 0) == pytest.approx(1 / 32)
     path = tmp_path / "rows.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    assert finetune_gain.main(["--rows", str(path), "--json"])["pooled"] == out
+    read = finetune_gain.main(["--rows", str(path), "--json"])
+    assert read["pooled"] == out and read["settings"]["markets"] == 5
+    nan = _row("minute_momentum", float("nan"), 0.0)
+    assert finetune_gain.pooled([nan])["undefined"] == 1
     path.write_text("{not json\n")
     with pytest.raises(SystemExit, match="--rows"):
         finetune_gain.main(["--rows", str(path)])

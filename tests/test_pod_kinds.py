@@ -27,8 +27,8 @@ from benchmarks.power_columns import ScoreSoftmax, champion_root_args  # noqa: E
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # (tests/conftest.py)
 
-ENV = SMALL_ENV
-AGENT = SMALL_DIRECT
+ENV = dict(SMALL_ENV)
+AGENT = dict(SMALL_DIRECT)
 
 
 def test_fresh_pods_take_the_kinds_in_turn_and_children_keep_theirs():

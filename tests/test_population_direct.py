@@ -35,7 +35,7 @@ from envs.vec_env import TradingVecEnv
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # (tests/conftest.py)
 
-ENV = SMALL_ENV
+ENV = dict(SMALL_ENV)
 #: (The excess Sharpe: its curves agree to 1e-5 between a pod alone and in a population, the tight
 #: check of the batching; the active objective's own test below agrees to 1e-3.)
 AGENT = {**SMALL_DIRECT, "objective": "excess_sharpe"}

@@ -26,7 +26,7 @@ from envs.params import EnvParams
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # (tests/conftest.py)
 
-ENV = SMALL_ENV
+ENV = dict(SMALL_ENV)
 # An unreachable held-out margin: no fine-tuning step replaces a start, so the champion is its start.
 AGENT = {**SMALL_DIRECT, "holdout_margin": 1e9}
 PARAMS = EnvParams(decision_interval=5, episode_len=16)
