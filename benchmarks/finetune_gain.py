@@ -46,6 +46,16 @@ same rule.
         --out docs/figures/finetune_gain_skip.jsonl
     .venv/bin/python benchmarks/finetune_gain.py --json --first-seed 3300000 --set finetune=skip \
         --out docs/figures/finetune_gain_fresh_skip.jsonl
+
+The skip's `intraday` pods on the `nonlinear` shape, the one cell-kind that leaned up in both runs
+above (a reading after the fact), tested on its own, plan fixed here before its first market: 16
+fresh `nonlinear` markets at IC 0.10, ``--first-seed 3600000`` (seeds 3,700,000-3,700,015, outside
+every table), run once; the skip's fine-tuning beats its start on this cell if its `intraday` pods'
+test Sharpe is the higher on enough of the markets where they moved for a one-sided sign test at 5%
+(the `open` pods' rows are read out beside, not tested).
+
+    .venv/bin/python benchmarks/finetune_gain.py --json --first-seed 3600000 --markets 16 \
+        --cells "nonlinear 0.10" --set finetune=skip --out docs/figures/finetune_gain_skip_nonlinear.jsonl
     .venv/bin/python benchmarks/finetune_gain.py --markets 1 --steps 2000 --cells "minute_momentum 0.05"
 """
 
