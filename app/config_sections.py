@@ -38,6 +38,8 @@ INTERNAL_FIELDS: dict[str, str] = {
     "EnvParams.spread_scale": "the cost sensitivity's multiples of the half-spread (backtests.capacity)",
     "EnvParams.fee_scale": "the cost sensitivity's multiples of the regulatory fees (backtests.capacity)",
     "TournamentArgs.algo": "the learner of fresh pods is [agent] algo",
+    "DirectArgs.average_weights": "a study setting of the direct learner (benchmarks/finetune_gain.py --set); it did not beat the start",
+    "DirectArgs.finetune": "a study setting of the direct learner (benchmarks/finetune_gain.py --set); it did not beat the start",
     "LOAD_DEFAULTS.start_date": "a date bound of stored bars that a caller passes to load_market",
     "LOAD_DEFAULTS.end_date": "a date bound of stored bars that a caller passes to load_market",
 }
