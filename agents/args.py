@@ -177,6 +177,7 @@ class SACArgs:
 Objective = Literal["excess_sharpe", "active_sharpe", "sharpe"]
 Finetune = Literal["all", "skip"]
 OBJECTIVES: tuple[str, ...] = ("excess_sharpe", "active_sharpe", "sharpe")
+FINETUNES: tuple[str, ...] = ("all", "skip")
 
 
 @dataclass(frozen=True)
@@ -310,7 +311,7 @@ class DirectArgs:
             raise ConfigError("DirectArgs.demean_features needs asset_layers >= 1")
         if self.nonlinear_start and (self.asset_layers != 1 or not self.linear_start):
             raise ConfigError("DirectArgs.nonlinear_start needs asset_layers = 1 and linear_start")
-        if self.finetune not in ("all", "skip"):
-            raise ConfigError(f"DirectArgs.finetune {self.finetune!r}: choose all or skip")
+        if self.finetune not in FINETUNES:
+            raise ConfigError(f"DirectArgs.finetune {self.finetune!r}: choose {', '.join(FINETUNES)}")
         if self.objective not in OBJECTIVES:
             raise ConfigError(f"DirectArgs.objective {self.objective!r}: choose {', '.join(OBJECTIVES)}")
