@@ -175,9 +175,9 @@ class SACArgs:
 
 
 Objective = Literal["excess_sharpe", "active_sharpe", "sharpe"]
-Finetune = Literal["all", "skip"]
+Finetune = Literal["all", "skip", "rule"]
 OBJECTIVES: tuple[str, ...] = ("excess_sharpe", "active_sharpe", "sharpe")
-FINETUNES: tuple[str, ...] = ("all", "skip")
+FINETUNES: tuple[str, ...] = ("all", "skip", "rule")
 
 
 @dataclass(frozen=True)
@@ -206,10 +206,12 @@ class DirectArgs:
     norm_updates: int = 10
     """updates whose observations fit a fresh policy's observation statistics (frozen after)"""
     finetune: Finetune = "all"
-    """what the gradient moves: every weight of the network (``"all"``), or the linear skip alone
+    """what the gradient moves: every weight of the network (``"all"``), the linear skip alone
     (``"skip"``: the start's linear score re-weighted feature by feature for the traded objective,
-    costs and turnover included, with the network fixed; needs the linear start's skip; a study
-    setting, not an ``[agent]`` key; not on the population backend)"""
+    costs and turnover included, with the network fixed; needs the linear start's skip), or the
+    trading rule alone (``"rule"``: the logits' scale and the rebalance rate, two numbers, with the
+    network fixed; agents.direct); a study setting, not an ``[agent]`` key; not on the population
+    backend"""
     average_weights: bool = False
     """the held-out looks judge the running mean of the weights (Polyak averaging: a warm start counted
     as the first iterate; a fresh policy's mean begins once its ``norm_updates`` are done), not the

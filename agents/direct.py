@@ -25,8 +25,10 @@ the gradient sees it), the direct approach of EIIE (Jiang et al. 2017) and of de
   share, over all paths of a batch: the cross-sectional edge, not the market's move, which a long-only
   book cannot escape and which cash would otherwise earn on in a fall; ``"excess_sharpe"``: the excess
   over equal weight fully invested; ``"sharpe"``: the Sharpe ratio of the net returns themselves.
-- **what moves** (``finetune``): every weight, or the linear skip alone (the start's linear score
-  re-weighted for the traded objective, the network fixed).
+- **what moves** (``finetune``): every weight, the linear skip alone (the start's linear score
+  re-weighted for the traded objective, the network fixed), or the trading rule alone (``"rule"``:
+  two numbers, the logits' scale and the rebalance rate, each a log-offset from the start's; the
+  network fixed; :class:`_Rule`).
 - **regularization and stopping**: AdamW's weight decay; the last ``holdout_frac`` of the train
   window's decisions is never trained on: every ``holdout_every`` updates the policy is run over it
   from cash (the same simulation, no gradient) and the weights with the best held-out objective are the
@@ -47,6 +49,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import math
 import time
 from collections.abc import Iterable, Iterator
@@ -67,6 +70,12 @@ from data.errors import ConfigError
 
 #: The linear skip's weight (``agents.networks``): what ``finetune = "skip"`` trains.
 SKIP = "asset_skip.weight"
+#: The layers every logit is linear in (``agents.networks.PerAssetActorCritic``: the asset read-out,
+#: the cash logit and the skip): scaling their weights scales the logits (``finetune = "rule"``).
+LOGIT_LAYERS = ("actor_readout.", "actor_cash.", SKIP)
+#: ``finetune = "rule"``: the AdamW learning rate of its two numbers, log-offsets of order one where a
+#: network's weights are of order 0.01-1 (so not the pod's ``learning_rate``), with no weight decay.
+RULE_LR = 0.02
 
 
 @dataclass(frozen=True)
@@ -136,13 +145,15 @@ def simulate(
     *,
     fit_norm: bool = False,
     active: bool = False,
+    rule: _Rule | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Paths of ``horizon`` decisions from ``starts (B,)``, each from cash: ``(net (B, L), equal
     (B, L))``, the policy's net return per decision and the equal-weight portfolio's gross return on the
     same bars; differentiable in the policy's weights. ``active``: the equal-weight portfolio held at
     the policy's own exposure instead (its invested share through the gap, then through the hold), so
     that ``net - equal`` is the return of the book's selection alone. ``fit_norm``: fold the
-    observations into the policy's normalizer statistics first."""
+    observations into the policy's normalizer statistics first. ``rule``: trade by that rule's logit
+    scale and rebalance rate (differentiable in them), not by the policy's own."""
     a = policy.num_assets
     buy_cost, sell_cost = cost_per_turnover(params)
     cap = float(params.max_weight)
@@ -154,7 +165,10 @@ def simulate(
         if fit_norm:
             policy.obs_norm.update(obs.detach())
         logits = policy.net.actor_mean(policy.obs_norm.normalize(obs))[:, : policy.raw_dim]
-        target = policy.to_action(logits, obs)
+        if rule is None:
+            target = policy.to_action(logits, obs)
+        else:
+            target = policy.to_action(logits * rule.scale(), obs, rate=rule.rate())
         if cap < 1.0:
             target = target.clamp(max=cap)
         gap, hold, fill_ok = d.gap[rows], d.hold[rows], d.fill_ok[rows]
@@ -209,9 +223,11 @@ def _gradient_step(
     params: Any,
     args: DirectArgs,
     fit_norm: bool,
+    rule: _Rule | None = None,
 ) -> float:
-    """One update: simulate the paths from ``starts``, climb the objective's gradient; returns the
-    objective before the step."""
+    """One update: simulate the paths from ``starts``, climb the objective's gradient (of what
+    ``opt`` steps: the network's trainable weights, or ``rule``'s two numbers); returns the objective
+    before the step."""
     net, equal = simulate(
         policy,
         decisions,
@@ -220,15 +236,14 @@ def _gradient_step(
         params,
         fit_norm=fit_norm,
         active=is_active(args.objective),
+        rule=rule,
     )
     loss = -objective_of(net, equal, args.objective)
     opt.zero_grad(set_to_none=True)
     loss.backward()
-    if args.finetune == "skip":  # AdamW leaves a tensor without a gradient as it is (no decay either)
-        for name, tensor in policy.net.named_parameters():
-            if name != SKIP:
-                tensor.grad = None
-    torch.nn.utils.clip_grad_norm_(policy.net.parameters(), args.max_grad_norm)
+    # AdamW leaves a tensor without a gradient as it is, no decay either (``_frozen``'s tensors)
+    stepped = [t for group in opt.param_groups for t in group["params"] if t.grad is not None]
+    torch.nn.utils.clip_grad_norm_(stepped, args.max_grad_norm)
     opt.step()
     return float(-loss.detach())
 
@@ -316,8 +331,8 @@ def clears_start(series: Tensor, start: Tensor | None, margin: float) -> bool:
 
 
 class _HeldOut:
-    """The held-out early stopping of :func:`train`: the best weights so far by the held-out
-    objective, and the warm start's held-out series, the bar a fine-tuned candidate must clear
+    """The held-out early stopping of :func:`train`: the best weights (and config, where a
+    ``"rule"`` fine-tuning's rebalance rate lives) so far by the held-out objective, and the warm start's held-out series, the bar a fine-tuned candidate must clear
     (:func:`clears_start`)."""
 
     def __init__(
@@ -330,7 +345,7 @@ class _HeldOut:
             params,
             args,
         )
-        self.best: tuple[float, dict[str, Any]] | None = None
+        self.best: tuple[float, dict[str, Any], Any] | None = None
         self.start: Tensor | None = None
 
     def offer(self, warm: bool = False) -> float:
@@ -339,15 +354,16 @@ class _HeldOut:
         score, series = _holdout(self.policy, self.decisions, self.fit_rows, self.params, self.args.objective)
         better = math.isfinite(score) and (self.best is None or score > self.best[0])
         if better and (warm or clears_start(series, self.start, self.args.holdout_margin)):
-            self.best = (score, copy.deepcopy(self.policy.net.state_dict()))
+            self.best = (score, copy.deepcopy(self.policy.net.state_dict()), self.policy.config)
             if warm:
                 self.start = series
         return score
 
     def restore(self, history: list[dict[str, float]]) -> None:
-        """Load the kept weights (and log their held-out objective on the last row)."""
+        """Load the kept weights and config (and log their held-out objective on the last row)."""
         if self.best is not None:
             self.policy.net.load_state_dict(self.best[1])
+            self.policy.config = self.best[2]
             if history:
                 history[-1]["charts/holdout_best"] = self.best[0]
 
@@ -377,6 +393,63 @@ class _Average:
             self.policy.net.load_state_dict(own)
 
 
+class _Rule(torch.nn.Module):
+    """``finetune = "rule"``: a fixed network's trading rule, two numbers the gradient moves, each a
+    log-offset from the start's and zero at the start: the logits' scale (a softmax temperature: how
+    much of the book its top names hold) and the rebalance rate (how far a decision moves toward its
+    target: the turnover the edge is bought with; at most 1). Where the gradient of thousands of
+    weights fits the train window's noise, two numbers that set the edge against its costs might
+    carry over to a window they did not see."""
+
+    def __init__(self, policy: Policy) -> None:
+        super().__init__()
+        self.base_rate = float(policy.config.rebalance_rate)
+        self.log_scale = torch.nn.Parameter(torch.zeros((), device=policy.device))
+        self.log_rate = torch.nn.Parameter(torch.zeros((), device=policy.device))
+
+    def scale(self) -> Tensor:
+        return self.log_scale.exp()
+
+    def rate(self) -> Tensor:
+        return (self.base_rate * self.log_rate.exp()).clamp(max=1.0)
+
+    @contextlib.contextmanager
+    def loaded(self, policy: Policy) -> Iterator[None]:
+        """Inside the block the policy trades by the rule as a policy of its own (its logits' layers
+        scaled, its config's rebalance rate set: what a look judges and a backtest runs); its own
+        weights and config after. At zero offsets it is the start bit for bit."""
+        own, config = copy.deepcopy(policy.net.state_dict()), policy.config
+        scale = math.exp(float(self.log_scale.detach()))
+        rate = min(1.0, self.base_rate * math.exp(float(self.log_rate.detach())))
+        with torch.no_grad():
+            for name, tensor in policy.net.named_parameters():
+                if name.startswith(LOGIT_LAYERS):
+                    tensor.mul_(scale)
+        policy.config = dataclasses.replace(config, rebalance_rate=rate)
+        try:
+            yield
+        finally:
+            policy.net.load_state_dict(own)
+            policy.config = config
+
+
+@contextlib.contextmanager
+def _frozen(policy: Policy, finetune: str) -> Iterator[None]:
+    """The network's tensors the gradient does not move under ``finetune`` ask for no gradient inside
+    the block (``"skip"``: all but the skip; ``"rule"``: all), so the backward pass skips their
+    work; as they were after."""
+    params = dict(policy.net.named_parameters())
+    frozen = [t for name, t in params.items() if finetune == "rule" or (finetune == "skip" and name != SKIP)]
+    flags = [t.requires_grad for t in frozen]
+    for tensor in frozen:
+        tensor.requires_grad_(False)
+    try:
+        yield
+    finally:
+        for tensor, flag in zip(frozen, flags, strict=True):
+            tensor.requires_grad_(flag)
+
+
 def train(
     args: DirectArgs,
     env: Any,
@@ -394,22 +467,47 @@ def train(
     policy, opt_state = policy_for_env(init, env, args, "direct")
     if args.finetune == "skip" and not policy.config.linear_skip:
         raise ConfigError('finetune = "skip" needs a policy with the linear skip (linear_start = true)')
+    if args.finetune == "rule" and args.average_weights:
+        raise ConfigError('finetune = "rule" moves no weights to average: drop average_weights')
     policy.train()
     decisions = decisions_of(env.market, int(params.decision_interval))
-    held_out = max(1, int(round(decisions.num * args.holdout_frac)))
-    fit_rows = decisions.num - held_out
-    horizon = min(args.horizon, fit_rows)
-    if fit_rows < 2 or horizon < 1:
+    fit_rows = decisions.num - max(1, int(round(decisions.num * args.holdout_frac)))
+    if fit_rows < 2:
         raise ConfigError(f"the train window's {decisions.num} decisions are too few for the direct learner")
     if init is None and args.linear_start:
         start_from_linear(policy, decisions, fit_rows, args)
-    opt = adamw_for(policy, args, opt_state)
+    with _frozen(policy, args.finetune):
+        return _train(args, policy, opt_state, decisions, fit_rows, params, callbacks, eval_fn)
+
+
+def _train(
+    args: DirectArgs,
+    policy: Policy,
+    opt_state: dict | None,
+    decisions: Decisions,
+    fit_rows: int,
+    params: Any,
+    callbacks: list[Callback],
+    eval_fn: EvalFn | None,
+) -> TrainResult:
+    """:func:`train`'s loop over ``policy``, made and started (and its tensors frozen) by it."""
+    held_out, horizon = decisions.num - fit_rows, min(args.horizon, fit_rows)
+    opt = adamw_for(policy, args, opt_state)  # (under "rule": handed back as it came)
+    rule = _Rule(policy) if args.finetune == "rule" else None
+    stepper = opt if rule is None else torch.optim.AdamW(rule.parameters(), lr=RULE_LR, weight_decay=0.0)
     gen = torch.Generator(device="cpu").manual_seed(int(args.seed))
     hook = EvalHook(eval_fn, args.eval_every)
     fit_norm_left = args.norm_updates if policy.obs_norm.count == 0 else 0
     env_steps, updates, stopped = 0, 0, False
     kept = _HeldOut(policy, decisions, fit_rows, params, args)
     mean = _Average(policy) if args.average_weights else None
+
+    def judged() -> contextlib.AbstractContextManager:
+        """What a look and an eval judge: the averaged weights, the rule's policy, or the network."""
+        if rule is not None:
+            return rule.loaded(policy)
+        return mean.loaded() if mean is not None else contextlib.nullcontext()
+
     if fit_norm_left == 0:  # a warm start (from the ridge or a parent) is a candidate itself
         kept.offer(warm=True)
         env_steps += held_out
@@ -419,7 +517,9 @@ def train(
     start = time.monotonic()
     while env_steps < args.total_steps:
         starts = torch.randint(0, fit_rows - horizon + 1, (args.batch_paths,), generator=gen)
-        climbed = _gradient_step(policy, opt, decisions, starts, horizon, params, args, fit_norm_left > 0)
+        climbed = _gradient_step(
+            policy, stepper, decisions, starts, horizon, params, args, fit_norm_left > 0, rule
+        )
         fit_norm_left = max(0, fit_norm_left - 1)
         updates += 1
         env_steps += args.batch_paths * horizon
@@ -433,11 +533,11 @@ def train(
         if mean is not None and fit_norm_left == 0:
             mean.add()
         if fit_norm_left == 0 and (updates % args.holdout_every == 0 or last):
-            with mean.loaded() if mean is not None else contextlib.nullcontext():
+            with judged():
                 row["charts/holdout_objective"] = kept.offer()
             env_steps += held_out
-        if hook.due(env_steps, last):  # (with average_weights: the mean, what the looks judge)
-            with mean.loaded() if mean is not None else contextlib.nullcontext():
+        if hook.due(env_steps, last):  # (what the looks judge)
+            with judged():
                 row.update(hook.run(policy, env_steps))
         history.append(row)
         go_on = True

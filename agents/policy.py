@@ -84,7 +84,11 @@ def current_weights(obs: Tensor, num_assets: int) -> Tensor:
 
 
 def raw_to_action(
-    raw: Tensor, action_mode: str, num_assets: int, current: Tensor | None = None, rebalance_rate: float = 1.0
+    raw: Tensor,
+    action_mode: str,
+    num_assets: int,
+    current: Tensor | None = None,
+    rebalance_rate: float | Tensor = 1.0,
 ) -> Tensor:
     """Map a raw sample (or the mean) to the env's action space, ``(N, A)``.
 
@@ -175,19 +179,21 @@ class Policy(nn.Module):
         mean, value = self.net.forward_packed(*packed)
         return mean[:, : self.raw_dim], self.net.std()[: self.raw_dim], value
 
-    def to_action(self, raw: Tensor, obs: Tensor | None = None) -> Tensor:
+    def to_action(self, raw: Tensor, obs: Tensor | None = None, rate: float | Tensor | None = None) -> Tensor:
         """The env action for a raw sample (or mean); ``obs`` (raw observations) is needed when
         ``config.rebalance_rate < 1`` (the move starts from the current weights) or
         ``config.trade_window < 1`` (a decision later in its session than the window holds the
         current weights: the target is the book as it stands, so nothing but the drift from the
-        decision bar's close to the fill is traded)."""
+        decision bar's close to the fill is traded). ``rate``: a rebalance rate in place of the
+        config's (a tensor the gradient runs through: the direct learner's ``finetune = "rule"``)."""
         cfg = self.config
+        rate = cfg.rebalance_rate if rate is None else rate
         weights = self.meta.action_mode == "weights"
         window = weights and cfg.trade_window < 1.0
         current = None
-        if obs is not None and weights and (cfg.rebalance_rate < 1.0 or window):
+        if obs is not None and weights and (rate < 1.0 or window):
             current = current_weights(obs, self.num_assets).to(raw.dtype)
-        action = raw_to_action(raw, self.meta.action_mode, self.num_assets, current, cfg.rebalance_rate)
+        action = raw_to_action(raw, self.meta.action_mode, self.num_assets, current, rate)
         if not window:
             return action
         if current is None:

@@ -5,7 +5,9 @@ market it scores above the linear baseline on the validation window, on the cont
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
+import math
 
 import pytest
 import torch
@@ -16,6 +18,7 @@ from agents import direct
 from agents.policy import Policy
 from agents.tournament.leaderboard import read_pods
 from agents.tournament.pod import score_policy
+from agents.tournament.refit import same_policy
 from agents.tournament.settings import TournamentArgs
 from backtests import engine
 from backtests.linear import fit_linear
@@ -279,7 +282,11 @@ def test_averaged_weights_are_the_mean_of_the_start_and_every_iterate(monkeypatc
 def test_the_population_backend_refuses_the_local_only_fine_tunings():
     from agents.population.direct import _Round
 
-    for args in (direct.DirectArgs(average_weights=True), direct.DirectArgs(finetune="skip")):
+    studies = (
+        direct.DirectArgs(average_weights=True),
+        *(direct.DirectArgs(finetune=f) for f in ("skip", "rule")),
+    )
+    for args in studies:
         with pytest.raises(ConfigError, match="not on the population backend"):
             _Round([type("S", (), {"args": args})()], None, EnvParams())
 
@@ -299,6 +306,69 @@ def test_skip_fine_tuning_moves_the_linear_skip_and_nothing_else():
         direct.DirectArgs(finetune="head")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="linear skip"):
         direct.train(direct.DirectArgs(total_steps=1, linear_start=False, finetune="skip"), env)
+    assert all(t.requires_grad for t in tuned.policy.net.parameters())  # (frozen only while training)
+
+
+def test_rule_fine_tuning_scales_the_logits_and_sets_the_rebalance_rate_and_nothing_else():
+    """``finetune = "rule"``: with no bar the result is the start with every logit layer scaled by one
+    common factor and another rebalance rate in its config; every other tensor and the observation
+    statistics are the start's bit for bit, and the network's optimizer state is handed back as it
+    came; with average_weights it is a one-line error."""
+    splits = synthetic_market(signal=1.0, **KNOWN)
+    env = TradingVecEnv(splits.train, EnvParams(), num_envs=1, seed=0)
+    small = {"total_steps": 6_000, "batch_paths": 16, "horizon": 8, "holdout_every": 2}
+    start = direct.train(direct.DirectArgs(total_steps=1), env).policy
+    tuned = direct.train(direct.DirectArgs(**small, holdout_margin=0.0, finetune="rule"), env)
+    before, after = start.state_dict(), tuned.policy.state_dict()  # (network and observation stats)
+    scaled = sorted(k for k in before if k.removeprefix("net.").startswith(direct.LOGIT_LAYERS))
+    layers = [
+        "actor_cash.bias",
+        "actor_cash.weight",
+        "actor_readout.bias",
+        "actor_readout.weight",
+        direct.SKIP,
+    ]
+    assert scaled == [f"net.{k}" for k in layers]
+    assert all(torch.equal(after[k], v) for k, v in before.items() if k not in scaled)
+    ratio = after[f"net.{direct.SKIP}"].double().norm() / before[f"net.{direct.SKIP}"].double().norm()
+    for k in scaled:
+        assert torch.allclose(after[k].double(), before[k].double() * ratio, rtol=1e-5, atol=1e-12)
+    rate = tuned.policy.config.rebalance_rate
+    assert 0.0 < rate <= 1.0 and (rate != start.config.rebalance_rate or abs(float(ratio) - 1.0) > 1e-6)
+    assert tuned.policy.config == dataclasses.replace(start.config, rebalance_rate=rate)
+    assert not tuned.optimizer_state["state"]  # (a fresh network's AdamW, never stepped)
+    assert all(t.requires_grad for t in tuned.policy.net.parameters())
+    with pytest.raises(ConfigError, match="average"):
+        direct.train(direct.DirectArgs(total_steps=1, finetune="rule", average_weights=True), env)
+
+
+def test_the_rules_folded_policy_trades_as_its_differentiable_path():
+    """What a look judges and a backtest runs (the rule folded into the policy: logit layers scaled,
+    rebalance rate in its config) is what the gradient climbed (the policy's logits times the scale,
+    moved at the rule's rate), and at zero offsets the folded policy is the start bit for bit."""
+    market = ppo_market()
+    params = EnvParams(decision_interval=5)
+    args = direct.DirectArgs(
+        total_steps=64, horizon=4, batch_paths=4, **{k: AGENT[k] for k in ("hidden", "embed")}
+    )
+    policy = direct.train(args, TradingVecEnv(market, params, num_envs=1, seed=0)).policy
+    decisions = direct.decisions_of(market, 5)
+    rule = direct._Rule(policy)
+    with rule.loaded(policy):
+        assert same_policy(policy, copy.deepcopy(policy)) and policy.config.rebalance_rate == rule.base_rate
+        same = copy.deepcopy(policy)
+    assert same_policy(same, policy)
+    with torch.no_grad():
+        rule.log_scale.fill_(0.7)
+        rule.log_rate.fill_(0.9)
+        path, _ = direct.simulate(policy, decisions, torch.tensor([0, 3]), 12, params, rule=rule)
+        with rule.loaded(policy):
+            assert policy.config.rebalance_rate == pytest.approx(min(1.0, rule.base_rate * math.exp(0.9)))
+            folded, _ = direct.simulate(policy, decisions, torch.tensor([0, 3]), 12, params)
+    assert torch.allclose(path, folded, atol=1e-6)
+    assert same_policy(same, policy)  # (its own weights and config after the block)
+    unruled, _ = direct.simulate(policy, decisions, torch.tensor([0, 3]), 12, params)
+    assert not torch.allclose(path, unruled, atol=1e-6)
 
 
 def test_a_policy_saved_without_the_skip_still_loads(tmp_path):

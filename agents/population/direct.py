@@ -215,8 +215,8 @@ class _Round:
         first = self.args[0]
         if any(a.average_weights or a.finetune != "all" for a in self.args):
             raise ConfigError(
-                'average_weights and finetune = "skip" (study settings of agents.direct) are not on the '
-                "population backend; train those pods on the local or ray backend"
+                'average_weights and finetune other than "all" (study settings of agents.direct) are not '
+                "on the population backend; train those pods on the local or ray backend"
             )
         decisions = decisions_of(market, int(params.decision_interval))
         self.held_out, self.fit_rows = _split(decisions, first)

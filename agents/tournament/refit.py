@@ -144,9 +144,11 @@ def start_of(market: Any, params: Any, args: DirectArgs) -> Policy:
 
 
 def same_policy(a: Policy, b: Policy) -> bool:
-    """Whether two policies hold the same weights and observation statistics, bit for bit."""
+    """Whether two policies hold the same architecture and trading rule (their configs), weights and
+    observation statistics, bit for bit."""
     sa, sb = a.state_dict(), b.state_dict()
-    return sa.keys() == sb.keys() and all(torch.equal(sa[k].cpu(), sb[k].cpu()) for k in sa)
+    same = a.config == b.config and sa.keys() == sb.keys()
+    return same and all(torch.equal(sa[k].cpu(), sb[k].cpu()) for k in sa)
 
 
 @dataclass(frozen=True)
