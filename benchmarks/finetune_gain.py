@@ -56,6 +56,21 @@ test Sharpe is the higher on enough of the markets where they moved for a one-si
 
     .venv/bin/python benchmarks/finetune_gain.py --json --first-seed 3600000 --markets 16 \
         --cells "nonlinear 0.10" --set finetune=skip --out docs/figures/finetune_gain_skip_nonlinear.jsonl
+
+The trading rule's fine-tuning (``--set finetune=rule``: the gradient moves two numbers, the logits'
+scale and the rebalance rate, the network fixed; ``agents.direct``), plan fixed here before its
+first market: first the study's own markets above (exploratory: they decide nothing), then,
+whatever those show, 24 fresh markets, ``--first-seed 4400000`` (seeds 4,450,000-4,450,007 for the
+two linear shapes at IC 0.05 and 4,500,000-4,500,007 for ``nonlinear`` at IC 0.10, outside every
+table), each run once, the same rule as above: it beats its start if, on the fresh markets'
+pod-markets where it moved the policy (its weights or its rebalance rate), its test Sharpe is the
+higher on enough of them for a one-sided sign test at 5%; only then is it tried in the power table.
+
+    .venv/bin/python benchmarks/finetune_gain.py --json --set finetune=rule \
+        --out docs/figures/finetune_gain_rule.jsonl
+    .venv/bin/python benchmarks/finetune_gain.py --json --first-seed 4400000 --set finetune=rule \
+        --out docs/figures/finetune_gain_fresh_rule.jsonl
+
     .venv/bin/python benchmarks/finetune_gain.py --markets 1 --steps 2000 --cells "minute_momentum 0.05"
 """
 
