@@ -71,6 +71,18 @@ higher on enough of them for a one-sided sign test at 5%; only then is it tried 
     .venv/bin/python benchmarks/finetune_gain.py --json --first-seed 4400000 --set finetune=rule \
         --out docs/figures/finetune_gain_fresh_rule.jsonl
 
+The trading rule climbing the net return's own Sharpe ratio (``--set finetune=rule --set
+objective=sharpe``: the test's own measure; on the study's markets the rule climbing the default's
+active objective, the selection's return alone, traded less and lowered the test Sharpe while its
+verdicts held), plan fixed here before its first market, the same design and rule: the study's markets (exploratory), then 24 fresh
+markets, ``--first-seed 4600000`` (seeds 4,650,000-4,650,007 and 4,700,000-4,700,007, outside every
+table), each run once.
+
+    .venv/bin/python benchmarks/finetune_gain.py --json --set finetune=rule --set objective=sharpe \
+        --out docs/figures/finetune_gain_rule_sharpe.jsonl
+    .venv/bin/python benchmarks/finetune_gain.py --json --first-seed 4600000 --set finetune=rule \
+        --set objective=sharpe --out docs/figures/finetune_gain_fresh_rule_sharpe.jsonl
+
     .venv/bin/python benchmarks/finetune_gain.py --markets 1 --steps 2000 --cells "minute_momentum 0.05"
 """
 
