@@ -48,6 +48,9 @@ def test_its_cells_are_the_power_tables_markets() -> None:
     assert finetune_gain.power_table.market_seed(table, 0.10, 0) == 2_900_000
     with pytest.raises(SystemExit):
         finetune_gain.parse_args(["--cells", "nonlinear"])
+    assert args.tune_on == "train" and finetune_gain.parse_args(["--tune-on", "valid"]).tune_on == "valid"
+    with pytest.raises(SystemExit):
+        finetune_gain.parse_args(["--tune-on", "test"])  # (the test window judges; it never tunes)
 
 
 def test_set_reads_direct_args_settings_as_json() -> None:
@@ -82,6 +85,7 @@ def test_the_pooled_count_and_its_sign_test(tmp_path) -> None:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     read = finetune_gain.main(["--rows", str(path), "--json"])
     assert read["pooled"] == out and read["settings"]["markets"] == 5
+    assert read["settings"]["tune_on"] == ["train"]  # (rows without the key ran on the train window)
     nan = _row("minute_momentum", float("nan"), 0.0)
     assert finetune_gain.pooled([nan])["undefined"] == 1
     path.write_text("{not json\n")
