@@ -74,7 +74,8 @@ SKIP = "asset_skip.weight"
 #: the cash logit and the skip): scaling their weights scales the logits (``finetune = "rule"``).
 LOGIT_LAYERS = ("actor_readout.", "actor_cash.", SKIP)
 #: ``finetune = "rule"``: the AdamW learning rate of its two numbers, log-offsets of order one where a
-#: network's weights are of order 0.01-1 (so not the pod's ``learning_rate``), with no weight decay.
+#: network's weights are of order 0.01-1 (so not the pod's ``learning_rate``), with no weight decay
+#: and torch's default epsilon (the rule's figures in docs/benchmarks.md ran so).
 RULE_LR = 0.02
 
 
@@ -332,8 +333,8 @@ def clears_start(series: Tensor, start: Tensor | None, margin: float) -> bool:
 
 class _HeldOut:
     """The held-out early stopping of :func:`train`: the best weights (and config, where a
-    ``"rule"`` fine-tuning's rebalance rate lives) so far by the held-out objective, and the warm start's held-out series, the bar a fine-tuned candidate must clear
-    (:func:`clears_start`)."""
+    ``"rule"`` fine-tuning's rebalance rate lives) so far by the held-out objective, and the warm
+    start's held-out series, the bar a fine-tuned candidate must clear (:func:`clears_start`)."""
 
     def __init__(
         self, policy: Policy, decisions: Decisions, fit_rows: int, params: Any, args: DirectArgs
