@@ -246,6 +246,8 @@ def _gradient_step(
     stepped = [t for group in opt.param_groups for t in group["params"] if t.grad is not None]
     torch.nn.utils.clip_grad_norm_(stepped, args.max_grad_norm)
     opt.step()
+    if rule is not None:
+        rule.project()
     return float(-loss.detach())
 
 
@@ -412,7 +414,14 @@ class _Rule(torch.nn.Module):
         return self.log_scale.exp()
 
     def rate(self) -> Tensor:
-        return (self.base_rate * self.log_rate.exp()).clamp(max=1.0)
+        return self.base_rate * self.log_rate.exp()
+
+    @torch.no_grad()
+    def project(self) -> None:
+        """Keep the rate at most 1 by keeping its log-offset at most ``-log(base rate)`` (after each
+        step: a projected gradient, so the rate's gradient flows at 1 too and a start that trades
+        the whole way, as an ``open`` pod's does, may learn to trade part of it)."""
+        self.log_rate.clamp_(max=-math.log(self.base_rate))
 
     @contextlib.contextmanager
     def loaded(self, policy: Policy) -> Iterator[None]:
@@ -421,12 +430,12 @@ class _Rule(torch.nn.Module):
         weights and config after. At zero offsets it is the start bit for bit."""
         own, config = copy.deepcopy(policy.net.state_dict()), policy.config
         scale = math.exp(float(self.log_scale.detach()))
-        rate = min(1.0, self.base_rate * math.exp(float(self.log_rate.detach())))
+        rate = min(1.0, self.base_rate * math.exp(float(self.log_rate.detach())))  # (rounding)
         with torch.no_grad():
             for name, tensor in policy.net.named_parameters():
                 if name.startswith(LOGIT_LAYERS):
                     tensor.mul_(scale)
-        policy.config = dataclasses.replace(config, rebalance_rate=rate)
+        policy.config = dataclasses.replace(config, rebalance_rate=rate)  # (what to_action reads)
         try:
             yield
         finally:

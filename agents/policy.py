@@ -101,8 +101,8 @@ def raw_to_action(
     """
     if action_mode == "weights":
         target = torch.softmax(raw, dim=-1)[..., :num_assets]
-        if rebalance_rate >= 1.0:
-            return target
+        if not isinstance(rebalance_rate, Tensor) and rebalance_rate >= 1.0:
+            return target  # (a tensor rate blends even at 1: its gradient flows there too)
         if current is None:
             raise ValueError("partial rebalancing needs the current weights (pass the observation)")
         return current + rebalance_rate * (target - current)
@@ -191,7 +191,7 @@ class Policy(nn.Module):
         weights = self.meta.action_mode == "weights"
         window = weights and cfg.trade_window < 1.0
         current = None
-        if obs is not None and weights and (rate < 1.0 or window):
+        if obs is not None and weights and (isinstance(rate, Tensor) or rate < 1.0 or window):
             current = current_weights(obs, self.num_assets).to(raw.dtype)
         action = raw_to_action(raw, self.meta.action_mode, self.num_assets, current, rate)
         if not window:

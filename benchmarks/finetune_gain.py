@@ -8,7 +8,7 @@ round trains one (its start, the same as ``agents.tournament.refit.start_of`` ma
 gradient) for ``--steps`` env-steps with ``holdout_margin = 0`` (the best held-out look is kept whenever it beats
 the start's at all: no bar, no tournament, no selection among pods, no refit). Both are backtested on
 the test window in one batched backtest (``benchmarks.power_columns.verdicts``). Printed per cell and
-kind: the markets where the fine-tuning moved the weights, the test Sharpe ratio's change over the
+kind: the markets where the fine-tuning moved the policy (weights or config), the test Sharpe ratio's change over the
 start (mean, median, the paired t across markets), and the markets where the fine-tuned pod's test
 Sharpe is the higher. What it answers: whether the gradient adds anything a longer or cleaner judge
 could keep (``benchmarks/refit_bar_power.py``: the bars cannot see gains under about +2 Sharpe).
@@ -294,7 +294,7 @@ def sign_test(higher: int, lower: int) -> float:
 
 
 def pooled(rows: list[dict]) -> dict:
-    """Every cell and kind together: the pod-markets where the fine-tuning moved the weights, those
+    """Every cell and kind together: the pod-markets where the fine-tuning moved the policy, those
     where its test Sharpe is the higher and the lower (a Sharpe ratio that is not a number, counted
     apart as ``undefined``), and the one-sided sign test of the study's rule (the fine-tuning beats
     its start at 5%)."""

@@ -369,6 +369,17 @@ def test_the_rules_folded_policy_trades_as_its_differentiable_path():
     assert same_policy(same, policy)  # (its own weights and config after the block)
     unruled, _ = direct.simulate(policy, decisions, torch.tensor([0, 3]), 12, params)
     assert not torch.allclose(path, unruled, atol=1e-6)
+    # a start that trades the whole way (rate 1, an `open` pod's): the rate's gradient flows there,
+    # and a step that raises it is projected back to 1
+    policy.config = dataclasses.replace(policy.config, rebalance_rate=1.0)
+    whole = direct._Rule(policy)
+    net, _ = direct.simulate(policy, decisions, torch.tensor([0, 3]), 12, params, rule=whole)
+    net.sum().backward()
+    assert whole.log_rate.grad is not None and float(whole.log_rate.grad) != 0.0
+    with torch.no_grad():
+        whole.log_rate.fill_(0.5)
+    whole.project()
+    assert float(whole.log_rate.detach()) == 0.0 and float(whole.rate().detach()) == 1.0
 
 
 def test_a_policy_saved_without_the_skip_still_loads(tmp_path):
