@@ -28,7 +28,7 @@ the gradient sees it), the direct approach of EIIE (Jiang et al. 2017) and of de
 - **what moves** (``finetune``): every weight, the linear skip alone (the start's linear score
   re-weighted for the traded objective, the network fixed), or the trading rule alone (``"rule"``:
   two numbers, the logits' scale and the rebalance rate, each a log-offset from the start's; the
-  network fixed; :class:`_Rule`).
+  network fixed; :class:`agents.finetune_modes.Rule`).
 - **regularization and stopping**: AdamW's weight decay; the last ``holdout_frac`` of the train
   window's decisions is never trained on: every ``holdout_every`` updates the policy is run over it
   from cash (the same simulation, no gradient) and the weights with the best held-out objective are the
@@ -49,10 +49,9 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import dataclasses
 import math
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,22 +60,13 @@ from torch import Tensor
 
 from agents.args import DirectArgs
 from agents.checkpoint import Checkpoint
+from agents.finetune_modes import RULE_LR, Average, Rule, frozen
 from agents.linear_start import LinearStart, apply_linear_start, fit_linear_start, start_panels
 from agents.nonlinear_start import apply_nonlinear_start, fit_nonlinear_start
 from agents.policy import Policy
 from agents.training import ADAM_EPS, Callback, EvalFn, EvalHook, TrainResult, notify, policy_for_env
 from backtests.linear import top_weights
 from data.errors import ConfigError
-
-#: The linear skip's weight (``agents.networks``): what ``finetune = "skip"`` trains.
-SKIP = "asset_skip.weight"
-#: The layers every logit is linear in (``agents.networks.PerAssetActorCritic``: the asset read-out,
-#: the cash logit and the skip): scaling their weights scales the logits (``finetune = "rule"``).
-LOGIT_LAYERS = ("actor_readout.", "actor_cash.", SKIP)
-#: ``finetune = "rule"``: the AdamW learning rate of its two numbers, log-offsets of order one where a
-#: network's weights are of order 0.01-1 (so not the pod's ``learning_rate``), with no weight decay
-#: and torch's default epsilon (the rule's figures in docs/benchmarks.md ran so).
-RULE_LR = 0.02
 
 
 @dataclass(frozen=True)
@@ -146,7 +136,7 @@ def simulate(
     *,
     fit_norm: bool = False,
     active: bool = False,
-    rule: _Rule | None = None,
+    rule: Rule | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Paths of ``horizon`` decisions from ``starts (B,)``, each from cash: ``(net (B, L), equal
     (B, L))``, the policy's net return per decision and the equal-weight portfolio's gross return on the
@@ -224,7 +214,7 @@ def _gradient_step(
     params: Any,
     args: DirectArgs,
     fit_norm: bool,
-    rule: _Rule | None = None,
+    rule: Rule | None = None,
 ) -> float:
     """One update: simulate the paths from ``starts``, climb the objective's gradient (of what
     ``opt`` steps: the network's trainable weights, or ``rule``'s two numbers); returns the objective
@@ -242,7 +232,7 @@ def _gradient_step(
     loss = -objective_of(net, equal, args.objective)
     opt.zero_grad(set_to_none=True)
     loss.backward()
-    # AdamW leaves a tensor without a gradient as it is, no decay either (``_frozen``'s tensors)
+    # AdamW leaves a tensor without a gradient as it is, no decay either (``frozen``'s tensors)
     stepped = [t for group in opt.param_groups for t in group["params"] if t.grad is not None]
     torch.nn.utils.clip_grad_norm_(stepped, args.max_grad_norm)
     opt.step()
@@ -371,95 +361,6 @@ class _HeldOut:
                 history[-1]["charts/holdout_best"] = self.best[0]
 
 
-class _Average:
-    """The running mean of a policy's network weights over the iterates added (``average_weights``:
-    Polyak averaging by ``torch.optim.swa_utils.AveragedModel``). The observation normalizer lives
-    outside the network and is frozen before the first iterate is added, so the mean sees the inputs
-    every iterate was trained on."""
-
-    def __init__(self, policy: Policy) -> None:
-        self.policy = policy
-        self.mean = torch.optim.swa_utils.AveragedModel(policy.net)
-
-    def add(self) -> None:
-        """Fold the network's current weights into the mean."""
-        self.mean.update_parameters(self.policy.net)
-
-    @contextlib.contextmanager
-    def loaded(self) -> Iterator[None]:
-        """The network holds the mean inside the block and its own weights again after it."""
-        own = copy.deepcopy(self.policy.net.state_dict())
-        self.policy.net.load_state_dict(self.mean.module.state_dict())
-        try:
-            yield
-        finally:
-            self.policy.net.load_state_dict(own)
-
-
-class _Rule(torch.nn.Module):
-    """``finetune = "rule"``: a fixed network's trading rule, two numbers the gradient moves, each a
-    log-offset from the start's and zero at the start: the logits' scale (a softmax temperature: how
-    much of the book its top names hold) and the rebalance rate (how far a decision moves toward its
-    target: the turnover the edge is bought with; at most 1). Where the gradient of thousands of
-    weights fits the train window's noise, two numbers that set the edge against its costs might
-    carry over to a window they did not see."""
-
-    def __init__(self, policy: Policy) -> None:
-        super().__init__()
-        self.base_rate = float(policy.config.rebalance_rate)
-        self.log_scale = torch.nn.Parameter(torch.zeros((), device=policy.device))
-        self.log_rate = torch.nn.Parameter(torch.zeros((), device=policy.device))
-
-    def scale(self) -> Tensor:
-        return self.log_scale.exp()
-
-    def rate(self) -> Tensor:
-        return self.base_rate * self.log_rate.exp()
-
-    @torch.no_grad()
-    def project(self) -> None:
-        """Keep the rate at most 1 by keeping its log-offset at most ``-log(base rate)`` (after each
-        step: a projected gradient, so the rate's gradient flows at 1 too and a start that trades
-        the whole way, as an ``open`` pod's does, may learn to trade part of it)."""
-        self.log_rate.clamp_(max=-math.log(self.base_rate))
-
-    @contextlib.contextmanager
-    def loaded(self, policy: Policy) -> Iterator[None]:
-        """Inside the block the policy trades by the rule as a policy of its own (its logits' layers
-        scaled, its config's rebalance rate set: what a look judges and a backtest runs); its own
-        weights and config after. At zero offsets it is the start bit for bit."""
-        own, config = copy.deepcopy(policy.net.state_dict()), policy.config
-        scale = math.exp(float(self.log_scale.detach()))
-        rate = min(1.0, self.base_rate * math.exp(float(self.log_rate.detach())))  # (rounding)
-        with torch.no_grad():
-            for name, tensor in policy.net.named_parameters():
-                if name.startswith(LOGIT_LAYERS):
-                    tensor.mul_(scale)
-        policy.config = dataclasses.replace(config, rebalance_rate=rate)  # (what to_action reads)
-        try:
-            yield
-        finally:
-            policy.net.load_state_dict(own)
-            policy.config = config
-
-
-@contextlib.contextmanager
-def _frozen(policy: Policy, finetune: str) -> Iterator[None]:
-    """The network's tensors the gradient does not move under ``finetune`` ask for no gradient inside
-    the block (``"skip"``: all but the skip; ``"rule"``: all), so the backward pass skips their
-    work; as they were after."""
-    params = dict(policy.net.named_parameters())
-    frozen = [t for name, t in params.items() if finetune == "rule" or (finetune == "skip" and name != SKIP)]
-    flags = [t.requires_grad for t in frozen]
-    for tensor in frozen:
-        tensor.requires_grad_(False)
-    try:
-        yield
-    finally:
-        for tensor, flag in zip(frozen, flags, strict=True):
-            tensor.requires_grad_(flag)
-
-
 def train(
     args: DirectArgs,
     env: Any,
@@ -486,7 +387,7 @@ def train(
         raise ConfigError(f"the train window's {decisions.num} decisions are too few for the direct learner")
     if init is None and args.linear_start:
         start_from_linear(policy, decisions, fit_rows, args)
-    with _frozen(policy, args.finetune):
+    with frozen(policy, args.finetune):
         return _train(args, policy, opt_state, decisions, fit_rows, params, callbacks, eval_fn)
 
 
@@ -503,14 +404,14 @@ def _train(
     """:func:`train`'s loop over ``policy``, made and started (and its tensors frozen) by it."""
     held_out, horizon = decisions.num - fit_rows, min(args.horizon, fit_rows)
     opt = adamw_for(policy, args, opt_state)  # (under "rule": handed back as it came)
-    rule = _Rule(policy) if args.finetune == "rule" else None
+    rule = Rule(policy) if args.finetune == "rule" else None
     stepper = opt if rule is None else torch.optim.AdamW(rule.parameters(), lr=RULE_LR, weight_decay=0.0)
     gen = torch.Generator(device="cpu").manual_seed(int(args.seed))
     hook = EvalHook(eval_fn, args.eval_every)
     fit_norm_left = args.norm_updates if policy.obs_norm.count == 0 else 0
     env_steps, updates, stopped = 0, 0, False
     kept = _HeldOut(policy, decisions, fit_rows, params, args)
-    mean = _Average(policy) if args.average_weights else None
+    mean = Average(policy) if args.average_weights else None
 
     def judged() -> contextlib.AbstractContextManager:
         """What a look and an eval judge: the averaged weights, the rule's policy, or the network."""

@@ -14,7 +14,7 @@ import torch
 from helpers import SMALL_DIRECT, SMALL_ENV, ppo_market
 from test_tournament_run import run_tournament
 
-from agents import direct
+from agents import direct, finetune_modes
 from agents.policy import Policy
 from agents.tournament.leaderboard import read_pods
 from agents.tournament.pod import score_policy
@@ -300,8 +300,8 @@ def test_skip_fine_tuning_moves_the_linear_skip_and_nothing_else():
     start = direct.train(direct.DirectArgs(total_steps=1), env).policy.net.state_dict()
     tuned = direct.train(direct.DirectArgs(**small, holdout_margin=0.0, finetune="skip"), env)
     moved = tuned.policy.net.state_dict()
-    assert not torch.equal(moved[direct.SKIP], start[direct.SKIP])
-    assert all(torch.equal(moved[k], v) for k, v in start.items() if k != direct.SKIP)
+    assert not torch.equal(moved[finetune_modes.SKIP], start[finetune_modes.SKIP])
+    assert all(torch.equal(moved[k], v) for k, v in start.items() if k != finetune_modes.SKIP)
     with pytest.raises(ConfigError, match="finetune"):
         direct.DirectArgs(finetune="head")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="linear skip"):
@@ -320,17 +320,20 @@ def test_rule_fine_tuning_scales_the_logits_and_sets_the_rebalance_rate_and_noth
     start = direct.train(direct.DirectArgs(total_steps=1), env).policy
     tuned = direct.train(direct.DirectArgs(**small, holdout_margin=0.0, finetune="rule"), env)
     before, after = start.state_dict(), tuned.policy.state_dict()  # (network and observation stats)
-    scaled = sorted(k for k in before if k.removeprefix("net.").startswith(direct.LOGIT_LAYERS))
+    scaled = sorted(k for k in before if k.removeprefix("net.").startswith(finetune_modes.LOGIT_LAYERS))
     layers = [
         "actor_cash.bias",
         "actor_cash.weight",
         "actor_readout.bias",
         "actor_readout.weight",
-        direct.SKIP,
+        finetune_modes.SKIP,
     ]
     assert scaled == [f"net.{k}" for k in layers]
     assert all(torch.equal(after[k], v) for k, v in before.items() if k not in scaled)
-    ratio = after[f"net.{direct.SKIP}"].double().norm() / before[f"net.{direct.SKIP}"].double().norm()
+    ratio = (
+        after[f"net.{finetune_modes.SKIP}"].double().norm()
+        / before[f"net.{finetune_modes.SKIP}"].double().norm()
+    )
     for k in scaled:
         assert torch.allclose(after[k].double(), before[k].double() * ratio, rtol=1e-5, atol=1e-12)
     rate = tuned.policy.config.rebalance_rate
@@ -353,7 +356,7 @@ def test_the_rules_folded_policy_trades_as_its_differentiable_path():
     )
     policy = direct.train(args, TradingVecEnv(market, params, num_envs=1, seed=0)).policy
     decisions = direct.decisions_of(market, 5)
-    rule = direct._Rule(policy)
+    rule = finetune_modes.Rule(policy)
     with rule.loaded(policy):
         assert same_policy(policy, copy.deepcopy(policy)) and policy.config.rebalance_rate == rule.base_rate
         same = copy.deepcopy(policy)
@@ -372,7 +375,7 @@ def test_the_rules_folded_policy_trades_as_its_differentiable_path():
     # a start that trades the whole way (rate 1, an `open` pod's): the rate's gradient flows there,
     # and a step that raises it is projected back to 1
     policy.config = dataclasses.replace(policy.config, rebalance_rate=1.0)
-    whole = direct._Rule(policy)
+    whole = finetune_modes.Rule(policy)
     net, _ = direct.simulate(policy, decisions, torch.tensor([0, 3]), 12, params, rule=whole)
     net.sum().backward()
     assert whole.log_rate.grad is not None and float(whole.log_rate.grad) != 0.0
