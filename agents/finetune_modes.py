@@ -27,6 +27,18 @@ LOGIT_LAYERS = ("actor_readout.", "actor_cash.", SKIP)
 RULE_LR = 0.02
 
 
+@contextlib.contextmanager
+def _restored(policy: Policy) -> Iterator[None]:
+    """The policy's network weights and config as they were, again after the block (what
+    :meth:`Average.loaded` and :meth:`Rule.loaded` load is only lent)."""
+    own, config = copy.deepcopy(policy.net.state_dict()), policy.config
+    try:
+        yield
+    finally:
+        policy.net.load_state_dict(own)
+        policy.config = config
+
+
 class Average:
     """The running mean of a policy's network weights over the iterates added (``average_weights``:
     Polyak averaging by ``torch.optim.swa_utils.AveragedModel``). The observation normalizer lives
@@ -44,12 +56,9 @@ class Average:
     @contextlib.contextmanager
     def loaded(self) -> Iterator[None]:
         """The network holds the mean inside the block and its own weights again after it."""
-        own = copy.deepcopy(self.policy.net.state_dict())
-        self.policy.net.load_state_dict(self.mean.module.state_dict())
-        try:
+        with _restored(self.policy):
+            self.policy.net.load_state_dict(self.mean.module.state_dict())
             yield
-        finally:
-            self.policy.net.load_state_dict(own)
 
 
 class Rule(torch.nn.Module):
@@ -84,19 +93,16 @@ class Rule(torch.nn.Module):
         """Inside the block the policy trades by the rule as a policy of its own (its logits' layers
         scaled, its config's rebalance rate set: what a look judges and a backtest runs); its own
         weights and config after. At zero offsets it is the start bit for bit."""
-        own, config = copy.deepcopy(policy.net.state_dict()), policy.config
         scale = math.exp(float(self.log_scale.detach()))
-        rate = min(1.0, self.base_rate * math.exp(float(self.log_rate.detach())))  # (rounding)
-        with torch.no_grad():
-            for name, tensor in policy.net.named_parameters():
-                if name.startswith(LOGIT_LAYERS):
-                    tensor.mul_(scale)
-        policy.config = dataclasses.replace(config, rebalance_rate=rate)  # (what to_action reads)
-        try:
+        # (project keeps the offset at most -log(base rate); min holds the product to 1 past rounding)
+        rate = min(1.0, self.base_rate * math.exp(float(self.log_rate.detach())))
+        with _restored(policy):
+            with torch.no_grad():
+                for name, tensor in policy.net.named_parameters():
+                    if name.startswith(LOGIT_LAYERS):
+                        tensor.mul_(scale)
+            policy.config = dataclasses.replace(policy.config, rebalance_rate=rate)  # (to_action's)
             yield
-        finally:
-            policy.net.load_state_dict(own)
-            policy.config = config
 
 
 @contextlib.contextmanager
@@ -104,13 +110,16 @@ def frozen(policy: Policy, finetune: str) -> Iterator[None]:
     """The network's tensors the gradient does not move under ``finetune`` ask for no gradient inside
     the block (``"skip"``: all but the skip; ``"rule"``: all), so the backward pass skips their
     work; as they were after."""
-    params = dict(policy.net.named_parameters())
-    frozen = [t for name, t in params.items() if finetune == "rule" or (finetune == "skip" and name != SKIP)]
-    flags = [t.requires_grad for t in frozen]
-    for tensor in frozen:
+    still = [
+        t
+        for name, t in policy.net.named_parameters()
+        if finetune == "rule" or (finetune == "skip" and name != SKIP)
+    ]
+    flags = [t.requires_grad for t in still]
+    for tensor in still:
         tensor.requires_grad_(False)
     try:
         yield
     finally:
-        for tensor, flag in zip(frozen, flags, strict=True):
+        for tensor, flag in zip(still, flags, strict=True):
             tensor.requires_grad_(flag)
