@@ -174,9 +174,10 @@ class SACArgs:
             raise ConfigError(f"SACArgs.rebalance_rate must be in (0, 1], got {self.rebalance_rate}")
 
 
-Objective = Literal["excess_sharpe", "active_sharpe", "sharpe"]
+Objective = Literal["excess_sharpe", "active_sharpe", "sharpe", "invested_sharpe"]
+Benchmark = Literal["market", "exposure", "uninvested"]
 Finetune = Literal["all", "skip", "rule"]
-OBJECTIVES: tuple[str, ...] = ("excess_sharpe", "active_sharpe", "sharpe")
+OBJECTIVES: tuple[str, ...] = ("excess_sharpe", "active_sharpe", "sharpe", "invested_sharpe")
 FINETUNES: tuple[str, ...] = ("all", "skip", "rule")
 
 
@@ -220,7 +221,9 @@ class DirectArgs:
     objective: Objective = "active_sharpe"
     """what the gradient climbs: the Sharpe ratio of the net excess over equal weight held at the
     book's own exposure (``"active_sharpe"``: the selection alone, so holding cash through a fall earns
-    nothing), of the net excess over equal weight (``"excess_sharpe"``), or of the net return"""
+    nothing), of the net excess over equal weight (``"excess_sharpe"``), of the net return
+    (``"sharpe"``), or of the net return with the book's cash share earning equal weight's return
+    (``"invested_sharpe"``: the whole book's Sharpe ratio where cash buys no safety)"""
     max_grad_norm: float = 0.5
     """global gradient-norm clip"""
     embed: int = 16

@@ -24,7 +24,11 @@ the gradient sees it), the direct approach of EIIE (Jiang et al. 2017) and of de
   net return in excess of the equal-weight portfolio of the same bars held at the book's own invested
   share, over all paths of a batch: the cross-sectional edge, not the market's move, which a long-only
   book cannot escape and which cash would otherwise earn on in a fall; ``"excess_sharpe"``: the excess
-  over equal weight fully invested; ``"sharpe"``: the Sharpe ratio of the net returns themselves.
+  over equal weight fully invested; ``"sharpe"``: the Sharpe ratio of the net returns themselves;
+  ``"invested_sharpe"``: the Sharpe ratio of the net return with the book's cash share earning equal
+  weight's return, the whole book's Sharpe ratio (the market's move included, as the test reads it)
+  where holding cash buys no safety, so the selection's return is weighed against the market's risk
+  instead of shrinking with the exposure.
 - **what moves** (``finetune``): every weight, the linear skip alone (the start's linear score
   re-weighted for the traded objective, the network fixed), or the trading rule alone (``"rule"``:
   two numbers, the logits' scale and the rebalance rate, each a log-offset from the start's; the
@@ -58,7 +62,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from agents.args import DirectArgs
+from agents.args import Benchmark, DirectArgs
 from agents.checkpoint import Checkpoint
 from agents.finetune_modes import RULE_LR, Average, Rule, frozen
 from agents.linear_start import LinearStart, apply_linear_start, fit_linear_start, start_panels
@@ -135,14 +139,17 @@ def simulate(
     params: Any,
     *,
     fit_norm: bool = False,
-    active: bool = False,
+    benchmark: Benchmark = "market",
     rule: Rule | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Paths of ``horizon`` decisions from ``starts (B,)``, each from cash: ``(net (B, L), equal
     (B, L))``, the policy's net return per decision and the equal-weight portfolio's gross return on the
-    same bars; differentiable in the policy's weights. ``active``: the equal-weight portfolio held at
-    the policy's own exposure instead (its invested share through the gap, then through the hold), so
-    that ``net - equal`` is the return of the book's selection alone. ``fit_norm``: fold the
+    same bars; differentiable in the policy's weights. ``benchmark`` (:data:`BENCHMARKS`) says which
+    equal-weight return ``equal`` is: ``"market"``, fully invested; ``"exposure"``, held at the
+    policy's own exposure (its invested share through the gap, then through the hold), so that
+    ``net - equal`` is the return of the book's selection alone; ``"uninvested"``, that one less the
+    fully invested one (minus the market's move on the book's cash share), so that ``net - equal`` is
+    the net return with the cash share earning equal weight's return. ``fit_norm``: fold the
     observations into the policy's normalizer statistics first. ``rule``: trade by that rule's logit
     scale and rebalance rate (differentiable in them), not by the policy's own."""
     a = policy.num_assets
@@ -171,11 +178,12 @@ def simulate(
         grow_hold = 1.0 + (target * hold).sum(dim=-1)
         nets.append(grow_gap * (1.0 - paid) * grow_hold - 1.0)
         live = fill_ok.to(hold.dtype)
-        if active:  # the equal-weight book at the policy's exposure: the market's move held the same
-            gap_in, hold_in = w.sum(dim=-1, keepdim=True), target.sum(dim=-1, keepdim=True)
-            equal = ((1.0 + gap_in * gap) * (1.0 + hold_in * hold) - 1.0) * live
-        else:
+        if benchmark != "exposure":  # the equal-weight book fully invested
             equal = ((1.0 + gap) * (1.0 + hold) - 1.0) * live
+        if benchmark != "market":  # the equal-weight book at the policy's exposure: its share of the move
+            gap_in, hold_in = w.sum(dim=-1, keepdim=True), target.sum(dim=-1, keepdim=True)
+            held = ((1.0 + gap_in * gap) * (1.0 + hold_in * hold) - 1.0) * live
+            equal = held if benchmark == "exposure" else held - equal
         equals.append(equal.sum(dim=-1) / live.sum(dim=-1).clamp(min=1.0))
         w = target * (1.0 + hold) / grow_hold.unsqueeze(-1)
     return torch.stack(nets, dim=1), torch.stack(equals, dim=1)
@@ -226,7 +234,7 @@ def _gradient_step(
         horizon,
         params,
         fit_norm=fit_norm,
-        active=is_active(args.objective),
+        benchmark=benchmark_of(args.objective),
         rule=rule,
     )
     loss = -objective_of(net, equal, args.objective)
@@ -290,21 +298,30 @@ def _holdout(
     start = torch.tensor([fit_rows], device=decisions.features.device)
     with torch.no_grad():
         net, equal = simulate(
-            policy, decisions, start, decisions.num - fit_rows, params, active=is_active(kind)
+            policy, decisions, start, decisions.num - fit_rows, params, benchmark=benchmark_of(kind)
         )
     return float(objective_of(net, equal, kind)), objective_series(net, equal, kind).reshape(-1)
 
 
-def is_active(kind: str) -> bool:
-    """Whether the objective ``kind`` measures the book against equal weight at its own exposure
-    (``"active_sharpe"``: :func:`simulate`'s ``active``)."""
-    return kind == "active_sharpe"
+#: What :func:`simulate`'s ``equal`` is, per objective (``DirectArgs.objective``).
+BENCHMARKS: dict[str, Benchmark] = {
+    "sharpe": "market",
+    "excess_sharpe": "market",
+    "active_sharpe": "exposure",
+    "invested_sharpe": "uninvested",
+}
+
+
+def benchmark_of(kind: str) -> Benchmark:
+    """The equal-weight return :func:`simulate` gives beside the net for the objective ``kind``."""
+    return BENCHMARKS[kind]
 
 
 def objective_series(net: Tensor, equal: Tensor, kind: str) -> Tensor:
-    """What :func:`objective_of` takes the Sharpe ratio of: the net returns or their excess (over
-    equal weight, or, for ``"active_sharpe"``, over equal weight at the book's exposure, as
-    :func:`simulate` gave ``equal``)."""
+    """What :func:`objective_of` takes the Sharpe ratio of: the net returns or their excess over the
+    benchmark :func:`simulate` gave as ``equal`` (:func:`benchmark_of`): equal weight, equal weight
+    at the book's exposure (``"active_sharpe"``), or minus the market's move on the book's cash share
+    (``"invested_sharpe"``)."""
     return net if kind == "sharpe" else net - equal
 
 

@@ -230,7 +230,9 @@ class AgentConfig(Section):
     holdout_every: int = setting(DirectArgs, "holdout_every", ge=1)
     holdout_margin: float = setting(DirectArgs, "holdout_margin", ge=0)
     norm_updates: int = setting(DirectArgs, "norm_updates", ge=0)
-    objective: Literal["excess_sharpe", "active_sharpe", "sharpe"] = setting(DirectArgs, "objective")
+    objective: Literal["excess_sharpe", "active_sharpe", "sharpe", "invested_sharpe"] = setting(
+        DirectArgs, "objective"
+    )
     linear_start: bool = setting(DirectArgs, "linear_start")
     nonlinear_start: bool = setting(DirectArgs, "nonlinear_start")
     start_products: bool = setting(DirectArgs, "start_products")

@@ -96,6 +96,28 @@ every table), each run once.
     .venv/bin/python benchmarks/finetune_gain.py --json --first-seed 4800000 --tune-on valid \
         --out docs/figures/finetune_gain_fresh_valid.jsonl
 
+The whole book's Sharpe ratio with cash buying no safety (``--set objective=invested_sharpe``: the
+net return with the book's cash share earning equal weight's return; the rule on the active
+objective shrank the selection, which that objective's Sharpe ratio does not see, and on the net
+return's own Sharpe ratio it sold the market, which this objective does not pay for), two
+candidates, plan fixed here before either's first market, in this order: the trading rule climbing
+it (``--set finetune=rule``), then every weight climbing it; for each, the study's markets
+(exploratory), then 24 fresh markets (the rule: ``--first-seed 5000000``, seeds 5,050,000-5,050,007
+and 5,100,000-5,100,007; every weight: ``--first-seed 5200000``, seeds 5,250,000-5,250,007 and
+5,300,000-5,300,007; all outside every table), each run once, the same rule as above: it beats its
+start if, on the fresh pod-markets where it moved the policy, its test Sharpe is the higher on
+enough of them for a one-sided sign test at 5%. A run not finished at the session's end is
+reported as not finished and counted in no figure.
+
+    .venv/bin/python benchmarks/finetune_gain.py --json --set finetune=rule --set objective=invested_sharpe \
+        --out docs/figures/finetune_gain_rule_invested.jsonl
+    .venv/bin/python benchmarks/finetune_gain.py --json --first-seed 5000000 --set finetune=rule \
+        --set objective=invested_sharpe --out docs/figures/finetune_gain_fresh_rule_invested.jsonl
+    .venv/bin/python benchmarks/finetune_gain.py --json --set objective=invested_sharpe \
+        --out docs/figures/finetune_gain_invested.jsonl
+    .venv/bin/python benchmarks/finetune_gain.py --json --first-seed 5200000 --set objective=invested_sharpe \
+        --out docs/figures/finetune_gain_fresh_invested.jsonl
+
     .venv/bin/python benchmarks/finetune_gain.py --markets 1 --steps 2000 --cells "minute_momentum 0.05"
 """
 

@@ -99,7 +99,7 @@ class _Fixed(torch.nn.Module):
 
 
 def test_the_active_benchmark_is_equal_weight_at_the_books_exposure():
-    """``simulate(active=True)``: the equal-weight benchmark held at the book's own invested share
+    """``simulate(benchmark="exposure")``: the equal-weight benchmark held at the book's own invested share
     (through the gap at the weights carried in, through the hold at the target), against a slow loop;
     a book bought from cash at equal weight, at any exposure, has no active return but its costs
     (later steps carry in a drifted book, whose gap and hold leave a small cross term), and at full
@@ -113,19 +113,54 @@ def test_the_active_benchmark_is_equal_weight_at_the_books_exposure():
     exposure = torch.tensor([0.3, 0.9, 0.5, 1.0, 0.1, 0.7]).unsqueeze(1)
     targets = raw / raw.sum(dim=1, keepdim=True) * exposure
     buy, sell = direct.cost_per_turnover(params)
-    net, bench = direct.simulate(_Fixed(targets), d, torch.tensor([3]), steps, params, active=True)
+    net, bench = direct.simulate(_Fixed(targets), d, torch.tensor([3]), steps, params, benchmark="exposure")
     want_net, want_bench = _reference_paths(targets, d, list(range(3, 3 + steps)), buy, sell)
     assert torch.allclose(net[0].double(), torch.tensor(want_net, dtype=torch.float64), atol=1e-6)
     assert torch.allclose(bench[0].double(), torch.tensor(want_bench, dtype=torch.float64), atol=1e-6)
     # equal weight at exposure e through the hold, from cash: the active return is minus the costs
     ew = torch.full((1, a), 1.0 / a) * 0.4
-    net, bench = direct.simulate(_Fixed(ew), d, torch.tensor([3]), 1, params, active=True)
+    net, bench = direct.simulate(_Fixed(ew), d, torch.tensor([3]), 1, params, benchmark="exposure")
     paid = 0.4 * buy
     assert float(net[0, 0] - bench[0, 0]) == pytest.approx(-paid * (1 + float(bench[0, 0])), abs=1e-6)
     full = torch.full((steps, a), 1.0 / a)
-    active = direct.simulate(_Fixed(full), d, torch.tensor([3]), steps, params, active=True)[1]
+    active = direct.simulate(_Fixed(full), d, torch.tensor([3]), steps, params, benchmark="exposure")[1]
     plain = direct.simulate(_Fixed(full), d, torch.tensor([3]), steps, params)[1]
     assert torch.allclose(active[:, 1:], plain[:, 1:], atol=1e-7)  # (the first step's gap is from cash)
+
+
+def test_the_uninvested_benchmark_lets_cash_earn_the_market():
+    """``simulate(benchmark="uninvested")``: the equal-weight book at the policy's exposure less the
+    fully invested one, so ``net - equal`` (``"invested_sharpe"``'s series) is the net return plus
+    the market's move on the cash share; a book at equal weight from cash at any exposure then earns
+    the market's full move less its costs (the first step: no gap from cash), and a book fully in cash
+    earns the market's whole move."""
+    market = ppo_market()
+    params = EnvParams(decision_interval=5)
+    d = direct.decisions_of(market, 5)
+    a, steps = market.num_assets, 6
+    gen = torch.Generator().manual_seed(1)
+    raw = torch.rand(steps, a, generator=gen)
+    targets = raw / raw.sum(dim=1, keepdim=True) * torch.tensor([0.3, 0.9, 0.5, 1.0, 0.1, 0.7]).unsqueeze(1)
+    start = torch.tensor([3])
+    net, uninvested = direct.simulate(_Fixed(targets), d, start, steps, params, benchmark="uninvested")
+    held = direct.simulate(_Fixed(targets), d, start, steps, params, benchmark="exposure")[1]
+    full = direct.simulate(_Fixed(targets), d, start, steps, params)[1]
+    assert torch.allclose(uninvested, held - full, atol=1e-7)
+    series = direct.objective_series(net, uninvested, "invested_sharpe")
+    assert torch.allclose(series, net - held + full, atol=1e-7)
+    buy, _sell = direct.cost_per_turnover(params)
+    ew = torch.full((1, a), 1.0 / a) * 0.4  # from cash at 40%: the move on it, costs paid on it
+    net, uninvested = direct.simulate(_Fixed(ew), d, start, 1, params, benchmark="uninvested")
+    held = direct.simulate(_Fixed(ew), d, start, 1, params, benchmark="exposure")[1]
+    full = direct.simulate(_Fixed(ew), d, start, 1, params)[1]
+    got = direct.objective_series(net, uninvested, "invested_sharpe")
+    assert float(got[0, 0]) == pytest.approx(float(full[0, 0] - 0.4 * buy * (1 + held[0, 0])), abs=1e-7)
+    cash = torch.zeros(steps, a)  # all in cash: no return of its own, the market's move in the series
+    net, uninvested = direct.simulate(_Fixed(cash), d, start, steps, params, benchmark="uninvested")
+    full = direct.simulate(_Fixed(cash), d, start, steps, params)[1]
+    assert torch.allclose(net, torch.zeros_like(net))
+    assert full.abs().max() > 0
+    assert torch.allclose(direct.objective_series(net, uninvested, "invested_sharpe"), full, atol=1e-7)
 
 
 def test_direct_pods_train_warm_start_and_save_the_standard_policy(tmp_path):

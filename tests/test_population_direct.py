@@ -16,6 +16,7 @@ from test_tournament_cli import CONFIG
 from test_tournament_run import run_tournament
 
 from agents import direct
+from agents.args import OBJECTIVES
 from agents.checkpoint import Checkpoint
 from agents.policy import Policy
 from agents.population.direct import pod_objectives, start_direct_pod, train_population
@@ -111,15 +112,14 @@ def test_each_pod_of_a_population_is_its_own_direct_run():
     _same_run(*_population_vs_separate(train, params, idle, inits)[:2])
 
 
-def test_pods_climbing_the_active_objective_are_their_own_direct_runs():
-    """Under ``objective = "active_sharpe"`` (the excess over equal weight at the book's exposure) the
-    population's pods end where ``direct.train`` ends each of them."""
+@pytest.mark.parametrize("objective", ["active_sharpe", "invested_sharpe"])
+def test_pods_climbing_the_exposure_objectives_are_their_own_direct_runs(objective):
+    """Under the objectives whose benchmark follows the book's exposure (``"active_sharpe"``: the
+    excess over equal weight at that exposure; ``"invested_sharpe"``: the net return with the cash
+    share earning equal weight's) the population's pods end where ``direct.train`` ends each of them."""
     train, _valid, _test = ppo_market().split_sessions(0.6, 0.2)
     params = EnvParams(decision_interval=5)
-    args = [
-        direct.DirectArgs(**{**AGENT, "total_steps": 200, **pod, "objective": "active_sharpe"})
-        for pod in PODS
-    ]
+    args = [direct.DirectArgs(**{**AGENT, "total_steps": 200, **pod, "objective": objective}) for pod in PODS]
     alone, together, _ = _population_vs_separate(train, params, args, [None] * 3)
     # The first update's gradients agree to float rounding (relative 4e-7), but this objective's are
     # about 20 times the excess Sharpe's (a smaller spread of returns), and the curves of a few
@@ -153,7 +153,7 @@ def test_pod_objectives_are_the_learners_objective_per_pod():
     gen = torch.Generator().manual_seed(0)
     net, equal = torch.randn(3, 4, 6, generator=gen), torch.randn(3, 4, 6, generator=gen)
     lengths = torch.tensor([6, 2, 5])
-    for kind in ("excess_sharpe", "active_sharpe", "sharpe"):
+    for kind in OBJECTIVES:
         got = pod_objectives(net, equal, kind, lengths)
         want = [
             direct.objective_of(net[p, :, :n], equal[p, :, :n], kind) for p, n in enumerate(lengths.tolist())

@@ -43,8 +43,8 @@ from agents.args import DirectArgs
 from agents.direct import (
     Decisions,
     adamw_for,
+    benchmark_of,
     decisions_of,
-    is_active,
     objective_series,
     paired_t,
     simulate,
@@ -269,7 +269,7 @@ class _Round:
         kind = self.args[0].objective
         with torch.no_grad():
             net, equal = simulate(
-                self.stack, self.decisions, starts, length, self.env_params, active=is_active(kind)
+                self.stack, self.decisions, starts, length, self.env_params, benchmark=benchmark_of(kind)
             )  # type: ignore[arg-type]
         scores = pod_objectives(
             net.view(p, 1, length), equal.view(p, 1, length), kind, self.lengths.new_full((p,), length)
@@ -320,7 +320,7 @@ class _Round:
             horizon,
             self.env_params,
             fit_norm=any(fit),
-            active=is_active(kind),
+            benchmark=benchmark_of(kind),
         )  # type: ignore[arg-type]
         shape = (p, batch, horizon)
         objective = pod_objectives(net.view(shape), equal.view(shape), kind, self.lengths)
