@@ -64,7 +64,7 @@ from torch import Tensor
 
 from agents.args import Benchmark, DirectArgs
 from agents.checkpoint import Checkpoint
-from agents.finetune_modes import RULE_LR, Average, Rule, frozen
+from agents.finetune_modes import RULE_LR, Average, Rule, frozen, set_config
 from agents.linear_start import LinearStart, apply_linear_start, fit_linear_start, start_panels
 from agents.nonlinear_start import apply_nonlinear_start, fit_nonlinear_start
 from agents.policy import Policy
@@ -373,7 +373,7 @@ class _HeldOut:
         """Load the kept weights and config (and log their held-out objective on the last row)."""
         if self.best is not None:
             self.policy.net.load_state_dict(self.best[1])
-            self.policy.config = self.best[2]
+            set_config(self.policy, self.best[2])
             if history:
                 history[-1]["charts/holdout_best"] = self.best[0]
 

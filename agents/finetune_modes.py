@@ -14,6 +14,7 @@ from collections.abc import Iterator
 import torch
 from torch import Tensor
 
+from agents.networks import NetworkConfig
 from agents.policy import Policy
 
 #: The linear skip's weight (``agents.networks``): what ``finetune = "skip"`` trains.
@@ -27,6 +28,12 @@ LOGIT_LAYERS = ("actor_readout.", "actor_cash.", SKIP)
 RULE_LR = 0.02
 
 
+def set_config(policy: Policy, config: NetworkConfig) -> None:
+    """Give the policy and its network ``config`` (a rule's rebalance rate lives in it)."""
+    policy.config = config
+    policy.net.config = config
+
+
 @contextlib.contextmanager
 def _restored(policy: Policy) -> Iterator[None]:
     """The policy's network weights and config as they were, again after the block (what
@@ -36,7 +43,7 @@ def _restored(policy: Policy) -> Iterator[None]:
         yield
     finally:
         policy.net.load_state_dict(own)
-        policy.config = config
+        set_config(policy, config)
 
 
 class Average:
@@ -101,7 +108,7 @@ class Rule(torch.nn.Module):
                 for name, tensor in policy.net.named_parameters():
                     if name.startswith(LOGIT_LAYERS):
                         tensor.mul_(scale)
-            policy.config = dataclasses.replace(policy.config, rebalance_rate=rate)  # (to_action's)
+            set_config(policy, dataclasses.replace(policy.config, rebalance_rate=rate))  # (to_action's)
             yield
 
 

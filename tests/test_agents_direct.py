@@ -374,6 +374,7 @@ def test_rule_fine_tuning_scales_the_logits_and_sets_the_rebalance_rate_and_noth
     rate = tuned.policy.config.rebalance_rate
     assert 0.0 < rate <= 1.0 and (rate != start.config.rebalance_rate or abs(float(ratio) - 1.0) > 1e-6)
     assert tuned.policy.config == dataclasses.replace(start.config, rebalance_rate=rate)
+    assert tuned.policy.net.config == tuned.policy.config  # (the network's copy says the same)
     assert not tuned.optimizer_state["state"]  # (a fresh network's AdamW, never stepped)
     assert all(t.requires_grad for t in tuned.policy.net.parameters())
     with pytest.raises(ConfigError, match="average"):
